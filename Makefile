@@ -1,0 +1,106 @@
+# seer: build, test, install. `make help` lists the targets.
+# The dependency list lives in tools/debian-packages.txt; `make setup` installs it.
+
+PREFIX   ?= /usr/local
+BUILD    ?= build
+WERROR   ?= 1
+SANITIZE ?=
+CC       ?= cc
+
+PKGS      := luajit libcjson
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+
+CFLAGS   ?= -O2 -g
+WARN      := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes $(if $(filter 1,$(WERROR)),-Werror)
+comma    := ,
+SANFLAGS  := $(if $(SANITIZE),-fsanitize=address$(comma)undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(SANFLAGS) -MMD -MP -Iengine -I$(BUILD) $(PKG_CFLAGS)
+# -rdynamic: LuaJIT's ffi.C must see the functions the seer binary exports.
+ALL_LDFLAGS := -rdynamic $(SANFLAGS) $(LDFLAGS)
+LIBS      := $(PKG_LIBS) -lreadline -lm -ldl -lpthread
+
+ENGINE_SRC := $(filter-out engine/main.c,$(shell find engine -name '*.c' | sort))
+ENGINE_OBJ := $(ENGINE_SRC:%.c=$(BUILD)/obj/%.o)
+MAIN_OBJ   := $(BUILD)/obj/engine/main.o
+UNIT_SRC   := $(sort $(wildcard tests/unit/test_*.c))
+UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+
+SEER_BIN := $(if $(filter build,$(BUILD)),seer,$(BUILD)/seer)
+
+VERSION := $(shell cat VERSION)
+GIT_REV := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
+
+.PHONY: all setup test unit asan bench install uninstall demo clean help check-deps
+all: $(SEER_BIN)
+
+help:
+	@echo "make            build ./seer"
+	@echo "make setup      install missing build and test dependencies (Debian packages)"
+	@echo "make demo       setup + build + run experiments/hello"
+	@echo "make test       build and run the whole test suite (ends with 'N passed, N failed')"
+	@echo "make asan       the same suite under AddressSanitizer + UBSan (build/asan)"
+	@echo "make bench      seer against peers (luajit, python3) measured in the same run"
+	@echo "make install    install into PREFIX (default /usr/local): bin/seer, share/seer/lua, share/doc/seer"
+	@echo "make clean      remove build outputs"
+
+check-deps:
+	@pkg-config --exists $(PKGS) || { echo "missing build dependencies; run: make setup" >&2; exit 1; }
+
+# The version header changes only when the version or revision does, so builds stay incremental.
+$(BUILD)/version.h: FORCE
+	@mkdir -p $(@D)
+	@printf '#define SEER_VERSION "%s"\n#define SEER_GIT_REV "git %s"\n' '$(VERSION)' '$(GIT_REV)' > $@.tmp
+	@cmp -s $@.tmp $@ && rm -f $@.tmp || mv $@.tmp $@
+FORCE:
+
+$(BUILD)/obj/%.o: %.c | check-deps $(BUILD)/version.h
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/engine/seer.o: $(BUILD)/version.h
+
+$(BUILD)/libseer.a: $(ENGINE_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(SEER_BIN): $(MAIN_OBJ) $(BUILD)/libseer.a
+	$(CC) $(ALL_LDFLAGS) -o $@ $(MAIN_OBJ) -Wl,--whole-archive $(BUILD)/libseer.a -Wl,--no-whole-archive $(LIBS)
+
+$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libseer.a | check-deps
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(BUILD)/libseer.a $(LIBS) $(shell pkg-config --libs criterion)
+
+unit: $(UNIT_BIN)
+
+setup:
+	@bash tools/setup.sh
+
+test: $(SEER_BIN) $(UNIT_BIN)
+	@SEER=$(CURDIR)/$(SEER_BIN) SEER_BUILD=$(BUILD) UNIT_BINS="$(UNIT_BIN)" bash tests/run.sh
+
+bench: $(SEER_BIN)
+	@SEER=$(CURDIR)/$(SEER_BIN) bash tests/bench/run.sh
+
+asan:
+	@$(MAKE) --no-print-directory BUILD=build/asan SANITIZE=1 CFLAGS="-O1 -g" test
+
+demo: setup
+	@$(MAKE) --no-print-directory all
+	./seer experiments/hello/main.lua
+
+install: $(SEER_BIN)
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/seer $(DESTDIR)$(PREFIX)/share/doc/seer
+	install -m 755 $(SEER_BIN) $(DESTDIR)$(PREFIX)/bin/seer
+	rm -rf $(DESTDIR)$(PREFIX)/share/seer/lua
+	cp -R lua $(DESTDIR)$(PREFIX)/share/seer/lua
+	install -m 644 README.md $(DESTDIR)$(PREFIX)/share/doc/seer/
+	cp -R docs/. $(DESTDIR)$(PREFIX)/share/doc/seer/
+
+uninstall:
+	rm -rf $(DESTDIR)$(PREFIX)/bin/seer $(DESTDIR)$(PREFIX)/share/seer $(DESTDIR)$(PREFIX)/share/doc/seer
+
+clean:
+	rm -rf build seer
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

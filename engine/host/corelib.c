@@ -1,0 +1,130 @@
+/* seer.core.host: the few process facts and file primitives the Lua side needs from C
+ * (version, where the Lua tree is, atomic writes, real paths, terminals, a monotonic clock).
+ * The user-facing wrappers with documentation are in lua/seer/init.lua. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <luajit.h>
+
+#include "host_private.h"
+
+static int l_version(lua_State *L) {
+    lua_pushstring(L, seer_version());
+    return 1;
+}
+
+static int l_version_long(lua_State *L) {
+    lua_pushfstring(L, "%s, %s", seer_version_long(), LUAJIT_VERSION);
+    return 1;
+}
+
+static int l_lua_dir(lua_State *L) {
+    lua_getfield(L, LUA_REGISTRYINDEX, "seer.lua_dir");
+    return 1;
+}
+
+static int l_read_file(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    FILE *f = fopen(path, "rb");
+    if (!f) return luaL_error(L, "cannot read %s: %s", path, strerror(errno));
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    for (;;) {
+        char *p = luaL_prepbuffer(&b);
+        size_t n = fread(p, 1, LUAL_BUFFERSIZE, f);
+        luaL_addsize(&b, n);
+        if (n < LUAL_BUFFERSIZE) break;
+    }
+    int bad = ferror(f);
+    int e = errno;
+    fclose(f);
+    if (bad) return luaL_error(L, "cannot read %s: %s", path, strerror(e));
+    luaL_pushresult(&b);
+    return 1;
+}
+
+static int l_write_file(lua_State *L) {
+    size_t n;
+    const char *path = luaL_checkstring(L, 1);
+    const char *data = luaL_checklstring(L, 2, &n);
+    seer_err_t err;
+    if (seer_host_write_file_atomic(path, data, n, &err) < 0) return luaL_error(L, "%s", err.msg);
+    return 0;
+}
+
+static int l_realpath(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    char buf[PATH_MAX];
+    if (!realpath(path, buf)) {
+        lua_pushnil(L);
+        lua_pushfstring(L, "%s: %s", path, strerror(errno));
+        return 2;
+    }
+    lua_pushstring(L, buf);
+    return 1;
+}
+
+static int l_cwd(lua_State *L) {
+    char buf[PATH_MAX];
+    if (!getcwd(buf, sizeof buf)) return luaL_error(L, "cannot get the working directory: %s", strerror(errno));
+    lua_pushstring(L, buf);
+    return 1;
+}
+
+static int l_isatty(lua_State *L) {
+    int fd = (int)luaL_optinteger(L, 1, 1);
+    lua_pushboolean(L, isatty(fd));
+    return 1;
+}
+
+static int l_now(lua_State *L) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    lua_pushnumber(L, (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9);
+    return 1;
+}
+
+static int l_interrupted(lua_State *L) {
+    lua_pushboolean(L, seer_host_interrupted());
+    return 1;
+}
+
+static int l_getpid(lua_State *L) {
+    lua_pushinteger(L, (lua_Integer)getpid());
+    return 1;
+}
+
+static const luaL_Reg corelib[] = {
+    {"version", l_version},
+    {"version_long", l_version_long},
+    {"lua_dir", l_lua_dir},
+    {"read_file", l_read_file},
+    {"write_file", l_write_file},
+    {"realpath", l_realpath},
+    {"cwd", l_cwd},
+    {"isatty", l_isatty},
+    {"now", l_now},
+    {"interrupted", l_interrupted},
+    {"getpid", l_getpid},
+    {NULL, NULL},
+};
+
+int seer_host_corelib_open(lua_State *L) {
+    lua_newtable(L);
+    luaL_register(L, NULL, corelib);
+    return 1;
+}
+
+void seer_host_corelib_configure(lua_State *L, const char *lua_dir, const char *progname) {
+    lua_pushstring(L, lua_dir);
+    lua_setfield(L, LUA_REGISTRYINDEX, "seer.lua_dir");
+    lua_pushstring(L, progname ? progname : "seer");
+    lua_setfield(L, LUA_REGISTRYINDEX, "seer.progname");
+}

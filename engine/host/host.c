@@ -1,0 +1,380 @@
+/* The Lua state of a seer process: libraries, module search path, seer.core.* registration,
+ * running scripts and chunks under a traceback handler, and Ctrl-C delivery into Lua code.
+ * The REPL is in repl.c; the seer.core.host functions exposed to Lua are in corelib.c. */
+#include "host.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <luajit.h>
+#include <lualib.h>
+
+#include "../json/json.h"
+#include "host_private.h"
+
+struct seer_host {
+    lua_State *L;
+    char lua_dir[PATH_MAX];
+};
+
+/* ---- Ctrl-C -----------------------------------------------------------------------------
+ * Signals are process-wide, so the state the handler touches is necessarily global: the Lua
+ * state to interrupt and how many Ctrl-Cs arrived since the code started. lua_sethook is the
+ * one Lua API call documented as safe from a signal handler. */
+static lua_State *volatile g_sig_L;
+static volatile sig_atomic_t g_sig_count;
+static volatile sig_atomic_t g_hook_fired;
+static struct sigaction g_prev_action;
+static int g_armed;
+
+static void on_interrupt_hook(lua_State *L, lua_Debug *ar) {
+    (void)ar;
+    lua_sethook(L, NULL, 0, 0);
+    g_hook_fired = 1;
+    g_sig_count = 0;
+    luaL_where(L, 0); /* a C hook adds no frame: level 0 is the running Lua code */
+    lua_pushfstring(L, "%sinterrupted", lua_tostring(L, -1));
+    lua_error(L);
+}
+
+static void write_stderr(const char *s) {
+    ssize_t r = write(STDERR_FILENO, s, strlen(s));
+    (void)r;
+}
+
+static void on_sigint(int sig) {
+    (void)sig;
+    int n = ++g_sig_count;
+    if (n == 1) {
+        if (g_sig_L) lua_sethook(g_sig_L, on_interrupt_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
+    } else if (n == 2) {
+        write_stderr("\nseer: still running (JIT-compiled Lua or C code cannot always be "
+                     "interrupted); press Ctrl-C again to quit\n");
+    } else {
+        signal(SIGINT, SIG_DFL);
+        raise(SIGINT);
+    }
+}
+
+void seer_host_interrupt_arm(lua_State *L) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0; /* no SA_RESTART: a blocking read returns so the hook can run */
+    g_sig_L = L;
+    g_sig_count = 0;
+    g_hook_fired = 0;
+    sigaction(SIGINT, &sa, g_armed ? NULL : &g_prev_action);
+    g_armed = 1;
+}
+
+void seer_host_interrupt_disarm(lua_State *L) {
+    if (!g_armed) return;
+    sigaction(SIGINT, &g_prev_action, NULL);
+    g_armed = 0;
+    g_sig_L = NULL;
+    /* A Ctrl-C that arrived after the last hook check must not fire in the next call. */
+    lua_sethook(L, NULL, 0, 0);
+}
+
+bool seer_host_interrupted(void) { return g_sig_count > 0; }
+
+void seer_host_interrupt_clear(void) {
+    g_sig_count = 0;
+    g_hook_fired = 0;
+}
+
+/* ---- errors ------------------------------------------------------------------------------ */
+
+/* Message handler: turns any error value into "message\nstack traceback:\n...". */
+static int traceback_handler(lua_State *L) {
+    const char *msg = lua_tostring(L, 1);
+    if (!msg) {
+        if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) {
+            msg = lua_tostring(L, -1);
+        } else {
+            msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+        }
+    }
+    luaL_traceback(L, L, msg, 1);
+    return 1;
+}
+
+int seer_host_pcall(seer_host_t *h, int nargs, int nresults, seer_err_t *err) {
+    lua_State *L = h->L;
+    int base = lua_gettop(L) - nargs;
+    lua_pushcfunction(L, traceback_handler);
+    lua_insert(L, base);
+    seer_host_interrupt_arm(L);
+    int rc = lua_pcall(L, nargs, nresults, base);
+    int interrupted = g_hook_fired;
+    seer_host_interrupt_disarm(L);
+    seer_host_interrupt_clear();
+    lua_remove(L, base);
+    if (rc == 0) return SEER_OK;
+    const char *msg = lua_tostring(L, -1);
+    int code = interrupted ? SEER_EINTR : rc == LUA_ERRMEM ? SEER_ENOMEM : SEER_ELUA;
+    seer_err_set(err, code, "%s", msg ? msg : "(error without message)");
+    lua_pop(L, 1);
+    return code;
+}
+
+/* ---- module search path ------------------------------------------------------------------ */
+
+/* snprintf that reports truncation instead of silently cutting a path. */
+static int fmt_path(char *out, size_t n, const char *fmt, const char *a) {
+    int w = snprintf(out, n, fmt, a);
+    return w >= 0 && (size_t)w < n;
+}
+
+static int dir_has_seer(const char *dir) {
+    char p[PATH_MAX];
+    struct stat st;
+    return fmt_path(p, sizeof p, "%s/seer/init.lua", dir) && stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static int find_lua_dir(const char *given, char *out, size_t outsz, seer_err_t *err) {
+    char exe[PATH_MAX];
+    const char *env = getenv("SEER_LUA_DIR");
+    if (given && *given) {
+        if (!dir_has_seer(given))
+            return seer_err_set(err, SEER_ENOTFOUND, "seer's Lua tree is not in %s (no seer/init.lua there)", given);
+        fmt_path(out, outsz, "%s", given);
+        return SEER_OK;
+    }
+    if (env && *env) {
+        if (!dir_has_seer(env))
+            return seer_err_set(err, SEER_ENOTFOUND,
+                                "SEER_LUA_DIR=%s does not hold seer's Lua tree (no seer/init.lua); "
+                                "unset it or point it at the lua/ directory", env);
+        fmt_path(out, outsz, "%s", env);
+        return SEER_OK;
+    }
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n < 0) return seer_err_set(err, SEER_EIO, "cannot locate the seer executable: %s", strerror(errno));
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = '\0';
+    char a[PATH_MAX], b[PATH_MAX], real[PATH_MAX];
+    int ok_a = fmt_path(a, sizeof a, "%s/lua", exe);
+    int ok_b = fmt_path(b, sizeof b, "%s/../share/seer/lua", exe);
+    if (ok_a && dir_has_seer(a)) {
+        fmt_path(out, outsz, "%s", a);
+    } else if (ok_b && dir_has_seer(b)) {
+        fmt_path(out, outsz, "%s", realpath(b, real) ? real : b);
+    } else {
+        return seer_err_set(err, SEER_ENOTFOUND,
+                            "cannot find seer's Lua tree: looked in %s and %s; reinstall with "
+                            "`make install`, or set SEER_LUA_DIR to the lua/ directory", a, b);
+    }
+    return SEER_OK;
+}
+
+/* Puts dir's ?.lua and ?/init.lua (and those of dir/libraries) in front of package.path,
+ * after seer's own tree so an experiment cannot shadow seer.* by accident. */
+void seer_host_add_script_dir(lua_State *L, const char *dir, const char *lua_dir) {
+    lua_getglobal(L, "package");
+    lua_getfield(L, -1, "path");
+    const char *old = lua_tostring(L, -1);
+    const char *rest = old;
+    /* Strip seer's own prefix so it stays first. */
+    char prefix[PATH_MAX * 2 + 64];
+    snprintf(prefix, sizeof prefix, "%s/?.lua;%s/?/init.lua;", lua_dir, lua_dir);
+    if (rest && strncmp(rest, prefix, strlen(prefix)) == 0) rest += strlen(prefix);
+    lua_pushfstring(L, "%s%s/?.lua;%s/?/init.lua;%s/libraries/?.lua;%s/libraries/?/init.lua;%s",
+                    prefix, dir, dir, dir, dir, rest ? rest : "");
+    lua_setfield(L, -3, "path");
+    lua_pop(L, 2);
+}
+
+static void set_package_path(lua_State *L, const char *lua_dir) {
+    lua_getglobal(L, "package");
+    lua_getfield(L, -1, "path");
+    lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;%s", lua_dir, lua_dir, lua_tostring(L, -1));
+    lua_setfield(L, -3, "path");
+    lua_pop(L, 2);
+}
+
+static void preload(lua_State *L, const char *name, lua_CFunction fn) {
+    lua_getglobal(L, "package");
+    lua_getfield(L, -1, "preload");
+    lua_pushcfunction(L, fn);
+    lua_setfield(L, -2, name);
+    lua_pop(L, 2);
+}
+
+/* Runs `seer = require "seer"` so scripts, -e chunks and the REPL see the same environment. */
+static int load_seer_global(lua_State *L) {
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "seer");
+    lua_call(L, 1, 1);
+    lua_setglobal(L, "seer");
+    return 0;
+}
+
+int seer_host_open(seer_host_t **out, const seer_host_opts_t *opts, seer_err_t *err) {
+    *out = NULL;
+    seer_host_t *h = calloc(1, sizeof *h);
+    if (!h) return seer_err_set(err, SEER_ENOMEM, "out of memory creating the Lua host");
+    int rc = find_lua_dir(opts ? opts->lua_dir : NULL, h->lua_dir, sizeof h->lua_dir, err);
+    if (rc < 0) {
+        free(h);
+        return rc;
+    }
+    h->L = luaL_newstate();
+    if (!h->L) {
+        free(h);
+        return seer_err_set(err, SEER_ENOMEM, "cannot create a Lua state (out of memory)");
+    }
+    lua_State *L = h->L;
+    luaL_openlibs(L); /* includes ffi, jit and bit in LuaJIT */
+    set_package_path(L, h->lua_dir);
+    preload(L, "seer.core.host", seer_host_corelib_open);
+    preload(L, "seer.core.json", seer_json_luaopen);
+    seer_host_corelib_configure(L, h->lua_dir, opts ? opts->progname : NULL);
+
+    lua_pushcfunction(L, load_seer_global);
+    rc = seer_host_pcall(h, 0, 0, err);
+    if (rc < 0) {
+        char msg[SEER_ERR_MSG_MAX];
+        snprintf(msg, sizeof msg, "%s", err ? err->msg : "");
+        seer_err_set(err, rc, "loading seer's Lua modules from %s failed:\n%s", h->lua_dir, msg);
+        seer_host_close(h);
+        return rc;
+    }
+    *out = h;
+    return SEER_OK;
+}
+
+void seer_host_close(seer_host_t *h) {
+    if (!h) return;
+    if (h->L) lua_close(h->L);
+    free(h);
+}
+
+lua_State *seer_host_lua(seer_host_t *h) { return h->L; }
+const char *seer_host_lua_dir(const seer_host_t *h) { return h->lua_dir; }
+
+/* ---- running code ------------------------------------------------------------------------ */
+
+/* arg[-1] = seer, arg[0] = script, arg[1..] = args, as the lua interpreter does; returns the
+ * number of args also pushed for `...`. */
+static int push_args(lua_State *L, const char *script, int argc, char **argv) {
+    lua_createtable(L, argc, 2);
+    lua_getfield(L, LUA_REGISTRYINDEX, "seer.progname");
+    lua_rawseti(L, -2, -1);
+    lua_pushstring(L, script);
+    lua_rawseti(L, -2, 0);
+    for (int i = 0; i < argc; i++) {
+        lua_pushstring(L, argv[i]);
+        lua_rawseti(L, -2, i + 1);
+    }
+    lua_setglobal(L, "arg");
+    luaL_checkstack(L, argc + 1, "too many script arguments");
+    for (int i = 0; i < argc; i++) lua_pushstring(L, argv[i]);
+    return argc;
+}
+
+static int load_error(lua_State *L, int rc, seer_err_t *err) {
+    const char *msg = lua_tostring(L, -1);
+    int code = rc == LUA_ERRSYNTAX ? SEER_EPARSE : rc == LUA_ERRMEM ? SEER_ENOMEM : SEER_EIO;
+    seer_err_set(err, code, "%s", msg ? msg : "cannot load chunk");
+    lua_pop(L, 1);
+    return code;
+}
+
+int seer_host_run_string(seer_host_t *h, const char *code, const char *chunkname, int argc,
+                         char **argv, seer_err_t *err) {
+    lua_State *L = h->L;
+    int rc = luaL_loadbuffer(L, code, strlen(code), chunkname);
+    if (rc != 0) return load_error(L, rc, err);
+    int nargs = push_args(L, chunkname, argc, argv);
+    return seer_host_pcall(h, nargs, 0, err);
+}
+
+int seer_host_run_file(seer_host_t *h, const char *path, int argc, char **argv, seer_err_t *err) {
+    lua_State *L = h->L;
+    int from_stdin = strcmp(path, "-") == 0;
+    if (!from_stdin) {
+        struct stat st;
+        if (stat(path, &st) != 0)
+            return seer_err_set(err, SEER_ENOTFOUND, "cannot open %s: %s", path, strerror(errno));
+        if (S_ISDIR(st.st_mode)) {
+            char main_lua[PATH_MAX];
+            snprintf(main_lua, sizeof main_lua, "%s/main.lua", path);
+            return seer_err_set(err, SEER_EINVAL, "%s is a directory; to run an experiment give its main.lua (%s)",
+                                path, main_lua);
+        }
+        char real[PATH_MAX];
+        if (realpath(path, real)) {
+            char *slash = strrchr(real, '/');
+            if (slash) *slash = '\0';
+            seer_host_add_script_dir(L, real[0] ? real : "/", h->lua_dir);
+        }
+    }
+    int rc = luaL_loadfile(L, from_stdin ? NULL : path);
+    if (rc != 0) return load_error(L, rc, err);
+    int nargs = push_args(L, from_stdin ? "-" : path, argc, argv);
+    return seer_host_pcall(h, nargs, 0, err);
+}
+
+/* ---- files ------------------------------------------------------------------------------- */
+
+int seer_host_write_file_atomic(const char *path, const void *data, size_t n, seer_err_t *err) {
+    size_t plen = strlen(path);
+    char *tmp = malloc(plen + 32);
+    if (!tmp) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+    snprintf(tmp, plen + 32, "%s.tmp.XXXXXX", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        int e = errno;
+        free(tmp);
+        return seer_err_set(err, SEER_EIO, "cannot write %s: %s", path, strerror(e));
+    }
+    const char *p = data;
+    size_t left = n;
+    int e = 0;
+    while (left > 0) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            e = errno;
+            break;
+        }
+        p += w;
+        left -= (size_t)w;
+    }
+    /* Keep the mode an existing file had; new files get the usual 0666 & ~umask. */
+    struct stat st;
+    if (!e) {
+        mode_t mode;
+        if (stat(path, &st) == 0) {
+            mode = st.st_mode & 07777;
+        } else {
+            mode_t um = umask(0);
+            umask(um);
+            mode = 0666 & ~um;
+        }
+        if (fchmod(fd, mode) != 0) e = errno;
+    }
+    if (!e && fsync(fd) != 0) e = errno;
+    if (close(fd) != 0 && !e) e = errno;
+    if (!e && rename(tmp, path) != 0) e = errno;
+    if (e) {
+        unlink(tmp);
+        free(tmp);
+        return seer_err_set(err, SEER_EIO, "cannot write %s: %s", path, strerror(e));
+    }
+    free(tmp);
+    return SEER_OK;
+}

@@ -1,0 +1,31 @@
+/* seer.core.json: Lua values to JSON text and back, on top of cJSON, with errors that name the
+ * JSON path or the byte offset; and the UTF-8 validator that every subsystem taking text from
+ * outside (files, sockets, tokenizers) reuses. */
+#ifndef SEER_JSON_H
+#define SEER_JSON_H
+
+#include <stddef.h>
+
+#include <lua.h>
+
+/* Registry fields holding the json.null sentinel and the metatables that mark a table as a
+ * JSON array or object, so other C code can recognise them (lua_getfield(L,
+ * LUA_REGISTRYINDEX, SEER_JSON_NULL_KEY) then lua_rawequal). They exist once
+ * seer_json_luaopen has run, and stay the same values if the module is opened again. */
+#define SEER_JSON_NULL_KEY "seer.json.null"
+#define SEER_JSON_ARRAY_MT_KEY "seer.json.array"
+#define SEER_JSON_OBJECT_MT_KEY "seer.json.object"
+
+/* Deepest nesting of arrays and objects that encode and decode accept (cJSON's own limit). */
+#define SEER_JSON_MAX_DEPTH 1000
+
+/* lua_CFunction: pushes the module table (encode, decode, pretty, array, object, is_array,
+ * is_object, null). The host registers it as package.preload["seer.core.json"]. */
+int seer_json_luaopen(lua_State *L);
+
+/* 1 if s[0..n) is well-formed UTF-8 (no overlong forms, no surrogates U+D800..DFFF, nothing
+ * above U+10FFFF, no truncated sequence); otherwise 0, and *bad_offset (if not NULL) is the
+ * offset of the first byte of the first ill-formed sequence. NUL bytes are valid. */
+int seer_utf8_validate(const char *s, size_t n, size_t *bad_offset);
+
+#endif

@@ -1,0 +1,147 @@
+/* The seer command line: runs Lua scripts (`seer FILE.lua`, `seer -e CODE`, `seer -`), the
+ * REPL, and the subcommands in the table below. One binary plays every role, so each
+ * subsystem that becomes a process (kernel, mcp, sandboxd, ...) adds one row to that table. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <luajit.h>
+
+#include "host/host.h"
+#include "seer.h"
+
+enum { EXIT_LUA_ERROR = 1, EXIT_USAGE = 2, EXIT_INTERRUPTED = 130 };
+
+typedef struct seer_command {
+    const char *name;
+    const char *summary;
+    const char *usage; /* full help text for `seer help NAME` */
+    int (*run)(int argc, char **argv); /* argv[0] is the command name */
+} seer_command_t;
+
+static int cmd_help(int argc, char **argv);
+static int cmd_version(int argc, char **argv);
+
+static const seer_command_t commands[] = {
+    {"help", "show help for seer or for one command",
+     "usage: seer help [COMMAND]\n\n"
+     "Without COMMAND, lists the ways to run seer and its commands; with COMMAND, shows that\n"
+     "command's usage.\n",
+     cmd_help},
+    {"version", "print the seer and LuaJIT versions",
+     "usage: seer version    (same as seer --version)\n", cmd_version},
+};
+#define NCOMMANDS (sizeof commands / sizeof commands[0])
+
+static const seer_command_t *find_command(const char *name) {
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        if (strcmp(commands[i].name, name) == 0) return &commands[i];
+    return NULL;
+}
+
+static void list_command_names(FILE *f) {
+    for (size_t i = 0; i < NCOMMANDS; i++) fprintf(f, "%s%s", i ? ", " : "", commands[i].name);
+}
+
+static void print_usage(FILE *f) {
+    fprintf(f,
+            "%s\n\n"
+            "usage: seer FILE.lua [ARGS...]   run a Lua script (arg[0] = FILE, arg[1..] = ARGS)\n"
+            "       seer -e CODE [ARGS...]    run CODE\n"
+            "       seer - [ARGS...]          run the script read from standard input\n"
+            "       seer                      start the REPL (on a terminal; otherwise read stdin)\n"
+            "       seer --version            print the version\n"
+            "       seer COMMAND [ARGS...]    run a command:\n\n",
+            seer_version_long());
+    for (size_t i = 0; i < NCOMMANDS; i++) fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\nseer help COMMAND shows a command's usage. Environment: SEER_LUA_DIR (the Lua tree),\n"
+               "SEER_HISTORY (REPL history file; empty disables it).\n");
+}
+
+static int cmd_help(int argc, char **argv) {
+    if (argc < 2) {
+        print_usage(stdout);
+        return 0;
+    }
+    const seer_command_t *c = find_command(argv[1]);
+    if (!c) {
+        fprintf(stderr, "seer help: unknown command '%s'; commands: ", argv[1]);
+        list_command_names(stderr);
+        fputc('\n', stderr);
+        return EXIT_USAGE;
+    }
+    fputs(c->usage, stdout);
+    return 0;
+}
+
+static int cmd_version(int argc, char **argv) {
+    (void)argc;
+    (void)argv;
+    printf("%s, %s\n", seer_version_long(), LUAJIT_VERSION);
+    return 0;
+}
+
+/* Opens the host, runs one of the three kinds of code, reports a failure the way the lua
+ * interpreter does ("seer: FILE:LINE: message" and the traceback) and maps it to an exit code. */
+enum run_kind { RUN_FILE, RUN_STRING, RUN_REPL };
+
+static int run_lua(const char *progname, enum run_kind kind, const char *what, int argc, char **argv) {
+    seer_host_t *h;
+    seer_err_t err;
+    seer_host_opts_t opts = {.progname = progname};
+    if (seer_host_open(&h, &opts, &err) < 0) {
+        fprintf(stderr, "seer: %s\n", err.msg);
+        return EXIT_LUA_ERROR;
+    }
+    int rc;
+    switch (kind) {
+    case RUN_FILE: rc = seer_host_run_file(h, what, argc, argv, &err); break;
+    case RUN_STRING: rc = seer_host_run_string(h, what, "=(command line)", argc, argv, &err); break;
+    default: rc = seer_host_repl(h); break;
+    }
+    fflush(stdout);
+    if (rc < 0) fprintf(stderr, "seer: %s\n", err.msg);
+    seer_host_close(h);
+    if (rc == SEER_EINTR) return EXIT_INTERRUPTED;
+    return rc < 0 ? EXIT_LUA_ERROR : 0;
+}
+
+static int looks_like_script(const char *a) {
+    size_t n = strlen(a);
+    struct stat st;
+    return strchr(a, '/') || (n > 4 && strcmp(a + n - 4, ".lua") == 0) || stat(a, &st) == 0;
+}
+
+int main(int argc, char **argv) {
+    const char *prog = argv[0];
+    if (argc < 2) {
+        if (isatty(STDIN_FILENO)) return run_lua(prog, RUN_REPL, NULL, 0, NULL);
+        return run_lua(prog, RUN_FILE, "-", 0, NULL);
+    }
+    const char *a = argv[1];
+    if (strcmp(a, "--version") == 0 || strcmp(a, "-v") == 0) return cmd_version(argc - 1, argv + 1);
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) return cmd_help(1, argv + 1);
+    if (strcmp(a, "-e") == 0) {
+        if (argc < 3) {
+            fprintf(stderr, "seer: -e needs a chunk of code, e.g. seer -e 'print(1 + 1)'\n");
+            return EXIT_USAGE;
+        }
+        return run_lua(prog, RUN_STRING, argv[2], argc - 3, argv + 3);
+    }
+    if (strcmp(a, "-") == 0) return run_lua(prog, RUN_FILE, "-", argc - 2, argv + 2);
+    if (strcmp(a, "--") == 0 && argc >= 3) return run_lua(prog, RUN_FILE, argv[2], argc - 3, argv + 3);
+    if (a[0] == '-') {
+        fprintf(stderr, "seer: unknown option '%s'\n\n", a);
+        print_usage(stderr);
+        return EXIT_USAGE;
+    }
+    const seer_command_t *c = find_command(a);
+    if (c) return c->run(argc - 1, argv + 1);
+    if (looks_like_script(a)) return run_lua(prog, RUN_FILE, a, argc - 2, argv + 2);
+    fprintf(stderr, "seer: unknown command '%s'; commands: ", a);
+    list_command_names(stderr);
+    fprintf(stderr, "\n(to run a script, give its path, e.g. seer ./%s.lua; see seer help)\n", a);
+    return EXIT_USAGE;
+}

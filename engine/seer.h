@@ -1,0 +1,41 @@
+/* Shared by every subsystem of the seer engine: status codes, the error record that carries a
+ * human message back to the caller, and the version string. Everything else lives behind one
+ * header per subsystem (engine/<sub>/<sub>.h). */
+#ifndef SEER_H
+#define SEER_H
+
+#include <stdarg.h>
+#include <stddef.h>
+
+/* Status codes: 0 is success, failures are negative so `if (rc < 0)` reads naturally. */
+enum {
+    SEER_OK = 0,
+    SEER_EINVAL = -1,  /* bad argument or bad input from the user */
+    SEER_ENOMEM = -2,  /* allocation failed */
+    SEER_EIO = -3,     /* file or stream error (errno is in the message) */
+    SEER_ELUA = -4,    /* a Lua error; the message carries the traceback */
+    SEER_EINTR = -5,   /* interrupted by the user (Ctrl-C, kernel interrupt) */
+    SEER_ENOTFOUND = -6,
+    SEER_EPARSE = -7,  /* malformed input (JSON, config, ...) */
+};
+
+/* Large enough for a Lua message plus a traceback of a deep stack; longer text is cut with a
+ * visible marker rather than silently. */
+#define SEER_ERR_MSG_MAX 8192
+
+typedef struct seer_err {
+    int code;
+    char msg[SEER_ERR_MSG_MAX];
+} seer_err_t;
+
+/* Fills err (if not NULL) and returns code, so call sites can `return seer_err_set(...)`. */
+int seer_err_set(seer_err_t *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+int seer_err_setv(seer_err_t *err, int code, const char *fmt, va_list ap);
+void seer_err_clear(seer_err_t *err);
+
+/* "0.1.0"; the build adds the git revision in seer_version_long(). */
+const char *seer_version(void);
+const char *seer_version_long(void);
+
+#endif

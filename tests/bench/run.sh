@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# make bench: seer against peers measured in the same run on this machine.
+#  - start-up: `seer -e ''` vs the stock `luajit -e ''` and `python3 -c ''` (what a notebook
+#    kernel or an RPC worker pays per process);
+#  - JSON: seer.json vs Python's json module (C-accelerated) on the same 20k-row document.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+SEER=${SEER:-./seer}
+PY=/usr/bin/python3
+N=${N:-200}
+
+ms_per_run() { # command... -> mean wall milliseconds over N runs
+  local t0 t1
+  t0=$(date +%s%N)
+  for ((i = 0; i < N; i++)); do "$@" >/dev/null; done
+  t1=$(date +%s%N)
+  awk -v a="$t0" -v b="$t1" -v n="$N" 'BEGIN { printf "%.2f", (b - a) / n / 1e6 }'
+}
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b / a }'; }
+
+echo "== start-up ($N runs each, mean wall time)"
+s=$(ms_per_run "$SEER" -e '')
+printf '  seer -e ""        %6s ms\n' "$s"
+if command -v luajit >/dev/null; then
+  l=$(ms_per_run luajit -e '')
+  printf '  luajit -e ""      %6s ms   (seer/luajit time: %s)\n' "$l" "$(ratio "$l" "$s")"
+fi
+p=$(ms_per_run "$PY" -c '')
+printf '  python3 -c ""     %6s ms   (python3 is %sx seer)\n' "$p" "$(ratio "$s" "$p")"
+
+echo "== JSON: 20k rows (encode, decode), best of 5"
+doc=$(mktemp)
+trap 'rm -f "$doc"' EXIT
+"$SEER" -e '
+local json = seer.json
+local rows = {}
+for i = 1, 20000 do rows[i] = { id = i, token = "tok" .. i, logit = math.sin(i) * 10, top = { i % 7, i % 11, i % 13 } } end
+seer.write_file(arg[1], json.encode(rows))
+local text = seer.read_file(arg[1])
+local best_e, best_d = 1e9, 1e9
+for _ = 1, 5 do
+  local t0 = seer.now(); local v = json.decode(text); local t1 = seer.now(); json.encode(v); local t2 = seer.now()
+  best_d = math.min(best_d, t1 - t0); best_e = math.min(best_e, t2 - t1)
+end
+print(("%.2f %.2f %d"):format(best_e * 1000, best_d * 1000, #text))' "$doc" > "$doc.seer"
+read -r se sd bytes < "$doc.seer"
+rm -f "$doc.seer"
+read -r pe pd < <("$PY" - "$doc" <<'PY'
+import json, sys, time
+text = open(sys.argv[1]).read()
+be = bd = 1e9
+for _ in range(5):
+    t0 = time.perf_counter(); v = json.loads(text); t1 = time.perf_counter()
+    json.dumps(v, sort_keys=True, separators=(",", ":")); t2 = time.perf_counter()
+    bd = min(bd, t1 - t0); be = min(be, t2 - t1)
+print(f"{be * 1000:.2f} {bd * 1000:.2f}")
+PY
+)
+printf '  document          %s bytes\n' "$bytes"
+printf '  seer.json         encode %7s ms  decode %7s ms\n' "$se" "$sd"
+printf '  python json       encode %7s ms  decode %7s ms\n' "$pe" "$pd"
+printf '  python/seer       encode %sx    decode %sx\n' "$(ratio "$se" "$pe")" "$(ratio "$sd" "$pd")"

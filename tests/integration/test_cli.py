@@ -1,0 +1,195 @@
+"""The seer command line as a user drives it: scripts with arguments, -e, stdin, errors with
+tracebacks and exit codes, help, unknown commands, module search paths, Ctrl-C, install."""
+import os
+import signal
+import subprocess
+import time
+import unittest
+
+from seertest import ROOT, SEER, env, run, tmpdir
+
+
+def write(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+class CliTest(unittest.TestCase):
+    def test_version(self):
+        r = run(["--version"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(ROOT, "VERSION")) as f:
+            version = f.read().strip()
+        self.assertRegex(r.stdout, rf"^seer {version} \(git ([0-9a-f]+|unknown)(-dirty)?\), LuaJIT 2\.1")
+        self.assertEqual(run(["version"]).stdout, r.stdout)
+
+    def test_dash_e_json(self):
+        r = run(["-e", 'print(require("seer.json").encode({a = 1}))'])
+        self.assertEqual((r.returncode, r.stdout, r.stderr), (0, '{"a":1}\n', ""))
+
+    def test_dash_e_arguments(self):
+        r = run(["-e", "print(select('#', ...), arg[0], arg[1], arg[2], ...)", "x", "y"])
+        self.assertEqual(r.stdout, "2\t=(command line)\tx\ty\tx\ty\n")
+
+    def test_dash_e_without_code(self):
+        r = run(["-e"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("-e needs a chunk of code", r.stderr)
+
+    def test_script_arguments(self):
+        d = tmpdir(self)
+        s = write(f"{d}/args.lua", "print(arg[0], arg[1], arg[2], #arg, select('#', ...), ...)\nprint(arg[-1] ~= nil)\n")
+        r = run([s, "one", "two words"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, f"{s}\tone\ttwo words\t2\t2\tone\ttwo words\ntrue\n")
+
+    def test_script_from_stdin_dash(self):
+        r = run(["-", "a"], input="print('stdin', ...)\n")
+        self.assertEqual((r.returncode, r.stdout), (0, "stdin\ta\n"))
+
+    def test_script_from_piped_stdin_without_args(self):
+        r = run([], input="print(6 * 7)\n")
+        self.assertEqual((r.returncode, r.stdout), (0, "42\n"))
+
+    def test_runtime_error_exits_1_with_file_line_and_traceback(self):
+        d = tmpdir(self)
+        s = write(f"{d}/bad.lua", "local function inner()\n  error('kaboom')\nend\ninner()\n")
+        r = run([s])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(f"{s}:2: kaboom", r.stderr)
+        self.assertIn("stack traceback:", r.stderr)
+        self.assertIn(f"{s}:2: in function 'inner'", r.stderr)
+        self.assertIn(f"{s}:4: in main chunk", r.stderr)
+
+    def test_error_with_table_value(self):
+        r = run(["-e", "error(setmetatable({}, {__tostring = function() return 'custom!' end}))"])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("custom!", r.stderr)
+        r = run(["-e", "error({})"])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("(error object is a table value)", r.stderr)
+
+    def test_syntax_error_names_file_and_line(self):
+        d = tmpdir(self)
+        s = write(f"{d}/syntax.lua", "print('ok')\nlocal x = = 2\n")
+        r = run([s])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(f"{s}:2:", r.stderr)
+        self.assertEqual(r.stdout, "")
+
+    def test_missing_script(self):
+        r = run(["/nonexistent/x.lua"])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("cannot open /nonexistent/x.lua: No such file or directory", r.stderr)
+
+    def test_directory_instead_of_script(self):
+        d = tmpdir(self)
+        r = run([d + "/"])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("is a directory", r.stderr)
+        self.assertIn("main.lua", r.stderr)
+
+    def test_os_exit_status(self):
+        self.assertEqual(run(["-e", "os.exit(7)"]).returncode, 7)
+
+    def test_unknown_command_lists_valid_ones(self):
+        r = run(["frobnicate"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("unknown command 'frobnicate'", r.stderr)
+        self.assertIn("help", r.stderr)
+        self.assertIn("version", r.stderr)
+
+    def test_unknown_option(self):
+        r = run(["--frob"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("unknown option '--frob'", r.stderr)
+        self.assertIn("usage:", r.stderr)
+
+    def test_help(self):
+        r = run(["help"])
+        self.assertEqual(r.returncode, 0)
+        self.assertIn("usage: seer FILE.lua", r.stdout)
+        self.assertIn("version", r.stdout)
+        r = run(["help", "version"])
+        self.assertEqual(r.returncode, 0)
+        self.assertIn("usage: seer version", r.stdout)
+        r = run(["help", "nope"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("unknown command 'nope'", r.stderr)
+        self.assertEqual(run(["--help"]).stdout, run(["help"]).stdout)
+
+    def test_script_requires_its_own_modules_and_libraries(self):
+        d = tmpdir(self)
+        write(f"{d}/exp/helper.lua", "return {v = 'helper'}\n")
+        write(f"{d}/exp/libraries/mylib.lua", "return {v = 'lib'}\n")
+        write(f"{d}/exp/libraries/pkg/init.lua", "return {v = 'pkg'}\n")
+        s = write(f"{d}/exp/main.lua",
+                  "print(require('helper').v, require('mylib').v, require('pkg').v)\n"
+                  "print(seer.script_dir())\n")
+        r = run([s], cwd="/")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, f"helper\tlib\tpkg\n{os.path.realpath(d)}/exp\n")
+
+    def test_script_cannot_shadow_seer_modules(self):
+        d = tmpdir(self)
+        write(f"{d}/seer/json.lua", "return {encode = function() return 'shadowed' end}\n")
+        s = write(f"{d}/main.lua", "print(require('seer.json').encode({1}))\n")
+        r = run([s])
+        self.assertEqual(r.stdout, "[1]\n", r.stderr)
+
+    def test_missing_lua_tree_is_a_clear_error(self):
+        r = run(["-e", "print(1)"], SEER_LUA_DIR="/nonexistent")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("SEER_LUA_DIR=/nonexistent does not hold seer's Lua tree", r.stderr)
+
+    def test_sigint_interrupts_interpreted_script(self):
+        d = tmpdir(self)
+        s = write(f"{d}/spin.lua", "jit.off()\nprint('started') io.stdout:flush()\nlocal n = 0\nwhile true do n = n + 1 end\n")
+        p = subprocess.Popen([SEER, s], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(),
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        self.assertEqual(p.stdout.readline(), "started\n")
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=10)
+        self.assertEqual(p.returncode, 130, err)
+        self.assertIn(f"{s}:4: interrupted", err)
+        self.assertIn("stack traceback:", err)
+
+    def test_repeated_sigint_stops_jit_compiled_loop(self):
+        # LuaJIT's compiled traces never check hooks, so the first Ctrl-C cannot stop this loop;
+        # the second warns and the third must end the process instead of leaving it spinning.
+        p = subprocess.Popen([SEER, "-e", "print('started') io.stdout:flush() while true do end"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(),
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        self.assertEqual(p.stdout.readline(), "started\n")
+        time.sleep(0.3)
+        for _ in range(3):
+            if p.poll() is not None:
+                break
+            p.send_signal(signal.SIGINT)
+            time.sleep(0.3)
+        out, err = p.communicate(timeout=10)
+        self.assertIn(p.returncode, (-signal.SIGINT, 130), err)
+
+
+class InstallTest(unittest.TestCase):
+    def test_installed_seer_works_from_any_directory(self):
+        d = tmpdir(self)
+        prefix = os.path.join(d, "prefix")
+        build = os.environ.get("SEER_BUILD", "build")
+        r = subprocess.run(["make", "-s", "-C", ROOT, "install", f"PREFIX={prefix}", f"BUILD={build}"],
+                           capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        seer = os.path.join(prefix, "bin", "seer")
+        self.assertTrue(os.path.isfile(os.path.join(prefix, "share", "seer", "lua", "seer", "init.lua")))
+        self.assertTrue(os.path.isfile(os.path.join(prefix, "share", "doc", "seer", "README.md")))
+        e = env(SEER_LUA_DIR=None)
+        r = subprocess.run([seer, "-e", 'print(require("seer.json").encode({a = 1}), seer.toolkit_dir)'],
+                           capture_output=True, text=True, cwd="/", env=e, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, '{"a":1}\t' + os.path.realpath(prefix) + "/share/seer/lua/toolkit\n")
+
+
+if __name__ == "__main__":
+    unittest.main()

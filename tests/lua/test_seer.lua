@@ -1,0 +1,107 @@
+-- The seer module and its helpers as scripts see them: the global, lazy submodules, paths,
+-- file helpers, and seer.pretty's formatting.
+local T = require "testing"
+local pretty = require "seer.pretty"
+
+T.test("seer global is the seer module", function()
+  T.ok(seer == require "seer")
+  T.eq(type(seer.version), "string")
+  T.ok(seer.version:match("^%d+%.%d+%.%d+$"), seer.version)
+end)
+
+T.test("submodules load on first use", function()
+  T.ok(seer.json == require "seer.json")
+  T.ok(seer.pretty == pretty)
+end)
+
+T.test("unknown seer field is an error listing the modules", function()
+  local msg = T.raises(function() return seer.jsno end)
+  T.contains(msg, "seer has no module or field 'jsno'")
+  T.contains(msg, "json")
+  T.contains(msg, "pretty")
+end)
+
+T.test("script_dir is the calling file's directory", function()
+  local here = seer.script_dir()
+  T.ok(io.open(here .. "/testing.lua"), "testing.lua beside " .. here)
+  T.eq(here:sub(1, 1), "/")
+end)
+
+T.test("toolkit_dir and package.path point into the Lua tree", function()
+  local lua_dir = seer.toolkit_dir:match("^(.*)/toolkit$")
+  T.ok(lua_dir, seer.toolkit_dir)
+  T.eq(package.path:sub(1, #lua_dir + 7), lua_dir .. "/?.lua;")
+  T.ok(io.open(lua_dir .. "/seer/init.lua"))
+end)
+
+T.test("ffi, jit and bit are available", function()
+  local ffi = require "ffi"
+  T.eq(ffi.sizeof("int32_t"), 4)
+  T.eq(type(jit.version), "string")
+  T.eq(bit.band(6, 3), 2)
+end)
+
+T.test("read_file and write_file round-trip bytes", function()
+  local d = T.tmpdir()
+  local p = d .. "/data.bin"
+  local bytes = "a\0b\255\n" .. string.rep("x", 100000)
+  seer.write_file(p, bytes)
+  T.eq(seer.read_file(p), bytes)
+  seer.write_file(p, "short")
+  T.eq(seer.read_file(p), "short")
+end)
+
+T.test("read_file and write_file errors name the path and the reason", function()
+  T.raises(function() seer.read_file("/nonexistent/file") end, "cannot read /nonexistent/file: No such file or directory", true)
+  T.raises(function() seer.write_file("/nonexistent/dir/f", "x") end, "cannot write /nonexistent/dir/f", true)
+  T.raises(function() seer.write_file("/tmp/x") end, "bad argument #2")
+end)
+
+T.test("now is monotonic and in seconds", function()
+  local a = seer.now()
+  local b = seer.now()
+  T.ok(b >= a)
+  T.ok(a > 0)
+end)
+
+T.test("pretty prints scalars", function()
+  T.eq(pretty.format(1), "1")
+  T.eq(pretty.format(-2.5), "-2.5")
+  T.eq(pretty.format(0.1), "0.1")
+  T.eq(pretty.format(1 / 0), "inf")
+  T.eq(pretty.format(-1 / 0), "-inf")
+  T.eq(pretty.format(0 / 0), "nan")
+  T.eq(pretty.format(2 ^ 60), "1.1529215046068e+18")
+  T.eq(pretty.format("a\nb\"c"), '"a\\nb\\"c"')
+  T.eq(pretty.format(nil), "nil")
+  T.eq(pretty.format(true), "true")
+end)
+
+T.test("pretty prints tables sorted, nested and cut", function()
+  T.eq(pretty.format({}), "{}")
+  T.eq(pretty.format({ 1, 2, 3 }), "{ 1, 2, 3 }")
+  T.eq(pretty.format({ b = 2, a = 1, [10] = "x", ["not id"] = true, ["end"] = 0 }),
+    '{ [10] = "x", a = 1, b = 2, ["end"] = 0, ["not id"] = true }')
+  T.eq(pretty.format({ a = { b = { c = { d = 1 } } } }), "{ a = { b = { c = {...} } } }")
+  T.eq(pretty.format({ a = { b = { c = { d = 1 } } } }, { depth = 10 }), "{ a = { b = { c = { d = 1 } } } }")
+  local many = {}
+  for i = 1, 60 do many[i] = i end
+  T.contains(pretty.format(many), "... (10 more)")
+end)
+
+T.test("pretty breaks long tables over lines", function()
+  local t = { alpha = string.rep("a", 40), beta = string.rep("b", 40) }
+  T.eq(pretty.format(t), '{\n  alpha = "' .. string.rep("a", 40) .. '",\n  beta = "' .. string.rep("b", 40) .. '"\n}')
+end)
+
+T.test("pretty shows cycles and uses __tostring", function()
+  local t = { name = "loop" }
+  t.self = t
+  T.eq(pretty.format(t), '{ name = "loop", self = <cycle> }')
+  local obj = setmetatable({}, { __tostring = function() return "Tensor[3] f32" end })
+  T.eq(pretty.format({ obj }), "{ Tensor[3] f32 }")
+end)
+
+T.test("pretty rejects unknown options", function()
+  T.raises(function() pretty.format({}, { dept = 2 }) end, "unknown option 'dept'; valid options: depth, indent, max_items, width", true)
+end)

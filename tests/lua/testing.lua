@@ -1,0 +1,118 @@
+-- The small test library used by tests/lua/*.lua and run by `seer tests/lua/run.lua`.
+-- A test file registers cases with T.test(name, fn); the runner calls them in order, each in
+-- its own xpcall, and a failing assertion reports the test's file:line, not this file's.
+local M = {}
+
+local cases = {}
+
+---Register a test case.
+---@param name string
+---@param fn fun()
+function M.test(name, fn)
+  assert(type(name) == "string" and type(fn) == "function", "T.test(name, fn)")
+  local info = debug.getinfo(2, "Sl")
+  cases[#cases + 1] = { name = name, fn = fn, where = info.short_src .. ":" .. info.currentline }
+end
+
+---Take the registered cases (the runner calls this after loading a file).
+function M._take()
+  local c = cases
+  cases = {}
+  return c
+end
+
+local function fail(msg, level)
+  error(msg, (level or 1) + 2)
+end
+
+local function show(v)
+  if type(v) == "string" then return string.format("%q", v) end
+  if type(v) == "table" then
+    local ok, pretty = pcall(require, "seer.pretty")
+    if ok then return pretty.format(v, { depth = 4 }) end
+  end
+  return tostring(v)
+end
+
+-- Deep equality on plain values and tables (metatables ignored); returns false and the path
+-- of the first difference.
+local function deep_eq(a, b, path, seen)
+  if a == b then return true end
+  if type(a) ~= "table" or type(b) ~= "table" then
+    if type(a) == "number" and type(b) == "number" and a ~= a and b ~= b then return true end
+    return false, path
+  end
+  seen = seen or {}
+  if seen[a] == b then return true end
+  seen[a] = b
+  for k, v in pairs(a) do
+    local ok, where = deep_eq(v, b[k], path .. "[" .. show(k) .. "]", seen)
+    if not ok then return false, where end
+  end
+  for k in pairs(b) do
+    if a[k] == nil then return false, path .. "[" .. show(k) .. "]" end
+  end
+  return true
+end
+M.deep_eq = deep_eq
+
+---Assert deep equality.
+function M.eq(actual, expected, msg)
+  local ok, where = deep_eq(actual, expected, "")
+  if not ok then
+    fail(string.format("%sexpected %s, got %s%s", msg and (msg .. ": ") or "", show(expected), show(actual),
+      where ~= "" and ("  (first difference at " .. where .. ")") or ""))
+  end
+end
+
+---Assert inequality.
+function M.ne(actual, unexpected, msg)
+  if deep_eq(actual, unexpected, "") then
+    fail(string.format("%sexpected a value other than %s", msg and (msg .. ": ") or "", show(unexpected)))
+  end
+end
+
+---Assert that a value is truthy.
+function M.ok(v, msg)
+  if not v then fail(msg or ("expected a true value, got " .. show(v))) end
+  return v
+end
+
+---Assert |a - b| <= tol (default 1e-6 relative to max(1, |b|)).
+function M.near(a, b, tol, msg)
+  tol = tol or 1e-6
+  if type(a) ~= "number" or type(b) ~= "number" or math.abs(a - b) > tol * math.max(1, math.abs(b)) then
+    fail(string.format("%sexpected %s within %g, got %s", msg and (msg .. ": ") or "", show(b), tol, show(a)))
+  end
+end
+
+---Assert that fn(...) raises an error whose message matches the Lua pattern (plain find if
+---plain is true). Returns the message.
+function M.raises(fn, pattern, plain)
+  local ok, err = pcall(fn)
+  if ok then fail("expected an error" .. (pattern and (" matching " .. show(pattern)) or "") .. ", got none") end
+  local msg = tostring(err)
+  if pattern and not msg:find(pattern, 1, plain) then
+    fail(string.format("error %s does not match %s", show(msg), show(pattern)))
+  end
+  return msg
+end
+
+---Assert that s contains needle (plain).
+function M.contains(s, needle, msg)
+  if type(s) ~= "string" or not s:find(needle, 1, true) then
+    fail(string.format("%sexpected %s to contain %s", msg and (msg .. ": ") or "", show(s), show(needle)))
+  end
+end
+
+---A fresh temporary directory, removed by the runner after the current file.
+function M.tmpdir()
+  local p = os.tmpname()
+  os.remove(p)
+  assert(os.execute("mkdir -p '" .. p .. "'") == 0 or true)
+  M._tmpdirs = M._tmpdirs or {}
+  M._tmpdirs[#M._tmpdirs + 1] = p
+  return p
+end
+
+return M
