@@ -55,19 +55,29 @@ static void arm_prompt_sigint(void) {
     sigaction(SIGINT, &sa, NULL);
 }
 
+/* SIGINT stays blocked except inside ppoll, which unblocks it atomically: a Ctrl-C that
+ * arrived between checking the flag and starting to wait would otherwise go unseen until the
+ * next key press. */
 static int read_line(const char *prompt, char **out) {
     *out = NULL;
     g_line = NULL;
     g_line_done = 0;
     g_prompt_sigint = 0;
+    sigset_t block, waitmask;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigprocmask(SIG_BLOCK, &block, &waitmask);
+    sigdelset(&waitmask, SIGINT);
     arm_prompt_sigint();
     rl_callback_handler_install(prompt, on_line);
+    int result = READ_LINE;
     while (!g_line_done) {
         struct pollfd p = {.fd = fileno(rl_instream), .events = POLLIN};
-        int r = poll(&p, 1, -1);
-        if (r < 0 && errno != EINTR) {
+        int r = g_prompt_sigint ? -1 : ppoll(&p, 1, NULL, &waitmask);
+        if (r < 0 && !g_prompt_sigint && errno != EINTR) {
             rl_callback_handler_remove();
-            return READ_EOF;
+            result = READ_EOF;
+            break;
         }
         if (g_prompt_sigint) {
             g_prompt_sigint = 0;
@@ -77,10 +87,13 @@ static int read_line(const char *prompt, char **out) {
             rl_callback_handler_remove();
             fputs("^C\n", stdout);
             fflush(stdout);
-            return READ_INTR;
+            result = READ_INTR;
+            break;
         }
         if (r > 0) rl_callback_read_char();
     }
+    sigprocmask(SIG_UNBLOCK, &block, NULL);
+    if (result != READ_LINE) return result;
     if (!g_line) return READ_EOF;
     *out = g_line;
     return READ_LINE;
