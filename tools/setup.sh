@@ -3,7 +3,8 @@
 # nothing when everything is there. Not root: prints the exact sudo line and fails.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-mapfile -t pkgs < <(sed -e 's/#.*//' -e 's/[[:space:]]*$//' "$here/debian-packages.txt" | grep -v '^$' | awk '{print $1}')
+list=${SEER_PACKAGES_FILE:-$here/debian-packages.txt}   # override for tests
+mapfile -t pkgs < <(sed -e "s/#.*//" "$list" | awk "NF {print \$1}")
 missing=()
 for p in "${pkgs[@]}"; do
   st=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
