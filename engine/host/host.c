@@ -65,7 +65,10 @@ static void on_sigint(int sig) {
     }
 }
 
+/* Calls nest (C code run from Lua may call back into Lua through seer_host_pcall): only the
+ * outermost call installs and restores the handler. */
 void seer_host_interrupt_arm(lua_State *L) {
+    if (g_armed++ > 0) return;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigint;
@@ -74,14 +77,12 @@ void seer_host_interrupt_arm(lua_State *L) {
     g_sig_L = L;
     g_sig_count = 0;
     g_hook_fired = 0;
-    sigaction(SIGINT, &sa, g_armed ? NULL : &g_prev_action);
-    g_armed = 1;
+    sigaction(SIGINT, &sa, &g_prev_action);
 }
 
 void seer_host_interrupt_disarm(lua_State *L) {
-    if (!g_armed) return;
+    if (g_armed == 0 || --g_armed > 0) return;
     sigaction(SIGINT, &g_prev_action, NULL);
-    g_armed = 0;
     g_sig_L = NULL;
     /* A Ctrl-C that arrived after the last hook check must not fire in the next call. */
     lua_sethook(L, NULL, 0, 0);
@@ -119,7 +120,7 @@ int seer_host_pcall(seer_host_t *h, int nargs, int nresults, seer_err_t *err) {
     int rc = lua_pcall(L, nargs, nresults, base);
     int interrupted = g_hook_fired;
     seer_host_interrupt_disarm(L);
-    seer_host_interrupt_clear();
+    if (g_armed == 0) seer_host_interrupt_clear();
     lua_remove(L, base);
     if (rc == 0) return SEER_OK;
     const char *msg = lua_tostring(L, -1);

@@ -190,6 +190,33 @@ Test(host, interrupt_can_be_caught_by_pcall_in_lua) {
     seer_host_close(h);
 }
 
+/* Runs a trivial Lua function through seer_host_pcall from C, as a C module calling back
+ * into Lua would, then presses Ctrl-C. */
+static int l_nested_then_sigint(lua_State *L) {
+    seer_host_t *h = lua_touserdata(L, lua_upvalueindex(1));
+    seer_err_t err;
+    luaL_loadstring(L, "return 1");
+    cr_assert_eq(seer_host_pcall(h, 0, 1, &err), SEER_OK, "%s", err.msg);
+    lua_pop(L, 1);
+    raise(SIGINT);
+    return 0;
+}
+
+Test(host, nested_calls_keep_ctrl_c_armed) {
+    seer_host_t *h = open_host();
+    lua_State *L = seer_host_lua(h);
+    lua_pushlightuserdata(L, h);
+    lua_pushcclosure(L, l_nested_then_sigint, 1);
+    lua_setglobal(L, "nested_then_ctrl_c");
+    seer_err_t err;
+    int rc = seer_host_run_string(h, "jit.off() nested_then_ctrl_c() while true do end", "=t", 0, NULL, &err);
+    cr_assert_eq(rc, SEER_EINTR, "rc=%d %s", rc, err.msg);
+    struct sigaction sa;
+    sigaction(SIGINT, NULL, &sa);
+    cr_assert(sa.sa_handler == SIG_DFL);
+    seer_host_close(h);
+}
+
 static int count_entries(const char *dir) {
     DIR *d = opendir(dir);
     cr_assert_not_null(d);
