@@ -1,6 +1,7 @@
 /* seer.core.host: the few process facts and file primitives the Lua side needs from C
  * (version, where the Lua tree is, atomic writes, real paths, terminals, a monotonic clock).
  * The user-facing wrappers with documentation are in lua/seer/init.lua. */
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -96,6 +97,23 @@ static int l_interrupted(lua_State *L) {
     return 1;
 }
 
+/* Names in a directory (no "." or ".."), unsorted; errors name the directory. */
+static int l_list_dir(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    DIR *d = opendir(path);
+    if (!d) return luaL_error(L, "cannot list %s: %s", path, strerror(errno));
+    lua_newtable(L);
+    int i = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        lua_pushstring(L, e->d_name);
+        lua_rawseti(L, -2, ++i);
+    }
+    closedir(d);
+    return 1;
+}
+
 static int l_getpid(lua_State *L) {
     lua_pushinteger(L, (lua_Integer)getpid());
     return 1;
@@ -113,6 +131,7 @@ static const luaL_Reg corelib[] = {
     {"now", l_now},
     {"interrupted", l_interrupted},
     {"getpid", l_getpid},
+    {"list_dir", l_list_dir},
     {NULL, NULL},
 };
 

@@ -119,6 +119,15 @@ static void add_match(const char *s) {
     if (g_matches[g_nmatches]) g_nmatches++;
 }
 
+static void add_prefixed_match(const char *prefix, const char *k) {
+    size_t n = strlen(prefix) + strlen(k) + 1;
+    char *full = malloc(n);
+    if (!full) return;
+    snprintf(full, n, "%s%s", prefix, k);
+    add_match(full);
+    free(full);
+}
+
 static int is_ident(const char *s) {
     if (!(*s == '_' || (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z'))) return 0;
     for (s++; *s; s++)
@@ -136,27 +145,59 @@ static void collect_keys(lua_State *L, const char *prefix, const char *word, int
     while (lua_next(L, -2)) {
         if (lua_type(L, -2) == LUA_TSTRING) {
             const char *k = lua_tostring(L, -2);
-            if (strncmp(k, word, wl) == 0 && is_ident(k) && (!methods_only || lua_isfunction(L, -1))) {
-                size_t n = strlen(prefix) + strlen(k) + 1;
-                char *full = malloc(n);
-                if (full) {
-                    snprintf(full, n, "%s%s", prefix, k);
-                    add_match(full);
-                    free(full);
-                }
-            }
+            if (strncmp(k, word, wl) == 0 && is_ident(k) && (!methods_only || lua_isfunction(L, -1)))
+                add_prefixed_match(prefix, k);
         }
         lua_pop(L, 1);
     }
     if (lua_getmetatable(L, -1)) {
+        /* Fields that appear on first access (seer's lazily loaded modules) are announced in
+         * the metatable's __complete list, since an __index function cannot be listed. */
+        lua_getfield(L, -1, "__complete");
+        if (lua_istable(L, -1) && !methods_only) {
+            for (int i = 1;; i++) {
+                lua_rawgeti(L, -1, i);
+                const char *k = lua_tostring(L, -1);
+                if (!k) {
+                    lua_pop(L, 1);
+                    break;
+                }
+                if (strncmp(k, word, wl) == 0 && is_ident(k)) add_prefixed_match(prefix, k);
+                lua_pop(L, 1);
+            }
+        }
+        lua_pop(L, 1);
         lua_getfield(L, -1, "__index");
         collect_keys(L, prefix, word, methods_only, depth + 1);
         lua_pop(L, 2);
     }
 }
 
-/* Resolves "a.b.c" (rawget only, so completion never runs user code) and pushes the value or
- * nil. */
+/* Is key listed in the __complete table of the metatable of the table at idx? */
+static int announced(lua_State *L, int idx, const char *key, size_t klen) {
+    int found = 0;
+    if (!lua_getmetatable(L, idx)) return 0;
+    lua_getfield(L, -1, "__complete");
+    for (int i = 1; lua_istable(L, -1) && !found; i++) {
+        lua_rawgeti(L, -1, i);
+        size_t n;
+        const char *k = lua_tolstring(L, -1, &n);
+        lua_pop(L, 1);
+        if (!k) break;
+        found = n == klen && memcmp(k, key, n) == 0;
+    }
+    lua_pop(L, 2);
+    return found;
+}
+
+static int gettable_unprotected(lua_State *L) {
+    lua_gettable(L, 1);
+    return 1;
+}
+
+/* Resolves "a.b.c" and pushes the value or nil. Fields are read with rawget, so completion
+ * never runs user code; the one exception is a field the table announces in __complete
+ * (seer's lazily loaded modules), which is loaded through __index under pcall. */
 static void push_path(lua_State *L, const char *path, size_t len) {
     lua_pushvalue(L, LUA_GLOBALSINDEX);
     size_t i = 0;
@@ -170,6 +211,16 @@ static void push_path(lua_State *L, const char *path, size_t len) {
         }
         lua_pushlstring(L, path + i, j - i);
         lua_rawget(L, -2);
+        if (lua_isnil(L, -1) && announced(L, -2, path + i, j - i)) {
+            lua_pop(L, 1);
+            lua_pushcfunction(L, gettable_unprotected);
+            lua_pushvalue(L, -2);
+            lua_pushlstring(L, path + i, j - i);
+            if (lua_pcall(L, 2, 1, 0) != 0) {
+                lua_pop(L, 1);
+                lua_pushnil(L);
+            }
+        }
         lua_remove(L, -2);
         i = j + 1;
     }
@@ -187,6 +238,7 @@ static char **complete(const char *text, int start, int end) {
     (void)end;
     lua_State *L = g_complete_L;
     rl_attempted_completion_over = 1; /* never fall back to file names */
+    rl_completion_append_character = '\0'; /* readline resets it to ' ' before each attempt */
     free_matches();
     if (!L) return NULL;
     const char *sep = NULL;
@@ -305,7 +357,6 @@ int seer_host_repl(seer_host_t *h) {
     rl_catch_signals = 0; /* SIGINT is ours, see read_line */
     rl_attempted_completion_function = complete;
     rl_basic_word_break_characters = " \t\n\"\\'`@$><=;|&{(,+-*/%^#~[]";
-    rl_completion_append_character = '\0';
     g_complete_L = L;
     using_history();
     stifle_history(HISTORY_MAX);

@@ -58,20 +58,17 @@ end
 -- that are, so a typo does not surface later as "attempt to index a nil value".
 local function module_names()
   local names = {}
-  local dir = core.lua_dir() .. "/seer"
-  local p = io.popen("ls '" .. dir .. "' 2>/dev/null")
-  if p then
-    for f in p:lines() do
-      local n = f:match("^([%w_]+)%.lua$") or f:match("^([%w_]+)$")
-      if n and n ~= "init" then names[#names + 1] = n end
-    end
-    p:close()
+  for _, f in ipairs(core.list_dir(core.lua_dir() .. "/seer")) do
+    local n = f:match("^([%w_]+)%.lua$") or f:match("^([%w_]+)$")
+    if n and n ~= "init" then names[#names + 1] = n end
   end
   table.sort(names)
   return names
 end
 
 setmetatable(M, {
+  -- The REPL's Tab completion offers these names before they are loaded.
+  __complete = module_names(),
   __index = function(t, k)
     if type(k) ~= "string" then return nil end
     local path = core.lua_dir() .. "/seer/" .. k .. ".lua"

@@ -34,7 +34,8 @@ class Pty:
     the last match and fails with the whole screen text when it does not come in time."""
 
     def __init__(self, args=(), cwd=None, **envextra):
-        e = env(TERM="dumb", **envextra)
+        envextra.setdefault("TERM", "dumb")
+        e = env(**envextra)
         self.pid, self.fd = pty.fork()
         if self.pid == 0:
             try:

@@ -148,6 +148,16 @@ class ReplTest(unittest.TestCase):
         p.line("('ab')")
         p.expect(r'"AB"\r\n> ')
 
+    def test_tab_completes_lazily_loaded_seer_modules(self):
+        p = self.start()
+        p.send("seer.js\t")
+        p.expect(r"seer\.json")  # no space appended: the user goes on with "."
+        p.send(".enc\t")
+        p.expect(r"\.encode")
+        p.line("({1})")
+        p.expect(r'"\[1\]"\r\n> ')
+        self.assertIn("seer.json.encode({1})", p.text())
+
     def test_history_persists_across_sessions(self):
         d = tmpdir(self)
         hist = os.path.join(d, "history")
