@@ -100,6 +100,26 @@ T.test("json: other numbers print the shortest text that reads back exactly", fu
   T.eq(compact(2.5), "2.5")
 end)
 
+T.test("json: numbers keep printf's shortest-of-%.15g/%.16g/%.17g spelling", function()
+  -- exact halfway cases round to even, as glibc's printf does
+  T.eq(compact(2 ^ -25), "2.9802322387695312e-08")
+  T.eq(compact(130502.80297851562), "130502.80297851562")
+  T.eq(compact(2053525664009017.2), "2053525664009017.2")
+  -- where %g switches notation, and the ends of the range
+  T.eq(compact(1e-4), "0.0001")
+  T.eq(compact(1e-5), "1e-05")
+  T.eq(compact(0.000123), "0.000123")
+  T.eq(compact(-0.000001), "-1e-06")
+  T.eq(compact(999999999999999.9), "999999999999999.9")
+  T.eq(compact(1e15 + 0.5), "1000000000000000.5")
+  T.eq(compact(0.1 + 0.7), "0.7999999999999999")
+  T.eq(compact(2 ^ 63), "9.223372036854776e+18")
+  T.eq(compact(1e23), "1e+23")
+  T.eq(compact(5e-324), "4.94065645841247e-324")
+  T.eq(compact(1.7976931348623157e308), "1.7976931348623157e+308")
+  T.eq(compact(12345.678e-20), "1.2345678e-16")
+end)
+
 T.test("json: numbers round-trip", function()
   for _, x in ipairs({ 0, 1, -1, 2 ^ 53, -(2 ^ 53), 2 ^ 63 - 1024, 1e300, -1e300, 0.1, 0.1 + 0.2, 1 / 3, 2.5e-308,
     4.9406564584124654e-324, 1.7976931348623157e308, 123.456, -987654.321 }) do
@@ -150,6 +170,26 @@ T.test("json: paths use brackets for keys that are not identifiers, 1-based indi
   T.raises(function() json.encode({ ["a b"] = { x = 0 / 0 } }) end, 'cannot encode NaN at $["a b"].x', true)
   T.raises(function() json.encode({ { 1 }, { 2, { y = 0 / 0 } } }) end, "cannot encode NaN at $[2][2].y", true)
   T.raises(function() json.encode({ ['q"k'] = 0 / 0 }) end, [=[cannot encode NaN at $["q\"k"]]=], true)
+end)
+
+T.test("json: objects with many keys, and many keys at many levels", function()
+  local t, parts = {}, {}
+  for i = 1, 3000 do
+    local k = ("k%04d"):format(i)
+    t[k] = i
+    parts[i] = ('"%s":%d'):format(k, i)
+  end
+  T.eq(compact(t), "{" .. table.concat(parts, ",") .. "}")
+  local root = {}
+  local cur = root
+  for _ = 1, 300 do
+    for k = 1, 9 do cur["x" .. k] = k end
+    cur.next = {}
+    cur = cur.next
+  end
+  local text = compact(root)
+  T.eq(#text, 300 * (#'{"next":' + #'"x1":1,' * 9 + #"}") + #"{}")
+  T.eq(json.decode(text), root)
 end)
 
 T.test("json: cycles are errors", function()
@@ -359,6 +399,26 @@ T.test("json: numbers outside the JSON grammar are errors", function()
   T.raises(function() json.decode("0." .. string.rep("1", 70)) end, "number longer than 63 characters", true)
   T.eq(json.decode("1e400"), math.huge)
   T.eq(json.decode("-1E-2"), -0.01)
+end)
+
+T.test("json: a top-level array decodes as a whole, errors at the same place", function()
+  local rows, parts = {}, {}
+  for i = 1, 500 do
+    rows[i] = { id = i, name = "n" .. i, tags = { "a", i % 3 == 0 and json.null or "b" }, empty = {} }
+    parts[i] = ('{"empty":{},"id":%d,"name":"n%d","tags":["a",%s]}'):format(i, i, i % 3 == 0 and "null" or '"b"')
+  end
+  local text = "[" .. table.concat(parts, ",") .. "]"
+  local back = json.decode(" " .. text .. "\n")
+  T.eq(#back, 500)
+  T.ok(json.is_array(back) and json.is_object(back[1]) and json.is_object(back[1].empty))
+  T.eq(compact(back), text)
+  T.eq(compact(json.decode(" [ {\"k\": \"v\"} , [] ,{} ] ")), '[{"k":"v"},[],{}]')
+  T.raises(function() json.decode('[{"a":1},{"a":tru}]') end, "json.decode: invalid JSON at byte 14 (line 1, column 15): near 'tru}]'", true)
+  T.raises(function() json.decode("[1,2]]") end, "at byte 5 (line 1, column 6): unexpected text after the JSON value, near ']'", true)
+  T.raises(function() json.decode("[1 2]") end, "at byte 3 (line 1, column 4): near '2]'", true)
+  T.raises(function() json.decode("[1,,2]") end, "at byte 3 (line 1, column 4): near ',2]'", true)
+  T.raises(function() json.decode('[{"a":[1,2,{"b":01}]}]') end, "at byte 16 (line 1, column 17): leading zero in a number", true)
+  T.raises(function() json.decode("[[1],[2],[3") end, "(the input ends before the [ at byte 9 is closed)", true)
 end)
 
 T.test("json: decode nesting limit", function()

@@ -255,3 +255,21 @@ Test(json, error_paths_do_not_leak) {
     lua_close(L);
     LEAK_CHECK();
 }
+
+/* Decode's own paths: a top-level array goes element by element and falls back to the whole
+ * text on an error; other shapes parse whole, and the arena's spare chunk lives on in the module
+ * until the state is closed. */
+Test(json, decode_paths_do_not_leak) {
+    lua_State *L = open_state();
+    run(L, "local function fails(f, ...) assert(not pcall(f, ...)) end\n"
+           "local rows = {}\n"
+           "for i = 1, 300 do rows[i] = {a = {1, 2}, s = 'row' .. i} end\n"
+           "local text = json.encode(rows)\n"
+           "for i = 1, 5 do assert(#json.decode(text) == 300) end\n"
+           "fails(json.decode, text:sub(1, -2) .. ',{\"a\": [1, x]}]')\n"
+           "fails(json.decode, text .. ' 8')\n"
+           "for i = 1, 5 do assert(#json.decode(json.encode({rows = rows})).rows == 300) end\n"
+           "fails(json.decode, json.encode({rows = rows}) .. ' 8')\n");
+    lua_close(L);
+    LEAK_CHECK();
+}
