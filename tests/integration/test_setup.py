@@ -16,13 +16,18 @@ class SetupTest(unittest.TestCase):
         path = os.path.join(d, "packages.txt")
         with open(path, "w") as f:
             f.write(listing)
+        # The unprivileged user may not be able to enter the checkout (a clone under a 0700
+        # directory), so it runs a copy of the script from the world-readable temp dir.
+        script = os.path.join(d, "setup.sh")
+        shutil.copy(SETUP, script)
         os.chmod(d, 0o755)
         os.chmod(path, 0o644)
-        cmd = ["bash", SETUP]
+        os.chmod(script, 0o755)
+        cmd = ["bash", script]
         if as_nobody:
             cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] + cmd
         return subprocess.run(cmd, capture_output=True, text=True, timeout=60,
-                              env=dict(os.environ, SEER_PACKAGES_FILE=path))
+                              cwd="/", env=dict(os.environ, SEER_PACKAGES_FILE=path))
 
     def test_nothing_to_do_when_all_present(self):
         r = self.run_setup("# a comment\nbash   # why\n\ncoreutils\n")
