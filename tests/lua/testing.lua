@@ -109,7 +109,7 @@ end
 function M.tmpdir()
   local p = os.tmpname()
   os.remove(p)
-  assert(os.execute("mkdir -p '" .. p .. "'") == 0 or true)
+  assert(os.execute("mkdir -m 700 '" .. p .. "'") == 0, "cannot create a temporary directory " .. p)
   M._tmpdirs = M._tmpdirs or {}
   M._tmpdirs[#M._tmpdirs + 1] = p
   return p
