@@ -7,7 +7,7 @@ WERROR   ?= 1
 SANITIZE ?=
 CC       ?= cc
 
-PKGS      := luajit libcjson
+PKGS      := luajit libcjson libpcre2-8
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
