@@ -1,0 +1,58 @@
+/* safetensors files: a validated, memory-mapped reader (the model loader and tensor.load use
+ * it) and an atomic writer (tensor.save). Format: u64 little-endian header length N, N bytes
+ * of JSON {name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {str: str}},
+ * then the data buffer; offsets are relative to the buffer. */
+#ifndef SEER_SAFETENSORS_H
+#define SEER_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../seer.h"
+#include "dtype.h"
+
+#define SEER_ST_MAX_DIMS 8
+
+typedef struct seer_st_entry {
+    const char *name;
+    seer_dtype_t dtype;
+    int ndim;
+    int64_t shape[SEER_ST_MAX_DIMS];
+    const void *data; /* inside the mapping; valid until seer_st_close */
+    size_t nbytes;    /* == product(shape) * dtype size (checked) */
+} seer_st_entry_t;
+
+typedef struct seer_st_file seer_st_file_t;
+
+/* Maps the file read-only and validates everything before returning: header length within the
+ * file, valid UTF-8 JSON object, every entry has a known dtype, a shape of non-negative
+ * integers (at most SEER_ST_MAX_DIMS), data_offsets inside the buffer with end - begin equal
+ * to the shape's byte size, no two entries overlapping, no duplicate names. Errors name the
+ * file, the tensor and the problem. */
+int seer_st_open(seer_st_file_t **out, const char *path, seer_err_t *err);
+
+/* The same over bytes in memory (for fuzzing and tests); data must outlive the handle. */
+int seer_st_open_buffer(seer_st_file_t **out, const void *data, size_t n, const char *label, seer_err_t *err);
+
+void seer_st_close(seer_st_file_t *f);
+size_t seer_st_count(const seer_st_file_t *f);
+const seer_st_entry_t *seer_st_entry(const seer_st_file_t *f, size_t i); /* in file order of data */
+const seer_st_entry_t *seer_st_find(const seer_st_file_t *f, const char *name);
+const char *seer_st_metadata(const seer_st_file_t *f, const char *key); /* NULL if absent */
+const char *seer_st_path(const seer_st_file_t *f);
+
+/* Tensors to write: contiguous row-major data. */
+typedef struct seer_st_tensor_in {
+    const char *name;
+    seer_dtype_t dtype;
+    int ndim;
+    const int64_t *shape;
+    const void *data;
+} seer_st_tensor_in_t;
+
+/* Writes through a temporary file + rename (never a half-written file). metadata: NULL or
+ * n_meta pairs {key, value, key, value, ...}. Names must be unique and valid UTF-8. */
+int seer_st_write(const char *path, const seer_st_tensor_in_t *tensors, size_t n, const char *const *metadata,
+                  size_t n_meta, seer_err_t *err);
+
+#endif
