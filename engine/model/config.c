@@ -1,0 +1,224 @@
+/* config.json and generation_config.json into seer_model_config_t. Every field a forward pass
+ * depends on is checked here, so the architectures can trust the numbers. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cJSON.h>
+
+#include "../json/json.h"
+#include "model_private.h"
+
+char *seer_model_read_text(const char *path, size_t *len, seer_err_t *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        seer_err_set(err, errno == ENOENT ? SEER_ENOTFOUND : SEER_EIO, "cannot read %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        size_t r = fread(buf + n, 1, cap - n, f);
+        n += r;
+        if (n < cap) break;
+        if (cap > ((size_t)64 << 20)) { /* a config is kilobytes; refuse runaway files */
+            free(buf);
+            fclose(f);
+            seer_err_set(err, SEER_EPARSE, "%s: larger than 64 MiB, not a config file", path);
+            return NULL;
+        }
+        cap *= 2;
+        char *nb = realloc(buf, cap + 1);
+        if (!nb) {
+            free(buf);
+            buf = NULL;
+        } else {
+            buf = nb;
+        }
+    }
+    fclose(f);
+    if (!buf) {
+        seer_err_set(err, SEER_ENOMEM, "out of memory reading %s", path);
+        return NULL;
+    }
+    buf[n] = '\0';
+    if (len) *len = n;
+    return buf;
+}
+
+cJSON *seer_model_read_json(const char *path, seer_err_t *err) {
+    size_t n;
+    char *text = seer_model_read_text(path, &n, err);
+    if (!text) return NULL;
+    size_t bad;
+    if (!seer_utf8_validate(text, n, &bad)) {
+        seer_err_set(err, SEER_EPARSE, "%s: not valid UTF-8 at byte %zu", path, bad);
+        free(text);
+        return NULL;
+    }
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(text, n, &end, 0);
+    if (!j) {
+        size_t off = end ? (size_t)(end - text) : 0;
+        seer_err_set(err, SEER_EPARSE, "%s: invalid JSON near byte %zu", path, off);
+    } else if (!cJSON_IsObject(j)) {
+        seer_err_set(err, SEER_EPARSE, "%s: expected a JSON object at the top level", path);
+        cJSON_Delete(j);
+        j = NULL;
+    }
+    free(text);
+    return j;
+}
+
+/* Reads an integer field; required fields fail with a message naming them. */
+static int get_int(const cJSON *o, const char *key, int *out, int required, int min, int max, const char *path,
+                   seer_err_t *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) {
+        if (required) return seer_err_set(err, SEER_EPARSE, "%s: missing required field \"%s\"", path, key);
+        return 0;
+    }
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < min ||
+        v->valuedouble > max)
+        return seer_err_set(err, SEER_EPARSE, "%s: \"%s\" must be an integer in [%d, %d]", path, key, min, max);
+    *out = (int)v->valuedouble;
+    return 0;
+}
+
+static int get_float(const cJSON *o, const char *key, float *out, int required, const char *path, seer_err_t *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) {
+        if (required) return seer_err_set(err, SEER_EPARSE, "%s: missing required field \"%s\"", path, key);
+        return 0;
+    }
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+        return seer_err_set(err, SEER_EPARSE, "%s: \"%s\" must be a finite number", path, key);
+    *out = (float)v->valuedouble;
+    return 0;
+}
+
+static int get_bool(const cJSON *o, const char *key, int *out, const char *path, seer_err_t *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsBool(v)) return seer_err_set(err, SEER_EPARSE, "%s: \"%s\" must be true or false", path, key);
+    *out = cJSON_IsTrue(v);
+    return 0;
+}
+
+/* eos_token_id may be an integer or a list of integers. */
+static int get_eos(const cJSON *o, seer_model_config_t *c, const char *path, seer_err_t *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "eos_token_id");
+    if (!v || cJSON_IsNull(v)) return 0;
+    c->num_eos = 0;
+    if (cJSON_IsNumber(v)) {
+        c->eos_token_ids[c->num_eos++] = (int)v->valuedouble;
+        return 0;
+    }
+    if (!cJSON_IsArray(v)) return seer_err_set(err, SEER_EPARSE, "%s: \"eos_token_id\" must be an integer or a list", path);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, v) {
+        if (!cJSON_IsNumber(e)) return seer_err_set(err, SEER_EPARSE, "%s: \"eos_token_id\" entries must be integers", path);
+        if (c->num_eos < SEER_MODEL_MAX_EOS) c->eos_token_ids[c->num_eos++] = (int)e->valuedouble;
+    }
+    return 0;
+}
+
+int seer_model_parse_config(seer_model_config_t *c, const char *dir, seer_err_t *err) {
+    char path[4096 + 64];
+    if (strlen(dir) > 4096) return seer_err_set(err, SEER_EINVAL, "model path too long");
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    memset(c, 0, sizeof *c);
+    cJSON *j = seer_model_read_json(path, err);
+    if (!j) return err ? err->code : SEER_EPARSE;
+    int rc = 0;
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(j, "model_type");
+    if (!cJSON_IsString(mt) || strlen(mt->valuestring) >= sizeof c->model_type) {
+        rc = seer_err_set(err, SEER_EPARSE, "%s: missing or invalid \"model_type\" (expected e.g. \"llama\")", path);
+        goto out;
+    }
+    strcpy(c->model_type, mt->valuestring);
+    const cJSON *archs = cJSON_GetObjectItemCaseSensitive(j, "architectures");
+    if (cJSON_IsArray(archs) && cJSON_IsString(cJSON_GetArrayItem(archs, 0)))
+        snprintf(c->architecture, sizeof c->architecture, "%s", cJSON_GetArrayItem(archs, 0)->valuestring);
+
+    c->bos_token_id = -1;
+    c->rope_theta = 10000.0f;
+    c->rms_norm_eps = 1e-6f;
+    c->max_position_embeddings = 2048;
+    if ((rc = get_int(j, "vocab_size", &c->vocab_size, 1, 1, 1 << 24, path, err)) < 0 ||
+        (rc = get_int(j, "hidden_size", &c->hidden_size, 1, 1, 1 << 20, path, err)) < 0 ||
+        (rc = get_int(j, "intermediate_size", &c->intermediate_size, 1, 1, 1 << 22, path, err)) < 0 ||
+        (rc = get_int(j, "num_hidden_layers", &c->num_layers, 1, 1, 4096, path, err)) < 0 ||
+        (rc = get_int(j, "num_attention_heads", &c->num_heads, 1, 1, 4096, path, err)) < 0)
+        goto out;
+    c->num_kv_heads = c->num_heads;
+    c->head_dim = c->hidden_size / c->num_heads;
+    if ((rc = get_int(j, "num_key_value_heads", &c->num_kv_heads, 0, 1, 4096, path, err)) < 0 ||
+        (rc = get_int(j, "head_dim", &c->head_dim, 0, 1, 4096, path, err)) < 0 ||
+        (rc = get_int(j, "max_position_embeddings", &c->max_position_embeddings, 0, 1, 1 << 24, path, err)) < 0 ||
+        (rc = get_int(j, "bos_token_id", &c->bos_token_id, 0, 0, 1 << 24, path, err)) < 0 ||
+        (rc = get_float(j, "rms_norm_eps", &c->rms_norm_eps, 0, path, err)) < 0 ||
+        (rc = get_float(j, "rope_theta", &c->rope_theta, 0, path, err)) < 0 ||
+        (rc = get_bool(j, "tie_word_embeddings", &c->tie_word_embeddings, path, err)) < 0 ||
+        (rc = get_bool(j, "attention_bias", &c->attention_bias, path, err)) < 0 ||
+        (rc = get_bool(j, "mlp_bias", &c->mlp_bias, path, err)) < 0 ||
+        (rc = get_eos(j, c, path, err)) < 0)
+        goto out;
+    if (c->num_heads % c->num_kv_heads != 0) {
+        rc = seer_err_set(err, SEER_EPARSE, "%s: num_attention_heads (%d) is not a multiple of num_key_value_heads (%d)",
+                          path, c->num_heads, c->num_kv_heads);
+        goto out;
+    }
+    if (c->head_dim % 2 != 0) {
+        rc = seer_err_set(err, SEER_EPARSE, "%s: head_dim %d is odd; rotary embeddings need an even head_dim", path,
+                          c->head_dim);
+        goto out;
+    }
+    const cJSON *sw = cJSON_GetObjectItemCaseSensitive(j, "sliding_window");
+    if (cJSON_IsNumber(sw)) c->sliding_window = (int)sw->valuedouble;
+
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(j, "rope_scaling");
+    if (rs && !cJSON_IsNull(rs)) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
+        if (!cJSON_IsString(type)) type = cJSON_GetObjectItemCaseSensitive(rs, "type");
+        if (!cJSON_IsString(type)) {
+            rc = seer_err_set(err, SEER_EPARSE, "%s: rope_scaling has no \"rope_type\"", path);
+            goto out;
+        }
+        if (strcmp(type->valuestring, "llama3") == 0) {
+            c->rope_kind = SEER_ROPE_LLAMA3;
+            if ((rc = get_float(rs, "factor", &c->rope_factor, 1, path, err)) < 0 ||
+                (rc = get_float(rs, "low_freq_factor", &c->rope_low_freq_factor, 1, path, err)) < 0 ||
+                (rc = get_float(rs, "high_freq_factor", &c->rope_high_freq_factor, 1, path, err)) < 0 ||
+                (rc = get_int(rs, "original_max_position_embeddings", &c->rope_original_max_position, 1, 1, 1 << 24,
+                              path, err)) < 0)
+                goto out;
+        } else if (strcmp(type->valuestring, "linear") == 0) {
+            c->rope_kind = SEER_ROPE_LINEAR;
+            if ((rc = get_float(rs, "factor", &c->rope_factor, 1, path, err)) < 0) goto out;
+        } else if (strcmp(type->valuestring, "default") != 0) {
+            rc = seer_err_set(err, SEER_EPARSE, "%s: rope_scaling type \"%s\" is not supported (supported: default, linear, llama3)",
+                              path, type->valuestring);
+            goto out;
+        }
+    }
+out:
+    cJSON_Delete(j);
+    if (rc < 0) return rc;
+
+    /* generation_config.json may refine the stop tokens; it is optional. */
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    seer_err_t gerr;
+    cJSON *g = seer_model_read_json(path, &gerr);
+    if (g) {
+        rc = get_eos(g, c, path, err);
+        if (rc == 0) rc = get_int(g, "bos_token_id", &c->bos_token_id, 0, 0, 1 << 24, path, err);
+        cJSON_Delete(g);
+        if (rc < 0) return rc;
+    } else if (gerr.code != SEER_ENOTFOUND) {
+        return seer_err_set(err, gerr.code, "%s", gerr.msg);
+    }
+    return 0;
+}

@@ -1,0 +1,203 @@
+/* The Llama architecture (Llama 2/3, TinyLlama, SmolLM): RMSNorm, rotary embeddings in the
+ * rotate_half layout with default/linear/llama3 frequency scaling, grouped-query attention,
+ * SwiGLU MLP, optionally tied embeddings. Numerics follow transformers' eager fp32 path:
+ * inverse frequencies and angles in f32, softmax in f32. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model_private.h"
+
+static int llama_bind(seer_model_t *m, seer_err_t *err) {
+    const seer_model_config_t *c = &m->cfg;
+    int64_t D = c->hidden_size, I = c->intermediate_size, V = c->vocab_size;
+    int64_t qd = (int64_t)c->num_heads * c->head_dim, kvd = (int64_t)c->num_kv_heads * c->head_dim;
+    char *missing = NULL;
+    char name[256];
+    int rc = 0;
+#define W(dst, rows, cols, opt, ...)                                                          \
+    do {                                                                                      \
+        snprintf(name, sizeof name, __VA_ARGS__);                                             \
+        if ((rc = seer_model_weight(m, dst, name, rows, cols, opt, &missing, err)) < 0) goto out; \
+    } while (0)
+    W(&m->embed, V, D, 0, "model.embed_tokens.weight");
+    W(&m->final_norm, D, 0, 0, "model.norm.weight");
+    W(&m->lm_head, V, D, c->tie_word_embeddings, "lm_head.weight");
+    for (int i = 0; i < c->num_layers; i++) {
+        seer_layer_weights_t *l = &m->layers[i];
+        W(&l->attn_norm, D, 0, 0, "model.layers.%d.input_layernorm.weight", i);
+        W(&l->q, qd, D, 0, "model.layers.%d.self_attn.q_proj.weight", i);
+        W(&l->k, kvd, D, 0, "model.layers.%d.self_attn.k_proj.weight", i);
+        W(&l->v, kvd, D, 0, "model.layers.%d.self_attn.v_proj.weight", i);
+        W(&l->o, D, qd, 0, "model.layers.%d.self_attn.o_proj.weight", i);
+        if (c->attention_bias) {
+            W(&l->q_bias, qd, 0, 0, "model.layers.%d.self_attn.q_proj.bias", i);
+            W(&l->k_bias, kvd, 0, 0, "model.layers.%d.self_attn.k_proj.bias", i);
+            W(&l->v_bias, kvd, 0, 0, "model.layers.%d.self_attn.v_proj.bias", i);
+            W(&l->o_bias, D, 0, 0, "model.layers.%d.self_attn.o_proj.bias", i);
+        }
+        W(&l->mlp_norm, D, 0, 0, "model.layers.%d.post_attention_layernorm.weight", i);
+        W(&l->gate, I, D, 0, "model.layers.%d.mlp.gate_proj.weight", i);
+        W(&l->up, I, D, 0, "model.layers.%d.mlp.up_proj.weight", i);
+        W(&l->down, D, I, 0, "model.layers.%d.mlp.down_proj.weight", i);
+    }
+#undef W
+    if (c->tie_word_embeddings && !m->lm_head.data) m->lm_head = m->embed;
+    if (!m->lm_head.data) {
+        /* Untied config but no lm_head: name it among the missing tensors. */
+        if (!missing) rc = seer_err_set(err, SEER_EPARSE, "%s: lm_head.weight is missing", m->dir);
+    }
+    if (missing)
+        rc = seer_err_set(err, SEER_EPARSE, "%s: the checkpoint lacks tensors that config.json requires: %s", m->dir,
+                          missing);
+out:
+    free(missing);
+    return rc;
+}
+
+/* transformers' inverse frequencies for the configured rope scaling, in f32. */
+static void rope_inv_freq(const seer_model_config_t *c, float *inv) {
+    int half = c->head_dim / 2;
+    for (int i = 0; i < half; i++) {
+        float expo = (float)(2 * i) / (float)c->head_dim;
+        inv[i] = (float)(1.0 / pow((double)c->rope_theta, (double)expo));
+    }
+    if (c->rope_kind == SEER_ROPE_LINEAR) {
+        for (int i = 0; i < half; i++) inv[i] /= c->rope_factor;
+    } else if (c->rope_kind == SEER_ROPE_LLAMA3) {
+        float old = (float)c->rope_original_max_position;
+        float low_wl = old / c->rope_low_freq_factor, high_wl = old / c->rope_high_freq_factor;
+        for (int i = 0; i < half; i++) {
+            float wl = 2.0f * (float)M_PI / inv[i];
+            float f = wl > low_wl ? inv[i] / c->rope_factor : inv[i];
+            if (!(wl < high_wl) && !(wl > low_wl)) {
+                float s = (old / wl - c->rope_low_freq_factor) / (c->rope_high_freq_factor - c->rope_low_freq_factor);
+                f = (1.0f - s) * f / c->rope_factor + s * f;
+            }
+            inv[i] = f;
+        }
+    }
+}
+
+/* x: [nheads][hd] for one token; cos/sin: [hd/2]. rotate_half pairs i with i + hd/2. */
+static void rope_apply(float *x, int nheads, int hd, const float *cs, const float *sn) {
+    int half = hd / 2;
+    for (int h = 0; h < nheads; h++) {
+        float *v = x + (size_t)h * hd;
+        for (int i = 0; i < half; i++) {
+            float a = v[i], b = v[i + half];
+            v[i] = a * cs[i] - b * sn[i];
+            v[i + half] = b * cs[i] + a * sn[i];
+        }
+    }
+}
+
+typedef struct {
+    const seer_model_config_t *c;
+    const float *q;      /* [n][H*hd] */
+    const float *kc, *vc; /* this layer's cache: [max][kvd] */
+    float *out;          /* [n][H*hd] */
+    float *scratch;      /* [threads][max_len] */
+    int n, start, max_len;
+} attn_job;
+
+static void attn_chunk(void *ctx, size_t begin, size_t end, int thread) {
+    attn_job *j = ctx;
+    const seer_model_config_t *c = j->c;
+    int H = c->num_heads, hd = c->head_dim, kvd = c->num_kv_heads * hd, group = H / c->num_kv_heads;
+    float scale = 1.0f / sqrtf((float)hd);
+    float *sc = j->scratch + (size_t)thread * (size_t)j->max_len;
+    for (size_t w = begin; w < end; w++) {
+        int t = (int)(w / (size_t)H), h = (int)(w % (size_t)H);
+        int pos = j->start + t;
+        const float *q = j->q + (size_t)t * H * hd + (size_t)h * hd;
+        int kvh = h / group;
+        int first = 0;
+        if (c->sliding_window > 0 && pos - c->sliding_window + 1 > 0) first = pos - c->sliding_window + 1;
+        float mx = -INFINITY;
+        for (int p = first; p <= pos; p++) {
+            float s = seer_k_dot(q, j->kc + (size_t)p * kvd + (size_t)kvh * hd, hd) * scale;
+            sc[p] = s;
+            if (s > mx) mx = s;
+        }
+        float sum = 0.f;
+        for (int p = first; p <= pos; p++) {
+            sc[p] = expf(sc[p] - mx);
+            sum += sc[p];
+        }
+        float inv = 1.0f / sum;
+        float *o = j->out + (size_t)t * H * hd + (size_t)h * hd;
+        memset(o, 0, (size_t)hd * sizeof(float));
+        for (int p = first; p <= pos; p++) {
+            float a = sc[p] * inv;
+            const float *v = j->vc + (size_t)p * kvd + (size_t)kvh * hd;
+            for (int i = 0; i < hd; i++) o[i] += a * v[i];
+        }
+    }
+}
+
+static int llama_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens, int n, float *logits,
+                         int all_logits, seer_err_t *err) {
+    const seer_model_config_t *c = &m->cfg;
+    int D = c->hidden_size, I = c->intermediate_size, H = c->num_heads, hd = c->head_dim;
+    int qd = H * hd, kvd = c->num_kv_heads * hd, half = hd / 2;
+    int start = kv->len;
+    int nthreads = seer_pool_threads(m->pool);
+    size_t nf = (size_t)n;
+    float *buf = malloc(sizeof(float) * (nf * (size_t)(2 * D + 2 * qd + 2 * kvd + 2 * I) + (size_t)half * (1 + 2 * nf) +
+                                         (size_t)nthreads * (size_t)kv->max_tokens));
+    if (!buf) return seer_err_set(err, SEER_ENOMEM, "forward: out of memory for %d tokens", n);
+    float *x = buf, *xb = x + nf * D, *att = xb + nf * D, *q = att + nf * qd, *k = q + nf * qd, *v = k + nf * kvd;
+    float *h1 = v + nf * kvd, *h2 = h1 + nf * I, *inv = h2 + nf * I, *cs = inv + half, *sn = cs + nf * half;
+    float *scratch = sn + nf * half;
+
+    rope_inv_freq(c, inv);
+    for (int t = 0; t < n; t++) {
+        float pos = (float)(start + t);
+        for (int i = 0; i < half; i++) {
+            float a = pos * inv[i]; /* f32 product, as transformers computes the angle */
+            cs[(size_t)t * half + i] = (float)cos((double)a);
+            sn[(size_t)t * half + i] = (float)sin((double)a);
+        }
+    }
+    for (int t = 0; t < n; t++) seer_k_embed_row(x + (size_t)t * D, &m->embed, tokens[t]);
+
+    for (int l = 0; l < c->num_layers; l++) {
+        const seer_layer_weights_t *L = &m->layers[l];
+        float *kc = kv->k + (size_t)l * kv->max_tokens * kvd, *vc = kv->v + (size_t)l * kv->max_tokens * kvd;
+        seer_k_rmsnorm(xb, x, n, D, &L->attn_norm, c->rms_norm_eps, 0);
+        seer_k_linear(m->pool, q, xb, n, &L->q, &L->q_bias);
+        seer_k_linear(m->pool, k, xb, n, &L->k, &L->k_bias);
+        seer_k_linear(m->pool, v, xb, n, &L->v, &L->v_bias);
+        for (int t = 0; t < n; t++) {
+            rope_apply(q + (size_t)t * qd, H, hd, cs + (size_t)t * half, sn + (size_t)t * half);
+            rope_apply(k + (size_t)t * kvd, c->num_kv_heads, hd, cs + (size_t)t * half, sn + (size_t)t * half);
+        }
+        memcpy(kc + (size_t)start * kvd, k, nf * kvd * sizeof(float));
+        memcpy(vc + (size_t)start * kvd, v, nf * kvd * sizeof(float));
+        attn_job aj = {.c = c, .q = q, .kc = kc, .vc = vc, .out = att, .scratch = scratch, .n = n, .start = start,
+                       .max_len = kv->max_tokens};
+        seer_pool_for(m->pool, nf * (size_t)H, 4, attn_chunk, &aj);
+        seer_k_linear(m->pool, xb, att, n, &L->o, &L->o_bias);
+        for (size_t i = 0; i < nf * D; i++) x[i] += xb[i];
+
+        seer_k_rmsnorm(xb, x, n, D, &L->mlp_norm, c->rms_norm_eps, 0);
+        seer_k_linear(m->pool, h1, xb, n, &L->gate, NULL);
+        seer_k_linear(m->pool, h2, xb, n, &L->up, NULL);
+        seer_k_silu_mul(h1, h2, nf * I);
+        seer_k_linear(m->pool, xb, h1, n, &L->down, NULL);
+        for (size_t i = 0; i < nf * D; i++) x[i] += xb[i];
+    }
+    kv->len = start + n;
+    if (logits) {
+        int rows = all_logits ? n : 1;
+        const float *src = all_logits ? x : x + (nf - 1) * D;
+        seer_k_rmsnorm(xb, src, rows, D, &m->final_norm, c->rms_norm_eps, 0);
+        seer_k_linear(m->pool, logits, xb, rows, &m->lm_head, NULL);
+    }
+    free(buf);
+    return 0;
+}
+
+const seer_arch_t seer_arch_llama = {"llama", llama_bind, llama_forward};

@@ -1,0 +1,223 @@
+/* Loading a Hugging Face model directory: config, the safetensors shards (mapped, never
+ * copied), the architecture table and its weight binding; the KV cache. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "model_private.h"
+
+static const seer_arch_t *const archs[] = {&seer_arch_llama};
+
+const char *seer_model_supported(void) { return "llama"; }
+
+static const seer_arch_t *find_arch(const char *model_type) {
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
+        if (strcmp(archs[i]->model_type, model_type) == 0) return archs[i];
+    return NULL;
+}
+
+static int file_exists(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* dir/name into out, or an error when it does not fit. */
+static int join_path(char *out, size_t size, const char *dir, const char *name, seer_err_t *err) {
+    int w = snprintf(out, size, "%s/%s", dir, name);
+    if (w < 0 || (size_t)w >= size) return seer_err_set(err, SEER_EINVAL, "path too long: %s/%s", dir, name);
+    return 0;
+}
+
+static int open_shard(seer_model_t *m, const char *name, seer_err_t *err) {
+    char path[PATH_MAX];
+    if (strchr(name, '/') || strcmp(name, "..") == 0)
+        return seer_err_set(err, SEER_EPARSE, "%s/model.safetensors.index.json: shard name \"%s\" leaves the model directory",
+                            m->dir, name);
+    for (int i = 0; i < m->nfiles; i++) /* weight_map repeats each shard many times */
+        if (strcmp(strrchr(seer_st_path(m->files[i]), '/') + 1, name) == 0) return 0;
+    if (m->nfiles >= SEER_MODEL_MAX_SHARDS)
+        return seer_err_set(err, SEER_EPARSE, "%s: more than %d safetensors shards", m->dir, SEER_MODEL_MAX_SHARDS);
+    int rc = join_path(path, sizeof path, m->dir, name, err);
+    if (rc < 0) return rc;
+    rc = seer_st_open(&m->files[m->nfiles], path, err);
+    if (rc < 0) return rc;
+    m->nfiles++;
+    return 0;
+}
+
+static int open_weights(seer_model_t *m, seer_err_t *err) {
+    char path[PATH_MAX];
+    int rc0 = join_path(path, sizeof path, m->dir, "model.safetensors.index.json", err);
+    if (rc0 < 0) return rc0;
+    if (file_exists(path)) {
+        cJSON *idx = seer_model_read_json(path, err);
+        if (!idx) return err ? err->code : SEER_EPARSE;
+        const cJSON *wm = cJSON_GetObjectItemCaseSensitive(idx, "weight_map");
+        int rc = 0;
+        if (!cJSON_IsObject(wm)) {
+            rc = seer_err_set(err, SEER_EPARSE, "%s: missing \"weight_map\" object", path);
+        } else {
+            const cJSON *e;
+            cJSON_ArrayForEach(e, wm) {
+                if (!cJSON_IsString(e)) {
+                    rc = seer_err_set(err, SEER_EPARSE, "%s: weight_map[\"%s\"] is not a file name", path, e->string);
+                    break;
+                }
+                if ((rc = open_shard(m, e->valuestring, err)) < 0) break;
+            }
+        }
+        cJSON_Delete(idx);
+        return rc;
+    }
+    if ((rc0 = join_path(path, sizeof path, m->dir, "model.safetensors", err)) < 0) return rc0;
+    if (!file_exists(path))
+        return seer_err_set(err, SEER_ENOTFOUND,
+                            "%s: no model.safetensors or model.safetensors.index.json (PyTorch .bin checkpoints are "
+                            "not read; convert them to safetensors)", m->dir);
+    return open_shard(m, "model.safetensors", err);
+}
+
+int seer_model_weight(seer_model_t *m, seer_weight_t *w, const char *name, int64_t rows, int64_t cols, int optional,
+                      char **missing, seer_err_t *err) {
+    memset(w, 0, sizeof *w);
+    const seer_st_entry_t *e = NULL;
+    for (int i = 0; i < m->nfiles && !e; i++) e = seer_st_find(m->files[i], name);
+    if (!e) {
+        if (optional) return 0;
+        size_t old = *missing ? strlen(*missing) : 0;
+        char *nm = realloc(*missing, old + strlen(name) + 3);
+        if (!nm) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+        snprintf(nm + old, strlen(name) + 3, "%s%s", old ? ", " : "", name);
+        *missing = nm;
+        return 0;
+    }
+    if (e->dtype != SEER_F32 && e->dtype != SEER_BF16 && e->dtype != SEER_F16)
+        return seer_err_set(err, SEER_EPARSE, "%s: tensor %s has dtype %s; weights must be F32, BF16 or F16", m->dir, name,
+                            seer_dtype_st_name(e->dtype));
+    int64_t want_rows = rows, want_cols = cols;
+    int ok = cols == 0 ? (e->ndim == 1 && e->shape[0] == rows) : (e->ndim == 2 && e->shape[0] == rows && e->shape[1] == cols);
+    if (!ok) {
+        char got[128] = "";
+        size_t o = 0;
+        for (int d = 0; d < e->ndim && o < sizeof got - 24; d++)
+            o += (size_t)snprintf(got + o, sizeof got - o, "%s%lld", d ? ", " : "", (long long)e->shape[d]);
+        if (cols == 0)
+            return seer_err_set(err, SEER_EPARSE, "%s: tensor %s has shape [%s], config.json implies [%lld]", m->dir, name,
+                                got, (long long)want_rows);
+        return seer_err_set(err, SEER_EPARSE, "%s: tensor %s has shape [%s], config.json implies [%lld, %lld]", m->dir, name,
+                            got, (long long)want_rows, (long long)want_cols);
+    }
+    w->dtype = e->dtype;
+    w->data = e->data;
+    w->rows = cols == 0 ? 1 : rows;
+    w->cols = cols == 0 ? rows : cols;
+    return 0;
+}
+
+int seer_model_load(seer_model_t **out, const char *dir, const seer_model_opts_t *opts, seer_err_t *err) {
+    *out = NULL;
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return seer_err_set(err, SEER_ENOTFOUND, "cannot open model %s: %s", dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return seer_err_set(err, SEER_EINVAL, "%s is not a directory; give the model directory (with config.json)", dir);
+    seer_model_t *m = calloc(1, sizeof *m);
+    if (!m) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+    snprintf(m->dir, sizeof m->dir, "%s", dir);
+    int rc = seer_model_parse_config(&m->cfg, dir, err);
+    if (rc < 0) goto fail;
+    m->arch = find_arch(m->cfg.model_type);
+    if (!m->arch) {
+        rc = seer_err_set(err, SEER_EINVAL, "%s/config.json: model_type \"%s\" is not supported (supported: %s)", dir,
+                          m->cfg.model_type, seer_model_supported());
+        goto fail;
+    }
+    if ((rc = open_weights(m, err)) < 0) goto fail;
+    m->layers = calloc((size_t)m->cfg.num_layers, sizeof *m->layers);
+    if (!m->layers) {
+        rc = seer_err_set(err, SEER_ENOMEM, "out of memory");
+        goto fail;
+    }
+    if ((rc = m->arch->bind(m, err)) < 0) goto fail;
+    for (int i = 0; i < m->nfiles; i++)
+        for (size_t k = 0; k < seer_st_count(m->files[i]); k++) {
+            const seer_st_entry_t *e = seer_st_entry(m->files[i], k);
+            m->weight_bytes += e->nbytes;
+            m->n_params += e->nbytes / seer_dtype_size(e->dtype);
+        }
+    m->cfg.weight_dtype = m->embed.dtype;
+    m->pool = opts && opts->threads > 0 ? seer_pool_new(opts->threads) : seer_pool_default();
+    if (!m->pool) {
+        rc = seer_err_set(err, SEER_ENOMEM, "cannot start the thread pool");
+        goto fail;
+    }
+    *out = m;
+    return 0;
+fail:
+    seer_model_free(m);
+    return rc;
+}
+
+void seer_model_free(seer_model_t *m) {
+    if (!m) return;
+    for (int i = 0; i < m->nfiles; i++) seer_st_close(m->files[i]);
+    if (m->pool && m->pool != seer_pool_default()) seer_pool_free(m->pool);
+    free(m->layers);
+    free(m);
+}
+
+const seer_model_config_t *seer_model_config(const seer_model_t *m) { return &m->cfg; }
+size_t seer_model_param_count(const seer_model_t *m) { return m->n_params; }
+size_t seer_model_weight_bytes(const seer_model_t *m) { return m->weight_bytes; }
+const char *seer_model_dir(const seer_model_t *m) { return m->dir; }
+
+int seer_model_forward(seer_model_t *m, seer_kv_cache_t *c, const int32_t *tokens, int n, float *logits, int all_logits,
+                       seer_err_t *err) {
+    if (n <= 0) return seer_err_set(err, SEER_EINVAL, "forward: no tokens");
+    if (c->len + n > c->max_tokens)
+        return seer_err_set(err, SEER_EINVAL, "forward: %d cached + %d new tokens exceed the cache size %d", c->len, n,
+                            c->max_tokens);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab_size)
+            return seer_err_set(err, SEER_EINVAL, "forward: token id %d at position %d is outside the vocabulary [0, %d)",
+                                tokens[i], i, m->cfg.vocab_size);
+    return m->arch->forward(m, c, tokens, n, logits, all_logits, err);
+}
+
+/* ---- KV cache -------------------------------------------------------------------------------- */
+
+int seer_kv_cache_new(seer_kv_cache_t **out, const seer_model_t *m, int max_tokens, seer_err_t *err) {
+    *out = NULL;
+    if (max_tokens <= 0) max_tokens = m->cfg.max_position_embeddings;
+    seer_kv_cache_t *c = calloc(1, sizeof *c);
+    if (!c) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+    c->max_tokens = max_tokens;
+    c->layers = m->cfg.num_layers;
+    c->kv_dim = m->cfg.num_kv_heads * m->cfg.head_dim;
+    size_t n = (size_t)c->layers * (size_t)max_tokens * (size_t)c->kv_dim;
+    c->k = malloc(n * sizeof(float));
+    c->v = malloc(n * sizeof(float));
+    if (!c->k || !c->v) {
+        seer_kv_cache_free(c);
+        return seer_err_set(err, SEER_ENOMEM, "cannot allocate a KV cache of %d tokens (%zu MiB)", max_tokens,
+                            2 * n * sizeof(float) >> 20);
+    }
+    *out = c;
+    return 0;
+}
+
+void seer_kv_cache_free(seer_kv_cache_t *c) {
+    if (!c) return;
+    free(c->k);
+    free(c->v);
+    free(c);
+}
+
+int seer_kv_cache_len(const seer_kv_cache_t *c) { return c->len; }
+void seer_kv_cache_reset(seer_kv_cache_t *c) { c->len = 0; }
+void seer_kv_cache_truncate(seer_kv_cache_t *c, int n) {
+    if (n >= 0 && n < c->len) c->len = n;
+}

@@ -1,0 +1,100 @@
+/* The CPU model runtime: Hugging Face checkpoints (config.json + safetensors, single or
+ * sharded) memory-mapped as they are, a forward pass per architecture, a KV cache and
+ * sampling. Weights stay in their file dtype (f32/bf16/f16) and are widened inside the
+ * kernels; activations are f32. */
+#ifndef SEER_MODEL_H
+#define SEER_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../seer.h"
+#include "../tensor/dtype.h"
+
+#define SEER_MODEL_MAX_EOS 8
+
+typedef enum { SEER_ROPE_DEFAULT = 0, SEER_ROPE_LLAMA3, SEER_ROPE_LINEAR } seer_rope_kind_t;
+
+typedef struct seer_model_config {
+    char model_type[32];   /* config.json "model_type": "llama", "mistral", "qwen2", ... */
+    char architecture[64]; /* "LlamaForCausalLM" ... */
+    int vocab_size;
+    int hidden_size;
+    int intermediate_size;
+    int num_layers;
+    int num_heads;
+    int num_kv_heads;
+    int head_dim;
+    int max_position_embeddings;
+    float rms_norm_eps;
+    float rope_theta;
+    seer_rope_kind_t rope_kind;
+    float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_original_max_position;
+    int tie_word_embeddings;
+    int attention_bias;
+    int mlp_bias;
+    int sliding_window; /* 0: none */
+    int bos_token_id;   /* -1: none */
+    int eos_token_ids[SEER_MODEL_MAX_EOS];
+    int num_eos;
+    seer_dtype_t weight_dtype; /* dtype of most weights in the checkpoint */
+} seer_model_config_t;
+
+typedef struct seer_model seer_model_t;
+
+typedef struct seer_model_opts {
+    int threads; /* <= 0: SEER_THREADS or the core count */
+} seer_model_opts_t;
+
+/* Loads a model directory (config.json, model.safetensors or model.safetensors.index.json +
+ * shards, optional generation_config.json). Weights are mapped, not copied. Errors name the
+ * file and, for missing tensors, list them. */
+int seer_model_load(seer_model_t **out, const char *dir, const seer_model_opts_t *opts, seer_err_t *err);
+void seer_model_free(seer_model_t *m);
+const seer_model_config_t *seer_model_config(const seer_model_t *m);
+size_t seer_model_param_count(const seer_model_t *m);
+size_t seer_model_weight_bytes(const seer_model_t *m);
+const char *seer_model_dir(const seer_model_t *m);
+/* Names of the supported model_type values, ", "-separated. */
+const char *seer_model_supported(void);
+
+/* Key/value cache for one sequence. */
+typedef struct seer_kv_cache seer_kv_cache_t;
+int seer_kv_cache_new(seer_kv_cache_t **out, const seer_model_t *m, int max_tokens, seer_err_t *err);
+void seer_kv_cache_free(seer_kv_cache_t *c);
+int seer_kv_cache_len(const seer_kv_cache_t *c);
+void seer_kv_cache_reset(seer_kv_cache_t *c);
+/* Drops everything after the first n tokens (for re-running from a shared prefix). */
+void seer_kv_cache_truncate(seer_kv_cache_t *c, int n);
+
+/* Runs n tokens at positions len(cache) .. len(cache)+n-1 and appends them to the cache.
+ * logits: NULL, or room for (all_logits ? n : 1) * vocab_size floats (the last token's row
+ * when all_logits is 0). */
+int seer_model_forward(seer_model_t *m, seer_kv_cache_t *cache, const int32_t *tokens, int n, float *logits,
+                       int all_logits, seer_err_t *err);
+
+/* Sampling. temperature 0 = greedy (argmax, lowest id on ties). Filters apply in the order
+ * transformers applies them: repetition penalty, temperature, top_k, top_p, min_p. */
+typedef struct seer_sampler_opts {
+    float temperature;
+    int top_k;       /* 0: off */
+    float top_p;     /* 1: off */
+    float min_p;     /* 0: off */
+    float repetition_penalty; /* 1: off */
+    uint64_t seed;
+} seer_sampler_opts_t;
+
+typedef struct seer_rng {
+    uint64_t s[2];
+} seer_rng_t;
+
+void seer_rng_seed(seer_rng_t *r, uint64_t seed);
+double seer_rng_uniform(seer_rng_t *r); /* [0, 1) */
+
+/* Picks the next token from logits (vocab floats, modified in place). history: the tokens so
+ * far (prompt + generated) for the repetition penalty. */
+int seer_sample(float *logits, int vocab, const int32_t *history, int n_history, const seer_sampler_opts_t *o,
+                seer_rng_t *rng);
+
+#endif

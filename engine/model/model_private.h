@@ -1,0 +1,76 @@
+/* Shared between the files of engine/model only: the loaded model, weight views, kernels and
+ * the per-architecture forward functions. */
+#ifndef SEER_MODEL_PRIVATE_H
+#define SEER_MODEL_PRIVATE_H
+
+#include <cJSON.h>
+
+#include "../tensor/pool.h"
+#include "../tensor/safetensors.h"
+#include "model.h"
+
+/* A weight as stored: dtype and data in the mapped file, rows x cols (1-d: rows = 1). */
+typedef struct seer_weight {
+    seer_dtype_t dtype;
+    const void *data;
+    int64_t rows, cols;
+} seer_weight_t;
+
+typedef struct seer_layer_weights {
+    seer_weight_t attn_norm, q, k, v, o, q_bias, k_bias, v_bias, o_bias;
+    seer_weight_t mlp_norm, gate, up, down;
+} seer_layer_weights_t;
+
+#define SEER_MODEL_MAX_SHARDS 256
+
+struct seer_model;
+typedef int (*seer_arch_forward_fn)(struct seer_model *m, seer_kv_cache_t *c, const int32_t *tokens, int n,
+                                    float *logits, int all_logits, seer_err_t *err);
+
+typedef struct seer_arch {
+    const char *model_type;
+    int (*bind)(struct seer_model *m, seer_err_t *err); /* look up and shape-check the weights */
+    seer_arch_forward_fn forward;
+} seer_arch_t;
+
+struct seer_model {
+    seer_model_config_t cfg;
+    char dir[4096];
+    seer_st_file_t *files[SEER_MODEL_MAX_SHARDS];
+    int nfiles;
+    const seer_arch_t *arch;
+    seer_pool_t *pool;
+    seer_weight_t embed, final_norm, lm_head;
+    seer_layer_weights_t *layers;
+    size_t n_params, weight_bytes;
+};
+
+struct seer_kv_cache {
+    int max_tokens, len;
+    int layers, kv_dim;
+    float *k, *v; /* [layers][max_tokens][kv_dim] */
+};
+
+/* Finds a tensor by name across the shards and checks its shape (cols = 0: a 1-d tensor of
+ * rows elements). Missing tensors are collected in *missing (a growing ", "-list) instead of
+ * failing at once, so the error lists them all. */
+int seer_model_weight(struct seer_model *m, seer_weight_t *w, const char *name, int64_t rows, int64_t cols,
+                      int optional, char **missing, seer_err_t *err);
+
+int seer_model_parse_config(seer_model_config_t *c, const char *dir, seer_err_t *err);
+cJSON *seer_model_read_json(const char *path, seer_err_t *err);
+char *seer_model_read_text(const char *path, size_t *len, seer_err_t *err);
+
+/* ---- kernels (kernels.c) ---- */
+/* y[n][out] = x[n][in] . W[out][in]^T (+ bias[out] when bias.data). */
+void seer_k_linear(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias);
+/* y[n][d] = x / rms(x) * w (w + 1 when one_plus: Gemma). y may alias x. */
+void seer_k_rmsnorm(float *y, const float *x, int n, int d, const seer_weight_t *w, float eps, int one_plus);
+/* Row r of an embedding table (any dtype) as f32. */
+void seer_k_embed_row(float *out, const seer_weight_t *table, int64_t row);
+void seer_k_silu_mul(float *gate, const float *up, size_t n); /* gate = silu(gate) * up */
+float seer_k_dot(const float *a, const float *b, int n);
+
+extern const seer_arch_t seer_arch_llama;
+
+#endif

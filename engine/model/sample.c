@@ -1,0 +1,107 @@
+/* Choosing the next token: greedy, or the transformers sampling pipeline (repetition penalty,
+ * temperature, top-k, top-p, min-p) with a seeded xoroshiro128+ generator. Sampling runs on
+ * one thread, so a seed gives the same tokens whatever the thread count. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "model.h"
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void seer_rng_seed(seer_rng_t *r, uint64_t seed) {
+    r->s[0] = splitmix64(&seed);
+    r->s[1] = splitmix64(&seed);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+double seer_rng_uniform(seer_rng_t *r) {
+    uint64_t s0 = r->s[0], s1 = r->s[1], out = s0 + s1;
+    s1 ^= s0;
+    r->s[0] = rotl(s0, 24) ^ s1 ^ (s1 << 16);
+    r->s[1] = rotl(s1, 37);
+    return (double)(out >> 11) * 0x1.0p-53;
+}
+
+typedef struct {
+    float logit;
+    int id;
+} cand_t;
+
+static int cand_desc(const void *a, const void *b) {
+    const cand_t *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+    return x->id - y->id;
+}
+
+int seer_sample(float *logits, int vocab, const int32_t *history, int n_history, const seer_sampler_opts_t *o,
+                seer_rng_t *rng) {
+    if (o->repetition_penalty > 0 && o->repetition_penalty != 1.0f) {
+        for (int i = 0; i < n_history; i++) {
+            int id = history[i];
+            if (id < 0 || id >= vocab) continue;
+            /* Applied once per distinct token, as transformers gathers then scatters. */
+            int seen = 0;
+            for (int j = 0; j < i && !seen; j++) seen = history[j] == id;
+            if (seen) continue;
+            logits[id] = logits[id] < 0 ? logits[id] * o->repetition_penalty : logits[id] / o->repetition_penalty;
+        }
+    }
+    if (o->temperature <= 0.0f) {
+        int best = 0;
+        for (int i = 1; i < vocab; i++)
+            if (logits[i] > logits[best]) best = i;
+        return best;
+    }
+    cand_t *c = malloc((size_t)vocab * sizeof *c);
+    if (!c) return -1;
+    for (int i = 0; i < vocab; i++) c[i] = (cand_t){logits[i] / o->temperature, i};
+    qsort(c, (size_t)vocab, sizeof *c, cand_desc);
+    int n = vocab;
+    if (o->top_k > 0 && o->top_k < n) n = o->top_k;
+    double mx = c[0].logit, sum = 0;
+    double *p = malloc((size_t)n * sizeof *p);
+    if (!p) {
+        free(c);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) sum += (p[i] = exp((double)c[i].logit - mx));
+    for (int i = 0; i < n; i++) p[i] /= sum;
+    if (o->top_p > 0 && o->top_p < 1.0f) {
+        double cum = 0;
+        int keep = n;
+        for (int i = 0; i < n; i++) {
+            cum += p[i];
+            if (cum >= o->top_p) {
+                keep = i + 1;
+                break;
+            }
+        }
+        n = keep;
+    }
+    if (o->min_p > 0) {
+        double thr = o->min_p * p[0];
+        int keep = 1;
+        while (keep < n && p[keep] >= thr) keep++;
+        n = keep;
+    }
+    double total = 0;
+    for (int i = 0; i < n; i++) total += p[i];
+    double u = seer_rng_uniform(rng) * total, acc = 0;
+    int pick = c[n - 1].id;
+    for (int i = 0; i < n; i++) {
+        acc += p[i];
+        if (u < acc) {
+            pick = c[i].id;
+            break;
+        }
+    }
+    free(p);
+    free(c);
+    return pick;
+}

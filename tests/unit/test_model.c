@@ -1,0 +1,281 @@
+/* The CPU model runtime against the real stories260K Llama: golden logits (an independent
+ * float64 reference), the 120-token greedy continuation, KV-cache consistency, thread-count
+ * independence, sampling, and the errors for bad model directories. */
+#include <criterion/criterion.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cJSON.h>
+
+#include "model/model.h"
+
+#define MODEL_DIR "tests/fixtures/models/stories260K"
+
+static cJSON *golden(void) {
+    FILE *f = fopen(MODEL_DIR "/golden/golden.json", "rb");
+    cr_assert_not_null(f);
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    cJSON *j = cJSON_Parse(buf);
+    cr_assert_not_null(j);
+    return j;
+}
+
+static int ids_of(const cJSON *arr, int32_t *out, int max) {
+    int n = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, arr) {
+        cr_assert(n < max);
+        out[n++] = (int32_t)e->valuedouble;
+    }
+    return n;
+}
+
+static seer_model_t *load(int threads) {
+    seer_model_t *m;
+    seer_err_t err;
+    seer_model_opts_t o = {.threads = threads};
+    int rc = seer_model_load(&m, MODEL_DIR, &o, &err);
+    cr_assert_eq(rc, 0, "%s", err.msg);
+    return m;
+}
+
+Test(model, config_and_counts) {
+    seer_model_t *m = load(1);
+    const seer_model_config_t *c = seer_model_config(m);
+    cr_assert_str_eq(c->model_type, "llama");
+    cr_assert_eq(c->hidden_size, 64);
+    cr_assert_eq(c->num_layers, 5);
+    cr_assert_eq(c->num_kv_heads, 4);
+    cr_assert_eq(c->head_dim, 8);
+    cr_assert_eq(c->bos_token_id, 1);
+    cr_assert_eq(c->num_eos, 1);
+    cr_assert_eq(c->eos_token_ids[0], 2);
+    cr_assert(c->tie_word_embeddings);
+    cr_assert_eq(seer_model_param_count(m), 260032);
+    cr_assert_eq(seer_model_weight_bytes(m), 260032 * 4);
+    seer_model_free(m);
+}
+
+Test(model, golden_logits_within_1e4) {
+    cJSON *g = golden();
+    int32_t ids[16];
+    int n = ids_of(cJSON_GetObjectItem(g, "prompt_ids_with_bos"), ids, 16);
+    cr_assert_eq(n, 5);
+    float want[5 * 512];
+    FILE *f = fopen(MODEL_DIR "/golden/logits_once_upon_a_time_5x512_f32le.bin", "rb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fread(want, sizeof(float), 5 * 512, f), 5 * 512);
+    fclose(f);
+    for (int threads = 1; threads <= 2; threads++) {
+        seer_model_t *m = load(threads);
+        seer_kv_cache_t *kv;
+        seer_err_t err;
+        cr_assert_eq(seer_kv_cache_new(&kv, m, 64, &err), 0, "%s", err.msg);
+        float got[5 * 512];
+        cr_assert_eq(seer_model_forward(m, kv, ids, n, got, 1, &err), 0, "%s", err.msg);
+        float worst = 0;
+        for (int i = 0; i < 5 * 512; i++) worst = fmaxf(worst, fabsf(got[i] - want[i]));
+        cr_assert(worst <= 1e-4f, "threads=%d: max abs diff %g", threads, worst);
+        /* Token by token through the cache gives the same last row. */
+        seer_kv_cache_reset(kv);
+        float last[512];
+        for (int i = 0; i < n; i++) cr_assert_eq(seer_model_forward(m, kv, ids + i, 1, last, 0, &err), 0, "%s", err.msg);
+        worst = 0;
+        for (int i = 0; i < 512; i++) worst = fmaxf(worst, fabsf(last[i] - want[4 * 512 + i]));
+        cr_assert(worst <= 1e-4f, "incremental: max abs diff %g", worst);
+        seer_kv_cache_free(kv);
+        seer_model_free(m);
+    }
+    cJSON_Delete(g);
+}
+
+Test(model, greedy_120_tokens_match) {
+    cJSON *g = golden();
+    int32_t ids[512];
+    int n = ids_of(cJSON_GetObjectItem(g, "prompt_ids_with_bos"), ids, 512);
+    int32_t want[256];
+    int nw = ids_of(cJSON_GetObjectItem(g, "greedy_new_ids"), want, 256);
+    cr_assert_eq(nw, 120);
+    seer_model_t *m = load(0);
+    seer_kv_cache_t *kv;
+    seer_err_t err;
+    cr_assert_eq(seer_kv_cache_new(&kv, m, 256, &err), 0);
+    float logits[512];
+    seer_sampler_opts_t o = {.temperature = 0, .top_p = 1, .repetition_penalty = 1};
+    seer_rng_t rng;
+    seer_rng_seed(&rng, 0);
+    cr_assert_eq(seer_model_forward(m, kv, ids, n, logits, 0, &err), 0, "%s", err.msg);
+    for (int i = 0; i < nw; i++) {
+        int32_t next = seer_sample(logits, 512, ids, n, &o, &rng);
+        cr_assert_eq(next, want[i], "token %d: got %d, want %d", i, next, want[i]);
+        ids[n++] = next;
+        cr_assert_eq(seer_model_forward(m, kv, &next, 1, logits, 0, &err), 0, "%s", err.msg);
+    }
+    seer_kv_cache_free(kv);
+    seer_model_free(m);
+    cJSON_Delete(g);
+}
+
+Test(model, seeded_sampling_is_reproducible_and_thread_independent) {
+    int32_t seqs[2][40];
+    for (int threads = 1; threads <= 2; threads++) {
+        seer_model_t *m = load(threads);
+        seer_kv_cache_t *kv;
+        seer_err_t err;
+        cr_assert_eq(seer_kv_cache_new(&kv, m, 64, &err), 0);
+        int32_t ids[64] = {1, 403, 407, 261, 378};
+        int n = 5;
+        float logits[512];
+        seer_sampler_opts_t o = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.0f,
+                                 .repetition_penalty = 1.1f};
+        seer_rng_t rng;
+        seer_rng_seed(&rng, 1234);
+        cr_assert_eq(seer_model_forward(m, kv, ids, n, logits, 0, &err), 0);
+        for (int i = 0; i < 40; i++) {
+            int32_t next = seer_sample(logits, 512, ids, n, &o, &rng);
+            cr_assert(next >= 0 && next < 512);
+            seqs[threads - 1][i] = next;
+            ids[n++] = next;
+            if (n >= 64) break;
+            cr_assert_eq(seer_model_forward(m, kv, &next, 1, logits, 0, &err), 0);
+        }
+        seer_kv_cache_free(kv);
+        seer_model_free(m);
+    }
+    cr_assert_arr_eq(seqs[0], seqs[1], sizeof seqs[0]);
+}
+
+Test(sample, filters) {
+    seer_rng_t rng;
+    seer_rng_seed(&rng, 7);
+    float l[4] = {1.0f, 3.0f, 3.0f, -2.0f};
+    seer_sampler_opts_t greedy = {.temperature = 0, .top_p = 1, .repetition_penalty = 1};
+    cr_assert_eq(seer_sample(l, 4, NULL, 0, &greedy, &rng), 1, "ties go to the lowest id");
+    /* top_k = 1 is greedy whatever the temperature. */
+    seer_sampler_opts_t k1 = {.temperature = 5, .top_k = 1, .top_p = 1, .repetition_penalty = 1};
+    for (int i = 0; i < 20; i++) {
+        float m[4] = {0.5f, 0.1f, 2.0f, 0.0f};
+        cr_assert_eq(seer_sample(m, 4, NULL, 0, &k1, &rng), 2);
+    }
+    /* The repetition penalty divides positive logits and multiplies negative ones. */
+    float r[3] = {2.0f, -1.0f, 1.5f};
+    int32_t hist[3] = {0, 1, 0};
+    seer_sampler_opts_t rp = {.temperature = 0, .top_p = 1, .repetition_penalty = 2.0f};
+    cr_assert_eq(seer_sample(r, 3, hist, 3, &rp, &rng), 2);
+    cr_assert_float_eq(r[0], 1.0f, 1e-6);
+    cr_assert_float_eq(r[1], -2.0f, 1e-6);
+    /* min_p keeps only tokens with at least min_p of the top probability. */
+    seer_sampler_opts_t mp = {.temperature = 1, .top_p = 1, .min_p = 0.5f, .repetition_penalty = 1};
+    for (int i = 0; i < 50; i++) {
+        float m[3] = {0.0f, 10.0f, 9.9f};
+        int t = seer_sample(m, 3, NULL, 0, &mp, &rng);
+        cr_assert(t == 1 || t == 2);
+    }
+}
+
+static char *tmpdir_with_config(const char *config_json) {
+    char tmpl[] = "/tmp/seer-model-XXXXXX";
+    char *d = strdup(mkdtemp(tmpl));
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/config.json", d);
+    FILE *f = fopen(p, "w");
+    fputs(config_json, f);
+    fclose(f);
+    return d;
+}
+
+static void rm_rf(const char *d) {
+    char cmd[PATH_MAX + 16];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
+    cr_assert_eq(system(cmd), 0);
+}
+
+Test(model_errors, missing_directory_and_file_instead_of_dir) {
+    seer_model_t *m;
+    seer_err_t err;
+    cr_assert_eq(seer_model_load(&m, "/nonexistent/model", NULL, &err), SEER_ENOTFOUND);
+    cr_assert(strstr(err.msg, "/nonexistent/model") != NULL, "%s", err.msg);
+    cr_assert_eq(seer_model_load(&m, MODEL_DIR "/config.json", NULL, &err), SEER_EINVAL);
+    cr_assert(strstr(err.msg, "not a directory") != NULL, "%s", err.msg);
+}
+
+Test(model_errors, unsupported_architecture_lists_supported) {
+    char *d = tmpdir_with_config("{\"model_type\": \"rwkv\", \"vocab_size\": 10, \"hidden_size\": 8, "
+                                 "\"intermediate_size\": 16, \"num_hidden_layers\": 1, \"num_attention_heads\": 2}");
+    seer_model_t *m;
+    seer_err_t err;
+    cr_assert_eq(seer_model_load(&m, d, NULL, &err), SEER_EINVAL);
+    cr_assert(strstr(err.msg, "\"rwkv\" is not supported") && strstr(err.msg, "llama"), "%s", err.msg);
+    rm_rf(d);
+    free(d);
+}
+
+Test(model_errors, malformed_config) {
+    seer_model_t *m;
+    seer_err_t err;
+    char *d = tmpdir_with_config("{\"model_type\": \"llama\", \"vocab_size\": 10");
+    cr_assert_eq(seer_model_load(&m, d, NULL, &err), SEER_EPARSE);
+    cr_assert(strstr(err.msg, "config.json: invalid JSON") != NULL, "%s", err.msg);
+    rm_rf(d);
+    free(d);
+    d = tmpdir_with_config("{\"model_type\": \"llama\", \"vocab_size\": 10, \"hidden_size\": 8, "
+                           "\"intermediate_size\": 16, \"num_hidden_layers\": -1, \"num_attention_heads\": 2}");
+    cr_assert_eq(seer_model_load(&m, d, NULL, &err), SEER_EPARSE);
+    cr_assert(strstr(err.msg, "\"num_hidden_layers\" must be an integer") != NULL, "%s", err.msg);
+    rm_rf(d);
+    free(d);
+    d = tmpdir_with_config("{\"model_type\": \"llama\", \"vocab_size\": 10, \"hidden_size\": 8, "
+                           "\"intermediate_size\": 16, \"num_attention_heads\": 2}");
+    cr_assert_eq(seer_model_load(&m, d, NULL, &err), SEER_EPARSE);
+    cr_assert(strstr(err.msg, "missing required field \"num_hidden_layers\"") != NULL, "%s", err.msg);
+    rm_rf(d);
+    free(d);
+}
+
+/* stories260K's weights with a config that wants more layers: every missing tensor is listed. */
+Test(model_errors, missing_tensors_are_listed) {
+    FILE *f = fopen(MODEL_DIR "/config.json", "rb");
+    char cfg[4096];
+    size_t n = fread(cfg, 1, sizeof cfg - 1, f);
+    fclose(f);
+    cfg[n] = '\0';
+    char *p = strstr(cfg, "\"num_hidden_layers\": 5");
+    cr_assert_not_null(p);
+    p[strlen("\"num_hidden_layers\": ")] = '6';
+    char *d = tmpdir_with_config(cfg);
+    char link[PATH_MAX], target[PATH_MAX];
+    snprintf(link, sizeof link, "%s/model.safetensors", d);
+    cr_assert_not_null(realpath(MODEL_DIR "/model.safetensors", target));
+    cr_assert_eq(symlink(target, link), 0);
+    seer_model_t *m;
+    seer_err_t err;
+    cr_assert_eq(seer_model_load(&m, d, NULL, &err), SEER_EPARSE);
+    cr_assert(strstr(err.msg, "lacks tensors") && strstr(err.msg, "model.layers.5.input_layernorm.weight") &&
+                  strstr(err.msg, "model.layers.5.mlp.down_proj.weight"),
+              "%s", err.msg);
+    rm_rf(d);
+    free(d);
+}
+
+Test(model_errors, bad_tokens_and_full_cache) {
+    seer_model_t *m = load(1);
+    seer_kv_cache_t *kv;
+    seer_err_t err;
+    cr_assert_eq(seer_kv_cache_new(&kv, m, 4, &err), 0);
+    int32_t bad[2] = {1, 512};
+    cr_assert_eq(seer_model_forward(m, kv, bad, 2, NULL, 0, &err), SEER_EINVAL);
+    cr_assert(strstr(err.msg, "token id 512") != NULL, "%s", err.msg);
+    int32_t ok[5] = {1, 2, 3, 4, 5};
+    cr_assert_eq(seer_model_forward(m, kv, ok, 5, NULL, 0, &err), SEER_EINVAL);
+    cr_assert(strstr(err.msg, "exceed the cache size 4") != NULL, "%s", err.msg);
+    seer_kv_cache_free(kv);
+    seer_model_free(m);
+}
