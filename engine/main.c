@@ -23,6 +23,7 @@ typedef struct seer_command {
 
 static int cmd_help(int argc, char **argv);
 static int cmd_version(int argc, char **argv);
+static int cmd_model(int argc, char **argv);
 
 static const seer_command_t commands[] = {
     {"help", "show help for seer or for one command",
@@ -32,6 +33,11 @@ static const seer_command_t commands[] = {
      cmd_help},
     {"version", "print the seer and LuaJIT versions",
      "usage: seer version    (same as seer --version)\n", cmd_version},
+    {"model", "inspect a model (info) or generate text from the shell (generate)",
+     "usage: seer model info PATH\n"
+     "       seer model generate PATH PROMPT [--max-new-tokens N] [--temperature T] [--seed S]\n"
+     "                                       [--top-k K] [--top-p P] [--min-p P] [--threads N]\n",
+     cmd_model},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
@@ -107,6 +113,15 @@ static int run_lua(const char *progname, enum run_kind kind, const char *what, i
     if (rc == SEER_EINTR) return EXIT_INTERRUPTED;
     return rc < 0 ? EXIT_LUA_ERROR : 0;
 }
+
+/* Commands written in Lua: runs require(module).main(args...) in a fresh host. */
+static int run_lua_command(const char *progname, const char *module, int argc, char **argv) {
+    char code[256];
+    snprintf(code, sizeof code, "return require('%s').main(...)", module);
+    return run_lua(progname, RUN_STRING, code, argc, argv);
+}
+
+static int cmd_model(int argc, char **argv) { return run_lua_command("seer", "seer.cli.model", argc - 1, argv + 1); }
 
 static int looks_like_script(const char *a) {
     size_t n = strlen(a);

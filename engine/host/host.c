@@ -21,6 +21,11 @@
 #include "../json/json.h"
 #include "host_private.h"
 
+int seer_tensor_luaopen(lua_State *L) __attribute__((weak));
+int seer_tokenizer_luaopen(lua_State *L) __attribute__((weak));
+int seer_chat_template_luaopen(lua_State *L) __attribute__((weak));
+int seer_model_luaopen(lua_State *L) __attribute__((weak));
+
 struct seer_host {
     lua_State *L;
     char lua_dir[PATH_MAX];
@@ -242,6 +247,11 @@ int seer_host_open(seer_host_t **out, const seer_host_opts_t *opts, seer_err_t *
     set_package_path(L, h->lua_dir);
     preload(L, "seer.core.host", seer_host_corelib_open);
     preload(L, "seer.core.json", seer_json_luaopen);
+    /* Subsystems being built in parallel register here once they link in (weak until then). */
+    if (seer_tensor_luaopen) preload(L, "seer.core.tensor", seer_tensor_luaopen);
+    if (seer_tokenizer_luaopen) preload(L, "seer.core.tokenizer", seer_tokenizer_luaopen);
+    if (seer_chat_template_luaopen) preload(L, "seer.core.chat_template", seer_chat_template_luaopen);
+    if (seer_model_luaopen) preload(L, "seer.core.model", seer_model_luaopen);
     seer_host_corelib_configure(L, h->lua_dir, opts ? opts->progname : NULL);
 
     lua_pushcfunction(L, load_seer_global);

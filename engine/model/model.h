@@ -97,4 +97,8 @@ double seer_rng_uniform(seer_rng_t *r); /* [0, 1) */
 int seer_sample(float *logits, int vocab, const int32_t *history, int n_history, const seer_sampler_opts_t *o,
                 seer_rng_t *rng);
 
+/* package.preload["seer.core.model"] (engine/model/lua_model.c). */
+typedef struct lua_State lua_State;
+int seer_model_luaopen(lua_State *L);
+
 #endif

@@ -39,6 +39,7 @@ size_t seer_st_count(const seer_st_file_t *f);
 const seer_st_entry_t *seer_st_entry(const seer_st_file_t *f, size_t i); /* in file order of data */
 const seer_st_entry_t *seer_st_find(const seer_st_file_t *f, const char *name);
 const char *seer_st_metadata(const seer_st_file_t *f, const char *key); /* NULL if absent */
+const char *seer_st_metadata_key(const seer_st_file_t *f, size_t i);    /* i-th key; NULL past the end */
 const char *seer_st_path(const seer_st_file_t *f);
 
 /* Tensors to write: contiguous row-major data. */

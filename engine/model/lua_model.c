@@ -1,0 +1,303 @@
+/* seer.core.model: the Lua face of the model runtime. A model is a userdata; forward returns a
+ * logits tensor; a generator owns a KV cache, a seeded RNG and the token history and yields one
+ * token per call, so lua/seer/model.lua can offer iterators, callbacks and stop strings
+ * without a Lua call inside the forward pass. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <lauxlib.h>
+#include <lua.h>
+
+#include "../tensor/tensor.h"
+#include "model_private.h"
+
+#define MODEL_MT "seer.model"
+#define GEN_MT "seer.generator"
+
+typedef struct {
+    seer_model_t *m;
+} model_ud;
+
+typedef struct {
+    seer_model_t *m;
+    int model_ref; /* keeps the model alive while the generator lives */
+    seer_kv_cache_t *cache;
+    int32_t *hist;
+    int nhist, cap, nprompt;
+    int prefilled, done;
+    int max_new, ngen;
+    int stop_ids[SEER_MODEL_MAX_EOS + 32];
+    int nstop;
+    float *logits;
+    seer_sampler_opts_t o;
+    seer_rng_t rng;
+} gen_ud;
+
+static seer_model_t *check_model(lua_State *L, int idx) {
+    model_ud *u = luaL_checkudata(L, idx, MODEL_MT);
+    if (!u->m) luaL_error(L, "the model was freed");
+    return u->m;
+}
+
+static int l_load(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    int threads = (int)luaL_optinteger(L, 2, 0);
+    model_ud *u = lua_newuserdata(L, sizeof *u);
+    u->m = NULL;
+    luaL_getmetatable(L, MODEL_MT);
+    lua_setmetatable(L, -2);
+    seer_err_t err;
+    seer_model_opts_t o = {.threads = threads};
+    if (seer_model_load(&u->m, path, &o, &err) < 0) return luaL_error(L, "%s", err.msg);
+    return 1;
+}
+
+static int l_model_gc(lua_State *L) {
+    model_ud *u = luaL_checkudata(L, 1, MODEL_MT);
+    seer_model_free(u->m);
+    u->m = NULL;
+    return 0;
+}
+
+#define SET_INT(name, v)              \
+    do {                              \
+        lua_pushinteger(L, (v));      \
+        lua_setfield(L, -2, (name));  \
+    } while (0)
+#define SET_NUM(name, v)              \
+    do {                              \
+        lua_pushnumber(L, (v));       \
+        lua_setfield(L, -2, (name));  \
+    } while (0)
+
+/* The config with transformers' field names, so recipes read model.config.num_hidden_layers. */
+static int l_config(lua_State *L) {
+    seer_model_t *m = check_model(L, 1);
+    const seer_model_config_t *c = seer_model_config(m);
+    lua_newtable(L);
+    lua_pushstring(L, c->model_type);
+    lua_setfield(L, -2, "model_type");
+    lua_pushstring(L, c->architecture);
+    lua_setfield(L, -2, "architecture");
+    SET_INT("vocab_size", c->vocab_size);
+    SET_INT("hidden_size", c->hidden_size);
+    SET_INT("intermediate_size", c->intermediate_size);
+    SET_INT("num_hidden_layers", c->num_layers);
+    SET_INT("num_attention_heads", c->num_heads);
+    SET_INT("num_key_value_heads", c->num_kv_heads);
+    SET_INT("head_dim", c->head_dim);
+    SET_INT("max_position_embeddings", c->max_position_embeddings);
+    SET_NUM("rms_norm_eps", c->rms_norm_eps);
+    SET_NUM("rope_theta", c->rope_theta);
+    lua_pushboolean(L, c->tie_word_embeddings);
+    lua_setfield(L, -2, "tie_word_embeddings");
+    if (c->sliding_window > 0) SET_INT("sliding_window", c->sliding_window);
+    if (c->bos_token_id >= 0) SET_INT("bos_token_id", c->bos_token_id);
+    lua_createtable(L, c->num_eos, 0);
+    for (int i = 0; i < c->num_eos; i++) {
+        lua_pushinteger(L, c->eos_token_ids[i]);
+        lua_rawseti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, "eos_token_ids");
+    lua_pushstring(L, seer_dtype_name(c->weight_dtype));
+    lua_setfield(L, -2, "dtype");
+    SET_NUM("num_parameters", (double)seer_model_param_count(m));
+    SET_NUM("weight_bytes", (double)seer_model_weight_bytes(m));
+    lua_pushstring(L, seer_model_dir(m));
+    lua_setfield(L, -2, "path");
+    return 1;
+}
+
+/* A Lua array of token ids (0-based ids) into a malloc'd int32 array. */
+static int32_t *read_ids(lua_State *L, int idx, int *n) {
+    luaL_checktype(L, idx, LUA_TTABLE);
+    int len = (int)lua_objlen(L, idx);
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(len > 0 ? len : 1));
+    if (!ids) luaL_error(L, "out of memory");
+    for (int i = 0; i < len; i++) {
+        lua_rawgeti(L, idx, i + 1);
+        if (!lua_isnumber(L, -1)) {
+            free(ids);
+            luaL_error(L, "token ids must be integers; element %d is a %s", i + 1, luaL_typename(L, -1));
+        }
+        lua_Number v = lua_tonumber(L, -1);
+        lua_pop(L, 1);
+        if (v != (lua_Number)(int32_t)v) {
+            free(ids);
+            luaL_error(L, "token ids must be integers; element %d is %f", i + 1, v);
+        }
+        ids[i] = (int32_t)v;
+    }
+    *n = len;
+    return ids;
+}
+
+/* forward(ids) -> logits [n, vocab] for a fresh sequence (no cache carried over). */
+static int l_forward(lua_State *L) {
+    seer_model_t *m = check_model(L, 1);
+    int n;
+    int32_t *ids = read_ids(L, 2, &n);
+    if (n == 0) {
+        free(ids);
+        return luaL_error(L, "forward: empty token list");
+    }
+    const seer_model_config_t *c = seer_model_config(m);
+    seer_err_t err;
+    seer_kv_cache_t *kv = NULL;
+    int64_t shape[2] = {n, c->vocab_size};
+    seer_tensor_t *t = seer_tensor_new(SEER_F32, 2, shape);
+    int rc = t ? seer_kv_cache_new(&kv, m, n, &err) : seer_err_set(&err, SEER_ENOMEM, "out of memory");
+    if (rc == 0) rc = seer_model_forward(m, kv, ids, n, seer_tensor_data(t), 1, &err);
+    seer_kv_cache_free(kv);
+    free(ids);
+    if (rc < 0) {
+        seer_tensor_release(t);
+        return luaL_error(L, "%s", err.msg);
+    }
+    seer_tensor_push(L, t);
+    seer_tensor_release(t);
+    return 1;
+}
+
+/* ---- generator --------------------------------------------------------------------------------- */
+
+static gen_ud *check_gen(lua_State *L, int idx) { return luaL_checkudata(L, idx, GEN_MT); }
+
+static float opt_num(lua_State *L, int t, const char *k, float d) {
+    lua_getfield(L, t, k);
+    float v = lua_isnil(L, -1) ? d : (float)luaL_checknumber(L, -1);
+    lua_pop(L, 1);
+    return v;
+}
+
+/* generator(model, prompt_ids, opts): opts = {max_new_tokens, temperature, top_k, top_p, min_p,
+ * repetition_penalty, seed, stop_ids = {...}, context}. Validated in lua/seer/model.lua. */
+static int l_generator(lua_State *L) {
+    seer_model_t *m = check_model(L, 1);
+    int n;
+    int32_t *prompt = read_ids(L, 2, &n);
+    luaL_checktype(L, 3, LUA_TTABLE);
+    gen_ud *g = lua_newuserdata(L, sizeof *g);
+    memset(g, 0, sizeof *g);
+    g->model_ref = LUA_NOREF;
+    luaL_getmetatable(L, GEN_MT);
+    lua_setmetatable(L, -2);
+    g->m = m;
+    lua_pushvalue(L, 1);
+    g->model_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    g->max_new = (int)opt_num(L, 3, "max_new_tokens", 20);
+    g->o.temperature = opt_num(L, 3, "temperature", 0);
+    g->o.top_k = (int)opt_num(L, 3, "top_k", 0);
+    g->o.top_p = opt_num(L, 3, "top_p", 1);
+    g->o.min_p = opt_num(L, 3, "min_p", 0);
+    g->o.repetition_penalty = opt_num(L, 3, "repetition_penalty", 1);
+    g->o.seed = (uint64_t)opt_num(L, 3, "seed", 0);
+    seer_rng_seed(&g->rng, g->o.seed);
+    lua_getfield(L, 3, "stop_ids");
+    if (lua_istable(L, -1)) {
+        int ns = (int)lua_objlen(L, -1);
+        for (int i = 0; i < ns && g->nstop < (int)(sizeof g->stop_ids / sizeof g->stop_ids[0]); i++) {
+            lua_rawgeti(L, -1, i + 1);
+            g->stop_ids[g->nstop++] = (int)luaL_checkinteger(L, -1);
+            lua_pop(L, 1);
+        }
+    }
+    lua_pop(L, 1);
+    g->cap = n + g->max_new;
+    g->hist = malloc(sizeof(int32_t) * (size_t)(g->cap > 0 ? g->cap : 1));
+    g->logits = malloc(sizeof(float) * (size_t)seer_model_config(m)->vocab_size);
+    if (!g->hist || !g->logits) {
+        free(prompt);
+        return luaL_error(L, "out of memory");
+    }
+    memcpy(g->hist, prompt, sizeof(int32_t) * (size_t)n);
+    free(prompt);
+    g->nhist = g->nprompt = n;
+    if (n == 0) return luaL_error(L, "generate: the prompt has no tokens");
+    seer_err_t err;
+    if (seer_kv_cache_new(&g->cache, m, g->cap, &err) < 0) return luaL_error(L, "%s", err.msg);
+    return 1;
+}
+
+/* next() -> token id, or nil when max_new_tokens is reached or a stop token was produced
+ * (the stop token itself is returned first, then nil). */
+static int l_gen_next(lua_State *L) {
+    gen_ud *g = check_gen(L, 1);
+    if (g->done || g->ngen >= g->max_new) {
+        g->done = 1;
+        lua_pushnil(L);
+        return 1;
+    }
+    seer_err_t err;
+    int rc;
+    if (!g->prefilled) {
+        rc = seer_model_forward(g->m, g->cache, g->hist, g->nhist, g->logits, 0, &err);
+        g->prefilled = 1;
+    } else {
+        rc = seer_model_forward(g->m, g->cache, g->hist + g->nhist - 1, 1, g->logits, 0, &err);
+    }
+    if (rc < 0) return luaL_error(L, "%s", err.msg);
+    int id = seer_sample(g->logits, seer_model_config(g->m)->vocab_size, g->hist, g->nhist, &g->o, &g->rng);
+    if (id < 0) return luaL_error(L, "generate: out of memory while sampling");
+    g->hist[g->nhist++] = id;
+    g->ngen++;
+    for (int i = 0; i < g->nstop; i++)
+        if (g->stop_ids[i] == id) g->done = 1;
+    lua_pushinteger(L, id);
+    return 1;
+}
+
+static int l_gen_gc(lua_State *L) {
+    gen_ud *g = check_gen(L, 1);
+    seer_kv_cache_free(g->cache);
+    g->cache = NULL;
+    free(g->hist);
+    g->hist = NULL;
+    free(g->logits);
+    g->logits = NULL;
+    if (g->model_ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, g->model_ref);
+    g->model_ref = LUA_NOREF;
+    return 0;
+}
+
+static int l_supported(lua_State *L) {
+    lua_pushstring(L, seer_model_supported());
+    return 1;
+}
+
+static const luaL_Reg model_methods[] = {
+    {"config", l_config},
+    {"forward", l_forward},
+    {"generator", l_generator},
+    {NULL, NULL},
+};
+
+static const luaL_Reg gen_methods[] = {
+    {"next", l_gen_next},
+    {NULL, NULL},
+};
+
+int seer_model_luaopen(lua_State *L) {
+    if (luaL_newmetatable(L, MODEL_MT)) {
+        lua_newtable(L);
+        luaL_register(L, NULL, model_methods);
+        lua_setfield(L, -2, "__index");
+        lua_pushcfunction(L, l_model_gc);
+        lua_setfield(L, -2, "__gc");
+    }
+    lua_pop(L, 1);
+    if (luaL_newmetatable(L, GEN_MT)) {
+        lua_newtable(L);
+        luaL_register(L, NULL, gen_methods);
+        lua_setfield(L, -2, "__index");
+        lua_pushcfunction(L, l_gen_gc);
+        lua_setfield(L, -2, "__gc");
+    }
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_pushcfunction(L, l_load);
+    lua_setfield(L, -2, "load");
+    lua_pushcfunction(L, l_supported);
+    lua_setfield(L, -2, "supported");
+    return 1;
+}

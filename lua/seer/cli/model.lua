@@ -1,0 +1,100 @@
+--- `seer model ...`: look at and run a model from the shell.
+---   seer model info PATH
+---   seer model generate PATH "prompt" [--max-new-tokens N] [--temperature T] [--seed S]
+---                                      [--top-k K] [--top-p P] [--threads N]
+local M = {}
+
+M.usage = [[
+usage: seer model info PATH
+       seer model generate PATH PROMPT [--max-new-tokens N] [--temperature T] [--seed S]
+                                       [--top-k K] [--top-p P] [--min-p P] [--threads N]
+
+PATH is a model directory (config.json + safetensors) or a hub id in the Hugging Face cache.
+info prints the architecture, dimensions, parameter count and dtypes; generate streams the
+continuation of PROMPT (greedy unless --temperature > 0) and then prints timing on stderr.
+]]
+
+local function die(msg)
+  io.stderr:write("seer model: ", msg, "\n")
+  os.exit(2)
+end
+
+local function commas(n)
+  local s = tostring(math.floor(n))
+  return (s:reverse():gsub("(%d%d%d)", "%1,"):reverse():gsub("^,", ""))
+end
+
+local function info(path)
+  local model = seer.model.load(path)
+  local c = model.config
+  local rows = {
+    { "path", model.path },
+    { "architecture", (c.architecture ~= "" and c.architecture or c.model_type) .. " (model_type " .. c.model_type .. ")" },
+    { "layers", c.num_hidden_layers },
+    { "hidden size", c.hidden_size },
+    { "intermediate size", c.intermediate_size },
+    { "attention heads", ("%d query, %d key/value, head_dim %d"):format(c.num_attention_heads, c.num_key_value_heads, c.head_dim) },
+    { "vocabulary", c.vocab_size },
+    { "context", c.max_position_embeddings },
+    { "rope theta", c.rope_theta },
+    { "tied embeddings", tostring(c.tie_word_embeddings) },
+    { "parameters", commas(c.num_parameters) },
+    { "weights", ("%s, %.1f MiB"):format(c.dtype, c.weight_bytes / 1048576) },
+    { "tokenizer", model.tokenizer and "tokenizer.json" or "none" },
+  }
+  for _, r in ipairs(rows) do io.write(("%-18s %s\n"):format(r[1] .. ":", tostring(r[2]))) end
+end
+
+local flags = {
+  ["--max-new-tokens"] = "max_new_tokens", ["--temperature"] = "temperature", ["--seed"] = "seed",
+  ["--top-k"] = "top_k", ["--top-p"] = "top_p", ["--min-p"] = "min_p", ["--threads"] = "threads",
+}
+
+local function generate(args)
+  local path, prompt = args[1], args[2]
+  if not path or not prompt then die("generate needs PATH and PROMPT\n\n" .. M.usage) end
+  local opts = { max_new_tokens = 64 }
+  local threads
+  local i = 3
+  while i <= #args do
+    local key = flags[args[i]]
+    if not key then die(("unknown option '%s'\n\n%s"):format(args[i], M.usage)) end
+    local v = tonumber(args[i + 1])
+    if not v then die(("%s needs a number"):format(args[i])) end
+    if key == "threads" then threads = v else opts[key] = v end
+    i = i + 2
+  end
+  local t0 = seer.now()
+  local model = seer.model.load(path, { threads = threads })
+  local t1 = seer.now()
+  if not model.tokenizer then die(model.path .. " has no tokenizer.json; generate needs one to read PROMPT") end
+  io.write(prompt)
+  io.flush()
+  local n = 0
+  opts.stream = function(piece)
+    n = n + 1
+    if piece then io.write(piece) io.flush() end
+  end
+  local out = model:generate(prompt, opts)
+  local t2 = seer.now()
+  io.write("\n")
+  io.stderr:write(("[%d prompt + %d new tokens; load %.1f ms, generate %.1f ms, %.1f tokens/s]\n")
+    :format(#out.prompt_ids, n, (t1 - t0) * 1000, (t2 - t1) * 1000, n / math.max(t2 - t1, 1e-9)))
+end
+
+function M.main(...)
+  local args = { ... }
+  local sub = table.remove(args, 1)
+  if sub == "info" then
+    if not args[1] then die("info needs PATH\n\n" .. M.usage) end
+    info(args[1])
+  elseif sub == "generate" then
+    generate(args)
+  elseif sub == nil or sub == "help" or sub == "--help" then
+    io.write(M.usage)
+  else
+    die(("unknown subcommand '%s'; subcommands: info, generate\n\n%s"):format(sub, M.usage))
+  end
+end
+
+return M

@@ -1,0 +1,107 @@
+-- seer.model from Lua on the real stories260K Llama: loading, config, forward against the
+-- golden logits, greedy generation against the golden continuation, streaming, sampling
+-- options and the errors a researcher can run into.
+local T = require "testing"
+local ffi = require "ffi"
+
+local root = seer.script_dir() .. "/../fixtures/models/stories260K"
+local golden = seer.json.decode(seer.read_file(root .. "/golden/golden.json"))
+local model = seer.model.load(root)
+
+T.test("model loads with its config and tokenizer", function()
+  T.eq(model.config.model_type, "llama")
+  T.eq(model.config.num_hidden_layers, 5)
+  T.eq(model.config.num_key_value_heads, 4)
+  T.eq(model.config.num_parameters, 260032)
+  T.eq(model.config.dtype, "f32")
+  T.eq(model.config.eos_token_ids, { 2 })
+  T.eq(model.device, "cpu")
+  T.contains(tostring(model), "Model(llama: 5 layers, d_model 64, 8 heads (4 kv, head_dim 8), vocab 512, f32, cpu, 260,032 params)")
+end)
+
+T.test("forward matches the golden logits", function()
+  local logits = model:forward(golden.prompt_ids_with_bos)
+  T.eq({ logits:size(1), logits:size(2) }, { 5, 512 })
+  local want = ffi.cast("const float *", seer.read_file(root .. "/golden/" .. golden.logits_file))
+  local worst = 0
+  local rows = logits:totable()
+  for r = 1, 5 do
+    for c = 1, 512 do
+      worst = math.max(worst, math.abs(rows[r][c] - want[(r - 1) * 512 + (c - 1)]))
+    end
+  end
+  T.ok(worst <= 1e-4, "max abs diff " .. worst)
+end)
+
+T.test("greedy generation reproduces the golden 120 tokens", function()
+  local out = model:generate(golden.prompt_ids_with_bos, { max_new_tokens = golden.greedy_n })
+  T.eq(out.ids, golden.greedy_new_ids)
+  if model.tokenizer then
+    T.eq(golden.prompt .. out.text, golden.greedy_text_including_prompt)
+  end
+end)
+
+T.test("generate_iter and stream yield the same tokens as generate", function()
+  local want = model:generate(golden.prompt_ids_with_bos, { max_new_tokens = 12 }).ids
+  local got = {}
+  for id in model:generate_iter(golden.prompt_ids_with_bos, { max_new_tokens = 12 }) do got[#got + 1] = id end
+  T.eq(got, want)
+  local streamed = {}
+  model:generate(golden.prompt_ids_with_bos, { max_new_tokens = 12, stream = function(_, id) streamed[#streamed + 1] = id end })
+  T.eq(streamed, want)
+end)
+
+T.test("a seed makes sampling reproducible; different seeds differ", function()
+  local opts = { max_new_tokens = 30, temperature = 1.0, top_k = 50, top_p = 0.95, seed = 42 }
+  local a = model:generate(golden.prompt_ids_with_bos, opts).ids
+  local b = model:generate(golden.prompt_ids_with_bos, opts).ids
+  T.eq(a, b)
+  opts.seed = 43
+  T.ne(model:generate(golden.prompt_ids_with_bos, opts).ids, a)
+end)
+
+T.test("threads do not change results", function()
+  local one = seer.model.load(root, { threads = 1 })
+  local opts = { max_new_tokens = 20, temperature = 0.7, seed = 7 }
+  T.eq(one:generate(golden.prompt_ids_with_bos, opts).ids, model:generate(golden.prompt_ids_with_bos, opts).ids)
+end)
+
+T.test("stop token ids end generation after the stop token", function()
+  local ids = model:generate(golden.prompt_ids_with_bos, { max_new_tokens = 20 }).ids
+  local out = model:generate(golden.prompt_ids_with_bos, { max_new_tokens = 20, stop = ids[3] })
+  T.eq(#out.ids, 3)
+  T.eq(out.ids[3], ids[3])
+end)
+
+T.test("max_new_tokens = 0 generates nothing", function()
+  T.eq(model:generate(golden.prompt_ids_with_bos, { max_new_tokens = 0 }).ids, {})
+end)
+
+T.test("errors name the problem", function()
+  T.raises(function() seer.model.load("/nonexistent/model") end, "/nonexistent/model is not a model directory", true)
+  T.raises(function() seer.model.load("nobody/nothing") end, "not in the Hugging Face cache", true)
+  T.raises(function() seer.model.load(root, { devcie = "cpu" }) end, "unknown option 'devcie'; valid options: device, dtype", true)
+  T.raises(function() seer.model.load(root, { device = "tpu" }) end, "unknown device 'tpu'", true)
+  T.raises(function() seer.model.load(root, { dtype = "bf16" }) end, "the weights are f32", true)
+  T.raises(function() model:generate(golden.prompt_ids_with_bos, { max_new_token = 3 }) end, "unknown option 'max_new_token'", true)
+  T.raises(function() model:generate({}, {}) end, "the prompt has no tokens", true)
+  T.raises(function() model:generate({ 1, 9999 }, { max_new_tokens = 1 }) end, "token id 9999 at position 1 is outside the vocabulary", true)
+  T.raises(function() model:forward({ 1, "x" }) end, "element 2 is a string", true)
+  local bare = seer.model.load(root, { tokenizer = false })
+  T.raises(function() bare:generate("Once", {}) end, "needs a tokenizer", true)
+end)
+
+T.test("a hub id resolves through the Hugging Face cache layout", function()
+  local home = T.tmpdir()
+  local repo = home .. "/hub/models--tiny--stories"
+  os.execute(("mkdir -p '%s/refs' '%s/snapshots/abc123'"):format(repo, repo))
+  seer.write_file(repo .. "/refs/main", "abc123\n")
+  for _, f in ipairs({ "config.json", "model.safetensors", "generation_config.json" }) do
+    os.execute(("ln -s '%s/%s' '%s/snapshots/abc123/%s'"):format(root, f, repo, f))
+  end
+  local script = ("local m = seer.model.load('tiny/stories') io.write(m.path, ' ', m.config.num_parameters)")
+  local p = io.popen(("HF_HOME='%s' '%s' -e \"%s\" 2>&1"):format(home, arg[-1], script))
+  local out = p:read("*a")
+  p:close()
+  T.eq(out, repo .. "/snapshots/abc123 260032")
+end)
