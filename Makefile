@@ -31,7 +31,7 @@ SEER_BIN := $(if $(filter build,$(BUILD)),seer,$(BUILD)/seer)
 VERSION := $(shell cat VERSION)
 GIT_REV := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
 
-.PHONY: all setup test unit asan bench install uninstall demo clean help check-deps
+.PHONY: all setup test unit asan bench bench-setup install uninstall demo clean help check-deps
 all: $(SEER_BIN)
 
 help:
@@ -40,7 +40,8 @@ help:
 	@echo "make demo       setup + build + run experiments/hello"
 	@echo "make test       build and run the whole test suite (ends with 'N passed, N failed')"
 	@echo "make asan       the same suite under AddressSanitizer + UBSan (build/asan)"
-	@echo "make bench      seer against peers (luajit, python3) measured in the same run"
+	@echo "make bench      seer against peers (luajit, python3, transformers) measured in the same run"
+	@echo "make bench-setup  the transformers peer for make bench (pip, into .venv)"
 	@echo "make install    install into PREFIX (default /usr/local): bin/seer, share/seer/lua, share/doc/seer"
 	@echo "make clean      remove build outputs"
 
@@ -81,6 +82,11 @@ test: $(SEER_BIN) $(UNIT_BIN)
 
 bench: $(SEER_BIN)
 	@SEER=$(CURDIR)/$(SEER_BIN) bash tests/bench/run.sh
+
+# The Python peers for make bench (torch + transformers from PyPI) in a git-ignored venv.
+bench-setup:
+	python3 -m venv .venv
+	.venv/bin/pip install -q torch transformers safetensors tokenizers
 
 asan:
 	@$(MAKE) --no-print-directory BUILD=build/asan SANITIZE=1 CFLAGS="-O1 -g" test

@@ -2,6 +2,7 @@
  * logits tensor; a generator owns a KV cache, a seeded RNG and the token history and yields one
  * token per call, so lua/seer/model.lua can offer iterators, callbacks and stop strings
  * without a Lua call inside the forward pass. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,7 +26,7 @@ typedef struct {
     int32_t *hist;
     int nhist, cap, nprompt;
     int prefilled, done;
-    int max_new, ngen;
+    int max_new, min_new, ngen;
     int stop_ids[SEER_MODEL_MAX_EOS + 32];
     int nstop;
     float *logits;
@@ -170,7 +171,7 @@ static float opt_num(lua_State *L, int t, const char *k, float d) {
     return v;
 }
 
-/* generator(model, prompt_ids, opts): opts = {max_new_tokens, temperature, top_k, top_p, min_p,
+/* generator(model, prompt_ids, opts): opts = {max_new_tokens, min_new_tokens, temperature, top_k, top_p, min_p,
  * repetition_penalty, seed, stop_ids = {...}, context}. Validated in lua/seer/model.lua. */
 static int l_generator(lua_State *L) {
     seer_model_t *m = check_model(L, 1);
@@ -186,6 +187,7 @@ static int l_generator(lua_State *L) {
     lua_pushvalue(L, 1);
     g->model_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     g->max_new = (int)opt_num(L, 3, "max_new_tokens", 20);
+    g->min_new = (int)opt_num(L, 3, "min_new_tokens", 0);
     g->o.temperature = opt_num(L, 3, "temperature", 0);
     g->o.top_k = (int)opt_num(L, 3, "top_k", 0);
     g->o.top_p = opt_num(L, 3, "top_p", 1);
@@ -237,6 +239,9 @@ static int l_gen_next(lua_State *L) {
         rc = seer_model_forward(g->m, g->cache, g->hist + g->nhist - 1, 1, g->logits, 0, &err);
     }
     if (rc < 0) return luaL_error(L, "%s", err.msg);
+    if (g->ngen < g->min_new) /* as transformers' min_new_tokens: stop tokens cannot win yet */
+        for (int i = 0; i < g->nstop; i++)
+            if (g->stop_ids[i] >= 0 && g->stop_ids[i] < seer_model_config(g->m)->vocab_size) g->logits[g->stop_ids[i]] = -INFINITY;
     int id = seer_sample(g->logits, seer_model_config(g->m)->vocab_size, g->hist, g->nhist, &g->o, &g->rng);
     if (id < 0) return luaL_error(L, "generate: out of memory while sampling");
     g->hist[g->nhist++] = id;

@@ -155,7 +155,7 @@ function Model:forward(ids)
 end
 
 local gen_valid = {
-  max_new_tokens = "number", temperature = "number", top_k = "number", top_p = "number", min_p = "number",
+  max_new_tokens = "number", min_new_tokens = "number", temperature = "number", top_k = "number", top_p = "number", min_p = "number",
   repetition_penalty = "number", seed = "number", stop = "any", stream = "function",
 }
 
@@ -179,7 +179,7 @@ local function prepare(self, input, opts, where)
   local t = opts.temperature or 0
   if t < 0 then fail(where .. ": temperature must be >= 0 (0 = greedy)", 3) end
   local g = self._c:generator(ids, {
-    max_new_tokens = n, temperature = t, top_k = opts.top_k, top_p = opts.top_p, min_p = opts.min_p,
+    max_new_tokens = n, min_new_tokens = opts.min_new_tokens, temperature = t, top_k = opts.top_k, top_p = opts.top_p, min_p = opts.min_p,
     repetition_penalty = opts.repetition_penalty, seed = opts.seed, stop_ids = stop_ids,
   })
   return g, ids, stop_strings, opts
@@ -224,11 +224,12 @@ end
 
 ---Generates a continuation. input: token ids or text (encoded with the model's tokenizer,
 ---special tokens added). Stops at max_new_tokens (default 20), at an end-of-sequence token of
----generation_config.json, or at a `stop` string/id. temperature 0 (default) is greedy; a seed
+---generation_config.json (not before min_new_tokens), or at a `stop` string/id. temperature 0
+---(default) is greedy; a seed
 ---gives the same tokens whatever the thread count. `stream = function(piece, id)` is called as
 ---tokens arrive.
 ---@param input integer[]|string
----@param opts? {max_new_tokens?: integer, temperature?: number, top_k?: integer, top_p?: number, min_p?: number, repetition_penalty?: number, seed?: integer, stop?: string|integer|(string|integer)[], stream?: fun(piece: string?, id: integer)}
+---@param opts? {max_new_tokens?: integer, min_new_tokens?: integer, temperature?: number, top_k?: integer, top_p?: number, min_p?: number, repetition_penalty?: number, seed?: integer, stop?: string|integer|(string|integer)[], stream?: fun(piece: string?, id: integer)}
 ---@return {ids: integer[], text: string?, prompt_ids: integer[]}
 function Model:generate(input, opts)
   local g, prompt_ids, stop_strings, o = prepare(self, input, opts, "generate")

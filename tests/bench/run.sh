@@ -63,3 +63,20 @@ printf '  document          %s bytes\n' "$bytes"
 printf '  seer.json         encode %7s ms  decode %7s ms\n' "$se" "$sd"
 printf '  python json       encode %7s ms  decode %7s ms\n' "$pe" "$pd"
 printf '  python/seer       encode %sx    decode %sx\n' "$(ratio "$se" "$pe")" "$(ratio "$sd" "$pd")"
+
+# Model: seer vs transformers (eager, fp32) on the same checkpoint, same thread count, same
+# workload (prefill of a 256-token prompt, best of 3; 128 greedy new tokens; load time).
+VENV_PY=${VENV_PY:-.venv/bin/python}
+MODEL=${MODEL:-tests/fixtures/models/stories260K}
+for threads in ${BENCH_THREADS:-1 2}; do
+  echo "== model $(basename "$MODEL"), $threads thread(s): load ms, prefill tok/s (256), decode tok/s (128)"
+  read -r sl sp sd sn < <(SEER_THREADS=$threads "$SEER" tests/bench/model_seer.lua "$MODEL" "$threads" 256 128)
+  printf '  seer              load %8s ms  prefill %9s tok/s  decode %9s tok/s\n' "$sl" "$sp" "$sd"
+  if "$VENV_PY" -c 'import torch, transformers' 2>/dev/null; then
+    read -r tl tp td < <(OMP_NUM_THREADS=$threads "$VENV_PY" tests/bench/model_peer.py "$MODEL" "$threads" 256 128 2>/dev/null)
+    printf '  transformers      load %8s ms  prefill %9s tok/s  decode %9s tok/s\n' "$tl" "$tp" "$td"
+    printf '  seer/transformers load %sx faster, prefill %sx, decode %sx\n' "$(ratio "$sl" "$tl")" "$(ratio "$tp" "$sp")" "$(ratio "$td" "$sd")"
+  else
+    echo "  transformers peer skipped: no torch/transformers in $VENV_PY (run: make bench-setup)"
+  fi
+done

@@ -73,6 +73,13 @@ T.test("stop token ids end generation after the stop token", function()
   T.eq(out.ids[3], ids[3])
 end)
 
+T.test("min_new_tokens keeps stop tokens from ending generation early", function()
+  local ids = model:generate(golden.prompt_ids_with_bos, { max_new_tokens = 20 }).ids
+  local out = model:generate(golden.prompt_ids_with_bos, { max_new_tokens = 20, stop = ids[3], min_new_tokens = 5 })
+  T.ok(#out.ids >= 5, "generated " .. #out.ids)
+  T.ne(out.ids[3], ids[3], "the stop token was suppressed at step 3")
+end)
+
 T.test("max_new_tokens = 0 generates nothing", function()
   T.eq(model:generate(golden.prompt_ids_with_bos, { max_new_tokens = 0 }).ids, {})
 end)

@@ -1,0 +1,30 @@
+"""transformers side of `make bench`'s model benchmark (run with the project venv's python).
+Prints one line: load_ms prefill_tok_s decode_tok_s (same workload as model_seer.lua)."""
+import sys
+import time
+
+import torch
+from transformers import AutoModelForCausalLM
+
+path, threads, prefill_n, decode_n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+torch.set_num_threads(threads)
+t0 = time.perf_counter()
+model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32, attn_implementation="eager")
+model.eval()
+load_ms = (time.perf_counter() - t0) * 1000
+vocab = model.config.vocab_size
+ids = torch.tensor([[1] + [(i * 7919) % (vocab - 3) + 3 for i in range(prefill_n - 1)]])
+with torch.no_grad():
+    model(ids)  # warm-up
+    best = 1e9
+    for _ in range(3):
+        t = time.perf_counter()
+        model(ids)
+        best = min(best, time.perf_counter() - t)
+    prefill = prefill_n / best
+    prompt = torch.tensor([[1, 403, 407, 261, 378]]) if vocab == 512 else ids[:, :5]
+    model.generate(prompt, max_new_tokens=8, do_sample=False)
+    t = time.perf_counter()
+    out = model.generate(prompt, max_new_tokens=decode_n, min_new_tokens=decode_n, do_sample=False)
+    decode = (out.shape[1] - prompt.shape[1]) / (time.perf_counter() - t)
+print(f"{load_ms:.1f} {prefill:.1f} {decode:.1f}")
