@@ -31,7 +31,7 @@ SEER_BIN := $(if $(filter build,$(BUILD)),seer,$(BUILD)/seer)
 VERSION := $(shell cat VERSION)
 GIT_REV := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
 
-.PHONY: all setup test unit asan bench bench-setup install uninstall demo clean help check-deps
+.PHONY: all setup test unit asan bench bench-setup parity install uninstall demo clean help check-deps
 all: $(SEER_BIN)
 
 help:
@@ -41,7 +41,8 @@ help:
 	@echo "make test       build and run the whole test suite (ends with 'N passed, N failed')"
 	@echo "make asan       the same suite under AddressSanitizer + UBSan (build/asan)"
 	@echo "make bench      seer against peers (luajit, python3, transformers) measured in the same run"
-	@echo "make bench-setup  the transformers peer for make bench (pip, into .venv)"
+	@echo "make bench-setup  the transformers peer for make bench and make parity (pip, into .venv)"
+	@echo "make parity     regenerate the transformers parity goldens live and compare"
 	@echo "make install    install into PREFIX (default /usr/local): bin/seer, share/seer/lua, share/doc/seer"
 	@echo "make clean      remove build outputs"
 
@@ -82,6 +83,13 @@ test: $(SEER_BIN) $(UNIT_BIN)
 
 bench: $(SEER_BIN)
 	@SEER=$(CURDIR)/$(SEER_BIN) bash tests/bench/run.sh
+
+# Regenerates the parity models and goldens live with transformers (needs make bench-setup) and
+# compares seer against them; make test uses the stored copies in tests/parity/models.
+parity: $(SEER_BIN)
+	@d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && \
+	  .venv/bin/python tests/parity/generate.py "$$d" | grep -E '^(ok|FAIL)' && \
+	  SEER_PARITY_DIR="$$d" ./$(SEER_BIN) tests/lua/run.lua tests/lua/test_parity.lua
 
 # The Python peers for make bench (torch + transformers from PyPI) in a git-ignored venv.
 bench-setup:

@@ -13,6 +13,7 @@ export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/lsan.supp:print_supp
 
 total_pass=0
 total_fail=0
+total_skip=0
 log=$(mktemp -d)
 trap 'rm -rf "$log"' EXIT
 
@@ -50,9 +51,11 @@ run_suite() {
     add 0 1
     return
   fi
-  local p f
+  local p f s
   p=$(sed -E 's/^[a-z]+: ([0-9]+) passed.*/\1/' <<<"$line")
   f=$(sed -E 's/.* ([0-9]+) failed.*/\1/' <<<"$line")
+  s=$(grep -oE '[0-9]+ skipped' <<<"$line" | grep -oE '[0-9]+' || echo 0)
+  total_skip=$((total_skip + s))
   add "$p" "$f"
   if [[ $rc -ne 0 && $f -eq 0 ]]; then echo "FAIL $name suite: exited $rc"; add 0 1; fi
 }
@@ -61,5 +64,9 @@ run_suite lua "$SEER" tests/lua/run.lua
 run_suite integration /usr/bin/python3 tests/integration/run.py
 
 echo
-echo "$total_pass passed, $total_fail failed"
+if [[ $total_skip -gt 0 ]]; then
+  echo "$total_pass passed, $total_fail failed, $total_skip skipped"
+else
+  echo "$total_pass passed, $total_fail failed"
+fi
 [[ $total_fail -eq 0 ]]

@@ -179,7 +179,15 @@ int seer_model_parse_config(seer_model_config_t *c, const char *dir, seer_err_t 
     const cJSON *sw = cJSON_GetObjectItemCaseSensitive(j, "sliding_window");
     if (cJSON_IsNumber(sw)) c->sliding_window = (int)sw->valuedouble;
 
+    /* transformers 4 writes "rope_theta" and "rope_scaling"; transformers 5 writes one
+     * "rope_parameters" object holding rope_theta and the scaling (or one such object per layer
+     * type, which the architectures that have layer types read themselves). */
     const cJSON *rs = cJSON_GetObjectItemCaseSensitive(j, "rope_scaling");
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(j, "rope_parameters");
+    if (cJSON_IsObject(rp) && cJSON_GetObjectItemCaseSensitive(rp, "rope_type")) {
+        if ((rc = get_float(rp, "rope_theta", &c->rope_theta, 0, path, err)) < 0) goto out;
+        if (!rs || cJSON_IsNull(rs)) rs = rp;
+    }
     if (rs && !cJSON_IsNull(rs)) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
         if (!cJSON_IsString(type)) type = cJSON_GetObjectItemCaseSensitive(rs, "type");

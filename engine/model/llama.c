@@ -138,7 +138,7 @@ static void attn_chunk(void *ctx, size_t begin, size_t end, int thread) {
 }
 
 static int llama_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens, int n, float *logits,
-                         int all_logits, seer_err_t *err) {
+                         int all_logits, float *hidden, seer_err_t *err) {
     const seer_model_config_t *c = &m->cfg;
     int D = c->hidden_size, I = c->intermediate_size, H = c->num_heads, hd = c->head_dim;
     int qd = H * hd, kvd = c->num_kv_heads * hd, half = hd / 2;
@@ -162,6 +162,7 @@ static int llama_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *to
         }
     }
     for (int t = 0; t < n; t++) seer_k_embed_row(x + (size_t)t * D, &m->embed, tokens[t]);
+    if (hidden) memcpy(hidden, x, nf * D * sizeof(float));
 
     for (int l = 0; l < c->num_layers; l++) {
         const seer_layer_weights_t *L = &m->layers[l];
@@ -188,6 +189,7 @@ static int llama_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *to
         seer_k_silu_mul(h1, h2, nf * I);
         seer_k_linear(m->pool, xb, h1, n, &L->down, NULL);
         for (size_t i = 0; i < nf * D; i++) x[i] += xb[i];
+        if (hidden) memcpy(hidden + (size_t)(l + 1) * nf * D, x, nf * D * sizeof(float));
     }
     kv->len = start + n;
     if (logits) {

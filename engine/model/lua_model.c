@@ -133,11 +133,14 @@ static int32_t *read_ids(lua_State *L, int idx, int *n) {
     return ids;
 }
 
-/* forward(ids) -> logits [n, vocab] for a fresh sequence (no cache carried over). */
+/* forward(ids [, hidden_states]) -> logits [n, vocab] for a fresh sequence (no cache carried
+ * over); with hidden_states true also a Lua array of num_layers + 1 tensors [n, hidden_size]
+ * (index 1 = embeddings, index i + 1 = residual after layer i - 1). */
 static int l_forward(lua_State *L) {
     seer_model_t *m = check_model(L, 1);
     int n;
     int32_t *ids = read_ids(L, 2, &n);
+    int want_hidden = lua_toboolean(L, 3);
     if (n == 0) {
         free(ids);
         return luaL_error(L, "forward: empty token list");
@@ -146,18 +149,35 @@ static int l_forward(lua_State *L) {
     seer_err_t err;
     seer_kv_cache_t *kv = NULL;
     int64_t shape[2] = {n, c->vocab_size};
+    int64_t hshape[3] = {c->num_layers + 1, n, c->hidden_size};
     seer_tensor_t *t = seer_tensor_new(SEER_F32, 2, shape);
-    int rc = t ? seer_kv_cache_new(&kv, m, n, &err) : seer_err_set(&err, SEER_ENOMEM, "out of memory");
-    if (rc == 0) rc = seer_model_forward(m, kv, ids, n, seer_tensor_data(t), 1, &err);
+    seer_tensor_t *h = want_hidden ? seer_tensor_new(SEER_F32, 3, hshape) : NULL;
+    int rc = t && (h || !want_hidden) ? seer_kv_cache_new(&kv, m, n, &err) : seer_err_set(&err, SEER_ENOMEM, "out of memory");
+    if (rc == 0)
+        rc = seer_model_forward_ex(m, kv, ids, n, seer_tensor_data(t), 1, h ? seer_tensor_data(h) : NULL, &err);
     seer_kv_cache_free(kv);
     free(ids);
     if (rc < 0) {
         seer_tensor_release(t);
+        seer_tensor_release(h);
         return luaL_error(L, "%s", err.msg);
     }
     seer_tensor_push(L, t);
     seer_tensor_release(t);
-    return 1;
+    if (!h) return 1;
+    lua_createtable(L, c->num_layers + 1, 0);
+    for (int i = 0; i <= c->num_layers; i++) {
+        seer_tensor_t *v;
+        if (seer_tensor_select(&v, h, 0, i, &err) < 0) {
+            seer_tensor_release(h);
+            return luaL_error(L, "%s", err.msg);
+        }
+        seer_tensor_push(L, v);
+        seer_tensor_release(v);
+        lua_rawseti(L, -2, i + 1);
+    }
+    seer_tensor_release(h);
+    return 2;
 }
 
 /* ---- generator --------------------------------------------------------------------------------- */

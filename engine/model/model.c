@@ -176,6 +176,11 @@ const char *seer_model_dir(const seer_model_t *m) { return m->dir; }
 
 int seer_model_forward(seer_model_t *m, seer_kv_cache_t *c, const int32_t *tokens, int n, float *logits, int all_logits,
                        seer_err_t *err) {
+    return seer_model_forward_ex(m, c, tokens, n, logits, all_logits, NULL, err);
+}
+
+int seer_model_forward_ex(seer_model_t *m, seer_kv_cache_t *c, const int32_t *tokens, int n, float *logits,
+                          int all_logits, float *hidden, seer_err_t *err) {
     if (n <= 0) return seer_err_set(err, SEER_EINVAL, "forward: no tokens");
     if (c->len + n > c->max_tokens)
         return seer_err_set(err, SEER_EINVAL, "forward: %d cached + %d new tokens exceed the cache size %d", c->len, n,
@@ -184,7 +189,7 @@ int seer_model_forward(seer_model_t *m, seer_kv_cache_t *c, const int32_t *token
         if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab_size)
             return seer_err_set(err, SEER_EINVAL, "forward: token id %d at position %d is outside the vocabulary [0, %d)",
                                 tokens[i], i, m->cfg.vocab_size);
-    return m->arch->forward(m, c, tokens, n, logits, all_logits, err);
+    return m->arch->forward(m, c, tokens, n, logits, all_logits, hidden, err);
 }
 
 /* ---- KV cache -------------------------------------------------------------------------------- */

@@ -74,6 +74,13 @@ void seer_kv_cache_truncate(seer_kv_cache_t *c, int n);
 int seer_model_forward(seer_model_t *m, seer_kv_cache_t *cache, const int32_t *tokens, int n, float *logits,
                        int all_logits, seer_err_t *err);
 
+/* The same, also copying the residual stream into hidden (NULL: not captured): (num_layers + 1)
+ * blocks of [n][hidden_size] floats: block 0 is the input of layer 0 (the embeddings, scaled
+ * where the architecture scales them), block i + 1 the residual after layer i, before the
+ * final norm (TransformerLens blocks.{i}.hook_resid_post). */
+int seer_model_forward_ex(seer_model_t *m, seer_kv_cache_t *cache, const int32_t *tokens, int n, float *logits,
+                          int all_logits, float *hidden, seer_err_t *err);
+
 /* Sampling. temperature 0 = greedy (argmax, lowest id on ties). Filters apply in the order
  * transformers applies them: repetition penalty, temperature, top_k, top_p, min_p. */
 typedef struct seer_sampler_opts {

@@ -25,7 +25,7 @@ typedef struct seer_layer_weights {
 
 struct seer_model;
 typedef int (*seer_arch_forward_fn)(struct seer_model *m, seer_kv_cache_t *c, const int32_t *tokens, int n,
-                                    float *logits, int all_logits, seer_err_t *err);
+                                    float *logits, int all_logits, float *hidden, seer_err_t *err);
 
 typedef struct seer_arch {
     const char *model_type;

@@ -129,10 +129,18 @@ end
 
 ---Logits of every position for one sequence: a [n, vocab] f32 tensor. A list of sequences
 ---runs each one and returns a [batch, longest, vocab] tensor, left-padded (pad rows are 0),
----plus the attention mask as a Lua table of 0/1 rows.
+---plus the attention mask as a Lua table of 0/1 rows. With `{hidden_states = true}` (one
+---sequence) also returns the residual stream: hidden[1] the embeddings, hidden[i + 1] the
+---residual after layer i - 1 (Lua indices; layer numbers are 0-based names), each [n, d_model].
 ---@param ids integer[]|integer[][]|string
----@return any logits, table? mask
-function Model:forward(ids)
+---@param opts? {hidden_states?: boolean}
+---@return any logits, table? mask_or_hidden
+function Model:forward(ids, opts)
+  opts = check_opts("forward", opts, { hidden_states = "boolean" })
+  if opts.hidden_states then
+    if type(ids) == "table" and type(ids[1]) == "table" then fail("forward: hidden_states works on one sequence at a time", 2) end
+    return self._c:forward(to_ids(self, ids, "forward"), true)
+  end
   if type(ids) == "table" and type(ids[1]) == "table" then
     local T = require "seer.tensor"
     local longest = 0

@@ -12,7 +12,7 @@ if #files == 0 then
 end
 
 local filter = os.getenv("SEER_TEST_FILTER")
-local passed, failed = 0, 0
+local passed, failed, skipped = 0, 0, 0
 local failures = {}
 
 for _, file in ipairs(files) do
@@ -32,9 +32,15 @@ for _, file in ipairs(files) do
     for _, c in ipairs(cases) do
       if not filter or c.name:find(filter) then
         local t0 = os.clock()
-        local cok, cerr = xpcall(c.fn, debug.traceback)
+        local cok, cerr = xpcall(c.fn, function(e)
+          if type(e) == "table" and e.seer_test_skip then return e end
+          return debug.traceback(e, 2)
+        end)
         local ms = (os.clock() - t0) * 1000
-        if cok then
+        if not cok and type(cerr) == "table" then
+          skipped = skipped + 1
+          io.write(string.format("skip %-60s %s\n", c.name, cerr.seer_test_skip))
+        elseif cok then
           passed = passed + 1
           io.write(string.format("ok   %-60s %7.1f ms\n", c.name, ms))
         else
@@ -54,5 +60,6 @@ if #failures > 0 then
   io.write("\nfailed:\n")
   for _, f in ipairs(failures) do io.write("  ", f, "\n") end
 end
-io.write(string.format("lua: %d passed, %d failed\n", passed, failed))
+io.write(string.format("lua: %d passed, %d failed%s\n", passed, failed,
+  skipped > 0 and (", " .. skipped .. " skipped") or ""))
 os.exit(failed == 0 and 0 or 1, true) -- close the state: userdata are freed, so LeakSanitizer sees real leaks only

@@ -14,6 +14,12 @@ function M.test(name, fn)
   cases[#cases + 1] = { name = name, fn = fn, where = info.short_src .. ":" .. info.currentline }
 end
 
+---Skip the running test with a reason (it is reported as skipped, never as passed).
+---@param reason string
+function M.skip(reason)
+  error({ seer_test_skip = reason }, 0)
+end
+
 ---Take the registered cases (the runner calls this after loading a file).
 function M._take()
   local c = cases

@@ -1,0 +1,136 @@
+"""Random-weight tiny models of every architecture seer supports, with goldens from Hugging Face
+transformers (eager attention, fp32): the residual stream after the embeddings and after every
+decoder layer (captured with forward hooks, before the final norm) and the logits.
+
+Run with the project venv (make bench-setup installs torch + transformers):
+    .venv/bin/python tests/parity/generate.py [OUT_DIR] [--only NAME,...]
+OUT_DIR defaults to tests/parity/models; `make parity` writes to a temporary directory and
+compares seer against it live. Each model: OUT_DIR/<name>/{config.json, model.safetensors,
+golden.safetensors}. Sizes are odd on purpose (GQA, head_dim != hidden/heads, vocab 97), and
+sequences are longer than every sliding window.
+"""
+import json
+import os
+import sys
+
+import torch
+from safetensors.torch import save_file
+from transformers import AutoConfig, AutoModelForCausalLM
+
+SEQ = 13
+COMMON = dict(vocab_size=97, hidden_size=48, intermediate_size=100, num_hidden_layers=3,
+              num_attention_heads=6, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+              bos_token_id=1, eos_token_id=2, pad_token_id=0)
+
+# name -> (model_type, config overrides). Each name is one case of tests/parity.
+MODELS = {
+    "llama": ("llama", dict(tie_word_embeddings=False, rope_theta=500.0, rms_norm_eps=1e-5,
+                            rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                          "high_freq_factor": 4.0, "original_max_position_embeddings": 16})),
+    "llama_tied_bias": ("llama", dict(tie_word_embeddings=True, attention_bias=True, num_key_value_heads=3,
+                                      head_dim=12, rope_theta=10000.0)),
+    "mistral": ("mistral", dict(sliding_window=5, tie_word_embeddings=False)),
+    "qwen2": ("qwen2", dict(tie_word_embeddings=True, use_sliding_window=False)),
+    "qwen3": ("qwen3", dict(tie_word_embeddings=False, attention_bias=False)),
+    "gemma": ("gemma", dict(hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True)),
+    "gemma2": ("gemma2", dict(sliding_window=5, attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
+                              query_pre_attn_scalar=10, hidden_activation="gelu_pytorch_tanh")),
+    "gemma3": ("gemma3_text", dict(sliding_window=5, query_pre_attn_scalar=10, rope_local_base_freq=100.0,
+                                   rope_theta=1000.0, layer_types=["sliding_attention", "full_attention",
+                                                                   "sliding_attention"])),
+    "gpt2": ("gpt2", dict(n_embd=48, n_head=6, n_layer=3, n_positions=64, vocab_size=97, n_inner=100,
+                          activation_function="gelu_new")),
+    "gpt_neox": ("gpt_neox", dict(rotary_pct=0.5, use_parallel_residual=True, hidden_act="gelu",
+                                  num_key_value_heads=6)),
+}
+
+
+def config_for(model_type, overrides):
+    kw = dict(COMMON)
+    if model_type == "gpt2":
+        kw = {k: v for k, v in kw.items() if k in ("bos_token_id", "eos_token_id")}
+    if model_type == "gpt_neox":
+        kw.pop("head_dim")
+    kw.update(overrides)
+    return AutoConfig.for_model(model_type, **kw)
+
+
+def randomize(model, seed):
+    # Large enough weights that every layer matters (transformers' init is tiny); norm weights
+    # near 1 (near 0 for Gemma's (1 + w) norms) but not equal, so their handling is tested.
+    g = torch.Generator().manual_seed(seed)
+    gemma = model.config.model_type.startswith("gemma")
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=g)
+            if "norm" in name or name.endswith("ln_1.weight") or name.endswith("ln_2.weight") or name.endswith("ln_f.weight"):
+                p.copy_((0.0 if gemma and name.endswith("weight") else 1.0) * (name.endswith("weight")) + 0.1 * noise)
+            elif name.endswith("bias"):
+                p.copy_(0.1 * noise)
+            else:
+                p.copy_(0.2 * noise)
+
+
+def layers_of(model):
+    base = getattr(model, "model", None) or getattr(model, "transformer", None) or getattr(model, "gpt_neox", None)
+    for attr in ("layers", "h"):
+        if hasattr(base, attr):
+            return getattr(base, attr)
+    raise RuntimeError("cannot find the decoder layers")
+
+
+def generate(name, out_dir):
+    model_type, overrides = MODELS[name]
+    torch.manual_seed(0)
+    config = config_for(model_type, overrides)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager", dtype=torch.float32).eval()
+    randomize(model, seed=sum(map(ord, name)))
+    d = os.path.join(out_dir, name)
+    os.makedirs(d, exist_ok=True)
+    model.save_pretrained(d, safe_serialization=True)
+    g = torch.Generator().manual_seed(1)
+    tokens = torch.randint(3, config.vocab_size, (1, SEQ), generator=g)
+    tokens[0, 0] = 1
+    captured = {}
+    hooks = []
+    layers = layers_of(model)
+    hooks.append(layers[0].register_forward_pre_hook(
+        lambda mod, args, kwargs: captured.__setitem__(0, (kwargs.get("hidden_states", args[0] if args else None)).detach().clone()),
+        with_kwargs=True))
+    for i, layer in enumerate(layers):
+        def hook(mod, args, out, i=i):
+            t = out[0] if isinstance(out, tuple) else out
+            captured[i + 1] = t.detach().clone()
+        hooks.append(layer.register_forward_hook(hook))
+    with torch.no_grad():
+        logits = model(tokens).logits
+    for h in hooks:
+        h.remove()
+    tensors = {"tokens": tokens[0].to(torch.int64).contiguous(), "logits": logits[0].contiguous()}
+    for i, t in captured.items():
+        tensors[f"hidden.{i}"] = t[0].contiguous()
+    save_file(tensors, os.path.join(d, "golden.safetensors"),
+              metadata={"transformers": __import__("transformers").__version__, "torch": torch.__version__,
+                        "model_type": model_type})
+    return d
+
+
+def main():
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    out_dir = args[0] if args else os.path.join(os.path.dirname(os.path.abspath(__file__)), "models")
+    only = None
+    if "--only" in sys.argv:
+        only = sys.argv[sys.argv.index("--only") + 1].split(",")
+    for name in MODELS:
+        if only and name not in only:
+            continue
+        try:
+            d = generate(name, out_dir)
+            print(f"ok   {name}: {d}")
+        except Exception as e:  # a model type this transformers version lacks is reported, not fatal
+            print(f"FAIL {name}: {type(e).__name__}: {e}")
+            sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
