@@ -143,6 +143,20 @@ int seer_model_parse_config(seer_model_config_t *c, const char *dir, seer_err_t 
     if (cJSON_IsArray(archs) && cJSON_IsString(cJSON_GetArrayItem(archs, 0)))
         snprintf(c->architecture, sizeof c->architecture, "%s", cJSON_GetArrayItem(archs, 0)->valuestring);
 
+    /* GPT-2 style names (n_embd, n_layer, ...) are read as their Llama-style equivalents. */
+    static const char *const aliases[][2] = {{"n_embd", "hidden_size"}, {"n_layer", "num_hidden_layers"},
+                                             {"n_head", "num_attention_heads"}, {"n_positions", "max_position_embeddings"},
+                                             {"n_inner", "intermediate_size"}, {"layer_norm_epsilon", "rms_norm_eps"},
+                                             {"layer_norm_eps", "rms_norm_eps"}};
+    for (size_t a = 0; a < sizeof aliases / sizeof aliases[0]; a++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, aliases[a][0]);
+        if (v && !cJSON_IsNull(v) && !cJSON_GetObjectItemCaseSensitive(j, aliases[a][1]))
+            cJSON_AddItemToObject(j, aliases[a][1], cJSON_Duplicate(v, 1));
+    }
+    if (cJSON_GetObjectItemCaseSensitive(j, "n_embd") && !cJSON_GetObjectItemCaseSensitive(j, "intermediate_size")) {
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "n_embd");
+        if (cJSON_IsNumber(e)) cJSON_AddNumberToObject(j, "intermediate_size", 4 * e->valuedouble); /* GPT-2's default */
+    }
     c->bos_token_id = -1;
     c->rope_theta = 10000.0f;
     c->rms_norm_eps = 1e-6f;

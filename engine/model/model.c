@@ -9,13 +9,26 @@
 
 #include "model_private.h"
 
-static const seer_arch_t *const archs[] = {&seer_arch_llama};
+/* NULL entries are architectures whose file is not linked in (weak symbols). */
+static const seer_arch_t *const archs[] = {
+    &seer_arch_llama, &seer_arch_mistral, &seer_arch_qwen2,  &seer_arch_qwen3,   &seer_arch_gemma,
+    &seer_arch_gemma2, &seer_arch_gemma3, &seer_arch_gpt2, &seer_arch_gpt_neox,
+};
+#define NARCHS (sizeof archs / sizeof archs[0])
 
-const char *seer_model_supported(void) { return "llama"; }
+const char *seer_model_supported(void) {
+    static char list[256];
+    if (!list[0]) {
+        size_t o = 0;
+        for (size_t i = 0; i < NARCHS; i++)
+            if (archs[i]) o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", o ? ", " : "", archs[i]->model_type);
+    }
+    return list;
+}
 
 static const seer_arch_t *find_arch(const char *model_type) {
-    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
-        if (strcmp(archs[i]->model_type, model_type) == 0) return archs[i];
+    for (size_t i = 0; i < NARCHS; i++)
+        if (archs[i] && strcmp(archs[i]->model_type, model_type) == 0) return archs[i];
     return NULL;
 }
 
@@ -129,6 +142,12 @@ int seer_model_load(seer_model_t **out, const char *dir, const seer_model_opts_t
     snprintf(m->dir, sizeof m->dir, "%s", dir);
     int rc = seer_model_parse_config(&m->cfg, dir, err);
     if (rc < 0) goto fail;
+    char cpath[PATH_MAX];
+    if ((rc = join_path(cpath, sizeof cpath, dir, "config.json", err)) < 0) goto fail;
+    if (!(m->config_json = seer_model_read_json(cpath, err))) {
+        rc = err ? err->code : SEER_EPARSE;
+        goto fail;
+    }
     m->arch = find_arch(m->cfg.model_type);
     if (!m->arch) {
         rc = seer_err_set(err, SEER_EINVAL, "%s/config.json: model_type \"%s\" is not supported (supported: %s)", dir,
@@ -163,6 +182,8 @@ fail:
 
 void seer_model_free(seer_model_t *m) {
     if (!m) return;
+    if (m->arch_free) m->arch_free(m->arch_state);
+    cJSON_Delete(m->config_json);
     for (int i = 0; i < m->nfiles; i++) seer_st_close(m->files[i]);
     if (m->pool && m->pool != seer_pool_default()) seer_pool_free(m->pool);
     free(m->layers);

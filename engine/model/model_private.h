@@ -29,7 +29,10 @@ typedef int (*seer_arch_forward_fn)(struct seer_model *m, seer_kv_cache_t *c, co
 
 typedef struct seer_arch {
     const char *model_type;
-    int (*bind)(struct seer_model *m, seer_err_t *err); /* look up and shape-check the weights */
+    /* Reads the architecture's own config fields (m->config_json), looks up and shape-checks
+     * the weights, and may keep per-architecture state in m->arch_state (freed with
+     * m->arch_free). Must fill m->embed (its dtype is reported as the model's dtype). */
+    int (*bind)(struct seer_model *m, seer_err_t *err);
     seer_arch_forward_fn forward;
 } seer_arch_t;
 
@@ -43,6 +46,9 @@ struct seer_model {
     seer_weight_t embed, final_norm, lm_head;
     seer_layer_weights_t *layers;
     size_t n_params, weight_bytes;
+    cJSON *config_json; /* config.json as parsed, for architecture-specific fields */
+    void *arch_state;
+    void (*arch_free)(void *arch_state);
 };
 
 struct seer_kv_cache {
@@ -71,6 +77,16 @@ void seer_k_embed_row(float *out, const seer_weight_t *table, int64_t row);
 void seer_k_silu_mul(float *gate, const float *up, size_t n); /* gate = silu(gate) * up */
 float seer_k_dot(const float *a, const float *b, int n);
 
+/* Architectures, one file each. All but llama are weak so an architecture file can be added
+ * (or be absent) without touching the table in model.c. */
 extern const seer_arch_t seer_arch_llama;
+extern const seer_arch_t seer_arch_mistral __attribute__((weak));
+extern const seer_arch_t seer_arch_qwen2 __attribute__((weak));
+extern const seer_arch_t seer_arch_qwen3 __attribute__((weak));
+extern const seer_arch_t seer_arch_gemma __attribute__((weak));
+extern const seer_arch_t seer_arch_gemma2 __attribute__((weak));
+extern const seer_arch_t seer_arch_gemma3 __attribute__((weak));
+extern const seer_arch_t seer_arch_gpt2 __attribute__((weak));
+extern const seer_arch_t seer_arch_gpt_neox __attribute__((weak));
 
 #endif
