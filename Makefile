@@ -31,7 +31,7 @@ SEER_BIN := $(if $(filter build,$(BUILD)),seer,$(BUILD)/seer)
 VERSION := $(shell cat VERSION)
 GIT_REV := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
 
-.PHONY: all setup test unit asan bench bench-setup parity install uninstall demo clean help check-deps
+.PHONY: all setup test unit asan bench bench-setup parity fuzz install uninstall demo clean help check-deps
 all: $(SEER_BIN)
 
 help:
@@ -43,6 +43,7 @@ help:
 	@echo "make bench      seer against peers (luajit, python3, transformers) measured in the same run"
 	@echo "make bench-setup  the transformers peer for make bench and make parity (pip, into .venv)"
 	@echo "make parity     regenerate the transformers parity goldens live and compare"
+	@echo "make fuzz       libFuzzer on the safetensors, tokenizer.json and chat-template parsers (FUZZ_SECONDS each)"
 	@echo "make install    install into PREFIX (default /usr/local): bin/seer, share/seer/lua, share/doc/seer"
 	@echo "make clean      remove build outputs"
 
@@ -90,6 +91,22 @@ parity: $(SEER_BIN)
 	@d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && \
 	  .venv/bin/python tests/parity/generate.py "$$d" | grep -E '^(ok|FAIL)' && \
 	  SEER_PARITY_DIR="$$d" ./$(SEER_BIN) tests/lua/run.lua tests/lua/test_parity.lua
+
+# Coverage-guided fuzzing (libFuzzer, with ASan + UBSan) of the parsers that take outside input:
+# each target runs FUZZ_SECONDS (default 600) from a seed corpus; findings go to build/fuzz/.
+FUZZ_SECONDS ?= 600
+FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_FLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=address,undefined -Iengine -Ibuild/fuzz $(PKG_CFLAGS)
+FUZZ_LIB_SRC := $(ENGINE_SRC)
+build/fuzz/libseer.a: $(FUZZ_LIB_SRC) $(BUILD)/version.h
+	@mkdir -p build/fuzz/obj
+	cp $(BUILD)/version.h build/fuzz/version.h
+	for f in $(FUZZ_LIB_SRC); do clang $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -c $$f -o build/fuzz/obj/$$(echo $$f | tr / _).o || exit 1; done
+	rm -f $@ && ar rcs $@ build/fuzz/obj/*.o
+build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c build/fuzz/libseer.a
+	clang $(FUZZ_FLAGS) -fsanitize=fuzzer -o $@ $< build/fuzz/libseer.a $(LIBS)
+fuzz: $(FUZZ_TARGETS)
+	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 # The Python peers for make bench (torch + transformers from PyPI) in a git-ignored venv.
 bench-setup:

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define SEER_X86 1
 #endif
@@ -97,8 +98,10 @@ typedef void (*dot_rows_fn)(const seer_weight_t *, int64_t, const float *, int, 
 
 static dot_rows_fn pick_dot_rows(void) {
 #ifdef SEER_X86
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
-        return dot_rows_avx2;
+    /* F16C is read from CPUID directly: clang 14's __builtin_cpu_supports does not know it. */
+    unsigned a, b, c, d;
+    int f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c) return dot_rows_avx2;
 #endif
     return dot_rows_generic;
 }
