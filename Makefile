@@ -72,7 +72,7 @@ $(SEER_BIN): $(MAIN_OBJ) $(BUILD)/libseer.a
 
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libseer.a | check-deps
 	@mkdir -p $(@D)
-	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(BUILD)/libseer.a $(LIBS) $(shell pkg-config --libs criterion)
+	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< -Wl,--whole-archive $(BUILD)/libseer.a -Wl,--no-whole-archive $(LIBS) $(shell pkg-config --libs criterion)
 
 unit: $(UNIT_BIN)
 

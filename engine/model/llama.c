@@ -1,21 +1,52 @@
 /* The Llama architecture (Llama 2/3, TinyLlama, SmolLM): RMSNorm, rotary embeddings in the
  * rotate_half layout with default/linear/llama3 frequency scaling, grouped-query attention,
- * SwiGLU MLP, optionally tied embeddings. Numerics follow transformers' eager fp32 path:
+ * SwiGLU MLP, optionally tied embeddings. Its decoder is shared with mistral.c, qwen2.c and
+ * qwen3.c (llama_family.h): q/k/v and o biases, Qwen3's q/k norms and per-layer sliding
+ * windows are options. Numerics follow transformers' eager fp32 path:
  * inverse frequencies and angles in f32, softmax in f32. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "model_private.h"
+#include "llama_family.h"
 
-static int llama_bind(seer_model_t *m, seer_err_t *err) {
+typedef struct {
+    seer_decoder_opts_t o;
+    int *window;                    /* [num_layers], 0: full attention */
+    seer_weight_t *q_norm, *k_norm; /* [num_layers] when o.qk_norm */
+} decoder_state;
+
+static void decoder_state_free(void *p) {
+    decoder_state *s = p;
+    if (!s) return;
+    free(s->window);
+    free(s->q_norm);
+    free(s->k_norm);
+    free(s);
+}
+
+int seer_decoder_bind(seer_model_t *m, const seer_decoder_opts_t *o, seer_err_t *err) {
     const seer_model_config_t *c = &m->cfg;
-    int64_t D = c->hidden_size, I = c->intermediate_size, V = c->vocab_size;
+    int64_t D = c->hidden_size, I = c->intermediate_size, V = c->vocab_size, hd = c->head_dim;
     int64_t qd = (int64_t)c->num_heads * c->head_dim, kvd = (int64_t)c->num_kv_heads * c->head_dim;
     char *missing = NULL;
     char name[256];
     int rc = 0;
+    decoder_state *st = calloc(1, sizeof *st);
+    if (!st) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+    m->arch_state = st;
+    m->arch_free = decoder_state_free;
+    st->o = *o;
+    st->window = calloc((size_t)c->num_layers, sizeof *st->window);
+    if (o->qk_norm) {
+        st->q_norm = calloc((size_t)c->num_layers, sizeof *st->q_norm);
+        st->k_norm = calloc((size_t)c->num_layers, sizeof *st->k_norm);
+    }
+    if (!st->window || (o->qk_norm && (!st->q_norm || !st->k_norm)))
+        return seer_err_set(err, SEER_ENOMEM, "out of memory");
+    if (o->window) memcpy(st->window, o->window, (size_t)c->num_layers * sizeof *st->window);
+    st->o.window = st->window;
 #define W(dst, rows, cols, opt, ...)                                                          \
     do {                                                                                      \
         snprintf(name, sizeof name, __VA_ARGS__);                                             \
@@ -31,11 +62,15 @@ static int llama_bind(seer_model_t *m, seer_err_t *err) {
         W(&l->k, kvd, D, 0, "model.layers.%d.self_attn.k_proj.weight", i);
         W(&l->v, kvd, D, 0, "model.layers.%d.self_attn.v_proj.weight", i);
         W(&l->o, D, qd, 0, "model.layers.%d.self_attn.o_proj.weight", i);
-        if (c->attention_bias) {
+        if (o->qkv_bias) {
             W(&l->q_bias, qd, 0, 0, "model.layers.%d.self_attn.q_proj.bias", i);
             W(&l->k_bias, kvd, 0, 0, "model.layers.%d.self_attn.k_proj.bias", i);
             W(&l->v_bias, kvd, 0, 0, "model.layers.%d.self_attn.v_proj.bias", i);
-            W(&l->o_bias, D, 0, 0, "model.layers.%d.self_attn.o_proj.bias", i);
+        }
+        if (o->o_bias) W(&l->o_bias, D, 0, 0, "model.layers.%d.self_attn.o_proj.bias", i);
+        if (o->qk_norm) {
+            W(&st->q_norm[i], hd, 0, 0, "model.layers.%d.self_attn.q_norm.weight", i);
+            W(&st->k_norm[i], hd, 0, 0, "model.layers.%d.self_attn.k_norm.weight", i);
         }
         W(&l->mlp_norm, D, 0, 0, "model.layers.%d.post_attention_layernorm.weight", i);
         W(&l->gate, I, D, 0, "model.layers.%d.mlp.gate_proj.weight", i);
@@ -54,6 +89,64 @@ static int llama_bind(seer_model_t *m, seer_err_t *err) {
 out:
     free(missing);
     return rc;
+}
+
+int seer_decoder_layer_types(seer_model_t *m, int *window, int sliding_window, seer_err_t *err) {
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(m->config_json, "layer_types");
+    if (!lt || cJSON_IsNull(lt)) return 0;
+    int nl = m->cfg.num_layers;
+    if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != nl)
+        return seer_err_set(err, SEER_EPARSE, "%s/config.json: \"layer_types\" must be a list of %d strings", m->dir, nl);
+    int i = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, lt) {
+        if (!cJSON_IsString(e))
+            return seer_err_set(err, SEER_EPARSE, "%s/config.json: \"layer_types\" must be a list of %d strings", m->dir,
+                                nl);
+        if (strcmp(e->valuestring, "sliding_attention") == 0) {
+            if (sliding_window <= 0)
+                return seer_err_set(err, SEER_EPARSE,
+                                    "%s/config.json: layer %d is \"sliding_attention\" but no sliding_window is set",
+                                    m->dir, i);
+            window[i] = sliding_window;
+        } else if (strcmp(e->valuestring, "full_attention") == 0) {
+            window[i] = 0;
+        } else {
+            return seer_err_set(err, SEER_EPARSE,
+                                "%s/config.json: layer_types[%d] is \"%s\" (supported: full_attention, sliding_attention)",
+                                m->dir, i, e->valuestring);
+        }
+        i++;
+    }
+    return 1;
+}
+
+int seer_decoder_qwen_windows(seer_model_t *m, int *window, seer_err_t *err) {
+    const cJSON *j = m->config_json;
+    int nl = m->cfg.num_layers;
+    memset(window, 0, (size_t)nl * sizeof *window);
+    const cJSON *use = cJSON_GetObjectItemCaseSensitive(j, "use_sliding_window");
+    if (use && !cJSON_IsNull(use) && !cJSON_IsBool(use))
+        return seer_err_set(err, SEER_EPARSE, "%s/config.json: \"use_sliding_window\" must be true or false", m->dir);
+    int sw = cJSON_IsTrue(use) ? m->cfg.sliding_window : 0;
+    int rc = seer_decoder_layer_types(m, window, sw, err);
+    if (rc != 0) return rc < 0 ? rc : 0;
+    if (sw <= 0) return 0;
+    int mwl = 28;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "max_window_layers");
+    if (v && !cJSON_IsNull(v)) {
+        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble != floor(v->valuedouble))
+            return seer_err_set(err, SEER_EPARSE, "%s/config.json: \"max_window_layers\" must be a non-negative integer",
+                                m->dir);
+        mwl = v->valuedouble > nl ? nl : (int)v->valuedouble;
+    }
+    for (int i = mwl; i < nl; i++) window[i] = sw;
+    return 0;
+}
+
+static int llama_bind(seer_model_t *m, seer_err_t *err) {
+    seer_decoder_opts_t o = {.qkv_bias = m->cfg.attention_bias, .o_bias = m->cfg.attention_bias};
+    return seer_decoder_bind(m, &o, err);
 }
 
 /* transformers' inverse frequencies for the configured rope scaling, in f32. */
@@ -99,7 +192,7 @@ typedef struct {
     const float *kc, *vc; /* this layer's cache: [max][kvd] */
     float *out;          /* [n][H*hd] */
     float *scratch;      /* [threads][max_len] */
-    int n, start, max_len;
+    int n, start, max_len, window;
 } attn_job;
 
 static void attn_chunk(void *ctx, size_t begin, size_t end, int thread) {
@@ -114,7 +207,7 @@ static void attn_chunk(void *ctx, size_t begin, size_t end, int thread) {
         const float *q = j->q + (size_t)t * H * hd + (size_t)h * hd;
         int kvh = h / group;
         int first = 0;
-        if (c->sliding_window > 0 && pos - c->sliding_window + 1 > 0) first = pos - c->sliding_window + 1;
+        if (j->window > 0 && pos - j->window + 1 > 0) first = pos - j->window + 1; /* pos - p < window */
         float mx = -INFINITY;
         for (int p = first; p <= pos; p++) {
             float s = seer_k_dot(q, j->kc + (size_t)p * kvd + (size_t)kvh * hd, hd) * scale;
@@ -137,9 +230,10 @@ static void attn_chunk(void *ctx, size_t begin, size_t end, int thread) {
     }
 }
 
-static int llama_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens, int n, float *logits,
+int seer_decoder_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens, int n, float *logits,
                          int all_logits, float *hidden, seer_err_t *err) {
     const seer_model_config_t *c = &m->cfg;
+    const decoder_state *st = m->arch_state;
     int D = c->hidden_size, I = c->intermediate_size, H = c->num_heads, hd = c->head_dim;
     int qd = H * hd, kvd = c->num_kv_heads * hd, half = hd / 2;
     int start = kv->len;
@@ -171,6 +265,10 @@ static int llama_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *to
         seer_k_linear(m->pool, q, xb, n, &L->q, &L->q_bias);
         seer_k_linear(m->pool, k, xb, n, &L->k, &L->k_bias);
         seer_k_linear(m->pool, v, xb, n, &L->v, &L->v_bias);
+        if (st->o.qk_norm) { /* per head, before RoPE */
+            seer_k_rmsnorm(q, q, n * H, hd, &st->q_norm[l], c->rms_norm_eps, 0);
+            seer_k_rmsnorm(k, k, n * c->num_kv_heads, hd, &st->k_norm[l], c->rms_norm_eps, 0);
+        }
         for (int t = 0; t < n; t++) {
             rope_apply(q + (size_t)t * qd, H, hd, cs + (size_t)t * half, sn + (size_t)t * half);
             rope_apply(k + (size_t)t * kvd, c->num_kv_heads, hd, cs + (size_t)t * half, sn + (size_t)t * half);
@@ -178,7 +276,7 @@ static int llama_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *to
         memcpy(kc + (size_t)start * kvd, k, nf * kvd * sizeof(float));
         memcpy(vc + (size_t)start * kvd, v, nf * kvd * sizeof(float));
         attn_job aj = {.c = c, .q = q, .kc = kc, .vc = vc, .out = att, .scratch = scratch, .n = n, .start = start,
-                       .max_len = kv->max_tokens};
+                       .max_len = kv->max_tokens, .window = st->window[l]};
         seer_pool_for(m->pool, nf * (size_t)H, 4, attn_chunk, &aj);
         seer_k_linear(m->pool, xb, att, n, &L->o, &L->o_bias);
         for (size_t i = 0; i < nf * D; i++) x[i] += xb[i];
@@ -202,4 +300,4 @@ static int llama_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *to
     return 0;
 }
 
-const seer_arch_t seer_arch_llama = {"llama", llama_bind, llama_forward};
+const seer_arch_t seer_arch_llama = {"llama", llama_bind, seer_decoder_forward};

@@ -1,0 +1,37 @@
+/* The Llama-family decoder shared by llama.c, mistral.c, qwen2.c and qwen3.c: pre-norm
+ * RMSNorm blocks, rotary attention (GQA) and a SwiGLU MLP. The architectures differ only in the
+ * options below, which their bind functions pass to seer_decoder_bind. Private to
+ * engine/model. */
+#ifndef SEER_LLAMA_FAMILY_H
+#define SEER_LLAMA_FAMILY_H
+
+#include "model_private.h"
+
+typedef struct seer_decoder_opts {
+    int qkv_bias; /* q_proj/k_proj/v_proj have biases */
+    int o_bias;   /* o_proj has a bias */
+    int qk_norm;  /* Qwen3: RMSNorm over each head of q and k (weights [head_dim]) before RoPE */
+    /* Per-layer sliding window (num_layers entries; 0: full causal attention), or NULL for full
+     * attention everywhere. A query at position p sees keys k with p - k < window, as
+     * transformers' sliding_window_overlay (kv_idx > q_idx - sliding_window). */
+    const int *window;
+} seer_decoder_opts_t;
+
+/* Binds the weights named model.embed_tokens, model.layers.N.{input_layernorm, self_attn.
+ * {q,k,v,o}_proj[, q_norm, k_norm], post_attention_layernorm, mlp.{gate,up,down}_proj},
+ * model.norm and lm_head (tied when config.json says so), reporting all missing tensors at
+ * once; keeps the options in m->arch_state. */
+int seer_decoder_bind(seer_model_t *m, const seer_decoder_opts_t *o, seer_err_t *err);
+int seer_decoder_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens, int n, float *logits,
+                         int all_logits, float *hidden, seer_err_t *err);
+
+/* config.json's "layer_types" ("sliding_attention" / "full_attention"...) into window[]:
+ * sliding layers get `sliding_window`, the rest 0. Returns 1 when the field is present, 0 when
+ * it is absent, < 0 on a malformed list. */
+int seer_decoder_layer_types(seer_model_t *m, int *window, int sliding_window, seer_err_t *err);
+
+/* Qwen2/Qwen3 windows: none unless "use_sliding_window" is true; then "layer_types" when given,
+ * else sliding_window on layers >= "max_window_layers" (default 28), as their configs derive it. */
+int seer_decoder_qwen_windows(seer_model_t *m, int *window, seer_err_t *err);
+
+#endif
