@@ -1,0 +1,17 @@
+/* The Gemma family (gemma.c, gemma2.c, gemma3.c) shares one forward pass: embeddings scaled
+ * by sqrt(hidden_size) (rounded to the weight dtype, as transformers does), (1 + w) RMSNorm,
+ * rotary embeddings (rotate_half), grouped-query attention, a GeGLU MLP. Gemma 2 adds
+ * sandwich norms (post-attention, pre- and post-feedforward), query_pre_attn_scalar, attention
+ * and final logit soft-capping and sliding-window layers; Gemma 3 adds q/k norms and a RoPE
+ * base per layer type. */
+#ifndef SEER_MODEL_GEMMA_COMMON_H
+#define SEER_MODEL_GEMMA_COMMON_H
+
+#include "model_private.h"
+
+/* version: 1 (gemma), 2 (gemma2), 3 (gemma3_text). */
+int seer_gemma_bind(seer_model_t *m, int version, seer_err_t *err);
+int seer_gemma_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens, int n, float *logits,
+                       int all_logits, float *hidden, seer_err_t *err);
+
+#endif
