@@ -64,19 +64,51 @@ printf '  seer.json         encode %7s ms  decode %7s ms\n' "$se" "$sd"
 printf '  python json       encode %7s ms  decode %7s ms\n' "$pe" "$pd"
 printf '  python/seer       encode %sx    decode %sx\n' "$(ratio "$se" "$pe")" "$(ratio "$sd" "$pd")"
 
-# Model: seer vs transformers (eager, fp32) on the same checkpoint, same thread count, same
-# workload (prefill of a 256-token prompt, best of 3; 128 greedy new tokens; load time).
+# Model: seer vs transformers (eager) on the same checkpoint, same thread count, same workload
+# (prefill of a PREFILL-token prompt, best of BENCH_REPEAT; DECODE greedy new tokens; load time).
 VENV_PY=${VENV_PY:-.venv/bin/python}
-MODEL=${MODEL:-tests/fixtures/models/stories260K}
-for threads in ${BENCH_THREADS:-1 2}; do
-  echo "== model $(basename "$MODEL"), $threads thread(s): load ms, prefill tok/s (256), decode tok/s (128)"
-  read -r sl sp sd sn < <(SEER_THREADS=$threads "$SEER" tests/bench/model_seer.lua "$MODEL" "$threads" 256 128)
+have_peer() { "$VENV_PY" -c 'import torch, transformers' 2>/dev/null; }
+BW=$("$SEER" tests/bench/bandwidth.lua)
+echo "== memory: copy bandwidth ${BW} GB/s (memcpy, one thread, read + write)"
+
+bench_model() { # model_dir threads prefill decode
+  local model=$1 threads=$2 prefill=$3 decode=$4
+  local bytes
+  bytes=$("$SEER" -e 'local m = seer.model.load(arg[1], {tokenizer = false}) io.write(string.format("%d", m.config.weight_bytes))' "$model")
+  echo "== $(basename "$(dirname "$model")")/$(basename "$model"), $threads thread(s): load ms, prefill tok/s ($prefill), decode tok/s ($decode)"
+  read -r sl sp sd _ < <(SEER_THREADS=$threads "$SEER" tests/bench/model_seer.lua "$model" "$threads" "$prefill" "$decode")
   printf '  seer              load %8s ms  prefill %9s tok/s  decode %9s tok/s\n' "$sl" "$sp" "$sd"
-  if "$VENV_PY" -c 'import torch, transformers' 2>/dev/null; then
-    read -r tl tp td < <(OMP_NUM_THREADS=$threads "$VENV_PY" tests/bench/model_peer.py "$MODEL" "$threads" 256 128 2>/dev/null)
+  local bound
+  bound=$(awk -v bw="$BW" -v b="$bytes" 'BEGIN { printf "%.1f", bw * 1e9 / b }')
+  printf '  decode bound      %s tok/s (%.0f MB of weights per token); seer at %s%% of it\n' "$bound" \
+    "$(awk -v b="$bytes" 'BEGIN { print b / 1e6 }')" "$(awk -v s="$sd" -v b="$bound" 'BEGIN { printf "%.0f", 100 * s / b }')"
+  if have_peer; then
+    read -r tl tp td < <(OMP_NUM_THREADS=$threads "$VENV_PY" tests/bench/model_peer.py "$model" "$threads" "$prefill" "$decode" 2>/dev/null)
     printf '  transformers      load %8s ms  prefill %9s tok/s  decode %9s tok/s\n' "$tl" "$tp" "$td"
-    printf '  seer/transformers load %sx faster, prefill %sx, decode %sx\n' "$(ratio "$sl" "$tl")" "$(ratio "$tp" "$sp")" "$(ratio "$td" "$sd")"
+    printf '  seer vs transformers: load %sx faster, prefill %sx, decode %sx\n' "$(ratio "$sl" "$tl")" "$(ratio "$tp" "$sp")" "$(ratio "$td" "$sd")"
   else
     echo "  transformers peer skipped: no torch/transformers in $VENV_PY (run: make bench-setup)"
   fi
+}
+
+for threads in ${BENCH_THREADS:-1 2}; do
+  bench_model tests/fixtures/models/stories260K "$threads" 256 128
 done
+
+# The ~0.5B Llama-shaped random model, f32 and bf16 (generated once into build/bench).
+LARGE=build/bench/llama-0.5b
+if [[ ! -d $LARGE/bf16 ]] && have_peer; then
+  echo "== generating $LARGE (once)"
+  "$VENV_PY" tests/bench/make_model.py "$LARGE" >/dev/null 2>&1
+fi
+if [[ -d $LARGE/bf16 && ${BENCH_LARGE:-1} == 1 ]]; then
+  for dtype in f32 bf16; do
+    BENCH_REPEAT=1 bench_model "$LARGE/$dtype" "$(nproc)" 512 "${LARGE_DECODE:-128}"
+    rss=$(/usr/bin/time -f %M "$SEER" -e 'local m = seer.model.load(arg[1], {tokenizer = false}) m:generate({1, 2, 3}, {max_new_tokens = 4}) io.stderr:write(string.format("%d\n", m.config.weight_bytes))' "$LARGE/$dtype" 2>&1 >/dev/null | tail -2 | tr '\n' ' ')
+    read -r wbytes kb <<<"$rss"
+    printf '  peak resident     %.0f MB for %.0f MB of weights (%.2fx)\n' "$(awk -v k="$kb" 'BEGIN { print k / 1024 * 1.048576 }')" \
+      "$(awk -v b="$wbytes" 'BEGIN { print b / 1e6 }')" "$(awk -v k="$kb" -v b="$wbytes" 'BEGIN { print k * 1024 / b }')"
+  done
+else
+  echo "== 0.5B model skipped (needs make bench-setup to generate it; BENCH_LARGE=0 skips it)"
+fi
