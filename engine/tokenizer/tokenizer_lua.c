@@ -1,0 +1,182 @@
+/* Lua bindings of the tokenizer (module seer.core.tokenizer): a tokenizer is a userdata with
+ * __gc; ids cross as Lua arrays of integers (0-based ids, as in Hugging Face). The documented
+ * API is lua/seer/tokenizer.lua. */
+#include "tokenizer.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <lauxlib.h>
+#include <lua.h>
+
+#define TOK_MT "seer.tokenizer"
+
+typedef struct {
+    seer_tokenizer_t *tok;
+} ud_t;
+
+static seer_tokenizer_t *check(lua_State *L) {
+    ud_t *u = luaL_checkudata(L, 1, TOK_MT);
+    if (!u->tok) luaL_error(L, "tokenizer has been freed");
+    return u->tok;
+}
+
+static int push_new(lua_State *L, seer_tokenizer_t *tok) {
+    ud_t *u = lua_newuserdata(L, sizeof *u);
+    u->tok = tok;
+    luaL_getmetatable(L, TOK_MT);
+    lua_setmetatable(L, -2);
+    return 1;
+}
+
+static int l_load_file(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    seer_err_t err;
+    seer_tokenizer_t *tok;
+    if (seer_tokenizer_load_file(&tok, path, &err) < 0) return luaL_error(L, "%s", err.msg);
+    return push_new(L, tok);
+}
+
+static int l_load_json(lua_State *L) {
+    size_t len;
+    const char *text = luaL_checklstring(L, 1, &len);
+    const char *name = luaL_optstring(L, 2, "tokenizer.json");
+    seer_err_t err;
+    seer_tokenizer_t *tok;
+    if (seer_tokenizer_load_json(&tok, text, len, name, &err) < 0) return luaL_error(L, "%s", err.msg);
+    return push_new(L, tok);
+}
+
+static int l_load_gpt2(lua_State *L) {
+    const char *vocab = luaL_checkstring(L, 1), *merges = luaL_checkstring(L, 2);
+    seer_err_t err;
+    seer_tokenizer_t *tok;
+    if (seer_tokenizer_load_gpt2(&tok, vocab, merges, &err) < 0) return luaL_error(L, "%s", err.msg);
+    return push_new(L, tok);
+}
+
+static int l_gc(lua_State *L) {
+    ud_t *u = luaL_checkudata(L, 1, TOK_MT);
+    seer_tokenizer_free(u->tok);
+    u->tok = NULL;
+    return 0;
+}
+
+static int l_encode(lua_State *L) {
+    seer_tokenizer_t *tok = check(L);
+    size_t len;
+    const char *text = luaL_checklstring(L, 2, &len);
+    int add_special = lua_toboolean(L, 3);
+    int32_t *ids;
+    size_t n;
+    seer_err_t err;
+    if (seer_tokenizer_encode(tok, text, len, add_special, &ids, &n, &err) < 0) return luaL_error(L, "%s", err.msg);
+    lua_createtable(L, (int)n, 0);
+    for (size_t i = 0; i < n; i++) {
+        lua_pushinteger(L, ids[i]);
+        lua_rawseti(L, -2, (int)i + 1);
+    }
+    free(ids);
+    return 1;
+}
+
+static int l_decode(lua_State *L) {
+    seer_tokenizer_t *tok = check(L);
+    int skip = lua_toboolean(L, 3);
+    int32_t one, *ids = &one;
+    size_t n;
+    if (lua_isnumber(L, 2)) {
+        one = (int32_t)lua_tointeger(L, 2);
+        n = 1;
+    } else {
+        luaL_checktype(L, 2, LUA_TTABLE);
+        n = lua_objlen(L, 2);
+        ids = malloc((n + 1) * sizeof *ids);
+        if (!ids) return luaL_error(L, "tokenizer: out of memory");
+        for (size_t i = 0; i < n; i++) {
+            lua_rawgeti(L, 2, (int)i + 1);
+            lua_Number v = lua_tonumber(L, -1);
+            if (!lua_isnumber(L, -1) || v != (lua_Number)(int32_t)v) {
+                free(ids);
+                return luaL_error(L, "tokenizer: decode: ids[%d] is not an integer id", (int)i + 1);
+            }
+            ids[i] = (int32_t)v;
+            lua_pop(L, 1);
+        }
+    }
+    char *text;
+    size_t len;
+    seer_err_t err;
+    int rc = seer_tokenizer_decode(tok, ids, n, skip, &text, &len, &err);
+    if (ids != &one) free(ids);
+    if (rc < 0) return luaL_error(L, "%s", err.msg);
+    lua_pushlstring(L, text, len);
+    free(text);
+    return 1;
+}
+
+static int l_token_to_id(lua_State *L) {
+    seer_tokenizer_t *tok = check(L);
+    size_t len;
+    const char *s = luaL_checklstring(L, 2, &len);
+    int32_t id = seer_tokenizer_token_to_id(tok, s, len);
+    if (id < 0) lua_pushnil(L);
+    else lua_pushinteger(L, id);
+    return 1;
+}
+
+static int l_id_to_token(lua_State *L) {
+    seer_tokenizer_t *tok = check(L);
+    lua_Number v = luaL_checknumber(L, 2);
+    size_t len;
+    const char *s = v == (lua_Number)(int32_t)v ? seer_tokenizer_id_to_token(tok, (int32_t)v, &len) : NULL;
+    if (!s) lua_pushnil(L);
+    else lua_pushlstring(L, s, len);
+    return 1;
+}
+
+static int l_vocab_size(lua_State *L) {
+    lua_pushinteger(L, seer_tokenizer_vocab_size(check(L)));
+    return 1;
+}
+
+static int l_is_special(lua_State *L) {
+    seer_tokenizer_t *tok = check(L);
+    lua_pushboolean(L, seer_tokenizer_is_special(tok, (int32_t)luaL_checkinteger(L, 2)));
+    return 1;
+}
+
+static int l_byte_to_unicode(lua_State *L) {
+    lua_Integer b = luaL_checkinteger(L, 1);
+    luaL_argcheck(L, b >= 0 && b <= 255, 1, "a byte 0..255");
+    lua_pushinteger(L, seer_tokenizer_byte_to_unicode((uint8_t)b));
+    return 1;
+}
+
+int seer_tokenizer_luaopen(lua_State *L) {
+    static const luaL_Reg methods[] = {
+        {"encode", l_encode},           {"decode", l_decode},         {"token_to_id", l_token_to_id},
+        {"id_to_token", l_id_to_token}, {"vocab_size", l_vocab_size}, {"is_special", l_is_special},
+        {NULL, NULL},
+    };
+    static const luaL_Reg funcs[] = {
+        {"load_file", l_load_file},
+        {"load_json", l_load_json},
+        {"load_gpt2", l_load_gpt2},
+        {"byte_to_unicode", l_byte_to_unicode},
+        {NULL, NULL},
+    };
+    if (luaL_newmetatable(L, TOK_MT)) {
+        lua_newtable(L);
+        luaL_register(L, NULL, methods);
+        lua_setfield(L, -2, "__index");
+        lua_pushcfunction(L, l_gc);
+        lua_setfield(L, -2, "__gc");
+        lua_pushstring(L, "seer.tokenizer");
+        lua_setfield(L, -2, "__name");
+    }
+    lua_pop(L, 1);
+    lua_newtable(L);
+    luaL_register(L, NULL, funcs);
+    return 1;
+}
