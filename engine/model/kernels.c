@@ -96,12 +96,24 @@ __attribute__((target("avx2,fma,f16c"))) static void dot_rows_avx2(const seer_we
 
 typedef void (*dot_rows_fn)(const seer_weight_t *, int64_t, const float *, int, int64_t, float *);
 
+int seer_k_have_avx2(void) {
+#ifdef SEER_X86
+    static int v = -1;
+    if (v < 0) {
+        /* F16C is read from CPUID directly: clang 14's __builtin_cpu_supports does not know it. */
+        unsigned a, b, c, d;
+        int f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+        v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
+    }
+    return v;
+#else
+    return 0;
+#endif
+}
+
 static dot_rows_fn pick_dot_rows(void) {
 #ifdef SEER_X86
-    /* F16C is read from CPUID directly: clang 14's __builtin_cpu_supports does not know it. */
-    unsigned a, b, c, d;
-    int f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c) return dot_rows_avx2;
+    if (seer_k_have_avx2()) return dot_rows_avx2;
 #endif
     return dot_rows_generic;
 }

@@ -76,6 +76,8 @@ void seer_k_rmsnorm(float *y, const float *x, int n, int d, const seer_weight_t 
 void seer_k_embed_row(float *out, const seer_weight_t *table, int64_t row);
 void seer_k_silu_mul(float *gate, const float *up, size_t n); /* gate = silu(gate) * up */
 float seer_k_dot(const float *a, const float *b, int n);
+/* AVX2 + FMA + F16C available (checked once): the condition for every x86 SIMD path. */
+int seer_k_have_avx2(void);
 
 /* Architectures, one file each. All but llama are weak so an architecture file can be added
  * (or be absent) without touching the table in model.c. */

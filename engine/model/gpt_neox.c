@@ -1,0 +1,235 @@
+/* The GPT-NeoX architecture (transformers' GPTNeoXForCausalLM: Pythia, GPT-NeoX-20B):
+ * LayerNorm with bias, a fused query_key_value projection laid out per head as
+ * [heads][q|k|v][head_dim], partial rotary embeddings (rotate_half over the first rotary_ndims
+ * dims of each head), the parallel residual x + attn(ln1(x)) + mlp(ln2(x)) (or the sequential
+ * one), exact-erf GELU and a separate unembedding (embed_out). Reads transformers 5's
+ * rope_parameters {rope_theta, partial_rotary_factor} and transformers 4's rotary_pct /
+ * rotary_emb_base. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpt_common.h"
+
+typedef struct {
+    seer_weight_t ln1_w, ln1_b, qkv_w, qkv_b, dense_w, dense_b;
+    seer_weight_t ln2_w, ln2_b, up_w, up_b, down_w, down_b;
+} neox_layer;
+
+typedef struct {
+    neox_layer *layers;
+    seer_weight_t lnf_b;
+    seer_act_t act;
+    int parallel, rot; /* rot: rotary_ndims, even, <= head_dim */
+    float theta, linear_factor;
+} neox_state;
+
+static void neox_free(void *p) {
+    neox_state *s = p;
+    if (!s) return;
+    free(s->layers);
+    free(s);
+}
+
+/* A number from obj[key]; 0 when absent, an error when present and not a finite number. */
+static int get_num(const seer_model_t *m, const cJSON *obj, const char *key, double *out, int *found, seer_err_t *err) {
+    const cJSON *v = obj ? cJSON_GetObjectItemCaseSensitive(obj, key) : NULL;
+    *found = 0;
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+        return seer_err_set(err, SEER_EPARSE, "%s/config.json: \"%s\" must be a finite number", m->dir, key);
+    *out = v->valuedouble;
+    *found = 1;
+    return 0;
+}
+
+static int neox_rope_config(seer_model_t *m, neox_state *s, seer_err_t *err) {
+    const seer_model_config_t *c = &m->cfg;
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(m->config_json, "rope_parameters");
+    if (rp && !cJSON_IsObject(rp)) rp = NULL;
+    double pct = 0.25, theta = 10000.0; /* transformers' GPTNeoXConfig defaults */
+    int found, rc;
+    double v;
+    if ((rc = get_num(m, rp, "partial_rotary_factor", &v, &found, err)) < 0) return rc;
+    if (found) {
+        pct = v;
+    } else {
+        if ((rc = get_num(m, m->config_json, "rotary_pct", &v, &found, err)) < 0) return rc;
+        if (found) pct = v;
+    }
+    if ((rc = get_num(m, rp, "rope_theta", &v, &found, err)) < 0) return rc;
+    if (found) {
+        theta = v;
+    } else {
+        if ((rc = get_num(m, m->config_json, "rotary_emb_base", &v, &found, err)) < 0) return rc;
+        if (!found && (rc = get_num(m, m->config_json, "rope_theta", &v, &found, err)) < 0) return rc;
+        if (found) theta = v;
+    }
+    if (!(pct >= 0.0 && pct <= 1.0))
+        return seer_err_set(err, SEER_EPARSE, "%s/config.json: the partial rotary factor %g is outside [0, 1]", m->dir, pct);
+    if (!(theta > 0.0)) return seer_err_set(err, SEER_EPARSE, "%s/config.json: rope_theta %g must be positive", m->dir, theta);
+    s->rot = (int)(c->head_dim * pct); /* int(head_size * partial_rotary_factor), as transformers */
+    if (s->rot % 2 != 0)
+        return seer_err_set(err, SEER_EPARSE, "%s/config.json: rotary dims %d (head_dim %d x %g) must be even", m->dir,
+                            s->rot, c->head_dim, pct);
+    s->theta = (float)theta;
+    s->linear_factor = 1.0f;
+    if (c->rope_kind == SEER_ROPE_LINEAR) s->linear_factor = c->rope_factor;
+    else if (c->rope_kind != SEER_ROPE_DEFAULT)
+        return seer_err_set(err, SEER_EPARSE, "%s/config.json: gpt_neox supports the default and linear rope types only",
+                            m->dir);
+    return 0;
+}
+
+static int neox_bind(seer_model_t *m, seer_err_t *err) {
+    const seer_model_config_t *c = &m->cfg;
+    int64_t D = c->hidden_size, I = c->intermediate_size, V = c->vocab_size;
+    if (c->num_kv_heads != c->num_heads || (int64_t)c->num_heads * c->head_dim != D)
+        return seer_err_set(err, SEER_EPARSE,
+                            "%s/config.json: gpt_neox needs hidden_size (%lld) = num_attention_heads (%d) x head_dim "
+                            "(%d) and no grouped key/value heads",
+                            m->dir, (long long)D, c->num_heads, c->head_dim);
+    neox_state *s = calloc(1, sizeof *s);
+    if (!s) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+    m->arch_state = s;
+    m->arch_free = neox_free;
+    s->layers = calloc((size_t)c->num_layers, sizeof *s->layers);
+    if (!s->layers) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+    int rc, bias = 1, tie = 0;
+    if ((rc = seer_gpt_activation(m, "hidden_act", "gelu", &s->act, err)) < 0 ||
+        (rc = seer_gpt_bool(m, "use_parallel_residual", 1, &s->parallel, err)) < 0 ||
+        (rc = seer_gpt_bool(m, "attention_bias", 1, &bias, err)) < 0 ||
+        (rc = seer_gpt_bool(m, "tie_word_embeddings", 0, &tie, err)) < 0 || (rc = neox_rope_config(m, s, err)) < 0)
+        return rc;
+
+    char *missing = NULL;
+    char name[256];
+#define W(dst, rows, cols, opt, ...)                                                              \
+    do {                                                                                          \
+        snprintf(name, sizeof name, __VA_ARGS__);                                                 \
+        if ((rc = seer_model_weight(m, dst, name, rows, cols, opt, &missing, err)) < 0) goto out; \
+    } while (0)
+    W(&m->embed, V, D, 0, "gpt_neox.embed_in.weight");
+    W(&m->final_norm, D, 0, 0, "gpt_neox.final_layer_norm.weight");
+    W(&s->lnf_b, D, 0, 0, "gpt_neox.final_layer_norm.bias");
+    W(&m->lm_head, V, D, tie, "embed_out.weight");
+    for (int i = 0; i < c->num_layers; i++) {
+        neox_layer *l = &s->layers[i];
+        W(&l->ln1_w, D, 0, 0, "gpt_neox.layers.%d.input_layernorm.weight", i);
+        W(&l->ln1_b, D, 0, 0, "gpt_neox.layers.%d.input_layernorm.bias", i);
+        W(&l->qkv_w, 3 * D, D, 0, "gpt_neox.layers.%d.attention.query_key_value.weight", i);
+        W(&l->dense_w, D, D, 0, "gpt_neox.layers.%d.attention.dense.weight", i);
+        if (bias) {
+            W(&l->qkv_b, 3 * D, 0, 0, "gpt_neox.layers.%d.attention.query_key_value.bias", i);
+            W(&l->dense_b, D, 0, 0, "gpt_neox.layers.%d.attention.dense.bias", i);
+        }
+        W(&l->ln2_w, D, 0, 0, "gpt_neox.layers.%d.post_attention_layernorm.weight", i);
+        W(&l->ln2_b, D, 0, 0, "gpt_neox.layers.%d.post_attention_layernorm.bias", i);
+        W(&l->up_w, I, D, 0, "gpt_neox.layers.%d.mlp.dense_h_to_4h.weight", i);
+        W(&l->up_b, I, 0, 0, "gpt_neox.layers.%d.mlp.dense_h_to_4h.bias", i);
+        W(&l->down_w, D, I, 0, "gpt_neox.layers.%d.mlp.dense_4h_to_h.weight", i);
+        W(&l->down_b, D, 0, 0, "gpt_neox.layers.%d.mlp.dense_4h_to_h.bias", i);
+    }
+#undef W
+    if (!m->lm_head.data) m->lm_head = m->embed; /* tied: embed_out absent */
+    if (missing)
+        rc = seer_err_set(err, SEER_EPARSE, "%s: the checkpoint lacks tensors that config.json requires: %s", m->dir,
+                          missing);
+out:
+    free(missing);
+    return rc;
+}
+
+/* rotate_half over the first rot dims of each head: i pairs with i + rot/2. */
+static void rope_partial(float *x, int nheads, int hd, int rot, const float *cs, const float *sn) {
+    int half = rot / 2;
+    for (int h = 0; h < nheads; h++) {
+        float *v = x + (size_t)h * hd;
+        for (int i = 0; i < half; i++) {
+            float a = v[i], b = v[i + half];
+            v[i] = a * cs[i] - b * sn[i];
+            v[i + half] = b * cs[i] + a * sn[i];
+        }
+    }
+}
+
+static int neox_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens, int n, float *logits,
+                        int all_logits, float *hidden, seer_err_t *err) {
+    const seer_model_config_t *c = &m->cfg;
+    const neox_state *s = m->arch_state;
+    int D = c->hidden_size, I = c->intermediate_size, H = c->num_heads, hd = c->head_dim;
+    int half = s->rot / 2;
+    int start = kv->len;
+    int nthreads = seer_pool_threads(m->pool);
+    size_t nf = (size_t)n;
+    float *buf = malloc(sizeof(float) * (nf * (size_t)(8 * D + I) + (size_t)half * (1 + 2 * nf) +
+                                         (size_t)nthreads * (size_t)kv->max_tokens));
+    if (!buf) return seer_err_set(err, SEER_ENOMEM, "forward: out of memory for %d tokens", n);
+    float *x = buf, *xb = x + nf * D, *qkv = xb + nf * D, *q = qkv + nf * 3 * D, *att = q + nf * D, *ao = att + nf * D;
+    float *h = ao + nf * D, *inv = h + nf * I, *cs = inv + half, *sn = cs + nf * half, *scratch = sn + nf * half;
+
+    for (int i = 0; i < half; i++) {
+        float expo = (float)(2 * i) / (float)s->rot;
+        inv[i] = (float)(1.0 / pow((double)s->theta, (double)expo)) / s->linear_factor;
+    }
+    for (int t = 0; t < n; t++) {
+        float pos = (float)(start + t);
+        for (int i = 0; i < half; i++) {
+            float a = pos * inv[i];
+            cs[(size_t)t * half + i] = (float)cos((double)a);
+            sn[(size_t)t * half + i] = (float)sin((double)a);
+        }
+    }
+    for (int t = 0; t < n; t++) seer_k_embed_row(x + (size_t)t * D, &m->embed, tokens[t]);
+    if (hidden) memcpy(hidden, x, nf * D * sizeof(float));
+
+    for (int l = 0; l < c->num_layers; l++) {
+        const neox_layer *L = &s->layers[l];
+        float *kc = kv->k + (size_t)l * kv->max_tokens * D, *vc = kv->v + (size_t)l * kv->max_tokens * D;
+        seer_gpt_layernorm(xb, x, n, D, &L->ln1_w, &L->ln1_b, c->rms_norm_eps);
+        seer_k_linear(m->pool, qkv, xb, n, &L->qkv_w, &L->qkv_b);
+        for (int t = 0; t < n; t++) { /* [heads][q|k|v][hd] -> q, cache k, cache v */
+            const float *r = qkv + (size_t)t * 3 * D;
+            float *qt = q + (size_t)t * D, *kt = kc + (size_t)(start + t) * D, *vt = vc + (size_t)(start + t) * D;
+            for (int hh = 0; hh < H; hh++) {
+                const float *src = r + (size_t)hh * 3 * hd;
+                memcpy(qt + (size_t)hh * hd, src, (size_t)hd * sizeof(float));
+                memcpy(kt + (size_t)hh * hd, src + hd, (size_t)hd * sizeof(float));
+                memcpy(vt + (size_t)hh * hd, src + 2 * hd, (size_t)hd * sizeof(float));
+            }
+            if (half > 0) {
+                rope_partial(qt, H, hd, s->rot, cs + (size_t)t * half, sn + (size_t)t * half);
+                rope_partial(kt, H, hd, s->rot, cs + (size_t)t * half, sn + (size_t)t * half);
+            }
+        }
+        seer_gpt_attention(m->pool, q, kc, vc, att, scratch, n, start, kv->max_tokens, H, hd, 1.0f / sqrtf((float)hd));
+        seer_k_linear(m->pool, ao, att, n, &L->dense_w, &L->dense_b);
+
+        if (s->parallel) {
+            seer_gpt_layernorm(xb, x, n, D, &L->ln2_w, &L->ln2_b, c->rms_norm_eps);
+        } else {
+            for (size_t i = 0; i < nf * D; i++) x[i] = ao[i] + x[i];
+            seer_gpt_layernorm(xb, x, n, D, &L->ln2_w, &L->ln2_b, c->rms_norm_eps);
+        }
+        seer_k_linear(m->pool, h, xb, n, &L->up_w, &L->up_b);
+        seer_gpt_act(h, nf * I, s->act);
+        seer_k_linear(m->pool, xb, h, n, &L->down_w, &L->down_b);
+        if (s->parallel) /* mlp_output + attn_output + hidden_states, in transformers' order */
+            for (size_t i = 0; i < nf * D; i++) x[i] = (xb[i] + ao[i]) + x[i];
+        else
+            for (size_t i = 0; i < nf * D; i++) x[i] = xb[i] + x[i];
+        if (hidden) memcpy(hidden + (size_t)(l + 1) * nf * D, x, nf * D * sizeof(float));
+    }
+    kv->len = start + n;
+    if (logits) {
+        int rows = all_logits ? n : 1;
+        const float *src = all_logits ? x : x + (nf - 1) * D;
+        seer_gpt_layernorm(xb, src, rows, D, &m->final_norm, &s->lnf_b, c->rms_norm_eps);
+        seer_k_linear(m->pool, logits, xb, rows, &m->lm_head, NULL);
+    }
+    free(buf);
+    return 0;
+}
+
+const seer_arch_t seer_arch_gpt_neox = {"gpt_neox", neox_bind, neox_forward};
