@@ -1,5 +1,6 @@
--- The offline demo: what the engine can do today, end to end, in one script. It grows into a
--- full offline investigation (model, hooks, notebook, agent replay) as seer grows.
+-- The offline demo: what the engine can do today, end to end, in one script: JSON, a real
+-- model (load, stream a story, next-token distribution, the residual stream per layer). It
+-- grows into a full offline investigation (hooks, notebook, agent replay) as seer grows.
 local seer = require "seer"
 local json = seer.json
 
@@ -38,8 +39,33 @@ assert(#parsed == #rows and parsed[12345].token == "tok12345")
 print(("\n== %d rows, %.1f MB of JSON: encode %.1f ms, decode %.1f ms"):format(
   #rows, #big / 1e6, (t1 - t0) * 1000, (t2 - t1) * 1000))
 
+-- A real model: the 260K-parameter TinyStories Llama that ships with the tests.
+local model_dir = seer.script_dir() .. "/../../tests/fixtures/models/stories260K"
+local model = seer.model.load(model_dir)
+local tok = model.tokenizer
+print("\n== " .. tostring(model))
+local prompt = "Once upon a time"
+io.write("\n== greedy continuation, streamed\n" .. prompt)
+local t_gen = seer.now()
+local story = model:generate(prompt, { max_new_tokens = 60, stream = function(piece) io.write(piece) io.flush() end })
+print(("\n[%d tokens in %.1f ms]"):format(#story.ids, (seer.now() - t_gen) * 1000))
+
+-- What the model expects next, and how the residual stream grows layer by layer.
+local ids = tok:encode(prompt)
+local logits, hidden = model:forward(ids, { hidden_states = true })
+local probs = logits:select(1, -1):softmax()
+local values, indices = probs:topk(5)
+print("\n== next-token distribution after \"" .. prompt .. "\"")
+for i = 1, 5 do
+  print(("  %-12q %.3f"):format(tok:decode({ indices[i] }), values[i]))
+end
+print("\n== residual-stream norm at the last position, per layer")
+for i, h in ipairs(hidden) do
+  print(("  %-10s %7.3f"):format(i == 1 and "embed" or ("layer " .. (i - 2)), h:select(1, -1):norm()))
+end
+
 -- Results are written atomically next to the script's outputs.
 local out_dir = os.getenv("SEER_OUT") or "/tmp"
 local out = out_dir .. "/seer-hello-result.json"
-seer.write_file(out, json.encode({ ok = true, rows = #rows, bytes = #big }, { indent = 2 }) .. "\n")
+seer.write_file(out, json.encode({ ok = true, rows = #rows, bytes = #big, story = prompt .. story.text }, { indent = 2 }) .. "\n")
 print("\nwrote " .. out)

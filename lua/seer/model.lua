@@ -98,9 +98,11 @@ function M.load(path_or_id, opts)
     end
     dir = snap
   end
+  dir = require("seer.core.host").realpath(dir) or dir
   local ok, c = pcall(core.load, dir, opts.threads or 0)
   if not ok then fail(c, 2) end
   local m = setmetatable({ _c = c, path = dir, id = path_or_id, device = device }, Model)
+  if m.id:find("/%.%.?/") then m.id = dir end -- show a clean path rather than a/b/../c
   m.config = c:config()
   if opts.dtype and opts.dtype ~= m.config.dtype then
     fail(("seer.model.load: dtype '%s' requested but the weights are %s; converting at load time is not supported yet, load without dtype")
