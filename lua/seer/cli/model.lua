@@ -78,8 +78,19 @@ local function generate(args)
   local out = model:generate(prompt, opts)
   local t2 = seer.now()
   io.write("\n")
+  io.stdout:flush()
   io.stderr:write(("[%d prompt + %d new tokens; load %.1f ms, generate %.1f ms, %.1f tokens/s]\n")
     :format(#out.prompt_ids, n, (t1 - t0) * 1000, (t2 - t1) * 1000, n / math.max(t2 - t1, 1e-9)))
+end
+
+-- Errors from loading or generating are the user's problem to fix, not a bug: one line, no
+-- traceback, exit 1.
+local function run(fn, ...)
+  local ok, err = pcall(fn, ...)
+  if not ok then
+    io.stderr:write("seer model: ", (tostring(err):gsub("^[^:\n]+:%d+: ", "")), "\n")
+    os.exit(1)
+  end
 end
 
 function M.main(...)
@@ -87,9 +98,9 @@ function M.main(...)
   local sub = table.remove(args, 1)
   if sub == "info" then
     if not args[1] then die("info needs PATH\n\n" .. M.usage) end
-    info(args[1])
+    run(info, args[1])
   elseif sub == "generate" then
-    generate(args)
+    run(generate, args)
   elseif sub == nil or sub == "help" or sub == "--help" then
     io.write(M.usage)
   else

@@ -1,0 +1,52 @@
+"""`seer model info|generate` as a user runs them from the shell, on the real stories260K."""
+import json
+import os
+import unittest
+
+from seertest import ROOT, run
+
+MODEL = os.path.join(ROOT, "tests", "fixtures", "models", "stories260K")
+
+
+class ModelCliTest(unittest.TestCase):
+    def test_info(self):
+        r = run(["model", "info", MODEL])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("architecture:      LlamaForCausalLM (model_type llama)", r.stdout)
+        self.assertIn("parameters:        260,032", r.stdout)
+        self.assertIn("attention heads:   8 query, 4 key/value, head_dim 8", r.stdout)
+        self.assertIn("weights:           f32, 1.0 MiB", r.stdout)
+
+    def test_generate_greedy_matches_golden(self):
+        with open(os.path.join(MODEL, "golden", "golden.json")) as f:
+            golden = json.load(f)
+        r = run(["model", "generate", MODEL, golden["prompt"], "--max-new-tokens", "30"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        text = r.stdout.rstrip("\n")
+        self.assertTrue(golden["greedy_text_including_prompt"].startswith(text), text)
+        self.assertGreater(len(text), len(golden["prompt"]) + 40)
+        self.assertRegex(r.stderr, r"\[5 prompt \+ 30 new tokens; load [\d.]+ ms, generate [\d.]+ ms")
+
+    def test_generate_sampling_is_reproducible(self):
+        args = ["model", "generate", MODEL, "Once upon a time", "--temperature", "0.9", "--seed", "3",
+                "--max-new-tokens", "25"]
+        self.assertEqual(run(args).stdout, run(args).stdout)
+
+    def test_errors(self):
+        r = run(["model", "info", "/nonexistent/model"])
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.stderr.strip().splitlines()[0][:12], "seer model: ")
+        self.assertIn("/nonexistent/model is not a model directory", r.stderr)
+        self.assertNotIn("stack traceback", r.stderr)
+        r = run(["model", "generate", MODEL, "x", "--max-new-tokns", "3"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("unknown option '--max-new-tokns'", r.stderr)
+        r = run(["model", "frob"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("subcommands: info, generate", r.stderr)
+        r = run(["help", "model"])
+        self.assertIn("seer model generate PATH PROMPT", r.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
