@@ -90,7 +90,9 @@ bench: $(SEER_BIN)
 parity: $(SEER_BIN)
 	@d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && \
 	  .venv/bin/python tests/parity/generate.py "$$d" | grep -E '^(ok|FAIL)' && \
-	  SEER_PARITY_DIR="$$d" ./$(SEER_BIN) tests/lua/run.lua tests/lua/test_parity.lua
+	  .venv/bin/python tests/parity/tokenizer_goldens.py "$$d/tokenizers.json" && \
+	  SEER_PARITY_DIR="$$d" SEER_TOKENIZER_PARITY="$$d/tokenizers.json" ./$(SEER_BIN) tests/lua/run.lua \
+	    tests/lua/test_parity.lua tests/lua/test_tokenizer_parity.lua
 
 # Coverage-guided fuzzing (libFuzzer, with ASan + UBSan) of the parsers that take outside input:
 # each target runs FUZZ_SECONDS (default 600) from a seed corpus; findings go to build/fuzz/.
