@@ -9,7 +9,13 @@ local tensor = require "seer.tensor"
 local dir = os.getenv("SEER_PARITY_DIR") or (seer.script_dir() .. "/../parity/models")
 local names = {}
 local p = io.popen("ls '" .. dir .. "' 2>/dev/null")
-for n in p:lines() do names[#names + 1] = n end
+for n in p:lines() do
+  local f = io.open(dir .. "/" .. n .. "/config.json")
+  if f then
+    f:close()
+    names[#names + 1] = n
+  end
+end
 p:close()
 
 local supported = {}
