@@ -367,51 +367,6 @@ static void geglu(float *gate, const float *up, size_t n, int act) {
     }
 }
 
-typedef struct {
-    const seer_model_config_t *c;
-    const float *q;       /* [n][H*hd] */
-    const float *kc, *vc; /* this layer's cache: [max][kvd] */
-    float *out;           /* [n][H*hd] */
-    float *scratch;       /* [threads][max_len] */
-    int n, start, max_len, window;
-    float scale, softcap;
-} attn_job;
-
-static void attn_chunk(void *ctx, size_t begin, size_t end, int thread) {
-    attn_job *j = ctx;
-    const seer_model_config_t *c = j->c;
-    int H = c->num_heads, hd = c->head_dim, kvd = c->num_kv_heads * hd, group = H / c->num_kv_heads;
-    float *sc = j->scratch + (size_t)thread * (size_t)j->max_len;
-    for (size_t w = begin; w < end; w++) {
-        int t = (int)(w / (size_t)H), h = (int)(w % (size_t)H);
-        int pos = j->start + t;
-        const float *q = j->q + (size_t)t * H * hd + (size_t)h * hd;
-        int kvh = h / group;
-        int first = 0; /* transformers' sliding mask keeps key > pos - window */
-        if (j->window > 0 && pos - j->window + 1 > 0) first = pos - j->window + 1;
-        float mx = -INFINITY;
-        for (int p = first; p <= pos; p++) {
-            float s = seer_k_dot(q, j->kc + (size_t)p * kvd + (size_t)kvh * hd, hd) * j->scale;
-            if (j->softcap > 0.f) s = tanhf(s / j->softcap) * j->softcap;
-            sc[p] = s;
-            if (s > mx) mx = s;
-        }
-        float sum = 0.f;
-        for (int p = first; p <= pos; p++) {
-            sc[p] = expf(sc[p] - mx);
-            sum += sc[p];
-        }
-        float inv = 1.0f / sum;
-        float *o = j->out + (size_t)t * H * hd + (size_t)h * hd;
-        memset(o, 0, (size_t)hd * sizeof(float));
-        for (int p = first; p <= pos; p++) {
-            float a = sc[p] * inv;
-            const float *v = j->vc + (size_t)p * kvd + (size_t)kvh * hd;
-            for (int i = 0; i < hd; i++) o[i] += a * v[i];
-        }
-    }
-}
-
 int seer_gemma_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens, int n, float *logits,
                        int all_logits, float *hidden, seer_err_t *err) {
     const seer_model_config_t *c = &m->cfg;
@@ -468,10 +423,10 @@ int seer_gemma_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *toke
         }
         memcpy(kc + (size_t)start * kvd, k, nf * kvd * sizeof(float));
         memcpy(vc + (size_t)start * kvd, v, nf * kvd * sizeof(float));
-        attn_job aj = {.c = c, .q = q, .kc = kc, .vc = vc, .out = att, .scratch = scratch, .n = n, .start = start,
-                       .max_len = kv->max_tokens, .window = L->window, .scale = s->attn_scale,
-                       .softcap = s->attn_softcap};
-        seer_pool_for(m->pool, nf * (size_t)H, 4, attn_chunk, &aj);
+        seer_attn_params_t ap = {.q = q, .kc = kc, .vc = vc, .out = att, .scratch = scratch, .n = n, .start = start,
+                                 .max_len = kv->max_tokens, .H = H, .KH = KH, .hd = hd, .window = L->window,
+                                 .scale = s->attn_scale, .softcap = s->attn_softcap};
+        seer_k_attention(m->pool, &ap);
         seer_k_linear(m->pool, xb, att, n, &L->o, &L->o_bias);
         if (s->version > 1) seer_k_rmsnorm(xb, xb, n, D, &L->post_attn_norm, eps, 1);
         for (size_t i = 0; i < nf * D; i++) x[i] += xb[i];

@@ -186,46 +186,9 @@ void seer_gpt_linear_t(seer_pool_t *p, float *y, const float *x, int n, const se
 
 /* ---- attention ------------------------------------------------------------------------------ */
 
-typedef struct {
-    const float *q, *kc, *vc;
-    float *out, *scratch;
-    int n, start, max_len, H, hd;
-    float scale;
-} attn_job;
-
-static void attn_chunk(void *ctx, size_t begin, size_t end, int thread) {
-    const attn_job *j = ctx;
-    int H = j->H, hd = j->hd, dim = H * hd;
-    float *sc = j->scratch + (size_t)thread * (size_t)j->max_len;
-    for (size_t w = begin; w < end; w++) {
-        int t = (int)(w / (size_t)H), h = (int)(w % (size_t)H);
-        int pos = j->start + t;
-        const float *q = j->q + (size_t)t * dim + (size_t)h * hd;
-        float mx = -INFINITY;
-        for (int p = 0; p <= pos; p++) {
-            float s = seer_k_dot(q, j->kc + (size_t)p * dim + (size_t)h * hd, hd) * j->scale;
-            sc[p] = s;
-            if (s > mx) mx = s;
-        }
-        float sum = 0.f;
-        for (int p = 0; p <= pos; p++) {
-            sc[p] = expf(sc[p] - mx);
-            sum += sc[p];
-        }
-        float inv = 1.0f / sum;
-        float *o = j->out + (size_t)t * dim + (size_t)h * hd;
-        memset(o, 0, (size_t)hd * sizeof(float));
-        for (int p = 0; p <= pos; p++) {
-            float a = sc[p] * inv;
-            const float *v = j->vc + (size_t)p * dim + (size_t)h * hd;
-            for (int i = 0; i < hd; i++) o[i] += a * v[i];
-        }
-    }
-}
-
 void seer_gpt_attention(seer_pool_t *p, const float *q, const float *kc, const float *vc, float *out, float *scratch,
                         int n, int start, int max_len, int H, int hd, float scale) {
-    attn_job j = {.q = q, .kc = kc, .vc = vc, .out = out, .scratch = scratch, .n = n, .start = start,
-                  .max_len = max_len, .H = H, .hd = hd, .scale = scale};
-    seer_pool_for(p, (size_t)n * (size_t)H, 4, attn_chunk, &j);
+    seer_attn_params_t a = {.q = q, .kc = kc, .vc = vc, .out = out, .scratch = scratch, .n = n, .start = start,
+                            .max_len = max_len, .H = H, .KH = H, .hd = hd, .scale = scale};
+    seer_k_attention(p, &a);
 }

@@ -180,3 +180,41 @@ void seer_k_silu_mul(float *gate, const float *up, size_t n) {
         gate[i] = g / (1.0f + expf(-g)) * up[i];
     }
 }
+
+static void attention_chunk(void *ctx, size_t begin, size_t end, int thread) {
+    const seer_attn_params_t *a = ctx;
+    int H = a->H, hd = a->hd, qd = H * hd, kvd = a->KH * hd, group = H / a->KH;
+    float *sc = a->scratch + (size_t)thread * (size_t)a->max_len;
+    for (size_t w = begin; w < end; w++) {
+        int t = (int)(w / (size_t)H), h = (int)(w % (size_t)H);
+        int pos = a->start + t;
+        const float *q = a->q + (size_t)t * qd + (size_t)h * hd;
+        size_t kv_off = (size_t)(h / group) * (size_t)hd;
+        int first = 0;
+        if (a->window > 0 && pos - a->window + 1 > 0) first = pos - a->window + 1;
+        float mx = -INFINITY;
+        for (int p = first; p <= pos; p++) {
+            float s = seer_k_dot(q, a->kc + (size_t)p * kvd + kv_off, hd) * a->scale;
+            if (a->softcap > 0.f) s = tanhf(s / a->softcap) * a->softcap;
+            sc[p] = s;
+            if (s > mx) mx = s;
+        }
+        float sum = 0.f;
+        for (int p = first; p <= pos; p++) {
+            sc[p] = expf(sc[p] - mx);
+            sum += sc[p];
+        }
+        float inv = 1.0f / sum;
+        float *o = a->out + (size_t)t * qd + (size_t)h * hd;
+        memset(o, 0, (size_t)hd * sizeof(float));
+        for (int p = first; p <= pos; p++) {
+            float wgt = sc[p] * inv;
+            const float *v = a->vc + (size_t)p * kvd + kv_off;
+            for (int i = 0; i < hd; i++) o[i] += wgt * v[i];
+        }
+    }
+}
+
+void seer_k_attention(seer_pool_t *p, const seer_attn_params_t *a) {
+    seer_pool_for(p, (size_t)a->n * (size_t)a->H, 4, attention_chunk, (void *)a);
+}

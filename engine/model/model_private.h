@@ -76,6 +76,21 @@ void seer_k_rmsnorm(float *y, const float *x, int n, int d, const seer_weight_t 
 void seer_k_embed_row(float *out, const seer_weight_t *table, int64_t row);
 void seer_k_silu_mul(float *gate, const float *up, size_t n); /* gate = silu(gate) * up */
 float seer_k_dot(const float *a, const float *b, int n);
+/* Causal (optionally sliding-window, soft-capped) grouped-query attention for n new tokens at
+ * positions start .. start+n-1 over one layer's cache, which already holds their keys and
+ * values. Softmax in f32, as transformers' eager path. Shared by every architecture. */
+typedef struct seer_attn_params {
+    const float *q;       /* [n][H*hd] */
+    const float *kc, *vc; /* [max_len][KH*hd] */
+    float *out;           /* [n][H*hd] */
+    float *scratch;       /* [threads][max_len] */
+    int n, start, max_len;
+    int H, KH, hd;
+    int window;    /* 0: full causal; else a query at p sees keys k with p - k < window */
+    float scale;   /* multiplies q.k */
+    float softcap; /* 0: off; else scores become tanh(s / softcap) * softcap after scaling */
+} seer_attn_params_t;
+void seer_k_attention(seer_pool_t *p, const seer_attn_params_t *a);
 /* AVX2 + FMA + F16C available (checked once): the condition for every x86 SIMD path. */
 int seer_k_have_avx2(void);
 
