@@ -34,6 +34,22 @@ int seer_err_set(seer_err_t *err, int code, const char *fmt, ...)
 int seer_err_setv(seer_err_t *err, int code, const char *fmt, va_list ap);
 void seer_err_clear(seer_err_t *err);
 
+/* Writing a file so that a crash leaves the old file or the new one, never half of one: data
+ * goes to a temporary file beside the target; commit keeps the target's mode (new files get
+ * 0666 & ~umask), fsyncs, and renames it over the target. Every subsystem that saves user work
+ * (notebooks, transcripts, tensors, caches) writes through this. */
+typedef struct seer_atomic_file {
+    int fd;
+    char *tmp;
+    const char *path;
+} seer_atomic_file_t;
+
+int seer_atomic_open(seer_atomic_file_t *f, const char *path, seer_err_t *err);
+int seer_atomic_write(seer_atomic_file_t *f, const void *data, size_t n, seer_err_t *err);
+/* On failure the temporary file is removed and the target is untouched. */
+int seer_atomic_commit(seer_atomic_file_t *f, seer_err_t *err);
+void seer_atomic_abort(seer_atomic_file_t *f); /* removes the temporary file; safe to repeat */
+
 /* "0.1.0"; the build adds the git revision in seer_version_long(). */
 const char *seer_version(void);
 const char *seer_version_long(void);

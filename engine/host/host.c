@@ -342,50 +342,9 @@ int seer_host_run_file(seer_host_t *h, const char *path, int argc, char **argv, 
 /* ---- files ------------------------------------------------------------------------------- */
 
 int seer_host_write_file_atomic(const char *path, const void *data, size_t n, seer_err_t *err) {
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 32);
-    if (!tmp) return seer_err_set(err, SEER_ENOMEM, "out of memory");
-    snprintf(tmp, plen + 32, "%s.tmp.XXXXXX", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        int e = errno;
-        free(tmp);
-        return seer_err_set(err, SEER_EIO, "cannot write %s: %s", path, strerror(e));
-    }
-    const char *p = data;
-    size_t left = n;
-    int e = 0;
-    while (left > 0) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            e = errno;
-            break;
-        }
-        p += w;
-        left -= (size_t)w;
-    }
-    /* Keep the mode an existing file had; new files get the usual 0666 & ~umask. */
-    struct stat st;
-    if (!e) {
-        mode_t mode;
-        if (stat(path, &st) == 0) {
-            mode = st.st_mode & 07777;
-        } else {
-            mode_t um = umask(0);
-            umask(um);
-            mode = 0666 & ~um;
-        }
-        if (fchmod(fd, mode) != 0) e = errno;
-    }
-    if (!e && fsync(fd) != 0) e = errno;
-    if (close(fd) != 0 && !e) e = errno;
-    if (!e && rename(tmp, path) != 0) e = errno;
-    if (e) {
-        unlink(tmp);
-        free(tmp);
-        return seer_err_set(err, SEER_EIO, "cannot write %s: %s", path, strerror(e));
-    }
-    free(tmp);
-    return SEER_OK;
+    seer_atomic_file_t f;
+    int rc = seer_atomic_open(&f, path, err);
+    if (rc == 0) rc = seer_atomic_write(&f, data, n, err);
+    if (rc == 0) rc = seer_atomic_commit(&f, err);
+    return rc;
 }

@@ -307,20 +307,6 @@ const char *seer_st_path(const seer_st_file_t *f) { return f->path; }
 
 /* ---- writer ------------------------------------------------------------------------------- */
 
-static int write_all(int fd, const void *data, size_t n) {
-    const char *p = data;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n > (1u << 30) ? (1u << 30) : n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return errno;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 static int cmp_str_ptr(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
@@ -329,10 +315,9 @@ int seer_st_write(const char *path, const seer_st_tensor_in_t *tensors, size_t n
                   size_t n_meta, seer_err_t *err) {
     int rc = 0;
     cJSON *root = NULL;
-    char *json = NULL, *tmp = NULL;
+    char *json = NULL;
     const char **names = NULL;
     size_t *sizes = NULL;
-    int fd = -1;
     if (n > 0 && !tensors) return seer_err_set(err, SEER_EINVAL, "%s: tensors is NULL", path);
     names = malloc((n ? n : 1) * sizeof *names);
     sizes = malloc((n ? n : 1) * sizeof *sizes);
@@ -416,53 +401,19 @@ int seer_st_write(const char *path, const seer_st_tensor_in_t *tensors, size_t n
     size_t jlen = strlen(json);
     size_t padded = (jlen + 7) & ~(size_t)7;
 
-    size_t plen = strlen(path);
-    tmp = malloc(plen + 32);
-    if (!tmp) goto oom;
-    snprintf(tmp, plen + 32, "%s.tmp.XXXXXX", path);
-    fd = mkstemp(tmp);
-    if (fd < 0) {
-        int e = errno;
-        free(tmp);
-        tmp = NULL;
-        rc = seer_err_set(err, SEER_EIO, "cannot write %s: %s", path, strerror(e));
-        goto done;
-    }
+    seer_atomic_file_t af;
+    if ((rc = seer_atomic_open(&af, path, err)) < 0) goto done;
     unsigned char lenb[8];
     for (int i = 0; i < 8; i++) lenb[i] = (unsigned char)((uint64_t)padded >> (8 * i));
-    int e = write_all(fd, lenb, 8);
-    if (!e) e = write_all(fd, json, jlen);
-    if (!e && padded > jlen) e = write_all(fd, "        ", padded - jlen);
-    for (size_t i = 0; i < n && !e; i++) e = write_all(fd, tensors[i].data, sizes[i]);
-    if (!e) {
-        struct stat st;
-        mode_t mode;
-        if (stat(path, &st) == 0) {
-            mode = st.st_mode & 07777;
-        } else {
-            mode_t um = umask(0);
-            umask(um);
-            mode = 0666 & ~um;
-        }
-        if (fchmod(fd, mode) != 0) e = errno;
-    }
-    if (!e && fsync(fd) != 0) e = errno;
-    if (close(fd) != 0 && !e) e = errno;
-    fd = -1;
-    if (!e && rename(tmp, path) != 0) e = errno;
-    if (e) {
-        unlink(tmp);
-        rc = seer_err_set(err, SEER_EIO, "cannot write %s: %s", path, strerror(e));
-    }
+    rc = seer_atomic_write(&af, lenb, 8, err);
+    if (rc == 0) rc = seer_atomic_write(&af, json, jlen, err);
+    if (rc == 0 && padded > jlen) rc = seer_atomic_write(&af, "        ", padded - jlen, err);
+    for (size_t i = 0; i < n && rc == 0; i++) rc = seer_atomic_write(&af, tensors[i].data, sizes[i], err);
+    if (rc == 0) rc = seer_atomic_commit(&af, err);
     goto done;
 oom:
     rc = seer_err_set(err, SEER_ENOMEM, "%s: out of memory", path);
 done:
-    if (fd >= 0) {
-        close(fd);
-        unlink(tmp);
-    }
-    free(tmp);
     cJSON_free(json);
     cJSON_Delete(root);
     free(names);
