@@ -112,3 +112,30 @@ T.test("a hub id resolves through the Hugging Face cache layout", function()
   p:close()
   T.eq(out, repo .. "/snapshots/abc123 260032")
 end)
+
+T.test("a sharded checkpoint (model.safetensors.index.json) loads and gives the same logits", function()
+  local tensor = require "seer.tensor"
+  local d = T.tmpdir()
+  local all = tensor.load(root .. "/model.safetensors")
+  local names = {}
+  for name in pairs(all) do names[#names + 1] = name end
+  table.sort(names)
+  local shards, weight_map = { {}, {} }, {}
+  for i, name in ipairs(names) do
+    local s = i <= #names / 2 and 1 or 2
+    shards[s][name] = all[name]
+    weight_map[name] = ("model-%05d-of-00002.safetensors"):format(s)
+  end
+  tensor.save(d .. "/model-00001-of-00002.safetensors", shards[1])
+  tensor.save(d .. "/model-00002-of-00002.safetensors", shards[2])
+  seer.write_file(d .. "/model.safetensors.index.json", seer.json.encode({ metadata = { total_size = 1040128 }, weight_map = weight_map }))
+  seer.write_file(d .. "/config.json", seer.read_file(root .. "/config.json"))
+  local sharded = seer.model.load(d, { tokenizer = false })
+  T.eq(sharded.config.num_parameters, 260032)
+  local a = sharded:forward(golden.prompt_ids_with_bos)
+  local b = model:forward(golden.prompt_ids_with_bos)
+  T.eq((a - b):abs():max(), 0)
+  -- A shard that the index names but that is missing is an error naming it.
+  os.remove(d .. "/model-00002-of-00002.safetensors")
+  T.raises(function() seer.model.load(d, { tokenizer = false }) end, "model-00002-of-00002.safetensors", true)
+end)
