@@ -60,41 +60,55 @@ __attribute__((target("avx2,fma,f16c"))) static inline float hsum8(__m256 v) {
     return _mm_cvtss_f32(lo);
 }
 
-/* One row of W against up to 4 tokens: each W vector is loaded once and used 4 times. */
-__attribute__((target("avx2,fma,f16c"))) static void dot_rows_avx2(const seer_weight_t *w, int64_t row, const float *x,
-                                                              int ntok, int64_t in, float *out) {
-    size_t base = (size_t)row * (size_t)in;
-    int64_t n8 = in & ~(int64_t)7;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    const float *x0 = x, *x1 = x + in, *x2 = x + 2 * in, *x3 = x + 3 * in;
-    if (ntok == 4) {
-        for (int64_t i = 0; i < n8; i += 8) {
-            __m256 wv = load8(w, base + (size_t)i);
-            a0 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x0 + i), a0);
-            a1 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x1 + i), a1);
-            a2 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x2 + i), a2);
-            a3 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x3 + i), a3);
-        }
-        out[0] = hsum8(a0);
-        out[1] = hsum8(a1);
-        out[2] = hsum8(a2);
-        out[3] = hsum8(a3);
-    } else {
-        for (int t = 0; t < ntok; t++) {
-            const float *xt = x + (size_t)t * in;
-            __m256 acc = _mm256_setzero_ps();
-            for (int64_t i = 0; i < n8; i += 8) acc = _mm256_fmadd_ps(load8(w, base + (size_t)i), _mm256_loadu_ps(xt + i), acc);
-            out[t] = hsum8(acc);
-        }
+/* Four rows of W against NT tokens (NT = 1 or 2): each W vector is loaded once and used NT
+ * times, and 4 x NT independent accumulators keep the FMA units busy (one chain per row would
+ * stall on FMA latency, which is what limits a naive decode). rbase: element offsets of the
+ * four rows (a short tail block repeats its last row). out[t * 4 + k]. */
+#define SEER_DEF_BLOCK(NT)                                                                                   \
+    __attribute__((target("avx2,fma,f16c"))) static void block4x##NT(const seer_weight_t *w, const size_t *rbase, \
+                                                                     const float *x, int64_t in, float *out) { \
+        int64_t n8 = in & ~(int64_t)7;                                                                   \
+        __m256 acc[NT][4];                                                                               \
+        for (int t = 0; t < NT; t++)                                                                     \
+            for (int k = 0; k < 4; k++) acc[t][k] = _mm256_setzero_ps();                                 \
+        for (int64_t i = 0; i < n8; i += 8) {                                                            \
+            __m256 w0 = load8(w, rbase[0] + (size_t)i), w1 = load8(w, rbase[1] + (size_t)i);             \
+            __m256 w2 = load8(w, rbase[2] + (size_t)i), w3 = load8(w, rbase[3] + (size_t)i);             \
+            for (int t = 0; t < NT; t++) {                                                               \
+                __m256 xv = _mm256_loadu_ps(x + (size_t)t * (size_t)in + (size_t)i);                     \
+                acc[t][0] = _mm256_fmadd_ps(w0, xv, acc[t][0]);                                          \
+                acc[t][1] = _mm256_fmadd_ps(w1, xv, acc[t][1]);                                          \
+                acc[t][2] = _mm256_fmadd_ps(w2, xv, acc[t][2]);                                          \
+                acc[t][3] = _mm256_fmadd_ps(w3, xv, acc[t][3]);                                          \
+            }                                                                                            \
+        }                                                                                                \
+        for (int t = 0; t < NT; t++)                                                                     \
+            for (int k = 0; k < 4; k++) {                                                                \
+                float sum = hsum8(acc[t][k]);                                                            \
+                for (int64_t i = n8; i < in; i++) sum += load_w(w, rbase[k] + (size_t)i) * x[(size_t)t * (size_t)in + (size_t)i]; \
+                out[t * 4 + k] = sum;                                                                    \
+            }                                                                                            \
     }
-    for (int64_t i = n8; i < in; i++) { /* tail */
-        float wi = load_w(w, base + (size_t)i);
-        for (int t = 0; t < ntok; t++) out[t] += wi * x[(size_t)t * in + i];
+SEER_DEF_BLOCK(1)
+SEER_DEF_BLOCK(2)
+
+/* Rows [r, r + nr) (nr <= 4) against ntok tokens, written to y[t][r] (row stride out). */
+__attribute__((target("avx2,fma,f16c"))) static void rows_avx2(const seer_weight_t *w, int64_t r, int nr,
+                                                               const float *x, int ntok, float *y, int64_t out) {
+    int64_t in = w->cols;
+    size_t rbase[4];
+    for (int k = 0; k < 4; k++) rbase[k] = (size_t)(r + (k < nr ? k : nr - 1)) * (size_t)in;
+    float tmp[8];
+    for (int t = 0; t < ntok; t += 2) {
+        int nt = ntok - t >= 2 ? 2 : 1;
+        const float *xt = x + (size_t)t * (size_t)in;
+        if (nt == 2) block4x2(w, rbase, xt, in, tmp);
+        else block4x1(w, rbase, xt, in, tmp);
+        for (int u = 0; u < nt; u++)
+            for (int k = 0; k < nr; k++) y[(size_t)(t + u) * (size_t)out + (size_t)(r + k)] = tmp[u * 4 + k];
     }
 }
 #endif
-
-typedef void (*dot_rows_fn)(const seer_weight_t *, int64_t, const float *, int, int64_t, float *);
 
 int seer_k_have_avx2(void) {
 #ifdef SEER_X86
@@ -111,11 +125,14 @@ int seer_k_have_avx2(void) {
 #endif
 }
 
-static dot_rows_fn pick_dot_rows(void) {
-#ifdef SEER_X86
-    if (seer_k_have_avx2()) return dot_rows_avx2;
-#endif
-    return dot_rows_generic;
+static void rows_generic(const seer_weight_t *w, int64_t r, int nr, const float *x, int ntok, float *y, int64_t out) {
+    for (int k = 0; k < nr; k++) {
+        float tmp[1];
+        for (int t = 0; t < ntok; t++) {
+            dot_rows_generic(w, r + k, x + (size_t)t * (size_t)w->cols, 1, w->cols, tmp);
+            y[(size_t)t * (size_t)out + (size_t)(r + k)] = tmp[0];
+        }
+    }
 }
 
 typedef struct {
@@ -123,31 +140,34 @@ typedef struct {
     const float *x;
     int n;
     const seer_weight_t *w, *bias;
-    dot_rows_fn dot;
+    int simd;
 } linear_job;
 
 static void linear_chunk(void *ctx, size_t begin, size_t end, int thread) {
     (void)thread;
     linear_job *j = ctx;
-    int64_t in = j->w->cols, out = j->w->rows;
-    float tmp[4];
-    for (int t0 = 0; t0 < j->n; t0 += 4) {
-        int nt = j->n - t0 < 4 ? j->n - t0 : 4;
-        const float *xt = j->x + (size_t)t0 * in;
-        for (size_t r = begin; r < end; r++) {
-            j->dot(j->w, (int64_t)r, xt, nt, in, tmp);
-            float b = j->bias && j->bias->data ? load_w(j->bias, r) : 0.f;
-            for (int t = 0; t < nt; t++) j->y[(size_t)(t0 + t) * out + r] = tmp[t] + b;
-        }
+    int64_t out = j->w->rows;
+    for (size_t r = begin; r < end; r += 4) {
+        int nr = end - r >= 4 ? 4 : (int)(end - r);
+#ifdef SEER_X86
+        if (j->simd) rows_avx2(j->w, (int64_t)r, nr, j->x, j->n, j->y, out);
+        else
+#endif
+            rows_generic(j->w, (int64_t)r, nr, j->x, j->n, j->y, out);
     }
+    if (j->bias && j->bias->data)
+        for (int t = 0; t < j->n; t++)
+            for (size_t r = begin; r < end; r++) j->y[(size_t)t * (size_t)out + r] += load_w(j->bias, r);
 }
 
 void seer_k_linear(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias) {
-    static dot_rows_fn dot;
-    if (!dot) dot = pick_dot_rows();
-    linear_job j = {.y = y, .x = x, .n = n, .w = w, .bias = bias, .dot = dot};
-    /* Enough rows per chunk that a thread's share of W is worth waking it for. */
-    size_t min_rows = (size_t)(w->cols * n < 4096 ? 64 : 8);
+    if (n >= SEER_BLAS_MIN_TOKENS && seer_k_linear_blas(p, y, x, n, w, bias)) return;
+    linear_job j = {.y = y, .x = x, .n = n, .w = w, .bias = bias, .simd = seer_k_have_avx2()};
+    size_t per_row = (size_t)w->cols * (size_t)n;
+    size_t min_rows = per_row ? (SEER_PAR_WORK / 2 + per_row - 1) / per_row : 1;
+    if (min_rows < 4) min_rows = 4;
+    if ((size_t)w->rows * per_row < SEER_PAR_WORK) min_rows = (size_t)w->rows;
+    min_rows = (min_rows + 3) & ~(size_t)3; /* chunks of whole 4-row blocks */
     seer_pool_for(p, (size_t)w->rows, min_rows, linear_chunk, &j);
 }
 
@@ -216,5 +236,9 @@ static void attention_chunk(void *ctx, size_t begin, size_t end, int thread) {
 }
 
 void seer_k_attention(seer_pool_t *p, const seer_attn_params_t *a) {
-    seer_pool_for(p, (size_t)a->n * (size_t)a->H, 4, attention_chunk, (void *)a);
+    if (a->n >= SEER_BLAS_MIN_TOKENS && seer_k_attention_blas(p, a)) return;
+    /* One (token, head) item costs about 2 * keys * head_dim multiply-adds. */
+    size_t item = 2u * (size_t)(a->start + a->n) * (size_t)a->hd;
+    size_t min_items = item ? (SEER_PAR_WORK / 2 + item - 1) / item : 1;
+    seer_pool_for(p, (size_t)a->n * (size_t)a->H, min_items ? min_items : 1, attention_chunk, (void *)a);
 }

@@ -68,6 +68,13 @@ cJSON *seer_model_read_json(const char *path, seer_err_t *err);
 char *seer_model_read_text(const char *path, size_t *len, seer_err_t *err);
 
 /* ---- kernels (kernels.c) ---- */
+/* Below about this many multiply-adds a pool task is not worth waking a worker for (tiny models
+ * run fastest on one thread); every kernel sizes its chunks with it. */
+#define SEER_PAR_WORK (1u << 18)
+/* From this many tokens on, a linear layer goes through OpenBLAS sgemm (kernels_blas.c);
+ * returns 0 when it cannot (then the register-blocked kernel runs). */
+#define SEER_BLAS_MIN_TOKENS 16
+int seer_k_linear_blas(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias);
 /* y[n][out] = x[n][in] . W[out][in]^T (+ bias[out] when bias.data). */
 void seer_k_linear(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias);
 /* y[n][d] = x / rms(x) * w (w + 1 when one_plus: Gemma). y may alias x. */
@@ -91,6 +98,9 @@ typedef struct seer_attn_params {
     float softcap; /* 0: off; else scores become tanh(s / softcap) * softcap after scaling */
 } seer_attn_params_t;
 void seer_k_attention(seer_pool_t *p, const seer_attn_params_t *a);
+/* The same as two GEMMs per head (kernels_blas.c), used from SEER_BLAS_MIN_TOKENS query tokens
+ * on; returns 0 when it cannot (out of memory), and then the per-token kernel runs. */
+int seer_k_attention_blas(seer_pool_t *p, const seer_attn_params_t *a);
 /* AVX2 + FMA + F16C available (checked once): the condition for every x86 SIMD path. */
 int seer_k_have_avx2(void);
 

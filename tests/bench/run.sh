@@ -95,8 +95,8 @@ for threads in ${BENCH_THREADS:-1 2}; do
   bench_model tests/fixtures/models/stories260K "$threads" 256 128
 done
 
-# The ~0.5B Llama-shaped random model, f32 and bf16 (generated once into build/bench).
-LARGE=build/bench/llama-0.5b
+# The ~0.5B Llama-shaped random model, f32 and bf16 (generated once into .cache/bench).
+LARGE=.cache/bench/llama-0.5b   # outside build/ so make clean keeps it
 if [[ ! -d $LARGE/bf16 ]] && have_peer; then
   echo "== generating $LARGE (once)"
   "$VENV_PY" tests/bench/make_model.py "$LARGE" >/dev/null 2>&1

@@ -139,3 +139,12 @@ T.test("a sharded checkpoint (model.safetensors.index.json) loads and gives the 
   os.remove(d .. "/model-00002-of-00002.safetensors")
   T.raises(function() seer.model.load(d, { tokenizer = false }) end, "model-00002-of-00002.safetensors", true)
 end)
+
+T.test("logits are bit-identical whatever the thread count, on both kernel paths", function()
+  local one = seer.model.load(root, { threads = 1, tokenizer = false })
+  local two = seer.model.load(root, { threads = 2, tokenizer = false })
+  local long = {}
+  for i = 1, 40 do long[i] = (i * 37) % 500 + 3 end -- >= 16 tokens: the prefill GEMM path
+  T.eq((one:forward(long) - two:forward(long)):abs():max(), 0)
+  T.eq((one:forward({ 1, 2, 3 }) - two:forward({ 1, 2, 3 })):abs():max(), 0) -- the register-blocked path
+end)

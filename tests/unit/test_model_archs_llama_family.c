@@ -55,13 +55,15 @@ static void check_incremental(const char *name) {
         float d = fabsf(full[i] - step[i]);
         if (d > worst) worst = d;
     }
-    cr_expect(worst <= 1e-5f, "%s: incremental logits differ from the full forward by %g", name, worst);
+    /* The full forward runs the prefill GEMM path (OpenBLAS), the cached steps the register-blocked
+     * kernel: the same sums in a different order, so agreement is to the parity tolerance. */
+    cr_expect(worst <= 1e-4f, "%s: incremental logits differ from the full forward by %g", name, worst);
     /* The last-token-only path agrees with the all-logits path. */
     float *last = malloc(sizeof(float) * V);
     cr_assert(last);
     seer_kv_cache_truncate(kv, NTOK - 1);
     cr_assert_eq(seer_model_forward(m, kv, tok + NTOK - 1, 1, last, 0, &err), 0, "%s", err.msg);
-    for (int i = 0; i < V; i++) cr_expect(fabsf(last[i] - full[(size_t)(NTOK - 1) * V + i]) <= 1e-5f);
+    for (int i = 0; i < V; i++) cr_expect(fabsf(last[i] - full[(size_t)(NTOK - 1) * V + i]) <= 1e-4f);
     free(last);
     free(full);
     free(step);
