@@ -29,6 +29,18 @@ static void blas_load(void) {
     static const char *const libs[] = {"/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0",
                                        "libopenblas.so.0"};
     setenv("OPENBLAS_NUM_THREADS", "1", 1);
+    /* OpenBLAS 0.3.21 does not recognise some current Xeons (inside VMs too) and falls back to
+     * its SSE3 "Prescott" kernels, 4x slower here: name the core from what the CPU supports,
+     * unless the user chose one. */
+    if (!getenv("OPENBLAS_CORETYPE")) {
+#if defined(__x86_64__)
+        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+            setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
+        else if (seer_k_have_avx2())
+            setenv("OPENBLAS_CORETYPE", "Haswell", 1);
+#endif
+    }
     for (size_t i = 0; i < sizeof libs / sizeof libs[0] && !p_sgemm; i++) {
         void *h = dlopen(libs[i], RTLD_NOW | RTLD_LOCAL);
         if (!h) continue;
