@@ -291,11 +291,7 @@ int seer_gemma_bind(seer_model_t *m, int version, seer_err_t *err) {
     const cJSON *tie = jget(j, "tie_word_embeddings");
     int tied = !(tie && cJSON_IsFalse(tie));
 
-#define W(dst, rows, cols, opt, ...)                                                              \
-    do {                                                                                          \
-        snprintf(name, sizeof name, __VA_ARGS__);                                                 \
-        if ((rc = seer_model_weight(m, dst, name, rows, cols, opt, &missing, err)) < 0) goto out; \
-    } while (0)
+#define W SEER_BIND_WEIGHT
     W(&m->embed, V, D, 0, "model.embed_tokens.weight");
     W(&m->final_norm, D, 0, 0, "model.norm.weight");
     if (!tied) W(&m->lm_head, V, D, 0, "lm_head.weight");

@@ -64,11 +64,7 @@ static int gpt2_bind(seer_model_t *m, seer_err_t *err) {
     }
     char *missing = NULL;
     char name[256];
-#define W(dst, rows, cols, opt, fmt, ...)                                                          \
-    do {                                                                                           \
-        snprintf(name, sizeof name, "%s" fmt, pre, __VA_ARGS__);                                   \
-        if ((rc = seer_model_weight(m, dst, name, rows, cols, opt, &missing, err)) < 0) goto out; \
-    } while (0)
+#define W(dst, rows, cols, opt, fmt, ...) SEER_BIND_WEIGHT(dst, rows, cols, opt, "%s" fmt, pre, __VA_ARGS__)
     W(&m->embed, V, D, 0, "wte.weight%s", "");
     W(&s->wpe, P, D, 0, "wpe.weight%s", "");
     W(&m->final_norm, D, 0, 0, "ln_f.weight%s", "");

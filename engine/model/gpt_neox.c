@@ -105,11 +105,7 @@ static int neox_bind(seer_model_t *m, seer_err_t *err) {
 
     char *missing = NULL;
     char name[256];
-#define W(dst, rows, cols, opt, ...)                                                              \
-    do {                                                                                          \
-        snprintf(name, sizeof name, __VA_ARGS__);                                                 \
-        if ((rc = seer_model_weight(m, dst, name, rows, cols, opt, &missing, err)) < 0) goto out; \
-    } while (0)
+#define W SEER_BIND_WEIGHT
     W(&m->embed, V, D, 0, "gpt_neox.embed_in.weight");
     W(&m->final_norm, D, 0, 0, "gpt_neox.final_layer_norm.weight");
     W(&s->lnf_b, D, 0, 0, "gpt_neox.final_layer_norm.bias");

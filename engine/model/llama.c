@@ -47,11 +47,7 @@ int seer_decoder_bind(seer_model_t *m, const seer_decoder_opts_t *o, seer_err_t 
         return seer_err_set(err, SEER_ENOMEM, "out of memory");
     if (o->window) memcpy(st->window, o->window, (size_t)c->num_layers * sizeof *st->window);
     st->o.window = st->window;
-#define W(dst, rows, cols, opt, ...)                                                          \
-    do {                                                                                      \
-        snprintf(name, sizeof name, __VA_ARGS__);                                             \
-        if ((rc = seer_model_weight(m, dst, name, rows, cols, opt, &missing, err)) < 0) goto out; \
-    } while (0)
+#define W SEER_BIND_WEIGHT
     W(&m->embed, V, D, 0, "model.embed_tokens.weight");
     W(&m->final_norm, D, 0, 0, "model.norm.weight");
     W(&m->lm_head, V, D, c->tie_word_embeddings, "lm_head.weight");

@@ -63,6 +63,16 @@ struct seer_kv_cache {
 int seer_model_weight(struct seer_model *m, seer_weight_t *w, const char *name, int64_t rows, int64_t cols,
                       int optional, char **missing, seer_err_t *err);
 
+/* For an architecture's bind function, which has the locals m, err, rc, missing (char *) and
+ * name (a char array) and an `out:` label: looks up the weight whose name the printf-style
+ * arguments give, collecting missing ones, and jumps to out on a hard error. */
+#define SEER_BIND_WEIGHT(dst, rows, cols, optional, ...)                                                \
+    do {                                                                                             \
+        snprintf(name, sizeof name, __VA_ARGS__);                                                    \
+        if ((rc = seer_model_weight(m, (dst), name, (rows), (cols), (optional), &missing, err)) < 0) \
+            goto out;                                                                                \
+    } while (0)
+
 int seer_model_parse_config(seer_model_config_t *c, const char *dir, seer_err_t *err);
 cJSON *seer_model_read_json(const char *path, seer_err_t *err);
 char *seer_model_read_text(const char *path, size_t *len, seer_err_t *err);
