@@ -15,6 +15,7 @@
 
 #include "../json/json.h"
 #include "tokenizer_private.h"
+#include "unicode_norm.h"
 
 /* GPT-2's pre-tokenizer regex, used by the ByteLevel pre-tokenizer when use_regex is true. */
 static const char GPT2_PATTERN[] =
@@ -109,7 +110,7 @@ static int re_find_all(const tk_re_t *re, const char *s, size_t len, pcre2_match
 
 /* ---- components ---------------------------------------------------------------------------- */
 
-enum { N_SEQ, N_PREPEND, N_REPLACE, N_STRIP };
+enum { N_SEQ, N_PREPEND, N_REPLACE, N_STRIP, N_UNICODE };
 typedef struct norm {
     int type;
     struct norm **kids;
@@ -118,6 +119,7 @@ typedef struct norm {
     size_t alen, blen;
     tk_re_t *re;
     int left, right; /* Strip */
+    int form;        /* NFC/NFD/NFKC/NFKD: SEER_NFC... */
 } norm_t;
 
 enum { B_REMOVED, B_ISOLATED, B_MERGED_PREV, B_MERGED_NEXT, B_CONTIGUOUS };
@@ -410,7 +412,7 @@ static int jarray_kids(lctx_t *c, const cJSON *o, const char *key, const char *p
 
 /* ---- loading: normalizer ---------------------------------------------------------------------- */
 
-#define NORM_SUPPORTED "Sequence, Prepend, Replace, Strip"
+#define NORM_SUPPORTED "Sequence, Prepend, Replace, Strip, NFC, NFD, NFKC, NFKD"
 
 static int load_norm(lctx_t *c, const cJSON *j, const char *path, norm_t **out) {
     const char *type;
@@ -458,6 +460,16 @@ static int load_norm(lctx_t *c, const cJSON *j, const char *path, norm_t **out) 
         if ((rc = jbool(c, j, "strip_left", 1, path, &n->left))) return rc;
         return jbool(c, j, "strip_right", 1, path, &n->right);
     }
+    static const struct {
+        const char *name;
+        int form;
+    } forms[] = {{"NFC", SEER_NFC}, {"NFD", SEER_NFD}, {"NFKC", SEER_NFKC}, {"NFKD", SEER_NFKD}};
+    for (size_t i = 0; i < sizeof forms / sizeof *forms; i++)
+        if (!strcmp(type, forms[i].name)) {
+            n->type = N_UNICODE;
+            n->form = forms[i].form;
+            return 0;
+        }
     return unsupported(c, path, type, NORM_SUPPORTED);
 }
 
@@ -1237,6 +1249,16 @@ static void norm_apply(const norm_t *n, pcre2_match_data *md, const char *s, siz
         if (n->right)
             while (b > a && is_ws((unsigned char)s[b - 1])) b--;
         tk_buf_add(out, s + a, b - a);
+        return;
+    }
+    case N_UNICODE: {
+        char *o;
+        size_t olen;
+        int rc = seer_unicode_normalize(s, len, n->form, &o, &olen);
+        if (rc == -1) out->oom = 1;
+        else if (rc) tk_buf_add(out, s, len); /* not UTF-8: left as is */
+        else tk_buf_add(out, o, olen);
+        free(o);
         return;
     }
     }

@@ -214,8 +214,8 @@ T.test("errors: missing path, bad JSON, unknown component types", function()
     tokenizer.load(write("pt2.json", base:format(
       ', "pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "ByteLevel"}, {"type": "Bar"}]}')))
   end, "pre_tokenizer.pretokenizers[1] type 'Bar' is not supported", true)
-  T.raises(function() tokenizer.load(write("n.json", base:format(', "normalizer": {"type": "NFC"}'))) end,
-    "normalizer type 'NFC' is not supported", true)
+  T.raises(function() tokenizer.load(write("n.json", base:format(', "normalizer": {"type": "Lowercase"}'))) end,
+    "normalizer type 'Lowercase' is not supported", true)
   T.raises(function() tokenizer.load(write("d.json", base:format(', "decoder": {"type": "WordPiece"}'))) end,
     "decoder type 'WordPiece' is not supported", true)
   T.raises(function() tokenizer.load(write("p.json", base:format(', "post_processor": {"type": "Baz"}'))) end,
@@ -308,4 +308,22 @@ T.test("gpt2: long input without spaces does not rescan (heap merge)", function(
   local ids = tok:encode(text)
   T.ok(os.clock() - t0 < 2, "20,000 characters in one word took too long")
   T.eq(tok:decode(ids), text)
+end)
+
+T.test("normalizers NFC, NFD, NFKC, NFKD (alone and in a Sequence)", function()
+  local dir = T.tmpdir()
+  local function load(norm)
+    local path = dir .. "/t.json"
+    local f = assert(io.open(path, "wb"))
+    f:write(([[{"model": {"type": "BPE", "vocab": {"e": 0, "\u00e9": 1, "\u0301": 2, "f": 3, "i": 4, "\ufb01": 5},
+      "merges": []}, "normalizer": %s}]]):format(norm))
+    f:close()
+    return tokenizer.load(path)
+  end
+  T.eq(load([[{"type": "NFC"}]]):encode("e\u{301}\u{e9}"), { 1, 1 })
+  T.eq(load([[{"type": "NFD"}]]):encode("e\u{301}\u{e9}"), { 0, 2, 0, 2 })
+  T.eq(load([[{"type": "NFC"}]]):encode("\u{fb01}"), { 5 })
+  T.eq(load([[{"type": "NFKC"}]]):encode("\u{fb01}\u{e9}"), { 3, 4, 1 })
+  T.eq(load([[{"type": "NFKD"}]]):encode("\u{fb01}\u{e9}"), { 3, 4, 0, 2 })
+  T.eq(load([[{"type": "Sequence", "normalizers": [{"type": "NFD"}, {"type": "NFC"}]}]]):encode("e\u{301}"), { 1 })
 end)
