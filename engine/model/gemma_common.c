@@ -340,18 +340,6 @@ out:
 
 /* ---- forward ------------------------------------------------------------------------------- */
 
-static void rope_apply(float *x, int nheads, int hd, const float *cs, const float *sn) {
-    int half = hd / 2;
-    for (int h = 0; h < nheads; h++) {
-        float *v = x + (size_t)h * hd;
-        for (int i = 0; i < half; i++) {
-            float a = v[i], b = v[i + half];
-            v[i] = a * cs[i] - b * sn[i];
-            v[i + half] = b * cs[i] + a * sn[i];
-        }
-    }
-}
-
 /* gate = act(gate) * up. */
 static void geglu(float *gate, const float *up, size_t n, int act) {
     const float k0 = 0.7978845608028654f, k1 = 0.044715f; /* sqrt(2 / pi) */
@@ -384,15 +372,7 @@ int seer_gemma_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *toke
     sn[1] = cs[1] + nf * half;
     float *scratch = sn[1] + nf * half;
 
-    for (int r = 0; r < 2; r++)
-        for (int t = 0; t < n; t++) {
-            float pos = (float)(start + t);
-            for (int i = 0; i < half; i++) {
-                float a = pos * s->inv_freq[r][i]; /* f32 product, as transformers computes the angle */
-                cs[r][(size_t)t * half + i] = (float)cos((double)a);
-                sn[r][(size_t)t * half + i] = (float)sin((double)a);
-            }
-        }
+    for (int r = 0; r < 2; r++) seer_k_rope_table(s->inv_freq[r], half, start, n, cs[r], sn[r]);
     for (int t = 0; t < n; t++) {
         float *xt = x + (size_t)t * D;
         seer_k_embed_row(xt, &m->embed, tokens[t]);
@@ -414,8 +394,8 @@ int seer_gemma_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *toke
         }
         const float *lc = cs[L->rope], *ls = sn[L->rope];
         for (int t = 0; t < n; t++) {
-            rope_apply(q + (size_t)t * qd, H, hd, lc + (size_t)t * half, ls + (size_t)t * half);
-            rope_apply(k + (size_t)t * kvd, KH, hd, lc + (size_t)t * half, ls + (size_t)t * half);
+            seer_k_rope(q + (size_t)t * qd, H, hd, hd, lc + (size_t)t * half, ls + (size_t)t * half);
+            seer_k_rope(k + (size_t)t * kvd, KH, hd, hd, lc + (size_t)t * half, ls + (size_t)t * half);
         }
         memcpy(kc + (size_t)start * kvd, k, nf * kvd * sizeof(float));
         memcpy(vc + (size_t)start * kvd, v, nf * kvd * sizeof(float));

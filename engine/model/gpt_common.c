@@ -9,6 +9,7 @@
 #endif
 
 #include "gpt_common.h"
+#include "weight_load.h"
 
 int seer_gpt_activation(const seer_model_t *m, const char *key, const char *dflt, seer_act_t *act, seer_err_t *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(m->config_json, key);
@@ -50,14 +51,6 @@ void seer_gpt_act(float *x, size_t n, seer_act_t act) {
     }
 }
 
-static inline float load_w(const seer_weight_t *w, size_t i) {
-    switch (w->dtype) {
-    case SEER_BF16: return seer_bf16_to_f32(((const uint16_t *)w->data)[i]);
-    case SEER_F16: return seer_f16_to_f32(((const uint16_t *)w->data)[i]);
-    default: return ((const float *)w->data)[i];
-    }
-}
-
 void seer_gpt_layernorm(float *y, const float *x, int n, int d, const seer_weight_t *w, const seer_weight_t *b, float eps) {
     for (int t = 0; t < n; t++) {
         const float *xt = x + (size_t)t * d;
@@ -68,8 +61,8 @@ void seer_gpt_layernorm(float *y, const float *x, int n, int d, const seer_weigh
         for (int i = 0; i < d; i++) ss += ((double)xt[i] - mean) * ((double)xt[i] - mean);
         float rstd = 1.0f / sqrtf((float)(ss / d) + eps), mf = (float)mean;
         for (int i = 0; i < d; i++) {
-            float v = (xt[i] - mf) * rstd * load_w(w, (size_t)i);
-            yt[i] = b && b->data ? v + load_w(b, (size_t)i) : v;
+            float v = (xt[i] - mf) * rstd * seer_w_load(w, (size_t)i);
+            yt[i] = b && b->data ? v + seer_w_load(b, (size_t)i) : v;
         }
     }
 }
@@ -96,23 +89,12 @@ static void tlin_tile_generic(const tlin_job *j, int64_t c0, int64_t c1, int t0,
         for (int t = 0; t < nt; t++) {
             float xv = j->x[(size_t)(t0 + t) * in + i];
             float *yt = j->y + (size_t)(t0 + t) * out;
-            for (int64_t c = c0; c < c1; c++) yt[c] += xv * load_w(j->w, base + (size_t)c);
+            for (int64_t c = c0; c < c1; c++) yt[c] += xv * seer_w_load(j->w, base + (size_t)c);
         }
     }
 }
 
 #ifdef SEER_GPT_X86
-__attribute__((target("avx2,fma,f16c"))) static inline __m256 tl_load8(const seer_weight_t *w, size_t i) {
-    switch (w->dtype) {
-    case SEER_BF16: {
-        __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w->data + i));
-        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-    }
-    case SEER_F16: return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)w->data + i)));
-    default: return _mm256_loadu_ps((const float *)w->data + i);
-    }
-}
-
 /* The same with 8-wide FMA: each weight vector is loaded once per (up to) 4 tokens. */
 __attribute__((target("avx2,fma,f16c"))) static void tlin_tile_avx2(const tlin_job *j, int64_t c0, int64_t c1, int t0,
                                                                int nt) {
@@ -133,7 +115,7 @@ __attribute__((target("avx2,fma,f16c"))) static void tlin_tile_avx2(const tlin_j
         }
         if (nt == 4) {
             for (int64_t c = c0; c < c8; c += 8) {
-                __m256 wv = tl_load8(j->w, base + (size_t)c);
+                __m256 wv = seer_w_load8(j->w, base + (size_t)c);
                 _mm256_storeu_ps(y[0] + c, _mm256_fmadd_ps(wv, xv[0], _mm256_loadu_ps(y[0] + c)));
                 _mm256_storeu_ps(y[1] + c, _mm256_fmadd_ps(wv, xv[1], _mm256_loadu_ps(y[1] + c)));
                 _mm256_storeu_ps(y[2] + c, _mm256_fmadd_ps(wv, xv[2], _mm256_loadu_ps(y[2] + c)));
@@ -141,12 +123,12 @@ __attribute__((target("avx2,fma,f16c"))) static void tlin_tile_avx2(const tlin_j
             }
         } else {
             for (int64_t c = c0; c < c8; c += 8) {
-                __m256 wv = tl_load8(j->w, base + (size_t)c);
+                __m256 wv = seer_w_load8(j->w, base + (size_t)c);
                 for (int t = 0; t < nt; t++) _mm256_storeu_ps(y[t] + c, _mm256_fmadd_ps(wv, xv[t], _mm256_loadu_ps(y[t] + c)));
             }
         }
         for (int64_t c = c8; c < c1; c++) {
-            float wi = load_w(j->w, base + (size_t)c);
+            float wi = seer_w_load(j->w, base + (size_t)c);
             for (int t = 0; t < nt; t++) y[t][c] += xs[t] * wi;
         }
     }
@@ -172,7 +154,7 @@ static void tlin_chunk(void *ctx, size_t begin, size_t end, int thread) {
                 tlin_tile_generic(j, a, b, t0, nt);
             if (j->bias && j->bias->data)
                 for (int t = 0; t < nt; t++)
-                    for (int64_t c = a; c < b; c++) j->y[(size_t)(t0 + t) * out + c] += load_w(j->bias, (size_t)c);
+                    for (int64_t c = a; c < b; c++) j->y[(size_t)(t0 + t) * out + c] += seer_w_load(j->bias, (size_t)c);
         }
     }
 }

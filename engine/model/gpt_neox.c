@@ -137,19 +137,6 @@ out:
     return rc;
 }
 
-/* rotate_half over the first rot dims of each head: i pairs with i + rot/2. */
-static void rope_partial(float *x, int nheads, int hd, int rot, const float *cs, const float *sn) {
-    int half = rot / 2;
-    for (int h = 0; h < nheads; h++) {
-        float *v = x + (size_t)h * hd;
-        for (int i = 0; i < half; i++) {
-            float a = v[i], b = v[i + half];
-            v[i] = a * cs[i] - b * sn[i];
-            v[i + half] = b * cs[i] + a * sn[i];
-        }
-    }
-}
-
 static int neox_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens, int n, float *logits,
                         int all_logits, float *hidden, seer_err_t *err) {
     const seer_model_config_t *c = &m->cfg;
@@ -169,14 +156,7 @@ static int neox_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tok
         float expo = (float)(2 * i) / (float)s->rot;
         inv[i] = (float)(1.0 / pow((double)s->theta, (double)expo)) / s->linear_factor;
     }
-    for (int t = 0; t < n; t++) {
-        float pos = (float)(start + t);
-        for (int i = 0; i < half; i++) {
-            float a = pos * inv[i];
-            cs[(size_t)t * half + i] = (float)cos((double)a);
-            sn[(size_t)t * half + i] = (float)sin((double)a);
-        }
-    }
+    seer_k_rope_table(inv, half, start, n, cs, sn);
     for (int t = 0; t < n; t++) seer_k_embed_row(x + (size_t)t * D, &m->embed, tokens[t]);
     if (hidden) memcpy(hidden, x, nf * D * sizeof(float));
 
@@ -195,8 +175,8 @@ static int neox_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tok
                 memcpy(vt + (size_t)hh * hd, src + 2 * hd, (size_t)hd * sizeof(float));
             }
             if (half > 0) {
-                rope_partial(qt, H, hd, s->rot, cs + (size_t)t * half, sn + (size_t)t * half);
-                rope_partial(kt, H, hd, s->rot, cs + (size_t)t * half, sn + (size_t)t * half);
+                seer_k_rope(qt, H, hd, s->rot, cs + (size_t)t * half, sn + (size_t)t * half);
+                seer_k_rope(kt, H, hd, s->rot, cs + (size_t)t * half, sn + (size_t)t * half);
             }
         }
         seer_gpt_attention(m->pool, q, kc, vc, att, scratch, n, start, kv->max_tokens, H, hd, 1.0f / sqrtf((float)hd));

@@ -11,24 +11,16 @@
 #define SEER_X86 1
 #endif
 
-#include "model_private.h"
+#include "weight_load.h"
 
 /* ---- portable reference ------------------------------------------------------------------- */
-
-static inline float load_w(const seer_weight_t *w, size_t i) {
-    switch (w->dtype) {
-    case SEER_BF16: return seer_bf16_to_f32(((const uint16_t *)w->data)[i]);
-    case SEER_F16: return seer_f16_to_f32(((const uint16_t *)w->data)[i]);
-    default: return ((const float *)w->data)[i];
-    }
-}
 
 static void dot_rows_generic(const seer_weight_t *w, int64_t row, const float *x, int ntok, int64_t in, float *out) {
     for (int t = 0; t < ntok; t++) {
         const float *xt = x + (size_t)t * in;
         size_t base = (size_t)row * in;
         float acc = 0.f;
-        for (int64_t i = 0; i < in; i++) acc += load_w(w, base + i) * xt[i];
+        for (int64_t i = 0; i < in; i++) acc += seer_w_load(w, base + i) * xt[i];
         out[t] = acc;
     }
 }
@@ -41,17 +33,6 @@ float seer_k_dot(const float *a, const float *b, int n) {
 
 /* ---- AVX2 + FMA ------------------------------------------------------------------------------ */
 #ifdef SEER_X86
-__attribute__((target("avx2,fma,f16c"))) static inline __m256 load8(const seer_weight_t *w, size_t i) {
-    switch (w->dtype) {
-    case SEER_BF16: {
-        __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w->data + i));
-        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-    }
-    case SEER_F16: return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)w->data + i)));
-    default: return _mm256_loadu_ps((const float *)w->data + i);
-    }
-}
-
 __attribute__((target("avx2,fma,f16c"))) static inline float hsum8(__m256 v) {
     __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
     lo = _mm_add_ps(lo, hi);
@@ -72,8 +53,8 @@ __attribute__((target("avx2,fma,f16c"))) static inline float hsum8(__m256 v) {
         for (int t = 0; t < NT; t++)                                                                     \
             for (int k = 0; k < 4; k++) acc[t][k] = _mm256_setzero_ps();                                 \
         for (int64_t i = 0; i < n8; i += 8) {                                                            \
-            __m256 w0 = load8(w, rbase[0] + (size_t)i), w1 = load8(w, rbase[1] + (size_t)i);             \
-            __m256 w2 = load8(w, rbase[2] + (size_t)i), w3 = load8(w, rbase[3] + (size_t)i);             \
+            __m256 w0 = seer_w_load8(w, rbase[0] + (size_t)i), w1 = seer_w_load8(w, rbase[1] + (size_t)i);             \
+            __m256 w2 = seer_w_load8(w, rbase[2] + (size_t)i), w3 = seer_w_load8(w, rbase[3] + (size_t)i);             \
             for (int t = 0; t < NT; t++) {                                                               \
                 __m256 xv = _mm256_loadu_ps(x + (size_t)t * (size_t)in + (size_t)i);                     \
                 acc[t][0] = _mm256_fmadd_ps(w0, xv, acc[t][0]);                                          \
@@ -85,7 +66,7 @@ __attribute__((target("avx2,fma,f16c"))) static inline float hsum8(__m256 v) {
         for (int t = 0; t < NT; t++)                                                                     \
             for (int k = 0; k < 4; k++) {                                                                \
                 float sum = hsum8(acc[t][k]);                                                            \
-                for (int64_t i = n8; i < in; i++) sum += load_w(w, rbase[k] + (size_t)i) * x[(size_t)t * (size_t)in + (size_t)i]; \
+                for (int64_t i = n8; i < in; i++) sum += seer_w_load(w, rbase[k] + (size_t)i) * x[(size_t)t * (size_t)in + (size_t)i]; \
                 out[t * 4 + k] = sum;                                                                    \
             }                                                                                            \
     }
@@ -157,7 +138,7 @@ static void linear_chunk(void *ctx, size_t begin, size_t end, int thread) {
     }
     if (j->bias && j->bias->data)
         for (int t = 0; t < j->n; t++)
-            for (size_t r = begin; r < end; r++) j->y[(size_t)t * (size_t)out + r] += load_w(j->bias, r);
+            for (size_t r = begin; r < end; r++) j->y[(size_t)t * (size_t)out + r] += seer_w_load(j->bias, r);
 }
 
 void seer_k_linear(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias) {
@@ -179,7 +160,7 @@ void seer_k_rmsnorm(float *y, const float *x, int n, int d, const seer_weight_t 
         for (int i = 0; i < d; i++) ss += (double)xt[i] * xt[i];
         float inv = 1.0f / sqrtf((float)(ss / d) + eps);
         for (int i = 0; i < d; i++) {
-            float wi = load_w(w, (size_t)i);
+            float wi = seer_w_load(w, (size_t)i);
             yt[i] = (xt[i] * inv) * (one_plus ? 1.0f + wi : wi);
         }
     }
@@ -191,7 +172,7 @@ void seer_k_embed_row(float *out, const seer_weight_t *table, int64_t row) {
         memcpy(out, (const float *)table->data + base, (size_t)table->cols * sizeof(float));
         return;
     }
-    for (int64_t i = 0; i < table->cols; i++) out[i] = load_w(table, base + (size_t)i);
+    for (int64_t i = 0; i < table->cols; i++) out[i] = seer_w_load(table, base + (size_t)i);
 }
 
 void seer_k_silu_mul(float *gate, const float *up, size_t n) {
@@ -241,4 +222,27 @@ void seer_k_attention(seer_pool_t *p, const seer_attn_params_t *a) {
     size_t item = 2u * (size_t)(a->start + a->n) * (size_t)a->hd;
     size_t min_items = item ? (SEER_PAR_WORK / 2 + item - 1) / item : 1;
     seer_pool_for(p, (size_t)a->n * (size_t)a->H, min_items ? min_items : 1, attention_chunk, (void *)a);
+}
+
+void seer_k_rope_table(const float *inv, int half, int start, int n, float *cs, float *sn) {
+    for (int t = 0; t < n; t++) {
+        float pos = (float)(start + t);
+        for (int i = 0; i < half; i++) {
+            float a = pos * inv[i]; /* f32 product, as transformers computes the angle */
+            cs[(size_t)t * half + i] = (float)cos((double)a);
+            sn[(size_t)t * half + i] = (float)sin((double)a);
+        }
+    }
+}
+
+void seer_k_rope(float *x, int nheads, int hd, int rot, const float *cs, const float *sn) {
+    int half = rot / 2;
+    for (int h = 0; h < nheads; h++) {
+        float *v = x + (size_t)h * hd;
+        for (int i = 0; i < half; i++) {
+            float a = v[i], b = v[i + half];
+            v[i] = a * cs[i] - b * sn[i];
+            v[i + half] = b * cs[i] + a * sn[i];
+        }
+    }
 }

@@ -169,19 +169,6 @@ static void rope_inv_freq(const seer_model_config_t *c, float *inv) {
     }
 }
 
-/* x: [nheads][hd] for one token; cos/sin: [hd/2]. rotate_half pairs i with i + hd/2. */
-static void rope_apply(float *x, int nheads, int hd, const float *cs, const float *sn) {
-    int half = hd / 2;
-    for (int h = 0; h < nheads; h++) {
-        float *v = x + (size_t)h * hd;
-        for (int i = 0; i < half; i++) {
-            float a = v[i], b = v[i + half];
-            v[i] = a * cs[i] - b * sn[i];
-            v[i + half] = b * cs[i] + a * sn[i];
-        }
-    }
-}
-
 int seer_decoder_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens, int n, float *logits,
                          int all_logits, float *hidden, seer_err_t *err) {
     const seer_model_config_t *c = &m->cfg;
@@ -199,14 +186,7 @@ int seer_decoder_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *to
     float *scratch = sn + nf * half;
 
     rope_inv_freq(c, inv);
-    for (int t = 0; t < n; t++) {
-        float pos = (float)(start + t);
-        for (int i = 0; i < half; i++) {
-            float a = pos * inv[i]; /* f32 product, as transformers computes the angle */
-            cs[(size_t)t * half + i] = (float)cos((double)a);
-            sn[(size_t)t * half + i] = (float)sin((double)a);
-        }
-    }
+    seer_k_rope_table(inv, half, start, n, cs, sn);
     for (int t = 0; t < n; t++) seer_k_embed_row(x + (size_t)t * D, &m->embed, tokens[t]);
     if (hidden) memcpy(hidden, x, nf * D * sizeof(float));
 
@@ -222,8 +202,8 @@ int seer_decoder_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *to
             seer_k_rmsnorm(k, k, n * c->num_kv_heads, hd, &st->k_norm[l], c->rms_norm_eps, 0);
         }
         for (int t = 0; t < n; t++) {
-            rope_apply(q + (size_t)t * qd, H, hd, cs + (size_t)t * half, sn + (size_t)t * half);
-            rope_apply(k + (size_t)t * kvd, c->num_kv_heads, hd, cs + (size_t)t * half, sn + (size_t)t * half);
+            seer_k_rope(q + (size_t)t * qd, H, hd, hd, cs + (size_t)t * half, sn + (size_t)t * half);
+            seer_k_rope(k + (size_t)t * kvd, c->num_kv_heads, hd, hd, cs + (size_t)t * half, sn + (size_t)t * half);
         }
         memcpy(kc + (size_t)start * kvd, k, nf * kvd * sizeof(float));
         memcpy(vc + (size_t)start * kvd, v, nf * kvd * sizeof(float));

@@ -92,6 +92,11 @@ void seer_k_rmsnorm(float *y, const float *x, int n, int d, const seer_weight_t 
 /* Row r of an embedding table (any dtype) as f32. */
 void seer_k_embed_row(float *out, const seer_weight_t *table, int64_t row);
 void seer_k_silu_mul(float *gate, const float *up, size_t n); /* gate = silu(gate) * up */
+/* Rotary embeddings: cos/sin tables [n][half] for positions start .. start+n-1 from the inverse
+ * frequencies (angles in f32, as transformers), and rotate_half on the first rot dims of each of
+ * nheads heads of x ([nheads][hd], one token; rot = hd for full rotary). */
+void seer_k_rope_table(const float *inv, int half, int start, int n, float *cs, float *sn);
+void seer_k_rope(float *x, int nheads, int hd, int rot, const float *cs, const float *sn);
 float seer_k_dot(const float *a, const float *b, int n);
 /* Causal (optionally sliding-window, soft-capped) grouped-query attention for n new tokens at
  * positions start .. start+n-1 over one layer's cache, which already holds their keys and

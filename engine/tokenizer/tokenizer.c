@@ -1,7 +1,7 @@
 /* The tokenizer pipeline of Hugging Face `tokenizers`, for BPE models: added tokens are cut out
  * of the text first, then normalizer -> pre-tokenizer -> BPE model -> post-processor on the way
  * in, and decoder on the way out. Loading turns tokenizer.json (cJSON) into the structures
- * below; every component type that is not implemented is an error naming its JSON path. */
+ * below; a component type outside this list is rejected at load with an error naming its JSON path. */
 #include "tokenizer.h"
 
 #include <errno.h>
