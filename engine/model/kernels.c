@@ -141,7 +141,8 @@ static void linear_chunk(void *ctx, size_t begin, size_t end, int thread) {
             for (size_t r = begin; r < end; r++) j->y[(size_t)t * (size_t)out + r] += seer_w_load(j->bias, r);
 }
 
-void seer_k_linear(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias) {
+static void linear_base(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w,
+                        const seer_weight_t *bias) {
     if (n >= SEER_BLAS_MIN_TOKENS && seer_k_linear_blas(p, y, x, n, w, bias)) return;
     linear_job j = {.y = y, .x = x, .n = n, .w = w, .bias = bias, .simd = seer_k_have_avx2()};
     size_t per_row = (size_t)w->cols * (size_t)n;
@@ -150,6 +151,11 @@ void seer_k_linear(seer_pool_t *p, float *y, const float *x, int n, const seer_w
     if ((size_t)w->rows * per_row < SEER_PAR_WORK) min_rows = (size_t)w->rows;
     min_rows = (min_rows + 3) & ~(size_t)3; /* chunks of whole 4-row blocks */
     seer_pool_for(p, (size_t)w->rows, min_rows, linear_chunk, &j);
+}
+
+void seer_k_linear(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias) {
+    linear_base(p, y, x, n, w, bias);
+    if (w->lora) seer_lora_apply(p, y, x, n, w->lora);
 }
 
 void seer_k_rmsnorm(float *y, const float *x, int n, int d, const seer_weight_t *w, float eps, int one_plus) {

@@ -40,6 +40,8 @@ static seer_model_t *check_model(lua_State *L, int idx) {
     return u->m;
 }
 
+seer_model_t *seer_model_lua_check(lua_State *L, int idx) { return check_model(L, idx); }
+
 static int l_load(lua_State *L) {
     const char *path = luaL_checkstring(L, 1);
     int threads = (int)luaL_optinteger(L, 2, 0);
@@ -294,6 +296,8 @@ static const luaL_Reg model_methods[] = {
     {"config", l_config},
     {"forward", l_forward},
     {"generator", l_generator},
+    {"load_adapter", seer_lora_l_load},
+    {"set_adapter", seer_lora_l_set},
     {NULL, NULL},
 };
 

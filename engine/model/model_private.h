@@ -10,10 +10,14 @@
 #include "model.h"
 
 /* A weight as stored: dtype and data in the mapped file, rows x cols (1-d: rows = 1). */
+struct seer_lora;
 typedef struct seer_weight {
     seer_dtype_t dtype;
     const void *data;
     int64_t rows, cols;
+    /* A LoRA adapter kept separate from the weight (lora.c): when set and enabled, every linear
+     * through this weight adds its low-rank delta. NULL: none. */
+    const struct seer_lora *lora;
 } seer_weight_t;
 
 typedef struct seer_layer_weights {
@@ -85,7 +89,8 @@ char *seer_model_read_text(const char *path, size_t *len, seer_err_t *err);
  * returns 0 when it cannot (then the register-blocked kernel runs). */
 #define SEER_BLAS_MIN_TOKENS 16
 int seer_k_linear_blas(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias);
-/* y[n][out] = x[n][in] . W[out][in]^T (+ bias[out] when bias.data). */
+/* y[n][out] = x[n][in] . W[out][in]^T (+ bias[out] when bias.data), plus the weight's LoRA
+ * delta when it has an enabled one (seer_lora_apply). */
 void seer_k_linear(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias);
 /* y[n][d] = x / rms(x) * w (w + 1 when one_plus: Gemma). y may alias x. */
 void seer_k_rmsnorm(float *y, const float *x, int n, int d, const seer_weight_t *w, float eps, int one_plus);
@@ -98,6 +103,16 @@ void seer_k_silu_mul(float *gate, const float *up, size_t n); /* gate = silu(gat
 void seer_k_rope_table(const float *inv, int half, int start, int n, float *cs, float *sn);
 void seer_k_rope(float *x, int nheads, int hd, int rot, const float *cs, const float *sn);
 float seer_k_dot(const float *a, const float *b, int n);
+/* y[n][out] += scale * B . (A . x) for an unmerged, enabled LoRA adapter on a weight (lora.c);
+ * a no-op when the adapter is disabled. */
+void seer_lora_apply(seer_pool_t *p, float *y, const float *x, int n, const struct seer_lora *lora);
+/* Lua methods of a model userdata implemented in lora.c (registered by lua_model.c):
+ * c:load_adapter(dir, merge) and c:set_adapter(enabled). seer_model_lua_check returns the
+ * model of the userdata at idx (a Lua error when it is not one or was freed). */
+typedef struct lua_State lua_State;
+int seer_lora_l_load(lua_State *L);
+int seer_lora_l_set(lua_State *L);
+struct seer_model *seer_model_lua_check(lua_State *L, int idx);
 /* Causal (optionally sliding-window, soft-capped) grouped-query attention for n new tokens at
  * positions start .. start+n-1 over one layer's cache, which already holds their keys and
  * values. Softmax in f32, as transformers' eager path. Shared by every architecture. */

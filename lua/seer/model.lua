@@ -259,6 +259,29 @@ function Model:generate(input, opts)
   return { ids = ids, text = text, prompt_ids = prompt_ids }
 end
 
+---Loads a LoRA adapter in PEFT format (a directory with adapter_config.json and
+---adapter_model.safetensors) onto this model. `merge = true` folds it into the weights (the
+---adapted weights are copied into memory; set_adapter cannot switch it off); otherwise it is
+---kept separate and switchable with set_adapter, and starts enabled.
+---@param path string adapter directory
+---@param opts? {merge?: boolean}
+function Model:load_adapter(path, opts)
+  if type(path) ~= "string" then fail("load_adapter: expected an adapter directory, got " .. type(path), 2) end
+  opts = check_opts("load_adapter", opts, { merge = "boolean" })
+  local ok, e = pcall(self._c.load_adapter, self._c, path, opts.merge == true)
+  if not ok then fail(e, 2) end
+  self.adapter = { path = path, merged = opts.merge == true, enabled = true }
+end
+
+---Switches a separately kept (unmerged) LoRA adapter on or off.
+---@param enabled boolean
+function Model:set_adapter(enabled)
+  if type(enabled) ~= "boolean" then fail("set_adapter: expected true or false, got " .. type(enabled), 2) end
+  local ok, e = pcall(self._c.set_adapter, self._c, enabled)
+  if not ok then fail(e, 2) end
+  self.adapter.enabled = enabled
+end
+
 function Model:__tostring()
   local c = self.config
   local params = tostring(math.floor(c.num_parameters)):reverse():gsub("(%d%d%d)", "%1,"):reverse():gsub("^,", "")
