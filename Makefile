@@ -90,11 +90,12 @@ bench: $(SEER_BIN)
 parity: $(SEER_BIN)
 	@d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && \
 	  .venv/bin/python tests/parity/generate.py "$$d" | grep -E '^(ok|FAIL)' && \
+	  .venv/bin/python tests/parity/hooks_goldens.py "$$d" | grep -E '^(ok|FAIL)' && \
 	  .venv/bin/python tests/parity/tokenizer_goldens.py "$$d/tokenizers.json" && \
 	  .venv/bin/python tests/parity/chat_goldens.py "$$d/chat_templates.json" && \
 	  SEER_PARITY_DIR="$$d" SEER_TOKENIZER_PARITY="$$d/tokenizers.json" SEER_CHAT_PARITY="$$d/chat_templates.json" \
 	    ./$(SEER_BIN) tests/lua/run.lua tests/lua/test_parity.lua tests/lua/test_tokenizer_parity.lua \
-	    tests/lua/test_chat_template_parity.lua
+	    tests/lua/test_chat_template_parity.lua tests/lua/test_hooks_parity.lua
 
 # Coverage-guided fuzzing (libFuzzer, with ASan + UBSan) of the parsers that take outside input:
 # each target runs FUZZ_SECONDS (default 600) from a seed corpus; findings go to build/fuzz/.
