@@ -25,6 +25,7 @@ int seer_tensor_luaopen(lua_State *L) __attribute__((weak));
 int seer_tokenizer_luaopen(lua_State *L) __attribute__((weak));
 int seer_chat_template_luaopen(lua_State *L) __attribute__((weak));
 int seer_model_luaopen(lua_State *L) __attribute__((weak));
+int seer_hooks_luaopen(lua_State *L) __attribute__((weak));
 
 struct seer_host {
     lua_State *L;
@@ -252,6 +253,7 @@ int seer_host_open(seer_host_t **out, const seer_host_opts_t *opts, seer_err_t *
     if (seer_tokenizer_luaopen) preload(L, "seer.core.tokenizer", seer_tokenizer_luaopen);
     if (seer_chat_template_luaopen) preload(L, "seer.core.chat_template", seer_chat_template_luaopen);
     if (seer_model_luaopen) preload(L, "seer.core.model", seer_model_luaopen);
+    if (seer_hooks_luaopen) preload(L, "seer.core.hooks", seer_hooks_luaopen);
     seer_host_corelib_configure(L, h->lua_dir, opts ? opts->progname : NULL);
 
     lua_pushcfunction(L, load_seer_global);

@@ -338,6 +338,20 @@ out:
     return rc;
 }
 
+seer_weight_t *seer_gemma_layer_weight(seer_model_t *m, int layer, const char *module) {
+    gemma_state_t *s = m->arch_state;
+    if (!s || !s->layers || layer < 0 || layer >= m->cfg.num_layers) return NULL;
+    gemma_layer_t *l = &s->layers[layer];
+    if (strcmp(module, "q_proj") == 0) return &l->q;
+    if (strcmp(module, "k_proj") == 0) return &l->k;
+    if (strcmp(module, "v_proj") == 0) return &l->v;
+    if (strcmp(module, "o_proj") == 0) return &l->o;
+    if (strcmp(module, "gate_proj") == 0) return &l->gate;
+    if (strcmp(module, "up_proj") == 0) return &l->up;
+    if (strcmp(module, "down_proj") == 0) return &l->down;
+    return NULL;
+}
+
 /* ---- forward ------------------------------------------------------------------------------- */
 
 /* gate = act(gate) * up. */
@@ -352,12 +366,12 @@ static void geglu(float *gate, const float *up, size_t n, int act) {
 }
 
 int seer_gemma_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens, int n, float *logits,
-                       int all_logits, float *hidden, seer_err_t *err) {
+                       int all_logits, float *hidden, const seer_fwd_hooks_t *hk, seer_err_t *err) {
     const seer_model_config_t *c = &m->cfg;
     const gemma_state_t *s = m->arch_state;
     int D = c->hidden_size, I = c->intermediate_size, H = c->num_heads, KH = c->num_kv_heads, hd = c->head_dim;
     int qd = H * hd, kvd = KH * hd, half = hd / 2;
-    int start = kv->len;
+    int start = kv->len, rc = 0;
     int nthreads = seer_pool_threads(m->pool);
     size_t nf = (size_t)n;
     float *buf = malloc(sizeof(float) * (nf * (size_t)(2 * D + 2 * qd + 2 * kvd + 2 * I) + 4 * nf * (size_t)half +
@@ -373,18 +387,18 @@ int seer_gemma_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *toke
     float *scratch = sn[1] + nf * half;
 
     for (int r = 0; r < 2; r++) seer_k_rope_table(s->inv_freq[r], half, start, n, cs[r], sn[r]);
-    for (int t = 0; t < n; t++) {
-        float *xt = x + (size_t)t * D;
-        seer_k_embed_row(xt, &m->embed, tokens[t]);
-        for (int i = 0; i < D; i++) xt[i] *= s->embed_scale;
-    }
+    for (int t = 0; t < n; t++) seer_k_embed_row(x + (size_t)t * D, &m->embed, tokens[t]);
+    SEER_HOOK_ROWS(SEER_HP_EMBED, -1, x, D); /* before the sqrt(d_model) scale */
+    for (size_t i = 0; i < nf * D; i++) x[i] *= s->embed_scale;
     if (hidden) memcpy(hidden, x, nf * D * sizeof(float));
 
     float eps = c->rms_norm_eps;
     for (int l = 0; l < c->num_layers; l++) {
         const gemma_layer_t *L = &s->layers[l];
         float *kc = kv->k + (size_t)l * kv->max_tokens * kvd, *vc = kv->v + (size_t)l * kv->max_tokens * kvd;
+        SEER_HOOK_ROWS(SEER_HP_RESID_PRE, l, x, D);
         seer_k_rmsnorm(xb, x, n, D, &L->attn_norm, eps, 1);
+        SEER_HOOK_ROWS(SEER_HP_LN1, l, xb, D);
         seer_k_linear(m->pool, q, xb, n, &L->q, &L->q_bias);
         seer_k_linear(m->pool, k, xb, n, &L->k, &L->k_bias);
         seer_k_linear(m->pool, v, xb, n, &L->v, &L->v_bias);
@@ -392,6 +406,9 @@ int seer_gemma_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *toke
             seer_k_rmsnorm(q, q, n * H, hd, &L->q_norm, eps, 1);
             seer_k_rmsnorm(k, k, n * KH, hd, &L->k_norm, eps, 1);
         }
+        SEER_HOOK_HEADS(SEER_HP_Q, l, q, H, hd);
+        SEER_HOOK_HEADS(SEER_HP_K, l, k, KH, hd);
+        SEER_HOOK_HEADS(SEER_HP_V, l, v, KH, hd);
         const float *lc = cs[L->rope], *ls = sn[L->rope];
         for (int t = 0; t < n; t++) {
             seer_k_rope(q + (size_t)t * qd, H, hd, hd, lc + (size_t)t * half, ls + (size_t)t * half);
@@ -402,32 +419,43 @@ int seer_gemma_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *toke
         seer_attn_params_t ap = {.q = q, .kc = kc, .vc = vc, .out = att, .scratch = scratch, .n = n, .start = start,
                                  .max_len = kv->max_tokens, .H = H, .KH = KH, .hd = hd, .window = L->window,
                                  .scale = s->attn_scale, .softcap = s->attn_softcap};
-        seer_k_attention(m->pool, &ap);
+        if ((rc = seer_fwd_attention(m, hk, l, &ap, err)) < 0) goto out;
+        SEER_HOOK_HEADS(SEER_HP_Z, l, att, H, hd);
         seer_k_linear(m->pool, xb, att, n, &L->o, &L->o_bias);
         if (s->version > 1) seer_k_rmsnorm(xb, xb, n, D, &L->post_attn_norm, eps, 1);
+        SEER_HOOK_ROWS(SEER_HP_ATTN_OUT, l, xb, D);
         for (size_t i = 0; i < nf * D; i++) x[i] += xb[i];
+        SEER_HOOK_ROWS(SEER_HP_RESID_MID, l, x, D);
 
         /* Gemma: post_attention_layernorm is the pre-MLP norm; Gemma 2/3: pre_feedforward. */
         seer_k_rmsnorm(xb, x, n, D, s->version > 1 ? &L->pre_ff_norm : &L->post_attn_norm, eps, 1);
+        SEER_HOOK_ROWS(SEER_HP_LN2, l, xb, D);
         seer_k_linear(m->pool, h1, xb, n, &L->gate, NULL);
         seer_k_linear(m->pool, h2, xb, n, &L->up, NULL);
+        SEER_HOOK_ROWS(SEER_HP_MLP_PRE, l, h1, I);
         geglu(h1, h2, nf * I, s->act);
+        SEER_HOOK_ROWS(SEER_HP_MLP_POST, l, h1, I);
         seer_k_linear(m->pool, xb, h1, n, &L->down, NULL);
         if (s->version > 1) seer_k_rmsnorm(xb, xb, n, D, &L->post_ff_norm, eps, 1);
+        SEER_HOOK_ROWS(SEER_HP_MLP_OUT, l, xb, D);
         for (size_t i = 0; i < nf * D; i++) x[i] += xb[i];
+        SEER_HOOK_ROWS(SEER_HP_RESID_POST, l, x, D);
         if (hidden) memcpy(hidden + (size_t)(l + 1) * nf * D, x, nf * D * sizeof(float));
     }
     kv->len = start + n;
-    if (logits) {
-        int rows = all_logits ? n : 1;
-        const float *src = all_logits ? x : x + (nf - 1) * D;
-        seer_k_rmsnorm(xb, src, rows, D, &m->final_norm, eps, 1);
-        seer_k_linear(m->pool, logits, xb, rows, &m->lm_head, NULL);
-        if (s->final_softcap > 0.f) {
-            float cap = s->final_softcap;
-            for (size_t i = 0; i < (size_t)rows * (size_t)c->vocab_size; i++) logits[i] = tanhf(logits[i] / cap) * cap;
-        }
-    }
+    rc = seer_fwd_finish(m, hk, start, n, x, xb, logits, all_logits, err);
+out:
     free(buf);
-    return 0;
+    return rc;
+}
+
+void seer_gemma_final_norm(seer_model_t *m, float *y, const float *x, int rows) {
+    seer_k_rmsnorm(y, x, rows, m->cfg.hidden_size, &m->final_norm, m->cfg.rms_norm_eps, 1);
+}
+
+void seer_gemma_final_softcap(seer_model_t *m, float *logits, int rows) {
+    const gemma_state_t *s = m->arch_state;
+    if (!(s->final_softcap > 0.f)) return;
+    float cap = s->final_softcap;
+    for (size_t i = 0; i < (size_t)rows * (size_t)m->cfg.vocab_size; i++) logits[i] = tanhf(logits[i] / cap) * cap;
 }

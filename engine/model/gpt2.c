@@ -30,6 +30,7 @@ static void gpt2_free(void *p) {
 }
 
 static int gpt2_bind(seer_model_t *m, seer_err_t *err) {
+    m->hook_mask |= SEER_HP_BIT(SEER_HP_POS_EMBED);
     const seer_model_config_t *c = &m->cfg;
     int64_t D = c->hidden_size, I = c->intermediate_size, V = c->vocab_size, P = c->max_position_embeddings;
     if (c->num_kv_heads != c->num_heads || (int64_t)c->num_heads * c->head_dim != D)
@@ -97,11 +98,11 @@ out:
 }
 
 static int gpt2_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens, int n, float *logits,
-                        int all_logits, float *hidden, seer_err_t *err) {
+                        int all_logits, float *hidden, const seer_fwd_hooks_t *hk, seer_err_t *err) {
     const seer_model_config_t *c = &m->cfg;
     const gpt2_state *s = m->arch_state;
     int D = c->hidden_size, I = c->intermediate_size, H = c->num_heads, hd = c->head_dim;
-    int start = kv->len;
+    int start = kv->len, rc = 0;
     if (start + n > c->max_position_embeddings)
         return seer_err_set(err, SEER_EINVAL,
                             "forward: positions up to %d exceed gpt2's learned position table (n_positions / "
@@ -109,54 +110,73 @@ static int gpt2_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tok
                             start + n - 1, c->max_position_embeddings);
     int nthreads = seer_pool_threads(m->pool);
     size_t nf = (size_t)n;
-    float *buf = malloc(sizeof(float) * (nf * (size_t)(6 * D + I) + (size_t)D +
-                                         (size_t)nthreads * (size_t)kv->max_tokens));
+    float *buf = malloc(sizeof(float) * (nf * (size_t)(9 * D + I) + (size_t)nthreads * (size_t)kv->max_tokens));
     if (!buf) return seer_err_set(err, SEER_ENOMEM, "forward: out of memory for %d tokens", n);
-    float *x = buf, *xb = x + nf * D, *qkv = xb + nf * D, *q = qkv + nf * 3 * D, *h = q + nf * D, *row = h + nf * I;
-    float *scratch = row + D;
+    float *x = buf, *xb = x + nf * D, *qkv = xb + nf * D, *q = qkv + nf * 3 * D, *kb = q + nf * D, *vb = kb + nf * D;
+    float *h = vb + nf * D, *pe = h + nf * I;
+    float *scratch = pe + nf * D;
     float *att = qkv; /* the fused q/k/v rows are consumed (copied out) before attention writes */
 
     for (int t = 0; t < n; t++) {
-        float *xt = x + (size_t)t * D;
-        seer_k_embed_row(xt, &m->embed, tokens[t]);
-        seer_k_embed_row(row, &s->wpe, start + t);
-        for (int i = 0; i < D; i++) xt[i] += row[i];
+        seer_k_embed_row(x + (size_t)t * D, &m->embed, tokens[t]);
+        seer_k_embed_row(pe + (size_t)t * D, &s->wpe, start + t);
     }
+    SEER_HOOK_ROWS(SEER_HP_EMBED, -1, x, D);
+    SEER_HOOK_ROWS(SEER_HP_POS_EMBED, -1, pe, D);
+    for (size_t i = 0; i < nf * D; i++) x[i] += pe[i];
     if (hidden) memcpy(hidden, x, nf * D * sizeof(float));
 
     for (int l = 0; l < c->num_layers; l++) {
         const gpt2_layer *L = &s->layers[l];
         float *kc = kv->k + (size_t)l * kv->max_tokens * D, *vc = kv->v + (size_t)l * kv->max_tokens * D;
+        SEER_HOOK_ROWS(SEER_HP_RESID_PRE, l, x, D);
         seer_gpt_layernorm(xb, x, n, D, &L->ln1_w, &L->ln1_b, c->rms_norm_eps);
+        SEER_HOOK_ROWS(SEER_HP_LN1, l, xb, D);
         seer_gpt_linear_t(m->pool, qkv, xb, n, &L->attn_w, &L->attn_b);
         for (int t = 0; t < n; t++) {
             const float *r = qkv + (size_t)t * 3 * D;
             memcpy(q + (size_t)t * D, r, (size_t)D * sizeof(float));
-            memcpy(kc + (size_t)(start + t) * D, r + D, (size_t)D * sizeof(float));
-            memcpy(vc + (size_t)(start + t) * D, r + 2 * D, (size_t)D * sizeof(float));
+            memcpy(kb + (size_t)t * D, r + D, (size_t)D * sizeof(float));
+            memcpy(vb + (size_t)t * D, r + 2 * D, (size_t)D * sizeof(float));
         }
+        SEER_HOOK_HEADS(SEER_HP_Q, l, q, H, hd);
+        SEER_HOOK_HEADS(SEER_HP_K, l, kb, H, hd);
+        SEER_HOOK_HEADS(SEER_HP_V, l, vb, H, hd);
+        memcpy(kc + (size_t)start * D, kb, nf * D * sizeof(float));
+        memcpy(vc + (size_t)start * D, vb, nf * D * sizeof(float));
         float scale = s->scale_attn_weights ? 1.0f / sqrtf((float)hd) : 1.0f;
         if (s->scale_by_layer) scale /= (float)(l + 1);
-        seer_gpt_attention(m->pool, q, kc, vc, att, scratch, n, start, kv->max_tokens, H, hd, scale);
+        seer_attn_params_t ap = {.q = q, .kc = kc, .vc = vc, .out = att, .scratch = scratch, .n = n, .start = start,
+                                 .max_len = kv->max_tokens, .H = H, .KH = H, .hd = hd, .scale = scale};
+        if ((rc = seer_fwd_attention(m, hk, l, &ap, err)) < 0) goto out;
+        SEER_HOOK_HEADS(SEER_HP_Z, l, att, H, hd);
         seer_gpt_linear_t(m->pool, xb, att, n, &L->aproj_w, &L->aproj_b);
+        SEER_HOOK_ROWS(SEER_HP_ATTN_OUT, l, xb, D);
         for (size_t i = 0; i < nf * D; i++) x[i] += xb[i];
+        SEER_HOOK_ROWS(SEER_HP_RESID_MID, l, x, D);
 
         seer_gpt_layernorm(xb, x, n, D, &L->ln2_w, &L->ln2_b, c->rms_norm_eps);
+        SEER_HOOK_ROWS(SEER_HP_LN2, l, xb, D);
         seer_gpt_linear_t(m->pool, h, xb, n, &L->fc_w, &L->fc_b);
+        SEER_HOOK_ROWS(SEER_HP_MLP_PRE, l, h, I);
         seer_gpt_act(h, nf * I, s->act);
+        SEER_HOOK_ROWS(SEER_HP_MLP_POST, l, h, I);
         seer_gpt_linear_t(m->pool, xb, h, n, &L->mproj_w, &L->mproj_b);
+        SEER_HOOK_ROWS(SEER_HP_MLP_OUT, l, xb, D);
         for (size_t i = 0; i < nf * D; i++) x[i] += xb[i];
+        SEER_HOOK_ROWS(SEER_HP_RESID_POST, l, x, D);
         if (hidden) memcpy(hidden + (size_t)(l + 1) * nf * D, x, nf * D * sizeof(float));
     }
     kv->len = start + n;
-    if (logits) {
-        int rows = all_logits ? n : 1;
-        const float *src = all_logits ? x : x + (nf - 1) * D;
-        seer_gpt_layernorm(xb, src, rows, D, &m->final_norm, &s->lnf_b, c->rms_norm_eps);
-        seer_k_linear(m->pool, logits, xb, rows, &m->lm_head, NULL);
-    }
+    rc = seer_fwd_finish(m, hk, start, n, x, xb, logits, all_logits, err);
+out:
     free(buf);
-    return 0;
+    return rc;
 }
 
-const seer_arch_t seer_arch_gpt2 = {"gpt2", gpt2_bind, gpt2_forward};
+static void gpt2_final_norm(seer_model_t *m, float *y, const float *x, int rows) {
+    const gpt2_state *s = m->arch_state;
+    seer_gpt_layernorm(y, x, rows, m->cfg.hidden_size, &m->final_norm, &s->lnf_b, m->cfg.rms_norm_eps);
+}
+
+const seer_arch_t seer_arch_gpt2 = {"gpt2", gpt2_bind, gpt2_forward, gpt2_final_norm, NULL};

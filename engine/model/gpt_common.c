@@ -166,11 +166,4 @@ void seer_gpt_linear_t(seer_pool_t *p, float *y, const float *x, int n, const se
     seer_pool_for(p, blocks, min_blocks, tlin_chunk, &j);
 }
 
-/* ---- attention ------------------------------------------------------------------------------ */
 
-void seer_gpt_attention(seer_pool_t *p, const float *q, const float *kc, const float *vc, float *out, float *scratch,
-                        int n, int start, int max_len, int H, int hd, float scale) {
-    seer_attn_params_t a = {.q = q, .kc = kc, .vc = vc, .out = out, .scratch = scratch, .n = n, .start = start,
-                            .max_len = max_len, .H = H, .KH = H, .hd = hd, .scale = scale};
-    seer_k_attention(p, &a);
-}

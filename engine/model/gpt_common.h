@@ -1,6 +1,5 @@
 /* Pieces shared by the GPT-2 and GPT-NeoX architectures (gpt2.c, gpt_neox.c): LayerNorm with
- * bias, the GELU family, a linear layer over weights stored [in][out] (GPT-2's Conv1D), and
- * causal multi-head attention over the KV cache. */
+ * bias, the GELU family and a linear layer over weights stored [in][out] (GPT-2's Conv1D). */
 #ifndef SEER_GPT_COMMON_H
 #define SEER_GPT_COMMON_H
 
@@ -23,10 +22,5 @@ void seer_gpt_layernorm(float *y, const float *x, int n, int d, const seer_weigh
  * place (no transposed copy); columns are split across the pool. */
 void seer_gpt_linear_t(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias);
 
-/* Causal attention for n new tokens at positions start .. start+n-1. q: [n][H*hd]; kc, vc:
- * this layer's cache [max_len][H*hd] already holding the new keys/values; out: [n][H*hd];
- * scratch: [threads][max_len]. Softmax in f32 as transformers' eager path. */
-void seer_gpt_attention(seer_pool_t *p, const float *q, const float *kc, const float *vc, float *out, float *scratch,
-                        int n, int start, int max_len, int H, int hd, float scale);
 
 #endif

@@ -102,6 +102,7 @@ static int neox_bind(seer_model_t *m, seer_err_t *err) {
         (rc = seer_gpt_bool(m, "attention_bias", 1, &bias, err)) < 0 ||
         (rc = seer_gpt_bool(m, "tie_word_embeddings", 0, &tie, err)) < 0 || (rc = neox_rope_config(m, s, err)) < 0)
         return rc;
+    if (s->parallel) m->hook_mask &= ~SEER_HP_BIT(SEER_HP_RESID_MID); /* no residual between attention and MLP */
 
     char *missing = NULL;
     char name[256];
@@ -138,19 +139,20 @@ out:
 }
 
 static int neox_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens, int n, float *logits,
-                        int all_logits, float *hidden, seer_err_t *err) {
+                        int all_logits, float *hidden, const seer_fwd_hooks_t *hk, seer_err_t *err) {
     const seer_model_config_t *c = &m->cfg;
     const neox_state *s = m->arch_state;
     int D = c->hidden_size, I = c->intermediate_size, H = c->num_heads, hd = c->head_dim;
     int half = s->rot / 2;
-    int start = kv->len;
+    int start = kv->len, rc = 0;
     int nthreads = seer_pool_threads(m->pool);
     size_t nf = (size_t)n;
-    float *buf = malloc(sizeof(float) * (nf * (size_t)(8 * D + I) + (size_t)half * (1 + 2 * nf) +
+    float *buf = malloc(sizeof(float) * (nf * (size_t)(10 * D + I) + (size_t)half * (1 + 2 * nf) +
                                          (size_t)nthreads * (size_t)kv->max_tokens));
     if (!buf) return seer_err_set(err, SEER_ENOMEM, "forward: out of memory for %d tokens", n);
     float *x = buf, *xb = x + nf * D, *qkv = xb + nf * D, *q = qkv + nf * 3 * D, *att = q + nf * D, *ao = att + nf * D;
-    float *h = ao + nf * D, *inv = h + nf * I, *cs = inv + half, *sn = cs + nf * half, *scratch = sn + nf * half;
+    float *kb = ao + nf * D, *vb = kb + nf * D;
+    float *h = vb + nf * D, *inv = h + nf * I, *cs = inv + half, *sn = cs + nf * half, *scratch = sn + nf * half;
 
     for (int i = 0; i < half; i++) {
         float expo = (float)(2 * i) / (float)s->rot;
@@ -158,54 +160,74 @@ static int neox_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tok
     }
     seer_k_rope_table(inv, half, start, n, cs, sn);
     for (int t = 0; t < n; t++) seer_k_embed_row(x + (size_t)t * D, &m->embed, tokens[t]);
+    SEER_HOOK_ROWS(SEER_HP_EMBED, -1, x, D);
     if (hidden) memcpy(hidden, x, nf * D * sizeof(float));
 
     for (int l = 0; l < c->num_layers; l++) {
         const neox_layer *L = &s->layers[l];
         float *kc = kv->k + (size_t)l * kv->max_tokens * D, *vc = kv->v + (size_t)l * kv->max_tokens * D;
+        SEER_HOOK_ROWS(SEER_HP_RESID_PRE, l, x, D);
         seer_gpt_layernorm(xb, x, n, D, &L->ln1_w, &L->ln1_b, c->rms_norm_eps);
+        SEER_HOOK_ROWS(SEER_HP_LN1, l, xb, D);
         seer_k_linear(m->pool, qkv, xb, n, &L->qkv_w, &L->qkv_b);
-        for (int t = 0; t < n; t++) { /* [heads][q|k|v][hd] -> q, cache k, cache v */
+        for (int t = 0; t < n; t++) { /* [heads][q|k|v][hd] -> q, k, v as [heads][hd] */
             const float *r = qkv + (size_t)t * 3 * D;
-            float *qt = q + (size_t)t * D, *kt = kc + (size_t)(start + t) * D, *vt = vc + (size_t)(start + t) * D;
             for (int hh = 0; hh < H; hh++) {
                 const float *src = r + (size_t)hh * 3 * hd;
-                memcpy(qt + (size_t)hh * hd, src, (size_t)hd * sizeof(float));
-                memcpy(kt + (size_t)hh * hd, src + hd, (size_t)hd * sizeof(float));
-                memcpy(vt + (size_t)hh * hd, src + 2 * hd, (size_t)hd * sizeof(float));
-            }
-            if (half > 0) {
-                seer_k_rope(qt, H, hd, s->rot, cs + (size_t)t * half, sn + (size_t)t * half);
-                seer_k_rope(kt, H, hd, s->rot, cs + (size_t)t * half, sn + (size_t)t * half);
+                size_t o = (size_t)t * D + (size_t)hh * hd;
+                memcpy(q + o, src, (size_t)hd * sizeof(float));
+                memcpy(kb + o, src + hd, (size_t)hd * sizeof(float));
+                memcpy(vb + o, src + 2 * hd, (size_t)hd * sizeof(float));
             }
         }
-        seer_gpt_attention(m->pool, q, kc, vc, att, scratch, n, start, kv->max_tokens, H, hd, 1.0f / sqrtf((float)hd));
+        SEER_HOOK_HEADS(SEER_HP_Q, l, q, H, hd);
+        SEER_HOOK_HEADS(SEER_HP_K, l, kb, H, hd);
+        SEER_HOOK_HEADS(SEER_HP_V, l, vb, H, hd);
+        memcpy(kc + (size_t)start * D, kb, nf * D * sizeof(float));
+        memcpy(vc + (size_t)start * D, vb, nf * D * sizeof(float));
+        if (half > 0)
+            for (int t = 0; t < n; t++) {
+                seer_k_rope(q + (size_t)t * D, H, hd, s->rot, cs + (size_t)t * half, sn + (size_t)t * half);
+                seer_k_rope(kc + (size_t)(start + t) * D, H, hd, s->rot, cs + (size_t)t * half, sn + (size_t)t * half);
+            }
+        seer_attn_params_t ap = {.q = q, .kc = kc, .vc = vc, .out = att, .scratch = scratch, .n = n, .start = start,
+                                 .max_len = kv->max_tokens, .H = H, .KH = H, .hd = hd, .scale = 1.0f / sqrtf((float)hd)};
+        if ((rc = seer_fwd_attention(m, hk, l, &ap, err)) < 0) goto out;
+        SEER_HOOK_HEADS(SEER_HP_Z, l, att, H, hd);
         seer_k_linear(m->pool, ao, att, n, &L->dense_w, &L->dense_b);
+        SEER_HOOK_ROWS(SEER_HP_ATTN_OUT, l, ao, D);
 
         if (s->parallel) {
             seer_gpt_layernorm(xb, x, n, D, &L->ln2_w, &L->ln2_b, c->rms_norm_eps);
         } else {
             for (size_t i = 0; i < nf * D; i++) x[i] = ao[i] + x[i];
+            SEER_HOOK_ROWS(SEER_HP_RESID_MID, l, x, D);
             seer_gpt_layernorm(xb, x, n, D, &L->ln2_w, &L->ln2_b, c->rms_norm_eps);
         }
+        SEER_HOOK_ROWS(SEER_HP_LN2, l, xb, D);
         seer_k_linear(m->pool, h, xb, n, &L->up_w, &L->up_b);
+        SEER_HOOK_ROWS(SEER_HP_MLP_PRE, l, h, I);
         seer_gpt_act(h, nf * I, s->act);
+        SEER_HOOK_ROWS(SEER_HP_MLP_POST, l, h, I);
         seer_k_linear(m->pool, xb, h, n, &L->down_w, &L->down_b);
+        SEER_HOOK_ROWS(SEER_HP_MLP_OUT, l, xb, D);
         if (s->parallel) /* mlp_output + attn_output + hidden_states, in transformers' order */
             for (size_t i = 0; i < nf * D; i++) x[i] = (xb[i] + ao[i]) + x[i];
         else
             for (size_t i = 0; i < nf * D; i++) x[i] = xb[i] + x[i];
+        SEER_HOOK_ROWS(SEER_HP_RESID_POST, l, x, D);
         if (hidden) memcpy(hidden + (size_t)(l + 1) * nf * D, x, nf * D * sizeof(float));
     }
     kv->len = start + n;
-    if (logits) {
-        int rows = all_logits ? n : 1;
-        const float *src = all_logits ? x : x + (nf - 1) * D;
-        seer_gpt_layernorm(xb, src, rows, D, &m->final_norm, &s->lnf_b, c->rms_norm_eps);
-        seer_k_linear(m->pool, logits, xb, rows, &m->lm_head, NULL);
-    }
+    rc = seer_fwd_finish(m, hk, start, n, x, xb, logits, all_logits, err);
+out:
     free(buf);
-    return 0;
+    return rc;
 }
 
-const seer_arch_t seer_arch_gpt_neox = {"gpt_neox", neox_bind, neox_forward};
+static void neox_final_norm(seer_model_t *m, float *y, const float *x, int rows) {
+    const neox_state *s = m->arch_state;
+    seer_gpt_layernorm(y, x, rows, m->cfg.hidden_size, &m->final_norm, &s->lnf_b, m->cfg.rms_norm_eps);
+}
+
+const seer_arch_t seer_arch_gpt_neox = {"gpt_neox", neox_bind, neox_forward, neox_final_norm, NULL};

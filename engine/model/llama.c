@@ -170,12 +170,12 @@ static void rope_inv_freq(const seer_model_config_t *c, float *inv) {
 }
 
 int seer_decoder_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens, int n, float *logits,
-                         int all_logits, float *hidden, seer_err_t *err) {
+                         int all_logits, float *hidden, const seer_fwd_hooks_t *hk, seer_err_t *err) {
     const seer_model_config_t *c = &m->cfg;
     const decoder_state *st = m->arch_state;
-    int D = c->hidden_size, I = c->intermediate_size, H = c->num_heads, hd = c->head_dim;
-    int qd = H * hd, kvd = c->num_kv_heads * hd, half = hd / 2;
-    int start = kv->len;
+    int D = c->hidden_size, I = c->intermediate_size, H = c->num_heads, KH = c->num_kv_heads, hd = c->head_dim;
+    int qd = H * hd, kvd = KH * hd, half = hd / 2;
+    int start = kv->len, rc = 0;
     int nthreads = seer_pool_threads(m->pool);
     size_t nf = (size_t)n;
     float *buf = malloc(sizeof(float) * (nf * (size_t)(2 * D + 2 * qd + 2 * kvd + 2 * I) + (size_t)half * (1 + 2 * nf) +
@@ -188,49 +188,59 @@ int seer_decoder_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *to
     rope_inv_freq(c, inv);
     seer_k_rope_table(inv, half, start, n, cs, sn);
     for (int t = 0; t < n; t++) seer_k_embed_row(x + (size_t)t * D, &m->embed, tokens[t]);
+    SEER_HOOK_ROWS(SEER_HP_EMBED, -1, x, D);
     if (hidden) memcpy(hidden, x, nf * D * sizeof(float));
 
     for (int l = 0; l < c->num_layers; l++) {
         const seer_layer_weights_t *L = &m->layers[l];
         float *kc = kv->k + (size_t)l * kv->max_tokens * kvd, *vc = kv->v + (size_t)l * kv->max_tokens * kvd;
+        SEER_HOOK_ROWS(SEER_HP_RESID_PRE, l, x, D);
         seer_k_rmsnorm(xb, x, n, D, &L->attn_norm, c->rms_norm_eps, 0);
+        SEER_HOOK_ROWS(SEER_HP_LN1, l, xb, D);
         seer_k_linear(m->pool, q, xb, n, &L->q, &L->q_bias);
         seer_k_linear(m->pool, k, xb, n, &L->k, &L->k_bias);
         seer_k_linear(m->pool, v, xb, n, &L->v, &L->v_bias);
         if (st->o.qk_norm) { /* per head, before RoPE */
             seer_k_rmsnorm(q, q, n * H, hd, &st->q_norm[l], c->rms_norm_eps, 0);
-            seer_k_rmsnorm(k, k, n * c->num_kv_heads, hd, &st->k_norm[l], c->rms_norm_eps, 0);
+            seer_k_rmsnorm(k, k, n * KH, hd, &st->k_norm[l], c->rms_norm_eps, 0);
         }
+        SEER_HOOK_HEADS(SEER_HP_Q, l, q, H, hd);
+        SEER_HOOK_HEADS(SEER_HP_K, l, k, KH, hd);
+        SEER_HOOK_HEADS(SEER_HP_V, l, v, KH, hd);
         for (int t = 0; t < n; t++) {
             seer_k_rope(q + (size_t)t * qd, H, hd, hd, cs + (size_t)t * half, sn + (size_t)t * half);
-            seer_k_rope(k + (size_t)t * kvd, c->num_kv_heads, hd, hd, cs + (size_t)t * half, sn + (size_t)t * half);
+            seer_k_rope(k + (size_t)t * kvd, KH, hd, hd, cs + (size_t)t * half, sn + (size_t)t * half);
         }
         memcpy(kc + (size_t)start * kvd, k, nf * kvd * sizeof(float));
         memcpy(vc + (size_t)start * kvd, v, nf * kvd * sizeof(float));
         seer_attn_params_t ap = {.q = q, .kc = kc, .vc = vc, .out = att, .scratch = scratch, .n = n, .start = start,
-                                 .max_len = kv->max_tokens, .H = H, .KH = c->num_kv_heads, .hd = hd,
+                                 .max_len = kv->max_tokens, .H = H, .KH = KH, .hd = hd,
                                  .window = st->window ? st->window[l] : 0, .scale = 1.0f / sqrtf((float)hd)};
-        seer_k_attention(m->pool, &ap);
+        if ((rc = seer_fwd_attention(m, hk, l, &ap, err)) < 0) goto out;
+        SEER_HOOK_HEADS(SEER_HP_Z, l, att, H, hd);
         seer_k_linear(m->pool, xb, att, n, &L->o, &L->o_bias);
+        SEER_HOOK_ROWS(SEER_HP_ATTN_OUT, l, xb, D);
         for (size_t i = 0; i < nf * D; i++) x[i] += xb[i];
+        SEER_HOOK_ROWS(SEER_HP_RESID_MID, l, x, D);
 
         seer_k_rmsnorm(xb, x, n, D, &L->mlp_norm, c->rms_norm_eps, 0);
+        SEER_HOOK_ROWS(SEER_HP_LN2, l, xb, D);
         seer_k_linear(m->pool, h1, xb, n, &L->gate, NULL);
         seer_k_linear(m->pool, h2, xb, n, &L->up, NULL);
+        SEER_HOOK_ROWS(SEER_HP_MLP_PRE, l, h1, I);
         seer_k_silu_mul(h1, h2, nf * I);
+        SEER_HOOK_ROWS(SEER_HP_MLP_POST, l, h1, I);
         seer_k_linear(m->pool, xb, h1, n, &L->down, NULL);
+        SEER_HOOK_ROWS(SEER_HP_MLP_OUT, l, xb, D);
         for (size_t i = 0; i < nf * D; i++) x[i] += xb[i];
+        SEER_HOOK_ROWS(SEER_HP_RESID_POST, l, x, D);
         if (hidden) memcpy(hidden + (size_t)(l + 1) * nf * D, x, nf * D * sizeof(float));
     }
     kv->len = start + n;
-    if (logits) {
-        int rows = all_logits ? n : 1;
-        const float *src = all_logits ? x : x + (nf - 1) * D;
-        seer_k_rmsnorm(xb, src, rows, D, &m->final_norm, c->rms_norm_eps, 0);
-        seer_k_linear(m->pool, logits, xb, rows, &m->lm_head, NULL);
-    }
+    rc = seer_fwd_finish(m, hk, start, n, x, xb, logits, all_logits, err);
+out:
     free(buf);
-    return 0;
+    return rc;
 }
 
-const seer_arch_t seer_arch_llama = {"llama", llama_bind, seer_decoder_forward};
+const seer_arch_t seer_arch_llama = {"llama", llama_bind, seer_decoder_forward, NULL, NULL};

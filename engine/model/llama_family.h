@@ -23,7 +23,7 @@ typedef struct seer_decoder_opts {
  * once; keeps the options in m->arch_state. */
 int seer_decoder_bind(seer_model_t *m, const seer_decoder_opts_t *o, seer_err_t *err);
 int seer_decoder_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens, int n, float *logits,
-                         int all_logits, float *hidden, seer_err_t *err);
+                         int all_logits, float *hidden, const seer_fwd_hooks_t *hk, seer_err_t *err);
 
 /* config.json's "layer_types" ("sliding_attention" / "full_attention"...) into window[]:
  * sliding layers get `sliding_window`, the rest 0. Returns 1 when the field is present, 0 when

@@ -9,6 +9,7 @@
 #include <lauxlib.h>
 #include <lua.h>
 
+#include "../hooks/lua_hooks.h"
 #include "../tensor/tensor.h"
 #include "model_private.h"
 
@@ -30,6 +31,7 @@ typedef struct {
     int stop_ids[SEER_MODEL_MAX_EOS + 32];
     int nstop;
     float *logits;
+    seer_hookset_t *hooks; /* the hooks active when the generator was made (NULL: none) */
     seer_sampler_opts_t o;
     seer_rng_t rng;
 } gen_ud;
@@ -111,43 +113,40 @@ static int l_config(lua_State *L) {
     return 1;
 }
 
-/* A Lua array of token ids (0-based ids) into a malloc'd int32 array. */
+/* A Lua array of token ids (0-based ids) into an int32 array owned by a userdata pushed on the
+ * stack (collected with it, so a later Lua error cannot leak it). */
 static int32_t *read_ids(lua_State *L, int idx, int *n) {
     luaL_checktype(L, idx, LUA_TTABLE);
     int len = (int)lua_objlen(L, idx);
-    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(len > 0 ? len : 1));
-    if (!ids) luaL_error(L, "out of memory");
+    int32_t *ids = lua_newuserdata(L, sizeof(int32_t) * (size_t)(len > 0 ? len : 1));
     for (int i = 0; i < len; i++) {
         lua_rawgeti(L, idx, i + 1);
-        if (!lua_isnumber(L, -1)) {
-            free(ids);
+        if (!lua_isnumber(L, -1))
             luaL_error(L, "token ids must be integers; element %d is a %s", i + 1, luaL_typename(L, -1));
-        }
         lua_Number v = lua_tonumber(L, -1);
         lua_pop(L, 1);
-        if (v != (lua_Number)(int32_t)v) {
-            free(ids);
-            luaL_error(L, "token ids must be integers; element %d is %f", i + 1, v);
-        }
+        if (v != (lua_Number)(int32_t)v) luaL_error(L, "token ids must be integers; element %d is %f", i + 1, v);
         ids[i] = (int32_t)v;
     }
     *n = len;
     return ids;
 }
 
-/* forward(ids [, hidden_states]) -> logits [n, vocab] for a fresh sequence (no cache carried
- * over); with hidden_states true also a Lua array of num_layers + 1 tensors [n, hidden_size]
- * (index 1 = embeddings, index i + 1 = residual after layer i - 1). */
+/* forward(ids [, hidden_states [, hooks [, batch]]]) -> logits [n, vocab] for a fresh sequence
+ * (no cache carried over); with hidden_states true also a Lua array of num_layers + 1 tensors
+ * [n, hidden_size] (index 1 = embeddings, index i + 1 = residual after layer i - 1). hooks: a
+ * list of {hook name, intervention} (seer_hooks_lua_build); batch: the sequence's 1-based index
+ * in a batch, for hook functions. */
 static int l_forward(lua_State *L) {
+    lua_settop(L, 5); /* fixed argument slots: read_ids pushes above them */
     seer_model_t *m = check_model(L, 1);
+    const seer_model_config_t *c = seer_model_config(m);
     int n;
     int32_t *ids = read_ids(L, 2, &n);
     int want_hidden = lua_toboolean(L, 3);
-    if (n == 0) {
-        free(ids);
-        return luaL_error(L, "forward: empty token list");
-    }
-    const seer_model_config_t *c = seer_model_config(m);
+    if (n == 0) return luaL_error(L, "forward: empty token list");
+    seer_hookset_t *hs = seer_hooks_lua_build(L, 4, c->num_layers, seer_model_hook_mask(m));
+    seer_fwd_hooks_t hk = {.set = hs, .prompt_len = n, .batch = (int)luaL_optinteger(L, 5, 1) - 1, .user = L};
     seer_err_t err;
     seer_kv_cache_t *kv = NULL;
     int64_t shape[2] = {n, c->vocab_size};
@@ -156,9 +155,9 @@ static int l_forward(lua_State *L) {
     seer_tensor_t *h = want_hidden ? seer_tensor_new(SEER_F32, 3, hshape) : NULL;
     int rc = t && (h || !want_hidden) ? seer_kv_cache_new(&kv, m, n, &err) : seer_err_set(&err, SEER_ENOMEM, "out of memory");
     if (rc == 0)
-        rc = seer_model_forward_ex(m, kv, ids, n, seer_tensor_data(t), 1, h ? seer_tensor_data(h) : NULL, &err);
+        rc = seer_model_forward_hooked(m, kv, ids, n, seer_tensor_data(t), 1, h ? seer_tensor_data(h) : NULL, &hk, &err);
     seer_kv_cache_free(kv);
-    free(ids);
+    seer_hookset_free(hs);
     if (rc < 0) {
         seer_tensor_release(t);
         seer_tensor_release(h);
@@ -196,6 +195,7 @@ static float opt_num(lua_State *L, int t, const char *k, float d) {
 /* generator(model, prompt_ids, opts): opts = {max_new_tokens, min_new_tokens, temperature, top_k, top_p, min_p,
  * repetition_penalty, seed, stop_ids = {...}, context}. Validated in lua/seer/model.lua. */
 static int l_generator(lua_State *L) {
+    lua_settop(L, 3);
     seer_model_t *m = check_model(L, 1);
     int n;
     int32_t *prompt = read_ids(L, 2, &n);
@@ -227,15 +227,14 @@ static int l_generator(lua_State *L) {
         }
     }
     lua_pop(L, 1);
+    lua_getfield(L, 3, "hooks");
+    g->hooks = seer_hooks_lua_build(L, lua_gettop(L), seer_model_config(m)->num_layers, seer_model_hook_mask(m));
+    lua_pop(L, 1);
     g->cap = n + g->max_new;
     g->hist = malloc(sizeof(int32_t) * (size_t)(g->cap > 0 ? g->cap : 1));
     g->logits = malloc(sizeof(float) * (size_t)seer_model_config(m)->vocab_size);
-    if (!g->hist || !g->logits) {
-        free(prompt);
-        return luaL_error(L, "out of memory");
-    }
+    if (!g->hist || !g->logits) return luaL_error(L, "out of memory");
     memcpy(g->hist, prompt, sizeof(int32_t) * (size_t)n);
-    free(prompt);
     g->nhist = g->nprompt = n;
     if (n == 0) return luaL_error(L, "generate: the prompt has no tokens");
     seer_err_t err;
@@ -254,13 +253,17 @@ static int l_gen_next(lua_State *L) {
     }
     seer_err_t err;
     int rc;
+    seer_fwd_hooks_t hk = {.set = g->hooks, .prompt_len = g->nprompt, .batch = 0, .user = L};
     if (!g->prefilled) {
-        rc = seer_model_forward(g->m, g->cache, g->hist, g->nhist, g->logits, 0, &err);
-        g->prefilled = 1;
+        rc = seer_model_forward_hooked(g->m, g->cache, g->hist, g->nhist, g->logits, 0, NULL, &hk, &err);
     } else {
-        rc = seer_model_forward(g->m, g->cache, g->hist + g->nhist - 1, 1, g->logits, 0, &err);
+        rc = seer_model_forward_hooked(g->m, g->cache, g->hist + g->nhist - 1, 1, g->logits, 0, NULL, &hk, &err);
     }
-    if (rc < 0) return luaL_error(L, "%s", err.msg);
+    if (rc < 0) {
+        g->done = 1; /* a failed step (a hook raised) ends the generation */
+        return luaL_error(L, "%s", err.msg);
+    }
+    g->prefilled = 1;
     if (g->ngen < g->min_new) /* as transformers' min_new_tokens: stop tokens cannot win yet */
         for (int i = 0; i < g->nstop; i++)
             if (g->stop_ids[i] >= 0 && g->stop_ids[i] < seer_model_config(g->m)->vocab_size) g->logits[g->stop_ids[i]] = -INFINITY;
@@ -282,9 +285,48 @@ static int l_gen_gc(lua_State *L) {
     g->hist = NULL;
     free(g->logits);
     g->logits = NULL;
+    seer_hookset_free(g->hooks);
+    g->hooks = NULL;
     if (g->model_ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, g->model_ref);
     g->model_ref = LUA_NOREF;
     return 0;
+}
+
+/* hook_mask() -> the bit mask of the model's hook points (seer.core.hooks.names turns it into names). */
+static int l_hook_mask(lua_State *L) {
+    lua_pushnumber(L, (lua_Number)seer_model_hook_mask(check_model(L, 1)));
+    return 1;
+}
+
+/* unembed(t) -> logits: t is [..., hidden_size] (any dtype); the result is [..., vocab] f32. */
+static int l_unembed(lua_State *L) {
+    seer_model_t *m = check_model(L, 1);
+    seer_tensor_t *t = seer_tensor_check(L, 2);
+    const seer_model_config_t *c = seer_model_config(m);
+    char sh[96];
+    if (t->ndim < 1 || t->shape[t->ndim - 1] != c->hidden_size)
+        return luaL_error(L, "unembed: expected a [..., %d] residual-stream tensor, got %s", c->hidden_size,
+                          seer_tensor_shape_str(t, sh, sizeof sh));
+    seer_tensor_t *x = seer_tensor_to(t, SEER_F32);
+    int64_t shape[SEER_TENSOR_MAX_DIMS];
+    memcpy(shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+    shape[t->ndim - 1] = c->vocab_size;
+    seer_tensor_t *out = x ? seer_tensor_new(SEER_F32, t->ndim, shape) : NULL;
+    if (!out) {
+        seer_tensor_release(x);
+        return luaL_error(L, "unembed: out of memory");
+    }
+    int64_t rows = seer_tensor_numel(x) / c->hidden_size;
+    seer_err_t err;
+    int rc = rows > 0 ? seer_model_unembed(m, seer_tensor_data(x), (int)rows, seer_tensor_data(out), &err) : 0;
+    seer_tensor_release(x);
+    if (rc < 0) {
+        seer_tensor_release(out);
+        return luaL_error(L, "%s", err.msg);
+    }
+    seer_tensor_push(L, out);
+    seer_tensor_release(out);
+    return 1;
 }
 
 static int l_supported(lua_State *L) {
@@ -296,6 +338,8 @@ static const luaL_Reg model_methods[] = {
     {"config", l_config},
     {"forward", l_forward},
     {"generator", l_generator},
+    {"hook_mask", l_hook_mask},
+    {"unembed", l_unembed},
     {"load_adapter", seer_lora_l_load},
     {"set_adapter", seer_lora_l_set},
     {NULL, NULL},

@@ -160,6 +160,7 @@ int seer_model_load(seer_model_t **out, const char *dir, const seer_model_opts_t
         rc = seer_err_set(err, SEER_ENOMEM, "out of memory");
         goto fail;
     }
+    m->hook_mask = SEER_HP_DEFAULT_MASK;
     if ((rc = m->arch->bind(m, err)) < 0) goto fail;
     for (int i = 0; i < m->nfiles; i++)
         for (size_t k = 0; k < seer_st_count(m->files[i]); k++) {
@@ -182,6 +183,7 @@ fail:
 
 void seer_model_free(seer_model_t *m) {
     if (!m) return;
+    if (m->lora_free) m->lora_free(m->lora_state);
     if (m->arch_free) m->arch_free(m->arch_state);
     cJSON_Delete(m->config_json);
     for (int i = 0; i < m->nfiles; i++) seer_st_close(m->files[i]);
@@ -202,6 +204,11 @@ int seer_model_forward(seer_model_t *m, seer_kv_cache_t *c, const int32_t *token
 
 int seer_model_forward_ex(seer_model_t *m, seer_kv_cache_t *c, const int32_t *tokens, int n, float *logits,
                           int all_logits, float *hidden, seer_err_t *err) {
+    return seer_model_forward_hooked(m, c, tokens, n, logits, all_logits, hidden, NULL, err);
+}
+
+int seer_model_forward_hooked(seer_model_t *m, seer_kv_cache_t *c, const int32_t *tokens, int n, float *logits,
+                              int all_logits, float *hidden, const seer_fwd_hooks_t *hk, seer_err_t *err) {
     if (n <= 0) return seer_err_set(err, SEER_EINVAL, "forward: no tokens");
     if (c->len + n > c->max_tokens)
         return seer_err_set(err, SEER_EINVAL, "forward: %d cached + %d new tokens exceed the cache size %d", c->len, n,
@@ -210,7 +217,12 @@ int seer_model_forward_ex(seer_model_t *m, seer_kv_cache_t *c, const int32_t *to
         if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab_size)
             return seer_err_set(err, SEER_EINVAL, "forward: token id %d at position %d is outside the vocabulary [0, %d)",
                                 tokens[i], i, m->cfg.vocab_size);
-    return m->arch->forward(m, c, tokens, n, logits, all_logits, hidden, err);
+    if (hk && seer_hookset_empty(hk->set)) hk = NULL;
+    int start = c->len;
+    int rc = m->arch->forward(m, c, tokens, n, logits, all_logits, hidden, hk, err);
+    /* A failed pass (a hook raised) must not leave half-written entries counted in the cache. */
+    if (rc < 0) c->len = start;
+    return rc;
 }
 
 /* ---- KV cache -------------------------------------------------------------------------------- */

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../hooks/hooks.h"
 #include "../seer.h"
 #include "../tensor/dtype.h"
 
@@ -80,6 +81,26 @@ int seer_model_forward(seer_model_t *m, seer_kv_cache_t *cache, const int32_t *t
  * final norm (TransformerLens blocks.{i}.hook_resid_post). */
 int seer_model_forward_ex(seer_model_t *m, seer_kv_cache_t *cache, const int32_t *tokens, int n, float *logits,
                           int all_logits, float *hidden, seer_err_t *err);
+
+/* Hooks for one forward call (docs/hooks.md). set NULL or empty: none. prompt_len: where the
+ * prompt of the current generation ends (negative hook positions count back from it, and
+ * only_prompt means positions before it); for a plain forward, len(cache) + n. batch: the
+ * sequence's 0-based index in a batch. user: passed to callback interventions. */
+typedef struct seer_fwd_hooks {
+    const seer_hookset_t *set;
+    int prompt_len;
+    int batch;
+    void *user;
+} seer_fwd_hooks_t;
+
+/* seer_model_forward_ex with hooks (hk may be NULL). */
+int seer_model_forward_hooked(seer_model_t *m, seer_kv_cache_t *cache, const int32_t *tokens, int n, float *logits,
+                              int all_logits, float *hidden, const seer_fwd_hooks_t *hk, seer_err_t *err);
+/* Bit mask of the hook points (SEER_HP_BIT) this model has; names via seer_hook_name. */
+unsigned seer_model_hook_mask(const seer_model_t *m);
+/* logits[rows][vocab] of residual-stream rows x[rows][hidden_size]: the final norm, the
+ * unembedding and any final soft-cap (the logit lens). */
+int seer_model_unembed(seer_model_t *m, const float *x, int rows, float *logits, seer_err_t *err);
 
 /* Sampling. temperature 0 = greedy (argmax, lowest id on ties). Filters apply in the order
  * transformers applies them: repetition penalty, temperature, top_k, top_p, min_p. */

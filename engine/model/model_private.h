@@ -29,7 +29,8 @@ typedef struct seer_layer_weights {
 
 struct seer_model;
 typedef int (*seer_arch_forward_fn)(struct seer_model *m, seer_kv_cache_t *c, const int32_t *tokens, int n,
-                                    float *logits, int all_logits, float *hidden, seer_err_t *err);
+                                    float *logits, int all_logits, float *hidden, const seer_fwd_hooks_t *hk,
+                                    seer_err_t *err);
 
 typedef struct seer_arch {
     const char *model_type;
@@ -38,6 +39,10 @@ typedef struct seer_arch {
      * m->arch_free). Must fill m->embed (its dtype is reported as the model's dtype). */
     int (*bind)(struct seer_model *m, seer_err_t *err);
     seer_arch_forward_fn forward;
+    /* The final norm of residual rows (NULL: RMSNorm with m->final_norm and cfg.rms_norm_eps)
+     * and a transform of the head's logits (NULL: none; Gemma 2's final soft-cap). */
+    void (*final_norm)(struct seer_model *m, float *y, const float *x, int rows);
+    void (*final_softcap)(struct seer_model *m, float *logits, int rows);
 } seer_arch_t;
 
 struct seer_model {
@@ -53,6 +58,10 @@ struct seer_model {
     cJSON *config_json; /* config.json as parsed, for architecture-specific fields */
     void *arch_state;
     void (*arch_free)(void *arch_state);
+    /* LoRA adapters loaded onto the model (lora.c): adapter tensors, merged weight copies. */
+    void *lora_state;
+    void (*lora_free)(void *lora_state);
+    unsigned hook_mask; /* SEER_HP_BIT set of the points this model has (bind may change it) */
 };
 
 struct seer_kv_cache {
@@ -133,6 +142,37 @@ void seer_k_attention(seer_pool_t *p, const seer_attn_params_t *a);
 int seer_k_attention_blas(seer_pool_t *p, const seer_attn_params_t *a);
 /* AVX2 + FMA + F16C available (checked once): the condition for every x86 SIMD path. */
 int seer_k_have_avx2(void);
+
+/* ---- hooks in the forward pass (hooks_glue.c) ---- */
+/* Anything attached at (point, layer)? The forward pass's cheap test before building an act. */
+#define SEER_HOOKED(hk, p, layer) ((hk) && seer_hookset_has((hk)->set, (p), (layer)))
+/* Hands rows [n][cols] (positions start ..) to the hooks at (point, layer); 0 when none. */
+int seer_fwd_hook_rows(const seer_fwd_hooks_t *hk, seer_hook_point_t p, int layer, int start, int n, float *data,
+                       int cols, seer_err_t *err);
+/* The same for per-head rows [n][heads][hd] (q, k, v, z). */
+int seer_fwd_hook_heads(const seer_fwd_hooks_t *hk, seer_hook_point_t p, int layer, int start, int n, float *data,
+                        int heads, int hd, seer_err_t *err);
+/* For forward functions with the locals hk, start, n, err, rc and an `out:` label that frees
+ * their buffers: run the hooks at a point and leave on error. */
+#define SEER_HOOK_ROWS(p, layer, data, cols)                                                   \
+    do {                                                                                       \
+        if ((rc = seer_fwd_hook_rows(hk, (p), (layer), start, n, (data), (cols), err)) < 0) goto out; \
+    } while (0)
+#define SEER_HOOK_HEADS(p, layer, data, heads, hd)                                                      \
+    do {                                                                                                \
+        if ((rc = seer_fwd_hook_heads(hk, (p), (layer), start, n, (data), (heads), (hd), err)) < 0) goto out; \
+    } while (0)
+/* Attention for one layer: seer_k_attention, or, when attn.hook_attn_scores / attn.hook_pattern
+ * have hooks at this layer, an explicit [head, n, k] scores -> hooks -> softmax -> hooks ->
+ * values path. */
+int seer_fwd_attention(seer_model_t *m, const seer_fwd_hooks_t *hk, int layer, const seer_attn_params_t *a,
+                       seer_err_t *err);
+/* The end of every forward pass: the final norm (all n rows when ln_final.hook_normalized has
+ * hooks, else only the rows that need logits; xb has room for n rows), the hooks there, then
+ * the head into logits (NULL: none) for all rows or the last one. */
+int seer_fwd_finish(seer_model_t *m, const seer_fwd_hooks_t *hk, int start, int n, const float *x, float *xb,
+                    float *logits, int all_logits, seer_err_t *err);
+int seer_fwd_final_norm(seer_model_t *m, float *y, const float *x, int rows);
 
 /* Architectures, one file each. All but llama are weak so an architecture file can be added
  * (or be absent) without touching the table in model.c. */

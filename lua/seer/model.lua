@@ -139,9 +139,10 @@ end
 ---@return any logits, table? mask_or_hidden
 function Model:forward(ids, opts)
   opts = check_opts("forward", opts, { hidden_states = "boolean" })
+  local hooks = self:_hook_list()
   if opts.hidden_states then
     if type(ids) == "table" and type(ids[1]) == "table" then fail("forward: hidden_states works on one sequence at a time", 2) end
-    return self._c:forward(to_ids(self, ids, "forward"), true)
+    return self._c:forward(to_ids(self, ids, "forward"), true, hooks)
   end
   if type(ids) == "table" and type(ids[1]) == "table" then
     local T = require "seer.tensor"
@@ -155,13 +156,13 @@ function Model:forward(ids, opts)
       for i = 1, longest do row[i] = i > pad and 1 or 0 end
       mask[b] = row
       if #s > 0 then
-        local l = self._c:forward(s)
+        local l = self._c:forward(s, false, hooks, b)
         out:select(1, b):narrow(1, pad + 1, #s):copy_(l)
       end
     end
     return out, mask
   end
-  return self._c:forward(to_ids(self, ids, "forward"))
+  return self._c:forward(to_ids(self, ids, "forward"), false, hooks)
 end
 
 local gen_valid = {
@@ -190,7 +191,7 @@ local function prepare(self, input, opts, where)
   if t < 0 then fail(where .. ": temperature must be >= 0 (0 = greedy)", 3) end
   local g = self._c:generator(ids, {
     max_new_tokens = n, min_new_tokens = opts.min_new_tokens, temperature = t, top_k = opts.top_k, top_p = opts.top_p, min_p = opts.min_p,
-    repetition_penalty = opts.repetition_penalty, seed = opts.seed, stop_ids = stop_ids,
+    repetition_penalty = opts.repetition_penalty, seed = opts.seed, stop_ids = stop_ids, hooks = self:_hook_list(),
   })
   return g, ids, stop_strings, opts
 end
@@ -257,6 +258,256 @@ function Model:generate(input, opts)
     end
   end
   return { ids = ids, text = text, prompt_ids = prompt_ids }
+end
+
+-- ---- hooks (docs/hooks.md) --------------------------------------------------------------------
+
+local function hooks_core() return require "seer.core.hooks" end
+local function pack(...) return { n = select("#", ...), ... } end
+local function interventions() return require "seer.interventions" end
+
+---Every hook point name of this model, in the order a forward pass reaches them.
+---@return string[]
+function Model:hook_names()
+  if not self._hook_names then
+    self._hook_names = hooks_core().names(self.config.num_hidden_layers, self._c:hook_mask())
+    self._hook_set = {}
+    for _, n in ipairs(self._hook_names) do self._hook_set[n] = true end
+  end
+  local out = {}
+  for i, n in ipairs(self._hook_names) do out[i] = n end
+  return out
+end
+
+-- A name, a Lua pattern, a list of them or a predicate -> the matching hook names, in forward
+-- order. Anything that matches nothing is an error that lists the names.
+local function match_names(self, spec, where, level)
+  self:hook_names()
+  local all, set = self._hook_names, self._hook_set
+  local picked, out = {}, {}
+  local function add_one(s)
+    if type(s) ~= "string" then
+      fail(("%s: hook names must be strings or Lua patterns, got %s"):format(where, type(s)), level + 1)
+    end
+    if set[s] then
+      picked[s] = true
+      return
+    end
+    local ok, found = pcall(function()
+      local any = false
+      for _, n in ipairs(all) do
+        if n:find(s) then picked[n] = true any = true end
+      end
+      return any
+    end)
+    if not ok then fail(("%s: '%s' is not a hook name and not a valid Lua pattern (%s)"):format(where, s, found), level + 1) end
+    if not found then
+      local layers = self.config.num_hidden_layers
+      fail(("%s: no hook point matches '%s'. Names are hook_embed, blocks.{0..%d}.<point>, ln_final.hook_normalized; "
+        .. "points: hook_resid_pre, ln1.hook_normalized, attn.hook_q/k/v, attn.hook_attn_scores, attn.hook_pattern, attn.hook_z, "
+        .. "hook_attn_out, hook_resid_mid, ln2.hook_normalized, mlp.hook_pre, mlp.hook_post, hook_mlp_out, hook_resid_post "
+        .. "(model:hook_names() lists this model's)"):format(where, s, layers - 1), level + 1)
+    end
+  end
+  if type(spec) == "function" then
+    for _, n in ipairs(all) do
+      if spec(n) then picked[n] = true end
+    end
+  elseif type(spec) == "table" then
+    for _, s in ipairs(spec) do add_one(s) end
+  else
+    add_one(spec)
+  end
+  for _, n in ipairs(all) do
+    if picked[n] then out[#out + 1] = n end
+  end
+  return out
+end
+
+local function to_iv(hook, where, level)
+  if type(hook) == "function" then return interventions().fn(hook) end
+  if type(hook) == "userdata" and interventions().is_intervention(hook) then return hook end
+  fail(("%s: a hook must be a function fn(act, hook) or an intervention from seer.interventions, got %s")
+    :format(where, type(hook)), level + 1)
+end
+
+-- {{name_or_pattern, hook}, ...} -> entries {name, iv} for every matching hook point.
+local function compile_hooks(self, hooks, where, level)
+  if type(hooks) ~= "table" then fail(where .. ": hooks must be a list of {name_or_pattern, hook} pairs", level + 1) end
+  local entries = {}
+  for i, h in ipairs(hooks) do
+    if type(h) ~= "table" or h[1] == nil or h[2] == nil then
+      fail(("%s: hook %d must be a {name_or_pattern, hook} pair"):format(where, i), level + 1)
+    end
+    local iv = to_iv(h[2], where, level + 1)
+    for _, n in ipairs(match_names(self, h[1], where, level + 1)) do entries[#entries + 1] = { n, iv } end
+  end
+  return entries
+end
+
+function Model:_hook_list(extra)
+  local active = self._hooks
+  if (not active or #active == 0) and not extra then return nil end
+  local list = {}
+  for _, e in ipairs(active or {}) do list[#list + 1] = e end
+  for _, e in ipairs(extra or {}) do list[#list + 1] = e end
+  return list
+end
+
+local function attach(self, entries)
+  self._hooks = self._hooks or {}
+  for _, e in ipairs(entries) do self._hooks[#self._hooks + 1] = e end
+end
+
+local function detach(self, entries)
+  local drop = {}
+  for _, e in ipairs(entries) do drop[e] = true end
+  local keep = {}
+  for _, e in ipairs(self._hooks or {}) do
+    if not drop[e] then keep[#keep + 1] = e end
+  end
+  self._hooks = keep
+end
+
+---Runs fn with hooks attached to every forward pass and generation inside it; they are removed
+---when fn returns or raises. Returns fn's results.
+---@param hooks {[1]: string|string[], [2]: seer.Intervention|fun(act: seer.Tensor, hook: table): seer.Tensor?}[]
+---@param fn fun(): ...
+---@return ...
+function Model:with_hooks(hooks, fn)
+  if type(fn) ~= "function" then fail("with_hooks: the second argument must be a function", 2) end
+  local entries = compile_hooks(self, hooks, "with_hooks", 2)
+  attach(self, entries)
+  local res = pack(pcall(fn))
+  detach(self, entries)
+  if not res[1] then error(res[2], 0) end
+  return unpack(res, 2, res.n)
+end
+
+---Attaches a hook until handle:remove() or model:reset_hooks().
+---@param name_or_pattern string|string[]
+---@param hook seer.Intervention|fun(act: seer.Tensor, hook: table): seer.Tensor?
+---@return {remove: fun(self)}
+function Model:add_hook(name_or_pattern, hook)
+  local entries = compile_hooks(self, { { name_or_pattern, hook } }, "add_hook", 2)
+  attach(self, entries)
+  local model = self
+  return { remove = function() detach(model, entries) end }
+end
+
+---Removes every hook (persistent ones and those of enclosing with_hooks calls).
+function Model:reset_hooks() self._hooks = {} end
+
+---Logits with hooks for this call only.
+---@param input integer[]|integer[][]|string
+---@param opts {fwd_hooks: table}
+---@return seer.Tensor logits, table? mask
+function Model:run_with_hooks(input, opts)
+  opts = check_opts("run_with_hooks", opts, { fwd_hooks = "table" })
+  local entries = compile_hooks(self, opts.fwd_hooks or {}, "run_with_hooks", 2)
+  attach(self, entries)
+  local res = { pcall(self.forward, self, input) }
+  detach(self, entries)
+  if not res[1] then error(res[2], 0) end
+  return res[2], res[3]
+end
+
+local function cache_table(names)
+  local known = {}
+  for _, n in ipairs(names) do known[n] = true end
+  return setmetatable({}, {
+    __index = function(_, k)
+      error(("cache: '%s' was not cached; cached names: %s"):format(tostring(k), table.concat(names, ", ")), 2)
+    end,
+  })
+end
+
+---Logits and a cache of activations: cache[name] is a tensor (`[pos, ...]` for one sequence,
+---`[batch, longest, ...]` left-padded with zeros for a list of sequences; patterns and scores
+---`[head, pos, k]` / `[batch, head, longest, longest]`). `names`: a name, a pattern, a list of
+---them or a predicate (default: every hook point); `positions`: keep only these positions
+---(0-based, negative from the end).
+---@param input integer[]|integer[][]|string
+---@param opts? {names?: string|string[]|fun(name: string): boolean, positions?: integer[]}
+---@return seer.Tensor logits, table<string, seer.Tensor> cache
+function Model:run_with_cache(input, opts)
+  opts = check_opts("run_with_cache", opts, { names = "any", positions = "table" })
+  local names = match_names(self, opts.names or function() return true end, "run_with_cache", 2)
+  local I = interventions()
+  local function run_one(ids, b)
+    local caps, extra = {}, {}
+    for i, n in ipairs(names) do
+      caps[i] = I.capture(opts.positions and { positions = opts.positions } or nil)
+      extra[i] = { n, caps[i] }
+    end
+    local logits = self._c:forward(ids, false, self:_hook_list(extra), b)
+    local out = {}
+    for i, n in ipairs(names) do
+      if #caps[i]:chunks() == 0 then
+        fail(("run_with_cache: nothing was captured at %s (are the positions inside the %d-token input?)"):format(n, #ids), 3)
+      end
+      out[n] = caps[i]:tensor()
+    end
+    return logits, out
+  end
+  local cache = cache_table(names)
+  if type(input) == "table" and type(input[1]) == "table" then
+    local T = require "seer.tensor"
+    local seqs, longest = {}, 0
+    for b, s in ipairs(input) do
+      seqs[b] = to_ids(self, s, "run_with_cache")
+      if #seqs[b] == 0 then fail(("run_with_cache: sequence %d has no tokens"):format(b), 2) end
+      longest = math.max(longest, #seqs[b])
+    end
+    local logits = T.zeros(#seqs, longest, self.config.vocab_size)
+    local per = {}
+    for b, s in ipairs(seqs) do
+      local l, c = run_one(s, b)
+      logits:select(1, b):narrow(1, longest - #s + 1, #s):copy_(l)
+      per[b] = c
+    end
+    for _, n in ipairs(names) do
+      local first = per[1][n]
+      local head_major = n:find("hook_pattern$") or n:find("hook_attn_scores$")
+      local shape = { #seqs }
+      for d = 1, first:dim() do shape[d + 1] = first:size(d) end
+      if head_major then
+        if not opts.positions then shape[3] = longest end
+        shape[4] = longest
+      elseif not opts.positions then
+        shape[2] = longest
+      end
+      local t = T.zeros(unpack(shape))
+      for b, s in ipairs(seqs) do
+        local src, pad = per[b][n], longest - #s
+        local dst = t:select(1, b)
+        if head_major then
+          if not opts.positions then dst = dst:narrow(2, pad + 1, #s) end
+          dst = dst:narrow(3, pad + 1, #s)
+        elseif not opts.positions then
+          dst = dst:narrow(1, pad + 1, #s)
+        end
+        dst:copy_(src)
+      end
+      rawset(cache, n, t)
+    end
+    return logits, cache
+  end
+  local logits, c = run_one(to_ids(self, input, "run_with_cache"), 1)
+  for n, t in pairs(c) do rawset(cache, n, t) end
+  return logits, cache
+end
+
+---The logit lens: final norm + unembedding (+ Gemma 2's final soft-cap) of residual-stream
+---vectors. resid: [..., d_model]; returns [..., vocab] logits.
+---@param resid seer.Tensor
+---@return seer.Tensor
+function Model:unembed(resid)
+  local T = require "seer.tensor"
+  if not T.is_tensor(resid) then fail("unembed: expected a [..., d_model] tensor, got " .. type(resid), 2) end
+  local ok, r = pcall(self._c.unembed, self._c, resid)
+  if not ok then fail(r, 2) end
+  return r
 end
 
 ---Loads a LoRA adapter in PEFT format (a directory with adapter_config.json and

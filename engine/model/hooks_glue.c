@@ -1,0 +1,138 @@
+/* Where the model runtime meets engine/hooks: activations of a forward pass handed to hook
+ * sets, attention with materialized [head, pos, k] scores for score/pattern hooks, and the
+ * unembedding shared by the forward pass and the logit lens. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model_private.h"
+
+int seer_fwd_hook_rows(const seer_fwd_hooks_t *hk, seer_hook_point_t p, int layer, int start, int n, float *data,
+                       int cols, seer_err_t *err) {
+    if (!SEER_HOOKED(hk, p, layer)) return 0;
+    seer_hook_call_t call = {.point = p, .layer = seer_hook_point_global(p) ? -1 : layer, .start = start, .n = n,
+                             .prompt_len = hk->prompt_len, .batch = hk->batch, .user = hk->user};
+    seer_hook_act_t a = {.data = data, .ndim = 2, .shape = {n, cols}};
+    return seer_hook_apply(hk->set, &call, &a, err);
+}
+
+int seer_fwd_hook_heads(const seer_fwd_hooks_t *hk, seer_hook_point_t p, int layer, int start, int n, float *data,
+                        int heads, int hd, seer_err_t *err) {
+    if (!SEER_HOOKED(hk, p, layer)) return 0;
+    seer_hook_call_t call = {.point = p, .layer = layer, .start = start, .n = n, .prompt_len = hk->prompt_len,
+                             .batch = hk->batch, .user = hk->user};
+    seer_hook_act_t a = {.data = data, .ndim = 3, .shape = {n, heads, hd}, .heads = heads};
+    return seer_hook_apply(hk->set, &call, &a, err);
+}
+
+/* Scores for every (head, query, key) of the cache, masked with -inf, as transformers' eager
+ * attention computes them before the softmax. */
+int seer_fwd_attention(seer_model_t *m, const seer_fwd_hooks_t *hk, int layer, const seer_attn_params_t *a,
+                       seer_err_t *err) {
+    if (!SEER_HOOKED(hk, SEER_HP_ATTN_SCORES, layer) && !SEER_HOOKED(hk, SEER_HP_PATTERN, layer)) {
+        seer_k_attention(m->pool, a);
+        return 0;
+    }
+    int H = a->H, hd = a->hd, n = a->n, K = a->start + a->n;
+    int qd = H * hd, kvd = a->KH * hd, group = H / a->KH;
+    size_t total = (size_t)H * (size_t)n * (size_t)K;
+    float *sc = malloc(sizeof(float) * total);
+    if (!sc)
+        return seer_err_set(err, SEER_ENOMEM, "attention scores for hooks: out of memory for [%d, %d, %d] floats", H, n, K);
+    for (int h = 0; h < H; h++) {
+        size_t kv_off = (size_t)(h / group) * (size_t)hd;
+        for (int t = 0; t < n; t++) {
+            int pos = a->start + t;
+            const float *q = a->q + (size_t)t * qd + (size_t)h * hd;
+            float *row = sc + ((size_t)h * n + t) * K;
+            for (int p = 0; p < K; p++) {
+                int visible = p <= pos && !(a->window > 0 && pos - p >= a->window);
+                if (!visible) {
+                    row[p] = -INFINITY;
+                    continue;
+                }
+                float s = seer_k_dot(q, a->kc + (size_t)p * kvd + kv_off, hd) * a->scale;
+                if (a->softcap > 0.f) s = tanhf(s / a->softcap) * a->softcap;
+                row[p] = s;
+            }
+        }
+    }
+    seer_hook_call_t call = {.point = SEER_HP_ATTN_SCORES, .layer = layer, .start = a->start, .n = n,
+                             .prompt_len = hk->prompt_len, .batch = hk->batch, .user = hk->user};
+    seer_hook_act_t act = {.data = sc, .ndim = 3, .shape = {H, n, K}, .heads = H};
+    int rc = seer_hook_apply(hk->set, &call, &act, err);
+    if (rc < 0) goto out;
+    for (size_t r = 0; r < (size_t)H * n; r++) {
+        float *row = sc + r * K;
+        float mx = -INFINITY;
+        for (int p = 0; p < K; p++)
+            if (row[p] > mx) mx = row[p];
+        float sum = 0.f;
+        for (int p = 0; p < K; p++) {
+            row[p] = mx == -INFINITY ? 0.f : expf(row[p] - mx);
+            sum += row[p];
+        }
+        float inv = sum > 0.f ? 1.0f / sum : 0.f;
+        for (int p = 0; p < K; p++) row[p] *= inv;
+    }
+    call.point = SEER_HP_PATTERN;
+    if ((rc = seer_hook_apply(hk->set, &call, &act, err)) < 0) goto out;
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < H; h++) {
+            const float *w = sc + ((size_t)h * n + t) * K;
+            size_t kv_off = (size_t)(h / group) * (size_t)hd;
+            float *o = a->out + (size_t)t * qd + (size_t)h * hd;
+            memset(o, 0, sizeof(float) * (size_t)hd);
+            for (int p = 0; p < K; p++) {
+                if (w[p] == 0.f) continue;
+                const float *v = a->vc + (size_t)p * kvd + kv_off;
+                for (int i = 0; i < hd; i++) o[i] += w[p] * v[i];
+            }
+        }
+out:
+    free(sc);
+    return rc;
+}
+
+int seer_fwd_final_norm(seer_model_t *m, float *y, const float *x, int rows) {
+    if (m->arch->final_norm) {
+        m->arch->final_norm(m, y, x, rows);
+    } else {
+        seer_k_rmsnorm(y, x, rows, m->cfg.hidden_size, &m->final_norm, m->cfg.rms_norm_eps, 0);
+    }
+    return 0;
+}
+
+static void head(seer_model_t *m, float *logits, const float *xn, int rows) {
+    seer_k_linear(m->pool, logits, xn, rows, &m->lm_head, NULL);
+    if (m->arch->final_softcap) m->arch->final_softcap(m, logits, rows);
+}
+
+int seer_fwd_finish(seer_model_t *m, const seer_fwd_hooks_t *hk, int start, int n, const float *x, float *xb,
+                    float *logits, int all_logits, seer_err_t *err) {
+    int D = m->cfg.hidden_size;
+    if (SEER_HOOKED(hk, SEER_HP_LN_FINAL, -1)) { /* the hook sees every position */
+        seer_fwd_final_norm(m, xb, x, n);
+        int rc = seer_fwd_hook_rows(hk, SEER_HP_LN_FINAL, -1, start, n, xb, D, err);
+        if (rc < 0) return rc;
+        if (logits) head(m, logits, all_logits ? xb : xb + (size_t)(n - 1) * D, all_logits ? n : 1);
+        return 0;
+    }
+    if (!logits) return 0;
+    int rows = all_logits ? n : 1;
+    seer_fwd_final_norm(m, xb, all_logits ? x : x + (size_t)(n - 1) * D, rows);
+    head(m, logits, xb, rows);
+    return 0;
+}
+
+int seer_model_unembed(seer_model_t *m, const float *x, int rows, float *logits, seer_err_t *err) {
+    if (rows <= 0) return seer_err_set(err, SEER_EINVAL, "unembed: no rows");
+    float *xb = malloc(sizeof(float) * (size_t)rows * (size_t)m->cfg.hidden_size);
+    if (!xb) return seer_err_set(err, SEER_ENOMEM, "unembed: out of memory for %d rows", rows);
+    seer_fwd_final_norm(m, xb, x, rows);
+    head(m, logits, xb, rows);
+    free(xb);
+    return 0;
+}
+
+unsigned seer_model_hook_mask(const seer_model_t *m) { return m->hook_mask; }
