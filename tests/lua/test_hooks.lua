@@ -1,0 +1,245 @@
+-- Hook semantics beyond the transformers parity cases (test_hooks_parity.lua): positions during
+-- generation (from p onward including generated tokens, only while the prompt is processed),
+-- scoping and removal, Lua function hooks, attention scores/patterns, batches, and the errors a
+-- researcher can hit. Runs on the real stories260K model and the tiny parity models.
+local T = require "testing"
+local I = require "seer.interventions"
+local tensor = seer.tensor
+
+local root = seer.script_dir() .. "/../fixtures/models/stories260K"
+local model = seer.model.load(root)
+local ids = model.tokenizer:encode("Once upon a time there was a little dog")
+local n = #ids
+
+local function maxdiff(a, b) return (a - b):abs():max() end
+
+T.test("hook_names: TransformerLens names in forward order for every layer", function()
+  local names = model:hook_names()
+  T.eq(names[1], "hook_embed")
+  T.eq(names[2], "blocks.0.hook_resid_pre")
+  T.eq(names[#names], "ln_final.hook_normalized")
+  T.eq(#names, 2 + 5 * 15)
+  local set = {}
+  for _, nm in ipairs(names) do set[nm] = true end
+  for _, p in ipairs({ "ln1.hook_normalized", "attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_attn_scores",
+    "attn.hook_pattern", "attn.hook_z", "hook_attn_out", "hook_resid_mid", "ln2.hook_normalized", "mlp.hook_pre",
+    "mlp.hook_post", "hook_mlp_out", "hook_resid_post" }) do
+    T.ok(set["blocks.4." .. p], "blocks.4." .. p)
+  end
+  T.ok(not set["hook_pos_embed"], "llama has no learned positions")
+end)
+
+T.test("run_with_cache: residuals equal hidden_states, shapes per docs/hooks.md, unembed of the last residual is the logits", function()
+  local logits, cache = model:run_with_cache(ids, { names = { "hook_resid_post$", "blocks.1.attn.hook_[qkz]$", "blocks.1.attn.hook_pattern", "mlp.hook_post" } })
+  local _, hidden = model:forward(ids, { hidden_states = true })
+  for l = 0, 4 do T.eq(maxdiff(cache[("blocks.%d.hook_resid_post"):format(l)], hidden[l + 2]), 0) end
+  local q, k, z = cache["blocks.1.attn.hook_q"], cache["blocks.1.attn.hook_k"], cache["blocks.1.attn.hook_z"]
+  T.eq({ q:size(1), q:size(2), q:size(3) }, { n, 8, 8 })
+  T.eq({ k:size(1), k:size(2), k:size(3) }, { n, 4, 8 })
+  T.eq({ z:size(1), z:size(2), z:size(3) }, { n, 8, 8 })
+  local pat = cache["blocks.1.attn.hook_pattern"]
+  T.eq({ pat:size(1), pat:size(2), pat:size(3) }, { 8, n, n })
+  T.near(pat:sum(3):min(), 1, 1e-5)
+  T.eq(pat[1][1][2], 0) -- causal: position 0 sees only itself
+  T.eq(cache["blocks.2.mlp.hook_post"]:size(2), model.config.intermediate_size)
+  T.ok(maxdiff(model:unembed(cache["blocks.4.hook_resid_post"]), logits) < 1e-5)
+  T.raises(function() return cache["blocks.1.attn.hook_v"] end, "was not cached")
+end)
+
+T.test("run_with_cache positions keep only those rows (negative from the end)", function()
+  local _, cache = model:run_with_cache(ids, { names = "blocks.3.hook_resid_post", positions = { 0, -1 } })
+  local _, full = model:run_with_cache(ids, { names = "blocks.3.hook_resid_post" })
+  local t, f = cache["blocks.3.hook_resid_post"], full["blocks.3.hook_resid_post"]
+  T.eq(t:size(1), 2)
+  T.eq(maxdiff(t:select(1, 1), f:select(1, 1)), 0)
+  T.eq(maxdiff(t:select(1, 2), f:select(1, n)), 0)
+end)
+
+T.test("add with from = p changes only positions >= p; hooks compose in order", function()
+  local base = model:forward(ids)
+  local v = tensor.randn(64)
+  local l = model:run_with_hooks(ids, { fwd_hooks = { { "blocks.2.hook_resid_post", I.add(v, { strength = 3, from = 4 }) } } })
+  for p = 1, 4 do T.eq(maxdiff(l:select(1, p), base:select(1, p)), 0, "position " .. (p - 1)) end
+  T.ok(maxdiff(l:select(1, 5), base:select(1, 5)) > 1e-3)
+  -- add then ablate the same direction = no change along it at that point
+  local _, c = model:run_with_cache(ids, { names = "blocks.2.hook_resid_post" })
+  local dir = v / v:norm()
+  model:with_hooks({ { "blocks.2.hook_resid_post", I.add(v, { strength = 5 }) }, { "blocks.2.hook_resid_post", I.ablate(dir) } }, function()
+    local _, c2 = model:run_with_cache(ids, { names = "blocks.2.hook_resid_post" })
+    local r = c2["blocks.2.hook_resid_post"]
+    T.ok((r:matmul(dir)):abs():max() < 1e-4, "no component along the ablated direction")
+    local orig = c["blocks.2.hook_resid_post"]
+    local proj = orig - orig:matmul(dir):reshape(n, 1) * dir:reshape(1, 64)
+    T.ok(maxdiff(r, proj) < 1e-4, "add then ablate = ablate of the original")
+  end)
+end)
+
+T.test("generation: from = p steers generated tokens too; only_prompt never touches them", function()
+  local v = tensor.randn(64)
+  local seen = {}
+  local spy = function(act, hook) seen[#seen + 1] = { hook.pos, act:size(1) } end
+  local steer = I.add(v, { strength = 6, from = n - 1 })
+  local cap = I.capture()
+  model:with_hooks({ { "blocks.2.hook_resid_post", steer }, { "blocks.2.hook_resid_post", spy }, { "blocks.2.hook_resid_post", cap } }, function()
+    model:generate(ids, { max_new_tokens = 4 })
+  end)
+  T.eq(seen, { { 0, n }, { n, 1 }, { n + 1, 1 }, { n + 2, 1 } })
+  local want = {}
+  for p = 0, n + 2 do want[#want + 1] = p end -- the prompt, then one row per fed-back token
+  T.eq(cap:positions(), want)
+  -- Unsteered capture to compare each position
+  local plain = I.capture()
+  model:with_hooks({ { "blocks.2.hook_resid_post", plain } }, function() model:generate(ids, { max_new_tokens = 4 }) end)
+  local a, b = cap:tensor(), plain:tensor()
+  T.eq(maxdiff(a:narrow(1, 1, n - 1), b:narrow(1, 1, n - 1)), 0)
+  -- from n-1 on (the last prompt token and every generated token) the residual carries 6 v
+  T.ok(maxdiff(a:select(1, n) - b:select(1, n), v * 6) < 1e-4)
+  -- only_prompt: captures just before and after the add on the same point differ by 6 v on
+  -- the prompt rows and not at all on generated rows
+  local before, after = I.capture(), I.capture()
+  model:with_hooks({ { "blocks.0.hook_resid_post", before }, { "blocks.0.hook_resid_post", I.add(v, { strength = 6, only_prompt = true }) },
+    { "blocks.0.hook_resid_post", after } }, function()
+    model:generate(ids, { max_new_tokens = 3 })
+  end)
+  local d = after:tensor() - before:tensor()
+  T.eq(d:size(1), n + 2)
+  T.ok(maxdiff(d:narrow(1, 1, n), (v * 6):reshape(1, 64)) < 1e-4)
+  T.eq(d:narrow(1, n + 1, 2):abs():max(), 0)
+end)
+
+T.test("with_hooks removes hooks after an error; add_hook persists until removed; reset_hooks", function()
+  local base = model:forward(ids)
+  local v = tensor.randn(64)
+  T.raises(function()
+    model:with_hooks({ { "blocks.1.hook_resid_post", I.add(v) } }, function() error("boom") end)
+  end, "boom")
+  T.eq(maxdiff(model:forward(ids), base), 0)
+  local h = model:add_hook("blocks.1.hook_resid_post", I.add(v))
+  T.ok(maxdiff(model:forward(ids), base) > 1e-3)
+  h:remove()
+  T.eq(maxdiff(model:forward(ids), base), 0)
+  model:add_hook("blocks.1.hook_resid_post", I.add(v))
+  model:reset_hooks()
+  T.eq(maxdiff(model:forward(ids), base), 0)
+end)
+
+T.test("Lua function hooks: in-place edits, returned replacements, kept tensors stay valid, errors name the hook", function()
+  local base = model:forward(ids)
+  local zeroed = model:run_with_hooks(ids, { fwd_hooks = { { "blocks.4.hook_resid_post", function(act) act:mul_(0) end } } })
+  local zero_res = model:unembed(tensor.zeros(n, 64))
+  T.ok(maxdiff(zeroed, zero_res) < 1e-5)
+  local repl = model:run_with_hooks(ids, { fwd_hooks = { { "blocks.4.hook_resid_post", function(act) return tensor.zeros(act:size(1), 64) end } } })
+  T.ok(maxdiff(repl, zero_res) < 1e-5)
+  local kept
+  model:run_with_hooks(ids, { fwd_hooks = { { "blocks.0.hook_resid_post", function(act) kept = act end } } })
+  collectgarbage()
+  model:forward(ids) -- reuses the freed buffers
+  local _, c = model:run_with_cache(ids, { names = "blocks.0.hook_resid_post" })
+  T.eq(maxdiff(kept, c["blocks.0.hook_resid_post"]), 0)
+  T.raises(function()
+    model:run_with_hooks(ids, { fwd_hooks = { { "blocks.3.mlp.hook_post", function() error("bad hook") end } } })
+  end, "blocks.3.mlp.hook_post: .*bad hook")
+  T.raises(function()
+    model:run_with_hooks(ids, { fwd_hooks = { { "blocks.3.hook_resid_post", function() return 42 end } } })
+  end, "return a tensor")
+  T.raises(function()
+    model:run_with_hooks(ids, { fwd_hooks = { { "blocks.3.hook_resid_post", function() return tensor.zeros(3) end } } })
+  end, "does not fit")
+  T.eq(maxdiff(model:forward(ids), base), 0, "the model is unchanged after failing hooks")
+end)
+
+T.test("a failing hook during generation ends it with the error and leaves the model usable", function()
+  local calls = 0
+  T.raises(function()
+    model:with_hooks({ { "blocks.1.hook_resid_post", function() calls = calls + 1 if calls == 2 then error("step 2") end end } }, function()
+      model:generate(ids, { max_new_tokens = 5 })
+    end)
+  end, "step 2")
+  T.eq(model:generate(ids, { max_new_tokens = 5 }).ids, model:generate(ids, { max_new_tokens = 5 }).ids)
+end)
+
+T.test("zero_heads on attn.hook_z equals zeroing those heads' pattern rows", function()
+  local a = model:run_with_hooks(ids, { fwd_hooks = { { "blocks.1.attn.hook_z", I.zero_heads({ 1, 6 }) } } })
+  local b = model:run_with_hooks(ids, { fwd_hooks = { { "blocks.1.attn.hook_pattern", I.scale(0, { heads = { 1, 6 } }) } } })
+  T.ok(maxdiff(a, b) < 1e-5)
+  T.ok(maxdiff(a, model:forward(ids)) > 1e-4)
+  -- scores: a large negative score for key 0 moves attention off BOS
+  local _, c = model:with_hooks({ { "blocks.1.attn.hook_attn_scores", function(s) s:select(3, 1):fill_(-1e9) end } }, function()
+    return model:run_with_cache(ids, { names = "blocks.1.attn.hook_pattern" })
+  end)
+  local p = c["blocks.1.attn.hook_pattern"]
+  T.ok(p:select(3, 1):narrow(2, 2, n - 1):abs():max() < 1e-6)
+end)
+
+T.test("replace patches positions from a saved cache; position-limited replace leaves others alone", function()
+  local other = model.tokenizer:encode("Once upon a time there was a big cat")
+  T.eq(#other, n)
+  local _, clean = model:run_with_cache(other, { names = { "blocks.2.hook_resid_post", "blocks.4.hook_resid_post" } })
+  local saved = clean["blocks.2.hook_resid_post"]
+  local all = model:run_with_hooks(ids, { fwd_hooks = { { "blocks.2.hook_resid_post", I.replace(saved) } } })
+  T.ok(maxdiff(all, model:forward(other)) < 1e-5, "patching every position reproduces the clean run")
+  -- at the last layer a patched position reaches the logits of that position only
+  local part = model:run_with_hooks(ids, { fwd_hooks = { { "blocks.4.hook_resid_post", I.replace(clean["blocks.4.hook_resid_post"], { positions = { -1 } }) } } })
+  local base = model:forward(ids)
+  T.eq(maxdiff(part:narrow(1, 1, n - 1), base:narrow(1, 1, n - 1)), 0)
+  T.ok(maxdiff(part:select(1, n), model:forward(other):select(1, n)) < 1e-5)
+  T.raises(function()
+    model:generate(ids, { max_new_tokens = 2 })
+    model:with_hooks({ { "blocks.2.hook_resid_post", I.replace(saved) } }, function() model:generate(ids, { max_new_tokens = 2 }) end)
+  end, "limit the replace")
+end)
+
+T.test("batches: per-sequence hooks (hook.batch), caches left-padded like the logits", function()
+  local a, b = model.tokenizer:encode("Once upon a time"), ids
+  local batches = {}
+  local logits, cache = model:run_with_cache({ a, b }, { names = { "blocks.0.hook_resid_post", "blocks.0.attn.hook_pattern" } })
+  local r = cache["blocks.0.hook_resid_post"]
+  T.eq({ r:size(1), r:size(2), r:size(3) }, { 2, n, 64 })
+  local _, ca = model:run_with_cache(a, { names = "blocks.0.hook_resid_post" })
+  local pad = n - #a
+  T.eq(maxdiff(r:select(1, 1):narrow(1, pad + 1, #a), ca["blocks.0.hook_resid_post"]), 0)
+  T.eq(r:select(1, 1):narrow(1, 1, pad):abs():max(), 0)
+  local p = cache["blocks.0.attn.hook_pattern"]
+  T.eq({ p:size(1), p:size(2), p:size(3), p:size(4) }, { 2, 8, n, n })
+  T.eq(logits:size(2), n)
+  model:run_with_hooks({ a, b }, { fwd_hooks = { { "hook_embed", function(act, h) batches[#batches + 1] = { h.batch, act:size(1) } end } } })
+  T.eq(batches, { { 1, #a }, { 2, n } })
+end)
+
+T.test("bad hooks give errors that say what to write", function()
+  T.raises(function() model:run_with_hooks(ids, { fwd_hooks = { { "blocks.9.hook_resid_post", I.add(tensor.zeros(64)) } } }) end,
+    "no hook point matches 'blocks.9.hook_resid_post'")
+  T.raises(function() model:run_with_hooks(ids, { fwd_hooks = { { "blocks.1.hook_resid_post", I.add(tensor.ones(10)) } } }) end,
+    "add vector has 10 elements but each position has 64")
+  T.raises(function() model:run_with_hooks(ids, { fwd_hooks = { { "blocks.1.hook_resid_post", I.scale(0, { heads = { 1 } }) } } }) end,
+    "heads option needs a per%-head point")
+  T.raises(function() model:run_with_hooks(ids, { fwd_hooks = { { "blocks.1.attn.hook_pattern", I.add(tensor.ones(9)) } } }) end,
+    "attention scores and patterns are %[head, pos, k%]")
+  T.raises(function() model:run_with_hooks(ids, { fwd_hooks = { { "blocks.1.attn.hook_z", I.zero_heads({ 8 }) } } }) end,
+    "head 8 does not exist")
+  T.raises(function() model:run_with_hooks(ids, { fwd_hooks = { { "blocks.1.hook_resid_post", 3 } } }) end, "a hook must be a function")
+  T.raises(function() I.ablate(tensor.zeros(64)) end, "zero vector")
+  T.raises(function() I.add(tensor.zeros(64), { strenght = 2 }) end, "unknown option 'strenght'")
+  T.raises(function() I.add({ 1, 2, 0 / 0 }) end, "must be finite")
+  T.raises(function() model:run_with_cache(ids, { names = "blocks.1.hook_resid_post", positions = { 50 } }) end, "nothing was captured")
+end)
+
+T.test("hook points exist on every architecture (gpt2 has hook_pos_embed; parallel GPT-NeoX has no resid_mid)", function()
+  local dir = seer.script_dir() .. "/../parity/models/"
+  local g = seer.model.load(dir .. "gpt2")
+  local set = {}
+  for _, nm in ipairs(g:hook_names()) do set[nm] = true end
+  T.ok(set["hook_pos_embed"] and set["blocks.2.hook_resid_mid"])
+  local x = seer.model.load(dir .. "gpt_neox")
+  set = {}
+  for _, nm in ipairs(x:hook_names()) do set[nm] = true end
+  T.ok(not set["blocks.0.hook_resid_mid"] and set["blocks.0.hook_attn_out"])
+  for _, name in ipairs({ "llama", "gemma2", "gemma3", "qwen3", "mistral", "gpt2", "gpt_neox" }) do
+    local m = seer.model.load(dir .. name)
+    local seq = { 1, 5, 9, 13, 17, 21, 25, 29 }
+    local logits, cache = m:run_with_cache(seq)
+    T.eq(#m:hook_names(), (function() local k = 0 for _ in pairs(cache) do end for _ in ipairs(m:hook_names()) do k = k + 1 end return k end)())
+    T.ok(maxdiff(m:unembed(cache[("blocks.%d.hook_resid_post"):format(m.config.num_hidden_layers - 1)]), logits) < 1e-4, name)
+    T.ok(maxdiff(logits, m:forward(seq)) == 0, name .. ": capturing everything changes nothing")
+  end
+end)
