@@ -4,6 +4,7 @@
 -- 1e-4 max abs. The cases are tests/parity/hooks_cases.json (seer hook names and intervention
 -- parameters); the goldens are <model>/hooks.safetensors beside the parity models, made by
 -- tests/parity/hooks_goldens.py (SEER_PARITY_DIR points elsewhere: make parity regenerates them).
+-- SEER_PARITY_VERBOSE=1 prints the max abs differences of every case.
 local T = require "testing"
 local tensor = require "seer.tensor"
 
@@ -52,7 +53,10 @@ local function compare(errs, what, got, want)
   return d
 end
 
+local VERBOSE = os.getenv("SEER_PARITY_VERBOSE") -- print every case's max diffs, passing or not
+
 local function finish(errs, diffs, label)
+  if VERBOSE then io.write(("  %s: %s\n"):format(label, table.concat(diffs, ", "))) end
   if #errs > 0 then
     error(("%s (tolerance %g; max diffs: %s):\n  %s"):format(label, TOL, table.concat(diffs, ", "),
       table.concat(errs, "\n  ")), 0)
@@ -98,7 +102,7 @@ local function intervention(I, m, case, errs, diffs)
   local opts = { positions = list(case.positions), from = case.from, to = case.to }
   if case.kind == "add" then
     opts.strength = case.strength
-    return I.add(m.hooks[case.vec]:clone(), opts)
+    return I.add(m.hooks[case.vec]:clone():flatten(), opts) -- a per-head point's row is heads * d_head
   elseif case.kind == "ablate" then
     return I.ablate(m.hooks[case.dir]:clone(), opts)
   elseif case.kind == "replace" then
