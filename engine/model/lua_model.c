@@ -52,7 +52,7 @@ static int l_load(lua_State *L) {
     luaL_getmetatable(L, MODEL_MT);
     lua_setmetatable(L, -2);
     seer_err_t err;
-    seer_model_opts_t o = {.threads = threads};
+    seer_model_opts_t o = {.threads = threads, .hidden = lua_toboolean(L, 3)};
     if (seer_model_load(&u->m, path, &o, &err) < 0) return luaL_error(L, "%s", err.msg);
     return 1;
 }

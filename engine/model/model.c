@@ -55,7 +55,13 @@ static int open_shard(seer_model_t *m, const char *name, seer_err_t *err) {
         return seer_err_set(err, SEER_EPARSE, "%s: more than %d safetensors shards", m->dir, SEER_MODEL_MAX_SHARDS);
     int rc = join_path(path, sizeof path, m->dir, name, err);
     if (rc < 0) return rc;
-    rc = seer_st_open(&m->files[m->nfiles], path, err);
+    if (m->hidden) {
+        char label[300];
+        snprintf(label, sizeof label, "<hidden>/%s", name);
+        rc = seer_st_open_copy(&m->files[m->nfiles], path, label, err);
+    } else {
+        rc = seer_st_open(&m->files[m->nfiles], path, err);
+    }
     if (rc < 0) return rc;
     m->nfiles++;
     return 0;
@@ -130,6 +136,25 @@ int seer_model_weight(seer_model_t *m, seer_weight_t *w, const char *name, int64
     return 0;
 }
 
+/* Every occurrence of dir in msg becomes "<hidden>" (a hidden model's load errors). */
+static void hide_dir(char *msg, size_t cap, const char *dir) {
+    size_t dl = strlen(dir);
+    if (dl == 0) return;
+    char out[sizeof ((seer_err_t *)0)->msg];
+    size_t o = 0;
+    for (const char *p = msg; *p && o + 1 < sizeof out;) {
+        if (strncmp(p, dir, dl) == 0) {
+            o += (size_t)snprintf(out + o, sizeof out - o, "<hidden>");
+            if (o >= sizeof out) o = sizeof out - 1;
+            p += dl;
+        } else {
+            out[o++] = *p++;
+        }
+    }
+    out[o] = 0;
+    snprintf(msg, cap, "%s", out);
+}
+
 int seer_model_load(seer_model_t **out, const char *dir, const seer_model_opts_t *opts, seer_err_t *err) {
     *out = NULL;
     struct stat st;
@@ -140,6 +165,7 @@ int seer_model_load(seer_model_t **out, const char *dir, const seer_model_opts_t
     seer_model_t *m = calloc(1, sizeof *m);
     if (!m) return seer_err_set(err, SEER_ENOMEM, "out of memory");
     snprintf(m->dir, sizeof m->dir, "%s", dir);
+    m->hidden = opts && opts->hidden;
     int rc = seer_model_parse_config(&m->cfg, dir, err);
     if (rc < 0) goto fail;
     char cpath[PATH_MAX];
@@ -174,9 +200,11 @@ int seer_model_load(seer_model_t **out, const char *dir, const seer_model_opts_t
         rc = seer_err_set(err, SEER_ENOMEM, "cannot start the thread pool");
         goto fail;
     }
+    if (m->hidden) snprintf(m->dir, sizeof m->dir, "<hidden>");
     *out = m;
     return 0;
 fail:
+    if (m->hidden && err) hide_dir(err->msg, sizeof err->msg, dir);
     seer_model_free(m);
     return rc;
 }

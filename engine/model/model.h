@@ -46,6 +46,10 @@ typedef struct seer_model seer_model_t;
 
 typedef struct seer_model_opts {
     int threads; /* <= 0: SEER_THREADS or the core count */
+    /* A hidden model: weights are read into anonymous memory (no file mapping or descriptor
+     * names the directory), seer_model_dir and later messages say "<hidden>", and load errors
+     * have the directory replaced by "<hidden>". */
+    int hidden;
 } seer_model_opts_t;
 
 /* Loads a model directory (config.json, model.safetensors or model.safetensors.index.json +

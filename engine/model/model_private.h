@@ -61,6 +61,7 @@ struct seer_model {
     /* LoRA adapters loaded onto the model (lora.c): adapter tensors, merged weight copies. */
     void *lora_state;
     void (*lora_free)(void *lora_state);
+    int hidden;         /* seer_model_opts_t.hidden */
     unsigned hook_mask; /* SEER_HP_BIT set of the points this model has (bind may change it) */
 };
 

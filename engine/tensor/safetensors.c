@@ -278,6 +278,52 @@ int seer_st_open(seer_st_file_t **out, const char *path, seer_err_t *err) {
     return open_common(out, f, err);
 }
 
+int seer_st_open_copy(seer_st_file_t **out, const char *path, const char *label, seer_err_t *err) {
+    *out = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        return seer_err_set(err, e == ENOENT ? SEER_ENOTFOUND : SEER_EIO, "cannot open %s: %s", label, strerror(e));
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return seer_err_set(err, SEER_EIO, "cannot open %s: not a regular file", label);
+    }
+    seer_st_file_t *f = calloc(1, sizeof *f);
+    if (!f || !(f->path = strdup(label))) {
+        free(f);
+        close(fd);
+        return seer_err_set(err, SEER_ENOMEM, "out of memory");
+    }
+    f->size = (size_t)st.st_size;
+    if (f->size > 0) {
+        void *m = mmap(NULL, f->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED) {
+            close(fd);
+            seer_st_close(f);
+            return seer_err_set(err, SEER_ENOMEM, "cannot allocate %zu bytes for %s", (size_t)st.st_size, label);
+        }
+        f->base = m;
+        f->mapped = true;
+        size_t got = 0;
+        while (got < f->size) {
+            ssize_t r = read(fd, (char *)m + got, f->size - got);
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0) {
+                int e = r < 0 ? errno : EIO;
+                close(fd);
+                seer_st_close(f);
+                return seer_err_set(err, SEER_EIO, "cannot read %s: %s", label, r < 0 ? strerror(e) : "file shrank while reading");
+            }
+            got += (size_t)r;
+        }
+        mprotect(m, f->size, PROT_READ);
+    }
+    close(fd);
+    return open_common(out, f, err);
+}
+
 size_t seer_st_count(const seer_st_file_t *f) { return f->n; }
 
 const seer_st_entry_t *seer_st_entry(const seer_st_file_t *f, size_t i) { return i < f->n ? &f->entries[i] : NULL; }

@@ -32,6 +32,10 @@ typedef struct seer_st_file seer_st_file_t;
 int seer_st_open(seer_st_file_t **out, const char *path, seer_err_t *err);
 
 /* The same over bytes in memory (for fuzzing and tests); data must outlive the handle. */
+/* Like seer_st_open, but the file is read into anonymous memory and closed: nothing in the process
+ * (its mappings, its open descriptors) refers to the path afterwards, and label (not the path)
+ * names the file in later messages. For hidden models. */
+int seer_st_open_copy(seer_st_file_t **out, const char *path, const char *label, seer_err_t *err);
 int seer_st_open_buffer(seer_st_file_t **out, const void *data, size_t n, const char *label, seer_err_t *err);
 
 void seer_st_close(seer_st_file_t *f);

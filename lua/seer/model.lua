@@ -75,12 +75,55 @@ end
 
 ---Loads a model.
 ---@param path_or_id string a model directory, or a hub id ("org/name") already in the Hugging Face cache
----@param opts? {device?: string, dtype?: string, threads?: integer, revision?: string, tokenizer?: boolean}
+---With `hidden = true` the model's id and directory are kept from code running beside it:
+---model.id and tostring(model) say "<hidden>", model.path and config.path are absent, the
+---weights are read into memory (no file mapping or descriptor names the directory), the
+---tokenizer's path and name fields are scrubbed, and errors say "<hidden>" instead of the path.
+---@param opts? {device?: string, dtype?: string, threads?: integer, revision?: string, tokenizer?: boolean, hidden?: boolean}
 ---@return seer.Model
 function M.load(path_or_id, opts)
   if type(path_or_id) ~= "string" then fail("seer.model.load: expected a path or hub id, got " .. type(path_or_id), 2) end
   opts = check_opts("seer.model.load", opts,
-    { device = "string", dtype = "string", threads = "number", revision = "string", tokenizer = "boolean" })
+    { device = "string", dtype = "string", threads = "number", revision = "string", tokenizer = "boolean", hidden = "boolean" })
+  if opts.hidden then
+    local ok, m = pcall(M._load, path_or_id, opts)
+    if ok then return m end
+    local msg = tostring(m)
+    local function scrub(s, what)
+      if what and #what > 0 then s = s:gsub(what:gsub("[%^%$%(%)%%%.%[%]%*%+%-%?]", "%%%0"), "<hidden>") end
+      return s
+    end
+    msg = scrub(scrub(msg, path_or_id), path_or_id:gsub("/", "--"))
+    fail(msg, 2)
+  end
+  return M._load(path_or_id, opts)
+end
+
+-- Hidden models: every string field of a tokenizer (its path, tokenizer_config.json's
+-- name_or_path...) that names the model becomes "<hidden>".
+local function scrub_tokenizer(tok, needles)
+  local seen = {}
+  local function walk(t)
+    if seen[t] then return end
+    seen[t] = true
+    for k, v in pairs(t) do
+      if type(v) == "string" then
+        for _, n in ipairs(needles) do
+          if #n > 0 and v:find(n, 1, true) then t[k] = "<hidden>" break end
+        end
+      elseif type(v) == "table" then
+        walk(v)
+      end
+    end
+  end
+  walk(tok)
+  tok.path = "<hidden>"
+  if type(tok.config) == "table" then
+    tok.config.name_or_path, tok.config._name_or_path, tok.config.tokenizer_file = nil, nil, nil
+  end
+end
+
+function M._load(path_or_id, opts)
   local device = opts.device or "cpu"
   if device:match("^cuda") then
     io.stderr:write("seer: the CUDA backend is not part of this build; running on the CPU\n")
@@ -99,7 +142,7 @@ function M.load(path_or_id, opts)
     dir = snap
   end
   dir = require("seer.core.host").realpath(dir) or dir
-  local ok, c = pcall(core.load, dir, opts.threads or 0)
+  local ok, c = pcall(core.load, dir, opts.threads or 0, opts.hidden == true)
   if not ok then fail(c, 2) end
   local m = setmetatable({ _c = c, path = dir, id = path_or_id, device = device }, Model)
   if m.id:find("/%.%.?/") then m.id = dir end -- show a clean path rather than a/b/../c
@@ -111,6 +154,12 @@ function M.load(path_or_id, opts)
   if opts.tokenizer ~= false and file_exists(dir .. "/tokenizer.json") then
     local tok_ok, T = pcall(require, "seer.tokenizer")
     if tok_ok then m.tokenizer = T.load(dir) end
+  end
+  if opts.hidden then
+    m.id, m.path, m.config.path, m.hidden = "<hidden>", nil, nil, true
+    if m.tokenizer then
+      scrub_tokenizer(m.tokenizer, { dir, path_or_id, (path_or_id:gsub("/", "--")) })
+    end
   end
   return m
 end
