@@ -112,3 +112,13 @@ if [[ -d $LARGE/bf16 && ${BENCH_LARGE:-1} == 1 ]]; then
 else
   echo "== 0.5B model skipped (needs make bench-setup to generate it; BENCH_LARGE=0 skips it)"
 fi
+
+# Hooks: overhead of captures, built-in interventions and Lua function hooks against the same
+# forward without hooks, in one process (targets: capture of every hook_resid_post <= 10%,
+# a built-in add <= 3%).
+echo "== hooks on stories260K ($(nproc) thread(s)): 128-token prefill, 64-token decode, best of ${HOOK_REPS:-20}"
+HOOK_REPS=${HOOK_REPS:-20} "$SEER" tests/bench/hooks.lua tests/fixtures/models/stories260K 128 64 | sed 's/^/  /'
+if [[ -d $LARGE/f32 && ${BENCH_LARGE:-1} == 1 ]]; then
+  echo "== hooks on the 0.5B model (f32): 128-token prefill, 16-token decode, best of 3"
+  HOOK_REPS=3 "$SEER" tests/bench/hooks.lua "$LARGE/f32" 128 16 | sed 's/^/  /'
+fi
