@@ -1,0 +1,121 @@
+--- toolkit.activation_patching: activation patching (causal tracing). Run the clean input and
+--- cache an activation; run the corrupt input with that activation written back at some
+--- positions (`I.replace`, in C); score the patched logits with a metric.
+---
+--- - `patch(model, clean, corrupt, hook_name, positions, metric)`: one patch; positions is a
+---   list of 0-based absolute positions (negative: from the end of the prompt), nil = all.
+--- - `patch_sweep(model, clean, corrupt, metric, opts)`: every layer x every position of one
+---   per-block hook point (default `hook_resid_pre`), one position at a time; a
+---   `[#layers, #positions]` tensor of metric values, plus the clean and corrupt baselines.
+--- - `logit_difference(good_id, bad_id, position = -1)`: the usual metric, logit of the right
+---   token minus logit of the wrong one at a position.
+--- Inputs are token ids or text (encoded with the model's tokenizer, BOS added). Clean and
+--- corrupt inputs normally have the same length; a patched position must exist in both.
+---
+--- ```lua
+--- local AP = require "toolkit.activation_patching"
+--- local metric = AP.logit_difference(tok:token_to_id("▁Mary"), tok:token_to_id("▁John"))
+--- local v = AP.patch(model, clean, corrupt, "blocks.2.hook_resid_pre", { 3 }, metric)
+--- local grid, info = AP.patch_sweep(model, clean, corrupt, metric)   -- [layers, positions]
+--- ```
+local P = require "toolkit.prompts"
+local tensor = require "seer.tensor"
+
+local M = {}
+
+---A metric: logits[position][good_id] - logits[position][bad_id] (ids 0-based, as the tokenizer's).
+---@param good_id integer
+---@param bad_id integer
+---@param position? integer 0-based, negative from the end (default -1)
+---@return fun(logits: seer.Tensor): number
+function M.logit_difference(good_id, bad_id, position)
+  assert(type(good_id) == "number" and type(bad_id) == "number", "logit_difference(good_id, bad_id, position): ids must be numbers")
+  return function(logits)
+    local row = logits:select(1, P.row(position or -1, logits:size(1), "logit_difference"))
+    return row[good_id + 1] - row[bad_id + 1]
+  end
+end
+
+local function ids_of(model, input) return P.encode(model, nil, input) end
+
+local function score(metric, logits, where)
+  local v = metric(logits)
+  if type(v) ~= "number" then error(where .. ": metric(logits) must return a number, got " .. type(v), 3) end
+  return v
+end
+
+---Patches the clean run's activation at hook_name into the corrupt run and scores it.
+---@param model seer.Model
+---@param clean_input string|integer[]
+---@param corrupt_input string|integer[]
+---@param hook_name string an exact hook name, e.g. "blocks.3.hook_resid_post"
+---@param positions? integer[] 0-based absolute positions to patch (nil = every position)
+---@param metric fun(logits: seer.Tensor): number logits of the patched corrupt run, [n, vocab]
+---@return number value metric of the patched run
+---@return seer.Tensor logits the patched run's logits
+function M.patch(model, clean_input, corrupt_input, hook_name, positions, metric)
+  local where = "patch"
+  P.need(model, "run_with_cache", where)
+  if type(hook_name) ~= "string" then error(where .. ": hook_name must be a hook name string", 2) end
+  if type(metric) ~= "function" then error(where .. ": metric must be a function(logits) -> number", 2) end
+  local I = require "seer.interventions"
+  local clean, corrupt = ids_of(model, clean_input), ids_of(model, corrupt_input)
+  local _, cache = model:run_with_cache(clean, { names = { hook_name } })
+  local saved = cache[hook_name]
+  if saved == nil then error(where .. ": '" .. hook_name .. "' is not an exact hook name (see model:hook_names())", 2) end
+  local popts = positions and { positions = positions } or nil
+  local logits = model:run_with_hooks(corrupt, { fwd_hooks = { { hook_name, I.replace(saved, popts) } } })
+  return score(metric, logits, where), logits
+end
+
+---Patches one per-block hook point at every (layer, position) pair, one pair per run.
+---@param model seer.Model
+---@param clean_input string|integer[]
+---@param corrupt_input string|integer[]
+---@param metric fun(logits: seer.Tensor): number
+---@param opts? {point?: string, layers?: integer[], positions?: integer[]} point: per-block hook name without "blocks.{i}." (default "hook_resid_pre"); layers: default all; positions: default 0..n-1 (n = the corrupt length)
+---@return seer.Tensor results [#layers, #positions], results[i][j] the metric for layers[i], positions[j]
+---@return {layers: integer[], positions: integer[], clean: number, corrupt: number} info the axes and the unpatched baselines
+function M.patch_sweep(model, clean_input, corrupt_input, metric, opts)
+  local where = "patch_sweep"
+  opts = opts or {}
+  P.need(model, "run_with_cache", where)
+  if type(metric) ~= "function" then error(where .. ": metric must be a function(logits) -> number", 2) end
+  local I = require "seer.interventions"
+  local clean, corrupt = ids_of(model, clean_input), ids_of(model, corrupt_input)
+  local point = opts.point or "hook_resid_pre"
+  local layers = {}
+  if opts.layers then
+    for i, l in ipairs(opts.layers) do layers[i] = P.layer(model, l, where) end
+  else
+    for l = 0, model.config.num_hidden_layers - 1 do layers[#layers + 1] = l end
+  end
+  local positions = opts.positions
+  if not positions then
+    if #clean ~= #corrupt then
+      error(("%s: clean (%d tokens) and corrupt (%d tokens) differ in length; pass opts.positions"):format(where, #clean, #corrupt), 2)
+    end
+    positions = {}
+    for p = 0, #corrupt - 1 do positions[#positions + 1] = p end
+  end
+  local names = {}
+  for i, l in ipairs(layers) do names[i] = ("blocks.%d.%s"):format(l, point) end
+  local clean_logits, cache = model:run_with_cache(clean, { names = names })
+  local info = {
+    layers = layers, positions = positions,
+    clean = score(metric, clean_logits, where),
+    corrupt = score(metric, model:forward(corrupt), where),
+  }
+  local out = tensor.zeros(#layers, #positions)
+  for i, name in ipairs(names) do
+    local saved = cache[name]
+    if saved == nil then error(where .. ": no hook point " .. name, 2) end
+    for j, p in ipairs(positions) do
+      local logits = model:run_with_hooks(corrupt, { fwd_hooks = { { name, I.replace(saved, { positions = { p } }) } } })
+      out[{ i, j }] = score(metric, logits, where)
+    end
+  end
+  return out, info
+end
+
+return M

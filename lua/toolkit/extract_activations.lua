@@ -1,0 +1,120 @@
+--- toolkit.extract_activations: residual-stream activations of a prompt at a layer and position.
+--- The activation of layer `layer_idx` is the output of decoder block `layer_idx`, i.e. the hook
+--- point `blocks.{layer_idx}.hook_resid_post` = Hugging Face `hidden_states[layer_idx + 1]`.
+--- Layers and positions are 0-based names (position 0 = the first token, BOS; -1 = the last
+--- token; negative layers count from the last layer too). A chat (`{{role = ..., content = ...}}`)
+--- is rendered with the chat template plus the generation prompt; a string is encoded as is
+--- with BOS (see toolkit.prompts). Hooks that are active (`model:with_hooks`) apply.
+---
+--- ```lua
+--- local ex = require "toolkit.extract_activations"
+--- local v = ex.extract_activation(model, tokenizer, "I love dogs.", 2)          -- [d_model], last token
+--- local b = ex.extract_activations(model, tokenizer, { "a dog", "a cat" }, 2)   -- [2, d_model]
+--- local l = ex.extract_layers(model, tokenizer, "I love dogs.")                  -- [layers, d_model]
+--- ```
+local P = require "toolkit.prompts"
+local tensor = require "seer.tensor"
+
+local M = {}
+
+---Residual-stream tensors after the given (0-based, checked) layers for one token sequence:
+---a table layer -> [n, d_model], or -> [d_model] at one position when `position` is given
+---(0-based, negative from the end; only that row is kept). Uses model:run_with_cache when the
+---model has it (active hooks apply), else model:forward(ids, {hidden_states = true}).
+---@param model seer.Model
+---@param ids integer[]
+---@param layers integer[] 0-based layer numbers
+---@param position? integer
+---@return table<integer, seer.Tensor>
+function M.residuals(model, ids, layers, position)
+  local out = {}
+  if position ~= nil then P.row(position, #ids, "extract_activations") end
+  if type(model.run_with_cache) == "function" then
+    local names = {}
+    for i, l in ipairs(layers) do names[i] = ("blocks.%d.hook_resid_post"):format(l) end
+    local _, cache = model:run_with_cache(ids, { names = names, positions = position and { position } or nil })
+    for i, l in ipairs(layers) do
+      out[l] = position and cache[names[i]]:select(1, 1) or cache[names[i]]
+    end
+  else
+    local _, hidden = model:forward(ids, { hidden_states = true })
+    -- hidden[1] is the embedding output, hidden[l + 2] the residual after layer l
+    for _, l in ipairs(layers) do
+      out[l] = position and hidden[l + 2]:select(1, P.row(position, #ids)) or hidden[l + 2]
+    end
+  end
+  return out
+end
+
+local function all_layers(model)
+  local t = {}
+  for l = 0, model.config.num_hidden_layers - 1 do t[#t + 1] = l end
+  return t
+end
+
+local function check_layers(model, layers, where)
+  if layers == nil then return all_layers(model) end
+  if type(layers) == "number" then layers = { layers } end
+  local t = {}
+  for i, l in ipairs(layers) do t[i] = P.layer(model, l, where) end
+  if #t == 0 then error(where .. ": the list of layers is empty", 3) end
+  return t
+end
+
+---The residual stream after block layer_idx at one position: a [d_model] f32 tensor (a copy).
+---@param model seer.Model
+---@param tokenizer? seer.Tokenizer nil: model.tokenizer
+---@param input toolkit.Input text, a message list, or token ids
+---@param layer_idx integer 0-based layer (negative: from the last layer)
+---@param position? integer 0-based token position, negative from the end (default -1, the last token)
+---@return seer.Tensor activation [d_model]
+function M.extract_activation(model, tokenizer, input, layer_idx, position)
+  local where = "extract_activation"
+  local l = P.layer(model, layer_idx, where)
+  local ids = P.encode(model, tokenizer, input)
+  position = position or -1
+  P.row(position, #ids, where)
+  return M.residuals(model, ids, { l }, position)[l]:clone()
+end
+
+---One activation per input, stacked: a [batch, d_model] tensor. Each input runs on its own
+---(exact: no padding), and position counts within each input (-1 = each input's last token).
+---@param model seer.Model
+---@param tokenizer? seer.Tokenizer
+---@param inputs toolkit.Input[] texts, message lists or id lists
+---@param layer_idx integer
+---@param position? integer default -1
+---@return seer.Tensor activations [batch, d_model]
+function M.extract_activations(model, tokenizer, inputs, layer_idx, position)
+  if type(inputs) ~= "table" or #inputs == 0 or P.is_messages(inputs) then
+    error("extract_activations: expected a non-empty list of inputs (texts, message lists or id lists)", 2)
+  end
+  local rows = {}
+  for i, input in ipairs(inputs) do
+    rows[i] = M.extract_activation(model, tokenizer, input, layer_idx, position)
+  end
+  return tensor.stack(rows)
+end
+
+---The residual stream after several layers at one position: a [#layers, d_model] tensor, row i
+---for layers[i]. layers: a list of 0-based layers, one layer, or nil for every layer (then row
+---i is layer i - 1).
+---@param model seer.Model
+---@param tokenizer? seer.Tokenizer
+---@param input toolkit.Input
+---@param layers? integer[]|integer
+---@param position? integer default -1
+---@return seer.Tensor activations [#layers, d_model]
+function M.extract_layers(model, tokenizer, input, layers, position)
+  local where = "extract_layers"
+  local ls = check_layers(model, layers, where)
+  local ids = P.encode(model, tokenizer, input)
+  position = position or -1
+  P.row(position, #ids, where)
+  local res = M.residuals(model, ids, ls, position)
+  local rows = {}
+  for i, l in ipairs(ls) do rows[i] = res[l] end
+  return tensor.stack(rows)
+end
+
+return M

@@ -1,0 +1,110 @@
+--- toolkit.generate_response: one sampled answer to a prompt, as text.
+--- A message list goes through the chat template with the generation prompt (a trailing
+--- assistant message is a prefill that the model continues). A plain string is sent as a user
+--- message when the tokenizer has a chat template (instruction-tuned models answer prompts in
+--- their chat format), and as raw text with BOS when it has none (base models such as
+--- stories260K); `opts.chat = false` forces raw text, `opts.chat = true` the template.
+--- Token ids are used as they are. Returns only the new text (not the prompt, not the prefill),
+--- special tokens skipped. Sampling is seeded (`opts.seed`, default 0, as model:generate), so a
+--- call is reproducible; temperature 0 is greedy. Active hooks (steering) apply.
+---
+--- ```lua
+--- local gen = require "toolkit.generate_response"
+--- print(gen.generate_response(model, tokenizer, "Once upon a time", 40, 0.8, { seed = 1 }))
+--- print(gen.generate_response(model, nil, { { role = "user", content = "Hi!" } }))
+--- ```
+local P = require "toolkit.prompts"
+
+local M = {}
+
+-- Options forwarded to model:generate.
+local GEN_OPTS = {
+  min_new_tokens = true, top_k = true, top_p = true, min_p = true, repetition_penalty = true,
+  seed = true, stop = true, stream = true,
+}
+local OWN_OPTS = { chat = true }
+
+---@class toolkit.GenerateOpts
+---@field chat? boolean a string prompt goes through the chat template as a user message (default: when the tokenizer has a template)
+---@field seed? integer sampling seed (default 0)
+---@field top_k? integer
+---@field top_p? number
+---@field min_p? number
+---@field min_new_tokens? integer
+---@field repetition_penalty? number
+---@field stop? string|integer|(string|integer)[] stop strings or token ids (besides the model's end-of-sequence ids)
+---@field stream? fun(piece: string?, id: integer) called as tokens arrive
+
+---Checks opts and splits them into model:generate's options and the toolkit's own.
+---@param opts? table
+---@param where string
+---@return table gen_opts, table own_opts
+function M.split_opts(opts, where)
+  local gen, own = {}, {}
+  for k, v in pairs(opts or {}) do
+    if GEN_OPTS[k] then gen[k] = v
+    elseif OWN_OPTS[k] then own[k] = v
+    else
+      local names = {}
+      for n in pairs(GEN_OPTS) do names[#names + 1] = n end
+      for n in pairs(OWN_OPTS) do names[#names + 1] = n end
+      table.sort(names)
+      error(("%s: unknown option '%s'; valid options: %s"):format(where, tostring(k), table.concat(names, ", ")), 3)
+    end
+  end
+  return gen, own
+end
+
+---The token ids generate_response feeds the model for a prompt (the rules above).
+---@param model seer.Model
+---@param tokenizer? seer.Tokenizer
+---@param prompt toolkit.Input
+---@param chat? boolean see toolkit.GenerateOpts.chat
+---@return integer[] ids
+function M.prompt_ids(model, tokenizer, prompt, chat)
+  if type(prompt) == "string" then
+    local tok = P.tokenizer(model, tokenizer, "generate_response")
+    if chat == nil then chat = tok.chat_template ~= nil end
+    return P.encode(model, tok, prompt, { chat = chat })
+  end
+  return P.encode(model, tokenizer, prompt)
+end
+
+---Decodes generated ids (special tokens skipped) and cuts the text at the first stop string.
+---@param model seer.Model
+---@param tokenizer? seer.Tokenizer
+---@param ids integer[]
+---@param stop? string|integer|(string|integer)[]
+---@return string text
+function M.decode(model, tokenizer, ids, stop)
+  local tok = P.tokenizer(model, tokenizer, "generate_response")
+  local text = tok:decode(ids, { skip_special_tokens = true })
+  if type(stop) ~= "table" then stop = { stop } end
+  for _, s in ipairs(stop) do
+    if type(s) == "string" then
+      local at = text:find(s, 1, true)
+      if at then text = text:sub(1, at - 1) end
+    end
+  end
+  return text
+end
+
+---Generates an answer and returns its text.
+---@param model seer.Model
+---@param tokenizer? seer.Tokenizer nil: model.tokenizer
+---@param prompt toolkit.Input a string, a message list or token ids
+---@param max_tokens? integer new tokens at most (default 256)
+---@param temperature? number default 0.7 (0 = greedy)
+---@param opts? toolkit.GenerateOpts
+---@return string text the new text only
+---@return integer[] ids the new token ids (an end-of-sequence token included when generation stopped on one)
+function M.generate_response(model, tokenizer, prompt, max_tokens, temperature, opts)
+  local gen, own = M.split_opts(opts, "generate_response")
+  local ids = M.prompt_ids(model, tokenizer, prompt, own.chat)
+  gen.max_new_tokens = max_tokens or 256
+  gen.temperature = temperature or 0.7
+  local out = model:generate(ids, gen)
+  return M.decode(model, tokenizer, out.ids, gen.stop), out.ids
+end
+
+return M

@@ -1,0 +1,158 @@
+--- toolkit.prompts: how the toolkit turns what a researcher passes (text, a chat, token ids)
+--- into the token ids the model sees. Every toolkit function that takes a prompt uses these
+--- rules, so an activation and a generation of the same input see the same tokens.
+---
+--- | input | tokens |
+--- |---|---|
+--- | a string | `tokenizer:encode(text, {add_special_tokens = true})` (BOS added, as `tokenizer(text)` in Python) |
+--- | a message list `{{role = "user", content = "..."}, ...}` | the chat template, with the generation prompt; when the last message is the assistant's, its text is a prefill: the turn is left open (`continue_final_message`) so the model continues it; encoded without adding special tokens (the template writes BOS) |
+--- | token ids (a table of integers or a tensor) | used as they are |
+---
+--- `tokenizer` may be nil everywhere: the model's own (`model.tokenizer`) is used.
+---
+--- ```lua
+--- local P = require "toolkit.prompts"
+--- local ids = P.encode(model, nil, { { role = "user", content = "Hi" } })  -- template + generation prompt
+--- local text = P.render(tokenizer, { { role = "user", content = "Hi" }, { role = "assistant", content = "Hello, I" } })
+--- ```
+local M = {}
+
+---@alias toolkit.Message {role: string, content: string|table}
+---@alias toolkit.Input string|toolkit.Message[]|integer[]|seer.Tensor
+
+---True when v is a chat (a list of {role = ..., content = ...} tables).
+---@param v any
+---@return boolean
+function M.is_messages(v)
+  return type(v) == "table" and type(v[1]) == "table" and getmetatable(v[1]) == nil and v[1].role ~= nil
+end
+
+---The tokenizer to use: the one given, else the model's.
+---@param model seer.Model
+---@param tokenizer? seer.Tokenizer
+---@param where? string the caller's name for the error message
+---@return seer.Tokenizer
+function M.tokenizer(model, tokenizer, where)
+  local tok = tokenizer or (model and model.tokenizer)
+  if not tok then
+    error((where or "toolkit") .. ": text input needs a tokenizer and the model has none; pass one or pass token ids", 3)
+  end
+  return tok
+end
+
+---Renders a chat with the tokenizer's chat template. The generation prompt is added unless the
+---last message is the assistant's; then that message is a prefill and the text ends right after
+---its content (the turn stays open). `opts.add_generation_prompt = false` renders a closed
+---conversation instead. Other opts fields are passed to the template as variables (e.g.
+---date_string, tools).
+---@param tokenizer seer.Tokenizer
+---@param messages toolkit.Message[]
+---@param opts? {add_generation_prompt?: boolean, chat_template?: string, [string]: any}
+---@return string text
+function M.render(tokenizer, messages, opts)
+  opts = opts or {}
+  local last = messages[#messages]
+  local t_opts = {}
+  for k, v in pairs(opts) do
+    if k ~= "add_generation_prompt" and k ~= "chat" and k ~= "continue_final_message" and k ~= "tokenize" then t_opts[k] = v end
+  end
+  if last and last.role == "assistant" and opts.add_generation_prompt ~= true then
+    t_opts.continue_final_message = opts.add_generation_prompt ~= false
+  else
+    t_opts.add_generation_prompt = opts.add_generation_prompt ~= false
+  end
+  return tokenizer:apply_chat_template(messages, t_opts)
+end
+
+---Token ids for one input (see the table at the top of this module).
+---@param model seer.Model
+---@param tokenizer? seer.Tokenizer
+---@param input toolkit.Input
+---@param opts? {chat?: boolean, add_generation_prompt?: boolean} chat = true: a string is sent as a user message through the chat template
+---@return integer[] ids
+function M.encode(model, tokenizer, input, opts)
+  opts = opts or {}
+  if type(input) == "string" then
+    local tok = M.tokenizer(model, tokenizer, "toolkit.prompts.encode")
+    if opts.chat then
+      return M.encode(model, tok, { { role = "user", content = input } }, opts)
+    end
+    return tok:encode(input, { add_special_tokens = true })
+  end
+  if M.is_messages(input) then
+    local tok = M.tokenizer(model, tokenizer, "toolkit.prompts.encode")
+    local text = M.render(tok, input, opts)
+    return tok:encode(text, { add_special_tokens = false })
+  end
+  if type(input) == "table" then
+    for i, v in ipairs(input) do
+      if type(v) ~= "number" then
+        error(("toolkit.prompts.encode: entry %d of the input is a %s; expected a string, a message list or token ids")
+          :format(i, type(v)), 2)
+      end
+    end
+    if #input == 0 then
+      if next(input) ~= nil then
+        error("toolkit.prompts.encode: expected a string, a message list or token ids, got a table that is none of them", 2)
+      end
+      error("toolkit.prompts.encode: the input has no tokens", 2)
+    end
+    return input
+  end
+  if type(input) == "userdata" and type(input.totable) == "function" then
+    local ids = input:totable()
+    if type(ids) ~= "table" or type(ids[1]) ~= "number" then
+      error("toolkit.prompts.encode: a tensor of ids must be 1-d", 2)
+    end
+    return ids
+  end
+  error("toolkit.prompts.encode: expected a string, a message list or token ids, got " .. type(input), 2)
+end
+
+---Row (1-based, for tensor indexing) of a 0-based position in a sequence of n tokens; negative
+---positions count from the end (-1 = the last token). Raises when it is outside the sequence.
+---@param position integer
+---@param n integer
+---@param where? string
+---@return integer row
+function M.row(position, n, where)
+  if type(position) ~= "number" or position ~= math.floor(position) then
+    error((where or "toolkit") .. ": position must be an integer (0 = first token, -1 = last), got " .. tostring(position), 3)
+  end
+  local r = position >= 0 and position + 1 or n + position + 1
+  if r < 1 or r > n then
+    error(("%s: position %d is outside the sequence of %d tokens (valid: 0..%d or -%d..-1)")
+      :format(where or "toolkit", position, n, n - 1, n), 3)
+  end
+  return r
+end
+
+---A 0-based layer number, negative ones counting from the end (-1 = the last layer), checked
+---against the model.
+---@param model seer.Model
+---@param layer integer
+---@param where? string
+---@return integer layer 0-based, non-negative
+function M.layer(model, layer, where)
+  local L = model.config.num_hidden_layers
+  if type(layer) ~= "number" or layer ~= math.floor(layer) then
+    error((where or "toolkit") .. ": layer must be an integer (0-based), got " .. tostring(layer), 3)
+  end
+  local l = layer >= 0 and layer or L + layer
+  if l < 0 or l >= L then
+    error(("%s: layer %d does not exist; the model has %d layers (0..%d)"):format(where or "toolkit", layer, L, L - 1), 3)
+  end
+  return l
+end
+
+---Raises a clear error when the model lacks one of seer's hook-API methods.
+---@param model seer.Model
+---@param method string e.g. "with_hooks"
+---@param where string the caller's name
+function M.need(model, method, where)
+  if type(model) ~= "table" or type(model[method]) ~= "function" then
+    error(("%s: needs model:%s (seer's hook API, docs/hooks.md), which this model object lacks"):format(where, method), 3)
+  end
+end
+
+return M

@@ -1,0 +1,97 @@
+--- toolkit.steering_hook: activation steering. Adds `strength * vector` to the output of decoder
+--- block `layer_idx` (hook point `blocks.{layer_idx}.hook_resid_post`) at every absolute position
+--- >= `start_pos`, in every forward pass and at every generation step, generated tokens
+--- included (position 0 = the first token, BOS; a negative start_pos counts back from the end of
+--- the prompt). The addition is seer's built-in `I.add` intervention, so it runs in C with no Lua
+--- call per token.
+---
+--- `steering_hook` is scoped (like the reference's `with steering_hook(...)`): the hook exists
+--- while `fn` runs and is removed when it returns or raises. `add_steering_hook` is persistent
+--- and returns a handle with `:remove()`.
+---
+--- ```lua
+--- local steer = require "toolkit.steering_hook"
+--- local text = steer.steering_hook(model, 2, vec, 4.0, 0, function()
+---   return model:generate("Once upon a time", { max_new_tokens = 40 }).text
+--- end)
+--- steer.steering_hook(model, 2, vec, function() ... end)   -- strength 1, start_pos 0
+--- local h = steer.add_steering_hook(model, 2, vec, 4.0)    -- until h:remove()
+--- ```
+local P = require "toolkit.prompts"
+local tensor = require "seer.tensor"
+
+local M = {}
+
+---The hook point steering_hook writes to.
+---@param layer_idx integer 0-based (negative: from the last layer)
+---@param model? seer.Model used to resolve a negative layer
+---@return string
+function M.hook_name(layer_idx, model)
+  if model then layer_idx = P.layer(model, layer_idx, "steering_hook") end
+  return ("blocks.%d.hook_resid_post"):format(layer_idx)
+end
+
+local function check_vector(model, vector, where)
+  if type(vector) == "table" then vector = tensor.from(vector) end
+  if not tensor.is_tensor(vector) then error(where .. ": vector must be a tensor (or a list of numbers), got " .. type(vector), 3) end
+  local d = model.config.hidden_size
+  if vector:dim() ~= 1 or vector:size(1) ~= d then
+    local shape = table.concat(vector:size(), ", ")
+    error(("%s: vector must have shape [%d] (d_model), got [%s]"):format(where, d, shape), 3)
+  end
+  return vector
+end
+
+local function intervention(model, layer_idx, vector, strength, start_pos, where)
+  local I = require "seer.interventions"
+  strength = strength or 1.0
+  start_pos = start_pos or 0
+  if type(strength) ~= "number" then error(where .. ": strength must be a number, got " .. type(strength), 3) end
+  if type(start_pos) ~= "number" or start_pos ~= math.floor(start_pos) then
+    error(where .. ": start_pos must be an integer (0-based absolute position), got " .. tostring(start_pos), 3)
+  end
+  local name = M.hook_name(P.layer(model, layer_idx, where))
+  return name, I.add(check_vector(model, vector, where), { strength = strength, from = start_pos })
+end
+
+---Runs fn with the steering hook in place and returns what fn returns; the hook is removed
+---when fn returns or raises (the error is re-raised). strength and start_pos may be left out:
+---`steering_hook(model, layer, vec, fn)`, `steering_hook(model, layer, vec, 2.0, fn)`.
+---@param model seer.Model
+---@param layer_idx integer 0-based layer whose output is steered
+---@param vector seer.Tensor|number[] [d_model]
+---@param strength? number|function default 1.0
+---@param start_pos? integer|function first absolute position steered (default 0)
+---@param fn? function what to run while steering
+---@return any ... fn's results
+function M.steering_hook(model, layer_idx, vector, strength, start_pos, fn)
+  local where = "steering_hook"
+  if type(strength) == "function" then strength, start_pos, fn = nil, nil, strength
+  elseif type(start_pos) == "function" then start_pos, fn = nil, start_pos end
+  if type(fn) ~= "function" then
+    error(where .. ": the last argument must be the function to run while steering (use add_steering_hook for a persistent hook)", 2)
+  end
+  P.need(model, "with_hooks", where)
+  local name, hook = intervention(model, layer_idx, vector, strength, start_pos, where)
+  return model:with_hooks({ { name, hook } }, fn)
+end
+
+---Adds the steering hook until `handle:remove()` (or `model:reset_hooks()`).
+---@param model seer.Model
+---@param layer_idx integer
+---@param vector seer.Tensor|number[] [d_model]
+---@param strength? number default 1.0
+---@param start_pos? integer default 0
+---@return table handle with :remove()
+function M.add_steering_hook(model, layer_idx, vector, strength, start_pos)
+  local where = "add_steering_hook"
+  P.need(model, "add_hook", where)
+  local name, hook = intervention(model, layer_idx, vector, strength, start_pos, where)
+  return model:add_hook(name, hook)
+end
+
+---The reference's name for the scoped form (`create_steering_hook`); same arguments as
+---steering_hook.
+M.create_steering_hook = M.steering_hook
+
+return M
