@@ -93,9 +93,11 @@ parity: $(SEER_BIN)
 	  .venv/bin/python tests/parity/hooks_goldens.py "$$d" | grep -E '^(ok|FAIL)' && \
 	  .venv/bin/python tests/parity/tokenizer_goldens.py "$$d/tokenizers.json" && \
 	  .venv/bin/python tests/parity/chat_goldens.py "$$d/chat_templates.json" && \
+	  .venv/bin/python tests/parity/lora_goldens.py "$$d/lora" --models "$$d" 2>/dev/null | grep -E '^(ok|FAIL)' && \
 	  SEER_PARITY_DIR="$$d" SEER_TOKENIZER_PARITY="$$d/tokenizers.json" SEER_CHAT_PARITY="$$d/chat_templates.json" \
+	  SEER_LORA_DIR="$$d/lora" \
 	    ./$(SEER_BIN) tests/lua/run.lua tests/lua/test_parity.lua tests/lua/test_tokenizer_parity.lua \
-	    tests/lua/test_chat_template_parity.lua tests/lua/test_hooks_parity.lua
+	    tests/lua/test_chat_template_parity.lua tests/lua/test_lora.lua tests/lua/test_hooks_parity.lua
 
 # Coverage-guided fuzzing (libFuzzer, with ASan + UBSan) of the parsers that take outside input:
 # each target runs FUZZ_SECONDS (default 600) from a seed corpus; findings go to build/fuzz/.
@@ -116,7 +118,7 @@ fuzz: $(FUZZ_TARGETS)
 # The Python peers for make bench (torch + transformers from PyPI) in a git-ignored venv.
 bench-setup:
 	python3 -m venv .venv
-	.venv/bin/pip install -q torch transformers safetensors tokenizers
+	.venv/bin/pip install -q torch transformers safetensors tokenizers peft
 
 asan:
 	@$(MAKE) --no-print-directory BUILD=build/asan SANITIZE=1 CFLAGS="-O1 -g" test
