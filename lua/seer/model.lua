@@ -569,8 +569,11 @@ function Model:load_adapter(path, opts)
   if type(path) ~= "string" then fail("load_adapter: expected an adapter directory, got " .. type(path), 2) end
   opts = check_opts("load_adapter", opts, { merge = "boolean" })
   local ok, e = pcall(self._c.load_adapter, self._c, path, opts.merge == true)
-  if not ok then fail(e, 2) end
-  self.adapter = { path = path, merged = opts.merge == true, enabled = true }
+  if not ok then
+    if self.hidden then e = tostring(e):gsub(path:gsub("[%^%$%(%)%%%.%[%]%*%+%-%?]", "%%%0"), "<hidden>") end
+    fail(e, 2)
+  end
+  self.adapter = { path = self.hidden and "<hidden>" or path, merged = opts.merge == true, enabled = true }
 end
 
 ---Switches a separately kept (unmerged) LoRA adapter on or off.
