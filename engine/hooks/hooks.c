@@ -117,6 +117,23 @@ static int check_finite(const float *v, int64_t n, const char *what, seer_err_t 
     return 0;
 }
 
+/* An add or ablate intervention holding a checked copy of a non-empty, finite vector, scaled by
+ * `scale` (1 for add; 1 / |v| for ablate). */
+static seer_intervention_t *iv_vector(seer_iv_kind_t kind, const char *what, const float *v, int64_t len, double scale,
+                                      seer_err_t *err) {
+    seer_intervention_t *iv = iv_new(kind, err);
+    if (!iv) return NULL;
+    iv->vec = malloc(sizeof(float) * (size_t)len);
+    if (!iv->vec) {
+        seer_iv_release(iv);
+        seer_err_set(err, SEER_ENOMEM, "%s: out of memory", what);
+        return NULL;
+    }
+    for (int64_t i = 0; i < len; i++) iv->vec[i] = (float)(v[i] * scale);
+    iv->len = len;
+    return iv;
+}
+
 seer_intervention_t *seer_iv_add(const float *vec, int64_t len, float strength, seer_err_t *err) {
     if (len <= 0) {
         seer_err_set(err, SEER_EINVAL, "add: the vector is empty");
@@ -127,17 +144,8 @@ seer_intervention_t *seer_iv_add(const float *vec, int64_t len, float strength, 
         seer_err_set(err, SEER_EINVAL, "add: strength must be a finite number");
         return NULL;
     }
-    seer_intervention_t *iv = iv_new(SEER_IV_ADD, err);
-    if (!iv) return NULL;
-    iv->vec = malloc(sizeof(float) * (size_t)len);
-    if (!iv->vec) {
-        seer_iv_release(iv);
-        seer_err_set(err, SEER_ENOMEM, "out of memory");
-        return NULL;
-    }
-    memcpy(iv->vec, vec, sizeof(float) * (size_t)len);
-    iv->len = len;
-    iv->strength = strength;
+    seer_intervention_t *iv = iv_vector(SEER_IV_ADD, "add", vec, len, 1.0, err);
+    if (iv) iv->strength = strength;
     return iv;
 }
 
@@ -153,18 +161,7 @@ seer_intervention_t *seer_iv_ablate(const float *dir, int64_t len, seer_err_t *e
         seer_err_set(err, SEER_EINVAL, "ablate: the direction is the zero vector; there is nothing to project out");
         return NULL;
     }
-    seer_intervention_t *iv = iv_new(SEER_IV_ABLATE, err);
-    if (!iv) return NULL;
-    iv->vec = malloc(sizeof(float) * (size_t)len);
-    if (!iv->vec) {
-        seer_iv_release(iv);
-        seer_err_set(err, SEER_ENOMEM, "out of memory");
-        return NULL;
-    }
-    double inv = 1.0 / sqrt(ss);
-    for (int64_t i = 0; i < len; i++) iv->vec[i] = (float)(dir[i] * inv);
-    iv->len = len;
-    return iv;
+    return iv_vector(SEER_IV_ABLATE, "ablate", dir, len, 1.0 / sqrt(ss), err);
 }
 
 seer_intervention_t *seer_iv_scale(float factor, const int *heads, int nheads, seer_err_t *err) {
