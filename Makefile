@@ -7,7 +7,7 @@ WERROR   ?= 1
 SANITIZE ?=
 CC       ?= cc
 
-PKGS      := luajit libcjson libpcre2-8
+PKGS      := luajit libcjson libpcre2-8 libzmq libcrypto libmicrohttpd libpng
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
@@ -62,6 +62,16 @@ $(BUILD)/obj/%.o: %.c | check-deps $(BUILD)/version.h
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
 $(BUILD)/obj/engine/seer.o: $(BUILD)/version.h
+
+# The notebook live view (HTML + JS) is embedded in the binary as a C string; `?` is escaped
+# because -std=c11 turns `??x` sequences into trigraphs.
+$(BUILD)/gen/live_page.h: engine/net/live_page.html
+	@mkdir -p $(@D)
+	@{ echo '/* generated from engine/net/live_page.html by the Makefile */'; \
+	   echo 'static const char seer_live_page_html[] ='; \
+	   sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/?/\\?/g' -e 's/^/"/' -e 's/$$/\\n"/' $<; \
+	   echo ';'; } > $@.tmp && mv $@.tmp $@
+$(BUILD)/obj/engine/net/http.o: $(BUILD)/gen/live_page.h
 
 $(BUILD)/libseer.a: $(ENGINE_OBJ)
 	@rm -f $@

@@ -24,6 +24,8 @@ typedef struct seer_command {
 static int cmd_help(int argc, char **argv);
 static int cmd_version(int argc, char **argv);
 static int cmd_model(int argc, char **argv);
+static int cmd_kernel(int argc, char **argv);
+static int cmd_notebook(int argc, char **argv);
 
 static const seer_command_t commands[] = {
     {"help", "show help for seer or for one command",
@@ -38,6 +40,17 @@ static const seer_command_t commands[] = {
      "       seer model generate PATH PROMPT [--max-new-tokens N] [--temperature T] [--seed S]\n"
      "                                       [--top-k K] [--top-p P] [--min-p P] [--threads N]\n",
      cmd_model},
+    {"kernel", "the Jupyter kernel for Lua (kernel -f FILE), or install its kernelspec",
+     "usage: seer kernel -f CONNECTION_FILE\n"
+     "       seer kernel install [--user | --prefix PREFIX] [--name NAME] [--display-name TEXT]\n\n"
+     "The first form is what Jupyter runs (the kernelspec's argv); the second writes kernel.json\n"
+     "so JupyterLab, nbclient and jupyter_client find the kernel.\n",
+     cmd_kernel},
+    {"notebook", "the notebook server: kernels, live .ipynb notebooks and their live view",
+     "usage: seer notebook serve [--output-dir DIR] [--host 127.0.0.1] [--port 0] [--ready-fd FD]\n\n"
+     "Serves notebook sessions for seer.execution and seer mcp notebook: starts kernels, writes\n"
+     "each notebook atomically as cells finish, and serves the live view at jupyter_url.\n",
+     cmd_notebook},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
@@ -122,6 +135,20 @@ static int run_lua_command(const char *progname, const char *module, int argc, c
 }
 
 static int cmd_model(int argc, char **argv) { return run_lua_command("seer", "seer.cli.model", argc - 1, argv + 1); }
+
+/* engine/kernel/ provides the kernel's main; weak so the CLI links while it is being built. */
+int seer_kernel_main(int argc, char **argv) __attribute__((weak));
+static int cmd_kernel(int argc, char **argv) {
+    if (!seer_kernel_main) {
+        fprintf(stderr, "seer kernel: this build has no kernel (engine/kernel/ missing)\n");
+        return EXIT_LUA_ERROR;
+    }
+    return seer_kernel_main(argc, argv);
+}
+
+static int cmd_notebook(int argc, char **argv) {
+    return run_lua_command("seer", "seer.cli.notebook", argc - 1, argv + 1);
+}
 
 static int looks_like_script(const char *a) {
     size_t n = strlen(a);

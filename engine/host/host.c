@@ -26,6 +26,8 @@ int seer_tokenizer_luaopen(lua_State *L) __attribute__((weak));
 int seer_chat_template_luaopen(lua_State *L) __attribute__((weak));
 int seer_model_luaopen(lua_State *L) __attribute__((weak));
 int seer_hooks_luaopen(lua_State *L) __attribute__((weak));
+int seer_net_luaopen(lua_State *L) __attribute__((weak));
+int seer_http_luaopen(lua_State *L) __attribute__((weak));
 
 struct seer_host {
     lua_State *L;
@@ -254,6 +256,8 @@ int seer_host_open(seer_host_t **out, const seer_host_opts_t *opts, seer_err_t *
     if (seer_chat_template_luaopen) preload(L, "seer.core.chat_template", seer_chat_template_luaopen);
     if (seer_model_luaopen) preload(L, "seer.core.model", seer_model_luaopen);
     if (seer_hooks_luaopen) preload(L, "seer.core.hooks", seer_hooks_luaopen);
+    if (seer_net_luaopen) preload(L, "seer.core.net", seer_net_luaopen);
+    if (seer_http_luaopen) preload(L, "seer.core.http", seer_http_luaopen);
     seer_host_corelib_configure(L, h->lua_dir, opts ? opts->progname : NULL);
 
     lua_pushcfunction(L, load_seer_global);
