@@ -28,6 +28,7 @@ int seer_model_luaopen(lua_State *L) __attribute__((weak));
 int seer_hooks_luaopen(lua_State *L) __attribute__((weak));
 int seer_net_luaopen(lua_State *L) __attribute__((weak));
 int seer_http_luaopen(lua_State *L) __attribute__((weak));
+int seer_png_luaopen(lua_State *L) __attribute__((weak));
 
 struct seer_host {
     lua_State *L;
@@ -258,6 +259,7 @@ int seer_host_open(seer_host_t **out, const seer_host_opts_t *opts, seer_err_t *
     if (seer_hooks_luaopen) preload(L, "seer.core.hooks", seer_hooks_luaopen);
     if (seer_net_luaopen) preload(L, "seer.core.net", seer_net_luaopen);
     if (seer_http_luaopen) preload(L, "seer.core.http", seer_http_luaopen);
+    if (seer_png_luaopen) preload(L, "seer.core.png", seer_png_luaopen);
     seer_host_corelib_configure(L, h->lua_dir, opts ? opts->progname : NULL);
 
     lua_pushcfunction(L, load_seer_global);
