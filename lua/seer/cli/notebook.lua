@@ -1,0 +1,559 @@
+--- `seer notebook serve`: seer's notebook server (see docs/notebook.md). It starts kernels,
+--- keeps one nbformat notebook per session, saves it when a cell finishes, publishes every
+--- change to the live view, and answers signed requests from sessions and `seer mcp notebook`.
+--- One event loop, no threads in Lua: the kernels' sockets and the request socket are polled
+--- together, and each execution is a small state machine driven by the kernel's messages.
+local net = require "seer.net"
+local json = require "seer.json"
+local jupyter = require "seer.jupyter"
+local notebook = require "seer.notebook"
+local process = require "seer.process"
+local core = require "seer.core.host"
+
+local M = {}
+
+local USAGE = [[
+usage: seer notebook serve [--output-dir DIR] [--host HOST] [--port PORT] [--max-output CHARS]
+
+Environment: SEER_NOTEBOOK_KEY (request signing key) and SEER_NOTEBOOK_TOKEN (live view
+token) are generated when unset; SEER_DIE_WITH_PARENT=1 ends the server with its parent.
+When ready it prints one JSON line: {"endpoint", "url", "pid"}.]]
+
+local DEFAULT_MAX_OUTPUT = 20000
+local PUBLISH_INTERVAL_MS = 40
+
+local Server = {}
+Server.__index = Server
+
+local function log(fmt, ...)
+  io.stderr:write(("seer notebook: " .. fmt .. "\n"):format(...))
+end
+
+---------------------------------------------------------------------------------------------
+-- outputs
+
+-- A kernel iopub message as an nbformat output (nil for messages that are not outputs).
+local function to_output(msg)
+  local t, c = msg.header.msg_type, msg.content
+  if t == "stream" then
+    return { output_type = "stream", name = c.name, text = c.text }
+  elseif t == "display_data" then
+    return { output_type = "display_data", data = c.data or {}, metadata = c.metadata or {} }
+  elseif t == "execute_result" then
+    return { output_type = "execute_result", execution_count = c.execution_count, data = c.data or {},
+             metadata = c.metadata or {} }
+  elseif t == "error" then
+    local tb = json.array()
+    for i, l in ipairs(c.traceback or {}) do tb[i] = l end
+    return { output_type = "error", ename = c.ename or "Error", evalue = c.evalue or "", traceback = tb }
+  end
+end
+
+-- What an agent gets back: the outputs with their text cut to a total budget, with a marker
+-- that says what was cut. The notebook keeps everything.
+local function truncate_outputs(outputs, max_chars)
+  local budget, truncated = max_chars, false
+  local function cut(s)
+    s = notebook.join(s)
+    if #s <= budget then budget = budget - #s; return s end
+    local keep = math.max(budget, 0)
+    -- do not split a UTF-8 sequence
+    while keep > 0 and keep < #s and s:byte(keep + 1) >= 0x80 and s:byte(keep + 1) < 0xC0 do keep = keep - 1 end
+    budget, truncated = 0, true
+    return s:sub(1, keep) .. ("\n[output truncated: %d more characters not shown; the notebook keeps all of it]\n"):format(#s - keep)
+  end
+  local out = json.array()
+  for _, o in ipairs(outputs) do
+    local c = {}
+    for k, v in pairs(o) do c[k] = v end
+    if o.output_type == "stream" then c.text = cut(o.text)
+    elseif o.output_type == "error" then
+      c.evalue = cut(o.evalue)
+      local tb = json.array()
+      for i, l in ipairs(o.traceback or {}) do tb[i] = cut(l) end
+      c.traceback = tb
+    elseif o.data then
+      local d = {}
+      for mime, v in pairs(o.data) do
+        if mime:match("^text/") or mime == "application/json" then d[mime] = type(v) == "string" and cut(v) or v
+        else d[mime] = v end
+      end
+      c.data = d
+    end
+    out[#out + 1] = c
+  end
+  return out, truncated
+end
+M.truncate_outputs = truncate_outputs
+
+---------------------------------------------------------------------------------------------
+-- sessions and executions
+
+function Server:reply(req, content)
+  content.status = content.status or "ok"
+  self.api:send{ idents = req.idents, header = net.header(req.header.msg_type:gsub("_request$", "") .. "_reply", self.id),
+                 parent_header = req.header, metadata = {}, content = content }
+end
+
+function Server:reply_error(req, ename, evalue)
+  self:reply(req, { status = "error", ename = ename, evalue = evalue })
+end
+
+function Server:publish(s, now)
+  if not self.http then return end
+  if s.published == s.nb.version then return end
+  if not now and process.now_ms() - (s.published_at or 0) < PUBLISH_INTERVAL_MS then
+    s.publish_pending = true
+    return
+  end
+  self.http:publish(s.id, s.nb:to_json())
+  s.published, s.published_at, s.publish_pending = s.nb.version, process.now_ms(), false
+end
+
+function Server:session_info(s)
+  return { session_id = s.id, name = s.name, notebook_path = s.nb.path, jupyter_url = self:jupyter_url(s.id),
+           kernel_pid = s.kernel and s.kernel.process and s.kernel.process.pid or json.null,
+           state = s.dead and "dead" or (s.running and "busy" or "idle"), dead_reason = s.dead or json.null }
+end
+
+function Server:jupyter_url(id)
+  if not self.http then return json.null end
+  return ("http://%s:%d/notebooks/%s?token=%s"):format(self.host, self.http.port, id, self.token)
+end
+
+-- Starts (or restarts) the kernel of a session and replays its init executions.
+function Server:start_kernel(s)
+  local c = jupyter.start_local{ runtime_dir = self.runtime_dir, cwd = s.workspace_dir, env = s.kernel_env,
+                                 log = s.kernel_log }
+  local info, why = c:kernel_info(20000)
+  if not info then
+    c:close()
+    error("the kernel did not start: " .. why .. (s.kernel_log and (" (its log: " .. s.kernel_log .. ")") or ""), 0)
+  end
+  s.kernel, s.dead = c, nil
+  s.nb.doc.metadata.language_info = info.language_info or s.nb.doc.metadata.language_info
+  return info
+end
+
+function Server:new_session(req)
+  local c = req.content
+  local id = net.uuid():sub(1, 8)
+  while self.sessions[id] do id = net.uuid():sub(1, 8) end
+  local dir = c.notebook_dir or self.output_dir
+  process.mkdir_p(dir)
+  local nb, rerun
+  if c.resume then
+    nb = notebook.load(c.resume)
+    rerun = true
+  elseif c["continue"] then
+    local src = notebook.load(c["continue"])
+    local base = c.name or (c["continue"]:match("([^/]+)%.ipynb$") or "Notebook"):gsub("^%d+%-%d+%-%d+%-%d+%-%d+_", "")
+    nb = notebook.new{ path = notebook.unique_path(dir, base) }
+    nb.doc.cells = src.doc.cells
+    nb.doc.metadata.seer.continued_from = c["continue"]
+    rerun = true
+  else
+    nb = notebook.new{ path = notebook.unique_path(dir, c.name) }
+  end
+  nb.doc.metadata.seer = nb.doc.metadata.seer or {}
+  nb.doc.metadata.seer.path, nb.doc.metadata.seer.session_id = nb.path, id
+  local s = { id = id, name = c.name or "Notebook", nb = nb, queue = {}, init = {}, workspace_dir = c.workspace_dir,
+              kernel_env = c.kernel_env, kernel_log = self.runtime_dir .. "/kernel-" .. id .. ".log" }
+  self:start_kernel(s)
+  self.sessions[id] = s
+  nb:save()
+  self:publish(s, true)
+  log("session %s: notebook %s, kernel pid %d", id, nb.path, s.kernel.process.pid)
+  if rerun then
+    -- Re-run every code cell in place; answer once all have run.
+    local cells = nb:code_cells()
+    local pending, errors = #cells, 0
+    if pending == 0 then return self:reply(req, self:session_info(s)) end
+    for _, cell in ipairs(cells) do
+      nb:reset_cell(cell)
+      self:enqueue(s, { code = notebook.join(cell.source), cell = cell, on_done = function(e)
+        if e.result ~= "ok" then errors = errors + 1 end
+        pending = pending - 1
+        if pending == 0 then
+          local info = self:session_info(s)
+          info.cells_run, info.cells_failed = #cells, errors
+          self:reply(req, info)
+        end
+      end })
+    end
+    return
+  end
+  self:reply(req, self:session_info(s))
+end
+
+function Server:enqueue(s, e)
+  e.outputs = json.array()
+  e.session = s
+  e.displays = {}
+  s.queue[#s.queue + 1] = e
+  if e.cell then self:publish(s) end
+end
+
+-- Starts the next queued execution of a session when its kernel is free.
+function Server:pump_queue(s)
+  if s.running or s.dead or #s.queue == 0 then return end
+  local e = table.remove(s.queue, 1)
+  s.running = e
+  e.msg_id = s.kernel:send("shell", "execute_request", { code = e.code, silent = false, store_history = not e.hidden,
+                                                         user_expressions = {}, allow_stdin = false, stop_on_error = false })
+  e.started = process.now_ms()
+  if e.timeout then e.deadline = e.started + e.timeout * 1000 end
+  if e.cell then
+    e.cell.metadata.execution_status = "running"
+    s.nb:touch()
+    self:publish(s, true)
+  end
+end
+
+function Server:finish(s, e)
+  s.running = nil
+  local r = e.reply or {}
+  e.result = r.status or "error"
+  if e.cell then
+    if r.execution_count then e.cell.execution_count = r.execution_count end
+    e.cell.metadata.execution_status = (e.result == "ok") and "complete" or "error"
+    s.nb:touch()
+    local ok, err = pcall(s.nb.save, s.nb)
+    if not ok then log("cannot save %s: %s", s.nb.path, err) end
+    self:publish(s, true)
+  end
+  if e.on_done then e.on_done(e) end
+  if e.req then
+    local outs, truncated = truncate_outputs(e.outputs, e.max_output or self.max_output)
+    local content = { result = e.result, execution_count = r.execution_count or json.null, outputs = outs,
+                      truncated = truncated }
+    if e.cell then
+      for i, c in ipairs(s.nb:code_cells()) do if c == e.cell then content.cell_index = i - 1 end end
+    end
+    if e.result ~= "ok" then
+      content.error = e.error or { ename = r.ename or "Error", evalue = r.evalue or "", traceback = r.traceback or json.array() }
+      if e.timed_out then
+        content.error.ename = "TimeoutError"
+        content.error.evalue = ("the cell ran past its timeout of %g s and was interrupted"):format(e.timeout)
+      end
+    end
+    self:reply(e.req, content)
+  end
+end
+
+function Server:on_kernel_message(s, msg)
+  local e = s.running
+  local parent = msg.parent_header and msg.parent_header.msg_id
+  if not e or parent ~= e.msg_id then return end
+  local t = msg.header.msg_type
+  if msg.channel == "shell" and t == "execute_reply" then
+    e.reply = msg.content
+  elseif msg.channel == "iopub" then
+    if t == "status" then
+      if msg.content.execution_state == "idle" then e.idle = true end
+    elseif t == "execute_input" then
+      if e.cell then e.cell.execution_count = msg.content.execution_count end
+    elseif t == "clear_output" then
+      e.outputs = json.array()
+      if e.cell then s.nb:clear_outputs(e.cell, msg.content.wait) end
+    elseif t == "update_display_data" then
+      local id = msg.content.transient and msg.content.transient.display_id
+      local o = id and e.displays[id]
+      if o then
+        o.data, o.metadata = msg.content.data or {}, msg.content.metadata or {}
+        s.nb:touch()
+      end
+    else
+      local o = to_output(msg)
+      if o then
+        local id = msg.content.transient and msg.content.transient.display_id
+        if id then e.displays[id] = o end
+        e.outputs[#e.outputs + 1] = o
+        if e.cell then s.nb:add_output(e.cell, o) end
+        if e.stream and e.req then
+          self.api:send{ idents = e.req.idents, header = net.header("output", self.id), parent_header = e.req.header,
+                         metadata = {}, content = o }
+        end
+      end
+    end
+  end
+  if e.reply and e.idle then self:finish(s, e) end
+  self:publish(s)
+end
+
+-- The kernel process ended: every cell it was running or had queued ends with an error that
+-- says so, the notebook is saved, and the session waits for a restart.
+function Server:on_kernel_death(s, how)
+  s.dead = how
+  log("session %s: the kernel %s", s.id, how)
+  local victims, was_running = {}, s.running
+  if s.running then victims[1] = s.running end
+  for _, e in ipairs(s.queue) do victims[#victims + 1] = e end
+  s.running, s.queue = nil, {}
+  for _, e in ipairs(victims) do
+    local ev = (e == was_running and "the kernel %s while this cell was running; restart the session to go on"
+                or "the kernel %s before this cell ran; restart the session to go on"):format(how)
+    e.error = { ename = "KernelDied", evalue = ev, traceback = json.array() }
+    e.reply = { status = "error" }
+    local o = { output_type = "error", ename = "KernelDied", evalue = ev, traceback = json.array() }
+    e.outputs[#e.outputs + 1] = o
+    if e.cell then s.nb:add_output(e.cell, o) end
+    self:finish(s, e)
+  end
+  s.kernel:close()
+end
+
+---------------------------------------------------------------------------------------------
+-- requests
+
+local handlers = {}
+
+function handlers.start_session(self, req)
+  self:new_session(req)
+end
+
+local function session_of(self, req)
+  local id = req.content.session_id
+  local s = id and self.sessions[id]
+  if not s then
+    local ids = {}
+    for k in pairs(self.sessions) do ids[#ids + 1] = k end
+    table.sort(ids)
+    self:reply_error(req, "SessionNotFound", ("no session %q on this notebook server (sessions: %s)")
+      :format(tostring(id), #ids > 0 and table.concat(ids, ", ") or "none"))
+    return nil
+  end
+  return s
+end
+
+local function check_alive(self, req, s)
+  if s.dead then
+    self:reply_error(req, "KernelDied", ("the kernel of session %s %s; restart the session to go on"):format(s.id, s.dead))
+    return false
+  end
+  return true
+end
+
+function handlers.execute(self, req)
+  local s = session_of(self, req)
+  if not s or not check_alive(self, req, s) then return end
+  local c = req.content
+  if type(c.code) ~= "string" then return self:reply_error(req, "ValueError", "execute: content.code must be a string") end
+  local e = { code = c.code, hidden = c.hidden and true or false, req = req, timeout = tonumber(c.timeout),
+              max_output = tonumber(c.max_output), stream = c.stream and true or false }
+  if not e.hidden then e.cell = s.nb:add_code(c.code) end
+  if c.init then s.init[#s.init + 1] = c.code end
+  self:enqueue(s, e)
+end
+
+function handlers.edit_cell(self, req)
+  local s = session_of(self, req)
+  if not s or not check_alive(self, req, s) then return end
+  local c = req.content
+  local cells = s.nb:code_cells()
+  local idx = math.floor(tonumber(c.cell_index) or -1)
+  local cell = cells[idx < 0 and #cells + idx + 1 or idx + 1]
+  if not cell then
+    return self:reply_error(req, "IndexError", ("cell_index %d is out of range: the notebook has %d code cells (0..%d, or -1..-%d)")
+      :format(idx, #cells, #cells - 1, #cells))
+  end
+  if type(c.code) ~= "string" then return self:reply_error(req, "ValueError", "edit_cell: content.code must be a string") end
+  s.nb:reset_cell(cell, c.code)
+  self:enqueue(s, { code = c.code, cell = cell, req = req, timeout = tonumber(c.timeout), max_output = tonumber(c.max_output) })
+end
+
+function handlers.add_markdown(self, req)
+  local s = session_of(self, req)
+  if not s then return end
+  if type(req.content.content) ~= "string" then
+    return self:reply_error(req, "ValueError", "add_markdown: content.content must be a string")
+  end
+  local n = s.nb:add_markdown(req.content.content)
+  s.nb:save()
+  self:publish(s, true)
+  self:reply(req, { cell_number = n })
+end
+
+function handlers.read_notebook(self, req)
+  local s = session_of(self, req)
+  if not s then return end
+  local start = math.max(0, math.floor(tonumber(req.content.start) or 0))
+  local limit = math.floor(tonumber(req.content.limit) or 1e9)
+  local cells = json.array()
+  local doc = json.decode(s.nb:to_json())
+  for i = start + 1, math.min(#doc.cells, start + limit) do cells[#cells + 1] = doc.cells[i] end
+  self:reply(req, { cells = cells, total = #doc.cells, notebook_path = s.nb.path })
+end
+
+function handlers.interrupt(self, req)
+  local s = session_of(self, req)
+  if not s or not check_alive(self, req, s) then return end
+  s.kernel:send("control", "interrupt_request", {})
+  self:reply(req, {})
+end
+
+function handlers.restart(self, req)
+  local s = session_of(self, req)
+  if not s then return end
+  if not s.dead then
+    -- A live kernel is stopped first; what it was running ends as if it had died.
+    s.kernel.process:stop(1000)
+    self:on_kernel_death(s, "was restarted")
+  end
+  local ok, err = pcall(self.start_kernel, self, s)
+  if not ok then return self:reply_error(req, "KernelStartError", tostring(err)) end
+  for _, code in ipairs(s.init) do self:enqueue(s, { code = code, hidden = true }) end
+  self:reply(req, self:session_info(s))
+end
+
+function handlers.shutdown_session(self, req)
+  local s = session_of(self, req)
+  if not s then return end
+  if not s.dead then self:on_kernel_death(s, "was shut down") end
+  self.sessions[s.id] = nil
+  if self.http then self.http:remove(s.id) end
+  self:reply(req, { notebook_path = s.nb.path })
+end
+
+function handlers.list_sessions(self, req)
+  local list = json.array()
+  for _, s in pairs(self.sessions) do list[#list + 1] = self:session_info(s) end
+  table.sort(list, function(a, b) return a.session_id < b.session_id end)
+  self:reply(req, { sessions = list })
+end
+
+function handlers.session_info(self, req)
+  local s = session_of(self, req)
+  if s then self:reply(req, self:session_info(s)) end
+end
+
+function handlers.shutdown(self, req)
+  self:reply(req, {})
+  self.stopping = true
+end
+
+function Server:handle(req)
+  local t = req.header.msg_type:gsub("_request$", "")
+  local h = handlers[t]
+  if not h then
+    local names = {}
+    for k in pairs(handlers) do names[#names + 1] = k end
+    table.sort(names)
+    return self:reply_error(req, "UnknownRequest", ("unknown request %q; requests: %s"):format(t, table.concat(names, ", ")))
+  end
+  local ok, err = pcall(h, self, req)
+  if not ok then
+    log("request %s failed: %s", t, err)
+    self:reply_error(req, "ServerError", tostring(err))
+  end
+end
+
+---------------------------------------------------------------------------------------------
+-- the loop
+
+function Server:run()
+  while not self.stopping do
+    local items, owners = { self.api }, { false }
+    for _, s in pairs(self.sessions) do
+      if not s.dead then
+        for i, sock in ipairs(s.kernel:sockets()) do
+          items[#items + 1] = sock
+          owners[#owners + 1] = { s, i }
+        end
+      end
+    end
+    local ready = net.poll(items, 20)
+    for _, k in ipairs(ready) do
+      if k == 1 then
+        while true do
+          local req = self.api:recv(0)
+          if not req then break end
+          self:handle(req)
+        end
+      else
+        local s, i = owners[k][1], owners[k][2]
+        if not s.dead then
+          for _, msg in ipairs(s.kernel:pump(i)) do self:on_kernel_message(s, msg) end
+        end
+      end
+    end
+    local now = process.now_ms()
+    for _, s in pairs(self.sessions) do
+      if not s.dead then
+        local alive, how = s.kernel:alive()
+        if not alive then self:on_kernel_death(s, how) end
+      end
+      local e = s.running
+      if e and e.deadline and now > e.deadline and not e.timed_out then
+        e.timed_out = true
+        s.kernel:send("control", "interrupt_request", {})
+      end
+      self:pump_queue(s)
+      if s.publish_pending then self:publish(s) end
+    end
+  end
+  for _, s in pairs(self.sessions) do
+    if not s.dead then self:on_kernel_death(s, "was shut down with the notebook server") end
+  end
+  if self.http then self.http:close() end
+  self.api:close()
+  os.execute("rm -rf '" .. self.runtime_dir .. "'")
+end
+
+---------------------------------------------------------------------------------------------
+
+local function parse_args(args)
+  local o = { output_dir = "outputs", host = "127.0.0.1", port = 0, max_output = DEFAULT_MAX_OUTPUT }
+  local i = 1
+  while i <= #args do
+    local a = args[i]
+    local function value()
+      i = i + 1
+      if args[i] == nil then error(("seer notebook serve: %s needs a value\n%s"):format(a, USAGE), 0) end
+      return args[i]
+    end
+    if a == "--output-dir" then o.output_dir = value()
+    elseif a == "--host" then o.host = value()
+    elseif a == "--port" then o.port = tonumber(value()) or error("seer notebook serve: --port needs a number", 0)
+    elseif a == "--max-output" then o.max_output = tonumber(value()) or error("seer notebook serve: --max-output needs a number", 0)
+    elseif a == "-h" or a == "--help" then print(USAGE); os.exit(0)
+    else error(("seer notebook serve: unknown option %s\n%s"):format(a, USAGE), 0) end
+    i = i + 1
+  end
+  return o
+end
+
+function M.serve(opts)
+  if os.getenv("SEER_DIE_WITH_PARENT") == "1" then process.die_with_parent() end
+  local self = setmetatable({ sessions = {}, id = net.uuid(), host = opts.host, max_output = opts.max_output,
+                              key = os.getenv("SEER_NOTEBOOK_KEY") or net.new_key(),
+                              token = os.getenv("SEER_NOTEBOOK_TOKEN") or net.new_key():sub(1, 48) }, Server)
+  process.mkdir_p(opts.output_dir)
+  self.output_dir = core.realpath(opts.output_dir) or opts.output_dir
+  self.runtime_dir = process.mkdtemp("/tmp/seer-notebook-")
+  self.api = net.socket("router", self.key)
+  self.endpoint = self.api:bind(("tcp://%s:*"):format(opts.host))
+  local ok, http = pcall(require, "seer.core.http")
+  if ok then
+    self.http = http.serve{ host = opts.host, port = opts.port, token = self.token,
+                            info = json.encode{ endpoint = self.endpoint, key = self.key, server = "seer notebook" } }
+  else
+    log("no live view in this build (%s)", http)
+  end
+  io.stdout:write(json.encode{ endpoint = self.endpoint, pid = process.getpid(),
+                               url = self.http and ("http://%s:%d/?token=%s"):format(opts.host, self.http.port, self.token) or json.null },
+                  "\n")
+  io.stdout:flush()
+  self:run()
+end
+
+function M.main(cmd, ...)
+  if cmd == nil or cmd == "-h" or cmd == "--help" or cmd == "help" then
+    print(USAGE)
+    return
+  end
+  if cmd ~= "serve" then error(("seer notebook: unknown command %q\n%s"):format(cmd, USAGE), 0) end
+  M.serve(parse_args({ ... }))
+end
+
+return M

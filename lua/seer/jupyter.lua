@@ -1,0 +1,204 @@
+--- seer.jupyter: a Jupyter client for seer's own use (the notebook server talks to kernels
+--- through it). It starts a kernel as a local process with a fresh connection file and key, or
+--- connects to an existing connection file, and speaks the signed protocol over seer.net. It
+--- is event-driven: the owner polls `client:sockets()` and feeds readable ones to `client:pump`.
+---@class seerjupyter
+local M = {}
+
+local net = require "seer.net"
+local json = require "seer.json"
+local core = require "seer.core.host"
+local process = require "seer.process"
+
+local Client = {}
+Client.__index = Client
+
+local function free_ports(n)
+  -- Let the OS choose: bind throwaway sockets to port 0, read the ports, close them. A race
+  -- with another process is possible but rare; the kernel reports a bind failure clearly.
+  local ports, socks = {}, {}
+  for i = 1, n do
+    local s = net.socket("router", "")
+    local _, port = s:bind("tcp://127.0.0.1:*")
+    ports[i], socks[i] = port, s
+  end
+  for _, s in ipairs(socks) do s:close() end
+  return ports
+end
+
+---Path of the running seer binary (children are started with the same one).
+---@return string
+function M.seer_binary()
+  local ffi = require "ffi"
+  pcall(ffi.cdef, "long readlink(const char *path, char *buf, size_t n);")
+  local buf = ffi.new("char[4096]")
+  local n = ffi.C.readlink("/proc/self/exe", buf, 4095)
+  if n <= 0 then error("cannot find the seer binary (/proc/self/exe)") end
+  return ffi.string(buf, n)
+end
+
+-- The connection file holds the key, so it is created 0600 from the start (no window in which
+-- another user could read it), then renamed into place.
+local function write_private(path, text)
+  local ffi = require "ffi"
+  pcall(ffi.cdef, [[
+    int open(const char *path, int flags, unsigned mode);
+    long write(int fd, const void *buf, size_t n);
+    int rename(const char *a, const char *b);
+    int unlink(const char *path);
+  ]])
+  local tmp = path .. ".tmp"
+  local fd = ffi.C.open(tmp, 1 + 64 + 512 + 524288 --[[O_WRONLY|O_CREAT|O_TRUNC|O_CLOEXEC]], tonumber("600", 8))
+  if fd < 0 then error(("cannot write %s: %s"):format(tmp, ffi.string(ffi.C.strerror(ffi.errno())))) end
+  local n = ffi.C.write(fd, text, #text)
+  ffi.C.close(fd)
+  if n ~= #text or ffi.C.rename(tmp, path) ~= 0 then
+    ffi.C.unlink(tmp)
+    error("cannot write " .. path)
+  end
+end
+
+---Writes a connection file (mode 0600: it holds the key) and returns its table.
+---@param path string
+---@return table info
+function M.write_connection_file(path)
+  local p = free_ports(5)
+  local info = { transport = "tcp", ip = "127.0.0.1", shell_port = p[1], iopub_port = p[2], stdin_port = p[3],
+                 control_port = p[4], hb_port = p[5], signature_scheme = "hmac-sha256", key = net.new_key(),
+                 kernel_name = "seer" }
+  write_private(path, json.encode(info, { indent = 2 }))
+  return info
+end
+
+---@class seerjupyter.start_opts
+---@field runtime_dir string where the connection file goes
+---@field cwd? string the kernel's working directory
+---@field env? table<string, string> extra environment for the kernel
+---@field log? string file that receives the kernel's stdout and stderr
+
+---Starts `seer kernel` as a child process and connects to it.
+---@param opts seerjupyter.start_opts
+---@return seerjupyter.client
+function M.start_local(opts)
+  local conn = ("%s/kernel-%s.json"):format(opts.runtime_dir, net.uuid())
+  local info = M.write_connection_file(conn)
+  local env = { SEER_KERNEL_DIE_WITH_PARENT = "1" }
+  for k, v in pairs(opts.env or {}) do env[k] = v end
+  local child = process.spawn{ argv = { M.seer_binary(), "kernel", "-f", conn }, cwd = opts.cwd, env = env,
+                               stdout = opts.log or "null", stderr = opts.log or "inherit" }
+  local c = M.connect(info)
+  c.process, c.connection_file = child, conn
+  return c
+end
+
+---Connects to a kernel described by a connection table (or a connection file path).
+---@param info table|string
+---@return seerjupyter.client
+function M.connect(info)
+  if type(info) == "string" then info = json.decode(core.read_file(info)) end
+  local key = info.key or ""
+  local function ep(port) return ("%s://%s:%d"):format(info.transport or "tcp", info.ip or "127.0.0.1", port) end
+  local self = setmetatable({ info = info, session = net.uuid(), waiting = {}, queue = {} }, Client)
+  self.shell = net.socket("dealer", key); self.shell:connect(ep(info.shell_port))
+  self.control = net.socket("dealer", key); self.control:connect(ep(info.control_port))
+  self.stdin = net.socket("dealer", key); self.stdin:connect(ep(info.stdin_port))
+  self.iopub = net.socket("sub", key); self.iopub:subscribe(""); self.iopub:connect(ep(info.iopub_port))
+  return self
+end
+
+---The sockets to poll, in the order pump() expects their indices.
+---@return table[]
+function Client:sockets()
+  return { self.shell, self.iopub, self.control, self.stdin }
+end
+
+---Sends a request on "shell" or "control"; returns the msg_id replies will carry.
+---@param channel "shell"|"control"
+---@param msg_type string
+---@param content table
+---@return string msg_id
+function Client:send(channel, msg_type, content)
+  local header = net.header(msg_type, self.session)
+  self[channel]:send{ header = header, parent_header = {}, metadata = {}, content = content or {} }
+  return header.msg_id
+end
+
+---Reads whatever is ready on socket i (an index into sockets()) and returns the messages,
+---each tagged with `channel`.
+---@param i integer
+---@return table[]
+function Client:pump(i)
+  local names = { "shell", "iopub", "control", "stdin" }
+  local s = self:sockets()[i]
+  local out = {}
+  while true do
+    local msg = s:recv(0)
+    if not msg then break end
+    msg.channel = names[i]
+    out[#out + 1] = msg
+  end
+  return out
+end
+
+---Blocking helper for simple uses (tests, start-up): waits up to timeout_ms for a message that
+---satisfies pred on any channel; other messages are handed to `other` (or dropped).
+---@param pred fun(msg: table): boolean
+---@param timeout_ms integer
+---@param other? fun(msg: table)
+---@return table|nil
+function Client:wait_for(pred, timeout_ms, other)
+  local deadline = process.now_ms() + timeout_ms
+  while true do
+    local left = deadline - process.now_ms()
+    if left <= 0 then return nil end
+    local ready = net.poll(self:sockets(), math.min(left, 100))
+    for _, i in ipairs(ready) do
+      for _, msg in ipairs(self:pump(i)) do
+        if pred(msg) then return msg end
+        if other then other(msg) end
+      end
+    end
+    if self.process and not self.process:alive() then return nil end
+  end
+end
+
+---Asks for kernel_info until the kernel answers (a new kernel binds its sockets first).
+---Returns the reply content, or nil and why.
+---@param timeout_ms integer
+---@return table|nil content, string|nil why
+function Client:kernel_info(timeout_ms)
+  local deadline = process.now_ms() + timeout_ms
+  while process.now_ms() < deadline do
+    local id = self:send("shell", "kernel_info_request", {})
+    local reply = self:wait_for(function(m)
+      return m.channel == "shell" and m.parent_header.msg_id == id
+    end, math.min(1000, deadline - process.now_ms()))
+    if reply then return reply.content end
+    if self.process then
+      local alive, how = self.process:alive()
+      if not alive then return nil, "the kernel " .. how .. " before answering" end
+    end
+  end
+  return nil, ("the kernel did not answer kernel_info within %d ms"):format(timeout_ms)
+end
+
+---Whether the kernel process still runs (always true for kernels seer did not start).
+---@return boolean alive, string|nil how
+function Client:alive()
+  if not self.process then return true end
+  return self.process:alive()
+end
+
+---Closes the sockets; stops the kernel if this client started it (shutdown request, then
+---signals if it does not leave in time).
+function Client:close()
+  if self.process and self.process:alive() then
+    pcall(function() self:send("control", "shutdown_request", { restart = false }) end)
+    if not self.process:wait(1500) then self.process:stop(1000) end
+  end
+  for _, s in ipairs(self:sockets()) do s:close() end
+  if self.process then self.process:stop(0) end
+  if self.connection_file then os.remove(self.connection_file) end
+end
+
+return M

@@ -1,0 +1,220 @@
+--- seer.notebook: nbformat 4.5 notebooks as the notebook server keeps them. Cells carry
+--- `metadata.execution_status` (pending, running, complete, error); saving goes through a
+--- temporary file and a rename, so a crash leaves the previous notebook, never half of one.
+--- Files are named `{YYYY-MM-DD-HH-MM}_{name or "Notebook"}[_{n}].ipynb` as in the reference.
+---@class seernotebook
+local M = {}
+
+local json = require "seer.json"
+local core = require "seer.core.host"
+
+local Notebook = {}
+Notebook.__index = Notebook
+
+-- Cell ids must be unique within a notebook, including notebooks continued from others, so
+-- they come from OpenSSL's random source (seer.net.uuid), not from math.random's fixed seed.
+local function new_cell_id()
+  return (require("seer.net").uuid():gsub("-", ""):sub(1, 16))
+end
+
+---Multi-line strings as nbformat stores them: a list of lines, each keeping its newline.
+local function to_lines(s)
+  local out = json.array()
+  for line in s:gmatch("[^\n]*\n?") do
+    if line ~= "" then out[#out + 1] = line end
+  end
+  return out
+end
+M.to_lines = to_lines
+
+---Joins an nbformat multi-line string (a string or a list of lines).
+---@param v string|string[]|nil
+---@return string
+function M.join(v)
+  if v == nil then return "" end
+  if type(v) == "string" then return v end
+  return table.concat(v)
+end
+
+local function sanitize_name(name)
+  name = tostring(name or "Notebook"):gsub("[^%w%-_.]+", "_"):gsub("^[._]+", "")
+  if name == "" then name = "Notebook" end
+  return name:sub(1, 100)
+end
+
+---The path for a new notebook in dir, following the reference's naming; never an existing file.
+---@param dir string
+---@param name? string experiment name (default "Notebook")
+---@param time? integer seconds since the epoch (default now)
+---@return string
+function M.unique_path(dir, name, time)
+  local base = os.date("%Y-%m-%d-%H-%M", time or os.time()) .. "_" .. sanitize_name(name)
+  local path = ("%s/%s.ipynb"):format(dir, base)
+  local n = 1
+  while io.open(path, "r") do
+    io.close(io.open(path, "r"))
+    path = ("%s/%s_%d.ipynb"):format(dir, base, n)
+    n = n + 1
+  end
+  return path
+end
+
+---@class seernotebook.opts
+---@field path string where save() writes
+---@field language_info? table from the kernel's kernel_info reply
+---@field kernelspec? table {name, display_name, language}
+---@field metadata? table extra notebook metadata (kept under metadata.seer)
+
+---A new, empty notebook.
+---@param opts seernotebook.opts
+---@return seernotebook.notebook
+function M.new(opts)
+  assert(type(opts) == "table" and type(opts.path) == "string", "notebook.new: opts.path (string) is required")
+  local doc = {
+    nbformat = 4,
+    nbformat_minor = 5,
+    metadata = {
+      kernelspec = opts.kernelspec or { name = "seer", display_name = "Lua (seer)", language = "lua" },
+      language_info = opts.language_info or { name = "lua", file_extension = ".lua", mimetype = "text/x-lua" },
+      seer = opts.metadata or {},
+    },
+    cells = json.array(),
+  }
+  doc.metadata.seer.path = opts.path
+  return setmetatable({ path = opts.path, doc = doc, version = 0 }, Notebook)
+end
+
+---Reads an existing notebook (to resume or continue it). Raises naming the file and the
+---problem when it is not an nbformat 4 notebook.
+---@param path string
+---@return seernotebook.notebook
+function M.load(path)
+  local ok, text = pcall(core.read_file, path)
+  if not ok then error(("cannot read notebook %s: %s"):format(path, text), 2) end
+  local okd, doc = pcall(json.decode, text)
+  if not okd then error(("%s is not a notebook (invalid JSON): %s"):format(path, doc), 2) end
+  if type(doc) ~= "table" or doc.nbformat ~= 4 or type(doc.cells) ~= "table" then
+    error(("%s is not an nbformat 4 notebook (no nbformat = 4 and cells list)"):format(path), 2)
+  end
+  doc.nbformat_minor = math.max(5, tonumber(doc.nbformat_minor) or 5)
+  doc.metadata = doc.metadata or {}
+  for _, c in ipairs(doc.cells) do
+    if not c.id then c.id = new_cell_id() end
+    c.metadata = c.metadata or {}
+    if c.attachments == json.null then c.attachments = nil end
+  end
+  return setmetatable({ path = path, doc = doc, version = 0 }, Notebook)
+end
+
+---@class seernotebook.notebook
+---@field path string
+---@field doc table the nbformat document
+---@field version integer bumped on every change (the live view publishes on change)
+
+---Marks a change (for the live view) without saving.
+function Notebook:touch()
+  self.version = self.version + 1
+end
+
+---Appends a code cell (pending) and returns it.
+---@param source string
+---@return table cell
+function Notebook:add_code(source)
+  local cell = { id = new_cell_id(), cell_type = "code", source = to_lines(source),
+                 metadata = { execution_status = "pending" }, outputs = json.array(), execution_count = json.null }
+  self.doc.cells[#self.doc.cells + 1] = cell
+  self:touch()
+  return cell
+end
+
+---Appends a markdown cell; returns its 0-based index among all cells.
+---@param text string
+---@return integer
+function Notebook:add_markdown(text)
+  self.doc.cells[#self.doc.cells + 1] = { id = new_cell_id(), cell_type = "markdown", source = to_lines(text), metadata = {} }
+  self:touch()
+  return #self.doc.cells - 1
+end
+
+---The code cells in order.
+---@return table[]
+function Notebook:code_cells()
+  local out = {}
+  for _, c in ipairs(self.doc.cells) do
+    if c.cell_type == "code" then out[#out + 1] = c end
+  end
+  return out
+end
+
+---Resets a code cell for a re-run (source replaced when given).
+---@param cell table
+---@param source? string
+function Notebook:reset_cell(cell, source)
+  if source then cell.source = to_lines(source) end
+  cell.outputs = json.array()
+  cell.execution_count = json.null
+  cell.metadata.execution_status = "pending"
+  self:touch()
+end
+
+---Adds one output (an nbformat output table) to a cell, merging consecutive stream text of the
+---same stream as Jupyter does, and honouring a pending clear_output(wait = true).
+---@param cell table
+---@param out table
+function Notebook:add_output(cell, out)
+  if cell._clear_pending then
+    cell.outputs = json.array()
+    cell._clear_pending = nil
+  end
+  local last = cell.outputs[#cell.outputs]
+  if out.output_type == "stream" and last and last.output_type == "stream" and last.name == out.name then
+    last.text = M.join(last.text) .. M.join(out.text)
+  else
+    cell.outputs[#cell.outputs + 1] = out
+  end
+  self:touch()
+end
+
+---clear_output: at once, or (wait = true) when the next output arrives.
+---@param cell table
+---@param wait boolean
+function Notebook:clear_outputs(cell, wait)
+  if wait then cell._clear_pending = true
+  else cell.outputs = json.array(); cell._clear_pending = nil end
+  self:touch()
+end
+
+local function clean_for_disk(doc)
+  -- Private bookkeeping fields (leading underscore) never reach the file.
+  local cells = json.array()
+  for i, c in ipairs(doc.cells) do
+    local copy = {}
+    for k, v in pairs(c) do
+      if type(k) ~= "string" or k:sub(1, 1) ~= "_" then copy[k] = v end
+    end
+    if copy.cell_type == "code" then
+      local outs = json.array()
+      for j, o in ipairs(copy.outputs or {}) do
+        if o.output_type == "stream" then outs[j] = { output_type = "stream", name = o.name, text = to_lines(M.join(o.text)) }
+        else outs[j] = o end
+      end
+      copy.outputs = outs
+    end
+    cells[i] = copy
+  end
+  return { nbformat = doc.nbformat, nbformat_minor = doc.nbformat_minor, metadata = doc.metadata, cells = cells }
+end
+
+---The notebook as JSON text (what is saved and what the live view shows).
+---@param pretty? boolean indent one space per level, like Jupyter
+---@return string
+function Notebook:to_json(pretty)
+  return json.encode(clean_for_disk(self.doc), pretty and { indent = 1 } or nil)
+end
+
+---Writes the notebook to its path atomically.
+function Notebook:save()
+  core.write_file(self.path, self:to_json(true) .. "\n")
+end
+
+return M

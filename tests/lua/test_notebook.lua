@@ -1,0 +1,133 @@
+-- Notebook files (seer.notebook) and workspaces (seer.workspace), without a kernel: naming as
+-- the reference, nbformat 4.5 validity checked by nbformat's own validator, stream merging,
+-- clear_output, atomic saves, loading for resume, and the workspace's validation and docs.
+local T = require "testing"
+local NB = require "seer.notebook"
+local W = require "seer.workspace"
+local json = seer.json
+
+local function validate(path)
+  local cmd = ("/usr/bin/python3 -c 'import sys, nbformat; nbformat.validate(nbformat.read(sys.argv[1], 4))' '%s' 2>&1"):format(path)
+  local p = io.popen(cmd)
+  local out = p:read("*a")
+  local ok = p:close()
+  return ok, out
+end
+
+T.test("notebook names follow the reference and never overwrite", function()
+  local d = T.tmpdir()
+  local t = os.time{ year = 2026, month = 3, day = 4, hour = 5, min = 6 }
+  T.eq(NB.unique_path(d, nil, t), d .. "/2026-03-04-05-06_Notebook.ipynb")
+  local p = NB.unique_path(d, "steering probe", t)
+  T.eq(p, d .. "/2026-03-04-05-06_steering_probe.ipynb")
+  seer.write_file(p, "{}")
+  T.eq(NB.unique_path(d, "steering probe", t), d .. "/2026-03-04-05-06_steering_probe_1.ipynb")
+  seer.write_file(d .. "/2026-03-04-05-06_steering_probe_1.ipynb", "{}")
+  T.eq(NB.unique_path(d, "steering probe", t), d .. "/2026-03-04-05-06_steering_probe_2.ipynb")
+  T.eq(NB.unique_path(d, "../../etc/x", t), d .. "/2026-03-04-05-06_etc_x.ipynb")
+end)
+
+T.test("a notebook with every output kind validates with nbformat", function()
+  local d = T.tmpdir()
+  local nb = NB.new{ path = d .. "/a.ipynb" }
+  local c = nb:add_code("x = 1\nprint(x)\n")
+  nb:add_output(c, { output_type = "stream", name = "stdout", text = "1\n" })
+  nb:add_output(c, { output_type = "stream", name = "stdout", text = "2\n" })
+  nb:add_output(c, { output_type = "stream", name = "stderr", text = "warn\n" })
+  nb:add_output(c, { output_type = "display_data", data = { ["image/png"] = "iVBORw0KGgo=", ["text/plain"] = "<image>" }, metadata = {} })
+  nb:add_output(c, { output_type = "execute_result", execution_count = 1, data = { ["text/plain"] = "3" }, metadata = {} })
+  nb:add_output(c, { output_type = "error", ename = "LuaError", evalue = "boom", traceback = json.array{ "a", "b" } })
+  c.execution_count = 1
+  c.metadata.execution_status = "error"
+  nb:add_markdown("# Findings\n\nnothing yet")
+  nb:add_code("") -- an empty pending cell
+  nb:save()
+  local ok, out = validate(nb.path)
+  T.ok(ok, out)
+  local doc = json.decode(seer.read_file(nb.path))
+  T.eq(doc.nbformat, 4)
+  T.eq(doc.nbformat_minor, 5)
+  T.eq(#doc.cells, 3)
+  T.eq(#doc.cells[1].outputs, 5, "consecutive stdout merged, stderr separate")
+  T.eq(table.concat(doc.cells[1].outputs[1].text), "1\n2\n")
+  T.eq(doc.cells[1].metadata.execution_status, "error")
+  T.eq(doc.cells[3].metadata.execution_status, "pending")
+  T.ok(doc.cells[1].id ~= doc.cells[2].id and doc.cells[2].id ~= doc.cells[3].id, "cell ids are unique")
+  T.eq(doc.metadata.kernelspec.language, "lua")
+end)
+
+T.test("clear_output now and with wait", function()
+  local nb = NB.new{ path = T.tmpdir() .. "/c.ipynb" }
+  local c = nb:add_code("x")
+  nb:add_output(c, { output_type = "stream", name = "stdout", text = "old\n" })
+  nb:clear_outputs(c, true)
+  T.eq(#c.outputs, 1, "wait keeps the output until the next one")
+  nb:add_output(c, { output_type = "stream", name = "stdout", text = "new\n" })
+  T.eq(#c.outputs, 1)
+  T.eq(c.outputs[1].text, "new\n")
+  nb:clear_outputs(c, false)
+  T.eq(#c.outputs, 0)
+end)
+
+T.test("save is atomic and load reads back what was saved", function()
+  local d = T.tmpdir()
+  local nb = NB.new{ path = d .. "/n.ipynb" }
+  nb:add_code("print('hi')")
+  nb:save()
+  local before = seer.read_file(nb.path)
+  local again = NB.load(nb.path)
+  T.eq(#again:code_cells(), 1)
+  T.eq(NB.join(again:code_cells()[1].source), "print('hi')")
+  again:save()
+  T.eq(seer.read_file(nb.path), before, "load + save is the identity")
+  -- no temporary files are left behind
+  local p = io.popen("ls -a '" .. d .. "'")
+  local listing = p:read("*a")
+  p:close()
+  T.eq(listing:gsub("%s+", " "), ". .. n.ipynb ")
+end)
+
+T.test("loading something that is not a notebook says what is wrong", function()
+  local d = T.tmpdir()
+  seer.write_file(d .. "/bad.ipynb", "{not json")
+  T.raises(function() NB.load(d .. "/bad.ipynb") end, "is not a notebook (invalid JSON)", true)
+  seer.write_file(d .. "/v3.ipynb", '{"nbformat": 3, "worksheets": []}')
+  T.raises(function() NB.load(d .. "/v3.ipynb") end, "is not an nbformat 4 notebook", true)
+  T.raises(function() NB.load(d .. "/missing.ipynb") end, "cannot read notebook", true)
+end)
+
+T.test("Workspace validates its fields", function()
+  T.raises(function() W.Workspace{ librarys = {} } end, 'unknown field "librarys"; fields: custom_init_code', true)
+  T.raises(function() W.Workspace{ preload_models = "yes" } end, "Workspace.preload_models must be a boolean, not a string", true)
+  T.raises(function() W.Workspace{ libraries = { "x.lua" } } end, "Workspace.libraries[1] is not a Library", true)
+  T.raises(function() W.Workspace{ local_files = { "a" } } end, "Workspace.local_files[1] must be {local_path, workspace_path}", true)
+  local w = W.Workspace{}
+  T.eq(w.preload_models, true)
+  T.eq(w.hidden_model_loading, true)
+  T.eq(w:get_library_docs(), "")
+end)
+
+T.test("libraries: docs from the leading comment, install, get_library_docs format", function()
+  local d = T.tmpdir()
+  seer.write_file(d .. "/probe.lua", "--- Linear probes on the residual stream.\n--- fit(x, y) -> probe\nlocal M = {}\nreturn M\n")
+  local a = W.Library.from_file(d .. "/probe.lua")
+  T.eq(a.name, "probe")
+  T.eq(a.docs, "Linear probes on the residual stream.\nfit(x, y) -> probe")
+  local b = W.Library.from_code("helpers", "return { answer = 42 }")
+  T.eq(b.docs, "")
+  require("seer.process").mkdir_p(d .. "/pkg")
+  seer.write_file(d .. "/pkg/init.lua", "--[[ A package. ]]\nreturn { sub = require 'pkg.sub' }\n")
+  seer.write_file(d .. "/pkg/sub.lua", "return 7\n")
+  local c = W.Library.from_directory(d .. "/pkg")
+  T.eq(c.name, "pkg")
+  T.eq(c.docs, " A package. ")
+  local ws = W.Workspace{ libraries = { a, b, c } }
+  T.eq(ws:get_library_docs(), "# Available Libraries\n\n## probe\n\nLinear probes on the residual stream.\nfit(x, y) -> probe\n\n"
+    .. "## helpers\n\nAvailable via: `require \"helpers\"`\n\n## pkg\n\n A package. \n")
+  local target = d .. "/ws"
+  ws:install(target)
+  T.eq(seer.read_file(target .. "/helpers.lua"), "return { answer = 42 }")
+  T.eq(seer.read_file(target .. "/pkg/sub.lua"), "return 7\n")
+  T.raises(function() W.Library.from_directory(d) end, "has no init.lua", true)
+  T.raises(function() W.Library.from_code("bad name", "") end, "must be a valid Lua module name", true)
+end)
