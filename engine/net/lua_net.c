@@ -1,0 +1,356 @@
+/* seer.core.net: ZMQ sockets carrying signed Jupyter-format messages, for Lua. The JSON side
+ * (tables to text and back) is in lua/seer/net.lua; this file moves frames, signs and verifies.
+ * Sockets are userdata closed by __gc with linger 0, so a dropped socket never holds the
+ * process open at exit. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <zmq.h>
+
+#include "host/host.h"
+#include "net.h"
+
+#define SOCK_MT "seer.net.socket"
+
+typedef struct {
+    void *sock; /* NULL once closed */
+    int type;
+    const char *kind;
+    seer_net_key_t *key;
+} sock_ud;
+
+static const struct {
+    const char *name;
+    int type;
+} kinds[] = {{"router", ZMQ_ROUTER}, {"dealer", ZMQ_DEALER}, {"pub", ZMQ_PUB},
+             {"sub", ZMQ_SUB},       {"rep", ZMQ_REP},       {"req", ZMQ_REQ}};
+
+static sock_ud *check_sock(lua_State *L, int idx) {
+    sock_ud *s = luaL_checkudata(L, idx, SOCK_MT);
+    if (!s->sock) luaL_error(L, "net: the socket is closed");
+    return s;
+}
+
+static int zfail(lua_State *L, const char *what) { return luaL_error(L, "net: %s: %s", what, zmq_strerror(zmq_errno())); }
+
+/* socket(kind, key) */
+static int l_socket(lua_State *L) {
+    const char *kind = luaL_checkstring(L, 1);
+    size_t klen = 0;
+    const char *key = luaL_optlstring(L, 2, "", &klen);
+    int type = -1;
+    const char *kname = NULL;
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        if (strcmp(kinds[i].name, kind) == 0) {
+            type = kinds[i].type;
+            kname = kinds[i].name;
+        }
+    if (type < 0)
+        return luaL_error(L, "net.socket: unknown kind '%s' (router, dealer, pub, sub, rep or req)", kind);
+    seer_err_t err;
+    void *ctx = seer_net_context(&err);
+    if (!ctx) return luaL_error(L, "net.socket: %s", err.msg);
+    sock_ud *s = lua_newuserdata(L, sizeof *s);
+    memset(s, 0, sizeof *s);
+    luaL_getmetatable(L, SOCK_MT);
+    lua_setmetatable(L, -2);
+    if (seer_net_key_new(&s->key, key, klen, &err) < 0) return luaL_error(L, "net.socket: %s", err.msg);
+    s->sock = zmq_socket(ctx, type);
+    if (!s->sock) return zfail(L, "socket");
+    s->type = type;
+    s->kind = kname;
+    int zero = 0, one = 1;
+    zmq_setsockopt(s->sock, ZMQ_LINGER, &zero, sizeof zero);
+    /* A client that reconnects under the same identity takes its route over (as ipykernel). */
+    if (type == ZMQ_ROUTER) zmq_setsockopt(s->sock, ZMQ_ROUTER_HANDOVER, &one, sizeof one);
+    return 1;
+}
+
+static int l_bind(lua_State *L) {
+    sock_ud *s = check_sock(L, 1);
+    const char *ep = luaL_checkstring(L, 2);
+    if (zmq_bind(s->sock, ep) != 0) return luaL_error(L, "net: bind %s: %s", ep, zmq_strerror(zmq_errno()));
+    char last[256];
+    size_t n = sizeof last;
+    if (zmq_getsockopt(s->sock, ZMQ_LAST_ENDPOINT, last, &n) != 0) return zfail(L, "bind");
+    lua_pushstring(L, last);
+    const char *colon = strrchr(last, ':');
+    if (strncmp(last, "tcp://", 6) == 0 && colon) {
+        lua_pushinteger(L, atoi(colon + 1));
+        return 2;
+    }
+    return 1;
+}
+
+static int l_connect(lua_State *L) {
+    sock_ud *s = check_sock(L, 1);
+    const char *ep = luaL_checkstring(L, 2);
+    if (zmq_connect(s->sock, ep) != 0) return luaL_error(L, "net: connect %s: %s", ep, zmq_strerror(zmq_errno()));
+    return 0;
+}
+
+static int l_subscribe(lua_State *L) {
+    sock_ud *s = check_sock(L, 1);
+    size_t n;
+    const char *p = luaL_optlstring(L, 2, "", &n);
+    if (s->type != ZMQ_SUB) return luaL_error(L, "net: subscribe needs a sub socket, this one is %s", s->kind);
+    if (zmq_setsockopt(s->sock, ZMQ_SUBSCRIBE, p, n) != 0) return zfail(L, "subscribe");
+    return 0;
+}
+
+static int l_close(lua_State *L) {
+    sock_ud *s = luaL_checkudata(L, 1, SOCK_MT);
+    if (s->sock) zmq_close(s->sock);
+    s->sock = NULL;
+    seer_net_key_free(s->key);
+    s->key = NULL;
+    return 0;
+}
+
+/* Builds the frame list from a table of strings, keeping the table on the stack so the strings
+ * stay alive. Returns a userdata-backed array (collected by the GC). */
+static seer_net_frame_t *frames_from(lua_State *L, int idx, int *n, const char *what) {
+    *n = 0;
+    if (lua_isnoneornil(L, idx)) return NULL;
+    if (!lua_istable(L, idx)) {
+        luaL_error(L, "net: %s must be a list of strings", what);
+        return NULL;
+    }
+    int len = (int)lua_objlen(L, idx);
+    seer_net_frame_t *f = lua_newuserdata(L, sizeof *f * (size_t)(len > 0 ? len : 1));
+    for (int i = 0; i < len; i++) {
+        lua_rawgeti(L, idx, i + 1);
+        size_t l;
+        const char *s = lua_tolstring(L, -1, &l);
+        if (!s || lua_type(L, -1) != LUA_TSTRING) {
+            luaL_error(L, "net: %s[%d] is a %s, not a string", what, i + 1, luaL_typename(L, -1));
+            return NULL;
+        }
+        f[i].data = s; /* the string is held by the table at idx */
+        f[i].len = l;
+        lua_pop(L, 1);
+    }
+    *n = len;
+    return f;
+}
+
+/* send(idents|nil, header, parent, metadata, content, buffers|nil): JSON texts. */
+static int l_send(lua_State *L) {
+    sock_ud *s = check_sock(L, 1);
+    seer_net_msg_t m;
+    memset(&m, 0, sizeof m);
+    m.idents = frames_from(L, 2, &m.nidents, "idents");
+    for (int i = 0; i < SEER_NET_NPARTS; i++) m.parts[i].data = luaL_checklstring(L, 3 + i, &m.parts[i].len);
+    m.buffers = frames_from(L, 7, &m.nbuffers, "buffers");
+    seer_err_t err;
+    if (seer_net_send(s->sock, s->key, &m, &err) < 0) return luaL_error(L, "net: %s", err.msg);
+    return 0;
+}
+
+static long long now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A signal that is not Ctrl-C (SIGCHLD with a handler, say) must not end a wait early; Ctrl-C
+ * becomes the "interrupted" error, as Lua code sees it everywhere else. */
+static int remaining(lua_State *L, long long deadline, int timeout) {
+    if (seer_host_interrupted()) luaL_error(L, "interrupted");
+    if (timeout < 0) return -1;
+    long long left = deadline - now_ms();
+    return left > 0 ? (int)left : 0;
+}
+
+static void push_frames(lua_State *L, const seer_net_frame_t *f, int n) {
+    lua_createtable(L, n, 0);
+    for (int i = 0; i < n; i++) {
+        lua_pushlstring(L, f[i].data, f[i].len);
+        lua_rawseti(L, -2, i + 1);
+    }
+}
+
+/* recv(timeout_ms) -> idents, header, parent, metadata, content, buffers | nil, "timeout" */
+static int l_recv(lua_State *L) {
+    sock_ud *s = check_sock(L, 1);
+    int timeout = (int)luaL_optinteger(L, 2, -1);
+    long long deadline = now_ms() + (timeout > 0 ? timeout : 0);
+    seer_net_msg_t m;
+    seer_err_t err;
+    int r;
+    while ((r = seer_net_recv(s->sock, s->key, &m, remaining(L, deadline, timeout), &err)) == SEER_EINTR) {
+    }
+    if (r < 0) return luaL_error(L, "net: %s", err.msg);
+    if (r == 0) {
+        lua_pushnil(L);
+        lua_pushliteral(L, "timeout");
+        return 2;
+    }
+    push_frames(L, m.idents, m.nidents);
+    for (int i = 0; i < SEER_NET_NPARTS; i++) lua_pushlstring(L, m.parts[i].data, m.parts[i].len);
+    push_frames(L, m.buffers, m.nbuffers);
+    seer_net_msg_free(&m);
+    return 6;
+}
+
+static int l_send_frames(lua_State *L) {
+    sock_ud *s = check_sock(L, 1);
+    int n;
+    luaL_checktype(L, 2, LUA_TTABLE);
+    seer_net_frame_t *f = frames_from(L, 2, &n, "frames");
+    if (n == 0) return luaL_error(L, "net: send_frames needs at least one frame");
+    seer_err_t err;
+    if (seer_net_send_frames(s->sock, f, n, &err) < 0) return luaL_error(L, "net: %s", err.msg);
+    return 0;
+}
+
+static int l_recv_frames(lua_State *L) {
+    sock_ud *s = check_sock(L, 1);
+    int timeout = (int)luaL_optinteger(L, 2, -1);
+    long long deadline = now_ms() + (timeout > 0 ? timeout : 0);
+    seer_net_frame_t *f;
+    void *block;
+    seer_err_t err;
+    int r;
+    while ((r = seer_net_recv_frames(s->sock, &f, &block, remaining(L, deadline, timeout), &err)) == SEER_EINTR) {
+    }
+    if (r < 0) return luaL_error(L, "net: %s", err.msg);
+    if (r == 0) {
+        lua_pushnil(L);
+        lua_pushliteral(L, "timeout");
+        return 2;
+    }
+    push_frames(L, f, r);
+    free(block);
+    return 1;
+}
+
+static int l_kind(lua_State *L) {
+    lua_pushstring(L, check_sock(L, 1)->kind);
+    return 1;
+}
+
+static int l_tostring(lua_State *L) {
+    sock_ud *s = luaL_checkudata(L, 1, SOCK_MT);
+    if (s->sock) lua_pushfstring(L, "net.socket(%s)", s->kind);
+    else lua_pushliteral(L, "net.socket(closed)");
+    return 1;
+}
+
+/* poll({socket | fd, ...}, timeout_ms) -> {indices of the readable entries} */
+static int l_poll(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    int timeout = (int)luaL_optinteger(L, 2, -1);
+    int n = (int)lua_objlen(L, 1);
+    zmq_pollitem_t *items = lua_newuserdata(L, sizeof *items * (size_t)(n > 0 ? n : 1));
+    for (int i = 0; i < n; i++) {
+        lua_rawgeti(L, 1, i + 1);
+        memset(&items[i], 0, sizeof items[i]);
+        items[i].events = ZMQ_POLLIN;
+        if (lua_type(L, -1) == LUA_TNUMBER) {
+            items[i].fd = (int)lua_tointeger(L, -1);
+        } else {
+            sock_ud *s = luaL_testudata(L, -1, SOCK_MT);
+            if (!s) return luaL_error(L, "net.poll: entry %d is a %s, not a socket or a file descriptor", i + 1,
+                                      luaL_typename(L, -1));
+            if (!s->sock) return luaL_error(L, "net.poll: entry %d is a closed socket", i + 1);
+            items[i].socket = s->sock;
+        }
+        lua_pop(L, 1);
+    }
+    long long deadline = now_ms() + (timeout > 0 ? timeout : 0);
+    int r;
+    for (;;) {
+        r = zmq_poll(items, n, remaining(L, deadline, timeout));
+        if (r >= 0 || zmq_errno() != EINTR) break;
+    }
+    if (r < 0) return zfail(L, "poll");
+    lua_createtable(L, r, 0);
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (items[i].revents & (ZMQ_POLLIN | ZMQ_POLLERR)) {
+            lua_pushinteger(L, i + 1);
+            lua_rawseti(L, -2, ++k);
+        }
+    return 1;
+}
+
+static int l_new_key(lua_State *L) {
+    char hex[65];
+    seer_err_t err;
+    if (seer_net_random_hex(hex, 32, &err) < 0) return luaL_error(L, "net.new_key: %s", err.msg);
+    lua_pushstring(L, hex);
+    return 1;
+}
+
+static int l_uuid(lua_State *L) {
+    char id[SEER_NET_UUID_LEN + 1];
+    seer_err_t err;
+    if (seer_net_uuid(id, &err) < 0) return luaL_error(L, "net.uuid: %s", err.msg);
+    lua_pushstring(L, id);
+    return 1;
+}
+
+/* header(msg_type, session, username) -> JSON text of a fresh header */
+static int l_header(lua_State *L) {
+    char buf[1024];
+    seer_err_t err;
+    int n = seer_net_header(buf, sizeof buf, luaL_checkstring(L, 1), luaL_checkstring(L, 2),
+                            luaL_optstring(L, 3, ""), &err);
+    if (n < 0) return luaL_error(L, "net.header: %s", err.msg);
+    lua_pushlstring(L, buf, (size_t)n);
+    return 1;
+}
+
+/* sign(key, frame1, frame2, ...) -> hex: for tests and for peers that sign by hand */
+static int l_sign(lua_State *L) {
+    size_t klen;
+    const char *key = luaL_checklstring(L, 1, &klen);
+    int n = lua_gettop(L) - 1;
+    seer_net_frame_t *f = lua_newuserdata(L, sizeof *f * (size_t)(n > 0 ? n : 1));
+    for (int i = 0; i < n; i++) f[i].data = luaL_checklstring(L, 2 + i, &f[i].len);
+    seer_net_key_t *k;
+    seer_err_t err;
+    if (seer_net_key_new(&k, key, klen, &err) < 0) return luaL_error(L, "net.sign: %s", err.msg);
+    char hex[SEER_NET_SIG_HEX + 1];
+    int rc = seer_net_sign(k, f, n, hex, &err);
+    seer_net_key_free(k);
+    if (rc < 0) return luaL_error(L, "net.sign: %s", err.msg);
+    lua_pushstring(L, hex);
+    return 1;
+}
+
+static int l_dropped(lua_State *L) {
+    lua_pushnumber(L, (lua_Number)seer_net_dropped_count());
+    return 1;
+}
+
+int seer_net_luaopen(lua_State *L) {
+    if (luaL_newmetatable(L, SOCK_MT)) {
+        static const luaL_Reg methods[] = {
+            {"bind", l_bind},           {"connect", l_connect},         {"subscribe", l_subscribe},
+            {"close", l_close},         {"send", l_send},               {"recv", l_recv},
+            {"send_frames", l_send_frames}, {"recv_frames", l_recv_frames}, {"kind", l_kind},
+            {NULL, NULL}};
+        lua_newtable(L);
+        luaL_register(L, NULL, methods);
+        lua_setfield(L, -2, "__index");
+        lua_pushcfunction(L, l_close);
+        lua_setfield(L, -2, "__gc");
+        lua_pushcfunction(L, l_tostring);
+        lua_setfield(L, -2, "__tostring");
+    }
+    lua_pop(L, 1);
+    static const luaL_Reg fns[] = {{"socket", l_socket}, {"poll", l_poll},     {"new_key", l_new_key},
+                                   {"uuid", l_uuid},     {"header", l_header}, {"sign", l_sign},
+                                   {"dropped", l_dropped}, {NULL, NULL}};
+    lua_newtable(L);
+    luaL_register(L, NULL, fns);
+    lua_pushliteral(L, SEER_NET_PROTOCOL_VERSION);
+    lua_setfield(L, -2, "protocol_version");
+    return 1;
+}

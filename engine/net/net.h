@@ -1,0 +1,111 @@
+/* Signed multipart messages in the Jupyter wire format over libzmq: HMAC-SHA256 keys and
+ * signatures, the message layout (routing ids, "<IDS|MSG>", signature, header, parent header,
+ * metadata, content, buffers), message headers, and the random ids and keys they need. The
+ * kernel (engine/kernel), seer.core.net (lua_net.c) and every other signed channel share it. */
+#ifndef SEER_NET_H
+#define SEER_NET_H
+
+#include <stddef.h>
+
+#include "../seer.h"
+
+typedef struct lua_State lua_State;
+
+/* ---- keys and signatures (sign.c) ---------------------------------------------------------- */
+
+/* A connection key ready to sign with. An empty key means "no signatures": messages carry an
+ * empty signature frame and any signature is accepted, as Jupyter specifies. A key may be used
+ * from several threads at once (signing never modifies it). */
+typedef struct seer_net_key seer_net_key_t;
+
+#define SEER_NET_SIG_HEX 64 /* hex digits of an HMAC-SHA256 */
+
+int seer_net_key_new(seer_net_key_t **out, const void *key, size_t len, seer_err_t *err);
+void seer_net_key_free(seer_net_key_t *k);
+int seer_net_key_empty(const seer_net_key_t *k);
+
+/* A contiguous piece of bytes: one frame of a message. */
+typedef struct seer_net_frame {
+    const void *data;
+    size_t len;
+} seer_net_frame_t;
+
+/* hex = lowercase hex HMAC-SHA256 over the frames in order ("" for an empty key); hex must
+ * hold SEER_NET_SIG_HEX + 1 bytes. */
+int seer_net_sign(const seer_net_key_t *k, const seer_net_frame_t *frames, int n, char *hex, seer_err_t *err);
+
+/* 1 when sig (sig_len bytes, hex) is the signature of the frames, compared in constant time;
+ * 0 otherwise. With an empty key every signature verifies. */
+int seer_net_verify(const seer_net_key_t *k, const seer_net_frame_t *frames, int n, const void *sig, size_t sig_len);
+
+/* n random bytes from OpenSSL's RAND_bytes as 2n lowercase hex digits plus a NUL. */
+int seer_net_random_hex(char *out, size_t nbytes, seer_err_t *err);
+/* A random (version 4) UUID, "xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx" plus a NUL. */
+#define SEER_NET_UUID_LEN 36
+int seer_net_uuid(char out[SEER_NET_UUID_LEN + 1], seer_err_t *err);
+
+/* ---- messages (msg.c) ------------------------------------------------------------------------ */
+
+enum { SEER_NET_HEADER, SEER_NET_PARENT, SEER_NET_METADATA, SEER_NET_CONTENT, SEER_NET_NPARTS };
+
+/* One Jupyter message. parts[] are JSON texts (header, parent_header, metadata, content). A
+ * received message owns its memory (one block, freed by seer_net_msg_free) and every frame in
+ * it is followed by a NUL byte, so the JSON parts can go straight to a parser; a message built
+ * for sending points at the caller's memory. */
+typedef struct seer_net_msg {
+    seer_net_frame_t *idents;
+    int nidents;
+    seer_net_frame_t parts[SEER_NET_NPARTS];
+    seer_net_frame_t *buffers;
+    int nbuffers;
+    void *block; /* received messages: the allocation behind every pointer above */
+} seer_net_msg_t;
+
+/* The one ZMQ context of the process, created on first use (thread-safe). */
+void *seer_net_context(seer_err_t *err);
+
+/* Sends m on a ZMQ socket: idents, "<IDS|MSG>", signature, the four parts, buffers. Not
+ * thread-safe for one socket (ZMQ sockets are not): callers sharing a socket lock around it. */
+int seer_net_send(void *sock, const seer_net_key_t *k, const seer_net_msg_t *m, seer_err_t *err);
+
+/* Waits up to timeout_ms (-1: forever, 0: only what is already queued) for a message whose
+ * signature verifies. Returns 1 with *m filled, 0 on timeout, SEER_EINTR when a signal
+ * interrupted the wait, SEER_E* on a socket error. Messages with a bad signature or a broken
+ * layout are dropped, each with one line on stderr that carries the running count, and the
+ * wait goes on. */
+int seer_net_recv(void *sock, const seer_net_key_t *k, seer_net_msg_t *m, int timeout_ms, seer_err_t *err);
+void seer_net_msg_free(seer_net_msg_t *m);
+
+/* How many messages were dropped for a bad signature (or layout) so far in this process. */
+unsigned long seer_net_dropped_count(void);
+
+/* Raw multipart send/receive (heartbeats and other unsigned traffic). recv_frames returns the
+ * number of frames (frames[] and one block in *block that owns them, free(*block) when done),
+ * 0 on timeout, or SEER_E*. */
+int seer_net_send_frames(void *sock, const seer_net_frame_t *frames, int n, seer_err_t *err);
+int seer_net_recv_frames(void *sock, seer_net_frame_t **frames, void **block, int timeout_ms, seer_err_t *err);
+
+/* A message header as JSON text: {"date", "msg_id", "msg_type", "session", "username",
+ * "version": "5.3"}, the date in ISO 8601 UTC with microseconds ("2024-01-02T03:04:05.123456Z"),
+ * msg_id a fresh UUID4. Returns the text length, or SEER_E* when cap is too small. */
+#define SEER_NET_PROTOCOL_VERSION "5.3"
+int seer_net_header(char *out, size_t cap, const char *msg_type, const char *session, const char *username,
+                    seer_err_t *err);
+
+/* The JSON text of s as a quoted string ("..." with \" \\ \n \uXXXX escapes) appended to a
+ * growing buffer; bytes that are not valid UTF-8 become U+FFFD, so any output (a process's raw
+ * bytes) can go into a message. Returns 0 or SEER_ENOMEM. */
+typedef struct seer_net_buf {
+    char *data;
+    size_t len, cap;
+} seer_net_buf_t;
+int seer_net_buf_add(seer_net_buf_t *b, const void *data, size_t n);
+int seer_net_buf_add_json_string(seer_net_buf_t *b, const void *s, size_t n);
+void seer_net_buf_free(seer_net_buf_t *b);
+
+/* ---- Lua ------------------------------------------------------------------------------------- */
+
+/* seer.core.net (lua_net.c); lua/seer/net.lua documents and wraps it. */
+int seer_net_luaopen(lua_State *L);
+
+#endif
