@@ -73,6 +73,11 @@ static int encode_run(png_structp png, png_infop info, const unsigned char *pixe
     if (setjmp(png_jmpbuf(png))) return -1;
     png_set_IHDR(png, info, w, h, 8, color_types[channels], PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
                  PNG_FILTER_TYPE_DEFAULT);
+    /* No row filtering: what seer encodes is mostly plots (flat colours, long runs), where
+     * libpng's adaptive filtering takes 4x the time (13 ms against 3 ms for 640x400 RGB) and
+     * gives files no smaller; photos passed through fit come out about a third larger, which
+     * costs bytes but not pixels. */
+    png_set_filter(png, 0, PNG_FILTER_NONE);
     png_write_info(png, info);
     size_t stride = (size_t)w * channels;
     for (unsigned y = 0; y < h; y++) png_write_row(png, pixels + (size_t)y * stride);
