@@ -73,11 +73,13 @@ static int encode_run(png_structp png, png_infop info, const unsigned char *pixe
     if (setjmp(png_jmpbuf(png))) return -1;
     png_set_IHDR(png, info, w, h, 8, color_types[channels], PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
                  PNG_FILTER_TYPE_DEFAULT);
-    /* No row filtering: what seer encodes is mostly plots (flat colours, long runs), where
-     * libpng's adaptive filtering takes 4x the time (13 ms against 3 ms for 640x400 RGB) and
-     * gives files no smaller; photos passed through fit come out about a third larger, which
-     * costs bytes but not pixels. */
+    /* Tuned for what seer encodes most, plots (flat colours, long runs): without row filters
+     * and at zlib level 3 a 640x400 RGB plot encodes in about 2 ms instead of 13 ms with
+     * libpng's defaults (adaptive filters, level 6), for files about a third larger (24 KB
+     * against 18 KB for a 1000-point line plot). Photos passed through fit grow more, which
+     * costs bytes, not pixels. */
     png_set_filter(png, 0, PNG_FILTER_NONE);
+    png_set_compression_level(png, 3);
     png_write_info(png, info);
     size_t stride = (size_t)w * channels;
     for (unsigned y = 0; y < h; y++) png_write_row(png, pixels + (size_t)y * stride);

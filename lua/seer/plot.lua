@@ -555,12 +555,15 @@ end
 -- ---- ticks ------------------------------------------------------------------------------------
 
 -- Steps of 1, 2, 2.5 or 5 times a power of ten giving about `target` intervals over [lo, hi].
-local function nice_ticks(lo, hi, target)
+-- With integer set (x values that are layers or positions) the step is at least 1.
+local function nice_ticks(lo, hi, target, integer)
   local span = hi - lo
   local raw = span / max(1, target)
   local mag = 10 ^ floor(math.log10(raw))
   local f = raw / mag
   local step = (f <= 1 and 1 or f <= 2 and 2 or f <= 2.5 and 2.5 or f <= 5 and 5 or 10) * mag
+  if integer and step < 1 then step = 1 end
+  if integer and step == 2.5 then step = 2 end
   local ticks = {}
   for k = ceil(lo / step - 1e-9), floor(hi / step + 1e-9) do
     local v = k * step
@@ -766,7 +769,8 @@ local function render_axes(opts, spec)
     local slot = pw / n
     local gls, widest = {}, 0
     for k = 1, n do
-      gls[k] = fit_text(glyphs_of(spec.xcats[k]), max(ADV * 4, min(ADV * 16, slot - 4)), 1)
+      -- long labels are cut to 12 characters; crowded ones are thinned below, not cut further
+      gls[k] = fit_text(glyphs_of(spec.xcats[k]), ADV * 12, 1)
       widest = max(widest, text_width(gls[k]))
     end
     local every = max(1, ceil((widest + 6) / slot))
@@ -777,7 +781,7 @@ local function render_axes(opts, spec)
   else
     local target = max(2, floor(pw / 70))
     while true do
-      local t, step = nice_ticks(xlo, xhi, target)
+      local t, step = nice_ticks(xlo, xhi, target, spec.xinteger)
       local labels = tick_labels(t, step)
       local widest = 0
       for k, s in ipairs(labels) do
@@ -906,7 +910,8 @@ local function xy_chart(fn, opts, extra_opts, paint)
   local xlim, ylim = check_lim("xlim", opts.xlim), check_lim("ylim", opts.ylim)
   local xlo, xhi, ylo, yhi = huge, -huge, huge, -huge
   local notes, legend = {}, {}
-  for k, s in ipairs(series) do
+  local xinteger = true
+  for _, s in ipairs(series) do
     for i = 1, s.n do
       local x, y = s.x[i], s.y[i]
       if finite(x) and finite(y) then
@@ -914,6 +919,7 @@ local function xy_chart(fn, opts, extra_opts, paint)
         if x > xhi then xhi = x end
         if y < ylo then ylo = y end
         if y > yhi then yhi = y end
+        if x ~= floor(x) then xinteger = false end
       end
     end
     local note = skipped_note(s.bad, "point", s.where)
@@ -934,7 +940,7 @@ local function xy_chart(fn, opts, extra_opts, paint)
   end
   return render_axes(opts, {
     width = width, height = height, xlo = xlo, xhi = xhi, ylo = ylo, yhi = yhi, notes = notes,
-    legend = legend,
+    legend = legend, xinteger = xinteger,
     draw = function(cv, X, Y, area)
       local m = new_mask(area.x, area.y, area.w, area.h)
       -- mapped coordinates are clamped so that absurd values (far outside xlim/ylim) stay
@@ -1162,6 +1168,18 @@ local function matrix_of(v)
   return rows, #rows, ncol
 end
 
+-- Every how many rows or columns a label fits: 1, 2, 5, 10, 20, 50, ... so the labelled
+-- indices are round numbers.
+local function nice_every(k)
+  local e = 1
+  while e < k do
+    if e * 2 >= k then return e * 2 end
+    if e * 5 >= k then return e * 5 end
+    e = e * 10
+  end
+  return e
+end
+
 local function label_list(name, v, n)
   if v == nil then return nil end
   if type(v) ~= "table" or is_tensor(v) then fail("%s must be a list of strings (got %s)", name, describe(v)) end
@@ -1283,12 +1301,12 @@ function M.heatmap(opts)
   end
   local slot = pw / nc
   local upright = clw + 4 > slot and (col_labels ~= nil)
-  local col_every = upright and max(1, ceil(LINE_H / slot)) or max(1, ceil((clw + 6) / slot))
+  local col_every = nice_every(upright and (LINE_H + 1) / slot or (clw + 6) / slot)
   local label_h = upright and clw or GLYPH_H
   local bottom = 5 + 4 + label_h + 6 + (xlabel and (GLYPH_H + 6) or 0) + #notes * LINE_H + 2
   local ph = height - top - bottom
   if ph < 30 then fail("height %d leaves no room for the heatmap; use height >= %d", height, top + bottom + 30) end
-  local row_every = max(1, ceil(LINE_H / (ph / nr)))
+  local row_every = nice_every((LINE_H + 2) / (ph / nr))
 
   -- cells: each pixel takes the colour of the cell its centre falls in
   local colcell = ffi.new("int32_t[?]", pw)
