@@ -1,0 +1,927 @@
+/* The kernel's transport: the five Jupyter sockets, the threads that must answer while a cell
+ * runs (heartbeat, control), status messages around every request, coalesced output streams,
+ * input requests, and interrupts. What a request means is up to lua/seer/kernel.lua, which gets
+ * (msg_type, content JSON, header JSON) and returns the reply's content as JSON text.
+ *
+ * Threads: main (shell requests, and all Lua), heartbeat (echo), control (kernel_info,
+ * interrupt, shutdown, answered even while a cell runs), flush (sends buffered stream output
+ * a few ms after it was written). iopub is shared, so every send on it holds iopub_mu. Only the
+ * main thread takes SIGINT: an interrupt_request becomes pthread_kill(main, SIGINT), the same
+ * path as a real Ctrl-C or Jupyter's signal-mode interrupt. */
+#include "kernel.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/prctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cJSON.h>
+#include <lauxlib.h>
+#include <lua.h>
+#include <luajit.h>
+#include <zmq.h>
+
+#include "host/host.h"
+#include "net/net.h"
+
+/* Output written within this many ms goes out as one stream message. */
+#define STREAM_COALESCE_MS 5
+/* A buffer this large is sent at once rather than waiting. */
+#define STREAM_MAX_BUFFER (64 * 1024)
+/* After a shutdown_request, how long a running cell gets to stop before the process exits. */
+#define SHUTDOWN_GRACE_MS 2000
+/* Sockets keep unsent messages this long at close, so the last replies still reach the client. */
+#define CLOSE_LINGER_MS 500
+
+typedef struct kernel {
+    seer_host_t *host;
+    lua_State *L;
+    seer_net_key_t *key;
+    void *ctx, *shell, *control, *stdin_sock, *iopub, *hb;
+    char session[SEER_NET_UUID_LEN + 1];
+    char username[64];
+    pthread_t main_tid, hb_tid, control_tid, flush_tid;
+    int hb_started, control_started, flush_started;
+    int stop_fd; /* eventfd: readable once the kernel is stopping (heartbeat and control threads) */
+    int wake_fd; /* eventfd: the control thread wakes the main loop after a shutdown_request */
+
+    pthread_mutex_t iopub_mu;
+
+    /* The shell request the main thread is handling (the parent of everything it publishes). */
+    const seer_net_msg_t *cur;
+
+    /* Stream output not sent yet: one stream (stdout or stderr) at a time, so order is kept. */
+    pthread_mutex_t stream_mu;
+    pthread_cond_t stream_cv;
+    seer_net_buf_t stream_text;
+    seer_net_buf_t stream_parent;
+    int stream_name; /* 0: none, 1: stdout, 2: stderr */
+    long long stream_t0;
+    int stream_stop;
+
+    char *kernel_info; /* kernel_info_reply content, from the interpreter at start-up */
+    int handler_ref;
+    int aborting; /* after an error with stop_on_error: queued execute requests are aborted */
+
+    atomic_int shutdown;
+    pthread_mutex_t done_mu;
+    pthread_cond_t done_cv;
+    int main_done;
+} kernel_t;
+
+/* An interrupt that arrives while no cell runs (between requests, or before a cell's code has
+ * started): the next cell start sees it, so an interrupt sent right after execute_request is not
+ * lost. seer_host_pcall installs its own handler while Lua code runs. */
+static volatile sig_atomic_t g_pending_interrupt;
+
+static void on_sigint_idle(int sig) {
+    (void)sig;
+    g_pending_interrupt = 1;
+}
+
+static long long mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void logf_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void logf_(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("seer kernel: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+/* ---- publishing on iopub ------------------------------------------------------------------- */
+
+static const seer_net_frame_t empty_obj = {"{}", 2};
+
+static void publish_raw(kernel_t *k, const seer_net_frame_t *parent, const char *msg_type, const char *content,
+                        size_t clen) {
+    char header[512];
+    seer_err_t err;
+    int hl = seer_net_header(header, sizeof header, msg_type, k->session, k->username, &err);
+    if (hl < 0) {
+        logf_("%s", err.msg);
+        return;
+    }
+    seer_net_frame_t topic = {msg_type, strlen(msg_type)};
+    seer_net_msg_t m = {.idents = &topic, .nidents = 1};
+    m.parts[SEER_NET_HEADER] = (seer_net_frame_t){header, (size_t)hl};
+    m.parts[SEER_NET_PARENT] = parent ? *parent : empty_obj;
+    m.parts[SEER_NET_METADATA] = empty_obj;
+    m.parts[SEER_NET_CONTENT] = (seer_net_frame_t){content, clen};
+    pthread_mutex_lock(&k->iopub_mu);
+    int rc = seer_net_send(k->iopub, k->key, &m, &err);
+    pthread_mutex_unlock(&k->iopub_mu);
+    if (rc < 0) logf_("iopub: %s", err.msg);
+}
+
+static void publish_status(kernel_t *k, const seer_net_frame_t *parent, const char *state) {
+    char c[64];
+    int n = snprintf(c, sizeof c, "{\"execution_state\":\"%s\"}", state);
+    publish_raw(k, parent, "status", c, (size_t)n);
+}
+
+/* Sends the buffered stream text; stream_mu held. */
+static void stream_flush_locked(kernel_t *k) {
+    if (k->stream_text.len == 0) return;
+    seer_net_buf_t c = {0};
+    const char *head = k->stream_name == 2 ? "{\"name\":\"stderr\",\"text\":" : "{\"name\":\"stdout\",\"text\":";
+    int bad = seer_net_buf_add(&c, head, strlen(head)) < 0 ||
+              seer_net_buf_add_json_string(&c, k->stream_text.data, k->stream_text.len) < 0 ||
+              seer_net_buf_add(&c, "}", 1) < 0;
+    if (bad) logf_("out of memory for %zu bytes of output", k->stream_text.len);
+    else {
+        seer_net_frame_t parent = {k->stream_parent.data, k->stream_parent.len};
+        publish_raw(k, k->stream_parent.len ? &parent : NULL, "stream", c.data, c.len);
+    }
+    seer_net_buf_free(&c);
+    k->stream_text.len = 0;
+    k->stream_name = 0;
+}
+
+static void stream_flush(kernel_t *k) {
+    pthread_mutex_lock(&k->stream_mu);
+    stream_flush_locked(k);
+    pthread_mutex_unlock(&k->stream_mu);
+}
+
+static const seer_net_frame_t *cur_parent(kernel_t *k) { return k->cur ? &k->cur->parts[SEER_NET_HEADER] : NULL; }
+
+/* Everything the main thread publishes goes after the output written before it. */
+static void publish(kernel_t *k, const char *msg_type, const char *content, size_t clen) {
+    pthread_mutex_lock(&k->stream_mu);
+    stream_flush_locked(k);
+    publish_raw(k, cur_parent(k), msg_type, content, clen);
+    pthread_mutex_unlock(&k->stream_mu);
+}
+
+static void stream_write(kernel_t *k, int name, const char *s, size_t n) {
+    if (n == 0) return;
+    pthread_mutex_lock(&k->stream_mu);
+    if (k->stream_name && k->stream_name != name) stream_flush_locked(k);
+    if (k->stream_text.len == 0) {
+        const seer_net_frame_t *p = cur_parent(k);
+        k->stream_parent.len = 0;
+        if (p) seer_net_buf_add(&k->stream_parent, p->data, p->len);
+        k->stream_t0 = mono_ms();
+        pthread_cond_signal(&k->stream_cv);
+    }
+    k->stream_name = name;
+    if (seer_net_buf_add(&k->stream_text, s, n) < 0) logf_("out of memory buffering output");
+    if (k->stream_text.len >= STREAM_MAX_BUFFER) stream_flush_locked(k);
+    pthread_mutex_unlock(&k->stream_mu);
+}
+
+static void *flush_main(void *arg) {
+    kernel_t *k = arg;
+    pthread_mutex_lock(&k->stream_mu);
+    while (!k->stream_stop) {
+        if (k->stream_text.len == 0) {
+            pthread_cond_wait(&k->stream_cv, &k->stream_mu);
+            continue;
+        }
+        long long due = k->stream_t0 + STREAM_COALESCE_MS;
+        if (mono_ms() < due) {
+            struct timespec ts = {.tv_sec = due / 1000, .tv_nsec = (long)(due % 1000) * 1000000};
+            pthread_cond_timedwait(&k->stream_cv, &k->stream_mu, &ts);
+            continue;
+        }
+        stream_flush_locked(k);
+    }
+    stream_flush_locked(k);
+    pthread_mutex_unlock(&k->stream_mu);
+    return NULL;
+}
+
+/* ---- replies ---------------------------------------------------------------------------------- */
+
+static void reply_type(const char *req, char *out, size_t cap) {
+    size_t n = strlen(req);
+    if (n > 8 && strcmp(req + n - 8, "_request") == 0) snprintf(out, cap, "%.*s_reply", (int)(n - 8), req);
+    else snprintf(out, cap, "%s_reply", req);
+}
+
+static void send_reply(kernel_t *k, void *sock, const seer_net_msg_t *req, const char *req_type, const char *content,
+                       size_t clen) {
+    char type[128], header[512];
+    reply_type(req_type, type, sizeof type);
+    seer_err_t err;
+    int hl = seer_net_header(header, sizeof header, type, k->session, k->username, &err);
+    if (hl < 0) {
+        logf_("%s", err.msg);
+        return;
+    }
+    seer_net_msg_t m = {.idents = req->idents, .nidents = req->nidents};
+    m.parts[SEER_NET_HEADER] = (seer_net_frame_t){header, (size_t)hl};
+    m.parts[SEER_NET_PARENT] = req->parts[SEER_NET_HEADER];
+    m.parts[SEER_NET_METADATA] = empty_obj;
+    m.parts[SEER_NET_CONTENT] = (seer_net_frame_t){content, clen};
+    if (seer_net_send(sock, k->key, &m, &err) < 0) logf_("reply %s: %s", type, err.msg);
+}
+
+/* msg_type from a header's JSON text; "" when it has none. */
+static void header_type(const seer_net_msg_t *m, char *out, size_t cap) {
+    out[0] = '\0';
+    cJSON *h = cJSON_ParseWithLength(m->parts[SEER_NET_HEADER].data, m->parts[SEER_NET_HEADER].len);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(h, "msg_type");
+    if (cJSON_IsString(t)) snprintf(out, cap, "%s", t->valuestring);
+    cJSON_Delete(h);
+}
+
+static int content_restart(const seer_net_msg_t *m) {
+    cJSON *c = cJSON_ParseWithLength(m->parts[SEER_NET_CONTENT].data, m->parts[SEER_NET_CONTENT].len);
+    int r = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "restart"));
+    cJSON_Delete(c);
+    return r;
+}
+
+static void answer_shutdown(kernel_t *k, void *sock, const seer_net_msg_t *m, const char *type) {
+    char c[64];
+    int n = snprintf(c, sizeof c, "{\"restart\":%s,\"status\":\"ok\"}", content_restart(m) ? "true" : "false");
+    send_reply(k, sock, m, type, c, (size_t)n);
+    /* ipykernel also broadcasts the reply, so every client learns the kernel is going away. */
+    publish_raw(k, &m->parts[SEER_NET_HEADER], "shutdown_reply", c, (size_t)n);
+    atomic_store(&k->shutdown, 1);
+}
+
+/* ---- control thread -------------------------------------------------------------------------- */
+
+static void wait_main_or_exit(kernel_t *k) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += SHUTDOWN_GRACE_MS / 1000;
+    ts.tv_nsec += (long)(SHUTDOWN_GRACE_MS % 1000) * 1000000;
+    if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+    }
+    pthread_mutex_lock(&k->done_mu);
+    while (!k->main_done)
+        if (pthread_cond_timedwait(&k->done_cv, &k->done_mu, &ts) == ETIMEDOUT) break;
+    int done = k->main_done;
+    pthread_mutex_unlock(&k->done_mu);
+    if (!done) {
+        /* The cell is in code that cannot be interrupted; the reply is out, so leave now. */
+        logf_("shutdown: the running cell did not stop within %d ms; exiting", SHUTDOWN_GRACE_MS);
+        fflush(stderr);
+        _exit(0);
+    }
+}
+
+static void handle_control(kernel_t *k, const seer_net_msg_t *m) {
+    char type[128];
+    header_type(m, type, sizeof type);
+    const seer_net_frame_t *parent = &m->parts[SEER_NET_HEADER];
+    publish_status(k, parent, "busy");
+    if (strcmp(type, "kernel_info_request") == 0) {
+        send_reply(k, k->control, m, type, k->kernel_info, strlen(k->kernel_info));
+    } else if (strcmp(type, "interrupt_request") == 0) {
+        pthread_kill(k->main_tid, SIGINT);
+        send_reply(k, k->control, m, type, "{\"status\":\"ok\"}", 15);
+    } else if (strcmp(type, "shutdown_request") == 0) {
+        answer_shutdown(k, k->control, m, type);
+    } else {
+        logf_("ignoring %s on the control channel", type[0] ? type : "a message without msg_type");
+    }
+    publish_status(k, parent, "idle");
+    if (atomic_load(&k->shutdown)) {
+        /* Stop a running cell and wake the main loop; it tears everything down. */
+        pthread_kill(k->main_tid, SIGINT);
+        uint64_t one = 1;
+        ssize_t w = write(k->wake_fd, &one, sizeof one);
+        (void)w;
+        wait_main_or_exit(k);
+    }
+}
+
+static void *control_main(void *arg) {
+    kernel_t *k = arg;
+    for (;;) {
+        zmq_pollitem_t it[2] = {{.socket = k->control, .events = ZMQ_POLLIN}, {.fd = k->stop_fd, .events = ZMQ_POLLIN}};
+        int r = zmq_poll(it, 2, -1);
+        if (r < 0) {
+            if (zmq_errno() == EINTR) continue;
+            logf_("control: poll: %s", zmq_strerror(zmq_errno()));
+            break;
+        }
+        if (it[1].revents) break;
+        seer_net_msg_t m;
+        seer_err_t err;
+        r = seer_net_recv(k->control, k->key, &m, 0, &err);
+        if (r < 0 && r != SEER_EINTR) {
+            logf_("control: %s", err.msg);
+            break;
+        }
+        if (r != 1) continue;
+        handle_control(k, &m);
+        seer_net_msg_free(&m);
+        if (atomic_load(&k->shutdown)) break;
+    }
+    return NULL;
+}
+
+/* ---- heartbeat thread ------------------------------------------------------------------------ */
+
+static void *hb_main(void *arg) {
+    kernel_t *k = arg;
+    for (;;) {
+        zmq_pollitem_t it[2] = {{.socket = k->hb, .events = ZMQ_POLLIN}, {.fd = k->stop_fd, .events = ZMQ_POLLIN}};
+        int r = zmq_poll(it, 2, -1);
+        if (r < 0) {
+            if (zmq_errno() == EINTR) continue;
+            break;
+        }
+        if (it[1].revents) break;
+        if (!it[0].revents) continue;
+        /* REP: echo every frame back as it came. */
+        seer_net_frame_t *f;
+        void *block;
+        seer_err_t err;
+        int n = seer_net_recv_frames(k->hb, &f, &block, 0, &err);
+        if (n > 0) seer_net_send_frames(k->hb, f, n, &err);
+        free(block);
+    }
+    return NULL;
+}
+
+/* ---- functions the interpreter calls (upvalue 1: the kernel) ------------------------------------- */
+
+static kernel_t *K(lua_State *L) { return lua_touserdata(L, lua_upvalueindex(1)); }
+
+/* publish(msg_type, content_json) */
+static int l_publish(lua_State *L) {
+    size_t n;
+    const char *type = luaL_checkstring(L, 1);
+    const char *content = luaL_checklstring(L, 2, &n);
+    publish(K(L), type, content, n);
+    return 0;
+}
+
+/* stream("stdout"|"stderr", text) */
+static int l_stream(lua_State *L) {
+    size_t n;
+    const char *name = luaL_checkstring(L, 1);
+    const char *s = luaL_checklstring(L, 2, &n);
+    stream_write(K(L), strcmp(name, "stderr") == 0 ? 2 : 1, s, n);
+    return 0;
+}
+
+static int l_flush(lua_State *L) {
+    stream_flush(K(L));
+    return 0;
+}
+
+/* input(prompt, password) -> the text typed | nil, "interrupted". Asks the client on the stdin
+ * channel (routed to the client that sent the current request) and waits for input_reply. */
+static int l_input(lua_State *L) {
+    kernel_t *k = K(L);
+    size_t plen;
+    const char *prompt = luaL_checklstring(L, 1, &plen);
+    int password = lua_toboolean(L, 2);
+    if (!k->cur) return luaL_error(L, "input: no request is being handled");
+    seer_err_t err;
+    seer_net_msg_t stale;
+    while (seer_net_recv(k->stdin_sock, k->key, &stale, 0, &err) == 1) seer_net_msg_free(&stale);
+    seer_net_buf_t c = {0};
+    if (seer_net_buf_add(&c, "{\"password\":", 12) < 0 || seer_net_buf_add(&c, password ? "true" : "false", password ? 4 : 5) < 0 ||
+        seer_net_buf_add(&c, ",\"prompt\":", 10) < 0 || seer_net_buf_add_json_string(&c, prompt, plen) < 0 ||
+        seer_net_buf_add(&c, "}", 1) < 0) {
+        seer_net_buf_free(&c);
+        return luaL_error(L, "input: out of memory");
+    }
+    stream_flush(k);
+    char header[512];
+    int hl = seer_net_header(header, sizeof header, "input_request", k->session, k->username, &err);
+    if (hl < 0) {
+        seer_net_buf_free(&c);
+        return luaL_error(L, "input: %s", err.msg);
+    }
+    seer_net_msg_t m = {.idents = k->cur->idents, .nidents = k->cur->nidents};
+    m.parts[SEER_NET_HEADER] = (seer_net_frame_t){header, (size_t)hl};
+    m.parts[SEER_NET_PARENT] = k->cur->parts[SEER_NET_HEADER];
+    m.parts[SEER_NET_METADATA] = empty_obj;
+    m.parts[SEER_NET_CONTENT] = (seer_net_frame_t){c.data, c.len};
+    int rc = seer_net_send(k->stdin_sock, k->key, &m, &err);
+    seer_net_buf_free(&c);
+    if (rc < 0) return luaL_error(L, "input: %s", err.msg);
+    for (;;) {
+        if (seer_host_interrupted() || g_pending_interrupt || atomic_load(&k->shutdown)) {
+            lua_pushnil(L);
+            lua_pushliteral(L, "interrupted");
+            return 2;
+        }
+        seer_net_msg_t r;
+        int got = seer_net_recv(k->stdin_sock, k->key, &r, 100, &err);
+        if (got == 0 || got == SEER_EINTR) continue;
+        if (got < 0) return luaL_error(L, "input: %s", err.msg);
+        char type[64];
+        header_type(&r, type, sizeof type);
+        if (strcmp(type, "input_reply") != 0) {
+            logf_("stdin: ignoring %s while waiting for input_reply", type);
+            seer_net_msg_free(&r);
+            continue;
+        }
+        cJSON *content = cJSON_ParseWithLength(r.parts[SEER_NET_CONTENT].data, r.parts[SEER_NET_CONTENT].len);
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(content, "value");
+        if (cJSON_IsString(v)) lua_pushstring(L, v->valuestring);
+        else lua_pushliteral(L, "");
+        cJSON_Delete(content);
+        seer_net_msg_free(&r);
+        return 1;
+    }
+}
+
+/* run(fn, ...) -> true, results... | false, message, interrupted. Runs fn as a cell: JIT off
+ * for fn and the functions defined in it (LuaJIT checks hooks only in interpreted code, and an
+ * interrupt must stop `while true do end`), under seer_host_pcall so SIGINT raises
+ * "interrupted"; library code it calls is still compiled. */
+static int l_run(lua_State *L) {
+    kernel_t *k = K(L);
+    luaL_checktype(L, 1, LUA_TFUNCTION);
+    if (g_pending_interrupt) {
+        g_pending_interrupt = 0;
+        lua_pushboolean(L, 0);
+        lua_pushliteral(L, "interrupted");
+        lua_pushboolean(L, 1);
+        return 3;
+    }
+    luaJIT_setmode(L, 1, LUAJIT_MODE_ALLFUNC | LUAJIT_MODE_OFF);
+    int nargs = lua_gettop(L) - 1;
+    seer_err_t err;
+    int rc = seer_host_pcall(k->host, nargs, LUA_MULTRET, &err);
+    if (rc < 0) {
+        lua_settop(L, 0);
+        lua_pushboolean(L, 0);
+        lua_pushstring(L, err.msg);
+        lua_pushboolean(L, rc == SEER_EINTR);
+        return 3;
+    }
+    lua_pushboolean(L, 1);
+    lua_insert(L, 1);
+    return lua_gettop(L);
+}
+
+/* take_interrupt() -> true once when an interrupt arrived outside a running cell */
+static int l_take_interrupt(lua_State *L) {
+    lua_pushboolean(L, g_pending_interrupt != 0);
+    g_pending_interrupt = 0;
+    return 1;
+}
+
+/* b64(bytes) -> base64 text (images in display_data) */
+static int l_b64(lua_State *L) {
+    size_t n;
+    const unsigned char *s = (const unsigned char *)luaL_checklstring(L, 1, &n);
+    static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t out_n = 4 * ((n + 2) / 3);
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    char chunk[LUAL_BUFFERSIZE];
+    size_t o = 0, i = 0;
+    for (; i + 2 < n; i += 3) {
+        unsigned v = (unsigned)s[i] << 16 | (unsigned)s[i + 1] << 8 | s[i + 2];
+        chunk[o++] = tbl[v >> 18];
+        chunk[o++] = tbl[(v >> 12) & 63];
+        chunk[o++] = tbl[(v >> 6) & 63];
+        chunk[o++] = tbl[v & 63];
+        if (o + 4 > sizeof chunk) {
+            luaL_addlstring(&b, chunk, o);
+            o = 0;
+        }
+    }
+    if (i < n) {
+        unsigned v = (unsigned)s[i] << 16 | (i + 1 < n ? (unsigned)s[i + 1] << 8 : 0);
+        chunk[o++] = tbl[v >> 18];
+        chunk[o++] = tbl[(v >> 12) & 63];
+        chunk[o++] = i + 1 < n ? tbl[(v >> 6) & 63] : '=';
+        chunk[o++] = '=';
+    }
+    luaL_addlstring(&b, chunk, o);
+    luaL_pushresult(&b);
+    (void)out_n;
+    return 1;
+}
+
+static int l_session(lua_State *L) {
+    lua_pushstring(L, K(L)->session);
+    return 1;
+}
+
+static void push_transport(lua_State *L, kernel_t *k) {
+    static const luaL_Reg fns[] = {{"publish", l_publish},
+                                   {"stream", l_stream},
+                                   {"flush", l_flush},
+                                   {"input", l_input},
+                                   {"run", l_run},
+                                   {"take_interrupt", l_take_interrupt},
+                                   {"b64", l_b64},
+                                   {"session", l_session},
+                                   {NULL, NULL}};
+    lua_newtable(L);
+    for (const luaL_Reg *f = fns; f->name; f++) {
+        lua_pushlightuserdata(L, k);
+        lua_pushcclosure(L, f->func, 1);
+        lua_setfield(L, -2, f->name);
+    }
+}
+
+/* ---- the interpreter -------------------------------------------------------------------------- */
+
+static int traceback(lua_State *L) {
+    luaL_traceback(L, L, lua_tostring(L, 1) ? lua_tostring(L, 1) : "(error without message)", 1);
+    return 1;
+}
+
+/* Loads lua/seer/kernel.lua and hands it the transport; keeps its handler. */
+static int interpreter_open(kernel_t *k, seer_err_t *err) {
+    lua_State *L = k->L;
+    lua_pushcfunction(L, traceback);
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "seer.kernel");
+    if (lua_pcall(L, 1, 1, -3) != 0) {
+        seer_err_set(err, SEER_ELUA, "cannot load seer.kernel: %s", lua_tostring(L, -1));
+        lua_settop(L, 0);
+        return SEER_ELUA;
+    }
+    lua_getfield(L, -1, "attach");
+    push_transport(L, k);
+    if (lua_pcall(L, 1, 1, 1) != 0 || !lua_isfunction(L, -1)) {
+        seer_err_set(err, SEER_ELUA, "seer.kernel.attach failed: %s", lua_tostring(L, -1));
+        lua_settop(L, 0);
+        return SEER_ELUA;
+    }
+    k->handler_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_settop(L, 0);
+    return SEER_OK;
+}
+
+/* Calls handler(msg_type, content, header) -> reply JSON | nil, stop. Returns the reply (a
+ * malloc'd copy, or NULL) and sets *stop when queued execute requests must be aborted. */
+static char *interpret(kernel_t *k, const char *type, const seer_net_msg_t *m, int *stop) {
+    lua_State *L = k->L;
+    *stop = 0;
+    lua_pushcfunction(L, traceback);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, k->handler_ref);
+    lua_pushstring(L, type);
+    lua_pushlstring(L, m->parts[SEER_NET_CONTENT].data, m->parts[SEER_NET_CONTENT].len);
+    lua_pushlstring(L, m->parts[SEER_NET_HEADER].data, m->parts[SEER_NET_HEADER].len);
+    char *reply = NULL;
+    if (lua_pcall(L, 3, 2, 1) != 0) {
+        const char *msg = lua_tostring(L, -1);
+        logf_("the interpreter failed on %s: %s", type, msg ? msg : "?");
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddStringToObject(c, "status", "error");
+        cJSON_AddStringToObject(c, "ename", "KernelError");
+        cJSON_AddStringToObject(c, "evalue", msg ? msg : "the interpreter failed");
+        cJSON_AddItemToObject(c, "traceback", cJSON_CreateArray());
+        reply = cJSON_PrintUnformatted(c);
+        cJSON_Delete(c);
+    } else {
+        size_t n;
+        const char *r = lua_tolstring(L, -2, &n);
+        if (r) {
+            reply = malloc(n + 1);
+            if (reply) memcpy(reply, r, n + 1);
+        }
+        *stop = lua_toboolean(L, -1);
+    }
+    lua_settop(L, 0);
+    return reply;
+}
+
+/* ---- the shell loop ---------------------------------------------------------------------------- */
+
+static void handle_shell(kernel_t *k, const seer_net_msg_t *m) {
+    char type[128];
+    header_type(m, type, sizeof type);
+    k->cur = m;
+    publish_status(k, &m->parts[SEER_NET_HEADER], "busy");
+    if (strcmp(type, "execute_request") == 0 && k->aborting) {
+        send_reply(k, k->shell, m, type, "{\"status\":\"aborted\"}", 20);
+    } else if (strcmp(type, "kernel_info_request") == 0) {
+        send_reply(k, k->shell, m, type, k->kernel_info, strlen(k->kernel_info));
+    } else if (strcmp(type, "shutdown_request") == 0) {
+        answer_shutdown(k, k->shell, m, type);
+    } else {
+        /* A request starts with no interrupt pending: one sent while the kernel was idle is not
+         * meant for it. */
+        if (strcmp(type, "execute_request") == 0) g_pending_interrupt = 0;
+        int stop;
+        char *reply = interpret(k, type, m, &stop);
+        if (reply) send_reply(k, k->shell, m, type, reply, strlen(reply));
+        else if (strncmp(type, "comm_", 5) != 0) logf_("ignoring %s", type[0] ? type : "a message without msg_type");
+        free(reply);
+        if (stop) k->aborting = 1;
+    }
+    stream_flush(k);
+    publish_status(k, &m->parts[SEER_NET_HEADER], "idle");
+    k->cur = NULL;
+}
+
+static int serve(kernel_t *k) {
+    publish_status(k, NULL, "starting");
+    while (!atomic_load(&k->shutdown)) {
+        zmq_pollitem_t it[2] = {{.socket = k->shell, .events = ZMQ_POLLIN}, {.fd = k->wake_fd, .events = ZMQ_POLLIN}};
+        /* Aborting lasts while requests that were already queued are drained. */
+        int r = zmq_poll(it, 2, k->aborting ? 0 : -1);
+        if (r < 0) {
+            if (zmq_errno() == EINTR) continue;
+            logf_("shell: poll: %s", zmq_strerror(zmq_errno()));
+            return 1;
+        }
+        if (r == 0) {
+            k->aborting = 0;
+            continue;
+        }
+        if (!it[0].revents) continue;
+        seer_net_msg_t m;
+        seer_err_t err;
+        r = seer_net_recv(k->shell, k->key, &m, 0, &err);
+        if (r < 0 && r != SEER_EINTR) {
+            logf_("shell: %s", err.msg);
+            return 1;
+        }
+        if (r != 1) {
+            if (k->aborting) k->aborting = 0;
+            continue;
+        }
+        handle_shell(k, &m);
+        seer_net_msg_free(&m);
+    }
+    return 0;
+}
+
+/* ---- start-up and teardown --------------------------------------------------------------------- */
+
+typedef struct conn {
+    char transport[16], ip[256], key[512], scheme[64];
+    int ports[5]; /* shell, iopub, stdin, control, hb */
+} conn_t;
+
+static const char *const port_names[5] = {"shell_port", "iopub_port", "stdin_port", "control_port", "hb_port"};
+
+static int read_connection(const char *path, conn_t *c, seer_err_t *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return seer_err_set(err, SEER_EIO, "cannot read the connection file %s: %s", path, strerror(errno));
+    char buf[16384];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    cJSON *j = cJSON_Parse(buf);
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        return seer_err_set(err, SEER_EPARSE, "%s is not a JSON object (a Jupyter connection file)", path);
+    }
+    memset(c, 0, sizeof *c);
+    const struct {
+        const char *name;
+        char *out;
+        size_t cap;
+        const char *dflt;
+    } strs[] = {{"transport", c->transport, sizeof c->transport, "tcp"},
+                {"ip", c->ip, sizeof c->ip, "127.0.0.1"},
+                {"key", c->key, sizeof c->key, ""},
+                {"signature_scheme", c->scheme, sizeof c->scheme, "hmac-sha256"}};
+    for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, strs[i].name);
+        if (v && !cJSON_IsString(v)) {
+            cJSON_Delete(j);
+            return seer_err_set(err, SEER_EPARSE, "%s: \"%s\" must be a string", path, strs[i].name);
+        }
+        const char *s = v ? v->valuestring : strs[i].dflt;
+        if (strlen(s) >= strs[i].cap) {
+            cJSON_Delete(j);
+            return seer_err_set(err, SEER_EPARSE, "%s: \"%s\" is too long", path, strs[i].name);
+        }
+        snprintf(strs[i].out, strs[i].cap, "%s", s);
+    }
+    for (int i = 0; i < 5; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, port_names[i]);
+        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 65535) {
+            cJSON_Delete(j);
+            return seer_err_set(err, SEER_EPARSE, "%s: \"%s\" must be a port number", path, port_names[i]);
+        }
+        c->ports[i] = (int)v->valuedouble;
+    }
+    cJSON_Delete(j);
+    if (strcmp(c->scheme, "hmac-sha256") != 0)
+        return seer_err_set(err, SEER_EINVAL, "%s: signature_scheme \"%s\" is not supported (only hmac-sha256)", path,
+                            c->scheme);
+    if (strcmp(c->transport, "tcp") != 0 && strcmp(c->transport, "ipc") != 0)
+        return seer_err_set(err, SEER_EINVAL, "%s: transport \"%s\" is not supported (tcp or ipc)", path, c->transport);
+    return SEER_OK;
+}
+
+static void *open_socket(kernel_t *k, int type, const conn_t *c, int which, seer_err_t *err) {
+    void *s = zmq_socket(k->ctx, type);
+    if (!s) {
+        seer_err_set(err, SEER_EIO, "zmq socket: %s", zmq_strerror(zmq_errno()));
+        return NULL;
+    }
+    int linger = CLOSE_LINGER_MS, one = 1;
+    zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+    if (type == ZMQ_ROUTER) zmq_setsockopt(s, ZMQ_ROUTER_HANDOVER, &one, sizeof one);
+    char ep[320];
+    if (strcmp(c->transport, "ipc") == 0) snprintf(ep, sizeof ep, "ipc://%s-%d", c->ip, c->ports[which]);
+    else if (c->ports[which] == 0) snprintf(ep, sizeof ep, "tcp://%s:*", c->ip);
+    else snprintf(ep, sizeof ep, "tcp://%s:%d", c->ip, c->ports[which]);
+    if (zmq_bind(s, ep) != 0) {
+        seer_err_set(err, SEER_EIO, "cannot bind the %s (%s): %s", port_names[which], ep, zmq_strerror(zmq_errno()));
+        zmq_close(s);
+        return NULL;
+    }
+    return s;
+}
+
+/* If the parent dies (a killed notebook server), so does the kernel: no orphans holding a
+ * model in memory. getppid after prctl covers a parent that died before it. */
+static void die_with_parent(void) {
+    const char *v = getenv("SEER_KERNEL_DIE_WITH_PARENT");
+    if (!v || strcmp(v, "1") != 0) return;
+    pid_t parent = getppid();
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent || parent == 1) {
+        logf_("the parent process is gone (SEER_KERNEL_DIE_WITH_PARENT=1); exiting");
+        _exit(1);
+    }
+}
+
+static void close_socket(void **s) {
+    if (*s) zmq_close(*s);
+    *s = NULL;
+}
+
+static int run_kernel(const char *conn_path) {
+    die_with_parent();
+    kernel_t kk;
+    kernel_t *k = &kk;
+    memset(k, 0, sizeof *k);
+    k->stop_fd = k->wake_fd = -1;
+    k->main_tid = pthread_self();
+    pthread_mutex_init(&k->iopub_mu, NULL);
+    pthread_mutex_init(&k->stream_mu, NULL);
+    pthread_mutex_init(&k->done_mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&k->stream_cv, &ca);
+    pthread_cond_init(&k->done_cv, &ca);
+    pthread_condattr_destroy(&ca);
+
+    /* Threads inherit the signal mask: block SIGINT before ZMQ or any thread starts, so only
+     * the main thread (unblocked below) ever runs the handler. */
+    sigset_t intr, old;
+    sigemptyset(&intr);
+    sigaddset(&intr, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &intr, &old);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint_idle;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+
+    int status = 1;
+    seer_err_t err;
+    conn_t c;
+    if (read_connection(conn_path, &c, &err) < 0) {
+        logf_("%s", err.msg);
+        goto out;
+    }
+    if (seer_net_key_new(&k->key, c.key, strlen(c.key), &err) < 0 || seer_net_uuid(k->session, &err) < 0) {
+        logf_("%s", err.msg);
+        goto out;
+    }
+    const char *user = getenv("USER");
+    snprintf(k->username, sizeof k->username, "%s", user && *user ? user : "kernel");
+    k->ctx = seer_net_context(&err);
+    if (!k->ctx) {
+        logf_("%s", err.msg);
+        goto out;
+    }
+    k->stop_fd = eventfd(0, EFD_CLOEXEC);
+    k->wake_fd = eventfd(0, EFD_CLOEXEC);
+    if (k->stop_fd < 0 || k->wake_fd < 0) {
+        logf_("eventfd: %s", strerror(errno));
+        goto out;
+    }
+    if (!(k->shell = open_socket(k, ZMQ_ROUTER, &c, 0, &err)) || !(k->iopub = open_socket(k, ZMQ_PUB, &c, 1, &err)) ||
+        !(k->stdin_sock = open_socket(k, ZMQ_ROUTER, &c, 2, &err)) ||
+        !(k->control = open_socket(k, ZMQ_ROUTER, &c, 3, &err)) || !(k->hb = open_socket(k, ZMQ_REP, &c, 4, &err))) {
+        logf_("%s", err.msg);
+        goto out;
+    }
+    /* The heartbeat answers from the first moment, even while the interpreter loads. */
+    if (pthread_create(&k->hb_tid, NULL, hb_main, k) != 0) {
+        logf_("cannot start the heartbeat thread");
+        goto out;
+    }
+    k->hb_started = 1;
+
+    seer_host_opts_t opts = {.progname = "seer"};
+    if (seer_host_open(&k->host, &opts, &err) < 0) {
+        logf_("%s", err.msg);
+        goto out;
+    }
+    k->L = seer_host_lua(k->host);
+    if (interpreter_open(k, &err) < 0) {
+        logf_("%s", err.msg);
+        goto out;
+    }
+    {
+        seer_net_msg_t info = {0};
+        info.parts[SEER_NET_CONTENT] = empty_obj;
+        info.parts[SEER_NET_HEADER] = empty_obj;
+        int stop;
+        k->kernel_info = interpret(k, "kernel_info_request", &info, &stop);
+        if (!k->kernel_info) {
+            logf_("the interpreter gave no kernel_info");
+            goto out;
+        }
+    }
+    if (pthread_create(&k->flush_tid, NULL, flush_main, k) != 0) {
+        logf_("cannot start the output thread");
+        goto out;
+    }
+    k->flush_started = 1;
+    if (pthread_create(&k->control_tid, NULL, control_main, k) != 0) {
+        logf_("cannot start the control thread");
+        goto out;
+    }
+    k->control_started = 1;
+    pthread_sigmask(SIG_UNBLOCK, &intr, NULL);
+    status = serve(k);
+    pthread_sigmask(SIG_BLOCK, &intr, NULL);
+
+out:
+    pthread_mutex_lock(&k->done_mu);
+    k->main_done = 1;
+    pthread_cond_broadcast(&k->done_cv);
+    pthread_mutex_unlock(&k->done_mu);
+    if (k->stop_fd >= 0) {
+        uint64_t one = 1;
+        ssize_t w = write(k->stop_fd, &one, sizeof one);
+        (void)w;
+    }
+    if (k->control_started) pthread_join(k->control_tid, NULL);
+    if (k->hb_started) pthread_join(k->hb_tid, NULL);
+    if (k->flush_started) {
+        pthread_mutex_lock(&k->stream_mu);
+        k->stream_stop = 1;
+        pthread_cond_signal(&k->stream_cv);
+        pthread_mutex_unlock(&k->stream_mu);
+        pthread_join(k->flush_tid, NULL);
+    }
+    close_socket(&k->control);
+    close_socket(&k->hb);
+    close_socket(&k->shell);
+    close_socket(&k->stdin_sock);
+    close_socket(&k->iopub);
+    if (k->host) {
+        if (k->handler_ref) luaL_unref(k->L, LUA_REGISTRYINDEX, k->handler_ref);
+        seer_host_close(k->host); /* closes any socket user code left open */
+    }
+    if (k->ctx) zmq_ctx_term(k->ctx);
+    free(k->kernel_info);
+    seer_net_buf_free(&k->stream_text);
+    seer_net_buf_free(&k->stream_parent);
+    seer_net_key_free(k->key);
+    if (k->stop_fd >= 0) close(k->stop_fd);
+    if (k->wake_fd >= 0) close(k->wake_fd);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return status;
+}
+
+int seer_kernel_main(int argc, char **argv) {
+    if (argc >= 2 && strcmp(argv[1], "install") == 0) return seer_kernel_install(argc - 1, argv + 1);
+    const char *conn = NULL;
+    for (int i = 1; i < argc; i++) {
+        if ((strcmp(argv[i], "-f") == 0 || strcmp(argv[i], "--connection-file") == 0) && i + 1 < argc) conn = argv[++i];
+        else if (strncmp(argv[i], "--f=", 4) == 0) conn = argv[i] + 4;
+        else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs("usage: seer kernel -f CONNECTION_FILE\n"
+                  "       seer kernel install [--user | --prefix PREFIX] [--name NAME] [--display-name TEXT]\n",
+                  stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "seer kernel: unexpected argument '%s'\nusage: seer kernel -f CONNECTION_FILE\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!conn) {
+        fprintf(stderr, "seer kernel: missing -f CONNECTION_FILE (Jupyter passes it; see seer kernel install)\n");
+        return 2;
+    }
+    return run_kernel(conn);
+}
