@@ -471,10 +471,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                   void **con_cls) {
     (void)version;
     (void)upload_data;
-    (void)upload_data_size;
-    (void)con_cls;
     seer_http_server_t *s = cls;
+    int get = strcmp(method, MHD_HTTP_METHOD_GET) == 0 || strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
+    /* Refusals go out at once (MHD then closes the connection rather than read a body). */
     if (!authorized(s, c)) return reply_text(s, c, MHD_HTTP_FORBIDDEN, forbidden_text);
+    /* A GET is answered on the second call: MHD keeps a connection alive only when the
+     * request has been read to its end before the response is queued. */
+    static char seen;
+    if (get && *con_cls != &seen) {
+        *con_cls = &seen;
+        return MHD_YES;
+    }
+    if (get && *upload_data_size) {
+        *upload_data_size = 0; /* a GET body means nothing here */
+        return MHD_YES;
+    }
     static const char nb[] = "/notebooks/", api[] = "/api/notebooks/", ev[] = "/events";
     enum { NONE, INDEX, INFO, PAGE, SNAPSHOT, EVENTS } route = NONE;
     const char *name = NULL;
@@ -498,7 +509,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     if (name && !seer_http_channel_valid(name, n)) route = NONE;
     if (route == NONE) return reply_text(s, c, MHD_HTTP_NOT_FOUND, "404 not found\n");
-    if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
+    if (!get)
         return reply_text(s, c, MHD_HTTP_METHOD_NOT_ALLOWED, "405 method not allowed: use GET\n");
     switch (route) {
     case INDEX: return reply_index(s, c);
@@ -551,8 +562,9 @@ static char *build_csp(seer_err_t *err) {
     int ns = add_hashes(&b, seer_live_page_html, "script");
     buf_str(&b, "; style-src");
     int nc = add_hashes(&b, seer_live_page_html, "style");
-    /* srcdoc frames (text/html outputs, sandboxed) and data: images (image/png outputs). */
-    buf_str(&b, "; img-src data:; connect-src 'self'; frame-src 'self'; base-uri 'none'; "
+    /* data: images carry image/png outputs. srcdoc frames (text/html outputs) need no
+     * frame-src, and they inherit this policy on top of their empty sandbox. */
+    buf_str(&b, "; img-src data:; connect-src 'self'; base-uri 'none'; "
                 "form-action 'none'");
     if (ns < 1 || nc < 1 || b.oom) {
         free(b.p);

@@ -360,14 +360,19 @@ class TestHttpServer(unittest.TestCase):
         last = int(first["id"])
         other = self.srv.events("s2")
         # Multi-line JSON arrives whole (one data: line per line, rejoined by the reader).
+        delays = []
         for i in range(2, 6):
             nb = notebook([code_cell("a", f"x = {i}", count=i)])
             self.srv.publish("s1", json.dumps(nb, indent=2) if i % 2 else json.dumps(nb))
+            t0 = time.monotonic()
             e = ev.next()
+            delays.append(time.monotonic() - t0)
             self.assertEqual(e["event"], "notebook")
             self.assertGreater(int(e["id"]), last)
             last = int(e["id"])
             self.assertEqual(json.loads(e["data"]), nb)
+        # Publish wakes the stream; it does not wait for a poll interval.
+        self.assertLess(max(delays), 0.5, delays)
         # Another channel's stream saw none of it; it gets its own publish, then a removal.
         self.srv.publish("s2", notebook([md_cell("m", "two")]))
         e = other.next()
@@ -424,8 +429,8 @@ class TestHttpServer(unittest.TestCase):
         nums = [int(s[1:]) for s in seen]
         self.assertEqual(nums, sorted(nums))
         self.assertLess(len(seen), n, f"a stalled reader should skip versions (got {len(seen)} of {n})")
-        print(f"\n    burst of {n} x 400 kB publishes: {burst * 1000:.0f} ms; the stalled reader got "
-              f"{len(seen)} of them", end=" ")
+        print(f"    burst of {n} x 400 kB publishes: {burst * 1000:.0f} ms; the stalled reader got "
+              f"{len(seen)} of them")
         with self.assertRaises(socket.timeout):
             ev.next(timeout=0.3)
         ev.close()
@@ -446,8 +451,10 @@ class TestHttpServer(unittest.TestCase):
         self.assertEqual(streams[0].next()["event"], "notebook")
         # A keep-alive connection idle between requests and a stalled reader of a big stream.
         idle = http.client.HTTPConnection("127.0.0.1", self.srv.port, timeout=5)
-        idle.request("GET", f"/api/info?token={TOKEN}")
-        idle.getresponse().read()
+        for _ in range(2):
+            idle.request("GET", f"/api/info?token={TOKEN}")
+            idle.getresponse().read()
+        self.assertIsNotNone(idle.sock, "GET responses should keep the connection alive")
         stalled = socket.create_connection(("127.0.0.1", self.srv.port))
         stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         stalled.sendall(f"GET /api/notebooks/s1/events?token={TOKEN} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
@@ -617,8 +624,8 @@ class TestLivePage(unittest.TestCase):
             latencies.append(time.monotonic() - t0)
             self.assertEqual(self.srv.line(), "ok")
             cells[-1] = code_cell(cid, f"generate({i})", count=2 + i)
-        print(f"\n    page update latency (publish -> running cell in the DOM), 5 runs: "
-              + ", ".join(f"{x * 1000:.1f}" for x in latencies) + " ms", end=" ")
+        print(f"    page update latency (publish -> running cell in the DOM), 5 runs: "
+              + ", ".join(f"{x * 1000:.1f}" for x in latencies) + " ms")
         self.assertLess(max(latencies), 1.0)
         anim = b.evaluate("""(function () { var c = document.querySelector('[data-cell-id="run4"]');
             return [getComputedStyle(c).animationName,
