@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "host/host.h"
 #include "model_private.h"
 
 int seer_fwd_hook_rows(const seer_fwd_hooks_t *hk, seer_hook_point_t p, int layer, int start, int n, float *data,
@@ -29,6 +30,9 @@ int seer_fwd_hook_heads(const seer_fwd_hooks_t *hk, seer_hook_point_t p, int lay
  * attention computes them before the softmax. */
 int seer_fwd_attention(seer_model_t *m, const seer_fwd_hooks_t *hk, int layer, const seer_attn_params_t *a,
                        seer_err_t *err) {
+    /* Every architecture calls this once per layer, so an interrupt stops a long forward pass
+     * within one layer (the pass's caller resets the KV cache on failure). */
+    if (seer_host_interrupted()) return seer_err_set(err, SEER_EINTR, "interrupted");
     if (!SEER_HOOKED(hk, SEER_HP_ATTN_SCORES, layer) && !SEER_HOOKED(hk, SEER_HP_PATTERN, layer)) {
         seer_k_attention(m->pool, a);
         return 0;

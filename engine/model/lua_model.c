@@ -10,6 +10,7 @@
 #include <lua.h>
 
 #include "../hooks/lua_hooks.h"
+#include "host/host.h"
 #include "../tensor/tensor.h"
 #include "model_private.h"
 
@@ -35,6 +36,14 @@ typedef struct {
     seer_sampler_opts_t o;
     seer_rng_t rng;
 } gen_ud;
+
+/* Raises err as a Lua error. For an interrupt the pending interrupt hook is cleared first: it
+ * would otherwise fire inside the error handler ("error in error handling") and the message and
+ * traceback would be lost; this error already says "interrupted". */
+static int raise_err(lua_State *L, const seer_err_t *err) {
+    if (err->code == SEER_EINTR) lua_sethook(L, NULL, 0, 0);
+    return luaL_error(L, "%s", err->msg);
+}
 
 static seer_model_t *check_model(lua_State *L, int idx) {
     model_ud *u = luaL_checkudata(L, idx, MODEL_MT);
@@ -161,7 +170,7 @@ static int l_forward(lua_State *L) {
     if (rc < 0) {
         seer_tensor_release(t);
         seer_tensor_release(h);
-        return luaL_error(L, "%s", err.msg);
+        return raise_err(L, &err);
     }
     seer_tensor_push(L, t);
     seer_tensor_release(t);
@@ -251,6 +260,14 @@ static int l_gen_next(lua_State *L) {
         lua_pushnil(L);
         return 1;
     }
+    /* One check per step: an interrupt ends a generation within one token even when the loop
+     * that drives it is JIT-compiled Lua, where the interrupt hook never runs. The state is
+     * untouched, so a caller that catches the error may go on. */
+    if (seer_host_interrupted()) {
+        seer_err_t e;
+        seer_err_set(&e, SEER_EINTR, "interrupted");
+        return raise_err(L, &e);
+    }
     seer_err_t err;
     int rc;
     seer_fwd_hooks_t hk = {.set = g->hooks, .prompt_len = g->nprompt, .batch = 0, .user = L};
@@ -261,7 +278,7 @@ static int l_gen_next(lua_State *L) {
     }
     if (rc < 0) {
         g->done = 1; /* a failed step (a hook raised) ends the generation */
-        return luaL_error(L, "%s", err.msg);
+        return raise_err(L, &err);
     }
     g->prefilled = 1;
     if (g->ngen < g->min_new) /* as transformers' min_new_tokens: stop tokens cannot win yet */

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "host/host.h"
 #include "model_private.h"
 
 /* NULL entries are architectures whose file is not linked in (weak symbols). */
@@ -246,6 +247,9 @@ int seer_model_forward_hooked(seer_model_t *m, seer_kv_cache_t *c, const int32_t
             return seer_err_set(err, SEER_EINVAL, "forward: token id %d at position %d is outside the vocabulary [0, %d)",
                                 tokens[i], i, m->cfg.vocab_size);
     if (hk && seer_hookset_empty(hk->set)) hk = NULL;
+    /* Ctrl-C / a kernel interrupt: long C work stops between passes (and, in
+     * seer_fwd_attention, between layers) instead of running to the end. */
+    if (seer_host_interrupted()) return seer_err_set(err, SEER_EINTR, "interrupted");
     int start = c->len;
     int rc = m->arch->forward(m, c, tokens, n, logits, all_logits, hidden, hk, err);
     /* A failed pass (a hook raised) must not leave half-written entries counted in the cache. */
