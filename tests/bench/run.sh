@@ -64,6 +64,15 @@ printf '  seer.json         encode %7s ms  decode %7s ms\n' "$se" "$sd"
 printf '  python json       encode %7s ms  decode %7s ms\n' "$pe" "$pd"
 printf '  python/seer       encode %sx    decode %sx\n' "$(ratio "$se" "$pe")" "$(ratio "$sd" "$pd")"
 
+# Jupyter kernel: seer kernel vs ipykernel through jupyter_client (cold start to kernel_info,
+# round trip of a trivial execute; targets <= 0.1x and <= 0.25x of ipykernel).
+echo "== Jupyter kernel: seer vs ipykernel (cold start median of 10, 1+1 round trip over 500)"
+if "$PY" -c 'import jupyter_client, ipykernel' 2>/dev/null; then
+  "$PY" tests/bench/kernel.py --seer "$SEER" 2>/dev/null || echo "  FAILED: tests/bench/kernel.py (run it by hand to see why)"
+else
+  echo "  skipped: /usr/bin/python3 has no jupyter_client/ipykernel (make setup)"
+fi
+
 # Model: seer vs transformers (eager) on the same checkpoint, same thread count, same workload
 # (prefill of a PREFILL-token prompt, best of BENCH_REPEAT; DECODE greedy new tokens; load time).
 VENV_PY=${VENV_PY:-.venv/bin/python}
