@@ -34,7 +34,8 @@ function M.seer_binary()
   local buf = ffi.new("char[4096]")
   local n = ffi.C.readlink("/proc/self/exe", buf, 4095)
   if n <= 0 then error("cannot find the seer binary (/proc/self/exe)") end
-  return ffi.string(buf, n)
+  -- A binary rebuilt while this process runs shows as "PATH (deleted)"; PATH holds the new one.
+  return (ffi.string(buf, n):gsub(" %(deleted%)$", ""))
 end
 
 -- The connection file holds the key, so it is created 0600 from the start (no window in which
@@ -162,23 +163,33 @@ function Client:wait_for(pred, timeout_ms, other)
   end
 end
 
----Asks for kernel_info until the kernel answers (a new kernel binds its sockets first).
----Returns the reply content, or nil and why.
+---Asks for kernel_info until the kernel answers on shell AND its iopub messages reach us: a
+---SUB socket only receives once its subscription has reached the kernel ("slow joiner"), so
+---until iopub carries the busy/idle of our own request, outputs could be lost. Returns the
+---reply content, or nil and why.
 ---@param timeout_ms integer
 ---@return table|nil content, string|nil why
 function Client:kernel_info(timeout_ms)
   local deadline = process.now_ms() + timeout_ms
+  local reply
+  local window = 50 -- short first tries: a subscription usually lands within milliseconds
   while process.now_ms() < deadline do
     local id = self:send("shell", "kernel_info_request", {})
-    local reply = self:wait_for(function(m)
-      return m.channel == "shell" and m.parent_header.msg_id == id
-    end, math.min(1000, deadline - process.now_ms()))
-    if reply then return reply.content end
+    local got_iopub = false
+    local m = self:wait_for(function(msg)
+      if msg.parent_header.msg_id ~= id then return false end
+      if msg.channel == "iopub" then got_iopub = true end
+      if msg.channel == "shell" then reply = msg.content end
+      return reply ~= nil and got_iopub
+    end, math.max(1, math.min(window, deadline - process.now_ms())))
+    if m then return reply end
+    window = math.min(window * 2, 1000)
     if self.process then
       local alive, how = self.process:alive()
       if not alive then return nil, "the kernel " .. how .. " before answering" end
     end
   end
+  if reply then return nil, ("the kernel answered on shell but its iopub messages did not arrive within %d ms"):format(timeout_ms) end
   return nil, ("the kernel did not answer kernel_info within %d ms"):format(timeout_ms)
 end
 

@@ -24,7 +24,7 @@ local function leading_docs(code)
   local long = code:match("^%s*%-%-%[(=*)%[")
   if long then
     local body = code:match("^%s*%-%-%[" .. long .. "%[\n?(.-)%]" .. long .. "%]")
-    return body and body:gsub("%s+$", "") or ""
+    return body and body:match("^%s*(.-)%s*$") or ""
   end
   local lines = {}
   for line in (code .. "\n"):gmatch("([^\n]*)\n") do

@@ -120,10 +120,10 @@ T.test("libraries: docs from the leading comment, install, get_library_docs form
   seer.write_file(d .. "/pkg/sub.lua", "return 7\n")
   local c = W.Library.from_directory(d .. "/pkg")
   T.eq(c.name, "pkg")
-  T.eq(c.docs, " A package. ")
+  T.eq(c.docs, "A package.")
   local ws = W.Workspace{ libraries = { a, b, c } }
   T.eq(ws:get_library_docs(), "# Available Libraries\n\n## probe\n\nLinear probes on the residual stream.\nfit(x, y) -> probe\n\n"
-    .. "## helpers\n\nAvailable via: `require \"helpers\"`\n\n## pkg\n\n A package. \n")
+    .. "## helpers\n\nAvailable via: `require \"helpers\"`\n\n## pkg\n\nA package.\n")
   local target = d .. "/ws"
   ws:install(target)
   T.eq(seer.read_file(target .. "/helpers.lua"), "return { answer = 42 }")

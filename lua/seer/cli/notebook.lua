@@ -28,6 +28,11 @@ Server.__index = Server
 local function log(fmt, ...)
   io.stderr:write(("seer notebook: " .. fmt .. "\n"):format(...))
 end
+-- Routine events (a session started or ended) only with SEER_NOTEBOOK_VERBOSE=1; failures always.
+local verbose = os.getenv("SEER_NOTEBOOK_VERBOSE") == "1"
+local function debug_log(...)
+  if verbose then log(...) end
+end
 
 ---------------------------------------------------------------------------------------------
 -- outputs
@@ -139,7 +144,8 @@ function Server:new_session(req)
   local c = req.content
   local id = net.uuid():sub(1, 8)
   while self.sessions[id] do id = net.uuid():sub(1, 8) end
-  local dir = c.notebook_dir or self.output_dir
+  -- A continued notebook goes beside its original unless told otherwise.
+  local dir = c.notebook_dir or (c["continue"] and c["continue"]:match("^(.*)/[^/]*$")) or self.output_dir
   process.mkdir_p(dir)
   local nb, rerun
   if c.resume then
@@ -163,7 +169,7 @@ function Server:new_session(req)
   self.sessions[id] = s
   nb:save()
   self:publish(s, true)
-  log("session %s: notebook %s, kernel pid %d", id, nb.path, s.kernel.process.pid)
+  debug_log("session %s: notebook %s, kernel pid %d", id, nb.path, s.kernel.process.pid)
   if rerun then
     -- Re-run every code cell in place; answer once all have run.
     local cells = nb:code_cells()
@@ -285,7 +291,8 @@ end
 -- says so, the notebook is saved, and the session waits for a restart.
 function Server:on_kernel_death(s, how)
   s.dead = how
-  log("session %s: the kernel %s", s.id, how)
+  local routine = how == "was shut down" or how == "was restarted" or how == "was shut down with the notebook server"
+  ;(routine and debug_log or log)("session %s: the kernel %s", s.id, how)
   local victims, was_running = {}, s.running
   if s.running then victims[1] = s.running end
   for _, e in ipairs(s.queue) do victims[#victims + 1] = e end
@@ -402,8 +409,23 @@ function handlers.restart(self, req)
   end
   local ok, err = pcall(self.start_kernel, self, s)
   if not ok then return self:reply_error(req, "KernelStartError", tostring(err)) end
-  for _, code in ipairs(s.init) do self:enqueue(s, { code = code, hidden = true }) end
-  self:reply(req, self:session_info(s))
+  -- The start-up (models, libraries, init code) runs again before restart answers, so the
+  -- caller finds the session as it was created, or an error saying which step failed.
+  local pending, failed = #s.init, nil
+  if pending == 0 then return self:reply(req, self:session_info(s)) end
+  for _, code in ipairs(s.init) do
+    self:enqueue(s, { code = code, hidden = true, on_done = function(e)
+      pending = pending - 1
+      if e.result ~= "ok" and not failed then
+        local r = e.error or e.reply or {}
+        failed = ("%s: %s"):format(r.ename or "Error", r.evalue or "")
+      end
+      if pending == 0 then
+        if failed then self:reply_error(req, "RestartError", "the session's start-up code failed after the restart: " .. failed)
+        else self:reply(req, self:session_info(s)) end
+      end
+    end })
+  end
 end
 
 function handlers.shutdown_session(self, req)
