@@ -64,8 +64,39 @@ for i, h in ipairs(hidden) do
   print(("  %-10s %7.3f"):format(i == 1 and "embed" or ("layer " .. (i - 2)), h:select(1, -1):norm()))
 end
 
--- Results are written atomically next to the script's outputs.
 local out_dir = os.getenv("SEER_OUT") or "/tmp"
+
+-- A notebook session, as an agent gets one: a Lua kernel with the model preloaded as `model`
+-- and `tokenizer`, a live .ipynb written as cells finish, and a live view in the browser.
+print("\n== a notebook session with the model preloaded")
+local exec = seer.execution
+local session = exec.create_notebook_session({ config = { models = { { name = model_dir } } } }, nil,
+  { name = "hello", output_dir = out_dir .. "/seer-hello-notebooks" })
+print(session.model_info_text)
+local cells = {
+  "print(model)",
+  "local ex = require 'toolkit.extract_activations'\n"
+    .. "local a = ex.extract_activation(model, tokenizer, 'The dog ran to the park.', 3)\n"
+    .. "local b = ex.extract_activation(model, tokenizer, 'The cat sat on the mat.', 3)\n"
+    .. "vec = a - b\nvec:norm()",
+  "local I = require 'seer.interventions'\n"
+    .. "model:with_hooks({ { 'blocks.3.hook_resid_post', I.add(vec, { strength = 4 }) } }, function()\n"
+    .. "  print(model:generate('Once upon a time', { max_new_tokens = 30 }).text)\nend)",
+  "display.image(require('seer.plot').line{ y = { 1, 3, 2, 5 }, title = 'a plot for the notebook' })",
+}
+for i, code in ipairs(cells) do
+  local r = session:exec(code)
+  io.write(("[cell %d] "):format(i), r.text == "" and "(display output)\n" or r.text)
+end
+print("notebook:  " .. session.notebook_path)
+print("live view: " .. session.jupyter_url)
+if os.getenv("SEER_DEMO_WATCH") then
+  io.write("(the live view stays up until you press Enter) ")
+  io.read("*l")
+end
+session:terminate()
+
+-- Results are written atomically next to the script's outputs.
 local out = out_dir .. "/seer-hello-result.json"
 seer.write_file(out, json.encode({ ok = true, rows = #rows, bytes = #big, story = prompt .. story.text }, { indent = 2 }) .. "\n")
 print("\nwrote " .. out)
