@@ -36,9 +36,13 @@ local array = json.array
 local HIST_SESSION = 1
 
 local execution_count = 0
----@type {line: integer, input: string, output: string?}[]
-local history = {}
-local cell_sources = {} ---@type table<string, string> chunk name -> code, for inspect of cell functions
+-- History: every stored input, as IPython keeps them (hist_input[line]; execution counts and
+-- history lines advance together, so the index is the line number, and repeated inputs share one
+-- interned string), and the text/plain results of the last OUTPUT_KEEP lines only, so a kernel
+-- that runs for days does not hold every result it ever printed.
+local hist_input = {}
+local hist_output = {} ---@type table<integer, string>
+local OUTPUT_KEEP = 200
 local request ---@type table? the execute request being run (allow_stdin)
 
 -- ---- the cell environment ----------------------------------------------------------------------
@@ -234,35 +238,56 @@ end
 
 local RET_OPEN, RET_CLOSE = "return (function(...) return ... end)(", "\n)"
 
----Compiles a cell. Returns the function (nil and the syntax error) and the declared names.
----@param code string
----@param chunkname string
----@return function? fn, string? err, string[] names
-local function compile(code, chunkname)
-  local src, names = rewrite_locals(code)
-  local name = "=" .. chunkname
+-- Compiles rewritten cell source: an expression list, else statements whose last line may be
+-- the result (see compile).
+local function compile_src(src, name)
   -- The value of an expression cell passes through an identity function rather than being
   -- returned directly: `return f()` is a tail call, which would drop the cell's frame (and
   -- "[cell 3]:1:") from error messages and tracebacks.
   local f = loadstring(RET_OPEN .. src .. RET_CLOSE, name)
-  if f then return f, nil, names end
+  if f then return f end
   local whole, err = loadstring(src, name)
-  local toks = lex(src)
-  local head, last = split_last_line(src, toks)
+  local head, last = split_last_line(src, lex(src))
   -- The last line becomes the result when the rest compiles and either the whole cell does not
   -- (`x = 1\nx + 1`) or the line is a statement by itself (a call), so splitting cannot change
   -- what the cell means.
   if last and loadstring(head, name) and loadstring(RET_OPEN .. last .. RET_CLOSE, name)
       and (not whole or loadstring(last, name)) then
     local g = loadstring(head .. RET_OPEN .. last .. RET_CLOSE, name)
-    if g then return g, nil, names end
+    if g then return g end
   end
-  if whole then return whole, nil, names end
-  return nil, err, names
+  return whole, err
+end
+
+---Compiles a cell. Returns the function (or nil and the syntax error), the declared names, and
+---whether the cell ends in `;` (then its value is not shown, as in IPython).
+---@param code string
+---@param chunkname string
+---@return function? fn, string? err, string[] names, boolean quiet
+local function compile(code, chunkname)
+  local src, names = rewrite_locals(code)
+  local quiet = false
+  local toks = lex(src)
+  for i = #toks, 1, -1 do
+    local t = toks[i]
+    if t.kind ~= "comment" then
+      if t.kind == "op" and t.text == ";" then
+        quiet = true
+        src = src:sub(1, t.s - 1) .. " " .. src:sub(t.e + 1)
+      end
+      break
+    end
+  end
+  local fn, err = compile_src(src, "=" .. chunkname)
+  return fn, err, names, quiet
 end
 M._compile = compile
 
 -- ---- messages ------------------------------------------------------------------------------------
+
+local function pack(...)
+  return { n = select("#", ...), ... }
+end
 
 local function publish(msg_type, content)
   C.publish(msg_type, json.encode(content))
@@ -727,7 +752,7 @@ end
 ---Runs a compiled cell; returns true, n, results... or false, error content.
 local function run_cell(fn)
   setfenv(fn, env)
-  local res = { C.run(fn) }
+  local res = pack(C.run(fn))
   if res[1] then return true, res end
   local text, frames = split_error(res[2])
   local interrupted = res[3] or strip_position(text) == "interrupted"
@@ -753,9 +778,9 @@ local function user_expressions(exprs)
         out[k] = { status = "error", ename = "SyntaxError", evalue = err, traceback = array({ err }) }
       else
         setfenv(f, env)
-        local res = { C.run(f) }
+        local res = pack(C.run(f))
         if res[1] then
-          out[k] = { status = "ok", data = { ["text/plain"] = text_of(unpack(res, 2, table.maxn(res))) }, metadata = {} }
+          out[k] = { status = "ok", data = { ["text/plain"] = text_of(unpack(res, 2, res.n)) }, metadata = {} }
         else
           local text = split_error(res[2])
           out[k] = { status = "error", ename = res[3] and "Interrupted" or "LuaError", evalue = text, traceback = array({ text }) }
@@ -788,20 +813,19 @@ local function execute(content)
     payload[1] = { source = "page", data = { ["text/plain"] = text }, start = 0 }
     reply = { status = "ok", execution_count = count, payload = payload, user_expressions = {} }
   else
-    local fn, err, names = compile(code, chunkname)
+    local fn, err, names, quiet = compile(code, chunkname)
     if not fn then
       local e = error_content("SyntaxError", err, nil)
       if not silent then publish("error", e) end
       reply = { status = "error", execution_count = count, ename = e.ename, evalue = e.evalue, traceback = e.traceback }
       stop = true
     else
-      cell_sources[chunkname] = code
       for _, n in ipairs(names) do declared[n] = true end
       local ok, res = run_cell(fn)
       C.flush()
       if ok then
-        local n = table.maxn(res)
-        if n > 1 and not silent then
+        local n = res.n
+        if n > 1 and not silent and not quiet then
           local data, md = bundle_of(unpack(res, 2, n))
           output_text = data["text/plain"]
           publish("execute_result", { execution_count = count, data = data, metadata = md })
@@ -817,7 +841,11 @@ local function execute(content)
     end
   end
   request = nil
-  if store then history[#history + 1] = { line = count, input = code, output = output_text } end
+  if store then
+    hist_input[count] = code
+    hist_output[count] = output_text
+    hist_output[count - OUTPUT_KEEP] = nil
+  end
   return reply, stop and content.stop_on_error ~= false
 end
 handlers.execute_request = execute
@@ -869,7 +897,9 @@ local function source_lines(source)
     text = f:read("*a")
     f:close()
   elseif source:sub(1, 1) == "=" then
-    text = cell_sources[source:sub(2)]
+    -- a function defined in a cell: its code is in the history ("=[cell N]" is line N)
+    local line = tonumber(source:match("^=%[cell (%d+)%]$"))
+    text = line and hist_input[line]
   end
   if not text then return nil end
   local lines = {}
@@ -974,8 +1004,10 @@ end
 
 -- ---- is_complete ----------------------------------------------------------------------------------------
 
+-- More input can fix an error only when it is at the end of the text; an unfinished short string
+-- cannot be fixed by another line (strings do not span lines).
 local function at_eof(err)
-  return type(err) == "string" and err:sub(-7) == "'<eof>'"
+  return type(err) == "string" and err:sub(-7) == "'<eof>'" and not err:find("unfinished string", 1, true)
 end
 
 handlers.is_complete_request = function(content)
@@ -1023,36 +1055,36 @@ M._glob_to_pattern = glob_to_pattern
 
 handlers.history_request = function(content)
   local output, kind = content.output == true, content.hist_access_type
-  local function entry(h)
-    if output then return array({ HIST_SESSION, h.line, array({ h.input, h.output or json.null }) }) end
-    return array({ HIST_SESSION, h.line, h.input })
+  local function entry(i)
+    if output then
+      return array({ HIST_SESSION, i, array({ hist_input[i], hist_output[i] or json.null }) })
+    end
+    return array({ HIST_SESSION, i, hist_input[i] })
   end
-  local list = {}
+  local list, total = {}, #hist_input
   if kind == "tail" then
     local n = tonumber(content.n) or 10
-    for i = math.max(1, #history - n + 1), #history do list[#list + 1] = entry(history[i]) end
+    for i = math.max(1, total - n + 1), total do list[#list + 1] = entry(i) end
   elseif kind == "range" then
     local session = tonumber(content.session) or 0
     if session == 0 or session == HIST_SESSION then
       local start = tonumber(content.start) or 1
       local stop = tonumber(content.stop)
-      for _, h in ipairs(history) do
-        if h.line >= start and (not stop or h.line < stop) then list[#list + 1] = entry(h) end
-      end
+      for i = math.max(1, start), math.min(total, (stop or total + 1) - 1) do list[#list + 1] = entry(i) end
     end
   elseif kind == "search" then
     local pat = glob_to_pattern(type(content.pattern) == "string" and content.pattern or "*")
     local matched, seen = {}, {}
-    for i = #history, 1, -1 do
-      local h = history[i]
-      if h.input:match(pat) and not (content.unique and seen[h.input]) then
-        seen[h.input] = true
-        table.insert(matched, 1, h)
+    for i = total, 1, -1 do
+      local input = hist_input[i]
+      if input:match(pat) and not (content.unique and seen[input]) then
+        seen[input] = true
+        matched[#matched + 1] = i
       end
     end
     local n = tonumber(content.n)
-    local first = n and math.max(1, #matched - n + 1) or 1
-    for i = first, #matched do list[#list + 1] = entry(matched[i]) end
+    local last = n and math.min(n, #matched) or #matched
+    for j = last, 1, -1 do list[#list + 1] = entry(matched[j]) end
   else
     return { status = "error", ename = "ValueError", evalue = "hist_access_type must be tail, range or search",
       traceback = array() }

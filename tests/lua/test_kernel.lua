@@ -1,0 +1,108 @@
+-- The kernel's cell compiler (lua/seer/kernel.lua) without a kernel around it: the lexer, the
+-- rewriting of top-level locals, last-expression results, `;`, glob patterns and code-point
+-- offsets. The kernel itself is driven by real Jupyter clients in tests/integration/test_kernel.py.
+local T = require "testing"
+local K = require "seer.kernel"
+
+local function rewrite(src)
+  local out, names = K._rewrite_locals(src)
+  return out, table.concat(names, ",")
+end
+
+T.test("kernel: top-level locals become assignments, inner ones stay", function()
+  T.eq({ rewrite("local a, b = 1, 2") }, { " a, b = 1, 2", "a,b" })
+  T.eq({ rewrite("local function f(x) local y = x return y end") }, { " function f(x) local y = x return y end", "f" })
+  T.eq({ rewrite("local x") }, { " x = nil", "x" })
+  T.eq({ rewrite("local x, y -- two\nx = 1") }, { " x, y = nil -- two\nx = 1", "x,y" })
+  T.eq({ rewrite("for i = 1, 2 do local t = i end") }, { "for i = 1, 2 do local t = i end", "" })
+  T.eq({ rewrite("if c then local a = 1 else local b = 2 end local z = 3") },
+    { "if c then local a = 1 else local b = 2 end  z = 3", "z" })
+  T.eq({ rewrite("repeat local r = 1 until r local q = 2") }, { "repeat local r = 1 until r  q = 2", "q" })
+  T.eq({ rewrite("f = function() local inner = 1 end local outer = 2") },
+    { "f = function() local inner = 1 end  outer = 2", "outer" })
+  -- strings, long strings and comments are not code
+  T.eq({ rewrite('s = "local x = 1" -- local y = 2\nlocal z = [[\nlocal w = 3]]') },
+    { 's = "local x = 1" -- local y = 2\n z = [[\nlocal w = 3]]', "z" })
+  T.eq({ rewrite("--[==[ local a = 1 ]==] local b = [=[ ]] local c ]=]") }, { "--[==[ local a = 1 ]==]  b = [=[ ]] local c ]=]", "b" })
+  T.eq({ rewrite("s = 'it\\'s' local e = 1e-5 + 0x1p+4") }, { "s = 'it\\'s'  e = 1e-5 + 0x1p+4", "e" })
+end)
+
+T.test("kernel: line numbers survive the rewriting", function()
+  local fn, err = K._compile("local a = 1\n\nerror('x')", "[cell 9]")
+  T.eq(err, nil)
+  local ok, msg = pcall(fn)
+  T.eq(ok, false)
+  T.eq(msg, "[cell 9]:3: x")
+end)
+
+local function value(code)
+  local fn, err, _, quiet = K._compile(code, "[t]")
+  if not fn then return nil, err end
+  local env = setmetatable({}, { __index = _G })
+  setfenv(fn, env)
+  local res = { n = 0 }
+  local function pack(...) res = { n = select("#", ...), ... } end
+  pack(fn())
+  return res, quiet
+end
+
+T.test("kernel: the last expression is the result", function()
+  T.eq(value("1 + 1"), { n = 1, 2 })
+  T.eq(value("x = 1\nx + 1"), { n = 1, 2 })
+  T.eq(value("local t = {}\nt[1] = 5\nt[1]"), { n = 1, 5 })
+  T.eq(value("print"), { n = 1, print })
+  T.eq(value("y = 3"), { n = 0 })
+  T.eq(value("1, nil, 'a'"), { n = 3, 1, nil, "a" })
+  T.eq(value("x = 2\n-- a trailing comment\n"), { n = 0 })
+  T.eq(value("function g() return 7 end\ng()"), { n = 1, 7 })
+  -- a last line that continues the statement before it is not a separate expression
+  T.eq(value("w = 10\n-3\nw"), { n = 1, 7 })
+  T.eq(value("w = 10\n- 3"), { n = 0 })
+  local r, quiet = value("6 * 7;")
+  T.eq(r, { n = 1, 42 })
+  T.eq(quiet, true)
+  local _, err = value("x = = 1")
+  T.contains(err, "[t]:1:")
+end)
+
+T.test("kernel: lexer tokens and unterminated pieces", function()
+  local toks = K._lex("a.b:c(\"s\\\"\", [[x]]) --[[ c ]] 12.5e+3 ... ~= ::l::")
+  local kinds = {}
+  for _, t in ipairs(toks) do kinds[#kinds + 1] = t.kind .. ":" .. t.text end
+  T.eq(kinds, { "name:a", "op:.", "name:b", "op::", "name:c", "op:(", 'string:"s\\""', "op:,", "string:[[x]]", "op:)",
+    "comment:--[[ c ]]", "number:12.5e+3", "op:...", "op:~=", "op:::", "name:l", "op:::" })
+  local open = K._lex("x = [[never closed")
+  T.eq(open[#open].open, true)
+end)
+
+T.test("kernel: glob patterns for history search", function()
+  local function m(glob, s) return s:match(K._glob_to_pattern(glob)) ~= nil end
+  T.ok(m("6?7", "6*7"))
+  T.ok(m("*model*", "x = model:forward(ids)"))
+  T.ok(not m("model*", "x = model"))
+  T.ok(m("a[bc]d", "acd"))
+  T.ok(not m("a[!bc]d", "acd"))
+  T.ok(m("100%", "100%"))
+  T.ok(m("(x).y", "(x).y"))
+  T.ok(not m("(x).y", "(x)zy"))
+end)
+
+T.test("kernel: cursor positions in code points", function()
+  local s = "é✓x😀y"
+  T.eq(K._cp_to_byte(s, 0), 0)
+  T.eq(K._cp_to_byte(s, 1), 2)
+  T.eq(K._cp_to_byte(s, 2), 5)
+  T.eq(K._cp_to_byte(s, 4), 10)
+  T.eq(K._cp_to_byte(s, 99), #s)
+  T.eq(K._byte_to_cp(s, 10), 4)
+  T.eq(K._byte_to_cp(s, #s), 5)
+end)
+
+T.test("kernel: describe shows LuaCATS comments and signatures", function()
+  local text = K.describe(seer.read_file, "seer.read_file")
+  T.contains(text, "function M.read_file(path)")
+  T.contains(text, "The whole content of a file.")
+  T.contains(text, "@param path string")
+  T.contains(K.describe(print, "print"), "built-in function")
+  T.contains(K.describe({ a = 1 }, "t"), "t: table\n{ a = 1 }")
+end)

@@ -1,0 +1,118 @@
+-- seer.net from Lua: sockets, bind on a free port, signed messages with JSON bodies (an empty
+-- table is {}), routing ids, bad signatures dropped, raw frames, poll over sockets and file
+-- descriptors, headers, keys and UUIDs, and the errors for misuse.
+local T = require "testing"
+local net = require "seer.net"
+local json = require "seer.json"
+
+T.test("net: keys, uuids and headers", function()
+  local k1, k2 = net.new_key(), net.new_key()
+  T.eq(#k1, 64)
+  T.ok(k1:match("^%x+$"))
+  T.ne(k1, k2)
+  T.ok(net.uuid():match("^%x+%-%x+%-4%x+%-[89ab]%x+%-%x+$"))
+  local h = net.header("execute_request", "sess")
+  T.eq(h.msg_type, "execute_request")
+  T.eq(h.session, "sess")
+  T.eq(h.version, "5.3")
+  T.ok(h.date:match("^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d%.%d%d%d%d%d%dZ$"), h.date)
+  T.ok(h.msg_id:match("^%x+%-"))
+  T.raises(function() net.header(1, "s") end, "msg_type must be a string")
+end)
+
+T.test("net: router/dealer round trip over tcp with JSON bodies", function()
+  local key = net.new_key()
+  local srv = net.socket("router", key)
+  local ep, port = srv:bind("tcp://127.0.0.1:*")
+  T.ok(ep:match("^tcp://127%.0%.0%.1:%d+$"), ep)
+  T.eq(type(port), "number")
+  local cli = net.socket("dealer", key)
+  cli:connect(ep)
+  cli:send({ header = net.header("ping", "c"), parent_header = {}, metadata = {}, content = { n = 1, empty = {}, list = { 1, 2 } },
+    buffers = { "\0\1bin" } })
+  local msg = srv:recv(5000)
+  T.eq(msg.header.msg_type, "ping")
+  T.eq(json.encode(msg.content), '{"empty":{},"list":[1,2],"n":1}')
+  T.eq(json.encode(msg.parent_header), "{}")
+  T.eq(msg.buffers, { "\0\1bin" })
+  T.eq(#msg.idents, 1)
+  srv:send({ idents = msg.idents, header = net.header("pong", "s"), parent_header = msg.header, content = { ok = true } })
+  local r = cli:recv(5000)
+  T.eq(r.header.msg_type, "pong")
+  T.eq(r.parent_header.msg_id, msg.header.msg_id)
+  T.eq(r.content.ok, true)
+  T.eq({ srv:recv(0) }, { nil, "timeout" })
+  srv:close()
+  cli:close()
+end)
+
+T.test("net: bad signatures are dropped", function()
+  local srv = net.socket("router", "right")
+  local ep = srv:bind("tcp://127.0.0.1:*")
+  local bad, good = net.socket("dealer", "wrong"), net.socket("dealer", "right")
+  bad:connect(ep)
+  good:connect(ep)
+  local before = net.dropped()
+  bad:send({ header = net.header("x", "b"), content = { forged = true } })
+  T.eq({ srv:recv(300) }, { nil, "timeout" })
+  T.eq(net.dropped(), before + 1)
+  good:send({ header = net.header("x", "g"), content = { real = true } })
+  T.eq(srv:recv(5000).content.real, true)
+  for _, s in ipairs({ srv, bad, good }) do s:close() end
+end)
+
+T.test("net: raw frames, pub/sub, req/rep and poll", function()
+  local rep, req = net.socket("rep"), net.socket("req")
+  local ep = rep:bind("tcp://127.0.0.1:*")
+  req:connect(ep)
+  req:send_frames({ "ping", "" })
+  T.eq(net.poll({ req, rep }, 5000), { 2 })
+  T.eq(rep:recv_frames(1000), { "ping", "" })
+  rep:send_frames({ "pong" })
+  T.eq(req:recv_frames(5000), { "pong" })
+  T.eq(net.poll({ rep }, 10), {})
+
+  local pub, sub = net.socket("pub", "k"), net.socket("sub", "k")
+  local pep = pub:bind("tcp://127.0.0.1:*")
+  sub:connect(pep)
+  sub:subscribe("")
+  local got
+  for _ = 1, 100 do -- a subscription takes a moment to reach the publisher
+    pub:send({ idents = { "topic" }, header = net.header("status", "p"), content = { execution_state = "idle" } })
+    got = sub:recv(20)
+    if got then break end
+  end
+  T.ok(got, "no message through pub/sub")
+  T.eq(got.idents, { "topic" })
+  T.eq(got.content.execution_state, "idle")
+
+  for _, s in ipairs({ rep, req, pub, sub }) do s:close() end
+end)
+
+T.test("net: poll on a raw file descriptor", function()
+  local ffi = require "ffi"
+  pcall(ffi.cdef, "int pipe(int fds[2]); long write(int fd, const void *buf, unsigned long n); int close(int fd);")
+  local fds = ffi.new("int[2]")
+  T.eq(ffi.C.pipe(fds), 0)
+  local s = net.socket("router")
+  s:bind("inproc://seer-test-poll-fd")
+  T.eq(net.poll({ s, fds[0] }, 10), {})
+  ffi.C.write(fds[1], "x", 1)
+  T.eq(net.poll({ s, fds[0] }, 1000), { 2 })
+  ffi.C.close(fds[0])
+  ffi.C.close(fds[1])
+  s:close()
+end)
+
+T.test("net: misuse gives errors that say what to do", function()
+  T.raises(function() net.socket("pair") end, "unknown kind pair")
+  local s = net.socket("dealer")
+  T.raises(function() s:subscribe("") end, "subscribe needs a sub socket")
+  T.raises(function() s:bind("tcp://127.0.0.1:notaport") end, "bind tcp://127.0.0.1:notaport")
+  T.raises(function() s:send({ content = {} }) end, "msg.header is missing")
+  T.raises(function() s:send({ header = {}, content = { f = print } }) end, "message content")
+  T.raises(function() net.poll({ "x" }) end, "entry 1 is a string")
+  s:close()
+  T.raises(function() s:send({ header = {} }) end, "closed")
+  T.eq(tostring(s):match("closed") ~= nil, true)
+end)
