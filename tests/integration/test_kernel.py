@@ -391,6 +391,28 @@ class KernelTest(unittest.TestCase):
         kc.complete("seer.mod", 8)
         self.assertIn("model", kc.get_shell_msg(timeout=10)["content"]["matches"])
 
+    def test_complete_and_inspect_methods_of_a_real_model(self):
+        if not os.path.isdir(STORIES):
+            self.skipTest("the stories260K model is not here")
+        self.k.value(f"model = seer.model.load({json.dumps(STORIES)})")
+        kc = self.k.kc
+        kc.complete("model:gen", 9)
+        r = kc.get_shell_msg(timeout=10)["content"]
+        self.assertEqual(r["matches"], ["generate", "generate_iter"])
+        self.assertEqual((r["cursor_start"], r["cursor_end"]), (6, 9))
+        kc.complete("x = model.config.num_hi", 23)
+        self.assertEqual(kc.get_shell_msg(timeout=10)["content"]["matches"], ["num_hidden_layers"])
+        kc.complete("model.tokenizer:enc", 19)
+        self.assertIn("encode", kc.get_shell_msg(timeout=10)["content"]["matches"])
+        kc.inspect("model:generate", 14)
+        text = kc.get_shell_msg(timeout=10)["content"]["data"]["text/plain"]
+        self.assertIn("function Model:generate(input, opts)", text)
+        self.assertIn("@param", text)
+        kc.inspect("model", 5)
+        text = kc.get_shell_msg(timeout=10)["content"]["data"]["text/plain"]
+        self.assertIn("methods:", text)
+        self.assertIn("generate", text)
+
     def test_inspect_reads_luacats_comments(self):
         kc = self.k.kc
         kc.inspect("seer.read_file", 9)
