@@ -485,7 +485,6 @@ static int l_b64(lua_State *L) {
     size_t n;
     const unsigned char *s = (const unsigned char *)luaL_checklstring(L, 1, &n);
     static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    size_t out_n = 4 * ((n + 2) / 3);
     luaL_Buffer b;
     luaL_buffinit(L, &b);
     char chunk[LUAL_BUFFERSIZE];
@@ -510,7 +509,6 @@ static int l_b64(lua_State *L) {
     }
     luaL_addlstring(&b, chunk, o);
     luaL_pushresult(&b);
-    (void)out_n;
     return 1;
 }
 
@@ -724,7 +722,7 @@ static int read_connection(const char *path, conn_t *c, seer_err_t *err) {
     return SEER_OK;
 }
 
-static void *open_socket(kernel_t *k, int type, const conn_t *c, int which, seer_err_t *err) {
+static void *open_socket(kernel_t *k, int type, conn_t *c, int which, seer_err_t *err) {
     void *s = zmq_socket(k->ctx, type);
     if (!s) {
         seer_err_set(err, SEER_EIO, "zmq socket: %s", zmq_strerror(zmq_errno()));
@@ -742,7 +740,33 @@ static void *open_socket(kernel_t *k, int type, const conn_t *c, int which, seer
         zmq_close(s);
         return NULL;
     }
+    if (c->ports[which] == 0) {
+        char last[320];
+        size_t n = sizeof last;
+        const char *colon = zmq_getsockopt(s, ZMQ_LAST_ENDPOINT, last, &n) == 0 ? strrchr(last, ':') : NULL;
+        if (colon) c->ports[which] = atoi(colon + 1);
+    }
     return s;
+}
+
+/* Port 0 in the connection file means "pick one": the ports actually bound are written back
+ * (atomically) so the client that reads the file after the kernel started finds them. */
+static int write_back_ports(const char *path, const conn_t *c, seer_err_t *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return seer_err_set(err, SEER_EIO, "cannot reread %s: %s", path, strerror(errno));
+    char buf[16384];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    cJSON *j = cJSON_Parse(buf);
+    if (!j) return seer_err_set(err, SEER_EPARSE, "%s changed while the kernel started", path);
+    for (int i = 0; i < 5; i++) cJSON_ReplaceItemInObjectCaseSensitive(j, port_names[i], cJSON_CreateNumber(c->ports[i]));
+    char *text = cJSON_Print(j);
+    cJSON_Delete(j);
+    if (!text) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+    int rc = seer_host_write_file_atomic(path, text, strlen(text), err);
+    free(text);
+    return rc;
 }
 
 /* If the parent dies (a killed notebook server), so does the kernel: no orphans holding a
@@ -799,6 +823,8 @@ static int run_kernel(const char *conn_path) {
         logf_("%s", err.msg);
         goto out;
     }
+    int any_zero = 0;
+    for (int i = 0; i < 5; i++) any_zero |= strcmp(c.transport, "tcp") == 0 && c.ports[i] == 0;
     if (seer_net_key_new(&k->key, c.key, strlen(c.key), &err) < 0 || seer_net_uuid(k->session, &err) < 0) {
         logf_("%s", err.msg);
         goto out;
@@ -819,6 +845,10 @@ static int run_kernel(const char *conn_path) {
     if (!(k->shell = open_socket(k, ZMQ_ROUTER, &c, 0, &err)) || !(k->iopub = open_socket(k, ZMQ_PUB, &c, 1, &err)) ||
         !(k->stdin_sock = open_socket(k, ZMQ_ROUTER, &c, 2, &err)) ||
         !(k->control = open_socket(k, ZMQ_ROUTER, &c, 3, &err)) || !(k->hb = open_socket(k, ZMQ_REP, &c, 4, &err))) {
+        logf_("%s", err.msg);
+        goto out;
+    }
+    if (any_zero && write_back_ports(conn_path, &c, &err) < 0) {
         logf_("%s", err.msg);
         goto out;
     }

@@ -671,6 +671,38 @@ class LifecycleTest(unittest.TestCase):
             os.kill(kpid, signal.SIGKILL)
             self.fail("the kernel outlived its parent")
 
+    def test_port_zero_is_written_back(self):
+        d = seertest.tmpdir(self)
+        conn = os.path.join(d, "conn.json")
+        with open(conn, "w") as f:
+            json.dump({"transport": "tcp", "ip": "127.0.0.1", "key": "secret", "signature_scheme": "hmac-sha256",
+                       "shell_port": 0, "iopub_port": 0, "stdin_port": 0, "control_port": 0, "hb_port": 0,
+                       "kernel_name": "seer"}, f)
+        proc = subprocess.Popen([seertest.SEER, "kernel", "-f", conn], env=seertest.env(),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.addCleanup(lambda: (proc.kill(), proc.wait(), proc.stderr.close()))
+        deadline = time.monotonic() + 10
+        info = {}
+        while time.monotonic() < deadline:
+            try:
+                with open(conn) as f:
+                    info = json.load(f)
+            except ValueError:
+                info = {}
+            if info.get("shell_port"):
+                break
+            time.sleep(0.02)
+        self.assertTrue(all(info[p] > 0 for p in ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")))
+        self.assertEqual(info["kernel_name"], "seer", "other fields are kept")
+        from jupyter_client.blocking import BlockingKernelClient
+        kc = BlockingKernelClient(connection_file=conn)
+        kc.load_connection_file()
+        kc.start_channels()
+        self.addCleanup(kc.stop_channels)
+        kc.wait_for_ready(timeout=10)
+        kc.shutdown()
+        self.assertEqual(proc.wait(timeout=10), 0)
+
     def test_bad_connection_files(self):
         d = seertest.tmpdir(self)
         r = seertest.run(["kernel", "-f", os.path.join(d, "missing.json")])
