@@ -1122,8 +1122,8 @@ function M.attach(transport)
     if not h then return nil end
     local ok, content = pcall(json.decode, content_json)
     if not ok or type(content) ~= "table" then
-      return json.encode({ status = "error", ename = "KernelError", evalue = "request content is not a JSON object",
-        traceback = array() })
+      local why = ok and "request content is not a JSON object" or ("request content: " .. tostring(content))
+      return json.encode({ status = "error", ename = "KernelError", evalue = why, traceback = array({ why }) })
     end
     local reply, stop = h(content)
     if reply == nil then return nil end

@@ -560,7 +560,12 @@ class InterruptTest(unittest.TestCase):
         make_model(cls.dir, 48, 8192, 32)
         cls.k = Kernel(SPEC)
         cls.k.value(f"m = seer.model.load({json.dumps(cls.dir)}, {{tokenizer = false}})\n"
-                    "ids = {} for i = 1, 4096 do ids[i] = i % 30 + 1 end")
+                    "function make_ids(n) local t = {} for i = 1, n do t[i] = i % 30 + 1 end return t end")
+        # Attention dominates, so a forward's time grows with the square of its length: size the
+        # prompt so the forward takes about 8 s here (at most 8192 tokens), whatever the machine.
+        t = float(cls.k.value("local t0 = seer.now() m:forward(make_ids(1024)) return seer.now() - t0"))
+        n = int(min(8192, max(2048, 1024 * (8.0 / max(t, 1e-3)) ** 0.5)))
+        cls.k.value(f"ids = make_ids({n})")
 
     @classmethod
     def tearDownClass(cls):
@@ -575,6 +580,7 @@ class InterruptTest(unittest.TestCase):
         self.assertEqual(reply["evalue"], "interrupted")
         self.assertLess(outs[-1][0] - t_int, within, "the interrupt took too long to land")
         self.assertEqual(self.k.value("1+1"), "2")
+        return reply
 
     def test_busy_loop_sigint(self):
         self.interrupted("while true do end", self.k.km.interrupt_kernel)
@@ -584,7 +590,9 @@ class InterruptTest(unittest.TestCase):
                          self.k.km.interrupt_kernel)
 
     def test_long_forward_sigint(self):
-        self.interrupted("local logits = m:forward(ids)", self.k.km.interrupt_kernel, after=1.0)
+        reply = self.interrupted("local logits = m:forward(ids)", self.k.km.interrupt_kernel, after=1.0)
+        self.assertIn("[C]: in function 'forward'", "\n".join(reply["traceback"]),
+                      "the interrupt must land inside the forward pass, between layers")
 
     def test_generation_sigint(self):
         self.interrupted("local out = m:generate({1, 2, 3}, {max_new_tokens = 8000, min_new_tokens = 8000})",
