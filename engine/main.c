@@ -42,7 +42,8 @@ static const seer_command_t commands[] = {
      cmd_model},
     {"kernel", "the Jupyter kernel for Lua (kernel -f FILE), or install its kernelspec",
      "usage: seer kernel -f CONNECTION_FILE\n"
-     "       seer kernel install [--user | --prefix PREFIX] [--name NAME] [--display-name TEXT]\n\n"
+     "       seer kernel install [--user | --prefix PREFIX] [--name NAME] [--display-name TEXT]\n"
+     "                           [--interrupt-mode signal|message]\n\n"
      "The first form is what Jupyter runs (the kernelspec's argv); the second writes kernel.json\n"
      "so JupyterLab, nbclient and jupyter_client find the kernel.\n",
      cmd_kernel},

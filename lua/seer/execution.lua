@@ -276,7 +276,9 @@ local function create(workspace, opts, models, sandbox)
   init(("package.path = %q .. package.path"):format(workspace_dir .. "/?.lua;" .. workspace_dir .. "/?/init.lua;"), true)
   if models and #models > 0 and workspace.preload_models then
     local path_of = (sandbox and sandbox.model_path) and function(name, rev) return sandbox:model_path(name, rev) end
-                    or function(name) return name end
+                    -- A local directory is passed as an absolute path (the kernel runs in the
+                    -- workspace directory); anything else is a hub id for the model cache.
+                    or function(name) return core.realpath(name) or name end
     for _, m in ipairs(models) do init(load_code(m, path_of), workspace.hidden_model_loading or m.hidden) end
     s.model_info_text = M.model_info_text(models)
   end

@@ -315,6 +315,8 @@ local function write_args(name, fname, ...)
   C.stream(name, table.concat(parts))
 end
 
+local notebook_files = setmetatable({}, { __mode = "k" })
+
 local function make_file(name)
   local f = {}
   local methods = {}
@@ -328,7 +330,9 @@ local function make_file(name)
   function methods.seek() return nil, "cannot seek the notebook's " .. name end
   function methods.read() return nil, "the notebook's " .. name .. " is not readable" end
   function methods.lines() error("the notebook's " .. name .. " is not readable", 2) end
-  return setmetatable(f, { __index = methods, __tostring = function() return "file (notebook " .. name .. ")" end })
+  setmetatable(f, { __index = methods, __tostring = function() return "file (notebook " .. name .. ")" end })
+  notebook_files[f] = true
+  return f
 end
 
 local function read_line(prompt)
@@ -825,6 +829,9 @@ local function execute(content)
       C.flush()
       if ok then
         local n = res.n
+        -- `io.write(...)` as the last line returns the notebook's stdout; showing that file
+        -- after the text it just wrote is noise, so a lone notebook file is no result.
+        if n == 2 and getmetatable(res[2]) and notebook_files[res[2]] then n = 1 end
         if n > 1 and not silent and not quiet then
           local data, md = bundle_of(unpack(res, 2, n))
           output_text = data["text/plain"]
