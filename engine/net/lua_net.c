@@ -67,6 +67,12 @@ static int l_socket(lua_State *L) {
     zmq_setsockopt(s->sock, ZMQ_LINGER, &zero, sizeof zero);
     /* A client that reconnects under the same identity takes its route over (as ipykernel). */
     if (type == ZMQ_ROUTER) zmq_setsockopt(s->sock, ZMQ_ROUTER_HANDOVER, &one, sizeof one);
+    /* seer connects to processes it has just started (kernels, the notebook server): with
+     * ZMQ's default 100 ms retry, a connect that races the peer's bind costs 100 ms. Retry
+     * after 5 ms, backing off to 1 s for peers that are really gone. */
+    int ivl = 5, ivl_max = 1000;
+    zmq_setsockopt(s->sock, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
+    zmq_setsockopt(s->sock, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof ivl_max);
     return 1;
 }
 

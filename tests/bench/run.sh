@@ -72,6 +72,8 @@ if "$PY" -c 'import jupyter_client, ipykernel' 2>/dev/null; then
 else
   echo "  skipped: /usr/bin/python3 has no jupyter_client/ipykernel (make setup)"
 fi
+echo "== notebook sessions: seer.execution -> seer notebook serve -> seer kernel"
+"$SEER" tests/bench/notebook.lua
 
 # Model: seer vs transformers (eager) on the same checkpoint, same thread count, same workload
 # (prefill of a PREFILL-token prompt, best of BENCH_REPEAT; DECODE greedy new tokens; load time).
