@@ -99,6 +99,13 @@ void seer_host_interrupt_disarm(lua_State *L) {
 
 bool seer_host_interrupted(void) { return g_sig_count > 0; }
 
+int seer_host_interrupt_raise(lua_State *L) {
+    lua_sethook(L, NULL, 0, 0);
+    g_hook_fired = 1;
+    g_sig_count = 0;
+    return luaL_error(L, "interrupted");
+}
+
 void seer_host_interrupt_clear(void) {
     g_sig_count = 0;
     g_hook_fired = 0;

@@ -51,6 +51,12 @@ int seer_host_repl(seer_host_t *h);
 bool seer_host_interrupted(void);
 void seer_host_interrupt_clear(void);
 
+/* For C functions that notice seer_host_interrupted() while they wait or compute: raises the
+ * Lua error "interrupted" (never returns). The pending interrupt hook is cleared first (it would
+ * otherwise fire inside the error handler: "error in error handling") and the interrupt is
+ * recorded, so seer_host_pcall reports SEER_EINTR (exit status 130) as for a hook check. */
+int seer_host_interrupt_raise(lua_State *L);
+
 /* Writes data to path through a temporary file in the same directory, fsync and rename, so a
  * crash leaves either the old file or the new one, never a half-written one. */
 int seer_host_write_file_atomic(const char *path, const void *data, size_t n, seer_err_t *err);

@@ -41,7 +41,7 @@ typedef struct {
  * would otherwise fire inside the error handler ("error in error handling") and the message and
  * traceback would be lost; this error already says "interrupted". */
 static int raise_err(lua_State *L, const seer_err_t *err) {
-    if (err->code == SEER_EINTR) lua_sethook(L, NULL, 0, 0);
+    if (err->code == SEER_EINTR) return seer_host_interrupt_raise(L);
     return luaL_error(L, "%s", err->msg);
 }
 

@@ -166,7 +166,7 @@ static long long now_ms(void) {
 /* A signal that is not Ctrl-C (SIGCHLD with a handler, say) must not end a wait early; Ctrl-C
  * becomes the "interrupted" error, as Lua code sees it everywhere else. */
 static int remaining(lua_State *L, long long deadline, int timeout) {
-    if (seer_host_interrupted()) luaL_error(L, "interrupted");
+    if (seer_host_interrupted()) seer_host_interrupt_raise(L);
     if (timeout < 0) return -1;
     long long left = deadline - now_ms();
     return left > 0 ? (int)left : 0;

@@ -70,13 +70,6 @@ local function request(msg_type, content, opts)
         server = nil
         error(("the notebook server %s while handling %s; its log is on this process's stderr"):format(how, msg_type), 0)
       end
-      if core.interrupted() then
-        -- Ctrl-C in the experiment: pass it on to the kernel, keep waiting for the reply.
-        if content and content.session_id and not opts.interrupt_sent then
-          opts.interrupt_sent = true
-          pcall(request, "interrupt", { session_id = content.session_id }, { timeout_ms = 5000 })
-        end
-      end
       if deadline and process.now_ms() > deadline then
         error(("the notebook server did not answer %s within %d ms"):format(msg_type, opts.timeout_ms), 0)
       end
