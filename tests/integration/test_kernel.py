@@ -794,11 +794,11 @@ class NotebookTest(unittest.TestCase):
         self.assertIn("stop here", str(cm.exception))
 
     def test_shared_example_cells(self):
-        """../shared/examples/notebook-cells.lua, cell by cell, on a random 32-layer Llama with the
+        """The design example notebook-cells.lua (copied into tests/fixtures/examples), cell by cell, on a random 32-layer Llama with the
         stories260K tokenizer (the cells use layers 20 and 28)."""
-        example = os.path.join(seertest.ROOT, "..", "shared", "examples", "notebook-cells.lua")
+        example = os.path.join(seertest.ROOT, "tests", "fixtures", "examples", "notebook-cells.lua")
         if not os.path.exists(example) or not os.path.isdir(STORIES):
-            self.skipTest("../shared/examples/notebook-cells.lua or the stories260K model is not here")
+            self.skipTest("tests/fixtures/examples/notebook-cells.lua or the stories260K model is not here")
         d = seertest.tmpdir(self)
         make_model(d, 32, 512, 512)
         for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
