@@ -135,6 +135,9 @@ function Server:start_kernel(s)
     c:close()
     error("the kernel did not start: " .. why .. (s.kernel_log and (" (its log: " .. s.kernel_log .. ")") or ""), 0)
   end
+  -- The connection file holds the kernel's key; the kernel has read it and this server keeps
+  -- the connection in memory, so it does not stay on disk for a crash to leave behind.
+  if c.connection_file then os.remove(c.connection_file); c.connection_file = nil end
   s.kernel, s.dead = c, nil
   s.nb.doc.metadata.language_info = info.language_info or s.nb.doc.metadata.language_info
   return info
