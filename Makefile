@@ -7,7 +7,7 @@ WERROR   ?= 1
 SANITIZE ?=
 CC       ?= cc
 
-PKGS      := luajit libcjson libpcre2-8 libzmq libcrypto libmicrohttpd libpng
+PKGS      := luajit libcjson libpcre2-8 libzmq libcrypto libmicrohttpd libpng libcurl
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
@@ -88,6 +88,7 @@ unit: $(UNIT_BIN)
 
 setup:
 	@bash tools/setup.sh
+	@bash tools/setup-python.sh
 
 test: $(SEER_BIN) $(UNIT_BIN)
 	@SEER=$(CURDIR)/$(SEER_BIN) SEER_BUILD=$(BUILD) UNIT_BINS="$(UNIT_BIN)" bash tests/run.sh

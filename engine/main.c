@@ -26,6 +26,7 @@ static int cmd_version(int argc, char **argv);
 static int cmd_model(int argc, char **argv);
 static int cmd_kernel(int argc, char **argv);
 static int cmd_notebook(int argc, char **argv);
+static int cmd_mcp(int argc, char **argv);
 
 static const seer_command_t commands[] = {
     {"help", "show help for seer or for one command",
@@ -52,6 +53,15 @@ static const seer_command_t commands[] = {
      "Serves notebook sessions for seer.execution and seer mcp notebook: starts kernels, writes\n"
      "each notebook atomically as cells finish, and serves the live view at jupyter_url.\n",
      cmd_notebook},
+    {"mcp", "MCP servers for agents: notebook (and cli, rpc), over stdio or streamable HTTP",
+     "usage: seer mcp notebook [--session-id ID] [--jupyter-url URL] [--output-dir DIR]\n"
+     "                         [--http HOST:PORT [--token T] [--allow-origin O]...]\n"
+     "       seer mcp cli ...   (needs sandboxes)\n"
+     "       seer mcp rpc ...   (needs scoped sandboxes)\n\n"
+     "Serves MCP (protocol 2025-06-18 and 2025-11-25) on stdin/stdout by default. Options are\n"
+     "also read from SEER_SESSION_ID, SEER_NOTEBOOK_URL and SEER_NOTEBOOK_OUTPUT_DIR, which a\n"
+     "session's mcp_config sets.\n",
+     cmd_mcp},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
@@ -146,6 +156,8 @@ static int cmd_kernel(int argc, char **argv) {
     }
     return seer_kernel_main(argc, argv);
 }
+
+static int cmd_mcp(int argc, char **argv) { return run_lua_command("seer", "seer.cli.mcp", argc - 1, argv + 1); }
 
 static int cmd_notebook(int argc, char **argv) {
     return run_lua_command("seer", "seer.cli.notebook", argc - 1, argv + 1);

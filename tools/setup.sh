@@ -12,17 +12,18 @@ for p in "${pkgs[@]}"; do
 done
 if [[ ${#missing[@]} -eq 0 ]]; then
   echo "setup: all ${#pkgs[@]} packages present"
-  exit 0
+else
+  cmd=(apt-get install -y --no-install-recommends "${missing[@]}")
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "setup: missing packages: ${missing[*]}" >&2
+    echo "setup: run this, then make again:" >&2
+    echo "  sudo apt-get update && sudo ${cmd[*]}" >&2
+    exit 1
+  fi
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  "${cmd[@]}" -qq
+  echo "setup: done"
 fi
-cmd=(apt-get install -y --no-install-recommends "${missing[@]}")
-if [[ $(id -u) -ne 0 ]]; then
-  echo "setup: missing packages: ${missing[*]}" >&2
-  echo "setup: run this, then make again:" >&2
-  echo "  sudo apt-get update && sudo ${cmd[*]}" >&2
-  exit 1
-fi
-echo "setup: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-"${cmd[@]}" -qq
-echo "setup: done"
+
