@@ -20,7 +20,24 @@ local REQUEST_TIMEOUT_MS = 60000
 ---------------------------------------------------------------------------------------------
 -- the notebook server of this process
 
-local server -- {child, sock, key, token, endpoint}
+local server -- this process's own server: {child, sock, key, token, endpoint, url, session, sessions, inbox}
+
+-- How a request waits for its reply. By default it blocks this process on the socket; a host
+-- that runs several things at once (seer mcp notebook runs each tool call in a coroutine)
+-- installs a waiter that yields instead. wait(sock, timeout_ms, ready) returns when sock may be
+-- readable, ready() is true (a reply was already moved to this request's inbox by another
+-- request), or timeout_ms passed.
+local function default_wait(sock, timeout_ms, ready)
+  if ready() then return end
+  net.poll({ sock }, timeout_ms)
+end
+local wait = default_wait
+
+---Installs how requests wait for replies (nil restores blocking). See default_wait above.
+---@param fn? fun(sock: seernet.socket, timeout_ms: integer, ready: fun(): boolean)
+function M.set_waiter(fn)
+  wait = fn or default_wait
+end
 
 local function start_server()
   if server and server.child:alive() then return server end
@@ -43,38 +60,78 @@ local function start_server()
   local sock = net.socket("dealer", key)
   sock:connect(info.endpoint)
   server = { child = child, sock = sock, key = key, token = token, endpoint = info.endpoint, url = info.url,
-             session = net.uuid(), sessions = 0 }
+             session = net.uuid(), sessions = 0, inbox = {}, owned = true }
   return server
 end
 
--- Sends a request and waits for its reply; `output` messages that arrive first go to on_output.
-local function request(msg_type, content, opts)
+-- Moves every message queued on the server's socket into the inbox of the request it answers
+-- (several requests may be in flight when requests run in coroutines). Messages that answer
+-- no pending request (a request given up after a timeout) are dropped.
+local function pump(srv)
+  while true do
+    local ok, msg = pcall(srv.sock.recv, srv.sock, 0)
+    if not ok then
+      io.stderr:write("seer.execution: ", tostring(msg), "\n")
+    elseif not msg then
+      return
+    else
+      local id = type(msg.parent_header) == "table" and msg.parent_header.msg_id
+      local box = id and srv.inbox[id]
+      if box then box[#box + 1] = msg end
+    end
+  end
+end
+
+-- Sends a request to a notebook server (this process's own, or one a session attached to)
+-- and waits for its reply; `output` messages that arrive first go to opts.on_output.
+local function request_on(srv, msg_type, content, opts)
   opts = opts or {}
-  local srv = start_server()
   local header = net.header(msg_type .. "_request", srv.session)
+  local box = {}
+  srv.inbox[header.msg_id] = box
   srv.sock:send{ header = header, parent_header = {}, metadata = {}, content = content or {} }
   local deadline = opts.timeout_ms and (process.now_ms() + opts.timeout_ms) or nil
-  while true do
-    local msg = srv.sock:recv(100)
-    if msg then
-      if msg.parent_header.msg_id == header.msg_id then
+  local ready = function() return #box > 0 end
+  local ok, res = pcall(function()
+    local quiet_since = process.now_ms()
+    while true do
+      pump(srv)
+      while #box > 0 do
+        local msg = table.remove(box, 1)
+        quiet_since = process.now_ms()
         if msg.header.msg_type == "output" then
           if opts.on_output then opts.on_output(msg.content) end
         else
           return msg.content
         end
       end
-    else
-      local alive, how = srv.child:alive()
-      if not alive then
-        server = nil
-        error(("the notebook server %s while handling %s; its log is on this process's stderr"):format(how, msg_type), 0)
+      if srv.child then
+        local alive, how = srv.child:alive()
+        if not alive then
+          if srv == server then server = nil end
+          error(("the notebook server %s while handling %s; its log is on this process's stderr"):format(how, msg_type), 0)
+        end
+      elseif srv.probe and process.now_ms() - quiet_since > 10000 then
+        -- A server this process did not start: every 10 s of silence, check it still answers.
+        quiet_since = process.now_ms()
+        local alive, why = srv.probe()
+        if not alive then
+          error(("the notebook server at %s stopped answering while handling %s (%s)"):format(srv.endpoint, msg_type, why), 0)
+        end
       end
       if deadline and process.now_ms() > deadline then
         error(("the notebook server did not answer %s within %d ms"):format(msg_type, opts.timeout_ms), 0)
       end
+      wait(srv.sock, 100, ready)
     end
-  end
+  end)
+  srv.inbox[header.msg_id] = nil
+  if not ok then error(res, 0) end
+  return res
+end
+
+local function request(msg_type, content, opts)
+  return request_on(start_server(), msg_type, content, opts)
 end
 
 local function check(reply, what)
@@ -104,11 +161,35 @@ Session.__name = "NotebookSession"
 ---@field cell_index integer|nil 0-based index among code cells (nil for hidden executions)
 ---@field truncated boolean true when outputs were cut to the output limit (the notebook has all)
 
+-- Requests of a session go to the server it lives on: this process's own, or the one it attached to.
+function Session:_request(msg_type, content, opts)
+  if self._remote then return request_on(self._remote, msg_type, content, opts) end
+  return request(msg_type, content, opts)
+end
+
+-- The text of nbformat outputs: streams and text/plain results.
+local function outputs_text(outputs)
+  local text = {}
+  for _, o in ipairs(outputs or {}) do
+    if o.output_type == "stream" then text[#text + 1] = o.text
+    elseif o.data and o.data["text/plain"] then text[#text + 1] = o.data["text/plain"] .. "\n" end
+  end
+  return table.concat(text)
+end
+
+local function exec_result(r)
+  return { outputs = r.outputs, text = outputs_text(r.outputs),
+           execution_count = r.execution_count ~= json.null and r.execution_count or nil,
+           cell_index = r.cell_index, truncated = r.truncated, result = r.result,
+           error = r.result ~= "ok" and (r.error or { ename = "Error", evalue = "" }) or nil }
+end
+
 ---Runs code in the kernel. With `hidden = true` no notebook cell is created. A kernel error is
----raised as the Lua error "ename: evalue" (the cell and its traceback are in the notebook).
----`timeout` (seconds) interrupts a cell that runs too long.
+---raised as the Lua error "ename: evalue" (the cell and its traceback are in the notebook);
+---with `raise = false` it is returned instead (`result = "error"`, `error = {ename, evalue,
+---traceback}`). `timeout` (seconds) interrupts a cell that runs too long.
 ---@param code string
----@param opts? {hidden?: boolean, timeout?: number, max_output?: integer, on_output?: fun(output: table)}
+---@param opts? {hidden?: boolean, timeout?: number, max_output?: integer, on_output?: fun(output: table), raise?: boolean}
 ---@return seerexecution.exec_result
 function Session:exec(code, opts)
   if type(self) ~= "table" or getmetatable(self) ~= Session then
@@ -116,20 +197,13 @@ function Session:exec(code, opts)
   end
   if type(code) ~= "string" then error("session:exec: code must be a string", 2) end
   opts = opts or {}
-  local r = check(request("execute", { session_id = self.session_id, code = code, hidden = opts.hidden or false,
-                                       timeout = opts.timeout, max_output = opts.max_output,
-                                       stream = opts.on_output and true or false },
-                          { on_output = opts.on_output }), "session:exec")
-  local text = {}
-  for _, o in ipairs(r.outputs or {}) do
-    if o.output_type == "stream" then text[#text + 1] = o.text
-    elseif o.data and o.data["text/plain"] then text[#text + 1] = o.data["text/plain"] .. "\n" end
-  end
-  local res = { outputs = r.outputs, text = table.concat(text), execution_count = r.execution_count ~= json.null and r.execution_count or nil,
-                cell_index = r.cell_index, truncated = r.truncated }
-  if r.result ~= "ok" then
-    local e = r.error or {}
-    error(("%s: %s"):format(e.ename or "Error", e.evalue or ""), 0)
+  local r = check(self:_request("execute", { session_id = self.session_id, code = code, hidden = opts.hidden or false,
+                                             timeout = opts.timeout, max_output = opts.max_output,
+                                             stream = opts.on_output and true or false },
+                                { on_output = opts.on_output }), "session:exec")
+  local res = exec_result(r)
+  if res.error and opts.raise ~= false then
+    error(("%s: %s"):format(res.error.ename or "Error", res.error.evalue or ""), 0)
   end
   return res
 end
@@ -149,40 +223,59 @@ end
 ---@return integer
 function Session:add_markdown(text)
   if type(text) ~= "string" then error("session:add_markdown: text must be a string", 2) end
-  return check(request("add_markdown", { session_id = self.session_id, content = text }), "session:add_markdown").cell_number
+  return check(self:_request("add_markdown", { session_id = self.session_id, content = text }), "session:add_markdown").cell_number
 end
 
 ---Re-runs a code cell with new source (index among code cells, 0-based; negative from the end).
+---A kernel error is returned (`result = "error"`, `error`), not raised.
 ---@param code string
 ---@param cell_index? integer default -1 (the last code cell)
+---@param opts? {timeout?: number, max_output?: integer, on_output?: fun(output: table)}
 ---@return seerexecution.exec_result
-function Session:edit_cell(code, cell_index)
-  local r = check(request("edit_cell", { session_id = self.session_id, code = code, cell_index = cell_index or -1 }),
-                  "session:edit_cell")
-  return { outputs = r.outputs, execution_count = r.execution_count, cell_index = r.cell_index, result = r.result, error = r.error }
+function Session:edit_cell(code, cell_index, opts)
+  opts = opts or {}
+  local r = check(self:_request("edit_cell", { session_id = self.session_id, code = code, cell_index = cell_index or -1,
+                                               timeout = opts.timeout, max_output = opts.max_output,
+                                               stream = opts.on_output and true or false },
+                                { on_output = opts.on_output }), "session:edit_cell")
+  return exec_result(r)
+end
+
+---The notebook's cells (nbformat dicts), `limit` of them from the 0-based `start`.
+---@param start? integer
+---@param limit? integer
+---@return table {cells, total, notebook_path}
+function Session:read_notebook(start, limit)
+  return check(self:_request("read_notebook", { session_id = self.session_id, start = start, limit = limit },
+                             { timeout_ms = REQUEST_TIMEOUT_MS }), "session:read_notebook")
 end
 
 ---Interrupts the running cell (if any).
 function Session:interrupt()
-  check(request("interrupt", { session_id = self.session_id }, { timeout_ms = REQUEST_TIMEOUT_MS }), "session:interrupt")
+  check(self:_request("interrupt", { session_id = self.session_id }, { timeout_ms = REQUEST_TIMEOUT_MS }), "session:interrupt")
 end
 
 ---Starts a fresh kernel (after a crash, or to reset state) and replays the hidden start-up
 ---(model loading, init code). The notebook keeps its cells.
 function Session:restart()
-  check(request("restart", { session_id = self.session_id }), "session:restart")
+  check(self:_request("restart", { session_id = self.session_id }), "session:restart")
 end
 
 ---The session's state: "idle", "busy" or "dead" (with dead_reason), the kernel's pid.
 ---@return table
 function Session:info()
-  return check(request("session_info", { session_id = self.session_id }, { timeout_ms = REQUEST_TIMEOUT_MS }), "session:info")
+  return check(self:_request("session_info", { session_id = self.session_id }, { timeout_ms = REQUEST_TIMEOUT_MS }), "session:info")
 end
 
----Stops the kernel; the notebook stays on disk. The notebook server ends with the last session.
+---Stops the kernel; the notebook stays on disk. This process's notebook server ends with its
+---last session; a server the session attached to (attach_notebook_session) keeps running.
 function Session:terminate()
   if self.terminated then return end
   self.terminated = true
+  if self._remote then
+    pcall(request_on, self._remote, "shutdown_session", { session_id = self.session_id }, { timeout_ms = REQUEST_TIMEOUT_MS })
+    return
+  end
   if not server then return end
   pcall(request, "shutdown_session", { session_id = self.session_id }, { timeout_ms = REQUEST_TIMEOUT_MS })
   server.sessions = server.sessions - 1
@@ -343,6 +436,67 @@ function M.continue_notebook(path, opts)
   server.sessions = server.sessions + 1
   return setmetatable({ session_id = r.session_id, jupyter_url = r.jupyter_url, notebook_path = r.notebook_path,
                         model_info_text = "" }, Session), r
+end
+
+---------------------------------------------------------------------------------------------
+-- attaching to a session of another process's notebook server
+
+local attached = {} -- endpoint -> server record, shared by the sessions attached through it
+
+-- The notebook server behind a jupyter_url: its live view answers GET /api/info (with the
+-- URL's token) with the ZMQ endpoint and key of its request socket.
+local function remote_server(jupyter_url, timeout_ms)
+  local http_get = require "seer.mcp.http_get"
+  local host, port, path = http_get.parse_url(jupyter_url)
+  if not host then error("attach_notebook_session: jupyter_url: " .. port, 0) end
+  local token = path:match("[?&]token=([^&#]+)")
+  if not token then
+    error("attach_notebook_session: jupyter_url has no ?token=...; use the session's jupyter_url exactly as it was given", 0)
+  end
+  local hosthdr = host:find(":", 1, true) and ("[" .. host .. "]") or host
+  local info_url = ("http://%s:%d/api/info?token=%s"):format(hosthdr, port, token)
+  local res, err = http_get.get(info_url, { timeout_ms = timeout_ms or 5000 })
+  if not res then error(("attach_notebook_session: cannot reach the notebook server at %s:%d: %s"):format(host, port, err), 0) end
+  if res.status == 403 then
+    error(("attach_notebook_session: the notebook server at %s:%d refused the token in jupyter_url"):format(host, port), 0)
+  end
+  local ok, info = pcall(json.decode, res.body)
+  if res.status ~= 200 or not ok or type(info) ~= "table" or type(info.endpoint) ~= "string" or type(info.key) ~= "string" then
+    error(("attach_notebook_session: %s:%d is not a seer notebook server (GET /api/info answered %d)"):format(host, port, res.status), 0)
+  end
+  -- A server that binds every interface reports it as such; reach it at the URL's host.
+  local endpoint = info.endpoint:gsub("^tcp://0%.0%.0%.0:", "tcp://" .. hosthdr .. ":"):gsub("^tcp://%*:", "tcp://" .. hosthdr .. ":")
+  local srv = attached[endpoint]
+  if srv and srv.key == info.key then return srv end
+  local sock = net.socket("dealer", info.key)
+  sock:connect(endpoint)
+  srv = { sock = sock, key = info.key, endpoint = endpoint, session = net.uuid(), inbox = {}, owned = false,
+          probe = function()
+            local r, why = http_get.get(info_url, { timeout_ms = 2000 })
+            if not r then return false, why end
+            return true
+          end }
+  attached[endpoint] = srv
+  return srv
+end
+
+---A session that lives on another process's notebook server (an experiment's session, from its
+---`jupyter_url` and `session_id`, as a session's mcp_config passes them to seer mcp notebook).
+---The returned session works like any other; terminate() shuts down its kernel but never the
+---server, which belongs to the process that started it.
+---@param jupyter_url string `http://HOST:PORT/notebooks/<id>?token=T`
+---@param session_id string
+---@param opts? {timeout_ms?: integer}
+---@return seerexecution.NotebookSession
+function M.attach_notebook_session(jupyter_url, session_id, opts)
+  opts = opts or {}
+  if type(jupyter_url) ~= "string" or jupyter_url == "" then error("attach_notebook_session: jupyter_url must be a string", 2) end
+  if type(session_id) ~= "string" or session_id == "" then error("attach_notebook_session: session_id must be a string", 2) end
+  local srv = remote_server(jupyter_url, opts.timeout_ms)
+  local r = request_on(srv, "session_info", { session_id = session_id }, { timeout_ms = opts.timeout_ms or 10000 })
+  if r.status == "error" then error(("attach_notebook_session: %s: %s"):format(r.ename, r.evalue), 0) end
+  return setmetatable({ session_id = session_id, jupyter_url = r.jupyter_url ~= json.null and r.jupyter_url or jupyter_url,
+                        notebook_path = r.notebook_path, model_info_text = "", attached = true, _remote = srv }, Session)
 end
 
 return M

@@ -1,0 +1,124 @@
+--- `seer mcp`: MCP servers for agents (docs/mcp.md). `seer mcp notebook` serves the notebook
+--- tools over stdio (default) or streamable HTTP; `cli` and `rpc` need subsystems this build
+--- does not have yet and say so.
+local M = {}
+
+local USAGE = [[
+usage: seer mcp notebook [--session-id ID] [--jupyter-url URL] [--output-dir DIR] [--max-output CHARS]
+                         [--http HOST:PORT [--token T] [--allow-origin ORIGIN]...]
+       seer mcp cli ...   (needs sandboxes; not available yet)
+       seer mcp rpc ...   (needs scoped sandboxes; not available yet)
+
+Serves MCP (protocol 2025-06-18 and 2025-11-25) on stdin/stdout by default: one JSON-RPC
+message per line; logs go to stderr. The notebook tools: start_new_session, attach_to_session,
+start_session_resume_notebook, start_session_continue_notebook, execute_code, edit_cell,
+add_markdown, read_notebook, interrupt, shutdown_session.
+
+  --session-id ID, --jupyter-url URL  attach to this session at start (SEER_SESSION_ID,
+                                      SEER_NOTEBOOK_URL; a session's mcp_config sets both)
+  --output-dir DIR     where new notebooks go (SEER_NOTEBOOK_OUTPUT_DIR; default ./outputs)
+  --max-output CHARS   text returned per cell before it is cut (default 20000; the notebook
+                       keeps everything)
+  --http HOST:PORT     serve streamable HTTP at http://HOST:PORT/mcp instead of stdio
+                       (port 0 picks one; the URL is printed on stderr)
+  --token T            the bearer token HTTP clients must send (SEER_MCP_TOKEN; generated and
+                       printed on stderr when unset)
+  --allow-origin O     a browser Origin allowed besides the server's own (repeatable)]]
+
+local function usage_error(msg)
+  io.stderr:write("seer mcp: ", msg, "\n", USAGE, "\n")
+  io.stderr:flush()
+  os.exit(2)
+end
+
+local function parse_notebook_args(args)
+  local o = { session_id = os.getenv("SEER_SESSION_ID"), jupyter_url = os.getenv("SEER_NOTEBOOK_URL"),
+              output_dir = os.getenv("SEER_NOTEBOOK_OUTPUT_DIR"), token = os.getenv("SEER_MCP_TOKEN"),
+              allow_origins = {} }
+  local i = 1
+  while i <= #args do
+    local a = args[i]
+    local name, inline = a:match("^(%-%-[%w-]+)=(.*)$")
+    if name then a = name end
+    local function value()
+      if inline then return inline end
+      i = i + 1
+      if args[i] == nil then usage_error(a .. " needs a value") end
+      return args[i]
+    end
+    if a == "--session-id" then o.session_id = value()
+    elseif a == "--jupyter-url" then o.jupyter_url = value()
+    elseif a == "--output-dir" then o.output_dir = value()
+    elseif a == "--max-output" then
+      o.max_output = tonumber(value())
+      if not o.max_output or o.max_output < 1 or o.max_output ~= math.floor(o.max_output) then
+        usage_error("--max-output needs a positive whole number of characters")
+      end
+    elseif a == "--http" then o.http = value()
+    elseif a == "--token" then o.token = value()
+    elseif a == "--allow-origin" then o.allow_origins[#o.allow_origins + 1] = value()
+    elseif a == "-h" or a == "--help" then print(USAGE) os.exit(0)
+    else usage_error("unknown option " .. a) end
+    i = i + 1
+  end
+  for _, k in ipairs{ "session_id", "jupyter_url", "output_dir", "token" } do
+    if o[k] == "" then o[k] = nil end
+  end
+  if (o.session_id == nil) ~= (o.jupyter_url == nil) then
+    usage_error(o.session_id and "a session id needs its jupyter_url too (--jupyter-url or SEER_NOTEBOOK_URL)"
+                or "a jupyter_url needs the session id too (--session-id or SEER_SESSION_ID)")
+  end
+  if o.http then
+    local host, port = o.http:match("^%[?([^%]]*)%]?:(%d+)$")
+    if not host or host == "" or tonumber(port) > 65535 then usage_error("--http needs HOST:PORT, e.g. 127.0.0.1:8765") end
+    o.http_host, o.http_port = host, tonumber(port)
+  elseif o.token or #o.allow_origins > 0 then
+    usage_error("--token and --allow-origin only apply with --http")
+  end
+  if o.output_dir then
+    local core = require "seer.core.host"
+    o.output_dir = o.output_dir:sub(1, 1) == "/" and o.output_dir or (core.cwd() .. "/" .. o.output_dir)
+  end
+  return o
+end
+
+---Builds the notebook MCP server (not yet serving).
+---@param o table parsed options
+function M.notebook_server(o)
+  local server = require "seer.mcp.server"
+  local tools = require "seer.mcp.notebook_tools"
+  local srv = server.new{ name = "seer-notebook", title = "seer notebook", version = require("seer").version,
+                          instructions = tools.INSTRUCTIONS }
+  tools.install(srv, o)
+  return srv
+end
+
+local function notebook(args)
+  local o = parse_notebook_args(args)
+  local srv = M.notebook_server(o)
+  if o.http then
+    require("seer.mcp.http_server").serve(srv, { host = o.http_host, port = o.http_port, token = o.token,
+                                                 allow_origins = o.allow_origins })
+  else
+    srv:serve_stdio()
+  end
+end
+
+function M.main(cmd, ...)
+  if cmd == nil or cmd == "-h" or cmd == "--help" or cmd == "help" then
+    print(USAGE)
+    return
+  end
+  if cmd == "notebook" then return notebook({ ... }) end
+  if cmd == "cli" then
+    io.stderr:write("seer mcp cli: not available yet: it serves a sandbox's shell and files, and this build has no sandboxes (the sandbox subsystem comes first)\n")
+    os.exit(2)
+  end
+  if cmd == "rpc" then
+    io.stderr:write("seer mcp rpc: not available yet: it serves a scoped sandbox's functions, and this build has no scoped sandboxes or their RPC\n")
+    os.exit(2)
+  end
+  usage_error(("unknown server %q (notebook, cli or rpc)"):format(tostring(cmd)))
+end
+
+return M
