@@ -397,3 +397,217 @@ class RawSessionTest(unittest.TestCase):
         r = s.call("attach_to_session", {"session_id": "x", "jupyter_url": "http://127.0.0.1:1/notebooks/x?token=t"})["result"]
         self.assertTrue(r["isError"])
         self.assertIn("cannot reach", text_of(r))
+
+
+# The SDK client side: run by .venv-test/bin/python; argv[1] is a JSON job, the last stdout line
+# is a JSON report of what the client saw.
+SDK_HELPER = r'''
+import asyncio, base64, json, sys, time
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+job = json.loads(sys.argv[1])
+
+def blocks(res):
+    out = []
+    for b in res.content:
+        if b.type == "text":
+            out.append({"type": "text", "text": b.text})
+        elif b.type == "image":
+            out.append({"type": "image", "data": b.data, "mimeType": b.mime_type})
+        else:
+            out.append({"type": b.type})
+    return {"content": out, "isError": res.is_error, "structured": res.structured_content}
+
+def connect():
+    if "url" in job:
+        http = create_mcp_http_client(headers={"Authorization": "Bearer " + job["token"]})
+        return Client(streamable_http_client(job["url"], http_client=http)), http
+    cfg = job["server"]
+    return Client(StdioServerParameters(command=cfg["command"], args=cfg.get("args", []), env=cfg.get("env"),
+                                        cwd=job.get("cwd"))), None
+
+async def main():
+    report = {"steps": {}}
+    client, http = connect()
+    async def call(name, args, **kw):
+        t0 = time.monotonic()
+        r = blocks(await client.call_tool(name, args, **kw))
+        r["ms"] = (time.monotonic() - t0) * 1000
+        return r
+    async with client:
+        report["protocolVersion"] = client.protocol_version
+        report["server"] = client.server_info.name if client.server_info else None
+        report["tools"] = sorted(t.name for t in (await client.list_tools()).tools)
+        for step in job["steps"]:
+            name, args = step["tool"], dict(step.get("args", {}))
+            if "session_from" in step:
+                args["session_id"] = report["steps"][step["session_from"]]["structured"]["session_id"]
+            progress = []
+            async def on_progress(p, total, message):
+                progress.append({"progress": p, "message": message})
+            r = await call(name, args, progress_callback=on_progress if step.get("progress") else None)
+            r["progress"] = progress
+            report["steps"][step["key"]] = r
+        if job.get("time_1plus1"):
+            sid = report["steps"][job["time_1plus1"]]["structured"]["session_id"]
+            times = []
+            for _ in range(job.get("repeat", 20)):
+                t0 = time.perf_counter()
+                await client.call_tool("execute_code", {"session_id": sid, "code": "1+1"})
+                times.append((time.perf_counter() - t0) * 1000)
+            times.sort()
+            report["one_plus_one_ms"] = {"p50": times[len(times) // 2], "p90": times[int(len(times) * 0.9)]}
+    if http is not None:
+        await http.aclose()
+    print(json.dumps(report))
+
+asyncio.run(main())
+'''
+
+
+def run_sdk(testcase, job, timeout=120):
+    d = tempfile.mkdtemp(prefix="seer-mcp-sdk-")
+    testcase.addCleanup(lambda: subprocess.run(["rm", "-rf", d]))
+    helper = os.path.join(d, "client.py")
+    with open(helper, "w") as f:
+        f.write(SDK_HELPER)
+    r = subprocess.run([VENV_PY, helper, json.dumps(job)], capture_output=True, text=True, timeout=timeout, env=env())
+    if r.returncode != 0:
+        testcase.fail(f"the SDK client failed ({r.returncode}):\n{r.stderr[-6000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def validate_notebook(testcase, path):
+    import nbformat
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    return nb
+
+
+INVESTIGATION = [
+    {"key": "start", "tool": "start_new_session", "args": {"experiment_name": "investigation"}},
+    {"key": "load", "tool": "execute_code", "session_from": "start",
+     "args": {"code": f"model = seer.model.load({json.dumps(MODEL)})\n"
+                      "print(model:generate('Once upon a time', { max_new_tokens = 20 }).text)"}},
+    {"key": "plot", "tool": "execute_code", "session_from": "start",
+     "args": {"code": "display.image(require('seer.plot').line{y = {1, 3, 2}})"}},
+    {"key": "error", "tool": "execute_code", "session_from": "start", "args": {"code": "local t = nil\nreturn t.x"}},
+    {"key": "edit", "tool": "edit_cell", "session_from": "start",
+     "args": {"code": "print(#model:generate('One day', { max_new_tokens = 5 }).ids)", "cell_index": -1}},
+    {"key": "slow", "tool": "execute_code", "session_from": "start", "progress": True,
+     "args": {"code": "local t0 = os.clock()\nfor i = 1, 3 do print('tick', i) local t = os.clock() while os.clock() - t < 0.4 do end end"}},
+    {"key": "markdown", "tool": "add_markdown", "session_from": "start",
+     "args": {"content": "## Findings\nstories260K tells short stories."}},
+    {"key": "read", "tool": "read_notebook", "session_from": "start", "args": {}},
+    {"key": "read2", "tool": "read_notebook", "session_from": "start", "args": {"start": 1, "limit": 1}},
+    {"key": "shutdown", "tool": "shutdown_session", "session_from": "start", "args": {}},
+    {"key": "after", "tool": "execute_code", "session_from": "start", "args": {"code": "1"}},
+]
+
+
+@unittest.skipIf(SDK_MISSING, SDK_MISSING or "")
+class SdkStdioTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="seer-mcp-")
+        self.addCleanup(lambda: subprocess.run(["rm", "-rf", self.tmp]))
+
+    def check_investigation(self, rep):
+        self.assertEqual(rep["server"], "seer-notebook")
+        for name in ("start_new_session", "execute_code", "edit_cell", "add_markdown", "read_notebook",
+                     "interrupt", "shutdown_session", "attach_to_session"):
+            self.assertIn(name, rep["tools"])
+        st = rep["steps"]
+        self.assertFalse(st["start"]["isError"])
+        path = st["start"]["structured"]["notebook_path"]
+        self.assertTrue(path.startswith(os.path.realpath(self.tmp)), path)
+        load = st["load"]
+        self.assertFalse(load["isError"], load)
+        self.assertGreater(len(load["content"][0]["text"].split()), 5, load)  # the generated continuation
+        imgs = [b for b in st["plot"]["content"] if b["type"] == "image"]
+        self.assertEqual(len(imgs), 1, st["plot"])
+        self.assertEqual(imgs[0]["mimeType"], "image/png")
+        w, h = png_decodes(base64.b64decode(imgs[0]["data"]))
+        self.assertLessEqual(max(w, h), 512)
+        self.assertEqual(w, 512)  # seer.plot draws 640x400
+        err = st["error"]
+        self.assertFalse(err["isError"])
+        self.assertEqual(err["structured"]["status"], "error")
+        self.assertIn("[cell 3]:2: attempt to index", err["content"][0]["text"])
+        self.assertIn("stack traceback", err["content"][0]["text"])
+        edit = st["edit"]
+        self.assertFalse(edit["isError"])
+        self.assertEqual(edit["content"][0]["text"].strip(), "5")
+        self.assertEqual(edit["structured"]["cell_index"], 2)
+        self.assertEqual(edit["structured"]["status"], "ok")
+        slow = st["slow"]
+        self.assertIn("tick\t3", slow["content"][0]["text"])
+        self.assertGreaterEqual(len(slow["progress"]), 3, slow["progress"])
+        self.assertEqual([p["progress"] for p in slow["progress"]], list(range(1, len(slow["progress"]) + 1)))
+        self.assertEqual(st["markdown"]["structured"], {"cell_number": 4})
+        read = st["read"]["content"][0]["text"]
+        for piece in ("## cell 0 (code, [1], complete)", "seer.model.load", load["content"][0]["text"].strip(), "[image",
+                      "## cell 2 (code, [4], complete)", "#model:generate('One day'", "## cell 4 (markdown)",
+                      "stories260K tells short stories."):
+            self.assertIn(piece, read)
+        self.assertNotIn("attempt to index", read)  # the edited cell replaced the error
+        self.assertEqual(st["read"]["structured"]["total"], 5)
+        self.assertEqual(st["read2"]["structured"]["count"], 1)
+        self.assertIn("## cell 1 (code", st["read2"]["content"][0]["text"])
+        self.assertNotIn("## cell 0", st["read2"]["content"][0]["text"])
+        self.assertFalse(st["shutdown"]["isError"])
+        self.assertTrue(st["after"]["isError"])
+        self.assertIn("unknown session_id", st["after"]["content"][0]["text"])
+
+        nb = validate_notebook(self, path)
+        self.assertEqual([c.cell_type for c in nb.cells], ["code", "code", "code", "code", "markdown"])
+        self.assertEqual(nb.cells[2].source, "print(#model:generate('One day', { max_new_tokens = 5 }).ids)")
+        self.assertEqual([c.metadata["execution_status"] for c in nb.cells[:4]], ["complete"] * 4)
+        self.assertIn("image/png", nb.cells[1].outputs[0].data)
+        return rep
+
+    def test_whole_investigation_over_stdio(self):
+        job = {"server": {"command": SEER, "args": ["mcp", "notebook", "--output-dir", self.tmp],
+                          "env": {"SEER_LUA_DIR": os.path.join(ROOT, "lua")}},
+               "steps": INVESTIGATION}
+        self.check_investigation(run_sdk(self, job))
+
+    def test_mcp_config_of_a_session(self):
+        """An experiment creates a session and prints its mcp_config; the SDK client starts exactly
+        that server and runs code in the experiment's session, which goes on working after."""
+        script = os.path.join(self.tmp, "exp.lua")
+        with open(script, "w") as f:
+            f.write(f"""
+local s = seer.execution.create_local_notebook_session(nil, {{ name = "agent", output_dir = {json.dumps(self.tmp)} }})
+s:exec("secret = 41", {{ hidden = true }})
+io.write(seer.json.encode{{ config = s.mcp_config, session_id = s.session_id, path = s.notebook_path }}, "\\n")
+io.stdout:flush()
+io.read("*l")
+print(s:exec("return secret + 1").text)
+s:terminate()
+""")
+        exp = subprocess.Popen([SEER, script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=env())
+        self.addCleanup(lambda: exp.poll() is None and exp.kill())
+        info = json.loads(exp.stdout.readline())
+        cfg = info["config"]["notebook"]
+        self.assertEqual(cfg["type"], "stdio")
+        self.assertEqual(cfg["args"], ["mcp", "notebook"])
+        self.assertEqual(cfg["env"]["SEER_SESSION_ID"], info["session_id"])
+        cfg["env"]["SEER_LUA_DIR"] = os.path.join(ROOT, "lua")
+        job = {"server": cfg, "steps": [
+            {"key": "run", "tool": "execute_code", "args": {"session_id": info["session_id"], "code": "print(secret * 2)\nsecret = secret + 1"}},
+            {"key": "md", "tool": "add_markdown", "args": {"session_id": info["session_id"], "content": "from the agent"}},
+        ]}
+        rep = run_sdk(self, job)
+        self.assertFalse(rep["steps"]["run"]["isError"], rep)
+        self.assertEqual(rep["steps"]["run"]["content"][0]["text"], "82\n")
+        self.assertEqual(rep["steps"]["md"]["structured"], {"cell_number": 1})
+        # the MCP server has exited; the experiment's session lives on
+        out, err = exp.communicate("\n", timeout=30)
+        self.assertEqual(exp.returncode, 0, err)
+        self.assertEqual(out.strip(), "43")
+        nb = validate_notebook(self, info["path"])
+        self.assertEqual([c.cell_type for c in nb.cells], ["code", "markdown", "code"])
+        self.assertEqual(nb.cells[0].outputs[0].text, "82\n")
