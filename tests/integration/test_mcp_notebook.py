@@ -333,6 +333,12 @@ class RawSessionTest(unittest.TestCase):
         self.assertEqual(s.request("ping")["result"], {})
         self.assertFalse([n for n in s.notifications if n.get("method") == "notifications/progress"])
 
+    def test_streams_printed_at_different_times_come_back_once(self):
+        # The notebook merges consecutive stream outputs; what the call returns must not repeat them.
+        s, sid = self.start()
+        r = s.call("execute_code", {"session_id": sid, "code": "print('a')\nlocal t = os.clock() while os.clock() - t < 0.2 do end\nprint('b')"})
+        self.assertEqual(text_of(r["result"]), "a\nb\n")
+
     def test_interrupt_tool_and_eof_ends_sessions(self):
         s, sid = self.start()
         r = s.call("execute_code", {"session_id": sid, "code": "return require('seer.process').getpid()"})
@@ -611,3 +617,164 @@ s:terminate()
         nb = validate_notebook(self, info["path"])
         self.assertEqual([c.cell_type for c in nb.cells], ["code", "markdown", "code"])
         self.assertEqual(nb.cells[0].outputs[0].text, "82\n")
+
+
+class HttpServer:
+    """seer mcp notebook --http 127.0.0.1:0; the URL and token come from its stderr."""
+
+    def __init__(self, testcase, args=(), token=None):
+        argv = [SEER, "mcp", "notebook", "--http", "127.0.0.1:0"] + list(args)
+        if token:
+            argv += ["--token", token]
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, env=env(SEER_MCP_TOKEN=None))
+        testcase.addCleanup(self.stop)
+        self.token = token
+        self.url = None
+        deadline = time.monotonic() + 20
+        while (self.url is None or self.token is None) and time.monotonic() < deadline:
+            line = self.proc.stderr.readline()
+            if not line:
+                testcase.fail("seer mcp notebook --http ended before serving")
+            if "serving MCP" in line:
+                self.url = line.split(" at ")[1].strip()
+            if "bearer token" in line:
+                self.token = line.rsplit(": ", 1)[1].strip()
+        testcase.assertTrue(self.url and self.token)
+        threading.Thread(target=lambda: [None for _ in self.proc.stderr], daemon=True).start()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc.stdout.close()
+
+    def post(self, body, headers=None, method="POST", auth=True, url=None):
+        h = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+        if auth:
+            h["Authorization"] = "Bearer " + self.token
+        h.update(headers or {})
+        data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+        req = urllib.request.Request(url or self.url, data=data, headers=h, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, dict(r.headers), r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, dict(e.headers), e.read()
+
+
+class HttpTest(unittest.TestCase):
+    def init(self, srv, headers=None):
+        st, h, body = srv.post({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                                "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                                           "clientInfo": {"name": "raw", "version": "1"}}}, headers)
+        self.assertEqual(st, 200, body)
+        self.assertEqual(json.loads(body)["result"]["protocolVersion"], "2025-11-25")
+        return h["Mcp-Session-Id"]
+
+    def test_auth_origin_and_sessions(self):
+        srv = HttpServer(self, ["--allow-origin", "https://ui.example"])
+        self.assertRegex(srv.url, r"^http://127\.0\.0\.1:\d+/mcp$")
+        ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+        # bearer token
+        st, h, body = srv.post(ping, auth=False)
+        self.assertEqual(st, 401)
+        self.assertIn("Bearer", h["WWW-Authenticate"])
+        self.assertIn("unauthorized", json.loads(body)["error"]["message"])
+        st, _, _ = srv.post(ping, auth=False, headers={"Authorization": "Bearer wrong"})
+        self.assertEqual(st, 401)
+        st, _, _ = srv.post(ping, auth=False, headers={"Authorization": "Bearer " + srv.token + "x"})
+        self.assertEqual(st, 401)
+        # Origin: a foreign one is refused before anything else; the server's own and allowed ones pass
+        st, _, body = srv.post(ping, headers={"Origin": "http://evil.example"})
+        self.assertEqual(st, 403)
+        self.assertIsNone(json.loads(body)["id"])
+        st, _, _ = srv.post(ping, auth=False, headers={"Origin": "http://evil.example"})
+        self.assertEqual(st, 403)
+        port = srv.url.split(":")[2].split("/")[0]
+        sid = self.init(srv, {"Origin": f"http://localhost:{port}"})
+        self.init(srv, {"Origin": "https://ui.example"})
+        # Mcp-Session-Id: required after initialize, unknown ones are 404
+        st, _, body = srv.post(ping)
+        self.assertEqual(st, 400)
+        self.assertIn("Mcp-Session-Id", json.loads(body)["error"]["message"])
+        st, _, _ = srv.post(ping, {"Mcp-Session-Id": "not-a-session"})
+        self.assertEqual(st, 404)
+        st, _, body = srv.post(ping, {"Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-11-25"})
+        self.assertEqual((st, json.loads(body)["result"]), (200, {}))
+        st, _, _ = srv.post(ping, {"Mcp-Session-Id": sid, "MCP-Protocol-Version": "1999-01-01"})
+        self.assertEqual(st, 400)
+        # notifications are accepted with 202 and no body
+        st, _, body = srv.post({"jsonrpc": "2.0", "method": "notifications/initialized"}, {"Mcp-Session-Id": sid})
+        self.assertEqual((st, body), (202, b""))
+        # bad bodies
+        st, _, body = srv.post(b"not json", {"Mcp-Session-Id": sid})
+        self.assertEqual((st, json.loads(body)["error"]["code"]), (400, -32700))
+        st, _, body = srv.post(b"[]", {"Mcp-Session-Id": sid})
+        self.assertEqual((st, json.loads(body)["error"]["code"]), (400, -32600))
+        st, _, _ = srv.post(b"{}", {"Mcp-Session-Id": sid, "Content-Type": "text/plain"})
+        self.assertEqual(st, 415)
+        st, _, body = srv.post({"jsonrpc": "2.0", "id": 3, "method": "nope"}, {"Mcp-Session-Id": sid})
+        self.assertEqual((st, json.loads(body)["error"]["code"]), (200, -32601))
+        st, _, body = srv.post({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "execute_code",
+                                "arguments": {"session_id": 1}}}, {"Mcp-Session-Id": sid})
+        self.assertEqual(json.loads(body)["error"]["code"], -32602)
+        st, _, body = srv.post(b"x" * (17 * 1024 * 1024), {"Mcp-Session-Id": sid})
+        self.assertEqual((st, json.loads(body)["error"]["code"]), (413, -32600))
+        # other paths and methods
+        st, _, _ = srv.post(ping, {"Mcp-Session-Id": sid}, url=srv.url.replace("/mcp", "/other"))
+        self.assertEqual(st, 404)
+        st, h, _ = srv.post(ping, {"Mcp-Session-Id": sid}, method="PUT")
+        self.assertEqual(st, 405)
+        self.assertIn("POST", h["Allow"])
+        # DELETE ends the session
+        st, _, _ = srv.post(None, {"Mcp-Session-Id": sid}, method="DELETE")
+        self.assertEqual(st, 200)
+        st, _, _ = srv.post(ping, {"Mcp-Session-Id": sid})
+        self.assertEqual(st, 404)
+
+    def test_generated_token_and_progress_stream(self):
+        srv = HttpServer(self, ["--output-dir", tempfile.mkdtemp(prefix="seer-mcp-")])
+        self.assertGreaterEqual(len(srv.token), 32)
+        sid = self.init(srv)
+        h = {"Mcp-Session-Id": sid}
+        st, _, body = srv.post({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                                "params": {"name": "start_new_session", "arguments": {}}}, h)
+        nb = json.loads(body)["result"]["structuredContent"]
+        self.addCleanup(lambda: subprocess.run(["rm", "-rf", os.path.dirname(nb["notebook_path"])]))
+        # a call with a progress token is answered as an event stream: progress, then the result
+        st, rh, body = srv.post({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                                 "params": {"name": "execute_code", "_meta": {"progressToken": 9},
+                                            "arguments": {"session_id": nb["session_id"],
+                                                          "code": "print('a')\nlocal t = os.clock() while os.clock() - t < 1.3 do end\nprint('b')"}}}, h)
+        self.assertEqual(st, 200)
+        self.assertTrue(rh["Content-Type"].startswith("text/event-stream"))
+        events = [json.loads(l[len("data: "):]) for l in body.decode().splitlines() if l.startswith("data: ")]
+        self.assertGreaterEqual(len(events), 3, events)
+        self.assertTrue(all(e["method"] == "notifications/progress" for e in events[:-1]))
+        self.assertEqual(events[-1]["id"], 3)
+        self.assertTrue(events[-1]["result"]["content"][0]["text"].startswith("a\nb\n"))
+        # without a token: plain JSON
+        st, rh, body = srv.post({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+                                 "params": {"name": "execute_code", "arguments": {"session_id": nb["session_id"], "code": "1+1"}}}, h)
+        self.assertTrue(rh["Content-Type"].startswith("application/json"))
+        self.assertEqual(json.loads(body)["result"]["content"][0]["text"], "2\n")
+
+
+@unittest.skipIf(SDK_MISSING, SDK_MISSING or "")
+class SdkHttpTest(SdkStdioTest):
+    def test_whole_investigation_over_stdio(self):
+        pass  # SdkStdioTest's; this class runs the HTTP one
+
+    def test_mcp_config_of_a_session(self):
+        pass
+
+    def test_whole_investigation_over_http(self):
+        srv = HttpServer(self, ["--output-dir", self.tmp], token="t0ken-for-the-test")
+        rep = run_sdk(self, {"url": srv.url, "token": srv.token, "steps": INVESTIGATION})
+        self.check_investigation(rep)
+        self.assertIn(rep["protocolVersion"], ("2025-06-18", "2025-11-25"))

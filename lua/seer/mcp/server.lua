@@ -401,8 +401,11 @@ end
 
 ---Runs the loop until stop() (or the transport ends), then runs the exit hooks.
 function Server:run()
-  while not self.stopping do self:step(1000) end
+  local ok, err = pcall(function()
+    while not self.stopping do self:step(1000) end
+  end)
   self:shutdown()
+  if not ok then error(err, 0) end -- Ctrl-C ("interrupted") after the sessions were ended
 end
 
 function Server:stop()
