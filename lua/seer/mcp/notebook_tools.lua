@@ -233,6 +233,23 @@ function M.install(srv, opts)
     return { content = content, structuredContent = sc }
   end
 
+  -- Runs a cell for a tool call. A session runs its cells in order, so the first of its calls
+  -- in flight is the one running: cancelling it interrupts the kernel; cancelling a call whose
+  -- cell still waits only drops its answer (the notebook server has no way to unqueue a cell).
+  local in_flight = {} -- session_id -> list of ctx, oldest first
+  local function running(s, ctx, run)
+    local q = in_flight[s.session_id] or {}
+    in_flight[s.session_id] = q
+    q[#q + 1] = ctx
+    ctx:on_cancel(function()
+      if q[1] == ctx then s:interrupt() end
+    end)
+    local ok, r = pcall(run, exec_opts(ctx))
+    for i, c in ipairs(q) do if c == ctx then table.remove(q, i) break end end
+    if not ok then error(r, 0) end
+    return cell_result(s, r)
+  end
+
   local function path_arg(p)
     local core = require "seer.core.host"
     local real = core.realpath(p)
@@ -305,8 +322,7 @@ function M.install(srv, opts)
       annotations = rw,
       run = function(ctx, a)
         local s = session(a.session_id)
-        ctx:on_cancel(function() s:interrupt() end)
-        return cell_result(s, s:exec(a.code, exec_opts(ctx)))
+        return running(s, ctx, function(o) return s:exec(a.code, o) end)
       end,
     },
     {
@@ -318,9 +334,7 @@ function M.install(srv, opts)
       annotations = rw,
       run = function(ctx, a)
         local s = session(a.session_id)
-        ctx:on_cancel(function() s:interrupt() end)
-        local o = exec_opts(ctx)
-        return cell_result(s, s:edit_cell(a.code, a.cell_index or -1, o))
+        return running(s, ctx, function(o) return s:edit_cell(a.code, a.cell_index or -1, o) end)
       end,
     },
     {

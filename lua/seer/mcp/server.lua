@@ -330,7 +330,7 @@ end
 function Server:sleep(ms)
   local co = coroutine.running()
   if co and self.task_of[co] then coroutine.yield{ deadline = now_ms() + ms }
-  else net.poll({}, ms) end
+  else require("seer.process").sleep_ms(ms) end
 end
 
 ---Watches a file descriptor: on_readable() runs when it is readable. Returns a handle for
@@ -386,7 +386,13 @@ function Server:step(max_ms)
     end
   end
   if self.next_tick then timeout = math.min(timeout, math.max(0, self.next_tick - now)) end
-  local ready = net.poll(items, math.floor(timeout))
+  local ready
+  if #items == 0 then -- nothing to watch: just let the time pass
+    if timeout > 0 then require("seer.process").sleep_ms(math.ceil(timeout)) end
+    ready = {}
+  else
+    ready = net.poll(items, math.ceil(timeout))
+  end
   for _, k in ipairs(ready) do
     local o = owners[k]
     if type(o) == "table" and o.on_readable then
