@@ -25,16 +25,16 @@ import zlib
 
 from seertest import ROOT, SEER, env
 
-VENV_PY = os.path.join(ROOT, ".venv-test", "bin", "python")
+VENV_PY = os.environ.get("SEER_TEST_MCP_PYTHON") or os.path.join(ROOT, ".venv-test", "bin", "python")
 MODEL = os.path.join(ROOT, "tests", "fixtures", "models", "stories260K")
 
 
 def sdk_missing():
     if not os.path.exists(VENV_PY):
-        return "no MCP SDK: .venv-test/bin/python is missing (make setup installs it)"
+        return f"no MCP SDK: {VENV_PY} is missing (make setup installs it)"
     r = subprocess.run([VENV_PY, "-c", "import mcp"], capture_output=True)
     if r.returncode != 0:
-        return "no MCP SDK: .venv-test/bin/python cannot import mcp (make setup installs it)"
+        return f"no MCP SDK: {VENV_PY} cannot import mcp (make setup installs it)"
     return None
 
 
@@ -513,8 +513,9 @@ INVESTIGATION = [
 ]
 
 
-@unittest.skipIf(SDK_MISSING, SDK_MISSING or "")
-class SdkStdioTest(unittest.TestCase):
+class InvestigationChecks:
+    """What a whole investigation must have produced, over either transport."""
+
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="seer-mcp-")
         self.addCleanup(lambda: subprocess.run(["rm", "-rf", self.tmp]))
@@ -573,6 +574,9 @@ class SdkStdioTest(unittest.TestCase):
         self.assertIn("image/png", nb.cells[1].outputs[0].data)
         return rep
 
+
+@unittest.skipIf(SDK_MISSING, SDK_MISSING or "")
+class SdkStdioTest(InvestigationChecks, unittest.TestCase):
     def test_whole_investigation_over_stdio(self):
         job = {"server": {"command": SEER, "args": ["mcp", "notebook", "--output-dir", self.tmp],
                           "env": {"SEER_LUA_DIR": os.path.join(ROOT, "lua")}},
@@ -766,13 +770,7 @@ class HttpTest(unittest.TestCase):
 
 
 @unittest.skipIf(SDK_MISSING, SDK_MISSING or "")
-class SdkHttpTest(SdkStdioTest):
-    def test_whole_investigation_over_stdio(self):
-        pass  # SdkStdioTest's; this class runs the HTTP one
-
-    def test_mcp_config_of_a_session(self):
-        pass
-
+class SdkHttpTest(InvestigationChecks, unittest.TestCase):
     def test_whole_investigation_over_http(self):
         srv = HttpServer(self, ["--output-dir", self.tmp], token="t0ken-for-the-test")
         rep = run_sdk(self, {"url": srv.url, "token": srv.token, "steps": INVESTIGATION})
