@@ -12,6 +12,7 @@ import base64
 import json
 import os
 import queue
+import signal
 import struct
 import subprocess
 import sys
@@ -649,7 +650,7 @@ class HttpServer:
 
     def stop(self):
         if self.proc.poll() is None:
-            self.proc.terminate()
+            self.proc.send_signal(signal.SIGINT)  # Ctrl-C: the server ends its sessions and exits 130
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
@@ -767,6 +768,21 @@ class HttpTest(unittest.TestCase):
                                  "params": {"name": "execute_code", "arguments": {"session_id": nb["session_id"], "code": "1+1"}}}, h)
         self.assertTrue(rh["Content-Type"].startswith("application/json"))
         self.assertEqual(json.loads(body)["result"]["content"][0]["text"], "2\n")
+        # Ctrl-C ends the server and the kernel it started
+        st, _, body = srv.post({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "execute_code",
+                                "arguments": {"session_id": nb["session_id"], "code": "return require('seer.process').getpid()"}}}, h)
+        kernel_pid = int(json.loads(body)["result"]["content"][0]["text"])
+        srv.stop()
+        self.assertEqual(srv.proc.returncode, 130)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                os.kill(kernel_pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        else:
+            self.fail("the kernel outlived seer mcp notebook --http")
 
 
 @unittest.skipIf(SDK_MISSING, SDK_MISSING or "")

@@ -96,11 +96,22 @@ end
 local function notebook(args)
   local o = parse_notebook_args(args)
   local srv = M.notebook_server(o)
-  if o.http then
-    require("seer.mcp.http_server").serve(srv, { host = o.http_host, port = o.http_port, token = o.token,
-                                                 allow_origins = o.allow_origins })
-  else
-    srv:serve_stdio()
+  local ok, err = pcall(function()
+    if o.http then
+      require("seer.mcp.http_server").serve(srv, { host = o.http_host, port = o.http_port, token = o.token,
+                                                   allow_origins = o.allow_origins })
+    else
+      srv:serve_stdio()
+    end
+  end)
+  if not ok then
+    -- Ctrl-C: the loop has already ended the sessions this server started.
+    if tostring(err):match("interrupted$") then
+      io.stderr:write("seer mcp: interrupted; the sessions it started are shut down\n")
+      io.stderr:flush()
+      os.exit(130)
+    end
+    error(err, 0)
   end
 end
 
