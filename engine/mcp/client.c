@@ -102,6 +102,11 @@ static void excerpt(char *out, size_t size, const char *p, size_t n) {
     if (size) out[o < size ? o : size - 1] = 0;
 }
 
+static int ms_left(int64_t deadline) {
+    int64_t left = deadline - mcp_now_ms();
+    return left < 1 ? 1 : left > INT32_MAX ? INT32_MAX : (int)left;
+}
+
 /* ---- sending ----------------------------------------------------------------------------- */
 
 static int transport_send(mcp_server_t *s, const char *text, int is_request, int64_t deadline, seer_err_t *err) {
@@ -247,9 +252,10 @@ void mcp_dispatch_text(mcp_server_t *s, const char *text, size_t n) {
 /* One JSON-RPC request with a deadline. what names it in messages ("tools/call 'x'"). On a
  * timeout or Ctrl-C the server is told with notifications/cancelled (not for initialize, which
  * the protocol says must not be cancelled). *result gets the result object. */
-static int rpc(mcp_server_t *s, const char *method, cJSON *params /* taken */, const char *what, int64_t deadline,
+static int rpc(mcp_server_t *s, const char *method, cJSON *params /* taken */, const char *what, int timeout_ms,
                const seer_mcp_call_opts_t *call, cJSON **result, seer_err_t *err) {
     *result = NULL;
+    int64_t deadline = mcp_now_ms() + timeout_ms;
     if (s->dead_msg) {
         cJSON_Delete(params);
         return seer_err_set(err, SEER_MCP_EDEAD, "mcp server '%s': %s: %s", s->name, what, s->dead_msg);
@@ -268,7 +274,6 @@ static int rpc(mcp_server_t *s, const char *method, cJSON *params /* taken */, c
     cJSON_Delete(m);
     if (!text) return seer_err_set(err, SEER_ENOMEM, "out of memory");
 
-    int64_t t0 = mcp_now_ms();
     s->wait_id = id;
     s->wait_msg = NULL;
     s->wait_call = call;
@@ -299,7 +304,7 @@ static int rpc(mcp_server_t *s, const char *method, cJSON *params /* taken */, c
         }
         if (rc == SEER_EINTR) return seer_err_set(err, SEER_EINTR, "mcp server '%s': %s: interrupted", s->name, what);
         return seer_err_set(err, SEER_MCP_ETIMEOUT, "mcp server '%s': %s timed out after %.3g s (the request was cancelled)",
-                            s->name, what, (double)(mcp_now_ms() - t0) / 1000.0);
+                            s->name, what, (double)timeout_ms / 1000.0);
     }
     if (rc == SEER_MCP_EDEAD) {
         cJSON_Delete(resp);
@@ -471,7 +476,7 @@ static int list_tools(mcp_server_t *s, int64_t deadline, seer_err_t *err) {
         cJSON *params = cJSON_CreateObject();
         if (cursor) cJSON_AddStringToObject(params, "cursor", cursor);
         cJSON *res;
-        rc = rpc(s, "tools/list", params, "tools/list", deadline, NULL, &res, err);
+        rc = rpc(s, "tools/list", params, "tools/list", ms_left(deadline), NULL, &res, err);
         if (rc < 0) break;
         cJSON *tools = cJSON_GetObjectItemCaseSensitive(res, "tools");
         if (!cJSON_IsArray(tools)) {
@@ -589,7 +594,7 @@ static cJSON *initialize_params(void) {
 /* HTTP: the whole initialize request (its response lands in s->init_result). */
 static int send_initialize(mcp_server_t *s, int64_t deadline, seer_err_t *err) {
     cJSON *res;
-    int rc = rpc(s, "initialize", initialize_params(), "initialize", deadline, NULL, &res, err);
+    int rc = rpc(s, "initialize", initialize_params(), "initialize", ms_left(deadline), NULL, &res, err);
     if (rc < 0) return rc;
     s->init_result = res;
     return 0;
@@ -697,11 +702,14 @@ static void close_servers(mcp_server_t **servers, size_t n) {
      * closing N servers costs one grace period, not N. */
     for (size_t i = 0; i < n; i++)
         if (servers[i] && servers[i]->kind == MCP_STDIO) mcp_stdio_close_begin(servers[i]);
-    int64_t deadline = mcp_now_ms() + SHUTDOWN_WAIT_MS;
+    int64_t now = mcp_now_ms(), deadline = now + SHUTDOWN_WAIT_MS;
     for (size_t i = 0; i < n; i++) {
         if (!servers[i]) continue;
+        /* A server that never finished initialize, or broke the protocol, gets no grace period:
+         * it is not going to shut down cleanly, and a failed connect should fail fast. */
+        int graceful = servers[i]->version[0] && !servers[i]->dead_msg;
         if (servers[i]->kind == MCP_STDIO)
-            mcp_stdio_close_end(servers[i], deadline);
+            mcp_stdio_close_end(servers[i], graceful ? deadline : now);
         else
             mcp_http_close(servers[i]);
         server_free(servers[i]);
@@ -824,7 +832,7 @@ static int call_on(seer_mcp_client_t *c, mcp_server_t *s, const char *tool, cons
     }
     char what[300];
     snprintf(what, sizeof what, "tools/call '%.200s'", tool);
-    int rc = rpc(s, "tools/call", params, what, mcp_now_ms() + timeout, opts, result, err);
+    int rc = rpc(s, "tools/call", params, what, timeout, opts, result, err);
     if (rc < 0) return rc;
     /* Normalized so callers need not check: content is always a list, isError a boolean. */
     cJSON *r = *result;
@@ -893,7 +901,7 @@ int seer_mcp_request(seer_mcp_client_t *c, const char *server, const char *metho
     }
     char what[300];
     snprintf(what, sizeof what, "%.200s", method);
-    return rpc(s, method, p, what, mcp_now_ms() + (timeout_ms > 0 ? timeout_ms : c->opts.timeout_ms), NULL, result, err);
+    return rpc(s, method, p, what, timeout_ms > 0 ? timeout_ms : c->opts.timeout_ms, NULL, result, err);
 }
 
 size_t seer_mcp_server_count(const seer_mcp_client_t *c) {

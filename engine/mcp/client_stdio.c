@@ -281,12 +281,24 @@ done:
 
 /* ---- reading ------------------------------------------------------------------------------ */
 
-/* Splits complete lines out of s->line and dispatches them. */
-static void take_lines(mcp_server_t *s) {
+static int too_long(mcp_server_t *s) {
+    s->line.len = s->line_scan = 0;
+    return mcp_set_dead(s, "the server sent a message longer than %zu bytes (the limit)", s->opts->max_message_bytes);
+}
+
+/* Splits complete lines out of s->line and dispatches them. A line over the size limit breaks
+ * the connection whether or not its end has arrived, so the limit does not depend on how the
+ * bytes happened to be split into reads. */
+static int take_lines(mcp_server_t *s) {
+    if (!s->line.len) {
+        s->line_scan = 0;
+        return 0;
+    }
     size_t start = 0;
     char *nl;
     while ((nl = memchr(s->line.data + s->line_scan, '\n', s->line.len - s->line_scan))) {
         size_t end = (size_t)(nl - s->line.data);
+        if (end - start > s->opts->max_message_bytes) return too_long(s);
         mcp_dispatch_text(s, s->line.data + start, end - start);
         start = end + 1;
         s->line_scan = start;
@@ -296,6 +308,8 @@ static void take_lines(mcp_server_t *s) {
         s->line.len -= start;
     }
     s->line_scan = s->line.len;
+    if (s->line.len > s->opts->max_message_bytes) return too_long(s);
+    return 0;
 }
 
 /* Reads what stdout has now. Returns 0, or SEER_MCP_EDEAD at EOF / on an oversized line. */
@@ -305,9 +319,12 @@ static int read_stdout(mcp_server_t *s, int dispatch) {
         ssize_t r = read(s->out_fd, buf, sizeof buf);
         if (r > 0) {
             if (mcp_buf_add(&s->line, buf, (size_t)r) < 0) return mcp_set_dead(s, "out of memory reading its output");
-            if (dispatch) take_lines(s);
-            if (s->line.len > s->opts->max_message_bytes)
-                return mcp_set_dead(s, "the server sent a message longer than %zu bytes (the limit)", s->opts->max_message_bytes);
+            if (dispatch && take_lines(s) < 0) return SEER_MCP_EDEAD;
+            if (!dispatch) {
+                const char *last = memrchr(s->line.data, '\n', s->line.len);
+                size_t open_part = last ? s->line.len - (size_t)(last - s->line.data) - 1 : s->line.len;
+                if (open_part > s->opts->max_message_bytes) return too_long(s);
+            }
             if (s->wait_msg) return 0;
             continue;
         }
@@ -316,8 +333,7 @@ static int read_stdout(mcp_server_t *s, int dispatch) {
         /* EOF: a last message without its newline still counts. */
         close(s->out_fd);
         s->out_fd = -1;
-        if (dispatch) {
-            take_lines(s);
+        if (dispatch && take_lines(s) == 0) {
             if (s->line.len) mcp_dispatch_text(s, s->line.data, s->line.len);
             s->line.len = s->line_scan = 0;
         }
@@ -335,7 +351,7 @@ int mcp_stdio_pump(mcp_server_t *s, int64_t deadline, seer_err_t *err) {
     /* Lines that arrived along with an earlier response are handled first. */
     if (s->line.len && !s->wait_msg) {
         s->line_scan = 0;
-        take_lines(s);
+        if (take_lines(s) < 0) return SEER_MCP_EDEAD;
     }
     for (;;) {
         if (s->wait_msg) return 0;

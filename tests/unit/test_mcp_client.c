@@ -1,0 +1,893 @@
+/* Unit tests of the MCP client (engine/mcp) against fake servers: small /bin/sh scripts that
+ * speak just enough newline-delimited JSON-RPC for each case (framing, partial lines, garbage
+ * lines, wrong ids, server requests, timeouts and cancellation, crashes, version negotiation,
+ * paging, name clashes), and a libmicrohttpd server for the streamable HTTP transport (SSE
+ * split anywhere, session ids, protocol version header, DELETE on close, HTTP errors). The
+ * real peer, the MCP Python SDK, is driven by tests/lua/test_mcp_client.lua. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cJSON.h>
+
+#include "mcp/mcp.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+#define LEAK_CHECK() cr_assert(__lsan_do_recoverable_leak_check() == 0)
+#else
+#define LEAK_CHECK() ((void)0)
+#endif
+
+/* ---- fake stdio servers ------------------------------------------------------------------------
+ * rd reads one line into $l (logging it to $LOG) and sets $m (method) and $i (id); res answers
+ * the last request; init does the handshake; text answers a tools/call with one text block. */
+static const char *PRELUDE =
+    "LOG=${LOG:-/dev/null}\n"
+    "rd() { IFS= read -r l || exit 0; printf '%s\\n' \"$l\" >> \"$LOG\";"
+    " m=${l#*'\"method\":\"'}; if [ \"$m\" = \"$l\" ]; then m=; else m=${m%%'\"'*}; fi;"
+    " i=${l#*'\"id\":'}; if [ \"$i\" = \"$l\" ]; then i=; else i=${i%%[,\\}]*}; fi; }\n"
+    "res() { printf '{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":%s}\\n' \"$i\" \"$1\"; }\n"
+    "init() { rd; res \"{\\\"protocolVersion\\\":\\\"${V:-2025-11-25}\\\",\\\"capabilities\\\":{\\\"tools\\\":{}},"
+    "\\\"serverInfo\\\":{\\\"name\\\":\\\"fake\\\",\\\"version\\\":\\\"1\\\"}}\"; rd; }\n"
+    "tools() { rd; res '{\"tools\":[{\"name\":\"t\",\"inputSchema\":{\"type\":\"object\"}}]}'; }\n"
+    "text() { res \"{\\\"content\\\":[{\\\"type\\\":\\\"text\\\",\\\"text\\\":\\\"$1\\\"}],\\\"isError\\\":false}\"; }\n"
+    "serve() { while rd; do case $m in tools/call) text \"${1:-ok}\";; ping) res '{}';; esac; done; }\n";
+
+static char tmpdir[64];
+
+static void make_tmpdir(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/seer-mcp-test-XXXXXX");
+    cr_assert_not_null(mkdtemp(tmpdir));
+}
+
+static void rm_tmpdir(void) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+static char *log_path(const char *name) {
+    static char p[4][128];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(p[k], sizeof p[k], "%s/%s.log", tmpdir, name);
+    return p[k];
+}
+
+static char *read_log(const char *name) {
+    FILE *f = fopen(log_path(name), "rb");
+    if (!f) return strdup("");
+    char *buf = calloc(1, 1 << 20);
+    size_t n = fread(buf, 1, (1 << 20) - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    return buf;
+}
+
+/* {"command": "/bin/sh", "args": ["-c", PRELUDE + script], "env": {"LOG": ..., extra env}} */
+static cJSON *fake_spec(const char *name, const char *script, const char *version) {
+    cJSON *s = cJSON_CreateObject();
+    cJSON_AddStringToObject(s, "type", "stdio");
+    cJSON_AddStringToObject(s, "command", "/bin/sh");
+    cJSON *args = cJSON_AddArrayToObject(s, "args");
+    cJSON_AddItemToArray(args, cJSON_CreateString("-c"));
+    char *full = malloc(strlen(PRELUDE) + strlen(script) + 2);
+    sprintf(full, "%s%s\n", PRELUDE, script);
+    cJSON_AddItemToArray(args, cJSON_CreateString(full));
+    free(full);
+    cJSON *env = cJSON_AddObjectToObject(s, "env");
+    cJSON_AddStringToObject(env, "LOG", log_path(name));
+    if (version) cJSON_AddStringToObject(env, "V", version);
+    return s;
+}
+
+/* What the callbacks saw. */
+static char warnings[8192];
+static char notes[8192];
+static int progress_calls;
+static double last_progress, last_total;
+static int interrupt_after; /* polls until "Ctrl-C"; 0: never */
+
+static void on_warning(void *ud, const char *server, const char *text) {
+    (void)ud;
+    snprintf(warnings + strlen(warnings), sizeof warnings - strlen(warnings), "[%s] %s\n", server, text);
+}
+
+static void on_note(void *ud, const char *server, const char *method, const cJSON *params) {
+    (void)ud;
+    char *p = params ? cJSON_PrintUnformatted(params) : strdup("null");
+    snprintf(notes + strlen(notes), sizeof notes - strlen(notes), "[%s] %s %s\n", server, method, p);
+    free(p);
+}
+
+static void on_progress(void *ud, const char *server, double progress, double total, const char *message) {
+    (void)ud;
+    (void)server;
+    (void)message;
+    progress_calls++;
+    last_progress = progress;
+    last_total = total;
+}
+
+static int on_interrupted(void *ud) {
+    (void)ud;
+    return interrupt_after > 0 && --interrupt_after == 0;
+}
+
+static seer_mcp_opts_t test_opts(void) {
+    seer_mcp_opts_t o = {0};
+    o.timeout_ms = 5000;
+    o.connect_timeout_ms = 5000;
+    o.cb.warning = on_warning;
+    o.cb.notification = on_note;
+    o.cb.interrupted = on_interrupted;
+    return o;
+}
+
+/* Connects to one fake server; asserts success. */
+static seer_mcp_client_t *connect_one(const char *name, const char *script, seer_mcp_opts_t *o) {
+    cJSON *cfg = cJSON_CreateObject();
+    cJSON_AddItemToObject(cfg, name, fake_spec(name, script, NULL));
+    seer_mcp_client_t *c;
+    seer_err_t err;
+    int rc = seer_mcp_connect(&c, cfg, o, &err);
+    cJSON_Delete(cfg);
+    cr_assert_eq(rc, 0, "connect: %s", err.msg);
+    return c;
+}
+
+/* Connects expecting failure; returns the message. */
+static int connect_fails(cJSON *cfg, seer_mcp_opts_t *o, seer_err_t *err) {
+    seer_mcp_client_t *c = NULL;
+    int rc = seer_mcp_connect(&c, cfg, o, err);
+    cJSON_Delete(cfg);
+    cr_assert_lt(rc, 0, "connect should fail");
+    cr_assert_null(c);
+    return rc;
+}
+
+static const char *first_text(const cJSON *result) {
+    const cJSON *content = cJSON_GetObjectItem(result, "content");
+    const cJSON *text = cJSON_GetObjectItem(cJSON_GetArrayItem(content, 0), "text");
+    return cJSON_IsString(text) ? text->valuestring : "";
+}
+
+static cJSON *call_ok(seer_mcp_client_t *c, const char *name, const char *args_json, const seer_mcp_call_opts_t *co) {
+    cJSON *args = args_json ? cJSON_Parse(args_json) : NULL;
+    cJSON *res;
+    seer_err_t err;
+    int rc = seer_mcp_call(c, name, args, co, &res, &err);
+    cJSON_Delete(args);
+    cr_assert_eq(rc, 0, "call %s: %s", name, err.msg);
+    return res;
+}
+
+TestSuite(mcp_stdio, .init = make_tmpdir, .fini = rm_tmpdir, .timeout = 30);
+
+/* ---- the handshake and the requests the client writes -------------------------------------- */
+
+Test(mcp_stdio, handshake_paged_tools_and_a_call) {
+    seer_mcp_opts_t o = test_opts();
+    seer_mcp_client_t *c = connect_one("fake",
+                                       "init; rd; res '{\"tools\":[{\"name\":\"t\",\"description\":\"first\"}],\"nextCursor\":\"p2\"}';"
+                                       " rd; res '{\"tools\":[{\"name\":\"u.v\"},{\"nameless\":1}]}'; serve hello",
+                                       &o);
+    const seer_mcp_tool_t *tools;
+    size_t n;
+    seer_err_t err;
+    cr_assert_eq(seer_mcp_tools(c, &tools, &n, &err), 0, "%s", err.msg);
+    cr_assert_eq(n, 2);
+    cr_assert_str_eq(tools[0].qualified_name, "t");
+    cr_assert_str_eq(tools[1].name, "u.v");
+    cr_assert_str_eq(tools[1].qualified_name, "u_v", "characters outside [A-Za-z0-9_-] become _");
+    cr_assert(strstr(warnings, "without a name"), "%s", warnings);
+    cJSON *r = call_ok(c, "u_v", "{\"x\":[1,2]}", NULL);
+    cr_assert_str_eq(first_text(r), "hello");
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(r, "isError")));
+    cJSON_Delete(r);
+
+    seer_mcp_server_info_t info;
+    cr_assert_eq(seer_mcp_server_info(c, 0, &info), 0);
+    cr_assert_str_eq(info.name, "fake");
+    cr_assert_str_eq(info.transport, "stdio");
+    cr_assert_str_eq(info.protocol_version, "2025-11-25");
+    cr_assert_str_eq(cJSON_GetObjectItem(info.server_info, "name")->valuestring, "fake");
+    cr_assert_gt(info.pid, 0);
+    seer_mcp_close(c);
+
+    /* What went over the wire, in order. */
+    char *log = read_log("fake");
+    char *lines[8] = {0};
+    int nl = 0;
+    for (char *p = strtok(log, "\n"); p && nl < 8; p = strtok(NULL, "\n")) lines[nl++] = p;
+    cr_assert_eq(nl, 5, "%d lines", nl);
+    cJSON *init = cJSON_Parse(lines[0]);
+    cr_assert_str_eq(cJSON_GetObjectItem(init, "jsonrpc")->valuestring, "2.0");
+    cr_assert_str_eq(cJSON_GetObjectItem(init, "method")->valuestring, "initialize");
+    cJSON *ip = cJSON_GetObjectItem(init, "params");
+    cr_assert_str_eq(cJSON_GetObjectItem(ip, "protocolVersion")->valuestring, "2025-11-25");
+    cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(ip, "clientInfo"), "name")->valuestring, "seer");
+    cr_assert(cJSON_IsObject(cJSON_GetObjectItem(ip, "capabilities")));
+    cJSON_Delete(init);
+    cr_assert_str_eq(lines[1], "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}");
+    cr_assert(strstr(lines[2], "\"method\":\"tools/list\""));
+    cr_assert(strstr(lines[3], "\"cursor\":\"p2\""), "%s", lines[3]);
+    cJSON *call = cJSON_Parse(lines[4]);
+    cJSON *cp = cJSON_GetObjectItem(call, "params");
+    cr_assert_str_eq(cJSON_GetObjectItem(call, "method")->valuestring, "tools/call");
+    cr_assert_str_eq(cJSON_GetObjectItem(cp, "name")->valuestring, "u.v", "the server gets its own tool name");
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetObjectItem(cp, "arguments"), "x")), 2);
+    /* ids are fresh integers */
+    cr_assert(cJSON_GetObjectItem(call, "id")->valuedouble > 3);
+    cJSON_Delete(call);
+    free(log);
+    LEAK_CHECK();
+}
+
+Test(mcp_stdio, falls_back_to_2025_06_18_and_refuses_unknown_versions) {
+    seer_mcp_opts_t o = test_opts();
+    cJSON *cfg = cJSON_CreateObject();
+    cJSON_AddItemToObject(cfg, "old", fake_spec("old", "init; tools; serve", "2025-06-18"));
+    seer_mcp_client_t *c;
+    seer_err_t err;
+    cr_assert_eq(seer_mcp_connect(&c, cfg, &o, &err), 0, "%s", err.msg);
+    cJSON_Delete(cfg);
+    seer_mcp_server_info_t info;
+    seer_mcp_server_info(c, 0, &info);
+    cr_assert_str_eq(info.protocol_version, "2025-06-18");
+    seer_mcp_close(c);
+
+    cfg = cJSON_CreateObject();
+    cJSON_AddItemToObject(cfg, "ancient", fake_spec("ancient", "init; tools; serve", "2024-11-05"));
+    connect_fails(cfg, &o, &err);
+    cr_assert(strstr(err.msg, "mcp server 'ancient'") && strstr(err.msg, "2024-11-05") && strstr(err.msg, "2025-06-18"),
+              "%s", err.msg);
+    LEAK_CHECK();
+}
+
+/* ---- framing --------------------------------------------------------------------------------- */
+
+Test(mcp_stdio, partial_lines_garbage_wrong_ids_and_notifications) {
+    seer_mcp_opts_t o = test_opts();
+    /* Before answering the call: a banner, a JSON value that is no message, a response to an id
+     * never used, a log notification, the progress of this call, then the answer in three pieces
+     * with pauses and a CRLF end, followed in the same write by a notification. */
+    seer_mcp_client_t *c = connect_one(
+        "fake",
+        "init; tools; rd;"
+        " echo 'Server v1 starting...'; echo '[1,2,3]'; echo '{\"hello\":1}';"
+        " echo '{\"jsonrpc\":\"2.0\",\"id\":999,\"result\":{}}';"
+        " echo '{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"level\":\"info\",\"data\":\"hi\"}}';"
+        " printf '{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":%s,\"progress\":2,\"total\":4}}\\n' $i;"
+        " printf '{\"jsonrpc\":\"2.0\",'; sleep 0.05; printf '\"id\":%s,\"result\":{\"content\":[{\"type\":\"text\",' $i; sleep 0.05;"
+        " printf '\"text\":\"whole\"}]}}\\r\\n{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"data\":\"after\"}}\\n';"
+        " serve",
+        &o);
+    seer_mcp_call_opts_t co = {0, on_progress, NULL};
+    cJSON *r = call_ok(c, "t", NULL, &co);
+    cr_assert_str_eq(first_text(r), "whole");
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(r, "isError")), "isError is filled in when the server leaves it out");
+    cJSON_Delete(r);
+    cr_assert_eq(progress_calls, 1);
+    cr_assert_float_eq(last_progress, 2, 0);
+    cr_assert_float_eq(last_total, 4, 0);
+    cr_assert(strstr(warnings, "[fake] ignoring output that is not JSON: Server v1 starting..."), "%s", warnings);
+    cr_assert(strstr(warnings, "not a JSON-RPC message"), "%s", warnings);
+    cr_assert(strstr(warnings, "never sent"), "%s", warnings);
+    cr_assert(strstr(notes, "[fake] notifications/message {\"level\":\"info\",\"data\":\"hi\"}"), "%s", notes);
+    /* The notification that came with the answer is delivered by the next exchange. */
+    seer_err_t err;
+    cJSON *pong;
+    cr_assert_eq(seer_mcp_request(c, "fake", "ping", NULL, 0, &pong, &err), 0, "%s", err.msg);
+    cr_assert_eq(cJSON_GetArraySize(pong), 0);
+    cJSON_Delete(pong);
+    cr_assert(strstr(notes, "\"after\""), "%s", notes);
+    seer_mcp_close(c);
+    LEAK_CHECK();
+}
+
+Test(mcp_stdio, answers_server_requests) {
+    seer_mcp_opts_t o = test_opts();
+    seer_mcp_client_t *c = connect_one(
+        "fake",
+        "init; tools; rd; ci=$i;"
+        " echo '{\"jsonrpc\":\"2.0\",\"id\":\"s1\",\"method\":\"ping\"}';"
+        " echo '{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"sampling/createMessage\",\"params\":{}}';"
+        " rd; rd; i=$ci; text done; serve",
+        &o);
+    cJSON *r = call_ok(c, "t", NULL, NULL);
+    cr_assert_str_eq(first_text(r), "done");
+    cJSON_Delete(r);
+    seer_mcp_close(c);
+    char *log = read_log("fake");
+    cr_assert(strstr(log, "{\"jsonrpc\":\"2.0\",\"id\":\"s1\",\"result\":{}}"), "%s", log);
+    cr_assert(strstr(log, "\"id\":7,\"error\":{\"code\":-32601"), "%s", log);
+    free(log);
+    LEAK_CHECK();
+}
+
+Test(mcp_stdio, accepts_a_response_on_the_last_line_without_newline) {
+    seer_mcp_opts_t o = test_opts();
+    seer_mcp_client_t *c = connect_one("fake", "init; tools; rd; printf '{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{}}' $i; exit 0", &o);
+    cJSON *r = call_ok(c, "t", NULL, NULL);
+    cJSON_Delete(r);
+    /* ... but the server is gone now. */
+    seer_err_t err;
+    cr_assert_eq(seer_mcp_call(c, "t", NULL, NULL, &r, &err), SEER_MCP_EDEAD);
+    cr_assert(strstr(err.msg, "exited with status 0"), "%s", err.msg);
+    seer_mcp_close(c);
+    LEAK_CHECK();
+}
+
+Test(mcp_stdio, oversized_message_is_an_error) {
+    seer_mcp_opts_t o = test_opts();
+    o.max_message_bytes = 10000;
+    seer_mcp_client_t *c = connect_one("fake", "init; tools; rd; head -c 50000 /dev/zero | tr '\\0' x; echo; serve", &o);
+    cJSON *r;
+    seer_err_t err;
+    cr_assert_eq(seer_mcp_call(c, "t", NULL, NULL, &r, &err), SEER_MCP_EDEAD, "%s", err.msg);
+    cr_assert(strstr(err.msg, "mcp server 'fake'") && strstr(err.msg, "longer than 10000 bytes"), "%s", err.msg);
+    seer_mcp_close(c);
+    LEAK_CHECK();
+}
+
+Test(mcp_stdio, big_messages_both_ways) {
+    seer_mcp_opts_t o = test_opts();
+    /* The fake echoes the length of the request it got (wc -c) after reading a 3 MB line, and
+     * answers with a 3 MB text. */
+    seer_mcp_client_t *c = connect_one(
+        "fake",
+        "init; tools; rd; n=$(printf '%s' \"$l\" | wc -c);"
+        " printf '{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"' $i;"
+        " head -c 3000000 /dev/zero | tr '\\0' y; printf '\"},{\"type\":\"text\",\"text\":\"%s\"}]}}\\n' $n; serve",
+        &o);
+    char *args = malloc(3000100);
+    strcpy(args, "{\"s\":\"");
+    memset(args + 6, 'x', 3000000);
+    strcpy(args + 3000006, "\"}");
+    cJSON *r = call_ok(c, "t", args, NULL);
+    free(args);
+    cr_assert_eq(strlen(first_text(r)), 3000000);
+    int sent = atoi(cJSON_GetArrayItem(cJSON_GetObjectItem(r, "content"), 1)->child->next->valuestring);
+    cr_assert_gt(sent, 3000000);
+    cJSON_Delete(r);
+    seer_mcp_close(c);
+    LEAK_CHECK();
+}
+
+/* ---- timeouts, cancellation, Ctrl-C ---------------------------------------------------------- */
+
+Test(mcp_stdio, timeout_cancels_and_the_client_stays_usable) {
+    seer_mcp_opts_t o = test_opts();
+    /* The first call is never answered; after the cancellation arrives the late answer is sent
+     * anyway (the client must ignore it), then the next call is answered normally. */
+    seer_mcp_client_t *c =
+        connect_one("fake", "init; tools; rd; first=$i; rd; i=$first; text late; serve fine", &o);
+    seer_mcp_call_opts_t co = {300, NULL, NULL};
+    cJSON *r;
+    seer_err_t err;
+    int64_t t0 = 0;
+    {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        t0 = ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    }
+    cr_assert_eq(seer_mcp_call(c, "t", NULL, &co, &r, &err), SEER_MCP_ETIMEOUT);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t took = ts.tv_sec * 1000 + ts.tv_nsec / 1000000 - t0;
+    cr_assert(took >= 290 && took < 1500, "took %d ms", (int)took);
+    cr_assert(strstr(err.msg, "mcp server 'fake': tools/call 't' timed out after 0.3"), "%s", err.msg);
+    r = call_ok(c, "t", NULL, NULL);
+    cr_assert_str_eq(first_text(r), "fine");
+    cJSON_Delete(r);
+    seer_mcp_close(c);
+    char *log = read_log("fake");
+    cr_assert(strstr(log, "\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":"), "%s", log);
+    cr_assert(strstr(log, "\"reason\":\"timed out\""), "%s", log);
+    cr_assert_null(strstr(warnings, "never sent"), "a late answer to a cancelled request is expected: %s", warnings);
+    free(log);
+    LEAK_CHECK();
+}
+
+Test(mcp_stdio, interrupt_cancels_the_call) {
+    seer_mcp_opts_t o = test_opts();
+    seer_mcp_client_t *c = connect_one("fake", "init; tools; rd; rd; serve", &o);
+    interrupt_after = 3;
+    cJSON *r;
+    seer_err_t err;
+    cr_assert_eq(seer_mcp_call(c, "t", NULL, NULL, &r, &err), SEER_EINTR);
+    cr_assert(strstr(err.msg, "mcp server 'fake': tools/call 't': interrupted"), "%s", err.msg);
+    r = call_ok(c, "t", NULL, NULL);
+    cJSON_Delete(r);
+    seer_mcp_close(c);
+    char *log = read_log("fake");
+    cr_assert(strstr(log, "\"reason\":\"interrupted\""), "%s", log);
+    free(log);
+    LEAK_CHECK();
+}
+
+Test(mcp_stdio, server_that_never_initializes) {
+    seer_mcp_opts_t o = test_opts();
+    o.connect_timeout_ms = 300;
+    cJSON *cfg = cJSON_CreateObject();
+    cJSON_AddItemToObject(cfg, "mute", fake_spec("mute", "rd; sleep 30", NULL));
+    seer_err_t err;
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    cr_assert_eq(connect_fails(cfg, &o, &err), SEER_MCP_ETIMEOUT);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double took = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
+    cr_assert(strstr(err.msg, "mcp server 'mute': initialize timed out after 0.3 s"), "%s", err.msg);
+    cr_assert_lt(took, 2.0, "a server that hangs is killed at once (took %.2f s)", took);
+    LEAK_CHECK();
+}
+
+/* ---- crashes ---------------------------------------------------------------------------------- */
+
+Test(mcp_stdio, crash_during_a_call_reports_status_and_stderr) {
+    seer_mcp_opts_t o = test_opts();
+    seer_mcp_client_t *c = connect_one("fake", "init; tools; rd; echo 'Traceback: something broke' >&2; exit 7", &o);
+    cJSON *r;
+    seer_err_t err;
+    cr_assert_eq(seer_mcp_call(c, "t", NULL, NULL, &r, &err), SEER_MCP_EDEAD);
+    cr_assert(strstr(err.msg, "mcp server 'fake': tools/call 't': the server exited with status 7"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "Traceback: something broke"), "%s", err.msg);
+    /* Later calls fail at once with the same reason. */
+    cr_assert_eq(seer_mcp_call(c, "t", NULL, NULL, &r, &err), SEER_MCP_EDEAD);
+    cr_assert(strstr(err.msg, "exited with status 7"), "%s", err.msg);
+    seer_mcp_server_info_t info;
+    seer_mcp_server_info(c, 0, &info);
+    cr_assert_not_null(info.dead);
+    cr_assert_eq(info.pid, 0);
+    seer_mcp_close(c);
+    LEAK_CHECK();
+}
+
+Test(mcp_stdio, killed_by_a_signal) {
+    seer_mcp_opts_t o = test_opts();
+    seer_mcp_client_t *c = connect_one("fake", "init; tools; rd; kill -9 $$", &o);
+    cJSON *r;
+    seer_err_t err;
+    cr_assert_eq(seer_mcp_call(c, "t", NULL, NULL, &r, &err), SEER_MCP_EDEAD);
+    cr_assert(strstr(err.msg, "killed by signal 9"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "nothing on its stderr"), "%s", err.msg);
+    seer_mcp_close(c);
+    LEAK_CHECK();
+}
+
+Test(mcp_stdio, crash_before_initialize) {
+    seer_mcp_opts_t o = test_opts();
+    cJSON *cfg = cJSON_CreateObject();
+    cJSON_AddItemToObject(cfg, "bad", fake_spec("bad", "echo 'ImportError: no module named foo' >&2; exit 1", NULL));
+    seer_err_t err;
+    cr_assert_eq(connect_fails(cfg, &o, &err), SEER_MCP_EDEAD);
+    cr_assert(strstr(err.msg, "mcp server 'bad': initialize: the server exited with status 1"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "ImportError: no module named foo"), "%s", err.msg);
+    LEAK_CHECK();
+}
+
+Test(mcp_stdio, jsonrpc_errors_name_the_server) {
+    seer_mcp_opts_t o = test_opts();
+    seer_mcp_client_t *c = connect_one(
+        "fake",
+        "init; tools; rd; printf '{\"jsonrpc\":\"2.0\",\"id\":%s,\"error\":{\"code\":-32602,\"message\":\"Unknown tool: nope\"}}\\n' $i; serve",
+        &o);
+    cJSON *r;
+    seer_err_t err;
+    cr_assert_eq(seer_mcp_call_tool(c, "fake", "nope", NULL, NULL, &r, &err), SEER_MCP_ERPC);
+    cr_assert_str_eq(err.msg, "mcp server 'fake': tools/call 'nope' failed: Unknown tool: nope (JSON-RPC error -32602)");
+    r = call_ok(c, "t", NULL, NULL);
+    cJSON_Delete(r);
+    seer_mcp_close(c);
+    LEAK_CHECK();
+}
+
+/* ---- several servers ------------------------------------------------------------------------ */
+
+Test(mcp_stdio, clashing_tool_names_are_qualified) {
+    seer_mcp_opts_t o = test_opts();
+    cJSON *cfg = cJSON_CreateObject();
+    cJSON_AddItemToObject(cfg, "a", fake_spec("a", "init; tools; serve from-a", NULL));
+    cJSON_AddItemToObject(
+        cfg, "b",
+        fake_spec("b", "init; rd; res '{\"tools\":[{\"name\":\"t\"},{\"name\":\"only_b\"}]}'; serve from-b", NULL));
+    seer_mcp_client_t *c;
+    seer_err_t err;
+    cr_assert_eq(seer_mcp_connect(&c, cfg, &o, &err), 0, "%s", err.msg);
+    cJSON_Delete(cfg);
+    const seer_mcp_tool_t *tools;
+    size_t n;
+    cr_assert_eq(seer_mcp_tools(c, &tools, &n, &err), 0);
+    cr_assert_eq(n, 3);
+    cr_assert_str_eq(tools[0].qualified_name, "a__t");
+    cr_assert_str_eq(tools[1].qualified_name, "b__t");
+    cr_assert_str_eq(tools[2].qualified_name, "only_b");
+    cJSON *r = call_ok(c, "a__t", NULL, NULL);
+    cr_assert_str_eq(first_text(r), "from-a");
+    cJSON_Delete(r);
+    r = call_ok(c, "b__t", NULL, NULL);
+    cr_assert_str_eq(first_text(r), "from-b");
+    cJSON_Delete(r);
+    r = call_ok(c, "b__only_b", NULL, NULL); /* <server>__<tool> always works */
+    cr_assert_str_eq(first_text(r), "from-b");
+    cJSON_Delete(r);
+    cr_assert_eq(seer_mcp_call(c, "t", NULL, NULL, &r, &err), SEER_ENOTFOUND);
+    cr_assert(strstr(err.msg, "several servers have a tool 't'"), "%s", err.msg);
+    cr_assert_eq(seer_mcp_call(c, "zzz", NULL, NULL, &r, &err), SEER_ENOTFOUND);
+    cr_assert(strstr(err.msg, "no tool 'zzz' (tools: a__t, b__t, only_b)"), "%s", err.msg);
+    cr_assert_eq(seer_mcp_call_tool(c, "nobody", "t", NULL, NULL, &r, &err), SEER_ENOTFOUND);
+    cr_assert(strstr(err.msg, "no server named 'nobody' (servers: a, b)"), "%s", err.msg);
+    seer_mcp_close(c);
+    LEAK_CHECK();
+}
+
+Test(mcp_stdio, one_dead_server_leaves_the_others_working) {
+    seer_mcp_opts_t o = test_opts();
+    cJSON *cfg = cJSON_CreateObject();
+    cJSON_AddItemToObject(cfg, "a", fake_spec("a", "init; rd; res '{\"tools\":[{\"name\":\"x\"}]}'; rd; exit 2", NULL));
+    cJSON_AddItemToObject(cfg, "b", fake_spec("b", "init; tools; serve alive", NULL));
+    seer_mcp_client_t *c;
+    seer_err_t err;
+    cr_assert_eq(seer_mcp_connect(&c, cfg, &o, &err), 0, "%s", err.msg);
+    cJSON_Delete(cfg);
+    cJSON *r;
+    cr_assert_eq(seer_mcp_call(c, "x", NULL, NULL, &r, &err), SEER_MCP_EDEAD);
+    cr_assert(strstr(err.msg, "mcp server 'a'"), "%s", err.msg);
+    r = call_ok(c, "t", NULL, NULL);
+    cr_assert_str_eq(first_text(r), "alive");
+    cJSON_Delete(r);
+    seer_mcp_close(c);
+    LEAK_CHECK();
+}
+
+Test(mcp_stdio, tool_list_changes_are_picked_up) {
+    seer_mcp_opts_t o = test_opts();
+    seer_mcp_client_t *c = connect_one(
+        "fake",
+        "init; tools; rd; echo '{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}'; text ok;"
+        " rd; res '{}'; rd; res '{\"tools\":[{\"name\":\"t\"},{\"name\":\"new\"}]}'; serve",
+        &o);
+    cJSON *r = call_ok(c, "t", NULL, NULL);
+    cJSON_Delete(r);
+    const seer_mcp_tool_t *tools;
+    size_t n;
+    seer_err_t err;
+    /* The notification came with the answer; a ping reads it. */
+    cr_assert_eq(seer_mcp_request(c, "fake", "ping", NULL, 0, &r, &err), 0, "%s", err.msg);
+    cJSON_Delete(r);
+    cr_assert_eq(seer_mcp_tools(c, &tools, &n, &err), 0, "%s", err.msg);
+    cr_assert_eq(n, 2);
+    cr_assert_str_eq(tools[1].name, "new");
+    seer_mcp_close(c);
+    LEAK_CHECK();
+}
+
+Test(mcp_stdio, env_args_and_cwd_reach_the_server) {
+    seer_mcp_opts_t o = test_opts();
+    cJSON *spec = fake_spec("fake", "init; tools; rd; text \"$(pwd)|$FOO|$0|$1\"; serve", NULL);
+    cJSON_AddStringToObject(cJSON_GetObjectItem(spec, "env"), "FOO", "bar baz");
+    cJSON_AddItemToArray(cJSON_GetObjectItem(spec, "args"), cJSON_CreateString("zero"));
+    cJSON_AddItemToArray(cJSON_GetObjectItem(spec, "args"), cJSON_CreateString("one"));
+    cJSON_AddStringToObject(spec, "cwd", tmpdir);
+    cJSON *cfg = cJSON_CreateObject();
+    cJSON_AddItemToObject(cfg, "fake", spec);
+    seer_mcp_client_t *c;
+    seer_err_t err;
+    cr_assert_eq(seer_mcp_connect(&c, cfg, &o, &err), 0, "%s", err.msg);
+    cJSON_Delete(cfg);
+    cJSON *r = call_ok(c, "t", NULL, NULL);
+    char want[200];
+    snprintf(want, sizeof want, "%s|bar baz|zero|one", tmpdir);
+    cr_assert_str_eq(first_text(r), want);
+    cJSON_Delete(r);
+    seer_mcp_close(c);
+    LEAK_CHECK();
+}
+
+Test(mcp_stdio, close_waits_then_terminates) {
+    seer_mcp_opts_t o = test_opts();
+    /* Ignores EOF on stdin and SIGTERM is its only way out. */
+    seer_mcp_client_t *c = connect_one("fake", "init; tools; while :; do sleep 0.05; done", &o);
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    seer_mcp_close(c);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double took = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
+    cr_assert(took > 1.9 && took < 4.0, "took %.2f s", took);
+    LEAK_CHECK();
+}
+
+/* ---- configuration errors ---------------------------------------------------------------------- */
+
+static void config_error(const char *json, const char *expect) {
+    seer_mcp_opts_t o = test_opts();
+    cJSON *cfg = cJSON_Parse(json);
+    cr_assert_not_null(cfg, "%s", json);
+    seer_err_t err;
+    connect_fails(cfg, &o, &err);
+    cr_assert(strstr(err.msg, expect), "config %s: got '%s', want '%s'", json, err.msg, expect);
+}
+
+Test(mcp_config, errors_name_the_server_and_the_fix) {
+    config_error("{\"s\":{\"type\":\"sse\",\"url\":\"http://x\"}}", "mcp server 's': type 'sse'");
+    config_error("{\"s\":{\"type\":\"websocket\"}}", "mcp server 's': unknown type 'websocket' (valid types: stdio, http, streamable-http)");
+    config_error("{\"s\":{\"type\":\"stdio\"}}", "mcp server 's': command must be a non-empty string");
+    config_error("{\"s\":{\"command\":\"x\",\"arg\":[]}}", "mcp server 's': unknown field 'arg' (a stdio server takes type, command, args, env, cwd)");
+    config_error("{\"s\":{\"command\":\"x\",\"args\":[\"a\",1]}}", "mcp server 's': args[2] must be a string");
+    config_error("{\"s\":{\"command\":\"x\",\"env\":{\"A\":1}}}", "mcp server 's': env.A must be a string");
+    config_error("{\"s\":{\"command\":\"x\",\"cwd\":\"/nonexistent/dir\"}}", "mcp server 's': cwd '/nonexistent/dir' is not a directory");
+    config_error("{\"s\":{\"url\":\"ftp://x\"}}", "mcp server 's': url must be an http:// or https:// address");
+    config_error("{\"s\":{\"type\":\"http\",\"url\":\"http://x\",\"command\":\"y\"}}", "unknown field 'command' (a http server takes type, url, headers)");
+    config_error("{\"s\":{}}", "mcp server 's': needs type = \"stdio\" with a command, or type = \"http\" with a url");
+    config_error("{\"s\":3}", "mcp server 's': the entry must be a table");
+    config_error("[1]", "the configuration must be a table");
+    config_error("{\"s\":{\"command\":\"/nonexistent/seer-mcp-server\"}}",
+                 "mcp server 's': cannot start '/nonexistent/seer-mcp-server': No such file or directory");
+    /* A bad entry starts nothing, not even the good ones before it. */
+    unlink("/tmp/seer-mcp-test-started");
+    config_error("{\"ok\":{\"command\":\"/bin/sh\",\"args\":[\"-c\",\"touch /tmp/seer-mcp-test-started\"]},\"bad\":{\"type\":\"x\"}}",
+                 "mcp server 'bad'");
+    usleep(100000);
+    cr_assert_neq(access("/tmp/seer-mcp-test-started", F_OK), 0);
+    LEAK_CHECK();
+}
+
+Test(mcp_config, empty_configuration_and_the_claude_desktop_wrapper) {
+    seer_mcp_opts_t o = test_opts();
+    cJSON *cfg = cJSON_Parse("{\"mcpServers\":{}}");
+    seer_mcp_client_t *c;
+    seer_err_t err;
+    cr_assert_eq(seer_mcp_connect(&c, cfg, &o, &err), 0, "%s", err.msg);
+    cJSON_Delete(cfg);
+    const seer_mcp_tool_t *tools;
+    size_t n = 9;
+    cr_assert_eq(seer_mcp_tools(c, &tools, &n, &err), 0);
+    cr_assert_eq(n, 0);
+    cr_assert_eq(seer_mcp_server_count(c), 0);
+    seer_mcp_close(c);
+    LEAK_CHECK();
+}
+
+/* ---- streamable HTTP against libmicrohttpd --------------------------------------------------------
+ * The fake answers initialize with an SSE stream cut into odd pieces (with a comment, an event
+ * of another type and CRLF line ends), tools/list with a JSON body, tools/call with an SSE
+ * stream that pings the client first, notifications with 202; it records the headers it saw. */
+
+typedef struct {
+    char body[65536];
+    size_t len;
+} req_t;
+
+static struct {
+    pthread_mutex_t mu;
+    char seen[16384]; /* "METHOD session=... version=... auth=...|" per request, and the bodies */
+    int fail_calls_with; /* HTTP status for tools/call, 0: answer normally */
+    int sleep_ms;
+} H = {PTHREAD_MUTEX_INITIALIZER, "", 0, 0};
+
+static void seen_add(const char *s) {
+    pthread_mutex_lock(&H.mu);
+    strncat(H.seen, s, sizeof H.seen - strlen(H.seen) - 1);
+    pthread_mutex_unlock(&H.mu);
+}
+
+/* Serves the chunks of an SSE answer one by one. */
+typedef struct {
+    char *parts[8];
+    int n, next;
+    size_t off;
+} stream_t;
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    stream_t *s = cls;
+    if (s->next >= s->n) return MHD_CONTENT_READER_END_OF_STREAM;
+    const char *p = s->parts[s->next];
+    size_t left = strlen(p) - s->off;
+    size_t n = left < max ? left : max;
+    memcpy(buf, p + s->off, n);
+    s->off += n;
+    if (s->off == strlen(p)) {
+        s->next++;
+        s->off = 0;
+        usleep(20000); /* separate TCP writes, so the client sees the pieces apart */
+    }
+    return (ssize_t)n;
+}
+
+static void stream_free(void *cls) {
+    stream_t *s = cls;
+    for (int i = 0; i < s->n; i++) free(s->parts[i]);
+    free(s);
+}
+
+static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                               const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    (void)cls;
+    (void)url;
+    (void)version;
+    req_t *r = *con_cls;
+    if (!r) {
+        *con_cls = calloc(1, sizeof *r);
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        size_t n = *upload_size < sizeof r->body - r->len - 1 ? *upload_size : sizeof r->body - r->len - 1;
+        memcpy(r->body + r->len, upload, n);
+        r->len += n;
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    const char *sid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Mcp-Session-Id");
+    const char *ver = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "MCP-Protocol-Version");
+    const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    const char *accept = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Accept");
+    char line[70000];
+    snprintf(line, sizeof line, "%s session=%s version=%s auth=%s accept=%s body=%s|\n", method, sid ? sid : "-",
+             ver ? ver : "-", auth ? auth : "-", accept ? accept : "-", r->body);
+    seen_add(line);
+    struct MHD_Response *resp;
+    int status = 200;
+    cJSON *m = cJSON_Parse(r->body);
+    const cJSON *meth = cJSON_GetObjectItem(m, "method");
+    const cJSON *id = cJSON_GetObjectItem(m, "id");
+    int idv = cJSON_IsNumber(id) ? (int)id->valuedouble : -1;
+    const char *mname = cJSON_IsString(meth) ? meth->valuestring : "";
+    char buf[2048];
+    if (strcmp(method, "DELETE") == 0) {
+        resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    } else if (!meth || !cJSON_IsNumber(id)) { /* notification or response */
+        resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+        status = 202;
+    } else if (strcmp(mname, "initialize") == 0) {
+        stream_t *s = calloc(1, sizeof *s);
+        s->parts[s->n++] = strdup(": a comment\r\n\r\nevent: other\r\ndata: {\"not\":\"for us\"}\r\n\r\nevent: mess");
+        snprintf(buf, sizeof buf,
+                 "age\r\ndata: {\"jsonrpc\":\"2.0\",\"id\":%d,\"result\":{\"protocolVersion\":\"2025-06-18\",\r\n"
+                 "data: \"capabilities\":{},\"serverInfo\":{\"name\":\"mhd\"}}}\r\n",
+                 idv);
+        s->parts[s->n++] = strdup(buf);
+        s->parts[s->n++] = strdup("\r\n");
+        resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 1024, stream_read, s, stream_free);
+        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+        MHD_add_response_header(resp, "Mcp-Session-Id", "sess-42");
+    } else if (strcmp(mname, "tools/list") == 0) {
+        snprintf(buf, sizeof buf, "{\"jsonrpc\":\"2.0\",\"id\":%d,\"result\":{\"tools\":[{\"name\":\"t\"}]}}", idv);
+        resp = MHD_create_response_from_buffer(strlen(buf), buf, MHD_RESPMEM_MUST_COPY);
+        MHD_add_response_header(resp, "Content-Type", "application/json");
+    } else if (strcmp(mname, "tools/call") == 0 && H.fail_calls_with) {
+        status = H.fail_calls_with;
+        const char *b = status == 404 ? "session not found" : "<html>Internal Server Error</html>";
+        resp = MHD_create_response_from_buffer(strlen(b), (void *)b, MHD_RESPMEM_PERSISTENT);
+    } else if (strcmp(mname, "tools/call") == 0) {
+        if (H.sleep_ms) usleep((useconds_t)H.sleep_ms * 1000);
+        stream_t *s = calloc(1, sizeof *s);
+        s->parts[s->n++] = strdup("data: {\"jsonrpc\":\"2.0\",\"id\":\"srv-1\",\"method\":\"ping\"}\n\n");
+        snprintf(buf, sizeof buf,
+                 "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":%d,\"progress\":1}}\n\n"
+                 "data: {\"jsonrpc\":\"2.0\",\"id\":%d,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"via sse\"}],\"isError\":false}}\n\n",
+                 idv, idv);
+        s->parts[s->n++] = strdup(buf);
+        resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 1024, stream_read, s, stream_free);
+        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+    } else {
+        snprintf(buf, sizeof buf, "{\"jsonrpc\":\"2.0\",\"id\":%d,\"result\":{}}", idv);
+        resp = MHD_create_response_from_buffer(strlen(buf), buf, MHD_RESPMEM_MUST_COPY);
+        MHD_add_response_header(resp, "Content-Type", "application/json");
+    }
+    cJSON_Delete(m);
+    enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+static void completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    (void)cls;
+    (void)conn;
+    (void)toe;
+    free(*con_cls);
+    *con_cls = NULL;
+}
+
+static struct MHD_Daemon *start_mhd(int *port) {
+    struct MHD_Daemon *d =
+        MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, 0, NULL, NULL, handler, NULL,
+                         MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_END);
+    cr_assert_not_null(d);
+    *port = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT)->port;
+    return d;
+}
+
+static cJSON *http_config(int port) {
+    char json[300];
+    snprintf(json, sizeof json,
+             "{\"web\":{\"type\":\"streamable-http\",\"url\":\"http://127.0.0.1:%d/mcp\",\"headers\":{\"Authorization\":\"Bearer tok\"}}}",
+             port);
+    return cJSON_Parse(json);
+}
+
+Test(mcp_http, sse_json_sessions_headers_and_delete) {
+    int port;
+    struct MHD_Daemon *d = start_mhd(&port);
+    seer_mcp_opts_t o = test_opts();
+    cJSON *cfg = http_config(port);
+    seer_mcp_client_t *c;
+    seer_err_t err;
+    cr_assert_eq(seer_mcp_connect(&c, cfg, &o, &err), 0, "%s", err.msg);
+    cJSON_Delete(cfg);
+    seer_mcp_server_info_t info;
+    seer_mcp_server_info(c, 0, &info);
+    cr_assert_str_eq(info.protocol_version, "2025-06-18");
+    cr_assert_str_eq(info.transport, "http");
+    seer_mcp_call_opts_t co = {0, on_progress, NULL};
+    cJSON *r = call_ok(c, "t", "{\"q\":1}", &co);
+    cr_assert_str_eq(first_text(r), "via sse");
+    cJSON_Delete(r);
+    cr_assert_eq(progress_calls, 1);
+    cr_assert(isnan(last_total));
+    seer_mcp_close(c);
+    MHD_stop_daemon(d);
+
+    char *lines[16];
+    int n = 0;
+    for (char *p = strtok(H.seen, "\n"); p && n < 16; p = strtok(NULL, "\n")) lines[n++] = p;
+    /* initialize, initialized, tools/list, tools/call, the answer to the server's ping, DELETE
+     * (the ping answer and the call may be seen in either order) */
+    cr_assert_eq(n, 6, "%d requests:\n%s", n, H.seen);
+    cr_assert(strstr(lines[0], "POST session=- version=- auth=Bearer tok accept=application/json, text/event-stream"), "%s", lines[0]);
+    cr_assert(strstr(lines[1], "POST session=sess-42 version=2025-06-18 auth=Bearer tok") && strstr(lines[1], "notifications/initialized"),
+              "%s", lines[1]);
+    cr_assert(strstr(lines[2], "session=sess-42 version=2025-06-18") && strstr(lines[2], "tools/list"), "%s", lines[2]);
+    int ping_answer = 0, call = 0;
+    for (int i = 3; i < 5; i++) {
+        if (strstr(lines[i], "{\"jsonrpc\":\"2.0\",\"id\":\"srv-1\",\"result\":{}}")) ping_answer = 1;
+        if (strstr(lines[i], "tools/call") && strstr(lines[i], "\"progressToken\"")) call = 1;
+    }
+    cr_assert(ping_answer && call, "%s\n%s", lines[3], lines[4]);
+    cr_assert(strstr(lines[5], "DELETE session=sess-42 version=2025-06-18 auth=Bearer tok"), "%s", lines[5]);
+    LEAK_CHECK();
+}
+
+Test(mcp_http, http_errors_and_timeouts_name_the_server) {
+    int port;
+    struct MHD_Daemon *d = start_mhd(&port);
+    seer_mcp_opts_t o = test_opts();
+    cJSON *cfg = http_config(port);
+    seer_mcp_client_t *c;
+    seer_err_t err;
+    cr_assert_eq(seer_mcp_connect(&c, cfg, &o, &err), 0, "%s", err.msg);
+    cJSON_Delete(cfg);
+    cJSON *r;
+    H.fail_calls_with = 500;
+    cr_assert_eq(seer_mcp_call(c, "t", NULL, NULL, &r, &err), SEER_EIO);
+    cr_assert(strstr(err.msg, "mcp server 'web': tools/call 't': HTTP 500 from http://127.0.0.1:"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "Internal Server Error"), "%s", err.msg);
+    H.fail_calls_with = 404;
+    cr_assert_eq(seer_mcp_call(c, "t", NULL, NULL, &r, &err), SEER_EIO);
+    cr_assert(strstr(err.msg, "no longer knows the session"), "%s", err.msg);
+    H.fail_calls_with = 0;
+    H.sleep_ms = 600;
+    seer_mcp_call_opts_t co = {200, NULL, NULL};
+    cr_assert_eq(seer_mcp_call(c, "t", NULL, &co, &r, &err), SEER_MCP_ETIMEOUT);
+    cr_assert(strstr(err.msg, "mcp server 'web': tools/call 't' timed out after 0.2"), "%s", err.msg);
+    H.sleep_ms = 0;
+    r = call_ok(c, "t", NULL, NULL);
+    cJSON_Delete(r);
+    seer_mcp_close(c);
+    MHD_stop_daemon(d);
+    cr_assert(strstr(H.seen, "notifications/cancelled"), "%s", H.seen);
+
+    /* Nobody listening. */
+    cfg = http_config(port);
+    cr_assert_eq(connect_fails(cfg, &o, &err), SEER_EIO);
+    cr_assert(strstr(err.msg, "mcp server 'web': initialize: POST http://127.0.0.1:"), "%s", err.msg);
+    LEAK_CHECK();
+}
