@@ -1,0 +1,250 @@
+-- seer.mcp.client against real MCP servers written with the official Python SDK
+-- (tests/fixtures/mcp/sdk_server.py, run with .venv-test/bin/python), over stdio and over
+-- streamable HTTP (SSE replies, and JSON replies with --json-response): tools, arguments,
+-- images, tool errors, timeouts, crashes, clashing names, progress and logging.
+local T = require "testing"
+local mcp = require "seer.mcp.client"
+local process = require "seer.process"
+local host = require "seer.core.host"
+
+local root = seer.script_dir() .. "/../.."
+local python = root .. "/.venv-test/bin/python"
+local fixture = root .. "/tests/fixtures/mcp/sdk_server.py"
+
+local function have_sdk()
+  return os.execute("'" .. python .. "' -c 'import mcp' >/dev/null 2>&1") == 0
+end
+local sdk = have_sdk()
+local function need_sdk()
+  if not sdk then T.skip("no MCP SDK (.venv-test); run make setup") end
+end
+
+local function stdio(name, extra)
+  local args = { fixture, "--name", name }
+  for _, a in ipairs(extra or {}) do args[#args + 1] = a end
+  return { type = "stdio", command = python, args = args }
+end
+
+-- HTTP servers run as our children for the whole file; their ports come through a file.
+local dir = T.tmpdir()
+local web = {}
+local function start_http(name, extra)
+  local port_file = dir .. "/" .. name .. ".port"
+  local argv = { python, fixture, "--name", name, "--http", "0", "--port-file", port_file }
+  for _, a in ipairs(extra or {}) do argv[#argv + 1] = a end
+  web[name] = { child = process.spawn { argv = argv, stderr = dir .. "/" .. name .. ".stderr" }, port_file = port_file }
+end
+local function http_url(name)
+  local w = web[name]
+  local deadline = process.now_ms() + 20000
+  while not w.port do
+    local f = io.open(w.port_file)
+    if f then w.port = f:read("*a"); f:close() end
+    if not w.port then
+      local alive, how = w.child:alive()
+      if not alive then error("the HTTP fixture " .. name .. " " .. how .. ": " .. (seer.read_file(dir .. "/" .. name .. ".stderr") or "")) end
+      if process.now_ms() > deadline then error("the HTTP fixture " .. name .. " did not start in 20 s") end
+      process.sleep_ms(20)
+    end
+  end
+  return "http://127.0.0.1:" .. w.port .. "/mcp"
+end
+
+-- One client with two stdio servers and two HTTP servers, shared by the tests below.
+local client
+local function shared()
+  need_sdk()
+  if not client then
+    client = mcp.connect({
+      alpha = stdio("alpha"),
+      beta = stdio("beta", { "--only", "shared,echo" }),
+      web = { type = "http", url = http_url("web") },
+      plain = { type = "streamable-http", url = http_url("plain"), headers = { ["X-Test"] = "1" } },
+    }, { timeout = 10, connect_timeout = 30 })
+  end
+  return client
+end
+
+if sdk then
+  start_http("web", { "--only", "echo,add,image,fail,sleep,progress,big,log" })
+  start_http("plain", { "--only", "echo,add", "--json-response" })
+end
+
+local function by_name(tools)
+  local t = {}
+  for _, x in ipairs(tools) do t[x.qualified_name] = x end
+  return t
+end
+
+T.test("mcp client: tools of all servers, names qualified only where they clash", function()
+  local c = shared()
+  local tools = by_name(c:tools())
+  -- alpha, beta and web all have echo; alpha and beta have shared; web and plain have add
+  T.ok(tools["alpha__echo"] and tools["beta__echo"] and tools["web__echo"] and tools["plain__echo"])
+  T.ok(tools["alpha__shared"] and tools["beta__shared"])
+  T.ok(tools["crash"], "a tool only one server has keeps its name")
+  T.eq(tools["crash"].server, "alpha")
+  T.eq(tools["crash"].name, "crash")
+  T.eq(tools["web__add"].server, "web")
+  local add = tools["alpha__add"]
+  T.eq(add.description, "Adds two integers.")
+  T.eq(add.input_schema.type, "object")
+  T.eq(add.input_schema.properties.a.type, "integer")
+  T.eq(add.input_schema.required, { "a", "b" })
+  local servers = c:servers()
+  T.eq(#servers, 4)
+  for _, s in ipairs(servers) do
+    T.eq(s.protocol_version, "2025-11-25", s.name)
+    T.eq(s.server_info.name, s.name)
+  end
+end)
+
+T.test("mcp client: calls with arguments over stdio and HTTP (SSE and JSON replies)", function()
+  local c = shared()
+  for _, name in ipairs { "alpha__add", "web__add", "plain__add" } do
+    local r = c:call(name, { a = 20, b = 22 })
+    T.eq(r.isError, false, name)
+    T.eq(r.content[1].type, "text")
+    T.eq(r.content[1].text, "42", name)
+    T.eq(r.structuredContent.result, 42, name)
+  end
+  T.eq(c:call_tool("beta", "echo", { text = "héllo\nworld" }).content[1].text, "héllo\nworld")
+  T.eq(c:call("alpha__shared").content[1].text, "alpha")
+  T.eq(c:call("beta__shared").content[1].text, "beta")
+  T.raises(function() c:call("shared") end, "several servers have a tool 'shared'", true)
+  T.raises(function() c:call("nope") end, "mcp: no tool 'nope'", true)
+end)
+
+T.test("mcp client: wrong arguments and unknown tools are tool errors, unknown methods errors", function()
+  local c = shared()
+  T.eq(c:call("alpha__add", { a = "not a number", b = 1 }).isError, true)
+  -- This SDK answers an unknown tool with an isError result (others use JSON-RPC -32602).
+  local r = c:call_tool("alpha", "no_such_tool", {})
+  T.eq(r.isError, true)
+  T.contains(r.content[1].text, "no_such_tool")
+  T.raises(function() c:request("web", "no/such/method") end,
+    "mcp server 'web': no/such/method failed: Method not found (JSON-RPC error -32601)", true)
+  T.eq(type(c:request("alpha", "resources/list").resources), "table")
+end)
+
+T.test("mcp client: image content", function()
+  local c = shared()
+  for _, name in ipairs { "alpha__image", "web__image" } do
+    local r = c:call(name)
+    local block = r.content[1]
+    T.eq(block.type, "image")
+    T.eq(block.mimeType, "image/png")
+    T.eq(block.data:sub(1, 12), "iVBORw0KGgoA", "base64 of the PNG signature")
+  end
+end)
+
+T.test("mcp client: a failing tool is a result with isError", function()
+  local c = shared()
+  for _, name in ipairs { "alpha__fail", "web__fail" } do
+    local r = c:call(name, { message = "the cell raised" })
+    T.eq(r.isError, true, name)
+    T.contains(r.content[1].text, "the cell raised")
+  end
+end)
+
+T.test("mcp client: a call past its timeout is cancelled and the client stays usable", function()
+  local c = shared()
+  for _, server in ipairs { "alpha", "web" } do
+    local t0 = host.now()
+    local msg = T.raises(function() c:call_tool(server, "sleep", { seconds = 5 }, { timeout = 0.4 }) end)
+    T.contains(msg, "mcp server '" .. server .. "': tools/call 'sleep' timed out after 0.4 s")
+    T.ok(host.now() - t0 < 2.5, "took " .. (host.now() - t0) .. " s")
+    T.eq(c:call_tool(server, "echo", { text = "still here" }).content[1].text, "still here")
+  end
+end)
+
+T.test("mcp client: progress notifications reach on_progress", function()
+  local c = shared()
+  for _, name in ipairs { "alpha__progress", "web__progress" } do
+    local seen = {}
+    local r = c:call(name, { steps = 3 }, {
+      on_progress = function(p, total, message, server) seen[#seen + 1] = { p, total, message, server } end,
+    })
+    T.eq(r.content[1].text, "done 3")
+    local server = name:match("^(%w+)__")
+    T.eq(seen, { { 1, 3, "step 1", server }, { 2, 3, "step 2", server }, { 3, 3, "step 3", server } }, name)
+  end
+  -- An error in the handler cancels the call and surfaces.
+  T.raises(function()
+    c:call("alpha__progress", { steps = 3 }, { on_progress = function() error("enough") end })
+  end, "on_progress handler failed.*enough")
+  T.eq(c:call("alpha__echo", { text = "ok" }).content[1].text, "ok")
+end)
+
+T.test("mcp client: logging notifications are queued", function()
+  local c = shared()
+  c:notifications()
+  T.eq(c:call("alpha__log", { text = "from alpha" }).content[1].text, "logged")
+  T.eq(c:call("web__log", { text = "from web" }).content[1].text, "logged")
+  local got = {}
+  for _, n in ipairs(c:notifications()) do
+    if n.method == "notifications/message" then got[n.server] = n.params.data end
+  end
+  T.eq(got, { alpha = "from alpha", web = "from web" })
+end)
+
+T.test("mcp client: large results and ping", function()
+  local c = shared()
+  for _, name in ipairs { "alpha__big", "web__big" } do
+    T.eq(#c:call(name, { n = 4000000 }).content[1].text, 4000000, name)
+  end
+  local big = string.rep("z", 2000000)
+  T.eq(#c:call("alpha__echo", { text = big }).content[1].text, 2000000)
+  T.ok(c:ping() < 2)
+  T.eq(c:request("web", "ping"), {})
+end)
+
+T.test("mcp client: a server that crashes mid-call is an error with its status and stderr", function()
+  need_sdk()
+  local c = mcp.connect({ crashy = stdio("crashy"), calm = stdio("calm", { "--only", "echo" }) }, { timeout = 10 })
+  local msg = T.raises(function() c:call("crash", { code = 3 }) end)
+  T.contains(msg, "mcp server 'crashy': tools/call 'crash': the server exited with status 3")
+  T.contains(msg, "fixture: about to crash on purpose")
+  msg = T.raises(function() c:call("crashy__echo", { text = "x" }) end)
+  T.contains(msg, "mcp server 'crashy'")
+  T.contains(msg, "exited with status 3")
+  T.eq(c:call("calm__echo", { text = "fine" }).content[1].text, "fine")
+  local dead = {}
+  for _, s in ipairs(c:servers()) do dead[s.name] = s.dead ~= nil end
+  T.eq(dead, { crashy = true, calm = false })
+  c:close()
+  c:close()
+  T.raises(function() c:tools() end, "the client is closed", true)
+end)
+
+T.test("mcp client: configuration and option errors", function()
+  T.raises(function() mcp.connect({ s = { type = "sse", url = "http://127.0.0.1:1/sse" } }) end,
+    "mcp server 's': type 'sse'", true)
+  T.raises(function() mcp.connect({ s = { type = "ws" } }) end,
+    "mcp server 's': unknown type 'ws' (valid types: stdio, http, streamable-http)", true)
+  T.raises(function() mcp.connect({ s = { command = "/nonexistent/x" } }) end,
+    "mcp server 's': cannot start '/nonexistent/x'", true)
+  T.raises(function() mcp.connect({}, { timout = 3 }) end, "unknown option 'timout'", true)
+  T.raises(function() mcp.connect({}, { stderr = "loud" }) end, "stderr must be", true)
+  T.raises(function() mcp.connect({ s = { url = "http://127.0.0.1:1/mcp" } }, { connect_timeout = 2 }) end,
+    "mcp server 's': initialize: POST http://127.0.0.1:1/mcp", true)
+  local c = mcp.connect({})
+  T.eq(c:tools(), {})
+  c:close()
+end)
+
+T.test("mcp client: close shuts every server down", function()
+  need_sdk()
+  local c = shared()
+  local pids = {}
+  for _, s in ipairs(c:servers()) do if s.pid then pids[#pids + 1] = s.pid end end
+  T.eq(#pids, 2)
+  local t0 = host.now()
+  c:close()
+  client = nil
+  T.ok(host.now() - t0 < 2.5, "close took " .. (host.now() - t0) .. " s")
+  for _, pid in ipairs(pids) do
+    T.ok(os.execute("kill -0 " .. pid .. " 2>/dev/null") ~= 0, "server " .. pid .. " still runs")
+  end
+  for _, w in pairs(web) do w.child:stop(2000) end
+end)
