@@ -334,6 +334,32 @@ class RawSessionTest(unittest.TestCase):
         self.assertEqual(s.request("ping")["result"], {})
         self.assertFalse([n for n in s.notifications if n.get("method") == "notifications/progress"])
 
+    def test_resume_and_continue(self):
+        s, sid = self.start()
+        s.call("execute_code", {"session_id": sid, "code": "x = 21"})
+        s.call("add_markdown", {"session_id": sid, "content": "note"})
+        s.call("execute_code", {"session_id": sid, "code": "print(x * 2)"})
+        path = s.call("read_notebook", {"session_id": sid})["result"]["structuredContent"]["notebook_path"]
+        s.call("shutdown_session", {"session_id": sid})
+        r = s.call("start_session_continue_notebook", {"notebook_path": path, "experiment_name": "fork"})["result"]
+        self.assertFalse(r["isError"], r)
+        fork = r["structuredContent"]
+        self.assertEqual((fork["status"], fork["cells_run"], fork["cells_failed"]), ("continued", 2, 0))
+        self.assertNotEqual(fork["notebook_path"], path)
+        self.assertTrue(fork["notebook_path"].endswith("_fork.ipynb"), fork)
+        self.assertEqual(os.path.dirname(fork["notebook_path"]), os.path.dirname(path))
+        r = s.call("execute_code", {"session_id": fork["session_id"], "code": "print(x)"})["result"]
+        self.assertEqual(text_of(r), "21\n")
+        r = s.call("start_session_resume_notebook", {"notebook_path": os.path.relpath(path)})["result"]
+        self.assertFalse(r["isError"], r)
+        res = r["structuredContent"]
+        self.assertEqual((res["status"], res["notebook_path"], res["cells_run"]), ("resumed", path, 2))
+        r = s.call("read_notebook", {"session_id": res["session_id"]})["result"]
+        self.assertEqual(r["structuredContent"]["total"], 3)
+        self.assertIn("42", text_of(r))
+        validate_notebook(self, path)
+        validate_notebook(self, fork["notebook_path"])
+
     def test_streams_printed_at_different_times_come_back_once(self):
         # The notebook merges consecutive stream outputs; what the call returns must not repeat them.
         s, sid = self.start()
@@ -610,11 +636,19 @@ s:terminate()
         job = {"server": cfg, "steps": [
             {"key": "run", "tool": "execute_code", "args": {"session_id": info["session_id"], "code": "print(secret * 2)\nsecret = secret + 1"}},
             {"key": "md", "tool": "add_markdown", "args": {"session_id": info["session_id"], "content": "from the agent"}},
+            {"key": "attach", "tool": "attach_to_session",
+             "args": {"session_id": info["session_id"], "jupyter_url": cfg["env"]["SEER_NOTEBOOK_URL"]}},
+            {"key": "bad", "tool": "attach_to_session",
+             "args": {"session_id": "nosuch", "jupyter_url": cfg["env"]["SEER_NOTEBOOK_URL"]}},
         ]}
         rep = run_sdk(self, job)
         self.assertFalse(rep["steps"]["run"]["isError"], rep)
         self.assertEqual(rep["steps"]["run"]["content"][0]["text"], "82\n")
         self.assertEqual(rep["steps"]["md"]["structured"], {"cell_number": 1})
+        self.assertEqual(rep["steps"]["attach"]["structured"]["status"], "attached")
+        self.assertEqual(rep["steps"]["attach"]["structured"]["notebook_path"], info["path"])
+        self.assertTrue(rep["steps"]["bad"]["isError"])
+        self.assertIn("SessionNotFound", rep["steps"]["bad"]["content"][0]["text"])
         # the MCP server has exited; the experiment's session lives on
         out, err = exp.communicate("\n", timeout=30)
         self.assertEqual(exp.returncode, 0, err)
