@@ -54,13 +54,13 @@ static const seer_command_t commands[] = {
      "each notebook atomically as cells finish, and serves the live view at jupyter_url.\n",
      cmd_notebook},
     {"mcp", "MCP servers for agents: notebook (and cli, rpc), over stdio or streamable HTTP",
-     "usage: seer mcp notebook [--session-id ID] [--jupyter-url URL] [--output-dir DIR]\n"
+     "usage: seer mcp notebook [--session-id ID] [--jupyter-url URL] [--output-dir DIR] [--max-output CHARS]\n"
      "                         [--http HOST:PORT [--token T] [--allow-origin O]...]\n"
      "       seer mcp cli ...   (needs sandboxes)\n"
      "       seer mcp rpc ...   (needs scoped sandboxes)\n\n"
      "Serves MCP (protocol 2025-06-18 and 2025-11-25) on stdin/stdout by default. Options are\n"
      "also read from SEER_SESSION_ID, SEER_NOTEBOOK_URL and SEER_NOTEBOOK_OUTPUT_DIR, which a\n"
-     "session's mcp_config sets.\n",
+     "session's mcp_config sets; the HTTP bearer token from --token or SEER_MCP_TOKEN.\n",
      cmd_mcp},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])

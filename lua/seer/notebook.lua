@@ -169,6 +169,10 @@ function Notebook:add_output(cell, out)
   local last = cell.outputs[#cell.outputs]
   if out.output_type == "stream" and last and last.output_type == "stream" and last.name == out.name then
     last.text = M.join(last.text) .. M.join(out.text)
+  elseif out.output_type == "stream" then
+    -- A copy: later text is merged into it, and the caller's table (what an execute reply
+    -- returns) must keep only its own text.
+    cell.outputs[#cell.outputs + 1] = { output_type = "stream", name = out.name, text = out.text }
   else
     cell.outputs[#cell.outputs + 1] = out
   end

@@ -56,6 +56,16 @@ T.test("a notebook with every output kind validates with nbformat", function()
   T.eq(doc.metadata.kernelspec.language, "lua")
 end)
 
+T.test("merging streams never changes the caller's output tables", function()
+  local nb = NB.new{ path = T.tmpdir() .. "/m.ipynb" }
+  local c = nb:add_code("x")
+  local first = { output_type = "stream", name = "stdout", text = "a\n" }
+  nb:add_output(c, first)
+  nb:add_output(c, { output_type = "stream", name = "stdout", text = "b\n" })
+  T.eq(first.text, "a\n", "the first output as returned to a client keeps its own text")
+  T.eq(c.outputs[1].text, "a\nb\n")
+end)
+
 T.test("clear_output now and with wait", function()
   local nb = NB.new{ path = T.tmpdir() .. "/c.ipynb" }
   local c = nb:add_code("x")
