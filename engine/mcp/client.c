@@ -85,7 +85,7 @@ int mcp_set_dead(mcp_server_t *s, const char *fmt, ...) {
 }
 
 int mcp_interrupted(mcp_server_t *s) {
-    return s->opts->cb.interrupted && s->opts->cb.interrupted(s->opts->cb.ud);
+    return !s->uninterruptible && s->opts->cb.interrupted && s->opts->cb.interrupted(s->opts->cb.ud);
 }
 
 /* A short, printable excerpt of what a server sent, for warnings. */
@@ -300,7 +300,9 @@ static int rpc(mcp_server_t *s, const char *method, cJSON *params /* taken */, c
             cJSON_AddNumberToObject(p, "requestId", (double)id);
             cJSON_AddStringToObject(p, "reason", why);
             seer_err_t cerr;
+            s->uninterruptible = 1;
             send_notification(s, "notifications/cancelled", p, mcp_now_ms() + CANCEL_TIMEOUT_MS, &cerr);
+            s->uninterruptible = 0;
         }
         if (rc == SEER_EINTR) return seer_err_set(err, SEER_EINTR, "mcp server '%s': %s: interrupted", s->name, what);
         return seer_err_set(err, SEER_MCP_ETIMEOUT, "mcp server '%s': %s timed out after %.3g s (the request was cancelled)",

@@ -411,6 +411,7 @@ void mcp_http_close(mcp_server_t *s) {
     if (!h) return;
     /* Ending the session frees it on the server now rather than at its idle timeout. A server
      * may answer 405 (it does not let clients end sessions): nothing to do then. */
+    s->uninterruptible = 1;
     if (h->session_id && h->multi && !s->dead_msg) {
         xfer_t *x = xfer_new(s, "DELETE", NULL, 0, mcp_now_ms() + CLOSE_TIMEOUT_MS);
         if (x) {

@@ -45,6 +45,9 @@ typedef struct mcp_server {
     char *dead_msg;
 
     int nonjson_lines; /* only the first few are shown */
+    /* Set while telling the server about a cancellation or a shutdown: the Ctrl-C that caused
+     * it is still pending and must not cut that message short. */
+    int uninterruptible;
 
     /* stdio */
     pid_t pid; /* 0 once reaped (or never started) */

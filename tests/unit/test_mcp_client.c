@@ -116,9 +116,12 @@ static void on_progress(void *ud, const char *server, double progress, double to
     last_total = total;
 }
 
+/* Like Ctrl-C in seer: once it happened it stays pending until someone clears it. */
+static int interrupt_pending;
 static int on_interrupted(void *ud) {
     (void)ud;
-    return interrupt_after > 0 && --interrupt_after == 0;
+    if (interrupt_after > 0 && --interrupt_after == 0) interrupt_pending = 1;
+    return interrupt_pending;
 }
 
 static seer_mcp_opts_t test_opts(void) {
@@ -405,6 +408,7 @@ Test(mcp_stdio, interrupt_cancels_the_call) {
     seer_err_t err;
     cr_assert_eq(seer_mcp_call(c, "t", NULL, NULL, &r, &err), SEER_EINTR);
     cr_assert(strstr(err.msg, "mcp server 'fake': tools/call 't': interrupted"), "%s", err.msg);
+    interrupt_pending = 0;
     r = call_ok(c, "t", NULL, NULL);
     cJSON_Delete(r);
     seer_mcp_close(c);
@@ -878,12 +882,18 @@ Test(mcp_http, http_errors_and_timeouts_name_the_server) {
     seer_mcp_call_opts_t co = {200, NULL, NULL};
     cr_assert_eq(seer_mcp_call(c, "t", NULL, &co, &r, &err), SEER_MCP_ETIMEOUT);
     cr_assert(strstr(err.msg, "mcp server 'web': tools/call 't' timed out after 0.2"), "%s", err.msg);
+    /* Ctrl-C: the cancellation still goes out while the interrupt is pending. */
+    interrupt_after = 3;
+    cr_assert_eq(seer_mcp_call(c, "t", NULL, NULL, &r, &err), SEER_EINTR);
+    cr_assert(strstr(err.msg, "mcp server 'web': tools/call 't': interrupted"), "%s", err.msg);
+    interrupt_pending = 0;
     H.sleep_ms = 0;
     r = call_ok(c, "t", NULL, NULL);
     cJSON_Delete(r);
     seer_mcp_close(c);
     MHD_stop_daemon(d);
-    cr_assert(strstr(H.seen, "notifications/cancelled"), "%s", H.seen);
+    cr_assert(strstr(H.seen, "\"reason\":\"timed out\""), "%s", H.seen);
+    cr_assert(strstr(H.seen, "\"reason\":\"interrupted\""), "%s", H.seen);
 
     /* Nobody listening. */
     cfg = http_config(port);
