@@ -47,10 +47,11 @@ static void tee_add(mcp_server_t *s, const char *p, size_t n) {
     s->tee_line.len = rest;
 }
 
-/* Reads whatever stderr has now. */
+/* Reads what stderr has now, up to 512 KB at a time, so a server that floods its stderr
+ * cannot keep the caller from its deadline. */
 static void drain_stderr(mcp_server_t *s) {
     char buf[8192];
-    while (s->err_fd >= 0) {
+    for (int rounds = 0; s->err_fd >= 0 && rounds < 64; rounds++) {
         ssize_t r = read(s->err_fd, buf, sizeof buf);
         if (r > 0) {
             tail_add(s, buf, (size_t)r);
@@ -147,7 +148,7 @@ static int gone(mcp_server_t *s) {
         struct pollfd p = {s->err_fd, POLLIN, 0};
         if (poll(&p, s->err_fd >= 0 ? 1 : 0, 10) > 0) drain_stderr(s);
     }
-    drain_stderr(s);
+    for (int i = 0; i < 16 && s->err_fd >= 0; i++) drain_stderr(s);
     char why[3000];
     describe_exit(s, why, sizeof why);
     return mcp_set_dead(s, "%s", why);

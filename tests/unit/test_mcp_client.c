@@ -455,6 +455,17 @@ Test(mcp_stdio, crash_during_a_call_reports_status_and_stderr) {
     LEAK_CHECK();
 }
 
+Test(mcp_stdio, a_server_that_floods_stderr_is_not_blocked) {
+    seer_mcp_opts_t o = test_opts();
+    /* 2 MB of stderr before the answer: far more than a pipe holds. */
+    seer_mcp_client_t *c = connect_one("fake", "init; tools; rd; head -c 2000000 /dev/zero | tr '\\0' e >&2; echo END >&2; text ok; serve", &o);
+    cJSON *r = call_ok(c, "t", NULL, NULL);
+    cr_assert_str_eq(first_text(r), "ok");
+    cJSON_Delete(r);
+    seer_mcp_close(c);
+    LEAK_CHECK();
+}
+
 Test(mcp_stdio, killed_by_a_signal) {
     seer_mcp_opts_t o = test_opts();
     seer_mcp_client_t *c = connect_one("fake", "init; tools; rd; kill -9 $$", &o);
