@@ -76,6 +76,8 @@ echo "== notebook sessions: seer.execution -> seer notebook serve -> seer kernel
 "$SEER" tests/bench/notebook.lua
 echo "== MCP: seer mcp notebook (execute_code round trips over stdio and HTTP, start-up)"
 "$PY" tests/bench/mcp.py 2>/dev/null || echo "  FAILED: tests/bench/mcp.py (run it by hand to see why)"
+echo "== MCP client: seer's C client vs the MCP SDK's Python client, same SDK server"
+"$SEER" tests/bench/mcp_client.lua || echo "  FAILED: tests/bench/mcp_client.lua (run it by hand to see why)"
 
 # Model: seer vs transformers (eager) on the same checkpoint, same thread count, same workload
 # (prefill of a PREFILL-token prompt, best of BENCH_REPEAT; DECODE greedy new tokens; load time).
