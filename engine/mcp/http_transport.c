@@ -4,9 +4,9 @@
  * Requests live in one list under one mutex; each has a reference for its connection and one
  * for a streaming response, and is freed when both are done. See http_transport.h. */
 #include "http_transport.h"
+#include "net/http.h"
 
 #include <errno.h>
-#include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -385,42 +385,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 /* ---- API ------------------------------------------------------------------------------------- */
 
-static int listen_on(const char *host, int port, int *out_fd, int *out_port, seer_err_t *err) {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
-    struct addrinfo *res = NULL;
-    char ps[16];
-    snprintf(ps, sizeof ps, "%d", port);
-    int g = getaddrinfo(host, ps, &hints, &res);
-    if (g != 0) return seer_err_set(err, SEER_EINVAL, "host '%s' does not resolve: %s", host, gai_strerror(g));
-    int fd = -1, e = 0;
-    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
-        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-        if (fd < 0) {
-            e = errno;
-            continue;
-        }
-        int one = 1;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 64) == 0) break;
-        e = errno;
-        close(fd);
-        fd = -1;
-    }
-    freeaddrinfo(res);
-    if (fd < 0) return seer_err_set(err, SEER_EIO, "cannot listen on %s:%d: %s", host, port, strerror(e));
-    struct sockaddr_storage sa;
-    socklen_t len = sizeof sa;
-    if (getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
-        e = errno;
-        close(fd);
-        return seer_err_set(err, SEER_EIO, "getsockname: %s", strerror(e));
-    }
-    *out_port = sa.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&sa)->sin6_port)
-                                         : ntohs(((struct sockaddr_in *)&sa)->sin_port);
-    *out_fd = fd;
-    return SEER_OK;
-}
-
 int seer_mcphttp_serve(seer_mcphttp_t **out, const seer_mcphttp_opts_t *opts, seer_err_t *err) {
     *out = NULL;
     const char *host = opts->host ? opts->host : "127.0.0.1";
@@ -438,7 +402,7 @@ int seer_mcphttp_serve(seer_mcphttp_t **out, const seer_mcphttp_opts_t *opts, se
         return seer_err_set(err, SEER_EIO, "eventfd: %s", strerror(e));
     }
     int fd = -1;
-    int rc = listen_on(host, opts->port, &fd, &s->port, err);
+    int rc = seer_http_listen(host, opts->port, &fd, &s->port, err);
     if (rc < 0) {
         close(s->efd);
         pthread_mutex_destroy(&s->mu);

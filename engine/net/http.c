@@ -577,7 +577,7 @@ static char *build_csp(seer_err_t *err) {
 
 /* ---- public API ------------------------------------------------------------------------------ */
 
-static int listen_on(const char *host, int port, int *out_fd, int *out_port, seer_err_t *err) {
+int seer_http_listen(const char *host, int port, int *out_fd, int *out_port, seer_err_t *err) {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *res = NULL;
@@ -656,7 +656,7 @@ int seer_http_serve(seer_http_server_t **out, const seer_http_opts_t *opts, seer
     s->info_len = strlen(s->info);
 
     int fd = -1;
-    int rc = listen_on(host, opts->port, &fd, &s->port, err);
+    int rc = seer_http_listen(host, opts->port, &fd, &s->port, err);
     if (rc < 0) {
         server_free(s);
         return rc;

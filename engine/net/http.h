@@ -45,6 +45,11 @@ int seer_http_remove(seer_http_server_t *s, const char *channel, seer_err_t *err
  * no-op. */
 void seer_http_close(seer_http_server_t *s);
 
+/* A listening TCP socket (SOCK_CLOEXEC, SO_REUSEADDR, backlog 64) on host:port for a
+ * libmicrohttpd daemon to take over (MHD_OPTION_LISTEN_SOCKET); port 0 picks a free one and
+ * *out_port reports it. Shared by the live view and the MCP server's HTTP transport. */
+int seer_http_listen(const char *host, int port, int *out_fd, int *out_port, seer_err_t *err);
+
 /* 1 if name is a valid channel name. */
 int seer_http_channel_valid(const char *name, size_t n);
 
