@@ -1,0 +1,876 @@
+/* Hugging Face hub downloads (see hub.h). The flow follows huggingface_hub's snapshot_download
+ * so the cache it leaves is the one the Python tools expect: one API call for the commit and the
+ * file list, then per missing file a HEAD (without following the CDN redirect, because the blob
+ * name is the hub's X-Linked-Etag, not the CDN's ETag) and a GET that follows it. */
+#include "hub.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <fnmatch.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cJSON.h>
+#include <curl/curl.h>
+#include <openssl/evp.h>
+
+const char *const seer_hub_default_allow[] = {
+    "config.json", "generation_config.json", "*.safetensors", "model.safetensors.index.json",
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+    "adapter_config.json", "adapter_model.safetensors", "chat_template.jinja",
+};
+const size_t seer_hub_default_allow_n = sizeof seer_hub_default_allow / sizeof *seer_hub_default_allow;
+
+/* A connection that breaks mid-file is retried (resuming) this many times before giving up. */
+#define ATTEMPTS 4
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_rc;
+static void curl_init(void) { curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT); }
+
+/* ---- small helpers -------------------------------------------------------------------------- */
+
+static char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *xasprintf(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = NULL;
+    if (vasprintf(&s, fmt, ap) < 0) s = NULL;
+    va_end(ap);
+    return s;
+}
+
+static int env_true(const char *name) {
+    const char *v = getenv(name);
+    if (!v) return 0;
+    return !strcasecmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes") || !strcasecmp(v, "on");
+}
+
+static int mkdirs(const char *path, seer_err_t *err) {
+    char *p = strdup(path);
+    if (!p) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+    for (char *s = p + 1;; s++) {
+        if (*s == '/' || *s == 0) {
+            char c = *s;
+            *s = 0;
+            if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+                int e = errno;
+                int rc = seer_err_set(err, SEER_EIO, "cannot create directory %s: %s", p, strerror(e));
+                free(p);
+                return rc;
+            }
+            *s = c;
+            if (!c) break;
+        }
+    }
+    free(p);
+    return SEER_OK;
+}
+
+static int mkparent(const char *path, seer_err_t *err) {
+    char *d = strdup(path);
+    if (!d) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+    char *slash = strrchr(d, '/');
+    int rc = SEER_OK;
+    if (slash && slash != d) {
+        *slash = 0;
+        rc = mkdirs(d, err);
+    }
+    free(d);
+    return rc;
+}
+
+/* Repo ids are "name" or "org/name" of [A-Za-z0-9._-]; anything else could escape the cache. */
+static int valid_repo_id(const char *id) {
+    int slashes = 0;
+    if (!id || !*id || *id == '/' || *id == '.') return 0;
+    for (const char *p = id; *p; p++) {
+        if (*p == '/') {
+            if (++slashes > 1 || p[1] == 0 || p[1] == '.') return 0;
+        } else if (!isalnum((unsigned char)*p) && *p != '.' && *p != '_' && *p != '-') {
+            return 0;
+        }
+    }
+    return !strstr(id, "..");
+}
+
+/* A relative path with no empty, "." or ".." component: names from the server and revisions
+ * become paths under the cache, so they must stay inside it. */
+static int safe_relpath(const char *s) {
+    if (!s || !*s || *s == '/') return 0;
+    const char *p = s;
+    while (*p) {
+        const char *e = strchr(p, '/');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        if (n == 0 || (n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.')) return 0;
+        for (size_t i = 0; i < n; i++)
+            if ((unsigned char)p[i] < 0x20 || p[i] == '\\') return 0;
+        if (!e) break;
+        p = e + 1;
+    }
+    return 1;
+}
+
+static int is_hex(const char *s, size_t n) {
+    if (strlen(s) != n) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isxdigit((unsigned char)s[i])) return 0;
+    return 1;
+}
+
+/* Percent-encodes everything but unreserved characters (and '/' when keep_slash). */
+static char *urlenc(const char *s, int keep_slash) {
+    char *out = malloc(strlen(s) * 3 + 1), *o = out;
+    if (!out) return NULL;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (isalnum(*p) || *p == '-' || *p == '_' || *p == '.' || *p == '~' || (keep_slash && *p == '/'))
+            *o++ = (char)*p;
+        else
+            o += sprintf(o, "%%%02X", *p);
+    }
+    *o = 0;
+    return out;
+}
+
+static const char *opt_revision(const seer_hub_opts_t *o) {
+    return o && o->revision && *o->revision ? o->revision : "main";
+}
+
+int seer_hub_cache_dir(const char *override, char **out, seer_err_t *err) {
+    const char *v;
+    char *s;
+    if (override && *override)
+        s = strdup(override);
+    else if ((v = getenv("HF_HUB_CACHE")) && *v)
+        s = strdup(v);
+    else if ((v = getenv("HF_HOME")) && *v)
+        s = xasprintf("%s/hub", v);
+    else if ((v = getenv("HOME")) && *v)
+        s = xasprintf("%s/.cache/huggingface/hub", v);
+    else
+        return seer_err_set(err, SEER_EINVAL, "cannot place the model cache: set HF_HOME (HOME is not set)");
+    if (!s) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+    *out = s;
+    return SEER_OK;
+}
+
+static int check_args(const char *repo_id, const seer_hub_opts_t *o, seer_err_t *err) {
+    if (!valid_repo_id(repo_id))
+        return seer_err_set(err, SEER_EINVAL,
+                            "hub: '%s' is not a repo id: expected \"org/name\" (letters, digits, '.', '_', '-')",
+                            repo_id ? repo_id : "(null)");
+    if (!safe_relpath(opt_revision(o)))
+        return seer_err_set(err, SEER_EINVAL, "hub: %s: '%s' is not a revision", repo_id, opt_revision(o));
+    return SEER_OK;
+}
+
+/* <cache>/models--org--name */
+static int repo_dir(const char *repo_id, const seer_hub_opts_t *o, char **out, seer_err_t *err) {
+    char *cache = NULL;
+    int rc = seer_hub_cache_dir(o ? o->cache_dir : NULL, &cache, err);
+    if (rc < 0) return rc;
+    /* "org/name" -> "models--org--name" */
+    char *d = malloc(strlen(cache) + strlen("/models--") + 2 * strlen(repo_id) + 1);
+    if (!d) {
+        free(cache);
+        return seer_err_set(err, SEER_ENOMEM, "out of memory");
+    }
+    char *p = d + sprintf(d, "%s/models--", cache);
+    free(cache);
+    for (const char *s = repo_id; *s; s++) {
+        if (*s == '/') *p++ = '-', *p++ = '-';
+        else *p++ = *s;
+    }
+    *p = 0;
+    *out = d;
+    return SEER_OK;
+}
+
+static char *read_line_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char buf[256];
+    char *r = fgets(buf, sizeof buf, f) ? strdup(buf) : NULL;
+    fclose(f);
+    if (r) r[strcspn(r, "\r\n \t")] = 0;
+    return r;
+}
+
+int seer_hub_cached(const char *repo_id, const seer_hub_opts_t *o, char **snapshot_dir, seer_err_t *err) {
+    int rc = check_args(repo_id, o, err);
+    if (rc < 0) return rc;
+    char *rd = NULL;
+    if ((rc = repo_dir(repo_id, o, &rd, err)) < 0) return rc;
+    const char *rev = opt_revision(o);
+    char *ref = xasprintf("%s/refs/%s", rd, rev);
+    char *commit = ref ? read_line_file(ref) : NULL;
+    free(ref);
+    if (!commit && is_hex(rev, 40)) commit = strdup(rev);
+    char *snap = NULL;
+    struct stat st;
+    if (commit && safe_relpath(commit)) snap = xasprintf("%s/snapshots/%s", rd, commit);
+    if (snap && stat(snap, &st) == 0 && S_ISDIR(st.st_mode)) {
+        free(commit);
+        free(rd);
+        *snapshot_dir = snap;
+        return SEER_OK;
+    }
+    rc = seer_err_set(err, SEER_ENOTFOUND, "%s (revision %s) is not in the model cache at %s", repo_id, rev, rd);
+    free(snap);
+    free(commit);
+    free(rd);
+    return rc;
+}
+
+/* ---- HTTP ----------------------------------------------------------------------------------- */
+
+typedef struct {
+    char *data;
+    size_t len, cap;
+} buf_t;
+
+static int buf_add(buf_t *b, const void *p, size_t n) {
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 4096;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *d = realloc(b->data, cap);
+        if (!d) return -1;
+        b->data = d;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+    b->data[b->len] = 0;
+    return 0;
+}
+
+typedef struct {
+    const seer_hub_opts_t *o;
+    const char *token;
+    /* headers of the last response (redirects reset them) */
+    long status;
+    char commit[128], linked_etag[256], etag[256], location[2048];
+    long long linked_size, content_length;
+    /* body: into memory (API, error pages) or the blob file */
+    buf_t body;
+    int fd;          /* -1: body goes to memory */
+    long long start; /* bytes already in the .incomplete file */
+    long long written;
+    int body_started;
+    int io_error;
+    int interrupted;
+    /* progress */
+    int show;
+    const char *label;
+    long long total;
+    double t0, last_draw;
+    char errbuf[CURL_ERROR_SIZE];
+} req_t;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void copy_header_value(char *dst, size_t cap, const char *v, size_t n) {
+    while (n && (*v == ' ' || *v == '\t')) v++, n--;
+    while (n && (v[n - 1] == '\r' || v[n - 1] == '\n' || v[n - 1] == ' ')) n--;
+    if (n >= cap) n = cap - 1;
+    memcpy(dst, v, n);
+    dst[n] = 0;
+}
+
+static size_t on_header(char *p, size_t sz, size_t nm, void *ud) {
+    req_t *r = ud;
+    size_t n = sz * nm;
+    if (n >= 5 && !strncmp(p, "HTTP/", 5)) { /* a new response (after a redirect): forget the old headers */
+        r->status = 0;
+        r->etag[0] = r->location[0] = 0;
+        r->content_length = -1;
+        const char *sp = memchr(p, ' ', n);
+        if (sp) r->status = strtol(sp + 1, NULL, 10);
+        return n;
+    }
+    const char *colon = memchr(p, ':', n);
+    if (!colon) return n;
+    size_t kn = (size_t)(colon - p);
+    const char *v = colon + 1;
+    size_t vn = n - kn - 1;
+    char tmp[64];
+#define IS(name) (kn == strlen(name) && !strncasecmp(p, name, kn))
+    if (IS("X-Repo-Commit")) copy_header_value(r->commit, sizeof r->commit, v, vn);
+    else if (IS("X-Linked-Etag")) copy_header_value(r->linked_etag, sizeof r->linked_etag, v, vn);
+    else if (IS("ETag")) copy_header_value(r->etag, sizeof r->etag, v, vn);
+    else if (IS("Location")) copy_header_value(r->location, sizeof r->location, v, vn);
+    else if (IS("X-Linked-Size")) { copy_header_value(tmp, sizeof tmp, v, vn); r->linked_size = atoll(tmp); }
+    else if (IS("Content-Length")) { copy_header_value(tmp, sizeof tmp, v, vn); r->content_length = atoll(tmp); }
+#undef IS
+    return n;
+}
+
+static int write_all(int fd, const char *p, size_t n) {
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
+    req_t *r = ud;
+    size_t n = sz * nm;
+    if (r->fd < 0 || r->status < 200 || r->status >= 300) { /* error pages stay in memory (capped) */
+        if (r->body.len < (1u << 26) && buf_add(&r->body, p, n) < 0) return 0;
+        return n;
+    }
+    if (!r->body_started) {
+        r->body_started = 1;
+        /* A server that ignores Range sends the whole file: start the .incomplete over. */
+        if (r->status == 200 && r->start > 0) {
+            if (ftruncate(r->fd, 0) != 0 || lseek(r->fd, 0, SEEK_SET) != 0) {
+                r->io_error = errno;
+                return 0;
+            }
+            r->start = 0;
+        }
+    }
+    if (write_all(r->fd, p, n) < 0) {
+        r->io_error = errno;
+        return 0;
+    }
+    r->written += (long long)n;
+    return n;
+}
+
+static void human(char *out, size_t cap, double b) {
+    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int i = 0;
+    while (b >= 1024 && i < 4) b /= 1024, i++;
+    snprintf(out, cap, i ? "%.1f %s" : "%.0f %s", b, u[i]);
+}
+
+static void draw(req_t *r, int final) {
+    double t = now_s();
+    if (!final && t - r->last_draw < 0.1) return;
+    r->last_draw = t;
+    char have[32], total[32], rate[32];
+    long long got = r->start + r->written;
+    human(have, sizeof have, (double)got);
+    if (r->total >= 0)
+        human(total, sizeof total, (double)r->total);
+    else
+        snprintf(total, sizeof total, "?");
+    double dt = t - r->t0;
+    human(rate, sizeof rate, dt > 0 ? r->written / dt : 0);
+    fprintf(stderr, "\r\033[K%s  %s / %s  %s/s%s", r->label, have, total, rate, final ? "\n" : "");
+    fflush(stderr);
+}
+
+static int on_progress(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un) {
+    (void)dt, (void)dn, (void)ut, (void)un;
+    req_t *r = ud;
+    if (r->o && r->o->interrupted && r->o->interrupted(r->o->ud)) {
+        r->interrupted = 1;
+        return 1;
+    }
+    if (r->show && r->fd >= 0) draw(r, 0);
+    return 0;
+}
+
+/* method: "GET" or "HEAD". follow: whether to follow redirects. Returns the curl code. */
+static CURLcode perform(req_t *r, const char *url, const char *method, int follow) {
+    CURL *e = curl_easy_init();
+    if (!e) return CURLE_OUT_OF_MEMORY;
+    struct curl_slist *hl = NULL;
+    char *auth = NULL;
+    if (r->token && *r->token) {
+        auth = xasprintf("Authorization: Bearer %s", r->token);
+        if (auth) hl = curl_slist_append(hl, auth);
+    }
+    char ua[64];
+    snprintf(ua, sizeof ua, "seer/%s", seer_version());
+    r->status = 0;
+    r->commit[0] = r->linked_etag[0] = r->etag[0] = r->location[0] = 0;
+    r->linked_size = r->content_length = -1;
+    r->errbuf[0] = 0;
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_USERAGENT, ua);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, hl);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->errbuf);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
+    curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(e, CURLOPT_XFERINFODATA, r);
+    curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, 30L);
+    /* A stalled transfer (under 1 byte/s for 60 s) fails and is resumed, rather than hanging. */
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, 60L);
+    /* The token goes only to the hub: curl drops the Authorization header on a redirect to
+     * another host (the CDN), which is what we want. */
+    curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, follow ? 1L : 0L);
+    curl_easy_setopt(e, CURLOPT_MAXREDIRS, 10L);
+    if (!strcmp(method, "HEAD")) curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+    if (r->start > 0) curl_easy_setopt(e, CURLOPT_RESUME_FROM_LARGE, (curl_off_t)r->start);
+    CURLcode c = curl_easy_perform(e);
+    long code = 0;
+    curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &code);
+    if (code) r->status = code;
+    curl_easy_cleanup(e);
+    curl_slist_free_all(hl);
+    if (auth) {
+        memset(auth, 0, strlen(auth));
+        free(auth);
+    }
+    return c;
+}
+
+/* The message for an HTTP error, with what to do about it. */
+static int http_error(seer_err_t *err, const char *repo_id, const char *file, const char *rev, req_t *r) {
+    const char *why;
+    switch (r->status) {
+    case 401:
+    case 403:
+        why = r->token && *r->token
+                  ? "the token was refused: check that HF_TOKEN (or the token option) can read this repo, "
+                    "and accept the model's licence on its hub page if it is gated"
+                  : "the repo is gated or private: set HF_TOKEN (or the token option) to a token that can read it, "
+                    "and accept the model's licence on its hub page if it is gated";
+        break;
+    case 404: why = "not found: check the repo id, the revision and the file name"; break;
+    case 429: why = "rate limited by the hub: wait and try again (a token raises the limit)"; break;
+    default: why = r->status >= 500 ? "the hub failed: try again later" : "unexpected answer from the hub";
+    }
+    if (file)
+        return seer_err_set(err, SEER_HUB_EHTTP, "hub: %s (revision %s): %s: HTTP %ld: %s", repo_id, rev, file,
+                            r->status, why);
+    return seer_err_set(err, SEER_HUB_EHTTP, "hub: %s (revision %s): HTTP %ld: %s", repo_id, rev, r->status, why);
+}
+
+static int net_error(seer_err_t *err, const char *repo_id, const char *file, const char *endpoint, CURLcode c,
+                     req_t *r) {
+    if (r->interrupted) return seer_err_set(err, SEER_EINTR, "interrupted");
+    return seer_err_set(err, SEER_HUB_ENET, "hub: %s%s%s: cannot reach %s: %s (set HF_HUB_OFFLINE=1 to use the cache only)",
+                        repo_id, file ? ": " : "", file ? file : "", endpoint, r->errbuf[0] ? r->errbuf : curl_easy_strerror(c));
+}
+
+/* ---- hashes --------------------------------------------------------------------------------- */
+
+/* The hub's ETag is the file's SHA-256 for LFS files and its git blob id (SHA-1 over
+ * "blob <size>\0" + content) for the others; either lets us check what arrived. Other ETags
+ * (a different server) are not checked. Returns 1 ok, 0 mismatch, -1 read error. */
+static int verify_hash(const char *path, const char *etag, long long size) {
+    const EVP_MD *md;
+    int git = 0;
+    if (is_hex(etag, 64))
+        md = EVP_sha256();
+    else if (is_hex(etag, 40))
+        md = EVP_sha1(), git = 1;
+    else
+        return 1;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    EVP_DigestInit_ex(ctx, md, NULL);
+    if (git) {
+        char hdr[64];
+        int n = snprintf(hdr, sizeof hdr, "blob %lld", size);
+        EVP_DigestUpdate(ctx, hdr, (size_t)n + 1);
+    }
+    static char chunk[1 << 16];
+    ssize_t n;
+    int rc = 1;
+    while ((n = read(fd, chunk, sizeof chunk)) != 0) {
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            rc = -1;
+            break;
+        }
+        EVP_DigestUpdate(ctx, chunk, (size_t)n);
+    }
+    close(fd);
+    unsigned char dig[EVP_MAX_MD_SIZE];
+    unsigned int dl = 0;
+    EVP_DigestFinal_ex(ctx, dig, &dl);
+    EVP_MD_CTX_free(ctx);
+    if (rc < 0) return -1;
+    char hex[2 * EVP_MAX_MD_SIZE + 1];
+    for (unsigned i = 0; i < dl; i++) sprintf(hex + 2 * i, "%02x", dig[i]);
+    return strcasecmp(hex, etag) == 0;
+}
+
+/* ---- the download --------------------------------------------------------------------------- */
+
+typedef struct {
+    const char *repo_id, *rev, *endpoint, *token;
+    const seer_hub_opts_t *o;
+    char *repo_dir;
+    char commit[128];
+    int show;
+} dl_t;
+
+static int matches(const dl_t *d, const char *name) {
+    const char *const *pat = d->o && d->o->allow ? d->o->allow : seer_hub_default_allow;
+    size_t n = d->o && d->o->allow ? d->o->n_allow : seer_hub_default_allow_n;
+    for (size_t i = 0; i < n; i++)
+        if (pat[i] && fnmatch(pat[i], name, 0) == 0) return 1;
+    return 0;
+}
+
+/* snapshots/<commit>/<file> -> ../../blobs/<etag> (one more ../ per directory in file), made
+ * under a temporary name and renamed so a reader never sees a missing or dangling link. */
+static int link_snapshot(dl_t *d, const char *file, const char *etag, seer_err_t *err) {
+    char *dst = xasprintf("%s/snapshots/%s/%s", d->repo_dir, d->commit, file);
+    if (!dst) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+    int rc = mkparent(dst, err);
+    if (rc < 0) {
+        free(dst);
+        return rc;
+    }
+    int depth = 0;
+    for (const char *p = file; *p; p++) depth += *p == '/';
+    size_t cap = (size_t)(depth + 2) * 3 + strlen("blobs/") + strlen(etag) + 1;
+    char *target = malloc(cap), *tmp = xasprintf("%s.seer-link.%d", dst, (int)getpid());
+    if (!target || !tmp) {
+        free(target), free(tmp), free(dst);
+        return seer_err_set(err, SEER_ENOMEM, "out of memory");
+    }
+    target[0] = 0;
+    for (int i = 0; i < depth + 2; i++) strcat(target, "../");
+    strcat(target, "blobs/");
+    strcat(target, etag);
+    unlink(tmp);
+    if (symlink(target, tmp) != 0 || rename(tmp, dst) != 0) {
+        int e = errno;
+        unlink(tmp);
+        rc = seer_err_set(err, SEER_EIO, "hub: cannot link %s: %s", dst, strerror(e));
+    }
+    free(target), free(tmp), free(dst);
+    return rc;
+}
+
+/* Fetches blobs/<etag> (resuming blobs/<etag>.incomplete) under blobs/<etag>.lock. */
+static int fetch_blob(dl_t *d, const char *file, const char *url, const char *etag, long long size,
+                      seer_err_t *err) {
+    char *blob = xasprintf("%s/blobs/%s", d->repo_dir, etag);
+    char *part = xasprintf("%s/blobs/%s.incomplete", d->repo_dir, etag);
+    /* Where huggingface_hub keeps its locks too (<cache>/.locks/models--org--name/<etag>.lock),
+     * so the two exclude each other; the file stays, because unlinking a lock others may
+     * already have open would let two writers in. */
+    const char *base = strrchr(d->repo_dir, '/');
+    char *lockp = base ? xasprintf("%.*s/.locks%s/%s.lock", (int)(base - d->repo_dir), d->repo_dir, base, etag) : NULL;
+    int rc = SEER_OK, lockfd = -1, fd = -1;
+    if (!blob || !part || !lockp) {
+        rc = seer_err_set(err, SEER_ENOMEM, "out of memory");
+        goto out;
+    }
+    if ((rc = mkparent(blob, err)) < 0 || (rc = mkparent(lockp, err)) < 0) goto out;
+    lockfd = open(lockp, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (lockfd < 0 || flock(lockfd, LOCK_EX) != 0) {
+        rc = seer_err_set(err, SEER_EIO, "hub: cannot lock %s: %s", lockp, strerror(errno));
+        goto out;
+    }
+    struct stat st;
+    if (stat(blob, &st) == 0) goto out; /* another process finished it while we waited */
+    fd = open(part, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        rc = seer_err_set(err, SEER_EIO, "hub: cannot write %s: %s", part, strerror(errno));
+        goto out;
+    }
+    for (int attempt = 1;; attempt++) {
+        off_t have = lseek(fd, 0, SEEK_END);
+        if (have < 0) {
+            rc = seer_err_set(err, SEER_EIO, "hub: %s: %s", part, strerror(errno));
+            goto out;
+        }
+        if (size >= 0 && have > size) { /* longer than the file: not ours to resume */
+            if (ftruncate(fd, 0) != 0 || lseek(fd, 0, SEEK_SET) != 0) {
+                rc = seer_err_set(err, SEER_EIO, "hub: %s: %s", part, strerror(errno));
+                goto out;
+            }
+            have = 0;
+        }
+        if (size >= 0 && have == size) break;
+        req_t r = {0};
+        r.o = d->o;
+        r.token = d->token;
+        r.fd = fd;
+        r.start = have;
+        r.show = d->show;
+        r.label = file;
+        r.total = size;
+        r.t0 = r.last_draw = now_s();
+        r.last_draw -= 1;
+        CURLcode c = perform(&r, url, "GET", 1);
+        if (r.show) draw(&r, 1);
+        free(r.body.data);
+        if (r.interrupted) {
+            rc = seer_err_set(err, SEER_EINTR, "interrupted");
+            goto out;
+        }
+        if (r.io_error) {
+            rc = seer_err_set(err, SEER_EIO, "hub: cannot write %s: %s", part, strerror(r.io_error));
+            goto out;
+        }
+        if (r.status == 416 && have > 0 && size < 0) break; /* nothing left to send */
+        if (c == CURLE_OK && (r.status < 200 || r.status >= 300)) {
+            rc = http_error(err, d->repo_id, file, d->rev, &r);
+            goto out;
+        }
+        if (c == CURLE_OK && size < 0) break;
+        off_t now = lseek(fd, 0, SEEK_END);
+        if (c == CURLE_OK && now == size) break;
+        if (attempt >= ATTEMPTS) {
+            if (c == CURLE_OK)
+                rc = seer_err_set(err, SEER_HUB_ENET,
+                                  "hub: %s: %s: the server sent %lld bytes but the file has %lld; run again to retry",
+                                  d->repo_id, file, (long long)now, size);
+            else
+                rc = seer_err_set(err, SEER_HUB_ENET,
+                                  "hub: %s: %s: transfer failed after %d attempts at %lld of %lld bytes: %s "
+                                  "(run again to resume)",
+                                  d->repo_id, file, ATTEMPTS, (long long)now, size,
+                                  r.errbuf[0] ? r.errbuf : curl_easy_strerror(c));
+            goto out;
+        }
+    }
+    if (fsync(fd) != 0) {
+        rc = seer_err_set(err, SEER_EIO, "hub: cannot write %s: %s", part, strerror(errno));
+        goto out;
+    }
+    off_t got = lseek(fd, 0, SEEK_END);
+    int h = verify_hash(part, etag, (long long)got);
+    if (h <= 0) {
+        if (h == 0) unlink(part); /* wrong bytes cannot be resumed: start over next time */
+        rc = seer_err_set(err, SEER_HUB_ENET,
+                          h == 0 ? "hub: %s: %s: the download does not match its checksum (ETag %s); run again"
+                                 : "hub: %s: %s: cannot read back the download to check it (ETag %s)",
+                          d->repo_id, file, etag);
+        goto out;
+    }
+    if (rename(part, blob) != 0) rc = seer_err_set(err, SEER_EIO, "hub: cannot rename %s: %s", part, strerror(errno));
+out:
+    if (fd >= 0) close(fd);
+    if (lockfd >= 0) close(lockfd);
+    free(blob), free(part), free(lockp);
+    return rc;
+}
+
+static void strip_etag(char *dst, size_t cap, const char *s) {
+    if (!strncmp(s, "W/", 2)) s += 2;
+    size_t n = strlen(s);
+    if (n >= 2 && s[0] == '"' && s[n - 1] == '"') s++, n -= 2;
+    if (n >= cap) n = cap - 1;
+    memcpy(dst, s, n);
+    dst[n] = 0;
+}
+
+static int download_file(dl_t *d, const char *file, seer_err_t *err) {
+    /* Already in this snapshot (a link to a blob that exists): nothing to ask the server. */
+    char *snap = xasprintf("%s/snapshots/%s/%s", d->repo_dir, d->commit, file);
+    if (!snap) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+    struct stat st;
+    int have = stat(snap, &st) == 0;
+    free(snap);
+    if (have) return SEER_OK;
+
+    char *ef = urlenc(file, 1), *er = urlenc(d->commit, 0);
+    char *url = ef && er ? xasprintf("%s/%s/resolve/%s/%s", d->endpoint, d->repo_id, er, ef) : NULL;
+    free(ef), free(er);
+    if (!url) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+    /* HEAD without following the CDN redirect: the hub's own answer names the blob. A relative
+     * redirect (a renamed repo) stays on the hub and is followed by hand. */
+    req_t r = {0};
+    r.o = d->o;
+    r.token = d->token;
+    r.fd = -1;
+    int rc = SEER_OK;
+    for (int hops = 0;; hops++) {
+        CURLcode c = perform(&r, url, "HEAD", 0);
+        if (c != CURLE_OK) {
+            rc = net_error(err, d->repo_id, file, d->endpoint, c, &r);
+            goto out;
+        }
+        if (r.status >= 300 && r.status < 400 && r.location[0] == '/' && !r.linked_etag[0] && !r.etag[0] && hops < 5) {
+            char *next = xasprintf("%s%s", d->endpoint, r.location);
+            if (!next) {
+                rc = seer_err_set(err, SEER_ENOMEM, "out of memory");
+                goto out;
+            }
+            free(url);
+            url = next;
+            continue;
+        }
+        break;
+    }
+    if (r.status >= 400 || r.status < 200) {
+        rc = http_error(err, d->repo_id, file, d->rev, &r);
+        goto out;
+    }
+    char etag[256];
+    strip_etag(etag, sizeof etag, r.linked_etag[0] ? r.linked_etag : r.etag);
+    if (!etag[0] || !safe_relpath(etag) || strchr(etag, '/')) {
+        rc = seer_err_set(err, SEER_HUB_EHTTP, "hub: %s: %s: the server sent no usable ETag, so the file cannot be cached",
+                          d->repo_id, file);
+        goto out;
+    }
+    long long size = r.linked_size >= 0 ? r.linked_size : (r.status < 300 ? r.content_length : -1);
+    char *blob = xasprintf("%s/blobs/%s", d->repo_dir, etag);
+    if (!blob) {
+        rc = seer_err_set(err, SEER_ENOMEM, "out of memory");
+        goto out;
+    }
+    int exists = stat(blob, &st) == 0;
+    free(blob);
+    if (!exists && (rc = fetch_blob(d, file, url, etag, size, err)) < 0) goto out;
+    rc = link_snapshot(d, file, etag, err);
+out:
+    free(r.body.data);
+    free(url);
+    return rc;
+}
+
+int seer_hub_download(const char *repo_id, const seer_hub_opts_t *o, char **snapshot_dir, seer_err_t *err) {
+    int rc = check_args(repo_id, o, err);
+    if (rc < 0) return rc;
+    const char *rev = opt_revision(o);
+    if (env_true("HF_HUB_OFFLINE")) {
+        rc = seer_hub_cached(repo_id, o, snapshot_dir, err);
+        if (rc == SEER_ENOTFOUND) {
+            char where[SEER_ERR_MSG_MAX];
+            snprintf(where, sizeof where, "%s", err ? err->msg : "");
+            rc = seer_err_set(err, SEER_HUB_EOFFLINE,
+                              "hub: HF_HUB_OFFLINE=1 and %s; download it with network access first (unset HF_HUB_OFFLINE)",
+                              where);
+        }
+        return rc;
+    }
+    pthread_once(&curl_once, curl_init);
+    if (curl_init_rc != CURLE_OK)
+        return seer_err_set(err, SEER_HUB_ENET, "hub: curl_global_init: %s", curl_easy_strerror(curl_init_rc));
+
+    dl_t d = {0};
+    d.o = o;
+    d.repo_id = repo_id;
+    d.rev = rev;
+    const char *ep = o && o->endpoint && *o->endpoint ? o->endpoint : getenv("HF_ENDPOINT");
+    char *endpoint = strdup(ep && *ep ? ep : "https://huggingface.co");
+    if (!endpoint) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+    size_t el = strlen(endpoint);
+    while (el > 0 && endpoint[el - 1] == '/') endpoint[--el] = 0;
+    d.endpoint = endpoint;
+    d.token = o && o->token ? o->token : getenv("HF_TOKEN");
+    d.show = o && o->progress >= 0 ? o->progress > 0 : isatty(STDERR_FILENO);
+    if ((rc = repo_dir(repo_id, o, &d.repo_dir, err)) < 0) {
+        free(endpoint);
+        return rc;
+    }
+
+    /* The commit and the file list. */
+    char *er = urlenc(rev, 0);
+    char *api = er ? xasprintf("%s/api/models/%s/revision/%s", endpoint, repo_id, er) : NULL;
+    free(er);
+    req_t r = {0};
+    r.o = o;
+    r.token = d.token;
+    r.fd = -1;
+    cJSON *j = NULL;
+    char **files = NULL;
+    size_t nfiles = 0;
+    if (!api) {
+        rc = seer_err_set(err, SEER_ENOMEM, "out of memory");
+        goto out;
+    }
+    CURLcode c = perform(&r, api, "GET", 1);
+    if (c != CURLE_OK) {
+        rc = net_error(err, repo_id, NULL, endpoint, c, &r);
+        goto out;
+    }
+    if (r.status != 200) {
+        rc = http_error(err, repo_id, NULL, rev, &r);
+        goto out;
+    }
+    j = cJSON_Parse(r.body.data ? r.body.data : "");
+    const cJSON *sha = cJSON_GetObjectItemCaseSensitive(j, "sha");
+    const cJSON *sib = cJSON_GetObjectItemCaseSensitive(j, "siblings");
+    if (!cJSON_IsString(sha) || !safe_relpath(sha->valuestring) || strchr(sha->valuestring, '/') ||
+        strlen(sha->valuestring) >= sizeof d.commit || !cJSON_IsArray(sib)) {
+        rc = seer_err_set(err, SEER_EPARSE, "hub: %s (revision %s): %s did not answer with a model's sha and siblings",
+                          repo_id, rev, endpoint);
+        goto out;
+    }
+    strcpy(d.commit, sha->valuestring);
+    files = calloc((size_t)cJSON_GetArraySize(sib) + 1, sizeof *files);
+    if (!files) {
+        rc = seer_err_set(err, SEER_ENOMEM, "out of memory");
+        goto out;
+    }
+    const cJSON *it;
+    cJSON_ArrayForEach(it, sib) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(it, "rfilename");
+        if (!cJSON_IsString(fn)) continue;
+        if (!safe_relpath(fn->valuestring)) {
+            rc = seer_err_set(err, SEER_EPARSE, "hub: %s: the file list has an unsafe name '%s'", repo_id, fn->valuestring);
+            goto out;
+        }
+        if (matches(&d, fn->valuestring)) files[nfiles++] = fn->valuestring;
+    }
+    if (nfiles == 0) {
+        rc = seer_err_set(err, SEER_ENOTFOUND, "hub: %s (revision %s): no file matches %s",
+                          repo_id, rev, o && o->allow ? "allow_patterns" : "the model files (config.json, *.safetensors, tokenizer.json, ...); pass allow_patterns");
+        goto out;
+    }
+    for (size_t i = 0; i < nfiles; i++)
+        if ((rc = download_file(&d, files[i], err)) < 0) goto out;
+
+    /* The ref last: until every file is in, the cache does not claim the revision is there. */
+    if (strcmp(rev, d.commit) != 0) {
+        char *ref = xasprintf("%s/refs/%s", d.repo_dir, rev);
+        if (!ref) {
+            rc = seer_err_set(err, SEER_ENOMEM, "out of memory");
+            goto out;
+        }
+        char *old = read_line_file(ref);
+        if (!old || strcmp(old, d.commit) != 0) {
+            seer_atomic_file_t f;
+            if ((rc = mkparent(ref, err)) == 0 && (rc = seer_atomic_open(&f, ref, err)) == 0) {
+                if ((rc = seer_atomic_write(&f, d.commit, strlen(d.commit), err)) == 0)
+                    rc = seer_atomic_commit(&f, err);
+                else
+                    seer_atomic_abort(&f);
+            }
+        }
+        free(old);
+        free(ref);
+        if (rc < 0) goto out;
+    }
+    *snapshot_dir = xasprintf("%s/snapshots/%s", d.repo_dir, d.commit);
+    if (!*snapshot_dir) rc = seer_err_set(err, SEER_ENOMEM, "out of memory");
+out:
+    free(files);
+    cJSON_Delete(j);
+    free(r.body.data);
+    free(api);
+    free(d.repo_dir);
+    free(endpoint);
+    return rc;
+}

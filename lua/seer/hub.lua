@@ -1,0 +1,79 @@
+--- seer.hub: download model repositories from the Hugging Face hub into the cache layout the
+--- Python tools share ($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub:
+--- models--{org}--{name}/{blobs,snapshots,refs}), so `seer.model.load("org/name")` and
+--- transformers both find what was fetched. The transfers live in C (engine/hub/, the module
+--- seer.core.hub); see docs/hub.md.
+---
+---   local hub = require "seer.hub"
+---   local dir = hub.download("HuggingFaceTB/SmolLM2-135M")   -- snapshots/<commit>
+---   local m = require("seer.model").load("HuggingFaceTB/SmolLM2-135M")
+---
+--- Environment: HF_TOKEN (bearer token, never printed), HF_ENDPOINT (default
+--- https://huggingface.co), HF_HUB_OFFLINE=1 (no network: the cache or an error).
+--- Errors name the repo, the file and the HTTP status with what to do (401/403: set HF_TOKEN or
+--- accept the model's licence; 404: check the id and revision). Ctrl-C raises "interrupted";
+--- a partial file is resumed by the next download.
+---@class seerhub
+local M = {}
+
+local core = require "seer.core.hub"
+
+---The patterns used when allow_patterns is not given: the files a model or adapter needs.
+---@type string[]
+M.DEFAULT_ALLOW = core.DEFAULT_ALLOW
+
+---@class seerhub.download_opts
+---@field revision? string branch, tag or commit (default "main")
+---@field allow_patterns? string[] globs over file names ('*' also matches '/'); default: M.DEFAULT_ALLOW
+---@field token? string overrides HF_TOKEN
+---@field endpoint? string overrides HF_ENDPOINT
+---@field cache_dir? string the hub cache directory (what HF_HUB_CACHE names)
+---@field progress? boolean a progress line per file on stderr (default: when stderr is a terminal)
+
+local function check(fn, id, opts, allowed)
+  if type(id) ~= "string" then error("seer.hub." .. fn .. ": expected a repo id (\"org/name\"), got " .. type(id), 3) end
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then error("seer.hub." .. fn .. ": options must be a table, got " .. type(opts), 3) end
+  for k in pairs(opts) do
+    if not allowed[k] then
+      local names = {}
+      for n in pairs(allowed) do names[#names + 1] = n end
+      table.sort(names)
+      error(("seer.hub.%s: unknown option '%s' (options: %s)"):format(fn, tostring(k), table.concat(names, ", ")), 3)
+    end
+  end
+  return opts
+end
+
+local DOWNLOAD_OPTS = { revision = true, allow_patterns = true, token = true, endpoint = true, cache_dir = true, progress = true }
+local CACHED_OPTS = { revision = true, cache_dir = true }
+
+---Downloads the repo's files (those matching allow_patterns) at the revision into the cache;
+---files already there are not fetched again.
+---@param repo_id string "org/name"
+---@param opts? seerhub.download_opts
+---@return string snapshot_dir the snapshots/<commit> directory (a model directory)
+function M.download(repo_id, opts)
+  opts = check("download", repo_id, opts, DOWNLOAD_OPTS)
+  local ok, res = pcall(core.download, repo_id, opts)
+  if not ok then error(res, 2) end
+  return res
+end
+
+---The cached snapshot directory of the repo at the revision, without touching the network.
+---@param repo_id string "org/name"
+---@param opts? {revision?: string, cache_dir?: string}
+---@return string|nil snapshot_dir nil when the revision is not in the cache
+function M.cached(repo_id, opts)
+  opts = check("cached", repo_id, opts, CACHED_OPTS)
+  return core.cached(repo_id, opts)
+end
+
+---The hub cache directory in use (cache_dir, else HF_HUB_CACHE, else HF_HOME/hub, else ~/.cache/huggingface/hub).
+---@param cache_dir? string
+---@return string
+function M.cache_dir(cache_dir)
+  return core.cache_dir(cache_dir)
+end
+
+return M
