@@ -27,6 +27,7 @@ static int cmd_model(int argc, char **argv);
 static int cmd_kernel(int argc, char **argv);
 static int cmd_notebook(int argc, char **argv);
 static int cmd_mcp(int argc, char **argv);
+static int cmd_hub(int argc, char **argv);
 
 static const seer_command_t commands[] = {
     {"help", "show help for seer or for one command",
@@ -62,6 +63,11 @@ static const seer_command_t commands[] = {
      "also read from SEER_SESSION_ID, SEER_NOTEBOOK_URL and SEER_NOTEBOOK_OUTPUT_DIR, which a\n"
      "session's mcp_config sets; the HTTP bearer token from --token or SEER_MCP_TOKEN.\n",
      cmd_mcp},
+    {"hub", "download a model repository into the Hugging Face cache",
+     "usage: seer hub download REPO_ID [--revision REV] [--include GLOB]... [--cache-dir DIR]\n\n"
+     "Fetches what a model needs into $HF_HOME/hub (the layout the Python tools share) and prints\n"
+     "the snapshot directory. HF_ENDPOINT, HF_TOKEN and HF_HUB_OFFLINE=1 are honoured.\n",
+     cmd_hub},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
@@ -156,6 +162,8 @@ static int cmd_kernel(int argc, char **argv) {
     }
     return seer_kernel_main(argc, argv);
 }
+
+static int cmd_hub(int argc, char **argv) { return run_lua_command("seer", "seer.cli.hub", argc - 1, argv + 1); }
 
 static int cmd_mcp(int argc, char **argv) { return run_lua_command("seer", "seer.cli.mcp", argc - 1, argv + 1); }
 

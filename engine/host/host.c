@@ -31,6 +31,7 @@ int seer_http_luaopen(lua_State *L) __attribute__((weak));
 int seer_png_luaopen(lua_State *L) __attribute__((weak));
 int seer_mcp_luaopen(lua_State *L) __attribute__((weak));
 int seer_mcphttp_luaopen(lua_State *L) __attribute__((weak));
+int seer_hub_luaopen(lua_State *L) __attribute__((weak));
 
 struct seer_host {
     lua_State *L;
@@ -271,6 +272,7 @@ int seer_host_open(seer_host_t **out, const seer_host_opts_t *opts, seer_err_t *
     if (seer_png_luaopen) preload(L, "seer.core.png", seer_png_luaopen);
     if (seer_mcp_luaopen) preload(L, "seer.core.mcp", seer_mcp_luaopen);
     if (seer_mcphttp_luaopen) preload(L, "seer.core.mcphttp", seer_mcphttp_luaopen);
+    if (seer_hub_luaopen) preload(L, "seer.core.hub", seer_hub_luaopen);
     seer_host_corelib_configure(L, h->lua_dir, opts ? opts->progname : NULL);
 
     lua_pushcfunction(L, load_seer_global);

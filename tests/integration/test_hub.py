@@ -17,8 +17,7 @@ MODEL = os.path.join(ROOT, "tests", "fixtures", "models", "stories260K")
 REPO = "tiny-org/stories"
 COMMIT = "3f1c0a9d5e7b2c4f6a8e0d1b3c5e7f9a1b2c3d4e"
 TOKEN = "hf_secret_token_123"
-PRELUDE = ('package.preload["seer.core.hub"] = package.preload["seer.core.hub"] '
-           'or package.loadlib("", "seer_hub_luaopen")\nlocal hub = require "seer.hub"\n')
+PRELUDE = 'local hub = require "seer.hub"\n'
 
 LFS = {"model.safetensors"}
 
@@ -204,6 +203,22 @@ class HubTest(unittest.TestCase):
         with open(os.path.join(MODEL, "golden", "golden.json")) as f:
             golden = json.load(f)
         self.assertEqual([int(x) for x in r.stdout.split()], golden["greedy_new_ids"][:20])
+
+    def test_cli_download(self):
+        e = {"HF_HOME": self.home, "HF_ENDPOINT": self.fake.endpoint, "HF_TOKEN": None,
+             "HF_HUB_OFFLINE": None, "HF_HUB_CACHE": None}
+        r = run(["hub", "download", REPO, "--include", "*.json"], timeout=60, **e)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        snap = os.path.join(self.repo_dir, "snapshots", COMMIT)
+        self.assertEqual(r.stdout.strip(), snap)
+        self.assertIn("config.json", os.listdir(snap))
+        self.assertNotIn("model.safetensors", os.listdir(snap))
+        r = run(["hub", "download"], timeout=30, **e)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("REPO_ID is missing", r.stderr)
+        r = run(["hub", "fetch", REPO], timeout=30, **e)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn('unknown command "fetch"', r.stderr)
 
     def test_allow_patterns_nested(self):
         r = self.download('{allow_patterns = {"*.txt", "README.md"}}')
