@@ -99,7 +99,7 @@ function M.connect(info)
   if type(info) == "string" then info = json.decode(core.read_file(info)) end
   local key = info.key or ""
   local function ep(port) return ("%s://%s:%d"):format(info.transport or "tcp", info.ip or "127.0.0.1", port) end
-  local self = setmetatable({ info = info, session = net.uuid(), waiting = {}, queue = {} }, Client)
+  local self = setmetatable({ info = info, session = net.uuid() }, Client)
   self.shell = net.socket("dealer", key); self.shell:connect(ep(info.shell_port))
   self.control = net.socket("dealer", key); self.control:connect(ep(info.control_port))
   self.stdin = net.socket("dealer", key); self.stdin:connect(ep(info.stdin_port))

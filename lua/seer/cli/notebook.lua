@@ -197,7 +197,6 @@ end
 
 function Server:enqueue(s, e)
   e.outputs = json.array()
-  e.session = s
   e.displays = {}
   s.queue[#s.queue + 1] = e
   if e.cell then self:publish(s) end
