@@ -40,7 +40,7 @@ print(("\n== %d rows, %.1f MB of JSON: encode %.1f ms, decode %.1f ms"):format(
   #rows, #big / 1e6, (t1 - t0) * 1000, (t2 - t1) * 1000))
 
 -- A real model: the 260K-parameter TinyStories Llama that ships with the tests.
-local model_dir = seer.script_dir() .. "/../../tests/fixtures/models/stories260K"
+local model_dir = require("seer.core.host").realpath(seer.script_dir() .. "/../../tests/fixtures/models/stories260K")
 local model = seer.model.load(model_dir)
 local tok = model.tokenizer
 print("\n== " .. tostring(model))
@@ -70,7 +70,13 @@ local out_dir = os.getenv("SEER_OUT") or "/tmp"
 -- and `tokenizer`, a live .ipynb written as cells finish, and a live view in the browser.
 print("\n== a notebook session with the model preloaded")
 local exec = seer.execution
-local session = exec.create_notebook_session({ config = { models = { { name = model_dir } } } }, nil,
+-- Sandboxes (isolation) come with a later part of seer; until then the session takes the
+-- validated config directly and its kernel runs as a local process.
+local config = seer.environment.SandboxConfig{
+  execution_mode = seer.environment.ExecutionMode.NOTEBOOK,
+  models = { seer.environment.ModelConfig{ name = model_dir } },
+}
+local session = exec.create_notebook_session({ config = config }, nil,
   { name = "hello", output_dir = out_dir .. "/seer-hello-notebooks" })
 print(session.model_info_text)
 local cells = {
