@@ -62,56 +62,31 @@ static void read_opts(lua_State *L, seer_hub_opts_t *o) {
     }
 }
 
-static int l_download(lua_State *L) {
+typedef int (*hub_lookup_fn)(const char *, const seer_hub_opts_t *, char **, seer_err_t *);
+
+/* download and cached share one shape: options in, a snapshot directory out. */
+static int lookup(lua_State *L, hub_lookup_fn fn) {
     const char *id = luaL_checkstring(L, 1);
     lua_settop(L, 3);
     seer_hub_opts_t o;
     read_opts(L, &o);
-    seer_err_t *err = malloc(sizeof *err);
-    if (!err) return luaL_error(L, "out of memory");
-    seer_err_clear(err);
+    seer_err_t err;
+    seer_err_clear(&err);
     char *dir = NULL;
-    int rc = seer_hub_download(id, &o, &dir, err);
-    if (rc == SEER_EINTR) {
-        free(err);
-        return seer_host_interrupt_raise(L);
+    int rc = fn(id, &o, &dir, &err);
+    if (rc == SEER_EINTR) return seer_host_interrupt_raise(L);
+    if (rc == SEER_ENOTFOUND && fn == seer_hub_cached) { /* not cached: nil, not an error */
+        lua_pushnil(L);
+        return 1;
     }
-    if (rc < 0) {
-        lua_pushstring(L, err->msg);
-        free(err);
-        return lua_error(L);
-    }
-    free(err);
+    if (rc < 0) return luaL_error(L, "%s", err.msg);
     lua_pushstring(L, dir);
     free(dir);
     return 1;
 }
 
-static int l_cached(lua_State *L) {
-    const char *id = luaL_checkstring(L, 1);
-    lua_settop(L, 3);
-    seer_hub_opts_t o;
-    read_opts(L, &o);
-    seer_err_t *err = malloc(sizeof *err);
-    if (!err) return luaL_error(L, "out of memory");
-    seer_err_clear(err);
-    char *dir = NULL;
-    int rc = seer_hub_cached(id, &o, &dir, err);
-    if (rc == SEER_ENOTFOUND) {
-        free(err);
-        lua_pushnil(L);
-        return 1;
-    }
-    if (rc < 0) {
-        lua_pushstring(L, err->msg);
-        free(err);
-        return lua_error(L);
-    }
-    free(err);
-    lua_pushstring(L, dir);
-    free(dir);
-    return 1;
-}
+static int l_download(lua_State *L) { return lookup(L, seer_hub_download); }
+static int l_cached(lua_State *L) { return lookup(L, seer_hub_cached); }
 
 static int l_cache_dir(lua_State *L) {
     seer_err_t err;
