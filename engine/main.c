@@ -28,6 +28,10 @@ static int cmd_kernel(int argc, char **argv);
 static int cmd_notebook(int argc, char **argv);
 static int cmd_mcp(int argc, char **argv);
 static int cmd_hub(int argc, char **argv);
+static int cmd_sandbox(int argc, char **argv);
+static int cmd_sandboxd(int argc, char **argv);
+static int cmd_rpc(int argc, char **argv);
+static int cmd_transcript(int argc, char **argv);
 
 static const seer_command_t commands[] = {
     {"help", "show help for seer or for one command",
@@ -68,6 +72,18 @@ static const seer_command_t commands[] = {
      "Fetches what a model needs into $HF_HOME/hub (the layout the Python tools share) and prints\n"
      "the snapshot directory. HF_ENDPOINT, HF_TOKEN and HF_HUB_OFFLINE=1 are honoured.\n",
      cmd_hub},
+    {"sandbox", "list, inspect and terminate local sandboxes",
+     "usage: seer sandbox list\n"
+     "       seer sandbox logs ID [-n LINES] [-f]\n"
+     "       seer sandbox terminate ID... | --all\n\n"
+     "Sandboxes are started by Sandbox(config):start() in a script (docs/sandbox.md).\n",
+     cmd_sandbox},
+    {"sandboxd", "the daemon inside a sandbox (started by Sandbox:start, not by hand)",
+     "usage: seer sandboxd --connection-file FILE\n", cmd_sandboxd},
+    {"rpc", "serve a scoped interface.lua over signed RPC",
+     "usage: seer rpc serve INTERFACE.lua [options]   (see docs/rpc.md)\n", cmd_rpc},
+    {"transcript", "read agent transcripts",
+     "usage: seer transcript view FILE   (see docs/harness.md)\n", cmd_transcript},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
@@ -164,6 +180,11 @@ static int cmd_kernel(int argc, char **argv) {
 }
 
 static int cmd_hub(int argc, char **argv) { return run_lua_command("seer", "seer.cli.hub", argc - 1, argv + 1); }
+
+static int cmd_sandbox(int argc, char **argv) { return run_lua_command("seer", "seer.cli.sandbox", argc - 1, argv + 1); }
+static int cmd_sandboxd(int argc, char **argv) { return run_lua_command("seer", "seer.cli.sandboxd", argc - 1, argv + 1); }
+static int cmd_rpc(int argc, char **argv) { return run_lua_command("seer", "seer.cli.rpc", argc - 1, argv + 1); }
+static int cmd_transcript(int argc, char **argv) { return run_lua_command("seer", "seer.cli.transcript", argc - 1, argv + 1); }
 
 static int cmd_mcp(int argc, char **argv) { return run_lua_command("seer", "seer.cli.mcp", argc - 1, argv + 1); }
 

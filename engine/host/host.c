@@ -32,6 +32,9 @@ int seer_png_luaopen(lua_State *L) __attribute__((weak));
 int seer_mcp_luaopen(lua_State *L) __attribute__((weak));
 int seer_mcphttp_luaopen(lua_State *L) __attribute__((weak));
 int seer_hub_luaopen(lua_State *L) __attribute__((weak));
+int seer_sandbox_luaopen(lua_State *L) __attribute__((weak));
+int seer_rpc_luaopen(lua_State *L) __attribute__((weak));
+int seer_harness_luaopen(lua_State *L) __attribute__((weak));
 
 struct seer_host {
     lua_State *L;
@@ -273,6 +276,9 @@ int seer_host_open(seer_host_t **out, const seer_host_opts_t *opts, seer_err_t *
     if (seer_mcp_luaopen) preload(L, "seer.core.mcp", seer_mcp_luaopen);
     if (seer_mcphttp_luaopen) preload(L, "seer.core.mcphttp", seer_mcphttp_luaopen);
     if (seer_hub_luaopen) preload(L, "seer.core.hub", seer_hub_luaopen);
+    if (seer_sandbox_luaopen) preload(L, "seer.core.sandbox", seer_sandbox_luaopen);
+    if (seer_rpc_luaopen) preload(L, "seer.core.rpc", seer_rpc_luaopen);
+    if (seer_harness_luaopen) preload(L, "seer.core.harness", seer_harness_luaopen);
     seer_host_corelib_configure(L, h->lua_dir, opts ? opts->progname : NULL);
 
     lua_pushcfunction(L, load_seer_global);
