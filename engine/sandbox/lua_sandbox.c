@@ -1,0 +1,509 @@
+/* seer.core.sandbox: cgroups, the keeper and child processes for lua/seer/sandbox.lua (host
+ * side) and lua/seer/cli/sandboxd.lua (inside the sandbox). */
+#include <errno.h>
+#include <lauxlib.h>
+#include <lua.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "sandbox.h"
+
+int seer_sandbox_luaopen(lua_State *L);
+
+#define PROC_MT "seer.sandbox.proc"
+
+/* ------------------------------------------------------------------------------------------
+ * argument helpers; string arrays live in userdata so a Lua error cannot leak them */
+
+typedef struct strv {
+    const char **v;
+    int n;
+} strv_t;
+
+static int strv_gc(lua_State *L) {
+    strv_t *s = lua_touserdata(L, 1);
+    free(s->v);
+    s->v = NULL;
+    return 0;
+}
+
+/* A NULL-terminated array of the strings of list t[key] (a list), or of "K=V" for a map when
+ * as_env. The strings stay alive through the table; the array through a userdata pushed on the
+ * stack. Returns NULL when the field is nil. */
+static const char **strv_field(lua_State *L, int t, const char *key, int as_env) {
+    lua_getfield(L, t, key);
+    if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        return NULL;
+    }
+    if (!lua_istable(L, -1)) luaL_error(L, "seer.core.sandbox: '%s' must be a table", key);
+    int list = lua_gettop(L);
+    int n = 0;
+    lua_pushnil(L);
+    while (lua_next(L, list)) {
+        n++;
+        lua_pop(L, 1);
+    }
+    strv_t *s = lua_newuserdata(L, sizeof *s);
+    s->v = NULL;
+    s->n = 0;
+    lua_newtable(L);
+    lua_pushcfunction(L, strv_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_setmetatable(L, -2);
+    s->v = calloc((size_t)n + 1, sizeof *s->v);
+    if (!s->v) luaL_error(L, "out of memory");
+    if (as_env) {
+        /* "K=V" strings are made in Lua and kept in a table anchored to the userdata's env */
+        lua_newtable(L);
+        int keep = lua_gettop(L);
+        lua_pushnil(L);
+        int i = 0;
+        while (lua_next(L, list)) {
+            if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING)
+                luaL_error(L, "seer.core.sandbox: '%s' must map names to strings", key);
+            lua_pushfstring(L, "%s=%s", lua_tostring(L, -2), lua_tostring(L, -1));
+            s->v[i++] = lua_tostring(L, -1);
+            lua_rawseti(L, keep, i);
+            lua_pop(L, 1);
+        }
+        lua_setfenv(L, -2); /* the userdata keeps the strings alive */
+    } else {
+        for (int i = 1; i <= n; i++) {
+            lua_rawgeti(L, list, i);
+            if (lua_type(L, -1) != LUA_TSTRING) luaL_error(L, "seer.core.sandbox: '%s'[%d] must be a string", key, i);
+            s->v[i - 1] = lua_tostring(L, -1);
+            lua_pop(L, 1);
+        }
+    }
+    lua_remove(L, list); /* the userdata stays on the stack, the list stays in the options table */
+    return s->v;
+}
+
+static const char *opt_str(lua_State *L, int t, const char *key) {
+    lua_getfield(L, t, key);
+    const char *s = NULL;
+    if (!lua_isnil(L, -1)) {
+        if (lua_type(L, -1) != LUA_TSTRING) luaL_error(L, "seer.core.sandbox: '%s' must be a string", key);
+        s = lua_tostring(L, -1);
+    }
+    lua_pop(L, 1);
+    return s;
+}
+
+static double opt_num(lua_State *L, int t, const char *key, double dflt) {
+    lua_getfield(L, t, key);
+    double v = dflt;
+    if (!lua_isnil(L, -1)) {
+        if (lua_type(L, -1) != LUA_TNUMBER) luaL_error(L, "seer.core.sandbox: '%s' must be a number", key);
+        v = lua_tonumber(L, -1);
+    }
+    lua_pop(L, 1);
+    return v;
+}
+
+static void read_rlimits(lua_State *L, int t, seer_sandbox_rlimits_t *r) {
+    memset(r, 0, sizeof *r);
+    lua_getfield(L, t, "rlimits");
+    if (lua_istable(L, -1)) {
+        int i = lua_gettop(L);
+        r->cpu_seconds = (long)opt_num(L, i, "cpu_seconds", 0);
+        r->open_files = (long)opt_num(L, i, "open_files", 0);
+        r->address_space = (unsigned long long)opt_num(L, i, "address_space", 0);
+        r->processes = (long)opt_num(L, i, "processes", 0);
+    }
+    lua_pop(L, 1);
+}
+
+static void read_cgroup(lua_State *L, int t, seer_sandbox_cgroup_t *cg) {
+    memset(cg, 0, sizeof *cg);
+    if (!lua_istable(L, t)) return;
+    const char *m = opt_str(L, t, "memory"), *p = opt_str(L, t, "pids");
+    if (m) snprintf(cg->memory, sizeof cg->memory, "%s", m);
+    if (p) snprintf(cg->pids, sizeof cg->pids, "%s", p);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * cgroups and the keeper */
+
+/* cgroup_create(name, memory_bytes, pids_max) -> {memory=, pids=}, notes */
+static int l_cgroup_create(lua_State *L) {
+    const char *name = luaL_checkstring(L, 1);
+    lua_Number mem = luaL_optnumber(L, 2, 0), pids = luaL_optnumber(L, 3, 0);
+    seer_sandbox_cgroup_t cg;
+    char notes[2048];
+    seer_err_t err;
+    if (seer_sandbox_cgroup_create(name, (unsigned long long)mem, (long)pids, &cg, notes, sizeof notes, &err) < 0)
+        return luaL_error(L, "%s", err.msg);
+    lua_newtable(L);
+    if (cg.memory[0]) {
+        lua_pushstring(L, cg.memory);
+        lua_setfield(L, -2, "memory");
+    }
+    if (cg.pids[0]) {
+        lua_pushstring(L, cg.pids);
+        lua_setfield(L, -2, "pids");
+    }
+    lua_pushstring(L, notes);
+    return 2;
+}
+
+static int l_cgroup_destroy(lua_State *L) {
+    seer_sandbox_cgroup_t cg;
+    luaL_checktype(L, 1, LUA_TTABLE);
+    read_cgroup(L, 1, &cg);
+    lua_pushboolean(L, seer_sandbox_cgroup_destroy(&cg, (int)luaL_optinteger(L, 2, 3000)) == 0);
+    return 1;
+}
+
+static void set_num(lua_State *L, const char *k, double v) {
+    if (v < 0) return;
+    lua_pushnumber(L, v);
+    lua_setfield(L, -2, k);
+}
+
+static int l_cgroup_stats(lua_State *L) {
+    seer_sandbox_cgroup_t cg;
+    luaL_checktype(L, 1, LUA_TTABLE);
+    read_cgroup(L, 1, &cg);
+    seer_sandbox_cgroup_stats_t st;
+    seer_sandbox_cgroup_stats(&cg, &st);
+    lua_newtable(L);
+    if (st.memory_limit) set_num(L, "memory_limit", (double)st.memory_limit);
+    if (cg.memory[0]) set_num(L, "memory_peak", (double)st.memory_peak);
+    set_num(L, "memory_failcnt", (double)st.memory_failcnt);
+    set_num(L, "oom_kills", (double)st.oom_kills);
+    set_num(L, "pids_max_hits", (double)st.pids_max_hits);
+    set_num(L, "pids_current", (double)st.pids_current);
+    return 1;
+}
+
+/* keeper_start{argv, env, log, status, state_dir, cgroup, rlimits, timeout_ms} -> pid */
+static int l_keeper_start(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    seer_sandbox_keeper_opts_t o;
+    memset(&o, 0, sizeof o);
+    o.argv = strv_field(L, 1, "argv", 0);
+    if (!o.argv) return luaL_error(L, "keeper_start: argv is required");
+    o.envp = strv_field(L, 1, "env", 1);
+    o.log_path = opt_str(L, 1, "log");
+    o.status_path = opt_str(L, 1, "status");
+    o.state_dir = opt_str(L, 1, "state_dir");
+    o.timeout_ms = (long)opt_num(L, 1, "timeout_ms", 0);
+    read_rlimits(L, 1, &o.rlimits);
+    seer_sandbox_cgroup_t cg;
+    lua_getfield(L, 1, "cgroup");
+    if (lua_istable(L, -1)) {
+        read_cgroup(L, lua_gettop(L), &cg);
+        o.cgroup = &cg;
+    }
+    lua_pop(L, 1);
+    pid_t pid;
+    seer_err_t err;
+    if (seer_sandbox_keeper_start(&o, &pid, &err) < 0) return luaL_error(L, "%s", err.msg);
+    lua_pushinteger(L, pid);
+    return 1;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * processes by pid */
+
+static void push_status(lua_State *L, int st) {
+    lua_newtable(L);
+    if (WIFEXITED(st)) {
+        lua_pushinteger(L, WEXITSTATUS(st));
+        lua_setfield(L, -2, "code");
+    } else if (WIFSIGNALED(st)) {
+        lua_pushinteger(L, 128 + WTERMSIG(st));
+        lua_setfield(L, -2, "code");
+        lua_pushinteger(L, WTERMSIG(st));
+        lua_setfield(L, -2, "signal");
+    }
+}
+
+/* waitpid(pid [, block]) -> nil (still running) | status table | false (not our child) */
+static int l_waitpid(lua_State *L) {
+    pid_t pid = (pid_t)luaL_checkinteger(L, 1);
+    int st;
+    pid_t r = waitpid(pid, &st, lua_toboolean(L, 2) ? 0 : WNOHANG);
+    if (r == 0) return 0;
+    if (r < 0) {
+        lua_pushboolean(L, 0);
+        return 1;
+    }
+    push_status(L, st);
+    return 1;
+}
+
+static int l_kill(lua_State *L) {
+    pid_t pid = (pid_t)luaL_checkinteger(L, 1);
+    int sig = (int)luaL_optinteger(L, 2, SIGTERM);
+    lua_pushboolean(L, kill(pid, sig) == 0);
+    return 1;
+}
+
+/* alive(pid): the process exists (zombies count as gone). */
+static int l_alive(lua_State *L) {
+    pid_t pid = (pid_t)luaL_checkinteger(L, 1);
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        lua_pushboolean(L, 0);
+        return 1;
+    }
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')');
+    lua_pushboolean(L, p && p[1] == ' ' && p[2] != 'Z' && p[2] != 'X');
+    return 1;
+}
+
+/* start_time(pid) -> clock ticks since boot (field 22 of /proc/pid/stat), to tell a pid from a
+ * reused one; nil when the process does not exist. */
+static int l_start_time(lua_State *L) {
+    pid_t pid = (pid_t)luaL_checkinteger(L, 1);
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    if (!p) return 0;
+    /* after ") " comes field 3 (state); field 22 is 19 fields later */
+    p += 2;
+    for (int field = 3; field < 22 && p; field++) {
+        p = strchr(p, ' ');
+        if (p) p++;
+    }
+    if (!p) return 0;
+    lua_pushnumber(L, strtod(p, NULL));
+    return 1;
+}
+
+/* listdir(path) -> {{name, type = "file"|"dir"|"link"|"other", size, mtime}, ...} sorted by
+ * name | nil, message */
+static int l_listdir(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    DIR *d = opendir(path);
+    if (!d) {
+        lua_pushnil(L);
+        lua_pushfstring(L, "%s: %s", path, strerror(errno));
+        return 2;
+    }
+    lua_newtable(L);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        struct stat st;
+        const char *type = "other";
+        lua_newtable(L);
+        lua_pushstring(L, e->d_name);
+        lua_setfield(L, -2, "name");
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+            type = S_ISREG(st.st_mode) ? "file" : S_ISDIR(st.st_mode) ? "dir" : S_ISLNK(st.st_mode) ? "link" : "other";
+            lua_pushnumber(L, (lua_Number)st.st_size);
+            lua_setfield(L, -2, "size");
+            lua_pushnumber(L, (lua_Number)st.st_mtim.tv_sec + st.st_mtim.tv_nsec / 1e9);
+            lua_setfield(L, -2, "mtime");
+        }
+        lua_pushstring(L, type);
+        lua_setfield(L, -2, "type");
+        lua_rawseti(L, -2, ++n);
+    }
+    closedir(d);
+    return 1;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * proc userdata */
+
+static seer_sandbox_proc_t *check_proc(lua_State *L) { return luaL_checkudata(L, 1, PROC_MT); }
+
+/* spawn{argv, env, cwd, stdin = bool, output = path, rlimits} -> proc */
+static int l_spawn(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    seer_sandbox_spawn_opts_t o;
+    memset(&o, 0, sizeof o);
+    o.argv = strv_field(L, 1, "argv", 0);
+    if (!o.argv) return luaL_error(L, "spawn: argv is required");
+    o.envp = strv_field(L, 1, "env", 1);
+    o.cwd = opt_str(L, 1, "cwd");
+    o.output_path = opt_str(L, 1, "output");
+    lua_getfield(L, 1, "stdin");
+    o.pipe_stdin = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    read_rlimits(L, 1, &o.rlimits);
+    seer_sandbox_proc_t *p = lua_newuserdata(L, sizeof *p);
+    memset(p, 0, sizeof *p);
+    p->in_fd = p->out_fd = p->err_fd = -1;
+    luaL_getmetatable(L, PROC_MT);
+    lua_setmetatable(L, -2);
+    seer_err_t err;
+    if (seer_sandbox_proc_spawn(&o, p, &err) < 0) {
+        lua_pushnil(L);
+        lua_pushstring(L, err.msg);
+        return 2;
+    }
+    return 1;
+}
+
+static int proc_pid(lua_State *L) {
+    lua_pushinteger(L, check_proc(L)->pid);
+    return 1;
+}
+
+/* fds() -> stdout fd, stderr fd, stdin fd (-1 for closed ones) */
+static int proc_fds(lua_State *L) {
+    seer_sandbox_proc_t *p = check_proc(L);
+    lua_pushinteger(L, p->out_fd);
+    lua_pushinteger(L, p->err_fd);
+    lua_pushinteger(L, p->in_fd);
+    return 3;
+}
+
+/* read("out"|"err", max) -> data | "" (nothing now) | nil (end of stream; the fd is closed) */
+static int proc_read(lua_State *L) {
+    seer_sandbox_proc_t *p = check_proc(L);
+    const char *which = luaL_checkstring(L, 2);
+    size_t max = (size_t)luaL_optinteger(L, 3, 65536);
+    int *fd = strcmp(which, "err") == 0 ? &p->err_fd : &p->out_fd;
+    if (*fd < 0) return 0;
+    if (max == 0 || max > (1u << 24)) max = 65536;
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    char *buf = malloc(max);
+    if (!buf) return luaL_error(L, "out of memory");
+    ssize_t r;
+    do r = read(*fd, buf, max);
+    while (r < 0 && errno == EINTR);
+    if (r > 0) {
+        luaL_addlstring(&b, buf, (size_t)r);
+        free(buf);
+        luaL_pushresult(&b);
+        return 1;
+    }
+    free(buf);
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        lua_pushliteral(L, "");
+        return 1;
+    }
+    close(*fd);
+    *fd = -1;
+    return 0;
+}
+
+/* write(data) -> bytes written now (0 when the pipe is full); nil, why when it is closed */
+static int proc_write(lua_State *L) {
+    seer_sandbox_proc_t *p = check_proc(L);
+    size_t n;
+    const char *s = luaL_checklstring(L, 2, &n);
+    if (p->in_fd < 0) {
+        lua_pushnil(L);
+        lua_pushliteral(L, "stdin is closed");
+        return 2;
+    }
+    ssize_t w;
+    do w = write(p->in_fd, s, n);
+    while (w < 0 && errno == EINTR);
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) w = 0;
+    if (w < 0) {
+        lua_pushnil(L);
+        lua_pushstring(L, strerror(errno));
+        return 2;
+    }
+    lua_pushinteger(L, (lua_Integer)w);
+    return 1;
+}
+
+static int proc_close_stdin(lua_State *L) {
+    seer_sandbox_proc_t *p = check_proc(L);
+    if (p->in_fd >= 0) close(p->in_fd);
+    p->in_fd = -1;
+    return 0;
+}
+
+/* poll() -> nil while running, else {code, signal?} */
+static int proc_poll(lua_State *L) {
+    seer_sandbox_proc_t *p = check_proc(L);
+    if (!seer_sandbox_proc_poll(p)) return 0;
+    lua_newtable(L);
+    lua_pushinteger(L, p->code);
+    lua_setfield(L, -2, "code");
+    if (p->signal) {
+        lua_pushinteger(L, p->signal);
+        lua_setfield(L, -2, "signal");
+    }
+    return 1;
+}
+
+static int proc_kill(lua_State *L) {
+    seer_sandbox_proc_t *p = check_proc(L);
+    seer_sandbox_proc_kill(p, (int)luaL_optinteger(L, 2, SIGKILL));
+    return 0;
+}
+
+static int proc_close(lua_State *L) {
+    seer_sandbox_proc_close(check_proc(L));
+    return 0;
+}
+
+/* Collected while running: the group is killed and reaped so nothing is left behind. */
+static int proc_gc(lua_State *L) {
+    seer_sandbox_proc_t *p = check_proc(L);
+    if (p->pid > 0 && !seer_sandbox_proc_poll(p)) {
+        seer_sandbox_proc_kill(p, SIGKILL);
+        int st;
+        waitpid(p->pid, &st, 0);
+    }
+    seer_sandbox_proc_close(p);
+    return 0;
+}
+
+int seer_sandbox_luaopen(lua_State *L) {
+    static const luaL_Reg methods[] = {{"pid", proc_pid},     {"fds", proc_fds},   {"read", proc_read},
+                                       {"write", proc_write}, {"close_stdin", proc_close_stdin},
+                                       {"poll", proc_poll},   {"kill", proc_kill}, {"close", proc_close},
+                                       {NULL, NULL}};
+    luaL_newmetatable(L, PROC_MT);
+    lua_newtable(L);
+    luaL_register(L, NULL, methods);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, proc_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pop(L, 1);
+
+    static const luaL_Reg fns[] = {{"cgroup_create", l_cgroup_create},
+                                   {"cgroup_destroy", l_cgroup_destroy},
+                                   {"cgroup_stats", l_cgroup_stats},
+                                   {"keeper_start", l_keeper_start},
+                                   {"spawn", l_spawn},
+                                   {"waitpid", l_waitpid},
+                                   {"kill", l_kill},
+                                   {"alive", l_alive},
+                                   {"start_time", l_start_time},
+                                   {"listdir", l_listdir},
+                                   {NULL, NULL}};
+    lua_newtable(L);
+    luaL_register(L, NULL, fns);
+    static const struct {
+        const char *name;
+        int sig;
+    } sigs[] = {{"SIGTERM", SIGTERM}, {"SIGKILL", SIGKILL}, {"SIGINT", SIGINT}, {"SIGHUP", SIGHUP}};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        lua_pushinteger(L, sigs[i].sig);
+        lua_setfield(L, -2, sigs[i].name);
+    }
+    return 1;
+}
