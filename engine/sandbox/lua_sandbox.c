@@ -291,6 +291,18 @@ static int l_start_time(lua_State *L) {
     return 1;
 }
 
+/* environ() -> {"K=V", ...}: this process's environment */
+static int l_environ(lua_State *L) {
+    extern char **environ;
+    lua_newtable(L);
+    int i = 0;
+    for (char **e = environ; e && *e; e++) {
+        lua_pushstring(L, *e);
+        lua_rawseti(L, -2, ++i);
+    }
+    return 1;
+}
+
 /* listdir(path) -> {{name, type = "file"|"dir"|"link"|"other", size, mtime}, ...} sorted by
  * name | nil, message */
 static int l_listdir(lua_State *L) {
@@ -494,6 +506,7 @@ int seer_sandbox_luaopen(lua_State *L) {
                                    {"alive", l_alive},
                                    {"start_time", l_start_time},
                                    {"listdir", l_listdir},
+                                   {"environ", l_environ},
                                    {NULL, NULL}};
     lua_newtable(L);
     luaL_register(L, NULL, fns);

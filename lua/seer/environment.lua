@@ -13,7 +13,7 @@
 ---     secrets = { "HF_TOKEN" },
 ---   }
 ---
---- Starting a sandbox from a config (`Sandbox`, `ScopedSandbox`) is not part of this module yet.
+--- `env.Sandbox(config):start()` starts one (seer.sandbox, docs/sandbox.md).
 ---@class seerenvironment
 local M = {}
 
@@ -249,6 +249,14 @@ M.RepoConfig = guarded(function(t) return make_repo(t) end)
 ---@field debug boolean debugging aids (default false)
 ---@field backend "local" where the sandbox runs (default "local", the only one today)
 ---@field network "none"|"host" network access (default "none")
+---@field limits seerenvironment.Limits resource limits of the whole sandbox
+---Resource limits of a sandbox (the whole process tree).
+---@class seerenvironment.Limits
+---@field memory? integer|string bytes, or "512M", "8G" (default: 90% of this machine's memory)
+---@field processes? integer most processes and threads at once (default 4096)
+---@field cpu_seconds? number CPU time per process (default: none)
+---@field open_files? integer open files per process (default 65536)
+
 local SandboxConfig = record_mt("SandboxConfig")
 M.SandboxConfigClass = SandboxConfig
 
@@ -256,6 +264,7 @@ local SANDBOX_FIELDS = {
   gpu = "string", gpu_count = "number", execution_mode = "string", models = "table",
   system_packages = "table", secrets = "table", repos = "table", env = "table", timeout = "number",
   local_files = "table", local_dirs = "table", debug = "boolean", backend = "string", network = "string",
+  limits = "table",
 }
 local VALID_SANDBOX = table.concat(sorted_keys(SANDBOX_FIELDS), ", ")
 local SANDBOX_HINTS = {
@@ -278,6 +287,42 @@ local function check_pairs(what, list, second)
       fail("%s[%d] must be {local_path, %s} (two non-empty strings)", what, i, second)
     end
     out[i] = { a, b }
+  end
+  return out
+end
+
+local LIMIT_FIELDS = { memory = true, processes = true, cpu_seconds = true, open_files = true }
+local UNITS = { [""] = 1, K = 1024, M = 1024 ^ 2, G = 1024 ^ 3, T = 1024 ^ 4 }
+
+---Checks a limits table; memory sizes like "512M" become bytes.
+---@param t table
+---@param what? string
+---@return table
+function M.parse_limits(t, what)
+  what = what or "limits"
+  local out = {}
+  for k, v in pairs(t) do
+    if not LIMIT_FIELDS[k] then
+      fail("%s: unknown field %s; valid fields: cpu_seconds, memory, open_files, processes", what, tostring(k))
+    end
+    if k == "memory" then
+      local n = v
+      if type(v) == "string" then
+        local num, unit = v:upper():match("^%s*([%d%.]+)%s*([KMGT]?)I?B?%s*$")
+        n = num and tonumber(num) and tonumber(num) * UNITS[unit] or nil
+        if not n then fail('%s.memory %s is not a size; write e.g. memory = "512M" or "8G" (or a number of bytes)', what, q(v)) end
+      end
+      if type(n) ~= "number" or n < 16 * 1024 * 1024 or n ~= n or n == math.huge then
+        fail('%s.memory must be at least 16M (e.g. memory = "4G"), not %s', what, tostring(v))
+      end
+      out.memory = math.floor(n)
+    else
+      if type(v) ~= "number" or v <= 0 or v ~= v or v == math.huge or (k ~= "cpu_seconds" and v % 1 ~= 0) then
+        fail("%s.%s must be a positive %s, not %s", what, k, k == "cpu_seconds" and "number" or "integer", tostring(v))
+      end
+      if k == "processes" and v < 8 then fail("%s.processes must be at least 8 (sandboxd and a shell need a few)", what) end
+      out[k] = v
+    end
   end
   return out
 end
@@ -419,6 +464,7 @@ local function make_sandbox(t)
     fail('SandboxConfig.network must be "none" (no network, the default) or "host" (the host\'s network), not %s', q(c.network))
   end
 
+  c.limits = M.parse_limits(t.limits or {}, "SandboxConfig.limits")
   return setmetatable(c, SandboxConfig)
 end
 
@@ -443,6 +489,12 @@ function SandboxConfig.__tostring(c)
   if c.debug then parts[#parts + 1] = "debug = true" end
   parts[#parts + 1] = "backend = " .. q(c.backend)
   parts[#parts + 1] = "network = " .. q(c.network)
+  local lk = sorted_keys(c.limits)
+  if #lk > 0 then
+    local l = {}
+    for i, k in ipairs(lk) do l[i] = k .. " = " .. tostring(c.limits[k]) end
+    parts[#parts + 1] = "limits = {" .. table.concat(l, ", ") .. "}"
+  end
   return "SandboxConfig{" .. table.concat(parts, ", ") .. "}"
 end
 
@@ -469,8 +521,11 @@ end
 
 return setmetatable(M, {
   __index = function(_, k)
-    if k == "Sandbox" or k == "ScopedSandbox" then
-      error(("%s(config):start() is not available yet: it needs sandboxd and bubblewrap isolation (issue 9)"):format(k), 2)
+    if k == "Sandbox" then return require("seer.sandbox").Sandbox end
+    if k == "ScopedSandbox" then
+      local ok, mod = pcall(require, "seer.scoped")
+      if ok then return mod.ScopedSandbox end
+      error("ScopedSandbox(config):start() is not available yet: it needs the scoped RPC server (seer.rpc, issue 10)", 2)
     end
     error(("seer.environment has no field %s; fields: %s"):format(tostring(k), table.concat(sorted_keys(M), ", ")), 2)
   end,

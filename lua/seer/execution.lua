@@ -64,6 +64,13 @@ local function start_server()
   return server
 end
 
+---The URL of the notebook server's live view (starting the server when it is not running).
+---@return string|nil
+function M.server_url()
+  local srv = start_server()
+  return srv.url ~= json.null and srv.url or nil
+end
+
 -- Moves every message queued on the server's socket into the inbox of the request it answers
 -- (several requests may be in flight when requests run in coroutines). Messages that answer
 -- no pending request (a request given up after a timeout) are dropped.

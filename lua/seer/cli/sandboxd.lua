@@ -1,0 +1,415 @@
+--- `seer sandboxd`: the daemon inside a sandbox. It answers signed requests (the Jupyter
+--- framing of seer.net) on one ROUTER socket: exec commands and Lua, read and write files,
+--- list and create directories, start and stop services (kernels, RPC servers) and hand out
+--- their logs. Nothing here knows where the sandbox runs: the same daemon serves a local
+--- bubblewrap sandbox through a unix socket and, later, remote backends over TCP.
+---
+--- Requests are `<op>_request` messages whose reply is `<op>_reply` with `status = "ok"` or
+--- `status = "error", ename, evalue`. Binary payloads (file contents) travel as buffers.
+--- Execs run concurrently; each has a deadline and output caps (docs/sandbox.md).
+local M = {}
+
+local net = require "seer.net"
+local json = require "seer.json"
+local core = require "seer.core.host"
+local sb = require "seer.core.sandbox"
+local process = require "seer.process"
+
+local USAGE = "usage: seer sandboxd --connection-file FILE"
+local DEFAULT_CAP = 1024 * 1024          -- bytes kept per stream of an exec unless told otherwise
+local MAX_CAP = 64 * 1024 * 1024
+local LOG_DIR = os.getenv("SEER_SANDBOX_LOG_DIR") or "/var/log/seer"
+local RUN_DIR = os.getenv("SEER_SANDBOX_RUN_DIR") or "/run/seer"
+
+local function log(fmt, ...)
+  io.stderr:write(os.date("!%Y-%m-%dT%H:%M:%SZ "), "sandboxd: ", fmt:format(...), "\n")
+  io.stderr:flush()
+end
+
+local Daemon = {}
+Daemon.__index = Daemon
+
+function Daemon:reply(req, content, buffers)
+  content.status = content.status or "ok"
+  self.sock:send{ idents = req.idents, header = net.header(req.header.msg_type:gsub("_request$", "") .. "_reply", self.id),
+                  parent_header = req.header, metadata = {}, content = content, buffers = buffers }
+end
+
+function Daemon:fail(req, ename, evalue)
+  self:reply(req, { status = "error", ename = ename, evalue = evalue })
+end
+
+---------------------------------------------------------------------------------------------
+-- files
+
+local function parent_of(path) return path:match("^(.*)/[^/]+$") end
+
+local function resolve(path)
+  if type(path) ~= "string" or path == "" then return nil end
+  if path:sub(1, 1) ~= "/" then path = "/workspace/" .. path end
+  return path
+end
+
+local function mkdir_p(path)
+  local ok, err = pcall(process.mkdir_p, path)
+  if not ok then return nil, tostring(err) end
+  return true
+end
+
+local handlers = {}
+
+function handlers.ping(self, req)
+  self:reply(req, { pid = process.getpid(), started_ms = self.started_ms, id = self.sandbox_id })
+end
+
+function handlers.write_file(self, req)
+  local path = resolve(req.content.path)
+  local data = req.buffers and req.buffers[1] or req.content.text
+  if not path then return self:fail(req, "ValueError", "write_file needs a path") end
+  if type(data) ~= "string" then return self:fail(req, "ValueError", "write_file needs the content (a string)") end
+  local dir = parent_of(path)
+  if dir and dir ~= "" then
+    local ok, err = mkdir_p(dir)
+    if not ok then return self:fail(req, "OSError", err) end
+  end
+  local tmp = ("%s.seer-tmp-%s"):format(path, net.uuid():sub(1, 8))
+  local f, err = io.open(tmp, "wb")
+  if not f then return self:fail(req, "OSError", ("cannot write %s: %s"):format(path, err)) end
+  local ok, werr = f:write(data)
+  f:close()
+  if ok and req.content.mode then os.execute(("chmod %o '%s'"):format(req.content.mode, tmp)) end
+  if not ok or not os.rename(tmp, path) then
+    os.remove(tmp)
+    return self:fail(req, "OSError", ("cannot write %s: %s"):format(path, tostring(werr or "rename failed")))
+  end
+  self:reply(req, { path = path, bytes = #data })
+end
+
+function handlers.read_file(self, req)
+  local path = resolve(req.content.path)
+  if not path then return self:fail(req, "ValueError", "read_file needs a path") end
+  local f, err = io.open(path, "rb")
+  if not f then return self:fail(req, "FileNotFoundError", err) end
+  local data, rerr = f:read("*a")
+  f:close()
+  if not data then return self:fail(req, "OSError", ("cannot read %s: %s"):format(path, tostring(rerr))) end
+  self:reply(req, { path = path, bytes = #data }, { data })
+end
+
+function handlers.ensure_dir(self, req)
+  local path = resolve(req.content.path)
+  if not path then return self:fail(req, "ValueError", "ensure_dir needs a path") end
+  local ok, err = mkdir_p(path)
+  if not ok then return self:fail(req, "OSError", err) end
+  self:reply(req, { path = path })
+end
+
+function handlers.list(self, req)
+  local path = resolve(req.content.path or "/workspace")
+  local entries, err = sb.listdir(path)
+  if not entries then return self:fail(req, "FileNotFoundError", err) end
+  table.sort(entries, function(a, b) return a.name < b.name end)
+  self:reply(req, { path = path, entries = json.array(entries) })
+end
+
+---------------------------------------------------------------------------------------------
+-- exec
+
+-- The environment of a child: sandboxd's own (the sandbox's) plus the request's.
+local function child_env(base, extra)
+  if type(extra) ~= "table" or next(extra) == nil then return nil end
+  local env = {}
+  for k, v in pairs(base) do env[k] = v end
+  for k, v in pairs(extra) do env[k] = tostring(v) end
+  return env
+end
+
+function handlers.exec(self, req)
+  local c = req.content
+  local argv = c.argv
+  if type(argv) == "string" then argv = { "/bin/sh", "-c", argv } end
+  if type(argv) ~= "table" or #argv == 0 then
+    return self:fail(req, "ValueError", "exec needs a command: a string (run by /bin/sh -c) or a list of arguments")
+  end
+  local cwd = c.cwd and resolve(c.cwd) or "/workspace"
+  local p, err = sb.spawn{ argv = argv, env = child_env(self.env, c.env), cwd = cwd, stdin = c.stdin ~= nil,
+                           rlimits = c.rlimits }
+  if not p then return self:fail(req, "ExecError", err) end
+  local cap = math.min(tonumber(c.max_output) or DEFAULT_CAP, MAX_CAP)
+  local job = { req = req, proc = p, cap = cap, out = {}, err = {}, n = { out = 0, err = 0 }, truncated = {},
+                t0 = process.now_ms(), stdin = c.stdin, stdin_off = 0 }
+  if c.timeout and tonumber(c.timeout) and tonumber(c.timeout) > 0 then
+    job.deadline = job.t0 + tonumber(c.timeout) * 1000
+  end
+  if job.stdin == nil then p:close_stdin() end
+  self.jobs[#self.jobs + 1] = job
+end
+
+-- Moves what a job's pipes hold into its buffers (up to the cap; the rest is counted, not kept).
+local function drain(job, which)
+  while true do
+    local data = job.proc:read(which, 65536)
+    if data == nil then job[which .. "_eof"] = true; return end
+    if data == "" then return end
+    local room = job.cap - job.n[which]
+    if room > 0 then
+      local keep = #data <= room and data or data:sub(1, room)
+      job[which][#job[which] + 1] = keep
+    end
+    if #data > room then job.truncated[which] = true end
+    job.n[which] = job.n[which] + #data
+  end
+end
+
+local function feed_stdin(job)
+  if not job.stdin then return end
+  while job.stdin_off < #job.stdin do
+    local n = job.proc:write(job.stdin:sub(job.stdin_off + 1, job.stdin_off + 65536))
+    if not n or n == 0 then
+      if not n then job.stdin = nil; job.proc:close_stdin() end
+      return
+    end
+    job.stdin_off = job.stdin_off + n
+  end
+  job.stdin = nil
+  job.proc:close_stdin()
+end
+
+function Daemon:finish_job(job, status)
+  drain(job, "out"); drain(job, "err")
+  job.proc:close()
+  local c = {
+    stdout = table.concat(job.out), stderr = table.concat(job.err),
+    exit_code = status.code, signal = status.signal, timed_out = job.timed_out or false,
+    cancelled = job.cancelled or false,
+    stdout_bytes = job.n.out, stderr_bytes = job.n.err,
+    truncated = (job.truncated.out or job.truncated.err) and true or false,
+    elapsed_ms = process.now_ms() - job.t0,
+  }
+  self:reply(job.req, c)
+end
+
+function Daemon:pump_jobs(now)
+  local keep = {}
+  for _, job in ipairs(self.jobs) do
+    feed_stdin(job)
+    drain(job, "out"); drain(job, "err")
+    if not job.status then
+      job.status = job.proc:poll()
+      if job.status then job.exited_at = now end
+    end
+    if not job.status and job.deadline and now >= job.deadline then
+      job.timed_out = true
+      job.proc:kill(sb.SIGKILL)
+    end
+    -- Done when the command has ended and its pipes are closed, or shortly after it ended
+    -- when a background child still holds them open.
+    local done = job.status and ((job.out_eof and job.err_eof) or now - job.exited_at > 50)
+    if done then
+      if job.timed_out then job.status = { code = 124, signal = job.status.signal } end
+      self:finish_job(job, job.status)
+    else
+      keep[#keep + 1] = job
+    end
+  end
+  self.jobs = keep
+end
+
+function handlers.cancel(self, req)
+  local target = req.content.msg_id
+  for _, job in ipairs(self.jobs) do
+    if job.req.header.msg_id == target then
+      job.cancelled = true
+      job.proc:kill(sb.SIGKILL)
+    end
+  end
+  self:reply(req, {})
+end
+
+---------------------------------------------------------------------------------------------
+-- services: long-running processes (kernels, RPC servers) with a log file each
+
+local function valid_name(s) return type(s) == "string" and s:match("^[%w][%w._-]*$") ~= nil and #s <= 64 end
+
+function Daemon:start_service(name, argv, env, cwd)
+  if self.services[name] and not self.services[name].status then
+    return nil, ("a service named %s is already running"):format(name)
+  end
+  local logf = LOG_DIR .. "/" .. name .. ".log"
+  os.remove(RUN_DIR .. "/services/" .. name .. ".exit")
+  local p, err = sb.spawn{ argv = argv, env = child_env(self.env, env), cwd = cwd and resolve(cwd) or "/workspace",
+                           output = logf }
+  if not p then return nil, err end
+  self.services[name] = { name = name, proc = p, log = logf, started = os.time(), argv = argv }
+  log("service %s started (pid %d): %s", name, p:pid(), table.concat(argv, " "))
+  return self.services[name]
+end
+
+function Daemon:pump_services()
+  for name, s in pairs(self.services) do
+    if not s.status then
+      local st = s.proc:poll()
+      if st then
+        s.status = st
+        local how = st.signal and ("killed by signal %d"):format(st.signal) or ("exited with code %d"):format(st.code)
+        log("service %s %s", name, how)
+        local f = io.open(RUN_DIR .. "/services/" .. name .. ".exit.tmp", "w")
+        if f then
+          f:write(json.encode{ code = st.code, signal = st.signal or json.null, how = how }, "\n")
+          f:close()
+          os.rename(RUN_DIR .. "/services/" .. name .. ".exit.tmp", RUN_DIR .. "/services/" .. name .. ".exit")
+        end
+      end
+    end
+  end
+end
+
+function handlers.start_service(self, req)
+  local c = req.content
+  if not valid_name(c.name) then return self:fail(req, "ValueError", "start_service needs a name (letters, digits, . _ -)") end
+  if type(c.argv) ~= "table" or #c.argv == 0 then return self:fail(req, "ValueError", "start_service needs argv") end
+  local s, err = self:start_service(c.name, c.argv, c.env, c.cwd)
+  if not s then return self:fail(req, "ExecError", err) end
+  self:reply(req, { name = c.name, pid = s.proc:pid(), log = s.log })
+end
+
+-- A kernel: a connection file with ipc endpoints in the run directory (which the host sees),
+-- then `seer kernel -f` as a service.
+function handlers.start_kernel(self, req)
+  local c = req.content
+  local name = c.name or ("kernel-" .. net.uuid():sub(1, 8))
+  if not valid_name(name) then return self:fail(req, "ValueError", "start_kernel: bad name") end
+  local info = { transport = "ipc", ip = RUN_DIR .. "/" .. name, shell_port = 1, iopub_port = 2, stdin_port = 3,
+                 control_port = 4, hb_port = 5, signature_scheme = "hmac-sha256", key = net.new_key(),
+                 kernel_name = "seer" }
+  local file = RUN_DIR .. "/" .. name .. ".json"
+  local f, err = io.open(file, "w")
+  if not f then return self:fail(req, "OSError", err) end
+  f:write(json.encode(info)); f:close()
+  local env = { SEER_KERNEL_DIE_WITH_PARENT = "1" }
+  for k, v in pairs(c.env or {}) do env[k] = v end
+  local s, serr = self:start_service(name, { self.seer, "kernel", "-f", file }, env, c.cwd)
+  if not s then return self:fail(req, "ExecError", serr) end
+  self:reply(req, { name = name, pid = s.proc:pid(), log = s.log, connection = info })
+end
+
+function handlers.stop_service(self, req)
+  local s = self.services[req.content.name or ""]
+  if not s then return self:fail(req, "KeyError", ("no service named %s"):format(tostring(req.content.name))) end
+  if not s.status then s.proc:kill(tonumber(req.content.signal) or sb.SIGKILL) end
+  self:reply(req, { name = s.name })
+end
+
+function handlers.services(self, req)
+  local list = {}
+  for name, s in pairs(self.services) do
+    list[#list + 1] = { name = name, pid = s.proc:pid(), running = s.status == nil, log = s.log,
+                        exit_code = s.status and s.status.code or json.null }
+  end
+  table.sort(list, function(a, b) return a.name < b.name end)
+  self:reply(req, { services = json.array(list) })
+end
+
+-- The last `lines` lines of a service's log (or sandboxd's own when no name is given), from
+-- byte `offset` on when given (for following a log).
+function handlers.logs(self, req)
+  local c = req.content
+  local path = c.name and (LOG_DIR .. "/" .. c.name .. ".log") or self.own_log
+  if c.name and not valid_name(c.name) then return self:fail(req, "ValueError", "logs: bad name") end
+  local f = path and io.open(path, "rb")
+  if not f then return self:fail(req, "FileNotFoundError", ("no log for %s"):format(c.name or "sandboxd")) end
+  local size = f:seek("end")
+  local from = tonumber(c.offset) or math.max(0, size - 1024 * 1024)
+  f:seek("set", math.min(from, size))
+  local text = f:read("*a") or ""
+  f:close()
+  if c.lines and not c.offset then
+    local lines = {}
+    for l in text:gmatch("[^\n]*\n?") do if l ~= "" then lines[#lines + 1] = l end end
+    text = table.concat(lines, "", math.max(1, #lines - tonumber(c.lines) + 1))
+  end
+  self:reply(req, { text = text, offset = size })
+end
+
+function handlers.shutdown(self, req)
+  self:reply(req, {})
+  self.stopping = true
+end
+
+---------------------------------------------------------------------------------------------
+
+function Daemon:handle(req)
+  local op = req.header.msg_type:match("^(.-)_request$")
+  local h = op and handlers[op]
+  if not h then
+    return self:fail(req, "UnknownRequest", ("sandboxd does not know %s"):format(tostring(req.header.msg_type)))
+  end
+  local ok, err = pcall(h, self, req)
+  if not ok then
+    log("%s failed: %s", op, tostring(err))
+    self:fail(req, "InternalError", tostring(err))
+  end
+end
+
+function Daemon:run()
+  while not self.stopping do
+    local items = { self.sock }
+    for _, job in ipairs(self.jobs) do
+      local o, e, i = job.proc:fds()
+      if o >= 0 and not job.out_eof then items[#items + 1] = o end
+      if e >= 0 and not job.err_eof then items[#items + 1] = e end
+    end
+    local wait = #self.jobs > 0 and 5 or 50
+    local ready = net.poll(items, wait)
+    for _, k in ipairs(ready) do
+      if k == 1 then
+        while true do
+          local req = self.sock:recv(0)
+          if not req then break end
+          self:handle(req)
+        end
+      end
+    end
+    self:pump_jobs(process.now_ms())
+    self:pump_services()
+  end
+  for _, job in ipairs(self.jobs) do job.proc:kill(sb.SIGKILL) end
+  for _, s in pairs(self.services) do if not s.status then s.proc:kill(sb.SIGKILL) end end
+  self.sock:close()
+end
+
+function M.main(...)
+  local args = { ... }
+  local conn
+  local i = 1
+  while i <= #args do
+    if args[i] == "--connection-file" then conn = args[i + 1]; i = i + 2
+    elseif args[i] == "-h" or args[i] == "--help" then print(USAGE); return
+    else error(("seer sandboxd: unknown option %s\n%s"):format(args[i], USAGE), 0) end
+  end
+  if not conn then error("seer sandboxd: --connection-file is required\n" .. USAGE, 0) end
+  local ok, info = pcall(function() return json.decode(core.read_file(conn)) end)
+  if not ok or type(info) ~= "table" or type(info.key) ~= "string" or type(info.endpoint) ~= "string" then
+    error(("seer sandboxd: cannot read the connection file %s (%s)"):format(conn, tostring(info)), 0)
+  end
+  -- The key stays in memory only: code in the sandbox should not find it lying around.
+  os.remove(conn)
+  local self = setmetatable({ id = net.uuid(), jobs = {}, services = {}, started_ms = process.now_ms(),
+                              sandbox_id = info.sandbox_id, seer = info.seer or "/opt/seer/bin/seer",
+                              own_log = info.log }, Daemon)
+  -- The environment children inherit: sandboxd's own, which the sandbox was started with.
+  self.env = {}
+  for _, kv in ipairs(sb.environ()) do
+    local k, v = kv:match("^([^=]+)=(.*)$")
+    if k then self.env[k] = v end
+  end
+  process.mkdir_p(RUN_DIR .. "/services")
+  process.mkdir_p(LOG_DIR)
+  self.sock = net.socket("router", info.key)
+  self.sock:bind(info.endpoint)
+  log("listening on %s", info.endpoint)
+  self:run()
+  log("shut down")
+end
+
+return M

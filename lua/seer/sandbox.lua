@@ -1,0 +1,1018 @@
+--- seer.sandbox: the local sandbox. `Sandbox(config):start()` runs `seer sandboxd` under
+--- bubblewrap — new user, pid, ipc, uts, mount and (unless network = "host") network
+--- namespaces, all capabilities dropped, system directories read-only, a writable /workspace, a
+--- private /tmp, models read-only under /models — inside cgroup limits on memory and processes,
+--- with a wall-time limit enforced from outside. The sandbox dies with the script that started
+--- it, however the script ends. Requests go to sandboxd as signed messages over a unix socket
+--- (docs/sandbox.md).
+---
+---   local env = require "seer.environment"
+---   local sandbox = env.Sandbox(env.SandboxConfig{ models = { "org/model" } }):start()
+---   print(sandbox:exec("ls /models"))
+---   sandbox:terminate()
+---@class seersandbox
+local M = {}
+
+local ffi = require "ffi"
+local net = require "seer.net"
+local json = require "seer.json"
+local core = require "seer.core.host"
+local sb = require "seer.core.sandbox"
+local process = require "seer.process"
+
+pcall(ffi.cdef, [[
+  unsigned getuid(void);
+  int chmod(const char *path, unsigned mode);
+]])
+
+local SANDBOX_RUN = "/run/seer"
+local SANDBOX_LOGS = "/var/log/seer"
+local SANDBOX_SEER = "/opt/seer/bin/seer"
+local SANDBOX_LUA = "/opt/seer/lua"
+
+---------------------------------------------------------------------------------------------
+-- small helpers
+
+local function is_dir(path)
+  return path and sb.listdir(path) ~= nil
+end
+
+local function exists(path)
+  local f = io.open(path, "rb")
+  if f then f:close(); return true end
+  return is_dir(path)
+end
+
+local function shell_quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+
+local function write_private(path, text)
+  local f = assert(io.open(path .. ".tmp", "wb"))
+  ffi.C.chmod(path .. ".tmp", tonumber("600", 8))
+  f:write(text)
+  f:close()
+  assert(os.rename(path .. ".tmp", path))
+end
+
+local function read_json(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local text = f:read("*a")
+  f:close()
+  local ok, v = pcall(json.decode, text)
+  return ok and v or nil
+end
+
+local function tail(path, n)
+  local f = io.open(path, "rb")
+  if not f then return "" end
+  local size = f:seek("end")
+  f:seek("set", math.max(0, size - 8192))
+  local text = f:read("*a") or ""
+  f:close()
+  local lines = {}
+  for l in text:gmatch("[^\n]+") do lines[#lines + 1] = l end
+  return table.concat(lines, "\n", math.max(1, #lines - (n or 20) + 1))
+end
+
+local function find_on_path(name)
+  for dir in (os.getenv("PATH") or "/usr/bin:/bin"):gmatch("[^:]+") do
+    local p = dir .. "/" .. name
+    if exists(p) then return p end
+  end
+end
+
+local function random_hex(n)
+  return (net.new_key():gsub("[^%x]", "")):sub(1, n)
+end
+
+-- Runs a program on the host and waits: code, stdout, stderr.
+local function run_host(argv, opts)
+  opts = opts or {}
+  local p, err = sb.spawn{ argv = argv, cwd = opts.cwd, env = opts.env }
+  if not p then return nil, "", err end
+  local out, errs = {}, {}
+  local t0 = process.now_ms()
+  local st, exited_at
+  while true do
+    local o, e = p:fds()
+    local fds = {}
+    if o >= 0 then fds[#fds + 1] = o end
+    if e >= 0 then fds[#fds + 1] = e end
+    if #fds > 0 then net.poll(fds, st and 5 or 50) else process.sleep_ms(1) end
+    for _, which in ipairs({ "out", "err" }) do
+      local acc = which == "out" and out or errs
+      local d = p:read(which)
+      while d and d ~= "" do acc[#acc + 1] = d; d = p:read(which) end
+    end
+    if not st then
+      st = p:poll()
+      if st then exited_at = process.now_ms() end
+    end
+    -- done when it ended and its pipes closed (or a background child holds them: 100 ms grace)
+    if st and (#fds == 0 or process.now_ms() - exited_at > 100) then
+      p:close()
+      return st.code, table.concat(out), table.concat(errs)
+    end
+    if not st and opts.timeout_ms and process.now_ms() - t0 > opts.timeout_ms then p:kill(sb.SIGKILL) end
+  end
+end
+
+local notes_said = {}
+local function say_once(text)
+  if notes_said[text] then return end
+  notes_said[text] = true
+  io.stderr:write("seer: ", text, "\n")
+end
+
+---------------------------------------------------------------------------------------------
+-- where things live
+
+---The directory holding one subdirectory per running sandbox: $SEER_SANDBOX_DIR, else
+---$XDG_RUNTIME_DIR/seer/sandboxes, else /tmp/seer-<uid>/sandboxes. Short on purpose: unix
+---socket paths inside it must stay under 108 bytes.
+---@return string
+function M.state_root()
+  local d = os.getenv("SEER_SANDBOX_DIR")
+  if not d or d == "" then
+    local rt = os.getenv("XDG_RUNTIME_DIR")
+    d = (rt and rt ~= "" and rt .. "/seer/sandboxes") or ("/tmp/seer-" .. ffi.C.getuid() .. "/sandboxes")
+  end
+  process.mkdir_p(d)
+  ffi.C.chmod(d, tonumber("700", 8))
+  return d
+end
+
+---Where snapshots are kept: $SEER_CACHE_DIR/snapshots, else $XDG_CACHE_HOME/seer/snapshots,
+---else ~/.cache/seer/snapshots.
+---@return string
+function M.snapshot_root()
+  local base = os.getenv("SEER_CACHE_DIR")
+  if not base or base == "" then
+    local x = os.getenv("XDG_CACHE_HOME")
+    base = (x and x ~= "" and x .. "/seer") or ((os.getenv("HOME") or "/tmp") .. "/.cache/seer")
+  end
+  local d = base .. "/snapshots"
+  process.mkdir_p(d)
+  return d
+end
+
+local function mem_total()
+  local f = io.open("/proc/meminfo")
+  if not f then return nil end
+  local text = f:read("*a")
+  f:close()
+  local kb = text:match("MemTotal:%s*(%d+)")
+  return kb and tonumber(kb) * 1024
+end
+
+---The NVIDIA device nodes of this machine ({} without a GPU).
+---@return string[] gpus /dev/nvidia0, /dev/nvidia1, ...
+---@return string[] control /dev/nvidiactl, /dev/nvidia-uvm, ...
+function M.gpu_devices()
+  local gpus, control = {}, {}
+  for _, e in ipairs(sb.listdir("/dev") or {}) do
+    if e.name:match("^nvidia%d+$") then gpus[#gpus + 1] = "/dev/" .. e.name
+    elseif e.name:match("^nvidia") and e.type ~= "dir" then control[#control + 1] = "/dev/" .. e.name end
+  end
+  table.sort(gpus, function(a, b) return tonumber(a:match("%d+$")) < tonumber(b:match("%d+$")) end)
+  table.sort(control)
+  if not exists("/dev/nvidiactl") then return {}, {} end
+  return gpus, control
+end
+
+---------------------------------------------------------------------------------------------
+-- the sandboxd client (also used by the notebook server to start kernels in a sandbox)
+
+local Client = {}
+Client.__index = Client
+
+---Connects to a sandboxd.
+---@param info {endpoint: string, key: string, id?: string, alive?: fun(): boolean, string?}
+---@return table client with :request(op, content, opts)
+function M.connect(info)
+  local self = setmetatable({ info = info, session = net.uuid(), alive = info.alive }, Client)
+  self.sock = net.socket("dealer", info.key)
+  self.sock:connect(info.endpoint)
+  return self
+end
+
+---Sends `<op>_request` and waits for its reply. opts: timeout_ms (nil: no limit), buffers,
+---no_raise (return the error reply instead of raising). Raises when the sandbox has ended.
+function Client:request(op, content, opts)
+  opts = opts or {}
+  local msg = { header = net.header(op .. "_request", self.session), parent_header = {}, metadata = {},
+                content = content or {}, buffers = opts.buffers }
+  self.sock:send(msg)
+  local id = msg.header.msg_id
+  local deadline = opts.timeout_ms and process.now_ms() + opts.timeout_ms
+  while true do
+    local wait = 100
+    if deadline then wait = math.max(0, math.min(wait, deadline - process.now_ms())) end
+    local r = self.sock:recv(wait)
+    if r then
+      if r.parent_header and r.parent_header.msg_id == id then
+        if r.content.status == "error" and not opts.no_raise then
+          error(("sandbox %s: %s: %s"):format(op, tostring(r.content.ename), tostring(r.content.evalue)), 0)
+        end
+        return r.content, r.buffers
+      end
+    else
+      if self.alive then
+        local ok, why = self.alive()
+        if not ok then error(why, 0) end
+      end
+      if core.interrupted() then
+        pcall(function()
+          self.sock:send{ header = net.header("cancel_request", self.session), parent_header = {}, metadata = {},
+                          content = { msg_id = id } }
+        end)
+        error("interrupted", 0)
+      end
+      if deadline and process.now_ms() >= deadline then
+        error(("sandbox %s: no answer from sandboxd within %d ms"):format(op, opts.timeout_ms), 0)
+      end
+    end
+  end
+end
+
+function Client:close()
+  if self.sock then self.sock:close(); self.sock = nil end
+end
+
+---------------------------------------------------------------------------------------------
+-- Sandbox
+
+---@class seersandbox.Sandbox
+---@field config seerenvironment.SandboxConfig
+---@field sandbox_id string|nil set by start()
+---@field jupyter_url string|nil the notebook server's live view (notebook mode)
+---@field model_handles seersandbox.ModelHandle[]
+---@field repo_handles seersandbox.RepoHandle[]
+---@field workspace_dir string|nil the host directory that is /workspace inside
+local Sandbox = {}
+Sandbox.__index = Sandbox
+M.SandboxClass = Sandbox
+
+---@class seersandbox.ModelHandle
+---@field name string the model id (as configured)
+---@field var_name string
+---@field path string where the model is inside the sandbox (/models/...)
+---@field host_path string where it is on this machine
+---@field hidden boolean
+---@field is_peft boolean
+---@field base_model? string
+---@field revision? string
+---@field env_var? string MODEL_<ID>_PATH (not for hidden models)
+
+---@class seersandbox.RepoHandle
+---@field url string
+---@field name string
+---@field path string /workspace/<name>
+---@field host_path string
+
+-- Sandboxes this process started and has not terminated; terminated when Lua closes (the
+-- keeper takes care of every other way the process can end).
+local live = {}
+local sentinel = newproxy(true)
+getmetatable(sentinel).__gc = function()
+  for s in pairs(live) do pcall(s.terminate, s) end
+end
+M._sentinel = sentinel
+
+---A sandbox for the config (not started yet). `env.Sandbox(config)` is this function.
+---@param config seerenvironment.SandboxConfig|table
+---@return seersandbox.Sandbox
+function M.Sandbox(config)
+  local env = require "seer.environment"
+  local ok, c = pcall(env.SandboxConfig, config or {})
+  if not ok then error(c, 2) end
+  return setmetatable({ config = c, model_handles = {}, repo_handles = {} }, Sandbox)
+end
+
+function Sandbox:__tostring()
+  return ("Sandbox(%s)"):format(self.sandbox_id and (self.sandbox_id .. (self.stopped and ", terminated" or ", running"))
+    or "not started")
+end
+
+local function sanitize(s)
+  return (s:gsub("[^%w._-]", "-"):gsub("^[-.]+", ""):sub(1, 40))
+end
+
+-- Models: where each is on the host, and the bwrap arguments that mount it read-only.
+function Sandbox:_prepare_models(binds, env)
+  local hub = require "seer.hub"
+  local used = {}
+  local function mount_name(name, hidden)
+    if hidden then return "m-" .. random_hex(10) end
+    local base = name:match("^[%w._-]+/[%w._-]+$") and name:gsub("/", "--") or sanitize(name:match("([^/]+)/*$") or name)
+    local n, i = base, 1
+    while used[n] do i = i + 1; n = base .. "-" .. i end
+    used[n] = true
+    return n
+  end
+  local function resolve(name, revision)
+    local real = core.realpath(name)
+    if real and is_dir(real) then return real, "dir" end
+    if name:match("^[%./~]") then
+      error(("SandboxConfig.models: %s is not a directory (a local model path must exist; a hub id looks like \"org/name\")"):format(name), 0)
+    end
+    local snap = hub.cached(name, { revision = revision })
+    if not snap then snap = hub.download(name, { revision = revision }) end
+    return snap, "hub"
+  end
+  local function add(name, revision, hidden)
+    local host, kind = resolve(name, revision)
+    local mount = "/models/" .. mount_name(name, hidden)
+    if kind == "dir" then
+      binds[#binds + 1] = { "--ro-bind", host, mount }
+    else
+      -- Each file of the snapshot is mounted at its own name: the cache's symlinks into
+      -- ../../blobs would not resolve inside, and the cache layout would show the id.
+      local function walk(dir, rel)
+        for _, e in ipairs(sb.listdir(dir) or {}) do
+          local p = dir .. "/" .. e.name
+          if e.type == "dir" then walk(p, rel .. e.name .. "/")
+          else
+            local real = core.realpath(p)
+            if real then binds[#binds + 1] = { "--ro-bind", real, mount .. "/" .. rel .. e.name } end
+          end
+        end
+      end
+      walk(host, "")
+    end
+    return host, mount
+  end
+  local handles = {}
+  for _, m in ipairs(self.config.models) do
+    local h = { name = m.name, var_name = m.var_name, hidden = m.hidden, is_peft = m.is_peft,
+                base_model = m.base_model, revision = m.revision }
+    h.host_path, h.path = add(m.name, m.revision, m.hidden)
+    if m.is_peft then
+      -- A PEFT adapter brings its base model.
+      h.base_host_path, h.base_path = add(m.base_model, nil, m.hidden)
+    end
+    if not m.hidden then
+      -- MODEL_<ID>_PATH as the reference names it; a local directory goes by its base name.
+      local function var_of(name)
+        if name:match("^[%./~]") or is_dir(name) then
+          return "MODEL_" .. (name:match("([^/]+)/*$") or name):upper():gsub("[^%w]", "_") .. "_PATH"
+        end
+        return require("seer.environment").model_env_name(name)
+      end
+      h.env_var = var_of(m.name)
+      env[h.env_var] = h.path
+      if m.is_peft then env[var_of(m.base_model)] = h.base_path end
+    end
+    handles[#handles + 1] = h
+  end
+  self.model_handles = handles
+end
+
+local function repo_url(url)
+  if url:match("^[%w._-]+/[%w._-]+$") and not exists(url) then return "https://github.com/" .. url .. ".git" end
+  return url
+end
+
+function Sandbox:_prepare_repos()
+  local handles = {}
+  for i, r in ipairs(self.config.repos) do
+    if r.dockerfile then
+      error(("SandboxConfig.repos[%d] (%s): dockerfile builds need a container backend; the local backend shares "
+        .. "this machine's /usr, so install what the Dockerfile installs on this machine and remove dockerfile"):format(i, r.url), 0)
+    end
+    local url = repo_url(r.url)
+    local name = sanitize((url:match("([^/:]+)/*$") or ("repo" .. i)):gsub("%.git$", ""))
+    local dest = self.workspace_dir .. "/" .. name
+    local code, _, err = run_host({ "git", "clone", "--quiet", "--depth", "1", url, dest },
+                                  { env = { GIT_TERMINAL_PROMPT = "0", PATH = os.getenv("PATH") or "/usr/bin:/bin",
+                                            HOME = os.getenv("HOME") or "/tmp" }, timeout_ms = 600000 })
+    if code ~= 0 then
+      error(("SandboxConfig.repos[%d]: git clone %s failed%s:\n%s"):format(i, url,
+        code and (" (exit " .. code .. ")") or "", err ~= "" and err or "(no output)"), 0)
+    end
+    handles[#handles + 1] = { url = r.url, name = name, path = "/workspace/" .. name, host_path = dest,
+                              install = r.install }
+  end
+  self.repo_handles = handles
+end
+
+-- bubblewrap's arguments for this sandbox.
+function Sandbox:_bwrap_argv(bwrap, binds)
+  local c = self.config
+  local a = { bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--uid", "65534", "--gid", "65534",
+              "--cap-drop", "ALL", "--die-with-parent", "--new-session", "--hostname", "sandbox" }
+  if c.network == "host" then a[#a + 1] = "--share-net" end
+  local function add(...) for _, v in ipairs({ ... }) do a[#a + 1] = v end end
+  add("--ro-bind", "/usr", "/usr")
+  -- /bin, /lib, ... as they are on the host: symlinks into /usr (merged /usr) or directories.
+  for _, d in ipairs({ "bin", "sbin", "lib", "lib32", "lib64", "libx32" }) do
+    local p = "/" .. d
+    local target = core.realpath(p)
+    if target then
+      if target == p then add("--ro-bind", p, p)
+      elseif target:sub(1, 5) == "/usr/" then add("--symlink", target:sub(2), p) end
+    end
+  end
+  -- Only the parts of /etc that programs need; not the host's users, keys or secrets.
+  for _, e in ipairs({ "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "nsswitch.conf",
+                       "ssl", "ca-certificates", "ca-certificates.conf", "mime.types", "protocols", "services",
+                       "bash.bashrc", "profile", "inputrc", "gai.conf", "os-release", "debian_version",
+                       "host.conf" }) do
+    add("--ro-bind-try", "/etc/" .. e, "/etc/" .. e)
+  end
+  if c.network == "host" then
+    add("--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf", "--ro-bind-try", "/etc/hosts", "/etc/hosts")
+  end
+  add("--ro-bind", self.run_dir .. "/passwd", "/etc/passwd", "--ro-bind", self.run_dir .. "/group", "/etc/group")
+  add("--proc", "/proc", "--dev", "/dev")
+  add("--size", tostring(self.tmp_size), "--tmpfs", "/tmp")
+  add("--bind", self.workspace_dir, "/workspace")
+  add("--bind", self.run_dir, SANDBOX_RUN)
+  add("--bind", self.log_dir, SANDBOX_LOGS)
+  add("--ro-bind", self.seer_binary, SANDBOX_SEER)
+  add("--ro-bind", self.lua_dir, SANDBOX_LUA)
+  for _, b in ipairs(binds) do add(b[1], b[2], b[3]) end
+  for i, p in ipairs(c.local_files) do
+    local real = core.realpath(p[1])
+    if not real or is_dir(real) then
+      error(("SandboxConfig.local_files[%d]: %s is not a file on this machine"):format(i, p[1]), 0)
+    end
+    add("--ro-bind", real, p[2])
+  end
+  for i, p in ipairs(c.local_dirs) do
+    local real = core.realpath(p[1])
+    if not real or not is_dir(real) then
+      error(("SandboxConfig.local_dirs[%d]: %s is not a directory on this machine"):format(i, p[1]), 0)
+    end
+    add("--ro-bind", real, p[2])
+  end
+  for _, d in ipairs(self.gpu_nodes or {}) do add("--dev-bind", d, d) end
+  if self.gpu_nodes and #self.gpu_nodes > 0 then add("--ro-bind-try", "/sys", "/sys") end
+  add("--chdir", "/workspace", "--", SANDBOX_SEER, "sandboxd", "--connection-file", SANDBOX_RUN .. "/sandboxd.json")
+  return a
+end
+
+function Sandbox:_environment()
+  local c = self.config
+  local e = {
+    PATH = "/opt/seer/bin:/usr/local/bin:/usr/bin:/bin", HOME = "/workspace", USER = "sandbox", LOGNAME = "sandbox",
+    LANG = "C.UTF-8", TMPDIR = "/tmp", SEER_LUA_DIR = SANDBOX_LUA, SEER_SANDBOX_ID = self.sandbox_id,
+    SEER_HISTORY = "", HF_HUB_OFFLINE = "1", TERM = "dumb",
+  }
+  if c.network == "host" then e.HF_HUB_OFFLINE = nil end
+  for k, v in pairs(c.env) do e[k] = v end
+  for _, name in ipairs(c.secrets) do
+    local v = os.getenv(name)
+    if v == nil then
+      error(("SandboxConfig.secrets lists %s, but it is not set in this environment; export %s=... (or put it in .env) before starting the sandbox")
+        :format(name, name), 0)
+    end
+    e[name] = v
+  end
+  return e
+end
+
+function Sandbox:_limits()
+  local l = self.config.limits or {}
+  local total = mem_total() or (8 * 1024 ^ 3)
+  return {
+    memory = l.memory or math.floor(total * 0.9), memory_set = l.memory ~= nil,
+    processes = l.processes or 4096, processes_set = l.processes ~= nil,
+    cpu_seconds = l.cpu_seconds, open_files = l.open_files or 65536,
+  }
+end
+
+-- Raises the sandbox's end as an error when the keeper has gone: (ok, why).
+function Sandbox:_alive()
+  if self.stopped then return false, ("sandbox %s was terminated"):format(self.sandbox_id) end
+  if not self.keeper_status then
+    local st = sb.waitpid(self.keeper_pid)
+    if st == nil then return true end
+    self.keeper_status = st or { code = -1 }
+  end
+  local s = read_json(self.state_dir .. "/status.json") or {}
+  local why
+  if s.how == "timeout" then
+    why = ("the sandbox %s was stopped: its timeout of %s s passed (SandboxConfig.timeout)"):format(self.sandbox_id, tostring(self.config.timeout))
+  elseif s.how == "terminated" then
+    why = ("the sandbox %s was terminated from outside (seer sandbox terminate)"):format(self.sandbox_id)
+  else
+    why = ("the sandbox %s has ended (%s); its log:\n%s"):format(self.sandbox_id,
+      s.how and (s.how .. (s.signal and s.signal ~= 0 and (", signal " .. s.signal) or "") .. ", code " .. tostring(s.code)) or "keeper gone",
+      tail(self.log_dir .. "/sandbox.log", 20))
+  end
+  return false, why
+end
+
+---Starts the sandbox: models are fetched (hub cache or download), repos cloned, then sandboxd
+---starts under bubblewrap and the repos' install commands run inside. Returns self.
+---@param opts? {name?: string}
+---@return seersandbox.Sandbox
+function Sandbox:start(opts)
+  opts = opts or {}
+  if type(opts) == "string" then opts = { name = opts } end
+  if self.sandbox_id then error(("sandbox %s was already started"):format(self.sandbox_id), 2) end
+  local ok, err = pcall(self._start, self, opts)
+  if not ok then
+    -- Nothing of a half-started sandbox stays behind.
+    pcall(self._teardown, self)
+    error(err, 2)
+  end
+  return self
+end
+
+function Sandbox:_start(opts)
+  local t0 = process.now_ms()
+  local c = self.config
+  local bwrap = find_on_path("bwrap")
+  if not bwrap then
+    error("bubblewrap (bwrap) is not installed; the local sandbox needs it: run `make setup` (or apt-get install bubblewrap)", 0)
+  end
+  -- GPUs
+  if c.gpu then
+    local gpus, control = M.gpu_devices()
+    if #gpus == 0 then
+      if os.getenv("SEER_GPU_FALLBACK") == "cpu" then
+        say_once(("SandboxConfig.gpu = %q but this machine has no NVIDIA GPU; running on the CPU (SEER_GPU_FALLBACK=cpu)"):format(c.gpu))
+      else
+        error(("SandboxConfig.gpu = %q, but this machine has no NVIDIA GPU (no /dev/nvidiactl). Remove gpu to run on the CPU, "
+          .. "or set SEER_GPU_FALLBACK=cpu to run GPU configs on the CPU anyway"):format(c.gpu), 0)
+      end
+    elseif #gpus < c.gpu_count then
+      error(("SandboxConfig.gpu_count = %d, but this machine has %d GPU%s; lower gpu_count"):format(c.gpu_count, #gpus, #gpus == 1 and "" or "s"), 0)
+    else
+      self.gpu_nodes = {}
+      for i = 1, c.gpu_count do self.gpu_nodes[#self.gpu_nodes + 1] = gpus[i] end
+      for _, d in ipairs(control) do self.gpu_nodes[#self.gpu_nodes + 1] = d end
+    end
+  end
+  for i, p in ipairs(c.system_packages) do
+    local code = run_host({ "dpkg-query", "-W", "-f=${Status}", p })
+    if code ~= 0 then
+      error(("SandboxConfig.system_packages[%d]: %s is not installed on this machine; the local sandbox shares the host's /usr, "
+        .. "so install it here (apt-get install %s)"):format(i, p, p), 0)
+    end
+  end
+
+  self.sandbox_id = sanitize(opts.name or "sandbox") .. "-" .. random_hex(6)
+  self.name = opts.name
+  self.state_dir = M.state_root() .. "/" .. self.sandbox_id
+  self.workspace_dir = self.state_dir .. "/workspace"
+  self.run_dir = self.state_dir .. "/run"
+  self.log_dir = self.state_dir .. "/logs"
+  for _, d in ipairs({ self.workspace_dir, self.run_dir, self.log_dir }) do process.mkdir_p(d) end
+  ffi.C.chmod(self.state_dir, tonumber("700", 8))
+  if #(self.run_dir .. "/kernel-xxxxxxxx-5") > 100 then
+    error(("the sandbox directory %s is too deep for unix sockets (108 bytes); set SEER_SANDBOX_DIR to a shorter path"):format(self.state_dir), 0)
+  end
+  if self.restore_from then
+    local snap = M.snapshot_root() .. "/" .. self.restore_from
+    local code, _, err = run_host({ "tar", "-xzf", snap .. "/workspace.tar.gz", "-C", self.workspace_dir })
+    if code ~= 0 then error(("cannot restore snapshot %s: %s"):format(self.restore_from, err), 0) end
+  end
+  self.seer_binary = require("seer.jupyter").seer_binary()
+  self.lua_dir = core.realpath(core.lua_dir()) or core.lua_dir()
+  write_private(self.run_dir .. "/passwd", "sandbox:x:65534:65534:sandbox:/workspace:/bin/sh\n")
+  write_private(self.run_dir .. "/group", "sandbox:x:65534:\n")
+
+  local env = self:_environment()
+  local binds = {}
+  self:_prepare_models(binds, env)
+  self:_prepare_repos()
+
+  local limits = self:_limits()
+  self.limits = limits
+  self.tmp_size = math.min(limits.memory, 4 * 1024 ^ 3)
+  local cgroup, notes = sb.cgroup_create(self.sandbox_id, limits.memory, limits.processes)
+  self.cgroup = cgroup
+  local rl = { cpu_seconds = limits.cpu_seconds, open_files = limits.open_files }
+  if not cgroup.memory and limits.memory_set then
+    rl.address_space = limits.memory
+    say_once("no usable memory cgroup (" .. notes:gsub("\n$", ""):gsub("\n", "; ") .. "); the memory limit is applied per process (RLIMIT_AS)")
+  end
+  if not cgroup.pids and limits.processes_set then
+    rl.processes = limits.processes
+    say_once("no usable pids cgroup; the process limit is RLIMIT_NPROC, which counts all processes of your user")
+  end
+
+  self.key = net.new_key()
+  write_private(self.run_dir .. "/sandboxd.json", json.encode{
+    endpoint = "ipc://" .. SANDBOX_RUN .. "/sandboxd.sock", key = self.key, sandbox_id = self.sandbox_id,
+    seer = SANDBOX_SEER, log = SANDBOX_LOGS .. "/sandbox.log" })
+  local envl = {}
+  for k, v in pairs(env) do envl[k] = v end
+  self.env = env
+  self.keeper_pid = sb.keeper_start{
+    argv = self:_bwrap_argv(bwrap, binds), env = envl, log = self.log_dir .. "/sandbox.log",
+    status = self.state_dir .. "/status.json", state_dir = not c.debug and self.state_dir or nil,
+    cgroup = cgroup, rlimits = rl, timeout_ms = math.floor(c.timeout * 1000),
+  }
+  live[self] = true
+  local info = {
+    id = self.sandbox_id, name = self.name, keeper_pid = self.keeper_pid, keeper_start = sb.start_time(self.keeper_pid),
+    owner_pid = process.getpid(), created = os.time(), state_dir = self.state_dir, cgroup = cgroup,
+    endpoint = "ipc://" .. self.run_dir .. "/sandboxd.sock", timeout = c.timeout, network = c.network,
+    models = #c.models, config = tostring(c),
+  }
+  write_private(self.state_dir .. "/sandbox.json", json.encode(info, { indent = 2 }))
+
+  self.client = M.connect{ endpoint = info.endpoint, key = self.key, alive = function() return self:_alive() end }
+  -- sandboxd is up when it answers; a sandbox that dies on the way says why.
+  local deadline = process.now_ms() + 30000
+  while true do
+    local okp, r = pcall(self.client.request, self.client, "ping", {}, { timeout_ms = 200 })
+    if okp then self.sandboxd_pid = r.pid; break end
+    if not tostring(r):match("no answer") then error(r, 0) end
+    if process.now_ms() > deadline then
+      error(("the sandbox %s did not answer within 30 s; its log:\n%s"):format(self.sandbox_id, tail(self.log_dir .. "/sandbox.log")), 0)
+    end
+  end
+  self.start_ms = process.now_ms() - t0
+
+  for _, r in ipairs(self.repo_handles) do
+    local cmd = r.install
+    if cmd == true then
+      if not exists(r.host_path .. "/install.sh") then
+        error(("RepoConfig{url = %q, install = true}: the repo has no install.sh; write the command instead, e.g. install = \"make\""):format(r.url), 0)
+      end
+      cmd = "sh ./install.sh"
+    end
+    if type(cmd) == "string" then
+      local out, res = self:exec(cmd, { cwd = r.path })
+      if res.exit_code ~= 0 then
+        error(("installing %s in the sandbox failed (`%s` exited with %s):\n%s"):format(r.url, cmd, tostring(res.exit_code), out), 0)
+      end
+    end
+  end
+  if c.execution_mode == "notebook" then
+    local okx, url = pcall(function() return require("seer.execution").server_url() end)
+    if okx then self.jupyter_url = url end
+  end
+  return self
+end
+
+-- Stops everything this sandbox is: sandboxd, the keeper, the cgroups, the state directory.
+function Sandbox:_teardown()
+  live[self] = nil
+  if self.client then
+    pcall(self.client.request, self.client, "shutdown", {}, { timeout_ms = 300 })
+    self.client:close()
+    self.client = nil
+  end
+  if self.keeper_pid and not self.keeper_status then
+    sb.kill(self.keeper_pid, sb.SIGTERM)
+    local deadline = process.now_ms() + 5000
+    while true do
+      local st = sb.waitpid(self.keeper_pid)
+      if st ~= nil then self.keeper_status = st or { code = -1 }; break end
+      if process.now_ms() > deadline then
+        sb.kill(self.keeper_pid, sb.SIGKILL)
+        sb.waitpid(self.keeper_pid, true)
+        self.keeper_status = { code = -1 }
+        break
+      end
+      process.sleep_ms(2)
+    end
+  end
+  if self.cgroup then sb.cgroup_destroy(self.cgroup, 3000) end
+  if self.state_dir and exists(self.state_dir) then
+    if self.config.debug then
+      io.stderr:write(("seer: sandbox %s kept for debugging in %s\n"):format(self.sandbox_id, self.state_dir))
+    else
+      run_host({ "rm", "-rf", "--", self.state_dir })
+    end
+  end
+  self.stopped = true
+end
+
+function Sandbox:_check()
+  if not self.sandbox_id then error("the sandbox is not started; call sandbox:start() first", 3) end
+  local ok, why = self:_alive()
+  if not ok then error(why, 3) end
+end
+
+---@class seersandbox.ExecResult
+---@field stdout string
+---@field stderr string
+---@field exit_code integer 124 after a timeout, 128+N after signal N
+---@field signal? integer
+---@field timed_out boolean
+---@field truncated boolean output beyond max_output was dropped (stdout_bytes/stderr_bytes count all of it)
+---@field out_of_memory boolean the sandbox's memory limit killed it
+---@field elapsed_ms number
+---@field ok boolean exit_code == 0
+
+---Runs a command in the sandbox (a string runs under /bin/sh -c; a list is argv). Returns the
+---output (stdout then stderr) and the details. A non-zero exit is not an error.
+---@param cmd string|string[]
+---@param opts? {timeout?: number, env?: table<string,string>, cwd?: string, max_output?: integer, stdin?: string}
+---@return string output, seersandbox.ExecResult result
+function Sandbox:exec(cmd, opts)
+  self:_check()
+  opts = opts or {}
+  if type(opts) == "number" then opts = { timeout = opts } end
+  if type(cmd) ~= "string" and type(cmd) ~= "table" then
+    error("sandbox:exec(cmd): cmd must be a string (a shell command) or a list of arguments", 2)
+  end
+  local before = self.cgroup and self.cgroup.memory and sb.cgroup_stats(self.cgroup).oom_kills
+  local r = self.client:request("exec", { argv = type(cmd) == "table" and json.array(cmd) or cmd, timeout = opts.timeout,
+                                          env = opts.env, cwd = opts.cwd, max_output = opts.max_output,
+                                          stdin = opts.stdin })
+  r.status = nil
+  r.ok = r.exit_code == 0
+  r.out_of_memory = false
+  if r.signal == 9 and not r.timed_out and before then
+    local after = sb.cgroup_stats(self.cgroup).oom_kills
+    if after and after > before then
+      r.out_of_memory = true
+      r.stderr = r.stderr .. ("\n[seer] killed: the sandbox's memory limit (%d MiB) was reached\n"):format(math.floor(self.limits.memory / 1048576))
+    end
+  end
+  if r.timed_out then
+    r.stderr = r.stderr .. ("\n[seer] killed: the command ran past its timeout of %s s\n"):format(tostring(opts.timeout))
+  end
+  return r.stdout .. r.stderr, r
+end
+
+---Runs Lua in a fresh seer process in the sandbox (the code arrives on stdin).
+---@param code string
+---@param opts? {timeout?: number, env?: table<string,string>, cwd?: string, max_output?: integer}
+---@return string output, seersandbox.ExecResult result
+function Sandbox:exec_lua(code, opts)
+  if type(code) ~= "string" then error("sandbox:exec_lua(code): code must be a string of Lua", 2) end
+  opts = opts or {}
+  local o = {}
+  for k, v in pairs(opts) do o[k] = v end
+  o.stdin = code
+  return self:exec({ SANDBOX_SEER, "-" }, o)
+end
+
+---Writes a file in the sandbox (relative paths are under /workspace; parents are created;
+---binary safe; written to a temporary name and renamed).
+---@param path string
+---@param content string
+function Sandbox:write_file(path, content)
+  self:_check()
+  if type(path) ~= "string" or type(content) ~= "string" then
+    error("sandbox:write_file(path, content): both must be strings", 2)
+  end
+  self.client:request("write_file", { path = path }, { buffers = { content } })
+end
+
+---Reads a file from the sandbox (binary safe).
+---@param path string
+---@return string
+function Sandbox:read_file(path)
+  self:_check()
+  local _, buffers = self.client:request("read_file", { path = path })
+  return buffers and buffers[1] or ""
+end
+
+---Creates a directory (and its parents) in the sandbox.
+---@param path string
+function Sandbox:ensure_dir(path)
+  self:_check()
+  self.client:request("ensure_dir", { path = path })
+end
+
+---Lists a directory in the sandbox: {name, type, size, mtime} entries sorted by name.
+---@param path? string default /workspace
+---@return table[]
+function Sandbox:list_files(path)
+  self:_check()
+  return self.client:request("list", { path = path }).entries
+end
+
+---The recent lines of the sandbox's log, or of one of its services (a kernel, an RPC server).
+---@param n? integer lines (default 50)
+---@param service? string
+---@return string
+function Sandbox:logs(n, service)
+  if self.stopped or not self.log_dir then return "" end
+  return tail(self.log_dir .. "/" .. (service or "sandbox") .. ".log", n or 50)
+end
+
+---cgroup figures: memory_limit, memory_peak, oom_kills, pids_current, pids_max_hits.
+---@return table
+function Sandbox:stats()
+  return self.cgroup and sb.cgroup_stats(self.cgroup) or {}
+end
+
+---The path inside the sandbox of a configured model.
+---@param name string the ModelConfig name
+---@param revision? string
+---@return string
+function Sandbox:model_path(name, revision)
+  for _, h in ipairs(self.model_handles) do
+    if h.name == name and (revision == nil or h.revision == revision) then return h.path end
+    if h.is_peft and h.base_model == name then return h.base_path end
+  end
+  local names = {}
+  for _, h in ipairs(self.model_handles) do names[#names + 1] = h.hidden and "<hidden>" or h.name end
+  error(("model %s is not in this sandbox (configured: %s); add it to SandboxConfig.models"):format(name,
+    #names > 0 and table.concat(names, ", ") or "none"), 2)
+end
+
+---Name -> path inside the sandbox, for every configured model (and PEFT bases).
+---@return table<string, string>
+function Sandbox:model_paths()
+  local t = {}
+  for _, h in ipairs(self.model_handles) do
+    t[h.name] = h.path
+    if h.base_model then t[h.base_model] = h.base_path end
+  end
+  return t
+end
+
+---What the notebook server needs to start kernels in this sandbox.
+---@return table
+function Sandbox:kernel_launcher()
+  self:_check()
+  return { endpoint = "ipc://" .. self.run_dir .. "/sandboxd.sock", key = self.key, host_run = self.run_dir,
+           sandbox_run = SANDBOX_RUN, state_dir = self.state_dir, sandbox_id = self.sandbox_id,
+           log_dir = self.log_dir }
+end
+
+---Starts a long-running process in the sandbox (an RPC server, ...); its output goes to the
+---service's log (sandbox:logs(n, name)).
+---@param name string
+---@param argv string[]
+---@param opts? {env?: table<string,string>, cwd?: string}
+---@return table {name, pid, log}
+function Sandbox:start_service(name, argv, opts)
+  self:_check()
+  opts = opts or {}
+  return self.client:request("start_service", { name = name, argv = json.array(argv), env = opts.env, cwd = opts.cwd })
+end
+
+---Stops a service started with start_service.
+---@param name string
+function Sandbox:stop_service(name)
+  self:_check()
+  self.client:request("stop_service", { name = name })
+end
+
+---Host path of a file the sandbox sees under /run/seer (sockets of services).
+---@param sandbox_path string
+---@return string
+function Sandbox:host_run_path(sandbox_path)
+  if sandbox_path:sub(1, #SANDBOX_RUN) ~= SANDBOX_RUN then
+    error(("%s is not under %s"):format(sandbox_path, SANDBOX_RUN), 2)
+  end
+  return self.run_dir .. sandbox_path:sub(#SANDBOX_RUN + 1)
+end
+
+local function config_table(c)
+  local t = {}
+  for k, v in pairs(c) do
+    if type(v) == "table" then
+      local copy = {}
+      for kk, vv in pairs(v) do
+        if type(vv) == "table" then
+          local inner = {}
+          for a, b in pairs(vv) do inner[a] = b end
+          copy[kk] = inner
+        else copy[kk] = vv end
+      end
+      t[k] = copy
+    else t[k] = v end
+  end
+  return t
+end
+
+---Archives the workspace and the config under the snapshot directory; returns the id.
+---@param description? string
+---@return string snapshot_id
+function Sandbox:snapshot(description)
+  self:_check()
+  local id = os.date("!%Y%m%d-%H%M%S") .. "-" .. random_hex(6)
+  local dir = M.snapshot_root() .. "/" .. id
+  local tmp = dir .. ".tmp"
+  process.mkdir_p(tmp)
+  local code, _, err = run_host({ "tar", "-czf", tmp .. "/workspace.tar.gz", "-C", self.workspace_dir, "." })
+  if code ~= 0 then
+    run_host({ "rm", "-rf", tmp })
+    error(("snapshot of %s failed: %s"):format(self.sandbox_id, err), 2)
+  end
+  local f = assert(io.open(tmp .. "/snapshot.json", "w"))
+  f:write(json.encode({ id = id, description = description or "", sandbox_id = self.sandbox_id, created = os.time(),
+                        config = config_table(self.config) }, { indent = 2 }))
+  f:close()
+  assert(os.rename(tmp, dir))
+  return id
+end
+
+---A new sandbox whose workspace is the snapshot's (started). config defaults to the
+---snapshot's own.
+---@param snapshot_id string
+---@param config? seerenvironment.SandboxConfig
+---@param opts? {name?: string}
+---@return seersandbox.Sandbox
+function M.from_snapshot(snapshot_id, config, opts)
+  if type(snapshot_id) ~= "string" or not snapshot_id:match("^[%w._-]+$") then
+    error("Sandbox.from_snapshot(id, config): id must be a snapshot id returned by sandbox:snapshot()", 2)
+  end
+  local meta = read_json(M.snapshot_root() .. "/" .. snapshot_id .. "/snapshot.json")
+  if not meta then
+    error(("no snapshot %s in %s (seer sandbox snapshots lists them)"):format(snapshot_id, M.snapshot_root()), 2)
+  end
+  local s
+  if config then s = M.Sandbox(config)
+  else
+    local c = meta.config or {}
+    c.gpu_count = c.gpu and c.gpu_count or nil
+    s = M.Sandbox(c)
+  end
+  s.restore_from = snapshot_id
+  local ok, err = pcall(s.start, s, opts)
+  if not ok then error(err, 2) end
+  return s
+end
+Sandbox.from_snapshot = M.from_snapshot
+
+---Snapshots on the disk: {id, description, created, sandbox_id} newest first.
+---@return table[]
+function M.snapshots()
+  local list = {}
+  for _, e in ipairs(sb.listdir(M.snapshot_root()) or {}) do
+    local meta = e.type == "dir" and read_json(M.snapshot_root() .. "/" .. e.name .. "/snapshot.json")
+    if meta then list[#list + 1] = { id = meta.id, description = meta.description, created = meta.created, sandbox_id = meta.sandbox_id } end
+  end
+  table.sort(list, function(a, b) return a.id > b.id end)
+  return list
+end
+
+---Stops the sandbox and everything in it. With save_snapshot, the workspace is archived first
+---and the snapshot id is returned. Safe to call twice.
+---@param opts? {save_snapshot?: boolean, snapshot_description?: string}
+---@return string|nil snapshot_id
+function Sandbox:terminate(opts)
+  opts = opts or {}
+  if self.stopped or not self.sandbox_id then return nil end
+  local snap
+  if opts.save_snapshot then snap = self:snapshot(opts.snapshot_description) end
+  self:_teardown()
+  return snap
+end
+
+---------------------------------------------------------------------------------------------
+-- sandboxes on this machine (for `seer sandbox`)
+
+local function state_of(dir)
+  local info = read_json(dir .. "/sandbox.json")
+  if not info then return nil end
+  local alive = info.keeper_pid and sb.alive(info.keeper_pid) and sb.start_time(info.keeper_pid) == info.keeper_start
+  info.running = alive and true or false
+  info.status = read_json(dir .. "/status.json")
+  return info
+end
+
+---The sandboxes of this user: running ones, and the remains of ended ones (swept).
+---@return table[] {id, name, keeper_pid, owner_pid, created, running, state_dir}
+function M.list()
+  local root = M.state_root()
+  local out = {}
+  for _, e in ipairs(sb.listdir(root) or {}) do
+    if e.type == "dir" then
+      local info = state_of(root .. "/" .. e.name)
+      if info and info.running then
+        out[#out + 1] = info
+      elseif info or (e.mtime and os.time() - e.mtime > 60) then
+        -- The keeper is gone (killed with -9): only directories and empty cgroups remain.
+        if info and info.cgroup then sb.cgroup_destroy(info.cgroup, 1000) end
+        run_host({ "rm", "-rf", "--", root .. "/" .. e.name })
+      end
+    end
+  end
+  table.sort(out, function(a, b) return a.created < b.created end)
+  return out
+end
+
+---Terminates a sandbox by id (from any process of the same user).
+---@param id string
+---@return boolean found
+function M.terminate_id(id)
+  local dir = M.state_root() .. "/" .. id
+  local info = state_of(dir)
+  if not info then return false end
+  if info.running then
+    sb.kill(info.keeper_pid, sb.SIGTERM)
+    local deadline = process.now_ms() + 5000
+    while sb.alive(info.keeper_pid) and process.now_ms() < deadline do process.sleep_ms(5) end
+    if sb.alive(info.keeper_pid) then sb.kill(info.keeper_pid, sb.SIGKILL) end
+  end
+  if info.cgroup then sb.cgroup_destroy(info.cgroup, 3000) end
+  return true
+end
+
+---The log of a sandbox by id (or of one of its services).
+---@param id string
+---@param service? string
+---@return string|nil path
+function M.log_path(id, service)
+  local p = M.state_root() .. "/" .. id .. "/logs/" .. (service or "sandbox") .. ".log"
+  return exists(p) and p or nil
+end
+
+M.shell_quote = shell_quote
+return M
