@@ -279,15 +279,19 @@ getmetatable(sentinel).__gc = function()
 end
 M._sentinel = sentinel
 
----A sandbox for the config (not started yet). `env.Sandbox(config)` is this function.
----@param config seerenvironment.SandboxConfig|table
----@return seersandbox.Sandbox
-function M.Sandbox(config)
+local function new_sandbox(config, level)
   local env = require "seer.environment"
   local ok, c = pcall(env.SandboxConfig, config or {})
-  if not ok then error(c, 2) end
+  if not ok then error(c, level + 1) end
   return setmetatable({ config = c, model_handles = {}, repo_handles = {} }, Sandbox)
 end
+
+---A sandbox for the config (not started yet): `env.Sandbox(config)`; also
+---`env.Sandbox.from_snapshot(id, config)`.
+M.Sandbox = setmetatable({}, {
+  __call = function(_, config) return new_sandbox(config, 2) end,
+  __tostring = function() return "seer.sandbox.Sandbox" end,
+})
 
 function Sandbox:__tostring()
   return ("Sandbox(%s)"):format(self.sandbox_id and (self.sandbox_id .. (self.stopped and ", terminated" or ", running"))
@@ -448,6 +452,8 @@ function Sandbox:_bwrap_argv(bwrap, binds)
   end
   for _, d in ipairs(self.gpu_nodes or {}) do add("--dev-bind", d, d) end
   if self.gpu_nodes and #self.gpu_nodes > 0 then add("--ro-bind-try", "/sys", "/sys") end
+  -- The root (a tmpfs holding the mount points) becomes read-only; the mounts keep their own modes.
+  add("--remount-ro", "/")
   add("--chdir", "/workspace", "--", SANDBOX_SEER, "sandboxd", "--connection-file", SANDBOX_RUN .. "/sandboxd.json")
   return a
 end
@@ -715,10 +721,11 @@ function Sandbox:exec(cmd, opts)
     error("sandbox:exec(cmd): cmd must be a string (a shell command) or a list of arguments", 2)
   end
   local before = self.cgroup and self.cgroup.memory and sb.cgroup_stats(self.cgroup).oom_kills
-  local r = self.client:request("exec", { argv = type(cmd) == "table" and json.array(cmd) or cmd, timeout = opts.timeout,
+  local r, buffers = self.client:request("exec", { argv = type(cmd) == "table" and json.array(cmd) or cmd, timeout = opts.timeout,
                                           env = opts.env, cwd = opts.cwd, max_output = opts.max_output,
                                           stdin = opts.stdin })
   r.status = nil
+  r.stdout, r.stderr = buffers and buffers[1] or "", buffers and buffers[2] or ""
   r.ok = r.exit_code == 0
   r.out_of_memory = false
   if r.signal == 9 and not r.timed_out and before then
@@ -917,11 +924,11 @@ function M.from_snapshot(snapshot_id, config, opts)
     error(("no snapshot %s in %s (seer sandbox snapshots lists them)"):format(snapshot_id, M.snapshot_root()), 2)
   end
   local s
-  if config then s = M.Sandbox(config)
+  if config then s = new_sandbox(config, 2)
   else
     local c = meta.config or {}
     c.gpu_count = c.gpu and c.gpu_count or nil
-    s = M.Sandbox(c)
+    s = new_sandbox(c, 2)
   end
   s.restore_from = snapshot_id
   local ok, err = pcall(s.start, s, opts)
@@ -929,6 +936,7 @@ function M.from_snapshot(snapshot_id, config, opts)
   return s
 end
 Sandbox.from_snapshot = M.from_snapshot
+M.Sandbox.from_snapshot = M.from_snapshot
 
 ---Snapshots on the disk: {id, description, created, sandbox_id} newest first.
 ---@return table[]

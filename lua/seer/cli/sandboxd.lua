@@ -31,8 +31,15 @@ Daemon.__index = Daemon
 
 function Daemon:reply(req, content, buffers)
   content.status = content.status or "ok"
-  self.sock:send{ idents = req.idents, header = net.header(req.header.msg_type:gsub("_request$", "") .. "_reply", self.id),
-                  parent_header = req.header, metadata = {}, content = content, buffers = buffers }
+  local msg = { idents = req.idents, header = net.header(req.header.msg_type:gsub("_request$", "") .. "_reply", self.id),
+                parent_header = req.header, metadata = {}, content = content, buffers = buffers }
+  local ok, err = pcall(self.sock.send, self.sock, msg)
+  if not ok then
+    -- A reply that cannot be encoded still gets an answer, so no client waits forever.
+    log("reply to %s failed: %s", req.header.msg_type, tostring(err))
+    msg.content, msg.buffers = { status = "error", ename = "InternalError", evalue = tostring(err) }, nil
+    pcall(self.sock.send, self.sock, msg)
+  end
 end
 
 function Daemon:fail(req, ename, evalue)
@@ -178,15 +185,15 @@ end
 function Daemon:finish_job(job, status)
   drain(job, "out"); drain(job, "err")
   job.proc:close()
+  -- Output is bytes (any program's), so it travels as two buffers, not inside the JSON.
   local c = {
-    stdout = table.concat(job.out), stderr = table.concat(job.err),
     exit_code = status.code, signal = status.signal, timed_out = job.timed_out or false,
     cancelled = job.cancelled or false,
     stdout_bytes = job.n.out, stderr_bytes = job.n.err,
     truncated = (job.truncated.out or job.truncated.err) and true or false,
     elapsed_ms = process.now_ms() - job.t0,
   }
-  self:reply(job.req, c)
+  self:reply(job.req, c, { table.concat(job.out), table.concat(job.err) })
 end
 
 function Daemon:pump_jobs(now)

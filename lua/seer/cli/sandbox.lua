@@ -1,0 +1,104 @@
+--- `seer sandbox list | logs ID | terminate ID... | terminate --all | snapshots`: the local
+--- sandboxes of this user, from any terminal (docs/sandbox.md).
+local M = {}
+
+local S = require "seer.sandbox"
+local process = require "seer.process"
+
+local USAGE = [[usage: seer sandbox list
+       seer sandbox logs ID [-n LINES] [-f] [--service NAME]
+       seer sandbox terminate ID... | --all
+       seer sandbox snapshots]]
+
+local function age(t)
+  local s = os.time() - (t or os.time())
+  if s < 120 then return s .. "s" end
+  if s < 7200 then return math.floor(s / 60) .. "m" end
+  return math.floor(s / 3600) .. "h"
+end
+
+local function list()
+  local all = S.list()
+  if #all == 0 then print("no running sandboxes"); return 0 end
+  print(("%-28s %-8s %-8s %-6s %s"):format("ID", "OWNER", "KEEPER", "AGE", "CONFIG"))
+  for _, s in ipairs(all) do
+    print(("%-28s %-8s %-8s %-6s %s"):format(s.id, tostring(s.owner_pid), tostring(s.keeper_pid), age(s.created),
+      (s.config or ""):sub(1, 80)))
+  end
+  return 0
+end
+
+local function logs(args)
+  local id, n, follow, service = nil, 50, false, nil
+  local i = 1
+  while i <= #args do
+    local a = args[i]
+    if a == "-n" then n = tonumber(args[i + 1]) or error("seer sandbox logs: -n needs a number", 0); i = i + 1
+    elseif a == "-f" then follow = true
+    elseif a == "--service" then service = args[i + 1]; i = i + 1
+    elseif a:sub(1, 1) == "-" then error("seer sandbox logs: unknown option " .. a .. "\n" .. USAGE, 0)
+    else id = a end
+    i = i + 1
+  end
+  if not id then error("seer sandbox logs: which sandbox? (seer sandbox list shows the ids)\n" .. USAGE, 0) end
+  local path = S.log_path(id, service)
+  if not path then
+    io.stderr:write(("seer sandbox logs: no sandbox %s%s (seer sandbox list shows the running ones)\n"):format(id,
+      service and (" with a service " .. service) or ""))
+    return 1
+  end
+  local f = assert(io.open(path, "rb"))
+  local text = f:read("*a")
+  local lines = {}
+  for l in text:gmatch("[^\n]*\n?") do if l ~= "" then lines[#lines + 1] = l end end
+  io.stdout:write(table.concat(lines, "", math.max(1, #lines - n + 1)))
+  io.stdout:flush()
+  while follow do
+    local more = f:read("*a")
+    if more and more ~= "" then io.stdout:write(more); io.stdout:flush()
+    else
+      if not S.log_path(id, service) then break end
+      process.sleep_ms(200)
+    end
+  end
+  f:close()
+  return 0
+end
+
+local function terminate(args)
+  if #args == 0 then error("seer sandbox terminate: which sandbox? give ids or --all\n" .. USAGE, 0) end
+  local ids = {}
+  if args[1] == "--all" then
+    for _, s in ipairs(S.list()) do ids[#ids + 1] = s.id end
+    if #ids == 0 then print("no running sandboxes"); return 0 end
+  else
+    ids = args
+  end
+  local rc = 0
+  for _, id in ipairs(ids) do
+    if S.terminate_id(id) then print("terminated " .. id)
+    else io.stderr:write(("seer sandbox terminate: no sandbox %s\n"):format(id)); rc = 1 end
+  end
+  return rc
+end
+
+local function snapshots()
+  local all = S.snapshots()
+  if #all == 0 then print("no snapshots in " .. S.snapshot_root()); return 0 end
+  for _, s in ipairs(all) do print(("%-28s %-24s %s"):format(s.id, s.sandbox_id or "", s.description or "")) end
+  return 0
+end
+
+function M.main(cmd, ...)
+  local args = { ... }
+  local rc
+  if cmd == "list" or cmd == "ls" then rc = list()
+  elseif cmd == "logs" then rc = logs(args)
+  elseif cmd == "terminate" or cmd == "kill" then rc = terminate(args)
+  elseif cmd == "snapshots" then rc = snapshots()
+  elseif cmd == nil or cmd == "-h" or cmd == "--help" or cmd == "help" then print(USAGE); rc = 0
+  else error(("seer sandbox: unknown command %q\n%s"):format(cmd, USAGE), 0) end
+  if rc ~= 0 then os.exit(rc) end
+end
+
+return M

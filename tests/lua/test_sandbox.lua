@@ -1,0 +1,409 @@
+-- The local sandbox, for real: bubblewrap namespaces, cgroup limits, sandboxd over its signed
+-- unix socket. The isolation suite tries to break out from inside; every attempt must fail,
+-- and each has a control that shows the same probe succeeds where it should (so a broken
+-- probe cannot pass as isolation). Sandboxes here get a private SEER_SANDBOX_DIR and
+-- SEER_CACHE_DIR.
+local T = require "testing"
+local env = require "seer.environment"
+local S = require "seer.sandbox"
+local sb = require "seer.core.sandbox"
+local process = require "seer.process"
+local net = require "seer.net"
+
+local here = seer.script_dir()
+local stories = here .. "/../fixtures/models/stories260K"
+local SEER = require("seer.jupyter").seer_binary()
+
+local function have_bwrap()
+  return os.execute("command -v bwrap >/dev/null 2>&1") == 0
+end
+
+local root = T.tmpdir()
+local state_root = root .. "/sb"
+local cache_root = root .. "/cache"
+-- seer.sandbox reads these at each start, so setting them here covers this file's sandboxes.
+local ffi = require "ffi"
+pcall(ffi.cdef, "int setenv(const char *name, const char *value, int overwrite);")
+ffi.C.setenv("SEER_SANDBOX_DIR", state_root, 1)
+ffi.C.setenv("SEER_CACHE_DIR", cache_root, 1)
+
+local function start(t, name)
+  if not have_bwrap() then T.skip("bubblewrap is not installed (make setup installs it)") end
+  t = t or {}
+  if t.execution_mode == nil then t.execution_mode = "cli" end
+  return env.Sandbox(env.SandboxConfig(t)):start{ name = name }
+end
+
+-- Host processes whose command line contains `marker`.
+local function host_procs(marker)
+  local found = {}
+  for _, e in ipairs(sb.listdir("/proc")) do
+    if e.name:match("^%d+$") then
+      local f = io.open("/proc/" .. e.name .. "/cmdline", "rb")
+      if f then
+        local cmd = (f:read("*a") or ""):gsub("%z", " ")
+        f:close()
+        if cmd:find(marker, 1, true) and not cmd:find("grep", 1, true) then found[#found + 1] = e.name .. ": " .. cmd end
+      end
+    end
+  end
+  return found
+end
+
+local function wait_until(pred, ms)
+  local deadline = process.now_ms() + (ms or 3000)
+  while process.now_ms() < deadline do
+    if pred() then return true end
+    process.sleep_ms(10)
+  end
+  return pred()
+end
+
+local function entries_of(dir)
+  local names = {}
+  for _, e in ipairs(sb.listdir(dir) or {}) do names[#names + 1] = e.name end
+  return names
+end
+
+---------------------------------------------------------------------------------------------
+-- basics
+
+T.test("start, exec, exec_lua, files and terminate", function()
+  local s = start({ env = { GREETING = "hi" } }, "basics")
+  T.ok(s.sandbox_id:match("^basics%-%x+$"), s.sandbox_id)
+  local out, r = s:exec("echo $GREETING; id -u; pwd; echo oops >&2; exit 3")
+  T.eq(r.stdout, "hi\n65534\n/workspace\n")
+  T.eq(r.stderr, "oops\n")
+  T.eq(r.exit_code, 3)
+  T.eq(r.ok, false)
+  T.eq(out, "hi\n65534\n/workspace\noops\n")
+  local _, r2 = s:exec({ "printf", "%s|", "a b", "c" })
+  T.eq(r2.stdout, "a b|c|")
+  local lout = s:exec_lua("print(6 * 7, os.getenv('SEER_SANDBOX_ID'))")
+  T.eq(lout, "42\t" .. s.sandbox_id .. "\n")
+  local bin = "\0\1\2binary\255\n" .. string.rep("z", 100000)
+  s:write_file("dir/sub/data.bin", bin)
+  T.eq(s:read_file("/workspace/dir/sub/data.bin"), bin)
+  T.eq(seer.read_file(s.workspace_dir .. "/dir/sub/data.bin"), bin) -- the host sees /workspace
+  s:ensure_dir("a/b/c")
+  local names = {}
+  for _, e in ipairs(s:list_files("/workspace")) do names[#names + 1] = e.name .. ":" .. e.type end
+  T.eq(names, { "a:dir", "dir:dir" })
+  T.raises(function() s:read_file("nope.txt") end, "FileNotFoundError")
+  local _, r3 = s:exec("sleep 10", { timeout = 0.3 })
+  T.eq(r3.timed_out, true)
+  T.eq(r3.exit_code, 124)
+  T.ok(r3.elapsed_ms < 3000, r3.elapsed_ms)
+  local _, r4 = s:exec("head -c 3000000 /dev/zero", { max_output = 1000 })
+  T.eq(#r4.stdout, 1000)
+  T.eq(r4.truncated, true)
+  T.eq(r4.stdout_bytes, 3000000)
+  local dir = s.state_dir
+  s:terminate()
+  T.eq(s:terminate(), nil) -- twice is fine
+  T.ok(not io.open(dir .. "/sandbox.json"), "state directory removed")
+  T.raises(function() s:exec("true") end, "terminated")
+end)
+
+T.test("concurrent execs run side by side", function()
+  local s = start({}, "concurrent")
+  -- A slow exec from another client does not hold up this one: sandboxd serves both.
+  local other = S.connect{ endpoint = "ipc://" .. s.run_dir .. "/sandboxd.sock", key = s.key }
+  other.sock:send{ header = net.header("exec_request", other.session), parent_header = {}, metadata = {},
+                   content = { argv = "sleep 1; echo slow" } }
+  local t0 = process.now_ms()
+  local out = s:exec("echo fast")
+  T.eq(out, "fast\n")
+  T.ok(process.now_ms() - t0 < 700, "the fast exec waited for the slow one")
+  local r = other.sock:recv(5000)
+  T.eq(r.buffers[1], "slow\n")
+  other:close()
+  s:terminate()
+end)
+
+T.test("environment: env and listed secrets reach the sandbox, nothing else does", function()
+  ffi.C.setenv("SEER_TEST_SECRET_A", "s3cret-a", 1)
+  ffi.C.setenv("SEER_TEST_NOT_LISTED", "leak-me", 1)
+  local s = start({ env = { FOO = "bar" }, secrets = { "SEER_TEST_SECRET_A" } }, "envs")
+  local out = s:exec("env")
+  T.contains(out, "FOO=bar")
+  T.contains(out, "SEER_TEST_SECRET_A=s3cret-a")
+  T.ok(not out:find("leak-me", 1, true), "an unlisted host variable reached the sandbox")
+  T.ok(not out:find("SEER_SANDBOX_DIR", 1, true), "the host's SEER_SANDBOX_DIR reached the sandbox")
+  s:terminate()
+  T.raises(function() start({ secrets = { "SEER_TEST_SURELY_UNSET" } }) end, "SEER_TEST_SURELY_UNSET=")
+end)
+
+T.test("models are mounted read-only under /models with MODEL_<ID>_PATH; hidden ones under an opaque name", function()
+  local s = start({ models = { env.ModelConfig{ name = stories },
+                               env.ModelConfig{ name = stories, var_name = "secret_model", hidden = true } } }, "models")
+  local h = s.model_handles
+  T.eq(h[1].path, "/models/stories260K")
+  T.eq(h[1].env_var, "MODEL_STORIES260K_PATH")
+  T.ok(h[2].path:match("^/models/m%-%x+$"), h[2].path)
+  T.eq(h[2].env_var, nil)
+  T.eq(s:model_path(stories), "/models/stories260K")
+  T.raises(function() s:model_path("org/other") end, "not in this sandbox")
+  local out = s:exec("echo $MODEL_STORIES260K_PATH; ls /models/stories260K | sort | head -3; env | grep -c MODEL_")
+  T.contains(out, "/models/stories260K\n")
+  T.contains(out, "config.json")
+  T.contains(out, "1\n") -- only the visible model has a variable
+  local _, w = s:exec("touch /models/stories260K/x")
+  T.ne(w.exit_code, 0)
+  -- the model loads inside the sandbox and generates what it does outside
+  local lo = s:exec_lua([[
+    local m = require("seer.model").load(os.getenv("MODEL_STORIES260K_PATH"))
+    print(m:generate("Once upon a time", { max_new_tokens = 8, temperature = 0 }).text)]])
+  local m = require("seer.model").load(stories)
+  T.eq(lo, m:generate("Once upon a time", { max_new_tokens = 8, temperature = 0 }).text .. "\n")
+  s:terminate()
+end)
+
+T.test("repos are cloned on the host and installed inside; a failing install is an error", function()
+  local repo = root .. "/repo-src"
+  process.mkdir_p(repo)
+  seer.write_file(repo .. "/install.sh", "echo installed > INSTALLED\n")
+  seer.write_file(repo .. "/lib.lua", "return 7\n")
+  T.ok(os.execute(("cd %s && git init -q && git add . && git -c user.email=t@t -c user.name=t commit -qm init"):format(repo)) == 0)
+  local s = start({ repos = { env.RepoConfig{ url = repo, install = true } } }, "repos")
+  T.eq(s.repo_handles[1].path, "/workspace/repo-src")
+  T.eq(s:read_file("repo-src/INSTALLED"), "installed\n")
+  s:terminate()
+  local before = #entries_of(state_root)
+  seer.write_file(repo .. "/install.sh", "echo broken >&2; exit 4\n")
+  os.execute(("cd %s && git -c user.email=t@t -c user.name=t commit -qam broken"):format(repo))
+  T.raises(function() start({ repos = { env.RepoConfig{ url = repo, install = true } } }, "badrepo") end, "exited with 4")
+  T.eq(#entries_of(state_root), before, "a failed start left its directory behind")
+  T.raises(function() start({ repos = { env.RepoConfig{ url = root .. "/no-such-repo" } } }) end, "git clone")
+end)
+
+T.test("snapshot then restore gives the same workspace", function()
+  local s = start({}, "snap")
+  s:write_file("notes/a.txt", "alpha")
+  s:write_file("b.bin", "\0\1\2")
+  s:exec("mkdir -p empty/dir && ln -s notes/a.txt link")
+  local id = s:snapshot("after setup")
+  local s2 = S.from_snapshot(id, s.config)
+  T.eq(s2:read_file("notes/a.txt"), "alpha")
+  T.eq(s2:read_file("b.bin"), "\0\1\2")
+  T.eq(s2:exec("readlink link; test -d empty/dir && echo dir"), "notes/a.txt\ndir\n")
+  local found
+  for _, e in ipairs(S.snapshots()) do if e.id == id then found = e end end
+  T.eq(found.description, "after setup")
+  local id2 = s2:terminate{ save_snapshot = true, snapshot_description = "final" }
+  T.ok(id2 and id2 ~= id, "terminate{save_snapshot} returns a new id")
+  local s3 = env.Sandbox.from_snapshot(id2)
+  T.eq(s3:read_file("notes/a.txt"), "alpha")
+  s3:terminate()
+  s:terminate()
+  T.raises(function() S.from_snapshot("no-such-snapshot") end, "no snapshot")
+end)
+
+T.test("config errors: a GPU this machine lacks, missing packages, missing mounts", function()
+  if #S.gpu_devices() == 0 then
+    T.raises(function() start({ gpu = "H100" }) end, "no NVIDIA GPU")
+  end
+  T.raises(function() start({ system_packages = { "surely-not-a-package-xyz" } }) end, "not installed on this machine")
+  T.raises(function() start({ local_dirs = { { root .. "/missing", "/data" } } }) end, "not a directory")
+  T.raises(function() start({ models = { env.ModelConfig{ name = "./no/such/model" } } }) end, "not a directory")
+end)
+
+---------------------------------------------------------------------------------------------
+-- the isolation suite: every attempt must fail from inside
+
+T.test("isolation: host files outside the mounts cannot be read", function()
+  local secret_dir = root .. "/host-secret"
+  process.mkdir_p(secret_dir)
+  seer.write_file(secret_dir .. "/key.txt", "TOPSECRET")
+  local shared = root .. "/shared"
+  process.mkdir_p(shared)
+  seer.write_file(shared .. "/ok.txt", "visible")
+  local s = start({ local_dirs = { { shared, "/data" } } }, "iso-read")
+  -- control: a mounted directory is readable
+  T.eq(s:exec("cat /data/ok.txt"), "visible")
+  for _, p in ipairs({ secret_dir .. "/key.txt", "/etc/shadow", "/root/.bashrc", "/work", state_root }) do
+    local out, r = s:exec({ "cat", p })
+    T.ne(r.exit_code, 0, p .. " was readable")
+    T.ok(not out:find("TOPSECRET", 1, true), p)
+  end
+  local _, r = s:exec("ls / | tr '\\n' ' '")
+  T.eq(r.stdout, "bin data dev etc lib lib32 lib64 opt proc run sbin tmp usr var workspace ")
+  s:terminate()
+end)
+
+T.test("isolation: nothing outside /workspace can be written", function()
+  local s = start({}, "iso-write")
+  T.eq(select(2, s:exec("echo x > /workspace/ok && cat /workspace/ok")).exit_code, 0) -- control
+  for _, p in ipairs({ "/usr/evil", "/etc/evil", "/opt/seer/evil", "/opt/seer/lua/seer/init.lua", "/bin/evil",
+                       "/run/evil", "/evil" }) do
+    local _, r = s:exec({ "sh", "-c", "echo x > " .. p })
+    T.ne(r.exit_code, 0, p .. " was writable")
+  end
+  -- /tmp is writable but private: the host's /tmp does not get the file
+  local marker = "seer-tmp-probe-" .. net.uuid():sub(1, 8)
+  T.eq(select(2, s:exec("echo x > /tmp/" .. marker)).exit_code, 0)
+  T.ok(not io.open("/tmp/" .. marker), "the sandbox's /tmp is the host's /tmp")
+  -- no capabilities: even as 'root' of its user namespace nothing can be mounted
+  T.ne(select(2, s:exec("mount -t tmpfs none /workspace/m 2>&1; unshare -U true")).exit_code, 0)
+  local _, caps = s:exec("grep CapEff /proc/self/status")
+  T.contains(caps.stdout, "0000000000000000")
+  s:terminate()
+end)
+
+T.test("isolation: network none cannot reach the host's loopback; network host can", function()
+  local server = net.socket("rep", "")
+  local _, port = server:bind("tcp://127.0.0.1:*")
+  local probe = ("exec 3<>/dev/tcp/127.0.0.1/%d && echo connected"):format(port)
+  local s = start({}, "iso-net")
+  local out, r = s:exec({ "bash", "-c", probe }, { timeout = 10 })
+  T.ne(r.exit_code, 0)
+  T.ok(not out:find("connected", 1, true))
+  local _, ifs = s:exec("ls /sys/class/net 2>/dev/null; cat /proc/net/dev | tail -n +3 | cut -d: -f1")
+  T.ok(not ifs.stdout:find("eth", 1, true), "a network interface besides lo: " .. ifs.stdout)
+  s:terminate()
+  local h = start({ network = "host" }, "net-control")
+  T.contains(h:exec({ "bash", "-c", probe }, { timeout = 10 }), "connected") -- control
+  h:terminate()
+  server:close()
+end)
+
+T.test("isolation: host processes are invisible and unreachable", function()
+  local s = start({}, "iso-pid")
+  local me = process.getpid()
+  local _, r = s:exec(("kill -0 %d"):format(me))
+  T.ne(r.exit_code, 0)
+  local _, ps = s:exec("ls /proc | grep -c '^[0-9]'")
+  T.ok(tonumber(ps.stdout) <= 6, "the sandbox sees " .. ps.stdout .. " processes")
+  local _, pid1 = s:exec("cat /proc/1/cmdline | tr '\\0' ' '")
+  T.contains(pid1.stdout, "bwrap")
+  T.eq(s:exec("hostname"), "sandbox\n")
+  s:terminate()
+end)
+
+T.test("isolation: no process survives terminate", function()
+  local s = start({}, "iso-leak")
+  local marker = tostring(900000 + math.random(99999))
+  s:exec(("setsid sh -c 'sleep %s' >/dev/null 2>&1 < /dev/null & nohup sleep %s >/dev/null 2>&1 &"):format(marker, marker))
+  T.ok(wait_until(function() return #host_procs("sleep " .. marker) >= 2 end), "control: the sleepers run")
+  local cg = s.cgroup
+  s:terminate()
+  T.ok(wait_until(function() return #host_procs("sleep " .. marker) == 0 end, 3000),
+    "left running: " .. table.concat(host_procs("sleep " .. marker), "; "))
+  T.ok(not cg.memory or not sb.listdir(cg.memory), "the memory cgroup was left behind")
+  T.ok(not cg.pids or not sb.listdir(cg.pids), "the pids cgroup was left behind")
+end)
+
+T.test("isolation: a fork bomb is stopped by the process limit", function()
+  local s = start({ limits = { processes = 64 } }, "iso-fork")
+  local t0 = process.now_ms()
+  local _, r = s:exec("bomb() { bomb | bomb & }; bomb; sleep 1", { timeout = 10 })
+  T.ok(process.now_ms() - t0 < 9000, "the bomb ran to the exec timeout")
+  local st = s:stats()
+  if st.pids_max_hits then
+    T.ok(st.pids_max_hits > 0, "the pids limit was never hit")
+  else
+    T.contains(r.stderr, "fork")
+  end
+  T.eq(s:exec("echo still here"), "still here\n") -- the sandbox recovers
+  s:terminate()
+end)
+
+T.test("isolation: a memory bomb is stopped by the memory limit", function()
+  local s = start({ limits = { memory = "128M" } }, "iso-mem")
+  local out, r = s:exec_lua("local t = {} for i = 1, 4000 do t[i] = string.rep('x', 1048576) .. i end print('survived')",
+    { timeout = 60 })
+  T.ne(r.exit_code, 0)
+  T.ok(not out:find("survived", 1, true))
+  if s.cgroup.memory then
+    T.eq(r.out_of_memory, true)
+    T.contains(out, "memory limit (128 MiB)")
+  end
+  T.eq(s:exec("echo still here"), "still here\n")
+  s:terminate()
+end)
+
+T.test("isolation: the timeout kills the whole sandbox on time", function()
+  local s = start({ timeout = 1 }, "iso-timeout")
+  local marker = tostring(800000 + math.random(99999))
+  local t0 = process.now_ms()
+  local ok, err = pcall(s.exec, s, ("setsid sleep %s & sleep %s"):format(marker, marker))
+  local dt = process.now_ms() - t0
+  T.eq(ok, false)
+  T.contains(tostring(err), "timeout of 1 s passed")
+  T.ok(dt < 2500, ("killed after %d ms"):format(dt))
+  T.ok(wait_until(function() return #host_procs("sleep " .. marker) == 0 end, 2000), "processes outlived the timeout")
+  s:terminate()
+end)
+
+---------------------------------------------------------------------------------------------
+-- the sandbox dies with its script
+
+local function run_script(code, wait_line)
+  local path = root .. "/script-" .. net.uuid():sub(1, 6) .. ".lua"
+  seer.write_file(path, code)
+  local child = process.spawn{ argv = { SEER, path }, stdout = "pipe", stderr = "null",
+                               env = { SEER_SANDBOX_DIR = state_root, SEER_CACHE_DIR = cache_root } }
+  local line = wait_line and child:read_line(20000)
+  return child, line
+end
+
+local START = [[
+local env = require "seer.environment"
+local s = env.Sandbox(env.SandboxConfig{ execution_mode = "cli" }):start{ name = "owner" }
+s:exec("setsid sleep %s >/dev/null 2>&1 < /dev/null &")
+print(s.sandbox_id); io.stdout:flush()
+]]
+
+for _, case in ipairs({
+  { "ends", "" },
+  { "errors", "error('boom')" },
+  { "is killed", "require('seer.process').sleep_ms(60000)", true },
+}) do
+  T.test("no leaks: the sandbox dies when its script " .. case[1], function()
+    if not have_bwrap() then T.skip("bubblewrap is not installed") end
+    local marker = tostring(700000 + math.random(99999))
+    local child, id = run_script(START:format(marker) .. case[2] .. "\n", true)
+    T.ok(id and id:match("^owner%-"), "the script did not start its sandbox: " .. tostring(id))
+    if case[3] then
+      T.ok(wait_until(function() return #host_procs("sleep " .. marker) > 0 end), "control: the sleeper runs")
+      child:kill(9)
+    end
+    child:wait(10000)
+    T.ok(wait_until(function() return #host_procs("sleep " .. marker) == 0 end, 5000),
+      "left running: " .. table.concat(host_procs("sleep " .. marker), "; "))
+    T.ok(wait_until(function() return not sb.listdir(state_root .. "/" .. id) end, 5000), "state directory left behind")
+  end)
+end
+
+---------------------------------------------------------------------------------------------
+-- seer sandbox list / logs / terminate from another process
+
+T.test("seer sandbox list, logs and terminate", function()
+  local s = start({}, "cli")
+  local function cli(...)
+    local args = { SEER, "sandbox", ... }
+    for i, a in ipairs(args) do args[i] = S.shell_quote(a) end
+    local p = io.popen(("SEER_SANDBOX_DIR=%s %s 2>&1; echo \"rc=$?\""):format(S.shell_quote(state_root), table.concat(args, " ")))
+    local out = p:read("*a")
+    p:close()
+    local code = tonumber(out:match("rc=(%d+)\n$"))
+    return out:gsub("rc=%d+\n$", ""), code
+  end
+  local out = cli("list")
+  T.contains(out, s.sandbox_id)
+  T.contains(cli("logs", s.sandbox_id), "listening on")
+  local _, code = cli("logs", "no-such-id")
+  T.ne(code, 0)
+  out = cli("terminate", s.sandbox_id)
+  T.contains(out, s.sandbox_id)
+  T.raises(function() s:exec("true") end, "terminated from outside")
+  T.ok(not cli("list"):find(s.sandbox_id, 1, true))
+  s:terminate()
+  local a, b = start({}, "all1"), start({}, "all2")
+  cli("terminate", "--all")
+  T.raises(function() a:exec("true") end, "terminated")
+  T.raises(function() b:exec("true") end, "terminated")
+  a:terminate(); b:terminate()
+end)
+
+return T
