@@ -4,8 +4,8 @@
 ---
 --- The session talks to seer's notebook server (`seer notebook serve`, one per experiment
 --- process, started on first use and ended with it) over signed ZMQ requests; the server owns
---- the kernels and the notebooks (docs/notebook.md). Until sandboxes exist the kernel runs as a
---- local process; nothing in the kernel depends on where it runs.
+--- the kernels and the notebooks (docs/notebook.md). With a started `env.Sandbox` the kernel
+--- runs inside the sandbox; local notebook sessions run it as a local process.
 ---@class seerexecution
 local M = {}
 
@@ -347,10 +347,20 @@ local function create(workspace, opts, models, sandbox)
   local output_dir = opts.output_dir or opts.notebook_dir or default_output_dir()
   process.mkdir_p(output_dir)
   output_dir = core.realpath(output_dir) or output_dir
-  local workspace_dir = opts.workspace_dir or process.mkdtemp("/tmp/seer-workspace-")
+  -- In a sandbox the kernel runs inside it: the workspace is the sandbox's /workspace (the
+  -- host writes libraries into its host side) and sandboxd starts the kernel.
+  local launcher, kernel_dir, workspace_dir
+  if sandbox and type(sandbox.kernel_launcher) == "function" then
+    launcher = sandbox:kernel_launcher()
+    workspace_dir, kernel_dir = sandbox.workspace_dir, "/workspace"
+  else
+    workspace_dir = opts.workspace_dir or process.mkdtemp("/tmp/seer-workspace-")
+    kernel_dir = workspace_dir
+  end
   process.mkdir_p(workspace_dir)
   workspace:install(workspace_dir)
-  local r = check(request("start_session", { name = opts.name, notebook_dir = output_dir, workspace_dir = workspace_dir }),
+  local r = check(request("start_session", { name = opts.name, notebook_dir = output_dir, workspace_dir = kernel_dir,
+                                             sandbox = launcher }),
                   "create_notebook_session")
   server.sessions = server.sessions + 1
   local s = setmetatable({ session_id = r.session_id, jupyter_url = r.jupyter_url, notebook_path = r.notebook_path,
@@ -366,7 +376,7 @@ local function create(workspace, opts, models, sandbox)
     end
   end
   -- Libraries are `require`-able by their names: the workspace joins package.path.
-  init(("package.path = %q .. package.path"):format(workspace_dir .. "/?.lua;" .. workspace_dir .. "/?/init.lua;"), true)
+  init(("package.path = %q .. package.path"):format(kernel_dir .. "/?.lua;" .. kernel_dir .. "/?/init.lua;"), true)
   if models and #models > 0 and workspace.preload_models then
     local path_of = (sandbox and sandbox.model_path) and function(name, rev) return sandbox:model_path(name, rev) end
                     -- A local directory is passed as an absolute path (the kernel runs in the
@@ -387,10 +397,11 @@ end
 ---A notebook session in a sandbox, with the sandbox's models preloaded under their var_name
 ---(tokenizers as `tokenizer` for `model`, else `{var_name}_tokenizer`).
 ---
----Until the sandbox subsystem exists, `sandbox` is any table whose `config.models` lists
----ModelConfig-like tables `{name, var_name?, hidden?, is_peft?, base_model?, revision?}` (an
----optional `sandbox:model_path(name, revision)` maps ids to directories); the kernel runs as a
----local process.
+---`sandbox` is a started `env.Sandbox`: the kernel runs inside it (sandboxd starts it), the
+---workspace is its /workspace and models load from its /models. Any other table whose
+---`config.models` lists ModelConfig-like tables `{name, var_name?, hidden?, is_peft?,
+---base_model?, revision?}` (with an optional `model_path(name, revision)`) gives a kernel on
+---this machine instead, with those models.
 ---@param sandbox table
 ---@param workspace? seerworkspace.Workspace
 ---@param opts? {name?: string, notebook_dir?: string, output_dir?: string, workspace_dir?: string}

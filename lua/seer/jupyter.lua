@@ -98,7 +98,11 @@ end
 function M.connect(info)
   if type(info) == "string" then info = json.decode(core.read_file(info)) end
   local key = info.key or ""
-  local function ep(port) return ("%s://%s:%d"):format(info.transport or "tcp", info.ip or "127.0.0.1", port) end
+  local function ep(port)
+    -- Jupyter's ipc transport names sockets "<ip>-<port>" (jupyter_client does the same)
+    if info.transport == "ipc" then return ("ipc://%s-%d"):format(info.ip, port) end
+    return ("%s://%s:%d"):format(info.transport or "tcp", info.ip or "127.0.0.1", port)
+  end
   local self = setmetatable({ info = info, session = net.uuid() }, Client)
   self.shell = net.socket("dealer", key); self.shell:connect(ep(info.shell_port))
   self.control = net.socket("dealer", key); self.control:connect(ep(info.control_port))
@@ -196,13 +200,29 @@ end
 ---Whether the kernel process still runs (always true for kernels seer did not start).
 ---@return boolean alive, string|nil how
 function Client:alive()
+  if self.remote then return self.remote.alive() end
   if not self.process then return true end
   return self.process:alive()
+end
+
+---Stops the kernel now (SIGTERM, then SIGKILL after grace_ms; a kernel in a sandbox is
+---stopped by its sandboxd).
+---@param grace_ms? integer
+function Client:stop(grace_ms)
+  if self.remote then self.remote.stop()
+  elseif self.process then self.process:stop(grace_ms or 1000) end
 end
 
 ---Closes the sockets; stops the kernel if this client started it (shutdown request, then
 ---signals if it does not leave in time).
 function Client:close()
+  if self.remote then
+    local alive = self.remote.alive()
+    if alive then pcall(function() self:send("control", "shutdown_request", { restart = false }) end) end
+    for _, sock in ipairs(self:sockets()) do sock:close() end
+    if alive then self.remote.stop() end
+    return
+  end
   if self.process and self.process:alive() then
     pcall(function() self:send("control", "shutdown_request", { restart = false }) end)
     if not self.process:wait(1500) then self.process:stop(1000) end

@@ -208,6 +208,28 @@ T.test("config errors: a GPU this machine lacks, missing packages, missing mount
   T.raises(function() start({ models = { env.ModelConfig{ name = "./no/such/model" } } }) end, "not a directory")
 end)
 
+T.test("a notebook session runs its kernel inside the sandbox, with the models preloaded", function()
+  local exec = require "seer.execution"
+  local s = start({ execution_mode = "notebook", models = { env.ModelConfig{ name = stories } } }, "nb")
+  T.ok(s.jupyter_url and s.jupyter_url:match("^http://127%.0%.0%.1:%d+/"), tostring(s.jupyter_url))
+  local out_dir = root .. "/notebooks"
+  local session = exec.create_notebook_session(s, require("seer.workspace").Workspace{}, { output_dir = out_dir })
+  T.contains(session.model_info_text, "`model`")
+  local r = session:exec("print(model:generate('Once upon a time', { max_new_tokens = 6 }).text); "
+    .. "print(os.getenv('SEER_SANDBOX_ID'), (io.open('" .. state_root .. "/x')), io.open('/workspace/w', 'w') ~= nil)")
+  local m = require("seer.model").load(stories)
+  T.eq(r.text, m:generate("Once upon a time", { max_new_tokens = 6 }).text .. "\n" .. s.sandbox_id .. "\tnil\ttrue\n")
+  T.ok(io.open(s.workspace_dir .. "/w"), "the kernel's /workspace is the sandbox's")
+  local nb = seer.json.decode(seer.read_file(session.notebook_path))
+  T.eq(#nb.cells, 1)
+  -- a kernel killed inside the sandbox is noticed, and restart brings the models back
+  T.raises(function() session:exec("os.execute('kill -9 0')") end, "KernelDied")
+  session:restart()
+  T.eq(session:exec("print(model ~= nil)").text, "true\n")
+  session:terminate()
+  s:terminate()
+end)
+
 ---------------------------------------------------------------------------------------------
 -- the isolation suite: every attempt must fail from inside
 
@@ -371,7 +393,8 @@ for _, case in ipairs({
     child:wait(10000)
     T.ok(wait_until(function() return #host_procs("sleep " .. marker) == 0 end, 5000),
       "left running: " .. table.concat(host_procs("sleep " .. marker), "; "))
-    T.ok(wait_until(function() return not sb.listdir(state_root .. "/" .. id) end, 5000), "state directory left behind")
+    T.ok(wait_until(function() return not sb.listdir(state_root .. "/" .. id) end, 10000),
+      "state directory left behind: " .. table.concat(entries_of(state_root .. "/" .. id), " "))
   end)
 end
 

@@ -117,7 +117,7 @@ end
 
 function Server:session_info(s)
   return { session_id = s.id, name = s.name, notebook_path = s.nb.path, jupyter_url = self:jupyter_url(s.id),
-           kernel_pid = s.kernel and s.kernel.process and s.kernel.process.pid or json.null,
+           kernel_pid = s.kernel and ((s.kernel.process and s.kernel.process.pid) or (s.kernel.remote and s.kernel.remote.pid)) or json.null,
            state = s.dead and "dead" or (s.running and "busy" or "idle"), dead_reason = s.dead or json.null }
 end
 
@@ -127,9 +127,50 @@ function Server:jupyter_url(id)
 end
 
 -- Starts (or restarts) the kernel of a session and replays its init executions.
+-- A kernel inside a sandbox: its sandboxd starts it with ipc endpoints in the sandbox's run
+-- directory, which this server reaches through the host side of that directory.
+function Server:start_sandbox_kernel(s)
+  local L = s.sandbox
+  local S = require "seer.sandbox"
+  local function exists(p) local f = io.open(p, "rb"); if f then f:close() return true end return false end
+  local function sandbox_alive()
+    if not exists(L.state_dir .. "/sandbox.json") or exists(L.state_dir .. "/status.json") then
+      return false, "ended with its sandbox " .. tostring(L.sandbox_id)
+    end
+    return true
+  end
+  s.sandbox_client = s.sandbox_client or S.connect{ endpoint = L.endpoint, key = L.key, alive = sandbox_alive }
+  s.kernel_starts = (s.kernel_starts or 0) + 1
+  local name = ("kernel-%s-%d"):format(s.id, s.kernel_starts)
+  local r = s.sandbox_client:request("start_kernel", { name = name, env = s.kernel_env, cwd = s.workspace_dir },
+                                     { timeout_ms = 15000 })
+  local info = r.connection
+  info.ip = L.host_run .. info.ip:sub(#L.sandbox_run + 1)
+  local c = jupyter.connect(info)
+  local exit_file = L.host_run .. "/services/" .. name .. ".exit"
+  c.remote = {
+    pid = r.pid,
+    alive = function()
+      local f = io.open(exit_file, "rb")
+      if f then
+        local ok, st = pcall(json.decode, f:read("*a") or "")
+        f:close()
+        return false, ok and type(st) == "table" and st.how or "exited"
+      end
+      return sandbox_alive()
+    end,
+    stop = function()
+      pcall(s.sandbox_client.request, s.sandbox_client, "stop_service", { name = name }, { timeout_ms = 2000 })
+    end,
+  }
+  s.kernel_log = L.log_dir .. "/" .. name .. ".log"
+  return c
+end
+
 function Server:start_kernel(s)
-  local c = jupyter.start_local{ runtime_dir = self.runtime_dir, cwd = s.workspace_dir, env = s.kernel_env,
-                                 log = s.kernel_log }
+  local c = s.sandbox and self:start_sandbox_kernel(s)
+            or jupyter.start_local{ runtime_dir = self.runtime_dir, cwd = s.workspace_dir, env = s.kernel_env,
+                                    log = s.kernel_log }
   local info, why = c:kernel_info(20000)
   if not info then
     c:close()
@@ -167,12 +208,12 @@ function Server:new_session(req)
   nb.doc.metadata.seer = nb.doc.metadata.seer or {}
   nb.doc.metadata.seer.path, nb.doc.metadata.seer.session_id = nb.path, id
   local s = { id = id, name = c.name or "Notebook", nb = nb, queue = {}, init = {}, workspace_dir = c.workspace_dir,
-              kernel_env = c.kernel_env, kernel_log = self.runtime_dir .. "/kernel-" .. id .. ".log" }
+              kernel_env = c.kernel_env, sandbox = c.sandbox, kernel_log = self.runtime_dir .. "/kernel-" .. id .. ".log" }
   self:start_kernel(s)
   self.sessions[id] = s
   nb:save()
   self:publish(s, true)
-  debug_log("session %s: notebook %s, kernel pid %d", id, nb.path, s.kernel.process.pid)
+  debug_log("session %s: notebook %s, kernel pid %s", id, nb.path, tostring(s.kernel.process and s.kernel.process.pid or s.kernel.remote.pid))
   if rerun then
     -- Re-run every code cell in place; answer once all have run.
     local cells = nb:code_cells()
@@ -406,7 +447,7 @@ function handlers.restart(self, req)
   if not s then return end
   if not s.dead then
     -- A live kernel is stopped first; what it was running ends as if it had died.
-    s.kernel.process:stop(1000)
+    s.kernel:stop(1000)
     self:on_kernel_death(s, "was restarted")
   end
   local ok, err = pcall(self.start_kernel, self, s)
