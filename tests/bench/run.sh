@@ -137,3 +137,10 @@ if [[ -d $LARGE/f32 && ${BENCH_LARGE:-1} == 1 ]]; then
   echo "== hooks on the 0.5B model (f32): 128-token prefill, 16-token decode, best of 3"
   HOOK_REPS=3 "$SEER" tests/bench/hooks.lua "$LARGE/f32" 128 16 | sed 's/^/  /'
 fi
+
+# Sandboxes: start() to a sandbox answering exec (target <= 100 ms), beside bubblewrap alone.
+if command -v bwrap >/dev/null; then
+  SEER_SANDBOX_DIR=$(mktemp -d) "$SEER" tests/bench/sandbox.lua "${SANDBOX_STARTS:-20}"
+else
+  echo "== sandbox start-up skipped (bubblewrap is not installed; make setup installs it)"
+fi
