@@ -1,0 +1,148 @@
+--- `seer transcript view FILE`: an agent transcript (JSONL, docs/harness.md) as a readable log:
+--- the system prompt and tools, each user message, each assistant turn with its tool calls and
+--- results, retries, errors, usage and cost, and the result. A transcript cut short (the host
+--- was killed) shows what had streamed of the unfinished turn; a last line cut in half is noted.
+local json = require "seer.json"
+
+local M = {}
+
+local USAGE = [[
+usage: seer transcript view FILE [--full]
+
+Prints an agent transcript as a readable log. Tool results longer than 2000 characters are
+cut unless --full is given.]]
+
+local function indent(text, prefix)
+  return (prefix .. tostring(text):gsub("\n", "\n" .. prefix))
+end
+
+local function cut(s, n, full)
+  s = tostring(s or "")
+  if full or #s <= n then return s end
+  return s:sub(1, n) .. ("... [%d more characters]"):format(#s - n)
+end
+
+local function content_text(content, full)
+  if type(content) == "string" then return cut(content, 2000, full) end
+  local parts = {}
+  for _, c in ipairs(content or {}) do
+    if c.type == "text" then parts[#parts + 1] = c.text
+    elseif c.type == "image" then parts[#parts + 1] = ("[image %s]"):format(c.source and c.source.media_type or "")
+    else parts[#parts + 1] = json.encode(c) end
+  end
+  return cut(table.concat(parts, "\n"), 2000, full)
+end
+
+local function usage_line(u, cost)
+  u = u or {}
+  local s = ("in %d, out %d"):format(u.input_tokens or 0, u.output_tokens or 0)
+  if (u.cache_read_input_tokens or 0) > 0 or (u.cache_creation_input_tokens or 0) > 0 then
+    s = s .. (", cache read %d, cache write %d"):format(u.cache_read_input_tokens or 0, u.cache_creation_input_tokens or 0)
+  end
+  if type(cost) == "number" then s = s .. (", $%.4f"):format(cost) end
+  return s
+end
+
+function M.view(path, full, out)
+  out = out or io.stdout
+  local f, why = io.open(path, "r")
+  if not f then
+    io.stderr:write(("seer transcript: cannot read %s (%s)\n"):format(path, why))
+    os.exit(1)
+  end
+  local function w(...) out:write(...) out:write("\n") end
+  local streamed = {}   -- text of the turn in progress, from its deltas
+  local streamed_turn
+  local n, bad = 0, 0
+  for line in f:lines() do
+    n = n + 1
+    local ok, ev = pcall(json.decode, line)
+    if not ok or type(ev) ~= "table" then
+      if line:match("%S") then bad = bad + 1; w(("[line %d is not a whole JSON event: %s]"):format(n, cut(line, 80))) end
+    else
+      local t = ev.type
+      local turn = ev.turn
+      if t == "run_start" then
+        w(("== agent '%s' · %s · %s · %s"):format(ev.agent or "?", ev.provider or "?", ev.model or "?",
+          ev.time and os.date("%Y-%m-%d %H:%M:%S", math.floor(ev.time)) or ""))
+        if ev.replay then w("   replaying " .. ev.replay) end
+        if ev.system and ev.system ~= "" then w("-- system prompt"); w(indent(cut(ev.system, 4000, full), "   ")) end
+        local names = {}
+        for _, tool in ipairs(ev.tools or {}) do names[#names + 1] = tool.name end
+        w("-- tools: " .. (#names > 0 and table.concat(names, ", ") or "(none)"))
+      elseif t == "user" then
+        w(""); w("[user]"); w(indent(ev.text or "", "   "))
+      elseif t == "text_delta" then
+        if streamed_turn ~= turn then streamed, streamed_turn = {}, turn end
+        streamed[#streamed + 1] = ev.text
+      elseif t == "retry" then
+        streamed = {}
+        w(("[retry] attempt %s failed: %s; retrying in %.2f s"):format(tostring(ev.attempt), ev.reason or "?", ev.wait_s or 0))
+      elseif t == "assistant" then
+        streamed, streamed_turn = {}, nil
+        w(""); w(("[assistant · turn %s · %s]"):format(tostring(turn), tostring(ev.stop_reason)))
+        for _, b in ipairs(ev.message and ev.message.content or {}) do
+          if b.type == "text" then w(indent(b.text, "   "))
+          elseif b.type == "thinking" then w(indent("(thinking) " .. cut(b.thinking, 2000, full), "   "))
+          elseif b.type == "redacted_thinking" then w("   (redacted thinking)")
+          elseif b.type == "tool_use" then
+            w(("   -> %s %s"):format(b.name, b.seer_invalid_input and ("(invalid arguments) " .. b.seer_invalid_input)
+              or json.encode(b.input or {})))
+          else w("   [" .. tostring(b.type) .. "]") end
+        end
+      elseif t == "usage" then
+        w("   (" .. usage_line(ev.usage, ev.cost_usd) .. ")")
+      elseif t == "tool_result" then
+        local head = ("   <- %s%s%s"):format(ev.name or "?", ev.is_error and " (error)" or "",
+          ev.duration_s and (" in %.2f s"):format(ev.duration_s) or "")
+        w(head); w(indent(content_text(ev.content, full), "      "))
+      elseif t == "interrupted" then
+        w("[interrupted by the user during the " .. tostring(ev.during) .. "]")
+      elseif t == "error" then
+        w("[error] " .. tostring(ev.message))
+      elseif t == "result" then
+        if #streamed > 0 then
+          w(""); w(("[assistant · turn %s · incomplete]"):format(tostring(streamed_turn))); w(indent(table.concat(streamed), "   "))
+          streamed = {}
+        end
+        w("")
+        w(("[result] %s after %s turn(s), %.1f s; %s"):format(tostring(ev.reason), tostring(ev.turns),
+          ev.duration_s or 0, usage_line(ev.usage, ev.cost_usd)))
+        if ev.error then w("   " .. tostring(ev.error)) end
+      end
+    end
+  end
+  f:close()
+  if #streamed > 0 then
+    w(""); w(("[assistant · turn %s · incomplete: the transcript ends here]"):format(tostring(streamed_turn)))
+    w(indent(table.concat(streamed), "   "))
+  end
+  if n == 0 then w("(the transcript is empty)") end
+  return bad
+end
+
+function M.main(cmd, ...)
+  if cmd == nil or cmd == "-h" or cmd == "--help" or cmd == "help" then
+    print(USAGE)
+    return
+  end
+  if cmd ~= "view" then
+    io.stderr:write(("seer transcript: unknown command %q\n%s\n"):format(cmd, USAGE))
+    os.exit(2)
+  end
+  local path, full
+  for _, a in ipairs({ ... }) do
+    if a == "--full" then full = true
+    elseif a:sub(1, 1) == "-" or path then
+      io.stderr:write(("seer transcript view: unexpected argument %s\n%s\n"):format(a, USAGE))
+      os.exit(2)
+    else path = a end
+  end
+  if not path then
+    io.stderr:write("seer transcript view: FILE is missing\n" .. USAGE .. "\n")
+    os.exit(2)
+  end
+  M.view(path, full)
+end
+
+return M

@@ -1,0 +1,1000 @@
+--- seer.harness: run an agent (Claude, or any OpenAI-compatible model) with the tools of MCP
+--- servers, and write everything it does to a transcript.
+---
+---   local h = require "seer.harness"
+---   for msg in h.run_agent{ prompt = task, mcp_config = session.mcp_config } do
+---     if msg.type == "text_delta" then io.write(msg.text) end
+---   end
+---
+--- The provider streams, their reassembly, the retry policy and the transcript writer are C
+--- (engine/harness/, seer.core.harness); this file runs the loop: it asks the model, runs the
+--- tools it calls (all tools of all servers in mcp_config, through seer.mcp.client), sends the
+--- results back and stops at end_turn or at a limit. Every agent of a process shares one curl
+--- multi pool, so several agents stream at once (run_agents) and a stream can be cancelled
+--- (ESC in run_agent_interactive). See docs/harness.md.
+---
+--- Messages (what the iterator gives, what the transcript holds, one JSON object per line):
+---   run_start, user, request, text_delta, thinking_delta, tool_use_start, retry, assistant,
+---   usage, tool_call, tool_result, interrupted, error, result (always last).
+--- Each has type, agent and (after run_start) turn; the transcript adds seq and time.
+---@class seerharness
+local M = {}
+
+local core = require "seer.core.harness"
+local host = require "seer.core.host"
+local json = require "seer.json"
+
+M.prices = require "seer.harness.prices"
+
+---------------------------------------------------------------------------------------------
+-- providers
+
+local PROVIDERS = {
+  claude = { kind = "anthropic", base = "https://api.anthropic.com", base_env = "ANTHROPIC_BASE_URL",
+             path = "/v1/messages", key_env = { "ANTHROPIC_API_KEY" }, model = "claude-sonnet-4-5" },
+  openai = { kind = "openai", base = "https://api.openai.com/v1", base_env = "OPENAI_BASE_URL",
+             path = "/chat/completions", key_env = { "OPENAI_API_KEY" }, model = "gpt-4.1",
+             max_tokens_field = "max_completion_tokens" },
+  openrouter = { kind = "openai", base = "https://openrouter.ai/api/v1", path = "/chat/completions",
+                 key_env = { "OPENROUTER_API_KEY" } },
+  gemini = { kind = "openai", base = "https://generativelanguage.googleapis.com/v1beta/openai",
+             path = "/chat/completions", key_env = { "GEMINI_API_KEY", "GOOGLE_API_KEY" }, model = "gemini-2.5-flash" },
+  replay = { kind = "replay" },
+}
+PROVIDERS.anthropic = PROVIDERS.claude
+M.PROVIDERS = PROVIDERS
+
+-- Environment variables whose values never reach a transcript, whatever `secrets` says.
+local KNOWN_SECRETS = { "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENROUTER_API_KEY", "GEMINI_API_KEY",
+                        "GOOGLE_API_KEY", "HF_TOKEN", "SEER_MCP_TOKEN" }
+
+---------------------------------------------------------------------------------------------
+-- .env files
+
+---Reads a .env file: KEY=VALUE lines, `export ` allowed, '#' comments, single or double quotes
+---(double quotes understand \n, \t, \" and \\). Returns nil when the file does not exist.
+---@param path string
+---@return table<string, string>|nil
+function M.read_dotenv(path)
+  local f = io.open(path, "r")
+  if not f then return nil end
+  local vars = {}
+  for line in f:lines() do
+    line = line:gsub("\r$", "")
+    local k, v = line:match("^%s*export%s+([%w_%.]+)%s*=%s*(.-)%s*$")
+    if not k then k, v = line:match("^%s*([%w_%.]+)%s*=%s*(.-)%s*$") end
+    if k then
+      local q = v:sub(1, 1)
+      if (q == '"' or q == "'") and #v >= 2 then
+        local close = v:find(q, 2, true)
+        if q == '"' then
+          -- find the closing quote that is not escaped
+          local i = 2
+          close = nil
+          while i <= #v do
+            local c = v:sub(i, i)
+            if c == "\\" then i = i + 2
+            elseif c == '"' then close = i; break
+            else i = i + 1 end
+          end
+        end
+        v = close and v:sub(2, close - 1) or v:sub(2)
+        if q == '"' then
+          v = v:gsub("\\(.)", { n = "\n", t = "\t", ['"'] = '"', ["\\"] = "\\" })
+        end
+      else
+        v = v:gsub("%s+#.*$", "")
+      end
+      vars[k] = v
+    end
+  end
+  f:close()
+  return vars
+end
+
+local function experiment_dir()
+  local script = rawget(_G, "arg") and arg[0]
+  if type(script) == "string" and script ~= "-" and script ~= "" then
+    local dir = script:match("^(.*)/[^/]*$") or "."
+    return host.realpath(dir) or dir
+  end
+  return nil
+end
+
+-- The value of a variable: the environment, then .env in the experiment's directory, then .env
+-- in the working directory.
+local function lookup_var(name, cache)
+  local v = os.getenv(name)
+  if v and v ~= "" then return v, "the environment" end
+  if not cache.loaded then
+    cache.loaded = true
+    cache.files = {}
+    local seen = {}
+    for _, dir in ipairs({ experiment_dir() or false, host.cwd() }) do
+      if dir and not seen[dir] then
+        seen[dir] = true
+        local vars = M.read_dotenv(dir .. "/.env")
+        if vars then cache.files[#cache.files + 1] = { path = dir .. "/.env", vars = vars } end
+      end
+    end
+  end
+  for _, f in ipairs(cache.files) do
+    local fv = f.vars[name]
+    if fv and fv ~= "" then return fv, f.path end
+  end
+  return nil
+end
+
+---------------------------------------------------------------------------------------------
+-- options
+
+local VALID = {
+  "prompt", "mcp_config", "user_message", "provider", "model", "max_turns", "max_tokens", "time_limit",
+  "token_limit", "on_message", "name", "output_dir", "transcript", "api_key", "base_url", "secrets",
+  "tools", "tool_timeout", "connect_timeout", "max_retries", "retry_base", "retry_max", "idle_timeout",
+  "replay", "prices", "cache", "params", "headers", "thinking", "temperature", "mcp_options", "sync",
+}
+local VALID_SET = {}
+for _, k in ipairs(VALID) do VALID_SET[k] = true end
+
+local function check_opts(opts, fname)
+  if type(opts) ~= "table" then
+    error(("harness.%s: takes one table of options, e.g. %s{prompt = ..., mcp_config = ...}"):format(fname, fname), 3)
+  end
+  for k in pairs(opts) do
+    if not VALID_SET[k] then
+      local names = {}
+      for _, n in ipairs(VALID) do names[#names + 1] = n end
+      table.sort(names)
+      error(("harness.%s: unknown option '%s' (valid: %s)"):format(fname, tostring(k), table.concat(names, ", ")), 3)
+    end
+  end
+  local function typed(k, ty)
+    if opts[k] ~= nil and type(opts[k]) ~= ty then
+      error(("harness.%s: option '%s' must be a %s (got %s)"):format(fname, k, ty, type(opts[k])), 4)
+    end
+  end
+  for _, k in ipairs({ "prompt", "user_message", "provider", "model", "name", "output_dir", "transcript", "api_key",
+                       "base_url" }) do typed(k, "string") end
+  for _, k in ipairs({ "max_turns", "max_tokens", "time_limit", "token_limit", "tool_timeout", "connect_timeout",
+                       "max_retries", "retry_base", "retry_max", "idle_timeout", "temperature", "sync" }) do
+    typed(k, "number")
+  end
+  for _, k in ipairs({ "mcp_config", "secrets", "tools", "prices", "params", "headers", "thinking", "mcp_options" }) do
+    typed(k, "table")
+  end
+  typed("on_message", "function")
+  typed("cache", "boolean")
+  for _, k in ipairs({ "max_turns", "max_tokens", "time_limit", "token_limit", "tool_timeout" }) do
+    if opts[k] ~= nil and not (opts[k] > 0) then
+      error(("harness.%s: option '%s' must be more than 0 (got %s)"):format(fname, k, tostring(opts[k])), 3)
+    end
+  end
+  if opts.replay ~= nil and type(opts.replay) ~= "string" and type(opts.replay) ~= "table" then
+    error(("harness.%s: option 'replay' must be a transcript path or a list of events"):format(fname), 3)
+  end
+end
+
+---------------------------------------------------------------------------------------------
+-- the shared pool (one curl multi per Lua state: all agents stream through it)
+
+local pool
+local function get_pool()
+  if not pool then pool = core.pool() end
+  return pool
+end
+M._pool = get_pool
+
+---------------------------------------------------------------------------------------------
+-- replay
+
+-- The events of a transcript (a JSONL path, or a list of event tables). A last line cut short
+-- by a crash is skipped.
+local function read_events(src)
+  if type(src) == "table" then return src end
+  local f, why = io.open(src, "r")
+  if not f then error(("harness: cannot read the replay transcript %s (%s)"):format(src, why), 0) end
+  local events, n = {}, 0
+  for line in f:lines() do
+    n = n + 1
+    if line:match("%S") then
+      local ok, ev = pcall(json.decode, line)
+      if ok and type(ev) == "table" then events[#events + 1] = ev end
+    end
+  end
+  f:close()
+  return events
+end
+
+local function load_replay(src)
+  local turns, results = {}, {}
+  for _, ev in ipairs(read_events(src)) do
+    if ev.type == "assistant" and type(ev.message) == "table" then
+      turns[#turns + 1] = ev
+    elseif ev.type == "tool_result" and ev.id then
+      results[ev.id] = ev
+    end
+  end
+  if #turns == 0 then
+    error(("harness: the replay transcript %s holds no assistant turns"):format(type(src) == "string" and src or "(table)"), 0)
+  end
+  return { turns = turns, results = results, map = {}, next = 1 }
+end
+
+-- Ids a live tool returns differently from the recording (a new session id, say): strings at the
+-- same place in the recorded and the live structured result are mapped, and the recorded tool
+-- inputs of later turns use the live values.
+local function learn_ids(map, recorded, live)
+  if type(recorded) == "string" and type(live) == "string" then
+    if recorded ~= live and #recorded <= 200 and not recorded:find("%s") then map[recorded] = live end
+  elseif type(recorded) == "table" and type(live) == "table" then
+    for k, v in pairs(recorded) do learn_ids(map, v, live[k]) end
+  end
+end
+
+local function remap(v, map)
+  if type(v) == "string" then return map[v] or v end
+  if type(v) ~= "table" then return v end
+  local out = setmetatable({}, getmetatable(v))
+  for k, x in pairs(v) do out[k] = remap(x, map) end
+  return out
+end
+
+---------------------------------------------------------------------------------------------
+-- tools
+
+local function mcp_content(r)
+  local out = {}
+  for _, c in ipairs(r.content or {}) do
+    if c.type == "text" then
+      out[#out + 1] = { type = "text", text = c.text or "" }
+    elseif c.type == "image" and c.data then
+      out[#out + 1] = { type = "image", source = { type = "base64", media_type = c.mimeType or "image/png", data = c.data } }
+    elseif c.type == "resource" and type(c.resource) == "table" and c.resource.text then
+      out[#out + 1] = { type = "text", text = c.resource.text }
+    elseif c.type == "resource_link" then
+      out[#out + 1] = { type = "text", text = ("resource: %s %s"):format(c.uri or "?", c.name or "") }
+    else
+      out[#out + 1] = { type = "text", text = json.encode(c) }
+    end
+  end
+  if #out == 0 then
+    if r.structuredContent ~= nil then
+      out[1] = { type = "text", text = json.encode(r.structuredContent) }
+    else
+      out[1] = { type = "text", text = "(no output)" }
+    end
+  end
+  return out
+end
+
+local function short(s, n)
+  s = tostring(s)
+  if #s <= n then return s end
+  return s:sub(1, n) .. "..."
+end
+
+---------------------------------------------------------------------------------------------
+-- the agent
+
+local Agent = {}
+Agent.__index = Agent
+
+local WAIT = {}       -- yielded by the loop while its stream has nothing new
+local NEED_INPUT = {} -- yielded by the interactive loop at the end of a response
+
+local function now() return host.now() end
+
+local function transcript_path(dir, name)
+  require("seer.process").mkdir_p(dir)
+  local base = dir .. "/" .. os.date("%Y-%m-%d-%H-%M-%S") .. "_" .. name:gsub("[^%w%-_%.]", "_")
+  local function exists(p)
+    local f = io.open(p, "r")
+    if f then f:close() end
+    return f ~= nil
+  end
+  local path, n = base .. ".jsonl", 1
+  while exists(path) do
+    n = n + 1
+    path = ("%s_%d.jsonl"):format(base, n)
+  end
+  return path
+end
+
+local function price_for(model, prices)
+  if prices and prices[model] then return prices[model] end
+  local best, best_len
+  for _, tbl in ipairs({ prices or {}, M.prices }) do
+    for k, p in pairs(tbl) do
+      if model:sub(1, #k) == k and (not best_len or #k > best_len) then best, best_len = p, #k end
+    end
+    if best then return best end
+  end
+  return nil
+end
+
+local function cost_of(usage, price)
+  if not price then return nil end
+  local inp = price.input or 0
+  local cw, cr = price.cache_write or inp * 1.25, price.cache_read or inp * 0.1
+  return ((usage.input_tokens or 0) * inp + (usage.output_tokens or 0) * (price.output or 0)
+          + (usage.cache_creation_input_tokens or 0) * cw + (usage.cache_read_input_tokens or 0) * cr) / 1e6
+end
+
+local function num(v) return type(v) == "number" and v or 0 end
+
+local function new_agent(opts, fname, interactive)
+  check_opts(opts, fname)
+  local self = setmetatable({}, Agent)
+  self.opts = opts
+  self.interactive = interactive
+  self.name = opts.name or "agent"
+  local provider_name = opts.provider or (opts.replay and "replay") or "claude"
+  local pv = PROVIDERS[provider_name]
+  if not pv and opts.base_url then pv = { kind = "openai", path = "/chat/completions" } end
+  if not pv then
+    local names = {}
+    for k in pairs(PROVIDERS) do names[#names + 1] = k end
+    table.sort(names)
+    error(("harness.%s: unknown provider '%s' (known: %s; or give base_url for any OpenAI-compatible server)")
+      :format(fname, provider_name, table.concat(names, ", ")), 3)
+  end
+  self.provider = provider_name
+  self.kind = pv.kind
+  local env_cache = {}
+  self.secrets = {}
+  local seen_secret = {}
+  local function add_secret(v)
+    if type(v) == "string" and #v >= 4 and not seen_secret[v] then
+      seen_secret[v] = true
+      self.secrets[#self.secrets + 1] = v
+    end
+  end
+  for _, name in ipairs(KNOWN_SECRETS) do add_secret((lookup_var(name, env_cache))) end
+  for i, name in ipairs(opts.secrets or {}) do
+    if type(name) ~= "string" then error(("harness.%s: secrets[%d] must be a variable name"):format(fname, i), 3) end
+    local v = lookup_var(name, env_cache)
+    if v and #v < 4 then
+      error(("harness.%s: the secret %s is shorter than 4 characters; it cannot be redacted safely"):format(fname, name), 3)
+    end
+    add_secret(v)
+  end
+  if self.kind == "replay" then
+    if not opts.replay then
+      error(("harness.%s: provider 'replay' needs replay = <a transcript path or a list of its events>"):format(fname), 3)
+    end
+    self.replay = load_replay(opts.replay)
+    self.model = opts.model or "replay"
+  else
+    if opts.replay then error(("harness.%s: replay is only for provider = 'replay'"):format(fname), 3) end
+    local base = opts.base_url or (pv.base_env and os.getenv(pv.base_env)) or pv.base
+    if pv.base_env and not opts.base_url then
+      local b = lookup_var(pv.base_env, env_cache)
+      if b then base = b end
+    end
+    if not base then
+      error(("harness.%s: provider '%s' needs base_url"):format(fname, provider_name), 3)
+    end
+    self.url = base:gsub("/+$", "") .. pv.path
+    self.model = opts.model or pv.model
+    if not self.model then
+      error(("harness.%s: provider '%s' needs model = \"<the model's name on that server>\""):format(fname, provider_name), 3)
+    end
+    local key = opts.api_key
+    if not key then
+      for _, name in ipairs(pv.key_env or {}) do
+        key = lookup_var(name, env_cache)
+        if key then break end
+      end
+    end
+    local local_server = opts.base_url ~= nil and (provider_name ~= "openrouter" and provider_name ~= "gemini")
+    if not key and not local_server then
+      local dirs = {}
+      if experiment_dir() then dirs[#dirs + 1] = experiment_dir() end
+      dirs[#dirs + 1] = host.cwd()
+      error(("harness.%s: no API key for provider '%s': set %s in the environment or in a .env file (looked in %s), or pass api_key")
+        :format(fname, provider_name, table.concat(pv.key_env or { "API_KEY" }, " or "), table.concat(dirs, ", ")), 3)
+    end
+    self.api_key = key
+    add_secret(key)
+    self.max_tokens_field = pv.max_tokens_field
+    if opts.base_url and provider_name == "openai" then self.max_tokens_field = nil end
+  end
+  self.prompt = opts.prompt or ""
+  self.max_tokens = opts.max_tokens or 8192
+  self.tool_timeout = opts.tool_timeout or 300
+  self.local_tools = {}
+  for i, t in ipairs(opts.tools or {}) do
+    if type(t) ~= "table" or type(t.name) ~= "string" or type(t.fn) ~= "function" then
+      error(("harness.%s: tools[%d] must be {name = string, description = string, input_schema = table, fn = function(input)}")
+        :format(fname, i), 3)
+    end
+    self.local_tools[t.name] = t
+  end
+  local dir = opts.output_dir or (host.cwd() .. "/outputs")
+  self.transcript_path = opts.transcript or transcript_path(dir, self.name)
+  if opts.transcript then require("seer.process").mkdir_p(self.transcript_path:match("^(.*)/[^/]*$") or ".") end
+  self.transcript = core.transcript(self.transcript_path, self.secrets, opts.sync or 1)
+  self.messages = {}
+  self.turn = 0
+  self.usage = { input_tokens = 0, output_tokens = 0, cache_creation_input_tokens = 0, cache_read_input_tokens = 0 }
+  self.cost = 0
+  self.cost_known = true
+  self.price = price_for(self.model, opts.prices)
+  self.co = coroutine.create(function() return self:_body() end)
+  self.queue = {}
+  -- Closing the MCP servers and the transcript when an unfinished agent is dropped.
+  local guard = newproxy(true)
+  getmetatable(guard).__gc = function() self:_cleanup() end
+  self._guard = guard
+  return self
+end
+
+function Agent:_cleanup()
+  if self.mcp then pcall(self.mcp.close, self.mcp); self.mcp = nil end
+  if self.stream then pcall(self.stream.cancel, self.stream); pcall(self.stream.close, self.stream); self.stream = nil end
+  if self.tty then pcall(self.tty.restore, self.tty); self.tty = nil end
+  if self.transcript then pcall(self.transcript.close, self.transcript); self.transcript = nil end
+end
+
+-- Writes an event to the transcript, hands it to on_message and to whoever iterates.
+function Agent:emit(ev)
+  ev.agent = self.name
+  if ev.turn == nil and self.turn > 0 then ev.turn = self.turn end
+  local text = json.encode(ev)
+  if self.transcript then self.transcript:write(text) end
+  if #self.secrets > 0 then
+    local red = core.redact(text, self.secrets)
+    if red ~= text then ev = json.decode(red) end
+  end
+  if self.opts.on_message then self.opts.on_message(ev) end
+  coroutine.yield(ev)
+end
+
+function Agent:redact(text)
+  return core.redact(tostring(text), self.secrets)
+end
+
+local function text_of(message)
+  local parts = {}
+  for _, b in ipairs(type(message.content) == "table" and message.content or {}) do
+    if b.type == "text" then parts[#parts + 1] = b.text end
+  end
+  if type(message.content) == "string" then return message.content end
+  return table.concat(parts)
+end
+
+-- Adds user content; consecutive user content goes into one message (the API alternates roles).
+function Agent:_push_user(blocks)
+  local last = self.messages[#self.messages]
+  if last and last.role == "user" then
+    if type(last.content) == "string" then last.content = json.array({ { type = "text", text = last.content } }) end
+    for _, b in ipairs(blocks) do last.content[#last.content + 1] = b end
+  else
+    self.messages[#self.messages + 1] = { role = "user", content = json.array(blocks) }
+  end
+end
+
+function Agent:_tools_for_model()
+  local tools = {}
+  for _, t in ipairs(self.tool_list or {}) do
+    tools[#tools + 1] = { name = t.name, description = t.description or "", input_schema = t.input_schema }
+  end
+  return tools
+end
+
+function Agent:_connect()
+  local cfg = self.opts.mcp_config
+  self.tool_list = {}
+  self.tool_server = {}
+  if cfg and next(cfg) ~= nil then
+    local mcp = require "seer.mcp.client"
+    local mopts = { timeout = self.tool_timeout, connect_timeout = self.opts.connect_timeout or 60 }
+    for k, v in pairs(self.opts.mcp_options or {}) do mopts[k] = v end
+    self.mcp = mcp.connect(cfg, mopts)
+    for _, t in ipairs(self.mcp:tools()) do
+      self.tool_list[#self.tool_list + 1] = { name = t.qualified_name, description = t.description,
+                                              input_schema = t.input_schema, server = t.server }
+    end
+  end
+  for _, t in ipairs(self.opts.tools or {}) do
+    if self.mcp then
+      for _, m in ipairs(self.tool_list) do
+        if m.name == t.name then
+          error(("harness: the Lua tool '%s' has the name of a tool of MCP server '%s'"):format(t.name, m.server), 0)
+        end
+      end
+    end
+    self.tool_list[#self.tool_list + 1] = { name = t.name, description = t.description,
+                                            input_schema = t.input_schema or { type = "object" }, server = "lua" }
+  end
+end
+
+function Agent:_run_tool(block)
+  if block.seer_invalid_input then
+    return {
+      { type = "text", text = ("Error: the arguments of this call are not a valid JSON object (%s). They were: %s\n"
+        .. "Call %s again with arguments that are one JSON object matching its input schema.")
+        :format(block.seer_input_error or "invalid", short(block.seer_invalid_input, 2000), block.name) },
+    }, true
+  end
+  local lt = self.local_tools[block.name]
+  if lt then
+    local ok, r = pcall(lt.fn, block.input, self)
+    if not ok then
+      if tostring(r):match("interrupted$") then error(r, 0) end
+      return { { type = "text", text = "Error: " .. tostring(r) } }, true
+    end
+    if type(r) == "string" then return { { type = "text", text = r } }, false end
+    if type(r) == "table" and r.content then return mcp_content(r), r.isError == true end
+    return { { type = "text", text = r == nil and "(no output)" or json.encode(r) } }, false
+  end
+  if not self.mcp then
+    return { { type = "text", text = ("Error: there is no tool named '%s'"):format(tostring(block.name)) } }, true
+  end
+  local timeout = self.tool_timeout
+  if self.opts.time_limit then
+    local left = self.opts.time_limit - (now() - self.t0)
+    if left < timeout then timeout = math.max(left, 0.5) end
+  end
+  local ok, r = pcall(self.mcp.call, self.mcp, block.name, block.input, { timeout = timeout })
+  if not ok then
+    local msg = tostring(r)
+    if msg:match("interrupted$") then error(r, 0) end
+    return { { type = "text", text = "Error: " .. msg } }, true, nil
+  end
+  return mcp_content(r), r.isError == true, r.structuredContent
+end
+
+-- Waits for the next event of the stream, yielding WAIT while there is none.
+function Agent:_next_event(stream)
+  while true do
+    local t = stream:next()
+    if t then return json.decode(t) end
+    if self.interrupt_requested then return { type = "seer_interrupt" } end
+    if self.opts.time_limit and now() - self.t0 > self.opts.time_limit then return { type = "seer_time_limit" } end
+    local st = stream:state()
+    if st ~= "running" and st ~= "waiting" then return nil end
+    coroutine.yield(WAIT)
+  end
+end
+
+function Agent:_request()
+  if self.kind == "replay" then
+    local rp = self.replay
+    local turn = rp.turns[rp.next]
+    if not turn then return nil end
+    rp.next = rp.next + 1
+    local msg = remap(turn.message, rp.map)
+    return { provider = "replay", message = msg, stop_reason = turn.stop_reason or "end_turn",
+             usage = turn.usage or {}, model = turn.model or "replay" }
+  end
+  local params = {}
+  for k, v in pairs(self.opts.params or {}) do params[k] = v end
+  if self.opts.temperature then params.temperature = self.opts.temperature end
+  if self.opts.thinking then params.thinking = self.opts.thinking end
+  return {
+    provider = self.kind, url = self.url, api_key = self.api_key, model = self.model, max_tokens = self.max_tokens,
+    max_tokens_field = self.max_tokens_field, system = self.prompt, messages = json.array(self.messages),
+    tools = json.array(self:_tools_for_model()), cache = self.opts.cache ~= false, params = json.object(params),
+    headers = json.object(self.opts.headers or {}), max_retries = self.opts.max_retries,
+    retry_base = self.opts.retry_base, retry_max = self.opts.retry_max, idle_timeout = self.opts.idle_timeout,
+  }
+end
+
+function Agent:_finish(reason, extra)
+  local ev = { type = "result", reason = reason, turns = self.turn, text = self.last_text or "",
+               usage = self.usage, cost_usd = self.cost_known and self.cost or json.null,
+               duration_s = now() - self.t0, transcript = self.transcript_path }
+  for k, v in pairs(extra or {}) do ev[k] = v end
+  self.result = ev
+  self:emit(ev)
+  return ev
+end
+
+-- One model response: streams it, emitting deltas. Returns the final "message" event, or nil
+-- and a reason ("interrupted", "time_limit", "error", "replay_exhausted") with a message.
+function Agent:_one_response()
+  local req = self:_request()
+  if not req then
+    return nil, "replay_exhausted", ("the replay transcript has no assistant turn %d (it holds %d)")
+      :format(self.replay.next, #self.replay.turns)
+  end
+  self:emit{ type = "request", turn = self.turn, model = self.model, messages = #self.messages }
+  local stream = get_pool():stream(json.encode(req))
+  self.stream = stream
+  local final, why, msg
+  while true do
+    local ev = self:_next_event(stream)
+    if ev == nil then
+      why, msg = "error", "the stream ended without a message (state " .. stream:state() .. ")"
+      break
+    end
+    local t = ev.type
+    if t == "text_delta" or t == "thinking_delta" then
+      self:emit{ type = t, index = ev.index, text = ev.text }
+    elseif t == "tool_use_start" then
+      self:emit{ type = t, index = ev.index, id = ev.id, name = ev.name }
+    elseif t == "retry" then
+      self:emit{ type = "retry", attempt = ev.attempt, status = ev.status, wait_s = ev.wait_s, reason = ev.reason,
+                 error = ev.error }
+    elseif t == "message" then
+      final = ev
+      break
+    elseif t == "error" then
+      self:emit{ type = "error", status = ev.status, message = ev.message, error = ev.error, attempts = ev.attempts }
+      why, msg = "error", ev.message
+      break
+    elseif t == "seer_interrupt" or t == "seer_time_limit" then
+      stream:cancel()
+      local partial = json.decode(stream:partial())
+      self.partial = partial
+      why = t == "seer_interrupt" and "interrupted" or "time_limit"
+      msg = why == "time_limit" and ("the time limit of %g s was reached"):format(self.opts.time_limit) or nil
+      break
+    end
+    -- "block" events carry nothing the assistant message will not
+  end
+  stream:close()
+  self.stream = nil
+  return final, why, msg
+end
+
+function Agent:_account(final)
+  local u = final.usage or {}
+  local turn_usage = { input_tokens = num(u.input_tokens), output_tokens = num(u.output_tokens),
+                       cache_creation_input_tokens = num(u.cache_creation_input_tokens),
+                       cache_read_input_tokens = num(u.cache_read_input_tokens) }
+  for k, v in pairs(turn_usage) do self.usage[k] = self.usage[k] + v end
+  local c = cost_of(turn_usage, self.price)
+  if c then self.cost = self.cost + c else self.cost_known = false end
+  return turn_usage, c
+end
+
+function Agent:_tokens_used()
+  local u = self.usage
+  return u.input_tokens + u.output_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens
+end
+
+function Agent:_body()
+  self.t0 = now()
+  self:_connect()
+  self:emit{
+    type = "run_start", provider = self.provider, model = self.model, url = self.url, system = self.prompt,
+    tools = json.array(self:_tools_for_model()), seer_version = require("seer").version,
+    limits = { max_turns = self.opts.max_turns, max_tokens = self.max_tokens, time_limit = self.opts.time_limit,
+               token_limit = self.opts.token_limit, tool_timeout = self.tool_timeout },
+    replay = type(self.opts.replay) == "string" and self.opts.replay or nil, interactive = self.interactive or nil,
+  }
+  local pending = self.opts.user_message
+  if pending == nil and not self.interactive then pending = "Begin." end
+  while true do
+    if pending == nil and self.interactive then
+      pending = coroutine.yield(NEED_INPUT)
+      if pending == nil then return self:_finish("user_exit") end
+    end
+    if pending then
+      self:emit{ type = "user", text = pending }
+      local blocks = self.carry or {}
+      self.carry = nil
+      blocks[#blocks + 1] = { type = "text", text = pending }
+      self:_push_user(blocks)
+      pending = nil
+    end
+    -- the turns of one response to the user
+    local outcome
+    while true do
+      if self.opts.max_turns and self.turn >= self.opts.max_turns then outcome = "max_turns" break end
+      if self.opts.token_limit and self:_tokens_used() >= self.opts.token_limit then outcome = "token_limit" break end
+      if self.opts.time_limit and now() - self.t0 > self.opts.time_limit then outcome = "time_limit" break end
+      self.turn = self.turn + 1
+      local final, why, msg = self:_one_response()
+      if not final then
+        if why == "interrupted" then
+          local content = {}
+          for _, b in ipairs(self.partial and self.partial.message.content or {}) do
+            if b.type == "text" and b.text ~= "" then content[#content + 1] = b end
+          end
+          if #content > 0 then
+            self.messages[#self.messages + 1] = { role = "assistant", content = json.array(content) }
+            self.last_text = text_of({ content = content })
+          end
+          self:emit{ type = "interrupted", during = "response", partial = json.array(content) }
+          self.carry = { { type = "text", text = "[The user interrupted the response.]" } }
+          outcome = "interrupted"
+          break
+        end
+        if why == "time_limit" then return self:_finish("time_limit", { message = msg }) end
+        return self:_finish(why, { error = msg })
+      end
+      local message = { role = "assistant", content = final.message.content }
+      self.messages[#self.messages + 1] = message
+      local t = text_of(message)
+      if t ~= "" then self.last_text = t end
+      local turn_usage, c = self:_account(final)
+      self:emit{ type = "assistant", message = message, stop_reason = final.stop_reason, usage = final.usage,
+                 model = final.model, id = final.id, attempts = final.attempts }
+      self:emit{ type = "usage", usage = turn_usage, cost_usd = c or json.null, total = self.usage,
+                 total_cost_usd = self.cost_known and self.cost or json.null,
+                 price_known = self.price ~= nil }
+      local calls = {}
+      for _, b in ipairs(message.content) do
+        if b.type == "tool_use" then calls[#calls + 1] = b end
+      end
+      local stop = final.stop_reason
+      if stop == "pause_turn" then
+        -- the assistant content goes back as it is and the model continues
+      elseif #calls > 0 and (stop == "tool_use" or stop == nil or stop == json.null or stop == "end_turn") then
+        local results = {}
+        local cancelled = false
+        for _, b in ipairs(calls) do
+          if self.interrupt_requested then cancelled = true end
+          if cancelled then
+            results[#results + 1] = { type = "tool_result", tool_use_id = b.id, is_error = true,
+                                      content = json.array({ { type = "text", text = "Cancelled: the user interrupted." } }) }
+            self:emit{ type = "tool_result", id = b.id, name = b.name, is_error = true, cancelled = true,
+                       content = results[#results].content }
+          else
+            self:emit{ type = "tool_call", id = b.id, name = b.name, input = b.input,
+                       invalid_input = b.seer_invalid_input, input_error = b.seer_input_error }
+            local t0 = now()
+            local content, is_error, structured = self:_run_tool(b)
+            results[#results + 1] = { type = "tool_result", tool_use_id = b.id, content = json.array(content),
+                                      is_error = is_error or nil }
+            if self.replay and self.replay.results[b.id] then
+              learn_ids(self.replay.map, self.replay.results[b.id].structured, structured)
+            end
+            self:emit{ type = "tool_result", id = b.id, name = b.name, is_error = is_error, content = json.array(content),
+                       structured = structured, duration_s = now() - t0 }
+          end
+        end
+        if cancelled then
+          self.carry = results
+          self.carry[#self.carry + 1] = { type = "text", text = "[The user interrupted the tool calls.]" }
+          self:emit{ type = "interrupted", during = "tools" }
+          outcome = "interrupted"
+          break
+        end
+        self:_push_user(results)
+      else
+        outcome = stop or "end_turn"
+        break
+      end
+    end
+    self.interrupt_requested = false
+    if not self.interactive or outcome == "max_turns" or outcome == "token_limit" or outcome == "time_limit" then
+      return self:_finish(outcome)
+    end
+  end
+end
+
+-- Resumes the loop once: returns an event, WAIT, NEED_INPUT, or nil when the run is over.
+function Agent:_step(input)
+  if self.done then return nil end
+  local ok, v = coroutine.resume(self.co, input)
+  if not ok then
+    self.done = true
+    local msg = tostring(v)
+    if self.transcript and not self.result then
+      pcall(function()
+        self.transcript:write(json.encode{ type = "result", agent = self.name, reason = msg:match("interrupted$")
+          and "interrupted" or "error", error = msg, turns = self.turn, usage = self.usage,
+          transcript = self.transcript_path })
+      end)
+    end
+    self:_cleanup()
+    if msg:match("interrupted$") then error("interrupted", 0) end
+    error(("harness: agent '%s': %s (transcript: %s)"):format(self.name, self:redact(msg), self.transcript_path), 0)
+  end
+  if coroutine.status(self.co) == "dead" then
+    self.done = true
+    self:_cleanup()
+    local r = self.result
+    if r and r.error and not self.interactive then
+      error(("harness: agent '%s' failed: %s (transcript: %s)"):format(self.name, self:redact(r.error), self.transcript_path), 0)
+    end
+    return nil
+  end
+  return v
+end
+
+---The next message of the run (blocking while the model streams), or nil at the end.
+---@return table|nil
+function Agent:next()
+  while true do
+    local v = self:_step()
+    if v == nil then return nil end
+    if v == WAIT then
+      get_pool():run(0.25)
+    elseif v == NEED_INPUT then
+      error("harness: this agent is interactive; use run_agent_interactive", 2)
+    else
+      return v
+    end
+  end
+end
+
+---Runs the agent to the end (on_message still sees every message) and returns the result message.
+---@return table
+function Agent:run()
+  while self:next() do end
+  return self.result
+end
+
+Agent.__call = function(self) return self:next() end
+
+---@class seerharness.opts
+---@field prompt? string the system prompt
+---@field mcp_config? table MCP servers whose tools the agent gets ({name = {type, command, args, env} | {type = "http", url}})
+---@field user_message? string the first user message (default "Begin.")
+---@field provider? string "claude" (default), "openai", "openrouter", "gemini", "replay", or any name with base_url
+---@field model? string default: claude-sonnet-4-5 (claude), gpt-4.1 (openai), gemini-2.5-flash (gemini)
+---@field base_url? string an OpenAI-compatible server (vLLM, Ollama, llama.cpp: "http://127.0.0.1:8000/v1"), or another Anthropic endpoint
+---@field api_key? string default: the provider's variable from the environment or a .env file
+---@field max_turns? integer model responses at most
+---@field max_tokens? integer per response (default 8192)
+---@field time_limit? number seconds for the whole run
+---@field token_limit? integer input + output + cache tokens for the whole run
+---@field tool_timeout? number seconds a tool call may take (default 300)
+---@field on_message? fun(msg: table) every message, as it happens
+---@field name? string the agent's name (transcript file name, "agent" field)
+---@field output_dir? string where the transcript goes (default ./outputs)
+---@field transcript? string the transcript's exact path instead
+---@field secrets? string[] names of variables whose values must never appear in transcripts
+---@field tools? table[] Lua tools {name, description, input_schema, fn(input, agent) -> string|table}
+---@field replay? string|table a transcript (path or its events) whose assistant turns provider "replay" plays
+---@field prices? table<string, seerharness.price> per-model prices for this run
+---@field cache? boolean prompt caching on tools, system and the last message (default true; Anthropic)
+---@field thinking? table Anthropic extended thinking, e.g. {type = "enabled", budget_tokens = 4000}
+---@field temperature? number
+---@field params? table extra fields for the request body
+---@field headers? table<string, string> extra HTTP headers
+---@field max_retries? integer retries per request (default 2, the SDKs' policy)
+---@field retry_base? number first backoff in seconds (default 0.5)
+---@field retry_max? number longest backoff in seconds (default 8)
+---@field idle_timeout? number seconds without a byte before a stream counts as dropped (default 600)
+---@field connect_timeout? number seconds for the MCP servers to start (default 60)
+---@field mcp_options? table more options for seer.mcp.client.connect
+---@field sync? integer 0: never fsync the transcript, 1: every event but deltas (default), 2: every event
+
+---Runs an agent. Returns an iterator over its messages (use it in a for loop, or call :run()).
+---Nothing starts until the first message is asked for. A provider failure that the retry policy
+---gives up on is raised as an error after the transcript records it.
+---@param opts seerharness.opts
+---@return fun(): table|nil
+function M.run_agent(opts)
+  return new_agent(opts, "run_agent", false)
+end
+
+---Runs several agents at once in this process; each has its own tools and transcript. Their
+---responses stream concurrently (tool calls run one at a time). on_message of each agent sees
+---its messages. Returns the result message of each agent, by name and in order.
+---@param list seerharness.opts[]
+---@return table<string|integer, table>
+function M.run_agents(list)
+  if type(list) ~= "table" or #list == 0 then error("harness.run_agents: takes a list of run_agent option tables", 2) end
+  local agents, names = {}, {}
+  for i, o in ipairs(list) do
+    if type(o) ~= "table" then error(("harness.run_agents: entry %d must be a table of options"):format(i), 2) end
+    local a = new_agent(o, "run_agents", false)
+    if a.name == "agent" then a.name = "agent" .. i end
+    if names[a.name] then error(("harness.run_agents: two agents are named '%s'"):format(a.name), 2) end
+    names[a.name] = true
+    agents[i] = a
+  end
+  local results = {}
+  local live = #agents
+  local first_error
+  while live > 0 do
+    local progressed = false
+    for i, a in ipairs(agents) do
+      if not a.done then
+        local ok, v = pcall(a._step, a)
+        if not ok then
+          first_error = first_error or v
+          if tostring(v):match("interrupted$") then
+            for _, b in ipairs(agents) do if not b.done then b.done = true; b:_cleanup() end end
+            error(v, 0)
+          end
+          live = live - 1
+          results[i] = a.result
+        elseif v == nil then
+          live = live - 1
+          results[i] = a.result
+          progressed = true
+        elseif v ~= WAIT then
+          progressed = true
+        end
+      end
+    end
+    if not progressed and live > 0 then get_pool():run(0.25) end
+  end
+  for i, a in ipairs(agents) do results[a.name] = results[i] end
+  if first_error then error(first_error, 0) end
+  return results
+end
+
+---------------------------------------------------------------------------------------------
+-- interactive
+
+local function show_call(b)
+  local ok, args = pcall(json.encode, b.input or {})
+  return ("%s(%s)"):format(b.name, short(ok and args or "?", 200))
+end
+
+---A chat in the terminal: the model's answers stream as they come; ESC interrupts the current
+---response (its stream and pending tool calls are cancelled) and the conversation goes on;
+---`exit`, `quit` or Ctrl-D ends it. Takes run_agent's options; user_message (if any) is sent
+---first. Returns the result message.
+---@param opts seerharness.opts
+---@return table
+function M.run_agent_interactive(opts)
+  local a = new_agent(opts, "run_agent_interactive", true)
+  local out = io.stdout
+  local tty_in = core.isatty(0)
+  local input
+  local function prompt()
+    out:write("\n> ")
+    out:flush()
+    local line = io.read("*l")
+    if line == nil then out:write("\n") return nil end
+    local trimmed = line:match("^%s*(.-)%s*$")
+    if trimmed == "exit" or trimmed == "quit" then return nil end
+    if trimmed == "" then return prompt() end
+    return line
+  end
+  local function raw_on()
+    if tty_in and not a.tty then a.tty = core.tty_raw(0) end
+  end
+  local function raw_off()
+    if a.tty then a.tty:restore(); a.tty = nil end
+  end
+  local function check_esc()
+    if not a.tty then return end
+    local bytes = core.read_available(0)
+    if bytes and bytes:find("\27", 1, true) then a.interrupt_requested = true end
+  end
+  local ok, err = pcall(function()
+    raw_on()
+    while true do
+      local v = a:_step(input)
+      input = nil
+      if v == nil then break end
+      if v == WAIT then
+        local r = get_pool():run(0.25, a.tty and 0 or nil)
+        if r == "fd" then check_esc() end
+      elseif v == NEED_INPUT then
+        raw_off()
+        input = prompt()
+        if input == nil then
+          local last = a:_step(nil) -- lets the loop write its result
+          while last ~= nil do last = a:_step() end
+          break
+        end
+        raw_on()
+      else
+        check_esc()
+        local t = v.type
+        if t == "text_delta" then out:write(v.text) out:flush()
+        elseif t == "tool_call" then out:write("\n[tool] ", show_call(v), "\n") out:flush()
+        elseif t == "tool_result" then
+          local txt = {}
+          for _, c in ipairs(v.content or {}) do if c.type == "text" then txt[#txt + 1] = c.text end end
+          out:write(("[%s] %s\n"):format(v.is_error and "tool error" or "result", short(table.concat(txt, " "):gsub("\n", " "), 300)))
+          out:flush()
+        elseif t == "retry" then out:write(("\n[retrying in %.1f s: %s]\n"):format(v.wait_s or 0, v.reason or "")) out:flush()
+        elseif t == "interrupted" then out:write("\n[interrupted]\n") out:flush()
+        elseif t == "error" then out:write("\n[error] ", v.message or "", "\n") out:flush()
+        elseif t == "result" and v.reason ~= "user_exit" then
+          out:write(("\n[%s]\n"):format(v.reason)) out:flush()
+        end
+      end
+    end
+  end)
+  raw_off()
+  a:_cleanup()
+  if not ok then error(err, 0) end
+  return a.result
+end
+
+return M
