@@ -517,4 +517,47 @@ function M.attach_notebook_session(jupyter_url, session_id, opts)
                         notebook_path = r.notebook_path, model_info_text = "", attached = true, _remote = srv }, Session)
 end
 
+---------------------------------------------------------------------------------------------
+-- CLI sessions
+
+---@class seerexecution.CliSession
+---@field name string
+---@field sandbox_id string
+---@field workspace_dir string the host side of the sandbox's /workspace
+---@field mcp_config table starts `seer mcp cli` on this sandbox (run_command, run_lua, read_file, write_file, list_files)
+local CliSession = {}
+CliSession.__index = CliSession
+
+---Runs a shell command in the session's sandbox (as sandbox:exec).
+---@param cmd string|string[]
+---@param opts? table
+---@return string output, table result
+function CliSession:exec(cmd, opts) return self.sandbox:exec(cmd, opts) end
+
+---Ends the session (the sandbox stays: it is the caller's to terminate).
+function CliSession:terminate() self.terminated = true end
+
+---A shell session in a sandbox for an agent: its `mcp_config` serves run_command, run_lua,
+---read_file, write_file and list_files inside the sandbox (`seer mcp cli`). The workspace's
+---libraries are installed in the sandbox's /workspace.
+---@param sandbox seersandbox.Sandbox a started env.Sandbox
+---@param workspace? seerworkspace.Workspace
+---@param opts? {name?: string}
+---@return seerexecution.CliSession
+function M.create_cli_session(sandbox, workspace, opts)
+  opts = opts or {}
+  if type(sandbox) ~= "table" or type(sandbox.kernel_launcher) ~= "function" or not sandbox.sandbox_id then
+    error("create_cli_session(sandbox, workspace, opts): sandbox must be a started env.Sandbox (env.Sandbox(config):start())", 2)
+  end
+  workspace = workspace or require("seer.workspace").Workspace{}
+  workspace:install(sandbox.workspace_dir)
+  local S = require "seer.sandbox"
+  local name = opts.name or "cli"
+  return setmetatable({
+    name = name, sandbox = sandbox, sandbox_id = sandbox.sandbox_id, workspace_dir = sandbox.workspace_dir,
+    mcp_config = { [name] = { type = "stdio", command = jupyter.seer_binary(), args = { "mcp", "cli", "--sandbox", sandbox.sandbox_id },
+                              env = { SEER_SANDBOX_DIR = S.state_root() } } },
+  }, CliSession)
+end
+
 return M

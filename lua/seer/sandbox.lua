@@ -186,14 +186,36 @@ end
 local Client = {}
 Client.__index = Client
 
+-- How a request waits for its reply; an MCP server installs one that yields to its loop so
+-- several tool calls (coroutines) can wait on the same sandbox at once.
+local function default_wait(sock, timeout_ms, ready)
+  if ready() then return end
+  net.poll({ sock }, timeout_ms)
+end
+local wait = default_wait
+
+---Installs how sandbox requests wait (nil restores blocking), as seer.execution.set_waiter.
+---@param fn? fun(sock: seernet.socket, timeout_ms: integer, ready: fun(): boolean)
+function M.set_waiter(fn) wait = fn or default_wait end
+
 ---Connects to a sandboxd.
 ---@param info {endpoint: string, key: string, id?: string, alive?: fun(): boolean, string?}
 ---@return table client with :request(op, content, opts)
 function M.connect(info)
-  local self = setmetatable({ info = info, session = net.uuid(), alive = info.alive }, Client)
+  local self = setmetatable({ info = info, session = net.uuid(), alive = info.alive, inbox = {} }, Client)
   self.sock = net.socket("dealer", info.key)
   self.sock:connect(info.endpoint)
   return self
+end
+
+-- Moves the replies queued on the socket into the inboxes of the requests they answer.
+function Client:pump()
+  while true do
+    local r = self.sock:recv(0)
+    if not r then return end
+    local box = r.parent_header and self.inbox[r.parent_header.msg_id]
+    if box then box[#box + 1] = r end
+  end
 end
 
 ---Sends `<op>_request` and waits for its reply. opts: timeout_ms (nil: no limit), buffers,
@@ -202,37 +224,50 @@ function Client:request(op, content, opts)
   opts = opts or {}
   local msg = { header = net.header(op .. "_request", self.session), parent_header = {}, metadata = {},
                 content = content or {}, buffers = opts.buffers }
-  self.sock:send(msg)
   local id = msg.header.msg_id
+  local box = {}
+  self.inbox[id] = box
+  self.sock:send(msg)
+  if opts.on_sent then opts.on_sent(id) end
   local deadline = opts.timeout_ms and process.now_ms() + opts.timeout_ms
-  while true do
-    local wait = 100
-    if deadline then wait = math.max(0, math.min(wait, deadline - process.now_ms())) end
-    local r = self.sock:recv(wait)
-    if r then
-      if r.parent_header and r.parent_header.msg_id == id then
+  local ready = function() return #box > 0 end
+  local ok, res, bufs = pcall(function()
+    while true do
+      self:pump()
+      local r = table.remove(box, 1)
+      if r then
         if r.content.status == "error" and not opts.no_raise then
           error(("sandbox %s: %s: %s"):format(op, tostring(r.content.ename), tostring(r.content.evalue)), 0)
         end
         return r.content, r.buffers
       end
-    else
       if self.alive then
-        local ok, why = self.alive()
-        if not ok then error(why, 0) end
+        local alive, why = self.alive()
+        if not alive then error(why, 0) end
       end
-      if core.interrupted() then
-        pcall(function()
-          self.sock:send{ header = net.header("cancel_request", self.session), parent_header = {}, metadata = {},
-                          content = { msg_id = id } }
-        end)
-        error("interrupted", 0)
-      end
+      if core.interrupted() then error("interrupted", 0) end
       if deadline and process.now_ms() >= deadline then
         error(("sandbox %s: no answer from sandboxd within %d ms"):format(op, opts.timeout_ms), 0)
       end
+      local w = 100
+      if deadline then w = math.max(0, math.min(w, deadline - process.now_ms())) end
+      wait(self.sock, w, ready)
     end
+  end)
+  self.inbox[id] = nil
+  if not ok then
+    if res == "interrupted" or (type(res) == "string" and res:match("cancelled")) then self:cancel(id) end
+    error(res, 0)
   end
+  return res, bufs
+end
+
+---Asks sandboxd to stop the exec started by the request with this msg_id.
+function Client:cancel(msg_id)
+  pcall(function()
+    self.sock:send{ header = net.header("cancel_request", self.session), parent_header = {}, metadata = {},
+                    content = { msg_id = msg_id } }
+  end)
 end
 
 function Client:close()
@@ -621,6 +656,9 @@ function Sandbox:_start(opts)
     models = #c.models, config = tostring(c),
   }
   write_private(self.state_dir .. "/sandbox.json", json.encode(info, { indent = 2 }))
+  -- The key, for this user's other processes (seer mcp cli); the state directory itself is not
+  -- mounted in the sandbox, and the file is 0600.
+  write_private(self.state_dir .. "/sandboxd.key", self.key)
 
   self.client = M.connect{ endpoint = info.endpoint, key = self.key, alive = function() return self:_alive() end }
   -- sandboxd is up when it answers; a sandbox that dies on the way says why.
@@ -1011,6 +1049,27 @@ function M.terminate_id(id)
   end
   if info.cgroup then sb.cgroup_destroy(info.cgroup, 3000) end
   return true
+end
+
+---Connects to a running sandbox's sandboxd by id (from any process of the same user).
+---@param id string
+---@return table client
+function M.connect_id(id)
+  local dir = M.state_root() .. "/" .. id
+  local info = state_of(dir)
+  if not info or not info.running then
+    error(("no running sandbox %s (seer sandbox list shows the running ones)"):format(id), 2)
+  end
+  local f = io.open(dir .. "/sandboxd.key", "rb")
+  if not f then error(("cannot read the key of sandbox %s (%s/sandboxd.key)"):format(id, dir), 2) end
+  local key = f:read("*a")
+  f:close()
+  return M.connect{ endpoint = info.endpoint, key = key, alive = function()
+    if not exists(dir .. "/sandbox.json") or exists(dir .. "/status.json") then
+      return false, ("the sandbox %s has ended"):format(id)
+    end
+    return true
+  end }
 end
 
 ---The log of a sandbox by id (or of one of its services).
