@@ -129,7 +129,12 @@ static cJSON *materialize(const slot_t *s, int partial) {
             input = cJSON_IsObject(start_input) ? cJSON_Duplicate(start_input, 1) : cJSON_CreateObject();
         } else {
             const char *end = NULL;
-            input = cJSON_ParseWithLengthOpts(text, s->text.n, &end, 1);
+            input = cJSON_ParseWithLengthOpts(text, s->text.n, &end, 0);
+            while (input && end && end < text + s->text.n && (*end == ' ' || *end == '\n' || *end == '\r' || *end == '\t')) end++;
+            if (input && end != text + s->text.n) { /* trailing garbage after the object */
+                cJSON_Delete(input);
+                input = NULL;
+            }
             if (!input) {
                 why = "the arguments are not valid JSON";
             } else if (!cJSON_IsObject(input)) {

@@ -193,9 +193,10 @@ static const char **string_list(lua_State *L, int idx, size_t *n) {
 
 static int l_transcript(lua_State *L) {
     const char *path = luaL_checkstring(L, 1);
+    int sync = (int)luaL_optinteger(L, 3, 1); /* before string_list pushes its array */
+    lua_settop(L, 2);
     size_t n;
     const char **secrets = string_list(L, 2, &n);
-    int sync = (int)luaL_optinteger(L, 3, 1);
     transcript_ud *u = lua_newuserdata(L, sizeof *u);
     u->t = NULL;
     luaL_getmetatable(L, TRANSCRIPT_MT);

@@ -207,18 +207,21 @@ local function read_events(src)
 end
 
 local function load_replay(src)
-  local turns, results = {}, {}
+  local turns, results, sessions, model = {}, {}, nil, nil
   for _, ev in ipairs(read_events(src)) do
     if ev.type == "assistant" and type(ev.message) == "table" then
       turns[#turns + 1] = ev
     elseif ev.type == "tool_result" and ev.id then
       results[ev.id] = ev
+    elseif ev.type == "run_start" then
+      if type(ev.mcp_sessions) == "table" then sessions = ev.mcp_sessions end
+      if type(ev.model) == "string" then model = ev.model end
     end
   end
   if #turns == 0 then
     error(("harness: the replay transcript %s holds no assistant turns"):format(type(src) == "string" and src or "(table)"), 0)
   end
-  return { turns = turns, results = results, map = {}, next = 1 }
+  return { turns = turns, results = results, sessions = sessions, model = model, map = {}, next = 1 }
 end
 
 -- Ids a live tool returns differently from the recording (a new session id, say): strings at the
@@ -359,12 +362,26 @@ local function new_agent(opts, fname, interactive)
     end
     add_secret(v)
   end
+  for _, server in pairs(opts.mcp_config or {}) do
+    if type(server) == "table" then
+      for k, v in pairs(type(server.env) == "table" and server.env or {}) do
+        if type(k) == "string" and type(v) == "string" then
+          local up = k:upper()
+          if up:find("TOKEN") or up:find("KEY") or up:find("SECRET") or up:find("PASSWORD") then add_secret(v) end
+          for tok in v:gmatch("[?&]token=([^&#]+)") do add_secret(tok) end
+        end
+      end
+      for _, v in pairs(type(server.headers) == "table" and server.headers or {}) do
+        if type(v) == "string" then add_secret((v:match("^[Bb]earer%s+(.+)$"))) end
+      end
+    end
+  end
   if self.kind == "replay" then
     if not opts.replay then
       error(("harness.%s: provider 'replay' needs replay = <a transcript path or a list of its events>"):format(fname), 3)
     end
     self.replay = load_replay(opts.replay)
-    self.model = opts.model or "replay"
+    self.model = opts.model or self.replay.model or "replay" -- the recorded model prices the recorded usage
   else
     if opts.replay then error(("harness.%s: replay is only for provider = 'replay'"):format(fname), 3) end
     local base = opts.base_url or (pv.base_env and os.getenv(pv.base_env)) or pv.base
@@ -656,15 +673,36 @@ function Agent:_tokens_used()
   return u.input_tokens + u.output_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens
 end
 
+-- The notebook session each stdio server of mcp_config is attached to (SEER_SESSION_ID), so a
+-- replay can use the live session where the recording used its own.
+local function mcp_sessions(cfg)
+  local out
+  for name, server in pairs(cfg or {}) do
+    local id = type(server) == "table" and type(server.env) == "table" and server.env.SEER_SESSION_ID
+    if type(id) == "string" and id ~= "" then
+      out = out or {}
+      out[name] = id
+    end
+  end
+  return out
+end
+
 function Agent:_body()
   self.t0 = now()
   self:_connect()
+  local sessions = mcp_sessions(self.opts.mcp_config)
+  if self.replay and self.replay.sessions and sessions then
+    for name, rec in pairs(self.replay.sessions) do
+      if sessions[name] and sessions[name] ~= rec then self.replay.map[rec] = sessions[name] end
+    end
+  end
   self:emit{
     type = "run_start", provider = self.provider, model = self.model, url = self.url, system = self.prompt,
     tools = json.array(self:_tools_for_model()), seer_version = require("seer").version,
     limits = { max_turns = self.opts.max_turns, max_tokens = self.max_tokens, time_limit = self.opts.time_limit,
                token_limit = self.opts.token_limit, tool_timeout = self.tool_timeout },
     replay = type(self.opts.replay) == "string" and self.opts.replay or nil, interactive = self.interactive or nil,
+    mcp_sessions = sessions,
   }
   local pending = self.opts.user_message
   if pending == nil and not self.interactive then pending = "Begin." end
