@@ -1,0 +1,86 @@
+"""run_agent_interactive on a real pseudo-terminal against the fake provider: streamed output,
+ESC interrupting a response (the stream is cancelled, the partial answer kept, the conversation
+goes on), a tool call shown as it runs, and the ways out (exit, quit, Ctrl-D)."""
+import json
+import os
+import sys
+import unittest
+
+import seertest
+
+FIX = os.path.join(seertest.ROOT, "tests", "fixtures", "harness")
+sys.path.insert(0, FIX)
+from fake_provider import FakeProvider  # noqa: E402
+
+AGENT = os.path.join(FIX, "agent.lua")
+KEY = "sk-ant-test-interactive-0123456789"
+
+
+class InteractiveCase(unittest.TestCase):
+    def start(self, responses, opts=None):
+        self.fake = FakeProvider(responses).start()
+        self.addCleanup(self.fake.stop)
+        self.dir = seertest.tmpdir(self)
+        self.transcript = os.path.join(self.dir, "t.jsonl")
+        o = {"transcript": self.transcript, "prompt": "Chat."}
+        o.update(opts or {})
+        self.p = seertest.Pty([AGENT], cwd=self.dir, ANTHROPIC_BASE_URL=self.fake.url, ANTHROPIC_API_KEY=KEY,
+                              SEER_TEST_AGENT=json.dumps(o), SEER_TEST_INTERACTIVE="1")
+        self.addCleanup(self.p.close)
+        return self.p
+
+    def events(self):
+        with open(self.transcript) as f:
+            return [json.loads(line) for line in f]
+
+    def test_esc_interrupts_and_the_conversation_goes_on(self):
+        p = self.start([{"sse": "anthropic_long.sse", "slow_events_ms": 60}, {"sse": "anthropic_text.sse"}])
+        p.expect(r"> ")
+        p.line("tell me a long story")
+        p.expect(r"word3 ")
+        p.send(b"\x1b")
+        p.expect(r"\[interrupted\]")
+        p.expect(r"> ")
+        self.assertNotIn("word59", p.text(), "the stream went on after ESC")
+        p.line("a short one then")
+        p.expect(r"Hello from the fake provider")
+        p.expect(r"> ")
+        p.line("exit")
+        p.expect(r"RESULT (\{.*\})")
+        self.assertEqual(p.wait(), 0)
+        # the second request carries the partial answer and says that the user interrupted it
+        msgs = self.fake.requests[1]["body"]["messages"]
+        self.assertEqual([m["role"] for m in msgs], ["user", "assistant", "user"])
+        self.assertTrue(msgs[1]["content"][0]["text"].startswith("word0 word1 word2 word3"))
+        texts = [b["text"] for b in msgs[2]["content"]]
+        self.assertEqual(texts, ["[The user interrupted the response.]", "a short one then"])
+        types = [e["type"] for e in self.events()]
+        self.assertIn("interrupted", types)
+        self.assertEqual(types[-1], "result")
+        self.assertEqual(self.events()[-1]["reason"], "user_exit")
+
+    def test_tools_and_ctrl_d(self):
+        p = self.start([{"sse": "anthropic_tool.sse"}, {"sse": "anthropic_final.sse"}], {"mcp": True})
+        p.expect(r"> ")
+        p.line("echo something")
+        p.expect(r"\[tool\] echo\(\{\"text\":\"hello world\"\}\)")
+        p.expect(r"\[result\] hello world")
+        p.expect(r"All done\.")
+        p.expect(r"> ")
+        p.send(b"\x04")
+        p.expect(r"RESULT")
+        self.assertEqual(p.wait(), 0)
+        self.assertEqual(len(self.fake.requests), 2)
+
+    def test_first_message_and_quit(self):
+        p = self.start([{"sse": "anthropic_text.sse"}], {"user_message": "hi"})
+        p.expect(r"Hello from the fake provider")
+        p.expect(r"> ")
+        p.line("quit")
+        p.expect(r"RESULT")
+        self.assertEqual(p.wait(), 0)
+        self.assertEqual(self.fake.requests[0]["body"]["messages"][0]["content"][0]["text"], "hi")
+
+
+if __name__ == "__main__":
+    unittest.main()
