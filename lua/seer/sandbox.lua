@@ -81,6 +81,13 @@ local function find_on_path(name)
   end
 end
 
+local function seer_read(path)
+  local f = assert(io.open(path, "rb"))
+  local t = f:read("*a")
+  f:close()
+  return t
+end
+
 local function random_hex(n)
   return (net.new_key():gsub("[^%x]", "")):sub(1, n)
 end
@@ -362,7 +369,36 @@ function Sandbox:_prepare_models(binds, env)
   local function add(name, revision, hidden)
     local host, kind = resolve(name, revision)
     local mount = "/models/" .. mount_name(name, hidden)
-    if kind == "dir" then
+    if hidden then
+      -- A hidden model's files are mounted one by one; JSON files that can carry its id
+      -- (config.json's _name_or_path, an adapter's base_model_name_or_path) are mounted as
+      -- cleaned copies, and model cards are left out.
+      local clean_dir = self.state_dir .. "/hidden/" .. mount:match("[^/]+$")
+      local function walk(dir, rel)
+        for _, e in ipairs(sb.listdir(dir) or {}) do
+          local p = dir .. "/" .. e.name
+          if e.type == "dir" then walk(p, rel .. e.name .. "/")
+          elseif not e.name:match("%.md$") and e.name ~= ".gitattributes" then
+            local real = core.realpath(p)
+            if real and e.name:match("%.json$") and not e.name:match("^model.*index%.json$") then
+              local okj, doc = pcall(json.decode, seer_read(real))
+              if okj and type(doc) == "table" then
+                for _, k in ipairs({ "_name_or_path", "name_or_path", "base_model_name_or_path", "model_name", "_commit_hash" }) do
+                  if doc[k] ~= nil then doc[k] = "<hidden>" end
+                end
+                process.mkdir_p(clean_dir .. "/" .. rel)
+                real = clean_dir .. "/" .. rel .. e.name
+                local f = assert(io.open(real, "wb"))
+                f:write(json.encode(doc))
+                f:close()
+              end
+            end
+            if real then binds[#binds + 1] = { "--ro-bind", real, mount .. "/" .. rel .. e.name } end
+          end
+        end
+      end
+      walk(host, "")
+    elseif kind == "dir" then
       binds[#binds + 1] = { "--ro-bind", host, mount }
     else
       -- Each file of the snapshot is mounted at its own name: the cache's symlinks into

@@ -135,8 +135,15 @@ T.test("environment: env and listed secrets reach the sandbox, nothing else does
 end)
 
 T.test("models are mounted read-only under /models with MODEL_<ID>_PATH; hidden ones under an opaque name", function()
+  -- the hidden model is a copy whose config.json names it, as Hugging Face configs do
+  local secret = root .. "/secret-org-model"
+  os.execute(("cp -r %s %s"):format(S.shell_quote(stories), S.shell_quote(secret)))
+  local cfg = seer.json.decode(seer.read_file(secret .. "/config.json"))
+  cfg._name_or_path = "secret-org/secret-model"
+  seer.write_file(secret .. "/config.json", seer.json.encode(cfg))
+  seer.write_file(secret .. "/README.md", "# secret-org/secret-model\n")
   local s = start({ models = { env.ModelConfig{ name = stories },
-                               env.ModelConfig{ name = stories, var_name = "secret_model", hidden = true } } }, "models")
+                               env.ModelConfig{ name = secret, var_name = "secret_model", hidden = true } } }, "models")
   local h = s.model_handles
   T.eq(h[1].path, "/models/stories260K")
   T.eq(h[1].env_var, "MODEL_STORIES260K_PATH")
@@ -148,6 +155,11 @@ T.test("models are mounted read-only under /models with MODEL_<ID>_PATH; hidden 
   T.contains(out, "/models/stories260K\n")
   T.contains(out, "config.json")
   T.contains(out, "1\n") -- only the visible model has a variable
+  -- nothing under the hidden model's mount names it (config.json is a cleaned copy)
+  local _, hid = s:exec("grep -rl secret " .. h[2].path .. " ; ls " .. h[2].path .. "; env | grep -i secret")
+  T.ok(not hid.stdout:find("secret", 1, true), hid.stdout)
+  T.contains(hid.stdout, "config.json")
+  T.contains(s:exec_lua("local m = require('seer.model').load('" .. h[2].path .. "', { hidden = true }) print(m.config.num_hidden_layers)"), "5")
   local _, w = s:exec("touch /models/stories260K/x")
   T.ne(w.exit_code, 0)
   -- the model loads inside the sandbox and generates what it does outside
