@@ -66,17 +66,24 @@ end
 
 local out_dir = os.getenv("SEER_OUT") or "/tmp"
 
--- A notebook session, as an agent gets one: a Lua kernel with the model preloaded as `model`
--- and `tokenizer`, a live .ipynb written as cells finish, and a live view in the browser.
-print("\n== a notebook session with the model preloaded")
+-- A sandbox, as agent code gets one: bubblewrap namespaces (no network, read-only system,
+-- a private /workspace), cgroup limits, the model mounted read-only under /models; it dies
+-- with this script whatever happens. Then a notebook session whose kernel runs inside it.
+print("\n== a sandbox (bubblewrap) and a notebook session inside it, with the model preloaded")
 local exec = seer.execution
--- Sandboxes (isolation) come with a later part of seer; until then the session takes the
--- validated config directly and its kernel runs as a local process.
-local config = seer.environment.SandboxConfig{
-  execution_mode = seer.environment.ExecutionMode.NOTEBOOK,
-  models = { seer.environment.ModelConfig{ name = model_dir } },
+local env = seer.environment
+local config = env.SandboxConfig{
+  execution_mode = env.ExecutionMode.NOTEBOOK,
+  models = { env.ModelConfig{ name = model_dir } },
+  limits = { memory = "2G", processes = 256 },
+  timeout = 600,
 }
-local session = exec.create_notebook_session({ config = config }, nil,
+local t_sb = seer.now()
+local sandbox = env.Sandbox(config):start{ name = "hello" }
+print(("sandbox %s started in %.1f ms"):format(sandbox.sandbox_id, (seer.now() - t_sb) * 1000))
+io.write((sandbox:exec("echo \"inside: uid $(id -u), host $(hostname), models: $(ls /models)\"; "
+  .. "cat /etc/shadow 2>&1 | head -1; touch /usr/x 2>&1 | head -1")))
+local session = exec.create_notebook_session(sandbox, nil,
   { name = "hello", output_dir = out_dir .. "/seer-hello-notebooks" })
 print(session.model_info_text)
 local cells = {
@@ -101,6 +108,7 @@ if os.getenv("SEER_DEMO_WATCH") then
   io.read("*l")
 end
 session:terminate()
+sandbox:terminate()
 
 -- Results are written atomically next to the script's outputs.
 local out = out_dir .. "/seer-hello-result.json"
