@@ -250,7 +250,8 @@ local function mcp_content(r)
   local out = {}
   for _, c in ipairs(r.content or {}) do
     if c.type == "text" then
-      out[#out + 1] = { type = "text", text = c.text or "" }
+      -- the Messages API refuses empty text blocks
+      if c.text and c.text ~= "" then out[#out + 1] = { type = "text", text = c.text } end
     elseif c.type == "image" and c.data then
       out[#out + 1] = { type = "image", source = { type = "base64", media_type = c.mimeType or "image/png", data = c.data } }
     elseif c.type == "resource" and type(c.resource) == "table" and c.resource.text then
@@ -500,8 +501,34 @@ function Agent:_tools_for_model()
   return tools
 end
 
+-- LLM keys that tools never need: stdio servers (and the kernels they start) get them blanked,
+-- so a cell that prints the environment cannot show them.
+local LLM_KEYS = { "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENROUTER_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY" }
+
+local function without_llm_keys(cfg)
+  local out = {}
+  for name, server in pairs(cfg) do
+    if type(server) == "table" and (server.command or server.type == "stdio") and name ~= "mcpServers" then
+      local copy = {}
+      for k, v in pairs(server) do copy[k] = v end
+      local env = {}
+      for k, v in pairs(type(server.env) == "table" and server.env or {}) do env[k] = v end
+      for _, k in ipairs(LLM_KEYS) do
+        if env[k] == nil and os.getenv(k) then env[k] = "" end
+      end
+      if next(env) ~= nil then copy.env = env end
+      out[name] = copy
+    else
+      out[name] = server
+    end
+  end
+  return out
+end
+
 function Agent:_connect()
   local cfg = self.opts.mcp_config
+  if cfg and cfg.mcpServers and type(cfg.mcpServers) == "table" then cfg = cfg.mcpServers end
+  if cfg then cfg = without_llm_keys(cfg) end
   self.tool_list = {}
   self.tool_server = {}
   if cfg and next(cfg) ~= nil then

@@ -239,6 +239,8 @@ class HarnessCase(unittest.TestCase):
         self.assertNotIn("lab-secret-value-42", self.proc.stdout)
         res = [e for e in self.events if e["type"] == "tool_result"]
         self.assertEqual(res[0]["content"][0]["text"], "[REDACTED]")
+        # LLM keys are not even in the tool servers' environment
+        self.assertEqual(res[1]["content"][0]["text"], "(no output)")
 
     def test_limits(self):
         self.agent([{"sse": "anthropic_tool.sse"}], {"mcp": True, "max_turns": 2})
