@@ -569,7 +569,7 @@ function Agent:_run_tool(block)
       if tostring(r):match("interrupted$") then error(r, 0) end
       return { { type = "text", text = "Error: " .. tostring(r) } }, true
     end
-    if type(r) == "string" then return { { type = "text", text = r } }, false end
+    if type(r) == "string" then return { { type = "text", text = r ~= "" and r or "(no output)" } }, false end
     if type(r) == "table" and r.content then return mcp_content(r), r.isError == true end
     return { { type = "text", text = r == nil and "(no output)" or json.encode(r) } }, false
   end
@@ -863,6 +863,32 @@ function Agent:_step(input)
   return v
 end
 
+-- Ctrl-C (or another error) while the driver waits outside the loop's coroutine: the transcript
+-- still ends with a result, and the servers are shut down.
+function Agent:_abort(err)
+  if not self.done then
+    self.done = true
+    local msg = tostring(err)
+    if self.transcript and not self.result then
+      pcall(function()
+        self.transcript:write(json.encode{ type = "result", agent = self.name, turns = self.turn, usage = self.usage,
+          reason = msg:match("interrupted$") and "interrupted" or "error", error = msg, transcript = self.transcript_path })
+      end)
+    end
+    self:_cleanup()
+  end
+  error(err, 0)
+end
+
+local function wait_pool(agents, timeout, fd)
+  local ok, r = pcall(get_pool().run, get_pool(), timeout, fd)
+  if not ok then
+    for _, a in ipairs(agents) do if not a.done then pcall(a._abort, a, r) end end
+    error(r, 0)
+  end
+  return r
+end
+
 ---The next message of the run (blocking while the model streams), or nil at the end.
 ---@return table|nil
 function Agent:next()
@@ -870,7 +896,7 @@ function Agent:next()
     local v = self:_step()
     if v == nil then return nil end
     if v == WAIT then
-      get_pool():run(0.25)
+      wait_pool({ self }, 0.25)
     elseif v == NEED_INPUT then
       error("harness: this agent is interactive; use run_agent_interactive", 2)
     else
@@ -972,7 +998,7 @@ function M.run_agents(list)
         end
       end
     end
-    if not progressed and live > 0 then get_pool():run(0.25) end
+    if not progressed and live > 0 then wait_pool(agents, 0.25) end
   end
   for i, a in ipairs(agents) do results[a.name] = results[i] end
   if first_error then error(first_error, 0) end
@@ -1026,7 +1052,7 @@ function M.run_agent_interactive(opts)
       input = nil
       if v == nil then break end
       if v == WAIT then
-        local r = get_pool():run(0.25, a.tty and 0 or nil)
+        local r = wait_pool({ a }, 0.25, a.tty and 0 or nil)
         if r == "fd" then check_esc() end
       elseif v == NEED_INPUT then
         raw_off()

@@ -316,6 +316,29 @@ class HarnessCase(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("word0", p.stdout)
 
+    def test_ctrl_c_ends_the_transcript_with_a_result(self):
+        self.fake = FakeProvider([{"sse": "anthropic_long.sse", "stall_after": 2000, "stall_s": 30}]).start()
+        path = os.path.join(self.dir, "t.jsonl")
+        proc = subprocess.Popen([seertest.SEER, AGENT], cwd=self.dir, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True,
+                                env=seertest.env(ANTHROPIC_BASE_URL=self.fake.url, ANTHROPIC_API_KEY=KEY,
+                                                 SEER_TEST_AGENT=json.dumps({"transcript": path, "mcp": True})))
+        try:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                if os.path.exists(path) and "text_delta" in open(path).read():
+                    break
+                time.sleep(0.05)
+            os.kill(proc.pid, signal.SIGINT)
+            _, err = proc.communicate(timeout=10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        self.assertEqual(proc.returncode, 130, err)
+        _, events = read_transcript(path)
+        self.assertEqual(events[-1]["type"], "result")
+        self.assertEqual(events[-1]["reason"], "interrupted")
+
     def test_transcript_view(self):
         self.agent([{"sse": "anthropic_tool.sse"}, {"sse": "anthropic_final.sse"}], {"mcp": True})
         p = seertest.run(["transcript", "view", os.path.join(self.dir, "t.jsonl")])

@@ -59,6 +59,29 @@ class InteractiveCase(unittest.TestCase):
         self.assertEqual(types[-1], "result")
         self.assertEqual(self.events()[-1]["reason"], "user_exit")
 
+    def test_esc_during_tools_cancels_the_pending_calls(self):
+        p = self.start([{"sse": "anthropic_sleep_tools.sse"}, {"sse": "anthropic_text.sse"}], {"mcp": True})
+        p.expect(r"> ")
+        p.line("sleep then echo")
+        p.expect(r"\[tool\] sleep")
+        p.send(b"\x1b")
+        p.expect(r"\[interrupted\]")
+        p.expect(r"> ")
+        self.assertNotIn("[tool] echo", p.text())
+        p.line("go on")
+        p.expect(r"Hello from the fake provider")
+        p.expect(r"> ")
+        p.line("exit")
+        self.assertEqual(p.wait(), 0)
+        last = self.fake.requests[1]["body"]["messages"][-1]
+        self.assertEqual(last["role"], "user")
+        blocks = last["content"]
+        self.assertEqual([b.get("tool_use_id") for b in blocks[:2]], ["toolu_S1", "toolu_S2"])
+        self.assertEqual(blocks[0]["content"][0]["text"], "slept")
+        self.assertTrue(blocks[1]["is_error"])
+        self.assertIn("Cancelled", blocks[1]["content"][0]["text"])
+        self.assertEqual([b["text"] for b in blocks[2:]], ["[The user interrupted the tool calls.]", "go on"])
+
     def test_tools_and_ctrl_d(self):
         p = self.start([{"sse": "anthropic_tool.sse"}, {"sse": "anthropic_final.sse"}], {"mcp": True})
         p.expect(r"> ")
