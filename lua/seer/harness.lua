@@ -139,19 +139,19 @@ for _, k in ipairs(VALID) do VALID_SET[k] = true end
 
 local function check_opts(opts, fname)
   if type(opts) ~= "table" then
-    error(("harness.%s: takes one table of options, e.g. %s{prompt = ..., mcp_config = ...}"):format(fname, fname), 3)
+    error(("harness.%s: takes one table of options, e.g. %s{prompt = ..., mcp_config = ...}"):format(fname, fname), 4)
   end
   for k in pairs(opts) do
     if not VALID_SET[k] then
       local names = {}
       for _, n in ipairs(VALID) do names[#names + 1] = n end
       table.sort(names)
-      error(("harness.%s: unknown option '%s' (valid: %s)"):format(fname, tostring(k), table.concat(names, ", ")), 3)
+      error(("harness.%s: unknown option '%s' (valid: %s)"):format(fname, tostring(k), table.concat(names, ", ")), 4)
     end
   end
   local function typed(k, ty)
     if opts[k] ~= nil and type(opts[k]) ~= ty then
-      error(("harness.%s: option '%s' must be a %s (got %s)"):format(fname, k, ty, type(opts[k])), 4)
+      error(("harness.%s: option '%s' must be a %s (got %s)"):format(fname, k, ty, type(opts[k])), 5)
     end
   end
   for _, k in ipairs({ "prompt", "user_message", "provider", "model", "name", "output_dir", "transcript", "api_key",
@@ -167,11 +167,11 @@ local function check_opts(opts, fname)
   typed("cache", "boolean")
   for _, k in ipairs({ "max_turns", "max_tokens", "time_limit", "token_limit", "tool_timeout" }) do
     if opts[k] ~= nil and not (opts[k] > 0) then
-      error(("harness.%s: option '%s' must be more than 0 (got %s)"):format(fname, k, tostring(opts[k])), 3)
+      error(("harness.%s: option '%s' must be more than 0 (got %s)"):format(fname, k, tostring(opts[k])), 4)
     end
   end
   if opts.replay ~= nil and type(opts.replay) ~= "string" and type(opts.replay) ~= "table" then
-    error(("harness.%s: option 'replay' must be a transcript path or a list of events"):format(fname), 3)
+    error(("harness.%s: option 'replay' must be a transcript path or a list of events"):format(fname), 4)
   end
 end
 
@@ -341,7 +341,7 @@ local function new_agent(opts, fname, interactive)
     for k in pairs(PROVIDERS) do names[#names + 1] = k end
     table.sort(names)
     error(("harness.%s: unknown provider '%s' (known: %s; or give base_url for any OpenAI-compatible server)")
-      :format(fname, provider_name, table.concat(names, ", ")), 3)
+      :format(fname, provider_name, table.concat(names, ", ")), 4)
   end
   self.provider = provider_name
   self.kind = pv.kind
@@ -356,10 +356,10 @@ local function new_agent(opts, fname, interactive)
   end
   for _, name in ipairs(KNOWN_SECRETS) do add_secret((lookup_var(name, env_cache))) end
   for i, name in ipairs(opts.secrets or {}) do
-    if type(name) ~= "string" then error(("harness.%s: secrets[%d] must be a variable name"):format(fname, i), 3) end
+    if type(name) ~= "string" then error(("harness.%s: secrets[%d] must be a variable name"):format(fname, i), 4) end
     local v = lookup_var(name, env_cache)
     if v and #v < 4 then
-      error(("harness.%s: the secret %s is shorter than 4 characters; it cannot be redacted safely"):format(fname, name), 3)
+      error(("harness.%s: the secret %s is shorter than 4 characters; it cannot be redacted safely"):format(fname, name), 4)
     end
     add_secret(v)
   end
@@ -379,24 +379,24 @@ local function new_agent(opts, fname, interactive)
   end
   if self.kind == "replay" then
     if not opts.replay then
-      error(("harness.%s: provider 'replay' needs replay = <a transcript path or a list of its events>"):format(fname), 3)
+      error(("harness.%s: provider 'replay' needs replay = <a transcript path or a list of its events>"):format(fname), 4)
     end
     self.replay = load_replay(opts.replay)
     self.model = opts.model or self.replay.model or "replay" -- the recorded model prices the recorded usage
   else
-    if opts.replay then error(("harness.%s: replay is only for provider = 'replay'"):format(fname), 3) end
+    if opts.replay then error(("harness.%s: replay is only for provider = 'replay'"):format(fname), 4) end
     local base = opts.base_url or (pv.base_env and os.getenv(pv.base_env)) or pv.base
     if pv.base_env and not opts.base_url then
       local b = lookup_var(pv.base_env, env_cache)
       if b then base = b end
     end
     if not base then
-      error(("harness.%s: provider '%s' needs base_url"):format(fname, provider_name), 3)
+      error(("harness.%s: provider '%s' needs base_url"):format(fname, provider_name), 4)
     end
     self.url = base:gsub("/+$", "") .. pv.path
     self.model = opts.model or pv.model
     if not self.model then
-      error(("harness.%s: provider '%s' needs model = \"<the model's name on that server>\""):format(fname, provider_name), 3)
+      error(("harness.%s: provider '%s' needs model = \"<the model's name on that server>\""):format(fname, provider_name), 4)
     end
     local key = opts.api_key
     if not key then
@@ -411,7 +411,7 @@ local function new_agent(opts, fname, interactive)
       if experiment_dir() then dirs[#dirs + 1] = experiment_dir() end
       dirs[#dirs + 1] = host.cwd()
       error(("harness.%s: no API key for provider '%s': set %s in the environment or in a .env file (looked in %s), or pass api_key")
-        :format(fname, provider_name, table.concat(pv.key_env or { "API_KEY" }, " or "), table.concat(dirs, ", ")), 3)
+        :format(fname, provider_name, table.concat(pv.key_env or { "API_KEY" }, " or "), table.concat(dirs, ", ")), 4)
     end
     self.api_key = key
     add_secret(key)
@@ -425,7 +425,7 @@ local function new_agent(opts, fname, interactive)
   for i, t in ipairs(opts.tools or {}) do
     if type(t) ~= "table" or type(t.name) ~= "string" or type(t.fn) ~= "function" then
       error(("harness.%s: tools[%d] must be {name = string, description = string, input_schema = table, fn = function(input)}")
-        :format(fname, i), 3)
+        :format(fname, i), 4)
     end
     self.local_tools[t.name] = t
   end
@@ -954,7 +954,8 @@ Agent.__call = function(self) return self:next() end
 ---@param opts seerharness.opts
 ---@return fun(): table|nil
 function M.run_agent(opts)
-  return new_agent(opts, "run_agent", false)
+  local agent = new_agent(opts, "run_agent", false) -- not a tail call: error levels count this frame
+  return agent
 end
 
 ---Runs several agents at once in this process; each has its own tools and transcript. Their
@@ -1020,7 +1021,7 @@ end
 ---@param opts seerharness.opts
 ---@return table
 function M.run_agent_interactive(opts)
-  local a = new_agent(opts, "run_agent_interactive", true)
+  local a = new_agent(opts, "run_agent_interactive", true) -- error levels count this frame
   local out = io.stdout
   local tty_in = core.isatty(0)
   local input
