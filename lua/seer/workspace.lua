@@ -1,6 +1,6 @@
 --- seer.workspace: what a session installs where its code runs (names as the reference):
---- libraries that cells can `require`, local files and directories, and code to run at
---- start-up. `Workspace{...}` validates its fields; `workspace:get_library_docs()` is the text
+--- libraries that cells can `require`, skills agents can read, local files and directories,
+--- and code to run at start-up. `Workspace{...}` validates its fields; `workspace:get_library_docs()` is the text
 --- that goes into an agent's prompt.
 ---@class seerworkspace
 local M = {}
@@ -122,6 +122,130 @@ function Library:install(dir)
 end
 
 ---------------------------------------------------------------------------------------------
+-- Skill
+
+---A skill: a directory with SKILL.md (YAML front matter `name`, `description`, then
+---instructions) and any supporting files, which agents such as Claude Code discover and read.
+---@class seerworkspace.Skill
+---@field name string
+---@field description string
+---@field files table<string, string> relative path -> content; SKILL.md among them
+local Skill = {}
+Skill.__index = Skill
+Skill.__name = "Skill"
+M.Skill = Skill
+
+-- The front matter of a SKILL.md: a table of its `key: value` lines, and the body after it.
+local function front_matter(md)
+  local head, body = md:match("^%-%-%-\r?\n(.-)\r?\n%-%-%-\r?\n?(.*)$")
+  if not head then return {}, md end
+  local t = {}
+  for line in (head .. "\n"):gmatch("([^\n]*)\n") do
+    local k, v = line:match("^([%w_-]+):%s*(.-)%s*$")
+    if k then t[k] = (v:gsub('^"(.*)"$', "%1"):gsub("^'(.*)'$", "%1")) end
+  end
+  return t, body
+end
+M.front_matter = front_matter
+
+local function check_skill_name(name, what)
+  if type(name) ~= "string" or not name:match("^[%w][%w_.-]*$") then
+    error(("%s: the skill name %q must be letters, digits, '_', '-' or '.'"):format(what, tostring(name)), 3)
+  end
+end
+
+---A skill from explicit files: `Skill{name = "x", description = "...", files = {["SKILL.md"] = ...}}`.
+---Without SKILL.md in files, one is written from name and description.
+---@param t {name: string, description?: string, files?: table<string, string>}
+---@return seerworkspace.Skill
+function Skill.new(t)
+  if type(t) ~= "table" then error("Skill{name = ..., description = ..., files = {...}}", 2) end
+  check_skill_name(t.name, "Skill")
+  local files = {}
+  for path, content in pairs(t.files or {}) do
+    if type(path) ~= "string" or path:match("^/") or path:match("%.%.") or type(content) ~= "string" then
+      error(("Skill %s: files must map relative paths without '..' to strings (bad entry %q)"):format(t.name, tostring(path)), 2)
+    end
+    files[path] = content
+  end
+  local description = t.description
+  if files["SKILL.md"] then
+    local fm = front_matter(files["SKILL.md"])
+    description = description or fm.description
+  else
+    if type(description) ~= "string" or description == "" then
+      error(("Skill %s: give a description (or a SKILL.md in files)"):format(t.name), 2)
+    end
+    files["SKILL.md"] = ("---\nname: %s\ndescription: %s\n---\n"):format(t.name, description:gsub("\n", " "))
+  end
+  return setmetatable({ name = t.name, description = description or "", files = files }, Skill)
+end
+setmetatable(Skill, { __call = function(_, t) return Skill.new(t) end })
+
+local function read_tree(path, files, rel)
+  for _, f in ipairs(core.list_dir(path)) do
+    local full, r = path .. "/" .. f, (rel == "" and f or rel .. "/" .. f)
+    local fh = io.open(full .. "/.", "r")
+    if fh then fh:close(); read_tree(full, files, r)
+    else files[r] = core.read_file(full) end
+  end
+end
+
+---A skill from a directory holding SKILL.md (and whatever else it needs). The name is the
+---front matter's `name`, else the directory's name.
+---@param path string
+---@return seerworkspace.Skill
+function Skill.from_dir(path)
+  if type(path) ~= "string" then error("Skill.from_dir(path): path must be a string", 2) end
+  path = path:gsub("/+$", "")
+  local ok, md = pcall(core.read_file, path .. "/SKILL.md")
+  if not ok then error(("Skill.from_dir: %s has no SKILL.md (a skill directory holds SKILL.md with name and description)"):format(path), 2) end
+  local fm = front_matter(md)
+  local name = fm.name or path:match("([^/]+)$")
+  check_skill_name(name, "Skill.from_dir")
+  local files = {}
+  read_tree(path, files, "")
+  return setmetatable({ name = name, description = fm.description or "", files = files }, Skill)
+end
+
+---Writes the skill under dir/<name>/ and returns that directory.
+---@param dir string
+---@return string
+function Skill:install(dir)
+  local process = require "seer.process"
+  local root = dir .. "/" .. self.name
+  for rel, content in pairs(self.files) do
+    local full = root .. "/" .. rel
+    process.mkdir_p(full:match("^(.*)/[^/]*$"))
+    core.write_file(full, content)
+  end
+  return root
+end
+
+---A library from a skill directory: SKILL.md is its documentation and its code is the Lua
+---module in the directory (`code.lua`, `<name>.lua` or `init.lua`, as the reference loads
+---code.py), required under the skill's name.
+---@param path string
+---@param opts? {name?: string}
+---@return seerworkspace.Library
+function Library.from_skill_dir(path, opts)
+  local ok, skill = pcall(Skill.from_dir, path)
+  if not ok then error((tostring(skill):gsub("Skill%.from_dir", "Library.from_skill_dir")), 2) end
+  local name = (opts and opts.name) or skill.name:gsub("[-.]", "_")
+  check_name(name, "Library.from_skill_dir")
+  local code
+  for _, f in ipairs{ "code.lua", skill.name .. ".lua", name .. ".lua", "init.lua" } do
+    if skill.files[f] then code = skill.files[f] break end
+  end
+  if not code then
+    error(("Library.from_skill_dir: %s has no Lua code (code.lua, %s.lua or init.lua beside SKILL.md)"):format(path, skill.name), 2)
+  end
+  local _, body = front_matter(skill.files["SKILL.md"])
+  return setmetatable({ name = name, files = { [name:gsub("%.", "/") .. ".lua"] = code },
+                        docs = (body:gsub("^%s+", ""):gsub("%s+$", "")) }, Library)
+end
+
+---------------------------------------------------------------------------------------------
 -- Workspace
 
 local FIELDS = {
@@ -131,6 +255,8 @@ local FIELDS = {
 
 ---@class seerworkspace.Workspace
 ---@field libraries seerworkspace.Library[]
+---@field skills seerworkspace.Skill[] the skills, those read from skill_dirs included
+---@field skill_dirs string[]
 ---@field local_files {[1]: string, [2]: string}[] (local path, path in the workspace)
 ---@field local_dirs {[1]: string, [2]: string}[]
 ---@field custom_init_code string Lua run in the kernel after the models load
@@ -158,8 +284,18 @@ function M.Workspace(t)
       error(("Workspace.libraries[%d] is not a Library; make one with Library.from_file, from_directory or from_code"):format(i), 2)
     end
   end
-  if (t.skills and #t.skills > 0) or (t.skill_dirs and #t.skill_dirs > 0) then
-    error("Workspace: skills and skill_dirs are not supported yet (they arrive with scoped sandboxes); remove them", 2)
+  for i, sk in ipairs(t.skills or {}) do
+    if getmetatable(sk) ~= Skill then
+      error(("Workspace.skills[%d] is not a Skill; make one with Skill.from_dir or Skill{...}"):format(i), 2)
+    end
+  end
+  local skills = {}
+  for _, sk in ipairs(t.skills or {}) do skills[#skills + 1] = sk end
+  for i, d in ipairs(t.skill_dirs or {}) do
+    if type(d) ~= "string" then error(("Workspace.skill_dirs[%d] must be a path"):format(i), 2) end
+    local ok, sk = pcall(Skill.from_dir, d)
+    if not ok then error(("Workspace.skill_dirs[%d]: %s"):format(i, tostring(sk):gsub("^Skill%.from_dir: ", "")), 2) end
+    skills[#skills + 1] = sk
   end
   for _, f in ipairs({ "local_files", "local_dirs" }) do
     for i, pair in ipairs(t[f] or {}) do
@@ -169,7 +305,7 @@ function M.Workspace(t)
     end
   end
   local w = { libraries = t.libraries or {}, local_files = t.local_files or {}, local_dirs = t.local_dirs or {},
-              custom_init_code = t.custom_init_code or "", skills = {}, skill_dirs = {} }
+              custom_init_code = t.custom_init_code or "", skills = skills, skill_dirs = t.skill_dirs or {} }
   w.preload_models = t.preload_models ~= false
   w.hidden_model_loading = t.hidden_model_loading ~= false
   return setmetatable(w, Workspace)
@@ -187,12 +323,16 @@ function Workspace:get_library_docs()
   return table.concat(parts, "\n")
 end
 
----Installs libraries and local files/directories under dir.
+M.SKILLS_DIR = ".claude/skills"
+
+---Installs libraries (requireable from dir), skills (under dir/.claude/skills/<name>/, where
+---Claude Code and other agents discover project skills) and local files/directories under dir.
 ---@param dir string
 function Workspace:install(dir)
   local process = require "seer.process"
   process.mkdir_p(dir)
   for _, lib in ipairs(self.libraries) do lib:install(dir) end
+  for _, sk in ipairs(self.skills) do sk:install(dir .. "/" .. M.SKILLS_DIR) end
   local function dest(p) return p:match("^/") and p or (dir .. "/" .. p) end
   for _, pair in ipairs(self.local_files) do
     local target = dest(pair[2])

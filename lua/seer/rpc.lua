@@ -1,0 +1,620 @@
+--- seer.rpc: scoped-sandbox RPC from the host's side. Start `seer rpc serve interface.lua` (here
+--- or, through a pluggable spawn function, inside a sandbox), connect to it, call the functions
+--- it exposes, and turn it into what an agent uses: a Library (a Lua client module mirroring
+--- the functions and their docs), an MCP server entry (`seer mcp rpc`), a prompt text or a Skill.
+--- Requests and replies are signed Jupyter-format messages over ZMQ (docs/rpc.md).
+---
+--- ```lua
+--- local rpc = require "seer.rpc"
+--- local srv = rpc.serve_local("interface.lua", { models = { ["stories260K"] = "/models/stories260K" } })
+--- print(srv:call("get_model_info").hidden_size)
+--- local lib = srv:library("model_tools")          -- seer.workspace Library
+--- srv:close()
+--- ```
+---@class seerrpc
+local M = {}
+
+local C = require "seer.core.net"
+local json = require "seer.json"
+local wire = require "seer.rpc.wire"
+local process = require "seer.process"
+
+local now = require("seer.core.host").now
+local unpack = unpack or table.unpack
+
+local function seer_binary() return require("seer.jupyter").seer_binary() end
+
+local function tail(path, n)
+  local f = path and io.open(path, "rb")
+  if not f then return "" end
+  local text = f:read("*a")
+  f:close()
+  local lines = {}
+  for l in text:gmatch("[^\n]*") do if l ~= "" then lines[#lines + 1] = l end end
+  local from = math.max(1, #lines - (n or 20) + 1)
+  return table.concat(lines, "\n", from)
+end
+M.tail = tail
+
+-- ---- the client --------------------------------------------------------------------------------
+
+---@class seerrpc.Client
+---@field info table the connection info (endpoint, control_endpoint, key, ...)
+---@field name string
+---@field spec table|nil the hello reply (functions, warnings) once hello() ran
+local Client = {}
+Client.__index = Client
+M.Client = Client
+
+---@class seerrpc.connect_opts
+---@field proc? seerrpc.proc the server process: its death ends waits at once, with its log
+---@field log_file? string the server's log (quoted in errors)
+---@field name? string
+---@field wait_endpoint_s? number how long to wait for the server to write its endpoint (default 60)
+
+---Connects to a server by its connection file (or the decoded table).
+---@param conn string|table
+---@param opts? seerrpc.connect_opts
+---@return seerrpc.Client
+function M.connect(conn, opts)
+  opts = opts or {}
+  local path = type(conn) == "string" and conn or nil
+  local info = path and wire.read_connection(path) or conn
+  local self = setmetatable({ info = info, path = path, proc = opts.proc, log_file = opts.log_file,
+                              name = opts.name or info.name or "rpc", pending = {}, inflight = {} }, Client)
+  -- The server writes the endpoints it bound (a wildcard port, the control socket) into the file.
+  local deadline = now() + (opts.wait_endpoint_s or 60)
+  while path and (not info.endpoint or info.endpoint:find("*", 1, true) or not info.pid) do
+    self:_check_alive("while starting")
+    if now() > deadline then error(("rpc: %s: the server did not write its endpoint into %s in time"):format(self.name, path), 2) end
+    process.sleep_ms(10)
+    local ok, i2 = pcall(wire.read_connection, path)
+    if ok then info = i2 end
+  end
+  self.info = info
+  self.sock = C.socket("dealer", info.key)
+  self.sock:connect(info.endpoint)
+  self.make_header = wire.header_maker()
+  return self
+end
+
+function Client:_check_alive(doing)
+  local p = self.proc
+  if not p then return end
+  local ended, how = p.wait(0)
+  if ended then
+    self.dead = how or "exited"
+    local logs = tail(self.log_file, 30)
+    error(("rpc: the %s server %s %s%s"):format(self.name, self.dead, doing or "",
+      logs ~= "" and (";\nits log ends with:\n" .. logs) or ""), 0)
+  end
+end
+
+-- Receives one reply (any); returns content table, buffers, or nil on timeout.
+function Client:_recv(timeout_ms)
+  local idents, h, p, md, c, bufs = self.sock:recv(timeout_ms)
+  if not idents then return nil end
+  local ok, content = pcall(json.decode, c)
+  if not ok or type(content) ~= "table" then return nil end
+  return content, bufs
+end
+
+---Waits for the reply to request id. Returns content, buffers; nil, "timeout" when timeout_ms
+---passed (nil: wait forever). Raises when the server process died.
+---@param id string
+---@param timeout_ms? number
+function Client:wait_reply(id, timeout_ms)
+  local got = self.pending[id]
+  if got then self.pending[id] = nil return got[1], got[2] end
+  local deadline = timeout_ms and (now() + timeout_ms / 1000)
+  while true do
+    local slice = 250
+    if deadline then slice = math.max(0, math.min(slice, math.floor((deadline - now()) * 1000))) end
+    local content, bufs = self:_recv(slice)
+    if content then
+      if content.id == id then return content, bufs end
+      if content.id ~= nil and self.inflight[content.id] then self.pending[content.id] = { content, bufs } end
+    else
+      self:_check_alive(self.inflight[id] and ("while running " .. tostring(self.inflight[id])) or "")
+      if deadline and now() >= deadline then return nil, "timeout" end
+    end
+  end
+end
+
+local function sender(self, msg_type, content_text, bufs)
+  local h, id = self.make_header(msg_type)
+  self.sock:send(nil, h, "{}", "{}", content_text, bufs)
+  return id
+end
+
+---Sends the hello request and waits for the answer (the interface may still be loading its
+---models). Raises with the remote traceback when the interface failed to load.
+---@param timeout_s? number default 600
+---@return table spec {functions, warnings, name, pid}
+function Client:hello(timeout_s)
+  local id = sender(self, "rpc_hello_request", "{}")
+  self.inflight[id] = "hello"
+  local content, why
+  local ok, err = pcall(function() content, why = self:wait_reply(id, (timeout_s or 600) * 1000) end)
+  self.inflight[id] = nil
+  if not ok then error(err, 2) end
+  if not content then
+    error(("rpc: the %s server did not answer within %d s (is it still loading its models? see its log%s)")
+      :format(self.name, timeout_s or 600, self.log_file and (" " .. self.log_file) or ""), 2)
+  end
+  if content.status ~= "ok" then
+    error(("rpc: the %s interface failed to load: %s\nremote traceback:\n%s"):format(self.name,
+      tostring(content.error), tostring(content.traceback)), 2)
+  end
+  self.spec = content
+  self.by_name = {}
+  for _, f in ipairs(content.functions) do self.by_name[f.name] = f end
+  return content
+end
+
+---The exposed functions' descriptions (name, description, params, returns, signature,
+---input_schema, warnings), in the order the interface exposed them.
+---@return table[]
+function Client:functions()
+  if not self.spec then self:hello() end
+  return self.spec.functions
+end
+
+---Sends a call without waiting; returns its id for wait_reply / cancel.
+---@param name string
+---@param args? any[] positional arguments
+---@param nargs? integer how many (trailing nils count)
+---@param kwargs? table<string, any> named arguments (mapped onto the function's parameters)
+---@param opts? {timeout?: number} seconds; the server interrupts the call after it
+---@return string id
+function Client:send_call(name, args, nargs, kwargs, opts)
+  local bufs = {}
+  local parts = { '{"fn":', json.encode(name) }
+  if args and (nargs or #args) > 0 then
+    local list = {}
+    nargs = nargs or #args
+    for i = 1, nargs do
+      local v = args[i]
+      list[i] = v == nil and "null" or wire.encode(v, ("args[%d]"):format(i), bufs)
+    end
+    parts[#parts + 1] = ',"args":[' .. table.concat(list, ",") .. "]"
+    parts[#parts + 1] = ',"nargs":' .. nargs
+  end
+  if kwargs and next(kwargs) ~= nil then
+    parts[#parts + 1] = ',"kwargs":' .. wire.encode(kwargs, "kwargs", bufs)
+  end
+  if opts and opts.timeout then parts[#parts + 1] = ',"timeout_ms":' .. math.floor(opts.timeout * 1000) end
+  parts[#parts + 1] = "}"
+  local id = sender(self, "rpc_call_request", table.concat(parts), #bufs > 0 and bufs or nil)
+  self.inflight[id] = name
+  return id
+end
+
+---Asks the server to interrupt call id (or drop it if it has not started).
+---@param id string
+function Client:cancel(id)
+  if not self.info.control_endpoint then return end
+  if not self.ctl then
+    self.ctl = C.socket("dealer", self.info.key)
+    self.ctl:connect(self.info.control_endpoint)
+  end
+  local h = self.make_header("rpc_cancel_request")
+  self.ctl:send(nil, h, "{}", "{}", json.encode{ call_id = id }, nil)
+end
+
+local function results_of(content, bufs)
+  if content.results then
+    local r = wire.decode_value(content.results, bufs)
+    local n = #r
+    for i = 1, n do if r[i] == json.null then r[i] = nil end end
+    return unpack(r, 1, n)
+  end
+  local v = wire.decode_value(content.result, bufs)
+  if v == json.null then return nil end
+  return v
+end
+
+---Calls and waits; returns the reply table {ok, result | error, traceback, kind} and buffers
+---instead of raising. opts.timeout (seconds) bounds the call on the server and the wait here.
+---@return table reply
+---@return string[]|nil buffers
+function Client:invoke(name, args, nargs, kwargs, opts)
+  local id = self:send_call(name, args, nargs, kwargs, opts)
+  local timeout = opts and opts.timeout
+  local ok, content, bufs = pcall(self.wait_reply, self, id, timeout and (timeout * 1000 + 5000))
+  if not ok then
+    self.inflight[id] = nil
+    if tostring(content):find("interrupted") then pcall(self.cancel, self, id) end
+    error(content, 0)
+  end
+  self.inflight[id] = nil
+  if not content then
+    pcall(self.cancel, self, id)
+    return { ok = false, kind = "timeout", error = ("%s did not answer within %g s"):format(name, timeout) }
+  end
+  return content, bufs
+end
+
+local function raise(self, name, content)
+  local msg = ("rpc: %s.%s: %s"):format(self.name, name, tostring(content.error))
+  if content.traceback and content.traceback ~= json.null then msg = msg .. "\nremote traceback:\n" .. content.traceback end
+  error(msg, 3)
+end
+
+---Calls an exposed function with positional arguments; returns its results or raises the
+---remote error with the remote traceback appended.
+---@param name string
+---@return any ...
+function Client:call(name, ...)
+  local n = select("#", ...)
+  local content, bufs = self:invoke(name, { ... }, n)
+  if not content.ok then raise(self, name, content) end
+  return results_of(content, bufs)
+end
+
+---Calls with named arguments (as MCP tools and the reference's clients do).
+---@param name string
+---@param kwargs table<string, any>
+---@param opts? {timeout?: number}
+---@return any ...
+function Client:call_kw(name, kwargs, opts)
+  local content, bufs = self:invoke(name, nil, 0, kwargs, opts)
+  if not content.ok then raise(self, name, content) end
+  return results_of(content, bufs)
+end
+
+M.results_of = results_of
+
+---Asks the server to exit (it answers first).
+function Client:shutdown(timeout_ms)
+  local id = sender(self, "rpc_shutdown_request", "{}")
+  self.inflight[id] = "shutdown"
+  pcall(self.wait_reply, self, id, timeout_ms or 2000)
+  self.inflight[id] = nil
+end
+
+function Client:close()
+  if self.sock then self.sock:close() self.sock = nil end
+  if self.ctl then self.ctl:close() self.ctl = nil end
+end
+
+-- ---- starting servers --------------------------------------------------------------------------
+
+---@class seerrpc.proc
+---@field pid? integer
+---@field kill fun(sig?: integer) sends a signal (default SIGTERM)
+---@field wait fun(timeout_ms: integer): boolean, string? true (and how it ended) once the process has ended; wait(0) only checks
+
+---@alias seerrpc.spawn fun(argv: string[], env: table<string, string>, info: {interface: string, connection_file: string, log_file: string, connection_dir: string}): seerrpc.proc
+
+---The default spawn: a child process of this one (killed when this process dies).
+---@type seerrpc.spawn
+function M.local_spawn(argv, env, info)
+  local a = {}
+  for i, v in ipairs(argv) do a[i] = v end
+  a[#a + 1] = "--die-with-parent"
+  local child = process.spawn{ argv = a, env = env, stdout = info.log_file, stderr = info.log_file }
+  return {
+    pid = child.pid,
+    kill = function(sig) return child:kill(sig) end,
+    wait = function(timeout_ms)
+      if timeout_ms and timeout_ms > 0 then child:wait(timeout_ms) end
+      local alive, how = child:alive()
+      return not alive, how
+    end,
+  }
+end
+
+local function model_env_name(id)
+  return "MODEL_" .. id:upper():gsub("[/%-]", "_") .. "_PATH"
+end
+
+---@class seerrpc.start_opts
+---@field name? string the interface's name (default: the file name without .lua); a Lua module name
+---@field spawn? seerrpc.spawn where the server runs (default: a local child process)
+---@field connection_dir? string where the connection file, the ipc socket and the log go (default: a fresh private temp dir); must be reachable by both sides
+---@field transport? "ipc"|"tcp" default "ipc" (a unix socket in connection_dir); "tcp" listens on 127.0.0.1
+---@field ip? string tcp only: the address to listen on (default 127.0.0.1)
+---@field models? table<string, string> model id -> path inside the server's file system
+---@field workers? integer worker processes (default 1: calls are serialized)
+---@field timeout? number default per-call deadline in seconds
+---@field load_timeout? number how long to wait for the interface to load (seconds, default 600)
+---@field env? table<string, string> extra environment for the server
+---@field verbose? boolean log every call
+
+---@class seerrpc.Server
+---@field name string
+---@field file string the interface file
+---@field connection_file string
+---@field log_file string
+---@field client seerrpc.Client
+---@field proc seerrpc.proc
+local Server = {}
+Server.__index = Server
+M.Server = Server
+
+local used_names = {}
+
+---Starts `seer rpc serve file` (through opts.spawn) and waits until the interface has loaded.
+---Raises at once, with the load error and its traceback, when the interface fails to load or
+---the process dies.
+---@param file string
+---@param opts? seerrpc.start_opts
+---@return seerrpc.Server
+function M.start(file, opts)
+  opts = opts or {}
+  if type(file) ~= "string" then error("rpc.start(file, opts): file must be the interface's path", 2) end
+  local core = require "seer.core.host"
+  local ok, real = pcall(core.realpath, file)
+  if not ok or not real then error(("rpc: cannot find the interface file %s"):format(file), 2) end
+  local name = opts.name or real:match("([^/]+)%.lua$") or "interface"
+  if not name:match("^[%a_][%w_]*$") then
+    error(("rpc: the name %q must be a Lua identifier (it becomes a module name and MCP server name)"):format(name), 2)
+  end
+  local dir = opts.connection_dir
+  if dir then process.mkdir_p(dir) else dir = process.mkdtemp("/tmp/seer-rpc-") end
+  -- Serving the same file twice needs distinct files: suffix the name's files when reused.
+  local base = name
+  local n = 1
+  while used_names[dir .. "/" .. base] do n = n + 1; base = name .. "_" .. n end
+  used_names[dir .. "/" .. base] = true
+  local conn = dir .. "/" .. base .. ".json"
+  local log_file = dir .. "/" .. base .. ".log"
+  local transport = opts.transport or "ipc"
+  local endpoint
+  if transport == "ipc" then
+    endpoint = "ipc://" .. dir .. "/" .. base .. ".sock"
+    if #endpoint - 6 > 100 then transport, endpoint = "tcp", nil end -- unix socket paths are short
+  elseif transport ~= "tcp" then
+    error(("rpc: transport must be \"ipc\" or \"tcp\", not %s"):format(tostring(transport)), 2)
+  end
+  endpoint = endpoint or ("tcp://" .. (opts.ip or "127.0.0.1") .. ":*")
+  wire.write_connection(conn, { key = C.new_key(), signature_scheme = "hmac-sha256", transport = transport,
+                                endpoint = endpoint, name = name })
+  local argv = { seer_binary(), "rpc", "serve", real, "--connection-file", conn, "--log", log_file, "--name", name }
+  if opts.workers and opts.workers > 1 then argv[#argv + 1] = "--workers"; argv[#argv + 1] = tostring(opts.workers) end
+  if opts.timeout then argv[#argv + 1] = "--timeout"; argv[#argv + 1] = tostring(opts.timeout) end
+  if opts.verbose then argv[#argv + 1] = "--verbose" end
+  local env = {}
+  if opts.models and next(opts.models) then
+    local m = json.object()
+    for k, v in pairs(opts.models) do m[k] = v; env[model_env_name(k)] = v end
+    argv[#argv + 1] = "--models"
+    argv[#argv + 1] = json.encode(m)
+  end
+  for k, v in pairs(opts.env or {}) do env[k] = v end
+  local spawn = opts.spawn or M.local_spawn
+  local info = { interface = real, connection_file = conn, log_file = log_file, connection_dir = dir }
+  local proc = spawn(argv, env, info)
+  local self = setmetatable({ name = name, file = real, connection_file = conn, log_file = log_file, proc = proc,
+                              connection_dir = dir, opts = opts }, Server)
+  local cok, err = pcall(function()
+    self.client = M.connect(conn, { proc = proc, log_file = log_file, name = name })
+    self.client:hello(opts.load_timeout or 600)
+  end)
+  if not cok then
+    pcall(proc.kill, process.SIGKILL)
+    error(err, 2)
+  end
+  for _, w in ipairs(self.client.spec.warnings) do io.stderr:write("seer rpc: ", name, ": warning: ", w, "\n") end
+  return self
+end
+
+---Starts a server as a local child process (M.start with the default spawn).
+---@param file string
+---@param opts? seerrpc.start_opts
+---@return seerrpc.Server
+function M.serve_local(file, opts)
+  opts = opts or {}
+  opts.spawn = nil
+  local ok, s = pcall(M.start, file, opts)
+  if not ok then error(s, 2) end
+  return s
+end
+
+---@return any ...
+function Server:call(name, ...) return self.client:call(name, ...) end
+function Server:call_kw(name, kwargs, opts) return self.client:call_kw(name, kwargs, opts) end
+---@return table[]
+function Server:functions() return self.client:functions() end
+
+---The last n lines of the server's log (its stdout and stderr, the interface's prints included).
+---@param n? integer default 100
+---@return string
+function Server:logs(n) return tail(self.log_file, n or 100) end
+
+---Stops the server: a shutdown request, then SIGTERM, then SIGKILL.
+function Server:close()
+  if self.closed then return end
+  self.closed = true
+  if self.client then
+    if not self.client.dead then pcall(self.client.shutdown, self.client, 2000) end
+    self.client:close()
+  end
+  local ended = self.proc.wait(2000)
+  if not ended then
+    pcall(self.proc.kill, process.SIGTERM)
+    if not self.proc.wait(2000) then pcall(self.proc.kill, process.SIGKILL) self.proc.wait(2000) end
+  end
+end
+
+-- ---- what agents get ---------------------------------------------------------------------------
+
+local function doc_lines(f)
+  local out = {}
+  if f.description ~= "" then out[#out + 1] = f.description end
+  for _, p in ipairs(f.params) do
+    out[#out + 1] = ("@param %s%s %s%s"):format(p.name, p.optional and "?" or "", p.type,
+      (p.description and p.description ~= "") and (" " .. p.description) or "")
+  end
+  for _, r in ipairs(f.returns) do
+    out[#out + 1] = ("@return %s%s"):format(r.type, (r.text and r.text ~= "") and (" " .. r.text) or "")
+  end
+  return out
+end
+
+---The text listing the functions' signatures and docs (expose_as = "prompt").
+---@param name string
+---@param functions table[]
+---@return string
+function M.prompt_text(name, functions)
+  local out = { ("## %s"):format(name), "",
+    ("These functions run in a scoped sandbox; call them from Lua with `local %s = require \"%s\"` then `%s.fn(args)`:")
+      :format(name, name, name), "" }
+  for _, f in ipairs(functions) do
+    out[#out + 1] = ("### %s.%s"):format(name, f.signature)
+    out[#out + 1] = ""
+    if f.description ~= "" then out[#out + 1] = f.description; out[#out + 1] = "" end
+    local ps = {}
+    for _, p in ipairs(f.params) do
+      ps[#ps + 1] = ("- `%s` (%s%s)%s"):format(p.name, p.type, p.optional and ", optional" or "",
+        (p.description and p.description ~= "") and (": " .. p.description) or "")
+    end
+    if #ps > 0 then
+      out[#out + 1] = "Parameters:"
+      for _, l in ipairs(ps) do out[#out + 1] = l end
+      out[#out + 1] = ""
+    end
+    for _, r in ipairs(f.returns) do
+      out[#out + 1] = ("Returns: %s%s"):format(r.type, (r.text and r.text ~= "") and (" - " .. r.text) or "")
+      out[#out + 1] = ""
+    end
+  end
+  return (table.concat(out, "\n"):gsub("\n+$", "")) .. "\n"
+end
+
+---The source of a Lua client module that mirrors the functions (with their docs as LuaCATS
+---comments) and calls them over RPC through the connection file.
+---@param name string module name
+---@param functions table[]
+---@param connection_file string
+---@return string
+function M.client_code(name, functions, connection_file)
+  local env_var = "SEER_RPC_" .. name:upper() .. "_CONNECTION"
+  local out = {
+    ("--- %s: functions served over seer RPC from a scoped sandbox; each call runs there."):format(name),
+    "---",
+  }
+  for _, f in ipairs(functions) do
+    out[#out + 1] = ("--- - `%s`%s"):format(f.signature, f.description ~= "" and (": " .. f.description:match("^[^\n]*")) or "")
+  end
+  out[#out + 1] = ("--- Errors raised inside a function come back as Lua errors with the remote traceback.")
+  out[#out + 1] = ""
+  out[#out + 1] = "local M = {}"
+  out[#out + 1] = ""
+  out[#out + 1] = ("local connection_file = os.getenv(%q) or %q"):format(env_var, connection_file)
+  out[#out + 1] = "local client"
+  out[#out + 1] = "local function rpc()"
+  out[#out + 1] = ("  if not client then client = require(\"seer.rpc\").connect(connection_file, { name = %q }) end"):format(name)
+  out[#out + 1] = "  return client"
+  out[#out + 1] = "end"
+  out[#out + 1] = ""
+  local names = {}
+  for _, f in ipairs(functions) do
+    names[#names + 1] = ("%q"):format(f.name)
+    for _, l in ipairs(doc_lines(f)) do
+      for line in (l .. "\n"):gmatch("([^\n]*)\n") do out[#out + 1] = "---" .. line end
+    end
+    local params = {}
+    for _, p in ipairs(f.params) do params[#params + 1] = p.name end
+    if f.vararg then params[#params + 1] = "..." end
+    local plist = table.concat(params, ", ")
+    out[#out + 1] = ("function M.%s(%s)"):format(f.name, plist)
+    out[#out + 1] = ("  return rpc():call(%q%s)"):format(f.name, plist ~= "" and (", " .. plist) or "")
+    out[#out + 1] = "end"
+    out[#out + 1] = ""
+  end
+  out[#out + 1] = "---The names of the functions this module calls."
+  out[#out + 1] = ("M.functions = { %s }"):format(table.concat(names, ", "))
+  out[#out + 1] = ""
+  out[#out + 1] = "return M"
+  return table.concat(out, "\n") .. "\n"
+end
+
+---A seer.workspace Library whose module mirrors the served functions (expose_as = "library").
+---@param name? string module name (default: the server's name)
+---@return seerworkspace.Library
+function Server:library(name)
+  name = name or self.name
+  local ws = require "seer.workspace"
+  local fns = self:functions()
+  local code = M.client_code(name, fns, self.connection_file)
+  return ws.Library{ name = name, files = { [name .. ".lua"] = code }, docs = M.prompt_text(name, fns):gsub("^## [^\n]*\n\n", "") }
+end
+
+---The MCP server entry for agents (expose_as = "mcp"): `{[name] = {type = "stdio", command, args, env}}`
+---running `seer mcp rpc` against this server.
+---@param name? string
+---@return table
+function Server:mcp_config(name)
+  name = name or self.name
+  return { [name] = { type = "stdio", command = seer_binary(),
+                      args = { "mcp", "rpc", "--connection-file", self.connection_file, "--name", name }, env = {} } }
+end
+
+---The prompt text (expose_as = "prompt").
+---@param name? string
+---@return string
+function Server:prompt(name)
+  return M.prompt_text(name or self.name, self:functions())
+end
+
+---A seer.workspace Skill (expose_as = "skill"): SKILL.md with the functions' docs, plus the
+---client module.
+---@param name? string
+---@return seerworkspace.Skill
+function Server:skill(name)
+  name = name or self.name
+  local ws = require "seer.workspace"
+  local fns = self:functions()
+  local names = {}
+  for _, f in ipairs(fns) do names[#names + 1] = f.name end
+  local description = ("Functions %s served from a scoped sandbox (%s); call them from Lua with require \"%s\".")
+    :format(table.concat(names, ", "), self.file:match("([^/]+)$"), name)
+  local md = table.concat({
+    "---", "name: " .. name, "description: " .. description, "---", "",
+    M.prompt_text(name, fns), "",
+    "## How to call them", "",
+    ("`%s.lua` beside this file is the client module. From this directory:"):format(name), "",
+    "```sh",
+    ("seer -e 'local %s = require \"%s\"; print(seer.json.encode(%s.%s()))'"):format(name, name, name, names[1] or "fn"),
+    "```", "",
+    "Errors raised inside a function come back as Lua errors with the remote traceback.", "",
+  }, "\n")
+  return ws.Skill{ name = name, description = description,
+                   files = { ["SKILL.md"] = md, [name .. ".lua"] = M.client_code(name, fns, self.connection_file) } }
+end
+
+local servers = {}
+
+---Starts the interface and returns what expose_as asks for: "library" (default) a Library,
+---"mcp" an mcp_config entry, "prompt" a text, "skill" a Skill; the running Server is the
+---second value (close it when done; rpc.close_all() closes every server started here).
+---@param file string
+---@param opts? seerrpc.start_opts|{expose_as?: "library"|"mcp"|"prompt"|"skill"}
+---@return any exposed
+---@return seerrpc.Server server
+function M.serve(file, opts)
+  opts = opts or {}
+  local expose_as = opts.expose_as or "library"
+  local makers = { library = "library", mcp = "mcp_config", prompt = "prompt", skill = "skill" }
+  if not makers[expose_as] then
+    error(("rpc.serve: expose_as must be \"library\", \"mcp\", \"prompt\" or \"skill\", not %s"):format(tostring(expose_as)), 2)
+  end
+  local sopts = {}
+  for k, v in pairs(opts) do if k ~= "expose_as" then sopts[k] = v end end
+  local ok, srv = pcall(M.start, file, sopts)
+  if not ok then error(srv, 2) end
+  servers[#servers + 1] = srv
+  return srv[makers[expose_as]](srv), srv
+end
+
+---Closes every server rpc.serve started.
+function M.close_all()
+  for i = #servers, 1, -1 do
+    pcall(servers[i].close, servers[i])
+    servers[i] = nil
+  end
+end
+
+return M

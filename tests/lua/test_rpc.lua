@@ -1,0 +1,224 @@
+-- seer.rpc end to end: `seer rpc serve` on stories260K called from Lua (model info, embedding as
+-- a list and as a tensor frame, generation), the library/prompt/skill outputs, errors with the
+-- remote traceback, unserializable results naming the field, binary arguments, timeouts and
+-- cancellation, load errors and crashes reported at once, forged and unsigned requests, and
+-- unexposed names out of reach.
+local T = require "testing"
+local rpc = require "seer.rpc"
+local json = require "seer.json"
+local net = require "seer.net"
+local wire = require "seer.rpc.wire"
+
+local root = require("seer.core.host").lua_dir():gsub("/lua$", "")
+local fixtures = root .. "/tests/fixtures/rpc/"
+local models = { stories260K = root .. "/tests/fixtures/models/stories260K" }
+
+local iface, misc
+local function iface_server()
+  iface = iface or rpc.serve_local(fixtures .. "interface.lua", { models = models, name = "model_tools" })
+  return iface
+end
+local function misc_server()
+  misc = misc or rpc.serve_local(fixtures .. "misc.lua", { transport = "tcp" })
+  return misc
+end
+
+T.test("rpc: stories260K interface called from Lua", function()
+  local s = iface_server()
+  local info = s:call("get_model_info")
+  T.eq(info.num_layers, 5)
+  T.eq(info.hidden_size, 64)
+  T.eq(info.vocab_size, 512)
+  -- state persists between calls (the file ran once)
+  T.eq(s:call("get_model_info").calls, info.calls + 1)
+  local e = s:call("get_embedding", "Once upon a time")
+  T.eq(e.dims, 64)
+  T.eq(#e.embedding, 64)
+  -- the same embedding as a tensor travels as a binary frame and matches the list
+  local t = s:call("get_embedding", "Once upon a time", true)
+  T.ok(seer.tensor.is_tensor(t))
+  T.eq(t:size(1), 64)
+  T.eq(t:dtype(), "f32")
+  for i = 1, 64 do T.near(t[i], e.embedding[i], 1e-6) end
+  -- generation agrees with the model loaded here
+  local m = seer.model.load(models.stories260K)
+  T.eq(s:call("generate", "Once upon a time", 8), m:generate("Once upon a time", { max_new_tokens = 8, temperature = 0 }).text)
+  T.eq(s:call_kw("generate", { prompt = "Once upon a time", max_new_tokens = 8 }),
+       m:generate("Once upon a time", { max_new_tokens = 8, temperature = 0 }).text)
+  T.eq(s:call("show_models"), { stories260K = models.stories260K })
+end)
+
+T.test("rpc: functions, schemas and docs from the LuaCATS annotations", function()
+  local s = iface_server()
+  local names = {}
+  for _, f in ipairs(s:functions()) do names[#names + 1] = f.name end
+  T.eq(names, { "get_model_info", "get_embedding", "generate", "show_models" })
+  local emb = s:functions()[2]
+  T.eq(emb.description, "The mean of the last layer's hidden states over the tokens of text.")
+  T.eq(emb.signature, "get_embedding(text: string, as_tensor?: boolean) -> table")
+  T.eq(emb.input_schema.properties.text, { type = "string", description = "the text to embed" })
+  T.eq(emb.input_schema.required, { "text" })
+  T.eq(emb.input_schema.additionalProperties, false)
+  T.eq(#emb.warnings, 0)
+  T.eq(s:functions()[3].input_schema.properties.max_new_tokens.type, "integer")
+  -- missing annotations are warnings, and the parameter has no made-up type
+  local m = misc_server()
+  local und
+  for _, f in ipairs(m:functions()) do if f.name == "undocumented" then und = f end end
+  T.eq(und.input_schema.properties.x, {})
+  T.contains(table.concat(und.warnings, "\n"), "parameter x has no ---@param annotation")
+  T.contains(table.concat(und.warnings, "\n"), "no description")
+  T.contains(m:logs(), "warning: undocumented: parameter x has no ---@param")
+end)
+
+T.test("rpc: library, prompt and skill outputs", function()
+  local s = iface_server()
+  local prompt = s:prompt()
+  T.contains(prompt, "## model_tools")
+  T.contains(prompt, "### model_tools.get_embedding(text: string, as_tensor?: boolean) -> table")
+  T.contains(prompt, "- `text` (string): the text to embed")
+  T.contains(prompt, "Greedy continuation of a prompt.")
+  local lib = s:library()
+  T.eq(getmetatable(lib), seer.workspace.Library)
+  T.eq(lib.name, "model_tools")
+  local code = lib.files["model_tools.lua"]
+  T.contains(code, "---The mean of the last layer's hidden states over the tokens of text.")
+  T.contains(code, "---@param text string the text to embed")
+  T.contains(code, "function M.get_embedding(text, as_tensor)")
+  -- the module works: install it and require it in a fresh process
+  local dir = T.tmpdir()
+  lib:install(dir)
+  local out = io.popen(("cd '%s' && '%s' -e 'local t = require \"model_tools\"; print(t.get_model_info().hidden_size, t.generate(\"Once\", 4))' 2>&1")
+    :format(dir, require("seer.jupyter").seer_binary())):read("*a")
+  T.contains(out, "64\t")
+  local ws = seer.workspace.Workspace{ libraries = { lib } }
+  T.contains(ws:get_library_docs(), "# Available Libraries\n\n## model_tools\n\n")
+  T.contains(ws:get_library_docs(), "get_model_info() -> table")
+  local skill = s:skill()
+  T.eq(getmetatable(skill), seer.workspace.Skill)
+  T.contains(skill.files["SKILL.md"], "---\nname: model_tools\ndescription: Functions get_model_info, get_embedding, generate, show_models")
+  T.contains(skill.files["SKILL.md"], "### model_tools.generate(prompt: string, max_new_tokens?: integer) -> string")
+  T.ok(skill.files["model_tools.lua"])
+  local mcp = s:mcp_config()
+  T.eq(mcp.model_tools.type, "stdio")
+  T.eq({ mcp.model_tools.args[1], mcp.model_tools.args[2] }, { "mcp", "rpc" })
+end)
+
+T.test("rpc: serve() by expose_as, twice under different names", function()
+  local lib, s1 = rpc.serve(fixtures .. "misc.lua", { expose_as = "library", name = "tools_a" })
+  local text, s2 = rpc.serve(fixtures .. "misc.lua", { expose_as = "prompt", name = "tools_b" })
+  local cfg, s3 = rpc.serve(fixtures .. "misc.lua", { expose_as = "mcp", name = "tools_c" })
+  local skill, s4 = rpc.serve(fixtures .. "misc.lua", { expose_as = "skill", name = "tools_d" })
+  T.eq(lib.name, "tools_a")
+  T.contains(text, "## tools_b")
+  T.ok(cfg.tools_c)
+  T.eq(skill.name, "tools_d")
+  T.eq(s1:call("add", 1, 2), 3)
+  T.eq(s2:call("add", 3, 4), 7)
+  T.ne(s1.connection_file, s2.connection_file)
+  T.raises(function() rpc.serve(fixtures .. "misc.lua", { expose_as = "notebook" }) end, 'expose_as must be "library"')
+  for _, s in ipairs{ s1, s2, s3, s4 } do s:close() end
+end)
+
+T.test("rpc: errors carry the remote traceback; unserializable results name the field", function()
+  local s = misc_server()
+  local msg = T.raises(function() s:call("fail", "x") end, "boom: x")
+  T.contains(msg, "remote traceback:")
+  T.contains(msg, "misc.lua:")
+  T.contains(msg, "in function 'inner'")
+  msg = T.raises(function() s:call("unserializable") end, "cannot be sent")
+  T.contains(msg, "result.rows[2].fn is a function")
+  T.raises(function() s:call("nope") end, 'no exposed function "nope"')
+  T.raises(function() s:call_kw("add", { a = 1, c = 2 }) end, 'add has no parameter "c"')
+  -- the server keeps serving after errors
+  T.eq(s:call("add", 2, 3), 5)
+end)
+
+T.test("rpc: values round trip: nil holes, multiple results, binary strings, tensors, 1 MB", function()
+  local s = misc_server()
+  local a, b, c = s:call("echo", 1, nil, "three")
+  T.eq({ a, b, c }, { 1, nil, "three" })
+  T.eq(s:call("echo", { x = { 1, 2, { y = true } }, s = "é" }), { x = { 1, 2, { y = true } }, s = "é" })
+  local bin = "\0\1\2\255binary"
+  T.eq(s:call("echo", bin), bin)
+  local big = string.rep("abcdefgh", 128 * 1024)
+  T.eq(s:call("len", big), #big)
+  T.eq(s:call("echo", big), big)
+  local t = seer.tensor.arange(0, 12):view(3, 4)
+  T.eq(s:call("tensor_sum", t), 66)
+  local back = s:call("echo", { t = t:to("bf16") })
+  T.eq(back.t:dtype(), "bf16")
+  T.eq(back.t:size(), { 3, 4 })
+  T.eq(back.t:float():totable(), t:totable())
+  T.raises(function() s:call("echo", { f = print }) end, "args%[1%]%.f is a function")
+  T.raises(function() s:call("echo", 0 / 0) end, "JSON has no NaN")
+end)
+
+T.test("rpc: per-call timeout and cancellation interrupt the call; the server goes on", function()
+  local s = misc_server()
+  local t0 = seer.now()
+  local reply = s.client:invoke("spin", { 30 }, 1, nil, { timeout = 0.3 })
+  T.eq(reply.ok, false)
+  T.eq(reply.kind, "timeout")
+  T.contains(reply.error, "spin timed out after 300 ms")
+  T.ok(seer.now() - t0 < 5, "the timeout took " .. (seer.now() - t0))
+  local id = s.client:send_call("spin", { 30 }, 1)
+  require("seer.process").sleep_ms(100)
+  s.client:cancel(id)
+  local content = s.client:wait_reply(id, 5000)
+  T.eq(content.kind, "cancelled")
+  T.eq(s:call("add", 1, 1), 2)
+end)
+
+T.test("rpc: a load error and a crash are reported at once, with the error", function()
+  local t0 = seer.now()
+  local msg = T.raises(function() rpc.serve_local(fixtures .. "broken.lua") end, "failed to load")
+  T.contains(msg, "cannot load the model: weights are missing")
+  T.contains(msg, "in function 'load_model'")
+  msg = T.raises(function() rpc.serve_local(fixtures .. "crash.lua") end, "exited with status 3")
+  T.ok(seer.now() - t0 < 10, "took " .. (seer.now() - t0) .. " s")
+end)
+
+T.test("rpc: forged and unsigned requests are dropped; only exposed functions are reachable", function()
+  local s = misc_server()
+  local info = wire.read_connection(s.connection_file)
+  local function try(key, content, signed_key)
+    local sock = require("seer.core.net").socket("dealer", key)
+    sock:connect(info.endpoint)
+    local h = wire.header_maker()("rpc_call_request")
+    sock:send(nil, h, "{}", "{}", content, nil)
+    local idents, _, _, _, c = sock:recv(1500)
+    sock:close()
+    return idents and json.decode(c)
+  end
+  local dropped = net.dropped()
+  T.eq(try("", '{"fn":"add","args":[1,2]}'), nil, "unsigned")
+  T.eq(try(net.new_key(), '{"fn":"add","args":[1,2]}'), nil, "wrong key")
+  T.eq(try(info.key, '{"fn":"add","args":[1,2]}').result, 3, "the right key works")
+  for _, name in ipairs{ "not_exposed", "hidden_value", "expose", "get_model_path", "print", "os", "_G", "__index" } do
+    local r = try(info.key, json.encode{ fn = name })
+    T.eq(r.ok, false, name)
+    T.eq(r.kind, "not_found", name)
+  end
+  -- a replayed signed message is dropped
+  local sock = require("seer.core.net").socket("dealer", info.key)
+  sock:connect(info.endpoint)
+  local h = wire.header_maker()("rpc_call_request")
+  sock:send(nil, h, "{}", "{}", '{"fn":"add","args":[1,2]}', nil)
+  T.ok(sock:recv(2000))
+  sock:send(nil, h, "{}", "{}", '{"fn":"add","args":[5,5]}', nil)
+  T.eq(sock:recv(800), nil, "replay answered")
+  sock:close()
+  T.contains(s:logs(), "a replayed msg_id")
+  T.ok(net.dropped() >= dropped, "drop counter")
+end)
+
+T.test("rpc: close stops the servers", function()
+  for _, s in ipairs{ iface, misc } do
+    if s then
+      s:close()
+      T.ok(s.proc.wait(0), "the server process ended")
+    end
+  end
+  iface, misc = nil, nil
+end)
