@@ -72,7 +72,9 @@ function M.connect(conn, opts)
     if ok then info = i2 end
   end
   self.info = info
-  self.sock = C.socket("dealer", info.key)
+  -- seer.net's wrapper, so MCP tasks can wait on it in seer.net.poll; calls use the raw socket.
+  self.nsock = require("seer.net").socket("dealer", info.key)
+  self.sock = self.nsock._s
   self.sock:connect(info.endpoint)
   self.make_header = wire.header_maker()
   return self
@@ -274,7 +276,7 @@ function Client:shutdown(timeout_ms)
 end
 
 function Client:close()
-  if self.sock then self.sock:close() self.sock = nil end
+  if self.sock then self.sock:close() self.sock, self.nsock = nil, nil end
   if self.ctl then self.ctl:close() self.ctl = nil end
 end
 

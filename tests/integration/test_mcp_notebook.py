@@ -271,7 +271,7 @@ class RawProtocolTest(unittest.TestCase):
         self.assertIn("protocolVersion", r["error"]["message"])
 
     def test_cli_and_rpc_say_what_they_need(self):
-        for cmd, need in (("cli", "sandboxes"), ("rpc", "scoped sandboxes")):
+        for cmd, need in (("cli", "sandboxes"),):  # `seer mcp rpc` exists now: tests/integration/test_mcp_rpc.py
             r = subprocess.run([SEER, "mcp", cmd], capture_output=True, text=True, env=env(), timeout=30)
             self.assertEqual(r.returncode, 2)
             self.assertEqual(r.stdout, "")

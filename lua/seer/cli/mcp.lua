@@ -1,13 +1,14 @@
 --- `seer mcp`: MCP servers for agents (docs/mcp.md). `seer mcp notebook` serves the notebook
---- tools over stdio (default) or streamable HTTP; `cli` and `rpc` need subsystems this build
---- does not have yet and say so.
+--- tools over stdio (default) or streamable HTTP; `seer mcp rpc` serves the functions of a
+--- scoped interface (`seer rpc serve`) as tools; `cli` needs sandboxes and says so.
 local M = {}
 
 local USAGE = [[
 usage: seer mcp notebook [--session-id ID] [--jupyter-url URL] [--output-dir DIR] [--max-output CHARS]
                          [--http HOST:PORT [--token T] [--allow-origin ORIGIN]...]
        seer mcp cli ...   (needs sandboxes; not available yet)
-       seer mcp rpc ...   (needs scoped sandboxes; not available yet)
+       seer mcp rpc --connection-file FILE [--name NAME] [--timeout SECONDS]
+                    [--http HOST:PORT [--token T] [--allow-origin ORIGIN]...]
 
 Serves MCP (protocol 2025-06-18 and 2025-11-25) on stdin/stdout by default: one JSON-RPC
 message per line; logs go to stderr. The notebook tools: start_new_session, attach_to_session,
@@ -23,7 +24,14 @@ add_markdown, read_notebook, interrupt, shutdown_session.
                        (port 0 picks one; the URL is printed on stderr)
   --token T            the bearer token HTTP clients must send (SEER_MCP_TOKEN; generated and
                        printed on stderr when unset)
-  --allow-origin O     a browser Origin allowed besides the server's own (repeatable)]]
+  --allow-origin O     a browser Origin allowed besides the server's own (repeatable)
+
+seer mcp rpc: one tool per function a scoped interface exposes (`seer rpc serve`; seer.rpc's
+serve(..., {expose_as = "mcp"}) gives the entry that starts it), input schemas from the
+interface's LuaCATS annotations.
+  --connection-file FILE  the RPC server's connection file (SEER_RPC_CONNECTION_FILE)
+  --name NAME             the server name agents see (default: the interface's)
+  --timeout SECONDS       per-call deadline enforced by the RPC server (default: none)]]
 
 local function usage_error(msg)
   io.stderr:write("seer mcp: ", msg, "\n", USAGE, "\n")
@@ -115,6 +123,77 @@ local function notebook(args)
   end
 end
 
+local function parse_rpc_args(args)
+  local o = { connection_file = os.getenv("SEER_RPC_CONNECTION_FILE"), token = os.getenv("SEER_MCP_TOKEN"),
+              allow_origins = {} }
+  local i = 1
+  while i <= #args do
+    local a = args[i]
+    local name, inline = a:match("^(%-%-[%w-]+)=(.*)$")
+    if name then a = name end
+    local function value()
+      if inline then return inline end
+      i = i + 1
+      if args[i] == nil then usage_error(a .. " needs a value") end
+      return args[i]
+    end
+    if a == "--connection-file" then o.connection_file = value()
+    elseif a == "--name" then o.name = value()
+    elseif a == "--timeout" then
+      o.timeout = tonumber(value())
+      if not o.timeout or o.timeout <= 0 then usage_error("--timeout needs a positive number of seconds") end
+    elseif a == "--http" then o.http = value()
+    elseif a == "--token" then o.token = value()
+    elseif a == "--allow-origin" then o.allow_origins[#o.allow_origins + 1] = value()
+    elseif a == "-h" or a == "--help" then print(USAGE) os.exit(0)
+    else usage_error("unknown option " .. a) end
+    i = i + 1
+  end
+  if not o.connection_file or o.connection_file == "" then
+    usage_error("rpc needs --connection-file FILE (the file seer rpc serve was started with)")
+  end
+  if o.token == "" then o.token = nil end
+  if o.http then
+    local host, port = o.http:match("^%[?([^%]]*)%]?:(%d+)$")
+    if not host or host == "" or tonumber(port) > 65535 then usage_error("--http needs HOST:PORT, e.g. 127.0.0.1:8765") end
+    o.http_host, o.http_port = host, tonumber(port)
+  elseif o.token or #o.allow_origins > 0 then
+    usage_error("--token and --allow-origin only apply with --http")
+  end
+  return o
+end
+
+---Builds the RPC tools' MCP server (connected to the RPC server, not yet serving).
+---@param o table parsed options
+function M.rpc_server(o)
+  local server = require "seer.mcp.server"
+  local srv = server.new{ name = o.name or "seer-rpc", title = "seer rpc", version = require("seer").version }
+  require("seer.mcp.rpc_tools").install(srv, o)
+  return srv
+end
+
+local function rpc(args)
+  local o = parse_rpc_args(args)
+  local ok, srv = pcall(M.rpc_server, o)
+  if not ok then
+    io.stderr:write("seer mcp rpc: ", tostring(srv), "\n")
+    io.stderr:flush()
+    os.exit(1)
+  end
+  local sok, err = pcall(function()
+    if o.http then
+      require("seer.mcp.http_server").serve(srv, { host = o.http_host, port = o.http_port, token = o.token,
+                                                   allow_origins = o.allow_origins })
+    else
+      srv:serve_stdio()
+    end
+  end)
+  if not sok then
+    if tostring(err):match("interrupted$") then os.exit(130) end
+    error(err, 0)
+  end
+end
+
 function M.main(cmd, ...)
   if cmd == nil or cmd == "-h" or cmd == "--help" or cmd == "help" then
     print(USAGE)
@@ -125,10 +204,7 @@ function M.main(cmd, ...)
     io.stderr:write("seer mcp cli: not available yet: it serves a sandbox's shell and files, and this build has no sandboxes (the sandbox subsystem comes first)\n")
     os.exit(2)
   end
-  if cmd == "rpc" then
-    io.stderr:write("seer mcp rpc: not available yet: it serves a scoped sandbox's functions, and this build has no scoped sandboxes or their RPC\n")
-    os.exit(2)
-  end
+  if cmd == "rpc" then return rpc({ ... }) end
   usage_error(("unknown server %q (notebook, cli or rpc)"):format(tostring(cmd)))
 end
 

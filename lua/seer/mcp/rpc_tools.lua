@@ -1,0 +1,101 @@
+--- seer.mcp.rpc_tools: the functions of a served scoped interface (`seer rpc serve`) as MCP
+--- tools, for `seer mcp rpc`. One tool per exposed function: its name, its description (the
+--- doc comment and the signature), its input schema from the LuaCATS annotations. A call is
+--- sent with named arguments over the signed RPC connection; the task waits on the RPC socket
+--- through the MCP server's loop, so pings and cancellations go on while it runs, and an MCP
+--- cancellation cancels the remote call.
+local M = {}
+
+local json = require "seer.json"
+local rpc = require "seer.rpc"
+
+local tensor_ok, tensor = pcall(require, "seer.tensor")
+
+-- Values for JSON: tensors become nested lists, binary strings a note.
+local function plain(v, depth)
+  depth = depth or 0
+  if tensor_ok and tensor.is_tensor(v) then return v:totable() end
+  if type(v) == "string" and not require("seer.rpc.wire").json_safe(v) then
+    return ("<%d bytes of binary data>"):format(#v)
+  end
+  if type(v) ~= "table" or depth > 100 then return v end
+  local out = json.is_array(v) and json.array() or (json.is_object(v) and json.object() or {})
+  for k, x in pairs(v) do out[k] = plain(x, depth + 1) end
+  return out
+end
+
+local function tool_result(content, bufs)
+  local values = { rpc.results_of(content, bufs) }
+  local n = content.results and #content.results or 1
+  local v
+  if n > 1 then
+    v = json.array()
+    for i = 1, n do v[i] = values[i] == nil and json.null or plain(values[i]) end
+  else
+    v = plain(values[1])
+  end
+  if v == nil or v == json.null then return { content = { { type = "text", text = "null" } } } end
+  if type(v) == "string" then return { content = { { type = "text", text = v } } } end
+  local text = json.encode(v)
+  local res = { content = { { type = "text", text = text } } }
+  if type(v) == "table" and not json.is_array(v) and next(v) ~= nil then res.structuredContent = v end
+  return res
+end
+
+---Connects to the server and adds one tool per exposed function to srv.
+---@param srv table a seer.mcp.server
+---@param o {connection_file: string, name?: string, timeout?: number, load_timeout?: number}
+---@return table client the seer.rpc client
+function M.install(srv, o)
+  local client = rpc.connect(o.connection_file, { name = o.name })
+  local spec = client:hello(o.load_timeout or 600)
+  local name = o.name or spec.name or "rpc"
+  srv.instructions = rpc.prompt_text(name, spec.functions)
+  local wait = srv:waiter()
+  for _, f in ipairs(spec.functions) do
+    local desc = f.description ~= "" and f.description or ("(no description) " .. f.signature)
+    srv:add_tool{
+      name = f.name,
+      title = f.signature,
+      description = desc .. "\n\nSignature: " .. f.signature,
+      inputSchema = f.input_schema,
+      run = function(ctx, args)
+        local kwargs = {}
+        for k, v in pairs(args) do kwargs[k] = v end
+        local id = client:send_call(f.name, nil, 0, kwargs, { timeout = o.timeout })
+        ctx:on_cancel(function() client:cancel(id) end)
+        local content, bufs
+        while true do
+          -- Take whatever replies have arrived (other tasks' too) off the socket.
+          local got = client.pending[id]
+          if got then
+            client.pending[id] = nil
+            content, bufs = got[1], got[2]
+            break
+          end
+          local c, b = client:_recv(0)
+          if c then
+            if c.id == id then content, bufs = c, b break end
+            if c.id ~= nil then client.pending[c.id] = { c, b } end
+          else
+            client:_check_alive("while running " .. f.name)
+            wait(client.nsock, 1000, function() return client.pending[id] ~= nil end)
+          end
+        end
+        client.inflight[id] = nil
+        if not content.ok then
+          local msg = ("%s failed: %s"):format(f.name, tostring(content.error))
+          if content.traceback and content.traceback ~= json.null then
+            msg = msg .. "\n\nremote traceback:\n" .. content.traceback
+          end
+          return { content = { { type = "text", text = msg } }, isError = true }
+        end
+        return tool_result(content, bufs)
+      end,
+    }
+  end
+  srv:on_exit(function() client:close() end)
+  return client
+end
+
+return M
