@@ -1,6 +1,7 @@
--- The offline demo: what the engine can do today, end to end, in one script: JSON, a real
--- model (load, stream a story, next-token distribution, the residual stream per layer). It
--- grows into a full offline investigation (hooks, notebook, agent replay) as seer grows.
+-- The offline demo, end to end in one script: JSON, a real model (load, stream a story,
+-- next-token distribution, the residual stream per layer), a sandbox with a notebook session
+-- inside it (steering with a hook, a plot), and an agent replaying a recorded investigation
+-- against the live notebook tools over MCP.
 local seer = require "seer"
 local json = seer.json
 
@@ -101,6 +102,23 @@ for i, code in ipairs(cells) do
   local r = session:exec(code)
   io.write(("[cell %d] "):format(i), r.text == "" and "(display output)\n" or r.text)
 end
+-- An agent on the same notebook: the replay provider plays a recorded investigation's
+-- assistant turns against the live notebook tools (an MCP server), so this runs offline;
+-- provider = "claude" with ANTHROPIC_API_KEY set runs a real one (docs/harness.md).
+print("\n== an agent (replayed) working in the notebook through MCP")
+local run = seer.harness.run_agent{
+  provider = "replay", replay = here .. "/agent_replay.jsonl", name = "hello-agent",
+  mcp_config = session.mcp_config, output_dir = out_dir .. "/seer-hello-transcripts",
+  on_message = function(m)
+    if m.type == "text_delta" then io.write(m.text)
+    elseif m.type == "tool_call" then io.write("\n  [tool] ", m.name, " ", seer.json.encode(m.input), "\n")
+    elseif m.type == "tool_result" then
+      local t = m.content and m.content[1] and m.content[1].text or ""
+      io.write("  [result] ", (t:gsub("\n+$", ""):gsub("\n", "\n           ")), "\n")
+    end
+  end,
+}:run()
+print(("\n[agent: %s after %d turns; transcript %s]"):format(run.reason, run.turns, run.transcript))
 print("notebook:  " .. session.notebook_path)
 print("live view: " .. session.jupyter_url)
 if os.getenv("SEER_DEMO_WATCH") then

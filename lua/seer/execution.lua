@@ -44,7 +44,10 @@ local function start_server()
   local key, token = net.new_key(), net.new_key():sub(1, 48)
   local child = process.spawn{
     argv = { jupyter.seer_binary(), "notebook", "serve" },
-    env = { SEER_NOTEBOOK_KEY = key, SEER_NOTEBOOK_TOKEN = token, SEER_DIE_WITH_PARENT = "1" },
+    -- Kernels (and notebooks) never see the LLM keys of the experiment's process.
+    env = { SEER_NOTEBOOK_KEY = key, SEER_NOTEBOOK_TOKEN = token, SEER_DIE_WITH_PARENT = "1",
+            ANTHROPIC_API_KEY = false, OPENAI_API_KEY = false, OPENROUTER_API_KEY = false, GEMINI_API_KEY = false,
+            GOOGLE_API_KEY = false },
     stdout = "pipe", stderr = "inherit",
   }
   local line, why = child:read_line(15000)

@@ -63,7 +63,7 @@ end)
 
 T.test("unknown fields list the valid ones", function()
   raises(function() SC{ gpus = "H100" } end,
-    "SandboxConfig: unknown field gpus; valid fields: backend, debug, env, execution_mode, gpu, gpu_count, local_dirs, local_files, models, network, repos, secrets, system_packages, timeout")
+    "SandboxConfig: unknown field gpus; valid fields: backend, debug, env, execution_mode, gpu, gpu_count, limits, local_dirs, local_files, models, network, repos, secrets, system_packages, timeout")
   raises(function() MC{ name = "x", dtype = "bf16" } end,
     "ModelConfig: dtype is not a ModelConfig field (model loading is handled by the sandbox); valid fields: base_model, hidden, is_peft, name, revision, var_name")
   raises(function() MC{ name = "x", varname = "m" } end,
@@ -250,14 +250,28 @@ T.test("configs are records: no new fields, the input table is not kept", functi
   T.eq(n, 1)
 end)
 
-T.test("module: model_env_name and no Sandbox yet", function()
+T.test("limits: sizes, counts and what to write instead", function()
+  local c = env.SandboxConfig{ limits = { memory = "512M", processes = 64, cpu_seconds = 2.5, open_files = 1024 } }
+  T.eq(c.limits, { memory = 512 * 1024 * 1024, processes = 64, cpu_seconds = 2.5, open_files = 1024 })
+  T.eq(env.SandboxConfig{ limits = { memory = "8g" } }.limits.memory, 8 * 1024 ^ 3)
+  T.eq(env.SandboxConfig{ limits = { memory = 2 ^ 30 } }.limits.memory, 2 ^ 30)
+  T.eq(env.SandboxConfig{}.limits, {})
+  T.contains(tostring(c), "limits = {cpu_seconds = 2.5, memory = 536870912, open_files = 1024, processes = 64}")
+  raises(function() env.SandboxConfig{ limits = { memory = "lots" } } end, 'write e.g. memory = "512M"')
+  raises(function() env.SandboxConfig{ limits = { memory = "1M" } } end, "at least 16M")
+  raises(function() env.SandboxConfig{ limits = { processes = 2 } } end, "processes must be at least 8")
+  raises(function() env.SandboxConfig{ limits = { processes = 1.5 } } end, "processes must be a positive integer")
+  raises(function() env.SandboxConfig{ limits = { ram = 1 } } end, "unknown field ram; valid fields: cpu_seconds, memory, open_files, processes")
+end)
+
+T.test("module: model_env_name, Sandbox", function()
   T.eq(env.model_env_name("google/gemma-2-9b-it"), "MODEL_GOOGLE_GEMMA_2_9B_IT_PATH")
   T.eq(env.model_env_name("bcywinski/gemma-2-9b-it-user-female"), "MODEL_BCYWINSKI_GEMMA_2_9B_IT_USER_FEMALE_PATH")
   T.eq(env.model_env_name("gpt2"), "MODEL_GPT2_PATH")
   raises(function() env.model_env_name(nil) end, "model_env_name(id): id must be a model id string, not a nil")
-  raises(function() return env.Sandbox end,
-    "Sandbox(config):start() is not available yet: it needs sandboxd and bubblewrap isolation (issue 9)")
-  raises(function() return env.ScopedSandbox end, "ScopedSandbox(config):start() is not available yet")
+  T.eq(env.Sandbox, require("seer.sandbox").Sandbox)
+  T.eq(type(env.Sandbox.from_snapshot), "function")
+  raises(function() env.Sandbox({ gpus = 1 }) end, "SandboxConfig: unknown field gpus")
   raises(function() return env.SandboxConf end, "seer.environment has no field SandboxConf; fields: ")
   T.eq(require("seer").environment, env)
 end)
