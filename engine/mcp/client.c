@@ -249,6 +249,8 @@ void mcp_dispatch_text(mcp_server_t *s, const char *text, size_t n) {
 
 /* ---- requests ----------------------------------------------------------------------------- */
 
+static int reinitialize(mcp_server_t *s, int64_t deadline, seer_err_t *err);
+
 /* One JSON-RPC request with a deadline. what names it in messages ("tools/call 'x'"). On a
  * timeout or Ctrl-C the server is told with notifications/cancelled (not for initialize, which
  * the protocol says must not be cancelled). *result gets the result object. */
@@ -274,17 +276,30 @@ static int rpc(mcp_server_t *s, const char *method, cJSON *params /* taken */, c
     cJSON_Delete(m);
     if (!text) return seer_err_set(err, SEER_ENOMEM, "out of memory");
 
-    s->wait_id = id;
-    s->wait_msg = NULL;
-    s->wait_call = call;
     seer_err_t terr;
-    seer_err_clear(&terr);
     int rc;
-    if (s->kind == MCP_STDIO) {
-        rc = mcp_stdio_send(s, text, strlen(text), deadline, &terr);
-        if (rc == 0) rc = mcp_stdio_pump(s, deadline, &terr);
-    } else {
-        rc = mcp_http_send(s, text, strlen(text), 1, deadline, &terr);
+    for (int attempt = 0;; attempt++) {
+        s->wait_id = id;
+        s->wait_msg = NULL;
+        s->wait_call = call;
+        seer_err_clear(&terr);
+        if (s->kind == MCP_STDIO) {
+            rc = mcp_stdio_send(s, text, strlen(text), deadline, &terr);
+            if (rc == 0) rc = mcp_stdio_pump(s, deadline, &terr);
+        } else {
+            rc = mcp_http_send(s, text, strlen(text), 1, deadline, &terr);
+        }
+        if (rc != SEER_MCP_ESESSION || attempt > 0 || strcmp(method, "initialize") == 0) break;
+        /* A new HTTP session, then the same request again, once. */
+        s->wait_call = NULL;
+        cJSON_Delete(s->wait_msg);
+        s->wait_msg = NULL;
+        seer_err_t ierr;
+        if (reinitialize(s, deadline, &ierr) < 0) {
+            snprintf(terr.msg, sizeof terr.msg, "the session expired and starting a new one failed: %.7000s", ierr.msg);
+            rc = SEER_EIO;
+            break;
+        }
     }
     free(text);
     s->wait_call = NULL;
@@ -600,6 +615,17 @@ static int send_initialize(mcp_server_t *s, int64_t deadline, seer_err_t *err) {
     if (rc < 0) return rc;
     s->init_result = res;
     return 0;
+}
+
+/* HTTP: the server forgot the session (404): initialize again and announce it, keeping the
+ * tools listed at connect time. */
+static int reinitialize(mcp_server_t *s, int64_t deadline, seer_err_t *err) {
+    cJSON *res;
+    int rc = rpc(s, "initialize", initialize_params(), "initialize (new session)", ms_left(deadline), NULL, &res, err);
+    if (rc < 0) return rc;
+    cJSON_Delete(s->init_result);
+    s->init_result = res;
+    return send_notification(s, "notifications/initialized", NULL, deadline, err);
 }
 
 /* Stdio: writes initialize and leaves the response to finish_connect. */

@@ -366,9 +366,14 @@ int mcp_http_send(mcp_server_t *s, const char *text, size_t n, int is_request, i
         } else {
             char ex[400];
             body_excerpt(x, ex, sizeof ex);
-            if (status == 404 && s->http->session_id)
-                rc = seer_err_set(err, SEER_EIO, "HTTP 404 from %s: the server no longer knows the session (it may have restarted)%s%s",
+            if (status == 404 && s->http->session_id) {
+                /* The session is gone (the server restarted or expired it): the caller starts a
+                 * new one with initialize, as the transport spec says, and sends again. */
+                rc = seer_err_set(err, SEER_MCP_ESESSION, "HTTP 404 from %s: the server no longer knows the session (it may have restarted)%s%s",
                                   s->http->url, ex[0] ? ": " : "", ex);
+                free(s->http->session_id);
+                s->http->session_id = NULL;
+            }
             else
                 rc = seer_err_set(err, SEER_EIO, "HTTP %ld from %s%s%s", status, s->http->url, ex[0] ? ": " : "", ex);
         }

@@ -24,6 +24,7 @@ enum {
     SEER_MCP_ETIMEOUT = -20, /* the server did not answer in time (the request was cancelled) */
     SEER_MCP_EDEAD = -21,    /* the server exited, closed the connection or broke the protocol */
     SEER_MCP_ERPC = -22,     /* the server answered with a JSON-RPC error */
+    SEER_MCP_ESESSION = -23, /* HTTP: the server no longer knows the session (re-initialized once, then an error) */
 };
 
 typedef struct seer_mcp_client seer_mcp_client_t;

@@ -217,6 +217,25 @@ T.test("mcp client: a server that crashes mid-call is an error with its status a
   T.raises(function() c:tools() end, "the client is closed", true)
 end)
 
+T.test("mcp client: an HTTP server that restarted (404 for the session) gets a new session, once", function()
+  need_sdk()
+  start_http("restart", { "--only", "echo" })
+  local url = http_url("restart")
+  local port = web.restart.port
+  local c = mcp.connect({ r = { type = "http", url = url } }, { timeout = 10, connect_timeout = 30 })
+  T.eq(c:call("echo", { text = "one" }).content[1].text, "one")
+  web.restart.child:stop(500)
+  -- the same port, a new server process that never saw the session
+  local port_file = dir .. "/restart2.port"
+  local child = process.spawn{ argv = { python, fixture, "--name", "restart", "--only", "echo", "--http", port,
+                                        "--port-file", port_file }, stderr = dir .. "/restart2.stderr" }
+  local deadline = process.now_ms() + 20000
+  while not io.open(port_file) and process.now_ms() < deadline do process.sleep_ms(20) end
+  T.eq(c:call("echo", { text = "two" }).content[1].text, "two")
+  c:close()
+  child:stop(500)
+end)
+
 T.test("mcp client: configuration and option errors", function()
   T.raises(function() mcp.connect({ s = { type = "sse", url = "http://127.0.0.1:1/sse" } }) end,
     "mcp server 's': type 'sse'", true)
