@@ -279,17 +279,26 @@ end
 local REPLAY_WINDOW_S = 600
 
 -- Accepts each msg_id once and only messages dated within the window (replayed captures of a
--- signed message are dropped).
+-- signed message are dropped). ISO 8601 UTC dates of one format compare as strings.
 local function replay_guard()
   local cur, old, rotated = {}, {}, now()
+  local lo, hi, bounds_at = "", "", -1
   return function(hdr)
     local id = hdr.msg_id
     if type(id) ~= "string" or not id:match("^[%w%-_.:]+$") or #id > 100 then return false, "a bad msg_id" end
     local t = now()
     if t - rotated > REPLAY_WINDOW_S then old, cur, rotated = cur, {}, t end
     if cur[id] or old[id] then return false, "a replayed msg_id" end
-    local sec = wire.date_seconds(hdr.date)
-    if not sec or math.abs(sec - os.time()) > REPLAY_WINDOW_S / 2 then return false, "a date outside the accepted window" end
+    local sec = os.time()
+    if sec ~= bounds_at then
+      bounds_at = sec
+      lo = os.date("!%Y-%m-%dT%H:%M:%S", sec - REPLAY_WINDOW_S / 2)
+      hi = os.date("!%Y-%m-%dT%H:%M:%S", sec + REPLAY_WINDOW_S / 2)
+    end
+    local date = hdr.date
+    if type(date) ~= "string" or not date:match("^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d") or date < lo or date > hi then
+      return false, "a date outside the accepted window"
+    end
     cur[id] = true
     return true
   end
