@@ -13,7 +13,8 @@ and answers signed RPC requests (seer.rpc, `seer mcp rpc`) until it is told to s
                           or port * picks one); the server writes back the endpoints it bound,
                           the watchdog's "control_endpoint" and its pid
   --workers N             N worker processes, each with its own copy of the interface (and of
-                          its models); default 1: calls run one at a time
+                          its models); default 1: calls run one at a time. Not built yet:
+                          N > 1 exits with status 2 and says so
   --models JSON           model id -> local path ({"google/gemma-2-2b": "/models/..."} or
                           [{"name": ..., "path": ...}]) for get_model_path
   --timeout SECONDS       default per-call deadline (a request may set its own)
@@ -110,8 +111,12 @@ local function serve(args)
   if o.die_with_parent then require("seer.process").die_with_parent() end
   local server = require "seer.rpc.server"
   local rc
-  if o.workers > 1 then rc = require("seer.rpc.broker").serve(o)
-  else rc = server.serve(o) end
+  if o.workers > 1 then
+    io.stderr:write("seer rpc serve: --workers ", o.workers, " is not built yet: this build serves calls one at a time ",
+      "in one process (models are not reentrant); drop --workers or start several servers and spread calls over them\n")
+    os.exit(2)
+  end
+  rc = server.serve(o)
   io.stdout:flush()
   io.stderr:flush()
   os.exit(rc)

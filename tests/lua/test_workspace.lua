@@ -1,0 +1,63 @@
+-- seer.workspace skills (Skill, Skill.from_dir, Library.from_skill_dir, skill_dirs, where they
+-- install) and seer.local_session.create_local_session with a scoped library.
+local T = require "testing"
+local ws = require "seer.workspace"
+
+local root = require("seer.core.host").lua_dir():gsub("/lua$", "")
+local skill_dir = root .. "/tests/fixtures/rpc/skills/steering-hook"
+
+T.test("workspace: Skill.from_dir reads SKILL.md and the files beside it", function()
+  local s = ws.Skill.from_dir(skill_dir)
+  T.eq(s.name, "steering-hook")
+  T.eq(s.description, "Add a steering vector to the residual stream during generation.")
+  T.ok(s.files["SKILL.md"])
+  T.ok(s.files["code.lua"])
+  T.eq(s.files["examples/use.lua"], "print('example')\n")
+  T.raises(function() ws.Skill.from_dir(root .. "/tests/fixtures/rpc") end, "has no SKILL.md")
+  local made = ws.Skill{ name = "notes", description = "Notes for the agent" }
+  T.eq(made.files["SKILL.md"], "---\nname: notes\ndescription: Notes for the agent\n---\n")
+  T.raises(function() ws.Skill{ name = "x" } end, "give a description")
+  T.raises(function() ws.Skill{ name = "../x", description = "d" } end, "skill name")
+end)
+
+T.test("workspace: Library.from_skill_dir requires the skill's code under its name", function()
+  local lib = ws.Library.from_skill_dir(skill_dir)
+  T.eq(lib.name, "steering_hook")
+  T.eq(lib.files["steering_hook.lua"], "--- steering helpers (test fixture)\nlocal M = {}\nfunction M.strength(x) return 2 * x end\nreturn M\n")
+  T.contains(lib.docs, "# Steering hook")
+  T.eq(ws.Library.from_skill_dir(skill_dir, { name = "steer" }).name, "steer")
+end)
+
+T.test("workspace: skills and skill_dirs install under .claude/skills; docs in the reference's format", function()
+  local dir = T.tmpdir()
+  local w = ws.Workspace{ skills = { ws.Skill{ name = "notes", description = "Notes" } }, skill_dirs = { skill_dir },
+                          libraries = { ws.Library.from_code("helpers", "--- Helper functions.\nreturn {}"),
+                                        ws.Library.from_code("bare", "return {}") } }
+  T.eq(#w.skills, 2)
+  w:install(dir)
+  T.eq(seer.read_file(dir .. "/.claude/skills/notes/SKILL.md"), "---\nname: notes\ndescription: Notes\n---\n")
+  T.ok(seer.read_file(dir .. "/.claude/skills/steering-hook/examples/use.lua"))
+  T.eq(seer.read_file(dir .. "/helpers.lua"), "--- Helper functions.\nreturn {}")
+  T.eq(w:get_library_docs(), "# Available Libraries\n\n## helpers\n\nHelper functions.\n\n## bare\n\nAvailable via: `require \"bare\"`\n")
+  T.raises(function() ws.Workspace{ skills = { {} } } end, "is not a Skill")
+  T.raises(function() ws.Workspace{ skill_dirs = { "/nonexistent" } } end, "skill_dirs%[1%]")
+end)
+
+T.test("local session: the agent's directory gets the scoped library, callable from a fresh seer", function()
+  local rpc = require "seer.rpc"
+  local lib, srv = rpc.serve(root .. "/tests/fixtures/rpc/misc.lua", { expose_as = "library", name = "scoped_tools" })
+  local dir = T.tmpdir() .. "/work"
+  local create = require("seer.local_session").create_local_session
+  local s = create(ws.Workspace{ libraries = { lib } }, dir, "scoped-example")
+  T.eq(s.name, "scoped-example")
+  T.eq(s.workspace_dir, dir)
+  T.eq(seer.json.encode(s.mcp_config), "{}")
+  T.contains(s.library_docs, "## scoped_tools")
+  local out = io.popen(("cd '%s' && '%s' -e 'print(require(\"scoped_tools\").add(20, 22))' 2>&1")
+    :format(dir, require("seer.jupyter").seer_binary())):read("*a")
+  T.eq(out, "42\n")
+  local s2 = create{ workspace = ws.Workspace{}, workspace_dir = dir .. "2" }
+  T.eq(s2.name, "local")
+  T.raises(function() create(ws.Workspace{}, nil) end, "workspace_dir must be")
+  srv:close()
+end)
