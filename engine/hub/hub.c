@@ -1,7 +1,8 @@
 /* Hugging Face hub downloads (see hub.h). The flow follows huggingface_hub's snapshot_download
  * so the cache it leaves is the one the Python tools expect: one API call for the commit and the
  * file list, then per missing file a HEAD (without following the CDN redirect, because the blob
- * name is the hub's X-Linked-Etag, not the CDN's ETag) and a GET that follows it. */
+ * name is the hub's X-Linked-Etag, not the CDN's ETag) and a GET that follows it. The files are
+ * jobs run max_workers at a time by one curl multi handle on the caller's thread (run_jobs). */
 #include "hub.h"
 
 #include <ctype.h>
@@ -229,7 +230,6 @@ int seer_hub_cached(const char *repo_id, const seer_hub_opts_t *o, char **snapsh
     free(rd);
     return rc;
 }
-
 /* ---- HTTP ----------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -252,9 +252,110 @@ static int buf_add(buf_t *b, const void *p, size_t n) {
     return 0;
 }
 
+/* The running checksum of a blob being written: the hub's ETag is the file's SHA-256 for LFS
+ * files and its git blob id (SHA-1 over "blob <size>\0" + content) for the others. Hashing the
+ * bytes as they arrive spares reading a large file back at the end, which would stall every
+ * other transfer of the loop. covered is how many leading bytes of the file the state holds. */
+typedef struct {
+    EVP_MD_CTX *ctx;
+    const EVP_MD *md; /* NULL: the ETag is not a hash we can check this way */
+    int git;
+    long long size;   /* the file size (the git header needs it up front) */
+    long long covered;
+    int ok;           /* 0 after an OpenSSL failure: fall back to reading the file */
+} hash_t;
+
+static void hash_reset(hash_t *h) {
+    h->covered = 0;
+    if (!h->md || !h->ok) return;
+    if (EVP_DigestInit_ex(h->ctx, h->md, NULL) != 1) {
+        h->ok = 0;
+        return;
+    }
+    if (h->git) {
+        char hdr[64];
+        int n = snprintf(hdr, sizeof hdr, "blob %lld", h->size);
+        if (EVP_DigestUpdate(h->ctx, hdr, (size_t)n + 1) != 1) h->ok = 0;
+    }
+}
+
+/* Picks the hash from the ETag's shape; a git id with an unknown size is checked at the end
+ * by verify_hash instead. */
+static void hash_begin(hash_t *h, const char *etag, long long size) {
+    memset(h, 0, sizeof *h);
+    h->size = size;
+    if (is_hex(etag, 64))
+        h->md = EVP_sha256();
+    else if (is_hex(etag, 40) && size >= 0)
+        h->md = EVP_sha1(), h->git = 1;
+    if (!h->md) return;
+    h->ctx = EVP_MD_CTX_new();
+    h->ok = h->ctx != NULL;
+    hash_reset(h);
+}
+
+static void hash_update(hash_t *h, const void *p, size_t n) {
+    if (h->md && h->ok && EVP_DigestUpdate(h->ctx, p, n) != 1) h->ok = 0;
+    h->covered += (long long)n;
+}
+
+/* Brings the state to the first n bytes of fd (what an earlier run or attempt left). */
+static int hash_sync(hash_t *h, int fd, long long n) {
+    if (!h->md || h->covered == n) return 0;
+    hash_reset(h);
+    char *chunk = malloc(1 << 16);
+    if (!chunk) return -1;
+    while (h->covered < n) {
+        size_t want = (size_t)(n - h->covered < (1 << 16) ? n - h->covered : (1 << 16));
+        ssize_t got = pread(fd, chunk, want, (off_t)h->covered);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) {
+            free(chunk);
+            return -1;
+        }
+        hash_update(h, chunk, (size_t)got);
+    }
+    free(chunk);
+    return 0;
+}
+
+static void hash_free(hash_t *h) {
+    EVP_MD_CTX_free(h->ctx);
+    h->ctx = NULL;
+}
+
+/* Returns 1 ok, 0 mismatch, -1 the state cannot tell (the caller reads the file instead). */
+static int hash_check(hash_t *h, const char *etag, long long size) {
+    if (!h->md) return is_hex(etag, 64) || is_hex(etag, 40) ? -1 : 1; /* not a hash ETag: unchecked */
+    if (!h->ok || h->covered != size) return -1;
+    unsigned char dig[EVP_MAX_MD_SIZE];
+    unsigned int dl = 0;
+    if (EVP_DigestFinal_ex(h->ctx, dig, &dl) != 1) return -1;
+    char hex[2 * EVP_MAX_MD_SIZE + 1];
+    for (unsigned i = 0; i < dl; i++) sprintf(hex + 2 * i, "%02x", dig[i]);
+    return strcasecmp(hex, etag) == 0;
+}
+
+/* The same check by reading the file: for a git id whose size was not known up front. Other
+ * ETags (a different server) are not checked. Returns 1 ok, 0 mismatch, -1 read error. */
+static int verify_hash(const char *path, const char *etag, long long size) {
+    if (!is_hex(etag, 64) && !is_hex(etag, 40)) return 1;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    hash_t h;
+    hash_begin(&h, etag, size);
+    int rc = h.ok && hash_sync(&h, fd, size) == 0 ? hash_check(&h, etag, size) : -1;
+    hash_free(&h);
+    close(fd);
+    return rc;
+}
+
 typedef struct {
     const seer_hub_opts_t *o;
     const char *token;
+    CURL *easy;
+    struct curl_slist *headers;
+    char *auth;
     /* headers of the last response (redirects reset them) */
     long status;
     char commit[128], linked_etag[256], etag[256], location[2048];
@@ -264,14 +365,10 @@ typedef struct {
     int fd;          /* -1: body goes to memory */
     long long start; /* bytes already in the .incomplete file */
     long long written;
+    hash_t *hash;    /* with fd: the checksum of the file so far */
     int body_started;
     int io_error;
     int interrupted;
-    /* progress */
-    int show;
-    const char *label;
-    long long total;
-    double t0, last_draw;
     char errbuf[CURL_ERROR_SIZE];
 } req_t;
 
@@ -346,38 +443,16 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
                 return 0;
             }
             r->start = 0;
+            if (r->hash) hash_reset(r->hash);
         }
     }
     if (write_all(r->fd, p, n) < 0) {
         r->io_error = errno;
         return 0;
     }
+    if (r->hash) hash_update(r->hash, p, n);
     r->written += (long long)n;
     return n;
-}
-
-static void human(char *out, size_t cap, double b) {
-    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int i = 0;
-    while (b >= 1024 && i < 4) b /= 1024, i++;
-    snprintf(out, cap, i ? "%.1f %s" : "%.0f %s", b, u[i]);
-}
-
-static void draw(req_t *r, int final) {
-    double t = now_s();
-    if (!final && t - r->last_draw < 0.1) return;
-    r->last_draw = t;
-    char have[32], total[32], rate[32];
-    long long got = r->start + r->written;
-    human(have, sizeof have, (double)got);
-    if (r->total >= 0)
-        human(total, sizeof total, (double)r->total);
-    else
-        snprintf(total, sizeof total, "?");
-    double dt = t - r->t0;
-    human(rate, sizeof rate, dt > 0 ? r->written / dt : 0);
-    fprintf(stderr, "\r\033[K%s  %s / %s  %s/s%s", r->label, have, total, rate, final ? "\n" : "");
-    fflush(stderr);
 }
 
 static int on_progress(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un) {
@@ -387,19 +462,18 @@ static int on_progress(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, cu
         r->interrupted = 1;
         return 1;
     }
-    if (r->show && r->fd >= 0) draw(r, 0);
     return 0;
 }
 
-/* method: "GET" or "HEAD". follow: whether to follow redirects. Returns the curl code. */
-static CURLcode perform(req_t *r, const char *url, const char *method, int follow) {
-    CURL *e = curl_easy_init();
-    if (!e) return CURLE_OUT_OF_MEMORY;
-    struct curl_slist *hl = NULL;
-    char *auth = NULL;
+/* Sets up r->easy for one request (method "GET" or "HEAD"; follow: whether to follow
+ * redirects); the caller runs it, alone or in a multi handle, and then calls req_end. */
+static int req_begin(req_t *r, const char *url, const char *method, int follow) {
+    r->easy = curl_easy_init();
+    if (!r->easy) return -1;
+    CURL *e = r->easy;
     if (r->token && *r->token) {
-        auth = xasprintf("Authorization: Bearer %s", r->token);
-        if (auth) hl = curl_slist_append(hl, auth);
+        r->auth = xasprintf("Authorization: Bearer %s", r->token);
+        if (r->auth) r->headers = curl_slist_append(NULL, r->auth);
     }
     char ua[64];
     snprintf(ua, sizeof ua, "seer/%s", seer_version());
@@ -407,18 +481,18 @@ static CURLcode perform(req_t *r, const char *url, const char *method, int follo
     r->commit[0] = r->linked_etag[0] = r->etag[0] = r->location[0] = 0;
     r->linked_size = r->content_length = -1;
     r->errbuf[0] = 0;
+    r->body.len = 0;
+    r->written = 0;
+    r->body_started = r->io_error = r->interrupted = 0;
     curl_easy_setopt(e, CURLOPT_URL, url);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_USERAGENT, ua);
-    curl_easy_setopt(e, CURLOPT_HTTPHEADER, hl);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->headers);
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->errbuf);
     curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
-    curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, on_progress);
-    curl_easy_setopt(e, CURLOPT_XFERINFODATA, r);
-    curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, 30L);
@@ -431,16 +505,36 @@ static CURLcode perform(req_t *r, const char *url, const char *method, int follo
     curl_easy_setopt(e, CURLOPT_MAXREDIRS, 10L);
     if (!strcmp(method, "HEAD")) curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
     if (r->start > 0) curl_easy_setopt(e, CURLOPT_RESUME_FROM_LARGE, (curl_off_t)r->start);
-    CURLcode c = curl_easy_perform(e);
+    return 0;
+}
+
+static void req_end(req_t *r) {
+    if (!r->easy) return;
     long code = 0;
-    curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &code);
+    curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &code);
     if (code) r->status = code;
-    curl_easy_cleanup(e);
-    curl_slist_free_all(hl);
-    if (auth) {
-        memset(auth, 0, strlen(auth));
-        free(auth);
+    curl_easy_cleanup(r->easy);
+    r->easy = NULL;
+    curl_slist_free_all(r->headers);
+    r->headers = NULL;
+    if (r->auth) {
+        memset(r->auth, 0, strlen(r->auth));
+        free(r->auth);
+        r->auth = NULL;
     }
+}
+
+/* One request on its own (the API call), polling opts->interrupted. Returns the curl code. */
+static CURLcode perform(req_t *r, const char *url, const char *method, int follow) {
+    if (req_begin(r, url, method, follow) < 0) {
+        req_end(r);
+        return CURLE_OUT_OF_MEMORY;
+    }
+    curl_easy_setopt(r->easy, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(r->easy, CURLOPT_XFERINFODATA, r);
+    curl_easy_setopt(r->easy, CURLOPT_NOPROGRESS, 0L);
+    CURLcode c = curl_easy_perform(r->easy);
+    req_end(r);
     return c;
 }
 
@@ -473,52 +567,32 @@ static int net_error(seer_err_t *err, const char *repo_id, const char *file, con
                         repo_id, file ? ": " : "", file ? file : "", endpoint, r->errbuf[0] ? r->errbuf : curl_easy_strerror(c));
 }
 
-/* ---- hashes --------------------------------------------------------------------------------- */
-
-/* The hub's ETag is the file's SHA-256 for LFS files and its git blob id (SHA-1 over
- * "blob <size>\0" + content) for the others; either lets us check what arrived. Other ETags
- * (a different server) are not checked. Returns 1 ok, 0 mismatch, -1 read error. */
-static int verify_hash(const char *path, const char *etag, long long size) {
-    const EVP_MD *md;
-    int git = 0;
-    if (is_hex(etag, 64))
-        md = EVP_sha256();
-    else if (is_hex(etag, 40))
-        md = EVP_sha1(), git = 1;
-    else
-        return 1;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    EVP_DigestInit_ex(ctx, md, NULL);
-    if (git) {
-        char hdr[64];
-        int n = snprintf(hdr, sizeof hdr, "blob %lld", size);
-        EVP_DigestUpdate(ctx, hdr, (size_t)n + 1);
-    }
-    static char chunk[1 << 16];
-    ssize_t n;
-    int rc = 1;
-    while ((n = read(fd, chunk, sizeof chunk)) != 0) {
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            rc = -1;
-            break;
-        }
-        EVP_DigestUpdate(ctx, chunk, (size_t)n);
-    }
-    close(fd);
-    unsigned char dig[EVP_MAX_MD_SIZE];
-    unsigned int dl = 0;
-    EVP_DigestFinal_ex(ctx, dig, &dl);
-    EVP_MD_CTX_free(ctx);
-    if (rc < 0) return -1;
-    char hex[2 * EVP_MAX_MD_SIZE + 1];
-    for (unsigned i = 0; i < dl; i++) sprintf(hex + 2 * i, "%02x", dig[i]);
-    return strcasecmp(hex, etag) == 0;
-}
-
 /* ---- the download --------------------------------------------------------------------------- */
+
+/* Each matching file is a job that moves through these states; up to max_workers jobs are past
+ * J_PENDING and not yet J_DONE at once, and all their requests run in one curl multi handle on
+ * the calling thread, so nothing here needs a lock and opts->interrupted is polled where it was
+ * given. */
+enum { J_PENDING, J_HEAD, J_LOCK, J_GET, J_DONE };
+
+typedef struct {
+    const char *file;
+    int state;
+    int slot;             /* index in dl_t.slots while active */
+    char *url;            /* resolve URL (after the hub's own relative redirects) */
+    int hops, attempt;
+    char etag[256];
+    long long size;       /* -1: the server did not say */
+    char *blob, *part, *lockp;
+    int lockfd, fd;
+    double lock_retry;    /* J_LOCK: when to try the lock again */
+    req_t r;              /* the request in flight (J_HEAD, J_GET) */
+    hash_t hash;
+    long long have;       /* bytes in the .incomplete when the current GET began */
+    long long got;        /* bytes of the file on disk, for the progress line */
+    long long fetched;    /* bytes received by finished GETs of this run (for the rate) */
+    int fetching;         /* the blob was missing, so this job's bytes count in the progress */
+} job_t;
 
 typedef struct {
     const char *repo_id, *rev, *endpoint, *token;
@@ -526,7 +600,45 @@ typedef struct {
     char *repo_dir;
     char commit[128];
     int show;
+    int max_workers;
+    CURLM *multi;
+    job_t *jobs;
+    job_t **slots;        /* max_workers entries; NULL where free */
+    size_t njobs, next, done;
+    int active;
+    double t0, last_draw; /* t0: when the first GET began (0: none yet) */
+    int drawn;
 } dl_t;
+
+/* Files fetched at once when neither the option nor SEER_HUB_MAX_WORKERS says: enough to hide
+ * the per-request latency of the hub and to use more than one CDN connection's bandwidth,
+ * without looking like a flood to the hub (huggingface_hub uses 8). */
+#define DEFAULT_WORKERS 4
+#define MAX_WORKERS 64
+
+static int resolve_workers(const seer_hub_opts_t *o, int *out, seer_err_t *err) {
+    if (o && (o->max_workers < 0 || o->max_workers > MAX_WORKERS))
+        return seer_err_set(err, SEER_EINVAL, "hub: max_workers must be from 1 to %d (got %d)", MAX_WORKERS,
+                            o->max_workers);
+    if (o && o->max_workers > 0) {
+        *out = o->max_workers;
+        return SEER_OK;
+    }
+    const char *v = getenv("SEER_HUB_MAX_WORKERS");
+    if (v && *v) {
+        char *end;
+        errno = 0;
+        long n = strtol(v, &end, 10);
+        if (errno || *end || n < 1 || n > MAX_WORKERS)
+            return seer_err_set(err, SEER_EINVAL,
+                                "hub: SEER_HUB_MAX_WORKERS='%s': expected how many files to fetch at once, from 1 to %d",
+                                v, MAX_WORKERS);
+        *out = (int)n;
+        return SEER_OK;
+    }
+    *out = DEFAULT_WORKERS;
+    return SEER_OK;
+}
 
 static int matches(const dl_t *d, const char *name) {
     const char *const *pat = d->o && d->o->allow ? d->o->allow : seer_hub_default_allow;
@@ -568,113 +680,6 @@ static int link_snapshot(dl_t *d, const char *file, const char *etag, seer_err_t
     return rc;
 }
 
-/* Fetches blobs/<etag> (resuming blobs/<etag>.incomplete) under blobs/<etag>.lock. */
-static int fetch_blob(dl_t *d, const char *file, const char *url, const char *etag, long long size,
-                      seer_err_t *err) {
-    char *blob = xasprintf("%s/blobs/%s", d->repo_dir, etag);
-    char *part = xasprintf("%s/blobs/%s.incomplete", d->repo_dir, etag);
-    /* Where huggingface_hub keeps its locks too (<cache>/.locks/models--org--name/<etag>.lock),
-     * so the two exclude each other; the file stays, because unlinking a lock others may
-     * already have open would let two writers in. */
-    const char *base = strrchr(d->repo_dir, '/');
-    char *lockp = base ? xasprintf("%.*s/.locks%s/%s.lock", (int)(base - d->repo_dir), d->repo_dir, base, etag) : NULL;
-    int rc = SEER_OK, lockfd = -1, fd = -1;
-    if (!blob || !part || !lockp) {
-        rc = seer_err_set(err, SEER_ENOMEM, "out of memory");
-        goto out;
-    }
-    if ((rc = mkparent(blob, err)) < 0 || (rc = mkparent(lockp, err)) < 0) goto out;
-    lockfd = open(lockp, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-    if (lockfd < 0 || flock(lockfd, LOCK_EX) != 0) {
-        rc = seer_err_set(err, SEER_EIO, "hub: cannot lock %s: %s", lockp, strerror(errno));
-        goto out;
-    }
-    struct stat st;
-    if (stat(blob, &st) == 0) goto out; /* another process finished it while we waited */
-    fd = open(part, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-    if (fd < 0) {
-        rc = seer_err_set(err, SEER_EIO, "hub: cannot write %s: %s", part, strerror(errno));
-        goto out;
-    }
-    for (int attempt = 1;; attempt++) {
-        off_t have = lseek(fd, 0, SEEK_END);
-        if (have < 0) {
-            rc = seer_err_set(err, SEER_EIO, "hub: %s: %s", part, strerror(errno));
-            goto out;
-        }
-        if (size >= 0 && have > size) { /* longer than the file: not ours to resume */
-            if (ftruncate(fd, 0) != 0 || lseek(fd, 0, SEEK_SET) != 0) {
-                rc = seer_err_set(err, SEER_EIO, "hub: %s: %s", part, strerror(errno));
-                goto out;
-            }
-            have = 0;
-        }
-        if (size >= 0 && have == size) break;
-        req_t r = {0};
-        r.o = d->o;
-        r.token = d->token;
-        r.fd = fd;
-        r.start = have;
-        r.show = d->show;
-        r.label = file;
-        r.total = size;
-        r.t0 = r.last_draw = now_s();
-        r.last_draw -= 1;
-        CURLcode c = perform(&r, url, "GET", 1);
-        if (r.show) draw(&r, 1);
-        free(r.body.data);
-        if (r.interrupted) {
-            rc = seer_err_set(err, SEER_EINTR, "interrupted");
-            goto out;
-        }
-        if (r.io_error) {
-            rc = seer_err_set(err, SEER_EIO, "hub: cannot write %s: %s", part, strerror(r.io_error));
-            goto out;
-        }
-        if (r.status == 416 && have > 0 && size < 0) break; /* nothing left to send */
-        if (c == CURLE_OK && (r.status < 200 || r.status >= 300)) {
-            rc = http_error(err, d->repo_id, file, d->rev, &r);
-            goto out;
-        }
-        if (c == CURLE_OK && size < 0) break;
-        off_t now = lseek(fd, 0, SEEK_END);
-        if (c == CURLE_OK && now == size) break;
-        if (attempt >= ATTEMPTS) {
-            if (c == CURLE_OK)
-                rc = seer_err_set(err, SEER_HUB_ENET,
-                                  "hub: %s: %s: the server sent %lld bytes but the file has %lld; run again to retry",
-                                  d->repo_id, file, (long long)now, size);
-            else
-                rc = seer_err_set(err, SEER_HUB_ENET,
-                                  "hub: %s: %s: transfer failed after %d attempts at %lld of %lld bytes: %s "
-                                  "(run again to resume)",
-                                  d->repo_id, file, ATTEMPTS, (long long)now, size,
-                                  r.errbuf[0] ? r.errbuf : curl_easy_strerror(c));
-            goto out;
-        }
-    }
-    if (fsync(fd) != 0) {
-        rc = seer_err_set(err, SEER_EIO, "hub: cannot write %s: %s", part, strerror(errno));
-        goto out;
-    }
-    off_t got = lseek(fd, 0, SEEK_END);
-    int h = verify_hash(part, etag, (long long)got);
-    if (h <= 0) {
-        if (h == 0) unlink(part); /* wrong bytes cannot be resumed: start over next time */
-        rc = seer_err_set(err, SEER_HUB_ENET,
-                          h == 0 ? "hub: %s: %s: the download does not match its checksum (ETag %s); run again"
-                                 : "hub: %s: %s: cannot read back the download to check it (ETag %s)",
-                          d->repo_id, file, etag);
-        goto out;
-    }
-    if (rename(part, blob) != 0) rc = seer_err_set(err, SEER_EIO, "hub: cannot rename %s: %s", part, strerror(errno));
-out:
-    if (fd >= 0) close(fd);
-    if (lockfd >= 0) close(lockfd);
-    free(blob), free(part), free(lockp);
-    return rc;
-}
-
 static void strip_etag(char *dst, size_t cap, const char *s) {
     if (!strncmp(s, "W/", 2)) s += 2;
     size_t n = strlen(s);
@@ -684,74 +689,306 @@ static void strip_etag(char *dst, size_t cap, const char *s) {
     dst[n] = 0;
 }
 
-static int download_file(dl_t *d, const char *file, seer_err_t *err) {
+/* ---- progress: one line for the whole download ----------------------------------------------- */
+
+static void human(char *out, size_t cap, double b) {
+    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int i = 0;
+    while (b >= 1024 && i < 4) b /= 1024, i++;
+    snprintf(out, cap, i ? "%.1f %s" : "%.0f %s", b, u[i]);
+}
+
+/* "3/8 files  12.0 MiB / 40.0 MiB  5.2 MiB/s": files done, bytes of the files being fetched
+ * (a '+' while some sizes are not known yet) and the rate since the first byte was asked for.
+ * Redrawn at most ten times a second; the caller decides whether stderr gets it at all. */
+static void draw(dl_t *d, int final) {
+    if (!d->show || d->t0 == 0) return;
+    double t = now_s();
+    if (!final && t - d->last_draw < 0.1) return;
+    d->last_draw = t;
+    long long have = 0, total = 0, recv = 0;
+    int unknown = 0;
+    for (size_t i = 0; i < d->njobs; i++) {
+        const job_t *j = &d->jobs[i];
+        if (j->state == J_PENDING || j->state == J_HEAD) {
+            unknown = 1;
+            continue;
+        }
+        if (!j->fetching) continue;
+        long long live = j->state == J_GET ? j->r.written : 0;
+        have += j->state == J_GET ? j->r.start + j->r.written : j->got;
+        recv += j->fetched + live;
+        if (j->size >= 0) total += j->size;
+        else if (j->state != J_DONE) unknown = 1;
+        else total += j->got;
+    }
+    char hv[32], tv[32], rv[32];
+    human(hv, sizeof hv, (double)have);
+    human(tv, sizeof tv, (double)total);
+    double dt = t - d->t0;
+    human(rv, sizeof rv, dt > 0 ? recv / dt : 0);
+    fprintf(stderr, "\r\033[K%zu/%zu files  %s / %s%s  %s/s%s", d->done, d->njobs, hv, tv, unknown ? "+" : "", rv,
+            final ? "\n" : "");
+    fflush(stderr);
+    d->drawn = 1;
+}
+
+/* ---- jobs ----------------------------------------------------------------------------------- */
+
+static int job_request(dl_t *d, job_t *j, const char *url, const char *method, int follow, seer_err_t *err) {
+    if (req_begin(&j->r, url, method, follow) < 0) {
+        req_end(&j->r);
+        return seer_err_set(err, SEER_ENOMEM, "out of memory");
+    }
+    curl_easy_setopt(j->r.easy, CURLOPT_PRIVATE, j);
+    CURLMcode mc = curl_multi_add_handle(d->multi, j->r.easy);
+    if (mc != CURLM_OK) {
+        req_end(&j->r);
+        return seer_err_set(err, SEER_HUB_ENET, "hub: %s: %s: %s", d->repo_id, j->file, curl_multi_strerror(mc));
+    }
+    return SEER_OK;
+}
+
+/* Stops the job's request (if any) and lets go of its files and lock; what a GET wrote stays in
+ * the .incomplete file for the next attempt. */
+static void job_close(dl_t *d, job_t *j) {
+    if (j->r.easy) {
+        curl_multi_remove_handle(d->multi, j->r.easy);
+        req_end(&j->r);
+    }
+    if (j->fd >= 0) close(j->fd);
+    if (j->lockfd >= 0) close(j->lockfd);
+    j->fd = j->lockfd = -1;
+    hash_free(&j->hash);
+}
+
+static void job_done(dl_t *d, job_t *j) {
+    job_close(d, j);
+    j->state = J_DONE;
+    d->slots[j->slot] = NULL;
+    d->active--;
+    d->done++;
+}
+
+static int job_get(dl_t *d, job_t *j, seer_err_t *err);
+
+/* The blob is in place: link it into the snapshot. */
+static int job_link(dl_t *d, job_t *j, seer_err_t *err) {
+    int rc = link_snapshot(d, j->file, j->etag, err);
+    if (rc == SEER_OK) job_done(d, j);
+    return rc;
+}
+
+static int job_start(dl_t *d, job_t *j, seer_err_t *err) {
     /* Already in this snapshot (a link to a blob that exists): nothing to ask the server. */
-    char *snap = xasprintf("%s/snapshots/%s/%s", d->repo_dir, d->commit, file);
+    char *snap = xasprintf("%s/snapshots/%s/%s", d->repo_dir, d->commit, j->file);
     if (!snap) return seer_err_set(err, SEER_ENOMEM, "out of memory");
     struct stat st;
     int have = stat(snap, &st) == 0;
     free(snap);
-    if (have) return SEER_OK;
-
-    char *ef = urlenc(file, 1), *er = urlenc(d->commit, 0);
-    char *url = ef && er ? xasprintf("%s/%s/resolve/%s/%s", d->endpoint, d->repo_id, er, ef) : NULL;
+    if (have) {
+        job_done(d, j);
+        return SEER_OK;
+    }
+    char *ef = urlenc(j->file, 1), *er = urlenc(d->commit, 0);
+    j->url = ef && er ? xasprintf("%s/%s/resolve/%s/%s", d->endpoint, d->repo_id, er, ef) : NULL;
     free(ef), free(er);
-    if (!url) return seer_err_set(err, SEER_ENOMEM, "out of memory");
-    /* HEAD without following the CDN redirect: the hub's own answer names the blob. A relative
-     * redirect (a renamed repo) stays on the hub and is followed by hand. */
-    req_t r = {0};
-    r.o = d->o;
-    r.token = d->token;
-    r.fd = -1;
+    if (!j->url) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+    /* HEAD without following the CDN redirect: the hub's own answer names the blob. */
+    j->state = J_HEAD;
+    return job_request(d, j, j->url, "HEAD", 0, err);
+}
+
+static int job_try_lock(dl_t *d, job_t *j, seer_err_t *err) {
+    if (flock(j->lockfd, LOCK_EX | LOCK_NB) != 0) {
+        if (errno == EWOULDBLOCK || errno == EINTR) { /* another process (or job) writes this blob */
+            j->lock_retry = now_s() + 0.1;
+            return SEER_OK;
+        }
+        return seer_err_set(err, SEER_EIO, "hub: cannot lock %s: %s", j->lockp, strerror(errno));
+    }
+    struct stat st;
+    if (stat(j->blob, &st) == 0) { /* whoever held the lock finished it */
+        j->got = st.st_size;
+        return job_link(d, j, err);
+    }
+    j->fd = open(j->part, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (j->fd < 0) return seer_err_set(err, SEER_EIO, "hub: cannot write %s: %s", j->part, strerror(errno));
+    hash_begin(&j->hash, j->etag, j->size);
+    return job_get(d, j, err);
+}
+
+static int job_head_done(dl_t *d, job_t *j, CURLcode c, seer_err_t *err) {
+    req_t *r = &j->r;
+    if (c != CURLE_OK) return net_error(err, d->repo_id, j->file, d->endpoint, c, r);
+    /* A relative redirect (a renamed repo) stays on the hub and is followed by hand. */
+    if (r->status >= 300 && r->status < 400 && r->location[0] == '/' && !r->linked_etag[0] && !r->etag[0] &&
+        j->hops < 5) {
+        char *next = xasprintf("%s%s", d->endpoint, r->location);
+        if (!next) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+        free(j->url);
+        j->url = next;
+        j->hops++;
+        return job_request(d, j, j->url, "HEAD", 0, err);
+    }
+    if (r->status >= 400 || r->status < 200) return http_error(err, d->repo_id, j->file, d->rev, r);
+    strip_etag(j->etag, sizeof j->etag, r->linked_etag[0] ? r->linked_etag : r->etag);
+    if (!j->etag[0] || !safe_relpath(j->etag) || strchr(j->etag, '/'))
+        return seer_err_set(err, SEER_HUB_EHTTP, "hub: %s: %s: the server sent no usable ETag, so the file cannot be cached",
+                            d->repo_id, j->file);
+    j->size = r->linked_size >= 0 ? r->linked_size : (r->status < 300 ? r->content_length : -1);
+    j->blob = xasprintf("%s/blobs/%s", d->repo_dir, j->etag);
+    j->part = xasprintf("%s/blobs/%s.incomplete", d->repo_dir, j->etag);
+    /* Where huggingface_hub keeps its locks too (<cache>/.locks/models--org--name/<etag>.lock),
+     * so the two exclude each other; the file stays, because unlinking a lock others may
+     * already have open would let two writers in. */
+    const char *base = strrchr(d->repo_dir, '/');
+    j->lockp = base ? xasprintf("%.*s/.locks%s/%s.lock", (int)(base - d->repo_dir), d->repo_dir, base, j->etag) : NULL;
+    if (!j->blob || !j->part || !j->lockp) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+    struct stat st;
+    if (stat(j->blob, &st) == 0) return job_link(d, j, err); /* another file or model has this blob */
+    int rc;
+    if ((rc = mkparent(j->blob, err)) < 0 || (rc = mkparent(j->lockp, err)) < 0) return rc;
+    j->lockfd = open(j->lockp, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (j->lockfd < 0) return seer_err_set(err, SEER_EIO, "hub: cannot lock %s: %s", j->lockp, strerror(errno));
+    j->state = J_LOCK;
+    j->fetching = 1;
+    return job_try_lock(d, j, err);
+}
+
+/* Every byte is in: check the size and the hash, then give the blob its real name. */
+static int job_finish(dl_t *d, job_t *j, seer_err_t *err) {
+    if (fsync(j->fd) != 0) return seer_err_set(err, SEER_EIO, "hub: cannot write %s: %s", j->part, strerror(errno));
+    off_t got = lseek(j->fd, 0, SEEK_END);
+    if (got < 0) return seer_err_set(err, SEER_EIO, "hub: %s: %s", j->part, strerror(errno));
+    int h = hash_check(&j->hash, j->etag, (long long)got);
+    if (h < 0) h = verify_hash(j->part, j->etag, (long long)got);
+    if (h <= 0) {
+        if (h == 0) unlink(j->part); /* wrong bytes cannot be resumed: start over next time */
+        return seer_err_set(err, SEER_HUB_ENET,
+                            h == 0 ? "hub: %s: %s: the download does not match its checksum (ETag %s); run again"
+                                   : "hub: %s: %s: cannot read back the download to check it (ETag %s)",
+                            d->repo_id, j->file, j->etag);
+    }
+    if (rename(j->part, j->blob) != 0)
+        return seer_err_set(err, SEER_EIO, "hub: cannot rename %s: %s", j->part, strerror(errno));
+    j->got = (long long)got;
+    close(j->fd);
+    j->fd = -1;
+    return job_link(d, j, err); /* the lock goes with job_done, after the blob has its name */
+}
+
+/* One GET attempt into the .incomplete, resuming from what it holds. */
+static int job_get(dl_t *d, job_t *j, seer_err_t *err) {
+    off_t have = lseek(j->fd, 0, SEEK_END);
+    if (have < 0) return seer_err_set(err, SEER_EIO, "hub: %s: %s", j->part, strerror(errno));
+    if (j->size >= 0 && have > j->size) { /* longer than the file: not ours to resume */
+        if (ftruncate(j->fd, 0) != 0 || lseek(j->fd, 0, SEEK_SET) != 0)
+            return seer_err_set(err, SEER_EIO, "hub: %s: %s", j->part, strerror(errno));
+        have = 0;
+    }
+    j->got = j->have = (long long)have;
+    if (hash_sync(&j->hash, j->fd, (long long)have) < 0)
+        return seer_err_set(err, SEER_EIO, "hub: cannot read back %s: %s", j->part, strerror(errno));
+    if (j->size >= 0 && have == j->size) return job_finish(d, j, err);
+    j->attempt++;
+    j->state = J_GET;
+    j->r.fd = j->fd;
+    j->r.start = (long long)have;
+    j->r.hash = &j->hash;
+    if (d->t0 == 0) d->t0 = d->last_draw = now_s();
+    return job_request(d, j, j->url, "GET", 1, err);
+}
+
+static int job_get_done(dl_t *d, job_t *j, CURLcode c, seer_err_t *err) {
+    req_t *r = &j->r;
+    j->fetched += r->written;
+    if (r->io_error) return seer_err_set(err, SEER_EIO, "hub: cannot write %s: %s", j->part, strerror(r->io_error));
+    if (r->status == 416 && j->have > 0 && j->size < 0) return job_finish(d, j, err); /* nothing left to send */
+    if (c == CURLE_OK && (r->status < 200 || r->status >= 300)) return http_error(err, d->repo_id, j->file, d->rev, r);
+    if (c == CURLE_OK && j->size < 0) return job_finish(d, j, err);
+    off_t now = lseek(j->fd, 0, SEEK_END);
+    j->got = (long long)now;
+    if (c == CURLE_OK && now == j->size) return job_finish(d, j, err);
+    if (j->attempt >= ATTEMPTS) {
+        if (c == CURLE_OK)
+            return seer_err_set(err, SEER_HUB_ENET,
+                                "hub: %s: %s: the server sent %lld bytes but the file has %lld; run again to retry",
+                                d->repo_id, j->file, (long long)now, j->size);
+        return seer_err_set(err, SEER_HUB_ENET,
+                            "hub: %s: %s: transfer failed after %d attempts at %lld of %lld bytes: %s "
+                            "(run again to resume)",
+                            d->repo_id, j->file, ATTEMPTS, (long long)now, j->size,
+                            r->errbuf[0] ? r->errbuf : curl_easy_strerror(c));
+    }
+    return job_get(d, j, err); /* a broken connection: resume where it stopped */
+}
+
+/* Runs every job to the end, max_workers at a time. The first error (or an interrupt) stops the
+ * rest at once and is the one reported. */
+static int run_jobs(dl_t *d, seer_err_t *err) {
     int rc = SEER_OK;
-    for (int hops = 0;; hops++) {
-        CURLcode c = perform(&r, url, "HEAD", 0);
-        if (c != CURLE_OK) {
-            rc = net_error(err, d->repo_id, file, d->endpoint, c, &r);
-            goto out;
+    for (;;) {
+        for (int s = 0; rc == SEER_OK && s < d->max_workers && d->next < d->njobs; s++) {
+            if (d->slots[s]) continue;
+            job_t *j = &d->jobs[d->next++];
+            j->slot = s;
+            d->slots[s] = j;
+            d->active++;
+            rc = job_start(d, j, err);
         }
-        if (r.status >= 300 && r.status < 400 && r.location[0] == '/' && !r.linked_etag[0] && !r.etag[0] && hops < 5) {
-            char *next = xasprintf("%s%s", d->endpoint, r.location);
-            if (!next) {
-                rc = seer_err_set(err, SEER_ENOMEM, "out of memory");
-                goto out;
-            }
-            free(url);
-            url = next;
-            continue;
+        if (rc < 0 || d->done == d->njobs) break;
+        int running;
+        CURLMcode mc = curl_multi_perform(d->multi, &running);
+        if (mc != CURLM_OK) {
+            rc = seer_err_set(err, SEER_HUB_ENET, "hub: %s: %s", d->repo_id, curl_multi_strerror(mc));
+            break;
         }
-        break;
+        CURLMsg *m;
+        int queued;
+        while (rc == SEER_OK && (m = curl_multi_info_read(d->multi, &queued))) {
+            if (m->msg != CURLMSG_DONE) continue;
+            CURL *e = m->easy_handle;
+            CURLcode c = m->data.result;
+            char *priv = NULL;
+            curl_easy_getinfo(e, CURLINFO_PRIVATE, &priv);
+            job_t *j = (job_t *)(void *)priv;
+            curl_multi_remove_handle(d->multi, e);
+            req_end(&j->r);
+            rc = j->state == J_HEAD ? job_head_done(d, j, c, err) : job_get_done(d, j, c, err);
+        }
+        if (rc < 0) break;
+        double now = now_s();
+        for (int s = 0; rc == SEER_OK && s < d->max_workers; s++) {
+            job_t *j = d->slots[s];
+            if (j && j->state == J_LOCK && now >= j->lock_retry) rc = job_try_lock(d, j, err);
+        }
+        if (rc < 0) break;
+        if (d->o && d->o->interrupted && d->o->interrupted(d->o->ud)) {
+            rc = seer_err_set(err, SEER_EINTR, "interrupted");
+            break;
+        }
+        draw(d, 0);
+        if (d->done == d->njobs) break;
+        if (d->active < d->max_workers && d->next < d->njobs) continue; /* a slot is free: fill it first */
+        /* Wakes on socket activity or curl's own timers; 100 ms bounds how late an interrupt
+         * or a freed lock is noticed. */
+        mc = curl_multi_poll(d->multi, NULL, 0, 100, NULL);
+        if (mc != CURLM_OK) {
+            rc = seer_err_set(err, SEER_HUB_ENET, "hub: %s: %s", d->repo_id, curl_multi_strerror(mc));
+            break;
+        }
     }
-    if (r.status >= 400 || r.status < 200) {
-        rc = http_error(err, d->repo_id, file, d->rev, &r);
-        goto out;
-    }
-    char etag[256];
-    strip_etag(etag, sizeof etag, r.linked_etag[0] ? r.linked_etag : r.etag);
-    if (!etag[0] || !safe_relpath(etag) || strchr(etag, '/')) {
-        rc = seer_err_set(err, SEER_HUB_EHTTP, "hub: %s: %s: the server sent no usable ETag, so the file cannot be cached",
-                          d->repo_id, file);
-        goto out;
-    }
-    long long size = r.linked_size >= 0 ? r.linked_size : (r.status < 300 ? r.content_length : -1);
-    char *blob = xasprintf("%s/blobs/%s", d->repo_dir, etag);
-    if (!blob) {
-        rc = seer_err_set(err, SEER_ENOMEM, "out of memory");
-        goto out;
-    }
-    int exists = stat(blob, &st) == 0;
-    free(blob);
-    if (!exists && (rc = fetch_blob(d, file, url, etag, size, err)) < 0) goto out;
-    rc = link_snapshot(d, file, etag, err);
-out:
-    free(r.body.data);
-    free(url);
+    for (size_t i = 0; i < d->njobs; i++) job_close(d, &d->jobs[i]);
+    if (d->drawn || (rc == SEER_OK && d->t0 > 0)) draw(d, 1);
     return rc;
 }
 
 int seer_hub_download(const char *repo_id, const seer_hub_opts_t *o, char **snapshot_dir, seer_err_t *err) {
     int rc = check_args(repo_id, o, err);
     if (rc < 0) return rc;
+    int workers = DEFAULT_WORKERS;
+    if ((rc = resolve_workers(o, &workers, err)) < 0) return rc;
     const char *rev = opt_revision(o);
     if (env_true("HF_HUB_OFFLINE")) {
         rc = seer_hub_cached(repo_id, o, snapshot_dir, err);
@@ -772,6 +1009,7 @@ int seer_hub_download(const char *repo_id, const seer_hub_opts_t *o, char **snap
     d.o = o;
     d.repo_id = repo_id;
     d.rev = rev;
+    d.max_workers = workers;
     const char *ep = o && o->endpoint && *o->endpoint ? o->endpoint : getenv("HF_ENDPOINT");
     char *endpoint = strdup(ep && *ep ? ep : "https://huggingface.co");
     if (!endpoint) return seer_err_set(err, SEER_ENOMEM, "out of memory");
@@ -794,8 +1032,6 @@ int seer_hub_download(const char *repo_id, const seer_hub_opts_t *o, char **snap
     r.token = d.token;
     r.fd = -1;
     cJSON *j = NULL;
-    char **files = NULL;
-    size_t nfiles = 0;
     if (!api) {
         rc = seer_err_set(err, SEER_ENOMEM, "out of memory");
         goto out;
@@ -819,11 +1055,16 @@ int seer_hub_download(const char *repo_id, const seer_hub_opts_t *o, char **snap
         goto out;
     }
     strcpy(d.commit, sha->valuestring);
-    files = calloc((size_t)cJSON_GetArraySize(sib) + 1, sizeof *files);
-    if (!files) {
+    d.jobs = calloc((size_t)cJSON_GetArraySize(sib) + 1, sizeof *d.jobs);
+    d.slots = calloc((size_t)workers, sizeof *d.slots);
+    d.multi = curl_multi_init();
+    if (!d.jobs || !d.slots || !d.multi) {
         rc = seer_err_set(err, SEER_ENOMEM, "out of memory");
         goto out;
     }
+    /* One connection per transfer rather than HTTP/2 streams sharing one: a CDN limits each
+     * connection's rate, which is much of why fetching several files at once is faster. */
+    curl_multi_setopt(d.multi, CURLMOPT_PIPELINING, (long)CURLPIPE_NOTHING);
     const cJSON *it;
     cJSON_ArrayForEach(it, sib) {
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(it, "rfilename");
@@ -832,15 +1073,21 @@ int seer_hub_download(const char *repo_id, const seer_hub_opts_t *o, char **snap
             rc = seer_err_set(err, SEER_EPARSE, "hub: %s: the file list has an unsafe name '%s'", repo_id, fn->valuestring);
             goto out;
         }
-        if (matches(&d, fn->valuestring)) files[nfiles++] = fn->valuestring;
+        if (matches(&d, fn->valuestring)) {
+            job_t *jb = &d.jobs[d.njobs++];
+            jb->file = fn->valuestring;
+            jb->fd = jb->lockfd = jb->r.fd = -1;
+            jb->size = -1;
+            jb->r.o = o;
+            jb->r.token = d.token;
+        }
     }
-    if (nfiles == 0) {
+    if (d.njobs == 0) {
         rc = seer_err_set(err, SEER_ENOTFOUND, "hub: %s (revision %s): no file matches %s",
                           repo_id, rev, o && o->allow ? "allow_patterns" : "the model files (config.json, *.safetensors, tokenizer.json, ...); pass allow_patterns");
         goto out;
     }
-    for (size_t i = 0; i < nfiles; i++)
-        if ((rc = download_file(&d, files[i], err)) < 0) goto out;
+    if ((rc = run_jobs(&d, err)) < 0) goto out;
 
     /* The ref last: until every file is in, the cache does not claim the revision is there. */
     if (strcmp(rev, d.commit) != 0) {
@@ -866,7 +1113,15 @@ int seer_hub_download(const char *repo_id, const seer_hub_opts_t *o, char **snap
     *snapshot_dir = xasprintf("%s/snapshots/%s", d.repo_dir, d.commit);
     if (!*snapshot_dir) rc = seer_err_set(err, SEER_ENOMEM, "out of memory");
 out:
-    free(files);
+    for (size_t i = 0; i < d.njobs; i++) {
+        job_t *jb = &d.jobs[i];
+        job_close(&d, jb);
+        free(jb->r.body.data);
+        free(jb->url), free(jb->blob), free(jb->part), free(jb->lockp);
+    }
+    free(d.jobs);
+    free(d.slots);
+    if (d.multi) curl_multi_cleanup(d.multi);
     cJSON_Delete(j);
     free(r.body.data);
     free(api);

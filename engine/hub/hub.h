@@ -11,8 +11,9 @@
  * A file is written to blobs/<etag>.incomplete and renamed only once its size (and its hash,
  * when the ETag is one) checks out, so the cache never holds half a file under its real name;
  * an .incomplete left by a cut connection is resumed with a Range request. With
- * HF_HUB_OFFLINE=1 nothing touches the network. Not thread-safe per call, but separate calls
- * (and separate processes) may download into the same cache: each blob is written under a lock. */
+ * HF_HUB_OFFLINE=1 nothing touches the network. Several files are fetched at once (curl's multi
+ * interface, on the calling thread). Separate calls (and separate processes) may download into
+ * the same cache: each blob is written under a lock. */
 #ifndef SEER_HUB_H
 #define SEER_HUB_H
 
@@ -34,8 +35,10 @@ typedef struct seer_hub_opts {
     const char *endpoint;       /* NULL: $HF_ENDPOINT, else https://huggingface.co */
     const char *cache_dir;      /* NULL: see above */
     int progress;               /* <0: when stderr is a terminal; 0: never; >0: always */
-    /* Polled during transfers; non-zero stops the download with SEER_EINTR (what was fetched
-     * stays in the .incomplete file for the next attempt). */
+    int max_workers;            /* files fetched at once, 1..64; 0: $SEER_HUB_MAX_WORKERS, else 4 */
+    /* Polled during transfers (on the calling thread, about ten times a second); non-zero stops
+     * the download with SEER_EINTR (what was fetched stays in the .incomplete files for the next
+     * attempt). */
     int (*interrupted)(void *ud);
     void *ud;
 } seer_hub_opts_t;

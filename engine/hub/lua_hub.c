@@ -43,6 +43,14 @@ static void read_opts(lua_State *L, seer_hub_opts_t *o) {
     lua_getfield(L, 2, "progress");
     if (!lua_isnil(L, -1)) o->progress = lua_toboolean(L, -1);
     lua_pop(L, 1);
+    lua_getfield(L, 2, "max_workers");
+    if (!lua_isnil(L, -1)) {
+        lua_Number n = lua_tonumber(L, -1);
+        if (lua_type(L, -1) != LUA_TNUMBER || !(n >= 1 && n <= 64) || n != (lua_Number)(int)n)
+            luaL_error(L, "seer.hub: max_workers must be a whole number from 1 to 64");
+        o->max_workers = (int)n;
+    }
+    lua_pop(L, 1);
     lua_getfield(L, 2, "allow_patterns");
     if (!lua_isnil(L, -1)) {
         if (lua_type(L, -1) != LUA_TTABLE) luaL_error(L, "seer.hub: allow_patterns must be a list of glob strings");

@@ -9,7 +9,8 @@
 ---   local m = require("seer.model").load("HuggingFaceTB/SmolLM2-135M")
 ---
 --- Environment: HF_TOKEN (bearer token, never printed), HF_ENDPOINT (default
---- https://huggingface.co), HF_HUB_OFFLINE=1 (no network: the cache or an error).
+--- https://huggingface.co), HF_HUB_OFFLINE=1 (no network: the cache or an error),
+--- SEER_HUB_MAX_WORKERS (files fetched at once when max_workers is not given; default 4).
 --- Errors name the repo, the file and the HTTP status with what to do (401/403: set HF_TOKEN or
 --- accept the model's licence; 404: check the id and revision). Ctrl-C raises "interrupted";
 --- a partial file is resumed by the next download.
@@ -28,7 +29,8 @@ M.DEFAULT_ALLOW = core.DEFAULT_ALLOW
 ---@field token? string overrides HF_TOKEN
 ---@field endpoint? string overrides HF_ENDPOINT
 ---@field cache_dir? string the hub cache directory (what HF_HUB_CACHE names)
----@field progress? boolean a progress line per file on stderr (default: when stderr is a terminal)
+---@field progress? boolean one progress line for all files on stderr (default: when stderr is a terminal)
+---@field max_workers? integer files fetched at once, 1..64 (default: SEER_HUB_MAX_WORKERS, else 4)
 
 local function check(fn, id, opts, allowed)
   if type(id) ~= "string" then error("seer.hub." .. fn .. ": expected a repo id (\"org/name\"), got " .. type(id), 3) end
@@ -45,16 +47,21 @@ local function check(fn, id, opts, allowed)
   return opts
 end
 
-local DOWNLOAD_OPTS = { revision = true, allow_patterns = true, token = true, endpoint = true, cache_dir = true, progress = true }
+local DOWNLOAD_OPTS = { revision = true, allow_patterns = true, token = true, endpoint = true, cache_dir = true,
+  progress = true, max_workers = true }
 local CACHED_OPTS = { revision = true, cache_dir = true }
 
----Downloads the repo's files (those matching allow_patterns) at the revision into the cache;
----files already there are not fetched again.
+---Downloads the repo's files (those matching allow_patterns) at the revision into the cache,
+---max_workers of them at once; files already there are not fetched again.
 ---@param repo_id string "org/name"
 ---@param opts? seerhub.download_opts
 ---@return string snapshot_dir the snapshots/<commit> directory (a model directory)
 function M.download(repo_id, opts)
   opts = check("download", repo_id, opts, DOWNLOAD_OPTS)
+  local w = opts.max_workers
+  if w ~= nil and (type(w) ~= "number" or w % 1 ~= 0 or w < 1 or w > 64) then
+    error("seer.hub.download: max_workers must be a whole number from 1 to 64, got " .. tostring(w), 2)
+  end
   local ok, res = pcall(core.download, repo_id, opts)
   if not ok then error(res, 2) end
   return res

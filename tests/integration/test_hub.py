@@ -1,17 +1,23 @@
 """seer.hub against a local imitation of the Hugging Face hub: the API call, resolve URLs with a
 redirect to a separate file host for LFS files, ETag/X-Linked-Etag/X-Repo-Commit headers,
 Range requests, auth. The downloaded repo holds the real stories260K, so the cache it leaves
-must load and generate through seer.model.load(repo_id)."""
+must load and generate through seer.model.load(repo_id). The server can also delay, corrupt,
+cut short or stall single files, and counts how many file transfers overlap, for the tests of
+fetching several files at once."""
 import hashlib
 import http.server
 import json
 import os
+import random
 import shutil
+import signal
+import subprocess
 import tempfile
 import threading
+import time
 import unittest
 
-from seertest import ROOT, run
+from seertest import ROOT, SEER, env, run
 
 MODEL = os.path.join(ROOT, "tests", "fixtures", "models", "stories260K")
 REPO = "tiny-org/stories"
@@ -38,12 +44,29 @@ def git_oid(data):
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
+def bins(n, size, seed=0):
+    """n files w0.bin.. of random bytes; the even ones are LFS files (on the file host)."""
+    rnd = random.Random(seed)
+    files = {f"w{i}.bin": rnd.randbytes(size) for i in range(n)}
+    return files, {f"w{i}.bin" for i in range(0, n, 2)}
+
+
 class FakeHub:
     def __init__(self):
         self.files = repo_files()
         self.requests = []  # (server, method, path, headers)
         self.require_token = False
+        self.lfs = set(LFS)
         self.drop_once = set()  # file names whose first CDN GET is cut halfway
+        self.delay = 0.0        # seconds before each file's GET is answered (counted as in flight)
+        self.slow = {}          # name -> seconds, instead of delay, for that file
+        self.latency = 0.0      # seconds before every answer (a distant server), not counted
+        self.missing = set()    # listed by the API, but 404 on resolve
+        self.corrupt = set()    # served with one byte changed (same length)
+        self.truncate = set()   # served cut to half, with a Content-Length that says so
+        self.stall = {}         # name -> seconds to hang after sending half the body
+        self.inflight = 0
+        self.max_inflight = 0
         self.lock = threading.Lock()
         hub = self
 
@@ -57,7 +80,22 @@ class FakeHub:
             def do_GET(self):
                 self.handle_any(head=False)
 
-            def send_body(self, data, head, extra, drop=False):
+            def wait_turn(self, name, head):
+                """The per-file delay; the overlap count covers only the wait, so a reply the
+                client has already got is never counted as still in flight."""
+                d = hub.slow.get(name, hub.delay)
+                if head or not d:
+                    return
+                with hub.lock:
+                    hub.inflight += 1
+                    hub.max_inflight = max(hub.max_inflight, hub.inflight)
+                time.sleep(d)
+                with hub.lock:
+                    hub.inflight -= 1
+
+            def send_body(self, data, head, extra, drop=False, name=None):
+                if not head and name in hub.corrupt:
+                    data = bytes([data[0] ^ 0xFF]) + data[1:]
                 start = 0
                 rng = self.headers.get("Range")
                 if rng and rng.startswith("bytes=") and rng.endswith("-"):
@@ -68,11 +106,18 @@ class FakeHub:
                     self.send_response(200)
                 for k, v in extra.items():
                     self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data) - start))
+                body = data[start:]
+                if not head and name in hub.truncate:
+                    body = body[: len(body) // 2]
+                self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 if head:
                     return
-                body = data[start:]
+                if not head and name in hub.stall:
+                    self.wfile.write(body[: len(body) // 2])
+                    self.wfile.flush()
+                    time.sleep(hub.stall[name])
+                    return
                 if drop:
                     self.wfile.write(body[: len(body) // 2])
                     self.wfile.flush()
@@ -84,6 +129,8 @@ class FakeHub:
                 server = "cdn" if self.server is hub.cdn else "hub"
                 with hub.lock:
                     hub.requests.append((server, self.command, self.path, dict(self.headers)))
+                if hub.latency:
+                    time.sleep(hub.latency)
                 if server == "cdn":
                     name = self.path[len("/lfs/"):]
                     drop = False
@@ -91,7 +138,8 @@ class FakeHub:
                         if not head and name in hub.drop_once:
                             hub.drop_once.discard(name)
                             drop = True
-                    return self.send_body(hub.files[name], head, {}, drop)
+                    self.wait_turn(name, head)
+                    return self.send_body(hub.files[name], head, {}, drop, name)
                 if hub.require_token and self.headers.get("Authorization") != f"Bearer {TOKEN}":
                     return self.error(401)
                 prefix_api = f"/api/models/{REPO}/revision/"
@@ -108,10 +156,10 @@ class FakeHub:
                     return
                 if self.path.startswith(prefix_res):
                     rev, _, name = self.path[len(prefix_res):].partition("/")
-                    if rev not in ("main", COMMIT) or name not in hub.files:
+                    if rev not in ("main", COMMIT) or name not in hub.files or name in hub.missing:
                         return self.error(404)
                     data = hub.files[name]
-                    if name in LFS:
+                    if name in hub.lfs:
                         self.send_response(302)
                         self.send_header("Location", f"http://127.0.0.1:{hub.cdn.server_port}/lfs/{name}")
                         self.send_header("X-Repo-Commit", COMMIT)
@@ -121,7 +169,9 @@ class FakeHub:
                         self.send_header("Content-Length", "0")
                         self.end_headers()
                         return
-                    return self.send_body(data, head, {"X-Repo-Commit": COMMIT, "ETag": '"%s"' % git_oid(data)})
+                    self.wait_turn(name, head)
+                    return self.send_body(data, head, {"X-Repo-Commit": COMMIT, "ETag": '"%s"' % git_oid(data)},
+                                          name=name)
                 return self.error(404)
 
             def error(self, code):
@@ -132,9 +182,13 @@ class FakeHub:
                 if self.command != "HEAD":
                     self.wfile.write(body)
 
-        self.hub = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.cdn = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(http.server.ThreadingHTTPServer):
+            request_queue_size = 64  # the default 5 drops connections opened at the same moment
+
+        self.hub = Server(("127.0.0.1", 0), Handler)
+        self.cdn = Server(("127.0.0.1", 0), Handler)
         for s in (self.hub, self.cdn):
+            s.handle_error = lambda *a: None  # a client that went away mid-reply is expected here
             threading.Thread(target=s.serve_forever, daemon=True).start()
         self.endpoint = f"http://127.0.0.1:{self.hub.server_port}"
 
@@ -145,6 +199,16 @@ class FakeHub:
 
     def file_requests(self):
         return [r for r in self.requests if r[0] == "cdn" or "/resolve/" in r[2]]
+
+    def gets(self, name):
+        """The GETs that carried name's bytes (the file host's for LFS files, else the hub's)."""
+        if name in self.lfs:
+            return [r for r in self.requests if r[0] == "cdn" and r[1] == "GET" and r[2] == f"/lfs/{name}"]
+        return [r for r in self.requests if r[0] == "hub" and r[1] == "GET" and r[2].endswith(f"/{COMMIT}/{name}")]
+
+    def etag(self, name):
+        data = self.files[name]
+        return hashlib.sha256(data).hexdigest() if name in self.lfs else git_oid(data)
 
 
 class HubTest(unittest.TestCase):
@@ -166,6 +230,34 @@ class HubTest(unittest.TestCase):
 
     def download(self, opts="", **env):
         return self.seer(f'print(hub.download("{REPO}"{", " + opts if opts else ""}))', **env)
+
+    def use_bins(self, n, size=64 * 1024):
+        self.fake.files, self.fake.lfs = bins(n, size)
+
+    def timed_download(self, opts="", **env):
+        t0 = time.monotonic()
+        r = self.download(opts, **env)
+        return r, time.monotonic() - t0
+
+    def cache_is_sound(self):
+        """Every blob under its real name holds the bytes its name is the hash of, and every
+        snapshot link reads as the served file. Returns the names linked in the snapshot."""
+        blobs = os.path.join(self.repo_dir, "blobs")
+        for b in os.listdir(blobs) if os.path.isdir(blobs) else []:
+            if b.endswith(".incomplete"):
+                continue
+            with open(os.path.join(blobs, b), "rb") as f:
+                data = f.read()
+            self.assertIn(b, (hashlib.sha256(data).hexdigest(), git_oid(data)), f"blob {b} holds other bytes")
+        snap = os.path.join(self.repo_dir, "snapshots", COMMIT)
+        linked = set()
+        for root, _, names in os.walk(snap):
+            for n in names:
+                rel = os.path.relpath(os.path.join(root, n), snap)
+                with open(os.path.join(root, n), "rb") as f:
+                    self.assertEqual(f.read(), self.fake.files[rel], rel)
+                linked.add(rel)
+        return linked
 
     def test_layout_load_and_no_refetch(self):
         r = self.download()
@@ -309,7 +401,7 @@ class HubTest(unittest.TestCase):
     def test_progress_when_asked(self):
         r = self.download('{progress = true, allow_patterns = {"config.json"}}')
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertRegex(r.stderr, r"\x1b\[Kconfig\.json  664 B / 664 B  [\d.]+ \S+/s\n$")
+        self.assertRegex(r.stderr, r"\x1b\[K1/1 files  664 B / 664 B  [\d.]+ \S+/s\n$")
 
     def test_offline(self):
         r = self.download(HF_HUB_OFFLINE="1")
@@ -328,6 +420,177 @@ class HubTest(unittest.TestCase):
         self.assertEqual(len(self.fake.requests), n)
         r = self.seer(f'print(hub.cached("{REPO}"))', HF_HUB_OFFLINE="1")
         self.assertEqual(r.stdout.strip(), os.path.join(self.repo_dir, "snapshots", COMMIT))
+
+    # ---- several files at once ------------------------------------------------------------------
+
+    def test_files_are_fetched_at_once(self):
+        self.use_bins(6)
+        self.fake.delay = 0.3
+        r, elapsed = self.timed_download('{allow_patterns = {"*.bin"}}')
+        self.assertEqual(r.returncode, 0, r.stderr)
+        serial = 6 * self.fake.delay
+        self.assertLess(elapsed, 0.6 * serial, f"took {elapsed:.2f} s; one after another is {serial:.1f} s")
+        self.assertGreaterEqual(self.fake.max_inflight, 2)
+        self.assertLessEqual(self.fake.max_inflight, 4)  # the default
+        self.assertEqual(self.cache_is_sound(), set(self.fake.files))
+        for name in self.fake.files:
+            self.assertEqual(len(self.fake.gets(name)), 1, name)
+        with open(os.path.join(self.repo_dir, "refs", "main")) as f:
+            self.assertEqual(f.read(), COMMIT)
+        self.assertEqual(os.listdir(os.path.join(self.repo_dir, "blobs")).__len__(), 6)
+
+    def test_max_workers_one_is_one_after_another(self):
+        self.use_bins(4)
+        self.fake.delay = 0.2
+        r, elapsed = self.timed_download('{allow_patterns = {"*.bin"}, max_workers = 1}')
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(self.fake.max_inflight, 1)
+        self.assertGreaterEqual(elapsed, 4 * self.fake.delay)
+        self.assertEqual(self.cache_is_sound(), set(self.fake.files))
+
+    def test_max_workers_from_env_and_cli(self):
+        self.use_bins(6)
+        self.fake.delay = 0.15
+        r = self.download('{allow_patterns = {"*.bin"}}', SEER_HUB_MAX_WORKERS="1")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(self.fake.max_inflight, 1)
+        shutil.rmtree(self.home)
+        self.fake.max_inflight = 0
+        e = {"HF_HOME": self.home, "HF_ENDPOINT": self.fake.endpoint, "HF_TOKEN": None,
+             "HF_HUB_OFFLINE": None, "HF_HUB_CACHE": None, "SEER_HUB_MAX_WORKERS": "1"}
+        r = run(["hub", "download", REPO, "--include", "*.bin", "--max-workers", "2"], timeout=60, **e)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(self.fake.max_inflight, 2)  # the flag wins over the environment
+        self.assertEqual(self.cache_is_sound(), set(self.fake.files))
+
+        r = run(["hub", "download", REPO, "--max-workers", "lots"], timeout=30, **e)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--max-workers needs a whole number from 1 to 64, got lots", r.stderr)
+        r = self.download('{max_workers = 0}')
+        self.assertIn("max_workers must be a whole number from 1 to 64, got 0", r.stderr)
+        r = self.download('{max_workers = "4"}')
+        self.assertIn("max_workers must be a whole number", r.stderr)
+        n = len(self.fake.requests)
+        r = self.download(SEER_HUB_MAX_WORKERS="many")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("SEER_HUB_MAX_WORKERS='many'", r.stderr)
+        self.assertEqual(len(self.fake.requests), n)
+
+    def test_one_failing_file_stops_the_others_and_is_reported(self):
+        self.use_bins(6)
+        self.fake.slow = {"w0.bin": 4.0}  # still coming when w3.bin fails
+        self.fake.missing = {"w3.bin"}
+        r, elapsed = self.timed_download('{allow_patterns = {"*.bin"}}')
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn(f"{REPO} (revision main): w3.bin: HTTP 404: not found", r.stderr)
+        self.assertLess(elapsed, 2.5, "the other transfers were not stopped")
+        self.assertFalse(os.path.exists(os.path.join(self.repo_dir, "refs", "main")))
+        self.assertNotIn("w0.bin", self.cache_is_sound())
+        self.assertNotIn("w3.bin", self.cache_is_sound())
+        self.assertFalse(any(r[2].endswith("w4.bin") or r[2].endswith("w5.bin") for r in self.fake.requests),
+                         "files were started after the failure")
+
+    def test_corrupt_file_among_many_is_not_cached(self):
+        self.use_bins(6)
+        self.fake.delay = 0.1
+        self.fake.corrupt = {"w2.bin"}
+        r = self.download('{allow_patterns = {"*.bin"}}')
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn(f"{REPO}: w2.bin: the download does not match its checksum (ETag {self.fake.etag('w2.bin')})",
+                      r.stderr)
+        blobs = os.listdir(os.path.join(self.repo_dir, "blobs"))
+        self.assertNotIn(self.fake.etag("w2.bin"), blobs)
+        self.assertNotIn(self.fake.etag("w2.bin") + ".incomplete", blobs)  # bad bytes are not resumed
+        self.assertNotIn("w2.bin", self.cache_is_sound())
+        self.assertFalse(os.path.exists(os.path.join(self.repo_dir, "refs", "main")))
+        # the next run fetches what is missing and keeps what came through
+        self.fake.corrupt = set()
+        before = {n: len(self.fake.gets(n)) for n in self.fake.files}
+        r = self.download('{allow_patterns = {"*.bin"}}')
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(self.cache_is_sound(), set(self.fake.files))
+        self.assertEqual(len(self.fake.gets("w2.bin")), before["w2.bin"] + 1)
+
+    def test_short_file_among_many_is_not_cached(self):
+        self.use_bins(6)
+        self.fake.delay = 0.1
+        self.fake.truncate = {"w5.bin"}  # a git-hashed file from the hub itself
+        r = self.download('{allow_patterns = {"*.bin"}}')
+        self.assertNotEqual(r.returncode, 0)
+        self.assertRegex(r.stderr, rf"{REPO}: w5\.bin: the server sent \d+ bytes but the file has 65536; run again")
+        self.assertEqual(len(self.fake.gets("w5.bin")), 4)  # resumed, then given up
+        self.assertNotIn(self.fake.etag("w5.bin"), os.listdir(os.path.join(self.repo_dir, "blobs")))
+        self.assertNotIn("w5.bin", self.cache_is_sound())
+        self.assertFalse(os.path.exists(os.path.join(self.repo_dir, "refs", "main")))
+
+    def test_same_blob_under_two_names_is_fetched_once(self):
+        same = os.urandom(50000)
+        self.fake.files = {"a.bin": same, "b.bin": same, "c.bin": os.urandom(1000)}
+        self.fake.lfs = {"a.bin", "b.bin"}
+        self.fake.delay = 0.3
+        r = self.download('{allow_patterns = {"*.bin"}}')
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(self.cache_is_sound(), {"a.bin", "b.bin", "c.bin"})
+        self.assertEqual(len(self.fake.gets("a.bin")) + len(self.fake.gets("b.bin")), 1)
+        self.assertEqual(len(os.listdir(os.path.join(self.repo_dir, "blobs"))), 2)
+
+    def test_two_processes_share_the_cache(self):
+        self.use_bins(6)
+        self.fake.delay = 0.3
+        e = env(HF_HOME=self.home, HF_ENDPOINT=self.fake.endpoint, HF_TOKEN=None, HF_HUB_OFFLINE=None,
+                HF_HUB_CACHE=None)
+        code = PRELUDE + f'print(hub.download("{REPO}", {{allow_patterns = {{"*.bin"}}}}))'
+        procs = [subprocess.Popen([SEER, "-e", code], env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True) for _ in range(2)]
+        for p in procs:
+            out, err = p.communicate(timeout=60)
+            self.assertEqual(p.returncode, 0, err)
+        self.assertEqual(self.cache_is_sound(), set(self.fake.files))
+        for name in self.fake.files:
+            self.assertEqual(len(self.fake.gets(name)), 1, f"{name} was fetched by both")
+
+    def test_interrupt_keeps_partial_files_for_the_next_run(self):
+        self.use_bins(4, 256 * 1024)
+        self.fake.stall = {"w0.bin": 30.0}
+        e = env(HF_HOME=self.home, HF_ENDPOINT=self.fake.endpoint, HF_TOKEN=None, HF_HUB_OFFLINE=None,
+                HF_HUB_CACHE=None)
+        code = PRELUDE + f'print(hub.download("{REPO}", {{allow_patterns = {{"*.bin"}}}}))'
+        p = subprocess.Popen([SEER, "-e", code], env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        part = os.path.join(self.repo_dir, "blobs", self.fake.etag("w0.bin") + ".incomplete")
+        half = len(self.fake.files["w0.bin"]) // 2
+        deadline = time.monotonic() + 20
+        while not (os.path.exists(part) and os.path.getsize(part) == half):
+            self.assertLess(time.monotonic(), deadline, "the first half never arrived")
+            time.sleep(0.02)
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=10)
+        self.assertLess(time.monotonic() - t0, 2.0)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("interrupted", err)
+        self.assertEqual(os.path.getsize(part), half)
+        self.assertFalse(os.path.exists(os.path.join(self.repo_dir, "refs", "main")))
+        self.fake.stall = {}
+        r = self.download('{allow_patterns = {"*.bin"}}')
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(self.cache_is_sound(), set(self.fake.files))
+        self.assertEqual(self.fake.gets("w0.bin")[-1][3].get("Range"), f"bytes={half}-")
+
+    def test_one_progress_line_for_all_files(self):
+        self.use_bins(6)
+        self.fake.delay = 0.3
+        r, elapsed = self.timed_download('{allow_patterns = {"*.bin"}, progress = true}')
+        self.assertEqual(r.returncode, 0, r.stderr)
+        # text mode reads each "\r" as a line end: every piece is one redraw of the same line
+        draws = [x for x in r.stderr.split("\n") if x]
+        line = r"\x1b\[K(\d)/6 files  [\d.]+ \S+ / [\d.]+ \S+\+?  [\d.]+ \S+/s"
+        for x in draws:
+            self.assertRegex(x, "^" + line + "$")
+        self.assertRegex(r.stderr, r"\x1b\[K6/6 files  384\.0 KiB / 384\.0 KiB  [\d.]+ \S+/s\n$")
+        self.assertLessEqual(len(draws), elapsed * 10 + 2, "redrawn more than ten times a second")
+        r = self.download('{allow_patterns = {"*.bin"}, progress = true}')  # all cached: nothing to draw
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stderr, "")
 
     def test_bad_arguments(self):
         r = self.seer('print(hub.download("../etc"))')

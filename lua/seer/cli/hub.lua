@@ -1,13 +1,16 @@
---- `seer hub download ID [--revision R] [--include GLOB]...`: fetches a model repository into
---- the Hugging Face cache (shared with the Python tools) and prints its snapshot directory, so
---- `seer.model.load(ID)` and `seer model info ID` find it offline afterwards.
+--- `seer hub download ID [--revision R] [--include GLOB]... [--max-workers N]`: fetches a model
+--- repository into the Hugging Face cache (shared with the Python tools), several files at once,
+--- and prints its snapshot directory, so `seer.model.load(ID)` and `seer model info ID` find it
+--- offline afterwards.
 local M = {}
 
 local USAGE = [[
 usage: seer hub download REPO_ID [--revision REV] [--include GLOB]... [--cache-dir DIR]
+                         [--max-workers N]
 
 Downloads what a model needs (config, weights, tokenizer files; --include replaces that list)
-into $HF_HOME/hub and prints the snapshot directory. HF_ENDPOINT, HF_TOKEN and
+into $HF_HOME/hub and prints the snapshot directory. --max-workers sets how many files are
+fetched at once (1 to 64; default $SEER_HUB_MAX_WORKERS, else 4). HF_ENDPOINT, HF_TOKEN and
 HF_HUB_OFFLINE=1 are honoured.]]
 
 function M.main(cmd, ...)
@@ -35,6 +38,14 @@ function M.main(cmd, ...)
     if a == "--revision" then opts.revision = value()
     elseif a == "--include" then include = include or {}; include[#include + 1] = value()
     elseif a == "--cache-dir" then opts.cache_dir = value()
+    elseif a == "--max-workers" then
+      local v = value()
+      local n = tonumber(v)
+      if not n or n % 1 ~= 0 or n < 1 or n > 64 then
+        io.stderr:write(("seer hub download: --max-workers needs a whole number from 1 to 64, got %s\n"):format(v))
+        os.exit(2)
+      end
+      opts.max_workers = n
     elseif a:sub(1, 1) == "-" or repo then
       io.stderr:write(("seer hub download: unexpected argument %s\n%s\n"):format(a, USAGE))
       os.exit(2)
