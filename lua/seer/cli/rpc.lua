@@ -119,7 +119,7 @@ local function serve(args)
   rc = server.serve(o)
   io.stdout:flush()
   io.stderr:flush()
-  os.exit(rc)
+  os.exit(rc, true) -- close the state: __gc frees what C holds (sockets, the watchdog, models)
 end
 
 function M.main(cmd, ...)
