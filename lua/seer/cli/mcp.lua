@@ -1,12 +1,13 @@
 --- `seer mcp`: MCP servers for agents (docs/mcp.md). `seer mcp notebook` serves the notebook
 --- tools over stdio (default) or streamable HTTP; `seer mcp rpc` serves the functions of a
---- scoped interface (`seer rpc serve`) as tools; `cli` needs sandboxes and says so.
+--- scoped interface (`seer rpc serve`) as tools; `seer mcp cli` serves a shell and files in a
+--- running sandbox (run_command, run_lua, read_file, write_file, list_files).
 local M = {}
 
 local USAGE = [[
 usage: seer mcp notebook [--session-id ID] [--jupyter-url URL] [--output-dir DIR] [--max-output CHARS]
                          [--http HOST:PORT [--token T] [--allow-origin ORIGIN]...]
-       seer mcp cli ...   (needs sandboxes; not available yet)
+       seer mcp cli --sandbox ID [--max-output CHARS] [--http HOST:PORT [--token T] [--allow-origin ORIGIN]...]
        seer mcp rpc --connection-file FILE [--name NAME] [--timeout SECONDS]
                     [--http HOST:PORT [--token T] [--allow-origin ORIGIN]...]
 
@@ -194,16 +195,87 @@ local function rpc(args)
   end
 end
 
+local function parse_cli_args(args)
+  local o = { allow_origins = {} }
+  local i = 1
+  while i <= #args do
+    local a = args[i]
+    local name, inline = a:match("^(%-%-[%w-]+)=(.*)$")
+    if name then a = name end
+    local function value()
+      if inline then return inline end
+      i = i + 1
+      if args[i] == nil then usage_error(a .. " needs a value") end
+      return args[i]
+    end
+    if a == "--sandbox" then o.sandbox_id = value()
+    elseif a == "--max-output" then
+      o.max_output = tonumber(value())
+      if not o.max_output or o.max_output < 100 then usage_error("--max-output needs a number of characters (at least 100)") end
+    elseif a == "--http" then o.http = value()
+    elseif a == "--token" then o.token = value()
+    elseif a == "--allow-origin" then o.allow_origins[#o.allow_origins + 1] = value()
+    elseif a == "-h" or a == "--help" then print(USAGE) os.exit(0)
+    else usage_error("unknown option " .. a) end
+    i = i + 1
+  end
+  o.sandbox_id = o.sandbox_id or os.getenv("SEER_SANDBOX_ID")
+  if not o.sandbox_id or o.sandbox_id == "" then
+    usage_error("cli needs --sandbox ID (a running sandbox: seer sandbox list; a CLI session's mcp_config sets it)")
+  end
+  if o.token == "" then o.token = nil end
+  if o.http then
+    local host, port = o.http:match("^%[?([^%]]*)%]?:(%d+)$")
+    if not host or host == "" or tonumber(port) > 65535 then usage_error("--http needs HOST:PORT, e.g. 127.0.0.1:8765") end
+    o.http_host, o.http_port = host, tonumber(port)
+  elseif o.token or #o.allow_origins > 0 then
+    usage_error("--token and --allow-origin only apply with --http")
+  end
+  return o
+end
+
+---Builds the CLI tools' MCP server for a running sandbox (not yet serving).
+---@param o table parsed options
+function M.cli_server(o)
+  local server = require "seer.mcp.server"
+  local tools = require "seer.mcp.cli_tools"
+  -- The sandbox must be there now: a wrong id is an error at start, not at the first call.
+  require("seer.sandbox").connect_id(o.sandbox_id):close()
+  local srv = server.new{ name = "seer-cli", title = "seer cli (sandbox " .. o.sandbox_id .. ")",
+                          version = require("seer").version, instructions = tools.INSTRUCTIONS }
+  tools.install(srv, o)
+  return srv
+end
+
+local function cli(args)
+  local o = parse_cli_args(args)
+  local ok, srv = pcall(M.cli_server, o)
+  if not ok then
+    io.stderr:write("seer mcp cli: ", tostring(srv), "\n")
+    io.stderr:flush()
+    os.exit(1)
+  end
+  local sok, err = pcall(function()
+    if o.http then
+      require("seer.mcp.http_server").serve(srv, { host = o.http_host, port = o.http_port, token = o.token,
+                                                   allow_origins = o.allow_origins })
+    else
+      srv:serve_stdio()
+    end
+  end)
+  if not sok then
+    if tostring(err):match("interrupted$") then os.exit(130) end
+    error(err, 0)
+  end
+end
+
 function M.main(cmd, ...)
   if cmd == nil or cmd == "-h" or cmd == "--help" or cmd == "help" then
     print(USAGE)
     return
   end
   if cmd == "notebook" then return notebook({ ... }) end
-  if cmd == "cli" then
-    io.stderr:write("seer mcp cli: not available yet: it serves a sandbox's shell and files, and this build has no sandboxes (the sandbox subsystem comes first)\n")
-    os.exit(2)
-  end
+  if cmd == "cli" then return cli({ ... }) end
   if cmd == "rpc" then return rpc({ ... }) end
   usage_error(("unknown server %q (notebook, cli or rpc)"):format(tostring(cmd)))
 end
