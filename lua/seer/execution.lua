@@ -563,4 +563,14 @@ function M.create_cli_session(sandbox, workspace, opts)
   }, CliSession)
 end
 
+---The agent works on this machine and calls scoped functions (libraries served by
+---ScopedSandbox:serve): see seer.local_session.
+---@param workspace seerworkspace.Workspace
+---@param workspace_dir string
+---@param name? string
+---@return seerexecution.LocalSession
+function M.create_local_session(workspace, workspace_dir, name)
+  return require("seer.local_session").create_local_session(workspace, workspace_dir, name)
+end
+
 return M

@@ -503,6 +503,9 @@ function Sandbox:_bwrap_argv(bwrap, binds)
   add("--size", tostring(self.tmp_size), "--tmpfs", "/tmp")
   add("--bind", self.workspace_dir, "/workspace")
   add("--bind", self.run_dir, SANDBOX_RUN)
+  -- The run directory also at its host path, so files that name sockets (RPC connection
+  -- files, written by one side and read by the other) hold paths valid on both sides.
+  add("--bind", self.run_dir, self.run_dir)
   add("--bind", self.log_dir, SANDBOX_LOGS)
   add("--ro-bind", self.seer_binary, SANDBOX_SEER)
   add("--ro-bind", self.lua_dir, SANDBOX_LUA)
@@ -901,6 +904,8 @@ function Sandbox:model_paths()
   for _, h in ipairs(self.model_handles) do
     t[h.name] = h.path
     if h.base_model then t[h.base_model] = h.base_path end
+    -- a local directory is also known by its base name (as its MODEL_<NAME>_PATH is)
+    if not h.hidden and (h.name:match("^[%./~]") or is_dir(h.name)) then t[h.name:match("([^/]+)/*$")] = h.path end
   end
   return t
 end
