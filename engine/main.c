@@ -68,7 +68,7 @@ static const seer_command_t commands[] = {
      "session's mcp_config sets; the HTTP bearer token from --token or SEER_MCP_TOKEN.\n",
      cmd_mcp},
     {"hub", "download a model repository into the Hugging Face cache",
-     "usage: seer hub download REPO_ID [--revision REV] [--include GLOB]... [--cache-dir DIR]\n\n"
+     "usage: seer hub download REPO_ID [--revision REV] [--include GLOB]... [--cache-dir DIR] [--max-workers N]\n\n"
      "Fetches what a model needs into $HF_HOME/hub (the layout the Python tools share) and prints\n"
      "the snapshot directory. HF_ENDPOINT, HF_TOKEN and HF_HUB_OFFLINE=1 are honoured.\n",
      cmd_hub},

@@ -144,3 +144,6 @@ if command -v bwrap >/dev/null; then
 else
   echo "== sandbox start-up skipped (bubblewrap is not installed; make setup installs it)"
 fi
+
+echo "== scoped RPC: seer rpc vs bare libzmq (and the reference's HTTP RPC with SEER_REFERENCE_RPC)"
+"$SEER" tests/bench/rpc.lua || echo "  FAILED: tests/bench/rpc.lua (run it by hand to see why)"
