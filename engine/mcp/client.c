@@ -301,6 +301,7 @@ static int rpc(mcp_server_t *s, const char *method, cJSON *params /* taken */, c
             break;
         }
     }
+    if (rc == SEER_MCP_ESESSION) rc = SEER_EIO; /* a new session was refused too: an I/O error to callers */
     free(text);
     s->wait_call = NULL;
     cJSON *resp = s->wait_msg;

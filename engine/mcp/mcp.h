@@ -24,7 +24,7 @@ enum {
     SEER_MCP_ETIMEOUT = -20, /* the server did not answer in time (the request was cancelled) */
     SEER_MCP_EDEAD = -21,    /* the server exited, closed the connection or broke the protocol */
     SEER_MCP_ERPC = -22,     /* the server answered with a JSON-RPC error */
-    SEER_MCP_ESESSION = -23, /* HTTP: the server no longer knows the session (re-initialized once, then an error) */
+    SEER_MCP_ESESSION = -23, /* internal: HTTP 404 for the session (the client re-initializes once; callers see SEER_EIO) */
 };
 
 typedef struct seer_mcp_client seer_mcp_client_t;
