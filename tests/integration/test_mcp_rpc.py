@@ -160,6 +160,9 @@ class SdkTools(unittest.TestCase):
         helper = os.path.join(d, "client.py")
         with open(helper, "w") as f:
             f.write(SDK_HELPER)
+        # The SDK starts the server with only the config's env (plus a few safe variables): give it
+        # the test environment too (SEER_LUA_DIR for a build outside the tree, sanitizer options).
+        cfg = dict(cfg, env=dict(env(), **(cfg.get("env") or {})))
         r = subprocess.run([VENV_PY, helper, json.dumps(cfg)], capture_output=True, text=True, timeout=120, env=env())
         self.assertEqual(r.returncode, 0, r.stderr[-4000:])
         rep = json.loads(r.stdout.strip().splitlines()[-1])
