@@ -124,6 +124,19 @@ local function notebook(args)
   end
 end
 
+-- The HTTP options every server takes: --http HOST:PORT split, --token/--allow-origin only with it.
+local function check_http_options(o)
+  if o.token == "" then o.token = nil end
+  if o.http then
+    local host, port = o.http:match("^%[?([^%]]*)%]?:(%d+)$")
+    if not host or host == "" or tonumber(port) > 65535 then usage_error("--http needs HOST:PORT, e.g. 127.0.0.1:8765") end
+    o.http_host, o.http_port = host, tonumber(port)
+  elseif o.token or #o.allow_origins > 0 then
+    usage_error("--token and --allow-origin only apply with --http")
+  end
+  return o
+end
+
 local function parse_rpc_args(args)
   local o = { connection_file = os.getenv("SEER_RPC_CONNECTION_FILE"), token = os.getenv("SEER_MCP_TOKEN"),
               allow_origins = {} }
@@ -153,15 +166,7 @@ local function parse_rpc_args(args)
   if not o.connection_file or o.connection_file == "" then
     usage_error("rpc needs --connection-file FILE (the file seer rpc serve was started with)")
   end
-  if o.token == "" then o.token = nil end
-  if o.http then
-    local host, port = o.http:match("^%[?([^%]]*)%]?:(%d+)$")
-    if not host or host == "" or tonumber(port) > 65535 then usage_error("--http needs HOST:PORT, e.g. 127.0.0.1:8765") end
-    o.http_host, o.http_port = host, tonumber(port)
-  elseif o.token or #o.allow_origins > 0 then
-    usage_error("--token and --allow-origin only apply with --http")
-  end
-  return o
+  return check_http_options(o)
 end
 
 ---Builds the RPC tools' MCP server (connected to the RPC server, not yet serving).
@@ -173,11 +178,12 @@ function M.rpc_server(o)
   return srv
 end
 
-local function rpc(args)
-  local o = parse_rpc_args(args)
-  local ok, srv = pcall(M.rpc_server, o)
+-- Builds a server with build(o) (an error there is one line and exit 1), then serves it on
+-- stdio or, with --http, streamable HTTP, until EOF or Ctrl-C (exit 130).
+local function run_server(what, build, o)
+  local ok, srv = pcall(build, o)
   if not ok then
-    io.stderr:write("seer mcp rpc: ", tostring(srv), "\n")
+    io.stderr:write("seer mcp ", what, ": ", tostring(srv), "\n")
     io.stderr:flush()
     os.exit(1)
   end
@@ -194,6 +200,8 @@ local function rpc(args)
     error(err, 0)
   end
 end
+
+local function rpc(args) return run_server("rpc", M.rpc_server, parse_rpc_args(args)) end
 
 local function parse_cli_args(args)
   local o = { allow_origins = {} }
@@ -223,15 +231,7 @@ local function parse_cli_args(args)
   if not o.sandbox_id or o.sandbox_id == "" then
     usage_error("cli needs --sandbox ID (a running sandbox: seer sandbox list; a CLI session's mcp_config sets it)")
   end
-  if o.token == "" then o.token = nil end
-  if o.http then
-    local host, port = o.http:match("^%[?([^%]]*)%]?:(%d+)$")
-    if not host or host == "" or tonumber(port) > 65535 then usage_error("--http needs HOST:PORT, e.g. 127.0.0.1:8765") end
-    o.http_host, o.http_port = host, tonumber(port)
-  elseif o.token or #o.allow_origins > 0 then
-    usage_error("--token and --allow-origin only apply with --http")
-  end
-  return o
+  return check_http_options(o)
 end
 
 ---Builds the CLI tools' MCP server for a running sandbox (not yet serving).
@@ -247,27 +247,7 @@ function M.cli_server(o)
   return srv
 end
 
-local function cli(args)
-  local o = parse_cli_args(args)
-  local ok, srv = pcall(M.cli_server, o)
-  if not ok then
-    io.stderr:write("seer mcp cli: ", tostring(srv), "\n")
-    io.stderr:flush()
-    os.exit(1)
-  end
-  local sok, err = pcall(function()
-    if o.http then
-      require("seer.mcp.http_server").serve(srv, { host = o.http_host, port = o.http_port, token = o.token,
-                                                   allow_origins = o.allow_origins })
-    else
-      srv:serve_stdio()
-    end
-  end)
-  if not sok then
-    if tostring(err):match("interrupted$") then os.exit(130) end
-    error(err, 0)
-  end
-end
+local function cli(args) return run_server("cli", M.cli_server, parse_cli_args(args)) end
 
 function M.main(cmd, ...)
   if cmd == nil or cmd == "-h" or cmd == "--help" or cmd == "help" then
