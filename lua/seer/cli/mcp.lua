@@ -44,17 +44,7 @@ local function parse_notebook_args(args)
   local o = { session_id = os.getenv("SEER_SESSION_ID"), jupyter_url = os.getenv("SEER_NOTEBOOK_URL"),
               output_dir = os.getenv("SEER_NOTEBOOK_OUTPUT_DIR"), token = os.getenv("SEER_MCP_TOKEN"),
               allow_origins = {} }
-  local i = 1
-  while i <= #args do
-    local a = args[i]
-    local name, inline = a:match("^(%-%-[%w-]+)=(.*)$")
-    if name then a = name end
-    local function value()
-      if inline then return inline end
-      i = i + 1
-      if args[i] == nil then usage_error(a .. " needs a value") end
-      return args[i]
-    end
+  for a, value in require("seer.cli.args").options(args, usage_error) do
     if a == "--session-id" then o.session_id = value()
     elseif a == "--jupyter-url" then o.jupyter_url = value()
     elseif a == "--output-dir" then o.output_dir = value()
@@ -68,7 +58,6 @@ local function parse_notebook_args(args)
     elseif a == "--allow-origin" then o.allow_origins[#o.allow_origins + 1] = value()
     elseif a == "-h" or a == "--help" then print(USAGE) os.exit(0)
     else usage_error("unknown option " .. a) end
-    i = i + 1
   end
   for _, k in ipairs{ "session_id", "jupyter_url", "output_dir", "token" } do
     if o[k] == "" then o[k] = nil end
@@ -140,17 +129,7 @@ end
 local function parse_rpc_args(args)
   local o = { connection_file = os.getenv("SEER_RPC_CONNECTION_FILE"), token = os.getenv("SEER_MCP_TOKEN"),
               allow_origins = {} }
-  local i = 1
-  while i <= #args do
-    local a = args[i]
-    local name, inline = a:match("^(%-%-[%w-]+)=(.*)$")
-    if name then a = name end
-    local function value()
-      if inline then return inline end
-      i = i + 1
-      if args[i] == nil then usage_error(a .. " needs a value") end
-      return args[i]
-    end
+  for a, value in require("seer.cli.args").options(args, usage_error) do
     if a == "--connection-file" then o.connection_file = value()
     elseif a == "--name" then o.name = value()
     elseif a == "--timeout" then
@@ -161,7 +140,6 @@ local function parse_rpc_args(args)
     elseif a == "--allow-origin" then o.allow_origins[#o.allow_origins + 1] = value()
     elseif a == "-h" or a == "--help" then print(USAGE) os.exit(0)
     else usage_error("unknown option " .. a) end
-    i = i + 1
   end
   if not o.connection_file or o.connection_file == "" then
     usage_error("rpc needs --connection-file FILE (the file seer rpc serve was started with)")
@@ -205,17 +183,7 @@ local function rpc(args) return run_server("rpc", M.rpc_server, parse_rpc_args(a
 
 local function parse_cli_args(args)
   local o = { allow_origins = {} }
-  local i = 1
-  while i <= #args do
-    local a = args[i]
-    local name, inline = a:match("^(%-%-[%w-]+)=(.*)$")
-    if name then a = name end
-    local function value()
-      if inline then return inline end
-      i = i + 1
-      if args[i] == nil then usage_error(a .. " needs a value") end
-      return args[i]
-    end
+  for a, value in require("seer.cli.args").options(args, usage_error) do
     if a == "--sandbox" then o.sandbox_id = value()
     elseif a == "--max-output" then
       o.max_output = tonumber(value())
@@ -225,7 +193,6 @@ local function parse_cli_args(args)
     elseif a == "--allow-origin" then o.allow_origins[#o.allow_origins + 1] = value()
     elseif a == "-h" or a == "--help" then print(USAGE) os.exit(0)
     else usage_error("unknown option " .. a) end
-    i = i + 1
   end
   o.sandbox_id = o.sandbox_id or os.getenv("SEER_SANDBOX_ID")
   if not o.sandbox_id or o.sandbox_id == "" then

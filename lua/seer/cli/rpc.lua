@@ -71,17 +71,7 @@ end
 
 local function serve(args)
   local o = { workers = 1 }
-  local i = 1
-  while i <= #args do
-    local a = args[i]
-    local name, inline = a:match("^(%-%-[%w-]+)=(.*)$")
-    if name then a = name end
-    local function value()
-      if inline then return inline end
-      i = i + 1
-      if args[i] == nil then usage_error(a .. " needs a value") end
-      return args[i]
-    end
+  for a, value in require("seer.cli.args").options(args, usage_error) do
     if a == "--connection-file" then o.connection_file = value()
     elseif a == "--workers" then
       o.workers = tonumber(value())
@@ -100,7 +90,6 @@ local function serve(args)
     elseif a:sub(1, 1) == "-" then usage_error("unknown option " .. a)
     elseif not o.interface then o.interface = a
     else usage_error("unexpected argument " .. a) end
-    i = i + 1
   end
   if not o.interface then usage_error("serve needs the interface file") end
   if not o.connection_file then usage_error("serve needs --connection-file FILE") end
