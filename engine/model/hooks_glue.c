@@ -68,16 +68,23 @@ int seer_fwd_attention(seer_model_t *m, const seer_fwd_hooks_t *hk, int layer, c
     if (rc < 0) goto out;
     for (size_t r = 0; r < (size_t)H * n; r++) {
         float *row = sc + r * K;
+        /* The softmax over [lo, hi], the entries that are not -inf: for scores no hook changed,
+         * the row's visible keys, with the same exp and summation as seer_k_attention's
+         * per-token kernel, so capturing a pattern changes no result bit. */
+        int lo = 0, hi = K - 1;
+        while (lo < K && row[lo] == -INFINITY) row[lo++] = 0.f;
+        while (hi >= lo && row[hi] == -INFINITY) row[hi--] = 0.f;
+        if (lo > hi) continue;
         float mx = -INFINITY;
-        for (int p = 0; p < K; p++)
+        for (int p = lo; p <= hi; p++)
             if (row[p] > mx) mx = row[p];
-        float sum = 0.f;
-        for (int p = 0; p < K; p++) {
-            row[p] = mx == -INFINITY ? 0.f : expf(row[p] - mx);
-            sum += row[p];
+        if (mx == INFINITY || mx != mx) { /* a hook wrote inf or NaN: the softmax is NaN, as in torch */
+            for (int p = lo; p <= hi; p++) row[p] = NAN;
+            continue;
         }
+        float sum = seer_k_exp_sub_sum(row + lo, hi - lo + 1, mx);
         float inv = sum > 0.f ? 1.0f / sum : 0.f;
-        for (int p = 0; p < K; p++) row[p] *= inv;
+        for (int p = lo; p <= hi; p++) row[p] *= inv;
     }
     call.point = SEER_HP_PATTERN;
     if ((rc = seer_hook_apply(hk->set, &call, &act, err)) < 0) goto out;

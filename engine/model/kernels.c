@@ -159,6 +159,7 @@ void seer_k_linear(seer_pool_t *p, float *y, const float *x, int n, const seer_w
 }
 
 void seer_k_rmsnorm(float *y, const float *x, int n, int d, const seer_weight_t *w, float eps, int one_plus) {
+    if (seer_k_rmsnorm_fast(y, x, n, d, w, eps, one_plus)) return;
     for (int t = 0; t < n; t++) {
         const float *xt = x + (size_t)t * d;
         float *yt = y + (size_t)t * d;
@@ -181,13 +182,6 @@ void seer_k_embed_row(float *out, const seer_weight_t *table, int64_t row) {
     for (int64_t i = 0; i < table->cols; i++) out[i] = seer_w_load(table, base + (size_t)i);
 }
 
-void seer_k_silu_mul(float *gate, const float *up, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        float g = gate[i];
-        gate[i] = g / (1.0f + expf(-g)) * up[i];
-    }
-}
-
 static void attention_chunk(void *ctx, size_t begin, size_t end, int thread) {
     const seer_attn_params_t *a = ctx;
     int H = a->H, hd = a->hd, qd = H * hd, kvd = a->KH * hd, group = H / a->KH;
@@ -206,12 +200,7 @@ static void attention_chunk(void *ctx, size_t begin, size_t end, int thread) {
             sc[p] = s;
             if (s > mx) mx = s;
         }
-        float sum = 0.f;
-        for (int p = first; p <= pos; p++) {
-            sc[p] = expf(sc[p] - mx);
-            sum += sc[p];
-        }
-        float inv = 1.0f / sum;
+        float inv = 1.0f / seer_k_exp_sub_sum(sc + first, pos - first + 1, mx);
         float *o = a->out + (size_t)t * qd + (size_t)h * hd;
         memset(o, 0, (size_t)hd * sizeof(float));
         for (int p = first; p <= pos; p++) {
@@ -223,7 +212,7 @@ static void attention_chunk(void *ctx, size_t begin, size_t end, int thread) {
 }
 
 void seer_k_attention(seer_pool_t *p, const seer_attn_params_t *a) {
-    if (a->n >= SEER_BLAS_MIN_TOKENS && seer_k_attention_blas(p, a)) return;
+    if (a->n >= SEER_BLAS_MIN_TOKENS && (seer_k_attention_small(p, a) || seer_k_attention_blas(p, a))) return;
     /* One (token, head) item costs about 2 * keys * head_dim multiply-adds. */
     size_t item = 2u * (size_t)(a->start + a->n) * (size_t)a->hd;
     size_t min_items = item ? (SEER_PAR_WORK / 2 + item - 1) / item : 1;

@@ -149,44 +149,43 @@ typedef struct {
     int failed;
 } attn_gemm_job;
 
+#define QUERY_BLOCK 64
+
 static void attn_gemm_chunk(void *ctx, size_t begin, size_t end, int thread) {
     (void)thread;
     attn_gemm_job *j = ctx;
     const seer_attn_params_t *a = j->a;
     int n = a->n, L = a->start + a->n, hd = a->hd, qd = a->H * hd, kvd = a->KH * hd, group = a->H / a->KH;
-    float *s = malloc((size_t)n * (size_t)L * sizeof(float));
+    int qb = n < QUERY_BLOCK ? n : QUERY_BLOCK;
+    float *s = malloc((size_t)qb * (size_t)L * sizeof(float));
     if (!s) {
         j->failed = 1;
         return;
     }
     for (size_t h = begin; h < end; h++) {
         size_t kv_off = (h / (size_t)group) * (size_t)hd;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, L, hd, a->scale, a->q + h * (size_t)hd, qd,
-                    a->kc + kv_off, kvd, 0.0f, s, L);
-        for (int t = 0; t < n; t++) {
-            float *row = s + (size_t)t * (size_t)L;
-            int pos = a->start + t;
-            int first = 0;
-            if (a->window > 0 && pos - a->window + 1 > 0) first = pos - a->window + 1;
-            float mx = -INFINITY;
-            for (int p = first; p <= pos; p++) {
-                float v = row[p];
-                if (a->softcap > 0.f) v = tanhf(v / a->softcap) * a->softcap;
-                row[p] = v;
-                if (v > mx) mx = v;
+        /* Query rows in fixed blocks: each block multiplies only the keys its rows can see
+         * (causal, sliding window), not all L of them. */
+        for (int r0 = 0; r0 < n; r0 += qb) {
+            int nb = n - r0 < qb ? n - r0 : qb;
+            int k0 = 0; /* first key any row of the block sees */
+            if (a->window > 0 && a->start + r0 - a->window + 1 > 0) k0 = a->start + r0 - a->window + 1;
+            int lb = a->start + r0 + nb - k0; /* keys k0 .. the block's last position */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nb, lb, hd, a->scale,
+                        a->q + (size_t)r0 * (size_t)qd + h * (size_t)hd, qd, a->kc + (size_t)k0 * (size_t)kvd + kv_off,
+                        kvd, 0.0f, s, lb);
+            for (int t = 0; t < nb; t++) {
+                float *row = s + (size_t)t * (size_t)lb;
+                int pos = a->start + r0 + t;
+                int first = 0;
+                if (a->window > 0 && pos - a->window + 1 > 0) first = pos - a->window + 1;
+                int f = first - k0, l = pos - k0; /* the row's keys, relative to k0 */
+                seer_k_softmax_row(row, f, l, lb, a->softcap);
             }
-            float sum = 0.f;
-            for (int p = first; p <= pos; p++) {
-                row[p] = expf(row[p] - mx);
-                sum += row[p];
-            }
-            float inv = 1.0f / sum;
-            for (int p = 0; p < first; p++) row[p] = 0.f;
-            for (int p = first; p <= pos; p++) row[p] *= inv;
-            for (int p = pos + 1; p < L; p++) row[p] = 0.f;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nb, hd, lb, 1.0f, s, lb,
+                        a->vc + (size_t)k0 * (size_t)kvd + kv_off, kvd, 0.0f,
+                        a->out + (size_t)r0 * (size_t)qd + h * (size_t)hd, qd);
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hd, L, 1.0f, s, L, a->vc + kv_off, kvd, 0.0f,
-                    a->out + h * (size_t)hd, qd);
     }
     free(s);
 }

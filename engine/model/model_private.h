@@ -143,6 +143,20 @@ void seer_k_attention(seer_pool_t *p, const seer_attn_params_t *a);
 int seer_k_attention_blas(seer_pool_t *p, const seer_attn_params_t *a);
 /* AVX2 + FMA + F16C available (checked once): the condition for every x86 SIMD path. */
 int seer_k_have_avx2(void);
+/* AVX-512 (F, BW, DQ, VL; SEER_NO_AVX512 turns it off) and AMX-BF16 usable by this process
+ * (kernels_x86.c; SEER_NO_AMX turns it off). */
+int seer_k_have_avx512(void);
+int seer_k_have_amx(void);
+/* v[i] = exp(v[i] - mx) for i < n, returning the sum (vectorized, kernels_x86.c). */
+float seer_k_exp_sub_sum(float *v, int n, float mx);
+/* seer_k_rmsnorm on AVX-512; 0 when not available (then the portable loop runs). */
+int seer_k_rmsnorm_fast(float *y, const float *x, int n, int d, const seer_weight_t *w, float eps, int one_plus);
+/* Softmax of row[f .. l] in place after soft-capping (softcap > 0); row[0 .. f) and row(l .. len)
+ * become 0. */
+void seer_k_softmax_row(float *row, int f, int l, int len, float softcap);
+/* Prefill attention for head_dim 4, 8 or 16 on AVX-512 (kernels_x86.c); 0 when it does not apply or
+ * is out of memory, and then another kernel runs. */
+int seer_k_attention_small(seer_pool_t *p, const seer_attn_params_t *a);
 
 /* ---- hooks in the forward pass (hooks_glue.c) ---- */
 /* Anything attached at (point, layer)? The forward pass's cheap test before building an act. */
