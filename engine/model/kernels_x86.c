@@ -27,7 +27,7 @@
 #define SEER_X86 1
 #endif
 
-#include "model_private.h"
+#include "weight_load.h"
 
 /* ---- feature checks -------------------------------------------------------------------------- */
 
@@ -409,4 +409,174 @@ int seer_k_rmsnorm_fast(float *y, const float *x, int n, int d, const seer_weigh
 #endif
     (void)y, (void)x, (void)n, (void)d, (void)w, (void)eps, (void)one_plus;
     return 0;
+}
+
+/* ---- prefill linear layers on AMX (bf16 weights) ----------------------------------------------
+ * Work item: 128 output rows (4 sub-blocks of 32), whose weights (<= 128 x in x 2 bytes) stay in
+ * L2 while every pair of 16-token blocks of packed activations streams past them. Per 32-input
+ * step: A tiles = two 16-row slices of W, B tiles = hi then lo halves of two token blocks,
+ * 8 TDPBF16PS into four 16 x 16 f32 accumulators (tiles 0-3). */
+#ifdef SEER_X86
+#define AMX_ROWS 128
+typedef struct {
+    uint8_t palette, start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_cfg_t;
+
+typedef struct {
+    float *y;
+    const float *x;
+    uint32_t *hi, *lo; /* packed activations, [token block][in/2 pairs][16 tokens] pairs of bf16 */
+    const seer_weight_t *w, *bias;
+    int n, ntb; /* tokens, token blocks (even) */
+    int failed;
+} amx_job;
+
+/* Token block tb of x into the VNNI layout, hi and lo parts (rows past n are zeros). */
+__attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"))) static void amx_pack_chunk(void *ctx, size_t begin,
+                                                                                           size_t end, int thread) {
+    (void)thread;
+    amx_job *j = ctx;
+    int64_t in = j->w->cols;
+    const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                           _mm512_set1_epi32(16));
+    for (size_t tb = begin; tb < end; tb++) {
+        for (int jj = 0; jj < 16; jj++) {
+            int t = (int)tb * 16 + jj;
+            for (int64_t kb = 0; kb < in / 32; kb++) {
+                size_t base = (tb * (size_t)(in / 2) + (size_t)kb * 16) * 16 + (size_t)jj;
+                __m512i h, l;
+                if (t < j->n) {
+                    const float *xt = j->x + (size_t)t * (size_t)in + (size_t)kb * 32;
+                    __m512 a = _mm512_loadu_ps(xt), b = _mm512_loadu_ps(xt + 16);
+                    __m512 ah = _mm512_castsi512_ps(_mm512_slli_epi32(
+                        _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(a)), 16));
+                    __m512 bh = _mm512_castsi512_ps(_mm512_slli_epi32(
+                        _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(b)), 16));
+                    h = (__m512i)_mm512_cvtne2ps_pbh(b, a);
+                    l = (__m512i)_mm512_cvtne2ps_pbh(_mm512_sub_ps(b, bh), _mm512_sub_ps(a, ah));
+                } else {
+                    h = l = _mm512_setzero_si512();
+                }
+                _mm512_i32scatter_epi32(j->hi + base, idx, h, 4);
+                _mm512_i32scatter_epi32(j->lo + base, idx, l, 4);
+            }
+        }
+    }
+}
+
+__attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_gemm_chunk(void *ctx, size_t begin, size_t end,
+                                                                                 int thread) {
+    (void)thread;
+    amx_job *j = ctx;
+    const seer_weight_t *w = j->w;
+    int64_t in = w->cols, out = w->rows, nkb = in / 32;
+    const uint16_t *W = w->data;
+    /* The item's rows repacked tile by tile ([sub-block][kb][2][16][32]): each A tile is then
+     * one contiguous KiB instead of 16 rows 2*in bytes apart (measured: 1.3x faster), and the
+     * partial last slice is zero-padded. */
+    uint16_t *pk = aligned_alloc(64, (size_t)AMX_ROWS * (size_t)in * sizeof(uint16_t));
+    if (!pk) {
+        j->failed = 1;
+        return;
+    }
+    amx_cfg_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int i = 0; i < 8; i++) {
+        cfg.colsb[i] = 64;
+        cfg.rows[i] = 16;
+    }
+    _tile_loadconfig(&cfg);
+    float c[16 * 16];
+    const __m512i col = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                           _mm512_set1_epi32(16));
+    for (size_t item = begin; item < end; item++) {
+        int64_t base = (int64_t)item * AMX_ROWS;
+        for (int sb = 0; sb < AMX_ROWS / 32 && base + sb * 32 < out; sb++)
+            for (int64_t kb = 0; kb < nkb; kb++)
+                for (int r = 0; r < 32; r++) {
+                    uint16_t *dst = pk + (((size_t)sb * (size_t)nkb + (size_t)kb) * 32 + (size_t)r) * 32;
+                    int64_t o = base + sb * 32 + r;
+                    if (o < out) memcpy(dst, W + (size_t)o * (size_t)in + (size_t)kb * 32, 64);
+                    else memset(dst, 0, 64);
+                }
+        for (int tp = 0; tp < j->ntb; tp += 2) {
+            const uint32_t *h0 = j->hi + (size_t)tp * (size_t)(in / 2) * 16, *h1 = h0 + (size_t)(in / 2) * 16;
+            const uint32_t *l0 = j->lo + (size_t)tp * (size_t)(in / 2) * 16, *l1 = l0 + (size_t)(in / 2) * 16;
+            for (int sb = 0; sb < AMX_ROWS / 32; sb++) {
+                int64_t o0 = base + sb * 32;
+                if (o0 >= out) break;
+                const uint16_t *wa = pk + (size_t)sb * (size_t)nkb * 32 * 32;
+                _tile_zero(0);
+                _tile_zero(1);
+                _tile_zero(2);
+                _tile_zero(3);
+                for (int64_t kb = 0; kb < nkb; kb++) {
+                    _tile_loadd(4, wa + kb * 1024, 64);
+                    _tile_loadd(5, wa + kb * 1024 + 512, 64);
+                    _tile_loadd(6, h0 + kb * 256, 64);
+                    _tile_loadd(7, h1 + kb * 256, 64);
+                    _tile_dpbf16ps(0, 4, 6);
+                    _tile_dpbf16ps(1, 4, 7);
+                    _tile_dpbf16ps(2, 5, 6);
+                    _tile_dpbf16ps(3, 5, 7);
+                    _tile_loadd(6, l0 + kb * 256, 64);
+                    _tile_loadd(7, l1 + kb * 256, 64);
+                    _tile_dpbf16ps(0, 4, 6);
+                    _tile_dpbf16ps(1, 4, 7);
+                    _tile_dpbf16ps(2, 5, 6);
+                    _tile_dpbf16ps(3, 5, 7);
+                }
+                for (int q = 0; q < 4; q++) {
+                    switch (q) { /* tile numbers are immediates */
+                    case 0: _tile_stored(0, c, 64); break;
+                    case 1: _tile_stored(1, c, 64); break;
+                    case 2: _tile_stored(2, c, 64); break;
+                    default: _tile_stored(3, c, 64); break;
+                    }
+                    int64_t r0 = o0 + (q >> 1) * 16;
+                    int t0 = (tp + (q & 1)) * 16;
+                    int nr = out - r0 < 16 ? (int)(out - r0) : 16;
+                    if (nr <= 0) continue;
+                    __mmask16 km = (__mmask16)((1u << nr) - 1);
+                    __m512 bv = _mm512_setzero_ps();
+                    if (j->bias && j->bias->data) {
+                        float bb[16] = {0};
+                        for (int r = 0; r < nr; r++) bb[r] = seer_w_load(j->bias, (size_t)(r0 + r));
+                        bv = _mm512_loadu_ps(bb);
+                    }
+                    /* column t of c (16 output rows) is 16 consecutive floats of y's row t */
+                    for (int t = 0; t < 16 && t0 + t < j->n; t++)
+                        _mm512_mask_storeu_ps(j->y + (size_t)(t0 + t) * (size_t)out + (size_t)r0, km,
+                                              _mm512_add_ps(_mm512_i32gather_ps(_mm512_add_epi32(col, _mm512_set1_epi32(t)), c, 4), bv));
+                }
+            }
+        }
+    }
+    _tile_release();
+    free(pk);
+}
+#endif
+
+int seer_k_linear_amx(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w,
+                      const seer_weight_t *bias) {
+#ifdef SEER_X86
+    if (w->dtype != SEER_BF16 || w->cols % 32 != 0 || n < 16 || !seer_k_have_amx()) return 0;
+    int ntb = ((n + 31) / 32) * 2;
+    size_t words = (size_t)ntb * 16 * (size_t)(w->cols / 2);
+    uint32_t *buf = aligned_alloc(64, 2 * words * sizeof(uint32_t));
+    if (!buf) return 0;
+    amx_job j = {.y = y, .x = x, .hi = buf, .lo = buf + words, .w = w, .bias = bias, .n = n, .ntb = ntb};
+    seer_pool_for(p, (size_t)ntb, 1, amx_pack_chunk, &j);
+    size_t items = (size_t)((w->rows + AMX_ROWS - 1) / AMX_ROWS);
+    seer_pool_for(p, items, 1, amx_gemm_chunk, &j);
+    free(buf);
+    return !j.failed;
+#else
+    (void)p, (void)y, (void)x, (void)n, (void)w, (void)bias;
+    return 0;
+#endif
 }

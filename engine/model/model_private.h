@@ -150,6 +150,9 @@ int seer_k_have_amx(void);
 /* v[i] = exp(v[i] - mx) for i < n, returning the sum (vectorized, kernels_x86.c). */
 float seer_k_exp_sub_sum(float *v, int n, float mx);
 /* seer_k_rmsnorm on AVX-512; 0 when not available (then the portable loop runs). */
+/* y = x W^T (+ bias) for bf16 W on AMX tiles, x split into two bf16 halves (kernels_x86.c); 0 when
+ * it does not apply (no AMX, other dtypes, cols not a multiple of 32, n < 16, out of memory). */
+int seer_k_linear_amx(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias);
 int seer_k_rmsnorm_fast(float *y, const float *x, int n, int d, const seer_weight_t *w, float eps, int one_plus);
 /* Softmax of row[f .. l] in place after soft-capping (softcap > 0); row[0 .. f) and row(l .. len)
  * become 0. */

@@ -1,0 +1,229 @@
+/* The SIMD kernels of engine/model (kernels_x86.c) against float64 references computed here:
+ * exp, SiLU, softmax rows, RMSNorm, prefill attention (the small-head AVX-512 kernel and the
+ * BLAS one, with GQA, sliding windows, soft-capping, a cache offset and ragged sizes) and the
+ * AMX linear layer for bf16 weights (skipped, and said so, on CPUs without AMX). On a CPU
+ * without AVX-512 the same calls run the AVX2 or portable code, which must meet the same bounds. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model_private.h"
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static double urand(void) { /* [0, 1) */
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (double)(g_rng >> 11) / 9007199254740992.0;
+}
+static float nrand(void) { /* roughly N(0, 1) */
+    return (float)((urand() + urand() + urand() + urand() - 2.0) * 1.7320508);
+}
+
+Test(kernels, exp_matches_libm_and_sums) {
+    enum { N = 1001 };
+    static float v[N];
+    for (int i = 0; i < N; i++) v[i] = -100.0f + 110.0f * (float)i / (N - 1);
+    static float x[N];
+    memcpy(x, v, sizeof v);
+    float s = seer_k_exp_sub_sum(v, N, 2.5f);
+    double ref = 0;
+    for (int i = 0; i < N; i++) {
+        float e = expf(x[i] - 2.5f);
+        ref += e;
+        if (x[i] - 2.5f < -87.34f) {
+            cr_assert(v[i] == 0.0f || fabsf(v[i] - e) <= 2e-38f, "exp(%g) = %g, expf %g", x[i] - 2.5, v[i], e);
+        } else if (x[i] - 2.5f > -87.33f) {
+            cr_assert(fabsf(v[i] - e) <= 3e-7f * e, "exp(%g) = %.9g, expf %.9g", x[i] - 2.5, v[i], e);
+        }
+    }
+    cr_assert(fabs(s - ref) <= 1e-6 * ref, "sum %.9g vs %.9g", s, ref);
+}
+
+Test(kernels, silu_mul) {
+    enum { N = 77 };
+    float g[N], u[N], g0[N];
+    for (int i = 0; i < N; i++) {
+        g0[i] = g[i] = nrand() * 6;
+        u[i] = nrand();
+    }
+    seer_k_silu_mul(g, u, N);
+    for (int i = 0; i < N; i++) {
+        double r = (double)g0[i] / (1.0 + exp(-(double)g0[i])) * u[i];
+        cr_assert(fabs(g[i] - r) <= 1e-6 * (fabs(r) + 1e-6), "%d: %g vs %g", i, g[i], r);
+    }
+}
+
+Test(kernels, softmax_row_ranges_and_softcap) {
+    enum { L = 45 };
+    for (int cap = 0; cap < 2; cap++)
+        for (int f = 0; f < 20; f += 7)
+            for (int l = f; l < L; l += 9) {
+                float row[L], in[L];
+                for (int i = 0; i < L; i++) row[i] = in[i] = nrand() * 8;
+                float softcap = cap ? 5.0f : 0.0f;
+                seer_k_softmax_row(row, f, l, L, softcap);
+                double mx = -INFINITY, sum = 0;
+                for (int i = f; i <= l; i++) {
+                    double s = cap ? tanh(in[i] / softcap) * softcap : in[i];
+                    if (s > mx) mx = s;
+                }
+                for (int i = f; i <= l; i++) sum += exp((cap ? tanh(in[i] / softcap) * softcap : in[i]) - mx);
+                for (int i = 0; i < L; i++) {
+                    double r = i < f || i > l ? 0.0 : exp((cap ? tanh(in[i] / softcap) * softcap : in[i]) - mx) / sum;
+                    cr_assert(fabs(row[i] - r) <= 1e-6 * r + 1e-9, "f %d l %d i %d: %g vs %g", f, l, i, row[i], r);
+                }
+            }
+}
+
+Test(kernels, rmsnorm_all_weight_dtypes) {
+    enum { N = 3, D = 67 };
+    float x[N * D], y[N * D], wf[D];
+    uint16_t wb[D], wh[D];
+    for (int i = 0; i < N * D; i++) x[i] = nrand() * 3;
+    for (int i = 0; i < D; i++) {
+        wf[i] = nrand();
+        wb[i] = seer_f32_to_bf16(wf[i]);
+        wh[i] = seer_f32_to_f16(wf[i]);
+    }
+    seer_weight_t ws[3] = {{.dtype = SEER_F32, .data = wf, .rows = 1, .cols = D},
+                           {.dtype = SEER_BF16, .data = wb, .rows = 1, .cols = D},
+                           {.dtype = SEER_F16, .data = wh, .rows = 1, .cols = D}};
+    for (int k = 0; k < 3; k++)
+        for (int one_plus = 0; one_plus < 2; one_plus++) {
+            seer_k_rmsnorm(y, x, N, D, &ws[k], 1e-5f, one_plus);
+            for (int t = 0; t < N; t++) {
+                double ss = 0;
+                for (int i = 0; i < D; i++) ss += (double)x[t * D + i] * x[t * D + i];
+                double inv = 1.0 / sqrt(ss / D + 1e-5);
+                for (int i = 0; i < D; i++) {
+                    double w = k == 0 ? wf[i] : k == 1 ? seer_bf16_to_f32(wb[i]) : seer_f16_to_f32(wh[i]);
+                    double r = x[t * D + i] * inv * (one_plus ? 1 + w : w);
+                    cr_assert(fabs(y[t * D + i] - r) <= 1e-6 * (fabs(r) + 1e-3), "dtype %d: %g vs %g", k, y[t * D + i], r);
+                }
+            }
+        }
+}
+
+/* float64 reference of seer_attn_params_t's contract */
+static void attention_ref(const seer_attn_params_t *a, double *out) {
+    int qd = a->H * a->hd, kvd = a->KH * a->hd, group = a->H / a->KH, L = a->start + a->n;
+    double *s = malloc(sizeof(double) * (size_t)L);
+    for (int t = 0; t < a->n; t++)
+        for (int h = 0; h < a->H; h++) {
+            int pos = a->start + t, kv = (h / group) * a->hd;
+            double mx = -INFINITY, sum = 0;
+            for (int p = 0; p < L; p++) {
+                int vis = p <= pos && !(a->window > 0 && pos - p >= a->window);
+                if (!vis) {
+                    s[p] = -INFINITY;
+                    continue;
+                }
+                double d = 0;
+                for (int i = 0; i < a->hd; i++) d += (double)a->q[t * qd + h * a->hd + i] * a->kc[p * kvd + kv + i];
+                d *= a->scale;
+                if (a->softcap > 0) d = tanh(d / a->softcap) * a->softcap;
+                s[p] = d;
+                if (d > mx) mx = d;
+            }
+            for (int p = 0; p < L; p++) sum += s[p] == -INFINITY ? 0 : exp(s[p] - mx);
+            for (int i = 0; i < a->hd; i++) {
+                double o = 0;
+                for (int p = 0; p < L; p++)
+                    if (s[p] != -INFINITY) o += exp(s[p] - mx) / sum * a->vc[p * kvd + kv + i];
+                out[t * qd + h * a->hd + i] = o;
+            }
+        }
+    free(s);
+}
+
+Test(kernels, prefill_attention_against_float64) {
+    seer_pool_t *pool = seer_pool_new(2);
+    static const int hds[] = {4, 8, 16, 32};
+    static const int heads[][2] = {{4, 2}, {3, 1}, {2, 2}};
+    static const int ns[] = {16, 37};
+    int checked = 0;
+    for (size_t a1 = 0; a1 < sizeof hds / sizeof *hds; a1++)
+        for (size_t a2 = 0; a2 < 3; a2++)
+            for (size_t a3 = 0; a3 < 2; a3++)
+                for (int start = 0; start <= 5; start += 5)
+                    for (int window = 0; window <= 7; window += 7)
+                        for (int cap = 0; cap < 2; cap++) {
+                            int hd = hds[a1], H = heads[a2][0], KH = heads[a2][1], n = ns[a3], L = start + n;
+                            int qd = H * hd, kvd = KH * hd;
+                            float *q = malloc(sizeof(float) * (size_t)(n * qd)), *kc = malloc(sizeof(float) * (size_t)(L * kvd));
+                            float *vc = malloc(sizeof(float) * (size_t)(L * kvd)), *out = malloc(sizeof(float) * (size_t)(n * qd));
+                            float *scratch = malloc(sizeof(float) * (size_t)(2 * L));
+                            double *ref = malloc(sizeof(double) * (size_t)(n * qd));
+                            for (int i = 0; i < n * qd; i++) q[i] = nrand() * 2;
+                            for (int i = 0; i < L * kvd; i++) {
+                                kc[i] = nrand() * 2;
+                                vc[i] = nrand();
+                            }
+                            seer_attn_params_t a = {.q = q, .kc = kc, .vc = vc, .out = out, .scratch = scratch,
+                                                    .n = n, .start = start, .max_len = L, .H = H, .KH = KH, .hd = hd,
+                                                    .window = window, .scale = 1.0f / sqrtf((float)hd),
+                                                    .softcap = cap ? 3.0f : 0.0f};
+                            seer_k_attention(pool, &a);
+                            attention_ref(&a, ref);
+                            for (int i = 0; i < n * qd; i++)
+                                cr_assert(fabs(out[i] - ref[i]) <= 1e-5 * (1 + fabs(ref[i])),
+                                          "hd %d H %d KH %d n %d start %d window %d softcap %d: out[%d] = %.8g, "
+                                          "float64 %.8g",
+                                          hd, H, KH, n, start, window, cap, i, out[i], ref[i]);
+                            free(q), free(kc), free(vc), free(out), free(scratch), free(ref);
+                            checked++;
+                        }
+    cr_assert_eq(checked, 4 * 3 * 2 * 2 * 2 * 2);
+    seer_pool_free(pool);
+}
+
+Test(kernels, amx_linear_bf16_weights) {
+    if (!seer_k_have_amx()) {
+        cr_skip_test("skipped: this CPU (or kernel) has no AMX-BF16; bf16 prefill uses OpenBLAS here");
+    }
+    seer_pool_t *pool = seer_pool_new(2);
+    static const int ns[] = {16, 33, 64};
+    static const int rows_[] = {17, 130, 256};
+    static const int cols_[] = {32, 96};
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 3; b++)
+            for (int c = 0; c < 2; c++)
+                for (int with_bias = 0; with_bias < 2; with_bias++) {
+                    int n = ns[a], rows = rows_[b], cols = cols_[c];
+                    uint16_t *w = malloc(sizeof(uint16_t) * (size_t)(rows * cols)), bias[256];
+                    float *x = malloc(sizeof(float) * (size_t)(n * cols)), *y = malloc(sizeof(float) * (size_t)(n * rows));
+                    for (int i = 0; i < rows * cols; i++) w[i] = seer_f32_to_bf16(nrand() * 0.1f);
+                    for (int i = 0; i < n * cols; i++) x[i] = nrand() * 3;
+                    for (int i = 0; i < rows; i++) bias[i] = seer_f32_to_bf16(nrand());
+                    seer_weight_t W = {.dtype = SEER_BF16, .data = w, .rows = rows, .cols = cols};
+                    seer_weight_t B = {.dtype = SEER_BF16, .data = bias, .rows = 1, .cols = rows};
+                    cr_assert(seer_k_linear_amx(pool, y, x, n, &W, with_bias ? &B : NULL));
+                    double worst = 0;
+                    for (int t = 0; t < n; t++)
+                        for (int r = 0; r < rows; r++) {
+                            double ref = with_bias ? seer_bf16_to_f32(bias[r]) : 0, mag = 0;
+                            for (int i = 0; i < cols; i++) {
+                                double p = (double)seer_bf16_to_f32(w[r * cols + i]) * x[t * cols + i];
+                                ref += p;
+                                mag += fabs(p);
+                            }
+                            double err = fabs(y[t * rows + r] - ref);
+                            /* x split into hi + lo keeps 16 bits: 2^-16 of sum |w x| bounds it;
+                             * a plain bf16 cast of x (8 bits) would not meet this */
+                            cr_assert(err <= mag * 1.5e-5 + 1e-6, "n %d rows %d cols %d: y[%d][%d] = %.8g, float64 %.8g",
+                                      n, rows, cols, t, r, y[t * rows + r], ref);
+                            if (err / (mag + 1e-30) > worst) worst = err / (mag + 1e-30);
+                        }
+                    /* the dispatch in seer_k_linear picks the same kernel for bf16 prefill */
+                    float *y2 = malloc(sizeof(float) * (size_t)(n * rows));
+                    seer_k_linear(pool, y2, x, n, &W, with_bias ? &B : NULL);
+                    cr_assert(memcmp(y, y2, sizeof(float) * (size_t)(n * rows)) == 0);
+                    free(w), free(x), free(y), free(y2);
+                    cr_assert(worst < 1.5e-5);
+                }
+    seer_pool_free(pool);
+}
