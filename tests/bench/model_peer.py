@@ -1,5 +1,6 @@
 """transformers side of `make bench`'s model benchmark (run with the project venv's python).
 Prints one line: load_ms prefill_tok_s decode_tok_s (same workload as model_seer.lua)."""
+import json
 import os
 import sys
 import time
@@ -10,7 +11,12 @@ from transformers import AutoModelForCausalLM
 path, threads, prefill_n, decode_n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 torch.set_num_threads(threads)
 t0 = time.perf_counter()
-model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32, attn_implementation="eager")
+# Like with like: the checkpoint's own dtype (a bf16 checkpoint runs in bf16, as seer keeps its
+# weights in bf16), eager attention.
+with open(os.path.join(path, "config.json")) as f:
+    cfg = json.load(f)
+dtype = torch.bfloat16 if (cfg.get("dtype") or cfg.get("torch_dtype")) == "bfloat16" else torch.float32
+model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="eager")
 model.eval()
 load_ms = (time.perf_counter() - t0) * 1000
 vocab = model.config.vocab_size
