@@ -48,6 +48,15 @@ Test(sign, matches_python_hmac) {
     cr_assert_str_eq(hex, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
     seer_net_key_free(k);
 
+    /* RFC 4231 test case 6: a key longer than SHA-256's block is hashed first */
+    char long_key[131];
+    memset(long_key, 0xaa, sizeof long_key);
+    cr_assert_eq(seer_net_key_new(&k, long_key, sizeof long_key, NULL), 0);
+    seer_net_frame_t tc6[1] = {F("Test Using Larger Than Block-Size Key - Hash Key First")};
+    cr_assert_eq(seer_net_sign(k, tc6, 1, hex, NULL), 0);
+    cr_assert_str_eq(hex, "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+    seer_net_key_free(k);
+
     k = key_of("k");
     seer_net_frame_t empty[4] = {F(""), F(""), F(""), F("")};
     cr_assert_eq(seer_net_sign(k, empty, 4, hex, NULL), 0);
