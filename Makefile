@@ -9,7 +9,8 @@ CC       ?= cc
 
 PKGS      := luajit libcjson libpcre2-8 libzmq libcrypto libmicrohttpd libpng libcurl
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+# libcurl: headers only; engine/hub/curl_dl.c loads it with dlopen when first used.
+PKG_LIBS   := $(shell pkg-config --libs $(filter-out libcurl,$(PKGS)) 2>/dev/null)
 
 CFLAGS   ?= -O2 -g
 WARN      := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes $(if $(filter 1,$(WERROR)),-Werror)

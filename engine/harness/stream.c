@@ -14,7 +14,7 @@
 #include <strings.h>
 #include <time.h>
 
-#include <curl/curl.h>
+#include "hub/curl_dl.h"
 
 #include "harness.h"
 #include "harness_private.h"

@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include <cJSON.h>
-#include <curl/curl.h>
+#include "hub/curl_dl.h"
 #include <openssl/evp.h>
 
 const char *const seer_hub_default_allow[] = {

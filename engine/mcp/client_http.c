@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <curl/curl.h>
+#include "hub/curl_dl.h"
 
 #include "client_private.h"
 
