@@ -35,6 +35,12 @@ static sock_ud *check_sock(lua_State *L, int idx) {
     return s;
 }
 
+void *seer_net_lua_socket(lua_State *L, int idx, const seer_net_key_t **key) {
+    sock_ud *s = check_sock(L, idx);
+    if (key) *key = s->key;
+    return s->sock;
+}
+
 static int zfail(lua_State *L, const char *what) { return luaL_error(L, "net: %s: %s", what, zmq_strerror(zmq_errno())); }
 
 /* socket(kind, key) */

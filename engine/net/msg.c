@@ -48,6 +48,8 @@ static void drop(const char *why) {
     fprintf(stderr, "seer: dropped a message: %s (%lu dropped so far)\n", why, n);
 }
 
+void seer_net_note_dropped(const char *why) { drop(why); }
+
 /* ---- sending -------------------------------------------------------------------------------- */
 
 static int send_part(void *sock, const void *data, size_t len, int more, seer_err_t *err) {

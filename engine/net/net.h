@@ -78,6 +78,8 @@ void seer_net_msg_free(seer_net_msg_t *m);
 
 /* How many messages were dropped for a bad signature (or layout) so far in this process. */
 unsigned long seer_net_dropped_count(void);
+/* Counts one more dropped message and says why on stderr (for readers outside msg.c). */
+void seer_net_note_dropped(const char *why);
 
 /* Raw multipart send/receive (heartbeats and other unsigned traffic). recv_frames returns the
  * number of frames (frames[] and one block in *block that owns them, free(*block) when done),
@@ -107,5 +109,8 @@ void seer_net_buf_free(seer_net_buf_t *b);
 
 /* seer.core.net (lua_net.c); lua/seer/net.lua documents and wraps it. */
 int seer_net_luaopen(lua_State *L);
+/* The ZMQ socket and signing key of the seer.core.net socket at stack index idx (raises a Lua
+ * error when it is not one or is closed). The pointers live as long as the socket is open. */
+void *seer_net_lua_socket(lua_State *L, int idx, const seer_net_key_t **key);
 
 #endif

@@ -1,11 +1,15 @@
-/* seer.core.rpc: the RPC watchdog for Lua (lua/seer/rpc/server.lua). A watchdog is userdata;
- * __gc stops its thread. */
+/* seer.core.rpc: the RPC hot path, watchdog and worker pool for Lua (lua/seer/rpc.lua,
+ * lua/seer/rpc/server.lua). A channel wraps a seer.core.net socket (which it keeps alive) with
+ * the per-message work of one side of the protocol; a watchdog is userdata whose __gc stops its
+ * thread; a pool is the broker of `seer rpc serve --workers N`. */
 #include <lauxlib.h>
 #include <lua.h>
 
 #include "rpc.h"
 
-#define WD_MT "seer.rpc.watchdog"
+/* ---- the watchdog ------------------------------------------------------------------------------- */
+
+#define WD_MT SEER_RPC_WATCHDOG_MT
 
 typedef struct {
     seer_rpc_watchdog_t *w;
@@ -57,6 +61,19 @@ static int l_fired(lua_State *L) {
     return 1;
 }
 
+/* w:ack(): the interrupts sent so far are accounted for (their calls ended) */
+static int l_ack(lua_State *L) {
+    seer_rpc_watchdog_ack(check_wd(L)->w);
+    return 0;
+}
+
+/* w:unhandled() -> whether an interrupt was sent after the last ack (so a SIGINT the server
+ * sees between calls is the watchdog's, not Ctrl-C) */
+static int l_unhandled(lua_State *L) {
+    lua_pushboolean(L, seer_rpc_watchdog_unhandled(check_wd(L)->w));
+    return 1;
+}
+
 static int l_was_cancelled(lua_State *L) {
     lua_pushboolean(L, seer_rpc_watchdog_was_cancelled(check_wd(L)->w, luaL_checkstring(L, 2)));
     return 1;
@@ -71,9 +88,14 @@ static int l_stop(lua_State *L) {
 
 int seer_rpc_luaopen(lua_State *L) {
     if (luaL_newmetatable(L, WD_MT)) {
-        static const luaL_Reg methods[] = {{"begin", l_begin},   {"finish", l_finish},
-                                           {"fired", l_fired},   {"was_cancelled", l_was_cancelled},
-                                           {"stop", l_stop},     {NULL, NULL}};
+        static const luaL_Reg methods[] = {{"begin", l_begin},
+                                           {"finish", l_finish},
+                                           {"fired", l_fired},
+                                           {"ack", l_ack},
+                                           {"unhandled", l_unhandled},
+                                           {"was_cancelled", l_was_cancelled},
+                                           {"stop", l_stop},
+                                           {NULL, NULL}};
         lua_newtable(L);
         luaL_register(L, NULL, methods);
         lua_setfield(L, -2, "__index");
@@ -84,5 +106,6 @@ int seer_rpc_luaopen(lua_State *L) {
     static const luaL_Reg fns[] = {{"watchdog", l_watchdog}, {NULL, NULL}};
     lua_newtable(L);
     luaL_register(L, NULL, fns);
+    seer_rpc_channel_open(L);
     return 1;
 }

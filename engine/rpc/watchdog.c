@@ -26,6 +26,7 @@ struct seer_rpc_watchdog {
     seer_net_key_t *key;
     atomic_int stop;
     atomic_ulong fired;
+    atomic_ulong handled; /* fired, as of the last ack */
     /* guarded by mu */
     char current[MAX_ID];
     long long deadline_ms; /* 0: none */
@@ -164,6 +165,12 @@ int seer_rpc_watchdog_end(seer_rpc_watchdog_t *w) {
 }
 
 unsigned long seer_rpc_watchdog_fired(const seer_rpc_watchdog_t *w) { return atomic_load(&w->fired); }
+
+void seer_rpc_watchdog_ack(seer_rpc_watchdog_t *w) { atomic_store(&w->handled, atomic_load(&w->fired)); }
+
+int seer_rpc_watchdog_unhandled(const seer_rpc_watchdog_t *w) {
+    return atomic_load(&w->fired) > atomic_load(&w->handled);
+}
 
 int seer_rpc_watchdog_was_cancelled(seer_rpc_watchdog_t *w, const char *call_id) {
     int found = 0;

@@ -18,6 +18,7 @@ local C = require "seer.core.net"
 local json = require "seer.json"
 local wire = require "seer.rpc.wire"
 local process = require "seer.process"
+local rpc_core = require "seer.core.rpc"
 
 local now = require("seer.core.host").now
 local unpack = unpack or table.unpack
@@ -72,11 +73,12 @@ function M.connect(conn, opts)
     if ok then info = i2 end
   end
   self.info = info
-  -- seer.net's wrapper, so MCP tasks can wait on it in seer.net.poll; calls use the raw socket.
+  -- seer.net's wrapper, so MCP tasks can wait on it in seer.net.poll; calls go through a
+  -- channel on the raw socket (engine/rpc/wire.c: headers, signatures and frames in C).
   self.nsock = require("seer.net").socket("dealer", info.key)
   self.sock = self.nsock._s
   self.sock:connect(info.endpoint)
-  self.make_header = wire.header_maker()
+  self.ch = rpc_core.channel(self.sock, { role = "client" })
   return self
 end
 
@@ -92,12 +94,14 @@ function Client:_check_alive(doing)
   end
 end
 
--- Receives one reply (any); returns content table, buffers, or nil on timeout.
+-- Receives one reply (any); returns content table, buffers, or nil on timeout. content.id is
+-- the id of the request it answers (the msg_id of its parent header).
 function Client:_recv(timeout_ms)
-  local idents, h, p, md, c, bufs = self.sock:recv(timeout_ms)
-  if not idents then return nil end
+  local parent, c, bufs = self.ch:recv(timeout_ms)
+  if parent == nil then return nil end
   local ok, content = pcall(json.decode, c)
   if not ok or type(content) ~= "table" then return nil end
+  if parent and content.id == nil then content.id = parent end
   return content, bufs
 end
 
@@ -124,9 +128,7 @@ function Client:wait_reply(id, timeout_ms)
 end
 
 local function sender(self, msg_type, content_text, bufs)
-  local h, id = self.make_header(msg_type)
-  self.sock:send(nil, h, "{}", "{}", content_text, bufs)
-  return id
+  return self.ch:send(msg_type, content_text, bufs)
 end
 
 ---Sends the hello request and waits for the answer (the interface may still be loading its
@@ -169,25 +171,25 @@ end
 ---@param kwargs? table<string, any> named arguments (mapped onto the function's parameters)
 ---@param opts? {timeout?: number} seconds; the server interrupts the call after it
 ---@return string id
+local arg_names = setmetatable({}, { __index = function(t, i) local s = ("args[%d]"):format(i) t[i] = s return s end })
+
 function Client:send_call(name, args, nargs, kwargs, opts)
   local bufs = {}
-  local parts = { '{"fn":', json.encode(name) }
-  if args and (nargs or #args) > 0 then
+  local text = '{"fn":' .. wire.encode(name, "the function name", bufs)
+  nargs = nargs or (args and #args) or 0
+  if args and nargs > 0 then
     local list = {}
-    nargs = nargs or #args
     for i = 1, nargs do
       local v = args[i]
-      list[i] = v == nil and "null" or wire.encode(v, ("args[%d]"):format(i), bufs)
+      list[i] = v == nil and "null" or wire.encode(v, arg_names[i], bufs)
     end
-    parts[#parts + 1] = ',"args":[' .. table.concat(list, ",") .. "]"
-    parts[#parts + 1] = ',"nargs":' .. nargs
+    text = text .. ',"args":[' .. table.concat(list, ",") .. '],"nargs":' .. nargs
   end
   if kwargs and next(kwargs) ~= nil then
-    parts[#parts + 1] = ',"kwargs":' .. wire.encode(kwargs, "kwargs", bufs)
+    text = text .. ',"kwargs":' .. wire.encode(kwargs, "kwargs", bufs)
   end
-  if opts and opts.timeout then parts[#parts + 1] = ',"timeout_ms":' .. math.floor(opts.timeout * 1000) end
-  parts[#parts + 1] = "}"
-  local id = sender(self, "rpc_call_request", table.concat(parts), #bufs > 0 and bufs or nil)
+  if opts and opts.timeout then text = text .. ',"timeout_ms":' .. math.floor(opts.timeout * 1000) end
+  local id = sender(self, "rpc_call_request", text .. "}", #bufs > 0 and bufs or nil)
   self.inflight[id] = name
   return id
 end
@@ -199,9 +201,9 @@ function Client:cancel(id)
   if not self.ctl then
     self.ctl = C.socket("dealer", self.info.key)
     self.ctl:connect(self.info.control_endpoint)
+    self.ctl_ch = rpc_core.channel(self.ctl, { role = "client" })
   end
-  local h = self.make_header("rpc_cancel_request")
-  self.ctl:send(nil, h, "{}", "{}", json.encode{ call_id = id }, nil)
+  self.ctl_ch:send("rpc_cancel_request", json.encode{ call_id = id })
 end
 
 local function results_of(content, bufs)
@@ -249,7 +251,32 @@ end
 ---@return any ...
 function Client:call(name, ...)
   local n = select("#", ...)
-  local content, bufs = self:invoke(name, { ... }, n)
+  -- Scalar arguments and a scalar result go through the channel in one step (engine/rpc).
+  local st, a, c, bufs, c2, b2 = self.ch:call(name, 250, n, ...)
+  if st then return a end
+  local content
+  if st == false then
+    local ok, v = pcall(json.decode, c)
+    if not ok or type(v) ~= "table" then
+      error(("rpc: %s.%s: the reply is not a JSON object: %s"):format(self.name, name, tostring(v)), 2)
+    end
+    content = v
+  elseif a == nil then
+    content, bufs = self:invoke(name, { ... }, n)
+  else
+    if c ~= nil then -- the reply to another request came first: keep it for its waiter
+      local ok, v = pcall(json.decode, bufs)
+      if ok and type(v) == "table" and c and self.inflight[c] then self.pending[c] = { v, c2 } end
+    end
+    self.inflight[a] = name
+    local ok, v, b = pcall(self.wait_reply, self, a)
+    self.inflight[a] = nil
+    if not ok then
+      if tostring(v):find("interrupted") then pcall(self.cancel, self, a) end
+      error(v, 0)
+    end
+    content, bufs = v, b
+  end
   if not content.ok then raise(self, name, content) end
   return results_of(content, bufs)
 end
@@ -276,8 +303,8 @@ function Client:shutdown(timeout_ms)
 end
 
 function Client:close()
-  if self.sock then self.sock:close() self.sock, self.nsock = nil, nil end
-  if self.ctl then self.ctl:close() self.ctl = nil end
+  if self.sock then self.sock:close() self.sock, self.nsock, self.ch = nil, nil, nil end
+  if self.ctl then self.ctl:close() self.ctl, self.ctl_ch = nil, nil end
 end
 
 -- ---- starting servers --------------------------------------------------------------------------

@@ -198,64 +198,97 @@ local function arg_list(entry, args, kwargs, nargs)
   return list, n
 end
 
+local function decode_args(entry, content, bufs)
+  local args = wire.decode_value(content.args, bufs)
+  local kwargs = wire.decode_value(content.kwargs, bufs)
+  return arg_list(entry, args, kwargs, content.nargs)
+end
+
+local function fail(id, kind, msg, tb)
+  return json.encode{ id = id, ok = false, kind = kind, error = msg, traceback = tb }, nil
+end
+
+-- The reply content of a call that returned res[2..n] (res[1] is xpcall's true).
+local function results_text(id, res, out)
+  local nres = res.n - 1
+  if nres <= 1 then
+    return ('{"id":"%s","ok":true,"result":%s}'):format(id, wire.encode(res[2], "result", out))
+  end
+  local parts = {}
+  for i = 1, nres do parts[i] = wire.encode(res[i + 1], ("result[%d]"):format(i), out) end
+  return ('{"id":"%s","ok":true,"result":%s,"results":[%s]}'):format(id, parts[1], table.concat(parts, ","))
+end
+
+-- The reply to a call that ended: res = {n, ok, results... | error}; reason = the watchdog's
+-- ("timeout", "cancelled") when it interrupted the call.
+local function ended(state, id, name, res, reason, timeout, ms)
+  local wd = state.wd
+  if not res[1] then
+    local msg = tostring(res[2])
+    if reason and msg:find("interrupted") then
+      if wd then wd:ack() end
+      local what = reason == "timeout" and ("timed out after %d ms"):format(math.floor(timeout or 0))
+                   or "was cancelled by the client"
+      log("call %s %s", name, what)
+      return fail(id, reason, ("%s %s"):format(name, what), msg)
+    end
+    log("call %s failed after %.1f ms: %s", name, ms, msg:match("^[^\n]*"))
+    local first = msg:match("^(.-)\nstack traceback:") or msg
+    return fail(id, "error", first, msg)
+  end
+  if reason and wd then wd:ack() end
+  local out = {}
+  local ok2, text = pcall(results_text, id, res, out)
+  if not ok2 then
+    log("call %s: the result cannot be sent: %s", name, tostring(text))
+    return fail(id, "serialize", ("the result of %s cannot be sent: %s"):format(name, tostring(text)))
+  end
+  if state.verbose then log("call %s ok in %.2f ms", name, ms) end
+  return text, #out > 0 and out or nil
+end
+
+local function cancelled_before_start(id, name)
+  return fail(id, "cancelled", ("%s was cancelled before it started"):format(name))
+end
+
 -- Runs one call; returns the reply content text and its binary frames.
 local function run_call(state, id, content, bufs)
   local iface, wd = state.iface, state.wd
   local name = content.fn
-  local function fail(kind, msg, tb)
-    local t = { id = id, ok = false, kind = kind, error = msg, traceback = tb }
-    return json.encode(t), nil
-  end
-  if type(name) ~= "string" then return fail("bad_request", "the request has no function name (fn)") end
+  if type(name) ~= "string" then return fail(id, "bad_request", "the request has no function name (fn)") end
   local entry = iface.functions[name]
   if not entry then
-    return fail("not_found", ("no exposed function %q (exposed: %s)"):format(name,
+    return fail(id, "not_found", ("no exposed function %q (exposed: %s)"):format(name,
       #iface.order > 0 and table.concat(iface.order, ", ") or "none"))
   end
-  local ok, list, n = pcall(function()
-    local args = wire.decode_value(content.args, bufs)
-    local kwargs = wire.decode_value(content.kwargs, bufs)
-    return arg_list(entry, args, kwargs, content.nargs)
-  end)
-  if not ok then return fail("bad_request", ("%s: %s"):format(name, tostring(list))) end
+  local ok, list, n = pcall(decode_args, entry, content, bufs)
+  if not ok then return fail(id, "bad_request", ("%s: %s"):format(name, tostring(list))) end
   local timeout = tonumber(content.timeout_ms) or state.timeout_ms
   local t0 = now()
-  if wd and wd:begin(id, timeout or 0) == "cancelled" then
-    return fail("cancelled", ("%s was cancelled before it started"):format(name))
-  end
+  if wd and wd:begin(id, timeout or 0) == "cancelled" then return cancelled_before_start(id, name) end
   local res = pack(xpcall(entry.fn, remote_traceback, unpack(list, 1, n)))
   local reason = wd and wd:finish()
-  local ms = (now() - t0) * 1000
-  if not res[1] then
-    local msg = tostring(res[2])
-    if reason and msg:find("interrupted") then
-      state.handled = (wd and wd:fired()) or 0
-      local what = reason == "timeout" and ("timed out after %d ms"):format(math.floor(timeout or 0))
-                   or "was cancelled by the client"
-      log("call %s %s", name, what)
-      return fail(reason, ("%s %s"):format(name, what), msg)
-    end
-    log("call %s failed after %.1f ms: %s", name, ms, msg:match("^[^\n]*"))
-    local first = msg:match("^(.-)\nstack traceback:") or msg
-    return fail("error", first, msg)
-  end
-  if reason then state.handled = (wd and wd:fired()) or 0 end
-  local out = {}
-  local nres = res.n - 1 -- results after the ok flag
-  local ok2, text = pcall(function()
-    if nres <= 1 then
-      return ('{"id":"%s","ok":true,"result":%s}'):format(id, wire.encode(res[2], "result", out))
-    end
-    local parts = {}
-    for i = 1, nres do parts[i] = wire.encode(res[i + 1], ("result[%d]"):format(i), out) end
-    return ('{"id":"%s","ok":true,"result":%s,"results":[%s]}'):format(id, parts[1], table.concat(parts, ","))
-  end)
-  if not ok2 then
-    log("call %s: the result cannot be sent: %s", name, tostring(text))
-    return fail("serialize", ("the result of %s cannot be sent: %s"):format(name, tostring(text)))
-  end
-  if state.verbose then log("call %s ok in %.2f ms", name, ms) end
-  return text, #out > 0 and out or nil
+  return ended(state, id, name, res, reason, timeout, (now() - t0) * 1000)
+end
+
+-- Plain calls (scalar arguments, an exposed function) run from the channel's recv, in C; it
+-- calls these for what is not plain on the way out (engine/rpc/lua_channel.c).
+local function fast_path(state)
+  local functions = {}
+  for name, f in pairs(state.iface.functions) do functions[name] = f.fn end
+  return {
+    functions = functions,
+    watchdog = state.wd,
+    timeout_ms = state.timeout_ms,
+    invoke = function(fn, ...) return xpcall(fn, remote_traceback, ...) end,
+    on_error = function(id, name, err, reason, timeout, ms)
+      if reason == "cancelled_before_start" then return (cancelled_before_start(id, name)) end
+      return (ended(state, id, name, { n = 2, false, err }, reason, timeout, ms))
+    end,
+    encode = function(id, name, ...)
+      return ended(state, id, name, pack(true, ...), nil, nil, 0)
+    end,
+  }
 end
 M.run_call = run_call
 
@@ -276,56 +309,33 @@ end
 
 -- ---- the loop ----------------------------------------------------------------------------------
 
-local REPLAY_WINDOW_S = 600
+-- Unsigned and badly signed messages never get here, nor replays (a msg_id seen in the last 10
+-- minutes, a date more than 5 minutes off): the channel (engine/rpc/wire.c) drops and logs them.
 
--- Accepts each msg_id once and only messages dated within the window (replayed captures of a
--- signed message are dropped). ISO 8601 UTC dates of one format compare as strings.
-local function replay_guard()
-  local cur, old, rotated = {}, {}, now()
-  local lo, hi, bounds_at = "", "", -1
-  return function(hdr)
-    local id = hdr.msg_id
-    if type(id) ~= "string" or not id:match("^[%w%-_.:]+$") or #id > 100 then return false, "a bad msg_id" end
-    local t = now()
-    if t - rotated > REPLAY_WINDOW_S then old, cur, rotated = cur, {}, t end
-    if cur[id] or old[id] then return false, "a replayed msg_id" end
-    local sec = os.time()
-    if sec ~= bounds_at then
-      bounds_at = sec
-      lo = os.date("!%Y-%m-%dT%H:%M:%S", sec - REPLAY_WINDOW_S / 2)
-      hi = os.date("!%Y-%m-%dT%H:%M:%S", sec + REPLAY_WINDOW_S / 2)
+local function error_text(id, kind, msg, tb) return (fail(id, kind, msg, tb)) end
+
+-- The reply to one request: reply type, content text, buffers.
+local function handle(state, mt, id, c, bufs)
+  if mt == "rpc_call_request" then
+    if state.load_error then
+      return "rpc_call_reply", error_text(id, "load_error",
+        "the interface failed to load: " .. (state.load_error:match("^[^\n]*") or ""), state.load_error)
     end
-    local date = hdr.date
-    if type(date) ~= "string" or not date:match("^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d") or date < lo or date > hi then
-      return false, "a date outside the accepted window"
+    local cok, content = pcall(json.decode, c)
+    if not cok or type(content) ~= "table" then
+      return "rpc_call_reply", error_text(id, "bad_request", "the request content is not a JSON object")
     end
-    cur[id] = true
-    return true
+    return "rpc_call_reply", run_call(state, id, content, bufs)
+  elseif mt == "rpc_hello_request" then
+    state.reply_id = id
+    return "rpc_hello_reply", hello_content(state)
+  elseif mt == "rpc_shutdown_request" then
+    return "rpc_shutdown_reply", '{"ok":true}'
   end
+  return "rpc_error_reply", error_text(id, "bad_request", "unknown message type " .. tostring(mt))
 end
 
----Serves until shutdown. opts: interface, connection_file, models, workers, timeout_ms, name,
----verbose, idle_exit_s (after a load error).
-function M.serve(opts)
-  log_name = "seer rpc " .. (opts.name or opts.interface:match("([^/]+)$"))
-  local info = wire.read_connection(opts.connection_file)
-  local key = info.key
-  local sock = C.socket("router", key)
-  local ep = info.endpoint or "tcp://127.0.0.1:*"
-  local ok, bound = pcall(sock.bind, sock, ep)
-  if not ok then error(("seer rpc: cannot bind %s: %s"):format(ep, tostring(bound)), 0) end
-  local wd, ctl
-  local ctl_ep = info.control_endpoint or (ep:match("^ipc://") and (ep .. ".ctl")) or "tcp://127.0.0.1:*"
-  local ok2, w, cbound = pcall(require("seer.core.rpc").watchdog, ctl_ep, key)
-  if ok2 then wd, ctl = w, cbound
-  else log("no watchdog (calls cannot be cancelled or timed out): %s", tostring(w)) end
-  if bound ~= info.endpoint or ctl ~= info.control_endpoint or info.pid == nil then
-    info.endpoint, info.control_endpoint, info.pid = bound, ctl, require("seer.process").getpid()
-    wire.write_connection(opts.connection_file, info)
-  end
-  local state = { name = opts.name, workers = opts.workers or 1, timeout_ms = opts.timeout_ms, wd = wd, handled = 0,
-                  verbose = opts.verbose }
-  log("listening on %s (control %s), loading %s", bound, tostring(ctl), opts.interface)
+local function load(state, opts)
   local t0 = now()
   local lok, iface = pcall(M.load_interface, opts.interface, { models = opts.models })
   if lok then
@@ -336,66 +346,99 @@ function M.serve(opts)
     state.load_error = tostring(iface)
     log("loading %s failed: %s", opts.interface, state.load_error)
   end
-  local make_header = wire.header_maker()
-  local accept = replay_guard()
+end
+
+-- Answers requests on ch until a shutdown request (or, after a load error, idle_exit seconds
+-- without one).
+local function loop(state, ch, opts)
+  local wd = state.wd
   local last_activity = now()
   local idle_exit = opts.idle_exit_s or 10
   while true do
-    local rok, idents, h, _, _, c, bufs = pcall(sock.recv, sock, state.load_error and 500 or -1)
+    local rok, mt, id, c, bufs = pcall(ch.recv, ch, state.load_error and 500 or -1)
     if not rok then
-      if tostring(idents):find("interrupted") and wd and wd:fired() > state.handled then
-        state.handled = wd:fired() -- our own interrupt, after its call had ended
+      if tostring(mt):find("interrupted") and wd and wd:unhandled() then
+        wd:ack() -- our own interrupt, after its call had ended
       else
-        log("stopping: %s", tostring(idents))
+        log("stopping: %s", tostring(mt))
         break
       end
-    elseif idents == nil then
+    elseif mt == nil then
       if state.load_error and now() - last_activity > idle_exit then
         log("exiting after the load error")
         break
       end
     else
       last_activity = now()
-      local dok, hdr = pcall(json.decode, h)
-      local good, why = false, "an unreadable header"
-      if dok and type(hdr) == "table" then good, why = accept(hdr) end
-      if not good then
-        log("dropped a signed message with %s", why)
-      else
-        local mt = hdr.msg_type
-        local reply_type, text, out
-        if mt == "rpc_hello_request" then
-          state.reply_id = hdr.msg_id
-          reply_type, text = "rpc_hello_reply", hello_content(state)
-        elseif mt == "rpc_call_request" then
-          reply_type = "rpc_call_reply"
-          if state.load_error then
-            text = json.encode{ id = hdr.msg_id, ok = false, kind = "load_error",
-                                error = "the interface failed to load: " .. (state.load_error:match("^[^\n]*") or ""),
-                                traceback = state.load_error }
-          else
-            local cok, content = pcall(json.decode, c)
-            if not cok or type(content) ~= "table" then
-              text = json.encode{ id = hdr.msg_id, ok = false, kind = "bad_request", error = "the request content is not a JSON object" }
-            else
-              text, out = run_call(state, hdr.msg_id, content, bufs)
-            end
-          end
-        elseif mt == "rpc_shutdown_request" then
-          reply_type, text = "rpc_shutdown_reply", json.encode{ ok = true }
-        else
-          reply_type, text = "rpc_error_reply", json.encode{ id = hdr.msg_id, ok = false, kind = "bad_request",
-                                                           error = "unknown message type " .. tostring(mt) }
-        end
-        local sok, serr = pcall(sock.send, sock, idents, (make_header(reply_type)), h, "{}", text, out)
-        if not sok then log("cannot send the reply: %s", tostring(serr)) end
-        if mt == "rpc_shutdown_request" then log("shutdown requested") break end
-      end
+      local reply_type, text, out = handle(state, mt, id, c, bufs)
+      local sok, serr = pcall(ch.reply, ch, reply_type, text, out)
+      if not sok then log("cannot send the reply: %s", tostring(serr)) end
+      if mt == "rpc_shutdown_request" then log("shutdown requested") break end
     end
   end
+end
+
+---Serves until shutdown. opts: interface, connection_file, models, timeout_ms, name, verbose,
+---idle_exit_s (after a load error); worker (the backend endpoint of a pool's broker) and
+---worker_slot make this process one of a pool's workers (docs/rpc.md).
+function M.serve(opts)
+  log_name = "seer rpc " .. (opts.name or opts.interface:match("([^/]+)$"))
+  if opts.worker then log_name = log_name .. "[w" .. tostring(opts.worker_slot or "?") .. "]" end
+  local info = wire.read_connection(opts.connection_file)
+  local key = info.key
+  local rpc_core = require "seer.core.rpc"
+  local sock, ch, bound
+  if opts.worker then
+    -- Behind the broker, which has checked signatures, replays and dates already: a call may
+    -- wait in its queue longer than the date window.
+    sock = C.socket("dealer", key)
+    sock:connect(opts.worker)
+    ch = rpc_core.channel(sock, { role = "server", name = log_name })
+  else
+    sock = C.socket("router", key)
+    local ep = info.endpoint or "tcp://127.0.0.1:*"
+    local ok
+    ok, bound = pcall(sock.bind, sock, ep)
+    if not ok then error(("seer rpc: cannot bind %s: %s"):format(ep, tostring(bound)), 0) end
+    ch = rpc_core.channel(sock, { role = "server", replay_guard = true, name = log_name })
+  end
+  local wd, ctl
+  local ctl_ep = opts.worker and M.worker_control_endpoint(info, opts.worker_slot)
+    or info.control_endpoint or ((info.endpoint or ""):match("^ipc://") and (info.endpoint .. ".ctl")) or "tcp://127.0.0.1:*"
+  local ok2, w, cbound = pcall(rpc_core.watchdog, ctl_ep, key)
+  if ok2 then wd, ctl = w, cbound
+  else log("no watchdog (calls cannot be cancelled or timed out): %s", tostring(w)) end
+  if not opts.worker and (bound ~= info.endpoint or ctl ~= info.control_endpoint or info.pid == nil) then
+    info.endpoint, info.control_endpoint, info.pid = bound, ctl, require("seer.process").getpid()
+    wire.write_connection(opts.connection_file, info)
+  end
+  local state = { name = opts.name, workers = opts.workers or 1, timeout_ms = opts.timeout_ms, wd = wd,
+                  verbose = opts.verbose }
+  if opts.worker then
+    log("worker of %s (control %s), loading %s", opts.worker, tostring(ctl), opts.interface)
+  else
+    log("listening on %s (control %s), loading %s", bound, tostring(ctl), opts.interface)
+  end
+  load(state, opts)
+  if state.iface and not opts.verbose then ch:fast(fast_path(state)) end
+  if opts.worker then
+    -- Tell the broker: the hello content it answers with, and where cancels for our calls go.
+    local c = json.decode(hello_content(state))
+    c.control_endpoint, c.slot, c.pid = ctl, opts.worker_slot, require("seer.process").getpid()
+    ch:send("rpc_worker_ready", json.encode(c))
+  end
+  loop(state, ch, opts)
   if wd then wd:stop() end
   sock:close()
   return state.load_error and 1 or 0
+end
+
+-- Where worker slot k's watchdog listens: beside the server's ipc socket, else a free tcp port.
+function M.worker_control_endpoint(info, slot)
+  local ep = info.endpoint or ""
+  local path = ep:match("^ipc://(.*)$")
+  if path and #path + 12 <= 100 then return ("ipc://%s.w%d.ctl"):format(path, slot or 0) end
+  return "tcp://127.0.0.1:*"
 end
 
 return M

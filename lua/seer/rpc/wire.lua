@@ -19,6 +19,8 @@ local ok_tensor, tensor = pcall(require, "seer.tensor")
 local is_tensor = ok_tensor and tensor.is_tensor or function() return false end
 
 local jarray, jobject, is_array, is_object, null = json.array, json.object, json.is_array, json.is_object, json.null
+local json_encode = json.encode
+local format, find = string.format, string.find
 
 -- A string JSON can carry: valid UTF-8 without NUL bytes.
 local function json_safe(s)
@@ -120,6 +122,17 @@ end
 ---@param bufs string[]
 ---@return string json
 function M.encode(v, path, bufs)
+  -- Scalars (most arguments and results) without building a table for the encoder.
+  local tv = type(v)
+  if tv == "number" then
+    if v ~= v or v == math.huge or v == -math.huge then bad(path, "is " .. tostring(v) .. " (JSON has no NaN or infinity)") end
+    if v % 1 == 0 and v > -2^53 and v < 2^53 and (v ~= 0 or 1 / v > 0) then return format("%d", v) end
+    return json_encode(v)
+  elseif tv == "string" and #v < 256 and not find(v, '[%c"\\\128-\255]') then
+    return '"' .. v .. '"'
+  elseif tv == "boolean" or (tv == "string" and #v < M.BIG_STRING and json_safe(v)) then
+    return json_encode(v)
+  end
   local packed = pack(v, path, bufs, {})
   local ok, text = pcall(json.encode, packed)
   if not ok then error(path .. ": " .. tostring(text):gsub("^json%.encode: ", ""), 0) end
