@@ -140,6 +140,34 @@ int seer_rpc_watchdog_was_cancelled(seer_rpc_watchdog_t *w, const char *call_id)
 
 void seer_rpc_watchdog_stop(seer_rpc_watchdog_t *w);
 
+/* ---- the worker pool (broker.c) ------------------------------------------------------------- */
+
+typedef struct seer_rpc_broker seer_rpc_broker_t;
+
+typedef struct seer_rpc_broker_opts {
+    const char *frontend; /* where clients connect ("tcp://127.0.0.1:*" picks a port) */
+    const char *control;  /* where cancels come */
+    const char *backend;  /* where the workers connect */
+    const void *key;      /* the HMAC key (not empty) */
+    size_t key_len;
+    const char *name;     /* in log lines */
+    int workers;          /* 1 to 256 */
+    int idle_exit_s;      /* after a load error, exit once no request came for this long */
+} seer_rpc_broker_opts_t;
+
+enum { SEER_RPC_BROKER_FRONTEND, SEER_RPC_BROKER_CONTROL, SEER_RPC_BROKER_BACKEND };
+
+/* Binds the three sockets. */
+int seer_rpc_broker_new(seer_rpc_broker_t **out, const seer_rpc_broker_opts_t *o, seer_err_t *err);
+/* The endpoint bound for SEER_RPC_BROKER_*. */
+const char *seer_rpc_broker_endpoint(const seer_rpc_broker_t *b, int which);
+/* Starts the workers (argv, NULL-terminated, argv[0] an absolute path, plus "--worker-slot K")
+ * and serves until a shutdown request, Ctrl-C, or a pool that cannot go on. Returns the exit
+ * status (0, or 1 when the interface failed to load or a worker could not be replaced), or
+ * SEER_E* when it could not run at all. */
+int seer_rpc_broker_run(seer_rpc_broker_t *b, char *const *argv, seer_err_t *err);
+void seer_rpc_broker_free(seer_rpc_broker_t *b);
+
 /* ---- Lua ------------------------------------------------------------------------------------ */
 
 /* seer.core.rpc (lua_rpc.c): channels, the watchdog and the worker pool for Lua (lua/seer/rpc.lua,

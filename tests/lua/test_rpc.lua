@@ -126,6 +126,7 @@ T.test("rpc: errors carry the remote traceback; unserializable results name the 
   T.contains(msg, "remote traceback:")
   T.contains(msg, "misc.lua:")
   T.contains(msg, "in function 'inner'")
+  T.ok(not msg:find("seer/rpc/server.lua", 1, true), "the server's own frames are not in the remote traceback:\n" .. msg)
   msg = T.raises(function() s:call("unserializable") end, "cannot be sent")
   T.contains(msg, "result.rows[2].fn is a function")
   T.raises(function() s:call("nope") end, 'no exposed function "nope"')
@@ -211,6 +212,85 @@ T.test("rpc: forged and unsigned requests are dropped; only exposed functions ar
   sock:close()
   T.contains(s:logs(), "a replayed msg_id")
   T.ok(net.dropped() >= dropped, "drop counter")
+end)
+
+-- Two calls sent at once, each sleeping `secs`: how long until both answered, and the pids.
+local function overlap(s, secs)
+  local t0 = seer.now()
+  local ids = { s.client:send_call("nap", { secs }, 1), s.client:send_call("nap", { secs }, 1) }
+  local pids = {}
+  for i, id in ipairs(ids) do
+    local c = s.client:wait_reply(id, 10000)
+    T.ok(c and c.ok, "nap answered")
+    pids[i] = c.result
+  end
+  return seer.now() - t0, pids
+end
+
+T.test("rpc: calls are serialized by default; --workers 2 runs two at once", function()
+  local one = rpc.serve_local(fixtures .. "pool.lua", { name = "pool_one" })
+  local took1, pids1 = overlap(one, 0.4)
+  T.ok(took1 >= 0.78, ("one worker: two 0.4 s naps took %.2f s, expected them one after the other"):format(took1))
+  T.eq(pids1[1], pids1[2])
+  T.eq(one.client.spec.workers, 1)
+  one:close()
+  local two = rpc.serve_local(fixtures .. "pool.lua", { name = "pool_two", workers = 2 })
+  T.eq(two.client.spec.workers, 2)
+  T.eq(#two:functions(), 4)
+  local took2, pids2 = overlap(two, 0.4)
+  T.ok(took2 < 0.7, ("two workers: two 0.4 s naps took %.2f s, expected them side by side"):format(took2))
+  T.ne(pids2[1], pids2[2], "two worker processes")
+  T.ne(pids2[1], two.proc.pid, "calls run in the workers, not in the broker")
+  -- plain and general calls, errors with their traceback, through the broker
+  T.eq(two:call("pid") ~= nil, true)
+  T.raises(function() two:call("nope") end, 'no exposed function "nope"')
+  T.raises(function() two:call_kw("nap", { seconds = 0, x = 1 }) end, 'nap has no parameter "x"')
+  -- cancellation and deadlines per call, under the pool
+  local id = two.client:send_call("spin", { 30 }, 1)
+  require("seer.process").sleep_ms(100)
+  two.client:cancel(id)
+  local c = two.client:wait_reply(id, 5000)
+  T.eq(c.kind, "cancelled")
+  local r = two.client:invoke("spin", { 30 }, 1, nil, { timeout = 0.3 })
+  T.eq(r.kind, "timeout")
+  T.contains(r.error, "spin timed out after 300 ms")
+  -- a call still queued (both workers busy) is cancelled without running
+  local busy = { two.client:send_call("nap", { 0.5 }, 1), two.client:send_call("nap", { 0.5 }, 1) }
+  local queued = two.client:send_call("nap", { 0.5 }, 1)
+  require("seer.process").sleep_ms(100)
+  two.client:cancel(queued)
+  c = two.client:wait_reply(queued, 5000)
+  T.eq(c.kind, "cancelled")
+  T.contains(c.error, "nap was cancelled before it started")
+  for _, b in ipairs(busy) do T.ok(two.client:wait_reply(b, 5000).ok) end
+  -- a worker that dies in a call: that call fails at once, saying how; a new worker takes over
+  local t0 = seer.now()
+  local crashed = two.client:invoke("crash", {}, 0)
+  T.eq(crashed.ok, false)
+  T.eq(crashed.kind, "crashed")
+  T.contains(crashed.error, "crash: the worker process running it")
+  T.contains(crashed.error, "was killed by SIGKILL")
+  T.ok(seer.now() - t0 < 5, "the crash was reported after " .. (seer.now() - t0) .. " s")
+  T.raises(function() two:call("crash") end, "killed by SIGKILL")
+  T.eq(type(two:call("pid")), "number")
+  local deadline = seer.now() + 10
+  local took3
+  repeat took3 = overlap(two, 0.3) until took3 < 0.55 or seer.now() > deadline
+  T.ok(took3 < 0.55, ("after the crash, two 0.3 s naps took %.2f s: the worker was not replaced"):format(took3))
+  T.contains(two:logs(), "worker")
+  T.contains(two:logs(), "replaced")
+  two:close()
+  T.ok(two.proc.wait(0), "the broker ended")
+end)
+
+T.test("rpc: a pool whose interface fails to load reports it at once", function()
+  local t0 = seer.now()
+  local msg = T.raises(function() rpc.serve_local(fixtures .. "broken.lua", { workers = 2 }) end, "failed to load")
+  T.contains(msg, "cannot load the model: weights are missing")
+  T.contains(msg, "in function 'load_model'")
+  msg = T.raises(function() rpc.serve_local(fixtures .. "crash.lua", { workers = 2 }) end, "killed by SIGKILL")
+  T.contains(msg, "while loading the interface")
+  T.ok(seer.now() - t0 < 10, "took " .. (seer.now() - t0) .. " s")
 end)
 
 T.test("rpc: close stops the servers", function()

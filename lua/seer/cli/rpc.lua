@@ -13,8 +13,8 @@ and answers signed RPC requests (seer.rpc, `seer mcp rpc`) until it is told to s
                           or port * picks one); the server writes back the endpoints it bound,
                           the watchdog's "control_endpoint" and its pid
   --workers N             N worker processes, each with its own copy of the interface (and of
-                          its models); default 1: calls run one at a time. Not built yet:
-                          N > 1 exits with status 2 and says so
+                          its models), so N calls run at once; default 1: calls run one at a
+                          time (models are not reentrant)
   --models JSON           model id -> local path ({"google/gemma-2-2b": "/models/..."} or
                           [{"name": ..., "path": ...}]) for get_model_path
   --timeout SECONDS       default per-call deadline (a request may set its own)
@@ -85,7 +85,8 @@ local function serve(args)
     elseif a == "--log" then o.log = value()
     elseif a == "--die-with-parent" then o.die_with_parent = true
     elseif a == "--verbose" then o.verbose = true
-    elseif a == "--worker" then o.worker = true -- internal: a worker of a broker
+    elseif a == "--worker" then o.worker = value() -- internal: a pool's worker, with the broker's endpoint
+    elseif a == "--worker-slot" then o.worker_slot = tonumber(value()) -- internal
     elseif a == "-h" or a == "--help" then print(USAGE) os.exit(0)
     elseif a:sub(1, 1) == "-" then usage_error("unknown option " .. a)
     elseif not o.interface then o.interface = a
@@ -100,12 +101,8 @@ local function serve(args)
   if o.die_with_parent then require("seer.process").die_with_parent() end
   local server = require "seer.rpc.server"
   local rc
-  if o.workers > 1 then
-    io.stderr:write("seer rpc serve: --workers ", o.workers, " is not built yet: this build serves calls one at a time ",
-      "in one process (models are not reentrant); drop --workers or start several servers and spread calls over them\n")
-    os.exit(2)
-  end
-  rc = server.serve(o)
+  if o.workers > 1 and not o.worker then rc = server.serve_pool(o)
+  else rc = server.serve(o) end
   io.stdout:flush()
   io.stderr:flush()
   os.exit(rc, true) -- close the state: __gc frees what C holds (sockets, the watchdog, models)

@@ -3,8 +3,9 @@
 --- a ZMQ ROUTER socket: hello (the exposed functions with their docs and schemas, or the load
 --- error), call, shutdown. Calls run one at a time on the main thread (models are not
 --- reentrant); a watchdog thread (seer.core.rpc) interrupts a call that is cancelled or runs past
---- its deadline. With workers > 1 this process is a broker in front of worker processes, each
---- of which loads the interface (docs/rpc.md).
+--- its deadline. Messages go through a seer.core.rpc channel, which serves plain calls itself
+--- (engine/rpc). With workers > 1 this process is a broker (engine/rpc/broker.c) in front of
+--- worker processes, each of which loads the interface (serve_pool; docs/rpc.md).
 local M = {}
 
 local C = require "seer.core.net"
@@ -271,6 +272,8 @@ local function run_call(state, id, content, bufs)
   return ended(state, id, name, res, reason, timeout, (now() - t0) * 1000)
 end
 
+local function pass(...) return ... end
+
 -- Plain calls (scalar arguments, an exposed function) run from the channel's recv, in C; it
 -- calls these for what is not plain on the way out (engine/rpc/lua_channel.c).
 local function fast_path(state)
@@ -280,7 +283,8 @@ local function fast_path(state)
     functions = functions,
     watchdog = state.wd,
     timeout_ms = state.timeout_ms,
-    invoke = function(fn, ...) return xpcall(fn, remote_traceback, ...) end,
+    -- not a tail call of xpcall, so that its frame (where remote_traceback cuts) keeps its name
+    invoke = function(fn, ...) return pass(xpcall(fn, remote_traceback, ...)) end,
     on_error = function(id, name, err, reason, timeout, ms)
       if reason == "cancelled_before_start" then return (cancelled_before_start(id, name)) end
       return (ended(state, id, name, { n = 2, false, err }, reason, timeout, ms))
@@ -431,6 +435,36 @@ function M.serve(opts)
   if wd then wd:stop() end
   sock:close()
   return state.load_error and 1 or 0
+end
+
+---`seer rpc serve --workers N`: a broker (engine/rpc/broker.c) in front of N worker processes,
+---each `seer rpc serve --worker BACKEND` loading the interface. opts as serve, plus workers and
+---argv_base (the seer binary); returns the exit status.
+function M.serve_pool(opts)
+  log_name = "seer rpc " .. (opts.name or opts.interface:match("([^/]+)$"))
+  local info = wire.read_connection(opts.connection_file)
+  local ep = info.endpoint or "tcp://127.0.0.1:*"
+  local ctl_ep = info.control_endpoint or (ep:match("^ipc://") and (ep .. ".ctl")) or "tcp://127.0.0.1:*"
+  local back_ep = (ep:match("^ipc://") and #ep + 8 - 6 <= 100) and (ep .. ".workers") or "tcp://127.0.0.1:*"
+  local ok, pool = pcall(require("seer.core.rpc").pool, { frontend = ep, control = ctl_ep, backend = back_ep, key = info.key,
+    name = log_name, workers = opts.workers, idle_exit_s = opts.idle_exit_s or 10 })
+  if not ok then error("seer rpc: " .. tostring(pool), 0) end
+  local bound, ctl, back = pool:endpoints()
+  info.endpoint, info.control_endpoint, info.pid, info.workers = bound, ctl, require("seer.process").getpid(), opts.workers
+  wire.write_connection(opts.connection_file, info)
+  local argv = { require("seer.jupyter").seer_binary(), "rpc", "serve", opts.interface, "--connection-file",
+                 opts.connection_file, "--worker", back, "--die-with-parent" }
+  if opts.name then argv[#argv + 1] = "--name"; argv[#argv + 1] = opts.name end
+  if opts.models and next(opts.models) then
+    local m = json.object()
+    for k, v in pairs(opts.models) do m[k] = v end
+    argv[#argv + 1] = "--models"; argv[#argv + 1] = json.encode(m)
+  end
+  if opts.timeout_ms then argv[#argv + 1] = "--timeout"; argv[#argv + 1] = tostring(opts.timeout_ms / 1000) end
+  if opts.verbose then argv[#argv + 1] = "--verbose" end
+  local rc = pool:run(argv)
+  pool:close()
+  return rc
 end
 
 -- Where worker slot k's watchdog listens: beside the server's ipc socket, else a free tcp port.
