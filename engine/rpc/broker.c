@@ -219,8 +219,8 @@ static void hello_reply(seer_rpc_broker_t *b, seer_rpc_msg_t *m, const char *id)
     if (!o) return;
     cJSON_DeleteItemFromObjectCaseSensitive(o, "control_endpoint");
     cJSON_DeleteItemFromObjectCaseSensitive(o, "slot");
-    cJSON_ReplaceItemInObjectCaseSensitive(o, "id", cJSON_CreateString(id));
-    if (!cJSON_GetObjectItemCaseSensitive(o, "id")) cJSON_AddStringToObject(o, "id", id);
+    cJSON_DeleteItemFromObjectCaseSensitive(o, "id");
+    cJSON_AddStringToObject(o, "id", id);
     cJSON_DeleteItemFromObjectCaseSensitive(o, "pid");
     cJSON_AddNumberToObject(o, "pid", (double)getpid());
     cJSON_DeleteItemFromObjectCaseSensitive(o, "workers");
