@@ -328,10 +328,15 @@ static void push_buffers(lua_State *L, seer_rpc_msg_t *m, int from) {
 }
 
 /* Waits for the next verified message in c->msg until deadline (timeout < 0: forever). Returns
- * 1, or 0 on timeout. Ctrl-C raises "interrupted". */
-static int next_msg(lua_State *L, void *sock, const seer_net_key_t *key, ch_ud *c, int timeout, long long deadline) {
+ * 1, or 0 on timeout. Ctrl-C raises "interrupted", or with quiet returns 0 (the interrupt stays
+ * pending for the caller's next wait). */
+static int next_msg(lua_State *L, void *sock, const seer_net_key_t *key, ch_ud *c, int timeout, long long deadline,
+                    int quiet) {
     for (;;) {
-        if (seer_host_interrupted()) seer_host_interrupt_raise(L);
+        if (seer_host_interrupted()) {
+            if (quiet) return 0;
+            seer_host_interrupt_raise(L);
+        }
         int left = -1;
         if (timeout >= 0) {
             long long l = deadline - now_ms();
@@ -505,7 +510,7 @@ static int l_ch_recv(lua_State *L) {
     c->has_req = 0;
     seer_rpc_msg_t *m = &c->msg;
     for (;;) {
-        if (!next_msg(L, sock, key, c, timeout, deadline)) {
+        if (!next_msg(L, sock, key, c, timeout, deadline, 0)) {
             lua_pushnil(L);
             lua_pushliteral(L, "timeout");
             return 2;
@@ -619,7 +624,8 @@ static int l_ch_call(lua_State *L) {
     send_msg(L, sock, key, c, NULL, "rpc_call_request", (seer_net_frame_t){"{}", 2},
              (seer_net_frame_t){b->data, b->len}, NULL, 0, id);
     size_t idn = strlen(id);
-    if (!next_msg(L, sock, key, c, slice, now_ms() + slice)) {
+    /* Ctrl-C while waiting: "no reply yet", so that seer.rpc's wait sees it and cancels the call */
+    if (!next_msg(L, sock, key, c, slice, now_ms() + slice, 1)) {
         lua_pushnil(L);
         lua_pushstring(L, id);
         return 2;
