@@ -151,6 +151,15 @@ T.test("rpc: values round trip: nil holes, multiple results, binary strings, ten
   T.eq(back.t:dtype(), "bf16")
   T.eq(back.t:size(), { 3, 4 })
   T.eq(back.t:float():totable(), t:totable())
+  -- scalars take the C fast path both ways; each must come back as it went
+  for _, v in ipairs{ 0, -1, 0.1, 1 / 3, 2^53 + 2, -2^63, 1e300, -1e-300, "", "plain", 'quote " and \\ backslash',
+                      "line\nbreak\ttab", "é ü 中文 😀", "\1\31", true, false } do
+    T.eq(s:call("echo", v), v, ("echo of %q"):format(tostring(v)))
+  end
+  T.eq(1 / s:call("echo", -0), -math.huge, "-0 keeps its sign")
+  T.eq(s:call("echo"), nil)
+  T.eq(s:call("echo", nil), nil)
+  T.eq(s:call("add", 2^52, 1), 2^52 + 1)
   T.raises(function() s:call("echo", { f = print }) end, "args%[1%]%.f is a function")
   T.raises(function() s:call("echo", 0 / 0) end, "JSON has no NaN")
 end)
