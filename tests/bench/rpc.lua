@@ -2,7 +2,8 @@
 -- 1 MB argument) against a bare libzmq REQ/REP round trip (the floor) in this run, and against
 -- the reference's stdlib HTTP RPC server when SEER_REFERENCE_RPC names its rpc_server.py
 -- (tests/bench/rpc_reference.py drives it the way its generated client does). N small calls
--- (default 2000), M 1 MB calls (default 50).
+-- (default 2000), M 1 MB calls (default 50). Over ipc it also measures a pool of two workers
+-- (`seer rpc serve --workers 2`), whose calls go through the broker: one more hop.
 local rpc = require "seer.rpc"
 local process = require "seer.process"
 local ffi = require "ffi"
@@ -69,23 +70,32 @@ local function row(name, p50, p99, mbps)
   io.stdout:flush()
 end
 
+local function seer_peer(srv)
+  local c = srv.client
+  assert(c:call("size", MB) == #MB)
+  return { small = function() return c:call("ping", 1) end, big = function() return c:call("size", MB) end }
+end
+
 local results = {}
 for _, transport in ipairs{ "ipc", "tcp" } do
   local srv = rpc.serve_local(here .. "/rpc_interface.lua", { transport = transport, name = "bench" })
-  local c = srv.client
-  assert(c:call("size", MB) == #MB)
   local dir = process.mkdtemp("/tmp/seer-rpc-bench-")
   local ep = transport == "ipc" and ("ipc://" .. dir .. "/floor.sock") or "tcp://127.0.0.1:" .. (40000 + process.getpid() % 20000)
-  local seer_p = { small = function() return c:call("ping", 1) end, big = function() return c:call("size", MB) end }
+  local seer_p = seer_peer(srv)
   local floor_p = floor_peer(ep)
-  measure{ seer_p, floor_p }
+  -- over ipc, also a pool of two workers (`--workers 2`): one more hop, through the broker
+  local pool = transport == "ipc" and rpc.serve_local(here .. "/rpc_interface.lua", { name = "bench_pool", workers = 2 })
+  local pool_p = pool and seer_peer(pool) or nil
+  measure{ seer_p, floor_p, pool_p }
   srv:close()
+  if pool then pool:close() end
   floor_p.close()
   os.execute("rm -rf '" .. dir .. "'")
   row("seer rpc (" .. transport .. ")", seer_p.p50, seer_p.p99, seer_p.mbps)
   row("bare libzmq REQ/REP (" .. transport .. ")", floor_p.p50, floor_p.p99, floor_p.mbps)
   results[transport] = seer_p
   print(("  %-34s p50 %.2fx the floor (target <= 1.5x)"):format("", seer_p.p50 / floor_p.p50))
+  if pool_p then row("seer rpc (ipc), 2 workers", pool_p.p50, pool_p.p99, pool_p.mbps) end
 end
 
 local ref = os.getenv("SEER_REFERENCE_RPC")
