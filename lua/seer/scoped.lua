@@ -120,7 +120,7 @@ end
 ---under different names works. The interface gets `get_model_path(name)` for the sandbox's
 ---models.
 ---@param file string the interface.lua on this machine
----@param opts? {expose_as?: "library"|"mcp"|"prompt"|"skill", name?: string, timeout?: number, load_timeout?: number, env?: table<string,string>}
+---@param opts? {expose_as?: "library"|"mcp"|"prompt"|"skill", name?: string, workers?: integer, timeout?: number, load_timeout?: number, env?: table<string,string>}
 ---@return any exposed, seerrpc.Server server
 function Scoped:serve(file, opts)
   opts = opts or {}
@@ -129,7 +129,7 @@ function Scoped:serve(file, opts)
   local name = opts.name or (basename(file) or "interface"):gsub("%.lua$", "")
   local ok_copy, copy = pcall(self.upload_file, self, file, name .. ".lua")
   if not ok_copy then error(copy, 2) end
-  local o = { expose_as = opts.expose_as, name = name, timeout = opts.timeout, load_timeout = opts.load_timeout,
+  local o = { expose_as = opts.expose_as, name = name, workers = opts.workers, timeout = opts.timeout, load_timeout = opts.load_timeout,
               env = opts.env, connection_dir = self:_dir(), models = self.sandbox:model_paths(),
               spawn = self:_spawn(copy) }
   local ok, exposed, srv = pcall(rpc.serve, file, o)
