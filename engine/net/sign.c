@@ -1,9 +1,12 @@
 /* HMAC-SHA256 message signatures (Jupyter's "hmac-sha256" scheme) and the random bytes behind
- * keys and UUIDs, all from OpenSSL's libcrypto. A key keeps two SHA-256 contexts that have
- * already absorbed the key's inner and outer pad blocks (RFC 2104); a signature copies them
- * instead of re-deriving the pads, and goes through EVP_Digest* rather than EVP_MAC, whose
- * per-call set-up (context duplication, provider look-ups) cost three times the hashing itself
- * on the small messages RPC sends. */
+ * keys and UUIDs, all from OpenSSL's libcrypto. A key keeps two SHA-256 states that have already
+ * absorbed the key's inner and outer pad blocks (RFC 2104); a signature copies them instead of
+ * re-deriving the pads. The states are OpenSSL's plain SHA256_CTX: deprecated since 3.0, but in
+ * every build that has not compiled the deprecated API out, and copying one is a struct
+ * assignment, where an EVP context copy allocates and goes through the provider layer, which
+ * made a signature on the small messages RPC sends cost about twice as much (EVP_MAC, before,
+ * four times). Builds without the deprecated API use EVP_Digest* contexts. */
+#define OPENSSL_SUPPRESS_DEPRECATED
 #include "net.h"
 
 #include <stdio.h>
@@ -14,12 +17,22 @@
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
+#include <openssl/sha.h>
 
 #define HMAC_BLOCK 64 /* SHA-256's block size */
 
+#ifndef OPENSSL_NO_DEPRECATED_3_0
+#define SHA256_STATES 1
+#endif
+
 struct seer_net_key {
+    int empty;
+#ifdef SHA256_STATES
+    SHA256_CTX inner, outer;
+#else
     EVP_MD *md;
-    EVP_MD_CTX *inner, *outer; /* NULL for the empty key */
+    EVP_MD_CTX *inner, *outer;
+#endif
 };
 
 static int ssl_error(seer_err_t *err, const char *what) {
@@ -30,24 +43,44 @@ static int ssl_error(seer_err_t *err, const char *what) {
     return seer_err_set(err, SEER_EIO, "%s: %s", what, e ? buf : "OpenSSL error");
 }
 
+/* The state after one pad block (the key xor'ed with x). */
+#ifdef SHA256_STATES
+static int pad_state(SHA256_CTX *c, const unsigned char block[HMAC_BLOCK], unsigned char x) {
+    unsigned char pad[HMAC_BLOCK];
+    for (int i = 0; i < HMAC_BLOCK; i++) pad[i] = block[i] ^ x;
+    int ok = SHA256_Init(c) && SHA256_Update(c, pad, HMAC_BLOCK);
+    OPENSSL_cleanse(pad, sizeof pad);
+    return ok;
+}
+#else
+static int pad_state(seer_net_key_t *k, EVP_MD_CTX **c, const unsigned char block[HMAC_BLOCK], unsigned char x) {
+    unsigned char pad[HMAC_BLOCK];
+    for (int i = 0; i < HMAC_BLOCK; i++) pad[i] = block[i] ^ x;
+    int ok = (*c = EVP_MD_CTX_new()) && EVP_DigestInit_ex(*c, k->md, NULL) && EVP_DigestUpdate(*c, pad, HMAC_BLOCK);
+    OPENSSL_cleanse(pad, sizeof pad);
+    return ok;
+}
+#endif
+
 int seer_net_key_new(seer_net_key_t **out, const void *key, size_t len, seer_err_t *err) {
     *out = NULL;
     seer_net_key_t *k = calloc(1, sizeof *k);
     if (!k) return seer_err_set(err, SEER_ENOMEM, "out of memory for a signing key");
+    k->empty = len == 0;
     if (len > 0) {
-        unsigned char block[HMAC_BLOCK] = {0}, pad[HMAC_BLOCK];
-        unsigned int dlen = 0;
-        int ok = (k->md = EVP_MD_fetch(NULL, "SHA256", NULL)) != NULL;
         /* A key longer than a block is replaced by its digest; a shorter one is zero-padded. */
-        if (ok && len > HMAC_BLOCK) ok = EVP_Digest(key, len, block, &dlen, k->md, NULL);
-        else if (ok) memcpy(block, key, len);
-        ok = ok && (k->inner = EVP_MD_CTX_new()) && (k->outer = EVP_MD_CTX_new());
-        for (int i = 0; i < HMAC_BLOCK; i++) pad[i] = block[i] ^ 0x36;
-        ok = ok && EVP_DigestInit_ex(k->inner, k->md, NULL) && EVP_DigestUpdate(k->inner, pad, HMAC_BLOCK);
-        for (int i = 0; i < HMAC_BLOCK; i++) pad[i] = block[i] ^ 0x5c;
-        ok = ok && EVP_DigestInit_ex(k->outer, k->md, NULL) && EVP_DigestUpdate(k->outer, pad, HMAC_BLOCK);
+        unsigned char block[HMAC_BLOCK] = {0};
+        unsigned int dlen = 0;
+        int ok = 1;
+        if (len > HMAC_BLOCK) ok = EVP_Digest(key, len, block, &dlen, EVP_sha256(), NULL);
+        else memcpy(block, key, len);
+#ifdef SHA256_STATES
+        ok = ok && pad_state(&k->inner, block, 0x36) && pad_state(&k->outer, block, 0x5c);
+#else
+        ok = ok && (k->md = EVP_MD_fetch(NULL, "SHA256", NULL)) && pad_state(k, &k->inner, block, 0x36) &&
+             pad_state(k, &k->outer, block, 0x5c);
+#endif
         OPENSSL_cleanse(block, sizeof block);
-        OPENSSL_cleanse(pad, sizeof pad);
         if (!ok) {
             int rc = ssl_error(err, "cannot set up HMAC-SHA256");
             seer_net_key_free(k);
@@ -60,20 +93,33 @@ int seer_net_key_new(seer_net_key_t **out, const void *key, size_t len, seer_err
 
 void seer_net_key_free(seer_net_key_t *k) {
     if (!k) return;
+#ifndef SHA256_STATES
     EVP_MD_CTX_free(k->inner);
     EVP_MD_CTX_free(k->outer);
     EVP_MD_free(k->md);
+#endif
+    OPENSSL_cleanse(k, sizeof *k);
     free(k);
 }
 
-int seer_net_key_empty(const seer_net_key_t *k) { return !k || !k->inner; }
+int seer_net_key_empty(const seer_net_key_t *k) { return !k || k->empty; }
 
-/* HMAC = H(outer pad || H(inner pad || frames)), from the key's prepared contexts. A fresh
- * context per call keeps a key usable from several threads at once. */
+/* HMAC = H(outer pad || H(inner pad || frames)), from the key's prepared states; the key itself
+ * is only read, so it can sign on several threads at once. */
 static int mac_raw(const seer_net_key_t *k, const seer_net_frame_t *frames, int n, unsigned char out[32],
                    seer_err_t *err) {
-    EVP_MD_CTX *c = EVP_MD_CTX_new();
     unsigned char inner[32];
+#ifdef SHA256_STATES
+    SHA256_CTX c = k->inner;
+    int ok = 1;
+    for (int i = 0; i < n && ok; i++)
+        if (frames[i].len) ok = SHA256_Update(&c, frames[i].data, frames[i].len);
+    ok = ok && SHA256_Final(inner, &c);
+    c = k->outer;
+    ok = ok && SHA256_Update(&c, inner, 32) && SHA256_Final(out, &c);
+    OPENSSL_cleanse(&c, sizeof c);
+#else
+    EVP_MD_CTX *c = EVP_MD_CTX_new();
     unsigned int l1 = 0, l2 = 0;
     int ok = c && EVP_MD_CTX_copy_ex(c, k->inner);
     for (int i = 0; i < n && ok; i++)
@@ -82,6 +128,7 @@ static int mac_raw(const seer_net_key_t *k, const seer_net_frame_t *frames, int 
     ok = ok && EVP_MD_CTX_copy_ex(c, k->outer) && EVP_DigestUpdate(c, inner, 32) && EVP_DigestFinal_ex(c, out, &l2) &&
          l2 == 32;
     EVP_MD_CTX_free(c);
+#endif
     OPENSSL_cleanse(inner, sizeof inner);
     return ok ? SEER_OK : ssl_error(err, "HMAC");
 }

@@ -234,6 +234,14 @@ static int read_scalar(seer_rpc_str_t v, scalar_t *out) {
     if (v.n == 4 && memcmp(p, "true", 4) == 0) return out->kind = SC_TRUE, 1;
     if (v.n == 5 && memcmp(p, "false", 5) == 0) return out->kind = SC_FALSE, 1;
     if (seer_rpc_json_number_end(p, e) != e) return 0;
+    if (v.n <= 15 && !memchr(p, '.', v.n) && !memchr(p, 'e', v.n) && !memchr(p, 'E', v.n)) {
+        /* an integer of at most 15 digits: exact in a double, no strtod needed */
+        long long x = 0;
+        for (const char *q = *p == '-' ? p + 1 : p; q < e; q++) x = x * 10 + (*q - '0');
+        out->num = *p == '-' ? (x == 0 ? -0.0 : (double)-x) : (double)x;
+        out->kind = SC_NUMBER;
+        return 1;
+    }
     char tmp[64];
     if (v.n >= sizeof tmp) return 0;
     memcpy(tmp, p, v.n);
@@ -284,6 +292,17 @@ static void push_scalar(lua_State *L, const scalar_t *v) {
     }
 }
 
+/* Appends v in decimal; returns 1, or 0 when out of memory. */
+static int add_int(seer_net_buf_t *b, long long v) {
+    char tmp[24];
+    int n = (int)sizeof tmp;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do tmp[--n] = (char)('0' + u % 10), u /= 10;
+    while (u);
+    if (v < 0) tmp[--n] = '-';
+    return seer_net_buf_add(b, tmp + n, sizeof tmp - (size_t)n) == 0;
+}
+
 /* Appends the Lua value at idx as JSON when it is a scalar seer.rpc.wire would send as it is
  * (nil, a boolean, a finite number, a string shorter than BIG_STRING of valid UTF-8 without NUL
  * bytes). Returns 1, or 0 when it needs seer.rpc.wire. */
@@ -295,11 +314,12 @@ static int add_scalar(lua_State *L, int idx, seer_net_buf_t *b) {
     if (t == LUA_TNUMBER) {
         double d = lua_tonumber(L, idx);
         if (!isfinite(d)) return 0;
+        if (d == floor(d) && fabs(d) < 9007199254740992.0) {
+            if (d == 0) return signbit(d) ? seer_net_buf_add(b, "-0", 2) == 0 : seer_net_buf_add(b, "0", 1) == 0;
+            return add_int(b, (long long)d);
+        }
         char tmp[40];
-        int n;
-        if (d == 0) n = snprintf(tmp, sizeof tmp, signbit(d) ? "-0" : "0");
-        else if (d == floor(d) && fabs(d) < 9007199254740992.0) n = snprintf(tmp, sizeof tmp, "%lld", (long long)d);
-        else n = snprintf(tmp, sizeof tmp, "%.17g", d);
+        int n = snprintf(tmp, sizeof tmp, "%.17g", d);
         return seer_net_buf_add(b, tmp, (size_t)n) == 0;
     }
     if (t == LUA_TSTRING) {
@@ -609,9 +629,7 @@ static int l_ch_call(lua_State *L) {
     if (ok && n > 0) {
         ok = seer_net_buf_add(b, ",\"args\":[", 9) == 0;
         for (int i = 0; i < n && ok; i++) ok = (i == 0 || seer_net_buf_add(b, ",", 1) == 0) && add_scalar(L, 5 + i, b);
-        char tail[32];
-        int tn = snprintf(tail, sizeof tail, "],\"nargs\":%d}", n);
-        ok = ok && seer_net_buf_add(b, tail, (size_t)tn) == 0;
+        ok = ok && seer_net_buf_add(b, "],\"nargs\":", 10) == 0 && add_int(b, n) && seer_net_buf_add(b, "}", 1) == 0;
     } else if (ok) {
         ok = seer_net_buf_add(b, "}", 1) == 0;
     }

@@ -142,7 +142,7 @@ int seer_rpc_watchdog_begin(seer_rpc_watchdog_t *w, const char *call_id, long lo
     if (strlen(call_id) >= MAX_ID) call_id = "";
     pthread_mutex_lock(&w->mu);
     for (int i = 0; i < CANCEL_MEMORY; i++)
-        if (call_id[0] && strcmp(w->cancelled[i], call_id) == 0) {
+        if (call_id[0] && w->cancelled[i][0] == call_id[0] && strcmp(w->cancelled[i], call_id) == 0) {
             w->cancelled[i][0] = 0;
             pthread_mutex_unlock(&w->mu);
             return SEER_RPC_CANCELLED;
