@@ -391,9 +391,7 @@ __attribute__((target("avx512f,avx512dq,avx512vl"))) static void rmsnorm_avx512(
             _mm512_storeu_ps(yt + i, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(xt + i), vinv), _mm512_add_ps(one, wv)));
         }
         for (; i < d; i++) {
-            float wi = w->dtype == SEER_F32    ? ((const float *)w->data)[i]
-                       : w->dtype == SEER_BF16 ? seer_bf16_to_f32(((const uint16_t *)w->data)[i])
-                                               : seer_f16_to_f32(((const uint16_t *)w->data)[i]);
+            float wi = seer_w_load(w, (size_t)i);
             yt[i] = (xt[i] * inv) * (one_plus ? 1.0f + wi : wi);
         }
     }
