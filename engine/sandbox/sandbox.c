@@ -391,6 +391,33 @@ static void write_status(const char *path, const char *how, int code, int sig, l
     rename(tmp, path);
 }
 
+/* Whether the owner is dead or dying. getppid() alone is not enough: when a multi-threaded
+ * owner is killed, its main thread (our parent) can exit first, and the kernel reparents us
+ * to another of its threads, still alive for a moment, before it sends the death signal; so
+ * getppid() still returns the owner. A thread-group leader that has exited before its other
+ * threads shows as a zombie in /proc/PID/stat. Async-signal-safe (open/read/close). */
+static int owner_dead(pid_t owner) {
+    if (getppid() != owner) return 1;
+    char path[64];
+    size_t n = s_cat(path, 0, sizeof path, "/proc/");
+    n = s_cat_long(path, n, sizeof path, owner);
+    s_cat(path, n, sizeof path, "/stat");
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 1;
+    char buf[512];
+    ssize_t r = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (r <= 0) return 1;
+    buf[r] = 0;
+    /* "pid (comm) S ...": the state follows the last ')' (comm may itself hold parentheses) */
+    ssize_t close_paren = -1;
+    for (ssize_t i = 0; i < r; i++)
+        if (buf[i] == ')') close_paren = i;
+    if (close_paren < 0 || close_paren + 2 >= r) return 0;
+    char st = buf[close_paren + 2];
+    return st == 'Z' || st == 'X' || st == 'x';
+}
+
 static void keeper_main(const seer_sandbox_keeper_opts_t *o, pid_t owner, int log_fd, int null_fd) {
     long long t0 = now_ms();
     sigset_t all;
@@ -398,7 +425,7 @@ static void keeper_main(const seer_sandbox_keeper_opts_t *o, pid_t owner, int lo
     sigprocmask(SIG_SETMASK, &all, NULL);
     setpgid(0, 0); /* the terminal's Ctrl-C goes to the owner, which decides */
     prctl(PR_SET_PDEATHSIG, SIGTERM);
-    int owner_gone = getppid() != owner;
+    int owner_gone = owner_dead(owner);
 
     dup2(null_fd, 0);
     dup2(log_fd, 1);
@@ -454,7 +481,7 @@ static void keeper_main(const seer_sandbox_keeper_opts_t *o, pid_t owner, int lo
                 kill(child, SIGKILL);
                 killed = 1;
                 if (g_timeout) how = "timeout";
-                else how = getppid() != owner ? "owner_died" : "terminated";
+                else how = owner_dead(owner) ? "owner_died" : "terminated";
             }
             int st;
             pid_t r = waitpid(child, &st, 0);
@@ -472,7 +499,15 @@ static void keeper_main(const seer_sandbox_keeper_opts_t *o, pid_t owner, int lo
         }
     }
     if (o->cgroup) seer_sandbox_cgroup_destroy(o->cgroup, 3000);
-    owner_gone = getppid() != owner;
+    owner_gone = owner_dead(owner);
+    /* the kernel sends the death signal just before it marks the leader a zombie: a dying
+     * owner can still read as alive for a moment, so look again briefly before deciding */
+    for (int i = 0; !owner_gone && g_term_sig && i < 10; i++) {
+        struct timespec ts = {0, 2000000};
+        nanosleep(&ts, NULL);
+        owner_gone = owner_dead(owner);
+    }
+    if (owner_gone && strcmp(how, "terminated") == 0) how = "owner_died";
     write_status(o->status_path, how, code, sig, now_ms() - t0);
     if (owner_gone && o->state_dir && o->state_dir[0]) {
         /* nobody is left to read the workspace or the logs: remove them */
