@@ -3,6 +3,7 @@
  * bf16/f16 weights are widened in registers. AVX2+FMA paths are chosen at run time
  * (__builtin_cpu_supports), with portable loops as the reference and the fallback. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__)
@@ -41,6 +42,27 @@ __attribute__((target("avx2,fma,f16c"))) static inline float hsum8(__m256 v) {
     return _mm_cvtss_f32(lo);
 }
 
+/* Software prefetch for the decode blocks: each of the four rows is read SEER_PF_ELEMS
+ * elements ahead. The rows of a block are four separate streams, too short (a row of a 0.5B
+ * model is 1.8 KB in bf16) for the hardware prefetcher to ramp up on; measured on a 0.5B
+ * Llama with two threads, bf16 decode went from 12.4 to 15.0 tok/s and f32 from 10.3 to 11.5
+ * (256 elements ahead; 128-512 were within noise of each other). Past the end of a row the
+ * prefetch reads the next row, the next block's for the last one; a prefetch never faults. */
+#define SEER_PF_ELEMS 256
+#define SEER_PF_SETUP(w, rbase)                                                                          \
+    const char *pf_base = (const char *)(w)->data;                                                       \
+    size_t pf_es = (w)->dtype == SEER_F32 ? 4 : 2;                                                       \
+    const char *pf0 = pf_base + ((rbase)[0] + SEER_PF_ELEMS) * pf_es, *pf1 = pf_base + ((rbase)[1] + SEER_PF_ELEMS) * pf_es; \
+    const char *pf2 = pf_base + ((rbase)[2] + SEER_PF_ELEMS) * pf_es, *pf3 = pf_base + ((rbase)[3] + SEER_PF_ELEMS) * pf_es
+#define SEER_PF_ROWS(i)                                                                                  \
+    do {                                                                                                 \
+        size_t pf_o = (size_t)(i) * pf_es;                                                               \
+        _mm_prefetch(pf0 + pf_o, _MM_HINT_T0);                                                           \
+        _mm_prefetch(pf1 + pf_o, _MM_HINT_T0);                                                           \
+        _mm_prefetch(pf2 + pf_o, _MM_HINT_T0);                                                           \
+        _mm_prefetch(pf3 + pf_o, _MM_HINT_T0);                                                           \
+    } while (0)
+
 /* Four rows of W against NT tokens (NT = 1 or 2): each W vector is loaded once and used NT
  * times, and 4 x NT independent accumulators keep the FMA units busy (one chain per row would
  * stall on FMA latency, which is what limits a naive decode). rbase: element offsets of the
@@ -52,7 +74,9 @@ __attribute__((target("avx2,fma,f16c"))) static inline float hsum8(__m256 v) {
         __m256 acc[NT][4];                                                                               \
         for (int t = 0; t < NT; t++)                                                                     \
             for (int k = 0; k < 4; k++) acc[t][k] = _mm256_setzero_ps();                                 \
+        SEER_PF_SETUP(w, rbase);                                                                         \
         for (int64_t i = 0; i < n8; i += 8) {                                                            \
+            if (!(i & 15)) SEER_PF_ROWS(i);                                                              \
             __m256 w0 = seer_w_load8(w, rbase[0] + (size_t)i), w1 = seer_w_load8(w, rbase[1] + (size_t)i);             \
             __m256 w2 = seer_w_load8(w, rbase[2] + (size_t)i), w3 = seer_w_load8(w, rbase[3] + (size_t)i);             \
             for (int t = 0; t < NT; t++) {                                                               \
@@ -109,7 +133,9 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c"))) static inline
         __m512 acc[NT][4];                                                                               \
         for (int t = 0; t < NT; t++)                                                                     \
             for (int k = 0; k < 4; k++) acc[t][k] = _mm512_setzero_ps();                                 \
+        SEER_PF_SETUP(w, rbase);                                                                         \
         for (int64_t i = 0; i < n16; i += 16) {                                                          \
+            SEER_PF_ROWS(i);                                                                             \
             __m512 w0 = w_load16(w, rbase[0] + (size_t)i), w1 = w_load16(w, rbase[1] + (size_t)i);       \
             __m512 w2 = w_load16(w, rbase[2] + (size_t)i), w3 = w_load16(w, rbase[3] + (size_t)i);       \
             for (int t = 0; t < NT; t++) {                                                               \
