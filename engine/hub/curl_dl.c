@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 seer_curl_api_t seer_curl_api;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -11,15 +12,25 @@ static int g_loaded;
 static char g_why[512];
 
 static void load(void) {
-    static const char *const names[] = {"libcurl.so.4", "libcurl-gnutls.so.4"};
+    /* SEER_LIBCURL names the library to load instead (a path or a soname): for a libcurl
+     * outside the loader's search path, and for the tests of the paths below. */
+    const char *forced = getenv("SEER_LIBCURL");
+    const char *const defaults[] = {"libcurl.so.4", "libcurl-gnutls.so.4"};
+    const char *const *names = defaults;
+    size_t n_names = sizeof defaults / sizeof *defaults;
+    if (forced && *forced) {
+        names = &forced;
+        n_names = 1;
+    }
     void *h = NULL;
     const char *why = "";
-    for (size_t i = 0; i < sizeof names / sizeof *names && !h; i++) {
+    for (size_t i = 0; i < n_names && !h; i++) {
         h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
         if (!h) why = dlerror();
     }
     if (!h) {
-        snprintf(g_why, sizeof g_why, "libcurl could not be loaded (%s); install it: apt-get install libcurl4", why);
+        snprintf(g_why, sizeof g_why, "libcurl could not be loaded (%s); install it: apt-get install libcurl4%s", why,
+                 forced && *forced ? ", or correct SEER_LIBCURL" : "");
         return;
     }
     struct {

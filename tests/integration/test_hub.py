@@ -421,6 +421,23 @@ class HubTest(unittest.TestCase):
         r = self.seer(f'print(hub.cached("{REPO}"))', HF_HUB_OFFLINE="1")
         self.assertEqual(r.stdout.strip(), os.path.join(self.repo_dir, "snapshots", COMMIT))
 
+    def test_libcurl_missing_or_wrong(self):
+        # libcurl is loaded with dlopen on first use: a machine without it still runs seer, and
+        # a download says what to install. SEER_LIBCURL points the loader elsewhere.
+        r = self.download(SEER_LIBCURL="/nonexistent/libcurl.so.4")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("libcurl could not be loaded", r.stderr)
+        self.assertIn("/nonexistent/libcurl.so.4", r.stderr)
+        self.assertIn("apt-get install libcurl4", r.stderr)
+        self.assertEqual(self.fake.requests, [])
+        r = self.download(SEER_LIBCURL="libm.so.6")  # loads, but is not libcurl
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("has no curl_easy_init", r.stderr)
+        self.assertEqual(self.fake.requests, [])
+        r = self.seer('print(1 + 1)', SEER_LIBCURL="/nonexistent/libcurl.so.4")
+        self.assertEqual((r.returncode, r.stdout.strip()), (0, "2"), r.stderr)
+        self.assertEqual(self.download().returncode, 0)
+
     # ---- several files at once ------------------------------------------------------------------
 
     def test_files_are_fetched_at_once(self):
