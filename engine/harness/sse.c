@@ -5,37 +5,18 @@
 #include <string.h>
 
 #include "harness.h"
-
-typedef struct {
-    char *p;
-    size_t n, cap;
-} buf_t;
+#include "harness_private.h"
 
 struct seer_harness_sse {
     seer_harness_sse_cb cb;
     void *ud;
     size_t max;
-    buf_t line;  /* the line being read */
-    buf_t event; /* the event name of the event being built */
-    buf_t data;  /* its data lines, joined by '\n' */
+    hbuf_t line;  /* the line being read */
+    hbuf_t event; /* the event name of the event being built */
+    hbuf_t data;  /* its data lines, joined by '\n' */
     int have_data;
     int skip_lf; /* the last byte was CR: an LF right after it ends nothing */
 };
-
-static int buf_add(buf_t *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) return -1;
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-    return 0;
-}
 
 seer_harness_sse_t *seer_harness_sse_new(seer_harness_sse_cb cb, void *ud, size_t max_event_bytes) {
     seer_harness_sse_t *p = calloc(1, sizeof *p);
@@ -78,12 +59,12 @@ static int take_line(seer_harness_sse_t *p, seer_err_t *err) {
     if (vl && v[0] == ' ') v++, vl--;
     if (fl == 5 && memcmp(s, "event", 5) == 0) {
         p->event.n = 0;
-        if (buf_add(&p->event, v, vl) < 0) return seer_err_set(err, SEER_ENOMEM, "sse: out of memory");
+        if (hbuf_add(&p->event, v, vl) < 0) return seer_err_set(err, SEER_ENOMEM, "sse: out of memory");
     } else if (fl == 4 && memcmp(s, "data", 4) == 0) {
         if (p->data.n + vl + 1 > p->max)
             return seer_err_set(err, SEER_EPARSE, "sse: an event is larger than %zu bytes", p->max);
-        if (p->have_data && buf_add(&p->data, "\n", 1) < 0) return seer_err_set(err, SEER_ENOMEM, "sse: out of memory");
-        if (buf_add(&p->data, v, vl) < 0) return seer_err_set(err, SEER_ENOMEM, "sse: out of memory");
+        if (p->have_data && hbuf_add(&p->data, "\n", 1) < 0) return seer_err_set(err, SEER_ENOMEM, "sse: out of memory");
+        if (hbuf_add(&p->data, v, vl) < 0) return seer_err_set(err, SEER_ENOMEM, "sse: out of memory");
         p->have_data = 1;
     }
     /* id, retry and unknown fields mean nothing to a one-shot response stream. */
@@ -106,7 +87,7 @@ int seer_harness_sse_feed(seer_harness_sse_t *p, const char *buf, size_t n, seer
         if (j > i) {
             if (p->line.n + (j - i) > p->max)
                 return seer_err_set(err, SEER_EPARSE, "sse: a line is longer than %zu bytes", p->max);
-            if (buf_add(&p->line, buf + i, j - i) < 0) return seer_err_set(err, SEER_ENOMEM, "sse: out of memory");
+            if (hbuf_add(&p->line, buf + i, j - i) < 0) return seer_err_set(err, SEER_ENOMEM, "sse: out of memory");
         }
         if (j == n) break;
         if (buf[j] == '\r') p->skip_lf = 1;
