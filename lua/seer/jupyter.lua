@@ -13,19 +13,6 @@ local process = require "seer.process"
 local Client = {}
 Client.__index = Client
 
-local function free_ports(n)
-  -- Let the OS choose: bind throwaway sockets to port 0, read the ports, close them. A race
-  -- with another process is possible but rare; the kernel reports a bind failure clearly.
-  local ports, socks = {}, {}
-  for i = 1, n do
-    local s = net.socket("router", "")
-    local _, port = s:bind("tcp://127.0.0.1:*")
-    ports[i], socks[i] = port, s
-  end
-  for _, s in ipairs(socks) do s:close() end
-  return ports
-end
-
 ---Path of the running seer binary (children are started with the same one).
 ---@return string
 function M.seer_binary()
@@ -59,16 +46,53 @@ local function write_private(path, text)
   end
 end
 
----Writes a connection file (mode 0600: it holds the key) and returns its table.
+---Writes a connection file (mode 0600: it holds the key) and returns its table. Its ports are 0:
+---the kernel binds ports the OS picks and writes them back into the file (see wait_for_ports).
+---Choosing ports here and closing them before the kernel binds would race with every other
+---process on the machine: under load another kernel, or a connecting socket's source port, takes
+---one, and the client ends up talking to a stranger or to itself.
 ---@param path string
 ---@return table info
 function M.write_connection_file(path)
-  local p = free_ports(5)
-  local info = { transport = "tcp", ip = "127.0.0.1", shell_port = p[1], iopub_port = p[2], stdin_port = p[3],
-                 control_port = p[4], hb_port = p[5], signature_scheme = "hmac-sha256", key = net.new_key(),
+  local info = { transport = "tcp", ip = "127.0.0.1", shell_port = 0, iopub_port = 0, stdin_port = 0,
+                 control_port = 0, hb_port = 0, signature_scheme = "hmac-sha256", key = net.new_key(),
                  kernel_name = "seer" }
   write_private(path, json.encode(info, { indent = 2 }))
   return info
+end
+
+local PORT_NAMES = { "shell_port", "iopub_port", "stdin_port", "control_port", "hb_port" }
+
+---Waits until the kernel started on a port-0 connection file has bound its sockets and written
+---their ports back (it renames the new file into place, so a read never sees half of it).
+---Returns the connection table, or nil and why (the kernel exited, or timeout_ms passed).
+---@param path string
+---@param child table the kernel's process handle
+---@param timeout_ms integer
+---@return table|nil info, string|nil why
+function M.wait_for_ports(path, child, timeout_ms)
+  local deadline = process.now_ms() + timeout_ms
+  local pause = 1
+  while true do
+    local f = io.open(path, "rb")
+    local text = f and f:read("*a")
+    if f then f:close() end
+    local ok, info = pcall(json.decode, text or "")
+    if ok and type(info) == "table" then
+      local all = true
+      for _, k in ipairs(PORT_NAMES) do
+        if type(info[k]) ~= "number" or info[k] <= 0 then all = false end
+      end
+      if all then return info end
+    end
+    local alive, how = child:alive()
+    if not alive then return nil, "the kernel " .. how .. " before binding its sockets" end
+    if process.now_ms() >= deadline then
+      return nil, ("the kernel did not bind its sockets within %d ms"):format(timeout_ms)
+    end
+    process.sleep_ms(pause)
+    pause = math.min(pause * 2, 20)
+  end
 end
 
 ---@class seerjupyter.start_opts
@@ -76,17 +100,25 @@ end
 ---@field cwd? string the kernel's working directory
 ---@field env? table<string, string> extra environment for the kernel
 ---@field log? string file that receives the kernel's stdout and stderr
+---@field timeout_ms? integer how long the kernel may take to bind its sockets (default 20000)
 
----Starts `seer kernel` as a child process and connects to it.
+---Starts `seer kernel` as a child process and connects to it once it has bound its sockets.
+---Raises an error (naming the log when there is one) if the kernel exits or does not bind in time.
 ---@param opts seerjupyter.start_opts
 ---@return seerjupyter.client
 function M.start_local(opts)
   local conn = ("%s/kernel-%s.json"):format(opts.runtime_dir, net.uuid())
-  local info = M.write_connection_file(conn)
+  M.write_connection_file(conn)
   local env = { SEER_KERNEL_DIE_WITH_PARENT = "1" }
   for k, v in pairs(opts.env or {}) do env[k] = v end
   local child = process.spawn{ argv = { M.seer_binary(), "kernel", "-f", conn }, cwd = opts.cwd, env = env,
                                stdout = opts.log or "null", stderr = opts.log or "inherit" }
+  local info, why = M.wait_for_ports(conn, child, opts.timeout_ms or 20000)
+  if not info then
+    child:stop(0)
+    os.remove(conn)
+    error("the kernel did not start: " .. why .. (opts.log and (" (its log: " .. opts.log .. ")") or ""), 0)
+  end
   local c = M.connect(info)
   c.process, c.connection_file = child, conn
   return c

@@ -106,3 +106,47 @@ T.test("kernel: describe shows LuaCATS comments and signatures", function()
   T.contains(K.describe(print, "print"), "built-in function")
   T.contains(K.describe({ a = 1 }, "t"), "t: table\n{ a = 1 }")
 end)
+
+-- Local kernels bind ports the OS picks and write them back into their connection file; the
+-- client connects only then. (Picking free ports in the client and closing them before the
+-- kernel bound them raced with other processes: under load about 1 start in 130 talked to
+-- another kernel or to itself.)
+T.test("kernel: local kernels bind their own ports and several start at once", function()
+  local jupyter = require "seer.jupyter"
+  local process = require "seer.process"
+  local dir = process.mkdtemp("/tmp/seer-test-jupyter-")
+  local clients, seen = {}, {}
+  for i = 1, 4 do clients[i] = jupyter.start_local{ runtime_dir = dir, log = dir .. "/log" .. i } end
+  for i, c in ipairs(clients) do
+    local info, why = c:kernel_info(20000)
+    T.eq(why, nil)
+    T.eq(info.implementation, "seer")
+    for _, k in ipairs{ "shell_port", "iopub_port", "stdin_port", "control_port", "hb_port" } do
+      local p = c.info[k]
+      T.ok(type(p) == "number" and p > 0, k .. " was written back")
+      T.eq(seen[p], nil, "port " .. p .. " is used once")
+      seen[p] = i
+    end
+  end
+  for _, c in ipairs(clients) do c:close() end
+  os.execute("rm -rf " .. dir)
+end)
+
+T.test("kernel: a kernel that never binds gives a clear error", function()
+  local jupyter = require "seer.jupyter"
+  local process = require "seer.process"
+  local dir = process.mkdtemp("/tmp/seer-test-jupyter-")
+  local conn = dir .. "/kernel.json"
+  jupyter.write_connection_file(conn)
+  local quitter = process.spawn{ argv = { "sh", "-c", "exit 3" } }
+  local info, why = jupyter.wait_for_ports(conn, quitter, 5000)
+  T.eq(info, nil)
+  T.contains(why, "before binding its sockets")
+  T.contains(why, "3")
+  local sleeper = process.spawn{ argv = { "sleep", "10" } }
+  info, why = jupyter.wait_for_ports(conn, sleeper, 200)
+  T.eq(info, nil)
+  T.eq(why, "the kernel did not bind its sockets within 200 ms")
+  sleeper:stop(0)
+  os.execute("rm -rf " .. dir)
+end)
