@@ -94,8 +94,13 @@ setup:
 test: $(SEER_BIN) $(UNIT_BIN)
 	@SEER=$(CURDIR)/$(SEER_BIN) SEER_BUILD=$(BUILD) UNIT_BINS="$(UNIT_BIN)" bash tests/run.sh
 
-bench: $(SEER_BIN)
-	@SEER=$(CURDIR)/$(SEER_BIN) bash tests/bench/run.sh
+bench: $(SEER_BIN) $(BUILD)/bench/peak
+	@SEER=$(CURDIR)/$(SEER_BIN) PEAK=$(CURDIR)/$(BUILD)/bench/peak bash tests/bench/run.sh
+
+# The compute-peak probe for the prefill bound (tests/bench/peak.c: FMA and AMX on registers).
+$(BUILD)/bench/peak: tests/bench/peak.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -D_GNU_SOURCE $(WARN) -O2 -pthread $< -o $@
 
 # Regenerates the parity models and goldens live with transformers (needs make bench-setup) and
 # compares seer against them; make test uses the stored copies in tests/parity/models.

@@ -1,5 +1,8 @@
 -- seer side of `make bench`'s model benchmark: load time, prefill tokens/s (best of 3), greedy
--- decode tokens/s. Prints one line: load_ms prefill_tok_s decode_tok_s.
+-- decode tokens/s. Prints one line: load_ms prefill_tok_s decode_tok_s new_tokens prefill_flops,
+-- the last being the floating-point operations of one prefill forward (Llama-shaped models:
+-- every linear layer and the LM head at 2 flops per multiply-add, and causal attention's
+-- scores and weighted sums; norms, RoPE and softmax are left out, so the bound is generous).
 local path, threads, prefill_n, decode_n = arg[1], tonumber(arg[2]), tonumber(arg[3]), tonumber(arg[4])
 local t0 = seer.now()
 local model = seer.model.load(path, { threads = threads, tokenizer = false })
@@ -19,4 +22,12 @@ model:generate(prompt, { max_new_tokens = 8 })
 local t = seer.now()
 local out = model:generate(prompt, { max_new_tokens = decode_n, min_new_tokens = decode_n })
 local dt = seer.now() - t
-print(("%.1f %.1f %.1f %d"):format(load_ms, prefill_n / best, #out.ids / dt, #out.ids))
+local c = model.config
+local h, L, I, V = c.hidden_size, c.num_hidden_layers, c.intermediate_size, c.vocab_size
+local nh = c.num_attention_heads
+local hd = c.head_dim or math.floor(h / nh)
+local nkv = c.num_key_value_heads or nh
+local per_token = 2 * L * (2 * h * nh * hd + 2 * h * nkv * hd + 3 * h * I) + 2 * h * V
+local pairs = prefill_n * (prefill_n + 1) / 2
+local flops = prefill_n * per_token + L * nh * hd * 4 * pairs
+print(("%.1f %.1f %.1f %d %.0f"):format(load_ms, prefill_n / best, #out.ids / dt, #out.ids, flops))

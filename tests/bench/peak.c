@@ -1,0 +1,175 @@
+/* Compute peak of this machine for `make bench`: the prefill compute bound, like the decode
+ * bandwidth bound. Usage: peak THREADS. Prints one line: "FMA_GFLOPS AMX_GFLOPS", both summed
+ * over THREADS threads that run at once (so two vCPUs that share one core's FMA units show it).
+ *   FMA: f32 fused multiply-adds on 12 independent registers (AVX-512, else AVX2+FMA), the most
+ *        an f32 kernel can do;
+ *   AMX: bf16 tile products (TDPBF16PS on register tiles, no memory traffic), the most a bf16
+ *        GEMM can do; 0 where the CPU or kernel has no AMX.
+ * Each is the best of 5 runs of about 50 ms. Not x86: prints "0 0". */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+#define ITERS 16000000L
+
+#if defined(__x86_64__)
+/* Each returns the flops it did (a*b + c on every lane of 12 registers, ITERS times). */
+__attribute__((target("avx512f"))) static double fma512(float *sink) {
+    __m512 a[12], b = _mm512_set1_ps(0.5f), c = _mm512_set1_ps(1.0f);
+    for (int i = 0; i < 12; i++) a[i] = _mm512_set1_ps((float)i);
+    for (long k = 0; k < ITERS; k++)
+#pragma GCC unroll 12
+        for (int i = 0; i < 12; i++) a[i] = _mm512_fmadd_ps(a[i], b, c);
+    __m512 s = a[0];
+    for (int i = 1; i < 12; i++) s = _mm512_add_ps(s, a[i]);
+    *sink = _mm512_reduce_add_ps(s);
+    return (double)ITERS * 12 * 16 * 2;
+}
+
+__attribute__((target("avx2,fma"))) static double fma256(float *sink) {
+    __m256 a[12], b = _mm256_set1_ps(0.5f), c = _mm256_set1_ps(1.0f);
+    for (int i = 0; i < 12; i++) a[i] = _mm256_set1_ps((float)i);
+    for (long k = 0; k < ITERS; k++)
+#pragma GCC unroll 12
+        for (int i = 0; i < 12; i++) a[i] = _mm256_fmadd_ps(a[i], b, c);
+    __m256 s = a[0];
+    for (int i = 1; i < 12; i++) s = _mm256_add_ps(s, a[i]);
+    float t[8];
+    _mm256_storeu_ps(t, s);
+    *sink = t[0];
+    return (double)ITERS * 12 * 8 * 2;
+}
+
+typedef struct {
+    uint8_t palette, start;
+    uint8_t res[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tilecfg_t;
+
+static int amx_usable(void) {
+    unsigned a, b, c, d;
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+    if (!(d & (1u << 22)) || !(d & (1u << 24))) return 0; /* AMX-BF16, AMX-TILE */
+    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
+}
+
+/* Four accumulators (tiles 0-3) fed by tiles 4-7: independent products, as a GEMM's inner
+ * block does; each product is 16 x 16 x 32 multiply-adds. */
+__attribute__((target("amx-tile,amx-bf16"))) static double amx(float *sink) {
+    if (syscall(SYS_arch_prctl, 0x1023, 18) != 0) return 0;
+    tilecfg_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int i = 0; i < 8; i++) {
+        cfg.colsb[i] = 64;
+        cfg.rows[i] = 16;
+    }
+    _tile_loadconfig(&cfg);
+    static __thread uint16_t src[16 * 32];
+    for (int i = 0; i < 16 * 32; i++) src[i] = 0x3c00; /* 2^-7 in bf16: sums stay finite */
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_loadd(4, src, 64);
+    _tile_loadd(5, src, 64);
+    _tile_loadd(6, src, 64);
+    _tile_loadd(7, src, 64);
+    long n = ITERS / 8;
+    for (long k = 0; k < n; k++) {
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    float out[256];
+    _tile_stored(0, out, 64);
+    _tile_release();
+    *sink = out[0];
+    return (double)n * 4 * 16 * 16 * 32 * 2;
+}
+#endif
+
+typedef double (*probe_fn)(float *);
+typedef struct {
+    probe_fn fn;
+    pthread_barrier_t *bar;
+    double flops, secs;
+    float sink;
+} job_t;
+
+static void *worker(void *arg) {
+    job_t *j = arg;
+    pthread_barrier_wait(j->bar);
+    double t = now();
+    j->flops = j->fn(&j->sink);
+    j->secs = now() - t;
+    return NULL;
+}
+
+/* Best of 5 of THREADS threads running fn at once; GFLOP/s summed over the threads. */
+static double measure(probe_fn fn, int threads) {
+    double best = 0;
+    job_t *jobs = calloc((size_t)threads, sizeof *jobs);
+    pthread_t *tids = calloc((size_t)threads, sizeof *tids);
+    if (!jobs || !tids) {
+        fprintf(stderr, "peak: out of memory\n");
+        exit(1);
+    }
+    for (int r = 0; r < 5; r++) {
+        pthread_barrier_t bar;
+        pthread_barrier_init(&bar, NULL, (unsigned)threads);
+        for (int i = 0; i < threads; i++) {
+            jobs[i] = (job_t){.fn = fn, .bar = &bar};
+            pthread_create(&tids[i], NULL, worker, &jobs[i]);
+        }
+        double total = 0;
+        for (int i = 0; i < threads; i++) {
+            pthread_join(tids[i], NULL);
+            if (jobs[i].secs > 0) total += jobs[i].flops / jobs[i].secs / 1e9;
+        }
+        pthread_barrier_destroy(&bar);
+        if (total > best) best = total;
+    }
+    free(jobs);
+    free(tids);
+    return best;
+}
+
+int main(int argc, char **argv) {
+    int threads = argc > 1 ? atoi(argv[1]) : 1;
+    if (threads < 1 || threads > 1024) {
+        fprintf(stderr, "usage: peak THREADS (1 to 1024)\n");
+        return 2;
+    }
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    double f = __builtin_cpu_supports("avx512f")                                     ? measure(fma512, threads)
+               : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? measure(fma256, threads)
+                                                                                  : 0;
+    double a = amx_usable() ? measure(amx, threads) : 0;
+    printf("%.1f %.1f\n", f, a);
+#else
+    printf("0 0\n");
+#endif
+    return 0;
+}
