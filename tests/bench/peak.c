@@ -1,11 +1,15 @@
-/* Compute peak of this machine for `make bench`: the prefill compute bound, like the decode
- * bandwidth bound. Usage: peak THREADS. Prints one line: "FMA_GFLOPS AMX_GFLOPS", both summed
- * over THREADS threads that run at once (so two vCPUs that share one core's FMA units show it).
+/* Compute peak and read bandwidth of this machine for `make bench`: the prefill compute bound,
+ * and a decode bound for the thread count in use. Usage: peak THREADS. Prints one line:
+ * "FMA_GFLOPS AMX_GFLOPS READ_GBS", each summed over THREADS threads that run at once (so two
+ * vCPUs that share one core's FMA units show it).
  *   FMA: f32 fused multiply-adds on 12 independent registers (AVX-512, else AVX2+FMA), the most
  *        an f32 kernel can do;
  *   AMX: bf16 tile products (TDPBF16PS on register tiles, no memory traffic), the most a bf16
  *        GEMM can do; 0 where the CPU or kernel has no AMX.
- * Each is the best of 5 runs of about 50 ms. Not x86: prints "0 0". */
+ *   READ: GB/s of streaming reads, each thread summing its own 256 MiB (what a decode step does
+ *        with the weights, with nothing written back).
+ * Each is the best of 5 runs (FMA and AMX about 50 ms each, READ about 256 MiB per thread).
+ * Not x86: prints "0 0 0". */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -109,6 +113,39 @@ __attribute__((target("amx-tile,amx-bf16"))) static double amx(float *sink) {
 }
 #endif
 
+#define READ_BYTES ((size_t)256 << 20)
+static __thread const uint64_t *g_slice; /* this thread's buffer for the read probe */
+
+/* Returns the bytes read (the sum goes to *sink so that the loads stay). */
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) static double read512(float *sink) {
+    const float *v = (const float *)g_slice;
+    __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    for (size_t i = 0; i < READ_BYTES / 4; i += 64) {
+        s0 = _mm512_add_ps(s0, _mm512_load_ps(v + i));
+        s1 = _mm512_add_ps(s1, _mm512_load_ps(v + i + 16));
+        s2 = _mm512_add_ps(s2, _mm512_load_ps(v + i + 32));
+        s3 = _mm512_add_ps(s3, _mm512_load_ps(v + i + 48));
+    }
+    *sink = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+    return (double)READ_BYTES;
+}
+#endif
+
+static double read_slice(float *sink) {
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx512f")) return read512(sink);
+#endif
+    const uint64_t *v = g_slice;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
+    for (size_t i = 0; i < READ_BYTES / 8; i += 8) {
+        s0 += v[i], s1 += v[i + 1], s2 += v[i + 2], s3 += v[i + 3];
+        s4 += v[i + 4], s5 += v[i + 5], s6 += v[i + 6], s7 += v[i + 7];
+    }
+    *sink = (float)(s0 + s1 + s2 + s3 + s4 + s5 + s6 + s7);
+    return (double)READ_BYTES;
+}
+
 typedef double (*probe_fn)(float *);
 typedef struct {
     probe_fn fn;
@@ -119,10 +156,20 @@ typedef struct {
 
 static void *worker(void *arg) {
     job_t *j = arg;
+    if (j->fn == read_slice) {
+        uint64_t *buf = aligned_alloc(64, READ_BYTES);
+        if (!buf) {
+            fprintf(stderr, "peak: cannot allocate %zu MiB for the read probe\n", READ_BYTES >> 20);
+            exit(1);
+        }
+        memset(buf, 1, READ_BYTES); /* pages in before the clock starts */
+        g_slice = buf;
+    }
     pthread_barrier_wait(j->bar);
     double t = now();
     j->flops = j->fn(&j->sink);
     j->secs = now() - t;
+    if (j->fn == read_slice) free((void *)g_slice);
     return NULL;
 }
 
@@ -145,7 +192,7 @@ static double measure(probe_fn fn, int threads) {
         double total = 0;
         for (int i = 0; i < threads; i++) {
             pthread_join(tids[i], NULL);
-            if (jobs[i].secs > 0) total += jobs[i].flops / jobs[i].secs / 1e9;
+            if (jobs[i].secs > 0) total += jobs[i].flops / jobs[i].secs / 1e9; /* GFLOP/s, or GB/s */
         }
         pthread_barrier_destroy(&bar);
         if (total > best) best = total;
@@ -167,9 +214,9 @@ int main(int argc, char **argv) {
                : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? measure(fma256, threads)
                                                                                   : 0;
     double a = amx_usable() ? measure(amx, threads) : 0;
-    printf("%.1f %.1f\n", f, a);
+    printf("%.1f %.1f %.1f\n", f, a, measure(read_slice, threads));
 #else
-    printf("0 0\n");
+    printf("0 0 0\n");
 #endif
     return 0;
 }

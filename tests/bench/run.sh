@@ -89,16 +89,16 @@ echo "== memory: copy bandwidth ${BW} GB/s (memcpy, one thread, read + write)"
 # Compute peak per thread count (tests/bench/peak.c, built by make bench).
 PEAK=${PEAK:-build/bench/peak}
 declare -A PEAKS=()
-measure_peak() { # threads: sets PEAKS[threads] to "fma_gflops amx_gflops" ("0 0" without the probe)
+measure_peak() { # threads: sets PEAKS[threads] to "fma_gflops amx_gflops read_gbs" ("0 0 0" without the probe)
   # Measured again before each model: this VM's speed changes by up to 2x from minute to minute.
-  if [[ -x $PEAK ]]; then PEAKS[$1]=$("$PEAK" "$1"); else PEAKS[$1]="0 0"; fi
-  local f a
-  read -r f a <<<"${PEAKS[$1]}"
-  echo "== compute peak, $1 thread(s): f32 FMA $f GFLOP/s, AMX bf16 $a GFLOP/s (on registers, best of 5)"
+  if [[ -x $PEAK ]]; then PEAKS[$1]=$("$PEAK" "$1"); else PEAKS[$1]="0 0 0"; fi
+  local f a r
+  read -r f a r <<<"${PEAKS[$1]}"
+  echo "== peaks, $1 thread(s): f32 FMA $f GFLOP/s, AMX bf16 $a GFLOP/s (on registers), streaming reads $r GB/s (best of 5)"
 }
 
-bench_model() { # model_dir threads prefill decode target (the prefill target, Nx transformers)
-  local model=$1 threads=$2 prefill=$3 decode=$4 target=$5
+bench_model() { # model_dir threads prefill decode ptarget dtarget (the issue's targets, Nx transformers)
+  local model=$1 threads=$2 prefill=$3 decode=$4 target=$5 dtarget=$6
   measure_peak "$threads"
   local bytes
   bytes=$("$SEER" -e 'local m = seer.model.load(arg[1], {tokenizer = false}) io.write(string.format("%d", m.config.weight_bytes))' "$model")
@@ -112,8 +112,15 @@ bench_model() { # model_dir threads prefill decode target (the prefill target, N
   # The prefill bound: the forward's flops over this machine's compute peak with this many
   # threads (f32 FMA for an f32 checkpoint; AMX bf16 tile products for a bf16 one where the CPU
   # has AMX, as torch's bf16 matmuls use them).
-  local peak_f peak_a peak unit dtype
-  read -r peak_f peak_a <<<"${PEAKS[$threads]}"
+  local peak_f peak_a peak_r peak unit dtype
+  read -r peak_f peak_a peak_r <<<"${PEAKS[$threads]}"
+  # The same bound from the reads of this many threads (a decode step only reads the weights).
+  local rbound=
+  if awk -v r="$peak_r" 'BEGIN { exit !(r > 0) }'; then
+    rbound=$(awk -v r="$peak_r" -v b="$bytes" 'BEGIN { printf "%.1f", r * 1e9 / b }')
+    printf '  read bound        %s tok/s (%s threads reading %s GB/s); seer at %s%% of it\n' "$rbound" "$threads" "$peak_r" \
+      "$(awk -v s="$sd" -v b="$rbound" 'BEGIN { printf "%.0f", 100 * s / b }')"
+  fi
   dtype=$("$SEER" -e 'local f = io.open(arg[1] .. "/config.json") local t = f:read("*a") f:close() io.write((t:match([["dtype"%s*:%s*"([^"]+)"]]) or t:match([["torch_dtype"%s*:%s*"([^"]+)"]]) or "float32"))' "$model")
   if [[ $dtype == bfloat16 ]] && awk -v a="$peak_a" 'BEGIN { exit !(a > 0) }'; then peak=$peak_a unit="AMX bf16"; else peak=$peak_f unit="f32 FMA"; fi
   local pbound=0
@@ -125,6 +132,11 @@ bench_model() { # model_dir threads prefill decode target (the prefill target, N
   if have_peer; then
     read -r tl tp td < <(OMP_NUM_THREADS=$threads "$VENV_PY" tests/bench/model_peer.py "$model" "$threads" "$prefill" "$decode" 2>/dev/null)
     printf '  transformers      load %8s ms  prefill %9s tok/s  decode %9s tok/s\n' "$tl" "$tp" "$td"
+    if [[ -n ${rbound:-} ]]; then
+      printf '  transformers decode at %s%% of the read bound; the target, %sx transformers, would be %s%% of it\n' \
+        "$(awk -v s="$td" -v b="$rbound" 'BEGIN { printf "%.0f", 100 * s / b }')" "$dtarget" \
+        "$(awk -v s="$td" -v b="$rbound" -v t="$dtarget" 'BEGIN { printf "%.0f", 100 * t * s / b }')"
+    fi
     if [[ $pbound != 0 ]]; then
       printf '  transformers prefill at %s%% of the bound; the target, %sx transformers, would be %s%% of it\n' \
         "$(awk -v s="$tp" -v b="$pbound" 'BEGIN { printf "%.0f", 100 * s / b }')" "$target" \
@@ -139,7 +151,7 @@ bench_model() { # model_dir threads prefill decode target (the prefill target, N
 # A stories260K prefill takes a few ms on either side, so the best of 3 is mostly this VM's
 # noise: both sides take the best of 20 here (the 0.5B model below, the best of 1).
 for threads in ${BENCH_THREADS:-1 2}; do
-  BENCH_REPEAT=${BENCH_REPEAT_SMALL:-20} bench_model tests/fixtures/models/stories260K "$threads" 256 128 10
+  BENCH_REPEAT=${BENCH_REPEAT_SMALL:-20} bench_model tests/fixtures/models/stories260K "$threads" 256 128 10 10
 done
 
 # The ~0.5B Llama-shaped random model, f32 and bf16 (generated once into .cache/bench).
@@ -150,7 +162,7 @@ if [[ ! -d $LARGE/bf16 ]] && have_peer; then
 fi
 if [[ -d $LARGE/bf16 && ${BENCH_LARGE:-1} == 1 ]]; then
   for dtype in f32 bf16; do
-    BENCH_REPEAT=1 bench_model "$LARGE/$dtype" "$(nproc)" 512 "${LARGE_DECODE:-128}" 2
+    BENCH_REPEAT=1 bench_model "$LARGE/$dtype" "$(nproc)" 512 "${LARGE_DECODE:-128}" 2 1.5
     rss=$(/usr/bin/time -f %M "$SEER" -e 'local m = seer.model.load(arg[1], {tokenizer = false}) m:generate({1, 2, 3}, {max_new_tokens = 4}) io.stderr:write(string.format("%d\n", m.config.weight_bytes))' "$LARGE/$dtype" 2>&1 >/dev/null | tail -2 | tr '\n' ' ')
     read -r wbytes kb <<<"$rss"
     printf '  peak resident     %.0f MB for %.0f MB of weights (%.2fx)\n' "$(awk -v k="$kb" 'BEGIN { print k / 1024 * 1.048576 }')" \
