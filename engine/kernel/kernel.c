@@ -601,6 +601,34 @@ static char *interpret(kernel_t *k, const char *type, const seer_net_msg_t *m, i
 
 /* ---- the shell loop ---------------------------------------------------------------------------- */
 
+static void handle_shell(kernel_t *k, const seer_net_msg_t *m);
+
+/* After an error with stop_on_error: every request already queued on shell is answered now, its
+ * execute requests "aborted", before the failed request's idle is published. A client that waits
+ * for that idle and then sends its next request must see it run: deciding later, from a poll
+ * after the idle, aborted such a request whenever this process lost the CPU in between. */
+static void abort_queued(kernel_t *k) {
+    k->aborting = 1;
+    for (;;) {
+        zmq_pollitem_t it = {.socket = k->shell, .events = ZMQ_POLLIN};
+        int r = zmq_poll(&it, 1, 0);
+        if (r < 0 && zmq_errno() == EINTR) continue;
+        if (r <= 0 || !(it.revents & ZMQ_POLLIN)) break;
+        seer_net_msg_t q;
+        seer_err_t err;
+        r = seer_net_recv(k->shell, k->key, &q, 0, &err);
+        if (r == SEER_EINTR) continue;
+        if (r == 0) break; /* what was queued was dropped (a bad signature; logged) */
+        if (r < 0) {
+            logf_("shell: %s", err.msg);
+            break;
+        }
+        handle_shell(k, &q);
+        seer_net_msg_free(&q);
+    }
+    k->aborting = 0;
+}
+
 static void handle_shell(kernel_t *k, const seer_net_msg_t *m) {
     char type[128];
     header_type(m, type, sizeof type);
@@ -621,7 +649,11 @@ static void handle_shell(kernel_t *k, const seer_net_msg_t *m) {
         if (reply) send_reply(k, k->shell, m, type, reply, strlen(reply));
         else if (strncmp(type, "comm_", 5) != 0) logf_("ignoring %s", type[0] ? type : "a message without msg_type");
         free(reply);
-        if (stop) k->aborting = 1;
+        if (stop && !k->aborting) {
+            stream_flush(k);
+            abort_queued(k);
+            k->cur = m;
+        }
     }
     stream_flush(k);
     publish_status(k, &m->parts[SEER_NET_HEADER], "idle");
@@ -632,18 +664,13 @@ static int serve(kernel_t *k) {
     publish_status(k, NULL, "starting");
     while (!atomic_load(&k->shutdown)) {
         zmq_pollitem_t it[2] = {{.socket = k->shell, .events = ZMQ_POLLIN}, {.fd = k->wake_fd, .events = ZMQ_POLLIN}};
-        /* Aborting lasts while requests that were already queued are drained. */
-        int r = zmq_poll(it, 2, k->aborting ? 0 : -1);
+        int r = zmq_poll(it, 2, -1);
         if (r < 0) {
             if (zmq_errno() == EINTR) continue;
             logf_("shell: poll: %s", zmq_strerror(zmq_errno()));
             return 1;
         }
-        if (r == 0) {
-            k->aborting = 0;
-            continue;
-        }
-        if (!it[0].revents) continue;
+        if (r == 0 || !it[0].revents) continue;
         seer_net_msg_t m;
         seer_err_t err;
         r = seer_net_recv(k->shell, k->key, &m, 0, &err);
@@ -651,10 +678,7 @@ static int serve(kernel_t *k) {
             logf_("shell: %s", err.msg);
             return 1;
         }
-        if (r != 1) {
-            if (k->aborting) k->aborting = 0;
-            continue;
-        }
+        if (r != 1) continue;
         handle_shell(k, &m);
         seer_net_msg_free(&m);
     }

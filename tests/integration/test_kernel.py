@@ -313,6 +313,34 @@ class KernelTest(unittest.TestCase):
             except Exception:
                 break
 
+    def test_queued_requests_are_aborted_before_the_failed_one_goes_idle(self):
+        # A client that waits for the failed request's idle and then sends its next request must
+        # see that request run. So every request queued behind the failure is answered before
+        # that idle; a kernel that decided afterwards aborted the next request whenever it lost
+        # the CPU between its idle and its look at the queue (seen under load in CI).
+        k = self.k
+        ids = [k.kc.execute("local t = os.clock() while os.clock() - t < 0.3 do end error('first')"),
+               k.kc.execute("never_ran = true")]
+        idle_order, statuses = [], {}
+        deadline = time.monotonic() + 20
+        while len(idle_order) < 2 and time.monotonic() < deadline:
+            try:
+                m = k.kc.get_iopub_msg(timeout=0.5)
+            except Exception:
+                continue
+            pid = m["parent_header"].get("msg_id")
+            if pid in ids and m["msg_type"] == "status" and m["content"]["execution_state"] == "idle":
+                idle_order.append(pid)
+        for _ in ids:
+            m = k.kc.get_shell_msg(timeout=10)
+            statuses[m["parent_header"]["msg_id"]] = m["content"]["status"]
+        self.assertEqual([statuses[i] for i in ids], ["error", "aborted"])
+        self.assertEqual(idle_order, [ids[1], ids[0]], "the aborted request goes idle before the failed one")
+        for _ in range(20):  # and the request sent after that idle always runs
+            reply, _, _ = k.execute("error('again')")
+            self.assertEqual(reply["status"], "error")
+            self.assertEqual(k.value("1+1"), "2")
+
     def test_output_streams_while_the_cell_runs(self):
         code = "print('first')\nlocal t = os.clock() while os.clock() - t < 1 do end\nprint('second')"
         reply, outs, _ = self.k.execute(code)
