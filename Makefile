@@ -22,7 +22,7 @@ ALL_LDFLAGS := -rdynamic $(SANFLAGS) $(LDFLAGS)
 LIBS      := $(PKG_LIBS) -lreadline -lm -ldl -lpthread
 
 ENGINE_SRC := $(filter-out engine/main.c,$(shell find engine -name '*.c' | sort))
-ENGINE_OBJ := $(ENGINE_SRC:%.c=$(BUILD)/obj/%.o)
+ENGINE_OBJ := $(ENGINE_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/cuda_fatbin.o
 MAIN_OBJ   := $(BUILD)/obj/engine/main.o
 UNIT_SRC   := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
@@ -74,6 +74,27 @@ $(BUILD)/gen/live_page.h: engine/net/live_page.html
 	   echo ';'; } > $@.tmp && mv $@.tmp $@
 $(BUILD)/obj/engine/net/http.o: $(BUILD)/gen/live_page.h
 
+# CUDA kernels (kernels/*.cu): nvcc builds one fatbin per file (sm_80 and sm_90 machine code plus
+# compute_90 PTX for later GPUs) into build/cuda, shared by every BUILD dir; tools/gen-fatbin-asm.sh
+# embeds them in the binary. No GPU is needed to build. Without nvcc the table is empty and
+# device = "cuda" explains that this binary has no kernels.
+NVCC       ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
+CUDA_SRC   := $(sort $(wildcard kernels/*.cu))
+CUDA_HDR   := $(wildcard kernels/*.cuh)
+CUDA_FATBIN := $(if $(NVCC),$(CUDA_SRC:kernels/%.cu=build/cuda/%.fatbin))
+NVCC_FLAGS ?= -std=c++17 -O3 -Ikernels --no-compress -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+              -gencode arch=compute_90,code=compute_90 $(if $(filter 1,$(WERROR)),--Werror all-warnings)
+build/cuda/%.fatbin: kernels/%.cu $(CUDA_HDR)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_FLAGS) -fatbin -o $@ $<
+$(BUILD)/gen/cuda_fatbin.S: $(CUDA_FATBIN) tools/gen-fatbin-asm.sh
+	@mkdir -p $(@D)
+	@$(if $(NVCC),,echo "seer: nvcc not found; building without the CUDA kernels (install the CUDA toolkit for device = \"cuda\")" >&2;)
+	@bash tools/gen-fatbin-asm.sh $@ $(CUDA_FATBIN)
+$(BUILD)/obj/cuda_fatbin.o: $(BUILD)/gen/cuda_fatbin.S
+	@mkdir -p $(@D)
+	$(CC) -c $< -o $@
+
 $(BUILD)/libseer.a: $(ENGINE_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
@@ -85,13 +106,18 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libseer.a | check-deps
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< -Wl,--whole-archive $(BUILD)/libseer.a -Wl,--no-whole-archive $(LIBS) $(shell pkg-config --libs criterion)
 
-unit: $(UNIT_BIN)
+# The mock NVIDIA driver for tests/unit/test_cuda.c (no GPU here; see the file's comment).
+$(BUILD)/tests/libfakecuda.so: tests/unit/fake_libcuda.c
+	@mkdir -p $(@D)
+	$(CC) -std=c11 -D_GNU_SOURCE $(WARN) -O1 -shared -fPIC -o $@ $<
+
+unit: $(UNIT_BIN) $(BUILD)/tests/libfakecuda.so
 
 setup:
 	@bash tools/setup.sh
 	@bash tools/setup-python.sh
 
-test: $(SEER_BIN) $(UNIT_BIN)
+test: $(SEER_BIN) $(UNIT_BIN) $(BUILD)/tests/libfakecuda.so
 	@SEER=$(CURDIR)/$(SEER_BIN) SEER_BUILD=$(BUILD) UNIT_BINS="$(UNIT_BIN)" bash tests/run.sh
 
 bench: $(SEER_BIN) $(BUILD)/bench/peak
@@ -122,10 +148,11 @@ FUZZ_SECONDS ?= 600
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_FLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=address,undefined -Iengine -Ibuild/fuzz $(PKG_CFLAGS)
 FUZZ_LIB_SRC := $(ENGINE_SRC)
-build/fuzz/libseer.a: $(FUZZ_LIB_SRC) $(BUILD)/version.h
+build/fuzz/libseer.a: $(FUZZ_LIB_SRC) $(BUILD)/version.h $(BUILD)/gen/cuda_fatbin.S
 	@mkdir -p build/fuzz/obj
 	cp $(BUILD)/version.h build/fuzz/version.h
 	for f in $(FUZZ_LIB_SRC); do clang $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -c $$f -o build/fuzz/obj/$$(echo $$f | tr / _).o || exit 1; done
+	$(CC) -c $(BUILD)/gen/cuda_fatbin.S -o build/fuzz/obj/cuda_fatbin.o
 	rm -f $@ && ar rcs $@ build/fuzz/obj/*.o
 build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c build/fuzz/libseer.a
 	clang $(FUZZ_FLAGS) -fsanitize=fuzzer -o $@ $< build/fuzz/libseer.a $(LIBS)

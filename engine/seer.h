@@ -17,6 +17,7 @@ enum {
     SEER_EINTR = -5,   /* interrupted by the user (Ctrl-C, kernel interrupt) */
     SEER_ENOTFOUND = -6,
     SEER_EPARSE = -7,  /* malformed input (JSON, config, ...) */
+    SEER_EUNSUPPORTED = -8, /* not available in this build or on this machine (no GPU, no kernels) */
 };
 
 /* Large enough for a Lua message plus a traceback of a deep stack; longer text is cut with a

@@ -3,4 +3,4 @@
 
 static int gemma_bind(seer_model_t *m, seer_err_t *err) { return seer_gemma_bind(m, 1, err); }
 
-const seer_arch_t seer_arch_gemma = {"gemma", gemma_bind, seer_gemma_forward, seer_gemma_final_norm, seer_gemma_final_softcap};
+const seer_arch_t seer_arch_gemma = {"gemma", gemma_bind, seer_gemma_forward, seer_gemma_final_norm, seer_gemma_final_softcap, seer_gemma_describe};

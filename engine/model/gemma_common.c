@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "gemma_common.h"
+#include "cuda/gpu_model.h"
 
 enum { ACT_GELU_TANH, ACT_GELU_ERF };
 enum { ROPE_FULL, ROPE_SLIDING };
@@ -458,4 +459,40 @@ void seer_gemma_final_softcap(seer_model_t *m, float *logits, int rows) {
     if (!(s->final_softcap > 0.f)) return;
     float cap = s->final_softcap;
     for (size_t i = 0; i < (size_t)rows * (size_t)m->cfg.vocab_size; i++) logits[i] = tanhf(logits[i] / cap) * cap;
+}
+
+static const seer_weight_t *opt_w(const seer_weight_t *w) { return w && w->data ? w : NULL; }
+
+int seer_gemma_describe(seer_model_t *m, seer_gpu_desc_t *d, seer_err_t *err) {
+    const seer_model_config_t *c = &m->cfg;
+    const gemma_state_t *s = m->arch_state;
+    memset(d, 0, sizeof *d);
+    d->layers = calloc((size_t)c->num_layers, sizeof *d->layers);
+    if (!d->layers) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+    d->norm_one_plus = 1;
+    d->act = s->act == ACT_GELU_TANH ? SEER_GPU_ACT_GELU_TANH : SEER_GPU_ACT_GELU_ERF;
+    d->embed_scale = s->embed_scale;
+    d->attn_scale = s->attn_scale;
+    d->attn_softcap = s->attn_softcap;
+    d->final_softcap = s->final_softcap;
+    for (int i = 0; i < c->num_layers; i++) {
+        const gemma_layer_t *L = &s->layers[i];
+        seer_gpu_layer_t *g = &d->layers[i];
+        g->pre_attn_norm = &L->attn_norm;
+        g->q = &L->q, g->k = &L->k, g->v = &L->v, g->o = &L->o;
+        g->q_bias = opt_w(&L->q_bias), g->k_bias = opt_w(&L->k_bias), g->v_bias = opt_w(&L->v_bias);
+        g->o_bias = opt_w(&L->o_bias);
+        if (s->version == 3) g->q_norm = &L->q_norm, g->k_norm = &L->k_norm;
+        if (s->version > 1) {
+            g->post_attn_norm = &L->post_attn_norm;
+            g->pre_mlp_norm = &L->pre_ff_norm;
+            g->post_mlp_norm = &L->post_ff_norm;
+        } else {
+            g->pre_mlp_norm = &L->post_attn_norm;
+        }
+        g->gate = &L->gate, g->up = &L->up, g->down = &L->down;
+        g->window = L->window;
+        g->inv_freq = s->inv_freq[L->rope];
+    }
+    return 0;
 }

@@ -16,6 +16,8 @@ int seer_gemma_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *toke
 /* The (1 + w) final norm and the final logit soft-cap (Gemma 2), for seer_arch_t. */
 void seer_gemma_final_norm(seer_model_t *m, float *y, const float *x, int rows);
 void seer_gemma_final_softcap(seer_model_t *m, float *logits, int rows);
+/* The Gemma decoder as the CUDA backend's generic description (engine/cuda/gpu_model.h). */
+int seer_gemma_describe(seer_model_t *m, struct seer_gpu_desc *d, seer_err_t *err);
 /* The bound weight of a layer's linear module by its Hugging Face name (q_proj, k_proj,
  * v_proj, o_proj, gate_proj, up_proj, down_proj), for LoRA adapters (lora.c); NULL when the
  * layer or the name does not exist. */

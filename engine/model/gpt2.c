@@ -179,4 +179,4 @@ static void gpt2_final_norm(seer_model_t *m, float *y, const float *x, int rows)
     seer_gpt_layernorm(y, x, rows, m->cfg.hidden_size, &m->final_norm, &s->lnf_b, m->cfg.rms_norm_eps);
 }
 
-const seer_arch_t seer_arch_gpt2 = {"gpt2", gpt2_bind, gpt2_forward, gpt2_final_norm, NULL};
+const seer_arch_t seer_arch_gpt2 = {"gpt2", gpt2_bind, gpt2_forward, gpt2_final_norm, NULL, NULL};

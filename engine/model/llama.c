@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "llama_family.h"
+#include "cuda/gpu_model.h"
 
 typedef struct {
     seer_decoder_opts_t o;
@@ -243,4 +244,33 @@ out:
     return rc;
 }
 
-const seer_arch_t seer_arch_llama = {"llama", llama_bind, seer_decoder_forward, NULL, NULL};
+static const seer_weight_t *opt_w(const seer_weight_t *w) { return w && w->data ? w : NULL; }
+
+int seer_decoder_describe(seer_model_t *m, seer_gpu_desc_t *d, seer_err_t *err) {
+    const seer_model_config_t *c = &m->cfg;
+    const decoder_state *st = m->arch_state;
+    memset(d, 0, sizeof *d);
+    d->layers = calloc((size_t)c->num_layers, sizeof *d->layers);
+    d->own = calloc((size_t)c->head_dim / 2 + 1, sizeof(float));
+    if (!d->layers || !d->own) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+    rope_inv_freq(c, d->own);
+    d->act = SEER_GPU_ACT_SILU;
+    d->embed_scale = 1.f;
+    d->attn_scale = 1.0f / sqrtf((float)c->head_dim);
+    for (int i = 0; i < c->num_layers; i++) {
+        const seer_layer_weights_t *L = &m->layers[i];
+        seer_gpu_layer_t *g = &d->layers[i];
+        g->pre_attn_norm = &L->attn_norm;
+        g->q = &L->q, g->k = &L->k, g->v = &L->v, g->o = &L->o;
+        g->q_bias = opt_w(&L->q_bias), g->k_bias = opt_w(&L->k_bias), g->v_bias = opt_w(&L->v_bias);
+        g->o_bias = opt_w(&L->o_bias);
+        if (st->o.qk_norm) g->q_norm = &st->q_norm[i], g->k_norm = &st->k_norm[i];
+        g->pre_mlp_norm = &L->mlp_norm;
+        g->gate = &L->gate, g->up = &L->up, g->down = &L->down;
+        g->window = st->window ? st->window[i] : 0;
+        g->inv_freq = d->own;
+    }
+    return 0;
+}
+
+const seer_arch_t seer_arch_llama = {"llama", llama_bind, seer_decoder_forward, NULL, NULL, seer_decoder_describe};

@@ -25,6 +25,9 @@ int seer_decoder_bind(seer_model_t *m, const seer_decoder_opts_t *o, seer_err_t 
 int seer_decoder_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens, int n, float *logits,
                          int all_logits, float *hidden, const seer_fwd_hooks_t *hk, seer_err_t *err);
 
+/* The decoder as the CUDA backend's generic description (engine/cuda/gpu_model.h). */
+int seer_decoder_describe(seer_model_t *m, struct seer_gpu_desc *d, seer_err_t *err);
+
 /* config.json's "layer_types" ("sliding_attention" / "full_attention"...) into window[]:
  * sliding layers get `sliding_window`, the rest 0. Returns 1 when the field is present, 0 when
  * it is absent, < 0 on a malformed list. */

@@ -13,6 +13,7 @@
 #include "host/host.h"
 #include "../tensor/tensor.h"
 #include "model_private.h"
+#include "cuda/cudrv.h"
 
 #define MODEL_MT "seer.model"
 #define GEN_MT "seer.generator"
@@ -61,9 +62,50 @@ static int l_load(lua_State *L) {
     luaL_getmetatable(L, MODEL_MT);
     lua_setmetatable(L, -2);
     seer_err_t err;
-    seer_model_opts_t o = {.threads = threads, .hidden = lua_toboolean(L, 3)};
+    seer_model_opts_t o = {.threads = threads, .hidden = lua_toboolean(L, 3), .device = luaL_optstring(L, 4, "cpu"),
+                           .progress = -1};
     if (seer_model_load(&u->m, path, &o, &err) < 0) return luaL_error(L, "%s", err.msg);
     return 1;
+}
+
+/* c:device() -> "cpu" | "cuda:N" */
+static int l_device(lua_State *L) {
+    char buf[32];
+    lua_pushstring(L, seer_model_device(check_model(L, 1), buf, sizeof buf));
+    return 1;
+}
+
+/* devices() -> list of {index, name, compute_capability, memory_bytes, free_bytes, sm_count,
+ * bandwidth_gbs}, or an empty list and the reason there is no GPU. */
+static int l_devices(lua_State *L) {
+    char why[512];
+    int n = seer_cuda_device_count(why, sizeof why);
+    lua_newtable(L);
+    for (int i = 0; i < n; i++) {
+        seer_cuda_devinfo_t d;
+        seer_err_t err;
+        if (seer_cuda_device_info(i, &d, &err) < 0) return luaL_error(L, "%s", err.msg);
+        lua_newtable(L);
+        lua_pushinteger(L, i);
+        lua_setfield(L, -2, "index");
+        lua_pushstring(L, d.name);
+        lua_setfield(L, -2, "name");
+        lua_pushfstring(L, "%d.%d", d.cc_major, d.cc_minor);
+        lua_setfield(L, -2, "compute_capability");
+        lua_pushnumber(L, (lua_Number)d.total_bytes);
+        lua_setfield(L, -2, "memory_bytes");
+        lua_pushnumber(L, (lua_Number)d.free_bytes);
+        lua_setfield(L, -2, "free_bytes");
+        lua_pushinteger(L, d.sm_count);
+        lua_setfield(L, -2, "sm_count");
+        /* DDR: two transfers per clock; kHz * bytes per transfer. */
+        lua_pushnumber(L, 2.0 * d.mem_clock_khz * 1e3 * (d.bus_width_bits / 8) / 1e9);
+        lua_setfield(L, -2, "bandwidth_gbs");
+        lua_rawseti(L, -2, i + 1);
+    }
+    if (n > 0) return 1;
+    lua_pushstring(L, why);
+    return 2;
 }
 
 static int l_model_gc(lua_State *L) {
@@ -353,6 +395,7 @@ static int l_supported(lua_State *L) {
 
 static const luaL_Reg model_methods[] = {
     {"config", l_config},
+    {"device", l_device},
     {"forward", l_forward},
     {"generator", l_generator},
     {"hook_mask", l_hook_mask},
@@ -387,6 +430,8 @@ int seer_model_luaopen(lua_State *L) {
     lua_newtable(L);
     lua_pushcfunction(L, l_load);
     lua_setfield(L, -2, "load");
+    lua_pushcfunction(L, l_devices);
+    lua_setfield(L, -2, "devices");
     lua_pushcfunction(L, l_supported);
     lua_setfield(L, -2, "supported");
     return 1;

@@ -15,4 +15,4 @@ static int mistral_bind(seer_model_t *m, seer_err_t *err) {
     return rc;
 }
 
-const seer_arch_t seer_arch_mistral = {"mistral", mistral_bind, seer_decoder_forward, NULL, NULL};
+const seer_arch_t seer_arch_mistral = {"mistral", mistral_bind, seer_decoder_forward, NULL, NULL, seer_decoder_describe};

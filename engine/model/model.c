@@ -9,6 +9,7 @@
 
 #include "host/host.h"
 #include "model_private.h"
+#include "cuda/gpu_model.h"
 
 /* NULL entries are architectures whose file is not linked in (weak symbols). */
 static const seer_arch_t *const archs[] = {
@@ -156,6 +157,29 @@ static void hide_dir(char *msg, size_t cap, const char *dir) {
     snprintf(msg, cap, "%s", out);
 }
 
+/* "cuda" -> 0, "cuda:N" -> N. */
+static int parse_device(const char *dev, int *idx, seer_err_t *err) {
+    const char *p = NULL;
+    if (strcmp(dev, "cuda") == 0) {
+        *idx = 0;
+        return 0;
+    }
+    if (strncmp(dev, "cuda:", 5) == 0) p = dev + 5;
+    char *end = NULL;
+    long v = p && *p >= '0' && *p <= '9' ? strtol(p, &end, 10) : -1;
+    if (v < 0 || v > 255 || !end || *end)
+        return seer_err_set(err, SEER_EINVAL, "unknown device '%s'; devices are \"cpu\", \"cuda\", \"cuda:N\"", dev);
+    *idx = (int)v;
+    return 0;
+}
+
+const char *seer_model_device(const seer_model_t *m, char *buf, size_t n) {
+    int i = seer_gpu_device_index(m);
+    if (i < 0) snprintf(buf, n, "cpu");
+    else snprintf(buf, n, "cuda:%d", i);
+    return buf;
+}
+
 int seer_model_load(seer_model_t **out, const char *dir, const seer_model_opts_t *opts, seer_err_t *err) {
     *out = NULL;
     struct stat st;
@@ -201,6 +225,18 @@ int seer_model_load(seer_model_t **out, const char *dir, const seer_model_opts_t
         rc = seer_err_set(err, SEER_ENOMEM, "cannot start the thread pool");
         goto fail;
     }
+    if (opts && opts->device && strcmp(opts->device, "cpu") != 0) {
+        int idx = 0;
+        if ((rc = parse_device(opts->device, &idx, err)) < 0) goto fail;
+        char why[512];
+        if (seer_cuda_device_count(why, sizeof why) <= 0) {
+            static int told;
+            if (!told) fprintf(stderr, "seer: %s: %s; running on the CPU\n", opts->device, why);
+            told = 1;
+        } else if ((rc = seer_gpu_attach(m, idx, opts->progress, err)) < 0) {
+            goto fail;
+        }
+    }
     if (m->hidden) snprintf(m->dir, sizeof m->dir, "<hidden>");
     *out = m;
     return 0;
@@ -212,6 +248,7 @@ fail:
 
 void seer_model_free(seer_model_t *m) {
     if (!m) return;
+    seer_gpu_detach(m);
     if (m->lora_free) m->lora_free(m->lora_state);
     if (m->arch_free) m->arch_free(m->arch_state);
     cJSON_Delete(m->config_json);
@@ -236,8 +273,8 @@ int seer_model_forward_ex(seer_model_t *m, seer_kv_cache_t *c, const int32_t *to
     return seer_model_forward_hooked(m, c, tokens, n, logits, all_logits, hidden, NULL, err);
 }
 
-int seer_model_forward_hooked(seer_model_t *m, seer_kv_cache_t *c, const int32_t *tokens, int n, float *logits,
-                              int all_logits, float *hidden, const seer_fwd_hooks_t *hk, seer_err_t *err) {
+static int check_forward(const seer_model_t *m, const seer_kv_cache_t *c, const int32_t *tokens, int n,
+                         seer_err_t *err) {
     if (n <= 0) return seer_err_set(err, SEER_EINVAL, "forward: no tokens");
     if (c->len + n > c->max_tokens)
         return seer_err_set(err, SEER_EINVAL, "forward: %d cached + %d new tokens exceed the cache size %d", c->len, n,
@@ -246,13 +283,48 @@ int seer_model_forward_hooked(seer_model_t *m, seer_kv_cache_t *c, const int32_t
         if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab_size)
             return seer_err_set(err, SEER_EINVAL, "forward: token id %d at position %d is outside the vocabulary [0, %d)",
                                 tokens[i], i, m->cfg.vocab_size);
+    if ((m->gpu != NULL) != (c->gdev != NULL))
+        return seer_err_set(err, SEER_EINVAL, "forward: the KV cache was made for the model on another device; make a new one");
+    return 0;
+}
+
+int seer_model_forward_hooked(seer_model_t *m, seer_kv_cache_t *c, const int32_t *tokens, int n, float *logits,
+                              int all_logits, float *hidden, const seer_fwd_hooks_t *hk, seer_err_t *err) {
+    int rc = check_forward(m, c, tokens, n, err);
+    if (rc < 0) return rc;
     if (hk && seer_hookset_empty(hk->set)) hk = NULL;
     /* Ctrl-C / a kernel interrupt: long C work stops between passes (and, in
      * seer_fwd_attention, between layers) instead of running to the end. */
     if (seer_host_interrupted()) return seer_err_set(err, SEER_EINTR, "interrupted");
     int start = c->len;
-    int rc = m->arch->forward(m, c, tokens, n, logits, all_logits, hidden, hk, err);
+    rc = m->gpu ? seer_gpu_forward(m, c, tokens, n, logits, all_logits, hidden, hk, NULL, err)
+                    : m->arch->forward(m, c, tokens, n, logits, all_logits, hidden, hk, err);
     /* A failed pass (a hook raised) must not leave half-written entries counted in the cache. */
+    if (rc < 0) c->len = start;
+    return rc;
+}
+
+int seer_model_forward_next(seer_model_t *m, seer_kv_cache_t *c, const int32_t *tokens, int n, int *next,
+                            const seer_fwd_hooks_t *hk, seer_err_t *err) {
+    if (!m->gpu) {
+        float *lg = malloc((size_t)m->cfg.vocab_size * sizeof(float));
+        if (!lg) return seer_err_set(err, SEER_ENOMEM, "out of memory for the logits");
+        int rc = seer_model_forward_hooked(m, c, tokens, n, lg, 0, NULL, hk, err);
+        if (rc >= 0) {
+            seer_sampler_opts_t o = {.temperature = 0.f, .top_p = 1.f, .repetition_penalty = 1.f};
+            seer_rng_t r;
+            seer_rng_seed(&r, 0);
+            *next = seer_sample(lg, m->cfg.vocab_size, NULL, 0, &o, &r);
+        }
+        free(lg);
+        return rc;
+    }
+    int rc = check_forward(m, c, tokens, n, err);
+    if (rc < 0) return rc;
+    if (hk && seer_hookset_empty(hk->set)) hk = NULL;
+    if (seer_host_interrupted()) return seer_err_set(err, SEER_EINTR, "interrupted");
+    int start = c->len;
+    rc = seer_gpu_forward(m, c, tokens, n, NULL, 0, NULL, hk, next, err);
     if (rc < 0) c->len = start;
     return rc;
 }
@@ -268,6 +340,15 @@ int seer_kv_cache_new(seer_kv_cache_t **out, const seer_model_t *m, int max_toke
     c->layers = m->cfg.num_layers;
     c->kv_dim = m->cfg.num_kv_heads * m->cfg.head_dim;
     size_t n = (size_t)c->layers * (size_t)max_tokens * (size_t)c->kv_dim;
+    if (m->gpu) {
+        int rc = seer_gpu_kv_alloc((seer_model_t *)m, c, err);
+        if (rc < 0) {
+            free(c);
+            return rc;
+        }
+        *out = c;
+        return 0;
+    }
     c->k = malloc(n * sizeof(float));
     c->v = malloc(n * sizeof(float));
     if (!c->k || !c->v) {
@@ -281,6 +362,7 @@ int seer_kv_cache_new(seer_kv_cache_t **out, const seer_model_t *m, int max_toke
 
 void seer_kv_cache_free(seer_kv_cache_t *c) {
     if (!c) return;
+    seer_gpu_kv_free(c);
     free(c->k);
     free(c->v);
     free(c);

@@ -50,6 +50,11 @@ typedef struct seer_model_opts {
      * names the directory), seer_model_dir and later messages say "<hidden>", and load errors
      * have the directory replaced by "<hidden>". */
     int hidden;
+    /* NULL or "cpu": the CPU runtime. "cuda" or "cuda:N": the weights are also uploaded to that
+     * GPU in bf16 and the forward pass runs there (docs/cuda.md). Without a driver or GPU, one
+     * line on stderr says why (once per process) and the model runs on the CPU. */
+    const char *device;
+    int progress; /* upload progress bar: < 0 when stderr is a terminal (the default 0 = never) */
 } seer_model_opts_t;
 
 /* Loads a model directory (config.json, model.safetensors or model.safetensors.index.json +
@@ -61,6 +66,8 @@ const seer_model_config_t *seer_model_config(const seer_model_t *m);
 size_t seer_model_param_count(const seer_model_t *m);
 size_t seer_model_weight_bytes(const seer_model_t *m);
 const char *seer_model_dir(const seer_model_t *m);
+/* Where the forward pass runs: "cpu" or "cuda:N". */
+const char *seer_model_device(const seer_model_t *m, char *buf, size_t n);
 /* Names of the supported model_type values, ", "-separated. */
 const char *seer_model_supported(void);
 
@@ -100,6 +107,10 @@ typedef struct seer_fwd_hooks {
 /* seer_model_forward_ex with hooks (hk may be NULL). */
 int seer_model_forward_hooked(seer_model_t *m, seer_kv_cache_t *cache, const int32_t *tokens, int n, float *logits,
                               int all_logits, float *hidden, const seer_fwd_hooks_t *hk, seer_err_t *err);
+/* A forward pass that returns the greedy next token (the argmax of the last row's logits, lowest
+ * id on ties) instead of logits; on a GPU the logits never leave the device. */
+int seer_model_forward_next(seer_model_t *m, seer_kv_cache_t *cache, const int32_t *tokens, int n, int *next,
+                            const seer_fwd_hooks_t *hk, seer_err_t *err);
 /* Bit mask of the hook points (SEER_HP_BIT) this model has; names via seer_hook_name. */
 unsigned seer_model_hook_mask(const seer_model_t *m);
 /* logits[rows][vocab] of residual-stream rows x[rows][hidden_size]: the final norm, the

@@ -28,6 +28,8 @@ typedef struct seer_layer_weights {
 #define SEER_MODEL_MAX_SHARDS 256
 
 struct seer_model;
+struct seer_gpu_desc;
+struct seer_gpu_model;
 typedef int (*seer_arch_forward_fn)(struct seer_model *m, seer_kv_cache_t *c, const int32_t *tokens, int n,
                                     float *logits, int all_logits, float *hidden, const seer_fwd_hooks_t *hk,
                                     seer_err_t *err);
@@ -43,6 +45,9 @@ typedef struct seer_arch {
      * and a transform of the head's logits (NULL: none; Gemma 2's final soft-cap). */
     void (*final_norm)(struct seer_model *m, float *y, const float *x, int rows);
     void (*final_softcap)(struct seer_model *m, float *logits, int rows);
+    /* Fills the generic decoder description the CUDA backend runs (engine/cuda/gpu_model.h);
+     * NULL: the architecture has no GPU forward pass yet. */
+    int (*describe)(struct seer_model *m, struct seer_gpu_desc *d, seer_err_t *err);
 } seer_arch_t;
 
 struct seer_model {
@@ -63,12 +68,17 @@ struct seer_model {
     void (*lora_free)(void *lora_state);
     int hidden;         /* seer_model_opts_t.hidden */
     unsigned hook_mask; /* SEER_HP_BIT set of the points this model has (bind may change it) */
+    struct seer_gpu_model *gpu; /* the model's copy on a CUDA device (gpu_model.c); NULL: CPU */
 };
 
 struct seer_kv_cache {
     int max_tokens, len;
     int layers, kv_dim;
-    float *k, *v; /* [layers][max_tokens][kv_dim] */
+    float *k, *v; /* [layers][max_tokens][kv_dim]; NULL for a GPU model's cache */
+    /* A GPU model's cache (engine/cuda/gpu_model.c): the device and bf16 device arrays of the
+     * same layout. */
+    void *gdev;
+    uint64_t gk, gv;
 };
 
 /* Finds a tensor by name across the shards and checks its shape (cols = 0: a 1-d tensor of

@@ -17,4 +17,4 @@ static int qwen2_bind(seer_model_t *m, seer_err_t *err) {
     return rc;
 }
 
-const seer_arch_t seer_arch_qwen2 = {"qwen2", qwen2_bind, seer_decoder_forward, NULL, NULL};
+const seer_arch_t seer_arch_qwen2 = {"qwen2", qwen2_bind, seer_decoder_forward, NULL, NULL, seer_decoder_describe};

@@ -18,4 +18,4 @@ static int qwen3_bind(seer_model_t *m, seer_err_t *err) {
     return rc;
 }
 
-const seer_arch_t seer_arch_qwen3 = {"qwen3", qwen3_bind, seer_decoder_forward, NULL, NULL};
+const seer_arch_t seer_arch_qwen3 = {"qwen3", qwen3_bind, seer_decoder_forward, NULL, NULL, seer_decoder_describe};

@@ -17,7 +17,7 @@ local M = {}
 ---@field tokenizer? table the tokenizer found beside the weights (nil when the directory has none)
 ---@field path string the model directory
 ---@field id string what was passed to load
----@field device string "cpu"
+---@field device string "cpu" or "cuda:N": where the forward pass runs (a "cuda" request falls back to "cpu" when there is no GPU)
 local Model = {}
 Model.__index = Model
 
@@ -125,10 +125,7 @@ end
 
 function M._load(path_or_id, opts)
   local device = opts.device or "cpu"
-  if device:match("^cuda") then
-    io.stderr:write("seer: the CUDA backend is not part of this build; running on the CPU\n")
-    device = "cpu"
-  elseif device ~= "cpu" then
+  if device ~= "cpu" and device ~= "cuda" and not device:match("^cuda:%d+$") then
     fail(("seer.model.load: unknown device '%s'; devices are \"cpu\", \"cuda\", \"cuda:N\""):format(device), 2)
   end
   local dir = path_or_id
@@ -142,8 +139,10 @@ function M._load(path_or_id, opts)
     dir = snap
   end
   dir = require("seer.core.host").realpath(dir) or dir
-  local ok, c = pcall(core.load, dir, opts.threads or 0, opts.hidden == true)
+  local ok, c = pcall(core.load, dir, opts.threads or 0, opts.hidden == true, device)
   if not ok then fail(c, 2) end
+  -- Without a driver or GPU the model stays on the CPU (the C side said why, once).
+  device = c:device()
   local m = setmetatable({ _c = c, path = dir, id = path_or_id, device = device }, Model)
   if m.id:find("/%.%.?/") then m.id = dir end -- show a clean path rather than a/b/../c
   m.config = c:config()
@@ -167,6 +166,21 @@ end
 ---Names of the supported architectures (config.json model_type).
 ---@return string
 function M.supported() return core.supported() end
+
+---@class seer.GpuDevice
+---@field index integer the N of "cuda:N"
+---@field name string
+---@field compute_capability string "9.0"
+---@field memory_bytes number
+---@field free_bytes number 0 when it could not be read
+---@field sm_count integer
+---@field bandwidth_gbs number the theoretical memory bandwidth from the memory clock and bus width
+
+---The CUDA GPUs this process can use, and when there are none, the reason (no driver, no GPU,
+---a driver too old for CUDA 13).
+---@return seer.GpuDevice[] devices
+---@return string? why
+function M.devices() return core.devices() end
 
 local function to_ids(self, input, where)
   if type(input) == "string" then

@@ -1,16 +1,20 @@
 --- `seer model ...`: look at and run a model from the shell.
 ---   seer model info PATH
+---   seer model info --devices
 ---   seer model generate PATH "prompt" [--max-new-tokens N] [--temperature T] [--seed S]
 ---                                      [--top-k K] [--top-p P] [--threads N]
 local M = {}
 
 M.usage = [[
 usage: seer model info PATH
+       seer model info --devices
        seer model generate PATH PROMPT [--max-new-tokens N] [--temperature T] [--seed S]
                                        [--top-k K] [--top-p P] [--min-p P] [--threads N]
+                                       [--device cpu|cuda|cuda:N]
 
 PATH is a model directory (config.json + safetensors) or a hub id in the Hugging Face cache.
-info prints the architecture, dimensions, parameter count and dtypes; generate streams the
+info prints the architecture, dimensions, parameter count and dtypes (--devices: the CUDA GPUs,
+their memory and compute capability, or why there are none); generate streams the
 continuation of PROMPT (greedy unless --temperature > 0) and then prints timing on stderr.
 ]]
 
@@ -45,6 +49,19 @@ local function info(path)
   for _, r in ipairs(rows) do io.write(("%-18s %s\n"):format(r[1] .. ":", tostring(r[2]))) end
 end
 
+local function devices()
+  local list, why = seer.model.devices()
+  if #list == 0 then
+    io.write("no CUDA devices: ", why, "\n")
+    return
+  end
+  for _, d in ipairs(list) do
+    io.write(("cuda:%d  %s  compute capability %s  %d SMs  %.1f GiB (%.1f GiB free)  %.0f GB/s theoretical\n")
+      :format(d.index, d.name, d.compute_capability, d.sm_count, d.memory_bytes / 2^30, d.free_bytes / 2^30,
+        d.bandwidth_gbs))
+  end
+end
+
 local flags = {
   ["--max-new-tokens"] = "max_new_tokens", ["--temperature"] = "temperature", ["--seed"] = "seed",
   ["--top-k"] = "top_k", ["--top-p"] = "top_p", ["--min-p"] = "min_p", ["--threads"] = "threads",
@@ -54,18 +71,25 @@ local function generate(args)
   local path, prompt = args[1], args[2]
   if not path or not prompt then die("generate needs PATH and PROMPT\n\n" .. M.usage) end
   local opts = { max_new_tokens = 64 }
-  local threads
+  local threads, device
   local i = 3
   while i <= #args do
+    if args[i] == "--device" then
+      device = args[i + 1]
+      if not device then die("--device needs cpu, cuda or cuda:N") end
+      i = i + 2
+      goto continue
+    end
     local key = flags[args[i]]
     if not key then die(("unknown option '%s'\n\n%s"):format(args[i], M.usage)) end
     local v = tonumber(args[i + 1])
     if not v then die(("%s needs a number"):format(args[i])) end
     if key == "threads" then threads = v else opts[key] = v end
     i = i + 2
+    ::continue::
   end
   local t0 = seer.now()
-  local model = seer.model.load(path, { threads = threads })
+  local model = seer.model.load(path, { threads = threads, device = device })
   local t1 = seer.now()
   if not model.tokenizer then die(model.path .. " has no tokenizer.json; generate needs one to read PROMPT") end
   io.write(prompt)
@@ -97,8 +121,8 @@ function M.main(...)
   local args = { ... }
   local sub = table.remove(args, 1)
   if sub == "info" then
-    if not args[1] then die("info needs PATH\n\n" .. M.usage) end
-    run(info, args[1])
+    if not args[1] then die("info needs PATH or --devices\n\n" .. M.usage) end
+    if args[1] == "--devices" then run(devices) else run(info, args[1]) end
   elseif sub == "generate" then
     run(generate, args)
   elseif sub == nil or sub == "help" or sub == "--help" then

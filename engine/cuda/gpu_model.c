@@ -1,0 +1,578 @@
+/* The generic decoder on a CUDA device (see gpu_model.h). Host code only: it uploads weights,
+ * sizes the working set and launches the kernels of the kernels/ sources in the order the CPU
+ * architectures run their steps (llama.c, gemma_common.c), so a hook sees the same values at
+ * the same point on either backend, up to bf16 rounding of weights, matrix inputs and cache. */
+#include "gpu_model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "host/host.h"
+
+#define GEMV_MAX_TOKENS 8 /* seer_gemv_bf16 keeps this many accumulators per lane */
+#define STAGING_BYTES ((size_t)64 << 20)
+
+typedef struct {
+    seer_devptr_t pre_attn_norm, q, k, v, o, q_bias, k_bias, v_bias, o_bias, q_norm, k_norm;
+    seer_devptr_t post_attn_norm, pre_mlp_norm, gate, up, down, post_mlp_norm, inv;
+} glayer_t;
+
+typedef struct {
+    const void *host;
+    seer_devptr_t dev;
+    size_t bytes;
+} upload_t;
+
+struct seer_gpu_model {
+    seer_cuda_dev_t *d;
+    seer_gpu_desc_t desc;
+    glayer_t *L;
+    seer_devptr_t embed, final_norm, lm_head;
+    upload_t *up;
+    int nup, capup;
+    size_t weight_bytes;
+    /* Working set for up to cap_tokens tokens per call. */
+    int cap_tokens;
+    seer_devptr_t ws, x, xb, att, q, k, v, h1, h2, xh, tok, next;
+    size_t cap_logits; /* floats */
+    seer_devptr_t logits;
+    float *host;       /* hook and host-attention staging */
+    size_t host_cap;   /* bytes */
+    void *staging;     /* pinned, STAGING_BYTES */
+};
+
+void seer_gpu_desc_free(seer_gpu_desc_t *d) {
+    if (!d) return;
+    free(d->layers);
+    free(d->own);
+    memset(d, 0, sizeof *d);
+}
+
+int seer_gpu_device_index(const seer_model_t *m) { return m->gpu ? seer_cuda_index(m->gpu->d) : -1; }
+size_t seer_gpu_weight_bytes(const seer_model_t *m) { return m->gpu ? m->gpu->weight_bytes : 0; }
+seer_cuda_dev_t *seer_gpu_dev(const seer_model_t *m) { return m->gpu ? m->gpu->d : NULL; }
+
+seer_devptr_t seer_gpu_weight_dev(const seer_model_t *m, const seer_weight_t *w) {
+    if (!m->gpu || !w || !w->data) return 0;
+    for (int i = 0; i < m->gpu->nup; i++)
+        if (m->gpu->up[i].host == w->data) return m->gpu->up[i].dev;
+    return 0;
+}
+
+/* ---- weights --------------------------------------------------------------------------------- */
+
+static size_t weight_elems(const seer_weight_t *w) { return (size_t)w->rows * (size_t)(w->cols > 0 ? w->cols : 1); }
+
+static void to_bf16(uint16_t *dst, const seer_weight_t *w, size_t off, size_t n) {
+    if (w->dtype == SEER_BF16) {
+        memcpy(dst, (const uint16_t *)w->data + off, n * 2);
+    } else if (w->dtype == SEER_F16) {
+        const uint16_t *s = (const uint16_t *)w->data + off;
+        for (size_t i = 0; i < n; i++) dst[i] = seer_f32_to_bf16(seer_f16_to_f32(s[i]));
+    } else {
+        const float *s = (const float *)w->data + off;
+        for (size_t i = 0; i < n; i++) dst[i] = seer_f32_to_bf16(s[i]);
+    }
+}
+
+typedef struct {
+    int show;
+    size_t done, total;
+    int last_pct;
+    int dev;
+} progress_t;
+
+static void progress_tick(progress_t *p, size_t add) {
+    p->done += add;
+    if (!p->show) return;
+    int pct = p->total ? (int)(100.0 * (double)p->done / (double)p->total) : 100;
+    if (pct == p->last_pct) return;
+    p->last_pct = pct;
+    fprintf(stderr, "\rseer: weights to cuda:%d %3d%% (%.2f / %.2f GiB)%s", p->dev, pct,
+            (double)p->done / 1073741824.0, (double)p->total / 1073741824.0, p->done >= p->total ? "\n" : "");
+    fflush(stderr);
+}
+
+/* Uploads a weight as bf16 (once per distinct tensor: a tied head reuses the embeddings). */
+static int upload(struct seer_gpu_model *g, const seer_weight_t *w, seer_devptr_t *out, const char *what,
+                  progress_t *pr, seer_err_t *err) {
+    *out = 0;
+    if (!w || !w->data) return 0;
+    for (int i = 0; i < g->nup; i++)
+        if (g->up[i].host == w->data) {
+            *out = g->up[i].dev;
+            return 0;
+        }
+    if (w->lora)
+        return seer_err_set(err, SEER_EUNSUPPORTED,
+                            "%s has an unmerged LoRA adapter; the CUDA backend runs merged adapters only "
+                            "(load_adapter(dir, true)) or load the model with device = \"cpu\"", what);
+    if (w->dtype != SEER_F32 && w->dtype != SEER_BF16 && w->dtype != SEER_F16)
+        return seer_err_set(err, SEER_EUNSUPPORTED, "%s is %s; the CUDA backend takes f32, bf16 or f16 weights", what,
+                            seer_dtype_name(w->dtype));
+    if (g->nup == g->capup) {
+        int nc = g->capup ? 2 * g->capup : 256;
+        upload_t *nu = realloc(g->up, (size_t)nc * sizeof *nu);
+        if (!nu) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+        g->up = nu, g->capup = nc;
+    }
+    size_t n = weight_elems(w), bytes = n * 2;
+    seer_devptr_t dp;
+    int rc = seer_cuda_alloc(g->d, &dp, bytes, what, err);
+    if (rc < 0) return rc;
+    g->up[g->nup++] = (upload_t){w->data, dp, bytes};
+    g->weight_bytes += bytes;
+    size_t chunk = STAGING_BYTES / 2;
+    for (size_t off = 0; off < n; off += chunk) {
+        size_t m = n - off < chunk ? n - off : chunk;
+        /* The staging buffer is reused: wait for its previous copy before refilling it. */
+        if ((rc = seer_cuda_sync(g->d, err)) < 0) return rc;
+        to_bf16(g->staging, w, off, m);
+        if ((rc = seer_cuda_htod(g->d, dp + off * 2, g->staging, m * 2, err)) < 0) return rc;
+        progress_tick(pr, m * 2);
+    }
+    *out = dp;
+    return 0;
+}
+
+static int upload_f32(struct seer_gpu_model *g, const float *v, size_t n, seer_devptr_t *out, const char *what,
+                      seer_err_t *err) {
+    for (int i = 0; i < g->nup; i++)
+        if (g->up[i].host == v) {
+            *out = g->up[i].dev;
+            return 0;
+        }
+    if (g->nup == g->capup) {
+        int nc = g->capup ? 2 * g->capup : 256;
+        upload_t *nu = realloc(g->up, (size_t)nc * sizeof *nu);
+        if (!nu) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+        g->up = nu, g->capup = nc;
+    }
+    int rc = seer_cuda_alloc(g->d, out, n * sizeof(float), what, err);
+    if (rc < 0) return rc;
+    g->up[g->nup++] = (upload_t){v, *out, n * sizeof(float)};
+    if ((rc = seer_cuda_htod(g->d, *out, v, n * sizeof(float), err)) < 0) return rc;
+    return seer_cuda_sync(g->d, err);
+}
+
+static void gpu_free(struct seer_gpu_model *g) {
+    if (!g) return;
+    if (g->d) {
+        seer_cuda_sync(g->d, NULL);
+        for (int i = 0; i < g->nup; i++) seer_cuda_free(g->d, g->up[i].dev);
+        seer_cuda_free(g->d, g->ws);
+        seer_cuda_free(g->d, g->logits);
+        seer_cuda_host_free(g->d, g->staging);
+        seer_cuda_close(g->d);
+    }
+    free(g->up);
+    free(g->L);
+    free(g->host);
+    seer_gpu_desc_free(&g->desc);
+    free(g);
+}
+
+void seer_gpu_detach(seer_model_t *m) {
+    gpu_free(m->gpu);
+    m->gpu = NULL;
+}
+
+static size_t desc_weight_bytes(const seer_model_t *m, const seer_gpu_desc_t *d) {
+    size_t n = weight_elems(&m->embed) + weight_elems(&m->final_norm);
+    if (m->lm_head.data != m->embed.data) n += weight_elems(&m->lm_head);
+    for (int i = 0; i < m->cfg.num_layers; i++) {
+        const seer_weight_t *const *w = (const seer_weight_t *const *)&d->layers[i];
+        /* every weight pointer of the layer, up to post_mlp_norm */
+        size_t nw = offsetof(seer_gpu_layer_t, window) / sizeof(seer_weight_t *);
+        for (size_t j = 0; j < nw; j++)
+            if (w[j] && w[j]->data) n += weight_elems(w[j]);
+    }
+    return n * 2;
+}
+
+int seer_gpu_attach(seer_model_t *m, int device, int progress, seer_err_t *err) {
+    if (m->gpu) return 0;
+    if (!m->arch->describe)
+        return seer_err_set(err, SEER_EUNSUPPORTED,
+                            "model_type \"%s\" has no CUDA forward pass yet (supported on CUDA: llama, mistral, qwen2, "
+                            "qwen3, gemma, gemma2, gemma3_text); load it with device = \"cpu\"",
+                            m->cfg.model_type);
+    if (m->lora_state)
+        return seer_err_set(err, SEER_EUNSUPPORTED, "the model has LoRA adapters loaded; the CUDA backend takes a model "
+                                               "without adapters (load them after moving the model, merged)");
+    struct seer_gpu_model *g = calloc(1, sizeof *g);
+    if (!g) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+    int rc = seer_cuda_open(&g->d, device, err);
+    if (rc < 0) goto fail;
+    if ((rc = m->arch->describe(m, &g->desc, err)) < 0) goto fail;
+    const seer_model_config_t *c = &m->cfg;
+    if (c->head_dim > 256 || c->head_dim % 2) {
+        rc = seer_err_set(err, SEER_EUNSUPPORTED, "head_dim %d: the CUDA attention kernel takes even head sizes up to 256",
+                          c->head_dim);
+        goto fail;
+    }
+    size_t need = desc_weight_bytes(m, &g->desc), fr = 0, tot = 0;
+    if ((rc = seer_cuda_mem_info(g->d, &fr, &tot, err)) < 0) goto fail;
+    if (need > fr) {
+        char a[32], b[32], t[32];
+        rc = seer_err_set(err, SEER_ENOMEM,
+                          "cuda:%d: the weights need %s in bf16 but only %s of %s are free; use a GPU with more memory "
+                          "or a smaller model",
+                          device, seer_cuda_fmt_bytes(need, a, sizeof a), seer_cuda_fmt_bytes(fr, b, sizeof b),
+                          seer_cuda_fmt_bytes(tot, t, sizeof t));
+        goto fail;
+    }
+    if ((rc = seer_cuda_host_alloc(g->d, &g->staging, STAGING_BYTES, err)) < 0) goto fail;
+    g->L = calloc((size_t)c->num_layers, sizeof *g->L);
+    if (!g->L) {
+        rc = seer_err_set(err, SEER_ENOMEM, "out of memory");
+        goto fail;
+    }
+    progress_t pr = {.show = progress > 0 || (progress < 0 && isatty(2)), .total = need, .last_pct = -1, .dev = device};
+    char what[96];
+    if ((rc = upload(g, &m->embed, &g->embed, "the embeddings", &pr, err)) < 0 ||
+        (rc = upload(g, &m->final_norm, &g->final_norm, "the final norm", &pr, err)) < 0 ||
+        (rc = upload(g, &m->lm_head, &g->lm_head, "the LM head", &pr, err)) < 0)
+        goto fail;
+    for (int i = 0; i < c->num_layers; i++) {
+        const seer_gpu_layer_t *s = &g->desc.layers[i];
+        glayer_t *l = &g->L[i];
+        snprintf(what, sizeof what, "layer %d's weights", i);
+#define UP(f)                                                             \
+    if ((rc = upload(g, s->f, &l->f, what, &pr, err)) < 0) goto fail;
+        UP(pre_attn_norm) UP(q) UP(k) UP(v) UP(o) UP(q_bias) UP(k_bias) UP(v_bias) UP(o_bias) UP(q_norm) UP(k_norm)
+        UP(post_attn_norm) UP(pre_mlp_norm) UP(gate) UP(up) UP(down) UP(post_mlp_norm)
+#undef UP
+        if ((rc = upload_f32(g, s->inv_freq, (size_t)c->head_dim / 2, &l->inv, "RoPE frequencies", err)) < 0) goto fail;
+    }
+    if ((rc = seer_cuda_sync(g->d, err)) < 0) goto fail;
+    if (pr.show && pr.done < pr.total) fputc('\n', stderr);
+    m->gpu = g;
+    return 0;
+fail:
+    gpu_free(g);
+    return rc;
+}
+
+/* ---- KV cache -------------------------------------------------------------------------------- */
+
+int seer_gpu_kv_alloc(seer_model_t *m, seer_kv_cache_t *c, seer_err_t *err) {
+    struct seer_gpu_model *g = m->gpu;
+    size_t n = (size_t)c->layers * (size_t)c->max_tokens * (size_t)c->kv_dim * 2;
+    char what[96];
+    snprintf(what, sizeof what, "a KV cache of %d tokens", c->max_tokens);
+    int rc = seer_cuda_alloc(g->d, &c->gk, n, what, err);
+    if (rc < 0) return rc;
+    if ((rc = seer_cuda_alloc(g->d, &c->gv, n, what, err)) < 0) {
+        seer_cuda_free(g->d, c->gk);
+        c->gk = 0;
+        return rc;
+    }
+    c->gdev = g->d;
+    return 0;
+}
+
+void seer_gpu_kv_free(seer_kv_cache_t *c) {
+    if (!c->gdev) return;
+    seer_cuda_free(c->gdev, c->gk);
+    seer_cuda_free(c->gdev, c->gv);
+    c->gdev = NULL;
+    c->gk = c->gv = 0;
+}
+
+/* ---- launches -------------------------------------------------------------------------------- */
+
+static int launch(struct seer_gpu_model *g, const char *name, unsigned gx, unsigned gy, unsigned bx, unsigned shmem,
+                  void **args, seer_err_t *err) {
+    seer_cuda_fn_t *fn = seer_cuda_fn(g->d, name, err);
+    if (!fn) return err ? err->code : SEER_EINVAL;
+    return seer_cuda_launch(g->d, fn, gx, gy, 1, bx, 1, 1, shmem, args, err);
+}
+
+static unsigned blocks_for(long long n, unsigned per) {
+    long long b = (n + per - 1) / per;
+    return b > 65535 * 8 ? 65535 * 8 : (unsigned)(b > 0 ? b : 1);
+}
+
+static int k_rmsnorm(struct seer_gpu_model *g, seer_devptr_t y, seer_devptr_t x, seer_devptr_t w, int rows, int D,
+                     float eps, seer_err_t *err) {
+    int one_plus = g->desc.norm_one_plus;
+    void *a[] = {&y, &x, &w, &D, &eps, &one_plus};
+    return launch(g, "seer_rmsnorm", (unsigned)rows, 1, 256, 0, a, err);
+}
+
+static int k_add(struct seer_gpu_model *g, seer_devptr_t x, seer_devptr_t y, long long n, seer_err_t *err) {
+    void *a[] = {&x, &y, &n};
+    return launch(g, "seer_add", blocks_for(n, 256), 1, 256, 0, a, err);
+}
+
+static int k_scale(struct seer_gpu_model *g, seer_devptr_t x, long long n, float s, seer_err_t *err) {
+    void *a[] = {&x, &n, &s};
+    return launch(g, "seer_scale", blocks_for(n, 256), 1, 256, 0, a, err);
+}
+
+static int k_softcap(struct seer_gpu_model *g, seer_devptr_t x, long long n, float cap, seer_err_t *err) {
+    void *a[] = {&x, &n, &cap};
+    return launch(g, "seer_softcap", blocks_for(n, 256), 1, 256, 0, a, err);
+}
+
+/* y[n][out] = x[n][in] W^T (+ bias): the GEMV kernel for decode-sized n, else bf16 inputs
+ * through cuBLAS (or the WMMA kernel when cuBLAS is not there). */
+static int linear(struct seer_gpu_model *g, seer_devptr_t y, seer_devptr_t x, seer_devptr_t w, seer_devptr_t bias,
+                  int n, int in, int out, seer_err_t *err) {
+    if (n <= GEMV_MAX_TOKENS) {
+        void *a[] = {&y, &x, &w, &bias, &n, &in, &out};
+        return launch(g, "seer_gemv_bf16", (unsigned)((out + 7) / 8), 1, 256, 0, a, err);
+    }
+    long long nx = (long long)n * in;
+    void *ca[] = {&g->xh, &x, &nx};
+    int rc = launch(g, "seer_f32_to_bf16", blocks_for(nx, 256), 1, 256, 0, ca, err);
+    if (rc < 0) return rc;
+    rc = seer_cuda_gemm_bf16(g->d, y, g->xh, w, n, in, out, err);
+    if (rc < 0) return rc;
+    if (rc == 0) {
+        void *a[] = {&y, &g->xh, &w, &bias, &n, &in, &out};
+        return launch(g, "seer_gemm_bf16", (unsigned)((out + 63) / 64), (unsigned)((n + 63) / 64), 128, 0, a, err);
+    }
+    if (!bias) return 0;
+    void *b[] = {&y, &bias, &n, &out};
+    return launch(g, "seer_bias_add", (unsigned)n, 1, 256, 0, b, err);
+}
+
+/* ---- working set ----------------------------------------------------------------------------- */
+
+static int ensure_ws(struct seer_gpu_model *g, const seer_model_config_t *c, int n, size_t logit_floats,
+                     seer_err_t *err) {
+    int rc;
+    if (n > g->cap_tokens) {
+        int cap = n < 64 ? 64 : n;
+        size_t D = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
+        size_t qd = (size_t)c->num_heads * c->head_dim, kvd = (size_t)c->num_kv_heads * c->head_dim;
+        size_t widest = D > qd ? D : qd;
+        if (I > widest) widest = I;
+        size_t per = 2 * D + 2 * qd + 2 * kvd + 2 * I; /* floats per token */
+        size_t bytes = (size_t)cap * (per * 4 + widest * 2) + (size_t)cap * 4 + 256 * 8;
+        seer_cuda_sync(g->d, NULL);
+        seer_cuda_free(g->d, g->ws);
+        g->ws = 0, g->cap_tokens = 0;
+        char what[96];
+        snprintf(what, sizeof what, "the activations of %d tokens", cap);
+        if ((rc = seer_cuda_alloc(g->d, &g->ws, bytes, what, err)) < 0) return rc;
+        seer_devptr_t p = g->ws;
+#define TAKE(dst, b)                        \
+    do {                                    \
+        dst = p;                            \
+        p += ((size_t)(b) + 255) & ~(size_t)255; \
+    } while (0)
+        TAKE(g->x, cap * D * 4);
+        TAKE(g->xb, cap * D * 4);
+        TAKE(g->att, cap * qd * 4);
+        TAKE(g->q, cap * qd * 4);
+        TAKE(g->k, cap * kvd * 4);
+        TAKE(g->v, cap * kvd * 4);
+        TAKE(g->h1, cap * I * 4);
+        TAKE(g->h2, cap * I * 4);
+        TAKE(g->xh, cap * widest * 2);
+        TAKE(g->tok, cap * 4);
+        TAKE(g->next, 16);
+#undef TAKE
+        if (p - g->ws > bytes + 256 * 12) return seer_err_set(err, SEER_EINVAL, "internal: working set overflow");
+        g->cap_tokens = cap;
+    }
+    if (logit_floats > g->cap_logits) {
+        seer_cuda_sync(g->d, NULL);
+        seer_cuda_free(g->d, g->logits);
+        g->logits = 0, g->cap_logits = 0;
+        if ((rc = seer_cuda_alloc(g->d, &g->logits, logit_floats * 4, "the logits", err)) < 0) return rc;
+        g->cap_logits = logit_floats;
+    }
+    return 0;
+}
+
+static int ensure_host(struct seer_gpu_model *g, size_t bytes, seer_err_t *err) {
+    if (bytes <= g->host_cap) return 0;
+    float *h = realloc(g->host, bytes);
+    if (!h) return seer_err_set(err, SEER_ENOMEM, "out of host memory for %zu MiB of hooked activations", bytes >> 20);
+    g->host = h, g->host_cap = bytes;
+    return 0;
+}
+
+/* ---- hooks ----------------------------------------------------------------------------------- */
+
+/* Rows [n][cols] at a hooked point: to the host, through the hooks, back. heads > 0: per-head rows. */
+static int hook(struct seer_gpu_model *g, const seer_fwd_hooks_t *hk, seer_hook_point_t p, int layer, int start, int n,
+                seer_devptr_t buf, int cols, int heads, seer_err_t *err) {
+    if (!SEER_HOOKED(hk, p, layer)) return 0;
+    size_t bytes = (size_t)n * (size_t)cols * 4;
+    int rc = ensure_host(g, bytes, err);
+    if (rc < 0) return rc;
+    if ((rc = seer_cuda_dtoh(g->d, g->host, buf, bytes, err)) < 0) return rc;
+    rc = heads > 0 ? seer_fwd_hook_heads(hk, p, layer, start, n, g->host, heads, cols / heads, err)
+                   : seer_fwd_hook_rows(hk, p, layer, start, n, g->host, cols, err);
+    if (rc < 0) return rc;
+    if ((rc = seer_cuda_htod(g->d, buf, g->host, bytes, err)) < 0) return rc;
+    return seer_cuda_sync(g->d, err); /* the host buffer is reused by the next hook */
+}
+
+/* Attention with score or pattern hooks: the layer's queries and cache prefix to the host, the
+ * CPU path (seer_fwd_attention: materialized scores, hooks, softmax, values), the result back. */
+static int host_attention(seer_model_t *m, struct seer_gpu_model *g, seer_kv_cache_t *kv, const seer_fwd_hooks_t *hk,
+                          int l, int start, int n, int window, seer_err_t *err) {
+    const seer_model_config_t *c = &m->cfg;
+    int H = c->num_heads, KH = c->num_kv_heads, hd = c->head_dim, K = start + n;
+    size_t qd = (size_t)H * hd, kvd = (size_t)KH * hd;
+    int threads = seer_pool_threads(m->pool);
+    size_t floats = (size_t)n * qd * 2 + 2 * (size_t)K * kvd + (size_t)threads * (size_t)K;
+    int rc = ensure_host(g, floats * 4 + (size_t)K * kvd * 2, err);
+    if (rc < 0) return rc;
+    float *q = g->host, *out = q + (size_t)n * qd, *kc = out + (size_t)n * qd, *vc = kc + (size_t)K * kvd;
+    float *scratch = vc + (size_t)K * kvd;
+    uint16_t *tmp = (uint16_t *)(scratch + (size_t)threads * K);
+    if ((rc = seer_cuda_dtoh(g->d, q, g->q, (size_t)n * qd * 4, err)) < 0) return rc;
+    size_t layer_off = (size_t)l * (size_t)kv->max_tokens * kvd * 2;
+    for (int which = 0; which < 2; which++) {
+        float *dst = which ? vc : kc;
+        if ((rc = seer_cuda_dtoh(g->d, tmp, (which ? kv->gv : kv->gk) + layer_off, (size_t)K * kvd * 2, err)) < 0)
+            return rc;
+        for (size_t i = 0; i < (size_t)K * kvd; i++) dst[i] = seer_bf16_to_f32(tmp[i]);
+    }
+    seer_attn_params_t ap = {.q = q, .kc = kc, .vc = vc, .out = out, .scratch = scratch, .n = n, .start = start,
+                             .max_len = K, .H = H, .KH = KH, .hd = hd, .window = window,
+                             .scale = g->desc.attn_scale, .softcap = g->desc.attn_softcap};
+    if ((rc = seer_fwd_attention(m, hk, l, &ap, err)) < 0) return rc;
+    if ((rc = seer_cuda_htod(g->d, g->att, out, (size_t)n * qd * 4, err)) < 0) return rc;
+    return seer_cuda_sync(g->d, err);
+}
+
+/* ---- forward --------------------------------------------------------------------------------- */
+
+int seer_gpu_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens, int n, float *logits, int all_logits,
+                     float *hidden, const seer_fwd_hooks_t *hk, int *next, seer_err_t *err) {
+    struct seer_gpu_model *g = m->gpu;
+    const seer_model_config_t *c = &m->cfg;
+    const seer_gpu_desc_t *ds = &g->desc;
+    if (!kv->gdev)
+        return seer_err_set(err, SEER_EINVAL, "forward: the KV cache was made before the model moved to the GPU; make a new one");
+    int D = c->hidden_size, I = c->intermediate_size, H = c->num_heads, KH = c->num_kv_heads, hd = c->head_dim;
+    int V = c->vocab_size, qd = H * hd, kvd = KH * hd, start = kv->len, rc;
+    float eps = c->rms_norm_eps;
+    int want_head = logits || next;
+    int head_rows = all_logits ? n : 1;
+    if ((rc = ensure_ws(g, c, n, want_head ? (size_t)head_rows * V : 0, err)) < 0) return rc;
+    if ((rc = seer_cuda_htod(g->d, g->tok, tokens, (size_t)n * 4, err)) < 0) return rc;
+    size_t nD = (size_t)n * D;
+
+    float escale = SEER_HOOKED(hk, SEER_HP_EMBED, -1) ? 1.f : ds->embed_scale;
+    {
+        void *a[] = {&g->x, &g->embed, &g->tok, &n, &D, &escale};
+        if ((rc = launch(g, "seer_embed", (unsigned)n, 1, 256, 0, a, err)) < 0) return rc;
+    }
+    if (SEER_HOOKED(hk, SEER_HP_EMBED, -1)) {
+        if ((rc = hook(g, hk, SEER_HP_EMBED, -1, start, n, g->x, D, 0, err)) < 0) return rc;
+        if (ds->embed_scale != 1.f && (rc = k_scale(g, g->x, (long long)nD, ds->embed_scale, err)) < 0) return rc;
+    }
+    if (hidden && (rc = seer_cuda_dtoh(g->d, hidden, g->x, nD * 4, err)) < 0) return rc;
+
+    for (int l = 0; l < c->num_layers; l++) {
+        if (seer_host_interrupted()) return seer_err_set(err, SEER_EINTR, "interrupted");
+        const glayer_t *L = &g->L[l];
+        const seer_gpu_layer_t *S = &ds->layers[l];
+        seer_devptr_t kc = kv->gk + (size_t)l * kv->max_tokens * kvd * 2;
+        seer_devptr_t vc = kv->gv + (size_t)l * kv->max_tokens * kvd * 2;
+#define HOOK(p, buf, cols, heads)                                                          \
+    if ((rc = hook(g, hk, (p), l, start, n, (buf), (cols), (heads), err)) < 0) return rc;
+        HOOK(SEER_HP_RESID_PRE, g->x, D, 0)
+        if ((rc = k_rmsnorm(g, g->xb, g->x, L->pre_attn_norm, n, D, eps, err)) < 0) return rc;
+        HOOK(SEER_HP_LN1, g->xb, D, 0)
+        if ((rc = linear(g, g->q, g->xb, L->q, L->q_bias, n, D, qd, err)) < 0 ||
+            (rc = linear(g, g->k, g->xb, L->k, L->k_bias, n, D, kvd, err)) < 0 ||
+            (rc = linear(g, g->v, g->xb, L->v, L->v_bias, n, D, kvd, err)) < 0)
+            return rc;
+        if (L->q_norm) {
+            if ((rc = k_rmsnorm(g, g->q, g->q, L->q_norm, n * H, hd, eps, err)) < 0 ||
+                (rc = k_rmsnorm(g, g->k, g->k, L->k_norm, n * KH, hd, eps, err)) < 0)
+                return rc;
+        }
+        HOOK(SEER_HP_Q, g->q, qd, H)
+        HOOK(SEER_HP_K, g->k, kvd, KH)
+        HOOK(SEER_HP_V, g->v, kvd, KH)
+        {
+            int interleaved = 0;
+            void *aq[] = {&g->q, &H, &hd, &hd, (void *)&L->inv, &start, &interleaved};
+            void *ak[] = {&g->k, &KH, &hd, &hd, (void *)&L->inv, &start, &interleaved};
+            if ((rc = launch(g, "seer_rope", (unsigned)n, (unsigned)H, 128, 0, aq, err)) < 0 ||
+                (rc = launch(g, "seer_rope", (unsigned)n, (unsigned)KH, 128, 0, ak, err)) < 0)
+                return rc;
+            long long nk = (long long)n * kvd;
+            void *as[] = {&kc, &vc, &g->k, &g->v, &n, &start, &kvd};
+            if ((rc = launch(g, "seer_kv_store", blocks_for(nk, 256), 1, 256, 0, as, err)) < 0) return rc;
+        }
+        if (SEER_HOOKED(hk, SEER_HP_ATTN_SCORES, l) || SEER_HOOKED(hk, SEER_HP_PATTERN, l)) {
+            if ((rc = host_attention(m, g, kv, hk, l, start, n, S->window, err)) < 0) return rc;
+        } else {
+            int window = S->window;
+            float scale = ds->attn_scale, cap = ds->attn_softcap;
+            void *a[] = {&g->att, &g->q, &kc, &vc, &n, &start, &H, &KH, &hd, &window, &scale, &cap};
+            unsigned shmem = (unsigned)((2 * hd + 128 + 64) * sizeof(float));
+            if ((rc = launch(g, "seer_attention", (unsigned)n, (unsigned)H, 128, shmem, a, err)) < 0) return rc;
+        }
+        HOOK(SEER_HP_Z, g->att, qd, H)
+        if ((rc = linear(g, g->xb, g->att, L->o, L->o_bias, n, qd, D, err)) < 0) return rc;
+        if (L->post_attn_norm && (rc = k_rmsnorm(g, g->xb, g->xb, L->post_attn_norm, n, D, eps, err)) < 0) return rc;
+        HOOK(SEER_HP_ATTN_OUT, g->xb, D, 0)
+        if ((rc = k_add(g, g->x, g->xb, (long long)nD, err)) < 0) return rc;
+        HOOK(SEER_HP_RESID_MID, g->x, D, 0)
+
+        if ((rc = k_rmsnorm(g, g->xb, g->x, L->pre_mlp_norm, n, D, eps, err)) < 0) return rc;
+        HOOK(SEER_HP_LN2, g->xb, D, 0)
+        if ((rc = linear(g, g->h1, g->xb, L->gate, 0, n, D, I, err)) < 0 ||
+            (rc = linear(g, g->h2, g->xb, L->up, 0, n, D, I, err)) < 0)
+            return rc;
+        HOOK(SEER_HP_MLP_PRE, g->h1, I, 0)
+        {
+            long long nI = (long long)n * I;
+            int act = ds->act;
+            void *a[] = {&g->h1, &g->h2, &nI, &act};
+            if ((rc = launch(g, "seer_act_mul", blocks_for(nI, 256), 1, 256, 0, a, err)) < 0) return rc;
+        }
+        HOOK(SEER_HP_MLP_POST, g->h1, I, 0)
+        if ((rc = linear(g, g->xb, g->h1, L->down, 0, n, I, D, err)) < 0) return rc;
+        if (L->post_mlp_norm && (rc = k_rmsnorm(g, g->xb, g->xb, L->post_mlp_norm, n, D, eps, err)) < 0) return rc;
+        HOOK(SEER_HP_MLP_OUT, g->xb, D, 0)
+        if ((rc = k_add(g, g->x, g->xb, (long long)nD, err)) < 0) return rc;
+        HOOK(SEER_HP_RESID_POST, g->x, D, 0)
+#undef HOOK
+        if (hidden && (rc = seer_cuda_dtoh(g->d, hidden + (size_t)(l + 1) * nD, g->x, nD * 4, err)) < 0) return rc;
+    }
+    kv->len = start + n;
+
+    /* The end: the final norm (all rows when ln_final is hooked), the head, the soft-cap. */
+    seer_devptr_t rows_in;
+    if (SEER_HOOKED(hk, SEER_HP_LN_FINAL, -1)) {
+        if ((rc = k_rmsnorm(g, g->xb, g->x, g->final_norm, n, D, eps, err)) < 0) return rc;
+        if ((rc = hook(g, hk, SEER_HP_LN_FINAL, -1, start, n, g->xb, D, 0, err)) < 0) return rc;
+        rows_in = all_logits ? g->xb : g->xb + (size_t)(n - 1) * D * 4;
+    } else {
+        if (!want_head) return seer_cuda_sync(g->d, err);
+        seer_devptr_t src = all_logits ? g->x : g->x + (size_t)(n - 1) * D * 4;
+        if ((rc = k_rmsnorm(g, g->xb, src, g->final_norm, head_rows, D, eps, err)) < 0) return rc;
+        rows_in = g->xb;
+    }
+    if (!want_head) return seer_cuda_sync(g->d, err);
+    if ((rc = linear(g, g->logits, rows_in, g->lm_head, 0, head_rows, D, V, err)) < 0) return rc;
+    if (ds->final_softcap > 0.f && (rc = k_softcap(g, g->logits, (long long)head_rows * V, ds->final_softcap, err)) < 0)
+        return rc;
+    if (next) {
+        seer_devptr_t last = g->logits + (size_t)(head_rows - 1) * V * 4;
+        void *a[] = {&g->next, &last, &V};
+        if ((rc = launch(g, "seer_argmax", 1, 1, 1024, 0, a, err)) < 0) return rc;
+        int32_t id = -1;
+        if ((rc = seer_cuda_dtoh(g->d, &id, g->next, 4, err)) < 0) return rc;
+        *next = id;
+    }
+    if (logits && (rc = seer_cuda_dtoh(g->d, logits, g->logits, (size_t)head_rows * V * 4, err)) < 0) return rc;
+    return seer_cuda_sync(g->d, err);
+}
