@@ -32,7 +32,7 @@ SEER_BIN := $(if $(filter build,$(BUILD)),seer,$(BUILD)/seer)
 VERSION := $(shell cat VERSION)
 GIT_REV := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
 
-.PHONY: all setup test unit asan bench bench-setup parity fuzz install uninstall demo clean help check-deps
+.PHONY: all setup test unit asan bench bench-gpu bench-setup parity fuzz install uninstall demo clean help check-deps
 all: $(SEER_BIN)
 
 help:
@@ -42,6 +42,7 @@ help:
 	@echo "make test       build and run the whole test suite (ends with 'N passed, N failed')"
 	@echo "make asan       the same suite under AddressSanitizer + UBSan (build/asan)"
 	@echo "make bench      seer against peers (luajit, python3, transformers) measured in the same run"
+	@echo "make bench-gpu  the CUDA backend on Gemma-2-2B/9B shapes against the GPU's bandwidth and peak, and transformers"
 	@echo "make bench-setup  the transformers peer for make bench and make parity (pip, into .venv)"
 	@echo "make parity     regenerate the transformers parity goldens live and compare"
 	@echo "make fuzz       libFuzzer on the safetensors, tokenizer.json and chat-template parsers (FUZZ_SECONDS each)"
@@ -122,6 +123,17 @@ test: $(SEER_BIN) $(UNIT_BIN) $(BUILD)/tests/libfakecuda.so
 
 bench: $(SEER_BIN) $(BUILD)/bench/peak
 	@SEER=$(CURDIR)/$(SEER_BIN) PEAK=$(CURDIR)/$(BUILD)/bench/peak bash tests/bench/run.sh
+
+# The CUDA backend on random-weight Gemma-2-2B/9B shapes against the copy bandwidth and bf16 peak
+# measured or known for the GPU, then transformers on the same shapes when torch is there
+# (tests/bench/gpu_bench.c, gpu_transformers.py). Prints "skipped: no GPU" without one.
+bench-gpu: $(BUILD)/bench/gpu_bench
+	@$(BUILD)/bench/gpu_bench $(GPU_MODELS)
+	@$(or $(PYTHON),python3) tests/bench/gpu_transformers.py $(GPU_MODELS)
+
+$(BUILD)/bench/gpu_bench: tests/bench/gpu_bench.c $(BUILD)/libseer.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< -Wl,--whole-archive $(BUILD)/libseer.a -Wl,--no-whole-archive $(LIBS)
 
 # The compute-peak probe for the prefill bound (tests/bench/peak.c: FMA and AMX on registers).
 $(BUILD)/bench/peak: tests/bench/peak.c

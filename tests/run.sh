@@ -23,9 +23,11 @@ add() { total_pass=$((total_pass + $1)); total_fail=$((total_fail + $2)); }
 # read as success.
 echo "== unit (Criterion)"
 for bin in ${UNIT_BINS:-}; do
-  "$bin" --jobs 2 >"$log/unit.out" 2>&1
+  "$bin" --jobs 2 --verbose >"$log/unit.out" 2>&1
   rc=$?
-  cat "$log/unit.out"
+  # --verbose for the [SKIP] lines (e.g. "skipped: no GPU"); the RUN/PASS lines are noise.
+  grep -av '^\[\(RUN \|PASS\)\]' "$log/unit.out"
+  total_skip=$((total_skip + $(grep -ac '^\[SKIP\]' "$log/unit.out")))
   line=$(grep -a 'Synthesis:' "$log/unit.out" | tail -n 1)
   if [[ -z "$line" ]]; then
     echo "FAIL $bin: exited $rc without a summary"

@@ -24,6 +24,7 @@ typedef struct {
     const void *host;
     seer_devptr_t dev;
     size_t bytes;
+    int f32; /* a RoPE table (f32), not a bf16 weight */
 } upload_t;
 
 struct seer_gpu_model {
@@ -123,7 +124,7 @@ static int upload(struct seer_gpu_model *g, const seer_weight_t *w, seer_devptr_
     seer_devptr_t dp;
     int rc = seer_cuda_alloc(g->d, &dp, bytes, what, err);
     if (rc < 0) return rc;
-    g->up[g->nup++] = (upload_t){w->data, dp, bytes};
+    g->up[g->nup++] = (upload_t){w->data, dp, bytes, 0};
     g->weight_bytes += bytes;
     size_t chunk = STAGING_BYTES / 2;
     for (size_t off = 0; off < n; off += chunk) {
@@ -153,7 +154,7 @@ static int upload_f32(struct seer_gpu_model *g, const float *v, size_t n, seer_d
     }
     int rc = seer_cuda_alloc(g->d, out, n * sizeof(float), what, err);
     if (rc < 0) return rc;
-    g->up[g->nup++] = (upload_t){v, *out, n * sizeof(float)};
+    g->up[g->nup++] = (upload_t){v, *out, n * sizeof(float), 1};
     if ((rc = seer_cuda_htod(g->d, *out, v, n * sizeof(float), err)) < 0) return rc;
     return seer_cuda_sync(g->d, err);
 }
@@ -173,6 +174,22 @@ static void gpu_free(struct seer_gpu_model *g) {
     free(g->host);
     seer_gpu_desc_free(&g->desc);
     free(g);
+}
+
+int seer_gpu_randomize(seer_model_t *m, uint64_t seed, float scale, seer_err_t *err) {
+    struct seer_gpu_model *g = m->gpu;
+    if (!g) return seer_err_set(err, SEER_EINVAL, "randomize: the model is not on a GPU");
+    seer_cuda_fn_t *fn = seer_cuda_fn(g->d, "seer_fill_bf16", err);
+    if (!fn) return err ? err->code : SEER_EINVAL;
+    for (int i = 0; i < g->nup; i++) {
+        if (g->up[i].f32) continue;
+        long long n = (long long)(g->up[i].bytes / 2);
+        unsigned long long s = seed + (unsigned long long)i * 0x9E3779B97F4A7C15ull;
+        void *a[] = {&g->up[i].dev, &n, &s, &scale};
+        int rc = seer_cuda_launch(g->d, fn, 1024, 1, 1, 256, 1, 1, 0, a, err);
+        if (rc < 0) return rc;
+    }
+    return seer_cuda_sync(g->d, err);
 }
 
 void seer_gpu_detach(seer_model_t *m) {

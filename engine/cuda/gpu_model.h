@@ -50,6 +50,10 @@ seer_cuda_dev_t *seer_gpu_dev(const seer_model_t *m);
 /* The device copy (bf16) of one of the model's weights; 0 when it has none. */
 seer_devptr_t seer_gpu_weight_dev(const seer_model_t *m, const seer_weight_t *w);
 
+/* Overwrites every weight on the device with uniform values in [-scale, scale) (for benchmarks
+ * on random-weight models whose checkpoint is a sparse file of zeros). */
+int seer_gpu_randomize(seer_model_t *m, uint64_t seed, float scale, seer_err_t *err);
+
 /* The KV cache of a GPU model: bf16 [layers][max_tokens][kv_dim] for keys and for values,
  * allocated when the cache is made (an out-of-memory error says how many tokens it was for). */
 int seer_gpu_kv_alloc(seer_model_t *m, seer_kv_cache_t *c, seer_err_t *err);

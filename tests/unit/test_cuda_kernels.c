@@ -1,0 +1,869 @@
+/* The CUDA kernels (kernels/, the fatbin embedded in the binary) against float64 CPU
+ * references computed here, on random inputs from a fixed seed with ragged sizes that exercise
+ * the tails: embedding, RMSNorm, LayerNorm, RoPE (both pairings, partial rotation), the KV-cache
+ * store, causal GQA attention (sliding window, soft-capping, decode with a cache offset and
+ * prefill), the decode GEMV and the tensor-core GEMM (which must also agree with each other),
+ * f32 -> bf16 rounding, the elementwise kernels, argmax (ties, NaN) and the random fills.
+ * Output buffers carry a guard region past their end that must come back untouched.
+ *
+ * On a machine without a GPU (or without the driver) every test reports itself skipped. */
+#include <criterion/criterion.h>
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/cudrv.h"
+
+/* Tolerances. Where a kernel does one IEEE f32 operation (or one bf16 rounding) per element the
+ * comparison is exact, since the CPU does the same operation in f32. */
+
+/* RMSNorm: every step is multiplicative (sum of squares, one sqrt, two products), so the f32
+ * result is within a few ulp of the float64 one relative to the element itself; the block-wide
+ * sum of 4099 positive terms loses < 1e-6 relative. */
+static const double TOL_RMSNORM_REL = 1e-5;
+/* LayerNorm: the f32 mean of values around 3 carries an absolute error of ~1e-6, which shows up
+ * as ~1e-6 * |w| / std in y; so the bound is relative to |y| + |w| + |b|. */
+static const double TOL_LAYERNORM_REL = 1e-5;
+static const double TOL_LAYERNORM_ABS = 1e-6;
+/* RoPE: the angle is the same f32 product on both sides; precise sincosf is within 2 ulp and the
+ * rotation is two products and a sum, so for |x| <= 1 and positions < 4096 the error is a few
+ * 1e-7 absolute. */
+static const double TOL_ROPE_ABS = 1e-5;
+/* Attention: the reference uses the same bf16-rounded K/V; f32 dot products (scores up to ~20),
+ * expf and the online rescaling perturb each probability by ~1e-6 relative, and the output is a
+ * convex combination of V rows, so the error is bounded relative to max |v|. */
+static const double TOL_ATTN_REL = 1e-4;
+/* GEMM / GEMV: inputs are the same bf16 values on both sides (bf16 x bf16 products are exact in
+ * f32), only the f32 summation order differs (tensor cores, warp trees): |err| <= 1e-3 *
+ * sum_k |w x| + 1e-5, far above the ~in * 2^-24 relative bound of f32 summation. */
+static const double TOL_GEMM_REL = 1e-3;
+static const double TOL_GEMM_ABS = 1e-5;
+/* SiLU / GELU: expf, tanhf, erff are within 2 ulp; 1 + tanh(z) and 1 + erf(z) cancel for
+ * negative arguments, leaving an absolute error of a few ulp(1) * |g|. */
+static const double TOL_ACT_REL = 1e-5;
+static const double TOL_ACT_ABS = 1e-6; /* times (1 + |g|) (and |u|) */
+/* Soft-capping: x/cap rounds (6e-8 |x|), tanhf is within 2 ulp of a value <= 1, times cap. */
+static const double TOL_SOFTCAP = 1e-6; /* times (|x| + cap) */
+
+/* Bytes past the end of each output buffer that a kernel must not touch. */
+#define GUARD_BYTES 256
+#define GUARD_BYTE 0xA5
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static double urand(void) { /* [0, 1) */
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (double)(g_rng >> 11) / 9007199254740992.0;
+}
+static float nrand(void) { /* roughly N(0, 1) */
+    return (float)((urand() + urand() + urand() + urand() - 2.0) * 1.7320508);
+}
+static float uniform(float lo, float hi) { return lo + (hi - lo) * (float)urand(); }
+
+/* bf16 on the host: round to nearest even from the f32 bits (NaN stays a quiet NaN). */
+static uint16_t f2bf(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static float bf2f(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static float f_from_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static uint32_t f_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    cr_assert(p != NULL, "out of host memory (%zu bytes)", n);
+    return p;
+}
+
+/* ---- the device: opened once per test process, allocations freed at the end of each test. ---- */
+
+static seer_cuda_dev_t *g_dev;
+static seer_err_t g_err;
+#define MAX_ALLOCS 64
+static seer_devptr_t g_allocs[MAX_ALLOCS];
+static int g_nallocs;
+
+/* Every test starts here: skips when there is no GPU, else opens device 0. */
+static void gpu(void) {
+    char why[512] = "";
+    if (seer_cuda_device_count(why, sizeof why) <= 0) cr_skip_test("skipped: no GPU (%s)", why);
+    if (!g_dev) {
+        int rc = seer_cuda_open(&g_dev, 0, &g_err);
+        cr_assert(rc >= 0 && g_dev != NULL, "seer_cuda_open(0): %s", g_err.msg);
+    }
+}
+
+static void gpu_done(void) {
+    for (int i = 0; i < g_nallocs; i++) seer_cuda_free(g_dev, g_allocs[i]);
+    g_nallocs = 0;
+}
+
+static seer_devptr_t dalloc(size_t bytes) {
+    cr_assert(g_nallocs < MAX_ALLOCS, "test bug: too many device allocations");
+    seer_devptr_t p = 0;
+    int rc = seer_cuda_alloc(g_dev, &p, bytes ? bytes : 16, "a test buffer", &g_err);
+    cr_assert(rc >= 0, "seer_cuda_alloc(%zu): %s", bytes, g_err.msg);
+    g_allocs[g_nallocs++] = p;
+    return p;
+}
+
+static void htod(seer_devptr_t dst, const void *src, size_t bytes) {
+    if (!bytes) return;
+    int rc = seer_cuda_htod(g_dev, dst, src, bytes, &g_err);
+    cr_assert(rc >= 0, "seer_cuda_htod(%zu): %s", bytes, g_err.msg);
+}
+
+static void dtoh(void *dst, seer_devptr_t src, size_t bytes) {
+    if (!bytes) return;
+    int rc = seer_cuda_dtoh(g_dev, dst, src, bytes, &g_err);
+    cr_assert(rc >= 0, "seer_cuda_dtoh(%zu): %s", bytes, g_err.msg);
+    rc = seer_cuda_sync(g_dev, &g_err);
+    cr_assert(rc >= 0, "seer_cuda_sync: %s", g_err.msg);
+}
+
+/* A device copy of host data. */
+static seer_devptr_t dput(const void *src, size_t bytes) {
+    seer_devptr_t p = dalloc(bytes);
+    htod(p, src, bytes);
+    return p;
+}
+
+/* A buffer of `bytes` followed by GUARD_BYTES of GUARD_BYTE; filled from src when not NULL. */
+static seer_devptr_t dguarded(const void *src, size_t bytes) {
+    seer_devptr_t p = dalloc(bytes + GUARD_BYTES);
+    unsigned char guard[GUARD_BYTES];
+    memset(guard, GUARD_BYTE, sizeof guard);
+    if (src) htod(p, src, bytes);
+    htod(p + bytes, guard, sizeof guard);
+    return p;
+}
+
+static void check_guard(seer_devptr_t p, size_t bytes, const char *what) {
+    unsigned char guard[GUARD_BYTES];
+    dtoh(guard, p + bytes, sizeof guard);
+    for (int i = 0; i < GUARD_BYTES; i++)
+        cr_assert(guard[i] == GUARD_BYTE, "%s: wrote past the end (byte %d of the guard is 0x%02x)", what, i,
+                  guard[i]);
+}
+
+/* Launches kernel `name` and waits for it. */
+static void launch(const char *name, unsigned gx, unsigned gy, unsigned bx, unsigned shmem, void **args) {
+    seer_cuda_fn_t *fn = seer_cuda_fn(g_dev, name, &g_err);
+    cr_assert(fn != NULL, "seer_cuda_fn(%s): %s", name, g_err.msg);
+    int rc = seer_cuda_launch(g_dev, fn, gx, gy, 1, bx, 1, 1, shmem, args, &g_err);
+    cr_assert(rc >= 0, "launch %s: %s", name, g_err.msg);
+    rc = seer_cuda_sync(g_dev, &g_err);
+    cr_assert(rc >= 0, "%s: %s", name, g_err.msg);
+}
+
+static unsigned cdiv(long long a, long long b) { return (unsigned)((a + b - 1) / b); }
+
+/* ---- 1. seer_embed ---- */
+
+Test(cuda_kernels, embed) {
+    gpu();
+    static const int Ds[] = {1000, 4099};
+    static const int ns[] = {1, 5, 67};
+    const int V = 37;
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 3; b++) {
+            int D = Ds[a], n = ns[b];
+            float scale = sqrtf((float)D);
+            uint16_t *table = xmalloc(sizeof(uint16_t) * (size_t)V * (size_t)D);
+            int *tokens = xmalloc(sizeof(int) * (size_t)n);
+            float *x = xmalloc(sizeof(float) * (size_t)n * (size_t)D);
+            for (size_t i = 0; i < (size_t)V * (size_t)D; i++) table[i] = f2bf(nrand());
+            for (int t = 0; t < n; t++) tokens[t] = (int)(urand() * V);
+            tokens[0] = V - 1;
+            size_t xbytes = sizeof(float) * (size_t)n * (size_t)D;
+            seer_devptr_t dtab = dput(table, sizeof(uint16_t) * (size_t)V * (size_t)D);
+            seer_devptr_t dtok = dput(tokens, sizeof(int) * (size_t)n);
+            seer_devptr_t dx = dguarded(NULL, xbytes);
+            void *args[] = {&dx, &dtab, &dtok, &n, &D, &scale};
+            launch("seer_embed", (unsigned)n, 1, 256, 0, args);
+            dtoh(x, dx, xbytes);
+            for (int t = 0; t < n; t++)
+                for (int j = 0; j < D; j++) {
+                    float r = bf2f(table[(size_t)tokens[t] * (size_t)D + (size_t)j]) * scale;
+                    float g = x[(size_t)t * (size_t)D + (size_t)j];
+                    cr_assert(g == r, "embed D %d n %d: x[%d][%d] = %.9g, expected %.9g", D, n, t, j, g, r);
+                }
+            check_guard(dx, xbytes, "seer_embed");
+            free(table);
+            free(tokens);
+            free(x);
+            gpu_done();
+        }
+}
+
+/* ---- 2. seer_rmsnorm ---- */
+
+Test(cuda_kernels, rmsnorm) {
+    gpu();
+    static const int Ds[] = {1000, 4099};
+    const int rows = 5;
+    const float eps = 1e-6f;
+    for (int a = 0; a < 2; a++)
+        for (int one_plus = 0; one_plus < 2; one_plus++)
+            for (int inplace = 0; inplace < 2; inplace++) {
+                int D = Ds[a];
+                size_t nx = (size_t)rows * (size_t)D, bytes = sizeof(float) * nx;
+                float *x = xmalloc(bytes), *y = xmalloc(bytes);
+                uint16_t *w = xmalloc(sizeof(uint16_t) * (size_t)D);
+                for (size_t i = 0; i < nx; i++) x[i] = nrand() * 2;
+                for (int j = 0; j < D; j++) w[j] = f2bf(one_plus ? nrand() * 0.2f : 1.0f + nrand() * 0.2f);
+                seer_devptr_t dx = dguarded(x, bytes), dw = dput(w, sizeof(uint16_t) * (size_t)D);
+                seer_devptr_t dy = inplace ? dx : dguarded(NULL, bytes);
+                float e = eps;
+                int op = one_plus;
+                void *args[] = {&dy, &dx, &dw, &D, &e, &op};
+                launch("seer_rmsnorm", (unsigned)rows, 1, 256, 0, args);
+                dtoh(y, dy, bytes);
+                for (int r = 0; r < rows; r++) {
+                    const float *xr = x + (size_t)r * (size_t)D;
+                    double ss = 0;
+                    for (int j = 0; j < D; j++) ss += (double)xr[j] * xr[j];
+                    double inv = 1.0 / sqrt(ss / D + eps);
+                    for (int j = 0; j < D; j++) {
+                        double wj = bf2f(w[j]) + (one_plus ? 1.0 : 0.0);
+                        double ref = xr[j] * inv * wj;
+                        double g = y[(size_t)r * (size_t)D + (size_t)j];
+                        cr_assert(fabs(g - ref) <= TOL_RMSNORM_REL * fabs(ref) + 1e-30,
+                                  "rmsnorm D %d one_plus %d inplace %d: y[%d][%d] = %.9g, expected %.9g", D, one_plus,
+                                  inplace, r, j, g, ref);
+                    }
+                }
+                check_guard(dy, bytes, "seer_rmsnorm");
+                free(x);
+                free(y);
+                free(w);
+                gpu_done();
+            }
+}
+
+/* ---- 3. seer_layernorm ---- */
+
+Test(cuda_kernels, layernorm) {
+    gpu();
+    static const int Ds[] = {1000, 4099};
+    const int rows = 5;
+    const float eps = 1e-5f;
+    for (int a = 0; a < 2; a++)
+        for (int with_bias = 0; with_bias < 2; with_bias++)
+            for (int inplace = 0; inplace < 2; inplace++) {
+                int D = Ds[a];
+                size_t nx = (size_t)rows * (size_t)D, bytes = sizeof(float) * nx;
+                float *x = xmalloc(bytes), *y = xmalloc(bytes);
+                uint16_t *w = xmalloc(sizeof(uint16_t) * (size_t)D), *b = xmalloc(sizeof(uint16_t) * (size_t)D);
+                /* a mean far from 0 relative to the spread: a one-pass variance would lose it */
+                for (size_t i = 0; i < nx; i++) x[i] = 3.0f + nrand() * 0.5f;
+                for (int j = 0; j < D; j++) {
+                    w[j] = f2bf(1.0f + nrand() * 0.2f);
+                    b[j] = f2bf(nrand() * 0.1f);
+                }
+                seer_devptr_t dx = dguarded(x, bytes), dw = dput(w, sizeof(uint16_t) * (size_t)D);
+                seer_devptr_t db = with_bias ? dput(b, sizeof(uint16_t) * (size_t)D) : 0;
+                seer_devptr_t dy = inplace ? dx : dguarded(NULL, bytes);
+                float e = eps;
+                void *args[] = {&dy, &dx, &dw, &db, &D, &e};
+                launch("seer_layernorm", (unsigned)rows, 1, 256, 0, args);
+                dtoh(y, dy, bytes);
+                for (int r = 0; r < rows; r++) {
+                    const float *xr = x + (size_t)r * (size_t)D;
+                    double mean = 0, var = 0;
+                    for (int j = 0; j < D; j++) mean += xr[j];
+                    mean /= D;
+                    for (int j = 0; j < D; j++) var += (xr[j] - mean) * (xr[j] - mean);
+                    var /= D;
+                    for (int j = 0; j < D; j++) {
+                        double wj = bf2f(w[j]), bj = with_bias ? bf2f(b[j]) : 0.0;
+                        double ref = (xr[j] - mean) / sqrt(var + eps) * wj + bj;
+                        double g = y[(size_t)r * (size_t)D + (size_t)j];
+                        cr_assert(fabs(g - ref) <= TOL_LAYERNORM_REL * (fabs(ref) + fabs(wj) + fabs(bj)) +
+                                                       TOL_LAYERNORM_ABS,
+                                  "layernorm D %d bias %d inplace %d: y[%d][%d] = %.9g, expected %.9g", D, with_bias,
+                                  inplace, r, j, g, ref);
+                    }
+                }
+                check_guard(dy, bytes, "seer_layernorm");
+                free(x);
+                free(y);
+                free(w);
+                free(b);
+                gpu_done();
+            }
+}
+
+/* ---- 4. seer_rope ---- */
+
+Test(cuda_kernels, rope) {
+    gpu();
+    static const struct {
+        int nheads, hd, rot, start, n;
+        float theta;
+    } cs[] = {
+        {3, 64, 64, 0, 5, 10000.0f},    {3, 64, 64, 4000, 5, 10000.0f}, {2, 80, 32, 17, 5, 10000.0f},
+        {2, 80, 32, 4090, 5, 1e6f},     {1, 512, 512, 100, 3, 1e6f},    {4, 128, 96, 4088, 7, 500000.0f},
+        {1, 256, 256, 3, 67, 10000.0f},
+    };
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++)
+        for (int interleaved = 0; interleaved < 2; interleaved++) {
+            int nheads = cs[c].nheads, hd = cs[c].hd, rot = cs[c].rot, start = cs[c].start, n = cs[c].n, il = interleaved;
+            int half = rot / 2;
+            size_t nx = (size_t)n * (size_t)nheads * (size_t)hd, bytes = sizeof(float) * nx;
+            float *x = xmalloc(bytes), *y = xmalloc(bytes), *inv = xmalloc(sizeof(float) * (size_t)half);
+            for (size_t i = 0; i < nx; i++) x[i] = uniform(-1.0f, 1.0f);
+            for (int i = 0; i < half; i++) inv[i] = (float)pow(cs[c].theta, -2.0 * i / rot);
+            seer_devptr_t dx = dguarded(x, bytes), dinv = dput(inv, sizeof(float) * (size_t)half);
+            void *args[] = {&dx, &nheads, &hd, &rot, &dinv, &start, &il};
+            launch("seer_rope", (unsigned)n, (unsigned)nheads, 128, 0, args);
+            dtoh(y, dx, bytes);
+            for (int t = 0; t < n; t++)
+                for (int h = 0; h < nheads; h++) {
+                    const float *xh = x + ((size_t)t * (size_t)nheads + (size_t)h) * (size_t)hd;
+                    const float *yh = y + ((size_t)t * (size_t)nheads + (size_t)h) * (size_t)hd;
+                    double ref[512];
+                    for (int d = 0; d < hd; d++) ref[d] = xh[d];
+                    for (int i = 0; i < half; i++) {
+                        float angle = (float)(start + t) * inv[i]; /* the same f32 product as the kernel */
+                        double co = cos((double)angle), si = sin((double)angle);
+                        int ia = il ? 2 * i : i, ib = il ? 2 * i + 1 : i + half;
+                        ref[ia] = xh[ia] * co - xh[ib] * si;
+                        ref[ib] = xh[ib] * co + xh[ia] * si;
+                    }
+                    for (int d = 0; d < hd; d++) {
+                        if (d >= rot)
+                            cr_assert(yh[d] == xh[d], "rope: dim %d >= rot %d changed", d, rot);
+                        else
+                            cr_assert(fabs(yh[d] - ref[d]) <= TOL_ROPE_ABS,
+                                      "rope hd %d rot %d il %d start %d: t %d h %d d %d = %.9g, expected %.9g", hd,
+                                      rot, il, start, t, h, d, yh[d], ref[d]);
+                    }
+                }
+            check_guard(dx, bytes, "seer_rope");
+            free(x);
+            free(y);
+            free(inv);
+            gpu_done();
+        }
+}
+
+/* ---- 5. seer_kv_store ---- */
+
+Test(cuda_kernels, kv_store) {
+    gpu();
+    static const struct {
+        int n, start, kvd;
+        unsigned grid, block;
+    } cs[] = {{5, 7, 130, 2, 64}, {1, 300, 512, 2, 256}, {67, 0, 36, 1000, 256}};
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        int n = cs[c].n, start = cs[c].start, kvd = cs[c].kvd;
+        int rows = start + n + 2;
+        size_t nkv = (size_t)n * (size_t)kvd, ncache = (size_t)rows * (size_t)kvd;
+        float *k = xmalloc(sizeof(float) * nkv), *v = xmalloc(sizeof(float) * nkv);
+        uint16_t *kc = xmalloc(sizeof(uint16_t) * ncache), *vc = xmalloc(sizeof(uint16_t) * ncache);
+        for (size_t i = 0; i < nkv; i++) {
+            k[i] = nrand();
+            v[i] = nrand() * 100;
+            if (i % 5 == 0) /* exact ties between two bf16 values: round to even */
+                k[i] = f_from_bits(((uint32_t)f2bf(k[i]) << 16) | 0x8000u);
+        }
+        for (size_t i = 0; i < ncache; i++) kc[i] = vc[i] = 0xABCD;
+        seer_devptr_t dk = dput(k, sizeof(float) * nkv), dv = dput(v, sizeof(float) * nkv);
+        seer_devptr_t dkc = dguarded(kc, sizeof(uint16_t) * ncache), dvc = dguarded(vc, sizeof(uint16_t) * ncache);
+        void *args[] = {&dkc, &dvc, &dk, &dv, &n, &start, &kvd};
+        launch("seer_kv_store", cs[c].grid, 1, cs[c].block, 0, args);
+        dtoh(kc, dkc, sizeof(uint16_t) * ncache);
+        dtoh(vc, dvc, sizeof(uint16_t) * ncache);
+        for (int r = 0; r < rows; r++)
+            for (int j = 0; j < kvd; j++) {
+                size_t i = (size_t)r * (size_t)kvd + (size_t)j;
+                int t = r - start;
+                uint16_t ek = 0xABCD, ev = 0xABCD;
+                if (t >= 0 && t < n) {
+                    ek = f2bf(k[(size_t)t * (size_t)kvd + (size_t)j]);
+                    ev = f2bf(v[(size_t)t * (size_t)kvd + (size_t)j]);
+                }
+                cr_assert(kc[i] == ek && vc[i] == ev, "kv_store n %d start %d kvd %d: row %d col %d k %04x v %04x, expected %04x %04x",
+                          n, start, kvd, r, j, kc[i], vc[i], ek, ev);
+            }
+        check_guard(dkc, sizeof(uint16_t) * ncache, "seer_kv_store k");
+        check_guard(dvc, sizeof(uint16_t) * ncache, "seer_kv_store v");
+        free(k);
+        free(v);
+        free(kc);
+        free(vc);
+        gpu_done();
+    }
+}
+
+/* ---- 6. seer_attention ---- */
+
+Test(cuda_kernels, attention) {
+    gpu();
+    static const struct {
+        int H, KH, hd, n, start, window;
+        float softcap, qscale;
+    } cs[] = {
+        {8, 2, 64, 67, 0, 0, 0.0f, 1.0f},     /* prefill */
+        {8, 2, 64, 67, 0, 16, 0.0f, 1.0f},    /* prefill, sliding window */
+        {8, 2, 64, 67, 0, 0, 5.0f, 3.0f},     /* prefill, soft-capped, peaky */
+        {8, 2, 256, 1, 300, 0, 0.0f, 1.0f},   /* decode behind a cache offset: 301 keys, 3 chunks */
+        {8, 2, 256, 1, 300, 100, 30.0f, 3.0f}, /* decode, window and softcap */
+        {8, 2, 64, 5, 300, 200, 20.0f, 2.0f}, /* window spanning two chunks */
+        {4, 4, 72, 3, 130, 0, 0.0f, 1.0f},    /* MHA, hd % 16 != 0 */
+        {2, 1, 36, 2, 129, 0, 0.0f, 1.0f},    /* hd % 8 != 0: the scalar key path */
+        {8, 2, 256, 67, 0, 0, 0.0f, 1.0f},    /* prefill, large heads */
+    };
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        int H = cs[c].H, KH = cs[c].KH, hd = cs[c].hd, n = cs[c].n, start = cs[c].start, window = cs[c].window;
+        float softcap = cs[c].softcap, scale = 1.0f / sqrtf((float)hd);
+        int ctx = start + n;
+        size_t nq = (size_t)n * (size_t)H * (size_t)hd, nkv = (size_t)ctx * (size_t)KH * (size_t)hd;
+        float *q = xmalloc(sizeof(float) * nq), *o = xmalloc(sizeof(float) * nq);
+        uint16_t *kc = xmalloc(sizeof(uint16_t) * nkv), *vc = xmalloc(sizeof(uint16_t) * nkv);
+        double *sc = xmalloc(sizeof(double) * (size_t)ctx), *ref = xmalloc(sizeof(double) * (size_t)hd);
+        for (size_t i = 0; i < nq; i++) q[i] = nrand() * cs[c].qscale;
+        double vmax = 0;
+        for (size_t i = 0; i < nkv; i++) {
+            kc[i] = f2bf(nrand());
+            vc[i] = f2bf(nrand());
+            if (fabs(bf2f(vc[i])) > vmax) vmax = fabs(bf2f(vc[i]));
+        }
+        seer_devptr_t dq = dput(q, sizeof(float) * nq), dkc = dput(kc, sizeof(uint16_t) * nkv),
+                      dvc = dput(vc, sizeof(uint16_t) * nkv), dout = dguarded(NULL, sizeof(float) * nq);
+        void *args[] = {&dout, &dq, &dkc, &dvc, &n, &start, &H, &KH, &hd, &window, &scale, &softcap};
+        launch("seer_attention", (unsigned)n, (unsigned)H, 128, (unsigned)((2 * hd + 128 + 64) * sizeof(float)), args);
+        dtoh(o, dout, sizeof(float) * nq);
+        for (int t = 0; t < n; t++)
+            for (int h = 0; h < H; h++) {
+                int p = start + t, kvh = h / (H / KH);
+                int lo = window > 0 ? (p - window + 1 > 0 ? p - window + 1 : 0) : 0;
+                const float *qr = q + ((size_t)t * (size_t)H + (size_t)h) * (size_t)hd;
+                double mx = -INFINITY, sum = 0;
+                for (int j = lo; j <= p; j++) {
+                    const uint16_t *kr = kc + ((size_t)j * (size_t)KH + (size_t)kvh) * (size_t)hd;
+                    double s = 0;
+                    for (int d = 0; d < hd; d++) s += (double)qr[d] * bf2f(kr[d]);
+                    s *= scale;
+                    if (softcap > 0) s = tanh(s / softcap) * softcap;
+                    sc[j] = s;
+                    if (s > mx) mx = s;
+                }
+                for (int d = 0; d < hd; d++) ref[d] = 0;
+                for (int j = lo; j <= p; j++) {
+                    double e = exp(sc[j] - mx);
+                    sum += e;
+                    const uint16_t *vr = vc + ((size_t)j * (size_t)KH + (size_t)kvh) * (size_t)hd;
+                    for (int d = 0; d < hd; d++) ref[d] += e * bf2f(vr[d]);
+                }
+                const float *orow = o + ((size_t)t * (size_t)H + (size_t)h) * (size_t)hd;
+                for (int d = 0; d < hd; d++)
+                    cr_assert(fabs(orow[d] - ref[d] / sum) <= TOL_ATTN_REL * vmax,
+                              "attention case %zu (H %d KH %d hd %d n %d start %d window %d softcap %g): t %d h %d d "
+                              "%d = %.9g, expected %.9g",
+                              c, H, KH, hd, n, start, window, (double)softcap, t, h, d, orow[d], ref[d] / sum);
+            }
+        check_guard(dout, sizeof(float) * nq, "seer_attention");
+        free(q);
+        free(o);
+        free(kc);
+        free(vc);
+        free(sc);
+        free(ref);
+        gpu_done();
+    }
+}
+
+/* ---- 7, 8. seer_gemv_bf16, seer_gemm_bf16 (and 9 feeding the GEMM in one case) ---- */
+
+static void gemm_reference(const uint16_t *xb, const uint16_t *w, const uint16_t *bias, int n, int in, int out,
+                           double *ref, double *tol) {
+    for (int t = 0; t < n; t++)
+        for (int o = 0; o < out; o++) {
+            double s = 0, sa = 0;
+            for (int k = 0; k < in; k++) {
+                double p = (double)bf2f(xb[(size_t)t * (size_t)in + (size_t)k]) * bf2f(w[(size_t)o * (size_t)in + (size_t)k]);
+                s += p;
+                sa += fabs(p);
+            }
+            double b = bias ? bf2f(bias[o]) : 0.0;
+            ref[(size_t)t * (size_t)out + (size_t)o] = s + b;
+            tol[(size_t)t * (size_t)out + (size_t)o] = TOL_GEMM_REL * (sa + fabs(b)) + TOL_GEMM_ABS;
+        }
+}
+
+Test(cuda_kernels, gemv_gemm_bf16) {
+    gpu();
+    static const struct {
+        int n, in, out;
+        int misalign; /* W (and x) start 2 bytes past a 16-byte boundary: the scalar paths */
+    } cs[] = {
+        {1, 100, 129, 0},  {5, 100, 129, 0},  {67, 100, 129, 0}, {1, 1536, 129, 0}, {5, 1536, 129, 0},
+        {8, 1536, 129, 0}, {67, 1536, 129, 0}, {1, 7, 1, 0},     {3, 33, 65, 0},    {64, 64, 64, 0},
+        {130, 40, 70, 0},  {5, 1536, 129, 1}, {67, 1536, 129, 1}, {8, 2048, 8, 0},   {2, 8, 200, 0},
+    };
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        int n = cs[c].n, in = cs[c].in, out = cs[c].out, with_bias = (int)(c % 2);
+        size_t nx = (size_t)n * (size_t)in, nw = (size_t)out * (size_t)in, ny = (size_t)n * (size_t)out;
+        size_t off = cs[c].misalign ? 2 : 0;
+        uint16_t *xb = xmalloc(sizeof(uint16_t) * nx), *w = xmalloc(sizeof(uint16_t) * nw),
+                 *bias = xmalloc(sizeof(uint16_t) * (size_t)out);
+        float *x = xmalloc(sizeof(float) * nx), *y1 = xmalloc(sizeof(float) * ny), *y2 = xmalloc(sizeof(float) * ny);
+        double *ref = xmalloc(sizeof(double) * ny), *tol = xmalloc(sizeof(double) * ny);
+        for (size_t i = 0; i < nx; i++) {
+            xb[i] = f2bf(nrand());
+            x[i] = bf2f(xb[i]);
+        }
+        for (size_t i = 0; i < nw; i++) w[i] = f2bf(nrand() * 0.05f);
+        for (int o = 0; o < out; o++) bias[o] = f2bf(nrand());
+        gemm_reference(xb, w, with_bias ? bias : NULL, n, in, out, ref, tol);
+
+        seer_devptr_t dwbase = dalloc(sizeof(uint16_t) * nw + 16), dw = dwbase + off;
+        htod(dw, w, sizeof(uint16_t) * nw);
+        seer_devptr_t dxbbase = dalloc(sizeof(uint16_t) * nx + 16), dxb = dxbbase + off;
+        htod(dxb, xb, sizeof(uint16_t) * nx);
+        seer_devptr_t dbias = with_bias ? dput(bias, sizeof(uint16_t) * (size_t)out) : 0;
+        seer_devptr_t dy = dguarded(NULL, sizeof(float) * ny);
+
+        /* the GEMM, on tensor cores */
+        void *gargs[] = {&dy, &dxb, &dw, &dbias, &n, &in, &out};
+        launch("seer_gemm_bf16", cdiv(out, 64), cdiv(n, 64), 128, 0, gargs);
+        dtoh(y1, dy, sizeof(float) * ny);
+        check_guard(dy, sizeof(float) * ny, "seer_gemm_bf16");
+        for (size_t i = 0; i < ny; i++)
+            cr_assert(fabs(y1[i] - ref[i]) <= tol[i], "gemm n %d in %d out %d bias %d misalign %d: y[%zu][%zu] = %.9g, expected %.9g",
+                      n, in, out, with_bias, cs[c].misalign, i / (size_t)out, i % (size_t)out, y1[i], ref[i]);
+
+        /* the GEMV, for decode-sized n; it must agree with the GEMM */
+        if (n <= 8) {
+            seer_devptr_t dxbase = dalloc(sizeof(float) * nx + 16), dx = dxbase + (cs[c].misalign ? 4 : 0);
+            htod(dx, x, sizeof(float) * nx);
+            seer_devptr_t dy2 = dguarded(NULL, sizeof(float) * ny);
+            void *vargs[] = {&dy2, &dx, &dw, &dbias, &n, &in, &out};
+            launch("seer_gemv_bf16", cdiv(out, 8), 1, 256, 0, vargs);
+            dtoh(y2, dy2, sizeof(float) * ny);
+            check_guard(dy2, sizeof(float) * ny, "seer_gemv_bf16");
+            for (size_t i = 0; i < ny; i++) {
+                cr_assert(fabs(y2[i] - ref[i]) <= tol[i], "gemv n %d in %d out %d bias %d misalign %d: y[%zu][%zu] = %.9g, expected %.9g",
+                          n, in, out, with_bias, cs[c].misalign, i / (size_t)out, i % (size_t)out, y2[i], ref[i]);
+                cr_assert(fabs(y2[i] - y1[i]) <= 2 * tol[i], "gemv vs gemm n %d in %d out %d: [%zu] %.9g vs %.9g", n,
+                          in, out, i, y2[i], y1[i]);
+            }
+        }
+        free(xb);
+        free(w);
+        free(bias);
+        free(x);
+        free(y1);
+        free(y2);
+        free(ref);
+        free(tol);
+        gpu_done();
+    }
+}
+
+/* ---- 9. seer_f32_to_bf16 ---- */
+
+Test(cuda_kernels, f32_to_bf16) {
+    gpu();
+    static const uint32_t specials[] = {
+        0x00000000u, 0x80000000u, 0x3f800000u, 0xbf800000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00001u,
+        0x7f7fffffu, /* FLT_MAX: rounds up to inf */
+        0x7f7f7fffu, /* just below the halfway point: stays finite */
+        0x00000001u, /* the smallest subnormal: rounds to +0 */
+        0x00008000u, /* a tie: to even, +0 */
+        0x00018000u, /* a tie: to even, 0x0002 */
+        0x3f808000u, /* 1 + 2^-8, a tie: to even, 1.0 */
+        0x3f818000u, /* a tie: to even, up */
+        0x3f80ffffu, 0x3f807fffu, 0xbf818000u, 0x0001ffffu, 0x807fffffu, 0x00800000u, 0x33800000u,
+    };
+    const long long nspec = (long long)(sizeof specials / sizeof specials[0]);
+    long long n = 100003;
+    float *x = xmalloc(sizeof(float) * (size_t)n);
+    uint16_t *y = xmalloc(sizeof(uint16_t) * (size_t)n);
+    for (long long i = 0; i < n; i++) x[i] = i < nspec ? f_from_bits(specials[i]) : nrand() * (float)pow(2.0, (double)(i % 61) - 30);
+    seer_devptr_t dx = dput(x, sizeof(float) * (size_t)n), dy = dguarded(NULL, sizeof(uint16_t) * (size_t)n);
+    for (int g = 0; g < 2; g++) {
+        void *args[] = {&dy, &dx, &n};
+        launch("seer_f32_to_bf16", g ? cdiv(n, 256) : 13, 1, 256, 0, args);
+        dtoh(y, dy, sizeof(uint16_t) * (size_t)n);
+        for (long long i = 0; i < n; i++) {
+            uint16_t e = f2bf(x[i]);
+            if (isnan(x[i]))
+                cr_assert((y[i] & 0x7f80u) == 0x7f80u && (y[i] & 0x7fu) != 0, "f32_to_bf16(NaN %08x) = %04x, not a NaN",
+                          f_bits(x[i]), y[i]);
+            else
+                cr_assert(y[i] == e, "f32_to_bf16(%08x = %.9g) = %04x, expected %04x", f_bits(x[i]), x[i], y[i], e);
+        }
+    }
+    check_guard(dy, sizeof(uint16_t) * (size_t)n, "seer_f32_to_bf16");
+    free(x);
+    free(y);
+    gpu_done();
+}
+
+/* ---- 10, 12, 13. seer_add, seer_softcap, seer_scale ---- */
+
+Test(cuda_kernels, add_softcap_scale) {
+    gpu();
+    long long n = 100003;
+    size_t bytes = sizeof(float) * (size_t)n;
+    float *x = xmalloc(bytes), *y = xmalloc(bytes), *r = xmalloc(bytes);
+    for (long long i = 0; i < n; i++) {
+        x[i] = nrand() * 50;
+        y[i] = nrand() * 50;
+    }
+    x[0] = INFINITY;
+    x[1] = -INFINITY;
+    seer_devptr_t dx = dguarded(x, bytes), dy = dput(y, bytes);
+
+    void *aargs[] = {&dx, &dy, &n};
+    launch("seer_add", 7, 1, 256, 0, aargs); /* few blocks: many trips of the grid-stride loop */
+    dtoh(r, dx, bytes);
+    for (long long i = 0; i < n; i++) {
+        float e = x[i] + y[i];
+        cr_assert(r[i] == e, "add [%lld]: %.9g, expected %.9g", i, r[i], e);
+    }
+    check_guard(dx, bytes, "seer_add");
+
+    htod(dx, x, bytes);
+    float cap = 30.0f;
+    void *cargs[] = {&dx, &n, &cap};
+    launch("seer_softcap", cdiv(n, 256), 1, 256, 0, cargs);
+    dtoh(r, dx, bytes);
+    for (long long i = 0; i < n; i++) {
+        double e = tanh((double)x[i] / cap) * cap;
+        cr_assert(fabs(r[i] - e) <= TOL_SOFTCAP * ((isinf(x[i]) ? 0 : fabs(x[i])) + cap), "softcap [%lld] (%.9g): %.9g, expected %.9g", i,
+                  x[i], r[i], e);
+    }
+    check_guard(dx, bytes, "seer_softcap");
+
+    static const float scales[] = {0.125f, 3.3f};
+    for (int s = 0; s < 2; s++) {
+        htod(dx, x, bytes);
+        float sc = scales[s];
+        void *sargs[] = {&dx, &n, &sc};
+        launch("seer_scale", 5, 1, 256, 0, sargs);
+        dtoh(r, dx, bytes);
+        for (long long i = 0; i < n; i++) {
+            float e = x[i] * sc;
+            cr_assert(r[i] == e, "scale %g [%lld]: %.9g, expected %.9g", (double)sc, i, r[i], e);
+        }
+        check_guard(dx, bytes, "seer_scale");
+    }
+    free(x);
+    free(y);
+    free(r);
+    gpu_done();
+}
+
+/* ---- 11. seer_act_mul ---- */
+
+static double act_ref(double g, int act) {
+    if (act == 0) return g / (1.0 + exp(-g));
+    if (act == 1) return 0.5 * g * (1.0 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
+    return 0.5 * g * (1.0 + erf(g * 0.7071067811865476));
+}
+
+Test(cuda_kernels, act_mul) {
+    gpu();
+    long long n = 10007;
+    size_t bytes = sizeof(float) * (size_t)n;
+    float *g = xmalloc(bytes), *u = xmalloc(bytes), *r = xmalloc(bytes);
+    for (long long i = 0; i < n; i++) {
+        g[i] = uniform(-12.0f, 12.0f);
+        u[i] = nrand();
+    }
+    g[0] = 0.0f;
+    g[1] = -100.0f;
+    g[2] = 100.0f;
+    g[3] = -0.0f;
+    seer_devptr_t dg = dguarded(g, bytes), du = dput(u, bytes), dnull = 0;
+    for (int act = 0; act < 3; act++)
+        for (int with_u = 0; with_u < 2; with_u++) {
+            htod(dg, g, bytes);
+            int a = act;
+            void *args[] = {&dg, with_u ? &du : &dnull, &n, &a};
+            launch("seer_act_mul", with_u ? 3 : cdiv(n, 256), 1, 256, 0, args);
+            dtoh(r, dg, bytes);
+            for (long long i = 0; i < n; i++) {
+                double uf = with_u ? u[i] : 1.0;
+                double e = act_ref(g[i], act) * uf;
+                double tol = TOL_ACT_REL * fabs(e) + TOL_ACT_ABS * (1.0 + fabs(g[i])) * fabs(uf);
+                cr_assert(fabs(r[i] - e) <= tol, "act %d u %d [%lld] g %.9g: %.9g, expected %.9g", act, with_u, i,
+                          g[i], r[i], e);
+            }
+            check_guard(dg, bytes, "seer_act_mul");
+        }
+    free(g);
+    free(u);
+    free(r);
+    gpu_done();
+}
+
+/* ---- 14. seer_argmax ---- */
+
+static int argmax_ref(const float *x, int V) {
+    int bi = -1;
+    for (int i = 0; i < V; i++)
+        if (!isnan(x[i]) && (bi < 0 || x[i] > x[bi])) bi = i;
+    return bi;
+}
+
+Test(cuda_kernels, argmax) {
+    gpu();
+    const int V = 151937;
+    float *x = xmalloc(sizeof(float) * (size_t)V);
+    seer_devptr_t dx = dalloc(sizeof(float) * (size_t)V), dout = dalloc(sizeof(int));
+    for (int c = 0; c < 10; c++) {
+        int len = V;
+        for (int i = 0; i < V; i++) x[i] = nrand() * 5;
+        switch (c) {
+        case 0: break; /* a unique maximum somewhere */
+        case 1: /* ties across threads, within one thread's stride and across warps: lowest wins */
+            x[70000] = x[5000] = x[5001] = x[5000 + 1024] = x[140000] = 100.0f;
+            break;
+        case 2: /* NaN (bigger than everything by bit pattern) before and after the maximum */
+            x[3] = NAN;
+            x[100] = 50.0f;
+            x[V - 1] = NAN;
+            x[7] = -NAN;
+            break;
+        case 3: /* all NaN */
+            for (int i = 0; i < V; i++) x[i] = NAN;
+            break;
+        case 4: /* all NaN but one -inf */
+            for (int i = 0; i < V; i++) x[i] = NAN;
+            x[123456] = -INFINITY;
+            break;
+        case 5: /* all -inf: the first */
+            for (int i = 0; i < V; i++) x[i] = -INFINITY;
+            break;
+        case 6: /* the last element */
+            x[V - 1] = 1000.0f;
+            break;
+        case 7: /* V = 1 */
+            len = 1;
+            break;
+        case 8: /* fewer elements than threads, max tie at the end */
+            len = 37;
+            x[36] = x[20] = 99.0f;
+            break;
+        case 9: /* -0 and +0 tie, everything else negative */
+            for (int i = 0; i < V; i++) x[i] = -1.0f - (float)urand();
+            x[9000] = 0.0f;
+            x[800] = -0.0f;
+            break;
+        }
+        htod(dx, x, sizeof(float) * (size_t)len);
+        int got = -7;
+        void *args[] = {&dout, &dx, &len};
+        launch("seer_argmax", 1, 1, 1024, 0, args);
+        dtoh(&got, dout, sizeof(int));
+        int e = argmax_ref(x, len);
+        cr_assert(got == e, "argmax case %d (V %d): %d, expected %d", c, len, got, e);
+    }
+    free(x);
+    gpu_done();
+}
+
+/* ---- 15. seer_copy16 ---- */
+
+Test(cuda_kernels, copy16) {
+    gpu();
+    long long n16 = 100003;
+    size_t bytes = (size_t)n16 * 16;
+    unsigned char *src = xmalloc(bytes), *dst = xmalloc(bytes);
+    for (size_t i = 0; i < bytes; i++) src[i] = (unsigned char)(urand() * 256);
+    seer_devptr_t ds = dput(src, bytes), dd = dguarded(NULL, bytes);
+    void *args[] = {&dd, &ds, &n16};
+    launch("seer_copy16", 11, 1, 256, 0, args);
+    dtoh(dst, dd, bytes);
+    cr_assert(memcmp(src, dst, bytes) == 0, "copy16: the copy differs");
+    check_guard(dd, bytes, "seer_copy16");
+    free(src);
+    free(dst);
+    gpu_done();
+}
+
+/* ---- 16, 17. seer_fill_bf16, seer_fill_f32 ---- */
+
+static float hash_uniform(unsigned long long seed, unsigned long long i) { /* the kernels' hash */
+    unsigned long long z = seed ^ (i * 0x9E3779B97F4A7C15ull);
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (float)(unsigned)(z >> 40) * (1.0f / 8388608.0f) - 1.0f;
+}
+
+Test(cuda_kernels, fill) {
+    gpu();
+    long long n = 100003;
+    float *f = xmalloc(sizeof(float) * (size_t)n), *f2 = xmalloc(sizeof(float) * (size_t)n);
+    uint16_t *b = xmalloc(sizeof(uint16_t) * (size_t)n);
+    seer_devptr_t df = dguarded(NULL, sizeof(float) * (size_t)n), db = dguarded(NULL, sizeof(uint16_t) * (size_t)n);
+    unsigned long long seed = 0x1234abcdull;
+    float scale = 0.02f;
+
+    void *fargs[] = {&df, &n, &seed, &scale};
+    launch("seer_fill_f32", 9, 1, 256, 0, fargs);
+    dtoh(f, df, sizeof(float) * (size_t)n);
+    double mean = 0;
+    for (long long i = 0; i < n; i++) {
+        float e = scale * hash_uniform(seed, (unsigned long long)i);
+        cr_assert(f[i] == e, "fill_f32 [%lld]: %.9g, expected %.9g", i, f[i], e);
+        cr_assert(f[i] >= -scale && f[i] < scale, "fill_f32 [%lld] = %g outside [-%g, %g)", i, f[i], (double)scale,
+                  (double)scale);
+        mean += f[i];
+    }
+    mean /= (double)n;
+    cr_assert(fabs(mean) < 0.01 * scale, "fill_f32: mean %g is not ~0", mean);
+    check_guard(df, sizeof(float) * (size_t)n, "seer_fill_f32");
+
+    /* the same seed with another launch shape gives the same values; another seed does not */
+    launch("seer_fill_f32", cdiv(n, 256), 1, 256, 0, fargs);
+    dtoh(f2, df, sizeof(float) * (size_t)n);
+    cr_assert(memcmp(f, f2, sizeof(float) * (size_t)n) == 0, "fill_f32 depends on the launch shape");
+    unsigned long long seed2 = seed + 1;
+    void *fargs2[] = {&df, &n, &seed2, &scale};
+    launch("seer_fill_f32", 9, 1, 256, 0, fargs2);
+    dtoh(f2, df, sizeof(float) * (size_t)n);
+    long long same = 0;
+    for (long long i = 0; i < n; i++) same += f[i] == f2[i];
+    cr_assert(same < n / 100, "fill_f32: seeds %llu and %llu agree on %lld of %lld values", seed, seed2, same, n);
+
+    void *bargs[] = {&db, &n, &seed, &scale};
+    launch("seer_fill_bf16", 9, 1, 256, 0, bargs);
+    dtoh(b, db, sizeof(uint16_t) * (size_t)n);
+    for (long long i = 0; i < n; i++) {
+        uint16_t e = f2bf(scale * hash_uniform(seed, (unsigned long long)i));
+        cr_assert(b[i] == e, "fill_bf16 [%lld]: %04x, expected %04x", i, b[i], e);
+    }
+    check_guard(db, sizeof(uint16_t) * (size_t)n, "seer_fill_bf16");
+    free(f);
+    free(f2);
+    free(b);
+    gpu_done();
+}
