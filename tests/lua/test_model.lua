@@ -148,3 +148,23 @@ T.test("logits are bit-identical whatever the thread count, on both kernel paths
   T.eq((one:forward(long) - two:forward(long)):abs():max(), 0)
   T.eq((one:forward({ 1, 2, 3 }) - two:forward({ 1, 2, 3 })):abs():max(), 0) -- the register-blocked path
 end)
+
+-- The CUDA side as a user sees it without a GPU (a child seer with SEER_LIBCUDA pointing
+-- nowhere, so the answer does not depend on this machine): devices() says why there are none,
+-- `seer model info --devices` prints it, and device = "cuda" runs on the CPU after one line.
+T.test("cuda without a driver: devices() explains, load falls back to the CPU", function()
+  local function sh(cmd)
+    local p = io.popen("SEER_LIBCUDA=/nonexistent/libcuda.so.1 " .. cmd .. " 2>&1")
+    local out = p:read("*a")
+    p:close()
+    return out
+  end
+  local seer_bin = arg[-1]
+  local out = sh(("'%s' -e \"local l, why = seer.model.devices() print(#l, why)\""):format(seer_bin))
+  T.eq(out, "0\tno NVIDIA driver (/nonexistent/libcuda.so.1 could not be loaded)\n")
+  T.eq(sh(("'%s' model info --devices"):format(seer_bin)),
+    "no CUDA devices: no NVIDIA driver (/nonexistent/libcuda.so.1 could not be loaded)\n")
+  out = sh(("'%s' -e \"local m = seer.model.load('%s', {device = 'cuda:1'}) print(m.device, m:generate('Once', {max_new_tokens = 3}).text ~= nil)\""):format(seer_bin, root))
+  T.eq(out, "seer: cuda:1: no NVIDIA driver (/nonexistent/libcuda.so.1 could not be loaded); running on the CPU\ncpu\ttrue\n")
+  T.raises(function() seer.model.load(root, { device = "cuda:x" }) end, "unknown device 'cuda:x'", true)
+end)
