@@ -16,9 +16,29 @@
 #define STAGING_BYTES ((size_t)64 << 20)
 
 typedef struct {
-    seer_devptr_t pre_attn_norm, q, k, v, o, q_bias, k_bias, v_bias, o_bias, q_norm, k_norm;
-    seer_devptr_t post_attn_norm, pre_mlp_norm, gate, up, down, post_mlp_norm, inv;
+#define DEV_W(f) seer_devptr_t f;
+    SEER_GPU_LAYER_WEIGHTS(DEV_W)
+#undef DEV_W
+    seer_devptr_t inv;
 } glayer_t;
+
+/* The kernels the forward pass launches, resolved once when the model moves to the GPU. */
+#define KERNELS(X)                                                                                  \
+    X(EMBED, "seer_embed") X(RMSNORM, "seer_rmsnorm") X(ADD, "seer_add") X(SCALE, "seer_scale")       \
+    X(SOFTCAP, "seer_softcap") X(GEMV, "seer_gemv_bf16") X(TO_BF16, "seer_f32_to_bf16")              \
+    X(GEMM, "seer_gemm_bf16") X(BIAS, "seer_bias_add") X(ROPE, "seer_rope") X(KV_STORE, "seer_kv_store") \
+    X(ATTENTION, "seer_attention") X(ACT_MUL, "seer_act_mul") X(ARGMAX, "seer_argmax") X(FILL, "seer_fill_bf16")
+enum {
+#define K_ENUM(id, name) K_##id,
+    KERNELS(K_ENUM)
+#undef K_ENUM
+    K_COUNT
+};
+static const char *const kernel_names[K_COUNT] = {
+#define K_NAME(id, name) name,
+    KERNELS(K_NAME)
+#undef K_NAME
+};
 
 typedef struct {
     const void *host;
@@ -29,6 +49,7 @@ typedef struct {
 
 struct seer_gpu_model {
     seer_cuda_dev_t *d;
+    seer_cuda_fn_t *fn[K_COUNT];
     seer_gpu_desc_t desc;
     glayer_t *L;
     seer_devptr_t embed, final_norm, lm_head;
@@ -45,6 +66,9 @@ struct seer_gpu_model {
     void *staging;     /* pinned, STAGING_BYTES */
 };
 
+static int launch(struct seer_gpu_model *g, int k, unsigned gx, unsigned gy, unsigned bx, unsigned shmem, void **args,
+                  seer_err_t *err);
+
 void seer_gpu_desc_free(seer_gpu_desc_t *d) {
     if (!d) return;
     free(d->layers);
@@ -56,11 +80,9 @@ int seer_gpu_device_index(const seer_model_t *m) { return m->gpu ? seer_cuda_ind
 size_t seer_gpu_weight_bytes(const seer_model_t *m) { return m->gpu ? m->gpu->weight_bytes : 0; }
 seer_cuda_dev_t *seer_gpu_dev(const seer_model_t *m) { return m->gpu ? m->gpu->d : NULL; }
 
+static seer_devptr_t uploaded(const struct seer_gpu_model *g, const void *host);
 seer_devptr_t seer_gpu_weight_dev(const seer_model_t *m, const seer_weight_t *w) {
-    if (!m->gpu || !w || !w->data) return 0;
-    for (int i = 0; i < m->gpu->nup; i++)
-        if (m->gpu->up[i].host == w->data) return m->gpu->up[i].dev;
-    return 0;
+    return m->gpu && w && w->data ? uploaded(m->gpu, w->data) : 0;
 }
 
 /* ---- weights --------------------------------------------------------------------------------- */
@@ -97,16 +119,30 @@ static void progress_tick(progress_t *p, size_t add) {
     fflush(stderr);
 }
 
+/* The device copy already made of host data, or 0. */
+static seer_devptr_t uploaded(const struct seer_gpu_model *g, const void *host) {
+    for (int i = 0; i < g->nup; i++)
+        if (g->up[i].host == host) return g->up[i].dev;
+    return 0;
+}
+
+static int remember(struct seer_gpu_model *g, upload_t u, seer_err_t *err) {
+    if (g->nup == g->capup) {
+        int nc = g->capup ? 2 * g->capup : 256;
+        upload_t *nu = realloc(g->up, (size_t)nc * sizeof *nu);
+        if (!nu) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+        g->up = nu, g->capup = nc;
+    }
+    g->up[g->nup++] = u;
+    return 0;
+}
+
 /* Uploads a weight as bf16 (once per distinct tensor: a tied head reuses the embeddings). */
 static int upload(struct seer_gpu_model *g, const seer_weight_t *w, seer_devptr_t *out, const char *what,
                   progress_t *pr, seer_err_t *err) {
     *out = 0;
     if (!w || !w->data) return 0;
-    for (int i = 0; i < g->nup; i++)
-        if (g->up[i].host == w->data) {
-            *out = g->up[i].dev;
-            return 0;
-        }
+    if ((*out = uploaded(g, w->data)) != 0) return 0;
     if (w->lora)
         return seer_err_set(err, SEER_EUNSUPPORTED,
                             "%s has an unmerged LoRA adapter; the CUDA backend runs merged adapters only "
@@ -114,17 +150,14 @@ static int upload(struct seer_gpu_model *g, const seer_weight_t *w, seer_devptr_
     if (w->dtype != SEER_F32 && w->dtype != SEER_BF16 && w->dtype != SEER_F16)
         return seer_err_set(err, SEER_EUNSUPPORTED, "%s is %s; the CUDA backend takes f32, bf16 or f16 weights", what,
                             seer_dtype_name(w->dtype));
-    if (g->nup == g->capup) {
-        int nc = g->capup ? 2 * g->capup : 256;
-        upload_t *nu = realloc(g->up, (size_t)nc * sizeof *nu);
-        if (!nu) return seer_err_set(err, SEER_ENOMEM, "out of memory");
-        g->up = nu, g->capup = nc;
-    }
     size_t n = weight_elems(w), bytes = n * 2;
     seer_devptr_t dp;
     int rc = seer_cuda_alloc(g->d, &dp, bytes, what, err);
     if (rc < 0) return rc;
-    g->up[g->nup++] = (upload_t){w->data, dp, bytes, 0};
+    if ((rc = remember(g, (upload_t){w->data, dp, bytes, 0}, err)) < 0) {
+        seer_cuda_free(g->d, dp);
+        return rc;
+    }
     g->weight_bytes += bytes;
     size_t chunk = STAGING_BYTES / 2;
     for (size_t off = 0; off < n; off += chunk) {
@@ -141,20 +174,13 @@ static int upload(struct seer_gpu_model *g, const seer_weight_t *w, seer_devptr_
 
 static int upload_f32(struct seer_gpu_model *g, const float *v, size_t n, seer_devptr_t *out, const char *what,
                       seer_err_t *err) {
-    for (int i = 0; i < g->nup; i++)
-        if (g->up[i].host == v) {
-            *out = g->up[i].dev;
-            return 0;
-        }
-    if (g->nup == g->capup) {
-        int nc = g->capup ? 2 * g->capup : 256;
-        upload_t *nu = realloc(g->up, (size_t)nc * sizeof *nu);
-        if (!nu) return seer_err_set(err, SEER_ENOMEM, "out of memory");
-        g->up = nu, g->capup = nc;
-    }
+    if ((*out = uploaded(g, v)) != 0) return 0;
     int rc = seer_cuda_alloc(g->d, out, n * sizeof(float), what, err);
     if (rc < 0) return rc;
-    g->up[g->nup++] = (upload_t){v, *out, n * sizeof(float), 1};
+    if ((rc = remember(g, (upload_t){v, *out, n * sizeof(float), 1}, err)) < 0) {
+        seer_cuda_free(g->d, *out);
+        return rc;
+    }
     if ((rc = seer_cuda_htod(g->d, *out, v, n * sizeof(float), err)) < 0) return rc;
     return seer_cuda_sync(g->d, err);
 }
@@ -179,14 +205,12 @@ static void gpu_free(struct seer_gpu_model *g) {
 int seer_gpu_randomize(seer_model_t *m, uint64_t seed, float scale, seer_err_t *err) {
     struct seer_gpu_model *g = m->gpu;
     if (!g) return seer_err_set(err, SEER_EINVAL, "randomize: the model is not on a GPU");
-    seer_cuda_fn_t *fn = seer_cuda_fn(g->d, "seer_fill_bf16", err);
-    if (!fn) return err ? err->code : SEER_EINVAL;
     for (int i = 0; i < g->nup; i++) {
         if (g->up[i].f32) continue;
         long long n = (long long)(g->up[i].bytes / 2);
         unsigned long long s = seed + (unsigned long long)i * 0x9E3779B97F4A7C15ull;
         void *a[] = {&g->up[i].dev, &n, &s, &scale};
-        int rc = seer_cuda_launch(g->d, fn, 1024, 1, 1, 256, 1, 1, 0, a, err);
+        int rc = launch(g, K_FILL, 1024, 1, 256, 0, a, err);
         if (rc < 0) return rc;
     }
     return seer_cuda_sync(g->d, err);
@@ -201,11 +225,10 @@ static size_t desc_weight_bytes(const seer_model_t *m, const seer_gpu_desc_t *d)
     size_t n = weight_elems(&m->embed) + weight_elems(&m->final_norm);
     if (m->lm_head.data != m->embed.data) n += weight_elems(&m->lm_head);
     for (int i = 0; i < m->cfg.num_layers; i++) {
-        const seer_weight_t *const *w = (const seer_weight_t *const *)&d->layers[i];
-        /* every weight pointer of the layer, up to post_mlp_norm */
-        size_t nw = offsetof(seer_gpu_layer_t, window) / sizeof(seer_weight_t *);
-        for (size_t j = 0; j < nw; j++)
-            if (w[j] && w[j]->data) n += weight_elems(w[j]);
+        const seer_gpu_layer_t *l = &d->layers[i];
+#define COUNT_W(f) if (l->f && l->f->data) n += weight_elems(l->f);
+        SEER_GPU_LAYER_WEIGHTS(COUNT_W)
+#undef COUNT_W
     }
     return n * 2;
 }
@@ -224,6 +247,11 @@ int seer_gpu_attach(seer_model_t *m, int device, int progress, seer_err_t *err) 
     if (!g) return seer_err_set(err, SEER_ENOMEM, "out of memory");
     int rc = seer_cuda_open(&g->d, device, err);
     if (rc < 0) goto fail;
+    for (int k = 0; k < K_COUNT; k++)
+        if (!(g->fn[k] = seer_cuda_fn(g->d, kernel_names[k], err))) {
+            rc = err ? err->code : SEER_EINVAL;
+            goto fail;
+        }
     if ((rc = m->arch->describe(m, &g->desc, err)) < 0) goto fail;
     const seer_model_config_t *c = &m->cfg;
     if (c->head_dim > 256 || c->head_dim % 2) {
@@ -258,10 +286,8 @@ int seer_gpu_attach(seer_model_t *m, int device, int progress, seer_err_t *err) 
         const seer_gpu_layer_t *s = &g->desc.layers[i];
         glayer_t *l = &g->L[i];
         snprintf(what, sizeof what, "layer %d's weights", i);
-#define UP(f)                                                             \
-    if ((rc = upload(g, s->f, &l->f, what, &pr, err)) < 0) goto fail;
-        UP(pre_attn_norm) UP(q) UP(k) UP(v) UP(o) UP(q_bias) UP(k_bias) UP(v_bias) UP(o_bias) UP(q_norm) UP(k_norm)
-        UP(post_attn_norm) UP(pre_mlp_norm) UP(gate) UP(up) UP(down) UP(post_mlp_norm)
+#define UP(f) if ((rc = upload(g, s->f, &l->f, what, &pr, err)) < 0) goto fail;
+        SEER_GPU_LAYER_WEIGHTS(UP)
 #undef UP
         if ((rc = upload_f32(g, s->inv_freq, (size_t)c->head_dim / 2, &l->inv, "RoPE frequencies", err)) < 0) goto fail;
     }
@@ -302,11 +328,9 @@ void seer_gpu_kv_free(seer_kv_cache_t *c) {
 
 /* ---- launches -------------------------------------------------------------------------------- */
 
-static int launch(struct seer_gpu_model *g, const char *name, unsigned gx, unsigned gy, unsigned bx, unsigned shmem,
-                  void **args, seer_err_t *err) {
-    seer_cuda_fn_t *fn = seer_cuda_fn(g->d, name, err);
-    if (!fn) return err ? err->code : SEER_EINVAL;
-    return seer_cuda_launch(g->d, fn, gx, gy, 1, bx, 1, 1, shmem, args, err);
+static int launch(struct seer_gpu_model *g, int k, unsigned gx, unsigned gy, unsigned bx, unsigned shmem, void **args,
+                  seer_err_t *err) {
+    return seer_cuda_launch(g->d, g->fn[k], gx, gy, 1, bx, 1, 1, shmem, args, err);
 }
 
 static unsigned blocks_for(long long n, unsigned per) {
@@ -318,22 +342,22 @@ static int k_rmsnorm(struct seer_gpu_model *g, seer_devptr_t y, seer_devptr_t x,
                      float eps, seer_err_t *err) {
     int one_plus = g->desc.norm_one_plus;
     void *a[] = {&y, &x, &w, &D, &eps, &one_plus};
-    return launch(g, "seer_rmsnorm", (unsigned)rows, 1, 256, 0, a, err);
+    return launch(g, K_RMSNORM, (unsigned)rows, 1, 256, 0, a, err);
 }
 
 static int k_add(struct seer_gpu_model *g, seer_devptr_t x, seer_devptr_t y, long long n, seer_err_t *err) {
     void *a[] = {&x, &y, &n};
-    return launch(g, "seer_add", blocks_for(n, 256), 1, 256, 0, a, err);
+    return launch(g, K_ADD, blocks_for(n, 256), 1, 256, 0, a, err);
 }
 
 static int k_scale(struct seer_gpu_model *g, seer_devptr_t x, long long n, float s, seer_err_t *err) {
     void *a[] = {&x, &n, &s};
-    return launch(g, "seer_scale", blocks_for(n, 256), 1, 256, 0, a, err);
+    return launch(g, K_SCALE, blocks_for(n, 256), 1, 256, 0, a, err);
 }
 
 static int k_softcap(struct seer_gpu_model *g, seer_devptr_t x, long long n, float cap, seer_err_t *err) {
     void *a[] = {&x, &n, &cap};
-    return launch(g, "seer_softcap", blocks_for(n, 256), 1, 256, 0, a, err);
+    return launch(g, K_SOFTCAP, blocks_for(n, 256), 1, 256, 0, a, err);
 }
 
 /* y[n][out] = x[n][in] W^T (+ bias): the GEMV kernel for decode-sized n, else bf16 inputs
@@ -342,21 +366,21 @@ static int linear(struct seer_gpu_model *g, seer_devptr_t y, seer_devptr_t x, se
                   int n, int in, int out, seer_err_t *err) {
     if (n <= GEMV_MAX_TOKENS) {
         void *a[] = {&y, &x, &w, &bias, &n, &in, &out};
-        return launch(g, "seer_gemv_bf16", (unsigned)((out + 7) / 8), 1, 256, 0, a, err);
+        return launch(g, K_GEMV, (unsigned)((out + 7) / 8), 1, 256, 0, a, err);
     }
     long long nx = (long long)n * in;
     void *ca[] = {&g->xh, &x, &nx};
-    int rc = launch(g, "seer_f32_to_bf16", blocks_for(nx, 256), 1, 256, 0, ca, err);
+    int rc = launch(g, K_TO_BF16, blocks_for(nx, 256), 1, 256, 0, ca, err);
     if (rc < 0) return rc;
     rc = seer_cuda_gemm_bf16(g->d, y, g->xh, w, n, in, out, err);
     if (rc < 0) return rc;
     if (rc == 0) {
         void *a[] = {&y, &g->xh, &w, &bias, &n, &in, &out};
-        return launch(g, "seer_gemm_bf16", (unsigned)((out + 63) / 64), (unsigned)((n + 63) / 64), 128, 0, a, err);
+        return launch(g, K_GEMM, (unsigned)((out + 63) / 64), (unsigned)((n + 63) / 64), 128, 0, a, err);
     }
     if (!bias) return 0;
     void *b[] = {&y, &bias, &n, &out};
-    return launch(g, "seer_bias_add", (unsigned)n, 1, 256, 0, b, err);
+    return launch(g, K_BIAS, (unsigned)n, 1, 256, 0, b, err);
 }
 
 /* ---- working set ----------------------------------------------------------------------------- */
@@ -485,7 +509,7 @@ int seer_gpu_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens
     float escale = SEER_HOOKED(hk, SEER_HP_EMBED, -1) ? 1.f : ds->embed_scale;
     {
         void *a[] = {&g->x, &g->embed, &g->tok, &n, &D, &escale};
-        if ((rc = launch(g, "seer_embed", (unsigned)n, 1, 256, 0, a, err)) < 0) return rc;
+        if ((rc = launch(g, K_EMBED, (unsigned)n, 1, 256, 0, a, err)) < 0) return rc;
     }
     if (SEER_HOOKED(hk, SEER_HP_EMBED, -1)) {
         if ((rc = hook(g, hk, SEER_HP_EMBED, -1, start, n, g->x, D, 0, err)) < 0) return rc;
@@ -520,12 +544,12 @@ int seer_gpu_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens
             int interleaved = 0;
             void *aq[] = {&g->q, &H, &hd, &hd, (void *)&L->inv, &start, &interleaved};
             void *ak[] = {&g->k, &KH, &hd, &hd, (void *)&L->inv, &start, &interleaved};
-            if ((rc = launch(g, "seer_rope", (unsigned)n, (unsigned)H, 128, 0, aq, err)) < 0 ||
-                (rc = launch(g, "seer_rope", (unsigned)n, (unsigned)KH, 128, 0, ak, err)) < 0)
+            if ((rc = launch(g, K_ROPE, (unsigned)n, (unsigned)H, 128, 0, aq, err)) < 0 ||
+                (rc = launch(g, K_ROPE, (unsigned)n, (unsigned)KH, 128, 0, ak, err)) < 0)
                 return rc;
             long long nk = (long long)n * kvd;
             void *as[] = {&kc, &vc, &g->k, &g->v, &n, &start, &kvd};
-            if ((rc = launch(g, "seer_kv_store", blocks_for(nk, 256), 1, 256, 0, as, err)) < 0) return rc;
+            if ((rc = launch(g, K_KV_STORE, blocks_for(nk, 256), 1, 256, 0, as, err)) < 0) return rc;
         }
         if (SEER_HOOKED(hk, SEER_HP_ATTN_SCORES, l) || SEER_HOOKED(hk, SEER_HP_PATTERN, l)) {
             if ((rc = host_attention(m, g, kv, hk, l, start, n, S->window, err)) < 0) return rc;
@@ -534,7 +558,7 @@ int seer_gpu_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens
             float scale = ds->attn_scale, cap = ds->attn_softcap;
             void *a[] = {&g->att, &g->q, &kc, &vc, &n, &start, &H, &KH, &hd, &window, &scale, &cap};
             unsigned shmem = (unsigned)((2 * hd + 128 + 64) * sizeof(float));
-            if ((rc = launch(g, "seer_attention", (unsigned)n, (unsigned)H, 128, shmem, a, err)) < 0) return rc;
+            if ((rc = launch(g, K_ATTENTION, (unsigned)n, (unsigned)H, 128, shmem, a, err)) < 0) return rc;
         }
         HOOK(SEER_HP_Z, g->att, qd, H)
         if ((rc = linear(g, g->xb, g->att, L->o, L->o_bias, n, qd, D, err)) < 0) return rc;
@@ -553,7 +577,7 @@ int seer_gpu_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens
             long long nI = (long long)n * I;
             int act = ds->act;
             void *a[] = {&g->h1, &g->h2, &nI, &act};
-            if ((rc = launch(g, "seer_act_mul", blocks_for(nI, 256), 1, 256, 0, a, err)) < 0) return rc;
+            if ((rc = launch(g, K_ACT_MUL, blocks_for(nI, 256), 1, 256, 0, a, err)) < 0) return rc;
         }
         HOOK(SEER_HP_MLP_POST, g->h1, I, 0)
         if ((rc = linear(g, g->xb, g->h1, L->down, 0, n, I, D, err)) < 0) return rc;
@@ -585,7 +609,7 @@ int seer_gpu_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens
     if (next) {
         seer_devptr_t last = g->logits + (size_t)(head_rows - 1) * V * 4;
         void *a[] = {&g->next, &last, &V};
-        if ((rc = launch(g, "seer_argmax", 1, 1, 1024, 0, a, err)) < 0) return rc;
+        if ((rc = launch(g, K_ARGMAX, 1, 1, 1024, 0, a, err)) < 0) return rc;
         int32_t id = -1;
         if ((rc = seer_cuda_dtoh(g->d, &id, g->next, 4, err)) < 0) return rc;
         *next = id;

@@ -17,14 +17,19 @@
 
 enum { SEER_GPU_ACT_SILU = 0, SEER_GPU_ACT_GELU_TANH = 1, SEER_GPU_ACT_GELU_ERF = 2 };
 
-/* One decoder layer; a NULL weight is absent. */
+/* The weights of one decoder layer, in upload order (X(field) for each). */
+#define SEER_GPU_LAYER_WEIGHTS(X)                                                                      \
+    X(pre_attn_norm) X(q) X(k) X(v) X(o) X(q_bias) X(k_bias) X(v_bias) X(o_bias) X(q_norm) X(k_norm) \
+    X(post_attn_norm) X(pre_mlp_norm) X(gate) X(up) X(down) X(post_mlp_norm)
+
+/* One decoder layer; a NULL weight is absent. post_attn_norm (Gemma 2/3) normalises the
+ * attention output before the residual add, post_mlp_norm the MLP output. */
 typedef struct seer_gpu_layer {
-    const seer_weight_t *pre_attn_norm, *q, *k, *v, *o, *q_bias, *k_bias, *v_bias, *o_bias, *q_norm, *k_norm;
-    const seer_weight_t *post_attn_norm; /* Gemma 2/3: on the attention output before the residual add */
-    const seer_weight_t *pre_mlp_norm, *gate, *up, *down;
-    const seer_weight_t *post_mlp_norm; /* Gemma 2/3: on the MLP output before the residual add */
-    int window;                         /* 0: full causal attention */
-    const float *inv_freq;              /* [head_dim / 2] RoPE inverse frequencies (rotate_half layout) */
+#define SEER_GPU_W(f) const seer_weight_t *f;
+    SEER_GPU_LAYER_WEIGHTS(SEER_GPU_W)
+#undef SEER_GPU_W
+    int window;            /* 0: full causal attention */
+    const float *inv_freq; /* [head_dim / 2] RoPE inverse frequencies (rotate_half layout) */
 } seer_gpu_layer_t;
 
 typedef struct seer_gpu_desc {

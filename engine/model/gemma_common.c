@@ -461,8 +461,6 @@ void seer_gemma_final_softcap(seer_model_t *m, float *logits, int rows) {
     for (size_t i = 0; i < (size_t)rows * (size_t)m->cfg.vocab_size; i++) logits[i] = tanhf(logits[i] / cap) * cap;
 }
 
-static const seer_weight_t *opt_w(const seer_weight_t *w) { return w && w->data ? w : NULL; }
-
 int seer_gemma_describe(seer_model_t *m, seer_gpu_desc_t *d, seer_err_t *err) {
     const seer_model_config_t *c = &m->cfg;
     const gemma_state_t *s = m->arch_state;
@@ -480,8 +478,8 @@ int seer_gemma_describe(seer_model_t *m, seer_gpu_desc_t *d, seer_err_t *err) {
         seer_gpu_layer_t *g = &d->layers[i];
         g->pre_attn_norm = &L->attn_norm;
         g->q = &L->q, g->k = &L->k, g->v = &L->v, g->o = &L->o;
-        g->q_bias = opt_w(&L->q_bias), g->k_bias = opt_w(&L->k_bias), g->v_bias = opt_w(&L->v_bias);
-        g->o_bias = opt_w(&L->o_bias);
+        g->q_bias = seer_weight_or_null(&L->q_bias), g->k_bias = seer_weight_or_null(&L->k_bias), g->v_bias = seer_weight_or_null(&L->v_bias);
+        g->o_bias = seer_weight_or_null(&L->o_bias);
         if (s->version == 3) g->q_norm = &L->q_norm, g->k_norm = &L->k_norm;
         if (s->version > 1) {
             g->post_attn_norm = &L->post_attn_norm;

@@ -244,8 +244,6 @@ out:
     return rc;
 }
 
-static const seer_weight_t *opt_w(const seer_weight_t *w) { return w && w->data ? w : NULL; }
-
 int seer_decoder_describe(seer_model_t *m, seer_gpu_desc_t *d, seer_err_t *err) {
     const seer_model_config_t *c = &m->cfg;
     const decoder_state *st = m->arch_state;
@@ -262,8 +260,8 @@ int seer_decoder_describe(seer_model_t *m, seer_gpu_desc_t *d, seer_err_t *err) 
         seer_gpu_layer_t *g = &d->layers[i];
         g->pre_attn_norm = &L->attn_norm;
         g->q = &L->q, g->k = &L->k, g->v = &L->v, g->o = &L->o;
-        g->q_bias = opt_w(&L->q_bias), g->k_bias = opt_w(&L->k_bias), g->v_bias = opt_w(&L->v_bias);
-        g->o_bias = opt_w(&L->o_bias);
+        g->q_bias = seer_weight_or_null(&L->q_bias), g->k_bias = seer_weight_or_null(&L->k_bias), g->v_bias = seer_weight_or_null(&L->v_bias);
+        g->o_bias = seer_weight_or_null(&L->o_bias);
         if (st->o.qk_norm) g->q_norm = &st->q_norm[i], g->k_norm = &st->k_norm[i];
         g->pre_mlp_norm = &L->mlp_norm;
         g->gate = &L->gate, g->up = &L->up, g->down = &L->down;

@@ -75,39 +75,6 @@ static int l_device(lua_State *L) {
     return 1;
 }
 
-/* devices() -> list of {index, name, compute_capability, memory_bytes, free_bytes, sm_count,
- * bandwidth_gbs}, or an empty list and the reason there is no GPU. */
-static int l_devices(lua_State *L) {
-    char why[512];
-    int n = seer_cuda_device_count(why, sizeof why);
-    lua_newtable(L);
-    for (int i = 0; i < n; i++) {
-        seer_cuda_devinfo_t d;
-        seer_err_t err;
-        if (seer_cuda_device_info(i, &d, &err) < 0) return luaL_error(L, "%s", err.msg);
-        lua_newtable(L);
-        lua_pushinteger(L, i);
-        lua_setfield(L, -2, "index");
-        lua_pushstring(L, d.name);
-        lua_setfield(L, -2, "name");
-        lua_pushfstring(L, "%d.%d", d.cc_major, d.cc_minor);
-        lua_setfield(L, -2, "compute_capability");
-        lua_pushnumber(L, (lua_Number)d.total_bytes);
-        lua_setfield(L, -2, "memory_bytes");
-        lua_pushnumber(L, (lua_Number)d.free_bytes);
-        lua_setfield(L, -2, "free_bytes");
-        lua_pushinteger(L, d.sm_count);
-        lua_setfield(L, -2, "sm_count");
-        /* DDR: two transfers per clock; kHz * bytes per transfer. */
-        lua_pushnumber(L, 2.0 * d.mem_clock_khz * 1e3 * (d.bus_width_bits / 8) / 1e9);
-        lua_setfield(L, -2, "bandwidth_gbs");
-        lua_rawseti(L, -2, i + 1);
-    }
-    if (n > 0) return 1;
-    lua_pushstring(L, why);
-    return 2;
-}
-
 static int l_model_gc(lua_State *L) {
     model_ud *u = luaL_checkudata(L, 1, MODEL_MT);
     seer_model_free(u->m);
@@ -125,6 +92,34 @@ static int l_model_gc(lua_State *L) {
         lua_pushnumber(L, (v));       \
         lua_setfield(L, -2, (name));  \
     } while (0)
+
+/* devices() -> list of {index, name, compute_capability, memory_bytes, free_bytes, sm_count,
+ * bandwidth_gbs}, or an empty list and the reason there is no GPU. */
+static int l_devices(lua_State *L) {
+    char why[512];
+    int n = seer_cuda_device_count(why, sizeof why);
+    lua_newtable(L);
+    for (int i = 0; i < n; i++) {
+        seer_cuda_devinfo_t d;
+        seer_err_t err;
+        if (seer_cuda_device_info(i, &d, &err) < 0) return luaL_error(L, "%s", err.msg);
+        lua_newtable(L);
+        SET_INT("index", i);
+        lua_pushstring(L, d.name);
+        lua_setfield(L, -2, "name");
+        lua_pushfstring(L, "%d.%d", d.cc_major, d.cc_minor);
+        lua_setfield(L, -2, "compute_capability");
+        SET_NUM("memory_bytes", (lua_Number)d.total_bytes);
+        SET_NUM("free_bytes", (lua_Number)d.free_bytes);
+        SET_INT("sm_count", d.sm_count);
+        /* DDR: two transfers per clock; kHz * bytes per transfer. */
+        SET_NUM("bandwidth_gbs", 2.0 * d.mem_clock_khz * 1e3 * (d.bus_width_bits / 8) / 1e9);
+        lua_rawseti(L, -2, i + 1);
+    }
+    if (n > 0) return 1;
+    lua_pushstring(L, why);
+    return 2;
+}
 
 /* The config with transformers' field names, so recipes read model.config.num_hidden_layers. */
 static int l_config(lua_State *L) {

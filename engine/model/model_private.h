@@ -20,6 +20,9 @@ typedef struct seer_weight {
     const struct seer_lora *lora;
 } seer_weight_t;
 
+/* w when it is bound, NULL for an absent optional weight (a bias the checkpoint lacks). */
+static inline const seer_weight_t *seer_weight_or_null(const seer_weight_t *w) { return w && w->data ? w : NULL; }
+
 typedef struct seer_layer_weights {
     seer_weight_t attn_norm, q, k, v, o, q_bias, k_bias, v_bias, o_bias;
     seer_weight_t mlp_norm, gate, up, down;

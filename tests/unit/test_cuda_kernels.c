@@ -16,6 +16,8 @@
 #include <string.h>
 
 #include "cuda/cudrv.h"
+#include "tensor/dtype.h"
+#include "test_rand.h"
 
 /* Tolerances. Where a kernel does one IEEE f32 operation (or one bf16 rounding) per element the
  * comparison is exact, since the CPU does the same operation in f32. */
@@ -52,32 +54,8 @@ static const double TOL_SOFTCAP = 1e-6; /* times (|x| + cap) */
 #define GUARD_BYTES 256
 #define GUARD_BYTE 0xA5
 
-static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static double urand(void) { /* [0, 1) */
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (double)(g_rng >> 11) / 9007199254740992.0;
-}
-static float nrand(void) { /* roughly N(0, 1) */
-    return (float)((urand() + urand() + urand() + urand() - 2.0) * 1.7320508);
-}
 static float uniform(float lo, float hi) { return lo + (hi - lo) * (float)urand(); }
 
-/* bf16 on the host: round to nearest even from the f32 bits (NaN stays a quiet NaN). */
-static uint16_t f2bf(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static float bf2f(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 static float f_from_bits(uint32_t u) {
     float f;
     memcpy(&f, &u, 4);
@@ -192,7 +170,7 @@ Test(cuda_kernels, embed) {
             uint16_t *table = xmalloc(sizeof(uint16_t) * (size_t)V * (size_t)D);
             int *tokens = xmalloc(sizeof(int) * (size_t)n);
             float *x = xmalloc(sizeof(float) * (size_t)n * (size_t)D);
-            for (size_t i = 0; i < (size_t)V * (size_t)D; i++) table[i] = f2bf(nrand());
+            for (size_t i = 0; i < (size_t)V * (size_t)D; i++) table[i] = seer_f32_to_bf16(nrand());
             for (int t = 0; t < n; t++) tokens[t] = (int)(urand() * V);
             tokens[0] = V - 1;
             size_t xbytes = sizeof(float) * (size_t)n * (size_t)D;
@@ -204,7 +182,7 @@ Test(cuda_kernels, embed) {
             dtoh(x, dx, xbytes);
             for (int t = 0; t < n; t++)
                 for (int j = 0; j < D; j++) {
-                    float r = bf2f(table[(size_t)tokens[t] * (size_t)D + (size_t)j]) * scale;
+                    float r = seer_bf16_to_f32(table[(size_t)tokens[t] * (size_t)D + (size_t)j]) * scale;
                     float g = x[(size_t)t * (size_t)D + (size_t)j];
                     cr_assert(g == r, "embed D %d n %d: x[%d][%d] = %.9g, expected %.9g", D, n, t, j, g, r);
                 }
@@ -231,7 +209,7 @@ Test(cuda_kernels, rmsnorm) {
                 float *x = xmalloc(bytes), *y = xmalloc(bytes);
                 uint16_t *w = xmalloc(sizeof(uint16_t) * (size_t)D);
                 for (size_t i = 0; i < nx; i++) x[i] = nrand() * 2;
-                for (int j = 0; j < D; j++) w[j] = f2bf(one_plus ? nrand() * 0.2f : 1.0f + nrand() * 0.2f);
+                for (int j = 0; j < D; j++) w[j] = seer_f32_to_bf16(one_plus ? nrand() * 0.2f : 1.0f + nrand() * 0.2f);
                 seer_devptr_t dx = dguarded(x, bytes), dw = dput(w, sizeof(uint16_t) * (size_t)D);
                 seer_devptr_t dy = inplace ? dx : dguarded(NULL, bytes);
                 float e = eps;
@@ -245,7 +223,7 @@ Test(cuda_kernels, rmsnorm) {
                     for (int j = 0; j < D; j++) ss += (double)xr[j] * xr[j];
                     double inv = 1.0 / sqrt(ss / D + eps);
                     for (int j = 0; j < D; j++) {
-                        double wj = bf2f(w[j]) + (one_plus ? 1.0 : 0.0);
+                        double wj = seer_bf16_to_f32(w[j]) + (one_plus ? 1.0 : 0.0);
                         double ref = xr[j] * inv * wj;
                         double g = y[(size_t)r * (size_t)D + (size_t)j];
                         cr_assert(fabs(g - ref) <= TOL_RMSNORM_REL * fabs(ref) + 1e-30,
@@ -278,8 +256,8 @@ Test(cuda_kernels, layernorm) {
                 /* a mean far from 0 relative to the spread: a one-pass variance would lose it */
                 for (size_t i = 0; i < nx; i++) x[i] = 3.0f + nrand() * 0.5f;
                 for (int j = 0; j < D; j++) {
-                    w[j] = f2bf(1.0f + nrand() * 0.2f);
-                    b[j] = f2bf(nrand() * 0.1f);
+                    w[j] = seer_f32_to_bf16(1.0f + nrand() * 0.2f);
+                    b[j] = seer_f32_to_bf16(nrand() * 0.1f);
                 }
                 seer_devptr_t dx = dguarded(x, bytes), dw = dput(w, sizeof(uint16_t) * (size_t)D);
                 seer_devptr_t db = with_bias ? dput(b, sizeof(uint16_t) * (size_t)D) : 0;
@@ -296,7 +274,7 @@ Test(cuda_kernels, layernorm) {
                     for (int j = 0; j < D; j++) var += (xr[j] - mean) * (xr[j] - mean);
                     var /= D;
                     for (int j = 0; j < D; j++) {
-                        double wj = bf2f(w[j]), bj = with_bias ? bf2f(b[j]) : 0.0;
+                        double wj = seer_bf16_to_f32(w[j]), bj = with_bias ? seer_bf16_to_f32(b[j]) : 0.0;
                         double ref = (xr[j] - mean) / sqrt(var + eps) * wj + bj;
                         double g = y[(size_t)r * (size_t)D + (size_t)j];
                         cr_assert(fabs(g - ref) <= TOL_LAYERNORM_REL * (fabs(ref) + fabs(wj) + fabs(bj)) +
@@ -386,7 +364,7 @@ Test(cuda_kernels, kv_store) {
             k[i] = nrand();
             v[i] = nrand() * 100;
             if (i % 5 == 0) /* exact ties between two bf16 values: round to even */
-                k[i] = f_from_bits(((uint32_t)f2bf(k[i]) << 16) | 0x8000u);
+                k[i] = f_from_bits(((uint32_t)seer_f32_to_bf16(k[i]) << 16) | 0x8000u);
         }
         for (size_t i = 0; i < ncache; i++) kc[i] = vc[i] = 0xABCD;
         seer_devptr_t dk = dput(k, sizeof(float) * nkv), dv = dput(v, sizeof(float) * nkv);
@@ -401,8 +379,8 @@ Test(cuda_kernels, kv_store) {
                 int t = r - start;
                 uint16_t ek = 0xABCD, ev = 0xABCD;
                 if (t >= 0 && t < n) {
-                    ek = f2bf(k[(size_t)t * (size_t)kvd + (size_t)j]);
-                    ev = f2bf(v[(size_t)t * (size_t)kvd + (size_t)j]);
+                    ek = seer_f32_to_bf16(k[(size_t)t * (size_t)kvd + (size_t)j]);
+                    ev = seer_f32_to_bf16(v[(size_t)t * (size_t)kvd + (size_t)j]);
                 }
                 cr_assert(kc[i] == ek && vc[i] == ev, "kv_store n %d start %d kvd %d: row %d col %d k %04x v %04x, expected %04x %04x",
                           n, start, kvd, r, j, kc[i], vc[i], ek, ev);
@@ -446,9 +424,9 @@ Test(cuda_kernels, attention) {
         for (size_t i = 0; i < nq; i++) q[i] = nrand() * cs[c].qscale;
         double vmax = 0;
         for (size_t i = 0; i < nkv; i++) {
-            kc[i] = f2bf(nrand());
-            vc[i] = f2bf(nrand());
-            if (fabs(bf2f(vc[i])) > vmax) vmax = fabs(bf2f(vc[i]));
+            kc[i] = seer_f32_to_bf16(nrand());
+            vc[i] = seer_f32_to_bf16(nrand());
+            if (fabs(seer_bf16_to_f32(vc[i])) > vmax) vmax = fabs(seer_bf16_to_f32(vc[i]));
         }
         seer_devptr_t dq = dput(q, sizeof(float) * nq), dkc = dput(kc, sizeof(uint16_t) * nkv),
                       dvc = dput(vc, sizeof(uint16_t) * nkv), dout = dguarded(NULL, sizeof(float) * nq);
@@ -464,7 +442,7 @@ Test(cuda_kernels, attention) {
                 for (int j = lo; j <= p; j++) {
                     const uint16_t *kr = kc + ((size_t)j * (size_t)KH + (size_t)kvh) * (size_t)hd;
                     double s = 0;
-                    for (int d = 0; d < hd; d++) s += (double)qr[d] * bf2f(kr[d]);
+                    for (int d = 0; d < hd; d++) s += (double)qr[d] * seer_bf16_to_f32(kr[d]);
                     s *= scale;
                     if (softcap > 0) s = tanh(s / softcap) * softcap;
                     sc[j] = s;
@@ -475,7 +453,7 @@ Test(cuda_kernels, attention) {
                     double e = exp(sc[j] - mx);
                     sum += e;
                     const uint16_t *vr = vc + ((size_t)j * (size_t)KH + (size_t)kvh) * (size_t)hd;
-                    for (int d = 0; d < hd; d++) ref[d] += e * bf2f(vr[d]);
+                    for (int d = 0; d < hd; d++) ref[d] += e * seer_bf16_to_f32(vr[d]);
                 }
                 const float *orow = o + ((size_t)t * (size_t)H + (size_t)h) * (size_t)hd;
                 for (int d = 0; d < hd; d++)
@@ -503,11 +481,11 @@ static void gemm_reference(const uint16_t *xb, const uint16_t *w, const uint16_t
         for (int o = 0; o < out; o++) {
             double s = 0, sa = 0;
             for (int k = 0; k < in; k++) {
-                double p = (double)bf2f(xb[(size_t)t * (size_t)in + (size_t)k]) * bf2f(w[(size_t)o * (size_t)in + (size_t)k]);
+                double p = (double)seer_bf16_to_f32(xb[(size_t)t * (size_t)in + (size_t)k]) * seer_bf16_to_f32(w[(size_t)o * (size_t)in + (size_t)k]);
                 s += p;
                 sa += fabs(p);
             }
-            double b = bias ? bf2f(bias[o]) : 0.0;
+            double b = bias ? seer_bf16_to_f32(bias[o]) : 0.0;
             ref[(size_t)t * (size_t)out + (size_t)o] = s + b;
             tol[(size_t)t * (size_t)out + (size_t)o] = TOL_GEMM_REL * (sa + fabs(b)) + TOL_GEMM_ABS;
         }
@@ -532,11 +510,11 @@ Test(cuda_kernels, gemv_gemm_bf16) {
         float *x = xmalloc(sizeof(float) * nx), *y1 = xmalloc(sizeof(float) * ny), *y2 = xmalloc(sizeof(float) * ny);
         double *ref = xmalloc(sizeof(double) * ny), *tol = xmalloc(sizeof(double) * ny);
         for (size_t i = 0; i < nx; i++) {
-            xb[i] = f2bf(nrand());
-            x[i] = bf2f(xb[i]);
+            xb[i] = seer_f32_to_bf16(nrand());
+            x[i] = seer_bf16_to_f32(xb[i]);
         }
-        for (size_t i = 0; i < nw; i++) w[i] = f2bf(nrand() * 0.05f);
-        for (int o = 0; o < out; o++) bias[o] = f2bf(nrand());
+        for (size_t i = 0; i < nw; i++) w[i] = seer_f32_to_bf16(nrand() * 0.05f);
+        for (int o = 0; o < out; o++) bias[o] = seer_f32_to_bf16(nrand());
         gemm_reference(xb, w, with_bias ? bias : NULL, n, in, out, ref, tol);
 
         seer_devptr_t dwbase = dalloc(sizeof(uint16_t) * nw + 16), dw = dwbase + off;
@@ -609,7 +587,7 @@ Test(cuda_kernels, f32_to_bf16) {
         launch("seer_f32_to_bf16", g ? cdiv(n, 256) : 13, 1, 256, 0, args);
         dtoh(y, dy, sizeof(uint16_t) * (size_t)n);
         for (long long i = 0; i < n; i++) {
-            uint16_t e = f2bf(x[i]);
+            uint16_t e = seer_f32_to_bf16(x[i]);
             if (isnan(x[i]))
                 cr_assert((y[i] & 0x7f80u) == 0x7f80u && (y[i] & 0x7fu) != 0, "f32_to_bf16(NaN %08x) = %04x, not a NaN",
                           f_bits(x[i]), y[i]);
@@ -858,7 +836,7 @@ Test(cuda_kernels, fill) {
     launch("seer_fill_bf16", 9, 1, 256, 0, bargs);
     dtoh(b, db, sizeof(uint16_t) * (size_t)n);
     for (long long i = 0; i < n; i++) {
-        uint16_t e = f2bf(scale * hash_uniform(seed, (unsigned long long)i));
+        uint16_t e = seer_f32_to_bf16(scale * hash_uniform(seed, (unsigned long long)i));
         cr_assert(b[i] == e, "fill_bf16 [%lld]: %04x, expected %04x", i, b[i], e);
     }
     check_guard(db, sizeof(uint16_t) * (size_t)n, "seer_fill_bf16");

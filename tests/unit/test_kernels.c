@@ -12,16 +12,7 @@
 
 #include "model/model_private.h"
 
-static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static double urand(void) { /* [0, 1) */
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (double)(g_rng >> 11) / 9007199254740992.0;
-}
-static float nrand(void) { /* roughly N(0, 1) */
-    return (float)((urand() + urand() + urand() + urand() - 2.0) * 1.7320508);
-}
+#include "test_rand.h"
 
 Test(kernels, exp_matches_libm_and_sums) {
     enum { N = 1001 };
