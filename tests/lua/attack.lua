@@ -1,0 +1,161 @@
+-- The attack suite's shared rig (docs/security.md): one real bubblewrap sandbox with
+-- stories260K mounted and a notebook kernel inside it, and `A.attack{...}`, which registers
+-- one attempt and runs it through every vector that applies:
+--   exec/sh     sandbox:exec of a shell script
+--   exec/lua    sandbox:exec of `seer -e` with the attempt's Lua (ffi, os.execute, io all open)
+--   kernel/lua  the same Lua as a cell of the notebook kernel running in the sandbox
+--   kernel/sh   the shell script run by os.execute from a kernel cell
+-- After each vector the attempt's `check(out, vector)` asserts that it failed, and the rig
+-- asserts that the host is unchanged: the canary folder (a host folder the researcher owns,
+-- never mounted) keeps its files and gets no new ones. Each attempt also has a control
+-- (`control`, run on the host or with the defence absent) where one is meaningful, so a broken
+-- probe cannot pass as a defence.
+--
+-- Usage, in tests/lua/test_attack_<area>.lua:
+--   local A = require "attack"
+--   A.attack{ name = "...", class = 3, sh = "cat /proc/1/cmdline", lua = "...",
+--             check = function(out, vector) T.ok(not out:find(A.canary_dir, 1, true)) end }
+local T = require "testing"
+local env = require "seer.environment"
+local ffi = require "ffi"
+
+local M = {}
+
+local here = seer.script_dir and seer.script_dir() or "."
+M.stories = (require("seer.core.host").realpath(here .. "/../fixtures/models/stories260K")
+             or (here .. "/../fixtures/models/stories260K"))
+
+pcall(ffi.cdef, "int setenv(const char *name, const char *value, int overwrite);")
+
+local root = T.tmpdir()
+M.root = root
+-- The canary: host files an attacker would like to read or change.
+M.canary_dir = root .. "/host-canary"
+os.execute(("mkdir -p '%s'"):format(M.canary_dir))
+M.canary_files = {
+  ["secret.txt"] = "host secret " .. tostring(os.time()) .. "\n",
+  ["notes.md"] = "# the researcher's notes\n",
+}
+for name, text in pairs(M.canary_files) do
+  local f = assert(io.open(M.canary_dir .. "/" .. name, "wb"))
+  f:write(text)
+  f:close()
+end
+
+local function have_bwrap()
+  return os.execute("command -v bwrap >/dev/null 2>&1") == 0
+end
+
+---Asserts the canary folder holds exactly its files, unchanged.
+function M.assert_host_unchanged(what)
+  local seen = {}
+  for _, e in ipairs(require("seer.core.sandbox").listdir(M.canary_dir) or {}) do
+    seen[e.name] = true
+    T.ok(M.canary_files[e.name] ~= nil, ("%s: a new file appeared on the host: %s/%s"):format(what, M.canary_dir, e.name))
+  end
+  for name, text in pairs(M.canary_files) do
+    T.ok(seen[name], ("%s: host file %s was removed"):format(what, name))
+    local f = io.open(M.canary_dir .. "/" .. name, "rb")
+    local got = f and f:read("*a")
+    if f then f:close() end
+    T.eq(got, text, what .. ": host file " .. name .. " changed")
+  end
+end
+
+local rig -- {sandbox, session}
+
+---The shared sandbox and notebook session (started on first use; skipped without bubblewrap).
+---@return {sandbox: table, session: table}
+function M.rig()
+  if rig then return rig end
+  if not have_bwrap() then T.skip("bubblewrap is not installed (make setup installs it)") end
+  ffi.C.setenv("SEER_SANDBOX_DIR", root .. "/sb", 1)
+  ffi.C.setenv("SEER_CACHE_DIR", root .. "/cache", 1)
+  local sandbox = env.Sandbox(env.SandboxConfig{
+    models = { env.ModelConfig{ name = M.stories } },
+    limits = { memory = "2G", processes = 256 }, timeout = 1800,
+  }):start{ name = "attack" }
+  local exec = require "seer.execution"
+  local session = exec.create_notebook_session(sandbox, nil, { name = "attack", output_dir = root .. "/outputs" })
+  rig = { sandbox = sandbox, session = session }
+  return rig
+end
+
+-- A shell script as one argument of `sh -c`, quoted for Lua's os.execute.
+local function lua_string(s) return ("%q"):format(s) end
+
+---Runs `sh` in the sandbox through exec; returns stdout..stderr.
+function M.exec_sh(sh, timeout)
+  local r = M.rig()
+  local out, res = r.sandbox:exec({ "/bin/sh", "-c", sh }, { timeout = timeout or 60 })
+  return out or "", res
+end
+
+---Runs Lua in the sandbox through exec (`seer -e`); returns stdout..stderr.
+function M.exec_lua(code, timeout)
+  local r = M.rig()
+  local out, res = r.sandbox:exec({ "/opt/seer/bin/seer", "-e", code }, { timeout = timeout or 60 })
+  return out or "", res
+end
+
+---Runs Lua as a kernel cell; returns the cell's text, with an error as "ename: evalue".
+function M.kernel_lua(code, timeout)
+  local r = M.rig()
+  local res = r.session:exec(code, { raise = false, timeout = timeout or 60 })
+  local text = res.text or ""
+  if res.error then text = text .. (res.error.ename or "") .. ": " .. (res.error.evalue or "") end
+  return text, res
+end
+
+---Runs a shell script from a kernel cell (os.execute through a popen, so output comes back).
+function M.kernel_sh(sh, timeout)
+  return M.kernel_lua(("local p = io.popen(%s .. ' 2>&1') local o = p:read('*a') p:close() io.write(o)")
+    :format(lua_string(sh)), timeout)
+end
+
+local count = 0
+
+---Registers one attempt. Fields: name, class (1..8, docs/security.md), sh and/or lua (payloads;
+---lua runs through exec/lua and kernel/lua, sh through exec/sh and kernel/sh), check(out,
+---vector, res) asserting the attempt failed, optional setup() / teardown() on the host, and
+---vectors (a list, to restrict which run).
+function M.attack(a)
+  assert(type(a.name) == "string" and type(a.check) == "function", "attack{name, check, sh|lua}")
+  assert(a.sh or a.lua, "attack " .. a.name .. ": needs sh or lua")
+  count = count + 1
+  local vectors = {}
+  local allowed
+  if a.vectors then allowed = {} for _, v in ipairs(a.vectors) do allowed[v] = true end end
+  local function want(v) return not allowed or allowed[v] end
+  if a.sh and want("exec/sh") then vectors[#vectors + 1] = { "exec/sh", function() return M.exec_sh(a.sh, a.timeout) end } end
+  if a.lua and want("exec/lua") then vectors[#vectors + 1] = { "exec/lua", function() return M.exec_lua(a.lua, a.timeout) end } end
+  if a.lua and want("kernel/lua") then vectors[#vectors + 1] = { "kernel/lua", function() return M.kernel_lua(a.lua, a.timeout) end } end
+  if a.sh and want("kernel/sh") then vectors[#vectors + 1] = { "kernel/sh", function() return M.kernel_sh(a.sh, a.timeout) end } end
+  T.test(("attack %d (class %s): %s"):format(count, tostring(a.class or "?"), a.name), function()
+    M.rig()
+    for _, v in ipairs(vectors) do
+      if a.setup then a.setup(v[1]) end
+      local ok, err = pcall(function()
+        local out, res = v[2]()
+        a.check(out, v[1], res)
+        M.assert_host_unchanged(a.name .. " via " .. v[1])
+      end)
+      if a.teardown then a.teardown(v[1]) end
+      if not ok then error(("[%s] %s"):format(v[1], tostring(err)), 0) end
+    end
+  end)
+end
+
+---How many attempts this process registered (the suite asserts the total).
+function M.count() return count end
+
+---Ends the rig (call from the last test of a file; the Lua state's end would do it too).
+function M.close()
+  if rig then
+    pcall(rig.session.terminate, rig.session)
+    pcall(rig.sandbox.terminate, rig.sandbox)
+    rig = nil
+  end
+end
+
+return M
