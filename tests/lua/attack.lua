@@ -62,63 +62,72 @@ function M.assert_host_unchanged(what)
   end
 end
 
-local rig -- {sandbox, session}
+local rigs = {} -- name -> {sandbox, session}
 
----The shared sandbox and notebook session (started on first use; skipped without bubblewrap).
----@return {sandbox: table, session: table}
-function M.rig()
-  if rig then return rig end
+---A started sandbox with a notebook session inside, made once per name and shared by the
+---attempts that name it. `config` is merged over the default SandboxConfig fields (stories260K,
+---2G, 256 processes); `session = false` starts no notebook session. Skipped without bubblewrap.
+---@param name? string default "attack"
+---@param config? table
+---@param opts? {session?: boolean, workspace?: table}
+---@return {sandbox: table, session: table?}
+function M.rig(name, config, opts)
+  name = name or "attack"
+  if rigs[name] then return rigs[name] end
   if not have_bwrap() then T.skip("bubblewrap is not installed (make setup installs it)") end
   ffi.C.setenv("SEER_SANDBOX_DIR", root .. "/sb", 1)
   ffi.C.setenv("SEER_CACHE_DIR", root .. "/cache", 1)
-  local sandbox = env.Sandbox(env.SandboxConfig{
-    models = { env.ModelConfig{ name = M.stories } },
-    limits = { memory = "2G", processes = 256 }, timeout = 1800,
-  }):start{ name = "attack" }
-  local exec = require "seer.execution"
-  local session = exec.create_notebook_session(sandbox, nil, { name = "attack", output_dir = root .. "/outputs" })
-  rig = { sandbox = sandbox, session = session }
-  return rig
+  local c = { models = { env.ModelConfig{ name = M.stories } }, limits = { memory = "2G", processes = 256 }, timeout = 1800 }
+  for k, v in pairs(config or {}) do c[k] = v end
+  local sandbox = env.Sandbox(env.SandboxConfig(c)):start{ name = name }
+  local session
+  if not opts or opts.session ~= false then
+    session = require("seer.execution").create_notebook_session(sandbox, opts and opts.workspace,
+      { name = name, output_dir = root .. "/outputs/" .. name })
+  end
+  rigs[name] = { sandbox = sandbox, session = session, name = name }
+  return rigs[name]
 end
 
 -- A shell script as one argument of `sh -c`, quoted for Lua's os.execute.
 local function lua_string(s) return ("%q"):format(s) end
 
 ---Runs `sh` in the sandbox through exec; returns stdout..stderr.
-function M.exec_sh(sh, timeout)
-  local r = M.rig()
+function M.exec_sh(sh, timeout, rig)
+  local r = rig or M.rig()
   local out, res = r.sandbox:exec({ "/bin/sh", "-c", sh }, { timeout = timeout or 60 })
   return out or "", res
 end
 
 ---Runs Lua in the sandbox through exec (`seer -e`); returns stdout..stderr.
-function M.exec_lua(code, timeout)
-  local r = M.rig()
+function M.exec_lua(code, timeout, rig)
+  local r = rig or M.rig()
   local out, res = r.sandbox:exec({ "/opt/seer/bin/seer", "-e", code }, { timeout = timeout or 60 })
   return out or "", res
 end
 
 ---Runs Lua as a kernel cell; returns the cell's text, with an error as "ename: evalue".
-function M.kernel_lua(code, timeout)
-  local r = M.rig()
+function M.kernel_lua(code, timeout, rig)
+  local r = rig or M.rig()
   local res = r.session:exec(code, { raise = false, timeout = timeout or 60 })
   local text = res.text or ""
   if res.error then text = text .. (res.error.ename or "") .. ": " .. (res.error.evalue or "") end
   return text, res
 end
 
----Runs a shell script from a kernel cell (os.execute through a popen, so output comes back).
-function M.kernel_sh(sh, timeout)
+---Runs a shell script from a kernel cell (through io.popen, so its output comes back).
+function M.kernel_sh(sh, timeout, rig)
   return M.kernel_lua(("local p = io.popen(%s .. ' 2>&1') local o = p:read('*a') p:close() io.write(o)")
-    :format(lua_string(sh)), timeout)
+    :format(lua_string(sh)), timeout, rig)
 end
 
 local count = 0
 
 ---Registers one attempt. Fields: name, class (1..8, docs/security.md), sh and/or lua (payloads;
 ---lua runs through exec/lua and kernel/lua, sh through exec/sh and kernel/sh), check(out,
----vector, res) asserting the attempt failed, optional setup() / teardown() on the host, and
----vectors (a list, to restrict which run).
+---vector, res) asserting the attempt failed, optional setup(vector, rig) / teardown(vector, rig)
+---on the host, vectors (a list, to restrict which run), and rig = {name, config, opts} for a
+---sandbox other than the default one (see M.rig). sh/lua may be functions(vector, rig) -> string.
 function M.attack(a)
   assert(type(a.name) == "string" and type(a.check) == "function", "attack{name, check, sh|lua}")
   assert(a.sh or a.lua, "attack " .. a.name .. ": needs sh or lua")
@@ -127,20 +136,23 @@ function M.attack(a)
   local allowed
   if a.vectors then allowed = {} for _, v in ipairs(a.vectors) do allowed[v] = true end end
   local function want(v) return not allowed or allowed[v] end
-  if a.sh and want("exec/sh") then vectors[#vectors + 1] = { "exec/sh", function() return M.exec_sh(a.sh, a.timeout) end } end
-  if a.lua and want("exec/lua") then vectors[#vectors + 1] = { "exec/lua", function() return M.exec_lua(a.lua, a.timeout) end } end
-  if a.lua and want("kernel/lua") then vectors[#vectors + 1] = { "kernel/lua", function() return M.kernel_lua(a.lua, a.timeout) end } end
-  if a.sh and want("kernel/sh") then vectors[#vectors + 1] = { "kernel/sh", function() return M.kernel_sh(a.sh, a.timeout) end } end
+  local function payload(p, v, r) if type(p) == "function" then return p(v, r) end return p end
+  local function get_rig() if a.rig then return M.rig(a.rig.name, a.rig.config, a.rig.opts) end return M.rig() end
+  local function vec(v, p, fn) vectors[#vectors + 1] = { v, function(r) return fn(payload(p, v, r), a.timeout, r) end } end
+  if a.sh and want("exec/sh") then vec("exec/sh", a.sh, M.exec_sh) end
+  if a.lua and want("exec/lua") then vec("exec/lua", a.lua, M.exec_lua) end
+  if a.lua and want("kernel/lua") then vec("kernel/lua", a.lua, M.kernel_lua) end
+  if a.sh and want("kernel/sh") then vec("kernel/sh", a.sh, M.kernel_sh) end
   T.test(("attack %d (class %s): %s"):format(count, tostring(a.class or "?"), a.name), function()
-    M.rig()
+    local r = get_rig()
     for _, v in ipairs(vectors) do
-      if a.setup then a.setup(v[1]) end
+      if a.setup then a.setup(v[1], r) end
       local ok, err = pcall(function()
-        local out, res = v[2]()
+        local out, res = v[2](r)
         a.check(out, v[1], res)
         M.assert_host_unchanged(a.name .. " via " .. v[1])
       end)
-      if a.teardown then a.teardown(v[1]) end
+      if a.teardown then a.teardown(v[1], r) end
       if not ok then error(("[%s] %s"):format(v[1], tostring(err)), 0) end
     end
   end)
@@ -151,10 +163,10 @@ function M.count() return count end
 
 ---Ends the rig (call from the last test of a file; the Lua state's end would do it too).
 function M.close()
-  if rig then
-    pcall(rig.session.terminate, rig.session)
-    pcall(rig.sandbox.terminate, rig.sandbox)
-    rig = nil
+  for name, r in pairs(rigs) do
+    if r.session then pcall(r.session.terminate, r.session) end
+    pcall(r.sandbox.terminate, r.sandbox)
+    rigs[name] = nil
   end
 end
 
