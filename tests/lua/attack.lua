@@ -122,6 +122,7 @@ function M.kernel_sh(sh, timeout, rig)
 end
 
 local count = 0
+local registered = {} -- {name, class, file} of every attempt, for the suite's totals
 
 ---Registers one attempt. Fields: name, class (1..8, docs/security.md), sh and/or lua (payloads;
 ---lua runs through exec/lua and kernel/lua, sh through exec/sh and kernel/sh), check(out,
@@ -132,6 +133,8 @@ function M.attack(a)
   assert(type(a.name) == "string" and type(a.check) == "function", "attack{name, check, sh|lua}")
   assert(a.sh or a.lua, "attack " .. a.name .. ": needs sh or lua")
   count = count + 1
+  local src = debug.getinfo(2, "S").short_src:match("([^/]+)$")
+  registered[#registered + 1] = { name = a.name, class = a.class, file = src }
   local vectors = {}
   local allowed
   if a.vectors then allowed = {} for _, v in ipairs(a.vectors) do allowed[v] = true end end
@@ -160,6 +163,9 @@ end
 
 ---How many attempts this process registered (the suite asserts the total).
 function M.count() return count end
+
+---Every attempt registered in this process: {name, class, file}.
+function M.registered() return registered end
 
 ---Ends the rig (call from the last test of a file; the Lua state's end would do it too).
 function M.close()
