@@ -32,7 +32,7 @@ SEER_BIN := $(if $(filter build,$(BUILD)),seer,$(BUILD)/seer)
 VERSION := $(shell cat VERSION)
 GIT_REV := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
 
-.PHONY: all setup test unit asan bench bench-gpu bench-setup parity fuzz install uninstall demo clean help check-deps
+.PHONY: all setup test unit attack asan bench bench-gpu bench-setup parity fuzz install uninstall demo clean help check-deps
 all: $(SEER_BIN)
 
 help:
@@ -40,6 +40,7 @@ help:
 	@echo "make setup      install missing build and test dependencies (Debian packages)"
 	@echo "make demo       setup + build + run experiments/hello"
 	@echo "make test       build and run the whole test suite (ends with 'N passed, N failed')"
+	@echo "make attack    the attack suite alone (docs/security.md)"
 	@echo "make asan       the same suite under AddressSanitizer + UBSan (build/asan)"
 	@echo "make bench      seer against peers (luajit, python3, transformers) measured in the same run"
 	@echo "make bench-gpu  the CUDA backend on Gemma-2-2B/9B shapes against the GPU's bandwidth and peak, and transformers"
@@ -175,6 +176,11 @@ fuzz: $(FUZZ_TARGETS)
 bench-setup:
 	python3 -m venv .venv
 	.venv/bin/pip install -q torch transformers safetensors tokenizers peft
+
+# The attack suite alone (docs/security.md): every tests/lua/test_attack_*.lua in one process, so
+# the totals check sees them all. make test runs the same files.
+attack: $(SEER_BIN)
+	./$(SEER_BIN) tests/lua/run.lua $(sort $(wildcard tests/lua/test_attack_*.lua))
 
 asan:
 	@$(MAKE) --no-print-directory BUILD=build/asan SANITIZE=1 CFLAGS="-O1 -g" test
