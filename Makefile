@@ -38,7 +38,7 @@ all: $(SEER_BIN)
 help:
 	@echo "make            build ./seer"
 	@echo "make setup      install missing build and test dependencies (Debian packages)"
-	@echo "make demo       setup + build + run experiments/hello"
+	@echo "make demo       setup + build + run experiments/hello and the offline introspection investigation"
 	@echo "make test       build and run the whole test suite (ends with 'N passed, N failed')"
 	@echo "make attack    the attack suite alone (docs/security.md)"
 	@echo "make asan       the same suite under AddressSanitizer + UBSan (build/asan)"
@@ -188,6 +188,7 @@ asan:
 demo: setup
 	@$(MAKE) --no-print-directory all
 	./seer experiments/hello/main.lua
+	./seer experiments/introspection/main.lua --small
 
 install: $(SEER_BIN)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/seer $(DESTDIR)$(PREFIX)/share/doc/seer

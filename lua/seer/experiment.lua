@@ -1,0 +1,140 @@
+--- seer.experiment: what every experiments/<name>/main.lua shares. The profile (the reference's
+--- models and agents, or the small offline profile: stories260K and a recorded agent), the
+--- prompt an agent is given (model info, the API primer, the research methodology, the task),
+--- a run folder for outputs, and the run's summary.
+---
+---   local X = require "seer.experiment"
+---   local run = X.run{ name = "introspection", dir = seer.script_dir() }   -- reads --small / SEER_PROFILE
+---   local models = run.small and { ... stories260K ... } or { ... gemma ... }
+---   local prompt = X.prompt(session, run.task)
+---   local agent = X.agent(run, { prompt = prompt, mcp_config = session.mcp_config })
+---@class seerexperiment
+local M = {}
+
+local core = require "seer.core.host"
+local json = require "seer.json"
+local process = require "seer.process"
+
+local PROMPTS = core.lua_dir() .. "/seer/prompts"
+
+---Absolute path of stories260K (the small profile's model), from the seer tree.
+---@return string
+function M.small_model()
+  local candidates = { core.lua_dir() .. "/../tests/fixtures/models/stories260K",
+                       core.lua_dir() .. "/../../shared/models/stories260K" }
+  for _, c in ipairs(candidates) do
+    local real = core.realpath(c)
+    if real then return real end
+  end
+  error("the small profile needs stories260K (tests/fixtures/models/stories260K in a seer checkout); "
+    .. "this seer tree has none: run from a clone of the repository", 2)
+end
+
+---@class seerexperiment.Run
+---@field name string
+---@field dir string the experiment's folder
+---@field small boolean the small offline profile
+---@field provider string "claude", "replay", ...
+---@field replay? string the recorded agent (small profile without an API key)
+---@field out_dir string this run's folder (outputs/<name>-<time>)
+---@field task string task.md's text
+---@field t0 number
+
+---Parses the profile from the script's arguments (`--small`, `--full`) and SEER_PROFILE
+---("small" | "full"), and makes the run folder. In the small profile the agent is the recorded
+---one in `<dir>/replay/small.jsonl` unless ANTHROPIC_API_KEY is set (then Claude works on the
+---small model).
+---@param opts {name: string, dir: string, args?: string[], out_root?: string}
+---@return seerexperiment.Run
+function M.run(opts)
+  assert(type(opts) == "table" and type(opts.name) == "string" and type(opts.dir) == "string",
+    "seer.experiment.run{name, dir}")
+  local profile = os.getenv("SEER_PROFILE")
+  for _, a in ipairs(opts.args or arg or {}) do
+    if a == "--small" then profile = "small"
+    elseif a == "--full" then profile = "full"
+    elseif a:match("^%-%-") then
+      error(("%s: unknown option %s (the options are --small and --full)"):format(opts.name, a), 2)
+    end
+  end
+  if profile ~= nil and profile ~= "small" and profile ~= "full" then
+    error(("SEER_PROFILE=%s: use small (stories260K, a recorded agent) or full (the reference's models)"):format(profile), 2)
+  end
+  local r = { name = opts.name, dir = opts.dir, small = profile == "small", t0 = process.now_ms() }
+  local f = io.open(opts.dir .. "/task.md", "rb")
+  r.task = f and f:read("*a") or ""
+  if f then f:close() end
+  local key = os.getenv("ANTHROPIC_API_KEY")
+  if r.small and (key == nil or key == "") then
+    r.provider = "replay"
+    r.replay = opts.dir .. "/replay/small.jsonl"
+    if not io.open(r.replay, "rb") then
+      error(("%s: the small profile's recorded agent %s is missing"):format(opts.name, r.replay), 2)
+    end
+  else
+    r.provider = "claude"
+  end
+  local root = opts.out_root or os.getenv("SEER_OUT") or (core.cwd() .. "/outputs")
+  r.out_dir = ("%s/%s-%s-%s"):format(root, opts.name, os.date("!%Y%m%dT%H%M%S"), tostring(process.getpid()))
+  process.mkdir_p(r.out_dir)
+  return r
+end
+
+local function read(path)
+  local f = io.open(path, "rb")
+  if not f then error("missing " .. path, 2) end
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+---The prompt an agent gets: the session's model info and where it works, the API primer, the
+---research methodology, then the task (a few thousand tokens in all).
+---@param session table a notebook session (session_id, model_info_text)
+---@param task string
+---@return string
+function M.prompt(session, task)
+  local parts = {}
+  if session then
+    parts[#parts + 1] = ("You work in the notebook session `%s` (already started: use this session_id with the "
+      .. "notebook tools; do not start a new session)."):format(session.session_id)
+    if session.model_info_text and session.model_info_text ~= "" then parts[#parts + 1] = session.model_info_text end
+  end
+  parts[#parts + 1] = read(PROMPTS .. "/api_primer.md")
+  parts[#parts + 1] = read(PROMPTS .. "/research_methodology.md")
+  parts[#parts + 1] = "# Your task\n\n" .. task
+  return table.concat(parts, "\n\n")
+end
+
+---Runs the agent of this run (Claude, or the recorded one) and returns its result event.
+---`opts` are run_agent's (prompt, mcp_config, on_message, ...); provider, replay, name and
+---output_dir come from the run.
+---@param run seerexperiment.Run
+---@param opts table
+---@return table result
+function M.agent(run, opts)
+  local o = {}
+  for k, v in pairs(opts) do o[k] = v end
+  o.provider = o.provider or run.provider
+  if o.provider == "replay" then o.replay = o.replay or run.replay end
+  o.name = o.name or run.name
+  o.output_dir = o.output_dir or run.out_dir
+  return require("seer.harness").run_agent(o):run()
+end
+
+---Writes summary.json and summary.md into the run folder (atomically) and prints the markdown.
+---@param run seerexperiment.Run
+---@param summary table JSON-able
+---@param markdown string
+function M.summary(run, summary, markdown)
+  summary.experiment = run.name
+  summary.profile = run.small and "small" or "full"
+  summary.wall_s = (process.now_ms() - run.t0) / 1000
+  local seer = require "seer"
+  seer.write_file(run.out_dir .. "/summary.json", json.encode(summary, { indent = 2 }) .. "\n")
+  seer.write_file(run.out_dir .. "/summary.md", markdown)
+  io.write(markdown)
+  return summary
+end
+
+return M

@@ -1,0 +1,89 @@
+-- The experiments under the small profile (stories260K, the recorded agent), each run as a user
+-- runs it (`seer experiments/<name>/main.lua --small`), in a fresh process, checking what it
+-- wrote: the summary from the run's own numbers, the notebook and the transcript.
+local T = require "testing"
+local json = require "seer.json"
+
+local root = require("seer.core.host").realpath(seer.script_dir() .. "/../..")
+local SEER = require("seer.jupyter").seer_binary()
+
+local function have_bwrap() return os.execute("command -v bwrap >/dev/null 2>&1") == 0 end
+
+-- Runs an experiment; returns its output, exit status and the run folder.
+local function run_experiment(name, extra_env)
+  if not have_bwrap() then T.skip("bubblewrap is not installed (make setup installs it)") end
+  local out = T.tmpdir()
+  local cmd = ("cd '%s' && env -u ANTHROPIC_API_KEY SEER_OUT='%s' SEER_SANDBOX_DIR='%s/sb' %s '%s' experiments/%s/main.lua --small 2>&1")
+    :format(root, out, out, extra_env or "", SEER, name)
+  local p = io.popen(cmd)
+  local text = p:read("*a")
+  local ok, _, code = p:close()
+  local dir
+  local ls = io.popen(("ls -d '%s'/%s-* 2>/dev/null"):format(out, name))
+  dir = ls:read("*l")
+  ls:close()
+  return text, ok and 0 or code, dir
+end
+
+local function read_json(path)
+  local f = assert(io.open(path, "rb"), "missing " .. path)
+  local s = f:read("*a")
+  f:close()
+  return json.decode(s)
+end
+
+local function read_lines(path)
+  local t = {}
+  for line in io.lines(path) do t[#t + 1] = json.decode(line) end
+  return t
+end
+
+T.test("introspection --small: concept vectors, injection and control trials, a summary from the run's numbers", function()
+  local text, code, dir = run_experiment("introspection")
+  T.eq(code, 0, text)
+  T.ok(dir, "no run folder was made:\n" .. text)
+  -- the reference prints the session's JSON first
+  local first = text:match("^[^\n]*")
+  local info = json.decode(first)
+  T.ok(info.session_id and info.jupyter_url and info.model_info, first)
+  local s = read_json(dir .. "/summary.json")
+  T.eq(s.experiment, "introspection")
+  T.eq(s.profile, "small")
+  T.eq(s.results.layer, 3)
+  T.eq(s.results.injection.n, 60)
+  T.eq(s.results.control.n, 60)
+  T.ok(s.results.injection.hit >= 0 and s.results.injection.hit <= 60)
+  T.eq(s.agent.reason, "end_turn")
+  local md = seer.read_file(dir .. "/summary.md")
+  T.contains(md, ("| injection | 60 | %d |"):format(s.results.injection.hit))
+  T.contains(md, ("| control | 60 | %d |"):format(s.results.control.hit))
+  -- the notebook holds the agent's cells, their outputs and its conclusion
+  local nb = read_json(s.notebook)
+  local code_cells, md_cells = 0, 0
+  for _, c in ipairs(nb.cells) do
+    if c.cell_type == "code" then
+      code_cells = code_cells + 1
+      T.eq(c.metadata.execution_status, "complete", "a cell of the recorded agent failed")
+    else md_cells = md_cells + 1 end
+  end
+  T.eq(code_cells, 6)
+  T.eq(md_cells, 1)
+  -- the transcript ends with the result, and every tool call succeeded
+  local events = read_lines(s.agent.transcript)
+  T.eq(events[#events].type, "result")
+  for _, e in ipairs(events) do
+    if e.type == "tool_result" then T.ok(not e.is_error, json.encode(e)) end
+  end
+end)
+
+T.test("an unknown option and a bad SEER_PROFILE are refused with the valid ones", function()
+  if not have_bwrap() then T.skip("bubblewrap is not installed (make setup installs it)") end
+  local p = io.popen(("cd '%s' && '%s' experiments/introspection/main.lua --tiny 2>&1"):format(root, SEER))
+  local text = p:read("*a")
+  p:close()
+  T.contains(text, "unknown option --tiny (the options are --small and --full)")
+  p = io.popen(("cd '%s' && SEER_PROFILE=medium '%s' experiments/introspection/main.lua 2>&1"):format(root, SEER))
+  text = p:read("*a")
+  p:close()
+  T.contains(text, "SEER_PROFILE=medium: use small")
+end)
