@@ -76,6 +76,54 @@ T.test("introspection --small: concept vectors, injection and control trials, a 
   end
 end)
 
+-- What every experiment's run must show: exit 0, its summary, an agent that ended normally and
+-- tool calls that all succeeded; returns the summary and the transcript's events.
+local function check_run(name)
+  local text, code, dir = run_experiment(name)
+  T.eq(code, 0, text)
+  T.ok(dir, "no run folder was made:\n" .. text)
+  local s = read_json(dir .. "/summary.json")
+  T.eq(s.experiment, name)
+  T.eq(s.profile, "small")
+  T.eq(s.agent.reason, "end_turn", text)
+  local events = read_lines(s.agent.transcript)
+  T.eq(events[#events].type, "result")
+  for _, e in ipairs(events) do
+    if e.type == "tool_result" then T.ok(not e.is_error, json.encode(e)) end
+  end
+  return s, events, text
+end
+
+T.test("sandbox-intro --small: the agent explores the preloaded model in the sandbox's notebook", function()
+  local s, _, text = check_run("sandbox-intro")
+  T.ok(json.decode(text:match("^[^\n]*")).session_id, text)
+  local nb = read_json(s.notebook)
+  local code_cells = 0
+  for _, c in ipairs(nb.cells) do
+    if c.cell_type == "code" then
+      code_cells = code_cells + 1
+      T.eq(c.metadata.execution_status, "complete")
+    end
+  end
+  T.eq(code_cells, 3)
+  local out = seer.json.encode(nb.cells[1].outputs)
+  T.contains(out, "layers 5, d_model 64, vocab 512")
+end)
+
+T.test("scoped-sandbox-intro --small: interface functions as a library and as the agent's MCP tools", function()
+  local s, events = check_run("scoped-sandbox-intro")
+  T.eq(s.model_info, { num_layers = 5, hidden_size = 64, vocab_size = 512 })
+  local embeddings = 0
+  for _, e in ipairs(events) do
+    if e.type == "tool_result" and e.name == "get_embedding" then
+      local r = json.decode(e.content[1].text)
+      T.eq(#r.embedding, 64)
+      embeddings = embeddings + 1
+    end
+  end
+  T.eq(embeddings, 2)
+end)
+
 T.test("an unknown option and a bad SEER_PROFILE are refused with the valid ones", function()
   if not have_bwrap() then T.skip("bubblewrap is not installed (make setup installs it)") end
   local p = io.popen(("cd '%s' && '%s' experiments/introspection/main.lua --tiny 2>&1"):format(root, SEER))
