@@ -124,6 +124,22 @@ T.test("scoped-sandbox-intro --small: interface functions as a library and as th
   T.eq(embeddings, 2)
 end)
 
+T.test("hidden-preference-investigation --small: a hidden adapter made at run time, found against the base model", function()
+  local s, events, text = check_run("hidden-preference-investigation")
+  T.eq(s.results.preferred, "Timmy")
+  T.eq(s.results.adapter.n, 20)
+  T.ok(s.results.adapter.hit > s.results.base.hit, json.encode(s.results))
+  T.ok(s.results.p_next.adapter > s.results.p_next.base, json.encode(s.results))
+  T.contains(json.decode(text:match("^[^\n]*")).model_info, "`model`: <hidden>")
+  -- the adapter's host path (its id) is in neither the notebook nor the transcript
+  local adapter_dir = s.notebook:match("^(.*)/[^/]+$") .. "/adapter"
+  T.ok(not seer.read_file(s.notebook):find(adapter_dir, 1, true), "the notebook names the hidden adapter")
+  T.ok(not seer.read_file(s.agent.transcript):find(adapter_dir, 1, true), "the transcript names the hidden adapter")
+  local calls = 0
+  for _, e in ipairs(events) do if e.type == "tool_call" then calls = calls + 1 end end
+  T.eq(calls, 5)
+end)
+
 T.test("an unknown option and a bad SEER_PROFILE are refused with the valid ones", function()
   if not have_bwrap() then T.skip("bubblewrap is not installed (make setup installs it)") end
   local p = io.popen(("cd '%s' && '%s' experiments/introspection/main.lua --tiny 2>&1"):format(root, SEER))
