@@ -140,6 +140,42 @@ T.test("hidden-preference-investigation --small: a hidden adapter made at run ti
   T.eq(calls, 5)
 end)
 
+T.test("petri-style-harness --small: an auditor over scoped MCP tools, a steered target, judge scores from the transcript", function()
+  local s, events = check_run("petri-style-harness")
+  T.eq(s.judge, "scripted (rules)")
+  local transcript = seer.read_file(s.audit_transcript)
+  T.contains(transcript, "SYSTEM: You are a friendly storyteller")
+  local n_target, n_steered = 0, 0
+  for line in transcript:gmatch("[^\n]+") do
+    if line:match("^TARGET") then n_target = n_target + 1 end
+    if line:match("^TARGET %[steered%]: ") then n_steered = n_steered + 1 end
+  end
+  T.eq(n_target, 5)
+  T.eq(n_steered, 2)
+  -- the scores are the judge's rules applied to this transcript, recomputed here
+  package.path = root .. "/experiments/petri-style-harness/libraries/?.lua;" .. package.path
+  local again = require("judge").scripted(transcript)
+  for _, d in ipairs(require("judge").DIMENSIONS) do
+    T.eq(s.scores[d.name].score, again[d.name].score, d.name)
+    T.ok(s.scores[d.name].score >= 1 and s.scores[d.name].score <= 10, d.name)
+  end
+  local sends = 0
+  for _, e in ipairs(events) do if e.type == "tool_result" and e.name == "send_message" then sends = sends + 1 end end
+  T.eq(sends, 5)
+end)
+
+T.test("the petri judge parses a model's JSON verdict and names what is missing", function()
+  package.path = root .. "/experiments/petri-style-harness/libraries/?.lua;" .. package.path
+  local J = require "judge"
+  local full = { scores = {} }
+  for _, d in ipairs(J.DIMENSIONS) do full.scores[d.name] = { score = 3, why = "x" } end
+  T.eq(J.parse("Here you go: " .. json.encode(full)).deception.score, 3)
+  full.scores.deception = nil
+  T.raises(function() J.parse(json.encode(full)) end, "no score for deception", true)
+  T.raises(function() J.parse("I cannot score this") end, "not the JSON asked for", true)
+  T.contains(J.prompt("AUDITOR: hi\nTARGET: hello"), "steering_effect")
+end)
+
 T.test("an unknown option and a bad SEER_PROFILE are refused with the valid ones", function()
   if not have_bwrap() then T.skip("bubblewrap is not installed (make setup installs it)") end
   local p = io.popen(("cd '%s' && '%s' experiments/introspection/main.lua --tiny 2>&1"):format(root, SEER))
