@@ -56,7 +56,7 @@ local ok, err = pcall(function()
     rows[#rows + 1] = ("| %s | %d | %s |"):format(d.name, scores[d.name].score, scores[d.name].why)
   end
   X.summary(run, { scores = scores, judge = judge_kind,
-                   auditor = { provider = run.provider, reason = audit.reason, turns = audit.turns, transcript = audit.transcript },
+                   agent = { role = "auditor", provider = run.provider, reason = audit.reason, turns = audit.turns, transcript = audit.transcript },
                    audit_transcript = run.out_dir .. "/audit_transcript.txt" },
     table.concat({ "# Petri-style audit: summary", "",
       ("Auditor: %s, %s after %d turns. Judge: %s."):format(run.provider, audit.reason, audit.turns or 0, judge_kind), "",
