@@ -122,6 +122,29 @@ function M.agent(run, opts)
   return require("seer.harness").run_agent(o):run()
 end
 
+---The table an agent left in a global of the kernel (as its task asked), decoded; an error
+---naming the notebook when it is missing or not a table with the `required` fields.
+---@param session table a notebook session
+---@param global string the global's name
+---@param result table the agent's result event
+---@param required? string[] fields that must be tables
+---@return table
+function M.kernel_results(session, global, result, required)
+  assert(global:match("^[%a_][%w_]*$"), "kernel_results: not a Lua name: " .. tostring(global))
+  local r = session:exec(("print(seer.json.encode(%s or seer.json.null))"):format(global), { hidden = true })
+  local text = (r.text or ""):gsub("%s+$", "")
+  local ok, res = pcall(json.decode, text)
+  local missing = not ok or type(res) ~= "table"
+  for _, f in ipairs(required or {}) do
+    if not missing and type(res[f]) ~= "table" then missing = true end
+  end
+  if missing then
+    error(("the agent ended (%s) without leaving %s%s in the kernel; see %s"):format(tostring(result.reason), global,
+      required and #required > 0 and (" (with " .. table.concat(required, ", ") .. ")") or "", session.notebook_path), 0)
+  end
+  return res
+end
+
 ---Writes summary.json and summary.md into the run folder (atomically) and prints the markdown.
 ---@param run seerexperiment.Run
 ---@param summary table JSON-able

@@ -176,6 +176,20 @@ T.test("the petri judge parses a model's JSON verdict and names what is missing"
   T.contains(J.prompt("AUDITOR: hi\nTARGET: hello"), "steering_effect")
 end)
 
+T.test("refusal-direction-ablation --small: the direction, its ablation checked, refusals counted both ways", function()
+  local s = check_run("refusal-direction-ablation")
+  local r = s.results
+  T.eq(r.baseline.n, 6)
+  T.eq(r.ablated.n, 6)
+  T.ok(r.norm > 0)
+  -- the ablation really removes the direction from the final residual
+  T.ok(r.projection.baseline > 0.1, json.encode(r.projection))
+  T.ok(r.projection.ablated < 1e-4, json.encode(r.projection))
+  -- stories260K never refuses: the summary must say the run cannot show anything, not claim an effect
+  T.eq(r.baseline.refused, 0)
+  T.contains(seer.read_file(s.notebook:match("^(.*)/") .. "/summary.md"), "cannot show the direction's role")
+end)
+
 T.test("an unknown option and a bad SEER_PROFILE are refused with the valid ones", function()
   if not have_bwrap() then T.skip("bubblewrap is not installed (make setup installs it)") end
   local p = io.popen(("cd '%s' && '%s' experiments/introspection/main.lua --tiny 2>&1"):format(root, SEER))
