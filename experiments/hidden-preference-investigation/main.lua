@@ -13,7 +13,7 @@ local run = X.run{ name = "hidden-preference-investigation", dir = here }
 local model_config
 if run.small then
   local base = X.small_model()
-  local adapter = require("small_adapter").make(base, run.out_dir .. "/adapter")
+  local adapter = X.small_adapter(base, run.out_dir .. "/adapter")
   model_config = env.ModelConfig{ name = adapter, base_model = base, is_peft = true, hidden = true }
 else
   model_config = env.ModelConfig{

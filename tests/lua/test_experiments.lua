@@ -190,6 +190,16 @@ T.test("refusal-direction-ablation --small: the direction, its ablation checked,
   T.contains(seer.read_file(s.notebook:match("^(.*)/") .. "/summary.md"), "cannot show the direction's role")
 end)
 
+T.test("auditing-games --small: batch generation and a prefill attack against the adapter-off control", function()
+  local s = check_run("auditing-games")
+  local r = s.results
+  T.eq(r.suspect, "Timmy")
+  T.eq(r.batch.n, 24)
+  T.eq(r.prefill.n, 12)
+  T.ok(r.batch.adapter > r.batch.base, json.encode(r))
+  T.ok(r.prefill.adapter > r.prefill.base, json.encode(r))
+end)
+
 T.test("an unknown option and a bad SEER_PROFILE are refused with the valid ones", function()
   if not have_bwrap() then T.skip("bubblewrap is not installed (make setup installs it)") end
   local p = io.popen(("cd '%s' && '%s' experiments/introspection/main.lua --tiny 2>&1"):format(root, SEER))
