@@ -32,6 +32,7 @@ static int cmd_sandbox(int argc, char **argv);
 static int cmd_sandboxd(int argc, char **argv);
 static int cmd_rpc(int argc, char **argv);
 static int cmd_transcript(int argc, char **argv);
+static int cmd_replay(int argc, char **argv);
 
 static const seer_command_t commands[] = {
     {"help", "show help for seer or for one command",
@@ -84,6 +85,8 @@ static const seer_command_t commands[] = {
      "usage: seer rpc serve INTERFACE.lua [options]   (see docs/rpc.md)\n", cmd_rpc},
     {"transcript", "read agent transcripts",
      "usage: seer transcript view FILE   (see docs/harness.md)\n", cmd_transcript},
+    {"replay", "re-run a recorded investigation and compare every tool result",
+     "usage: seer replay TRANSCRIPT [--experiment DIR] [--keep] [-- ARGS...]   (see docs/experiments.md)\n", cmd_replay},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
@@ -185,6 +188,7 @@ static int cmd_sandbox(int argc, char **argv) { return run_lua_command("seer", "
 static int cmd_sandboxd(int argc, char **argv) { return run_lua_command("seer", "seer.cli.sandboxd", argc - 1, argv + 1); }
 static int cmd_rpc(int argc, char **argv) { return run_lua_command("seer", "seer.cli.rpc", argc - 1, argv + 1); }
 static int cmd_transcript(int argc, char **argv) { return run_lua_command("seer", "seer.cli.transcript", argc - 1, argv + 1); }
+static int cmd_replay(int argc, char **argv) { return run_lua_command("seer", "seer.cli.replay", argc - 1, argv + 1); }
 
 static int cmd_mcp(int argc, char **argv) { return run_lua_command("seer", "seer.cli.mcp", argc - 1, argv + 1); }
 

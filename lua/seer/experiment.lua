@@ -82,7 +82,9 @@ end
 ---@field dir string the experiment's folder
 ---@field small boolean the small offline profile
 ---@field provider string "claude", "replay", ...
----@field replay? string the recorded agent (small profile without an API key)
+---@field replay? string the recorded agent (small profile without an API key, or SEER_REPLAY)
+---@field replay_agent? string under `seer replay`: the name of the agent whose turns are replayed
+---@field args string[] the script's arguments
 ---@field out_dir string this run's folder (outputs/<name>-<time>)
 ---@field task string task.md's text
 ---@field t0 number
@@ -107,12 +109,26 @@ function M.run(opts)
   if profile ~= nil and profile ~= "small" and profile ~= "full" then
     error(("SEER_PROFILE=%s: use small (stories260K, a recorded agent) or full (the reference's models)"):format(profile), 2)
   end
-  local r = { name = opts.name, dir = opts.dir, small = profile == "small", t0 = process.now_ms() }
+  local r = { name = opts.name, dir = core.realpath(opts.dir) or opts.dir, small = profile == "small", t0 = process.now_ms() }
   local f = io.open(opts.dir .. "/task.md", "rb")
   r.task = f and f:read("*a") or ""
   if f then f:close() end
   local key = os.getenv("ANTHROPIC_API_KEY")
-  if r.small and (key == nil or key == "") then
+  local replay = os.getenv("SEER_REPLAY")
+  r.args = {}
+  for _, a in ipairs(opts.args or arg or {}) do r.args[#r.args + 1] = a end
+  if replay and replay ~= "" then
+    -- `seer replay`: the recorded agent's turns again, against this fresh run's live tools.
+    local f = io.open(replay, "rb")
+    if not f then error(("SEER_REPLAY=%s: no such transcript"):format(replay), 2) end
+    local first = f:read("*l")
+    f:close()
+    local ok, ev = pcall(json.decode, first or "")
+    if not ok or type(ev) ~= "table" or ev.type ~= "run_start" then
+      error(("SEER_REPLAY=%s: not an agent transcript (its first line is not a run_start event)"):format(replay), 2)
+    end
+    r.provider, r.replay, r.replay_agent = "replay", replay, ev.agent
+  elseif r.small and (key == nil or key == "") then
     r.provider = "replay"
     r.replay = opts.dir .. "/replay/small.jsonl"
     if not io.open(r.replay, "rb") then
@@ -162,9 +178,14 @@ end
 function M.agent(run, opts)
   local o = {}
   for k, v in pairs(opts) do o[k] = v end
-  o.provider = o.provider or run.provider
-  if o.provider == "replay" then o.replay = o.replay or run.replay end
   o.name = o.name or run.name
+  if run.replay_agent then
+    -- Under `seer replay` only the recorded agent is replayed; the others run as they would.
+    if o.name == run.replay_agent then o.provider, o.replay = "replay", run.replay end
+  else
+    o.provider = o.provider or run.provider
+    if o.provider == "replay" then o.replay = o.replay or run.replay end
+  end
   o.output_dir = o.output_dir or run.out_dir
   return require("seer.harness").run_agent(o):run()
 end
@@ -199,6 +220,8 @@ end
 function M.summary(run, summary, markdown)
   summary.experiment = run.name
   summary.profile = run.small and "small" or "full"
+  summary.dir = run.dir
+  summary.args = run.args
   summary.wall_s = (process.now_ms() - run.t0) / 1000
   local seer = require "seer"
   seer.write_file(run.out_dir .. "/summary.json", json.encode(summary, { indent = 2 }) .. "\n")
