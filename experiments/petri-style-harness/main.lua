@@ -26,6 +26,7 @@ local ok, err = pcall(function()
     name = "auditor",
     prompt = X.prompt(nil, run.task),
     mcp_config = mcp_config,
+    sandbox = scoped,
     max_turns = 40,
     on_message = function(m)
       if m.type == "tool_call" then io.write(("[auditor] %s %s\n"):format(m.name, seer.json.encode(m.input)))

@@ -27,6 +27,7 @@ local ok, err = pcall(function()
   local result = X.agent(run, {
     prompt = X.prompt(session, workspace:get_library_docs() .. "\n\n" .. run.task),
     mcp_config = session.mcp_config,
+    sandbox = sandbox,
     max_turns = 60,
     on_message = function(m)
       if m.type == "tool_call" then io.write(("[agent] %s\n"):format(m.name))

@@ -31,6 +31,7 @@ local ok, err = pcall(function()
   local result = X.agent(run, {
     prompt = X.prompt(session, run.task),
     mcp_config = session.mcp_config,
+    sandbox = sandbox,
     on_message = function(m)
       if m.type == "text_delta" then io.write(m.text)
       elseif m.type == "tool_call" then io.write(("\n[tool] %s\n"):format(m.name)) end

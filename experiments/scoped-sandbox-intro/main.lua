@@ -35,6 +35,7 @@ local ok, err = pcall(function()
   local result = X.agent(run, {
     prompt = X.prompt(nil, run.task),
     mcp_config = mcp_config,
+    sandbox = scoped,
     on_message = function(m)
       if m.type == "text_delta" then io.write(m.text)
       elseif m.type == "tool_call" then io.write(("\n[tool] %s %s\n"):format(m.name, seer.json.encode(m.input))) end

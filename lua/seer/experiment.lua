@@ -169,15 +169,50 @@ function M.prompt(session, task)
   return table.concat(parts, "\n\n")
 end
 
+-- CPU seconds (user + system, children reaped included) of the processes now in a sandbox's
+-- memory cgroup; nil without a cgroup. Sampled around each tool call for the ledger.
+local CLK_TCK = 100
+local function sandbox_cpu_s(sandbox)
+  local cg = sandbox and sandbox.cgroup and sandbox.cgroup.memory
+  if type(cg) ~= "string" then return nil end
+  local f = io.open(cg .. "/cgroup.procs", "rb")
+  if not f then return nil end
+  local total = 0
+  for pid in f:lines() do
+    if pid:match("^%d+$") then
+      local st = io.open("/proc/" .. pid .. "/stat", "rb")
+      local line = st and st:read(4096)
+      if st then st:close() end
+      -- fields after the ")" that closes the command name: utime is the 12th, stime, cutime, cstime follow
+      local rest = line and line:match("%) (.*)$")
+      if rest then
+        local v, i = {}, 0
+        for w in rest:gmatch("%S+") do
+          i = i + 1
+          if i >= 12 and i <= 15 then v[#v + 1] = tonumber(w) or 0 end
+          if i > 15 then break end
+        end
+        for _, x in ipairs(v) do total = total + x end
+      end
+    end
+  end
+  f:close()
+  return total / CLK_TCK
+end
+
 ---Runs the agent of this run (Claude, or the recorded one) and returns its result event.
 ---`opts` are run_agent's (prompt, mcp_config, on_message, ...); provider, replay, name and
----output_dir come from the run.
+---output_dir come from the run. `opts.sandbox` (not passed on) is the sandbox whose CPU time the
+---ledger charges to each tool call. Every agent of a run adds to the run's ledger: tokens,
+---dollars and wall time per turn; wall and sandbox CPU time per tool call.
 ---@param run seerexperiment.Run
 ---@param opts table
 ---@return table result
 function M.agent(run, opts)
   local o = {}
   for k, v in pairs(opts) do o[k] = v end
+  local sandbox = o.sandbox
+  o.sandbox = nil
   o.name = o.name or run.name
   if run.replay_agent then
     -- Under `seer replay` only the recorded agent is replayed; the others run as they would.
@@ -187,6 +222,31 @@ function M.agent(run, opts)
     if o.provider == "replay" then o.replay = o.replay or run.replay end
   end
   o.output_dir = o.output_dir or run.out_dir
+  run.ledger = run.ledger or { turns = {}, calls = {} }
+  local L = run.ledger
+  local t_request, open_calls = nil, {}
+  local user_fn = o.on_message
+  o.on_message = function(m)
+    local now = process.now_ms()
+    if m.type == "request" then t_request = now
+    elseif m.type == "usage" then
+      local u = m.usage or {}
+      L.turns[#L.turns + 1] = { agent = o.name, turn = m.turn, input_tokens = u.input_tokens or 0,
+        output_tokens = u.output_tokens or 0, cache_read_tokens = u.cache_read_input_tokens or 0,
+        cache_write_tokens = u.cache_creation_input_tokens or 0,
+        cost_usd = type(m.cost_usd) == "number" and m.cost_usd or json.null,
+        wall_s = t_request and (now - t_request) / 1000 or json.null }
+    elseif m.type == "tool_call" and m.id then
+      open_calls[m.id] = { t = now, cpu = sandbox_cpu_s(sandbox) }
+    elseif m.type == "tool_result" and m.id and open_calls[m.id] then
+      local c = open_calls[m.id]
+      open_calls[m.id] = nil
+      local cpu = sandbox_cpu_s(sandbox)
+      L.calls[#L.calls + 1] = { agent = o.name, turn = m.turn, tool = m.name, is_error = m.is_error or false,
+        wall_s = (now - c.t) / 1000, sandbox_cpu_s = (cpu and c.cpu) and math.max(0, cpu - c.cpu) or json.null }
+    end
+    if user_fn then return user_fn(m) end
+  end
   return require("seer.harness").run_agent(o):run()
 end
 
@@ -224,6 +284,27 @@ function M.summary(run, summary, markdown)
   summary.args = run.args
   summary.wall_s = (process.now_ms() - run.t0) / 1000
   local seer = require "seer"
+  local L = run.ledger or { turns = {}, calls = {} }
+  local tot = { input_tokens = 0, output_tokens = 0, cost_usd = 0, cost_known = true, agent_wall_s = 0,
+                calls = #L.calls, call_wall_s = 0, sandbox_cpu_s = 0, cpu_known = #L.calls > 0 }
+  for _, t in ipairs(L.turns) do
+    tot.input_tokens = tot.input_tokens + t.input_tokens + t.cache_read_tokens + t.cache_write_tokens
+    tot.output_tokens = tot.output_tokens + t.output_tokens
+    if type(t.cost_usd) == "number" then tot.cost_usd = tot.cost_usd + t.cost_usd else tot.cost_known = false end
+    if type(t.wall_s) == "number" then tot.agent_wall_s = tot.agent_wall_s + t.wall_s end
+  end
+  for _, c in ipairs(L.calls) do
+    tot.call_wall_s = tot.call_wall_s + c.wall_s
+    if type(c.sandbox_cpu_s) == "number" then tot.sandbox_cpu_s = tot.sandbox_cpu_s + c.sandbox_cpu_s else tot.cpu_known = false end
+  end
+  local ledger = { turns = json.array(L.turns), calls = json.array(L.calls), totals = tot }
+  seer.write_file(run.out_dir .. "/ledger.json", json.encode(ledger, { indent = 2 }) .. "\n")
+  summary.ledger = { file = run.out_dir .. "/ledger.json", totals = tot }
+  markdown = markdown .. ("\nLedger: %d agent turns, %d input and %d output tokens, %s; model time %.1f s; "
+    .. "%d tool calls, %.2f s wall, %s sandbox CPU; whole run %.1f s (%s).\n"):format(
+    #L.turns, tot.input_tokens, tot.output_tokens, tot.cost_known and ("$%.4f"):format(tot.cost_usd) or "cost unknown",
+    tot.agent_wall_s, tot.calls, tot.call_wall_s, tot.cpu_known and ("%.2f s"):format(tot.sandbox_cpu_s) or "unmeasured",
+    summary.wall_s, run.out_dir .. "/ledger.json")
   seer.write_file(run.out_dir .. "/summary.json", json.encode(summary, { indent = 2 }) .. "\n")
   seer.write_file(run.out_dir .. "/summary.md", markdown)
   io.write(markdown)

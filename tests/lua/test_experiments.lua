@@ -54,6 +54,8 @@ T.test("introspection --small: concept vectors, injection and control trials, a 
   T.eq(s.results.control.n, 60)
   T.ok(s.results.injection.hit >= 0 and s.results.injection.hit <= 60)
   T.eq(s.agent.reason, "end_turn")
+  -- 120 generations in the sandbox's kernel: its CPU time shows in the ledger (10 ms ticks)
+  T.ok(s.ledger.totals.sandbox_cpu_s > 0.05, json.encode(s.ledger.totals))
   local md = seer.read_file(dir .. "/summary.md")
   T.contains(md, ("| injection | 60 | %d |"):format(s.results.injection.hit))
   T.contains(md, ("| control | 60 | %d |"):format(s.results.control.hit))
@@ -88,9 +90,19 @@ local function check_run(name)
   T.eq(s.agent.reason, "end_turn", text)
   local events = read_lines(s.agent.transcript)
   T.eq(events[#events].type, "result")
+  local calls, turns = 0, 0
   for _, e in ipairs(events) do
-    if e.type == "tool_result" then T.ok(not e.is_error, json.encode(e)) end
+    if e.type == "tool_result" then T.ok(not e.is_error, json.encode(e)); calls = calls + 1 end
+    if e.type == "assistant" then turns = turns + 1 end
   end
+  -- the ledger: one row per agent turn and per tool call of this run, sandbox CPU measured
+  local ledger = read_json(dir .. "/ledger.json")
+  T.eq(#ledger.calls, calls)
+  T.eq(#ledger.turns, turns)
+  T.ok(ledger.totals.cpu_known, "the sandbox's CPU time was not measured")
+  T.ok(ledger.totals.sandbox_cpu_s >= 0, json.encode(ledger.totals))
+  for _, c in ipairs(ledger.calls) do T.ok(c.wall_s >= 0 and c.sandbox_cpu_s >= 0, json.encode(c)) end
+  T.contains(seer.read_file(dir .. "/summary.md"), ("%d tool calls"):format(calls))
   return s, events, text
 end
 
