@@ -32,6 +32,7 @@ int seer_png_luaopen(lua_State *L) __attribute__((weak));
 int seer_mcp_luaopen(lua_State *L) __attribute__((weak));
 int seer_mcphttp_luaopen(lua_State *L) __attribute__((weak));
 int seer_hub_luaopen(lua_State *L) __attribute__((weak));
+int seer_httpc_luaopen(lua_State *L) __attribute__((weak));
 int seer_sandbox_luaopen(lua_State *L) __attribute__((weak));
 int seer_rpc_luaopen(lua_State *L) __attribute__((weak));
 int seer_harness_luaopen(lua_State *L) __attribute__((weak));
@@ -276,6 +277,7 @@ int seer_host_open(seer_host_t **out, const seer_host_opts_t *opts, seer_err_t *
     if (seer_mcp_luaopen) preload(L, "seer.core.mcp", seer_mcp_luaopen);
     if (seer_mcphttp_luaopen) preload(L, "seer.core.mcphttp", seer_mcphttp_luaopen);
     if (seer_hub_luaopen) preload(L, "seer.core.hub", seer_hub_luaopen);
+    if (seer_httpc_luaopen) preload(L, "seer.core.httpc", seer_httpc_luaopen);
     if (seer_sandbox_luaopen) preload(L, "seer.core.sandbox", seer_sandbox_luaopen);
     if (seer_rpc_luaopen) preload(L, "seer.core.rpc", seer_rpc_luaopen);
     if (seer_harness_luaopen) preload(L, "seer.core.harness", seer_harness_luaopen);
