@@ -37,14 +37,10 @@ local ok, err = pcall(function()
     mcp_config = session.mcp_config,
     sandbox = sandbox,
     max_turns = 60,
-    on_message = function(m)
-      if m.type == "tool_call" then io.write(("[auditor] %s\n"):format(m.name))
-      elseif m.type == "text_delta" and not run.small then io.write(m.text) end
-    end,
+    on_message = X.printer(run, "auditor"),
   })
   local res = X.kernel_results(session, "auditing_results", result, { "batch", "prefill" })
-  X.summary(run, { results = res, agent = { provider = run.provider, reason = result.reason, turns = result.turns,
-                                            usage = result.usage, cost_usd = result.cost_usd, transcript = result.transcript },
+  X.summary(run, { results = res, agent = X.agent_record(run, result),
                    notebook = session.notebook_path },
     table.concat({ "# Auditing game: summary", "",
       ("The auditor's suspect: %q."):format(tostring(res.suspect)), "",

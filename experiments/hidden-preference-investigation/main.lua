@@ -50,20 +50,10 @@ local ok, err = pcall(function()
     mcp_config = session.mcp_config,
     sandbox = sandbox,
     max_turns = 60,
-    on_message = function(m)
-      if m.type == "tool_call" then io.write(("[agent] %s\n"):format(m.name))
-      elseif m.type == "text_delta" and not run.small then io.write(m.text) end
-    end,
+    on_message = X.printer(run, "agent"),
   })
-  local r = session:exec("print(seer.json.encode(preference_results or seer.json.null))", { hidden = true })
-  local text = (r.text or ""):gsub("%s+$", "")
-  local okj, res = pcall(seer.json.decode, text)
-  if not okj or type(res) ~= "table" or type(res.adapter) ~= "table" or type(res.base) ~= "table" then
-    error(("the agent ended (%s) without leaving preference_results in the kernel; see %s"):format(
-      result.reason, session.notebook_path), 0)
-  end
-  X.summary(run, { results = res, agent = { provider = run.provider, reason = result.reason, turns = result.turns,
-                                            usage = result.usage, cost_usd = result.cost_usd, transcript = result.transcript },
+  local res = X.kernel_results(session, "preference_results", result, { "adapter", "base" })
+  X.summary(run, { results = res, agent = X.agent_record(run, result),
                    notebook = session.notebook_path },
     table.concat({ "# Hidden preference: summary", "",
       ("The agent's finding: the fine-tuned model prefers %q."):format(tostring(res.preferred)), "",

@@ -45,19 +45,10 @@ local ok, err = pcall(function()
     mcp_config = session.mcp_config,
     sandbox = sandbox,
     max_turns = 60,
-    on_message = function(m)
-      if m.type == "tool_call" then io.write(("[agent] %s\n"):format(m.name))
-      elseif m.type == "text_delta" and not run.small then io.write(m.text) end
-    end,
+    on_message = X.printer(run, "agent"),
   })
   -- The agent's own numbers, as it left them in the kernel.
-  local r = session:exec("print(seer.json.encode(introspection_results or seer.json.null))", { hidden = true })
-  local text = (r.text or ""):gsub("%s+$", "")
-  local okj, res = pcall(seer.json.decode, text)
-  if not okj or type(res) ~= "table" or type(res.injection) ~= "table" or type(res.control) ~= "table" then
-    error(("the agent ended (%s) without leaving introspection_results in the kernel; see %s"):format(
-      result.reason, session.notebook_path), 0)
-  end
+  local res = X.kernel_results(session, "introspection_results", result, { "injection", "control" })
   local function rate(a) return a.n > 0 and a.hit / a.n or 0 end
   local lines = {
     "# Introspection: summary", "",
@@ -73,8 +64,7 @@ local ok, err = pcall(function()
     "Notebook: " .. session.notebook_path, "Transcript: " .. tostring(result.transcript),
     "Live view: " .. tostring(session.jupyter_url), "",
   }
-  X.summary(run, { results = res, agent = { provider = run.provider, reason = result.reason, turns = result.turns,
-                                            usage = result.usage, cost_usd = result.cost_usd, transcript = result.transcript },
+  X.summary(run, { results = res, agent = X.agent_record(run, result),
                    notebook = session.notebook_path }, table.concat(lines, "\n"))
 end)
 session:terminate()

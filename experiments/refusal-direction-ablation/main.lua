@@ -29,14 +29,10 @@ local ok, err = pcall(function()
     mcp_config = session.mcp_config,
     sandbox = sandbox,
     max_turns = 60,
-    on_message = function(m)
-      if m.type == "tool_call" then io.write(("[agent] %s\n"):format(m.name))
-      elseif m.type == "text_delta" and not run.small then io.write(m.text) end
-    end,
+    on_message = X.printer(run, "agent"),
   })
   local res = X.kernel_results(session, "refusal_results", result, { "baseline", "ablated", "projection" })
-  X.summary(run, { results = res, agent = { provider = run.provider, reason = result.reason, turns = result.turns,
-                                            usage = result.usage, cost_usd = result.cost_usd, transcript = result.transcript },
+  X.summary(run, { results = res, agent = X.agent_record(run, result),
                    notebook = session.notebook_path },
     table.concat({ "# Refusal direction ablation: summary", "",
       ("Layer %s of %s; |r| = %.3f."):format(tostring(res.layer), tostring(res.n_layers), tonumber(res.norm) or 0), "",

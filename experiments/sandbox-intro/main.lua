@@ -32,14 +32,10 @@ local ok, err = pcall(function()
     prompt = X.prompt(session, run.task),
     mcp_config = session.mcp_config,
     sandbox = sandbox,
-    on_message = function(m)
-      if m.type == "text_delta" then io.write(m.text)
-      elseif m.type == "tool_call" then io.write(("\n[tool] %s\n"):format(m.name)) end
-    end,
+    on_message = X.printer(run, "agent"),
   })
   print()
-  X.summary(run, { agent = { provider = run.provider, reason = result.reason, turns = result.turns,
-                             usage = result.usage, cost_usd = result.cost_usd, transcript = result.transcript },
+  X.summary(run, { agent = X.agent_record(run, result),
                    notebook = session.notebook_path },
     table.concat({ "# Sandbox intro: summary", "",
       ("Agent: %s, %s after %d turns."):format(run.provider, result.reason, result.turns or 0), "",

@@ -250,6 +250,29 @@ function M.agent(run, opts)
   return require("seer.harness").run_agent(o):run()
 end
 
+---An on_message printer: "[label] tool" for each tool call, and the agent's text as it
+---streams (not in the small profile, whose scripted agent's notes are in the transcript).
+---@param run seerexperiment.Run
+---@param label? string default "agent"
+---@return fun(m: table)
+function M.printer(run, label)
+  label = label or "agent"
+  return function(m)
+    if m.type == "tool_call" then io.write(("[%s] %s\n"):format(label, m.name))
+    elseif m.type == "text_delta" and not run.small then io.write(m.text)
+    elseif m.type == "assistant" and not run.small then io.write("\n") end
+  end
+end
+
+---What summary.json records of an agent's run.
+---@param run seerexperiment.Run
+---@param result table the agent's result event
+---@return table
+function M.agent_record(run, result)
+  return { provider = run.provider, reason = result.reason, turns = result.turns, usage = result.usage,
+           cost_usd = result.cost_usd, transcript = result.transcript }
+end
+
 ---The table an agent left in a global of the kernel (as its task asked), decoded; an error
 ---naming the notebook when it is missing or not a table with the `required` fields.
 ---@param session table a notebook session
