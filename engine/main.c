@@ -33,6 +33,7 @@ static int cmd_sandboxd(int argc, char **argv);
 static int cmd_rpc(int argc, char **argv);
 static int cmd_transcript(int argc, char **argv);
 static int cmd_replay(int argc, char **argv);
+static int cmd_serve(int argc, char **argv);
 
 static const seer_command_t commands[] = {
     {"help", "show help for seer or for one command",
@@ -87,6 +88,8 @@ static const seer_command_t commands[] = {
      "usage: seer transcript view FILE   (see docs/harness.md)\n", cmd_transcript},
     {"replay", "re-run a recorded investigation and compare every tool result",
      "usage: seer replay TRANSCRIPT [--experiment DIR] [--keep] [-- ARGS...]   (see docs/experiments.md)\n", cmd_replay},
+    {"serve", "a model behind an OpenAI-compatible HTTP endpoint",
+     "usage: seer serve MODEL [--port N] [--host ADDR] [--name ID] [--token T] [--max-tokens N] [--adapter DIR]   (see docs/serve.md)\n", cmd_serve},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
@@ -189,6 +192,7 @@ static int cmd_sandboxd(int argc, char **argv) { return run_lua_command("seer", 
 static int cmd_rpc(int argc, char **argv) { return run_lua_command("seer", "seer.cli.rpc", argc - 1, argv + 1); }
 static int cmd_transcript(int argc, char **argv) { return run_lua_command("seer", "seer.cli.transcript", argc - 1, argv + 1); }
 static int cmd_replay(int argc, char **argv) { return run_lua_command("seer", "seer.cli.replay", argc - 1, argv + 1); }
+static int cmd_serve(int argc, char **argv) { return run_lua_command("seer", "seer.cli.serve", argc - 1, argv + 1); }
 
 static int cmd_mcp(int argc, char **argv) { return run_lua_command("seer", "seer.cli.mcp", argc - 1, argv + 1); }
 

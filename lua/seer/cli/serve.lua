@@ -1,0 +1,68 @@
+--- `seer serve MODEL`: a model behind an OpenAI-compatible endpoint (lua/seer/serve.lua,
+--- docs/serve.md). Prints one JSON line {"url", "port", "model"} on stdout when it listens.
+local M = {}
+
+local USAGE = [[
+usage: seer serve MODEL [--port N] [--host ADDR] [--name ID] [--token TOKEN] [--max-tokens N] [--adapter DIR] [--read-timeout S]
+
+Serves MODEL (a directory or a hub id in the cache) at http://HOST:PORT/v1 with OpenAI's
+/v1/chat/completions, /v1/completions and /v1/models, one request at a time, until Ctrl-C.
+  --port N        default 0: a free port (printed)
+  --host ADDR     default 127.0.0.1 (0.0.0.0 serves every interface: then set a token)
+  --name ID       the model id clients send and see (default: the model's directory name)
+  --token TOKEN   require "Authorization: Bearer TOKEN" (or set SEER_SERVE_TOKEN)
+  --max-tokens N  the largest max_tokens a request may ask (default 1024)
+  --adapter DIR   a PEFT LoRA adapter on top of MODEL
+  --read-timeout S  seconds a client has to send its request (default 10)]]
+
+function M.main(...)
+  local args = { ... }
+  local o = {}
+  local i = 1
+  local function value(flag)
+    i = i + 1
+    local v = args[i]
+    if v == nil then io.stderr:write("seer serve: ", flag, " needs a value\n", USAGE, "\n"); os.exit(2) end
+    return v
+  end
+  while i <= #args do
+    local a = args[i]
+    if a == "-h" or a == "--help" then print(USAGE) return
+    elseif a == "--port" then o.port = tonumber(value(a))
+    elseif a == "--host" then o.host = value(a)
+    elseif a == "--name" then o.name = value(a)
+    elseif a == "--token" then o.token = value(a)
+    elseif a == "--max-tokens" then o.max_tokens = tonumber(value(a))
+    elseif a == "--adapter" then o.adapter = value(a)
+    elseif a == "--read-timeout" then o.read_timeout = tonumber(value(a))
+    elseif a:sub(1, 1) == "-" then io.stderr:write("seer serve: unknown option ", a, "\n", USAGE, "\n"); os.exit(2)
+    elseif o.model then io.stderr:write("seer serve: unexpected argument ", a, "\n", USAGE, "\n"); os.exit(2)
+    else o.model = a end
+    i = i + 1
+  end
+  if not o.model then io.stderr:write("seer serve: MODEL is missing\n", USAGE, "\n"); os.exit(2) end
+  if o.port and (o.port ~= math.floor(o.port) or o.port < 0 or o.port > 65535) then
+    io.stderr:write("seer serve: --port must be 0..65535\n"); os.exit(2)
+  end
+  if o.max_tokens and (o.max_tokens < 1 or o.max_tokens ~= math.floor(o.max_tokens)) then
+    io.stderr:write("seer serve: --max-tokens must be a positive integer\n"); os.exit(2)
+  end
+  o.token = o.token or os.getenv("SEER_SERVE_TOKEN")
+  if o.token == "" then o.token = nil end
+  if o.host and o.host ~= "127.0.0.1" and not o.token then
+    io.stderr:write("seer serve: serving beyond loopback without a token lets anyone on the network use the model; add --token\n")
+    os.exit(2)
+  end
+  local model = require("seer.model").load(o.model)
+  if o.adapter then model:load_adapter(o.adapter) end
+  local json = require "seer.json"
+  local name = o.name or (o.model:match("([^/]+)/*$") or o.model)
+  require("seer.serve").serve{ model = model, name = name, host = o.host, port = o.port, token = o.token,
+    max_tokens = o.max_tokens, read_timeout = o.read_timeout, on_ready = function(info)
+      io.stdout:write(json.encode{ url = info.url, port = info.port, model = name }, "\n")
+      io.stdout:flush()
+      io.stderr:write(("seer serve: %s at %s (Ctrl-C ends it)\n"):format(name, info.url))
+    end }
+end
+
+return M

@@ -1,0 +1,312 @@
+--- seer.serve: a model behind an OpenAI-compatible HTTP endpoint (`seer serve MODEL`), so
+--- experiments written for API models (OpenRouter targets, black-box audits, checkpoint diffs)
+--- can run against a local seer model, and so any OpenAI client can talk to one.
+---
+---   POST /v1/chat/completions   {model, messages, max_tokens, temperature, top_p, seed, stop, stream}
+---   POST /v1/completions        {model, prompt, ...}
+---   GET  /v1/models
+---
+--- One request at a time (the model is not reentrant), on loopback by default; with a token,
+--- every request must carry `Authorization: Bearer <token>`. Everything a client sends is
+--- bounded: the request head (16 KiB), the body (4 MiB), the time to send them (10 s), and
+--- max_tokens. Errors come back in OpenAI's shape. docs/serve.md.
+---@class seerserve
+local M = {}
+
+local ffi = require "ffi"
+local json = require "seer.json"
+local process = require "seer.process"
+
+pcall(ffi.cdef, [[
+struct seer_sockaddr_in { unsigned short sin_family; unsigned short sin_port; unsigned int sin_addr; char zero[8]; };
+int socket(int domain, int type, int protocol);
+int bind(int fd, const void *addr, unsigned int len);
+int listen(int fd, int backlog);
+int accept4(int fd, void *addr, unsigned int *len, int flags);
+int getsockname(int fd, void *addr, unsigned int *len);
+int setsockopt(int fd, int level, int name, const void *val, unsigned int len);
+long recv(int fd, void *buf, size_t n, int flags);
+long send(int fd, const void *buf, size_t n, int flags);
+int close(int fd);
+int inet_pton(int af, const char *src, void *dst);
+unsigned short htons(unsigned short x);
+unsigned short ntohs(unsigned short x);
+]])
+pcall(ffi.cdef, "struct seer_pollfd { int fd; short events; short revents; }; int poll(struct seer_pollfd *fds, unsigned long n, int timeout);")
+local C = ffi.C
+
+local AF_INET, SOCK_STREAM, SOCK_CLOEXEC, SOCK_NONBLOCK = 2, 1, 0x80000, 0x800
+local SOL_SOCKET, SO_REUSEADDR = 1, 2
+local POLLIN, POLLOUT = 1, 4
+local MSG_NOSIGNAL = 0x4000
+
+local MAX_HEAD, MAX_BODY, READ_MS = 16384, 4 * 1024 * 1024, 10000
+
+local STATUS = { [200] = "OK", [400] = "Bad Request", [401] = "Unauthorized", [404] = "Not Found",
+                 [405] = "Method Not Allowed", [408] = "Request Timeout", [413] = "Payload Too Large",
+                 [431] = "Request Header Fields Too Large", [500] = "Internal Server Error" }
+
+local function wait_fd(fd, events, ms)
+  local p = ffi.new("struct seer_pollfd[1]")
+  p[0].fd, p[0].events = fd, events
+  return C.poll(p, 1, ms) > 0
+end
+
+local function send_all(fd, s)
+  local off = 0
+  while off < #s do
+    if not wait_fd(fd, POLLOUT, 10000) then return false end
+    local n = C.send(fd, ffi.cast("const char *", s) + off, #s - off, MSG_NOSIGNAL)
+    if n <= 0 then
+      if ffi.errno() ~= 11 then return false end
+    else off = off + n end
+  end
+  return true
+end
+
+local function respond(fd, status, body, ctype, extra)
+  local head = { ("HTTP/1.1 %d %s"):format(status, STATUS[status] or "Error"),
+                 "Content-Type: " .. (ctype or "application/json"), "Content-Length: " .. #body, "Connection: close" }
+  for _, h in ipairs(extra or {}) do head[#head + 1] = h end
+  return send_all(fd, table.concat(head, "\r\n") .. "\r\n\r\n" .. body)
+end
+
+local function api_error(fd, status, message, kind)
+  respond(fd, status, json.encode{ error = { message = message, type = kind or "invalid_request_error" } })
+end
+
+-- Reads one request within READ_MS: (method, path, headers, body) or (nil, status, message).
+local function read_request(fd, read_ms)
+  local deadline = process.now_ms() + (read_ms or READ_MS)
+  local buf = ffi.new("char[65536]")
+  local data = ""
+  local head_end
+  local function more()
+    local left = deadline - process.now_ms()
+    if left <= 0 or not wait_fd(fd, POLLIN, math.floor(left)) then return nil, 408, "the request did not arrive in time" end
+    local n = C.recv(fd, buf, 65536, 0)
+    if n == 0 then return nil, 400, "the connection closed mid-request" end
+    if n < 0 then
+      if ffi.errno() == 11 then return true end
+      return nil, 400, "read error"
+    end
+    data = data .. ffi.string(buf, n)
+    return true
+  end
+  while true do
+    head_end = data:find("\r\n\r\n", 1, true)
+    if head_end then break end
+    if #data > MAX_HEAD then return nil, 431, "the request head is larger than 16 KiB" end
+    local ok, st, msg = more()
+    if not ok then return nil, st, msg end
+  end
+  if head_end > MAX_HEAD then return nil, 431, "the request head is larger than 16 KiB" end
+  local head = data:sub(1, head_end - 1)
+  local method, path = head:match("^(%u+) (%S+) HTTP/1%.[01]\r?\n?")
+  if not method then return nil, 400, "not an HTTP/1.x request" end
+  local headers = {}
+  for line in head:gmatch("\r\n([^\r\n]*)") do
+    local k, v = line:match("^([^:]+):%s*(.-)%s*$")
+    if k then headers[k:lower()] = v end
+  end
+  if headers["transfer-encoding"] then return nil, 400, "chunked request bodies are not supported; send Content-Length" end
+  local len = tonumber(headers["content-length"] or "0")
+  if not len or len < 0 or len ~= math.floor(len) then return nil, 400, "bad Content-Length" end
+  if len > MAX_BODY then return nil, 413, "the request body is larger than 4 MiB" end
+  local body = data:sub(head_end + 4)
+  while #body < len do
+    local before = #data
+    local ok, st, msg = more()
+    if not ok then return nil, st, msg end
+    body = body .. data:sub(before + 1)
+  end
+  return method, path, headers, body:sub(1, len)
+end
+
+-- Constant-time comparison, so the token cannot be guessed byte by byte from response times.
+local function same(a, b)
+  if type(a) ~= "string" or #a ~= #b then return false end
+  local d = 0
+  for i = 1, #a do d = bit.bor(d, bit.bxor(a:byte(i), b:byte(i))) end
+  return d == 0
+end
+
+local function render(model, messages)
+  local tok = model.tokenizer
+  if tok.chat_template then
+    return tok:apply_chat_template(messages, { add_generation_prompt = true, tokenize = false })
+  end
+  -- No chat template (a base model): a plain dialogue the model continues.
+  local parts = {}
+  for _, m in ipairs(messages) do
+    local who = m.role == "assistant" and "Assistant" or m.role == "system" and "System" or "User"
+    parts[#parts + 1] = who .. ": " .. m.content
+  end
+  parts[#parts + 1] = "Assistant:"
+  return table.concat(parts, "\n")
+end
+
+local function check_params(p, max_tokens_cap)
+  if type(p) ~= "table" then return "the body must be a JSON object" end
+  if p.max_tokens ~= nil and (type(p.max_tokens) ~= "number" or p.max_tokens < 1 or p.max_tokens ~= math.floor(p.max_tokens)) then
+    return "max_tokens must be a positive integer"
+  end
+  if (p.max_tokens or 0) > max_tokens_cap then return ("max_tokens is at most %d on this server"):format(max_tokens_cap) end
+  for _, k in ipairs({ "temperature", "top_p", "seed" }) do
+    if p[k] ~= nil and p[k] ~= json.null and type(p[k]) ~= "number" then return k .. " must be a number" end
+  end
+  if p.stop ~= nil and p.stop ~= json.null and type(p.stop) ~= "string" and type(p.stop) ~= "table" then return "stop must be a string or a list of strings" end
+  return nil
+end
+
+local function gen_opts(p, default_tokens)
+  local o = { max_new_tokens = p.max_tokens or default_tokens }
+  if type(p.temperature) == "number" then o.temperature = p.temperature end
+  if type(p.top_p) == "number" then o.top_p = p.top_p end
+  if type(p.seed) == "number" then o.seed = p.seed end
+  return o
+end
+
+local function stops_of(p)
+  if type(p.stop) == "string" then return { p.stop } end
+  if type(p.stop) == "table" then
+    local t = {}
+    for _, s in ipairs(p.stop) do if type(s) == "string" and s ~= "" then t[#t + 1] = s end end
+    return t
+  end
+  return {}
+end
+
+-- Generates; returns text, finish_reason, prompt tokens, completion tokens. on_piece streams
+-- (generate holds back text that may be the start of a stop string).
+local function generate(model, text, p, default_tokens, on_piece)
+  local o = gen_opts(p, default_tokens)
+  local stops = stops_of(p)
+  if #stops > 0 then o.stop = stops end
+  if on_piece then o.stream = function(piece) if piece and piece ~= "" then on_piece(piece) end end end
+  local r = model:generate(text, o)
+  local n_out = #r.ids
+  return r.text or "", n_out >= o.max_new_tokens and "length" or "stop", #r.prompt_ids, n_out
+end
+
+---@class seerserve.Options
+---@field model seer.Model
+---@field name? string the model id clients use (default: the model directory's name)
+---@field host? string default 127.0.0.1
+---@field port? integer 0 (default) picks a free port
+---@field token? string required as a Bearer token when set
+---@field max_tokens? integer the cap on max_tokens (default 1024)
+---@field default_tokens? integer max_tokens when a request gives none (default 256)
+---@field on_ready? fun(info: {url: string, port: integer, host: string})
+---@field max_requests? integer stop after this many (tests)
+---@field read_timeout? number seconds a client has to send its request (default 10)
+
+---Serves until interrupted (Ctrl-C) or max_requests.
+---@param opts seerserve.Options
+function M.serve(opts)
+  local model = opts.model
+  local name = opts.name or "seer-model"
+  local host = opts.host or "127.0.0.1"
+  local cap = opts.max_tokens or 1024
+  local default_tokens = math.min(opts.default_tokens or 256, cap)
+  local fd = C.socket(AF_INET, bit.bor(SOCK_STREAM, SOCK_CLOEXEC), 0)
+  if fd < 0 then error("seer serve: socket() failed", 2) end
+  local one = ffi.new("int[1]", 1)
+  C.setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, one, 4)
+  local sa = ffi.new("struct seer_sockaddr_in")
+  sa.sin_family = AF_INET
+  sa.sin_port = C.htons(opts.port or 0)
+  if C.inet_pton(AF_INET, host, ffi.cast("void *", ffi.cast("char *", sa) + 4)) ~= 1 then
+    C.close(fd)
+    error(("seer serve: %s is not an IPv4 address (use 127.0.0.1, or 0.0.0.0 for every interface)"):format(host), 2)
+  end
+  if C.bind(fd, sa, ffi.sizeof(sa)) ~= 0 or C.listen(fd, 64) ~= 0 then
+    C.close(fd)
+    error(("seer serve: cannot listen on %s:%d (errno %d: in use?)"):format(host, opts.port or 0, ffi.errno()), 2)
+  end
+  local len = ffi.new("unsigned int[1]", ffi.sizeof(sa))
+  C.getsockname(fd, sa, len)
+  local port = C.ntohs(sa.sin_port)
+  local info = { url = ("http://%s:%d/v1"):format(host, port), port = port, host = host }
+  if opts.on_ready then opts.on_ready(info) end
+  local served = 0
+  local ok, err = pcall(function()
+    while not opts.max_requests or served < opts.max_requests do
+      if wait_fd(fd, POLLIN, 1000) then
+        local c = C.accept4(fd, nil, nil, bit.bor(SOCK_CLOEXEC, SOCK_NONBLOCK))
+        if c >= 0 then
+          served = served + 1
+          local okh, herr = pcall(M._handle, c, model, name, opts.token, cap, default_tokens,
+                                  opts.read_timeout and math.floor(opts.read_timeout * 1000))
+          if not okh then
+            if tostring(herr):match("interrupted$") then C.close(c); error(herr, 0) end
+            pcall(api_error, c, 500, "internal error: " .. tostring(herr):sub(1, 300), "server_error")
+          end
+          C.close(c)
+        end
+      end
+    end
+  end)
+  C.close(fd)
+  if not ok then error(err, 0) end
+end
+
+function M._handle(fd, model, name, token, cap, default_tokens, read_ms)
+  local method, path, headers, body = read_request(fd, read_ms)
+  if not method then return api_error(fd, path, headers) end
+  if token and not same((headers.authorization or ""):match("^Bearer (.+)$"), token) then
+    return api_error(fd, 401, "a valid Authorization: Bearer token is required", "authentication_error")
+  end
+  path = path:gsub("%?.*$", "")
+  if path == "/v1/models" then
+    if method ~= "GET" then return api_error(fd, 405, "use GET") end
+    return respond(fd, 200, json.encode{ object = "list", data = { { id = name, object = "model", owned_by = "seer" } } })
+  end
+  local chat = path == "/v1/chat/completions"
+  if not chat and path ~= "/v1/completions" then return api_error(fd, 404, "no route " .. path .. " (this server has /v1/chat/completions, /v1/completions, /v1/models)") end
+  if method ~= "POST" then return api_error(fd, 405, "use POST") end
+  local okj, p = pcall(json.decode, body)
+  if not okj then return api_error(fd, 400, "the body is not JSON") end
+  local bad = check_params(p, cap)
+  if bad then return api_error(fd, 400, bad) end
+  if p.model ~= nil and p.model ~= name then return api_error(fd, 404, ("model %q is not served here (this server has %q)"):format(tostring(p.model), name)) end
+  local text
+  if chat then
+    if type(p.messages) ~= "table" or #p.messages == 0 then return api_error(fd, 400, "messages must be a non-empty list") end
+    for i, m in ipairs(p.messages) do
+      if type(m) ~= "table" or type(m.role) ~= "string" or type(m.content) ~= "string" then
+        return api_error(fd, 400, ("messages[%d] needs a role and a string content"):format(i - 1))
+      end
+    end
+    local okr, r = pcall(render, model, p.messages)
+    if not okr then return api_error(fd, 400, "the chat template failed: " .. tostring(r):sub(1, 200)) end
+    text = r
+  else
+    if type(p.prompt) ~= "string" then return api_error(fd, 400, "prompt must be a string") end
+    text = p.prompt
+  end
+  local id = ("seer-%x%x"):format(os.time(), math.random(0, 0xffffff))
+  local created = os.time()
+  local object = chat and "chat.completion" or "text_completion"
+  if p.stream == true then
+    if not send_all(fd, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n") then return end
+    local function event(choice, usage)
+      local chunk = { id = id, object = object .. ".chunk", created = created, model = name, choices = { choice }, usage = usage }
+      send_all(fd, "data: " .. json.encode(chunk) .. "\n\n")
+    end
+    local _, finish, np, nc = generate(model, text, p, default_tokens, function(piece)
+      event(chat and { index = 0, delta = { content = piece } } or { index = 0, text = piece })
+    end)
+    event(chat and { index = 0, delta = json.object(), finish_reason = finish } or { index = 0, text = "", finish_reason = finish },
+          { prompt_tokens = np, completion_tokens = nc, total_tokens = np + nc })
+    send_all(fd, "data: [DONE]\n\n")
+    return
+  end
+  local out, finish, np, nc = generate(model, text, p, default_tokens)
+  local choice = chat and { index = 0, finish_reason = finish, message = { role = "assistant", content = out } }
+                      or { index = 0, finish_reason = finish, text = out }
+  return respond(fd, 200, json.encode{ id = id, object = object, created = created, model = name, choices = { choice },
+                                       usage = { prompt_tokens = np, completion_tokens = nc, total_tokens = np + nc } })
+end
+
+return M
