@@ -17,6 +17,16 @@ local process = require "seer.process"
 
 local PROMPTS = core.lua_dir() .. "/seer/prompts"
 
+---Sets an environment variable of this process (the sessions it starts see it where they are
+---told to pass it on).
+---@param name string
+---@param value string
+function M.setenv(name, value)
+  local ffi = require "ffi"
+  pcall(ffi.cdef, "int setenv(const char *name, const char *value, int overwrite);")
+  if ffi.C.setenv(name, value, 1) ~= 0 then error("setenv " .. name .. " failed", 2) end
+end
+
 ---Absolute path of stories260K (the small profile's model), from the seer tree.
 ---@return string
 function M.small_model()
