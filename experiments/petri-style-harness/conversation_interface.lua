@@ -1,17 +1,24 @@
--- Runs inside the scoped sandbox: the auditor's tools for talking to the target, a model loaded
--- here (the white-box variant: the auditor can also steer it). Every exchange is kept, and
--- get_transcript() saves it to /tmp/petri_transcript.txt for the judge.
-local M = require "seer.model"
-
-local name = next(list_configured_models())
-local model = M.load(get_model_path(name))
-local tokenizer = model.tokenizer
+-- Runs inside the scoped sandbox: the auditor's tools for talking to the target. White-box
+-- (default): the target is a model loaded here, and the auditor can also steer it. Black-box
+-- (PETRI_TARGET_URL set): the target is an API model behind an OpenAI-compatible endpoint
+-- (PETRI_TARGET_MODEL, key in PETRI_TARGET_KEY), reached with toolkit.openai_client. Every
+-- exchange is kept, and get_transcript() saves it to /tmp/petri_transcript.txt for the judge.
+local api_url = os.getenv("PETRI_TARGET_URL")
+local black_box = api_url ~= nil and api_url ~= ""
+local model, tokenizer, api
+if black_box then
+  api = require("toolkit.openai_client").new{ base_url = api_url, api_key = os.getenv("PETRI_TARGET_KEY") or os.getenv("OPENROUTER_API_KEY") }
+else
+  local name = next(list_configured_models())
+  model = require("seer.model").load(get_model_path(name))
+  tokenizer = model.tokenizer
+end
 
 local state = { system = "", messages = {}, last = nil, steer = nil }
 local TRANSCRIPT = "/tmp/petri_transcript.txt"
 
 -- The target's prompt: the chat template when the tokenizer has one, else a plain dialogue.
-local function prompt_text()
+local function prompt_text() -- white-box only
   -- Replies stay in the conversation (steered or not), as the target said them.
   if tokenizer.chat_template then
     local msgs = {}
@@ -41,6 +48,12 @@ end
 function expose.send_message(content)
   state.messages[#state.messages + 1] = { role = "user", content = content }
   local function gen()
+    if black_box then
+      local msgs = {}
+      if state.system ~= "" then msgs[1] = { role = "system", content = state.system } end
+      for _, m in ipairs(state.messages) do msgs[#msgs + 1] = { role = m.role, content = m.content } end
+      return (api:complete(os.getenv("PETRI_TARGET_MODEL"), msgs, { max_tokens = 48, temperature = 0.7, seed = #state.messages }))
+    end
     return model:generate(prompt_text(), { max_new_tokens = 48, temperature = 0.7, seed = #state.messages }).text
   end
   local reply
@@ -70,6 +83,7 @@ end
 ---@param strength number
 ---@return {norm: number, layer: integer}
 function expose.steer_target(positive, negative, layer, strength)
+  if black_box then error("steer_target: the target is an API model (black-box): there are no activations to steer", 2) end
   local ex = require "toolkit.extract_activations"
   local P = require "toolkit.prompts"
   layer = P.layer(model, layer, "steer_target")

@@ -1,23 +1,49 @@
 -- Petri-style harness (the reference's experiment 6): an auditor agent probes a target through
 -- MCP tools served from a scoped sandbox, then a judge scores the audit's transcript on named
--- dimensions. This is the white-box variant: the target is a model loaded in the scoped
--- sandbox, and the auditor can steer it.
+-- dimensions. White-box (default): the target is a model loaded in the scoped sandbox, and the
+-- auditor can steer it. Black-box (--black-box, the reference's setup): the target is an API
+-- model the sandbox reaches over the network (no GPU, no model inside).
 --
---   seer experiments/petri-style-harness/main.lua           -- gemma-2-9b-it on a GPU; Claude audits and judges
---   seer experiments/petri-style-harness/main.lua --small   -- stories260K; a recorded auditor and the scripted judge
+--   seer experiments/petri-style-harness/main.lua                       -- gemma-2-9b-it on a GPU; Claude audits and judges
+--   seer experiments/petri-style-harness/main.lua --black-box           -- openai/gpt-4o-mini on OpenRouter (OPENROUTER_API_KEY)
+--   seer experiments/petri-style-harness/main.lua --small [--black-box] -- stories260K (in the sandbox, or behind seer serve);
+--                                                                          a recorded auditor and the scripted judge
 local seer = require "seer"
 local env = seer.environment
 local X = require "seer.experiment"
 local judge = require "judge"
 
 local here = seer.script_dir()
-local run = X.run{ name = "petri-style-harness", dir = here }
+local run = X.run{ name = "petri-style-harness", dir = here, flags = { "--black-box" } }
+local black_box = run.flags["black-box"]
+if black_box and run.replay and not run.replay_agent then run.replay = here .. "/replay/small-black-box.jsonl" end
 
-local scoped = env.ScopedSandbox(env.SandboxConfig{
-  gpu = not run.small and "A100" or nil,
-  models = { env.ModelConfig{ name = run.small and X.small_model() or "google/gemma-2-9b-it" } },
-  limits = run.small and { memory = "2G", processes = 256 } or nil,
-}):start{ name = "petri" }
+local config, server
+if not black_box then
+  config = env.SandboxConfig{
+    gpu = not run.small and "A100" or nil,
+    models = { env.ModelConfig{ name = run.small and X.small_model() or "google/gemma-2-9b-it" } },
+    limits = run.small and { memory = "2G", processes = 256 } or nil,
+  }
+else
+  -- No GPU and no model inside: the target is an API. The sandbox needs the network for it
+  -- (network = "host" until SandboxConfig.network takes an allow-list).
+  local target = { PETRI_TARGET_URL = "https://openrouter.ai/api/v1", PETRI_TARGET_MODEL = "openai/gpt-4o-mini" }
+  if run.small then
+    server = require("seer.process").spawn{ argv = { require("seer.jupyter").seer_binary(), "serve", X.small_model(),
+                                                      "--name", "target" }, stdout = "pipe", stderr = "null" }
+    local line = server:read_line(15000)
+    if not line then error("seer serve did not start: " .. server:describe_exit(), 0) end
+    target = { PETRI_TARGET_URL = seer.json.decode(line).url, PETRI_TARGET_MODEL = "target" }
+  end
+  config = env.SandboxConfig{
+    network = "host",
+    env = target,
+    secrets = not run.small and { "OPENROUTER_API_KEY" } or nil,
+    limits = { memory = "2G", processes = 256 },
+  }
+end
+local scoped = env.ScopedSandbox(config):start{ name = "petri" }
 
 local ok, err = pcall(function()
   -- Phase 1: the audit, through the tools of conversation_interface.lua
@@ -56,13 +82,14 @@ local ok, err = pcall(function()
   for _, d in ipairs(judge.DIMENSIONS) do
     rows[#rows + 1] = ("| %s | %d | %s |"):format(d.name, scores[d.name].score, scores[d.name].why)
   end
-  X.summary(run, { scores = scores, judge = judge_kind,
+  X.summary(run, { scores = scores, judge = judge_kind, variant = black_box and "black-box" or "white-box",
                    agent = { role = "auditor", provider = run.provider, reason = audit.reason, turns = audit.turns, transcript = audit.transcript },
                    audit_transcript = run.out_dir .. "/audit_transcript.txt" },
-    table.concat({ "# Petri-style audit: summary", "",
+    table.concat({ ("# Petri-style audit (%s): summary"):format(black_box and "black-box" or "white-box"), "",
       ("Auditor: %s, %s after %d turns. Judge: %s."):format(run.provider, audit.reason, audit.turns or 0, judge_kind), "",
       table.concat(rows, "\n"), "", "Audit transcript: " .. run.out_dir .. "/audit_transcript.txt",
       "Agent transcript: " .. tostring(audit.transcript), "" }, "\n"))
 end)
 scoped:terminate()
+if server then server:stop(1000) end
 if not ok then error(err, 0) end

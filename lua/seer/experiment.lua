@@ -95,31 +95,40 @@ end
 ---@field replay? string the recorded agent (small profile without an API key, or SEER_REPLAY)
 ---@field replay_agent? string under `seer replay`: the name of the agent whose turns are replayed
 ---@field args string[] the script's arguments
+---@field flags table<string, boolean> the experiment's own flags that were given (without "--")
 ---@field out_dir string this run's folder (outputs/<name>-<time>)
 ---@field task string task.md's text
 ---@field t0 number
 
----Parses the profile from the script's arguments (`--small`, `--full`) and SEER_PROFILE
+---Parses the profile from the script's arguments (`--small`, `--full`, and the experiment's own
+---`flags`, e.g. {"--black-box"}, set in run.flags without the dashes) and SEER_PROFILE
 ---("small" | "full"), and makes the run folder. In the small profile the agent is the recorded
 ---one in `<dir>/replay/small.jsonl` unless ANTHROPIC_API_KEY is set (then Claude works on the
 ---small model).
----@param opts {name: string, dir: string, args?: string[], out_root?: string}
+---@param opts {name: string, dir: string, args?: string[], out_root?: string, flags?: string[]}
 ---@return seerexperiment.Run
 function M.run(opts)
   assert(type(opts) == "table" and type(opts.name) == "string" and type(opts.dir) == "string",
     "seer.experiment.run{name, dir}")
   local profile = os.getenv("SEER_PROFILE")
+  local flags, allowed = {}, { ["--small"] = true, ["--full"] = true }
+  for _, f in ipairs(opts.flags or {}) do allowed[f] = true end
   for _, a in ipairs(opts.args or arg or {}) do
     if a == "--small" then profile = "small"
     elseif a == "--full" then profile = "full"
+    elseif allowed[a] then flags[a:sub(3)] = true
     elseif a:match("^%-%-") then
-      error(("%s: unknown option %s (the options are --small and --full)"):format(opts.name, a), 2)
+      local names = {}
+      for f in pairs(allowed) do names[#names + 1] = f end
+      table.sort(names)
+      error(("%s: unknown option %s (the options are %s)"):format(opts.name, a, table.concat(names, ", ")), 2)
     end
   end
   if profile ~= nil and profile ~= "small" and profile ~= "full" then
     error(("SEER_PROFILE=%s: use small (stories260K, a recorded agent) or full (the reference's models)"):format(profile), 2)
   end
-  local r = { name = opts.name, dir = core.realpath(opts.dir) or opts.dir, small = profile == "small", t0 = process.now_ms() }
+  local r = { name = opts.name, dir = core.realpath(opts.dir) or opts.dir, small = profile == "small", t0 = process.now_ms(),
+              flags = flags }
   local f = io.open(opts.dir .. "/task.md", "rb")
   r.task = f and f:read("*a") or ""
   if f then f:close() end

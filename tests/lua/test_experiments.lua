@@ -10,11 +10,11 @@ local SEER = require("seer.jupyter").seer_binary()
 local function have_bwrap() return os.execute("command -v bwrap >/dev/null 2>&1") == 0 end
 
 -- Runs an experiment; returns its output, exit status and the run folder.
-local function run_experiment(name, extra_env)
+local function run_experiment(name, extra_env, extra_args)
   if not have_bwrap() then T.skip("bubblewrap is not installed (make setup installs it)") end
   local out = T.tmpdir()
-  local cmd = ("cd '%s' && env -u ANTHROPIC_API_KEY SEER_OUT='%s' SEER_SANDBOX_DIR='%s/sb' %s '%s' experiments/%s/main.lua --small 2>&1")
-    :format(root, out, out, extra_env or "", SEER, name)
+  local cmd = ("cd '%s' && env -u ANTHROPIC_API_KEY SEER_OUT='%s' SEER_SANDBOX_DIR='%s/sb' %s '%s' experiments/%s/main.lua --small %s 2>&1")
+    :format(root, out, out, extra_env or "", SEER, name, extra_args or "")
   local p = io.popen(cmd)
   local text = p:read("*a")
   local ok, _, code = p:close()
@@ -80,8 +80,8 @@ end)
 
 -- What every experiment's run must show: exit 0, its summary, an agent that ended normally and
 -- tool calls that all succeeded; returns the summary and the transcript's events.
-local function check_run(name, local_mode)
-  local text, code, dir = run_experiment(name)
+local function check_run(name, local_mode, extra_args)
+  local text, code, dir = run_experiment(name, nil, extra_args)
   T.eq(code, 0, text)
   T.ok(dir, "no run folder was made:\n" .. text)
   local s = read_json(dir .. "/summary.json")
@@ -181,6 +181,20 @@ T.test("petri-style-harness --small: an auditor over scoped MCP tools, a steered
   T.eq(sends, 5)
 end)
 
+T.test("petri-style-harness --small --black-box: the target is an API model (seer serve) reached from the sandbox", function()
+  local s = check_run("petri-style-harness", false, "--black-box")
+  T.eq(s.variant, "black-box")
+  T.eq(s.args, { "--small", "--black-box" })
+  local transcript = seer.read_file(s.audit_transcript)
+  local n_target = 0
+  for line in transcript:gmatch("[^\n]+") do
+    if line:match("^TARGET: ") then n_target = n_target + 1 end
+    T.ok(not line:match("^TARGET %[steered%]"), "a black-box target cannot be steered")
+  end
+  T.eq(n_target, 5)
+  T.eq(s.scores.steering_effect.score, 1)
+end)
+
 T.test("the petri judge parses a model's JSON verdict and names what is missing", function()
   package.path = root .. "/experiments/petri-style-harness/libraries/?.lua;" .. package.path
   local J = require "judge"
@@ -276,7 +290,7 @@ T.test("an unknown option and a bad SEER_PROFILE are refused with the valid ones
   local p = io.popen(("cd '%s' && '%s' experiments/introspection/main.lua --tiny 2>&1"):format(root, SEER))
   local text = p:read("*a")
   p:close()
-  T.contains(text, "unknown option --tiny (the options are --small and --full)")
+  T.contains(text, "unknown option --tiny (the options are --full, --small)")
   p = io.popen(("cd '%s' && SEER_PROFILE=medium '%s' experiments/introspection/main.lua 2>&1"):format(root, SEER))
   text = p:read("*a")
   p:close()
