@@ -13,32 +13,9 @@
 ---@class seerserve
 local M = {}
 
-local ffi = require "ffi"
 local json = require "seer.json"
 local process = require "seer.process"
-
-pcall(ffi.cdef, [[
-struct seer_sockaddr_in { unsigned short sin_family; unsigned short sin_port; unsigned int sin_addr; char zero[8]; };
-int socket(int domain, int type, int protocol);
-int bind(int fd, const void *addr, unsigned int len);
-int listen(int fd, int backlog);
-int accept4(int fd, void *addr, unsigned int *len, int flags);
-int getsockname(int fd, void *addr, unsigned int *len);
-int setsockopt(int fd, int level, int name, const void *val, unsigned int len);
-long recv(int fd, void *buf, size_t n, int flags);
-long send(int fd, const void *buf, size_t n, int flags);
-int close(int fd);
-int inet_pton(int af, const char *src, void *dst);
-unsigned short htons(unsigned short x);
-unsigned short ntohs(unsigned short x);
-]])
-pcall(ffi.cdef, "struct seer_pollfd { int fd; short events; short revents; }; int poll(struct seer_pollfd *fds, unsigned long n, int timeout);")
-local C = ffi.C
-
-local AF_INET, SOCK_STREAM, SOCK_CLOEXEC, SOCK_NONBLOCK = 2, 1, 0x80000, 0x800
-local SOL_SOCKET, SO_REUSEADDR = 1, 2
-local POLLIN, POLLOUT = 1, 4
-local MSG_NOSIGNAL = 0x4000
+local sock = require "seer.sock"
 
 local MAX_HEAD, MAX_BODY, READ_MS = 16384, 4 * 1024 * 1024, 10000
 
@@ -46,23 +23,7 @@ local STATUS = { [200] = "OK", [400] = "Bad Request", [401] = "Unauthorized", [4
                  [405] = "Method Not Allowed", [408] = "Request Timeout", [413] = "Payload Too Large",
                  [431] = "Request Header Fields Too Large", [500] = "Internal Server Error" }
 
-local function wait_fd(fd, events, ms)
-  local p = ffi.new("struct seer_pollfd[1]")
-  p[0].fd, p[0].events = fd, events
-  return C.poll(p, 1, ms) > 0
-end
-
-local function send_all(fd, s)
-  local off = 0
-  while off < #s do
-    if not wait_fd(fd, POLLOUT, 10000) then return false end
-    local n = C.send(fd, ffi.cast("const char *", s) + off, #s - off, MSG_NOSIGNAL)
-    if n <= 0 then
-      if ffi.errno() ~= 11 then return false end
-    else off = off + n end
-  end
-  return true
-end
+local function send_all(fd, s) return sock.send_all(fd, s, 10000) end
 
 local function respond(fd, status, body, ctype, extra)
   local head = { ("HTTP/1.1 %d %s"):format(status, STATUS[status] or "Error"),
@@ -78,19 +39,14 @@ end
 -- Reads one request within READ_MS: (method, path, headers, body) or (nil, status, message).
 local function read_request(fd, read_ms)
   local deadline = process.now_ms() + (read_ms or READ_MS)
-  local buf = ffi.new("char[65536]")
   local data = ""
   local head_end
   local function more()
     local left = deadline - process.now_ms()
-    if left <= 0 or not wait_fd(fd, POLLIN, math.floor(left)) then return nil, 408, "the request did not arrive in time" end
-    local n = C.recv(fd, buf, 65536, 0)
-    if n == 0 then return nil, 400, "the connection closed mid-request" end
-    if n < 0 then
-      if ffi.errno() == 11 then return true end
-      return nil, 400, "read error"
-    end
-    data = data .. ffi.string(buf, n)
+    if left <= 0 or not sock.wait(fd, sock.POLLIN, left) then return nil, 408, "the request did not arrive in time" end
+    local got = sock.recv(fd)
+    if got == "" then return nil, 400, "the connection closed mid-request" end
+    if got then data = data .. got end
     return true
   end
   while true do
@@ -209,45 +165,31 @@ function M.serve(opts)
   local host = opts.host or "127.0.0.1"
   local cap = opts.max_tokens or 1024
   local default_tokens = math.min(opts.default_tokens or 256, cap)
-  local fd = C.socket(AF_INET, bit.bor(SOCK_STREAM, SOCK_CLOEXEC), 0)
-  if fd < 0 then error("seer serve: socket() failed", 2) end
-  local one = ffi.new("int[1]", 1)
-  C.setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, one, 4)
-  local sa = ffi.new("struct seer_sockaddr_in")
-  sa.sin_family = AF_INET
-  sa.sin_port = C.htons(opts.port or 0)
-  if C.inet_pton(AF_INET, host, ffi.cast("void *", ffi.cast("char *", sa) + 4)) ~= 1 then
-    C.close(fd)
-    error(("seer serve: %s is not an IPv4 address (use 127.0.0.1, or 0.0.0.0 for every interface)"):format(host), 2)
+  local fd, port = sock.listen_tcp(host, opts.port or 0)
+  if not fd then
+    error(("seer serve: cannot listen on %s:%d (%s); use 127.0.0.1, or 0.0.0.0 for every interface"):format(host, opts.port or 0, port), 2)
   end
-  if C.bind(fd, sa, ffi.sizeof(sa)) ~= 0 or C.listen(fd, 64) ~= 0 then
-    C.close(fd)
-    error(("seer serve: cannot listen on %s:%d (errno %d: in use?)"):format(host, opts.port or 0, ffi.errno()), 2)
-  end
-  local len = ffi.new("unsigned int[1]", ffi.sizeof(sa))
-  C.getsockname(fd, sa, len)
-  local port = C.ntohs(sa.sin_port)
   local info = { url = ("http://%s:%d/v1"):format(host, port), port = port, host = host }
   if opts.on_ready then opts.on_ready(info) end
   local served = 0
   local ok, err = pcall(function()
     while not opts.max_requests or served < opts.max_requests do
-      if wait_fd(fd, POLLIN, 1000) then
-        local c = C.accept4(fd, nil, nil, bit.bor(SOCK_CLOEXEC, SOCK_NONBLOCK))
-        if c >= 0 then
+      if sock.wait(fd, sock.POLLIN, 1000) then
+        local c = sock.accept(fd)
+        if c then
           served = served + 1
           local okh, herr = pcall(M._handle, c, model, name, opts.token, cap, default_tokens,
                                   opts.read_timeout and math.floor(opts.read_timeout * 1000))
           if not okh then
-            if tostring(herr):match("interrupted$") then C.close(c); error(herr, 0) end
+            if tostring(herr):match("interrupted$") then sock.close(c); error(herr, 0) end
             pcall(api_error, c, 500, "internal error: " .. tostring(herr):sub(1, 300), "server_error")
           end
-          C.close(c)
+          sock.close(c)
         end
       end
     end
   end)
-  C.close(fd)
+  sock.close(fd)
   if not ok then error(err, 0) end
 end
 

@@ -85,32 +85,25 @@ T.test("bad requests get OpenAI-shaped errors", function()
 end)
 
 -- A raw TCP client for what an HTTP library would not send.
-local ffi = require "ffi"
+local sock = require "seer.sock"
 local function raw(port, data, wait_ms)
-  local C = ffi.C
-  local fd = C.socket(2, 1, 0)
-  local sa = ffi.new("struct seer_sockaddr_in")
-  sa.sin_family = 2
-  sa.sin_port = C.htons(port)
-  C.inet_pton(2, "127.0.0.1", ffi.cast("char *", sa) + 4)
-  assert(ffi.C.connect(fd, sa, ffi.sizeof(sa)) == 0, "connect failed")
-  if data ~= "" then C.send(fd, data, #data, 0x4000) end
+  local fd = assert(sock.connect_tcp("127.0.0.1", port, 3000))
+  if data ~= "" then sock.send_all(fd, data) end
   local t0 = process.now_ms()
-  local buf = ffi.new("char[4096]")
   local got = ""
   while process.now_ms() - t0 < (wait_ms or 5000) do
-    local n = C.recv(fd, buf, 4096, 0)
-    if n <= 0 then break end
-    got = got .. ffi.string(buf, n)
+    if sock.wait(fd, sock.POLLIN, 100) then
+      local c = sock.recv(fd)
+      if c == "" then break end
+      got = got .. (c or "")
+    end
   end
-  C.close(fd)
+  sock.close(fd)
   return got, process.now_ms() - t0
 end
 
 T.test("a client that never finishes its request is cut off at the read timeout; the next one is served", function()
   local i = plain()
-  require "seer.serve"
-  pcall(ffi.cdef, "int connect(int fd, const void *addr, unsigned int len);")
   local got, ms = raw(i.port, "POST /v1/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"pro")
   T.contains(got, "HTTP/1.1 408")
   T.ok(ms < 3000, "took " .. ms .. " ms")
