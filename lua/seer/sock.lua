@@ -2,6 +2,7 @@
 --- egress proxy): TCP and unix listeners, connects with a timeout, poll, bounded sends. IPv4
 --- only. Every fd is close-on-exec and non-blocking; errors come back as (nil, message).
 local ffi = require "ffi"
+require "seer.process" -- declares struct seer_pollfd and poll()
 
 local M = {}
 
@@ -26,7 +27,6 @@ unsigned short htons(unsigned short x);
 unsigned short ntohs(unsigned short x);
 char *strerror(int errnum);
 ]])
-pcall(ffi.cdef, "struct seer_pollfd { int fd; short events; short revents; }; int poll(struct seer_pollfd *fds, unsigned long n, int timeout);")
 pcall(ffi.cdef, [[
 struct seer_sock_addrinfo { int ai_flags, ai_family, ai_socktype, ai_protocol; unsigned int ai_addrlen;
   void *ai_addr; char *ai_canonname; struct seer_sock_addrinfo *ai_next; };
@@ -188,6 +188,15 @@ function M.recv(fd, max)
   if n == 0 then return "" end
   if ffi.errno() == EAGAIN then return nil end
   return ""
+end
+
+---Sends what the socket takes now: the number of bytes sent (0 when it would block), or nil
+---when the peer is gone.
+function M.send_some(fd, s)
+  local n = C.send(fd, s, #s, MSG_NOSIGNAL)
+  if n >= 0 then return tonumber(n) end
+  if ffi.errno() == EAGAIN then return 0 end
+  return nil
 end
 
 ---Sends all of s within timeout_ms; false when the peer is gone or too slow.
