@@ -77,6 +77,22 @@ function M.extract_activation(model, tokenizer, input, layer_idx, position)
   return M.residuals(model, ids, { l }, position)[l]:clone()
 end
 
+---The reference's `get_layer_activations(model, tokenizer, text, layer)`: the output of decoder
+---layer `layer` at the last token, which is `extract_activation(model, tokenizer, text, layer)`.
+---`layer` may also be given as `{layer = 20}` (the reference's keyword).
+---@param model seer.Model
+---@param tokenizer? seer.Tokenizer
+---@param input toolkit.Input
+---@param layer integer|{layer: integer}
+---@return seer.Tensor activation [d_model]
+function M.get_layer_activations(model, tokenizer, input, layer)
+  if type(layer) == "table" then layer = layer.layer end
+  if type(layer) ~= "number" then
+    error("get_layer_activations(model, tokenizer, text, layer): layer must be a 0-based layer number", 2)
+  end
+  return M.extract_activation(model, tokenizer, input, layer, -1)
+end
+
 ---One activation per input, stacked: a [batch, d_model] tensor. Each input runs on its own
 ---(exact: no padding), and position counts within each input (-1 = each input's last token).
 ---@param model seer.Model

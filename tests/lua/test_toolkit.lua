@@ -144,6 +144,17 @@ T.test("extract_activation renders a chat with the template and the generation p
   T.raises(function() EX.extract_activation(model, nil, msgs, 2) end, "no chat template")
 end)
 
+T.test("get_layer_activations (the reference's name) is the decoder layer's output at the last token", function()
+  local text = "The cat sat on the mat."
+  local _, hidden = model:forward(tok:encode(text), { hidden_states = true })
+  for layer = 0, model.config.num_hidden_layers - 1 do
+    local want = hidden[layer + 2]:select(1, -1)
+    T.eq(EX.get_layer_activations(model, tok, text, layer):totable(), want:totable())
+  end
+  T.eq(EX.get_layer_activations(model, tok, text, { layer = 2 }):totable(), hidden[4]:select(1, -1):totable())
+  T.raises(function() EX.get_layer_activations(model, tok, text) end, "layer must be a 0-based layer number", true)
+end)
+
 T.test("extract_activations stacks single extractions; extract_layers gives every layer", function()
   local prompts = { "The dog ran.", "A cat sat on the big red mat.", { 1, 403 } }
   local b = EX.extract_activations(model, nil, prompts, 3, -1)
