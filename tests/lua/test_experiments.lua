@@ -285,6 +285,19 @@ T.test("api-kimi-investigation --small: a local session asks an API model (seer 
   T.contains(json.encode(nb.cells[1].outputs), "model: stories260K")
 end)
 
+T.test("checkpoint-diffing --small: two served checkpoints, an SAE on the reader's activations, the top differing features", function()
+  local s = check_run("checkpoint-diffing")
+  local r = s.results
+  T.eq(r.answers, { a = 12, b = 12 })
+  T.ok(r.tokens.a > 100 and r.tokens.b > 100, json.encode(r.tokens))
+  T.ok(r.fit.explained > 0.5, json.encode(r.fit))
+  T.eq(#r.features, 5)
+  for i, f in ipairs(r.features) do
+    T.eq(#f.tokens, 6)
+    if i > 1 then T.ok(math.abs(f.delta) <= math.abs(r.features[i - 1].delta) + 1e-9, "features are ranked by |delta|") end
+  end
+end)
+
 T.test("an unknown option and a bad SEER_PROFILE are refused with the valid ones", function()
   if not have_bwrap() then T.skip("bubblewrap is not installed (make setup installs it)") end
   local p = io.popen(("cd '%s' && '%s' experiments/introspection/main.lua --tiny 2>&1"):format(root, SEER))
