@@ -118,7 +118,8 @@ end
 function Server:session_info(s)
   return { session_id = s.id, name = s.name, notebook_path = s.nb.path, jupyter_url = self:jupyter_url(s.id),
            kernel_pid = s.kernel and ((s.kernel.process and s.kernel.process.pid) or (s.kernel.remote and s.kernel.remote.pid)) or json.null,
-           state = s.dead and "dead" or (s.running and "busy" or "idle"), dead_reason = s.dead or json.null }
+           state = s.dead and "dead" or (s.running and "busy" or "idle"), dead_reason = s.dead or json.null,
+           bad_messages = s.kernel and s.kernel:bad_messages() or s.bad_seen or 0 }
 end
 
 function Server:jupyter_url(id)
