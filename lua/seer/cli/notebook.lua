@@ -285,6 +285,7 @@ function Server:pump_queue(s)
   e.msg_id = s.kernel:send("shell", "execute_request", { code = e.code, silent = false, store_history = not e.hidden,
                                                          user_expressions = {}, allow_stdin = false, stop_on_error = false })
   e.started = process.now_ms()
+  e.bad_start = s.kernel:bad_messages()
   if e.timeout then e.deadline = e.started + e.timeout * 1000 end
   if e.cell then
     e.cell.metadata.execution_status = "running"
@@ -293,23 +294,11 @@ function Server:pump_queue(s)
   end
 end
 
--- The messages the session's kernel sent that were dropped since the last look: the running
--- cell gets a line that says so (once per cell), and a kernel past MAX_BAD is ended.
+-- A kernel past MAX_BAD dropped messages is ended, with the reason as its death.
 function Server:check_bad(s)
   if s.dead or not s.kernel then return end
   local n, why = s.kernel:bad_messages()
-  if n == (s.bad_seen or 0) then return end
-  local new = n - (s.bad_seen or 0)
   s.bad_seen = n
-  local e = s.running
-  if e and not e.bad_noted then
-    e.bad_noted = true
-    local o = { output_type = "stream", name = "stderr",
-                text = ("[seer] dropped %d malformed message%s from this session's kernel (the last: %s); the kernel may be compromised or broken\n")
-                  :format(new, new == 1 and "" or "s", tostring(why)) }
-    e.outputs[#e.outputs + 1] = o
-    if e.cell then s.nb:add_output(e.cell, o) end
-  end
   if MAX_BAD > 0 and n >= MAX_BAD then
     log("session %s: the kernel sent %d malformed messages (the last: %s); stopping it", s.id, n, tostring(why))
     s.kernel:stop(0)
@@ -317,8 +306,23 @@ function Server:check_bad(s)
   end
 end
 
+-- The cell that was running while its kernel sent messages that were dropped ends with a line
+-- that says how many and why the last one was: the session sees it, nobody else does.
+local function note_bad(s, e)
+  if not s.kernel or e.bad_start == nil then return end
+  local n, why = s.kernel:bad_messages()
+  local new = n - e.bad_start
+  if new <= 0 then return end
+  local o = { output_type = "stream", name = "stderr",
+              text = ("[seer] dropped %d malformed message%s from this session's kernel (the last: %s); the kernel may be compromised or broken\n")
+                :format(new, new == 1 and "" or "s", tostring(why)) }
+  e.outputs[#e.outputs + 1] = o
+  if e.cell then s.nb:add_output(e.cell, o) end
+end
+
 function Server:finish(s, e)
   s.running = nil
+  note_bad(s, e)
   local r = e.reply or {}
   e.result = r.status or "error"
   if e.cell then
