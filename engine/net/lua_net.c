@@ -44,13 +44,17 @@ void *seer_net_lua_socket(lua_State *L, int idx, const seer_net_key_t **key) {
 
 static int zfail(lua_State *L, const char *what) { return luaL_error(L, "net: %s: %s", what, zmq_strerror(zmq_errno())); }
 
-/* socket(kind, key, {max_bytes?, max_frames?}) */
+/* socket(kind, key, {max_bytes?, max_frames?, rcvhwm?}) */
 static int l_socket(lua_State *L) {
     const char *kind = luaL_checkstring(L, 1);
     size_t klen = 0;
     const char *key = luaL_optlstring(L, 2, "", &klen);
-    lua_Number max_bytes = 0, max_frames = 0;
+    lua_Number max_bytes = 0, max_frames = 0, rcvhwm = 0;
     if (lua_istable(L, 3)) {
+        lua_getfield(L, 3, "rcvhwm");
+        rcvhwm = lua_isnil(L, -1) ? 0 : luaL_checknumber(L, -1);
+        lua_pop(L, 1);
+        if (rcvhwm < 0 || rcvhwm > 1e6) return luaL_error(L, "net.socket: rcvhwm must be 0..1000000");
         lua_getfield(L, 3, "max_bytes");
         max_bytes = lua_isnil(L, -1) ? 0 : luaL_checknumber(L, -1);
         lua_getfield(L, 3, "max_frames");
@@ -89,6 +93,12 @@ static int l_socket(lua_State *L) {
          * one before it is ever buffered (the peer reconnects; the frame is gone). */
         int64_t mx = (int64_t)max_bytes;
         zmq_setsockopt(s->sock, ZMQ_MAXMSGSIZE, &mx, sizeof mx);
+    }
+    if (rcvhwm > 0) {
+        /* How many messages ZMQ may hold for this socket before it stops reading from the peer
+         * (which then buffers, or drops, on its own side: a sandbox pays for its own backlog). */
+        int hwm = (int)rcvhwm;
+        zmq_setsockopt(s->sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
     }
     int zero = 0, one = 1;
     zmq_setsockopt(s->sock, ZMQ_LINGER, &zero, sizeof zero);

@@ -16,6 +16,9 @@ Client.__index = Client
 ---The largest message a kernel may send (all frames): 64 MiB. Larger ones never reach the host's
 ---memory whole (docs/kernel.md).
 M.MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+---How many messages from one kernel socket may wait in the host's queue (ZMQ's receive
+---high-water mark): the host holds at most QUEUE * MAX_MESSAGE_BYTES per socket for a kernel.
+M.QUEUE = 16
 
 ---Path of the running seer binary (children are started with the same one).
 ---@return string
@@ -140,8 +143,9 @@ function M.connect(info)
     return ("%s://%s:%d"):format(info.transport or "tcp", info.ip or "127.0.0.1", port)
   end
   local self = setmetatable({ info = info, session = net.uuid() }, Client)
-  -- Nothing a kernel sends may cost more than max_bytes to receive (a bigger frame disconnects it).
-  local lim = { max_bytes = M.MAX_MESSAGE_BYTES, max_frames = 80 }
+  -- Nothing a kernel sends may cost more than max_bytes to receive (a bigger frame disconnects
+  -- it), and at most rcvhwm messages wait here: past that the kernel's side holds its backlog.
+  local lim = { max_bytes = M.MAX_MESSAGE_BYTES, max_frames = 80, rcvhwm = M.QUEUE }
   self.shell = net.socket("dealer", key, lim); self.shell:connect(ep(info.shell_port))
   self.control = net.socket("dealer", key, lim); self.control:connect(ep(info.control_port))
   self.stdin = net.socket("dealer", key, lim); self.stdin:connect(ep(info.stdin_port))

@@ -77,6 +77,7 @@ local kinds = { router = true, dealer = true, pub = true, sub = true, rep = true
 ---@class seernet.socket_opts
 ---@field max_bytes? integer a message larger than this (all frames together) is dropped unread; a single frame larger than this disconnects the peer (ZMQ_MAXMSGSIZE). Default 1 GiB
 ---@field max_frames? integer a message with more frames is dropped (default 4096)
+---@field rcvhwm? integer how many received messages ZMQ may queue here before it stops reading from the peer (default 1000); with max_bytes it bounds what a peer can make this process hold
 
 ---A ZMQ socket that signs what it sends and verifies what it receives with key. What it
 ---receives is checked before anyone sees it: the signature, the layout, opts' limits, replays
