@@ -314,6 +314,85 @@ print("sent the frame")]],
   end,
 }
 
+-- sandboxd runs inside the sandbox; one an agent took over (it can ptrace or replace its
+-- children, and it holds the key) answers the host with whatever it likes. Played here by a
+-- socket of this process with the key, answering seer.sandbox's client (the code the notebook
+-- server uses): malformed and replayed replies are dropped and counted, the good reply gets
+-- through, and a start_kernel connection that points outside the run folder is refused.
+T.test("attack (class 5/7): a hostile sandboxd's malformed, replayed and path-escaping replies", function()
+  local net = require "seer.net"
+  local S = require "seer.sandbox"
+  local nb = require "seer.cli.notebook"
+  local key = net.new_key()
+  local fake = net.socket("router", key)
+  local ep = fake:bind("tcp://127.0.0.1:*")
+  local client = S.connect{ endpoint = ep, key = key }
+  local sandbox_run = "/run/seer"
+  local last_good
+  local function answer(replies)
+    return function()
+      local req = assert(fake:recv(5000), "the request did not arrive")
+      for _, r in ipairs(replies) do
+        if r == "replay" then fake:send_frames(last_good)
+        else
+          local content = r.content
+          local h = r.header or net.header("start_kernel_reply", "fake")
+          local p = r.parent or req.header
+          if r.raw then
+            local hj, pj = json.encode(h), json.encode(p)
+            fake:send_frames({ req.idents[1], "<IDS|MSG>", require("seer.core.net").sign(key, hj, pj, "{}", r.raw),
+                               hj, pj, "{}", r.raw })
+          else
+            fake:send{ idents = req.idents, header = h, parent_header = p, metadata = {}, content = content }
+          end
+        end
+      end
+    end
+  end
+  local good_conn = { transport = "ipc", ip = sandbox_run .. "/kernel-x", key = net.new_key(), shell_port = 1, iopub_port = 2,
+                      stdin_port = 3, control_port = 4, hb_port = 5 }
+  local bad = {
+    { header = net.header("evil", "fake"), content = { status = "ok" } },                       -- not a reply
+    { content = { status = 5 } },                                                               -- status of the wrong type
+    { content = { status = "error", ename = { 1 }, evalue = "x" } },                            -- ename not a string
+    { parent = { nothing = true }, content = { status = "ok" } },                               -- no parent msg_id
+    { raw = "[1,2,3]" },                                                                        -- content not an object
+    { raw = '{"status":"ok","text":"bad \255"' },                                              -- not JSON at all
+  }
+  -- First a good request, whose reply's frames are kept for the replay below.
+  local frames_seen
+  local plain_send_frames = fake.send_frames
+  local r1 = client:request("start_kernel", { name = "k1" }, { timeout_ms = 5000, on_sent = function()
+    local req = assert(fake:recv(5000))
+    local h, p = json.encode(net.header("start_kernel_reply", "fake")), json.encode(req.header)
+    local c = json.encode({ status = "ok", connection = good_conn })
+    frames_seen = { req.idents[1], "<IDS|MSG>", require("seer.core.net").sign(key, h, p, "{}", c), h, p, "{}", c }
+    plain_send_frames(fake, frames_seen)
+  end })
+  T.eq(r1.connection.ip, good_conn.ip)
+  last_good = frames_seen
+  local before = client.sock:dropped()
+  local replies = {}
+  for _, b in ipairs(bad) do replies[#replies + 1] = b end
+  replies[#replies + 1] = "replay"
+  replies[#replies + 1] = { content = { status = "ok", connection = { transport = "ipc", ip = sandbox_run .. "/../../home/x",
+                                                                      key = good_conn.key, shell_port = 1, iopub_port = 2,
+                                                                      stdin_port = 3, control_port = 4, hb_port = 5 } } }
+  local r2 = client:request("start_kernel", { name = "k2" }, { timeout_ms = 5000, on_sent = answer(replies) })
+  local dropped = client.sock:dropped() - before
+  T.eq(dropped, #bad + 1, "every malformed reply and the replay were dropped")
+  -- the reply that got through names a path outside the run folder: the notebook server refuses it
+  T.contains(nb.check_connection(r2.connection, sandbox_run), "no plain file in the run folder")
+  T.eq(nb.check_connection(good_conn, sandbox_run), nil)
+  for _, c in ipairs({ 5, { transport = "tcp", ip = "127.0.0.1" }, { transport = "ipc", ip = "/etc/x" },
+                       { transport = "ipc", ip = sandbox_run .. "/k", key = 5 },
+                       { transport = "ipc", ip = sandbox_run .. "/k", key = good_conn.key, shell_port = 1e9 } }) do
+    T.ok(nb.check_connection(c, sandbox_run) ~= nil, "accepted a bad connection")
+  end
+  client:close()
+  fake:close()
+end)
+
 T.test("msgs attack suite: the rig closes", function()
   if bystander then pcall(bystander.terminate, bystander) end
   A.close()
