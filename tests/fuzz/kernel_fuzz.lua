@@ -126,7 +126,9 @@ function M.run(opts)
     assert(binfo.state == "idle" and (binfo.bad_messages or 0) == 0, "the bystander saw dropped messages")
     local stats = { n = sent, seconds = (process.now_ms() - t0) / 1000, bystander_cells = cells + 1,
                     dropped = info.bad_messages, rss0_mib = rss0 / 1024, rss_max_mib = rss_max / 1024,
-                    rss_end_mib = rss_kb(pid) / 1024 }
+                    rss_end_mib = rss_kb(pid) / 1024,
+                    -- under AddressSanitizer VmRSS measures its quarantine of freed memory
+                    asan = (read("/proc/" .. pid .. "/maps") or ""):find("libasan", 1, true) ~= nil }
     pcall(bad.terminate, bad)
     pcall(by.terminate, by)
     os.execute("rm -rf '" .. out .. "'")
