@@ -14,6 +14,10 @@
 
 #include <zmq.h>
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 static const char DELIM[] = "<IDS|MSG>";
 #define DELIM_LEN (sizeof DELIM - 1)
 
@@ -243,6 +247,12 @@ int seer_net_recv_rx(void *sock, const seer_net_key_t *k, seer_net_rx_t *rx, see
         if (r == 0) continue; /* a spurious wake-up */
         if (over) {
             rx_drop(rx, over == 1 ? "more frames than a message may have" : "larger than a message may be");
+#ifdef __GLIBC__
+            /* The frames were big and are freed now; glibc keeps such memory for reuse (its
+             * mmap threshold grows with what it has freed), so a peer that sends oversized
+             * messages would leave the receiver that much bigger for good. Give it back. */
+            if (over == 2) malloc_trim(0);
+#endif
             continue;
         }
         int d = -1;
