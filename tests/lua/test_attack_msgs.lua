@@ -393,6 +393,43 @@ T.test("attack (class 5/7): a hostile sandboxd's malformed, replayed and path-es
   fake:close()
 end)
 
+-- A kernel that keeps sending garbage is ended with a clear reason, and only its session is.
+-- Its own notebook server (a child process with SEER_NOTEBOOK_MAX_BAD_MESSAGES=50) and local
+-- kernels: the ending logic is the server's, whatever runs the kernel.
+T.test("attack (class 5): a kernel past SEER_NOTEBOOK_MAX_BAD_MESSAGES is stopped; the bystander goes on", function()
+  local dir = T.tmpdir()
+  local script = dir .. "/flood.lua"
+  local f = assert(io.open(script, "w"))
+  f:write(([[
+local ex = require "seer.execution"
+local out = %q
+local bad = ex.create_local_notebook_session(nil, { name = "flood", output_dir = out })
+local by = ex.create_local_notebook_session(nil, { name = "by", output_dir = out })
+local code = %q .. [==[
+for i = 1, 300 do pub("stream", '{"name":' .. i .. '}') end
+local t = os.time() while os.time() - t < 2 do end
+print("still here")]==]
+local r = bad:exec(code, { raise = false, timeout = 60 })
+print("FLOOD", r.error and r.error.ename, r.error and r.error.evalue)
+local info = bad:info()
+print("STATE", info.state, info.dead_reason)
+local b = by:exec("print(6 * 7)", { raise = false, timeout = 60 })
+print("BYSTANDER", b.text)
+bad:terminate() by:terminate()
+]]):format(dir .. "/out", PRELUDE))
+  f:close()
+  local seer_bin = require("seer.jupyter").seer_binary()
+  local p = io.popen(("SEER_NOTEBOOK_MAX_BAD_MESSAGES=50 SEER_LUA_DIR=%q %q %q 2>/dev/null"):format(
+    os.getenv("SEER_LUA_DIR") or (seer.script_dir() .. "/../../lua"), seer_bin, script))
+  local out = p:read("*a")
+  p:close()
+  T.contains(out, "FLOOD\tKernelDied")
+  T.contains(out, "was stopped by the notebook server: it sent")
+  T.contains(out, "STATE\tdead")
+  T.contains(out, "BYSTANDER\t42")
+  T.ok(not out:find("still here"), "the flooding kernel ran on")
+end)
+
 T.test("msgs attack suite: the rig closes", function()
   if bystander then pcall(bystander.terminate, bystander) end
   A.close()
