@@ -873,6 +873,25 @@ static int call_on(seer_mcp_client_t *c, mcp_server_t *s, const char *tool, cons
         cJSON_DeleteItemFromObjectCaseSensitive(r, "isError");
         cJSON_AddFalseToObject(r, "isError");
     }
+    /* Every content block an object with a string "type", and a text block's text a string:
+     * a block that is not is replaced by a text block that says so, so callers can index
+     * blocks without checking (a server may be a sandbox's, hence hostile). */
+    cJSON *content = cJSON_GetObjectItemCaseSensitive(r, "content");
+    int i = 0;
+    for (cJSON *b = content->child; b; i++) {
+        cJSON *next = b->next;
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(b, "type");
+        int ok = cJSON_IsObject(b) && cJSON_IsString(type);
+        if (ok && strcmp(type->valuestring, "text") == 0) ok = cJSON_IsString(cJSON_GetObjectItemCaseSensitive(b, "text"));
+        if (!ok) {
+            cJSON *fix = cJSON_CreateObject();
+            if (!fix) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+            cJSON_AddStringToObject(fix, "type", "text");
+            cJSON_AddStringToObject(fix, "text", "[seer: the server sent a malformed content block here; it was dropped]");
+            cJSON_ReplaceItemInArray(content, i, fix);
+        }
+        b = next;
+    }
     return 0;
 }
 

@@ -21,6 +21,7 @@ typedef struct {
     int type;
     const char *kind;
     seer_net_key_t *key;
+    seer_net_rx_t rx; /* this socket's limits and drop count */
 } sock_ud;
 
 static const struct {
@@ -43,11 +44,27 @@ void *seer_net_lua_socket(lua_State *L, int idx, const seer_net_key_t **key) {
 
 static int zfail(lua_State *L, const char *what) { return luaL_error(L, "net: %s: %s", what, zmq_strerror(zmq_errno())); }
 
-/* socket(kind, key) */
+/* socket(kind, key, {max_bytes?, max_frames?, rcvhwm?}) */
 static int l_socket(lua_State *L) {
     const char *kind = luaL_checkstring(L, 1);
     size_t klen = 0;
     const char *key = luaL_optlstring(L, 2, "", &klen);
+    lua_Number max_bytes = 0, max_frames = 0, rcvhwm = 0;
+    if (lua_istable(L, 3)) {
+        lua_getfield(L, 3, "rcvhwm");
+        rcvhwm = lua_isnil(L, -1) ? 0 : luaL_checknumber(L, -1);
+        lua_pop(L, 1);
+        if (rcvhwm < 0 || rcvhwm > 1e6) return luaL_error(L, "net.socket: rcvhwm must be 0..1000000");
+        lua_getfield(L, 3, "max_bytes");
+        max_bytes = lua_isnil(L, -1) ? 0 : luaL_checknumber(L, -1);
+        lua_getfield(L, 3, "max_frames");
+        max_frames = lua_isnil(L, -1) ? 0 : luaL_checknumber(L, -1);
+        lua_pop(L, 2);
+        if (max_bytes < 0 || max_bytes > (lua_Number)SEER_NET_MAX_BYTES || max_frames < 0 ||
+            max_frames > SEER_NET_MAX_FRAMES)
+            return luaL_error(L, "net.socket: max_bytes must be 0..%d and max_frames 0..%d", (int)SEER_NET_MAX_BYTES,
+                              SEER_NET_MAX_FRAMES);
+    }
     int type = -1;
     const char *kname = NULL;
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
@@ -69,6 +86,20 @@ static int l_socket(lua_State *L) {
     if (!s->sock) return zfail(L, "socket");
     s->type = type;
     s->kind = kname;
+    s->rx.max_bytes = (size_t)max_bytes;
+    s->rx.max_frames = (size_t)max_frames;
+    if (max_bytes > 0) {
+        /* No single frame bigger than the whole message may be: ZMQ disconnects a peer that sends
+         * one before it is ever buffered (the peer reconnects; the frame is gone). */
+        int64_t mx = (int64_t)max_bytes;
+        zmq_setsockopt(s->sock, ZMQ_MAXMSGSIZE, &mx, sizeof mx);
+    }
+    if (rcvhwm > 0) {
+        /* How many messages ZMQ may hold for this socket before it stops reading from the peer
+         * (which then buffers, or drops, on its own side: a sandbox pays for its own backlog). */
+        int hwm = (int)rcvhwm;
+        zmq_setsockopt(s->sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    }
     int zero = 0, one = 1;
     zmq_setsockopt(s->sock, ZMQ_LINGER, &zero, sizeof zero);
     /* A client that reconnects under the same identity takes its route over (as ipykernel). */
@@ -194,7 +225,7 @@ static int l_recv(lua_State *L) {
     seer_net_msg_t m;
     seer_err_t err;
     int r;
-    while ((r = seer_net_recv(s->sock, s->key, &m, remaining(L, deadline, timeout), &err)) == SEER_EINTR) {
+    while ((r = seer_net_recv_rx(s->sock, s->key, &s->rx, &m, remaining(L, deadline, timeout), &err)) == SEER_EINTR) {
     }
     if (r < 0) return luaL_error(L, "net: %s", err.msg);
     if (r == 0) {
@@ -238,6 +269,33 @@ static int l_recv_frames(lua_State *L) {
     }
     push_frames(L, f, r);
     free(block);
+    return 1;
+}
+
+/* s:dropped() -> how many messages this socket dropped, why the last one was (nil if none) */
+static int l_sock_dropped(lua_State *L) {
+    sock_ud *s = luaL_checkudata(L, 1, SOCK_MT);
+    lua_pushnumber(L, (lua_Number)s->rx.dropped);
+    if (s->rx.dropped) lua_pushstring(L, s->rx.why);
+    else lua_pushnil(L);
+    return 2;
+}
+
+/* s:note_dropped(why): a message that passed the signature check but that Lua refused (JSON,
+ * fields), counted and logged like the ones refused here. */
+static int l_sock_note_dropped(lua_State *L) {
+    sock_ud *s = luaL_checkudata(L, 1, SOCK_MT);
+    const char *why = luaL_checkstring(L, 2);
+    seer_net_note_dropped(why);
+    s->rx.dropped++;
+    snprintf(s->rx.why, sizeof s->rx.why, "%s", why);
+    return 0;
+}
+
+/* s:history_bytes() -> bytes the replay history of this socket's key holds */
+static int l_sock_history(lua_State *L) {
+    sock_ud *s = check_sock(L, 1);
+    lua_pushnumber(L, (lua_Number)seer_net_history_bytes(s->key));
     return 1;
 }
 
@@ -336,6 +394,39 @@ static int l_sign(lua_State *L) {
     return 1;
 }
 
+/* utf8_fix(s) -> s with every byte that does not start a well-formed UTF-8 sequence replaced by
+ * U+FFFD (s itself when it is valid): text from a peer goes into notebooks and JSON, which must
+ * be UTF-8, without failing on the peer's bad bytes. */
+static int l_utf8_fix(lua_State *L) {
+    size_t n;
+    const unsigned char *s = (const unsigned char *)luaL_checklstring(L, 1, &n);
+    size_t i = 0;
+    while (i < n && (s[i] < 0x80 || seer_net_utf8_seq(s + i, n - i))) i += s[i] < 0x80 ? 1 : seer_net_utf8_seq(s + i, n - i);
+    if (i == n) {
+        lua_settop(L, 1);
+        return 1;
+    }
+    luaL_Buffer lb;
+    luaL_buffinit(L, &lb);
+    luaL_addlstring(&lb, (const char *)s, i);
+    while (i < n) {
+        size_t adv = s[i] < 0x80 ? 1 : seer_net_utf8_seq(s + i, n - i);
+        if (adv) luaL_addlstring(&lb, (const char *)s + i, adv);
+        else {
+            luaL_addlstring(&lb, "\xEF\xBF\xBD", 3);
+            adv = 1;
+        }
+        i += adv;
+    }
+    luaL_pushresult(&lb);
+    return 1;
+}
+
+static int l_now_ms(lua_State *L) {
+    lua_pushnumber(L, (lua_Number)now_ms());
+    return 1;
+}
+
 static int l_dropped(lua_State *L) {
     lua_pushnumber(L, (lua_Number)seer_net_dropped_count());
     return 1;
@@ -347,6 +438,7 @@ int seer_net_luaopen(lua_State *L) {
             {"bind", l_bind},           {"connect", l_connect},         {"subscribe", l_subscribe},
             {"close", l_close},         {"send", l_send},               {"recv", l_recv},
             {"send_frames", l_send_frames}, {"recv_frames", l_recv_frames}, {"kind", l_kind},
+            {"dropped", l_sock_dropped}, {"note_dropped", l_sock_note_dropped}, {"history_bytes", l_sock_history},
             {NULL, NULL}};
         lua_newtable(L);
         luaL_register(L, NULL, methods);
@@ -359,7 +451,7 @@ int seer_net_luaopen(lua_State *L) {
     lua_pop(L, 1);
     static const luaL_Reg fns[] = {{"socket", l_socket}, {"poll", l_poll},     {"new_key", l_new_key},
                                    {"uuid", l_uuid},     {"header", l_header}, {"sign", l_sign},
-                                   {"dropped", l_dropped}, {NULL, NULL}};
+                                   {"dropped", l_dropped}, {"utf8_fix", l_utf8_fix}, {"now_ms", l_now_ms}, {NULL, NULL}};
     lua_newtable(L);
     luaL_register(L, NULL, fns);
     lua_pushliteral(L, SEER_NET_PROTOCOL_VERSION);

@@ -14,6 +14,10 @@
 
 #include <zmq.h>
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 static const char DELIM[] = "<IDS|MSG>";
 #define DELIM_LEN (sizeof DELIM - 1)
 
@@ -43,12 +47,39 @@ static atomic_ulong g_dropped;
 
 unsigned long seer_net_dropped_count(void) { return atomic_load(&g_dropped); }
 
+/* One line per dropped message would let a peer that sends garbage in a loop fill the log (and
+ * spend the receiver's time writing it): at most DROP_LOG_PER_S lines a second, then one line
+ * that says how many were not shown. */
+#define DROP_LOG_PER_S 10
+static pthread_mutex_t g_drop_mu = PTHREAD_MUTEX_INITIALIZER;
+static time_t g_drop_sec;
+static unsigned long g_drop_in_sec, g_drop_hidden;
+
 static void drop(const char *why) {
     unsigned long n = atomic_fetch_add(&g_dropped, 1) + 1;
-    fprintf(stderr, "seer: dropped a message: %s (%lu dropped so far)\n", why, n);
+    time_t now = time(NULL);
+    pthread_mutex_lock(&g_drop_mu);
+    if (now != g_drop_sec) {
+        if (g_drop_hidden)
+            fprintf(stderr, "seer: dropped %lu more messages not shown (at most %d lines a second)\n", g_drop_hidden,
+                    DROP_LOG_PER_S);
+        g_drop_sec = now;
+        g_drop_in_sec = g_drop_hidden = 0;
+    }
+    if (g_drop_in_sec++ < DROP_LOG_PER_S) fprintf(stderr, "seer: dropped a message: %s (%lu dropped so far)\n", why, n);
+    else g_drop_hidden++;
+    pthread_mutex_unlock(&g_drop_mu);
 }
 
 void seer_net_note_dropped(const char *why) { drop(why); }
+
+static void rx_drop(seer_net_rx_t *rx, const char *why) {
+    drop(why);
+    if (rx) {
+        rx->dropped++;
+        snprintf(rx->why, sizeof rx->why, "%s", why);
+    }
+}
 
 /* ---- sending -------------------------------------------------------------------------------- */
 
@@ -124,10 +155,31 @@ static void frames_close(frames_t *f) {
     f->n = f->cap = 0;
 }
 
-static int read_all(void *sock, frames_t *f, seer_err_t *err) {
+/* Reads every frame of the next message (which must be waiting), keeping at most max_frames
+ * frames and max_bytes bytes: past either limit the rest of the message is read and thrown away
+ * at once (a multipart message must be read whole) and *over says which limit it broke (1
+ * frames, 2 bytes), so a peer cannot make the receiver hold more than the limits. */
+static int read_all(void *sock, frames_t *f, size_t max_frames, size_t max_bytes, int *over, seer_err_t *err) {
     f->v = NULL;
     f->n = f->cap = 0;
+    *over = 0;
+    size_t bytes = 0;
     for (;;) {
+        if (*over) {
+            zmq_msg_t junk;
+            zmq_msg_init(&junk);
+            int r;
+            do r = zmq_msg_recv(&junk, sock, 0);
+            while (r < 0 && zmq_errno() == EINTR);
+            int more = r >= 0 && zmq_msg_more(&junk);
+            zmq_msg_close(&junk);
+            if (r < 0) {
+                frames_close(f);
+                return seer_err_set(err, SEER_EIO, "zmq receive: %s", zmq_strerror(zmq_errno()));
+            }
+            if (!more) return 1;
+            continue;
+        }
         if (f->n == f->cap) {
             int nc = f->cap ? f->cap * 2 : 16;
             zmq_msg_t *nv = realloc(f->v, sizeof *nv * (size_t)nc);
@@ -153,7 +205,13 @@ static int read_all(void *sock, frames_t *f, seer_err_t *err) {
             return seer_err_set(err, SEER_EIO, "zmq receive: %s", zmq_strerror(e));
         }
         f->n++;
-        if (!zmq_msg_more(p)) return 1;
+        bytes += zmq_msg_size(p);
+        int more = zmq_msg_more(p);
+        if ((size_t)f->n > max_frames || bytes > max_bytes) {
+            *over = (size_t)f->n > max_frames ? 1 : 2;
+            frames_close(f);
+            if (!more) return 1;
+        } else if (!more) return 1;
     }
 }
 
@@ -170,21 +228,39 @@ static void copy_frames(frames_t *f, int from, int to, seer_net_frame_t *out, ch
 }
 
 int seer_net_recv(void *sock, const seer_net_key_t *k, seer_net_msg_t *m, int timeout_ms, seer_err_t *err) {
+    return seer_net_recv_rx(sock, k, NULL, m, timeout_ms, err);
+}
+
+int seer_net_recv_rx(void *sock, const seer_net_key_t *k, seer_net_rx_t *rx, seer_net_msg_t *m, int timeout_ms,
+                     seer_err_t *err) {
     memset(m, 0, sizeof *m);
+    size_t max_frames = rx && rx->max_frames ? rx->max_frames : SEER_NET_MAX_FRAMES;
+    size_t max_bytes = rx && rx->max_bytes ? rx->max_bytes : SEER_NET_MAX_BYTES;
     long long deadline = now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
     for (;;) {
         int r = wait_readable(sock, deadline, timeout_ms < 0, err);
         if (r <= 0) return r;
         frames_t f;
-        r = read_all(sock, &f, err);
+        int over;
+        r = read_all(sock, &f, max_frames, max_bytes, &over, err);
         if (r < 0) return r;
         if (r == 0) continue; /* a spurious wake-up */
+        if (over) {
+            rx_drop(rx, over == 1 ? "more frames than a message may have" : "larger than a message may be");
+#ifdef __GLIBC__
+            /* The frames were big and are freed now; glibc keeps such memory for reuse (its
+             * mmap threshold grows with what it has freed), so a peer that sends oversized
+             * messages would leave the receiver that much bigger for good. Give it back. */
+            if (over == 2) malloc_trim(0);
+#endif
+            continue;
+        }
         int d = -1;
         for (int i = 0; i < f.n && d < 0; i++)
             if (zmq_msg_size(&f.v[i]) == DELIM_LEN && memcmp(zmq_msg_data(&f.v[i]), DELIM, DELIM_LEN) == 0) d = i;
         if (d < 0 || f.n < d + 2 + SEER_NET_NPARTS) {
             frames_close(&f);
-            drop(d < 0 ? "no <IDS|MSG> delimiter" : "fewer than four frames after the signature");
+            rx_drop(rx, d < 0 ? "no <IDS|MSG> delimiter" : "fewer than four frames after the signature");
             continue;
         }
         seer_net_frame_t parts[SEER_NET_NPARTS];
@@ -192,9 +268,10 @@ int seer_net_recv(void *sock, const seer_net_key_t *k, seer_net_msg_t *m, int ti
             parts[i].data = zmq_msg_data(&f.v[d + 2 + i]);
             parts[i].len = zmq_msg_size(&f.v[d + 2 + i]);
         }
-        if (!seer_net_verify(k, parts, SEER_NET_NPARTS, zmq_msg_data(&f.v[d + 1]), zmq_msg_size(&f.v[d + 1]))) {
+        int v = seer_net_verify_once(k, parts, SEER_NET_NPARTS, zmq_msg_data(&f.v[d + 1]), zmq_msg_size(&f.v[d + 1]));
+        if (v <= 0) {
             frames_close(&f);
-            drop("bad signature");
+            rx_drop(rx, v == 0 ? "bad signature" : "a replay (a signature accepted before)");
             continue;
         }
         int nid = d, nbuf = f.n - (d + 2 + SEER_NET_NPARTS);
@@ -234,9 +311,14 @@ int seer_net_recv_frames(void *sock, seer_net_frame_t **frames, void **block, in
         int r = wait_readable(sock, deadline, timeout_ms < 0, err);
         if (r <= 0) return r;
         frames_t f;
-        r = read_all(sock, &f, err);
+        int over;
+        r = read_all(sock, &f, SEER_NET_MAX_FRAMES, SEER_NET_MAX_BYTES, &over, err);
         if (r < 0) return r;
         if (r == 0) continue;
+        if (over) {
+            drop(over == 1 ? "more frames than a message may have" : "larger than a message may be");
+            continue;
+        }
         size_t bytes = sizeof(seer_net_frame_t) * (size_t)f.n;
         for (int i = 0; i < f.n; i++) bytes += zmq_msg_size(&f.v[i]) + 1;
         char *b = malloc(bytes);
@@ -278,8 +360,7 @@ void seer_net_buf_free(seer_net_buf_t *b) {
     b->len = b->cap = 0;
 }
 
-/* Length of the well-formed UTF-8 sequence at s (n bytes left), or 0 when it is not one. */
-static size_t utf8_seq(const unsigned char *s, size_t n) {
+size_t seer_net_utf8_seq(const unsigned char *s, size_t n) {
     unsigned c = s[0];
     if (c < 0x80) return 1;
     size_t len;
@@ -312,7 +393,7 @@ int seer_net_buf_add_json_string(seer_net_buf_t *b, const void *data, size_t n) 
         char ubuf[8];
         size_t adv = 1;
         if (c >= 0x80) {
-            adv = utf8_seq(s + i, n - i);
+            adv = seer_net_utf8_seq(s + i, n - i);
             if (adv) {
                 i += adv;
                 continue;

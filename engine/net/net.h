@@ -38,6 +38,18 @@ int seer_net_sign(const seer_net_key_t *k, const seer_net_frame_t *frames, int n
  * 0 otherwise. With an empty key every signature verifies. */
 int seer_net_verify(const seer_net_key_t *k, const seer_net_frame_t *frames, int n, const void *sig, size_t sig_len);
 
+/* As seer_net_verify, and a signature is accepted only once: the key remembers the MACs it has
+ * accepted (at least the last SEER_NET_HISTORY / 2, at most SEER_NET_HISTORY of them, in at most
+ * 32 bytes each), as ipykernel's digest history does. 1 verified and new, 0 a bad signature,
+ * -1 a replay (a signature this key has accepted before). With an empty key every signature
+ * verifies and nothing is remembered. Thread-safe for one key. Every signed receiver in seer
+ * (seer_net_recv, seer_rpc_recv) goes through it, so none executes a message twice. */
+#define SEER_NET_HISTORY 65536
+int seer_net_verify_once(const seer_net_key_t *k, const seer_net_frame_t *frames, int n, const void *sig,
+                         size_t sig_len);
+/* Bytes the replay history of k holds now (for the tests that check it stays bounded). */
+size_t seer_net_history_bytes(const seer_net_key_t *k);
+
 /* n random bytes from OpenSSL's RAND_bytes as 2n lowercase hex digits plus a NUL. */
 int seer_net_random_hex(char *out, size_t nbytes, seer_err_t *err);
 /* A random (version 4) UUID, "xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx" plus a NUL. */
@@ -69,12 +81,26 @@ void *seer_net_context(seer_err_t *err);
 int seer_net_send(void *sock, const seer_net_key_t *k, const seer_net_msg_t *m, seer_err_t *err);
 
 /* Waits up to timeout_ms (-1: forever, 0: only what is already queued) for a message whose
- * signature verifies. Returns 1 with *m filled, 0 on timeout, SEER_EINTR when a signal
+ * signature verifies and has not been seen before (a replay is dropped). Returns 1 with *m filled, 0 on timeout, SEER_EINTR when a signal
  * interrupted the wait, SEER_E* on a socket error. Messages with a bad signature or a broken
  * layout are dropped, each with one line on stderr that carries the running count, and the
  * wait goes on. */
 int seer_net_recv(void *sock, const seer_net_key_t *k, seer_net_msg_t *m, int timeout_ms, seer_err_t *err);
 void seer_net_msg_free(seer_net_msg_t *m);
+
+/* What one receiver accepts beyond a good signature, and what it has dropped. A message with
+ * more frames or bytes (all frames together) than the limits is read and thrown away as it
+ * comes, never held whole; so is a replay (seer_net_verify_once). Zero limits mean the defaults. */
+#define SEER_NET_MAX_FRAMES 4096
+#define SEER_NET_MAX_BYTES ((size_t)1 << 30)
+typedef struct seer_net_rx {
+    size_t max_frames, max_bytes;
+    unsigned long dropped; /* messages this receiver dropped (signature, layout, limits, replays) */
+    char why[96];          /* why the last one was dropped */
+} seer_net_rx_t;
+/* seer_net_recv with limits and per-receiver counts (rx may be NULL: the defaults). */
+int seer_net_recv_rx(void *sock, const seer_net_key_t *k, seer_net_rx_t *rx, seer_net_msg_t *m, int timeout_ms,
+                     seer_err_t *err);
 
 /* How many messages were dropped for a bad signature (or layout) so far in this process. */
 unsigned long seer_net_dropped_count(void);
@@ -101,6 +127,9 @@ typedef struct seer_net_buf {
     char *data;
     size_t len, cap;
 } seer_net_buf_t;
+/* Length of the well-formed UTF-8 sequence at s (n >= 1 bytes left), or 0 when it is not one
+ * (overlong forms, surrogates and code points above U+10FFFF are not). */
+size_t seer_net_utf8_seq(const unsigned char *s, size_t n);
 int seer_net_buf_add(seer_net_buf_t *b, const void *data, size_t n);
 int seer_net_buf_add_json_string(seer_net_buf_t *b, const void *s, size_t n);
 void seer_net_buf_free(seer_net_buf_t *b);

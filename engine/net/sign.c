@@ -9,6 +9,8 @@
 #define OPENSSL_SUPPRESS_DEPRECATED
 #include "net.h"
 
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,8 +27,27 @@
 #define SHA256_STATES 1
 #endif
 
+/* The signatures a key has accepted (the replay guard, as ipykernel's digest history): two
+ * generations of open-addressing sets of the MACs' first 16 bytes. When the current one holds
+ * SEER_NET_HISTORY / 2 entries it becomes the old one and the old one is forgotten, so at least
+ * the last SEER_NET_HISTORY / 2 signatures and at most SEER_NET_HISTORY are remembered, in at
+ * most 2 * SEER_NET_HISTORY * 16 bytes. A table grows from 256 slots as it fills, so a key that
+ * sees little traffic costs little. Keyed by the MAC computed here, never by the received hex
+ * text, so re-sending a message with its signature in upper case is still a replay. */
+#define HIST_ENTRY 16
+typedef struct {
+    unsigned char *slots; /* cap * HIST_ENTRY bytes, all zero = free */
+    size_t cap, count;
+} hist_set;
+
+typedef struct {
+    pthread_mutex_t mu; /* the kernel verifies on several threads with one key */
+    hist_set cur, old;
+} hist_t;
+
 struct seer_net_key {
     int empty;
+    hist_t *hist; /* a pointer, so a const key (shared, only read for signing) can still remember */
 #ifdef SHA256_STATES
     SHA256_CTX inner, outer;
 #else
@@ -68,6 +89,11 @@ int seer_net_key_new(seer_net_key_t **out, const void *key, size_t len, seer_err
     if (!k) return seer_err_set(err, SEER_ENOMEM, "out of memory for a signing key");
     k->empty = len == 0;
     if (len > 0) {
+        if (!(k->hist = calloc(1, sizeof *k->hist))) {
+            free(k);
+            return seer_err_set(err, SEER_ENOMEM, "out of memory for a signing key");
+        }
+        pthread_mutex_init(&k->hist->mu, NULL);
         /* A key longer than a block is replaced by its digest; a shorter one is zero-padded. */
         unsigned char block[HMAC_BLOCK] = {0};
         unsigned int dlen = 0;
@@ -93,6 +119,12 @@ int seer_net_key_new(seer_net_key_t **out, const void *key, size_t len, seer_err
 
 void seer_net_key_free(seer_net_key_t *k) {
     if (!k) return;
+    if (k->hist) {
+        pthread_mutex_destroy(&k->hist->mu);
+        free(k->hist->cur.slots);
+        free(k->hist->old.slots);
+        free(k->hist);
+    }
 #ifndef SHA256_STATES
     EVP_MD_CTX_free(k->inner);
     EVP_MD_CTX_free(k->outer);
@@ -162,6 +194,83 @@ int seer_net_verify(const seer_net_key_t *k, const seer_net_frame_t *frames, int
     const char *s = sig;
     for (size_t i = 0; i < SEER_NET_SIG_HEX; i++) got[i] = (s[i] >= 'A' && s[i] <= 'F') ? (char)(s[i] + 32) : s[i];
     return CRYPTO_memcmp(want, got, SEER_NET_SIG_HEX) == 0;
+}
+
+/* ---- the replay guard ------------------------------------------------------------------------ */
+
+static size_t hist_slot(const hist_set *s, const unsigned char *e) {
+    uint64_t h;
+    memcpy(&h, e, sizeof h); /* a MAC is uniformly random already */
+    size_t i = (size_t)h & (s->cap - 1);
+    for (;;) {
+        const unsigned char *p = s->slots + i * HIST_ENTRY;
+        static const unsigned char zero[HIST_ENTRY];
+        if (memcmp(p, e, HIST_ENTRY) == 0 || memcmp(p, zero, HIST_ENTRY) == 0) return i;
+        i = (i + 1) & (s->cap - 1);
+    }
+}
+
+static int hist_has(const hist_set *s, const unsigned char *e) {
+    if (!s->cap) return 0;
+    return memcmp(s->slots + hist_slot(s, e) * HIST_ENTRY, e, HIST_ENTRY) == 0;
+}
+
+/* Adds e (known absent); 0, or -1 when out of memory (the entry is then not remembered). */
+static int hist_add(hist_set *s, const unsigned char *e) {
+    if (2 * (s->count + 1) > s->cap) { /* keep the load at most 1/2 */
+        size_t nc = s->cap ? s->cap * 2 : 256;
+        unsigned char *ns = calloc(nc, HIST_ENTRY);
+        if (!ns) return -1;
+        hist_set grown = {ns, nc, 0};
+        for (size_t i = 0; i < s->cap; i++) {
+            const unsigned char *p = s->slots + i * HIST_ENTRY;
+            static const unsigned char zero[HIST_ENTRY];
+            if (memcmp(p, zero, HIST_ENTRY) != 0) {
+                memcpy(grown.slots + hist_slot(&grown, p) * HIST_ENTRY, p, HIST_ENTRY);
+                grown.count++;
+            }
+        }
+        free(s->slots);
+        *s = grown;
+    }
+    memcpy(s->slots + hist_slot(s, e) * HIST_ENTRY, e, HIST_ENTRY);
+    s->count++;
+    return 0;
+}
+
+int seer_net_verify_once(const seer_net_key_t *k, const seer_net_frame_t *frames, int n, const void *sig,
+                         size_t sig_len) {
+    if (seer_net_key_empty(k)) return 1; /* no key, no signatures to remember (as ipykernel) */
+    if (sig_len != SEER_NET_SIG_HEX) return 0;
+    unsigned char mac[32];
+    if (mac_raw(k, frames, n, mac, NULL) < 0) return 0;
+    char want[SEER_NET_SIG_HEX + 1], got[SEER_NET_SIG_HEX];
+    to_hex(mac, sizeof mac, want);
+    const char *s = sig;
+    for (size_t i = 0; i < SEER_NET_SIG_HEX; i++) got[i] = (s[i] >= 'A' && s[i] <= 'F') ? (char)(s[i] + 32) : s[i];
+    if (CRYPTO_memcmp(want, got, SEER_NET_SIG_HEX) != 0) return 0;
+    hist_t *h = k->hist;
+    int rc = 1;
+    pthread_mutex_lock(&h->mu);
+    if (hist_has(&h->cur, mac) || hist_has(&h->old, mac)) rc = -1;
+    else {
+        if (h->cur.count >= SEER_NET_HISTORY / 2) {
+            free(h->old.slots);
+            h->old = h->cur;
+            h->cur = (hist_set){0};
+        }
+        hist_add(&h->cur, mac); /* out of memory: accepted unremembered rather than refused */
+    }
+    pthread_mutex_unlock(&h->mu);
+    return rc;
+}
+
+size_t seer_net_history_bytes(const seer_net_key_t *k) {
+    if (!k || !k->hist) return 0;
+    pthread_mutex_lock(&k->hist->mu);
+    size_t n = (k->hist->cur.cap + k->hist->old.cap) * HIST_ENTRY;
+    pthread_mutex_unlock(&k->hist->mu);
+    return n;
 }
 
 int seer_net_random_hex(char *out, size_t nbytes, seer_err_t *err) {

@@ -245,9 +245,25 @@ seer_net_frame_t seer_rpc_frame(const seer_rpc_msg_t *m, int i) {
     return f;
 }
 
-/* Reads the rest of a message whose first frame is m->f[0]. */
+/* Reads the rest of a message whose first frame is m->f[0]. A message of more than
+ * SEER_NET_MAX_FRAMES frames is read to its end and thrown away as it comes (returns 0), so a
+ * peer cannot make the receiver hold an unbounded frame list. */
 static int read_rest(void *sock, seer_rpc_msg_t *m, seer_err_t *err) {
     while (zmq_msg_more(&m->f[m->n - 1])) {
+        if (m->n >= SEER_NET_MAX_FRAMES) {
+            zmq_msg_t junk;
+            int more = 1;
+            while (more) {
+                zmq_msg_init(&junk);
+                int r;
+                do r = zmq_msg_recv(&junk, sock, 0);
+                while (r < 0 && zmq_errno() == EINTR);
+                more = r >= 0 && zmq_msg_more(&junk);
+                zmq_msg_close(&junk);
+                if (r < 0) return seer_err_set(err, SEER_EIO, "rpc: zmq receive: %s", zmq_strerror(zmq_errno()));
+            }
+            return 0;
+        }
         if (m->n == m->cap) {
             int nc = m->cap * 2;
             zmq_msg_t *nf = realloc(m->f, sizeof *nf * (size_t)nc);
@@ -267,7 +283,7 @@ static int read_rest(void *sock, seer_rpc_msg_t *m, seer_err_t *err) {
         }
         m->n++;
     }
-    return SEER_OK;
+    return 1;
 }
 
 int seer_rpc_recv(void *sock, const seer_net_key_t *k, seer_rpc_msg_t *m, int flags, seer_err_t *err) {
@@ -288,8 +304,12 @@ int seer_rpc_recv(void *sock, const seer_net_key_t *k, seer_rpc_msg_t *m, int fl
     }
     m->n = 1;
     int rc = read_rest(sock, m, err);
-    if (rc < 0) {
+    if (rc <= 0) {
         seer_rpc_msg_clear(m);
+        if (rc == 0) {
+            seer_net_note_dropped("more frames than a message may have");
+            return SEER_RPC_DROPPED;
+        }
         return rc;
     }
     m->delim = -1;
@@ -303,8 +323,9 @@ int seer_rpc_recv(void *sock, const seer_net_key_t *k, seer_rpc_msg_t *m, int fl
     seer_net_frame_t parts[SEER_NET_NPARTS];
     for (int i = 0; i < SEER_NET_NPARTS; i++) parts[i] = seer_rpc_frame(m, m->delim + 2 + i);
     seer_net_frame_t sig = seer_rpc_frame(m, m->delim + 1);
-    if (!seer_net_verify(k, parts, SEER_NET_NPARTS, sig.data, sig.len)) {
-        seer_net_note_dropped("bad signature");
+    int v = seer_net_verify_once(k, parts, SEER_NET_NPARTS, sig.data, sig.len);
+    if (v <= 0) {
+        seer_net_note_dropped(v == 0 ? "bad signature" : "a replay (a signature accepted before)");
         seer_rpc_msg_clear(m);
         return SEER_RPC_DROPPED;
     }

@@ -13,6 +13,13 @@ local process = require "seer.process"
 local Client = {}
 Client.__index = Client
 
+---The largest message a kernel may send (all frames): 64 MiB. Larger ones never reach the host's
+---memory whole (docs/kernel.md).
+M.MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+---How many messages from one kernel socket may wait in the host's queue (ZMQ's receive
+---high-water mark): the host holds at most QUEUE * MAX_MESSAGE_BYTES per socket for a kernel.
+M.QUEUE = 16
+
 ---Path of the running seer binary (children are started with the same one).
 ---@return string
 function M.seer_binary()
@@ -136,10 +143,13 @@ function M.connect(info)
     return ("%s://%s:%d"):format(info.transport or "tcp", info.ip or "127.0.0.1", port)
   end
   local self = setmetatable({ info = info, session = net.uuid() }, Client)
-  self.shell = net.socket("dealer", key); self.shell:connect(ep(info.shell_port))
-  self.control = net.socket("dealer", key); self.control:connect(ep(info.control_port))
-  self.stdin = net.socket("dealer", key); self.stdin:connect(ep(info.stdin_port))
-  self.iopub = net.socket("sub", key); self.iopub:subscribe(""); self.iopub:connect(ep(info.iopub_port))
+  -- Nothing a kernel sends may cost more than max_bytes to receive (a bigger frame disconnects
+  -- it), and at most rcvhwm messages wait here: past that the kernel's side holds its backlog.
+  local lim = { max_bytes = M.MAX_MESSAGE_BYTES, max_frames = 80, rcvhwm = M.QUEUE }
+  self.shell = net.socket("dealer", key, lim); self.shell:connect(ep(info.shell_port))
+  self.control = net.socket("dealer", key, lim); self.control:connect(ep(info.control_port))
+  self.stdin = net.socket("dealer", key, lim); self.stdin:connect(ep(info.stdin_port))
+  self.iopub = net.socket("sub", key, lim); self.iopub:subscribe(""); self.iopub:connect(ep(info.iopub_port))
   return self
 end
 
@@ -160,21 +170,200 @@ function Client:send(channel, msg_type, content)
   return header.msg_id
 end
 
----Reads whatever is ready on socket i (an index into sockets()) and returns the messages,
----each tagged with `channel`.
+---------------------------------------------------------------------------------------------
+-- what a kernel may send
+--
+-- A kernel may be hostile (agent code runs in it, inside a sandbox): every message is checked
+-- field by field before anyone uses it. seer.net has already checked the signature, the layout,
+-- the size, replays, and that the four parts are JSON objects (cJSON bounds the nesting at 1000,
+-- the text is valid UTF-8 once decoded). What is checked here: the msg_type is one a kernel sends
+-- on that channel, every field the host reads has its type and a bounded length, mime bundles
+-- hold strings or JSON values, counts are sane integers, and no part nests deeper than MAX_DEPTH
+-- or holds more than MAX_NODES values. A message that fails is dropped (socket:note_dropped).
+
+M.MAX_DEPTH = 32        -- nesting of any part
+M.MAX_NODES = 200000    -- values in one message
+M.MAX_ID = 256          -- bytes of a msg_id, session, display_id, mime type, stream name...
+M.MAX_TRACEBACK = 10000 -- lines of an error's traceback
+
+local KNOWN = {
+  shell = { execute_reply = true, kernel_info_reply = true, complete_reply = true, inspect_reply = true,
+            history_reply = true, is_complete_reply = true, comm_info_reply = true, shutdown_reply = true,
+            interrupt_reply = true },
+  control = { shutdown_reply = true, interrupt_reply = true, kernel_info_reply = true, debug_reply = true,
+              usage_reply = true },
+  iopub = { status = true, stream = true, display_data = true, update_display_data = true, execute_input = true,
+            execute_result = true, error = true, clear_output = true, comm_open = true, comm_msg = true,
+            comm_close = true, debug_event = true, shutdown_reply = true },
+  stdin = { input_request = true },
+}
+M.KNOWN_MSG_TYPES = KNOWN
+
+local is_array = json.is_array
+
+-- nil when v nests no deeper than MAX_DEPTH and holds at most `budget.n` values, else why.
+local function shape_ok(v, depth, budget)
+  if type(v) ~= "table" then return nil end
+  if depth > M.MAX_DEPTH then return ("nests deeper than %d levels"):format(M.MAX_DEPTH) end
+  for _, x in pairs(v) do
+    budget.n = budget.n - 1
+    if budget.n < 0 then return ("holds more than %d values"):format(M.MAX_NODES) end
+    if type(x) == "table" then
+      local why = shape_ok(x, depth + 1, budget)
+      if why then return why end
+    end
+  end
+  return nil
+end
+
+local function short_string(v) return type(v) == "string" and #v <= M.MAX_ID end
+local function is_object(v) return type(v) == "table" and not is_array(v) end
+local function count_ok(v) return type(v) == "number" and v == math.floor(v) and v >= 0 and v < 2^31 end
+
+-- A mime bundle: {mime = string | JSON value}; JSON values only for JSON mime types.
+local function bundle_ok(d, what)
+  if d == nil then return nil end
+  if not is_object(d) then return what .. " is not an object" end
+  for k, v in pairs(d) do
+    if not short_string(k) then return what .. " has a mime type longer than " .. M.MAX_ID .. " bytes" end
+    if type(v) ~= "string" then
+      if not (type(v) == "table" and (k == "application/json" or k:match("%+json$"))) then
+        return ("%s[%q] is a %s; a mime bundle holds strings (JSON values only for JSON mime types)")
+          :format(what, k, type(v))
+      end
+    end
+  end
+  return nil
+end
+
+local function strings_ok(list, what)
+  if list == nil then return nil end
+  if type(list) ~= "table" or (next(list) ~= nil and not is_array(list)) then return what .. " is not an array" end
+  if #list > M.MAX_TRACEBACK then return ("%s has more than %d lines"):format(what, M.MAX_TRACEBACK) end
+  for i = 1, #list do
+    if type(list[i]) ~= "string" then return ("%s[%d] is not a string"):format(what, i) end
+  end
+  return nil
+end
+
+local content_checks = {}
+function content_checks.status(c)
+  if not short_string(c.execution_state) then return "content.execution_state is not a short string" end
+end
+function content_checks.stream(c)
+  if c.name ~= "stdout" and c.name ~= "stderr" then return "content.name is not stdout or stderr" end
+  if type(c.text) ~= "string" then return "content.text is not a string" end
+end
+local function display_check(c)
+  if c.data == nil then return "content.data is missing" end
+  local why = bundle_ok(c.data, "content.data")
+  if why then return why end
+  if c.metadata ~= nil and not is_object(c.metadata) then return "content.metadata is not an object" end
+  if c.transient ~= nil then
+    if not is_object(c.transient) then return "content.transient is not an object" end
+    if c.transient.display_id ~= nil and not short_string(c.transient.display_id) then
+      return "content.transient.display_id is not a short string"
+    end
+  end
+end
+content_checks.display_data = display_check
+content_checks.update_display_data = display_check
+function content_checks.execute_result(c)
+  if not count_ok(c.execution_count) then return "content.execution_count is not a sane integer" end
+  return display_check(c)
+end
+function content_checks.execute_input(c)
+  if c.execution_count ~= nil and not count_ok(c.execution_count) then return "content.execution_count is not a sane integer" end
+  if c.code ~= nil and type(c.code) ~= "string" then return "content.code is not a string" end
+end
+function content_checks.error(c)
+  if type(c.ename) ~= "string" or #c.ename > 4096 then return "content.ename is not a string (at most 4096 bytes)" end
+  if type(c.evalue) ~= "string" then return "content.evalue is not a string" end
+  return strings_ok(c.traceback, "content.traceback")
+end
+function content_checks.clear_output(c)
+  if c.wait ~= nil and type(c.wait) ~= "boolean" then return "content.wait is not a boolean" end
+end
+function content_checks.execute_reply(c)
+  if c.status ~= "ok" and c.status ~= "error" and c.status ~= "aborted" then return "content.status is not ok, error or aborted" end
+  if c.execution_count ~= nil and c.execution_count ~= json.null and not count_ok(c.execution_count) then
+    return "content.execution_count is not a sane integer"
+  end
+  if c.ename ~= nil and type(c.ename) ~= "string" then return "content.ename is not a string" end
+  if c.evalue ~= nil and type(c.evalue) ~= "string" then return "content.evalue is not a string" end
+  return strings_ok(c.traceback, "content.traceback")
+end
+function content_checks.kernel_info_reply(c)
+  if c.language_info ~= nil then
+    if not is_object(c.language_info) then return "content.language_info is not an object" end
+    for k, v in pairs(c.language_info) do
+      if type(v) ~= "string" and not (k == "codemirror_mode" and (type(v) == "table" or type(v) == "string")) then
+        if type(v) ~= "number" and type(v) ~= "boolean" then return ("content.language_info.%s is a %s"):format(k, type(v)) end
+      end
+      if type(v) == "string" and #v > 4096 then return ("content.language_info.%s is longer than 4096 bytes"):format(k) end
+    end
+  end
+end
+
+---Checks a message received from a kernel on channel (already a JSON-object message from
+---seer.net). Returns nil when it may be used, else why it must be dropped.
+---@param msg table
+---@param channel "shell"|"iopub"|"control"|"stdin"
+---@return string|nil why
+function M.check_message(msg, channel)
+  local h, p = msg.header, msg.parent_header
+  local t = h.msg_type
+  if not short_string(t) then return "header.msg_type is not a short string" end
+  if not KNOWN[channel][t] then return ("msg_type %q is not one a kernel sends on %s"):format(t, channel) end
+  if not short_string(h.msg_id) then return "header.msg_id is not a short string" end
+  if p.msg_id ~= nil and not short_string(p.msg_id) then return "parent_header.msg_id is not a short string" end
+  if msg.buffers and #msg.buffers > 64 then return "more than 64 buffers" end
+  local budget = { n = M.MAX_NODES }
+  for _, part in ipairs({ h, p, msg.metadata, msg.content }) do
+    local why = shape_ok(part, 1, budget)
+    if why then return "a part " .. why end
+  end
+  local check = content_checks[t]
+  local why = check and check(msg.content)
+  if why then return t .. ": " .. why end
+  return nil
+end
+
+---Reads whatever is ready on socket i (an index into sockets()) and returns the messages that
+---pass check_message, each tagged with `channel`; the others are dropped and counted on the
+---socket (see bad_messages). At most `max` messages are read in one call (default 1000), so one
+---kernel flooding its sockets cannot hold the caller's loop.
 ---@param i integer
+---@param max? integer
 ---@return table[]
-function Client:pump(i)
+function Client:pump(i, max)
   local names = { "shell", "iopub", "control", "stdin" }
   local s = self:sockets()[i]
   local out = {}
-  while true do
+  for _ = 1, max or 1000 do
     local msg = s:recv(0)
     if not msg then break end
-    msg.channel = names[i]
-    out[#out + 1] = msg
+    local why = M.check_message(msg, names[i])
+    if why then
+      s:note_dropped(("from the kernel on %s: %s"):format(names[i], why))
+    else
+      msg.channel = names[i]
+      out[#out + 1] = msg
+    end
   end
   return out
+end
+
+---How many messages this client dropped from its kernel (bad signatures, replays, limits,
+---fields), and why the last one was.
+---@return integer count, string|nil why
+function Client:bad_messages()
+  local n, why = 0, nil
+  for _, s in ipairs(self:sockets()) do
+    local k, w = s:dropped()
+    if k > 0 then n, why = n + k, w end
+  end
+  return n, why
 end
 
 ---Blocking helper for simple uses (tests, start-up): waits up to timeout_ms for a message that

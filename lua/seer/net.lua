@@ -74,16 +74,26 @@ end
 
 local kinds = { router = true, dealer = true, pub = true, sub = true, rep = true, req = true }
 
----A ZMQ socket that signs what it sends and verifies what it receives with key.
+---@class seernet.socket_opts
+---@field max_bytes? integer a message larger than this (all frames together) is dropped unread; a single frame larger than this disconnects the peer (ZMQ_MAXMSGSIZE). Default 1 GiB
+---@field max_frames? integer a message with more frames is dropped (default 4096)
+---@field rcvhwm? integer how many received messages ZMQ may queue here before it stops reading from the peer (default 1000); with max_bytes it bounds what a peer can make this process hold
+
+---A ZMQ socket that signs what it sends and verifies what it receives with key. What it
+---receives is checked before anyone sees it: the signature, the layout, opts' limits, replays
+---(a signature accepted before), and that the four parts are JSON objects; what fails is
+---dropped, logged (at most 10 lines a second) and counted (socket:dropped()).
 ---@param kind "router"|"dealer"|"pub"|"sub"|"rep"|"req"
 ---@param key? string the connection key ("" or nil: no signatures)
+---@param opts? seernet.socket_opts
 ---@return seernet.socket
-function M.socket(kind, key)
+function M.socket(kind, key, opts)
   if not kinds[kind] then
     error(("net.socket: unknown kind %s (router, dealer, pub, sub, rep or req)"):format(tostring(kind)), 2)
   end
   if key ~= nil and type(key) ~= "string" then error("net.socket: key must be a string", 2) end
-  return setmetatable({ _s = C.socket(kind, key or ""), kind = kind }, Socket)
+  if opts ~= nil and type(opts) ~= "table" then error("net.socket: opts must be a table {max_bytes, max_frames}", 2) end
+  return setmetatable({ _s = C.socket(kind, key or "", opts), kind = kind }, Socket)
 end
 
 ---Binds to an endpoint; "tcp://127.0.0.1:*" picks a free port.
@@ -124,19 +134,74 @@ function Socket:send(msg)
     encode(msg.metadata, "metadata"), encode(msg.content, "content"), msg.buffers)
 end
 
----Receives the next message whose signature verifies.
+local decode, is_array, utf8_fix = json.decode, json.is_array, C.utf8_fix
+
+-- A part as a JSON object, or nil and why. Bytes that are not UTF-8 become U+FFFD first: a peer's
+-- bad bytes in a string cost it that character, not the whole message.
+local function object_of(text, what)
+  local ok, v = pcall(decode, text)
+  if not ok then
+    local fixed = utf8_fix(text)
+    if fixed ~= text then ok, v = pcall(decode, fixed) end
+    if not ok then return nil, ("its %s is not JSON (%s)"):format(what, tostring(v):sub(1, 120)) end
+  end
+  if type(v) ~= "table" or is_array(v) then return nil, ("its %s is a JSON %s, not an object"):format(what, type(v) == "table" and "array" or type(v)) end
+  return v
+end
+
+---Receives the next message whose signature verifies, seen for the first time, whose header,
+---parent header, metadata and content are JSON objects. Messages that fail are dropped and
+---counted (socket:dropped()); the wait goes on.
 ---@param timeout_ms? integer -1 or nil: wait forever; 0: only what is already queued
 ---@return seernet.message|nil msg
 ---@return string? why "timeout" when nothing came in time
 function Socket:recv(timeout_ms)
-  local idents, h, p, md, c, buffers = self._s:recv(timeout_ms or -1)
-  if not idents then return nil, h end
-  local ok, msg = pcall(function()
-    return { idents = idents, header = json.decode(h), parent_header = json.decode(p), metadata = json.decode(md),
-      content = json.decode(c), buffers = buffers }
-  end)
-  if not ok then error("socket:recv: a signed message carries invalid JSON: " .. tostring(msg), 2) end
-  return msg
+  timeout_ms = timeout_ms or -1
+  local deadline = timeout_ms > 0 and (C.now_ms() + timeout_ms) or nil
+  while true do
+    local left = timeout_ms
+    if deadline then left = math.max(0, deadline - C.now_ms()) end
+    local idents, h, p, md, c, buffers = self._s:recv(left)
+    if not idents then return nil, h end
+    local header, why = object_of(h, "header")
+    local parent, metadata, content
+    if header then parent, why = object_of(p, "parent header") end
+    if parent then metadata, why = object_of(md, "metadata") end
+    if metadata then content, why = object_of(c, "content") end
+    if content then
+      return { idents = idents, header = header, parent_header = parent, metadata = metadata, content = content,
+               buffers = buffers }
+    end
+    self._s:note_dropped("a signed message: " .. why)
+  end
+end
+
+---How many messages this socket dropped (bad signature or layout, over its limits, a replay,
+---parts that are not JSON objects, or refused by its owner with note_dropped), and why the last
+---one was.
+---@return integer count
+---@return string? why
+function Socket:dropped()
+  return self._s:dropped()
+end
+
+---Counts and logs one more dropped message on this socket (for owners that check fields).
+---@param why string
+function Socket:note_dropped(why)
+  self._s:note_dropped(why)
+end
+
+---Bytes this socket's replay history holds (bounded: at most 2 MiB).
+---@return integer
+function Socket:history_bytes()
+  return self._s:history_bytes()
+end
+
+---s with every byte that is not part of well-formed UTF-8 replaced by U+FFFD.
+---@param s string
+---@return string
+function M.utf8_fix(s)
+  return utf8_fix(s)
 end
 
 ---Sends raw frames (no delimiter, no signature): heartbeats and other plain traffic.

@@ -210,8 +210,36 @@ function M.set_waiter(fn) wait = fn or default_wait end
 ---@return table client with :request(op, content, opts)
 function M.connect(info)
   local self = setmetatable({ info = info, session = net.uuid(), alive = info.alive, inbox = {} }, Client)
-  self.sock = net.socket("dealer", info.key)
-  self.sock:connect(info.endpoint)
+  -- sandboxd runs inside the sandbox, so its replies are checked before anyone reads them:
+  -- seer.net has checked the signature, replays, the layout and that the parts are JSON
+  -- objects; here, that it is a reply with a parent msg_id and a status/ename/evalue of the
+  -- right types. Anything else is dropped and counted on the socket, never an error here.
+  local sock = net.socket("dealer", info.key, { max_frames = 1024 })
+  sock:connect(info.endpoint)
+  local function bad(r)
+    local h, p, c = r.header, r.parent_header, r.content
+    if type(h.msg_type) ~= "string" or #h.msg_type > 64 or not h.msg_type:match("_reply$") then return "not a *_reply" end
+    if type(p.msg_id) ~= "string" or #p.msg_id > 256 then return "no parent msg_id" end
+    if c.status ~= nil and c.status ~= "ok" and c.status ~= "error" then return "content.status is not ok or error" end
+    if c.status == "error" and (type(c.ename) ~= "string" or (c.evalue ~= nil and type(c.evalue) ~= "string")) then
+      return "an error reply without a string ename and evalue"
+    end
+    return nil
+  end
+  -- The check rides on this socket's own recv (an instance field over seer.net's method), so
+  -- the socket stays a seer.net socket for net.poll and the waiters.
+  local plain_recv = sock.recv
+  sock.recv = function(so, timeout_ms)
+    while true do
+      local r, why = plain_recv(so, timeout_ms)
+      if not r then return nil, why end
+      local b = bad(r)
+      if not b then return r end
+      so:note_dropped("a reply from sandboxd: " .. b)
+      timeout_ms = 0
+    end
+  end
+  self.sock = sock
   return self
 end
 

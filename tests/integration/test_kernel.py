@@ -519,7 +519,7 @@ class KernelTest(unittest.TestCase):
 @unittest.skipUnless(HAVE_JUPYTER, "needs python3-jupyter-client (make setup)")
 class MemoryTest(unittest.TestCase):
     def test_memory_stays_flat_over_10000_executions(self):
-        """VmRSS after 10 000 executions within 5% of VmRSS after a 500-execution warm-up. The
+        """VmRSS after 10 000 executions within 5% (plus the replay history, at most 2 MiB) of VmRSS after a 500-execution warm-up. The
         client reads everything the kernel publishes, as a notebook would, so unread iopub
         messages queued in the kernel do not count as growth."""
         km = KernelManager(kernel_name=SPEC)
@@ -576,7 +576,11 @@ class MemoryTest(unittest.TestCase):
         before = rss()
         run(10000)
         after = rss()
-        self.assertLess(abs(after - before) / before, 0.05, f"VmRSS {before} kB -> {after} kB")
+        # The replay guard's digest history (issue 18; engine/net/sign.c) grows with the messages
+        # the kernel accepts up to its documented bound of 2 MiB (as ipykernel's digest history):
+        # that much growth is by design; anything beyond it is a leak.
+        history_kb = 2 * 1024
+        self.assertLess(abs(after - before), 0.05 * before + history_kb, f"VmRSS {before} kB -> {after} kB")
 
 
 @unittest.skipUnless(HAVE_JUPYTER, "needs python3-jupyter-client (make setup)")

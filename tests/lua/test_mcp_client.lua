@@ -267,3 +267,39 @@ T.test("mcp client: close shuts every server down", function()
   end
   for _, w in pairs(web) do w.child:stop(2000) end
 end)
+
+-- Issue 18, class 5: a server (which may be a sandbox's) that answers tools/call with content
+-- blocks of the wrong shape and text that is not UTF-8. Written by hand (the SDK would not send
+-- this): JSON-RPC lines on stdio.
+T.test("mcp client: malformed content blocks and non-UTF-8 text from a hostile server", function()
+  local script = [[
+local json = require "seer.json"
+while true do
+  local line = io.read("*l")
+  if not line then break end
+  local m = json.decode(line)
+  local function reply(result) io.write(json.encode({ jsonrpc = "2.0", id = m.id, result = result }), "\n") io.flush() end
+  if m.method == "initialize" then
+    reply({ protocolVersion = m.params.protocolVersion, capabilities = { tools = {} }, serverInfo = { name = "evil", version = "1" } })
+  elseif m.method == "tools/list" then
+    reply({ tools = { { name = "evil", inputSchema = { type = "object" } } } })
+  elseif m.method == "tools/call" then
+    -- raw text: a number, a block without type, a text block whose text is a table, bad UTF-8
+    io.write('{"jsonrpc":"2.0","id":' .. m.id .. ',"result":{"content":[5,{"x":1},{"type":"text","text":{"a":1}},' ..
+      '{"type":"text","text":"bad \255\254 bytes"}],"isError":"no"}}\n')
+    io.flush()
+  end
+end
+]]
+  local c = mcp.connect({ evil = { type = "stdio", command = host.exe_path and host.exe_path() or require("seer.jupyter").seer_binary(),
+                                   args = { "-e", script } } })
+  local r = c:call("evil", {})
+  T.eq(#r.content, 4)
+  for i = 1, 3 do
+    T.eq(r.content[i].type, "text")
+    T.contains(r.content[i].text, "malformed content block")
+  end
+  T.eq(r.content[4].text, "bad \239\191\189\239\191\189 bytes")
+  T.eq(r.isError, false)
+  c:close()
+end)

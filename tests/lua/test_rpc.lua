@@ -223,6 +223,52 @@ T.test("rpc: forged and unsigned requests are dropped; only exposed functions ar
   T.ok(net.dropped() >= dropped, "drop counter")
 end)
 
+T.test("rpc: signed but absurd requests get an error and the server goes on (issue 18, class 5)", function()
+  local s = misc_server()
+  local info = wire.read_connection(s.connection_file)
+  local sock = require("seer.core.net").socket("dealer", info.key)
+  sock:connect(info.endpoint)
+  local mk = wire.header_maker()
+  local function ask(content, bufs)
+    sock:send(nil, mk("rpc_call_request"), "{}", "{}", content, bufs)
+    local idents, _, _, _, c = sock:recv(5000)
+    T.ok(idents, "the server answered " .. content:sub(1, 60))
+    return json.decode(c)
+  end
+  local deep = string.rep("[", 900) .. string.rep("]", 900)
+  local cases = {
+    { '{"fn":"add","args":[1,2],"nargs":1000000000}', "nargs must be an integer from 0 to 200" },
+    { '{"fn":"add","args":[' .. string.rep("1,", 5000) .. '1]}', "at most 200 arguments" },
+    { '{"fn":"add","args":[1,2],"nargs":-3}', "nargs must be" },
+    { '{"fn":"add","args":[1,2],"nargs":"x"}', "nargs must be" },
+    { '{"fn":"echo","args":[' .. deep .. ']}', nil },
+    { '{"fn":"echo","args":[{"$tensor":0,"dtype":"f32","shape":[1000000000,1000000000]}]}', "needs", { "abcd" } },
+    { '{"fn":"echo","args":[{"$tensor":0,"dtype":"f32","shape":' .. string.rep("[", 50) .. string.rep("]", 50) .. '}]}', "shape", { "abcd" } },
+    { '{"fn":"echo","args":[{"$tensor":0,"dtype":"evil","shape":[1]}]}', "dtype", { "abcd" } },
+    { '{"fn":"echo","args":[{"$bytes":0.5}]}', "index", { "abcd" } },
+    { '{"fn":"echo","args":[{"$bytes":99}]}', "binary frame 99", { "abcd" } },
+    { '{"fn":"add","kwargs":[1,2]}', nil },
+  }
+  for _, case in ipairs(cases) do
+    local r = ask(case[1], case[3])
+    if case[2] then
+      T.eq(r.ok, false, case[1]:sub(1, 80))
+      T.contains(r.error, case[2])
+    end
+    T.eq(ask('{"fn":"add","args":[2,3]}').result, 5, "the server still works after " .. case[1]:sub(1, 60))
+  end
+  -- a byte-identical replay (same header, same content, same signature) is refused by the
+  -- shared MAC history before the server's msg_id guard even sees it
+  local h = mk("rpc_call_request")
+  sock:send(nil, h, "{}", "{}", '{"fn":"add","args":[1,1]}', nil)
+  T.ok(sock:recv(2000), "the first one is answered")
+  sock:send(nil, h, "{}", "{}", '{"fn":"add","args":[1,1]}', nil)
+  T.eq(sock:recv(800), nil, "the replay is not answered")
+  T.contains(s:logs(), "a replay (a signature accepted before)")
+  sock:close()
+  T.eq(s:call("add", 1, 1), 2)
+end)
+
 -- Two calls sent at once, each sleeping `secs`: how long until both answered, and the pids.
 local function overlap(s, secs)
   local t0 = seer.now()

@@ -286,3 +286,92 @@ Test(msg, raw_frames_round_trip) {
     free(block);
     close_pair(p);
 }
+
+/* ---- issue 18: replays and limits ---------------------------------------------------------- */
+
+Test(replay, a_signature_is_accepted_once) {
+    seer_net_key_t *k = key_of("replay key");
+    seer_net_frame_t frames[4] = {F("{\"msg_id\":\"1\"}"), F("{}"), F("{}"), F("{}")};
+    char sig[SEER_NET_SIG_HEX + 1];
+    cr_assert_eq(seer_net_sign(k, frames, 4, sig, NULL), 0);
+    cr_assert_eq(seer_net_verify_once(k, frames, 4, sig, 64), 1);
+    cr_assert_eq(seer_net_verify_once(k, frames, 4, sig, 64), -1, "the same message again is a replay");
+    /* the same signature in upper case is the same MAC: still a replay */
+    char upper[SEER_NET_SIG_HEX + 1];
+    for (int i = 0; i <= SEER_NET_SIG_HEX; i++) upper[i] = (sig[i] >= 'a' && sig[i] <= 'f') ? (char)(sig[i] - 32) : sig[i];
+    cr_assert_eq(seer_net_verify_once(k, frames, 4, upper, 64), -1);
+    /* a bad signature is 0, not a replay; plain verify does not remember */
+    cr_assert_eq(seer_net_verify_once(k, frames, 4, "00", 2), 0);
+    cr_assert(seer_net_verify(k, frames, 4, sig, 64));
+    /* another key has its own history */
+    seer_net_key_t *k2 = key_of("replay key");
+    cr_assert_eq(seer_net_verify_once(k2, frames, 4, sig, 64), 1);
+    seer_net_key_free(k2);
+    seer_net_key_free(k);
+}
+
+Test(replay, the_history_is_bounded_and_keeps_the_recent_half) {
+    seer_net_key_t *k = key_of("bounded");
+    char text[64], sig[SEER_NET_SIG_HEX + 1], first[SEER_NET_SIG_HEX + 1], recent[SEER_NET_SIG_HEX + 1];
+    const int n = 3 * SEER_NET_HISTORY;
+    for (int i = 0; i < n; i++) {
+        int len = snprintf(text, sizeof text, "{\"msg_id\":\"%d\"}", i);
+        seer_net_frame_t f[4] = {{text, (size_t)len}, F("{}"), F("{}"), F("{}")};
+        cr_assert_eq(seer_net_sign(k, f, 4, sig, NULL), 0);
+        cr_assert_eq(seer_net_verify_once(k, f, 4, sig, 64), 1, "message %d", i);
+        if (i == 0) memcpy(first, sig, sizeof sig);
+        if (i == n - SEER_NET_HISTORY / 2 + 1) memcpy(recent, sig, sizeof sig);
+    }
+    /* at most 2 generations of 2 * HISTORY / 2 slots of 16 bytes */
+    cr_assert_leq(seer_net_history_bytes(k), (size_t)2 * SEER_NET_HISTORY * 16);
+    int len = snprintf(text, sizeof text, "{\"msg_id\":\"%d\"}", n - SEER_NET_HISTORY / 2 + 1);
+    seer_net_frame_t f[4] = {{text, (size_t)len}, F("{}"), F("{}"), F("{}")};
+    cr_assert_eq(seer_net_verify_once(k, f, 4, recent, 64), -1, "one of the last HISTORY/2 is remembered");
+    len = snprintf(text, sizeof text, "{\"msg_id\":\"%d\"}", 0);
+    seer_net_frame_t f0[4] = {{text, (size_t)len}, F("{}"), F("{}"), F("{}")};
+    cr_assert_eq(seer_net_verify_once(k, f0, 4, first, 64), 1, "the oldest was forgotten (bounded memory)");
+    seer_net_key_free(k);
+}
+
+Test(replay, recv_drops_a_replayed_message_and_over_limit_ones) {
+    pair_t p = connect_pair(ZMQ_ROUTER, ZMQ_DEALER, "tcp://127.0.0.1:*");
+    seer_net_key_t *k = key_of("k");
+    seer_net_msg_t m = {0};
+    m.parts[SEER_NET_HEADER] = F("{\"msg_id\":\"a\"}");
+    m.parts[SEER_NET_PARENT] = F("{}");
+    m.parts[SEER_NET_METADATA] = F("{}");
+    m.parts[SEER_NET_CONTENT] = F("{}");
+    seer_err_t err;
+    seer_net_rx_t rx = {.max_frames = 12, .max_bytes = 4096};
+    cr_assert_eq(seer_net_send(p.b, k, &m, &err), 0);
+    cr_assert_eq(seer_net_send(p.b, k, &m, &err), 0); /* the same bytes: a replay */
+    seer_net_msg_t r;
+    cr_assert_eq(seer_net_recv_rx(p.a, k, &rx, &r, 5000, &err), 1);
+    seer_net_msg_free(&r);
+    cr_assert_eq(seer_net_recv_rx(p.a, k, &rx, &r, 300, &err), 0, "the replay was not returned");
+    cr_assert_eq(rx.dropped, 1);
+    cr_assert(strstr(rx.why, "replay"), "%s", rx.why);
+    /* 20 buffers: more frames than 12; then 8 KiB: more bytes than 4096 */
+    seer_net_frame_t bufs[20];
+    for (int i = 0; i < 20; i++) bufs[i] = F("b");
+    m.parts[SEER_NET_HEADER] = F("{\"msg_id\":\"b\"}");
+    m.buffers = bufs;
+    m.nbuffers = 20;
+    cr_assert_eq(seer_net_send(p.b, k, &m, &err), 0);
+    static char big[8192];
+    memset(big, 'x', sizeof big);
+    seer_net_frame_t one = {big, sizeof big};
+    m.parts[SEER_NET_HEADER] = F("{\"msg_id\":\"c\"}");
+    m.buffers = &one;
+    m.nbuffers = 1;
+    cr_assert_eq(seer_net_send(p.b, k, &m, &err), 0);
+    m.parts[SEER_NET_HEADER] = F("{\"msg_id\":\"d\"}");
+    m.nbuffers = 0;
+    cr_assert_eq(seer_net_send(p.b, k, &m, &err), 0);
+    cr_assert_eq(seer_net_recv_rx(p.a, k, &rx, &r, 5000, &err), 1, "the good one after two over the limits");
+    cr_assert_str_eq(r.parts[SEER_NET_HEADER].data, "{\"msg_id\":\"d\"}");
+    seer_net_msg_free(&r);
+    cr_assert_eq(rx.dropped, 3);
+    seer_net_key_free(k);
+    close_pair(p);
+}

@@ -118,13 +118,42 @@ end
 function Server:session_info(s)
   return { session_id = s.id, name = s.name, notebook_path = s.nb.path, jupyter_url = self:jupyter_url(s.id),
            kernel_pid = s.kernel and ((s.kernel.process and s.kernel.process.pid) or (s.kernel.remote and s.kernel.remote.pid)) or json.null,
-           state = s.dead and "dead" or (s.running and "busy" or "idle"), dead_reason = s.dead or json.null }
+           state = s.dead and "dead" or (s.running and "busy" or "idle"), dead_reason = s.dead or json.null,
+           bad_messages = s.kernel and s.kernel:bad_messages() or s.bad_seen or 0 }
 end
 
 function Server:jupyter_url(id)
   if not self.http then return json.null end
   return ("http://%s:%d/notebooks/%s?token=%s"):format(self.host, self.http.port, id, self.token)
 end
+
+---Checks a kernel connection that sandboxd (inside the sandbox) sent: ipc endpoints under the
+---sandbox's run folder, a key, small integer ports. Returns nil when it may be used, else why.
+---@param info any
+---@param sandbox_run string
+---@return string|nil
+function M.check_connection(info, sandbox_run)
+  if type(info) ~= "table" then return "connection is not an object" end
+  if info.transport ~= "ipc" then return "transport is not ipc" end
+  if type(info.ip) ~= "string" or #info.ip > 200 or info.ip:sub(1, #sandbox_run + 1) ~= sandbox_run .. "/" then
+    return "ip is not a path under the sandbox's run folder"
+  end
+  local rest = info.ip:sub(#sandbox_run + 2)
+  if rest == "" or not rest:match("^[%w._-]+$") or rest:find("^%.") then return "ip names no plain file in the run folder" end
+  if type(info.key) ~= "string" or #info.key < 16 or #info.key > 256 then return "key is not a string of 16 to 256 bytes" end
+  for _, k in ipairs({ "shell_port", "iopub_port", "stdin_port", "control_port", "hb_port" }) do
+    local v = info[k]
+    if type(v) ~= "number" or v ~= math.floor(v) or v < 0 or v > 65535 then return k .. " is not an integer 0..65535" end
+  end
+  return nil
+end
+
+-- A kernel that keeps sending what the checks drop is ended after this many (0: never); the
+-- session gets the reason (SEER_NOTEBOOK_MAX_BAD_MESSAGES).
+local MAX_BAD = tonumber(os.getenv("SEER_NOTEBOOK_MAX_BAD_MESSAGES") or "") or 10000
+-- After execute_reply, how long the kernel's idle status may take before the cell ends anyway
+-- (a kernel whose output channel died, or that never sends it, cannot hold a cell forever).
+local IDLE_GRACE_MS = 5000
 
 -- Starts (or restarts) the kernel of a session and replays its init executions.
 -- A kernel inside a sandbox: its sandboxd starts it with ipc endpoints in the sandbox's run
@@ -144,8 +173,13 @@ function Server:start_sandbox_kernel(s)
   local name = ("kernel-%s-%d"):format(s.id, s.kernel_starts)
   local r = s.sandbox_client:request("start_kernel", { name = name, env = s.kernel_env, cwd = s.workspace_dir },
                                      { timeout_ms = 15000 })
-  local info = r.connection
-  info.ip = L.host_run .. info.ip:sub(#L.sandbox_run + 1)
+  -- sandboxd runs inside the sandbox: its reply is checked like a kernel's messages.
+  local info = type(r) == "table" and r.connection
+  local why = M.check_connection(info, L.sandbox_run)
+  if why then error("sandboxd answered start_kernel with a bad connection: " .. why, 0) end
+  info = { transport = "ipc", ip = L.host_run .. info.ip:sub(#L.sandbox_run + 1), key = info.key,
+           signature_scheme = "hmac-sha256", shell_port = info.shell_port, iopub_port = info.iopub_port,
+           stdin_port = info.stdin_port, control_port = info.control_port, hb_port = info.hb_port }
   local c = jupyter.connect(info)
   local exit_file = L.host_run .. "/services/" .. name .. ".exit"
   c.remote = {
@@ -251,6 +285,7 @@ function Server:pump_queue(s)
   e.msg_id = s.kernel:send("shell", "execute_request", { code = e.code, silent = false, store_history = not e.hidden,
                                                          user_expressions = {}, allow_stdin = false, stop_on_error = false })
   e.started = process.now_ms()
+  e.bad_start = s.kernel:bad_messages()
   if e.timeout then e.deadline = e.started + e.timeout * 1000 end
   if e.cell then
     e.cell.metadata.execution_status = "running"
@@ -259,8 +294,35 @@ function Server:pump_queue(s)
   end
 end
 
+-- A kernel past MAX_BAD dropped messages is ended, with the reason as its death.
+function Server:check_bad(s)
+  if s.dead or not s.kernel then return end
+  local n, why = s.kernel:bad_messages()
+  s.bad_seen = n
+  if MAX_BAD > 0 and n >= MAX_BAD then
+    log("session %s: the kernel sent %d malformed messages (the last: %s); stopping it", s.id, n, tostring(why))
+    s.kernel:stop(0)
+    self:on_kernel_death(s, ("was stopped by the notebook server: it sent %d malformed messages (the last: %s)"):format(n, tostring(why)))
+  end
+end
+
+-- The cell that was running while its kernel sent messages that were dropped ends with a line
+-- that says how many and why the last one was: the session sees it, nobody else does.
+local function note_bad(s, e)
+  if not s.kernel or e.bad_start == nil then return end
+  local n, why = s.kernel:bad_messages()
+  local new = n - e.bad_start
+  if new <= 0 then return end
+  local o = { output_type = "stream", name = "stderr",
+              text = ("[seer] dropped %d malformed message%s from this session's kernel (the last: %s); the kernel may be compromised or broken\n")
+                :format(new, new == 1 and "" or "s", tostring(why)) }
+  e.outputs[#e.outputs + 1] = o
+  if e.cell then s.nb:add_output(e.cell, o) end
+end
+
 function Server:finish(s, e)
   s.running = nil
+  note_bad(s, e)
   local r = e.reply or {}
   e.result = r.status or "error"
   if e.cell then
@@ -498,6 +560,9 @@ function handlers.shutdown(self, req)
 end
 
 function Server:handle(req)
+  if type(req.header.msg_type) ~= "string" or #req.header.msg_type > 64 or type(req.content) ~= "table" then
+    return self.api:note_dropped("a request whose header.msg_type is not a short string")
+  end
   local t = req.header.msg_type:gsub("_request$", "")
   local h = handlers[t]
   if not h then
@@ -538,23 +603,22 @@ function Server:run()
       else
         local s, i = owners[k][1], owners[k][2]
         if not s.dead then
-          for _, msg in ipairs(s.kernel:pump(i)) do self:on_kernel_message(s, msg) end
+          -- A message that passed the checks but still breaks the handler costs only its
+          -- session: counted as malformed, never an error out of this loop.
+          for _, msg in ipairs(s.kernel:pump(i)) do
+            local ok, err = pcall(self.on_kernel_message, self, s, msg)
+            if not ok then
+              s.kernel:sockets()[i]:note_dropped("the notebook server could not use it: " .. tostring(err):sub(1, 200))
+            end
+          end
+          self:check_bad(s)
         end
       end
     end
     local now = process.now_ms()
     for _, s in pairs(self.sessions) do
-      if not s.dead then
-        local alive, how = s.kernel:alive()
-        if not alive then self:on_kernel_death(s, how) end
-      end
-      local e = s.running
-      if e and e.deadline and now > e.deadline and not e.timed_out then
-        e.timed_out = true
-        s.kernel:send("control", "interrupt_request", {})
-      end
-      self:pump_queue(s)
-      if s.publish_pending then self:publish(s) end
+      local ok, err = pcall(self.tend, self, s, now)
+      if not ok then log("session %s: %s", s.id, tostring(err)) end
     end
   end
   for _, s in pairs(self.sessions) do
@@ -563,6 +627,34 @@ function Server:run()
   if self.http then self.http:close() end
   self.api:close()
   os.execute("rm -rf '" .. self.runtime_dir .. "'")
+end
+
+-- The timed work of one session between polls: its kernel's death, cells whose idle never
+-- came, deadlines, the queue, the live view. An error here is that session's, logged.
+function Server:tend(s, now)
+  if not s.dead then
+    local alive, how = s.kernel:alive()
+    if not alive then self:on_kernel_death(s, how) end
+  end
+  local e = s.running
+  if e and e.reply and not e.idle then
+    e.reply_at = e.reply_at or now
+    if now - e.reply_at > IDLE_GRACE_MS then
+      e.idle = true
+      local o = { output_type = "stream", name = "stderr",
+                  text = ("[seer] the kernel answered but sent no idle status within %d ms; outputs may be missing\n"):format(IDLE_GRACE_MS) }
+      e.outputs[#e.outputs + 1] = o
+      if e.cell then s.nb:add_output(e.cell, o) end
+      self:finish(s, e)
+    end
+  end
+  e = s.running
+  if e and e.deadline and now > e.deadline and not e.timed_out then
+    e.timed_out = true
+    s.kernel:send("control", "interrupt_request", {})
+  end
+  self:pump_queue(s)
+  if s.publish_pending then self:publish(s) end
 end
 
 ---------------------------------------------------------------------------------------------

@@ -346,6 +346,11 @@ end
 ---------------------------------------------------------------------------------------------
 
 function Daemon:handle(req)
+  -- seer.net has checked the signature, replays and that every part is a JSON object; a signed
+  -- request with a header that is not a request is dropped, never an error out of the loop.
+  if type(req.header.msg_type) ~= "string" or #req.header.msg_type > 64 then
+    return self.sock:note_dropped("a request whose header.msg_type is not a short string")
+  end
   local op = req.header.msg_type:match("^(.-)_request$")
   local h = op and handlers[op]
   if not h then
@@ -373,7 +378,8 @@ function Daemon:run()
         while true do
           local req = self.sock:recv(0)
           if not req then break end
-          self:handle(req)
+          local ok, err = pcall(self.handle, self, req)
+          if not ok then log("a request could not be handled: %s", tostring(err)) end
         end
       end
     end

@@ -77,9 +77,14 @@ Client.__index = Client
 
 local MAX_QUEUED = 100
 
+-- What a server sends is the server's: cJSON does not check that its strings are UTF-8, so
+-- bytes that are not become U+FFFD here instead of failing the whole result (results go into
+-- transcripts and notebooks, which must be UTF-8). Nesting is bounded by cJSON (1000 levels)
+-- and size by max_message.
+local utf8_fix = require("seer.core.net").utf8_fix
 local function decode(text)
   if text == nil then return nil end
-  return json.decode(text)
+  return json.decode(utf8_fix(text))
 end
 
 local function encode_args(args, what)

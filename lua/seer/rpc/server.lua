@@ -166,10 +166,20 @@ local function remote_traceback(msg)
   return tb
 end
 
+-- The most arguments a call may pass (positional and by name together): a request is signed but
+-- may still be absurd (a client inside a sandbox is not trusted), and every argument costs a
+-- stack slot here.
+M.MAX_ARGS = 200
+
 local function arg_list(entry, args, kwargs, nargs)
   local list, n = {}, 0
+  if nargs ~= nil and (type(nargs) ~= "number" or nargs ~= math.floor(nargs) or nargs < 0 or nargs > M.MAX_ARGS) then
+    error(("nargs must be an integer from 0 to %d"):format(M.MAX_ARGS), 0)
+  end
+  if kwargs ~= nil and type(kwargs) ~= "table" then error("kwargs must be an object", 0) end
   if args ~= nil then
     if type(args) ~= "table" then error("args must be an array", 0) end
+    if #args > M.MAX_ARGS then error(("a call passes at most %d arguments; this one passes %d"):format(M.MAX_ARGS, #args), 0) end
     n = nargs or #args
     for i = 1, n do
       local v = args[i]
@@ -194,6 +204,7 @@ local function arg_list(entry, args, kwargs, nargs)
       if v == json.null then v = nil end
       list[i] = v
       if i > n then n = i end
+      if n > M.MAX_ARGS then error(("a call passes at most %d arguments"):format(M.MAX_ARGS), 0) end
     end
   end
   return list, n
@@ -329,7 +340,12 @@ local function handle(state, mt, id, c, bufs)
     if not cok or type(content) ~= "table" then
       return "rpc_call_reply", error_text(id, "bad_request", "the request content is not a JSON object")
     end
-    return "rpc_call_reply", run_call(state, id, content, bufs)
+    local rok, text, out = pcall(run_call, state, id, content, bufs)
+    if not rok then
+      log("a call request failed before it ran: %s", tostring(text))
+      return "rpc_call_reply", error_text(id, "bad_request", tostring(text))
+    end
+    return "rpc_call_reply", text, out
   elseif mt == "rpc_hello_request" then
     state.reply_id = id
     return "rpc_hello_reply", hello_content(state)
@@ -374,7 +390,11 @@ local function loop(state, ch, opts)
       end
     else
       last_activity = now()
-      local reply_type, text, out = handle(state, mt, id, c, bufs)
+      local hok, reply_type, text, out = pcall(handle, state, mt, id, c, bufs)
+      if not hok then
+        log("a request could not be handled: %s", tostring(reply_type))
+        reply_type, text, out = "rpc_error_reply", error_text(id, "bad_request", tostring(reply_type)), nil
+      end
       local sok, serr = pcall(ch.reply, ch, reply_type, text, out)
       if not sok then log("cannot send the reply: %s", tostring(serr)) end
       if mt == "rpc_shutdown_request" then log("shutdown requested") break end

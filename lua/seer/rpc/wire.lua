@@ -139,10 +139,31 @@ function M.encode(v, path, bufs)
   return text
 end
 
+M.MAX_DIMS = 16
+
+-- A tensor from a {"$tensor", dtype, shape} spec and its frame. The spec comes from the peer:
+-- the dtype, the shape (at most MAX_DIMS non-negative integers) and the frame's length must
+-- agree before anything is allocated, so an absurd shape costs nothing.
+local SIZES = { f32 = 4, f16 = 2, bf16 = 2, f64 = 8, i32 = 4, i64 = 8, u8 = 1, bool = 1 }
 local function tensor_from(spec, bytes)
   if not ok_tensor then error("rpc: a tensor came back but this process has no seer.tensor", 0) end
-  local shape = {}
-  for i, s in ipairs(spec.shape) do shape[i] = s end
+  local esize = type(spec.dtype) == "string" and SIZES[spec.dtype]
+  if not esize then error(("rpc: a tensor with dtype %s, which is not one seer knows"):format(tostring(spec.dtype)):sub(1, 200), 0) end
+  if type(spec.shape) ~= "table" or #spec.shape > M.MAX_DIMS then
+    error(("rpc: a tensor's shape must be an array of at most %d sizes"):format(M.MAX_DIMS), 0)
+  end
+  local shape, numel = {}, 1
+  for i, d in ipairs(spec.shape) do
+    if type(d) ~= "number" or d ~= math.floor(d) or d < 0 or d > 2^40 then
+      error(("rpc: a tensor's shape[%d] is not a size (a non-negative integer)"):format(i), 0)
+    end
+    shape[i] = d
+    numel = numel * d
+  end
+  if numel * esize ~= #bytes then
+    error(("rpc: a %s tensor of shape [%s] needs %.0f bytes but its frame has %d"):format(spec.dtype,
+      table.concat(shape, ", "), numel * esize, #bytes), 0)
+  end
   local t = tensor.zeros(#shape > 0 and shape or { 1 }, { dtype = spec.dtype })
   if #shape == 0 then t = t:view({}) end
   local n = t:numel() * t:element_size()
@@ -155,9 +176,16 @@ local function tensor_from(spec, bytes)
 end
 
 -- Replaces placeholders by the values in bufs (0-based indices); top-level null stays null.
+local function frame_index(i)
+  if type(i) ~= "number" or i ~= math.floor(i) or i < 0 then error("rpc: a $bytes/$tensor index is not a non-negative integer", 0) end
+  return i
+end
+
 local function unpack(v, bufs)
   if type(v) ~= "table" then return v end
   local b, t = v["$bytes"], v["$tensor"]
+  if b ~= nil then b = frame_index(b) end
+  if t ~= nil then t = frame_index(t) end
   if b ~= nil and is_object(v) then
     local s = bufs[b + 1]
     if s == nil then error(("rpc: the value refers to binary frame %d, which the message does not have"):format(b), 0) end
