@@ -212,3 +212,11 @@ clean:
 	rm -rf build seer
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+
+# The config-field test against the installed transformers' config classes (make bench-setup's
+# .venv), e.g. after upgrading it: a new attribute seer does not classify fails the test.
+.PHONY: config-fields
+config-fields: $(SEER_BIN)
+	@f=$$(mktemp /tmp/seer-fields.XXXXXX.json) && .venv/bin/python tests/parity/config_fields.py "$$f" && \
+	  SEER_CONFIG_FIELDS="$$f" ./$(SEER_BIN) tests/lua/run.lua tests/lua/test_model_config_fields.lua; \
+	  rc=$$?; rm -f "$$f"; exit $$rc

@@ -307,7 +307,12 @@ function Server:_resume(t)
   if coroutine.status(t.co) == "dead" then
     t.done = true
     for i, x in ipairs(self.tasks) do if x == t then table.remove(self.tasks, i) break end end
-    if not ok then self:log("a task failed: %s", debug.traceback(t.co, tostring(w))) end
+    if not ok then
+      -- Ctrl-C raises "interrupted" in whatever code runs, a task included: it belongs to the
+      -- loop (which ends the server), not to the task that happened to be running.
+      if tostring(w):match("interrupted$") then error(w, 0) end
+      self:log("a task failed: %s", debug.traceback(t.co, tostring(w)))
+    end
   else
     t.wait = type(w) == "table" and w or {}
   end
