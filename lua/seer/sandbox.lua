@@ -443,6 +443,41 @@ function M.hidden_fragments(models, generic_paths)
       for c in (dir or ""):gmatch("[^/]+") do add(c) end
       if base and base ~= f.name then add(base) end
     end
+    -- the names the files themselves give: a local folder's config.json says which hub id it
+    -- is a copy of, an adapter names its base, a model card's front matter its base model
+    local function add_named(v)
+      if type(v) ~= "string" then return end
+      local o, n = v:match("^([%w._-]+)/([%w._-]+)$")
+      if o then add(o); add(n); add(v); add("models--" .. o .. "--" .. n)
+      else for c in v:gmatch("[^/]+") do add(c) end end
+    end
+    -- a file's own name is not a secret (and a fragment equal to it would rename the file)
+    for _, f in ipairs(m.files) do structural[fold(f.name)] = true end
+    for _, e in ipairs(sb.listdir(m.host) or {}) do
+      if e.name:match("%.json$") and (e.size or 0) < 4 * 1048576 then
+        local jf = io.open(m.host .. "/" .. e.name, "rb")
+        local okj, doc = false, nil
+        if jf then okj, doc = pcall(json.decode, jf:read("*a")); jf:close() end
+        if okj and type(doc) == "table" and not json.is_array(doc) then
+          for k in pairs(NAME_KEYS) do add_named(doc[k]) end
+        end
+      elseif e.name:lower() == "readme.md" then
+        local rf = io.open(m.host .. "/" .. e.name, "rb")
+        local text = rf and rf:read(65536) or ""
+        if rf then rf:close() end
+        local front = text:match("^%-%-%-\n(.-)\n%-%-%-") or ""
+        local list = false
+        for line in (front .. "\n"):gmatch("([^\n]*)\n") do
+          local key, val = line:match("^([%w_]+):%s*(.-)%s*$")
+          if key then
+            list = (key == "base_model" or key == "model_name") and val == ""
+            if key == "base_model" or key == "model_name" then add_named(val) end
+          elseif list then
+            add_named(line:match("^%s*%-%s*(%S+)"))
+          end
+        end
+      end
+    end
     local f = io.open(m.host .. "/config.json", "rb")
     if f then
       local ok, cfg = pcall(json.decode, f:read("*a"))
