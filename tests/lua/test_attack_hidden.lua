@@ -132,12 +132,57 @@ end
 local RIG = { name = "hidden", config = rig_config(true) }
 local CONTROL = { name = "hidden-control", config = rig_config(false) }
 
+-- What the payloads print is made plain text (control bytes and non-ASCII become "?"): the
+-- probes look for ASCII names, and raw memory or binary files in a cell's output are another
+-- class's test (a NUL in kernel output is class 5). It also goes whole to /workspace/.probe.out,
+-- which the check reads from the host: a notebook cell's output is cut at 20,000 characters.
+local PROBE_OUT = "/workspace/.probe.out"
+local SAFE_LUA = [[
+do
+  -- (a kernel keeps what a cell changes: wrap the originals once, reopen the file per run)
+  __probe_orig = __probe_orig or { io.write, print }
+  local w, p = __probe_orig[1], __probe_orig[2]
+  if __probe_log then pcall(__probe_log.close, __probe_log) end
+  local log = io.open("/workspace/.probe.out", "wb")
+  __probe_log = log
+  local function safe(s) return (tostring(s):gsub("[%z\1-\8\11-\31\127-\255]", "?")) end
+  io.write = function(...)
+    local t = { ... }
+    for i = 1, select("#", ...) do t[i] = safe(t[i]) end
+    if log then log:write(unpack(t)) log:flush() end
+    return w(unpack(t))
+  end
+  print = function(...)
+    local n = select("#", ...)
+    local t = { ... }
+    for i = 1, n do t[i] = safe(t[i]) end
+    if log then log:write(table.concat(t, "\t", 1, n), "\n") log:flush() end
+    return p(unpack(t, 1, n))
+  end
+end
+]]
+local function safe_sh(sh) return "( " .. sh .. " ) 2>&1 | tr -c '[:print:]\\n\\t' '?' | tee " .. PROBE_OUT end
+
+-- The whole of what a probe printed (the cell's output may be cut; the file is not).
+local function probe_output(out, r)
+  local path = r.sandbox.workspace_dir .. "/.probe.out"
+  local f = io.open(path, "rb")
+  if not f then return out end
+  local all = f:read("*a")
+  f:close()
+  os.remove(path)
+  return out .. "\n" .. all
+end
+
 local count = 0
 local function hattack(a)
   count = count + 1
+  if a.lua then a.lua = SAFE_LUA .. a.lua end
+  if a.sh then a.sh = safe_sh(a.sh) end
   A.attack{
     name = a.name, class = 3, sh = a.sh, lua = a.lua, vectors = a.vectors, timeout = a.timeout or 120, rig = RIG,
     check = function(out, vector, res)
+      out = probe_output(out, A.rig(RIG.name, RIG.config))
       assert_clean(out, a.name .. " via " .. vector)
       for _, e in ipairs(a.expect or {}) do
         T.contains(out, e, a.name .. " via " .. vector .. ": the probe did not run as meant")
@@ -150,7 +195,7 @@ local function hattack(a)
       local r = A.rig(CONTROL.name, CONTROL.config)
       local v = (a.vectors or {})[1] or (a.lua and "exec/lua" or "exec/sh")
       local fn = ({ ["exec/sh"] = A.exec_sh, ["exec/lua"] = A.exec_lua, ["kernel/lua"] = A.kernel_lua, ["kernel/sh"] = A.kernel_sh })[v]
-      local out = fn(v:find("sh$") and a.sh or a.lua, a.timeout or 120, r)
+      local out = probe_output(fn(v:find("sh$") and a.sh or a.lua, a.timeout or 120, r), r)
       T.ok(F.find(out, FRAGS), a.name .. ": the probe (" .. v .. ") does not see the id even when nothing hides it:\n" .. out:sub(1, 1500))
     end)
   end
@@ -200,9 +245,10 @@ hattack{
 
 hattack{
   name = "memory maps, smaps and environment of every process",
-  sh = [[cat /proc/[0-9]*/maps /proc/[0-9]*/smaps 2>/dev/null; cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n'; env]],
-  lua = lua [[for _, p in ipairs(pids()) do io.write(slurp("/proc/" .. p .. "/maps"), slurp("/proc/" .. p .. "/smaps"), (slurp("/proc/" .. p .. "/environ"):gsub("%z", "\n"))) end
-    for _, kv in ipairs(sb.environ()) do print(kv) end]],
+  sh = [[env; cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n'; cat /proc/[0-9]*/maps /proc/[0-9]*/smaps 2>/dev/null | grep -v ' kB$']],
+  lua = lua [[for _, kv in ipairs(sb.environ()) do print(kv) end
+    for _, p in ipairs(pids()) do io.write((slurp("/proc/" .. p .. "/environ"):gsub("%z", "\n")), slurp("/proc/" .. p .. "/maps"),
+      (slurp("/proc/" .. p .. "/smaps"):gsub("[^\n]* kB\n", ""))) end]],
   expect = { "/opt/seer/bin/seer", "SEER_SANDBOX_ID=" },
 }
 
@@ -249,7 +295,7 @@ hattack{
 
 hattack{
   name = "every file in the model folders, read whole (cards, licenses, notes, JSON, templates)",
-  sh = [[find /models -type f | sort; for f in $(find /models -type f ! -name '*.safetensors'); do echo "== $f"; cat "$f"; echo; done | head -c 900000]],
+  sh = [[find /models -type f | sort; for f in $(find /models -type f ! -name '*.safetensors' ! -name tokenizer.json) $(find /models -name tokenizer.json); do echo "== $f"; cat "$f"; echo; done | head -c 900000]],
   expect = { "tokenizer_config.json", "\"model_type\"" },
 }
 
@@ -337,7 +383,13 @@ hattack{
       end
       walk(debug.getmetatable(v), depth + 1)
     end
-    walk(debug.getregistry(), 0) walk(_G, 0) walk(package.loaded, 0)
+    walk(debug.getregistry(), 0) walk(_G, 0) walk(getfenv(1), 0) walk(package.loaded, 0)
+    for level = 1, 20 do
+      local info = debug.getinfo(level, "f")
+      if not info then break end
+      walk(info.func, 0)
+      for i = 1, 200 do local n, v = debug.getlocal(level, i) if not n then break end walk(v, 0) end
+    end
     local out = table.concat(strings, "\n")
     print(#strings .. " strings")
     print(out:sub(1, 900000))]],
