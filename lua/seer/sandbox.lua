@@ -562,7 +562,7 @@ local function copy_file(src, dst, size)
                            env = { PATH = "/usr/bin:/bin", LANG = "C" } }
   if not p then error("cannot copy a hidden model's file for the sandbox: " .. tostring(err), 0) end
   local tty = ffi.C.isatty(2) == 1
-  local t0, shown = process.now_ms(), false
+  local t0, shown, nap = process.now_ms(), false, 1
   local errs = {}
   while true do
     local st = p:poll()
@@ -584,7 +584,8 @@ local function copy_file(src, dst, size)
         :format(math.floor(done / 1048576), math.floor(size / 1048576)))
       shown = true
     end
-    process.sleep_ms(100)
+    process.sleep_ms(nap)
+    nap = math.min(nap * 2, 100)
   end
 end
 

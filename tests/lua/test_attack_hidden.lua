@@ -571,7 +571,7 @@ end)
 
 T.test("staging: a tensor whose name holds the id is refused with a clear message", function()
   if not have_bwrap() then T.skip("bubblewrap is not installed") end
-  local d = root .. "/named-tensor/" .. ids.name .. "-x"
+  local d = root .. "/named-tensor/" .. ids.name
   os.execute(("mkdir -p '%s' && cp '%s'/*.json '%s'/"):format(d, A.stories, d))
   local tensor = require "seer.tensor"
   local t = tensor.load(A.stories .. "/model.safetensors", { copy = true })
