@@ -720,17 +720,21 @@ function Sandbox:_stage_bases(src)
   return bases
 end
 
--- Removes staging directories whose sandbox has gone (its state directory was removed) —
--- left behind when a keeper was killed with -9.
+-- Removes staging directories whose sandbox has gone: its state directory was removed, or its
+-- keeper is not running (both killed with -9). Only after a minute, so a sandbox that another
+-- process is starting right now (owner file written, keeper not yet) keeps its files.
 local function sweep_stage(base)
+  local now = os.time()
   for _, e in ipairs(sb.listdir(base) or {}) do
     local id = e.name:match("^(.+)%.owner$")
-    if id and e.type == "file" then
+    if id and e.type == "file" and e.mtime and now - e.mtime > 60 then
       local f = io.open(base .. "/" .. e.name, "rb")
       local state = f and f:read("*l")
       if f then f:close() end
-      if state and not is_dir(state) then run_host({ "rm", "-rf", "--", base .. "/" .. id, base .. "/" .. e.name }) end
-    elseif e.type == "dir" and not exists(base .. "/" .. e.name .. ".owner") and e.mtime and os.time() - e.mtime > 3600 then
+      local info = state and read_json(state .. "/sandbox.json")
+      local running = info and info.keeper_pid and sb.alive(info.keeper_pid) and sb.start_time(info.keeper_pid) == info.keeper_start
+      if state and not running then run_host({ "rm", "-rf", "--", base .. "/" .. id, base .. "/" .. e.name }) end
+    elseif e.type == "dir" and not exists(base .. "/" .. e.name .. ".owner") and e.mtime and now - e.mtime > 3600 then
       run_host({ "rm", "-rf", "--", base .. "/" .. e.name })
     end
   end
@@ -759,11 +763,11 @@ function Sandbox:_stage_hidden(host, frags)
   end
   local dir
   for _, base in ipairs(self:_stage_bases(probe and probe.src)) do
+    local in_state = base:sub(1, #self.state_dir + 1) == self.state_dir .. "/"
+    if not in_state then sweep_stage(base) end
     if not sb.find_fragment(base, frags) then
-      local in_state = base:sub(1, #self.state_dir + 1) == self.state_dir .. "/"
       local okb = pcall(process.mkdir_p, base)
       if okb then
-        if not in_state then sweep_stage(base) end
         local okd, d = pcall(process.mkdtemp, base .. "/")
         if okd then
           local linked = not probe or ffi.C.link(probe.src, d .. "/.probe") == 0

@@ -535,7 +535,13 @@ T.test("staging: on another file system than the state, it goes where a hard lin
   local state = shm .. "/seer-hidden-test-" .. tostring(os.time())
   ffi.C.setenv("SEER_SANDBOX_DIR", state, 1)
   local ok, err = pcall(function()
+    -- remains of a sandbox killed with its keeper (-9 both): swept by the next start
+    local stale = root .. "/cache/hidden-stage/OLDxyz"
+    os.execute(("mkdir -p '%s' && echo x > '%s/config.json' && echo '%s/gone-sandbox' > '%s.owner' && touch -d '2 hours ago' '%s.owner'")
+      :format(stale, stale, state, stale, stale))
     local s = env.Sandbox(env.SandboxConfig{ models = LAYOUTS["local folder"](true) }):start{ name = "xfs" }
+    T.eq(require("seer.core.sandbox").listdir(stale), nil, "stale staging was not swept")
+    T.ok(not io.open(stale .. ".owner"), "a stale owner file was not swept")
     local out = s:exec("grep ' /models/' /proc/self/mountinfo | awk '{print $4}'")
     local src = out:match("(%S+)")
     T.ok(src and src:find(root .. "/cache/hidden-stage/", 1, true) == 1, "staged in seer's cache (same file system as the model): " .. out)
