@@ -415,19 +415,22 @@ end
 ---@param generic_paths string[]
 ---@return string[] folded fragments (at least 4 characters, with a letter)
 function M.hidden_fragments(models, generic_paths)
-  local generic = {}
+  local generic, shared = {}, {}
   for _, g in ipairs(GENERIC) do generic[g] = true end
   for _, p in ipairs(generic_paths) do
-    for c in p:gmatch("[^/]+") do generic[fold(c)] = true end
+    for c in p:gmatch("[^/]+") do shared[fold(c)] = true end
   end
   local out, seen = {}, {}
-  local function add(s)
+  -- a part of a host path is no secret when seer's own folders share it; a part of the id
+  -- always is (and a seer folder that holds one is refused: Sandbox:_prepare_models)
+  local function add(s, from_path)
     if type(s) ~= "string" then return end
     local f = fold(s)
-    if #f < 4 or not f:find("%a") or generic[f] or seen[f] then return end
+    if #f < 4 or not f:find("%a") or generic[f] or (from_path and shared[f]) or seen[f] then return end
     seen[f] = true
     out[#out + 1] = f
   end
+  local function add_path(p) for c in p:gmatch("[^/]+") do add(c, true) end end
   local structural = {}
   for _, m in ipairs(models) do
     local org, name = m.name:match("^([%w._-]+)/([%w._-]+)$")
@@ -435,13 +438,13 @@ function M.hidden_fragments(models, generic_paths)
       add(org); add(name); add(m.name); add("models--" .. org .. "--" .. name)
     end
     add(m.revision)
-    for c in m.host:gmatch("[^/]+") do add(c) end
+    add_path(m.host)
     for _, f in ipairs(m.files) do
       -- where the file really is (a cache blob, a folder elsewhere); its own name when that
       -- is not the name it has in the model folder (a blob's hash)
       local dir, base = f.real:match("^(.*)/([^/]*)$")
-      for c in (dir or ""):gmatch("[^/]+") do add(c) end
-      if base and base ~= f.name then add(base) end
+      add_path(dir or "")
+      if base and base ~= f.name then add(base, true) end
     end
     -- the names the files themselves give: a local folder's config.json says which hub id it
     -- is a copy of, an adapter names its base, a model card's front matter its base model
@@ -449,7 +452,7 @@ function M.hidden_fragments(models, generic_paths)
       if type(v) ~= "string" then return end
       local o, n = v:match("^([%w._-]+)/([%w._-]+)$")
       if o then add(o); add(n); add(v); add("models--" .. o .. "--" .. n)
-      else for c in v:gmatch("[^/]+") do add(c) end end
+      else add_path(v) end
     end
     -- a file's own name is not a secret (and a fragment equal to it would rename the file)
     for _, f in ipairs(m.files) do structural[fold(f.name)] = true end
@@ -895,6 +898,27 @@ function Sandbox:_prepare_models(binds, env)
     local generic = { M.state_root(), self.state_dir, self.lua_dir, self.seer_binary, os.getenv("HOME") or "",
                       okh and hubdir or "", M.snapshot_root() }
     frags = M.hidden_fragments(hidden, generic)
+    -- paths the sandbox sees (its state directory, in /proc/self/mountinfo and
+    -- SEER_SANDBOX_ID; seer's own folders; mounted files) must not name a hidden model
+    local visible = {
+      { self.state_dir, "the sandbox's directory", "choose another sandbox name (start{name = ...}) or SEER_SANDBOX_DIR" },
+      { self.lua_dir, "seer's Lua folder", "install seer elsewhere" },
+      { self.seer_binary, "the seer binary", "install seer elsewhere" },
+    }
+    for _, field in ipairs({ "local_files", "local_dirs" }) do
+      for i, p in ipairs(self.config[field]) do
+        visible[#visible + 1] = { p[1], ("SandboxConfig.%s[%d]"):format(field, i), "mount it from another path" }
+        visible[#visible + 1] = { p[2], ("SandboxConfig.%s[%d]'s path in the sandbox"):format(field, i), "choose another path" }
+      end
+    end
+    for k, v in pairs(env) do
+      visible[#visible + 1] = { k .. "=" .. tostring(v), "the environment variable " .. k, "remove it from SandboxConfig.env" }
+    end
+    for _, v in ipairs(visible) do
+      if v[1] and sb.find_fragment(v[1], frags) then
+        error(("%s holds part of a hidden model's id, and code in the sandbox can read it; %s"):format(v[2], v[3]), 0)
+      end
+    end
   end
 
   local function add(name, revision, hidden_model)

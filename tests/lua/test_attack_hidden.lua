@@ -590,6 +590,23 @@ T.test("staging: a tensor whose name holds the id is refused with a clear messag
   T.contains(msg, "rename the tensor or do not hide the model")
 end)
 
+T.test("a sandbox name, environment variable or mounted path that holds the id is refused", function()
+  if not have_bwrap() then T.skip("bubblewrap is not installed") end
+  local models = LAYOUTS["HF cache"](true)
+  T.raises(function() env.Sandbox(env.SandboxConfig{ models = models }):start{ name = ids.org } end,
+    "the sandbox's directory holds part of a hidden model's id, and code in the sandbox can read it; choose another sandbox name", true)
+  T.raises(function() env.Sandbox(env.SandboxConfig{ models = models, env = { WHICH = ORG_NAME } }):start{ name = "ok" } end,
+    "the environment variable WHICH holds part of a hidden model's id", true)
+  T.raises(function() env.Sandbox(env.SandboxConfig{ models = models, local_files = { { A.stories .. "/LICENSE", "/workspace/" .. ids.name .. ".txt" } } })
+    :start{ name = "ok" } end, "SandboxConfig.local_files[1]'s path in the sandbox", true)
+  -- nothing of a refused start stays behind
+  local left = {}
+  for _, e in ipairs(require("seer.core.sandbox").listdir(root .. "/sb") or {}) do
+    if not e.name:match("^hidden") then left[#left + 1] = e.name end
+  end
+  T.eq(left, {}, "refused starts left directories")
+end)
+
 T.test("cleanup: the rigs end and the hub settings are restored", function()
   A.close()
   for k, v in pairs(saved) do
