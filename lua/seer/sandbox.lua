@@ -528,7 +528,7 @@ local function clean_json(doc, frags, file)
     local renames = {}
     for k, x in pairs(t) do
       local here = where == "" and tostring(k) or (where .. "." .. tostring(k))
-      if NAME_KEYS[k] and type(x) ~= "table" then
+      if NAME_KEYS[k] and type(x) == "string" then
         t[k] = HIDDEN
       elseif type(x) == "string" then
         if not token_place(file, where, k) then t[k] = clean_text(x, frags) end
@@ -647,13 +647,15 @@ local function plan_hidden_file(name, src, size, frags)
     for k in pairs(NAME_KEYS) do
       if raw:find('"' .. k .. '"', 1, true) then named = true break end
     end
-    if named or sb.find_fragment(raw, frags, 1, true) then
+    local holds = sb.find_fragment(raw, frags, 1, true)
+    if named or holds then
       local ok, doc = pcall(json.decode, raw)
-      if not ok or type(doc) ~= "table" then
+      if ok and type(doc) == "table" then
+        p.op, p.text = "write", json.encode(clean_json(doc, frags, name), { indent = 2 })
+      elseif holds then
         error(("the hidden model's %s names the model but is not JSON seer can read to clean it; fix the file or do not hide the model")
           :format(p.name), 0)
       end
-      p.op, p.text = "write", json.encode(clean_json(doc, frags, name), { indent = 2 })
     end
   else
     -- text: chat_template.jinja, merges.txt (whose lines are tokens, except the # comments)
@@ -677,13 +679,17 @@ end
 
 -- The real path of a file (through the cache's symlinks) and its listdir entry; nil for
 -- anything that is not a regular file.
-local function real_file(path)
+local function real_file(path, listings)
   local real = core.realpath(path)
   if not real then return nil end
   local parent, base = real:match("^(.*)/([^/]+)$")
-  for _, x in ipairs(sb.listdir(parent == "" and "/" or parent) or {}) do
-    if x.name == base then return (x.type == "file" and real or nil), (x.type == "file" and x or nil) end
+  parent = parent == "" and "/" or parent
+  if not listings[parent] then
+    listings[parent] = {}
+    for _, x in ipairs(sb.listdir(parent) or {}) do listings[parent][x.name] = x end
   end
+  local x = listings[parent][base]
+  if x and x.type == "file" then return real, x end
 end
 
 local function write_file(path, text)
@@ -749,10 +755,10 @@ end
 ---@param frags string[]
 ---@return string dir, table report {linked, copied, cleaned, left_out}
 function Sandbox:_stage_hidden(host, frags)
-  local plan, left_out = {}, 0
+  local plan, left_out, listings = {}, 0, {}
   for _, e in ipairs(sb.listdir(host) or {}) do
     local real, info = nil, nil
-    if e.type ~= "dir" and hidden_keeps(e.name) then real, info = real_file(host .. "/" .. e.name) end
+    if e.type ~= "dir" and hidden_keeps(e.name) then real, info = real_file(host .. "/" .. e.name, listings) end
     if info then
       plan[#plan + 1] = plan_hidden_file(e.name, real, info.size or 0, frags)
     else
