@@ -431,7 +431,7 @@ function M.hidden_fragments(models, generic_paths)
     out[#out + 1] = f
   end
   local function add_path(p) for c in p:gmatch("[^/]+") do add(c, true) end end
-  local structural = {}
+  local structural, filenames = {}, {}
   for _, m in ipairs(models) do
     local org, name = m.name:match("^([%w._-]+)/([%w._-]+)$")
     if org then
@@ -455,7 +455,7 @@ function M.hidden_fragments(models, generic_paths)
       else add_path(v) end
     end
     -- a file's own name is not a secret (and a fragment equal to it would rename the file)
-    for _, f in ipairs(m.files) do structural[fold(f.name)] = true end
+    for _, f in ipairs(m.files) do if hidden_keeps(f.name) then filenames[fold(f.name)] = true end end
     for _, e in ipairs(sb.listdir(m.host) or {}) do
       if e.name:match("%.json$") and (e.size or 0) < 4 * 1048576 then
         local jf = io.open(m.host .. "/" .. e.name, "rb")
@@ -481,33 +481,46 @@ function M.hidden_fragments(models, generic_paths)
         end
       end
     end
-    local f = io.open(m.host .. "/config.json", "rb")
-    if f then
-      local ok, cfg = pcall(json.decode, f:read("*a"))
-      f:close()
-      if ok and type(cfg) == "table" then
-        if type(cfg.model_type) == "string" then structural[fold(cfg.model_type)] = true end
-        if type(cfg.architectures) == "table" then
-          for _, a in ipairs(cfg.architectures) do if type(a) == "string" then structural[fold(a)] = true end end
+    for _, file in ipairs({ "config.json", "tokenizer_config.json" }) do
+      local f = io.open(m.host .. "/" .. file, "rb")
+      if f then
+        local ok, cfg = pcall(json.decode, f:read(4 * 1048576) or "")
+        f:close()
+        if ok and type(cfg) == "table" then
+          if type(cfg.model_type) == "string" then structural[fold(cfg.model_type)] = true end
+          if type(cfg.tokenizer_class) == "string" then structural[fold(cfg.tokenizer_class)] = true end
+          if type(cfg.architectures) == "table" then
+            for _, a in ipairs(cfg.architectures) do if type(a) == "string" then structural[fold(a)] = true end end
+          end
         end
       end
     end
   end
+  -- what the architecture says is no secret: a fragment inside model_type or an architecture
+  -- name ("qwen" of Qwen/..., model_type qwen2) would otherwise clean the config unloadable
   local kept = {}
-  for _, f in ipairs(out) do if not structural[f] then kept[#kept + 1] = f end end
+  for _, f in ipairs(out) do
+    local inside = structural[f] or filenames[f]
+    for st in pairs(structural) do if st:find(f, 1, true) then inside = true break end end
+    if not inside then kept[#kept + 1] = f end
+  end
   return kept
 end
 
 -- Tokens are the model: a vocabulary entry that happens to hold a fragment is kept as it is
 -- (changing it would change what the model reads and writes).
+-- The same for special tokens (bos_token, additional_special_tokens, the post-processor's
+-- templates): they must stay equal to their vocabulary entries.
 local function token_place(file, where, key)
   if file == "tokenizer.json" then
     return where:match("^model%.vocab") ~= nil or where:match("^model%.merges") ~= nil
-      or (where == "added_tokens[]" and key == "content")
-  elseif file == "vocab.json" then
+      or where:match("^post_processor") ~= nil or (where == "added_tokens[]" and key == "content")
+  elseif file == "vocab.json" or file == "added_tokens.json" then
     return where == ""
-  elseif file == "tokenizer_config.json" or file == "added_tokens.json" then
-    return where:match("^added_tokens_decoder%.[^.]+$") ~= nil and key == "content" or file == "added_tokens.json"
+  elseif file == "tokenizer_config.json" or file == "special_tokens_map.json" then
+    return (where:match("^added_tokens_decoder%.[^.]+$") ~= nil and key == "content")
+      or (type(key) == "string" and key:match("_token$") ~= nil) or where:match("_tokens?$") ~= nil
+      or where:match("_tokens?%[%]$") ~= nil
   end
   return false
 end
@@ -1225,6 +1238,7 @@ function Sandbox:_start(opts)
     elseif full[i] == "--" then seen_sep = true
     else fd_args[#fd_args + 1] = full[i] end
   end
+  assert(seen_sep and #command > 4, "Sandbox:_bwrap_argv must end with -- and the command")
   self.keeper_pid = sb.keeper_start{
     argv = command, fd_args = fd_args, env = envl, log = self.log_dir .. "/sandbox.log",
     status = self.state_dir .. "/status.json", state_dir = not c.debug and self.state_dir or nil,

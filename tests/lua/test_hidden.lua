@@ -94,6 +94,14 @@ T.test("hidden_fragments: the id, the host path's own parts and the names the fi
   for _, not_want in ipairs({ "data", "models", "blobs", "cache", "llama", "configjson", "modelsafetensors", "tmp" }) do
     T.ok(not set[not_want], "a generic part is a fragment: " .. not_want)
   end
+  -- a fragment inside the architecture's names is no secret (and cleaning it would break the config)
+  local q = T.tmpdir() .. "/qwen-copy"
+  os.execute(("mkdir -p '%s'"):format(q))
+  seer.write_file(q .. "/config.json", seer.json.encode{ model_type = "qwen2", architectures = { "Qwen2ForCausalLM" } })
+  local qf = S.hidden_fragments({ { name = "Qwen/Qwen2.5-7B-Instruct", host = q, files = {} } }, { "/tmp" })
+  local qs = table.concat(qf, ",")
+  T.ok(not qs:find("^qwen,") and not qs:find(",qwen,") and not qs:find(",qwen$"), qs)
+  T.ok(qs:find("qwen257binstruct", 1, true), qs)
 end)
 
 -- A fake sandbox with just what _stage_hidden uses.
