@@ -224,6 +224,19 @@ hattack{
   check = function(out) T.ok(not out:find("--ro-bind", 1, true), "bwrap's mount options are on its command line:\n" .. out) end,
 }
 
+T.test("control: pid 1's command line shows the mounts' host paths when bwrap gets its options on the command line", function()
+  if not have_bwrap() then T.skip("bubblewrap is not installed") end
+  -- what seer did before --args: the same probe, in a bubblewrap started the plain way
+  local cmd = ("bwrap --unshare-all --unshare-user --die-with-parent --ro-bind /usr /usr --symlink usr/bin /bin "
+    .. "--symlink usr/lib /lib --symlink usr/lib64 /lib64 --proc /proc --dev /dev --ro-bind '%s' /models/m-x -- "
+    .. "/bin/sh -c \"tr '\\\\0' ' ' < /proc/1/cmdline\" 2>&1"):format(loc.model)
+  local p = io.popen(cmd)
+  local out = p:read("*a")
+  p:close()
+  T.contains(out, "bwrap")
+  T.ok(F.find(out, FRAGS), "the probe does not see bwrap's options on its command line:\n" .. out)
+end)
+
 hattack{
   name = "the mount table (mountinfo, mounts, mountstats of self and pid 1)",
   sh = [[cat /proc/self/mountinfo /proc/1/mountinfo /proc/self/mounts /proc/self/mountstats /proc/mounts]],
