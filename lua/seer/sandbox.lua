@@ -938,6 +938,26 @@ function Sandbox:_prepare_models(binds, env)
         error(("%s holds part of a hidden model's id, and code in the sandbox can read it; %s"):format(v[2], v[3]), 0)
       end
     end
+    -- a mounted folder that holds a hidden model's files would show them under their names,
+    -- a mounted file that is one of them its uncleaned text
+    local mounted = {}
+    for i, p in ipairs(self.config.local_dirs) do mounted[#mounted + 1] = { p[1], ("SandboxConfig.local_dirs[%d]"):format(i) } end
+    for i, p in ipairs(self.config.local_files) do mounted[#mounted + 1] = { p[1], ("SandboxConfig.local_files[%d]"):format(i) } end
+    for _, mp in ipairs(mounted) do
+      local real = core.realpath(mp[1])
+      if real then
+        for _, m in ipairs(hidden) do
+          local paths = { core.realpath(m.host) or m.host }
+          for _, f in ipairs(m.files) do paths[#paths + 1] = f.real end
+          for _, hp in ipairs(paths) do
+            if hp == real or hp:sub(1, #real + 1) == real .. "/" or real == "/" then
+              error(("%s is or holds a hidden model's files, which code in the sandbox could read there as they are; "
+                .. "mount something that does not hold them"):format(mp[2]), 0)
+            end
+          end
+        end
+      end
+    end
   end
 
   local function add(name, revision, hidden_model)

@@ -612,6 +612,12 @@ T.test("a sandbox name, environment variable or mounted path that holds the id i
     "the environment variable WHICH holds part of a hidden model's id", true)
   T.raises(function() env.Sandbox(env.SandboxConfig{ models = models, local_files = { { A.stories .. "/LICENSE", "/workspace/" .. ids.name .. ".txt" } } })
     :start{ name = "ok" } end, "SandboxConfig.local_files[1]'s path in the sandbox", true)
+  T.raises(function() env.Sandbox(env.SandboxConfig{ models = models, local_dirs = { { hf_home, "/data" } } }):start{ name = "ok" } end,
+    "SandboxConfig.local_dirs[1] is or holds a hidden model's files", true)
+  os.execute(("ln -sf '%s/config.json' '%s/innocent.json'"):format(loc.model, root))
+  T.raises(function() env.Sandbox(env.SandboxConfig{ models = LAYOUTS["local folder"](true),
+    local_files = { { root .. "/innocent.json", "/workspace/c.json" } } }):start{ name = "ok" } end,
+    "SandboxConfig.local_files[1] is or holds a hidden model's files", true)
   -- nothing of a refused start stays behind
   local left = {}
   for _, e in ipairs(require("seer.core.sandbox").listdir(root .. "/sb") or {}) do
