@@ -778,10 +778,14 @@ function Sandbox:_stage_hidden(host, frags)
       left_out = left_out + 1
     end
   end
-  -- the staging directory goes where the largest file can be hard-linked
+  -- the staging directory goes where the largest file to link can be hard-linked (or, when
+  -- every big file is a changed copy, where a copy can be a reflink)
   local probe
   for _, p in ipairs(plan) do
-    if p.op ~= "write" and (not probe or p.size > probe.size) then probe = p end
+    if p.op ~= "write" and (not probe or (p.op == "link") ~= (probe.op == "link") and p.op == "link"
+                            or (p.op == probe.op and p.size > probe.size)) then
+      probe = p
+    end
   end
   local dir
   for _, base in ipairs(self:_stage_bases(probe and probe.src)) do
