@@ -620,13 +620,33 @@ local function st_header(path)
 end
 
 -- What becomes of one kept file of a hidden model: linked as it is, written cleaned, or
--- copied with a cleaned safetensors header. Raises when the file cannot be served without
--- showing the name.
+-- copied with a cleaned safetensors header; nil when it is left out (a .safetensors file that
+-- is not one). Raises when the file cannot be served without showing the name.
 local function plan_hidden_file(name, src, size, frags)
   local p = { name = clean_text(name, frags), src = src, size = size, op = "link" }
   if name:match("%.safetensors$") then
     local n, h = st_header(src)
-    if n and sb.find_fragment(h, frags, 1, true) then
+    local okh, doc0 = false, nil
+    if n then okh, doc0 = pcall(json.decode, h) end
+    if not okh or type(doc0) ~= "table" then return nil end -- not a safetensors file: left out
+    -- bytes that are text: a small U8/I8 tensor can spell a name
+    local f = io.open(src, "rb")
+    for k, t in pairs(doc0) do
+      if k ~= "__metadata__" and type(t) == "table" and (t.dtype == "U8" or t.dtype == "I8" or t.dtype == "BOOL")
+         and type(t.data_offsets) == "table" and tonumber(t.data_offsets[1]) and tonumber(t.data_offsets[2]) then
+        local a, b = tonumber(t.data_offsets[1]), tonumber(t.data_offsets[2])
+        if b > a and b - a <= 1048576 and f and f:seek("set", 8 + n + a) then
+          local bytes = f:read(b - a)
+          if bytes and sb.find_fragment(bytes, frags) then
+            f:close()
+            error(("the bytes of a tensor in the hidden model's %s spell the model's name; remove the tensor or do not hide the model")
+              :format(p.name), 0)
+          end
+        end
+      end
+    end
+    if f then f:close() end
+    if sb.find_fragment(h, frags, 1, true) then
       local ok, doc = pcall(json.decode, h)
       if not ok or type(doc) ~= "table" then
         error(("the hidden model's %s has a safetensors header that names the model and cannot be read to clean it; "
@@ -772,8 +792,9 @@ function Sandbox:_stage_hidden(host, frags)
   for _, e in ipairs(sb.listdir(host) or {}) do
     local real, info = nil, nil
     if e.type ~= "dir" and hidden_keeps(e.name) then real, info = real_file(host .. "/" .. e.name, listings) end
-    if info then
-      plan[#plan + 1] = plan_hidden_file(e.name, real, info.size or 0, frags)
+    local planned = info and plan_hidden_file(e.name, real, info.size or 0, frags)
+    if planned then
+      plan[#plan + 1] = planned
     else
       left_out = left_out + 1
     end

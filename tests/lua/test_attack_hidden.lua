@@ -603,6 +603,30 @@ T.test("staging: a tensor whose name holds the id is refused with a clear messag
   T.contains(msg, "rename the tensor or do not hide the model")
 end)
 
+T.test("staging: a small byte tensor that spells the id is refused; a .safetensors that is not one is left out", function()
+  if not have_bwrap() then T.skip("bubblewrap is not installed") end
+  local tensor = require "seer.tensor"
+  local d = root .. "/byte-tensor/" .. ids.name
+  os.execute(("mkdir -p '%s' && cp '%s'/*.json '%s'/"):format(d, A.stories, d))
+  local t = tensor.load(A.stories .. "/model.safetensors", { copy = true })
+  local bytes = {}
+  for i = 1, #ORG_NAME do bytes[i] = ORG_NAME:byte(i) end
+  t["extra.note"] = tensor.from(bytes, "u8")
+  tensor.save(d .. "/model.safetensors", t)
+  T.raises(function() env.Sandbox(env.SandboxConfig{ models = { env.ModelConfig{ name = d, hidden = true } } }):start{ name = "bytes" } end,
+    "the bytes of a tensor in the hidden model's model.safetensors spell the model's name", true)
+  -- a text file dressed as weights
+  local d2 = root .. "/fake-weights/" .. ids.name
+  os.execute(("mkdir -p '%s' && cp '%s'/*.json '%s/model.safetensors' '%s'/"):format(d2, A.stories, A.stories, d2))
+  seer.write_file(d2 .. "/notes.safetensors", "this is " .. ORG_NAME .. "\n")
+  local s = env.Sandbox(env.SandboxConfig{ models = { env.ModelConfig{ name = d2, hidden = true } } }):start{ name = "fake" }
+  local out = s:exec("ls /models/*/; cat /models/*/* | grep -a -c -i " .. ids.org .. " || true")
+  s:terminate()
+  T.ok(not out:find("notes.safetensors", 1, true), out)
+  T.contains(out, "model.safetensors")
+  T.contains(out, "\n0\n")
+end)
+
 T.test("a sandbox name, environment variable or mounted path that holds the id is refused", function()
   if not have_bwrap() then T.skip("bubblewrap is not installed") end
   local models = LAYOUTS["HF cache"](true)
