@@ -185,7 +185,8 @@ static int l_cgroup_stats(lua_State *L) {
     return 1;
 }
 
-/* keeper_start{argv, env, log, status, state_dir, cgroup, rlimits, timeout_ms} -> pid */
+/* keeper_start{argv, env, log, status, state_dir, cgroup, rlimits, timeout_ms, fd_args, remove_dirs} -> pid
+ * (fd_args: given to the child on its fd 3, for bwrap --args 3) */
 static int l_keeper_start(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
     seer_sandbox_keeper_opts_t o;
@@ -197,6 +198,8 @@ static int l_keeper_start(lua_State *L) {
     o.status_path = opt_str(L, 1, "status");
     o.state_dir = opt_str(L, 1, "state_dir");
     o.timeout_ms = (long)opt_num(L, 1, "timeout_ms", 0);
+    o.fd_args = strv_field(L, 1, "fd_args", 0);
+    o.remove_dirs = strv_field(L, 1, "remove_dirs", 0);
     read_rlimits(L, 1, &o.rlimits);
     seer_sandbox_cgroup_t cg;
     lua_getfield(L, 1, "cgroup");
@@ -483,6 +486,106 @@ static int proc_gc(lua_State *L) {
     return 0;
 }
 
+/* ------------------------------------------------------------------------------------------
+ * finding what could name a hidden model */
+
+/* The character at text[i] as a reader of names sees it: a lowercase letter or a digit, or 0
+ * for anything else (punctuation, spaces, other scripts' bytes); *next is where the next one
+ * starts. In json mode a \uXXXX escape of an ASCII letter or digit is that character, and
+ * another escape (\n, \", \\) is one non-character, so an escaped name is still found. */
+static char fold_at(const char *text, size_t len, size_t i, int json, size_t *next) {
+    unsigned char c = (unsigned char)text[i];
+    *next = i + 1;
+    if (json && c == '\\' && i + 1 < len) {
+        if (text[i + 1] == 'u' && i + 5 < len) {
+            unsigned v = 0;
+            int ok = 1;
+            for (int k = 2; k < 6; k++) {
+                int h = text[i + k];
+                v <<= 4;
+                if (h >= '0' && h <= '9') v |= (unsigned)(h - '0');
+                else if (h >= 'a' && h <= 'f') v |= (unsigned)(h - 'a' + 10);
+                else if (h >= 'A' && h <= 'F') v |= (unsigned)(h - 'A' + 10);
+                else ok = 0;
+            }
+            if (ok) {
+                *next = i + 6;
+                c = v < 0x80 ? (unsigned char)v : 0;
+            }
+        } else {
+            *next = i + 2;
+            return 0;
+        }
+    }
+    if (c >= 'A' && c <= 'Z') return (char)(c - 'A' + 'a');
+    if ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')) return (char)c;
+    return 0;
+}
+
+/* find_fragment(text, fragments, init, json) -> start, end, index | nil: the first place in
+ * text (from byte init, 1-based) where one of the fragments occurs when both are compared
+ * letters and digits only, case-folded: "Org/Name", "org--name" and "ORG name" all hold
+ * "orgname". start and end are the byte positions (1-based, inclusive) of the occurrence in
+ * text; index is the fragment's place in the list. Used to keep a hidden model's id out of
+ * the files and paths a sandbox can read (lua/seer/sandbox.lua). */
+static int l_find_fragment(lua_State *L) {
+    size_t len;
+    const char *text = luaL_checklstring(L, 1, &len);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lua_Integer init = luaL_optinteger(L, 3, 1);
+    int json = lua_toboolean(L, 4);
+    if (init < 1) init = 1;
+    if ((size_t)init > len) return 0;
+    int nf = (int)lua_objlen(L, 2);
+    /* the folded text, from init */
+    char *norm = malloc(len - (size_t)init + 2);
+    if (!norm) return luaL_error(L, "out of memory");
+    size_t nn = 0;
+    for (size_t i = (size_t)init - 1, next; i < len; i = next) {
+        char c = fold_at(text, len, i, json, &next);
+        if (c) norm[nn++] = c;
+    }
+    size_t best = (size_t)-1, best_len = 0;
+    int best_index = 0;
+    char frag[512];
+    for (int f = 1; f <= nf; f++) {
+        lua_rawgeti(L, 2, f);
+        size_t fl;
+        const char *fs = lua_tolstring(L, -1, &fl);
+        size_t k = 0;
+        for (size_t i = 0, next; fs && i < fl && k < sizeof frag; i = next) {
+            char c = fold_at(fs, fl, i, 0, &next);
+            if (c) frag[k++] = c;
+        }
+        lua_pop(L, 1);
+        if (k == 0 || k > nn) continue;
+        const char *hit = memmem(norm, nn, frag, k);
+        if (hit && (size_t)(hit - norm) < best) {
+            best = (size_t)(hit - norm);
+            best_len = k;
+            best_index = f;
+        }
+    }
+    free(norm);
+    if (!best_index) return 0;
+    /* back from folded positions to byte positions */
+    size_t count = 0, start = 0, end = 0;
+    for (size_t i = (size_t)init - 1, next; i < len; i = next) {
+        char c = fold_at(text, len, i, json, &next);
+        if (!c) continue;
+        if (count == best) start = i;
+        if (count == best + best_len - 1) {
+            end = next;
+            break;
+        }
+        count++;
+    }
+    lua_pushinteger(L, (lua_Integer)start + 1);
+    lua_pushinteger(L, (lua_Integer)end);
+    lua_pushinteger(L, best_index);
+    return 3;
+}
+
 int seer_sandbox_luaopen(lua_State *L) {
     static const luaL_Reg methods[] = {{"pid", proc_pid},     {"fds", proc_fds},   {"read", proc_read},
                                        {"write", proc_write}, {"close_stdin", proc_close_stdin},
@@ -507,6 +610,7 @@ int seer_sandbox_luaopen(lua_State *L) {
                                    {"start_time", l_start_time},
                                    {"listdir", l_listdir},
                                    {"environ", l_environ},
+                                   {"find_fragment", l_find_fragment},
                                    {NULL, NULL}};
     lua_newtable(L);
     luaL_register(L, NULL, fns);

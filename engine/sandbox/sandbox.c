@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -418,7 +419,14 @@ static int owner_dead(pid_t owner) {
     return st == 'Z' || st == 'X' || st == 'x';
 }
 
-static void keeper_main(const seer_sandbox_keeper_opts_t *o, pid_t owner, int log_fd, int null_fd) {
+/* What the keeper runs when the owner has gone: rm -rf -- state_dir remove_dirs... Built before
+ * the fork (the keeper may not allocate). */
+typedef struct {
+    const char **argv;
+} keeper_rm_t;
+
+static void keeper_main(const seer_sandbox_keeper_opts_t *o, pid_t owner, int log_fd, int null_fd, int args_fd,
+                        const keeper_rm_t *rm) {
     long long t0 = now_ms();
     sigset_t all;
     sigfillset(&all);
@@ -430,7 +438,10 @@ static void keeper_main(const seer_sandbox_keeper_opts_t *o, pid_t owner, int lo
     dup2(null_fd, 0);
     dup2(log_fd, 1);
     dup2(log_fd, 2);
-    close_from(3); /* nothing of the owner's (sockets, model files) stays open here */
+    /* fd 3 of the child: the arguments bwrap reads with --args 3 (args_fd is >= 10, so it is
+     * not one of 0..3, and dup2 clears close-on-exec on the copy) */
+    if (args_fd >= 0) dup2(args_fd, 3);
+    close_from(args_fd >= 0 ? 4 : 3); /* nothing of the owner's (sockets, model files) stays open here */
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -461,6 +472,7 @@ static void keeper_main(const seer_sandbox_keeper_opts_t *o, pid_t owner, int lo
         s_write_all(2, e, n);
         _exit(127);
     }
+    if (args_fd >= 0) close(3); /* the child has its copy; bwrap closes it once read */
     if (o->timeout_ms > 0) {
         struct itimerval it = {{0, 0}, {o->timeout_ms / 1000, (o->timeout_ms % 1000) * 1000}};
         setitimer(ITIMER_REAL, &it, NULL);
@@ -509,13 +521,44 @@ static void keeper_main(const seer_sandbox_keeper_opts_t *o, pid_t owner, int lo
     }
     if (owner_gone && strcmp(how, "terminated") == 0) how = "owner_died";
     write_status(o->status_path, how, code, sig, now_ms() - t0);
-    if (owner_gone && o->state_dir && o->state_dir[0]) {
-        /* nobody is left to read the workspace or the logs: remove them */
-        const char *rm[] = {"/bin/rm", "-rf", "--", o->state_dir, NULL};
+    if (owner_gone && rm->argv) {
+        /* nobody is left to read the workspace or the logs (or to use a hidden model's staged
+         * files): remove them */
         const char *env[] = {"PATH=/usr/bin:/bin", NULL};
-        execve(rm[0], (char *const *)rm, (char *const *)env);
+        execve(rm->argv[0], (char *const *)rm->argv, (char *const *)env);
     }
     _exit(0);
+}
+
+/* The arguments, NUL-separated, in a sealed memfd at a descriptor >= 10 (close-on-exec; the
+ * keeper moves it to fd 3 of its child). */
+static int args_memfd(const char *const *args, int *fd_out, seer_err_t *err) {
+    int fd = memfd_create("seer-args", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0) return seer_err_set(err, SEER_EIO, "cannot pass the sandbox's arguments: memfd_create: %s", strerror(errno));
+    for (const char *const *a = args; *a; a++) {
+        size_t n = strlen(*a) + 1; /* with its NUL */
+        const char *p = *a;
+        while (n) {
+            ssize_t w = write(fd, p, n);
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) {
+                int e = errno;
+                close(fd);
+                return seer_err_set(err, SEER_EIO, "cannot pass the sandbox's arguments: write: %s", strerror(e));
+            }
+            p += w;
+            n -= (size_t)w;
+        }
+    }
+    /* nothing that gets the descriptor can change what bwrap will read */
+    fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL);
+    lseek(fd, 0, SEEK_SET);
+    int high = fcntl(fd, F_DUPFD_CLOEXEC, 10);
+    int e = errno;
+    close(fd);
+    if (high < 0) return seer_err_set(err, SEER_EIO, "cannot pass the sandbox's arguments: dup: %s", strerror(e));
+    *fd_out = high;
+    return SEER_OK;
 }
 
 int seer_sandbox_keeper_start(const seer_sandbox_keeper_opts_t *o, pid_t *keeper, seer_err_t *err) {
@@ -533,17 +576,51 @@ int seer_sandbox_keeper_start(const seer_sandbox_keeper_opts_t *o, pid_t *keeper
     static const char *const empty_env[] = {NULL};
     seer_sandbox_keeper_opts_t copy = *o;
     if (!copy.envp) copy.envp = empty_env;
+    int args_fd = -1;
+    if (o->fd_args) {
+        int rc = args_memfd(o->fd_args, &args_fd, err);
+        if (rc < 0) {
+            close(log_fd);
+            close(null_fd);
+            return rc;
+        }
+    }
+    keeper_rm_t rm = {NULL};
+    size_t nrm = 0;
+    if (o->state_dir && o->state_dir[0]) nrm++;
+    for (const char *const *d = o->remove_dirs; d && *d; d++)
+        if ((*d)[0]) nrm++;
+    if (nrm) {
+        rm.argv = calloc(nrm + 4, sizeof *rm.argv);
+        if (!rm.argv) {
+            close(log_fd);
+            close(null_fd);
+            if (args_fd >= 0) close(args_fd);
+            return seer_err_set(err, SEER_ENOMEM, "out of memory");
+        }
+        size_t i = 0;
+        rm.argv[i++] = "/bin/rm";
+        rm.argv[i++] = "-rf";
+        rm.argv[i++] = "--";
+        if (o->state_dir && o->state_dir[0]) rm.argv[i++] = o->state_dir;
+        for (const char *const *d = o->remove_dirs; d && *d; d++)
+            if ((*d)[0]) rm.argv[i++] = *d;
+    }
     pid_t owner = getpid();
     pid_t k = fork();
     if (k < 0) {
         int e = errno;
         close(log_fd);
         close(null_fd);
+        if (args_fd >= 0) close(args_fd);
+        free(rm.argv);
         return seer_err_set(err, SEER_EIO, "cannot fork the sandbox keeper: %s", strerror(e));
     }
-    if (k == 0) keeper_main(&copy, owner, log_fd, null_fd);
+    if (k == 0) keeper_main(&copy, owner, log_fd, null_fd, args_fd, &rm);
     close(log_fd);
     close(null_fd);
+    if (args_fd >= 0) close(args_fd);
+    free(rm.argv);
     *keeper = k;
     return SEER_OK;
 }

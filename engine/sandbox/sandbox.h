@@ -66,6 +66,11 @@ typedef struct seer_sandbox_keeper_opts {
     const seer_sandbox_cgroup_t *cgroup; /* may be NULL */
     seer_sandbox_rlimits_t rlimits;
     long timeout_ms;               /* wall time from start; 0: none */
+    /* Arguments handed to the child on its fd 3 (NUL-separated, from a sealed memfd), for
+     * `bwrap --args 3`: bwrap is pid 1 of the sandbox, so anything inside reads its command
+     * line as /proc/1/cmdline, and the mount options name host paths. NULL: none. */
+    const char *const *fd_args;
+    const char *const *remove_dirs; /* also removed (with state_dir) when the owner died; may be NULL */
 } seer_sandbox_keeper_opts_t;
 
 /* Forks the keeper, which starts argv. Returns the keeper's pid in *keeper (a child of the

@@ -372,7 +372,552 @@ local function sanitize(s)
   return (s:gsub("[^%w._-]", "-"):gsub("^[-.]+", ""):sub(1, 40))
 end
 
--- Models: where each is on the host, and the bwrap arguments that mount it read-only.
+---------------------------------------------------------------------------------------------
+-- Hidden models. Nothing the sandbox can read may name a hidden model: not its files (model
+-- cards, licenses, the JSON files' name fields, the safetensors metadata), not the paths its
+-- files are mounted from (the mount table shows each bind mount's source path), not bwrap's
+-- command line. So a hidden model is staged: the files seer needs to load it are hard-linked
+-- (or, when no hard link is possible, copied) under an opaque name into a directory on the
+-- same file system whose path holds nothing of the model, files that carry a name are written
+-- there as cleaned copies, everything else is left out, and that directory is mounted.
+
+pcall(ffi.cdef, [[
+  int link(const char *oldpath, const char *newpath);
+  int isatty(int fd);
+]])
+
+-- What a hidden model keeps: what seer (or transformers) reads to load it. Everything else —
+-- README.md, NOTICE, LICENSE, notes, tokenizer.model, pickles, sub-folders — stays out.
+local HIDDEN_KEEP = {
+  ["config.json"] = true, ["generation_config.json"] = true, ["tokenizer.json"] = true,
+  ["tokenizer_config.json"] = true, ["special_tokens_map.json"] = true, ["added_tokens.json"] = true,
+  ["vocab.json"] = true, ["merges.txt"] = true, ["chat_template.jinja"] = true, ["chat_template.json"] = true,
+  ["adapter_config.json"] = true,
+}
+local function hidden_keeps(name)
+  return HIDDEN_KEEP[name] or name:match("%.safetensors$") ~= nil or name:match("%.safetensors%.index%.json$") ~= nil
+end
+
+-- JSON fields that name where a model came from; their values go whatever they hold.
+local NAME_KEYS = {
+  _name_or_path = true, name_or_path = true, base_model_name_or_path = true, model_name = true,
+  _commit_hash = true, tokenizer_file = true, special_tokens_map_file = true, model_id = true,
+  repo_id = true, base_model = true, hub_model_id = true, finetuned_from = true,
+}
+
+-- Path components too common to tell anything about a model.
+local GENERIC = {
+  "home", "root", "tmp", "temp", "var", "data", "mnt", "media", "srv", "opt", "usr", "local", "share",
+  "work", "workspace", "models", "model", "checkpoints", "checkpoint", "ckpt", "weights", "cache",
+  "huggingface", "hub", "snapshots", "blobs", "refs", "main", "seer", "sandboxes", "users", "scratch",
+  "shared", "storage", "projects", "project", "experiments", "runs", "outputs", "hidden", "downloads",
+  "files", "adapter", "adapters", "lora", "peft", "base",
+}
+
+local HIDDEN = "<hidden>"
+
+-- A name as find_fragment compares names: letters and digits, lower case.
+local function fold(s) return (s:lower():gsub("[^%w]", "")) end
+
+-- s with every occurrence of a fragment replaced by <hidden>.
+local function clean_text(s, frags, json_escapes)
+  local out, i = {}, 1
+  while true do
+    local a, b = sb.find_fragment(s, frags, i, json_escapes)
+    if not a then break end
+    out[#out + 1] = s:sub(i, a - 1)
+    out[#out + 1] = HIDDEN
+    i = b + 1
+  end
+  if i == 1 then return s end
+  out[#out + 1] = s:sub(i)
+  return table.concat(out)
+end
+
+---The fragments that could name the hidden models: each id's org and name (and the cache's
+---models--org--name), the revision, and every component of their host paths (folders, the
+---cache's snapshot and blob names), less components every path here shares (GENERIC, and the
+---folders of `generic_paths`: seer's own, whose paths the sandbox sees anyway), less what the
+---architecture itself says (a folder called "llama" is not a secret when model_type is).
+---@param models {name: string, revision?: string, host: string, files: {name: string, real: string}[]}[]
+---@param generic_paths string[]
+---@return string[] folded fragments (at least 4 characters, with a letter)
+function M.hidden_fragments(models, generic_paths)
+  local generic, shared = {}, {}
+  for _, g in ipairs(GENERIC) do generic[g] = true end
+  for _, p in ipairs(generic_paths) do
+    for c in p:gmatch("[^/]+") do shared[fold(c)] = true end
+  end
+  local out, seen = {}, {}
+  -- a part of a host path is no secret when seer's own folders share it; a part of the id
+  -- always is (and a seer folder that holds one is refused: Sandbox:_prepare_models)
+  local function add(s, from_path)
+    if type(s) ~= "string" then return end
+    local f = fold(s)
+    if #f < 4 or not f:find("%a") or generic[f] or (from_path and shared[f]) or seen[f] then return end
+    seen[f] = true
+    out[#out + 1] = f
+  end
+  local function add_path(p) for c in p:gmatch("[^/]+") do add(c, true) end end
+  local structural, filenames = {}, {}
+  for _, m in ipairs(models) do
+    local org, name = m.name:match("^([%w._-]+)/([%w._-]+)$")
+    if org then
+      add(org); add(name); add(m.name); add("models--" .. org .. "--" .. name)
+    end
+    add(m.revision)
+    add_path(m.host)
+    for _, f in ipairs(m.files) do
+      -- where the file really is (a cache blob, a folder elsewhere); its own name when that
+      -- is not the name it has in the model folder (a blob's hash)
+      local dir, base = f.real:match("^(.*)/([^/]*)$")
+      add_path(dir or "")
+      if base and base ~= f.name then add(base, true) end
+    end
+    -- the names the files themselves give: a local folder's config.json says which hub id it
+    -- is a copy of, an adapter names its base, a model card's front matter its base model
+    local function add_named(v)
+      if type(v) ~= "string" then return end
+      local o, n = v:match("^([%w._-]+)/([%w._-]+)$")
+      if o then add(o); add(n); add(v); add("models--" .. o .. "--" .. n)
+      else add_path(v) end
+    end
+    -- a file's own name is not a secret (and a fragment equal to it would rename the file)
+    for _, f in ipairs(m.files) do if hidden_keeps(f.name) then filenames[fold(f.name)] = true end end
+    for _, e in ipairs(sb.listdir(m.host) or {}) do
+      if e.name:match("%.json$") and (e.size or 0) < 4 * 1048576 then
+        local jf = io.open(m.host .. "/" .. e.name, "rb")
+        local okj, doc = false, nil
+        if jf then okj, doc = pcall(json.decode, jf:read("*a")); jf:close() end
+        if okj and type(doc) == "table" and not json.is_array(doc) then
+          for k in pairs(NAME_KEYS) do add_named(doc[k]) end
+        end
+      elseif e.name:lower() == "readme.md" then
+        local rf = io.open(m.host .. "/" .. e.name, "rb")
+        local text = rf and rf:read(65536) or ""
+        if rf then rf:close() end
+        local front = text:match("^%-%-%-\n(.-)\n%-%-%-") or ""
+        local list = false
+        for line in (front .. "\n"):gmatch("([^\n]*)\n") do
+          local key, val = line:match("^([%w_]+):%s*(.-)%s*$")
+          if key then
+            list = (key == "base_model" or key == "model_name") and val == ""
+            if key == "base_model" or key == "model_name" then add_named(val) end
+          elseif list then
+            add_named(line:match("^%s*%-%s*(%S+)"))
+          end
+        end
+      end
+    end
+    for _, file in ipairs({ "config.json", "tokenizer_config.json" }) do
+      local f = io.open(m.host .. "/" .. file, "rb")
+      if f then
+        local ok, cfg = pcall(json.decode, f:read(4 * 1048576) or "")
+        f:close()
+        if ok and type(cfg) == "table" then
+          if type(cfg.model_type) == "string" then structural[fold(cfg.model_type)] = true end
+          if type(cfg.tokenizer_class) == "string" then structural[fold(cfg.tokenizer_class)] = true end
+          if type(cfg.architectures) == "table" then
+            for _, a in ipairs(cfg.architectures) do if type(a) == "string" then structural[fold(a)] = true end end
+          end
+        end
+      end
+    end
+  end
+  -- what the architecture says is no secret: a fragment inside model_type or an architecture
+  -- name ("qwen" of Qwen/..., model_type qwen2) would otherwise clean the config unloadable
+  local kept = {}
+  for _, f in ipairs(out) do
+    local inside = structural[f] or filenames[f]
+    for st in pairs(structural) do if st:find(f, 1, true) then inside = true break end end
+    if not inside then kept[#kept + 1] = f end
+  end
+  return kept
+end
+
+-- Tokens are the model: a vocabulary entry that happens to hold a fragment is kept as it is
+-- (changing it would change what the model reads and writes).
+-- The same for special tokens (bos_token, additional_special_tokens, the post-processor's
+-- templates): they must stay equal to their vocabulary entries.
+local function token_place(file, where, key)
+  if file == "tokenizer.json" then
+    return where:match("^model%.vocab") ~= nil or where:match("^model%.merges") ~= nil
+      or where:match("^post_processor") ~= nil or (where == "added_tokens[]" and key == "content")
+  elseif file == "vocab.json" or file == "added_tokens.json" then
+    return where == ""
+  elseif file == "tokenizer_config.json" or file == "special_tokens_map.json" then
+    return (where:match("^added_tokens_decoder%.[^.]+$") ~= nil and key == "content")
+      or (type(key) == "string" and key:match("_token$") ~= nil) or where:match("_tokens?$") ~= nil
+      or where:match("_tokens?%[%]$") ~= nil
+  end
+  return false
+end
+
+-- A decoded JSON document cleaned in place: name fields become <hidden>, fragments in other
+-- strings and keys are replaced (tokens excepted).
+local function clean_json(doc, frags, file)
+  local function walk(t, where)
+    if json.is_array(t) then
+      for i = 1, #t do
+        local x = t[i]
+        if type(x) == "string" then
+          if not token_place(file, where .. "[]", nil) then t[i] = clean_text(x, frags) end
+        elseif type(x) == "table" then walk(x, where .. "[]") end
+      end
+      return
+    end
+    local renames = {}
+    for k, x in pairs(t) do
+      local here = where == "" and tostring(k) or (where .. "." .. tostring(k))
+      if NAME_KEYS[k] and type(x) == "string" then
+        t[k] = HIDDEN
+      elseif type(x) == "string" then
+        if not token_place(file, where, k) then t[k] = clean_text(x, frags) end
+      elseif type(x) == "table" then
+        walk(x, here)
+      end
+      if type(k) == "string" and not token_place(file, where, nil) then
+        local nk = clean_text(k, frags)
+        if nk ~= k then renames[k] = nk end
+      end
+    end
+    for k, nk in pairs(renames) do t[nk], t[k] = t[k], nil end
+  end
+  walk(doc, "")
+  return doc
+end
+
+local function le64(n)
+  local b = {}
+  for i = 1, 8 do b[i] = string.char(n % 256); n = math.floor(n / 256) end
+  return table.concat(b)
+end
+
+local function read_le64(s)
+  local n = 0
+  for i = 8, 1, -1 do n = n * 256 + s:byte(i) end
+  return n
+end
+
+-- Copies src to dst (a reflink where the file system can, else a copy), with a progress line
+-- on a terminal: it only happens when no hard link is possible or a file must be changed.
+local function copy_file(src, dst, size)
+  local p, err = sb.spawn{ argv = { "cp", "--reflink=auto", "--", src, dst },
+                           env = { PATH = "/usr/bin:/bin", LANG = "C" } }
+  if not p then error("cannot copy a hidden model's file for the sandbox: " .. tostring(err), 0) end
+  local tty = ffi.C.isatty(2) == 1
+  local t0, shown, nap = process.now_ms(), false, 1
+  local errs = {}
+  while true do
+    local st = p:poll()
+    local e = p:read("err")
+    while e and e ~= "" do errs[#errs + 1] = e; e = p:read("err") end
+    if st then
+      p:close()
+      if shown then io.stderr:write("\n") end
+      if st.code ~= 0 then
+        error(("cannot copy a hidden model's file for the sandbox (cp exited with %s): %s"):format(tostring(st.code), table.concat(errs)), 0)
+      end
+      return
+    end
+    if tty and size > 64 * 1048576 and process.now_ms() - t0 > 1000 then
+      local f = io.open(dst, "rb")
+      local done = f and f:seek("end") or 0
+      if f then f:close() end
+      io.stderr:write(("\rseer: copying a hidden model's file for the sandbox (no hard link possible): %d / %d MiB")
+        :format(math.floor(done / 1048576), math.floor(size / 1048576)))
+      shown = true
+    end
+    process.sleep_ms(nap)
+    nap = math.min(nap * 2, 100)
+  end
+end
+
+-- The header of a safetensors file: its length and text.
+local function st_header(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local b = f:read(8)
+  if not b or #b < 8 then f:close(); return nil end
+  local n = read_le64(b)
+  if n > 100 * 1048576 then f:close(); return nil end
+  local h = f:read(n)
+  f:close()
+  if not h or #h ~= n then return nil end
+  return n, h
+end
+
+-- What becomes of one kept file of a hidden model: linked as it is, written cleaned, or
+-- copied with a cleaned safetensors header; nil when it is left out (a .safetensors file that
+-- is not one). Raises when the file cannot be served without showing the name.
+local function plan_hidden_file(name, src, size, frags)
+  local p = { name = clean_text(name, frags), src = src, size = size, op = "link" }
+  if name:match("%.safetensors$") then
+    local n, h = st_header(src)
+    local okh, doc0 = false, nil
+    if n then okh, doc0 = pcall(json.decode, h) end
+    if not okh or type(doc0) ~= "table" then return nil end -- not a safetensors file: left out
+    -- bytes that are text: a small U8/I8 tensor can spell a name
+    local f = io.open(src, "rb")
+    for k, t in pairs(doc0) do
+      if k ~= "__metadata__" and type(t) == "table" and (t.dtype == "U8" or t.dtype == "I8" or t.dtype == "BOOL")
+         and type(t.data_offsets) == "table" and tonumber(t.data_offsets[1]) and tonumber(t.data_offsets[2]) then
+        local a, b = tonumber(t.data_offsets[1]), tonumber(t.data_offsets[2])
+        if b > a and b - a <= 1048576 and f and f:seek("set", 8 + n + a) then
+          local bytes = f:read(b - a)
+          if bytes and sb.find_fragment(bytes, frags) then
+            f:close()
+            error(("the bytes of a tensor in the hidden model's %s spell the model's name; remove the tensor or do not hide the model")
+              :format(p.name), 0)
+          end
+        end
+      end
+    end
+    if f then f:close() end
+    if sb.find_fragment(h, frags, 1, true) then
+      local ok, doc = pcall(json.decode, h)
+      if not ok or type(doc) ~= "table" then
+        error(("the hidden model's %s has a safetensors header that names the model and cannot be read to clean it; "
+          .. "fix the file or do not hide the model"):format(p.name), 0)
+      end
+      for k in pairs(doc) do
+        if k ~= "__metadata__" and sb.find_fragment(k, frags) then
+          error(("a tensor name in the hidden model's %s names the model, and tensor names cannot change without "
+            .. "breaking the model; rename the tensor or do not hide the model"):format(p.name), 0)
+        end
+      end
+      local meta = type(doc.__metadata__) == "table" and doc.__metadata__ or {}
+      local kept = json.object({})
+      for k, v in pairs(meta) do
+        if type(v) == "string" and not NAME_KEYS[k] and not sb.find_fragment(k, frags) and not sb.find_fragment(v, frags) then
+          kept[k] = v
+        end
+      end
+      doc.__metadata__ = kept
+      local text = json.encode(doc)
+      if sb.find_fragment(text, frags, 1, true) then
+        error(("the hidden model's %s: its safetensors header still names the model after cleaning; do not hide the model"):format(p.name), 0)
+      end
+      p.op, p.header, p.old_n = "st_patch", text, n
+    end
+  elseif name:match("%.json$") then
+    local f = assert(io.open(src, "rb"))
+    local raw = f:read("*a")
+    f:close()
+    local named = false
+    for k in pairs(NAME_KEYS) do
+      if raw:find('"' .. k .. '"', 1, true) then named = true break end
+    end
+    local holds = sb.find_fragment(raw, frags, 1, true)
+    if named or holds then
+      local ok, doc = pcall(json.decode, raw)
+      if ok and type(doc) == "table" then
+        p.op, p.text = "write", json.encode(clean_json(doc, frags, name), { indent = 2 })
+      elseif holds then
+        error(("the hidden model's %s names the model but is not JSON seer can read to clean it; fix the file or do not hide the model")
+          :format(p.name), 0)
+      end
+    end
+  else
+    -- text: chat_template.jinja, merges.txt (whose lines are tokens, except the # comments)
+    local f = assert(io.open(src, "rb"))
+    local raw = f:read("*a")
+    f:close()
+    if sb.find_fragment(raw, frags) then
+      if name == "merges.txt" then
+        p.text = raw:gsub("([^\n]*)", function(line)
+          if line:sub(1, 1) == "#" then return clean_text(line, frags) end
+          return line
+        end)
+      else
+        p.text = clean_text(raw, frags)
+      end
+      p.op = "write"
+    end
+  end
+  return p
+end
+
+-- The real path of a file (through the cache's symlinks) and its listdir entry; nil for
+-- anything that is not a regular file.
+local function real_file(path, listings)
+  local real = core.realpath(path)
+  if not real then return nil end
+  local parent, base = real:match("^(.*)/([^/]+)$")
+  parent = parent == "" and "/" or parent
+  if not listings[parent] then
+    listings[parent] = {}
+    for _, x in ipairs(sb.listdir(parent) or {}) do listings[parent][x.name] = x end
+  end
+  local x = listings[parent][base]
+  if x and x.type == "file" then return real, x end
+end
+
+local function write_file(path, text)
+  local f = assert(io.open(path, "wb"))
+  f:write(text)
+  f:close()
+end
+
+-- Where a hidden model's staging directory may go, best first: beside the sandbox's state
+-- (removed with it), seer's cache, the hub cache, the root of the file system that holds the
+-- files. A hard link needs the same file system; a place whose path holds a fragment is never
+-- used.
+function Sandbox:_stage_bases(src)
+  local bases = { self.state_dir .. "/hidden" }
+  local cache = os.getenv("SEER_CACHE_DIR")
+  if not cache or cache == "" then
+    local x = os.getenv("XDG_CACHE_HOME")
+    cache = (x and x ~= "" and x .. "/seer") or ((os.getenv("HOME") or "/tmp") .. "/.cache/seer")
+  end
+  bases[#bases + 1] = cache .. "/hidden-stage"
+  local okh, hubdir = pcall(function() return require("seer.hub").cache_dir() end)
+  if okh and hubdir then bases[#bases + 1] = (core.realpath(hubdir) or hubdir) .. "/.seer-hidden-stage" end
+  -- the mount point of src's file system: the longest mount point that is a prefix of it
+  local best = nil
+  local f = io.open("/proc/self/mountinfo", "rb")
+  if f and src then
+    for line in f:lines() do
+      local mp = line:match("^%S+ %S+ %S+ %S+ (%S+)")
+      if mp then
+        mp = mp:gsub("\\(%d%d%d)", function(o) return string.char(tonumber(o, 8)) end)
+        if (src:sub(1, #mp + 1) == mp .. "/" or mp == "/") and (not best or #mp > #best) then best = mp end
+      end
+    end
+  end
+  if f then f:close() end
+  if best then bases[#bases + 1] = (best == "/" and "" or best) .. "/.seer-hidden-stage-" .. ffi.C.getuid() end
+  return bases
+end
+
+-- Removes staging directories whose sandbox has gone: its state directory was removed, or its
+-- keeper is not running (both killed with -9). Only after a minute, so a sandbox that another
+-- process is starting right now (owner file written, keeper not yet) keeps its files.
+local function sweep_stage(base)
+  local now = os.time()
+  for _, e in ipairs(sb.listdir(base) or {}) do
+    local id = e.name:match("^(.+)%.owner$")
+    if id and e.type == "file" and e.mtime and now - e.mtime > 60 then
+      local f = io.open(base .. "/" .. e.name, "rb")
+      local state = f and f:read("*l")
+      if f then f:close() end
+      local info = state and read_json(state .. "/sandbox.json")
+      local running = info and info.keeper_pid and sb.alive(info.keeper_pid) and sb.start_time(info.keeper_pid) == info.keeper_start
+      if state and not running then run_host({ "rm", "-rf", "--", base .. "/" .. id, base .. "/" .. e.name }) end
+    elseif e.type == "dir" and not exists(base .. "/" .. e.name .. ".owner") and e.mtime and now - e.mtime > 3600 then
+      run_host({ "rm", "-rf", "--", base .. "/" .. e.name })
+    end
+  end
+end
+
+---Stages one hidden model (a folder on this machine: a local folder or a cache snapshot) and
+---returns the directory to mount. See the comment above.
+---@param host string
+---@param frags string[]
+---@return string dir, table report {linked, copied, cleaned, left_out}
+function Sandbox:_stage_hidden(host, frags)
+  local plan, left_out, listings = {}, 0, {}
+  for _, e in ipairs(sb.listdir(host) or {}) do
+    local real, info = nil, nil
+    if e.type ~= "dir" and hidden_keeps(e.name) then real, info = real_file(host .. "/" .. e.name, listings) end
+    local planned = info and plan_hidden_file(e.name, real, info.size or 0, frags)
+    if planned then
+      plan[#plan + 1] = planned
+    else
+      left_out = left_out + 1
+    end
+  end
+  -- the staging directory goes where the largest file to link can be hard-linked (or, when
+  -- every big file is a changed copy, where a copy can be a reflink)
+  local probe
+  for _, p in ipairs(plan) do
+    if p.op ~= "write" and (not probe or (p.op == "link") ~= (probe.op == "link") and p.op == "link"
+                            or (p.op == probe.op and p.size > probe.size)) then
+      probe = p
+    end
+  end
+  local dir
+  for _, base in ipairs(self:_stage_bases(probe and probe.src)) do
+    local in_state = base:sub(1, #self.state_dir + 1) == self.state_dir .. "/"
+    if not in_state then sweep_stage(base) end
+    if not sb.find_fragment(base, frags) then
+      local okb = pcall(process.mkdir_p, base)
+      if okb then
+        local okd, d = pcall(process.mkdtemp, base .. "/")
+        if okd then
+          local linked = not probe or ffi.C.link(probe.src, d .. "/.probe") == 0
+          os.remove(d .. "/.probe")
+          if linked then
+            dir = d
+            if not in_state then
+              write_file(d .. ".owner", self.state_dir .. "\n")
+              self.stage_dirs[#self.stage_dirs + 1] = d
+              self.stage_dirs[#self.stage_dirs + 1] = d .. ".owner"
+            end
+            break
+          end
+          run_host({ "rm", "-rf", "--", d })
+        end
+      end
+    end
+  end
+  if not dir then
+    -- no hard link anywhere: copies, beside the sandbox's state
+    process.mkdir_p(self.state_dir .. "/hidden")
+    dir = process.mkdtemp(self.state_dir .. "/hidden/")
+  end
+  local report = { linked = 0, copied = 0, cleaned = 0, left_out = left_out, dir = dir }
+  for _, p in ipairs(plan) do
+    local dst = dir .. "/" .. p.name
+    if p.op == "write" then
+      write_file(dst, p.text)
+      report.cleaned = report.cleaned + 1
+    elseif p.op == "link" then
+      if ffi.C.link(p.src, dst) ~= 0 then
+        copy_file(p.src, dst, p.size)
+        report.copied = report.copied + 1
+      else
+        report.linked = report.linked + 1
+      end
+    else -- st_patch: a copy whose header is the cleaned one
+      if #p.header <= p.old_n then
+        copy_file(p.src, dst, p.size)
+        local f = assert(io.open(dst, "r+b"))
+        f:seek("set", 8)
+        f:write(p.header, string.rep(" ", p.old_n - #p.header))
+        f:close()
+      else
+        local out, inp = assert(io.open(dst, "wb")), assert(io.open(p.src, "rb"))
+        out:write(le64(#p.header), p.header)
+        inp:seek("set", 8 + p.old_n)
+        while true do
+          local chunk = inp:read(16 * 1048576)
+          if not chunk then break end
+          out:write(chunk)
+        end
+        inp:close()
+        out:close()
+      end
+      report.cleaned = report.cleaned + 1
+    end
+  end
+  return dir, report
+end
+
+-- Removes the staging directories outside the state directory (teardown; the keeper removes
+-- them when the owner dies).
+function Sandbox:_unstage_hidden()
+  if self.stage_dirs and #self.stage_dirs > 0 then
+    local argv = { "rm", "-rf", "--" }
+    for _, d in ipairs(self.stage_dirs) do argv[#argv + 1] = d end
+    run_host(argv)
+    self.stage_dirs = {}
+  end
+end
+
+-- Models: where each is on the host, and the bwrap arguments that mount it read-only. A hidden
+-- model (and a hidden adapter's base) is staged first (Sandbox:_stage_hidden) and mounted as one
+-- directory under an opaque name.
 function Sandbox:_prepare_models(binds, env)
   local hub = require "seer.hub"
   local used = {}
@@ -394,38 +939,85 @@ function Sandbox:_prepare_models(binds, env)
     if not snap then snap = hub.download(name, { revision = revision }) end
     return snap, "hub"
   end
-  local function add(name, revision, hidden)
-    local host, kind = resolve(name, revision)
-    local mount = "/models/" .. mount_name(name, hidden)
-    if hidden then
-      -- A hidden model's files are mounted one by one; JSON files that can carry its id
-      -- (config.json's _name_or_path, an adapter's base_model_name_or_path) are mounted as
-      -- cleaned copies, and model cards are left out.
-      local clean_dir = self.state_dir .. "/hidden/" .. mount:match("[^/]+$")
-      local function walk(dir, rel)
-        for _, e in ipairs(sb.listdir(dir) or {}) do
-          local p = dir .. "/" .. e.name
-          if e.type == "dir" then walk(p, rel .. e.name .. "/")
-          elseif not e.name:match("%.md$") and e.name ~= ".gitattributes" then
-            local real = core.realpath(p)
-            if real and e.name:match("%.json$") and not e.name:match("^model.*index%.json$") then
-              local okj, doc = pcall(json.decode, seer_read(real))
-              if okj and type(doc) == "table" then
-                for _, k in ipairs({ "_name_or_path", "name_or_path", "base_model_name_or_path", "model_name", "_commit_hash" }) do
-                  if doc[k] ~= nil then doc[k] = "<hidden>" end
-                end
-                process.mkdir_p(clean_dir .. "/" .. rel)
-                real = clean_dir .. "/" .. rel .. e.name
-                local f = assert(io.open(real, "wb"))
-                f:write(json.encode(doc))
-                f:close()
-              end
+  local resolved = {}
+  local function where(name, revision)
+    local key = name .. "\0" .. (revision or "")
+    if not resolved[key] then resolved[key] = { resolve(name, revision) } end
+    return resolved[key][1], resolved[key][2]
+  end
+
+  -- What could name the hidden models, from all of them at once (an adapter's files may name
+  -- its base and the other way round).
+  local hidden = {}
+  local function note_hidden(name, revision)
+    local host = where(name, revision)
+    local files = {}
+    for _, e in ipairs(sb.listdir(host) or {}) do
+      files[#files + 1] = { name = e.name, real = core.realpath(host .. "/" .. e.name) or (host .. "/" .. e.name) }
+    end
+    hidden[#hidden + 1] = { name = name, revision = revision, host = host, files = files }
+  end
+  for _, m in ipairs(self.config.models) do
+    if m.hidden then
+      note_hidden(m.name, m.revision)
+      if m.is_peft then note_hidden(m.base_model) end
+    end
+  end
+  self.stage_dirs = {}
+  local frags = {}
+  if #hidden > 0 then
+    local okh, hubdir = pcall(hub.cache_dir)
+    local generic = { M.state_root(), self.state_dir, self.lua_dir, self.seer_binary, os.getenv("HOME") or "",
+                      okh and hubdir or "", M.snapshot_root() }
+    frags = M.hidden_fragments(hidden, generic)
+    -- paths the sandbox sees (its state directory, in /proc/self/mountinfo and
+    -- SEER_SANDBOX_ID; seer's own folders; mounted files) must not name a hidden model
+    local visible = {
+      { self.state_dir, "the sandbox's directory", "choose another sandbox name (start{name = ...}) or SEER_SANDBOX_DIR" },
+      { self.lua_dir, "seer's Lua folder", "install seer elsewhere" },
+      { self.seer_binary, "the seer binary", "install seer elsewhere" },
+    }
+    for _, field in ipairs({ "local_files", "local_dirs" }) do
+      for i, p in ipairs(self.config[field]) do
+        visible[#visible + 1] = { p[1], ("SandboxConfig.%s[%d]"):format(field, i), "mount it from another path" }
+        visible[#visible + 1] = { p[2], ("SandboxConfig.%s[%d]'s path in the sandbox"):format(field, i), "choose another path" }
+      end
+    end
+    for k, v in pairs(env) do
+      visible[#visible + 1] = { k .. "=" .. tostring(v), "the environment variable " .. k, "remove it from SandboxConfig.env" }
+    end
+    for _, v in ipairs(visible) do
+      if v[1] and sb.find_fragment(v[1], frags) then
+        error(("%s holds part of a hidden model's id, and code in the sandbox can read it; %s"):format(v[2], v[3]), 0)
+      end
+    end
+    -- a mounted folder that holds a hidden model's files would show them under their names,
+    -- a mounted file that is one of them its uncleaned text
+    local mounted = {}
+    for i, p in ipairs(self.config.local_dirs) do mounted[#mounted + 1] = { p[1], ("SandboxConfig.local_dirs[%d]"):format(i) } end
+    for i, p in ipairs(self.config.local_files) do mounted[#mounted + 1] = { p[1], ("SandboxConfig.local_files[%d]"):format(i) } end
+    for _, mp in ipairs(mounted) do
+      local real = core.realpath(mp[1])
+      if real then
+        for _, m in ipairs(hidden) do
+          local paths = { core.realpath(m.host) or m.host }
+          for _, f in ipairs(m.files) do paths[#paths + 1] = f.real end
+          for _, hp in ipairs(paths) do
+            if hp == real or hp:sub(1, #real + 1) == real .. "/" or real == "/" then
+              error(("%s is or holds a hidden model's files, which code in the sandbox could read there as they are; "
+                .. "mount something that does not hold them"):format(mp[2]), 0)
             end
-            if real then binds[#binds + 1] = { "--ro-bind", real, mount .. "/" .. rel .. e.name } end
           end
         end
       end
-      walk(host, "")
+    end
+  end
+
+  local function add(name, revision, hidden_model)
+    local host, kind = where(name, revision)
+    local mount = "/models/" .. mount_name(name, hidden_model)
+    if hidden_model then
+      binds[#binds + 1] = { "--ro-bind", (self:_stage_hidden(host, frags)), mount }
     elseif kind == "dir" then
       binds[#binds + 1] = { "--ro-bind", host, mount }
     else
@@ -710,9 +1302,20 @@ function Sandbox:_start(opts)
   local envl = {}
   for k, v in pairs(env) do envl[k] = v end
   self.env = env
+  -- bubblewrap's options reach it through fd 3 (--args 3), not its command line: it is pid 1 in
+  -- the sandbox, and /proc/1/cmdline would show every host path it mounts.
+  local full = self:_bwrap_argv(bwrap, binds)
+  local fd_args, command, seen_sep = {}, { full[1], "--args", "3", "--" }, false
+  for i = 2, #full do
+    if seen_sep then command[#command + 1] = full[i]
+    elseif full[i] == "--" then seen_sep = true
+    else fd_args[#fd_args + 1] = full[i] end
+  end
+  assert(seen_sep and #command > 4, "Sandbox:_bwrap_argv must end with -- and the command")
   self.keeper_pid = sb.keeper_start{
-    argv = self:_bwrap_argv(bwrap, binds), env = envl, log = self.log_dir .. "/sandbox.log",
+    argv = command, fd_args = fd_args, env = envl, log = self.log_dir .. "/sandbox.log",
     status = self.state_dir .. "/status.json", state_dir = not c.debug and self.state_dir or nil,
+    remove_dirs = not c.debug and self.stage_dirs or nil,
     cgroup = cgroup, rlimits = rl, timeout_ms = math.floor(c.timeout * 1000),
   }
   live[self] = true
@@ -786,6 +1389,7 @@ function Sandbox:_teardown()
     end
   end
   if self.cgroup then sb.cgroup_destroy(self.cgroup, 3000) end
+  if not self.config.debug then self:_unstage_hidden() end
   if self.state_dir and exists(self.state_dir) then
     if self.config.debug then
       io.stderr:write(("seer: sandbox %s kept for debugging in %s\n"):format(self.sandbox_id, self.state_dir))

@@ -52,3 +52,101 @@ T.test("hidden load errors do not name the directory", function()
   local msg2 = T.raises(function() seer.model.load("org/Zsecret-thing2", { hidden = true }) end)
   T.ok(not msg2:find("Zsecret", 1, true), msg2)
 end)
+
+---------------------------------------------------------------------------------------------
+-- What the sandbox does for hidden models on the host (lua/seer/sandbox.lua): the fragment
+-- matcher, which fragments name a model, and the staged copy (test_attack_hidden.lua runs the
+-- whole thing in real sandboxes).
+local S = require "seer.sandbox"
+local sbc = require "seer.core.sandbox"
+local env = require "seer.environment"
+
+T.test("find_fragment compares letters and digits only, case-folded, \\u escapes decoded in JSON", function()
+  local a, b, i = sbc.find_fragment("path /x/Org--Secret_Model/y", { "nope1", "orgsecretmodel" })
+  T.eq({ a, b, i }, { 9, 25, 2 })
+  T.eq(("path /x/Org--Secret_Model/y"):sub(a, b), "Org--Secret_Model")
+  T.eq(sbc.find_fragment("ORG SECRET model", { "orgsecretmodel" }), 1)
+  -- in JSON mode an escaped letter is the letter
+  local text = [["name": "\u004frg-secret-model"]]
+  a, b = sbc.find_fragment(text, { "orgsecretmodel" }, 1, true)
+  T.eq(text:sub(a, b), [[\u004frg-secret-model]])
+  T.eq(sbc.find_fragment(text, { "orgsecretmodel" }), nil) -- not in plain mode
+  T.eq(sbc.find_fragment("org secret", { "orgsecretmodel" }), nil)
+  T.eq({ sbc.find_fragment("ab ab", { "ab" }, 2) }, { 4, 5, 1 })
+  T.eq(sbc.find_fragment("", { "ab" }), nil)
+end)
+
+T.test("hidden_fragments: the id, the host path's own parts and the names the files give; not generic parts", function()
+  local dir = T.tmpdir() .. "/data/acme-private/sneaky-llama-7b"
+  os.execute(("mkdir -p '%s'"):format(dir))
+  seer.write_file(dir .. "/config.json", seer.json.encode{ model_type = "llama", architectures = { "LlamaForCausalLM" },
+    _name_or_path = "upstream-org/upstream-base" })
+  seer.write_file(dir .. "/README.md", "---\nlicense: mit\nbase_model:\n- first-base-org/first-base\n---\n# card\n")
+  local frags = S.hidden_fragments({ { name = "hub-org/hub-name", host = dir,
+    files = { { name = "config.json", real = dir .. "/config.json" },
+              { name = "model.safetensors", real = "/cache/models--x--y/blobs/abc123def456" } } } }, { "/tmp" })
+  local set = {}
+  for _, f in ipairs(frags) do set[f] = true end
+  for _, want in ipairs({ "huborg", "hubname", "modelshuborghubname", "acmeprivate", "sneakyllama7b", "upstreamorg",
+                          "upstreambase", "firstbaseorg", "firstbase", "abc123def456", "modelsxy" }) do
+    T.ok(set[want], "missing fragment " .. want .. " in " .. table.concat(frags, ","))
+  end
+  for _, not_want in ipairs({ "data", "models", "blobs", "cache", "llama", "configjson", "modelsafetensors", "tmp" }) do
+    T.ok(not set[not_want], "a generic part is a fragment: " .. not_want)
+  end
+  -- a fragment inside the architecture's names is no secret (and cleaning it would break the config)
+  local q = T.tmpdir() .. "/qwen-copy"
+  os.execute(("mkdir -p '%s'"):format(q))
+  seer.write_file(q .. "/config.json", seer.json.encode{ model_type = "qwen2", architectures = { "Qwen2ForCausalLM" } })
+  local qf = S.hidden_fragments({ { name = "Qwen/Qwen2.5-7B-Instruct", host = q, files = {} } }, { "/tmp" })
+  local qs = table.concat(qf, ",")
+  T.ok(not qs:find("^qwen,") and not qs:find(",qwen,") and not qs:find(",qwen$"), qs)
+  T.ok(qs:find("qwen257binstruct", 1, true), qs)
+end)
+
+-- A fake sandbox with just what _stage_hidden uses.
+local function stager(state)
+  local s = S.Sandbox(env.SandboxConfig{})
+  s.state_dir, s.stage_dirs = state, {}
+  return s
+end
+
+T.test("staging: shards named after the model are renamed with their index, names cleaned, metadata cleaned, the model unchanged", function()
+  local tensor = require "seer.tensor"
+  local root = T.tmpdir()
+  local dir = root .. "/qz8-org/qz8-secret-net"
+  os.execute(("mkdir -p '%s' && cp '%s'/*.json '%s'/ && cp '%s/tokenizer.model' '%s/LICENSE' '%s/'"):format(dir, src, dir, src, src, dir))
+  local w = tensor.load(src .. "/model.safetensors", { copy = true })
+  local names = {}
+  for k in pairs(w) do names[#names + 1] = k end
+  table.sort(names)
+  local a, b, map = {}, {}, {}
+  for i, k in ipairs(names) do
+    local file = (i <= #names / 2 and "qz8-secret-net-00001-of-00002.safetensors" or "qz8-secret-net-00002-of-00002.safetensors")
+    if i <= #names / 2 then a[k] = w[k] else b[k] = w[k] end
+    map[k] = file
+  end
+  tensor.save(dir .. "/qz8-secret-net-00001-of-00002.safetensors", a, { format = "pt", source = "qz8-org/qz8-secret-net" })
+  tensor.save(dir .. "/qz8-secret-net-00002-of-00002.safetensors", b, { format = "pt" })
+  seer.write_file(dir .. "/model.safetensors.index.json", seer.json.encode{ metadata = { total_size = 1 }, weight_map = map })
+  seer.write_file(dir .. "/chat_template.jinja", "{# for QZ8-ORG/qz8-secret-net #}{{ messages[0].content }}")
+  local frags = S.hidden_fragments({ { name = dir, host = dir, files = {} } }, { root })
+  local staged, report = stager(root .. "/state"):_stage_hidden(dir, frags)
+  local listing = {}
+  for _, e in ipairs(sbc.listdir(staged)) do listing[#listing + 1] = e.name end
+  local all = table.concat(listing, " ")
+  T.ok(not all:find("qz8", 1, true), all)
+  T.ok(not all:find("LICENSE", 1, true) and not all:find("tokenizer.model", 1, true), all)
+  T.contains(all, "<hidden>-00001-of-00002.safetensors")
+  for _, e in ipairs(sbc.listdir(staged)) do
+    local text = seer.read_file(staged .. "/" .. e.name)
+    T.ok(not text:lower():find("qz8", 1, true), e.name .. " still names the model")
+  end
+  T.eq(report.left_out, 2)
+  -- the staged model is the same model
+  local m0 = seer.model.load(src)
+  local m1 = seer.model.load(staged, { hidden = true })
+  local ids = m0.tokenizer:encode("Once upon a time")
+  T.ok((m0:forward(ids) - m1:forward(ids)):abs():max() == 0, "the staged model computes something else")
+  T.eq(m1.tokenizer.chat_template, "{# for <hidden>/<hidden> #}{{ messages[0].content }}")
+end)
