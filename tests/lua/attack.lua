@@ -7,9 +7,10 @@
 --   kernel/sh   the shell script run by os.execute from a kernel cell
 -- After each vector the attempt's `check(out, vector)` asserts that it failed, and the rig
 -- asserts that the host is unchanged: the canary folder (a host folder the researcher owns,
--- never mounted) keeps its files and gets no new ones. Each attempt also has a control
--- (`control`, run on the host or with the defence absent) where one is meaningful, so a broken
--- probe cannot pass as a defence.
+-- never mounted) keeps its files and gets no new ones. Where a control is meaningful (the same
+-- probe succeeding on the host or with the defence absent, so a broken probe cannot pass as a
+-- defence), it is a separate T.test beside the attempt. A kernel cell's output is cut at 20,000
+-- characters: probes with more to say write it to /workspace and the check reads it there.
 --
 -- Usage, in tests/lua/test_attack_<area>.lua:
 --   local A = require "attack"
