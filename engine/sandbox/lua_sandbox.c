@@ -9,6 +9,7 @@
 #include <string.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -483,6 +484,46 @@ static int proc_gc(lua_State *L) {
     return 0;
 }
 
+/* ------------------------------------------------------------------------------------------
+ * the kernel's attack surface: what sandboxd does to itself before it runs anything */
+
+/* seccomp_install() -> true | nil, message (docs/sandbox.md "System calls") */
+static int l_seccomp_install(lua_State *L) {
+    seer_err_t err;
+    if (seer_sandbox_seccomp_install(&err) < 0) {
+        lua_pushnil(L);
+        lua_pushstring(L, err.msg);
+        return 2;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+/* keyring_new_session() -> true | nil, message */
+static int l_keyring_new_session(lua_State *L) {
+    seer_err_t err;
+    if (seer_sandbox_keyring_new_session(&err) < 0) {
+        lua_pushnil(L);
+        lua_pushstring(L, err.msg);
+        return 2;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+/* set_dumpable(flag) -> true | nil, message. A process that is not dumpable cannot be read
+ * through /proc/PID/mem, environ, maps, ... by the other processes of its user (sandboxd holds
+ * its key in memory); its children are dumpable again after execve. */
+static int l_set_dumpable(lua_State *L) {
+    if (prctl(PR_SET_DUMPABLE, lua_toboolean(L, 1) ? 1 : 0, 0, 0, 0) != 0) {
+        lua_pushnil(L);
+        lua_pushfstring(L, "prctl(PR_SET_DUMPABLE): %s", strerror(errno));
+        return 2;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
 int seer_sandbox_luaopen(lua_State *L) {
     static const luaL_Reg methods[] = {{"pid", proc_pid},     {"fds", proc_fds},   {"read", proc_read},
                                        {"write", proc_write}, {"close_stdin", proc_close_stdin},
@@ -507,6 +548,9 @@ int seer_sandbox_luaopen(lua_State *L) {
                                    {"start_time", l_start_time},
                                    {"listdir", l_listdir},
                                    {"environ", l_environ},
+                                   {"seccomp_install", l_seccomp_install},
+                                   {"keyring_new_session", l_keyring_new_session},
+                                   {"set_dumpable", l_set_dumpable},
                                    {NULL, NULL}};
     lua_newtable(L);
     luaL_register(L, NULL, fns);

@@ -100,4 +100,25 @@ void seer_sandbox_proc_kill(seer_sandbox_proc_t *p, int sig);
 /* Closes the pipe ends that are still open. */
 void seer_sandbox_proc_close(seer_sandbox_proc_t *p);
 
+/* ------------------------------------------------------------------------------------------
+ * the kernel's attack surface (seccomp.c; docs/sandbox.md "System calls") */
+
+struct sock_filter;
+
+/* Sets no_new_privs and installs seer's seccomp filter on every thread of the calling process
+ * (an allow-list at least as strict as Docker's default profile; denied calls fail with EPERM,
+ * clone3 and syscalls newer than the table with ENOSYS, other ABIs than the native one with
+ * EPERM). Inherited by every child; cannot be removed. x86_64 only: elsewhere it returns
+ * SEER_EUNSUPPORTED and sandboxd refuses to run. */
+int seer_sandbox_seccomp_install(seer_err_t *err);
+
+/* Writes the filter's classic BPF program into out[0..cap) and returns its length (which may
+ * exceed cap; 0 on an architecture without a filter). For tests and for install. */
+size_t seer_sandbox_seccomp_program(struct sock_filter *out, size_t cap);
+
+/* Replaces the calling process's session keyring with a new, empty, anonymous one, so keys of
+ * the session that started the sandbox are not possessed inside (call before the filter, which
+ * denies keyctl). */
+int seer_sandbox_keyring_new_session(seer_err_t *err);
+
 #endif

@@ -395,6 +395,15 @@ function M.main(...)
     else error(("seer sandboxd: unknown option %s\n%s"):format(args[i], USAGE), 0) end
   end
   if not conn then error("seer sandboxd: --connection-file is required\n" .. USAGE, 0) end
+  -- Before anything else runs: a new empty session keyring (the host's keys are not possessed
+  -- here), sandboxd not dumpable (its key cannot be read through /proc/PID/mem by the code it
+  -- runs), then no_new_privs and the seccomp filter, which every process started from here
+  -- inherits and none can remove (docs/sandbox.md, "System calls"). A sandbox without them
+  -- does not start.
+  for _, step in ipairs({ { "keyring_new_session" }, { "set_dumpable", false }, { "seccomp_install" } }) do
+    local ok, why = sb[step[1]](step[2])
+    if not ok then error(("seer sandboxd: %s failed: %s"):format(step[1], tostring(why)), 0) end
+  end
   local ok, info = pcall(function() return json.decode(core.read_file(conn)) end)
   if not ok or type(info) ~= "table" or type(info.key) ~= "string" or type(info.endpoint) ~= "string" then
     error(("seer sandboxd: cannot read the connection file %s (%s)"):format(conn, tostring(info)), 0)
