@@ -197,6 +197,7 @@ static int l_keeper_start(lua_State *L) {
     o.log_path = opt_str(L, 1, "log");
     o.status_path = opt_str(L, 1, "status");
     o.state_dir = opt_str(L, 1, "state_dir");
+    o.disk_image = opt_str(L, 1, "disk_image");
     o.timeout_ms = (long)opt_num(L, 1, "timeout_ms", 0);
     read_rlimits(L, 1, &o.rlimits);
     seer_sandbox_cgroup_t cg;

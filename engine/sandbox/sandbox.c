@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -510,8 +511,10 @@ static void keeper_main(const seer_sandbox_keeper_opts_t *o, pid_t owner, int lo
     if (owner_gone && strcmp(how, "terminated") == 0) how = "owner_died";
     write_status(o->status_path, how, code, sig, now_ms() - t0);
     if (owner_gone && o->state_dir && o->state_dir[0]) {
-        /* nobody is left to read the workspace or the logs: remove them */
-        const char *rm[] = {"/bin/rm", "-rf", "--", o->state_dir, NULL};
+        /* nobody is left to read the workspace or the logs: remove them (with limits.disk the
+         * state directory is a mounted image: detach it first, then remove the image too) */
+        if (o->disk_image && o->disk_image[0]) umount2(o->state_dir, MNT_DETACH);
+        const char *rm[] = {"/bin/rm", "-rf", "--", o->state_dir, o->disk_image, NULL};
         const char *env[] = {"PATH=/usr/bin:/bin", NULL};
         execve(rm[0], (char *const *)rm, (char *const *)env);
     }

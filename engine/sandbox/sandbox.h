@@ -66,6 +66,8 @@ typedef struct seer_sandbox_keeper_opts {
     const seer_sandbox_cgroup_t *cgroup; /* may be NULL */
     seer_sandbox_rlimits_t rlimits;
     long timeout_ms;               /* wall time from start; 0: none */
+    const char *disk_image;        /* limits.disk: an image mounted on state_dir; when the owner
+                                      died, state_dir is unmounted and the image removed too */
 } seer_sandbox_keeper_opts_t;
 
 /* Forks the keeper, which starts argv. Returns the keeper's pid in *keeper (a child of the
