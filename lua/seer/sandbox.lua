@@ -592,7 +592,7 @@ end
 
 -- limits.disk: the sandbox's writable host storage (the state directory, which holds
 -- /workspace, /run/seer and /var/log/seer) becomes an ext4 file system of exactly that size,
--- a sparse image file beside it mounted on it through a loop device. A writer inside gets
+-- an image file (allocated in full) mounted on it through a loop device. A writer inside gets
 -- ENOSPC when it is full and the host's disk is never touched beyond the image. Mounting needs
 -- root (CAP_SYS_ADMIN on the host); without it start() fails with the reason rather than run
 -- without the limit the config asked for. Unmounted by _teardown, or by the keeper when the
@@ -610,7 +610,12 @@ function Sandbox:_mount_disk(limits)
       error(("SandboxConfig.limits.disk needs %s (e2fsprogs / mount packages) on this machine"):format(tool), 0)
     end
   end
-  local img = M.state_root() .. "/" .. self.sandbox_id .. ".disk"
+  -- The image lives beside the snapshots (a disk-backed cache, where the state root may be a
+  -- tmpfs such as $XDG_RUNTIME_DIR), and its blocks are allocated up front: the sandbox gets
+  -- the whole size or start() says the host's disk lacks it, never an I/O error halfway.
+  local img_dir = M.snapshot_root():gsub("/snapshots$", "") .. "/disks"
+  process.mkdir_p(img_dir)
+  local img = img_dir .. "/" .. self.sandbox_id .. ".disk"
   local path = "/usr/sbin:/sbin:" .. (os.getenv("PATH") or "/usr/bin:/bin")
   local function run(argv, what)
     local code, out, err = run_host(argv, { env = { PATH = path, LANG = "C" }, timeout_ms = 60000 })
@@ -622,7 +627,7 @@ function Sandbox:_mount_disk(limits)
   local f = assert(io.open(img, "wb"))
   f:close()
   self.disk_image = img
-  run({ "truncate", "-s", tostring(math.floor(limits.disk)), img }, "making the image")
+  run({ "fallocate", "-l", tostring(math.floor(limits.disk)), img }, "reserving the image on the host's disk")
   run({ "mkfs.ext4", "-q", "-F", "-m", "0", "-E", "lazy_itable_init=1,lazy_journal_init=1", img }, "mkfs.ext4")
   run({ "mount", "-o", "loop,nosuid,nodev", img, self.state_dir }, "mounting the image")
   self.disk_mounted = true

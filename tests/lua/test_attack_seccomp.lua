@@ -630,6 +630,39 @@ print("matmul", a:matmul(a):size(1))
   T.contains(amx, "matmul\t64")
 end)
 
+if IS_ROOT then
+  T.test("limits.disk: a script killed with -9 leaves no mounted image, no image file, no state directory", function()
+    local process = require "seer.process"
+    local dirs = A.root .. "/killed"
+    local script = dirs .. "/owner.lua"
+    os.execute("mkdir -p " .. dirs)
+    local f = assert(io.open(script, "wb"))
+    f:write([[
+local env = require "seer.environment"
+local s = env.Sandbox(env.SandboxConfig{ execution_mode = "cli", limits = { disk = "32M" } }):start{ name = "diskowner" }
+s:exec("head -c 1000000 /dev/zero > /workspace/data")
+print(s.state_dir .. " " .. s.disk_image); io.stdout:flush()
+require("seer.process").sleep_ms(60000)
+]])
+    f:close()
+    local child = process.spawn{ argv = { SEER, script }, stdout = "pipe", stderr = "null",
+                                 env = { SEER_SANDBOX_DIR = dirs .. "/sb", SEER_CACHE_DIR = dirs .. "/cache" } }
+    local line = child:read_line(30000)
+    local dir, img = (line or ""):match("^(%S+) (%S+)$")
+    T.ok(dir and img, "the script did not start its sandbox: " .. tostring(line))
+    local function mounted() return io.open("/proc/self/mountinfo"):read("*a"):find(dir, 1, true) ~= nil end
+    T.ok(mounted(), "control: the image is mounted while the sandbox runs")
+    T.ok(io.open(img, "rb") ~= nil, "control: the image file exists")
+    child:kill(9)
+    child:wait(10000)
+    local deadline = process.now_ms() + 10000
+    while process.now_ms() < deadline and (mounted() or sb.listdir(dir) or io.open(img, "rb")) do process.sleep_ms(20) end
+    T.ok(not mounted(), "the image is still mounted at " .. dir)
+    T.ok(sb.listdir(dir) == nil, "the state directory is left behind")
+    T.ok(io.open(img, "rb") == nil, "the image file is left behind: " .. img)
+  end)
+end
+
 if not IS_ROOT then
   T.test("limits.disk without root: start() refuses with the reason, never runs without the limit", function()
     local env = require "seer.environment"
