@@ -525,6 +525,50 @@ static int l_set_dumpable(lua_State *L) {
     return 1;
 }
 
+/* reap_orphans(known) -> count. sandboxd is the sandbox's pid 1 (bubblewrap --as-pid-1, so no
+ * process inside runs without the seccomp filter), and orphans (`setsid cmd &` from an exec)
+ * are re-parented to it: this reaps those that have ended, leaving alone the children sandboxd
+ * tracks itself (known: a set of pids), whose exit status their owners collect. */
+static int l_reap_orphans(lua_State *L) {
+    int known = lua_istable(L, 1) ? 1 : 0;
+    pid_t self = getpid();
+    DIR *d = opendir("/proc");
+    int reaped = 0;
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            char *end;
+            long pid = strtol(e->d_name, &end, 10);
+            if (*end || pid <= 0 || pid == self) continue;
+            char path[64], buf[512];
+            snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+            FILE *f = fopen(path, "re");
+            if (!f) continue;
+            size_t n = fread(buf, 1, sizeof buf - 1, f);
+            fclose(f);
+            buf[n] = 0;
+            /* "pid (comm) S ppid ..." */
+            char *p = strrchr(buf, ')');
+            char state;
+            long ppid;
+            if (!p || sscanf(p + 1, " %c %ld", &state, &ppid) != 2) continue;
+            if (state != 'Z' || ppid != (long)self) continue;
+            if (known) {
+                lua_pushinteger(L, (lua_Integer)pid);
+                lua_rawget(L, known);
+                int tracked = lua_toboolean(L, -1);
+                lua_pop(L, 1);
+                if (tracked) continue;
+            }
+            int st;
+            if (waitpid((pid_t)pid, &st, WNOHANG) == (pid_t)pid) reaped++;
+        }
+        closedir(d);
+    }
+    lua_pushinteger(L, reaped);
+    return 1;
+}
+
 int seer_sandbox_luaopen(lua_State *L) {
     static const luaL_Reg methods[] = {{"pid", proc_pid},     {"fds", proc_fds},   {"read", proc_read},
                                        {"write", proc_write}, {"close_stdin", proc_close_stdin},
@@ -552,6 +596,7 @@ int seer_sandbox_luaopen(lua_State *L) {
                                    {"seccomp_install", l_seccomp_install},
                                    {"keyring_new_session", l_keyring_new_session},
                                    {"set_dumpable", l_set_dumpable},
+                                   {"reap_orphans", l_reap_orphans},
                                    {NULL, NULL}};
     lua_newtable(L);
     luaL_register(L, NULL, fns);

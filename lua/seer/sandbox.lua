@@ -475,7 +475,11 @@ end
 function Sandbox:_bwrap_argv(bwrap, binds)
   local c = self.config
   local a = { bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--uid", "65534", "--gid", "65534",
-              "--cap-drop", "ALL", "--die-with-parent", "--new-session", "--hostname", "sandbox" }
+              "--cap-drop", "ALL", "--die-with-parent", "--new-session", "--hostname", "sandbox",
+              -- sandboxd is pid 1 itself: bubblewrap's own init would be a process inside the
+              -- sandbox without the seccomp filter, whose memory (/proc/1/mem) the code in the
+              -- sandbox could write (docs/sandbox.md, "System calls").
+              "--as-pid-1" }
   if c.network == "host" then a[#a + 1] = "--share-net" end
   local function add(...) for _, v in ipairs({ ... }) do a[#a + 1] = v end end
   add("--ro-bind", "/usr", "/usr")

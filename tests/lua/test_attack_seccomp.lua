@@ -154,6 +154,35 @@ attempt{
 }
 
 attempt{
+  name = "find a process inside without the filter (pid 1 included) and write its memory through /proc/PID/mem",
+  sh = "exec 2>&1\nfor p in /proc/[0-9]*; do echo \"PROC $p $(grep '^Seccomp:' $p/status | tr -d '\\t')\"; done\n"
+    .. "head -c 1 /proc/1/mem; echo pid1-mem-rc=$?\n"
+    .. "/usr/bin/python3 -c 'open(\"/proc/1/mem\", \"r+b\"); print(\"PID1 MEM WRITABLE\")'\n",
+  lua = [[
+for _, e in ipairs(require("seer.core.sandbox").listdir("/proc")) do
+  local f = e.name:match("^%d+$") and io.open("/proc/" .. e.name .. "/status")
+  if f then
+    local st = f:read("*a") f:close()
+    print("PROC /proc/" .. e.name .. " Seccomp:" .. (st:match("Seccomp:%s*(%d)") or "?"))
+  end
+end
+local m, err = io.open("/proc/1/mem", "r+b")
+print(m and "PID1 MEM WRITABLE" or ("pid1 mem: " .. tostring(err)))
+]],
+  check = function(out)
+    local n = 0
+    for line in out:gmatch("PROC [^\n]*") do
+      n = n + 1
+      -- a process that ended between the listing and the read shows nothing
+      T.ok(line:match("Seccomp:2$") or line:match("Seccomp:%??$"), "a process without the filter: " .. line)
+    end
+    T.ok(n >= 2, "the probe listed the sandbox's processes: " .. out)
+    T.contains(out, "PROC /proc/1 Seccomp:2", "pid 1 (sandboxd) runs under the filter")
+    T.ok(not out:find("PID1 MEM WRITABLE", 1, true), "pid 1's memory is writable: " .. out)
+  end,
+}
+
+attempt{
   name = "read the host's session keyring (keyctl, request_key, add_key, /proc/keys)",
   sh = py(([[
 probe("keyctl_read", 250, 11, %d, 0, 0)
@@ -628,6 +657,20 @@ print("matmul", a:matmul(a):size(1))
 ]], 60, r)
   T.ok(not amx:find("PROBE arch_prctl_amx r=-1 errno=1\n", 1, true), "arch_prctl(ARCH_REQ_XCOMP_PERM) denied: " .. amx)
   T.contains(amx, "matmul\t64")
+end)
+
+T.test("sandboxd is pid 1 and reaps orphaned processes (no zombies pile up)", function()
+  local r = A.rig(RIG.name, RIG.config)
+  for _ = 1, 5 do A.exec_sh("setsid sh -c 'sleep 0.2' >/dev/null 2>&1 < /dev/null &", 10, r) end
+  local process = require "seer.process"
+  local out
+  local deadline = process.now_ms() + 8000
+  repeat
+    process.sleep_ms(300)
+    out = A.exec_sh("grep -l '^State:.*Z' /proc/[0-9]*/status 2>/dev/null | wc -l; grep -c . /proc/1/cmdline >/dev/null; tr '\\0' ' ' < /proc/1/cmdline", 10, r)
+  until out:match("^0\n") or process.now_ms() > deadline
+  T.ok(out:match("^0\n"), "zombies left: " .. out)
+  T.contains(out, "sandboxd", "pid 1 is sandboxd")
 end)
 
 if IS_ROOT then
