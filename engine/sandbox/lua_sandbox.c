@@ -9,6 +9,7 @@
 #include <string.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -197,6 +198,7 @@ static int l_keeper_start(lua_State *L) {
     o.log_path = opt_str(L, 1, "log");
     o.status_path = opt_str(L, 1, "status");
     o.state_dir = opt_str(L, 1, "state_dir");
+    o.disk_image = opt_str(L, 1, "disk_image");
     o.timeout_ms = (long)opt_num(L, 1, "timeout_ms", 0);
     o.fd_args = strv_field(L, 1, "fd_args", 0);
     o.remove_dirs = strv_field(L, 1, "remove_dirs", 0);
@@ -586,6 +588,90 @@ static int l_find_fragment(lua_State *L) {
     return 3;
 }
 
+/* ------------------------------------------------------------------------------------------
+ * the kernel's attack surface: what sandboxd does to itself before it runs anything */
+
+/* seccomp_install() -> true | nil, message (docs/sandbox.md "System calls") */
+static int l_seccomp_install(lua_State *L) {
+    seer_err_t err;
+    if (seer_sandbox_seccomp_install(&err) < 0) {
+        lua_pushnil(L);
+        lua_pushstring(L, err.msg);
+        return 2;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+/* keyring_new_session() -> true | nil, message */
+static int l_keyring_new_session(lua_State *L) {
+    seer_err_t err;
+    if (seer_sandbox_keyring_new_session(&err) < 0) {
+        lua_pushnil(L);
+        lua_pushstring(L, err.msg);
+        return 2;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+/* set_dumpable(flag) -> true | nil, message. A process that is not dumpable cannot be read
+ * through /proc/PID/mem, environ, maps, ... by the other processes of its user (sandboxd holds
+ * its key in memory); its children are dumpable again after execve. */
+static int l_set_dumpable(lua_State *L) {
+    if (prctl(PR_SET_DUMPABLE, lua_toboolean(L, 1) ? 1 : 0, 0, 0, 0) != 0) {
+        lua_pushnil(L);
+        lua_pushfstring(L, "prctl(PR_SET_DUMPABLE): %s", strerror(errno));
+        return 2;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+/* reap_orphans(known) -> count. sandboxd is the sandbox's pid 1 (bubblewrap --as-pid-1, so no
+ * process inside runs without the seccomp filter), and orphans (`setsid cmd &` from an exec)
+ * are re-parented to it: this reaps those that have ended, leaving alone the children sandboxd
+ * tracks itself (known: a set of pids), whose exit status their owners collect. */
+static int l_reap_orphans(lua_State *L) {
+    int known = lua_istable(L, 1) ? 1 : 0;
+    pid_t self = getpid();
+    DIR *d = opendir("/proc");
+    int reaped = 0;
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            char *end;
+            long pid = strtol(e->d_name, &end, 10);
+            if (*end || pid <= 0 || pid == self) continue;
+            char path[64], buf[512];
+            snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+            FILE *f = fopen(path, "re");
+            if (!f) continue;
+            size_t n = fread(buf, 1, sizeof buf - 1, f);
+            fclose(f);
+            buf[n] = 0;
+            /* "pid (comm) S ppid ..." */
+            char *p = strrchr(buf, ')');
+            char state;
+            long ppid;
+            if (!p || sscanf(p + 1, " %c %ld", &state, &ppid) != 2) continue;
+            if (state != 'Z' || ppid != (long)self) continue;
+            if (known) {
+                lua_pushinteger(L, (lua_Integer)pid);
+                lua_rawget(L, known);
+                int tracked = lua_toboolean(L, -1);
+                lua_pop(L, 1);
+                if (tracked) continue;
+            }
+            int st;
+            if (waitpid((pid_t)pid, &st, WNOHANG) == (pid_t)pid) reaped++;
+        }
+        closedir(d);
+    }
+    lua_pushinteger(L, reaped);
+    return 1;
+}
+
 int seer_sandbox_luaopen(lua_State *L) {
     static const luaL_Reg methods[] = {{"pid", proc_pid},     {"fds", proc_fds},   {"read", proc_read},
                                        {"write", proc_write}, {"close_stdin", proc_close_stdin},
@@ -611,6 +697,10 @@ int seer_sandbox_luaopen(lua_State *L) {
                                    {"listdir", l_listdir},
                                    {"environ", l_environ},
                                    {"find_fragment", l_find_fragment},
+                                   {"seccomp_install", l_seccomp_install},
+                                   {"keyring_new_session", l_keyring_new_session},
+                                   {"set_dumpable", l_set_dumpable},
+                                   {"reap_orphans", l_reap_orphans},
                                    {NULL, NULL}};
     lua_newtable(L);
     luaL_register(L, NULL, fns);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -523,7 +524,9 @@ static void keeper_main(const seer_sandbox_keeper_opts_t *o, pid_t owner, int lo
     write_status(o->status_path, how, code, sig, now_ms() - t0);
     if (owner_gone && rm->argv) {
         /* nobody is left to read the workspace or the logs (or to use a hidden model's staged
-         * files): remove them */
+         * files): remove them (with limits.disk the state directory is a mounted image: detach
+         * it first; the image is in rm's argv too) */
+        if (o->disk_image && o->disk_image[0] && o->state_dir && o->state_dir[0]) umount2(o->state_dir, MNT_DETACH);
         const char *env[] = {"PATH=/usr/bin:/bin", NULL};
         execve(rm->argv[0], (char *const *)rm->argv, (char *const *)env);
     }
@@ -588,6 +591,7 @@ int seer_sandbox_keeper_start(const seer_sandbox_keeper_opts_t *o, pid_t *keeper
     keeper_rm_t rm = {NULL};
     size_t nrm = 0;
     if (o->state_dir && o->state_dir[0]) nrm++;
+    if (o->disk_image && o->disk_image[0]) nrm++;
     for (const char *const *d = o->remove_dirs; d && *d; d++)
         if ((*d)[0]) nrm++;
     if (nrm) {
@@ -603,6 +607,7 @@ int seer_sandbox_keeper_start(const seer_sandbox_keeper_opts_t *o, pid_t *keeper
         rm.argv[i++] = "-rf";
         rm.argv[i++] = "--";
         if (o->state_dir && o->state_dir[0]) rm.argv[i++] = o->state_dir;
+        if (o->disk_image && o->disk_image[0]) rm.argv[i++] = o->disk_image;
         for (const char *const *d = o->remove_dirs; d && *d; d++)
             if ((*d)[0]) rm.argv[i++] = *d;
     }

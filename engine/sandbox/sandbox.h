@@ -71,6 +71,8 @@ typedef struct seer_sandbox_keeper_opts {
      * line as /proc/1/cmdline, and the mount options name host paths. NULL: none. */
     const char *const *fd_args;
     const char *const *remove_dirs; /* also removed (with state_dir) when the owner died; may be NULL */
+    const char *disk_image;        /* limits.disk: an image mounted on state_dir; when the owner
+                                      died, state_dir is unmounted and the image removed too */
 } seer_sandbox_keeper_opts_t;
 
 /* Forks the keeper, which starts argv. Returns the keeper's pid in *keeper (a child of the
@@ -104,5 +106,26 @@ void seer_sandbox_proc_kill(seer_sandbox_proc_t *p, int sig);
 
 /* Closes the pipe ends that are still open. */
 void seer_sandbox_proc_close(seer_sandbox_proc_t *p);
+
+/* ------------------------------------------------------------------------------------------
+ * the kernel's attack surface (seccomp.c; docs/sandbox.md "System calls") */
+
+struct sock_filter;
+
+/* Sets no_new_privs and installs seer's seccomp filter on every thread of the calling process
+ * (an allow-list at least as strict as Docker's default profile; denied calls fail with EPERM,
+ * clone3 and syscalls newer than the table with ENOSYS, other ABIs than the native one with
+ * EPERM). Inherited by every child; cannot be removed. x86_64 only: elsewhere it returns
+ * SEER_EUNSUPPORTED and sandboxd refuses to run. */
+int seer_sandbox_seccomp_install(seer_err_t *err);
+
+/* Writes the filter's classic BPF program into out[0..cap) and returns its length (which may
+ * exceed cap; 0 on an architecture without a filter). For tests and for install. */
+size_t seer_sandbox_seccomp_program(struct sock_filter *out, size_t cap);
+
+/* Replaces the calling process's session keyring with a new, empty, anonymous one, so keys of
+ * the session that started the sandbox are not possessed inside (call before the filter, which
+ * denies keyctl). */
+int seer_sandbox_keyring_new_session(seer_err_t *err);
 
 #endif

@@ -256,6 +256,9 @@ M.RepoConfig = guarded(function(t) return make_repo(t) end)
 ---@field processes? integer most processes and threads at once (default 4096)
 ---@field cpu_seconds? number CPU time per process (default: none)
 ---@field open_files? integer open files per process (default 65536)
+---@field tmp? integer|string size of /tmp, a tmpfs charged to memory (default 25% of memory); tmp + shm stay within 75% of memory
+---@field shm? integer|string size of /dev/shm, a tmpfs charged to memory (default 12.5% of memory)
+---@field disk? integer|string size of the sandbox's writable host storage (/workspace, /run/seer, /var/log/seer): a filesystem image of this size, mounted on the host (needs root; without root, start() refuses rather than ignore it). Default: no limit
 
 local SandboxConfig = record_mt("SandboxConfig")
 M.SandboxConfigClass = SandboxConfig
@@ -291,7 +294,9 @@ local function check_pairs(what, list, second)
   return out
 end
 
-local LIMIT_FIELDS = { memory = true, processes = true, cpu_seconds = true, open_files = true }
+local LIMIT_FIELDS = { memory = true, processes = true, cpu_seconds = true, open_files = true, tmp = true, shm = true,
+                       disk = true }
+local SIZE_FIELDS = { memory = 16 * 1024 * 1024, tmp = 1024 * 1024, shm = 1024 * 1024, disk = 16 * 1024 * 1024 }
 local UNITS = { [""] = 1, K = 1024, M = 1024 ^ 2, G = 1024 ^ 3, T = 1024 ^ 4 }
 
 ---Checks a limits table; memory sizes like "512M" become bytes.
@@ -303,19 +308,20 @@ function M.parse_limits(t, what)
   local out = {}
   for k, v in pairs(t) do
     if not LIMIT_FIELDS[k] then
-      fail("%s: unknown field %s; valid fields: cpu_seconds, memory, open_files, processes", what, tostring(k))
+      fail("%s: unknown field %s; valid fields: cpu_seconds, disk, memory, open_files, processes, shm, tmp", what, tostring(k))
     end
-    if k == "memory" then
+    if SIZE_FIELDS[k] then
       local n = v
+      local min = SIZE_FIELDS[k]
       if type(v) == "string" then
         local num, unit = v:upper():match("^%s*([%d%.]+)%s*([KMGT]?)I?B?%s*$")
         n = num and tonumber(num) and tonumber(num) * UNITS[unit] or nil
-        if not n then fail('%s.memory %s is not a size; write e.g. memory = "512M" or "8G" (or a number of bytes)', what, q(v)) end
+        if not n then fail('%s.%s %s is not a size; write e.g. %s = "512M" or "8G" (or a number of bytes)', what, k, q(v), k) end
       end
-      if type(n) ~= "number" or n < 16 * 1024 * 1024 or n ~= n or n == math.huge then
-        fail('%s.memory must be at least 16M (e.g. memory = "4G"), not %s', what, tostring(v))
+      if type(n) ~= "number" or n < min or n ~= n or n == math.huge then
+        fail('%s.%s must be at least %dM (e.g. %s = "4G"), not %s', what, k, math.floor(min / (1024 * 1024)), k, tostring(v))
       end
-      out.memory = math.floor(n)
+      out[k] = math.floor(n)
     else
       if type(v) ~= "number" or v <= 0 or v ~= v or v == math.huge or (k ~= "cpu_seconds" and v % 1 ~= 0) then
         fail("%s.%s must be a positive %s, not %s", what, k, k == "cpu_seconds" and "number" or "integer", tostring(v))
@@ -324,7 +330,26 @@ function M.parse_limits(t, what)
       out[k] = v
     end
   end
+  if out.memory then M.check_tmpfs_sizes(out.memory, out.tmp, out.shm, what) end
   return out
+end
+
+---Checks that /tmp and /dev/shm (tmpfs, charged to the memory limit) leave the processes at
+---least a quarter of it: a full tmpfs must give its writer ENOSPC, not kill the sandbox.
+---@param memory integer bytes
+---@param tmp? integer
+---@param shm? integer
+---@param what? string
+function M.check_tmpfs_sizes(memory, tmp, shm, what)
+  what = what or "limits"
+  local mib = 1024 * 1024
+  local t = tmp or math.max(mib, math.floor(memory * 0.25 / mib) * mib)
+  local sh = shm or math.max(mib, math.floor(memory * 0.125 / mib) * mib)
+  if t + sh > memory * 0.75 then
+    fail("%s: tmp (%d MiB) + shm (%d MiB) must stay within 75%% of memory (%d MiB): both are tmpfs charged to the "
+      .. "sandbox's memory, and a full one must give ENOSPC, not an out-of-memory kill; lower tmp/shm or raise memory",
+      what, math.floor(t / mib), math.floor(sh / mib), math.floor(memory / mib))
+  end
 end
 
 local function make_sandbox(t)

@@ -1095,7 +1095,11 @@ end
 function Sandbox:_bwrap_argv(bwrap, binds)
   local c = self.config
   local a = { bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--uid", "65534", "--gid", "65534",
-              "--cap-drop", "ALL", "--die-with-parent", "--new-session", "--hostname", "sandbox" }
+              "--cap-drop", "ALL", "--die-with-parent", "--new-session", "--hostname", "sandbox",
+              -- sandboxd is pid 1 itself: bubblewrap's own init would be a process inside the
+              -- sandbox without the seccomp filter, whose memory (/proc/1/mem) the code in the
+              -- sandbox could write (docs/sandbox.md, "System calls").
+              "--as-pid-1" }
   if c.network == "host" then a[#a + 1] = "--share-net" end
   local function add(...) for _, v in ipairs({ ... }) do a[#a + 1] = v end end
   add("--ro-bind", "/usr", "/usr")
@@ -1120,7 +1124,20 @@ function Sandbox:_bwrap_argv(bwrap, binds)
   end
   add("--ro-bind", self.run_dir .. "/passwd", "/etc/passwd", "--ro-bind", self.run_dir .. "/group", "/etc/group")
   add("--proc", "/proc", "--dev", "/dev")
-  add("--size", tostring(self.tmp_size), "--tmpfs", "/tmp")
+  -- /proc files that show the host's keys (descriptions of the researcher's keyring entries)
+  -- and host-wide scheduler and timer state are masked, as Docker masks them.
+  local in_proc = {}
+  for _, e in ipairs(sb.listdir("/proc") or {}) do in_proc[e.name] = true end
+  for _, f in ipairs({ "keys", "key-users", "timer_list", "sched_debug", "latency_stats", "kcore" }) do
+    if in_proc[f] then add("--ro-bind", "/dev/null", "/proc/" .. f) end
+  end
+  -- Every writable in-memory file system has a size below the memory limit (their pages are
+  -- charged to the sandbox's memory cgroup), so filling one gives the writer ENOSPC instead of
+  -- killing the sandbox: /tmp and /dev/shm get their own tmpfs (limits.tmp, limits.shm), and
+  -- /dev itself is made read-only below once its nodes are in place.
+  local lim = self.limits or self:_limits()
+  add("--size", tostring(lim.shm), "--tmpfs", "/dev/shm")
+  add("--size", tostring(lim.tmp), "--tmpfs", "/tmp")
   add("--bind", self.workspace_dir, "/workspace")
   add("--bind", self.run_dir, SANDBOX_RUN)
   -- The run directory also at its host path, so files that name sockets (RPC connection
@@ -1146,7 +1163,9 @@ function Sandbox:_bwrap_argv(bwrap, binds)
   end
   for _, d in ipairs(self.gpu_nodes or {}) do add("--dev-bind", d, d) end
   if self.gpu_nodes and #self.gpu_nodes > 0 then add("--ro-bind-try", "/sys", "/sys") end
-  -- The root (a tmpfs holding the mount points) becomes read-only; the mounts keep their own modes.
+  -- /dev (bubblewrap's unsized tmpfs holding the device nodes) and the root (a tmpfs holding
+  -- the mount points) become read-only; the mounts inside them keep their own modes.
+  add("--remount-ro", "/dev")
   add("--remount-ro", "/")
   add("--chdir", "/workspace", "--", SANDBOX_SEER, "sandboxd", "--connection-file", SANDBOX_RUN .. "/sandboxd.json")
   return a
@@ -1172,14 +1191,82 @@ function Sandbox:_environment()
   return e
 end
 
+-- The limits as applied: memory, processes, cpu_seconds, open_files, the sizes of the
+-- in-memory file systems (tmp, shm) and disk (nil: none). /tmp and /dev/shm default to 25% and
+-- 12.5% of the memory limit, so with both full the processes keep at least 62.5% of it;
+-- explicit sizes are checked against the limit by SandboxConfig (seer.environment).
 function Sandbox:_limits()
   local l = self.config.limits or {}
   local total = mem_total() or (8 * 1024 ^ 3)
-  return {
-    memory = l.memory or math.floor(total * 0.9), memory_set = l.memory ~= nil,
+  local memory = l.memory or math.floor(total * 0.9)
+  local mib = 1024 * 1024
+  local function share(frac) return math.max(mib, math.floor(memory * frac / mib) * mib) end
+  local r = {
+    memory = memory, memory_set = l.memory ~= nil,
     processes = l.processes or 4096, processes_set = l.processes ~= nil,
     cpu_seconds = l.cpu_seconds, open_files = l.open_files or 65536,
+    tmp = l.tmp or share(0.25), shm = l.shm or share(0.125), disk = l.disk,
   }
+  -- Explicit tmp/shm against the default memory limit (SandboxConfig checks them against an
+  -- explicit one).
+  local ok, err = pcall(require("seer.environment").check_tmpfs_sizes, r.memory, r.tmp, r.shm, "SandboxConfig.limits")
+  if not ok then error(type(err) == "table" and err.seer_env_error or err, 0) end
+  return r
+end
+
+-- limits.disk: the sandbox's writable host storage (the state directory, which holds
+-- /workspace, /run/seer and /var/log/seer) becomes an ext4 file system of exactly that size,
+-- an image file (allocated in full) mounted on it through a loop device. A writer inside gets
+-- ENOSPC when it is full and the host's disk is never touched beyond the image. Mounting needs
+-- root (CAP_SYS_ADMIN on the host); without it start() fails with the reason rather than run
+-- without the limit the config asked for. Unmounted by _teardown, or by the keeper when the
+-- owner died.
+function Sandbox:_mount_disk(limits)
+  if not limits.disk then return end
+  pcall(ffi.cdef, "unsigned geteuid(void);")
+  if ffi.C.geteuid() ~= 0 then
+    error(("SandboxConfig.limits.disk needs root: seer enforces it with a size-limited file system mounted through a "
+      .. "loop device, which an unprivileged user (uid %d) cannot mount; remove limits.disk (the workspace is then "
+      .. "bounded only by the host's disk) or start the sandbox as root"):format(ffi.C.geteuid()), 0)
+  end
+  for _, tool in ipairs({ "mkfs.ext4", "mount", "umount" }) do
+    if not find_on_path(tool) and not exists("/usr/sbin/" .. tool) and not exists("/sbin/" .. tool) then
+      error(("SandboxConfig.limits.disk needs %s (e2fsprogs / mount packages) on this machine"):format(tool), 0)
+    end
+  end
+  -- The image lives beside the snapshots (a disk-backed cache, where the state root may be a
+  -- tmpfs such as $XDG_RUNTIME_DIR), and its blocks are allocated up front: the sandbox gets
+  -- the whole size or start() says the host's disk lacks it, never an I/O error halfway.
+  local img_dir = M.snapshot_root():gsub("/snapshots$", "") .. "/disks"
+  process.mkdir_p(img_dir)
+  local img = img_dir .. "/" .. self.sandbox_id .. ".disk"
+  local path = "/usr/sbin:/sbin:" .. (os.getenv("PATH") or "/usr/bin:/bin")
+  local function run(argv, what)
+    local code, out, err = run_host(argv, { env = { PATH = path, LANG = "C" }, timeout_ms = 60000 })
+    if code ~= 0 then
+      error(("SandboxConfig.limits.disk: %s failed (exit %s): %s"):format(what, tostring(code), (err ~= "" and err or out)), 0)
+    end
+  end
+  process.mkdir_p(self.state_dir)
+  local f = assert(io.open(img, "wb"))
+  f:close()
+  self.disk_image = img
+  run({ "fallocate", "-l", tostring(math.floor(limits.disk)), img }, "reserving the image on the host's disk")
+  run({ "mkfs.ext4", "-q", "-F", "-m", "0", "-E", "lazy_itable_init=1,lazy_journal_init=1", img }, "mkfs.ext4")
+  run({ "mount", "-o", "loop,nosuid,nodev", img, self.state_dir }, "mounting the image")
+  self.disk_mounted = true
+  os.remove(self.state_dir .. "/lost+found")
+end
+
+function Sandbox:_unmount_disk()
+  if self.disk_mounted then
+    run_host({ "umount", "-l", self.state_dir }, { env = { PATH = "/usr/sbin:/sbin:/usr/bin:/bin" } })
+    self.disk_mounted = false
+  end
+  if self.disk_image then
+    if not self.config.debug then os.remove(self.disk_image) end
+    self.disk_image = nil
+  end
 end
 
 -- Raises the sandbox's end as an error when the keeper has gone: (ok, why).
@@ -1260,6 +1347,9 @@ function Sandbox:_start(opts)
   self.workspace_dir = self.state_dir .. "/workspace"
   self.run_dir = self.state_dir .. "/run"
   self.log_dir = self.state_dir .. "/logs"
+  local limits = self:_limits()
+  self.limits = limits
+  self:_mount_disk(limits)
   for _, d in ipairs({ self.workspace_dir, self.run_dir, self.log_dir }) do process.mkdir_p(d) end
   ffi.C.chmod(self.state_dir, tonumber("700", 8))
   if #(self.run_dir .. "/kernel-xxxxxxxx-5") > 100 then
@@ -1280,9 +1370,6 @@ function Sandbox:_start(opts)
   self:_prepare_models(binds, env)
   self:_prepare_repos()
 
-  local limits = self:_limits()
-  self.limits = limits
-  self.tmp_size = math.min(limits.memory, 4 * 1024 ^ 3)
   local cgroup, notes = sb.cgroup_create(self.sandbox_id, limits.memory, limits.processes)
   self.cgroup = cgroup
   local rl = { cpu_seconds = limits.cpu_seconds, open_files = limits.open_files }
@@ -1317,6 +1404,7 @@ function Sandbox:_start(opts)
     status = self.state_dir .. "/status.json", state_dir = not c.debug and self.state_dir or nil,
     remove_dirs = not c.debug and self.stage_dirs or nil,
     cgroup = cgroup, rlimits = rl, timeout_ms = math.floor(c.timeout * 1000),
+    disk_image = self.disk_image,
   }
   live[self] = true
   local info = {
@@ -1396,6 +1484,14 @@ function Sandbox:_teardown()
     else
       run_host({ "rm", "-rf", "--", self.state_dir })
     end
+  end
+  if self.disk_image and self.config.debug and self.disk_mounted then
+    io.stderr:write(("seer: limits.disk: %s stays mounted for debugging; `umount %s` and remove %s when done\n")
+      :format(self.state_dir, self.state_dir, self.disk_image))
+  elseif self.disk_image then
+    -- limits.disk: the state directory is a mounted image; unmount it, then remove what it hid.
+    self:_unmount_disk()
+    if not self.config.debug then run_host({ "rm", "-rf", "--", self.state_dir }) end
   end
   self.stopped = true
 end

@@ -261,7 +261,22 @@ T.test("limits: sizes, counts and what to write instead", function()
   raises(function() env.SandboxConfig{ limits = { memory = "1M" } } end, "at least 16M")
   raises(function() env.SandboxConfig{ limits = { processes = 2 } } end, "processes must be at least 8")
   raises(function() env.SandboxConfig{ limits = { processes = 1.5 } } end, "processes must be a positive integer")
-  raises(function() env.SandboxConfig{ limits = { ram = 1 } } end, "unknown field ram; valid fields: cpu_seconds, memory, open_files, processes")
+  raises(function() env.SandboxConfig{ limits = { ram = 1 } } end, "unknown field ram; valid fields: cpu_seconds, disk, memory, open_files, processes, shm, tmp")
+end)
+
+T.test("limits: tmp, shm and disk are sizes; tmpfs sizes leave the processes a quarter of memory", function()
+  local c = env.SandboxConfig{ limits = { memory = "1G", tmp = "256M", shm = "64M", disk = "2G" } }
+  T.eq(c.limits, { memory = 2 ^ 30, tmp = 256 * 2 ^ 20, shm = 64 * 2 ^ 20, disk = 2 * 2 ^ 30 })
+  T.eq(env.SandboxConfig{ limits = { disk = 2 ^ 26 } }.limits.disk, 2 ^ 26)
+  raises(function() env.SandboxConfig{ limits = { disk = "lots" } } end, 'limits.disk "lots" is not a size; write e.g. disk = "512M"')
+  raises(function() env.SandboxConfig{ limits = { disk = "1M" } } end, "limits.disk must be at least 16M")
+  raises(function() env.SandboxConfig{ limits = { tmp = 100 } } end, "limits.tmp must be at least 1M")
+  -- 700M + the default shm (128M) is more than 75% of 1G
+  raises(function() env.SandboxConfig{ limits = { memory = "1G", tmp = "700M" } } end,
+    "tmp (700 MiB) + shm (128 MiB) must stay within 75% of memory (1024 MiB)")
+  raises(function() env.SandboxConfig{ limits = { memory = "1G", shm = "800M" } } end, "lower tmp/shm or raise memory")
+  -- at the limit is fine
+  T.eq(env.SandboxConfig{ limits = { memory = "1G", tmp = "640M", shm = "128M" } }.limits.tmp, 640 * 2 ^ 20)
 end)
 
 T.test("module: model_env_name, Sandbox", function()

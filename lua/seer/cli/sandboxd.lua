@@ -293,7 +293,9 @@ function handlers.start_kernel(self, req)
   local f, err = io.open(file, "w")
   if not f then return self:fail(req, "OSError", err) end
   f:write(json.encode(info)); f:close()
-  local env = { SEER_KERNEL_DIE_WITH_PARENT = "1" }
+  -- When sandboxd is the sandbox's pid 1 the pid namespace already ends the kernel with it,
+  -- and a kernel whose parent is pid 1 would take itself for an orphan.
+  local env = { SEER_KERNEL_DIE_WITH_PARENT = self.pid ~= 1 and "1" or nil }
   for k, v in pairs(c.env or {}) do env[k] = v end
   local s, serr = self:start_service(name, { self.seer, "kernel", "-f", file }, env, c.cwd)
   if not s then return self:fail(req, "ExecError", serr) end
@@ -385,10 +387,23 @@ function Daemon:run()
     end
     self:pump_jobs(process.now_ms())
     self:pump_services()
+    self:reap_orphans(process.now_ms())
   end
   for _, job in ipairs(self.jobs) do job.proc:kill(sb.SIGKILL) end
   for _, s in pairs(self.services) do if not s.status then s.proc:kill(sb.SIGKILL) end end
   self.sock:close()
+end
+
+-- sandboxd is the sandbox's pid 1 (bubblewrap --as-pid-1): processes whose parent ended are
+-- re-parented to it, and it reaps them when they end (at most once a second), leaving its own
+-- children to the code that waits for them.
+function Daemon:reap_orphans(now)
+  if self.pid ~= 1 or now - (self.reaped_at or 0) < 1000 then return end
+  self.reaped_at = now
+  local known = {}
+  for _, job in ipairs(self.jobs) do known[job.proc:pid()] = true end
+  for _, s in pairs(self.services) do if not s.status then known[s.proc:pid()] = true end end
+  sb.reap_orphans(known)
 end
 
 function M.main(...)
@@ -401,13 +416,22 @@ function M.main(...)
     else error(("seer sandboxd: unknown option %s\n%s"):format(args[i], USAGE), 0) end
   end
   if not conn then error("seer sandboxd: --connection-file is required\n" .. USAGE, 0) end
+  -- Before anything else runs: a new empty session keyring (the host's keys are not possessed
+  -- here), sandboxd not dumpable (its key cannot be read through /proc/PID/mem by the code it
+  -- runs), then no_new_privs and the seccomp filter, which every process started from here
+  -- inherits and none can remove (docs/sandbox.md, "System calls"). A sandbox without them
+  -- does not start.
+  for _, step in ipairs({ { "keyring_new_session" }, { "set_dumpable", false }, { "seccomp_install" } }) do
+    local ok, why = sb[step[1]](step[2])
+    if not ok then error(("seer sandboxd: %s failed: %s"):format(step[1], tostring(why)), 0) end
+  end
   local ok, info = pcall(function() return json.decode(core.read_file(conn)) end)
   if not ok or type(info) ~= "table" or type(info.key) ~= "string" or type(info.endpoint) ~= "string" then
     error(("seer sandboxd: cannot read the connection file %s (%s)"):format(conn, tostring(info)), 0)
   end
   -- The key stays in memory only: code in the sandbox should not find it lying around.
   os.remove(conn)
-  local self = setmetatable({ id = net.uuid(), jobs = {}, services = {}, started_ms = process.now_ms(),
+  local self = setmetatable({ id = net.uuid(), jobs = {}, services = {}, started_ms = process.now_ms(), pid = process.getpid(),
                               sandbox_id = info.sandbox_id, seer = info.seer or "/opt/seer/bin/seer",
                               own_log = info.log }, Daemon)
   -- The environment children inherit: sandboxd's own, which the sandbox was started with.
