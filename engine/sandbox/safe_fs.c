@@ -295,8 +295,9 @@ int seer_sandbox_fs_read(const seer_sandbox_fs_root_t *r, const char *rel, size_
 
 static atomic_uint tmp_counter;
 
-int seer_sandbox_fs_write(const seer_sandbox_fs_root_t *r, const char *rel, const void *data, size_t n,
-                          unsigned mode, int mkdirs, seer_err_t *err) {
+/* data/n, or (data NULL) everything read from src_fd, into rel atomically. */
+static int write_atomic(const seer_sandbox_fs_root_t *r, const char *rel, const void *data, size_t n, int src_fd,
+                        unsigned mode, int mkdirs, seer_err_t *err) {
     path_t p;
     int dfd = open_parent(r, rel, &p, mkdirs, err);
     if (dfd < 0) return dfd;
@@ -323,17 +324,41 @@ int seer_sandbox_fs_write(const seer_sandbox_fs_root_t *r, const char *rel, cons
         close(dfd);
         return fail_errno(r, rel, e, err);
     }
-    const char *d = data;
-    size_t done = 0;
     int e = 0;
-    while (done < n) {
-        ssize_t k = write(fd, d + done, n - done);
-        if (k < 0) {
-            if (errno == EINTR) continue;
-            e = errno;
-            break;
+    if (data) {
+        const char *d = data;
+        size_t done = 0;
+        while (done < n) {
+            ssize_t k = write(fd, d + done, n - done);
+            if (k < 0) {
+                if (errno == EINTR) continue;
+                e = errno;
+                break;
+            }
+            done += (size_t)k;
         }
-        done += (size_t)k;
+    } else {
+        static __thread char chunk[65536];
+        for (;;) {
+            ssize_t k = read(src_fd, chunk, sizeof chunk);
+            if (k < 0 && errno == EINTR) continue;
+            if (k < 0) {
+                e = errno;
+                break;
+            }
+            if (k == 0) break;
+            ssize_t off = 0;
+            while (off < k) {
+                ssize_t w = write(fd, chunk + off, (size_t)(k - off));
+                if (w < 0 && errno == EINTR) continue;
+                if (w < 0) {
+                    e = errno;
+                    break;
+                }
+                off += w;
+            }
+            if (e) break;
+        }
     }
     if (close(fd) != 0 && !e) e = errno;
     /* rename never follows the target: a link planted at rel is replaced, not written through */
@@ -345,6 +370,21 @@ int seer_sandbox_fs_write(const seer_sandbox_fs_root_t *r, const char *rel, cons
     }
     close(dfd);
     return 0;
+}
+
+int seer_sandbox_fs_write(const seer_sandbox_fs_root_t *r, const char *rel, const void *data, size_t n,
+                          unsigned mode, int mkdirs, seer_err_t *err) {
+    return write_atomic(r, rel, data ? data : "", n, -1, mode, mkdirs, err);
+}
+
+int seer_sandbox_fs_copy_in(const seer_sandbox_fs_root_t *r, const char *rel, const char *src, unsigned mode,
+                            int mkdirs, seer_err_t *err) {
+    /* src is the host's own file (trusted): opened normally, streamed in 64 KiB chunks */
+    int fd = open(src, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return seer_err_set(err, errno == ENOENT ? SEER_ENOTFOUND : SEER_EIO, "%s: %s", src, strerror(errno));
+    int rc = write_atomic(r, rel, NULL, 0, fd, mode, mkdirs, err);
+    close(fd);
+    return rc;
 }
 
 int seer_sandbox_fs_mkdirs(const seer_sandbox_fs_root_t *r, const char *rel, unsigned mode, seer_err_t *err) {
@@ -715,6 +755,20 @@ static int l_fs_write(lua_State *L) {
     return 1;
 }
 
+/* fs_copy_in(root, rel, host_src, {mode, mkdirs}) -> true: a host file streamed in atomically */
+static int l_fs_copy_in(lua_State *L) {
+    seer_sandbox_fs_root_t *r = new_root(L);
+    seer_err_t *err = (seer_err_t *)(r + 1);
+    const char *rel = check_path(L, 2), *src = check_path(L, 3);
+    int n = lua_root(L, 4, r, err);
+    if (n) return n;
+    int rc = seer_sandbox_fs_copy_in(r, rel, src, (unsigned)opt_num(L, 4, "mode", 0644), opt_bool(L, 4, "mkdirs"), err);
+    seer_sandbox_fs_close_root(r);
+    if (rc < 0) return push_fail(L, rc, err);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
 static int l_fs_mkdirs(lua_State *L) {
     seer_sandbox_fs_root_t *r = new_root(L);
     seer_err_t *err = (seer_err_t *)(r + 1);
@@ -843,7 +897,7 @@ static int l_fs_remove_tree(lua_State *L) {
 
 void seer_sandbox_fs_lua_register(struct lua_State *L) {
     static const luaL_Reg fns[] = {{"fs_read", l_fs_read},     {"fs_write", l_fs_write},
-                                   {"fs_mkdirs", l_fs_mkdirs}, {"fs_stat", l_fs_stat},
+                                   {"fs_mkdirs", l_fs_mkdirs}, {"fs_copy_in", l_fs_copy_in}, {"fs_stat", l_fs_stat},
                                    {"fs_list", l_fs_list},     {"fs_unlink", l_fs_unlink},
                                    {"fs_rename", l_fs_rename}, {"fs_symlink", l_fs_symlink},
                                    {"fs_remove_tree", l_fs_remove_tree}, {NULL, NULL}};

@@ -148,6 +148,10 @@ int seer_sandbox_fs_read(const seer_sandbox_fs_root_t *r, const char *rel, size_
 int seer_sandbox_fs_write(const seer_sandbox_fs_root_t *r, const char *rel, const void *data, size_t n,
                           unsigned mode, int mkdirs, seer_err_t *err);
 
+/* The same, streaming the host file src (trusted, followed) in: no size limit, no copy in memory. */
+int seer_sandbox_fs_copy_in(const seer_sandbox_fs_root_t *r, const char *rel, const char *src, unsigned mode,
+                            int mkdirs, seer_err_t *err);
+
 /* mkdir -p beneath the root (an existing symlink anywhere on the way is an error). */
 int seer_sandbox_fs_mkdirs(const seer_sandbox_fs_root_t *r, const char *rel, unsigned mode, seer_err_t *err);
 

@@ -70,6 +70,12 @@ function Root:read(rel, opts) return sb.fs_read(self.path, rel, self:_opts(opts)
 ---@return true|nil ok, string? message, seersafe_fs.code? code
 function Root:write(rel, data, opts) return sb.fs_write(self.path, rel, data, self:_opts(opts)) end
 
+---Streams a host file (trusted, followed) to rel atomically, without holding it in memory.
+---@param rel string
+---@param src string
+---@param opts? {mode?: integer, mkdirs?: boolean}
+function Root:copy_in(rel, src, opts) return sb.fs_copy_in(self.path, rel, src, self:_opts(opts)) end
+
 ---mkdir -p beneath the root.
 ---@param rel string
 ---@param opts? {mode?: integer}
@@ -122,12 +128,32 @@ end
 ---@param opts? {mode?: integer, mkdirs?: boolean, what?: string}
 ---@return true|nil, string?, seersafe_fs.code?
 function M.write_nofollow(path, data, opts)
-  if type(path) ~= "string" or path:sub(1, 1) ~= "/" then
-    return nil, ("safe_fs.write_nofollow: %s is not an absolute path"):format(tostring(path)), "invalid"
+  if type(path) ~= "string" or path == "" then
+    return nil, ("safe_fs.write_nofollow: %s is not a path"):format(tostring(path)), "invalid"
   end
+  if path:sub(1, 1) ~= "/" then path = require("seer.core.host").cwd() .. "/" .. path end
   opts = opts or {}
   local r = M.root("/", opts.what or "the output folder", { cross_mounts = true })
   return r:write(path:sub(2), data, opts)
+end
+
+-- dirname and basename of a path ("." for a bare name).
+local function split_path(path)
+  local dir, base = path:match("^(.*)/([^/]+)/*$")
+  if not dir then return ".", path end
+  return dir == "" and "/" or dir, base
+end
+
+---lstat of a host path without opening it (its directories are followed; the final
+---component is not): {type, size, mtime, mode} or nil. A fifo there is never opened.
+---@param path string
+---@return table|nil
+function M.lstat(path)
+  if type(path) ~= "string" or path == "" then return nil end
+  if path:match("^/+$") then return sb.fs_stat("/", "", { cross_mounts = true }) end
+  local dir, base = split_path(path)
+  if base == "." or base == ".." then dir, base = path, "." end
+  return sb.fs_stat(dir, base, { cross_mounts = true })
 end
 
 ---Reads an absolute path with no symlink in any component (see write_nofollow).
