@@ -51,8 +51,8 @@ function M.unique_path(dir, name, time)
   local base = os.date("%Y-%m-%d-%H-%M", time or os.time()) .. "_" .. sanitize_name(name)
   local path = ("%s/%s.ipynb"):format(dir, base)
   local n = 1
-  while io.open(path, "r") do
-    io.close(io.open(path, "r"))
+  -- lstat, not open: the folder may be a sandbox's, and a fifo planted there would block an open
+  while require("seer.safe_fs").lstat(path) do
     path = ("%s/%s_%d.ipynb"):format(dir, base, n)
     n = n + 1
   end
@@ -218,7 +218,9 @@ end
 
 ---Writes the notebook to its path atomically.
 function Notebook:save()
-  core.write_file(self.path, self:to_json(true) .. "\n")
+  -- No link followed anywhere on the path (the output folder may lie in a sandbox's workspace)
+  local ok, err = require("seer.safe_fs").write_nofollow(self.path, self:to_json(true) .. "\n", { what = "the notebook's folder" })
+  if not ok then error(("saving the notebook: %s"):format(err), 0) end
 end
 
 return M

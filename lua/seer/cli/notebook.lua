@@ -147,15 +147,14 @@ function Server:start_sandbox_kernel(s)
   local info = r.connection
   info.ip = L.host_run .. info.ip:sub(#L.sandbox_run + 1)
   local c = jupyter.connect(info)
-  local exit_file = L.host_run .. "/services/" .. name .. ".exit"
   c.remote = {
     pid = r.pid,
     alive = function()
-      local f = io.open(exit_file, "rb")
-      if f then
-        local ok, st = pcall(json.decode, f:read("*a") or "")
-        f:close()
-        return false, ok and type(st) == "table" and st.how or "exited"
+      -- the run folder is the sandbox's: read bounded with no link followed, never a fifo
+      local text = require("seer.safe_fs").root(L.host_run, "the sandbox's run folder"):read("services/" .. name .. ".exit", { max = 65536 })
+      if text then
+        local ok, st = pcall(json.decode, text)
+        return false, ok and type(st) == "table" and type(st.how) == "string" and st.how or "exited"
       end
       return sandbox_alive()
     end,
