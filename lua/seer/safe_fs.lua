@@ -156,6 +156,16 @@ function M.lstat(path)
   return sb.fs_stat(dir, base, { cross_mounts = true })
 end
 
+---mkdir -p of a path with no symlink allowed in any component (the notebook server's folders,
+---which may lie in a sandbox's workspace). Pass a realpath'd path.
+---@param path string
+---@return true|nil, string?, seersafe_fs.code?
+function M.mkdirs_nofollow(path)
+  if type(path) ~= "string" or path == "" then return nil, "safe_fs.mkdirs_nofollow: no path", "invalid" end
+  if path:sub(1, 1) ~= "/" then path = require("seer.core.host").cwd() .. "/" .. path end
+  return M.root("/", "the notebook's folder", { cross_mounts = true }):mkdirs(path:sub(2))
+end
+
 ---Reads an absolute path with no symlink in any component (see write_nofollow).
 ---@param path string
 ---@param opts? {max?: integer, tail?: boolean, offset?: integer, what?: string}

@@ -447,6 +447,20 @@ A.attack{ name = "the notebook's output folder in the workspace replaced by a sy
     w:rename("nb-out.real", "nb-out")
   end }
 
+do
+  local sh, lua = plant(function(t) return { { "rm", "/workspace/nb-pre-" .. t }, { "link", C, "/workspace/nb-pre-" .. t } } end)
+  A.attack{ name = "a notebook session whose output folder in the workspace was planted as a symlink beforehand", class = 2,
+    sh = sh, lua = lua,
+    check = function(out, v)
+      local r = A.rig()
+      planted(out, r.sandbox.workspace_dir .. "/nb-pre-" .. tag(v), "link")
+      T.raises(function()
+        require("seer.execution").create_notebook_session(r.sandbox, nil, { name = "pre", output_dir = r.sandbox.workspace_dir .. "/nb-pre-" .. tag(v) })
+      end, "refusing to follow a symlink", true)
+    end,
+    teardown = function(v, r) safe_fs.root(r.sandbox.workspace_dir):unlink("nb-pre-" .. tag(v)) end }
+end
+
 ---------------------------------------------------------------------------------------------
 -- host-side read_file/write_file and the state folder's removal
 

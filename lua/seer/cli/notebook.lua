@@ -189,7 +189,9 @@ function Server:new_session(req)
   while self.sessions[id] do id = net.uuid():sub(1, 8) end
   -- A continued notebook goes beside its original unless told otherwise.
   local dir = c.notebook_dir or (c["continue"] and c["continue"]:match("^(.*)/[^/]*$")) or self.output_dir
-  process.mkdir_p(dir)
+  -- no link followed on the way: the folder may lie in a sandbox's workspace (callers realpath it)
+  local mk_ok, mk_err = require("seer.safe_fs").mkdirs_nofollow(dir)
+  if not mk_ok then error(mk_err, 0) end
   local nb, rerun
   if c.resume then
     nb = notebook.load(c.resume)
