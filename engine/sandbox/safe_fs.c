@@ -254,6 +254,10 @@ int seer_sandbox_fs_read(const seer_sandbox_fs_root_t *r, const char *rel, size_
                             "there could block or trick the host)",
                             shown(r, rel, pbuf, sizeof pbuf), r->what, kind_of(st.st_mode));
     }
+    if (!r->cross_mounts && st.st_dev != r->dev) { /* a file mounted over a name in the tree */
+        close(fd);
+        return fail(r, rel, SEER_SANDBOX_FS_EXDEV, 0, err);
+    }
     long long whole = (long long)st.st_size;
     if (size) *size = whole;
     long long start = offset > 0 ? offset : 0;

@@ -15,6 +15,7 @@ local S = require "seer.sandbox"
 local env = require "seer.environment"
 local process = require "seer.process"
 
+local first = A.count() -- attempts other attack files registered before this one
 local C = A.canary_dir
 local SECRET = A.canary_files["secret.txt"]:gsub("\n$", "")
 
@@ -506,7 +507,7 @@ A.attack{ name = "removing the state folder at terminate with links planted in w
   end }
 
 T.test("attack suite, class 2: the attempts registered", function()
-  T.ok(A.count() >= 12, "at least 12 attempts: " .. A.count())
+  T.ok(A.count() - first >= 12, "at least 12 class-2 attempts: " .. (A.count() - first))
   if nb2 then pcall(nb2.terminate, nb2) end
   A.close()
 end)
