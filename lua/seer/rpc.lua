@@ -53,6 +53,22 @@ local function read_connection(path, root)
     error(("rpc: the connection file %s asks for signature scheme %s; only hmac-sha256 is supported"):format(path,
       tostring(info.signature_scheme)), 0)
   end
+  if root then
+    -- Written by the server's side: the sockets it names must be in the same folder (a unix
+    -- socket elsewhere on the host, or another machine, is not the server this host started).
+    for _, k in ipairs({ "endpoint", "control_endpoint" }) do
+      local e = info[k]
+      if e ~= nil and e ~= json.null then
+        local sock = type(e) == "string" and e:match("^ipc://(.+)$")
+        local ok = sock and not sock:find("..", 1, true) and root:rel(sock) ~= nil
+          or (type(e) == "string" and (e:match("^tcp://127%.0%.0%.1:%d+$") or e:find("*", 1, true)))
+        if not ok then
+          error(("rpc: the connection file %s names the %s %s, which is not a socket in %s; refusing to connect"):format(
+            path, k, tostring(e), root.path), 0)
+        end
+      end
+    end
+  end
   return info
 end
 

@@ -355,6 +355,23 @@ do
 end
 
 do
+  local sh, lua = plant(function(t)
+    local body = ('{"key": "k", "signature_scheme": "hmac-sha256", "endpoint": "ipc://%s/evil.sock", "pid": 1}'):format(C)
+    return { { "mkdir", "/run/seer/rpc" }, { "rm", "/run/seer/rpc/sock-" .. t .. ".json" }, { "write", "/run/seer/rpc/sock-" .. t .. ".json", body } }
+  end)
+  A.attack{ name = "an RPC connection file naming a unix socket outside the run folder", class = 2, sh = sh, lua = lua,
+    check = function(out, v)
+      local r = A.rig()
+      local path = r.sandbox.run_dir .. "/rpc/sock-" .. tag(v) .. ".json"
+      planted(out, path, "file")
+      local ok, err = pcall(require("seer.rpc").connect, path, { root = safe_fs.root(r.sandbox.run_dir, "the sandbox's run folder"), wait_endpoint_s = 1 })
+      T.ok(not ok, "connect refuses")
+      T.contains(tostring(err), "which is not a socket in", "it names why")
+    end,
+    teardown = function(v, r) safe_fs.root(r.sandbox.run_dir):unlink("rpc/sock-" .. tag(v) .. ".json") end }
+end
+
+do
   local sh, lua = plant(function() return { { "rm", "/run/seer/rpc" }, { "link", C, "/run/seer/rpc" } } end)
   A.attack{ name = "scoped upload_file into a run folder whose rpc/ is a planted symlink", class = 2, sh = sh, lua = lua,
     check = function(out, v)

@@ -145,6 +145,10 @@ function Server:start_sandbox_kernel(s)
   local r = s.sandbox_client:request("start_kernel", { name = name, env = s.kernel_env, cwd = s.workspace_dir },
                                      { timeout_ms = 15000 })
   local info = r.connection
+  -- the endpoints' path comes from inside: it must name a socket in the run folder, nothing else
+  if type(info.ip) ~= "string" or info.ip:sub(1, #L.sandbox_run + 1) ~= L.sandbox_run .. "/" or info.ip:find("..", 1, true) then
+    error(("the sandbox's kernel gave endpoints outside %s: %s"):format(L.sandbox_run, tostring(info.ip)), 0)
+  end
   info.ip = L.host_run .. info.ip:sub(#L.sandbox_run + 1)
   local c = jupyter.connect(info)
   c.remote = {
