@@ -834,7 +834,7 @@ static int l_fs_list(lua_State *L) {
     int rc = seer_sandbox_fs_list(r, rel, (size_t)opt_num(L, 3, "max", 100000), &v, &cnt, err);
     seer_sandbox_fs_close_root(r);
     if (rc < 0) return push_fail(L, rc, err);
-    qsort(v, cnt, sizeof *v, cmp_entry);
+    if (cnt > 1) qsort(v, cnt, sizeof *v, cmp_entry); /* v is NULL when empty */
     lua_createtable(L, (int)cnt, 0);
     for (size_t i = 0; i < cnt; i++) {
         push_stat(L, &v[i].st);
