@@ -479,6 +479,27 @@ do
     teardown = function(v, r) safe_fs.root(r.sandbox.workspace_dir):unlink("nb-pre-" .. tag(v)) end }
 end
 
+do
+  local sh, lua = plant(function(t)
+    return { { "mkdir", "/workspace/nb-resume" }, { "rm", "/workspace/nb-resume/fifo-" .. t .. ".ipynb" }, { "fifo", "/workspace/nb-resume/fifo-" .. t .. ".ipynb" },
+             { "rm", "/workspace/nb-resume/link-" .. t .. ".ipynb" }, { "link", C .. "/notes.md", "/workspace/nb-resume/link-" .. t .. ".ipynb" } }
+  end)
+  A.attack{ name = "resuming or continuing a notebook in the workspace that is a fifo or a symlink", class = 2, sh = sh, lua = lua,
+    check = function(out, v)
+      local r = A.rig()
+      local dir = r.sandbox.workspace_dir .. "/nb-resume/"
+      planted(out, dir .. "fifo-" .. tag(v) .. ".ipynb", "fifo")
+      local t0 = process.now_ms()
+      T.raises(function() require("seer.notebook").load(dir .. "fifo-" .. tag(v) .. ".ipynb") end, "not a regular file", true)
+      T.ok(process.now_ms() - t0 < 2000, "the load returned at once")
+      local ok, err = pcall(require("seer.notebook").load, dir .. "link-" .. tag(v) .. ".ipynb")
+      T.ok(not ok, "the link is not loaded")
+      T.contains(tostring(err), "refusing to follow a symlink")
+      no_secret(err, "the load error")
+    end,
+    teardown = function(_, r) safe_fs.root(r.sandbox.workspace_dir):remove_tree("nb-resume") end }
+end
+
 ---------------------------------------------------------------------------------------------
 -- host-side read_file/write_file and the state folder's removal
 
