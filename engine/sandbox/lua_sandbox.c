@@ -704,6 +704,7 @@ int seer_sandbox_luaopen(lua_State *L) {
                                    {NULL, NULL}};
     lua_newtable(L);
     luaL_register(L, NULL, fns);
+    seer_sandbox_fs_lua_register(L); /* fs_read, fs_write, ...: safe_fs.c */
     static const struct {
         const char *name;
         int sig;

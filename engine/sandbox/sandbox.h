@@ -17,6 +17,7 @@
 #define SEER_SANDBOX_H
 
 #include <stddef.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "../seer.h"
@@ -127,5 +128,84 @@ size_t seer_sandbox_seccomp_program(struct sock_filter *out, size_t cap);
  * the session that started the sandbox are not possessed inside (call before the filter, which
  * denies keyctl). */
 int seer_sandbox_keyring_new_session(seer_err_t *err);
+
+/* ------------------------------------------------------------------------------------------
+ * File operations beneath a root the sandbox can write (engine/sandbox/safe_fs.c).
+ *
+ * The host reads and writes the workspace, the run and log directories of a sandbox while
+ * code inside can change them at any moment: plant a symlink, a fifo, swap a directory for a
+ * link between a check and a use, or grow a file without end. Every such operation goes
+ * through these functions: paths are resolved component by component beneath the root's file
+ * descriptor (openat2 with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS |
+ * RESOLVE_NO_XDEV, or an O_NOFOLLOW | O_DIRECTORY walk where openat2 is missing), no symlink is
+ * ever followed (a final one included), only regular files are read (opened O_NONBLOCK, then
+ * checked with fstat), reads are bounded, and writes go to a temporary file renamed into place
+ * in the same directory fd. Errors name the path and the reason. */
+
+enum {
+    SEER_SANDBOX_FS_ESYMLINK = -50,    /* a component of the path is a symbolic link */
+    SEER_SANDBOX_FS_ENOTREG = -51,     /* not a regular file (fifo, socket, device, dir) */
+    SEER_SANDBOX_FS_ETOOBIG = -52,     /* larger than the caller's bound */
+    SEER_SANDBOX_FS_EXDEV = -53,       /* the path leaves the root or crosses a mount */
+    SEER_SANDBOX_FS_ENOTDIR = -54,     /* a component that must be a directory is not one */
+    SEER_SANDBOX_FS_EEXIST = -55,
+};
+
+typedef struct seer_sandbox_fs_root {
+    int fd;                 /* O_PATH | O_DIRECTORY descriptor of the root */
+    dev_t dev;              /* the root's device: nothing below may be on another (a mount) */
+    int cross_mounts;       /* 1: allow other devices below (a root of "/" for an absolute path) */
+    int no_openat2;         /* 1: always walk (tests the fallback; set when openat2 is missing) */
+    char path[4096];        /* for messages */
+    char what[128];         /* "the sandbox's workspace", for messages */
+} seer_sandbox_fs_root_t;
+
+/* Opens the root (its own path is trusted: it is followed). what names the tree in errors. */
+int seer_sandbox_fs_open_root(seer_sandbox_fs_root_t *r, const char *path, const char *what, seer_err_t *err);
+void seer_sandbox_fs_close_root(seer_sandbox_fs_root_t *r);
+
+/* Reads rel (a regular file) into *out (malloc'd, NUL-terminated, *n bytes). At most max bytes
+ * from offset; a file with more is SEER_SANDBOX_FS_ETOOBIG unless tail (then the last max bytes
+ * are read and offset is ignored). *size gets the file's whole size (may be NULL). */
+int seer_sandbox_fs_read(const seer_sandbox_fs_root_t *r, const char *rel, size_t max, long long offset, int tail,
+                         char **out, size_t *n, long long *size, seer_err_t *err);
+
+/* Writes data to rel atomically (temporary file + rename in the same directory; a symlink
+ * or file at rel is replaced, never followed). mkdirs creates the missing parents (0755). */
+int seer_sandbox_fs_write(const seer_sandbox_fs_root_t *r, const char *rel, const void *data, size_t n,
+                          unsigned mode, int mkdirs, seer_err_t *err);
+
+/* The same, streaming the host file src (trusted, followed) in: no size limit, no copy in memory. */
+int seer_sandbox_fs_copy_in(const seer_sandbox_fs_root_t *r, const char *rel, const char *src, unsigned mode,
+                            int mkdirs, seer_err_t *err);
+
+/* mkdir -p beneath the root (an existing symlink anywhere on the way is an error). */
+int seer_sandbox_fs_mkdirs(const seer_sandbox_fs_root_t *r, const char *rel, unsigned mode, seer_err_t *err);
+
+/* lstat of rel (a final symlink is reported, not followed); SEER_ENOTFOUND when missing. */
+int seer_sandbox_fs_stat(const seer_sandbox_fs_root_t *r, const char *rel, struct stat *st, seer_err_t *err);
+
+typedef struct seer_sandbox_fs_entry {
+    char name[256];
+    struct stat st; /* lstat; st_mode 0 when it vanished meanwhile */
+} seer_sandbox_fs_entry_t;
+
+/* The entries of directory rel ("" or "." for the root), without . and .., in *out
+ * (malloc'd), at most max_entries (more: SEER_SANDBOX_FS_ETOOBIG). */
+int seer_sandbox_fs_list(const seer_sandbox_fs_root_t *r, const char *rel, size_t max_entries,
+                         seer_sandbox_fs_entry_t **out, size_t *n, seer_err_t *err);
+
+int seer_sandbox_fs_unlink(const seer_sandbox_fs_root_t *r, const char *rel, seer_err_t *err);
+int seer_sandbox_fs_rename(const seer_sandbox_fs_root_t *r, const char *from, const char *to, seer_err_t *err);
+/* Creates a symlink at rel holding target (the link itself is never followed by these functions). */
+int seer_sandbox_fs_symlink(const seer_sandbox_fs_root_t *r, const char *target, const char *rel, seer_err_t *err);
+
+/* rm -rf rel beneath the root ("" removes what the root holds, not the root): symlinks are
+ * removed, never followed; any depth (deep subtrees are moved up rather than recursed into). */
+int seer_sandbox_fs_remove_tree(const seer_sandbox_fs_root_t *r, const char *rel, seer_err_t *err);
+
+/* Registers the Lua functions (fs_read, fs_write, ...) in the table at the top of the stack. */
+struct lua_State;
+void seer_sandbox_fs_lua_register(struct lua_State *L);
 
 #endif

@@ -348,8 +348,21 @@ local function create(workspace, opts, models, sandbox)
   opts = opts or {}
   workspace = workspace or require("seer.workspace").Workspace{}
   local output_dir = opts.output_dir or opts.notebook_dir or default_output_dir()
-  process.mkdir_p(output_dir)
+  -- An output folder inside a sandbox's workspace is made beneath it with no link followed, and
+  -- its real path must still be inside (a link swapped in before realpath would move it out).
+  local inside = sandbox and type(sandbox.workspace_dir) == "string" and require("seer.safe_fs").root(sandbox.workspace_dir, "the sandbox's workspace")
+  local rel = inside and inside:rel(output_dir)
+  if rel then
+    local ok, err = inside:mkdirs(rel)
+    if not ok then error("create_notebook_session: output_dir: " .. err, 3) end
+  else
+    process.mkdir_p(output_dir)
+  end
   output_dir = core.realpath(output_dir) or output_dir
+  local real_ws = rel and core.realpath(sandbox.workspace_dir)
+  if rel and (not real_ws or (output_dir ~= real_ws and output_dir:sub(1, #real_ws + 1) ~= real_ws .. "/")) then
+    error(("create_notebook_session: output_dir %s left the sandbox's workspace (a link was planted on the way)"):format(output_dir), 3)
+  end
   -- In a sandbox the kernel runs inside it: the workspace is the sandbox's /workspace (the
   -- host writes libraries into its host side) and sandboxd starts the kernel.
   local launcher, kernel_dir, workspace_dir

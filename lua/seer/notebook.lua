@@ -51,8 +51,8 @@ function M.unique_path(dir, name, time)
   local base = os.date("%Y-%m-%d-%H-%M", time or os.time()) .. "_" .. sanitize_name(name)
   local path = ("%s/%s.ipynb"):format(dir, base)
   local n = 1
-  while io.open(path, "r") do
-    io.close(io.open(path, "r"))
+  -- lstat, not open: the folder may be a sandbox's, and a fifo planted there would block an open
+  while require("seer.safe_fs").lstat(path) do
     path = ("%s/%s_%d.ipynb"):format(dir, base, n)
     n = n + 1
   end
@@ -89,8 +89,12 @@ end
 ---@param path string
 ---@return seernotebook.notebook
 function M.load(path)
-  local ok, text = pcall(core.read_file, path)
-  if not ok then error(("cannot read notebook %s: %s"):format(path, text), 2) end
+  -- regular files only (a fifo would block), bounded, the final name not followed: notebooks
+  -- may lie in a sandbox's workspace (seer.safe_fs)
+  local dir, base = tostring(path):match("^(.*)/([^/]+)$")
+  local text, rerr = require("seer.safe_fs").root(dir and (dir ~= "" and dir or "/") or ".", "the notebook's folder")
+    :read(base or path, { max = 1024 * 1024 * 1024 })
+  if not text then error(("cannot read notebook %s: %s"):format(path, rerr), 2) end
   local okd, doc = pcall(json.decode, text)
   if not okd then error(("%s is not a notebook (invalid JSON): %s"):format(path, doc), 2) end
   if type(doc) ~= "table" or doc.nbformat ~= 4 or type(doc.cells) ~= "table" then
@@ -218,7 +222,9 @@ end
 
 ---Writes the notebook to its path atomically.
 function Notebook:save()
-  core.write_file(self.path, self:to_json(true) .. "\n")
+  -- No link followed anywhere on the path (the output folder may lie in a sandbox's workspace)
+  local ok, err = require("seer.safe_fs").write_nofollow(self.path, self:to_json(true) .. "\n", { what = "the notebook's folder" })
+  if not ok then error(("saving the notebook: %s"):format(err), 0) end
 end
 
 return M

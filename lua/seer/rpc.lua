@@ -25,11 +25,58 @@ local unpack = unpack or table.unpack
 
 local function seer_binary() return require("seer.jupyter").seer_binary() end
 
-local function tail(path, n)
-  local f = path and io.open(path, "rb")
-  if not f then return "" end
-  local text = f:read("*a")
-  f:close()
+-- File operations on the connection folder go through seer.safe_fs: a scoped sandbox's
+-- folder is in its run folder, which code inside can change (a link planted for the log or the
+-- connection file is refused, never followed; reads are bounded). root is a safe_fs root the
+-- path lies beneath (the sandbox's run folder), else the path's own directory is the root.
+local safe_fs = require "seer.safe_fs"
+local function beneath(path, root)
+  local rel = root and root:rel(path)
+  if rel then return root, rel end
+  local dir, base = path:match("^(.*)/([^/]+)$")
+  return safe_fs.root(dir and dir ~= "" and dir or (dir and "/" or "."), "the RPC connection folder"), base or path
+end
+
+-- Reads a connection file (bounded, no link followed) with wire.read_connection's checks.
+local function read_connection(path, root)
+  local r, rel = beneath(path, root)
+  local text, err = r:read(rel, { max = 65536 })
+  if not text then error(("rpc: cannot read the connection file %s: %s"):format(path, err), 0) end
+  local ok, info = pcall(json.decode, text)
+  if not ok or type(info) ~= "table" then
+    error(("rpc: the connection file %s is not a JSON object: %s"):format(path, tostring(info)), 0)
+  end
+  if type(info.key) ~= "string" or info.key == "" then
+    error(("rpc: the connection file %s has no key; RPC needs an HMAC key (seer.rpc makes one)"):format(path), 0)
+  end
+  if info.signature_scheme ~= nil and info.signature_scheme ~= "hmac-sha256" then
+    error(("rpc: the connection file %s asks for signature scheme %s; only hmac-sha256 is supported"):format(path,
+      tostring(info.signature_scheme)), 0)
+  end
+  if root then
+    -- Written by the server's side: the sockets it names must be in the same folder (a unix
+    -- socket elsewhere on the host, or another machine, is not the server this host started).
+    for _, k in ipairs({ "endpoint", "control_endpoint" }) do
+      local e = info[k]
+      if e ~= nil and e ~= json.null then
+        local sock = type(e) == "string" and e:match("^ipc://(.+)$")
+        local ok = sock and not sock:find("..", 1, true) and root:rel(sock) ~= nil
+          or (type(e) == "string" and (e:match("^tcp://127%.0%.0%.1:%d+$") or e:find("*", 1, true)))
+        if not ok then
+          error(("rpc: the connection file %s names the %s %s, which is not a socket in %s; refusing to connect"):format(
+            path, k, tostring(e), root.path), 0)
+        end
+      end
+    end
+  end
+  return info
+end
+
+local function tail(path, n, root)
+  if not path then return "" end
+  local r, rel = beneath(path, root)
+  local text = r:read(rel, { max = 65536, tail = true })
+  if not text then return "" end
   local lines = {}
   for l in text:gmatch("[^\n]*") do if l ~= "" then lines[#lines + 1] = l end end
   local from = math.max(1, #lines - (n or 20) + 1)
@@ -52,6 +99,7 @@ M.Client = Client
 ---@field log_file? string the server's log (quoted in errors)
 ---@field name? string
 ---@field wait_endpoint_s? number how long to wait for the server to write its endpoint (default 60)
+---@field root? seersafe_fs.Root the folder the connection file and log lie beneath when the server's side can write it
 
 ---Connects to a server by its connection file (or the decoded table).
 ---@param conn string|table
@@ -60,8 +108,8 @@ M.Client = Client
 function M.connect(conn, opts)
   opts = opts or {}
   local path = type(conn) == "string" and conn or nil
-  local info = path and wire.read_connection(path) or conn
-  local self = setmetatable({ info = info, path = path, proc = opts.proc, log_file = opts.log_file,
+  local info = path and read_connection(path, opts.root) or conn
+  local self = setmetatable({ info = info, path = path, proc = opts.proc, log_file = opts.log_file, root = opts.root,
                               name = opts.name or info.name or "rpc", pending = {}, inflight = {} }, Client)
   -- The server writes the endpoints it bound (a wildcard port, the control socket) into the file.
   local deadline = now() + (opts.wait_endpoint_s or 60)
@@ -69,7 +117,7 @@ function M.connect(conn, opts)
     self:_check_alive("while starting")
     if now() > deadline then error(("rpc: %s: the server did not write its endpoint into %s in time"):format(self.name, path), 2) end
     process.sleep_ms(10)
-    local ok, i2 = pcall(wire.read_connection, path)
+    local ok, i2 = pcall(read_connection, path, opts.root)
     if ok then info = i2 end
   end
   self.info = info
@@ -88,7 +136,7 @@ function Client:_check_alive(doing)
   local ended, how = p.wait(0)
   if ended then
     self.dead = how or "exited"
-    local logs = tail(self.log_file, 30)
+    local logs = tail(self.log_file, 30, self.root)
     error(("rpc: the %s server %s %s%s"):format(self.name, self.dead, doing or "",
       logs ~= "" and (";\nits log ends with:\n" .. logs) or ""), 0)
   end
@@ -342,6 +390,7 @@ end
 ---@field name? string the interface's name (default: the file name without .lua); a Lua module name
 ---@field spawn? seerrpc.spawn where the server runs (default: a local child process)
 ---@field connection_dir? string where the connection file, the ipc socket and the log go (default: a fresh private temp dir); must be reachable by both sides
+---@field connection_root? seersafe_fs.Root a folder holding connection_dir that the server's side can write (a sandbox's run folder): files there are written and read through it, never through a link
 ---@field transport? "ipc"|"tcp" default "ipc" (a unix socket in connection_dir); "tcp" listens on 127.0.0.1
 ---@field ip? string tcp only: the address to listen on (default 127.0.0.1)
 ---@field models? table<string, string> model id -> path inside the server's file system
@@ -381,7 +430,9 @@ function M.start(file, opts)
     error(("rpc: the name %q must be a Lua identifier (it becomes a module name and MCP server name)"):format(name), 2)
   end
   local dir = opts.connection_dir
-  if dir then process.mkdir_p(dir) else dir = process.mkdtemp("/tmp/seer-rpc-") end
+  local root = opts.connection_root -- a safe_fs root holding dir (a sandbox's run folder)
+  if dir and root and root:rel(dir) then safe_fs.must(root:mkdirs(root:rel(dir)))
+  elseif dir then process.mkdir_p(dir) else dir = process.mkdtemp("/tmp/seer-rpc-") end
   -- Serving the same file twice needs distinct files: suffix the name's files when reused.
   local base = name
   local n = 1
@@ -398,8 +449,13 @@ function M.start(file, opts)
     error(("rpc: transport must be \"ipc\" or \"tcp\", not %s"):format(tostring(transport)), 2)
   end
   endpoint = endpoint or ("tcp://" .. (opts.ip or "127.0.0.1") .. ":*")
-  wire.write_connection(conn, { key = C.new_key(), signature_scheme = "hmac-sha256", transport = transport,
-                                endpoint = endpoint, name = name })
+  local conn_info = { key = C.new_key(), signature_scheme = "hmac-sha256", transport = transport, endpoint = endpoint, name = name }
+  if root and root:rel(conn) then
+    -- 0600 from its creation, written atomically; a link planted at its name is replaced
+    safe_fs.must(root:write(root:rel(conn), json.pretty(conn_info) .. "\n", { mode = tonumber("600", 8) }))
+  else
+    wire.write_connection(conn, conn_info)
+  end
   local argv = { seer_binary(), "rpc", "serve", real, "--connection-file", conn, "--log", log_file, "--name", name }
   if opts.workers and opts.workers > 1 then argv[#argv + 1] = "--workers"; argv[#argv + 1] = tostring(opts.workers) end
   if opts.timeout then argv[#argv + 1] = "--timeout"; argv[#argv + 1] = tostring(opts.timeout) end
@@ -416,9 +472,9 @@ function M.start(file, opts)
   local info = { interface = real, connection_file = conn, log_file = log_file, connection_dir = dir }
   local proc = spawn(argv, env, info)
   local self = setmetatable({ name = name, file = real, connection_file = conn, log_file = log_file, proc = proc,
-                              connection_dir = dir, opts = opts }, Server)
+                              connection_dir = dir, opts = opts, root = root }, Server)
   local cok, err = pcall(function()
-    self.client = M.connect(conn, { proc = proc, log_file = log_file, name = name })
+    self.client = M.connect(conn, { proc = proc, log_file = log_file, name = name, root = root })
     self.client:hello(opts.load_timeout or 600)
   end)
   if not cok then
@@ -450,7 +506,7 @@ function Server:functions() return self.client:functions() end
 ---The last n lines of the server's log (its stdout and stderr, the interface's prints included).
 ---@param n? integer default 100
 ---@return string
-function Server:logs(n) return tail(self.log_file, n or 100) end
+function Server:logs(n) return tail(self.log_file, n or 100, self.root) end
 
 ---Stops the server: a shutdown request, then SIGTERM, then SIGKILL.
 function Server:close()

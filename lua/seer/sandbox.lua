@@ -19,6 +19,7 @@ local json = require "seer.json"
 local core = require "seer.core.host"
 local sb = require "seer.core.sandbox"
 local process = require "seer.process"
+local safe_fs = require "seer.safe_fs"
 
 pcall(ffi.cdef, [[
   unsigned getuid(void);
@@ -37,41 +38,54 @@ local function is_dir(path)
   return path and sb.listdir(path) ~= nil
 end
 
+-- Whether path exists, without opening it (a fifo there must not block the host).
 local function exists(path)
-  local f = io.open(path, "rb")
-  if f then f:close(); return true end
-  return is_dir(path)
+  return path ~= nil and safe_fs.lstat(path) ~= nil
 end
 
 local function shell_quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
 
-local function write_private(path, text)
-  local f = assert(io.open(path .. ".tmp", "wb"))
-  ffi.C.chmod(path .. ".tmp", tonumber("600", 8))
-  f:write(text)
-  f:close()
-  assert(os.rename(path .. ".tmp", path))
+-- Every host-side file operation on a folder the sandbox can write (workspace, run, logs) or
+-- on the state folder that holds them goes through seer.safe_fs: resolved beneath a root with
+-- no symlink followed, regular files only, bounded reads, atomic writes (docs/sandbox.md).
+local WHAT = { workspace = "the sandbox's workspace", run = "the sandbox's run folder",
+               logs = "the sandbox's log folder", state = "the sandbox state folder",
+               snapshots = "the snapshot folder" }
+
+-- Writes root/rel atomically, mode 0600 (a link planted at rel is replaced, not followed).
+local function write_private(root, rel, text)
+  safe_fs.must(root:write(rel, text, { mode = tonumber("600", 8) }))
 end
 
-local function read_json(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local text = f:read("*a")
-  f:close()
+-- A JSON file beneath root (at most 1 MiB), or nil when it is missing or not JSON.
+local function read_json(root, rel)
+  local text = root:read(rel, { max = 1048576 })
+  if not text then return nil end
   local ok, v = pcall(json.decode, text)
   return ok and v or nil
 end
 
-local function tail(path, n)
-  local f = io.open(path, "rb")
-  if not f then return "" end
-  local size = f:seek("end")
-  f:seek("set", math.max(0, size - 8192))
-  local text = f:read("*a") or ""
-  f:close()
+-- The last n lines of root/rel (read from its last 64 KiB; "" when it cannot be read: a link,
+-- a fifo or a missing file is never opened).
+local function tail(root, rel, n)
+  local text = root:read(rel, { max = 65536, tail = true })
+  if not text then return "" end
   local lines = {}
   for l in text:gmatch("[^\n]+") do lines[#lines + 1] = l end
   return table.concat(lines, "\n", math.max(1, #lines - (n or 20) + 1))
+end
+
+-- The sandbox's roots (each a folder on the host; see WHAT).
+local function roots(self)
+  if not self._roots then
+    self._roots = {
+      workspace = safe_fs.root(self.workspace_dir, WHAT.workspace),
+      run = safe_fs.root(self.run_dir, WHAT.run),
+      logs = safe_fs.root(self.log_dir, WHAT.logs),
+      state = safe_fs.root(self.state_dir, WHAT.state),
+    }
+  end
+  return self._roots
 end
 
 local function find_on_path(name)
@@ -1078,6 +1092,11 @@ function Sandbox:_prepare_repos()
     local url = repo_url(r.url)
     local name = sanitize((url:match("([^/:]+)/*$") or ("repo" .. i)):gsub("%.git$", ""))
     local dest = self.workspace_dir .. "/" .. name
+    -- The workspace is new and nothing has run in the sandbox yet (a snapshot is restored
+    -- later, inside it), so nothing can be planted on the way; two repos of one name fail here.
+    if roots(self).workspace:exists(name) then
+      error(("SandboxConfig.repos[%d]: /workspace/%s exists already (two repos with the name %s?)"):format(i, name, name), 0)
+    end
     local code, _, err = run_host({ "git", "clone", "--quiet", "--depth", "1", url, dest },
                                   { env = { GIT_TERMINAL_PROMPT = "0", PATH = os.getenv("PATH") or "/usr/bin:/bin",
                                             HOME = os.getenv("HOME") or "/tmp" }, timeout_ms = 600000 })
@@ -1277,7 +1296,7 @@ function Sandbox:_alive()
     if st == nil then return true end
     self.keeper_status = st or { code = -1 }
   end
-  local s = read_json(self.state_dir .. "/status.json") or {}
+  local s = read_json(roots(self).state, "status.json") or {}
   local why
   if s.how == "timeout" then
     why = ("the sandbox %s was stopped: its timeout of %s s passed (SandboxConfig.timeout)"):format(self.sandbox_id, tostring(self.config.timeout))
@@ -1286,7 +1305,7 @@ function Sandbox:_alive()
   else
     why = ("the sandbox %s has ended (%s); its log:\n%s"):format(self.sandbox_id,
       s.how and (s.how .. (s.signal and s.signal ~= 0 and (", signal " .. s.signal) or "") .. ", code " .. tostring(s.code)) or "keeper gone",
-      tail(self.log_dir .. "/sandbox.log", 20))
+      tail(roots(self).logs, "sandbox.log", 20))
   end
   return false, why
 end
@@ -1355,15 +1374,11 @@ function Sandbox:_start(opts)
   if #(self.run_dir .. "/kernel-xxxxxxxx-5") > 100 then
     error(("the sandbox directory %s is too deep for unix sockets (108 bytes); set SEER_SANDBOX_DIR to a shorter path"):format(self.state_dir), 0)
   end
-  if self.restore_from then
-    local snap = M.snapshot_root() .. "/" .. self.restore_from
-    local code, _, err = run_host({ "tar", "-xzf", snap .. "/workspace.tar.gz", "-C", self.workspace_dir })
-    if code ~= 0 then error(("cannot restore snapshot %s: %s"):format(self.restore_from, err), 0) end
-  end
+  self._roots = nil
   self.seer_binary = require("seer.jupyter").seer_binary()
   self.lua_dir = core.realpath(core.lua_dir()) or core.lua_dir()
-  write_private(self.run_dir .. "/passwd", "sandbox:x:65534:65534:sandbox:/workspace:/bin/sh\n")
-  write_private(self.run_dir .. "/group", "sandbox:x:65534:\n")
+  write_private(roots(self).run, "passwd", "sandbox:x:65534:65534:sandbox:/workspace:/bin/sh\n")
+  write_private(roots(self).run, "group", "sandbox:x:65534:\n")
 
   local env = self:_environment()
   local binds = {}
@@ -1383,7 +1398,7 @@ function Sandbox:_start(opts)
   end
 
   self.key = net.new_key()
-  write_private(self.run_dir .. "/sandboxd.json", json.encode{
+  write_private(roots(self).run, "sandboxd.json", json.encode{
     endpoint = "ipc://" .. SANDBOX_RUN .. "/sandboxd.sock", key = self.key, sandbox_id = self.sandbox_id,
     seer = SANDBOX_SEER, log = SANDBOX_LOGS .. "/sandbox.log" })
   local envl = {}
@@ -1413,10 +1428,10 @@ function Sandbox:_start(opts)
     endpoint = "ipc://" .. self.run_dir .. "/sandboxd.sock", timeout = c.timeout, network = c.network,
     models = #c.models, config = tostring(c),
   }
-  write_private(self.state_dir .. "/sandbox.json", json.encode(info, { indent = 2 }))
+  write_private(roots(self).state, "sandbox.json", json.encode(info, { indent = 2 }))
   -- The key, for this user's other processes (seer mcp cli); the state directory itself is not
   -- mounted in the sandbox, and the file is 0600.
-  write_private(self.state_dir .. "/sandboxd.key", self.key)
+  write_private(roots(self).state, "sandboxd.key", self.key)
 
   self.client = M.connect{ endpoint = info.endpoint, key = self.key, alive = function() return self:_alive() end }
   -- sandboxd is up when it answers; a sandbox that dies on the way says why.
@@ -1426,15 +1441,17 @@ function Sandbox:_start(opts)
     if okp then self.sandboxd_pid = r.pid; break end
     if not tostring(r):match("no answer") then error(r, 0) end
     if process.now_ms() > deadline then
-      error(("the sandbox %s did not answer within 30 s; its log:\n%s"):format(self.sandbox_id, tail(self.log_dir .. "/sandbox.log")), 0)
+      error(("the sandbox %s did not answer within 30 s; its log:\n%s"):format(self.sandbox_id, tail(roots(self).logs, "sandbox.log")), 0)
     end
   end
+  if self.restore_from then self:_restore(self.restore_from) end
   self.start_ms = process.now_ms() - t0
 
   for _, r in ipairs(self.repo_handles) do
     local cmd = r.install
     if cmd == true then
-      if not exists(r.host_path .. "/install.sh") then
+      local st = roots(self).workspace:stat(r.name .. "/install.sh")
+      if not st or st.type ~= "file" then
         error(("RepoConfig{url = %q, install = true}: the repo has no install.sh; write the command instead, e.g. install = \"make\""):format(r.url), 0)
       end
       cmd = "sh ./install.sh"
@@ -1451,6 +1468,21 @@ function Sandbox:_start(opts)
     if okx then self.jupyter_url = url end
   end
   return self
+end
+
+-- Unpacks a snapshot's workspace. The archive is copied into the run folder and extracted
+-- by tar inside the sandbox, as the sandbox's user: whatever an archive holds (links, '..' or
+-- absolute names, links followed by files through them) can only land where the sandbox's own
+-- code could write anyway, never on the host.
+function Sandbox:_restore(id)
+  local src = M.snapshot_root() .. "/" .. id .. "/workspace.tar.gz"
+  local rel = "restore-" .. random_hex(8) .. ".tar.gz"
+  local ok, err = roots(self).run:copy_in(rel, src, { mode = tonumber("600", 8) })
+  if not ok then error(("cannot restore snapshot %s: %s"):format(id, err), 0) end
+  local out, res = self:exec({ "tar", "--extract", "--gzip", "--no-same-owner", "--file", SANDBOX_RUN .. "/" .. rel,
+                               "--directory", "/workspace" }, { timeout = 3600, max_output = 65536 })
+  roots(self).run:unlink(rel)
+  if res.exit_code ~= 0 then error(("cannot restore snapshot %s: tar exited with %s:\n%s"):format(id, tostring(res.exit_code), out), 0) end
 end
 
 -- Stops everything this sandbox is: sandboxd, the keeper, the cgroups, the state directory.
@@ -1482,7 +1514,10 @@ function Sandbox:_teardown()
     if self.config.debug then
       io.stderr:write(("seer: sandbox %s kept for debugging in %s\n"):format(self.sandbox_id, self.state_dir))
     else
-      run_host({ "rm", "-rf", "--", self.state_dir })
+      -- Never following a link the sandbox left in its workspace, run or log folder.
+      local parent, id = self.state_dir:match("^(.*)/([^/]+)$")
+      local ok, err = safe_fs.root(parent, WHAT.state):remove_tree(id)
+      if not ok then io.stderr:write(("seer: removing the sandbox folder %s: %s\n"):format(self.state_dir, err)) end
     end
   end
   if self.disk_image and self.config.debug and self.disk_mounted then
@@ -1601,7 +1636,10 @@ end
 ---@return string
 function Sandbox:logs(n, service)
   if self.stopped or not self.log_dir then return "" end
-  return tail(self.log_dir .. "/" .. (service or "sandbox") .. ".log", n or 50)
+  if service ~= nil and (type(service) ~= "string" or not service:match("^[%w_.-]+$") or service:match("^%.")) then
+    error(("sandbox:logs(n, service): %q is not a service name (letters, digits, '_', '-', '.')"):format(tostring(service)), 2)
+  end
+  return tail(roots(self).logs, (service or "sandbox") .. ".log", n or 50)
 end
 
 ---cgroup figures: memory_limit, memory_peak, oom_kills, pids_current, pids_max_hits.
@@ -1703,7 +1741,12 @@ function Sandbox:snapshot(description)
   local dir = M.snapshot_root() .. "/" .. id
   local tmp = dir .. ".tmp"
   process.mkdir_p(tmp)
-  local code, _, err = run_host({ "tar", "-czf", tmp .. "/workspace.tar.gz", "-C", self.workspace_dir, "." })
+  -- GNU tar stores links as links (no --dereference), opens what it archives with O_NOFOLLOW |
+  -- O_NONBLOCK and walks directories by descriptor, so a link or fifo planted in the workspace
+  -- is archived as what it is and nothing outside the workspace is read; --one-file-system
+  -- keeps it on the workspace's file system.
+  local code, _, err = run_host({ "tar", "--create", "--gzip", "--one-file-system", "--no-acls", "--no-xattrs",
+                                  "--file", tmp .. "/workspace.tar.gz", "--directory", self.workspace_dir, "." })
   if code ~= 0 then
     run_host({ "rm", "-rf", tmp })
     error(("snapshot of %s failed: %s"):format(self.sandbox_id, err), 2)
@@ -1726,7 +1769,7 @@ function M.from_snapshot(snapshot_id, config, opts)
   if type(snapshot_id) ~= "string" or not snapshot_id:match("^[%w._-]+$") then
     error("Sandbox.from_snapshot(id, config): id must be a snapshot id returned by sandbox:snapshot()", 2)
   end
-  local meta = read_json(M.snapshot_root() .. "/" .. snapshot_id .. "/snapshot.json")
+  local meta = read_json(safe_fs.root(M.snapshot_root(), WHAT.snapshots), snapshot_id .. "/snapshot.json")
   if not meta then
     error(("no snapshot %s in %s (seer sandbox snapshots lists them)"):format(snapshot_id, M.snapshot_root()), 2)
   end
@@ -1749,8 +1792,9 @@ M.Sandbox.from_snapshot = M.from_snapshot
 ---@return table[]
 function M.snapshots()
   local list = {}
-  for _, e in ipairs(sb.listdir(M.snapshot_root()) or {}) do
-    local meta = e.type == "dir" and read_json(M.snapshot_root() .. "/" .. e.name .. "/snapshot.json")
+  local root = safe_fs.root(M.snapshot_root(), WHAT.snapshots)
+  for _, e in ipairs(root:list("") or {}) do
+    local meta = e.type == "dir" and read_json(root, e.name .. "/snapshot.json")
     if meta then list[#list + 1] = { id = meta.id, description = meta.description, created = meta.created, sandbox_id = meta.sandbox_id } end
   end
   table.sort(list, function(a, b) return a.id > b.id end)
@@ -1773,29 +1817,33 @@ end
 ---------------------------------------------------------------------------------------------
 -- sandboxes on this machine (for `seer sandbox`)
 
-local function state_of(dir)
-  local info = read_json(dir .. "/sandbox.json")
-  if not info then return nil end
-  local alive = info.keeper_pid and sb.alive(info.keeper_pid) and sb.start_time(info.keeper_pid) == info.keeper_start
+-- The state root of this user's sandboxes, as a safe_fs root.
+local function state_root_fs() return safe_fs.root(M.state_root(), WHAT.state) end
+
+local function state_of(root, id)
+  if type(id) ~= "string" or not id:match("^[%w_.-]+$") or id:match("^%.") then return nil end
+  local info = read_json(root, id .. "/sandbox.json")
+  if type(info) ~= "table" then return nil end
+  local alive = type(info.keeper_pid) == "number" and sb.alive(info.keeper_pid) and sb.start_time(info.keeper_pid) == info.keeper_start
   info.running = alive and true or false
-  info.status = read_json(dir .. "/status.json")
+  info.status = read_json(root, id .. "/status.json")
   return info
 end
 
 ---The sandboxes of this user: running ones, and the remains of ended ones (swept).
 ---@return table[] {id, name, keeper_pid, owner_pid, created, running, state_dir}
 function M.list()
-  local root = M.state_root()
+  local root = state_root_fs()
   local out = {}
-  for _, e in ipairs(sb.listdir(root) or {}) do
+  for _, e in ipairs(root:list("") or {}) do
     if e.type == "dir" then
-      local info = state_of(root .. "/" .. e.name)
+      local info = state_of(root, e.name)
       if info and info.running then
         out[#out + 1] = info
       elseif info or (e.mtime and os.time() - e.mtime > 60) then
         -- The keeper is gone (killed with -9): only directories and empty cgroups remain.
         if info and info.cgroup then sb.cgroup_destroy(info.cgroup, 1000) end
-        run_host({ "rm", "-rf", "--", root .. "/" .. e.name })
+        root:remove_tree(e.name) -- links inside are removed, never followed
       end
     end
   end
@@ -1807,8 +1855,7 @@ end
 ---@param id string
 ---@return boolean found
 function M.terminate_id(id)
-  local dir = M.state_root() .. "/" .. id
-  local info = state_of(dir)
+  local info = state_of(state_root_fs(), id)
   if not info then return false end
   if info.running then
     sb.kill(info.keeper_pid, sb.SIGTERM)
@@ -1824,17 +1871,15 @@ end
 ---@param id string
 ---@return table client
 function M.connect_id(id)
-  local dir = M.state_root() .. "/" .. id
-  local info = state_of(dir)
+  local root = state_root_fs()
+  local info = state_of(root, id)
   if not info or not info.running then
     error(("no running sandbox %s (seer sandbox list shows the running ones)"):format(id), 2)
   end
-  local f = io.open(dir .. "/sandboxd.key", "rb")
-  if not f then error(("cannot read the key of sandbox %s (%s/sandboxd.key)"):format(id, dir), 2) end
-  local key = f:read("*a")
-  f:close()
+  local key, kerr = root:read(id .. "/sandboxd.key", { max = 4096 })
+  if not key then error(("cannot read the key of sandbox %s: %s"):format(id, kerr), 2) end
   return M.connect{ endpoint = info.endpoint, key = key, alive = function()
-    if not exists(dir .. "/sandbox.json") or exists(dir .. "/status.json") then
+    if not root:exists(id .. "/sandbox.json") or root:exists(id .. "/status.json") then
       return false, ("the sandbox %s has ended"):format(id)
     end
     return true
@@ -1846,8 +1891,26 @@ end
 ---@param service? string
 ---@return string|nil path
 function M.log_path(id, service)
-  local p = M.state_root() .. "/" .. id .. "/logs/" .. (service or "sandbox") .. ".log"
-  return exists(p) and p or nil
+  local root, rel = M.log_file(id, service)
+  return root and (root.path .. "/" .. rel) or nil
+end
+
+---The log of a sandbox by id as a safe_fs root (the sandbox's log folder) and the file's name
+---in it; nil when there is none. Read it with root:read(rel, {tail = true, max = ...}): the
+---sandbox writes that folder, so it is never opened through a link or as a fifo.
+---@param id string
+---@param service? string
+---@return seersafe_fs.Root|nil root, string|nil rel
+function M.log_file(id, service)
+  if type(id) ~= "string" or not id:match("^[%w_.-]+$") or id:match("^%.") then return nil end
+  if service ~= nil and (not service:match("^[%w_.-]+$") or service:match("^%.")) then return nil end
+  local dir = M.state_root() .. "/" .. id .. "/logs"
+  local st = state_root_fs():stat(id .. "/logs")
+  if not st or st.type ~= "dir" then return nil end
+  local root = safe_fs.root(dir, WHAT.logs)
+  local rel = (service or "sandbox") .. ".log"
+  if not root:exists(rel) then return nil end
+  return root, rel
 end
 
 M.shell_quote = shell_quote

@@ -49,12 +49,19 @@ end
 
 local function basename(p) return p:match("([^/]+)$") end
 
+-- The sandbox's run folder as a safe_fs root: code inside can change it, so the host's files
+-- there (uploads, connection files, logs, exit files) are written and read beneath it with no
+-- link followed (seer.safe_fs).
+function Scoped:_run_root()
+  return require("seer.safe_fs").root(self.sandbox.run_dir, "the sandbox's run folder")
+end
+
 -- Where interfaces and uploaded files go: a directory on both sides of the sandbox at the same
 -- path (the sandbox's run directory), on the interfaces' package.path.
 function Scoped:_dir()
-  local d = self.sandbox.run_dir .. "/rpc"
-  process.mkdir_p(d)
-  return d
+  local ok, err = self:_run_root():mkdirs("rpc")
+  if not ok then error(err, 0) end
+  return self.sandbox.run_dir .. "/rpc"
 end
 
 ---Copies a file from this machine next to the interfaces, so an interface can `require` it or
@@ -64,14 +71,14 @@ end
 ---@return string
 function Scoped:upload_file(path, name)
   if not self.sandbox.sandbox_id then error("upload_file: start the scoped sandbox first", 2) end
-  local f, err = io.open(path, "rb")
-  if not f then error(("upload_file: cannot read %s: %s"):format(tostring(path), tostring(err)), 2) end
-  local data = f:read("*a")
-  f:close()
-  local dest = self:_dir() .. "/" .. (name or basename(path))
-  local out = assert(io.open(dest, "wb"))
-  out:write(data)
-  out:close()
+  if type(path) ~= "string" then error("upload_file(path, name): path must be a file on this machine", 2) end
+  name = name or basename(path)
+  if type(name) ~= "string" or not name:match("^[%w_.-]+$") or name:match("^%.") then
+    error(("upload_file: the name %q must be a file name (letters, digits, '_', '-', '.'; no '/')"):format(tostring(name)), 2)
+  end
+  local dest = self:_dir() .. "/" .. name
+  local ok, err = self:_run_root():copy_in("rpc/" .. name, path)
+  if not ok then error(("upload_file: %s"):format(err), 2) end
   return dest
 end
 
@@ -85,13 +92,13 @@ function Scoped:_spawn(iface_copy)
     for i, v in ipairs(a) do if v == info.interface then a[i] = iface_copy end end
     local svc = "rpc-" .. basename(info.connection_file):gsub("%.json$", "")
     local r = sb:start_service(svc, a, { env = env })
-    local exit_file = sb.run_dir .. "/services/" .. svc .. ".exit"
+    local run = self:_run_root()
     local function ended()
-      local fh = io.open(exit_file, "rb")
-      if fh then
-        local ok, st = pcall(json.decode, fh:read("*a") or "")
-        fh:close()
-        return true, ok and type(st) == "table" and st.how or "exited"
+      -- written by sandboxd inside: read bounded, never through a link or from a fifo
+      local text = run:read("services/" .. svc .. ".exit", { max = 65536 })
+      if text then
+        local ok, st = pcall(json.decode, text)
+        return true, ok and type(st) == "table" and type(st.how) == "string" and st.how or "exited"
       end
       local alive, why = sb:_alive()
       if not alive then return true, why end
@@ -130,7 +137,7 @@ function Scoped:serve(file, opts)
   local ok_copy, copy = pcall(self.upload_file, self, file, name .. ".lua")
   if not ok_copy then error(copy, 2) end
   local o = { expose_as = opts.expose_as, name = name, workers = opts.workers, timeout = opts.timeout, load_timeout = opts.load_timeout,
-              env = opts.env, connection_dir = self:_dir(), models = self.sandbox:model_paths(),
+              env = opts.env, connection_dir = self:_dir(), connection_root = self:_run_root(), models = self.sandbox:model_paths(),
               spawn = self:_spawn(copy) }
   local ok, exposed, srv = pcall(rpc.serve, file, o)
   if not ok then error(exposed, 2) end

@@ -6,6 +6,23 @@
 local M = {}
 
 local core = require "seer.core.host"
+local safe_fs = require "seer.safe_fs"
+
+-- Installing writes into a folder the sandbox may have written first (its /workspace): every
+-- write goes through seer.safe_fs beneath that folder, so a directory replaced by a symlink, a
+-- file replaced by a link or a fifo, or a swap in between, is refused or replaced and never
+-- followed onto the host (docs/workspace.md).
+local function as_root(dir)
+  if type(dir) == "table" and getmetatable(dir) == safe_fs.Root then return dir end
+  if type(dir) ~= "string" or dir == "" then error("install(dir): dir must be a directory path", 3) end
+  require("seer.process").mkdir_p(dir)
+  return safe_fs.root(dir, "the workspace")
+end
+
+local function put(root, rel, content, mode)
+  local ok, err = root:write(rel, content, { mkdirs = true, mode = mode })
+  if not ok then error(("installing the workspace: %s"):format(err), 0) end
+end
 
 ---------------------------------------------------------------------------------------------
 -- Library
@@ -110,15 +127,11 @@ function Library.from_code(name, code)
   return setmetatable({ name = name, files = { [name:gsub("%.", "/") .. ".lua"] = code }, docs = leading_docs(code) }, Library)
 end
 
----Writes the library's files under dir (creating directories).
----@param dir string
+---Writes the library's files under dir (creating directories); no link under dir is followed.
+---@param dir string|seersafe_fs.Root
 function Library:install(dir)
-  local process = require "seer.process"
-  for rel, content in pairs(self.files) do
-    local full = dir .. "/" .. rel
-    process.mkdir_p(full:match("^(.*)/[^/]*$"))
-    core.write_file(full, content)
-  end
+  local root = as_root(dir)
+  for rel, content in pairs(self.files) do put(root, rel, content) end
 end
 
 ---------------------------------------------------------------------------------------------
@@ -208,18 +221,16 @@ function Skill.from_dir(path)
   return setmetatable({ name = name, description = fm.description or "", files = files }, Skill)
 end
 
----Writes the skill under dir/<name>/ and returns that directory.
----@param dir string
+---Writes the skill under dir/<name>/ and returns that directory; no link under dir is
+---followed. prefix (a relative path) puts it under dir/prefix/<name>/.
+---@param dir string|seersafe_fs.Root
+---@param prefix? string
 ---@return string
-function Skill:install(dir)
-  local process = require "seer.process"
-  local root = dir .. "/" .. self.name
-  for rel, content in pairs(self.files) do
-    local full = root .. "/" .. rel
-    process.mkdir_p(full:match("^(.*)/[^/]*$"))
-    core.write_file(full, content)
-  end
-  return root
+function Skill:install(dir, prefix)
+  local root = as_root(dir)
+  local base = (prefix and prefix ~= "" and (prefix .. "/") or "") .. self.name
+  for rel, content in pairs(self.files) do put(root, base .. "/" .. rel, content) end
+  return root.path .. "/" .. base
 end
 
 ---A library from a skill directory: SKILL.md is its documentation and its code is the Lua
@@ -325,25 +336,65 @@ end
 
 M.SKILLS_DIR = ".claude/skills"
 
+pcall(require("ffi").cdef, "int access(const char *path, int mode);")
+
+-- The path in the workspace of a local_files/local_dirs destination: relative, or absolute
+-- under the workspace (its host path, or /workspace/... as the sandbox sees it).
+local function dest_rel(root, p, what, i)
+  if not p:match("^/") then return p end
+  local rel = root:rel(p) or (p:match("^/workspace/(.+)$"))
+  if not rel then
+    error(("Workspace.%s[%d]: %s is outside the workspace; give a path relative to it (or under /workspace/)"):format(what, i, p), 0)
+  end
+  return rel
+end
+
+-- Copies the host directory src (the researcher's: read normally, links in it followed, as
+-- its content is what is meant) to rel beneath root, keeping the executable bit.
+local function copy_dir(root, src, rel, depth)
+  if depth > 64 then error(("Workspace.local_dirs: %s is nested more than 64 levels (a link cycle?)"):format(src), 0) end
+  local ok, err = root:mkdirs(rel)
+  if not ok then error(("installing the workspace: %s"):format(err), 0) end
+  local entries, lerr = require("seer.core.sandbox").listdir(src)
+  if not entries then error(("Workspace.local_dirs: cannot read %s: %s"):format(src, lerr), 0) end
+  for _, e in ipairs(entries) do
+    local from, to = src .. "/" .. e.name, (rel == "" and e.name or rel .. "/" .. e.name)
+    local kind = e.type
+    if kind == "link" then
+      local real = core.realpath(from)
+      local st = real and safe_fs.lstat(real)
+      kind = st and st.type or "broken"
+      from = real or from
+    end
+    if kind == "dir" then copy_dir(root, from, to, depth + 1)
+    elseif kind == "file" then
+      local exec = require("ffi").C.access(from, 1) == 0
+      local cok, cerr = root:copy_in(to, from, { mode = exec and tonumber("755", 8) or tonumber("644", 8) })
+      if not cok then error(("installing the workspace: %s"):format(cerr), 0) end
+    end -- broken links, fifos, sockets and devices of the source are not copied
+  end
+end
+
 ---Installs libraries (requireable from dir), skills (under dir/.claude/skills/<name>/, where
 ---Claude Code and other agents discover project skills) and local files/directories under dir.
----@param dir string
+---Everything is written beneath dir without following any link there (a sandbox's workspace
+---is the sandbox's to change); local_files/local_dirs destinations are relative to dir (or
+---absolute under it, or under /workspace/).
+---@param dir string|seersafe_fs.Root
 function Workspace:install(dir)
-  local process = require "seer.process"
-  process.mkdir_p(dir)
-  for _, lib in ipairs(self.libraries) do lib:install(dir) end
-  for _, sk in ipairs(self.skills) do sk:install(dir .. "/" .. M.SKILLS_DIR) end
-  local function dest(p) return p:match("^/") and p or (dir .. "/" .. p) end
-  for _, pair in ipairs(self.local_files) do
-    local target = dest(pair[2])
-    process.mkdir_p(target:match("^(.*)/[^/]*$") or dir)
-    core.write_file(target, core.read_file(pair[1]))
+  local root = as_root(dir)
+  for _, lib in ipairs(self.libraries) do lib:install(root) end
+  for _, sk in ipairs(self.skills) do sk:install(root, M.SKILLS_DIR) end
+  for i, pair in ipairs(self.local_files) do
+    local rel = dest_rel(root, pair[2], "local_files", i)
+    local exec = require("ffi").C.access(pair[1], 1) == 0
+    local ok, err = root:copy_in(rel, pair[1], { mkdirs = true, mode = exec and tonumber("755", 8) or tonumber("644", 8) })
+    if not ok then error(("Workspace.local_files[%d]: %s"):format(i, err), 0) end
   end
-  for _, pair in ipairs(self.local_dirs) do
-    local target = dest(pair[2])
-    process.mkdir_p(target)
-    local rc = os.execute(("cp -a '%s/.' '%s/'"):format(pair[1]:gsub("'", "'\\''"), target:gsub("'", "'\\''")))
-    if rc ~= 0 and rc ~= true then error(("Workspace: cannot copy directory %s to %s"):format(pair[1], target)) end
+  for i, pair in ipairs(self.local_dirs) do
+    local st = safe_fs.lstat(core.realpath(pair[1]) or pair[1])
+    if not st or st.type ~= "dir" then error(("Workspace.local_dirs[%d]: %s is not a directory"):format(i, pair[1]), 0) end
+    copy_dir(root, core.realpath(pair[1]), dest_rel(root, pair[2], "local_dirs", i), 0)
   end
 end
 

@@ -181,15 +181,14 @@ function Server:start_sandbox_kernel(s)
            signature_scheme = "hmac-sha256", shell_port = info.shell_port, iopub_port = info.iopub_port,
            stdin_port = info.stdin_port, control_port = info.control_port, hb_port = info.hb_port }
   local c = jupyter.connect(info)
-  local exit_file = L.host_run .. "/services/" .. name .. ".exit"
   c.remote = {
     pid = r.pid,
     alive = function()
-      local f = io.open(exit_file, "rb")
-      if f then
-        local ok, st = pcall(json.decode, f:read("*a") or "")
-        f:close()
-        return false, ok and type(st) == "table" and st.how or "exited"
+      -- the run folder is the sandbox's: read bounded with no link followed, never a fifo
+      local text = require("seer.safe_fs").root(L.host_run, "the sandbox's run folder"):read("services/" .. name .. ".exit", { max = 65536 })
+      if text then
+        local ok, st = pcall(json.decode, text)
+        return false, ok and type(st) == "table" and type(st.how) == "string" and st.how or "exited"
       end
       return sandbox_alive()
     end,
@@ -224,7 +223,9 @@ function Server:new_session(req)
   while self.sessions[id] do id = net.uuid():sub(1, 8) end
   -- A continued notebook goes beside its original unless told otherwise.
   local dir = c.notebook_dir or (c["continue"] and c["continue"]:match("^(.*)/[^/]*$")) or self.output_dir
-  process.mkdir_p(dir)
+  -- no link followed on the way: the folder may lie in a sandbox's workspace (callers realpath it)
+  local mk_ok, mk_err = require("seer.safe_fs").mkdirs_nofollow(dir)
+  if not mk_ok then error(mk_err, 0) end
   local nb, rerun
   if c.resume then
     nb = notebook.load(c.resume)

@@ -41,27 +41,38 @@ local function logs(args)
     i = i + 1
   end
   if not id then error("seer sandbox logs: which sandbox? (seer sandbox list shows the ids)\n" .. USAGE, 0) end
-  local path = S.log_path(id, service)
-  if not path then
+  -- The log folder is the sandbox's to write: read beneath it with no link followed, never a
+  -- fifo, at most 1 MiB at a time (seer.safe_fs).
+  local root, rel = S.log_file(id, service)
+  if not root then
     io.stderr:write(("seer sandbox logs: no sandbox %s%s (seer sandbox list shows the running ones)\n"):format(id,
       service and (" with a service " .. service) or ""))
     return 1
   end
-  local f = assert(io.open(path, "rb"))
-  local text = f:read("*a")
+  local text, size = root:read(rel, { max = 1048576, tail = true })
+  if not text then
+    io.stderr:write(("seer sandbox logs: %s\n"):format(size))
+    return 1
+  end
   local lines = {}
   for l in text:gmatch("[^\n]*\n?") do if l ~= "" then lines[#lines + 1] = l end end
   io.stdout:write(table.concat(lines, "", math.max(1, #lines - n + 1)))
   io.stdout:flush()
+  local offset = size
   while follow do
-    local more = f:read("*a")
-    if more and more ~= "" then io.stdout:write(more); io.stdout:flush()
+    local more, total, code = root:read(rel, { max = 1048576, offset = offset })
+    if not more and code == "toobig" then
+      more, total = root:read(rel, { max = 1048576, tail = true }) -- grew by more than 1 MiB: its end
+      if more then offset = total - #more end
+    end
+    if not more then break end -- removed, or replaced by a link or a fifo
+    if total < offset then offset = 0 -- truncated: start again
+    elseif more ~= "" then io.stdout:write(more); io.stdout:flush(); offset = offset + #more
     else
-      if not S.log_path(id, service) then break end
+      if not S.log_file(id, service) then break end
       process.sleep_ms(200)
     end
   end
-  f:close()
   return 0
 end
 
