@@ -292,12 +292,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         pthread_mutex_unlock(&s->mu);
         *con_cls = r; /* on_completed frees it from here on */
         if (!r->method || !r->path) return MHD_NO;
-        /* A body announced larger than the limit is refused before any of it is read. */
-        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl && strtoull(cl, NULL, 10) > s->max_body) {
-            r->too_big = 1;
-            return queue_simple(c, MHD_HTTP_CONTENT_TOO_LARGE, "application/json", too_big_body);
-        }
+        /* A body over the limit is read and dropped (memory stays bounded) and answered 413
+         * at its end: refusing at the head would reset clients that send the body before
+         * reading any answer. Only token holders get here. */
         return MHD_YES;
     }
     if (*upload_data_size) {
