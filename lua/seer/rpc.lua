@@ -381,6 +381,8 @@ function M.start(file, opts)
     error(("rpc: the name %q must be a Lua identifier (it becomes a module name and MCP server name)"):format(name), 2)
   end
   local dir = opts.connection_dir
+  -- Key files of servers killed with their reaper (kill -9 of a group) go now (docs/rpc.md).
+  pcall(require("seer.cli.rpc").sweep_stale, "/tmp")
   if dir then process.mkdir_p(dir) else dir = process.mkdtemp("/tmp/seer-rpc-") end
   -- Serving the same file twice needs distinct files: suffix the name's files when reused.
   local base = name
@@ -465,6 +467,9 @@ function Server:close()
     pcall(self.proc.kill, process.SIGTERM)
     if not self.proc.wait(2000) then pcall(self.proc.kill, process.SIGKILL) self.proc.wait(2000) end
   end
+  -- The server removes its key file itself; this covers a server that never got that far.
+  -- The folder (0700, from mkdtemp) stays for the log, which Server:logs may still read.
+  os.remove(self.connection_file)
 end
 
 -- ---- what agents get ---------------------------------------------------------------------------
