@@ -647,7 +647,16 @@ typedef struct gate_conn {
     uint64_t seq;           /* accept order: the smallest is evicted first */
     int64_t deadline_ms;
     size_t seen;            /* bytes of head peeked so far */
+    int refusing;           /* a wrong token from an address over its failure budget: the refusal
+                               goes out at deadline_ms, not at once */
 } gate_conn_t;
+
+/* Failed attempts per client address, for the guessing tarpit. */
+typedef struct gate_fail {
+    unsigned char akey[16];
+    int64_t window_ms; /* start of the current window */
+    unsigned count;
+} gate_fail_t;
 
 struct seer_http_gate {
     pthread_t thread;
@@ -664,11 +673,12 @@ struct seer_http_gate {
     gate_conn_t *conns;
     size_t n;
     uint64_t next_seq;
+    gate_fail_t fails[64];
     atomic_ullong stats[SEER_HTTP_GATE_NSTATS];
 };
 
 const char *const seer_http_gate_stat_names[SEER_HTTP_GATE_NSTATS] = {
-    "accepted", "authorized", "unauthorized", "timed_out", "evicted", "too_large", "server_full"};
+    "accepted", "authorized", "unauthorized", "timed_out", "evicted", "too_large", "server_full", "tarpitted"};
 
 static int64_t mono_ms(void) {
     struct timespec t;
@@ -794,6 +804,33 @@ static int gate_authorized(const seer_http_gate_t *g, const char *h, size_t n) {
     return 0;
 }
 
+/* Counts a failed attempt from akey; 1 if the address is over its budget
+ * (SEER_HTTP_GATE_FAIL_BURST in SEER_HTTP_GATE_FAIL_WINDOW_MS). */
+static int gate_failed(seer_http_gate_t *g, const unsigned char akey[16]) {
+    int64_t now = mono_ms();
+    gate_fail_t *slot = NULL, *oldest = &g->fails[0];
+    for (size_t i = 0; i < sizeof g->fails / sizeof g->fails[0]; i++) {
+        gate_fail_t *f = &g->fails[i];
+        if (f->count && memcmp(f->akey, akey, 16) == 0) {
+            slot = f;
+            break;
+        }
+        if (f->window_ms < oldest->window_ms || !f->count) oldest = f;
+    }
+    if (!slot) {
+        slot = oldest;
+        memcpy(slot->akey, akey, 16);
+        slot->count = 0;
+        slot->window_ms = now;
+    }
+    if (now - slot->window_ms > SEER_HTTP_GATE_FAIL_WINDOW_MS) {
+        slot->window_ms = now;
+        slot->count = 0;
+    }
+    slot->count++;
+    return slot->count > SEER_HTTP_GATE_FAIL_BURST;
+}
+
 /* The end of the head (the byte after the blank line), or 0 while it is incomplete. */
 static size_t head_end(const char *b, size_t n) {
     for (size_t i = 0; i + 1 < n; i++) {
@@ -845,10 +882,19 @@ static int gate_examine(seer_http_gate_t *g, size_t i, char *buf) {
             gate_count(g, SEER_HTTP_GATE_MHD_FULL);
         return 1;
     }
+    gate_count(g, SEER_HTTP_GATE_UNAUTHORIZED);
+    if (gate_failed(g, c->akey)) {
+        /* Over the budget: the answer waits, so one address learns at most max_per_addr
+         * results a second however many connections it opens (a new one past the cap evicts
+         * a waiting one, whose answer is then lost). A right token is never delayed. */
+        c->refusing = 1;
+        c->deadline_ms = mono_ms() + SEER_HTTP_GATE_TARPIT_MS;
+        gate_count(g, SEER_HTTP_GATE_TARPITTED);
+        return 0;
+    }
     gate_send(c->fd, g->reject, g->reject_len);
     gate_close_fd(c->fd);
     gate_drop(g, i);
-    gate_count(g, SEER_HTTP_GATE_UNAUTHORIZED);
     return 1;
 }
 
@@ -910,6 +956,12 @@ static void *gate_main(void *arg) {
     while (!atomic_load(&g->stop)) {
         int64_t now = mono_ms(), next = now + 1000;
         for (size_t i = 0; i < g->n;) {
+            if (g->conns[i].deadline_ms <= now && g->conns[i].refusing) {
+                gate_send(g->conns[i].fd, g->reject, g->reject_len);
+                gate_close_fd(g->conns[i].fd);
+                gate_drop(g, i);
+                continue;
+            }
             if (g->conns[i].deadline_ms <= now) {
                 gate_refuse(g->conns[i].fd, 408, "408 request timeout: the request head did not arrive in time");
                 gate_close_fd(g->conns[i].fd);
@@ -923,13 +975,22 @@ static void *gate_main(void *arg) {
         pf[0] = (struct pollfd){.fd = g->wake_fd, .events = POLLIN};
         pf[1] = (struct pollfd){.fd = g->listen_fd, .events = POLLIN};
         size_t np = g->n;
-        for (size_t i = 0; i < np; i++) pf[i + 2] = (struct pollfd){.fd = g->conns[i].fd, .events = POLLIN | POLLRDHUP};
+        for (size_t i = 0; i < np; i++)
+            pf[i + 2] = (struct pollfd){.fd = g->conns[i].fd,
+                                        .events = g->conns[i].refusing ? POLLRDHUP : POLLIN | POLLRDHUP};
         int r = poll(pf, np + 2, (int)(next - now + 1));
         if (r < 0) continue;
         if (pf[0].revents) break;
         /* Back to front: gate_drop moves the last entry into the hole, which was seen already. */
-        for (size_t i = np; i-- > 0;)
-            if (pf[i + 2].revents && i < g->n && g->conns[i].fd == pf[i + 2].fd) gate_examine(g, i, buf);
+        for (size_t i = np; i-- > 0;) {
+            if (!pf[i + 2].revents || i >= g->n || g->conns[i].fd != pf[i + 2].fd) continue;
+            if (!g->conns[i].refusing) {
+                gate_examine(g, i, buf);
+            } else if (pf[i + 2].revents & (POLLHUP | POLLERR | POLLRDHUP)) { /* it gave up waiting */
+                close(g->conns[i].fd);
+                gate_drop(g, i);
+            }
+        }
         if (pf[1].revents & POLLIN) gate_accept(g, buf);
     }
     for (size_t i = 0; i < g->n; i++) close(g->conns[i].fd);

@@ -66,6 +66,11 @@ typedef struct seer_http_gate seer_http_gate_t;
  * connection's accept. */
 #define SEER_HTTP_GATE_HEAD_MAX 16384
 #define SEER_HTTP_GATE_HEAD_MS 5000
+/* Token guessing: an address with more than BURST failed attempts in WINDOW_MS gets each
+ * further refusal only after TARPIT_MS (a right token still goes through at once). */
+#define SEER_HTTP_GATE_FAIL_BURST 100
+#define SEER_HTTP_GATE_FAIL_WINDOW_MS 10000
+#define SEER_HTTP_GATE_TARPIT_MS 1000
 /* Connections MHD serves at once (all of them authorized). */
 #define SEER_HTTP_AUTHORIZED_MAX 128
 
@@ -77,6 +82,7 @@ enum {
     SEER_HTTP_GATE_EVICTED,      /* closed to make room under a cap: 503 */
     SEER_HTTP_GATE_TOO_LARGE,    /* head too long: 431 */
     SEER_HTTP_GATE_MHD_FULL,     /* authorized, but MHD was at its limit */
+    SEER_HTTP_GATE_TARPITTED,    /* wrong token past the address's budget: answered late */
     SEER_HTTP_GATE_NSTATS
 };
 
