@@ -575,7 +575,12 @@ function M.secret_forms(secrets)
     local esc = json.encode(s):sub(2, -2)
     add(esc)
     add((esc:gsub("/", "\\/")))
-    add((s:gsub("[^%w%-_.~]", function(ch) return ("%%%02X"):format(ch:byte()) end)))
+    -- percent-encoded as RFC 3986 says (unreserved characters kept) and as eager encoders
+    -- do (everything but letters and digits), in upper- and lower-case hex
+    for _, keep in ipairs{ "[^%w%-_.~]", "[^%w]" } do
+      add((s:gsub(keep, function(ch) return ("%%%02X"):format(ch:byte()) end)))
+      add((s:gsub(keep, function(ch) return ("%%%02x"):format(ch:byte()) end)))
+    end
   end
   -- Longest first: a secret that contains another is replaced whole.
   table.sort(out, function(a, b) return #a > #b end)
