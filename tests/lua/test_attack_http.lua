@@ -760,6 +760,30 @@ A.attack{ name = "the notebook server's ZMQ request socket: 400 unauthenticated 
     T.ok(ok and ms < 1000, "the notebook server did not answer after the flood")
   end }
 
+-- Host secrets a sandbox must never see: an LLM key in the researcher's environment, the MCP
+-- token, and the live view's token of the notebook server that runs the rig's session.
+local HOST_LLM_KEY = "sk-ant-host-" .. require("seer.net").new_key():sub(1, 24)
+local HOST_MCP_TOKEN = "mcp-host-" .. require("seer.net").new_key():sub(1, 24)
+require("ffi").C.setenv("ANTHROPIC_API_KEY", HOST_LLM_KEY, 1)
+require("ffi").C.setenv("SEER_MCP_TOKEN", HOST_MCP_TOKEN, 1)
+A.attack{ name = "read host keys and tokens from inside: environment, every process's environ and cmdline, /tmp", class = 8,
+  rig = RIG, timeout = 60,
+  sh = [[
+    env
+    for p in /proc/[0-9]*; do cat $p/environ $p/cmdline 2>/dev/null | tr '\0' '\n'; done
+    grep -rsh -e sk-ant -e mcp-host -e token= /tmp /run 2>/dev/null | head -50
+  ]],
+  check = function(out)
+    T.ok(#out > 100, "the probe read nothing: " .. out)
+    T.ok(out:find("PATH=", 1, true), "control: the probe does see its own environment")
+    T.ok(not out:find(HOST_LLM_KEY, 1, true), "the host's LLM key is readable inside")
+    T.ok(not out:find(HOST_MCP_TOKEN, 1, true), "the host's MCP token is readable inside")
+    local url = require("seer.execution").server_url()
+    local token = url and url:match("token=([%w_%-]+)")
+    T.ok(token, "the rig's notebook server has a live view")
+    T.ok(not out:find(token, 1, true), "the live view's token is readable inside the sandbox")
+  end }
+
 T.test("at least 8 attack attempts in this file; the servers end cleanly", function()
   T.ok(A.count() >= 8, "attempts: " .. A.count())
   A.close()
