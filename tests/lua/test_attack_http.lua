@@ -784,6 +784,26 @@ A.attack{ name = "read host keys and tokens from inside: environment, every proc
     T.ok(not out:find(token, 1, true), "the live view's token is readable inside the sandbox")
   end }
 
+local function mode_of(path)
+  local p = io.popen(("stat -c %%a '%s' 2>/dev/null"):format(path))
+  local m = p:read("*l")
+  p:close()
+  return m
+end
+
+T.test("key files: 0600 in folders only their owner can enter (RPC connection file, sandboxd.key); sandboxd.json gone once read", function()
+  local srv = require("seer.rpc").serve_local(IFACE)
+  T.eq(mode_of(srv.connection_file), "600")
+  T.eq(mode_of(srv.connection_dir), "700")
+  srv:close()
+  local r = A.rig(RIG.name, RIG.config)
+  local sd = r.sandbox.state_dir
+  T.eq(mode_of(sd .. "/sandboxd.key"), "600")
+  -- sandboxd removes its connection file once read (the key stays in its memory only)
+  T.eq(mode_of(sd .. "/run/sandboxd.json"), nil, "sandboxd.json (the key) is still readable inside")
+  T.eq(mode_of(require("seer.sandbox").state_root()), "700")
+end)
+
 T.test("at least 8 attack attempts in this file; the servers end cleanly", function()
   T.ok(A.count() >= 8, "attempts: " .. A.count())
   A.close()
