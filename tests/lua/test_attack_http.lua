@@ -812,5 +812,12 @@ T.test("at least 8 attack attempts in this file; the servers end cleanly", funct
     servers_cache.live_child:kill(15)
     T.ok(servers_cache.mcp_child:wait(10000), "the MCP server did not end on SIGINT")
     T.ok(servers_cache.live_child:wait(10000), "the notebook server did not end on SIGTERM")
+    -- under `make asan` the servers are sanitized builds: nothing the attacks did may show there
+    for _, log in ipairs{ "/mcp.log", "/nb.log" } do
+      local text = seer.read_file(servers_cache.dir .. log) or ""
+      for _, bad in ipairs{ "AddressSanitizer", "LeakSanitizer", "runtime error:" } do
+        T.ok(not text:find(bad, 1, true), log .. " reports " .. bad .. ":\n" .. text:sub(-3000))
+      end
+    end
   end
 end)
