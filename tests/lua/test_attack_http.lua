@@ -141,6 +141,13 @@ local function rss_kib(pid)
   return tonumber(st:match("VmRSS:%s*(%d+)")) or 0
 end
 
+local function mode_of(path)
+  local p = io.popen(("stat -c %%a '%s' 2>/dev/null"):format(path))
+  local m = p:read("*l")
+  p:close()
+  return m
+end
+
 local function live_get(s, path, ms)
   return N.request(s.live_port, ("GET %s%stoken=%s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
     :format(path, path:find("?", 1, true) and "&" or "?", s.live_token), ms)
@@ -713,51 +720,82 @@ A.attack{ name = "a stale RPC key file left by a killed server, and a planted li
     T.contains(out, "PRECIOUS=yes", "the sweep followed a planted link: " .. out)
   end }
 
-A.attack{ name = "the notebook server's ZMQ request socket: 400 unauthenticated connections, greetings and junk", class = 6,
+-- ZMTP 3.0 by hand: a NULL-mechanism greeting and READY, then one frame announcing `mb` MiB,
+-- sent in full. ZMQ buffers a frame whole before the server can check any signature.
+local ZMTP = [==[
+function N.zmq_frame(fd, mb)
+  N.send(fd, "\255" .. ("\0"):rep(8) .. "\127\3\0NULL" .. ("\0"):rep(16) .. "\0" .. ("\0"):rep(31))
+  local ready = "\5READY\11Socket-Type\0\0\0\6DEALER"
+  N.send(fd, "\4" .. string.char(#ready) .. ready)
+  local size = mb * 1024 * 1024
+  N.send(fd, "\2" .. string.char(0, 0, 0, 0, bit.band(bit.rshift(size, 24), 255), bit.band(bit.rshift(size, 16), 255),
+                                 bit.band(bit.rshift(size, 8), 255), bit.band(size, 255)))
+  local chunk, sent, t0 = ("A"):rep(1024 * 1024), 0, N.now()
+  while sent < size - #chunk and N.now() - t0 < 20000 do
+    local n = N.send(fd, chunk)
+    if n and n > 0 then sent = sent + n else N.sleep(2) end
+  end
+  return sent
+end
+]==]
+assert(loadstring(ZMTP))
+local NZ = assert(loadstring(NETLIB .. ZMTP .. "\nreturn N"))()
+
+T.test("the notebook server's request socket is a unix socket in a 0700 folder; control: over TCP an unauthenticated peer makes it hold a 100 MiB frame", function()
+  local s = servers()
+  local path = s.endpoint:match("^ipc://(.*)$")
+  T.ok(path, "the request socket of a loopback server is not a unix socket: " .. s.endpoint)
+  T.eq(mode_of(path:match("^(.*)/[^/]*$")), "700")
+  -- control: the same server on a TCP port (any host but 127.0.0.1/localhost/::1 keeps TCP)
+  local dir = T.tmpdir()
+  local child = process.spawn{ argv = { SEER, "notebook", "serve", "--host", "127.0.0.2", "--output-dir", dir },
+                               stdout = "pipe", stderr = dir .. "/log" }
+  local line = child:read_line(30000)
+  local ok, info = pcall(json.decode, line or "")
+  if not ok or not info.endpoint then child:stop(500) T.skip("127.0.0.2 is not usable here: " .. tostring(line)) end
+  T.ok(info.endpoint:match("^tcp://127%.0%.0%.2:%d+$"), info.endpoint)
+  local port = tonumber(info.endpoint:match(":(%d+)$"))
+  local before = rss_kib(child.pid)
+  local fd = NZ.connect(port) -- NETLIB connects to 127.0.0.1; the server listens on 127.0.0.2
+  T.eq(fd, nil, "precondition: 127.0.0.1 does not reach a server bound to 127.0.0.2")
+  local ffi = require "ffi"
+  local sfd = ffi.C.seer_atk_socket(2, 1, 0)
+  local sa = ffi.new("uint8_t[16]")
+  sa[0], sa[2], sa[3] = 2, bit.rshift(port, 8), bit.band(port, 255)
+  sa[4], sa[5], sa[6], sa[7] = 127, 0, 0, 2
+  T.eq(ffi.C.seer_atk_connect(sfd, sa, 16), 0)
+  local sent = NZ.zmq_frame(sfd, 100)
+  process.sleep_ms(300)
+  local grown = rss_kib(child.pid) - before
+  ffi.C.seer_atk_close(sfd)
+  child:stop(500)
+  print(("    over TCP, a 100 MiB unsigned frame (%d MiB sent) grew the server by %d MiB"):format(math.floor(sent / 2^20), math.floor(grown / 1024)))
+  T.ok(grown > 64 * 1024, "control: the probe did not make a TCP-bound server hold the frame")
+end)
+
+A.attack{ name = "the notebook server's request socket from inside: a huge unsigned ZMQ frame", class = 6,
   rig = RIG, vectors = VECTORS, timeout = 60,
   lua = function()
     local s = servers()
-    local port = tonumber(s.endpoint:match(":(%d+)$"))
-    return NETLIB .. ("\nlocal ZP = %d\n"):format(port) .. [[
-      local fds = {}
-      local greeting = "\255\0\0\0\0\0\0\0\1\127\3\0NULL" .. ("\0"):rep(16) .. "\0" .. ("\0"):rep(31)
-      for i = 1, 400 do
-        local fd = N.connect(ZP)
-        if fd then
-          if i % 3 == 1 then N.send(fd, greeting) elseif i % 3 == 2 then N.send(fd, ("\0"):rep(64)) end
-          fds[#fds + 1] = fd
-        end
-      end
-      N.sleep(3000)
-      for _, fd in ipairs(fds) do N.close(fd) end
-      print(("ZMQ opened=%d"):format(#fds))
+    local path = s.endpoint:match("^ipc://(.*)$") or "(tcp)"
+    return NETLIB .. ZMTP .. ("\nlocal P = %q\n"):format(path) .. [[
+      for _, d in ipairs{ 'int seer_atk_uconnect(int, const void *, unsigned) asm("connect");' } do pcall(ffi.cdef, d) end
+      local fd = C.seer_atk_socket(1, 1, 0)
+      local sa = ffi.new("uint8_t[110]")
+      sa[0] = 1
+      ffi.copy(sa + 2, P)
+      local rc = C.seer_atk_uconnect(fd, sa, 110)
+      local reached = rc == 0
+      local sent = reached and N.zmq_frame(fd, 100) or 0
+      print(("ZMQ reached=%s errno=%d sent=%d"):format(tostring(reached), reached and 0 or ffi.errno(), sent))
     ]]
   end,
-  setup = function()
-    local s = servers()
-    probe_out = T.tmpdir() .. "/zprobe.txt"
-    local code = ([[
-      local net = require "seer.net"
-      local process = require "seer.process"
-      process.sleep_ms(1500)
-      local sock = net.socket("dealer", %q)
-      sock:connect(%q)
-      local t0 = process.now_ms()
-      sock:send{ header = net.header("list_sessions_request", net.uuid()), parent_header = {}, metadata = {}, content = {} }
-      local reply
-      while not reply and process.now_ms() - t0 < 5000 do net.poll({ sock }, 20) reply = sock:recv(0) end
-      io.write(("ZPROBE answered=%%s ms=%%.1f\n"):format(tostring(reply ~= nil), process.now_ms() - t0))
-    ]]):format(s.key, s.endpoint)
-    probe_child = process.spawn{ argv = { SEER, "-e", code }, stdout = probe_out, stderr = probe_out }
-  end,
+  setup = function() servers().rss_before = rss_kib(servers().live_pid) end,
   check = function(out)
-    T.eq(field(out, "opened"), 400, out)
-    T.ok(probe_child:wait(30000))
-    local p = seer.read_file(probe_out) or ""
-    T.contains(p, "answered=true", "the notebook server did not answer a signed request during the flood: " .. p)
-    T.ok(field(p, "ms") < 1000, p)
+    T.contains(out, "reached=false", "the sandbox reached the host's request socket: " .. out)
+    T.ok(rss_kib(servers().live_pid) - servers().rss_before < 32 * 1024, "the notebook server's memory grew")
     local ok, ms = zmq_answered(servers(), 1000)
-    T.ok(ok and ms < 1000, "the notebook server did not answer after the flood")
+    T.ok(ok and ms < 1000, "the notebook server did not answer its own user")
   end }
 
 -- Host secrets a sandbox must never see: an LLM key in the researcher's environment, the MCP
@@ -783,13 +821,6 @@ A.attack{ name = "read host keys and tokens from inside: environment, every proc
     T.ok(token, "the rig's notebook server has a live view")
     T.ok(not out:find(token, 1, true), "the live view's token is readable inside the sandbox")
   end }
-
-local function mode_of(path)
-  local p = io.popen(("stat -c %%a '%s' 2>/dev/null"):format(path))
-  local m = p:read("*l")
-  p:close()
-  return m
-end
 
 T.test("key files: 0600 in folders only their owner can enter (RPC connection file, sandboxd.key); sandboxd.json gone once read", function()
   local srv = require("seer.rpc").serve_local(IFACE)
