@@ -12,6 +12,28 @@ local A = require "attack"
 local process = require "seer.process"
 local json = seer.json
 
+-- The floods hold over a thousand sockets: raise this process's descriptor limit (inherited by
+-- the servers, the sandbox and its kernel) where the hard limit allows, as on a default Debian
+-- with a soft limit of 1024.
+local FD_LIMIT = 0
+do
+  local ffi = require "ffi"
+  pcall(ffi.cdef, "struct seer_atk_rlimit { unsigned long cur, max; };")
+  pcall(ffi.cdef, 'int seer_atk_getrlimit(int, struct seer_atk_rlimit *) asm("getrlimit");')
+  pcall(ffi.cdef, 'int seer_atk_setrlimit(int, const struct seer_atk_rlimit *) asm("setrlimit");')
+  local rl = ffi.new("struct seer_atk_rlimit")
+  if ffi.C.seer_atk_getrlimit(7, rl) == 0 and rl.cur < 8192 then -- RLIMIT_NOFILE
+    rl.cur = rl.max < 8192 and rl.max or 8192
+    ffi.C.seer_atk_setrlimit(7, rl)
+  end
+  if ffi.C.seer_atk_getrlimit(7, rl) == 0 then FD_LIMIT = tonumber(rl.cur) end
+end
+local function need_fds(n)
+  if FD_LIMIT < n then
+    T.skip(("this flood needs %d file descriptors and the hard limit (ulimit -Hn) is %d"):format(n, FD_LIMIT))
+  end
+end
+
 local SEER = require("seer.jupyter").seer_binary()
 local HEAD_MS = 5000 -- SEER_HTTP_GATE_HEAD_MS
 local PER_ADDR = 256 -- SEER_HTTP_GATE_MAX_PER_ADDR
@@ -189,6 +211,7 @@ end
 -- host-side measurements
 
 T.test("500 idle connections, slowloris and unfinished bodies: an authenticated live-view request and an MCP call are answered within 1 s; memory stays bounded", function()
+  need_fds(2048)
   local s = servers()
   T.eq((live_get(s, "/api/info")), 200, "live view before the flood")
   local st1, _, st2 = mcp_call(s)
@@ -490,6 +513,7 @@ local probe_child, probe_out
 A.attack{ name = "HTTP flood: 900 idle connections to the live view and the MCP server", class = 6, rig = RIG,
   vectors = VECTORS, timeout = 120,
   setup = function()
+    need_fds(2048)
     local s = servers()
     probe_out = T.tmpdir() .. "/probe.txt"
     local code = NETLIB .. ("\nlocal s = { live_port = %d, mcp_port = %d, live_token = %q, mcp_token = %q }\n")
