@@ -546,6 +546,7 @@ A.attack{ name = "HTTP flood: 900 idle connections to the live view and the MCP 
   check = function(out)
     T.ok(probe_child:wait(60000), "the host prober did not finish")
     local p = seer.read_file(probe_out) or ""
+    print("    " .. (p:match("PROBE[^\n]*") or p) .. " | " .. (out:match("FLOOD[^\n]*") or ""))
     T.eq(field(out, "opened"), 900, "the flood could not open its connections: " .. out)
     T.eq(field(out, "ended"), 900, "the server kept some unauthenticated connections past its deadline: " .. out)
     T.eq(field(out, "ok200"), 0)
