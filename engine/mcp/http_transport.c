@@ -23,7 +23,11 @@
 #include <lua.h>
 #include <microhttpd.h>
 
+/* A kept-alive connection with nothing to do is closed after this long. */
 #define IDLE_TIMEOUT_S 120u
+/* While a request is being read (its head went through the gate, its body is arriving), a
+ * pause this long ends it: a body announced and never sent does not hold a thread for long. */
+#define RECEIVE_TIMEOUT_S 30u
 
 enum { R_RECEIVING, R_QUEUED, R_TAKEN, R_RESPONDED, R_STREAMING };
 
@@ -58,6 +62,7 @@ typedef struct req {
 
 struct seer_mcphttp {
     struct MHD_Daemon *daemon;
+    seer_http_gate_t *gate; /* owns the listening socket; only token holders reach daemon */
     pthread_mutex_t mu;
     int closing;
     int efd;
@@ -287,6 +292,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         pthread_mutex_unlock(&s->mu);
         *con_cls = r; /* on_completed frees it from here on */
         if (!r->method || !r->path) return MHD_NO;
+        /* A body over the limit is read and dropped (memory stays bounded) and answered 413
+         * at its end: refusing at the head would reset clients that send the body before
+         * reading any answer. Only token holders get here. */
         return MHD_YES;
     }
     if (*upload_data_size) {
@@ -390,6 +398,10 @@ int seer_mcphttp_serve(seer_mcphttp_t **out, const seer_mcphttp_opts_t *opts, se
     const char *host = opts->host ? opts->host : "127.0.0.1";
     if (opts->port < 0 || opts->port > 65535)
         return seer_err_set(err, SEER_EINVAL, "port must be 0..65535 (0 picks a free one), got %d", opts->port);
+    if (!opts->token || strlen(opts->token) < 16)
+        return seer_err_set(err, SEER_EINVAL, "token must be a string of at least 16 characters (a guessable token "
+                                              "would let anyone who can reach the port run code), got %s",
+                            opts->token ? "a shorter one" : "none");
     seer_mcphttp_t *s = calloc(1, sizeof *s);
     if (!s) return seer_err_set(err, SEER_ENOMEM, "out of memory");
     pthread_mutex_init(&s->mu, NULL);
@@ -410,18 +422,35 @@ int seer_mcphttp_serve(seer_mcphttp_t **out, const seer_mcphttp_opts_t *opts, se
         return rc;
     }
     /* A thread per connection: a request's thread waits for the Lua loop's answer, and an
-     * event stream's thread waits for the next chunk. */
+     * event stream's thread waits for the next chunk. Only connections that sent the token get
+     * a thread (the gate answers the rest), so strangers cannot use up the limit. */
     s->daemon = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-                                     MHD_USE_ITC,
-                                 0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, fd,
-                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
-                                 (unsigned)256, MHD_OPTION_CONNECTION_TIMEOUT, IDLE_TIMEOUT_S, MHD_OPTION_END);
+                                     MHD_USE_ITC | MHD_USE_NO_LISTEN_SOCKET,
+                                 0, NULL, NULL, on_request, s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)SEER_HTTP_AUTHORIZED_MAX,
+                                 MHD_OPTION_CONNECTION_TIMEOUT, RECEIVE_TIMEOUT_S,
+                                 MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(2 * SEER_HTTP_GATE_HEAD_MAX),
+                                 MHD_OPTION_END);
     if (!s->daemon) {
         close(fd);
         close(s->efd);
         pthread_mutex_destroy(&s->mu);
         free(s);
         return seer_err_set(err, SEER_EIO, "libmicrohttpd could not start on %s:%d", host, opts->port);
+    }
+    seer_http_gate_opts_t go = {
+        .listen_fd = fd, .daemon = s->daemon, .token = opts->token, .reject_type = "application/json",
+        .reject_body = "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32600,\"message\":"
+                       "\"unauthorized: send the server's token as 'Authorization: Bearer <token>'\"}}",
+        .reject_headers = "WWW-Authenticate: Bearer realm=\"seer mcp\"\r\n"};
+    rc = seer_http_gate_start(&s->gate, &go, err);
+    if (rc < 0) {
+        close(fd);
+        MHD_stop_daemon(s->daemon);
+        close(s->efd);
+        pthread_mutex_destroy(&s->mu);
+        free(s);
+        return rc;
     }
     *out = s;
     return SEER_OK;
@@ -570,12 +599,15 @@ int seer_mcphttp_finish(seer_mcphttp_t *s, unsigned long long id) {
     return ok;
 }
 
+void seer_mcphttp_stats(seer_mcphttp_t *s, unsigned long long *out) { seer_http_gate_stats(s->gate, out); }
+
 void seer_mcphttp_close(seer_mcphttp_t *s) {
     if (!s) return;
     pthread_mutex_lock(&s->mu);
     s->closing = 1;
     for (req_t *r = s->all; r; r = r->next_all) pthread_cond_broadcast(&r->cond);
     pthread_mutex_unlock(&s->mu);
+    seer_http_gate_stop(s->gate); /* no new connections */
     MHD_stop_daemon(s->daemon); /* joins every connection thread; on_completed frees their requests */
     pthread_mutex_lock(&s->mu);
     while (s->all) {
@@ -648,13 +680,13 @@ static size_t headers_of(lua_State *L, int idx, const char ***names, const char 
 }
 
 static int l_serve(lua_State *L) {
-    static const char valid[] = "host, port, max_body";
+    static const char valid[] = "host, port, max_body, token";
     if (lua_type(L, 1) != LUA_TTABLE) return luaL_error(L, "mcphttp.serve: expected a table {%s}", valid);
     lua_pushnil(L);
     while (lua_next(L, 1)) {
         lua_pop(L, 1);
         const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
-        if (!k || (strcmp(k, "host") && strcmp(k, "port") && strcmp(k, "max_body")))
+        if (!k || (strcmp(k, "host") && strcmp(k, "port") && strcmp(k, "max_body") && strcmp(k, "token")))
             return luaL_error(L, "mcphttp.serve: unknown field '%s' (valid fields: %s)", k ? k : luaL_typename(L, -1), valid);
     }
     seer_mcphttp_opts_t o = {0};
@@ -676,6 +708,11 @@ static int l_serve(lua_State *L) {
         if (lua_type(L, -1) != LUA_TNUMBER || m < 1 || m > 1e9) return luaL_error(L, "mcphttp.serve: max_body must be 1..1e9 bytes");
         o.max_body = (size_t)m;
     }
+    lua_getfield(L, 1, "token");
+    if (lua_type(L, -1) != LUA_TSTRING || strlen(lua_tostring(L, -1)) != lua_objlen(L, -1))
+        return luaL_error(L, "mcphttp.serve: token must be a string without NUL bytes (e.g. seer.net.new_key()), got %s",
+                          luaL_typename(L, -1));
+    o.token = lua_tostring(L, -1);
     ud_t *u = lua_newuserdata(L, sizeof *u);
     u->srv = NULL;
     u->port = u->fd = -1;
@@ -750,6 +787,14 @@ static int l_finish(lua_State *L) {
     return 1;
 }
 
+/* srv:stats() -> what the gate did with the connections it accepted (net/http.h). */
+static int l_stats(lua_State *L) {
+    ud_t *u = luaL_testudata(L, 1, MT);
+    if (!u || !u->srv) return luaL_error(L, "stats: expected an open server (srv:stats())");
+    seer_http_lua_gate_stats(L, u->srv->gate);
+    return 1;
+}
+
 static int l_close(lua_State *L) {
     ud_t *u = luaL_checkudata(L, 1, MT);
     seer_mcphttp_t *s = u->srv;
@@ -787,6 +832,7 @@ int seer_mcphttp_luaopen(lua_State *L) {
     if (luaL_newmetatable(L, MT)) {
         static const luaL_Reg methods[] = {{"next", l_next},     {"respond", l_respond}, {"stream", l_stream},
                                            {"send", l_send},     {"finish", l_finish},   {"close", l_close},
+                                           {"stats", l_stats},
                                            {NULL, NULL}};
         lua_newtable(L);
         luaL_setfuncs(L, methods, 0);

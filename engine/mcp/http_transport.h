@@ -37,6 +37,9 @@ typedef struct seer_mcphttp_opts {
     const char *host; /* default 127.0.0.1; only this address is bound */
     int port;         /* 0 picks a free one */
     size_t max_body;  /* default SEER_MCPHTTP_MAX_BODY */
+    const char *token; /* required: only requests with 'Authorization: Bearer <token>' reach the
+                          queue (net/http.h's gate answers the rest with 401, times out slow
+                          heads and caps pending connections) */
 } seer_mcphttp_opts_t;
 
 int seer_mcphttp_serve(seer_mcphttp_t **out, const seer_mcphttp_opts_t *opts, seer_err_t *err);
@@ -55,6 +58,9 @@ int seer_mcphttp_stream(seer_mcphttp_t *s, unsigned long long id, unsigned statu
                         const char *const *values, size_t n);
 int seer_mcphttp_send(seer_mcphttp_t *s, unsigned long long id, const char *data, size_t len);
 int seer_mcphttp_finish(seer_mcphttp_t *s, unsigned long long id);
+
+/* Counters of the gate in front of the server (SEER_HTTP_GATE_*). */
+void seer_mcphttp_stats(seer_mcphttp_t *s, unsigned long long *out);
 
 /* Ends every stream and waiting request, stops the daemon (joining its threads), frees s. */
 void seer_mcphttp_close(seer_mcphttp_t *s);

@@ -10,12 +10,16 @@
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <fcntl.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -53,6 +57,7 @@ typedef struct channel {
 
 struct seer_http_server {
     struct MHD_Daemon *daemon;
+    seer_http_gate_t *gate;   /* owns the listening socket; only token holders reach daemon */
     pthread_mutex_t mu;       /* guards everything below but the immutable strings */
     int closing;
     uint64_t last_version;    /* server-wide, so a channel's versions only grow, removes too */
@@ -595,7 +600,7 @@ int seer_http_listen(const char *host, int port, int *out_fd, int *out_port, see
         }
         int one = 1;
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 64) == 0) break;
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, SOMAXCONN) == 0) break;
         e = errno;
         close(fd);
         fd = -1;
@@ -614,6 +619,467 @@ int seer_http_listen(const char *host, int port, int *out_fd, int *out_port, see
     *out_fd = fd;
     return SEER_OK;
 }
+
+/* ---- the gate: unauthenticated connections never reach libmicrohttpd ------------------------
+ *
+ * MHD gives each connection a thread and a slot under one connection limit, and a client that
+ * has not sent its headers yet holds both. A few hundred idle sockets from anyone who can
+ * reach the port would then fill the limit and lock out the researcher. So the listening socket
+ * belongs to this gate instead: one thread accepts, reads each request head with MSG_PEEK
+ * (nothing is consumed, so MHD later reads the request exactly as the client sent it), checks
+ * the token, and hands only connections that proved they hold it to MHD (MHD_add_connection).
+ * Everything else is answered and closed by the gate, which costs a few dozen bytes per
+ * pending connection and no thread:
+ *   - the whole head must arrive within SEER_HTTP_GATE_HEAD_MS of the accept (a total, not an
+ *     idle timer, so a head sent a byte at a time is cut off like an idle one);
+ *   - a head longer than SEER_HTTP_GATE_HEAD_MAX gets 431;
+ *   - pending connections are capped in total and per client address; a new connection past
+ *     a cap evicts the oldest pending one (of that address, then overall) rather than being
+ *     refused, so a fresh request (which sends its head at once) always gets a turn;
+ *   - a body is never read for an unauthenticated request: its 401 goes out at the end of the
+ *     head, so a body announced and never sent costs nothing. */
+
+typedef struct gate_conn {
+    int fd;
+    socklen_t alen;
+    struct sockaddr_storage addr;
+    unsigned char akey[16]; /* the client address, IPv4 as a v4-mapped IPv6 address */
+    uint64_t seq;           /* accept order: the smallest is evicted first */
+    int64_t deadline_ms;
+    size_t seen;            /* bytes of head peeked so far */
+    int refusing;           /* a wrong token from an address over its failure budget: the refusal
+                               goes out at deadline_ms, not at once */
+} gate_conn_t;
+
+/* Failed attempts per client address, for the guessing tarpit. */
+typedef struct gate_fail {
+    unsigned char akey[16];
+    int64_t window_ms; /* start of the current window */
+    unsigned count;
+} gate_fail_t;
+
+struct seer_http_gate {
+    pthread_t thread;
+    int started;
+    int listen_fd, wake_fd;
+    struct MHD_Daemon *daemon;
+    char *token;
+    size_t token_len;
+    int query_token;
+    char *reject; /* the whole 401 response */
+    size_t reject_len;
+    size_t max_pending, max_per_addr;
+    atomic_int stop;
+    gate_conn_t *conns;
+    size_t n;
+    uint64_t next_seq;
+    gate_fail_t fails[64];
+    atomic_ullong stats[SEER_HTTP_GATE_NSTATS];
+};
+
+const char *const seer_http_gate_stat_names[SEER_HTTP_GATE_NSTATS] = {
+    "accepted", "authorized", "unauthorized", "timed_out", "evicted", "too_large", "server_full", "tarpitted"};
+
+static int64_t mono_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+static void gate_count(seer_http_gate_t *g, int which) { atomic_fetch_add(&g->stats[which], 1); }
+
+static void addr_key(const struct sockaddr_storage *sa, unsigned char key[16]) {
+    memset(key, 0, 16);
+    if (sa->ss_family == AF_INET) {
+        key[10] = key[11] = 0xff;
+        memcpy(key + 12, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+    } else if (sa->ss_family == AF_INET6) {
+        memcpy(key, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
+    }
+}
+
+/* Best effort, never blocking: a peer that does not read its refusal just loses it. */
+static void gate_send(int fd, const char *text, size_t n) {
+    ssize_t w = send(fd, text, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)w;
+}
+
+static void gate_refuse(int fd, unsigned status, const char *reason) {
+    char msg[256];
+    int n = snprintf(msg, sizeof msg,
+                     "HTTP/1.1 %u %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %zu\r\n"
+                     "Connection: close\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n\r\n%s\n",
+                     status, reason, strlen(reason) + 1, reason);
+    if (n > 0) gate_send(fd, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
+}
+
+/* Consumes what the peer sent (so close() sends FIN, not a reset that could overtake the
+ * answer), stops writing, and closes. */
+static void gate_close_fd(int fd) {
+    char sink[4096];
+    for (int i = 0; i < 16 && recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0; i++) {
+    }
+    shutdown(fd, SHUT_WR);
+    close(fd);
+}
+
+static void gate_drop(seer_http_gate_t *g, size_t i) {
+    g->conns[i] = g->conns[--g->n];
+}
+
+static void gate_evict(seer_http_gate_t *g, size_t i) {
+    gate_refuse(g->conns[i].fd, 503, "503 busy: too many connections that have not sent a request");
+    gate_close_fd(g->conns[i].fd);
+    gate_drop(g, i);
+    gate_count(g, SEER_HTTP_GATE_EVICTED);
+}
+
+static int hexval(int c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* Compares in time that depends only on the token's length. */
+static int gate_token_ok(const seer_http_gate_t *g, const char *given, size_t n) {
+    unsigned char diff = n != g->token_len;
+    for (size_t i = 0; i < g->token_len; i++)
+        diff |= (unsigned char)g->token[i] ^ (unsigned char)(i < n ? given[i] : 0);
+    return diff == 0;
+}
+
+/* 1 if the head (request line and headers, n bytes, not NUL-terminated) carries the token:
+ * `Authorization: Bearer|token <token>`, or `?token=` / `&token=` in the target when the server
+ * allows that. Only decides who reaches MHD; the server checks the request again there. */
+static int gate_authorized(const seer_http_gate_t *g, const char *h, size_t n) {
+    const char *end = h + n;
+    const char *eol = memchr(h, '\n', n);
+    if (!eol) return 0;
+    if (g->query_token) {
+        const char *sp = memchr(h, ' ', (size_t)(eol - h));
+        const char *t = sp ? sp + 1 : eol;
+        const char *te = memchr(t, ' ', (size_t)(eol - t));
+        if (!te) te = eol;
+        const char *q = memchr(t, '?', (size_t)(te - t));
+        while (q && q < te) {
+            const char *k = q + 1;
+            const char *amp = memchr(k, '&', (size_t)(te - k));
+            const char *ke = amp ? amp : te;
+            if (ke - k > 6 && memcmp(k, "token=", 6) == 0) {
+                char v[512];
+                size_t vn = 0;
+                for (const char *p = k + 6; p < ke && vn < sizeof v; p++) {
+                    if (*p == '%' && ke - p > 2 && hexval(p[1]) >= 0 && hexval(p[2]) >= 0) {
+                        v[vn++] = (char)(hexval(p[1]) * 16 + hexval(p[2]));
+                        p += 2;
+                    } else {
+                        v[vn++] = *p == '+' ? ' ' : *p;
+                    }
+                }
+                if (gate_token_ok(g, v, vn)) return 1;
+            }
+            q = amp;
+        }
+    }
+    for (const char *line = eol + 1; line < end;) {
+        const char *le = memchr(line, '\n', (size_t)(end - line));
+        if (!le) le = end;
+        static const char name[] = "authorization:";
+        if ((size_t)(le - line) > sizeof name - 1 && strncasecmp(line, name, sizeof name - 1) == 0) {
+            const char *a = line + sizeof name - 1, *ae = le;
+            while (ae > a && (ae[-1] == '\r' || ae[-1] == ' ' || ae[-1] == '\t')) ae--;
+            while (a < ae && (*a == ' ' || *a == '\t')) a++;
+            size_t skip = 0;
+            if (ae - a > 6 && strncasecmp(a, "bearer", 6) == 0 && (a[6] == ' ' || a[6] == '\t')) skip = 6;
+            else if (ae - a > 5 && strncasecmp(a, "token", 5) == 0 && (a[5] == ' ' || a[5] == '\t')) skip = 5;
+            if (skip) {
+                a += skip;
+                while (a < ae && (*a == ' ' || *a == '\t')) a++;
+                if (gate_token_ok(g, a, (size_t)(ae - a))) return 1;
+            }
+        }
+        line = le + 1;
+    }
+    return 0;
+}
+
+/* Counts a failed attempt from akey; 1 if the address is over its budget
+ * (SEER_HTTP_GATE_FAIL_BURST in SEER_HTTP_GATE_FAIL_WINDOW_MS). */
+static int gate_failed(seer_http_gate_t *g, const unsigned char akey[16]) {
+    int64_t now = mono_ms();
+    gate_fail_t *slot = NULL, *oldest = &g->fails[0];
+    for (size_t i = 0; i < sizeof g->fails / sizeof g->fails[0]; i++) {
+        gate_fail_t *f = &g->fails[i];
+        if (f->count && memcmp(f->akey, akey, 16) == 0) {
+            slot = f;
+            break;
+        }
+        if (f->window_ms < oldest->window_ms || !f->count) oldest = f;
+    }
+    if (!slot) {
+        slot = oldest;
+        memcpy(slot->akey, akey, 16);
+        slot->count = 0;
+        slot->window_ms = now;
+    }
+    if (now - slot->window_ms > SEER_HTTP_GATE_FAIL_WINDOW_MS) {
+        slot->window_ms = now;
+        slot->count = 0;
+    }
+    slot->count++;
+    return slot->count > SEER_HTTP_GATE_FAIL_BURST;
+}
+
+/* The end of the head (the byte after the blank line), or 0 while it is incomplete. */
+static size_t head_end(const char *b, size_t n) {
+    for (size_t i = 0; i + 1 < n; i++) {
+        if (b[i] != '\n') continue;
+        if (b[i + 1] == '\n') return i + 2;
+        if (i + 2 < n && b[i + 1] == '\r' && b[i + 2] == '\n') return i + 3;
+    }
+    return 0;
+}
+
+/* Looks at what conns[i] has sent. Returns 1 if the connection left the gate (handed to MHD,
+ * answered, or gone), 0 if it keeps waiting. */
+static int gate_examine(seer_http_gate_t *g, size_t i, char *buf) {
+    gate_conn_t *c = &g->conns[i];
+    ssize_t k = recv(c->fd, buf, SEER_HTTP_GATE_HEAD_MAX, MSG_PEEK | MSG_DONTWAIT);
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
+    if (k <= 0) { /* the peer left (or reset) before sending a whole head */
+        close(c->fd);
+        gate_drop(g, i);
+        return 1;
+    }
+    size_t n = (size_t)k, he = head_end(buf, n);
+    if (he == 0) {
+        if (n >= SEER_HTTP_GATE_HEAD_MAX) {
+            gate_refuse(c->fd, 431, "431 request header fields too large");
+            gate_close_fd(c->fd);
+            gate_drop(g, i);
+            gate_count(g, SEER_HTTP_GATE_TOO_LARGE);
+            return 1;
+        }
+        /* Wake again only when more than what is already here has arrived: poll would
+         * otherwise report the unconsumed bytes as readable forever. */
+        int low = (int)n + 1;
+        setsockopt(c->fd, SOL_SOCKET, SO_RCVLOWAT, &low, sizeof low);
+        c->seen = n;
+        return 0;
+    }
+    if (gate_authorized(g, buf, he)) {
+        int one = 1;
+        setsockopt(c->fd, SOL_SOCKET, SO_RCVLOWAT, &one, sizeof one);
+        int fd = c->fd;
+        struct sockaddr_storage sa = c->addr;
+        socklen_t alen = c->alen;
+        gate_drop(g, i);
+        /* MHD owns (and closes) the socket from here, whether it takes it or not. */
+        if (MHD_add_connection(g->daemon, fd, (struct sockaddr *)&sa, alen) == MHD_YES)
+            gate_count(g, SEER_HTTP_GATE_AUTHORIZED);
+        else
+            gate_count(g, SEER_HTTP_GATE_MHD_FULL);
+        return 1;
+    }
+    gate_count(g, SEER_HTTP_GATE_UNAUTHORIZED);
+    if (gate_failed(g, c->akey)) {
+        /* Over the budget: the answer waits, so one address learns at most max_per_addr
+         * results a second however many connections it opens (a new one past the cap evicts
+         * a waiting one, whose answer is then lost). A right token is never delayed. */
+        c->refusing = 1;
+        c->deadline_ms = mono_ms() + SEER_HTTP_GATE_TARPIT_MS;
+        gate_count(g, SEER_HTTP_GATE_TARPITTED);
+        return 0;
+    }
+    gate_send(c->fd, g->reject, g->reject_len);
+    gate_close_fd(c->fd);
+    gate_drop(g, i);
+    return 1;
+}
+
+static void gate_accept(seer_http_gate_t *g, char *buf) {
+    /* A bounded batch, so connections already waiting get looked at between batches. */
+    for (int batch = 0; batch < 256; batch++) {
+        struct sockaddr_storage sa;
+        socklen_t alen = sizeof sa;
+        int fd = accept4(g->listen_fd, (struct sockaddr *)&sa, &alen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED) continue;
+            if ((errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) && g->n > 0) {
+                /* Out of descriptors: the oldest pending connection makes room, so the listening
+                 * socket does not stay readable with nothing accepted. */
+                size_t old = 0;
+                for (size_t j = 1; j < g->n; j++)
+                    if (g->conns[j].seq < g->conns[old].seq) old = j;
+                gate_evict(g, old);
+                continue;
+            }
+            return;
+        }
+        gate_count(g, SEER_HTTP_GATE_ACCEPTED);
+        unsigned char key[16];
+        addr_key(&sa, key);
+        size_t same = 0, oldest_same = SIZE_MAX, oldest = SIZE_MAX;
+        for (size_t j = 0; j < g->n; j++) {
+            if (oldest == SIZE_MAX || g->conns[j].seq < g->conns[oldest].seq) oldest = j;
+            if (memcmp(g->conns[j].akey, key, 16) == 0) {
+                same++;
+                if (oldest_same == SIZE_MAX || g->conns[j].seq < g->conns[oldest_same].seq) oldest_same = j;
+            }
+        }
+        if (same >= g->max_per_addr) gate_evict(g, oldest_same);
+        else if (g->n >= g->max_pending) gate_evict(g, oldest);
+        gate_conn_t *c = &g->conns[g->n++];
+        memset(c, 0, sizeof *c);
+        c->fd = fd;
+        c->addr = sa;
+        c->alen = alen;
+        memcpy(c->akey, key, 16);
+        c->seq = g->next_seq++;
+        c->deadline_ms = mono_ms() + SEER_HTTP_GATE_HEAD_MS;
+        /* A request that waited in the backlog has its head here already: look now, before a
+         * flood behind it can evict it. */
+        gate_examine(g, g->n - 1, buf);
+    }
+}
+
+static void *gate_main(void *arg) {
+    seer_http_gate_t *g = arg;
+    char *buf = malloc(SEER_HTTP_GATE_HEAD_MAX);
+    struct pollfd *pf = calloc(g->max_pending + 2, sizeof *pf);
+    if (!buf || !pf) { /* cannot run: nothing can be served, but the server still closes cleanly */
+        free(buf);
+        free(pf);
+        return NULL;
+    }
+    while (!atomic_load(&g->stop)) {
+        int64_t now = mono_ms(), next = now + 1000;
+        for (size_t i = 0; i < g->n;) {
+            if (g->conns[i].deadline_ms <= now && g->conns[i].refusing) {
+                gate_send(g->conns[i].fd, g->reject, g->reject_len);
+                gate_close_fd(g->conns[i].fd);
+                gate_drop(g, i);
+                continue;
+            }
+            if (g->conns[i].deadline_ms <= now) {
+                gate_refuse(g->conns[i].fd, 408, "408 request timeout: the request head did not arrive in time");
+                gate_close_fd(g->conns[i].fd);
+                gate_drop(g, i);
+                gate_count(g, SEER_HTTP_GATE_TIMED_OUT);
+                continue;
+            }
+            if (g->conns[i].deadline_ms < next) next = g->conns[i].deadline_ms;
+            i++;
+        }
+        pf[0] = (struct pollfd){.fd = g->wake_fd, .events = POLLIN};
+        pf[1] = (struct pollfd){.fd = g->listen_fd, .events = POLLIN};
+        size_t np = g->n;
+        for (size_t i = 0; i < np; i++)
+            pf[i + 2] = (struct pollfd){.fd = g->conns[i].fd,
+                                        .events = g->conns[i].refusing ? POLLRDHUP : POLLIN | POLLRDHUP};
+        int r = poll(pf, np + 2, (int)(next - now + 1));
+        if (r < 0) continue;
+        if (pf[0].revents) break;
+        /* Back to front: gate_drop moves the last entry into the hole, which was seen already. */
+        for (size_t i = np; i-- > 0;) {
+            if (!pf[i + 2].revents || i >= g->n || g->conns[i].fd != pf[i + 2].fd) continue;
+            if (!g->conns[i].refusing) {
+                gate_examine(g, i, buf);
+            } else if (pf[i + 2].revents & (POLLHUP | POLLERR | POLLRDHUP)) { /* it gave up waiting */
+                close(g->conns[i].fd);
+                gate_drop(g, i);
+            }
+        }
+        if (pf[1].revents & POLLIN) gate_accept(g, buf);
+    }
+    for (size_t i = 0; i < g->n; i++) close(g->conns[i].fd);
+    g->n = 0;
+    free(buf);
+    free(pf);
+    return NULL;
+}
+
+static void gate_free(seer_http_gate_t *g) {
+    if (g->wake_fd >= 0) close(g->wake_fd);
+    if (g->listen_fd >= 0) close(g->listen_fd);
+    free(g->token);
+    free(g->reject);
+    free(g->conns);
+    free(g);
+}
+
+int seer_http_gate_start(seer_http_gate_t **out, const seer_http_gate_opts_t *o, seer_err_t *err) {
+    *out = NULL;
+    if (!o->token || !*o->token) return seer_err_set(err, SEER_EINVAL, "the gate needs a non-empty token");
+    seer_http_gate_t *g = calloc(1, sizeof *g);
+    if (!g) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+    g->listen_fd = o->listen_fd;
+    g->wake_fd = -1;
+    g->daemon = o->daemon;
+    g->query_token = o->query_token;
+    g->token = strdup(o->token);
+    g->token_len = g->token ? strlen(g->token) : 0;
+    /* Two descriptors per pending connection would be the most a flood could cost; stay well
+     * inside the process's limit so kernels, ZMQ and MHD keep theirs. */
+    struct rlimit rl;
+    size_t cap = SEER_HTTP_GATE_MAX_PENDING;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur / 4 < cap)
+        cap = rl.rlim_cur / 4 < 16 ? 16 : (size_t)(rl.rlim_cur / 4);
+    g->max_pending = cap;
+    g->max_per_addr = SEER_HTTP_GATE_MAX_PER_ADDR < cap ? SEER_HTTP_GATE_MAX_PER_ADDR : cap;
+    g->conns = calloc(cap, sizeof *g->conns);
+    const char *body = o->reject_body ? o->reject_body : "401 unauthorized: this server needs its token\n";
+    const char *ctype = o->reject_type ? o->reject_type : "text/plain; charset=utf-8";
+    const char *extra = o->reject_headers ? o->reject_headers : "";
+    unsigned status = o->reject_status ? o->reject_status : 401;
+    size_t rn = strlen(body) + strlen(ctype) + strlen(extra) + 200;
+    g->reject = malloc(rn);
+    if (g->reject)
+        g->reject_len = (size_t)snprintf(g->reject, rn,
+                                         "HTTP/1.1 %u %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+                                         "Cache-Control: no-store\r\nConnection: close\r\n%s\r\n%s",
+                                         status, status == 403 ? "Forbidden" : "Unauthorized", ctype, strlen(body),
+                                         extra, body);
+    g->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (!g->token || !g->conns || !g->reject || g->wake_fd < 0) {
+        g->listen_fd = -1; /* the caller still owns it on failure */
+        gate_free(g);
+        return seer_err_set(err, SEER_ENOMEM, "out of memory (or eventfd failed) starting the HTTP gate");
+    }
+    int fl = fcntl(g->listen_fd, F_GETFL);
+    if (fl >= 0) fcntl(g->listen_fd, F_SETFL, fl | O_NONBLOCK);
+    /* The gate thread takes no signals: a Ctrl-C must reach the thread whose loop handles it
+     * (the server's main loop), not wake this poll. The mask is inherited at creation. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    int rc = pthread_create(&g->thread, NULL, gate_main, g);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        g->listen_fd = -1;
+        gate_free(g);
+        return seer_err_set(err, SEER_EIO, "cannot start the HTTP gate thread: %s", strerror(rc));
+    }
+    g->started = 1;
+    *out = g;
+    return SEER_OK;
+}
+
+void seer_http_gate_stop(seer_http_gate_t *g) {
+    if (!g) return;
+    atomic_store(&g->stop, 1);
+    uint64_t one = 1;
+    if (write(g->wake_fd, &one, sizeof one) < 0) { /* an eventfd counter this small cannot overflow */
+    }
+    if (g->started) pthread_join(g->thread, NULL);
+    gate_free(g);
+}
+
+void seer_http_gate_stats(seer_http_gate_t *g, unsigned long long out[SEER_HTTP_GATE_NSTATS]) {
+    for (int i = 0; i < SEER_HTTP_GATE_NSTATS; i++) out[i] = atomic_load(&g->stats[i]);
+}
+
 
 static void server_free(seer_http_server_t *s) {
     for (channel_t *c = s->channels, *next; c; c = next) {
@@ -662,19 +1128,42 @@ int seer_http_serve(seer_http_server_t **out, const seer_http_opts_t *opts, seer
         return rc;
     }
     /* A thread per connection: an event stream may block in its content callback waiting for
-     * the next version, which the internal select/poll modes do not allow. Browsers keep only
-     * a few connections per server, so the thread count stays small. */
+     * the next version, which the internal select/poll modes do not allow. Only connections
+     * that carry the token get here (the gate answers the rest without a thread), so the
+     * thread count is bounded by SEER_HTTP_AUTHORIZED_MAX and no stranger can use it up. */
     s->daemon = MHD_start_daemon(
-        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC,
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC |
+            MHD_USE_NO_LISTEN_SOCKET,
         0, NULL, NULL, on_request, s,
-        MHD_OPTION_LISTEN_SOCKET, fd,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)256,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)SEER_HTTP_AUTHORIZED_MAX,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(2 * SEER_HTTP_GATE_HEAD_MAX),
         MHD_OPTION_END);
     if (!s->daemon) {
         close(fd);
         server_free(s);
         return seer_err_set(err, SEER_EIO, "libmicrohttpd could not start on %s:%d", host, opts->port);
+    }
+    /* The gate's refusals carry the same security headers as every other answer. */
+    size_t hn = strlen(s->csp) + 128;
+    char *hdrs = malloc(hn);
+    if (!hdrs) {
+        close(fd);
+        MHD_stop_daemon(s->daemon);
+        server_free(s);
+        return seer_err_set(err, SEER_ENOMEM, "out of memory");
+    }
+    snprintf(hdrs, hn, "Content-Security-Policy: %s\r\nX-Content-Type-Options: nosniff\r\n"
+                       "Referrer-Policy: no-referrer\r\n", s->csp);
+    seer_http_gate_opts_t go = {.listen_fd = fd, .daemon = s->daemon, .token = s->token, .query_token = 1,
+                                .reject_status = 403, .reject_body = forbidden_text, .reject_headers = hdrs};
+    rc = seer_http_gate_start(&s->gate, &go, err);
+    free(hdrs);
+    if (rc < 0) {
+        close(fd);
+        MHD_stop_daemon(s->daemon);
+        server_free(s);
+        return rc;
     }
     *out = s;
     return SEER_OK;
@@ -780,7 +1269,9 @@ void seer_http_close(seer_http_server_t *s) {
     s->closing = 1;
     for (channel_t *c = s->channels; c; c = c->next) pthread_cond_broadcast(&c->cond);
     pthread_mutex_unlock(&s->mu);
-    /* Joins every connection thread; the streams have seen `closing` and ended. */
+    /* No new connections first, then join every connection thread; the streams have seen
+     * `closing` and ended. */
+    seer_http_gate_stop(s->gate);
     MHD_stop_daemon(s->daemon);
     server_free(s);
 }
@@ -788,6 +1279,16 @@ void seer_http_close(seer_http_server_t *s) {
 /* ---- Lua binding --------------------------------------------------------------------------- */
 
 #define SERVER_MT "seer.http.server"
+
+void seer_http_lua_gate_stats(lua_State *L, seer_http_gate_t *g) {
+    unsigned long long v[SEER_HTTP_GATE_NSTATS];
+    seer_http_gate_stats(g, v);
+    lua_createtable(L, 0, SEER_HTTP_GATE_NSTATS);
+    for (int i = 0; i < SEER_HTTP_GATE_NSTATS; i++) {
+        lua_pushnumber(L, (lua_Number)v[i]);
+        lua_setfield(L, -2, seer_http_gate_stat_names[i]);
+    }
+}
 
 typedef struct {
     seer_http_server_t *srv; /* NULL once closed */
@@ -901,6 +1402,14 @@ static int l_close(lua_State *L) {
     return 0;
 }
 
+/* srv:stats() -> {accepted, authorized, unauthorized, timed_out, evicted, too_large, server_full}:
+ * what the gate did with the connections it accepted. */
+static int l_stats(lua_State *L) {
+    seer_http_server_t *s = open_server(L, "stats");
+    seer_http_lua_gate_stats(L, s->gate);
+    return 1;
+}
+
 static int l_gc(lua_State *L) {
     server_ud *u = luaL_checkudata(L, 1, SERVER_MT);
     seer_http_server_t *s = u->srv;
@@ -933,7 +1442,7 @@ static int l_index(lua_State *L) {
 int seer_http_luaopen(lua_State *L) {
     if (luaL_newmetatable(L, SERVER_MT)) {
         static const luaL_Reg methods[] = {
-            {"publish", l_publish}, {"remove", l_remove}, {"close", l_close}, {NULL, NULL}};
+            {"publish", l_publish}, {"remove", l_remove}, {"close", l_close}, {"stats", l_stats}, {NULL, NULL}};
         lua_newtable(L);
         luaL_setfuncs(L, methods, 0);
         lua_setfield(L, -2, "methods");

@@ -355,6 +355,19 @@ local function new_agent(opts, fname, interactive)
     end
   end
   for _, name in ipairs(KNOWN_SECRETS) do add_secret((lookup_var(name, env_cache))) end
+  -- Credentials inside a base URL (user:password@, ?key= / ?token= / ?api_key=) would
+  -- otherwise reach the transcript through an error message quoting the URL.
+  if type(opts.base_url) == "string" then
+    local userinfo = opts.base_url:match("^%a[%w+.-]*://([^/@]+)@")
+    if userinfo then
+      add_secret(userinfo)
+      add_secret((userinfo:match(":(.*)$")))
+    end
+    for k, v in opts.base_url:gmatch("[?&]([%w_%-]+)=([^&#]+)") do
+      local lk = k:lower()
+      if lk:find("key") or lk:find("token") or lk:find("secret") or lk:find("sig") then add_secret(v) end
+    end
+  end
   for i, name in ipairs(opts.secrets or {}) do
     if type(name) ~= "string" then error(("harness.%s: secrets[%d] must be a variable name"):format(fname, i), 4) end
     local v = lookup_var(name, env_cache)
@@ -418,6 +431,8 @@ local function new_agent(opts, fname, interactive)
     self.max_tokens_field = pv.max_tokens_field
     if opts.base_url and provider_name == "openai" then self.max_tokens_field = nil end
   end
+  self.secrets = M.secret_forms(self.secrets)
+  self.held = {}
   self.prompt = opts.prompt or ""
   self.max_tokens = opts.max_tokens or 8192
   self.tool_timeout = opts.tool_timeout or 300
@@ -456,21 +471,120 @@ function Agent:_cleanup()
 end
 
 -- Writes an event to the transcript, hands it to on_message and to whoever iterates.
+-- A copy of v with every secret replaced in every string, keys included; tables keep their
+-- metatables (json.object/array marks). Redacting the decoded values (not the JSON text)
+-- catches a secret the JSON encoding would escape.
+local function redact_value(v, secrets, depth)
+  local t = type(v)
+  if t == "string" then return core.redact(v, secrets) end
+  if t ~= "table" or v == json.null or depth > 64 then return v end
+  local out = {}
+  for k, x in pairs(v) do
+    out[type(k) == "string" and core.redact(k, secrets) or k] = redact_value(x, secrets, depth + 1)
+  end
+  return setmetatable(out, getmetatable(v))
+end
+
 function Agent:emit(ev)
   ev.agent = self.name
   if ev.turn == nil and self.turn > 0 then ev.turn = self.turn end
+  if #self.secrets > 0 then ev = redact_value(ev, self.secrets, 0) end
   local text = json.encode(ev)
-  if self.transcript then self.transcript:write(text) end
-  if #self.secrets > 0 then
-    local red = core.redact(text, self.secrets)
-    if red ~= text then ev = json.decode(red) end
-  end
+  if self.transcript then self.transcript:write(text) end -- which redacts again, in C
   if self.opts.on_message then self.opts.on_message(ev) end
   coroutine.yield(ev)
 end
 
 function Agent:redact(text)
   return core.redact(tostring(text), self.secrets)
+end
+
+-- Streamed text reaches the transcript one delta at a time, so a secret split across two
+-- deltas would be in no single one of them. Each stream (kind, block index) keeps back the
+-- end of what it has seen that could still be the start of a secret; what it emits is the
+-- redacted text before that. The held text goes out at the end of the response
+-- (Agent:_flush_deltas), so the deltas still add up to the message's (redacted) text.
+function Agent:_redact_delta(kind, index, text)
+  if #self.secrets == 0 then return text end
+  local key = kind .. ":" .. tostring(index)
+  local buf = core.redact((self.held[key] or "") .. text, self.secrets)
+  local hold = 0
+  for _, s in ipairs(self.secrets) do
+    for k = math.min(#s - 1, #buf), hold + 1, -1 do
+      if buf:sub(-k) == s:sub(1, k) then hold = k break end
+    end
+  end
+  self.held[key] = hold > 0 and buf:sub(-hold) or nil
+  return buf:sub(1, #buf - hold)
+end
+
+function Agent:_flush_deltas()
+  local keys = {}
+  for key in pairs(self.held) do keys[#keys + 1] = key end
+  table.sort(keys)
+  for _, key in ipairs(keys) do
+    local kind, index = key:match("^([^:]+):(.*)$")
+    local text = self.held[key]
+    self.held[key] = nil
+    self:emit{ type = kind, index = tonumber(index) or index, text = text }
+  end
+end
+
+---Values of this process's environment (and of a .env in the working directory) that look
+---like secrets: the variables harness transcripts always redact, and any whose name holds
+---TOKEN, KEY, SECRET or PASSWORD, 8 bytes or longer. `seer transcript view` redacts these, so a
+---transcript written without them declared still does not show them.
+---@return string[]
+function M.environment_secrets()
+  local ffi = require "ffi"
+  require "seer.process" -- declares environ
+  local out, seen = {}, {}
+  local function consider(name, v)
+    if type(v) ~= "string" or #v < 8 or seen[v] then return end
+    local up = name:upper()
+    local known = false
+    for _, k in ipairs(KNOWN_SECRETS) do if k == up then known = true end end
+    if known or up:find("TOKEN") or up:find("KEY") or up:find("SECRET") or up:find("PASSWORD") then
+      seen[v] = true
+      out[#out + 1] = v
+    end
+  end
+  local i = 0
+  while ffi.C.environ[i] ~= nil do
+    local kv = ffi.string(ffi.C.environ[i])
+    local k, v = kv:match("^([^=]*)=(.*)$")
+    if k then consider(k, v) end
+    i = i + 1
+  end
+  for k, v in pairs(M.read_dotenv(host.cwd() .. "/.env") or {}) do consider(k, v) end
+  return M.secret_forms(out)
+end
+
+---The forms a secret can take in what a provider, a tool or an error message writes: as is,
+---JSON-escaped (a secret inside JSON text: tool arguments, a JSON tool result), with "/"
+---escaped too, and percent-encoded (a secret in a URL). Forms shorter than 4 bytes are dropped.
+---@param secrets string[]
+---@return string[]
+function M.secret_forms(secrets)
+  local out, seen = {}, {}
+  local function add(s)
+    if type(s) == "string" and #s >= 4 and not seen[s] then seen[s] = true; out[#out + 1] = s end
+  end
+  for _, s in ipairs(secrets) do
+    add(s)
+    local esc = json.encode(s):sub(2, -2)
+    add(esc)
+    add((esc:gsub("/", "\\/")))
+    -- percent-encoded as RFC 3986 says (unreserved characters kept) and as eager encoders
+    -- do (everything but letters and digits), in upper- and lower-case hex
+    for _, keep in ipairs{ "[^%w%-_.~]", "[^%w]" } do
+      add((s:gsub(keep, function(ch) return ("%%%02X"):format(ch:byte()) end)))
+      add((s:gsub(keep, function(ch) return ("%%%02x"):format(ch:byte()) end)))
+    end
+  end
+  -- Longest first: a secret that contains another is replaced whole.
+  table.sort(out, function(a, b) return #a > #b end)
+  return out
 end
 
 local function text_of(message)
@@ -656,10 +770,12 @@ function Agent:_one_response()
     end
     local t = ev.type
     if t == "text_delta" or t == "thinking_delta" then
-      self:emit{ type = t, index = ev.index, text = ev.text }
+      local text = self:_redact_delta(t, ev.index, ev.text or "")
+      if text ~= "" then self:emit{ type = t, index = ev.index, text = text } end
     elseif t == "tool_use_start" then
       self:emit{ type = t, index = ev.index, id = ev.id, name = ev.name }
     elseif t == "retry" then
+      self.held = {} -- the retried stream starts over; what was held back was never shown
       self:emit{ type = "retry", attempt = ev.attempt, status = ev.status, wait_s = ev.wait_s, reason = ev.reason,
                  error = ev.error }
     elseif t == "message" then
@@ -681,6 +797,7 @@ function Agent:_one_response()
   end
   stream:close()
   self.stream = nil
+  self:_flush_deltas()
   return final, why, msg
 end
 

@@ -430,6 +430,8 @@ function M.start(file, opts)
     error(("rpc: the name %q must be a Lua identifier (it becomes a module name and MCP server name)"):format(name), 2)
   end
   local dir = opts.connection_dir
+  -- Key files of servers killed with their reaper (kill -9 of a group) go now (docs/rpc.md).
+  pcall(require("seer.cli.rpc").sweep_stale, "/tmp")
   local root = opts.connection_root -- a safe_fs root holding dir (a sandbox's run folder)
   if dir and root and root:rel(dir) then safe_fs.must(root:mkdirs(root:rel(dir)))
   elseif dir then process.mkdir_p(dir) else dir = process.mkdtemp("/tmp/seer-rpc-") end
@@ -521,6 +523,9 @@ function Server:close()
     pcall(self.proc.kill, process.SIGTERM)
     if not self.proc.wait(2000) then pcall(self.proc.kill, process.SIGKILL) self.proc.wait(2000) end
   end
+  -- The server removes its key file itself; this covers a server that never got that far.
+  -- The folder (0700, from mkdtemp) stays for the log, which Server:logs may still read.
+  os.remove(self.connection_file)
 end
 
 -- ---- what agents get ---------------------------------------------------------------------------

@@ -46,6 +46,8 @@ class HarnessCase(unittest.TestCase):
         o.update(opts or {})
         if o.get("base_url") == "FAKE":
             o["base_url"] = self.fake.url + "/v1"
+        elif o.get("base_url") == "FAKE_KEYED":
+            o["base_url"] = self.fake.url + "/v1?key=url-secret-777777"
         e = {"ANTHROPIC_BASE_URL": self.fake.url, "ANTHROPIC_API_KEY": KEY, "SEER_TEST_AGENT": json.dumps(o)}
         e.update(env or {})
         t0 = time.monotonic()
@@ -348,6 +350,170 @@ class HarnessCase(unittest.TestCase):
         p = seertest.run(["transcript", "view", os.path.join(self.dir, "missing.jsonl")])
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("missing.jsonl", p.stderr)
+
+
+# A secret with characters JSON escapes ('"', '\\', '/'), so its escaped form differs from it.
+SPLIT_SECRET = 'lab-SECRET/"q\\uote"-0123456789'
+
+
+def sse_event(obj, event=None):
+    head = f"event: {event}\n" if event else ""
+    return head + "data: " + json.dumps(obj) + "\n\n"
+
+
+def split_everywhere(s, sep):
+    """s cut at every byte boundary: [s[:1], s[1:] + sep, s[:2], s[2:] + sep, ...]."""
+    out = []
+    for k in range(1, len(s)):
+        out += [s[:k], s[k:] + sep]
+    return out
+
+
+def anthropic_split_stream(secret):
+    """A turn whose text deltas and tool-argument deltas (input_json_delta, JSON-escaped) split
+    the secret at every byte boundary, including inside an escape sequence."""
+    ev = [sse_event({"type": "message_start", "message": {"id": "msg_s", "type": "message", "role": "assistant",
+                     "model": "claude-sonnet-4-5-20250929", "content": [], "stop_reason": None, "stop_sequence": None,
+                     "usage": {"input_tokens": 5, "output_tokens": 1}}}, "message_start"),
+          sse_event({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+                    "content_block_start")]
+    for piece in ["key: "] + split_everywhere(secret, " | "):
+        ev.append(sse_event({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}},
+                            "content_block_delta"))
+    ev.append(sse_event({"type": "content_block_stop", "index": 0}, "content_block_stop"))
+    ev.append(sse_event({"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", "id": "toolu_S",
+                         "name": "echo", "input": {}}}, "content_block_start"))
+    arg = json.dumps({"text": " ".join([secret] * 3)})  # the JSON text of the arguments
+    esc = json.dumps(secret)[1:-1]
+    i = arg.index(esc)
+    pieces = [arg[:i]]
+    # the escaped secret cut at every position of its escaped form, three times over
+    for k in (3, len(esc) // 2, len(esc) - 2):
+        pieces += [esc[:k], esc[k:] + " "]
+    pieces[-1] = pieces[-1][:-1]
+    pieces.append(arg[i + 3 * len(esc) + 2:])
+    assert "".join(pieces) == arg, ("".join(pieces), arg)
+    for p in pieces:
+        ev.append(sse_event({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta",
+                             "partial_json": p}}, "content_block_delta"))
+    ev.append(sse_event({"type": "content_block_stop", "index": 1}, "content_block_stop"))
+    ev.append(sse_event({"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+                         "usage": {"output_tokens": 9}}, "message_delta"))
+    ev.append(sse_event({"type": "message_stop"}, "message_stop"))
+    return "".join(ev)
+
+
+def openai_split_stream(secret):
+    def chunk(delta, finish=None):
+        return sse_event({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                          "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+    ev = [chunk({"role": "assistant", "content": "key: "})]
+    for piece in split_everywhere(secret, " | "):
+        ev.append(chunk({"content": piece}))
+    esc = json.dumps(secret)[1:-1]
+    ev.append(chunk({"tool_calls": [{"index": 0, "id": "call_s", "type": "function",
+                                     "function": {"name": "echo", "arguments": '{"text": "'}}]}))
+    for k in range(1, len(esc)):  # every cut of the escaped form, in argument deltas
+        for p in (esc[:k], esc[k:] + " "):
+            ev.append(chunk({"tool_calls": [{"index": 0, "function": {"arguments": p}}]}))
+    ev.append(chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"}'}}]}))
+    # arguments that are not valid JSON reach the transcript as text (invalid_input)
+    ev.append(chunk({"tool_calls": [{"index": 1, "id": "call_bad", "type": "function",
+                                     "function": {"name": "echo", "arguments": '{"text": "' + esc[:5]}}]}))
+    ev.append(chunk({"tool_calls": [{"index": 1, "function": {"arguments": esc[5:] + '" oops}'}}]}))
+    ev.append(chunk({}, "tool_calls"))
+    ev.append("data: " + json.dumps({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                                     "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 5}}) + "\n\n")
+    ev.append("data: [DONE]\n\n")
+    return "".join(ev)
+
+
+class SecretRedactionTest(unittest.TestCase):
+    """A secret split across streamed deltas (text and tool arguments, at every byte boundary,
+    JSON-escaped) and echoed back by a tool never reaches the transcript, the output, or
+    `seer transcript view`; the deltas still add up to the (redacted) message text."""
+
+    setUp = HarnessCase.setUp
+    tearDown = HarnessCase.tearDown
+    agent = HarnessCase.agent
+
+    def check_clean(self, secret):
+        esc = json.dumps(secret)[1:-1]
+        for form in (secret, esc):
+            self.assertNotIn(form, self.text)
+            self.assertNotIn(form, self.proc.stdout + self.proc.stderr)
+        # nothing of it longer than a few bytes either: no delta kept a piece of it whole
+        rest = self.text.replace(esc, "")
+        for k in range(12, len(secret)):
+            for i in range(0, len(secret) - k + 1):
+                self.assertFalse(secret[i:i + k] in rest, f"a {k}-byte piece of the secret is in the transcript")
+        view = seertest.run(["transcript", "view", self.transcript, "--full"], cwd=self.dir,
+                            timeout=30, MY_LAB_TOKEN=secret)
+        self.assertEqual(view.returncode, 0, view.stderr)
+        self.assertNotIn(secret, view.stdout)
+        self.assertIn("[REDACTED]", view.stdout)
+
+    def deltas_match(self):
+        deltas = "".join(e["text"] for e in self.events if e["type"] == "text_delta")
+        texts = [b["text"] for e in self.events if e["type"] == "assistant"
+                 for b in e["message"]["content"] if b["type"] == "text"]
+        self.assertEqual(deltas, texts[0] + "".join(texts[1:]))
+        self.assertEqual(texts[0].count("[REDACTED]"), len(SPLIT_SECRET) - 1)
+
+    def write(self, name, text):
+        path = os.path.join(self.dir, name)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def test_anthropic_split_deltas(self):
+        sse = self.write("split.sse", anthropic_split_stream(SPLIT_SECRET))
+        for chunk in (None, 7):  # whole events, and events cut across reads
+            r = {"sse": sse}
+            if chunk:
+                r["chunk"] = chunk
+            self.transcript = os.path.join(self.dir, f"t{chunk}.jsonl")
+            self.agent([r, {"sse": "anthropic_final.sse"}], {"mcp": True, "secrets": ["MY_LAB_TOKEN"],
+                                                             "transcript": self.transcript},
+                       env={"MY_LAB_TOKEN": SPLIT_SECRET})
+            self.check_clean(SPLIT_SECRET)
+            self.deltas_match()
+            res = [e for e in self.events if e["type"] == "tool_result"][0]
+            self.assertEqual(res["content"][0]["text"], " ".join(["[REDACTED]"] * 3))
+            call = [e for e in self.events if e["type"] == "tool_call"][0]
+            self.assertEqual(call["input"], {"text": " ".join(["[REDACTED]"] * 3)})
+            # the provider got the real text back (the model saw it); only disk is redacted
+            sent = json.dumps(self.fake.requests[1]["body"])
+            self.assertIn(json.dumps(SPLIT_SECRET)[1:-1], sent)
+            self.fake.stop()
+
+    def test_openai_split_deltas(self):
+        sse = self.write("split.sse", openai_split_stream(SPLIT_SECRET))
+        self.transcript = os.path.join(self.dir, "t.jsonl")
+        self.agent([{"sse": sse, "chunk": 5}, {"sse": "openai_final.sse"}],
+                   {"mcp": True, "provider": "openai", "model": "m", "base_url": "FAKE", "prompt": "sys",
+                    "secrets": ["MY_LAB_TOKEN"]}, env={"OPENAI_API_KEY": None, "MY_LAB_TOKEN": SPLIT_SECRET})
+        self.check_clean(SPLIT_SECRET)
+        self.deltas_match()
+        calls = {e["id"]: e for e in self.events if e["type"] == "tool_call"}
+        self.assertNotIn(SPLIT_SECRET, calls["call_s"]["input"]["text"])
+        self.assertIn("[REDACTED]", calls["call_bad"]["invalid_input"])
+
+    def test_control_without_the_secret_declared(self):
+        # The same stream with the secret not declared: it lands in the transcript, so the
+        # probe above would see a leak if redaction did not happen.
+        sse = self.write("split.sse", anthropic_split_stream(SPLIT_SECRET))
+        self.agent([{"sse": sse}, {"sse": "anthropic_final.sse"}], {"mcp": True})
+        self.assertIn(json.dumps(SPLIT_SECRET)[1:-1], self.text)
+
+    def test_secret_in_base_url_and_error(self):
+        # A key in the base URL's query reaches error messages that quote the URL.
+        self.agent([{"status": 400, "json": {"type": "error", "error": {"type": "invalid_request_error",
+                     "message": "bad key in https://x/?key=url-secret-777777"}}}],
+                   {"provider": "openai", "model": "m", "base_url": "FAKE_KEYED", "prompt": "sys", "max_retries": 0},
+                   env={"OPENAI_API_KEY": None}, check=False)
+        self.assertNotIn("url-secret-777777", self.text)
+        self.assertNotIn("url-secret-777777", self.proc.stdout + self.proc.stderr)
 
 
 if __name__ == "__main__":

@@ -690,7 +690,15 @@ function M.serve(opts)
   self.output_dir = core.realpath(opts.output_dir) or opts.output_dir
   self.runtime_dir = process.mkdtemp("/tmp/seer-notebook-")
   self.api = net.socket("router", self.key)
-  self.endpoint = self.api:bind(("tcp://%s:*"):format(opts.host))
+  -- On a loopback host the request socket is a unix socket in the 0700 runtime folder, not a
+  -- TCP port: ZMQ reads (and buffers) whole frames from any peer before a signature can be
+  -- checked, so a TCP port would let any local process (another user, a sandbox with
+  -- network = "host") make this server hold gigabytes. Only this user reaches the folder.
+  -- A server for other machines (--host 0.0.0.0 or an address) keeps TCP (docs/live_view.md).
+  local loopback = opts.host == "127.0.0.1" or opts.host == "localhost" or opts.host == "::1"
+  local ipc = "ipc://" .. self.runtime_dir .. "/api.sock"
+  if loopback and #ipc - 6 <= 100 then self.endpoint = self.api:bind(ipc)
+  else self.endpoint = self.api:bind(("tcp://%s:*"):format(opts.host)) end
   local ok, http = pcall(require, "seer.core.http")
   if ok then
     self.http = http.serve{ host = opts.host, port = opts.port, token = self.token,

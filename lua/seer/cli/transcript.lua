@@ -44,7 +44,20 @@ local function usage_line(u, cost)
 end
 
 function M.view(path, full, out)
-  out = out or io.stdout
+  -- The whole view is built first and redacted once: a secret split across deltas (or an old
+  -- transcript written before it was declared) is whole only in the assembled text.
+  local real_out = out or io.stdout
+  local parts = {}
+  out = { write = function(self, ...) for _, s in ipairs({ ... }) do parts[#parts + 1] = tostring(s) end return self end }
+  local bad = M._view(path, full, out)
+  local text = table.concat(parts)
+  local secrets = require("seer.harness").environment_secrets()
+  if #secrets > 0 then text = require("seer.core.harness").redact(text, secrets) end
+  real_out:write(text)
+  return bad
+end
+
+function M._view(path, full, out)
   local f, why = io.open(path, "r")
   if not f then
     io.stderr:write(("seer transcript: cannot read %s (%s)\n"):format(path, why))

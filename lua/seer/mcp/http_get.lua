@@ -47,13 +47,20 @@ local function errno_msg(e)
   return ffi.string(C.strerror(e or ffi.errno()))
 end
 
+-- A URL for an error message: its query (which holds the token) left out, so an error that
+-- ends up in a tool result or a log does not carry the secret.
+local function shown(url)
+  local base = url:match("^([^?#]*)") or url
+  return base .. (#base < #url and "?..." or "")
+end
+
 ---Splits an http URL into host, port and path (with its query).
 ---@param url string
 ---@return string|nil host, integer|string port_or_error, string|nil path
 function M.parse_url(url)
   if type(url) ~= "string" then return nil, "the URL must be a string" end
   local scheme, rest = url:match("^(%a[%w+.-]*)://(.*)$")
-  if not scheme then return nil, ("%q is not a URL (expected http://HOST:PORT/...)"):format(url) end
+  if not scheme then return nil, ("%q is not a URL (expected http://HOST:PORT/...)"):format(shown(url)) end
   if scheme:lower() ~= "http" then
     return nil, ("%s URLs are not supported here (only http://, as the notebook server serves)"):format(scheme)
   end
@@ -63,9 +70,9 @@ function M.parse_url(url)
   authority = authority:gsub("^.*@", "")
   local host, port = authority:match("^%[([^%]]+)%]:?(%d*)$")
   if not host then host, port = authority:match("^([^:]+):?(%d*)$") end
-  if not host or host == "" then return nil, ("%q has no host"):format(url) end
+  if not host or host == "" then return nil, ("%q has no host"):format(shown(url)) end
   port = tonumber(port ~= "" and port or "80")
-  if not port or port < 1 or port > 65535 then return nil, ("%q has an invalid port"):format(url) end
+  if not port or port < 1 or port > 65535 then return nil, ("%q has an invalid port"):format(shown(url)) end
   return host, port, path
 end
 

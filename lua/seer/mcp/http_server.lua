@@ -31,18 +31,25 @@ end
 
 ---Serves srv over streamable HTTP until the process is stopped.
 ---@param srv table a seer.mcp.server with its tools
----@param opts {host?: string, port?: integer, token?: string, allow_origins?: string[]}
+---@param opts {host?: string, port?: integer, token?: string, allow_origins?: string[]} token: at least 16 characters; nil generates one and logs it
 function M.serve(srv, opts)
   opts = opts or {}
   local mcphttp = require "seer.core.mcphttp"
   local host = opts.host or "127.0.0.1"
-  local h = mcphttp.serve{ host = host, port = opts.port or 0, max_body = server.MAX_LINE }
-  local port = h.port
   local token = opts.token
+  local generated = not token
+  if generated then token = net.new_key():sub(1, 48) end
+  if type(token) ~= "string" or #token < 16 then
+    error(("seer mcp --http: the token must be at least 16 characters (got %d); leave --token out to get a random one")
+      :format(type(token) == "string" and #token or 0), 0)
+  end
+  -- The token goes to C too: a gate there answers requests without it before they cost a
+  -- thread or a place in the queue (docs/mcp.md, "HTTP: limits").
+  local h = mcphttp.serve{ host = host, port = opts.port or 0, max_body = server.MAX_LINE, token = token }
+  local port = h.port
   local hosthdr = host:find(":", 1, true) and ("[" .. host .. "]") or host
   srv:log("serving MCP (streamable HTTP) at http://%s:%d/mcp", hosthdr, port)
-  if not token then
-    token = net.new_key():sub(1, 48)
+  if generated then
     srv:log("bearer token (send 'Authorization: Bearer <token>'): %s", token)
   end
   if host ~= "127.0.0.1" and host ~= "localhost" and host ~= "::1" then
