@@ -73,6 +73,11 @@ int seer_decoder_bind(seer_model_t *m, const seer_decoder_opts_t *o, seer_err_t 
         W(&l->gate, I, D, 0, "model.layers.%d.mlp.gate_proj.weight", i);
         W(&l->up, I, D, 0, "model.layers.%d.mlp.up_proj.weight", i);
         W(&l->down, D, I, 0, "model.layers.%d.mlp.down_proj.weight", i);
+        if (o->mlp_bias) {
+            W(&l->gate_bias, I, 0, 0, "model.layers.%d.mlp.gate_proj.bias", i);
+            W(&l->up_bias, I, 0, 0, "model.layers.%d.mlp.up_proj.bias", i);
+            W(&l->down_bias, D, 0, 0, "model.layers.%d.mlp.down_proj.bias", i);
+        }
     }
 #undef W
     if (c->tie_word_embeddings && !m->lm_head.data) m->lm_head = m->embed;
@@ -142,7 +147,8 @@ int seer_decoder_qwen_windows(seer_model_t *m, int *window, seer_err_t *err) {
 }
 
 static int llama_bind(seer_model_t *m, seer_err_t *err) {
-    seer_decoder_opts_t o = {.qkv_bias = m->cfg.attention_bias, .o_bias = m->cfg.attention_bias};
+    seer_decoder_opts_t o = {.qkv_bias = m->cfg.attention_bias, .o_bias = m->cfg.attention_bias,
+                             .mlp_bias = m->cfg.mlp_bias};
     return seer_decoder_bind(m, &o, err);
 }
 
@@ -226,12 +232,12 @@ int seer_decoder_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *to
 
         seer_k_rmsnorm(xb, x, n, D, &L->mlp_norm, c->rms_norm_eps, 0);
         SEER_HOOK_ROWS(SEER_HP_LN2, l, xb, D);
-        seer_k_linear(m->pool, h1, xb, n, &L->gate, NULL);
-        seer_k_linear(m->pool, h2, xb, n, &L->up, NULL);
+        seer_k_linear(m->pool, h1, xb, n, &L->gate, &L->gate_bias);
+        seer_k_linear(m->pool, h2, xb, n, &L->up, &L->up_bias);
         SEER_HOOK_ROWS(SEER_HP_MLP_PRE, l, h1, I);
         seer_k_silu_mul(h1, h2, nf * I);
         SEER_HOOK_ROWS(SEER_HP_MLP_POST, l, h1, I);
-        seer_k_linear(m->pool, xb, h1, n, &L->down, NULL);
+        seer_k_linear(m->pool, xb, h1, n, &L->down, &L->down_bias);
         SEER_HOOK_ROWS(SEER_HP_MLP_OUT, l, xb, D);
         for (size_t i = 0; i < nf * D; i++) x[i] += xb[i];
         SEER_HOOK_ROWS(SEER_HP_RESID_POST, l, x, D);
@@ -248,6 +254,10 @@ int seer_decoder_describe(seer_model_t *m, seer_gpu_desc_t *d, seer_err_t *err) 
     const seer_model_config_t *c = &m->cfg;
     const decoder_state *st = m->arch_state;
     memset(d, 0, sizeof *d);
+    /* The GPU decoder has no MLP biases: refuse rather than drop them. */
+    if (st->o.mlp_bias)
+        return seer_err_set(err, SEER_EINVAL, "%s: \"mlp_bias\": true is not supported on the GPU yet; load it on the CPU",
+                            m->dir);
     d->layers = calloc((size_t)c->num_layers, sizeof *d->layers);
     d->own = calloc((size_t)c->head_dim / 2 + 1, sizeof(float));
     if (!d->layers || !d->own) return seer_err_set(err, SEER_ENOMEM, "out of memory");

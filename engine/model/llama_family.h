@@ -10,6 +10,7 @@
 typedef struct seer_decoder_opts {
     int qkv_bias; /* q_proj/k_proj/v_proj have biases */
     int o_bias;   /* o_proj has a bias */
+    int mlp_bias; /* gate_proj/up_proj/down_proj have biases (Llama's "mlp_bias") */
     int qk_norm;  /* Qwen3: RMSNorm over each head of q and k (weights [head_dim]) before RoPE */
     /* Per-layer sliding window (num_layers entries; 0: full causal attention), or NULL for full
      * attention everywhere. A query at position p sees keys k with p - k < window, as

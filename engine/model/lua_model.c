@@ -63,7 +63,7 @@ static int l_load(lua_State *L) {
     lua_setmetatable(L, -2);
     seer_err_t err;
     seer_model_opts_t o = {.threads = threads, .hidden = lua_toboolean(L, 3), .device = luaL_optstring(L, 4, "cpu"),
-                           .progress = -1};
+                           .progress = -1, .fast_bf16 = lua_toboolean(L, 5)};
     if (seer_model_load(&u->m, path, &o, &err) < 0) return luaL_error(L, "%s", err.msg);
     return 1;
 }

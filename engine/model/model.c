@@ -191,6 +191,7 @@ int seer_model_load(seer_model_t **out, const char *dir, const seer_model_opts_t
     if (!m) return seer_err_set(err, SEER_ENOMEM, "out of memory");
     snprintf(m->dir, sizeof m->dir, "%s", dir);
     m->hidden = opts && opts->hidden;
+    m->fast_bf16 = opts && opts->fast_bf16;
     int rc = seer_model_parse_config(&m->cfg, dir, err);
     if (rc < 0) goto fail;
     char cpath[PATH_MAX];
@@ -297,8 +298,11 @@ int seer_model_forward_hooked(seer_model_t *m, seer_kv_cache_t *c, const int32_t
      * seer_fwd_attention, between layers) instead of running to the end. */
     if (seer_host_interrupted()) return seer_err_set(err, SEER_EINTR, "interrupted");
     int start = c->len;
+    int saved_fast = seer_k_fast_bf16; /* a hook may run another model's forward inside this one */
+    seer_k_fast_bf16 = m->fast_bf16;
     rc = m->gpu ? seer_gpu_forward(m, c, tokens, n, logits, all_logits, hidden, hk, NULL, err)
                     : m->arch->forward(m, c, tokens, n, logits, all_logits, hidden, hk, err);
+    seer_k_fast_bf16 = saved_fast;
     /* A failed pass (a hook raised) must not leave half-written entries counted in the cache. */
     if (rc < 0) c->len = start;
     return rc;

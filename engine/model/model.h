@@ -55,6 +55,10 @@ typedef struct seer_model_opts {
      * line on stderr says why (once per process) and the model runs on the CPU. */
     const char *device;
     int progress; /* upload progress bar: < 0 when stderr is a terminal (the default 0 = never) */
+    /* 0 (precision = "exact", the default): bf16 weights meet f32 activations without rounding
+     * them (AMX splits them into three exact bf16 pieces). 1 ("fast"): AMX prefill rounds the
+     * activations to bf16, as torch's bf16 matmul does (docs/model.md has the error and speed). */
+    int fast_bf16;
 } seer_model_opts_t;
 
 /* Loads a model directory (config.json, model.safetensors or model.safetensors.index.json +

@@ -26,6 +26,7 @@ static inline const seer_weight_t *seer_weight_or_null(const seer_weight_t *w) {
 typedef struct seer_layer_weights {
     seer_weight_t attn_norm, q, k, v, o, q_bias, k_bias, v_bias, o_bias;
     seer_weight_t mlp_norm, gate, up, down;
+    seer_weight_t gate_bias, up_bias, down_bias; /* Llama's mlp_bias; unbound (NULL data) otherwise */
 } seer_layer_weights_t;
 
 #define SEER_MODEL_MAX_SHARDS 256
@@ -70,6 +71,7 @@ struct seer_model {
     void *lora_state;
     void (*lora_free)(void *lora_state);
     int hidden;         /* seer_model_opts_t.hidden */
+    int fast_bf16;      /* seer_model_opts_t.fast_bf16 */
     unsigned hook_mask; /* SEER_HP_BIT set of the points this model has (bind may change it) */
     struct seer_gpu_model *gpu; /* the model's copy on a CUDA device (gpu_model.c); NULL: CPU */
 };
@@ -105,6 +107,9 @@ cJSON *seer_model_read_json(const char *path, seer_err_t *err);
 char *seer_model_read_text(const char *path, size_t *len, seer_err_t *err);
 
 /* ---- kernels (kernels.c) ---- */
+/* Set for the duration of a forward pass of a model loaded with precision = "fast" (on the
+ * calling thread, which is where seer_k_linear_amx packs the activations). */
+extern _Thread_local int seer_k_fast_bf16;
 /* Below about this many multiply-adds a pool task is not worth waking a worker for (tiny models
  * run fastest on one thread); every kernel sizes its chunks with it. */
 #define SEER_PAR_WORK (1u << 18)
@@ -163,7 +168,8 @@ int seer_k_have_amx(void);
 /* v[i] = exp(v[i] - mx) for i < n, returning the sum (vectorized, kernels_x86.c). */
 float seer_k_exp_sub_sum(float *v, int n, float mx);
 /* seer_k_rmsnorm on AVX-512; 0 when not available (then the portable loop runs). */
-/* y = x W^T (+ bias) for bf16 W on AMX tiles, x split into two bf16 halves (kernels_x86.c); 0 when
+/* y = x W^T (+ bias) for bf16 W on AMX tiles, x split exactly into three bf16 pieces (one, rounded,
+ * when seer_k_fast_bf16) (kernels_x86.c); 0 when
  * it does not apply (no AMX, other dtypes, cols not a multiple of 32, n < 16, out of memory). */
 int seer_k_linear_amx(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias);
 int seer_k_rmsnorm_fast(float *y, const float *x, int n, int d, const seer_weight_t *w, float eps, int one_plus);
