@@ -46,5 +46,6 @@ for _, name in ipairs(names) do
     end
     local d = max_abs_diff(logits, golden.logits)
     T.ok(d <= 1e-4, ("%s: logits differ by %g"):format(name, d))
+    if os.getenv("SEER_PARITY_VERBOSE") then io.stderr:write(("parity %-22s logits max abs diff %.3g\n"):format(name, d)) end
   end)
 end

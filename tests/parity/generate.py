@@ -42,7 +42,29 @@ MODELS = {
                           activation_function="gelu_new")),
     "gpt_neox": ("gpt_neox", dict(rotary_pct=0.5, use_parallel_residual=True, hidden_act="gelu",
                                   num_key_value_heads=6)),
+    # Llama's mlp_bias (gate/up/down biases), which seer once ignored without a word.
+    "llama_mlp_bias": ("llama", dict(mlp_bias=True, attention_bias=True, tie_word_embeddings=False)),
+    # Gemma 3 stores attn_logit_softcapping but transformers does not apply it; the final cap is.
+    "gemma3_softcap": ("gemma3_text", dict(sliding_window=5, query_pre_attn_scalar=10, attn_logit_softcapping=5.0,
+                                           final_logit_softcapping=3.0,
+                                           layer_types=["sliding_attention", "full_attention", "sliding_attention"])),
 }
+
+# bf16 checkpoints: the same configurations with widths that are multiples of 32 (so prefill goes
+# through the AMX kernel where the CPU has one), weights rounded to bf16 and saved in bf16; the
+# goldens are transformers' fp32 forward on those rounded weights, so the bar (1e-4) measures
+# seer's bf16-weight arithmetic, not the rounding of the weights.
+BF16_WIDTHS = dict(hidden_size=64, intermediate_size=128, head_dim=16, num_attention_heads=4, num_key_value_heads=2)
+BF16 = ["llama", "llama_tied_bias", "llama_mlp_bias", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3",
+        "gpt2", "gpt_neox"]
+for _name in BF16:
+    _mt, _ov = MODELS[_name]
+    _ov = dict(_ov, **BF16_WIDTHS)
+    if _mt == "gpt2":
+        _ov = dict(MODELS[_name][1], n_embd=64, n_inner=128, n_head=4)
+    elif _mt == "gpt_neox":
+        _ov = dict(MODELS[_name][1], hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=4)
+    MODELS[_name + "_bf16"] = (_mt, dict(_ov, _bf16=True))
 
 
 def config_for(model_type, overrides):
@@ -81,13 +103,22 @@ def layers_of(model):
 
 def generate(name, out_dir):
     model_type, overrides = MODELS[name]
+    overrides = dict(overrides)
+    bf16 = overrides.pop("_bf16", False)
     torch.manual_seed(0)
     config = config_for(model_type, overrides)
     model = AutoModelForCausalLM.from_config(config, attn_implementation="eager", dtype=torch.float32).eval()
     randomize(model, seed=sum(map(ord, name)))
     d = os.path.join(out_dir, name)
     os.makedirs(d, exist_ok=True)
-    model.save_pretrained(d, safe_serialization=True)
+    if bf16:
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(p.to(torch.bfloat16).to(torch.float32))
+        # a copy: casting the model itself would round its buffers too (RoPE's inv_freq)
+        __import__("copy").deepcopy(model).to(torch.bfloat16).save_pretrained(d, safe_serialization=True)
+    else:
+        model.save_pretrained(d, safe_serialization=True)
     g = torch.Generator().manual_seed(1)
     tokens = torch.randint(3, config.vocab_size, (1, SEQ), generator=g)
     tokens[0, 0] = 1
@@ -116,7 +147,7 @@ def generate(name, out_dir):
 
 
 def main():
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    args = [a for i, a in enumerate(sys.argv[1:]) if not a.startswith("--") and sys.argv[i] != "--only"]
     out_dir = args[0] if args else os.path.join(os.path.dirname(os.path.abspath(__file__)), "models")
     only = None
     if "--only" in sys.argv:
