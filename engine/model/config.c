@@ -72,6 +72,54 @@ cJSON *seer_model_read_json(const char *path, seer_err_t *err) {
     return j;
 }
 
+/* A Gemma 3 multimodal config (model_type "gemma3", the text model's fields in "text_config")
+ * as the gemma3_text config of its language model: text_config, with the top-level fields it
+ * lacks (eos_token_id...) and the Gemma3TextConfig defaults that transformers leaves out of a
+ * nested config when they equal the default (google/gemma-3-*-it omit vocab_size, heads...). */
+static cJSON *flatten_gemma3(cJSON *j) {
+    static const char *const defaults[][2] = {
+        {"vocab_size", "262208"},          {"hidden_size", "2304"},       {"intermediate_size", "9216"},
+        {"num_hidden_layers", "26"},       {"num_attention_heads", "8"}, {"num_key_value_heads", "4"},
+        {"head_dim", "256"},               {"max_position_embeddings", "131072"}, {"rms_norm_eps", "1e-6"},
+        {"query_pre_attn_scalar", "256"},  {"sliding_window", "4096"},   {"hidden_activation", "\"gelu_pytorch_tanh\""},
+    };
+    cJSON *tc = cJSON_DetachItemFromObjectCaseSensitive(j, "text_config");
+    cJSON *e;
+    cJSON_ArrayForEach(e, j) {
+        if (strcmp(e->string, "vision_config") == 0 || strcmp(e->string, "model_type") == 0) continue;
+        if (!cJSON_GetObjectItemCaseSensitive(tc, e->string)) cJSON_AddItemToObject(tc, e->string, cJSON_Duplicate(e, 1));
+    }
+    for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)
+        if (!cJSON_GetObjectItemCaseSensitive(tc, defaults[i][0]))
+            cJSON_AddItemToObject(tc, defaults[i][0], cJSON_Parse(defaults[i][1]));
+    cJSON_DeleteItemFromObjectCaseSensitive(tc, "model_type");
+    cJSON_AddStringToObject(tc, "model_type", "gemma3_text");
+    /* the vision tower's config stays out of the text model's, but the field check sees it */
+    cJSON *vc = cJSON_DetachItemFromObjectCaseSensitive(j, "vision_config");
+    if (vc) cJSON_AddItemToObject(tc, "vision_config", vc);
+    cJSON_AddItemToObject(tc, "text_config", cJSON_CreateString("(flattened)"));
+    cJSON_Delete(j);
+    return tc;
+}
+
+cJSON *seer_model_read_config(const char *path, int *multimodal, seer_err_t *err) {
+    cJSON *j = seer_model_read_json(path, err);
+    if (multimodal) *multimodal = 0;
+    if (!j) return NULL;
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(j, "model_type");
+    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(j, "text_config");
+    if (cJSON_IsString(mt) && strcmp(mt->valuestring, "gemma3") == 0) {
+        if (!cJSON_IsObject(tc)) {
+            seer_err_set(err, SEER_EPARSE, "%s: model_type \"gemma3\" without a \"text_config\" object", path);
+            cJSON_Delete(j);
+            return NULL;
+        }
+        if (multimodal) *multimodal = 1;
+        return flatten_gemma3(j);
+    }
+    return j;
+}
+
 /* Reads an integer field; required fields fail with a message naming them. */
 static int get_int(const cJSON *o, const char *key, int *out, int required, int min, int max, const char *path,
                    seer_err_t *err) {
@@ -130,7 +178,7 @@ int seer_model_parse_config(seer_model_config_t *c, const char *dir, seer_err_t 
     if (strlen(dir) > 4096) return seer_err_set(err, SEER_EINVAL, "model path too long");
     snprintf(path, sizeof path, "%s/config.json", dir);
     memset(c, 0, sizeof *c);
-    cJSON *j = seer_model_read_json(path, err);
+    cJSON *j = seer_model_read_config(path, NULL, err);
     if (!j) return err ? err->code : SEER_EPARSE;
     int rc = 0;
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(j, "model_type");

@@ -24,6 +24,8 @@ const char *seer_model_supported(void) {
         size_t o = 0;
         for (size_t i = 0; i < NARCHS; i++)
             if (archs[i]) o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", o ? ", " : "", archs[i]->model_type);
+        /* a Gemma 3 multimodal config loads as its text model (config.c flattens it) */
+        if (&seer_arch_gemma3) snprintf(list + o, sizeof list - o, ", gemma3");
     }
     return list;
 }
@@ -101,11 +103,52 @@ static int open_weights(seer_model_t *m, seer_err_t *err) {
     return open_shard(m, "model.safetensors", err);
 }
 
+static const seer_st_entry_t *find_tensor(seer_model_t *m, const char *name) {
+    const seer_st_entry_t *e = NULL;
+    for (int i = 0; i < m->nfiles && !e; i++) e = seer_st_find(m->files[i], name);
+    return e;
+}
+
+/* A Gemma 3 multimodal checkpoint keeps its language model under a prefix: transformers 5 saves
+ * model.language_model.* and lm_head.*, the checkpoints on the hub (transformers 4) have
+ * language_model.model.* and language_model.lm_head.*. The vision tower and projector are
+ * skipped, and one line says so. */
+static int multimodal_prefixes(seer_model_t *m, seer_err_t *err) {
+    if (find_tensor(m, "model.language_model.embed_tokens.weight")) {
+        snprintf(m->model_prefix, sizeof m->model_prefix, "model.language_model.");
+        snprintf(m->head_prefix, sizeof m->head_prefix, "lm_head.");
+    } else if (find_tensor(m, "language_model.model.embed_tokens.weight")) {
+        snprintf(m->model_prefix, sizeof m->model_prefix, "language_model.model.");
+        snprintf(m->head_prefix, sizeof m->head_prefix, "language_model.lm_head.");
+    } else {
+        return seer_err_set(err, SEER_EPARSE,
+                            "%s: a Gemma 3 multimodal config, but the checkpoint has neither "
+                            "model.language_model.embed_tokens.weight nor language_model.model.embed_tokens.weight",
+                            m->dir);
+    }
+    size_t skipped = 0, ml = strlen(m->model_prefix), hl = strlen(m->head_prefix);
+    for (int i = 0; i < m->nfiles; i++)
+        for (size_t k = 0; k < seer_st_count(m->files[i]); k++) {
+            const char *n = seer_st_entry(m->files[i], k)->name;
+            if (strncmp(n, m->model_prefix, ml) != 0 && strncmp(n, m->head_prefix, hl) != 0) skipped++;
+        }
+    fprintf(stderr, "seer: a Gemma 3 multimodal checkpoint: loading its text model (%s*); the vision tower and "
+            "projector (%zu tensors) are skipped\n", m->model_prefix, skipped);
+    return 0;
+}
+
 int seer_model_weight(seer_model_t *m, seer_weight_t *w, const char *name, int64_t rows, int64_t cols, int optional,
                       char **missing, seer_err_t *err) {
     memset(w, 0, sizeof *w);
-    const seer_st_entry_t *e = NULL;
-    for (int i = 0; i < m->nfiles && !e; i++) e = seer_st_find(m->files[i], name);
+    char mapped[512];
+    if (m->model_prefix[0] && strncmp(name, "model.", 6) == 0) {
+        snprintf(mapped, sizeof mapped, "%s%s", m->model_prefix, name + 6);
+        name = mapped;
+    } else if (m->head_prefix[0] && strncmp(name, "lm_head.", 8) == 0) {
+        snprintf(mapped, sizeof mapped, "%s%s", m->head_prefix, name + 8);
+        name = mapped;
+    }
+    const seer_st_entry_t *e = find_tensor(m, name);
     if (!e) {
         if (optional) return 0;
         size_t old = *missing ? strlen(*missing) : 0;
@@ -196,7 +239,8 @@ int seer_model_load(seer_model_t **out, const char *dir, const seer_model_opts_t
     if (rc < 0) goto fail;
     char cpath[PATH_MAX];
     if ((rc = join_path(cpath, sizeof cpath, dir, "config.json", err)) < 0) goto fail;
-    if (!(m->config_json = seer_model_read_json(cpath, err))) {
+    int multimodal = 0;
+    if (!(m->config_json = seer_model_read_config(cpath, &multimodal, err))) {
         rc = err ? err->code : SEER_EPARSE;
         goto fail;
     }
@@ -206,7 +250,9 @@ int seer_model_load(seer_model_t **out, const char *dir, const seer_model_opts_t
                           m->cfg.model_type, seer_model_supported());
         goto fail;
     }
+    if ((rc = seer_model_check_fields(m, multimodal, err)) < 0) goto fail;
     if ((rc = open_weights(m, err)) < 0) goto fail;
+    if (multimodal && (rc = multimodal_prefixes(m, err)) < 0) goto fail;
     m->layers = calloc((size_t)m->cfg.num_layers, sizeof *m->layers);
     if (!m->layers) {
         rc = seer_err_set(err, SEER_ENOMEM, "out of memory");

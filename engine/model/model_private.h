@@ -72,6 +72,9 @@ struct seer_model {
     void (*lora_free)(void *lora_state);
     int hidden;         /* seer_model_opts_t.hidden */
     int fast_bf16;      /* seer_model_opts_t.fast_bf16 */
+    /* Weight names are looked up with "model." replaced by model_prefix and "lm_head." by
+     * head_prefix when those are set (a Gemma 3 multimodal checkpoint's language model). */
+    char model_prefix[48], head_prefix[48];
     unsigned hook_mask; /* SEER_HP_BIT set of the points this model has (bind may change it) */
     struct seer_gpu_model *gpu; /* the model's copy on a CUDA device (gpu_model.c); NULL: CPU */
 };
@@ -103,6 +106,20 @@ int seer_model_weight(struct seer_model *m, seer_weight_t *w, const char *name, 
     } while (0)
 
 int seer_model_parse_config(seer_model_config_t *c, const char *dir, seer_err_t *err);
+/* config.json parsed, a Gemma 3 multimodal config flattened to its text model's (gemma3_text)
+ * with *multimodal set. */
+cJSON *seer_model_read_config(const char *path, int *multimodal, seer_err_t *err);
+
+/* config_fields.c: every config.json field of m->config_json is known (used or inert) or, when
+ * it is refused, has an accepted value; a refused value fails naming the field, unknown fields
+ * get a one-line note on stderr. multimodal: the config was a Gemma 3 multimodal one. */
+typedef enum { SEER_FIELD_USED, SEER_FIELD_INERT, SEER_FIELD_REFUSED } seer_field_kind_t;
+int seer_model_check_fields(struct seer_model *m, int multimodal, seer_err_t *err);
+/* Calls fn for every field seer knows for model_type ("gemma3": the multimodal config); -1 for
+ * an unknown model_type. ok/bad/why are NULL unless the field is refused. */
+typedef void (*seer_field_visit_fn)(void *ud, const char *name, seer_field_kind_t kind, const char *ok,
+                                    const char *bad, const char *why);
+int seer_model_config_fields(const char *model_type, seer_field_visit_fn fn, void *ud);
 cJSON *seer_model_read_json(const char *path, seer_err_t *err);
 char *seer_model_read_text(const char *path, size_t *len, seer_err_t *err);
 

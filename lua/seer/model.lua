@@ -176,6 +176,19 @@ end
 ---@return string
 function M.supported() return core.supported() end
 
+---@class seer.ConfigField
+---@field kind "used"|"inert"|"refused" used by seer; cannot change an eval-mode forward pass; refused unless `ok`
+---@field ok? string the accepted values as JSON text, "|"-separated (refused fields)
+---@field bad? string a value that is refused (refused fields)
+---@field why? string what the refusal says
+
+---Every config.json field seer knows for a model_type ("gemma3": a Gemma 3 multimodal config),
+---classified. Fields outside it are named in a note on stderr at load; a refused field with a
+---value seer does not implement fails the load, naming the field.
+---@param model_type string
+---@return table<string, seer.ConfigField>|nil fields nil for a model_type seer does not support
+function M.config_fields(model_type) return core.config_fields(model_type) end
+
 ---@class seer.GpuDevice
 ---@field index integer the N of "cuda:N"
 ---@field name string

@@ -39,6 +39,7 @@ for _, name in ipairs(names) do
     local model = seer.model.load(dir .. "/" .. name, { tokenizer = false })
     local ids = golden.tokens:totable()
     local logits, hidden = model:forward(ids, { hidden_states = true })
+    if cfg.text_config then cfg = cfg.text_config end -- a multimodal config: its text model
     for i = 0, cfg.num_hidden_layers or cfg.n_layer do
       local want = golden["hidden." .. i]
       local d = max_abs_diff(hidden[i + 1], want)

@@ -44,6 +44,10 @@ MODELS = {
                                   num_key_value_heads=6)),
     # Llama's mlp_bias (gate/up/down biases), which seer once ignored without a word.
     "llama_mlp_bias": ("llama", dict(mlp_bias=True, attention_bias=True, tie_word_embeddings=False)),
+    # Gemma 3 multimodal checkpoints (model_type gemma3, text_config, weights under a language-model
+    # prefix, a vision tower seer skips): the goldens are the text model's.
+    "gemma3_multimodal": ("gemma3", dict()),
+    "gemma3_multimodal_v5names": ("gemma3", dict(_v5_names=True)),
     # Gemma 3 stores attn_logit_softcapping but transformers does not apply it; the final cap is.
     "gemma3_softcap": ("gemma3_text", dict(sliding_window=5, query_pre_attn_scalar=10, attn_logit_softcapping=5.0,
                                            final_logit_softcapping=3.0,
@@ -95,19 +99,39 @@ def randomize(model, seed):
 
 def layers_of(model):
     base = getattr(model, "model", None) or getattr(model, "transformer", None) or getattr(model, "gpt_neox", None)
+    base = getattr(base, "language_model", None) or base  # a multimodal model's text model
     for attr in ("layers", "h"):
         if hasattr(base, attr):
             return getattr(base, attr)
     raise RuntimeError("cannot find the decoder layers")
 
 
+def multimodal_gemma3_config():
+    """A Gemma 3 multimodal config (model_type gemma3) around the gemma3 parity text config, with
+    a one-layer SigLIP vision tower; saved, its text_config leaves out fields at their default."""
+    from transformers import Gemma3Config, SiglipVisionConfig
+    text = config_for("gemma3_text", MODELS["gemma3"][1])
+    vision = SiglipVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                image_size=28, patch_size=14)
+    return Gemma3Config(text_config=text.to_dict(), vision_config=vision.to_dict(), mm_tokens_per_image=4,
+                        eos_token_id=[2, 5])
+
+
 def generate(name, out_dir):
     model_type, overrides = MODELS[name]
     overrides = dict(overrides)
     bf16 = overrides.pop("_bf16", False)
+    v5_names = overrides.pop("_v5_names", False)
     torch.manual_seed(0)
-    config = config_for(model_type, overrides)
-    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager", dtype=torch.float32).eval()
+    if model_type == "gemma3":
+        from transformers import Gemma3ForConditionalGeneration
+        config = multimodal_gemma3_config()
+        model = Gemma3ForConditionalGeneration._from_config(config, attn_implementation="eager",
+                                                            dtype=torch.float32).eval()
+        config = config.text_config  # for vocab_size below
+    else:
+        config = config_for(model_type, overrides)
+        model = AutoModelForCausalLM.from_config(config, attn_implementation="eager", dtype=torch.float32).eval()
     randomize(model, seed=sum(map(ord, name)))
     d = os.path.join(out_dir, name)
     os.makedirs(d, exist_ok=True)
@@ -119,6 +143,22 @@ def generate(name, out_dir):
         __import__("copy").deepcopy(model).to(torch.bfloat16).save_pretrained(d, safe_serialization=True)
     else:
         model.save_pretrained(d, safe_serialization=True)
+    if v5_names:
+        # transformers 5 saves the hub layout (language_model.model.*, vision_tower.*, ...); this
+        # variant has the names of its modules instead (model.language_model.*, lm_head.*)
+        from safetensors.torch import load_file
+        f = os.path.join(d, "model.safetensors")
+        t = load_file(f)
+        ren = {}
+        for k, v in t.items():
+            if k.startswith("language_model.model."):
+                k = "model.language_model." + k[len("language_model.model."):]
+            elif k.startswith("language_model.lm_head."):
+                k = k[len("language_model."):]
+            else:
+                k = "model." + k
+            ren[k] = v.contiguous()
+        save_file(ren, f, metadata={"format": "pt"})
     g = torch.Generator().manual_seed(1)
     tokens = torch.randint(3, config.vocab_size, (1, SEQ), generator=g)
     tokens[0, 0] = 1
