@@ -204,3 +204,13 @@ clean:
 	rm -rf build seer
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+
+# The tokenizer differential fuzz test run live against Hugging Face's `tokenizers` (from make
+# bench-setup's .venv) with a fresh seed (SEED=N to repeat one): 5,000 new strings per
+# tokenizer.json, compared at once; make test uses the stored goldens (tests/parity/tokenizer_fuzz.json).
+.PHONY: tokenizer-fuzz
+tokenizer-fuzz: $(SEER_BIN)
+	@f=$$(mktemp /tmp/seer-tokfuzz.XXXXXX.json) && \
+	  .venv/bin/python tests/parity/tokenizer_fuzz.py "$$f" --seed $${SEED:-$$(date +%s)} && \
+	  SEER_TOKENIZER_FUZZ="$$f" ./$(SEER_BIN) tests/lua/run.lua tests/lua/test_tokenizer_fuzz.lua; \
+	  rc=$$?; rm -f "$$f"; exit $$rc
