@@ -1338,7 +1338,7 @@ static void norm_apply(const norm_t *n, pcre2_match_data *md, const char *s, siz
     case N_UNICODE: {
         char *o;
         size_t olen;
-        int rc = seer_unicode_normalize(s, len, n->form, &o, &olen);
+        int rc = seer_unicode_normalize_hf(s, len, n->form, &o, &olen);
         if (rc == -1) out->oom = 1;
         else if (rc) tk_buf_add(out, s, len); /* not UTF-8: left as is */
         else tk_buf_add(out, o, olen);
