@@ -268,9 +268,49 @@ int seer_model_parse_config(seer_model_config_t *c, const char *dir, seer_err_t 
         } else if (strcmp(type->valuestring, "linear") == 0) {
             c->rope_kind = SEER_ROPE_LINEAR;
             if ((rc = get_float(rs, "factor", &c->rope_factor, 1, path, err)) < 0) goto out;
+        } else if (strcmp(type->valuestring, "dynamic") == 0) {
+            c->rope_kind = SEER_ROPE_DYNAMIC;
+            if ((rc = get_float(rs, "factor", &c->rope_factor, 1, path, err)) < 0) goto out;
+        } else if (strcmp(type->valuestring, "yarn") == 0) {
+            /* transformers' _compute_yarn_parameters, its defaults included */
+            c->rope_kind = SEER_ROPE_YARN;
+            c->rope_factor = 0.f;
+            c->rope_beta_fast = 32.f;
+            c->rope_beta_slow = 1.f;
+            c->rope_truncate = 1;
+            float att = 0.f, mscale = 0.f, mscale_all = 0.f;
+            if ((rc = get_int(rs, "original_max_position_embeddings", &c->rope_original_max_position, 1, 1, 1 << 24,
+                              path, err)) < 0 ||
+                (rc = get_float(rs, "factor", &c->rope_factor, 0, path, err)) < 0 ||
+                (rc = get_float(rs, "attention_factor", &att, 0, path, err)) < 0 ||
+                (rc = get_float(rs, "mscale", &mscale, 0, path, err)) < 0 ||
+                (rc = get_float(rs, "mscale_all_dim", &mscale_all, 0, path, err)) < 0 ||
+                (rc = get_float(rs, "beta_fast", &c->rope_beta_fast, 0, path, err)) < 0 ||
+                (rc = get_float(rs, "beta_slow", &c->rope_beta_slow, 0, path, err)) < 0 ||
+                (rc = get_bool(rs, "truncate", &c->rope_truncate, path, err)) < 0)
+                goto out;
+            if (c->rope_beta_fast == 0.f) c->rope_beta_fast = 32.f; /* `or 32`, as transformers */
+            if (c->rope_beta_slow == 0.f) c->rope_beta_slow = 1.f;
+            if (c->rope_factor == 0.f) {
+                int mp = c->max_position_embeddings;
+                const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "max_position_embeddings");
+                if (cJSON_IsNumber(v)) mp = (int)v->valuedouble;
+                c->rope_factor = (float)((double)mp / c->rope_original_max_position);
+            }
+            double f = c->rope_factor;
+#define MSCALE(scale, ms) ((scale) <= 1 ? 1.0 : 0.1 * (ms) * log(scale) + 1.0)
+            if (att != 0.f) c->rope_attention_factor = att;
+            else if (mscale != 0.f && mscale_all != 0.f) c->rope_attention_factor = (float)(MSCALE(f, mscale) / MSCALE(f, mscale_all));
+            else c->rope_attention_factor = (float)MSCALE(f, 1.0);
+#undef MSCALE
         } else if (strcmp(type->valuestring, "default") != 0) {
-            rc = seer_err_set(err, SEER_EPARSE, "%s: rope_scaling type \"%s\" is not supported (supported: default, linear, llama3)",
+            rc = seer_err_set(err, SEER_EPARSE,
+                              "%s: rope_scaling type \"%s\" is not supported (supported: default, linear, llama3, yarn, dynamic)",
                               path, type->valuestring);
+            goto out;
+        }
+        if (c->rope_kind != SEER_ROPE_DEFAULT && !(c->rope_factor > 0.f)) {
+            rc = seer_err_set(err, SEER_EPARSE, "%s: rope scaling \"factor\" must be positive", path);
             goto out;
         }
     }

@@ -280,6 +280,9 @@ int seer_gemma_bind(seer_model_t *m, int version, seer_err_t *err) {
     else rc = parse_act(m, "hidden_activation", "gelu_pytorch_tanh", version, &s->act, err);
     if (rc < 0) return rc;
 
+    if (version < 3 && (c->rope_kind == SEER_ROPE_YARN || c->rope_kind == SEER_ROPE_DYNAMIC))
+        return seer_err_set(err, SEER_EPARSE, "%s/config.json: yarn and dynamic RoPE are not supported for gemma "
+                            "(supported: default, linear, llama3)", m->dir);
     if (version == 1) {
         for (int i = 0; i < c->num_layers; i++) s->layers[i].rope = ROPE_FULL;
     } else if ((rc = layer_types(m, s, err)) < 0) {

@@ -152,12 +152,41 @@ static int llama_bind(seer_model_t *m, seer_err_t *err) {
     return seer_decoder_bind(m, &o, err);
 }
 
-/* transformers' inverse frequencies for the configured rope scaling, in f32. */
-static void rope_inv_freq(const seer_model_config_t *c, float *inv) {
-    int half = c->head_dim / 2;
+/* transformers' inverse frequencies for the configured rope scaling, in f32, for a forward
+ * pass whose last position is seq_len - 1 (only dynamic NTK scaling depends on it). */
+static void rope_inv_freq(const seer_model_config_t *c, float *inv, int seq_len) {
+    int half = c->head_dim / 2, dim = c->head_dim;
+    double base = c->rope_theta;
+    if (c->rope_kind == SEER_ROPE_DYNAMIC) {
+        /* _compute_dynamic_ntk_parameters: the base grows once the sequence passes
+         * max_position_embeddings (transformers recomputes it as the sequence grows; seer per
+         * forward pass, from the positions it covers) */
+        double L = seq_len > c->max_position_embeddings ? seq_len : c->max_position_embeddings;
+        double f = c->rope_factor;
+        base = base * pow(f * L / c->max_position_embeddings - (f - 1.0), (double)dim / (dim - 2));
+    }
     for (int i = 0; i < half; i++) {
         float expo = (float)(2 * i) / (float)c->head_dim;
-        inv[i] = (float)(1.0 / pow((double)c->rope_theta, (double)expo));
+        inv[i] = (float)(1.0 / pow(base, (double)expo));
+    }
+    if (c->rope_kind == SEER_ROPE_YARN) {
+        /* _compute_yarn_parameters: extrapolated (plain) frequencies for the fast-rotating dims,
+         * interpolated (/ factor) ones for the slow, a linear ramp in between */
+        double orig = c->rope_original_max_position, b = c->rope_theta;
+        double lo = dim * log(orig / (c->rope_beta_fast * 2 * M_PI)) / (2 * log(b));
+        double hi = dim * log(orig / (c->rope_beta_slow * 2 * M_PI)) / (2 * log(b));
+        if (c->rope_truncate) lo = floor(lo), hi = ceil(hi);
+        if (lo < 0) lo = 0;
+        if (hi > dim - 1) hi = dim - 1;
+        if (lo == hi) hi += 0.001;
+        for (int i = 0; i < half; i++) {
+            float pos_freq = (float)pow(b, (double)((float)(2 * i) / (float)dim));
+            float extra = 1.0f / pos_freq, inter = 1.0f / (c->rope_factor * pos_freq);
+            float ramp = (float)(((float)i - (float)lo) / (float)(hi - lo));
+            ramp = ramp < 0.f ? 0.f : ramp > 1.f ? 1.f : ramp;
+            float ef = 1.0f - ramp;
+            inv[i] = inter * (1.0f - ef) + extra * ef;
+        }
     }
     if (c->rope_kind == SEER_ROPE_LINEAR) {
         for (int i = 0; i < half; i++) inv[i] /= c->rope_factor;
@@ -192,8 +221,10 @@ int seer_decoder_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *to
     float *h1 = v + nf * kvd, *h2 = h1 + nf * I, *inv = h2 + nf * I, *cs = inv + half, *sn = cs + nf * half;
     float *scratch = sn + nf * half;
 
-    rope_inv_freq(c, inv);
+    rope_inv_freq(c, inv, start + n);
     seer_k_rope_table(inv, half, start, n, cs, sn);
+    if (c->rope_kind == SEER_ROPE_YARN && c->rope_attention_factor != 1.0f) /* cos, sin x attention_factor */
+        for (size_t i = 0; i < nf * (size_t)half; i++) cs[i] *= c->rope_attention_factor, sn[i] *= c->rope_attention_factor;
     for (int t = 0; t < n; t++) seer_k_embed_row(x + (size_t)t * D, &m->embed, tokens[t]);
     SEER_HOOK_ROWS(SEER_HP_EMBED, -1, x, D);
     if (hidden) memcpy(hidden, x, nf * D * sizeof(float));
@@ -258,10 +289,14 @@ int seer_decoder_describe(seer_model_t *m, seer_gpu_desc_t *d, seer_err_t *err) 
     if (st->o.mlp_bias)
         return seer_err_set(err, SEER_EINVAL, "%s: \"mlp_bias\": true is not supported on the GPU yet; load it on the CPU",
                             m->dir);
+    /* the GPU decoder takes one inverse-frequency table and no cos/sin scale */
+    if (c->rope_kind == SEER_ROPE_YARN || c->rope_kind == SEER_ROPE_DYNAMIC)
+        return seer_err_set(err, SEER_EINVAL, "%s: yarn and dynamic RoPE are not supported on the GPU yet; load it on the CPU",
+                            m->dir);
     d->layers = calloc((size_t)c->num_layers, sizeof *d->layers);
     d->own = calloc((size_t)c->head_dim / 2 + 1, sizeof(float));
     if (!d->layers || !d->own) return seer_err_set(err, SEER_ENOMEM, "out of memory");
-    rope_inv_freq(c, d->own);
+    rope_inv_freq(c, d->own, 0);
     d->act = SEER_GPU_ACT_SILU;
     d->embed_scale = 1.f;
     d->attn_scale = 1.0f / sqrtf((float)c->head_dim);

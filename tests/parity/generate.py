@@ -44,6 +44,13 @@ MODELS = {
                                   num_key_value_heads=6)),
     # Llama's mlp_bias (gate/up/down biases), which seer once ignored without a word.
     "llama_mlp_bias": ("llama", dict(mlp_bias=True, attention_bias=True, tie_word_embeddings=False)),
+    # RoPE scaling types of long-context configs (Qwen 2.5): yarn (with its attention factor on cos
+    # and sin) and dynamic NTK (the base grows past max_position_embeddings: 12 < SEQ)
+    "qwen2_yarn": ("qwen2", dict(tie_word_embeddings=True, use_sliding_window=False,
+                                 rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                                               "original_max_position_embeddings": 16})),
+    "llama_dynamic": ("llama", dict(tie_word_embeddings=False, max_position_embeddings=12,
+                                    rope_scaling={"rope_type": "dynamic", "factor": 2.0})),
     # Gemma 3 multimodal checkpoints (model_type gemma3, text_config, weights under a language-model
     # prefix, a vision tower seer skips): the goldens are the text model's.
     "gemma3_multimodal": ("gemma3", dict()),
