@@ -75,6 +75,11 @@ static const field_t qwen2[] = {LLAMA_COMMON, USED("sliding_window"), USED("use_
 static const field_t qwen3[] = {LLAMA_COMMON,          USED("attention_bias"),    USED("sliding_window"),
                                 USED("use_sliding_window"), USED("max_window_layers"), USED("layer_types")};
 
+static const field_t granite[] = {
+    LLAMA_COMMON, USED("attention_bias"), USED("mlp_bias"), USED("embedding_multiplier"), USED("residual_multiplier"),
+    USED("attention_multiplier"), USED("logits_scaling"),
+};
+
 #define GEMMA_COMMON                                                                                           \
     USED("num_key_value_heads"), USED("head_dim"), USED("rms_norm_eps"), USED("attention_bias"),               \
         REFUSE("use_bidirectional_attention", "false|null", "true",                                            \
@@ -126,6 +131,7 @@ typedef struct {
 static const table_t tables[] = {
     T("llama", llama), T("mistral", mistral), T("qwen2", qwen2),   T("qwen3", qwen3),       T("gemma", gemma),
     T("gemma2", gemma2), T("gemma3_text", gemma3_text), T("gpt2", gpt2), T("gpt_neox", gpt_neox),
+    T("granite", granite),
 };
 
 static const table_t *table_of(const char *model_type) {

@@ -226,6 +226,8 @@ int seer_decoder_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *to
     if (c->rope_kind == SEER_ROPE_YARN && c->rope_attention_factor != 1.0f) /* cos, sin x attention_factor */
         for (size_t i = 0; i < nf * (size_t)half; i++) cs[i] *= c->rope_attention_factor, sn[i] *= c->rope_attention_factor;
     for (int t = 0; t < n; t++) seer_k_embed_row(x + (size_t)t * D, &m->embed, tokens[t]);
+    if (st->o.embed_mult != 0.f)
+        for (size_t i = 0; i < nf * D; i++) x[i] *= st->o.embed_mult;
     SEER_HOOK_ROWS(SEER_HP_EMBED, -1, x, D);
     if (hidden) memcpy(hidden, x, nf * D * sizeof(float));
 
@@ -253,12 +255,16 @@ int seer_decoder_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *to
         memcpy(vc + (size_t)start * kvd, v, nf * kvd * sizeof(float));
         seer_attn_params_t ap = {.q = q, .kc = kc, .vc = vc, .out = att, .scratch = scratch, .n = n, .start = start,
                                  .max_len = kv->max_tokens, .H = H, .KH = KH, .hd = hd,
-                                 .window = st->window ? st->window[l] : 0, .scale = 1.0f / sqrtf((float)hd)};
+                                 .window = st->window ? st->window[l] : 0,
+                                 .scale = st->o.attn_mult != 0.f ? st->o.attn_mult : 1.0f / sqrtf((float)hd)};
         if ((rc = seer_fwd_attention(m, hk, l, &ap, err)) < 0) goto out;
         SEER_HOOK_HEADS(SEER_HP_Z, l, att, H, hd);
         seer_k_linear(m->pool, xb, att, n, &L->o, &L->o_bias);
         SEER_HOOK_ROWS(SEER_HP_ATTN_OUT, l, xb, D);
-        for (size_t i = 0; i < nf * D; i++) x[i] += xb[i];
+        if (st->o.resid_mult != 0.f)
+            for (size_t i = 0; i < nf * D; i++) x[i] += xb[i] * st->o.resid_mult;
+        else
+            for (size_t i = 0; i < nf * D; i++) x[i] += xb[i];
         SEER_HOOK_ROWS(SEER_HP_RESID_MID, l, x, D);
 
         seer_k_rmsnorm(xb, x, n, D, &L->mlp_norm, c->rms_norm_eps, 0);
@@ -270,7 +276,10 @@ int seer_decoder_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *to
         SEER_HOOK_ROWS(SEER_HP_MLP_POST, l, h1, I);
         seer_k_linear(m->pool, xb, h1, n, &L->down, &L->down_bias);
         SEER_HOOK_ROWS(SEER_HP_MLP_OUT, l, xb, D);
-        for (size_t i = 0; i < nf * D; i++) x[i] += xb[i];
+        if (st->o.resid_mult != 0.f)
+            for (size_t i = 0; i < nf * D; i++) x[i] += xb[i] * st->o.resid_mult;
+        else
+            for (size_t i = 0; i < nf * D; i++) x[i] += xb[i];
         SEER_HOOK_ROWS(SEER_HP_RESID_POST, l, x, D);
         if (hidden) memcpy(hidden + (size_t)(l + 1) * nf * D, x, nf * D * sizeof(float));
     }
@@ -288,6 +297,9 @@ int seer_decoder_describe(seer_model_t *m, seer_gpu_desc_t *d, seer_err_t *err) 
     /* The GPU decoder has no MLP biases: refuse rather than drop them. */
     if (st->o.mlp_bias)
         return seer_err_set(err, SEER_EINVAL, "%s: \"mlp_bias\": true is not supported on the GPU yet; load it on the CPU",
+                            m->dir);
+    if (st->o.embed_mult != 0.f || st->o.resid_mult != 0.f || st->o.attn_mult != 0.f || st->o.logits_scale != 0.f)
+        return seer_err_set(err, SEER_EINVAL, "%s: Granite's multipliers are not supported on the GPU yet; load it on the CPU",
                             m->dir);
     /* the GPU decoder takes one inverse-frequency table and no cos/sin scale */
     if (c->rope_kind == SEER_ROPE_YARN || c->rope_kind == SEER_ROPE_DYNAMIC)
@@ -314,6 +326,13 @@ int seer_decoder_describe(seer_model_t *m, seer_gpu_desc_t *d, seer_err_t *err) 
         g->inv_freq = d->own;
     }
     return 0;
+}
+
+void seer_decoder_final_scale(seer_model_t *m, float *logits, int rows) {
+    const decoder_state *st = m->arch_state;
+    if (st->o.logits_scale == 0.f) return;
+    size_t nv = (size_t)rows * (size_t)m->cfg.vocab_size;
+    for (size_t i = 0; i < nv; i++) logits[i] /= st->o.logits_scale;
 }
 
 const seer_arch_t seer_arch_llama = {"llama", llama_bind, seer_decoder_forward, NULL, NULL, seer_decoder_describe};

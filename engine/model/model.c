@@ -14,7 +14,7 @@
 /* NULL entries are architectures whose file is not linked in (weak symbols). */
 static const seer_arch_t *const archs[] = {
     &seer_arch_llama, &seer_arch_mistral, &seer_arch_qwen2,  &seer_arch_qwen3,   &seer_arch_gemma,
-    &seer_arch_gemma2, &seer_arch_gemma3, &seer_arch_gpt2, &seer_arch_gpt_neox,
+    &seer_arch_gemma2, &seer_arch_gemma3, &seer_arch_gpt2, &seer_arch_gpt_neox, &seer_arch_granite,
 };
 #define NARCHS (sizeof archs / sizeof archs[0])
 

@@ -9,7 +9,8 @@ import sys
 import transformers
 from transformers import AutoConfig
 
-TYPES = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "gemma3", "gpt2", "gpt_neox"]
+TYPES = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "gemma3", "gpt2", "gpt_neox",
+         "granite"]
 
 
 def plain(v):

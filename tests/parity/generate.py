@@ -51,6 +51,9 @@ MODELS = {
                                                "original_max_position_embeddings": 16})),
     "llama_dynamic": ("llama", dict(tie_word_embeddings=False, max_position_embeddings=12,
                                     rope_scaling={"rope_type": "dynamic", "factor": 2.0})),
+    # Granite: the Llama decoder with embedding/residual/attention multipliers and logits scaling
+    "granite": ("granite", dict(tie_word_embeddings=True, embedding_multiplier=3.0, residual_multiplier=0.5,
+                                attention_multiplier=0.2, logits_scaling=4.0, attention_bias=True)),
     # Gemma 3 multimodal checkpoints (model_type gemma3, text_config, weights under a language-model
     # prefix, a vision tower seer skips): the goldens are the text model's.
     "gemma3_multimodal": ("gemma3", dict()),
