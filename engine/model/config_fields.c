@@ -80,6 +80,8 @@ static const field_t granite[] = {
     USED("attention_multiplier"), USED("logits_scaling"),
 };
 
+static const field_t olmo2[] = {LLAMA_COMMON, USED("attention_bias")};
+
 #define GEMMA_COMMON                                                                                           \
     USED("num_key_value_heads"), USED("head_dim"), USED("rms_norm_eps"), USED("attention_bias"),               \
         REFUSE("use_bidirectional_attention", "false|null", "true",                                            \
@@ -131,7 +133,7 @@ typedef struct {
 static const table_t tables[] = {
     T("llama", llama), T("mistral", mistral), T("qwen2", qwen2),   T("qwen3", qwen3),       T("gemma", gemma),
     T("gemma2", gemma2), T("gemma3_text", gemma3_text), T("gpt2", gpt2), T("gpt_neox", gpt_neox),
-    T("granite", granite),
+    T("granite", granite), T("olmo2", olmo2),
 };
 
 static const table_t *table_of(const char *model_type) {

@@ -15,7 +15,8 @@
 typedef struct {
     seer_decoder_opts_t o;
     int *window;                    /* [num_layers], 0: full attention */
-    seer_weight_t *q_norm, *k_norm; /* [num_layers] when o.qk_norm */
+    seer_weight_t *q_norm, *k_norm; /* [num_layers] when o.qk_norm or o.olmo2 */
+    seer_weight_t *post_ff_norm;    /* [num_layers] when o.olmo2 */
 } decoder_state;
 
 static void decoder_state_free(void *p) {
@@ -24,6 +25,7 @@ static void decoder_state_free(void *p) {
     free(s->window);
     free(s->q_norm);
     free(s->k_norm);
+    free(s->post_ff_norm);
     free(s);
 }
 
@@ -40,11 +42,12 @@ int seer_decoder_bind(seer_model_t *m, const seer_decoder_opts_t *o, seer_err_t 
     m->arch_free = decoder_state_free;
     st->o = *o;
     st->window = calloc((size_t)c->num_layers, sizeof *st->window);
-    if (o->qk_norm) {
+    if (o->qk_norm || o->olmo2) {
         st->q_norm = calloc((size_t)c->num_layers, sizeof *st->q_norm);
         st->k_norm = calloc((size_t)c->num_layers, sizeof *st->k_norm);
     }
-    if (!st->window || (o->qk_norm && (!st->q_norm || !st->k_norm)))
+    if (o->olmo2) st->post_ff_norm = calloc((size_t)c->num_layers, sizeof *st->post_ff_norm);
+    if (!st->window || ((o->qk_norm || o->olmo2) && (!st->q_norm || !st->k_norm)) || (o->olmo2 && !st->post_ff_norm))
         return seer_err_set(err, SEER_ENOMEM, "out of memory");
     if (o->window) memcpy(st->window, o->window, (size_t)c->num_layers * sizeof *st->window);
     st->o.window = st->window;
@@ -54,7 +57,7 @@ int seer_decoder_bind(seer_model_t *m, const seer_decoder_opts_t *o, seer_err_t 
     W(&m->lm_head, V, D, c->tie_word_embeddings, "lm_head.weight");
     for (int i = 0; i < c->num_layers; i++) {
         seer_layer_weights_t *l = &m->layers[i];
-        W(&l->attn_norm, D, 0, 0, "model.layers.%d.input_layernorm.weight", i);
+        if (!o->olmo2) W(&l->attn_norm, D, 0, 0, "model.layers.%d.input_layernorm.weight", i);
         W(&l->q, qd, D, 0, "model.layers.%d.self_attn.q_proj.weight", i);
         W(&l->k, kvd, D, 0, "model.layers.%d.self_attn.k_proj.weight", i);
         W(&l->v, kvd, D, 0, "model.layers.%d.self_attn.v_proj.weight", i);
@@ -69,6 +72,12 @@ int seer_decoder_bind(seer_model_t *m, const seer_decoder_opts_t *o, seer_err_t 
             W(&st->q_norm[i], hd, 0, 0, "model.layers.%d.self_attn.q_norm.weight", i);
             W(&st->k_norm[i], hd, 0, 0, "model.layers.%d.self_attn.k_norm.weight", i);
         }
+        if (o->olmo2) {
+            W(&st->q_norm[i], qd, 0, 0, "model.layers.%d.self_attn.q_norm.weight", i);
+            W(&st->k_norm[i], kvd, 0, 0, "model.layers.%d.self_attn.k_norm.weight", i);
+            W(&st->post_ff_norm[i], D, 0, 0, "model.layers.%d.post_feedforward_layernorm.weight", i);
+        }
+        /* the pre-MLP norm; OLMo 2's post-attention norm (same name, applied after attention) */
         W(&l->mlp_norm, D, 0, 0, "model.layers.%d.post_attention_layernorm.weight", i);
         W(&l->gate, I, D, 0, "model.layers.%d.mlp.gate_proj.weight", i);
         W(&l->up, I, D, 0, "model.layers.%d.mlp.up_proj.weight", i);
@@ -235,7 +244,8 @@ int seer_decoder_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *to
         const seer_layer_weights_t *L = &m->layers[l];
         float *kc = kv->k + (size_t)l * kv->max_tokens * kvd, *vc = kv->v + (size_t)l * kv->max_tokens * kvd;
         SEER_HOOK_ROWS(SEER_HP_RESID_PRE, l, x, D);
-        seer_k_rmsnorm(xb, x, n, D, &L->attn_norm, c->rms_norm_eps, 0);
+        if (st->o.olmo2) memcpy(xb, x, nf * D * sizeof(float)); /* no pre-norm: the block sees x */
+        else seer_k_rmsnorm(xb, x, n, D, &L->attn_norm, c->rms_norm_eps, 0);
         SEER_HOOK_ROWS(SEER_HP_LN1, l, xb, D);
         seer_k_linear(m->pool, q, xb, n, &L->q, &L->q_bias);
         seer_k_linear(m->pool, k, xb, n, &L->k, &L->k_bias);
@@ -243,6 +253,9 @@ int seer_decoder_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *to
         if (st->o.qk_norm) { /* per head, before RoPE */
             seer_k_rmsnorm(q, q, n * H, hd, &st->q_norm[l], c->rms_norm_eps, 0);
             seer_k_rmsnorm(k, k, n * KH, hd, &st->k_norm[l], c->rms_norm_eps, 0);
+        } else if (st->o.olmo2) { /* over the whole projection, before RoPE */
+            seer_k_rmsnorm(q, q, n, qd, &st->q_norm[l], c->rms_norm_eps, 0);
+            seer_k_rmsnorm(k, k, n, kvd, &st->k_norm[l], c->rms_norm_eps, 0);
         }
         SEER_HOOK_HEADS(SEER_HP_Q, l, q, H, hd);
         SEER_HOOK_HEADS(SEER_HP_K, l, k, KH, hd);
@@ -260,6 +273,7 @@ int seer_decoder_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *to
         if ((rc = seer_fwd_attention(m, hk, l, &ap, err)) < 0) goto out;
         SEER_HOOK_HEADS(SEER_HP_Z, l, att, H, hd);
         seer_k_linear(m->pool, xb, att, n, &L->o, &L->o_bias);
+        if (st->o.olmo2) seer_k_rmsnorm(xb, xb, n, D, &L->mlp_norm, c->rms_norm_eps, 0);
         SEER_HOOK_ROWS(SEER_HP_ATTN_OUT, l, xb, D);
         if (st->o.resid_mult != 0.f)
             for (size_t i = 0; i < nf * D; i++) x[i] += xb[i] * st->o.resid_mult;
@@ -267,7 +281,8 @@ int seer_decoder_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *to
             for (size_t i = 0; i < nf * D; i++) x[i] += xb[i];
         SEER_HOOK_ROWS(SEER_HP_RESID_MID, l, x, D);
 
-        seer_k_rmsnorm(xb, x, n, D, &L->mlp_norm, c->rms_norm_eps, 0);
+        if (st->o.olmo2) memcpy(xb, x, nf * D * sizeof(float));
+        else seer_k_rmsnorm(xb, x, n, D, &L->mlp_norm, c->rms_norm_eps, 0);
         SEER_HOOK_ROWS(SEER_HP_LN2, l, xb, D);
         seer_k_linear(m->pool, h1, xb, n, &L->gate, &L->gate_bias);
         seer_k_linear(m->pool, h2, xb, n, &L->up, &L->up_bias);
@@ -275,6 +290,7 @@ int seer_decoder_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *to
         seer_k_silu_mul(h1, h2, nf * I);
         SEER_HOOK_ROWS(SEER_HP_MLP_POST, l, h1, I);
         seer_k_linear(m->pool, xb, h1, n, &L->down, &L->down_bias);
+        if (st->o.olmo2) seer_k_rmsnorm(xb, xb, n, D, &st->post_ff_norm[l], c->rms_norm_eps, 0);
         SEER_HOOK_ROWS(SEER_HP_MLP_OUT, l, xb, D);
         if (st->o.resid_mult != 0.f)
             for (size_t i = 0; i < nf * D; i++) x[i] += xb[i] * st->o.resid_mult;
@@ -298,6 +314,8 @@ int seer_decoder_describe(seer_model_t *m, seer_gpu_desc_t *d, seer_err_t *err) 
     if (st->o.mlp_bias)
         return seer_err_set(err, SEER_EINVAL, "%s: \"mlp_bias\": true is not supported on the GPU yet; load it on the CPU",
                             m->dir);
+    if (st->o.olmo2)
+        return seer_err_set(err, SEER_EINVAL, "%s: OLMo 2 is not supported on the GPU yet; load it on the CPU", m->dir);
     if (st->o.embed_mult != 0.f || st->o.resid_mult != 0.f || st->o.attn_mult != 0.f || st->o.logits_scale != 0.f)
         return seer_err_set(err, SEER_EINVAL, "%s: Granite's multipliers are not supported on the GPU yet; load it on the CPU",
                             m->dir);

@@ -16,6 +16,11 @@ typedef struct seer_decoder_opts {
      * attention scores x attn_mult instead of head_dim^-0.5, logits / logits_scale. */
     float embed_mult, resid_mult, attn_mult, logits_scale;
     int qk_norm;  /* Qwen3: RMSNorm over each head of q and k (weights [head_dim]) before RoPE */
+    /* OLMo 2: q_norm/k_norm over the whole q and k projections (weights [heads * head_dim]),
+     * and norms after each block instead of before it (post_attention_layernorm on the
+     * attention output, post_feedforward_layernorm on the MLP output, then the residual add;
+     * no input_layernorm) */
+    int olmo2;
     /* Per-layer sliding window (num_layers entries; 0: full causal attention), or NULL for full
      * attention everywhere. A query at position p sees keys k with p - k < window, as
      * transformers' sliding_window_overlay (kv_idx > q_idx - sliding_window). */

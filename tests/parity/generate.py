@@ -54,6 +54,8 @@ MODELS = {
     # Granite: the Llama decoder with embedding/residual/attention multipliers and logits scaling
     "granite": ("granite", dict(tie_word_embeddings=True, embedding_multiplier=3.0, residual_multiplier=0.5,
                                 attention_multiplier=0.2, logits_scaling=4.0, attention_bias=True)),
+    # OLMo 2: q/k norms over the whole projection, norms after each block
+    "olmo2": ("olmo2", dict(tie_word_embeddings=False, rms_norm_eps=1e-6)),
     # Gemma 3 multimodal checkpoints (model_type gemma3, text_config, weights under a language-model
     # prefix, a vision tower seer skips): the goldens are the text model's.
     "gemma3_multimodal": ("gemma3", dict()),
