@@ -303,9 +303,13 @@ int seer_model_parse_config(seer_model_config_t *c, const char *dir, seer_err_t 
             else if (mscale != 0.f && mscale_all != 0.f) c->rope_attention_factor = (float)(MSCALE(f, mscale) / MSCALE(f, mscale_all));
             else c->rope_attention_factor = (float)MSCALE(f, 1.0);
 #undef MSCALE
+        } else if (strcmp(type->valuestring, "longrope") == 0 || strcmp(type->valuestring, "su") == 0) {
+            c->rope_kind = SEER_ROPE_LONGROPE; /* the factors are phi3.c's to read */
+            c->rope_factor = 1.f;
         } else if (strcmp(type->valuestring, "default") != 0) {
             rc = seer_err_set(err, SEER_EPARSE,
-                              "%s: rope_scaling type \"%s\" is not supported (supported: default, linear, llama3, yarn, dynamic)",
+                              "%s: rope_scaling type \"%s\" is not supported (supported: default, linear, llama3, yarn, dynamic, "
+                              "longrope)",
                               path, type->valuestring);
             goto out;
         }

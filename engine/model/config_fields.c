@@ -81,6 +81,10 @@ static const field_t granite[] = {
 };
 
 static const field_t olmo2[] = {LLAMA_COMMON, USED("attention_bias")};
+static const field_t phi3[] = {
+    LLAMA_COMMON, USED("sliding_window"), USED("partial_rotary_factor"), USED("original_max_position_embeddings"),
+    INERT("embd_pdrop"), INERT("resid_pdrop"),
+};
 
 #define GEMMA_COMMON                                                                                           \
     USED("num_key_value_heads"), USED("head_dim"), USED("rms_norm_eps"), USED("attention_bias"),               \
@@ -133,7 +137,7 @@ typedef struct {
 static const table_t tables[] = {
     T("llama", llama), T("mistral", mistral), T("qwen2", qwen2),   T("qwen3", qwen3),       T("gemma", gemma),
     T("gemma2", gemma2), T("gemma3_text", gemma3_text), T("gpt2", gpt2), T("gpt_neox", gpt_neox),
-    T("granite", granite), T("olmo2", olmo2),
+    T("granite", granite), T("olmo2", olmo2), T("phi3", phi3),
 };
 
 static const table_t *table_of(const char *model_type) {

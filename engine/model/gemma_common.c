@@ -280,7 +280,7 @@ int seer_gemma_bind(seer_model_t *m, int version, seer_err_t *err) {
     else rc = parse_act(m, "hidden_activation", "gelu_pytorch_tanh", version, &s->act, err);
     if (rc < 0) return rc;
 
-    if (version < 3 && (c->rope_kind == SEER_ROPE_YARN || c->rope_kind == SEER_ROPE_DYNAMIC))
+    if (version < 3 && (c->rope_kind == SEER_ROPE_YARN || c->rope_kind == SEER_ROPE_DYNAMIC || c->rope_kind == SEER_ROPE_LONGROPE))
         return seer_err_set(err, SEER_EPARSE, "%s/config.json: yarn and dynamic RoPE are not supported for gemma "
                             "(supported: default, linear, llama3)", m->dir);
     if (version == 1) {

@@ -21,6 +21,14 @@ typedef struct seer_decoder_opts {
      * attention output, post_feedforward_layernorm on the MLP output, then the residual add;
      * no input_layernorm) */
     int olmo2;
+    /* Phi-3: fused qkv_proj ([q; k; v] rows) and gate_up_proj ([gate; up] rows), bound as views;
+     * RoPE on the first rot_dim dims of each head (0: all); longrope frequencies (short_factor
+     * while the forward pass stays within longrope_orig positions, long_factor past them; cos
+     * and sin x longrope_att) when longrope_short is set ([rot_dim / 2] each, copied by bind) */
+    int phi3, rot_dim;
+    const float *longrope_short, *longrope_long;
+    int longrope_orig;
+    float longrope_att;
     /* Per-layer sliding window (num_layers entries; 0: full causal attention), or NULL for full
      * attention everywhere. A query at position p sees keys k with p - k < window, as
      * transformers' sliding_window_overlay (kv_idx > q_idx - sliding_window). */

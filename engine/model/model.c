@@ -15,7 +15,7 @@
 static const seer_arch_t *const archs[] = {
     &seer_arch_llama, &seer_arch_mistral, &seer_arch_qwen2,  &seer_arch_qwen3,   &seer_arch_gemma,
     &seer_arch_gemma2, &seer_arch_gemma3, &seer_arch_gpt2, &seer_arch_gpt_neox, &seer_arch_granite,
-    &seer_arch_olmo2,
+    &seer_arch_olmo2, &seer_arch_phi3,
 };
 #define NARCHS (sizeof archs / sizeof archs[0])
 

@@ -14,7 +14,9 @@
 
 #define SEER_MODEL_MAX_EOS 8
 
-typedef enum { SEER_ROPE_DEFAULT = 0, SEER_ROPE_LLAMA3, SEER_ROPE_LINEAR, SEER_ROPE_YARN, SEER_ROPE_DYNAMIC } seer_rope_kind_t;
+typedef enum { SEER_ROPE_DEFAULT = 0, SEER_ROPE_LLAMA3, SEER_ROPE_LINEAR, SEER_ROPE_YARN, SEER_ROPE_DYNAMIC,
+               /* Phi-3's: short/long factor lists, read by phi3.c */
+               SEER_ROPE_LONGROPE } seer_rope_kind_t;
 
 typedef struct seer_model_config {
     char model_type[32];   /* config.json "model_type": "llama", "mistral", "qwen2", ... */

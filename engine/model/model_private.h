@@ -241,5 +241,6 @@ extern const seer_arch_t seer_arch_gpt2 __attribute__((weak));
 extern const seer_arch_t seer_arch_gpt_neox __attribute__((weak));
 extern const seer_arch_t seer_arch_granite __attribute__((weak));
 extern const seer_arch_t seer_arch_olmo2 __attribute__((weak));
+extern const seer_arch_t seer_arch_phi3 __attribute__((weak));
 
 #endif

@@ -18,7 +18,7 @@ local TOL = spec.tolerance
 -- points, and their forward parity is test_parity.lua's.
 local function is_variant(n)
   return n:match("_bf16$") or n == "llama_mlp_bias" or n == "gemma3_softcap" or n:match("^gemma3_multimodal")
-    or n == "qwen2_yarn" or n == "llama_dynamic" or n == "granite" or n == "olmo2" -- granite, olmo2: the Llama decoder's hook points
+    or n == "qwen2_yarn" or n == "llama_dynamic" or n == "granite" or n == "olmo2" or n:match("^phi3") -- granite, olmo2, phi3: the Llama decoder's hook points
 end
 local names = {}
 local p = io.popen("ls '" .. dir .. "' 2>/dev/null")

@@ -13,7 +13,7 @@ local golden = json.decode(seer.read_file(here .. "/../parity/config_fields.json
 -- a parity model of each model_type, to load with an edited config.json
 local parity_model = {
   llama = "llama", mistral = "mistral", qwen2 = "qwen2", qwen3 = "qwen3", gemma = "gemma", gemma2 = "gemma2",
-  gemma3_text = "gemma3", gpt2 = "gpt2", gpt_neox = "gpt_neox", gemma3 = "gemma3_multimodal", granite = "granite", olmo2 = "olmo2",
+  gemma3_text = "gemma3", gpt2 = "gpt2", gpt_neox = "gpt_neox", gemma3 = "gemma3_multimodal", granite = "granite", olmo2 = "olmo2", phi3 = "phi3",
 }
 
 local function variant(name, fn)

@@ -10,7 +10,7 @@ import transformers
 from transformers import AutoConfig
 
 TYPES = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "gemma3", "gpt2", "gpt_neox",
-         "granite", "olmo2"]
+         "granite", "olmo2", "phi3"]
 
 
 def plain(v):

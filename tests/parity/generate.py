@@ -56,6 +56,16 @@ MODELS = {
                                 attention_multiplier=0.2, logits_scaling=4.0, attention_bias=True)),
     # OLMo 2: q/k norms over the whole projection, norms after each block
     "olmo2": ("olmo2", dict(tie_word_embeddings=False, rms_norm_eps=1e-6)),
+    # Phi-3 / Phi-4-mini: fused qkv and gate_up, partial rotary, longrope (SEQ = 20 > 16: the long
+    # factors; phi3_short stays within original_max_position_embeddings: the short ones)
+    "phi3": ("phi3", dict(tie_word_embeddings=False, partial_rotary_factor=0.75, max_position_embeddings=64,
+                          original_max_position_embeddings=16,
+                          rope_scaling={"rope_type": "longrope", "short_factor": [1.0, 1.1, 1.3],
+                                        "long_factor": [1.5, 2.5, 4.0], "original_max_position_embeddings": 16})),
+    "phi3_short": ("phi3", dict(tie_word_embeddings=True, partial_rotary_factor=0.75, max_position_embeddings=64,
+                                original_max_position_embeddings=32, sliding_window=7,
+                                rope_scaling={"rope_type": "longrope", "short_factor": [1.0, 1.2, 1.7],
+                                              "long_factor": [2.0, 3.0, 5.0], "original_max_position_embeddings": 32})),
     # Gemma 3 multimodal checkpoints (model_type gemma3, text_config, weights under a language-model
     # prefix, a vision tower seer skips): the goldens are the text model's.
     "gemma3_multimodal": ("gemma3", dict()),

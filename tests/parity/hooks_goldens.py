@@ -346,7 +346,7 @@ def main():
     # share their architecture's hook points; tests/lua/test_hooks_parity.lua skips them too
     def is_variant(n):
         return (n.endswith("_bf16") or n in ("llama_mlp_bias", "gemma3_softcap", "qwen2_yarn", "llama_dynamic", "granite",
-                                       "olmo2")
+                                       "olmo2", "phi3", "phi3_short")
                 or n.startswith("gemma3_multimodal"))
     names = sorted(n for n in os.listdir(out_dir)
                    if os.path.exists(os.path.join(out_dir, n, "golden.safetensors")) and not is_variant(n))
