@@ -418,9 +418,10 @@ int seer_k_rmsnorm_fast(float *y, const float *x, int n, int d, const seer_weigh
  * Pieces: by default x = hi + mid + lo exactly (three bf16 values hold f32's 24-bit mantissa; a
  * remainder x - round(x) is exact in f32), and bf16 x bf16 products are exact in f32, so the
  * only rounding left is f32 accumulation, as in the f32 kernels: the parity bar (1e-4) holds on
- * bf16 checkpoints. Two pieces (16 mantissa bits) left 1-3e-4 on the parity models' logits.
- * precision = "fast" (seer_k_set_fast_bf16) uses one piece, x rounded to bf16 as torch's bf16
- * matmul does: a third of the tile work, at that rounding's error. */
+ * bf16 checkpoints. Two pieces (16 mantissa bits), the former default, left up to 1.4e-4 on the
+ * bf16 parity models' logits (tests/parity/bf16_pieces.py replays it in transformers).
+ * precision = "fast" (seer_k_fast_bf16 set for the forward pass) uses one piece, x rounded to
+ * bf16 as torch's bf16 matmul does: a third of the tile work, at that rounding's error. */
 #ifdef SEER_X86
 #define AMX_ROWS 128
 typedef struct {
