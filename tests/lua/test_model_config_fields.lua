@@ -8,7 +8,8 @@ local json = seer.json
 
 local here = seer.script_dir()
 local dir = here .. "/../parity/models"
-local golden = json.decode(seer.read_file(here .. "/../parity/config_fields.json"))
+-- SEER_CONFIG_FIELDS points at a list made live (make config-fields)
+local golden = json.decode(seer.read_file(os.getenv("SEER_CONFIG_FIELDS") or (here .. "/../parity/config_fields.json")))
 
 -- a parity model of each model_type, to load with an edited config.json
 local parity_model = {
