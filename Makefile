@@ -220,3 +220,13 @@ config-fields: $(SEER_BIN)
 	@f=$$(mktemp /tmp/seer-fields.XXXXXX.json) && .venv/bin/python tests/parity/config_fields.py "$$f" && \
 	  SEER_CONFIG_FIELDS="$$f" ./$(SEER_BIN) tests/lua/run.lua tests/lua/test_model_config_fields.lua; \
 	  rc=$$?; rm -f "$$f"; exit $$rc
+
+# The tokenizer differential fuzz test run live against Hugging Face's `tokenizers` (from make
+# bench-setup's .venv) with a fresh seed (SEED=N to repeat one): 5,000 new strings per
+# tokenizer.json, compared at once; make test uses the stored goldens (tests/parity/tokenizer_fuzz.json).
+.PHONY: tokenizer-fuzz
+tokenizer-fuzz: $(SEER_BIN)
+	@f=$$(mktemp /tmp/seer-tokfuzz.XXXXXX.json) && \
+	  .venv/bin/python tests/parity/tokenizer_fuzz.py "$$f" --seed $${SEED:-$$(date +%s)} && \
+	  SEER_TOKENIZER_FUZZ="$$f" ./$(SEER_BIN) tests/lua/run.lua tests/lua/test_tokenizer_fuzz.lua; \
+	  rc=$$?; rm -f "$$f"; exit $$rc

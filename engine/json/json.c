@@ -491,15 +491,10 @@ static int is_plain(const char *s, size_t len) {
     return 1;
 }
 
-/* Checks a string value or key that is not plain: JSON text is UTF-8, and seer.json strings
- * carry no NUL. */
+/* Checks a string value or key that is not plain: JSON text is UTF-8. A NUL byte is fine: it
+ * is written as \u0000 (out_string), and decode gives it back. */
 static const char *enc_string_problem(const char *s, size_t len, size_t *bad) {
     if (!seer_utf8_validate(s, len, bad)) return "is not valid UTF-8";
-    const char *nul = memchr(s, '\0', len);
-    if (nul) {
-        *bad = (size_t)(nul - s);
-        return "contains a NUL byte, which seer.json cannot carry";
-    }
     return NULL;
 }
 
@@ -1035,6 +1030,88 @@ static size_t dec_scan_number(const unsigned char *s, size_t i, dec_scan_t *sc) 
     return i;
 }
 
+/* ---- strings holding "\u0000" (cJSON keeps the bytes but not the length) ---------------------- */
+
+size_t seer_json_nul_bound(const char *text, size_t n) {
+    size_t k = 0;
+    for (const char *p = text, *e = text + n; (p = memchr(p, 'u', (size_t)(e - p))) && e - p >= 5; p++)
+        if (p > text && p[-1] == '\\' && !memcmp(p + 1, "0000", 4)) k++;
+    return k;
+}
+
+typedef struct {
+    const unsigned char *s;
+    size_t n, i;
+    seer_json_len_t *out;
+    size_t cap, count;
+} nul_walk;
+
+/* The next string token of the text (cJSON parsed it, so it is well-formed): whether it holds
+ * a \u0000, and its decoded length in UTF-8 bytes, as cJSON writes it. */
+static int nul_next(nul_walk *w, size_t *len) {
+    const unsigned char *s = w->s;
+    while (w->i < w->n && s[w->i] != '"') w->i++;
+    size_t i = w->i + 1, l = 0;
+    int nul = 0;
+    while (i < w->n && s[i] != '"') {
+        if (s[i] != '\\') {
+            i++, l++;
+            continue;
+        }
+        if (i + 1 < w->n && s[i + 1] == 'u' && w->n - i >= 6) {
+            long cp = hex4(s + i + 2);
+            if (cp == 0) nul = 1;
+            if (cp >= 0xD800 && cp <= 0xDBFF) i += 12, l += 4;
+            else i += 6, l += cp < 0 ? 1 : cp < 0x80 ? 1 : cp < 0x800 ? 2 : 3;
+        } else {
+            i += 2, l++;
+        }
+    }
+    w->i = i + 1;
+    *len = l;
+    return nul;
+}
+
+static void nul_take(nul_walk *w, const char *p) {
+    size_t len;
+    if (nul_next(w, &len) && p && w->count < w->cap) w->out[w->count++] = (seer_json_len_t){p, len};
+}
+
+/* Document order: a member's key, then its value; an array's elements in order. */
+static void nul_visit(nul_walk *w, const cJSON *item) {
+    if (item->string) nul_take(w, item->string);
+    switch (item->type & 0xFF) {
+    case cJSON_String: nul_take(w, item->valuestring); break;
+    case cJSON_Array:
+    case cJSON_Object:
+        for (const cJSON *ch = item->child; ch; ch = ch->next) nul_visit(w, ch);
+        break;
+    default: break;
+    }
+}
+
+static int len_cmp(const void *a, const void *b) {
+    const char *x = ((const seer_json_len_t *)a)->p, *y = ((const seer_json_len_t *)b)->p;
+    return x < y ? -1 : x > y;
+}
+
+size_t seer_json_nul_strings(const char *text, size_t n, const cJSON *tree, seer_json_len_t *out, size_t cap) {
+    if (!tree || !cap) return 0;
+    nul_walk w = {(const unsigned char *)text, n, 0, out, cap, 0};
+    nul_visit(&w, tree);
+    qsort(out, w.count, sizeof *out, len_cmp);
+    return w.count;
+}
+
+size_t seer_json_strlen(const seer_json_len_t *v, size_t nv, const char *p) {
+    if (nv) {
+        seer_json_len_t key = {p, 0};
+        const seer_json_len_t *hit = bsearch(&key, v, nv, sizeof *v, len_cmp);
+        if (hit) return hit->len;
+    }
+    return strlen(p);
+}
+
 /* Returns the end of the string that starts with the quote at s[i], or 0 (after dec_flag) if
  * it has a problem, or n with sc->unclosed set if the text ends inside it. */
 static size_t dec_scan_string(const unsigned char *s, size_t n, size_t i, dec_scan_t *sc) {
@@ -1079,7 +1156,6 @@ static size_t dec_scan_string(const unsigned char *s, size_t n, size_t i, dec_sc
         }
         long cp = n - i >= 6 ? hex4(s + i + 2) : -1;
         if (cp < 0) return dec_flag(sc, i, "\\u needs 4 hex digits");
-        if (cp == 0) return dec_flag(sc, i, "\\u0000 is not supported (seer.json strings cannot contain NUL)");
         if (cp >= 0xDC00 && cp <= 0xDFFF) return dec_flag(sc, i, "unpaired UTF-16 surrogate");
         if (cp >= 0xD800 && cp <= 0xDBFF) {
             long lo = n - i >= 12 && s[i + 6] == '\\' && s[i + 7] == 'u' ? hex4(s + i + 8) : -1;
@@ -1324,6 +1400,8 @@ static void dec_install_hooks(void) {
 typedef struct {
     const char *s[KEY_CACHE];
     size_t len[KEY_CACHE];
+    const seer_json_len_t *nul; /* strings holding \u0000 (seer_json_nul_strings); NULL: none */
+    size_t nnul;
 } dec_keys;
 
 /* What decode hands its protected half. */
@@ -1336,13 +1414,15 @@ typedef struct {
     dec_arena *arena;
     cJSON *loose;   /* a tree outside the arena (see dec_parse), freed by json_decode */
     int done;       /* the element-wise attempt got through */
+    seer_json_len_t *nul; /* strings of d->tree holding \u0000, in a userdata on the stack */
+    size_t nnul;
 } dec_ctx;
 
 /* Stack slots of dec_run, the protected half of decode; from DEC_KEYS on, KEY_CACHE keys. */
 enum { DEC_CTX = 1, DEC_NULL, DEC_ARRAY_MT, DEC_OBJECT_MT, DEC_KEYS };
 
 static void dec_push_key(lua_State *L, dec_keys *k, const char *s) {
-    size_t len = strlen(s);
+    size_t len = k->nnul ? seer_json_strlen(k->nul, k->nnul, s) : strlen(s);
     unsigned h = len ? ((unsigned)len * 31u + (unsigned char)s[0] * 7u + (unsigned char)s[len - 1]) % KEY_CACHE : 0;
     if (k->s[h] && k->len[h] == len && !memcmp(k->s[h], s, len)) {
         lua_pushvalue(L, DEC_KEYS + (int)h);
@@ -1361,7 +1441,10 @@ static void dec_value(lua_State *L, dec_keys *k, const cJSON *item) {
     case cJSON_False: lua_pushboolean(L, 0); return;
     case cJSON_True: lua_pushboolean(L, 1); return;
     case cJSON_Number: lua_pushnumber(L, (lua_Number)item->valuedouble); return;
-    case cJSON_String: lua_pushstring(L, item->valuestring); return;
+    case cJSON_String:
+        if (k->nnul) lua_pushlstring(L, item->valuestring, seer_json_strlen(k->nul, k->nnul, item->valuestring));
+        else lua_pushstring(L, item->valuestring);
+        return;
     case cJSON_Array:
     case cJSON_Object: {
         if (!lua_checkstack(L, 8)) luaL_error(L, "json.decode: Lua stack exhausted");
@@ -1445,6 +1528,8 @@ static int dec_run(lua_State *L) {
     lua_settop(L, DEC_KEYS + KEY_CACHE - 1);
     dec_keys k;
     memset(&k, 0, sizeof k);
+    k.nul = d->nul;
+    k.nnul = d->nnul;
     if (d->tree)
         dec_value(L, &k, d->tree);
     else
@@ -1507,8 +1592,13 @@ static int json_decode(lua_State *L) {
     dec_arena arena = {NULL, cache->spare, DEC_FIRST_CHUNK, NULL, NULL};
     arena.alloc = lua_getallocf(L, &arena.ud);
     cache->spare = NULL;
-    dec_ctx d = {s, n, first, sc.commas + 1, NULL, &arena, NULL, 0};
-    if (scan_ok && !sc.unclosed && s[first] == '[') {
+    dec_ctx d = {s, n, first, sc.commas + 1, NULL, &arena, NULL, 0, NULL, 0};
+    /* Strings holding \u0000 need their lengths from the text (seer_json_nul_strings), which
+     * is worked out over the whole tree: such a text skips the element-wise path. */
+    size_t nul_bound = scan_ok ? seer_json_nul_bound(s + base, n - base) : 0;
+    if (nul_bound) {
+        d.nul = lua_newuserdata(L, nul_bound * sizeof *d.nul); /* slot 4, freed by the GC */
+    } else if (scan_ok && !sc.unclosed && s[first] == '[') {
         dec_protected(L, &d, cache);
         if (d.done) {
             dec_arena_release(&arena, cache);
@@ -1545,6 +1635,7 @@ static int json_decode(lua_State *L) {
         return dec_fail_syntax(L, s, n, c_off, c_why, &sc);
     }
 
+    if (nul_bound) d.nnul = seer_json_nul_strings(s + base, n - base, d.tree, d.nul, nul_bound);
     dec_protected(L, &d, cache);
     cJSON_Delete(d.loose);
     dec_arena_release(&arena, cache);

@@ -28,4 +28,19 @@ int seer_json_luaopen(lua_State *L);
  * offset of the first byte of the first ill-formed sequence. NUL bytes are valid. */
 int seer_utf8_validate(const char *s, size_t n, size_t *bad_offset);
 
+/* cJSON's strings end at NUL, yet it decodes "\u0000" into the string's buffer and goes on, so
+ * the bytes are there and only the length is lost. For a tree cJSON parsed from text[0..n),
+ * these recover it: seer_json_nul_bound is an upper bound of the strings (keys and values) that
+ * hold a "\u0000"; seer_json_nul_strings fills out (cap entries) with those strings' buffers and
+ * true lengths, sorted by buffer, and returns how many; seer_json_strlen gives a string's true
+ * length (strlen unless it is listed). */
+typedef struct cJSON cJSON;
+typedef struct seer_json_len {
+    const char *p;
+    size_t len;
+} seer_json_len_t;
+size_t seer_json_nul_bound(const char *text, size_t n);
+size_t seer_json_nul_strings(const char *text, size_t n, const cJSON *tree, seer_json_len_t *out, size_t cap);
+size_t seer_json_strlen(const seer_json_len_t *v, size_t nv, const char *p);
+
 #endif

@@ -72,6 +72,54 @@ cJSON *seer_model_read_json(const char *path, seer_err_t *err) {
     return j;
 }
 
+/* A Gemma 3 multimodal config (model_type "gemma3", the text model's fields in "text_config")
+ * as the gemma3_text config of its language model: text_config, with the top-level fields it
+ * lacks (eos_token_id...) and the Gemma3TextConfig defaults that transformers leaves out of a
+ * nested config when they equal the default (google/gemma-3-*-it omit vocab_size, heads...). */
+static cJSON *flatten_gemma3(cJSON *j) {
+    static const char *const defaults[][2] = {
+        {"vocab_size", "262208"},          {"hidden_size", "2304"},       {"intermediate_size", "9216"},
+        {"num_hidden_layers", "26"},       {"num_attention_heads", "8"}, {"num_key_value_heads", "4"},
+        {"head_dim", "256"},               {"max_position_embeddings", "131072"}, {"rms_norm_eps", "1e-6"},
+        {"query_pre_attn_scalar", "256"},  {"sliding_window", "4096"},   {"hidden_activation", "\"gelu_pytorch_tanh\""},
+    };
+    cJSON *tc = cJSON_DetachItemFromObjectCaseSensitive(j, "text_config");
+    cJSON *e;
+    cJSON_ArrayForEach(e, j) {
+        if (strcmp(e->string, "vision_config") == 0 || strcmp(e->string, "model_type") == 0) continue;
+        if (!cJSON_GetObjectItemCaseSensitive(tc, e->string)) cJSON_AddItemToObject(tc, e->string, cJSON_Duplicate(e, 1));
+    }
+    for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)
+        if (!cJSON_GetObjectItemCaseSensitive(tc, defaults[i][0]))
+            cJSON_AddItemToObject(tc, defaults[i][0], cJSON_Parse(defaults[i][1]));
+    cJSON_DeleteItemFromObjectCaseSensitive(tc, "model_type");
+    cJSON_AddStringToObject(tc, "model_type", "gemma3_text");
+    /* the vision tower's config stays out of the text model's, but the field check sees it */
+    cJSON *vc = cJSON_DetachItemFromObjectCaseSensitive(j, "vision_config");
+    if (vc) cJSON_AddItemToObject(tc, "vision_config", vc);
+    cJSON_AddItemToObject(tc, "text_config", cJSON_CreateString("(flattened)"));
+    cJSON_Delete(j);
+    return tc;
+}
+
+cJSON *seer_model_read_config(const char *path, int *multimodal, seer_err_t *err) {
+    cJSON *j = seer_model_read_json(path, err);
+    if (multimodal) *multimodal = 0;
+    if (!j) return NULL;
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(j, "model_type");
+    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(j, "text_config");
+    if (cJSON_IsString(mt) && strcmp(mt->valuestring, "gemma3") == 0) {
+        if (!cJSON_IsObject(tc)) {
+            seer_err_set(err, SEER_EPARSE, "%s: model_type \"gemma3\" without a \"text_config\" object", path);
+            cJSON_Delete(j);
+            return NULL;
+        }
+        if (multimodal) *multimodal = 1;
+        return flatten_gemma3(j);
+    }
+    return j;
+}
+
 /* Reads an integer field; required fields fail with a message naming them. */
 static int get_int(const cJSON *o, const char *key, int *out, int required, int min, int max, const char *path,
                    seer_err_t *err) {
@@ -130,7 +178,7 @@ int seer_model_parse_config(seer_model_config_t *c, const char *dir, seer_err_t 
     if (strlen(dir) > 4096) return seer_err_set(err, SEER_EINVAL, "model path too long");
     snprintf(path, sizeof path, "%s/config.json", dir);
     memset(c, 0, sizeof *c);
-    cJSON *j = seer_model_read_json(path, err);
+    cJSON *j = seer_model_read_config(path, NULL, err);
     if (!j) return err ? err->code : SEER_EPARSE;
     int rc = 0;
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(j, "model_type");
@@ -220,9 +268,53 @@ int seer_model_parse_config(seer_model_config_t *c, const char *dir, seer_err_t 
         } else if (strcmp(type->valuestring, "linear") == 0) {
             c->rope_kind = SEER_ROPE_LINEAR;
             if ((rc = get_float(rs, "factor", &c->rope_factor, 1, path, err)) < 0) goto out;
+        } else if (strcmp(type->valuestring, "dynamic") == 0) {
+            c->rope_kind = SEER_ROPE_DYNAMIC;
+            if ((rc = get_float(rs, "factor", &c->rope_factor, 1, path, err)) < 0) goto out;
+        } else if (strcmp(type->valuestring, "yarn") == 0) {
+            /* transformers' _compute_yarn_parameters, its defaults included */
+            c->rope_kind = SEER_ROPE_YARN;
+            c->rope_factor = 0.f;
+            c->rope_beta_fast = 32.f;
+            c->rope_beta_slow = 1.f;
+            c->rope_truncate = 1;
+            float att = 0.f, mscale = 0.f, mscale_all = 0.f;
+            if ((rc = get_int(rs, "original_max_position_embeddings", &c->rope_original_max_position, 1, 1, 1 << 24,
+                              path, err)) < 0 ||
+                (rc = get_float(rs, "factor", &c->rope_factor, 0, path, err)) < 0 ||
+                (rc = get_float(rs, "attention_factor", &att, 0, path, err)) < 0 ||
+                (rc = get_float(rs, "mscale", &mscale, 0, path, err)) < 0 ||
+                (rc = get_float(rs, "mscale_all_dim", &mscale_all, 0, path, err)) < 0 ||
+                (rc = get_float(rs, "beta_fast", &c->rope_beta_fast, 0, path, err)) < 0 ||
+                (rc = get_float(rs, "beta_slow", &c->rope_beta_slow, 0, path, err)) < 0 ||
+                (rc = get_bool(rs, "truncate", &c->rope_truncate, path, err)) < 0)
+                goto out;
+            if (c->rope_beta_fast == 0.f) c->rope_beta_fast = 32.f; /* `or 32`, as transformers */
+            if (c->rope_beta_slow == 0.f) c->rope_beta_slow = 1.f;
+            if (c->rope_factor == 0.f) {
+                int mp = c->max_position_embeddings;
+                const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "max_position_embeddings");
+                if (cJSON_IsNumber(v)) mp = (int)v->valuedouble;
+                c->rope_factor = (float)((double)mp / c->rope_original_max_position);
+            }
+            double f = c->rope_factor;
+#define MSCALE(scale, ms) ((scale) <= 1 ? 1.0 : 0.1 * (ms) * log(scale) + 1.0)
+            if (att != 0.f) c->rope_attention_factor = att;
+            else if (mscale != 0.f && mscale_all != 0.f) c->rope_attention_factor = (float)(MSCALE(f, mscale) / MSCALE(f, mscale_all));
+            else c->rope_attention_factor = (float)MSCALE(f, 1.0);
+#undef MSCALE
+        } else if (strcmp(type->valuestring, "longrope") == 0 || strcmp(type->valuestring, "su") == 0) {
+            c->rope_kind = SEER_ROPE_LONGROPE; /* the factors are phi3.c's to read */
+            c->rope_factor = 1.f;
         } else if (strcmp(type->valuestring, "default") != 0) {
-            rc = seer_err_set(err, SEER_EPARSE, "%s: rope_scaling type \"%s\" is not supported (supported: default, linear, llama3)",
+            rc = seer_err_set(err, SEER_EPARSE,
+                              "%s: rope_scaling type \"%s\" is not supported (supported: default, linear, llama3, yarn, dynamic, "
+                              "longrope)",
                               path, type->valuestring);
+            goto out;
+        }
+        if (c->rope_kind != SEER_ROPE_DEFAULT && !(c->rope_factor > 0.f)) {
+            rc = seer_err_set(err, SEER_EPARSE, "%s: rope scaling \"factor\" must be positive", path);
             goto out;
         }
     }

@@ -271,11 +271,18 @@ int seer_gemma_bind(seer_model_t *m, int version, seer_err_t *err) {
             return rc;
         if (s->attn_softcap < 0.f || s->final_softcap < 0.f)
             return seer_err_set(err, SEER_EPARSE, "%s/config.json: logit soft-capping values must be positive", m->dir);
+        /* Gemma 3 configs carry attn_logit_softcapping, but transformers' Gemma3Attention never
+         * passes it to the attention function, so the reference does not cap scores: neither
+         * does seer (the final logit soft-cap is applied). */
+        if (version == 3) s->attn_softcap = 0.f;
     }
     if (version == 1) rc = parse_act(m, "hidden_act", "gelu_pytorch_tanh", version, &s->act, err);
     else rc = parse_act(m, "hidden_activation", "gelu_pytorch_tanh", version, &s->act, err);
     if (rc < 0) return rc;
 
+    if (version < 3 && (c->rope_kind == SEER_ROPE_YARN || c->rope_kind == SEER_ROPE_DYNAMIC || c->rope_kind == SEER_ROPE_LONGROPE))
+        return seer_err_set(err, SEER_EPARSE, "%s/config.json: yarn and dynamic RoPE are not supported for gemma "
+                            "(supported: default, linear, llama3)", m->dir);
     if (version == 1) {
         for (int i = 0; i < c->num_layers; i++) s->layers[i].rope = ROPE_FULL;
     } else if ((rc = layer_types(m, s, err)) < 0) {

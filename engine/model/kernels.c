@@ -249,6 +249,8 @@ static void linear_base(seer_pool_t *p, float *y, const float *x, int n, const s
     seer_pool_for(p, (size_t)w->rows, min_rows, linear_chunk, &j);
 }
 
+_Thread_local int seer_k_fast_bf16;
+
 void seer_k_linear(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias) {
     linear_base(p, y, x, n, w, bias);
     if (w->lora) seer_lora_apply(p, y, x, n, w->lora);

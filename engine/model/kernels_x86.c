@@ -413,8 +413,15 @@ int seer_k_rmsnorm_fast(float *y, const float *x, int n, int d, const seer_weigh
 /* ---- prefill linear layers on AMX (bf16 weights) ----------------------------------------------
  * Work item: 128 output rows (4 sub-blocks of 32), whose weights (<= 128 x in x 2 bytes) stay in
  * L2 while every pair of 16-token blocks of packed activations streams past them. Per 32-input
- * step: A tiles = two 16-row slices of W, B tiles = hi then lo halves of two token blocks,
- * 8 TDPBF16PS into four 16 x 16 f32 accumulators (tiles 0-3). */
+ * step: A tiles = two 16-row slices of W, B tiles = the activation pieces of two token blocks,
+ * 4 TDPBF16PS per piece into four 16 x 16 f32 accumulators (tiles 0-3).
+ * Pieces: by default x = hi + mid + lo exactly (three bf16 values hold f32's 24-bit mantissa; a
+ * remainder x - round(x) is exact in f32), and bf16 x bf16 products are exact in f32, so the
+ * only rounding left is f32 accumulation, as in the f32 kernels: the parity bar (1e-4) holds on
+ * bf16 checkpoints. Two pieces (16 mantissa bits), the former default, left up to 1.4e-4 on the
+ * bf16 parity models' logits (tests/parity/bf16_pieces.py replays it in transformers).
+ * precision = "fast" (seer_k_fast_bf16 set for the forward pass) uses one piece, x rounded to
+ * bf16 as torch's bf16 matmul does: a third of the tile work, at that rounding's error. */
 #ifdef SEER_X86
 #define AMX_ROWS 128
 typedef struct {
@@ -427,7 +434,10 @@ typedef struct {
 typedef struct {
     float *y;
     const float *x;
-    uint32_t *hi, *lo; /* packed activations, [token block][in/2 pairs][16 tokens] pairs of bf16 */
+    /* packed activation pieces (hi, mid, lo), each [token block][in/2 pairs][16 tokens] pairs
+     * of bf16 */
+    uint32_t *piece[3];
+    int npieces; /* 3: exact (x = hi + mid + lo); 1: x rounded to bf16 (precision = "fast") */
     const seer_weight_t *w, *bias;
     int n, ntb; /* tokens, token blocks (even) */
     int failed;
@@ -458,15 +468,21 @@ __attribute__((target("avx512f"), always_inline)) static inline void tr16x16_epi
     for (int i = 0; i < 16; i++) r[i] = t[i];
 }
 
-/* Token block tb of x into the VNNI layout, hi and lo parts (rows past n are zeros): for each
- * 32-input step, the 16 tokens' 16 input pairs are split into hi and lo and transposed in
+/* x rounded to bf16 (round to nearest even), widened back to f32. */
+__attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"), always_inline)) static inline __m512 bf16_round(__m512 a) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(a)), 16));
+}
+
+/* Token block tb of x into the VNNI layout, one array per piece (rows past n are zeros): for
+ * each 32-input step, the 16 tokens' 16 input pairs are split into pieces and transposed in
  * registers so that each pair's 16 tokens are one contiguous 64-byte tile row. */
 __attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"))) static void amx_pack_chunk(void *ctx, size_t begin,
                                                                                            size_t end, int thread) {
     (void)thread;
     amx_job *j = ctx;
     int64_t in = j->w->cols;
-    __m512i h[16], l[16];
+    int np = j->npieces;
+    __m512i pc[3][16];
     for (size_t tb = begin; tb < end; tb++) {
         for (int64_t kb = 0; kb < in / 32; kb++) {
             for (int jj = 0; jj < 16; jj++) {
@@ -474,22 +490,21 @@ __attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"))) static void amx_
                 if (t < j->n) {
                     const float *xt = j->x + (size_t)t * (size_t)in + (size_t)kb * 32;
                     __m512 a = _mm512_loadu_ps(xt), b = _mm512_loadu_ps(xt + 16);
-                    __m512 ah = _mm512_castsi512_ps(_mm512_slli_epi32(
-                        _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(a)), 16));
-                    __m512 bh = _mm512_castsi512_ps(_mm512_slli_epi32(
-                        _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(b)), 16));
-                    h[jj] = (__m512i)_mm512_cvtne2ps_pbh(b, a);
-                    l[jj] = (__m512i)_mm512_cvtne2ps_pbh(_mm512_sub_ps(b, bh), _mm512_sub_ps(a, ah));
+                    for (int q = 0; q < np; q++) {
+                        pc[q][jj] = (__m512i)_mm512_cvtne2ps_pbh(b, a);
+                        /* the remainder is exact in f32: a and round(a) share the exponent
+                         * range and differ in the low bits only */
+                        a = _mm512_sub_ps(a, bf16_round(a));
+                        b = _mm512_sub_ps(b, bf16_round(b));
+                    }
                 } else {
-                    h[jj] = l[jj] = _mm512_setzero_si512();
+                    for (int q = 0; q < np; q++) pc[q][jj] = _mm512_setzero_si512();
                 }
             }
-            tr16x16_epi32(h);
-            tr16x16_epi32(l);
             size_t base = (tb * (size_t)(in / 2) + (size_t)kb * 16) * 16;
-            for (int p = 0; p < 16; p++) {
-                _mm512_store_si512(j->hi + base + (size_t)p * 16, h[p]);
-                _mm512_store_si512(j->lo + base + (size_t)p * 16, l[p]);
+            for (int q = 0; q < np; q++) {
+                tr16x16_epi32(pc[q]);
+                for (int p = 0; p < 16; p++) _mm512_store_si512(j->piece[q] + base + (size_t)p * 16, pc[q][p]);
             }
         }
     }
@@ -533,8 +548,6 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_gemm_chunk(
                 }
             }
         for (int tp = 0; tp < j->ntb; tp += 2) {
-            const uint32_t *h0 = j->hi + (size_t)tp * (size_t)(in / 2) * 16, *h1 = h0 + (size_t)(in / 2) * 16;
-            const uint32_t *l0 = j->lo + (size_t)tp * (size_t)(in / 2) * 16, *l1 = l0 + (size_t)(in / 2) * 16;
             for (int sb = 0; sb < AMX_ROWS / 32; sb++) {
                 int64_t o0 = base + sb * 32;
                 if (o0 >= out) break;
@@ -546,18 +559,17 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_gemm_chunk(
                 for (int64_t kb = 0; kb < nkb; kb++) {
                     _tile_loadd(4, wa + kb * 1024, 64);
                     _tile_loadd(5, wa + kb * 1024 + 512, 64);
-                    _tile_loadd(6, h0 + kb * 256, 64);
-                    _tile_loadd(7, h1 + kb * 256, 64);
-                    _tile_dpbf16ps(0, 4, 6);
-                    _tile_dpbf16ps(1, 4, 7);
-                    _tile_dpbf16ps(2, 5, 6);
-                    _tile_dpbf16ps(3, 5, 7);
-                    _tile_loadd(6, l0 + kb * 256, 64);
-                    _tile_loadd(7, l1 + kb * 256, 64);
-                    _tile_dpbf16ps(0, 4, 6);
-                    _tile_dpbf16ps(1, 4, 7);
-                    _tile_dpbf16ps(2, 5, 6);
-                    _tile_dpbf16ps(3, 5, 7);
+                    /* hi first, then the smaller pieces, into the same accumulators */
+                    for (int q = 0; q < j->npieces; q++) {
+                        const uint32_t *b0 = j->piece[q] + (size_t)tp * (size_t)(in / 2) * 16;
+                        const uint32_t *b1 = b0 + (size_t)(in / 2) * 16;
+                        _tile_loadd(6, b0 + kb * 256, 64);
+                        _tile_loadd(7, b1 + kb * 256, 64);
+                        _tile_dpbf16ps(0, 4, 6);
+                        _tile_dpbf16ps(1, 4, 7);
+                        _tile_dpbf16ps(2, 5, 6);
+                        _tile_dpbf16ps(3, 5, 7);
+                    }
                 }
                 for (int q = 0; q < 4; q++) {
                     switch (q) { /* tile numbers are immediates */
@@ -598,11 +610,12 @@ int seer_k_linear_amx(seer_pool_t *p, float *y, const float *x, int n, const see
                       const seer_weight_t *bias) {
 #ifdef SEER_X86
     if (w->dtype != SEER_BF16 || w->cols % 32 != 0 || n < 16 || !seer_k_have_amx()) return 0;
-    int ntb = ((n + 31) / 32) * 2;
+    int ntb = ((n + 31) / 32) * 2, np = seer_k_fast_bf16 ? 1 : 3;
     size_t words = (size_t)ntb * 16 * (size_t)(w->cols / 2);
-    uint32_t *buf = aligned_alloc(64, 2 * words * sizeof(uint32_t));
+    uint32_t *buf = aligned_alloc(64, (size_t)np * words * sizeof(uint32_t));
     if (!buf) return 0;
-    amx_job j = {.y = y, .x = x, .hi = buf, .lo = buf + words, .w = w, .bias = bias, .n = n, .ntb = ntb};
+    amx_job j = {.y = y, .x = x, .npieces = np, .w = w, .bias = bias, .n = n, .ntb = ntb};
+    for (int q = 0; q < np; q++) j.piece[q] = buf + (size_t)q * words;
     seer_pool_for(p, (size_t)ntb, 1, amx_pack_chunk, &j);
     size_t items = (size_t)((w->rows + AMX_ROWS - 1) / AMX_ROWS);
     seer_pool_for(p, items, 1, amx_gemm_chunk, &j);

@@ -15,7 +15,10 @@
 typedef struct {
     seer_decoder_opts_t o;
     int *window;                    /* [num_layers], 0: full attention */
-    seer_weight_t *q_norm, *k_norm; /* [num_layers] when o.qk_norm */
+    seer_weight_t *q_norm, *k_norm; /* [num_layers] when o.qk_norm or o.olmo2 */
+    seer_weight_t *post_ff_norm;    /* [num_layers] when o.olmo2 */
+    int rot;                        /* rotary dims per head */
+    float *lr_short, *lr_long;      /* longrope factors [rot / 2], owned */
 } decoder_state;
 
 static void decoder_state_free(void *p) {
@@ -24,6 +27,9 @@ static void decoder_state_free(void *p) {
     free(s->window);
     free(s->q_norm);
     free(s->k_norm);
+    free(s->post_ff_norm);
+    free(s->lr_short);
+    free(s->lr_long);
     free(s);
 }
 
@@ -40,24 +46,52 @@ int seer_decoder_bind(seer_model_t *m, const seer_decoder_opts_t *o, seer_err_t 
     m->arch_free = decoder_state_free;
     st->o = *o;
     st->window = calloc((size_t)c->num_layers, sizeof *st->window);
-    if (o->qk_norm) {
+    if (o->qk_norm || o->olmo2) {
         st->q_norm = calloc((size_t)c->num_layers, sizeof *st->q_norm);
         st->k_norm = calloc((size_t)c->num_layers, sizeof *st->k_norm);
     }
-    if (!st->window || (o->qk_norm && (!st->q_norm || !st->k_norm)))
+    if (o->olmo2) st->post_ff_norm = calloc((size_t)c->num_layers, sizeof *st->post_ff_norm);
+    if (!st->window || ((o->qk_norm || o->olmo2) && (!st->q_norm || !st->k_norm)) || (o->olmo2 && !st->post_ff_norm))
         return seer_err_set(err, SEER_ENOMEM, "out of memory");
     if (o->window) memcpy(st->window, o->window, (size_t)c->num_layers * sizeof *st->window);
     st->o.window = st->window;
+    st->rot = o->rot_dim > 0 ? o->rot_dim : c->head_dim;
+    if (st->rot % 2 || st->rot > c->head_dim)
+        return seer_err_set(err, SEER_EPARSE, "%s: the rotary dims (%d) must be even and at most head_dim (%d)", m->dir,
+                            st->rot, c->head_dim);
+    if (c->rope_kind == SEER_ROPE_LONGROPE && !o->longrope_short)
+        return seer_err_set(err, SEER_EPARSE, "%s/config.json: longrope RoPE is implemented for phi3 only", m->dir);
+    if (o->longrope_short) {
+        size_t nh = (size_t)st->rot / 2;
+        st->lr_short = malloc(nh * sizeof(float));
+        st->lr_long = malloc(nh * sizeof(float));
+        if (!st->lr_short || !st->lr_long) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+        memcpy(st->lr_short, o->longrope_short, nh * sizeof(float));
+        memcpy(st->lr_long, o->longrope_long, nh * sizeof(float));
+        st->o.longrope_short = st->lr_short, st->o.longrope_long = st->lr_long;
+    }
 #define W SEER_BIND_WEIGHT
     W(&m->embed, V, D, 0, "model.embed_tokens.weight");
     W(&m->final_norm, D, 0, 0, "model.norm.weight");
     W(&m->lm_head, V, D, c->tie_word_embeddings, "lm_head.weight");
     for (int i = 0; i < c->num_layers; i++) {
         seer_layer_weights_t *l = &m->layers[i];
-        W(&l->attn_norm, D, 0, 0, "model.layers.%d.input_layernorm.weight", i);
-        W(&l->q, qd, D, 0, "model.layers.%d.self_attn.q_proj.weight", i);
-        W(&l->k, kvd, D, 0, "model.layers.%d.self_attn.k_proj.weight", i);
-        W(&l->v, kvd, D, 0, "model.layers.%d.self_attn.v_proj.weight", i);
+        if (!o->olmo2) W(&l->attn_norm, D, 0, 0, "model.layers.%d.input_layernorm.weight", i);
+        if (o->phi3) {
+            /* views into the fused [q; k; v] rows */
+            seer_weight_t qkv;
+            W(&qkv, qd + 2 * kvd, D, 0, "model.layers.%d.self_attn.qkv_proj.weight", i);
+            if (qkv.data) {
+                size_t row = (size_t)D * seer_dtype_size(qkv.dtype);
+                l->q = qkv, l->q.rows = qd;
+                l->k = qkv, l->k.rows = kvd, l->k.data = (const char *)qkv.data + (size_t)qd * row;
+                l->v = qkv, l->v.rows = kvd, l->v.data = (const char *)qkv.data + (size_t)(qd + kvd) * row;
+            }
+        } else {
+            W(&l->q, qd, D, 0, "model.layers.%d.self_attn.q_proj.weight", i);
+            W(&l->k, kvd, D, 0, "model.layers.%d.self_attn.k_proj.weight", i);
+            W(&l->v, kvd, D, 0, "model.layers.%d.self_attn.v_proj.weight", i);
+        }
         W(&l->o, D, qd, 0, "model.layers.%d.self_attn.o_proj.weight", i);
         if (o->qkv_bias) {
             W(&l->q_bias, qd, 0, 0, "model.layers.%d.self_attn.q_proj.bias", i);
@@ -69,10 +103,31 @@ int seer_decoder_bind(seer_model_t *m, const seer_decoder_opts_t *o, seer_err_t 
             W(&st->q_norm[i], hd, 0, 0, "model.layers.%d.self_attn.q_norm.weight", i);
             W(&st->k_norm[i], hd, 0, 0, "model.layers.%d.self_attn.k_norm.weight", i);
         }
+        if (o->olmo2) {
+            W(&st->q_norm[i], qd, 0, 0, "model.layers.%d.self_attn.q_norm.weight", i);
+            W(&st->k_norm[i], kvd, 0, 0, "model.layers.%d.self_attn.k_norm.weight", i);
+            W(&st->post_ff_norm[i], D, 0, 0, "model.layers.%d.post_feedforward_layernorm.weight", i);
+        }
+        /* the pre-MLP norm; OLMo 2's post-attention norm (same name, applied after attention) */
         W(&l->mlp_norm, D, 0, 0, "model.layers.%d.post_attention_layernorm.weight", i);
-        W(&l->gate, I, D, 0, "model.layers.%d.mlp.gate_proj.weight", i);
-        W(&l->up, I, D, 0, "model.layers.%d.mlp.up_proj.weight", i);
+        if (o->phi3) {
+            /* views into the fused [gate; up] rows (transformers: gate, up = chunk(2)) */
+            seer_weight_t gu;
+            W(&gu, 2 * I, D, 0, "model.layers.%d.mlp.gate_up_proj.weight", i);
+            if (gu.data) {
+                l->gate = gu, l->gate.rows = I;
+                l->up = gu, l->up.rows = I, l->up.data = (const char *)gu.data + (size_t)I * (size_t)D * seer_dtype_size(gu.dtype);
+            }
+        } else {
+            W(&l->gate, I, D, 0, "model.layers.%d.mlp.gate_proj.weight", i);
+            W(&l->up, I, D, 0, "model.layers.%d.mlp.up_proj.weight", i);
+        }
         W(&l->down, D, I, 0, "model.layers.%d.mlp.down_proj.weight", i);
+        if (o->mlp_bias) {
+            W(&l->gate_bias, I, 0, 0, "model.layers.%d.mlp.gate_proj.bias", i);
+            W(&l->up_bias, I, 0, 0, "model.layers.%d.mlp.up_proj.bias", i);
+            W(&l->down_bias, D, 0, 0, "model.layers.%d.mlp.down_proj.bias", i);
+        }
     }
 #undef W
     if (c->tie_word_embeddings && !m->lm_head.data) m->lm_head = m->embed;
@@ -142,16 +197,55 @@ int seer_decoder_qwen_windows(seer_model_t *m, int *window, seer_err_t *err) {
 }
 
 static int llama_bind(seer_model_t *m, seer_err_t *err) {
-    seer_decoder_opts_t o = {.qkv_bias = m->cfg.attention_bias, .o_bias = m->cfg.attention_bias};
+    seer_decoder_opts_t o = {.qkv_bias = m->cfg.attention_bias, .o_bias = m->cfg.attention_bias,
+                             .mlp_bias = m->cfg.mlp_bias};
     return seer_decoder_bind(m, &o, err);
 }
 
-/* transformers' inverse frequencies for the configured rope scaling, in f32. */
-static void rope_inv_freq(const seer_model_config_t *c, float *inv) {
-    int half = c->head_dim / 2;
+/* transformers' inverse frequencies for the configured rope scaling, in f32, for a forward
+ * pass whose last position is seq_len - 1 (only dynamic NTK scaling depends on it). */
+static void rope_inv_freq(const seer_model_config_t *c, const decoder_state *st, float *inv, int seq_len) {
+    int dim = st->rot, half = dim / 2;
+    double base = c->rope_theta;
+    if (c->rope_kind == SEER_ROPE_DYNAMIC) {
+        /* _compute_dynamic_ntk_parameters: the base grows once the sequence passes
+         * max_position_embeddings (transformers recomputes it as the sequence grows; seer per
+         * forward pass, from the positions it covers) */
+        double L = seq_len > c->max_position_embeddings ? seq_len : c->max_position_embeddings;
+        double f = c->rope_factor;
+        base = base * pow(f * L / c->max_position_embeddings - (f - 1.0), (double)dim / (dim - 2));
+    }
     for (int i = 0; i < half; i++) {
-        float expo = (float)(2 * i) / (float)c->head_dim;
-        inv[i] = (float)(1.0 / pow((double)c->rope_theta, (double)expo));
+        float expo = (float)(2 * i) / (float)dim;
+        inv[i] = (float)(1.0 / pow(base, (double)expo));
+    }
+    if (c->rope_kind == SEER_ROPE_LONGROPE) {
+        /* _compute_longrope_parameters: 1 / (ext * base^(2i/dim)), the long factors once the
+         * pass reaches past original_max_position_embeddings (transformers switches per pass) */
+        const float *ext = seq_len > st->o.longrope_orig ? st->o.longrope_long : st->o.longrope_short;
+        for (int i = 0; i < half; i++) {
+            float p = (float)pow(base, (double)((float)(2 * i) / (float)dim));
+            inv[i] = 1.0f / (ext[i] * p);
+        }
+    }
+    if (c->rope_kind == SEER_ROPE_YARN) {
+        /* _compute_yarn_parameters: extrapolated (plain) frequencies for the fast-rotating dims,
+         * interpolated (/ factor) ones for the slow, a linear ramp in between */
+        double orig = c->rope_original_max_position, b = c->rope_theta;
+        double lo = dim * log(orig / (c->rope_beta_fast * 2 * M_PI)) / (2 * log(b));
+        double hi = dim * log(orig / (c->rope_beta_slow * 2 * M_PI)) / (2 * log(b));
+        if (c->rope_truncate) lo = floor(lo), hi = ceil(hi);
+        if (lo < 0) lo = 0;
+        if (hi > dim - 1) hi = dim - 1;
+        if (lo == hi) hi += 0.001;
+        for (int i = 0; i < half; i++) {
+            float pos_freq = (float)pow(b, (double)((float)(2 * i) / (float)dim));
+            float extra = 1.0f / pos_freq, inter = 1.0f / (c->rope_factor * pos_freq);
+            float ramp = (float)(((float)i - (float)lo) / (float)(hi - lo));
+            ramp = ramp < 0.f ? 0.f : ramp > 1.f ? 1.f : ramp;
+            float ef = 1.0f - ramp;
+            inv[i] = inter * (1.0f - ef) + extra * ef;
+        }
     }
     if (c->rope_kind == SEER_ROPE_LINEAR) {
         for (int i = 0; i < half; i++) inv[i] /= c->rope_factor;
@@ -175,7 +269,7 @@ int seer_decoder_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *to
     const seer_model_config_t *c = &m->cfg;
     const decoder_state *st = m->arch_state;
     int D = c->hidden_size, I = c->intermediate_size, H = c->num_heads, KH = c->num_kv_heads, hd = c->head_dim;
-    int qd = H * hd, kvd = KH * hd, half = hd / 2;
+    int qd = H * hd, kvd = KH * hd, rot = st->rot, half = rot / 2;
     int start = kv->len, rc = 0;
     int nthreads = seer_pool_threads(m->pool);
     size_t nf = (size_t)n;
@@ -186,9 +280,16 @@ int seer_decoder_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *to
     float *h1 = v + nf * kvd, *h2 = h1 + nf * I, *inv = h2 + nf * I, *cs = inv + half, *sn = cs + nf * half;
     float *scratch = sn + nf * half;
 
-    rope_inv_freq(c, inv);
+    rope_inv_freq(c, st, inv, start + n);
     seer_k_rope_table(inv, half, start, n, cs, sn);
+    float cs_scale = c->rope_kind == SEER_ROPE_YARN       ? c->rope_attention_factor
+                     : c->rope_kind == SEER_ROPE_LONGROPE ? st->o.longrope_att
+                                                          : 1.0f;
+    if (cs_scale != 1.0f) /* cos, sin x attention_factor */
+        for (size_t i = 0; i < nf * (size_t)half; i++) cs[i] *= cs_scale, sn[i] *= cs_scale;
     for (int t = 0; t < n; t++) seer_k_embed_row(x + (size_t)t * D, &m->embed, tokens[t]);
+    if (st->o.embed_mult != 0.f)
+        for (size_t i = 0; i < nf * D; i++) x[i] *= st->o.embed_mult;
     SEER_HOOK_ROWS(SEER_HP_EMBED, -1, x, D);
     if (hidden) memcpy(hidden, x, nf * D * sizeof(float));
 
@@ -196,7 +297,8 @@ int seer_decoder_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *to
         const seer_layer_weights_t *L = &m->layers[l];
         float *kc = kv->k + (size_t)l * kv->max_tokens * kvd, *vc = kv->v + (size_t)l * kv->max_tokens * kvd;
         SEER_HOOK_ROWS(SEER_HP_RESID_PRE, l, x, D);
-        seer_k_rmsnorm(xb, x, n, D, &L->attn_norm, c->rms_norm_eps, 0);
+        if (st->o.olmo2) memcpy(xb, x, nf * D * sizeof(float)); /* no pre-norm: the block sees x */
+        else seer_k_rmsnorm(xb, x, n, D, &L->attn_norm, c->rms_norm_eps, 0);
         SEER_HOOK_ROWS(SEER_HP_LN1, l, xb, D);
         seer_k_linear(m->pool, q, xb, n, &L->q, &L->q_bias);
         seer_k_linear(m->pool, k, xb, n, &L->k, &L->k_bias);
@@ -204,36 +306,49 @@ int seer_decoder_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *to
         if (st->o.qk_norm) { /* per head, before RoPE */
             seer_k_rmsnorm(q, q, n * H, hd, &st->q_norm[l], c->rms_norm_eps, 0);
             seer_k_rmsnorm(k, k, n * KH, hd, &st->k_norm[l], c->rms_norm_eps, 0);
+        } else if (st->o.olmo2) { /* over the whole projection, before RoPE */
+            seer_k_rmsnorm(q, q, n, qd, &st->q_norm[l], c->rms_norm_eps, 0);
+            seer_k_rmsnorm(k, k, n, kvd, &st->k_norm[l], c->rms_norm_eps, 0);
         }
         SEER_HOOK_HEADS(SEER_HP_Q, l, q, H, hd);
         SEER_HOOK_HEADS(SEER_HP_K, l, k, KH, hd);
         SEER_HOOK_HEADS(SEER_HP_V, l, v, KH, hd);
         for (int t = 0; t < n; t++) {
-            seer_k_rope(q + (size_t)t * qd, H, hd, hd, cs + (size_t)t * half, sn + (size_t)t * half);
-            seer_k_rope(k + (size_t)t * kvd, KH, hd, hd, cs + (size_t)t * half, sn + (size_t)t * half);
+            seer_k_rope(q + (size_t)t * qd, H, hd, rot, cs + (size_t)t * half, sn + (size_t)t * half);
+            seer_k_rope(k + (size_t)t * kvd, KH, hd, rot, cs + (size_t)t * half, sn + (size_t)t * half);
         }
         memcpy(kc + (size_t)start * kvd, k, nf * kvd * sizeof(float));
         memcpy(vc + (size_t)start * kvd, v, nf * kvd * sizeof(float));
         seer_attn_params_t ap = {.q = q, .kc = kc, .vc = vc, .out = att, .scratch = scratch, .n = n, .start = start,
                                  .max_len = kv->max_tokens, .H = H, .KH = KH, .hd = hd,
-                                 .window = st->window ? st->window[l] : 0, .scale = 1.0f / sqrtf((float)hd)};
+                                 .window = st->window ? st->window[l] : 0,
+                                 .scale = st->o.attn_mult != 0.f ? st->o.attn_mult : 1.0f / sqrtf((float)hd)};
         if ((rc = seer_fwd_attention(m, hk, l, &ap, err)) < 0) goto out;
         SEER_HOOK_HEADS(SEER_HP_Z, l, att, H, hd);
         seer_k_linear(m->pool, xb, att, n, &L->o, &L->o_bias);
+        if (st->o.olmo2) seer_k_rmsnorm(xb, xb, n, D, &L->mlp_norm, c->rms_norm_eps, 0);
         SEER_HOOK_ROWS(SEER_HP_ATTN_OUT, l, xb, D);
-        for (size_t i = 0; i < nf * D; i++) x[i] += xb[i];
+        if (st->o.resid_mult != 0.f)
+            for (size_t i = 0; i < nf * D; i++) x[i] += xb[i] * st->o.resid_mult;
+        else
+            for (size_t i = 0; i < nf * D; i++) x[i] += xb[i];
         SEER_HOOK_ROWS(SEER_HP_RESID_MID, l, x, D);
 
-        seer_k_rmsnorm(xb, x, n, D, &L->mlp_norm, c->rms_norm_eps, 0);
+        if (st->o.olmo2) memcpy(xb, x, nf * D * sizeof(float));
+        else seer_k_rmsnorm(xb, x, n, D, &L->mlp_norm, c->rms_norm_eps, 0);
         SEER_HOOK_ROWS(SEER_HP_LN2, l, xb, D);
-        seer_k_linear(m->pool, h1, xb, n, &L->gate, NULL);
-        seer_k_linear(m->pool, h2, xb, n, &L->up, NULL);
+        seer_k_linear(m->pool, h1, xb, n, &L->gate, &L->gate_bias);
+        seer_k_linear(m->pool, h2, xb, n, &L->up, &L->up_bias);
         SEER_HOOK_ROWS(SEER_HP_MLP_PRE, l, h1, I);
         seer_k_silu_mul(h1, h2, nf * I);
         SEER_HOOK_ROWS(SEER_HP_MLP_POST, l, h1, I);
-        seer_k_linear(m->pool, xb, h1, n, &L->down, NULL);
+        seer_k_linear(m->pool, xb, h1, n, &L->down, &L->down_bias);
+        if (st->o.olmo2) seer_k_rmsnorm(xb, xb, n, D, &st->post_ff_norm[l], c->rms_norm_eps, 0);
         SEER_HOOK_ROWS(SEER_HP_MLP_OUT, l, xb, D);
-        for (size_t i = 0; i < nf * D; i++) x[i] += xb[i];
+        if (st->o.resid_mult != 0.f)
+            for (size_t i = 0; i < nf * D; i++) x[i] += xb[i] * st->o.resid_mult;
+        else
+            for (size_t i = 0; i < nf * D; i++) x[i] += xb[i];
         SEER_HOOK_ROWS(SEER_HP_RESID_POST, l, x, D);
         if (hidden) memcpy(hidden + (size_t)(l + 1) * nf * D, x, nf * D * sizeof(float));
     }
@@ -248,10 +363,25 @@ int seer_decoder_describe(seer_model_t *m, seer_gpu_desc_t *d, seer_err_t *err) 
     const seer_model_config_t *c = &m->cfg;
     const decoder_state *st = m->arch_state;
     memset(d, 0, sizeof *d);
+    /* The GPU decoder has no MLP biases: refuse rather than drop them. */
+    if (st->o.mlp_bias)
+        return seer_err_set(err, SEER_EINVAL, "%s: \"mlp_bias\": true is not supported on the GPU yet; load it on the CPU",
+                            m->dir);
+    if (st->o.olmo2)
+        return seer_err_set(err, SEER_EINVAL, "%s: OLMo 2 is not supported on the GPU yet; load it on the CPU", m->dir);
+    if (st->o.embed_mult != 0.f || st->o.resid_mult != 0.f || st->o.attn_mult != 0.f || st->o.logits_scale != 0.f)
+        return seer_err_set(err, SEER_EINVAL, "%s: Granite's multipliers are not supported on the GPU yet; load it on the CPU",
+                            m->dir);
+    if (st->o.phi3)
+        return seer_err_set(err, SEER_EINVAL, "%s: Phi-3 is not supported on the GPU yet; load it on the CPU", m->dir);
+    /* the GPU decoder takes one inverse-frequency table and no cos/sin scale */
+    if (c->rope_kind == SEER_ROPE_YARN || c->rope_kind == SEER_ROPE_DYNAMIC)
+        return seer_err_set(err, SEER_EINVAL, "%s: yarn and dynamic RoPE are not supported on the GPU yet; load it on the CPU",
+                            m->dir);
     d->layers = calloc((size_t)c->num_layers, sizeof *d->layers);
     d->own = calloc((size_t)c->head_dim / 2 + 1, sizeof(float));
     if (!d->layers || !d->own) return seer_err_set(err, SEER_ENOMEM, "out of memory");
-    rope_inv_freq(c, d->own);
+    rope_inv_freq(c, st, d->own, 0);
     d->act = SEER_GPU_ACT_SILU;
     d->embed_scale = 1.f;
     d->attn_scale = 1.0f / sqrtf((float)c->head_dim);
@@ -269,6 +399,13 @@ int seer_decoder_describe(seer_model_t *m, seer_gpu_desc_t *d, seer_err_t *err) 
         g->inv_freq = d->own;
     }
     return 0;
+}
+
+void seer_decoder_final_scale(seer_model_t *m, float *logits, int rows) {
+    const decoder_state *st = m->arch_state;
+    if (st->o.logits_scale == 0.f) return;
+    size_t nv = (size_t)rows * (size_t)m->cfg.vocab_size;
+    for (size_t i = 0; i < nv; i++) logits[i] /= st->o.logits_scale;
 }
 
 const seer_arch_t seer_arch_llama = {"llama", llama_bind, seer_decoder_forward, NULL, NULL, seer_decoder_describe};

@@ -63,7 +63,7 @@ static int l_load(lua_State *L) {
     lua_setmetatable(L, -2);
     seer_err_t err;
     seer_model_opts_t o = {.threads = threads, .hidden = lua_toboolean(L, 3), .device = luaL_optstring(L, 4, "cpu"),
-                           .progress = -1};
+                           .progress = -1, .fast_bf16 = lua_toboolean(L, 5)};
     if (seer_model_load(&u->m, path, &o, &err) < 0) return luaL_error(L, "%s", err.msg);
     return 1;
 }
@@ -383,6 +383,27 @@ static int l_unembed(lua_State *L) {
     return 1;
 }
 
+static void push_field(void *ud, const char *name, seer_field_kind_t kind, const char *ok, const char *bad,
+                       const char *why) {
+    lua_State *L = ud;
+    lua_createtable(L, 0, 4);
+    lua_pushstring(L, kind == SEER_FIELD_USED ? "used" : kind == SEER_FIELD_INERT ? "inert" : "refused");
+    lua_setfield(L, -2, "kind");
+    if (ok) lua_pushstring(L, ok), lua_setfield(L, -2, "ok");
+    if (bad) lua_pushstring(L, bad), lua_setfield(L, -2, "bad");
+    if (why) lua_pushstring(L, why), lua_setfield(L, -2, "why");
+    lua_setfield(L, -2, name);
+}
+
+/* config_fields(model_type) -> {name = {kind = "used"|"inert"|"refused", ok?, bad?, why?}} or
+ * nil for a model_type seer does not support. */
+static int l_config_fields(lua_State *L) {
+    const char *mt = luaL_checkstring(L, 1);
+    lua_newtable(L);
+    if (seer_model_config_fields(mt, push_field, L) < 0) lua_pushnil(L);
+    return 1;
+}
+
 static int l_supported(lua_State *L) {
     lua_pushstring(L, seer_model_supported());
     return 1;
@@ -429,5 +450,7 @@ int seer_model_luaopen(lua_State *L) {
     lua_setfield(L, -2, "devices");
     lua_pushcfunction(L, l_supported);
     lua_setfield(L, -2, "supported");
+    lua_pushcfunction(L, l_config_fields);
+    lua_setfield(L, -2, "config_fields");
     return 1;
 }

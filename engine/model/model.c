@@ -14,7 +14,8 @@
 /* NULL entries are architectures whose file is not linked in (weak symbols). */
 static const seer_arch_t *const archs[] = {
     &seer_arch_llama, &seer_arch_mistral, &seer_arch_qwen2,  &seer_arch_qwen3,   &seer_arch_gemma,
-    &seer_arch_gemma2, &seer_arch_gemma3, &seer_arch_gpt2, &seer_arch_gpt_neox,
+    &seer_arch_gemma2, &seer_arch_gemma3, &seer_arch_gpt2, &seer_arch_gpt_neox, &seer_arch_granite,
+    &seer_arch_olmo2, &seer_arch_phi3,
 };
 #define NARCHS (sizeof archs / sizeof archs[0])
 
@@ -24,6 +25,8 @@ const char *seer_model_supported(void) {
         size_t o = 0;
         for (size_t i = 0; i < NARCHS; i++)
             if (archs[i]) o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", o ? ", " : "", archs[i]->model_type);
+        /* a Gemma 3 multimodal config loads as its text model (config.c flattens it) */
+        if (&seer_arch_gemma3) snprintf(list + o, sizeof list - o, ", gemma3");
     }
     return list;
 }
@@ -101,11 +104,52 @@ static int open_weights(seer_model_t *m, seer_err_t *err) {
     return open_shard(m, "model.safetensors", err);
 }
 
+static const seer_st_entry_t *find_tensor(seer_model_t *m, const char *name) {
+    const seer_st_entry_t *e = NULL;
+    for (int i = 0; i < m->nfiles && !e; i++) e = seer_st_find(m->files[i], name);
+    return e;
+}
+
+/* A Gemma 3 multimodal checkpoint keeps its language model under a prefix: transformers 5 saves
+ * model.language_model.* and lm_head.*, the checkpoints on the hub (transformers 4) have
+ * language_model.model.* and language_model.lm_head.*. The vision tower and projector are
+ * skipped, and one line says so. */
+static int multimodal_prefixes(seer_model_t *m, seer_err_t *err) {
+    if (find_tensor(m, "model.language_model.embed_tokens.weight")) {
+        snprintf(m->model_prefix, sizeof m->model_prefix, "model.language_model.");
+        snprintf(m->head_prefix, sizeof m->head_prefix, "lm_head.");
+    } else if (find_tensor(m, "language_model.model.embed_tokens.weight")) {
+        snprintf(m->model_prefix, sizeof m->model_prefix, "language_model.model.");
+        snprintf(m->head_prefix, sizeof m->head_prefix, "language_model.lm_head.");
+    } else {
+        return seer_err_set(err, SEER_EPARSE,
+                            "%s: a Gemma 3 multimodal config, but the checkpoint has neither "
+                            "model.language_model.embed_tokens.weight nor language_model.model.embed_tokens.weight",
+                            m->dir);
+    }
+    size_t skipped = 0, ml = strlen(m->model_prefix), hl = strlen(m->head_prefix);
+    for (int i = 0; i < m->nfiles; i++)
+        for (size_t k = 0; k < seer_st_count(m->files[i]); k++) {
+            const char *n = seer_st_entry(m->files[i], k)->name;
+            if (strncmp(n, m->model_prefix, ml) != 0 && strncmp(n, m->head_prefix, hl) != 0) skipped++;
+        }
+    fprintf(stderr, "seer: a Gemma 3 multimodal checkpoint: loading its text model (%s*); the vision tower and "
+            "projector (%zu tensors) are skipped\n", m->model_prefix, skipped);
+    return 0;
+}
+
 int seer_model_weight(seer_model_t *m, seer_weight_t *w, const char *name, int64_t rows, int64_t cols, int optional,
                       char **missing, seer_err_t *err) {
     memset(w, 0, sizeof *w);
-    const seer_st_entry_t *e = NULL;
-    for (int i = 0; i < m->nfiles && !e; i++) e = seer_st_find(m->files[i], name);
+    char mapped[512];
+    if (m->model_prefix[0] && strncmp(name, "model.", 6) == 0) {
+        snprintf(mapped, sizeof mapped, "%s%s", m->model_prefix, name + 6);
+        name = mapped;
+    } else if (m->head_prefix[0] && strncmp(name, "lm_head.", 8) == 0) {
+        snprintf(mapped, sizeof mapped, "%s%s", m->head_prefix, name + 8);
+        name = mapped;
+    }
+    const seer_st_entry_t *e = find_tensor(m, name);
     if (!e) {
         if (optional) return 0;
         size_t old = *missing ? strlen(*missing) : 0;
@@ -191,11 +235,13 @@ int seer_model_load(seer_model_t **out, const char *dir, const seer_model_opts_t
     if (!m) return seer_err_set(err, SEER_ENOMEM, "out of memory");
     snprintf(m->dir, sizeof m->dir, "%s", dir);
     m->hidden = opts && opts->hidden;
+    m->fast_bf16 = opts && opts->fast_bf16;
     int rc = seer_model_parse_config(&m->cfg, dir, err);
     if (rc < 0) goto fail;
     char cpath[PATH_MAX];
     if ((rc = join_path(cpath, sizeof cpath, dir, "config.json", err)) < 0) goto fail;
-    if (!(m->config_json = seer_model_read_json(cpath, err))) {
+    int multimodal = 0;
+    if (!(m->config_json = seer_model_read_config(cpath, &multimodal, err))) {
         rc = err ? err->code : SEER_EPARSE;
         goto fail;
     }
@@ -205,7 +251,9 @@ int seer_model_load(seer_model_t **out, const char *dir, const seer_model_opts_t
                           m->cfg.model_type, seer_model_supported());
         goto fail;
     }
+    if ((rc = seer_model_check_fields(m, multimodal, err)) < 0) goto fail;
     if ((rc = open_weights(m, err)) < 0) goto fail;
+    if (multimodal && (rc = multimodal_prefixes(m, err)) < 0) goto fail;
     m->layers = calloc((size_t)m->cfg.num_layers, sizeof *m->layers);
     if (!m->layers) {
         rc = seer_err_set(err, SEER_ENOMEM, "out of memory");
@@ -297,8 +345,11 @@ int seer_model_forward_hooked(seer_model_t *m, seer_kv_cache_t *c, const int32_t
      * seer_fwd_attention, between layers) instead of running to the end. */
     if (seer_host_interrupted()) return seer_err_set(err, SEER_EINTR, "interrupted");
     int start = c->len;
+    int saved_fast = seer_k_fast_bf16; /* a hook may run another model's forward inside this one */
+    seer_k_fast_bf16 = m->fast_bf16;
     rc = m->gpu ? seer_gpu_forward(m, c, tokens, n, logits, all_logits, hidden, hk, NULL, err)
                     : m->arch->forward(m, c, tokens, n, logits, all_logits, hidden, hk, err);
+    seer_k_fast_bf16 = saved_fast;
     /* A failed pass (a hook raised) must not leave half-written entries counted in the cache. */
     if (rc < 0) c->len = start;
     return rc;

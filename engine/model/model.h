@@ -14,7 +14,9 @@
 
 #define SEER_MODEL_MAX_EOS 8
 
-typedef enum { SEER_ROPE_DEFAULT = 0, SEER_ROPE_LLAMA3, SEER_ROPE_LINEAR } seer_rope_kind_t;
+typedef enum { SEER_ROPE_DEFAULT = 0, SEER_ROPE_LLAMA3, SEER_ROPE_LINEAR, SEER_ROPE_YARN, SEER_ROPE_DYNAMIC,
+               /* Phi-3's: short/long factor lists, read by phi3.c */
+               SEER_ROPE_LONGROPE } seer_rope_kind_t;
 
 typedef struct seer_model_config {
     char model_type[32];   /* config.json "model_type": "llama", "mistral", "qwen2", ... */
@@ -32,6 +34,12 @@ typedef struct seer_model_config {
     seer_rope_kind_t rope_kind;
     float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     int rope_original_max_position;
+    /* yarn: cos and sin are multiplied by rope_attention_factor; beta_fast/slow bound the ramp
+     * between interpolated and extrapolated frequencies (truncated to whole dims unless
+     * rope_truncate is 0). dynamic (NTK): the base grows with the sequence past
+     * max_position_embeddings, per forward pass. */
+    float rope_attention_factor, rope_beta_fast, rope_beta_slow;
+    int rope_truncate;
     int tie_word_embeddings;
     int attention_bias;
     int mlp_bias;
@@ -55,6 +63,10 @@ typedef struct seer_model_opts {
      * line on stderr says why (once per process) and the model runs on the CPU. */
     const char *device;
     int progress; /* upload progress bar: < 0 when stderr is a terminal (the default 0 = never) */
+    /* 0 (precision = "exact", the default): bf16 weights meet f32 activations without rounding
+     * them (AMX splits them into three exact bf16 pieces). 1 ("fast"): AMX prefill rounds the
+     * activations to bf16, as torch's bf16 matmul does (docs/model.md has the error and speed). */
+    int fast_bf16;
 } seer_model_opts_t;
 
 /* Loads a model directory (config.json, model.safetensors or model.safetensors.index.json +

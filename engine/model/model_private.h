@@ -26,6 +26,7 @@ static inline const seer_weight_t *seer_weight_or_null(const seer_weight_t *w) {
 typedef struct seer_layer_weights {
     seer_weight_t attn_norm, q, k, v, o, q_bias, k_bias, v_bias, o_bias;
     seer_weight_t mlp_norm, gate, up, down;
+    seer_weight_t gate_bias, up_bias, down_bias; /* Llama's mlp_bias; unbound (NULL data) otherwise */
 } seer_layer_weights_t;
 
 #define SEER_MODEL_MAX_SHARDS 256
@@ -70,6 +71,10 @@ struct seer_model {
     void *lora_state;
     void (*lora_free)(void *lora_state);
     int hidden;         /* seer_model_opts_t.hidden */
+    int fast_bf16;      /* seer_model_opts_t.fast_bf16 */
+    /* Weight names are looked up with "model." replaced by model_prefix and "lm_head." by
+     * head_prefix when those are set (a Gemma 3 multimodal checkpoint's language model). */
+    char model_prefix[48], head_prefix[48];
     unsigned hook_mask; /* SEER_HP_BIT set of the points this model has (bind may change it) */
     struct seer_gpu_model *gpu; /* the model's copy on a CUDA device (gpu_model.c); NULL: CPU */
 };
@@ -101,10 +106,27 @@ int seer_model_weight(struct seer_model *m, seer_weight_t *w, const char *name, 
     } while (0)
 
 int seer_model_parse_config(seer_model_config_t *c, const char *dir, seer_err_t *err);
+/* config.json parsed, a Gemma 3 multimodal config flattened to its text model's (gemma3_text)
+ * with *multimodal set. */
+cJSON *seer_model_read_config(const char *path, int *multimodal, seer_err_t *err);
+
+/* config_fields.c: every config.json field of m->config_json is known (used or inert) or, when
+ * it is refused, has an accepted value; a refused value fails naming the field, unknown fields
+ * get a one-line note on stderr. multimodal: the config was a Gemma 3 multimodal one. */
+typedef enum { SEER_FIELD_USED, SEER_FIELD_INERT, SEER_FIELD_REFUSED } seer_field_kind_t;
+int seer_model_check_fields(struct seer_model *m, int multimodal, seer_err_t *err);
+/* Calls fn for every field seer knows for model_type ("gemma3": the multimodal config); -1 for
+ * an unknown model_type. ok/bad/why are NULL unless the field is refused. */
+typedef void (*seer_field_visit_fn)(void *ud, const char *name, seer_field_kind_t kind, const char *ok,
+                                    const char *bad, const char *why);
+int seer_model_config_fields(const char *model_type, seer_field_visit_fn fn, void *ud);
 cJSON *seer_model_read_json(const char *path, seer_err_t *err);
 char *seer_model_read_text(const char *path, size_t *len, seer_err_t *err);
 
 /* ---- kernels (kernels.c) ---- */
+/* Set for the duration of a forward pass of a model loaded with precision = "fast" (on the
+ * calling thread, which is where seer_k_linear_amx packs the activations). */
+extern _Thread_local int seer_k_fast_bf16;
 /* Below about this many multiply-adds a pool task is not worth waking a worker for (tiny models
  * run fastest on one thread); every kernel sizes its chunks with it. */
 #define SEER_PAR_WORK (1u << 18)
@@ -163,7 +185,8 @@ int seer_k_have_amx(void);
 /* v[i] = exp(v[i] - mx) for i < n, returning the sum (vectorized, kernels_x86.c). */
 float seer_k_exp_sub_sum(float *v, int n, float mx);
 /* seer_k_rmsnorm on AVX-512; 0 when not available (then the portable loop runs). */
-/* y = x W^T (+ bias) for bf16 W on AMX tiles, x split into two bf16 halves (kernels_x86.c); 0 when
+/* y = x W^T (+ bias) for bf16 W on AMX tiles, x split exactly into three bf16 pieces (one, rounded,
+ * when seer_k_fast_bf16) (kernels_x86.c); 0 when
  * it does not apply (no AMX, other dtypes, cols not a multiple of 32, n < 16, out of memory). */
 int seer_k_linear_amx(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias);
 int seer_k_rmsnorm_fast(float *y, const float *x, int n, int d, const seer_weight_t *w, float eps, int one_plus);
@@ -216,5 +239,8 @@ extern const seer_arch_t seer_arch_gemma2 __attribute__((weak));
 extern const seer_arch_t seer_arch_gemma3 __attribute__((weak));
 extern const seer_arch_t seer_arch_gpt2 __attribute__((weak));
 extern const seer_arch_t seer_arch_gpt_neox __attribute__((weak));
+extern const seer_arch_t seer_arch_granite __attribute__((weak));
+extern const seer_arch_t seer_arch_olmo2 __attribute__((weak));
+extern const seer_arch_t seer_arch_phi3 __attribute__((weak));
 
 #endif

@@ -38,12 +38,56 @@ static void re_free(tk_re_t *re) {
     free(re);
 }
 
+/* Unicode's White_Space property: what Rust's char::is_whitespace (WhitespaceSplit, Strip) and
+ * Oniguruma's \s (the regexes of tokenizer.json) match. PCRE2's \s also takes U+180E, which has
+ * not been white space since Unicode 6.3, so \s and \S are rewritten to this set. */
+#define WS_SET "\\t-\\r \\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}"
+
+/* pat with \s -> [WS_SET] and \S -> [^WS_SET] (inside a class: \s -> WS_SET; \S stays, as a
+ * class cannot hold a negated set). NULL when out of memory. */
+static char *re_white_space(const char *pat, size_t len, size_t *olen) {
+    tk_buf_t b = {0};
+    tk_buf_add(&b, "", 0);
+    int in_class = 0;
+    for (size_t i = 0; i < len; i++) {
+        char ch = pat[i];
+        if (ch == '\\' && i + 1 < len) {
+            char e = pat[i + 1];
+            if (e == 's') tk_buf_add(&b, in_class ? WS_SET : "[" WS_SET "]", in_class ? strlen(WS_SET) : strlen(WS_SET) + 2);
+            else if (e == 'S' && !in_class) tk_buf_add(&b, "[^" WS_SET "]", strlen(WS_SET) + 3);
+            else tk_buf_add(&b, pat + i, 2);
+            i++;
+            continue;
+        }
+        if (!in_class && ch == '[') {
+            in_class = 1;
+            tk_buf_add(&b, pat + i, 1);
+            /* a ] right after [ or [^ is a literal */
+            if (i + 1 < len && pat[i + 1] == '^') tk_buf_add(&b, pat + ++i, 1);
+            if (i + 1 < len && pat[i + 1] == ']') tk_buf_add(&b, pat + ++i, 1);
+            continue;
+        }
+        if (in_class && ch == ']') in_class = 0;
+        tk_buf_add(&b, &ch, 1);
+    }
+    if (b.oom) {
+        tk_buf_free(&b);
+        return NULL;
+    }
+    *olen = b.n;
+    return b.p;
+}
+
 static int re_compile(tk_re_t **out, const char *pat, size_t len, int literal, const char *where,
                       seer_err_t *err) {
     int ec;
     PCRE2_SIZE eo;
     uint32_t opts = literal ? (PCRE2_UTF | PCRE2_LITERAL) : (PCRE2_UTF | PCRE2_UCP);
-    pcre2_code *code = pcre2_compile((PCRE2_SPTR)pat, len, opts, &ec, &eo, NULL);
+    size_t wlen = len;
+    char *wpat = literal ? NULL : re_white_space(pat, len, &wlen);
+    if (!literal && !wpat) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+    pcre2_code *code = pcre2_compile((PCRE2_SPTR)(wpat ? wpat : pat), wlen, opts, &ec, &eo, NULL);
+    free(wpat);
     if (!code) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(ec, msg, sizeof msg);
@@ -322,7 +366,14 @@ void seer_tokenizer_free(seer_tokenizer_t *tok) {
 typedef struct lctx {
     const char *name; /* file name for messages */
     seer_err_t *err;
+    /* strings of the parsed file that hold "\u0000" and their true lengths (a vocabulary entry
+     * may contain NUL; cJSON's strings end there) */
+    seer_json_len_t *nul;
+    size_t nnul;
 } lctx_t;
+
+/* The true length of a string of the parsed tokenizer.json (NUL bytes included). */
+static size_t jlen(const lctx_t *c, const char *s) { return seer_json_strlen(c->nul, c->nnul, s); }
 
 static char *dupn(const char *s, size_t n) {
     char *d = malloc(n + 1);
@@ -853,7 +904,7 @@ static int load_vocab(lctx_t *c, seer_tokenizer_t *t, const cJSON *vocab, const 
             e->valuedouble != (double)(int32_t)e->valuedouble)
             return seer_err_set(c->err, SEER_EPARSE, "%s: %s[\"%.100s\"] must be an integer id in 0..2^24",
                                 c->name, path, e->string);
-        if (tk_strmap_put(&t->vocab, e->string, strlen(e->string), (int32_t)e->valuedouble, NULL) < 0)
+        if (tk_strmap_put(&t->vocab, e->string, jlen(c, e->string), (int32_t)e->valuedouble, NULL) < 0)
             return oom(c);
     }
     return 0;
@@ -907,17 +958,18 @@ static int load_model(lctx_t *c, seer_tokenizer_t *t, const cJSON *m) {
     const cJSON *e;
     cJSON_ArrayForEach(e, merges) {
         if (cJSON_IsString(e)) {
-            const char *sp = strchr(e->valuestring, ' ');
+            size_t len = jlen(c, e->valuestring);
+            const char *sp = memchr(e->valuestring, ' ', len);
             if (!sp || sp == e->valuestring)
                 return seer_err_set(c->err, SEER_EPARSE, "%s: model.merges[%d] \"%.100s\" is not \"a b\"", c->name,
                                     rank, e->valuestring);
-            if ((rc = add_merge(c, t, e->valuestring, (size_t)(sp - e->valuestring), sp + 1, strlen(sp + 1), rank,
-                                "model.merges")))
+            if ((rc = add_merge(c, t, e->valuestring, (size_t)(sp - e->valuestring), sp + 1,
+                                len - (size_t)(sp + 1 - e->valuestring), rank, "model.merges")))
                 return rc;
         } else if (cJSON_IsArray(e) && cJSON_GetArraySize(e) == 2 && cJSON_IsString(cJSON_GetArrayItem(e, 0)) &&
                    cJSON_IsString(cJSON_GetArrayItem(e, 1))) {
             const char *a = cJSON_GetArrayItem(e, 0)->valuestring, *b = cJSON_GetArrayItem(e, 1)->valuestring;
-            if ((rc = add_merge(c, t, a, strlen(a), b, strlen(b), rank, "model.merges"))) return rc;
+            if ((rc = add_merge(c, t, a, jlen(c, a), b, jlen(c, b), rank, "model.merges"))) return rc;
         } else {
             return seer_err_set(c->err, SEER_EPARSE, "%s: model.merges[%d] must be \"a b\" or [\"a\", \"b\"]",
                                 c->name, rank);
@@ -1023,7 +1075,7 @@ static int load_added(lctx_t *c, seer_tokenizer_t *t, const cJSON *arr) {
             return seer_err_set(c->err, SEER_EPARSE, "%s: %s needs a string 'content' and an integer 'id'", c->name,
                                 path);
         a->id = (int32_t)id->valuedouble;
-        a->content_len = strlen(content);
+        a->content_len = jlen(c, content);
         if (!(a->content = dupn(content, a->content_len))) return oom(c);
         t->nadded = i + 1;
         if ((rc = jbool(c, e, "special", 0, path, &a->special)) || (rc = jbool(c, e, "single_word", 0, path, &a->single_word)) ||
@@ -1037,7 +1089,7 @@ static int load_added(lctx_t *c, seer_tokenizer_t *t, const cJSON *arr) {
 
 int seer_tokenizer_load_json(seer_tokenizer_t **out, const char *text, size_t len, const char *name,
                              seer_err_t *err) {
-    lctx_t c = {name ? name : "tokenizer.json", err};
+    lctx_t c = {name ? name : "tokenizer.json", err, NULL, 0};
     *out = NULL;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
@@ -1049,9 +1101,13 @@ int seer_tokenizer_load_json(seer_tokenizer_t **out, const char *text, size_t le
         return seer_err_set(err, SEER_EPARSE, "%s: malformed JSON near byte %zu (line %zu)", c.name, off, line);
     }
     int rc;
-    seer_tokenizer_t *t = calloc(1, sizeof *t);
+    size_t nul_bound = seer_json_nul_bound(text, len);
+    if (nul_bound && (c.nul = malloc(nul_bound * sizeof *c.nul)))
+        c.nnul = seer_json_nul_strings(text, len, root, c.nul, nul_bound);
+    seer_tokenizer_t *t = nul_bound && !c.nul ? NULL : calloc(1, sizeof *t);
     if (!t) {
         cJSON_Delete(root);
+        free(c.nul);
         return oom(&c);
     }
     if (!cJSON_IsObject(root)) {
@@ -1077,6 +1133,7 @@ int seer_tokenizer_load_json(seer_tokenizer_t **out, const char *text, size_t le
     return 0;
 fail:
     cJSON_Delete(root);
+    free(c.nul);
     seer_tokenizer_free(t);
     return rc;
 }
@@ -1126,7 +1183,7 @@ int seer_tokenizer_load_gpt2(seer_tokenizer_t **out, const char *vocab_path, con
         free(vtext);
         return rc;
     }
-    lctx_t c = {vocab_path, err};
+    lctx_t c = {vocab_path, err, NULL, 0};
     seer_tokenizer_t *t = calloc(1, sizeof *t);
     cJSON *root = cJSON_ParseWithLength(vtext, vlen);
     if (!t) {
@@ -1217,6 +1274,31 @@ static void replace_all(const tk_re_t *re, pcre2_match_data *md, const char *s, 
 
 static int is_ws(unsigned char ch) { return ch == ' ' || (ch >= '\t' && ch <= '\r'); }
 
+/* Unicode White_Space (Rust's char::is_whitespace, which the Strip normalizer uses). */
+static int is_white_space_cp(uint32_t c) {
+    return (c >= 9 && c <= 13) || c == 32 || c == 0x85 || c == 0xa0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200a) ||
+           c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f || c == 0x3000;
+}
+
+/* Length of the white-space character that starts at s[a] (0: none). The text is UTF-8. */
+static size_t ws_at(const unsigned char *s, size_t a, size_t b) {
+    if (is_ws(s[a])) return 1;
+    if (s[a] == 0xC2 && a + 1 < b && (s[a + 1] == 0x85 || s[a + 1] == 0xA0)) return 2;
+    if ((s[a] == 0xE1 || s[a] == 0xE2 || s[a] == 0xE3) && a + 2 < b) {
+        uint32_t c = ((uint32_t)(s[a] & 0x0F) << 12) | ((uint32_t)(s[a + 1] & 0x3F) << 6) | (s[a + 2] & 0x3F);
+        return is_white_space_cp(c) ? 3 : 0;
+    }
+    return 0;
+}
+
+/* Length of the white-space character that ends at s[b - 1] (0: none). */
+static size_t ws_before(const unsigned char *s, size_t a, size_t b) {
+    if (is_ws(s[b - 1])) return 1;
+    if (b - a >= 2 && ws_at(s, b - 2, b) == 2) return 2;
+    if (b - a >= 3 && ws_at(s, b - 3, b) == 3) return 3;
+    return 0;
+}
+
 static void norm_apply(const norm_t *n, pcre2_match_data *md, const char *s, size_t len, tk_buf_t *out) {
     switch (n->type) {
     case N_SEQ: {
@@ -1244,17 +1326,19 @@ static void norm_apply(const norm_t *n, pcre2_match_data *md, const char *s, siz
         return;
     case N_STRIP: {
         size_t a = 0, b = len;
+        const unsigned char *u = (const unsigned char *)s;
+        size_t k;
         if (n->left)
-            while (a < b && is_ws((unsigned char)s[a])) a++;
+            while (a < b && (k = ws_at(u, a, b))) a += k;
         if (n->right)
-            while (b > a && is_ws((unsigned char)s[b - 1])) b--;
+            while (b > a && (k = ws_before(u, a, b))) b -= k;
         tk_buf_add(out, s + a, b - a);
         return;
     }
     case N_UNICODE: {
         char *o;
         size_t olen;
-        int rc = seer_unicode_normalize(s, len, n->form, &o, &olen);
+        int rc = seer_unicode_normalize_hf(s, len, n->form, &o, &olen);
         if (rc == -1) out->oom = 1;
         else if (rc) tk_buf_add(out, s, len); /* not UTF-8: left as is */
         else tk_buf_add(out, o, olen);
@@ -1466,7 +1550,10 @@ static void pretok_apply(enc_t *e, const pretok_t *p, pieces_t *in, pieces_t *ou
         for (size_t i = 0; i < in->n; i++) {
             piece_t pc = in->v[i];
             size_t off = e->arena.n;
-            int starts = pc.len && e->arena.p[pc.off] == ' ';
+            /* tokenizers tests the text after replacing spaces: a piece that already starts
+             * with the replacement character ("▁Hello") gets no second one */
+            int starts = (pc.len && e->arena.p[pc.off] == ' ') ||
+                         (pc.len >= p->repl_len && memcmp(e->arena.p + pc.off, p->repl, p->repl_len) == 0);
             if (!starts && (p->prepend == PREPEND_ALWAYS || (p->prepend == PREPEND_FIRST && pc.first)))
                 tk_buf_add(&e->arena, p->repl, p->repl_len);
             for (size_t k = 0; k < pc.len && !e->arena.oom; k++) {

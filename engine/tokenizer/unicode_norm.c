@@ -19,9 +19,25 @@
 #define NCOUNT (VCOUNT * TCOUNT)
 #define SCOUNT (LCOUNT * NCOUNT)
 
+/* Set for the duration of a seer_unicode_normalize_hf call: the characters tokenizers' Unicode
+ * 9.0 tables lack have no properties. */
+static _Thread_local int g_hf;
+
+static int hf_gap(uint32_t cp) {
+    if (!g_hf || cp < seer_uhf_gaps[0].lo) return 0;
+    size_t lo = 0, hi = seer_uhf_gaps_n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (cp < seer_uhf_gaps[mid].lo) hi = mid;
+        else if (cp > seer_uhf_gaps[mid].hi) lo = mid + 1;
+        else return 1;
+    }
+    return 0;
+}
+
 /* The run holding cp, or NULL (combining class 0, quick check "yes" for every form). */
 static const seer_uprop_t *prop(uint32_t cp) {
-    if (cp < seer_uprops[0].lo) return NULL;
+    if (cp < seer_uprops[0].lo || hf_gap(cp)) return NULL;
     size_t lo = 0, hi = seer_uprops_n;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
@@ -52,6 +68,7 @@ static const seer_udecomp_t *find_decomp(const seer_udecomp_t *t, size_t n, uint
 static uint32_t compose(uint32_t a, uint32_t b) {
     if (a - LBASE < LCOUNT && b - VBASE < VCOUNT) return SBASE + ((a - LBASE) * VCOUNT + (b - VBASE)) * TCOUNT;
     if (a - SBASE < SCOUNT && (a - SBASE) % TCOUNT == 0 && b - TBASE - 1 < TCOUNT - 1) return a + (b - TBASE);
+    if (hf_gap(a) || hf_gap(b)) return 0;
     size_t lo = 0, hi = seer_upairs_n;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
@@ -161,6 +178,7 @@ static int decompose(uint32_t cp, int compat, cps_t *b) {
         if (push(b, LBASE + s / NCOUNT) || push(b, VBASE + (s % NCOUNT) / TCOUNT)) return -1;
         return t ? push(b, TBASE + t) : 0;
     }
+    if (hf_gap(cp)) return push(b, cp);
     const seer_udecomp_t *d = compat ? find_decomp(seer_ucompat, seer_ucompat_n, cp) : NULL;
     if (!d) d = find_decomp(seer_ucanon, seer_ucanon_n, cp);
     if (!d) return push(b, cp);
@@ -220,7 +238,7 @@ int seer_unicode_normalize(const char *s, size_t n, int form, char **out, size_t
             unsigned c = ccc(cp);
             if (starter != (size_t)-1 && (w == starter + 1 || (last && last < c))) {
                 uint32_t k = compose(b.v[starter], cp);
-                if (k) {
+                if (k && !hf_gap(k)) {
                     b.v[starter] = k;
                     continue;
                 }
@@ -243,4 +261,11 @@ int seer_unicode_normalize(const char *s, size_t n, int form, char **out, size_t
 oom:
     free(b.v);
     return -1;
+}
+
+int seer_unicode_normalize_hf(const char *s, size_t n, int form, char **out, size_t *out_len) {
+    g_hf = 1;
+    int rc = seer_unicode_normalize(s, n, form, out, out_len);
+    g_hf = 0;
+    return rc;
 }

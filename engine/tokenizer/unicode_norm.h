@@ -16,4 +16,10 @@ extern const char seer_unicode_version[];
  * (*out is then NULL). */
 int seer_unicode_normalize(const char *s, size_t n, int form, char **out, size_t *out_len);
 
+/* The same as Hugging Face tokenizers normalizes: its tables are Unicode 9.0, so the characters
+ * assigned later that have a normalization property (U+07FD, U+1DF6, ...: unicode_hf.c) are
+ * left alone, as unassigned characters are (class 0, no decomposition, no composition). The
+ * tokenizer's normalizers use this. */
+int seer_unicode_normalize_hf(const char *s, size_t n, int form, char **out, size_t *out_len);
+
 #endif

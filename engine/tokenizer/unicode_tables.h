@@ -36,4 +36,12 @@ extern const uint32_t seer_udecomp_data[];
 extern const seer_upair_t seer_upairs[];
 extern const size_t seer_upairs_n;
 
+/* unicode_hf.c (tools/gen_unicode_hf_gaps.py): the code points with a normalization property
+ * here that Hugging Face tokenizers' Unicode 9.0 tables lack, as sorted runs. */
+typedef struct seer_urange {
+    uint32_t lo, hi;
+} seer_urange_t;
+extern const seer_urange_t seer_uhf_gaps[];
+extern const size_t seer_uhf_gaps_n;
+
 #endif

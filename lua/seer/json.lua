@@ -7,7 +7,7 @@
 ---   true/false   <-> booleans
 ---   numbers      <-> Lua numbers (integral values up to 2^63 print without a decimal point,
 ---                    others print as the shortest text that reads back exactly; -0 stays -0)
----   strings      <-> Lua strings, which must be valid UTF-8 and may not contain NUL bytes
+---   strings      <-> Lua strings, which must be valid UTF-8 (NUL bytes are fine: \u0000)
 ---   arrays       <-> tables with keys exactly 1..n, marked with json.array when decoded
 ---   objects      <-> tables with string keys only, marked with json.object when decoded
 --- Object keys are written in sorted (byte) order, so the same value always gives the same text.
@@ -42,8 +42,8 @@ local M = {}
 ---
 ---Errors: NaN and +-inf (JSON has neither); functions, threads, userdata without __tojson,
 ---light userdata, cdata; cycles ("cycle at $.a.b (the table at $.a contains itself)");
----nesting deeper than 1000 levels; strings or keys that are not valid UTF-8 or contain a NUL
----byte (the message gives the byte offset inside the string).
+---nesting deeper than 1000 levels; strings or keys that are not valid UTF-8 (the message gives
+---the byte offset inside the string).
 ---@param value any nil encodes as `null`
 ---@param opts? seerjson.encode_opts
 ---@return string json
@@ -56,7 +56,7 @@ function M.encode(value, opts) end
 ---`json.decode: invalid JSON at byte 7 (line 1, column 8): near 'x]'` (byte offsets from 0,
 ---lines and columns from 1), and an empty or blank text gives `json.decode: empty input`.
 ---Duplicate object keys: the last one wins. \u escapes (surrogate pairs included) become
----UTF-8; unpaired surrogates are an error, and so is \u0000 (the strings cannot hold NUL).
+---UTF-8 (\u0000 a NUL byte); unpaired surrogates are an error.
 ---Numbers become Lua numbers (out-of-range ones such as 1e400 become +-math.huge; number
 ---tokens longer than 63 characters are rejected). Arrays and objects come back marked, so
 ---`json.encode(json.decode("[]")) == "[]"`. Nesting deeper than 1000 levels is an error.

@@ -18,6 +18,7 @@ local M = {}
 ---@field path string the model directory
 ---@field id string what was passed to load
 ---@field device string "cpu" or "cuda:N": where the forward pass runs (a "cuda" request falls back to "cpu" when there is no GPU)
+---@field precision "exact"|"fast" how bf16 weights meet activations (seer.model.load's precision)
 local Model = {}
 Model.__index = Model
 
@@ -79,12 +80,19 @@ end
 ---model.id and tostring(model) say "<hidden>", model.path and config.path are absent, the
 ---weights are read into memory (no file mapping or descriptor names the directory), the
 ---tokenizer's path and name fields are scrubbed, and errors say "<hidden>" instead of the path.
----@param opts? {device?: string, dtype?: string, threads?: integer, revision?: string, tokenizer?: boolean, hidden?: boolean}
+---`precision` is "exact" (the default: bf16 weights meet f32 activations without rounding them,
+---within the 1e-4 parity bar) or "fast" (on AMX, prefill rounds activations to bf16 as torch's
+---bf16 matmul does; docs/model.md has the measured error and speed).
+---@param opts? {device?: string, dtype?: string, threads?: integer, revision?: string, tokenizer?: boolean, hidden?: boolean, precision?: "exact"|"fast"}
 ---@return seer.Model
 function M.load(path_or_id, opts)
   if type(path_or_id) ~= "string" then fail("seer.model.load: expected a path or hub id, got " .. type(path_or_id), 2) end
   opts = check_opts("seer.model.load", opts,
-    { device = "string", dtype = "string", threads = "number", revision = "string", tokenizer = "boolean", hidden = "boolean" })
+    { device = "string", dtype = "string", threads = "number", revision = "string", tokenizer = "boolean", hidden = "boolean",
+      precision = "string" })
+  if opts.precision ~= nil and opts.precision ~= "exact" and opts.precision ~= "fast" then
+    fail(("seer.model.load: precision '%s' is not known; use \"exact\" (the default) or \"fast\""):format(opts.precision), 2)
+  end
   if opts.hidden then
     local ok, m = pcall(M._load, path_or_id, opts)
     if ok then return m end
@@ -139,11 +147,12 @@ function M._load(path_or_id, opts)
     dir = snap
   end
   dir = require("seer.core.host").realpath(dir) or dir
-  local ok, c = pcall(core.load, dir, opts.threads or 0, opts.hidden == true, device)
+  local ok, c = pcall(core.load, dir, opts.threads or 0, opts.hidden == true, device, opts.precision == "fast")
   if not ok then fail(c, 2) end
   -- Without a driver or GPU the model stays on the CPU (the C side said why, once).
   device = c:device()
-  local m = setmetatable({ _c = c, path = dir, id = path_or_id, device = device }, Model)
+  local m = setmetatable({ _c = c, path = dir, id = path_or_id, device = device, precision = opts.precision or "exact" },
+    Model)
   if m.id:find("/%.%.?/") then m.id = dir end -- show a clean path rather than a/b/../c
   m.config = c:config()
   if opts.dtype and opts.dtype ~= m.config.dtype then
@@ -166,6 +175,19 @@ end
 ---Names of the supported architectures (config.json model_type).
 ---@return string
 function M.supported() return core.supported() end
+
+---@class seer.ConfigField
+---@field kind "used"|"inert"|"refused" used by seer; cannot change an eval-mode forward pass; refused unless `ok`
+---@field ok? string the accepted values as JSON text, "|"-separated (refused fields)
+---@field bad? string a value that is refused (refused fields)
+---@field why? string what the refusal says
+
+---Every config.json field seer knows for a model_type ("gemma3": a Gemma 3 multimodal config),
+---classified. Fields outside it are named in a note on stderr at load; a refused field with a
+---value seer does not implement fails the load, naming the field.
+---@param model_type string
+---@return table<string, seer.ConfigField>|nil fields nil for a model_type seer does not support
+function M.config_fields(model_type) return core.config_fields(model_type) end
 
 ---@class seer.GpuDevice
 ---@field index integer the N of "cuda:N"

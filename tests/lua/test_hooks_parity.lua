@@ -13,14 +13,19 @@ local dir = os.getenv("SEER_PARITY_DIR") or (here .. "/../parity/models")
 local spec = seer.json.decode(seer.read_file(here .. "/../parity/hooks_cases.json"))
 local TOL = spec.tolerance
 
+-- Every architecture's base parity model. The variants (bf16 checkpoints, llama_mlp_bias,
+-- gemma3_softcap, the Gemma 3 multimodal layouts) run the same forward code with the same hook
+-- points, and their forward parity is test_parity.lua's.
+local function is_variant(n)
+  return n:match("_bf16$") or n == "llama_mlp_bias" or n == "gemma3_softcap" or n:match("^gemma3_multimodal")
+    or n == "qwen2_yarn" or n == "llama_dynamic" or n == "granite" or n == "olmo2" or n:match("^phi3") -- granite, olmo2, phi3: the Llama decoder's hook points
+end
 local names = {}
 local p = io.popen("ls '" .. dir .. "' 2>/dev/null")
 for n in p:lines() do
   local f = io.open(dir .. "/" .. n .. "/config.json")
-  if f then
-    f:close()
-    names[#names + 1] = n
-  end
+  if f and not is_variant(n) then names[#names + 1] = n end
+  if f then f:close() end
 end
 p:close()
 

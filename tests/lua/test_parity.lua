@@ -39,6 +39,7 @@ for _, name in ipairs(names) do
     local model = seer.model.load(dir .. "/" .. name, { tokenizer = false })
     local ids = golden.tokens:totable()
     local logits, hidden = model:forward(ids, { hidden_states = true })
+    if cfg.text_config then cfg = cfg.text_config end -- a multimodal config: its text model
     for i = 0, cfg.num_hidden_layers or cfg.n_layer do
       local want = golden["hidden." .. i]
       local d = max_abs_diff(hidden[i + 1], want)
@@ -46,5 +47,6 @@ for _, name in ipairs(names) do
     end
     local d = max_abs_diff(logits, golden.logits)
     T.ok(d <= 1e-4, ("%s: logits differ by %g"):format(name, d))
+    if os.getenv("SEER_PARITY_VERBOSE") then io.stderr:write(("parity %-22s logits max abs diff %.3g\n"):format(name, d)) end
   end)
 end

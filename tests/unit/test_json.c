@@ -245,7 +245,8 @@ Test(json, error_paths_do_not_leak) {
            "fails(json.encode, {a = 'x', b = setmetatable({}, {__tojson = function() error('boom') end})})\n"
            "fails(json.encode, {a = 'x', b = setmetatable({}, {__tojson = function() error({}) end})})\n"
            "fails(json.decode, '[1, 2, {\"a\": [3, 4]}] trailing')\n"
-           "fails(json.decode, '{\"a\": \"\\\\u0000\"}')\n"
+           "fails(json.decode, '{\"a\": \"\\\\u0000\", \"b\": [1, }')\n" /* \u0000 decodes now (issue 22): the NUL-length path's error */
+           "for i = 1, 50 do assert(#json.decode('[\"a\\\\u0000b\"]')[1] == 3) end\n"
            "fails(json.decode, '[' .. string.rep('{\"k\":[1,', 5) .. 'x')\n"
            "fails(json.decode, string.rep('[', 1001) .. string.rep(']', 1001))\n"
            "fails(json.decode, '\"\\255\"')\n"

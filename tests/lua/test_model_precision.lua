@@ -1,0 +1,43 @@
+-- seer.model.load's precision option: "exact" (the default: bf16 weights meet f32 activations
+-- without rounding them; the AMX prefill kernel splits them into three exact bf16 pieces) and
+-- "fast" (AMX prefill rounds activations to bf16, as torch's bf16 matmul). On a CPU without AMX
+-- both compute the same; the parity bar of the default on bf16 checkpoints is test_parity.lua's
+-- (the *_bf16 models). docs/model.md has the measured error of "fast".
+local T = require "testing"
+local tensor = require "seer.tensor"
+
+local dir = seer.script_dir() .. "/../parity/models"
+
+T.test("precision: exact by default, fast on request, anything else refused", function()
+  local m = seer.model.load(dir .. "/llama_bf16", { tokenizer = false })
+  T.eq(m.precision, "exact")
+  local f = seer.model.load(dir .. "/llama_bf16", { tokenizer = false, precision = "fast" })
+  T.eq(f.precision, "fast")
+  T.raises(function() seer.model.load(dir .. "/llama_bf16", { tokenizer = false, precision = "half" }) end,
+    "precision 'half' is not known; use \"exact\" (the default) or \"fast\"", true)
+  T.raises(function() seer.model.load(dir .. "/llama_bf16", { tokenizer = false, precision = 1 }) end, "precision", true)
+end)
+
+T.test("precision: both modes stay near the fp32 golden; exact within the parity bar", function()
+  for _, name in ipairs({ "llama_bf16", "qwen2_bf16", "gemma3_bf16" }) do
+    local g = tensor.load(dir .. "/" .. name .. "/golden.safetensors")
+    local ids = g.tokens:totable()
+    local exact = seer.model.load(dir .. "/" .. name, { tokenizer = false }):forward(ids)
+    local fast = seer.model.load(dir .. "/" .. name, { tokenizer = false, precision = "fast" }):forward(ids)
+    T.ok((exact - g.logits):abs():max() <= 1e-4, name .. ": exact within 1e-4")
+    -- fast rounds activations to bf16 on AMX (measured 2.4e-2 .. 8.6e-2 on these models)
+    T.ok((fast - g.logits):abs():max() <= 0.25, name .. ": fast near the golden")
+  end
+end)
+
+T.test("precision: a fast model's forward does not leave its mode set for the next model's", function()
+  -- seer_k_fast_bf16 is set for the duration of a forward pass and restored after it
+  local fast = seer.model.load(dir .. "/llama_bf16", { tokenizer = false, precision = "fast" })
+  local exact = seer.model.load(dir .. "/llama_bf16", { tokenizer = false })
+  local g = tensor.load(dir .. "/llama_bf16/golden.safetensors")
+  local ids = g.tokens:totable()
+  local before = exact:forward(ids)
+  fast:forward(ids)
+  local after = exact:forward(ids)
+  T.eq((before - after):abs():max(), 0)
+end)
