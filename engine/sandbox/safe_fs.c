@@ -826,7 +826,7 @@ static int cmp_entry(const void *a, const void *b) {
 static int l_fs_list(lua_State *L) {
     seer_sandbox_fs_root_t *r = new_root(L);
     seer_err_t *err = (seer_err_t *)(r + 1);
-    const char *rel = luaL_optstring(L, 2, "");
+    const char *rel = lua_isnoneornil(L, 2) ? "" : check_path(L, 2);
     int n = lua_root(L, 3, r, err);
     if (n) return n;
     seer_sandbox_fs_entry_t *v;
