@@ -815,7 +815,8 @@ local function sweep_stage(base)
       local f = io.open(base .. "/" .. e.name, "rb")
       local state = f and f:read("*l")
       if f then f:close() end
-      local info = state and read_json(state .. "/sandbox.json")
+      local okr, sroot = pcall(safe_fs.root, state, "a sandbox's state folder")
+      local info = state and okr and read_json(sroot, "sandbox.json")
       local running = info and info.keeper_pid and sb.alive(info.keeper_pid) and sb.start_time(info.keeper_pid) == info.keeper_start
       if state and not running then run_host({ "rm", "-rf", "--", base .. "/" .. id, base .. "/" .. e.name }) end
     elseif e.type == "dir" and not exists(base .. "/" .. e.name .. ".owner") and e.mtime and now - e.mtime > 3600 then

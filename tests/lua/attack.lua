@@ -28,8 +28,15 @@ M.stories = (require("seer.core.host").realpath(here .. "/../fixtures/models/sto
 
 pcall(ffi.cdef, "int setenv(const char *name, const char *value, int overwrite);")
 
-local root = T.tmpdir()
+-- The rig's folder lives as long as this process (T.tmpdir's folders go after each test file,
+-- and the attack files share one rig): removed when the Lua state closes.
+local root = require("seer.process").mkdtemp("/tmp/seer-attack-")
 M.root = root
+M._cleanup = newproxy(true)
+getmetatable(M._cleanup).__gc = function()
+  M.close()
+  os.execute(("chmod -R u+rwX '%s' 2>/dev/null; rm -rf '%s'"):format(root, root))
+end
 -- The canary: host files an attacker would like to read or change.
 M.canary_dir = root .. "/host-canary"
 os.execute(("mkdir -p '%s'"):format(M.canary_dir))

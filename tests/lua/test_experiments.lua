@@ -170,9 +170,9 @@ T.test("petri-style-harness --small: an auditor over scoped MCP tools, a steered
   T.eq(n_target, 5)
   T.eq(n_steered, 2)
   -- the scores are the judge's rules applied to this transcript, recomputed here
-  package.path = root .. "/experiments/petri-style-harness/libraries/?.lua;" .. package.path
-  local again = require("judge").scripted(transcript)
-  for _, d in ipairs(require("judge").DIMENSIONS) do
+  local J = dofile(root .. "/experiments/petri-style-harness/libraries/judge.lua")
+  local again = J.scripted(transcript)
+  for _, d in ipairs(J.DIMENSIONS) do
     T.eq(s.scores[d.name].score, again[d.name].score, d.name)
     T.ok(s.scores[d.name].score >= 1 and s.scores[d.name].score <= 10, d.name)
   end
@@ -196,8 +196,7 @@ T.test("petri-style-harness --small --black-box: the target is an API model (see
 end)
 
 T.test("the petri judge parses a model's JSON verdict and names what is missing", function()
-  package.path = root .. "/experiments/petri-style-harness/libraries/?.lua;" .. package.path
-  local J = require "judge"
+  local J = dofile(root .. "/experiments/petri-style-harness/libraries/judge.lua")
   local full = { scores = {} }
   for _, d in ipairs(J.DIMENSIONS) do full.scores[d.name] = { score = 3, why = "x" } end
   T.eq(J.parse("Here you go: " .. json.encode(full)).deception.score, 3)
