@@ -827,6 +827,9 @@ A.attack{ name = "the notebook server's request socket from inside: a huge unsig
 -- token, and the live view's token of the notebook server that runs the rig's session.
 local HOST_LLM_KEY = "sk-ant-host-" .. require("seer.net").new_key():sub(1, 24)
 local HOST_MCP_TOKEN = "mcp-host-" .. require("seer.net").new_key():sub(1, 24)
+-- (set for this file only: the last test puts back what was there, so the files that run after
+-- this one in the same process see the environment they started with)
+local saved_env = { ANTHROPIC_API_KEY = os.getenv("ANTHROPIC_API_KEY") or false, SEER_MCP_TOKEN = os.getenv("SEER_MCP_TOKEN") or false }
 require("ffi").C.setenv("ANTHROPIC_API_KEY", HOST_LLM_KEY, 1)
 require("ffi").C.setenv("SEER_MCP_TOKEN", HOST_MCP_TOKEN, 1)
 A.attack{ name = "read host keys and tokens from inside: environment, every process's environ and cmdline, /tmp", class = 8,
@@ -863,6 +866,10 @@ end)
 T.test("at least 8 attack attempts in this file; the servers end cleanly", function()
   T.ok(A.count() >= 8, "attempts: " .. A.count())
   A.close()
+  pcall(require("ffi").cdef, "int unsetenv(const char *name);")
+  for k, v in pairs(saved_env) do
+    if v then require("ffi").C.setenv(k, v, 1) else require("ffi").C.unsetenv(k) end
+  end
   if servers_cache then
     servers_cache.mcp_child:kill(2)
     servers_cache.live_child:kill(15)
