@@ -546,6 +546,14 @@ function M.scope_credential(session)
   return { sandbox_id = r.sandbox_id, endpoint = r.endpoint, key = r.key }
 end
 
+---The sessions on this process's notebook server (none when it is not running): session_info
+---tables, with `sandbox_id` (json.null for a kernel on this machine).
+---@return table[]
+function M.list_sessions()
+  if not server then return {} end
+  return check(request("list_sessions", {}, { timeout_ms = REQUEST_TIMEOUT_MS }), "list_sessions").sessions
+end
+
 ---------------------------------------------------------------------------------------------
 -- sandbox-bound clients: a sandbox's scope on a notebook server (docs/notebook.md)
 
