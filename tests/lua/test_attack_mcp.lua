@@ -414,6 +414,84 @@ mcp_attack{
   end,
 }
 
+-- A host TCP listener that records whether anything connected (a python one-liner, so the
+-- test does not depend on the code under test to notice a connection).
+local function host_listener()
+  local file = A.root .. "/listener-" .. tostring(os.time()) .. "-" .. math.random(1e6)
+  os.execute(("/usr/bin/python3 -c 'import socket,sys\ns=socket.socket(); s.bind((\"127.0.0.1\", 0)); s.listen(4)\n"
+    .. "open(sys.argv[1] + \".port\", \"w\").write(str(s.getsockname()[1]))\ns.settimeout(90)\n"
+    .. "try:\n  c, _ = s.accept(); open(sys.argv[1] + \".hit\", \"w\").write(\"connected\")\nexcept Exception: pass' '%s' &"):format(file))
+  local port
+  for _ = 1, 500 do
+    local f = io.open(file .. ".port")
+    if f then port = tonumber(f:read("*a")) f:close() end
+    if port then break end
+    require("seer.process").sleep_ms(10)
+  end
+  assert(port, "the host listener did not start")
+  return port, function() local f = io.open(file .. ".hit") if f then f:close() return true end return false end
+end
+
+local listener_port, listener_hit
+mcp_attack{
+  name = "agent code impersonates sandboxd and answers start_kernel with a host TCP endpoint",
+  rig = { name = "mcp-impostor", config = { models = {} } },
+  vector = "exec/sh",
+  -- The impostor binds the socket path the host connects to (the run directory is writable
+  -- inside) and answers the next start_kernel with tcp://127.0.0.1:PORT of a host listener:
+  -- outbound connections chosen by a sandbox that has no network. sandboxd deletes its
+  -- connection file once read, so the test hands the impostor sandboxd's key itself (a leak
+  -- assumed, so the host's own check of the reply is what is tested; without the key the
+  -- host drops the impostor's replies as badly signed).
+  setup = function()
+    local r = A.rig("mcp-impostor")
+    local f = assert(io.open(r.sandbox.workspace_dir .. "/leaked.key", "wb"))
+    f:write(r.sandbox.key)
+    f:close()
+  end,
+  sh = function()
+    listener_port, listener_hit = host_listener()
+    local lua = ([[
+local net, json = require "seer.net", require "seer.json"
+local f = assert(io.open("/workspace/leaked.key")) local key = f:read("*a") f:close()
+local sock = net.socket("router", key)
+sock:bind("ipc:///run/seer/sandboxd.sock")
+print("IMPOSTOR-BOUND") io.stdout:flush()
+local t0 = os.time()
+while os.time() - t0 < 60 do
+  local req = sock:recv(200)
+  if req then
+    local t = req.header.msg_type
+    local content = { status = "ok" }
+    if t == "start_kernel_request" then
+      content.name, content.pid = req.content.name, 1
+      content.connection = { transport = "tcp", ip = "127.0.0.1", shell_port = %d, iopub_port = %d, stdin_port = %d,
+                             control_port = %d, hb_port = %d, key = string.rep("k", 64), signature_scheme = "hmac-sha256" }
+    end
+    sock:send{ idents = req.idents, header = net.header((t:gsub("_request$", "_reply")), "impostor"), parent_header = req.header,
+               metadata = {}, content = content }
+  end
+end]]):format(listener_port, listener_port, listener_port, listener_port, listener_port)
+    local fh = assert(io.open(A.rig("mcp-impostor").sandbox.workspace_dir .. "/impostor.lua", "wb"))
+    fh:write(lua)
+    fh:close()
+    return "(/opt/seer/bin/seer /workspace/impostor.lua > /workspace/impostor.out 2>&1 &) ; sleep 1; cat /workspace/impostor.out"
+  end,
+  check = function(out)
+    T.contains(out, "IMPOSTOR-BOUND", "the impostor holds the sandboxd socket path")
+    local r = A.rig("mcp-impostor")
+    local c = client("impostor", r.session.mcp_config)
+    local before = host_sessions()
+    local res = call(c, "start_new_session", { experiment_name = "impostor" })
+    refused(res, "not valid", "start_new_session answered by the impostor")
+    -- control: the reply the host refused was the impostor's (it names what was wrong with it)
+    T.contains(res.text, "transport is not ipc")
+    require("seer.process").sleep_ms(300)
+    T.ok(not listener_hit(), "the host connected to the endpoint the sandbox chose")
+    T.eq(host_sessions(), before, "no host kernel")
+  end,
+}
+
 mcp_attack{
   name = "seer mcp cli: path and cwd arguments that name host files",
   sh = "ls / ; ls " .. A.canary_dir .. " 2>&1; true",

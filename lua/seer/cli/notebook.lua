@@ -134,6 +134,30 @@ function Server:jupyter_url(id)
   return ("http://%s:%d/notebooks/%s?token=%s"):format(self.host, self.http.port, id, self.token)
 end
 
+-- The connection to a kernel that sandboxd started, from its reply. The reply comes from inside
+-- the sandbox, so only the key and the ports are taken from it: the transport is ipc and the
+-- sockets are the ones named for this kernel in the sandbox's run directory (its host side).
+-- Anything else (tcp to a host of the sandbox's choosing, a path outside the run directory)
+-- would make this server connect where the sandbox says.
+local function kernel_connection(r, L, name)
+  local c = type(r) == "table" and r.connection
+  local function bad(why) error(("sandbox %s: sandboxd's start_kernel reply is not valid: %s"):format(tostring(L.sandbox_id), why), 0) end
+  if type(c) ~= "table" then bad("no connection") end
+  if c.transport ~= "ipc" then bad("transport is not ipc") end
+  if c.ip ~= L.sandbox_run .. "/" .. name then bad("the sockets are not the ones asked for") end
+  if type(c.key) ~= "string" or #c.key < 16 or #c.key > 1024 then bad("no usable key") end
+  local info = { transport = "ipc", ip = L.host_run .. "/" .. name, key = c.key, signature_scheme = "hmac-sha256" }
+  for _, p in ipairs{ "shell_port", "iopub_port", "stdin_port", "control_port", "hb_port" } do
+    local v = c[p]
+    local optional = p == "hb_port"
+    if (v ~= nil or not optional) and (type(v) ~= "number" or v ~= math.floor(v) or v < 1 or v > 65535) then
+      bad(p .. " is not a port number")
+    end
+    info[p] = v
+  end
+  return info
+end
+
 -- Starts (or restarts) the kernel of a session and replays its init executions.
 -- A kernel inside a sandbox: its sandboxd starts it with ipc endpoints in the sandbox's run
 -- directory, which this server reaches through the host side of that directory.
@@ -152,12 +176,11 @@ function Server:start_sandbox_kernel(s)
   local name = ("kernel-%s-%d"):format(s.id, s.kernel_starts)
   local r = s.sandbox_client:request("start_kernel", { name = name, env = s.kernel_env, cwd = s.workspace_dir },
                                      { timeout_ms = 15000 })
-  local info = r.connection
-  info.ip = L.host_run .. info.ip:sub(#L.sandbox_run + 1)
+  local info = kernel_connection(r, L, name)
   local c = jupyter.connect(info)
   local exit_file = L.host_run .. "/services/" .. name .. ".exit"
   c.remote = {
-    pid = r.pid,
+    pid = type(r.pid) == "number" and r.pid or nil,
     alive = function()
       local f = io.open(exit_file, "rb")
       if f then
