@@ -520,7 +520,38 @@ mcp_attack{
   end,
 }
 
+local scoped_sb
+mcp_attack{
+  name = "seer mcp rpc: the connection file swapped for a link to a host file from inside",
+  check = function()
+    local env = require "seer.environment"
+    scoped_sb = scoped_sb or env.ScopedSandbox(env.SandboxConfig{ execution_mode = "cli", models = {} }):start{ name = "mcp-scoped" }
+    local iface = A.root .. "/hello_iface.lua"
+    seer.write_file(iface, "---Says hello.\n---@return string\nfunction expose.hello() return 'hi' end\n")
+    local cfg = scoped_sb:serve(iface, { expose_as = "mcp", name = "hello" })
+    local conn = cfg.hello.args[4]
+    T.ok(conn and conn:match("%.json$"), "the connection file: " .. tostring(conn))
+    -- control: the entry works as given
+    local c = mcp.connect(cfg, { timeout = 60 })
+    T.eq(ok_call(call(c, "hello", {})).text, "hi")
+    c:close()
+    -- inside: the run directory is writable, and bound at its host path too
+    local out = scoped_sb.sandbox:exec({ "/bin/sh", "-c", ("ln -sf %s %s.x && mv -f %s.x %s && ls -l %s"):format(
+      A.canary_dir .. "/secret.txt", conn, conn, conn, conn) })
+    T.contains(out, "->", "the link was planted")
+    local f = assert(io.open(conn, "rb"))
+    T.contains(f:read("*a"), "host secret", "control: following the link reads the host's secret")
+    f:close()
+    local ok, err = pcall(mcp.connect, cfg, { timeout = 30, connect_timeout = 30 })
+    if ok then err:close() end
+    T.ok(not ok, "seer mcp rpc started from a planted link")
+    T.contains(tostring(err), "without following links")
+    T.ok(not tostring(err):find("host secret", 1, true), "the host file's content reached the error: " .. tostring(err))
+  end,
+}
+
 T.test("mcp attacks: end of file (closes the clients and rigs)", function()
+  if scoped_sb then pcall(scoped_sb.terminate, scoped_sb) end
   for name, c in pairs(clients) do pcall(c.close, c) clients[name] = nil end
   if host_session then host_session:terminate() end
   if ws_session then ws_session:terminate() end

@@ -174,6 +174,7 @@ local function parse_rpc_args(args)
   if not o.connection_file or o.connection_file == "" then
     usage_error("rpc needs --connection-file FILE (the file seer rpc serve was started with)")
   end
+  if o.connection_file:sub(1, 1) ~= "/" then o.connection_file = require("seer.core.host").cwd() .. "/" .. o.connection_file end
   return check_http_options(o)
 end
 

@@ -479,7 +479,7 @@ local function open_nofollow(dir, name)
       dfd = nfd
     end
   end
-  if dfd < 0 then return nil, ("the output directory %s cannot be opened without following links: %s"):format(dir, errno_text()) end
+  if dfd < 0 then return nil, ("the folder %s cannot be opened without following links: %s"):format(dir, errno_text()) end
   -- O_NONBLOCK: a FIFO planted under the name must not block the server on open.
   local fd = ffi.C.openat(dfd, name, bit.bor(O_RDONLY, O_NOFOLLOW, O_NONBLOCK, O_CLOEXEC))
   local why = fd < 0 and errno_text()
