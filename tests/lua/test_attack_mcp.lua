@@ -550,6 +550,36 @@ mcp_attack{
   end,
 }
 
+mcp_attack{
+  name = "seer mcp rpc: the connection file rewritten from inside with an endpoint of the sandbox's choosing",
+  check = function()
+    local env = require "seer.environment"
+    scoped_sb = scoped_sb or env.ScopedSandbox(env.SandboxConfig{ execution_mode = "cli", models = {} }):start{ name = "mcp-scoped" }
+    local iface = A.root .. "/hello2_iface.lua"
+    seer.write_file(iface, "---Says hello.\n---@return string\nfunction expose.hello2() return 'hi' end\n")
+    local cfg, srv = scoped_sb:serve(iface, { expose_as = "mcp", name = "hello2" })
+    local conn = cfg.hello2.args[4]
+    local orig = json.decode(seer.read_file(conn))
+    for _, ep in ipairs{ "tcp://exfil-0123456789abcdef.invalid:80", "tcp://10.255.255.1:9", "ipc:///tmp/elsewhere.sock",
+                         "ipc://" .. conn:match("^(.*)/") .. "/../../../x.sock" } do
+      local forged = { key = orig.key, endpoint = ep, signature_scheme = "hmac-sha256", transport = ep:match("^(%a+)"), name = "hello2", pid = orig.pid }
+      local text = json.encode(forged):gsub("'", "")
+      scoped_sb.sandbox:exec({ "/bin/sh", "-c", ("printf '%%s' '%s' > %s.x && mv -f %s.x %s"):format(text, conn, conn, conn) })
+      T.eq(json.decode(seer.read_file(conn)).endpoint, ep, "control: the sandbox rewrote the file")
+      local ok, err = pcall(mcp.connect, cfg, { timeout = 30, connect_timeout = 30 })
+      if ok then err:close() end
+      T.ok(not ok, "seer mcp rpc used the endpoint " .. ep)
+      T.ok(tostring(err):find("loopback", 1, true) or tostring(err):find("outside its own folder", 1, true), tostring(err))
+    end
+    -- the endpoint and key from the host's memory, in the entry's environment, need no file
+    local e = { type = "stdio", command = cfg.hello2.command, args = { "mcp", "rpc", "--name", "hello2" },
+                env = { SEER_RPC_ENDPOINT = srv.client.info.endpoint, SEER_RPC_KEY = srv.client.info.key } }
+    local c = mcp.connect({ hello2 = e }, { timeout = 60 })
+    T.eq(ok_call(call(c, "hello2", {})).text, "hi")
+    c:close()
+  end,
+}
+
 T.test("mcp attacks: end of file (closes the clients and rigs)", function()
   if scoped_sb then pcall(scoped_sb.terminate, scoped_sb) end
   for name, c in pairs(clients) do pcall(c.close, c) clients[name] = nil end

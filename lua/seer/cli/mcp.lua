@@ -36,7 +36,9 @@ is sandboxed.
 seer mcp rpc: one tool per function a scoped interface exposes (`seer rpc serve`; seer.rpc's
 serve(..., {expose_as = "mcp"}) gives the entry that starts it), input schemas from the
 interface's LuaCATS annotations.
-  --connection-file FILE  the RPC server's connection file (SEER_RPC_CONNECTION_FILE)
+  --connection-file FILE  the RPC server's connection file (SEER_RPC_CONNECTION_FILE); read without
+                          following links, its endpoint must be beside it or on loopback.
+                          SEER_RPC_ENDPOINT + SEER_RPC_KEY (environment) replace the file
   --name NAME             the server name agents see (default: the interface's)
   --timeout SECONDS       per-call deadline enforced by the RPC server (default: none)]]
 
@@ -171,8 +173,18 @@ local function parse_rpc_args(args)
     elseif a == "-h" or a == "--help" then print(USAGE) os.exit(0)
     else usage_error("unknown option " .. a) end
   end
+  -- SEER_RPC_ENDPOINT + SEER_RPC_KEY (environment only) say where the server is without a file
+  -- the sandbox could rewrite.
+  o.endpoint, o.key = os.getenv("SEER_RPC_ENDPOINT"), os.getenv("SEER_RPC_KEY")
+  if o.endpoint == "" then o.endpoint = nil end
+  if o.key == "" then o.key = nil end
+  if (o.endpoint == nil) ~= (o.key == nil) then usage_error("SEER_RPC_ENDPOINT and SEER_RPC_KEY go together") end
+  if o.endpoint then
+    if not (o.endpoint:match("^ipc://") or o.endpoint:match("^tcp://")) then usage_error("SEER_RPC_ENDPOINT must be ipc://... or tcp://...") end
+    return check_http_options(o)
+  end
   if not o.connection_file or o.connection_file == "" then
-    usage_error("rpc needs --connection-file FILE (the file seer rpc serve was started with)")
+    usage_error("rpc needs --connection-file FILE (the file seer rpc serve was started with) or SEER_RPC_ENDPOINT and SEER_RPC_KEY")
   end
   if o.connection_file:sub(1, 1) ~= "/" then o.connection_file = require("seer.core.host").cwd() .. "/" .. o.connection_file end
   return check_http_options(o)

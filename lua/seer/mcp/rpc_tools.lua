@@ -63,6 +63,19 @@ local function read_connection(path)
   if type(info.endpoint) ~= "string" or not (info.endpoint:match("^ipc://") or info.endpoint:match("^tcp://")) then
     error(("rpc: the connection file %s has no ipc:// or tcp:// endpoint"):format(path), 0)
   end
+  -- The file is the sandbox's to rewrite: an endpoint of its choosing would make this host
+  -- connect (and resolve names) where the sandbox says, a way out of a sandbox without network.
+  -- So: a unix socket beside the connection file, or a literal loopback address; anything else
+  -- goes through SEER_RPC_ENDPOINT (the MCP entry's environment, which the host writes).
+  local sock_path = info.endpoint:match("^ipc://(.*)$")
+  local tcp_host = info.endpoint:match("^tcp://([^:]+):%d+$") or info.endpoint:match("^tcp://%[([^%]]+)%]:%d+$")
+  if sock_path then
+    if sock_path:match("^(.*)/[^/]+$") ~= dir or sock_path:find("/../", 1, true) then
+      error(("rpc: the connection file %s names a socket outside its own folder"):format(path), 0)
+    end
+  elseif tcp_host ~= "127.0.0.1" and tcp_host ~= "::1" then
+    error(("rpc: the connection file %s names an endpoint that is not on this machine's loopback; pass a remote endpoint in SEER_RPC_ENDPOINT and SEER_RPC_KEY instead"):format(path), 0)
+  end
   if info.endpoint:find("*", 1, true) then
     error(("rpc: the server of %s has not bound its endpoint yet (is it running? seer rpc serve writes it when ready)"):format(path), 0)
   end
@@ -75,10 +88,17 @@ M.read_connection = read_connection
 
 ---Connects to the server and adds one tool per exposed function to srv.
 ---@param srv table a seer.mcp.server
----@param o {connection_file: string, name?: string, timeout?: number, load_timeout?: number}
+---@param o {connection_file?: string, endpoint?: string, key?: string, name?: string, timeout?: number, load_timeout?: number}
 ---@return table client the seer.rpc client
 function M.install(srv, o)
-  local client = rpc.connect(read_connection(o.connection_file), { name = o.name })
+  -- Endpoint and key from the environment (what the host knows) when given; else the file.
+  local info
+  if o.endpoint and o.key then
+    info = { endpoint = o.endpoint, key = o.key, signature_scheme = "hmac-sha256", transport = o.endpoint:match("^(%a+)://") }
+  else
+    info = read_connection(o.connection_file)
+  end
+  local client = rpc.connect(info, { name = o.name })
   local spec = client:hello(o.load_timeout or 600)
   local name = o.name or spec.name or "rpc"
   srv.instructions = rpc.prompt_text(name, spec.functions)
