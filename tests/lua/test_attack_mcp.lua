@@ -126,6 +126,23 @@ T.test("mcp: a host session's server says its kernels are NOT sandboxed; a sandb
   end
 end)
 
+T.test("mcp: a server given a sandboxed session's jupyter_url by hand binds itself to that sandbox", function()
+  local r = rig()
+  local cfg = { notebook = { type = "stdio", command = r.session.mcp_config.notebook.command, args = { "mcp", "notebook" },
+                             env = { SEER_SESSION_ID = r.session.session_id, SEER_NOTEBOOK_URL = r.session.jupyter_url } } }
+  local c = mcp.connect(cfg, { timeout = 120 })
+  for _, t in ipairs(c:tools()) do
+    T.ok(not t.description:find("NOT sandboxed", 1, true), t.name .. " offers host kernels")
+  end
+  local before = host_sessions()
+  local s = ok_call(call(c, "start_new_session", { experiment_name = "by-url" }))
+  local out = ok_call(call(c, "execute_code", { session_id = s.structured.session_id, code = "print(os.getenv('SEER_SANDBOX_ID'))" })).text
+  T.eq(out, r.sandbox.sandbox_id .. "\n")
+  T.eq(host_sessions(), before)
+  refused(call(c, "attach_to_session", { session_id = host().session_id, jupyter_url = host().jupyter_url }), "SessionNotFound")
+  c:close()
+end)
+
 ---------------------------------------------------------------------------------------------
 -- the attempts
 
