@@ -262,6 +262,30 @@ mcp_attack{
 }
 
 mcp_attack{
+  name = "swap the output directory for a link to the host canary, then run a cell (the host saves the notebook)",
+  vector = "kernel/sh",
+  sh = function() ws() return ("mv %s /workspace/notebooks.real && ln -s %s %s && readlink %s"):format(WS_NB, A.canary_dir, WS_NB, WS_NB) end,
+  check = function(out)
+    T.contains(out, A.canary_dir, "the directory was swapped for a link")
+    local s, c = ws()
+    -- control: on the host, the session's output directory now leads into the canary folder
+    local f = assert(io.open(s.output_dir .. "/notes.md", "rb"))
+    T.eq(f:read("*a"), A.canary_files["notes.md"], "control: the link leads to the canary")
+    f:close()
+    -- each of these makes the host save the notebook; none may land in the canary folder
+    call(c, "execute_code", { session_id = s.session_id, code = "print('saved?')" })
+    call(c, "add_markdown", { session_id = s.session_id, content = "# planted" })
+    local before = #exec.list_sessions()
+    local r = call(c, "start_new_session", { experiment_name = "through-the-link" })
+    refused(r, "following links", "a new notebook through the swapped folder")
+    T.eq(#exec.list_sessions(), before, "the refused session's kernel did not stay behind")
+  end,
+  teardown = function()
+    A.exec_sh(("rm -f %s && mv /workspace/notebooks.real %s"):format(WS_NB, WS_NB), 30, rig())
+  end,
+}
+
+mcp_attack{
   name = "a FIFO planted under a notebook name (the server must not hang on it)",
   vector = "kernel/sh",
   sh = function() ws() return ("mkfifo %s/fifo.ipynb && mkdir -p %s/dir.ipynb && ls -l %s"):format(WS_NB, WS_NB, WS_NB) end,

@@ -11,6 +11,7 @@ local process = require "seer.process"
 local core = require "seer.core.host"
 
 local M = {}
+local save_nofollow -- Notebook:save without following links (below, with the scopes)
 
 local USAGE = [[
 usage: seer notebook serve [--output-dir DIR] [--host HOST] [--port PORT] [--max-output CHARS]
@@ -243,6 +244,9 @@ function Server:new_session(req, c)
   end
   nb.doc.metadata.seer = nb.doc.metadata.seer or {}
   nb.doc.metadata.seer.path, nb.doc.metadata.seer.session_id = nb.path, id
+  -- The output folder may be one the sandbox can write (inside /workspace): saves never follow
+  -- a link there (a folder swapped for a link would send them anywhere on the host).
+  nb.save = save_nofollow
   local s = { id = id, name = c.name or "Notebook", nb = nb, queue = {}, init = {}, workspace_dir = c.workspace_dir,
               kernel_env = c.kernel_env, sandbox = c.sandbox, kernel_log = self.runtime_dir .. "/kernel-" .. id .. ".log" }
   for _, code in ipairs(type(c.init) == "table" and c.init or {}) do s.init[#s.init + 1] = code end
@@ -250,7 +254,12 @@ function Server:new_session(req, c)
   self:start_kernel(s)
   self.sessions[id] = s
   if s.sandbox then self:scope_add_session(s, dir) end
-  nb:save()
+  local saved, serr = pcall(nb.save, nb)
+  if not saved then
+    -- No notebook, no session: the kernel just started goes too.
+    self:drop_session(s, "was shut down")
+    error(("cannot write the notebook: %s"):format(tostring(serr)), 0)
+  end
   self:publish(s, true)
   debug_log("session %s: notebook %s, kernel pid %s", id, nb.path, tostring(s.kernel.process and s.kernel.process.pid or s.kernel.remote.pid))
   -- The start-up code first (hidden), then every code cell of a resumed or continued notebook
@@ -290,6 +299,11 @@ function Server:new_session(req, c)
       self:reply(req, self:started_reply(req, s, info))
     end })
   end
+end
+
+-- Notebook:save for this server's notebooks (write_nofollow is defined with the scopes below).
+save_nofollow = function(nb)
+  M.write_nofollow(nb.path, nb:to_json(true) .. "\n")
 end
 
 -- Ends a session and forgets it (its notebook stays on disk).
@@ -449,10 +463,15 @@ int close(int fd);
 long read(int fd, void *buf, size_t count);
 int statx(int dirfd, const char *pathname, int flags, unsigned int mask, struct seer_statx *buf) __asm__("statx");
 char *strerror(int errnum);
+long write(int fd, const void *buf, size_t count);
+int fsync(int fd);
+int renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath);
+int unlinkat(int dirfd, const char *pathname, int flags);
 ]])
 
 local SYS_openat2 = 437 -- the same number on every Linux architecture
 local O_RDONLY, O_NONBLOCK, O_DIRECTORY, O_NOFOLLOW, O_CLOEXEC = 0, 0x800, 0x10000, 0x20000, 0x80000
+local O_WRONLY, O_CREAT, O_EXCL = 0x1, 0x40, 0x80
 local RESOLVE_NO_XDEV, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS, RESOLVE_BENEATH = 0x01, 0x02, 0x04, 0x08
 local AT_FDCWD, AT_EMPTY_PATH, STATX_TYPE, STATX_SIZE = -100, 0x1000, 0x1, 0x200
 local S_IFMT, S_IFREG = 0xF000, 0x8000
@@ -465,7 +484,7 @@ local function errno_text() return ffi.string(ffi.C.strerror(ffi.errno())) end
 -- path the host resolved when the session started, so a link in it now was planted. Returns
 -- an fd, or nil and why. openat2 does it in one call; kernels before 5.6 walk the components
 -- with O_NOFOLLOW (the same guarantee, one open per component).
-local function open_nofollow(dir, name)
+local function open_dir_nofollow(dir)
   local how = ffi.new("struct seer_open_how")
   how.flags = bit.bor(O_RDONLY, O_DIRECTORY, O_CLOEXEC)
   how.resolve = bit.bor(RESOLVE_NO_SYMLINKS, RESOLVE_NO_MAGICLINKS)
@@ -480,6 +499,12 @@ local function open_nofollow(dir, name)
     end
   end
   if dfd < 0 then return nil, ("the folder %s cannot be opened without following links: %s"):format(dir, errno_text()) end
+  return dfd
+end
+
+local function open_nofollow(dir, name)
+  local dfd, derr = open_dir_nofollow(dir)
+  if not dfd then return nil, derr end
   -- O_NONBLOCK: a FIFO planted under the name must not block the server on open.
   local fd = ffi.C.openat(dfd, name, bit.bor(O_RDONLY, O_NOFOLLOW, O_NONBLOCK, O_CLOEXEC))
   local why = fd < 0 and errno_text()
@@ -487,6 +512,39 @@ local function open_nofollow(dir, name)
   if fd < 0 then return nil, why end
   return fd
 end
+
+-- Writes dir/name atomically without following a link anywhere: the folder is opened as in
+-- open_nofollow, the text goes to a new temporary file in it (O_EXCL | O_NOFOLLOW), then
+-- renameat replaces dir/name, which replaces a link planted there instead of writing through
+-- it. Raises naming the file and the reason.
+local function write_nofollow(path, text)
+  local dir, name = path:match("^(.*)/([^/]+)$")
+  if not dir or dir == "" then error(("cannot save %s: not an absolute path"):format(path), 0) end
+  local dfd, why = open_dir_nofollow(dir)
+  if not dfd then error(why, 0) end
+  local tmp = ("%s.tmp-%s"):format(name, net.uuid():sub(1, 8))
+  local fd = ffi.C.openat(dfd, tmp, bit.bor(O_WRONLY, O_CREAT, O_EXCL, O_NOFOLLOW, O_CLOEXEC), ffi.cast("int", 420))
+  if fd < 0 then
+    why = errno_text()
+    ffi.C.close(dfd)
+    error(("writing %s: %s"):format(path, why), 0)
+  end
+  local off, n = 0, #text
+  local buf = ffi.cast("const char *", text)
+  while off < n do
+    local w = tonumber(ffi.C.write(fd, buf + off, n - off))
+    if w < 0 then break end
+    off = off + w
+  end
+  local ok = off == n and ffi.C.fsync(fd) == 0
+  why = not ok and errno_text()
+  ffi.C.close(fd)
+  if ok and ffi.C.renameat(dfd, tmp, dfd, name) ~= 0 then ok, why = false, errno_text() end
+  if not ok then ffi.C.unlinkat(dfd, tmp, 0) end
+  ffi.C.close(dfd)
+  if not ok then error(("writing %s: %s"):format(path, tostring(why)), 0) end
+end
+M.write_nofollow = write_nofollow
 
 -- The text of a regular file opened by open_nofollow (closes fd); nil and why otherwise.
 local function read_regular(fd)
