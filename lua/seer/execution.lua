@@ -402,11 +402,23 @@ local function create(workspace, opts, models, sandbox)
     s.model_info_text = M.model_info_text(models)
   end
   if workspace.custom_init_code ~= "" then init(workspace.custom_init_code, true) end
-  s.mcp_config = {
-    notebook = { type = "stdio", command = jupyter.seer_binary(), args = { "mcp", "notebook" },
-                 env = { SEER_NOTEBOOK_URL = s.jupyter_url ~= json.null and s.jupyter_url or "",
-                         SEER_SESSION_ID = s.session_id, SEER_NOTEBOOK_OUTPUT_DIR = output_dir } },
-  }
+  if r.scope then
+    -- A sandboxed session: the agent's MCP server gets the sandbox's scope (its own request
+    -- socket and key on the notebook server), never the live view's token, so every tool it
+    -- offers reaches only this sandbox (docs/mcp.md, "Sandbox-bound servers").
+    s.sandbox_id = r.scope.sandbox_id
+    s.mcp_config = {
+      notebook = { type = "stdio", command = jupyter.seer_binary(), args = { "mcp", "notebook" },
+                   env = { SEER_SESSION_ID = s.session_id, SEER_NOTEBOOK_ENDPOINT = r.scope.endpoint,
+                           SEER_NOTEBOOK_SCOPE_KEY = r.scope.key } },
+    }
+  else
+    s.mcp_config = {
+      notebook = { type = "stdio", command = jupyter.seer_binary(), args = { "mcp", "notebook" },
+                   env = { SEER_NOTEBOOK_URL = s.jupyter_url ~= json.null and s.jupyter_url or "",
+                           SEER_SESSION_ID = s.session_id, SEER_NOTEBOOK_OUTPUT_DIR = output_dir } },
+    }
+  end
   return s
 end
 
@@ -439,7 +451,9 @@ function M.create_notebook_session(sandbox, workspace, opts)
 end
 
 ---A notebook session with its kernel on this machine and no sandbox (models are loaded by the
----notebook's own code; model_info_text is "").
+---notebook's own code; model_info_text is ""). The kernel is NOT sandboxed: it runs as this
+---user with this machine's files and network, and so does every session its mcp_config's
+---server starts (start_new_session there starts host kernels too).
 ---@param workspace? seerworkspace.Workspace
 ---@param opts? {name?: string, output_dir?: string, workspace_dir?: string}
 ---@return seerexecution.NotebookSession
@@ -530,7 +544,116 @@ function M.attach_notebook_session(jupyter_url, session_id, opts)
   local r = request_on(srv, "session_info", { session_id = session_id }, { timeout_ms = opts.timeout_ms or 10000 })
   if r.status == "error" then error(("attach_notebook_session: %s: %s"):format(r.ename, r.evalue), 0) end
   return setmetatable({ session_id = session_id, jupyter_url = r.jupyter_url ~= json.null and r.jupyter_url or jupyter_url,
-                        notebook_path = r.notebook_path, model_info_text = "", attached = true, _remote = srv }, Session)
+                        notebook_path = r.notebook_path, model_info_text = "", attached = true, _remote = srv,
+                        sandbox_id = r.sandbox_id ~= json.null and r.sandbox_id or nil }, Session)
+end
+
+---The scope credential of an attached sandboxed session ({sandbox_id, endpoint, key}), or nil
+---for a session on the host. Needs the main key (a session attached through its jupyter_url).
+---@param session seerexecution.NotebookSession
+---@return table|nil
+function M.scope_credential(session)
+  local r = session:_request("scope_credential", { session_id = session.session_id }, { timeout_ms = 10000 })
+  if r.status == "error" then error(("scope_credential: %s: %s"):format(r.ename, r.evalue), 0) end
+  if r.sandbox_id == nil or r.sandbox_id == json.null then return nil end
+  return { sandbox_id = r.sandbox_id, endpoint = r.endpoint, key = r.key }
+end
+
+---The sessions on this process's notebook server (none when it is not running): session_info
+---tables, with `sandbox_id` (json.null for a kernel on this machine).
+---@return table[]
+function M.list_sessions()
+  if not server then return {} end
+  return check(request("list_sessions", {}, { timeout_ms = REQUEST_TIMEOUT_MS }), "list_sessions").sessions
+end
+
+---------------------------------------------------------------------------------------------
+-- sandbox-bound clients: a sandbox's scope on a notebook server (docs/notebook.md)
+
+---A client bound to one sandbox's scope on a notebook server: every request goes to the
+---scope's socket, signed with its key, so the server lets it reach only that sandbox's
+---sessions and start sessions only in that sandbox, like one of them.
+---@class seerexecution.SandboxBinding
+---@field endpoint string
+---@field sandbox_id string|nil known after info()
+local Binding = {}
+Binding.__index = Binding
+
+local bindings = {} -- endpoint .. " " .. key -> server record
+
+---Binds to a sandbox's scope: `endpoint` and `key` as a sandboxed session's mcp_config gives
+---them (SEER_NOTEBOOK_ENDPOINT, SEER_NOTEBOOK_SCOPE_KEY).
+---@param endpoint string
+---@param key string
+---@return seerexecution.SandboxBinding
+function M.bind_sandbox(endpoint, key)
+  if type(endpoint) ~= "string" or not endpoint:match("^tcp://") and not endpoint:match("^ipc://") then
+    error("bind_sandbox: endpoint must be the scope's tcp:// or ipc:// endpoint (SEER_NOTEBOOK_ENDPOINT)", 2)
+  end
+  if type(key) ~= "string" or #key < 32 then
+    error("bind_sandbox: key must be the scope's key (SEER_NOTEBOOK_SCOPE_KEY, 64 hex characters)", 2)
+  end
+  local id = endpoint .. " " .. key
+  local srv = bindings[id]
+  if not srv then
+    local sock = net.socket("dealer", key)
+    sock:connect(endpoint)
+    srv = { sock = sock, key = key, endpoint = endpoint, session = net.uuid(), inbox = {}, owned = false }
+    -- A silent server is asked scope_info on a socket of its own; no answer in 2 s means it
+    -- has ended (or the key is not this scope's: the server drops what it cannot verify).
+    srv.probe = function()
+      local p = net.socket("dealer", key)
+      p:connect(endpoint)
+      p:send{ header = net.header("scope_info_request", srv.session), parent_header = {}, metadata = {}, content = {} }
+      local r = p:recv(2000)
+      p:close()
+      if not r then return false, "no answer to scope_info within 2 s" end
+      return true
+    end
+    bindings[id] = srv
+  end
+  return setmetatable({ endpoint = endpoint, _srv = srv }, Binding)
+end
+
+local function scoped_session(b, r)
+  return setmetatable({ session_id = r.session_id, notebook_path = r.notebook_path, sandbox_id = r.sandbox_id,
+                        model_info_text = "", attached = true, _remote = b._srv }, Session)
+end
+
+---The scope's sandbox and its live sessions: {sandbox_id, session_ids}. Fails when the server
+---does not answer within timeout_ms (default 10 s): it has ended, or the key is wrong.
+---@param timeout_ms? integer
+---@return table
+function Binding:info(timeout_ms)
+  local r = request_on(self._srv, "scope_info", {}, { timeout_ms = timeout_ms or 10000 })
+  if r.status == "error" then error(("scope_info: %s: %s"):format(r.ename, r.evalue), 0) end
+  self.sandbox_id = r.sandbox_id
+  return r
+end
+
+---A session of this sandbox, by id (sessions of other sandboxes, or on the host, are not found).
+---@param session_id string
+---@param opts? {timeout_ms?: integer}
+---@return seerexecution.NotebookSession
+function Binding:attach(session_id, opts)
+  if type(session_id) ~= "string" or session_id == "" then error("attach: session_id must be a string", 2) end
+  local r = request_on(self._srv, "session_info", { session_id = session_id }, { timeout_ms = (opts and opts.timeout_ms) or 10000 })
+  if r.status == "error" then error(("%s: %s"):format(r.ename, r.evalue), 0) end
+  self.sandbox_id = r.sandbox_id
+  return scoped_session(self, r)
+end
+
+---Starts a session in this sandbox, like the session `like` (same workspace, start-up code,
+---models and output directory). `resume` / `continue` name a notebook of that output
+---directory by its file name.
+---@param opts {like: string, name?: string, resume?: string, continue?: string}
+---@return seerexecution.NotebookSession, table info (cells_run, cells_failed when resuming)
+function Binding:start_session(opts)
+  local r = request_on(self._srv, "start_session", { like = opts.like, name = opts.name, resume = opts.resume,
+                                                     ["continue"] = opts["continue"] })
+  if r.status == "error" then error(("%s: %s"):format(r.ename, r.evalue), 0) end
+  self.sandbox_id = r.sandbox_id
+  return scoped_session(self, r), r
 end
 
 ---------------------------------------------------------------------------------------------

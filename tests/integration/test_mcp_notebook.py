@@ -10,6 +10,7 @@ This module runs under /usr/bin/python3 (no mcp package); SDK clients run as hel
 .venv-test/bin/python and print one JSON line of what they saw."""
 import base64
 import json
+import shutil
 import os
 import queue
 import signal
@@ -654,6 +655,78 @@ s:terminate()
         nb = validate_notebook(self, info["path"])
         self.assertEqual([c.cell_type for c in nb.cells], ["code", "markdown", "code"])
         self.assertEqual(nb.cells[0].outputs[0].text, "82\n")
+
+
+@unittest.skipIf(SDK_MISSING, SDK_MISSING or "")
+@unittest.skipIf(shutil.which("bwrap") is None, "bubblewrap is not installed (make setup installs it)")
+class SdkSandboxedSessionTest(unittest.TestCase):
+    """A sandboxed session's own mcp_config, started by the official SDK exactly as given: the
+    server is bound to the sandbox, so start_new_session lands in the same sandbox with the
+    model preloaded, and resume/attach reach nothing outside it (docs/mcp.md)."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="seer-mcp-sbx-")
+        self.addCleanup(lambda: subprocess.run(["rm", "-rf", self.tmp]))
+
+    def test_sandboxed_session_mcp_config(self):
+        script = os.path.join(self.tmp, "exp.lua")
+        host_nb = os.path.join(self.tmp, "host.ipynb")
+        with open(host_nb, "w") as f:
+            json.dump({"nbformat": 4, "nbformat_minor": 5, "metadata": {},
+                       "cells": [{"cell_type": "code", "id": "a", "metadata": {}, "outputs": [], "execution_count": None,
+                                  "source": "print('HOST ONLY')"}]}, f)
+        with open(script, "w") as f:
+            f.write(f"""
+local env = seer.environment
+local sb = env.Sandbox(env.SandboxConfig{{ models = {{ env.ModelConfig{{ name = {json.dumps(MODEL)} }} }} }}):start{{ name = "sdk" }}
+local s = seer.execution.create_notebook_session(sb, nil, {{ name = "agent", output_dir = {json.dumps(self.tmp + "/out")} }})
+local h = seer.execution.create_local_notebook_session(nil, {{ name = "host", output_dir = {json.dumps(self.tmp + "/hostout")} }})
+io.write(seer.json.encode{{ config = s.mcp_config, session_id = s.session_id, path = s.notebook_path,
+                            sandbox_id = sb.sandbox_id, host_id = h.session_id, host_url = h.jupyter_url }}, "\\n")
+io.stdout:flush()
+io.read("*l")
+print(#seer.execution.list_sessions())
+h:terminate() s:terminate() sb:terminate()
+""")
+        exp = subprocess.Popen([SEER, script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=env(SEER_SANDBOX_DIR=os.path.join(self.tmp, "sb")))
+        self.addCleanup(lambda: exp.poll() is None and exp.kill())
+        line = exp.stdout.readline()
+        if not line:
+            self.fail("the experiment did not start: " + exp.stderr.read()[-3000:])
+        info = json.loads(line)
+        cfg = info["config"]["notebook"]
+        self.assertNotIn("SEER_NOTEBOOK_URL", cfg["env"])
+        self.assertIn("SEER_NOTEBOOK_SCOPE_KEY", cfg["env"])
+        cfg["env"]["SEER_LUA_DIR"] = os.path.join(ROOT, "lua")
+        probe = ("print(os.getenv('SEER_SANDBOX_ID'), io.popen('id -u'):read('*l'), model ~= nil, "
+                 "(io.open(%s)) == nil)" % json.dumps(host_nb))
+        job = {"server": cfg, "list_tools": True, "steps": [
+            {"key": "start", "tool": "start_new_session", "args": {"experiment_name": "second"}},
+            {"key": "probe", "tool": "execute_code", "session_from": "start", "args": {"code": probe}},
+            {"key": "resume_up", "tool": "start_session_resume_notebook", "args": {"notebook_path": "../host.ipynb"}},
+            {"key": "resume_abs", "tool": "start_session_resume_notebook", "args": {"notebook_path": host_nb}},
+            {"key": "resume_own", "tool": "start_session_resume_notebook",
+             "args": {"notebook_path": os.path.basename(info["path"])}},
+            {"key": "attach_host", "tool": "attach_to_session",
+             "args": {"session_id": info["host_id"], "jupyter_url": info["host_url"]}},
+            {"key": "run_host", "tool": "execute_code", "args": {"session_id": info["host_id"], "code": "print(1)"}},
+        ]}
+        rep = run_sdk(self, job, timeout=240)
+        st = rep["steps"]
+        self.assertFalse(st["start"]["isError"], st["start"])
+        self.assertNotIn("/", st["start"]["structured"]["notebook_path"])
+        self.assertEqual(st["probe"]["content"][0]["text"], f"{info['sandbox_id']}\t65534\ttrue\ttrue\n")
+        for k in ("resume_up", "resume_abs", "attach_host", "run_host"):
+            self.assertTrue(st[k]["isError"], (k, st[k]))
+            self.assertNotIn("HOST ONLY", json.dumps(st[k]))
+        self.assertIn("is a path", st["resume_up"]["content"][0]["text"])
+        self.assertFalse(st["resume_own"]["isError"], st["resume_own"])
+        self.assertEqual(st["resume_own"]["structured"]["cells_run"], 0)
+        out, err = exp.communicate("\n", timeout=60)
+        self.assertEqual(exp.returncode, 0, err[-3000:])
+        # the experiment's two sessions; the server's own sessions ended with it
+        self.assertEqual(out.strip(), "2")
 
 
 class HttpServer:

@@ -17,8 +17,14 @@ start_session_resume_notebook, start_session_continue_notebook, execute_code, ed
 add_markdown, read_notebook, interrupt, shutdown_session.
 
   --session-id ID, --jupyter-url URL  attach to this session at start (SEER_SESSION_ID,
-                                      SEER_NOTEBOOK_URL; a session's mcp_config sets both)
+                                      SEER_NOTEBOOK_URL; a local session's mcp_config sets both)
   --output-dir DIR     where new notebooks go (SEER_NOTEBOOK_OUTPUT_DIR; default ./outputs)
+
+Without a sandboxed session, start_new_session and the resume/continue tools start kernels
+on this machine, NOT sandboxed. A sandboxed session's mcp_config binds the server to its
+sandbox instead (SEER_SESSION_ID, SEER_NOTEBOOK_ENDPOINT, SEER_NOTEBOOK_SCOPE_KEY; environment
+only): every tool then reaches that sandbox alone, and so does a --jupyter-url whose session
+is sandboxed.
   --max-output CHARS   text returned per cell before it is cut (default 20000; the notebook
                        keeps everything)
   --http HOST:PORT     serve streamable HTTP at http://HOST:PORT/mcp instead of stdio
@@ -30,7 +36,9 @@ add_markdown, read_notebook, interrupt, shutdown_session.
 seer mcp rpc: one tool per function a scoped interface exposes (`seer rpc serve`; seer.rpc's
 serve(..., {expose_as = "mcp"}) gives the entry that starts it), input schemas from the
 interface's LuaCATS annotations.
-  --connection-file FILE  the RPC server's connection file (SEER_RPC_CONNECTION_FILE)
+  --connection-file FILE  the RPC server's connection file (SEER_RPC_CONNECTION_FILE); read without
+                          following links, its endpoint must be beside it or on loopback.
+                          SEER_RPC_ENDPOINT + SEER_RPC_KEY (environment) replace the file
   --name NAME             the server name agents see (default: the interface's)
   --timeout SECONDS       per-call deadline enforced by the RPC server (default: none)]]
 
@@ -40,6 +48,17 @@ local function usage_error(msg)
   os.exit(2)
 end
 
+local function check_notebook_http(o)
+  if o.http then
+    local host, port = o.http:match("^%[?([^%]]*)%]?:(%d+)$")
+    if not host or host == "" or tonumber(port) > 65535 then usage_error("--http needs HOST:PORT, e.g. 127.0.0.1:8765") end
+    o.http_host, o.http_port = host, tonumber(port)
+  elseif o.token or #o.allow_origins > 0 then
+    usage_error("--token and --allow-origin only apply with --http")
+  end
+  return o
+end
+
 local function parse_notebook_args(args)
   local o = { session_id = os.getenv("SEER_SESSION_ID"), jupyter_url = os.getenv("SEER_NOTEBOOK_URL"),
               output_dir = os.getenv("SEER_NOTEBOOK_OUTPUT_DIR"), token = os.getenv("SEER_MCP_TOKEN"),
@@ -47,7 +66,7 @@ local function parse_notebook_args(args)
   for a, value in require("seer.cli.args").options(args, usage_error) do
     if a == "--session-id" then o.session_id = value()
     elseif a == "--jupyter-url" then o.jupyter_url = value()
-    elseif a == "--output-dir" then o.output_dir = value()
+    elseif a == "--output-dir" then o.output_dir, o.output_dir_flag = value(), true
     elseif a == "--max-output" then
       o.max_output = tonumber(value())
       if not o.max_output or o.max_output < 1 or o.max_output ~= math.floor(o.max_output) then
@@ -62,17 +81,30 @@ local function parse_notebook_args(args)
   for _, k in ipairs{ "session_id", "jupyter_url", "output_dir", "token" } do
     if o[k] == "" then o[k] = nil end
   end
+  -- A sandbox binding comes from the environment only: the key never shows in a process list.
+  local endpoint, key = os.getenv("SEER_NOTEBOOK_ENDPOINT"), os.getenv("SEER_NOTEBOOK_SCOPE_KEY")
+  if endpoint == "" then endpoint = nil end
+  if key == "" then key = nil end
+  if endpoint or key then
+    if not (endpoint and key) then
+      usage_error("a sandbox binding needs both SEER_NOTEBOOK_ENDPOINT and SEER_NOTEBOOK_SCOPE_KEY (a sandboxed session's mcp_config sets them)")
+    end
+    if not o.session_id then usage_error("a sandbox binding needs the session id too (SEER_SESSION_ID or --session-id)") end
+    if o.jupyter_url then
+      usage_error("give a sandbox binding (SEER_NOTEBOOK_ENDPOINT, SEER_NOTEBOOK_SCOPE_KEY) or a jupyter_url, not both")
+    end
+    o.scope = { endpoint = endpoint, key = key }
+    if o.output_dir_flag then
+      usage_error("--output-dir does not apply to a sandbox-bound server: its notebooks go to its session's output directory")
+    end
+    o.output_dir = nil -- SEER_NOTEBOOK_OUTPUT_DIR inherited from elsewhere: notebooks go where the session's go
+    return check_notebook_http(o)
+  end
   if (o.session_id == nil) ~= (o.jupyter_url == nil) then
     usage_error(o.session_id and "a session id needs its jupyter_url too (--jupyter-url or SEER_NOTEBOOK_URL)"
                 or "a jupyter_url needs the session id too (--session-id or SEER_SESSION_ID)")
   end
-  if o.http then
-    local host, port = o.http:match("^%[?([^%]]*)%]?:(%d+)$")
-    if not host or host == "" or tonumber(port) > 65535 then usage_error("--http needs HOST:PORT, e.g. 127.0.0.1:8765") end
-    o.http_host, o.http_port = host, tonumber(port)
-  elseif o.token or #o.allow_origins > 0 then
-    usage_error("--token and --allow-origin only apply with --http")
-  end
+  check_notebook_http(o)
   if o.output_dir then
     local core = require "seer.core.host"
     o.output_dir = o.output_dir:sub(1, 1) == "/" and o.output_dir or (core.cwd() .. "/" .. o.output_dir)
@@ -141,9 +173,20 @@ local function parse_rpc_args(args)
     elseif a == "-h" or a == "--help" then print(USAGE) os.exit(0)
     else usage_error("unknown option " .. a) end
   end
-  if not o.connection_file or o.connection_file == "" then
-    usage_error("rpc needs --connection-file FILE (the file seer rpc serve was started with)")
+  -- SEER_RPC_ENDPOINT + SEER_RPC_KEY (environment only) say where the server is without a file
+  -- the sandbox could rewrite.
+  o.endpoint, o.key = os.getenv("SEER_RPC_ENDPOINT"), os.getenv("SEER_RPC_KEY")
+  if o.endpoint == "" then o.endpoint = nil end
+  if o.key == "" then o.key = nil end
+  if (o.endpoint == nil) ~= (o.key == nil) then usage_error("SEER_RPC_ENDPOINT and SEER_RPC_KEY go together") end
+  if o.endpoint then
+    if not (o.endpoint:match("^ipc://") or o.endpoint:match("^tcp://")) then usage_error("SEER_RPC_ENDPOINT must be ipc://... or tcp://...") end
+    return check_http_options(o)
   end
+  if not o.connection_file or o.connection_file == "" then
+    usage_error("rpc needs --connection-file FILE (the file seer rpc serve was started with) or SEER_RPC_ENDPOINT and SEER_RPC_KEY")
+  end
+  if o.connection_file:sub(1, 1) ~= "/" then o.connection_file = require("seer.core.host").cwd() .. "/" .. o.connection_file end
   return check_http_options(o)
 end
 

@@ -11,6 +11,7 @@ local process = require "seer.process"
 local core = require "seer.core.host"
 
 local M = {}
+local save_nofollow -- Notebook:save without following links (below, with the scopes)
 
 local USAGE = [[
 usage: seer notebook serve [--output-dir DIR] [--host HOST] [--port PORT] [--max-output CHARS]
@@ -96,8 +97,15 @@ M.truncate_outputs = truncate_outputs
 
 function Server:reply(req, content)
   content.status = content.status or "ok"
-  self.api:send{ idents = req.idents, header = net.header(req.header.msg_type:gsub("_request$", "") .. "_reply", self.id),
-                 parent_header = req.header, metadata = {}, content = content }
+  if req.scope then content = self:scoped_view(req.scope, content) end
+  self:send_to(req, { idents = req.idents, header = net.header(req.header.msg_type:gsub("_request$", "") .. "_reply", self.id),
+                      parent_header = req.header, metadata = {}, content = content })
+end
+
+-- A request is answered on the socket it came in on: the main one, or its sandbox scope's.
+function Server:send_to(req, msg)
+  local sock = req.scope and req.scope.sock or self.api
+  sock:send(msg)
 end
 
 function Server:reply_error(req, ename, evalue)
@@ -119,7 +127,8 @@ function Server:session_info(s)
   return { session_id = s.id, name = s.name, notebook_path = s.nb.path, jupyter_url = self:jupyter_url(s.id),
            kernel_pid = s.kernel and ((s.kernel.process and s.kernel.process.pid) or (s.kernel.remote and s.kernel.remote.pid)) or json.null,
            state = s.dead and "dead" or (s.running and "busy" or "idle"), dead_reason = s.dead or json.null,
-           bad_messages = s.kernel and s.kernel:bad_messages() or s.bad_seen or 0 }
+           bad_messages = s.kernel and s.kernel:bad_messages() or s.bad_seen or 0,
+           sandbox_id = s.scope or json.null }
 end
 
 function Server:jupyter_url(id)
@@ -155,6 +164,32 @@ local MAX_BAD = tonumber(os.getenv("SEER_NOTEBOOK_MAX_BAD_MESSAGES") or "") or 1
 -- (a kernel whose output channel died, or that never sends it, cannot hold a cell forever).
 local IDLE_GRACE_MS = 5000
 
+-- The connection to a kernel that sandboxd started, from its reply. The reply comes from inside
+-- the sandbox, so only the key and the ports are taken from it: the transport is ipc and the
+-- sockets are the ones named for this kernel in the sandbox's run directory (its host side).
+-- Anything else (tcp to a host of the sandbox's choosing, a path outside the run directory)
+-- would make this server connect where the sandbox says.
+local function kernel_connection(r, L, name)
+  local c = type(r) == "table" and r.connection
+  local function bad(why) error(("sandbox %s: sandboxd's start_kernel reply is not valid: %s"):format(tostring(L.sandbox_id), why), 0) end
+  if type(c) ~= "table" then bad("no connection") end
+  if c.transport ~= "ipc" then bad("transport is not ipc") end
+  local why = M.check_connection(c, L.sandbox_run)
+  if why then bad(why) end
+  if c.ip ~= L.sandbox_run .. "/" .. name then bad("the sockets are not the ones asked for") end
+  if type(c.key) ~= "string" or #c.key < 16 or #c.key > 1024 then bad("no usable key") end
+  local info = { transport = "ipc", ip = L.host_run .. "/" .. name, key = c.key, signature_scheme = "hmac-sha256" }
+  for _, p in ipairs{ "shell_port", "iopub_port", "stdin_port", "control_port", "hb_port" } do
+    local v = c[p]
+    local optional = p == "hb_port"
+    if (v ~= nil or not optional) and (type(v) ~= "number" or v ~= math.floor(v) or v < 1 or v > 65535) then
+      bad(p .. " is not a port number")
+    end
+    info[p] = v
+  end
+  return info
+end
+
 -- Starts (or restarts) the kernel of a session and replays its init executions.
 -- A kernel inside a sandbox: its sandboxd starts it with ipc endpoints in the sandbox's run
 -- directory, which this server reaches through the host side of that directory.
@@ -173,16 +208,10 @@ function Server:start_sandbox_kernel(s)
   local name = ("kernel-%s-%d"):format(s.id, s.kernel_starts)
   local r = s.sandbox_client:request("start_kernel", { name = name, env = s.kernel_env, cwd = s.workspace_dir },
                                      { timeout_ms = 15000 })
-  -- sandboxd runs inside the sandbox: its reply is checked like a kernel's messages.
-  local info = type(r) == "table" and r.connection
-  local why = M.check_connection(info, L.sandbox_run)
-  if why then error("sandboxd answered start_kernel with a bad connection: " .. why, 0) end
-  info = { transport = "ipc", ip = L.host_run .. info.ip:sub(#L.sandbox_run + 1), key = info.key,
-           signature_scheme = "hmac-sha256", shell_port = info.shell_port, iopub_port = info.iopub_port,
-           stdin_port = info.stdin_port, control_port = info.control_port, hb_port = info.hb_port }
+  local info = kernel_connection(r, L, name)
   local c = jupyter.connect(info)
   c.remote = {
-    pid = r.pid,
+    pid = type(r.pid) == "number" and r.pid or nil,
     alive = function()
       -- the run folder is the sandbox's: read bounded with no link followed, never a fifo
       local text = require("seer.safe_fs").root(L.host_run, "the sandbox's run folder"):read("services/" .. name .. ".exit", { max = 65536 })
@@ -217,8 +246,13 @@ function Server:start_kernel(s)
   return info
 end
 
-function Server:new_session(req)
-  local c = req.content
+-- Starts a session. `c` is the request's content, or (for a sandbox-bound client) the content
+-- the server built from the session it starts like; then c.load reads the notebook to resume or
+-- continue without following links, and c.init is the start-up code replayed before anything
+-- else (models, libraries, init code), as restart replays it.
+function Server:new_session(req, c)
+  c = c or req.content
+  local load = type(c.load) == "function" and c.load or notebook.load
   local id = net.uuid():sub(1, 8)
   while self.sessions[id] do id = net.uuid():sub(1, 8) end
   -- A continued notebook goes beside its original unless told otherwise.
@@ -228,10 +262,10 @@ function Server:new_session(req)
   if not mk_ok then error(mk_err, 0) end
   local nb, rerun
   if c.resume then
-    nb = notebook.load(c.resume)
+    nb = load(c.resume)
     rerun = true
   elseif c["continue"] then
-    local src = notebook.load(c["continue"])
+    local src = load(c["continue"])
     local base = c.name or (c["continue"]:match("([^/]+)%.ipynb$") or "Notebook"):gsub("^%d+%-%d+%-%d+%-%d+%-%d+_", "")
     nb = notebook.new{ path = notebook.unique_path(dir, base) }
     nb.doc.cells = src.doc.cells
@@ -242,33 +276,73 @@ function Server:new_session(req)
   end
   nb.doc.metadata.seer = nb.doc.metadata.seer or {}
   nb.doc.metadata.seer.path, nb.doc.metadata.seer.session_id = nb.path, id
+  -- The output folder may be one the sandbox can write (inside /workspace): saves never follow
+  -- a link there (a folder swapped for a link would send them anywhere on the host).
+  nb.save = save_nofollow
   local s = { id = id, name = c.name or "Notebook", nb = nb, queue = {}, init = {}, workspace_dir = c.workspace_dir,
               kernel_env = c.kernel_env, sandbox = c.sandbox, kernel_log = self.runtime_dir .. "/kernel-" .. id .. ".log" }
+  for _, code in ipairs(type(c.init) == "table" and c.init or {}) do s.init[#s.init + 1] = code end
+  if s.sandbox then self:scope_for(s.sandbox) end -- a bad launcher fails before a kernel starts
   self:start_kernel(s)
   self.sessions[id] = s
-  nb:save()
+  if s.sandbox then self:scope_add_session(s, dir) end
+  local saved, serr = pcall(nb.save, nb)
+  if not saved then
+    -- No notebook, no session: the kernel just started goes too.
+    self:drop_session(s, "was shut down")
+    error(("cannot write the notebook: %s"):format(tostring(serr)), 0)
+  end
   self:publish(s, true)
   debug_log("session %s: notebook %s, kernel pid %s", id, nb.path, tostring(s.kernel.process and s.kernel.process.pid or s.kernel.remote.pid))
-  if rerun then
-    -- Re-run every code cell in place; answer once all have run.
-    local cells = nb:code_cells()
-    local pending, errors = #cells, 0
-    if pending == 0 then return self:reply(req, self:session_info(s)) end
-    for _, cell in ipairs(cells) do
-      nb:reset_cell(cell)
-      self:enqueue(s, { code = notebook.join(cell.source), cell = cell, on_done = function(e)
-        if e.result ~= "ok" then errors = errors + 1 end
-        pending = pending - 1
-        if pending == 0 then
-          local info = self:session_info(s)
-          info.cells_run, info.cells_failed = #cells, errors
-          self:reply(req, info)
-        end
-      end })
-    end
-    return
+  -- The start-up code first (hidden), then every code cell of a resumed or continued notebook
+  -- in place; the answer comes once all have run.
+  local steps = {}
+  for _, code in ipairs(s.init) do steps[#steps + 1] = { code = code, hidden = true, init = true } end
+  local cells = rerun and nb:code_cells() or {}
+  for _, cell in ipairs(cells) do
+    nb:reset_cell(cell)
+    steps[#steps + 1] = { code = notebook.join(cell.source), cell = cell }
   end
-  self:reply(req, self:session_info(s))
+  local function answer()
+    local info = self:session_info(s)
+    if rerun then info.cells_run, info.cells_failed = #cells, 0 end
+    return info
+  end
+  if #steps == 0 then return self:reply(req, self:started_reply(req, s, answer())) end
+  local pending, errors, init_failed = #steps, 0, nil
+  for _, st in ipairs(steps) do
+    self:enqueue(s, { code = st.code, hidden = st.hidden, cell = st.cell, on_done = function(e)
+      if e.result ~= "ok" then
+        if st.init then
+          local r = e.error or e.reply or {}
+          init_failed = init_failed or ("%s: %s"):format(tostring(r.ename or "Error"), tostring(r.evalue or ""))
+        else
+          errors = errors + 1
+        end
+      end
+      pending = pending - 1
+      if pending > 0 then return end
+      if init_failed then
+        self:drop_session(s, "was shut down")
+        return self:reply_error(req, "StartError", "the session's start-up code (models, libraries, init code) failed: " .. init_failed)
+      end
+      local info = answer()
+      if rerun then info.cells_failed = errors end
+      self:reply(req, self:started_reply(req, s, info))
+    end })
+  end
+end
+
+-- Notebook:save for this server's notebooks (write_nofollow is defined with the scopes below).
+save_nofollow = function(nb)
+  M.write_nofollow(nb.path, nb:to_json(true) .. "\n")
+end
+
+-- Ends a session and forgets it (its notebook stays on disk).
+function Server:drop_session(s, how)
+  if not s.dead then self:on_kernel_death(s, how) end
+  self.sessions[s.id] = nil
+  if self.http then self.http:remove(s.id) end
 end
 
 function Server:enqueue(s, e)
@@ -383,8 +457,8 @@ function Server:on_kernel_message(s, msg)
         e.outputs[#e.outputs + 1] = o
         if e.cell then s.nb:add_output(e.cell, o) end
         if e.stream and e.req then
-          self.api:send{ idents = e.req.idents, header = net.header("output", self.id), parent_header = e.req.header,
-                         metadata = {}, content = o }
+          self:send_to(e.req, { idents = e.req.idents, header = net.header("output", self.id), parent_header = e.req.header,
+                                metadata = {}, content = o })
         end
       end
     end
@@ -416,24 +490,335 @@ function Server:on_kernel_death(s, how)
   s.kernel:close()
 end
 
+local handlers = {} -- request type -> function(server, req); filled in below
+
+---------------------------------------------------------------------------------------------
+-- sandbox scopes (docs/notebook.md, "Sandbox-bound clients")
+--
+-- Sessions whose kernel runs in a sandbox belong to that sandbox's scope. A scope has its own
+-- request socket and signing key; the key goes only to the client that started the session
+-- (the experiment, over the main socket), which hands it to the agent's MCP server in the
+-- session's mcp_config. A request that arrives on a scope's socket can only reach that
+-- scope's sessions, and start sessions in that sandbox exactly like one of them: it never
+-- names a launcher, a kernel environment, a working directory or an output directory, and
+-- it reaches notebooks only by file name inside its sessions' output directory, opened without
+-- following links. The key is the binding: an agent controls a tool's arguments, never the
+-- MCP server's environment, and a forged argument cannot turn a scope request into a main one.
+
+local ffi = require "ffi"
+pcall(ffi.cdef, [[
+struct seer_open_how { uint64_t flags; uint64_t mode; uint64_t resolve; };
+struct seer_statx_ts { int64_t tv_sec; uint32_t tv_nsec; int32_t reserved; };
+struct seer_statx {
+  uint32_t stx_mask, stx_blksize; uint64_t stx_attributes; uint32_t stx_nlink, stx_uid, stx_gid;
+  uint16_t stx_mode, spare0; uint64_t stx_ino, stx_size, stx_blocks, stx_attributes_mask;
+  struct seer_statx_ts stx_atime, stx_btime, stx_ctime, stx_mtime;
+  uint32_t stx_rdev_major, stx_rdev_minor, stx_dev_major, stx_dev_minor; uint64_t spare2[14];
+};
+]])
+pcall(ffi.cdef, [[
+long syscall(long number, ...);
+int openat(int dirfd, const char *pathname, int flags, ...);
+int close(int fd);
+long read(int fd, void *buf, size_t count);
+int statx(int dirfd, const char *pathname, int flags, unsigned int mask, struct seer_statx *buf) __asm__("statx");
+char *strerror(int errnum);
+long write(int fd, const void *buf, size_t count);
+int fsync(int fd);
+int renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath);
+int unlinkat(int dirfd, const char *pathname, int flags);
+]])
+
+local SYS_openat2 = 437 -- the same number on every Linux architecture
+local O_RDONLY, O_NONBLOCK, O_DIRECTORY, O_NOFOLLOW, O_CLOEXEC = 0, 0x800, 0x10000, 0x20000, 0x80000
+local O_WRONLY, O_CREAT, O_EXCL = 0x1, 0x40, 0x80
+local RESOLVE_NO_XDEV, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS, RESOLVE_BENEATH = 0x01, 0x02, 0x04, 0x08
+local AT_FDCWD, AT_EMPTY_PATH, STATX_TYPE, STATX_SIZE = -100, 0x1000, 0x1, 0x200
+local S_IFMT, S_IFREG = 0xF000, 0x8000
+local ENOSYS = 38
+local MAX_NOTEBOOK_BYTES = 256 * 1024 * 1024
+
+local function errno_text() return ffi.string(ffi.C.strerror(ffi.errno())) end
+
+-- Opens dir/name for reading, following no symbolic link anywhere in the path: dir is a real
+-- path the host resolved when the session started, so a link in it now was planted. Returns
+-- an fd, or nil and why. openat2 does it in one call; kernels before 5.6 walk the components
+-- with O_NOFOLLOW (the same guarantee, one open per component).
+local function open_dir_nofollow(dir)
+  local how = ffi.new("struct seer_open_how")
+  how.flags = bit.bor(O_RDONLY, O_DIRECTORY, O_CLOEXEC)
+  how.resolve = bit.bor(RESOLVE_NO_SYMLINKS, RESOLVE_NO_MAGICLINKS)
+  local dfd = tonumber(ffi.C.syscall(SYS_openat2, ffi.cast("int", AT_FDCWD), dir, how, ffi.cast("size_t", ffi.sizeof(how))))
+  if dfd < 0 and ffi.errno() == ENOSYS then
+    dfd = ffi.C.openat(AT_FDCWD, "/", bit.bor(O_RDONLY, O_DIRECTORY, O_CLOEXEC))
+    for part in dir:gmatch("[^/]+") do
+      if dfd < 0 then break end
+      local nfd = ffi.C.openat(dfd, part, bit.bor(O_RDONLY, O_DIRECTORY, O_NOFOLLOW, O_CLOEXEC))
+      ffi.C.close(dfd)
+      dfd = nfd
+    end
+  end
+  if dfd < 0 then return nil, ("the folder %s cannot be opened without following links: %s"):format(dir, errno_text()) end
+  return dfd
+end
+
+local function open_nofollow(dir, name)
+  local dfd, derr = open_dir_nofollow(dir)
+  if not dfd then return nil, derr end
+  -- O_NONBLOCK: a FIFO planted under the name must not block the server on open.
+  local fd = ffi.C.openat(dfd, name, bit.bor(O_RDONLY, O_NOFOLLOW, O_NONBLOCK, O_CLOEXEC))
+  local why = fd < 0 and errno_text()
+  ffi.C.close(dfd)
+  if fd < 0 then return nil, why end
+  return fd
+end
+
+-- Writes dir/name atomically without following a link anywhere: the folder is opened as in
+-- open_nofollow, the text goes to a new temporary file in it (O_EXCL | O_NOFOLLOW), then
+-- renameat replaces dir/name, which replaces a link planted there instead of writing through
+-- it. Raises naming the file and the reason.
+local function write_nofollow(path, text)
+  local dir, name = path:match("^(.*)/([^/]+)$")
+  if not dir or dir == "" then error(("cannot save %s: not an absolute path"):format(path), 0) end
+  local dfd, why = open_dir_nofollow(dir)
+  if not dfd then error(why, 0) end
+  local tmp = ("%s.tmp-%s"):format(name, net.uuid():sub(1, 8))
+  local fd = ffi.C.openat(dfd, tmp, bit.bor(O_WRONLY, O_CREAT, O_EXCL, O_NOFOLLOW, O_CLOEXEC), ffi.cast("int", 420))
+  if fd < 0 then
+    why = errno_text()
+    ffi.C.close(dfd)
+    error(("writing %s: %s"):format(path, why), 0)
+  end
+  local off, n = 0, #text
+  local buf = ffi.cast("const char *", text)
+  while off < n do
+    local w = tonumber(ffi.C.write(fd, buf + off, n - off))
+    if w < 0 then break end
+    off = off + w
+  end
+  local ok = off == n and ffi.C.fsync(fd) == 0
+  why = not ok and errno_text()
+  ffi.C.close(fd)
+  if ok and ffi.C.renameat(dfd, tmp, dfd, name) ~= 0 then ok, why = false, errno_text() end
+  if not ok then ffi.C.unlinkat(dfd, tmp, 0) end
+  ffi.C.close(dfd)
+  if not ok then error(("writing %s: %s"):format(path, tostring(why)), 0) end
+end
+M.write_nofollow = write_nofollow
+
+-- The text of a regular file opened by open_nofollow (closes fd); nil and why otherwise.
+local function read_regular(fd)
+  local st = ffi.new("struct seer_statx")
+  if ffi.C.statx(fd, "", AT_EMPTY_PATH, bit.bor(STATX_TYPE, STATX_SIZE), st) ~= 0 then
+    local why = errno_text()
+    ffi.C.close(fd)
+    return nil, why
+  end
+  if bit.band(st.stx_mode, S_IFMT) ~= S_IFREG then ffi.C.close(fd) return nil, "not a regular file" end
+  if st.stx_size > MAX_NOTEBOOK_BYTES then ffi.C.close(fd) return nil, "larger than 256 MiB" end
+  local parts, buf = {}, ffi.new("uint8_t[65536]")
+  local total = 0
+  while true do
+    local n = tonumber(ffi.C.read(fd, buf, 65536))
+    if n < 0 then local why = errno_text() ffi.C.close(fd) return nil, why end
+    if n == 0 then break end
+    total = total + n
+    if total > MAX_NOTEBOOK_BYTES then ffi.C.close(fd) return nil, "larger than 256 MiB" end
+    parts[#parts + 1] = ffi.string(buf, n)
+  end
+  ffi.C.close(fd)
+  return table.concat(parts)
+end
+M.open_nofollow, M.read_regular = open_nofollow, read_regular
+
+-- A notebook named by a sandbox-bound client: one file name, nothing that walks out of the
+-- directory. Returns the name (".ipynb" added when missing) or nil and why.
+local function notebook_name(name)
+  if type(name) ~= "string" or name == "" then return nil, "a notebook name (a string) is needed" end
+  if name:find("/", 1, true) or name:find("%z") or name:find("\\", 1, true) then
+    return nil, ("%q is a path; name a notebook of the session's output directory by its file name only"):format(name)
+  end
+  if name:sub(1, 1) == "." then return nil, ("%q starts with a dot; notebook names do not"):format(name) end
+  if #name > 255 then return nil, "the name is longer than 255 bytes" end
+  if not name:match("%.ipynb$") then name = name .. ".ipynb" end
+  return name
+end
+M.notebook_name = notebook_name
+
+-- The .ipynb files of a directory (names only, regular files only), for error messages.
+local function notebooks_in(dir)
+  local names = {}
+  local ok, list = pcall(require("seer.core.sandbox").listdir, dir)
+  for _, e in ipairs(ok and list or {}) do
+    if e.type == "file" and e.name:match("%.ipynb$") then names[#names + 1] = e.name end
+  end
+  table.sort(names)
+  return names
+end
+
+-- The scope of a sandbox, made on first use: a request socket with its own key. Only the main
+-- socket's clients (the experiment) reach this, through start_session with a launcher.
+function Server:scope_for(launcher)
+  local id = type(launcher) == "table" and launcher.sandbox_id
+  if type(id) ~= "string" or not id:match("^[%w._-]+$") then
+    error("start_session: content.sandbox needs the launcher of a started sandbox (sandbox:kernel_launcher())", 0)
+  end
+  self.scopes = self.scopes or {}
+  local sc = self.scopes[id]
+  if not sc then
+    local key = net.new_key()
+    local sock = net.socket("router", key)
+    local endpoint = sock:bind(("tcp://%s:*"):format(self.host))
+    sc = { id = id, key = key, sock = sock, endpoint = endpoint, templates = {}, order = {} }
+    self.scopes[id] = sc
+    debug_log("scope %s: requests at %s", id, endpoint)
+  end
+  sc.launcher = launcher
+  return sc
+end
+
+-- A session started with a launcher joins its sandbox's scope; what it was started with is kept
+-- as the template that sandbox-bound clients start new sessions like (its init list is shared,
+-- so start-up code recorded later is part of it too). Templates outlive their sessions.
+function Server:scope_add_session(s, dir)
+  local sc = self:scope_for(s.sandbox)
+  s.scope = sc.id
+  sc.templates[s.id] = { notebook_dir = dir, workspace_dir = s.workspace_dir, kernel_env = s.kernel_env, init = s.init }
+  sc.order[#sc.order + 1] = s.id
+end
+
+-- What start_session answers: the session, plus the scope's credential for the main socket's
+-- client of a sandboxed session (the experiment puts it in the session's mcp_config).
+function Server:started_reply(req, s, info)
+  if s.scope and not req.scope then
+    local sc = self.scopes[s.scope]
+    info.scope = { sandbox_id = sc.id, endpoint = sc.endpoint, key = sc.key }
+  end
+  return info
+end
+
+-- What a scope's client sees of a reply: no live-view URL (its token opens the main socket's
+-- key) and notebooks by file name, never by host path.
+function Server:scoped_view(sc, content)
+  local out = {}
+  for k, v in pairs(content) do out[k] = v end
+  if out.jupyter_url ~= nil then out.jupyter_url = json.null end
+  if type(out.notebook_path) == "string" then out.notebook_path = out.notebook_path:match("([^/]+)$") end
+  if type(out.sessions) == "table" then
+    local list = json.array()
+    for i, e in ipairs(out.sessions) do list[i] = self:scoped_view(sc, e) end
+    out.sessions = list
+  end
+  out.sandbox_id = sc.id
+  return out
+end
+
+-- Requests a scope's client may send; everything else is refused naming the reason.
+local SCOPED = { start_session = true, execute = true, edit_cell = true, add_markdown = true, read_notebook = true,
+                 interrupt = true, restart = true, shutdown_session = true, session_info = true,
+                 list_sessions = true, scope_info = true }
+local SCOPED_START_FIELDS = { name = true, like = true, resume = true, ["continue"] = true }
+
+-- A request from a scope's socket. Reached only from Server:handle, with req.scope set by the
+-- socket the request arrived on (never by anything in the request).
+function Server:handle_scoped(req, t)
+  local sc = req.scope
+  if not SCOPED[t] then
+    return self:reply_error(req, "NotAllowed", ("%s is not available to a client bound to sandbox %s"):format(t, sc.id))
+  end
+  if t == "execute" and req.content.init then
+    return self:reply_error(req, "NotAllowed", "a sandbox-bound client cannot add start-up code (execute with init)")
+  end
+  if t == "start_session" then return self:scoped_start_session(req) end
+  if t == "scope_info" then
+    local ids = json.array()
+    for _, id in ipairs(sc.order) do if self.sessions[id] then ids[#ids + 1] = id end end
+    return self:reply(req, { session_ids = ids })
+  end
+  return handlers[t](self, req)
+end
+
+-- start_session from a scope's client: a new kernel in the same sandbox, started like one of
+-- the scope's sessions (content.like, default the first); resume/continue name a notebook of
+-- that session's output directory.
+function Server:scoped_start_session(req)
+  local sc, c = req.scope, req.content
+  for k in pairs(c) do
+    if not SCOPED_START_FIELDS[k] then
+      return self:reply_error(req, "NotAllowed", ("start_session: a client bound to sandbox %s cannot set %s; its sessions start like one of the sandbox's own (fields: like, name, resume, continue)")
+        :format(sc.id, tostring(k)))
+    end
+  end
+  if c.name ~= nil and type(c.name) ~= "string" then return self:reply_error(req, "ValueError", "start_session: name must be a string") end
+  local like = c.like or sc.order[1]
+  local tpl = type(like) == "string" and sc.templates[like]
+  if not tpl then
+    return self:reply_error(req, "SessionNotFound", ("start_session: no session %q in sandbox %s to start like"):format(tostring(like), sc.id))
+  end
+  local content = { name = c.name, notebook_dir = tpl.notebook_dir, workspace_dir = tpl.workspace_dir,
+                    kernel_env = tpl.kernel_env, sandbox = sc.launcher, init = tpl.init }
+  for _, field in ipairs{ "resume", "continue" } do
+    if c[field] ~= nil then
+      if content.resume or content["continue"] then
+        return self:reply_error(req, "ValueError", "start_session: give resume or continue, not both")
+      end
+      local name, why = notebook_name(c[field])
+      if not name then return self:reply_error(req, "ValueError", ("start_session: %s: %s"):format(field, why)) end
+      local dir = tpl.notebook_dir
+      local fd, err = open_nofollow(dir, name)
+      local text
+      if fd then text, err = read_regular(fd) end
+      if not text then
+        local have = notebooks_in(dir)
+        return self:reply_error(req, "NotebookNotFound", ("%s: cannot open notebook %s of the session's output directory (%s); notebooks there: %s")
+          :format(field, name, err, #have > 0 and table.concat(have, ", ") or "none"))
+      end
+      content[field] = dir .. "/" .. name
+      -- The session reads the bytes read above, never the path again.
+      content.load = function(path)
+        local ok, doc = pcall(json.decode, text)
+        if not ok or type(doc) ~= "table" or doc.nbformat ~= 4 or type(doc.cells) ~= "table" then
+          error(("%s is not an nbformat 4 notebook"):format(name), 0)
+        end
+        local nb = notebook.new{ path = path }
+        doc.metadata = type(doc.metadata) == "table" and doc.metadata or {}
+        doc.metadata.seer = type(doc.metadata.seer) == "table" and doc.metadata.seer or {}
+        doc.nbformat_minor = math.max(5, tonumber(doc.nbformat_minor) or 5)
+        for _, cell in ipairs(doc.cells) do
+          if type(cell) ~= "table" then error(("%s has a cell that is not an object"):format(name), 0) end
+          cell.metadata = type(cell.metadata) == "table" and cell.metadata or {}
+          if type(cell.id) ~= "string" then cell.id = net.uuid():sub(1, 8) end
+          if cell.attachments == json.null then cell.attachments = nil end
+        end
+        nb.doc = doc
+        return nb
+      end
+    end
+  end
+  self:new_session(req, content)
+end
+
 ---------------------------------------------------------------------------------------------
 -- requests
-
-local handlers = {}
 
 function handlers.start_session(self, req)
   self:new_session(req)
 end
 
+-- The session a request names. A scope's client finds only its sandbox's sessions, and the
+-- answer for any other id is the same as for one that does not exist.
 local function session_of(self, req)
   local id = req.content.session_id
-  local s = id and self.sessions[id]
+  local s = type(id) == "string" and self.sessions[id]
+  local sc = req.scope
+  if s and sc and s.scope ~= sc.id then s = nil end
   if not s then
     local ids = {}
-    for k in pairs(self.sessions) do ids[#ids + 1] = k end
+    for k, x in pairs(self.sessions) do if not sc or x.scope == sc.id then ids[#ids + 1] = k end end
     table.sort(ids)
-    self:reply_error(req, "SessionNotFound", ("no session %q on this notebook server (sessions: %s)")
-      :format(tostring(id), #ids > 0 and table.concat(ids, ", ") or "none"))
+    self:reply_error(req, "SessionNotFound", ("no session %q %s (sessions: %s)")
+      :format(tostring(id), sc and ("in sandbox " .. sc.id) or "on this notebook server",
+              #ids > 0 and table.concat(ids, ", ") or "none"))
     return nil
   end
   return s
@@ -537,17 +922,26 @@ end
 function handlers.shutdown_session(self, req)
   local s = session_of(self, req)
   if not s then return end
-  if not s.dead then self:on_kernel_death(s, "was shut down") end
-  self.sessions[s.id] = nil
-  if self.http then self.http:remove(s.id) end
+  self:drop_session(s, "was shut down")
   self:reply(req, { notebook_path = s.nb.path })
 end
 
 function handlers.list_sessions(self, req)
   local list = json.array()
-  for _, s in pairs(self.sessions) do list[#list + 1] = self:session_info(s) end
+  for _, s in pairs(self.sessions) do
+    if not req.scope or s.scope == req.scope.id then list[#list + 1] = self:session_info(s) end
+  end
   table.sort(list, function(a, b) return a.session_id < b.session_id end)
   self:reply(req, { sessions = list })
+end
+
+-- The scope credential of a sandboxed session, for a main-socket client that holds the
+-- session some other way (seer mcp notebook given its jupyter_url binds itself with it).
+function handlers.scope_credential(self, req)
+  local s = session_of(self, req)
+  if not s then return end
+  if not s.scope then return self:reply(req, { sandbox_id = json.null }) end
+  self:reply(req, self:started_reply(req, s, { sandbox_id = s.scope }).scope)
 end
 
 function handlers.session_info(self, req)
@@ -565,6 +959,14 @@ function Server:handle(req)
     return self.api:note_dropped("a request whose header.msg_type is not a short string")
   end
   local t = req.header.msg_type:gsub("_request$", "")
+  if req.scope then
+    local ok, err = pcall(self.handle_scoped, self, req, t)
+    if not ok then
+      log("request %s from sandbox %s failed: %s", t, req.scope.id, err)
+      self:reply_error(req, "ServerError", tostring(err))
+    end
+    return
+  end
   local h = handlers[t]
   if not h then
     local names = {}
@@ -582,9 +984,23 @@ end
 ---------------------------------------------------------------------------------------------
 -- the loop
 
+-- Requests queued on a scope's socket; req.scope says where each came from.
+function Server:drain_scope(sc)
+  while true do
+    local req = sc.sock:recv(0)
+    if not req then break end
+    req.scope = sc
+    self:handle(req)
+  end
+end
+
 function Server:run()
   while not self.stopping do
     local items, owners = { self.api }, { false }
+    for _, sc in pairs(self.scopes or {}) do
+      items[#items + 1] = sc.sock
+      owners[#owners + 1] = { scope = sc }
+    end
     for _, s in pairs(self.sessions) do
       if not s.dead then
         for i, sock in ipairs(s.kernel:sockets()) do
@@ -599,8 +1015,11 @@ function Server:run()
         while true do
           local req = self.api:recv(0)
           if not req then break end
+          req.scope = nil -- the main socket: never a scope, whatever the message holds
           self:handle(req)
         end
+      elseif owners[k].scope then
+        self:drain_scope(owners[k].scope)
       else
         local s, i = owners[k][1], owners[k][2]
         if not s.dead then
@@ -626,6 +1045,7 @@ function Server:run()
     if not s.dead then self:on_kernel_death(s, "was shut down with the notebook server") end
   end
   if self.http then self.http:close() end
+  for _, sc in pairs(self.scopes or {}) do sc.sock:close() end
   self.api:close()
   os.execute("rm -rf '" .. self.runtime_dir .. "'")
 end

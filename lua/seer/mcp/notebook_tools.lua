@@ -166,15 +166,27 @@ end
 ---------------------------------------------------------------------------------------------
 -- the tools
 
+-- What the tools reach (docs/mcp.md, "Sandbox-bound servers"):
+--   "sandbox"  bound to one sandbox's scope on a notebook server (a sandboxed session's
+--              mcp_config: SEER_NOTEBOOK_ENDPOINT + SEER_NOTEBOOK_SCOPE_KEY, or a preset
+--              session that turned out to be sandboxed): new sessions start in that sandbox,
+--              notebooks are named inside its output directory, attach reaches its sessions.
+--   "host"     no sandbox: new sessions are kernels on this machine (an explicit opt-in: a
+--              local session's mcp_config, or seer mcp notebook started by hand).
+--   "pending"  a preset session given by jupyter_url that could not be reached yet: nothing
+--              starts until it is known whether it is sandboxed.
+M.NOT_SANDBOXED = "NOT sandboxed: the kernel runs on this machine as your user, with your files and network."
+
 ---Adds the notebook tools to an MCP server.
 ---@param srv table a seer.mcp.server
----@param opts {output_dir?: string, max_output?: integer, session_id?: string, jupyter_url?: string, notebook_dir?: string}
----@return table state {sessions = {[id] = session}}
+---@param opts {output_dir?: string, max_output?: integer, session_id?: string, jupyter_url?: string, notebook_dir?: string, scope?: {endpoint: string, key: string}}
+---@return table state {sessions = {[id] = session}, mode = "sandbox"|"host"|"pending", sandbox_id?: string}
 function M.install(srv, opts)
   opts = opts or {}
   local sessions, owned, order = {}, {}, {}
   local state = { sessions = sessions }
   local preset_error
+  local binding -- seer.execution SandboxBinding in "sandbox" mode
 
   execution.set_waiter(srv:waiter())
 
@@ -184,13 +196,83 @@ function M.install(srv, opts)
     owned[s.session_id] = is_owned or nil
   end
 
+  -- Binds to a sandbox's scope; from then on no tool reaches anything outside it.
+  local function bind(endpoint, key, sandbox_id)
+    binding = execution.bind_sandbox(endpoint, key)
+    state.mode, state.sandbox_id = "sandbox", sandbox_id
+  end
+
+  -- The preset session given by jupyter_url (main key). A sandboxed one binds this server to
+  -- its sandbox, and the main connection is not used for anything else.
+  local function attach_preset_url()
+    local s = execution.attach_notebook_session(opts.jupyter_url, opts.session_id)
+    if s.sandbox_id then
+      local cred = execution.scope_credential(s)
+      bind(cred.endpoint, cred.key, cred.sandbox_id)
+      s = binding:attach(opts.session_id)
+    else
+      state.mode = "host"
+    end
+    remember(s, false)
+    return s
+  end
+
+  local function attach_preset()
+    if binding then
+      local s = binding:attach(opts.session_id)
+      state.sandbox_id = s.sandbox_id or state.sandbox_id
+      remember(s, false)
+      return s
+    end
+    return attach_preset_url()
+  end
+
+  -- The mode is settled before the tools are described: the preset session is attached now
+  -- (a failure is logged and retried on use).
+  if opts.scope then
+    bind(opts.scope.endpoint, opts.scope.key, nil)
+  elseif opts.session_id and opts.jupyter_url then
+    state.mode = "pending"
+  else
+    state.mode = "host"
+  end
+  if opts.session_id and (binding or opts.jupyter_url) then
+    local ok, err = pcall(attach_preset)
+    if not ok then
+      preset_error = tostring(err)
+      srv:log("cannot attach to session %s: %s", opts.session_id, preset_error)
+    end
+  end
+
+  if state.mode == "sandbox" then
+    srv.instructions = M.INSTRUCTIONS .. "\nThis server is bound to one sandbox: new sessions start inside it with its models"
+      .. " preloaded, notebooks are named by file name in its output directory, and only its sessions can be attached."
+  else
+    srv.instructions = M.INSTRUCTIONS .. "\nSessions that start_* tools start here are " .. M.NOT_SANDBOXED
+  end
+
+  -- Tools that start kernels on this machine run only in "host" mode; "pending" first tries
+  -- to learn what the preset session is.
+  local function host_allowed()
+    if state.mode == "pending" then
+      local ok, r = pcall(attach_preset)
+      if not ok then preset_error = tostring(r) end
+    end
+    if state.mode == "host" then return true end
+    if state.mode == "pending" then
+      error(("this server was given session %s, which cannot be reached (%s); it starts no kernel until it knows whether that session is sandboxed")
+        :format(tostring(opts.session_id), tostring(preset_error)), 0)
+    end
+    return false
+  end
+
   local function session(id)
     local s = sessions[id]
     if s then return s end
     -- The preset session (mcp_config) is attached again if attaching at start failed.
-    if id == opts.session_id and opts.jupyter_url then
-      local ok, r = pcall(execution.attach_notebook_session, opts.jupyter_url, id)
-      if ok then remember(r, false) return r end
+    if id == opts.session_id and (binding or opts.jupyter_url) then
+      local ok, r = pcall(attach_preset)
+      if ok then return r end
       preset_error = tostring(r)
     end
     local ids = {}
@@ -250,6 +332,17 @@ function M.install(srv, opts)
     return cell_result(s, r)
   end
 
+  -- A notebook of the bound sandbox's output directory, by file name (the notebook server
+  -- checks it again and opens it without following links).
+  local function name_arg(p)
+    local name, why = require("seer.cli.notebook").notebook_name(p)
+    if not name then
+      error(("notebook_path: %s (this server is bound to sandbox %s: notebooks are named by file name in its session's output directory, as start_* results give them)")
+        :format(why, tostring(state.sandbox_id or "of this session")), 0)
+    end
+    return name
+  end
+
   local function path_arg(p)
     local core = require "seer.core.host"
     local real = core.realpath(p)
@@ -265,51 +358,87 @@ function M.install(srv, opts)
   local tools = {
     {
       name = "start_new_session", title = "Start a new notebook session",
-      description = "Start a new Lua kernel with an empty notebook (saved as {date}_{experiment_name}.ipynb in the output directory). Returns session_id and notebook_path.",
+      description = state.mode == "sandbox"
+        and "Start a new Lua kernel inside this session's sandbox, like the session you were given: same sandbox, same workspace, the same models preloaded, with an empty notebook in the same output directory. Returns session_id and the notebook's name."
+        or ("Start a new Lua kernel with an empty notebook (saved as {date}_{experiment_name}.ipynb in the output directory). Returns session_id and notebook_path. " .. M.NOT_SANDBOXED),
       inputSchema = { type = "object", additionalProperties = false,
                       properties = { experiment_name = { type = "string", description = "Name for the notebook (default \"Notebook\")." } } },
       annotations = rw,
       run = function(ctx, a)
-        local s = execution.create_local_notebook_session(nil, { name = a.experiment_name, output_dir = opts.output_dir })
+        local s
+        if host_allowed() then
+          s = execution.create_local_notebook_session(nil, { name = a.experiment_name, output_dir = opts.output_dir })
+        else
+          s = binding:start_session{ like = opts.session_id, name = a.experiment_name }
+        end
         remember(s, true)
         return started(s, "started")
       end,
     },
     {
       name = "attach_to_session", title = "Attach to a running notebook session",
-      description = "Attach to a session that another process started (an experiment's notebook session), from its session_id and jupyter_url.",
-      inputSchema = { type = "object", additionalProperties = false, required = { "session_id", "jupyter_url" },
+      description = state.mode == "sandbox"
+        and "Attach to another running session of this sandbox by its session_id (sessions of other sandboxes and of the host are not reachable from here; jupyter_url is not needed)."
+        or "Attach to a session that another process started (an experiment's notebook session), from its session_id and jupyter_url.",
+      inputSchema = { type = "object", additionalProperties = false,
+                      required = state.mode == "sandbox" and { "session_id" } or { "session_id", "jupyter_url" },
                       properties = { session_id = { type = "string", description = "The session's id." },
-                                     jupyter_url = { type = "string", description = "The session's jupyter_url (http://HOST:PORT/notebooks/ID?token=T)." },
+                                     jupyter_url = { type = "string", description = state.mode == "sandbox"
+                                                     and "Not used: this server reaches only its sandbox's sessions."
+                                                     or "The session's jupyter_url (http://HOST:PORT/notebooks/ID?token=T)." },
                                      notebook_dir = { type = "string", description = "Accepted for compatibility; the notebook server reports the notebook's path." } } },
       annotations = rw,
       run = function(ctx, a)
-        local s = execution.attach_notebook_session(a.jupyter_url, a.session_id)
+        local s
+        if binding or not host_allowed() then
+          s = binding:attach(a.session_id)
+        else
+          if type(a.jupyter_url) ~= "string" then error("attach_to_session needs the session's jupyter_url", 0) end
+          s = execution.attach_notebook_session(a.jupyter_url, a.session_id)
+        end
         remember(s, false)
         return started(s, "attached")
       end,
     },
     {
       name = "start_session_resume_notebook", title = "Start Session - Resume Notebook",
-      description = "Start a new session by resuming an existing notebook in place: every code cell is re-run to restore the kernel state and the file is updated with the new outputs.",
+      description = state.mode == "sandbox"
+        and "Start a new session in this sandbox by resuming a notebook of its output directory in place (name it by file name, e.g. 2025-01-31-10-00_probe.ipynb): the models are preloaded, every code cell is re-run and the file is updated with the new outputs."
+        or ("Start a new session by resuming an existing notebook in place: every code cell is re-run to restore the kernel state and the file is updated with the new outputs. " .. M.NOT_SANDBOXED),
       inputSchema = { type = "object", additionalProperties = false, required = { "notebook_path" },
-                      properties = { notebook_path = { type = "string", description = "Path to the existing .ipynb notebook." } } },
+                      properties = { notebook_path = { type = "string", description = state.mode == "sandbox"
+                                                       and "The notebook's file name in the session's output directory."
+                                                       or "Path to the existing .ipynb notebook." } } },
       annotations = rw,
       run = function(ctx, a)
-        local s, info = execution.resume_notebook(path_arg(a.notebook_path))
+        local s, info
+        if host_allowed() then
+          s, info = execution.resume_notebook(path_arg(a.notebook_path))
+        else
+          s, info = binding:start_session{ like = opts.session_id, resume = name_arg(a.notebook_path) }
+        end
         remember(s, true)
         return started(s, "resumed", { cells_run = info.cells_run or 0, cells_failed = info.cells_failed or 0 })
       end,
     },
     {
       name = "start_session_continue_notebook", title = "Start Session - Continue Notebook",
-      description = "Start a session that continues an existing notebook: its cells are copied into a new notebook (beside the original) and re-run; the original is unchanged.",
+      description = state.mode == "sandbox"
+        and "Start a new session in this sandbox that continues a notebook of its output directory (name it by file name): its cells are copied into a new notebook there and re-run with the models preloaded; the original is unchanged."
+        or ("Start a session that continues an existing notebook: its cells are copied into a new notebook (beside the original) and re-run; the original is unchanged. " .. M.NOT_SANDBOXED),
       inputSchema = { type = "object", additionalProperties = false, required = { "notebook_path" },
-                      properties = { notebook_path = { type = "string", description = "Path to the existing .ipynb notebook." },
+                      properties = { notebook_path = { type = "string", description = state.mode == "sandbox"
+                                                       and "The notebook's file name in the session's output directory."
+                                                       or "Path to the existing .ipynb notebook." },
                                      experiment_name = { type = "string", description = "Name for the new notebook (default: the original's)." } } },
       annotations = rw,
       run = function(ctx, a)
-        local s, info = execution.continue_notebook(path_arg(a.notebook_path), { name = a.experiment_name })
+        local s, info
+        if host_allowed() then
+          s, info = execution.continue_notebook(path_arg(a.notebook_path), { name = a.experiment_name })
+        else
+          s, info = binding:start_session{ like = opts.session_id, ["continue"] = name_arg(a.notebook_path), name = a.experiment_name }
+        end
         remember(s, true)
         return started(s, "continued", { cells_run = info.cells_run or 0, cells_failed = info.cells_failed or 0 })
       end,
@@ -423,15 +552,6 @@ function M.install(srv, opts)
     end
   end)
 
-  if opts.session_id and opts.jupyter_url then
-    local ok, s = pcall(execution.attach_notebook_session, opts.jupyter_url, opts.session_id)
-    if ok then
-      remember(s, false)
-    else
-      preset_error = tostring(s)
-      srv:log("cannot attach to session %s: %s", opts.session_id, preset_error)
-    end
-  end
   return state
 end
 

@@ -42,12 +42,63 @@ local function tool_result(content, bufs)
   return res
 end
 
+-- The connection file, read without following any link: a scoped sandbox's RPC files live in
+-- its run directory, which the sandbox can write, so a link planted there would make this host
+-- process read a file of the sandbox's choosing (another sandbox's key, a host secret in an
+-- error message). Its content is checked before use and never quoted in an error.
+local function read_connection(path)
+  local nb = require "seer.cli.notebook"
+  local dir, base = path:match("^(.*)/([^/]+)$")
+  if not dir then error(("rpc: the connection file %s must be an absolute path"):format(path), 0) end
+  if dir == "" then dir = "/" end
+  local fd, why = nb.open_nofollow(dir, base)
+  local text
+  if fd then text, why = nb.read_regular(fd) end
+  if not text then
+    error(("rpc: cannot read the connection file %s without following links: %s"):format(path, tostring(why)), 0)
+  end
+  local ok, info = pcall(json.decode, text)
+  if not ok or type(info) ~= "table" then error(("rpc: the connection file %s is not a JSON object"):format(path), 0) end
+  if type(info.key) ~= "string" or info.key == "" then error(("rpc: the connection file %s has no key"):format(path), 0) end
+  if type(info.endpoint) ~= "string" or not (info.endpoint:match("^ipc://") or info.endpoint:match("^tcp://")) then
+    error(("rpc: the connection file %s has no ipc:// or tcp:// endpoint"):format(path), 0)
+  end
+  -- The file is the sandbox's to rewrite: an endpoint of its choosing would make this host
+  -- connect (and resolve names) where the sandbox says, a way out of a sandbox without network.
+  -- So: a unix socket beside the connection file, or a literal loopback address; anything else
+  -- goes through SEER_RPC_ENDPOINT (the MCP entry's environment, which the host writes).
+  local sock_path = info.endpoint:match("^ipc://(.*)$")
+  local tcp_host = info.endpoint:match("^tcp://([^:]+):%d+$") or info.endpoint:match("^tcp://%[([^%]]+)%]:%d+$")
+  if sock_path then
+    if sock_path:match("^(.*)/[^/]+$") ~= dir or sock_path:find("/../", 1, true) then
+      error(("rpc: the connection file %s names a socket outside its own folder"):format(path), 0)
+    end
+  elseif tcp_host ~= "127.0.0.1" and tcp_host ~= "::1" then
+    error(("rpc: the connection file %s names an endpoint that is not on this machine's loopback; pass a remote endpoint in SEER_RPC_ENDPOINT and SEER_RPC_KEY instead"):format(path), 0)
+  end
+  if info.endpoint:find("*", 1, true) then
+    error(("rpc: the server of %s has not bound its endpoint yet (is it running? seer rpc serve writes it when ready)"):format(path), 0)
+  end
+  if info.signature_scheme ~= nil and info.signature_scheme ~= "hmac-sha256" then
+    error(("rpc: the connection file %s asks for an unsupported signature scheme"):format(path), 0)
+  end
+  return info
+end
+M.read_connection = read_connection
+
 ---Connects to the server and adds one tool per exposed function to srv.
 ---@param srv table a seer.mcp.server
----@param o {connection_file: string, name?: string, timeout?: number, load_timeout?: number}
+---@param o {connection_file?: string, endpoint?: string, key?: string, name?: string, timeout?: number, load_timeout?: number}
 ---@return table client the seer.rpc client
 function M.install(srv, o)
-  local client = rpc.connect(o.connection_file, { name = o.name })
+  -- Endpoint and key from the environment (what the host knows) when given; else the file.
+  local info
+  if o.endpoint and o.key then
+    info = { endpoint = o.endpoint, key = o.key, signature_scheme = "hmac-sha256", transport = o.endpoint:match("^(%a+)://") }
+  else
+    info = read_connection(o.connection_file)
+  end
+  local client = rpc.connect(info, { name = o.name })
   local spec = client:hello(o.load_timeout or 600)
   local name = o.name or spec.name or "rpc"
   srv.instructions = rpc.prompt_text(name, spec.functions)
