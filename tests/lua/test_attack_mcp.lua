@@ -277,7 +277,7 @@ mcp_attack{
     call(c, "add_markdown", { session_id = s.session_id, content = "# planted" })
     local before = #exec.list_sessions()
     local r = call(c, "start_new_session", { experiment_name = "through-the-link" })
-    refused(r, "following links", "a new notebook through the swapped folder")
+    refused(r, "follow", "a new notebook through the swapped folder")
     T.eq(#exec.list_sessions(), before, "the refused session's kernel did not stay behind")
   end,
   teardown = function()
