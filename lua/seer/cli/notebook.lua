@@ -11,6 +11,12 @@ local process = require "seer.process"
 local core = require "seer.core.host"
 
 local M = {}
+
+-- Ctrl-C raises "interrupted" in whatever code runs; the pcalls that keep one request's or one
+-- session's error from ending the server must not swallow it.
+local function reraise_interrupt(err)
+  if tostring(err):match("interrupted$") then error(err, 0) end
+end
 local save_nofollow -- Notebook:save without following links (below, with the scopes)
 
 local USAGE = [[
@@ -976,6 +982,7 @@ function Server:handle(req)
   end
   local ok, err = pcall(h, self, req)
   if not ok then
+    reraise_interrupt(err)
     log("request %s failed: %s", t, err)
     self:reply_error(req, "ServerError", tostring(err))
   end
@@ -995,52 +1002,56 @@ function Server:drain_scope(sc)
 end
 
 function Server:run()
-  while not self.stopping do
-    local items, owners = { self.api }, { false }
-    for _, sc in pairs(self.scopes or {}) do
-      items[#items + 1] = sc.sock
-      owners[#owners + 1] = { scope = sc }
-    end
-    for _, s in pairs(self.sessions) do
-      if not s.dead then
-        for i, sock in ipairs(s.kernel:sockets()) do
-          items[#items + 1] = sock
-          owners[#owners + 1] = { s, i }
-        end
+  -- Ctrl-C (or an error) ends the loop; the kernels and sockets are shut down either way.
+  local ok, err = pcall(function()
+    while not self.stopping do
+      local items, owners = { self.api }, { false }
+      for _, sc in pairs(self.scopes or {}) do
+        items[#items + 1] = sc.sock
+        owners[#owners + 1] = { scope = sc }
       end
-    end
-    local ready = net.poll(items, 20)
-    for _, k in ipairs(ready) do
-      if k == 1 then
-        while true do
-          local req = self.api:recv(0)
-          if not req then break end
-          req.scope = nil -- the main socket: never a scope, whatever the message holds
-          self:handle(req)
-        end
-      elseif owners[k].scope then
-        self:drain_scope(owners[k].scope)
-      else
-        local s, i = owners[k][1], owners[k][2]
+      for _, s in pairs(self.sessions) do
         if not s.dead then
-          -- A message that passed the checks but still breaks the handler costs only its
-          -- session: counted as malformed, never an error out of this loop.
-          for _, msg in ipairs(s.kernel:pump(i)) do
-            local ok, err = pcall(self.on_kernel_message, self, s, msg)
-            if not ok then
-              s.kernel:sockets()[i]:note_dropped("the notebook server could not use it: " .. tostring(err):sub(1, 200))
-            end
+          for i, sock in ipairs(s.kernel:sockets()) do
+            items[#items + 1] = sock
+            owners[#owners + 1] = { s, i }
           end
-          self:check_bad(s)
         end
       end
+      local ready = net.poll(items, 20)
+      for _, k in ipairs(ready) do
+        if k == 1 then
+          while true do
+            local req = self.api:recv(0)
+            if not req then break end
+            req.scope = nil -- the main socket: never a scope, whatever the message holds
+            self:handle(req)
+          end
+        elseif owners[k].scope then
+          self:drain_scope(owners[k].scope)
+        else
+          local s, i = owners[k][1], owners[k][2]
+          if not s.dead then
+            -- A message that passed the checks but still breaks the handler costs only its
+            -- session: counted as malformed, never an error out of this loop.
+            for _, msg in ipairs(s.kernel:pump(i)) do
+              local ok, err = pcall(self.on_kernel_message, self, s, msg)
+              if not ok then
+                reraise_interrupt(err)
+                s.kernel:sockets()[i]:note_dropped("the notebook server could not use it: " .. tostring(err):sub(1, 200))
+              end
+            end
+            self:check_bad(s)
+          end
+        end
+      end
+      local now = process.now_ms()
+      for _, s in pairs(self.sessions) do
+        local ok, err = pcall(self.tend, self, s, now)
+        if not ok then reraise_interrupt(err) log("session %s: %s", s.id, tostring(err)) end
+      end
     end
-    local now = process.now_ms()
-    for _, s in pairs(self.sessions) do
-      local ok, err = pcall(self.tend, self, s, now)
-      if not ok then log("session %s: %s", s.id, tostring(err)) end
-    end
-  end
+  end)
   for _, s in pairs(self.sessions) do
     if not s.dead then self:on_kernel_death(s, "was shut down with the notebook server") end
   end
@@ -1048,6 +1059,7 @@ function Server:run()
   for _, sc in pairs(self.scopes or {}) do sc.sock:close() end
   self.api:close()
   os.execute("rm -rf '" .. self.runtime_dir .. "'")
+  if not ok then error(err, 0) end
 end
 
 -- The timed work of one session between polls: its kernel's death, cells whose idle never
