@@ -64,8 +64,8 @@ local function check_fields(what, t, spec, hints)
       fail("%s: unknown field %s; valid fields: %s", what,
         type(k) == "string" and k or ("[" .. tostring(k) .. "]"), table.concat(sorted_keys(spec), ", "))
     end
-    if type(v) ~= spec[k] then
-      fail("%s.%s must be a %s, not a %s", what, k, spec[k], typename(v))
+    if type(v) ~= spec[k] and not ("|" .. spec[k] .. "|"):find("|" .. type(v) .. "|", 1, true) then
+      fail("%s.%s must be a %s, not a %s", what, k, (spec[k]:gsub("|", " or ")), typename(v))
     end
   end
 end
@@ -248,7 +248,7 @@ M.RepoConfig = guarded(function(t) return make_repo(t) end)
 ---@field local_dirs {[1]: string, [2]: string}[] {local_path, sandbox_path} directories to mount
 ---@field debug boolean debugging aids (default false)
 ---@field backend "local" where the sandbox runs (default "local", the only one today)
----@field network "none"|"host" network access (default "none")
+---@field network "none"|"host"|{allow: string[], resolve?: table<string, string>} network access: none (the default), the host's network, or HTTP(S) to listed host names only through seer's egress proxy (docs/sandbox.md)
 ---@field limits seerenvironment.Limits resource limits of the whole sandbox
 ---Resource limits of a sandbox (the whole process tree).
 ---@class seerenvironment.Limits
@@ -266,7 +266,7 @@ M.SandboxConfigClass = SandboxConfig
 local SANDBOX_FIELDS = {
   gpu = "string", gpu_count = "number", execution_mode = "string", models = "table",
   system_packages = "table", secrets = "table", repos = "table", env = "table", timeout = "number",
-  local_files = "table", local_dirs = "table", debug = "boolean", backend = "string", network = "string",
+  local_files = "table", local_dirs = "table", debug = "boolean", backend = "string", network = "string|table",
   limits = "table",
 }
 local VALID_SANDBOX = table.concat(sorted_keys(SANDBOX_FIELDS), ", ")
@@ -485,8 +485,26 @@ local function make_sandbox(t)
 
   -- network
   c.network = t.network or "none"
-  if c.network ~= "none" and c.network ~= "host" then
-    fail('SandboxConfig.network must be "none" (no network, the default) or "host" (the host\'s network), not %s', q(c.network))
+  if type(c.network) == "table" then
+    local n = c.network
+    for k in pairs(n) do
+      if k ~= "allow" and k ~= "resolve" then
+        fail("SandboxConfig.network: unknown field %s; an allow-list is {allow = {\"host.name\", \"*.domain\", \"host:port\"}, resolve = {name = \"ip\"}}", q(tostring(k)))
+      end
+    end
+    local ok, err = pcall(require("seer.egress").matcher, n.allow)
+    if not ok then fail("SandboxConfig.%s", tostring(err):gsub("^.-network%.", "network.")) end
+    if n.resolve ~= nil then
+      if type(n.resolve) ~= "table" then fail("SandboxConfig.network.resolve must map host names to IPv4 addresses") end
+      for name, ip in pairs(n.resolve) do
+        if type(name) ~= "string" or type(ip) ~= "string" or not ip:match("^%d+%.%d+%.%d+%.%d+$") then
+          fail("SandboxConfig.network.resolve must map host names to IPv4 addresses (%s = %s)", q(tostring(name)), q(tostring(ip)))
+        end
+      end
+    end
+    c.network = { allow = n.allow, resolve = n.resolve }
+  elseif c.network ~= "none" and c.network ~= "host" then
+    fail('SandboxConfig.network must be "none" (no network, the default), "host" (the host\'s network) or {allow = {...}} (HTTP(S) to listed hosts only), not %s', q(c.network))
   end
 
   c.limits = M.parse_limits(t.limits or {}, "SandboxConfig.limits")
@@ -513,7 +531,7 @@ function SandboxConfig.__tostring(c)
   if #c.local_dirs > 0 then parts[#parts + 1] = "local_dirs = " .. show_list(c.local_dirs, pair) end
   if c.debug then parts[#parts + 1] = "debug = true" end
   parts[#parts + 1] = "backend = " .. q(c.backend)
-  parts[#parts + 1] = "network = " .. q(c.network)
+  parts[#parts + 1] = "network = " .. (type(c.network) == "table" and ("{allow = {" .. table.concat(c.network.allow, ", ") .. "}}") or q(c.network))
   local lk = sorted_keys(c.limits)
   if #lk > 0 then
     local l = {}
@@ -526,7 +544,7 @@ end
 ---A sandbox configuration. Defaults: no GPU, execution_mode NOTEBOOK, timeout 3600,
 ---backend "local", network "none", empty lists. Model entries may be ModelConfig values,
 ---plain tables of ModelConfig fields or model id strings; repo entries likewise.
----@param t? {gpu?: string, gpu_count?: integer, execution_mode?: seerenvironment.ExecutionModeValue, models?: (seerenvironment.ModelConfig|table|string)[], system_packages?: string[], secrets?: string[], repos?: (seerenvironment.RepoConfig|table|string)[], env?: table<string, string>, timeout?: number, local_files?: string[][], local_dirs?: string[][], debug?: boolean, backend?: "local", network?: "none"|"host"}
+---@param t? {gpu?: string, gpu_count?: integer, execution_mode?: seerenvironment.ExecutionModeValue, models?: (seerenvironment.ModelConfig|table|string)[], system_packages?: string[], secrets?: string[], repos?: (seerenvironment.RepoConfig|table|string)[], env?: table<string, string>, timeout?: number, local_files?: string[][], local_dirs?: string[][], debug?: boolean, backend?: "local", network?: "none"|"host"|{allow: string[], resolve?: table<string, string>}}
 ---@return seerenvironment.SandboxConfig
 M.SandboxConfig = guarded(function(t) return make_sandbox(t or {}) end)
 

@@ -48,6 +48,10 @@ local function shell_quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'
 -- Every host-side file operation on a folder the sandbox can write (workspace, run, logs) or
 -- on the state folder that holds them goes through seer.safe_fs: resolved beneath a root with
 -- no symlink followed, regular files only, bounded reads, atomic writes (docs/sandbox.md).
+-- The port of the egress forwarder inside a sandbox with a network allow-list (its own network
+-- namespace: nothing else listens there).
+local EGRESS_PORT = 3128
+
 local WHAT = { workspace = "the sandbox's workspace", run = "the sandbox's run folder",
                logs = "the sandbox's log folder", state = "the sandbox state folder",
                snapshots = "the snapshot folder" }
@@ -1111,6 +1115,42 @@ function Sandbox:_prepare_repos()
   self.repo_handles = handles
 end
 
+-- A network allow-list (SandboxConfig.network = {allow = ...}, seer.egress): the filter runs
+-- on the host, as a child of this process, listening on <run>/egress.sock; its log is
+-- <state>/egress.log, which the sandbox cannot reach. It dies with this process and is stopped
+-- at terminate.
+function Sandbox:_start_egress_filter()
+  local n = self.config.network
+  local code = ([[require("seer.process").die_with_parent()
+require("seer.egress").filter{ socket = %q, log = %q, allow = seer.json.decode(%q), resolve = seer.json.decode(%q),
+  on_ready = function() io.stdout:write("ready\n") io.stdout:flush() end }]]):format(
+    self.run_dir .. "/egress.sock", self.state_dir .. "/egress.log", json.encode(n.allow),
+    json.encode(n.resolve or json.object()))
+  self.egress_filter = process.spawn{ argv = { require("seer.jupyter").seer_binary(), "-e", code },
+                                      stdout = "pipe", stderr = self.state_dir .. "/egress.log" }
+  local line = self.egress_filter:read_line(10000)
+  if line ~= "ready" then
+    error(("the sandbox's egress filter did not start (%s); its log:\n%s"):format(self.egress_filter:describe_exit(),
+      tail(roots(self).state, "egress.log")), 0)
+  end
+end
+
+-- The forwarder inside: a sandboxd service listening on 127.0.0.1:EGRESS_PORT of the sandbox's
+-- own network namespace; start() returns once it listens.
+function Sandbox:_start_egress_forward()
+  local code = ([[require("seer.egress").forward{ port = %d, socket = %q,
+  on_ready = function() local f = io.open(%q, "wb") f:write("ready") f:close() end }]]):format(
+    EGRESS_PORT, SANDBOX_RUN .. "/egress.sock", SANDBOX_RUN .. "/egress.ready")
+  self.client:request("start_service", { name = "egress", argv = json.array({ SANDBOX_SEER, "-e", code }) })
+  local deadline = process.now_ms() + 10000
+  while not roots(self).run:stat("egress.ready") do
+    if process.now_ms() > deadline then
+      error(("the sandbox's egress forwarder did not start; its log:\n%s"):format(tail(roots(self).logs, "egress.log")), 0)
+    end
+    process.sleep_ms(5)
+  end
+end
+
 -- bubblewrap's arguments for this sandbox.
 function Sandbox:_bwrap_argv(bwrap, binds)
   local c = self.config
@@ -1199,6 +1239,12 @@ function Sandbox:_environment()
     SEER_HISTORY = "", HF_HUB_OFFLINE = "1", TERM = "dumb",
   }
   if c.network == "host" then e.HF_HUB_OFFLINE = nil end
+  if type(c.network) == "table" then
+    -- An allow-list: HTTP(S) through the in-sandbox forwarder to the host's filter (seer.egress).
+    local proxy = "http://127.0.0.1:" .. EGRESS_PORT
+    e.HTTPS_PROXY, e.https_proxy, e.HTTP_PROXY, e.http_proxy = proxy, proxy, proxy, proxy
+    e.NO_PROXY, e.no_proxy = "localhost,127.0.0.1,::1", "localhost,127.0.0.1,::1"
+  end
   for k, v in pairs(c.env) do e[k] = v end
   for _, name in ipairs(c.secrets) do
     local v = os.getenv(name)
@@ -1407,6 +1453,7 @@ function Sandbox:_start(opts)
   self.env = env
   -- bubblewrap's options reach it through fd 3 (--args 3), not its command line: it is pid 1 in
   -- the sandbox, and /proc/1/cmdline would show every host path it mounts.
+  if type(c.network) == "table" then self:_start_egress_filter() end
   local full = self:_bwrap_argv(bwrap, binds)
   local fd_args, command, seen_sep = {}, { full[1], "--args", "3", "--" }, false
   for i = 2, #full do
@@ -1445,6 +1492,7 @@ function Sandbox:_start(opts)
       error(("the sandbox %s did not answer within 30 s; its log:\n%s"):format(self.sandbox_id, tail(roots(self).logs, "sandbox.log")), 0)
     end
   end
+  if type(c.network) == "table" then self:_start_egress_forward() end
   if self.restore_from then self:_restore(self.restore_from) end
   self.start_ms = process.now_ms() - t0
 
@@ -1510,6 +1558,10 @@ function Sandbox:_teardown()
     end
   end
   if self.cgroup then sb.cgroup_destroy(self.cgroup, 3000) end
+  if self.egress_filter then
+    self.egress_filter:stop(500)
+    self.egress_filter = nil
+  end
   if not self.config.debug then self:_unstage_hidden() end
   if self.state_dir and exists(self.state_dir) then
     if self.config.debug then

@@ -89,6 +89,46 @@ T.test("garbage and silent clients cost the relays nothing lasting; others are s
   for _, fd in ipairs(fds) do sock.close(fd) end
 end)
 
+T.test("a sandbox with network = {allow = ...}: listed names through the proxy, the rest refused and logged, no other route", function()
+  if os.execute("command -v bwrap >/dev/null 2>&1") ~= 0 then T.skip("bubblewrap is not installed (make setup installs it)") end
+  setup()
+  local env = require "seer.environment"
+  local sbdir = T.tmpdir()
+  pcall(require("ffi").cdef, "int setenv(const char *name, const char *value, int overwrite);")
+  require("ffi").C.setenv("SEER_SANDBOX_DIR", sbdir, 1)
+  local sandbox = env.Sandbox(env.SandboxConfig{
+    network = { allow = { "api.allowed.test:" .. fake_port }, resolve = { ["api.allowed.test"] = "127.0.0.1" } },
+    limits = { memory = "1G", processes = 128 }, timeout = 300,
+  }):start{ name = "egress" }
+  local ok, err = pcall(function()
+    local code = ([[local http = require "seer.http"
+local r = http.get("http://api.allowed.test:%d/json", { retries = 0, timeout = 10 })
+print("allowed", r.status, r:json().hello)
+local b = http.get("http://blocked.test:%d/json", { retries = 0, timeout = 10 })
+print("blocked", b.status)
+local okd, e = pcall(http.get, "http://127.0.0.1:%d/json", { retries = 0, timeout = 3, proxy = "" })
+print("direct", okd and "reached" or "refused")
+local OA = require "toolkit.openai_client"
+local c = OA.new{ base_url = "http://api.allowed.test:%d/v1", api_key = "sk-test-123" }
+print("chat", c:complete("m", "through the proxy"))]]):format(fake_port, fake_port, fake_port, fake_port)
+    local out = sandbox:exec({ "/opt/seer/bin/seer", "-e", code }, { timeout = 60 })
+    T.contains(out, "allowed\t200\tworld")
+    T.contains(out, "blocked\t403")
+    T.contains(out, "direct\trefused")
+    T.contains(out, "chat\techo: through the proxy")
+    -- the same from a notebook kernel in the sandbox
+    local session = require("seer.execution").create_notebook_session(sandbox, nil, { name = "egress", output_dir = sbdir .. "/nb" })
+    local r = session:exec(("print(require('seer.http').get('http://api.allowed.test:%d/json', { retries = 0 }).status)"):format(fake_port))
+    T.eq(r.text, "200\n")
+    session:terminate()
+    local log = seer.read_file(sandbox.state_dir .. "/egress.log")
+    T.contains(log, ("refused GET blocked.test:%d (not in network.allow)"):format(fake_port))
+    T.contains(log, ("allowed GET api.allowed.test:%d"):format(fake_port))
+  end)
+  sandbox:terminate()
+  if not ok then error(err, 0) end
+end)
+
 T.test("stop the relays", function()
   for _, c in ipairs({ forward, filter, fake }) do if c then c:stop(500) end end
 end)
