@@ -25,9 +25,10 @@ if run.small then
 end
 
 local workspace = ws.Workspace{ libraries = { ws.Library.from_file(here .. "/openrouter_client.lua") } }
--- Local session: the kernel runs here; OPENROUTER_API_KEY reaches it because it is listed.
+-- Local session: the kernel runs here. OPENROUTER_API_KEY reaches it only because it is listed
+-- (the notebook server keeps LLM keys from kernels); the small profile's server needs none.
 local session = exec.create_local_notebook_session(workspace, { name = "kimi-investigation", output_dir = run.out_dir,
-  secrets = { "OPENROUTER_API_KEY", "OPENROUTER_BASE_URL", "OPENROUTER_MODEL" } })
+  secrets = not run.small and { "OPENROUTER_API_KEY" } or nil })
 
 local ok, err = pcall(function()
   local result = X.agent(run, { prompt = X.prompt(session, run.task), mcp_config = session.mcp_config,

@@ -375,8 +375,26 @@ local function create(workspace, opts, models, sandbox)
   end
   process.mkdir_p(workspace_dir)
   workspace:install(workspace_dir)
+  -- secrets: variables of this process the kernel gets exactly as listed (the notebook server
+  -- itself runs without the LLM keys); a listed one that is not set is an error, as in
+  -- SandboxConfig.secrets. A sandboxed kernel gets its sandbox's secrets from sandboxd.
+  local kernel_env
+  if opts.secrets ~= nil then
+    if type(opts.secrets) ~= "table" then error("opts.secrets must be a list of environment variable names", 3) end
+    kernel_env = {}
+    for i, name in ipairs(opts.secrets) do
+      if type(name) ~= "string" or not name:match("^[%a_][%w_]*$") then
+        error(("opts.secrets[%d] must be an environment variable name"):format(i), 3)
+      end
+      local v = os.getenv(name)
+      if v == nil then
+        error(("opts.secrets lists %s, but it is not set in this environment; export %s=... (or put it in .env) first"):format(name, name), 3)
+      end
+      kernel_env[name] = v
+    end
+  end
   local r = check(request("start_session", { name = opts.name, notebook_dir = output_dir, workspace_dir = kernel_dir,
-                                             sandbox = launcher }),
+                                             sandbox = launcher, kernel_env = kernel_env }),
                   "create_notebook_session")
   server.sessions = server.sessions + 1
   local s = setmetatable({ session_id = r.session_id, jupyter_url = r.jupyter_url, notebook_path = r.notebook_path,
@@ -455,7 +473,9 @@ end
 ---user with this machine's files and network, and so does every session its mcp_config's
 ---server starts (start_new_session there starts host kernels too).
 ---@param workspace? seerworkspace.Workspace
----@param opts? {name?: string, output_dir?: string, workspace_dir?: string}
+---`opts.secrets` lists variables of this process the kernel gets (API keys for API-driven
+---experiments); nothing else of this process's secrets reaches it.
+---@param opts? {name?: string, output_dir?: string, workspace_dir?: string, secrets?: string[]}
 ---@return seerexecution.NotebookSession
 function M.create_local_notebook_session(workspace, opts)
   return create(workspace, opts, nil, nil)

@@ -185,3 +185,23 @@ T.test("resume re-runs a notebook in place; continue forks a copy", function()
   c:terminate()
   if not ok then error(err, 0) end
 end)
+
+T.test("a local notebook session's kernel gets exactly the secrets listed; an unset one is an error", function()
+  local ffi = require "ffi"
+  pcall(ffi.cdef, "int setenv(const char *name, const char *value, int overwrite);")
+  ffi.C.setenv("OPENROUTER_API_KEY", "or-test-key-1", 1)
+  local out = T.tmpdir()
+  local plain = exec.create_local_notebook_session(nil, { name = "nosecrets", output_dir = out })
+  local with = exec.create_local_notebook_session(nil, { name = "secrets", output_dir = out, secrets = { "OPENROUTER_API_KEY" } })
+  local ok, err = pcall(function()
+    T.eq(plain:exec("print(os.getenv('OPENROUTER_API_KEY'))").text, "nil\n", "the notebook server keeps LLM keys from kernels")
+    T.eq(with:exec("print(os.getenv('OPENROUTER_API_KEY'))").text, "or-test-key-1\n")
+    T.raises(function() exec.create_local_notebook_session(nil, { output_dir = out, secrets = { "SEER_SURELY_UNSET_VAR" } }) end,
+      "opts.secrets lists SEER_SURELY_UNSET_VAR, but it is not set", true)
+    T.raises(function() exec.create_local_notebook_session(nil, { output_dir = out, secrets = { "A B" } }) end,
+      "must be an environment variable name", true)
+  end)
+  plain:terminate()
+  with:terminate()
+  if not ok then error(err, 0) end
+end)
