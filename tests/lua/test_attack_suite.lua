@@ -33,6 +33,10 @@ T.test("the attack suite: at least 60 distinct attempts covering every class", f
   if #missing > 0 then
     T.skip("run with every attack file (make attack); not loaded here: " .. table.concat(missing, ", "))
   end
+  local parts = {}
+  for f, n in pairs(by_file) do parts[#parts + 1] = f .. " " .. n end
+  table.sort(parts)
+  print(("  the attack suite: %d attempts (%s)"):format(#A.registered(), table.concat(parts, ", ")))
   T.ok(#A.registered() >= MIN_ATTEMPTS, ("the suite has %d attempts; the floor is %d"):format(#A.registered(), MIN_ATTEMPTS))
   for c = 1, CLASSES do
     T.ok((by_class[c] or 0) > 0, ("no attempt covers class %d of docs/security.md"):format(c))
