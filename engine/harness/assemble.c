@@ -418,7 +418,9 @@ static int openai_chunk(seer_harness_asm_t *a, cJSON *d, cJSON *out, seer_err_t 
         } else if (id && *id && !*cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(s->block, "id"))) {
             cJSON_ReplaceItemInObjectCaseSensitive(s->block, "id", cJSON_CreateString(id));
         }
-        if (name && *name) { /* a name sent in fragments */
+        if (name && *name && strcmp(name, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(s->block, "name"))) != 0) {
+            /* a name sent in fragments (a server that repeats the whole name in every delta, as
+             * llama.cpp's does, sends the same string again: that is not a fragment) */
             const char *prev = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(s->block, "name"));
             char *joined = NULL;
             if (asprintf(&joined, "%s%s", prev ? prev : "", name) < 0) goto oom;

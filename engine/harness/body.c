@@ -239,7 +239,9 @@ static void openai_assistant(cJSON *out, const cJSON *content) {
     if (text.n)
         cJSON_AddStringToObject(m, "content", text.p);
     else
-        cJSON_AddItemToObject(m, "content", cJSON_GetArraySize(calls) ? cJSON_CreateNull() : cJSON_CreateString(""));
+        /* "" rather than null beside tool calls: OpenAI takes either, but some OpenAI-compatible
+         * servers (llama-cpp-python) answer 500 to a null content. */
+        cJSON_AddStringToObject(m, "content", "");
     if (cJSON_GetArraySize(calls))
         cJSON_AddItemToObject(m, "tool_calls", calls);
     else

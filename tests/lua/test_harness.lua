@@ -201,6 +201,12 @@ T.test("request bodies: Anthropic caching and private fields; OpenAI messages, t
   T.eq(o.messages[6].role, "user")
   T.eq(o.messages[6].content[2], { type = "image_url", image_url = { url = "data:image/png;base64,iVBOR" } })
   T.eq(o.tools[1], { type = "function", ["function"] = { name = "look", description = "Looks.", parameters = { type = "object" } } })
+  -- an assistant turn of tool calls alone gets content "" (llama-cpp-python answers 500 to null)
+  local only_calls = json.decode(core.build_body(json.encode{ provider = "openai", model = "m", messages = {
+    { role = "user", content = "Hi" },
+    { role = "assistant", content = { { type = "tool_use", id = "c1", name = "look", input = {} } } } } }))
+  T.eq(only_calls.messages[2].content, "")
+  T.eq(only_calls.messages[2].tool_calls[1].id, "c1")
   T.raises(function() core.build_body(json.encode{ provider = "anthropic", messages = {} }) end, "has no model")
   T.raises(function() core.build_body("{") end, "not valid JSON")
 end)

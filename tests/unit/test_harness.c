@@ -242,6 +242,28 @@ Test(assemble, openai_fragmented_tool_calls) {
     done(&c, r);
 }
 
+/* llama.cpp's server repeats the whole function name in every delta of a tool call: one copy is
+ * kept (before, the name came out as "execute_codeexecute_codeexecute_code"). */
+Test(assemble, openai_name_repeated_in_every_delta) {
+    seer_harness_asm_t *a = seer_harness_asm_new(SEER_HARNESS_OPENAI);
+    seer_err_t err;
+    const char *d[] = {
+        "{\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"c1\",\"type\":\"function\","
+        "\"function\":{\"name\":\"execute_code\",\"arguments\":\"{\\\"code\\\": \"}}]}}]}",
+        "{\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"name\":\"execute_code\","
+        "\"arguments\":\"\\\"1+1\\\"\"}}]}}]}",
+        "{\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"name\":\"execute_code\","
+        "\"arguments\":\"}\"}}]},\"finish_reason\":\"tool_calls\"}]}",
+    };
+    for (size_t i = 0; i < 3; i++) cr_assert_eq(seer_harness_asm_event(a, "", d[i], strlen(d[i]), NULL, &err), SEER_HARNESS_MORE, "%s", err.msg);
+    cr_assert_eq(seer_harness_asm_eof(a), SEER_HARNESS_FINISHED);
+    cJSON *r = seer_harness_asm_result(a);
+    cr_assert_str_eq(pstr(r, "message.content.0.name"), "execute_code");
+    cr_assert_str_eq(pstr(r, "message.content.0.input.code"), "1+1");
+    cJSON_Delete(r);
+    seer_harness_asm_free(a);
+}
+
 Test(assemble, openai_without_done_ids_or_streaming) {
     seer_harness_asm_t *a = seer_harness_asm_new(SEER_HARNESS_OPENAI);
     seer_err_t err;
