@@ -157,12 +157,18 @@ T.test("gpu_count is a positive integer and needs a gpu", function()
   raises(function() SC{ gpu = "" } end, 'SandboxConfig.gpu must name a GPU (e.g. gpu = "H100"); leave it out for no GPU')
 end)
 
-T.test("network is none or host", function()
+T.test("network is none, host or an allow-list", function()
   T.eq(SC{ network = "host" }.network, "host")
   T.eq(SC{ network = "none" }.network, "none")
+  T.eq(SC{ network = { allow = { "openrouter.ai", "*.anthropic.com", "h.example:8443" } } }.network.allow[2], "*.anthropic.com")
   raises(function() SC{ network = "bridge" } end,
-    'SandboxConfig.network must be "none" (no network, the default) or "host" (the host\'s network), not "bridge"')
-  raises(function() SC{ network = true } end, "SandboxConfig.network must be a string, not a boolean")
+    'SandboxConfig.network must be "none" (no network, the default), "host" (the host\'s network) or {allow = {...}} (HTTP(S) to listed hosts only), not "bridge"')
+  raises(function() SC{ network = true } end, "SandboxConfig.network must be a string or table, not a boolean")
+  raises(function() SC{ network = { allow = {} } } end, "network.allow must be a non-empty list of host names")
+  raises(function() SC{ network = { allow = { "evil.com/x" } } } end, 'network.allow[1] = "evil.com/x" is not a host name')
+  raises(function() SC{ network = { allow = { "a.b" }, resolve = { ["a.b"] = "localhost" } } } end,
+    "network.resolve must map host names to IPv4 addresses")
+  raises(function() SC{ network = { allw = { "a.b" } } } end, 'SandboxConfig.network: unknown field "allw"')
 end)
 
 T.test("backend: local only; planned ones are not available yet", function()
