@@ -179,3 +179,17 @@ T.test("mcp notebook: outputs become text, errors and images", function()
                                                 { images = false })
   T.eq(placeholders[1].text, "[image: <image 640x400>]\n")
 end)
+
+T.test("arguments are checked as the tool's JSON schema says: null is not a string, ranges and huge integers say what is wrong", function()
+  local S = require "seer.mcp.server"
+  local json = require "seer.json"
+  local sc = { type = "object", properties = { a = { type = "string" }, n = { type = "integer", minimum = 0, maximum = 10 } },
+               required = { "a" }, additionalProperties = false }
+  T.eq(S.check_value({ a = json.null }, sc, "args"), 'parameter "a" must be string (got null)')
+  T.eq(S.check_value({ a = "x", n = 11 }, sc, "args"), 'parameter "n" must be at most 10')
+  T.eq(S.check_value({ a = "x", n = -1 }, sc, "args"), 'parameter "n" must be at least 0')
+  T.eq(S.check_value({ a = "x", n = 1.5 }, sc, "args"), 'parameter "n" must be integer (got number)')
+  T.contains(S.check_value({ a = "x", n = 2 ^ 60 }, sc, "args"), "must be an integer between -2^53 and 2^53 (got 1.152921504606847e+18, an integer too large to be exact)")
+  T.eq(S.check_value({ a = "x", b = 1 }, sc, "args"), 'unknown parameter "b" (parameters: a, n)')
+  T.eq(S.check_value({ a = "x", n = 3 }, sc, "args"), nil)
+end)

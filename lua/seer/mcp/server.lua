@@ -131,7 +131,15 @@ end
 local function type_of(v)
   if v == json.null then return "null" end
   if type(v) == "table" then return json.is_array(v) and "array" or "object" end
-  if type(v) == "number" and v == math.floor(v) then return "integer" end
+  if type(v) == "number" then
+    if v ~= v then return "NaN" end
+    if math.abs(v) == math.huge then return "an infinite number" end
+    if v == math.floor(v) then
+      -- what a JSON integer past 2^53 is really worth: not exactly representable
+      if math.abs(v) >= 2 ^ 53 then return ("%.17g, an integer too large to be exact"):format(v) end
+      return "integer"
+    end
+  end
   return type(v)
 end
 
@@ -160,6 +168,9 @@ local function check_value(v, schema, path)
     local ok = false
     for _, x in ipairs(types) do if type_ok(v, x) then ok = true break end end
     if not ok then
+      if type(v) == "number" and #types == 1 and types[1] == "integer" and v == math.floor(v) then
+        return ("%s must be an integer between -2^53 and 2^53 (got %s)"):format(path, type_of(v))
+      end
       return ("%s must be %s (got %s)"):format(path, table.concat(types, " or "), type_of(v))
     end
   end
