@@ -741,8 +741,10 @@ function Agent:_request()
 end
 
 function Agent:_finish(reason, extra)
+  local unknown = self.usage_unknown_turns or 0
   local ev = { type = "result", reason = reason, turns = self.turn, text = self.last_text or "",
-               usage = self.usage, cost_usd = self.cost_known and self.cost or json.null,
+               usage = self.usage, cost_usd = (self.cost_known and unknown == 0) and self.cost or json.null,
+               usage_unknown_turns = unknown > 0 and unknown or nil,
                duration_s = now() - self.t0, transcript = self.transcript_path }
   for k, v in pairs(extra or {}) do ev[k] = v end
   self.result = ev
@@ -803,6 +805,11 @@ end
 
 function Agent:_account(final)
   local u = final.usage or {}
+  -- A server that sends no usage (some local OpenAI-compatible servers) leaves the turn's
+  -- tokens unknown: counted as 0 in the totals, but said so (usage_known, usage_unknown_turns)
+  -- and token_limit cannot be enforced on them.
+  local known = u.input_tokens ~= nil or u.output_tokens ~= nil
+  if not known then self.usage_unknown_turns = (self.usage_unknown_turns or 0) + 1 end
   local turn_usage = { input_tokens = num(u.input_tokens), output_tokens = num(u.output_tokens),
                        cache_creation_input_tokens = num(u.cache_creation_input_tokens),
                        cache_read_input_tokens = num(u.cache_read_input_tokens) }
@@ -896,9 +903,12 @@ function Agent:_body()
       local turn_usage, c = self:_account(final)
       self:emit{ type = "assistant", message = message, stop_reason = final.stop_reason, usage = final.usage,
                  model = final.model, id = final.id, attempts = final.attempts }
-      self:emit{ type = "usage", usage = turn_usage, cost_usd = c or json.null, total = self.usage,
+      local known = not (final.usage == nil or (final.usage.input_tokens == nil and final.usage.output_tokens == nil))
+      self:emit{ type = "usage", usage = turn_usage, cost_usd = known and c or json.null, total = self.usage,
                  total_cost_usd = self.cost_known and self.cost or json.null,
-                 price_known = self.price ~= nil }
+                 price_known = self.price ~= nil, usage_known = known,
+                 note = (not known and self.opts.token_limit) and
+                   "the server sent no usage for this turn: token_limit counts only the tokens servers report" or nil }
       local calls = {}
       for _, b in ipairs(message.content) do
         if b.type == "tool_use" then calls[#calls + 1] = b end

@@ -155,6 +155,26 @@ T.test("Ctrl-C stops a request at once (exit 130), however long its timeout", fu
   T.eq(child.exit_code, 130)
 end)
 
+T.test("harness: a server that sends no usage leaves it unknown, not 0, and token_limit says so", function()
+  start()
+  local events = {}
+  local r = require("seer.harness").run_agent{ provider = "local", base_url = base .. "/nousage/v1", api_key = "k", model = "m",
+    prompt = "p", user_message = "hello", token_limit = 100000, output_dir = T.tmpdir(), max_turns = 1,
+    on_message = function(m) events[#events + 1] = m end }:run()
+  T.eq(r.reason, "end_turn")
+  T.eq(r.text, "echo: hello")
+  T.eq(r.usage_unknown_turns, 1)
+  T.eq(r.cost_usd, require("seer.json").null)
+  local u
+  for _, e in ipairs(events) do if e.type == "usage" then u = e end end
+  T.eq(u.usage_known, false)
+  T.contains(u.note, "token_limit counts only the tokens servers report")
+  local r2 = require("seer.harness").run_agent{ provider = "local", base_url = base .. "/v1", api_key = "k", model = "m",
+    prompt = "p", user_message = "hello", output_dir = T.tmpdir(), max_turns = 1 }:run()
+  T.eq(r2.usage_unknown_turns, nil)
+  T.eq(r2.usage.input_tokens, 3)
+end)
+
 T.test("stop the fake server", function()
   if server then server:stop(500) end
 end)
