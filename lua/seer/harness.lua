@@ -130,7 +130,7 @@ end
 
 local VALID = {
   "prompt", "mcp_config", "user_message", "provider", "model", "max_turns", "max_tokens", "time_limit",
-  "token_limit", "on_message", "name", "output_dir", "transcript", "api_key", "base_url", "secrets",
+  "token_limit", "on_message", "name", "output_dir", "transcript", "api_key", "base_url", "secrets", "mcp_instructions",
   "tools", "tool_timeout", "connect_timeout", "max_retries", "retry_base", "retry_max", "idle_timeout",
   "replay", "prices", "cache", "params", "headers", "thinking", "temperature", "mcp_options", "sync",
 }
@@ -650,6 +650,22 @@ function Agent:_connect()
     local mopts = { timeout = self.tool_timeout, connect_timeout = self.opts.connect_timeout or 60 }
     for k, v in pairs(self.opts.mcp_options or {}) do mopts[k] = v end
     self.mcp = mcp.connect(cfg, mopts)
+    -- Each server's instructions go into the system prompt, as Claude Code does, so the agent
+    -- knows how to use the tools (and, for a session's server, which session is its). A server
+    -- is not trusted with the prompt's size: at most 8 KiB each.
+    if self.opts.mcp_instructions ~= false then
+      local parts = {}
+      for _, sv in ipairs(self.mcp:servers()) do
+        if type(sv.instructions) == "string" and sv.instructions:match("%S") then
+          local text = sv.instructions
+          if #text > 8192 then text = text:sub(1, 8192) .. "\n[cut: the server's instructions are longer than 8 KiB]" end
+          parts[#parts + 1] = ("# Instructions from the MCP server %q\n%s"):format(tostring(sv.name), text)
+        end
+      end
+      if #parts > 0 then
+        self.prompt = (self.prompt ~= "" and (self.prompt .. "\n\n") or "") .. table.concat(parts, "\n\n")
+      end
+    end
     for _, t in ipairs(self.mcp:tools()) do
       self.tool_list[#self.tool_list + 1] = { name = t.qualified_name, description = t.description,
                                               input_schema = t.input_schema, server = t.server }
@@ -1073,6 +1089,7 @@ Agent.__call = function(self) return self:next() end
 ---@field idle_timeout? number seconds without a byte before a stream counts as dropped (default 600)
 ---@field connect_timeout? number seconds for the MCP servers to start (default 60)
 ---@field mcp_options? table more options for seer.mcp.client.connect
+---@field mcp_instructions? boolean put each MCP server's instructions into the system prompt (default true; at most 8 KiB each)
 ---@field sync? integer 0: never fsync the transcript, 1: every event but deltas (default), 2: every event
 
 ---Runs an agent. Returns an iterator over its messages (use it in a for loop, or call :run()).

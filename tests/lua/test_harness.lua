@@ -304,6 +304,9 @@ T.test("an agent drives seer mcp notebook on stories260K with a recorded transcr
     T.near(r.cost_usd, ((1200 + 1400 + 1600 + 1700) * 3 + (60 + 120 + 50 + 40) * 15 + (1100 + 1300 + 1500) * 0.3) / 1e6, 1e-12)
     local events = lines(r.transcript)
     T.eq(events[1].mcp_sessions, { notebook = session.session_id })
+    -- the server's instructions reach the system prompt, with the session the agent was given
+    T.contains(events[1].system, 'Instructions from the MCP server "notebook"')
+    T.contains(events[1].system, ("Your session is already started: session_id %q"):format(session.session_id))
     local results = of_type(events, "tool_result")
     T.eq(#results, 3)
     for _, x in ipairs(results) do T.eq(x.is_error, false, x.content[1].text) end

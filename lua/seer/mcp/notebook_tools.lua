@@ -250,6 +250,11 @@ function M.install(srv, opts)
   else
     srv.instructions = M.INSTRUCTIONS .. "\nSessions that start_* tools start here are " .. M.NOT_SANDBOXED
   end
+  if opts.session_id and not preset_error then
+    -- The agent is told where it is: the session it was given, already started.
+    srv.instructions = srv.instructions .. ("\nYour session is already started: session_id %q. Use it with execute_code, "
+      .. "add_markdown and the other tools; do not start a new session unless the task asks for one."):format(opts.session_id)
+  end
 
   -- Tools that start kernels on this machine run only in "host" mode; "pending" first tries
   -- to learn what the preset session is.
