@@ -200,11 +200,11 @@ M.ModelConfig = guarded(function(t) return make_model(t) end)
 ---@class seerenvironment.RepoConfig
 ---@field url string "owner/repo" (GitHub) or a full git URL (required)
 ---@field dockerfile? string path of a Dockerfile inside the repo
----@field install boolean run the repo's install step inside the sandbox (default false)
+---@field install boolean|string run an install step inside the sandbox after cloning: a shell command (the reference's "pip install -e ."), or true for the repo's install.sh (default false)
 local RepoConfig = record_mt("RepoConfig")
 M.RepoConfigClass = RepoConfig
 
-local REPO_FIELDS = { url = "string", dockerfile = "string", install = "boolean" }
+local REPO_FIELDS = { url = "string", dockerfile = "string", install = "boolean|string" }
 
 local function make_repo(t, what)
   what = what or "RepoConfig"
@@ -215,18 +215,23 @@ local function make_repo(t, what)
     fail('%s needs a url: RepoConfig{url = "owner/repo"} or a full git URL', what)
   end
   if t.dockerfile == "" then fail("%s.dockerfile must be a path inside the repo, not an empty string", what) end
+  if type(t.install) == "string" and not t.install:match("%S") then
+    fail('%s.install must be a shell command (e.g. install = "make") or true for the repo\'s install.sh, not an empty string', what)
+  end
   return setmetatable({ url = t.url, dockerfile = t.dockerfile, install = t.install or false }, RepoConfig)
 end
 
 function RepoConfig.__tostring(r)
   local parts = { "url = " .. q(r.url) }
   if r.dockerfile then parts[#parts + 1] = "dockerfile = " .. q(r.dockerfile) end
-  if r.install then parts[#parts + 1] = "install = true" end
+  if r.install == true then parts[#parts + 1] = "install = true"
+  elseif r.install then parts[#parts + 1] = "install = " .. q(r.install) end
   return "RepoConfig{" .. table.concat(parts, ", ") .. "}"
 end
 
----A repository for a sandbox: `RepoConfig{url = "owner/repo", install = true}`.
----@param t {url: string, dockerfile?: string, install?: boolean}|string
+---A repository for a sandbox: `RepoConfig{url = "owner/repo", install = "make"}` (or
+---`install = true` for the repo's install.sh).
+---@param t {url: string, dockerfile?: string, install?: boolean|string}|string
 ---@return seerenvironment.RepoConfig
 M.RepoConfig = guarded(function(t) return make_repo(t) end)
 

@@ -86,7 +86,11 @@ T.test("wrong types name the field and the expected type", function()
     "SandboxConfig.env keys must be environment variable names (letters, digits, _), not 1A")
   raises(function() MC{ name = "x", hidden = "yes" } end, "ModelConfig.hidden must be a boolean, not a string")
   raises(function() MC{ name = 7 } end, "ModelConfig.name must be a string, not a number")
-  raises(function() RC{ url = "a/b", install = "yes" } end, "RepoConfig.install must be a boolean, not a string")
+  -- the reference's shape: install is a shell command
+  T.eq(RC{ url = "a/b", install = "pip install -e ." }.install, "pip install -e .")
+  T.eq(tostring(RC{ url = "a/b", install = "make" }), 'RepoConfig{url = "a/b", install = "make"}')
+  raises(function() RC{ url = "a/b", install = "  " } end, "RepoConfig.install must be a shell command")
+  raises(function() RC{ url = "a/b", install = 1 } end, "RepoConfig.install must be a boolean or string, not a number")
   raises(function() SC{ models = { 42 } } end,
     "SandboxConfig.models[1] must be a ModelConfig, a table of ModelConfig fields or a model id string, not a number")
   raises(function() SC{ repos = { true } } end,

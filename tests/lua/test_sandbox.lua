@@ -181,6 +181,10 @@ T.test("repos are cloned on the host and installed inside; a failing install is 
   T.eq(s.repo_handles[1].path, "/workspace/repo-src")
   T.eq(s:read_file("repo-src/INSTALLED"), "installed\n")
   s:terminate()
+  -- the reference's shape: install as a command, run in the repo's folder inside the sandbox
+  local s2 = start({ repos = { env.RepoConfig{ url = repo, install = "id -u > BY; pwd >> BY" } } }, "repos-cmd")
+  T.eq(s2:read_file("repo-src/BY"), "65534\n/workspace/repo-src\n")
+  s2:terminate()
   local before = #entries_of(state_root)
   seer.write_file(repo .. "/install.sh", "echo broken >&2; exit 4\n")
   os.execute(("cd %s && git -c user.email=t@t -c user.name=t commit -qam broken"):format(repo))
