@@ -160,6 +160,7 @@ end
 ---@field mcp_config table `{notebook = {type = "stdio", command, args, env}}` for an agent's MCP client
 ---@field sandbox? table the sandbox the session runs in (nil for local sessions)
 ---@field workspace_dir string where libraries were installed (the kernel's working directory)
+---@field workspace_path string the workspace as the kernel sees it (/workspace in a sandbox; the reference's workspace_path)
 local Session = {}
 Session.__index = Session
 Session.__name = "NotebookSession"
@@ -206,6 +207,9 @@ function Session:exec(code, opts)
     error("exec: call it as session:exec(code, opts)", 2)
   end
   if type(code) ~= "string" then error("session:exec: code must be a string", 2) end
+  if opts ~= nil and type(opts) ~= "table" then
+    error(("session:exec(code, opts): opts is a table such as {hidden = true, timeout = 60}, not a %s"):format(type(opts)), 2)
+  end
   opts = opts or {}
   local r = check(self:_request("execute", { session_id = self.session_id, code = code, hidden = opts.hidden or false,
                                              timeout = opts.timeout, max_output = opts.max_output,
@@ -398,7 +402,7 @@ local function create(workspace, opts, models, sandbox)
                   "create_notebook_session")
   server.sessions = server.sessions + 1
   local s = setmetatable({ session_id = r.session_id, jupyter_url = r.jupyter_url, notebook_path = r.notebook_path,
-                           workspace_dir = workspace_dir, output_dir = output_dir, sandbox = sandbox,
+                           workspace_dir = workspace_dir, workspace_path = kernel_dir, output_dir = output_dir, sandbox = sandbox,
                            model_info_text = "" }, Session)
   local function init(code, hidden)
     local rr = check(request("execute", { session_id = s.session_id, code = code, hidden = hidden, init = true }),
@@ -478,6 +482,22 @@ end
 ---@param opts? {name?: string, output_dir?: string, workspace_dir?: string, secrets?: string[]}
 ---@return seerexecution.NotebookSession
 function M.create_local_notebook_session(workspace, opts)
+  -- The reference's keyword form: create_local_notebook_session{workspace = ..., name = ..., output_dir = ...}
+  if type(workspace) == "table" and getmetatable(workspace) == nil and opts == nil then
+    local t = workspace
+    opts = {}
+    for k, v in pairs(t) do
+      if k == "workspace" then workspace = v
+      elseif k == "name" or k == "output_dir" or k == "workspace_dir" or k == "secrets" or k == "notebook_dir" then opts[k] = v
+      else
+        error(("create_local_notebook_session: unknown field %q (fields: workspace, name, output_dir, workspace_dir, secrets)"):format(tostring(k)), 2)
+      end
+    end
+    if workspace == t then workspace = nil end
+  end
+  if workspace ~= nil and (type(workspace) ~= "table" or type(workspace.install) ~= "function") then
+    error("create_local_notebook_session(workspace, opts): workspace must be a seer.workspace Workspace (or nil)", 2)
+  end
   return create(workspace, opts, nil, nil)
 end
 
@@ -681,6 +701,7 @@ end
 
 ---@class seerexecution.CliSession
 ---@field name string
+---@field session_id string unique per session (the reference's session_id)
 ---@field sandbox_id string
 ---@field workspace_dir string the host side of the sandbox's /workspace
 ---@field mcp_config table starts `seer mcp cli` on this sandbox (run_command, run_lua, read_file, write_file, list_files)
@@ -692,6 +713,18 @@ CliSession.__index = CliSession
 ---@param opts? table
 ---@return string output, table result
 function CliSession:exec(cmd, opts) return self.sandbox:exec(cmd, opts) end
+
+---The reference's name for running a shell command: the same as exec.
+---@param cmd string|string[]
+---@param opts? table
+---@return string output, table result
+function CliSession:exec_shell(cmd, opts) return self.sandbox:exec(cmd, opts) end
+
+---Runs Lua in the session's sandbox (a fresh `seer -e` process; the reference's exec ran Python).
+---@param code string
+---@param opts? table
+---@return string output, table result
+function CliSession:exec_lua(code, opts) return self.sandbox:exec_lua(code, opts) end
 
 ---Ends the session (the sandbox stays: it is the caller's to terminate).
 function CliSession:terminate() self.terminated = true end
@@ -713,7 +746,8 @@ function M.create_cli_session(sandbox, workspace, opts)
   local S = require "seer.sandbox"
   local name = opts.name or "cli"
   return setmetatable({
-    name = name, sandbox = sandbox, sandbox_id = sandbox.sandbox_id, workspace_dir = sandbox.workspace_dir,
+    name = name, session_id = name .. "-" .. net.new_key():sub(1, 8), sandbox = sandbox, sandbox_id = sandbox.sandbox_id,
+    workspace_dir = sandbox.workspace_dir, workspace_path = "/workspace",
     mcp_config = { [name] = { type = "stdio", command = jupyter.seer_binary(), args = { "mcp", "cli", "--sandbox", sandbox.sandbox_id },
                               env = { SEER_SANDBOX_DIR = S.state_root() } } },
   }, CliSession)

@@ -62,6 +62,37 @@ local function check_name(name, what)
   end
 end
 
+-- The name option of the from_* constructors: {name = ...}, or the name itself (the reference
+-- passes it positionally: Library.from_file(path, "name")).
+local function name_opt(opts, what)
+  if opts == nil then return nil end
+  if type(opts) == "string" then return opts end
+  if type(opts) ~= "table" then
+    error(("%s: the second argument is the library's name (a string) or {name = ...}, not a %s"):format(what, type(opts)), 3)
+  end
+  for k in pairs(opts) do
+    if k ~= "name" then error(("%s: unknown option %q (the only option is name)"):format(what, tostring(k)), 3) end
+  end
+  return opts.name
+end
+
+---True when the library is one Lua file (from_file, from_code), false for a package.
+---@return boolean
+function Library:is_single_file()
+  local n = 0
+  for _ in pairs(self.files) do n = n + 1 end
+  return n == 1
+end
+
+---The library's documentation as the agent's prompt shows it: a heading with the name to
+---`require`, then its docs (or a line saying it has none).
+---@return string
+function Library:get_prompt_docs()
+  local docs = self.docs ~= "" and self.docs or "(no documentation in the module)"
+  return ("## Library `%s`\nUse it with `local %s = require \"%s\"`.\n\n%s"):format(self.name,
+    self.name:gsub("%.", "_"), self.name, docs)
+end
+
 ---A library from explicit files: `Library{name = "tools", files = {["tools.lua"] = code}, docs = "..."}`.
 ---@param t {name: string, files: table<string, string>, docs?: string}
 ---@return seerworkspace.Library
@@ -81,12 +112,14 @@ setmetatable(Library, { __call = function(_, t) return Library.new(t) end })
 
 ---A library from one Lua file; `name` defaults to the file's name without `.lua`.
 ---@param path string
----@param opts? {name?: string}
+---@param opts? {name?: string}|string the name, as a table field or (the reference's way) itself
 ---@return seerworkspace.Library
 function Library.from_file(path, opts)
+  if type(path) ~= "string" then error("Library.from_file(path, name): path must be a string", 2) end
+  local given = name_opt(opts, "Library.from_file")
   local ok, code = pcall(core.read_file, path)
   if not ok then error(("Library.from_file: %s"):format(code), 2) end
-  local name = (opts and opts.name) or path:match("([^/]+)%.lua$") or path:match("([^/]+)$")
+  local name = given or path:match("([^/]+)%.lua$") or path:match("([^/]+)$")
   check_name(name, "Library.from_file")
   return setmetatable({ name = name, files = { [name:gsub("%.", "/") .. ".lua"] = code }, docs = leading_docs(code) }, Library)
 end
@@ -96,13 +129,15 @@ end
 ---@param opts? {name?: string}
 ---@return seerworkspace.Library
 function Library.from_directory(path, opts)
+  if type(path) ~= "string" then error("Library.from_directory(path, name): path must be a string", 2) end
+  local given = name_opt(opts, "Library.from_directory")
   path = path:gsub("/+$", "")
   local init = path .. "/init.lua"
   local ok, code = pcall(core.read_file, init)
   if not ok then
     error(("Library.from_directory: %s has no init.lua (a library directory is a Lua package: init.lua plus modules)"):format(path), 2)
   end
-  local name = (opts and opts.name) or path:match("([^/]+)$")
+  local name = given or path:match("([^/]+)$")
   check_name(name, "Library.from_directory")
   local files = {}
   local function walk(dir, rel)
@@ -240,9 +275,10 @@ end
 ---@param opts? {name?: string}
 ---@return seerworkspace.Library
 function Library.from_skill_dir(path, opts)
+  local given = name_opt(opts, "Library.from_skill_dir")
   local ok, skill = pcall(Skill.from_dir, path)
   if not ok then error((tostring(skill):gsub("Skill%.from_dir", "Library.from_skill_dir")), 2) end
-  local name = (opts and opts.name) or skill.name:gsub("[-.]", "_")
+  local name = given or skill.name:gsub("[-.]", "_")
   check_name(name, "Library.from_skill_dir")
   local code
   for _, f in ipairs{ "code.lua", skill.name .. ".lua", name .. ".lua", "init.lua" } do

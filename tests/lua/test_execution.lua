@@ -205,3 +205,26 @@ T.test("a local notebook session's kernel gets exactly the secrets listed; an un
   with:terminate()
   if not ok then error(err, 0) end
 end)
+
+T.test("the reference's names and shapes: keyword sessions, workspace_path, misused arguments say what is wrong", function()
+  local W = require "seer.workspace"
+  local out = T.tmpdir()
+  local lib = W.Library.from_code("kw_lib", "return { v = 9 }")
+  local s = exec.create_local_notebook_session{ workspace = W.Workspace{ libraries = { lib } }, name = "kw", output_dir = out }
+  local ok, err = pcall(function()
+    T.eq(s:exec("print(require('kw_lib').v)").text, "9\n")
+    T.ok(type(s.workspace_path) == "string" and s.workspace_path ~= "", "workspace_path is set")
+    T.raises(function() s:exec("1", true) end, "opts is a table such as {hidden = true, timeout = 60}, not a boolean", true)
+  end)
+  s:terminate()
+  if not ok then error(err, 0) end
+  T.raises(function() exec.create_local_notebook_session{ workspace = W.Workspace{}, nmae = "x" } end, 'unknown field "nmae"', true)
+  T.raises(function() exec.create_local_notebook_session(5) end, "workspace must be a seer.workspace Workspace", true)
+  -- Library: the name as the second argument (the reference's way), is_single_file, get_prompt_docs
+  local f = W.Library.from_file(seer.toolkit_dir .. "/steering_hook.lua", "steer")
+  T.eq(f.name, "steer")
+  T.ok(f:is_single_file())
+  T.contains(f:get_prompt_docs(), 'require "steer"')
+  T.raises(function() W.Library.from_file(seer.toolkit_dir .. "/steering_hook.lua", 5) end, "the library's name (a string) or {name = ...}", true)
+  T.raises(function() W.Library.from_file(seer.toolkit_dir .. "/steering_hook.lua", { nmae = "x" }) end, 'unknown option "nmae"', true)
+end)

@@ -171,6 +171,17 @@ T.test("models are mounted read-only under /models with MODEL_<ID>_PATH; hidden 
   s:terminate()
 end)
 
+T.test("a CLI session: the reference's exec_shell, session_id and workspace_path; exec_lua runs Lua inside", function()
+  local s = start({}, "cli-names")
+  local cli = require("seer.execution").create_cli_session(s)
+  T.ok(type(cli.session_id) == "string" and cli.session_id:match("^cli%-"), tostring(cli.session_id))
+  T.ne(require("seer.execution").create_cli_session(s).session_id, cli.session_id)
+  T.eq(cli.workspace_path, "/workspace")
+  T.eq((cli:exec_shell("id -u")), "65534\n")
+  T.eq((cli:exec_lua("print(1 + 1)")), "2\n")
+  s:terminate()
+end)
+
 T.test("repos are cloned on the host and installed inside; a failing install is an error", function()
   local repo = root .. "/repo-src"
   process.mkdir_p(repo)
