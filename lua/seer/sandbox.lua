@@ -1359,13 +1359,24 @@ end
 
 ---Starts the sandbox: models are fetched (hub cache or download), repos cloned, then sandboxd
 ---starts under bubblewrap and the repos' install commands run inside. Returns self.
----@param opts? {name?: string}
+---@param opts? {name?: string, workspace?: seerworkspace.Workspace}|string a name, and a Workspace installed into /workspace
 ---@return seersandbox.Sandbox
 function Sandbox:start(opts)
   opts = opts or {}
   if type(opts) == "string" then opts = { name = opts } end
+  if type(opts) ~= "table" then error(("start(opts): opts is {name = ..., workspace = ...} or a name, not a %s"):format(type(opts)), 2) end
+  for k in pairs(opts) do
+    if k ~= "name" and k ~= "workspace" then
+      error(("start: unknown option %q (options: name, workspace)"):format(tostring(k)), 2)
+    end
+  end
+  if opts.workspace ~= nil and (type(opts.workspace) ~= "table" or type(opts.workspace.install) ~= "function") then
+    error("start{workspace = ...}: workspace must be a seer.workspace Workspace", 2)
+  end
   if self.sandbox_id then error(("sandbox %s was already started"):format(self.sandbox_id), 2) end
   local ok, err = pcall(self._start, self, opts)
+  -- The reference's start(workspace): its libraries, skills and files go into /workspace.
+  if ok and opts.workspace then ok, err = pcall(opts.workspace.install, opts.workspace, self.workspace_dir) end
   if not ok then
     -- Nothing of a half-started sandbox stays behind.
     pcall(self._teardown, self)

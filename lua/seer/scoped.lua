@@ -39,7 +39,7 @@ M.ScopedSandbox = setmetatable({}, {
 })
 
 ---Starts the sandbox (as Sandbox:start). Returns self.
----@param opts? {name?: string}
+---@param opts? {name?: string, workspace?: seerworkspace.Workspace}|string as Sandbox:start (a workspace goes into the scoped sandbox's /workspace)
 ---@return seerscoped.ScopedSandbox
 function Scoped:start(opts)
   local ok, err = pcall(self.sandbox.start, self.sandbox, opts)

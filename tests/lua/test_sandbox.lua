@@ -171,6 +171,17 @@ T.test("models are mounted read-only under /models with MODEL_<ID>_PATH; hidden 
   s:terminate()
 end)
 
+T.test("start{workspace = ...} installs the workspace into /workspace (the reference's shape); bad options are refused", function()
+  if not have_bwrap() then T.skip("bubblewrap is not installed (make setup installs it)") end
+  local W = require "seer.workspace"
+  local ws = W.Workspace{ libraries = { W.Library.from_code("started_lib", "return { v = 5 }") } }
+  local s = env.ScopedSandbox(env.SandboxConfig{ execution_mode = "cli" }):start{ name = "ws-start", workspace = ws }
+  T.contains((s:exec("cat /workspace/started_lib.lua")), "return { v = 5 }")
+  s:terminate()
+  T.raises(function() env.Sandbox(env.SandboxConfig{ execution_mode = "cli" }):start{ nmae = "x" } end, 'unknown option "nmae"', true)
+  T.raises(function() env.Sandbox(env.SandboxConfig{ execution_mode = "cli" }):start{ workspace = {} } end, "workspace must be a seer.workspace Workspace", true)
+end)
+
 T.test("a CLI session: the reference's exec_shell, session_id and workspace_path; exec_lua runs Lua inside", function()
   local s = start({}, "cli-names")
   local cli = require("seer.execution").create_cli_session(s)
@@ -202,6 +213,22 @@ T.test("repos are cloned on the host and installed inside; a failing install is 
   T.raises(function() start({ repos = { env.RepoConfig{ url = repo, install = true } } }, "badrepo") end, "exited with 4")
   T.eq(#entries_of(state_root), before, "a failed start left its directory behind")
   T.raises(function() start({ repos = { env.RepoConfig{ url = root .. "/no-such-repo" } } }) end, "git clone")
+end)
+
+T.test("from_snapshot with repos: the snapshot's workspace wins over a fresh clone (the reference's shape)", function()
+  local repo = root .. "/snap-repo"
+  process.mkdir_p(repo)
+  seer.write_file(repo .. "/lib.lua", "return 1\n")
+  T.ok(os.execute(("cd %s && git init -q && git add . && git -c user.email=t@t -c user.name=t commit -qm init"):format(repo)) == 0)
+  local cfg = { repos = { env.RepoConfig{ url = repo } } }
+  local s = start(cfg, "snap-repo")
+  s:write_file("snap-repo/extra.txt", "made in the first sandbox")
+  local id = s:snapshot("with a repo")
+  s:terminate()
+  local again = env.Sandbox.from_snapshot(id, env.SandboxConfig{ repos = { env.RepoConfig{ url = repo } }, execution_mode = "cli" })
+  T.eq(again:read_file("snap-repo/extra.txt"), "made in the first sandbox")
+  T.eq(again:read_file("snap-repo/lib.lua"), "return 1\n")
+  again:terminate()
 end)
 
 T.test("snapshot then restore gives the same workspace", function()
