@@ -43,7 +43,7 @@ T.test("scoped: an interface served in the sandbox, used as a library from Lua",
   T.eq(models[stories], "/models/stories260K")
   -- the library module works from another process on the host (an agent's local session)
   local session = exec.create_local_session(ws.Workspace{ libraries = { lib } }, root .. "/work", "agent")
-  T.eq(session.mcp_config, {})
+  T.eq(session.mcp_config.workspace.args, { "mcp", "local", "--workspace", session.workspace_dir })
   T.contains(session.library_docs or ws.Workspace{ libraries = { lib } }:get_library_docs(), "## model_tools")
   local out = io.popen(("cd '%s' && '%s' -e 'local t = require \"model_tools\"; print(t.get_embedding(\"a dog\").dims)' 2>&1")
     :format(session.workspace_dir, SEER)):read("*a")

@@ -50,8 +50,8 @@ T.test("local session: the agent's directory gets the scoped library, callable f
   local create = require("seer.local_session").create_local_session
   local s = create(ws.Workspace{ libraries = { lib } }, dir, "scoped-example")
   T.eq(s.name, "scoped-example")
-  T.eq(s.workspace_dir, dir)
-  T.eq(seer.json.encode(s.mcp_config), "{}")
+  T.eq(s.workspace_dir, require("seer.core.host").realpath(dir))
+  T.eq(s.mcp_config.workspace.args, { "mcp", "local", "--workspace", s.workspace_dir })
   T.contains(s.library_docs, "## scoped_tools")
   local out = io.popen(("cd '%s' && '%s' -e 'print(require(\"scoped_tools\").add(20, 22))' 2>&1")
     :format(dir, require("seer.jupyter").seer_binary())):read("*a")

@@ -8,6 +8,7 @@ local USAGE = [[
 usage: seer mcp notebook [--session-id ID] [--jupyter-url URL] [--output-dir DIR] [--max-output CHARS]
                          [--http HOST:PORT [--token T] [--allow-origin ORIGIN]...]
        seer mcp cli --sandbox ID [--max-output CHARS] [--http HOST:PORT [--token T] [--allow-origin ORIGIN]...]
+       seer mcp local --workspace DIR [--shell] [--max-output CHARS]
        seer mcp rpc --connection-file FILE [--name NAME] [--timeout SECONDS]
                     [--http HOST:PORT [--token T] [--allow-origin ORIGIN]...]
 
@@ -32,6 +33,10 @@ is sandboxed.
   --token T            the bearer token HTTP clients must send (SEER_MCP_TOKEN; generated and
                        printed on stderr when unset)
   --allow-origin O     a browser Origin allowed besides the server's own (repeatable)
+
+seer mcp local: a local session's working folder, on this machine (NOT sandboxed): run_lua
+(a fresh seer process in DIR with its libraries require-able), read_file, write_file and
+list_files inside DIR only, and run_command with --shell (create_local_session{shell = true}).
 
 seer mcp rpc: one tool per function a scoped interface exposes (`seer rpc serve`; seer.rpc's
 serve(..., {expose_as = "mcp"}) gives the entry that starts it), input schemas from the
@@ -259,6 +264,35 @@ end
 
 local function cli(args) return run_server("cli", M.cli_server, parse_cli_args(args)) end
 
+local function parse_local_args(args)
+  local o = { allow_origins = {} }
+  for a, value in require("seer.cli.args").options(args, usage_error) do
+    if a == "--workspace" then o.workspace = value()
+    elseif a == "--shell" then o.shell = true
+    elseif a == "--max-output" then
+      o.max_output = tonumber(value())
+      if not o.max_output or o.max_output < 100 then usage_error("--max-output needs a number of characters (at least 100)") end
+    elseif a == "-h" or a == "--help" then print(USAGE) os.exit(0)
+    else usage_error("unknown option " .. a) end
+  end
+  if not o.workspace or o.workspace == "" then usage_error("local needs --workspace DIR (a local session's mcp_config sets it)") end
+  local real = require("seer.core.host").realpath(o.workspace)
+  if not real then usage_error(o.workspace .. " is not a folder") end
+  o.workspace = real
+  return o
+end
+
+---Builds the local session's MCP server (not yet serving).
+---@param o table parsed options
+function M.local_server(o)
+  local server = require "seer.mcp.server"
+  local tools = require "seer.mcp.local_tools"
+  local srv = server.new{ name = "seer-local", title = "seer local workspace " .. o.workspace,
+                          version = require("seer").version, instructions = tools.INSTRUCTIONS }
+  tools.install(srv, o)
+  return srv
+end
+
 function M.main(cmd, ...)
   if cmd == nil or cmd == "-h" or cmd == "--help" or cmd == "help" then
     print(USAGE)
@@ -266,8 +300,9 @@ function M.main(cmd, ...)
   end
   if cmd == "notebook" then return notebook({ ... }) end
   if cmd == "cli" then return cli({ ... }) end
+  if cmd == "local" then return run_server("local", M.local_server, parse_local_args({ ... })) end
   if cmd == "rpc" then return rpc({ ... }) end
-  usage_error(("unknown server %q (notebook, cli or rpc)"):format(tostring(cmd)))
+  usage_error(("unknown server %q (notebook, cli, local or rpc)"):format(tostring(cmd)))
 end
 
 return M
