@@ -1129,6 +1129,7 @@ int seer_tokenizer_load_json(seer_tokenizer_t **out, const char *text, size_t le
     }
     if ((rc = finish(&c, t))) goto fail;
     cJSON_Delete(root);
+    free(c.nul); /* its entries point into the tree just freed: nothing kept them */
     *out = t;
     return 0;
 fail:
