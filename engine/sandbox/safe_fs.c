@@ -301,7 +301,7 @@ static atomic_uint tmp_counter;
 
 /* data/n, or (data NULL) everything read from src_fd, into rel atomically. */
 static int write_atomic(const seer_sandbox_fs_root_t *r, const char *rel, const void *data, size_t n, int src_fd,
-                        unsigned mode, int mkdirs, seer_err_t *err) {
+                        unsigned mode, int mkdirs, int exclusive, seer_err_t *err) {
     path_t p;
     int dfd = open_parent(r, rel, &p, mkdirs, err);
     if (dfd < 0) return dfd;
@@ -365,8 +365,9 @@ static int write_atomic(const seer_sandbox_fs_root_t *r, const char *rel, const 
         }
     }
     if (close(fd) != 0 && !e) e = errno;
-    /* rename never follows the target: a link planted at rel is replaced, not written through */
-    if (!e && renameat(dfd, tmp, dfd, name) != 0) e = errno;
+    /* rename never follows the target: a link planted at rel is replaced, not written through;
+     * exclusive: nothing at rel is replaced either (a name reserved atomically: EEXIST) */
+    if (!e && (exclusive ? renameat2(dfd, tmp, dfd, name, RENAME_NOREPLACE) : renameat(dfd, tmp, dfd, name)) != 0) e = errno;
     if (e) {
         unlinkat(dfd, tmp, 0);
         close(dfd);
@@ -378,7 +379,12 @@ static int write_atomic(const seer_sandbox_fs_root_t *r, const char *rel, const 
 
 int seer_sandbox_fs_write(const seer_sandbox_fs_root_t *r, const char *rel, const void *data, size_t n,
                           unsigned mode, int mkdirs, seer_err_t *err) {
-    return write_atomic(r, rel, data ? data : "", n, -1, mode, mkdirs, err);
+    return write_atomic(r, rel, data ? data : "", n, -1, mode, mkdirs, 0, err);
+}
+
+int seer_sandbox_fs_create(const seer_sandbox_fs_root_t *r, const char *rel, const void *data, size_t n, unsigned mode,
+                           int mkdirs, seer_err_t *err) {
+    return write_atomic(r, rel, data ? data : "", n, -1, mode, mkdirs, 1, err);
 }
 
 int seer_sandbox_fs_copy_in(const seer_sandbox_fs_root_t *r, const char *rel, const char *src, unsigned mode,
@@ -386,7 +392,7 @@ int seer_sandbox_fs_copy_in(const seer_sandbox_fs_root_t *r, const char *rel, co
     /* src is the host's own file (trusted): opened normally, streamed in 64 KiB chunks */
     int fd = open(src, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return seer_err_set(err, errno == ENOENT ? SEER_ENOTFOUND : SEER_EIO, "%s: %s", src, strerror(errno));
-    int rc = write_atomic(r, rel, NULL, 0, fd, mode, mkdirs, err);
+    int rc = write_atomic(r, rel, NULL, 0, fd, mode, mkdirs, 0, err);
     close(fd);
     return rc;
 }
@@ -742,7 +748,7 @@ static int l_fs_read(lua_State *L) {
     return 2;
 }
 
-/* fs_write(root, rel, data, {mode, mkdirs, ...}) -> true */
+/* fs_write(root, rel, data, {mode, mkdirs, exclusive, ...}) -> true */
 static int l_fs_write(lua_State *L) {
     seer_sandbox_fs_root_t *r = new_root(L);
     seer_err_t *err = (seer_err_t *)(r + 1);
@@ -751,8 +757,9 @@ static int l_fs_write(lua_State *L) {
     const char *data = luaL_checklstring(L, 3, &len);
     int n = lua_root(L, 4, r, err);
     if (n) return n;
-    int rc = seer_sandbox_fs_write(r, rel, data, len, (unsigned)opt_num(L, 4, "mode", 0644), opt_bool(L, 4, "mkdirs"),
-                                   err);
+    int rc = opt_bool(L, 4, "exclusive")
+                 ? seer_sandbox_fs_create(r, rel, data, len, (unsigned)opt_num(L, 4, "mode", 0644), opt_bool(L, 4, "mkdirs"), err)
+                 : seer_sandbox_fs_write(r, rel, data, len, (unsigned)opt_num(L, 4, "mode", 0644), opt_bool(L, 4, "mkdirs"), err);
     seer_sandbox_fs_close_root(r);
     if (rc < 0) return push_fail(L, rc, err);
     lua_pushboolean(L, 1);

@@ -175,6 +175,11 @@ int seer_sandbox_fs_read(const seer_sandbox_fs_root_t *r, const char *rel, size_
 int seer_sandbox_fs_write(const seer_sandbox_fs_root_t *r, const char *rel, const void *data, size_t n,
                           unsigned mode, int mkdirs, seer_err_t *err);
 
+/* The same, but rel must not exist yet (anything there, a link included, is SEER_SANDBOX_FS_EEXIST):
+ * reserves a name atomically, the content complete from the first moment it is visible. */
+int seer_sandbox_fs_create(const seer_sandbox_fs_root_t *r, const char *rel, const void *data, size_t n, unsigned mode,
+                           int mkdirs, seer_err_t *err);
+
 /* The same, streaming the host file src (trusted, followed) in: no size limit, no copy in memory. */
 int seer_sandbox_fs_copy_in(const seer_sandbox_fs_root_t *r, const char *rel, const char *src, unsigned mode,
                             int mkdirs, seer_err_t *err);

@@ -47,14 +47,30 @@ end
 ---@param name? string experiment name (default "Notebook")
 ---@param time? integer seconds since the epoch (default now)
 ---@return string
+-- The name is reserved by creating the file exclusively (safe_fs: no link anywhere on the path,
+-- the content complete when it appears, nothing at the name replaced), so two servers (two
+-- experiment processes writing one folder) never pick the same file, and a link or fifo planted
+-- at a name only makes it taken. The reservation is an empty, valid notebook until the first
+-- save replaces it.
+local EMPTY = '{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}\n'
+
+local function reserve(path)
+  local ok, msg, code = require("seer.safe_fs").write_nofollow(path, EMPTY, { exclusive = true, what = "the notebook folder" })
+  if ok then return true end
+  if code == "exists" then return false end
+  error(("cannot create the notebook %s: %s"):format(path, tostring(msg)), 0)
+end
+
+---A new notebook path in dir, reserved atomically: `<date>_<name>.ipynb`, or with `_1`, `_2`,
+---... when taken (by a file, a link or anything else, here or by another process).
 function M.unique_path(dir, name, time)
   local base = os.date("%Y-%m-%d-%H-%M", time or os.time()) .. "_" .. sanitize_name(name)
   local path = ("%s/%s.ipynb"):format(dir, base)
   local n = 1
-  -- lstat, not open: the folder may be a sandbox's, and a fifo planted there would block an open
-  while require("seer.safe_fs").lstat(path) do
+  while not reserve(path) do
     path = ("%s/%s_%d.ipynb"):format(dir, base, n)
     n = n + 1
+    if n > 100000 then error(("no free notebook name for %s in %s"):format(base, dir), 0) end
   end
   return path
 end

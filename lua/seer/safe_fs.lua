@@ -66,7 +66,7 @@ function Root:read(rel, opts) return sb.fs_read(self.path, rel, self:_opts(opts)
 ---Writes a file atomically (a link or file at rel is replaced, never written through).
 ---@param rel string
 ---@param data string
----@param opts? {mode?: integer, mkdirs?: boolean}
+---@param opts? {mode?: integer, mkdirs?: boolean, exclusive?: boolean} exclusive: fail with code "exists" when anything is at rel
 ---@return true|nil ok, string? message, seersafe_fs.code? code
 function Root:write(rel, data, opts) return sb.fs_write(self.path, rel, data, self:_opts(opts)) end
 
@@ -125,7 +125,7 @@ end
 ---allowed on the way, the final component replaced atomically. Pass a realpath'd path.
 ---@param path string
 ---@param data string
----@param opts? {mode?: integer, mkdirs?: boolean, what?: string}
+---@param opts? {mode?: integer, mkdirs?: boolean, exclusive?: boolean, what?: string}
 ---@return true|nil, string?, seersafe_fs.code?
 function M.write_nofollow(path, data, opts)
   if type(path) ~= "string" or path == "" then

@@ -141,3 +141,38 @@ T.test("libraries: docs from the leading comment, install, get_library_docs form
   T.raises(function() W.Library.from_directory(d) end, "has no init.lua", true)
   T.raises(function() W.Library.from_code("bad name", "") end, "must be a valid Lua module name", true)
 end)
+
+T.test("notebook names are reserved atomically: eight processes racing for one name get eight files", function()
+  local dir = T.tmpdir()
+  local SEER = require("seer.jupyter").seer_binary()
+  local start = require("seer.process").now_ms() + 400
+  local code = ([[local p = require("seer.process")
+while p.now_ms() < %d do end
+print(require("seer.notebook").unique_path(%q, "same name", 1795305000))]]):format(start, dir)
+  local procs = {}
+  for i = 1, 8 do procs[i] = io.popen(("'%s' -e '%s' 2>&1"):format(SEER, code:gsub("'", "'\\''"))) end
+  local seen, n = {}, 0
+  for _, p in ipairs(procs) do
+    local path = p:read("*l")
+    p:close()
+    T.ok(path and path:find(dir, 1, true) == 1, tostring(path))
+    T.ok(not seen[path], "two processes got " .. tostring(path))
+    seen[path] = true
+    n = n + 1
+  end
+  T.eq(n, 8)
+  -- each reservation is a valid empty notebook until its first save
+  for path in pairs(seen) do
+    local doc = require("seer.json").decode(seer.read_file(path))
+    T.eq(doc.nbformat, 4)
+  end
+  -- a link planted at the next name is skipped, not followed
+  local canary = T.tmpdir() .. "/canary"
+  seer.write_file(canary, "host file\n")
+  local nb = require "seer.notebook"
+  local base = os.date("%Y-%m-%d-%H-%M", 1795305000) .. "_linked"
+  os.execute(("ln -s '%s' '%s/%s.ipynb'"):format(canary, dir, base))
+  local p = nb.unique_path(dir, "linked", 1795305000)
+  T.eq(p, ("%s/%s_1.ipynb"):format(dir, base))
+  T.eq(seer.read_file(canary), "host file\n")
+end)
