@@ -681,6 +681,14 @@ static int push_fail(lua_State *L, int rc, const seer_err_t *err) {
     return 3;
 }
 
+/* The end of a binding that returns true: the root closed, then true or the failure triple. */
+static int push_done(lua_State *L, seer_sandbox_fs_root_t *r, int rc, const seer_err_t *err) {
+    seer_sandbox_fs_close_root(r);
+    if (rc < 0) return push_fail(L, rc, err);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
 static int opt_bool(lua_State *L, int idx, const char *key) {
     if (!lua_istable(L, idx)) return 0;
     lua_getfield(L, idx, key);
@@ -760,10 +768,7 @@ static int l_fs_write(lua_State *L) {
     int rc = opt_bool(L, 4, "exclusive")
                  ? seer_sandbox_fs_create(r, rel, data, len, (unsigned)opt_num(L, 4, "mode", 0644), opt_bool(L, 4, "mkdirs"), err)
                  : seer_sandbox_fs_write(r, rel, data, len, (unsigned)opt_num(L, 4, "mode", 0644), opt_bool(L, 4, "mkdirs"), err);
-    seer_sandbox_fs_close_root(r);
-    if (rc < 0) return push_fail(L, rc, err);
-    lua_pushboolean(L, 1);
-    return 1;
+    return push_done(L, r, rc, err);
 }
 
 /* fs_copy_in(root, rel, host_src, {mode, mkdirs}) -> true: a host file streamed in atomically */
@@ -774,10 +779,7 @@ static int l_fs_copy_in(lua_State *L) {
     int n = lua_root(L, 4, r, err);
     if (n) return n;
     int rc = seer_sandbox_fs_copy_in(r, rel, src, (unsigned)opt_num(L, 4, "mode", 0644), opt_bool(L, 4, "mkdirs"), err);
-    seer_sandbox_fs_close_root(r);
-    if (rc < 0) return push_fail(L, rc, err);
-    lua_pushboolean(L, 1);
-    return 1;
+    return push_done(L, r, rc, err);
 }
 
 static int l_fs_mkdirs(lua_State *L) {
@@ -787,10 +789,7 @@ static int l_fs_mkdirs(lua_State *L) {
     int n = lua_root(L, 3, r, err);
     if (n) return n;
     int rc = seer_sandbox_fs_mkdirs(r, rel, (unsigned)opt_num(L, 3, "mode", 0755), err);
-    seer_sandbox_fs_close_root(r);
-    if (rc < 0) return push_fail(L, rc, err);
-    lua_pushboolean(L, 1);
-    return 1;
+    return push_done(L, r, rc, err);
 }
 
 static const char *type_name(mode_t m) {
@@ -860,10 +859,7 @@ static int l_fs_unlink(lua_State *L) {
     int n = lua_root(L, 3, r, err);
     if (n) return n;
     int rc = seer_sandbox_fs_unlink(r, rel, err);
-    seer_sandbox_fs_close_root(r);
-    if (rc < 0) return push_fail(L, rc, err);
-    lua_pushboolean(L, 1);
-    return 1;
+    return push_done(L, r, rc, err);
 }
 
 static int l_fs_rename(lua_State *L) {
@@ -873,10 +869,7 @@ static int l_fs_rename(lua_State *L) {
     int n = lua_root(L, 4, r, err);
     if (n) return n;
     int rc = seer_sandbox_fs_rename(r, from, to, err);
-    seer_sandbox_fs_close_root(r);
-    if (rc < 0) return push_fail(L, rc, err);
-    lua_pushboolean(L, 1);
-    return 1;
+    return push_done(L, r, rc, err);
 }
 
 /* fs_symlink(root, target, rel, opts) */
@@ -887,10 +880,7 @@ static int l_fs_symlink(lua_State *L) {
     int n = lua_root(L, 4, r, err);
     if (n) return n;
     int rc = seer_sandbox_fs_symlink(r, target, rel, err);
-    seer_sandbox_fs_close_root(r);
-    if (rc < 0) return push_fail(L, rc, err);
-    lua_pushboolean(L, 1);
-    return 1;
+    return push_done(L, r, rc, err);
 }
 
 static int l_fs_remove_tree(lua_State *L) {
@@ -900,10 +890,7 @@ static int l_fs_remove_tree(lua_State *L) {
     int n = lua_root(L, 3, r, err);
     if (n) return n;
     int rc = seer_sandbox_fs_remove_tree(r, rel, err);
-    seer_sandbox_fs_close_root(r);
-    if (rc < 0) return push_fail(L, rc, err);
-    lua_pushboolean(L, 1);
-    return 1;
+    return push_done(L, r, rc, err);
 }
 
 void seer_sandbox_fs_lua_register(struct lua_State *L) {
