@@ -42,17 +42,7 @@ local function read_connection(path, root)
   local r, rel = beneath(path, root)
   local text, err = r:read(rel, { max = 65536 })
   if not text then error(("rpc: cannot read the connection file %s: %s"):format(path, err), 0) end
-  local ok, info = pcall(json.decode, text)
-  if not ok or type(info) ~= "table" then
-    error(("rpc: the connection file %s is not a JSON object: %s"):format(path, tostring(info)), 0)
-  end
-  if type(info.key) ~= "string" or info.key == "" then
-    error(("rpc: the connection file %s has no key; RPC needs an HMAC key (seer.rpc makes one)"):format(path), 0)
-  end
-  if info.signature_scheme ~= nil and info.signature_scheme ~= "hmac-sha256" then
-    error(("rpc: the connection file %s asks for signature scheme %s; only hmac-sha256 is supported"):format(path,
-      tostring(info.signature_scheme)), 0)
-  end
+  local info = wire.decode_connection(text, path)
   if root then
     -- Written by the server's side: the sockets it names must be in the same folder (a unix
     -- socket elsewhere on the host, or another machine, is not the server this host started).

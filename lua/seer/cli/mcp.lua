@@ -53,7 +53,9 @@ local function usage_error(msg)
   os.exit(2)
 end
 
-local function check_notebook_http(o)
+-- The HTTP options every server takes: --http HOST:PORT split, --token/--allow-origin only with it.
+local function check_http_options(o)
+  if o.token == "" then o.token = nil end
   if o.http then
     local host, port = o.http:match("^%[?([^%]]*)%]?:(%d+)$")
     if not host or host == "" or tonumber(port) > 65535 then usage_error("--http needs HOST:PORT, e.g. 127.0.0.1:8765") end
@@ -103,13 +105,13 @@ local function parse_notebook_args(args)
       usage_error("--output-dir does not apply to a sandbox-bound server: its notebooks go to its session's output directory")
     end
     o.output_dir = nil -- SEER_NOTEBOOK_OUTPUT_DIR inherited from elsewhere: notebooks go where the session's go
-    return check_notebook_http(o)
+    return check_http_options(o)
   end
   if (o.session_id == nil) ~= (o.jupyter_url == nil) then
     usage_error(o.session_id and "a session id needs its jupyter_url too (--jupyter-url or SEER_NOTEBOOK_URL)"
                 or "a jupyter_url needs the session id too (--session-id or SEER_SESSION_ID)")
   end
-  check_notebook_http(o)
+  check_http_options(o)
   if o.output_dir then
     local core = require "seer.core.host"
     o.output_dir = o.output_dir:sub(1, 1) == "/" and o.output_dir or (core.cwd() .. "/" .. o.output_dir)
@@ -150,18 +152,6 @@ local function notebook(args)
   end
 end
 
--- The HTTP options every server takes: --http HOST:PORT split, --token/--allow-origin only with it.
-local function check_http_options(o)
-  if o.token == "" then o.token = nil end
-  if o.http then
-    local host, port = o.http:match("^%[?([^%]]*)%]?:(%d+)$")
-    if not host or host == "" or tonumber(port) > 65535 then usage_error("--http needs HOST:PORT, e.g. 127.0.0.1:8765") end
-    o.http_host, o.http_port = host, tonumber(port)
-  elseif o.token or #o.allow_origins > 0 then
-    usage_error("--token and --allow-origin only apply with --http")
-  end
-  return o
-end
 
 local function parse_rpc_args(args)
   local o = { connection_file = os.getenv("SEER_RPC_CONNECTION_FILE"), token = os.getenv("SEER_MCP_TOKEN"),

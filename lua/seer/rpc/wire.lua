@@ -271,6 +271,15 @@ function M.read_connection(path)
   if not f then error(("rpc: cannot read the connection file %s: %s"):format(path, err), 0) end
   local text = f:read("*a")
   f:close()
+  return M.decode_connection(text, path)
+end
+
+---A connection file's text, decoded and checked (a JSON object with a key and, if any, the
+---hmac-sha256 scheme); errors name path.
+---@param text string
+---@param path string
+---@return table
+function M.decode_connection(text, path)
   local ok, info = pcall(json.decode, text)
   if not ok or type(info) ~= "table" then
     error(("rpc: the connection file %s is not a JSON object: %s"):format(path, tostring(info)), 0)
