@@ -186,7 +186,7 @@ static int l_cgroup_stats(lua_State *L) {
     return 1;
 }
 
-/* keeper_start{argv, env, log, status, state_dir, cgroup, rlimits, timeout_ms, fd_args, remove_dirs} -> pid
+/* keeper_start{argv, env, log, status, state_dir, cgroup, rlimits, timeout_ms, fd_args, remove_dirs, detach} -> pid
  * (fd_args: given to the child on its fd 3, for bwrap --args 3) */
 static int l_keeper_start(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
@@ -200,6 +200,9 @@ static int l_keeper_start(lua_State *L) {
     o.state_dir = opt_str(L, 1, "state_dir");
     o.disk_image = opt_str(L, 1, "disk_image");
     o.timeout_ms = (long)opt_num(L, 1, "timeout_ms", 0);
+    lua_getfield(L, 1, "detach");
+    o.detach = lua_toboolean(L, -1);
+    lua_pop(L, 1);
     o.fd_args = strv_field(L, 1, "fd_args", 0);
     o.remove_dirs = strv_field(L, 1, "remove_dirs", 0);
     read_rlimits(L, 1, &o.rlimits);

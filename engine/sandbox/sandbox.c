@@ -432,9 +432,17 @@ static void keeper_main(const seer_sandbox_keeper_opts_t *o, pid_t owner, int lo
     sigset_t all;
     sigfillset(&all);
     sigprocmask(SIG_SETMASK, &all, NULL);
-    setpgid(0, 0); /* the terminal's Ctrl-C goes to the owner, which decides */
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    int owner_gone = owner_dead(owner);
+    int owner_gone;
+    if (o->detach) {
+        /* outlives the script: its own session (no terminal's SIGHUP or Ctrl-C reaches it), no
+         * death signal; only the timeout or a terminate ends it */
+        setsid();
+        owner_gone = 0;
+    } else {
+        setpgid(0, 0); /* the terminal's Ctrl-C goes to the owner, which decides */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        owner_gone = owner_dead(owner);
+    }
 
     dup2(null_fd, 0);
     dup2(log_fd, 1);
@@ -494,7 +502,7 @@ static void keeper_main(const seer_sandbox_keeper_opts_t *o, pid_t owner, int lo
                 kill(child, SIGKILL);
                 killed = 1;
                 if (g_timeout) how = "timeout";
-                else how = owner_dead(owner) ? "owner_died" : "terminated";
+                else how = (!o->detach && owner_dead(owner)) ? "owner_died" : "terminated";
             }
             int st;
             pid_t r = waitpid(child, &st, 0);
@@ -512,7 +520,8 @@ static void keeper_main(const seer_sandbox_keeper_opts_t *o, pid_t owner, int lo
         }
     }
     if (o->cgroup) seer_sandbox_cgroup_destroy(o->cgroup, 3000);
-    owner_gone = owner_dead(owner);
+    /* a detached sandbox has no owner to clean up after it: it always counts as gone */
+    owner_gone = o->detach ? 1 : owner_dead(owner);
     /* the kernel sends the death signal just before it marks the leader a zombie: a dying
      * owner can still read as alive for a moment, so look again briefly before deciding */
     for (int i = 0; !owner_gone && g_term_sig && i < 10; i++) {
@@ -520,7 +529,7 @@ static void keeper_main(const seer_sandbox_keeper_opts_t *o, pid_t owner, int lo
         nanosleep(&ts, NULL);
         owner_gone = owner_dead(owner);
     }
-    if (owner_gone && strcmp(how, "terminated") == 0) how = "owner_died";
+    if (!o->detach && owner_gone && strcmp(how, "terminated") == 0) how = "owner_died";
     write_status(o->status_path, how, code, sig, now_ms() - t0);
     if (owner_gone && rm->argv) {
         /* nobody is left to read the workspace or the logs (or to use a hidden model's staged

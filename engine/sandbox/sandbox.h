@@ -74,6 +74,9 @@ typedef struct seer_sandbox_keeper_opts {
     const char *const *remove_dirs; /* also removed (with state_dir) when the owner died; may be NULL */
     const char *disk_image;        /* limits.disk: an image mounted on state_dir; when the owner
                                       died, state_dir is unmounted and the image removed too */
+    int detach;                    /* a detached sandbox: the keeper runs in its own session and
+                                      outlives its owner; it ends at timeout or when terminated,
+                                      and then removes state_dir (and remove_dirs) itself */
 } seer_sandbox_keeper_opts_t;
 
 /* Forks the keeper, which starts argv. Returns the keeper's pid in *keeper (a child of the

@@ -67,10 +67,61 @@ local function start_server()
   return server
 end
 
----The URL of the notebook server's live view (starting the server when it is not running).
+-- The notebook server of a detached sandbox (start{detach = true}): its own server, run as a
+-- sidecar of the sandbox (seer.sidecar), so it outlives this script and ends with the sandbox.
+-- Its address and keys are kept in the sandbox's record (sandbox.json in the state folder,
+-- 0600, out of the sandbox's reach), where Sandbox.attach(id) finds them in another process.
+local sandbox_servers = {} -- sandbox_id -> server record
+
+local function sandbox_server(sandbox)
+  local srv = sandbox_servers[sandbox.sandbox_id]
+  if srv and (not srv.child or srv.child:alive()) then return srv end
+  local sb = require "seer.core.sandbox"
+  local rec = sandbox.notebook_server
+  if type(rec) == "table" and type(rec.endpoint) == "string" and type(rec.key) == "string" then
+    local function up() return sb.alive(rec.pid) and sb.start_time(rec.pid) == rec.start end
+    if up() then
+      local sock = net.socket("dealer", rec.key)
+      sock:connect(rec.endpoint)
+      srv = { sock = sock, key = rec.key, token = rec.token, endpoint = rec.endpoint, url = rec.url, session = net.uuid(),
+              inbox = {}, owned = false,
+              probe = function() if up() then return true end return false, "its process has ended" end }
+      sandbox_servers[sandbox.sandbox_id] = srv
+      return srv
+    end
+  end
+  local key, token = net.new_key(), net.new_key():sub(1, 48)
+  local child, line = require("seer.sidecar").start{
+    argv = { jupyter.seer_binary(), "notebook", "serve" }, what = "the sandbox's notebook server",
+    env = { SEER_NOTEBOOK_KEY = key, SEER_NOTEBOOK_TOKEN = token, SEER_DIE_WITH_PARENT = "1",
+            ANTHROPIC_API_KEY = false, OPENAI_API_KEY = false, OPENROUTER_API_KEY = false, GEMINI_API_KEY = false,
+            GOOGLE_API_KEY = false },
+    log = sandbox.state_dir .. "/notebook-server.log", keeper_pid = sandbox.keeper_pid, keeper_start = sandbox.keeper_start,
+    notebook_server_key = key,
+  }
+  local ok, info = pcall(json.decode, line)
+  if not ok or type(info) ~= "table" or type(info.endpoint) ~= "string" then
+    child:stop(500)
+    error("the sandbox's notebook server printed an unexpected first line: " .. line, 0)
+  end
+  local sock = net.socket("dealer", key)
+  sock:connect(info.endpoint)
+  local url = info.url ~= json.null and info.url or nil
+  srv = { child = child, sock = sock, key = key, token = token, endpoint = info.endpoint, url = url, session = net.uuid(),
+          inbox = {}, owned = false, log = sandbox.state_dir .. "/notebook-server.log" }
+  sandbox_servers[sandbox.sandbox_id] = srv
+  sandbox.notebook_server = { endpoint = info.endpoint, key = key, token = token, url = url, pid = child.pid,
+                              start = sb.start_time(child.pid) }
+  if type(sandbox._write_info) == "function" then sandbox:_write_info() end
+  return srv
+end
+
+---The URL of the notebook server's live view (starting the server when it is not running):
+---this process's own, or, for a detached sandbox, the sandbox's.
+---@param sandbox? table a started Sandbox
 ---@return string|nil
-function M.server_url()
-  local srv = start_server()
+function M.server_url(sandbox)
+  local srv = (type(sandbox) == "table" and sandbox.detached) and sandbox_server(sandbox) or start_server()
   return srv.url ~= json.null and srv.url or nil
 end
 
@@ -119,7 +170,8 @@ local function request_on(srv, msg_type, content, opts)
         local alive, how = srv.child:alive()
         if not alive then
           if srv == server then server = nil end
-          error(("the notebook server %s while handling %s; its log is on this process's stderr"):format(how, msg_type), 0)
+          error(("the notebook server %s while handling %s; its log is %s"):format(how, msg_type,
+            srv.log or "on this process's stderr"), 0)
         end
       elseif srv.probe and process.now_ms() - quiet_since > 10000 then
         -- A server this process did not start: every 10 s of silence, check it still answers.
@@ -397,15 +449,18 @@ local function create(workspace, opts, models, sandbox)
       kernel_env[name] = v
     end
   end
-  local r = check(request("start_session", { name = opts.name, notebook_dir = output_dir, workspace_dir = kernel_dir,
-                                             sandbox = launcher, kernel_env = kernel_env }),
+  -- A detached sandbox's sessions live on its own server (they outlive this script with it).
+  local remote = sandbox and sandbox.detached and sandbox_server(sandbox) or nil
+  local function req(t, c) if remote then return request_on(remote, t, c) end return request(t, c) end
+  local r = check(req("start_session", { name = opts.name, notebook_dir = output_dir, workspace_dir = kernel_dir,
+                                         sandbox = launcher, kernel_env = kernel_env }),
                   "create_notebook_session")
-  server.sessions = server.sessions + 1
+  if not remote then server.sessions = server.sessions + 1 end
   local s = setmetatable({ session_id = r.session_id, jupyter_url = r.jupyter_url, notebook_path = r.notebook_path,
                            workspace_dir = workspace_dir, workspace_path = kernel_dir, output_dir = output_dir, sandbox = sandbox,
-                           model_info_text = "" }, Session)
+                           model_info_text = "", _remote = remote }, Session)
   local function init(code, hidden)
-    local rr = check(request("execute", { session_id = s.session_id, code = code, hidden = hidden, init = true }),
+    local rr = check(req("execute", { session_id = s.session_id, code = code, hidden = hidden, init = true }),
                      "create_notebook_session")
     if rr.result ~= "ok" then
       local e = rr.error or {}
@@ -544,7 +599,10 @@ local function remote_server(jupyter_url, timeout_ms)
   local hosthdr = host:find(":", 1, true) and ("[" .. host .. "]") or host
   local info_url = ("http://%s:%d/api/info?token=%s"):format(hosthdr, port, token)
   local res, err = http_get.get(info_url, { timeout_ms = timeout_ms or 5000 })
-  if not res then error(("attach_notebook_session: cannot reach the notebook server at %s:%d: %s"):format(host, port, err), 0) end
+  if not res then
+    error(("attach_notebook_session: cannot reach the notebook server at %s:%d: %s (it ends with the script or the detached "
+      .. "sandbox that started it: has that ended? `seer sandbox list` shows the running sandboxes)"):format(host, port, err), 0)
+  end
   if res.status == 403 then
     error(("attach_notebook_session: the notebook server at %s:%d refused the token in jupyter_url"):format(host, port), 0)
   end

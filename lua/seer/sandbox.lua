@@ -386,6 +386,25 @@ function Sandbox:__tostring()
     or "not started")
 end
 
+-- A plain copy of a config (two levels deep), for JSON.
+local function config_table(c)
+  local t = {}
+  for k, v in pairs(c) do
+    if type(v) == "table" then
+      local copy = {}
+      for kk, vv in pairs(v) do
+        if type(vv) == "table" then
+          local inner = {}
+          for a, b in pairs(vv) do inner[a] = b end
+          copy[kk] = inner
+        else copy[kk] = vv end
+      end
+      t[k] = copy
+    else t[k] = v end
+  end
+  return t
+end
+
 local function sanitize(s)
   return (s:gsub("[^%w._-]", "-"):gsub("^[-.]+", ""):sub(1, 40))
 end
@@ -1126,9 +1145,17 @@ require("seer.egress").filter{ socket = %q, log = %q, allow = seer.json.decode(%
   on_ready = function() io.stdout:write("ready\n") io.stdout:flush() end }]]):format(
     self.run_dir .. "/egress.sock", self.state_dir .. "/egress.log", json.encode(n.allow),
     json.encode(n.resolve or json.object()))
-  self.egress_filter = process.spawn{ argv = { require("seer.jupyter").seer_binary(), "-e", code },
-                                      stdout = "pipe", stderr = self.state_dir .. "/egress.log" }
-  local line = self.egress_filter:read_line(10000)
+  local argv = { require("seer.jupyter").seer_binary(), "-e", code }
+  local line
+  if self.detached then
+    -- outlives this script with the sandbox, and ends with it (seer.sidecar)
+    self.egress_filter, line = require("seer.sidecar").start{
+      argv = argv, log = self.state_dir .. "/egress.log", keeper_pid = self.keeper_pid, keeper_start = self.keeper_start,
+      ready_timeout_ms = 10000, what = "the sandbox's egress filter" }
+  else
+    self.egress_filter = process.spawn{ argv = argv, stdout = "pipe", stderr = self.state_dir .. "/egress.log" }
+    line = self.egress_filter:read_line(10000)
+  end
   if line ~= "ready" then
     error(("the sandbox's egress filter did not start (%s); its log:\n%s"):format(self.egress_filter:describe_exit(),
       tail(roots(self).state, "egress.log")), 0)
@@ -1338,6 +1365,16 @@ end
 -- Raises the sandbox's end as an error when the keeper has gone: (ok, why).
 function Sandbox:_alive()
   if self.stopped then return false, ("sandbox %s was terminated"):format(self.sandbox_id) end
+  if self.attached then
+    -- a handle from Sandbox.attach: the keeper is another process's child
+    if sb.alive(self.keeper_pid) and sb.start_time(self.keeper_pid) == self.keeper_start then return true end
+    local s = read_json(roots(self).state, "status.json") or {}
+    if s.how == "timeout" then
+      return false, ("the sandbox %s was stopped: its timeout of %s s passed (SandboxConfig.timeout)"):format(self.sandbox_id,
+        tostring(self.config.timeout))
+    end
+    return false, ("the sandbox %s has ended%s"):format(self.sandbox_id, s.how and (" (" .. s.how .. ")") or "")
+  end
   if not self.keeper_status then
     local st = sb.waitpid(self.keeper_pid)
     if st == nil then return true end
@@ -1359,16 +1396,23 @@ end
 
 ---Starts the sandbox: models are fetched (hub cache or download), repos cloned, then sandboxd
 ---starts under bubblewrap and the repos' install commands run inside. Returns self.
----@param opts? {name?: string, workspace?: seerworkspace.Workspace}|string a name, and a Workspace installed into /workspace
+---
+---With `detach = true` the sandbox outlives this script: it keeps running (with its notebook
+---server and kernels) until its `timeout` passes or it is terminated (`sandbox:terminate()`,
+---`seer sandbox terminate ID`, or `Sandbox.attach(id):terminate()` from another script).
+---@param opts? {name?: string, workspace?: seerworkspace.Workspace, detach?: boolean}|string a name, and a Workspace installed into /workspace
 ---@return seersandbox.Sandbox
 function Sandbox:start(opts)
   opts = opts or {}
   if type(opts) == "string" then opts = { name = opts } end
   if type(opts) ~= "table" then error(("start(opts): opts is {name = ..., workspace = ...} or a name, not a %s"):format(type(opts)), 2) end
   for k in pairs(opts) do
-    if k ~= "name" and k ~= "workspace" then
-      error(("start: unknown option %q (options: name, workspace)"):format(tostring(k)), 2)
+    if k ~= "name" and k ~= "workspace" and k ~= "detach" then
+      error(("start: unknown option %q (options: name, workspace, detach)"):format(tostring(k)), 2)
     end
+  end
+  if opts.detach ~= nil and type(opts.detach) ~= "boolean" then
+    error(("start{detach = ...}: detach is true or false, not a %s"):format(type(opts.detach)), 2)
   end
   if opts.workspace ~= nil and (type(opts.workspace) ~= "table" or type(opts.workspace.install) ~= "function") then
     error("start{workspace = ...}: workspace must be a seer.workspace Workspace", 2)
@@ -1382,6 +1426,9 @@ function Sandbox:start(opts)
     pcall(self._teardown, self)
     error(err, 2)
   end
+  -- A detached sandbox is not ended when this script's Lua state closes: only its timeout or a
+  -- terminate ends it.
+  if self.detached then live[self] = nil end
   return self
 end
 
@@ -1420,6 +1467,7 @@ function Sandbox:_start(opts)
 
   self.sandbox_id = sanitize(opts.name or "sandbox") .. "-" .. random_hex(6)
   self.name = opts.name
+  self.detached = opts.detach == true
   self.state_dir = M.state_root() .. "/" .. self.sandbox_id
   self.workspace_dir = self.state_dir .. "/workspace"
   self.run_dir = self.state_dir .. "/run"
@@ -1464,7 +1512,6 @@ function Sandbox:_start(opts)
   self.env = env
   -- bubblewrap's options reach it through fd 3 (--args 3), not its command line: it is pid 1 in
   -- the sandbox, and /proc/1/cmdline would show every host path it mounts.
-  if type(c.network) == "table" then self:_start_egress_filter() end
   local full = self:_bwrap_argv(bwrap, binds)
   local fd_args, command, seen_sep = {}, { full[1], "--args", "3", "--" }, false
   for i = 2, #full do
@@ -1478,16 +1525,15 @@ function Sandbox:_start(opts)
     status = self.state_dir .. "/status.json", state_dir = not c.debug and self.state_dir or nil,
     remove_dirs = not c.debug and self.stage_dirs or nil,
     cgroup = cgroup, rlimits = rl, timeout_ms = math.floor(c.timeout * 1000),
-    disk_image = self.disk_image,
+    disk_image = self.disk_image, detach = self.detached,
   }
+  self.keeper_start = sb.start_time(self.keeper_pid)
   live[self] = true
-  local info = {
-    id = self.sandbox_id, name = self.name, keeper_pid = self.keeper_pid, keeper_start = sb.start_time(self.keeper_pid),
-    owner_pid = process.getpid(), created = os.time(), state_dir = self.state_dir, cgroup = cgroup,
-    endpoint = "ipc://" .. self.run_dir .. "/sandboxd.sock", timeout = c.timeout, network = c.network,
-    models = #c.models, config = tostring(c),
-  }
-  write_private(roots(self).state, "sandbox.json", json.encode(info, { indent = 2 }))
+  -- the filter's socket is in the run folder, which the sandbox reaches once sandboxd is up
+  if type(c.network) == "table" then self:_start_egress_filter() end
+  self.created, self.owner_pid = os.time(), process.getpid()
+  self:_write_info()
+  local info = { endpoint = "ipc://" .. self.run_dir .. "/sandboxd.sock" }
   -- The key, for this user's other processes (seer mcp cli); the state directory itself is not
   -- mounted in the sandbox, and the file is 0600.
   write_private(roots(self).state, "sandboxd.key", self.key)
@@ -1505,6 +1551,7 @@ function Sandbox:_start(opts)
   end
   if type(c.network) == "table" then self:_start_egress_forward() end
   if self.restore_from then self:_restore(self.restore_from) end
+  self:_write_info() -- with the handles (Sandbox.attach rebuilds a handle from it)
   self.start_ms = process.now_ms() - t0
 
   for _, r in ipairs(self.repo_handles) do
@@ -1524,10 +1571,26 @@ function Sandbox:_start(opts)
     end
   end
   if c.execution_mode == "notebook" then
-    local okx, url = pcall(function() return require("seer.execution").server_url() end)
+    local okx, url = pcall(function() return require("seer.execution").server_url(self) end)
     if okx then self.jupyter_url = url end
   end
   return self
+end
+
+-- sandbox.json: what `seer sandbox list` shows and what Sandbox.attach(id) rebuilds a handle
+-- from (in the state folder, which the sandbox cannot reach; 0600).
+function Sandbox:_write_info(extra)
+  local c = self.config
+  local info = {
+    id = self.sandbox_id, name = self.name, keeper_pid = self.keeper_pid, keeper_start = self.keeper_start,
+    owner_pid = self.owner_pid or process.getpid(), created = self.created or os.time(), state_dir = self.state_dir,
+    cgroup = self.cgroup, endpoint = "ipc://" .. self.run_dir .. "/sandboxd.sock", timeout = c.timeout, network = c.network,
+    models = #c.models, config = tostring(c), detached = self.detached, settings = config_table(c),
+    model_handles = self.model_handles, repo_handles = self.repo_handles, sandboxd_pid = self.sandboxd_pid,
+    notebook_server = self.notebook_server,
+  }
+  for k, v in pairs(extra or {}) do info[k] = v end
+  write_private(roots(self).state, "sandbox.json", json.encode(info, { indent = 2 }))
 end
 
 -- Unpacks a snapshot's workspace. The archive is copied into the run folder and extracted
@@ -1553,7 +1616,20 @@ function Sandbox:_teardown()
     self.client:close()
     self.client = nil
   end
-  if self.keeper_pid and not self.keeper_status then
+  if self.attached then
+    -- not our child: signal it (pid and start time checked) and wait for it to be gone; being
+    -- detached, it removes the state folder itself
+    local function ours() return sb.alive(self.keeper_pid) and sb.start_time(self.keeper_pid) == self.keeper_start end
+    if ours() then
+      sb.kill(self.keeper_pid, sb.SIGTERM)
+      local deadline = process.now_ms() + 5000
+      while ours() and process.now_ms() < deadline do process.sleep_ms(5) end
+      if ours() then sb.kill(self.keeper_pid, sb.SIGKILL) end
+      deadline = process.now_ms() + 5000
+      while ours() and process.now_ms() < deadline do process.sleep_ms(5) end
+    end
+    self.keeper_status = { code = -1 }
+  elseif self.keeper_pid and not self.keeper_status then
     sb.kill(self.keeper_pid, sb.SIGTERM)
     local deadline = process.now_ms() + 5000
     while true do
@@ -1778,23 +1854,6 @@ function Sandbox:host_run_path(sandbox_path)
   return self.run_dir .. sandbox_path:sub(#SANDBOX_RUN + 1)
 end
 
-local function config_table(c)
-  local t = {}
-  for k, v in pairs(c) do
-    if type(v) == "table" then
-      local copy = {}
-      for kk, vv in pairs(v) do
-        if type(vv) == "table" then
-          local inner = {}
-          for a, b in pairs(vv) do inner[a] = b end
-          copy[kk] = inner
-        else copy[kk] = vv end
-      end
-      t[k] = copy
-    else t[k] = v end
-  end
-  return t
-end
 
 ---Archives the workspace and the config under the snapshot directory; returns the id.
 ---@param description? string
@@ -1930,6 +1989,55 @@ function M.terminate_id(id)
   if info.cgroup then sb.cgroup_destroy(info.cgroup, 3000) end
   return true
 end
+
+---A handle on a running sandbox by id, from any process of the same user: what
+---`start{detach = true}` left running (a setup script that has exited). It works like the
+---handle `start()` returned: exec, files, sessions (create_notebook_session uses the sandbox's
+---own notebook server), terminate. Its `jupyter_url` is the sandbox's notebook server's, when it
+---has one.
+---@param id string a sandbox id (sandbox.sandbox_id; `seer sandbox list` shows them)
+---@return seersandbox.Sandbox
+function M.attach(id)
+  if type(id) ~= "string" or id == "" then error("Sandbox.attach(id): id must be a sandbox id (seer sandbox list shows them)", 2) end
+  local root = state_root_fs()
+  local info = state_of(root, id)
+  if not info or not info.running then
+    error(("Sandbox.attach: no running sandbox %s (seer sandbox list shows the running ones)"):format(id), 2)
+  end
+  if type(info.settings) ~= "table" or type(info.state_dir) ~= "string" then
+    error(("Sandbox.attach: sandbox %s was started by an older seer; terminate it (seer sandbox terminate %s) and start it again"):format(id, id), 2)
+  end
+  if info.state_dir ~= M.state_root() .. "/" .. id then
+    error(("Sandbox.attach: sandbox %s's record names another folder (%s)"):format(id, tostring(info.state_dir)), 2)
+  end
+  local key, kerr = root:read(id .. "/sandboxd.key", { max = 4096 })
+  if not key then error(("Sandbox.attach: cannot read the key of sandbox %s: %s"):format(id, kerr), 2) end
+  local settings = info.settings
+  settings.gpu_count = settings.gpu and settings.gpu_count or nil
+  local okc, c = pcall(require("seer.environment").SandboxConfig, settings)
+  if not okc then error(("Sandbox.attach: sandbox %s's recorded config does not load: %s"):format(id, c), 2) end
+  local self = setmetatable({ config = c, sandbox_id = id, name = info.name ~= json.null and info.name or nil,
+                              state_dir = info.state_dir, workspace_dir = info.state_dir .. "/workspace",
+                              run_dir = info.state_dir .. "/run", log_dir = info.state_dir .. "/logs",
+                              keeper_pid = info.keeper_pid, keeper_start = info.keeper_start, key = key,
+                              detached = info.detached == true, attached = true, created = info.created,
+                              owner_pid = info.owner_pid, sandboxd_pid = info.sandboxd_pid,
+                              cgroup = type(info.cgroup) == "table" and info.cgroup or nil,
+                              model_handles = type(info.model_handles) == "table" and info.model_handles or {},
+                              repo_handles = type(info.repo_handles) == "table" and info.repo_handles or {},
+                              notebook_server = type(info.notebook_server) == "table" and info.notebook_server or nil },
+                            Sandbox)
+  self.seer_binary = require("seer.jupyter").seer_binary()
+  self.client = M.connect{ endpoint = "ipc://" .. self.run_dir .. "/sandboxd.sock", key = key,
+                           alive = function() return self:_alive() end }
+  if self.notebook_server then
+    local okx, url = pcall(function() return require("seer.execution").server_url(self) end)
+    if okx then self.jupyter_url = url end
+  end
+  return self
+end
+Sandbox.attach = M.attach
+M.Sandbox.attach = M.attach
 
 ---Connects to a running sandbox's sandboxd by id (from any process of the same user).
 ---@param id string

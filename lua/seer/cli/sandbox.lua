@@ -22,7 +22,7 @@ local function list()
   if #all == 0 then print("no running sandboxes"); return 0 end
   print(("%-28s %-8s %-8s %-6s %s"):format("ID", "OWNER", "KEEPER", "AGE", "CONFIG"))
   for _, s in ipairs(all) do
-    print(("%-28s %-8s %-8s %-6s %s"):format(s.id, tostring(s.owner_pid), tostring(s.keeper_pid), age(s.created),
+    print(("%-28s %-8s %-8s %-6s %s"):format(s.id, s.detached and "detached" or tostring(s.owner_pid), tostring(s.keeper_pid), age(s.created),
       (s.config or ""):sub(1, 80)))
   end
   return 0
