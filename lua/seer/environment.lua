@@ -573,7 +573,7 @@ return setmetatable(M, {
     if k == "ScopedSandbox" then
       local ok, mod = pcall(require, "seer.scoped")
       if ok then return mod.ScopedSandbox end
-      error("ScopedSandbox(config):start() is not available yet: it needs the scoped RPC server (seer.rpc, issue 10)", 2)
+      error("ScopedSandbox: seer.scoped failed to load (is the Lua tree complete? SEER_LUA_DIR): " .. tostring(mod), 2)
     end
     error(("seer.environment has no field %s; fields: %s"):format(tostring(k), table.concat(sorted_keys(M), ", ")), 2)
   end,

@@ -333,6 +333,36 @@ function Session:info()
   return check(self:_request("session_info", { session_id = self.session_id }, { timeout_ms = REQUEST_TIMEOUT_MS }), "session:info")
 end
 
+---Installs a workspace into a running session (the reference's `session.setup(workspace)`): its
+---libraries, skills and files go into the session's workspace folder, become `require`-able in
+---the kernel, and its `custom_init_code` runs there (hidden from the notebook).
+---@param workspace seerworkspace.Workspace
+function Session:setup(workspace)
+  if type(workspace) ~= "table" or type(workspace.install) ~= "function" then
+    error("session:setup(workspace): workspace must be a seer.workspace Workspace", 2)
+  end
+  if self.terminated then error("session:setup: the session was terminated", 2) end
+  if self.attached or not self.workspace_dir then
+    error("session:setup: an attached session's workspace is the starting process's; install the workspace there", 2)
+  end
+  local root = self.sandbox and self.sandbox.workspace_dir == self.workspace_dir and self.workspace_dir or nil
+  workspace:install(root or self.workspace_dir)
+  local dir = self.workspace_path or self.workspace_dir
+  local code = ("local p = %q\nif not package.path:find(p, 1, true) then package.path = p .. package.path end")
+    :format(dir .. "/?.lua;" .. dir .. "/?/init.lua;")
+  -- start-up code (init): replayed by restart() like the session's own
+  local function init(c, what)
+    local rr = check(self:_request("execute", { session_id = self.session_id, code = c, hidden = true, init = true },
+                                   { timeout_ms = REQUEST_TIMEOUT_MS * 10 }), "session:setup")
+    if rr.result ~= "ok" then
+      local e = rr.error or {}
+      error(("session:setup: %s failed: %s: %s"):format(what, tostring(e.ename), tostring(e.evalue)), 3)
+    end
+  end
+  init(code, "adding the workspace to package.path")
+  if workspace.custom_init_code and workspace.custom_init_code ~= "" then init(workspace.custom_init_code, "the workspace's custom_init_code") end
+end
+
 ---Stops the kernel; the notebook stays on disk. This process's notebook server ends with its
 ---last session; a server the session attached to (attach_notebook_session) keeps running.
 function Session:terminate()
@@ -514,6 +544,12 @@ end
 function M.create_notebook_session(sandbox, workspace, opts)
   if type(sandbox) ~= "table" or type(sandbox.config) ~= "table" then
     error("create_notebook_session(sandbox, workspace, opts): sandbox must be a started Sandbox (with .config)", 2)
+  end
+  -- execution_mode says what a sandbox is for: CLI gives a shell (create_cli_session) and no
+  -- notebook server; NOTEBOOK starts the notebook server with the sandbox (jupyter_url).
+  if type(sandbox.kernel_launcher) == "function" and sandbox.config.execution_mode == "cli" then
+    error("create_notebook_session: this sandbox was configured with execution_mode = ExecutionMode.CLI (a shell, no "
+      .. "notebook server); use create_cli_session, or set execution_mode = ExecutionMode.NOTEBOOK in its SandboxConfig", 2)
   end
   local models = sandbox.config.models or {}
   for i, m in ipairs(models) do
@@ -786,6 +822,15 @@ function CliSession:exec_lua(code, opts) return self.sandbox:exec_lua(code, opts
 
 ---Ends the session (the sandbox stays: it is the caller's to terminate).
 function CliSession:terminate() self.terminated = true end
+
+---Installs a workspace into the session's sandbox (the reference's `session.setup(workspace)`).
+---@param workspace seerworkspace.Workspace
+function CliSession:setup(workspace)
+  if type(workspace) ~= "table" or type(workspace.install) ~= "function" then
+    error("session:setup(workspace): workspace must be a seer.workspace Workspace", 2)
+  end
+  workspace:install(self.sandbox.workspace_dir)
+end
 
 ---A shell session in a sandbox for an agent: its `mcp_config` serves run_command, run_lua,
 ---read_file, write_file and list_files inside the sandbox (`seer mcp cli`). The workspace's

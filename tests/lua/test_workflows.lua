@@ -1,0 +1,115 @@
+-- The reference's workflows and shapes that join the pieces (issue 20): detached sandboxes seen
+-- from Lua (start{detach = true}, Sandbox.attach), execution_mode's meaning, session:setup,
+-- the GPU fallback a user meets on a machine without one, and debug = true. The whole
+-- setup-then-attach flow with a separate MCP client is tests/integration/test_detached.py.
+local T = require "testing"
+local env = require "seer.environment"
+local ws = require "seer.workspace"
+local exec = require "seer.execution"
+local S = require "seer.sandbox"
+local sb = require "seer.core.sandbox"
+local process = require "seer.process"
+
+local here = seer.script_dir()
+local stories = here .. "/../fixtures/models/stories260K"
+
+local root = T.tmpdir()
+local ffi = require "ffi"
+pcall(ffi.cdef, "int setenv(const char *name, const char *value, int overwrite);")
+ffi.C.setenv("SEER_SANDBOX_DIR", root .. "/sb", 1)
+ffi.C.setenv("SEER_CACHE_DIR", root .. "/cache", 1)
+
+local function need_bwrap()
+  if os.execute("command -v bwrap >/dev/null 2>&1") ~= 0 then T.skip("bubblewrap is not installed (make setup installs it)") end
+end
+
+local function exists(p) return sb.lstat and sb.lstat(p) ~= nil or (io.open(p, "rb") ~= nil) end
+local function is_dir(p) return os.execute("test -d '" .. p .. "'") == 0 end
+
+T.test("start{detach = true}: the sandbox outlives its handle's script, Sandbox.attach reaches it, terminate ends it", function()
+  need_bwrap()
+  T.raises(function() env.Sandbox(env.SandboxConfig{ execution_mode = "cli" }):start{ detach = "yes" } end,
+    "detach is true or false")
+  -- a child script starts it and exits
+  local script = root .. "/setup.lua"
+  local f = assert(io.open(script, "w"))
+  f:write([[
+local env = require "seer.environment"
+local s = env.Sandbox(env.SandboxConfig{ execution_mode = "cli", timeout = 120 }):start{ name = "bg", detach = true }
+s:write_file("note.txt", "left by the setup script")
+print(s.sandbox_id)
+]])
+  f:close()
+  local child = process.spawn{ argv = { require("seer.jupyter").seer_binary(), script }, stdout = "pipe", stderr = "inherit" }
+  local id = child:read_line(30000)
+  T.ok(id and id:match("^bg%-%x+$"), tostring(id))
+  T.ok(child:wait(10000), "the setup script exits")
+  local listed
+  for _, s in ipairs(S.list()) do if s.id == id then listed = s end end
+  T.ok(listed and listed.detached and listed.running, "seer sandbox list shows it running, detached")
+  local h = env.Sandbox.attach(id)
+  T.eq(h:read_file("note.txt"), "left by the setup script")
+  local out = h:exec("echo $((6 * 7))")
+  T.eq(out, "42\n")
+  T.eq(h.config.timeout, 120)
+  h:terminate()
+  T.ok(not is_dir(root .. "/sb/" .. id), "the keeper removed the state folder")
+  T.raises(function() env.Sandbox.attach(id) end, "no running sandbox " .. id, true)
+  T.raises(function() h:exec("true") end, "terminated")
+end)
+
+T.test("execution_mode: a CLI sandbox refuses notebook sessions with the way out; NOTEBOOK starts the live view", function()
+  need_bwrap()
+  local s = env.Sandbox(env.SandboxConfig{ execution_mode = env.ExecutionMode.CLI }):start{ name = "cli-mode" }
+  T.eq(s.jupyter_url, nil)
+  T.raises(function() exec.create_notebook_session(s, nil, { output_dir = root .. "/nb" }) end,
+    "execution_mode = ExecutionMode.CLI")
+  local cli = exec.create_cli_session(s, nil, { name = "sh" })
+  local out = cli:exec_shell("echo ok")
+  T.eq(out, "ok\n")
+  -- session:setup on a CLI session installs into the sandbox's workspace
+  cli:setup(ws.Workspace{ libraries = { ws.Library.from_code("greet", "return { hi = function() return 'hi' end }") } })
+  T.eq(select(1, cli:exec_lua("print(dofile('/workspace/greet.lua').hi())")), "hi\n")
+  s:terminate()
+end)
+
+T.test("session:setup(workspace): libraries become require-able and custom_init_code runs, and both survive restart", function()
+  local s = exec.create_local_notebook_session(nil, { name = "setup", output_dir = root .. "/nb" })
+  T.raises(function() s:setup("nope") end, "workspace must be a seer.workspace Workspace")
+  s:setup(ws.Workspace{
+    libraries = { ws.Library.from_code("helpers", "return { twice = function(x) return 2 * x end }") },
+    custom_init_code = "SETUP_RAN = (SETUP_RAN or 0) + 1",
+  })
+  T.eq(s:exec("print(require('helpers').twice(21), SETUP_RAN)").text, "42\t1\n")
+  s:restart()
+  T.eq(s:exec("print(require('helpers').twice(5), SETUP_RAN)").text, "10\t1\n")
+  -- a failing init says which part failed
+  T.raises(function() s:setup(ws.Workspace{ custom_init_code = "error('boom')" }) end, "custom_init_code failed")
+  s:terminate()
+end)
+
+T.test("gpu on a machine without one: the error names the fallback, and SEER_GPU_FALLBACK=cpu runs it on the CPU", function()
+  need_bwrap()
+  if #S.gpu_devices() > 0 then T.skip("this machine has a GPU") end
+  T.raises(function() env.Sandbox(env.SandboxConfig{ gpu = "A100", execution_mode = "cli" }):start{ name = "gpu" } end,
+    "SEER_GPU_FALLBACK=cpu")
+  ffi.C.setenv("SEER_GPU_FALLBACK", "cpu", 1)
+  local ok, s = pcall(function() return env.Sandbox(env.SandboxConfig{ gpu = "A100", execution_mode = "cli" }):start{ name = "gpu" } end)
+  ffi.C.setenv("SEER_GPU_FALLBACK", "", 1)
+  T.ok(ok, tostring(s))
+  T.eq(s:exec("echo cpu"), "cpu\n")
+  s:terminate()
+end)
+
+T.test("debug = true keeps the sandbox's folder after terminate and says where", function()
+  need_bwrap()
+  local s = env.Sandbox(env.SandboxConfig{ execution_mode = "cli", debug = true }):start{ name = "dbg" }
+  s:write_file("kept.txt", "still here")
+  local dir = s.state_dir
+  s:terminate()
+  local f = io.open(dir .. "/workspace/kept.txt", "rb")
+  T.ok(f, "debug keeps " .. dir)
+  T.eq(f:read("*a"), "still here")
+  f:close()
+  os.execute("rm -rf '" .. dir .. "'")
+end)
