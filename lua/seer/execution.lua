@@ -460,6 +460,8 @@ local function create(workspace, opts, models, sandbox)
     kernel_dir = workspace_dir
   end
   process.mkdir_p(workspace_dir)
+  -- a scoped library of another sandbox reaches its server through a relay into this one
+  if launcher then workspace = require("seer.rpc.relay").for_sandbox(workspace, sandbox) end
   workspace:install(workspace_dir)
   -- secrets: variables of this process the kernel gets exactly as listed (the notebook server
   -- itself runs without the LLM keys); a listed one that is not set is an error, as in

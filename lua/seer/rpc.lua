@@ -619,7 +619,11 @@ function Server:library(name)
   local ws = require "seer.workspace"
   local fns = self:functions()
   local code = M.client_code(name, fns, self.connection_file)
-  return ws.Library{ name = name, files = { [name .. ".lua"] = code }, docs = M.prompt_text(name, fns):gsub("^## [^\n]*\n\n", "") }
+  local lib = ws.Library{ name = name, files = { [name .. ".lua"] = code }, docs = M.prompt_text(name, fns):gsub("^## [^\n]*\n\n", "") }
+  -- installed into another sandbox (a notebook session there), the library is rebuilt to reach
+  -- this server through a relay (seer.rpc.relay)
+  rawset(lib, "rpc", { server = self })
+  return lib
 end
 
 ---The MCP server entry for agents (expose_as = "mcp"): `{[name] = {type = "stdio", command, args, env}}`

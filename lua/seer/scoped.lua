@@ -141,6 +141,7 @@ function Scoped:serve(file, opts)
               spawn = self:_spawn(copy) }
   local ok, exposed, srv = pcall(rpc.serve, file, o)
   if not ok then error(exposed, 2) end
+  srv.sandbox_id = self.sandbox.sandbox_id
   self.servers[#self.servers + 1] = srv
   return exposed, srv
 end

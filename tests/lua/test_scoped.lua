@@ -90,6 +90,39 @@ T.test("scoped: MCP tools through the MCP client, prompt and skill outputs", fun
   T.contains(skill.files["SKILL.md"], "name: skill_tools")
 end)
 
+T.test("scoped: the same library from a notebook session in a second sandbox (through a relay, signed end to end)", function()
+  local s = get()
+  local lib = s:serve(fixtures .. "interface.lua", { expose_as = "library", name = "cross_tools" })
+  local other = env.Sandbox(env.SandboxConfig{ execution_mode = "notebook" }):start{ name = "consumer" }
+  local ok, err = pcall(function()
+    local session = exec.create_notebook_session(other, ws.Workspace{ libraries = { lib } },
+                                                 { name = "cross", output_dir = root .. "/cross-nb" })
+    -- the kernel runs in `other`: the scoped sandbox's run folder is not there, the relay's socket is
+    local r = session:exec("local t = require('cross_tools'); local i = t.get_model_info()\n"
+      .. "print(i.num_layers, i.hidden_size, io.open(" .. ("%q"):format(s.sandbox.run_dir .. "/rpc/cross_tools.json") .. ") == nil, os.getenv('SEER_SANDBOX_ID'))")
+    T.eq(r.text, ("5\t64\ttrue\t%s\n"):format(other.sandbox_id))
+    -- an error raised in the scoped sandbox comes back through the relay
+    r = session:exec("print(pcall(require('cross_tools').generate, {}))", { raise = false })
+    T.contains(r.text, "false")
+    -- a forged message (wrong key) sent to the relay's socket gets no answer: the server checks
+    -- signatures, the relay only forwards
+    local probe = session:exec([[
+local f = io.popen('ls ]] .. other.run_dir .. [[/rpc-relay/')
+local names = f:read('*a') f:close()
+local json = names:match('(cross_tools%-%w+%.json)')
+local c = seer.json.decode(io.open(']] .. other.run_dir .. [[/rpc-relay/' .. json):read('*a'))
+c.key = string.rep('x', 64)
+local tmp = os.tmpname() local g = io.open(tmp, 'w') g:write(seer.json.encode(c)) g:close()
+local client = require('seer.rpc').connect(tmp, { name = 'forged' })
+local ok, e = pcall(client.hello, client, 2)
+print(ok, e ~= nil)]], { raise = false })
+    T.eq(probe.text, "false\ttrue\n")
+    session:terminate()
+  end)
+  other:terminate()
+  if not ok then error(err, 0) end
+end)
+
 T.test("scoped: terminate stops the servers with the sandbox", function()
   local s = get()
   local id = s.sandbox_id
