@@ -65,3 +65,17 @@ T.test("shell = true adds run_command, run in the workspace", function()
   if not ok then error(err, 0) end
   T.raises(function() exec.create_local_session{ workspace = W.Workspace{}, workspace_dir = dir, shel = true } end, 'unknown field "shel"', true)
 end)
+
+T.test("SEER_MCP_TOKEN in the environment does not stop stdio servers (it is for --http); --token without --http still does", function()
+  local SEER = require("seer.jupyter").seer_binary()
+  for _, args in ipairs({ { "mcp", "notebook", "--output-dir", dir .. "/nb" }, { "mcp", "local", "--workspace", dir .. "/ws3" } }) do
+    os.execute("mkdir -p '" .. dir .. "/ws3'")
+    local c = mcp.connect({ srv = { type = "stdio", command = SEER, args = args, env = { SEER_MCP_TOKEN = "set-for-http" } } },
+                          { timeout = 30 })
+    local ok, err = pcall(function() T.ok(#c:tools() > 0, table.concat(args, " ")) end)
+    c:close()
+    if not ok then error(err, 0) end
+  end
+  local out = io.popen(("'%s' mcp notebook --token abc </dev/null 2>&1"):format(SEER)):read("*a")
+  T.contains(out, "--token and --allow-origin only apply with --http")
+end)

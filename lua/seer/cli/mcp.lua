@@ -56,6 +56,10 @@ end
 -- The HTTP options every server takes: --http HOST:PORT split, --token/--allow-origin only with it.
 local function check_http_options(o)
   if o.token == "" then o.token = nil end
+  -- SEER_MCP_TOKEN is for HTTP servers: a stdio server started where it is set ignores it
+  -- (only an explicit --token without --http is a mistake worth an error)
+  if o.http and not o.token and o.token_env and o.token_env ~= "" then o.token = o.token_env end
+  o.token_env = nil
   if o.http then
     local host, port = o.http:match("^%[?([^%]]*)%]?:(%d+)$")
     if not host or host == "" or tonumber(port) > 65535 then usage_error("--http needs HOST:PORT, e.g. 127.0.0.1:8765") end
@@ -68,7 +72,7 @@ end
 
 local function parse_notebook_args(args)
   local o = { session_id = os.getenv("SEER_SESSION_ID"), jupyter_url = os.getenv("SEER_NOTEBOOK_URL"),
-              output_dir = os.getenv("SEER_NOTEBOOK_OUTPUT_DIR"), token = os.getenv("SEER_MCP_TOKEN"),
+              output_dir = os.getenv("SEER_NOTEBOOK_OUTPUT_DIR"), token_env = os.getenv("SEER_MCP_TOKEN"),
               allow_origins = {} }
   for a, value in require("seer.cli.args").options(args, usage_error) do
     if a == "--session-id" then o.session_id = value()
@@ -154,7 +158,7 @@ end
 
 
 local function parse_rpc_args(args)
-  local o = { connection_file = os.getenv("SEER_RPC_CONNECTION_FILE"), token = os.getenv("SEER_MCP_TOKEN"),
+  local o = { connection_file = os.getenv("SEER_RPC_CONNECTION_FILE"), token_env = os.getenv("SEER_MCP_TOKEN"),
               allow_origins = {} }
   for a, value in require("seer.cli.args").options(args, usage_error) do
     if a == "--connection-file" then o.connection_file = value()
@@ -220,7 +224,7 @@ end
 local function rpc(args) return run_server("rpc", M.rpc_server, parse_rpc_args(args)) end
 
 local function parse_cli_args(args)
-  local o = { allow_origins = {} }
+  local o = { allow_origins = {}, token_env = os.getenv("SEER_MCP_TOKEN") }
   for a, value in require("seer.cli.args").options(args, usage_error) do
     if a == "--sandbox" then o.sandbox_id = value()
     elseif a == "--max-output" then
@@ -255,7 +259,7 @@ end
 local function cli(args) return run_server("cli", M.cli_server, parse_cli_args(args)) end
 
 local function parse_local_args(args)
-  local o = { allow_origins = {} }
+  local o = { allow_origins = {}, token_env = os.getenv("SEER_MCP_TOKEN") }
   for a, value in require("seer.cli.args").options(args, usage_error) do
     if a == "--workspace" then o.workspace = value()
     elseif a == "--shell" then o.shell = true
