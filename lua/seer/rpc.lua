@@ -516,9 +516,33 @@ function Server:close()
   -- The server removes its key file itself; this covers a server that never got that far.
   -- The folder (0700, from mkdtemp) stays for the log, which Server:logs may still read.
   os.remove(self.connection_file)
+  if self.host_connection then
+    os.remove(self.host_connection)
+    os.remove(self.host_connection_dir)
+  end
 end
 
 -- ---- what agents get ---------------------------------------------------------------------------
+
+-- The connection file the clients handed out (library, skill, mcp_config) read. For a server
+-- in a sandbox, the server's own file is in the sandbox's run folder, which code in the sandbox
+-- can rewrite (another endpoint, another key) after the host checked it: clients in other
+-- processes would follow. They get a copy instead, written from what this process already
+-- validated, in a private host folder (0700, the file 0600), removed by close().
+function Server:client_connection_file()
+  if not self.root then return self.connection_file end
+  if self.host_connection then return self.host_connection end
+  local info = self.client and self.client.info
+  if type(info) ~= "table" then error(("rpc: %s has no validated connection to hand out"):format(self.name), 0) end
+  local copy = {}
+  for _, k in ipairs({ "key", "signature_scheme", "transport", "endpoint", "control_endpoint", "name", "pid" }) do
+    if info[k] ~= nil and info[k] ~= json.null then copy[k] = info[k] end
+  end
+  self.host_connection_dir = process.mkdtemp("/tmp/seer-rpclib-")
+  self.host_connection = self.host_connection_dir .. "/" .. self.name .. ".json"
+  wire.write_connection(self.host_connection, copy)
+  return self.host_connection
+end
 
 local function doc_lines(f)
   local out = {}
@@ -618,7 +642,7 @@ function Server:library(name)
   name = name or self.name
   local ws = require "seer.workspace"
   local fns = self:functions()
-  local code = M.client_code(name, fns, self.connection_file)
+  local code = M.client_code(name, fns, self:client_connection_file())
   local lib = ws.Library{ name = name, files = { [name .. ".lua"] = code }, docs = M.prompt_text(name, fns):gsub("^## [^\n]*\n\n", "") }
   -- installed into another sandbox (a notebook session there), the library is rebuilt to reach
   -- this server through a relay (seer.rpc.relay)
@@ -632,6 +656,14 @@ end
 ---@return table
 function Server:mcp_config(name)
   name = name or self.name
+  if self.root then
+    -- a server in a sandbox: the endpoints and key this process validated, in the entry's
+    -- environment (which the host writes), not a file the sandbox could rewrite
+    local info = self.client.info
+    return { [name] = { type = "stdio", command = seer_binary(), args = { "mcp", "rpc", "--name", name },
+                        env = { SEER_RPC_ENDPOINT = info.endpoint, SEER_RPC_KEY = info.key,
+                                SEER_RPC_CONTROL_ENDPOINT = type(info.control_endpoint) == "string" and info.control_endpoint or nil } } }
+  end
   return { [name] = { type = "stdio", command = seer_binary(),
                       args = { "mcp", "rpc", "--connection-file", self.connection_file, "--name", name }, env = {} } }
 end
@@ -666,7 +698,7 @@ function Server:skill(name)
     "Errors raised inside a function come back as Lua errors with the remote traceback.", "",
   }, "\n")
   return ws.Skill{ name = name, description = description,
-                   files = { ["SKILL.md"] = md, [name .. ".lua"] = M.client_code(name, fns, self.connection_file) } }
+                   files = { ["SKILL.md"] = md, [name .. ".lua"] = M.client_code(name, fns, self:client_connection_file()) } }
 end
 
 local servers = {}

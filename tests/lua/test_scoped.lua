@@ -123,6 +123,37 @@ print(ok, e ~= nil)]], { raise = false })
   if not ok then error(err, 0) end
 end)
 
+T.test("scoped: the sandbox rewriting its connection file does not move the host's clients (library, mcp_config)", function()
+  local s = get()
+  local lib, srv = s:serve(fixtures .. "interface.lua", { expose_as = "library", name = "pinned_tools" })
+  local cfg = srv:mcp_config()
+  -- code in the scoped sandbox replaces its server's connection file: another endpoint, another key
+  local own = srv.connection_file
+  local out, r = s:exec(("printf '%%s' '{\"key\":\"%s\",\"signature_scheme\":\"hmac-sha256\",\"transport\":\"tcp\",\"endpoint\":\"tcp://127.0.0.1:9\",\"pid\":1}' > %s.new && mv %s.new %s")
+    :format(("k"):rep(64), own, own, own))
+  T.eq(r.exit_code, 0, out)
+  T.contains(seer.read_file(own), "tcp://127.0.0.1:9")
+  -- what the host handed out is a private copy made from what it validated
+  local copy = lib.files["pinned_tools.lua"]:match('or "(/tmp/seer%-rpclib%-[^"]+)"')
+  T.ok(copy, "the library reads a private copy")
+  T.eq(cfg.pinned_tools.args, { "mcp", "rpc", "--name", "pinned_tools" })
+  T.eq(cfg.pinned_tools.env.SEER_RPC_ENDPOINT, "ipc://" .. own:gsub("%.json$", ".sock"))
+  local mc = require("seer.mcp.client").connect(cfg, { timeout = 60 })
+  local okc, errc = pcall(function()
+    local r = mc:call("get_model_info", {})
+    T.eq(r.isError, false)
+    T.contains(r.content[1].text, '"num_layers":5')
+  end)
+  mc:close()
+  if not okc then error(errc, 0) end
+  local session = exec.create_local_session(ws.Workspace{ libraries = { lib } }, root .. "/work-pinned", "pinned")
+  local res = io.popen(("cd '%s' && '%s' -e 'print(require(\"pinned_tools\").get_model_info().num_layers)' 2>&1")
+    :format(session.workspace_dir, SEER)):read("*a")
+  T.eq(res, "5\n")
+  srv:close()
+  T.ok(not io.open(copy), "close() removes the copy")
+end)
+
 T.test("scoped: terminate stops the servers with the sandbox", function()
   local s = get()
   local id = s.sandbox_id

@@ -175,6 +175,10 @@ local function parse_rpc_args(args)
   -- SEER_RPC_ENDPOINT + SEER_RPC_KEY (environment only) say where the server is without a file
   -- the sandbox could rewrite.
   o.endpoint, o.key = os.getenv("SEER_RPC_ENDPOINT"), os.getenv("SEER_RPC_KEY")
+  o.control_endpoint = os.getenv("SEER_RPC_CONTROL_ENDPOINT") -- optional: where cancellations go
+  if o.control_endpoint and not o.control_endpoint:match("^ipc://") and not o.control_endpoint:match("^tcp://") then
+    usage_error("SEER_RPC_CONTROL_ENDPOINT must be ipc://... or tcp://...")
+  end
   if o.endpoint == "" then o.endpoint = nil end
   if o.key == "" then o.key = nil end
   if (o.endpoint == nil) ~= (o.key == nil) then usage_error("SEER_RPC_ENDPOINT and SEER_RPC_KEY go together") end

@@ -88,13 +88,14 @@ M.read_connection = read_connection
 
 ---Connects to the server and adds one tool per exposed function to srv.
 ---@param srv table a seer.mcp.server
----@param o {connection_file?: string, endpoint?: string, key?: string, name?: string, timeout?: number, load_timeout?: number}
+---@param o {connection_file?: string, endpoint?: string, key?: string, control_endpoint?: string, name?: string, timeout?: number, load_timeout?: number}
 ---@return table client the seer.rpc client
 function M.install(srv, o)
   -- Endpoint and key from the environment (what the host knows) when given; else the file.
   local info
   if o.endpoint and o.key then
-    info = { endpoint = o.endpoint, key = o.key, signature_scheme = "hmac-sha256", transport = o.endpoint:match("^(%a+)://") }
+    info = { endpoint = o.endpoint, key = o.key, signature_scheme = "hmac-sha256", transport = o.endpoint:match("^(%a+)://"),
+             control_endpoint = o.control_endpoint }
   else
     info = read_connection(o.connection_file)
   end
