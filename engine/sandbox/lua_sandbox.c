@@ -337,6 +337,8 @@ static int l_listdir(lua_State *L) {
             lua_setfield(L, -2, "size");
             lua_pushnumber(L, (lua_Number)st.st_mtim.tv_sec + st.st_mtim.tv_nsec / 1e9);
             lua_setfield(L, -2, "mtime");
+            lua_pushnumber(L, (lua_Number)st.st_uid);
+            lua_setfield(L, -2, "uid");
         }
         lua_pushstring(L, type);
         lua_setfield(L, -2, "type");

@@ -113,3 +113,35 @@ T.test("debug = true keeps the sandbox's folder after terminate and says where",
   f:close()
   os.execute("rm -rf '" .. dir .. "'")
 end)
+
+T.test("a script that ends without terminating its sessions (or with an error) leaves no notebook-server folder; stale ones are swept", function()
+  local script = root .. "/leave.lua"
+  local f = assert(io.open(script, "w"))
+  f:write(([[
+local s = seer.execution.create_local_notebook_session(nil, { output_dir = %q })
+print(s:exec("print(6 * 7)").text:gsub("\n", ""), seer.execution._server_endpoint())
+io.stdout:flush()
+if arg[1] == "err" then error("ends with an error") end
+]]):format(root .. "/leave-nb"))
+  f:close()
+  for _, how in ipairs({ "ok", "err" }) do
+    local p = io.popen(("'%s' '%s' %s 2>/dev/null"):format(require("seer.jupyter").seer_binary(), script, how))
+    local line = p:read("*l")
+    p:close()
+    local answer, ep = line:match("^(%S+)%s+(%S+)$")
+    T.eq(answer, "42")
+    local dir = ep:match("^ipc://(/tmp/seer%-notebook%-%w+)/api%.sock$")
+    T.ok(dir, ep)
+    T.ok(not is_dir(dir), how .. ": " .. dir .. " is left")
+  end
+  -- a folder a killed server left (no listener, older than a minute) goes at the next start;
+  -- one whose server listens stays
+  local stale = process.mkdtemp("/tmp/seer-notebook-")
+  seer.write_file(stale .. "/kernel-x.log", "left")
+  os.execute(("touch -d '2 minutes ago' '%s'"):format(stale))
+  local s = exec.create_local_notebook_session(nil, { output_dir = root .. "/leave-nb" })
+  T.ok(not is_dir(stale), "the stale folder was swept")
+  local mine = exec._server_endpoint():match("^ipc://(.*)/api%.sock$")
+  T.ok(is_dir(mine), "the running server's folder stays")
+  s:terminate()
+end)
