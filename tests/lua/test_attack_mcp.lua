@@ -568,9 +568,13 @@ mcp_attack{
     scoped_sb = scoped_sb or env.ScopedSandbox(env.SandboxConfig{ execution_mode = "cli", models = {} }):start{ name = "mcp-scoped" }
     local iface = A.root .. "/hello_iface.lua"
     seer.write_file(iface, "---Says hello.\n---@return string\nfunction expose.hello() return 'hi' end\n")
-    local cfg = scoped_sb:serve(iface, { expose_as = "mcp", name = "hello" })
-    local conn = cfg.hello.args[4]
-    T.ok(conn and conn:match("%.json$"), "the connection file: " .. tostring(conn))
+    local given, srv = scoped_sb:serve(iface, { expose_as = "mcp", name = "hello" })
+    -- the entry the host hands out names no file the sandbox can write (its endpoint and key
+    -- are in its environment); a user may still point seer mcp rpc at the server's own file
+    local conn = srv.connection_file
+    for _, a in ipairs(given.hello.args) do T.ok(a ~= conn, "the mcp entry names the sandbox's connection file") end
+    local cfg = { hello = { type = "stdio", command = given.hello.command,
+                            args = { "mcp", "rpc", "--connection-file", conn, "--name", "hello" }, env = {} } }
     -- control: the entry works as given
     local c = mcp.connect(cfg, { timeout = 60 })
     T.eq(ok_call(call(c, "hello", {})).text, "hi")
@@ -587,6 +591,10 @@ mcp_attack{
     T.ok(not ok, "seer mcp rpc started from a planted link")
     T.contains(tostring(err), "without following links")
     T.ok(not tostring(err):find("host secret", 1, true), "the host file's content reached the error: " .. tostring(err))
+    -- the entry the host gave is not moved by the link
+    c = mcp.connect(given, { timeout = 60 })
+    T.eq(ok_call(call(c, "hello", {})).text, "hi")
+    c:close()
   end,
 }
 
@@ -597,8 +605,10 @@ mcp_attack{
     scoped_sb = scoped_sb or env.ScopedSandbox(env.SandboxConfig{ execution_mode = "cli", models = {} }):start{ name = "mcp-scoped" }
     local iface = A.root .. "/hello2_iface.lua"
     seer.write_file(iface, "---Says hello.\n---@return string\nfunction expose.hello2() return 'hi' end\n")
-    local cfg, srv = scoped_sb:serve(iface, { expose_as = "mcp", name = "hello2" })
-    local conn = cfg.hello2.args[4]
+    local given, srv = scoped_sb:serve(iface, { expose_as = "mcp", name = "hello2" })
+    local conn = srv.connection_file
+    local cfg = { hello2 = { type = "stdio", command = given.hello2.command,
+                             args = { "mcp", "rpc", "--connection-file", conn, "--name", "hello2" }, env = {} } }
     local orig = json.decode(seer.read_file(conn))
     for _, ep in ipairs{ "tcp://exfil-0123456789abcdef.invalid:80", "tcp://10.255.255.1:9", "ipc:///tmp/elsewhere.sock",
                          "ipc://" .. conn:match("^(.*)/") .. "/../../../x.sock" } do
@@ -615,6 +625,10 @@ mcp_attack{
     local e = { type = "stdio", command = cfg.hello2.command, args = { "mcp", "rpc", "--name", "hello2" },
                 env = { SEER_RPC_ENDPOINT = srv.client.info.endpoint, SEER_RPC_KEY = srv.client.info.key } }
     local c = mcp.connect({ hello2 = e }, { timeout = 60 })
+    T.eq(ok_call(call(c, "hello2", {})).text, "hi")
+    c:close()
+    -- which is what the entry the host hands out does: the rewritten file does not move it
+    c = mcp.connect(given, { timeout = 60 })
     T.eq(ok_call(call(c, "hello2", {})).text, "hi")
     c:close()
   end,
