@@ -17,6 +17,7 @@ local X = require "seer.experiment"
 
 local here = seer.script_dir()
 local run = X.run{ name = "interactive-convincing-game", dir = here }
+X.user_turns(run) -- the follow-ups' file, if any, is read (or refused) before anything starts
 
 local config = run.small and env.SandboxConfig{
   execution_mode = env.ExecutionMode.NOTEBOOK,

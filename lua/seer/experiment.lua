@@ -94,6 +94,8 @@ end
 ---@field provider string "claude", "replay", ...
 ---@field replay? string the recorded agent (small profile without an API key, or SEER_REPLAY)
 ---@field replay_agent? string under `seer replay`: the name of the agent whose turns are replayed
+---@field user_turns? string[]|false an interactive agent's scripted follow-ups (M.user_turns); false: the terminal
+---@field user_turns_source? string the file they came from
 ---@field args string[] the script's arguments
 ---@field flags table<string, boolean> the experiment's own flags that were given (without "--")
 ---@field out_dir string this run's folder (outputs/<name>-<time>)
@@ -307,18 +309,26 @@ end
 
 ---Where the user's follow-ups of an interactive agent come from: SEER_USER_TURNS (a file, one
 ---message a line), else under `seer replay` the recorded user messages, else in the small profile
----with the scripted agent `<dir>/replay/small_user.txt`; nil: the terminal (or stdin).
+---with the scripted agent `<dir>/replay/small_user.txt`; nil: the terminal (or stdin). Read once
+---per run (call it early to refuse a bad file before anything starts).
 ---@param run seerexperiment.Run
 ---@return string[]|nil lines, string|nil source
 function M.user_turns(run)
-  local env_turns = os.getenv("SEER_USER_TURNS")
-  if env_turns and env_turns ~= "" then return read_user_turns(env_turns, "SEER_USER_TURNS=" .. env_turns), env_turns end
-  if run.replay_agent then return recorded_user_turns(run.replay), run.replay end
-  if run.small and run.provider == "replay" then
-    local p = run.dir .. "/replay/small_user.txt"
-    return read_user_turns(p, run.name), p
+  if run.user_turns == nil then
+    local lines, source = false, nil
+    local env_turns = os.getenv("SEER_USER_TURNS")
+    if env_turns and env_turns ~= "" then
+      lines, source = read_user_turns(env_turns, "SEER_USER_TURNS=" .. env_turns), env_turns
+    elseif run.replay_agent then
+      lines, source = recorded_user_turns(run.replay), run.replay
+    elseif run.small and run.provider == "replay" then
+      source = run.dir .. "/replay/small_user.txt"
+      lines = read_user_turns(source, run.name)
+    end
+    run.user_turns, run.user_turns_source = lines, source
   end
-  return nil
+  if not run.user_turns then return nil end
+  return run.user_turns, run.user_turns_source
 end
 
 -- The chat as markdown: each user message, then the agent's text and tool calls.
