@@ -389,17 +389,27 @@ function M.agent_interactive(run, opts)
     return ledger_fn(m)
   end
   local h = require "seer.harness"
-  if not lines then return h.run_agent_interactive(o), chat_path end
-  -- the harness reads follow-ups with io.read: give it the scripted lines as its input
-  local tmp = assert(io.tmpfile())
-  for _, l in ipairs(lines) do tmp:write(l, "\n") end
-  tmp:seek("set")
-  local saved = io.input()
-  io.input(tmp)
+  local tmp, saved
+  if lines then
+    -- the harness reads follow-ups with io.read: give it the scripted lines as its input
+    tmp = assert(io.tmpfile())
+    for _, l in ipairs(lines) do tmp:write(l, "\n") end
+    tmp:seek("set")
+    saved = io.input()
+    io.input(tmp)
+  end
   local ok, r = pcall(h.run_agent_interactive, o)
-  io.input(saved)
-  tmp:close()
-  if not ok then error(r, 0) end
+  if tmp then
+    io.input(saved)
+    tmp:close()
+  end
+  if not ok then
+    -- Ctrl-C or a failure: the harness ended the transcript; the conversation says so too
+    local why = tostring(r):match("interrupted$") and "interrupted" or ("error: " .. tostring(r):match("^[^\n]*"))
+    entries[#entries + 1] = { who = "note", text = "(the chat ended: " .. why .. ")" }
+    pcall(save)
+    error(r, 0)
+  end
   r.user_turns = source
   return r, chat_path
 end

@@ -352,6 +352,97 @@ T.test("interactive-convincing-game: a chat the user ends early keeps its transc
   T.contains(text, "SEER_USER_TURNS=/nonexistent/turns.txt: cannot read the user's turns")
 end)
 
+-- Drives the convincing game on a pseudo-terminal, as a person would, and presses Ctrl-C while
+-- a cell runs; prints what it saw as JSON (the output, the exit status, the processes of the
+-- run's session still alive after it).
+local CTRL_C_DRIVER = [==[
+import json, os, pty, select, sys, time
+root, out = sys.argv[1], sys.argv[2]
+env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
+env.update(SEER_REPLAY=out + "/slow.jsonl", SEER_OUT=out, SEER_SANDBOX_DIR=out + "/sb", SEER_USER_TURNS=out + "/turns.txt")
+pid, fd = pty.fork()
+if pid == 0:
+    os.chdir(root)
+    os.execve(sys.argv[3], [sys.argv[3], "experiments/interactive-convincing-game/main.lua", "--small"], env)
+text, sent, t0 = b"", None, time.time()
+while time.time() - t0 < 60:
+    r, _, _ = select.select([fd], [], [], 0.2)
+    if r:
+        try:
+            d = os.read(fd, 4096)
+        except OSError:
+            break
+        if not d:
+            break
+        text += d
+    if sent is None and b"[tool] execute_code" in text:
+        time.sleep(1.0)
+        os.write(fd, b"\x03")
+        sent = time.time()
+_, st = os.waitpid(pid, 0)
+took = time.time() - (sent or time.time())
+left = []
+for _ in range(30):  # the run's session: the sandbox's processes must be gone with the run
+    left = []
+    for p in os.listdir("/proc"):
+        try:
+            stat = open("/proc/%s/stat" % p).read()
+            if int(stat.rsplit(")", 1)[1].split()[3]) == pid:
+                left.append(open("/proc/%s/cmdline" % p).read().replace("\0", " "))
+        except (OSError, ValueError, IndexError):
+            pass
+    if not left:
+        break
+    time.sleep(0.1)
+print(json.dumps({"text": text.decode(errors="replace"), "status": os.waitstatus_to_exitcode(st),
+                  "sent": sent is not None, "after_ctrl_c_s": took, "left": left}))
+]==]
+
+T.test("interactive-convincing-game: Ctrl-C during a cell ends the run cleanly: transcript, conversation, no sandbox left", function()
+  if not have_bwrap() then T.skip("bubblewrap is not installed (make setup installs it)") end
+  local out = T.tmpdir()
+  -- a recorded agent whose one cell runs for 20 s
+  local S = "rec00001"
+  local slow = {
+    { type = "run_start", agent = "interactive-convincing-game", model = "scripted", mcp_sessions = { notebook = S } },
+    { type = "user", text = "Start" },
+    { type = "assistant", stop_reason = "tool_use", message = { role = "assistant", content = {
+      { type = "text", text = "A slow cell." },
+      { type = "tool_use", id = "toolu_slow", name = "execute_code",
+        input = { session_id = S, code = "local t = os.clock() + 20 while os.clock() < t do end print('finished')" } } } } },
+    { type = "assistant", stop_reason = "end_turn", message = { role = "assistant", content = { { type = "text", text = "Done." } } } },
+  }
+  local lines = {}
+  for i, e in ipairs(slow) do lines[i] = json.encode(e) end
+  seer.write_file(out .. "/slow.jsonl", table.concat(lines, "\n") .. "\n")
+  seer.write_file(out .. "/turns.txt", "never sent\n")
+  seer.write_file(out .. "/drive.py", CTRL_C_DRIVER)
+  local p = io.popen(("python3 '%s/drive.py' '%s' '%s' '%s' 2>&1"):format(out, root, out, SEER))
+  local raw = p:read("*a")
+  p:close()
+  local ok, r = pcall(json.decode, raw:match("[^\n]*$") ~= "" and raw:match("[^\n]*$") or raw:match("([^\n]*)\n$"))
+  T.ok(ok and type(r) == "table", raw)
+  T.ok(r.sent, "the cell never started:\n" .. r.text)
+  T.eq(r.status, 130, r.text)
+  T.ok(r.after_ctrl_c_s < 15, ("the run took %.1f s to end after Ctrl-C"):format(r.after_ctrl_c_s))
+  T.eq(r.left, {}, "processes of the run survived it")
+  T.ok(not r.text:find("[result] finished", 1, true), "the cell ran to its end: Ctrl-C did not stop it")
+  local ls = io.popen(("ls -d '%s'/interactive-convincing-game-*"):format(out))
+  local dir = ls:read("*l")
+  ls:close()
+  T.ok(dir, r.text)
+  local tp = io.popen(("ls '%s'/*.jsonl"):format(dir))
+  local transcript = tp:read("*l")
+  tp:close()
+  local events = read_lines(transcript)
+  T.eq(events[#events].type, "result")
+  T.eq(events[#events].reason, "interrupted")
+  local chat = seer.read_file(dir .. "/conversation.md")
+  T.contains(chat, "- tool call: `execute_code`")
+  T.ok(chat:find("_%(the chat ended: interrupted%)_\n*$"), chat)
+  T.ok(not chat:find("never sent", 1, true), chat)
+end)
+
 T.test("seer replay: the demo's investigation replays identically; an edited recorded output is reported as a diff", function()
   local _, code, dir = run_experiment("introspection")
   T.eq(code, 0)
