@@ -41,7 +41,8 @@ local session
 local ok, err = pcall(function()
   session = exec.create_notebook_session(sandbox, workspace, { name = "convincing-game", output_dir = run.out_dir })
   local task = run.task
-  local prompt = X.prompt(session, task .. "\n\nUse the notebook MCP server as your main execution environment.")
+  local prompt = X.prompt(session, workspace:get_library_docs() .. "\n\n" .. task
+    .. "\n\nUse the notebook MCP server as your main execution environment.")
 
   local result, conversation = X.agent_interactive(run, {
     prompt = prompt,

@@ -325,6 +325,12 @@ T.test("interactive-convincing-game --small: a chat, the follow-ups sent between
   T.contains(md, "Verdict: " .. r.verdict)
   T.contains(md, ("| Claude | %d | %d | %d |"):format(r.identities.Claude.n, r.identities.Claude.prompted, r.identities.Claude.control))
   T.contains(md, "4 user messages, 4 responses")
+  -- seer replay: the recorded user's follow-ups are sent again, and every cell gives the same output
+  local rp = io.popen(("cd '%s' && env -u ANTHROPIC_API_KEY '%s' replay '%s' </dev/null 2>&1; echo \"exit=$?\""):format(root, SEER, s.agent.transcript))
+  local replayed = rp:read("*a")
+  rp:close()
+  T.contains(replayed, "7 of 7 calls identical")
+  T.contains(replayed, "exit=0")
 end)
 
 T.test("interactive-convincing-game: a chat the user ends early keeps its transcript and conversation; a missing turns file is refused", function()
