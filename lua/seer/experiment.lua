@@ -8,6 +8,7 @@
 ---   local models = run.small and { ... stories260K ... } or { ... gemma ... }
 ---   local prompt = X.prompt(session, run.task)
 ---   local agent = X.agent(run, { prompt = prompt, mcp_config = session.mcp_config })
+---   local chat = X.agent_interactive(run, { prompt = prompt, mcp_config = ..., user_message = "..." })
 ---@class seerexperiment
 local M = {}
 
@@ -360,7 +361,15 @@ function M.agent_interactive(run, opts)
   local chat_path = run.out_dir .. "/conversation.md"
   local entries, first = {}, true
   local echo = lines ~= nil or not require("seer.core.harness").isatty(0)
-  local function save() seer.write_file(chat_path, chat_markdown(run, entries)) end
+  local warned = false
+  local function save()
+    -- a disk that refuses the file must not end the chat: the transcript has every event anyway
+    local ok, err = pcall(seer.write_file, chat_path, chat_markdown(run, entries))
+    if not ok and not warned then
+      warned = true
+      io.stderr:write(("seer: cannot save the conversation to %s (%s); the transcript keeps it\n"):format(chat_path, tostring(err)))
+    end
+  end
   local ledger_fn = o.on_message
   o.on_message = function(m)
     if m.type == "user" then
@@ -389,6 +398,7 @@ function M.agent_interactive(run, opts)
     return ledger_fn(m)
   end
   local h = require "seer.harness"
+  if not echo then io.write("(a chat: ESC interrupts the agent's response; exit, quit or Ctrl-D ends the chat)\n") end
   local tmp, saved
   if lines then
     -- the harness reads follow-ups with io.read: give it the scripted lines as its input
@@ -407,7 +417,7 @@ function M.agent_interactive(run, opts)
     -- Ctrl-C or a failure: the harness ended the transcript; the conversation says so too
     local why = tostring(r):match("interrupted$") and "interrupted" or ("error: " .. tostring(r):match("^[^\n]*"))
     entries[#entries + 1] = { who = "note", text = "(the chat ended: " .. why .. ")" }
-    pcall(save)
+    save()
     error(r, 0)
   end
   r.user_turns = source
