@@ -54,9 +54,9 @@ local ok, err = pcall(function()
 
   print("\n✓ Jupyter: " .. tostring(session.jupyter_url))
 
-  -- What the agent recorded, if it was asked to write up (a person may end the chat before).
+  -- What the agent recorded, if it was asked to write up: a person may end the chat before, and
+  -- then the summary says so.
   local got, res = pcall(X.kernel_results, session, "convincing_results", result, { "identities", "probes", "activations" })
-  if not got and run.small then error(res, 0) end
   local users, responses = 0, 0
   for line in io.lines(result.transcript) do
     local e = seer.json.decode(line)
@@ -85,13 +85,13 @@ local ok, err = pcall(function()
     lines[#lines + 1] = ""
     lines[#lines + 1] = "Verdict: " .. tostring(res.verdict)
   else
-    lines[#lines + 1] = "The agent left no convincing_results in the kernel (the chat ended before the write-up)."
+    lines[#lines + 1] = "No results: " .. tostring(res):match("^[^\n]*")
   end
   for _, l in ipairs({ "", "Notebook: " .. session.notebook_path, "Transcript: " .. tostring(result.transcript),
                        "Conversation: " .. conversation, "Live view: " .. tostring(session.jupyter_url), "" }) do
     lines[#lines + 1] = l
   end
-  X.summary(run, { results = got and res or seer.json.null, agent = X.agent_record(run, result),
+  X.summary(run, { results = got and res or seer.json.null, no_results = not got and tostring(res):match("^[^\n]*") or nil, agent = X.agent_record(run, result),
                    chat = { user_messages = users, responses = responses, conversation = conversation,
                             user_turns = result.user_turns or "terminal" },
                    notebook = session.notebook_path }, table.concat(lines, "\n"))

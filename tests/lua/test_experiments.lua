@@ -333,17 +333,22 @@ T.test("interactive-convincing-game --small: a chat, the follow-ups sent between
   T.contains(replayed, "exit=0")
 end)
 
-T.test("interactive-convincing-game: a chat the user ends early keeps its transcript and conversation; a missing turns file is refused", function()
+T.test("interactive-convincing-game: a chat the user ends before the write-up is summarised as such, transcript and conversation whole; a missing turns file is refused", function()
   local turns = T.tmpdir() .. "/turns.txt"
   local f = assert(io.open(turns, "w"))
   f:write("Good. Now test the belief.\n\nAnd the other identities?\n") -- no /quit: the end of the file ends the chat
   f:close()
   local text, code, dir = run_chat(("SEER_USER_TURNS='%s'"):format(turns))
-  T.eq(code, 1, "the small profile must fail without the agent's write-up:\n" .. text)
-  T.contains(text, "without leaving convincing_results")
+  T.eq(code, 0, text)
   T.ok(dir, text)
-  local transcript = io.popen(("ls '%s'/*.jsonl"):format(dir)):read("*l")
-  local events = read_lines(transcript)
+  -- no write-up: the summary says so instead of numbers
+  local s = read_json(dir .. "/summary.json")
+  T.eq(s.results, json.null)
+  T.contains(s.no_results, "without leaving convincing_results")
+  T.eq(s.chat.user_messages, 3)
+  T.eq(s.chat.user_turns, turns)
+  T.contains(seer.read_file(dir .. "/summary.md"), "No results: the agent ended (user_exit) without leaving convincing_results")
+  local events = read_lines(s.agent.transcript)
   T.eq(events[#events].type, "result")
   T.eq(events[#events].reason, "user_exit")
   local users = {}
