@@ -234,8 +234,12 @@ function M.agent(run, opts)
   return require("seer.harness").run_agent(M._agent_opts(run, opts)):run()
 end
 
--- run_agent's options for an agent of this run: provider and replay from the run, the transcript
--- in the run folder, and an on_message that fills the run's ledger.
+---run_agent's options for an agent of this run (used by M.agent and M.agent_interactive): provider
+---and replay from the run, the transcript in the run folder, and an on_message that fills the
+---run's ledger (then calls opts.on_message).
+---@param run seerexperiment.Run
+---@param opts table run_agent's options, plus `sandbox` (whose CPU time the ledger charges)
+---@return table
 function M._agent_opts(run, opts)
   local o = {}
   for k, v in pairs(opts) do o[k] = v end
