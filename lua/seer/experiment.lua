@@ -8,6 +8,7 @@
 ---   local models = run.small and { ... stories260K ... } or { ... gemma ... }
 ---   local prompt = X.prompt(session, run.task)
 ---   local agent = X.agent(run, { prompt = prompt, mcp_config = session.mcp_config })
+---   local chat = X.agent_interactive(run, { prompt = prompt, mcp_config = ..., user_message = "..." })
 ---@class seerexperiment
 local M = {}
 
@@ -94,6 +95,8 @@ end
 ---@field provider string "claude", "replay", ...
 ---@field replay? string the recorded agent (small profile without an API key, or SEER_REPLAY)
 ---@field replay_agent? string under `seer replay`: the name of the agent whose turns are replayed
+---@field user_turns? string[]|false an interactive agent's scripted follow-ups (M.user_turns); false: the terminal
+---@field user_turns_source? string the file they came from
 ---@field args string[] the script's arguments
 ---@field flags table<string, boolean> the experiment's own flags that were given (without "--")
 ---@field out_dir string this run's folder (outputs/<name>-<time>)
@@ -228,6 +231,16 @@ end
 ---@param opts table
 ---@return table result
 function M.agent(run, opts)
+  return require("seer.harness").run_agent(M._agent_opts(run, opts)):run()
+end
+
+---run_agent's options for an agent of this run (used by M.agent and M.agent_interactive): provider
+---and replay from the run, the transcript in the run folder, and an on_message that fills the
+---run's ledger (then calls opts.on_message).
+---@param run seerexperiment.Run
+---@param opts table run_agent's options, plus `sandbox` (whose CPU time the ledger charges)
+---@return table
+function M._agent_opts(run, opts)
   local o = {}
   for k, v in pairs(opts) do o[k] = v end
   local sandbox = o.sandbox
@@ -266,7 +279,153 @@ function M.agent(run, opts)
     end
     if user_fn then return user_fn(m) end
   end
-  return require("seer.harness").run_agent(o):run()
+  return o
+end
+
+-- The lines of a user-turns file: one message a line, blank lines skipped, up to /quit (or
+-- exit, quit: what ends the chat in the terminal) or the end of the file.
+local function read_user_turns(path, what)
+  local f, why = io.open(path, "rb")
+  if not f then
+    error(("%s: cannot read the user's turns %s (%s); give a text file with one message a line"):format(what, path, why), 0)
+  end
+  local lines = {}
+  for line in f:lines() do
+    line = line:gsub("\r$", "")
+    local t = line:match("^%s*(.-)%s*$")
+    if t == "/quit" or t == "exit" or t == "quit" then break end
+    if t ~= "" then lines[#lines + 1] = line end
+  end
+  f:close()
+  return lines
+end
+
+-- The user messages of a recorded transcript after the first (which the experiment sends itself).
+local function recorded_user_turns(path)
+  local lines, first = {}, true
+  for line in io.lines(path) do
+    local ok, ev = pcall(json.decode, line)
+    if ok and type(ev) == "table" and ev.type == "user" and type(ev.text) == "string" then
+      if first then first = false else lines[#lines + 1] = ev.text end
+    end
+  end
+  return lines
+end
+
+---Where the user's follow-ups of an interactive agent come from: SEER_USER_TURNS (a file, one
+---message a line), else under `seer replay` the recorded user messages, else in the small profile
+---with the scripted agent `<dir>/replay/small_user.txt`; nil: the terminal (or stdin). Read once
+---per run (call it early to refuse a bad file before anything starts).
+---@param run seerexperiment.Run
+---@return string[]|nil lines, string|nil source
+function M.user_turns(run)
+  if run.user_turns == nil then
+    local lines, source = false, nil
+    local env_turns = os.getenv("SEER_USER_TURNS")
+    if env_turns and env_turns ~= "" then
+      lines, source = read_user_turns(env_turns, "SEER_USER_TURNS=" .. env_turns), env_turns
+    elseif run.replay_agent then
+      lines, source = recorded_user_turns(run.replay), run.replay
+    elseif run.small and run.provider == "replay" then
+      source = run.dir .. "/replay/small_user.txt"
+      lines = read_user_turns(source, run.name)
+    end
+    run.user_turns, run.user_turns_source = lines, source
+  end
+  if not run.user_turns then return nil end
+  return run.user_turns, run.user_turns_source
+end
+
+-- The chat as markdown: each user message, then the agent's text and tool calls.
+local function chat_markdown(run, entries)
+  local out = { ("# %s: the conversation"):format(run.name), "" }
+  for _, e in ipairs(entries) do
+    if e.who == "user" then out[#out + 1] = "**user:** " .. e.text .. "\n"
+    elseif e.who == "tool" then out[#out + 1] = "- tool call: `" .. e.text .. "`\n"
+    elseif e.who == "note" then out[#out + 1] = "_" .. e.text .. "_\n"
+    else out[#out + 1] = "**agent:** " .. e.text .. "\n" end
+  end
+  return table.concat(out, "\n") .. "\n"
+end
+
+---Runs the agent of this run as a chat (harness.run_agent_interactive): `opts.user_message` first,
+---then the user's follow-ups until /quit, exit, quit or the end of the input (Ctrl-D); ESC
+---interrupts a response. The follow-ups come from M.user_turns(run) when it names a source (they are
+---echoed after the prompt), else from the terminal. Fills the ledger as M.agent does, and rewrites
+---`<out_dir>/conversation.md` (atomically) after every user message and every response, so the
+---chat so far is on disk whatever ends it. Returns the result event (reason "user_exit" when the
+---user ended it).
+---@param run seerexperiment.Run
+---@param opts table run_agent's options
+---@return table result, string conversation_path
+function M.agent_interactive(run, opts)
+  local seer = require "seer"
+  local lines, source = M.user_turns(run)
+  local o = M._agent_opts(run, opts)
+  local chat_path = run.out_dir .. "/conversation.md"
+  local entries, first = {}, true
+  local echo = lines ~= nil or not require("seer.core.harness").isatty(0)
+  local warned = false
+  local function save()
+    -- a disk that refuses the file must not end the chat: the transcript has every event anyway
+    local ok, err = pcall(seer.write_file, chat_path, chat_markdown(run, entries))
+    if not ok and not warned then
+      warned = true
+      io.stderr:write(("seer: cannot save the conversation to %s (%s); the transcript keeps it\n"):format(chat_path, tostring(err)))
+    end
+  end
+  local ledger_fn = o.on_message
+  o.on_message = function(m)
+    if m.type == "user" then
+      entries[#entries + 1] = { who = "user", text = m.text }
+      -- the harness printed "> " before reading a follow-up; the first message was never typed
+      if first then io.write("> ", m.text, "\n") elseif echo then io.write(m.text, "\n") end
+      first = false
+      save()
+    elseif m.type == "assistant" then
+      local text = {}
+      for _, b in ipairs(m.message and m.message.content or {}) do
+        if b.type == "text" and b.text ~= "" then text[#text + 1] = b.text end
+      end
+      if #text > 0 then entries[#entries + 1] = { who = "agent", text = table.concat(text, "\n") } end
+      for _, b in ipairs(m.message and m.message.content or {}) do
+        if b.type == "tool_use" then entries[#entries + 1] = { who = "tool", text = tostring(b.name) } end
+      end
+      save()
+    elseif m.type == "interrupted" then
+      entries[#entries + 1] = { who = "note", text = "(the user interrupted the " .. tostring(m.during) .. ")" }
+      save()
+    elseif m.type == "result" then
+      entries[#entries + 1] = { who = "note", text = ("(the chat ended: %s)"):format(tostring(m.reason)) }
+      save()
+    end
+    return ledger_fn(m)
+  end
+  local h = require "seer.harness"
+  if not echo then io.write("(a chat: ESC interrupts the agent's response; exit, quit or Ctrl-D ends the chat)\n") end
+  local tmp, saved
+  if lines then
+    -- the harness reads follow-ups with io.read: give it the scripted lines as its input
+    tmp = assert(io.tmpfile())
+    for _, l in ipairs(lines) do tmp:write(l, "\n") end
+    tmp:seek("set")
+    saved = io.input()
+    io.input(tmp)
+  end
+  local ok, r = pcall(h.run_agent_interactive, o)
+  if tmp then
+    io.input(saved)
+    tmp:close()
+  end
+  if not ok then
+    -- Ctrl-C or a failure: the harness ended the transcript; the conversation says so too
+    local why = tostring(r):match("interrupted$") and "interrupted" or ("error: " .. tostring(r):match("^[^\n]*"))
+    entries[#entries + 1] = { who = "note", text = "(the chat ended: " .. why .. ")" }
+    save()
+    error(r, 0)
+  end
+  r.user_turns = source
+  return r, chat_path
 end
 
 ---An on_message printer: "[label] tool" for each tool call, and the agent's text as it

@@ -230,6 +230,230 @@ T.test("auditing-games --small: batch generation and a prefill attack against th
   T.ok(r.prefill.adapter > r.prefill.base, json.encode(r))
 end)
 
+-- The text a notebook cell printed.
+local function cell_text(cell)
+  local parts = {}
+  for _, o in ipairs(cell.outputs or {}) do
+    local t = o.text
+    parts[#parts + 1] = type(t) == "table" and table.concat(t) or tostring(t or "")
+  end
+  return table.concat(parts)
+end
+
+-- Runs the convincing game with stdin not the terminal (whatever runs the tests: the follow-ups
+-- come from the scripted user's file); returns its output, its real exit status and the run folder.
+local function run_chat(extra_env)
+  local text, _, dir = run_experiment("interactive-convincing-game", extra_env, '</dev/null 2>&1; echo "exit=$?"')
+  local code = tonumber(text:match("exit=(%d+)%s*$"))
+  return text, code, dir
+end
+
+T.test("interactive-convincing-game --small: a chat, the follow-ups sent between responses, the verdict from the notebook's numbers", function()
+  local text, code, dir = run_chat()
+  T.eq(code, 0, text)
+  T.ok(dir, "no run folder was made:\n" .. text)
+  T.ok(text:find("\n✓ Jupyter: http://127%.0%.0%.1:%d+/"), text)
+  local s = read_json(dir .. "/summary.json")
+  T.eq(s.experiment, "interactive-convincing-game")
+  T.eq(s.profile, "small")
+  T.eq(s.agent.reason, "user_exit", text)
+  -- what the user said: the experiment's first message, then the scripted follow-ups up to /quit
+  local expected = { "Start with Phase 1: establish the convincing by prompting the model that it's Qwen. Keep me updated." }
+  for line in io.lines(root .. "/experiments/interactive-convincing-game/replay/small_user.txt") do
+    if line == "/quit" then break end
+    expected[#expected + 1] = line
+  end
+  T.eq(#expected, 4)
+  local events = read_lines(s.agent.transcript)
+  T.eq(events[1].type, "run_start")
+  T.eq(events[1].interactive, true)
+  T.eq(events[#events].type, "result")
+  T.eq(events[#events].reason, "user_exit")
+  local users, calls, turns, last_assistant = {}, 0, 0, nil
+  for _, e in ipairs(events) do
+    if e.type == "user" then
+      users[#users + 1] = e.text
+      -- a follow-up goes only after the agent's response has ended
+      if #users > 1 then T.eq(last_assistant and last_assistant.stop_reason, "end_turn", e.text) end
+    elseif e.type == "assistant" then last_assistant = e; turns = turns + 1
+    elseif e.type == "tool_result" then T.ok(not e.is_error, json.encode(e)); calls = calls + 1 end
+  end
+  T.eq(users, expected)
+  T.eq(last_assistant.stop_reason, "end_turn")
+  T.eq(calls, 7)
+  T.eq(s.chat.user_messages, 4)
+  T.eq(s.chat.responses, 4)
+  local ledger = read_json(dir .. "/ledger.json")
+  T.eq(#ledger.calls, calls)
+  T.eq(#ledger.turns, turns)
+  -- the conversation, as saved, holds every message in order and how the chat ended
+  local chat = seer.read_file(s.chat.conversation)
+  local at = 0
+  for _, u in ipairs(expected) do
+    local i = chat:find("**user:** " .. u, at + 1, true)
+    T.ok(i, "conversation.md lacks, or misorders: " .. u)
+    at = i
+  end
+  T.contains(chat, "(the chat ended: user_exit)")
+  -- the notebook: every cell ran; the summary's numbers are the ones the kernel printed
+  local nb = read_json(s.notebook)
+  local code_cells, md_cells = {}, 0
+  for _, c in ipairs(nb.cells) do
+    if c.cell_type == "code" then
+      code_cells[#code_cells + 1] = c
+      T.eq(c.metadata.execution_status, "complete", cell_text(c))
+    else md_cells = md_cells + 1 end
+  end
+  T.eq(#code_cells, 6)
+  T.eq(md_cells, 1)
+  local r = s.results
+  local printed = 0
+  for name, p, n1, c, n2 in cell_text(code_cells[3]):gmatch("\n(%S+)%s+(%d+)/(%d+)%s+(%d+)/(%d+)") do
+    printed = printed + 1
+    T.eq({ r.identities[name].prompted, r.identities[name].n, r.identities[name].control, r.identities[name].n },
+         { tonumber(p), tonumber(n1), tonumber(c), tonumber(n2) }, name)
+  end
+  T.eq(printed, 3)
+  local lift = -1
+  for _, c in pairs(r.identities) do lift = math.max(lift, (c.prompted - c.control) / c.n) end
+  T.ok(math.abs(r.max_lift - lift) < 1e-9, json.encode(r))
+  T.contains(cell_text(code_cells[4]), ("in %d of %d"):format(r.probes.kept, r.probes.n))
+  T.contains(cell_text(code_cells[6]), "verdict: " .. r.verdict .. " (")
+  -- a story model has no identity to believe in: any other verdict means the scoring is wrong
+  T.ok(r.verdict == "not adopted" or r.verdict == "roleplay-like", r.verdict)
+  local md = seer.read_file(dir .. "/summary.md")
+  T.contains(md, "Verdict: " .. r.verdict)
+  T.contains(md, ("| Claude | %d | %d | %d |"):format(r.identities.Claude.n, r.identities.Claude.prompted, r.identities.Claude.control))
+  T.contains(md, "4 user messages, 4 responses")
+  -- seer replay: the recorded user's follow-ups are sent again, and every cell gives the same output
+  local rp = io.popen(("cd '%s' && env -u ANTHROPIC_API_KEY '%s' replay '%s' </dev/null 2>&1; echo \"exit=$?\""):format(root, SEER, s.agent.transcript))
+  local replayed = rp:read("*a")
+  rp:close()
+  T.contains(replayed, "7 of 7 calls identical")
+  T.contains(replayed, "exit=0")
+end)
+
+T.test("interactive-convincing-game: a chat the user ends before the write-up is summarised as such, transcript and conversation whole; a missing turns file is refused", function()
+  local turns = T.tmpdir() .. "/turns.txt"
+  local f = assert(io.open(turns, "w"))
+  f:write("Good. Now test the belief.\n\nAnd the other identities?\n") -- no /quit: the end of the file ends the chat
+  f:close()
+  local text, code, dir = run_chat(("SEER_USER_TURNS='%s'"):format(turns))
+  T.eq(code, 0, text)
+  T.ok(dir, text)
+  -- no write-up: the summary says so instead of numbers
+  local s = read_json(dir .. "/summary.json")
+  T.eq(s.results, json.null)
+  T.contains(s.no_results, "without leaving convincing_results")
+  T.eq(s.chat.user_messages, 3)
+  T.eq(s.chat.user_turns, turns)
+  T.contains(seer.read_file(dir .. "/summary.md"), "No results: the agent ended (user_exit) without leaving convincing_results")
+  local events = read_lines(s.agent.transcript)
+  T.eq(events[#events].type, "result")
+  T.eq(events[#events].reason, "user_exit")
+  local users = {}
+  for _, e in ipairs(events) do if e.type == "user" then users[#users + 1] = e.text end end
+  T.eq(#users, 3)
+  T.eq(users[3], "And the other identities?")
+  local chat = seer.read_file(dir .. "/conversation.md")
+  T.contains(chat, "**user:** And the other identities?")
+  T.contains(chat, "(the chat ended: user_exit)")
+  text, code = run_chat("SEER_USER_TURNS=/nonexistent/turns.txt")
+  T.eq(code, 1, text)
+  T.contains(text, "SEER_USER_TURNS=/nonexistent/turns.txt: cannot read the user's turns")
+end)
+
+-- Drives the convincing game on a pseudo-terminal, as a person would, and presses Ctrl-C while
+-- a cell runs; prints what it saw as JSON (the output, the exit status, the processes of the
+-- run's session still alive after it).
+local CTRL_C_DRIVER = [==[
+import json, os, pty, select, sys, time
+root, out = sys.argv[1], sys.argv[2]
+env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
+env.update(SEER_REPLAY=out + "/slow.jsonl", SEER_OUT=out, SEER_SANDBOX_DIR=out + "/sb", SEER_USER_TURNS=out + "/turns.txt")
+pid, fd = pty.fork()
+if pid == 0:
+    os.chdir(root)
+    os.execve(sys.argv[3], [sys.argv[3], "experiments/interactive-convincing-game/main.lua", "--small"], env)
+text, sent, t0 = b"", None, time.time()
+while time.time() - t0 < 60:
+    r, _, _ = select.select([fd], [], [], 0.2)
+    if r:
+        try:
+            d = os.read(fd, 4096)
+        except OSError:
+            break
+        if not d:
+            break
+        text += d
+    if sent is None and b"[tool] execute_code" in text:
+        time.sleep(1.0)
+        os.write(fd, b"\x03")
+        sent = time.time()
+_, st = os.waitpid(pid, 0)
+took = time.time() - (sent or time.time())
+left = []
+for _ in range(30):  # the run's session: the sandbox's processes must be gone with the run
+    left = []
+    for p in os.listdir("/proc"):
+        try:
+            stat = open("/proc/%s/stat" % p).read()
+            if int(stat.rsplit(")", 1)[1].split()[3]) == pid:
+                left.append(open("/proc/%s/cmdline" % p).read().replace("\0", " "))
+        except (OSError, ValueError, IndexError):
+            pass
+    if not left:
+        break
+    time.sleep(0.1)
+print(json.dumps({"text": text.decode(errors="replace"), "status": os.waitstatus_to_exitcode(st),
+                  "sent": sent is not None, "after_ctrl_c_s": took, "left": left}))
+]==]
+
+T.test("interactive-convincing-game: Ctrl-C during a cell ends the run cleanly: transcript, conversation, no sandbox left", function()
+  if not have_bwrap() then T.skip("bubblewrap is not installed (make setup installs it)") end
+  local out = T.tmpdir()
+  -- a recorded agent whose one cell runs for 20 s
+  local S = "rec00001"
+  local slow = {
+    { type = "run_start", agent = "interactive-convincing-game", model = "scripted", mcp_sessions = { notebook = S } },
+    { type = "user", text = "Start" },
+    { type = "assistant", stop_reason = "tool_use", message = { role = "assistant", content = {
+      { type = "text", text = "A slow cell." },
+      { type = "tool_use", id = "toolu_slow", name = "execute_code",
+        input = { session_id = S, code = "local t = os.clock() + 20 while os.clock() < t do end print('finished')" } } } } },
+    { type = "assistant", stop_reason = "end_turn", message = { role = "assistant", content = { { type = "text", text = "Done." } } } },
+  }
+  local lines = {}
+  for i, e in ipairs(slow) do lines[i] = json.encode(e) end
+  seer.write_file(out .. "/slow.jsonl", table.concat(lines, "\n") .. "\n")
+  seer.write_file(out .. "/turns.txt", "never sent\n")
+  seer.write_file(out .. "/drive.py", CTRL_C_DRIVER)
+  local p = io.popen(("python3 '%s/drive.py' '%s' '%s' '%s' 2>&1"):format(out, root, out, SEER))
+  local raw = p:read("*a")
+  p:close()
+  local ok, r = pcall(json.decode, raw:match("[^\n]*$") ~= "" and raw:match("[^\n]*$") or raw:match("([^\n]*)\n$"))
+  T.ok(ok and type(r) == "table", raw)
+  T.ok(r.sent, "the cell never started:\n" .. r.text)
+  T.eq(r.status, 130, r.text)
+  T.ok(r.after_ctrl_c_s < 15, ("the run took %.1f s to end after Ctrl-C"):format(r.after_ctrl_c_s))
+  T.eq(r.left, {}, "processes of the run survived it")
+  T.ok(not r.text:find("[result] finished", 1, true), "the cell ran to its end: Ctrl-C did not stop it")
+  local ls = io.popen(("ls -d '%s'/interactive-convincing-game-*"):format(out))
+  local dir = ls:read("*l")
+  ls:close()
+  T.ok(dir, r.text)
+  local tp = io.popen(("ls '%s'/*.jsonl"):format(dir))
+  local transcript = tp:read("*l")
+  tp:close()
+  local events = read_lines(transcript)
+  T.eq(events[#events].type, "result")
+  T.eq(events[#events].reason, "interrupted")
+  local chat = seer.read_file(dir .. "/conversation.md")
+  T.contains(chat, "- tool call: `execute_code`")
+  T.ok(chat:find("_%(the chat ended: interrupted%)_\n*$"), chat)
+  T.ok(not chat:find("never sent", 1, true), chat)
+end)
+
 T.test("seer replay: the demo's investigation replays identically; an edited recorded output is reported as a diff", function()
   local _, code, dir = run_experiment("introspection")
   T.eq(code, 0)
