@@ -82,6 +82,9 @@ local function start_server()
             ANTHROPIC_API_KEY = false, OPENAI_API_KEY = false, OPENROUTER_API_KEY = false, GEMINI_API_KEY = false,
             GOOGLE_API_KEY = false },
     stdout = "pipe", stderr = "inherit",
+    -- its own process group: a Ctrl-C on the terminal goes to the experiment, which decides
+    -- (interrupt a cell, end the chat, or end and stop this server cleanly), not straight here
+    pgroup = true,
   }
   local line, why = child:read_line(15000)
   if not line then

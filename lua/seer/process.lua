@@ -17,7 +17,12 @@ int posix_spawn_file_actions_adddup2(seer_spawn_fa_t *fa, int fd, int newfd);
 int posix_spawn_file_actions_addclose(seer_spawn_fa_t *fa, int fd);
 int posix_spawn_file_actions_addopen(seer_spawn_fa_t *fa, int fd, const char *path, int oflag, unsigned mode);
 int posix_spawn_file_actions_addchdir_np(seer_spawn_fa_t *fa, const char *path);
-int posix_spawnp(pid_t *pid, const char *file, const seer_spawn_fa_t *fa, const void *attr,
+typedef struct { long __opaque[42]; } seer_spawn_attr_t; /* glibc's is 336 bytes */
+int posix_spawnattr_init(seer_spawn_attr_t *a);
+int posix_spawnattr_destroy(seer_spawn_attr_t *a);
+int posix_spawnattr_setflags(seer_spawn_attr_t *a, short flags);
+int posix_spawnattr_setpgroup(seer_spawn_attr_t *a, pid_t pgroup);
+int posix_spawnp(pid_t *pid, const char *file, const seer_spawn_fa_t *fa, const seer_spawn_attr_t *attr,
                  char *const argv[], char *const envp[]);
 pid_t waitpid(pid_t pid, int *status, int options);
 int kill(pid_t pid, int sig);
@@ -65,6 +70,8 @@ Child.__index = Child
 ---@field cwd? string working directory of the child
 ---@field stdout? "inherit"|"pipe"|"null"|string where the child's stdout goes (a string is a file path, appended to)
 ---@field stderr? "inherit"|"pipe"|"null"|string the same for stderr
+---@field pgroup? boolean run it in a process group of its own: a terminal's Ctrl-C (sent to the
+---foreground group) reaches this process, which decides, and not the child
 
 ---Starts a child process. Raises with the program name and the reason when it cannot start.
 ---@param opts seerprocess.spawn_opts
@@ -126,7 +133,15 @@ function M.spawn(opts)
   route(2, opts.stderr)
   if opts.cwd then C.posix_spawn_file_actions_addchdir_np(fa, opts.cwd) end
   local pid = ffi.new("pid_t[1]")
-  local rc = C.posix_spawnp(pid, argv[0], fa, nil, argv, envp)
+  local attr
+  if opts.pgroup then
+    attr = ffi.new("seer_spawn_attr_t")
+    C.posix_spawnattr_init(attr)
+    C.posix_spawnattr_setflags(attr, 0x02 --[[POSIX_SPAWN_SETPGROUP]])
+    C.posix_spawnattr_setpgroup(attr, 0)
+  end
+  local rc = C.posix_spawnp(pid, argv[0], fa, attr, argv, envp)
+  if attr then C.posix_spawnattr_destroy(attr) end
   C.posix_spawn_file_actions_destroy(fa)
   for _, fd in ipairs(child_pipes) do C.close(fd) end
   if rc ~= 0 then

@@ -15,14 +15,17 @@ local function run_experiment(name, extra_env, extra_args)
   local out = T.tmpdir()
   local cmd = ("cd '%s' && env -u ANTHROPIC_API_KEY SEER_OUT='%s' SEER_SANDBOX_DIR='%s/sb' %s '%s' experiments/%s/main.lua --small %s 2>&1")
     :format(root, out, out, extra_env or "", SEER, name, extra_args or "")
-  local p = io.popen(cmd)
+  -- LuaJIT's popen:close() returns true whatever the status: the shell prints it instead
+  local p = io.popen(cmd .. '; echo "__seer_exit=$?"')
   local text = p:read("*a")
-  local ok, _, code = p:close()
+  p:close()
+  local code = tonumber(text:match("__seer_exit=(%d+)\n?$"))
+  text = text:gsub("__seer_exit=%d+\n?$", "")
   local dir
   local ls = io.popen(("ls -d '%s'/%s-* 2>/dev/null"):format(out, name))
   dir = ls:read("*l")
   ls:close()
-  return text, ok and 0 or code, dir
+  return text, code, dir
 end
 
 local function read_json(path)
