@@ -39,6 +39,11 @@
 #define SHUTDOWN_GRACE_MS 2000
 /* Sockets keep unsent messages this long at close, so the last replies still reach the client. */
 #define CLOSE_LINGER_MS 500
+/* iopub makes the kernel wait for a subscriber that reads slowly (ZMQ_XPUB_NODROP), at most this
+ * long per message (SEER_KERNEL_IOPUB_WAIT_MS); past it the message is dropped, counted, and the
+ * request's reply says how many (metadata.seer_iopub_dropped): a client that stopped reading
+ * cannot hold the kernel forever. */
+#define IOPUB_WAIT_MS 60000
 
 typedef struct kernel {
     seer_host_t *host;
@@ -71,6 +76,7 @@ typedef struct kernel {
     int aborting; /* after an error with stop_on_error: queued execute requests are aborted */
 
     atomic_int shutdown;
+    atomic_long iopub_dropped; /* messages iopub could not deliver within the wait (all threads) */
     pthread_mutex_t done_mu;
     pthread_cond_t done_cv;
     int main_done;
@@ -124,7 +130,12 @@ static void publish_raw(kernel_t *k, const seer_net_frame_t *parent, const char 
     pthread_mutex_lock(&k->iopub_mu);
     int rc = seer_net_send(k->iopub, k->key, &m, &err);
     pthread_mutex_unlock(&k->iopub_mu);
-    if (rc < 0) logf_("iopub: %s", err.msg);
+    if (rc < 0) {
+        long n = atomic_fetch_add(&k->iopub_dropped, 1) + 1;
+        /* one line for the first and then every 1000th: a stuck subscriber must not fill the log */
+        if (n == 1 || n % 1000 == 0)
+            logf_("iopub: %s (a subscriber did not read for the wait; %ld messages dropped so far)", err.msg, n);
+    }
 }
 
 static void publish_status(kernel_t *k, const seer_net_frame_t *parent, const char *state) {
@@ -213,8 +224,8 @@ static void reply_type(const char *req, char *out, size_t cap) {
     else snprintf(out, cap, "%s_reply", req);
 }
 
-static void send_reply(kernel_t *k, void *sock, const seer_net_msg_t *req, const char *req_type, const char *content,
-                       size_t clen) {
+static void send_reply_md(kernel_t *k, void *sock, const seer_net_msg_t *req, const char *req_type, const char *content,
+                          size_t clen, const char *metadata) {
     char type[128], header[512];
     reply_type(req_type, type, sizeof type);
     seer_err_t err;
@@ -226,9 +237,14 @@ static void send_reply(kernel_t *k, void *sock, const seer_net_msg_t *req, const
     seer_net_msg_t m = {.idents = req->idents, .nidents = req->nidents};
     m.parts[SEER_NET_HEADER] = (seer_net_frame_t){header, (size_t)hl};
     m.parts[SEER_NET_PARENT] = req->parts[SEER_NET_HEADER];
-    m.parts[SEER_NET_METADATA] = empty_obj;
+    m.parts[SEER_NET_METADATA] = metadata ? (seer_net_frame_t){metadata, strlen(metadata)} : empty_obj;
     m.parts[SEER_NET_CONTENT] = (seer_net_frame_t){content, clen};
     if (seer_net_send(sock, k->key, &m, &err) < 0) logf_("reply %s: %s", type, err.msg);
+}
+
+static void send_reply(kernel_t *k, void *sock, const seer_net_msg_t *req, const char *req_type, const char *content,
+                       size_t clen) {
+    send_reply_md(k, sock, req, req_type, content, clen, NULL);
 }
 
 /* msg_type from a header's JSON text; "" when it has none. */
@@ -247,13 +263,14 @@ static int content_restart(const seer_net_msg_t *m) {
     return r;
 }
 
+/* ipykernel also broadcasts the reply on iopub, so every client learns the kernel is going
+ * away: the shell path does it here, the control thread after it has woken the main loop. */
 static void answer_shutdown(kernel_t *k, void *sock, const seer_net_msg_t *m, const char *type) {
     char c[64];
     int n = snprintf(c, sizeof c, "{\"restart\":%s,\"status\":\"ok\"}", content_restart(m) ? "true" : "false");
     send_reply(k, sock, m, type, c, (size_t)n);
-    /* ipykernel also broadcasts the reply, so every client learns the kernel is going away. */
-    publish_raw(k, &m->parts[SEER_NET_HEADER], "shutdown_reply", c, (size_t)n);
     atomic_store(&k->shutdown, 1);
+    if (sock != k->control) publish_raw(k, &m->parts[SEER_NET_HEADER], "shutdown_reply", c, (size_t)n);
 }
 
 /* ---- control thread -------------------------------------------------------------------------- */
@@ -284,7 +301,8 @@ static void handle_control(kernel_t *k, const seer_net_msg_t *m) {
     char type[128];
     header_type(m, type, sizeof type);
     const seer_net_frame_t *parent = &m->parts[SEER_NET_HEADER];
-    publish_status(k, parent, "busy");
+    /* The request is acted on before anything is published: iopub may be waiting for a slow
+     * subscriber (a cell flooding output), and an interrupt or a shutdown must not wait with it. */
     if (strcmp(type, "kernel_info_request") == 0) {
         send_reply(k, k->control, m, type, k->kernel_info, strlen(k->kernel_info));
     } else if (strcmp(type, "interrupt_request") == 0) {
@@ -295,15 +313,20 @@ static void handle_control(kernel_t *k, const seer_net_msg_t *m) {
     } else {
         logf_("ignoring %s on the control channel", type[0] ? type : "a message without msg_type");
     }
-    publish_status(k, parent, "idle");
     if (atomic_load(&k->shutdown)) {
-        /* Stop a running cell and wake the main loop; it tears everything down. */
         pthread_kill(k->main_tid, SIGINT);
         uint64_t one = 1;
         ssize_t w = write(k->wake_fd, &one, sizeof one);
         (void)w;
-        wait_main_or_exit(k);
     }
+    publish_status(k, parent, "busy");
+    if (atomic_load(&k->shutdown)) {
+        char c[64];
+        int n = snprintf(c, sizeof c, "{\"restart\":%s,\"status\":\"ok\"}", content_restart(m) ? "true" : "false");
+        publish_raw(k, parent, "shutdown_reply", c, (size_t)n);
+    }
+    publish_status(k, parent, "idle");
+    if (atomic_load(&k->shutdown)) wait_main_or_exit(k); /* the main loop tears everything down */
 }
 
 static void *control_main(void *arg) {
@@ -645,8 +668,13 @@ static void handle_shell(kernel_t *k, const seer_net_msg_t *m) {
          * meant for it. */
         if (strcmp(type, "execute_request") == 0) g_pending_interrupt = 0;
         int stop;
+        long dropped0 = atomic_load(&k->iopub_dropped);
         char *reply = interpret(k, type, m, &stop);
-        if (reply) send_reply(k, k->shell, m, type, reply, strlen(reply));
+        stream_flush(k);
+        long dropped = atomic_load(&k->iopub_dropped) - dropped0;
+        char md[96];
+        if (dropped > 0) snprintf(md, sizeof md, "{\"seer_iopub_dropped\":%ld}", dropped);
+        if (reply) send_reply_md(k, k->shell, m, type, reply, strlen(reply), dropped > 0 ? md : NULL);
         else if (strncmp(type, "comm_", 5) != 0) logf_("ignoring %s", type[0] ? type : "a message without msg_type");
         free(reply);
         if (stop && !k->aborting) {
@@ -755,6 +783,14 @@ static void *open_socket(kernel_t *k, int type, conn_t *c, int which, seer_err_t
     int linger = CLOSE_LINGER_MS, one = 1;
     zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
     if (type == ZMQ_ROUTER) zmq_setsockopt(s, ZMQ_ROUTER_HANDOVER, &one, sizeof one);
+    /* iopub: a subscriber that reads slowly makes the publisher wait instead of losing messages
+     * (a PUB socket drops silently at its high-water mark). */
+    if (type == ZMQ_PUB) {
+        zmq_setsockopt(s, ZMQ_XPUB_NODROP, &one, sizeof one);
+        const char *w = getenv("SEER_KERNEL_IOPUB_WAIT_MS");
+        int wait_ms = w && *w ? atoi(w) : IOPUB_WAIT_MS;
+        if (wait_ms > 0) zmq_setsockopt(s, ZMQ_SNDTIMEO, &wait_ms, sizeof wait_ms);
+    }
     char ep[320];
     if (strcmp(c->transport, "ipc") == 0) snprintf(ep, sizeof ep, "ipc://%s-%d", c->ip, c->ports[which]);
     else if (c->ports[which] == 0) snprintf(ep, sizeof ep, "tcp://%s:*", c->ip);
