@@ -188,7 +188,10 @@ function Notebook:add_output(cell, out)
   end
   local last = cell.outputs[#cell.outputs]
   if out.output_type == "stream" and last and last.output_type == "stream" and last.name == out.name then
-    last.text = M.join(last.text) .. M.join(out.text)
+    -- The merged text is kept as a list of pieces (an nbformat multi-line string) and joined
+    -- when written: appending to one string would copy it every time (quadratic in the output).
+    if type(last.text) ~= "table" then last.text = json.array{ last.text } end
+    last.text[#last.text + 1] = M.join(out.text)
   elseif out.output_type == "stream" then
     -- A copy: later text is merged into it, and the caller's table (what an execute reply
     -- returns) must keep only its own text.
@@ -208,7 +211,48 @@ function Notebook:clear_outputs(cell, wait)
   self:touch()
 end
 
-local function clean_for_disk(doc)
+-- Stream text as stored: a list of lines as Jupyter writes it, or one string when it is large
+-- (nbformat allows both): a line per Lua string would cost tens of bytes per short line.
+local BIG_TEXT = 256 * 1024
+local function text_size(v)
+  if type(v) == "string" then return #v end
+  local n = 0
+  for _, p in ipairs(v or {}) do n = n + #p end
+  return n
+end
+
+-- The first and last `keep` bytes of a multi-line string (a string or a list of pieces), with
+-- a line between them that says how much was left out; without joining the whole text.
+local function head_tail(v, keep, total)
+  local parts = type(v) == "string" and { v } or v
+  local head, n = {}, 0
+  for _, p in ipairs(parts) do
+    if n >= keep then break end
+    head[#head + 1] = p:sub(1, keep - n)
+    n = n + #head[#head]
+  end
+  local tail, m = {}, 0
+  for i = #parts, 1, -1 do
+    if m >= keep then break end
+    local p = parts[i]
+    local piece = #p <= keep - m and p or p:sub(#p - (keep - m) + 1)
+    table.insert(tail, 1, piece)
+    m = m + #piece
+  end
+  return table.concat(head) .. ("\n[live view: %d bytes not shown here; the notebook file has all of it]\n"):format(total - n - m)
+         .. table.concat(tail)
+end
+
+local function disk_text(v, max_text)
+  local n = text_size(v)
+  if max_text and n > max_text then return head_tail(v, math.floor(max_text / 2), n) end
+  -- a large text stays in the pieces it arrived in (a list of strings is a valid nbformat
+  -- multi-line string): joining it would copy it once more
+  if n > BIG_TEXT then return v end
+  return to_lines(M.join(v))
+end
+
+local function clean_for_disk(doc, max_text)
   -- Private bookkeeping fields (leading underscore) never reach the file.
   local cells = json.array()
   for i, c in ipairs(doc.cells) do
@@ -219,7 +263,7 @@ local function clean_for_disk(doc)
     if copy.cell_type == "code" then
       local outs = json.array()
       for j, o in ipairs(copy.outputs or {}) do
-        if o.output_type == "stream" then outs[j] = { output_type = "stream", name = o.name, text = to_lines(M.join(o.text)) }
+        if o.output_type == "stream" then outs[j] = { output_type = "stream", name = o.name, text = disk_text(o.text, max_text) }
         else outs[j] = o end
       end
       copy.outputs = outs
@@ -231,9 +275,11 @@ end
 
 ---The notebook as JSON text (what is saved and what the live view shows).
 ---@param pretty? boolean indent one space per level, like Jupyter
+---@param max_text? integer show at most this many bytes of each stream output (its head and
+---its tail, with a line saying how much is left out): the live view's snapshot
 ---@return string
-function Notebook:to_json(pretty)
-  return json.encode(clean_for_disk(self.doc), pretty and { indent = 1 } or nil)
+function Notebook:to_json(pretty, max_text)
+  return json.encode(clean_for_disk(self.doc, max_text), pretty and { indent = 1 } or nil)
 end
 
 ---Writes the notebook to its path atomically.
