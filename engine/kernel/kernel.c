@@ -18,7 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <poll.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -842,6 +844,63 @@ static void die_with_parent(void) {
     }
 }
 
+/* JPY_PARENT_PID (what jupyter_client sets for the kernels it launches, as ipykernel reads it):
+ * the kernel exits when that process ends, whether or not it is the direct parent (a launcher
+ * script in between, nbconvert's process, jupyter console). A pidfd made at start-up names
+ * exactly that process (no pid reuse); a thread waits on it. SEER_KERNEL_DETACH=1 keeps the
+ * kernel running without it. */
+static pid_t g_watch_pid;
+static int g_watch_fd = -1;
+
+static void *parent_watch_main(void *arg) {
+    (void)arg;
+    for (;;) {
+        if (g_watch_fd >= 0) {
+            struct pollfd p = {.fd = g_watch_fd, .events = POLLIN};
+            int r = poll(&p, 1, -1);
+            if (r < 0 && errno == EINTR) continue;
+            if (r < 0) break;
+        } else {
+            /* no pidfd (Linux before 5.3): look every 200 ms */
+            struct timespec ts = {0, 200 * 1000000L};
+            nanosleep(&ts, NULL);
+            if (kill(g_watch_pid, 0) == 0 || errno == EPERM) continue;
+        }
+        logf_("the process that launched this kernel (JPY_PARENT_PID=%d) has ended; exiting", (int)g_watch_pid);
+        fflush(stderr);
+        _exit(1);
+    }
+    return NULL;
+}
+
+static int watch_launcher(void) {
+    const char *v = getenv("JPY_PARENT_PID");
+    const char *detach = getenv("SEER_KERNEL_DETACH");
+    if (!v || !*v || (detach && strcmp(detach, "1") == 0)) return 0;
+    char *end;
+    long pid = strtol(v, &end, 10);
+    if (*end || pid <= 1 || pid > 0x3fffffff) {
+        logf_("JPY_PARENT_PID=%s is not a process id; not watching it", v);
+        return 0;
+    }
+    g_watch_pid = (pid_t)pid;
+    g_watch_fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+    if (g_watch_fd < 0 && errno != ENOSYS) {
+        if (errno == ESRCH) {
+            logf_("the process that launched this kernel (JPY_PARENT_PID=%ld) has already ended; exiting", pid);
+            return -1;
+        }
+        g_watch_fd = -1;
+    }
+    pthread_t t;
+    if (pthread_create(&t, NULL, parent_watch_main, NULL) != 0) {
+        logf_("cannot start the thread that watches JPY_PARENT_PID");
+        return 0;
+    }
+    pthread_detach(t);
+    return 0;
+}
+
 static void close_socket(void **s) {
     if (*s) zmq_close(*s);
     *s = NULL;
@@ -870,6 +929,10 @@ static int run_kernel(const char *conn_path) {
     sigemptyset(&intr);
     sigaddset(&intr, SIGINT);
     pthread_sigmask(SIG_BLOCK, &intr, &old);
+    if (watch_launcher() < 0) {
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        return 1;
+    }
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigint_idle;
