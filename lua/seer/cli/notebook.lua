@@ -18,6 +18,7 @@ local function reraise_interrupt(err)
   if tostring(err):match("interrupted$") then error(err, 0) end
 end
 local save_nofollow -- Notebook:save without following links (below, with the scopes)
+local sweep_temporaries -- removes what saves killed midway left (below)
 
 local USAGE = [[
 usage: seer notebook serve [--output-dir DIR] [--host HOST] [--port PORT] [--max-output CHARS]
@@ -333,6 +334,11 @@ function Server:new_session(req, c)
   -- no link followed on the way: the folder may lie in a sandbox's workspace (callers realpath it)
   local mk_ok, mk_err = require("seer.safe_fs").mkdirs_nofollow(dir)
   if not mk_ok then error(mk_err, 0) end
+  self.swept = self.swept or {}
+  if not self.swept[dir] then
+    self.swept[dir] = true
+    pcall(sweep_temporaries, dir)
+  end
   local nb, rerun
   if c.resume then
     nb = load(c.resume)
@@ -867,6 +873,43 @@ local function write_nofollow(path, text)
   end
 end
 M.write_nofollow = write_nofollow
+
+pcall(ffi.cdef, "int kill(int pid, int sig);")
+local AT_SYMLINK_NOFOLLOW, STATX_MTIME = 0x100, 0x40
+
+-- Removes the temporary files a save killed midway left in dir (kill -9, a power cut): this
+-- server's `<name>.ipynb.tmp-<pid>-<random>` and seer.safe_fs's `.seer-tmp-<pid>-...`, once the
+-- process named in them is gone and they are a minute old; the older `<name>.ipynb.tmp-<random>`
+-- after an hour. Regular files only, no link followed. Returns how many were removed.
+sweep_temporaries = function(dir)
+  local dfd = open_dir_nofollow(dir)
+  if not dfd then return 0 end
+  local ok, list = pcall(require("seer.core.sandbox").listdir, dir)
+  local removed, now = 0, os.time()
+  local st = ffi.new("struct seer_statx")
+  for _, ent in ipairs(ok and list or {}) do
+    local name = ent.name
+    local pid = name:match("^.+%.ipynb%.tmp%-(%d+)%-%x+$") or name:match("^%.seer%-tmp%-(%d+)%-")
+    local old_style = not pid and name:match("^.+%.ipynb%.tmp%-%x+$")
+    if (pid or old_style)
+       and ffi.C.statx(dfd, name, AT_SYMLINK_NOFOLLOW, bit.bor(STATX_TYPE, STATX_MTIME), st) == 0
+       and bit.band(st.stx_mode, S_IFMT) == S_IFREG then
+      local age = now - tonumber(st.stx_mtime.tv_sec)
+      local stale
+      if pid then
+        local dead = ffi.C.kill(tonumber(pid), 0) ~= 0 and ffi.errno() == 3 -- ESRCH
+        stale = dead and age > 60
+      else
+        stale = age > 3600
+      end
+      if stale and ffi.C.unlinkat(dfd, name, 0) == 0 then removed = removed + 1 end
+    end
+  end
+  ffi.C.close(dfd)
+  if removed > 0 then log("removed %d temporary file%s left by an interrupted save in %s", removed, removed == 1 and "" or "s", dir) end
+  return removed
+end
+M.sweep_temporaries = sweep_temporaries
 
 -- The text of a regular file opened by open_nofollow (closes fd); nil and why otherwise.
 local function read_regular(fd)
