@@ -243,16 +243,23 @@ local function head_tail(v, keep, total)
          .. table.concat(tail)
 end
 
-local function disk_text(v, max_text)
+local function disk_text(v, max_text, big)
   local n = text_size(v)
   if max_text and n > max_text then return head_tail(v, math.floor(max_text / 2), n) end
   -- a large text stays in the pieces it arrived in (a list of strings is a valid nbformat
-  -- multi-line string): joining it would copy it once more
-  if n > BIG_TEXT then return v end
+  -- multi-line string): joining it would copy it once more. For a streamed save (big) it is
+  -- a placeholder, its pieces encoded one at a time as the file is written.
+  if n > BIG_TEXT then
+    if big then
+      big[#big + 1] = type(v) == "string" and { v } or v
+      return ("%s-%d"):format(big.token, #big)
+    end
+    return v
+  end
   return to_lines(M.join(v))
 end
 
-local function clean_for_disk(doc, max_text)
+local function clean_for_disk(doc, max_text, big)
   -- Private bookkeeping fields (leading underscore) never reach the file.
   local cells = json.array()
   for i, c in ipairs(doc.cells) do
@@ -263,7 +270,7 @@ local function clean_for_disk(doc, max_text)
     if copy.cell_type == "code" then
       local outs = json.array()
       for j, o in ipairs(copy.outputs or {}) do
-        if o.output_type == "stream" then outs[j] = { output_type = "stream", name = o.name, text = disk_text(o.text, max_text) }
+        if o.output_type == "stream" then outs[j] = { output_type = "stream", name = o.name, text = disk_text(o.text, max_text, big) }
         else outs[j] = o end
       end
       copy.outputs = outs
@@ -280,6 +287,29 @@ end
 ---@return string
 function Notebook:to_json(pretty, max_text)
   return json.encode(clean_for_disk(self.doc, max_text), pretty and { indent = 1 } or nil)
+end
+
+---The notebook as JSON text handed to `emit` piece by piece: a large stream output is encoded one
+---piece at a time, so writing a notebook costs a little more memory than the notebook itself,
+---not the several copies one json.encode of it would make.
+---@param emit fun(text: string)
+---@param pretty? boolean
+function Notebook:write_json(emit, pretty)
+  local big = { token = "seer-big-text-" .. require("seer.net").uuid() }
+  local skeleton = json.encode(clean_for_disk(self.doc, nil, big), pretty and { indent = 1 } or nil)
+  local pos = 1
+  for i, pieces in ipairs(big) do
+    local mark = ('"%s-%d"'):format(big.token, i)
+    local a, b = skeleton:find(mark, pos, true)
+    emit(skeleton:sub(pos, a - 1))
+    emit("[")
+    for j, piece in ipairs(pieces) do
+      emit((j > 1 and ", " or "") .. json.encode(piece))
+    end
+    emit("]")
+    pos = b + 1
+  end
+  emit(skeleton:sub(pos))
 end
 
 ---Writes the notebook to its path atomically.

@@ -414,11 +414,11 @@ end
 
 -- Notebook:save for this server's notebooks (write_nofollow is defined with the scopes below).
 save_nofollow = function(nb)
-  local text = nb:to_json(true)
-  M.write_nofollow(nb.path, { text, "\n" })
-  -- a large notebook's text is garbage now: collect it before the next one is made, so the
-  -- server's peak stays near what it keeps (not several copies of it)
-  if #text > 16 * 1024 * 1024 then text = nil; collectgarbage() end
+  -- written piece by piece (a large stream output is encoded a piece at a time)
+  M.write_nofollow(nb.path, function(emit)
+    nb:write_json(emit, true)
+    emit("\n")
+  end)
 end
 
 -- Ends a session and forgets it (its notebook stays on disk).
@@ -826,7 +826,8 @@ end
 -- Writes dir/name atomically without following a link anywhere: the folder is opened as in
 -- open_nofollow, the text goes to a new temporary file in it (O_EXCL | O_NOFOLLOW), then
 -- renameat replaces dir/name, which replaces a link planted there instead of writing through
--- it. `text` is a string or a list of strings written one after the other. Raises naming the
+-- it. `text` is a string, a list of strings, or a function(emit) that hands the text to emit
+-- piece by piece. Raises naming the
 -- file and the reason; the temporary file is removed on every way out (an error, Ctrl-C), and
 -- one left by a process killed mid-save is swept when a session next starts there
 -- (sweep_temporaries): its name, `<name>.tmp-<pid>-<random>`, says whose it was.
@@ -844,8 +845,9 @@ local function write_nofollow(path, text)
   end
   local renamed = false
   local ok, err = pcall(function()
-    local pieces = type(text) == "table" and text or { text }
-    for _, piece in ipairs(pieces) do
+    -- small writes are gathered into 1 MiB before they reach the file
+    local pending, pending_n = {}, 0
+    local function write_all(piece)
       local off, n = 0, #piece
       local buf = ffi.cast("const char *", piece)
       while off < n do
@@ -857,6 +859,18 @@ local function write_nofollow(path, text)
         end
       end
     end
+    local function emit(piece)
+      pending[#pending + 1] = piece
+      pending_n = pending_n + #piece
+      if pending_n >= 1048576 then
+        write_all(table.concat(pending))
+        pending, pending_n = {}, 0
+      end
+    end
+    if type(text) == "function" then text(emit)
+    elseif type(text) == "table" then for _, piece in ipairs(text) do emit(piece) end
+    else emit(text) end
+    write_all(table.concat(pending))
     if ffi.C.fsync(fd) ~= 0 then error(errno_text(), 0) end
     local c = ffi.C.close(fd)
     fd = -1
@@ -1453,6 +1467,9 @@ local function parse_args(args)
 end
 
 function M.serve(opts)
+  -- Most of what this server holds is large strings (outputs) and what it receives and drops is
+  -- garbage at once: a shorter pause keeps the peak near what it keeps (GC cycles are cheap here).
+  collectgarbage("setpause", 120)
   if os.getenv("SEER_DIE_WITH_PARENT") == "1" then process.die_with_parent() end
   local self = setmetatable({ sessions = {}, id = net.uuid(), host = opts.host, max_output = opts.max_output,
                               limits = opts.limits or default_limits(),
