@@ -183,8 +183,11 @@ end
 function Server:publish(s, now)
   if not self.http then return end
   if s.published == s.nb.version then return end
-  -- A large notebook costs more to encode: the interval grows with that cost (at most a fifth
-  -- of the server's time goes to the live view while a cell floods it with output).
+  -- A large notebook costs more to publish (the live view parses each snapshot): the interval
+  -- grows with that cost, so at most a fifth of the server's time goes to the live view, and a
+  -- publish asked for at once (a cell's start and end) waits its turn too once it costs more
+  -- than 20 ms, or a notebook of many outputs would make every cell pay two of them.
+  if now and (s.publish_cost or 0) > 20 then now = false end
   if not now and process.now_ms() - (s.published_at or 0) < math.max(PUBLISH_INTERVAL_MS, 4 * (s.publish_cost or 0)) then
     s.publish_pending = true
     return
@@ -452,7 +455,7 @@ function Server:pump_queue(s)
   if e.timeout then e.deadline = e.started + e.timeout * 1000 end
   if e.cell then
     e.cell.metadata.execution_status = "running"
-    s.nb:touch()
+    s.nb:touch(e.cell)
     self:publish(s, true)
   end
 end
@@ -592,6 +595,7 @@ function Server:record_truncation(s, e)
     end
     s.nb:add_output(e.cell, o)
     e.cell.metadata.seer_truncated = d
+    s.nb:touch(e.cell)
   end
   local t = s.truncations or { cells = 0, stream_bytes = 0, displays = 0, oversized = 0, kernel_undelivered = 0 }
   s.truncations = t
@@ -627,7 +631,7 @@ function Server:finish(s, e)
   if e.cell then
     if r.execution_count then e.cell.execution_count = r.execution_count end
     e.cell.metadata.execution_status = (e.result == "ok") and "complete" or "error"
-    s.nb:touch()
+    s.nb:touch(e.cell)
     local ok, err = pcall(s.nb.save, s.nb)
     if not ok then
       reraise_interrupt(err)
@@ -679,7 +683,7 @@ function Server:on_kernel_message(s, msg)
     if t == "status" then
       if msg.content.execution_state == "idle" then e.idle = true end
     elseif t == "execute_input" then
-      if e.cell then e.cell.execution_count = msg.content.execution_count end
+      if e.cell then e.cell.execution_count = msg.content.execution_count; s.nb:touch(e.cell) end
     elseif t == "clear_output" then
       -- what is cleared is no longer kept: the limits count from here
       e.outputs = json.array()
@@ -694,7 +698,7 @@ function Server:on_kernel_message(s, msg)
           e.dropped.updates = e.dropped.updates + 1
         else
           o.data, o.metadata = msg.content.data or {}, msg.content.metadata or {}
-          s.nb:touch()
+          s.nb:touch(e.cell)
         end
       end
     else
@@ -1198,6 +1202,7 @@ function handlers.edit_cell(self, req)
   if not limits then return self:reply_error(req, "ValueError", "edit_cell: " .. why) end
   s.nb:reset_cell(cell, c.code)
   cell.metadata.seer_truncated = nil
+  s.nb:touch(cell)
   self:enqueue(s, { code = c.code, cell = cell, req = req, timeout = tonumber(c.timeout), max_output = tonumber(c.max_output),
                     stream = c.stream and true or false, limits = limits })
 end
