@@ -79,6 +79,8 @@ typedef struct kernel {
 
     atomic_int shutdown;
     atomic_long iopub_dropped; /* messages iopub could not deliver within the wait (all threads) */
+    int iopub_wait_ms;         /* SNDTIMEO while subscribers keep up */
+    int iopub_overflow;        /* a send timed out: later sends do not wait until one succeeds (iopub_mu) */
     pthread_mutex_t done_mu;
     pthread_cond_t done_cv;
     int main_done;
@@ -131,12 +133,26 @@ static void publish_raw(kernel_t *k, const seer_net_frame_t *parent, const char 
     m.parts[SEER_NET_CONTENT] = (seer_net_frame_t){content, clen};
     pthread_mutex_lock(&k->iopub_mu);
     int rc = seer_net_send(k->iopub, k->key, &m, &err);
+    /* Once a send has waited its full time, a subscriber is stuck: the next sends do not wait
+     * (each would cost the whole wait) but drop at once, counted, until one goes through. */
+    int was_overflow = k->iopub_overflow;
+    if (rc < 0 && !k->iopub_overflow && k->iopub_wait_ms > 0) {
+        int zero = 0;
+        zmq_setsockopt(k->iopub, ZMQ_SNDTIMEO, &zero, sizeof zero);
+        k->iopub_overflow = 1;
+    } else if (rc == 0 && k->iopub_overflow) {
+        zmq_setsockopt(k->iopub, ZMQ_SNDTIMEO, &k->iopub_wait_ms, sizeof k->iopub_wait_ms);
+        k->iopub_overflow = 0;
+    }
     pthread_mutex_unlock(&k->iopub_mu);
     if (rc < 0) {
         long n = atomic_fetch_add(&k->iopub_dropped, 1) + 1;
         /* one line for the first and then every 1000th: a stuck subscriber must not fill the log */
         if (n == 1 || n % 1000 == 0)
-            logf_("iopub: %s (a subscriber did not read for the wait; %ld messages dropped so far)", err.msg, n);
+            logf_("iopub: %s (a subscriber did not read for %d ms; %ld messages dropped so far)", err.msg,
+                  k->iopub_wait_ms, n);
+    } else if (was_overflow) {
+        logf_("iopub: delivering again after %ld dropped messages", atomic_load(&k->iopub_dropped));
     }
 }
 
@@ -790,8 +806,8 @@ static void *open_socket(kernel_t *k, int type, conn_t *c, int which, seer_err_t
     if (type == ZMQ_PUB) {
         zmq_setsockopt(s, ZMQ_XPUB_NODROP, &one, sizeof one);
         const char *w = getenv("SEER_KERNEL_IOPUB_WAIT_MS");
-        int wait_ms = w && *w ? atoi(w) : IOPUB_WAIT_MS;
-        if (wait_ms > 0) zmq_setsockopt(s, ZMQ_SNDTIMEO, &wait_ms, sizeof wait_ms);
+        k->iopub_wait_ms = w && *w ? atoi(w) : IOPUB_WAIT_MS;
+        if (k->iopub_wait_ms > 0) zmq_setsockopt(s, ZMQ_SNDTIMEO, &k->iopub_wait_ms, sizeof k->iopub_wait_ms);
     }
     char ep[320];
     if (strcmp(c->transport, "ipc") == 0) snprintf(ep, sizeof ep, "ipc://%s-%d", c->ip, c->ports[which]);
