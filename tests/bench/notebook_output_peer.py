@@ -19,7 +19,9 @@ stream = ("import sys\nl = 'x' * 1013 + '\\n'\nw = sys.stdout.write\n"
 disp = f"from IPython.display import display\nfor i in range({nd}):\n    display(i + 1)\n"
 nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1"), nbformat.v4.new_code_cell(stream),
                                      nbformat.v4.new_code_cell(disp)])
-client = nbclient.NotebookClient(nb, kernel_name="python3", timeout=3600)
+# iopub_timeout: nbclient stops reading outputs 4 s after the execute_reply by default (and
+# keeps what it had), which under load loses the tail of a large output; wait for all of it.
+client = nbclient.NotebookClient(nb, kernel_name="python3", timeout=3600, iopub_timeout=3600)
 with client.setup_kernel():
     client.execute_cell(nb.cells[0], 0)
     t0 = time.monotonic()
