@@ -61,6 +61,13 @@ local function default_limits()
   }
 end
 M.default_limits = default_limits
+-- Sizes as the truncation record and the log say them.
+local function mib(n)
+  if n >= 1024 * 1024 then return ("%.1f MiB"):format(n / (1024 * 1024)) end
+  if n >= 1024 then return ("%.1f KiB"):format(n / 1024) end
+  return ("%d bytes"):format(n)
+end
+M.mib = mib
 -- How long a cell that ran past its timeout gets to stop after the interrupt before its kernel
 -- is stopped (the cell may catch the interrupt, or sit in C code that never checks it).
 local INTERRUPT_GRACE_MS = env_limit("SEER_NOTEBOOK_INTERRUPT_GRACE_MS", 10000)
@@ -425,8 +432,18 @@ save_nofollow = function(nb)
 end
 
 -- Ends a session and forgets it (its notebook stays on disk).
+-- When a session ends, the log sums up what its cells did not keep.
+local function log_totals(s)
+  local t = s.truncations
+  if t then
+    log("session %s ended: %d cell%s truncated at the output limits (not kept: %s of stream, %d display outputs, %d oversized outputs replaced, %d messages the kernel could not deliver)",
+        s.id, t.cells, t.cells == 1 and "" or "s", mib(t.stream_bytes), t.displays, t.oversized, t.kernel_undelivered)
+  end
+end
+
 function Server:drop_session(s, how)
   if not s.dead then self:on_kernel_death(s, how) end
+  log_totals(s)
   self.sessions[s.id] = nil
   if self.http then self.http:remove(s.id) end
 end
@@ -498,12 +515,6 @@ local function bundle_bytes(data)
   return n
 end
 
-local function mib(n)
-  if n >= 1024 * 1024 then return ("%.1f MiB"):format(n / (1024 * 1024)) end
-  if n >= 1024 then return ("%.1f KiB"):format(n / 1024) end
-  return ("%d bytes"):format(n)
-end
-M.mib = mib
 
 -- Decides what of output o (from a kernel message) a cell keeps under its limits: o itself, a
 -- shorter o (a stream cut at the limit), a notice in its place (a display output over the
@@ -1395,6 +1406,7 @@ function Server:run()
   end)
   for _, s in pairs(self.sessions) do
     if not s.dead then self:on_kernel_death(s, "was shut down with the notebook server") end
+    log_totals(s)
   end
   if self.http then self.http:close() end
   for _, sc in pairs(self.scopes or {}) do sc.sock:close() end
