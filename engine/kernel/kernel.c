@@ -196,20 +196,45 @@ static void publish(kernel_t *k, const char *msg_type, const char *content, size
     pthread_mutex_unlock(&k->stream_mu);
 }
 
+/* How much of s (n bytes) fits in room without splitting a UTF-8 sequence: 0 when the first
+ * character does not fit (the caller flushes and tries again with a whole buffer). */
+static size_t utf8_fit(const char *s, size_t n, size_t room) {
+    if (n <= room) return n;
+    size_t k = room;
+    while (k > 0 && ((unsigned char)s[k] & 0xC0) == 0x80) k--;
+    return k;
+}
+
+/* Output goes out in stream messages of at most STREAM_MAX_BUFFER bytes, however much one write
+ * holds: a single huge message would be more than a client takes in one message (seer's notebook
+ * server disconnects a peer past 64 MiB, and every later output of the session would be lost). */
 static void stream_write(kernel_t *k, int name, const char *s, size_t n) {
     if (n == 0) return;
     pthread_mutex_lock(&k->stream_mu);
     if (k->stream_name && k->stream_name != name) stream_flush_locked(k);
-    if (k->stream_text.len == 0) {
-        const seer_net_frame_t *p = cur_parent(k);
-        k->stream_parent.len = 0;
-        if (p) seer_net_buf_add(&k->stream_parent, p->data, p->len);
-        k->stream_t0 = mono_ms();
-        pthread_cond_signal(&k->stream_cv);
+    while (n > 0) {
+        if (k->stream_text.len == 0) {
+            const seer_net_frame_t *p = cur_parent(k);
+            k->stream_parent.len = 0;
+            if (p) seer_net_buf_add(&k->stream_parent, p->data, p->len);
+            k->stream_t0 = mono_ms();
+            pthread_cond_signal(&k->stream_cv);
+        }
+        k->stream_name = name;
+        size_t room = k->stream_text.len < STREAM_MAX_BUFFER ? STREAM_MAX_BUFFER - k->stream_text.len : 0;
+        size_t take = utf8_fit(s, n, room);
+        if (take == 0 && k->stream_text.len == 0) take = n < STREAM_MAX_BUFFER ? n : STREAM_MAX_BUFFER; /* not UTF-8 */
+        if (take > 0 && seer_net_buf_add(&k->stream_text, s, take) < 0) {
+            logf_("out of memory buffering output");
+            break;
+        }
+        s += take;
+        n -= take;
+        if (k->stream_text.len >= STREAM_MAX_BUFFER || n > 0) {
+            stream_flush_locked(k);
+            k->stream_name = name; /* flushing forgets it; the rest of this write is the same stream */
+        }
     }
-    k->stream_name = name;
-    if (seer_net_buf_add(&k->stream_text, s, n) < 0) logf_("out of memory buffering output");
-    if (k->stream_text.len >= STREAM_MAX_BUFFER) stream_flush_locked(k);
     pthread_mutex_unlock(&k->stream_mu);
 }
 

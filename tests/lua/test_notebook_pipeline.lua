@@ -187,6 +187,25 @@ T.test("past a cell's limits: the notebook, session:exec and the MCP result agre
   stop_servers()
 end)
 
+T.test("one write, display or error bigger than a message goes out in pieces or as a notice; the session goes on", function()
+  local s = exec.create_local_notebook_session(nil, { output_dir = T.tmpdir(), name = "huge" })
+  -- 80 MB in one write (past the 64 MiB a message may hold): sent in pieces, cut on a character
+  local r = s:exec("io.write(string.rep('\195\169', 40 * 1024 * 1024)); print(' after')",
+                   { limits = { max_stream_bytes = 1048577 }, max_output = 10 ^ 9 })
+  T.eq(#r.outputs, 2, "the kept stdout and the record")
+  T.eq(#r.outputs[1].text, 1048576, "cut at the limit, not inside a character")
+  T.ok(not r.outputs[1].text:find("[^\195\169]"), "only whole characters")
+  T.eq(r.dropped.stream_bytes, 80 * 1048576 + 7 - 1048576)
+  r = s:exec("display.html(string.rep('x', 60 * 1024 * 1024)); display.text('next')", { max_output = 10 ^ 9 })
+  T.contains(r.outputs[1].data["text/plain"], "[seer kernel] a display_data message of 120.0 MiB was not sent")
+  T.eq(r.outputs[2].data["text/plain"], "next")
+  r = s:exec("error(string.rep('e', 70 * 1024 * 1024))", { raise = false })
+  T.eq(r.error.ename, "LuaError")
+  T.ok(#r.error.evalue <= 1024 * 1024 + 100, "the error's text is bounded: " .. #r.error.evalue)
+  T.eq(s:exec("print('still here')").text, "still here\n", "the session's output channel survived")
+  s:terminate()
+end)
+
 T.test("the timeout fires inside a flood, and a cell that swallows the interrupt loses its kernel", function()
   local srv = own_server({}, { SEER_NOTEBOOK_INTERRUPT_GRACE_MS = "1500" })
   local s = srv.session("timeout", T.tmpdir())

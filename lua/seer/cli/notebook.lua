@@ -114,17 +114,35 @@ end
 -- everything the server kept.
 local function truncate_outputs(outputs, max_chars, always)
   local budget, truncated = max_chars, false
-  local function cut(s)
-    s = notebook.join(s)
-    if #s <= budget then budget = budget - #s; return s end
-    local keep = math.max(budget, 0)
+  local function marked(s, keep, total)
     -- do not split a UTF-8 sequence
     while keep > 0 and keep < #s and s:byte(keep + 1) >= 0x80 and s:byte(keep + 1) < 0xC0 do keep = keep - 1 end
     budget, truncated = 0, true
-    return s:sub(1, keep) .. ("\n[output truncated: %d more characters not shown; the notebook keeps all of it]\n"):format(#s - keep)
+    return s:sub(1, keep) .. ("\n[output truncated: %d more characters not shown; the notebook keeps all of it]\n"):format(total - keep)
+  end
+  local function cut(s)
+    s = notebook.join(s)
+    if #s <= budget then budget = budget - #s; return s end
+    return marked(s, math.max(budget, 0), #s)
+  end
+  -- Consecutive pieces of one stream are one output, as in the notebook; only what fits the
+  -- budget is joined.
+  local function cut_stream(pieces)
+    local total = 0
+    for _, p in ipairs(pieces) do total = total + #p end
+    if total <= budget then budget = budget - total; return table.concat(pieces) end
+    local head, n = {}, 0
+    for _, p in ipairs(pieces) do
+      if n >= budget then break end
+      head[#head + 1] = p:sub(1, budget - n + 1) -- one byte more: marked() checks the boundary
+      n = n + #head[#head]
+    end
+    return marked(table.concat(head), math.max(budget, 0), total)
   end
   local out, skipped, marker = json.array(), 0, nil
-  for _, o in ipairs(outputs) do
+  local i = 1
+  while i <= #outputs do
+    local o = outputs[i]
     if always and always[o] then
       out[#out + 1] = o
     elseif budget <= 0 and o.output_type ~= "error" then
@@ -133,18 +151,28 @@ local function truncate_outputs(outputs, max_chars, always)
         marker = { output_type = "stream", name = "stdout" }
         out[#out + 1] = marker
       end
+      -- the rest of a stream's pieces are the same output
+      while o.output_type == "stream" and outputs[i + 1] and outputs[i + 1].output_type == "stream"
+            and outputs[i + 1].name == o.name and not (always and always[outputs[i + 1]]) do i = i + 1 end
+    elseif o.output_type == "stream" then
+      local pieces = { notebook.join(o.text) }
+      while outputs[i + 1] and outputs[i + 1].output_type == "stream" and outputs[i + 1].name == o.name
+            and not (always and always[outputs[i + 1]]) do
+        i = i + 1
+        pieces[#pieces + 1] = notebook.join(outputs[i].text)
+      end
+      out[#out + 1] = { output_type = "stream", name = o.name, text = cut_stream(pieces) }
     else
       local saved
       if budget <= 0 then saved, budget = budget, 2000 end -- an error after the budget: its own, small
       local c = {}
       for k, v in pairs(o) do c[k] = v end
-      if o.output_type == "stream" then c.text = cut(o.text)
-      elseif o.output_type == "error" then
+      if o.output_type == "error" then
         c.evalue = cut(o.evalue)
         local tb = json.array()
-        for i, l in ipairs(o.traceback or {}) do
+        for j, l in ipairs(o.traceback or {}) do
           if budget <= 0 then break end
-          tb[i] = cut(l)
+          tb[j] = cut(l)
         end
         c.traceback = tb
       elseif o.data then
@@ -158,6 +186,7 @@ local function truncate_outputs(outputs, max_chars, always)
       out[#out + 1] = c
       if saved then budget = 0 end
     end
+    i = i + 1
   end
   if marker then
     marker.text = ("[output truncated: %d more output%s not shown; the notebook keeps %s]\n")
