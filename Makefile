@@ -32,7 +32,7 @@ SEER_BIN := $(if $(filter build,$(BUILD)),seer,$(BUILD)/seer)
 VERSION := $(shell cat VERSION)
 GIT_REV := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
 
-.PHONY: all setup test unit attack asan bench bench-gpu bench-setup parity fuzz fuzz-kernel install uninstall demo clean help check-deps
+.PHONY: all setup test unit attack asan soak bench bench-gpu bench-setup parity fuzz fuzz-kernel install uninstall demo clean help check-deps
 all: $(SEER_BIN)
 
 help:
@@ -47,6 +47,7 @@ help:
 	@echo "make bench-setup  the transformers peer for make bench and make parity (pip, into .venv)"
 	@echo "make parity     regenerate the transformers parity goldens live and compare"
 	@echo "make fuzz       libFuzzer on the safetensors, tokenizer.json and chat-template parsers (FUZZ_SECONDS each)"
+	@echo "make soak       the notebook pipeline under load: 100,000 display messages, 1 GB of stdout in one cell (minutes)"
 	@echo "make fuzz-kernel  FUZZ_KERNEL_N (100000) malformed messages from a hijacked sandboxed kernel; bystander checked"
 	@echo "make install    install into PREFIX (default /usr/local): bin/seer, share/seer/lua, share/doc/seer"
 	@echo "make clean      remove build outputs"
@@ -178,6 +179,11 @@ fuzz: $(FUZZ_TARGETS)
 FUZZ_KERNEL_N ?= 100000
 fuzz-kernel: $(SEER_BIN)
 	@FUZZ_KERNEL_N=$(FUZZ_KERNEL_N) ./$(SEER_BIN) tests/lua/run.lua tests/lua/test_fuzz_kernel.lua
+
+# The notebook pipeline under load (issue 19): tests/soak/notebook_soak.lua, the heavy versions of
+# tests/lua/test_notebook_pipeline.lua (which make test runs).
+soak: $(SEER_BIN)
+	@./$(SEER_BIN) tests/lua/run.lua tests/soak/notebook_soak.lua
 
 # The Python peers for make bench (torch + transformers from PyPI) in a git-ignored venv.
 bench-setup:

@@ -18,7 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <poll.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -39,6 +41,11 @@
 #define SHUTDOWN_GRACE_MS 2000
 /* Sockets keep unsent messages this long at close, so the last replies still reach the client. */
 #define CLOSE_LINGER_MS 500
+/* iopub makes the kernel wait for a subscriber that reads slowly (ZMQ_XPUB_NODROP), at most this
+ * long per message (SEER_KERNEL_IOPUB_WAIT_MS); past it the message is dropped, counted, and the
+ * request's reply says how many (metadata.seer_iopub_dropped): a client that stopped reading
+ * cannot hold the kernel forever. */
+#define IOPUB_WAIT_MS 60000
 
 typedef struct kernel {
     seer_host_t *host;
@@ -71,6 +78,9 @@ typedef struct kernel {
     int aborting; /* after an error with stop_on_error: queued execute requests are aborted */
 
     atomic_int shutdown;
+    atomic_long iopub_dropped; /* messages iopub could not deliver within the wait (all threads) */
+    int iopub_wait_ms;         /* SNDTIMEO while subscribers keep up */
+    int iopub_overflow;        /* a send timed out: later sends do not wait until one succeeds (iopub_mu) */
     pthread_mutex_t done_mu;
     pthread_cond_t done_cv;
     int main_done;
@@ -123,8 +133,27 @@ static void publish_raw(kernel_t *k, const seer_net_frame_t *parent, const char 
     m.parts[SEER_NET_CONTENT] = (seer_net_frame_t){content, clen};
     pthread_mutex_lock(&k->iopub_mu);
     int rc = seer_net_send(k->iopub, k->key, &m, &err);
+    /* Once a send has waited its full time, a subscriber is stuck: the next sends do not wait
+     * (each would cost the whole wait) but drop at once, counted, until one goes through. */
+    int was_overflow = k->iopub_overflow;
+    if (rc < 0 && !k->iopub_overflow && k->iopub_wait_ms > 0) {
+        int zero = 0;
+        zmq_setsockopt(k->iopub, ZMQ_SNDTIMEO, &zero, sizeof zero);
+        k->iopub_overflow = 1;
+    } else if (rc == 0 && k->iopub_overflow) {
+        zmq_setsockopt(k->iopub, ZMQ_SNDTIMEO, &k->iopub_wait_ms, sizeof k->iopub_wait_ms);
+        k->iopub_overflow = 0;
+    }
     pthread_mutex_unlock(&k->iopub_mu);
-    if (rc < 0) logf_("iopub: %s", err.msg);
+    if (rc < 0) {
+        long n = atomic_fetch_add(&k->iopub_dropped, 1) + 1;
+        /* one line for the first and then every 1000th: a stuck subscriber must not fill the log */
+        if (n == 1 || n % 1000 == 0)
+            logf_("iopub: %s (a subscriber did not read for %d ms; %ld messages dropped so far)", err.msg,
+                  k->iopub_wait_ms, n);
+    } else if (was_overflow) {
+        logf_("iopub: delivering again after %ld dropped messages", atomic_load(&k->iopub_dropped));
+    }
 }
 
 static void publish_status(kernel_t *k, const seer_net_frame_t *parent, const char *state) {
@@ -167,20 +196,45 @@ static void publish(kernel_t *k, const char *msg_type, const char *content, size
     pthread_mutex_unlock(&k->stream_mu);
 }
 
+/* How much of s (n bytes) fits in room without splitting a UTF-8 sequence: 0 when the first
+ * character does not fit (the caller flushes and tries again with a whole buffer). */
+static size_t utf8_fit(const char *s, size_t n, size_t room) {
+    if (n <= room) return n;
+    size_t k = room;
+    while (k > 0 && ((unsigned char)s[k] & 0xC0) == 0x80) k--;
+    return k;
+}
+
+/* Output goes out in stream messages of at most STREAM_MAX_BUFFER bytes, however much one write
+ * holds: a single huge message would be more than a client takes in one message (seer's notebook
+ * server disconnects a peer past 64 MiB, and every later output of the session would be lost). */
 static void stream_write(kernel_t *k, int name, const char *s, size_t n) {
     if (n == 0) return;
     pthread_mutex_lock(&k->stream_mu);
     if (k->stream_name && k->stream_name != name) stream_flush_locked(k);
-    if (k->stream_text.len == 0) {
-        const seer_net_frame_t *p = cur_parent(k);
-        k->stream_parent.len = 0;
-        if (p) seer_net_buf_add(&k->stream_parent, p->data, p->len);
-        k->stream_t0 = mono_ms();
-        pthread_cond_signal(&k->stream_cv);
+    while (n > 0) {
+        if (k->stream_text.len == 0) {
+            const seer_net_frame_t *p = cur_parent(k);
+            k->stream_parent.len = 0;
+            if (p) seer_net_buf_add(&k->stream_parent, p->data, p->len);
+            k->stream_t0 = mono_ms();
+            pthread_cond_signal(&k->stream_cv);
+        }
+        k->stream_name = name;
+        size_t room = k->stream_text.len < STREAM_MAX_BUFFER ? STREAM_MAX_BUFFER - k->stream_text.len : 0;
+        size_t take = utf8_fit(s, n, room);
+        if (take == 0 && k->stream_text.len == 0) take = n < STREAM_MAX_BUFFER ? n : STREAM_MAX_BUFFER; /* not UTF-8 */
+        if (take > 0 && seer_net_buf_add(&k->stream_text, s, take) < 0) {
+            logf_("out of memory buffering output");
+            break;
+        }
+        s += take;
+        n -= take;
+        if (k->stream_text.len >= STREAM_MAX_BUFFER || n > 0) {
+            stream_flush_locked(k);
+            k->stream_name = name; /* flushing forgets it; the rest of this write is the same stream */
+        }
     }
-    k->stream_name = name;
-    if (seer_net_buf_add(&k->stream_text, s, n) < 0) logf_("out of memory buffering output");
-    if (k->stream_text.len >= STREAM_MAX_BUFFER) stream_flush_locked(k);
     pthread_mutex_unlock(&k->stream_mu);
 }
 
@@ -213,8 +267,8 @@ static void reply_type(const char *req, char *out, size_t cap) {
     else snprintf(out, cap, "%s_reply", req);
 }
 
-static void send_reply(kernel_t *k, void *sock, const seer_net_msg_t *req, const char *req_type, const char *content,
-                       size_t clen) {
+static void send_reply_md(kernel_t *k, void *sock, const seer_net_msg_t *req, const char *req_type, const char *content,
+                          size_t clen, const char *metadata) {
     char type[128], header[512];
     reply_type(req_type, type, sizeof type);
     seer_err_t err;
@@ -226,9 +280,14 @@ static void send_reply(kernel_t *k, void *sock, const seer_net_msg_t *req, const
     seer_net_msg_t m = {.idents = req->idents, .nidents = req->nidents};
     m.parts[SEER_NET_HEADER] = (seer_net_frame_t){header, (size_t)hl};
     m.parts[SEER_NET_PARENT] = req->parts[SEER_NET_HEADER];
-    m.parts[SEER_NET_METADATA] = empty_obj;
+    m.parts[SEER_NET_METADATA] = metadata ? (seer_net_frame_t){metadata, strlen(metadata)} : empty_obj;
     m.parts[SEER_NET_CONTENT] = (seer_net_frame_t){content, clen};
     if (seer_net_send(sock, k->key, &m, &err) < 0) logf_("reply %s: %s", type, err.msg);
+}
+
+static void send_reply(kernel_t *k, void *sock, const seer_net_msg_t *req, const char *req_type, const char *content,
+                       size_t clen) {
+    send_reply_md(k, sock, req, req_type, content, clen, NULL);
 }
 
 /* msg_type from a header's JSON text; "" when it has none. */
@@ -247,13 +306,14 @@ static int content_restart(const seer_net_msg_t *m) {
     return r;
 }
 
+/* ipykernel also broadcasts the reply on iopub, so every client learns the kernel is going
+ * away: the shell path does it here, the control thread after it has woken the main loop. */
 static void answer_shutdown(kernel_t *k, void *sock, const seer_net_msg_t *m, const char *type) {
     char c[64];
     int n = snprintf(c, sizeof c, "{\"restart\":%s,\"status\":\"ok\"}", content_restart(m) ? "true" : "false");
     send_reply(k, sock, m, type, c, (size_t)n);
-    /* ipykernel also broadcasts the reply, so every client learns the kernel is going away. */
-    publish_raw(k, &m->parts[SEER_NET_HEADER], "shutdown_reply", c, (size_t)n);
     atomic_store(&k->shutdown, 1);
+    if (sock != k->control) publish_raw(k, &m->parts[SEER_NET_HEADER], "shutdown_reply", c, (size_t)n);
 }
 
 /* ---- control thread -------------------------------------------------------------------------- */
@@ -284,7 +344,8 @@ static void handle_control(kernel_t *k, const seer_net_msg_t *m) {
     char type[128];
     header_type(m, type, sizeof type);
     const seer_net_frame_t *parent = &m->parts[SEER_NET_HEADER];
-    publish_status(k, parent, "busy");
+    /* The request is acted on before anything is published: iopub may be waiting for a slow
+     * subscriber (a cell flooding output), and an interrupt or a shutdown must not wait with it. */
     if (strcmp(type, "kernel_info_request") == 0) {
         send_reply(k, k->control, m, type, k->kernel_info, strlen(k->kernel_info));
     } else if (strcmp(type, "interrupt_request") == 0) {
@@ -295,15 +356,20 @@ static void handle_control(kernel_t *k, const seer_net_msg_t *m) {
     } else {
         logf_("ignoring %s on the control channel", type[0] ? type : "a message without msg_type");
     }
-    publish_status(k, parent, "idle");
     if (atomic_load(&k->shutdown)) {
-        /* Stop a running cell and wake the main loop; it tears everything down. */
         pthread_kill(k->main_tid, SIGINT);
         uint64_t one = 1;
         ssize_t w = write(k->wake_fd, &one, sizeof one);
         (void)w;
-        wait_main_or_exit(k);
     }
+    publish_status(k, parent, "busy");
+    if (atomic_load(&k->shutdown)) {
+        char c[64];
+        int n = snprintf(c, sizeof c, "{\"restart\":%s,\"status\":\"ok\"}", content_restart(m) ? "true" : "false");
+        publish_raw(k, parent, "shutdown_reply", c, (size_t)n);
+    }
+    publish_status(k, parent, "idle");
+    if (atomic_load(&k->shutdown)) wait_main_or_exit(k); /* the main loop tears everything down */
 }
 
 static void *control_main(void *arg) {
@@ -645,8 +711,13 @@ static void handle_shell(kernel_t *k, const seer_net_msg_t *m) {
          * meant for it. */
         if (strcmp(type, "execute_request") == 0) g_pending_interrupt = 0;
         int stop;
+        long dropped0 = atomic_load(&k->iopub_dropped);
         char *reply = interpret(k, type, m, &stop);
-        if (reply) send_reply(k, k->shell, m, type, reply, strlen(reply));
+        stream_flush(k);
+        long dropped = atomic_load(&k->iopub_dropped) - dropped0;
+        char md[96];
+        if (dropped > 0) snprintf(md, sizeof md, "{\"seer_iopub_dropped\":%ld}", dropped);
+        if (reply) send_reply_md(k, k->shell, m, type, reply, strlen(reply), dropped > 0 ? md : NULL);
         else if (strncmp(type, "comm_", 5) != 0) logf_("ignoring %s", type[0] ? type : "a message without msg_type");
         free(reply);
         if (stop && !k->aborting) {
@@ -755,6 +826,14 @@ static void *open_socket(kernel_t *k, int type, conn_t *c, int which, seer_err_t
     int linger = CLOSE_LINGER_MS, one = 1;
     zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
     if (type == ZMQ_ROUTER) zmq_setsockopt(s, ZMQ_ROUTER_HANDOVER, &one, sizeof one);
+    /* iopub: a subscriber that reads slowly makes the publisher wait instead of losing messages
+     * (a PUB socket drops silently at its high-water mark). */
+    if (type == ZMQ_PUB) {
+        zmq_setsockopt(s, ZMQ_XPUB_NODROP, &one, sizeof one);
+        const char *w = getenv("SEER_KERNEL_IOPUB_WAIT_MS");
+        k->iopub_wait_ms = w && *w ? atoi(w) : IOPUB_WAIT_MS;
+        if (k->iopub_wait_ms > 0) zmq_setsockopt(s, ZMQ_SNDTIMEO, &k->iopub_wait_ms, sizeof k->iopub_wait_ms);
+    }
     char ep[320];
     if (strcmp(c->transport, "ipc") == 0) snprintf(ep, sizeof ep, "ipc://%s-%d", c->ip, c->ports[which]);
     else if (c->ports[which] == 0) snprintf(ep, sizeof ep, "tcp://%s:*", c->ip);
@@ -806,6 +885,63 @@ static void die_with_parent(void) {
     }
 }
 
+/* JPY_PARENT_PID (what jupyter_client sets for the kernels it launches, as ipykernel reads it):
+ * the kernel exits when that process ends, whether or not it is the direct parent (a launcher
+ * script in between, nbconvert's process, jupyter console). A pidfd made at start-up names
+ * exactly that process (no pid reuse); a thread waits on it. SEER_KERNEL_DETACH=1 keeps the
+ * kernel running without it. */
+static pid_t g_watch_pid;
+static int g_watch_fd = -1;
+
+static void *parent_watch_main(void *arg) {
+    (void)arg;
+    for (;;) {
+        if (g_watch_fd >= 0) {
+            struct pollfd p = {.fd = g_watch_fd, .events = POLLIN};
+            int r = poll(&p, 1, -1);
+            if (r < 0 && errno == EINTR) continue;
+            if (r < 0) break;
+        } else {
+            /* no pidfd (Linux before 5.3): look every 200 ms */
+            struct timespec ts = {0, 200 * 1000000L};
+            nanosleep(&ts, NULL);
+            if (kill(g_watch_pid, 0) == 0 || errno == EPERM) continue;
+        }
+        logf_("the process that launched this kernel (JPY_PARENT_PID=%d) has ended; exiting", (int)g_watch_pid);
+        fflush(stderr);
+        _exit(1);
+    }
+    return NULL;
+}
+
+static int watch_launcher(void) {
+    const char *v = getenv("JPY_PARENT_PID");
+    const char *detach = getenv("SEER_KERNEL_DETACH");
+    if (!v || !*v || (detach && strcmp(detach, "1") == 0)) return 0;
+    char *end;
+    long pid = strtol(v, &end, 10);
+    if (*end || pid <= 1 || pid > 0x3fffffff) {
+        logf_("JPY_PARENT_PID=%s is not a process id; not watching it", v);
+        return 0;
+    }
+    g_watch_pid = (pid_t)pid;
+    g_watch_fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+    if (g_watch_fd < 0 && errno != ENOSYS) {
+        if (errno == ESRCH) {
+            logf_("the process that launched this kernel (JPY_PARENT_PID=%ld) has already ended; exiting", pid);
+            return -1;
+        }
+        g_watch_fd = -1;
+    }
+    pthread_t t;
+    if (pthread_create(&t, NULL, parent_watch_main, NULL) != 0) {
+        logf_("cannot start the thread that watches JPY_PARENT_PID");
+        return 0;
+    }
+    pthread_detach(t);
+    return 0;
+}
+
 static void close_socket(void **s) {
     if (*s) zmq_close(*s);
     *s = NULL;
@@ -834,6 +970,10 @@ static int run_kernel(const char *conn_path) {
     sigemptyset(&intr);
     sigaddset(&intr, SIGINT);
     pthread_sigmask(SIG_BLOCK, &intr, &old);
+    if (watch_launcher() < 0) {
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        return 1;
+    }
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigint_idle;

@@ -220,7 +220,11 @@ local function request_on(srv, msg_type, content, opts)
         local msg = table.remove(box, 1)
         quiet_since = process.now_ms()
         if msg.header.msg_type == "output" then
-          if opts.on_output then opts.on_output(msg.content) end
+          -- a batch of outputs ({outputs = [...]}, in order); one output from older servers
+          if opts.on_output then
+            local list = type(msg.content.outputs) == "table" and msg.content.outputs or { msg.content }
+            for _, o in ipairs(list) do opts.on_output(o) end
+          end
         else
           return msg.content
         end
@@ -281,7 +285,9 @@ Session.__name = "NotebookSession"
 ---@field text string the text of the outputs joined (streams and text/plain results)
 ---@field execution_count integer|nil
 ---@field cell_index integer|nil 0-based index among code cells (nil for hidden executions)
----@field truncated boolean true when outputs were cut to the output limit (the notebook has all)
+---@field truncated boolean true when outputs were cut: to max_output here (the notebook has all), or past the cell's output limits (dropped)
+---@field dropped table|nil what the server did not keep past the cell's output limits (the notebook's truncation record): {stream_bytes, stream_messages, displays, display_bytes, oversized, updates, kernel_undelivered}
+---@field save_error string|nil the notebook could not be saved after this cell (the previous file is kept)
 
 -- Requests of a session go to the server it lives on: this process's own, or the one it attached to.
 function Session:_request(msg_type, content, opts)
@@ -303,15 +309,19 @@ local function exec_result(r)
   return { outputs = r.outputs, text = outputs_text(r.outputs),
            execution_count = r.execution_count ~= json.null and r.execution_count or nil,
            cell_index = r.cell_index, truncated = r.truncated, result = r.result,
+           dropped = r.dropped ~= json.null and r.dropped or nil,
+           save_error = r.save_error ~= json.null and r.save_error or nil,
            error = r.result ~= "ok" and (r.error or { ename = "Error", evalue = "" }) or nil }
 end
 
 ---Runs code in the kernel. With `hidden = true` no notebook cell is created. A kernel error is
 ---raised as the Lua error "ename: evalue" (the cell and its traceback are in the notebook);
 ---with `raise = false` it is returned instead (`result = "error"`, `error = {ename, evalue,
----traceback}`). `timeout` (seconds) interrupts a cell that runs too long.
+---traceback}`). `timeout` (seconds) interrupts a cell that runs too long (and stops the kernel
+---when the cell ignores the interrupt). `limits` lowers the server's per-cell output limits for
+---this cell ({max_stream_bytes, max_displays, max_display_bytes, max_cell_display_bytes}).
 ---@param code string
----@param opts? {hidden?: boolean, timeout?: number, max_output?: integer, on_output?: fun(output: table), raise?: boolean}
+---@param opts? {hidden?: boolean, timeout?: number, max_output?: integer, on_output?: fun(output: table), raise?: boolean, limits?: table}
 ---@return seerexecution.exec_result
 function Session:exec(code, opts)
   if type(self) ~= "table" or getmetatable(self) ~= Session then
@@ -323,7 +333,7 @@ function Session:exec(code, opts)
   end
   opts = opts or {}
   local r = check(self:_request("execute", { session_id = self.session_id, code = code, hidden = opts.hidden or false,
-                                             timeout = opts.timeout, max_output = opts.max_output,
+                                             timeout = opts.timeout, max_output = opts.max_output, limits = opts.limits,
                                              stream = opts.on_output and true or false },
                                 { on_output = opts.on_output }), "session:exec")
   local res = exec_result(r)

@@ -116,7 +116,8 @@ end
 function M.start_local(opts)
   local conn = ("%s/kernel-%s.json"):format(opts.runtime_dir, net.uuid())
   M.write_connection_file(conn)
-  local env = { SEER_KERNEL_DIE_WITH_PARENT = "1" }
+  -- dies with this process (PR_SET_PDEATHSIG), and any Jupyter-style watch names this process too
+  local env = { SEER_KERNEL_DIE_WITH_PARENT = "1", JPY_PARENT_PID = tostring(process.getpid()) }
   for k, v in pairs(opts.env or {}) do env[k] = v end
   local child = process.spawn{ argv = { M.seer_binary(), "kernel", "-f", conn }, cwd = opts.cwd, env = env,
                                stdout = opts.log or "null", stderr = opts.log or "inherit" }

@@ -289,8 +289,36 @@ local function pack(...)
   return { n = select("#", ...), ... }
 end
 
+-- The largest message the kernel sends (SEER_KERNEL_MAX_MESSAGE_BYTES, default 48 MiB): seer's
+-- notebook server takes messages of at most 64 MiB and disconnects a peer that sends a bigger
+-- one, which would end every later output of the session. A bigger display is replaced by a
+-- notice that says so; stream text is sent in pieces (the transport does that).
+local MAX_MESSAGE = tonumber(os.getenv("SEER_KERNEL_MAX_MESSAGE_BYTES") or "") or 48 * 1024 * 1024
+local MAX_ERROR_TEXT = 1024 * 1024 -- an error's evalue and each traceback line
+
+local function too_big_notice(what, n)
+  return ("[seer kernel] a %s of %.1f MiB was not sent: the kernel sends messages of at most %.1f MiB (SEER_KERNEL_MAX_MESSAGE_BYTES)")
+    :format(what, n / 1048576, MAX_MESSAGE / 1048576)
+end
+
 local function publish(msg_type, content)
-  C.publish(msg_type, json.encode(content))
+  local text = json.encode(content)
+  if #text > MAX_MESSAGE then
+    local notice = too_big_notice(msg_type .. " message", #text)
+    if content.data ~= nil then
+      text = json.encode({ data = { ["text/plain"] = notice }, metadata = {}, transient = content.transient or {},
+                           execution_count = content.execution_count })
+    else
+      msg_type, text = "stream", json.encode({ name = "stderr", text = notice .. "\n" })
+    end
+  end
+  C.publish(msg_type, text)
+end
+
+-- An error message cut to MAX_ERROR_TEXT bytes (a cell may raise a string of any size).
+local function cap_error_text(s)
+  if #s <= MAX_ERROR_TEXT then return s end
+  return s:sub(1, MAX_ERROR_TEXT) .. ("... [%d more bytes not shown]"):format(#s - MAX_ERROR_TEXT)
 end
 
 local function text_of(...)
@@ -745,10 +773,11 @@ local function strip_position(msg)
 end
 
 local function error_content(ename, evalue, frames)
+  evalue = cap_error_text(evalue)
   local tb = { ename .. ": " .. evalue }
   if frames and #frames > 0 then
     tb[#tb + 1] = "stack traceback:"
-    for _, f in ipairs(frames) do tb[#tb + 1] = f end
+    for _, f in ipairs(frames) do tb[#tb + 1] = cap_error_text(f) end
   end
   return { ename = ename, evalue = evalue, traceback = array(tb) }
 end
@@ -1134,7 +1163,13 @@ function M.attach(transport)
     end
     local reply, stop = h(content)
     if reply == nil then return nil end
-    return json.encode(reply), stop
+    local text = json.encode(reply)
+    if #text > MAX_MESSAGE then
+      local why = too_big_notice(msg_type:gsub("_request$", "_reply"), #text)
+      text = json.encode({ status = "error", ename = "KernelError", evalue = why, traceback = array({ why }),
+                           execution_count = reply.execution_count })
+    end
+    return text, stop
   end
 end
 

@@ -131,9 +131,13 @@ end
 ---@field doc table the nbformat document
 ---@field version integer bumped on every change (the live view publishes on change)
 
----Marks a change (for the live view) without saving.
-function Notebook:touch()
+---Marks a change (for the live view) without saving. Give the cell that changed: a cell's JSON
+---is kept between writes until it changes, so a notebook of many finished cells is written
+---without encoding them again.
+---@param cell? table
+function Notebook:touch(cell)
   self.version = self.version + 1
+  if cell then cell._v = (cell._v or 0) + 1 end
 end
 
 ---Appends a code cell (pending) and returns it.
@@ -143,7 +147,7 @@ function Notebook:add_code(source)
   local cell = { id = new_cell_id(), cell_type = "code", source = to_lines(source),
                  metadata = { execution_status = "pending" }, outputs = json.array(), execution_count = json.null }
   self.doc.cells[#self.doc.cells + 1] = cell
-  self:touch()
+  self:touch(cell)
   return cell
 end
 
@@ -174,7 +178,7 @@ function Notebook:reset_cell(cell, source)
   cell.outputs = json.array()
   cell.execution_count = json.null
   cell.metadata.execution_status = "pending"
-  self:touch()
+  self:touch(cell)
 end
 
 ---Adds one output (an nbformat output table) to a cell, merging consecutive stream text of the
@@ -188,7 +192,10 @@ function Notebook:add_output(cell, out)
   end
   local last = cell.outputs[#cell.outputs]
   if out.output_type == "stream" and last and last.output_type == "stream" and last.name == out.name then
-    last.text = M.join(last.text) .. M.join(out.text)
+    -- The merged text is kept as a list of pieces (an nbformat multi-line string) and joined
+    -- when written: appending to one string would copy it every time (quadratic in the output).
+    if type(last.text) ~= "table" then last.text = json.array{ last.text } end
+    last.text[#last.text + 1] = M.join(out.text)
   elseif out.output_type == "stream" then
     -- A copy: later text is merged into it, and the caller's table (what an execute reply
     -- returns) must keep only its own text.
@@ -196,7 +203,7 @@ function Notebook:add_output(cell, out)
   else
     cell.outputs[#cell.outputs + 1] = out
   end
-  self:touch()
+  self:touch(cell)
 end
 
 ---clear_output: at once, or (wait = true) when the next output arrives.
@@ -205,35 +212,145 @@ end
 function Notebook:clear_outputs(cell, wait)
   if wait then cell._clear_pending = true
   else cell.outputs = json.array(); cell._clear_pending = nil end
-  self:touch()
+  self:touch(cell)
 end
 
-local function clean_for_disk(doc)
-  -- Private bookkeeping fields (leading underscore) never reach the file.
-  local cells = json.array()
-  for i, c in ipairs(doc.cells) do
-    local copy = {}
-    for k, v in pairs(c) do
-      if type(k) ~= "string" or k:sub(1, 1) ~= "_" then copy[k] = v end
-    end
-    if copy.cell_type == "code" then
-      local outs = json.array()
-      for j, o in ipairs(copy.outputs or {}) do
-        if o.output_type == "stream" then outs[j] = { output_type = "stream", name = o.name, text = to_lines(M.join(o.text)) }
-        else outs[j] = o end
-      end
-      copy.outputs = outs
-    end
-    cells[i] = copy
+-- Stream text as stored: a list of lines as Jupyter writes it, or one string when it is large
+-- (nbformat allows both): a line per Lua string would cost tens of bytes per short line.
+local BIG_TEXT = 256 * 1024
+local function text_size(v)
+  if type(v) == "string" then return #v end
+  local n = 0
+  for _, p in ipairs(v or {}) do n = n + #p end
+  return n
+end
+
+-- The first and last `keep` bytes of a multi-line string (a string or a list of pieces), with
+-- a line between them that says how much was left out; without joining the whole text.
+local function head_tail(v, keep, total)
+  local parts = type(v) == "string" and { v } or v
+  local head, n = {}, 0
+  for _, p in ipairs(parts) do
+    if n >= keep then break end
+    head[#head + 1] = p:sub(1, keep - n)
+    n = n + #head[#head]
   end
-  return { nbformat = doc.nbformat, nbformat_minor = doc.nbformat_minor, metadata = doc.metadata, cells = cells }
+  local tail, m = {}, 0
+  for i = #parts, 1, -1 do
+    if m >= keep then break end
+    local p = parts[i]
+    local piece = #p <= keep - m and p or p:sub(#p - (keep - m) + 1)
+    table.insert(tail, 1, piece)
+    m = m + #piece
+  end
+  return table.concat(head) .. ("\n[live view: %d bytes not shown here; the notebook file has all of it]\n"):format(total - n - m)
+         .. table.concat(tail)
+end
+
+local function disk_text(v, max_text, big)
+  local n = text_size(v)
+  if max_text and n > max_text then return head_tail(v, math.floor(max_text / 2), n) end
+  -- a large text stays in the pieces it arrived in (a list of strings is a valid nbformat
+  -- multi-line string): joining it would copy it once more. For a streamed save (big) it is
+  -- a placeholder, its pieces encoded one at a time as the file is written.
+  if n > BIG_TEXT then
+    if big then
+      big[#big + 1] = type(v) == "string" and { v } or v
+      return ("%s-%d"):format(big.token, #big)
+    end
+    return v
+  end
+  return to_lines(M.join(v))
+end
+
+-- One cell as written: private bookkeeping fields (leading underscore) never reach the file,
+-- stream text as disk_text says.
+local function clean_cell(c, max_text, big)
+  local copy = {}
+  for k, v in pairs(c) do
+    if type(k) ~= "string" or k:sub(1, 1) ~= "_" then copy[k] = v end
+  end
+  if copy.cell_type == "code" then
+    local outs = json.array()
+    for j, o in ipairs(copy.outputs or {}) do
+      if o.output_type == "stream" then outs[j] = { output_type = "stream", name = o.name, text = disk_text(o.text, max_text, big) }
+      else outs[j] = o end
+    end
+    copy.outputs = outs
+  end
+  return copy
+end
+
+-- What a cached encoding of a cell depends on beyond its own version (bumped by touch(cell)):
+-- the fields the notebook server sets on the cell it runs.
+local function cell_key(c)
+  local m = type(c.metadata) == "table" and c.metadata or {}
+  return ("%d|%s|%s|%s|%d|%d"):format(c._v or 0, tostring(m.execution_status), tostring(c.execution_count),
+    m.seer_truncated and "t" or "", type(c.outputs) == "table" and #c.outputs or -1, type(c.source) == "table" and #c.source or -1)
+end
+local FINAL = { complete = true, error = true }
+
+-- Emits text with the big-text placeholders of `big` from index `from` replaced by the arrays
+-- of their pieces, each piece encoded on its own.
+local function emit_with_big(emit, text, big, from)
+  local pos = 1
+  for i = from, #big do
+    local mark = ('"%s-%d"'):format(big.token, i)
+    local a, b = text:find(mark, pos, true)
+    emit(text:sub(pos, a - 1))
+    emit("[")
+    for j, piece in ipairs(big[i]) do emit((j > 1 and ", " or "") .. json.encode(piece)) end
+    emit("]")
+    pos = b + 1
+  end
+  emit(text:sub(pos))
+end
+
+---The notebook as JSON text handed to `emit` piece by piece: a large stream output is encoded one
+---piece at a time (writing a notebook costs little more memory than the notebook itself, not the
+---several copies one json.encode of it would make), and a finished cell that has not changed
+---since it was last encoded is not encoded again.
+---@param emit fun(text: string)
+---@param pretty? boolean
+---@param max_text? integer as in to_json
+function Notebook:write_json(emit, pretty, max_text)
+  local big = { token = "seer-big-text-" .. require("seer.net").uuid() }
+  local opts = pretty and { indent = 1 } or nil
+  local slot = max_text and "_json_live" or (pretty and "_json_pretty" or "_json_plain")
+  local nl = pretty and "\n" or ""
+  emit("{" .. nl .. '"cells": [')
+  for i, c in ipairs(self.doc.cells) do
+    emit((i > 1 and "," or "") .. nl)
+    local cached = c[slot]
+    local key = cell_key(c)
+    if cached and cached.key == key then
+      emit(cached.text)
+    else
+      local from = #big + 1
+      local text = json.encode(clean_cell(c, max_text, big), opts)
+      if #big >= from then
+        emit_with_big(emit, text, big, from)
+      else
+        local m = type(c.metadata) == "table" and c.metadata or {}
+        if c.cell_type ~= "code" or FINAL[m.execution_status] then c[slot] = { key = key, text = text } end
+        emit(text)
+      end
+    end
+  end
+  local d = self.doc
+  emit(nl .. "]," .. nl .. '"metadata": ' .. json.encode(d.metadata, opts) .. "," .. nl
+       .. '"nbformat": ' .. json.encode(d.nbformat) .. "," .. nl .. '"nbformat_minor": ' .. json.encode(d.nbformat_minor) .. nl .. "}")
 end
 
 ---The notebook as JSON text (what is saved and what the live view shows).
 ---@param pretty? boolean indent one space per level, like Jupyter
+---@param max_text? integer show at most this many bytes of each stream output (its head and
+---its tail, with a line saying how much is left out): the live view's snapshot
 ---@return string
-function Notebook:to_json(pretty)
-  return json.encode(clean_for_disk(self.doc), pretty and { indent = 1 } or nil)
+function Notebook:to_json(pretty, max_text)
+  local parts = {}
+  self:write_json(function(p) parts[#parts + 1] = p end, pretty, max_text)
+  return table.concat(parts)
 end
 
 ---Writes the notebook to its path atomically.

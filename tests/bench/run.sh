@@ -191,3 +191,19 @@ fi
 
 echo "== scoped RPC: seer rpc vs bare libzmq (and the reference's HTTP RPC with SEER_REFERENCE_RPC)"
 "$SEER" tests/bench/rpc.lua || echo "  FAILED: tests/bench/rpc.lua (run it by hand to see why)"
+
+# Cell output through kernel -> notebook server -> caller (issue 19), beside ipykernel driven by
+# nbclient on the same output in the same run: stream MB/s for a cell printing BENCH_NB_MB MiB
+# (default 1024), display messages/s (BENCH_NB_DISPLAYS, default 10000), and the peak resident
+# memory of the process that holds the notebook (seer's notebook server; nbclient's process).
+echo "== cell output: ${BENCH_NB_MB:-1024} MiB of stdout and ${BENCH_NB_DISPLAYS:-10000} display messages in one cell, seer vs ipykernel+nbclient"
+nb_seer=$(BENCH_NB_MB=${BENCH_NB_MB:-1024} BENCH_NB_DISPLAYS=${BENCH_NB_DISPLAYS:-10000} "$SEER" tests/bench/notebook_output.lua 2>/dev/null) || echo "  FAILED: tests/bench/notebook_output.lua"
+grep -v '^SEER_NB' <<<"$nb_seer"
+nb_peer=$(/usr/bin/python3 tests/bench/notebook_output_peer.py "${BENCH_NB_MB:-1024}" "${BENCH_NB_DISPLAYS:-10000}" 2>/dev/null) || echo "  FAILED: tests/bench/notebook_output_peer.py"
+grep -v '^PEER_NB' <<<"$nb_peer"
+read -r _ s_mbs s_mps s_rss _ <<<"$(grep '^SEER_NB' <<<"$nb_seer")"
+read -r _ p_mbs p_mps p_rss _ <<<"$(grep '^PEER_NB' <<<"$nb_peer")"
+if [[ -n $s_mbs && -n $p_mbs ]]; then
+  awk -v a="$s_mbs" -v b="$p_mbs" -v c="$s_mps" -v d="$p_mps" -v e="$s_rss" -v f="$p_rss" \
+    'BEGIN { printf "  seer / peer: stream %.2fx the throughput, displays %.1fx the rate, %.2fx the peak memory\n", a / b, c / d, e / f }'
+fi

@@ -177,15 +177,17 @@ print("forged")]],
 }
 
 kernel_attack{
-  name = "a flood of 20000 garbage messages from one cell", class = 5,
+  name = "a flood of 8000 garbage messages from one cell", class = 5,
   lua = [[
-for i = 1, 20000 do pub("stream", '{"name":' .. i .. '}') end
+for i = 1, 8000 do pub("stream", '{"name":' .. i .. '}') end
 print("flooded")]],
   timeout = 120,
   check = function(out)
-    -- The kernel's own PUB drops what the host has no room for, so the cell's last output and
-    -- its idle may be lost in the flood (its own loss); the cell still ends, with the note.
-    T.contains(out, "malformed message")
+    -- iopub waits for the host instead of dropping (issue 19), so every garbage message arrives
+    -- and is counted: 8000 keeps the session below SEER_NOTEBOOK_MAX_BAD_MESSAGES (10000) for
+    -- the attacks after this one; past it is the test at the end of this file.
+    T.contains(out, "dropped 8000 malformed messages")
+    T.contains(out, "flooded", "the cell's own output after the flood arrives too")
   end,
 }
 

@@ -150,3 +150,41 @@ T.test("kernel: a kernel that never binds gives a clear error", function()
   sleeper:stop(0)
   os.execute("rm -rf " .. dir)
 end)
+
+-- iopub waits for a slow subscriber instead of dropping (issue 19), within SEER_KERNEL_IOPUB_WAIT_MS:
+-- a subscriber that stops reading costs one wait, then messages are dropped at once and counted
+-- in the execute_reply (metadata.seer_iopub_dropped) until it reads again.
+T.test("kernel: a subscriber that stops reading costs one wait; the reply counts what was dropped", function()
+  local jupyter = require "seer.jupyter"
+  local process = require "seer.process"
+  local c = jupyter.start_local{ runtime_dir = T.tmpdir(), env = { SEER_KERNEL_IOPUB_WAIT_MS = "300" }, log = T.tmpdir() .. "/k.log" }
+  T.ok(c:kernel_info(20000), "the kernel answers")
+  local id = c:send("shell", "execute_request", { code = "for i = 1, 20000 do display.text(i) end", silent = false,
+                                                  store_history = false, user_expressions = {}, allow_stdin = false })
+  local t0 = process.now_ms()
+  local reply
+  while not reply and process.now_ms() - t0 < 20000 do -- shell only: iopub is never read meanwhile
+    require("seer.net").poll({ c.shell }, 100)
+    for _, m in ipairs(c:pump(1)) do if m.parent_header.msg_id == id then reply = m end end
+  end
+  T.ok(reply, "the execute_reply came although nobody read iopub")
+  T.ok(process.now_ms() - t0 < 10000, ("one wait, not one per message (%d ms)"):format(process.now_ms() - t0))
+  local n = reply.metadata.seer_iopub_dropped
+  T.ok(type(n) == "number" and n > 10000, "the reply counts the dropped messages: " .. tostring(n))
+  -- reading again: the next cell's outputs all arrive, nothing dropped
+  local drained = 0
+  while #c:pump(2, 100000) > 0 or drained < 3 do drained = drained + 1; process.sleep_ms(50) end
+  local id2 = c:send("shell", "execute_request", { code = "for i = 1, 3000 do display.text(i) end", silent = false,
+                                                   store_history = false, user_expressions = {}, allow_stdin = false })
+  local shown, idle, reply2 = 0, false, nil
+  c:wait_for(function(m)
+    if m.parent_header.msg_id ~= id2 then return false end
+    if m.header.msg_type == "display_data" then shown = shown + 1 end
+    if m.header.msg_type == "status" and m.content.execution_state == "idle" then idle = true end
+    if m.channel == "shell" then reply2 = m end
+    return idle and reply2 ~= nil
+  end, 20000)
+  T.eq(shown, 3000, "every output of the next cell")
+  T.eq(reply2 and reply2.metadata.seer_iopub_dropped, nil)
+  c:close()
+end)

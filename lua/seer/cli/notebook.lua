@@ -18,9 +18,18 @@ local function reraise_interrupt(err)
   if tostring(err):match("interrupted$") then error(err, 0) end
 end
 local save_nofollow -- Notebook:save without following links (below, with the scopes)
+local sweep_temporaries -- removes what saves killed midway left (below)
 
 local USAGE = [[
 usage: seer notebook serve [--output-dir DIR] [--host HOST] [--port PORT] [--max-output CHARS]
+                           [--max-stream-bytes N] [--max-displays N] [--max-display-bytes N]
+                           [--max-cell-display-bytes N]
+
+Per-cell output limits (docs/notebook.md, "Output limits"): stdout and stderr together
+(default 64 MiB), display outputs (10000), bytes of one display output such as an image
+(16 MiB), bytes of all display outputs (256 MiB). Past a limit the notebook, the caller and
+this server's log get a truncation record. SEER_NOTEBOOK_MAX_STREAM_BYTES, ..._MAX_DISPLAYS,
+..._MAX_DISPLAY_BYTES and ..._MAX_CELL_DISPLAY_BYTES set the defaults.
 
 Environment: SEER_NOTEBOOK_KEY (request signing key) and SEER_NOTEBOOK_TOKEN (live view
 token) are generated when unset; SEER_DIE_WITH_PARENT=1 ends the server with its parent.
@@ -28,6 +37,43 @@ When ready it prints one JSON line: {"endpoint", "url", "pid"}.]]
 
 local DEFAULT_MAX_OUTPUT = 20000
 local PUBLISH_INTERVAL_MS = 40
+local LIVE_MAX_TEXT = 512 * 1024
+
+-- Per-cell output limits: what the server keeps of one cell's outputs (the notebook, the reply,
+-- the live view). A kernel is hostile and a cell may print without end: past a limit outputs are
+-- counted, not kept, so the server's memory and time follow what it keeps.
+local function env_limit(name, default)
+  local v = os.getenv(name)
+  if v == nil or v == "" then return default end
+  local n = tonumber(v)
+  if not n or n < 0 or n ~= math.floor(n) then
+    error(("%s=%s: a limit is a whole number (bytes or a count)"):format(name, v), 0)
+  end
+  return n
+end
+local LIMIT_FIELDS = { "max_stream_bytes", "max_displays", "max_display_bytes", "max_cell_display_bytes" }
+local function default_limits()
+  return {
+    max_stream_bytes = env_limit("SEER_NOTEBOOK_MAX_STREAM_BYTES", 64 * 1024 * 1024),
+    max_displays = env_limit("SEER_NOTEBOOK_MAX_DISPLAYS", 10000),
+    max_display_bytes = env_limit("SEER_NOTEBOOK_MAX_DISPLAY_BYTES", 16 * 1024 * 1024),
+    max_cell_display_bytes = env_limit("SEER_NOTEBOOK_MAX_CELL_DISPLAY_BYTES", 256 * 1024 * 1024),
+  }
+end
+M.default_limits = default_limits
+-- Sizes as the truncation record and the log say them.
+local function mib(n)
+  if n >= 1024 * 1024 then return ("%.1f MiB"):format(n / (1024 * 1024)) end
+  if n >= 1024 then return ("%.1f KiB"):format(n / 1024) end
+  return ("%d bytes"):format(n)
+end
+M.mib = mib
+-- How long a cell that ran past its timeout gets to stop after the interrupt before its kernel
+-- is stopped (the cell may catch the interrupt, or sit in C code that never checks it).
+local INTERRUPT_GRACE_MS = env_limit("SEER_NOTEBOOK_INTERRUPT_GRACE_MS", 10000)
+-- Outputs streamed to a caller go in batches at most this often (one ZMQ message each), so a
+-- flood of small outputs cannot fill the caller's queue, where ZMQ would drop the reply.
+local STREAM_BATCH_MS = 50
 
 local Server = {}
 Server.__index = Server
@@ -61,38 +107,90 @@ local function to_output(msg)
   end
 end
 
--- What an agent gets back: the outputs with their text cut to a total budget, with a marker
--- that says what was cut. The notebook keeps everything.
-local function truncate_outputs(outputs, max_chars)
+-- What a caller gets back: the outputs in order, their text cut to a total budget of max_chars
+-- with a marker that says what was cut. Once the budget is spent the outputs after it are not
+-- listed, only counted in one marker where they began; errors (cut short) and the outputs in
+-- `always` (the cell's truncation record) come back whatever the budget. The notebook keeps
+-- everything the server kept.
+local function truncate_outputs(outputs, max_chars, always)
   local budget, truncated = max_chars, false
-  local function cut(s)
-    s = notebook.join(s)
-    if #s <= budget then budget = budget - #s; return s end
-    local keep = math.max(budget, 0)
+  local function marked(s, keep, total)
     -- do not split a UTF-8 sequence
     while keep > 0 and keep < #s and s:byte(keep + 1) >= 0x80 and s:byte(keep + 1) < 0xC0 do keep = keep - 1 end
     budget, truncated = 0, true
-    return s:sub(1, keep) .. ("\n[output truncated: %d more characters not shown; the notebook keeps all of it]\n"):format(#s - keep)
+    return s:sub(1, keep) .. ("\n[output truncated: %d more characters not shown; the notebook keeps all of it]\n"):format(total - keep)
   end
-  local out = json.array()
-  for _, o in ipairs(outputs) do
-    local c = {}
-    for k, v in pairs(o) do c[k] = v end
-    if o.output_type == "stream" then c.text = cut(o.text)
-    elseif o.output_type == "error" then
-      c.evalue = cut(o.evalue)
-      local tb = json.array()
-      for i, l in ipairs(o.traceback or {}) do tb[i] = cut(l) end
-      c.traceback = tb
-    elseif o.data then
-      local d = {}
-      for mime, v in pairs(o.data) do
-        if mime:match("^text/") or mime == "application/json" then d[mime] = type(v) == "string" and cut(v) or v
-        else d[mime] = v end
-      end
-      c.data = d
+  local function cut(s)
+    s = notebook.join(s)
+    if #s <= budget then budget = budget - #s; return s end
+    return marked(s, math.max(budget, 0), #s)
+  end
+  -- Consecutive pieces of one stream are one output, as in the notebook; only what fits the
+  -- budget is joined.
+  local function cut_stream(pieces)
+    local total = 0
+    for _, p in ipairs(pieces) do total = total + #p end
+    if total <= budget then budget = budget - total; return table.concat(pieces) end
+    local head, n = {}, 0
+    for _, p in ipairs(pieces) do
+      if n >= budget then break end
+      head[#head + 1] = p:sub(1, budget - n + 1) -- one byte more: marked() checks the boundary
+      n = n + #head[#head]
     end
-    out[#out + 1] = c
+    return marked(table.concat(head), math.max(budget, 0), total)
+  end
+  local out, skipped, marker = json.array(), 0, nil
+  local i = 1
+  while i <= #outputs do
+    local o = outputs[i]
+    if always and always[o] then
+      out[#out + 1] = o
+    elseif budget <= 0 and o.output_type ~= "error" then
+      skipped, truncated = skipped + 1, true
+      if not marker then
+        marker = { output_type = "stream", name = "stdout" }
+        out[#out + 1] = marker
+      end
+      -- the rest of a stream's pieces are the same output
+      while o.output_type == "stream" and outputs[i + 1] and outputs[i + 1].output_type == "stream"
+            and outputs[i + 1].name == o.name and not (always and always[outputs[i + 1]]) do i = i + 1 end
+    elseif o.output_type == "stream" then
+      local pieces = { notebook.join(o.text) }
+      while outputs[i + 1] and outputs[i + 1].output_type == "stream" and outputs[i + 1].name == o.name
+            and not (always and always[outputs[i + 1]]) do
+        i = i + 1
+        pieces[#pieces + 1] = notebook.join(outputs[i].text)
+      end
+      out[#out + 1] = { output_type = "stream", name = o.name, text = cut_stream(pieces) }
+    else
+      local saved
+      if budget <= 0 then saved, budget = budget, 2000 end -- an error after the budget: its own, small
+      local c = {}
+      for k, v in pairs(o) do c[k] = v end
+      if o.output_type == "error" then
+        c.evalue = cut(o.evalue)
+        local tb = json.array()
+        for j, l in ipairs(o.traceback or {}) do
+          if budget <= 0 then break end
+          tb[j] = cut(l)
+        end
+        c.traceback = tb
+      elseif o.data then
+        local d = {}
+        for mime, v in pairs(o.data) do
+          if mime:match("^text/") or mime == "application/json" then d[mime] = type(v) == "string" and cut(v) or v
+          else d[mime] = v end
+        end
+        c.data = d
+      end
+      out[#out + 1] = c
+      if saved then budget = 0 end
+    end
+    i = i + 1
+  end
+  if marker then
+    marker.text = ("[output truncated: %d more output%s not shown; the notebook keeps %s]\n")
+      :format(skipped, skipped == 1 and "" or "s", skipped == 1 and "it" or "them")
   end
   return out, truncated
 end
@@ -121,12 +219,20 @@ end
 function Server:publish(s, now)
   if not self.http then return end
   if s.published == s.nb.version then return end
-  if not now and process.now_ms() - (s.published_at or 0) < PUBLISH_INTERVAL_MS then
+  -- A large notebook costs more to publish (the live view parses each snapshot): the interval
+  -- grows with that cost, so at most a fifth of the server's time goes to the live view, and a
+  -- publish asked for at once (a cell's start and end) waits its turn too once it costs more
+  -- than 20 ms, or a notebook of many outputs would make every cell pay two of them.
+  if now and (s.publish_cost or 0) > 20 then now = false end
+  if not now and process.now_ms() - (s.published_at or 0) < math.max(PUBLISH_INTERVAL_MS, 4 * (s.publish_cost or 0)) then
     s.publish_pending = true
     return
   end
-  self.http:publish(s.id, s.nb:to_json())
+  local t0 = process.now_ms()
+  -- A browser shows a stream's head and tail (LIVE_MAX_TEXT), the file has all of it.
+  self.http:publish(s.id, s.nb:to_json(false, LIVE_MAX_TEXT))
   s.published, s.published_at, s.publish_pending = s.nb.version, process.now_ms(), false
+  s.publish_cost = s.published_at - t0
 end
 
 function Server:session_info(s)
@@ -134,6 +240,7 @@ function Server:session_info(s)
            kernel_pid = s.kernel and ((s.kernel.process and s.kernel.process.pid) or (s.kernel.remote and s.kernel.remote.pid)) or json.null,
            state = s.dead and "dead" or (s.running and "busy" or "idle"), dead_reason = s.dead or json.null,
            bad_messages = s.kernel and s.kernel:bad_messages() or s.bad_seen or 0,
+           truncations = s.truncations or json.null, save_failures = s.save_failures or 0,
            sandbox_id = s.scope or json.null }
 end
 
@@ -266,6 +373,11 @@ function Server:new_session(req, c)
   -- no link followed on the way: the folder may lie in a sandbox's workspace (callers realpath it)
   local mk_ok, mk_err = require("seer.safe_fs").mkdirs_nofollow(dir)
   if not mk_ok then error(mk_err, 0) end
+  self.swept = self.swept or {}
+  if not self.swept[dir] then
+    self.swept[dir] = true
+    pcall(sweep_temporaries, dir)
+  end
   local nb, rerun
   if c.resume then
     nb = load(c.resume)
@@ -341,12 +453,26 @@ end
 
 -- Notebook:save for this server's notebooks (write_nofollow is defined with the scopes below).
 save_nofollow = function(nb)
-  M.write_nofollow(nb.path, nb:to_json(true) .. "\n")
+  -- written piece by piece (a large stream output is encoded a piece at a time)
+  M.write_nofollow(nb.path, function(emit)
+    nb:write_json(emit, true)
+    emit("\n")
+  end)
 end
 
 -- Ends a session and forgets it (its notebook stays on disk).
+-- When a session ends, the log sums up what its cells did not keep.
+local function log_totals(s)
+  local t = s.truncations
+  if t then
+    log("session %s ended: %d cell%s truncated at the output limits (not kept: %s of stream, %d display outputs, %d oversized outputs replaced, %d messages the kernel could not deliver)",
+        s.id, t.cells, t.cells == 1 and "" or "s", mib(t.stream_bytes), t.displays, t.oversized, t.kernel_undelivered)
+  end
+end
+
 function Server:drop_session(s, how)
   if not s.dead then self:on_kernel_death(s, how) end
+  log_totals(s)
   self.sessions[s.id] = nil
   if self.http then self.http:remove(s.id) end
 end
@@ -354,6 +480,11 @@ end
 function Server:enqueue(s, e)
   e.outputs = json.array()
   e.displays = {}
+  e.limits = e.limits or self.limits
+  e.kept = { stream_bytes = 0, displays = 0, display_bytes = 0 }
+  e.pending_stream = json.array()
+  e.dropped = { stream_bytes = 0, stream_messages = 0, displays = 0, display_bytes = 0, oversized = 0, updates = 0,
+                kernel_undelivered = 0 }
   s.queue[#s.queue + 1] = e
   if e.cell then self:publish(s) end
 end
@@ -370,7 +501,7 @@ function Server:pump_queue(s)
   if e.timeout then e.deadline = e.started + e.timeout * 1000 end
   if e.cell then
     e.cell.metadata.execution_status = "running"
-    s.nb:touch()
+    s.nb:touch(e.cell)
     self:publish(s, true)
   end
 end
@@ -401,24 +532,170 @@ local function note_bad(s, e)
   if e.cell then s.nb:add_output(e.cell, o) end
 end
 
+---------------------------------------------------------------------------------------------
+-- output limits and the truncation record (docs/notebook.md, "Output limits")
+
+-- Bytes of a mime bundle's values (JSON values: their encoded size).
+local function bundle_bytes(data)
+  local n = 0
+  for k, v in pairs(data or {}) do
+    n = n + #k + (type(v) == "string" and #v or #json.encode(v))
+  end
+  return n
+end
+
+
+-- Decides what of output o (from a kernel message) a cell keeps under its limits: o itself, a
+-- shorter o (a stream cut at the limit), a notice in its place (a display output over the
+-- per-output size), or nil (past a limit: counted in e.dropped).
+local function keep_output(e, o)
+  local L, kept, drop = e.limits, e.kept, e.dropped
+  if o.output_type == "stream" then
+    local n = #o.text
+    local room = L.max_stream_bytes - kept.stream_bytes
+    if n <= room then kept.stream_bytes = kept.stream_bytes + n return o end
+    drop.stream_messages = drop.stream_messages + 1
+    if room <= 0 then drop.stream_bytes = drop.stream_bytes + n return nil end
+    local keep = room
+    while keep > 0 and o.text:byte(keep + 1) >= 0x80 and o.text:byte(keep + 1) < 0xC0 do keep = keep - 1 end
+    drop.stream_bytes = drop.stream_bytes + n - keep
+    kept.stream_bytes = L.max_stream_bytes -- full: what follows is dropped
+    if keep == 0 then return nil end
+    return { output_type = "stream", name = o.name, text = o.text:sub(1, keep) }
+  elseif o.output_type == "display_data" or o.output_type == "execute_result" then
+    if kept.displays >= L.max_displays then
+      drop.displays = drop.displays + 1
+      return nil
+    end
+    local n = bundle_bytes(o.data)
+    if n > L.max_display_bytes then
+      drop.oversized = drop.oversized + 1
+      local kinds = {}
+      for k in pairs(o.data) do kinds[#kinds + 1] = k end
+      table.sort(kinds)
+      local notice = { output_type = o.output_type, execution_count = o.execution_count, metadata = {},
+                       data = { ["text/plain"] = ("[seer] a %s output of %s (%s) was not kept: one output may hold at most %s"):format(
+                         o.output_type, mib(n), table.concat(kinds, ", "), mib(L.max_display_bytes)) } }
+      kept.displays = kept.displays + 1
+      return notice
+    end
+    if kept.display_bytes + n > L.max_cell_display_bytes then
+      drop.displays, drop.display_bytes = drop.displays + 1, drop.display_bytes + n
+      return nil
+    end
+    kept.displays, kept.display_bytes = kept.displays + 1, kept.display_bytes + n
+    return o
+  end
+  return o -- errors: always kept (the kernel's checks bound them)
+end
+
+-- The record of what a cell did not keep, as one line of text (nil when nothing was dropped).
+local function truncation_text(e)
+  local d, L, parts = e.dropped, e.limits, {}
+  if d.stream_bytes > 0 then
+    parts[#parts + 1] = ("%s of stdout/stderr in %d message%s (a cell keeps %s)"):format(
+      mib(d.stream_bytes), d.stream_messages, d.stream_messages == 1 and "" or "s", mib(L.max_stream_bytes))
+  end
+  if d.displays > 0 then
+    parts[#parts + 1] = ("%d display output%s (a cell keeps %d, at most %s in all)"):format(
+      d.displays, d.displays == 1 and "" or "s", L.max_displays, mib(L.max_cell_display_bytes))
+  end
+  if d.oversized > 0 then
+    parts[#parts + 1] = ("%d display output%s over %s each, replaced by a notice"):format(
+      d.oversized, d.oversized == 1 and "" or "s", mib(L.max_display_bytes))
+  end
+  if d.updates > 0 then
+    parts[#parts + 1] = ("%d update_display_data over %s"):format(d.updates, mib(L.max_display_bytes))
+  end
+  if d.kernel_undelivered > 0 then
+    parts[#parts + 1] = ("%d message%s the kernel could not deliver (its output channel was not read for its wait)"):format(
+      d.kernel_undelivered, d.kernel_undelivered == 1 and "" or "s")
+  end
+  if #parts == 0 then return nil end
+  return "[seer] output truncated: not kept: " .. table.concat(parts, "; ")
+         .. ". Limits: docs/notebook.md, \"Output limits\" (seer notebook serve --max-stream-bytes, --max-displays, ...)\n"
+end
+M.truncation_text = truncation_text
+
+-- Adds the truncation record to a cell that dropped outputs: a stderr line at its end (in the
+-- notebook, the reply and the log) and metadata.seer_truncated in the notebook's cell.
+function Server:record_truncation(s, e)
+  local text = truncation_text(e)
+  if not text then return end
+  local o = { output_type = "stream", name = "stderr", text = text }
+  e.outputs[#e.outputs + 1] = o
+  e.record = o
+  local d = {}
+  for k, v in pairs(e.dropped) do d[k] = v end
+  e.dropped_record = d
+  if e.cell then
+    local last = e.cell.outputs[#e.cell.outputs]
+    if last and last.output_type == "stream" and last.name == "stderr" and not notebook.join(last.text):match("\n$") then
+      o = { output_type = "stream", name = "stderr", text = "\n" .. text }
+    end
+    s.nb:add_output(e.cell, o)
+    e.cell.metadata.seer_truncated = d
+    s.nb:touch(e.cell)
+  end
+  local t = s.truncations or { cells = 0, stream_bytes = 0, displays = 0, oversized = 0, kernel_undelivered = 0 }
+  s.truncations = t
+  t.cells, t.stream_bytes, t.displays = t.cells + 1, t.stream_bytes + d.stream_bytes, t.displays + d.displays
+  t.oversized, t.kernel_undelivered = t.oversized + d.oversized, t.kernel_undelivered + d.kernel_undelivered
+  log("session %s: cell %s %s", s.id, e.cell and ("[" .. tostring(e.cell.execution_count) .. "]") or "(hidden)", text:gsub("\n$", ""))
+end
+
+-- Sends the outputs waiting for a streaming caller as one `output` message.
+function Server:flush_stream(e)
+  if not e.pending_stream or #e.pending_stream == 0 then return end
+  local batch = e.pending_stream
+  e.pending_stream, e.streamed_at = json.array(), process.now_ms()
+  self:send_to(e.req, { idents = e.req.idents, header = net.header("output", self.id), parent_header = e.req.header,
+                        metadata = {}, content = { outputs = batch } })
+end
+
 function Server:finish(s, e)
   s.running = nil
   note_bad(s, e)
+  local md = e.reply_metadata
+  if type(md) == "table" and type(md.seer_iopub_dropped) == "number" and md.seer_iopub_dropped > 0 then
+    e.dropped.kernel_undelivered = e.dropped.kernel_undelivered + math.floor(md.seer_iopub_dropped)
+  end
+  self:record_truncation(s, e)
+  if e.stream and e.req then
+    if e.record then e.pending_stream[#e.pending_stream + 1] = e.record end
+    -- (the save error line is in the reply's outputs only)
+    self:flush_stream(e)
+  end
   local r = e.reply or {}
   e.result = r.status or "error"
   if e.cell then
     if r.execution_count then e.cell.execution_count = r.execution_count end
     e.cell.metadata.execution_status = (e.result == "ok") and "complete" or "error"
-    s.nb:touch()
+    s.nb:touch(e.cell)
     local ok, err = pcall(s.nb.save, s.nb)
-    if not ok then log("cannot save %s: %s", s.nb.path, err) end
+    if not ok then
+      reraise_interrupt(err)
+      e.save_error = tostring(err)
+      s.save_failures = (s.save_failures or 0) + 1
+      log("session %s: cannot save %s: %s (the previous file is kept; the next save that works writes everything)",
+          s.id, s.nb.path, e.save_error)
+    elseif s.save_failures and s.save_failures > 0 then
+      log("session %s: saved %s again after %d failed save%s", s.id, s.nb.path, s.save_failures, s.save_failures == 1 and "" or "s")
+      s.save_failures = 0
+    end
     self:publish(s, true)
   end
   if e.on_done then e.on_done(e) end
   if e.req then
-    local outs, truncated = truncate_outputs(e.outputs, e.max_output or self.max_output)
+    local outs, truncated = truncate_outputs(e.outputs, e.max_output or self.max_output, e.record and { [e.record] = true })
+    if e.save_error then
+      -- the caller hears of it in the outputs it reads too, not only in a field it may not check
+      outs[#outs + 1] = { output_type = "stream", name = "stderr",
+                          text = ("[seer] the notebook could not be saved: %s; the previous file is kept and the next save that works writes everything\n"):format(e.save_error) }
+    end
     local content = { result = e.result, execution_count = r.execution_count or json.null, outputs = outs,
-                      truncated = truncated }
+                      truncated = truncated or e.record ~= nil, dropped = e.dropped_record or json.null,
+                      save_error = e.save_error or json.null }
     if e.cell then
       for i, c in ipairs(s.nb:code_cells()) do if c == e.cell then content.cell_index = i - 1 end end
     end
@@ -426,7 +703,9 @@ function Server:finish(s, e)
       content.error = e.error or { ename = r.ename or "Error", evalue = r.evalue or "", traceback = r.traceback or json.array() }
       if e.timed_out then
         content.error.ename = "TimeoutError"
-        content.error.evalue = ("the cell ran past its timeout of %g s and was interrupted"):format(e.timeout)
+        content.error.evalue = e.timeout_killed
+          and ("the cell ran past its timeout of %g s and did not stop within %g s of the interrupt, so its kernel was stopped; restart the session to go on"):format(e.timeout, INTERRUPT_GRACE_MS / 1000)
+          or ("the cell ran past its timeout of %g s and was interrupted"):format(e.timeout)
       end
     end
     self:reply(e.req, content)
@@ -439,32 +718,41 @@ function Server:on_kernel_message(s, msg)
   if not e or parent ~= e.msg_id then return end
   local t = msg.header.msg_type
   if msg.channel == "shell" and t == "execute_reply" then
-    e.reply = msg.content
+    e.reply, e.reply_metadata = msg.content, msg.metadata
   elseif msg.channel == "iopub" then
     if t == "status" then
       if msg.content.execution_state == "idle" then e.idle = true end
     elseif t == "execute_input" then
-      if e.cell then e.cell.execution_count = msg.content.execution_count end
+      if e.cell then e.cell.execution_count = msg.content.execution_count; s.nb:touch(e.cell) end
     elseif t == "clear_output" then
+      -- what is cleared is no longer kept: the limits count from here
       e.outputs = json.array()
+      e.displays = {}
+      e.kept.stream_bytes, e.kept.displays, e.kept.display_bytes = 0, 0, 0
       if e.cell then s.nb:clear_outputs(e.cell, msg.content.wait) end
     elseif t == "update_display_data" then
       local id = msg.content.transient and msg.content.transient.display_id
       local o = id and e.displays[id]
       if o then
-        o.data, o.metadata = msg.content.data or {}, msg.content.metadata or {}
-        s.nb:touch()
+        if bundle_bytes(msg.content.data) > e.limits.max_display_bytes then
+          e.dropped.updates = e.dropped.updates + 1
+        else
+          o.data, o.metadata = msg.content.data or {}, msg.content.metadata or {}
+          s.nb:touch(e.cell)
+        end
       end
     else
       local o = to_output(msg)
+      o = o and keep_output(e, o)
       if o then
         local id = msg.content.transient and msg.content.transient.display_id
         if id then e.displays[id] = o end
         e.outputs[#e.outputs + 1] = o
         if e.cell then s.nb:add_output(e.cell, o) end
         if e.stream and e.req then
-          self:send_to(e.req, { idents = e.req.idents, header = net.header("output", self.id), parent_header = e.req.header,
-                                metadata = {}, content = o })
+          e.pending_stream = e.pending_stream or json.array()
+          e.pending_stream[#e.pending_stream + 1] = o
+          if process.now_ms() - (e.streamed_at or 0) >= STREAM_BATCH_MS then self:flush_stream(e) end
         end
       end
     end
@@ -582,35 +870,104 @@ end
 -- Writes dir/name atomically without following a link anywhere: the folder is opened as in
 -- open_nofollow, the text goes to a new temporary file in it (O_EXCL | O_NOFOLLOW), then
 -- renameat replaces dir/name, which replaces a link planted there instead of writing through
--- it. Raises naming the file and the reason.
+-- it. `text` is a string, a list of strings, or a function(emit) that hands the text to emit
+-- piece by piece. Raises naming the
+-- file and the reason; the temporary file is removed on every way out (an error, Ctrl-C), and
+-- one left by a process killed mid-save is swept when a session next starts there
+-- (sweep_temporaries): its name, `<name>.tmp-<pid>-<random>`, says whose it was.
 local function write_nofollow(path, text)
   local dir, name = path:match("^(.*)/([^/]+)$")
   if not dir or dir == "" then error(("cannot save %s: not an absolute path"):format(path), 0) end
   local dfd, why = open_dir_nofollow(dir)
   if not dfd then error(why, 0) end
-  local tmp = ("%s.tmp-%s"):format(name, net.uuid():sub(1, 8))
+  local tmp = ("%s.tmp-%d-%s"):format(name, process.getpid(), net.uuid():sub(1, 8))
   local fd = ffi.C.openat(dfd, tmp, bit.bor(O_WRONLY, O_CREAT, O_EXCL, O_NOFOLLOW, O_CLOEXEC), ffi.cast("int", 420))
   if fd < 0 then
     why = errno_text()
     ffi.C.close(dfd)
     error(("writing %s: %s"):format(path, why), 0)
   end
-  local off, n = 0, #text
-  local buf = ffi.cast("const char *", text)
-  while off < n do
-    local w = tonumber(ffi.C.write(fd, buf + off, n - off))
-    if w < 0 then break end
-    off = off + w
-  end
-  local ok = off == n and ffi.C.fsync(fd) == 0
-  why = not ok and errno_text()
-  ffi.C.close(fd)
-  if ok and ffi.C.renameat(dfd, tmp, dfd, name) ~= 0 then ok, why = false, errno_text() end
-  if not ok then ffi.C.unlinkat(dfd, tmp, 0) end
+  local renamed = false
+  local ok, err = pcall(function()
+    -- small writes are gathered into 1 MiB before they reach the file
+    local pending, pending_n = {}, 0
+    local function write_all(piece)
+      local off, n = 0, #piece
+      local buf = ffi.cast("const char *", piece)
+      while off < n do
+        local w = tonumber(ffi.C.write(fd, buf + off, n - off))
+        if w < 0 then
+          if ffi.errno() ~= 4 then error(errno_text(), 0) end -- EINTR: again
+        else
+          off = off + w
+        end
+      end
+    end
+    local function emit(piece)
+      pending[#pending + 1] = piece
+      pending_n = pending_n + #piece
+      if pending_n >= 1048576 then
+        write_all(table.concat(pending))
+        pending, pending_n = {}, 0
+      end
+    end
+    if type(text) == "function" then text(emit)
+    elseif type(text) == "table" then for _, piece in ipairs(text) do emit(piece) end
+    else emit(text) end
+    write_all(table.concat(pending))
+    if ffi.C.fsync(fd) ~= 0 then error(errno_text(), 0) end
+    local c = ffi.C.close(fd)
+    fd = -1
+    if c ~= 0 then error(errno_text(), 0) end
+    if ffi.C.renameat(dfd, tmp, dfd, name) ~= 0 then error(errno_text(), 0) end
+    renamed = true
+  end)
+  if fd >= 0 then ffi.C.close(fd) end
+  if not renamed then ffi.C.unlinkat(dfd, tmp, 0) end
   ffi.C.close(dfd)
-  if not ok then error(("writing %s: %s"):format(path, tostring(why)), 0) end
+  if not ok then
+    reraise_interrupt(err)
+    error(("writing %s: %s"):format(path, tostring(err)), 0)
+  end
 end
 M.write_nofollow = write_nofollow
+
+pcall(ffi.cdef, "int kill(int pid, int sig);")
+local AT_SYMLINK_NOFOLLOW, STATX_MTIME = 0x100, 0x40
+
+-- Removes the temporary files a save killed midway left in dir (kill -9, a power cut): this
+-- server's `<name>.ipynb.tmp-<pid>-<random>` and seer.safe_fs's `.seer-tmp-<pid>-...`, once the
+-- process named in them is gone and they are a minute old; the older `<name>.ipynb.tmp-<random>`
+-- after an hour. Regular files only, no link followed. Returns how many were removed.
+sweep_temporaries = function(dir)
+  local dfd = open_dir_nofollow(dir)
+  if not dfd then return 0 end
+  local ok, list = pcall(require("seer.core.sandbox").listdir, dir)
+  local removed, now = 0, os.time()
+  local st = ffi.new("struct seer_statx")
+  for _, ent in ipairs(ok and list or {}) do
+    local name = ent.name
+    local pid = name:match("^.+%.ipynb%.tmp%-(%d+)%-%x+$") or name:match("^%.seer%-tmp%-(%d+)%-")
+    local old_style = not pid and name:match("^.+%.ipynb%.tmp%-%x+$")
+    if (pid or old_style)
+       and ffi.C.statx(dfd, name, AT_SYMLINK_NOFOLLOW, bit.bor(STATX_TYPE, STATX_MTIME), st) == 0
+       and bit.band(st.stx_mode, S_IFMT) == S_IFREG then
+      local age = now - tonumber(st.stx_mtime.tv_sec)
+      local stale
+      if pid then
+        local dead = ffi.C.kill(tonumber(pid), 0) ~= 0 and ffi.errno() == 3 -- ESRCH
+        stale = dead and age > 60
+      else
+        stale = age > 3600
+      end
+      if stale and ffi.C.unlinkat(dfd, name, 0) == 0 then removed = removed + 1 end
+    end
+  end
+  ffi.C.close(dfd)
+  if removed > 0 then log("removed %d temporary file%s left by an interrupted save in %s", removed, removed == 1 and "" or "s", dir) end
+  return removed
+end
+M.sweep_temporaries = sweep_temporaries
 
 -- The text of a regular file opened by open_nofollow (closes fd); nil and why otherwise.
 local function read_regular(fd)
@@ -838,13 +1195,32 @@ local function check_alive(self, req, s)
   return true
 end
 
+-- The limits of one request: the server's, or lower ones the request asks for (content.limits);
+-- a request cannot raise them (a sandbox-bound client is the agent's). nil and why when bad.
+function Server:request_limits(c)
+  if c.limits == nil then return self.limits end
+  if type(c.limits) ~= "table" then return nil, "content.limits must be an object" end
+  local out = {}
+  for _, k in ipairs(LIMIT_FIELDS) do out[k] = self.limits[k] end
+  for k, v in pairs(c.limits) do
+    if self.limits[k] == nil then
+      return nil, ("content.limits.%s is not a limit (limits: %s)"):format(tostring(k), table.concat(LIMIT_FIELDS, ", "))
+    end
+    if type(v) ~= "number" or v < 0 or v ~= math.floor(v) then return nil, ("content.limits.%s must be a whole number"):format(k) end
+    out[k] = math.min(v, self.limits[k])
+  end
+  return out
+end
+
 function handlers.execute(self, req)
   local s = session_of(self, req)
   if not s or not check_alive(self, req, s) then return end
   local c = req.content
   if type(c.code) ~= "string" then return self:reply_error(req, "ValueError", "execute: content.code must be a string") end
+  local limits, why = self:request_limits(c)
+  if not limits then return self:reply_error(req, "ValueError", "execute: " .. why) end
   local e = { code = c.code, hidden = c.hidden and true or false, req = req, timeout = tonumber(c.timeout),
-              max_output = tonumber(c.max_output), stream = c.stream and true or false }
+              max_output = tonumber(c.max_output), stream = c.stream and true or false, limits = limits }
   if not e.hidden then e.cell = s.nb:add_code(c.code) end
   if c.init then s.init[#s.init + 1] = c.code end
   self:enqueue(s, e)
@@ -862,8 +1238,13 @@ function handlers.edit_cell(self, req)
       :format(idx, #cells, #cells - 1, #cells))
   end
   if type(c.code) ~= "string" then return self:reply_error(req, "ValueError", "edit_cell: content.code must be a string") end
+  local limits, why = self:request_limits(c)
+  if not limits then return self:reply_error(req, "ValueError", "edit_cell: " .. why) end
   s.nb:reset_cell(cell, c.code)
-  self:enqueue(s, { code = c.code, cell = cell, req = req, timeout = tonumber(c.timeout), max_output = tonumber(c.max_output) })
+  cell.metadata.seer_truncated = nil
+  s.nb:touch(cell)
+  self:enqueue(s, { code = c.code, cell = cell, req = req, timeout = tonumber(c.timeout), max_output = tonumber(c.max_output),
+                    stream = c.stream and true or false, limits = limits })
 end
 
 function handlers.add_markdown(self, req)
@@ -1054,6 +1435,7 @@ function Server:run()
   end)
   for _, s in pairs(self.sessions) do
     if not s.dead then self:on_kernel_death(s, "was shut down with the notebook server") end
+    log_totals(s)
   end
   if self.http then self.http:close() end
   for _, sc in pairs(self.scopes or {}) do sc.sock:close() end
@@ -1083,8 +1465,21 @@ function Server:tend(s, now)
   end
   e = s.running
   if e and e.deadline and now > e.deadline and not e.timed_out then
-    e.timed_out = true
+    e.timed_out, e.interrupted_at = true, now
     s.kernel:send("control", "interrupt_request", {})
+  elseif e and e.timed_out and not s.dead and now - e.interrupted_at > INTERRUPT_GRACE_MS then
+    -- The cell caught the interrupt, or is in code that never checks it: the timeout still ends
+    -- it, and a kernel still busy with it cannot run anything else.
+    e.timeout_killed = true
+    log("session %s: a cell ran past its timeout of %g s and did not stop within %d ms of the interrupt; stopping its kernel",
+        s.id, e.timeout, INTERRUPT_GRACE_MS)
+    s.kernel:stop(0)
+    self:on_kernel_death(s, ("was stopped: a cell ran past its timeout of %g s and did not stop within %g s of the interrupt")
+      :format(e.timeout, INTERRUPT_GRACE_MS / 1000))
+  end
+  e = s.running
+  if e and e.pending_stream and #e.pending_stream > 0 and now - (e.streamed_at or 0) >= STREAM_BATCH_MS then
+    self:flush_stream(e)
   end
   self:pump_queue(s)
   if s.publish_pending then self:publish(s) end
@@ -1093,7 +1488,7 @@ end
 ---------------------------------------------------------------------------------------------
 
 local function parse_args(args)
-  local o = { output_dir = "outputs", host = "127.0.0.1", port = 0, max_output = DEFAULT_MAX_OUTPUT }
+  local o = { output_dir = "outputs", host = "127.0.0.1", port = 0, max_output = DEFAULT_MAX_OUTPUT, limits = default_limits() }
   local i = 1
   while i <= #args do
     local a = args[i]
@@ -1106,6 +1501,10 @@ local function parse_args(args)
     elseif a == "--host" then o.host = value()
     elseif a == "--port" then o.port = tonumber(value()) or error("seer notebook serve: --port needs a number", 0)
     elseif a == "--max-output" then o.max_output = tonumber(value()) or error("seer notebook serve: --max-output needs a number", 0)
+    elseif a:match("^%-%-max%-") and o.limits[a:sub(3):gsub("%-", "_")] then
+      local v = tonumber(value())
+      if not v or v < 0 or v ~= math.floor(v) then error(("seer notebook serve: %s needs a whole number"):format(a), 0) end
+      o.limits[a:sub(3):gsub("%-", "_")] = v
     elseif a == "-h" or a == "--help" then print(USAGE); os.exit(0)
     else error(("seer notebook serve: unknown option %s\n%s"):format(a, USAGE), 0) end
     i = i + 1
@@ -1114,8 +1513,12 @@ local function parse_args(args)
 end
 
 function M.serve(opts)
+  -- Most of what this server holds is large strings (outputs) and what it receives and drops is
+  -- garbage at once: a shorter pause keeps the peak near what it keeps (GC cycles are cheap here).
+  collectgarbage("setpause", 120)
   if os.getenv("SEER_DIE_WITH_PARENT") == "1" then process.die_with_parent() end
   local self = setmetatable({ sessions = {}, id = net.uuid(), host = opts.host, max_output = opts.max_output,
+                              limits = opts.limits or default_limits(),
                               key = os.getenv("SEER_NOTEBOOK_KEY") or net.new_key(),
                               token = os.getenv("SEER_NOTEBOOK_TOKEN") or net.new_key():sub(1, 48) }, Server)
   process.mkdir_p(opts.output_dir)

@@ -317,6 +317,10 @@ function M.install(srv, opts)
                  cell_index = r.cell_index or json.null, status = r.result == "ok" and "ok" or "error",
                  truncated = r.truncated and true or false }
     if r.error then sc.error = { ename = r.error.ename, evalue = r.error.evalue } end
+    -- what the notebook server did not keep past the cell's output limits (the record is also
+    -- the last line of the text), and a save that failed
+    if r.dropped then sc.dropped = r.dropped end
+    if r.save_error then sc.save_error = r.save_error end
     return { content = content, structuredContent = sc }
   end
 

@@ -1,0 +1,332 @@
+-- The notebook pipeline under load and faults (issue 19): every output a kernel sends for a
+-- cell reaches the notebook and the caller in order, or the cell ends with a truncation record
+-- that the notebook file, session:exec and the MCP result agree on; the timeout fires inside a
+-- flood, even when the cell catches the interrupt; concurrent sessions with one name get
+-- distinct notebooks; a full disk gives the caller an error and keeps the previous notebook;
+-- temporary files of killed saves are swept. The heavy versions (100,000 messages, 1 GB) are
+-- `make soak` (tests/soak/notebook_soak.lua).
+local T = require "testing"
+local exec = require "seer.execution"
+local net = require "seer.net"
+local process = require "seer.process"
+local jupyter = require "seer.jupyter"
+local mcp = require "seer.mcp.client"
+local json = seer.json
+
+-- A notebook server of this test's own, with options and environment of its choosing; sessions
+-- on it are attached (session:exec as usual) and reachable by `seer mcp notebook`.
+local servers = {}
+local function own_server(args, env)
+  local key = net.new_key()
+  local e = { SEER_NOTEBOOK_KEY = key, SEER_DIE_WITH_PARENT = "1" }
+  for k, v in pairs(env or {}) do e[k] = v end
+  local argv = { jupyter.seer_binary(), "notebook", "serve", "--output-dir", T.tmpdir() }
+  for _, a in ipairs(args or {}) do argv[#argv + 1] = a end
+  local child = process.spawn{ argv = argv, env = e, stdout = "pipe", stderr = "inherit" }
+  local line = assert(child:read_line(15000), "the notebook server did not start")
+  local info = json.decode(line)
+  local sock = net.socket("dealer", key)
+  sock:connect(info.endpoint)
+  local srv = { child = child, sock = sock, info = info }
+  function srv.request(t, content)
+    local h = net.header(t .. "_request", "test")
+    sock:send{ header = h, parent_header = {}, metadata = {}, content = content }
+    while true do
+      local m = sock:recv(60000)
+      assert(m, "no reply to " .. t)
+      if m.parent_header.msg_id == h.msg_id and m.header.msg_type ~= "output" then return m.content end
+    end
+  end
+  function srv.session(name, dir)
+    local r = srv.request("start_session", { name = name, notebook_dir = dir })
+    assert(r.status == "ok", tostring(r.evalue))
+    return exec.attach_notebook_session(r.jupyter_url, r.session_id)
+  end
+  servers[#servers + 1] = srv
+  return srv
+end
+
+local function stop_servers()
+  for _, srv in ipairs(servers) do
+    pcall(srv.request, "shutdown", {})
+    srv.child:wait(3000)
+    srv.child:stop(500)
+    srv.sock:close()
+  end
+  servers = {}
+end
+
+local function nb_cell(path, i)
+  local doc = json.decode(seer.read_file(path))
+  local n = 0
+  for _, c in ipairs(doc.cells) do
+    if c.cell_type == "code" then
+      n = n + 1
+      if n == i then return c end
+    end
+  end
+end
+
+local function join(v) return type(v) == "table" and table.concat(v) or v end
+
+-- Outputs as comparable lines: "stdout:<text>", "display:<text/plain>", ... with consecutive
+-- stream pieces of one name joined (the notebook merges them, a reply lists them as sent).
+local function flatten(outputs)
+  local out = {}
+  for _, o in ipairs(outputs) do
+    local line
+    if o.output_type == "stream" then line = o.name .. ":" .. join(o.text)
+    elseif o.output_type == "error" then line = "error:" .. o.ename
+    else line = o.output_type .. ":" .. join(o.data["text/plain"] or "") end
+    local last = out[#out]
+    if o.output_type == "stream" and last and last:sub(1, #o.name + 1) == o.name .. ":" then
+      out[#out] = last .. join(o.text)
+    else
+      out[#out + 1] = line
+    end
+  end
+  return out
+end
+
+T.test("a flood of display messages arrives whole and in order (none lost at a high-water mark)", function()
+  local s = exec.create_local_notebook_session(nil, { output_dir = T.tmpdir(), name = "flood" })
+  local r = s:exec("for i = 1, 5000 do display.text(i) end", { max_output = 10 ^ 9 })
+  T.eq(r.dropped, nil, "nothing dropped under the limits")
+  T.eq(#r.outputs, 5000)
+  for i, o in ipairs(r.outputs) do
+    if o.data["text/plain"] ~= tostring(i) then T.eq(o.data["text/plain"], tostring(i), "output " .. i) end
+  end
+  local cell = nb_cell(s.notebook_path, 1)
+  T.eq(#cell.outputs, 5000, "the notebook file has every output")
+  T.eq(join(cell.outputs[5000].data["text/plain"]), "5000")
+  T.eq(cell.metadata.execution_status, "complete")
+  -- 20 cells of 250: every cell whole, the notebook has them all
+  for c = 1, 20 do
+    local rr = s:exec(("for i = 1, 250 do display.text(%d * 1000 + i) end"):format(c), { max_output = 10 ^ 9 })
+    T.eq(#rr.outputs, 250, "cell " .. c)
+  end
+  local doc = json.decode(seer.read_file(s.notebook_path))
+  T.eq(#doc.cells, 21)
+  for c = 2, 21 do T.eq(#doc.cells[c].outputs, 250) end
+  s:terminate()
+end)
+
+T.test("stdout, stderr and display interleaved keep their order in the notebook and the reply", function()
+  local s = exec.create_local_notebook_session(nil, { output_dir = T.tmpdir(), name = "order" })
+  local seen = {}
+  local r = s:exec("for i = 1, 300 do print('o' .. i); io.stderr:write('e' .. i .. '\\n'); display.text('d' .. i) end",
+                   { max_output = 10 ^ 9, on_output = function(o) seen[#seen + 1] = o end })
+  local want = {}
+  for i = 1, 300 do
+    want[#want + 1] = "stdout:o" .. i .. "\n"
+    want[#want + 1] = "stderr:e" .. i .. "\n"
+    want[#want + 1] = "display_data:d" .. i
+  end
+  T.eq(flatten(r.outputs), want, "session:exec")
+  T.eq(flatten(nb_cell(s.notebook_path, 1).outputs), want, "the notebook file")
+  T.eq(flatten(seen), want, "the outputs streamed to on_output")
+  s:terminate()
+end)
+
+T.test("past a cell's limits: the notebook, session:exec and the MCP result agree on what was kept", function()
+  local srv = own_server({ "--max-displays", "1000", "--max-stream-bytes", "20000" })
+  local dir = T.tmpdir()
+  local s = srv.session("limits", dir)
+  -- stream: 30000 bytes printed, 20000 kept, the rest in the record
+  local r = s:exec("for i = 1, 3000 do io.write(('%09d\\n'):format(i)) end", { max_output = 10 ^ 9 })
+  T.eq(r.dropped.stream_bytes, 10000)
+  T.ok(r.truncated)
+  local kept = flatten(r.outputs)
+  T.eq(#kept, 2, "the kept stdout, then the record")
+  T.eq(#kept[1], #"stdout:" + 20000)
+  T.eq(kept[1]:sub(-10), "000002000\n", "stdout kept up to the limit, in order")
+  T.contains(kept[2], "[seer] output truncated: not kept: 9.8 KiB of stdout/stderr")
+  local cell = nb_cell(s.notebook_path, 1)
+  T.eq(flatten(cell.outputs), kept, "the notebook file keeps what the reply has")
+  T.eq(cell.metadata.seer_truncated.stream_bytes, 10000, "and says so in the cell's metadata")
+  -- displays: 1500 sent, 1000 kept; the record says 500
+  r = s:exec("for i = 1, 1500 do display.text(i) end", { max_output = 10 ^ 9 })
+  T.eq(r.dropped.displays, 500)
+  T.eq(#r.outputs, 1001)
+  T.eq(r.outputs[1000].data["text/plain"], "1000")
+  T.contains(r.outputs[1001].text, "500 display outputs (a cell keeps 1000")
+  cell = nb_cell(s.notebook_path, 2)
+  T.eq(flatten(cell.outputs), flatten(r.outputs))
+  -- the MCP tool runs the same cell: its text ends with the same record
+  local c = mcp.connect({ notebook = { type = "stdio", command = jupyter.seer_binary(), args = { "mcp", "notebook" },
+                                       env = { SEER_NOTEBOOK_URL = s.jupyter_url, SEER_SESSION_ID = s.session_id } } },
+                        { timeout = 60 })
+  local m = c:call("execute_code", { session_id = s.session_id, code = "for i = 1, 1500 do display.text(i) end" })
+  local text = {}
+  for _, b in ipairs(m.content) do if b.type == "text" then text[#text + 1] = b.text end end
+  text = table.concat(text)
+  T.contains(text, "500 display outputs (a cell keeps 1000", "the MCP result carries the record")
+  T.contains(text, "\n999\n1000\n[seer] output truncated", "the kept outputs, in order, then the record")
+  T.ok(not text:find("\n1001\n", 1, true), "nothing past the limit")
+  T.eq(m.structuredContent.dropped.displays, 500)
+  T.eq(m.structuredContent.truncated, true)
+  c:close()
+  local r3 = nb_cell(s.notebook_path, 3)
+  T.eq(#r3.outputs, 1001, "the MCP-run cell kept what session:exec's did")
+  T.eq(flatten(r3.outputs), flatten(r.outputs))
+  -- a display over the per-output size is replaced by a notice, in its place
+  r = s:exec("display.text('a'); display.html(string.rep('x', 20 * 1024 * 1024)); display.text('b')", { max_output = 10 ^ 9 })
+  T.eq(#r.outputs, 4)
+  T.contains(r.outputs[2].data["text/plain"], "was not kept: one output may hold at most 16.0 MiB")
+  T.eq(r.outputs[3].data["text/plain"], "b")
+  T.eq(r.dropped.oversized, 1)
+  -- lower limits per request; higher ones are not granted
+  r = s:exec("for i = 1, 10 do display.text(i) end", { limits = { max_displays = 3 }, max_output = 10 ^ 9 })
+  T.eq(r.dropped.displays, 7)
+  r = s:exec("for i = 1, 1200 do display.text(i) end", { limits = { max_displays = 5000 }, max_output = 10 ^ 9 })
+  T.eq(r.dropped.displays, 200, "a request cannot raise the server's limit")
+  T.raises(function() s:exec("1", { limits = { max_things = 1 } }) end, "not a limit")
+  local info = s:info()
+  T.eq(info.truncations.cells, 6)
+  T.ok(s.notebook_path:find(dir, 1, true) == 1)
+  stop_servers()
+end)
+
+T.test("one write, display or error bigger than a message goes out in pieces or as a notice; the session goes on", function()
+  local s = exec.create_local_notebook_session(nil, { output_dir = T.tmpdir(), name = "huge" })
+  -- 80 MB in one write (past the 64 MiB a message may hold): sent in pieces, cut on a character
+  local r = s:exec("io.write(string.rep('\195\169', 40 * 1024 * 1024)); print(' after')",
+                   { limits = { max_stream_bytes = 1048577 }, max_output = 10 ^ 9 })
+  T.eq(#r.outputs, 2, "the kept stdout and the record")
+  T.eq(#r.outputs[1].text, 1048576, "cut at the limit, not inside a character")
+  T.ok(not r.outputs[1].text:find("[^\195\169]"), "only whole characters")
+  T.eq(r.dropped.stream_bytes, 80 * 1048576 + 7 - 1048576)
+  r = s:exec("display.html(string.rep('x', 60 * 1024 * 1024)); display.text('next')", { max_output = 10 ^ 9 })
+  T.contains(r.outputs[1].data["text/plain"], "[seer kernel] a display_data message of 120.0 MiB was not sent")
+  T.eq(r.outputs[2].data["text/plain"], "next")
+  r = s:exec("error(string.rep('e', 70 * 1024 * 1024))", { raise = false })
+  T.eq(r.error.ename, "LuaError")
+  T.ok(#r.error.evalue <= 1024 * 1024 + 100, "the error's text is bounded: " .. #r.error.evalue)
+  T.eq(s:exec("print('still here')").text, "still here\n", "the session's output channel survived")
+  s:terminate()
+end)
+
+T.test("the timeout fires inside a flood, and a cell that swallows the interrupt loses its kernel", function()
+  local srv = own_server({}, { SEER_NOTEBOOK_INTERRUPT_GRACE_MS = "1500" })
+  local s = srv.session("timeout", T.tmpdir())
+  local t0 = process.now_ms()
+  local r = s:exec("while true do display.text('x'); print('y') end", { timeout = 1, raise = false })
+  T.eq(r.error.ename, "TimeoutError")
+  T.ok(process.now_ms() - t0 < 8000, "answered soon after the timeout")
+  T.eq(s:info().state, "idle", "an interruptible flood leaves the kernel up")
+  T.eq(s:exec("1 + 1").text, "2\n")
+  t0 = process.now_ms()
+  r = s:exec("while true do pcall(function() while true do print('z') end end) end", { timeout = 1, raise = false })
+  local took = process.now_ms() - t0
+  T.eq(r.error.ename, "TimeoutError")
+  T.contains(r.error.evalue, "did not stop within 1.5 s of the interrupt, so its kernel was stopped")
+  T.ok(took < 10000, ("answered in %d ms"):format(took))
+  T.eq(s:info().state, "dead")
+  s:restart()
+  T.eq(s:exec("2 + 2").text, "4\n", "a restart brings the session back")
+  stop_servers()
+end)
+
+T.test("16 sessions started at once with one name get 16 notebooks", function()
+  local dir = T.tmpdir()
+  local code = ([[local s = seer.execution.create_local_notebook_session(nil, { output_dir = %q, name = "same" })
+s:exec("1"); print(s.notebook_path); s:terminate()]]):format(dir)
+  local kids = {}
+  for i = 1, 16 do
+    kids[i] = process.spawn{ argv = { jupyter.seer_binary(), "-e", code }, stdout = "pipe", stderr = "null" }
+  end
+  local paths = {}
+  for i = 1, 16 do
+    local line = kids[i]:read_line(60000)
+    kids[i]:wait(10000)
+    T.ok(line and line:match("%.ipynb$"), "session " .. i .. " printed " .. tostring(line))
+    paths[line] = true
+  end
+  local n, files = 0, 0
+  for _ in pairs(paths) do n = n + 1 end
+  for _, e in ipairs(require("seer.core.sandbox").listdir(dir)) do
+    if e.name:match("_same.*%.ipynb$") then
+      files = files + 1
+      T.eq(#json.decode(seer.read_file(dir .. "/" .. e.name)).cells, 1, e.name .. " holds its own session's cell")
+    end
+  end
+  T.eq(n, 16, "16 distinct notebook paths")
+  T.eq(files, 16, "16 files")
+end)
+
+T.test("a full disk: the caller gets the error, the previous notebook stays, the next save writes everything", function()
+  if not seer.read_file("/proc/self/status"):match("\nUid:%s+0%s") then
+    T.skip("mounting a small tmpfs needs root")
+  end
+  local dir = T.tmpdir() .. "/small"
+  os.execute("mkdir -p " .. dir)
+  if not os.execute(("mount -t tmpfs -o size=512k tmpfs '%s' 2>/dev/null"):format(dir)) then
+    T.skip("cannot mount a tmpfs here (no CAP_SYS_ADMIN)")
+  end
+  local ok, err = pcall(function()
+    local s = exec.create_local_notebook_session(nil, { output_dir = dir, name = "full" })
+    T.eq(s:exec("print('first')").text, "first\n")
+    local before = seer.read_file(s.notebook_path)
+    T.contains(before, "first")
+    os.execute(("dd if=/dev/zero of='%s/filler' bs=4k 2>/dev/null"):format(dir)) -- fills the disk
+    local r = s:exec("print(string.rep('second ', 20000))", { raise = false })
+    T.eq(r.result, "ok", "the cell itself ran")
+    T.ok(r.save_error, "the caller is told the save failed")
+    T.contains(r.save_error, "No space left on device")
+    T.contains(r.text, "[seer] the notebook could not be saved")
+    T.eq(seer.read_file(s.notebook_path), before, "the previous notebook is kept as it was")
+    for _, e in ipairs(require("seer.core.sandbox").listdir(dir)) do
+      T.ok(not e.name:find(".tmp-", 1, true), "no temporary file left: " .. e.name)
+    end
+    T.eq(s:info().save_failures, 1)
+    os.remove(dir .. "/filler")
+    r = s:exec("print('third')")
+    T.eq(r.save_error, nil)
+    local doc = json.decode(seer.read_file(s.notebook_path))
+    T.eq(#doc.cells, 3, "the next save writes every cell, the one whose save failed too")
+    T.contains(join(doc.cells[2].outputs[1].text), "second second")
+    s:terminate()
+  end)
+  os.execute(("umount '%s'"):format(dir))
+  if not ok then error(err, 0) end
+end)
+
+T.test("temporary files of saves killed midway are swept, live and fresh ones kept", function()
+  local nbs = require "seer.cli.notebook"
+  local d = T.tmpdir()
+  local function touch(name, age)
+    seer.write_file(d .. "/" .. name, "x")
+    os.execute(("touch -d '-%d seconds' '%s/%s'"):format(age, d, name))
+  end
+  local me = process.getpid()
+  touch("a.ipynb.tmp-999999-abcd1234", 120)            -- its process is gone: removed
+  touch(("b.ipynb.tmp-%d-abcd1234"):format(me), 120)   -- its process runs: kept
+  touch("c.ipynb.tmp-999998-abcd1234", 5)              -- too fresh: kept
+  touch(".seer-tmp-999997-1-ff", 120)                  -- seer.safe_fs's, process gone: removed
+  touch("d.ipynb.tmp-abcd1234", 7200)                  -- the old naming, an hour old: removed
+  touch("e.ipynb.tmp-abcd1234", 60)                    -- the old naming, fresh: kept
+  touch("f.ipynb", 7200)                               -- a notebook: kept
+  os.execute(("ln -s '%s/f.ipynb' '%s/g.ipynb.tmp-999996-abcd'"):format(d, d)) -- a link: left alone
+  T.eq(nbs.sweep_temporaries(d), 3)
+  local left = {}
+  for _, e in ipairs(require("seer.core.sandbox").listdir(d)) do left[#left + 1] = e.name end
+  table.sort(left)
+  T.eq(left, { ("b.ipynb.tmp-%d-abcd1234"):format(me), "c.ipynb.tmp-999998-abcd1234", "e.ipynb.tmp-abcd1234",
+               "f.ipynb", "g.ipynb.tmp-999996-abcd" })
+end)
+
+T.test("the truncation record says what was dropped and why", function()
+  local nbs = require "seer.cli.notebook"
+  local e = { limits = nbs.default_limits(),
+              dropped = { stream_bytes = 3 * 1024 * 1024, stream_messages = 48, displays = 2, display_bytes = 0,
+                          oversized = 1, updates = 0, kernel_undelivered = 4 } }
+  local t = nbs.truncation_text(e)
+  T.contains(t, "3.0 MiB of stdout/stderr in 48 messages (a cell keeps 64.0 MiB)")
+  T.contains(t, "2 display outputs (a cell keeps 10000")
+  T.contains(t, "1 display output over 16.0 MiB each, replaced by a notice")
+  T.contains(t, "4 messages the kernel could not deliver")
+  e.dropped = { stream_bytes = 0, stream_messages = 0, displays = 0, display_bytes = 0, oversized = 0, updates = 0, kernel_undelivered = 0 }
+  T.eq(nbs.truncation_text(e), nil, "nothing dropped, no record")
+end)
+
+T.test("cleanup", function() stop_servers() end)
