@@ -7,11 +7,13 @@ local W = require "seer.workspace"
 local json = seer.json
 
 local function validate(path)
-  local cmd = ("/usr/bin/python3 -c 'import sys, nbformat; nbformat.validate(nbformat.read(sys.argv[1], 4))' '%s' 2>&1"):format(path)
+  local cmd = ("/usr/bin/python3 -c 'import sys, nbformat; nbformat.validate(nbformat.read(sys.argv[1], 4))' '%s' 2>&1; echo \"__exit=$?\""):format(path)
   local p = io.popen(cmd)
   local out = p:read("*a")
-  local ok = p:close()
-  return ok, out
+  p:close()
+  -- LuaJIT's popen:close() is true whatever the status: the shell prints it
+  local code = tonumber(out:match("__exit=(%d+)\n?$"))
+  return code == 0, (out:gsub("__exit=%d+\n?$", ""))
 end
 
 T.test("notebook names follow the reference and never overwrite", function()
