@@ -179,10 +179,15 @@ FUZZ_KERNEL_N ?= 100000
 fuzz-kernel: $(SEER_BIN)
 	@FUZZ_KERNEL_N=$(FUZZ_KERNEL_N) ./$(SEER_BIN) tests/lua/run.lua tests/lua/test_fuzz_kernel.lua
 
-# The Python peers for make bench (torch + transformers from PyPI) in a git-ignored venv.
+# The Python peers for make bench (torch + transformers from PyPI) in a git-ignored venv, and
+# llama.cpp through llama-cpp-python built from its source package (a CPU build, compiled here)
+# with gguf for llama.cpp's convert_hf_to_gguf.py (shipped inside that source package).
 bench-setup:
 	python3 -m venv .venv
 	.venv/bin/pip install -q torch transformers safetensors tokenizers peft
+	.venv/bin/pip install -q gguf sentencepiece
+	CMAKE_ARGS="-DGGML_CUDA=OFF -DGGML_NATIVE=ON -DLLAMA_CURL=OFF" .venv/bin/pip install -q --no-binary llama-cpp-python llama-cpp-python
+	.venv/bin/pip download -q --no-binary :all: --no-deps -d .venv/sdist llama-cpp-python
 
 # The attack suite alone (docs/security.md): every tests/lua/test_attack_*.lua in one process, so
 # the totals check sees them all. make test runs the same files.

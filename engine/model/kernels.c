@@ -237,8 +237,9 @@ static void linear_chunk(void *ctx, size_t begin, size_t end, int thread) {
 }
 
 static void linear_base(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w,
-                        const seer_weight_t *bias) {
-    if (n >= SEER_BLAS_MIN_TOKENS && (seer_k_linear_amx(p, y, x, n, w, bias) || seer_k_linear_blas(p, y, x, n, w, bias)))
+                        const seer_weight_t *bias, int gemm) {
+    if (gemm && n >= SEER_BLAS_MIN_TOKENS &&
+        (seer_k_linear_amx(p, y, x, n, w, bias) || seer_k_linear_blas(p, y, x, n, w, bias)))
         return;
     linear_job j = {.y = y, .x = x, .n = n, .w = w, .bias = bias, .simd = seer_k_have_avx512() ? 2 : seer_k_have_avx2()};
     size_t per_row = (size_t)w->cols * (size_t)n;
@@ -252,8 +253,13 @@ static void linear_base(seer_pool_t *p, float *y, const float *x, int n, const s
 _Thread_local int seer_k_fast_bf16;
 
 void seer_k_linear(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias) {
-    linear_base(p, y, x, n, w, bias);
+    linear_base(p, y, x, n, w, bias, 1);
     if (w->lora) seer_lora_apply(p, y, x, n, w->lora);
+}
+
+void seer_k_linear_rows(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias) {
+    linear_base(p, y, x, n, w, bias, 0);
+    if (w->lora) seer_lora_apply_rows(p, y, x, n, w->lora);
 }
 
 void seer_k_rmsnorm(float *y, const float *x, int n, int d, const seer_weight_t *w, float eps, int one_plus) {
