@@ -358,101 +358,6 @@ function Model:generate(input, opts)
   return { ids = ids, text = text, prompt_ids = prompt_ids }
 end
 
----Generates continuations of many prompts at once: every step runs all unfinished sequences
----in one batched forward pass (one read of the weights for the whole batch), and each
----sequence finishes on its own (max_new_tokens, a stop token or a stop string). With
----`max_batch = k`, at most k sequences run at a time and the next prompt joins as soon as one
----finishes (continuous batching). Result i is exactly `model:generate(prompts[i], opts_i)`:
----the same tokens, bit for bit, where opts_i is opts with `per_sequence[i]` laid over it
----(`seed`, sampling options, `max_new_tokens`, `stop`, and `hooks`, a list of
----{name_or_pattern, hook} pairs for this sequence only, applied after the model's active
----hooks). Lua hook functions see `hook.batch = i`. Default seed: opts.seed for every sequence.
----@param prompts (integer[]|string)[]
----@param opts? {max_new_tokens?: integer, min_new_tokens?: integer, temperature?: number, top_k?: integer, top_p?: number, min_p?: number, repetition_penalty?: number, seed?: integer, stop?: string|integer|(string|integer)[], max_batch?: integer, per_sequence?: table<integer, {max_new_tokens?: integer, min_new_tokens?: integer, temperature?: number, top_k?: integer, top_p?: number, min_p?: number, repetition_penalty?: number, seed?: integer, stop?: string|integer|(string|integer)[], hooks?: table}>, progress?: boolean}
----@return {ids: integer[], text: string?, prompt_ids: integer[]}[]
-function Model:generate_batch(prompts, opts)
-  local where = "generate_batch"
-  if type(prompts) ~= "table" or (#prompts > 0 and type(prompts[1]) == "number") then
-    fail(where .. ": expected a list of prompts (each token ids or a string)", 2)
-  end
-  opts = opts or {}
-  if type(opts) ~= "table" then fail(where .. ": opts must be a table", 2) end
-  local shared, per_seq, max_batch, progress = {}, opts.per_sequence, opts.max_batch, opts.progress
-  for k, v in pairs(opts) do
-    if k ~= "per_sequence" and k ~= "max_batch" and k ~= "progress" then shared[k] = v end
-  end
-  if shared.stream then fail(where .. ": stream is not supported; use generate_iter per prompt", 2) end
-  if per_seq ~= nil and type(per_seq) ~= "table" then fail(where .. ": per_sequence must be a table indexed by prompt number", 2) end
-  if max_batch ~= nil and (type(max_batch) ~= "number" or max_batch < 1 or max_batch ~= math.floor(max_batch)) then
-    fail(where .. ": max_batch must be a positive integer", 2)
-  end
-  for k in pairs(per_seq or {}) do
-    if type(k) ~= "number" or k < 1 or k > #prompts or k ~= math.floor(k) then
-      fail(("%s: per_sequence has an entry %s; its keys must be prompt numbers 1..%d"):format(where, tostring(k), #prompts), 2)
-    end
-  end
-  -- Each sequence's generator is made when it joins (its hooks compiled then), as generate would.
-  local function make(i)
-    local o = {}
-    for k, v in pairs(shared) do o[k] = v end
-    local extra
-    for k, v in pairs(per_seq and per_seq[i] or {}) do
-      if k == "hooks" then extra = compile_hooks(self, v, ("%s: per_sequence[%d].hooks"):format(where, i), 4)
-      else o[k] = v end
-    end
-    local ok, g, ids, stop_strings = pcall(prepare, self, prompts[i], o, ("%s: prompt %d"):format(where, i), extra, i)
-    if not ok then fail(g, 3) end
-    return { g = g, i = i, prompt_ids = ids, stop_strings = stop_strings, new = {}, text = "" }
-  end
-  local results, active, nexti = {}, {}, 1
-  local width = max_batch or #prompts
-  local tok = self.tokenizer
-  -- a progress line on a terminal for long batches (progress = false: never)
-  local done_count = 0
-  local show = progress ~= false and #prompts > 1 and require("seer.core.host").isatty(2)
-  while nexti <= #prompts or #active > 0 do
-    while #active < width and nexti <= #prompts do
-      active[#active + 1] = make(nexti)
-      nexti = nexti + 1
-    end
-    local gens = {}
-    for k, a in ipairs(active) do gens[k] = a.g end
-    local ids, ended = core.step_batch(gens)
-    local keep = {}
-    for k, a in ipairs(active) do
-      local id = ids[k]
-      local finished = id == false or ended[k]
-      if id then
-        a.new[#a.new + 1] = id
-        if tok and #a.stop_strings > 0 then
-          local full = tok:decode(a.new, { skip_special_tokens = true })
-          for _, s in ipairs(a.stop_strings) do
-            if full:find(s, 1, true) then finished = true a.g:finish() end
-          end
-        end
-      end
-      if finished then
-        local text
-        if tok then
-          text = tok:decode(a.new, { skip_special_tokens = true })
-          for _, s in ipairs(a.stop_strings) do
-            local at = text:find(s, 1, true)
-            if at then text = text:sub(1, at - 1) end
-          end
-        end
-        results[a.i] = { ids = a.new, text = text, prompt_ids = a.prompt_ids }
-        done_count = done_count + 1
-      else
-        keep[#keep + 1] = a
-      end
-    end
-    active = keep
-    if show then io.stderr:write(("\r%s: %d/%d done"):format(where, done_count, #prompts)) end
-  end
-  if show then io.stderr:write("\n") end
-  return results
-end
-
 -- ---- hooks (docs/hooks.md) --------------------------------------------------------------------
 
 local function hooks_core() return require "seer.core.hooks" end
@@ -560,6 +465,101 @@ local function detach(self, entries)
     if not drop[e] then keep[#keep + 1] = e end
   end
   self._hooks = keep
+end
+
+---Generates continuations of many prompts at once: every step runs all unfinished sequences
+---in one batched forward pass (one read of the weights for the whole batch), and each
+---sequence finishes on its own (max_new_tokens, a stop token or a stop string). With
+---`max_batch = k`, at most k sequences run at a time and the next prompt joins as soon as one
+---finishes (continuous batching). Result i is exactly `model:generate(prompts[i], opts_i)`:
+---the same tokens, bit for bit, where opts_i is opts with `per_sequence[i]` laid over it
+---(`seed`, sampling options, `max_new_tokens`, `stop`, and `hooks`, a list of
+---{name_or_pattern, hook} pairs for this sequence only, applied after the model's active
+---hooks). Lua hook functions see `hook.batch = i`. Default seed: opts.seed for every sequence.
+---@param prompts (integer[]|string)[]
+---@param opts? {max_new_tokens?: integer, min_new_tokens?: integer, temperature?: number, top_k?: integer, top_p?: number, min_p?: number, repetition_penalty?: number, seed?: integer, stop?: string|integer|(string|integer)[], max_batch?: integer, per_sequence?: table<integer, {max_new_tokens?: integer, min_new_tokens?: integer, temperature?: number, top_k?: integer, top_p?: number, min_p?: number, repetition_penalty?: number, seed?: integer, stop?: string|integer|(string|integer)[], hooks?: table}>, progress?: boolean}
+---@return {ids: integer[], text: string?, prompt_ids: integer[]}[]
+function Model:generate_batch(prompts, opts)
+  local where = "generate_batch"
+  if type(prompts) ~= "table" or (#prompts > 0 and type(prompts[1]) == "number") then
+    fail(where .. ": expected a list of prompts (each token ids or a string)", 2)
+  end
+  opts = opts or {}
+  if type(opts) ~= "table" then fail(where .. ": opts must be a table", 2) end
+  local shared, per_seq, max_batch, progress = {}, opts.per_sequence, opts.max_batch, opts.progress
+  for k, v in pairs(opts) do
+    if k ~= "per_sequence" and k ~= "max_batch" and k ~= "progress" then shared[k] = v end
+  end
+  if shared.stream then fail(where .. ": stream is not supported; use generate_iter per prompt", 2) end
+  if per_seq ~= nil and type(per_seq) ~= "table" then fail(where .. ": per_sequence must be a table indexed by prompt number", 2) end
+  if max_batch ~= nil and (type(max_batch) ~= "number" or max_batch < 1 or max_batch ~= math.floor(max_batch)) then
+    fail(where .. ": max_batch must be a positive integer", 2)
+  end
+  for k in pairs(per_seq or {}) do
+    if type(k) ~= "number" or k < 1 or k > #prompts or k ~= math.floor(k) then
+      fail(("%s: per_sequence has an entry %s; its keys must be prompt numbers 1..%d"):format(where, tostring(k), #prompts), 2)
+    end
+  end
+  -- Each sequence's generator is made when it joins (its hooks compiled then), as generate would.
+  local function make(i)
+    local o = {}
+    for k, v in pairs(shared) do o[k] = v end
+    local extra
+    for k, v in pairs(per_seq and per_seq[i] or {}) do
+      if k == "hooks" then extra = compile_hooks(self, v, ("%s: per_sequence[%d].hooks"):format(where, i), 4)
+      else o[k] = v end
+    end
+    local ok, g, ids, stop_strings = pcall(prepare, self, prompts[i], o, ("%s: prompt %d"):format(where, i), extra, i)
+    if not ok then fail(g, 3) end
+    return { g = g, i = i, prompt_ids = ids, stop_strings = stop_strings, new = {}, text = "" }
+  end
+  local results, active, nexti = {}, {}, 1
+  local width = max_batch or #prompts
+  local tok = self.tokenizer
+  -- a progress line on a terminal for long batches (progress = false: never)
+  local done_count = 0
+  local show = progress ~= false and #prompts > 1 and require("seer.core.host").isatty(2)
+  while nexti <= #prompts or #active > 0 do
+    while #active < width and nexti <= #prompts do
+      active[#active + 1] = make(nexti)
+      nexti = nexti + 1
+    end
+    local gens = {}
+    for k, a in ipairs(active) do gens[k] = a.g end
+    local ids, ended = core.step_batch(gens)
+    local keep = {}
+    for k, a in ipairs(active) do
+      local id = ids[k]
+      local finished = id == false or ended[k]
+      if id then
+        a.new[#a.new + 1] = id
+        if tok and #a.stop_strings > 0 then
+          local full = tok:decode(a.new, { skip_special_tokens = true })
+          for _, s in ipairs(a.stop_strings) do
+            if full:find(s, 1, true) then finished = true a.g:finish() end
+          end
+        end
+      end
+      if finished then
+        local text
+        if tok then
+          text = tok:decode(a.new, { skip_special_tokens = true })
+          for _, s in ipairs(a.stop_strings) do
+            local at = text:find(s, 1, true)
+            if at then text = text:sub(1, at - 1) end
+          end
+        end
+        results[a.i] = { ids = a.new, text = text, prompt_ids = a.prompt_ids }
+        done_count = done_count + 1
+      else
+        keep[#keep + 1] = a
+      end
+    end
+    active = keep
+    if show then io.stderr:write(("\r%s: %d/%d done"):format(where, done_count, #prompts)) end
+  end
+  if show then io.stderr:write("\n") end
+  return results
 end
 
 ---Runs fn with hooks attached to every forward pass and generation inside it; they are removed
