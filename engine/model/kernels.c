@@ -122,7 +122,8 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2(const seer_weight
     }
 }
 /* Several tokens at once (a batched decode step): three rows of W against NT <= 4 tokens, 12
- * accumulators, so each widened weight vector serves four tokens and each token vector three
+ * accumulators kept in registers (the unroll pragmas: without them GCC keeps a loop over the
+ * tokens and the accumulators in memory, a third of the speed), so each widened weight vector serves four tokens and each token vector three
  * rows (the 4 x 2 block above re-widens every weight for each pair of tokens, which bounds a
  * batch of 16 on bf16 weights). Every (row, token) sum is the same chain of FMAs over the same
  * 8-lane slices, then hsum8 and the same scalar tail, as in block4xNT: a token's result does not
@@ -133,8 +134,8 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2(const seer_weight
                                                                      const float *x, int64_t in, float *out, int pf) { \
         int64_t n8 = in & ~(int64_t)7;                                                                   \
         __m256 acc[NT][3];                                                                               \
-        for (int t = 0; t < NT; t++)                                                                     \
-            for (int k = 0; k < 3; k++) acc[t][k] = _mm256_setzero_ps();                                 \
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                                            \
+            _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++) acc[t][k] = _mm256_setzero_ps();        \
         const char *pb = (const char *)w->data;                                                          \
         size_t es = w->dtype == SEER_F32 ? 4 : 2;                                                        \
         for (int64_t i = 0; i < n8; i += 8) {                                                            \
@@ -145,7 +146,7 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2(const seer_weight
                 }                                                                                        \
             __m256 w0 = seer_w_load8(w, rbase[0] + (size_t)i), w1 = seer_w_load8(w, rbase[1] + (size_t)i); \
             __m256 w2 = seer_w_load8(w, rbase[2] + (size_t)i);                                           \
-            for (int t = 0; t < NT; t++) {                                                               \
+            _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                      \
                 __m256 xv = _mm256_loadu_ps(x + (size_t)t * (size_t)in + (size_t)i);                     \
                 acc[t][0] = _mm256_fmadd_ps(w0, xv, acc[t][0]);                                          \
                 acc[t][1] = _mm256_fmadd_ps(w1, xv, acc[t][1]);                                          \
