@@ -215,8 +215,9 @@ local function to_ids(self, input, where)
 end
 
 ---Logits of every position for one sequence: a [n, vocab] f32 tensor. A list of sequences
----runs each one and returns a [batch, longest, vocab] tensor, left-padded (pad rows are 0),
----plus the attention mask as a Lua table of 0/1 rows. With `{hidden_states = true}` (one
+---runs as one batch (one pass over the weights; each sequence's logits bit-identical to it
+---alone) and returns a [batch, longest, vocab] tensor, left-padded (pad rows are 0), plus the
+---attention mask as a Lua table of 0/1 rows. With `{hidden_states = true}` (one
 ---sequence) also returns the residual stream: hidden[1] the embeddings, hidden[i + 1] the
 ---residual after layer i - 1 (Lua indices; layer numbers are 0-based names), each [n, d_model].
 ---@param ids integer[]|integer[][]|string
@@ -616,7 +617,8 @@ local function cache_table(names)
 end
 
 ---Logits and a cache of activations: cache[name] is a tensor (`[pos, ...]` for one sequence,
----`[batch, longest, ...]` left-padded with zeros for a list of sequences; patterns and scores
+---`[batch, longest, ...]` left-padded with zeros for a list of sequences, which runs as one
+---batch with per-sequence captures; patterns and scores
 ---`[head, pos, k]` / `[batch, head, longest, longest]`). `names`: a name, a pattern, a list of
 ---them or a predicate (default: every hook point); `positions`: keep only these positions
 ---(0-based, negative from the end).
