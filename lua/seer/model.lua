@@ -224,6 +224,11 @@ end
 ---@param opts? {hidden_states?: boolean}
 ---@return any logits, table? mask_or_hidden
 function Model:forward(ids, opts)
+  return self:_forward(ids, opts)
+end
+
+-- forward with per_seq[b], extra hook entries for sequence b of a list (run_with_hooks).
+function Model:_forward(ids, opts, per_seq)
   opts = check_opts("forward", opts, { hidden_states = "boolean" })
   local hooks = self:_hook_list()
   if opts.hidden_states then
@@ -239,7 +244,7 @@ function Model:forward(ids, opts)
       if #s > 0 then
         seqs[#seqs + 1] = s
         where[#seqs] = b
-        per[#seqs] = hooks
+        per[#seqs] = per_seq and per_seq[b] and self:_hook_list(per_seq[b]) or hooks
       end
     end
     local out = T.zeros(#ids, longest, self.config.vocab_size)
@@ -252,7 +257,7 @@ function Model:forward(ids, opts)
     end
     if #seqs > 0 then
       -- one batched pass over the weights; each sequence's logits as it alone gives them
-      local res = self._c:forward_batch(seqs, hooks and per or nil, where)
+      local res = self._c:forward_batch(seqs, (hooks or per_seq) and per or nil, where)
       for i, l in ipairs(res) do
         local b = where[i]
         out:select(1, b):narrow(1, longest - #seqs[i] + 1, #seqs[i]):copy_(l)
@@ -592,15 +597,30 @@ end
 ---Removes every hook (persistent ones and those of enclosing with_hooks calls).
 function Model:reset_hooks() self._hooks = {} end
 
----Logits with hooks for this call only.
+---Logits with hooks for this call only. For a list of sequences (run as one batch),
+---`per_sequence[b]` is a further hook list for sequence b alone (a sweep of interventions in
+---one pass over the weights; each sequence's logits are what it gives alone with its hooks).
 ---@param input integer[]|integer[][]|string
----@param opts {fwd_hooks: table}
+---@param opts {fwd_hooks?: table, per_sequence?: table<integer, table>}
 ---@return seer.Tensor logits, table? mask
 function Model:run_with_hooks(input, opts)
-  opts = check_opts("run_with_hooks", opts, { fwd_hooks = "table" })
+  opts = check_opts("run_with_hooks", opts, { fwd_hooks = "table", per_sequence = "table" })
   local entries = compile_hooks(self, opts.fwd_hooks or {}, "run_with_hooks", 2)
+  local per
+  if opts.per_sequence then
+    if not (type(input) == "table" and type(input[1]) == "table") then
+      fail("run_with_hooks: per_sequence needs a list of sequences", 2)
+    end
+    per = {}
+    for b, h in pairs(opts.per_sequence) do
+      if type(b) ~= "number" or b < 1 or b > #input or b ~= math.floor(b) then
+        fail(("run_with_hooks: per_sequence has an entry %s; its keys must be sequence numbers 1..%d"):format(tostring(b), #input), 2)
+      end
+      per[b] = compile_hooks(self, h, ("run_with_hooks: per_sequence[%d]"):format(b), 2)
+    end
+  end
   attach(self, entries)
-  local res = { pcall(self.forward, self, input) }
+  local res = { pcall(self._forward, self, input, nil, per) }
   detach(self, entries)
   if not res[1] then error(res[2], 0) end
   return res[2], res[3]

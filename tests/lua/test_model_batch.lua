@@ -162,3 +162,35 @@ T.test("generate_batch: bad arguments are errors naming the problem", function()
   T.raises(function() m:generate_batch({ { 1, 2 } }, { stream = print }) end, "stream is not supported")
   T.eq(#m:generate_batch({}), 0)
 end)
+
+T.test("run_with_hooks per_sequence and toolkit patch_sweep (one batch per layer) equal the runs alone, exactly", function()
+  local AP = require "toolkit.activation_patching"
+  local m = seer.model.load(stories)
+  local clean = m.tokenizer:encode("The dog ran to the park")
+  local corrupt = m.tokenizer:encode("The cat ran to the park")
+  local _, cache = m:run_with_cache(clean, { names = { "blocks.2.hook_resid_pre" } })
+  local saved = cache["blocks.2.hook_resid_pre"]
+  local inputs, per = {}, {}
+  for j = 1, #corrupt do
+    inputs[j] = corrupt
+    per[j] = { { "blocks.2.hook_resid_pre", I.replace(saved, { positions = { j - 1 } }) } }
+  end
+  local batched = m:run_with_hooks(inputs, { per_sequence = per })
+  local differ = 0
+  for j = 1, #corrupt do
+    local alone = m:run_with_hooks(corrupt, { fwd_hooks = per[j] })
+    T.eq(maxdiff(batched:select(1, j), alone), 0, "patched position " .. (j - 1))
+    if maxdiff(alone, m:forward(corrupt)) > 0 then differ = differ + 1 end
+  end
+  T.ok(differ >= 2, "the patches change the logits (else the comparison checks nothing)")
+  local metric = function(l) return l[{ -1, 10 }] - l[{ -1, 20 }] end
+  local grid = AP.patch_sweep(m, clean, corrupt, metric, { layers = { 1, 3 } })
+  for i, l in ipairs({ 1, 3 }) do
+    for j = 1, #corrupt do
+      local want = AP.patch(m, clean, corrupt, ("blocks.%d.hook_resid_pre"):format(l), { j - 1 }, metric)
+      T.eq(grid[{ i, j }], want, ("layer %d position %d"):format(l, j - 1))
+    end
+  end
+  T.raises(function() m:run_with_hooks(corrupt, { per_sequence = {} }) end, "per_sequence needs a list of sequences")
+  T.raises(function() m:run_with_hooks(inputs, { per_sequence = { [99] = {} } }) end, "keys must be sequence numbers")
+end)
