@@ -475,8 +475,8 @@ end
 
 ---Generates continuations of many prompts at once: every step runs all unfinished sequences
 ---in one batched forward pass (one read of the weights for the whole batch), and each
----sequence finishes on its own (max_new_tokens, a stop token or a stop string). With
----`max_batch = k`, at most k sequences run at a time and the next prompt joins as soon as one
+---sequence finishes on its own (max_new_tokens, a stop token or a stop string). At most
+---`max_batch` (default 16) sequences run at a time and the next prompt joins as soon as one
 ---finishes (continuous batching). Result i is exactly `model:generate(prompts[i], opts_i)`:
 ---the same tokens, bit for bit, where opts_i is opts with `per_sequence[i]` laid over it
 ---(`seed`, sampling options, `max_new_tokens`, `stop`, and `hooks`, a list of
@@ -520,7 +520,9 @@ function Model:generate_batch(prompts, opts)
     return { g = g, i = i, prompt_ids = ids, stop_strings = stop_strings, new = {}, text = "" }
   end
   local results, active, nexti = {}, {}, 1
-  local width = max_batch or #prompts
+  -- 16 at a time by default: past that a CPU decode step is compute-bound (no faster per
+  -- token), and every running sequence holds a KV cache
+  local width = max_batch or 16
   local tok = self.tokenizer
   -- a progress line on a terminal for long batches (progress = false: never)
   local done_count = 0
