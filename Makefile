@@ -187,7 +187,7 @@ bench-setup:
 	.venv/bin/pip install -q torch transformers safetensors tokenizers peft
 	.venv/bin/pip install -q gguf sentencepiece
 	CMAKE_ARGS="-DGGML_CUDA=OFF -DGGML_NATIVE=ON -DLLAMA_CURL=OFF" .venv/bin/pip install -q --no-binary llama-cpp-python llama-cpp-python
-	.venv/bin/pip download -q --no-binary :all: --no-deps -d .venv/sdist llama-cpp-python
+	.venv/bin/pip download -q --no-binary llama-cpp-python --no-deps -d .venv/sdist llama-cpp-python
 
 # The attack suite alone (docs/security.md): every tests/lua/test_attack_*.lua in one process, so
 # the totals check sees them all. make test runs the same files.
