@@ -79,10 +79,10 @@ def generate(n):
     decode(ctx, batch, [(tok, p, 0, p == len(prompt) - 1) for p, tok in enumerate(prompt)])
     pos = len(prompt)
     for _ in range(n - 1):
-        nxt = argmax(ctx, 0)
+        nxt = argmax(ctx, -1)  # the last row of the batch that asked for logits
         decode(ctx, batch, [(nxt, pos, 0, True)])
         pos += 1
-    argmax(ctx, 0)
+    argmax(ctx, -1)
 
 
 generate(8)

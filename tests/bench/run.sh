@@ -98,6 +98,10 @@ measure_peak() { # threads: sets PEAKS[threads] to "fma_gflops amx_gflops read_g
 }
 
 have_llamacpp() { "$VENV_PY" -c 'import llama_cpp' 2>/dev/null; }
+# llama.cpp's OpenMP threads spin while they wait by default: on this shared 2-core VM, with other
+# processes running, that made its decode 4-5x slower (1.3 against 6.0 tok/s, bf16, same minute),
+# so the bench asks for passive waiting (LLAMA_OMP_WAIT=active restores the default).
+LLAMA_OMP_WAIT=${LLAMA_OMP_WAIT:-passive}
 
 bench_model() { # model_dir threads prefill decode ptarget dtarget [gguf] (targets: Nx transformers; gguf: the llama.cpp peer's file)
   local model=$1 threads=$2 prefill=$3 decode=$4 target=$5 dtarget=$6 gguf=${7:-}
@@ -150,9 +154,9 @@ bench_model() { # model_dir threads prefill decode ptarget dtarget [gguf] (targe
   fi
   if [[ -n $gguf && -f $gguf ]]; then
     local ll lp ld
-    read -r ll lp ld < <("$VENV_PY" tests/bench/llamacpp_peer.py "$gguf" "$threads" "$prefill" "$decode" 2>/dev/null) || true
+    read -r ll lp ld < <(OMP_WAIT_POLICY=$LLAMA_OMP_WAIT "$VENV_PY" tests/bench/llamacpp_peer.py "$gguf" "$threads" "$prefill" "$decode" 2>/dev/null) || true
     if [[ -n ${ld:-} ]]; then
-      printf '  llama.cpp         load %8s ms  prefill %9s tok/s  decode %9s tok/s   (%s)\n' "$ll" "$lp" "$ld" "$(basename "$gguf")"
+      printf '  llama.cpp         load %8s ms  prefill %9s tok/s  decode %9s tok/s   (%s, OMP_WAIT_POLICY=%s)\n' "$ll" "$lp" "$ld" "$(basename "$gguf")" "$LLAMA_OMP_WAIT"
       [[ -n ${rbound:-} ]] && printf '  llama.cpp decode at %s%% of the read bound\n' "$(awk -v s="$ld" -v b="$rbound" 'BEGIN { printf "%.0f", 100 * s / b }')"
       [[ $pbound != 0 ]] && printf '  llama.cpp prefill at %s%% of the prefill bound\n' "$(awk -v s="$lp" -v b="$pbound" 'BEGIN { printf "%.0f", 100 * s / b }')"
       printf '  seer vs llama.cpp: prefill %sx, decode %sx\n' "$(ratio "$lp" "$sp")" "$(ratio "$ld" "$sd")"
@@ -177,7 +181,7 @@ bench_batch() { # model_dir threads new_tokens gguf
     while read -r b v; do P[$b]=$v; done < <(OMP_NUM_THREADS=$threads "$VENV_PY" tests/bench/batch_peer.py "$model" "$threads" "$n" 1 4 16 2>/dev/null)
   fi
   if [[ -f $gguf ]]; then
-    while read -r b v; do C[$b]=$v; done < <("$VENV_PY" tests/bench/llamacpp_peer.py "$gguf" "$threads" 16 "$n" 1 4 16 2>/dev/null | tail -n +2)
+    while read -r b v; do C[$b]=$v; done < <(OMP_WAIT_POLICY=$LLAMA_OMP_WAIT "$VENV_PY" tests/bench/llamacpp_peer.py "$gguf" "$threads" 16 "$n" 1 4 16 2>/dev/null | tail -n +2)
   fi
   printf '  %-6s %12s %14s %12s\n' batch seer transformers llama.cpp
   for b in 1 4 16; do
