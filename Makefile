@@ -185,10 +185,15 @@ fuzz-kernel: $(SEER_BIN)
 soak: $(SEER_BIN)
 	@./$(SEER_BIN) tests/lua/run.lua tests/soak/notebook_soak.lua
 
-# The Python peers for make bench (torch + transformers from PyPI) in a git-ignored venv.
+# The Python peers for make bench (torch + transformers from PyPI) in a git-ignored venv, and
+# llama.cpp through llama-cpp-python built from its source package (a CPU build, compiled here)
+# with gguf for llama.cpp's convert_hf_to_gguf.py (shipped inside that source package).
 bench-setup:
 	python3 -m venv .venv
 	.venv/bin/pip install -q torch transformers safetensors tokenizers peft
+	.venv/bin/pip install -q gguf sentencepiece
+	CMAKE_ARGS="-DGGML_CUDA=OFF -DGGML_NATIVE=ON -DLLAMA_CURL=OFF" .venv/bin/pip install -q --no-binary llama-cpp-python llama-cpp-python
+	.venv/bin/pip download -q --no-binary llama-cpp-python --no-deps -d .venv/sdist llama-cpp-python
 
 # The attack suite alone (docs/security.md): every tests/lua/test_attack_*.lua in one process, so
 # the totals check sees them all. make test runs the same files.

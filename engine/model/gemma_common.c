@@ -373,17 +373,16 @@ static void geglu(float *gate, const float *up, size_t n, int act) {
     }
 }
 
-int seer_gemma_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens, int n, float *logits,
-                       int all_logits, float *hidden, const seer_fwd_hooks_t *hk, seer_err_t *err) {
+int seer_gemma_forward(seer_model_t *m, const seer_fwd_batch_t *fb, seer_err_t *err) {
     const seer_model_config_t *c = &m->cfg;
     const gemma_state_t *s = m->arch_state;
     int D = c->hidden_size, I = c->intermediate_size, H = c->num_heads, KH = c->num_kv_heads, hd = c->head_dim;
     int qd = H * hd, kvd = KH * hd, half = hd / 2;
-    int start = kv->len, rc = 0;
+    int n = fb->N, rc = 0;
     int nthreads = seer_pool_threads(m->pool);
     size_t nf = (size_t)n;
     float *buf = malloc(sizeof(float) * (nf * (size_t)(2 * D + 2 * qd + 2 * kvd + 2 * I) + 4 * nf * (size_t)half +
-                                         (size_t)nthreads * (size_t)kv->max_tokens));
+                                         (size_t)nthreads * (size_t)fb->max_len));
     if (!buf) return seer_err_set(err, SEER_ENOMEM, "forward: out of memory for %d tokens", n);
     float *x = buf, *xb = x + nf * D, *att = xb + nf * D, *q = att + nf * qd, *k = q + nf * qd, *v = k + nf * kvd;
     float *h1 = v + nf * kvd, *h2 = h1 + nf * I;
@@ -394,22 +393,25 @@ int seer_gemma_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *toke
     sn[1] = cs[1] + nf * half;
     float *scratch = sn[1] + nf * half;
 
-    for (int r = 0; r < 2; r++) seer_k_rope_table(s->inv_freq[r], half, start, n, cs[r], sn[r]);
-    for (int t = 0; t < n; t++) seer_k_embed_row(x + (size_t)t * D, &m->embed, tokens[t]);
+    for (int b = 0; b < fb->ns; b++) {
+        int r0 = fb->off[b], bn = fb->seq[b].n, bp = fb->start[b];
+        for (int r = 0; r < 2; r++)
+            seer_k_rope_table(s->inv_freq[r], half, bp, bn, cs[r] + (size_t)r0 * half, sn[r] + (size_t)r0 * half);
+        for (int t = 0; t < bn; t++) seer_k_embed_row(x + (size_t)(r0 + t) * D, &m->embed, fb->seq[b].tokens[t]);
+    }
     SEER_HOOK_ROWS(SEER_HP_EMBED, -1, x, D); /* before the sqrt(d_model) scale */
     for (size_t i = 0; i < nf * D; i++) x[i] *= s->embed_scale;
-    if (hidden) memcpy(hidden, x, nf * D * sizeof(float));
+    seer_fb_hidden(fb, 0, x, D);
 
     float eps = c->rms_norm_eps;
     for (int l = 0; l < c->num_layers; l++) {
         const gemma_layer_t *L = &s->layers[l];
-        float *kc = kv->k + (size_t)l * kv->max_tokens * kvd, *vc = kv->v + (size_t)l * kv->max_tokens * kvd;
         SEER_HOOK_ROWS(SEER_HP_RESID_PRE, l, x, D);
         seer_k_rmsnorm(xb, x, n, D, &L->attn_norm, eps, 1);
         SEER_HOOK_ROWS(SEER_HP_LN1, l, xb, D);
-        seer_k_linear(m->pool, q, xb, n, &L->q, &L->q_bias);
-        seer_k_linear(m->pool, k, xb, n, &L->k, &L->k_bias);
-        seer_k_linear(m->pool, v, xb, n, &L->v, &L->v_bias);
+        seer_fb_linear(m->pool, fb, q, xb, &L->q, &L->q_bias);
+        seer_fb_linear(m->pool, fb, k, xb, &L->k, &L->k_bias);
+        seer_fb_linear(m->pool, fb, v, xb, &L->v, &L->v_bias);
         if (s->version == 3) {
             seer_k_rmsnorm(q, q, n * H, hd, &L->q_norm, eps, 1);
             seer_k_rmsnorm(k, k, n * KH, hd, &L->k_norm, eps, 1);
@@ -422,14 +424,20 @@ int seer_gemma_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *toke
             seer_k_rope(q + (size_t)t * qd, H, hd, hd, lc + (size_t)t * half, ls + (size_t)t * half);
             seer_k_rope(k + (size_t)t * kvd, KH, hd, hd, lc + (size_t)t * half, ls + (size_t)t * half);
         }
-        memcpy(kc + (size_t)start * kvd, k, nf * kvd * sizeof(float));
-        memcpy(vc + (size_t)start * kvd, v, nf * kvd * sizeof(float));
-        seer_attn_params_t ap = {.q = q, .kc = kc, .vc = vc, .out = att, .scratch = scratch, .n = n, .start = start,
-                                 .max_len = kv->max_tokens, .H = H, .KH = KH, .hd = hd, .window = L->window,
-                                 .scale = s->attn_scale, .softcap = s->attn_softcap};
-        if ((rc = seer_fwd_attention(m, hk, l, &ap, err)) < 0) goto out;
+        for (int b = 0; b < fb->ns; b++) {
+            seer_kv_cache_t *kv = fb->seq[b].cache;
+            int r0 = fb->off[b], bn = fb->seq[b].n, bp = fb->start[b];
+            float *kc = kv->k + (size_t)l * kv->max_tokens * kvd, *vc = kv->v + (size_t)l * kv->max_tokens * kvd;
+            memcpy(kc + (size_t)bp * kvd, k + (size_t)r0 * kvd, (size_t)bn * kvd * sizeof(float));
+            memcpy(vc + (size_t)bp * kvd, v + (size_t)r0 * kvd, (size_t)bn * kvd * sizeof(float));
+            seer_attn_params_t ap = {.q = q + (size_t)r0 * qd, .kc = kc, .vc = vc, .out = att + (size_t)r0 * qd,
+                                     .scratch = scratch, .n = bn, .start = bp, .max_len = kv->max_tokens, .H = H,
+                                     .KH = KH, .hd = hd, .window = L->window, .scale = s->attn_scale,
+                                     .softcap = s->attn_softcap};
+            if ((rc = seer_fwd_attention(m, fb->seq[b].hk, l, &ap, err)) < 0) goto out;
+        }
         SEER_HOOK_HEADS(SEER_HP_Z, l, att, H, hd);
-        seer_k_linear(m->pool, xb, att, n, &L->o, &L->o_bias);
+        seer_fb_linear(m->pool, fb, xb, att, &L->o, &L->o_bias);
         if (s->version > 1) seer_k_rmsnorm(xb, xb, n, D, &L->post_attn_norm, eps, 1);
         SEER_HOOK_ROWS(SEER_HP_ATTN_OUT, l, xb, D);
         for (size_t i = 0; i < nf * D; i++) x[i] += xb[i];
@@ -438,20 +446,20 @@ int seer_gemma_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *toke
         /* Gemma: post_attention_layernorm is the pre-MLP norm; Gemma 2/3: pre_feedforward. */
         seer_k_rmsnorm(xb, x, n, D, s->version > 1 ? &L->pre_ff_norm : &L->post_attn_norm, eps, 1);
         SEER_HOOK_ROWS(SEER_HP_LN2, l, xb, D);
-        seer_k_linear(m->pool, h1, xb, n, &L->gate, NULL);
-        seer_k_linear(m->pool, h2, xb, n, &L->up, NULL);
+        seer_fb_linear(m->pool, fb, h1, xb, &L->gate, NULL);
+        seer_fb_linear(m->pool, fb, h2, xb, &L->up, NULL);
         SEER_HOOK_ROWS(SEER_HP_MLP_PRE, l, h1, I);
         geglu(h1, h2, nf * I, s->act);
         SEER_HOOK_ROWS(SEER_HP_MLP_POST, l, h1, I);
-        seer_k_linear(m->pool, xb, h1, n, &L->down, NULL);
+        seer_fb_linear(m->pool, fb, xb, h1, &L->down, NULL);
         if (s->version > 1) seer_k_rmsnorm(xb, xb, n, D, &L->post_ff_norm, eps, 1);
         SEER_HOOK_ROWS(SEER_HP_MLP_OUT, l, xb, D);
         for (size_t i = 0; i < nf * D; i++) x[i] += xb[i];
         SEER_HOOK_ROWS(SEER_HP_RESID_POST, l, x, D);
-        if (hidden) memcpy(hidden + (size_t)(l + 1) * nf * D, x, nf * D * sizeof(float));
+        seer_fb_hidden(fb, l + 1, x, D);
     }
-    kv->len = start + n;
-    rc = seer_fwd_finish(m, hk, start, n, x, xb, logits, all_logits, err);
+    for (int b = 0; b < fb->ns; b++) fb->seq[b].cache->len = fb->start[b] + fb->seq[b].n;
+    rc = seer_fwd_finish(m, fb, x, xb, err);
 out:
     free(buf);
     return rc;

@@ -11,8 +11,7 @@
 
 /* version: 1 (gemma), 2 (gemma2), 3 (gemma3_text). */
 int seer_gemma_bind(seer_model_t *m, int version, seer_err_t *err);
-int seer_gemma_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens, int n, float *logits,
-                       int all_logits, float *hidden, const seer_fwd_hooks_t *hk, seer_err_t *err);
+int seer_gemma_forward(seer_model_t *m, const seer_fwd_batch_t *fb, seer_err_t *err);
 /* The (1 + w) final norm and the final logit soft-cap (Gemma 2), for seer_arch_t. */
 void seer_gemma_final_norm(seer_model_t *m, float *y, const float *x, int rows);
 void seer_gemma_final_softcap(seer_model_t *m, float *logits, int rows);

@@ -97,38 +97,39 @@ out:
     return rc;
 }
 
-static int gpt2_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens, int n, float *logits,
-                        int all_logits, float *hidden, const seer_fwd_hooks_t *hk, seer_err_t *err) {
+static int gpt2_forward(seer_model_t *m, const seer_fwd_batch_t *fb, seer_err_t *err) {
     const seer_model_config_t *c = &m->cfg;
     const gpt2_state *s = m->arch_state;
     int D = c->hidden_size, I = c->intermediate_size, H = c->num_heads, hd = c->head_dim;
-    int start = kv->len, rc = 0;
-    if (start + n > c->max_position_embeddings)
-        return seer_err_set(err, SEER_EINVAL,
-                            "forward: positions up to %d exceed gpt2's learned position table (n_positions / "
-                            "max_position_embeddings = %d)",
-                            start + n - 1, c->max_position_embeddings);
+    int n = fb->N, rc = 0;
+    for (int b = 0; b < fb->ns; b++)
+        if (fb->start[b] + fb->seq[b].n > c->max_position_embeddings)
+            return seer_err_set(err, SEER_EINVAL,
+                                "forward: positions up to %d exceed gpt2's learned position table (n_positions / "
+                                "max_position_embeddings = %d)",
+                                fb->start[b] + fb->seq[b].n - 1, c->max_position_embeddings);
     int nthreads = seer_pool_threads(m->pool);
     size_t nf = (size_t)n;
-    float *buf = malloc(sizeof(float) * (nf * (size_t)(9 * D + I) + (size_t)nthreads * (size_t)kv->max_tokens));
+    float *buf = malloc(sizeof(float) * (nf * (size_t)(9 * D + I) + (size_t)nthreads * (size_t)fb->max_len));
     if (!buf) return seer_err_set(err, SEER_ENOMEM, "forward: out of memory for %d tokens", n);
     float *x = buf, *xb = x + nf * D, *qkv = xb + nf * D, *q = qkv + nf * 3 * D, *kb = q + nf * D, *vb = kb + nf * D;
     float *h = vb + nf * D, *pe = h + nf * I;
     float *scratch = pe + nf * D;
     float *att = qkv; /* the fused q/k/v rows are consumed (copied out) before attention writes */
 
-    for (int t = 0; t < n; t++) {
-        seer_k_embed_row(x + (size_t)t * D, &m->embed, tokens[t]);
-        seer_k_embed_row(pe + (size_t)t * D, &s->wpe, start + t);
-    }
+    for (int b = 0; b < fb->ns; b++)
+        for (int t = 0; t < fb->seq[b].n; t++) {
+            size_t r = (size_t)(fb->off[b] + t);
+            seer_k_embed_row(x + r * D, &m->embed, fb->seq[b].tokens[t]);
+            seer_k_embed_row(pe + r * D, &s->wpe, fb->start[b] + t);
+        }
     SEER_HOOK_ROWS(SEER_HP_EMBED, -1, x, D);
     SEER_HOOK_ROWS(SEER_HP_POS_EMBED, -1, pe, D);
     for (size_t i = 0; i < nf * D; i++) x[i] += pe[i];
-    if (hidden) memcpy(hidden, x, nf * D * sizeof(float));
+    seer_fb_hidden(fb, 0, x, D);
 
     for (int l = 0; l < c->num_layers; l++) {
         const gpt2_layer *L = &s->layers[l];
-        float *kc = kv->k + (size_t)l * kv->max_tokens * D, *vc = kv->v + (size_t)l * kv->max_tokens * D;
         SEER_HOOK_ROWS(SEER_HP_RESID_PRE, l, x, D);
         seer_gpt_layernorm(xb, x, n, D, &L->ln1_w, &L->ln1_b, c->rms_norm_eps);
         SEER_HOOK_ROWS(SEER_HP_LN1, l, xb, D);
@@ -142,13 +143,19 @@ static int gpt2_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tok
         SEER_HOOK_HEADS(SEER_HP_Q, l, q, H, hd);
         SEER_HOOK_HEADS(SEER_HP_K, l, kb, H, hd);
         SEER_HOOK_HEADS(SEER_HP_V, l, vb, H, hd);
-        memcpy(kc + (size_t)start * D, kb, nf * D * sizeof(float));
-        memcpy(vc + (size_t)start * D, vb, nf * D * sizeof(float));
         float scale = s->scale_attn_weights ? 1.0f / sqrtf((float)hd) : 1.0f;
         if (s->scale_by_layer) scale /= (float)(l + 1);
-        seer_attn_params_t ap = {.q = q, .kc = kc, .vc = vc, .out = att, .scratch = scratch, .n = n, .start = start,
-                                 .max_len = kv->max_tokens, .H = H, .KH = H, .hd = hd, .scale = scale};
-        if ((rc = seer_fwd_attention(m, hk, l, &ap, err)) < 0) goto out;
+        for (int b = 0; b < fb->ns; b++) {
+            seer_kv_cache_t *kv = fb->seq[b].cache;
+            int r0 = fb->off[b], bn = fb->seq[b].n, bp = fb->start[b];
+            float *kc = kv->k + (size_t)l * kv->max_tokens * D, *vc = kv->v + (size_t)l * kv->max_tokens * D;
+            memcpy(kc + (size_t)bp * D, kb + (size_t)r0 * D, (size_t)bn * D * sizeof(float));
+            memcpy(vc + (size_t)bp * D, vb + (size_t)r0 * D, (size_t)bn * D * sizeof(float));
+            seer_attn_params_t ap = {.q = q + (size_t)r0 * D, .kc = kc, .vc = vc, .out = att + (size_t)r0 * D,
+                                     .scratch = scratch, .n = bn, .start = bp, .max_len = kv->max_tokens, .H = H,
+                                     .KH = H, .hd = hd, .scale = scale};
+            if ((rc = seer_fwd_attention(m, fb->seq[b].hk, l, &ap, err)) < 0) goto out;
+        }
         SEER_HOOK_HEADS(SEER_HP_Z, l, att, H, hd);
         seer_gpt_linear_t(m->pool, xb, att, n, &L->aproj_w, &L->aproj_b);
         SEER_HOOK_ROWS(SEER_HP_ATTN_OUT, l, xb, D);
@@ -165,10 +172,10 @@ static int gpt2_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tok
         SEER_HOOK_ROWS(SEER_HP_MLP_OUT, l, xb, D);
         for (size_t i = 0; i < nf * D; i++) x[i] += xb[i];
         SEER_HOOK_ROWS(SEER_HP_RESID_POST, l, x, D);
-        if (hidden) memcpy(hidden + (size_t)(l + 1) * nf * D, x, nf * D * sizeof(float));
+        seer_fb_hidden(fb, l + 1, x, D);
     }
-    kv->len = start + n;
-    rc = seer_fwd_finish(m, hk, start, n, x, xb, logits, all_logits, err);
+    for (int b = 0; b < fb->ns; b++) fb->seq[b].cache->len = fb->start[b] + fb->seq[b].n;
+    rc = seer_fwd_finish(m, fb, x, xb, err);
 out:
     free(buf);
     return rc;

@@ -138,17 +138,16 @@ out:
     return rc;
 }
 
-static int neox_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens, int n, float *logits,
-                        int all_logits, float *hidden, const seer_fwd_hooks_t *hk, seer_err_t *err) {
+static int neox_forward(seer_model_t *m, const seer_fwd_batch_t *fb, seer_err_t *err) {
     const seer_model_config_t *c = &m->cfg;
     const neox_state *s = m->arch_state;
     int D = c->hidden_size, I = c->intermediate_size, H = c->num_heads, hd = c->head_dim;
     int half = s->rot / 2;
-    int start = kv->len, rc = 0;
+    int n = fb->N, rc = 0;
     int nthreads = seer_pool_threads(m->pool);
     size_t nf = (size_t)n;
     float *buf = malloc(sizeof(float) * (nf * (size_t)(10 * D + I) + (size_t)half * (1 + 2 * nf) +
-                                         (size_t)nthreads * (size_t)kv->max_tokens));
+                                         (size_t)nthreads * (size_t)fb->max_len));
     if (!buf) return seer_err_set(err, SEER_ENOMEM, "forward: out of memory for %d tokens", n);
     float *x = buf, *xb = x + nf * D, *qkv = xb + nf * D, *q = qkv + nf * 3 * D, *att = q + nf * D, *ao = att + nf * D;
     float *kb = ao + nf * D, *vb = kb + nf * D;
@@ -158,18 +157,20 @@ static int neox_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tok
         float expo = (float)(2 * i) / (float)s->rot;
         inv[i] = (float)(1.0 / pow((double)s->theta, (double)expo)) / s->linear_factor;
     }
-    seer_k_rope_table(inv, half, start, n, cs, sn);
-    for (int t = 0; t < n; t++) seer_k_embed_row(x + (size_t)t * D, &m->embed, tokens[t]);
+    for (int b = 0; b < fb->ns; b++) {
+        int r0 = fb->off[b];
+        seer_k_rope_table(inv, half, fb->start[b], fb->seq[b].n, cs + (size_t)r0 * half, sn + (size_t)r0 * half);
+        for (int t = 0; t < fb->seq[b].n; t++) seer_k_embed_row(x + (size_t)(r0 + t) * D, &m->embed, fb->seq[b].tokens[t]);
+    }
     SEER_HOOK_ROWS(SEER_HP_EMBED, -1, x, D);
-    if (hidden) memcpy(hidden, x, nf * D * sizeof(float));
+    seer_fb_hidden(fb, 0, x, D);
 
     for (int l = 0; l < c->num_layers; l++) {
         const neox_layer *L = &s->layers[l];
-        float *kc = kv->k + (size_t)l * kv->max_tokens * D, *vc = kv->v + (size_t)l * kv->max_tokens * D;
         SEER_HOOK_ROWS(SEER_HP_RESID_PRE, l, x, D);
         seer_gpt_layernorm(xb, x, n, D, &L->ln1_w, &L->ln1_b, c->rms_norm_eps);
         SEER_HOOK_ROWS(SEER_HP_LN1, l, xb, D);
-        seer_k_linear(m->pool, qkv, xb, n, &L->qkv_w, &L->qkv_b);
+        seer_fb_linear(m->pool, fb, qkv, xb, &L->qkv_w, &L->qkv_b);
         for (int t = 0; t < n; t++) { /* [heads][q|k|v][hd] -> q, k, v as [heads][hd] */
             const float *r = qkv + (size_t)t * 3 * D;
             for (int hh = 0; hh < H; hh++) {
@@ -183,18 +184,25 @@ static int neox_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tok
         SEER_HOOK_HEADS(SEER_HP_Q, l, q, H, hd);
         SEER_HOOK_HEADS(SEER_HP_K, l, kb, H, hd);
         SEER_HOOK_HEADS(SEER_HP_V, l, vb, H, hd);
-        memcpy(kc + (size_t)start * D, kb, nf * D * sizeof(float));
-        memcpy(vc + (size_t)start * D, vb, nf * D * sizeof(float));
-        if (half > 0)
-            for (int t = 0; t < n; t++) {
-                seer_k_rope(q + (size_t)t * D, H, hd, s->rot, cs + (size_t)t * half, sn + (size_t)t * half);
-                seer_k_rope(kc + (size_t)(start + t) * D, H, hd, s->rot, cs + (size_t)t * half, sn + (size_t)t * half);
-            }
-        seer_attn_params_t ap = {.q = q, .kc = kc, .vc = vc, .out = att, .scratch = scratch, .n = n, .start = start,
-                                 .max_len = kv->max_tokens, .H = H, .KH = H, .hd = hd, .scale = 1.0f / sqrtf((float)hd)};
-        if ((rc = seer_fwd_attention(m, hk, l, &ap, err)) < 0) goto out;
+        for (int b = 0; b < fb->ns; b++) {
+            seer_kv_cache_t *kv = fb->seq[b].cache;
+            int r0 = fb->off[b], bn = fb->seq[b].n, bp = fb->start[b];
+            float *kc = kv->k + (size_t)l * kv->max_tokens * D, *vc = kv->v + (size_t)l * kv->max_tokens * D;
+            memcpy(kc + (size_t)bp * D, kb + (size_t)r0 * D, (size_t)bn * D * sizeof(float));
+            memcpy(vc + (size_t)bp * D, vb + (size_t)r0 * D, (size_t)bn * D * sizeof(float));
+            if (half > 0)
+                for (int t = 0; t < bn; t++) {
+                    const float *tc = cs + (size_t)(r0 + t) * half, *ts = sn + (size_t)(r0 + t) * half;
+                    seer_k_rope(q + (size_t)(r0 + t) * D, H, hd, s->rot, tc, ts);
+                    seer_k_rope(kc + (size_t)(bp + t) * D, H, hd, s->rot, tc, ts);
+                }
+            seer_attn_params_t ap = {.q = q + (size_t)r0 * D, .kc = kc, .vc = vc, .out = att + (size_t)r0 * D,
+                                     .scratch = scratch, .n = bn, .start = bp, .max_len = kv->max_tokens, .H = H,
+                                     .KH = H, .hd = hd, .scale = 1.0f / sqrtf((float)hd)};
+            if ((rc = seer_fwd_attention(m, fb->seq[b].hk, l, &ap, err)) < 0) goto out;
+        }
         SEER_HOOK_HEADS(SEER_HP_Z, l, att, H, hd);
-        seer_k_linear(m->pool, ao, att, n, &L->dense_w, &L->dense_b);
+        seer_fb_linear(m->pool, fb, ao, att, &L->dense_w, &L->dense_b);
         SEER_HOOK_ROWS(SEER_HP_ATTN_OUT, l, ao, D);
 
         if (s->parallel) {
@@ -205,21 +213,21 @@ static int neox_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tok
             seer_gpt_layernorm(xb, x, n, D, &L->ln2_w, &L->ln2_b, c->rms_norm_eps);
         }
         SEER_HOOK_ROWS(SEER_HP_LN2, l, xb, D);
-        seer_k_linear(m->pool, h, xb, n, &L->up_w, &L->up_b);
+        seer_fb_linear(m->pool, fb, h, xb, &L->up_w, &L->up_b);
         SEER_HOOK_ROWS(SEER_HP_MLP_PRE, l, h, I);
         seer_gpt_act(h, nf * I, s->act);
         SEER_HOOK_ROWS(SEER_HP_MLP_POST, l, h, I);
-        seer_k_linear(m->pool, xb, h, n, &L->down_w, &L->down_b);
+        seer_fb_linear(m->pool, fb, xb, h, &L->down_w, &L->down_b);
         SEER_HOOK_ROWS(SEER_HP_MLP_OUT, l, xb, D);
         if (s->parallel) /* mlp_output + attn_output + hidden_states, in transformers' order */
             for (size_t i = 0; i < nf * D; i++) x[i] = (xb[i] + ao[i]) + x[i];
         else
             for (size_t i = 0; i < nf * D; i++) x[i] = xb[i] + x[i];
         SEER_HOOK_ROWS(SEER_HP_RESID_POST, l, x, D);
-        if (hidden) memcpy(hidden + (size_t)(l + 1) * nf * D, x, nf * D * sizeof(float));
+        seer_fb_hidden(fb, l + 1, x, D);
     }
-    kv->len = start + n;
-    rc = seer_fwd_finish(m, hk, start, n, x, xb, logits, all_logits, err);
+    for (int b = 0; b < fb->ns; b++) fb->seq[b].cache->len = fb->start[b] + fb->seq[b].n;
+    rc = seer_fwd_finish(m, fb, x, xb, err);
 out:
     free(buf);
     return rc;

@@ -119,21 +119,81 @@ static void head(seer_model_t *m, float *logits, const float *xn, int rows) {
     if (m->arch->final_softcap) m->arch->final_softcap(m, logits, rows);
 }
 
-int seer_fwd_finish(seer_model_t *m, const seer_fwd_hooks_t *hk, int start, int n, const float *x, float *xb,
-                    float *logits, int all_logits, seer_err_t *err) {
-    int D = m->cfg.hidden_size;
-    if (SEER_HOOKED(hk, SEER_HP_LN_FINAL, -1)) { /* the hook sees every position */
-        seer_fwd_final_norm(m, xb, x, n);
-        int rc = seer_fwd_hook_rows(hk, SEER_HP_LN_FINAL, -1, start, n, xb, D, err);
-        if (rc < 0) return rc;
-        if (logits) head(m, logits, all_logits ? xb : xb + (size_t)(n - 1) * D, all_logits ? n : 1);
+int seer_fwd_finish(seer_model_t *m, const seer_fwd_batch_t *fb, const float *x, float *xb, seer_err_t *err) {
+    int D = m->cfg.hidden_size, V = m->cfg.vocab_size;
+    if (fb->ns == 1) { /* one sequence: straight into its logits, no gathering */
+        const seer_batch_seq_t *q = &fb->seq[0];
+        int n = q->n;
+        if (SEER_HOOKED(q->hk, SEER_HP_LN_FINAL, -1)) { /* the hook sees every position */
+            seer_fwd_final_norm(m, xb, x, n);
+            int rc = seer_fwd_hook_rows(q->hk, SEER_HP_LN_FINAL, -1, fb->start[0], n, xb, D, err);
+            if (rc < 0) return rc;
+            if (q->logits) head(m, q->logits, q->all_logits ? xb : xb + (size_t)(n - 1) * D, q->all_logits ? n : 1);
+            return 0;
+        }
+        if (!q->logits) return 0;
+        int rows = q->all_logits ? n : 1;
+        seer_fwd_final_norm(m, xb, q->all_logits ? x : x + (size_t)(n - 1) * D, rows);
+        head(m, q->logits, xb, rows);
         return 0;
     }
-    if (!logits) return 0;
-    int rows = all_logits ? n : 1;
-    seer_fwd_final_norm(m, xb, all_logits ? x : x + (size_t)(n - 1) * D, rows);
-    head(m, logits, xb, rows);
-    return 0;
+    /* Several: the rows that need logits are gathered, one after another, into xb (they never
+     * outnumber the packed rows), normed, and the head runs once over all of them. */
+    int *goff = malloc(sizeof(int) * (size_t)(fb->ns + 1));
+    if (!goff) return seer_err_set(err, SEER_ENOMEM, "forward: out of memory");
+    int R = 0, rc = 0;
+    for (int s = 0; s < fb->ns; s++) {
+        const seer_batch_seq_t *q = &fb->seq[s];
+        int n = q->n, r0 = fb->off[s];
+        goff[s] = R;
+        if (SEER_HOOKED(q->hk, SEER_HP_LN_FINAL, -1)) {
+            /* normed in place at the sequence's rows (gathered rows never pass them: R <= r0) */
+            seer_fwd_final_norm(m, xb + (size_t)r0 * D, x + (size_t)r0 * D, n);
+            if ((rc = seer_fwd_hook_rows(q->hk, SEER_HP_LN_FINAL, -1, fb->start[s], n, xb + (size_t)r0 * D, D, err)) < 0)
+                goto out;
+            if (q->logits) {
+                int rows = q->all_logits ? n : 1;
+                memmove(xb + (size_t)R * D, xb + (size_t)(r0 + n - rows) * D, (size_t)rows * D * sizeof(float));
+                R += rows;
+            }
+        } else if (q->logits) {
+            int rows = q->all_logits ? n : 1;
+            seer_fwd_final_norm(m, xb + (size_t)R * D, x + (size_t)(r0 + n - rows) * D, rows);
+            R += rows;
+        }
+    }
+    goff[fb->ns] = R;
+    if (R > 0) {
+        float *lg = malloc(sizeof(float) * (size_t)R * (size_t)V);
+        if (!lg) {
+            rc = seer_err_set(err, SEER_ENOMEM, "forward: out of memory for %d rows of logits", R);
+            goto out;
+        }
+        /* The head as seer_fb_linear groups a batch: rows of a sequence that would take the GEMM
+         * path alone go alone, every other row through the per-token kernel together. */
+        for (int s = 0; s < fb->ns;) {
+            int rows = goff[s + 1] - goff[s];
+            if (rows >= SEER_BLAS_MIN_TOKENS) {
+                seer_k_linear(m->pool, lg + (size_t)goff[s] * V, xb + (size_t)goff[s] * D, rows, &m->lm_head, NULL);
+                s++;
+                continue;
+            }
+            int e = s;
+            while (e < fb->ns && goff[e + 1] - goff[e] < SEER_BLAS_MIN_TOKENS) e++;
+            if (goff[e] > goff[s])
+                seer_k_linear_rows(m->pool, lg + (size_t)goff[s] * V, xb + (size_t)goff[s] * D, goff[e] - goff[s],
+                                   &m->lm_head, NULL);
+            s = e;
+        }
+        if (m->arch->final_softcap) m->arch->final_softcap(m, lg, R);
+        for (int s = 0; s < fb->ns; s++)
+            if (fb->seq[s].logits)
+                memcpy(fb->seq[s].logits, lg + (size_t)goff[s] * V, sizeof(float) * (size_t)(goff[s + 1] - goff[s]) * V);
+        free(lg);
+    }
+out:
+    free(goff);
+    return rc;
 }
 
 int seer_model_unembed(seer_model_t *m, const float *x, int rows, float *logits, seer_err_t *err) {

@@ -121,6 +121,74 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2(const seer_weight
             for (int k = 0; k < nr; k++) y[(size_t)(t + u) * (size_t)out + (size_t)(r + k)] = tmp[u * 4 + k];
     }
 }
+/* Several tokens at once (a batched decode step): three rows of W against NT <= 4 tokens, 12
+ * accumulators kept in registers (the unroll pragmas: without them GCC keeps a loop over the
+ * tokens and the accumulators in memory, a third of the speed), so each widened weight vector serves four tokens and each token vector three
+ * rows (the 4 x 2 block above re-widens every weight for each pair of tokens, which bounds a
+ * batch of 16 on bf16 weights). Every (row, token) sum is the same chain of FMAs over the same
+ * 8-lane slices, then hsum8 and the same scalar tail, as in block4xNT: a token's result does not
+ * depend on how many tokens run beside it. pf: prefetch the rows ahead (the first token group,
+ * which streams them from memory; later groups find them in L1/L2). */
+#define SEER_DEF_BLOCK3(NT)                                                                                  \
+    __attribute__((target("avx2,fma,f16c"))) static void block3x##NT(const seer_weight_t *w, const size_t *rbase, \
+                                                                     const float *x, int64_t in, float *out, int pf) { \
+        int64_t n8 = in & ~(int64_t)7;                                                                   \
+        __m256 acc[NT][3];                                                                               \
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                                            \
+            _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++) acc[t][k] = _mm256_setzero_ps();        \
+        const char *pb = (const char *)w->data;                                                          \
+        size_t es = w->dtype == SEER_F32 ? 4 : 2;                                                        \
+        for (int64_t i = 0; i < n8; i += 8) {                                                            \
+            if (pf && !(i & 15))                                                                         \
+                for (int k = 0; k < 3; k++) {                                                            \
+                    _mm_prefetch(pb + (rbase[k] + (size_t)i + SEER_PF_NEAR) * es, _MM_HINT_T0);          \
+                    _mm_prefetch(pb + (rbase[k] + (size_t)i + SEER_PF_FAR) * es, _MM_HINT_T1);           \
+                }                                                                                        \
+            __m256 w0 = seer_w_load8(w, rbase[0] + (size_t)i), w1 = seer_w_load8(w, rbase[1] + (size_t)i); \
+            __m256 w2 = seer_w_load8(w, rbase[2] + (size_t)i);                                           \
+            _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                      \
+                __m256 xv = _mm256_loadu_ps(x + (size_t)t * (size_t)in + (size_t)i);                     \
+                acc[t][0] = _mm256_fmadd_ps(w0, xv, acc[t][0]);                                          \
+                acc[t][1] = _mm256_fmadd_ps(w1, xv, acc[t][1]);                                          \
+                acc[t][2] = _mm256_fmadd_ps(w2, xv, acc[t][2]);                                          \
+            }                                                                                            \
+        }                                                                                                \
+        for (int t = 0; t < NT; t++)                                                                     \
+            for (int k = 0; k < 3; k++) {                                                                \
+                float sum = hsum8(acc[t][k]);                                                            \
+                for (int64_t i = n8; i < in; i++) sum += seer_w_load(w, rbase[k] + (size_t)i) * x[(size_t)t * (size_t)in + (size_t)i]; \
+                out[t * 3 + k] = sum;                                                                    \
+            }                                                                                            \
+    }
+SEER_DEF_BLOCK3(1)
+SEER_DEF_BLOCK3(2)
+SEER_DEF_BLOCK3(3)
+SEER_DEF_BLOCK3(4)
+
+/* Rows [r0, r1) against ntok >= 4 tokens, three rows at a time (a short tail block repeats its
+ * last row), written to y[t][r]. */
+__attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_weight_t *w, int64_t r0, int64_t r1,
+                                                                     const float *x, int ntok, float *y, int64_t out) {
+    int64_t in = w->cols;
+    float tmp[12];
+    for (int64_t r = r0; r < r1; r += 3) {
+        int nr = r1 - r >= 3 ? 3 : (int)(r1 - r);
+        size_t rbase[3];
+        for (int k = 0; k < 3; k++) rbase[k] = (size_t)(r + (k < nr ? k : nr - 1)) * (size_t)in;
+        for (int t = 0; t < ntok; t += 4) {
+            int nt = ntok - t >= 4 ? 4 : ntok - t;
+            const float *xt = x + (size_t)t * (size_t)in;
+            switch (nt) {
+            case 4: block3x4(w, rbase, xt, in, tmp, t == 0); break;
+            case 3: block3x3(w, rbase, xt, in, tmp, t == 0); break;
+            case 2: block3x2(w, rbase, xt, in, tmp, t == 0); break;
+            default: block3x1(w, rbase, xt, in, tmp, t == 0); break;
+            }
+            for (int u = 0; u < nt; u++)
+                for (int k = 0; k < nr; k++) y[(size_t)(t + u) * (size_t)out + (size_t)(r + k)] = tmp[u * 3 + k];
+        }
+    }
+}
 /* The same on AVX-512: 16 weights per load, widened in registers; the reduction at the end
  * adds the two 256-bit halves first so the sum order stays fixed for a given CPU path. */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c"))) static inline __m512 w_load16(const seer_weight_t *w,
@@ -222,6 +290,12 @@ static void linear_chunk(void *ctx, size_t begin, size_t end, int thread) {
     (void)thread;
     linear_job *j = ctx;
     int64_t out = j->w->rows;
+#ifdef SEER_X86
+    if (j->simd == 1 && j->n >= 4) {
+        rows_avx2_multi(j->w, (int64_t)begin, (int64_t)end, j->x, j->n, j->y, out);
+        goto bias;
+    }
+#endif
     for (size_t r = begin; r < end; r += 4) {
         int nr = end - r >= 4 ? 4 : (int)(end - r);
 #ifdef SEER_X86
@@ -231,14 +305,18 @@ static void linear_chunk(void *ctx, size_t begin, size_t end, int thread) {
 #endif
             rows_generic(j->w, (int64_t)r, nr, j->x, j->n, j->y, out);
     }
+#ifdef SEER_X86
+bias:
+#endif
     if (j->bias && j->bias->data)
         for (int t = 0; t < j->n; t++)
             for (size_t r = begin; r < end; r++) j->y[(size_t)t * (size_t)out + r] += seer_w_load(j->bias, r);
 }
 
 static void linear_base(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w,
-                        const seer_weight_t *bias) {
-    if (n >= SEER_BLAS_MIN_TOKENS && (seer_k_linear_amx(p, y, x, n, w, bias) || seer_k_linear_blas(p, y, x, n, w, bias)))
+                        const seer_weight_t *bias, int gemm) {
+    if (gemm && n >= SEER_BLAS_MIN_TOKENS &&
+        (seer_k_linear_amx(p, y, x, n, w, bias) || seer_k_linear_blas(p, y, x, n, w, bias)))
         return;
     linear_job j = {.y = y, .x = x, .n = n, .w = w, .bias = bias, .simd = seer_k_have_avx512() ? 2 : seer_k_have_avx2()};
     size_t per_row = (size_t)w->cols * (size_t)n;
@@ -252,8 +330,13 @@ static void linear_base(seer_pool_t *p, float *y, const float *x, int n, const s
 _Thread_local int seer_k_fast_bf16;
 
 void seer_k_linear(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias) {
-    linear_base(p, y, x, n, w, bias);
+    linear_base(p, y, x, n, w, bias, 1);
     if (w->lora) seer_lora_apply(p, y, x, n, w->lora);
+}
+
+void seer_k_linear_rows(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias) {
+    linear_base(p, y, x, n, w, bias, 0);
+    if (w->lora) seer_lora_apply_rows(p, y, x, n, w->lora);
 }
 
 void seer_k_rmsnorm(float *y, const float *x, int n, int d, const seer_weight_t *w, float eps, int one_plus) {

@@ -264,45 +264,46 @@ static void rope_inv_freq(const seer_model_config_t *c, const decoder_state *st,
     }
 }
 
-int seer_decoder_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens, int n, float *logits,
-                         int all_logits, float *hidden, const seer_fwd_hooks_t *hk, seer_err_t *err) {
+int seer_decoder_forward(seer_model_t *m, const seer_fwd_batch_t *fb, seer_err_t *err) {
     const seer_model_config_t *c = &m->cfg;
     const decoder_state *st = m->arch_state;
     int D = c->hidden_size, I = c->intermediate_size, H = c->num_heads, KH = c->num_kv_heads, hd = c->head_dim;
     int qd = H * hd, kvd = KH * hd, rot = st->rot, half = rot / 2;
-    int start = kv->len, rc = 0;
+    int n = fb->N, rc = 0;
     int nthreads = seer_pool_threads(m->pool);
     size_t nf = (size_t)n;
     float *buf = malloc(sizeof(float) * (nf * (size_t)(2 * D + 2 * qd + 2 * kvd + 2 * I) + (size_t)half * (1 + 2 * nf) +
-                                         (size_t)nthreads * (size_t)kv->max_tokens));
+                                         (size_t)nthreads * (size_t)fb->max_len));
     if (!buf) return seer_err_set(err, SEER_ENOMEM, "forward: out of memory for %d tokens", n);
     float *x = buf, *xb = x + nf * D, *att = xb + nf * D, *q = att + nf * qd, *k = q + nf * qd, *v = k + nf * kvd;
     float *h1 = v + nf * kvd, *h2 = h1 + nf * I, *inv = h2 + nf * I, *cs = inv + half, *sn = cs + nf * half;
     float *scratch = sn + nf * half;
 
-    rope_inv_freq(c, st, inv, start + n);
-    seer_k_rope_table(inv, half, start, n, cs, sn);
     float cs_scale = c->rope_kind == SEER_ROPE_YARN       ? c->rope_attention_factor
                      : c->rope_kind == SEER_ROPE_LONGROPE ? st->o.longrope_att
                                                           : 1.0f;
+    for (int s = 0; s < fb->ns; s++) { /* per sequence: its positions (dynamic NTK and longrope: its length) */
+        int r0 = fb->off[s], sn_ = fb->seq[s].n, sp = fb->start[s];
+        rope_inv_freq(c, st, inv, sp + sn_);
+        seer_k_rope_table(inv, half, sp, sn_, cs + (size_t)r0 * half, sn + (size_t)r0 * half);
+        for (int t = 0; t < sn_; t++) seer_k_embed_row(x + (size_t)(r0 + t) * D, &m->embed, fb->seq[s].tokens[t]);
+    }
     if (cs_scale != 1.0f) /* cos, sin x attention_factor */
         for (size_t i = 0; i < nf * (size_t)half; i++) cs[i] *= cs_scale, sn[i] *= cs_scale;
-    for (int t = 0; t < n; t++) seer_k_embed_row(x + (size_t)t * D, &m->embed, tokens[t]);
     if (st->o.embed_mult != 0.f)
         for (size_t i = 0; i < nf * D; i++) x[i] *= st->o.embed_mult;
     SEER_HOOK_ROWS(SEER_HP_EMBED, -1, x, D);
-    if (hidden) memcpy(hidden, x, nf * D * sizeof(float));
+    seer_fb_hidden(fb, 0, x, D);
 
     for (int l = 0; l < c->num_layers; l++) {
         const seer_layer_weights_t *L = &m->layers[l];
-        float *kc = kv->k + (size_t)l * kv->max_tokens * kvd, *vc = kv->v + (size_t)l * kv->max_tokens * kvd;
         SEER_HOOK_ROWS(SEER_HP_RESID_PRE, l, x, D);
         if (st->o.olmo2) memcpy(xb, x, nf * D * sizeof(float)); /* no pre-norm: the block sees x */
         else seer_k_rmsnorm(xb, x, n, D, &L->attn_norm, c->rms_norm_eps, 0);
         SEER_HOOK_ROWS(SEER_HP_LN1, l, xb, D);
-        seer_k_linear(m->pool, q, xb, n, &L->q, &L->q_bias);
-        seer_k_linear(m->pool, k, xb, n, &L->k, &L->k_bias);
-        seer_k_linear(m->pool, v, xb, n, &L->v, &L->v_bias);
+        seer_fb_linear(m->pool, fb, q, xb, &L->q, &L->q_bias);
+        seer_fb_linear(m->pool, fb, k, xb, &L->k, &L->k_bias);
+        seer_fb_linear(m->pool, fb, v, xb, &L->v, &L->v_bias);
         if (st->o.qk_norm) { /* per head, before RoPE */
             seer_k_rmsnorm(q, q, n * H, hd, &st->q_norm[l], c->rms_norm_eps, 0);
             seer_k_rmsnorm(k, k, n * KH, hd, &st->k_norm[l], c->rms_norm_eps, 0);
@@ -317,15 +318,20 @@ int seer_decoder_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *to
             seer_k_rope(q + (size_t)t * qd, H, hd, rot, cs + (size_t)t * half, sn + (size_t)t * half);
             seer_k_rope(k + (size_t)t * kvd, KH, hd, rot, cs + (size_t)t * half, sn + (size_t)t * half);
         }
-        memcpy(kc + (size_t)start * kvd, k, nf * kvd * sizeof(float));
-        memcpy(vc + (size_t)start * kvd, v, nf * kvd * sizeof(float));
-        seer_attn_params_t ap = {.q = q, .kc = kc, .vc = vc, .out = att, .scratch = scratch, .n = n, .start = start,
-                                 .max_len = kv->max_tokens, .H = H, .KH = KH, .hd = hd,
-                                 .window = st->window ? st->window[l] : 0,
-                                 .scale = st->o.attn_mult != 0.f ? st->o.attn_mult : 1.0f / sqrtf((float)hd)};
-        if ((rc = seer_fwd_attention(m, hk, l, &ap, err)) < 0) goto out;
+        for (int s = 0; s < fb->ns; s++) {
+            seer_kv_cache_t *kv = fb->seq[s].cache;
+            int r0 = fb->off[s], sn_ = fb->seq[s].n, sp = fb->start[s];
+            float *kc = kv->k + (size_t)l * kv->max_tokens * kvd, *vc = kv->v + (size_t)l * kv->max_tokens * kvd;
+            memcpy(kc + (size_t)sp * kvd, k + (size_t)r0 * kvd, (size_t)sn_ * kvd * sizeof(float));
+            memcpy(vc + (size_t)sp * kvd, v + (size_t)r0 * kvd, (size_t)sn_ * kvd * sizeof(float));
+            seer_attn_params_t ap = {.q = q + (size_t)r0 * qd, .kc = kc, .vc = vc, .out = att + (size_t)r0 * qd,
+                                     .scratch = scratch, .n = sn_, .start = sp, .max_len = kv->max_tokens, .H = H,
+                                     .KH = KH, .hd = hd, .window = st->window ? st->window[l] : 0,
+                                     .scale = st->o.attn_mult != 0.f ? st->o.attn_mult : 1.0f / sqrtf((float)hd)};
+            if ((rc = seer_fwd_attention(m, fb->seq[s].hk, l, &ap, err)) < 0) goto out;
+        }
         SEER_HOOK_HEADS(SEER_HP_Z, l, att, H, hd);
-        seer_k_linear(m->pool, xb, att, n, &L->o, &L->o_bias);
+        seer_fb_linear(m->pool, fb, xb, att, &L->o, &L->o_bias);
         if (st->o.olmo2) seer_k_rmsnorm(xb, xb, n, D, &L->mlp_norm, c->rms_norm_eps, 0);
         SEER_HOOK_ROWS(SEER_HP_ATTN_OUT, l, xb, D);
         if (st->o.resid_mult != 0.f)
@@ -337,12 +343,12 @@ int seer_decoder_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *to
         if (st->o.olmo2) memcpy(xb, x, nf * D * sizeof(float));
         else seer_k_rmsnorm(xb, x, n, D, &L->mlp_norm, c->rms_norm_eps, 0);
         SEER_HOOK_ROWS(SEER_HP_LN2, l, xb, D);
-        seer_k_linear(m->pool, h1, xb, n, &L->gate, &L->gate_bias);
-        seer_k_linear(m->pool, h2, xb, n, &L->up, &L->up_bias);
+        seer_fb_linear(m->pool, fb, h1, xb, &L->gate, &L->gate_bias);
+        seer_fb_linear(m->pool, fb, h2, xb, &L->up, &L->up_bias);
         SEER_HOOK_ROWS(SEER_HP_MLP_PRE, l, h1, I);
-        seer_k_silu_mul(h1, h2, nf * I);
+        seer_fb_silu_mul(fb, h1, h2, I);
         SEER_HOOK_ROWS(SEER_HP_MLP_POST, l, h1, I);
-        seer_k_linear(m->pool, xb, h1, n, &L->down, &L->down_bias);
+        seer_fb_linear(m->pool, fb, xb, h1, &L->down, &L->down_bias);
         if (st->o.olmo2) seer_k_rmsnorm(xb, xb, n, D, &st->post_ff_norm[l], c->rms_norm_eps, 0);
         SEER_HOOK_ROWS(SEER_HP_MLP_OUT, l, xb, D);
         if (st->o.resid_mult != 0.f)
@@ -350,10 +356,10 @@ int seer_decoder_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *to
         else
             for (size_t i = 0; i < nf * D; i++) x[i] += xb[i];
         SEER_HOOK_ROWS(SEER_HP_RESID_POST, l, x, D);
-        if (hidden) memcpy(hidden + (size_t)(l + 1) * nf * D, x, nf * D * sizeof(float));
+        seer_fb_hidden(fb, l + 1, x, D);
     }
-    kv->len = start + n;
-    rc = seer_fwd_finish(m, hk, start, n, x, xb, logits, all_logits, err);
+    for (int s = 0; s < fb->ns; s++) fb->seq[s].cache->len = fb->start[s] + fb->seq[s].n;
+    rc = seer_fwd_finish(m, fb, x, xb, err);
 out:
     free(buf);
     return rc;

@@ -40,8 +40,7 @@ typedef struct seer_decoder_opts {
  * model.norm and lm_head (tied when config.json says so), reporting all missing tensors at
  * once; keeps the options in m->arch_state. */
 int seer_decoder_bind(seer_model_t *m, const seer_decoder_opts_t *o, seer_err_t *err);
-int seer_decoder_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens, int n, float *logits,
-                         int all_logits, float *hidden, const seer_fwd_hooks_t *hk, seer_err_t *err);
+int seer_decoder_forward(seer_model_t *m, const seer_fwd_batch_t *fb, seer_err_t *err);
 
 /* logits / o.logits_scale when set (seer_arch_t.final_softcap of granite). */
 void seer_decoder_final_scale(seer_model_t *m, float *logits, int rows);

@@ -193,15 +193,23 @@ static int apply_blas(seer_pool_t *p, float *y, const float *x, int n, const str
     return ok;
 }
 
-void seer_lora_apply(seer_pool_t *p, float *y, const float *x, int n, const struct seer_lora *lora) {
+static void apply(seer_pool_t *p, float *y, const float *x, int n, const struct seer_lora *lora, int gemm) {
     if (!lora || !*lora->enabled || n <= 0) return;
-    if (n >= SEER_BLAS_MIN_TOKENS && apply_blas(p, y, x, n, lora)) return;
+    if (gemm && n >= SEER_BLAS_MIN_TOKENS && apply_blas(p, y, x, n, lora)) return;
     apply_job j = {.y = y, .x = x, .l = lora, .simd = seer_k_have_avx2()};
     /* A decode step (one token) is r * (in + out) multiply-adds: far below what a thread
      * wake-up is worth, so it stays on the caller; prefill splits the tokens. */
     size_t per_tok = (size_t)lora->r * (size_t)(lora->in + lora->out);
     size_t min_tok = per_tok ? (SEER_PAR_WORK + per_tok - 1) / per_tok : 1;
     seer_pool_for(p, (size_t)n, min_tok ? min_tok : 1, apply_chunk, &j);
+}
+
+void seer_lora_apply(seer_pool_t *p, float *y, const float *x, int n, const struct seer_lora *lora) {
+    apply(p, y, x, n, lora, 1);
+}
+
+void seer_lora_apply_rows(seer_pool_t *p, float *y, const float *x, int n, const struct seer_lora *lora) {
+    apply(p, y, x, n, lora, 0);
 }
 
 typedef struct {

@@ -17,6 +17,7 @@
 
 #define MODEL_MT "seer.model"
 #define GEN_MT "seer.generator"
+#define HOOKSETS_MT "seer.hooksets"
 
 typedef struct {
     seer_model_t *m;
@@ -34,6 +35,7 @@ typedef struct {
     int nstop;
     float *logits;
     seer_hookset_t *hooks; /* the hooks active when the generator was made (NULL: none) */
+    int batch;             /* 0-based index in a batch, for hook functions (hook.batch) */
     seer_sampler_opts_t o;
     seer_rng_t rng;
 } gen_ud;
@@ -227,6 +229,84 @@ static int l_forward(lua_State *L) {
     return 2;
 }
 
+/* Hook sets built for one batched call, freed with the userdata that holds them (so a Lua error
+ * while building the next one, or in a hook, cannot leak them). */
+typedef struct {
+    int n;
+    seer_hookset_t *set[];
+} hooksets_ud;
+
+static int l_hooksets_gc(lua_State *L) {
+    hooksets_ud *u = luaL_checkudata(L, 1, HOOKSETS_MT);
+    for (int i = 0; i < u->n; i++) seer_hookset_free(u->set[i]);
+    u->n = 0;
+    return 0;
+}
+
+/* forward_batch({ids...}, hooks, batch) -> {logits...}: every sequence (a fresh cache each) in
+ * one batched forward call; logits i is [n_i, vocab]. hooks: nil, or a table whose entry i is
+ * sequence i's hook list ({hook name, intervention} pairs; nil: none); hook functions see
+ * hook.batch = batch[i] (default i). */
+static int l_forward_batch(lua_State *L) {
+    lua_settop(L, 4);
+    int bidx = lua_istable(L, 4) ? 4 : 0;
+    seer_model_t *m = check_model(L, 1);
+    const seer_model_config_t *c = seer_model_config(m);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    int ns = (int)lua_objlen(L, 2);
+    if (ns == 0) return luaL_error(L, "forward: an empty batch");
+    int has_hooks = lua_istable(L, 3);
+    hooksets_ud *hs = lua_newuserdata(L, sizeof *hs + sizeof(seer_hookset_t *) * (size_t)ns); /* 5 */
+    hs->n = 0;
+    luaL_getmetatable(L, HOOKSETS_MT);
+    lua_setmetatable(L, -2);
+    seer_batch_seq_t *seqs = lua_newuserdata(L, sizeof(seer_batch_seq_t) * (size_t)ns);    /* 6 */
+    seer_fwd_hooks_t *hks = lua_newuserdata(L, sizeof(seer_fwd_hooks_t) * (size_t)ns);     /* 7 */
+    seer_kv_cache_t **kvs = lua_newuserdata(L, sizeof(seer_kv_cache_t *) * (size_t)ns);    /* 8 */
+    lua_createtable(L, ns, 0);                                                               /* 9: the results */
+    lua_createtable(L, ns, 0);                                                               /* 10: id arrays */
+    memset(kvs, 0, sizeof(seer_kv_cache_t *) * (size_t)ns);
+    for (int i = 0; i < ns; i++) {
+        lua_rawgeti(L, 2, i + 1);
+        if (!lua_istable(L, -1)) return luaL_error(L, "forward: sequence %d is not a list of token ids", i + 1);
+        int n;
+        int32_t *ids = read_ids(L, lua_gettop(L), &n);
+        lua_rawseti(L, 10, i + 1); /* keeps the id array alive */
+        lua_pop(L, 1);
+        if (n == 0) return luaL_error(L, "forward: sequence %d has no tokens", i + 1);
+        seer_hookset_t *set = NULL;
+        if (has_hooks) {
+            lua_rawgeti(L, 3, i + 1);
+            set = seer_hooks_lua_build(L, lua_gettop(L), c->num_layers, seer_model_hook_mask(m));
+            lua_pop(L, 1);
+            hs->set[hs->n++] = set;
+        }
+        int b = i;
+        if (bidx) {
+            lua_rawgeti(L, bidx, i + 1);
+            b = (int)luaL_optinteger(L, -1, i + 1) - 1;
+            lua_pop(L, 1);
+        }
+        hks[i] = (seer_fwd_hooks_t){.set = set, .prompt_len = n, .batch = b, .user = L};
+        int64_t shape[2] = {n, c->vocab_size};
+        seer_tensor_t *t = seer_tensor_new(SEER_F32, 2, shape);
+        if (!t) return luaL_error(L, "forward: out of memory for the logits of sequence %d", i + 1);
+        seer_tensor_push(L, t);
+        seer_tensor_release(t);
+        lua_rawseti(L, 9, i + 1);
+        seqs[i] = (seer_batch_seq_t){.tokens = ids, .n = n, .logits = seer_tensor_data(t), .all_logits = 1, .hk = &hks[i]};
+    }
+    seer_err_t err;
+    int rc = 0;
+    for (int i = 0; i < ns && rc == 0; i++)
+        if ((rc = seer_kv_cache_new(&kvs[i], m, seqs[i].n, &err)) == 0) seqs[i].cache = kvs[i];
+    if (rc == 0) rc = seer_model_forward_batch(m, seqs, ns, &err);
+    for (int i = 0; i < ns; i++) seer_kv_cache_free(kvs[i]);
+    if (rc < 0) return raise_err(L, &err);
+    lua_pushvalue(L, 9);
+    return 1;
+}
+
 /* ---- generator --------------------------------------------------------------------------------- */
 
 static gen_ud *check_gen(lua_State *L, int idx) { return luaL_checkudata(L, idx, GEN_MT); }
@@ -262,6 +342,7 @@ static int l_generator(lua_State *L) {
     g->o.min_p = opt_num(L, 3, "min_p", 0);
     g->o.repetition_penalty = opt_num(L, 3, "repetition_penalty", 1);
     g->o.seed = (uint64_t)opt_num(L, 3, "seed", 0);
+    g->batch = (int)opt_num(L, 3, "batch", 1) - 1;
     seer_rng_seed(&g->rng, g->o.seed);
     lua_getfield(L, 3, "stop_ids");
     if (lua_istable(L, -1)) {
@@ -288,6 +369,23 @@ static int l_generator(lua_State *L) {
     return 1;
 }
 
+/* After a forward step whose logits are in g->logits: samples, records and returns the next
+ * token (-1: out of memory). */
+static int gen_take(gen_ud *g) {
+    g->prefilled = 1;
+    int vocab = seer_model_config(g->m)->vocab_size;
+    if (g->ngen < g->min_new) /* as transformers' min_new_tokens: stop tokens cannot win yet */
+        for (int i = 0; i < g->nstop; i++)
+            if (g->stop_ids[i] >= 0 && g->stop_ids[i] < vocab) g->logits[g->stop_ids[i]] = -INFINITY;
+    int id = seer_sample(g->logits, vocab, g->hist, g->nhist, &g->o, &g->rng);
+    if (id < 0) return -1;
+    g->hist[g->nhist++] = id;
+    g->ngen++;
+    for (int i = 0; i < g->nstop; i++)
+        if (g->stop_ids[i] == id) g->done = 1;
+    return id;
+}
+
 /* next() -> token id, or nil when max_new_tokens is reached or a stop token was produced
  * (the stop token itself is returned first, then nil). */
 static int l_gen_next(lua_State *L) {
@@ -307,7 +405,7 @@ static int l_gen_next(lua_State *L) {
     }
     seer_err_t err;
     int rc;
-    seer_fwd_hooks_t hk = {.set = g->hooks, .prompt_len = g->nprompt, .batch = 0, .user = L};
+    seer_fwd_hooks_t hk = {.set = g->hooks, .prompt_len = g->nprompt, .batch = g->batch, .user = L};
     if (!g->prefilled) {
         rc = seer_model_forward_hooked(g->m, g->cache, g->hist, g->nhist, g->logits, 0, NULL, &hk, &err);
     } else {
@@ -317,18 +415,91 @@ static int l_gen_next(lua_State *L) {
         g->done = 1; /* a failed step (a hook raised) ends the generation */
         return raise_err(L, &err);
     }
-    g->prefilled = 1;
-    if (g->ngen < g->min_new) /* as transformers' min_new_tokens: stop tokens cannot win yet */
-        for (int i = 0; i < g->nstop; i++)
-            if (g->stop_ids[i] >= 0 && g->stop_ids[i] < seer_model_config(g->m)->vocab_size) g->logits[g->stop_ids[i]] = -INFINITY;
-    int id = seer_sample(g->logits, seer_model_config(g->m)->vocab_size, g->hist, g->nhist, &g->o, &g->rng);
+    int id = gen_take(g);
     if (id < 0) return luaL_error(L, "generate: out of memory while sampling");
-    g->hist[g->nhist++] = id;
-    g->ngen++;
-    for (int i = 0; i < g->nstop; i++)
-        if (g->stop_ids[i] == id) g->done = 1;
     lua_pushinteger(L, id);
     return 1;
+}
+
+/* gens:step() over a list of generators: one batched forward call advances every generator
+ * that is not finished by one token (its prefill on the first step), then each samples with
+ * its own options and RNG, so every generator produces exactly the tokens it would alone.
+ * step_batch(list) -> ids, ended: lists of the same length; ids[i] the new token id, or false
+ * for a generator that had finished (max_new_tokens, a stop token, or finish()); ended[i]
+ * whether generator i has finished now. */
+static int l_gen_step_batch(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    int ng = (int)lua_objlen(L, 1);
+    if (ng == 0) {
+        lua_newtable(L);
+        return 1;
+    }
+    gen_ud **gs = lua_newuserdata(L, sizeof(gen_ud *) * (size_t)ng);
+    seer_batch_seq_t *seqs = lua_newuserdata(L, sizeof(seer_batch_seq_t) * (size_t)ng);
+    seer_fwd_hooks_t *hks = lua_newuserdata(L, sizeof(seer_fwd_hooks_t) * (size_t)ng);
+    int *which = lua_newuserdata(L, sizeof(int) * (size_t)ng);
+    seer_model_t *m = NULL;
+    int nb = 0;
+    for (int i = 0; i < ng; i++) {
+        lua_rawgeti(L, 1, i + 1);
+        gs[i] = luaL_checkudata(L, -1, GEN_MT);
+        lua_pop(L, 1);
+        gen_ud *g = gs[i];
+        if (!g->cache) return luaL_error(L, "generate: generator %d was freed", i + 1);
+        if (m && g->m != m) return luaL_error(L, "generate: the generators of a batch must share one model");
+        m = g->m;
+        for (int j = 0; j < i; j++)
+            if (gs[j] == g) return luaL_error(L, "generate: generator %d appears twice in the batch", i + 1);
+        if (g->done || g->ngen >= g->max_new) {
+            g->done = 1;
+            continue;
+        }
+        hks[nb] = (seer_fwd_hooks_t){.set = g->hooks, .prompt_len = g->nprompt, .batch = g->batch, .user = L};
+        seqs[nb] = (seer_batch_seq_t){.cache = g->cache,
+                                      .tokens = g->prefilled ? g->hist + g->nhist - 1 : g->hist,
+                                      .n = g->prefilled ? 1 : g->nhist,
+                                      .logits = g->logits,
+                                      .hk = &hks[nb]};
+        which[nb++] = i;
+    }
+    if (seer_host_interrupted()) {
+        seer_err_t e;
+        seer_err_set(&e, SEER_EINTR, "interrupted");
+        return raise_err(L, &e);
+    }
+    if (nb > 0) {
+        seer_err_t err;
+        if (seer_model_forward_batch(m, seqs, nb, &err) < 0) {
+            for (int b = 0; b < nb; b++) gs[which[b]]->done = 1; /* a failed step ends the generations */
+            return raise_err(L, &err);
+        }
+    }
+    lua_createtable(L, ng, 0);
+    for (int i = 0; i < ng; i++) {
+        lua_pushboolean(L, 0);
+        lua_rawseti(L, -2, i + 1);
+    }
+    lua_createtable(L, ng, 0);
+    for (int i = 0; i < ng; i++) {
+        lua_pushboolean(L, 1);
+        lua_rawseti(L, -2, i + 1);
+    }
+    for (int b = 0; b < nb; b++) {
+        gen_ud *g = gs[which[b]];
+        int id = gen_take(g);
+        if (id < 0) return luaL_error(L, "generate: out of memory while sampling");
+        lua_pushinteger(L, id);
+        lua_rawseti(L, -3, which[b] + 1);
+        lua_pushboolean(L, g->done || g->ngen >= g->max_new);
+        lua_rawseti(L, -2, which[b] + 1);
+    }
+    return 2;
+}
+
+/* finish(): no more tokens from this generator (a stop string was found). */
+static int l_gen_finish(lua_State *L) {
+    check_gen(L, 1)->done = 1;
+    return 0;
 }
 
 static int l_gen_gc(lua_State *L) {
@@ -413,6 +584,7 @@ static const luaL_Reg model_methods[] = {
     {"config", l_config},
     {"device", l_device},
     {"forward", l_forward},
+    {"forward_batch", l_forward_batch},
     {"generator", l_generator},
     {"hook_mask", l_hook_mask},
     {"unembed", l_unembed},
@@ -423,6 +595,7 @@ static const luaL_Reg model_methods[] = {
 
 static const luaL_Reg gen_methods[] = {
     {"next", l_gen_next},
+    {"finish", l_gen_finish},
     {NULL, NULL},
 };
 
@@ -443,7 +616,14 @@ int seer_model_luaopen(lua_State *L) {
         lua_setfield(L, -2, "__gc");
     }
     lua_pop(L, 1);
+    if (luaL_newmetatable(L, HOOKSETS_MT)) {
+        lua_pushcfunction(L, l_hooksets_gc);
+        lua_setfield(L, -2, "__gc");
+    }
+    lua_pop(L, 1);
     lua_newtable(L);
+    lua_pushcfunction(L, l_gen_step_batch);
+    lua_setfield(L, -2, "step_batch");
     lua_pushcfunction(L, l_load);
     lua_setfield(L, -2, "load");
     lua_pushcfunction(L, l_devices);

@@ -347,8 +347,15 @@ int seer_model_forward_hooked(seer_model_t *m, seer_kv_cache_t *c, const int32_t
     int start = c->len;
     int saved_fast = seer_k_fast_bf16; /* a hook may run another model's forward inside this one */
     seer_k_fast_bf16 = m->fast_bf16;
-    rc = m->gpu ? seer_gpu_forward(m, c, tokens, n, logits, all_logits, hidden, hk, NULL, err)
-                    : m->arch->forward(m, c, tokens, n, logits, all_logits, hidden, hk, err);
+    if (m->gpu) {
+        rc = seer_gpu_forward(m, c, tokens, n, logits, all_logits, hidden, hk, NULL, err);
+    } else {
+        seer_batch_seq_t one = {.cache = c, .tokens = tokens, .n = n, .logits = logits, .all_logits = all_logits,
+                                .hidden = hidden, .hk = hk};
+        int off[3] = {0, n, start};
+        seer_fwd_batch_t fb = {.seq = &one, .ns = 1, .N = n, .off = off, .start = off + 2, .max_len = c->max_tokens};
+        rc = m->arch->forward(m, &fb, err);
+    }
     seer_k_fast_bf16 = saved_fast;
     /* A failed pass (a hook raised) must not leave half-written entries counted in the cache. */
     if (rc < 0) c->len = start;

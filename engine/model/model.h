@@ -119,6 +119,28 @@ typedef struct seer_fwd_hooks {
 /* seer_model_forward_ex with hooks (hk may be NULL). */
 int seer_model_forward_hooked(seer_model_t *m, seer_kv_cache_t *cache, const int32_t *tokens, int n, float *logits,
                               int all_logits, float *hidden, const seer_fwd_hooks_t *hk, seer_err_t *err);
+/* One sequence of a batched forward call: n tokens appended to its own cache (positions
+ * len(cache) ..), its own logits/hidden buffers (as seer_model_forward_hooked) and its own hooks
+ * (NULL: none), so each sequence can carry a different intervention. */
+typedef struct seer_batch_seq {
+    seer_kv_cache_t *cache;
+    const int32_t *tokens;
+    int n;
+    float *logits; /* NULL, or (all_logits ? n : 1) * vocab_size floats */
+    int all_logits;
+    float *hidden; /* NULL, or (num_layers + 1) * n * hidden_size floats */
+    const seer_fwd_hooks_t *hk;
+} seer_batch_seq_t;
+
+/* Runs every sequence of a batch in one pass over the weights (the rows of all sequences are
+ * packed; positions, RoPE, the KV cache, attention and hooks stay per sequence). Each
+ * sequence's results are bit-identical to seer_model_forward_hooked on it alone: a linear
+ * layer runs the sequences that would take the GEMM path alone (>= 16 tokens) one by one and
+ * all the others together through the per-token kernel, whose result for a row does not depend
+ * on the other rows. Caches must be distinct. On a GPU model the sequences run one after
+ * another. On failure no cache keeps the new tokens. */
+int seer_model_forward_batch(seer_model_t *m, const seer_batch_seq_t *seqs, int nseq, seer_err_t *err);
+
 /* A forward pass that returns the greedy next token (the argmax of the last row's logits, lowest
  * id on ties) instead of logits; on a GPU the logits never leave the device. */
 int seer_model_forward_next(seer_model_t *m, seer_kv_cache_t *cache, const int32_t *tokens, int n, int *next,

@@ -34,9 +34,17 @@ typedef struct seer_layer_weights {
 struct seer_model;
 struct seer_gpu_desc;
 struct seer_gpu_model;
-typedef int (*seer_arch_forward_fn)(struct seer_model *m, seer_kv_cache_t *c, const int32_t *tokens, int n,
-                                    float *logits, int all_logits, float *hidden, const seer_fwd_hooks_t *hk,
-                                    seer_err_t *err);
+/* A forward call over a batch of sequences (batch.c): their rows are packed one sequence after
+ * another, [N][...] in all; sequence s has rows off[s] .. off[s + 1] - 1 at positions start[s] ..
+ * of its own cache. A single forward call is a batch of one. */
+typedef struct seer_fwd_batch {
+    const seer_batch_seq_t *seq;
+    int ns, N;
+    int *off;    /* [ns + 1] */
+    int *start;  /* [ns]: len(cache) before the call */
+    int max_len; /* the largest cache size (attention scratch rows) */
+} seer_fwd_batch_t;
+typedef int (*seer_arch_forward_fn)(struct seer_model *m, const seer_fwd_batch_t *fb, seer_err_t *err);
 
 typedef struct seer_arch {
     const char *model_type;
@@ -206,26 +214,41 @@ int seer_fwd_hook_rows(const seer_fwd_hooks_t *hk, seer_hook_point_t p, int laye
 /* The same for per-head rows [n][heads][hd] (q, k, v, z). */
 int seer_fwd_hook_heads(const seer_fwd_hooks_t *hk, seer_hook_point_t p, int layer, int start, int n, float *data,
                         int heads, int hd, seer_err_t *err);
-/* For forward functions with the locals hk, start, n, err, rc and an `out:` label that frees
- * their buffers: run the hooks at a point and leave on error. */
+/* The same over a batch: each sequence's rows of the packed data go to its own hooks. */
+int seer_fb_hook_rows(const seer_fwd_batch_t *fb, seer_hook_point_t p, int layer, float *data, int cols, seer_err_t *err);
+int seer_fb_hook_heads(const seer_fwd_batch_t *fb, seer_hook_point_t p, int layer, float *data, int heads, int hd,
+                       seer_err_t *err);
+/* For forward functions with the locals fb, err, rc and an `out:` label that frees their
+ * buffers: run the hooks at a point and leave on error. */
 #define SEER_HOOK_ROWS(p, layer, data, cols)                                                   \
     do {                                                                                       \
-        if ((rc = seer_fwd_hook_rows(hk, (p), (layer), start, n, (data), (cols), err)) < 0) goto out; \
+        if ((rc = seer_fb_hook_rows(fb, (p), (layer), (data), (cols), err)) < 0) goto out;      \
     } while (0)
 #define SEER_HOOK_HEADS(p, layer, data, heads, hd)                                                      \
     do {                                                                                                \
-        if ((rc = seer_fwd_hook_heads(hk, (p), (layer), start, n, (data), (heads), (hd), err)) < 0) goto out; \
+        if ((rc = seer_fb_hook_heads(fb, (p), (layer), (data), (heads), (hd), err)) < 0) goto out;       \
     } while (0)
+/* y = x W^T (+ bias) over the packed rows, each row's result what the sequence alone gets
+ * (seer_model_forward_batch says how). */
+void seer_fb_linear(seer_pool_t *p, const seer_fwd_batch_t *fb, float *y, const float *x, const seer_weight_t *w,
+                    const seer_weight_t *bias);
+/* The per-token kernel whatever n (no GEMM), LoRA included: a row's result does not depend on n. */
+void seer_k_linear_rows(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias);
+void seer_lora_apply_rows(seer_pool_t *p, float *y, const float *x, int n, const struct seer_lora *lora);
+/* Copies the packed rows x[N][D] into each sequence's hidden buffer (block b of it), when set. */
+void seer_fb_hidden(const seer_fwd_batch_t *fb, int block, const float *x, int D);
+/* gate = silu(gate) * up per sequence (the vector kernel's scalar tail depends on the length). */
+void seer_fb_silu_mul(const seer_fwd_batch_t *fb, float *gate, const float *up, int I);
 /* Attention for one layer: seer_k_attention, or, when attn.hook_attn_scores / attn.hook_pattern
  * have hooks at this layer, an explicit [head, n, k] scores -> hooks -> softmax -> hooks ->
  * values path. */
 int seer_fwd_attention(seer_model_t *m, const seer_fwd_hooks_t *hk, int layer, const seer_attn_params_t *a,
                        seer_err_t *err);
-/* The end of every forward pass: the final norm (all n rows when ln_final.hook_normalized has
- * hooks, else only the rows that need logits; xb has room for n rows), the hooks there, then
- * the head into logits (NULL: none) for all rows or the last one. */
-int seer_fwd_finish(seer_model_t *m, const seer_fwd_hooks_t *hk, int start, int n, const float *x, float *xb,
-                    float *logits, int all_logits, seer_err_t *err);
+/* The end of every forward pass, per sequence: the final norm (all its rows when its
+ * ln_final.hook_normalized has hooks, else only the rows that need logits; xb has room for N
+ * rows), the hooks there, then the head into its logits (NULL: none) for all rows or the last
+ * one; the head runs once over the rows of every sequence (grouped as seer_fb_linear). */
+int seer_fwd_finish(seer_model_t *m, const seer_fwd_batch_t *fb, const float *x, float *xb, seer_err_t *err);
 int seer_fwd_final_norm(seer_model_t *m, float *y, const float *x, int rows);
 
 /* Architectures, one file each. All but llama are weak so an architecture file can be added

@@ -215,14 +215,20 @@ local function to_ids(self, input, where)
 end
 
 ---Logits of every position for one sequence: a [n, vocab] f32 tensor. A list of sequences
----runs each one and returns a [batch, longest, vocab] tensor, left-padded (pad rows are 0),
----plus the attention mask as a Lua table of 0/1 rows. With `{hidden_states = true}` (one
+---runs as one batch (one pass over the weights; each sequence's logits bit-identical to it
+---alone) and returns a [batch, longest, vocab] tensor, left-padded (pad rows are 0), plus the
+---attention mask as a Lua table of 0/1 rows. With `{hidden_states = true}` (one
 ---sequence) also returns the residual stream: hidden[1] the embeddings, hidden[i + 1] the
 ---residual after layer i - 1 (Lua indices; layer numbers are 0-based names), each [n, d_model].
 ---@param ids integer[]|integer[][]|string
 ---@param opts? {hidden_states?: boolean}
 ---@return any logits, table? mask_or_hidden
 function Model:forward(ids, opts)
+  return self:_forward(ids, opts)
+end
+
+-- forward with per_seq[b], extra hook entries for sequence b of a list (run_with_hooks).
+function Model:_forward(ids, opts, per_seq)
   opts = check_opts("forward", opts, { hidden_states = "boolean" })
   local hooks = self:_hook_list()
   if opts.hidden_states then
@@ -232,7 +238,15 @@ function Model:forward(ids, opts)
   if type(ids) == "table" and type(ids[1]) == "table" then
     local T = require "seer.tensor"
     local longest = 0
-    for _, s in ipairs(ids) do longest = math.max(longest, #s) end
+    local seqs, where, per = {}, {}, {}
+    for b, s in ipairs(ids) do
+      longest = math.max(longest, #s)
+      if #s > 0 then
+        seqs[#seqs + 1] = s
+        where[#seqs] = b
+        per[#seqs] = per_seq and per_seq[b] and self:_hook_list(per_seq[b]) or hooks
+      end
+    end
     local out = T.zeros(#ids, longest, self.config.vocab_size)
     local mask = {}
     for b, s in ipairs(ids) do
@@ -240,9 +254,13 @@ function Model:forward(ids, opts)
       local pad = longest - #s
       for i = 1, longest do row[i] = i > pad and 1 or 0 end
       mask[b] = row
-      if #s > 0 then
-        local l = self._c:forward(s, false, hooks, b)
-        out:select(1, b):narrow(1, pad + 1, #s):copy_(l)
+    end
+    if #seqs > 0 then
+      -- one batched pass over the weights; each sequence's logits as it alone gives them
+      local res = self._c:forward_batch(seqs, (hooks or per_seq) and per or nil, where)
+      for i, l in ipairs(res) do
+        local b = where[i]
+        out:select(1, b):narrow(1, longest - #seqs[i] + 1, #seqs[i]):copy_(l)
       end
     end
     return out, mask
@@ -255,7 +273,7 @@ local gen_valid = {
   repetition_penalty = "number", seed = "number", stop = "any", stream = "function",
 }
 
-local function prepare(self, input, opts, where)
+local function prepare(self, input, opts, where, extra_hooks, batch)
   opts = check_opts(where, opts, gen_valid)
   local ids = to_ids(self, input, where)
   if #ids == 0 then fail(where .. ": the prompt has no tokens", 3) end
@@ -276,7 +294,8 @@ local function prepare(self, input, opts, where)
   if t < 0 then fail(where .. ": temperature must be >= 0 (0 = greedy)", 3) end
   local g = self._c:generator(ids, {
     max_new_tokens = n, min_new_tokens = opts.min_new_tokens, temperature = t, top_k = opts.top_k, top_p = opts.top_p, min_p = opts.min_p,
-    repetition_penalty = opts.repetition_penalty, seed = opts.seed, stop_ids = stop_ids, hooks = self:_hook_list(),
+    repetition_penalty = opts.repetition_penalty, seed = opts.seed, stop_ids = stop_ids, hooks = self:_hook_list(extra_hooks),
+    batch = batch,
   })
   return g, ids, stop_strings, opts
 end
@@ -454,6 +473,103 @@ local function detach(self, entries)
   self._hooks = keep
 end
 
+---Generates continuations of many prompts at once: every step runs all unfinished sequences
+---in one batched forward pass (one read of the weights for the whole batch), and each
+---sequence finishes on its own (max_new_tokens, a stop token or a stop string). At most
+---`max_batch` (default 16) sequences run at a time and the next prompt joins as soon as one
+---finishes (continuous batching). Result i is exactly `model:generate(prompts[i], opts_i)`:
+---the same tokens, bit for bit, where opts_i is opts with `per_sequence[i]` laid over it
+---(`seed`, sampling options, `max_new_tokens`, `stop`, and `hooks`, a list of
+---{name_or_pattern, hook} pairs for this sequence only, applied after the model's active
+---hooks). Lua hook functions see `hook.batch = i`. Default seed: opts.seed for every sequence.
+---@param prompts (integer[]|string)[]
+---@param opts? {max_new_tokens?: integer, min_new_tokens?: integer, temperature?: number, top_k?: integer, top_p?: number, min_p?: number, repetition_penalty?: number, seed?: integer, stop?: string|integer|(string|integer)[], max_batch?: integer, per_sequence?: table<integer, {max_new_tokens?: integer, min_new_tokens?: integer, temperature?: number, top_k?: integer, top_p?: number, min_p?: number, repetition_penalty?: number, seed?: integer, stop?: string|integer|(string|integer)[], hooks?: table}>, progress?: boolean}
+---@return {ids: integer[], text: string?, prompt_ids: integer[]}[]
+function Model:generate_batch(prompts, opts)
+  local where = "generate_batch"
+  if type(prompts) ~= "table" or (#prompts > 0 and type(prompts[1]) == "number") then
+    fail(where .. ": expected a list of prompts (each token ids or a string)", 2)
+  end
+  opts = opts or {}
+  if type(opts) ~= "table" then fail(where .. ": opts must be a table", 2) end
+  local shared, per_seq, max_batch, progress = {}, opts.per_sequence, opts.max_batch, opts.progress
+  for k, v in pairs(opts) do
+    if k ~= "per_sequence" and k ~= "max_batch" and k ~= "progress" then shared[k] = v end
+  end
+  if shared.stream then fail(where .. ": stream is not supported; use generate_iter per prompt", 2) end
+  if per_seq ~= nil and type(per_seq) ~= "table" then fail(where .. ": per_sequence must be a table indexed by prompt number", 2) end
+  if max_batch ~= nil and (type(max_batch) ~= "number" or max_batch < 1 or max_batch ~= math.floor(max_batch)) then
+    fail(where .. ": max_batch must be a positive integer", 2)
+  end
+  for k in pairs(per_seq or {}) do
+    if type(k) ~= "number" or k < 1 or k > #prompts or k ~= math.floor(k) then
+      fail(("%s: per_sequence has an entry %s; its keys must be prompt numbers 1..%d"):format(where, tostring(k), #prompts), 2)
+    end
+  end
+  -- Each sequence's generator is made when it joins (its hooks compiled then), as generate would.
+  local function make(i)
+    local o = {}
+    for k, v in pairs(shared) do o[k] = v end
+    local extra
+    for k, v in pairs(per_seq and per_seq[i] or {}) do
+      if k == "hooks" then extra = compile_hooks(self, v, ("%s: per_sequence[%d].hooks"):format(where, i), 4)
+      else o[k] = v end
+    end
+    local ok, g, ids, stop_strings = pcall(prepare, self, prompts[i], o, ("%s: prompt %d"):format(where, i), extra, i)
+    if not ok then fail(g, 3) end
+    return { g = g, i = i, prompt_ids = ids, stop_strings = stop_strings, new = {}, text = "" }
+  end
+  local results, active, nexti = {}, {}, 1
+  -- 16 at a time by default: past that a CPU decode step is compute-bound (no faster per
+  -- token), and every running sequence holds a KV cache
+  local width = max_batch or 16
+  local tok = self.tokenizer
+  -- a progress line on a terminal for long batches (progress = false: never)
+  local done_count = 0
+  local show = progress ~= false and #prompts > 1 and require("seer.core.host").isatty(2)
+  while nexti <= #prompts or #active > 0 do
+    while #active < width and nexti <= #prompts do
+      active[#active + 1] = make(nexti)
+      nexti = nexti + 1
+    end
+    local gens = {}
+    for k, a in ipairs(active) do gens[k] = a.g end
+    local ids, ended = core.step_batch(gens)
+    local keep = {}
+    for k, a in ipairs(active) do
+      local id = ids[k]
+      local finished = id == false or ended[k]
+      if id then
+        a.new[#a.new + 1] = id
+        if tok and #a.stop_strings > 0 then
+          local full = tok:decode(a.new, { skip_special_tokens = true })
+          for _, s in ipairs(a.stop_strings) do
+            if full:find(s, 1, true) then finished = true a.g:finish() end
+          end
+        end
+      end
+      if finished then
+        local text
+        if tok then
+          text = tok:decode(a.new, { skip_special_tokens = true })
+          for _, s in ipairs(a.stop_strings) do
+            local at = text:find(s, 1, true)
+            if at then text = text:sub(1, at - 1) end
+          end
+        end
+        results[a.i] = { ids = a.new, text = text, prompt_ids = a.prompt_ids }
+        done_count = done_count + 1
+      else
+        keep[#keep + 1] = a
+      end
+    end
+    active = keep
+    if show then io.stderr:write(("\r%s: %d/%d done"):format(where, done_count, #prompts)) end
+  end
+  if show then io.stderr:write("\n") end
+  return results
+end
+
 ---Runs fn with hooks attached to every forward pass and generation inside it; they are removed
 ---when fn returns or raises. Returns fn's results.
 ---@param hooks {[1]: string|string[], [2]: seer.Intervention|fun(act: seer.Tensor, hook: table): seer.Tensor?}[]
@@ -483,15 +599,30 @@ end
 ---Removes every hook (persistent ones and those of enclosing with_hooks calls).
 function Model:reset_hooks() self._hooks = {} end
 
----Logits with hooks for this call only.
+---Logits with hooks for this call only. For a list of sequences (run as one batch),
+---`per_sequence[b]` is a further hook list for sequence b alone (a sweep of interventions in
+---one pass over the weights; each sequence's logits are what it gives alone with its hooks).
 ---@param input integer[]|integer[][]|string
----@param opts {fwd_hooks: table}
+---@param opts {fwd_hooks?: table, per_sequence?: table<integer, table>}
 ---@return seer.Tensor logits, table? mask
 function Model:run_with_hooks(input, opts)
-  opts = check_opts("run_with_hooks", opts, { fwd_hooks = "table" })
+  opts = check_opts("run_with_hooks", opts, { fwd_hooks = "table", per_sequence = "table" })
   local entries = compile_hooks(self, opts.fwd_hooks or {}, "run_with_hooks", 2)
+  local per
+  if opts.per_sequence then
+    if not (type(input) == "table" and type(input[1]) == "table") then
+      fail("run_with_hooks: per_sequence needs a list of sequences", 2)
+    end
+    per = {}
+    for b, h in pairs(opts.per_sequence) do
+      if type(b) ~= "number" or b < 1 or b > #input or b ~= math.floor(b) then
+        fail(("run_with_hooks: per_sequence has an entry %s; its keys must be sequence numbers 1..%d"):format(tostring(b), #input), 2)
+      end
+      per[b] = compile_hooks(self, h, ("run_with_hooks: per_sequence[%d]"):format(b), 2)
+    end
+  end
   attach(self, entries)
-  local res = { pcall(self.forward, self, input) }
+  local res = { pcall(self._forward, self, input, nil, per) }
   detach(self, entries)
   if not res[1] then error(res[2], 0) end
   return res[2], res[3]
@@ -508,7 +639,8 @@ local function cache_table(names)
 end
 
 ---Logits and a cache of activations: cache[name] is a tensor (`[pos, ...]` for one sequence,
----`[batch, longest, ...]` left-padded with zeros for a list of sequences; patterns and scores
+---`[batch, longest, ...]` left-padded with zeros for a list of sequences, which runs as one
+---batch with per-sequence captures; patterns and scores
 ---`[head, pos, k]` / `[batch, head, longest, longest]`). `names`: a name, a pattern, a list of
 ---them or a predicate (default: every hook point); `positions`: keep only these positions
 ---(0-based, negative from the end).
@@ -519,21 +651,41 @@ function Model:run_with_cache(input, opts)
   opts = check_opts("run_with_cache", opts, { names = "any", positions = "table" })
   local names = match_names(self, opts.names or function() return true end, "run_with_cache", 2)
   local I = interventions()
-  local function run_one(ids, b)
+  local function captures()
     local caps, extra = {}, {}
     for i, n in ipairs(names) do
       caps[i] = I.capture(opts.positions and { positions = opts.positions } or nil)
       extra[i] = { n, caps[i] }
     end
-    local logits = self._c:forward(ids, false, self:_hook_list(extra), b)
+    return caps, extra
+  end
+  local function collect(caps, ids)
     local out = {}
     for i, n in ipairs(names) do
       if #caps[i]:chunks() == 0 then
-        fail(("run_with_cache: nothing was captured at %s (are the positions inside the %d-token input?)"):format(n, #ids), 3)
+        fail(("run_with_cache: nothing was captured at %s (are the positions inside the %d-token input?)"):format(n, #ids), 4)
       end
       out[n] = caps[i]:tensor()
     end
-    return logits, out
+    return out
+  end
+  local function run_one(ids, b)
+    local caps, extra = captures()
+    local logits = self._c:forward(ids, false, self:_hook_list(extra), b)
+    return logits, collect(caps, ids)
+  end
+  -- Every sequence of a list in one batched pass, each with its own captures.
+  local function run_all(seqs)
+    local caps, hooks = {}, {}
+    for b = 1, #seqs do
+      local extra
+      caps[b], extra = captures()
+      hooks[b] = self:_hook_list(extra)
+    end
+    local logits = self._c:forward_batch(seqs, hooks)
+    local per = {}
+    for b, s in ipairs(seqs) do per[b] = collect(caps[b], s) end
+    return logits, per
   end
   local cache = cache_table(names)
   if type(input) == "table" and type(input[1]) == "table" then
@@ -545,12 +697,8 @@ function Model:run_with_cache(input, opts)
       longest = math.max(longest, #seqs[b])
     end
     local logits = T.zeros(#seqs, longest, self.config.vocab_size)
-    local per = {}
-    for b, s in ipairs(seqs) do
-      local l, c = run_one(s, b)
-      logits:select(1, b):narrow(1, longest - #s + 1, #s):copy_(l)
-      per[b] = c
-    end
+    local ls, per = run_all(seqs)
+    for b, s in ipairs(seqs) do logits:select(1, b):narrow(1, longest - #s + 1, #s):copy_(ls[b]) end
     for _, n in ipairs(names) do
       local first = per[1][n]
       local head_major = n:find("hook_pattern$") or n:find("hook_attn_scores$")

@@ -107,13 +107,19 @@ function M.patch_sweep(model, clean_input, corrupt_input, metric, opts)
     corrupt = score(metric, model:forward(corrupt), where),
   }
   local out = tensor.zeros(#layers, #positions)
+  -- One batch per layer: a copy of the corrupt input per position, each with its own patch
+  -- (model:run_with_hooks per_sequence; each run's logits are exactly those of running it alone).
+  local n = #corrupt
   for i, name in ipairs(names) do
     local saved = cache[name]
     if saved == nil then error(where .. ": no hook point " .. name, 2) end
+    local inputs, per = {}, {}
     for j, p in ipairs(positions) do
-      local logits = model:run_with_hooks(corrupt, { fwd_hooks = { { name, I.replace(saved, { positions = { p } }) } } })
-      out[{ i, j }] = score(metric, logits, where)
+      inputs[j] = corrupt
+      per[j] = { { name, I.replace(saved, { positions = { p } }) } }
     end
+    local logits = model:run_with_hooks(inputs, { per_sequence = per })
+    for j = 1, #positions do out[{ i, j }] = score(metric, logits:select(1, j):narrow(1, logits:size(2) - n + 1, n), where) end
   end
   return out, info
 end

@@ -5,10 +5,11 @@
 --- (transformers' `continue_final_message`) and the answer is the continuation only, without
 --- the prefill text.
 ---
---- seer runs every sequence on its own (no padding inside the model), so answer i is exactly
---- what generating conversation i alone gives: the same tokens, the same absolute positions for
---- hooks (a steering `start_pos` means the same thing in a batch; the reference's unpadded batch
---- corrupted answers). Sampling is seeded: conversation i uses seed `opts.seed + i - 1`
+--- All conversations run together (model:generate_batch: one batched forward pass per step,
+--- each sequence with its own positions and KV cache, no padding inside the model), and answer i
+--- is exactly what generating conversation i alone gives, bit for bit: the same tokens, the same
+--- absolute positions for hooks (a steering `start_pos` means the same thing in a batch; the
+--- reference's unpadded batch corrupted answers). Sampling is seeded: conversation i uses seed `opts.seed + i - 1`
 --- (`opts.seed` defaults to 0), so results are reproducible and identical conversations still
 --- get different samples; `generate_response(model, tok, conversations[i], n, t,
 --- {top_p = p, seed = seed + i - 1})` reproduces answer i.
@@ -52,15 +53,17 @@ function M.batch_generate(model, tokenizer, conversations, max_new_tokens, tempe
     if not ok then error(("%s: conversation %d: %s"):format(where, i, tostring(ids)), 2) end
     prompts[i] = ids
   end
+  local o, per = {}, {}
+  for k, v in pairs(gen) do o[k] = v end
+  o.max_new_tokens = max_new_tokens or 100
+  o.temperature = temperature or 0.7
+  o.top_p = top_p or 0.9
+  for i = 1, #prompts do per[i] = { seed = seed + i - 1 } end
+  o.per_sequence = per
+  -- One batched forward pass per step for every unfinished conversation (model:generate_batch).
+  local outs = model:generate_batch(prompts, o)
   local texts, all_ids = {}, {}
-  for i, ids in ipairs(prompts) do
-    local o = {}
-    for k, v in pairs(gen) do o[k] = v end
-    o.max_new_tokens = max_new_tokens or 100
-    o.temperature = temperature or 0.7
-    o.top_p = top_p or 0.9
-    o.seed = seed + i - 1
-    local out = model:generate(ids, o)
+  for i, out in ipairs(outs) do
     texts[i] = G.decode(model, tokenizer, out.ids, o.stop)
     all_ids[i] = out.ids
   end

@@ -97,8 +97,14 @@ measure_peak() { # threads: sets PEAKS[threads] to "fma_gflops amx_gflops read_g
   echo "== peaks, $1 thread(s): f32 FMA $f GFLOP/s, AMX bf16 $a GFLOP/s (on registers), streaming reads $r GB/s (best of 5)"
 }
 
-bench_model() { # model_dir threads prefill decode ptarget dtarget (the issue's targets, Nx transformers)
-  local model=$1 threads=$2 prefill=$3 decode=$4 target=$5 dtarget=$6
+have_llamacpp() { "$VENV_PY" -c 'import llama_cpp' 2>/dev/null; }
+# llama.cpp's OpenMP threads spin while they wait by default: on this shared 2-core VM, with other
+# processes running, that made its decode 4-5x slower (1.3 against 6.0 tok/s, bf16, same minute),
+# so the bench asks for passive waiting (LLAMA_OMP_WAIT=active restores the default).
+LLAMA_OMP_WAIT=${LLAMA_OMP_WAIT:-passive}
+
+bench_model() { # model_dir threads prefill decode ptarget dtarget [gguf] (targets: Nx transformers; gguf: the llama.cpp peer's file)
+  local model=$1 threads=$2 prefill=$3 decode=$4 target=$5 dtarget=$6 gguf=${7:-}
   measure_peak "$threads"
   local bytes
   bytes=$("$SEER" -e 'local m = seer.model.load(arg[1], {tokenizer = false}) io.write(string.format("%d", m.config.weight_bytes))' "$model")
@@ -146,6 +152,44 @@ bench_model() { # model_dir threads prefill decode ptarget dtarget (the issue's 
   else
     echo "  transformers peer skipped: no torch/transformers in $VENV_PY (run: make bench-setup)"
   fi
+  if [[ -n $gguf && -f $gguf ]]; then
+    local ll lp ld
+    read -r ll lp ld < <(OMP_WAIT_POLICY=$LLAMA_OMP_WAIT "$VENV_PY" tests/bench/llamacpp_peer.py "$gguf" "$threads" "$prefill" "$decode" 2>/dev/null) || true
+    if [[ -n ${ld:-} ]]; then
+      printf '  llama.cpp         load %8s ms  prefill %9s tok/s  decode %9s tok/s   (%s, OMP_WAIT_POLICY=%s)\n' "$ll" "$lp" "$ld" "$(basename "$gguf")" "$LLAMA_OMP_WAIT"
+      [[ -n ${rbound:-} ]] && printf '  llama.cpp decode at %s%% of the read bound\n' "$(awk -v s="$ld" -v b="$rbound" 'BEGIN { printf "%.0f", 100 * s / b }')"
+      [[ $pbound != 0 ]] && printf '  llama.cpp prefill at %s%% of the prefill bound\n' "$(awk -v s="$lp" -v b="$pbound" 'BEGIN { printf "%.0f", 100 * s / b }')"
+      printf '  seer vs llama.cpp: prefill %sx, decode %sx\n' "$(ratio "$lp" "$sp")" "$(ratio "$ld" "$sd")"
+    else
+      echo "  llama.cpp peer FAILED: run $VENV_PY tests/bench/llamacpp_peer.py $gguf $threads $prefill $decode by hand to see why"
+    fi
+  elif [[ -n $gguf ]]; then
+    echo "  llama.cpp peer skipped: no $gguf (make bench-setup builds llama-cpp-python; the conversion runs once here)"
+  fi
+}
+
+# Batched greedy decode: B different 5-token prompts decoded together, tokens/s over the batch
+# with the prefill left out, for seer (model:generate_batch), transformers (generate on a [B, 5]
+# batch) and llama.cpp (one sequence id per prompt). Target: seer at batch 16 >= 8x seer at 1.
+bench_batch() { # model_dir threads new_tokens gguf
+  local model=$1 threads=$2 n=$3 gguf=$4
+  echo "== batched decode, $(basename "$(dirname "$model")")/$(basename "$model"), $threads thread(s): tok/s over the batch (greedy, $n new tokens each, prefill excluded)"
+  declare -A S=() P=() C=()
+  local b v
+  while read -r b v; do S[$b]=$v; done < <(SEER_THREADS=$threads "$SEER" tests/bench/batch_seer.lua "$model" "$threads" "$n" 1 4 16)
+  if have_peer; then
+    while read -r b v; do P[$b]=$v; done < <(OMP_NUM_THREADS=$threads "$VENV_PY" tests/bench/batch_peer.py "$model" "$threads" "$n" 1 4 16 2>/dev/null)
+  fi
+  if [[ -f $gguf ]]; then
+    while read -r b v; do C[$b]=$v; done < <(OMP_WAIT_POLICY=$LLAMA_OMP_WAIT "$VENV_PY" tests/bench/llamacpp_peer.py "$gguf" "$threads" 16 "$n" 1 4 16 2>/dev/null | tail -n +2)
+  fi
+  printf '  %-6s %12s %14s %12s\n' batch seer transformers llama.cpp
+  for b in 1 4 16; do
+    printf '  %-6s %12s %14s %12s\n' "$b" "${S[$b]:-?}" "${P[$b]:-skipped}" "${C[$b]:-skipped}"
+  done
+  if [[ -n ${S[1]:-} && -n ${S[16]:-} ]]; then
+    printf '  seer batch 16 / seer batch 1: %sx (target >= 8x)\n' "$(ratio "${S[1]}" "${S[16]}")"
+  fi
 }
 
 # A stories260K prefill takes a few ms on either side, so the best of 3 is mostly this VM's
@@ -160,9 +204,26 @@ if [[ ! -d $LARGE/bf16 ]] && have_peer; then
   echo "== generating $LARGE (once)"
   "$VENV_PY" tests/bench/make_model.py "$LARGE" >/dev/null 2>&1
 fi
+# The same weights in GGUF for the llama.cpp peer, converted once with llama.cpp's own
+# convert_hf_to_gguf.py (from the llama-cpp-python source package bench-setup downloaded).
+GGUF=$LARGE/gguf
+if [[ -d $LARGE/bf16 && ! -f $GGUF/bf16.gguf ]] && have_llamacpp; then
+  sdist=$(ls .venv/sdist/llama_cpp_python-*.tar.gz 2>/dev/null | tail -1)
+  if [[ -n $sdist ]]; then
+    echo "== converting $LARGE to GGUF f32 and bf16 (once)"
+    src=.cache/bench/llama-cpp-src
+    if [[ ! -d $src ]]; then mkdir -p "$src" && tar -xzf "$sdist" -C "$src" --strip-components=1; fi
+    mkdir -p "$GGUF"
+    for dtype in f32 bf16; do
+      "$VENV_PY" tests/bench/make_gguf.py "$LARGE/f32" "$GGUF/$dtype.gguf" "$dtype" "$src/vendor/llama.cpp" >/dev/null 2>&1 ||
+        echo "  FAILED: tests/bench/make_gguf.py $LARGE/f32 $GGUF/$dtype.gguf $dtype $src/vendor/llama.cpp (run it by hand to see why)"
+    done
+  fi
+fi
 if [[ -d $LARGE/bf16 && ${BENCH_LARGE:-1} == 1 ]]; then
   for dtype in f32 bf16; do
-    BENCH_REPEAT=1 bench_model "$LARGE/$dtype" "$(nproc)" 512 "${LARGE_DECODE:-128}" 2 1.5
+    BENCH_REPEAT=1 bench_model "$LARGE/$dtype" "$(nproc)" 512 "${LARGE_DECODE:-128}" 2 1.5 "$GGUF/$dtype.gguf"
+    bench_batch "$LARGE/$dtype" "$(nproc)" "${BATCH_DECODE:-16}" "$GGUF/$dtype.gguf"
     rss=$(/usr/bin/time -f %M "$SEER" -e 'local m = seer.model.load(arg[1], {tokenizer = false}) m:generate({1, 2, 3}, {max_new_tokens = 4}) io.stderr:write(string.format("%d\n", m.config.weight_bytes))' "$LARGE/$dtype" 2>&1 >/dev/null | tail -2 | tr '\n' ' ')
     read -r wbytes kb <<<"$rss"
     printf '  peak resident     %.0f MB for %.0f MB of weights (%.2fx)\n' "$(awk -v k="$kb" 'BEGIN { print k / 1024 * 1.048576 }')" \

@@ -426,7 +426,7 @@ class KernelTest(unittest.TestCase):
         kc = self.k.kc
         kc.complete("model:gen", 9)
         r = kc.get_shell_msg(timeout=10)["content"]
-        self.assertEqual(r["matches"], ["generate", "generate_iter"])
+        self.assertEqual(r["matches"], ["generate", "generate_batch", "generate_iter"])
         self.assertEqual((r["cursor_start"], r["cursor_end"]), (6, 9))
         kc.complete("x = model.config.num_hi", 23)
         self.assertEqual(kc.get_shell_msg(timeout=10)["content"]["matches"], ["num_hidden_layers"])

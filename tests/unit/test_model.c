@@ -279,3 +279,44 @@ Test(model_errors, bad_tokens_and_full_cache) {
     seer_kv_cache_free(kv);
     seer_model_free(m);
 }
+
+/* seer_model_forward_batch: logits equal to each sequence alone (the Lua tests cover every
+ * architecture), and the errors: an empty batch, a shared cache, a bad sequence (named by its
+ * number), each leaving every cache as it was. */
+Test(model_batch, equals_alone_and_errors) {
+    seer_model_t *m = load(2);
+    seer_err_t err;
+    int32_t a[3] = {1, 403, 407}, b[20], c[1] = {1};
+    for (int i = 0; i < 20; i++) b[i] = (int32_t)((i * 37 + 5) % 500 + 1);
+    int32_t *toks[3] = {a, b, c};
+    int ns[3] = {3, 20, 1};
+    seer_kv_cache_t *kv[3];
+    static float lg[3][20 * 512], alone[20 * 512];
+    seer_batch_seq_t seqs[3];
+    for (int s = 0; s < 3; s++) {
+        cr_assert_eq(seer_kv_cache_new(&kv[s], m, 64, &err), 0);
+        seqs[s] = (seer_batch_seq_t){.cache = kv[s], .tokens = toks[s], .n = ns[s], .logits = lg[s], .all_logits = 1};
+    }
+    cr_assert_eq(seer_model_forward_batch(m, seqs, 3, &err), 0, "%s", err.msg);
+    for (int s = 0; s < 3; s++) {
+        cr_assert_eq(seer_kv_cache_len(kv[s]), ns[s]);
+        seer_kv_cache_t *one;
+        cr_assert_eq(seer_kv_cache_new(&one, m, 32, &err), 0);
+        cr_assert_eq(seer_model_forward(m, one, toks[s], ns[s], alone, 1, &err), 0);
+        cr_assert(memcmp(alone, lg[s], sizeof(float) * 512 * (size_t)ns[s]) == 0, "sequence %d differs from alone", s);
+        seer_kv_cache_free(one);
+    }
+    cr_assert_eq(seer_model_forward_batch(m, seqs, 0, &err), SEER_EINVAL);
+    cr_assert(strstr(err.msg, "empty batch") != NULL, "%s", err.msg);
+    seqs[2].cache = kv[0];
+    cr_assert_eq(seer_model_forward_batch(m, seqs, 3, &err), SEER_EINVAL);
+    cr_assert(strstr(err.msg, "sequences 1 and 3 of the batch share a KV cache") != NULL, "%s", err.msg);
+    seqs[2].cache = kv[2];
+    int32_t bad[2] = {1, 512};
+    seqs[1].tokens = bad, seqs[1].n = 2;
+    cr_assert_eq(seer_model_forward_batch(m, seqs, 3, &err), SEER_EINVAL);
+    cr_assert(strstr(err.msg, "sequence 2: token id 512") != NULL, "%s", err.msg);
+    for (int s = 0; s < 3; s++) cr_assert_eq(seer_kv_cache_len(kv[s]), ns[s], "cache %d changed by a failed call", s);
+    for (int s = 0; s < 3; s++) seer_kv_cache_free(kv[s]);
+    seer_model_free(m);
+}

@@ -1,0 +1,146 @@
+/* Batched forward calls: the rows of several sequences packed into one pass over the weights,
+ * with positions, KV caches, attention and hooks kept per sequence (seer_model_forward_batch).
+ * The per-sequence pieces every architecture's forward function shares live here. Exactness:
+ * every kernel a batch runs over packed rows computes a row the same way whatever the other
+ * rows are, so each sequence's results are bit-identical to running it alone (tested per
+ * architecture in tests/lua/test_model_batch.lua). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "host/host.h"
+#include "model_private.h"
+#include "cuda/gpu_model.h"
+
+int seer_fb_hook_rows(const seer_fwd_batch_t *fb, seer_hook_point_t p, int layer, float *data, int cols, seer_err_t *err) {
+    for (int s = 0; s < fb->ns; s++) {
+        const seer_batch_seq_t *q = &fb->seq[s];
+        if (!SEER_HOOKED(q->hk, p, layer)) continue;
+        int rc = seer_fwd_hook_rows(q->hk, p, layer, fb->start[s], q->n, data + (size_t)fb->off[s] * (size_t)cols, cols,
+                                    err);
+        if (rc < 0) return rc;
+    }
+    return 0;
+}
+
+int seer_fb_hook_heads(const seer_fwd_batch_t *fb, seer_hook_point_t p, int layer, float *data, int heads, int hd,
+                       seer_err_t *err) {
+    for (int s = 0; s < fb->ns; s++) {
+        const seer_batch_seq_t *q = &fb->seq[s];
+        if (!SEER_HOOKED(q->hk, p, layer)) continue;
+        int rc = seer_fwd_hook_heads(q->hk, p, layer, fb->start[s], q->n,
+                                     data + (size_t)fb->off[s] * (size_t)heads * (size_t)hd, heads, hd, err);
+        if (rc < 0) return rc;
+    }
+    return 0;
+}
+
+/* A sequence of at least SEER_BLAS_MIN_TOKENS rows takes the GEMM path (OpenBLAS, AMX) when it
+ * runs alone, so in a batch it runs alone too; runs of shorter sequences go through the
+ * per-token kernel together, which reads each weight once for all their rows (a decode step of
+ * the whole batch is one pass over the weights). */
+void seer_fb_linear(seer_pool_t *p, const seer_fwd_batch_t *fb, float *y, const float *x, const seer_weight_t *w,
+                    const seer_weight_t *bias) {
+    if (fb->ns == 1) {
+        seer_k_linear(p, y, x, fb->N, w, bias);
+        return;
+    }
+    size_t in = (size_t)w->cols, out = (size_t)w->rows;
+    for (int s = 0; s < fb->ns;) {
+        if (fb->seq[s].n >= SEER_BLAS_MIN_TOKENS) {
+            seer_k_linear(p, y + (size_t)fb->off[s] * out, x + (size_t)fb->off[s] * in, fb->seq[s].n, w, bias);
+            s++;
+            continue;
+        }
+        int e = s;
+        while (e < fb->ns && fb->seq[e].n < SEER_BLAS_MIN_TOKENS) e++;
+        seer_k_linear_rows(p, y + (size_t)fb->off[s] * out, x + (size_t)fb->off[s] * in, fb->off[e] - fb->off[s], w, bias);
+        s = e;
+    }
+}
+
+void seer_fb_hidden(const seer_fwd_batch_t *fb, int block, const float *x, int D) {
+    for (int s = 0; s < fb->ns; s++) {
+        const seer_batch_seq_t *q = &fb->seq[s];
+        if (!q->hidden) continue;
+        size_t rows = (size_t)q->n * (size_t)D;
+        memcpy(q->hidden + (size_t)block * rows, x + (size_t)fb->off[s] * (size_t)D, rows * sizeof(float));
+    }
+}
+
+void seer_fb_silu_mul(const seer_fwd_batch_t *fb, float *gate, const float *up, int I) {
+    for (int s = 0; s < fb->ns; s++) {
+        size_t o = (size_t)fb->off[s] * (size_t)I;
+        seer_k_silu_mul(gate + o, up + o, (size_t)fb->seq[s].n * (size_t)I);
+    }
+}
+
+static int check_seq(const seer_model_t *m, const seer_batch_seq_t *q, int s, seer_err_t *err) {
+    if (!q->cache || !q->tokens || q->n <= 0)
+        return seer_err_set(err, SEER_EINVAL, "forward: sequence %d of the batch has no tokens or no cache", s + 1);
+    const seer_kv_cache_t *c = q->cache;
+    if (c->len + q->n > c->max_tokens)
+        return seer_err_set(err, SEER_EINVAL, "forward: sequence %d: %d cached + %d new tokens exceed the cache size %d",
+                            s + 1, c->len, q->n, c->max_tokens);
+    for (int i = 0; i < q->n; i++)
+        if (q->tokens[i] < 0 || q->tokens[i] >= m->cfg.vocab_size)
+            return seer_err_set(err, SEER_EINVAL,
+                                "forward: sequence %d: token id %d at position %d is outside the vocabulary [0, %d)", s + 1,
+                                q->tokens[i], i, m->cfg.vocab_size);
+    if ((m->gpu != NULL) != (c->gdev != NULL))
+        return seer_err_set(err, SEER_EINVAL,
+                            "forward: sequence %d: the KV cache was made for the model on another device; make a new one",
+                            s + 1);
+    return 0;
+}
+
+int seer_model_forward_batch(seer_model_t *m, const seer_batch_seq_t *seqs, int nseq, seer_err_t *err) {
+    if (nseq <= 0) return seer_err_set(err, SEER_EINVAL, "forward: an empty batch");
+    for (int s = 0; s < nseq; s++) {
+        int rc = check_seq(m, &seqs[s], s, err);
+        if (rc < 0) return rc;
+        for (int t = 0; t < s; t++)
+            if (seqs[t].cache == seqs[s].cache)
+                return seer_err_set(err, SEER_EINVAL,
+                                    "forward: sequences %d and %d of the batch share a KV cache; give each its own", t + 1,
+                                    s + 1);
+    }
+    if (seer_host_interrupted()) return seer_err_set(err, SEER_EINTR, "interrupted");
+    if (m->gpu) { /* the CUDA backend runs one sequence at a time */
+        for (int s = 0; s < nseq; s++) {
+            const seer_batch_seq_t *q = &seqs[s];
+            int rc = seer_model_forward_hooked(m, q->cache, q->tokens, q->n, q->logits, q->all_logits, q->hidden, q->hk, err);
+            if (rc < 0) {
+                for (int t = 0; t < s; t++) seqs[t].cache->len -= seqs[t].n;
+                return rc;
+            }
+        }
+        return 0;
+    }
+    seer_batch_seq_t *own = malloc(sizeof *own * (size_t)nseq);
+    int *off = malloc(sizeof(int) * (size_t)(2 * nseq + 1));
+    if (!own || !off) {
+        free(own);
+        free(off);
+        return seer_err_set(err, SEER_ENOMEM, "forward: out of memory for a batch of %d", nseq);
+    }
+    seer_fwd_batch_t fb = {.seq = own, .ns = nseq, .off = off, .start = off + nseq + 1};
+    for (int s = 0; s < nseq; s++) {
+        own[s] = seqs[s];
+        if (own[s].hk && seer_hookset_empty(own[s].hk->set)) own[s].hk = NULL;
+        off[s] = fb.N;
+        fb.N += seqs[s].n;
+        fb.start[s] = seqs[s].cache->len;
+        if (seqs[s].cache->max_tokens > fb.max_len) fb.max_len = seqs[s].cache->max_tokens;
+    }
+    off[nseq] = fb.N;
+    int saved_fast = seer_k_fast_bf16; /* a hook may run another model's forward inside this one */
+    seer_k_fast_bf16 = m->fast_bf16;
+    int rc = m->arch->forward(m, &fb, err);
+    seer_k_fast_bf16 = saved_fast;
+    /* A failed pass (a hook raised) must not leave half-written entries counted in a cache. */
+    if (rc < 0)
+        for (int s = 0; s < nseq; s++) seqs[s].cache->len = fb.start[s];
+    free(own);
+    free(off);
+    return rc;
+}

@@ -1,0 +1,34 @@
+-- seer side of `make bench`'s batched decode: greedy decode of B different 5-token prompts at
+-- once (model:generate_batch, one batched forward pass per step). Decode throughput over the
+-- batch excludes the prefill: (B * (N - 1)) / (time for N new tokens - time for 1), best of
+-- BENCH_REPEAT. Prints one line per batch size: B tok_s.
+-- Usage: seer tests/bench/batch_seer.lua MODEL THREADS N B1 [B2 ...]
+local path, threads, n = arg[1], tonumber(arg[2]), tonumber(arg[3])
+local model = seer.model.load(path, { threads = threads, tokenizer = false })
+local vocab = model.config.vocab_size
+local function prompts(b)
+  local p = {}
+  for i = 1, b do
+    p[i] = { 1 }
+    for j = 1, 4 do p[i][j + 1] = (i * 7919 + j * 104729) % (vocab - 3) + 3 end
+  end
+  return p
+end
+local function run(b, new)
+  local t = seer.now()
+  local outs = model:generate_batch(prompts(b), { max_new_tokens = new, min_new_tokens = new, progress = false })
+  local dt = seer.now() - t
+  for i = 1, b do assert(#outs[i].ids == new, "a sequence stopped early") end
+  return dt
+end
+run(2, 2) -- warm-up: pages the weights in
+for k = 4, #arg do
+  local b = tonumber(arg[k])
+  local best = math.huge
+  for _ = 1, tonumber(os.getenv("BENCH_REPEAT") or "1") do
+    local one = run(b, 1)
+    local full = run(b, n)
+    best = math.min(best, full - one)
+  end
+  print(("%d %.1f"):format(b, b * (n - 1) / best))
+end

@@ -1,0 +1,196 @@
+-- Batched forward and generation (seer_model_forward_batch, model:generate_batch): every
+-- sequence of a batch must get exactly what it gets alone, for every architecture (the parity
+-- models, whose single-sequence forward test_parity.lua checks against transformers, and the
+-- trained stories260K): prefill (lengths on both sides of the 16-token GEMM threshold), decode,
+-- hooks and captures, per-sequence interventions, and sequences finishing at different steps
+-- or joining while others run (max_batch). Bit for bit: the batched kernels compute each row
+-- the way the single-sequence ones do (engine/model/batch.c).
+local T = require "testing"
+local I = require "seer.interventions"
+local tensor = seer.tensor
+
+local pdir = seer.script_dir() .. "/../parity/models"
+local stories = seer.script_dir() .. "/../fixtures/models/stories260K"
+
+local function maxdiff(a, b) return (a - b):abs():max() end
+local function join(t) return table.concat(t, ",") end
+
+-- Every parity model directory (each architecture and its bf16 / rope / layout variants).
+local names = {}
+for _, e in ipairs(require("seer.core.host").list_dir(pdir)) do names[#names + 1] = e end
+table.sort(names)
+assert(#names >= 20, "the parity models are missing from " .. pdir)
+
+-- Lengths 1 .. 21: 17 and 21 take the GEMM path alone (>= 16 tokens), the others the per-token
+-- kernel, and a batch mixes both.
+local function prompts(vocab)
+  local function seq(n, k)
+    local s = {}
+    for i = 1, n do s[i] = (i * 7 + k * 13) % (vocab - 1) + 1 end
+    return s
+  end
+  return { seq(5, 1), seq(1, 2), seq(17, 3), seq(3, 4), seq(21, 5), seq(9, 6) }
+end
+
+for _, name in ipairs(names) do
+  T.test("batched forward == each sequence alone, bit for bit: " .. name, function()
+    local m = seer.model.load(pdir .. "/" .. name, { tokenizer = false })
+    local seqs = prompts(m.config.vocab_size)
+    local logits, mask = m:forward(seqs)
+    local longest = logits:size(2)
+    for i, s in ipairs(seqs) do
+      local alone = m:forward(s)
+      T.eq(maxdiff(logits:select(1, i):narrow(1, longest - #s + 1, #s), alone), 0, name .. ": sequence " .. i)
+      T.eq(mask[i][longest], 1)
+      T.eq(mask[i][1], #s == longest and 1 or 0)
+    end
+  end)
+
+  T.test("generate_batch == generate alone (different lengths, finishing at different steps, joining): " .. name, function()
+    local m = seer.model.load(pdir .. "/" .. name, { tokenizer = false })
+    local seqs = prompts(m.config.vocab_size)
+    local per = { [2] = { max_new_tokens = 3 }, [3] = { temperature = 0.9, seed = 4, top_p = 0.8 },
+      [5] = { max_new_tokens = 1 }, [6] = { temperature = 1.2, seed = 9, repetition_penalty = 1.3 } }
+    for _, width in ipairs({ 6, 2 }) do -- all at once; two at a time (the next joins as one finishes)
+      local outs = m:generate_batch(seqs, { max_new_tokens = 7, max_batch = width, per_sequence = per })
+      for i, s in ipairs(seqs) do
+        local o = { max_new_tokens = 7 }
+        for k, v in pairs(per[i] or {}) do o[k] = v end
+        local alone = m:generate(s, o)
+        T.eq(join(outs[i].ids), join(alone.ids), ("%s: sequence %d, max_batch %d"):format(name, i, width))
+        T.eq(join(outs[i].prompt_ids), join(s))
+      end
+    end
+  end)
+end
+
+T.test("per-sequence interventions: each sequence of a batch carries its own (add, ablate, scale, a Lua function, none)", function()
+  for _, name in ipairs({ "llama", "gemma2", "gpt2", "gpt_neox", "qwen3" }) do
+    local m = seer.model.load(pdir .. "/" .. name, { tokenizer = false })
+    local d, L = m.config.hidden_size, m.config.num_hidden_layers
+    tensor.manual_seed(7)
+    local v1, v2 = tensor.randn(d) * 3, tensor.randn(d)
+    local seqs = prompts(m.config.vocab_size)
+    local seen = {}
+    local hooks = {
+      [1] = { { "blocks.0.hook_resid_post", I.add(v1, { strength = 2 }) } },
+      [3] = { { ("blocks.%d.hook_resid_pre"):format(L - 1), I.ablate(v2) } },
+      [4] = { { "blocks.0.attn.hook_z", I.scale(0.5, { heads = { 0 } }) } },
+      [5] = { { "blocks.0.hook_mlp_out", function(act, hook)
+        seen[#seen + 1] = hook.batch
+        return act * 1.5
+      end } },
+      [6] = { { "blocks.0.hook_resid_post", I.add(v2, { strength = 4, from = 3 }) } },
+    }
+    local per = {}
+    for i, h in pairs(hooks) do per[i] = { hooks = h } end
+    local outs = m:generate_batch(seqs, { max_new_tokens = 6, per_sequence = per })
+    local batched_seen = seen
+    seen = {}
+    local plain = m:generate_batch(seqs, { max_new_tokens = 6 })
+    local changed = 0
+    for i, s in ipairs(seqs) do
+      local alone
+      if hooks[i] then
+        alone = m:with_hooks(hooks[i], function() return m:generate(s, { max_new_tokens = 6 }) end)
+      else
+        alone = m:generate(s, { max_new_tokens = 6 })
+      end
+      T.eq(join(outs[i].ids), join(alone.ids), ("%s: sequence %d"):format(name, i))
+      if join(outs[i].ids) ~= join(plain[i].ids) then changed = changed + 1 end
+      if not hooks[i] then T.eq(join(outs[i].ids), join(plain[i].ids), name .. ": an unhooked sequence is untouched") end
+    end
+    T.ok(changed >= 2, name .. ": the interventions changed at least two continuations (else this test checks nothing)")
+    for _, b in ipairs(batched_seen) do T.eq(b, 5, name .. ": hook.batch is the prompt's number") end
+    T.eq(#batched_seen, 6, name .. ": the Lua hook ran at every step of its sequence only")
+  end
+end)
+
+T.test("run_with_cache on a list: per-sequence caches equal each sequence's own, patterns included", function()
+  for _, name in ipairs({ "llama", "gemma3", "gpt2", "phi3" }) do
+    local m = seer.model.load(pdir .. "/" .. name, { tokenizer = false })
+    local seqs = prompts(m.config.vocab_size)
+    local want = { "hook_resid_post$", "blocks.1.attn.hook_pattern", "blocks.0.attn.hook_q", "ln_final.hook_normalized" }
+    local logits, cache = m:run_with_cache(seqs, { names = want })
+    local longest = logits:size(2)
+    for i, s in ipairs(seqs) do
+      local l1, c1 = m:run_with_cache(s, { names = want })
+      local pad = longest - #s
+      T.eq(maxdiff(logits:select(1, i):narrow(1, pad + 1, #s), l1), 0, name .. ": logits " .. i)
+      for hname, t in pairs(c1) do
+        local got = cache[hname]:select(1, i)
+        if hname:find("hook_pattern$") then got = got:narrow(2, pad + 1, #s):narrow(3, pad + 1, #s)
+        else got = got:narrow(1, pad + 1, #s) end
+        T.eq(maxdiff(got, t), 0, ("%s: %s of sequence %d"):format(name, hname, i))
+      end
+    end
+  end
+end)
+
+T.test("stories260K: batched generation with text prompts, stop strings and sampling equals generating alone", function()
+  local m = seer.model.load(stories)
+  local texts = { "Once upon a time", "The little dog", "Lily and Tom went to the park. They", "One day" }
+  local opts = { max_new_tokens = 40, temperature = 0.8, seed = 3, stop = "." }
+  local outs = m:generate_batch(texts, opts)
+  for i, t in ipairs(texts) do
+    local alone = m:generate(t, opts)
+    T.eq(join(outs[i].ids), join(alone.ids), "prompt " .. i)
+    T.eq(outs[i].text, alone.text)
+  end
+  local greedy = m:generate_batch(texts, { max_new_tokens = 30, max_batch = 3 })
+  for i, t in ipairs(texts) do T.eq(greedy[i].text, m:generate(t, { max_new_tokens = 30 }).text, "greedy " .. i) end
+end)
+
+T.test("a failing hook in one sequence fails the batched call and leaves the model usable", function()
+  local m = seer.model.load(pdir .. "/llama", { tokenizer = false })
+  local seqs = prompts(m.config.vocab_size)
+  T.raises(function()
+    m:generate_batch(seqs, { max_new_tokens = 4, per_sequence = { [2] = { hooks = { { "blocks.0.hook_resid_post", function() error("boom") end } } } } })
+  end, "boom")
+  local outs = m:generate_batch(seqs, { max_new_tokens = 4 })
+  T.eq(join(outs[1].ids), join(m:generate(seqs[1], { max_new_tokens = 4 }).ids))
+end)
+
+T.test("generate_batch: bad arguments are errors naming the problem", function()
+  local m = seer.model.load(pdir .. "/llama", { tokenizer = false })
+  T.raises(function() m:generate_batch({ 1, 2, 3 }) end, "expected a list of prompts")
+  T.raises(function() m:generate_batch({ { 1, 2 } }, { max_batch = 0 }) end, "max_batch must be a positive integer")
+  T.raises(function() m:generate_batch({ { 1, 2 } }, { per_sequence = { [3] = {} } }) end, "keys must be prompt numbers 1..1")
+  T.raises(function() m:generate_batch({ { 1, 2 }, {} }) end, "prompt 2: the prompt has no tokens")
+  T.raises(function() m:generate_batch({ { 1, 2 } }, { per_sequence = { { hooks = { { "nope", I.capture() } } } } }) end,
+    "no hook point matches 'nope'")
+  T.raises(function() m:generate_batch({ { 1, 2 } }, { stream = print }) end, "stream is not supported")
+  T.eq(#m:generate_batch({}), 0)
+end)
+
+T.test("run_with_hooks per_sequence and toolkit patch_sweep (one batch per layer) equal the runs alone, exactly", function()
+  local AP = require "toolkit.activation_patching"
+  local m = seer.model.load(stories)
+  local clean = m.tokenizer:encode("The dog ran to the park")
+  local corrupt = m.tokenizer:encode("The cat ran to the park")
+  local _, cache = m:run_with_cache(clean, { names = { "blocks.2.hook_resid_pre" } })
+  local saved = cache["blocks.2.hook_resid_pre"]
+  local inputs, per = {}, {}
+  for j = 1, #corrupt do
+    inputs[j] = corrupt
+    per[j] = { { "blocks.2.hook_resid_pre", I.replace(saved, { positions = { j - 1 } }) } }
+  end
+  local batched = m:run_with_hooks(inputs, { per_sequence = per })
+  local differ = 0
+  for j = 1, #corrupt do
+    local alone = m:run_with_hooks(corrupt, { fwd_hooks = per[j] })
+    T.eq(maxdiff(batched:select(1, j), alone), 0, "patched position " .. (j - 1))
+    if maxdiff(alone, m:forward(corrupt)) > 0 then differ = differ + 1 end
+  end
+  T.ok(differ >= 2, "the patches change the logits (else the comparison checks nothing)")
+  local metric = function(l) return l[{ -1, 10 }] - l[{ -1, 20 }] end
+  local grid = AP.patch_sweep(m, clean, corrupt, metric, { layers = { 1, 3 } })
+  for i, l in ipairs({ 1, 3 }) do
+    for j = 1, #corrupt do
+      local want = AP.patch(m, clean, corrupt, ("blocks.%d.hook_resid_pre"):format(l), { j - 1 }, metric)
+      T.eq(grid[{ i, j }], want, ("layer %d position %d"):format(l, j - 1))
+    end
+  end
+  T.raises(function() m:run_with_hooks(corrupt, { per_sequence = {} }) end, "per_sequence needs a list of sequences")
+  T.raises(function() m:run_with_hooks(inputs, { per_sequence = { [99] = {} } }) end, "keys must be sequence numbers")
+end)
