@@ -441,15 +441,19 @@ function Session:terminate()
     pcall(request_on, self._remote, "shutdown_session", { session_id = self.session_id }, { timeout_ms = REQUEST_TIMEOUT_MS })
     return
   end
-  if not server then return end
-  pcall(request, "shutdown_session", { session_id = self.session_id }, { timeout_ms = REQUEST_TIMEOUT_MS })
-  server.sessions = server.sessions - 1
-  if server.sessions <= 0 then
-    pcall(request, "shutdown", {}, { timeout_ms = 5000 })
-    server.child:wait(3000)
-    server.child:stop(500)
-    server.sock:close()
-    server = nil
+  -- the server this session lives on (never a new one started just to stop a session); it may
+  -- die while it answers, and then it is already forgotten
+  local srv = server
+  if not srv then return end
+  pcall(request_on, srv, "shutdown_session", { session_id = self.session_id }, { timeout_ms = REQUEST_TIMEOUT_MS })
+  if server ~= srv then return end
+  srv.sessions = srv.sessions - 1
+  if srv.sessions <= 0 then
+    pcall(request_on, srv, "shutdown", {}, { timeout_ms = 5000 })
+    srv.child:wait(3000)
+    srv.child:stop(500)
+    srv.sock:close()
+    if server == srv then server = nil end
   end
 end
 
