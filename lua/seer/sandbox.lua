@@ -1338,6 +1338,10 @@ end
 -- Raises the sandbox's end as an error when the keeper has gone: (ok, why).
 function Sandbox:_alive()
   if self.stopped then return false, ("sandbox %s was terminated"):format(self.sandbox_id) end
+  if self.link then -- a remote backend (seer.backends.*): its link process knows
+    local why = require("seer.backends." .. self.config.backend).ended(self)
+    return why == nil, why
+  end
   if not self.keeper_status then
     local st = sb.waitpid(self.keeper_pid)
     if st == nil then return true end
@@ -1373,6 +1377,9 @@ function Sandbox:start(opts)
   if opts.workspace ~= nil and (type(opts.workspace) ~= "table" or type(opts.workspace.install) ~= "function") then
     error("start{workspace = ...}: workspace must be a seer.workspace Workspace", 2)
   end
+  if self.restore_from and self.config.backend ~= "local" then
+    error(("from_snapshot: not available for backend = %q yet (docs/backends.md)"):format(self.config.backend), 2)
+  end
   if self.sandbox_id then error(("sandbox %s was already started"):format(self.sandbox_id), 2) end
   local ok, err = pcall(self._start, self, opts)
   -- The reference's start(workspace): its libraries, skills and files go into /workspace.
@@ -1388,6 +1395,7 @@ end
 function Sandbox:_start(opts)
   local t0 = process.now_ms()
   local c = self.config
+  if c.backend ~= "local" then live[self] = true; return require("seer.backends." .. c.backend).start(self, opts) end
   local bwrap = find_on_path("bwrap")
   if not bwrap then
     error("bubblewrap (bwrap) is not installed; the local sandbox needs it: run `make setup` (or apt-get install bubblewrap)", 0)
@@ -1548,6 +1556,10 @@ end
 -- Stops everything this sandbox is: sandboxd, the keeper, the cgroups, the state directory.
 function Sandbox:_teardown()
   live[self] = nil
+  if self.link then -- a remote backend: stop the remote sandbox and its link first
+    require("seer.backends." .. self.config.backend).teardown(self)
+    self.keeper_status = self.keeper_status or self.link_status or { code = -1 }
+  end
   if self.client then
     pcall(self.client.request, self.client, "shutdown", {}, { timeout_ms = 300 })
     self.client:close()
@@ -1703,6 +1715,10 @@ function Sandbox:logs(n, service)
   if service ~= nil and (type(service) ~= "string" or not service:match("^[%w_.-]+$") or service:match("^%.")) then
     error(("sandbox:logs(n, service): %q is not a service name (letters, digits, '_', '-', '.')"):format(tostring(service)), 2)
   end
+  if self.link then -- remote: sandboxd reads its logs (bounded text)
+    local ok, r = pcall(self.client.request, self.client, "logs", { name = service, lines = n or 50 }, { timeout_ms = 10000 })
+    return ok and type(r.text) == "string" and r.text:sub(-1048576) or ""
+  end
   return tail(roots(self).logs, (service or "sandbox") .. ".log", n or 50)
 end
 
@@ -1801,6 +1817,7 @@ end
 ---@return string snapshot_id
 function Sandbox:snapshot(description)
   self:_check()
+  if self.link then error(("snapshot: not available for backend = %q yet (docs/backends.md)"):format(self.config.backend), 2) end
   local id = os.date("!%Y%m%d-%H%M%S") .. "-" .. random_hex(6)
   local dir = M.snapshot_root() .. "/" .. id
   local tmp = dir .. ".tmp"
