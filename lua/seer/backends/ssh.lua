@@ -136,6 +136,40 @@ local function ssh_argv(s, extra)
 end
 M.ssh_argv = ssh_argv
 
+-- Writes to a child's stdin whose reader may be gone: SIGPIPE is blocked for the write and a
+-- pending one taken back (as engine/mcp/client_stdio.c does), so a child that died makes the
+-- write fail instead of killing this process. Returns bytes written, or nil.
+pcall(require("ffi").cdef, [[
+  typedef struct { unsigned long v[16]; } seer_ssh_sigset_t;
+  int sigemptyset(seer_ssh_sigset_t *set);
+  int sigaddset(seer_ssh_sigset_t *set, int sig);
+  int sigpending(seer_ssh_sigset_t *set);
+  int sigismember(const seer_ssh_sigset_t *set, int sig);
+  int pthread_sigmask(int how, const seer_ssh_sigset_t *set, seer_ssh_sigset_t *old);
+  int sigtimedwait(const seer_ssh_sigset_t *set, void *info, const void *timeout);
+]])
+local function pipe_write(p, data)
+  local C = require("ffi").C
+  local ffi = require "ffi"
+  local set, old, pend = ffi.new("seer_ssh_sigset_t"), ffi.new("seer_ssh_sigset_t"), ffi.new("seer_ssh_sigset_t")
+  C.sigemptyset(set)
+  C.sigaddset(set, 13)
+  C.sigpending(pend)
+  local was_pending = C.sigismember(pend, 13) == 1
+  C.pthread_sigmask(0 --[[SIG_BLOCK]], set, old)
+  local ok, w = pcall(p.write, p, data)
+  if not was_pending then
+    C.sigpending(pend)
+    if C.sigismember(pend, 13) == 1 then
+      local zero = ffi.new("long[2]")
+      C.sigtimedwait(set, nil, zero)
+    end
+  end
+  C.pthread_sigmask(2 --[[SIG_SETMASK]], old, nil)
+  if not ok then return nil end
+  return w
+end
+
 local function shq(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
 
 ---------------------------------------------------------------------------------------------
@@ -154,7 +188,7 @@ local function run(argv, opts)
     if pending then
       if pending == "" then p:close_stdin(); pending = nil
       else
-        local w = p:write(pending)
+        local w = pipe_write(p, pending)
         if not w then pending = nil; p:close_stdin()
         else pending = pending:sub(w + 1) end
       end
@@ -190,7 +224,8 @@ local function tty() return require("ffi").C.isatty(2) == 1 end
 -- what is copied to the remote host: the seer binary and the Lua tree, named by their hash
 
 local bundle_cache
--- A tar of seer and lua/ (deterministic: sorted names, fixed owner and times) and its sha256.
+-- The seer binary and lua/ as one deterministic tar (sorted names, fixed owner and times), so
+-- its sha256 names a version: `bundle().hash`, and `bundle().tar_cmd` (a shell command) writes it.
 local function bundle()
   local exe = require("seer.jupyter").seer_binary()
   local lua_dir = core.realpath(core.lua_dir()) or core.lua_dir()
@@ -204,12 +239,14 @@ local function bundle()
                  "--transform=s,^" .. exe_name:gsub("[^%w]", "\\%0") .. "$,seer,",
                  "--transform=s,^" .. lua_name:gsub("[^%w]", "\\%0") .. "/,lua/,",
                  "-C", exe_dir, exe_name, "-C", lua_parent, lua_name }
-  local code, tar, err = run(argv, { max_output = 512 * 1048576 })
-  if code ~= 0 then error("ssh backend: cannot pack seer for the remote host: " .. tostring(err), 0) end
-  local c2, out = run({ "sha256sum" }, { stdin = tar })
-  local hash = c2 == 0 and out:match("^(%x+)")
-  if not hash then error("ssh backend: sha256sum failed", 0) end
-  bundle_cache = { key = key, tar = tar, hash = hash:sub(1, 32) }
+  local q = {}
+  for i, a in ipairs(argv) do q[i] = shq(a) end
+  local tar_cmd = table.concat(q, " ")
+  local code, out, err = run({ "/bin/sh", "-c", tar_cmd .. " | sha256sum" })
+  local hash = code == 0 and (err or "") == "" and out:match("^(%x+)")
+  if not hash then error("ssh backend: cannot pack seer for the remote host: " .. tostring(err), 0) end
+  local size = (st and st.size or 0)
+  bundle_cache = { key = key, tar_cmd = tar_cmd, hash = hash:sub(1, 32), size = size }
   return bundle_cache
 end
 M._bundle = bundle
@@ -228,9 +265,11 @@ local function copy_bundle(s, b, say)
     'test -x "$T/seer"',
     'mv -T "$T" ' .. shq(final) .. ' 2>/dev/null || test -x ' .. shq(final .. "/seer"),
   }, "; ")
-  say(("copying seer (%.1f MiB) to %s:%s"):format(#b.tar / 1048576, s.host, final))
+  say(("copying seer (%.1f MiB and its Lua tree) to %s:%s"):format(b.size / 1048576, s.host, final))
   local t0 = process.now_ms()
-  local code, _, err = run(ssh_argv(s, { "--", s.host, script }), { stdin = b.tar, timeout_ms = 600000 })
+  local q = {}
+  for i, a in ipairs(ssh_argv(s, { "--", s.host, script })) do q[i] = shq(a) end
+  local code, _, err = run({ "/bin/sh", "-c", b.tar_cmd .. " | " .. table.concat(q, " ") }, { timeout_ms = 600000 })
   if code ~= 0 then
     error(("ssh backend: copying seer to %s failed (ssh exited with %s): %s"):format(s.host, tostring(code),
       (err or ""):gsub("%s+$", "")), 0)
@@ -372,7 +411,7 @@ function M.start(self, opts)
   self.keeper_pid = link:pid()
   local line = json.encode(req) .. "\n"
   while #line > 0 do
-    local w = link:write(line)
+    local w = pipe_write(link, line)
     if not w then error("ssh backend: the link process ended at once", 0) end
     line = line:sub(w + 1)
     if #line > 0 then process.sleep_ms(1) end
@@ -463,7 +502,7 @@ function M.teardown(self)
   if self.client then self.client:close(); self.client = nil end
   local link = self.link
   if link and not self.link_status then
-    link:write("terminate\n")
+    pipe_write(link, "terminate\n")
     link:close_stdin()
     local deadline = process.now_ms() + 20000
     while true do
@@ -518,7 +557,7 @@ end
 
 function Link:ssh_write(text)
   while #text > 0 do
-    local w = self.ssh:write(text)
+    local w = pipe_write(self.ssh, text)
     if not w then return false end
     text = text:sub(w + 1)
     if #text > 0 then process.sleep_ms(1) end
@@ -873,7 +912,8 @@ local function remote_main()
         models = json.array(models) })
   -- Until the host says terminate, its connection ends (EOF), or the sandbox ends by itself.
   while true do
-    local got = #net.poll({ 0 }, 500) > 0 and M._read_stdin() or ""
+    local got = ""
+    if #net.poll({ 0 }, 500) > 0 then got = M._read_stdin() end
     if got == nil or (got and got:find("terminate", 1, true)) then
       sandbox:terminate()
       out({ event = "ended", how = "terminated", why = "terminated" })

@@ -1,0 +1,348 @@
+-- The ssh backend against a real OpenSSH server: the test starts Debian's sshd on loopback (a
+-- high port, its own host key, an authorized_keys with a key made here, as the user running the
+-- test) and runs sandboxes "on" it: exec and files, a notebook session on stories260K, a kernel
+-- that dies, terminate, a dropped connection (the ssh client killed, then the server's side),
+-- the remote timeout, and a recording of the TCP stream that must not show what was sent.
+-- Remote state goes to a folder of this test, so "nothing left" is checked by listing it and
+-- the processes of the machine.
+local T = require "testing"
+local env = require "seer.environment"
+local exec = require "seer.execution"
+local sb = require "seer.core.sandbox"
+local process = require "seer.process"
+local seer = require "seer"
+
+local here = seer.script_dir()
+local stories = here .. "/../fixtures/models/stories260K"
+local SSHD = "/usr/sbin/sshd"
+
+local root = T.tmpdir()
+local ffi = require "ffi"
+pcall(ffi.cdef, "int setenv(const char *name, const char *value, int overwrite);")
+pcall(ffi.cdef, "unsigned getuid(void);")
+ffi.C.setenv("SEER_SANDBOX_DIR", root .. "/sb", 1)
+ffi.C.setenv("SEER_CACHE_DIR", root .. "/cache", 1)
+
+local function sh(cmd)
+  local p = io.popen(cmd .. " 2>&1")
+  local out = p:read("*a")
+  local ok = p:close()
+  return ok, out
+end
+
+local function exists(p) return require("seer.safe_fs").lstat(p) ~= nil end
+
+-- One sshd for the whole file, started on first use.
+local server
+local function sshd()
+  if server then return server end
+  if not exists(SSHD) then T.skip("openssh-server is not installed (make setup installs it: apt-get install openssh-server)") end
+  if os.execute("command -v bwrap >/dev/null 2>&1") ~= 0 then T.skip("bubblewrap is not installed (make setup installs it)") end
+  local d = root .. "/ssh"
+  process.mkdir_p(d)
+  assert(sh(("ssh-keygen -q -t ed25519 -N '' -f %s/host_key && ssh-keygen -q -t ed25519 -N '' -f %s/client_key && cp %s/client_key.pub %s/authorized_keys"):format(d, d, d, d)))
+  if ffi.C.getuid() == 0 then process.mkdir_p("/run/sshd") end -- privilege separation's empty folder
+  local port
+  for _ = 1, 20 do
+    port = 20000 + math.random(0, 30000)
+    local f = assert(io.open(d .. "/sshd_config", "w"))
+    f:write(([[
+Port %d
+ListenAddress 127.0.0.1
+HostKey %s/host_key
+AuthorizedKeysFile %s/authorized_keys
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PubkeyAuthentication yes
+PermitRootLogin prohibit-password
+UsePAM no
+StrictModes no
+PidFile %s/sshd.pid
+AllowStreamLocalForwarding yes
+AllowTcpForwarding local
+X11Forwarding no
+PrintMotd no
+]]):format(port, d, d, d))
+    f:close()
+    local p = process.spawn{ argv = { SSHD, "-D", "-e", "-f", d .. "/sshd_config" }, stdout = d .. "/sshd.log", stderr = d .. "/sshd.log" }
+    local deadline = process.now_ms() + 5000
+    local up = false
+    while process.now_ms() < deadline and p:alive() do
+      local f2 = io.open(d .. "/sshd.log")
+      local log = f2 and f2:read("*a") or ""
+      if f2 then f2:close() end
+      if log:find("Server listening", 1, true) then up = true; break end
+      process.sleep_ms(20)
+    end
+    if up then
+      local hk = io.open(d .. "/host_key.pub"):read("*a")
+      local kh = assert(io.open(d .. "/known_hosts", "w"))
+      kh:write(("[127.0.0.1]:%d %s"):format(port, hk))
+      kh:close()
+      server = { proc = p, port = port, dir = d }
+      break
+    end
+    p:stop(500)
+  end
+  if not server then error("could not start sshd on loopback; its log:\n" .. (io.open(d .. "/sshd.log"):read("*a"))) end
+  return server
+end
+
+local RSTATE = root .. "/remote-state"
+local RDIR = root .. "/remote-seer"
+
+local function ssh_fields(extra)
+  local s = sshd()
+  local t = { host = "127.0.0.1", port = s.port, identity_file = s.dir .. "/client_key", known_hosts = s.dir .. "/known_hosts",
+              remote_dir = RDIR, remote_state_dir = RSTATE, keepalive = 1 }
+  for k, v in pairs(extra or {}) do if v == false then t[k] = nil else t[k] = v end end
+  return t
+end
+
+local function start(t, name)
+  t = t or {}
+  t.backend = "ssh"
+  t.ssh = t.ssh or ssh_fields()
+  if t.execution_mode == nil then t.execution_mode = "cli" end
+  return env.Sandbox(env.SandboxConfig(t)):start{ name = name }
+end
+
+-- pids of processes whose environment holds `marker` (the remote keeper, bwrap and everything
+-- in the sandbox carry SEER_SANDBOX_DIR or SEER_SANDBOX_ID).
+local function procs_with(marker)
+  local found = {}
+  for _, e in ipairs(sb.listdir("/proc")) do
+    if e.name:match("^%d+$") then
+      local f = io.open("/proc/" .. e.name .. "/environ", "rb")
+      local text = f and f:read("*a")
+      if f then f:close() end
+      if text and text:find(marker, 1, true) then found[#found + 1] = tonumber(e.name) end
+    end
+  end
+  return found
+end
+
+local function remote_left(rid)
+  local left = sb.listdir(RSTATE) or {}
+  local names = {}
+  for _, e in ipairs(left) do if not rid or e.name == rid then names[#names + 1] = e.name end end
+  return names, procs_with("SEER_SANDBOX_ID=" .. rid)
+end
+
+-- Waits until nothing of remote sandbox rid is left (state folder, processes).
+local function wait_gone(rid, ms)
+  local deadline = process.now_ms() + (ms or 10000)
+  local names, pids
+  repeat
+    names, pids = remote_left(rid)
+    if #names == 0 and #pids == 0 then return true end
+    process.sleep_ms(50)
+  until process.now_ms() > deadline
+  return false, ("left on the remote: folders {%s}, processes {%s}"):format(table.concat(names, ","), table.concat(pids, ","))
+end
+
+local function cmdline(pid)
+  local f = io.open("/proc/" .. pid .. "/cmdline", "rb")
+  local t = f and f:read("*a") or ""
+  if f then f:close() end
+  return t
+end
+
+-- The ssh master of a sandbox: the ssh process running with its control socket.
+local function ssh_master(s)
+  for _, e in ipairs(sb.listdir("/proc")) do
+    if e.name:match("^%d+$") then
+      local c = cmdline(e.name)
+      if c:match("^ssh%z") and c:find(s.state_dir .. "/ssh.ctl", 1, true) and c:find("%z%-M%z") then return tonumber(e.name) end
+    end
+  end
+end
+
+---------------------------------------------------------------------------------------------
+
+T.test("ssh config is checked before anything runs", function()
+  T.raises(function() env.SandboxConfig{ backend = "ssh" } end, "needs ssh = {host")
+  T.raises(function() env.SandboxConfig{ backend = "ssh", ssh = { host = "-oProxyCommand=x" } } end, "is not a host name")
+  T.raises(function() env.SandboxConfig{ backend = "ssh", ssh = { host = "h", user = "a b" } } end, "is not a user name")
+  T.raises(function() env.SandboxConfig{ backend = "ssh", ssh = { host = "h", port = 70000 } } end, "1..65535")
+  T.raises(function() env.SandboxConfig{ backend = "ssh", ssh = { host = "h", hots = 1 } } end, "unknown field hots; valid fields: config_file")
+  T.raises(function() env.SandboxConfig{ backend = "ssh", ssh = { host = "h", remote_dir = "a/../b" } } end, "plain path")
+  T.raises(function() env.SandboxConfig{ ssh = { host = "h" } } end, 'ssh is for backend = "ssh"')
+  T.raises(function() env.SandboxConfig{ backend = "slurm" } end, "not available yet")
+  local c = env.SandboxConfig{ backend = "ssh", ssh = { host = "gpu1.lab", user = "me", port = 2222 } }
+  T.eq(c.ssh.remote_dir, ".cache/seer/remote")
+  T.contains(tostring(c), 'ssh = {connect_timeout = 15, host = "gpu1.lab"')
+  -- the remote side's first line is checked field by field
+  local B = require "seer.backends.ssh"
+  local good = { ready = true, id = "x-1", key = ("a"):rep(32), run_dir = "/tmp/s/x-1/run", models = { { path = "/models/m" } } }
+  T.ok(B.check_ready(seer.json.encode(good)))
+  for field, bad in pairs({ id = "../x", key = "short", run_dir = "/tmp/../etc", models = { { path = "/etc/passwd" } } }) do
+    local t = {}
+    for k, v in pairs(good) do t[k] = v end
+    t[field] = bad
+    local ok, why = B.check_ready(seer.json.encode(t))
+    T.ok(not ok and why, field .. " " .. tostring(why))
+  end
+  T.ok(not B.check_ready(("x"):rep(70000)))
+  T.contains(select(2, B.check_ready('{"error":"no bwrap"}')), "did not start: no bwrap")
+end)
+
+T.test("an unreachable host or an unknown host key fails start() with ssh's reason", function()
+  local s = sshd()
+  T.raises(function() start{ ssh = ssh_fields{ port = s.port == 65000 and 65001 or 65000, connect_timeout = 3 } } end, "ssh to 127.0.0.1 failed")
+  local empty = root .. "/empty_known_hosts"
+  io.open(empty, "w"):close()
+  T.raises(function() start{ ssh = ssh_fields{ known_hosts = empty } } end, "Host key verification failed")
+  T.eq(#(sb.listdir(root .. "/sb") or {}), 0, "a failed start leaves no local folder")
+end)
+
+T.test("a notebook session on stories260K runs in an ssh sandbox; terminate leaves nothing there", function()
+  local t0 = process.now_ms()
+  local s = start({ execution_mode = "notebook", models = { env.ModelConfig{ name = stories } }, timeout = 300 }, "nb")
+  local out, r = s:exec("echo hello; id -u; ls /models")
+  io.write(("  (ssh: start() to the first answered exec %.0f ms here)\n"):format(process.now_ms() - t0))
+  T.eq(r.exit_code, 0)
+  T.eq(out, "hello\n65534\nstories260K\n")
+  local rid = s.remote.id
+  T.ok(exists(RSTATE .. "/" .. rid), "the remote sandbox's state is in the remote state folder")
+  T.eq(#procs_with("SEER_SANDBOX_ID=" .. rid) > 0, true, "the remote sandbox's processes run")
+  -- files go through sandboxd, binary safe
+  local bytes = {}
+  for i = 0, 255 do bytes[#bytes + 1] = string.char(i) end
+  local blob = table.concat(bytes):rep(64)
+  s:write_file("data/blob.bin", blob)
+  T.eq(s:read_file("data/blob.bin"), blob)
+  local names = {}
+  for _, e in ipairs(s:list_files("/workspace/data")) do names[#names + 1] = e.name end
+  T.eq(table.concat(names, ","), "blob.bin")
+  T.contains(s:logs(20), "sandboxd: listening")
+  -- the session: the kernel runs in the remote sandbox, its sockets forwarded over ssh
+  local session = exec.create_notebook_session(s, require("seer.workspace").Workspace{}, { output_dir = root .. "/nb" })
+  T.contains(session.model_info_text, "`model`")
+  local res = session:exec("print(model:generate('Once upon a time', { max_new_tokens = 6 }).text); print(os.getenv('SEER_SANDBOX_ID'))")
+  local m = require("seer.model").load(stories)
+  T.eq(res.text, m:generate("Once upon a time", { max_new_tokens = 6 }).text .. "\n" .. rid .. "\n")
+  T.ok(exists(session.notebook_path), "the notebook is written on this machine")
+  -- a kernel killed in the remote sandbox is noticed; restart brings the model back
+  T.raises(function() session:exec("os.execute('kill -9 0')") end, "KernelDied")
+  session:restart()
+  T.eq(session:exec("print(model ~= nil)").text, "true\n")
+  session:terminate()
+  local state_dir = s.state_dir
+  s:terminate()
+  T.ok(wait_gone(rid, 3000))
+  T.ok(not exists(state_dir), "the local folder is removed")
+  T.raises(function() s:exec("true") end, "terminated")
+end)
+
+T.test("a dropped connection is reported and ends the remote sandbox", function()
+  local s = start({ timeout = 300 }, "drop")
+  T.eq(s:exec("echo up"), "up\n")
+  local rid = s.remote.id
+  local pid = ssh_master(s)
+  T.ok(pid, "found the ssh client")
+  sb.kill(pid, sb.SIGKILL)
+  local deadline = process.now_ms() + 10000
+  local ok, err
+  repeat
+    ok, err = pcall(s.exec, s, "true")
+    if ok then process.sleep_ms(50) end
+  until not ok or process.now_ms() > deadline
+  T.ok(not ok, "exec fails after the connection is gone")
+  T.contains(tostring(err), "the ssh connection to 127.0.0.1 was lost")
+  T.ok(wait_gone(rid, 10000))
+  s:terminate()
+
+  -- the server's side of the connection dies (sshd's session process)
+  s = start({ timeout = 300 }, "drop2")
+  rid = s.remote.id
+  T.eq(s:exec("echo up"), "up\n")
+  -- the session process of this connection is the parent of remote-start, which the remote
+  -- keeper's environment names
+  local keeper = procs_with("SEER_SANDBOX_DIR=" .. RSTATE)
+  local sshd_child
+  for _, p in ipairs(keeper) do
+    local f = io.open("/proc/" .. p .. "/stat")
+    local ppid = f and tonumber(f:read("*a"):match("^%d+ %b() %S+ (%d+)"))
+    if f then f:close() end
+    if ppid and cmdline(ppid):match("^sshd") then sshd_child = ppid end
+  end
+  T.ok(sshd_child, "found sshd's session process")
+  sb.kill(sshd_child, sb.SIGKILL)
+  deadline = process.now_ms() + 15000
+  repeat
+    ok, err = pcall(s.exec, s, "true")
+    if ok then process.sleep_ms(50) end
+  until not ok or process.now_ms() > deadline
+  T.ok(not ok, "exec fails after sshd's side is gone")
+  T.contains(tostring(err), "has ended")
+  T.ok(wait_gone(rid, 10000))
+  s:terminate()
+end)
+
+T.test("the remote timeout ends the sandbox and says so", function()
+  local s = start({ timeout = 2 }, "short")
+  local rid = s.remote.id
+  T.eq(s:exec("echo up"), "up\n")
+  local deadline = process.now_ms() + 15000
+  local ok, err
+  repeat
+    ok, err = pcall(s.exec, s, "true")
+    if ok then process.sleep_ms(100) end
+  until not ok or process.now_ms() > deadline
+  T.ok(not ok, "exec fails after the timeout")
+  T.contains(tostring(err), "timeout of 2 s passed")
+  T.ok(wait_gone(rid, 10000))
+  s:terminate()
+end)
+
+T.test("the TCP stream to the ssh server shows none of what was sent (recorded by a proxy)", function()
+  local s0 = sshd()
+  local rec = root .. "/rec"
+  process.mkdir_p(rec)
+  -- ProxyCommand relays ssh's bytes to the server and appends both directions to files.
+  local proxy = root .. "/proxy.py"
+  local f = assert(io.open(proxy, "w"))
+  f:write([[
+import os, socket, sys, threading
+host, port, rec = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+s = socket.create_connection((host, port))
+def up():
+    with open(rec + "/up.bin", "ab") as out:
+        while True:
+            d = os.read(0, 65536)
+            if not d: break
+            out.write(d); out.flush(); s.sendall(d)
+    s.shutdown(socket.SHUT_WR)
+threading.Thread(target=up, daemon=True).start()
+with open(rec + "/down.bin", "ab") as out:
+    while True:
+        d = s.recv(65536)
+        if not d: break
+        out.write(d); out.flush(); os.write(1, d)
+]])
+  f:close()
+  local cfg = root .. "/ssh_config"
+  f = assert(io.open(cfg, "w"))
+  f:write(("Host recorded\n  HostName 127.0.0.1\n  Port %d\n  HostKeyAlias [127.0.0.1]:%d\n  ProxyCommand /usr/bin/python3 %s %%h %%p %s\n")
+    :format(s0.port, s0.port, proxy, rec))
+  f:close()
+  if not exists("/usr/bin/python3") then T.skip("/usr/bin/python3 is needed for the recording proxy") end
+  local s = start({ timeout = 300, ssh = ssh_fields{ host = "recorded", config_file = cfg, port = false } }, "rec")
+  local marker = "PLAINTEXT-MARKER-" .. ("0123456789abcdef"):rep(4)
+  s:write_file("m.txt", marker:rep(100))
+  T.eq(s:read_file("m.txt"), marker:rep(100))
+  local out = s:exec("cat m.txt | head -c 200; echo " .. marker)
+  T.contains(out, marker)
+  s:terminate()
+  local up = io.open(rec .. "/up.bin", "rb"):read("*a")
+  local down = io.open(rec .. "/down.bin", "rb"):read("*a")
+  T.ok(#up > 10000 and #down > 10000, ("the proxy saw the traffic (%d bytes up, %d down)"):format(#up, #down))
+  T.ok(down:find("SSH-2.0-OpenSSH", 1, true), "control: the recording holds the server's clear-text banner")
+  T.ok(not up:find("PLAINTEXT-MARKER", 1, true) and not down:find("PLAINTEXT-MARKER", 1, true), "no payload in clear text")
+  T.ok(not up:find("sandboxd", 1, true) and not down:find("exec_request", 1, true), "no protocol text in clear text")
+end)
+
+T.test("stop sshd", function()
+  if server then server.proc:stop(1000) end
+end)
