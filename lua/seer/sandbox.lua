@@ -1384,6 +1384,9 @@ function Sandbox:start(opts)
   local ok, err = pcall(self._start, self, opts)
   -- The reference's start(workspace): its libraries, skills and files go into /workspace.
   if ok and opts.workspace then ok, err = pcall(opts.workspace.install, opts.workspace, self.workspace_dir) end
+  if ok and opts.workspace and self.link then -- a remote backend: the mirror goes to /workspace
+    ok, err = pcall(require("seer.backends." .. self.config.backend).sync_workspace, self)
+  end
   if not ok then
     -- Nothing of a half-started sandbox stays behind.
     pcall(self._teardown, self)

@@ -217,8 +217,12 @@ T.test("a notebook session on stories260K runs in an ssh sandbox; terminate leav
   T.eq(table.concat(names, ","), "blob.bin")
   T.contains(s:logs(20), "sandboxd: listening")
   -- the session: the kernel runs in the remote sandbox, its sockets forwarded over ssh
-  local session = exec.create_notebook_session(s, require("seer.workspace").Workspace{}, { output_dir = root .. "/nb" })
+  local W = require "seer.workspace"
+  local lib = W.Library.from_code("remote_helpers", "return { answer = function() return 42 end }")
+  local session = exec.create_notebook_session(s, W.Workspace{ libraries = { lib } }, { output_dir = root .. "/nb" })
   T.contains(session.model_info_text, "`model`")
+  -- a Workspace library installed for the session reached the remote /workspace
+  T.eq(session:exec("print(require('remote_helpers').answer())").text, "42\n")
   local res = session:exec("print(model:generate('Once upon a time', { max_new_tokens = 6 }).text); print(os.getenv('SEER_SANDBOX_ID'))")
   local m = require("seer.model").load(stories)
   T.eq(res.text, m:generate("Once upon a time", { max_new_tokens = 6 }).text .. "\n" .. rid .. "\n")
@@ -233,6 +237,14 @@ T.test("a notebook session on stories260K runs in an ssh sandbox; terminate leav
   T.ok(wait_gone(rid, 3000))
   T.ok(not exists(state_dir), "the local folder is removed")
   T.raises(function() s:exec("true") end, "terminated")
+end)
+
+T.test("start{workspace} uploads the workspace to the remote /workspace", function()
+  local W = require "seer.workspace"
+  local s = env.Sandbox(env.SandboxConfig{ backend = "ssh", ssh = ssh_fields(), execution_mode = "cli", timeout = 300 })
+  s:start{ name = "ws", workspace = W.Workspace{ libraries = { W.Library.from_code("lib_a", "return 7") } } }
+  T.eq(s:exec("lua_a=$(cat lib_a.lua); echo $lua_a"), "return 7\n")
+  s:terminate()
 end)
 
 T.test("a dropped connection is reported and ends the remote sandbox", function()

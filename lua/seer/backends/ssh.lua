@@ -323,6 +323,57 @@ function M.check_ready(line)
 end
 
 ---------------------------------------------------------------------------------------------
+-- the workspace: a Workspace is installed (by seer.workspace, seer.execution) into a folder on
+-- this machine, `sandbox.workspace_dir`; for a remote sandbox that folder is a mirror whose new
+-- and changed files are uploaded to /workspace through sandboxd (at start{workspace}, and by
+-- the link before each kernel starts). Only this machine writes the mirror.
+
+pcall(require("ffi").cdef, "int access(const char *path, int mode);")
+
+---Uploads what is new or changed in `dir` (size and mtime differ from `seen`) to /workspace.
+---@param dir string the host-side mirror
+---@param seen table<string, string> rel path -> "size:mtime" of what was uploaded (updated)
+---@param request fun(op: string, content: table, data?: string) sends a request and waits for its reply (raises on error)
+---@return integer files, integer bytes
+function M.upload_workspace(dir, seen, request)
+  local files, bytes = 0, 0
+  local function walk(abs, rel, depth)
+    if depth > 32 then return end
+    for _, e in ipairs(sb.listdir(abs) or {}) do
+      local a, r = abs .. "/" .. e.name, rel == "" and e.name or (rel .. "/" .. e.name)
+      if e.type == "dir" then
+        if not seen[r .. "/"] then request("ensure_dir", { path = "/workspace/" .. r }); seen[r .. "/"] = "dir" end
+        walk(a, r, depth + 1)
+      elseif e.type == "file" then
+        local sig = tostring(e.size) .. ":" .. tostring(e.mtime)
+        if seen[r] ~= sig then
+          local f = io.open(a, "rb")
+          local data = f and f:read("*a")
+          if f then f:close() end
+          if data then
+            local x = require("ffi").C.access(a, 1) == 0
+            request("write_file", { path = "/workspace/" .. r, mode = x and tonumber("755", 8) or tonumber("644", 8) }, data)
+            seen[r] = sig
+            files, bytes = files + 1, bytes + #data
+          end
+        end
+      end
+    end
+  end
+  walk(dir, "", 0)
+  return files, bytes
+end
+
+---After start{workspace = ...}: uploads the mirror.
+---@param self table a started ssh sandbox
+function M.sync_workspace(self)
+  self.uploaded = self.uploaded or {}
+  M.upload_workspace(self.workspace_dir, self.uploaded, function(op, content, data)
+    self.client:request(op, content, { buffers = data and { data } or nil, timeout_ms = 600000 })
+  end)
+end
+
+---------------------------------------------------------------------------------------------
 -- the handle side (in the script): seer.sandbox calls these for backend = "ssh"
 
 -- The config the remote side gets: every field but backend and ssh, as plain JSON values.
@@ -684,6 +735,52 @@ function Link:relay_loop()
   local routes, nroutes, kernels = {}, 0, {}
   local own = {}
   local session = net.uuid()
+  local sync_failed
+  -- A reply from the remote sandboxd: to the link's own request, or routed to its client.
+  local function on_reply(h, p, md, c, bufs)
+    local okp, parent = pcall(json.decode, p)
+    if self.debug then self:log("<- %s", tostring(okp and type(parent) == "table" and parent.msg_type)) end
+    local pid = okp and type(parent) == "table" and parent.msg_id
+    if type(pid) == "string" and own[pid] then
+      local kind = own[pid]
+      own[pid] = nil
+      if kind == "services" then self:mirror_services(c)
+      else
+        local okc, cc = pcall(json.decode, c)
+        if not okc or type(cc) ~= "table" or cc.status ~= "ok" then sync_failed = okc and type(cc) == "table" and tostring(cc.evalue) or "a bad reply" end
+      end
+    elseif type(pid) == "string" and routes[pid] then
+      local kname = kernels[pid]
+      if kname ~= nil then
+        kernels[pid] = nil
+        local why = "start_kernel needs a plain name"
+        if kname then why = self:forward_kernel(kname, c) end
+        if why then
+          self:log("start_kernel %s refused: %s", tostring(kname), why)
+          c = json.encode({ status = "error", ename = "RemoteError", evalue = "ssh backend: " .. why })
+          bufs = nil
+        end
+      end
+      router._s:send(routes[pid], h, p, md, c, bufs)
+      routes[pid] = nil
+      nroutes = nroutes - 1
+    end
+  end
+  -- The link's own request, waited for (other replies are routed meanwhile).
+  local function own_request(op, content, data)
+    local hdr = net.header(op .. "_request", session)
+    own[hdr.msg_id] = op
+    sync_failed = nil
+    dealer:send({ header = hdr, parent_header = {}, metadata = {}, content = content, buffers = data and { data } or nil })
+    local deadline = process.now_ms() + 120000
+    while own[hdr.msg_id] do
+      if process.now_ms() > deadline then own[hdr.msg_id] = nil; error(op .. ": no answer from sandboxd", 0) end
+      local idents, h, p, md, c, bufs = dealer._s:recv(200)
+      if idents then on_reply(h, p, md, c, bufs) end
+      if self.ssh:poll() then error("the connection ended", 0) end
+    end
+    if sync_failed then error(op .. ": " .. sync_failed, 0) end
+  end
   local next_poll = 0
   local stdin_buf = ""
   local terminating
@@ -707,6 +804,9 @@ function Link:relay_loop()
         if hdr.msg_type == "start_kernel_request" then
           local okc, cc = pcall(json.decode, c)
           kernels[hdr.msg_id] = okc and type(cc) == "table" and valid_name(cc.name) and cc.name or false
+          -- what seer.execution installed into the mirror reaches /workspace before the kernel
+          local oku, uerr = pcall(M.upload_workspace, self.state_dir .. "/workspace", self.uploaded, own_request)
+          if not oku then self:log("uploading the workspace failed: %s", tostring(uerr)) end
         end
         if self.debug then self:log("-> %s", tostring(hdr.msg_type)) end
         dealer._s:send(nil, h, p, md, c, bufs)
@@ -716,34 +816,13 @@ function Link:relay_loop()
     for _ = 1, 256 do
       local idents, h, p, md, c, bufs = dealer._s:recv(0)
       if not idents then break end
-      local okp, parent = pcall(json.decode, p)
-      if self.debug then self:log("<- %s", tostring(okp and type(parent) == "table" and parent.msg_type)) end
-      local pid = okp and type(parent) == "table" and parent.msg_id
-      if type(pid) == "string" and own[pid] then
-        own[pid] = nil
-        self:mirror_services(c)
-      elseif type(pid) == "string" and routes[pid] then
-        local kname = kernels[pid]
-        if kname ~= nil then
-          kernels[pid] = nil
-          local why = "start_kernel needs a plain name"
-          if kname then why = self:forward_kernel(kname, c) end
-          if why then
-            self:log("start_kernel %s refused: %s", tostring(kname), why)
-            c = json.encode({ status = "error", ename = "RemoteError", evalue = "ssh backend: " .. why })
-            bufs = nil
-          end
-        end
-        router._s:send(routes[pid], h, p, md, c, bufs)
-        routes[pid] = nil
-        nroutes = nroutes - 1
-      end
+      on_reply(h, p, md, c, bufs)
     end
     -- the link's own poll of services (kernel exits)
     if process.now_ms() >= next_poll then
       next_poll = process.now_ms() + 1000
       local hdr = net.header("services_request", session)
-      own[hdr.msg_id] = true
+      own[hdr.msg_id] = "services"
       dealer:send({ header = hdr, parent_header = {}, metadata = {}, content = {} })
     end
     -- the script: "terminate", or its end (EOF)
@@ -818,7 +897,7 @@ local function link_main()
   local s, why = M.check_config(req.ssh)
   if not s then emit({ error = "ssh-link: " .. why }); return 2 end
   req.ssh = s
-  local self = setmetatable({ req = req, state_dir = req.state_dir, forwards = {}, exited = {},
+  local self = setmetatable({ req = req, state_dir = req.state_dir, forwards = {}, exited = {}, uploaded = {},
                               debug = os.getenv("SEER_SSH_DEBUG") == "1" }, Link)
   local okc, err = pcall(function()
     local info, code = self:connect()
