@@ -247,6 +247,47 @@ T.test("start{workspace} uploads the workspace to the remote /workspace", functi
   s:terminate()
 end)
 
+T.test("time to a remote sandbox answering exec (seer already there), exec round trip, terminate", function()
+  local t0 = process.now_ms()
+  local s = start({ timeout = 300 }, "timing")
+  T.eq(s:exec("echo up"), "up\n")
+  local first = process.now_ms() - t0
+  local n, t1 = 30, process.now_ms()
+  for _ = 1, n do s:exec({ "true" }) end
+  local rtt = (process.now_ms() - t1) / n
+  local t2 = process.now_ms()
+  s:terminate()
+  io.write(("  (ssh, loopback: start() to the first answered exec %.0f ms; exec round trip %.1f ms; terminate %.0f ms)\n")
+    :format(first, rtt, process.now_ms() - t2))
+end)
+
+T.test("a script killed with -9 takes its remote sandbox with it", function()
+  local s0 = sshd()
+  local script = root .. "/owner.lua"
+  local f = assert(io.open(script, "w"))
+  f:write(([[
+local env = require "seer.environment"
+local s = env.Sandbox(env.SandboxConfig{ backend = "ssh", execution_mode = "cli", timeout = 300,
+  ssh = { host = "127.0.0.1", port = %d, identity_file = %q, known_hosts = %q, remote_dir = %q, remote_state_dir = %q } })
+s:start{ name = "orphan" }
+io.stdout:write(s.remote.id, " ", s.state_dir, "\n")
+io.stdout:flush()
+while true do require("seer.process").sleep_ms(1000) end
+]]):format(s0.port, s0.dir .. "/client_key", s0.dir .. "/known_hosts", RDIR, RSTATE))
+  f:close()
+  local p = process.spawn{ argv = { require("seer.jupyter").seer_binary(), script }, stdout = "pipe" }
+  local line = p:read_line(30000)
+  T.ok(line, "the script started its sandbox")
+  local rid, state_dir = line:match("^(%S+) (%S+)$")
+  T.ok(exists(RSTATE .. "/" .. rid))
+  p:kill(process.SIGKILL)
+  p:wait(2000)
+  T.ok(wait_gone(rid, 15000))
+  local deadline = process.now_ms() + 5000
+  while exists(state_dir) and process.now_ms() < deadline do process.sleep_ms(50) end
+  T.ok(not exists(state_dir), "the link removed the local folder of a script that is gone")
+end)
+
 T.test("a dropped connection is reported and ends the remote sandbox", function()
   local s = start({ timeout = 300 }, "drop")
   T.eq(s:exec("echo up"), "up\n")
