@@ -244,6 +244,15 @@ T.test("start{workspace} uploads the workspace to the remote /workspace", functi
   local s = env.Sandbox(env.SandboxConfig{ backend = "ssh", ssh = ssh_fields(), execution_mode = "cli", timeout = 300 })
   s:start{ name = "ws", workspace = W.Workspace{ libraries = { W.Library.from_code("lib_a", "return 7") } } }
   T.eq(s:exec("lua_a=$(cat lib_a.lua); echo $lua_a"), "return 7\n")
+  -- a CLI session's workspace: installed into the mirror by seer.execution, then used by
+  -- another process (seer mcp cli) that connects by id
+  local cli = exec.create_cli_session(s, W.Workspace{ libraries = { W.Library.from_code("lib_b", "return 8") } })
+  T.eq(cli.sandbox_id, s.sandbox_id)
+  local c = require("seer.sandbox").connect_id(s.sandbox_id)
+  local r, bufs = c:request("exec", { argv = "cat lib_b.lua" }, { timeout_ms = 10000 })
+  T.eq(r.exit_code, 0)
+  T.eq(bufs[1], "return 8")
+  c:close()
   s:terminate()
 end)
 

@@ -804,7 +804,11 @@ function Link:relay_loop()
         if hdr.msg_type == "start_kernel_request" then
           local okc, cc = pcall(json.decode, c)
           kernels[hdr.msg_id] = okc and type(cc) == "table" and valid_name(cc.name) and cc.name or false
-          -- what seer.execution installed into the mirror reaches /workspace before the kernel
+        end
+        -- What seer.execution installed into the mirror (a notebook or CLI session's
+        -- workspace) reaches /workspace before the next request, which may use it (a scan of
+        -- the mirror's few entries per request; only changed files are sent).
+        do
           local oku, uerr = pcall(M.upload_workspace, self.state_dir .. "/workspace", self.uploaded, own_request)
           if not oku then self:log("uploading the workspace failed: %s", tostring(uerr)) end
         end
