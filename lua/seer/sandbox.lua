@@ -1559,7 +1559,7 @@ end
 -- Stops everything this sandbox is: sandboxd, the keeper, the cgroups, the state directory.
 function Sandbox:_teardown()
   live[self] = nil
-  if self.link then -- a remote backend: stop the remote sandbox and its link first
+  if self.config.backend ~= "local" then -- a remote backend: stop the remote sandbox (and its job, link) first
     require("seer.backends." .. self.config.backend).teardown(self)
     self.keeper_status = self.keeper_status or self.link_status or { code = -1 }
   end

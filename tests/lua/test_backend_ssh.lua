@@ -23,70 +23,15 @@ pcall(ffi.cdef, "unsigned getuid(void);")
 ffi.C.setenv("SEER_SANDBOX_DIR", root .. "/sb", 1)
 ffi.C.setenv("SEER_CACHE_DIR", root .. "/cache", 1)
 
+local fixture = require "sshd_fixture"
+local function sshd() return fixture.start(root) end
 local function sh(cmd)
   local p = io.popen(cmd .. " 2>&1")
   local out = p:read("*a")
   local ok = p:close()
   return ok, out
 end
-
 local function exists(p) return require("seer.safe_fs").lstat(p) ~= nil end
-
--- One sshd for the whole file, started on first use.
-local server
-local function sshd()
-  if server then return server end
-  if not exists(SSHD) then T.skip("openssh-server is not installed (make setup installs it: apt-get install openssh-server)") end
-  if os.execute("command -v bwrap >/dev/null 2>&1") ~= 0 then T.skip("bubblewrap is not installed (make setup installs it)") end
-  local d = root .. "/ssh"
-  process.mkdir_p(d)
-  assert(sh(("ssh-keygen -q -t ed25519 -N '' -f %s/host_key && ssh-keygen -q -t ed25519 -N '' -f %s/client_key && cp %s/client_key.pub %s/authorized_keys"):format(d, d, d, d)))
-  if ffi.C.getuid() == 0 then process.mkdir_p("/run/sshd") end -- privilege separation's empty folder
-  local port
-  for _ = 1, 20 do
-    port = 20000 + math.random(0, 30000)
-    local f = assert(io.open(d .. "/sshd_config", "w"))
-    f:write(([[
-Port %d
-ListenAddress 127.0.0.1
-HostKey %s/host_key
-AuthorizedKeysFile %s/authorized_keys
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-PubkeyAuthentication yes
-PermitRootLogin prohibit-password
-UsePAM no
-StrictModes no
-PidFile %s/sshd.pid
-AllowStreamLocalForwarding yes
-AllowTcpForwarding local
-X11Forwarding no
-PrintMotd no
-]]):format(port, d, d, d))
-    f:close()
-    local p = process.spawn{ argv = { SSHD, "-D", "-e", "-f", d .. "/sshd_config" }, stdout = d .. "/sshd.log", stderr = d .. "/sshd.log" }
-    local deadline = process.now_ms() + 5000
-    local up = false
-    while process.now_ms() < deadline and p:alive() do
-      local f2 = io.open(d .. "/sshd.log")
-      local log = f2 and f2:read("*a") or ""
-      if f2 then f2:close() end
-      if log:find("Server listening", 1, true) then up = true; break end
-      process.sleep_ms(20)
-    end
-    if up then
-      local hk = io.open(d .. "/host_key.pub"):read("*a")
-      local kh = assert(io.open(d .. "/known_hosts", "w"))
-      kh:write(("[127.0.0.1]:%d %s"):format(port, hk))
-      kh:close()
-      server = { proc = p, port = port, dir = d }
-      break
-    end
-    p:stop(500)
-  end
-  if not server then error("could not start sshd on loopback; its log:\n" .. (io.open(d .. "/sshd.log"):read("*a"))) end
-  return server
-end
 
 local RSTATE = root .. "/remote-state"
 local RDIR = root .. "/remote-seer"
@@ -107,39 +52,8 @@ local function start(t, name)
   return env.Sandbox(env.SandboxConfig(t)):start{ name = name }
 end
 
--- pids of processes whose environment holds `marker` (the remote keeper, bwrap and everything
--- in the sandbox carry SEER_SANDBOX_DIR or SEER_SANDBOX_ID).
-local function procs_with(marker)
-  local found = {}
-  for _, e in ipairs(sb.listdir("/proc")) do
-    if e.name:match("^%d+$") then
-      local f = io.open("/proc/" .. e.name .. "/environ", "rb")
-      local text = f and f:read("*a")
-      if f then f:close() end
-      if text and text:find(marker, 1, true) then found[#found + 1] = tonumber(e.name) end
-    end
-  end
-  return found
-end
-
-local function remote_left(rid)
-  local left = sb.listdir(RSTATE) or {}
-  local names = {}
-  for _, e in ipairs(left) do if not rid or e.name == rid then names[#names + 1] = e.name end end
-  return names, procs_with("SEER_SANDBOX_ID=" .. rid)
-end
-
--- Waits until nothing of remote sandbox rid is left (state folder, processes).
-local function wait_gone(rid, ms)
-  local deadline = process.now_ms() + (ms or 10000)
-  local names, pids
-  repeat
-    names, pids = remote_left(rid)
-    if #names == 0 and #pids == 0 then return true end
-    process.sleep_ms(50)
-  until process.now_ms() > deadline
-  return false, ("left on the remote: folders {%s}, processes {%s}"):format(table.concat(names, ","), table.concat(pids, ","))
-end
+local procs_with = fixture.procs_with
+local function wait_gone(rid, ms) return fixture.wait_gone(RSTATE, rid, ms) end
 
 local function cmdline(pid)
   local f = io.open("/proc/" .. pid .. "/cmdline", "rb")
@@ -168,7 +82,7 @@ T.test("ssh config is checked before anything runs", function()
   T.raises(function() env.SandboxConfig{ backend = "ssh", ssh = { host = "h", hots = 1 } } end, "unknown field hots; valid fields: config_file")
   T.raises(function() env.SandboxConfig{ backend = "ssh", ssh = { host = "h", remote_dir = "a/../b" } } end, "plain path")
   T.raises(function() env.SandboxConfig{ ssh = { host = "h" } } end, 'ssh is for backend = "ssh"')
-  T.raises(function() env.SandboxConfig{ backend = "slurm" } end, "not available yet")
+  T.raises(function() env.SandboxConfig{ backend = "kubernetes" } end, "not available yet")
   local c = env.SandboxConfig{ backend = "ssh", ssh = { host = "gpu1.lab", user = "me", port = 2222 } }
   T.eq(c.ssh.remote_dir, ".cache/seer/remote")
   T.contains(tostring(c), 'ssh = {connect_timeout = 15, host = "gpu1.lab"')
@@ -405,6 +319,4 @@ with open(rec + "/down.bin", "ab") as out:
   T.ok(not up:find("sandboxd", 1, true) and not down:find("exec_request", 1, true), "no protocol text in clear text")
 end)
 
-T.test("stop sshd", function()
-  if server then server.proc:stop(1000) end
-end)
+T.test("stop sshd", function() fixture.stop() end)

@@ -216,6 +216,7 @@ local function run(argv, opts)
   end
 end
 
+M._run = run
 pcall(require("ffi").cdef, "int isatty(int fd);")
 pcall(require("ffi").cdef, "int chmod(const char *path, unsigned mode);")
 local function tty() return require("ffi").C.isatty(2) == 1 end
@@ -380,7 +381,7 @@ end
 local function remote_config(c)
   local t = {}
   for k, v in pairs(c) do
-    if k ~= "backend" and k ~= "ssh" then
+    if k ~= "backend" and k ~= "ssh" and k ~= "slurm" then
       if type(v) == "table" then
         local copy = {}
         for kk, vv in pairs(v) do
@@ -414,10 +415,13 @@ end
 ---workspace_dir, key, client, keeper_pid (the link's pid).
 ---@param self table
 ---@param opts {name?: string}
-function M.start(self, opts)
+---@param via? {ssh: table, wrap?: string[], env?: table<string, string>, on_end?: string[]} another backend's
+---way in: the ssh fields (host filled in), a command remote-start runs under (srun ...), variables for
+---it, and a command the link runs here when the sandbox has ended, however it ended (scancel)
+function M.start(self, opts, via)
   local S = require "seer.sandbox"
   local c = self.config
-  local s = c.ssh
+  local s = via and via.ssh or c.ssh
   for _, k in ipairs({ "identity_file", "known_hosts", "config_file" }) do
     if s[k] then
       local st = safe_fs.lstat(core.realpath(expand(s[k])) or expand(s[k]))
@@ -455,6 +459,7 @@ function M.start(self, opts)
   local req = {
     ssh = s, id = id, state_dir = self.state_dir, hash = b.hash, name = opts.name,
     config = remote_config(c), secrets = secrets, owner_pid = process.getpid(),
+    wrap = via and via.wrap, env = via and via.env, on_end = via and via.on_end,
   }
   local link, err = sb.spawn{ argv = { require("seer.jupyter").seer_binary(), "sandbox", "ssh-link" }, stdin = true }
   if not link then error("ssh backend: cannot start the link process: " .. tostring(err), 0) end
@@ -621,9 +626,18 @@ end
 function Link:connect()
   local s = self.req.ssh
   local prefix = s.remote_state_dir and ("SEER_SANDBOX_DIR=" .. shq(s.remote_state_dir) .. " ") or ""
+  -- another backend's wrapper (srun into a Slurm job's allocation) and its variables
+  for k, v in pairs(type(self.req.env) == "table" and self.req.env or {}) do
+    if type(k) == "string" and k:match("^[%a_][%w_]*$") and type(v) == "string" then prefix = prefix .. k .. "=" .. shq(v) .. " " end
+  end
+  if type(self.req.wrap) == "table" then
+    local q = {}
+    for i, a in ipairs(self.req.wrap) do q[i] = shq(tostring(a)) end
+    self.wrap_cmd = table.concat(q, " ")
+  end
   local dir = s.remote_dir .. "/" .. self.req.hash
-  local cmd = ("test -x %s || exit %d; %sexec %s sandbox remote-start"):format(shq(dir .. "/seer"), NEED_COPY, prefix,
-    shq(dir .. "/seer"))
+  local cmd = ("test -x %s || exit %d; %sexec %s%s sandbox remote-start"):format(shq(dir .. "/seer"), NEED_COPY, prefix,
+    self.wrap_cmd and (self.wrap_cmd .. " ") or "", shq(dir .. "/seer"))
   self.ctl = self.state_dir .. "/ssh.ctl"
   local p, err = sb.spawn{ argv = ssh_argv(s, { "-M", "-S", self.ctl, "-o", "ControlPersist=no", "--", s.host, cmd }), stdin = true }
   if not p then error("cannot run ssh: " .. tostring(err), 0) end
@@ -888,6 +902,14 @@ function Link:cleanup()
   end
   for _, f in ipairs(self.forwards or {}) do os.remove(f) end
   os.remove(self.state_dir .. "/ssh.ctl")
+  -- another backend's last word, run here however the sandbox ended (scancel of its job)
+  if type(self.req.on_end) == "table" and #self.req.on_end > 0 and not self.on_end_done then
+    self.on_end_done = true
+    local argv = {}
+    for i, a in ipairs(self.req.on_end) do argv[i] = tostring(a) end
+    local code, _, err = run(argv, { timeout_ms = 30000 })
+    if code ~= 0 then self:log("%s failed: %s", argv[1], tostring(err)) end
+  end
 end
 
 local function link_main()
