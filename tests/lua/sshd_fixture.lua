@@ -20,6 +20,15 @@ end
 local function exists(p) return require("seer.safe_fs").lstat(p) ~= nil end
 
 -- One sshd for the whole file, started on first use.
+-- argv run so that it is killed when this test process ends, however it ends (a filtered or
+-- failed run never reaches the test that stops it): setpriv --pdeathsig.
+function M.with_parent(argv)
+  if not exists("/usr/bin/setpriv") then return argv end
+  local a = { "/usr/bin/setpriv", "--pdeathsig", "KILL", "--" }
+  for _, x in ipairs(argv) do a[#a + 1] = x end
+  return a
+end
+
 local server
 function M.start(root)
   if server then return server end
@@ -51,7 +60,7 @@ X11Forwarding no
 PrintMotd no
 ]]):format(port, d, d, d))
     f:close()
-    local p = process.spawn{ argv = { SSHD, "-D", "-e", "-f", d .. "/sshd_config" }, stdout = d .. "/sshd.log", stderr = d .. "/sshd.log" }
+    local p = process.spawn{ argv = M.with_parent({ SSHD, "-D", "-e", "-f", d .. "/sshd_config" }), stdout = d .. "/sshd.log", stderr = d .. "/sshd.log" }
     local deadline = process.now_ms() + 5000
     local up = false
     while process.now_ms() < deadline and p:alive() do

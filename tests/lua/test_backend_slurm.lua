@@ -82,8 +82,8 @@ NodeName=seernode NodeAddr=127.0.0.1 CPUs=2 RealMemory=%d State=UNKNOWN
 PartitionName=debug Nodes=seernode Default=YES MaxTime=INFINITE State=UP
 ]]):format(host, port, port + 1, d, d, d, d, d, d, mem))
   f:close()
-  local ctld = process.spawn{ argv = { "/usr/sbin/slurmctld", "-D", "-c", "-f", conf }, stdout = d .. "/ctld.out", stderr = d .. "/ctld.out" }
-  local slurmd = process.spawn{ argv = { "/usr/sbin/slurmd", "-D", "-N", "seernode", "-f", conf }, stdout = d .. "/d.out", stderr = d .. "/d.out" }
+  local ctld = process.spawn{ argv = fixture.with_parent({ "/usr/sbin/slurmctld", "-D", "-c", "-f", conf }), stdout = d .. "/ctld.out", stderr = d .. "/ctld.out" }
+  local slurmd = process.spawn{ argv = fixture.with_parent({ "/usr/sbin/slurmd", "-D", "-N", "seernode", "-f", conf }), stdout = d .. "/d.out", stderr = d .. "/d.out" }
   cluster = { conf = conf, dir = d, ctld = ctld, slurmd = slurmd, ssh = s }
   local deadline = process.now_ms() + 20000
   while true do
