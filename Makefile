@@ -38,7 +38,7 @@ all: $(SEER_BIN)
 help:
 	@echo "make            build ./seer"
 	@echo "make setup      install missing build and test dependencies (Debian packages)"
-	@echo "make test-remote  the remote backends' tests alone (a real sshd on loopback; docs/backends.md)"
+	@echo "make test-remote  the remote backends' tests alone (a real sshd and a one-node Slurm on loopback; docs/backends.md)"
 	@echo "make demo       setup + build + run experiments/hello and the offline introspection investigation"
 	@echo "make test       build and run the whole test suite (ends with 'N passed, N failed')"
 	@echo "make attack    the attack suite alone (docs/security.md)"
@@ -124,7 +124,8 @@ setup:
 test: $(SEER_BIN) $(UNIT_BIN) $(BUILD)/tests/libfakecuda.so
 	@SEER=$(CURDIR)/$(SEER_BIN) SEER_BUILD=$(BUILD) UNIT_BINS="$(UNIT_BIN)" bash tests/run.sh
 
-# The remote sandbox backends against real peers started by the tests (sshd on loopback):
+# The remote sandbox backends against real peers started by the tests (sshd, slurmctld and
+# slurmd on loopback):
 # tests/lua/test_backend_*.lua; they are part of make test too.
 test-remote: $(SEER_BIN)
 	@./$(SEER_BIN) tests/lua/run.lua $(wildcard tests/lua/test_backend_*.lua)

@@ -488,7 +488,10 @@ function M.start(self, opts, via)
       buf = buf:sub(nl + 1)
       local okj, msg = pcall(json.decode, l)
       if okj and type(msg) == "table" then
-        if msg.progress then say_progress(tostring(msg.progress))
+        if msg.progress then
+          say_progress(tostring(msg.progress))
+          -- a copy in progress is not a hang: the wait starts again
+          deadline = process.now_ms() + (s.start_timeout + s.connect_timeout * 2 + 600) * 1000
         elseif msg.error then error(tostring(msg.error), 0)
         elseif msg.ready then ready = msg end
       end
