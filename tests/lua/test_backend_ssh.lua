@@ -141,6 +141,10 @@ T.test("a notebook session on stories260K runs in an ssh sandbox; terminate leav
   local m = require("seer.model").load(stories)
   T.eq(res.text, m:generate("Once upon a time", { max_new_tokens = 6 }).text .. "\n" .. rid .. "\n")
   T.ok(exists(session.notebook_path), "the notebook is written on this machine")
+  -- the live view and the agent's MCP server are this machine's notebook server, as locally
+  T.ok(s.jupyter_url and s.jupyter_url:match("^http://127%.0%.0%.1:%d+/"), tostring(s.jupyter_url))
+  T.eq(session.sandbox_id, s.sandbox_id)
+  T.ok(session.mcp_config.notebook.env.SEER_NOTEBOOK_SCOPE_KEY, "a sandbox-scoped MCP config")
   -- a kernel killed in the remote sandbox is noticed; restart brings the model back
   T.raises(function() session:exec("os.execute('kill -9 0')") end, "KernelDied")
   session:restart()
@@ -209,6 +213,22 @@ while true do require("seer.process").sleep_ms(1000) end
   local deadline = process.now_ms() + 5000
   while exists(state_dir) and process.now_ms() < deadline do process.sleep_ms(50) end
   T.ok(not exists(state_dir), "the link removed the local folder of a script that is gone")
+end)
+
+T.test("seer sandbox list and terminate ID work for an ssh sandbox from another process", function()
+  local s = start({ timeout = 300 }, "byid")
+  local rid = s.remote.id
+  local found
+  for _, x in ipairs(require("seer.sandbox").list()) do if x.id == s.sandbox_id then found = x end end
+  T.ok(found and found.running, "seer sandbox list shows it")
+  local ok, out = sh(("SEER_SANDBOX_DIR=%s %s sandbox terminate %s"):format(root .. "/sb", require("seer.jupyter").seer_binary(), s.sandbox_id))
+  T.ok(ok, out)
+  T.contains(out, "terminated " .. s.sandbox_id)
+  T.ok(wait_gone(rid, 10000))
+  local okx, err = pcall(s.exec, s, "true")
+  T.ok(not okx)
+  T.contains(tostring(err), "has ended")
+  s:terminate()
 end)
 
 T.test("a dropped connection is reported and ends the remote sandbox", function()

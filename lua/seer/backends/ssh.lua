@@ -549,8 +549,9 @@ function M.ended(self)
     return ("the sandbox %s on %s has ended: %s"):format(self.sandbox_id, self.remote and self.remote.host or "?", s.why)
   end
   if st then
-    return ("the sandbox %s on %s has ended: its ssh link exited (code %s)"):format(self.sandbox_id,
-      self.remote and self.remote.host or "?", tostring(st.code))
+    return ("the sandbox %s on %s has ended: its ssh link %s (seer sandbox terminate, or killed)"):format(self.sandbox_id,
+      self.remote and self.remote.host or "?",
+      (st.signal and st.signal ~= 0) and ("was killed by signal " .. st.signal) or ("exited with code " .. tostring(st.code)))
   end
   return nil
 end
@@ -956,7 +957,13 @@ local function link_main()
   }), { mode = tonumber("600", 8) })
   sj:write("sandboxd.key", self.key, { mode = tonumber("600", 8) })
   emit({ ready = true, key = self.key, remote_id = self.remote_id, remote_run = self.remote_run, models = json.array(self.models) })
-  local how, detail = self:relay_loop()
+  local okr, how, detail = pcall(self.relay_loop, self)
+  if not okr then
+    -- a fault of the link itself: said in status.json and its log, and the remote ended
+    self:write_status("link_failed", "the ssh link failed: " .. tostring(how))
+    self:cleanup()
+    return 1
+  end
   if how == "terminate" then
     self:cleanup()
     self:write_status("terminated", detail)
