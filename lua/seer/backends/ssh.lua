@@ -381,7 +381,7 @@ end
 local function remote_config(c)
   local t = {}
   for k, v in pairs(c) do
-    if k ~= "backend" and k ~= "ssh" and k ~= "slurm" then
+    if k ~= "backend" and k ~= "ssh" and k ~= "slurm" and k ~= "podman" then
       if type(v) == "table" then
         local copy = {}
         for kk, vv in pairs(v) do
@@ -415,9 +415,11 @@ end
 ---workspace_dir, key, client, keeper_pid (the link's pid).
 ---@param self table
 ---@param opts {name?: string}
----@param via? {ssh: table, wrap?: string[], env?: table<string, string>, on_end?: string[]} another backend's
+---@param via? {ssh: table, wrap?: string[], env?: table<string, string>, on_end?: string[], transport?: {argv: string[], map: string[]}} another backend's
 ---way in: the ssh fields (host filled in), a command remote-start runs under (srun ...), variables for
----it, and a command the link runs here when the sandbox has ended, however it ended (scancel)
+---it, a command the link runs here when the sandbox has ended, however it ended (scancel), and a
+---transport instead of ssh: the command that runs remote-start and {folder inside, folder here} of
+---the state folder the remote side shares with this machine (podman)
 function M.start(self, opts, via)
   local S = require "seer.sandbox"
   local c = self.config
@@ -441,6 +443,7 @@ function M.start(self, opts, via)
   local id = (name:gsub("[^%w_.-]", "-"):gsub("^[.-]+", ""):sub(1, 40))
   if id == "" then id = "sandbox" end
   id = id .. "-" .. (net.new_key():gsub("[^%x]", "")):sub(1, 6)
+  if via and type(via.id) == "string" then id = via.id end
   self.sandbox_id = id
   self.name = opts.name
   self.state_dir = S.state_root() .. "/" .. id
@@ -459,7 +462,7 @@ function M.start(self, opts, via)
   local req = {
     ssh = s, id = id, state_dir = self.state_dir, hash = b.hash, name = opts.name,
     config = remote_config(c), secrets = secrets, owner_pid = process.getpid(),
-    wrap = via and via.wrap, env = via and via.env, on_end = via and via.on_end,
+    wrap = via and via.wrap, env = via and via.env, on_end = via and via.on_end, transport = via and via.transport,
   }
   local link, err = sb.spawn{ argv = { require("seer.jupyter").seer_binary(), "sandbox", "ssh-link" }, stdin = true }
   if not link then error("ssh backend: cannot start the link process: " .. tostring(err), 0) end
@@ -643,7 +646,15 @@ function Link:connect()
   local cmd = ("test -x %s || exit %d; %sexec %s%s sandbox remote-start"):format(shq(dir .. "/seer"), NEED_COPY, prefix,
     self.wrap_cmd and (self.wrap_cmd .. " ") or "", shq(dir .. "/seer"))
   self.ctl = self.state_dir .. "/ssh.ctl"
-  local p, err = sb.spawn{ argv = ssh_argv(s, { "-M", "-S", self.ctl, "-o", "ControlPersist=no", "--", s.host, cmd }), stdin = true }
+  local argv = ssh_argv(s, { "-M", "-S", self.ctl, "-o", "ControlPersist=no", "--", s.host, cmd })
+  local t = self.req.transport
+  if type(t) == "table" and type(t.argv) == "table" then
+    -- another backend's transport (podman run -i ... seer sandbox remote-start): the same
+    -- stdin/stdout protocol, no ssh, seer already in the image
+    argv = {}
+    for i, a in ipairs(t.argv) do argv[i] = tostring(a) end
+  end
+  local p, err = sb.spawn{ argv = argv, stdin = true }
   if not p then error("cannot run ssh: " .. tostring(err), 0) end
   self.ssh, self.out, self.err = p, "", ""
   local rc = self.req.config
@@ -670,7 +681,9 @@ function Link:connect()
       for _ = 1, 20 do self:pump_ssh(); process.sleep_ms(5) end
       if st.code == NEED_COPY then return nil, NEED_COPY end
       local e = self.err:gsub("%s+$", "")
-      error(("ssh to %s failed (ssh exited with %s)%s"):format(s.host, tostring(st.code),
+      local t = self.req.transport
+      local what = type(t) == "table" and type(t.label) == "string" and t.label or ("ssh to " .. s.host)
+      error(("%s failed (%s exited with %s)%s"):format(what, type(t) == "table" and tostring(t.argv[1]) or "ssh", tostring(st.code),
         e ~= "" and (": " .. e:sub(1, 4000)) or ""), 0)
     end
     if process.now_ms() > deadline then
@@ -683,6 +696,20 @@ end
 -- Forwards a local unix socket to a remote one through the master connection.
 function Link:forward(local_path, remote_path)
   local s = self.req.ssh
+  local t = self.req.transport
+  if type(t) == "table" and type(t.map) == "table" then
+    -- The remote folder is a volume of this machine (a container's state folder): a link to
+    -- the socket's path here, as a local sandbox's sockets are reached in its run folder.
+    local inside, here = t.map[1], t.map[2]
+    if type(inside) ~= "string" or type(here) ~= "string" or remote_path:sub(1, #inside + 1) ~= inside .. "/" then
+      return nil, "the socket " .. remote_path .. " is not in the shared folder"
+    end
+    pcall(require("ffi").cdef, "int symlink(const char *target, const char *linkpath);")
+    os.remove(local_path)
+    if require("ffi").C.symlink(here .. remote_path:sub(#inside + 1), local_path) ~= 0 then return nil, "symlink failed" end
+    self.forwards[#self.forwards + 1] = local_path
+    return true
+  end
   local code, _, err = run(ssh_argv(s, { "-S", self.ctl, "-O", "forward", "-L", local_path .. ":" .. remote_path, "--", s.host }),
     { timeout_ms = 15000 })
   if code ~= 0 then return nil, (err or ""):gsub("%s+$", "") end
