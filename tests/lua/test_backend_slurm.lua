@@ -26,11 +26,13 @@ local RSTATE = root .. "/remote-state"
 local RDIR = root .. "/remote-seer"
 
 local function exists(p) return require("seer.safe_fs").lstat(p) ~= nil end
+-- Runs a shell command: whether it exited 0, and its output (stdout and stderr).
 local function sh(cmd)
-  local p = io.popen(cmd .. " 2>&1")
+  local p = io.popen("(" .. cmd .. ") 2>&1; echo \"seer-rc=$?\"")
   local out = p:read("*a")
-  local ok = p:close()
-  return ok, out
+  p:close()
+  local rc = tonumber(out:match("seer%-rc=(%d+)\n?$"))
+  return rc == 0, (out:gsub("seer%-rc=%d+\n?$", ""))
 end
 
 local cluster
@@ -205,7 +207,14 @@ T.test("a job cancelled from outside is reported with Slurm's state", function()
   until not ok or process.now_ms() > deadline
   T.ok(not ok, "exec fails once the job is cancelled")
   T.contains(tostring(err), "(Slurm job " .. job .. ": CANCELLED")
-  T.ok(fixture.wait_gone(RSTATE, rid, 10000))
+  -- Slurm kills every process of the step (the keeper too), so nothing runs; the state folder
+  -- may stay on the node, and is swept there by `seer sandbox list`, as after a kill -9 locally
+  local deadline2 = process.now_ms() + 10000
+  while #fixture.procs_with("SEER_SANDBOX_ID=" .. rid) > 0 and process.now_ms() < deadline2 do process.sleep_ms(50) end
+  T.eq(#fixture.procs_with("SEER_SANDBOX_ID=" .. rid), 0, "no process of the sandbox is left")
+  local ok2, out = sh(("SEER_SANDBOX_DIR=%s %s sandbox list"):format(RSTATE, require("seer.jupyter").seer_binary()))
+  T.ok(ok2, out)
+  T.ok(fixture.wait_gone(RSTATE, rid, 1000))
   s:terminate()
 end)
 

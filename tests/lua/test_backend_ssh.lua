@@ -25,11 +25,13 @@ ffi.C.setenv("SEER_CACHE_DIR", root .. "/cache", 1)
 
 local fixture = require "sshd_fixture"
 local function sshd() return fixture.start(root) end
+-- Runs a shell command: whether it exited 0, and its output (stdout and stderr).
 local function sh(cmd)
-  local p = io.popen(cmd .. " 2>&1")
+  local p = io.popen("(" .. cmd .. ") 2>&1; echo \"seer-rc=$?\"")
   local out = p:read("*a")
-  local ok = p:close()
-  return ok, out
+  p:close()
+  local rc = tonumber(out:match("seer%-rc=(%d+)\n?$"))
+  return rc == 0, (out:gsub("seer%-rc=%d+\n?$", ""))
 end
 local function exists(p) return require("seer.safe_fs").lstat(p) ~= nil end
 

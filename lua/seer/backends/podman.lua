@@ -147,7 +147,7 @@ function M.start(self, opts)
   argv[#argv + 1] = "remote-start"
   local sshf = ssh.check_config({ host = "podman", start_timeout = p.start_timeout })
   local ok, err = pcall(ssh.start, self, opts, {
-    ssh = sshf, id = id,
+    ssh = sshf, id = id, real_model_paths = true,
     transport = { argv = argv, map = { "/seer-state", shared }, label = "the podman container " .. cid },
     on_end = pod(p, { "rm", "--force", "--ignore", cid }),
   })

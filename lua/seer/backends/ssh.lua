@@ -459,10 +459,22 @@ function M.start(self, opts, via)
   local secrets = {}
   for _, n in ipairs(c.secrets) do secrets[n] = os.getenv(n) end
   local b = bundle()
+  local rconfig = remote_config(c)
+  if via and via.real_model_paths then
+    -- the remote side sees this machine's files at the same real paths (a container's volumes)
+    for _, m in ipairs(rconfig.models or {}) do
+      for _, k in ipairs({ "name", "base_model" }) do
+        local real = type(m[k]) == "string" and core.realpath(m[k])
+        local st = real and safe_fs.lstat(real)
+        if st and st.type == "dir" then m[k] = real end
+      end
+    end
+  end
   local req = {
     ssh = s, id = id, state_dir = self.state_dir, hash = b.hash, name = opts.name,
-    config = remote_config(c), secrets = secrets, owner_pid = process.getpid(),
+    config = rconfig, secrets = secrets, owner_pid = process.getpid(),
     wrap = via and via.wrap, env = via and via.env, on_end = via and via.on_end, transport = via and via.transport,
+    backend = c.backend,
   }
   local link, err = sb.spawn{ argv = { require("seer.jupyter").seer_binary(), "sandbox", "ssh-link" }, stdin = true }
   if not link then error("ssh backend: cannot start the link process: " .. tostring(err), 0) end
@@ -971,7 +983,7 @@ local function link_main()
     self:log("connected to %s: remote sandbox %s (run folder %s)", s.host, info.id, info.run_dir)
   end)
   if not okc then
-    emit({ error = ("SandboxConfig{backend = \"ssh\"}: %s"):format(tostring(err)) })
+    emit({ error = ("SandboxConfig{backend = %q}: %s"):format(type(req.backend) == "string" and req.backend or "ssh", tostring(err)) })
     self:cleanup()
     return 1
   end
