@@ -200,6 +200,36 @@ T.test("time to a remote sandbox answering exec (seer already there), exec round
     :format(first, lfirst, rtt, lrtt, term))
 end)
 
+T.test("several ssh sandboxes start at once (seer.backends.start_all)", function()
+  local n = 3
+  local t0 = process.now_ms()
+  local seq = {}
+  for i = 1, n do seq[i] = start({ timeout = 300 }, "seq" .. i) end
+  local t_seq = process.now_ms() - t0
+  for _, s in ipairs(seq) do s:terminate() end
+  local list = {}
+  for i = 1, n do list[i] = env.Sandbox(env.SandboxConfig{ backend = "ssh", ssh = ssh_fields(), execution_mode = "cli", timeout = 300 }) end
+  t0 = process.now_ms()
+  require("seer.backends").start_all(list, { name = "par" })
+  local t_par = process.now_ms() - t0
+  local ids = {}
+  for i, s in ipairs(list) do
+    T.eq(s:exec("echo " .. i), i .. "\n")
+    T.ok(s.sandbox_id:match("^par%-" .. i .. "%-"), s.sandbox_id)
+    ids[s.remote.id] = true
+  end
+  local distinct = 0
+  for _ in pairs(ids) do distinct = distinct + 1 end
+  T.eq(distinct, n)
+  io.write(("  (ssh, loopback: %d sandboxes one after another %.0f ms, together %.0f ms)\n"):format(n, t_seq, t_par))
+  for _, s in ipairs(list) do s:terminate() end
+  -- one that cannot start takes the others down and says which
+  local bad = { env.Sandbox(env.SandboxConfig{ backend = "ssh", ssh = ssh_fields(), execution_mode = "cli" }),
+                env.Sandbox(env.SandboxConfig{ backend = "ssh", ssh = ssh_fields{ port = 1, connect_timeout = 2 }, execution_mode = "cli" }) }
+  T.raises(function() require("seer.backends").start_all(bad) end, "start_all: sandboxes%[2%]: .*ssh to 127.0.0.1 failed")
+  T.ok(bad[1].stopped, "the one that started was terminated")
+end)
+
 T.test("a script killed with -9 takes its remote sandbox with it", function()
   local s0 = sshd()
   local script = root .. "/owner.lua"

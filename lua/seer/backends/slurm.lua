@@ -162,7 +162,7 @@ function M.start(self, opts)
       error(("Slurm job %s waited %d s in the queue (%s); cancelled (slurm.queue_timeout)"):format(job, s.queue_timeout, st.reason), 0)
     end
     if core.interrupted() then slurm(s, { "scancel", job }); error("interrupted", 0) end
-    process.sleep_ms(500)
+    ssh.wait_fd(-1, 500)
   end
   -- The node's address as Slurm knows it.
   local code2, nout = slurm(s, { "scontrol", "show", "node", "-o", node })

@@ -375,6 +375,25 @@ function M.sync_workspace(self)
 end
 
 ---------------------------------------------------------------------------------------------
+-- waiting: a start run by seer.backends.start_all (in a coroutine) hands the turn to the
+-- other starts instead of blocking
+
+M.parallel = setmetatable({}, { __mode = "k" })
+
+---Waits until fd is readable or ms passed; inside a start_all coroutine, yields instead.
+---@param fd integer (-1: no fd)
+---@param ms integer
+function M.wait_fd(fd, ms)
+  local co = coroutine.running()
+  if co and M.parallel[co] then
+    if fd >= 0 then net.poll({ fd }, 0) end
+    coroutine.yield()
+    return
+  end
+  if fd >= 0 then net.poll({ fd }, ms) else process.sleep_ms(ms) end
+end
+
+---------------------------------------------------------------------------------------------
 -- the handle side (in the script): seer.sandbox calls these for backend = "ssh"
 
 -- The config the remote side gets: every field but backend and ssh, as plain JSON values.
@@ -493,7 +512,7 @@ function M.start(self, opts, via)
   local ready
   while not ready do
     local o = link:fds()
-    if o >= 0 then net.poll({ o }, 100) else process.sleep_ms(20) end
+    M.wait_fd(o, 100)
     local d = link:read("out")
     while d and d ~= "" do buf = buf .. d; d = link:read("out") end
     while true do
