@@ -125,10 +125,10 @@ test: $(SEER_BIN) $(UNIT_BIN) $(BUILD)/tests/libfakecuda.so
 	@SEER=$(CURDIR)/$(SEER_BIN) SEER_BUILD=$(BUILD) UNIT_BINS="$(UNIT_BIN)" bash tests/run.sh
 
 # The remote sandbox backends against real peers started by the tests (sshd, slurmctld and
-# slurmd on loopback):
-# tests/lua/test_backend_*.lua; they are part of make test too.
+# slurmd on loopback, podman): tests/lua/test_backend_*.lua; they are part of make test too,
+# except the long ones (SEER_TEST_LONG=1: Slurm's own one-minute time limit firing).
 test-remote: $(SEER_BIN)
-	@./$(SEER_BIN) tests/lua/run.lua $(wildcard tests/lua/test_backend_*.lua)
+	@SEER_TEST_LONG=1 ./$(SEER_BIN) tests/lua/run.lua $(wildcard tests/lua/test_backend_*.lua)
 
 bench: $(SEER_BIN) $(BUILD)/bench/peak
 	@SEER=$(CURDIR)/$(SEER_BIN) PEAK=$(CURDIR)/$(BUILD)/bench/peak bash tests/bench/run.sh

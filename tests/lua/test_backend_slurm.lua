@@ -218,6 +218,29 @@ T.test("a job cancelled from outside is reported with Slurm's state", function()
   s:terminate()
 end)
 
+T.test("Slurm's own time limit ends the job and the sandbox, and says so (long: make test-remote)", function()
+  if os.getenv("SEER_TEST_LONG") ~= "1" then
+    T.skip("takes 1-2 minutes (a one-minute job time limit); make test-remote runs it (SEER_TEST_LONG=1)")
+  end
+  local s = env.Sandbox(config{ timeout = 600, slurm = { time = 1 } }):start{ name = "slurmlimit" }
+  local job, rid = s.slurm_job, s.remote.id
+  T.eq(s:exec("echo up"), "up\n")
+  local t0 = process.now_ms()
+  local deadline = process.now_ms() + 180000
+  local ok, err
+  repeat
+    ok, err = pcall(s.exec, s, "true")
+    if ok then process.sleep_ms(500) end
+  until not ok or process.now_ms() > deadline
+  T.ok(not ok, "exec fails once the job's time limit passed")
+  io.write(("  (the job's one-minute limit ended the sandbox after %.0f s)\n"):format((process.now_ms() - t0) / 1000))
+  T.contains(tostring(err), "(Slurm job " .. job .. ": TIMEOUT")
+  local d2 = process.now_ms() + 10000
+  while #fixture.procs_with("SEER_SANDBOX_ID=" .. rid) > 0 and process.now_ms() < d2 do process.sleep_ms(50) end
+  T.eq(#fixture.procs_with("SEER_SANDBOX_ID=" .. rid), 0, "no process of the sandbox is left")
+  s:terminate()
+end)
+
 T.test("sbatch refusing the job fails start() with its message", function()
   slurm_up()
   T.raises(function() env.Sandbox(config{ slurm = { partition = "nosuch" } }):start() end, "sbatch refused the job")

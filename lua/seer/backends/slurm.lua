@@ -28,11 +28,12 @@ local core = require "seer.core.host"
 ---@field job_name? string default seer-<sandbox name>
 ---@field slurm_conf? string SLURM_CONF for the Slurm commands here and srun on the node
 ---@field queue_timeout? number seconds to wait in the queue before giving up (default 86400)
+---@field time? integer the job's --time in minutes (default: the sandbox's timeout in minutes, rounded up, plus one)
 ---@field ssh? table how to reach the nodes: the ssh backend's fields without host (port, user, identity_file, known_hosts, ...)
 
 M.FIELDS = {
   partition = "string", account = "string", qos = "string", constraint = "string", cpus = "number", mem = "string",
-  gres = "string", job_name = "string", slurm_conf = "string", queue_timeout = "number", ssh = "table",
+  gres = "string", job_name = "string", slurm_conf = "string", queue_timeout = "number", ssh = "table", time = "number",
 }
 
 local function sorted(t)
@@ -61,6 +62,7 @@ function M.check_config(t)
     if s[k] and not plain(s[k]) then return nil, ("slurm.%s %q is not a plain value (letters, digits, . _ : , = + / @ -)"):format(k, s[k]) end
   end
   if s.cpus and (s.cpus ~= math.floor(s.cpus) or s.cpus < 1) then return nil, "slurm.cpus must be a positive integer" end
+  if s.time and (s.time ~= math.floor(s.time) or s.time < 1) then return nil, "slurm.time must be a positive whole number of minutes" end
   if s.queue_timeout and s.queue_timeout <= 0 then return nil, "slurm.queue_timeout must be a positive number of seconds" end
   if s.slurm_conf and (s.slurm_conf:find("%c") or s.slurm_conf == "") then return nil, "slurm.slurm_conf is not a path" end
   local sshf = {}
@@ -120,7 +122,7 @@ function M.start(self, opts)
   -- The job holds the allocation; the sandbox is a step in it (srun --overlap below). Its
   -- time limit is the sandbox's timeout in whole minutes, plus one for start and teardown; the
   -- sandbox's own keeper ends it at `timeout` to the second.
-  local minutes = math.ceil(c.timeout / 60) + 1
+  local minutes = s.time or (math.ceil(c.timeout / 60) + 1)
   local argv = { "sbatch", "--parsable", "--job-name=" .. name, "--time=" .. minutes, "--nodes=1", "--ntasks=1",
                  "--output=/dev/null", "--error=/dev/null" }
   if s.partition then argv[#argv + 1] = "--partition=" .. s.partition end
