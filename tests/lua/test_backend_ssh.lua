@@ -273,6 +273,39 @@ T.test("seer sandbox list and terminate ID work for an ssh sandbox from another 
   s:terminate()
 end)
 
+T.test("a hostile remote side: a bad ready line, an endless line, and junk are refused", function()
+  sshd()
+  -- a fake seer where the real one would be: the remote side is whatever that host runs
+  local hash = require("seer.backends.ssh")._bundle().hash
+  local fake_dir = root .. "/fake-remote"
+  process.mkdir_p(fake_dir .. "/" .. hash)
+  local function fake(script)
+    local f = assert(io.open(fake_dir .. "/" .. hash .. "/seer", "w"))
+    f:write("#!/bin/sh\nread line\n" .. script .. "\n")
+    f:close()
+    os.execute("chmod 755 " .. fake_dir .. "/" .. hash .. "/seer")
+  end
+  local function try()
+    local ok, err = pcall(function() return start({ ssh = ssh_fields{ remote_dir = fake_dir } }, "hostile") end)
+    T.ok(not ok, "start() refused it")
+    return tostring(err)
+  end
+  fake([[echo '{"ready":true,"id":"x-1","key":"aaaaaaaaaaaaaaaaaaaa","run_dir":"/tmp/../etc/x/run"}'; sleep 5]])
+  T.contains(try(), "run_dir is not a plain absolute path")
+  fake([[echo '{"ready":true,"id":"x-1","key":"aaaaaaaaaaaaaaaaaaaa","run_dir":"/tmp/x/run","models":[{"path":"/etc/shadow"}]}'; sleep 5]])
+  T.contains(try(), "is not a path under /models")
+  -- a line without end: the link keeps at most 64 KiB of it
+  fake([[head -c 50000000 /dev/zero | tr '\0' 'a'; sleep 5]])
+  local t0 = process.now_ms()
+  T.contains(try(), "answered something unusable")
+  T.ok(process.now_ms() - t0 < 30000, "refused without reading it all")
+  fake([[echo '{"error":"no bubblewrap here"}']])
+  T.contains(try(), "did not start: no bubblewrap here")
+  fake([[exit 3]])
+  T.contains(try(), "exited with 3")
+  T.eq(#(sb.listdir(root .. "/sb") or {}), 0, "no local folder is left behind")
+end)
+
 T.test("a dropped connection is reported and ends the remote sandbox", function()
   local s = start({ timeout = 300 }, "drop")
   T.eq(s:exec("echo up"), "up\n")

@@ -631,21 +631,27 @@ end
 function Link:pump_ssh()
   local p = self.ssh
   local lines = {}
+  -- Reading stops at MAX_LINE bytes without a newline (the line is refused) and at 1 MiB a
+  -- call, so a remote side that writes without end costs bounded memory and time.
+  local budget = 1048576
   for _, which in ipairs({ "out", "err" }) do
     local d = p:read(which)
     while d and d ~= "" do
-      if which == "out" then self.out = self.out .. d
+      budget = budget - #d
+      if which == "out" then
+        self.out = self.out .. d
+        while true do
+          local nl = self.out:find("\n", 1, true)
+          if not nl then break end
+          if #lines < 1000 then lines[#lines + 1] = self.out:sub(1, nl - 1) end
+          self.out = self.out:sub(nl + 1)
+        end
+        if #self.out > MAX_LINE then self.out = ""; lines[#lines + 1] = "{\"overlong\":true}" end
       elseif #self.err < 65536 then self.err = self.err .. d end
+      if budget <= 0 then break end
       d = p:read(which)
     end
   end
-  while true do
-    local nl = self.out:find("\n", 1, true)
-    if not nl then break end
-    lines[#lines + 1] = self.out:sub(1, nl - 1)
-    self.out = self.out:sub(nl + 1)
-  end
-  if #self.out > MAX_LINE then self.out = ""; lines[#lines + 1] = "{\"overlong\":true}" end
   return lines
 end
 
