@@ -351,6 +351,38 @@ T.test("a dropped connection is reported and ends the remote sandbox", function(
   s:terminate()
 end)
 
+T.test("a connection that goes silent is noticed by keepalives; the remote ends when its side does", function()
+  -- sshd's session process stopped (SIGSTOP): the TCP connection stays open but nothing answers,
+  -- as in a network partition
+  local s = start({ timeout = 300 }, "silent")
+  local rid = s.remote.id
+  T.eq(s:exec("echo up"), "up\n")
+  local session_pid
+  for _, p in ipairs(procs_with("SEER_SANDBOX_DIR=" .. RSTATE)) do
+    local f = io.open("/proc/" .. p .. "/stat")
+    local ppid = f and tonumber(f:read("*a"):match("^%d+ %b() %S+ (%d+)"))
+    if f then f:close() end
+    if ppid and cmdline(ppid):match("^sshd") then session_pid = ppid end
+  end
+  T.ok(session_pid, "found sshd's session process")
+  sb.kill(session_pid, 19) -- SIGSTOP
+  local t0 = process.now_ms()
+  local deadline = t0 + 20000
+  local ok, err
+  repeat
+    ok, err = pcall(s.exec, s, "true", { timeout = 1 })
+    if ok then process.sleep_ms(100) end
+  until not ok or process.now_ms() > deadline
+  local took = process.now_ms() - t0
+  sb.kill(session_pid, 18) -- SIGCONT: the server's side now sees its client gone
+  T.ok(not ok, "exec fails once keepalives go unanswered")
+  T.contains(tostring(err), "the ssh connection to 127.0.0.1 was lost")
+  io.write(("  (keepalive = 1 s: the silent connection was declared lost after %.1f s)\n"):format(took / 1000))
+  T.ok(took < 15000, "noticed within a few keepalive intervals")
+  T.ok(wait_gone(rid, 15000))
+  s:terminate()
+end)
+
 T.test("the remote timeout ends the sandbox and says so", function()
   local s = start({ timeout = 2 }, "short")
   local rid = s.remote.id
