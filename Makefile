@@ -32,12 +32,13 @@ SEER_BIN := $(if $(filter build,$(BUILD)),seer,$(BUILD)/seer)
 VERSION := $(shell cat VERSION)
 GIT_REV := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
 
-.PHONY: all setup test unit attack asan soak bench bench-gpu bench-setup parity fuzz fuzz-kernel install uninstall demo clean help check-deps
+.PHONY: test-remote all setup test unit attack asan soak bench bench-gpu bench-setup parity fuzz fuzz-kernel install uninstall demo clean help check-deps
 all: $(SEER_BIN)
 
 help:
 	@echo "make            build ./seer"
 	@echo "make setup      install missing build and test dependencies (Debian packages)"
+	@echo "make test-remote  the remote backends' tests alone (a real sshd and a one-node Slurm on loopback; docs/backends.md)"
 	@echo "make demo       setup + build + run experiments/hello and the offline introspection investigation"
 	@echo "make test       build and run the whole test suite (ends with 'N passed, N failed')"
 	@echo "make attack    the attack suite alone (docs/security.md)"
@@ -123,6 +124,12 @@ setup:
 
 test: $(SEER_BIN) $(UNIT_BIN) $(BUILD)/tests/libfakecuda.so
 	@SEER=$(CURDIR)/$(SEER_BIN) SEER_BUILD=$(BUILD) UNIT_BINS="$(UNIT_BIN)" bash tests/run.sh
+
+# The remote sandbox backends against real peers started by the tests (sshd, slurmctld and
+# slurmd on loopback, podman): tests/lua/test_backend_*.lua; they are part of make test too,
+# except the long ones (SEER_TEST_LONG=1: Slurm's own one-minute time limit firing).
+test-remote: $(SEER_BIN)
+	@SEER_TEST_LONG=1 ./$(SEER_BIN) tests/lua/run.lua $(wildcard tests/lua/test_backend_*.lua)
 
 bench: $(SEER_BIN) $(BUILD)/bench/peak
 	@SEER=$(CURDIR)/$(SEER_BIN) PEAK=$(CURDIR)/$(BUILD)/bench/peak bash tests/bench/run.sh

@@ -252,7 +252,10 @@ M.RepoConfig = guarded(function(t) return make_repo(t) end)
 ---@field local_files {[1]: string, [2]: string}[] {local_path, sandbox_path} files to mount
 ---@field local_dirs {[1]: string, [2]: string}[] {local_path, sandbox_path} directories to mount
 ---@field debug boolean debugging aids (default false)
----@field backend "local" where the sandbox runs (default "local", the only one today)
+---@field backend "local"|"ssh"|"slurm"|"podman" where the sandbox runs (default "local"; docs/backends.md)
+---@field podman? seerbackends.podman.Config the podman backend's fields (backend = "podman")
+---@field ssh? seerbackends.ssh.Config the ssh backend's fields (backend = "ssh")
+---@field slurm? seerbackends.slurm.Config the slurm backend's fields (backend = "slurm")
 ---@field network "none"|"host"|{allow: string[], resolve?: table<string, string>} network access: none (the default), the host's network, or HTTP(S) to listed host names only through seer's egress proxy (docs/sandbox.md)
 ---@field limits seerenvironment.Limits resource limits of the whole sandbox
 ---Resource limits of a sandbox (the whole process tree).
@@ -272,7 +275,7 @@ local SANDBOX_FIELDS = {
   gpu = "string", gpu_count = "number", execution_mode = "string", models = "table",
   system_packages = "table", secrets = "table", repos = "table", env = "table", timeout = "number",
   local_files = "table", local_dirs = "table", debug = "boolean", backend = "string", network = "string|table",
-  limits = "table",
+  limits = "table", ssh = "table", slurm = "table", podman = "table",
 }
 local VALID_SANDBOX = table.concat(sorted_keys(SANDBOX_FIELDS), ", ")
 local SANDBOX_HINTS = {
@@ -280,8 +283,8 @@ local SANDBOX_HINTS = {
     .. "Workspace library (seer.workspace) and system packages in system_packages; valid fields: " .. VALID_SANDBOX,
 }
 
-local BACKENDS = { ["local"] = true }
-local PLANNED_BACKENDS = { ssh = true, slurm = true, kubernetes = true, modal = true }
+local BACKENDS = { ["local"] = true, ssh = true, slurm = true, podman = true }
+local PLANNED_BACKENDS = { kubernetes = true, modal = true, docker = true }
 
 local function check_pairs(what, list, second)
   check_list(what, list)
@@ -487,6 +490,29 @@ local function make_sandbox(t)
     fail('SandboxConfig.backend %s is unknown; the available backends are: %s (write backend = "local" or leave it out)',
       q(c.backend), table.concat(sorted_keys(BACKENDS), ", "))
   end
+  -- each remote backend's own fields (seer.backends.<name>.check_config; docs/backends.md)
+  if c.backend == "ssh" then
+    if t.ssh == nil then fail('SandboxConfig{backend = "ssh"} needs ssh = {host = "...", user = "...", identity_file = "..."}') end
+    local s, why = require("seer.backends.ssh").check_config(t.ssh)
+    if not s then fail("SandboxConfig.%s", why) end
+    c.ssh = s
+  elseif t.ssh ~= nil then
+    fail('SandboxConfig.ssh is for backend = "ssh"; add backend = "ssh" or remove ssh (a Slurm job\'s nodes are reached with slurm.ssh)')
+  end
+  if c.backend == "podman" then
+    local p, why = require("seer.backends.podman").check_config(t.podman or {})
+    if not p then fail("SandboxConfig.%s", why) end
+    c.podman = p
+  elseif t.podman ~= nil then
+    fail('SandboxConfig.podman is for backend = "podman"; add backend = "podman" or remove podman')
+  end
+  if c.backend == "slurm" then
+    local s, why = require("seer.backends.slurm").check_config(t.slurm or {})
+    if not s then fail("SandboxConfig.%s", why) end
+    c.slurm = s
+  elseif t.slurm ~= nil then
+    fail('SandboxConfig.slurm is for backend = "slurm"; add backend = "slurm" or remove slurm')
+  end
 
   -- network
   c.network = t.network or "none"
@@ -536,6 +562,23 @@ function SandboxConfig.__tostring(c)
   if #c.local_dirs > 0 then parts[#parts + 1] = "local_dirs = " .. show_list(c.local_dirs, pair) end
   if c.debug then parts[#parts + 1] = "debug = true" end
   parts[#parts + 1] = "backend = " .. q(c.backend)
+  if c.ssh then
+    local sk, e = sorted_keys(c.ssh), {}
+    for i, k in ipairs(sk) do e[i] = k .. " = " .. (type(c.ssh[k]) == "string" and q(c.ssh[k]) or tostring(c.ssh[k])) end
+    parts[#parts + 1] = "ssh = {" .. table.concat(e, ", ") .. "}"
+  end
+  if c.podman then
+    local sk, e = sorted_keys(c.podman), {}
+    for i, k in ipairs(sk) do e[i] = k .. " = " .. (type(c.podman[k]) == "string" and q(c.podman[k]) or tostring(c.podman[k])) end
+    parts[#parts + 1] = "podman = {" .. table.concat(e, ", ") .. "}"
+  end
+  if c.slurm then
+    local sk, e = sorted_keys(c.slurm), {}
+    for _, k in ipairs(sk) do
+      if type(c.slurm[k]) ~= "table" then e[#e + 1] = k .. " = " .. (type(c.slurm[k]) == "string" and q(c.slurm[k]) or tostring(c.slurm[k])) end
+    end
+    parts[#parts + 1] = "slurm = {" .. table.concat(e, ", ") .. "}"
+  end
   parts[#parts + 1] = "network = " .. (type(c.network) == "table" and ("{allow = {" .. table.concat(c.network.allow, ", ") .. "}}") or q(c.network))
   local lk = sorted_keys(c.limits)
   if #lk > 0 then

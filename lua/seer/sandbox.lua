@@ -1365,6 +1365,10 @@ end
 -- Raises the sandbox's end as an error when the keeper has gone: (ok, why).
 function Sandbox:_alive()
   if self.stopped then return false, ("sandbox %s was terminated"):format(self.sandbox_id) end
+  if self.link then -- a remote backend (seer.backends.*): its link process knows
+    local why = require("seer.backends." .. self.config.backend).ended(self)
+    return why == nil, why
+  end
   if self.attached then
     -- a handle from Sandbox.attach: the keeper is another process's child
     if sb.alive(self.keeper_pid) and sb.start_time(self.keeper_pid) == self.keeper_start then return true end
@@ -1417,10 +1421,21 @@ function Sandbox:start(opts)
   if opts.workspace ~= nil and (type(opts.workspace) ~= "table" or type(opts.workspace.install) ~= "function") then
     error("start{workspace = ...}: workspace must be a seer.workspace Workspace", 2)
   end
+  if opts.detach and self.config.backend ~= "local" then
+    -- the remote sandbox is owned by a link process of this script: it ends when the script does
+    error(("start{detach = true}: not available for backend = %q yet; detached sandboxes are local (docs/sandbox.md)")
+      :format(self.config.backend), 2)
+  end
+  if self.restore_from and self.config.backend ~= "local" then
+    error(("from_snapshot: not available for backend = %q yet (docs/backends.md)"):format(self.config.backend), 2)
+  end
   if self.sandbox_id then error(("sandbox %s was already started"):format(self.sandbox_id), 2) end
   local ok, err = pcall(self._start, self, opts)
   -- The reference's start(workspace): its libraries, skills and files go into /workspace.
   if ok and opts.workspace then ok, err = pcall(opts.workspace.install, opts.workspace, self.workspace_dir) end
+  if ok and opts.workspace and self.link then -- a remote backend: the mirror goes to /workspace
+    ok, err = pcall(require("seer.backends." .. self.config.backend).sync_workspace, self)
+  end
   if not ok then
     -- Nothing of a half-started sandbox stays behind.
     pcall(self._teardown, self)
@@ -1435,6 +1450,7 @@ end
 function Sandbox:_start(opts)
   local t0 = process.now_ms()
   local c = self.config
+  if c.backend ~= "local" then live[self] = true; return require("seer.backends." .. c.backend).start(self, opts) end
   local bwrap = find_on_path("bwrap")
   if not bwrap then
     error("bubblewrap (bwrap) is not installed; the local sandbox needs it: run `make setup` (or apt-get install bubblewrap)", 0)
@@ -1611,6 +1627,10 @@ end
 -- Stops everything this sandbox is: sandboxd, the keeper, the cgroups, the state directory.
 function Sandbox:_teardown()
   live[self] = nil
+  if self.config.backend ~= "local" then -- a remote backend: stop the remote sandbox (and its job, link) first
+    require("seer.backends." .. self.config.backend).teardown(self)
+    self.keeper_status = self.keeper_status or self.link_status or { code = -1 }
+  end
   if self.client then
     pcall(self.client.request, self.client, "shutdown", {}, { timeout_ms = 300 })
     self.client:close()
@@ -1779,6 +1799,10 @@ function Sandbox:logs(n, service)
   if service ~= nil and (type(service) ~= "string" or not service:match("^[%w_.-]+$") or service:match("^%.")) then
     error(("sandbox:logs(n, service): %q is not a service name (letters, digits, '_', '-', '.')"):format(tostring(service)), 2)
   end
+  if self.link then -- remote: sandboxd reads its logs (bounded text)
+    local ok, r = pcall(self.client.request, self.client, "logs", { name = service, lines = n or 50 }, { timeout_ms = 10000 })
+    return ok and type(r.text) == "string" and r.text:sub(-1048576) or ""
+  end
   return tail(roots(self).logs, (service or "sandbox") .. ".log", n or 50)
 end
 
@@ -1860,6 +1884,7 @@ end
 ---@return string snapshot_id
 function Sandbox:snapshot(description)
   self:_check()
+  if self.link then error(("snapshot: not available for backend = %q yet (docs/backends.md)"):format(self.config.backend), 2) end
   local id = os.date("!%Y%m%d-%H%M%S") .. "-" .. random_hex(6)
   local dir = M.snapshot_root() .. "/" .. id
   local tmp = dir .. ".tmp"
@@ -2003,6 +2028,10 @@ function M.attach(id)
   local info = state_of(root, id)
   if not info or not info.running then
     error(("Sandbox.attach: no running sandbox %s (seer sandbox list shows the running ones)"):format(id), 2)
+  end
+  if type(info.backend) == "string" and info.backend ~= "local" then
+    error(("Sandbox.attach: sandbox %s runs on backend %q, owned by the script that started it; attach reaches local sandboxes "
+      .. "(seer sandbox terminate %s ends it)"):format(id, info.backend, id), 2)
   end
   if type(info.settings) ~= "table" or type(info.state_dir) ~= "string" then
     error(("Sandbox.attach: sandbox %s was started by an older seer; terminate it (seer sandbox terminate %s) and start it again"):format(id, id), 2)

@@ -30,6 +30,8 @@ T.test("start{detach = true}: the sandbox outlives its handle's script, Sandbox.
   need_bwrap()
   T.raises(function() env.Sandbox(env.SandboxConfig{ execution_mode = "cli" }):start{ detach = "yes" } end,
     "detach is true or false")
+  T.raises(function() env.Sandbox(env.SandboxConfig{ backend = "ssh", ssh = { host = "gpu1" } }):start{ detach = true } end,
+    "not available for backend = \"ssh\" yet", true)
   -- a child script starts it and exits
   local script = root .. "/setup.lua"
   local f = assert(io.open(script, "w"))
