@@ -3,7 +3,9 @@
 #include <errno.h>
 #include <lauxlib.h>
 #include <lua.h>
+#include <pthread.h>
 #include <signal.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -436,13 +438,28 @@ static int proc_write(lua_State *L) {
         lua_pushliteral(L, "stdin is closed");
         return 2;
     }
+    /* The child may have closed its stdin (or died): SIGPIPE is blocked for this thread while
+     * writing and a pending one consumed, so that is EPIPE here, never a killed process (in
+     * sandboxd, pid 1, that would end the whole sandbox). */
+    sigset_t pipe_set, old, pending;
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    sigpending(&pending);
+    int was_pending = sigismember(&pending, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
     ssize_t w;
     do w = write(p->in_fd, s, n);
     while (w < 0 && errno == EINTR);
-    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) w = 0;
+    int e = errno;
+    if (w < 0 && e == EPIPE && !was_pending) {
+        struct timespec zero = {0, 0};
+        sigtimedwait(&pipe_set, NULL, &zero);
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (w < 0 && (e == EAGAIN || e == EWOULDBLOCK)) w = 0;
     if (w < 0) {
         lua_pushnil(L);
-        lua_pushstring(L, strerror(errno));
+        lua_pushstring(L, e == EPIPE ? "EPIPE" : strerror(e));
         return 2;
     }
     lua_pushinteger(L, (lua_Integer)w);

@@ -147,3 +147,12 @@ if arg[1] == "err" then error("ends with an error") end
   T.ok(is_dir(mine), "the running server's folder stays")
   s:terminate()
 end)
+
+T.test("writing to a child that closed its stdin is EPIPE, not a SIGPIPE that kills the writer (sandboxd is pid 1)", function()
+  local p = sb.spawn{ argv = { "/bin/sh", "-c", "exec 0<&-; sleep 0.3" }, stdin = true }
+  process.sleep_ms(100)
+  local n, err = p:write(string.rep("x", 200000))
+  T.eq(n, nil)
+  T.eq(err, "EPIPE")
+  p:close()
+end)
