@@ -2115,4 +2115,5 @@ function M.log_file(id, service)
 end
 
 M.shell_quote = shell_quote
+M.config_table = config_table
 return M

@@ -398,22 +398,8 @@ end
 
 -- The config the remote side gets: every field but backend and ssh, as plain JSON values.
 local function remote_config(c)
-  local t = {}
-  for k, v in pairs(c) do
-    if k ~= "backend" and k ~= "ssh" and k ~= "slurm" and k ~= "podman" then
-      if type(v) == "table" then
-        local copy = {}
-        for kk, vv in pairs(v) do
-          if type(vv) == "table" then
-            local inner = {}
-            for a, b in pairs(vv) do inner[a] = b end
-            copy[kk] = inner
-          else copy[kk] = vv end
-        end
-        t[k] = copy
-      else t[k] = v end
-    end
-  end
+  local t = require("seer.sandbox").config_table(c)
+  t.backend, t.ssh, t.slurm, t.podman = nil, nil, nil, nil
   if t.gpu == nil then t.gpu_count = nil end
   -- the notebook server runs here, not there
   t.execution_mode = "cli"
