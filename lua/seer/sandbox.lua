@@ -1669,6 +1669,9 @@ function Sandbox:_teardown()
     self.egress_filter:stop(500)
     self.egress_filter = nil
   end
+  -- relays of scoped libraries into this sandbox (seer.rpc.relay), when any were started
+  local relay = package.loaded["seer.rpc.relay"]
+  if relay and self.sandbox_id then relay.stop_for(self.sandbox_id) end
   if not self.config.debug then self:_unstage_hidden() end
   if self.state_dir and exists(self.state_dir) then
     if self.config.debug then

@@ -119,7 +119,26 @@ print(ok, e ~= nil)]], { raise = false })
     T.eq(probe.text, "false\ttrue\n")
     session:terminate()
   end)
+  -- the relay into `other` ends with it
+  local relays = {}
+  for _, e in ipairs(require("seer.core.sandbox").listdir("/proc")) do
+    local f = e.name:match("^%d+$") and io.open("/proc/" .. e.name .. "/cmdline", "rb")
+    if f then
+      local cmd = f:read("*a") or ""
+      f:close()
+      if cmd:find("seer.rpc.relay", 1, true) then relays[#relays + 1] = e.name end
+    end
+  end
+  T.ok(#relays >= 1, "a relay runs while the consumer sandbox does")
   other:terminate()
+  local alive = 0
+  for _, pid in ipairs(relays) do
+    local f = io.open("/proc/" .. pid .. "/stat", "rb")
+    local st = f and f:read("*a") or ""
+    if f then f:close() end
+    if st ~= "" and not st:match("^%d+ %b() Z") then alive = alive + 1 end
+  end
+  T.eq(alive, 0, "the relay outlived the sandbox it served")
   if not ok then error(err, 0) end
 end)
 

@@ -15,8 +15,9 @@
 --- served functions. The relay bounds what it holds: each frame is at most 64 MiB (A's server
 --- refuses larger anyway), each side's queue at most 1,000 messages (ZMQ's high-water mark:
 --- past it B's sends wait), and it never reads a path either sandbox controls (the endpoints
---- come from the host's own RPC client, already validated). It ends with the process that
---- started it (or, for a detached sandbox, with that sandbox: seer.sidecar).
+--- come from the host's own RPC client, already validated). It ends when that sandbox is
+--- terminated, or with the process that started it (for a detached sandbox: with the sandbox,
+--- seer.sidecar).
 ---@class seerrpcrelay
 local M = {}
 
@@ -116,6 +117,17 @@ function M.bridge(server, sandbox)
   safe_fs.must(run:write(rel, json.encode(conn) .. "\n", { mode = tonumber("600", 8) }))
   relays[key] = { child = child, conn_path = sandbox.run_dir .. "/" .. rel }
   return relays[key].conn_path
+end
+
+---Stops the relays into a sandbox (called when it is terminated).
+---@param sandbox_id string
+function M.stop_for(sandbox_id)
+  for key, r in pairs(relays) do
+    if key:sub(1, #sandbox_id + 1) == sandbox_id .. "/" then
+      pcall(r.child.stop, r.child, 500)
+      relays[key] = nil
+    end
+  end
 end
 
 ---A copy of `workspace` for installing into `sandbox`: each scoped library (Server:library) of
