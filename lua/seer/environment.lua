@@ -491,27 +491,18 @@ local function make_sandbox(t)
       q(c.backend), table.concat(sorted_keys(BACKENDS), ", "))
   end
   -- each remote backend's own fields (seer.backends.<name>.check_config; docs/backends.md)
-  if c.backend == "ssh" then
-    if t.ssh == nil then fail('SandboxConfig{backend = "ssh"} needs ssh = {host = "...", user = "...", identity_file = "..."}') end
-    local s, why = require("seer.backends.ssh").check_config(t.ssh)
-    if not s then fail("SandboxConfig.%s", why) end
-    c.ssh = s
-  elseif t.ssh ~= nil then
-    fail('SandboxConfig.ssh is for backend = "ssh"; add backend = "ssh" or remove ssh (a Slurm job\'s nodes are reached with slurm.ssh)')
-  end
-  if c.backend == "podman" then
-    local p, why = require("seer.backends.podman").check_config(t.podman or {})
-    if not p then fail("SandboxConfig.%s", why) end
-    c.podman = p
-  elseif t.podman ~= nil then
-    fail('SandboxConfig.podman is for backend = "podman"; add backend = "podman" or remove podman')
-  end
-  if c.backend == "slurm" then
-    local s, why = require("seer.backends.slurm").check_config(t.slurm or {})
-    if not s then fail("SandboxConfig.%s", why) end
-    c.slurm = s
-  elseif t.slurm ~= nil then
-    fail('SandboxConfig.slurm is for backend = "slurm"; add backend = "slurm" or remove slurm')
+  for _, b in ipairs({ "ssh", "podman", "slurm" }) do
+    if c.backend == b then
+      if b == "ssh" and t.ssh == nil then
+        fail('SandboxConfig{backend = "ssh"} needs ssh = {host = "...", user = "...", identity_file = "..."}')
+      end
+      local v, why = require("seer.backends." .. b).check_config(t[b] or {})
+      if not v then fail("SandboxConfig.%s", why) end
+      c[b] = v
+    elseif t[b] ~= nil then
+      fail('SandboxConfig.%s is for backend = "%s"; add backend = "%s" or remove %s%s', b, b, b, b,
+        b == "ssh" and " (a Slurm job's nodes are reached with slurm.ssh)" or "")
+    end
   end
 
   -- network

@@ -13,10 +13,7 @@ local seer = require "seer"
 local here = seer.script_dir()
 local stories = here .. "/../fixtures/models/stories260K"
 local root = T.tmpdir()
-local ffi = require "ffi"
-pcall(ffi.cdef, "int setenv(const char *name, const char *value, int overwrite);")
-ffi.C.setenv("SEER_SANDBOX_DIR", root .. "/sb", 1)
-ffi.C.setenv("SEER_CACHE_DIR", root .. "/cache", 1)
+T.private_sandbox_dirs(root)
 
 local function exists(p) return require("seer.safe_fs").lstat(p) ~= nil end
 -- Runs a shell command: whether it exited 0, and its output (stdout and stderr).

@@ -17,11 +17,7 @@ local stories = here .. "/../fixtures/models/stories260K"
 local SSHD = "/usr/sbin/sshd"
 
 local root = T.tmpdir()
-local ffi = require "ffi"
-pcall(ffi.cdef, "int setenv(const char *name, const char *value, int overwrite);")
-pcall(ffi.cdef, "unsigned getuid(void);")
-ffi.C.setenv("SEER_SANDBOX_DIR", root .. "/sb", 1)
-ffi.C.setenv("SEER_CACHE_DIR", root .. "/cache", 1)
+T.private_sandbox_dirs(root)
 
 local fixture = require "sshd_fixture"
 local function sshd() return fixture.start(root) end

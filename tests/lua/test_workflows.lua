@@ -14,10 +14,7 @@ local here = seer.script_dir()
 local stories = here .. "/../fixtures/models/stories260K"
 
 local root = T.tmpdir()
-local ffi = require "ffi"
-pcall(ffi.cdef, "int setenv(const char *name, const char *value, int overwrite);")
-ffi.C.setenv("SEER_SANDBOX_DIR", root .. "/sb", 1)
-ffi.C.setenv("SEER_CACHE_DIR", root .. "/cache", 1)
+T.private_sandbox_dirs(root)
 
 local function need_bwrap()
   if os.execute("command -v bwrap >/dev/null 2>&1") ~= 0 then T.skip("bubblewrap is not installed (make setup installs it)") end
@@ -95,9 +92,9 @@ T.test("gpu on a machine without one: the error names the fallback, and SEER_GPU
   if #S.gpu_devices() > 0 then T.skip("this machine has a GPU") end
   T.raises(function() env.Sandbox(env.SandboxConfig{ gpu = "A100", execution_mode = "cli" }):start{ name = "gpu" } end,
     "SEER_GPU_FALLBACK=cpu")
-  ffi.C.setenv("SEER_GPU_FALLBACK", "cpu", 1)
+  T.setenv("SEER_GPU_FALLBACK", "cpu")
   local ok, s = pcall(function() return env.Sandbox(env.SandboxConfig{ gpu = "A100", execution_mode = "cli" }):start{ name = "gpu" } end)
-  ffi.C.setenv("SEER_GPU_FALLBACK", "", 1)
+  T.setenv("SEER_GPU_FALLBACK", "")
   T.ok(ok, tostring(s))
   T.eq(s:exec("echo cpu"), "cpu\n")
   s:terminate()

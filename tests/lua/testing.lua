@@ -121,4 +121,20 @@ function M.tmpdir()
   return p
 end
 
+local ffi = require "ffi"
+pcall(ffi.cdef, "int setenv(const char *name, const char *value, int overwrite); int unsetenv(const char *name);")
+
+---Sets (or, with nil, removes) an environment variable of this process; seer reads these at
+---each use, so it covers what the test file starts afterwards.
+function M.setenv(name, value)
+  if value == nil then ffi.C.unsetenv(name) else ffi.C.setenv(name, value, 1) end
+end
+
+---Sandboxes and caches of this test file go under root (SEER_SANDBOX_DIR = root/sb,
+---SEER_CACHE_DIR = root/cache).
+function M.private_sandbox_dirs(root)
+  M.setenv("SEER_SANDBOX_DIR", root .. "/sb")
+  M.setenv("SEER_CACHE_DIR", root .. "/cache")
+end
+
 return M
