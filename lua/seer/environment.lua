@@ -252,8 +252,9 @@ M.RepoConfig = guarded(function(t) return make_repo(t) end)
 ---@field local_files {[1]: string, [2]: string}[] {local_path, sandbox_path} files to mount
 ---@field local_dirs {[1]: string, [2]: string}[] {local_path, sandbox_path} directories to mount
 ---@field debug boolean debugging aids (default false)
----@field backend "local"|"ssh"|"slurm"|"podman" where the sandbox runs (default "local"; docs/backends.md)
+---@field backend "local"|"ssh"|"slurm"|"podman"|"docker" where the sandbox runs (default "local"; docs/backends.md)
 ---@field podman? seerbackends.podman.Config the podman backend's fields (backend = "podman")
+---@field docker? seerbackends.docker.Config the docker backend's fields (backend = "docker")
 ---@field ssh? seerbackends.ssh.Config the ssh backend's fields (backend = "ssh")
 ---@field slurm? seerbackends.slurm.Config the slurm backend's fields (backend = "slurm")
 ---@field network "none"|"host"|{allow: string[], resolve?: table<string, string>} network access: none (the default), the host's network, or HTTP(S) to listed host names only through seer's egress proxy (docs/sandbox.md)
@@ -275,7 +276,7 @@ local SANDBOX_FIELDS = {
   gpu = "string", gpu_count = "number", execution_mode = "string", models = "table",
   system_packages = "table", secrets = "table", repos = "table", env = "table", timeout = "number",
   local_files = "table", local_dirs = "table", debug = "boolean", backend = "string", network = "string|table",
-  limits = "table", ssh = "table", slurm = "table", podman = "table",
+  limits = "table", ssh = "table", slurm = "table", podman = "table", docker = "table",
 }
 local VALID_SANDBOX = table.concat(sorted_keys(SANDBOX_FIELDS), ", ")
 local SANDBOX_HINTS = {
@@ -283,8 +284,8 @@ local SANDBOX_HINTS = {
     .. "Workspace library (seer.workspace) and system packages in system_packages; valid fields: " .. VALID_SANDBOX,
 }
 
-local BACKENDS = { ["local"] = true, ssh = true, slurm = true, podman = true }
-local PLANNED_BACKENDS = { kubernetes = true, modal = true, docker = true }
+local BACKENDS = { ["local"] = true, ssh = true, slurm = true, podman = true, docker = true }
+local PLANNED_BACKENDS = { kubernetes = true, modal = true }
 
 local function check_pairs(what, list, second)
   check_list(what, list)
@@ -491,7 +492,7 @@ local function make_sandbox(t)
       q(c.backend), table.concat(sorted_keys(BACKENDS), ", "))
   end
   -- each remote backend's own fields (seer.backends.<name>.check_config; docs/backends.md)
-  for _, b in ipairs({ "ssh", "podman", "slurm" }) do
+  for _, b in ipairs({ "ssh", "podman", "docker", "slurm" }) do
     if c.backend == b then
       if b == "ssh" and t.ssh == nil then
         fail('SandboxConfig{backend = "ssh"} needs ssh = {host = "...", user = "...", identity_file = "..."}')
@@ -553,15 +554,12 @@ function SandboxConfig.__tostring(c)
   if #c.local_dirs > 0 then parts[#parts + 1] = "local_dirs = " .. show_list(c.local_dirs, pair) end
   if c.debug then parts[#parts + 1] = "debug = true" end
   parts[#parts + 1] = "backend = " .. q(c.backend)
-  if c.ssh then
-    local sk, e = sorted_keys(c.ssh), {}
-    for i, k in ipairs(sk) do e[i] = k .. " = " .. (type(c.ssh[k]) == "string" and q(c.ssh[k]) or tostring(c.ssh[k])) end
-    parts[#parts + 1] = "ssh = {" .. table.concat(e, ", ") .. "}"
-  end
-  if c.podman then
-    local sk, e = sorted_keys(c.podman), {}
-    for i, k in ipairs(sk) do e[i] = k .. " = " .. (type(c.podman[k]) == "string" and q(c.podman[k]) or tostring(c.podman[k])) end
-    parts[#parts + 1] = "podman = {" .. table.concat(e, ", ") .. "}"
+  for _, b in ipairs({ "ssh", "podman", "docker" }) do
+    if c[b] then
+      local sk, e = sorted_keys(c[b]), {}
+      for i, k in ipairs(sk) do e[i] = k .. " = " .. (type(c[b][k]) == "string" and q(c[b][k]) or tostring(c[b][k])) end
+      parts[#parts + 1] = b .. " = {" .. table.concat(e, ", ") .. "}"
+    end
   end
   if c.slurm then
     local sk, e = sorted_keys(c.slurm), {}

@@ -1,6 +1,6 @@
 -- The podman backend against real podman: the test makes a root filesystem on this machine
--- (seer's shared libraries, bubblewrap, a shell and a few tools, copied with their ldd
--- closure; no registry is reachable), imports it as the base image, and the backend builds its
+-- (container_fixture.lua: seer's shared libraries, bubblewrap, a shell and a few tools, copied
+-- with their ldd closure; no registry is reachable), imports it as the base image, and the backend builds its
 -- image from a generated Containerfile on top. Then: exec, a notebook session on stories260K in
 -- the container, terminate removing the container, the timeout, and a container killed from
 -- outside (reported).
@@ -15,15 +15,8 @@ local stories = here .. "/../fixtures/models/stories260K"
 local root = T.tmpdir()
 T.private_sandbox_dirs(root)
 
-local function exists(p) return require("seer.safe_fs").lstat(p) ~= nil end
--- Runs a shell command: whether it exited 0, and its output (stdout and stderr).
-local function sh(cmd)
-  local p = io.popen("(" .. cmd .. ") 2>&1; echo \"seer-rc=$?\"")
-  local out = p:read("*a")
-  p:close()
-  local rc = tonumber(out:match("seer%-rc=(%d+)\n?$"))
-  return rc == 0, (out:gsub("seer%-rc=%d+\n?$", ""))
-end
+local C = require "container_fixture"
+local sh, exists = C.sh, C.exists
 
 local BASE = "localhost/seer-test-rootfs:1"
 local base_ready, runtime
@@ -31,21 +24,7 @@ local base_ready, runtime
 local function base()
   if base_ready then return runtime end
   if not exists("/usr/bin/podman") then T.skip("podman is not installed (make setup installs it)") end
-  local r = root .. "/rootfs"
-  local bins = { "/usr/bin/bwrap", "/bin/dash", "/bin/echo", "/bin/cat", "/bin/ls", "/bin/chmod", "/bin/mkdir", "/bin/rm",
-                 "/usr/bin/id", "/bin/true", "/bin/sleep", "/usr/bin/env", "/bin/tar", "/bin/gzip", "/usr/bin/head", "/bin/kill",
-                 require("seer.jupyter").seer_binary() }
-  for _, d in ipairs({ "/bin", "/usr/bin", "/lib64", "/etc", "/tmp", "/proc", "/dev", "/sys", "/run", "/root" }) do process.mkdir_p(r .. d) end
-  for _, b in ipairs(bins) do
-    assert(sh(("cp -L %s %s/usr/bin/"):format(b, r)))
-    local _, libs = sh("ldd " .. b)
-    for lib in libs:gmatch("(/[^%s]+%.so[^%s]*)") do
-      process.mkdir_p(r .. lib:match("^(.*)/"))
-      if not exists(r .. lib) then assert(sh(("cp -L %s %s%s"):format(lib, r, lib))) end
-    end
-  end
-  assert(sh(("ln -sf ../usr/bin/dash %s/bin/sh"):format(r)))
-  local ok, out = sh(("tar -C %s -cf %s/rootfs.tar . && podman import %s/rootfs.tar %s"):format(r, root, root, BASE))
+  local ok, out = sh(("podman import %s %s"):format(C.rootfs_tar(root), BASE))
   T.ok(ok, out)
   -- crun refuses hosts with hybrid cgroups (as here); runc runs there
   local okr = sh(("podman run --rm --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 %s /bin/sh -c true"):format(BASE))
@@ -92,6 +71,9 @@ T.test("a notebook session on stories260K runs in a container built here; termin
   io.write(("  (podman: start() to the first answered exec %.0f ms, image build included when it was new)\n"):format(process.now_ms() - t0))
   local cid = s.container.name
   T.contains(containers(), cid)
+  -- not privileged: every capability dropped but the few the backend names
+  local _, inspect = sh(("podman inspect --format '{{.HostConfig.Privileged}} {{.HostConfig.CapDrop}}' %s"):format(cid))
+  T.ok(inspect:find("^false ") and inspect:find("CAP_SYS_ADMIN", 1, true), inspect)
   local W = require "seer.workspace"
   local session = exec.create_notebook_session(s, W.Workspace{ libraries = { W.Library.from_code("pod_lib", "return 5") } },
     { output_dir = root .. "/nb" })

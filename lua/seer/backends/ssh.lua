@@ -399,7 +399,8 @@ end
 -- The config the remote side gets: every field but backend and ssh, as plain JSON values.
 local function remote_config(c)
   local t = require("seer.sandbox").config_table(c)
-  t.backend, t.ssh, t.slurm, t.podman = nil, nil, nil, nil
+  -- the backend and every backend's own fields (the remote side runs a local sandbox)
+  for _, k in ipairs({ "backend", "ssh", "slurm", "podman", "docker", "kubernetes" }) do t[k] = nil end
   if t.gpu == nil then t.gpu_count = nil end
   -- the notebook server runs here, not there
   t.execution_mode = "cli"
