@@ -1723,7 +1723,11 @@ function Sandbox:exec(cmd, opts)
   if type(cmd) ~= "string" and type(cmd) ~= "table" then
     error("sandbox:exec(cmd): cmd must be a string (a shell command) or a list of arguments", 2)
   end
-  local before = self.cgroup and self.cgroup.memory and sb.cgroup_stats(self.cgroup).oom_kills
+  -- the out-of-memory flag: the memory cgroup's oom_kill count before and after (for a remote
+  -- sandbox, as its link last reported it; docs/backends.md)
+  local before
+  if self.link then before = require("seer.backends.ssh").stats(self).oom_kills or 0
+  else before = self.cgroup and self.cgroup.memory and sb.cgroup_stats(self.cgroup).oom_kills end
   local r, buffers = self.client:request("exec", { argv = type(cmd) == "table" and json.array(cmd) or cmd, timeout = opts.timeout,
                                           env = opts.env, cwd = opts.cwd, max_output = opts.max_output,
                                           stdin = opts.stdin })
@@ -1731,11 +1735,21 @@ function Sandbox:exec(cmd, opts)
   r.stdout, r.stderr = buffers and buffers[1] or "", buffers and buffers[2] or ""
   r.ok = r.exit_code == 0
   r.out_of_memory = false
-  if r.signal == 9 and not r.timed_out and before then
-    local after = sb.cgroup_stats(self.cgroup).oom_kills
+  if r.signal == 9 and not r.timed_out and before and before >= 0 then
+    local after
+    if self.link then
+      -- the remote side reports a change within ~0.2 s; wait a little longer for it
+      local deadline = process.now_ms() + 1000
+      repeat
+        after = require("seer.backends.ssh").stats(self).oom_kills
+        if after and after > before then break end
+        process.sleep_ms(50)
+      until process.now_ms() > deadline
+    else after = sb.cgroup_stats(self.cgroup).oom_kills end
     if after and after > before then
       r.out_of_memory = true
-      r.stderr = r.stderr .. ("\n[seer] killed: the sandbox's memory limit (%d MiB) was reached\n"):format(math.floor(self.limits.memory / 1048576))
+      local limit = (self.limits and self.limits.memory) or self:stats().memory_limit or 0
+      r.stderr = r.stderr .. ("\n[seer] killed: the sandbox's memory limit (%d MiB) was reached\n"):format(math.floor(limit / 1048576))
     end
   end
   if r.timed_out then
@@ -1809,9 +1823,13 @@ function Sandbox:logs(n, service)
   return tail(roots(self).logs, (service or "sandbox") .. ".log", n or 50)
 end
 
----cgroup figures: memory_limit, memory_peak, oom_kills, pids_current, pids_max_hits.
+---cgroup figures: memory_limit, memory_peak, oom_kills, pids_current, pids_max_hits (-1 where
+---the cgroup does not count it). A remote sandbox's are those its far side last reported (they
+---follow a change within about 0.2 s), plus `seq`, the number of reports; {} before the first or
+---where the far side has no cgroups.
 ---@return table
 function Sandbox:stats()
+  if self.link then return require("seer.backends.ssh").stats(self) end
   return self.cgroup and sb.cgroup_stats(self.cgroup) or {}
 end
 

@@ -196,6 +196,38 @@ T.test("time to a remote sandbox answering exec (seer already there), exec round
     :format(first, lfirst, rtt, lrtt, term))
 end)
 
+T.test("a remote exec killed by the memory limit is flagged; stats() are the remote cgroup's", function()
+  local s = start({ timeout = 300, limits = { memory = "128M" } }, "oom")
+  T.eq(s:exec("echo up"), "up\n")
+  local deadline = process.now_ms() + 5000
+  while s:stats().memory_limit == nil and process.now_ms() < deadline do process.sleep_ms(50) end
+  local st = s:stats()
+  if st.oom_kills == nil or st.oom_kills < 0 then
+    s:terminate()
+    T.skip("the remote side (this machine) has no memory cgroup to count OOM kills")
+  end
+  T.eq(st.memory_limit, 128 * 1048576)
+  T.eq(st.oom_kills, 0)
+  local out, r = s:exec_lua("local t = {} for i = 1, 4000 do t[i] = string.rep('x', 1048576) .. i end print('survived')",
+    { timeout = 60 })
+  T.ne(r.exit_code, 0)
+  T.ok(not out:find("survived", 1, true))
+  T.eq(r.out_of_memory, true)
+  T.contains(out, "memory limit (128 MiB)")
+  T.ok(s:stats().oom_kills >= 1, "stats() shows the kill")
+  T.ok(s:stats().memory_peak > 64 * 1048576, "stats() shows the peak")
+  -- a SIGKILL that is not the memory limit is not flagged
+  local _, r2 = s:exec("kill -9 $$")
+  T.eq(r2.signal, 9)
+  T.eq(r2.out_of_memory, false)
+  -- what the far side sends is filtered: unknown names and non-numbers are dropped
+  local ssh = require "seer.backends.ssh"
+  local c = ssh.clean_stats({ oom_kills = 2, memory_peak = "x", evil = 1, pids_current = 0 / 0, memory_limit = 2 ^ 70 })
+  T.eq(c.oom_kills, 2)
+  T.eq(c.memory_peak, nil); T.eq(c.evil, nil); T.eq(c.pids_current, nil); T.eq(c.memory_limit, nil)
+  s:terminate()
+end)
+
 T.test("several ssh sandboxes start at once (seer.backends.start_all)", function()
   local n = 3
   local t0 = process.now_ms()

@@ -554,6 +554,18 @@ function M.start(self, opts, via)
   return self
 end
 
+---The remote sandbox's cgroup figures as last reported (see Link:write_stats), with `seq`
+---counting the reports; {} before the first.
+---@param self table
+---@return table
+function M.stats(self)
+  local root = safe_fs.root(self.state_dir, "the sandbox state folder")
+  local ok, t = pcall(json.decode, root:read("stats.json", { max = 4096 }) or "")
+  local c = ok and M.clean_stats(t) or {}
+  if c.oom_kills ~= nil and ok and type(t.seq) == "number" then c.seq = t.seq end
+  return c
+end
+
 ---Why a started ssh sandbox is no longer usable, or nil while it is.
 ---@param self table
 ---@return string|nil
@@ -791,6 +803,30 @@ function Link:write_status(how, why)
   self:log("%s: %s", how, why)
 end
 
+-- The remote sandbox's cgroup figures, as the remote side reported them: only the known names,
+-- each a finite number, written (0600, atomically) to <state>/stats.json, where the handle's
+-- stats() reads them. Anything else the remote side sends is dropped.
+M.STATS_FIELDS = { memory_limit = true, memory_peak = true, memory_failcnt = true, oom_kills = true,
+                   pids_max_hits = true, pids_current = true }
+function M.clean_stats(t)
+  if type(t) ~= "table" then return nil end
+  local c = {}
+  for k in pairs(M.STATS_FIELDS) do
+    local v = rawget(t, k)
+    if type(v) == "number" and v == v and v > -2 and v < 2 ^ 62 then c[k] = v end
+  end
+  return c
+end
+
+function Link:write_stats(t)
+  local c = M.clean_stats(t)
+  if not c then return end
+  self.stats_seq = (self.stats_seq or 0) + 1
+  c.seq = self.stats_seq
+  local root = safe_fs.root(self.state_dir, "the sandbox state folder")
+  pcall(root.write, root, "stats.json", json.encode(c), { mode = tonumber("600", 8) })
+end
+
 -- The relay between the local socket (this machine's clients) and the forwarded sandboxd
 -- socket. Messages pass byte for byte (both sides verify and sign with the sandbox's key); only
 -- start_kernel replies are looked into, to forward the kernel's sockets before the client
@@ -915,7 +951,8 @@ function Link:relay_loop()
     -- the remote side: events, or its end
     for _, l in ipairs(self:pump_ssh()) do
       local ok, ev = pcall(json.decode, l)
-      if ok and type(ev) == "table" and ev.event == "ended" then
+      if ok and type(ev) == "table" and ev.event == "stats" then self:write_stats(ev.stats)
+      elseif ok and type(ev) == "table" and ev.event == "ended" then
         self.remote_end = type(ev.why) == "string" and ev.why:sub(1, 4000) or "the remote sandbox ended"
         self.remote_how = type(ev.how) == "string" and ev.how:sub(1, 64) or nil
       end
@@ -1077,9 +1114,15 @@ local function remote_main()
   out({ ready = true, id = sandbox.sandbox_id, key = sandbox.key, run_dir = sandbox.run_dir, pid = sandbox.sandboxd_pid,
         models = json.array(models) })
   -- Until the host says terminate, its connection ends (EOF), or the sandbox ends by itself.
+  -- Meanwhile the sandbox's cgroup figures go to the host whenever they change (the host's
+  -- stats() and its out-of-memory flag on exec read them; docs/backends.md).
+  local last_stats
   while true do
     local got = ""
-    if #net.poll({ 0 }, 500) > 0 then got = M._read_stdin() end
+    if #net.poll({ 0 }, 200) > 0 then got = M._read_stdin() end
+    local st = sandbox:stats()
+    local enc = json.encode(st)
+    if next(st) and enc ~= last_stats then last_stats = enc; out({ event = "stats", stats = st }) end
     if got == nil or (got and got:find("terminate", 1, true)) then
       sandbox:terminate()
       out({ event = "ended", how = "terminated", why = "terminated" })
