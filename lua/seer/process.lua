@@ -236,6 +236,29 @@ function Child:stop(grace_ms)
   if self.stderr_fd then C.close(self.stderr_fd); self.stderr_fd = nil end
 end
 
+---Starts a seer helper process: `seer -e <code>`, its settings as JSON in one environment
+---variable (never on the command line, where other users can read them), its stderr appended to
+---a log, and waits for its first stdout line. On no line it is stopped and the error carries its
+---exit and the log's tail. Used by the detached sandboxes' sidecars and the RPC relay.
+---@param opts {code: string, env: table<string,string>, log: string, ready_timeout_ms?: integer, what: string}
+---@return seerprocess.child child, string first_line
+function M.start_helper(opts)
+  local child = M.spawn{
+    argv = { require("seer.jupyter").seer_binary(), "-e", opts.code },
+    env = opts.env, stdout = "pipe", stderr = opts.log,
+  }
+  local line, why = child:read_line(opts.ready_timeout_ms or 15000)
+  if not line then
+    child:stop(500)
+    local f = io.open(opts.log, "rb")
+    local log = f and f:read("*a") or ""
+    if f then f:close() end
+    error(("%s did not start (%s; %s); its log (%s):\n%s"):format(opts.what, why, child:describe_exit(),
+      opts.log, log:sub(-2000)), 0)
+  end
+  return child, line
+end
+
 ---Milliseconds on a monotonic clock.
 ---@return number
 function M.now_ms()

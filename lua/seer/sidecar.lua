@@ -43,19 +43,8 @@ local SPEC_VAR = "SEER_SIDECAR_SPEC"
 function M.start(spec)
   assert(type(spec.argv) == "table" and type(spec.log) == "string" and type(spec.keeper_pid) == "number",
     "sidecar.start: argv, log and keeper_pid are required")
-  local sup = process.spawn{
-    argv = { require("seer.jupyter").seer_binary(), "-e", 'require("seer.sidecar").supervise()' },
-    env = { [SPEC_VAR] = json.encode(spec) }, stdout = "pipe", stderr = spec.log,
-  }
-  local line, why = sup:read_line((spec.ready_timeout_ms or 15000) + 2000)
-  if not line then
-    sup:stop(500)
-    local f = io.open(spec.log, "rb")
-    local log = f and f:read("*a") or ""
-    if f then f:close() end
-    error(("%s did not start (%s; %s); its log (%s):\n%s"):format(spec.what or spec.argv[1], why, sup:describe_exit(),
-      spec.log, log:sub(-2000)), 0)
-  end
+  local sup, line = process.start_helper{ code = 'require("seer.sidecar").supervise()', env = { [SPEC_VAR] = json.encode(spec) },
+    log = spec.log, ready_timeout_ms = (spec.ready_timeout_ms or 15000) + 2000, what = spec.what or spec.argv[1] }
   return sup, line
 end
 

@@ -105,9 +105,8 @@ function M.bridge(server, sandbox)
       log = sandbox.state_dir .. "/rpc-relay.log", keeper_pid = sandbox.keeper_pid, keeper_start = sandbox.keeper_start,
       ready_timeout_ms = 10000, what = "the RPC relay for " .. server.name }
   else
-    child = process.spawn{ argv = argv, env = { SEER_RPC_RELAY = spec }, stdout = "pipe",
-                           stderr = sandbox.state_dir .. "/rpc-relay.log" }
-    line = child:read_line(10000)
+    child, line = process.start_helper{ code = argv[3], env = { SEER_RPC_RELAY = spec }, log = sandbox.state_dir .. "/rpc-relay.log",
+      ready_timeout_ms = 10000, what = "the RPC relay for " .. server.name }
   end
   if line ~= "ready" then
     child:stop(500)
