@@ -105,6 +105,20 @@ T.test("the docker container's sandbox keeps its own walls: its user, seccomp, l
   s:terminate()
 end)
 
+T.test("several docker sandboxes start at once (seer.backends.start_all)", function()
+  local t0 = process.now_ms()
+  local list = {}
+  for i = 1, 3 do list[i] = env.Sandbox(config{ timeout = 300 }) end
+  require("seer.backends").start_all(list, { name = "dockmany" })
+  for i, s in ipairs(list) do T.eq(s:exec("echo " .. i), i .. "\n") end
+  local together = process.now_ms() - t0
+  local names = {}
+  for _, s in ipairs(list) do names[#names + 1] = s.container.name; s:terminate() end
+  local ps = containers()
+  for _, n in ipairs(names) do T.ok(not ps:find(n, 1, true), n .. " removed") end
+  io.write(("  (docker: 3 sandboxes started together, each answering exec: %.0f ms)\n"):format(together))
+end)
+
 T.test("the timeout ends the container's sandbox; a container removed from outside is reported", function()
   local s = env.Sandbox(config{ timeout = 2 }):start{ name = "dockshort" }
   local cid = s.container.name
