@@ -474,4 +474,51 @@ with open(rec + "/down.bin", "ab") as out:
   T.ok(not up:find("sandboxd", 1, true) and not down:find("exec_request", 1, true), "no protocol text in clear text")
 end)
 
-T.test("stop sshd", function() fixture.stop() end)
+T.test("across a real (virtual) network: a session in another network namespace; a partition is noticed here and ends the sandbox there", function()
+  local far = fixture.start_netns(root)
+  local fields = { host = far.host, port = far.port, identity_file = far.dir .. "/client_key", known_hosts = far.dir .. "/known_hosts",
+                   remote_dir = RDIR, remote_state_dir = RSTATE, keepalive = 1 }
+  local s = env.Sandbox(env.SandboxConfig{ backend = "ssh", ssh = fields, execution_mode = "notebook", timeout = 300,
+                                           models = { env.ModelConfig{ name = stories } } }):start{ name = "far" }
+  local rid = s.remote.id
+  -- the remote sandbox runs in the other namespace: the processes of its sandbox share the far
+  -- sshd's network namespace's parent chain, not ours (the sandbox itself has its own, inside)
+  local _, ours = sh("readlink /proc/self/ns/net")
+  local _, sshd_ns = sh("readlink /proc/" .. far.proc.pid .. "/ns/net")
+  T.ok(sshd_ns ~= ours, "the far sshd is in another network namespace")
+  local found
+  for _, pid in ipairs(procs_with("SEER_SANDBOX_ID=" .. rid)) do
+    local _, n = sh("readlink /proc/" .. pid .. "/ns/net")
+    if n == sshd_ns then found = pid end
+    T.ok(n ~= ours, "no process of the remote sandbox is in this namespace")
+  end
+  T.ok(found, "the remote keeper is in the far namespace")
+  local session = exec.create_notebook_session(s, nil, { output_dir = root .. "/nb-far" })
+  local res = session:exec("print(model:generate('Once upon a time', { max_new_tokens = 6 }).text)")
+  local m = require("seer.model").load(stories)
+  T.eq(res.text, m:generate("Once upon a time", { max_new_tokens = 6 }).text .. "\n")
+  -- the wire goes down: keepalives go unanswered, the call fails, and the far side's own
+  -- keepalives end the remote sandbox there
+  far.link(false)
+  local t0 = process.now_ms()
+  local ok, err
+  repeat
+    ok, err = pcall(s.exec, s, "true", { timeout = 1 })
+    if ok then process.sleep_ms(100) end
+  until not ok or process.now_ms() - t0 > 20000
+  local took = process.now_ms() - t0
+  T.ok(not ok, "exec fails once the network is gone")
+  T.contains(tostring(err), "was lost")
+  io.write(("  (a real partition (veth down), keepalive = 1 s: noticed after %.1f s)\n"):format(took / 1000))
+  -- still partitioned: the far side misses the link's heartbeat and ends the sandbox there by
+  -- itself (its sshd would not notice the lost client for hours)
+  local t1 = process.now_ms()
+  T.ok(wait_gone(rid, 20000))
+  io.write(("  (the far side ended the sandbox %.1f s after the partition was noticed here)\n"):format((process.now_ms() - t1) / 1000))
+  pcall(session.terminate, session)
+  s:terminate()
+  far.link(true)
+  fixture.stop_netns()
+end)
+
+T.test("stop sshd", function() fixture.stop(); fixture.stop_netns() end)

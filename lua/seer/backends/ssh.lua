@@ -694,7 +694,9 @@ function Link:connect()
   if not p then error("cannot run ssh: " .. tostring(err), 0) end
   self.ssh, self.out, self.err = p, "", ""
   local rc = self.req.config
-  local start = { config = rc, name = self.req.name, secrets = self.req.secrets }
+  -- heartbeat_s: the link writes "ping" that often; the far side ends the sandbox when the
+  -- pings stop (a partition that the far sshd would not notice for hours)
+  local start = { config = rc, name = self.req.name, secrets = self.req.secrets, heartbeat_s = s.keepalive }
   self:ssh_write(json.encode(start) .. "\n")
   local deadline = process.now_ms() + (s.start_timeout + s.connect_timeout) * 1000
   while true do
@@ -886,7 +888,7 @@ function Link:relay_loop()
     end
     if sync_failed then error(op .. ": " .. sync_failed, 0) end
   end
-  local next_poll = 0
+  local next_poll, next_ping = 0, 0
   local stdin_buf = ""
   local terminating
   while true do
@@ -926,6 +928,11 @@ function Link:relay_loop()
       local idents, h, p, md, c, bufs = dealer._s:recv(0)
       if not idents then break end
       on_reply(h, p, md, c, bufs)
+    end
+    -- the heartbeat the far side watches (one small write; skipped when the pipe is full)
+    if process.now_ms() >= next_ping then
+      next_ping = process.now_ms() + self.req.ssh.keepalive * 1000
+      pipe_write(self.ssh, "ping\n")
     end
     -- the link's own poll of services (kernel exits)
     if process.now_ms() >= next_poll then
@@ -1117,9 +1124,21 @@ local function remote_main()
   -- Meanwhile the sandbox's cgroup figures go to the host whenever they change (the host's
   -- stats() and its out-of-memory flag on exec read them; docs/backends.md).
   local last_stats
+  -- The host's link pings every heartbeat_s; three missed (plus slack) mean the connection is
+  -- gone even if this side's sshd has not noticed (a partition): the sandbox ends here.
+  local hb = tonumber(req.heartbeat_s)
+  if hb and (hb ~= hb or hb < 0.1 or hb > 3600) then hb = nil end
+  local heard = process.now_ms()
   while true do
     local got = ""
     if #net.poll({ 0 }, 200) > 0 then got = M._read_stdin() end
+    if got and got ~= "" then heard = process.now_ms() end
+    if hb and process.now_ms() - heard > (3 * hb + 2) * 1000 then
+      local why = ("the host's link went silent for %.0f s (a lost connection); the sandbox ended"):format((process.now_ms() - heard) / 1000)
+      sandbox:terminate()
+      out({ event = "ended", how = "ended", why = why })
+      return 0
+    end
     local st = sandbox:stats()
     local enc = json.encode(st)
     if next(st) and enc ~= last_stats then last_stats = enc; out({ event = "stats", stats = st }) end
