@@ -3,8 +3,8 @@
 -- only acceptable because nothing leaves loopback) and the shared sshd fixture as the node's
 -- sshd. It runs a notebook session on stories260K in a job, a job that waits in the queue
 -- behind another (the reason is reported), terminate cancelling the job, the sandbox's timeout
--- ending it, a job cancelled from outside (reported with Slurm's state), and sbatch refusing
--- a bad partition.
+-- ending it, a job cancelled from outside and a job preempted by a higher-priority partition
+-- (each reported with Slurm's state), and sbatch refusing a bad partition.
 local T = require "testing"
 local env = require "seer.environment"
 local exec = require "seer.execution"
@@ -79,7 +79,10 @@ AccountingStorageType=accounting_storage/none
 MinJobAge=600
 KillWait=2
 NodeName=seernode NodeAddr=127.0.0.1 CPUs=2 RealMemory=%d State=UNKNOWN
-PartitionName=debug Nodes=seernode Default=YES MaxTime=INFINITE State=UP
+PreemptType=preempt/partition_prio
+PreemptMode=CANCEL
+PartitionName=debug Nodes=seernode Default=YES MaxTime=INFINITE State=UP PriorityTier=1
+PartitionName=urgent Nodes=seernode MaxTime=INFINITE State=UP PriorityTier=2
 ]]):format(host, port, port + 1, d, d, d, d, d, d, mem))
   f:close()
   local ctld = process.spawn{ argv = fixture.with_parent({ "/usr/sbin/slurmctld", "-D", "-c", "-f", conf }), stdout = d .. "/ctld.out", stderr = d .. "/ctld.out" }
@@ -214,6 +217,30 @@ T.test("a job cancelled from outside is reported with Slurm's state", function()
   T.ok(ok2, out)
   T.ok(fixture.wait_gone(RSTATE, rid, 1000))
   s:terminate()
+end)
+
+T.test("a job preempted by a higher-priority partition's job is reported with Slurm's state", function()
+  local c = slurm_up()
+  local s = env.Sandbox(config{ timeout = 300, slurm = { cpus = 2 } }):start{ name = "slurmpreempt" }
+  local job, rid = s.slurm_job, s.remote.id
+  T.eq(s:exec("echo up"), "up\n")
+  -- a job of the urgent partition wants the whole node: Slurm preempts (PreemptMode=CANCEL) ours
+  local okb, urgent = sh(("SLURM_CONF=%s sbatch --parsable -p urgent -c 2 -o /dev/null --wrap 'sleep 20'"):format(c.conf))
+  T.ok(okb, urgent)
+  urgent = urgent:match("(%d+)")
+  local deadline = process.now_ms() + 30000
+  local ok, err
+  repeat
+    ok, err = pcall(s.exec, s, "true")
+    if ok then process.sleep_ms(100) end
+  until not ok or process.now_ms() > deadline
+  T.ok(not ok, "exec fails once the job is preempted")
+  T.contains(tostring(err), "(Slurm job " .. job .. ": PREEMPTED")
+  local deadline2 = process.now_ms() + 10000
+  while #fixture.procs_with("SEER_SANDBOX_ID=" .. rid) > 0 and process.now_ms() < deadline2 do process.sleep_ms(50) end
+  T.eq(#fixture.procs_with("SEER_SANDBOX_ID=" .. rid), 0, "no process of the sandbox is left")
+  s:terminate()
+  sh(("SLURM_CONF=%s scancel %s"):format(c.conf, urgent))
 end)
 
 T.test("Slurm's own time limit ends the job and the sandbox, and says so (long: make test-remote)", function()
