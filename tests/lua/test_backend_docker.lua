@@ -60,6 +60,38 @@ T.test("docker config is checked before anything runs", function()
   T.raises(function() env.Sandbox(c):start{ name = "nodaemon" } end, "no docker daemon answers at unix://")
 end)
 
+T.test("GPUs map to each engine's own flags (recorded by a stand-in engine program: there is no GPU here)", function()
+  -- a stand-in for the engine: says every image exists, records the run's arguments, refuses it
+  local fake = root .. "/fake-engine"
+  local rec = root .. "/fake-engine.args"
+  local f = assert(io.open(fake, "w"))
+  f:write(("#!/bin/sh\ncase \"$*\" in *' run '*|run*) printf '%%s\\n' \"$@\" > %s; echo 'no GPU here' >&2; exit 125;; esac\nexit 0\n"):format(rec))
+  f:close()
+  os.execute("chmod 755 " .. fake)
+  local function args_of(t)
+    os.remove(rec)
+    local c = env.SandboxConfig(t)
+    T.raises(function() env.Sandbox(c):start{ name = "gpu" } end, "")
+    local rf = io.open(rec)
+    local text = rf and rf:read("*a") or ""
+    if rf then rf:close() end
+    return "\n" .. text
+  end
+  local a = args_of{ backend = "docker", execution_mode = "cli", gpu = "H100", gpu_count = 2, docker = { base_image = "x:1", docker = fake } }
+  T.contains(a, "\n--gpus\n2\n")
+  a = args_of{ backend = "docker", execution_mode = "cli", gpu = "H100", docker = { base_image = "x:1", docker = fake, gpus = "device=1,3", runtime = "runsc" } }
+  T.contains(a, "\n--gpus\ndevice=1,3\n")
+  T.contains(a, "\n--runtime\nrunsc\n")
+  a = args_of{ backend = "docker", execution_mode = "cli", docker = { base_image = "x:1", docker = fake } }
+  T.ok(not a:find("--gpus", 1, true), "no GPU asked, none given")
+  a = args_of{ backend = "podman", execution_mode = "cli", gpu = "A100", gpu_count = 2, podman = { base_image = "x:1", podman = fake } }
+  T.contains(a, "\n--device\nnvidia.com/gpu=0\n--device\nnvidia.com/gpu=1\n")
+  a = args_of{ backend = "podman", execution_mode = "cli", gpu = "A100", podman = { base_image = "x:1", podman = fake, gpus = "nvidia.com/gpu=all" } }
+  T.contains(a, "\n--device\nnvidia.com/gpu=all\n")
+  -- and never --privileged
+  T.ok(not a:find("--privileged", 1, true))
+end)
+
 T.test("a notebook session on stories260K runs in a docker container built here; terminate removes it", function()
   local t0 = process.now_ms()
   local s = env.Sandbox(config{ execution_mode = "notebook", models = { env.ModelConfig{ name = stories } }, timeout = 300 })
