@@ -266,6 +266,7 @@ function M.poll(list, timeout_ms)
   for i, v in ipairs(list) do
     if type(v) == "number" then raw[i] = v
     elseif type(v) == "table" and getmetatable(v) == Socket then raw[i] = v._s
+    elseif type(v) == "userdata" then raw[i] = v -- a raw socket (net.raw_socket)
     else error(("net.poll: entry %d is a %s, not a socket or a file descriptor"):format(i, type(v)), 2) end
   end
   return C.poll(raw, timeout_ms or -1)

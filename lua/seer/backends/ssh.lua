@@ -170,6 +170,8 @@ local function pipe_write(p, data)
   return w
 end
 
+M._pipe_write = pipe_write
+
 local function shq(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
 
 ---------------------------------------------------------------------------------------------
@@ -399,7 +401,7 @@ end
 -- The config the remote side gets: every field but backend and ssh, as plain JSON values.
 local function remote_config(c)
   local t = require("seer.sandbox").config_table(c)
-  t.backend, t.ssh, t.slurm, t.podman = nil, nil, nil, nil
+  t.backend, t.ssh, t.slurm, t.podman, t.kubernetes = nil, nil, nil, nil, nil
   if t.gpu == nil then t.gpu_count = nil end
   -- the notebook server runs here, not there
   t.execution_mode = "cli"
@@ -730,6 +732,14 @@ function Link:forward(local_path, remote_path)
     pcall(require("ffi").cdef, "int symlink(const char *target, const char *linkpath);")
     os.remove(local_path)
     if require("ffi").C.symlink(here .. remote_path:sub(#inside + 1), local_path) ~= 0 then return nil, "symlink failed" end
+    self.forwards[#self.forwards + 1] = local_path
+    return true
+  end
+  if type(t) == "table" and type(t.tunnel) == "table" then
+    -- a CURVE tunnel (the kubernetes backend): the transport process binds local_path and
+    -- carries its connections to remote_path (seer.backends.curve_tunnel)
+    local okf, ferr = require("seer.backends.curve_tunnel").request_forward(t.tunnel.ctl, t.tunnel.key, local_path, remote_path)
+    if not okf then return nil, ferr end
     self.forwards[#self.forwards + 1] = local_path
     return true
   end
