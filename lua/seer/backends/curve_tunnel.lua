@@ -400,7 +400,7 @@ function M.client_run(o)
       local now = process.now_ms()
       if now >= next_ping then next_ping = now + M.PING_MS; dealer:send_raw({ "ping" }, true) end
       if heard_once and now - last_heard > M.LOST_MS then
-        error(("the CURVE connection to %s was lost (nothing heard for %d s)"):format(o.endpoint, M.LOST_MS // 1000), 0)
+        error(("the CURVE connection to %s was lost (nothing heard for %d s)"):format(o.endpoint, math.floor(M.LOST_MS / 1000)), 0)
       end
       if not heard_once and now - last_heard > (o.connect_timeout_s or 60) * 1000 then
         error(("no answer from %s within %d s (the Pod's tunnel is not reachable from here, or it refused this key)")

@@ -69,7 +69,9 @@ local function sorted(t)
 end
 
 -- RFC 1123 label / subdomain names, as the API server checks them.
-local function dns_label(v) return type(v) == "string" and #v <= 63 and v:match("^[a-z0-9]([a-z0-9-]*[a-z0-9])?$") ~= nil end
+local function dns_label(v)
+  return type(v) == "string" and #v >= 1 and #v <= 63 and v:match("^[a-z0-9][a-z0-9-]*$") ~= nil and v:match("[a-z0-9]$") ~= nil
+end
 local function dns_subdomain(v)
   if type(v) ~= "string" or #v > 253 then return false end
   for part in (v .. "."):gmatch("([^.]*)%.") do if not dns_label(part) then return false end end
@@ -80,9 +82,11 @@ local function label_key(k)
   local prefix, name = k:match("^(.+)/([^/]+)$")
   name = name or k
   if prefix and not dns_subdomain(prefix) then return false end
-  return #name <= 63 and name:match("^[%w]([%w._-]*[%w])?$") ~= nil
+  return #name >= 1 and #name <= 63 and name:match("^%w[%w._-]*$") ~= nil and name:match("%w$") ~= nil
 end
-local function label_value(v) return type(v) == "string" and #v <= 63 and (v == "" or v:match("^[%w]([%w._-]*[%w])?$") ~= nil) end
+local function label_value(v)
+  return type(v) == "string" and #v <= 63 and (v == "" or (v:match("^%w[%w._-]*$") ~= nil and v:match("%w$") ~= nil))
+end
 
 ---Checks SandboxConfig.kubernetes; returns the normalized table, or nil and what is wrong (the
 ---message starts with the field's name).
@@ -595,21 +599,23 @@ M.sync_workspace = ssh.sync_workspace
 local function progress(text) io.stdout:write(json.encode({ progress = text }), "\n"); io.stdout:flush() end
 
 local function check_req(req)
-  if type(req) ~= "table" or type(req.kubernetes) ~= "table" or type(req.names) ~= "table" then return nil end
+  if type(req) ~= "table" or type(req.kubernetes) ~= "table" or type(req.names) ~= "table" then return nil, "not a request" end
   local k, why = M.check_config(req.kubernetes)
-  if not k then error(why, 0) end
+  if not k then return nil, why end
   req.kubernetes = k
-  if not dns_subdomain(req.names.pod) or not dns_subdomain(req.names.secret) or not dns_label(req.namespace) then return nil end
+  if not dns_subdomain(req.names.pod) or not dns_subdomain(req.names.secret) then return nil, "bad object names" end
+  if not dns_label(req.namespace) then return nil, ("the namespace %q is not a namespace name"):format(tostring(req.namespace)) end
   return req
 end
 
 local function load_req(path)
   local f = io.open(path or "", "rb")
-  if not f then return nil end
+  if not f then return nil, "cannot read " .. tostring(path) end
   local text = f:read(1048576)
   f:close()
   local ok, req = pcall(json.decode, text or "")
-  return ok and check_req(req) or nil
+  if not ok then return nil, "not JSON" end
+  return check_req(req)
 end
 
 ---Deletes the sandbox's Pod and Secret (404 is fine). Returns true, or false and why.
@@ -629,8 +635,8 @@ function M.delete(req)
 end
 
 local function transport_main(path)
-  local req = load_req(path)
-  if not req then io.stderr:write("k8s-transport: no usable request (this command is started by the kubernetes backend, not by hand)\n"); return 2 end
+  local req, why = load_req(path)
+  if not req then io.stderr:write("k8s-transport: no usable request (this command is started by the kubernetes backend, not by hand): ", tostring(why), "\n"); return 2 end
   local k = req.kubernetes
   local cred = M.credentials(k)
   cred.namespace = req.namespace
@@ -699,8 +705,8 @@ function M.main(which, args)
     return tunnel.serve(o)
   end
   if which == "k8s-delete" then
-    local req = load_req(args[1])
-    if not req then io.stderr:write("k8s-delete: no usable request\n"); return 2 end
+    local req, why = load_req(args[1])
+    if not req then io.stderr:write("k8s-delete: no usable request: ", tostring(why), "\n"); return 2 end
     local ok, why = M.delete(req)
     if not ok then io.stderr:write("k8s-delete: ", tostring(why), "\n"); return 1 end
     return 0
