@@ -512,6 +512,9 @@ function M.start(self, opts, via)
       if okj and type(msg) == "table" then
         if msg.progress then
           say_progress(tostring(msg.progress))
+          -- what the start said while it waited (a queue's or a scheduler's reasons), bounded
+          self.start_progress = self.start_progress or {}
+          if #self.start_progress < 200 then self.start_progress[#self.start_progress + 1] = tostring(msg.progress):sub(1, 1000) end
           -- a copy in progress is not a hang: the wait starts again
           deadline = process.now_ms() + (s.start_timeout + s.connect_timeout * 2 + 600) * 1000
         elseif msg.error then error(tostring(msg.error), 0)
