@@ -63,7 +63,7 @@ end)
 
 T.test("unknown fields list the valid ones", function()
   raises(function() SC{ gpus = "H100" } end,
-    "SandboxConfig: unknown field gpus; valid fields: backend, debug, env, execution_mode, gpu, gpu_count, limits, local_dirs, local_files, models, network, podman, repos, secrets, slurm, ssh, system_packages, timeout")
+    "SandboxConfig: unknown field gpus; valid fields: backend, debug, env, execution_mode, gpu, gpu_count, kubernetes, limits, local_dirs, local_files, models, network, podman, repos, secrets, slurm, ssh, system_packages, timeout")
   raises(function() MC{ name = "x", dtype = "bf16" } end,
     "ModelConfig: dtype is not a ModelConfig field (model loading is handled by the sandbox); valid fields: base_model, hidden, is_peft, name, revision, var_name")
   raises(function() MC{ name = "x", varname = "m" } end,
