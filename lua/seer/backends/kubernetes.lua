@@ -634,7 +634,10 @@ function M.delete(req)
   return why == nil, why
 end
 
+pcall(require("ffi").cdef, "int getppid(void);")
+
 local function transport_main(path)
+  local parent = require("ffi").C.getppid()
   local req, why = load_req(path)
   if not req then io.stderr:write("k8s-transport: no usable request (this command is started by the kubernetes backend, not by hand): ", tostring(why), "\n"); return 2 end
   local k = req.kubernetes
@@ -679,9 +682,13 @@ local function transport_main(path)
     delay = math.min(delay * 2, 1000)
   end
   progress(("Pod %s/%s running at %s (%.1f s)"):format(cred.namespace, req.names.pod, st.ip, (process.now_ms() - t0) / 1000))
-  local rc = tunnel.client_run({ endpoint = ("tcp://%s:%d"):format(st.ip, k.port), server_public = req.server_public,
+  local okr, rc = pcall(tunnel.client_run, { endpoint = ("tcp://%s:%d"):format(st.ip, k.port), server_public = req.server_public,
     client_public = req.client_public, client_secret = req.client_secret, ctl = req.ctl, ctl_key = req.ctl_key,
     connect_timeout_s = 60 })
+  -- The link deletes the Pod when the sandbox ends; when the link itself is gone (killed with
+  -- its script), nobody else would: this process does.
+  if require("ffi").C.getppid() ~= parent then pcall(M.delete, req) end
+  if not okr then error(rc, 0) end
   return rc
 end
 
