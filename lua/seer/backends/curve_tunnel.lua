@@ -291,7 +291,7 @@ end
 ---{local = path, remote = path} -> {ok} or {error}), each binding a local unix socket (0600) whose
 ---connections are carried to the remote path. Returns the remote-start's exit code, or raises
 ---when the connection is lost.
----@param o {endpoint: string, server_public: string, client_public: string, client_secret: string, ctl: string, ctl_key: string}
+---@param o {endpoint: string, server_public: string, client_public: string, client_secret: string, ctl: string, ctl_key: string, connect_timeout_s?: number, check?: fun(): string|nil, check_ms?: integer}
 ---@return integer
 function M.client_run(o)
   local dealer = tunnel_socket("dealer")
@@ -304,6 +304,7 @@ function M.client_run(o)
   local listeners = {} -- {sock, remote, path, rids = {rid -> id}}
   local conns, nconns, next_id = {}, 0, 0
   local last_heard, next_ping = process.now_ms(), 0
+  local next_check = process.now_ms() + (o.check_ms or 2000)
   local stdin_open = true
   local heard_once = false
   local function send(frames) dealer:send_raw(frames) end
@@ -399,6 +400,13 @@ function M.client_run(o)
       end
       local now = process.now_ms()
       if now >= next_ping then next_ping = now + M.PING_MS; dealer:send_raw({ "ping" }, true) end
+      if o.check and now >= next_check then
+        -- the caller's own look at the far side (the kubernetes transport asks the API server
+        -- whether the Pod still runs): a reason ends the tunnel at once
+        next_check = now + (o.check_ms or 2000)
+        local okc, why = pcall(o.check)
+        if okc and why then error(why, 0) end
+      end
       if heard_once and now - last_heard > M.LOST_MS then
         error(("the CURVE connection to %s was lost (nothing heard for %d s)"):format(o.endpoint, math.floor(M.LOST_MS / 1000)), 0)
       end

@@ -684,7 +684,20 @@ local function transport_main(path)
   progress(("Pod %s/%s running at %s (%.1f s)"):format(cred.namespace, req.names.pod, st.ip, (process.now_ms() - t0) / 1000))
   local okr, rc = pcall(tunnel.client_run, { endpoint = ("tcp://%s:%d"):format(st.ip, k.port), server_public = req.server_public,
     client_public = req.client_public, client_secret = req.client_secret, ctl = req.ctl, ctl_key = req.ctl_key,
-    connect_timeout_s = 60 })
+    connect_timeout_s = 60,
+    -- while it runs: a Pod deleted, evicted or killed from outside ends the tunnel at once, with
+    -- the reason (a transient API error is not one)
+    check = function()
+      local c2, b2 = M.api(cred, "GET", ns_path(cred, "pods", req.names.pod))
+      if c2 == 404 then return ("the Pod %s/%s was deleted"):format(cred.namespace, req.names.pod) end
+      if c2 ~= 200 then return nil end
+      local s2 = M.pod_state(b2)
+      if s2.phase == "Failed" or s2.phase == "Succeeded" then
+        return ("the Pod %s/%s ended: phase %s%s%s"):format(cred.namespace, req.names.pod, s2.phase,
+          s2.reason and (", " .. s2.reason .. (s2.message and (": " .. s2.message) or "")) or "",
+          s2.terminated and (", container " .. s2.terminated) or "")
+      end
+    end })
   -- The link deletes the Pod when the sandbox ends; when the link itself is gone (killed with
   -- its script), nobody else would: this process does.
   if require("ffi").C.getppid() ~= parent then pcall(M.delete, req) end

@@ -1042,8 +1042,15 @@ local function link_main()
       self:write_status("ended", self.remote_end)
     else
       local e = self.err:gsub("%s+$", "")
-      self:write_status("connection_lost", ("the ssh connection to %s was lost (ssh exited with %s%s)"):format(s.host,
-        tostring(detail.code), e ~= "" and (": " .. e:sub(1, 1000)) or ""))
+      local t = req.transport
+      if type(t) == "table" and type(t.label) == "string" then
+        -- another backend's transport (the kubernetes tunnel): its own words
+        self:write_status("connection_lost", ("the connection to %s was lost (its transport exited with %s%s)"):format(t.label,
+          tostring(detail.code), e ~= "" and (": " .. e:sub(1, 1000)) or ""))
+      else
+        self:write_status("connection_lost", ("the ssh connection to %s was lost (ssh exited with %s%s)"):format(s.host,
+          tostring(detail.code), e ~= "" and (": " .. e:sub(1, 1000)) or ""))
+      end
     end
     self:cleanup()
   end
