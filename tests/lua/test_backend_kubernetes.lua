@@ -397,6 +397,32 @@ T.test("a Pod deleted from outside: the next call says the sandbox has ended, an
   T.eq(count(st.secrets), 0, "the Secret is deleted too")
 end)
 
+T.test("a Pod evicted while it runs, and a container that exits at once: phase and reason are reported", function()
+  scenario("run")
+  local s = env.Sandbox(config({ timeout = 300 })):start{ name = "evict" }
+  T.eq(s:exec("echo up"), "up\n")
+  scenario("evict")
+  local t0 = process.now_ms()
+  local ok, err
+  repeat
+    process.sleep_ms(300)
+    ok, err = pcall(s.exec, s, "echo still")
+  until not ok or process.now_ms() - t0 > 30000
+  T.eq(ok, false)
+  T.contains(tostring(err), "ended: phase Failed, Evicted: The node was low on resource: memory.")
+  s:terminate()
+  scenario("run")
+  -- the container's command fails at once (here: the image has no seer where seer_path says)
+  local bad = env.Sandbox(config({ kubernetes = kfields({ seer_path = "/bin/false" }) }))
+  local ok2, err2 = pcall(bad.start, bad, { name = "crash" })
+  T.eq(ok2, false)
+  T.contains(tostring(err2), "phase Failed")
+  T.contains(tostring(err2), "Error (exit code 1)")
+  local st = state()
+  T.eq(count(st.pods), 0)
+  T.eq(count(st.secrets), 0)
+end)
+
 T.test("the API server's schema check: a bad field is a clear error (422 with the field)", function()
   local s = start_standin()
   local c = config()
