@@ -147,13 +147,29 @@ function M.serve(opts)
   local conns, nconns = {}, 0
   local stdin_open, inbuf = true, ""
   local exit_code
+  -- What goes to the host waits here when ZMQ would block (the host is slow, or reconnecting);
+  -- while anything waits, nothing more is read from the sandbox's side (flow control), so this
+  -- holds little more than replies.
+  local outq, outq_bytes = {}, 0
+  local function flush_out()
+    while outq[1] and peer do
+      local f = { peer }
+      for i, v in ipairs(outq[1]) do f[i + 1] = v end
+      local okp, sent = pcall(router.send_raw, router, f, true)
+      if not okp or not sent then break end
+      for _, v in ipairs(outq[1]) do outq_bytes = outq_bytes - #v end
+      table.remove(outq, 1)
+    end
+    return outq[1] == nil
+  end
   local function to_host(frames)
-    if not peer then return false end
-    local f = { peer }
-    for i, v in ipairs(frames) do f[i + 1] = v end
-    -- blocking send: the host reads continuously; a full queue is the host being slow
-    local ok = pcall(router.send_raw, router, f)
-    return ok
+    outq[#outq + 1] = frames
+    for _, v in ipairs(frames) do outq_bytes = outq_bytes + #v end
+    if outq_bytes > 64 * 1048576 then
+      io.stderr:write("curve-serve: more than 64 MiB wait for the host; dropping them\n")
+      outq, outq_bytes = {}, 0
+    end
+    return flush_out()
   end
   local function close_conn(id, tell)
     local c = conns[id]
@@ -223,7 +239,7 @@ function M.serve(opts)
     for _, id in ipairs(ids) do
       local c = conns[id]
       for _ = 1, 64 do
-        if not c or not router:writable() then break end
+        if not c or not flush_out() then break end
         local g = c.sock:recv_frames(0)
         if not g then break end
         if g[2] == "" or g[2] == nil then
@@ -238,6 +254,7 @@ function M.serve(opts)
     -- remote-start's output
     for _, which in ipairs({ "out", "err" }) do
       for _ = 1, 64 do
+        if not flush_out() then break end
         local d = rs:read(which)
         if not d or d == "" then break end
         if which == "out" and not run_dir then
@@ -268,6 +285,8 @@ function M.serve(opts)
       to_host({ "exit", tostring(exit_code) })
       rs:close()
       for id in pairs(conns) do close_conn(id, false) end
+      local until_ms = process.now_ms() + 2000
+      while not flush_out() and process.now_ms() < until_ms do process.sleep_ms(10) end
       process.sleep_ms(300) -- ZMQ sends what is queued (the socket's linger is 0)
       router:close()
       return exit_code == 0 and 0 or 1
@@ -307,7 +326,20 @@ function M.client_run(o)
   local next_check = process.now_ms() + (o.check_ms or 2000)
   local stdin_open = true
   local heard_once = false
-  local function send(frames) dealer:send_raw(frames) end
+  -- As on the Pod side: what ZMQ cannot take now waits here, and nothing more is read from this
+  -- side's sources (stdin, local connections) until it has gone.
+  local outq = {}
+  local function flush_out()
+    while outq[1] do
+      if not dealer:send_raw(outq[1], true) then break end
+      table.remove(outq, 1)
+    end
+    return outq[1] == nil
+  end
+  local function send(frames)
+    outq[#outq + 1] = frames
+    return flush_out()
+  end
   local function close_local(id)
     local c = conns[id]
     if not c then return end
@@ -347,7 +379,7 @@ function M.client_run(o)
         ctl:send({ header = net.header("forward_reply", "tunnel"), parent_header = req.header, metadata = {}, content = reply })
       end
       -- the link's stdin -> remote-start
-      if stdin_open and stdin_ready then
+      if stdin_open and stdin_ready and flush_out() then
         local d = read_fd(0, 65536)
         if d == nil then stdin_open = false; send({ "eof" })
         elseif d ~= "" then send({ "in", d }) end
@@ -355,7 +387,7 @@ function M.client_run(o)
       -- local connections -> the Pod (only while the tunnel takes more without blocking)
       for _, l in ipairs(listeners) do
         for _ = 1, 64 do
-          if not dealer:writable() then break end
+          if not flush_out() then break end
           local g = l.sock:recv_frames(0)
           if not g then break end
           local rid, data = g[1], g[2] or ""
