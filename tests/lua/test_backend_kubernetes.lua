@@ -438,6 +438,18 @@ T.test("the API server's schema check: a bad field is a clear error (422 with th
   T.contains(text, "spec.containers.0")
   T.contains(text, "gpus")
   T.contains(text, "spec.activeDeadlineSeconds")
+  -- a client certificate signed by the cluster's CA instead of a token (mutual TLS): the
+  -- kubeconfig's client-certificate-data / client-key-data reach libcurl in memory
+  local d = s.dir
+  local okc, outc = sh(("cd %s && openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout client.key -out client.csr -subj /CN=tester "
+    .. "&& openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out client.crt -days 2"):format(d))
+  T.ok(okc, outc)
+  local kc = slurp(s.kubeconfig):gsub('token: "[^"]*"', ("client-certificate-data: %s\n    client-key-data: %s"):format(
+    k8s.b64encode(slurp(d .. "/client.crt")), k8s.b64encode(slurp(d .. "/client.key"))))
+  local f = assert(io.open(d .. "/kubeconfig-cert", "w")); f:write(kc); f:close()
+  local ccred = k8s.credentials({ kubeconfig = d .. "/kubeconfig-cert" })
+  T.eq(ccred.token, nil)
+  T.eq(k8s.api(ccred, "GET", "/api/v1/namespaces/research/pods/nothing-here"), 404, "authenticated by the client certificate")
   -- without the token: 401
   local code2 = k8s.api({ server = cred.server, namespace = "research", tls = cred.tls }, "GET", "/api/v1/namespaces/research/pods/x")
   T.eq(code2, 401)
