@@ -519,6 +519,25 @@ while true do require("seer.process").sleep_ms(1000) end
   io.write(("  (Pod deleted %.1f s after kill -9)\n"):format((process.now_ms() - t0) / 1000))
 end)
 
+T.test("seer sandbox list shows a kubernetes sandbox; seer sandbox terminate ID deletes its Pod", function()
+  scenario("run")
+  local s = env.Sandbox(config({ timeout = 300 })):start{ name = "cli" }
+  local ok, out = sh(repo .. "/seer sandbox list")
+  T.ok(ok, out)
+  T.contains(out, s.sandbox_id)
+  local ok2, out2 = sh(repo .. "/seer sandbox terminate " .. s.sandbox_id)
+  T.ok(ok2, out2)
+  local t0 = process.now_ms()
+  while count(state().pods) > 0 and process.now_ms() - t0 < 30000 do process.sleep_ms(100) end
+  local left = state()
+  local names = {}
+  for k, v in pairs(left.pods) do names[#names + 1] = k .. " " .. tostring(v.status.phase) end
+  T.eq(count(left.pods), 0, "the Pod is deleted: " .. table.concat(names, ", ") .. " " .. tostring(slurp(s.state_dir .. "/logs/sandbox.log")))
+  T.eq(count(state().secrets), 0, "the Secret too")
+  T.raises(function() s:exec("echo gone") end, "has ended")
+  s:terminate()
+end)
+
 T.test("stop the stand-in: its Pods' processes and network namespaces are gone", function()
   if not standin then T.skip("the stand-in did not run") end
   local pid = standin.proc:pid()

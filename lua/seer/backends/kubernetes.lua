@@ -636,8 +636,14 @@ end
 
 pcall(require("ffi").cdef, "int getppid(void);")
 
+pcall(require("ffi").cdef, "void *signal(int sig, void *handler);")
+
 local function transport_main(path)
-  local parent = require("ffi").C.getppid()
+  local ffi = require "ffi"
+  local parent = ffi.C.getppid()
+  -- a write to the link once it is gone fails (EPIPE) instead of killing this process before it
+  -- has deleted the Pod
+  ffi.C.signal(13, ffi.cast("void *", 1)) -- SIGPIPE, SIG_IGN
   local req, why = load_req(path)
   if not req then io.stderr:write("k8s-transport: no usable request (this command is started by the kubernetes backend, not by hand): ", tostring(why), "\n"); return 2 end
   local k = req.kubernetes

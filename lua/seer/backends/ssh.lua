@@ -1013,7 +1013,7 @@ local function link_main()
   end
   local sj = safe_fs.root(self.state_dir, "the sandbox state folder")
   sj:write("sandbox.json", json.encode({
-    id = req.id, backend = "ssh", host = s.host, remote_id = self.remote_id, remote_run = self.remote_run,
+    id = req.id, backend = type(req.backend) == "string" and req.backend or "ssh", host = s.host, remote_id = self.remote_id, remote_run = self.remote_run,
     keeper_pid = process.getpid(), keeper_start = sb.start_time(process.getpid()), owner_pid = req.owner_pid,
     created = os.time(), state_dir = self.state_dir, endpoint = "ipc://" .. self.state_dir .. "/run/sandboxd.sock",
     timeout = req.config.timeout,
