@@ -389,8 +389,10 @@ end
 function M.api(cred, method, path, body)
   local headers = { Accept = "application/json" }
   if cred.token then headers.Authorization = "Bearer " .. cred.token end
+  -- GET is retried after a transient failure (seer.http: connect, reset, 5xx, 429); a create or
+  -- delete is not (a retried POST would answer 409 AlreadyExists for its own first attempt)
   local opts = { url = cred.server .. path, method = method, headers = headers, timeout = 30, connect_timeout = 10,
-                 retries = 0, max_bytes = 4 * 1048576, tls = cred.tls, follow_redirects = false }
+                 retries = method == "GET" and 2 or 0, max_bytes = 4 * 1048576, tls = cred.tls, follow_redirects = false }
   if body ~= nil then opts.json = body end
   local ok, r = pcall(require("seer.http").request, opts)
   if not ok then error(("the Kubernetes API server %s: %s"):format(cred.server, tostring(r)), 0) end
