@@ -354,6 +354,25 @@ T.test("the wire: no plaintext on the Pod's link (a control shows the capture se
   plain:send_raw({ "ping" }, true)
   T.eq(plain:recv_frames(1000), nil, "a client without CURVE gets nothing")
   plain:close()
+  -- nothing else listens in the Pod's network namespace: its TCP table (seen through the
+  -- curve-serve process whose connection has the Pod's address) has one listener, the CURVE port
+  local a, b, c, d = ip:match("^(%d+)%.(%d+)%.(%d+)%.(%d+)$")
+  local iphex = ("%02X%02X%02X%02X"):format(tonumber(d), tonumber(c), tonumber(b), tonumber(a))
+  local listeners
+  for _, e in ipairs(sb.listdir("/proc")) do
+    if e.name:match("^%d+$") and (slurp("/proc/" .. e.name .. "/cmdline") or ""):find("curve-serve", 1, true) then
+      local tcp = (slurp("/proc/" .. e.name .. "/net/tcp") or "") .. (slurp("/proc/" .. e.name .. "/net/tcp6") or "")
+      if tcp:find(iphex .. ":1E56", 1, true) then
+        listeners = {}
+        for line in tcp:gmatch("[^\n]+") do
+          local laddr, st = line:match("^%s*%d+: (%x+:%x+) %x+:%x+ (%x%x)")
+          if st == "0A" then listeners[#listeners + 1] = laddr end
+        end
+      end
+    end
+  end
+  T.ok(listeners, "found the Pod's curve-serve")
+  T.eq(listeners, { "00000000:1E56" }, "the only TCP listener in the Pod is the CURVE port 7766")
   -- the sandbox still works (those clients did not disturb the tunnel)
   T.eq(s:exec("echo still"), "still\n")
   -- the control: plaintext sent to the same port over the same link is seen by the capture
