@@ -38,7 +38,7 @@ all: $(SEER_BIN)
 help:
 	@echo "make            build ./seer"
 	@echo "make setup      install missing build and test dependencies (Debian packages)"
-	@echo "make test-remote  the remote backends' tests alone (a real sshd and a one-node Slurm on loopback; docs/backends.md)"
+	@echo "make test-remote  the remote backends' tests alone (a real sshd, a one-node Slurm on loopback, podman, a stand-in Kubernetes API server; docs/backends.md)"
 	@echo "make demo       setup + build + run experiments/hello and the offline introspection investigation"
 	@echo "make test       build and run the whole test suite (ends with 'N passed, N failed')"
 	@echo "make attack    the attack suite alone (docs/security.md)"

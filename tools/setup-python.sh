@@ -15,3 +15,15 @@ if [[ "${SEER_SKIP_PIP:-}" != 1 ]] && ! "$root/.venv-test/bin/python" -c "import
     echo "setup: warning: could not install the MCP SDK from PyPI; MCP tests that need it will be skipped" >&2
   fi
 fi
+
+# kubernetes-validate: the official Kubernetes JSON schemas (generated from the OpenAPI spec)
+# for the stand-in API server of tests/lua/test_backend_kubernetes.lua (tests/fixtures/k8s_standin.py),
+# which checks every request body against them. Without it that test says "skipped".
+K8S_VALIDATE_VERSION=1.37.0
+if [[ "${SEER_SKIP_PIP:-}" != 1 ]] && [[ -x "$root/.venv-test/bin/python" ]] &&
+   ! "$root/.venv-test/bin/python" -c "import kubernetes_validate" 2>/dev/null; then
+  echo "setup: installing kubernetes-validate $K8S_VALIDATE_VERSION into .venv-test (pip)"
+  if ! "$root/.venv-test/bin/pip" install -q --disable-pip-version-check "kubernetes-validate==$K8S_VALIDATE_VERSION"; then
+    echo "setup: warning: could not install kubernetes-validate; the kubernetes backend test will be skipped" >&2
+  fi
+fi

@@ -159,6 +159,25 @@ int seer_httpc_request(const seer_httpc_req_t *req, seer_httpc_resp_t *resp, see
     curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, follow ? 1L : 0L);
     curl_easy_setopt(e, CURLOPT_MAXREDIRS, 5L);
     if (req->proxy) curl_easy_setopt(e, CURLOPT_PROXY, req->proxy);
+    struct curl_blob ca = {(void *)req->ca_pem, req->ca_pem_len, CURL_BLOB_COPY};
+    struct curl_blob cert = {(void *)req->cert_pem, req->cert_pem_len, CURL_BLOB_COPY};
+    struct curl_blob key = {(void *)req->key_pem, req->key_pem_len, CURL_BLOB_COPY};
+    if (req->ca_pem && curl_easy_setopt(e, CURLOPT_CAINFO_BLOB, &ca) != CURLE_OK) {
+        status = seer_err_set(err, SEER_EUNSUPPORTED, "seer.http: this libcurl cannot take a CA certificate from memory (needs curl 7.77 or later)");
+        goto out;
+    }
+    if (req->ca_pem) curl_easy_setopt(e, CURLOPT_CAPATH, NULL);
+    if (req->cert_pem) {
+        curl_easy_setopt(e, CURLOPT_SSLCERTTYPE, "PEM");
+        if (curl_easy_setopt(e, CURLOPT_SSLCERT_BLOB, &cert) != CURLE_OK) {
+            status = seer_err_set(err, SEER_EUNSUPPORTED, "seer.http: this libcurl cannot take a client certificate from memory (needs curl 7.71 or later)");
+            goto out;
+        }
+    }
+    if (req->key_pem) {
+        curl_easy_setopt(e, CURLOPT_SSLKEYTYPE, "PEM");
+        curl_easy_setopt(e, CURLOPT_SSLKEY_BLOB, &key);
+    }
     rc = curl_easy_perform(e);
     double secs = 0;
     curl_easy_getinfo(e, CURLINFO_TOTAL_TIME, &secs);

@@ -24,6 +24,15 @@ typedef struct seer_httpc_req {
     size_t max_header_bytes;   /* response header cap; 0: 256 KiB */
     int follow_redirects;      /* GET/HEAD only, at most 5 */
     const char *proxy;         /* a proxy URL, or NULL (curl then honours https_proxy etc.) */
+    /* TLS for https:// (PEM text, not paths; NULL: curl's defaults, the system CA store): the CA
+     * that must have signed the server's certificate (replaces the system store), and a client
+     * certificate with its key (mutual TLS, e.g. a Kubernetes API server). */
+    const char *ca_pem;
+    size_t ca_pem_len;
+    const char *cert_pem;
+    size_t cert_pem_len;
+    const char *key_pem;
+    size_t key_pem_len;
     seer_httpc_chunk_fn on_chunk; /* NULL: the body is collected into resp->body */
     void *ud;
 } seer_httpc_req_t;

@@ -67,6 +67,10 @@ static int l_request(lua_State *L) {
     r.method = opt_s(L, "method", NULL);
     r.body = opt_s(L, "body", &r.body_len);
     r.proxy = opt_s(L, "proxy", NULL);
+    r.ca_pem = opt_s(L, "ca_pem", &r.ca_pem_len);
+    r.cert_pem = opt_s(L, "cert_pem", &r.cert_pem_len);
+    r.key_pem = opt_s(L, "key_pem", &r.key_pem_len);
+    if ((r.cert_pem == NULL) != (r.key_pem == NULL)) luaL_error(L, "seer.http: cert_pem and key_pem go together");
     r.timeout_ms = opt_ms(L, "timeout_ms", 0);
     r.connect_timeout_ms = opt_ms(L, "connect_timeout_ms", 0);
     lua_getfield(L, 1, "max_bytes");

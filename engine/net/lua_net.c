@@ -22,13 +22,15 @@ typedef struct {
     const char *kind;
     seer_net_key_t *key;
     seer_net_rx_t rx; /* this socket's limits and drop count */
+    int zap_slot;     /* CURVE servers: their ZAP entry; -1 otherwise */
 } sock_ud;
 
 static const struct {
     const char *name;
     int type;
 } kinds[] = {{"router", ZMQ_ROUTER}, {"dealer", ZMQ_DEALER}, {"pub", ZMQ_PUB},
-             {"sub", ZMQ_SUB},       {"rep", ZMQ_REP},       {"req", ZMQ_REQ}};
+             {"sub", ZMQ_SUB},       {"rep", ZMQ_REP},       {"req", ZMQ_REQ},
+             {"stream", ZMQ_STREAM}};
 
 static sock_ud *check_sock(lua_State *L, int idx) {
     sock_ud *s = luaL_checkudata(L, idx, SOCK_MT);
@@ -73,12 +75,13 @@ static int l_socket(lua_State *L) {
             kname = kinds[i].name;
         }
     if (type < 0)
-        return luaL_error(L, "net.socket: unknown kind '%s' (router, dealer, pub, sub, rep or req)", kind);
+        return luaL_error(L, "net.socket: unknown kind '%s' (router, dealer, pub, sub, rep, req or stream)", kind);
     seer_err_t err;
     void *ctx = seer_net_context(&err);
     if (!ctx) return luaL_error(L, "net.socket: %s", err.msg);
     sock_ud *s = lua_newuserdata(L, sizeof *s);
     memset(s, 0, sizeof *s);
+    s->zap_slot = -1;
     luaL_getmetatable(L, SOCK_MT);
     lua_setmetatable(L, -2);
     if (seer_net_key_new(&s->key, key, klen, &err) < 0) return luaL_error(L, "net.socket: %s", err.msg);
@@ -149,6 +152,8 @@ static int l_close(lua_State *L) {
     sock_ud *s = luaL_checkudata(L, 1, SOCK_MT);
     if (s->sock) zmq_close(s->sock);
     s->sock = NULL;
+    if (s->zap_slot >= 0) seer_net_curve_release(s->zap_slot);
+    s->zap_slot = -1;
     seer_net_key_free(s->key);
     s->key = NULL;
     return 0;
@@ -269,6 +274,136 @@ static int l_recv_frames(lua_State *L) {
     }
     push_frames(L, f, r);
     free(block);
+    return 1;
+}
+
+/* s:send_raw(frames, dontwait) -> true, or false when dontwait and ZMQ would block (EAGAIN:
+ * the high-water mark is reached, or no peer). Unsigned frames, as send_frames. */
+static int l_send_raw(lua_State *L) {
+    sock_ud *s = check_sock(L, 1);
+    int n;
+    luaL_checktype(L, 2, LUA_TTABLE);
+    seer_net_frame_t *f = frames_from(L, 2, &n, "frames");
+    if (n == 0) return luaL_error(L, "net: send_raw needs at least one frame");
+    int flags = lua_toboolean(L, 3) ? ZMQ_DONTWAIT : 0;
+    for (int i = 0; i < n; i++) {
+        int rc;
+        while ((rc = zmq_send(s->sock, f[i].data, f[i].len, flags | (i + 1 < n ? ZMQ_SNDMORE : 0))) < 0 &&
+               zmq_errno() == EINTR) {
+        }
+        if (rc < 0) {
+            if (zmq_errno() == EAGAIN && i == 0) {
+                lua_pushboolean(L, 0);
+                return 1;
+            }
+            if (zmq_errno() == EHOSTUNREACH && i == 0) {
+                lua_pushboolean(L, 0);
+                lua_pushliteral(L, "unreachable");
+                return 2;
+            }
+            return zfail(L, "send_raw");
+        }
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+/* s:writable() -> true when a send would not block now (ZMQ_EVENTS has POLLOUT). */
+static int l_writable(lua_State *L) {
+    sock_ud *s = check_sock(L, 1);
+    int ev = 0;
+    size_t len = sizeof ev;
+    if (zmq_getsockopt(s->sock, ZMQ_EVENTS, &ev, &len) != 0) return zfail(L, "writable");
+    lua_pushboolean(L, (ev & ZMQ_POLLOUT) != 0);
+    return 1;
+}
+
+/* s:setopt(name, value): the few ZMQ options the tunnel sets (before bind/connect). */
+static int l_setopt(lua_State *L) {
+    sock_ud *s = check_sock(L, 1);
+    const char *name = luaL_checkstring(L, 2);
+    static const struct {
+        const char *name;
+        int opt;
+    } ints[] = {{"sndhwm", ZMQ_SNDHWM},
+                {"rcvhwm", ZMQ_RCVHWM},
+                {"heartbeat_ivl", ZMQ_HEARTBEAT_IVL},
+                {"heartbeat_timeout", ZMQ_HEARTBEAT_TIMEOUT},
+                {"heartbeat_ttl", ZMQ_HEARTBEAT_TTL},
+                {"handshake_ivl", ZMQ_HANDSHAKE_IVL},
+                {"router_mandatory", ZMQ_ROUTER_MANDATORY},
+                {"immediate", ZMQ_IMMEDIATE},
+                {"stream_notify", ZMQ_STREAM_NOTIFY}};
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        if (strcmp(ints[i].name, name) == 0) {
+            int v = (int)luaL_checkinteger(L, 3);
+            if (zmq_setsockopt(s->sock, ints[i].opt, &v, sizeof v) != 0) return zfail(L, name);
+            return 0;
+        }
+    if (strcmp(name, "maxmsgsize") == 0) {
+        int64_t v = (int64_t)luaL_checknumber(L, 3);
+        if (zmq_setsockopt(s->sock, ZMQ_MAXMSGSIZE, &v, sizeof v) != 0) return zfail(L, name);
+        return 0;
+    }
+    if (strcmp(name, "connect_routing_id") == 0 || strcmp(name, "routing_id") == 0) {
+        size_t n;
+        const char *v = luaL_checklstring(L, 3, &n);
+        if (zmq_setsockopt(s->sock, name[0] == 'c' ? ZMQ_CONNECT_ROUTING_ID : ZMQ_ROUTING_ID, v, n) != 0)
+            return zfail(L, name);
+        return 0;
+    }
+    return luaL_error(L, "net: setopt: unknown option '%s'", name);
+}
+
+/* s:curve_server(secret, client_public): before bind. Only that client key gets through. */
+static int l_curve_server(lua_State *L) {
+    sock_ud *s = check_sock(L, 1);
+    if (s->zap_slot >= 0) return luaL_error(L, "net: curve_server: this socket is already a CURVE server");
+    seer_err_t err;
+    int slot = -1;
+    if (seer_net_curve_server(s->sock, luaL_checkstring(L, 2), luaL_checkstring(L, 3), &slot, &err) < 0)
+        return luaL_error(L, "net.curve_server: %s", err.msg);
+    s->zap_slot = slot;
+    return 0;
+}
+
+/* s:curve_refused() -> handshakes with another client key this server refused */
+static int l_curve_refused(lua_State *L) {
+    sock_ud *s = check_sock(L, 1);
+    lua_pushnumber(L, (lua_Number)seer_net_curve_refused(s->zap_slot));
+    return 1;
+}
+
+/* s:curve_client(server_public, client_public, client_secret): before connect. */
+static int l_curve_client(lua_State *L) {
+    sock_ud *s = check_sock(L, 1);
+    seer_err_t err;
+    if (seer_net_curve_client(s->sock, luaL_checkstring(L, 2), luaL_checkstring(L, 3), luaL_checkstring(L, 4), &err) < 0)
+        return luaL_error(L, "net.curve_client: %s", err.msg);
+    return 0;
+}
+
+static int l_has_curve(lua_State *L) {
+    lua_pushboolean(L, seer_net_has_curve());
+    return 1;
+}
+
+/* curve_keypair() -> public, secret (Z85) */
+static int l_curve_keypair(lua_State *L) {
+    char pub[41], sec[41];
+    seer_err_t err;
+    if (seer_net_curve_keypair(pub, sec, &err) < 0) return luaL_error(L, "net.curve_keypair: %s", err.msg);
+    lua_pushstring(L, pub);
+    lua_pushstring(L, sec);
+    return 2;
+}
+
+/* curve_public(secret) -> public */
+static int l_curve_public(lua_State *L) {
+    char pub[41];
+    seer_err_t err;
+    if (seer_net_curve_public(pub, luaL_checkstring(L, 1), &err) < 0) return luaL_error(L, "net.curve_public: %s", err.msg);
+    lua_pushstring(L, pub);
     return 1;
 }
 
@@ -439,6 +574,8 @@ int seer_net_luaopen(lua_State *L) {
             {"close", l_close},         {"send", l_send},               {"recv", l_recv},
             {"send_frames", l_send_frames}, {"recv_frames", l_recv_frames}, {"kind", l_kind},
             {"dropped", l_sock_dropped}, {"note_dropped", l_sock_note_dropped}, {"history_bytes", l_sock_history},
+            {"send_raw", l_send_raw}, {"writable", l_writable}, {"setopt", l_setopt},
+            {"curve_server", l_curve_server}, {"curve_client", l_curve_client}, {"curve_refused", l_curve_refused},
             {NULL, NULL}};
         lua_newtable(L);
         luaL_register(L, NULL, methods);
@@ -451,7 +588,9 @@ int seer_net_luaopen(lua_State *L) {
     lua_pop(L, 1);
     static const luaL_Reg fns[] = {{"socket", l_socket}, {"poll", l_poll},     {"new_key", l_new_key},
                                    {"uuid", l_uuid},     {"header", l_header}, {"sign", l_sign},
-                                   {"dropped", l_dropped}, {"utf8_fix", l_utf8_fix}, {"now_ms", l_now_ms}, {NULL, NULL}};
+                                   {"dropped", l_dropped}, {"utf8_fix", l_utf8_fix}, {"now_ms", l_now_ms},
+                                   {"has_curve", l_has_curve}, {"curve_keypair", l_curve_keypair},
+                                   {"curve_public", l_curve_public}, {NULL, NULL}};
     lua_newtable(L);
     luaL_register(L, NULL, fns);
     lua_pushliteral(L, SEER_NET_PROTOCOL_VERSION);

@@ -142,4 +142,21 @@ int seer_net_luaopen(lua_State *L);
  * error when it is not one or is closed). The pointers live as long as the socket is open. */
 void *seer_net_lua_socket(lua_State *L, int idx, const seer_net_key_t **key);
 
+/* ---- CURVE (curve.c) --------------------------------------------------------------------------- */
+
+/* 1 when this libzmq has CURVE (built with libsodium). Every call below fails with a message
+ * saying so when it has not. Keys are Z85 text: 40 characters plus a NUL. */
+int seer_net_has_curve(void);
+int seer_net_curve_keypair(char pub[41], char sec[41], seer_err_t *err);
+int seer_net_curve_public(char pub[41], const char *sec, seer_err_t *err);
+/* Makes sock (before bind) a CURVE server whose ZAP handler accepts only client_public; *slot
+ * names its entry (seer_net_curve_release when the socket closes). */
+int seer_net_curve_server(void *sock, const char *secret, const char *client_public, int *slot, seer_err_t *err);
+void seer_net_curve_release(int slot);
+/* How many handshakes with another client key this server's ZAP entry refused. */
+unsigned long seer_net_curve_refused(int slot);
+/* Makes sock (before connect) a CURVE client of the server with that public key. */
+int seer_net_curve_client(void *sock, const char *server_public, const char *client_public, const char *client_secret,
+                          seer_err_t *err);
+
 #endif

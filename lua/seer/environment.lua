@@ -252,11 +252,12 @@ M.RepoConfig = guarded(function(t) return make_repo(t) end)
 ---@field local_files {[1]: string, [2]: string}[] {local_path, sandbox_path} files to mount
 ---@field local_dirs {[1]: string, [2]: string}[] {local_path, sandbox_path} directories to mount
 ---@field debug boolean debugging aids (default false)
----@field backend "local"|"ssh"|"slurm"|"podman"|"docker" where the sandbox runs (default "local"; docs/backends.md)
+---@field backend "local"|"ssh"|"slurm"|"podman"|"docker"|"kubernetes" where the sandbox runs (default "local"; docs/backends.md)
 ---@field podman? seerbackends.podman.Config the podman backend's fields (backend = "podman")
 ---@field docker? seerbackends.docker.Config the docker backend's fields (backend = "docker")
 ---@field ssh? seerbackends.ssh.Config the ssh backend's fields (backend = "ssh")
 ---@field slurm? seerbackends.slurm.Config the slurm backend's fields (backend = "slurm")
+---@field kubernetes? seerbackends.kubernetes.Config the kubernetes backend's fields (backend = "kubernetes")
 ---@field network "none"|"host"|{allow: string[], resolve?: table<string, string>} network access: none (the default), the host's network, or HTTP(S) to listed host names only through seer's egress proxy (docs/sandbox.md)
 ---@field limits seerenvironment.Limits resource limits of the whole sandbox
 ---Resource limits of a sandbox (the whole process tree).
@@ -276,7 +277,7 @@ local SANDBOX_FIELDS = {
   gpu = "string", gpu_count = "number", execution_mode = "string", models = "table",
   system_packages = "table", secrets = "table", repos = "table", env = "table", timeout = "number",
   local_files = "table", local_dirs = "table", debug = "boolean", backend = "string", network = "string|table",
-  limits = "table", ssh = "table", slurm = "table", podman = "table", docker = "table",
+  limits = "table", ssh = "table", slurm = "table", podman = "table", docker = "table", kubernetes = "table",
 }
 local VALID_SANDBOX = table.concat(sorted_keys(SANDBOX_FIELDS), ", ")
 local SANDBOX_HINTS = {
@@ -284,8 +285,8 @@ local SANDBOX_HINTS = {
     .. "Workspace library (seer.workspace) and system packages in system_packages; valid fields: " .. VALID_SANDBOX,
 }
 
-local BACKENDS = { ["local"] = true, ssh = true, slurm = true, podman = true, docker = true }
-local PLANNED_BACKENDS = { kubernetes = true, modal = true }
+local BACKENDS = { ["local"] = true, ssh = true, slurm = true, podman = true, docker = true, kubernetes = true }
+local PLANNED_BACKENDS = { modal = true }
 
 local function check_pairs(what, list, second)
   check_list(what, list)
@@ -492,10 +493,13 @@ local function make_sandbox(t)
       q(c.backend), table.concat(sorted_keys(BACKENDS), ", "))
   end
   -- each remote backend's own fields (seer.backends.<name>.check_config; docs/backends.md)
-  for _, b in ipairs({ "ssh", "podman", "docker", "slurm" }) do
+  for _, b in ipairs({ "ssh", "podman", "docker", "slurm", "kubernetes" }) do
     if c.backend == b then
       if b == "ssh" and t.ssh == nil then
         fail('SandboxConfig{backend = "ssh"} needs ssh = {host = "...", user = "...", identity_file = "..."}')
+      end
+      if b == "kubernetes" and t.kubernetes == nil then
+        fail('SandboxConfig{backend = "kubernetes"} needs kubernetes = {image = "...", namespace = "..."}')
       end
       local v, why = require("seer.backends." .. b).check_config(t[b] or {})
       if not v then fail("SandboxConfig.%s", why) end
@@ -560,6 +564,13 @@ function SandboxConfig.__tostring(c)
       for i, k in ipairs(sk) do e[i] = k .. " = " .. (type(c[b][k]) == "string" and q(c[b][k]) or tostring(c[b][k])) end
       parts[#parts + 1] = b .. " = {" .. table.concat(e, ", ") .. "}"
     end
+  end
+  if c.kubernetes then
+    local sk, e = sorted_keys(c.kubernetes), {}
+    for _, k in ipairs(sk) do
+      if type(c.kubernetes[k]) ~= "table" then e[#e + 1] = k .. " = " .. (type(c.kubernetes[k]) == "string" and q(c.kubernetes[k]) or tostring(c.kubernetes[k])) end
+    end
+    parts[#parts + 1] = "kubernetes = {" .. table.concat(e, ", ") .. "}"
   end
   if c.slurm then
     local sk, e = sorted_keys(c.slurm), {}

@@ -67,7 +67,7 @@ local function parse_headers(raw)
 end
 
 local OPTS = { url = true, method = true, headers = true, body = true, json = true, timeout = true, connect_timeout = true,
-               retries = true, max_bytes = true, stream = true, follow_redirects = true, proxy = true, backoff = true }
+               retries = true, max_bytes = true, stream = true, follow_redirects = true, proxy = true, backoff = true, tls = true }
 
 local function check_opts(o, where)
   if type(o) ~= "table" then error(("seer.http.%s: options must be a table"):format(where), 3) end
@@ -99,6 +99,7 @@ end
 ---@field stream? fun(chunk: string): boolean? receives the body as it arrives (return true to stop); the body is then not kept
 ---@field follow_redirects? boolean GET and HEAD only (default true)
 ---@field proxy? string a proxy URL
+---@field tls? {ca_pem?: string, cert_pem?: string, key_pem?: string} PEM text: the CA the server's certificate must chain to (instead of the system store), a client certificate and its key (mutual TLS)
 
 ---One request. Returns the response whatever its status; raises when no response came after
 ---the retries (the message names the method, the URL without its query, and the cause).
@@ -135,6 +136,15 @@ function M.request(opts)
   local req = { url = opts.url, method = method, headers = headers, body = body,
                 timeout_ms = math.floor(timeout * 1000), connect_timeout_ms = opts.connect_timeout and math.floor(opts.connect_timeout * 1000) or nil,
                 max_bytes = opts.max_bytes, follow_redirects = opts.follow_redirects, proxy = opts.proxy, on_chunk = on_chunk }
+  if opts.tls ~= nil then
+    if type(opts.tls) ~= "table" then error("seer.http.request: tls must be a table {ca_pem?, cert_pem?, key_pem?}", 2) end
+    for k, v in pairs(opts.tls) do
+      if (k ~= "ca_pem" and k ~= "cert_pem" and k ~= "key_pem") or type(v) ~= "string" then
+        error(("seer.http.request: tls.%s is not ca_pem, cert_pem or key_pem (PEM text)"):format(tostring(k)), 2)
+      end
+    end
+    req.ca_pem, req.cert_pem, req.key_pem = opts.tls.ca_pem, opts.tls.cert_pem, opts.tls.key_pem
+  end
   local attempt = 0
   while true do
     attempt = attempt + 1

@@ -96,6 +96,34 @@ function M.socket(kind, key, opts)
   return setmetatable({ _s = C.socket(kind, key or "", opts), kind = kind }, Socket)
 end
 
+---A raw ZMQ socket (no signatures, no Jupyter layout): the userdata of seer.core.net with
+---`send_raw(frames, dontwait) -> ok`, `recv_frames(timeout_ms) -> frames|nil`, `setopt(name, v)`,
+---`curve_server(secret, client_public)`, `curve_client(server_public, public, secret)`,
+---`curve_refused()`, `writable()`, `bind`, `connect`, `close`. It can go in net.poll's list.
+---Used by the CURVE tunnel (seer.backends.curve_tunnel), which carries other sockets' bytes.
+---@param kind "router"|"dealer"|"stream"
+---@param opts? seernet.socket_opts
+---@return userdata
+function M.raw_socket(kind, opts)
+  if kind ~= "router" and kind ~= "dealer" and kind ~= "stream" then
+    error(("net.raw_socket: unknown kind %s (router, dealer or stream)"):format(tostring(kind)), 2)
+  end
+  return C.socket(kind, "", opts)
+end
+
+---Whether this libzmq has CURVE (built with libsodium).
+---@return boolean
+function M.has_curve() return C.has_curve() end
+
+---A new CURVE key pair, Z85 text (40 characters each). Raises when libzmq lacks CURVE.
+---@return string public, string secret
+function M.curve_keypair() return C.curve_keypair() end
+
+---The public key of a CURVE secret key (Z85).
+---@param secret string
+---@return string
+function M.curve_public(secret) return C.curve_public(secret) end
+
 ---Binds to an endpoint; "tcp://127.0.0.1:*" picks a free port.
 ---@param endpoint string
 ---@return string endpoint the endpoint actually bound, e.g. "tcp://127.0.0.1:41234"
@@ -238,6 +266,7 @@ function M.poll(list, timeout_ms)
   for i, v in ipairs(list) do
     if type(v) == "number" then raw[i] = v
     elseif type(v) == "table" and getmetatable(v) == Socket then raw[i] = v._s
+    elseif type(v) == "userdata" then raw[i] = v -- a raw socket (net.raw_socket)
     else error(("net.poll: entry %d is a %s, not a socket or a file descriptor"):format(i, type(v)), 2) end
   end
   return C.poll(raw, timeout_ms or -1)

@@ -1,7 +1,7 @@
 /* Unit tests of engine/net: HMAC-SHA256 signatures against Python's hmac module, verification
  * of tampered messages, the empty key, messages round-tripped over inproc and tcp (routing ids,
  * buffers, bad signatures dropped and counted, broken layouts dropped), headers, UUIDs, keys and
- * the JSON string writer. */
+ * the JSON string writer, and CURVE (one client key per server). */
 #include <criterion/criterion.h>
 #include <regex.h>
 #include <stdlib.h>
@@ -374,4 +374,55 @@ Test(replay, recv_drops_a_replayed_message_and_over_limit_ones) {
     cr_assert_eq(rx.dropped, 3);
     seer_net_key_free(k);
     close_pair(p);
+}
+
+/* CURVE (curve.c): a server accepts only the one client key its ZAP entry names. */
+static int recv_within(void *s, char *buf, size_t cap, int ms) {
+    zmq_pollitem_t it = {s, 0, ZMQ_POLLIN, 0};
+    if (zmq_poll(&it, 1, ms) <= 0) return -1;
+    return zmq_recv(s, buf, cap, 0);
+}
+
+Test(curve, one_client_key_only) {
+    cr_assert(seer_net_has_curve(), "Debian's libzmq5 is built with libsodium");
+    seer_err_t err;
+    char spub[41], ssec[41], cpub[41], csec[41], wpub[41], wsec[41], again[41];
+    cr_assert_eq(seer_net_curve_keypair(spub, ssec, &err), 0, "%s", err.msg);
+    cr_assert_eq(seer_net_curve_keypair(cpub, csec, &err), 0, "%s", err.msg);
+    cr_assert_eq(seer_net_curve_keypair(wpub, wsec, &err), 0, "%s", err.msg);
+    cr_assert_eq(seer_net_curve_public(again, ssec, &err), 0);
+    cr_assert_str_eq(again, spub);
+    cr_assert_lt(seer_net_curve_public(again, "short", &err), 0);
+    void *ctx = seer_net_context(&err);
+    int zero = 0;
+    void *srv = zmq_socket(ctx, ZMQ_DEALER);
+    zmq_setsockopt(srv, ZMQ_LINGER, &zero, sizeof zero);
+    int slot = -1;
+    cr_assert_eq(seer_net_curve_server(srv, ssec, cpub, &slot, &err), 0, "%s", err.msg);
+    cr_assert_eq(zmq_bind(srv, "tcp://127.0.0.1:*"), 0);
+    char ep[256];
+    size_t n = sizeof ep;
+    zmq_getsockopt(srv, ZMQ_LAST_ENDPOINT, ep, &n);
+    /* a wrong key: refused, nothing arrives */
+    void *bad = zmq_socket(ctx, ZMQ_DEALER);
+    zmq_setsockopt(bad, ZMQ_LINGER, &zero, sizeof zero);
+    cr_assert_eq(seer_net_curve_client(bad, spub, wpub, wsec, &err), 0, "%s", err.msg);
+    zmq_connect(bad, ep);
+    zmq_send(bad, "evil", 4, ZMQ_DONTWAIT);
+    char buf[16];
+    cr_assert_lt(recv_within(srv, buf, sizeof buf, 500), 0);
+    cr_assert_geq(seer_net_curve_refused(slot), 1);
+    /* the right key: delivered */
+    void *good = zmq_socket(ctx, ZMQ_DEALER);
+    zmq_setsockopt(good, ZMQ_LINGER, &zero, sizeof zero);
+    cr_assert_eq(seer_net_curve_client(good, spub, cpub, csec, &err), 0, "%s", err.msg);
+    zmq_connect(good, ep);
+    zmq_send(good, "hello", 5, 0);
+    cr_assert_eq(recv_within(srv, buf, sizeof buf, 5000), 5);
+    cr_assert_eq(memcmp(buf, "hello", 5), 0);
+    zmq_close(bad);
+    zmq_close(good);
+    zmq_close(srv);
+    seer_net_curve_release(slot);
+    cr_assert_lt(seer_net_curve_server(NULL, "x", cpub, &slot, &err), 0); /* refused before the socket is touched */
 }

@@ -170,6 +170,8 @@ local function pipe_write(p, data)
   return w
 end
 
+M._pipe_write = pipe_write
+
 local function shq(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
 
 ---------------------------------------------------------------------------------------------
@@ -511,6 +513,9 @@ function M.start(self, opts, via)
       if okj and type(msg) == "table" then
         if msg.progress then
           say_progress(tostring(msg.progress))
+          -- what the start said while it waited (a queue's or a scheduler's reasons), bounded
+          self.start_progress = self.start_progress or {}
+          if #self.start_progress < 200 then self.start_progress[#self.start_progress + 1] = tostring(msg.progress):sub(1, 1000) end
           -- a copy in progress is not a hang: the wait starts again
           deadline = process.now_ms() + (s.start_timeout + s.connect_timeout * 2 + 600) * 1000
         elseif msg.error then error(tostring(msg.error), 0)
@@ -745,6 +750,14 @@ function Link:forward(local_path, remote_path)
     pcall(require("ffi").cdef, "int symlink(const char *target, const char *linkpath);")
     os.remove(local_path)
     if require("ffi").C.symlink(here .. remote_path:sub(#inside + 1), local_path) ~= 0 then return nil, "symlink failed" end
+    self.forwards[#self.forwards + 1] = local_path
+    return true
+  end
+  if type(t) == "table" and type(t.tunnel) == "table" then
+    -- a CURVE tunnel (the kubernetes backend): the transport process binds local_path and
+    -- carries its connections to remote_path (seer.backends.curve_tunnel)
+    local okf, ferr = require("seer.backends.curve_tunnel").request_forward(t.tunnel.ctl, t.tunnel.key, local_path, remote_path)
+    if not okf then return nil, ferr end
     self.forwards[#self.forwards + 1] = local_path
     return true
   end
@@ -1045,7 +1058,7 @@ local function link_main()
   end
   local sj = safe_fs.root(self.state_dir, "the sandbox state folder")
   sj:write("sandbox.json", json.encode({
-    id = req.id, backend = "ssh", host = s.host, remote_id = self.remote_id, remote_run = self.remote_run,
+    id = req.id, backend = type(req.backend) == "string" and req.backend or "ssh", host = s.host, remote_id = self.remote_id, remote_run = self.remote_run,
     keeper_pid = process.getpid(), keeper_start = sb.start_time(process.getpid()), owner_pid = req.owner_pid,
     created = os.time(), state_dir = self.state_dir, endpoint = "ipc://" .. self.state_dir .. "/run/sandboxd.sock",
     timeout = req.config.timeout,
@@ -1074,8 +1087,15 @@ local function link_main()
       self:write_status("ended", self.remote_end)
     else
       local e = self.err:gsub("%s+$", "")
-      self:write_status("connection_lost", ("the ssh connection to %s was lost (ssh exited with %s%s)"):format(s.host,
-        tostring(detail.code), e ~= "" and (": " .. e:sub(1, 1000)) or ""))
+      local t = req.transport
+      if type(t) == "table" and type(t.label) == "string" then
+        -- another backend's transport (the kubernetes tunnel): its own words
+        self:write_status("connection_lost", ("the connection to %s was lost (its transport exited with %s%s)"):format(t.label,
+          tostring(detail.code), e ~= "" and (": " .. e:sub(1, 1000)) or ""))
+      else
+        self:write_status("connection_lost", ("the ssh connection to %s was lost (ssh exited with %s%s)"):format(s.host,
+          tostring(detail.code), e ~= "" and (": " .. e:sub(1, 1000)) or ""))
+      end
     end
     self:cleanup()
   end

@@ -9,7 +9,8 @@ local USAGE = [[usage: seer sandbox list
        seer sandbox logs ID [-n LINES] [-f] [--service NAME]
        seer sandbox terminate ID... | --all
        seer sandbox snapshots
-       seer sandbox ssh-link | remote-start   (run by the ssh backend, not by hand: docs/backends.md)]]
+       seer sandbox ssh-link | remote-start   (run by the ssh backend, not by hand: docs/backends.md)
+       seer sandbox k8s-transport | k8s-delete | curve-serve   (run by the kubernetes backend)]]
 
 local function age(t)
   local s = os.time() - (t or os.time())
@@ -109,6 +110,7 @@ function M.main(cmd, ...)
   elseif cmd == "terminate" or cmd == "kill" then rc = terminate(args)
   elseif cmd == "snapshots" then rc = snapshots()
   elseif cmd == "ssh-link" or cmd == "remote-start" then rc = require("seer.backends.ssh").main(cmd)
+  elseif cmd == "k8s-transport" or cmd == "k8s-delete" or cmd == "curve-serve" then rc = require("seer.backends.kubernetes").main(cmd, args)
   elseif cmd == nil or cmd == "-h" or cmd == "--help" or cmd == "help" then print(USAGE); rc = 0
   else error(("seer sandbox: unknown command %q\n%s"):format(cmd, USAGE), 0) end
   if rc ~= 0 then os.exit(rc) end
