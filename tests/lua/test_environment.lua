@@ -63,7 +63,7 @@ end)
 
 T.test("unknown fields list the valid ones", function()
   raises(function() SC{ gpus = "H100" } end,
-    "SandboxConfig: unknown field gpus; valid fields: backend, debug, env, execution_mode, gpu, gpu_count, kubernetes, limits, local_dirs, local_files, models, network, podman, repos, secrets, slurm, ssh, system_packages, timeout")
+    "SandboxConfig: unknown field gpus; valid fields: backend, debug, docker, env, execution_mode, gpu, gpu_count, kubernetes, limits, local_dirs, local_files, models, network, podman, repos, secrets, slurm, ssh, system_packages, timeout")
   raises(function() MC{ name = "x", dtype = "bf16" } end,
     "ModelConfig: dtype is not a ModelConfig field (model loading is handled by the sandbox); valid fields: base_model, hidden, is_peft, name, revision, var_name")
   raises(function() MC{ name = "x", varname = "m" } end,
@@ -175,18 +175,19 @@ T.test("network is none, host or an allow-list", function()
   raises(function() SC{ network = { allw = { "a.b" } } } end, 'SandboxConfig.network: unknown field "allw"')
 end)
 
-T.test("backend: local, ssh, slurm, podman, kubernetes; planned ones are not available yet", function()
+T.test("backend: local, ssh, slurm, podman, docker, kubernetes; planned ones are not available yet", function()
   T.eq(SC{ backend = "local" }.backend, "local")
-  for _, b in ipairs({ "modal", "docker" }) do
+  for _, b in ipairs({ "modal" }) do
     raises(function() SC{ backend = b } end,
-      ('SandboxConfig.backend "%s" is not available yet; the available backends are: kubernetes, local, podman, slurm, ssh (write backend = "local" or leave it out)'):format(b))
+      ('SandboxConfig.backend "%s" is not available yet; the available backends are: docker, kubernetes, local, podman, slurm, ssh (write backend = "local" or leave it out)'):format(b))
   end
   raises(function() SC{ backend = "lxc" } end,
-    'SandboxConfig.backend "lxc" is unknown; the available backends are: kubernetes, local, podman, slurm, ssh (write backend = "local" or leave it out)')
+    'SandboxConfig.backend "lxc" is unknown; the available backends are: docker, kubernetes, local, podman, slurm, ssh (write backend = "local" or leave it out)')
   -- each backend's own fields are checked there (tests/lua/test_backend_*.lua)
   raises(function() SC{ backend = "ssh" } end, 'needs ssh = {host')
   T.eq(SC{ backend = "slurm" }.slurm.queue_timeout, 86400)
   raises(function() SC{ backend = "podman" } end, 'podman.base_image is required')
+  raises(function() SC{ backend = "docker" } end, 'docker.base_image is required')
 end)
 
 -- secrets, env, files, repos, timeout ------------------------------------------------------
