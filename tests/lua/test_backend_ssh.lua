@@ -80,7 +80,7 @@ T.test("ssh config is checked before anything runs", function()
   T.raises(function() env.SandboxConfig{ backend = "ssh", ssh = { host = "h", hots = 1 } } end, "unknown field hots; valid fields: config_file")
   T.raises(function() env.SandboxConfig{ backend = "ssh", ssh = { host = "h", remote_dir = "a/../b" } } end, "plain path")
   T.raises(function() env.SandboxConfig{ ssh = { host = "h" } } end, 'ssh is for backend = "ssh"')
-  T.raises(function() env.SandboxConfig{ backend = "docker" } end, "not available yet")
+  T.raises(function() env.SandboxConfig{ backend = "modal" } end, "not available yet")
   local c = env.SandboxConfig{ backend = "ssh", ssh = { host = "gpu1.lab", user = "me", port = 2222 } }
   T.eq(c.ssh.remote_dir, ".cache/seer/remote")
   T.contains(tostring(c), 'ssh = {connect_timeout = 15, host = "gpu1.lab"')

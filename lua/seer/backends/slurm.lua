@@ -191,6 +191,13 @@ function M.ended(self)
   local why = ssh.ended(self)
   if why and self.slurm_job and not self.slurm_said then
     local ok, st = pcall(M.job_state, self.config.slurm, self.slurm_job)
+    -- the step can end before the job does (preemption, scancel): a job still RUNNING or
+    -- COMPLETING gets up to 5 s to reach the state that says why
+    local deadline = process.now_ms() + 5000
+    while ok and st and (st.state == "COMPLETING" or st.state == "RUNNING") and process.now_ms() < deadline do
+      process.sleep_ms(200)
+      ok, st = pcall(M.job_state, self.config.slurm, self.slurm_job)
+    end
     if ok and st then
       self.slurm_said = (" (Slurm job %s: %s, reason %s)"):format(self.slurm_job, st.state, st.reason)
     end
