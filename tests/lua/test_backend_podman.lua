@@ -95,35 +95,7 @@ T.test("a notebook session on stories260K runs in a container built here; termin
 end)
 
 T.test("the timeout ends the container's sandbox; a container removed from outside is reported", function()
-  local s = env.Sandbox(config{ timeout = 2 }):start{ name = "podshort" }
-  local cid = s.container.name
-  T.eq(s:exec("echo up"), "up\n")
-  local deadline = process.now_ms() + 15000
-  local ok, err
-  repeat
-    ok, err = pcall(s.exec, s, "true")
-    if ok then process.sleep_ms(100) end
-  until not ok or process.now_ms() > deadline
-  T.ok(not ok)
-  T.contains(tostring(err), "timeout of 2 s passed")
-  deadline = process.now_ms() + 10000
-  while containers():find(cid, 1, true) and process.now_ms() < deadline do process.sleep_ms(100) end
-  T.ok(not containers():find(cid, 1, true), "the container ended with its sandbox")
-  s:terminate()
-
-  s = env.Sandbox(config{ timeout = 300 }):start{ name = "podkill" }
-  cid = s.container.name
-  T.eq(s:exec("echo up"), "up\n")
-  sh("podman rm --force " .. cid)
-  deadline = process.now_ms() + 15000
-  repeat
-    ok, err = pcall(s.exec, s, "true")
-    if ok then process.sleep_ms(100) end
-  until not ok or process.now_ms() > deadline
-  T.ok(not ok, "exec fails once the container is gone")
-  T.contains(tostring(err), "has ended")
-  s:terminate()
-  T.ok(not containers():find(cid, 1, true))
+  C.timeout_and_removal(config, containers, function(name) sh("podman rm --force " .. name) end, "pod")
 end)
 
 T.test("remove the test's images", function()
