@@ -61,12 +61,6 @@ local SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 local CURVE_MOUNT = "/var/run/seer-curve"
 local MAX_MSG = 500 -- the most of one message from the API server that is shown
 
-local function sorted(t)
-  local k = {}
-  for name in pairs(t) do k[#k + 1] = name end
-  table.sort(k)
-  return k
-end
 
 -- RFC 1123 label / subdomain names, as the API server checks them.
 local function dns_label(v)
@@ -93,16 +87,8 @@ end
 ---@param t any
 ---@return table|nil kubernetes, string|nil why
 function M.check_config(t)
-  if type(t) ~= "table" then
-    return nil, 'kubernetes must be a table: kubernetes = {image = "registry.lab.org/seer-sandbox:1", namespace = "research"}'
-  end
-  for k, v in pairs(t) do
-    local want = M.FIELDS[k]
-    if not want then return nil, ("kubernetes: unknown field %s; valid fields: %s"):format(tostring(k), table.concat(sorted(M.FIELDS), ", ")) end
-    if type(v) ~= want then return nil, ("kubernetes.%s must be a %s, not a %s"):format(k, want, type(v)) end
-  end
-  local s = {}
-  for k, v in pairs(t) do s[k] = v end
+  local s, why = ssh.check_fields("kubernetes", t, M.FIELDS, 'kubernetes = {image = "registry.lab.org/seer-sandbox:1", namespace = "research"}')
+  if not s then return nil, why end
   if not s.image then return nil, 'kubernetes.image is required (an image with seer, bubblewrap and seer\'s libraries; docs/backends.md says how to build one)' end
   if #s.image > 512 or not s.image:match("^[%w][%w._:/@-]*$") then return nil, ("kubernetes.image %q is not an image reference"):format(s.image) end
   for _, k in ipairs({ "namespace" }) do
@@ -525,9 +511,7 @@ end
 ---------------------------------------------------------------------------------------------
 -- the handle side
 
-local function say(text)
-  if require("ffi").C.isatty(2) == 1 then io.stderr:write("seer: ", text, "\n") end
-end
+local say = ssh.say
 
 ---Starts the sandbox in a Pod: keys, the transport's request file, then the ssh backend's link
 ---with the tunnel as its transport.

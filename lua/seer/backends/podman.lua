@@ -65,12 +65,6 @@ local FLAVOURS = {
   },
 }
 
-local function sorted(t)
-  local k = {}
-  for name in pairs(t) do k[#k + 1] = name end
-  table.sort(k)
-  return k
-end
 
 -- The container's isolation options: what the sandbox inside needs, and no more. Not
 -- --privileged: that hands the container every capability and the host's devices (and docker
@@ -98,14 +92,8 @@ function M.flavour(kind)
 
   ---Checks SandboxConfig.<kind>; returns the normalized table, or nil and what is wrong.
   function B.check_config(t)
-    if type(t) ~= "table" then return nil, ("%s must be a table: %s"):format(kind, F.example) end
-    for k, v in pairs(t) do
-      local want = F.fields[k]
-      if not want then return nil, ("%s: unknown field %s; valid fields: %s"):format(kind, tostring(k), table.concat(sorted(F.fields), ", ")) end
-      if type(v) ~= want then return nil, ("%s.%s must be a %s, not a %s"):format(kind, k, want, type(v)) end
-    end
-    local p = {}
-    for k, v in pairs(t) do p[k] = v end
+    local p, why = ssh.check_fields(kind, t, F.fields, F.example)
+    if not p then return nil, why end
     if not p.base_image then
       return nil, ("%s.base_image is required (an image with bubblewrap and seer's libraries, e.g. \"debian:12\" with them installed)"):format(kind)
     end
@@ -154,7 +142,7 @@ function M.flavour(kind)
       -- seer finds its Lua tree beside the binary (lua/)
       f:write(("FROM %s\nCOPY seer /opt/seer/bin/seer\nCOPY lua /opt/seer/bin/lua\n"):format(p.base_image))
       f:close()
-      if require("ffi").C.isatty(2) == 1 then io.stderr:write(("seer: building the image %s from %s\n"):format(tag, p.base_image)) end
+      ssh.say(("building the image %s from %s"):format(tag, p.base_image))
       local c3, out, e3 = ssh._run(cmd(p, { "build", "--quiet", "--tag", tag, "--file", ctx .. "/Containerfile", ctx }), { timeout_ms = 1800000 })
       if c3 ~= 0 then error(("%s build failed (exit %s): %s"):format(kind, tostring(c3), ((e3 or "") .. (out or "")):sub(-3000)), 0) end
     end)

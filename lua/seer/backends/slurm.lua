@@ -36,12 +36,6 @@ M.FIELDS = {
   gres = "string", job_name = "string", slurm_conf = "string", queue_timeout = "number", ssh = "table", time = "number",
 }
 
-local function sorted(t)
-  local k = {}
-  for name in pairs(t) do k[#k + 1] = name end
-  table.sort(k)
-  return k
-end
 
 -- Values that reach sbatch's command line (never a shell): plain words, never an option.
 local function plain(v) return #v > 0 and #v <= 200 and v:match("^[%w][%w._:,=+/@%-]*$") ~= nil end
@@ -50,14 +44,8 @@ local function plain(v) return #v > 0 and #v <= 200 and v:match("^[%w][%w._:,=+/
 ---@param t any
 ---@return table|nil slurm, string|nil why
 function M.check_config(t)
-  if type(t) ~= "table" then return nil, 'slurm must be a table: slurm = {partition = "gpu", ssh = {user = "me"}}' end
-  for k, v in pairs(t) do
-    local want = M.FIELDS[k]
-    if not want then return nil, ("slurm: unknown field %s; valid fields: %s"):format(tostring(k), table.concat(sorted(M.FIELDS), ", ")) end
-    if type(v) ~= want then return nil, ("slurm.%s must be a %s, not a %s"):format(k, want, type(v)) end
-  end
-  local s = {}
-  for k, v in pairs(t) do s[k] = v end
+  local s, why = ssh.check_fields("slurm", t, M.FIELDS, 'slurm = {partition = "gpu", ssh = {user = "me"}}')
+  if not s then return nil, why end
   for _, k in ipairs({ "partition", "account", "qos", "constraint", "mem", "gres", "job_name" }) do
     if s[k] and not plain(s[k]) then return nil, ("slurm.%s %q is not a plain value (letters, digits, . _ : , = + / @ -)"):format(k, s[k]) end
   end
@@ -108,9 +96,7 @@ function M.job_state(s, job)
            exit = out:match("ExitCode=(%S+)") }
 end
 
-local function say(text)
-  if require("ffi").C.isatty(2) == 1 then io.stderr:write("seer: ", text, "\n") end
-end
+local say = ssh.say
 
 ---Submits the job, waits for it to run, and starts the sandbox in it.
 ---@param self table the seer.sandbox Sandbox (config.backend == "slurm")

@@ -57,6 +57,32 @@ local function sorted(t)
   return k
 end
 
+---What every backend's check_config does first: t must be a table (else `example` says how it
+---looks), each name one of fields, each value of its Lua type. Returns a copy of t, or nil and
+---what is wrong ("<kind>: unknown field x; valid fields: ...", "<kind>.x must be a string, ...").
+---@param kind string the SandboxConfig field ("ssh", "slurm", ...)
+---@param t any
+---@param fields table<string, string> name -> Lua type
+---@param example string
+---@return table|nil copy, string|nil why
+function M.check_fields(kind, t, fields, example)
+  if type(t) ~= "table" then return nil, ("%s must be a table: %s"):format(kind, example) end
+  for k, v in pairs(t) do
+    local want = fields[k]
+    if not want then return nil, ("%s: unknown field %s; valid fields: %s"):format(kind, tostring(k), table.concat(sorted(fields), ", ")) end
+    if type(v) ~= want then return nil, ("%s.%s must be a %s, not a %s"):format(kind, k, want, type(v)) end
+  end
+  local c = {}
+  for k, v in pairs(t) do c[k] = v end
+  return c
+end
+
+---A progress line on a terminal ("seer: ..."); nothing otherwise.
+---@param text string
+function M.say(text)
+  if require("ffi").C.isatty(2) == 1 then io.stderr:write("seer: ", text, "\n") end
+end
+
 -- A path for ssh's own options: non-empty, no newline, not an option.
 local function plain_path(v) return #v > 0 and #v < 4096 and not v:find("[%c]") and v:sub(1, 1) ~= "-" end
 
@@ -65,17 +91,8 @@ local function plain_path(v) return #v > 0 and #v < 4096 and not v:find("[%c]") 
 ---@param t any
 ---@return table|nil ssh, string|nil why
 function M.check_config(t)
-  if type(t) ~= "table" then
-    return nil, 'ssh must be a table: ssh = {host = "gpu1.lab.org", user = "me", identity_file = "~/.ssh/id_ed25519"}'
-  end
-  local valid = table.concat(sorted(M.FIELDS), ", ")
-  for k, v in pairs(t) do
-    local want = M.FIELDS[k]
-    if not want then return nil, ("ssh: unknown field %s; valid fields: %s"):format(tostring(k), valid) end
-    if type(v) ~= want then return nil, ("ssh.%s must be a %s, not a %s"):format(k, want, type(v)) end
-  end
-  local s = {}
-  for k, v in pairs(t) do s[k] = v end
+  local s, why = M.check_fields("ssh", t, M.FIELDS, 'ssh = {host = "gpu1.lab.org", user = "me", identity_file = "~/.ssh/id_ed25519"}')
+  if not s then return nil, why end
   if not s.host then return nil, 'ssh.host is required (a host name, an address or a Host alias of your ssh config)' end
   -- The host and user reach ssh's command line: letters, digits and . _ - : only, never an option.
   if not s.host:match("^[%w][%w._:-]*$") or #s.host > 253 then
