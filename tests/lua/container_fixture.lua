@@ -6,18 +6,8 @@ local T = require "testing"
 local process = require "seer.process"
 local M = {}
 
-local function exists(p) return require("seer.safe_fs").lstat(p) ~= nil end
-M.exists = exists
-
--- Runs a shell command: whether it exited 0, and its output (stdout and stderr).
-function M.sh(cmd)
-  local p = io.popen("(" .. cmd .. ") 2>&1; echo \"seer-rc=$?\"")
-  local out = p:read("*a")
-  p:close()
-  local rc = tonumber(out:match("seer%-rc=(%d+)\n?$"))
-  return rc == 0, (out:gsub("seer%-rc=%d+\n?$", ""))
-end
-local sh = M.sh
+M.exists, M.sh = T.exists, T.sh
+local exists, sh = T.exists, T.sh
 
 ---The root filesystem as a tar under root; returns its path.
 function M.rootfs_tar(root)

@@ -10,14 +10,7 @@ pcall(ffi.cdef, "unsigned getuid(void);")
 local M = {}
 local SSHD = "/usr/sbin/sshd"
 
--- Runs a shell command: whether it exited 0, and its output (stdout and stderr).
-local function sh(cmd)
-  local p = io.popen("(" .. cmd .. ") 2>&1; echo \"seer-rc=$?\"")
-  local out = p:read("*a")
-  p:close()
-  local rc = tonumber(out:match("seer%-rc=(%d+)\n?$"))
-  return rc == 0, (out:gsub("seer%-rc=%d+\n?$", ""))
-end
+local sh = T.sh
 
 local function exists(p) return require("seer.safe_fs").lstat(p) ~= nil end
 

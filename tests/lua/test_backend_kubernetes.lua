@@ -32,13 +32,7 @@ local PY = repo .. "/.venv-test/bin/python"
 local root = T.tmpdir()
 T.private_sandbox_dirs(root)
 
-local function sh(cmd)
-  local p = io.popen("(" .. cmd .. ") 2>&1; echo \"seer-rc=$?\"")
-  local out = p:read("*a")
-  p:close()
-  local rc = tonumber(out:match("seer%-rc=(%d+)\n?$"))
-  return rc == 0, (out:gsub("seer%-rc=%d+\n?$", ""))
-end
+local sh = T.sh
 local function exists(p) return require("seer.safe_fs").lstat(p) ~= nil end
 local function slurp(p)
   local f = io.open(p, "rb")

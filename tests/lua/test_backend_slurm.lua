@@ -24,14 +24,7 @@ local RSTATE = root .. "/remote-state"
 local RDIR = root .. "/remote-seer"
 
 local function exists(p) return require("seer.safe_fs").lstat(p) ~= nil end
--- Runs a shell command: whether it exited 0, and its output (stdout and stderr).
-local function sh(cmd)
-  local p = io.popen("(" .. cmd .. ") 2>&1; echo \"seer-rc=$?\"")
-  local out = p:read("*a")
-  p:close()
-  local rc = tonumber(out:match("seer%-rc=(%d+)\n?$"))
-  return rc == 0, (out:gsub("seer%-rc=%d+\n?$", ""))
-end
+local sh = T.sh
 
 local cluster
 local function slurm_up()

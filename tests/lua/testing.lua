@@ -137,4 +137,19 @@ function M.private_sandbox_dirs(root)
   M.setenv("SEER_CACHE_DIR", root .. "/cache")
 end
 
+---Runs a shell command (LuaJIT's popen:close() does not give the status, so the shell prints
+---it): whether it exited 0, and its output (stdout and stderr together).
+---@param cmd string
+---@return boolean ok, string output
+function M.sh(cmd)
+  local p = io.popen("(" .. cmd .. ") 2>&1; echo \"seer-rc=$?\"")
+  local out = p:read("*a")
+  p:close()
+  local rc = tonumber(out:match("seer%-rc=(%d+)\n?$"))
+  return rc == 0, (out:gsub("seer%-rc=%d+\n?$", ""))
+end
+
+---Whether a path exists (not following a final link).
+function M.exists(path) return require("seer.safe_fs").lstat(path) ~= nil end
+
 return M
