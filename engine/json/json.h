@@ -28,6 +28,16 @@ int seer_json_luaopen(lua_State *L);
  * offset of the first byte of the first ill-formed sequence. NUL bytes are valid. */
 int seer_utf8_validate(const char *s, size_t n, size_t *bad_offset);
 
+/* 0 if s[0..n) is exactly one JSON value (RFC 8259; whitespace around it allowed) in
+ * well-formed UTF-8, checked without building anything; else -1 (or -2 when a whole value is
+ * followed by more text) and *bad_offset (if not NULL) the byte where it stops being JSON (or
+ * the first ill-formed UTF-8 byte). With path (path_n
+ * object keys from the top) and cap, *cap and *cap_n get the raw text between the quotes of the
+ * string value found there (escapes left as they are), or NULL when there is none. Nesting
+ * deeper than SEER_JSON_MAX_DEPTH is refused. */
+int seer_json_check(const char *s, size_t n, size_t *bad_offset, const char *const *path, size_t path_n,
+                    const char **cap, size_t *cap_n);
+
 /* cJSON's strings end at NUL, yet it decodes "\u0000" into the string's buffer and goes on, so
  * the bytes are there and only the length is lost. For a tree cJSON parsed from text[0..n),
  * these recover it: seer_json_nul_bound is an upper bound of the strings (keys and values) that

@@ -159,15 +159,6 @@ static cJSON *parse_json(const char *what, const char *text, size_t n, seer_err_
     return v;
 }
 
-static const char *json_type_name(const cJSON *v) {
-    if (cJSON_IsArray(v)) return "an array";
-    if (cJSON_IsString(v)) return "a string";
-    if (cJSON_IsNumber(v)) return "a number";
-    if (cJSON_IsBool(v)) return "a boolean";
-    if (cJSON_IsNull(v)) return "null";
-    return "an object";
-}
-
 /* ---- server ---------------------------------------------------------------------------------- */
 
 /* Compares in time that depends only on the expected token's length, so response timing does
@@ -1177,18 +1168,41 @@ int seer_http_publish(seer_http_server_t *s, const char *channel, const char *js
     if (!seer_http_channel_valid(channel, cn))
         return seer_err_set(err, SEER_EINVAL, "channel must be 1 to %d characters of A-Z a-z 0-9 . _ -, got '%.*s'",
                             SEER_HTTP_CHANNEL_MAX, (int)(cn > 160 ? 160 : cn), channel);
-    cJSON *v = parse_json("json_text", json, n, err);
-    if (!v) return SEER_EINVAL;
-    if (!cJSON_IsObject(v)) {
-        seer_err_set(err, SEER_EINVAL, "json_text must be a JSON object (a notebook), got %s", json_type_name(v));
-        cJSON_Delete(v);
-        return SEER_EINVAL;
+    /* Checked without a tree (a notebook can be megabytes, and is published often): exactly one
+     * JSON value, an object, valid UTF-8 and no NUL, so a browser never receives something
+     * JSON.parse rejects. metadata.seer.path, the channel list's title, is read on the way. */
+    static const char *const title_path[] = { "metadata", "seer", "path" };
+    const char *raw = NULL;
+    size_t raw_n = 0, bad = 0;
+    if (memchr(json, '\0', n)) return seer_err_set(err, SEER_EINVAL, "json_text contains a NUL byte");
+    int checked = seer_json_check(json, n, &bad, title_path, 3, &raw, &raw_n);
+    if (checked == -2)
+        return seer_err_set(err, SEER_EINVAL, "json_text has text after the JSON value (byte %zu)", bad);
+    if (checked != 0) {
+        size_t ub;
+        if (!seer_utf8_validate(json, n, &ub))
+            return seer_err_set(err, SEER_EINVAL, "json_text is not valid UTF-8 (byte %zu)", ub);
+        return seer_err_set(err, SEER_EINVAL, "json_text is not valid JSON (error near byte %zu: \"%.20s\")", bad,
+                            json + bad);
+    }
+    size_t first = 0;
+    while (first < n && (json[first] == ' ' || json[first] == '\t' || json[first] == '\n' || json[first] == '\r')) first++;
+    if (json[first] != '{') {
+        char c = json[first];
+        const char *type = c == '[' ? "an array" : c == '"' ? "a string" : (c == 't' || c == 'f') ? "a boolean"
+                           : c == 'n' ? "null" : "a number";
+        return seer_err_set(err, SEER_EINVAL, "json_text must be a JSON object (a notebook), got %s", type);
     }
     snap_t *sn = calloc(1, sizeof *sn);
-    const cJSON *path = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(v, "metadata"), "seer"), "path");
-    if (sn && cJSON_IsString(path)) sn->title = strdup(path->valuestring);
-    cJSON_Delete(v);
+    if (sn && raw) {
+        if (!memchr(raw, '\\', raw_n)) {
+            sn->title = strndup(raw, raw_n);
+        } else { /* escapes: decode just this string */
+            cJSON *t = cJSON_ParseWithLength(raw - 1, raw_n + 2);
+            if (cJSON_IsString(t)) sn->title = strdup(t->valuestring);
+            cJSON_Delete(t);
+        }
+    }
 
     /* SSE data may not contain line breaks; JSON has them only as whitespace between tokens
      * (never raw inside strings), so each line becomes a "data:" line and the browser's

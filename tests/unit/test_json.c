@@ -8,6 +8,8 @@
 #include <lua.h>
 #include <lualib.h>
 
+#include <cJSON.h>
+
 #include "json/json.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -273,4 +275,93 @@ Test(json, decode_paths_do_not_leak) {
            "fails(json.decode, json.encode({rows = rows}) .. ' 8')\n");
     lua_close(L);
     LEAK_CHECK();
+}
+
+/* ---- seer_json_check ------------------------------------------------------------------------- */
+
+static int check(const char *s) { return seer_json_check(s, strlen(s), NULL, NULL, 0, NULL, NULL); }
+
+Test(json_check, accepts_what_rfc_8259_accepts) {
+    const char *ok[] = { "{}", "[]", " {\"a\" : [1, -0, 0.5, 1e5, 1E-5, -12.25e+3, true, false, null, \"x\"]} ",
+                         "\"\\u00e9\\n\\t\\\\\\/\\\"\"", "0", "-1", "[[[[]]]]", "{\"\":{}}", "\"caf\xc3\xa9\"", "\r\n\t[]\n" };
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) cr_assert_eq(check(ok[i]), 0, "refused %s", ok[i]);
+}
+
+Test(json_check, refuses_what_json_parse_refuses) {
+    /* cJSON itself takes some of these ("+1", "01", "1.", ".5"): a browser's JSON.parse does not */
+    const char *bad[] = { "", " ", "{", "}", "[1,]", "{\"a\":1,}", "{a:1}", "{'a':1}", "+1", "01", "1.", ".5", "1e",
+                          "-", "--1", "tru", "nul", "True", "[1 2]", "{\"a\" 1}", "\"abc", "\"a\\x\"", "\"\\u12\"",
+                          "\"\\u12G4\"", "\"a\tb\"", "\"a\nb\"", "{} {}", "[] x", "NaN", "Infinity", "[\"\xc3\"]",
+                          "\"\xed\xa0\x80\"" };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) cr_assert_lt(check(bad[i]), 0, "accepted %s", bad[i]);
+}
+
+Test(json_check, says_where_it_stops) {
+    size_t at = 0;
+    cr_assert_eq(seer_json_check("{\"a\": [1, 2,]}", 14, &at, NULL, 0, NULL, NULL), -1);
+    cr_assert_eq(at, 12);
+    cr_assert_eq(seer_json_check("[1] 2", 5, &at, NULL, 0, NULL, NULL), -2, "a whole value, then more text");
+    cr_assert_eq(at, 4);
+}
+
+Test(json_check, nesting_is_bounded) {
+    static char deep[2 * (SEER_JSON_MAX_DEPTH + 1) + 1];
+    size_t d = SEER_JSON_MAX_DEPTH;
+    memset(deep, '[', d);
+    memset(deep + d, ']', d);
+    cr_assert_eq(seer_json_check(deep, 2 * d, NULL, NULL, 0, NULL, NULL), 0);
+    d = SEER_JSON_MAX_DEPTH + 1;
+    memset(deep, '[', d);
+    memset(deep + d, ']', d);
+    cr_assert_lt(seer_json_check(deep, 2 * d, NULL, NULL, 0, NULL, NULL), 0);
+}
+
+Test(json_check, captures_the_string_at_a_key_path) {
+    static const char *const path[] = { "metadata", "seer", "path" };
+    const char *cap;
+    size_t n;
+    const char *doc = "{\"cells\":[{\"metadata\":{\"seer\":{\"path\":\"not this\"}}}],"
+                      "\"metadata\":{\"x\":{\"path\":\"nor this\"},\"seer\":{\"path\":\"nb/a\\u00e9.ipynb\",\"k\":1}}}";
+    cr_assert_eq(seer_json_check(doc, strlen(doc), NULL, path, 3, &cap, &n), 0);
+    cr_assert_eq(n, strlen("nb/a\\u00e9.ipynb"));
+    cr_assert_eq(memcmp(cap, "nb/a\\u00e9.ipynb", n), 0);
+    /* not a string there, or no such key: nothing */
+    const char *doc2 = "{\"metadata\":{\"seer\":{\"path\":[\"x\"]}}}";
+    cr_assert_eq(seer_json_check(doc2, strlen(doc2), NULL, path, 3, &cap, &n), 0);
+    cr_assert_null(cap);
+    cr_assert_eq(seer_json_check("{}", 2, NULL, path, 3, &cap, &n), 0);
+    cr_assert_null(cap);
+    /* an invalid document captures nothing */
+    const char *doc3 = "{\"metadata\":{\"seer\":{\"path\":\"p\"}},}";
+    cr_assert_lt(seer_json_check(doc3, strlen(doc3), NULL, path, 3, &cap, &n), 0);
+    cr_assert_null(cap);
+}
+
+/* What the check accepts, cJSON parses too, on text built from a seeded generator: the check is
+ * never looser than the parser the rest of seer uses. */
+Test(json_check, agrees_with_cjson_on_generated_documents) {
+    static const char *const atoms[] = { "1", "-0.5e3", "\"s\"", "true", "null", "[", "]", "{", "}", ",", ":", "\"k\"",
+                                         " ", "01", "+1", "\"\\u0041\"", "\"\\q\"", "[]", "{}" };
+    unsigned long x = 12345;
+    char buf[256];
+    int agreed_valid = 0;
+    for (int t = 0; t < 200000; t++) {
+        size_t len = 0;
+        int parts = 1 + (int)((x >> 7) % 12);
+        for (int k = 0; k < parts; k++) {
+            x = x * 6364136223846793005UL + 1442695040888963407UL;
+            const char *a = atoms[(x >> 33) % (sizeof atoms / sizeof *atoms)];
+            size_t an = strlen(a);
+            if (len + an >= sizeof buf) break;
+            memcpy(buf + len, a, an);
+            len += an;
+        }
+        if (seer_json_check(buf, len, NULL, NULL, 0, NULL, NULL) == 0) {
+            cJSON *v = cJSON_ParseWithLength(buf, len);
+            cr_assert_not_null(v, "the check accepted what cJSON refuses: %.*s", (int)len, buf);
+            cJSON_Delete(v);
+            agreed_valid++;
+        }
+    }
+    cr_assert_gt(agreed_valid, 1000, "the generator made too few valid documents to mean anything");
 }
