@@ -168,9 +168,9 @@ parity: $(SEER_BIN)
 # each target runs FUZZ_SECONDS (default 600) from a seed corpus; findings go to build/fuzz/.
 FUZZ_SECONDS ?= 600
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
-FUZZ_FLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=address,undefined -Iengine -Ibuild/fuzz $(PKG_CFLAGS)
+FUZZ_FLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=address,undefined -Iengine -Ibuild/fuzz -I$(BUILD) $(PKG_CFLAGS)
 FUZZ_LIB_SRC := $(ENGINE_SRC)
-build/fuzz/libseer.a: $(FUZZ_LIB_SRC) $(BUILD)/version.h $(BUILD)/gen/cuda_fatbin.S
+build/fuzz/libseer.a: $(FUZZ_LIB_SRC) $(BUILD)/version.h $(BUILD)/gen/cuda_fatbin.S $(BUILD)/gen/live_page.h
 	@mkdir -p build/fuzz/obj
 	cp $(BUILD)/version.h build/fuzz/version.h
 	for f in $(FUZZ_LIB_SRC); do clang $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -c $$f -o build/fuzz/obj/$$(echo $$f | tr / _).o || exit 1; done
