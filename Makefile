@@ -125,8 +125,9 @@ setup:
 test: $(SEER_BIN) $(UNIT_BIN) $(BUILD)/tests/libfakecuda.so
 	@SEER=$(CURDIR)/$(SEER_BIN) SEER_BUILD=$(BUILD) UNIT_BINS="$(UNIT_BIN)" bash tests/run.sh
 
-# The remote sandbox backends against real peers started by the tests (sshd, slurmctld and
-# slurmd on loopback, podman): tests/lua/test_backend_*.lua; they are part of make test too,
+# The remote sandbox backends against real peers started by the tests (sshd, also in its own
+# network namespace; slurmctld and slurmd on loopback; podman; a private dockerd; the
+# Kubernetes stand-in API server): tests/lua/test_backend_*.lua; they are part of make test too,
 # except the long ones (SEER_TEST_LONG=1: Slurm's own one-minute time limit firing).
 test-remote: $(SEER_BIN)
 	@SEER_TEST_LONG=1 ./$(SEER_BIN) tests/lua/run.lua $(wildcard tests/lua/test_backend_*.lua)
