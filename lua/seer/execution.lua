@@ -39,41 +39,8 @@ function M.set_waiter(fn)
   wait = fn or default_wait
 end
 
--- Runtime folders (/tmp/seer-notebook-XXXXXX) of notebook servers that were killed where they
--- stood (their script was killed with -9, the machine's OOM killer): this user's, older than a
--- minute, whose request socket nobody listens on any more (not among the listening unix
--- sockets of /proc/net/unix). Removed with no link followed.
-local function sweep_stale_runtime()
-  local sb = require "seer.core.sandbox"
-  local ok, entries = pcall(sb.listdir, "/tmp")
-  if not ok or type(entries) ~= "table" then return end
-  local ffi = require "ffi"
-  pcall(ffi.cdef, "unsigned getuid(void);")
-  local uid = ffi.C.getuid()
-  local listening
-  local now = os.time()
-  for _, e in ipairs(entries) do
-    if e.type == "dir" and e.name:match("^seer%-notebook%-%w+$") and e.uid == uid and e.mtime and now - e.mtime > 60 then
-      if not listening then
-        listening = {}
-        local f = io.open("/proc/net/unix", "rb")
-        if not f then return end
-        for line in f:lines() do
-          local flags, path = line:match("^%x+: %x+ %x+ (%x+) %x+ %x+ +%d+ (/.*)$")
-          if flags and bit.band(tonumber(flags, 16), 0x10000) ~= 0 then listening[path] = true end
-        end
-        f:close()
-      end
-      if not listening["/tmp/" .. e.name .. "/api.sock"] then
-        require("seer.safe_fs").root("/tmp", "the temporary folder"):remove_tree(e.name)
-      end
-    end
-  end
-end
-
 local function start_server()
   if server and server.child:alive() then return server end
-  pcall(sweep_stale_runtime)
   local key, token = net.new_key(), net.new_key():sub(1, 48)
   local child = process.spawn{
     argv = { jupyter.seer_binary(), "notebook", "serve" },

@@ -1512,6 +1512,38 @@ local function parse_args(args)
   return o
 end
 
+-- Runtime folders (/tmp/seer-notebook-XXXXXX) of notebook servers that were killed where they
+-- stood (their script was killed with -9, the machine's OOM killer): this user's, older than a
+-- minute, whose request socket nobody listens on any more (not among the listening unix
+-- sockets of /proc/net/unix). Removed with no link followed.
+local function sweep_stale_runtimes()
+  local sb = require "seer.core.sandbox"
+  local ok, entries = pcall(sb.listdir, "/tmp")
+  if not ok or type(entries) ~= "table" then return end
+  local ffi = require "ffi"
+  pcall(ffi.cdef, "unsigned getuid(void);")
+  local uid = ffi.C.getuid()
+  local listening
+  local now = os.time()
+  for _, e in ipairs(entries) do
+    if e.type == "dir" and e.name:match("^seer%-notebook%-%w+$") and e.uid == uid and e.mtime and now - e.mtime > 60 then
+      if not listening then
+        listening = {}
+        local f = io.open("/proc/net/unix", "rb")
+        if not f then return end
+        for line in f:lines() do
+          local flags, path = line:match("^%x+: %x+ %x+ (%x+) %x+ %x+ +%d+ (/.*)$")
+          if flags and bit.band(tonumber(flags, 16), 0x10000) ~= 0 then listening[path] = true end
+        end
+        f:close()
+      end
+      if not listening["/tmp/" .. e.name .. "/api.sock"] then
+        require("seer.safe_fs").root("/tmp", "the temporary folder"):remove_tree(e.name)
+      end
+    end
+  end
+end
+
 function M.serve(opts)
   -- Most of what this server holds is large strings (outputs) and what it receives and drops is
   -- garbage at once: a shorter pause keeps the peak near what it keeps (GC cycles are cheap here).
@@ -1523,6 +1555,8 @@ function M.serve(opts)
                               token = os.getenv("SEER_NOTEBOOK_TOKEN") or net.new_key():sub(1, 48) }, Server)
   process.mkdir_p(opts.output_dir)
   self.output_dir = core.realpath(opts.output_dir) or opts.output_dir
+  -- what servers killed with -9 left (sweep_stale_runtimes), before this one makes its own
+  pcall(sweep_stale_runtimes)
   self.runtime_dir = process.mkdtemp("/tmp/seer-notebook-")
   self.api = net.socket("router", self.key)
   -- On a loopback host the request socket is a unix socket in the 0700 runtime folder, not a
