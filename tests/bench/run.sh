@@ -240,7 +240,7 @@ echo "== hooks on stories260K ($(nproc) thread(s)): 128-token prefill, 64-token 
 HOOK_REPS=${HOOK_REPS:-20} "$SEER" tests/bench/hooks.lua tests/fixtures/models/stories260K 128 64 | sed 's/^/  /'
 if [[ -d $LARGE/f32 && ${BENCH_LARGE:-1} == 1 ]]; then
   echo "== hooks on the 0.5B model (f32): 128-token prefill, 16-token decode, best of 3"
-  HOOK_REPS=3 "$SEER" tests/bench/hooks.lua "$LARGE/f32" 128 16 | sed 's/^/  /'
+  HOOK_REPS=${HOOK_REPS_LARGE:-5} "$SEER" tests/bench/hooks.lua "$LARGE/f32" 128 16 | sed 's/^/  /'
 fi
 
 # Sandboxes: start() to a sandbox answering exec (target <= 100 ms), beside bubblewrap alone.
