@@ -51,8 +51,15 @@ __attribute__((target("avx2,fma,f16c"))) static inline float hsum8(__m256 v) {
  *   f32:  none  9.8 tok/s, near only 11.2, near + far 12.2-13.2
  * Far distances of 2k-16k elements were within noise of each other, 1k less. Past the end of a
  * row the prefetches read the rows that follow; a prefetch never faults. */
+#ifndef SEER_PF_NEAR
 #define SEER_PF_NEAR 256
+#endif
+#ifndef SEER_PF_FAR
 #define SEER_PF_FAR 4096
+#endif
+#ifndef SEER_PF_FAR_HINT
+#define SEER_PF_FAR_HINT _MM_HINT_T1
+#endif
 #define SEER_PF_SETUP(w, rbase)                                                                          \
     const char *pf_base = (const char *)(w)->data;                                                       \
     size_t pf_es = (w)->dtype == SEER_F32 ? 4 : 2, pf_far = (SEER_PF_FAR - SEER_PF_NEAR) * pf_es;        \
@@ -65,10 +72,10 @@ __attribute__((target("avx2,fma,f16c"))) static inline float hsum8(__m256 v) {
         _mm_prefetch(pf1 + pf_o, _MM_HINT_T0);                                                           \
         _mm_prefetch(pf2 + pf_o, _MM_HINT_T0);                                                           \
         _mm_prefetch(pf3 + pf_o, _MM_HINT_T0);                                                           \
-        _mm_prefetch(pf0 + pf_o + pf_far, _MM_HINT_T1);                                                  \
-        _mm_prefetch(pf1 + pf_o + pf_far, _MM_HINT_T1);                                                  \
-        _mm_prefetch(pf2 + pf_o + pf_far, _MM_HINT_T1);                                                  \
-        _mm_prefetch(pf3 + pf_o + pf_far, _MM_HINT_T1);                                                  \
+        _mm_prefetch(pf0 + pf_o + pf_far, SEER_PF_FAR_HINT);                                             \
+        _mm_prefetch(pf1 + pf_o + pf_far, SEER_PF_FAR_HINT);                                             \
+        _mm_prefetch(pf2 + pf_o + pf_far, SEER_PF_FAR_HINT);                                             \
+        _mm_prefetch(pf3 + pf_o + pf_far, SEER_PF_FAR_HINT);                                             \
     } while (0)
 
 /* Four rows of W against NT tokens (NT = 1 or 2): each W vector is loaded once and used NT
