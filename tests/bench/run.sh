@@ -256,10 +256,10 @@ fi
 # Hooks: overhead of captures, built-in interventions and Lua function hooks against the same
 # forward without hooks, in one process (targets: capture of every hook_resid_post <= 10%,
 # a built-in add <= 3%).
-echo "== hooks on stories260K ($(nproc) thread(s)): 128-token prefill, 64-token decode, best of ${HOOK_REPS:-20}"
+echo "== hooks on stories260K ($(nproc) thread(s)): 128-token prefill, 64-token decode, ${HOOK_REPS:-20} interleaved rounds"
 HOOK_REPS=${HOOK_REPS:-20} "$SEER" tests/bench/hooks.lua tests/fixtures/models/stories260K 128 64 | sed 's/^/  /'
 if [[ -d $LARGE/f32 && ${BENCH_LARGE:-1} == 1 ]]; then
-  echo "== hooks on the 0.5B model (f32): 128-token prefill, 16-token decode, best of 3"
+  echo "== hooks on the 0.5B model (f32): 128-token prefill, 16-token decode, ${HOOK_REPS_LARGE:-5} interleaved rounds"
   HOOK_REPS=${HOOK_REPS_LARGE:-5} "$SEER" tests/bench/hooks.lua "$LARGE/f32" 128 16 | sed 's/^/  /'
 fi
 
