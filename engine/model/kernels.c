@@ -51,8 +51,15 @@ __attribute__((target("avx2,fma,f16c"))) static inline float hsum8(__m256 v) {
  *   f32:  none  9.8 tok/s, near only 11.2, near + far 12.2-13.2
  * Far distances of 2k-16k elements were within noise of each other, 1k less. Past the end of a
  * row the prefetches read the rows that follow; a prefetch never faults. */
+#ifndef SEER_PF_NEAR
 #define SEER_PF_NEAR 256
+#endif
+#ifndef SEER_PF_FAR
 #define SEER_PF_FAR 4096
+#endif
+#ifndef SEER_PF_FAR_HINT
+#define SEER_PF_FAR_HINT _MM_HINT_T1
+#endif
 #define SEER_PF_SETUP(w, rbase)                                                                          \
     const char *pf_base = (const char *)(w)->data;                                                       \
     size_t pf_es = (w)->dtype == SEER_F32 ? 4 : 2, pf_far = (SEER_PF_FAR - SEER_PF_NEAR) * pf_es;        \
@@ -65,10 +72,10 @@ __attribute__((target("avx2,fma,f16c"))) static inline float hsum8(__m256 v) {
         _mm_prefetch(pf1 + pf_o, _MM_HINT_T0);                                                           \
         _mm_prefetch(pf2 + pf_o, _MM_HINT_T0);                                                           \
         _mm_prefetch(pf3 + pf_o, _MM_HINT_T0);                                                           \
-        _mm_prefetch(pf0 + pf_o + pf_far, _MM_HINT_T1);                                                  \
-        _mm_prefetch(pf1 + pf_o + pf_far, _MM_HINT_T1);                                                  \
-        _mm_prefetch(pf2 + pf_o + pf_far, _MM_HINT_T1);                                                  \
-        _mm_prefetch(pf3 + pf_o + pf_far, _MM_HINT_T1);                                                  \
+        _mm_prefetch(pf0 + pf_o + pf_far, SEER_PF_FAR_HINT);                                             \
+        _mm_prefetch(pf1 + pf_o + pf_far, SEER_PF_FAR_HINT);                                             \
+        _mm_prefetch(pf2 + pf_o + pf_far, SEER_PF_FAR_HINT);                                             \
+        _mm_prefetch(pf3 + pf_o + pf_far, SEER_PF_FAR_HINT);                                             \
     } while (0)
 
 /* Four rows of W against NT tokens (NT = 1 or 2): each W vector is loaded once and used NT
@@ -105,10 +112,59 @@ __attribute__((target("avx2,fma,f16c"))) static inline float hsum8(__m256 v) {
 SEER_DEF_BLOCK(1)
 SEER_DEF_BLOCK(2)
 
+/* One row against one token (a batch-1 decode step on AVX2, f32 and bf16 weights): the same
+ * chain as block4x1 and the batched micro-kernels give each row (one 8-lane accumulator over
+ * the row front to back, hsum8, the scalar tail), one row after another, so that a thread's
+ * rows are one sequential stream for the hardware prefetchers instead of four interleaved ones,
+ * with one software prefetch per cache line SEER_ROW1_PF elements ahead. One FMA chain is
+ * latency-bound at 8 elements per 4 cycles (32 B f32, 16 B bf16), above what one core reads
+ * from memory here (10-12 GB/s). Measured on the 2-vCPU AMD EPYC (Zen 3) VM, 0.5B model, two
+ * threads, interleaved runs under load 2.4-3: f32 decode median ~6.8 tok/s against ~6.3 with
+ * block4x1 (three rounds: one clearly ahead, two within noise), bf16 ~12.5 against ~11.3. */
+#ifndef SEER_ROW1_PF
+#define SEER_ROW1_PF 256
+#endif
+__attribute__((target("avx2,fma,f16c"))) static float row1_f32(const float *wr, const float *x, int64_t in) {
+    int64_t n8 = in & ~(int64_t)7;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n8; i += 8) {
+#if SEER_ROW1_PF
+        if (!(i & 15)) _mm_prefetch((const char *)(wr + i + SEER_ROW1_PF), _MM_HINT_T0);
+#endif
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(wr + i), _mm256_loadu_ps(x + i), acc);
+    }
+    float sum = hsum8(acc);
+    for (int64_t i = n8; i < in; i++) sum += wr[i] * x[i];
+    return sum;
+}
+
+__attribute__((target("avx2,fma,f16c"))) static float row1_bf16(const uint16_t *wr, const float *x, int64_t in) {
+    int64_t n8 = in & ~(int64_t)7;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n8; i += 8) {
+#if SEER_ROW1_PF
+        if (!(i & 31)) _mm_prefetch((const char *)(wr + i + SEER_ROW1_PF), _MM_HINT_T0);
+#endif
+        __m256 wv = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(wr + i))), 16));
+        acc = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + i), acc);
+    }
+    float sum = hsum8(acc);
+    for (int64_t i = n8; i < in; i++) sum += seer_bf16_to_f32(wr[i]) * x[i];
+    return sum;
+}
+
 /* Rows [r, r + nr) (nr <= 4) against ntok tokens, written to y[t][r] (row stride out). */
 __attribute__((target("avx2,fma,f16c"))) static void rows_avx2(const seer_weight_t *w, int64_t r, int nr,
                                                                const float *x, int ntok, float *y, int64_t out) {
     int64_t in = w->cols;
+    if (ntok == 1 && w->dtype == SEER_F32) {
+        for (int k = 0; k < nr; k++) y[r + k] = row1_f32((const float *)w->data + (size_t)(r + k) * (size_t)in, x, in);
+        return;
+    }
+    if (ntok == 1 && w->dtype == SEER_BF16) {
+        for (int k = 0; k < nr; k++) y[r + k] = row1_bf16((const uint16_t *)w->data + (size_t)(r + k) * (size_t)in, x, in);
+        return;
+    }
     size_t rbase[4];
     for (int k = 0; k < 4; k++) rbase[k] = (size_t)(r + (k < nr ? k : nr - 1)) * (size_t)in;
     float tmp[8];
@@ -121,71 +177,172 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2(const seer_weight
             for (int k = 0; k < nr; k++) y[(size_t)(t + u) * (size_t)out + (size_t)(r + k)] = tmp[u * 4 + k];
     }
 }
-/* Several tokens at once (a batched decode step): three rows of W against NT <= 4 tokens, 12
- * accumulators kept in registers (the unroll pragmas: without them GCC keeps a loop over the
- * tokens and the accumulators in memory, a third of the speed), so each widened weight vector serves four tokens and each token vector three
- * rows (the 4 x 2 block above re-widens every weight for each pair of tokens, which bounds a
- * batch of 16 on bf16 weights). Every (row, token) sum is the same chain of FMAs over the same
- * 8-lane slices, then hsum8 and the same scalar tail, as in block4xNT: a token's result does not
- * depend on how many tokens run beside it. pf: prefetch the rows ahead (the first token group,
- * which streams them from memory; later groups find them in L1/L2). */
-#define SEER_DEF_BLOCK3(NT)                                                                                  \
-    __attribute__((target("avx2,fma,f16c"))) static void block3x##NT(const seer_weight_t *w, const size_t *rbase, \
-                                                                     const float *x, int64_t in, float *out, int pf) { \
-        int64_t n8 = in & ~(int64_t)7;                                                                   \
-        __m256 acc[NT][3];                                                                               \
-        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                                            \
-            _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++) acc[t][k] = _mm256_setzero_ps();        \
-        const char *pb = (const char *)w->data;                                                          \
-        size_t es = w->dtype == SEER_F32 ? 4 : 2;                                                        \
-        for (int64_t i = 0; i < n8; i += 8) {                                                            \
-            if (pf && !(i & 15))                                                                         \
-                for (int k = 0; k < 3; k++) {                                                            \
-                    _mm_prefetch(pb + (rbase[k] + (size_t)i + SEER_PF_NEAR) * es, _MM_HINT_T0);          \
-                    _mm_prefetch(pb + (rbase[k] + (size_t)i + SEER_PF_FAR) * es, _MM_HINT_T1);           \
-                }                                                                                        \
-            __m256 w0 = seer_w_load8(w, rbase[0] + (size_t)i), w1 = seer_w_load8(w, rbase[1] + (size_t)i); \
-            __m256 w2 = seer_w_load8(w, rbase[2] + (size_t)i);                                           \
-            _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                      \
-                __m256 xv = _mm256_loadu_ps(x + (size_t)t * (size_t)in + (size_t)i);                     \
-                acc[t][0] = _mm256_fmadd_ps(w0, xv, acc[t][0]);                                          \
-                acc[t][1] = _mm256_fmadd_ps(w1, xv, acc[t][1]);                                          \
-                acc[t][2] = _mm256_fmadd_ps(w2, xv, acc[t][2]);                                          \
-            }                                                                                            \
-        }                                                                                                \
-        for (int t = 0; t < NT; t++)                                                                     \
-            for (int k = 0; k < 3; k++) {                                                                \
-                float sum = hsum8(acc[t][k]);                                                            \
-                for (int64_t i = n8; i < in; i++) sum += seer_w_load(w, rbase[k] + (size_t)i) * x[(size_t)t * (size_t)in + (size_t)i]; \
-                out[t * 3 + k] = sum;                                                                    \
-            }                                                                                            \
+/* Several tokens at once (a batched decode step, or a short sequence's prefill): a blocked
+ * kernel that reads each weight once per step for up to 16 tokens and keeps the FMA units fed.
+ * Rows are taken SEER_RB at a time and the input dimension in slices of SEER_KB elements; a
+ * slice of the block's rows (bf16/f16 widened to f32 once, into a 6 KiB panel, by the first
+ * group of tokens, instead of once per group) and the same slice of 16 tokens' activations sit
+ * in L1 while a 3-row x
+ * 4-token micro-kernel (12 accumulators in registers; the unroll pragmas keep them there) runs
+ * over them. Each (row, token) accumulator is saved to a small buffer between slices and
+ * reloaded, which rounds nothing, so every output is the same chain of FMAs over the same
+ * 8-lane slices in the same order, then hsum8 and the same scalar tail, as block4x1 computes
+ * for a token alone: a token's result does not depend on how many tokens run beside it, nor
+ * on the thread count (tests/lua/test_model_batch.lua, tests/unit/test_kernels.c). The next
+ * slice of weights is prefetched while the current one is computed (one slice ahead: on AMD
+ * Zen every prefetch hint fills L1, so fetching a whole row block ahead evicted the working set;
+ * measured, the widening loop's loads then took a fifth of a batch-16 step). */
+#ifndef SEER_RB
+#define SEER_RB 12 /* rows per block (4 micro-panels of 3) */
+#endif
+#ifndef SEER_KB
+#define SEER_KB 128 /* input elements per slice (a multiple of 8) */
+#endif
+#define SEER_TB 16  /* tokens per pass over a row block */
+#define SEER_DEF_MICRO(NT)                                                                                       \
+    __attribute__((target("avx2,fma,f16c"))) static inline void micro3x##NT(                                     \
+        const float *w0, const float *w1, const float *w2, const float *x, size_t xs, int nk, float *acc) {    \
+        __m256 a[NT][3];                                                                                     \
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                                                \
+            _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++) a[t][k] = _mm256_load_ps(acc + (t * 3 + k) * 8); \
+        for (int i = 0; i < nk; i += 8) {                                                                    \
+            __m256 v0 = _mm256_loadu_ps(w0 + i), v1 = _mm256_loadu_ps(w1 + i), v2 = _mm256_loadu_ps(w2 + i);   \
+            _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                          \
+                __m256 xv = _mm256_loadu_ps(x + (size_t)t * xs + (size_t)i);                                 \
+                a[t][0] = _mm256_fmadd_ps(v0, xv, a[t][0]);                                                  \
+                a[t][1] = _mm256_fmadd_ps(v1, xv, a[t][1]);                                                  \
+                a[t][2] = _mm256_fmadd_ps(v2, xv, a[t][2]);                                                  \
+            }                                                                                                \
+        }                                                                                                    \
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                                                \
+            _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++) _mm256_store_ps(acc + (t * 3 + k) * 8, a[t][k]); \
     }
-SEER_DEF_BLOCK3(1)
-SEER_DEF_BLOCK3(2)
-SEER_DEF_BLOCK3(3)
-SEER_DEF_BLOCK3(4)
+SEER_DEF_MICRO(1)
+SEER_DEF_MICRO(2)
+SEER_DEF_MICRO(3)
+SEER_DEF_MICRO(4)
+/* The same for the first group of tokens on bf16/f16 weights, which also widens the weights it
+ * reads into the panel for the later groups: the widening hides in the FMAs' shadow (a separate
+ * widening pass was store-bound and took a fifth of a batch-16 step). */
+#define SEER_W_BF16(p) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
+#define SEER_W_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define SEER_DEF_MICROW(NT, NAME, CVT)                                                                          \
+    __attribute__((target("avx2,fma,f16c"))) static inline void NAME##NT(                                       \
+        const uint16_t *const *h, float *const *pn, const float *x, size_t xs, int nk, float *acc) {        \
+        __m256 a[NT][3];                                                                                     \
+        const uint16_t *h0 = h[0], *h1 = h[1], *h2 = h[2];                                                   \
+        float *p0 = pn[0], *p1 = pn[1], *p2 = pn[2];                                                         \
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                                                \
+            _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++) a[t][k] = _mm256_load_ps(acc + (t * 3 + k) * 8); \
+        for (int i = 0; i < nk; i += 8) {                                                                    \
+            __m256 v0 = CVT(h0 + i), v1 = CVT(h1 + i), v2 = CVT(h2 + i);                                     \
+            _mm256_store_ps(p0 + i, v0);                                                                     \
+            _mm256_store_ps(p1 + i, v1);                                                                     \
+            _mm256_store_ps(p2 + i, v2);                                                                     \
+            _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                          \
+                __m256 xv = _mm256_loadu_ps(x + (size_t)t * xs + (size_t)i);                                 \
+                a[t][0] = _mm256_fmadd_ps(v0, xv, a[t][0]);                                                  \
+                a[t][1] = _mm256_fmadd_ps(v1, xv, a[t][1]);                                                  \
+                a[t][2] = _mm256_fmadd_ps(v2, xv, a[t][2]);                                                  \
+            }                                                                                                \
+        }                                                                                                    \
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                                                \
+            _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++) _mm256_store_ps(acc + (t * 3 + k) * 8, a[t][k]); \
+    }
+SEER_DEF_MICROW(1, microb3x, SEER_W_BF16)
+SEER_DEF_MICROW(2, microb3x, SEER_W_BF16)
+SEER_DEF_MICROW(3, microb3x, SEER_W_BF16)
+SEER_DEF_MICROW(4, microb3x, SEER_W_BF16)
+SEER_DEF_MICROW(1, microh3x, SEER_W_F16)
+SEER_DEF_MICROW(2, microh3x, SEER_W_F16)
+SEER_DEF_MICROW(3, microh3x, SEER_W_F16)
+SEER_DEF_MICROW(4, microh3x, SEER_W_F16)
 
-/* Rows [r0, r1) against ntok >= 4 tokens, three rows at a time (a short tail block repeats its
- * last row), written to y[t][r]. */
+/* Rows [r0, r1) against ntok >= 4 tokens, written to y[t][r] (row stride out). */
 __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_weight_t *w, int64_t r0, int64_t r1,
                                                                      const float *x, int ntok, float *y, int64_t out) {
-    int64_t in = w->cols;
-    float tmp[12];
-    for (int64_t r = r0; r < r1; r += 3) {
-        int nr = r1 - r >= 3 ? 3 : (int)(r1 - r);
-        size_t rbase[3];
-        for (int k = 0; k < 3; k++) rbase[k] = (size_t)(r + (k < nr ? k : nr - 1)) * (size_t)in;
-        for (int t = 0; t < ntok; t += 4) {
-            int nt = ntok - t >= 4 ? 4 : ntok - t;
-            const float *xt = x + (size_t)t * (size_t)in;
-            switch (nt) {
-            case 4: block3x4(w, rbase, xt, in, tmp, t == 0); break;
-            case 3: block3x3(w, rbase, xt, in, tmp, t == 0); break;
-            case 2: block3x2(w, rbase, xt, in, tmp, t == 0); break;
-            default: block3x1(w, rbase, xt, in, tmp, t == 0); break;
+    int64_t in = w->cols, n8 = in & ~(int64_t)7;
+    size_t es = w->dtype == SEER_F32 ? 4 : 2;
+    const char *pb = (const char *)w->data;
+    _Alignas(32) float panel[SEER_RB * SEER_KB];
+    _Alignas(32) float acc[(SEER_RB / 3) * (SEER_TB / 4) * 12 * 8]; /* [micro-panel][token group][t * 3 + k][8] */
+    for (int64_t r = r0; r < r1; r += SEER_RB) {
+        int nr = r1 - r >= SEER_RB ? SEER_RB : (int)(r1 - r), nm = (nr + 2) / 3;
+        int64_t pf_r = r + SEER_RB, pf_n = r1 - pf_r < SEER_RB ? r1 - pf_r : SEER_RB; /* the next block */
+        for (int t0 = 0; t0 < ntok; t0 += SEER_TB) {
+            int nt = ntok - t0 < SEER_TB ? ntok - t0 : SEER_TB, ng = (nt + 3) / 4;
+            const float *xt = x + (size_t)t0 * (size_t)in;
+            memset(acc, 0, sizeof(float) * (size_t)nm * (size_t)ng * 96);
+            for (int64_t k0 = 0; k0 < n8; k0 += SEER_KB) {
+                int nk = n8 - k0 < SEER_KB ? (int)(n8 - k0) : SEER_KB;
+                if (t0 == 0) { /* the next slice: of this block, or the first of the next block */
+                    int64_t pr = r, pn = nr, pk = k0 + SEER_KB;
+                    if (pk >= n8) pr = pf_r, pn = pf_n, pk = 0;
+                    int pbytes = (int)((n8 - pk < SEER_KB ? n8 - pk : SEER_KB) * (int64_t)es);
+                    for (int64_t k = 0; k < pn; k++)
+                        for (int b = 0; b < pbytes; b += 64)
+                            _mm_prefetch(pb + ((size_t)(pr + k) * (size_t)in + (size_t)pk) * es + (size_t)b, _MM_HINT_T0);
+                }
+                const float *rows[SEER_RB];
+                float *prow[SEER_RB];
+                const uint16_t *hrow[SEER_RB];
+                int widen = w->dtype != SEER_F32;
+                for (int k = 0; k < nm * 3; k++) { /* a short block repeats its last row */
+                    int kk = k < nr ? k : nr - 1;
+                    size_t at = (size_t)(r + kk) * (size_t)in + (size_t)k0;
+                    if (widen) {
+                        prow[k] = panel + (size_t)kk * SEER_KB;
+                        hrow[k] = (const uint16_t *)w->data + at;
+                        rows[k] = prow[k];
+                    } else {
+                        rows[k] = (const float *)w->data + at;
+                    }
+                }
+                for (int g = 0; g < ng; g++) {
+                    int gt = nt - g * 4 < 4 ? nt - g * 4 : 4;
+                    const float *xg = xt + (size_t)g * 4 * (size_t)in + (size_t)k0;
+                    for (int m = 0; m < nm; m++) {
+                        float *am = acc + ((size_t)m * (size_t)ng + (size_t)g) * 96;
+                        const float **rw = rows + m * 3;
+                        if (widen && g == 0) { /* widens this slice into the panel as it goes */
+                            const uint16_t *const *hw = hrow + m * 3;
+                            float *const *pw = prow + m * 3;
+                            if (w->dtype == SEER_BF16) switch (gt) {
+                                case 4: microb3x4(hw, pw, xg, (size_t)in, nk, am); break;
+                                case 3: microb3x3(hw, pw, xg, (size_t)in, nk, am); break;
+                                case 2: microb3x2(hw, pw, xg, (size_t)in, nk, am); break;
+                                default: microb3x1(hw, pw, xg, (size_t)in, nk, am); break;
+                                }
+                            else switch (gt) {
+                                case 4: microh3x4(hw, pw, xg, (size_t)in, nk, am); break;
+                                case 3: microh3x3(hw, pw, xg, (size_t)in, nk, am); break;
+                                case 2: microh3x2(hw, pw, xg, (size_t)in, nk, am); break;
+                                default: microh3x1(hw, pw, xg, (size_t)in, nk, am); break;
+                                }
+                            continue;
+                        }
+                        switch (gt) {
+                        case 4: micro3x4(rw[0], rw[1], rw[2], xg, (size_t)in, nk, am); break;
+                        case 3: micro3x3(rw[0], rw[1], rw[2], xg, (size_t)in, nk, am); break;
+                        case 2: micro3x2(rw[0], rw[1], rw[2], xg, (size_t)in, nk, am); break;
+                        default: micro3x1(rw[0], rw[1], rw[2], xg, (size_t)in, nk, am); break;
+                        }
+                    }
+                }
             }
-            for (int u = 0; u < nt; u++)
-                for (int k = 0; k < nr; k++) y[(size_t)(t + u) * (size_t)out + (size_t)(r + k)] = tmp[u * 3 + k];
+            for (int m = 0; m < nm; m++)
+                for (int g = 0; g < ng; g++) {
+                    int gt = nt - g * 4 < 4 ? nt - g * 4 : 4;
+                    const float *am = acc + ((size_t)m * (size_t)ng + (size_t)g) * 96;
+                    for (int u = 0; u < gt; u++)
+                        for (int k = 0; k < 3 && m * 3 + k < nr; k++) {
+                            int64_t row = r + m * 3 + k;
+                            const float *xr = xt + (size_t)(g * 4 + u) * (size_t)in;
+                            float sum = hsum8(_mm256_load_ps(am + (u * 3 + k) * 8));
+                            for (int64_t i = n8; i < in; i++) sum += seer_w_load(w, (size_t)row * (size_t)in + (size_t)i) * xr[i];
+                            y[(size_t)(t0 + g * 4 + u) * (size_t)out + (size_t)row] = sum;
+                        }
+                }
         }
     }
 }

@@ -2,7 +2,8 @@
 -- forward with no hooks: every block's hook_resid_post captured (run_with_cache), a built-in
 -- add at one layer, the same add at every layer, and a Lua function hook at every layer.
 -- Usage: seer tests/bench/hooks.lua MODEL_DIR PREFILL_TOKENS DECODE_TOKENS
--- Prints one line per case: name, prefill ms, decode ms/token, overhead % against no hooks.
+-- Prints one line per case: name, prefill ms, decode ms/token, overhead % against no hooks
+-- (HOOK_REPS rounds, default 5).
 local dir, prefill, decode = arg[1], tonumber(arg[2] or 128), tonumber(arg[3] or 32)
 local I = require "seer.interventions"
 local model = seer.model.load(dir)
@@ -34,10 +35,11 @@ local cases = {
   { "add at every layer", every_add },
   { "Lua function at every layer", every_fn },
 }
+-- Robust to a busy machine: the cases run interleaved, one prefill and one decode each per round
+-- (so a slow minute hits every case alike), and a case's overhead is the median over rounds of
+-- its time over the no-hooks time of the same round; p25..p75 of those ratios give the spread.
 local reps = tonumber(os.getenv("HOOK_REPS") or 5)
-local base_p, base_d
-for _, c in ipairs(cases) do
-  local name, hooks = c[1], c[2]
+local function measure(hooks)
   local p, d
   local function run_prefill()
     if hooks == "cache" then model:run_with_cache(ids, { names = "hook_resid_post$" })
@@ -52,13 +54,32 @@ for _, c in ipairs(cases) do
       model:generate({ ids[1] }, { max_new_tokens = decode })
     end
   end
-  if hooks == nil or hooks == "cache" then
-    p, d = best(reps, run_prefill), best(reps, run_decode)
-  else
-    model:with_hooks(hooks, function() p, d = best(reps, run_prefill), best(reps, run_decode) end)
+  local function both() p, d = best(1, run_prefill), best(1, run_decode) end
+  if hooks == nil or hooks == "cache" then both() else model:with_hooks(hooks, both) end
+  return p, d / decode
+end
+local function quantile(xs, q)
+  local s = {}
+  for i, v in ipairs(xs) do s[i] = v end
+  table.sort(s)
+  local pos = 1 + (#s - 1) * q
+  local lo = math.floor(pos)
+  return s[lo] + (s[math.min(lo + 1, #s)] - s[lo]) * (pos - lo)
+end
+measure(nil) -- warm-up
+local P, Dt = {}, {}
+for ci = 1, #cases do P[ci], Dt[ci] = {}, {} end
+for r = 1, reps do
+  for ci, c in ipairs(cases) do P[ci][r], Dt[ci][r] = measure(c[2]) end
+end
+print(("(%d interleaved rounds; median time, median overhead against no hooks in the same round [p25..p75])"):format(reps))
+for ci, c in ipairs(cases) do
+  local rp, rd = {}, {}
+  for r = 1, reps do
+    rp[r] = (P[ci][r] / P[1][r] - 1) * 100
+    rd[r] = (Dt[ci][r] / Dt[1][r] - 1) * 100
   end
-  d = d / decode
-  base_p, base_d = base_p or p, base_d or d
-  print(("%-34s prefill %8.2f ms (%+5.1f%%)   decode %7.3f ms/tok (%+5.1f%%)"):format(name, p * 1e3, (p / base_p - 1) * 100,
-    d * 1e3, (d / base_d - 1) * 100))
+  print(("%-34s prefill %8.2f ms (%+5.1f%% [%+.1f..%+.1f])   decode %7.3f ms/tok (%+5.1f%% [%+.1f..%+.1f])"):format(c[1],
+    quantile(P[ci], 0.5) * 1e3, quantile(rp, 0.5), quantile(rp, 0.25), quantile(rp, 0.75),
+    quantile(Dt[ci], 0.5) * 1e3, quantile(rd, 0.5), quantile(rd, 0.25), quantile(rd, 0.75)))
 end

@@ -129,6 +129,9 @@ bench_model() { # model_dir threads prefill decode ptarget dtarget [gguf] (targe
   fi
   dtype=$("$SEER" -e 'local f = io.open(arg[1] .. "/config.json") local t = f:read("*a") f:close() io.write((t:match([["dtype"%s*:%s*"([^"]+)"]]) or t:match([["torch_dtype"%s*:%s*"([^"]+)"]]) or "float32"))' "$model")
   if [[ $dtype == bfloat16 ]] && awk -v a="$peak_a" 'BEGIN { exit !(a > 0) }'; then peak=$peak_a unit="AMX bf16"; else peak=$peak_f unit="f32 FMA"; fi
+  if [[ $dtype == bfloat16 && $unit == "f32 FMA" ]]; then
+    echo "  (no AMX on this CPU: bf16 prefill is measured against the f32 FMA peak, the most its AVX2 kernels can do; a share of the AMX peak cannot be measured here)"
+  fi
   local pbound=0
   if awk -v p="$peak" 'BEGIN { exit !(p > 0) }'; then
     pbound=$(awk -v p="$peak" -v f="$flops" -v n="$prefill" 'BEGIN { printf "%.1f", n * p * 1e9 / f }')
@@ -190,6 +193,23 @@ bench_batch() { # model_dir threads new_tokens gguf
   if [[ -n ${S[1]:-} && -n ${S[16]:-} ]]; then
     printf '  seer batch 16 / seer batch 1: %sx (target >= 8x)\n' "$(ratio "${S[1]}" "${S[16]}")"
   fi
+  # The bound of a batch-B step: it reads the weights once (B x the read bound) and does B
+  # tokens' multiply-adds (2 flops per weight of every matrix but the embedding table, on the
+  # f32 FMA peak: the batched kernels widen bf16 to f32), whichever is slower.
+  local peak_f peak_a peak_r info bytes fl
+  read -r peak_f peak_a peak_r <<<"${PEAKS[$threads]:-0 0 0}"
+  info=$("$SEER" -e 'local m = seer.model.load(arg[1], {tokenizer = false}) local c = m.config
+    local es = c.weight_bytes / c.num_parameters
+    io.write(string.format("%d %.0f", c.weight_bytes, 2 * (c.weight_bytes / es - c.vocab_size * c.hidden_size)))' "$model" 2>/dev/null) || info=
+  read -r bytes fl <<<"$info"
+  if [[ -n ${bytes:-} ]] && awk -v r="$peak_r" -v f="$peak_f" 'BEGIN { exit !(r > 0 && f > 0) }'; then
+    for b in 1 4 16; do
+      [[ -n ${S[$b]:-} ]] || continue
+      awk -v b="$b" -v s="${S[$b]}" -v r="$peak_r" -v f="$peak_f" -v by="$bytes" -v fl="$fl" 'BEGIN {
+        rb = b * r * 1e9 / by; cb = f * 1e9 / fl; bd = rb < cb ? rb : cb
+        printf "  batch %-2d bound    %.1f tok/s (reads %.1f, f32 FMA %.1f: %s-bound); seer at %.0f%% of it\n", b, bd, rb, cb, rb < cb ? "read" : "compute", 100 * s / bd }'
+    done
+  fi
 }
 
 # A stories260K prefill takes a few ms on either side, so the best of 3 is mostly this VM's
@@ -236,11 +256,11 @@ fi
 # Hooks: overhead of captures, built-in interventions and Lua function hooks against the same
 # forward without hooks, in one process (targets: capture of every hook_resid_post <= 10%,
 # a built-in add <= 3%).
-echo "== hooks on stories260K ($(nproc) thread(s)): 128-token prefill, 64-token decode, best of ${HOOK_REPS:-20}"
+echo "== hooks on stories260K ($(nproc) thread(s)): 128-token prefill, 64-token decode, ${HOOK_REPS:-20} interleaved rounds"
 HOOK_REPS=${HOOK_REPS:-20} "$SEER" tests/bench/hooks.lua tests/fixtures/models/stories260K 128 64 | sed 's/^/  /'
 if [[ -d $LARGE/f32 && ${BENCH_LARGE:-1} == 1 ]]; then
-  echo "== hooks on the 0.5B model (f32): 128-token prefill, 16-token decode, best of 3"
-  HOOK_REPS=3 "$SEER" tests/bench/hooks.lua "$LARGE/f32" 128 16 | sed 's/^/  /'
+  echo "== hooks on the 0.5B model (f32): 128-token prefill, 16-token decode, ${HOOK_REPS_LARGE:-5} interleaved rounds"
+  HOOK_REPS=${HOOK_REPS_LARGE:-5} "$SEER" tests/bench/hooks.lua "$LARGE/f32" 128 16 | sed 's/^/  /'
 fi
 
 # Sandboxes: start() to a sandbox answering exec (target <= 100 ms), beside bubblewrap alone.

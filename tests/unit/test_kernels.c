@@ -226,16 +226,16 @@ Test(kernels, amx_linear_bf16_weights) {
 Test(kernels, linear_rows_token_independent) {
     seer_pool_t *pool = seer_pool_new(2);
     static const int rows_[] = {1, 5, 13, 67};
-    static const int cols_[] = {8, 37, 96};
+    static const int cols_[] = {8, 37, 96, 300}; /* 300: three k-slices of the batched kernel and a tail */
     static const seer_dtype_t dts[] = {SEER_F32, SEER_BF16, SEER_F16};
     enum { NMAX = 17 };
     for (int a = 0; a < 4; a++)
-        for (int b = 0; b < 3; b++)
+        for (int b = 0; b < 4; b++)
             for (int d = 0; d < 3; d++) {
                 int rows = rows_[a], cols = cols_[b];
                 float *wf = malloc(sizeof(float) * (size_t)(rows * cols));
                 uint16_t *wh = malloc(sizeof(uint16_t) * (size_t)(rows * cols));
-                float bias[67], x[NMAX * 96], y1[67], *y = malloc(sizeof(float) * (size_t)(NMAX * rows));
+                float bias[67], x[NMAX * 300], y1[67], *y = malloc(sizeof(float) * (size_t)(NMAX * rows));
                 for (int i = 0; i < rows * cols; i++) {
                     float v = nrand() * 0.1f;
                     wh[i] = dts[d] == SEER_BF16 ? seer_f32_to_bf16(v) : seer_f32_to_f16(v);

@@ -1,0 +1,64 @@
+/* The batched per-token linear kernel alone (seer_k_linear_rows, the path a decode step of a
+ * batch takes), on the 0.5B bench model's matrix shapes, one thread: GFLOP/s from the thread's
+ * CPU time (best of REPS), so a busy machine disturbs it less than wall time. Random weights;
+ * nothing is checked here (tests/unit/test_kernels.c checks the results).
+ * Build: cc -O2 -std=c11 -D_GNU_SOURCE -Iengine -I/usr/include/cjson tests/bench/linear_kernel.c \
+ *          build/libseer.a -lluajit-5.1 -lcjson -lpcre2-8 -lzmq -lcrypto -lmicrohttpd -lpng16 -lm -ldl -lpthread \
+ *          -o build/bench/linear_kernel
+ * Usage: build/bench/linear_kernel [TOKENS...]   (default 1 4 16) */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "model/model_private.h"
+
+static double cpu_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+int main(int argc, char **argv) {
+    static const int shapes[][2] = {{2816, 1024}, {1024, 2816}, {1024, 1024}};
+    int toks[16], nt = 0;
+    for (int i = 1; i < argc && nt < 16; i++) toks[nt++] = atoi(argv[i]);
+    if (!nt) toks[nt++] = 1, toks[nt++] = 4, toks[nt++] = 16;
+    int reps = getenv("REPS") ? atoi(getenv("REPS")) : 9;
+    seer_pool_t *pool = seer_pool_new(1);
+    uint64_t s = 12345;
+    for (int d = 0; d < 2; d++) {
+        seer_dtype_t dt = d ? SEER_BF16 : SEER_F32;
+        for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+            int rows = shapes[k][0], cols = shapes[k][1];
+            size_t n = (size_t)rows * (size_t)cols;
+            void *wd = malloc(n * (d ? 2 : 4));
+            for (size_t i = 0; i < n; i++) {
+                s = s * 6364136223846793005ull + 1442695040888963407ull;
+                float v = ((float)(s >> 40) / 16777216.0f - 0.5f) * 0.04f;
+                if (d) ((uint16_t *)wd)[i] = seer_f32_to_bf16(v);
+                else ((float *)wd)[i] = v;
+            }
+            seer_weight_t W = {.dtype = dt, .data = wd, .rows = rows, .cols = cols};
+            for (int q = 0; q < nt; q++) {
+                int T = toks[q];
+                float *x = malloc(sizeof(float) * (size_t)T * (size_t)cols), *y = malloc(sizeof(float) * (size_t)T * (size_t)rows);
+                for (size_t i = 0; i < (size_t)T * (size_t)cols; i++) x[i] = (float)(i % 17) * 0.1f - 0.8f;
+                double best = 1e9;
+                for (int r = 0; r < reps; r++) {
+                    double t0 = cpu_now();
+                    seer_k_linear_rows(pool, y, x, T, &W, NULL);
+                    double dt_ = cpu_now() - t0;
+                    if (dt_ < best) best = dt_;
+                }
+                printf("%-4s %4dx%-4d tokens %2d: %7.1f us  %6.1f GFLOP/s  %5.1f GB/s of weights\n", d ? "bf16" : "f32", rows,
+                       cols, T, best * 1e6, 2.0 * (double)n * T / best * 1e-9, (double)n * (d ? 2 : 4) / best * 1e-9);
+                free(x);
+                free(y);
+            }
+            free(wd);
+        }
+    }
+    seer_pool_free(pool);
+    return 0;
+}
