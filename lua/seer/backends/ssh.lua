@@ -584,7 +584,7 @@ function M.stats(self)
   local root = safe_fs.root(self.state_dir, "the sandbox state folder")
   local ok, t = pcall(json.decode, root:read("stats.json", { max = 4096 }) or "")
   local c = ok and M.clean_stats(t) or {}
-  if c.oom_kills ~= nil and ok and type(t.seq) == "number" then c.seq = t.seq end
+  if ok and type(t) == "table" and type(t.seq) == "number" then c.seq = t.seq end
   return c
 end
 
