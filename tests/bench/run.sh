@@ -262,6 +262,12 @@ if [[ -d $LARGE/f32 && ${BENCH_LARGE:-1} == 1 ]]; then
   echo "== hooks on the 0.5B model (f32): 128-token prefill, 16-token decode, ${HOOK_REPS_LARGE:-5} interleaved rounds"
   HOOK_REPS=${HOOK_REPS_LARGE:-5} "$SEER" tests/bench/hooks.lua "$LARGE/f32" 128 16 | sed 's/^/  /'
 fi
+# The same overheads counted in instructions (callgrind), which this VM's noise cannot move
+# (targets: capture of every hook_resid_post <= 5%, a built-in add at one layer <= 2%).
+if command -v valgrind >/dev/null; then
+  echo "== hooks on stories260K in instructions (callgrind, 1 thread; run_with_cache for the prefill capture)"
+  bash tests/bench/hooks_instructions.sh "$SEER" tests/fixtures/models/stories260K || echo "  FAILED"
+fi
 
 # Sandboxes: start() to a sandbox answering exec (target <= 100 ms), beside bubblewrap alone.
 if command -v bwrap >/dev/null; then
