@@ -72,18 +72,6 @@ function M.stop_dockerd()
   M.docker_host = nil
 end
 
----Calls s:exec("true") every 100 ms until it fails or ms pass; returns the error (nil when it
----never failed) and how long it took.
-function M.exec_until_fails(s, ms)
-  local t0 = process.now_ms()
-  local ok, err
-  repeat
-    ok, err = pcall(s.exec, s, "true")
-    if ok then process.sleep_ms(100) end
-  until not ok or process.now_ms() - t0 > ms
-  return (not ok) and tostring(err) or nil, process.now_ms() - t0
-end
-
 ---The test both container backends run: the sandbox's timeout ends the sandbox and the
 ---container; a container removed from outside is reported. config(t) makes a SandboxConfig,
 ---containers() lists the engine's container names, remove(name) removes one from outside.
@@ -91,7 +79,7 @@ function M.timeout_and_removal(config, containers, remove, prefix)
   local s = require("seer.environment").Sandbox(config{ timeout = 2 }):start{ name = prefix .. "short" }
   local cid = s.container.name
   T.eq(s:exec("echo up"), "up\n")
-  local err = M.exec_until_fails(s, 15000)
+  local err = T.exec_until_fails(s, 15000)
   T.ok(err, "exec fails after the timeout")
   T.contains(tostring(err), "timeout of 2 s passed")
   local deadline = process.now_ms() + 10000
@@ -103,7 +91,7 @@ function M.timeout_and_removal(config, containers, remove, prefix)
   cid = s.container.name
   T.eq(s:exec("echo up"), "up\n")
   remove(cid)
-  err = M.exec_until_fails(s, 15000)
+  err = T.exec_until_fails(s, 15000)
   T.ok(err, "exec fails once the container is gone")
   T.contains(tostring(err), "has ended")
   s:terminate()

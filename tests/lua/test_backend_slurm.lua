@@ -169,18 +169,13 @@ T.test("the sandbox's timeout ends it, and its job with it", function()
   T.eq(s:exec("echo up"), "up\n")
   io.write(("  (slurm, loopback: start() with sbatch, an idle node and seer already there, to the first answered exec %.0f ms)\n")
     :format(process.now_ms() - t0))
-  local deadline = process.now_ms() + 15000
-  local ok, err
-  repeat
-    ok, err = pcall(s.exec, s, "true")
-    if ok then process.sleep_ms(100) end
-  until not ok or process.now_ms() > deadline
-  T.ok(not ok, "exec fails after the timeout")
+  local err = T.exec_until_fails(s, 15000)
+  T.ok(err, "exec fails after the timeout")
   T.contains(tostring(err), "timeout of 2 s passed")
   T.contains(tostring(err), "(Slurm job " .. job .. ": ")
   T.ok(fixture.wait_gone(RSTATE, rid, 10000))
   -- the link cancelled the job without terminate() being called
-  deadline = process.now_ms() + 10000
+  local deadline = process.now_ms() + 10000
   local state = job_state(job)
   while state == "RUNNING" and process.now_ms() < deadline do process.sleep_ms(100); state = job_state(job) end
   T.ok(state ~= "RUNNING", "the job is no longer running: " .. tostring(state))
@@ -193,13 +188,8 @@ T.test("a job cancelled from outside is reported with Slurm's state", function()
   local job, rid = s.slurm_job, s.remote.id
   T.eq(s:exec("echo up"), "up\n")
   sh(("SLURM_CONF=%s scancel %s"):format(c.conf, job))
-  local deadline = process.now_ms() + 15000
-  local ok, err
-  repeat
-    ok, err = pcall(s.exec, s, "true")
-    if ok then process.sleep_ms(100) end
-  until not ok or process.now_ms() > deadline
-  T.ok(not ok, "exec fails once the job is cancelled")
+  local err = T.exec_until_fails(s, 15000)
+  T.ok(err, "exec fails once the job is cancelled")
   T.contains(tostring(err), "(Slurm job " .. job .. ": CANCELLED")
   -- Slurm kills every process of the step (the keeper too), so nothing runs; the state folder
   -- may stay on the node, and is swept there by `seer sandbox list`, as after a kill -9 locally
@@ -221,13 +211,8 @@ T.test("a job preempted by a higher-priority partition's job is reported with Sl
   local okb, urgent = sh(("SLURM_CONF=%s sbatch --parsable -p urgent -c 2 -o /dev/null --wrap 'sleep 20'"):format(c.conf))
   T.ok(okb, urgent)
   urgent = urgent:match("(%d+)")
-  local deadline = process.now_ms() + 30000
-  local ok, err
-  repeat
-    ok, err = pcall(s.exec, s, "true")
-    if ok then process.sleep_ms(100) end
-  until not ok or process.now_ms() > deadline
-  T.ok(not ok, "exec fails once the job is preempted")
+  local err = T.exec_until_fails(s, 30000)
+  T.ok(err, "exec fails once the job is preempted")
   T.contains(tostring(err), "(Slurm job " .. job .. ": PREEMPTED")
   local deadline2 = process.now_ms() + 10000
   while #fixture.procs_with("SEER_SANDBOX_ID=" .. rid) > 0 and process.now_ms() < deadline2 do process.sleep_ms(50) end
@@ -244,13 +229,8 @@ T.test("Slurm's own time limit ends the job and the sandbox, and says so (long: 
   local job, rid = s.slurm_job, s.remote.id
   T.eq(s:exec("echo up"), "up\n")
   local t0 = process.now_ms()
-  local deadline = process.now_ms() + 180000
-  local ok, err
-  repeat
-    ok, err = pcall(s.exec, s, "true")
-    if ok then process.sleep_ms(500) end
-  until not ok or process.now_ms() > deadline
-  T.ok(not ok, "exec fails once the job's time limit passed")
+  local err = T.exec_until_fails(s, 180000, { every_ms = 500 })
+  T.ok(err, "exec fails once the job's time limit passed")
   io.write(("  (the job's one-minute limit ended the sandbox after %.0f s)\n"):format((process.now_ms() - t0) / 1000))
   T.contains(tostring(err), "(Slurm job " .. job .. ": TIMEOUT")
   local d2 = process.now_ms() + 10000

@@ -334,13 +334,8 @@ T.test("a dropped connection is reported and ends the remote sandbox", function(
   local pid = ssh_master(s)
   T.ok(pid, "found the ssh client")
   sb.kill(pid, sb.SIGKILL)
-  local deadline = process.now_ms() + 10000
-  local ok, err
-  repeat
-    ok, err = pcall(s.exec, s, "true")
-    if ok then process.sleep_ms(50) end
-  until not ok or process.now_ms() > deadline
-  T.ok(not ok, "exec fails after the connection is gone")
+  local err = T.exec_until_fails(s, 10000, { every_ms = 50 })
+  T.ok(err, "exec fails after the connection is gone")
   T.contains(tostring(err), "the ssh connection to 127.0.0.1 was lost")
   T.ok(wait_gone(rid, 10000))
   s:terminate()
@@ -361,12 +356,8 @@ T.test("a dropped connection is reported and ends the remote sandbox", function(
   end
   T.ok(sshd_child, "found sshd's session process")
   sb.kill(sshd_child, sb.SIGKILL)
-  deadline = process.now_ms() + 15000
-  repeat
-    ok, err = pcall(s.exec, s, "true")
-    if ok then process.sleep_ms(50) end
-  until not ok or process.now_ms() > deadline
-  T.ok(not ok, "exec fails after sshd's side is gone")
+  err = T.exec_until_fails(s, 15000, { every_ms = 50 })
+  T.ok(err, "exec fails after sshd's side is gone")
   T.contains(tostring(err), "has ended")
   T.ok(wait_gone(rid, 10000))
   s:terminate()
@@ -408,13 +399,8 @@ T.test("the remote timeout ends the sandbox and says so", function()
   local s = start({ timeout = 2 }, "short")
   local rid = s.remote.id
   T.eq(s:exec("echo up"), "up\n")
-  local deadline = process.now_ms() + 15000
-  local ok, err
-  repeat
-    ok, err = pcall(s.exec, s, "true")
-    if ok then process.sleep_ms(100) end
-  until not ok or process.now_ms() > deadline
-  T.ok(not ok, "exec fails after the timeout")
+  local err = T.exec_until_fails(s, 15000)
+  T.ok(err, "exec fails after the timeout")
   T.contains(tostring(err), "timeout of 2 s passed")
   T.ok(wait_gone(rid, 10000))
   s:terminate()

@@ -149,6 +149,25 @@ function M.sh(cmd)
   return rc == 0, (out:gsub("seer%-rc=%d+\n?$", ""))
 end
 
+---Calls s:exec(cmd or "true", exec_opts) every `every_ms` (100) until it fails or ms pass:
+---the error text, or nil when it never failed, and how long it took. For tests of how a
+---sandbox ends (timeout, a lost connection, a cancelled job).
+---@param s table a started Sandbox
+---@param ms number
+---@param opts? {every_ms?: number, cmd?: string, exec?: table}
+---@return string|nil err, number took_ms
+function M.exec_until_fails(s, ms, opts)
+  opts = opts or {}
+  local now = require("seer.process").now_ms
+  local t0 = now()
+  local ok, err
+  repeat
+    ok, err = pcall(s.exec, s, opts.cmd or "true", opts.exec)
+    if ok then require("seer.process").sleep_ms(opts.every_ms or 100) end
+  until not ok or now() - t0 > ms
+  return (not ok) and tostring(err) or nil, now() - t0
+end
+
 ---Whether a path exists (not following a final link).
 function M.exists(path) return require("seer.safe_fs").lstat(path) ~= nil end
 
