@@ -78,103 +78,63 @@ __attribute__((target("avx2,fma,f16c"))) static inline float hsum8(__m256 v) {
         _mm_prefetch(pf3 + pf_o + pf_far, SEER_PF_FAR_HINT);                                             \
     } while (0)
 
-/* Four rows of W against NT tokens (NT = 1 or 2): each W vector is loaded once and used NT
- * times, and 4 x NT independent accumulators keep the FMA units busy (one chain per row would
- * stall on FMA latency, which is what limits a naive decode). rbase: element offsets of the
- * four rows (a short tail block repeats its last row). out[t * 4 + k]. */
-#define SEER_DEF_BLOCK(NT)                                                                                   \
-    __attribute__((target("avx2,fma,f16c"))) static void block4x##NT(const seer_weight_t *w, const size_t *rbase, \
-                                                                     const float *x, int64_t in, float *out) { \
-        int64_t n8 = in & ~(int64_t)7;                                                                   \
-        __m256 acc[NT][4];                                                                               \
-        for (int t = 0; t < NT; t++)                                                                     \
-            for (int k = 0; k < 4; k++) acc[t][k] = _mm256_setzero_ps();                                 \
-        SEER_PF_SETUP(w, rbase);                                                                         \
-        for (int64_t i = 0; i < n8; i += 8) {                                                            \
-            if (!(i & 15)) SEER_PF_ROWS(i);                                                              \
-            __m256 w0 = seer_w_load8(w, rbase[0] + (size_t)i), w1 = seer_w_load8(w, rbase[1] + (size_t)i);             \
-            __m256 w2 = seer_w_load8(w, rbase[2] + (size_t)i), w3 = seer_w_load8(w, rbase[3] + (size_t)i);             \
-            for (int t = 0; t < NT; t++) {                                                               \
-                __m256 xv = _mm256_loadu_ps(x + (size_t)t * (size_t)in + (size_t)i);                     \
-                acc[t][0] = _mm256_fmadd_ps(w0, xv, acc[t][0]);                                          \
-                acc[t][1] = _mm256_fmadd_ps(w1, xv, acc[t][1]);                                          \
-                acc[t][2] = _mm256_fmadd_ps(w2, xv, acc[t][2]);                                          \
-                acc[t][3] = _mm256_fmadd_ps(w3, xv, acc[t][3]);                                          \
-            }                                                                                            \
-        }                                                                                                \
-        for (int t = 0; t < NT; t++)                                                                     \
-            for (int k = 0; k < 4; k++) {                                                                \
-                float sum = hsum8(acc[t][k]);                                                            \
-                for (int64_t i = n8; i < in; i++) sum += seer_w_load(w, rbase[k] + (size_t)i) * x[(size_t)t * (size_t)in + (size_t)i]; \
-                out[t * 4 + k] = sum;                                                                    \
-            }                                                                                            \
-    }
-SEER_DEF_BLOCK(1)
-SEER_DEF_BLOCK(2)
-
-/* One row against one token (a batch-1 decode step on AVX2, f32 and bf16 weights): the same
- * chain as block4x1 and the batched micro-kernels give each row (one 8-lane accumulator over
- * the row front to back, hsum8, the scalar tail), one row after another, so that a thread's
- * rows are one sequential stream for the hardware prefetchers instead of four interleaved ones,
- * with one software prefetch per cache line SEER_ROW1_PF elements ahead. One FMA chain is
- * latency-bound at 8 elements per 4 cycles (32 B f32, 16 B bf16), above what one core reads
- * from memory here (10-12 GB/s). Measured on the 2-vCPU AMD EPYC (Zen 3) VM, 0.5B model, two
- * threads, interleaved runs under load 2.4-3: f32 decode median ~6.8 tok/s against ~6.3 with
- * block4x1 (three rounds: one clearly ahead, two within noise), bf16 ~12.5 against ~11.3. */
+/* The chain every AVX2 path gives an output (one row of W against one token), however many
+ * tokens run beside it. f32 weights: one 8-lane accumulator a0 over the row front to back.
+ * bf16/f16 weights: two, a0 over the 8-blocks at i = 0, 16, 32, ... and a1 over those at
+ * i = 8, 24, 40, ... (an odd last 8-block goes to a0). Then hsum8(a0 + a1) (a1 = 0 for f32) and
+ * the scalar tail from in & ~7 on. The batch-1 kernel below and the batched kernel after it
+ * hold to it, which the tests check bit for bit (tests/unit/test_kernels.c,
+ * tests/lua/test_model_batch.lua).
+ *
+ * Why two chains for bf16: one FMA chain is latency-bound at 8 elements per FMA latency, which
+ * for 16-bit weights is below what a core reads. Measured on the 2-vCPU AMD EPYC (Zen 3) bench
+ * VM, a GEMV over 256 MiB of 1024-wide rows per thread (medians of 9 interleaved runs, GB/s of
+ * weights read): bf16 one chain 6.8 (1 thread) / 12.0 (2 threads), two chains 9.7 / 15.4, four
+ * chains 8.5 / 13.9, against 11.0-13.0 / 17.0-18.4 for plain AVX2 loads of the same bytes; f32
+ * one chain 10.6 / 17.8, two 11.0 / 17.0, and on the 0.5B model f32 decode was no faster with
+ * two (4 interleaved rounds), so f32 keeps one. Two rows at a time (two chains on two
+ * interleaved streams) was slower still (10.2-11.4 against 12.8-13.1 tok/s, bf16, 0.5B model):
+ * the hardware prefetchers follow one sequential stream per thread best.
+ *
+ * Batch-1 decode takes rows one after another, one sequential stream per thread, with one
+ * software prefetch per cache line SEER_ROW1_PF bytes ahead (1 KiB; bf16 at 512 bytes was 3-6%
+ * slower). */
 #ifndef SEER_ROW1_PF
-#define SEER_ROW1_PF 256
+#define SEER_ROW1_PF 1024
 #endif
-__attribute__((target("avx2,fma,f16c"))) static float row1_f32(const float *wr, const float *x, int64_t in) {
-    int64_t n8 = in & ~(int64_t)7;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n8; i += 8) {
-#if SEER_ROW1_PF
-        if (!(i & 15)) _mm_prefetch((const char *)(wr + i + SEER_ROW1_PF), _MM_HINT_T0);
-#endif
-        acc = _mm256_fmadd_ps(_mm256_loadu_ps(wr + i), _mm256_loadu_ps(x + i), acc);
+#define SEER_W_BF16(p) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
+#define SEER_W_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define SEER_W_F32(p) _mm256_loadu_ps(p)
+#define SEER_DEF_ROW1(NAME, T, LOAD, SCALAR, STEP)                                                               \
+    __attribute__((target("avx2,fma,f16c"))) static float NAME(const T *wr, const float *x, int64_t in) {        \
+        int64_t n8 = in & ~(int64_t)7, nb = in & ~(int64_t)(STEP - 1);                                       \
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();                                           \
+        for (int64_t i = 0; i < nb; i += STEP) {                                                             \
+            if (!(((size_t)i * sizeof(T)) & 63)) _mm_prefetch((const char *)(wr + i) + SEER_ROW1_PF, _MM_HINT_T0); \
+            a0 = _mm256_fmadd_ps(LOAD(wr + i), _mm256_loadu_ps(x + i), a0);                                  \
+            if (STEP == 16) a1 = _mm256_fmadd_ps(LOAD(wr + i + 8), _mm256_loadu_ps(x + i + 8), a1);          \
+        }                                                                                                    \
+        if (nb < n8) a0 = _mm256_fmadd_ps(LOAD(wr + nb), _mm256_loadu_ps(x + nb), a0);                       \
+        float sum = hsum8(_mm256_add_ps(a0, a1));                                                            \
+        for (int64_t i = n8; i < in; i++) sum += SCALAR(wr[i]) * x[i];                                       \
+        return sum;                                                                                          \
     }
-    float sum = hsum8(acc);
-    for (int64_t i = n8; i < in; i++) sum += wr[i] * x[i];
-    return sum;
-}
+#define SEER_F32_ID(v) (v)
+SEER_DEF_ROW1(row1_f32, float, SEER_W_F32, SEER_F32_ID, 8)
+SEER_DEF_ROW1(row1_bf16, uint16_t, SEER_W_BF16, seer_bf16_to_f32, 16)
+SEER_DEF_ROW1(row1_f16, uint16_t, SEER_W_F16, seer_f16_to_f32, 16)
 
-__attribute__((target("avx2,fma,f16c"))) static float row1_bf16(const uint16_t *wr, const float *x, int64_t in) {
-    int64_t n8 = in & ~(int64_t)7;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n8; i += 8) {
-#if SEER_ROW1_PF
-        if (!(i & 31)) _mm_prefetch((const char *)(wr + i + SEER_ROW1_PF), _MM_HINT_T0);
-#endif
-        __m256 wv = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(wr + i))), 16));
-        acc = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + i), acc);
-    }
-    float sum = hsum8(acc);
-    for (int64_t i = n8; i < in; i++) sum += seer_bf16_to_f32(wr[i]) * x[i];
-    return sum;
-}
-
-/* Rows [r, r + nr) (nr <= 4) against ntok tokens, written to y[t][r] (row stride out). */
-__attribute__((target("avx2,fma,f16c"))) static void rows_avx2(const seer_weight_t *w, int64_t r, int nr,
-                                                               const float *x, int ntok, float *y, int64_t out) {
+/* Rows [r0, r1) against one token, written to y[r]. */
+__attribute__((target("avx2,fma,f16c"))) static void rows_avx2_one(const seer_weight_t *w, int64_t r0, int64_t r1,
+                                                                   const float *x, float *y) {
     int64_t in = w->cols;
-    if (ntok == 1 && w->dtype == SEER_F32) {
-        for (int k = 0; k < nr; k++) y[r + k] = row1_f32((const float *)w->data + (size_t)(r + k) * (size_t)in, x, in);
-        return;
-    }
-    if (ntok == 1 && w->dtype == SEER_BF16) {
-        for (int k = 0; k < nr; k++) y[r + k] = row1_bf16((const uint16_t *)w->data + (size_t)(r + k) * (size_t)in, x, in);
-        return;
-    }
-    size_t rbase[4];
-    for (int k = 0; k < 4; k++) rbase[k] = (size_t)(r + (k < nr ? k : nr - 1)) * (size_t)in;
-    float tmp[8];
-    for (int t = 0; t < ntok; t += 2) {
-        int nt = ntok - t >= 2 ? 2 : 1;
-        const float *xt = x + (size_t)t * (size_t)in;
-        if (nt == 2) block4x2(w, rbase, xt, in, tmp);
-        else block4x1(w, rbase, xt, in, tmp);
-        for (int u = 0; u < nt; u++)
-            for (int k = 0; k < nr; k++) y[(size_t)(t + u) * (size_t)out + (size_t)(r + k)] = tmp[u * 4 + k];
+    for (int64_t r = r0; r < r1; r++) {
+        size_t at = (size_t)r * (size_t)in;
+        switch (w->dtype) {
+        case SEER_BF16: y[r] = row1_bf16((const uint16_t *)w->data + at, x, in); break;
+        case SEER_F16: y[r] = row1_f16((const uint16_t *)w->data + at, x, in); break;
+        default: y[r] = row1_f32((const float *)w->data + at, x, in); break;
+        }
     }
 }
 /* Several tokens at once (a batched decode step, or a short sequence's prefill): a blocked
@@ -201,11 +161,11 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2(const seer_weight
 #define SEER_TB 16  /* tokens per pass over a row block */
 #define SEER_DEF_MICRO(NT)                                                                                       \
     __attribute__((target("avx2,fma,f16c"))) static inline void micro3x##NT(                                     \
-        const float *w0, const float *w1, const float *w2, const float *x, size_t xs, int nk, float *acc) {    \
+        const float *w0, const float *w1, const float *w2, const float *x, size_t xs, int off, int step, int nk, float *acc) { \
         __m256 a[NT][3];                                                                                     \
         _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                                                \
             _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++) a[t][k] = _mm256_load_ps(acc + (t * 3 + k) * 8); \
-        for (int i = 0; i < nk; i += 8) {                                                                    \
+        for (int i = off; i < nk; i += step) {                                                                    \
             __m256 v0 = _mm256_loadu_ps(w0 + i), v1 = _mm256_loadu_ps(w1 + i), v2 = _mm256_loadu_ps(w2 + i);   \
             _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                          \
                 __m256 xv = _mm256_loadu_ps(x + (size_t)t * xs + (size_t)i);                                 \
@@ -224,17 +184,15 @@ SEER_DEF_MICRO(4)
 /* The same for the first group of tokens on bf16/f16 weights, which also widens the weights it
  * reads into the panel for the later groups: the widening hides in the FMAs' shadow (a separate
  * widening pass was store-bound and took a fifth of a batch-16 step). */
-#define SEER_W_BF16(p) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
-#define SEER_W_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
 #define SEER_DEF_MICROW(NT, NAME, CVT)                                                                          \
     __attribute__((target("avx2,fma,f16c"))) static inline void NAME##NT(                                       \
-        const uint16_t *const *h, float *const *pn, const float *x, size_t xs, int nk, float *acc) {        \
+        const uint16_t *const *h, float *const *pn, const float *x, size_t xs, int off, int step, int nk, float *acc) { \
         __m256 a[NT][3];                                                                                     \
         const uint16_t *h0 = h[0], *h1 = h[1], *h2 = h[2];                                                   \
         float *p0 = pn[0], *p1 = pn[1], *p2 = pn[2];                                                         \
         _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                                                \
             _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++) a[t][k] = _mm256_load_ps(acc + (t * 3 + k) * 8); \
-        for (int i = 0; i < nk; i += 8) {                                                                    \
+        for (int i = off; i < nk; i += step) {                                                                    \
             __m256 v0 = CVT(h0 + i), v1 = CVT(h1 + i), v2 = CVT(h2 + i);                                     \
             _mm256_store_ps(p0 + i, v0);                                                                     \
             _mm256_store_ps(p1 + i, v1);                                                                     \
@@ -258,21 +216,21 @@ SEER_DEF_MICROW(2, microh3x, SEER_W_F16)
 SEER_DEF_MICROW(3, microh3x, SEER_W_F16)
 SEER_DEF_MICROW(4, microh3x, SEER_W_F16)
 
-/* Rows [r0, r1) against ntok >= 4 tokens, written to y[t][r] (row stride out). */
+/* Rows [r0, r1) against ntok >= 2 tokens, written to y[t][r] (row stride out). */
 __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_weight_t *w, int64_t r0, int64_t r1,
                                                                      const float *x, int ntok, float *y, int64_t out) {
     int64_t in = w->cols, n8 = in & ~(int64_t)7;
     size_t es = w->dtype == SEER_F32 ? 4 : 2;
     const char *pb = (const char *)w->data;
     _Alignas(32) float panel[SEER_RB * SEER_KB];
-    _Alignas(32) float acc[(SEER_RB / 3) * (SEER_TB / 4) * 12 * 8]; /* [micro-panel][token group][t * 3 + k][8] */
+    _Alignas(32) float acc[(SEER_RB / 3) * (SEER_TB / 4) * 2 * 12 * 8]; /* [micro-panel][token group][chain][t * 3 + k][8] */
     for (int64_t r = r0; r < r1; r += SEER_RB) {
         int nr = r1 - r >= SEER_RB ? SEER_RB : (int)(r1 - r), nm = (nr + 2) / 3;
         int64_t pf_r = r + SEER_RB, pf_n = r1 - pf_r < SEER_RB ? r1 - pf_r : SEER_RB; /* the next block */
         for (int t0 = 0; t0 < ntok; t0 += SEER_TB) {
             int nt = ntok - t0 < SEER_TB ? ntok - t0 : SEER_TB, ng = (nt + 3) / 4;
             const float *xt = x + (size_t)t0 * (size_t)in;
-            memset(acc, 0, sizeof(float) * (size_t)nm * (size_t)ng * 96);
+            memset(acc, 0, sizeof(float) * (size_t)nm * (size_t)ng * 192);
             for (int64_t k0 = 0; k0 < n8; k0 += SEER_KB) {
                 int nk = n8 - k0 < SEER_KB ? (int)(n8 - k0) : SEER_KB;
                 if (t0 == 0) { /* the next slice: of this block, or the first of the next block */
@@ -286,7 +244,7 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
                 const float *rows[SEER_RB];
                 float *prow[SEER_RB];
                 const uint16_t *hrow[SEER_RB];
-                int widen = w->dtype != SEER_F32;
+                int widen = w->dtype != SEER_F32, step = widen ? 16 : 8; /* two chains or one */
                 for (int k = 0; k < nm * 3; k++) { /* a short block repeats its last row */
                     int kk = k < nr ? k : nr - 1;
                     size_t at = (size_t)(r + kk) * (size_t)in + (size_t)k0;
@@ -302,30 +260,33 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
                     int gt = nt - g * 4 < 4 ? nt - g * 4 : 4;
                     const float *xg = xt + (size_t)g * 4 * (size_t)in + (size_t)k0;
                     for (int m = 0; m < nm; m++) {
-                        float *am = acc + ((size_t)m * (size_t)ng + (size_t)g) * 96;
+                        float *am = acc + ((size_t)m * (size_t)ng + (size_t)g) * 192;
                         const float **rw = rows + m * 3;
-                        if (widen && g == 0) { /* widens this slice into the panel as it goes */
-                            const uint16_t *const *hw = hrow + m * 3;
-                            float *const *pw = prow + m * 3;
-                            if (w->dtype == SEER_BF16) switch (gt) {
-                                case 4: microb3x4(hw, pw, xg, (size_t)in, nk, am); break;
-                                case 3: microb3x3(hw, pw, xg, (size_t)in, nk, am); break;
-                                case 2: microb3x2(hw, pw, xg, (size_t)in, nk, am); break;
-                                default: microb3x1(hw, pw, xg, (size_t)in, nk, am); break;
-                                }
-                            else switch (gt) {
-                                case 4: microh3x4(hw, pw, xg, (size_t)in, nk, am); break;
-                                case 3: microh3x3(hw, pw, xg, (size_t)in, nk, am); break;
-                                case 2: microh3x2(hw, pw, xg, (size_t)in, nk, am); break;
-                                default: microh3x1(hw, pw, xg, (size_t)in, nk, am); break;
-                                }
-                            continue;
-                        }
-                        switch (gt) {
-                        case 4: micro3x4(rw[0], rw[1], rw[2], xg, (size_t)in, nk, am); break;
-                        case 3: micro3x3(rw[0], rw[1], rw[2], xg, (size_t)in, nk, am); break;
-                        case 2: micro3x2(rw[0], rw[1], rw[2], xg, (size_t)in, nk, am); break;
-                        default: micro3x1(rw[0], rw[1], rw[2], xg, (size_t)in, nk, am); break;
+                        for (int off = 0; off < step; off += 8) { /* chain a0, then a1 */
+                            float *as = am + off * 12;
+                            if (widen && g == 0) { /* widens this slice into the panel as it goes */
+                                const uint16_t *const *hw = hrow + m * 3;
+                                float *const *pw = prow + m * 3;
+                                if (w->dtype == SEER_BF16) switch (gt) {
+                                    case 4: microb3x4(hw, pw, xg, (size_t)in, off, step, nk, as); break;
+                                    case 3: microb3x3(hw, pw, xg, (size_t)in, off, step, nk, as); break;
+                                    case 2: microb3x2(hw, pw, xg, (size_t)in, off, step, nk, as); break;
+                                    default: microb3x1(hw, pw, xg, (size_t)in, off, step, nk, as); break;
+                                    }
+                                else switch (gt) {
+                                    case 4: microh3x4(hw, pw, xg, (size_t)in, off, step, nk, as); break;
+                                    case 3: microh3x3(hw, pw, xg, (size_t)in, off, step, nk, as); break;
+                                    case 2: microh3x2(hw, pw, xg, (size_t)in, off, step, nk, as); break;
+                                    default: microh3x1(hw, pw, xg, (size_t)in, off, step, nk, as); break;
+                                    }
+                                continue;
+                            }
+                            switch (gt) {
+                            case 4: micro3x4(rw[0], rw[1], rw[2], xg, (size_t)in, off, step, nk, as); break;
+                            case 3: micro3x3(rw[0], rw[1], rw[2], xg, (size_t)in, off, step, nk, as); break;
+                            case 2: micro3x2(rw[0], rw[1], rw[2], xg, (size_t)in, off, step, nk, as); break;
+                            default: micro3x1(rw[0], rw[1], rw[2], xg, (size_t)in, off, step, nk, as); break;
+                            }
                         }
                     }
                 }
@@ -333,12 +294,12 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
             for (int m = 0; m < nm; m++)
                 for (int g = 0; g < ng; g++) {
                     int gt = nt - g * 4 < 4 ? nt - g * 4 : 4;
-                    const float *am = acc + ((size_t)m * (size_t)ng + (size_t)g) * 96;
+                    const float *am = acc + ((size_t)m * (size_t)ng + (size_t)g) * 192;
                     for (int u = 0; u < gt; u++)
                         for (int k = 0; k < 3 && m * 3 + k < nr; k++) {
                             int64_t row = r + m * 3 + k;
                             const float *xr = xt + (size_t)(g * 4 + u) * (size_t)in;
-                            float sum = hsum8(_mm256_load_ps(am + (u * 3 + k) * 8));
+                            float sum = hsum8(_mm256_add_ps(_mm256_load_ps(am + (u * 3 + k) * 8), _mm256_load_ps(am + 96 + (u * 3 + k) * 8)));
                             for (int64_t i = n8; i < in; i++) sum += seer_w_load(w, (size_t)row * (size_t)in + (size_t)i) * xr[i];
                             y[(size_t)(t0 + g * 4 + u) * (size_t)out + (size_t)row] = sum;
                         }
@@ -448,8 +409,9 @@ static void linear_chunk(void *ctx, size_t begin, size_t end, int thread) {
     linear_job *j = ctx;
     int64_t out = j->w->rows;
 #ifdef SEER_X86
-    if (j->simd == 1 && j->n >= 4) {
-        rows_avx2_multi(j->w, (int64_t)begin, (int64_t)end, j->x, j->n, j->y, out);
+    if (j->simd == 1) {
+        if (j->n == 1) rows_avx2_one(j->w, (int64_t)begin, (int64_t)end, j->x, j->y);
+        else rows_avx2_multi(j->w, (int64_t)begin, (int64_t)end, j->x, j->n, j->y, out);
         goto bias;
     }
 #endif
@@ -457,7 +419,6 @@ static void linear_chunk(void *ctx, size_t begin, size_t end, int thread) {
         int nr = end - r >= 4 ? 4 : (int)(end - r);
 #ifdef SEER_X86
         if (j->simd == 2) rows_avx512(j->w, (int64_t)r, nr, j->x, j->n, j->y, out);
-        else if (j->simd) rows_avx2(j->w, (int64_t)r, nr, j->x, j->n, j->y, out);
         else
 #endif
             rows_generic(j->w, (int64_t)r, nr, j->x, j->n, j->y, out);

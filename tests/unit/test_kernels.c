@@ -226,11 +226,13 @@ Test(kernels, amx_linear_bf16_weights) {
 Test(kernels, linear_rows_token_independent) {
     seer_pool_t *pool = seer_pool_new(2);
     static const int rows_[] = {1, 5, 13, 67};
-    static const int cols_[] = {8, 37, 96, 300}; /* 300: three k-slices of the batched kernel and a tail */
+    /* 24 and 136: an odd last 8-block (chain a0); 300: three k-slices of the batched kernel, the
+     * last ending on an odd 8-block, and a scalar tail */
+    static const int cols_[] = {8, 24, 37, 96, 136, 300};
     static const seer_dtype_t dts[] = {SEER_F32, SEER_BF16, SEER_F16};
     enum { NMAX = 17 };
     for (int a = 0; a < 4; a++)
-        for (int b = 0; b < 4; b++)
+        for (int b = 0; b < 6; b++)
             for (int d = 0; d < 3; d++) {
                 int rows = rows_[a], cols = cols_[b];
                 float *wf = malloc(sizeof(float) * (size_t)(rows * cols));
