@@ -130,11 +130,29 @@ __attribute__((target("avx512f"))) static double read512(float *sink) {
     *sink = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
     return (double)READ_BYTES;
 }
+
+/* AVX2: 32-byte loads, as the AVX2 decode kernels read (scalar 8-byte loads read 10-35% less
+ * here, below what seer's f32 decode reached, so they were no bound). */
+__attribute__((target("avx2"))) static double read256(float *sink) {
+    const float *v = (const float *)g_slice;
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    for (size_t i = 0; i < READ_BYTES / 4; i += 32) {
+        s0 = _mm256_add_ps(s0, _mm256_load_ps(v + i));
+        s1 = _mm256_add_ps(s1, _mm256_load_ps(v + i + 8));
+        s2 = _mm256_add_ps(s2, _mm256_load_ps(v + i + 16));
+        s3 = _mm256_add_ps(s3, _mm256_load_ps(v + i + 24));
+    }
+    __m256 s = _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3));
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    *sink = _mm_cvtss_f32(_mm_add_ps(h, _mm_movehl_ps(h, h)));
+    return (double)READ_BYTES;
+}
 #endif
 
 static double read_slice(float *sink) {
 #if defined(__x86_64__)
     if (__builtin_cpu_supports("avx512f")) return read512(sink);
+    if (__builtin_cpu_supports("avx2")) return read256(sink);
 #endif
     const uint64_t *v = g_slice;
     uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
