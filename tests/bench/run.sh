@@ -241,6 +241,32 @@ bench_batch() { # model_dir threads new_tokens gguf
   fi
 }
 
+# Decode on one thread (the issue's bound is asked at one and two threads): seer and llama.cpp
+# alternating for BENCH_ROUNDS rounds, each keeping its best, against what one thread reads.
+bench_decode_1t() { # model_dir new_tokens gguf
+  local model=$1 n=$2 gguf=$3 r rounds=${BENCH_ROUNDS:-2} sd ld bs=0 bl=0 seq_s= seq_l= bytes peak_r
+  measure_peak 1
+  read -r _ _ peak_r <<<"${PEAKS[1]}"
+  bytes=$("$SEER" -e 'local m = seer.model.load(arg[1], {tokenizer = false}) io.write(string.format("%d", m.config.weight_bytes))' "$model")
+  echo "== $(basename "$(dirname "$model")")/$(basename "$model"), 1 thread: decode tok/s ($n tokens), seer and llama.cpp alternating, best of $rounds"
+  for ((r = 1; r <= rounds; r++)); do
+    read -r _ _ sd _ _ < <(SEER_THREADS=1 "$SEER" tests/bench/model_seer.lua "$model" 1 16 "$n")
+    seq_s="${seq_s:+$seq_s, }$sd" bs=$(best "$bs" "$sd")
+    if [[ -f $gguf ]]; then
+      ld=
+      read -r _ _ ld < <(OMP_WAIT_POLICY=$LLAMA_OMP_WAIT "$VENV_PY" tests/bench/llamacpp_peer.py "$gguf" 1 16 "$n" 2>/dev/null) || true
+      [[ -n ${ld:-} ]] && seq_l="${seq_l:+$seq_l, }$ld" bl=$(best "$bl" "$ld")
+    fi
+  done
+  local rb
+  rb=$(awk -v r="$peak_r" -v b="$bytes" 'BEGIN { printf "%.1f", r * 1e9 / b }')
+  printf '  rounds: seer %s; llama.cpp %s\n' "$seq_s" "${seq_l:-skipped}"
+  printf '  read bound        %s tok/s (1 thread reading %s GB/s): seer at %s%%, llama.cpp at %s%%\n' "$rb" "$peak_r" \
+    "$(awk -v s="$bs" -v b="$rb" 'BEGIN { printf "%.0f", 100 * s / b }')" "$(awk -v s="$bl" -v b="$rb" 'BEGIN { printf "%.0f", 100 * s / b }')"
+  [[ $bl != 0 ]] && printf '  seer vs llama.cpp (best against best): decode %sx\n' "$(ratio "$bl" "$bs")"
+  return 0
+}
+
 # A stories260K prefill takes a few ms on either side, so the best of 3 is mostly this VM's
 # noise: both sides take the best of 20 here (the 0.5B model below, the best of 1).
 for threads in ${BENCH_THREADS:-1 2}; do
@@ -273,6 +299,7 @@ if [[ -d $LARGE/bf16 && ${BENCH_LARGE:-1} == 1 ]]; then
   for dtype in f32 bf16; do
     BENCH_REPEAT=1 bench_model "$LARGE/$dtype" "$(nproc)" 512 "${LARGE_DECODE:-128}" 2 1.5 "$GGUF/$dtype.gguf"
     bench_batch "$LARGE/$dtype" "$(nproc)" "${BATCH_DECODE:-16}" "$GGUF/$dtype.gguf"
+    ((${BENCH_ONE_THREAD:-1})) && bench_decode_1t "$LARGE/$dtype" "${LARGE_DECODE_1T:-32}" "$GGUF/$dtype.gguf"
     rss=$(/usr/bin/time -f %M "$SEER" -e 'local m = seer.model.load(arg[1], {tokenizer = false}) m:generate({1, 2, 3}, {max_new_tokens = 4}) io.stderr:write(string.format("%d\n", m.config.weight_bytes))' "$LARGE/$dtype" 2>&1 >/dev/null | tail -2 | tr '\n' ' ')
     read -r wbytes kb <<<"$rss"
     printf '  peak resident     %.0f MB for %.0f MB of weights (%.2fx)\n' "$(awk -v k="$kb" 'BEGIN { print k / 1024 * 1.048576 }')" \
