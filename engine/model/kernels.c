@@ -166,23 +166,41 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_one(const seer_we
 #ifndef SEER_PF_SPREAD
 #define SEER_PF_SPREAD 1
 #endif
+/* The body of both micro-kernels: the 3 x NT accumulators in from acc, then for each 8-block i
+ * of the chain (off, off + step, ...) three rows' vectors v0..v2 (LOAD3(CVT, i) declares them)
+ * against NT tokens, then the accumulators back out. */
+#define SEER_MICRO_BODY(NT, LOAD3, CVT)                                                                          \
+    __m256 a[NT][3];                                                                                         \
+    _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                                                    \
+        _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++) a[t][k] = _mm256_load_ps(acc + (t * 3 + k) * 8);  \
+    for (int i = off; i < nk; i += step) {                                                                   \
+        LOAD3(CVT, i);                                                                                       \
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                              \
+            __m256 xv = _mm256_loadu_ps(x + (size_t)t * xs + (size_t)i);                                     \
+            a[t][0] = _mm256_fmadd_ps(v0, xv, a[t][0]);                                                      \
+            a[t][1] = _mm256_fmadd_ps(v1, xv, a[t][1]);                                                      \
+            a[t][2] = _mm256_fmadd_ps(v2, xv, a[t][2]);                                                      \
+        }                                                                                                    \
+    }                                                                                                        \
+    _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                                                    \
+        _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++) _mm256_store_ps(acc + (t * 3 + k) * 8, a[t][k])
+/* f32 rows (or a panel already widened) read in place */
+#define SEER_LOAD3_F32(CVT, i)                                                                                   \
+    __m256 v0 = _mm256_loadu_ps(w0 + (i));                                                                   \
+    __m256 v1 = _mm256_loadu_ps(w1 + (i));                                                                   \
+    __m256 v2 = _mm256_loadu_ps(w2 + (i))
+/* bf16/f16 rows widened with CVT, and stored into the panel for the later token groups */
+#define SEER_LOAD3_WIDEN(CVT, i)                                                                                 \
+    __m256 v0 = CVT(h0 + (i));                                                                               \
+    __m256 v1 = CVT(h1 + (i));                                                                               \
+    __m256 v2 = CVT(h2 + (i));                                                                               \
+    _mm256_store_ps(p0 + (i), v0);                                                                           \
+    _mm256_store_ps(p1 + (i), v1);                                                                           \
+    _mm256_store_ps(p2 + (i), v2)
 #define SEER_DEF_MICRO(NT)                                                                                       \
     __attribute__((target("avx2,fma,f16c"))) static inline void micro3x##NT(                                     \
         const float *w0, const float *w1, const float *w2, const float *x, size_t xs, int off, int step, int nk, float *acc) { \
-        __m256 a[NT][3];                                                                                     \
-        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                                                \
-            _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++) a[t][k] = _mm256_load_ps(acc + (t * 3 + k) * 8); \
-        for (int i = off; i < nk; i += step) {                                                                    \
-            __m256 v0 = _mm256_loadu_ps(w0 + i), v1 = _mm256_loadu_ps(w1 + i), v2 = _mm256_loadu_ps(w2 + i);   \
-            _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                          \
-                __m256 xv = _mm256_loadu_ps(x + (size_t)t * xs + (size_t)i);                                 \
-                a[t][0] = _mm256_fmadd_ps(v0, xv, a[t][0]);                                                  \
-                a[t][1] = _mm256_fmadd_ps(v1, xv, a[t][1]);                                                  \
-                a[t][2] = _mm256_fmadd_ps(v2, xv, a[t][2]);                                                  \
-            }                                                                                                \
-        }                                                                                                    \
-        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                                                \
-            _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++) _mm256_store_ps(acc + (t * 3 + k) * 8, a[t][k]); \
+        SEER_MICRO_BODY(NT, SEER_LOAD3_F32, _);                                                              \
     }
 SEER_DEF_MICRO(1)
 SEER_DEF_MICRO(2)
@@ -194,25 +212,9 @@ SEER_DEF_MICRO(4)
 #define SEER_DEF_MICROW(NT, NAME, CVT)                                                                          \
     __attribute__((target("avx2,fma,f16c"))) static inline void NAME##NT(                                       \
         const uint16_t *const *h, float *const *pn, const float *x, size_t xs, int off, int step, int nk, float *acc) { \
-        __m256 a[NT][3];                                                                                     \
         const uint16_t *h0 = h[0], *h1 = h[1], *h2 = h[2];                                                   \
         float *p0 = pn[0], *p1 = pn[1], *p2 = pn[2];                                                         \
-        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                                                \
-            _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++) a[t][k] = _mm256_load_ps(acc + (t * 3 + k) * 8); \
-        for (int i = off; i < nk; i += step) {                                                                    \
-            __m256 v0 = CVT(h0 + i), v1 = CVT(h1 + i), v2 = CVT(h2 + i);                                     \
-            _mm256_store_ps(p0 + i, v0);                                                                     \
-            _mm256_store_ps(p1 + i, v1);                                                                     \
-            _mm256_store_ps(p2 + i, v2);                                                                     \
-            _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                          \
-                __m256 xv = _mm256_loadu_ps(x + (size_t)t * xs + (size_t)i);                                 \
-                a[t][0] = _mm256_fmadd_ps(v0, xv, a[t][0]);                                                  \
-                a[t][1] = _mm256_fmadd_ps(v1, xv, a[t][1]);                                                  \
-                a[t][2] = _mm256_fmadd_ps(v2, xv, a[t][2]);                                                  \
-            }                                                                                                \
-        }                                                                                                    \
-        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                                                \
-            _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++) _mm256_store_ps(acc + (t * 3 + k) * 8, a[t][k]); \
+        SEER_MICRO_BODY(NT, SEER_LOAD3_WIDEN, CVT);                                                          \
     }
 SEER_DEF_MICROW(1, microb3x, SEER_W_BF16)
 SEER_DEF_MICROW(2, microb3x, SEER_W_BF16)
