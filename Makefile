@@ -32,7 +32,7 @@ SEER_BIN := $(if $(filter build,$(BUILD)),seer,$(BUILD)/seer)
 VERSION := $(shell cat VERSION)
 GIT_REV := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
 
-.PHONY: test-remote all setup test unit attack asan soak bench bench-gpu bench-setup parity fuzz fuzz-kernel install uninstall demo clean help check-deps
+.PHONY: test-remote all setup test unit attack asan soak bench bench-kernel bench-gpu bench-setup parity fuzz fuzz-kernel install uninstall demo clean help check-deps
 all: $(SEER_BIN)
 
 help:
@@ -44,6 +44,7 @@ help:
 	@echo "make attack    the attack suite alone (docs/security.md)"
 	@echo "make asan       the same suite under AddressSanitizer + UBSan (build/asan)"
 	@echo "make bench      seer against peers (luajit, python3, transformers) measured in the same run"
+	@echo "make bench-kernel  the batched linear kernel alone on the 0.5B shapes (GFLOP/s, one thread)"
 	@echo "make bench-gpu  the CUDA backend on Gemma-2-2B/9B shapes against the GPU's bandwidth and peak, and transformers"
 	@echo "make bench-setup  the transformers peer for make bench and make parity (pip, into .venv)"
 	@echo "make parity     regenerate the transformers parity goldens live and compare"
@@ -141,6 +142,15 @@ bench: $(SEER_BIN) $(BUILD)/bench/peak
 bench-gpu: $(BUILD)/bench/gpu_bench
 	@$(BUILD)/bench/gpu_bench $(GPU_MODELS)
 	@$(or $(PYTHON),python3) tests/bench/gpu_transformers.py $(GPU_MODELS)
+
+# The batched per-token linear kernel alone on the 0.5B model's shapes (tests/bench/linear_kernel.c:
+# GFLOP/s from one thread's CPU time; `make bench-kernel`, or build/bench/linear_kernel 1 4 16).
+bench-kernel: $(BUILD)/bench/linear_kernel
+	@$(BUILD)/bench/linear_kernel
+
+$(BUILD)/bench/linear_kernel: tests/bench/linear_kernel.c $(BUILD)/libseer.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< -Wl,--whole-archive $(BUILD)/libseer.a -Wl,--no-whole-archive $(LIBS)
 
 $(BUILD)/bench/gpu_bench: tests/bench/gpu_bench.c $(BUILD)/libseer.a
 	@mkdir -p $(dir $@)

@@ -2,9 +2,7 @@
  * batch takes), on the 0.5B bench model's matrix shapes, one thread: GFLOP/s from the thread's
  * CPU time (best of REPS), so a busy machine disturbs it less than wall time. Random weights;
  * nothing is checked here (tests/unit/test_kernels.c checks the results).
- * Build: cc -O2 -std=c11 -D_GNU_SOURCE -Iengine -I/usr/include/cjson tests/bench/linear_kernel.c \
- *          build/libseer.a -lluajit-5.1 -lcjson -lpcre2-8 -lzmq -lcrypto -lmicrohttpd -lpng16 -lm -ldl -lpthread \
- *          -o build/bench/linear_kernel
+ * Build: make build/bench/linear_kernel (or make bench-kernel, which also runs it).
  * Usage: build/bench/linear_kernel [TOKENS...]   (default 1 4 16) */
 #include <stdint.h>
 #include <stdio.h>
