@@ -1,9 +1,10 @@
 /* CPU kernels of the forward pass. The linear layer dominates: W is read once per call and
- * reused across up to four tokens at a time; rows of W are split across the thread pool.
+ * reused across up to 16 tokens at a time; rows of W are split across the thread pool.
  * bf16/f16 weights are widened in registers. AVX2+FMA paths are chosen at run time
  * (__builtin_cpu_supports), with portable loops as the reference and the fallback. */
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -147,7 +148,7 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_one(const seer_we
  * 4-token micro-kernel (12 accumulators in registers; the unroll pragmas keep them there) runs
  * over them. Each (row, token) accumulator is saved to a small buffer between slices and
  * reloaded, which rounds nothing, so every output is the same chain of FMAs over the same
- * 8-lane slices in the same order, then hsum8 and the same scalar tail, as block4x1 computes
+ * 8-lane slices in the same order, then hsum8 and the same scalar tail, as row1_* computes
  * for a token alone: a token's result does not depend on how many tokens run beside it, nor
  * on the thread count (tests/lua/test_model_batch.lua, tests/unit/test_kernels.c). The next
  * slice of weights is prefetched while the current one is computed (one slice ahead: on AMD
@@ -208,11 +209,16 @@ SEER_DEF_MICRO(3)
 SEER_DEF_MICRO(4)
 /* The same for the first group of tokens on bf16/f16 weights, which also widens the weights it
  * reads into the panel for the later groups: the widening hides in the FMAs' shadow (a separate
- * widening pass was store-bound and took a fifth of a batch-16 step). */
-#define SEER_DEF_MICROW(NT, NAME, CVT)                                                                          \
+ * widening pass was store-bound and took a fifth of a batch-16 step). f32 weights are copied
+ * into the panel the same way when more than one group of tokens runs (SEER_F32_PANEL): the
+ * panel is contiguous, while the block's rows lie a row apart, 4 KiB at width 1024, and fall
+ * into the same L1 sets. Batch-16 decode of the 0.5B model at f32, 2 threads, five interleaved
+ * rounds (SEER_F32_PANEL=0 against 1): 49.5-59.8 (mean 54.7) -> 53.6-62.2 (58.9) tok/s. */
+#define SEER_DEF_MICROW(NT, NAME, CVT) SEER_DEF_MICROWT(NT, NAME, CVT, uint16_t)
+#define SEER_DEF_MICROWT(NT, NAME, CVT, T)                                                                      \
     __attribute__((target("avx2,fma,f16c"))) static inline void NAME##NT(                                       \
-        const uint16_t *const *h, float *const *pn, const float *x, size_t xs, int off, int step, int nk, float *acc) { \
-        const uint16_t *h0 = h[0], *h1 = h[1], *h2 = h[2];                                                   \
+        const T *const *h, float *const *pn, const float *x, size_t xs, int off, int step, int nk, float *acc) { \
+        const T *h0 = h[0], *h1 = h[1], *h2 = h[2];                                                          \
         float *p0 = pn[0], *p1 = pn[1], *p2 = pn[2];                                                         \
         SEER_MICRO_BODY(NT, SEER_LOAD3_WIDEN, CVT);                                                          \
     }
@@ -224,6 +230,13 @@ SEER_DEF_MICROW(1, microh3x, SEER_W_F16)
 SEER_DEF_MICROW(2, microh3x, SEER_W_F16)
 SEER_DEF_MICROW(3, microh3x, SEER_W_F16)
 SEER_DEF_MICROW(4, microh3x, SEER_W_F16)
+SEER_DEF_MICROWT(1, microf3x, SEER_W_F32, float)
+SEER_DEF_MICROWT(2, microf3x, SEER_W_F32, float)
+SEER_DEF_MICROWT(3, microf3x, SEER_W_F32, float)
+SEER_DEF_MICROWT(4, microf3x, SEER_W_F32, float)
+#ifndef SEER_F32_PANEL
+#define SEER_F32_PANEL 1
+#endif
 
 /* The tokens' activations packed slice by slice for the batched kernel: [slice][token][SEER_KB].
  * Rows of x lie `in` floats apart, and for widths like 1024 (4 KiB) the same slice of 16 tokens
@@ -279,21 +292,33 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
                 int64_t pr = r, pn = nr, pk = k0 + SEER_KB;
                 if (pk >= n8) pr = pf_r, pn = pf_n, pk = 0;
                 int pbytes = (int)((n8 - pk < SEER_KB ? n8 - pk : SEER_KB) * (int64_t)es);
-                int plines = (pbytes + 63) / 64, ptotal = t0 == 0 && pn > 0 ? (int)pn * plines : 0, pdone = 0;
+                int plines = (pbytes + 63) / 64, ptotal = t0 == 0 && pn > 0 ? (int)pn * plines : 0, pdone = 0, pline = 0;
+                /* walked line by line, without a division: the prefetch address as pr + pdone / plines
+                 * rows and pdone % plines lines, computed with two integer divisions per prefetch,
+                 * took about 15% of the kernel's samples (perf, make bench-kernel at 16 tokens); the
+                 * walk was faster on 16 of 18 shape-rounds, by 10-20% (three interleaved rounds) */
+                const char *pnext = ptotal ? pb + ((size_t)pr * (size_t)in + (size_t)pk) * es : pb;
+                size_t prow_skip = (size_t)in * es - (size_t)plines * 64;
 #if !SEER_PF_SPREAD
-                for (; pdone < ptotal; pdone++)
-                    _mm_prefetch(pb + ((size_t)(pr + pdone / plines) * (size_t)in + (size_t)pk) * es + (size_t)(pdone % plines) * 64, _MM_HINT_T0);
+                for (; pdone < ptotal; pdone++) {
+                    _mm_prefetch(pnext, _MM_HINT_T0);
+                    pnext += 64;
+                    if (++pline == plines) pline = 0, pnext += prow_skip;
+                }
 #endif
                 const float *rows[SEER_RB];
                 float *prow[SEER_RB];
                 const uint16_t *hrow[SEER_RB];
-                int widen = w->dtype != SEER_F32, step = widen ? 16 : 8; /* two chains or one */
+                const float *frow[SEER_RB];
+                int step = w->dtype != SEER_F32 ? 16 : 8; /* two chains or one */
+                int widen = w->dtype != SEER_F32 || (SEER_F32_PANEL && ntok > 4);
                 for (int k = 0; k < nm * 3; k++) { /* a short block repeats its last row */
                     int kk = k < nr ? k : nr - 1;
                     size_t at = (size_t)(r + kk) * (size_t)in + (size_t)k0;
                     if (widen) {
                         prow[k] = panel + (size_t)kk * SEER_KB;
                         hrow[k] = (const uint16_t *)w->data + at;
+                        frow[k] = w->dtype == SEER_F32 ? (const float *)w->data + at : NULL;
                         rows[k] = prow[k];
                     } else {
                         rows[k] = (const float *)w->data + at;
@@ -305,9 +330,11 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
                                          : xt + (size_t)g * 4 * (size_t)in + (size_t)k0;
                     size_t xs = xp ? SEER_KB : (size_t)in;
                     for (int m = 0; m < nm; m++) {
-                        for (int upto = ptotal * (g * nm + m + 1) / (ng * nm); pdone < upto; pdone++)
-                            _mm_prefetch(pb + ((size_t)(pr + pdone / plines) * (size_t)in + (size_t)pk) * es + (size_t)(pdone % plines) * 64,
-                                         _MM_HINT_T0);
+                        for (int upto = ptotal * (g * nm + m + 1) / (ng * nm); pdone < upto; pdone++) {
+                            _mm_prefetch(pnext, _MM_HINT_T0);
+                            pnext += 64;
+                            if (++pline == plines) pline = 0, pnext += prow_skip;
+                        }
                         float *am = acc + ((size_t)m * (size_t)ng + (size_t)g) * 192;
                         const float **rw = rows + m * 3;
                         for (int off = 0; off < step; off += 8) { /* chain a0, then a1 */
@@ -315,7 +342,13 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
                             if (widen && g == 0) { /* widens this slice into the panel as it goes */
                                 const uint16_t *const *hw = hrow + m * 3;
                                 float *const *pw = prow + m * 3;
-                                if (w->dtype == SEER_BF16) switch (gt) {
+                                if (w->dtype == SEER_F32) switch (gt) {
+                                    case 4: microf3x4(frow + m * 3, pw, xg, xs, off, step, nk, as); break;
+                                    case 3: microf3x3(frow + m * 3, pw, xg, xs, off, step, nk, as); break;
+                                    case 2: microf3x2(frow + m * 3, pw, xg, xs, off, step, nk, as); break;
+                                    default: microf3x1(frow + m * 3, pw, xg, xs, off, step, nk, as); break;
+                                    }
+                                else if (w->dtype == SEER_BF16) switch (gt) {
                                     case 4: microb3x4(hw, pw, xg, xs, off, step, nk, as); break;
                                     case 3: microb3x3(hw, pw, xg, xs, off, step, nk, as); break;
                                     case 2: microb3x2(hw, pw, xg, xs, off, step, nk, as); break;
@@ -444,17 +477,46 @@ static void rows_generic(const seer_weight_t *w, int64_t r, int nr, const float 
     }
 }
 
+/* One token (a decode step's GEMV): the threads take row tasks from a shared counter as they
+ * go, about SEER_LINEAR_TASKS per thread (whole 12-row blocks, at least the pool's minimum chunk),
+ * rather than one fixed range each, so a thread that starts late or runs on a slower vCPU does
+ * not leave the other waiting at the end of every matrix. Rows are independent, so the result is
+ * the same bits however they are shared (tests/unit/test_kernels.c). Measured on the 2-vCPU VM,
+ * 0.5B model, 2 threads: the share of samples spent waiting for the other thread went from 4.2% to
+ * 3.4% (perf, bf16 decode), decode 17.4-18.8 -> 17.0-18.7 tok/s bf16 and 7.9-10.4 -> 8.8-10.1 f32
+ * (four interleaved rounds: within this VM's noise). Several tokens keep one range per thread:
+ * the batched kernel packs the activations once per call, and 16 tasks per thread made batch-16
+ * decode 10% slower. */
+#ifndef SEER_LINEAR_TASKS
+#define SEER_LINEAR_TASKS 16
+#endif
 typedef struct {
     float *y;
     const float *x;
     int n;
     const seer_weight_t *w, *bias;
     int simd;
+    size_t task;       /* rows per task when the threads take tasks as they go (0: one range each) */
+    atomic_size_t next; /* the next task's first row */
 } linear_job;
 
+static void linear_range(linear_job *j, size_t begin, size_t end);
 static void linear_chunk(void *ctx, size_t begin, size_t end, int thread) {
     (void)thread;
     linear_job *j = ctx;
+    if (!j->task) {
+        linear_range(j, begin, end);
+        return;
+    }
+    size_t rows = (size_t)j->w->rows;
+    for (;;) {
+        size_t b = atomic_fetch_add(&j->next, j->task);
+        if (b >= rows) return;
+        linear_range(j, b, b + j->task < rows ? b + j->task : rows);
+    }
+}
+
+static void linear_range(linear_job *j, size_t begin, size_t end) {
     int64_t out = j->w->rows;
 #ifdef SEER_X86
     if (j->simd == 1) {
@@ -485,11 +547,20 @@ static void linear_base(seer_pool_t *p, float *y, const float *x, int n, const s
         (seer_k_linear_amx(p, y, x, n, w, bias) || seer_k_linear_blas(p, y, x, n, w, bias)))
         return;
     linear_job j = {.y = y, .x = x, .n = n, .w = w, .bias = bias, .simd = seer_k_have_avx512() ? 2 : seer_k_have_avx2()};
+    atomic_init(&j.next, 0);
     size_t per_row = (size_t)w->cols * (size_t)n;
     size_t min_rows = per_row ? (SEER_PAR_WORK / 2 + per_row - 1) / per_row : 1;
     if (min_rows < 4) min_rows = 4;
     if ((size_t)w->rows * per_row < SEER_PAR_WORK) min_rows = (size_t)w->rows;
     min_rows = (min_rows + 3) & ~(size_t)3; /* chunks of whole 4-row blocks */
+    int t = seer_pool_threads(p);
+    if (SEER_LINEAR_TASKS > 1 && n == 1 && t > 1 && (size_t)w->rows >= 2 * min_rows) {
+        size_t task = ((size_t)w->rows + (size_t)t * SEER_LINEAR_TASKS - 1) / ((size_t)t * SEER_LINEAR_TASKS);
+        if (task < min_rows) task = min_rows;
+        j.task = (task + 11) / 12 * 12; /* whole row blocks of the batched kernel */
+        seer_pool_for(p, (size_t)t, 1, linear_chunk, &j);
+        return;
+    }
     seer_pool_for(p, (size_t)w->rows, min_rows, linear_chunk, &j);
 }
 

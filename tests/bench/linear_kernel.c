@@ -3,10 +3,15 @@
  * CPU time (best of REPS), so a busy machine disturbs it less than wall time. Random weights;
  * nothing is checked here (tests/unit/test_kernels.c checks the results).
  * Build: make build/bench/linear_kernel (or make bench-kernel, which also runs it).
- * Usage: build/bench/linear_kernel [TOKENS...]   (default 1 4 16) */
+ * Usage: build/bench/linear_kernel [TOKENS...]   (default 1 4 16)
+ * Environment: REPS (best of, default 9); SHAPES="ROWSxCOLS,..." other matrix shapes (a small one,
+ * e.g. 96x1024, runs from L2); COLD=1 streams 64 MiB through the caches before every rep, so the
+ * weights come from memory as in a model's forward pass (the default leaves a matrix of up to a
+ * few MiB in L3, which measures the kernel, not its overlap with the memory). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "model/model_private.h"
@@ -18,7 +23,29 @@ static double cpu_now(void) {
 }
 
 int main(int argc, char **argv) {
-    static const int shapes[][2] = {{2816, 1024}, {1024, 2816}, {1024, 1024}};
+    int shapes[16][2] = {{2816, 1024}, {1024, 2816}, {1024, 1024}}, nshapes = 3;
+    const char *sh = getenv("SHAPES");
+    if (sh && *sh) {
+        nshapes = 0;
+        for (const char *p = sh; *p && nshapes < 16;) {
+            int r = 0, c = 0, used = 0;
+            if (sscanf(p, "%dx%d%n", &r, &c, &used) != 2 || r <= 0 || c <= 0) {
+                fprintf(stderr, "linear_kernel: SHAPES must be ROWSxCOLS[,ROWSxCOLS...] with positive sizes, got '%s'\n", sh);
+                return 2;
+            }
+            shapes[nshapes][0] = r, shapes[nshapes][1] = c, nshapes++;
+            p += used;
+            if (*p == ',') p++;
+        }
+    }
+    int cold = getenv("COLD") && atoi(getenv("COLD"));
+    size_t flush_n = (size_t)64 << 20;
+    unsigned char *flush = cold ? malloc(flush_n) : NULL;
+    if (cold && !flush) {
+        fprintf(stderr, "linear_kernel: cannot allocate the 64 MiB COLD=1 buffer\n");
+        return 2;
+    }
+    if (flush) memset(flush, 1, flush_n);
     int toks[16], nt = 0;
     for (int i = 1; i < argc && nt < 16; i++) toks[nt++] = atoi(argv[i]);
     if (!nt) toks[nt++] = 1, toks[nt++] = 4, toks[nt++] = 16;
@@ -27,7 +54,7 @@ int main(int argc, char **argv) {
     uint64_t s = 12345;
     for (int d = 0; d < 2; d++) {
         seer_dtype_t dt = d ? SEER_BF16 : SEER_F32;
-        for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        for (int k = 0; k < nshapes; k++) {
             int rows = shapes[k][0], cols = shapes[k][1];
             size_t n = (size_t)rows * (size_t)cols;
             void *wd = malloc(n * (d ? 2 : 4));
@@ -44,6 +71,10 @@ int main(int argc, char **argv) {
                 for (size_t i = 0; i < (size_t)T * (size_t)cols; i++) x[i] = (float)(i % 17) * 0.1f - 0.8f;
                 double best = 1e9;
                 for (int r = 0; r < reps; r++) {
+                    if (flush) { /* read and write every line, so no weight is left in any cache level */
+                        volatile unsigned char *f = flush;
+                        for (size_t i = 0; i < flush_n; i += 64) f[i]++;
+                    }
                     double t0 = cpu_now();
                     seer_k_linear_rows(pool, y, x, T, &W, NULL);
                     double dt_ = cpu_now() - t0;
@@ -58,5 +89,6 @@ int main(int argc, char **argv) {
         }
     }
     seer_pool_free(pool);
+    free(flush);
     return 0;
 }
