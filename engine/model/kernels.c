@@ -139,7 +139,81 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_one(const seer_we
         }
     }
 }
-/* Several tokens at once (a batched decode step, or a short sequence's prefill): a blocked
+/* A few tokens (2 to 4) streamed like one: rows one after another, one sequential stream per
+ * thread as in row1_*, each 8-block of weights loaded (and widened) once and multiplied into
+ * every token's accumulators, and every (row, token) output on the canonical chain above. At
+ * 2-4 tokens a step is still bound by reading the weights, which this kernel does at the
+ * batch-1 kernel's pace; the blocked kernel below, built for compute, read them more slowly.
+ * Measured on the 2-vCPU Zen 3 VM, 0.5B model, 2 threads, batched greedy decode
+ * (tests/bench/batch_seer.lua, three interleaved rounds, SEER_STREAM_MAX=1 against 4), tok/s:
+ * bf16 batch 4 32.8-40.7 -> 41.3-62.3, batch 2 19.5-22.6 -> 25.2-37.1; f32 batch 4 27.2-30.5 ->
+ * 30.3-35.2, batch 2 14.3-17.0 -> 16.2-20.7. Streaming 5-16 tokens in groups of four, 32 or 64
+ * rows at a time so the later groups read the rows from L2, was slower than the blocked kernel
+ * at f32 (batch 16: 37-51 against 54-67) and level at bf16, so from 5 tokens on the blocked
+ * kernel runs. */
+#ifndef SEER_STREAM_MAX
+#define SEER_STREAM_MAX 4
+#endif
+#if SEER_STREAM_MAX > 4
+#error "SEER_STREAM_MAX: the streamed kernel takes 2 to 4 tokens"
+#endif
+#define SEER_DEF_ROWT(NAME, T, LOAD, SCALAR, STEP, NT)                                                           \
+    __attribute__((target("avx2,fma,f16c"))) static void NAME##NT(const T *wr, const float *x, size_t xs, int64_t in, \
+                                                                 float *y, size_t ys) {                         \
+        int64_t n8 = in & ~(int64_t)7, nb = in & ~(int64_t)(STEP - 1);                                       \
+        __m256 a0[NT], a1[NT];                                                                               \
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) a0[t] = a1[t] = _mm256_setzero_ps();          \
+        for (int64_t i = 0; i < nb; i += STEP) {                                                             \
+            if (!(((size_t)i * sizeof(T)) & 63)) _mm_prefetch((const char *)(wr + i) + SEER_ROW1_PF, _MM_HINT_T0); \
+            __m256 w0 = LOAD(wr + i);                                                                        \
+            _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                                            \
+                a0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + (size_t)t * xs + (size_t)i), a0[t]);        \
+            if (STEP == 16) {                                                                                \
+                __m256 w1 = LOAD(wr + i + 8);                                                                \
+                _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                                        \
+                    a1[t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + (size_t)t * xs + (size_t)i + 8), a1[t]); \
+            }                                                                                                \
+        }                                                                                                    \
+        if (nb < n8) {                                                                                       \
+            __m256 w0 = LOAD(wr + nb);                                                                       \
+            _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                                            \
+                a0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + (size_t)t * xs + (size_t)nb), a0[t]);       \
+        }                                                                                                    \
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                              \
+            float sum = hsum8(_mm256_add_ps(a0[t], a1[t]));                                                  \
+            for (int64_t i = n8; i < in; i++) sum += SCALAR(wr[i]) * x[(size_t)t * xs + (size_t)i];         \
+            y[(size_t)t * ys] = sum;                                                                         \
+        }                                                                                                    \
+    }
+#define SEER_DEF_ROWT_ALL(NAME, T, LOAD, SCALAR, STEP)                                                           \
+    SEER_DEF_ROWT(NAME, T, LOAD, SCALAR, STEP, 2)                                                                \
+    SEER_DEF_ROWT(NAME, T, LOAD, SCALAR, STEP, 3)                                                                \
+    SEER_DEF_ROWT(NAME, T, LOAD, SCALAR, STEP, 4)
+SEER_DEF_ROWT_ALL(rowt_f32_, float, SEER_W_F32, SEER_F32_ID, 8)
+SEER_DEF_ROWT_ALL(rowt_bf16_, uint16_t, SEER_W_BF16, seer_bf16_to_f32, 16)
+SEER_DEF_ROWT_ALL(rowt_f16_, uint16_t, SEER_W_F16, seer_f16_to_f32, 16)
+
+/* Rows [r0, r1) against ntok (2 to 4) tokens, streamed; written to y[t][r] (row stride out). */
+__attribute__((target("avx2,fma,f16c"))) static void rows_avx2_stream(const seer_weight_t *w, int64_t r0, int64_t r1,
+                                                                      const float *x, int ntok, float *y, int64_t out) {
+    int64_t in = w->cols;
+    size_t xs = (size_t)in, ys = (size_t)out;
+#define SEER_ROWT_CALL(NAME, T)                                                                                  \
+    for (int64_t r = r0; r < r1; r++) {                                                                      \
+        const T *wr = (const T *)w->data + (size_t)r * (size_t)in;                                           \
+        if (ntok == 4) NAME##4(wr, x, xs, in, y + r, ys);                                                    \
+        else if (ntok == 3) NAME##3(wr, x, xs, in, y + r, ys);                                               \
+        else NAME##2(wr, x, xs, in, y + r, ys);                                                              \
+    }
+    switch (w->dtype) {
+    case SEER_BF16: SEER_ROWT_CALL(rowt_bf16_, uint16_t) break;
+    case SEER_F16: SEER_ROWT_CALL(rowt_f16_, uint16_t) break;
+    default: SEER_ROWT_CALL(rowt_f32_, float) break;
+    }
+#undef SEER_ROWT_CALL
+}
+
+/* Five tokens or more (a batched decode step, or a short sequence's prefill): a blocked
  * kernel that reads each weight once per step for up to 16 tokens and keeps the FMA units fed.
  * Rows are taken SEER_RB at a time and the input dimension in slices of SEER_KB elements; a
  * slice of the block's rows (bf16/f16 widened to f32 once, into a 6 KiB panel, by the first
@@ -490,6 +564,9 @@ static void rows_generic(const seer_weight_t *w, int64_t r, int nr, const float 
 #ifndef SEER_LINEAR_TASKS
 #define SEER_LINEAR_TASKS 16
 #endif
+#ifndef SEER_TASKS_MAX_TOKENS
+#define SEER_TASKS_MAX_TOKENS SEER_STREAM_MAX
+#endif
 typedef struct {
     float *y;
     const float *x;
@@ -521,6 +598,7 @@ static void linear_range(linear_job *j, size_t begin, size_t end) {
 #ifdef SEER_X86
     if (j->simd == 1) {
         if (j->n == 1) rows_avx2_one(j->w, (int64_t)begin, (int64_t)end, j->x, j->y);
+        else if (j->n <= SEER_STREAM_MAX) rows_avx2_stream(j->w, (int64_t)begin, (int64_t)end, j->x, j->n, j->y, out);
         else rows_avx2_multi(j->w, (int64_t)begin, (int64_t)end, j->x, j->n, j->y, out);
         goto bias;
     }
@@ -554,7 +632,7 @@ static void linear_base(seer_pool_t *p, float *y, const float *x, int n, const s
     if ((size_t)w->rows * per_row < SEER_PAR_WORK) min_rows = (size_t)w->rows;
     min_rows = (min_rows + 3) & ~(size_t)3; /* chunks of whole 4-row blocks */
     int t = seer_pool_threads(p);
-    if (SEER_LINEAR_TASKS > 1 && n == 1 && t > 1 && (size_t)w->rows >= 2 * min_rows) {
+    if (SEER_LINEAR_TASKS > 1 && n <= SEER_TASKS_MAX_TOKENS && t > 1 && (size_t)w->rows >= 2 * min_rows) {
         size_t task = ((size_t)w->rows + (size_t)t * SEER_LINEAR_TASKS - 1) / ((size_t)t * SEER_LINEAR_TASKS);
         if (task < min_rows) task = min_rows;
         j.task = (task + 11) / 12 * 12; /* whole row blocks of the batched kernel */

@@ -273,37 +273,48 @@ Test(kernels, linear_rows_token_independent) {
     seer_pool_free(pool);
 }
 
-/* One token against a matrix large enough that the pool's threads take row tasks as they go
- * (linear_base, SEER_LINEAR_TASKS): every row is written once, and the result is the same bits
- * whatever the thread count, equal to the one-thread pass. */
-Test(kernels, linear_one_token_tasks_cover_every_row) {
-    enum { ROWS = 5003, COLS = 72 };
-    static const seer_dtype_t dts[] = {SEER_F32, SEER_BF16};
-    float *wf = malloc(sizeof(float) * ROWS * COLS), *y1 = malloc(sizeof(float) * ROWS), *yn = malloc(sizeof(float) * ROWS);
-    uint16_t *wh = malloc(sizeof(uint16_t) * ROWS * COLS);
-    float x[COLS];
+/* One to four tokens (the batch-1 kernel and the streamed one) against a matrix large enough
+ * that the pool's threads take row tasks as they go (linear_base, SEER_LINEAR_TASKS): every row
+ * of every token is written, and the result is the same bits whatever the thread count, equal
+ * to one thread's and to each token run alone. */
+Test(kernels, linear_few_tokens_tasks_cover_every_row) {
+    enum { ROWS = 5003, COLS = 72, NT = 4 };
+    static const seer_dtype_t dts[] = {SEER_F32, SEER_BF16, SEER_F16};
+    float *wf = malloc(sizeof(float) * ROWS * COLS), *y1 = malloc(sizeof(float) * ROWS * NT), *yn = malloc(sizeof(float) * ROWS * NT);
+    uint16_t *wb = malloc(sizeof(uint16_t) * ROWS * COLS), *wh = malloc(sizeof(uint16_t) * ROWS * COLS);
+    float x[NT * COLS];
     for (int i = 0; i < ROWS * COLS; i++) {
         wf[i] = nrand() * 0.1f;
-        wh[i] = seer_f32_to_bf16(wf[i]);
+        wb[i] = seer_f32_to_bf16(wf[i]);
+        wh[i] = seer_f32_to_f16(wf[i]);
     }
-    for (int i = 0; i < COLS; i++) x[i] = nrand();
+    for (int i = 0; i < NT * COLS; i++) x[i] = nrand();
     seer_pool_t *one = seer_pool_new(1);
-    for (int d = 0; d < 2; d++) {
-        seer_weight_t W = {.dtype = dts[d], .data = d ? (const void *)wh : (const void *)wf, .rows = ROWS, .cols = COLS};
-        seer_k_linear_rows(one, y1, x, 1, &W, NULL);
-        for (int threads = 2; threads <= 3; threads++) {
-            seer_pool_t *pool = seer_pool_new(threads);
-            for (int rep = 0; rep < 20; rep++) {
-                for (int r = 0; r < ROWS; r++) yn[r] = NAN;
-                seer_k_linear_rows(pool, yn, x, 1, &W, NULL);
-                cr_assert(memcmp(y1, yn, sizeof(float) * ROWS) == 0, "dtype %d, %d threads, pass %d: differs from one thread",
-                          dts[d], threads, rep);
+    for (int d = 0; d < 3; d++) {
+        const void *data = d == 0 ? (const void *)wf : d == 1 ? (const void *)wb : (const void *)wh;
+        seer_weight_t W = {.dtype = dts[d], .data = data, .rows = ROWS, .cols = COLS};
+        for (int n = 1; n <= NT; n++) {
+            seer_k_linear_rows(one, y1, x, n, &W, NULL);
+            for (int t = 0; t < n; t++) {
+                seer_k_linear_rows(one, yn, x + (size_t)t * COLS, 1, &W, NULL);
+                cr_assert(memcmp(y1 + (size_t)t * ROWS, yn, sizeof(float) * ROWS) == 0,
+                          "dtype %d: token %d of %d differs from the token alone", dts[d], t, n);
             }
-            seer_pool_free(pool);
+            for (int threads = 2; threads <= 3; threads++) {
+                seer_pool_t *pool = seer_pool_new(threads);
+                for (int rep = 0; rep < 10; rep++) {
+                    for (int r = 0; r < ROWS * n; r++) yn[r] = NAN;
+                    seer_k_linear_rows(pool, yn, x, n, &W, NULL);
+                    cr_assert(memcmp(y1, yn, sizeof(float) * ROWS * (size_t)n) == 0,
+                              "dtype %d, %d tokens, %d threads, pass %d: differs from one thread", dts[d], n, threads, rep);
+                }
+                seer_pool_free(pool);
+            }
         }
     }
     seer_pool_free(one);
     free(wf);
+    free(wb);
     free(wh);
     free(y1);
     free(yn);
