@@ -107,19 +107,43 @@ __attribute__((target("avx2,fma,f16c"))) static inline float hsum8(__m256 v) {
 #define SEER_W_BF16(p) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
 #define SEER_W_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
 #define SEER_W_F32(p) _mm256_loadu_ps(p)
-#define SEER_DEF_ROW1(NAME, T, LOAD, SCALAR, STEP)                                                               \
-    __attribute__((target("avx2,fma,f16c"))) static float NAME(const T *wr, const float *x, int64_t in) {        \
+/* One row against NT tokens (NT = 1 for batch-1 decode; 2 to 4 for the streamed kernel below),
+ * written to y[t * ys]: each 8-block of weights loaded (and widened) once and multiplied into
+ * every token's accumulators, each (row, token) output on the chain above. */
+#define SEER_DEF_ROWT(NAME, T, LOAD, SCALAR, STEP, NT)                                                           \
+    __attribute__((target("avx2,fma,f16c"))) static void NAME##NT(const T *wr, const float *x, size_t xs, int64_t in, \
+                                                                 float *y, size_t ys) {                         \
         int64_t n8 = in & ~(int64_t)7, nb = in & ~(int64_t)(STEP - 1);                                       \
-        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();                                           \
+        __m256 a0[NT], a1[NT];                                                                               \
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) a0[t] = a1[t] = _mm256_setzero_ps();          \
         for (int64_t i = 0; i < nb; i += STEP) {                                                             \
             if (!(((size_t)i * sizeof(T)) & 63)) _mm_prefetch((const char *)(wr + i) + SEER_ROW1_PF, _MM_HINT_T0); \
-            a0 = _mm256_fmadd_ps(LOAD(wr + i), _mm256_loadu_ps(x + i), a0);                                  \
-            if (STEP == 16) a1 = _mm256_fmadd_ps(LOAD(wr + i + 8), _mm256_loadu_ps(x + i + 8), a1);          \
+            __m256 w0 = LOAD(wr + i);                                                                        \
+            _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                                            \
+                a0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + (size_t)t * xs + (size_t)i), a0[t]);        \
+            if (STEP == 16) {                                                                                \
+                __m256 w1 = LOAD(wr + i + 8);                                                                \
+                _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                                        \
+                    a1[t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + (size_t)t * xs + (size_t)i + 8), a1[t]); \
+            }                                                                                                \
         }                                                                                                    \
-        if (nb < n8) a0 = _mm256_fmadd_ps(LOAD(wr + nb), _mm256_loadu_ps(x + nb), a0);                       \
-        float sum = hsum8(_mm256_add_ps(a0, a1));                                                            \
-        for (int64_t i = n8; i < in; i++) sum += SCALAR(wr[i]) * x[i];                                       \
-        return sum;                                                                                          \
+        if (nb < n8) {                                                                                       \
+            __m256 w0 = LOAD(wr + nb);                                                                       \
+            _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                                            \
+                a0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + (size_t)t * xs + (size_t)nb), a0[t]);       \
+        }                                                                                                    \
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                              \
+            float sum = hsum8(_mm256_add_ps(a0[t], a1[t]));                                                  \
+            for (int64_t i = n8; i < in; i++) sum += SCALAR(wr[i]) * x[(size_t)t * xs + (size_t)i];         \
+            y[(size_t)t * ys] = sum;                                                                         \
+        }                                                                                                    \
+    }
+#define SEER_DEF_ROW1(NAME, T, LOAD, SCALAR, STEP)                                                               \
+    SEER_DEF_ROWT(NAME##_t, T, LOAD, SCALAR, STEP, 1)                                                            \
+    __attribute__((target("avx2,fma,f16c"))) static inline float NAME(const T *wr, const float *x, int64_t in) { \
+        float y;                                                                                             \
+        NAME##_t1(wr, x, 0, in, &y, 0);                                                                      \
+        return y;                                                                                            \
     }
 #define SEER_F32_ID(v) (v)
 SEER_DEF_ROW1(row1_f32, float, SEER_W_F32, SEER_F32_ID, 8)
@@ -157,34 +181,6 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_one(const seer_we
 #if SEER_STREAM_MAX > 4
 #error "SEER_STREAM_MAX: the streamed kernel takes 2 to 4 tokens"
 #endif
-#define SEER_DEF_ROWT(NAME, T, LOAD, SCALAR, STEP, NT)                                                           \
-    __attribute__((target("avx2,fma,f16c"))) static void NAME##NT(const T *wr, const float *x, size_t xs, int64_t in, \
-                                                                 float *y, size_t ys) {                         \
-        int64_t n8 = in & ~(int64_t)7, nb = in & ~(int64_t)(STEP - 1);                                       \
-        __m256 a0[NT], a1[NT];                                                                               \
-        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) a0[t] = a1[t] = _mm256_setzero_ps();          \
-        for (int64_t i = 0; i < nb; i += STEP) {                                                             \
-            if (!(((size_t)i * sizeof(T)) & 63)) _mm_prefetch((const char *)(wr + i) + SEER_ROW1_PF, _MM_HINT_T0); \
-            __m256 w0 = LOAD(wr + i);                                                                        \
-            _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                                            \
-                a0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + (size_t)t * xs + (size_t)i), a0[t]);        \
-            if (STEP == 16) {                                                                                \
-                __m256 w1 = LOAD(wr + i + 8);                                                                \
-                _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                                        \
-                    a1[t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + (size_t)t * xs + (size_t)i + 8), a1[t]); \
-            }                                                                                                \
-        }                                                                                                    \
-        if (nb < n8) {                                                                                       \
-            __m256 w0 = LOAD(wr + nb);                                                                       \
-            _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                                            \
-                a0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + (size_t)t * xs + (size_t)nb), a0[t]);       \
-        }                                                                                                    \
-        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                              \
-            float sum = hsum8(_mm256_add_ps(a0[t], a1[t]));                                                  \
-            for (int64_t i = n8; i < in; i++) sum += SCALAR(wr[i]) * x[(size_t)t * xs + (size_t)i];         \
-            y[(size_t)t * ys] = sum;                                                                         \
-        }                                                                                                    \
-    }
 #define SEER_DEF_ROWT_ALL(NAME, T, LOAD, SCALAR, STEP)                                                           \
     SEER_DEF_ROWT(NAME, T, LOAD, SCALAR, STEP, 2)                                                                \
     SEER_DEF_ROWT(NAME, T, LOAD, SCALAR, STEP, 3)                                                                \
