@@ -369,12 +369,14 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
                  * walk was faster on 16 of 18 shape-rounds, by 10-20% (three interleaved rounds) */
                 const char *pnext = ptotal ? pb + ((size_t)pr * (size_t)in + (size_t)pk) * es : pb;
                 size_t prow_skip = (size_t)in * es - (size_t)plines * 64;
+#define SEER_PF_NEXT()                                                                                   \
+    do {                                                                                                 \
+        _mm_prefetch(pnext, _MM_HINT_T0);                                                                \
+        pnext += 64;                                                                                     \
+        if (++pline == plines) pline = 0, pnext += prow_skip;                                            \
+    } while (0)
 #if !SEER_PF_SPREAD
-                for (; pdone < ptotal; pdone++) {
-                    _mm_prefetch(pnext, _MM_HINT_T0);
-                    pnext += 64;
-                    if (++pline == plines) pline = 0, pnext += prow_skip;
-                }
+                for (; pdone < ptotal; pdone++) SEER_PF_NEXT();
 #endif
                 const float *rows[SEER_RB];
                 float *prow[SEER_RB];
@@ -400,11 +402,7 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
                                          : xt + (size_t)g * 4 * (size_t)in + (size_t)k0;
                     size_t xs = xp ? SEER_KB : (size_t)in;
                     for (int m = 0; m < nm; m++) {
-                        for (int upto = ptotal * (g * nm + m + 1) / (ng * nm); pdone < upto; pdone++) {
-                            _mm_prefetch(pnext, _MM_HINT_T0);
-                            pnext += 64;
-                            if (++pline == plines) pline = 0, pnext += prow_skip;
-                        }
+                        for (int upto = ptotal * (g * nm + m + 1) / (ng * nm); pdone < upto; pdone++) SEER_PF_NEXT();
                         float *am = acc + ((size_t)m * (size_t)ng + (size_t)g) * 192;
                         const float **rw = rows + m * 3;
                         for (int off = 0; off < step; off += 8) { /* chain a0, then a1 */
@@ -458,6 +456,7 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
         }
     }
 }
+#undef SEER_PF_NEXT
 /* The same on AVX-512: 16 weights per load, widened in registers; the reduction at the end
  * adds the two 256-bit halves first so the sum order stays fixed for a given CPU path. */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c"))) static inline __m512 w_load16(const seer_weight_t *w,
@@ -547,9 +546,9 @@ static void rows_generic(const seer_weight_t *w, int64_t r, int nr, const float 
     }
 }
 
-/* One token (a decode step's GEMV): the threads take row tasks from a shared counter as they
- * go, about SEER_LINEAR_TASKS per thread (whole 12-row blocks, at least the pool's minimum chunk),
- * rather than one fixed range each, so a thread that starts late or runs on a slower vCPU does
+/* One to four tokens (a decode step's GEMV, or the streamed kernel): the threads take row tasks
+ * from a shared counter as they go, about SEER_LINEAR_TASKS per thread (at least the pool's
+ * minimum chunk), rather than one fixed range each, so a thread that starts late or runs on a slower vCPU does
  * not leave the other waiting at the end of every matrix. Rows are independent, so the result is
  * the same bits however they are shared (tests/unit/test_kernels.c). Measured on the 2-vCPU VM,
  * 0.5B model, 2 threads: the share of samples spent waiting for the other thread went from 4.2% to
@@ -630,8 +629,7 @@ static void linear_base(seer_pool_t *p, float *y, const float *x, int n, const s
     int t = seer_pool_threads(p);
     if (SEER_LINEAR_TASKS > 1 && n <= SEER_TASKS_MAX_TOKENS && t > 1 && (size_t)w->rows >= 2 * min_rows) {
         size_t task = ((size_t)w->rows + (size_t)t * SEER_LINEAR_TASKS - 1) / ((size_t)t * SEER_LINEAR_TASKS);
-        if (task < min_rows) task = min_rows;
-        j.task = (task + 11) / 12 * 12; /* whole row blocks of the batched kernel */
+        j.task = task < min_rows ? min_rows : task;
         seer_pool_for(p, (size_t)t, 1, linear_chunk, &j);
         return;
     }
