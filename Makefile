@@ -44,7 +44,7 @@ help:
 	@echo "make attack    the attack suite alone (docs/security.md)"
 	@echo "make asan       the same suite under AddressSanitizer + UBSan (build/asan)"
 	@echo "make bench      seer against peers (luajit, python3, transformers) measured in the same run"
-	@echo "make bench-kernel  the batched linear kernel alone on the 0.5B shapes (GFLOP/s, one thread)"
+	@echo "make bench-kernel  the per-token linear kernels alone on the 0.5B shapes (GFLOP/s, one thread; SHAPES=, COLD=1)"
 	@echo "make bench-gpu  the CUDA backend on Gemma-2-2B/9B shapes against the GPU's bandwidth and peak, and transformers"
 	@echo "make bench-setup  the transformers peer for make bench and make parity (pip, into .venv)"
 	@echo "make parity     regenerate the transformers parity goldens live and compare"
@@ -143,8 +143,9 @@ bench-gpu: $(BUILD)/bench/gpu_bench
 	@$(BUILD)/bench/gpu_bench $(GPU_MODELS)
 	@$(or $(PYTHON),python3) tests/bench/gpu_transformers.py $(GPU_MODELS)
 
-# The batched per-token linear kernel alone on the 0.5B model's shapes (tests/bench/linear_kernel.c:
-# GFLOP/s from one thread's CPU time; `make bench-kernel`, or build/bench/linear_kernel 1 4 16).
+# The per-token linear kernels alone on the 0.5B model's shapes (tests/bench/linear_kernel.c:
+# GFLOP/s from one thread's CPU time; `make bench-kernel`, or build/bench/linear_kernel 1 4 16;
+# SHAPES=ROWSxCOLS,... and COLD=1 as its header says).
 bench-kernel: $(BUILD)/bench/linear_kernel
 	@$(BUILD)/bench/linear_kernel
 
