@@ -548,14 +548,15 @@ static void rows_generic(const seer_weight_t *w, int64_t r, int nr, const float 
 
 /* One to four tokens (a decode step's GEMV, or the streamed kernel): the threads take row tasks
  * from a shared counter as they go, about SEER_LINEAR_TASKS per thread (at least the pool's
- * minimum chunk), rather than one fixed range each, so a thread that starts late or runs on a slower vCPU does
- * not leave the other waiting at the end of every matrix. Rows are independent, so the result is
- * the same bits however they are shared (tests/unit/test_kernels.c). Measured on the 2-vCPU VM,
- * 0.5B model, 2 threads: the share of samples spent waiting for the other thread went from 4.2% to
- * 3.4% (perf, bf16 decode), decode 17.4-18.8 -> 17.0-18.7 tok/s bf16 and 7.9-10.4 -> 8.8-10.1 f32
- * (four interleaved rounds: within this VM's noise). Several tokens keep one range per thread:
- * the batched kernel packs the activations once per call, and 16 tasks per thread made batch-16
- * decode 10% slower. */
+ * minimum chunk), rather than one fixed range each, so a thread that starts late or runs on a
+ * slower vCPU does not leave the other waiting at the end of every matrix. Rows are independent,
+ * so the result is the same bits however they are shared (tests/unit/test_kernels.c). Measured
+ * on the 2-vCPU VM, 0.5B model, 2 threads: the share of samples spent waiting for the other
+ * thread went from 4.2% to 3.4% (perf, bf16 decode, 8 tasks per thread in that run); decode
+ * 17.3-18.8 -> 17.0-18.7 tok/s bf16 and 7.9-10.4 -> 8.8-10.1 f32 with 16 (four interleaved
+ * rounds: within this VM's noise). Five tokens or more keep one range per thread: the blocked
+ * kernel packs the activations once per call, and 16 tasks per thread made batch-16 decode 10%
+ * slower. */
 #ifndef SEER_LINEAR_TASKS
 #define SEER_LINEAR_TASKS 16
 #endif
