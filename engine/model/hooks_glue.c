@@ -97,7 +97,7 @@ int seer_fwd_attention(seer_model_t *m, const seer_fwd_hooks_t *hk, int layer, c
             for (int p = 0; p < K; p++) {
                 if (w[p] == 0.f) continue;
                 const float *v = a->vc + (size_t)p * kvd + kv_off;
-                for (int i = 0; i < hd; i++) o[i] += w[p] * v[i];
+                seer_k_axpy(o, w[p], v, hd);
             }
         }
 out:

@@ -28,10 +28,13 @@ static void dot_rows_generic(const seer_weight_t *w, int64_t row, const float *x
     }
 }
 
-float seer_k_dot(const float *a, const float *b, int n) {
+static float dot_generic(const float *a, const float *b, int n) {
     float s = 0.f;
     for (int i = 0; i < n; i++) s += a[i] * b[i];
     return s;
+}
+static void axpy_generic(float *o, float w, const float *v, int n) {
+    for (int i = 0; i < n; i++) o[i] += w * v[i];
 }
 
 /* ---- AVX2 + FMA ------------------------------------------------------------------------------ */
@@ -43,6 +46,55 @@ __attribute__((target("avx2,fma,f16c"))) static inline float hsum8(__m256 v) {
     lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
     return _mm_cvtss_f32(lo);
 }
+
+/* The attention's two inner loops on AVX2 (seer_k_dot and seer_k_axpy below dispatch to them,
+ * and the per-token attention kernel inlines them). q.k: one 8-lane FMA chain over the head
+ * dimension, hsum8, then the scalar tail. The weighted sum of values: each output element one
+ * FMA chain over the keys in order, o = fma(w_p, v_p[i], o) from o = 0, whether one key at a
+ * time (seer_k_axpy, the hooked path) or with the head's outputs held in registers across keys
+ * (attn_mix_avx2): the same bits either way, so capturing a pattern changes no result. */
+__attribute__((target("avx2,fma,f16c"))) static inline float dot_avx2(const float *a, const float *b, int n) {
+    __m256 acc = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+    float s = hsum8(acc);
+    for (; i < n; i++) s = __builtin_fmaf(a[i], b[i], s);
+    return s;
+}
+__attribute__((target("avx2,fma,f16c"))) static void axpy_avx2(float *o, float w, const float *v, int n) {
+    __m256 wv = _mm256_set1_ps(w);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(o + i, _mm256_fmadd_ps(wv, _mm256_loadu_ps(v + i), _mm256_loadu_ps(o + i)));
+    for (; i < n; i++) o[i] = __builtin_fmaf(w, v[i], o[i]);
+}
+/* o[0 .. hd) += sum over keys p in [first, last] of (sc[p] * inv) v_p, v_p = v + p * vs, each
+ * element's chain continued from the o it finds (a float stored and reloaded rounds nothing):
+ * 64 (then 32, 8, 1) outputs at a time held in registers while the keys go by. */
+#define SEER_MIX_COLS(NV)                                                                                        \
+    for (; i + 8 * (NV) <= hd; i += 8 * (NV)) {                                                              \
+        __m256 acc[NV];                                                                                      \
+        _Pragma("GCC unroll 8") for (int k = 0; k < (NV); k++) acc[k] = _mm256_loadu_ps(o + i + 8 * k);    \
+        for (int p = first; p <= last; p++) {                                                                \
+            const float *vp = v + (size_t)p * vs + (size_t)i;                                                \
+            __m256 wv = _mm256_set1_ps(sc[p] * inv);                                                         \
+            _Pragma("GCC unroll 8") for (int k = 0; k < (NV); k++)                                          \
+                acc[k] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(vp + 8 * k), acc[k]);                           \
+        }                                                                                                    \
+        _Pragma("GCC unroll 8") for (int k = 0; k < (NV); k++) _mm256_storeu_ps(o + i + 8 * k, acc[k]);    \
+    }
+__attribute__((target("avx2,fma,f16c"))) static void attn_mix_avx2(float *o, const float *sc, float inv, const float *v,
+                                                                   size_t vs, int first, int last, int hd) {
+    int i = 0;
+    SEER_MIX_COLS(8)
+    SEER_MIX_COLS(4)
+    SEER_MIX_COLS(1)
+    for (; i < hd; i++) {
+        float acc = o[i];
+        for (int p = first; p <= last; p++) acc = __builtin_fmaf(sc[p] * inv, v[(size_t)p * vs + (size_t)i], acc);
+        o[i] = acc;
+    }
+}
+#undef SEER_MIX_COLS
 
 /* Software prefetch for the decode blocks: each of the four rows is fetched into L1
  * SEER_PF_NEAR elements ahead and into L2 SEER_PF_FAR elements ahead. The rows of a block are
@@ -315,19 +367,25 @@ SEER_DEF_MICROWT(4, microf3x, SEER_W_F32, float)
  * 2-vCPU Zen 3 VM (tests/bench/linear_kernel.c, one thread, 16 tokens, GFLOP/s, three
  * interleaved rounds, SEER_PACK_X=0 against 1): f32 1024x1024 26.0-26.8 -> 32.4-34.3,
  * 2816x1024 29.2-30.4 -> 30.4-32.5, 1024x2816 35.2-36.9 -> 35.8-39.4; bf16 +3-12%. */
-static pthread_key_t g_pack_key;
-static pthread_once_t g_pack_once = PTHREAD_ONCE_INIT;
-static _Thread_local float *g_pack;
-static _Thread_local size_t g_pack_cap;
-static void pack_key_make(void) { (void)pthread_key_create(&g_pack_key, free); }
-static float *pack_buffer(size_t floats) {
-    if (floats <= g_pack_cap) return g_pack;
-    pthread_once(&g_pack_once, pack_key_make);
+enum { SEER_BUF_PACK, SEER_BUF_ATTN, SEER_BUF_N };
+static pthread_key_t g_buf_keys[SEER_BUF_N];
+static pthread_once_t g_buf_once = PTHREAD_ONCE_INIT;
+static _Thread_local float *g_buf[SEER_BUF_N];
+static _Thread_local size_t g_buf_cap[SEER_BUF_N];
+static void buf_keys_make(void) {
+    for (int k = 0; k < SEER_BUF_N; k++) (void)pthread_key_create(&g_buf_keys[k], free);
+}
+/* This thread's buffer `slot` (SEER_BUF_PACK here, SEER_BUF_ATTN for the attention kernel below)
+ * of at least `floats` floats, 32-byte aligned, grown as needed and freed when the thread ends;
+ * NULL when out of memory (each caller then takes a slower path that gives the same bits). */
+static float *thread_buffer(int slot, size_t floats) {
+    if (floats <= g_buf_cap[slot]) return g_buf[slot];
+    pthread_once(&g_buf_once, buf_keys_make);
     float *b = aligned_alloc(32, (floats * sizeof(float) + 31) & ~(size_t)31);
-    if (!b) return NULL; /* the kernel reads x in place instead: slower, the same bits */
-    free(g_pack);
-    g_pack = b, g_pack_cap = floats;
-    (void)pthread_setspecific(g_pack_key, b);
+    if (!b) return NULL;
+    free(g_buf[slot]);
+    g_buf[slot] = b, g_buf_cap[slot] = floats;
+    (void)pthread_setspecific(g_buf_keys[slot], b);
     return b;
 }
 
@@ -340,7 +398,7 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
     _Alignas(32) float panel[SEER_RB * SEER_KB];
     _Alignas(32) float acc[(SEER_RB / 3) * (SEER_TB / 4) * 2 * 12 * 8]; /* [micro-panel][token group][chain][t * 3 + k][8] */
     size_t nslices = (size_t)((n8 + SEER_KB - 1) / SEER_KB);
-    float *xp = SEER_PACK_X && n8 ? pack_buffer(nslices * (size_t)ntok * SEER_KB) : NULL;
+    float *xp = SEER_PACK_X && n8 ? thread_buffer(SEER_BUF_PACK, nslices * (size_t)ntok * SEER_KB) : NULL;
     if (xp)
         for (size_t sl = 0; sl < nslices; sl++) {
             size_t k0 = sl * SEER_KB, nk = (size_t)n8 - k0 < SEER_KB ? (size_t)n8 - k0 : SEER_KB;
@@ -673,10 +731,103 @@ void seer_k_embed_row(float *out, const seer_weight_t *table, int64_t row) {
     for (int64_t i = 0; i < table->cols; i++) out[i] = seer_w_load(table, base + (size_t)i);
 }
 
+float seer_k_dot(const float *a, const float *b, int n) {
+#ifdef SEER_X86
+    if (seer_k_have_avx2()) return dot_avx2(a, b, n);
+#endif
+    return dot_generic(a, b, n);
+}
+
+void seer_k_axpy(float *o, float w, const float *v, int n) {
+#ifdef SEER_X86
+    if (seer_k_have_avx2()) {
+        axpy_avx2(o, w, v, n);
+        return;
+    }
+#endif
+    axpy_generic(o, w, v, n);
+}
+
+/* The per-token attention kernel on AVX2, for one token and nh query heads h0 .. h0+nh-1 that
+ * share a key/value head (grouped-query attention). Keys and values are taken SEER_ATTN_TILE
+ * positions at a time, and each tile serves every head of the item while it sits in L1: the
+ * heads of a group otherwise read the same keys and values from L3 one after another (at a
+ * 1900-token context one head's keys and values fill the 512 KiB L2). Each head's scores (dot_avx2,
+ * then the soft-cap), softmax (its running max, then seer_k_exp_sub_sum) and weighted sum (one
+ * FMA chain per output element over the keys in order, carried across tiles through o) are
+ * the same operations in the same order as for a head alone, so the grouping, which depends on
+ * the thread count, changes no bit. sc holds nh rows of a->max_len scores. */
+#ifndef SEER_ATTN_TILE
+#define SEER_ATTN_TILE 32
+#endif
+#define SEER_ATTN_MAX_GROUP 64
+
+#ifndef SEER_ATTN_GROUP
+#define SEER_ATTN_GROUP 1
+#endif
+#ifndef SEER_ATTN_AVX2
+#define SEER_ATTN_AVX2 1
+#endif
+#ifdef SEER_X86
+__attribute__((target("avx2,fma,f16c"))) static void attention_heads_avx2(const seer_attn_params_t *a, int t, int h0, int nh,
+                                                                          float *sc) {
+    int H = a->H, hd = a->hd, qd = H * hd, kvd = a->KH * hd, group = H / a->KH;
+    int pos = a->start + t, first = 0;
+    if (a->window > 0 && pos - a->window + 1 > 0) first = pos - a->window + 1;
+    size_t kv_off = (size_t)(h0 / group) * (size_t)hd, L = (size_t)a->max_len;
+    const float *kc = a->kc + kv_off, *vc = a->vc + kv_off, *q = a->q + (size_t)t * qd + (size_t)h0 * hd;
+    float *out = a->out + (size_t)t * qd + (size_t)h0 * hd;
+    float mx[SEER_ATTN_MAX_GROUP], inv[SEER_ATTN_MAX_GROUP];
+    for (int g = 0; g < nh; g++) mx[g] = -INFINITY;
+    for (int p0 = first; p0 <= pos; p0 += SEER_ATTN_TILE) {
+        int p1 = pos - p0 < SEER_ATTN_TILE ? pos : p0 + SEER_ATTN_TILE - 1;
+        for (int g = 0; g < nh; g++) {
+            const float *qg = q + (size_t)g * hd;
+            float *sg = sc + (size_t)g * L, m = mx[g];
+            for (int p = p0; p <= p1; p++) {
+                float s = dot_avx2(qg, kc + (size_t)p * kvd, hd) * a->scale;
+                if (a->softcap > 0.f) s = tanhf(s / a->softcap) * a->softcap;
+                sg[p] = s;
+                if (s > m) m = s;
+            }
+            mx[g] = m;
+        }
+    }
+    for (int g = 0; g < nh; g++) inv[g] = 1.0f / seer_k_exp_sub_sum(sc + (size_t)g * L + first, pos - first + 1, mx[g]);
+    memset(out, 0, sizeof(float) * (size_t)nh * (size_t)hd);
+    for (int p0 = first; p0 <= pos; p0 += SEER_ATTN_TILE) {
+        int p1 = pos - p0 < SEER_ATTN_TILE ? pos : p0 + SEER_ATTN_TILE - 1;
+        for (int g = 0; g < nh; g++) attn_mix_avx2(out + (size_t)g * hd, sc + (size_t)g * L, inv[g], vc, (size_t)kvd, p0, p1, hd);
+    }
+}
+#endif
+
+typedef struct {
+    const seer_attn_params_t *a;
+    int hpi; /* query heads per item: a divisor of the group size */
+} attn_job;
+
 static void attention_chunk(void *ctx, size_t begin, size_t end, int thread) {
-    const seer_attn_params_t *a = ctx;
+    const attn_job *j = ctx;
+    const seer_attn_params_t *a = j->a;
     int H = a->H, hd = a->hd, qd = H * hd, kvd = a->KH * hd, group = H / a->KH;
     float *sc = a->scratch + (size_t)thread * (size_t)a->max_len;
+#ifdef SEER_X86
+    if (SEER_ATTN_AVX2 && seer_k_have_avx2()) {
+        int hpi = j->hpi, per_t = H / hpi;
+        /* the item's scores, hpi rows of max_len; without them (out of memory) the item runs
+         * head by head in the pool's scratch, which gives the same bits */
+        float *gs = hpi > 1 ? thread_buffer(SEER_BUF_ATTN, (size_t)hpi * (size_t)a->max_len) : NULL;
+        for (size_t w = begin; w < end; w++) {
+            int t = (int)(w / (size_t)per_t), h0 = (int)(w % (size_t)per_t) * hpi;
+            if (gs) attention_heads_avx2(a, t, h0, hpi, gs);
+            else
+                for (int h = h0; h < h0 + hpi; h++) attention_heads_avx2(a, t, h, 1, sc);
+        }
+        return;
+    }
+#endif
+    begin *= (size_t)j->hpi, end *= (size_t)j->hpi; /* the portable loop goes head by head */
     for (size_t w = begin; w < end; w++) {
         int t = (int)(w / (size_t)H), h = (int)(w % (size_t)H);
         int pos = a->start + t;
@@ -686,7 +837,7 @@ static void attention_chunk(void *ctx, size_t begin, size_t end, int thread) {
         if (a->window > 0 && pos - a->window + 1 > 0) first = pos - a->window + 1;
         float mx = -INFINITY;
         for (int p = first; p <= pos; p++) {
-            float s = seer_k_dot(q, a->kc + (size_t)p * kvd + kv_off, hd) * a->scale;
+            float s = dot_generic(q, a->kc + (size_t)p * kvd + kv_off, hd) * a->scale;
             if (a->softcap > 0.f) s = tanhf(s / a->softcap) * a->softcap;
             sc[p] = s;
             if (s > mx) mx = s;
@@ -694,20 +845,26 @@ static void attention_chunk(void *ctx, size_t begin, size_t end, int thread) {
         float inv = 1.0f / seer_k_exp_sub_sum(sc + first, pos - first + 1, mx);
         float *o = a->out + (size_t)t * qd + (size_t)h * hd;
         memset(o, 0, (size_t)hd * sizeof(float));
-        for (int p = first; p <= pos; p++) {
-            float wgt = sc[p] * inv;
-            const float *v = a->vc + (size_t)p * kvd + kv_off;
-            for (int i = 0; i < hd; i++) o[i] += wgt * v[i];
-        }
+        for (int p = first; p <= pos; p++) axpy_generic(o, sc[p] * inv, a->vc + (size_t)p * kvd + kv_off, hd);
     }
 }
 
 void seer_k_attention(seer_pool_t *p, const seer_attn_params_t *a) {
     if (a->n >= SEER_BLAS_MIN_TOKENS && (seer_k_attention_small(p, a) || seer_k_attention_blas(p, a))) return;
-    /* One (token, head) item costs about 2 * keys * head_dim multiply-adds. */
-    size_t item = 2u * (size_t)(a->start + a->n) * (size_t)a->hd;
+    /* Items of hpi query heads of one group (see attention_heads_avx2): the whole group when
+     * that leaves at least two items per thread, else the largest divisor of the group that does
+     * (one head at a time at worst). One head costs about 2 * keys * head_dim multiply-adds. */
+    int group = a->H / a->KH, threads = seer_pool_threads(p), hpi = 1;
+    if (SEER_ATTN_GROUP)
+        for (int d = group < SEER_ATTN_MAX_GROUP ? group : SEER_ATTN_MAX_GROUP; d > 1; d--)
+            if (group % d == 0 && (size_t)a->n * (size_t)(a->H / d) >= 2u * (size_t)threads) {
+                hpi = d;
+                break;
+            }
+    attn_job j = {.a = a, .hpi = hpi};
+    size_t item = 2u * (size_t)(a->start + a->n) * (size_t)a->hd * (size_t)hpi;
     size_t min_items = item ? (SEER_PAR_WORK / 2 + item - 1) / item : 1;
-    seer_pool_for(p, (size_t)a->n * (size_t)a->H, min_items ? min_items : 1, attention_chunk, (void *)a);
+    seer_pool_for(p, (size_t)a->n * (size_t)(a->H / hpi), min_items ? min_items : 1, attention_chunk, &j);
 }
 
 void seer_k_rope_table(const float *inv, int half, int start, int n, float *cs, float *sn) {

@@ -155,7 +155,11 @@ void seer_k_silu_mul(float *gate, const float *up, size_t n); /* gate = silu(gat
  * nheads heads of x ([nheads][hd], one token; rot = hd for full rotary). */
 void seer_k_rope_table(const float *inv, int half, int start, int n, float *cs, float *sn);
 void seer_k_rope(float *x, int nheads, int hd, int rot, const float *cs, const float *sn);
+/* a . b, and o[i] += w * v[i] for i < n: the attention's inner loops, on the same chains as the
+ * per-token attention kernel for this CPU (kernels.c), so the hooked attention path that
+ * materialises the scores computes the same bits. */
 float seer_k_dot(const float *a, const float *b, int n);
+void seer_k_axpy(float *o, float w, const float *v, int n);
 /* y[n][out] += scale * B . (A . x) for an unmerged, enabled LoRA adapter on a weight (lora.c);
  * a no-op when the adapter is disabled. */
 void seer_lora_apply(seer_pool_t *p, float *y, const float *x, int n, const struct seer_lora *lora);

@@ -6,6 +6,8 @@ source, run with the project venv's python) on a GGUF conversion of the same che
           the prompt included, as model:generate)
   then one line per batch size B: B tok_s      (B different 5-token prompts decoded together,
           one sequence id each; tokens/s over the batch for steps 2..N, the prefill left out)
+  or, with LONG_CONTEXT=L set, only: L decode_tok_s   (greedy decode of DECODE tokens after an
+          L-token prompt, timed from the first new token to the last, as long_decode.lua)
 Usage: llamacpp_peer.py MODEL.gguf THREADS PREFILL DECODE [B ...]"""
 import ctypes
 import os
@@ -58,6 +60,22 @@ def decode(ctx, batch, rows):  # rows: (token, pos, seq, want_logits)
 def argmax(ctx, i):
     return int(np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, i), shape=(vocab,)).argmax())
 
+
+long_n = int(os.environ.get("LONG_CONTEXT", "0"))
+if long_n > 0:
+    ctx = context(long_n + decode_n + 16, 1, 512)
+    batch = L.llama_batch_init(512, 0, 1)
+    ids = [1] + [(i * 7919) % 31000 + 3 for i in range(1, long_n)]  # long_decode.lua's prompt
+    for c in range(0, long_n, 512):
+        decode(ctx, batch, [(tok, c + p, 0, c + p == long_n - 1) for p, tok in enumerate(ids[c:c + 512])])
+    pos, stamps = long_n, []
+    for _ in range(decode_n):
+        nxt = argmax(ctx, -1)
+        stamps.append(time.perf_counter())
+        decode(ctx, batch, [(nxt, pos, 0, True)])
+        pos += 1
+    print(f"{long_n} {(decode_n - 1) / (stamps[-1] - stamps[0]):.1f}")
+    sys.exit(0)
 
 ids = [1] + [(i * 7919) % (vocab - 3) + 3 for i in range(1, prefill_n)]
 ctx = context(prefill_n + decode_n + 16, 1, prefill_n)

@@ -267,6 +267,26 @@ bench_decode_1t() { # model_dir new_tokens gguf
   return 0
 }
 
+# Decode after a long prompt (LONG_CONTEXT tokens, default 1024): the attention over the key/value
+# cache then costs as much as a good part of the weights' read. seer and llama.cpp alternating
+# for BENCH_ROUNDS rounds, each keeping its best; timed from the first new token to the last.
+bench_long() { # model_dir threads context new_tokens gguf
+  local model=$1 threads=$2 ctx=$3 n=$4 gguf=$5 r rounds=${BENCH_ROUNDS:-2} sd ld bs=0 bl=0 seq_s= seq_l=
+  echo "== $(basename "$(dirname "$model")")/$(basename "$model"), $threads threads: decode tok/s ($n tokens) after a $ctx-token prompt, seer and llama.cpp alternating, best of $rounds"
+  for ((r = 1; r <= rounds; r++)); do
+    read -r _ sd < <("$SEER" tests/bench/long_decode.lua "$model" "$threads" "$ctx" "$n")
+    seq_s="${seq_s:+$seq_s, }$sd" bs=$(best "$bs" "$sd")
+    if [[ -f $gguf ]]; then
+      ld=
+      read -r _ ld < <(LONG_CONTEXT=$ctx OMP_WAIT_POLICY=$LLAMA_OMP_WAIT "$VENV_PY" tests/bench/llamacpp_peer.py "$gguf" "$threads" 16 "$n" 2>/dev/null) || true
+      [[ -n ${ld:-} ]] && seq_l="${seq_l:+$seq_l, }$ld" bl=$(best "$bl" "$ld")
+    fi
+  done
+  printf '  rounds: seer %s; llama.cpp %s\n' "$seq_s" "${seq_l:-skipped}"
+  [[ $bl != 0 ]] && printf '  seer vs llama.cpp (best against best): decode %sx\n' "$(ratio "$bl" "$bs")"
+  return 0
+}
+
 # A stories260K prefill takes a few ms on either side, so the best of 3 is mostly this VM's
 # noise: both sides take the best of 20 here (the 0.5B model below, the best of 1).
 for threads in ${BENCH_THREADS:-1 2}; do
@@ -300,6 +320,7 @@ if [[ -d $LARGE/bf16 && ${BENCH_LARGE:-1} == 1 ]]; then
     BENCH_REPEAT=1 bench_model "$LARGE/$dtype" "$(nproc)" 512 "${LARGE_DECODE:-128}" 2 1.5 "$GGUF/$dtype.gguf"
     bench_batch "$LARGE/$dtype" "$(nproc)" "${BATCH_DECODE:-16}" "$GGUF/$dtype.gguf"
     ((${BENCH_ONE_THREAD:-1})) && bench_decode_1t "$LARGE/$dtype" "${LARGE_DECODE_1T:-32}" "$GGUF/$dtype.gguf"
+    ((${BENCH_LONG:-1})) && bench_long "$LARGE/$dtype" "$(nproc)" "${LONG_CONTEXT:-1024}" "${LONG_DECODE:-32}" "$GGUF/$dtype.gguf"
     rss=$(/usr/bin/time -f %M "$SEER" -e 'local m = seer.model.load(arg[1], {tokenizer = false}) m:generate({1, 2, 3}, {max_new_tokens = 4}) io.stderr:write(string.format("%d\n", m.config.weight_bytes))' "$LARGE/$dtype" 2>&1 >/dev/null | tail -2 | tr '\n' ' ')
     read -r wbytes kb <<<"$rss"
     printf '  peak resident     %.0f MB for %.0f MB of weights (%.2fx)\n' "$(awk -v k="$kb" 'BEGIN { print k / 1024 * 1.048576 }')" \

@@ -1,7 +1,9 @@
-/* The SIMD kernels of engine/model (kernels_x86.c) against float64 references computed here:
+/* The SIMD kernels of engine/model (kernels.c, kernels_x86.c) against float64 references computed here:
  * exp, SiLU, softmax rows, RMSNorm, prefill attention (the small-head AVX-512 kernel and the
- * BLAS one, with GQA, sliding windows, soft-capping, a cache offset and ragged sizes) and the
- * AMX linear layer for bf16 weights (skipped, and said so, on CPUs without AMX). On a CPU
+ * BLAS one, with GQA, sliding windows, soft-capping, a cache offset and ragged sizes), the
+ * per-token attention kernel (decode: grouped heads, the same bits for any thread count and as
+ * the hooked path's operations), the per-token linear kernels (bit for bit across tokens,
+ * threads and row tasks) and the AMX linear layer for bf16 weights (skipped, and said so, on CPUs without AMX). On a CPU
  * without AVX-512 the same calls run the AVX2 or portable code, which must meet the same bounds. */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -318,4 +320,84 @@ Test(kernels, linear_few_tokens_tasks_cover_every_row) {
     free(wh);
     free(y1);
     free(yn);
+}
+
+/* The per-token attention kernel (decode, and prefills under 16 tokens): against float64, and
+ * bit for bit (1) whatever the thread count, which decides how many query heads of a group one
+ * work item takes (the grouped AVX2 kernel reads each tile of keys and values once for all of
+ * them), and (2) against the operations the hooked path uses when it materialises the scores
+ * (seer_k_dot, seer_k_exp_sub_sum, seer_k_axpy, one head at a time), so that capturing a pattern
+ * changes no bit. Group sizes 1, 3, 4, 7 and 8, head sizes that are and are not multiples of 8,
+ * contexts that cross the kernel's 32-key tiles, sliding windows and soft-capping. */
+Test(kernels, decode_attention_grouped_heads_same_bits) {
+    seer_pool_t *pools[3] = {seer_pool_new(1), seer_pool_new(2), seer_pool_new(3)};
+    static const int hds[] = {4, 12, 64, 72};
+    static const int heads[][2] = {{16, 4}, {12, 4}, {8, 1}, {4, 4}, {14, 2}};
+    static const int ns[] = {1, 3};
+    static const int starts[] = {0, 40, 101};
+    int checked = 0;
+    for (size_t a1 = 0; a1 < sizeof hds / sizeof *hds; a1++)
+        for (size_t a2 = 0; a2 < sizeof heads / sizeof *heads; a2++)
+            for (size_t a3 = 0; a3 < sizeof ns / sizeof *ns; a3++)
+                for (size_t a4 = 0; a4 < sizeof starts / sizeof *starts; a4++)
+                    for (int window = 0; window <= 37; window += 37)
+                        for (int cap = 0; cap < 2; cap++) {
+                            int hd = hds[a1], H = heads[a2][0], KH = heads[a2][1], n = ns[a3], start = starts[a4];
+                            int L = start + n, qd = H * hd, kvd = KH * hd, group = H / KH;
+                            float *q = malloc(sizeof(float) * (size_t)(n * qd)), *kc = malloc(sizeof(float) * (size_t)(L * kvd));
+                            float *vc = malloc(sizeof(float) * (size_t)(L * kvd)), *scratch = malloc(sizeof(float) * (size_t)(3 * L));
+                            float *out[3], *mine = malloc(sizeof(float) * (size_t)(n * qd)), *s = malloc(sizeof(float) * (size_t)L);
+                            double *ref = malloc(sizeof(double) * (size_t)(n * qd));
+                            for (int i = 0; i < n * qd; i++) q[i] = nrand() * 2;
+                            for (int i = 0; i < L * kvd; i++) {
+                                kc[i] = nrand() * 2;
+                                vc[i] = nrand();
+                            }
+                            seer_attn_params_t a = {.q = q, .kc = kc, .vc = vc, .scratch = scratch, .n = n, .start = start,
+                                                    .max_len = L, .H = H, .KH = KH, .hd = hd, .window = window,
+                                                    .scale = 1.0f / sqrtf((float)hd), .softcap = cap ? 2.5f : 0.0f};
+                            for (int k = 0; k < 3; k++) {
+                                out[k] = malloc(sizeof(float) * (size_t)(n * qd));
+                                for (int i = 0; i < n * qd; i++) out[k][i] = NAN;
+                                a.out = out[k];
+                                seer_k_attention(pools[k], &a);
+                            }
+                            attention_ref(&a, ref);
+                            for (int t = 0; t < n; t++) /* the hooked path's operations, one head at a time */
+                                for (int h = 0; h < H; h++) {
+                                    int pos = start + t, first = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+                                    const float *qh = q + t * qd + h * hd;
+                                    size_t kv = (size_t)(h / group) * (size_t)hd;
+                                    float mx = -INFINITY;
+                                    for (int p = first; p <= pos; p++) {
+                                        float v = seer_k_dot(qh, kc + (size_t)p * kvd + kv, hd) * a.scale;
+                                        if (a.softcap > 0.f) v = tanhf(v / a.softcap) * a.softcap;
+                                        s[p] = v;
+                                        if (v > mx) mx = v;
+                                    }
+                                    float inv = 1.0f / seer_k_exp_sub_sum(s + first, pos - first + 1, mx);
+                                    float *o = mine + t * qd + h * hd;
+                                    memset(o, 0, sizeof(float) * (size_t)hd);
+                                    for (int p = first; p <= pos; p++) seer_k_axpy(o, s[p] * inv, vc + (size_t)p * kvd + kv, hd);
+                                }
+                            for (int i = 0; i < n * qd; i++) {
+                                cr_assert(fabs(out[0][i] - ref[i]) <= 1e-5 * (1 + fabs(ref[i])),
+                                          "hd %d H %d KH %d n %d start %d window %d softcap %d: out[%d] = %.8g, float64 %.8g",
+                                          hd, H, KH, n, start, window, cap, i, out[0][i], ref[i]);
+                                for (int k = 1; k < 3; k++)
+                                    cr_assert(memcmp(&out[k][i], &out[0][i], sizeof(float)) == 0,
+                                              "hd %d H %d KH %d n %d start %d window %d softcap %d: out[%d] with %d threads "
+                                              "%.9g, with 1 thread %.9g",
+                                              hd, H, KH, n, start, window, cap, i, k + 1, out[k][i], out[0][i]);
+                                cr_assert(memcmp(&mine[i], &out[0][i], sizeof(float)) == 0,
+                                          "hd %d H %d KH %d n %d start %d window %d softcap %d: out[%d] = %.9g, the hooked "
+                                          "path's operations give %.9g",
+                                          hd, H, KH, n, start, window, cap, i, out[0][i], mine[i]);
+                            }
+                            for (int k = 0; k < 3; k++) free(out[k]);
+                            free(q), free(kc), free(vc), free(scratch), free(mine), free(s), free(ref);
+                            checked++;
+                        }
+    cr_assert_eq(checked, 4 * 5 * 2 * 3 * 2 * 2);
+    for (int k = 0; k < 3; k++) seer_pool_free(pools[k]);
 }
