@@ -586,7 +586,9 @@ int seer_k_have_avx2(void) {
         /* F16C is read from CPUID directly: clang 14's __builtin_cpu_supports does not know it. */
         unsigned a, b, c, d;
         int f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
-        v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
+        /* SEER_NO_AVX2=1 turns off every x86 SIMD path (AVX-512 and AMX need this one): the
+         * portable loops then run, as on a CPU without AVX2, so they can be tested here */
+        v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c && !getenv("SEER_NO_AVX2");
     }
     return v;
 #else

@@ -188,7 +188,8 @@ void seer_k_attention(seer_pool_t *p, const seer_attn_params_t *a);
 /* The same as two GEMMs per head (kernels_blas.c), used from SEER_BLAS_MIN_TOKENS query tokens
  * on; returns 0 when it cannot (out of memory), and then the per-token kernel runs. */
 int seer_k_attention_blas(seer_pool_t *p, const seer_attn_params_t *a);
-/* AVX2 + FMA + F16C available (checked once): the condition for every x86 SIMD path. */
+/* AVX2 + FMA + F16C available and SEER_NO_AVX2 unset (checked once): the condition for every
+ * x86 SIMD path. */
 int seer_k_have_avx2(void);
 /* AVX-512 (F, BW, DQ, VL; SEER_NO_AVX512 turns it off) and AMX-BF16 usable by this process
  * (kernels_x86.c; SEER_NO_AMX turns it off). */

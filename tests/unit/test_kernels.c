@@ -225,7 +225,7 @@ Test(kernels, amx_linear_bf16_weights) {
  * the same bits however many tokens run beside it (1, 2, the 3-row x 4-token block and its
  * tails), for every weight dtype, odd widths (scalar tails) and row counts that leave short
  * row blocks, with and without bias; and its result is within float rounding of float64. */
-Test(kernels, linear_rows_token_independent) {
+static void check_linear_rows_token_independent(void) {
     seer_pool_t *pool = seer_pool_new(2);
     static const int rows_[] = {1, 5, 13, 67};
     /* 24 and 136: an odd last 8-block (chain a0); 300: three k-slices of the batched kernel, the
@@ -273,6 +273,12 @@ Test(kernels, linear_rows_token_independent) {
                 free(y);
             }
     seer_pool_free(pool);
+}
+Test(kernels, linear_rows_token_independent) { check_linear_rows_token_independent(); }
+Test(kernels, linear_rows_token_independent_portable_path) {
+    setenv("SEER_NO_AVX2", "1", 1);
+    cr_assert(!seer_k_have_avx2(), "SEER_NO_AVX2=1 did not turn the AVX2 paths off");
+    check_linear_rows_token_independent();
 }
 
 /* One to four tokens (the batch-1 kernel and the streamed one) against a matrix large enough
@@ -329,7 +335,7 @@ Test(kernels, linear_few_tokens_tasks_cover_every_row) {
  * (seer_k_dot, seer_k_exp_sub_sum, seer_k_axpy, one head at a time), so that capturing a pattern
  * changes no bit. Group sizes 1, 3, 4, 7 and 8, head sizes that are and are not multiples of 8,
  * contexts that cross the kernel's 32-key tiles, sliding windows and soft-capping. */
-Test(kernels, decode_attention_grouped_heads_same_bits) {
+static void check_decode_attention(void) {
     seer_pool_t *pools[3] = {seer_pool_new(1), seer_pool_new(2), seer_pool_new(3)};
     static const int hds[] = {4, 12, 64, 72};
     static const int heads[][2] = {{16, 4}, {12, 4}, {8, 1}, {4, 4}, {14, 2}};
@@ -400,4 +406,15 @@ Test(kernels, decode_attention_grouped_heads_same_bits) {
                         }
     cr_assert_eq(checked, 4 * 5 * 2 * 3 * 2 * 2);
     for (int k = 0; k < 3; k++) seer_pool_free(pools[k]);
+}
+Test(kernels, decode_attention_grouped_heads_same_bits) {
+    if (!seer_k_have_avx2()) cr_skip_test("skipped: this CPU has no AVX2 (the portable path is the test below)");
+    check_decode_attention();
+}
+/* The portable loops (the reference, and the fallback on CPUs without AVX2), made to run here
+ * with SEER_NO_AVX2 (criterion runs each test in its own process, before any kernel call). */
+Test(kernels, decode_attention_portable_path) {
+    setenv("SEER_NO_AVX2", "1", 1);
+    cr_assert(!seer_k_have_avx2(), "SEER_NO_AVX2=1 did not turn the AVX2 paths off");
+    check_decode_attention();
 }
