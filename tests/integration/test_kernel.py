@@ -313,6 +313,36 @@ class KernelTest(unittest.TestCase):
             except Exception:
                 break
 
+    def test_request_sent_once_the_error_reply_is_in_runs(self):
+        # Only what was queued behind the failed request is aborted. A client that sends its next
+        # request as soon as it has the failed request's reply must see it run, however long the
+        # kernel takes to answer the queue (200 requests here): a kernel that went on reading the
+        # socket while it answered aborted it whenever it arrived before the last look (a
+        # request sent right after the last aborted reply failed that way in CI).
+        k = self.k
+        first = k.kc.execute("local t = os.clock() while os.clock() - t < 0.3 do end error('first')")
+        queued = [k.kc.execute("queued_ran = true") for _ in range(200)]
+        while True:
+            m = k.kc.get_shell_msg(timeout=10)
+            if m["parent_header"]["msg_id"] == first:
+                self.assertEqual(m["content"]["status"], "error")
+                break
+        late = k.kc.execute("late_ran = true")
+        replies = {}
+        while len(replies) < len(queued) + 1:
+            m = k.kc.get_shell_msg(timeout=10)
+            replies[m["parent_header"]["msg_id"]] = m["content"]["status"]
+        self.assertEqual({replies[i] for i in queued}, {"aborted"})
+        self.assertEqual(replies[late], "ok")
+        self.assertEqual(k.value("queued_ran"), "nil")
+        self.assertEqual(k.value("late_ran"), "true")
+        time.sleep(0.2)
+        while True:  # drain this test's iopub traffic
+            try:
+                k.kc.get_iopub_msg(timeout=0.1)
+            except Exception:
+                break
+
     def test_queued_requests_are_aborted_before_the_failed_one_goes_idle(self):
         # A client that waits for the failed request's idle and then sends its next request must
         # see that request run. So every request queued behind the failure is answered before
