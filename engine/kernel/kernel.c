@@ -676,8 +676,10 @@ static void handle_shell(kernel_t *k, const seer_net_msg_t *m);
  * that reply, an aborted reply or the idle always runs: deciding later (from a poll after the
  * idle, or polling again after each aborted reply) aborted such a request whenever this process
  * lost the CPU in between (seen under load in CI). What is collected is what ZMQ had already
- * queued (bounded by the socket's high-water mark); if the list cannot grow, the rest stays on
+ * queued, at most SEER_ABORT_MAX requests (a client that keeps sending while they are collected
+ * cannot grow this process's memory); past that, or if the list cannot grow, the rest stays on
  * the socket and runs as usual (logged). */
+#define SEER_ABORT_MAX 4096
 typedef struct {
     seer_net_msg_t *m;
     size_t n, cap;
@@ -689,6 +691,10 @@ static void collect_queued(kernel_t *k, msg_list *q) {
         int r = zmq_poll(&it, 1, 0);
         if (r < 0 && zmq_errno() == EINTR) continue;
         if (r <= 0 || !(it.revents & ZMQ_POLLIN)) return;
+        if (q->n == SEER_ABORT_MAX) {
+            logf_("shell: %d requests queued behind a failed one were aborted; the ones after them will run", SEER_ABORT_MAX);
+            return;
+        }
         if (q->n == q->cap) {
             size_t cap = q->cap ? 2 * q->cap : 16;
             seer_net_msg_t *g = realloc(q->m, cap * sizeof *g);
