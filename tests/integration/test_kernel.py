@@ -162,6 +162,16 @@ class Kernel:
             if reply["parent_header"]["msg_id"] == msg_id:
                 return reply["content"], outs, t_int
 
+    def drain_iopub(self):
+        """Drops the iopub traffic of requests a test sent by hand (after a moment for the last
+        of it to arrive), so the next execute() starts from a quiet channel."""
+        time.sleep(0.2)
+        while True:
+            try:
+                self.kc.get_iopub_msg(timeout=0.1)
+            except Exception:
+                break
+
     def value(self, code, timeout=30):
         """The text/plain result of code (asserting it ran without error)."""
         reply, outs, _ = self.execute(code, timeout=timeout)
@@ -306,12 +316,7 @@ class KernelTest(unittest.TestCase):
             replies[m["parent_header"]["msg_id"]] = m["content"]["status"]
         self.assertEqual([replies[i] for i in ids], ["error", "ok"])
         self.assertEqual(k.value("ran_after"), "true")
-        time.sleep(0.2)
-        while True:  # drain this test's iopub traffic
-            try:
-                k.kc.get_iopub_msg(timeout=0.1)
-            except Exception:
-                break
+        k.drain_iopub()
 
     def test_request_sent_once_the_error_reply_is_in_runs(self):
         # Only what was queued behind the failed request is aborted. A client that sends its next
@@ -336,12 +341,7 @@ class KernelTest(unittest.TestCase):
         self.assertEqual(replies[late], "ok")
         self.assertEqual(k.value("queued_ran"), "nil")
         self.assertEqual(k.value("late_ran"), "true")
-        time.sleep(0.2)
-        while True:  # drain this test's iopub traffic
-            try:
-                k.kc.get_iopub_msg(timeout=0.1)
-            except Exception:
-                break
+        k.drain_iopub()
 
     def test_queued_requests_are_aborted_before_the_failed_one_goes_idle(self):
         # A client that waits for the failed request's idle and then sends its next request must
