@@ -264,10 +264,9 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_stream(const seer
 /* Five tokens or more (a batched decode step, or a short sequence's prefill): a blocked
  * kernel that reads each weight once per step for up to 16 tokens and keeps the FMA units fed.
  * Rows are taken SEER_RB at a time and the input dimension in slices of SEER_KB elements; a
- * slice of the block's rows (bf16/f16 widened to f32 once, into a 6 KiB panel, by the first
- * group of tokens, instead of once per group) and the same slice of 16 tokens' activations sit
- * in L1 while a 3-row x
- * 4-token micro-kernel (12 accumulators in registers; the unroll pragmas keep them there) runs
+ * slice of the block's rows (bf16/f16 widened to f32 once, into a 12 KiB panel, by the first
+ * group of tokens, instead of once per group) and the same slice of 16 tokens' activations
+ * (16 KiB) sit in L1 while a 3-row x 4-token micro-kernel (12 accumulators in registers; the unroll pragmas keep them there) runs
  * over them. Each (row, token) accumulator is saved to a small buffer between slices and
  * reloaded, which rounds nothing, so every output is the same chain of FMAs over the same
  * 8-lane slices in the same order, then hsum8 and the same scalar tail, as row1_* computes
@@ -280,8 +279,16 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_stream(const seer
 #define SEER_RB 12 /* rows per block (4 micro-panels of 3) */
 #endif
 #ifndef SEER_KB
-#define SEER_KB 128 /* input elements per slice (a multiple of 8) */
+/* input elements per slice (a multiple of 16, so a slice starts each bf16 chain on a0). Each
+ * micro-kernel call over a slice loads and stores its 12 accumulators and each slice sets up its
+ * prefetches, so a longer slice costs less per FMA, until the panel and the activations no longer
+ * fit L1 together. Batch-16 decode of the 0.5B model, 2 threads, five interleaved rounds, tok/s
+ * (means): 128 / 256 / 512: bf16 62.8 / 72.8 / 67.2, f32 59.8 / 64.5 / 57.7 (256 ahead of 128 in 5
+ * of 5 rounds at bf16, 4 of 5 at f32); the kernel alone (make bench-kernel, COLD=1, one thread,
+ * 16 tokens, best of three rounds) bf16 39-44 -> 44-52 GFLOP/s at 256. */
+#define SEER_KB 256
 #endif
+_Static_assert(SEER_KB % 16 == 0, "SEER_KB: slices must start every bf16/f16 chain on a0");
 #define SEER_TB 16  /* tokens per pass over a row block */
 #ifndef SEER_PACK_X
 #define SEER_PACK_X 1
@@ -362,7 +369,7 @@ SEER_DEF_MICROWT(4, microf3x, SEER_W_F32, float)
 
 /* The tokens' activations packed slice by slice for the batched kernel: [slice][token][SEER_KB].
  * Rows of x lie `in` floats apart, and for widths like 1024 (4 KiB) the same slice of 16 tokens
- * falls into one L1 set, more lines than its 8 ways: packed, a slice of 16 tokens is 8 KiB in a
+ * falls into one L1 set, more lines than its 8 ways: packed, a slice of 16 tokens is 16 KiB in a
  * row. One buffer per thread, grown as needed and freed when the thread ends. Measured on the
  * 2-vCPU Zen 3 VM (tests/bench/linear_kernel.c, one thread, 16 tokens, GFLOP/s, three
  * interleaved rounds, SEER_PACK_X=0 against 1): f32 1024x1024 26.0-26.8 -> 32.4-34.3,

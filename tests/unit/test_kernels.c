@@ -228,18 +228,18 @@ Test(kernels, amx_linear_bf16_weights) {
 static void check_linear_rows_token_independent(void) {
     seer_pool_t *pool = seer_pool_new(2);
     static const int rows_[] = {1, 5, 13, 67};
-    /* 24 and 136: an odd last 8-block (chain a0); 300: three k-slices of the batched kernel, the
-     * last ending on an odd 8-block, and a scalar tail */
-    static const int cols_[] = {8, 24, 37, 96, 136, 300};
+    /* 24 and 136: an odd last 8-block (chain a0); 300 and 605: two and three k-slices of the
+     * batched kernel (SEER_KB = 256), the last ending on an odd 8-block, and a scalar tail */
+    static const int cols_[] = {8, 24, 37, 96, 136, 300, 605};
     static const seer_dtype_t dts[] = {SEER_F32, SEER_BF16, SEER_F16};
-    enum { NMAX = 17 };
+    enum { NMAX = 17, KMAX = 605 };
     for (int a = 0; a < 4; a++)
-        for (int b = 0; b < 6; b++)
+        for (int b = 0; b < 7; b++)
             for (int d = 0; d < 3; d++) {
                 int rows = rows_[a], cols = cols_[b];
                 float *wf = malloc(sizeof(float) * (size_t)(rows * cols));
                 uint16_t *wh = malloc(sizeof(uint16_t) * (size_t)(rows * cols));
-                float bias[67], x[NMAX * 300], y1[67], *y = malloc(sizeof(float) * (size_t)(NMAX * rows));
+                float bias[67], x[NMAX * KMAX], y1[67], *y = malloc(sizeof(float) * (size_t)(NMAX * rows));
                 for (int i = 0; i < rows * cols; i++) {
                     float v = nrand() * 0.1f;
                     wh[i] = dts[d] == SEER_BF16 ? seer_f32_to_bf16(v) : seer_f32_to_f16(v);
