@@ -228,13 +228,13 @@ Test(kernels, amx_linear_bf16_weights) {
 static void check_linear_rows_token_independent(void) {
     seer_pool_t *pool = seer_pool_new(2);
     static const int rows_[] = {1, 5, 13, 67};
-    /* 24 and 136: an odd last 8-block (chain a0); 300 and 605: two and three k-slices of the
+    /* 5: no 8-block at all (the scalar tail alone); 24 and 136: an odd last 8-block (chain a0); 300 and 605: two and three k-slices of the
      * batched kernel (SEER_KB = 256), the last ending on an odd 8-block, and a scalar tail */
-    static const int cols_[] = {8, 24, 37, 96, 136, 300, 605};
+    static const int cols_[] = {5, 8, 24, 37, 96, 136, 300, 605};
     static const seer_dtype_t dts[] = {SEER_F32, SEER_BF16, SEER_F16};
     enum { NMAX = 17, KMAX = 605 };
     for (int a = 0; a < 4; a++)
-        for (int b = 0; b < 7; b++)
+        for (int b = 0; b < 8; b++)
             for (int d = 0; d < 3; d++) {
                 int rows = rows_[a], cols = cols_[b];
                 float *wf = malloc(sizeof(float) * (size_t)(rows * cols));
