@@ -676,14 +676,25 @@ static void handle_shell(kernel_t *k, const seer_net_msg_t *m);
  * that reply, an aborted reply or the idle always runs: deciding later (from a poll after the
  * idle, or polling again after each aborted reply) aborted such a request whenever this process
  * lost the CPU in between (seen under load in CI). What is collected is what ZMQ had already
- * queued, at most SEER_ABORT_MAX requests (a client that keeps sending while they are collected
- * cannot grow this process's memory); past that, or if the list cannot grow, the rest stays on
- * the socket and runs as usual (logged). */
+ * queued, at most SEER_ABORT_MAX requests and SEER_ABORT_MAX_BYTES of them (plus the one that
+ * crosses it: a message's size is known once it is read), so a client that keeps sending while
+ * they are collected cannot grow this process's memory; past that, or if the list cannot grow,
+ * the rest stays on the socket and runs as usual (logged). tests/integration/test_kernel.py
+ * (AbortCapTest) reaches both caps. */
 #define SEER_ABORT_MAX 4096
+#define SEER_ABORT_MAX_BYTES ((size_t)64 << 20)
 typedef struct {
     seer_net_msg_t *m;
-    size_t n, cap;
+    size_t n, cap, bytes;
 } msg_list;
+
+static size_t msg_bytes(const seer_net_msg_t *m) {
+    size_t b = 0;
+    for (int i = 0; i < m->nidents; i++) b += m->idents[i].len;
+    for (int i = 0; i < SEER_NET_NPARTS; i++) b += m->parts[i].len;
+    for (int i = 0; i < m->nbuffers; i++) b += m->buffers[i].len;
+    return b;
+}
 
 static void collect_queued(kernel_t *k, msg_list *q) {
     for (;;) {
@@ -691,8 +702,10 @@ static void collect_queued(kernel_t *k, msg_list *q) {
         int r = zmq_poll(&it, 1, 0);
         if (r < 0 && zmq_errno() == EINTR) continue;
         if (r <= 0 || !(it.revents & ZMQ_POLLIN)) return;
-        if (q->n == SEER_ABORT_MAX) {
-            logf_("shell: %d requests queued behind a failed one were aborted; the ones after them will run", SEER_ABORT_MAX);
+        if (q->n == SEER_ABORT_MAX || q->bytes >= SEER_ABORT_MAX_BYTES) {
+            logf_("shell: %zu requests (%zu bytes) queued behind a failed one are aborted, at most %d or %zu MiB; "
+                  "the ones after them will run",
+                  q->n, q->bytes, SEER_ABORT_MAX, SEER_ABORT_MAX_BYTES >> 20);
             return;
         }
         if (q->n == q->cap) {
@@ -712,6 +725,7 @@ static void collect_queued(kernel_t *k, msg_list *q) {
             logf_("shell: %s", err.msg);
             return;
         }
+        q->bytes += msg_bytes(&q->m[q->n]);
         q->n++;
     }
 }

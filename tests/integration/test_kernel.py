@@ -614,6 +614,99 @@ class MemoryTest(unittest.TestCase):
 
 
 @unittest.skipUnless(HAVE_JUPYTER, "needs python3-jupyter-client (make setup)")
+class AbortCapTest(unittest.TestCase):
+    """The requests queued behind a failed one are collected to be aborted, but never more than
+    4096 of them nor more than 64 MiB (engine/kernel/kernel.c, SEER_ABORT_MAX*): the rest run as
+    usual and the kernel logs it. Several clients fill the kernel's queue while a cell is busy
+    (ZMQ queues up to 1000 messages per client), so the queue is past each cap when the cell
+    fails."""
+
+    def setUp(self):
+        self.stderr = tempfile.NamedTemporaryFile(prefix="seer-kernel-stderr-", delete=False)
+        self.addCleanup(os.unlink, self.stderr.name)
+        self.km = KernelManager(kernel_name=SPEC)
+        self.km.start_kernel(stderr=self.stderr)
+        self.addCleanup(self.km.shutdown_kernel, now=True)
+        kc = self.km.client()
+        kc.start_channels()
+        kc.wait_for_ready(timeout=30)
+        kc.stop_channels()
+        self.info, self.session = self.km.get_connection_info(), self.km.session
+
+    def clients(self, n):
+        ctx = zmq.Context.instance()
+        socks = []
+        for _ in range(n):
+            sock = ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.SNDHWM, 0)
+            sock.connect(f"tcp://{self.info['ip']}:{self.info['shell_port']}")
+            self.addCleanup(sock.close)
+            socks.append(sock)
+        return socks
+
+    def send(self, sock, code):
+        return self.session.send(sock, "execute_request", {"code": code, "silent": False, "store_history": False,
+                                                           "user_expressions": {}, "allow_stdin": False,
+                                                           "stop_on_error": True})["header"]["msg_id"]
+
+    def statuses(self, socks, n, timeout=120):
+        poller = zmq.Poller()
+        for sock in socks:
+            poller.register(sock, zmq.POLLIN)
+        out, deadline = {}, time.monotonic() + timeout
+        while len(out) < n:
+            self.assertLess(time.monotonic(), deadline, f"{len(out)} of {n} replies")
+            for sock, _ in poller.poll(1000):
+                while sock.poll(0):
+                    frames = sock.recv_multipart()
+                    d = frames.index(b"<IDS|MSG>")
+                    self.assertTrue(hmac.compare_digest(frames[d + 1], self.session.sign(frames[d + 2:d + 6])))
+                    parent, content = json.loads(frames[d + 3]), json.loads(frames[d + 5])
+                    out[parent["msg_id"]] = content["status"]
+        return out
+
+    def check(self, per_client, code, expect_aborted, log_pattern):
+        socks = self.clients(5)
+        # busy until every client's requests are queued (the flag file), then an error
+        flag = os.path.join(tempfile.mkdtemp(prefix="seer-kernel-flag-"), "go")
+        self.addCleanup(shutil.rmtree, os.path.dirname(flag))
+        first = self.send(socks[0], f"local t = os.clock() while os.clock() - t < 60 do "
+                                    f"local f = io.open({json.dumps(flag)}) if f then f:close() break end end error('first')")
+        time.sleep(0.2)
+        queued = [self.send(sock, code) for _ in range(per_client) for sock in socks]
+        time.sleep(1)  # local TCP: what the clients sent is in the kernel's queues well within this
+        open(flag, "w").close()
+        st = self.statuses(socks, len(queued) + 1)
+        self.assertEqual(st[first], "error")
+        counts = {s: sum(1 for i in queued if st[i] == s) for s in ("aborted", "ok")}
+        self.assertEqual(counts, {"aborted": expect_aborted, "ok": len(queued) - expect_aborted}, counts)
+        with open(self.stderr.name) as f:
+            self.assertRegex(f.read(), log_pattern)
+
+    def printed(self, code):
+        kc = self.km.client()
+        kc.start_channels()
+        self.addCleanup(kc.stop_channels)
+        text = []
+        reply = kc.execute_interactive(code, timeout=30, output_hook=lambda m: text.append(m["content"]["text"])
+                                       if m["msg_type"] == "stream" else None)
+        self.assertEqual(reply["content"]["status"], "ok")
+        return "".join(text).strip()
+
+    def test_at_most_4096_requests_are_collected(self):
+        self.check(900, "n_ran = (n_ran or 0) + 1", 4096,
+                           r"shell: 4096 requests \(\d+ bytes\) queued behind a failed one are aborted")
+        self.assertEqual(self.printed("print(n_ran)"), str(5 * 900 - 4096))
+
+    def test_at_most_64_mib_of_requests_are_collected(self):
+        # 14 requests of 1 MiB from each of 5 clients: the 64 MiB cap is crossed by the 64th
+        big = "--" + "x" * (1 << 20) + "\nn_big = (n_big or 0) + 1"
+        self.check(14, big, 64, r"shell: 64 requests \(\d+ bytes\) queued behind a failed one are aborted")
+        self.assertEqual(self.printed("print(n_big)"), str(5 * 14 - 64))
+
+
+@unittest.skipUnless(HAVE_JUPYTER, "needs python3-jupyter-client (make setup)")
 class InterruptTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
