@@ -280,8 +280,8 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_stream(const seer
  * Rows are taken SEER_RB at a time and the input dimension in slices of SEER_KB elements; a
  * slice of the block's rows (bf16/f16 widened to f32 once, into a 12 KiB panel, by the first
  * group of tokens, instead of once per group) and the same slice of 16 tokens' activations
- * (16 KiB) sit in L1 while a 3-row x 4-token micro-kernel (12 accumulators in registers; the unroll pragmas keep them there) runs
- * over them. Each (row, token) accumulator is saved to a small buffer between slices and
+ * (16 KiB) sit in L1 while a 3-row x 4-token micro-kernel (12 accumulators in registers; the
+ * unroll pragmas keep them there) runs over them. Each (row, token) accumulator is saved to a small buffer between slices and
  * reloaded, which rounds nothing, so every output is the same chain of FMAs over the same
  * 8-lane slices in the same order, then hsum8 and the same scalar tail, as row1_* computes
  * for a token alone: a token's result does not depend on how many tokens run beside it, nor
@@ -310,10 +310,10 @@ _Static_assert(SEER_KB % 16 == 0, "SEER_KB: slices must start every bf16/f16 cha
 #ifndef SEER_PF_SPREAD
 #define SEER_PF_SPREAD 1
 #endif
-/* The body of both micro-kernels: the 3 x NT accumulators in from acc (zero for the first slice,
- * `fresh`: clearing the buffer for every row block was 2% of a batch-16 step), then for each 8-block i
- * of the chain (off, off + step, ...) three rows' vectors v0..v2 (LOAD3(CVT, i) declares them)
- * against NT tokens, then the accumulators back out. */
+/* The body of both micro-kernels: the 3 x NT accumulators in from acc (zero for the first
+ * slice, `fresh`: clearing the buffer for every row block was 2% of a batch-16 step), then for
+ * each 8-block i of the chain (off, off + step, ...) three rows' vectors v0..v2 (LOAD3(CVT, i)
+ * declares them) against NT tokens, then the accumulators back out. */
 #define SEER_MICRO_BODY(NT, LOAD3, CVT)                                                                          \
     __m256 a[NT][3];                                                                                         \
     _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                                                    \
