@@ -275,6 +275,46 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_stream(const seer
 #undef SEER_ROWT_CALL
 }
 
+/* Five to SEER_STREAM_GROUPS_MAX tokens on bf16/f16 weights: streamed in groups of up to four
+ * tokens over chunks of SEER_STREAM_CHUNK rows, so the first group reads a chunk from memory and
+ * the later groups from L2 (64 rows of a 2816-wide bf16 matrix are 352 KiB), with the threads
+ * taking row tasks as at 1-4 tokens. Each (row, token) output is the streamed or batch-1
+ * kernel's, so the same chain as the token alone. At these counts the blocked kernel below,
+ * which widens each slice into an f32 panel for the later groups, has too few groups to pay for
+ * the widening. Measured on the 2-vCPU Zen 3 VM, 0.5B model, 2 threads, bf16 batched decode
+ * (tests/bench/batch_seer.lua, three interleaved rounds, blocked against groups), tok/s: batch 5
+ * 42.9-49.3 -> 48.1-50.0, batch 6 47.5-49.5 -> 55.3-63.0, batch 8 47.0-59.5 -> 66.7-77.2, batch
+ * 10 52.4-63.4 -> 59.5-68.8, batch 12 51.0-64.4 -> 66.9-76.9; at 14 and 16 level (means of six
+ * rounds at 16: 71.2 and 71.1), so from 13 tokens the blocked kernel runs. f32 weights (twice the
+ * bytes to re-read from L2) were slower in groups (batch 12: 53-62 -> 41-53), so f32 takes the
+ * blocked kernel from five tokens (SEER_STREAM_GROUPS_F32_MAX). */
+#ifndef SEER_STREAM_GROUPS_MAX
+#define SEER_STREAM_GROUPS_MAX 12
+#endif
+#ifndef SEER_STREAM_CHUNK
+#define SEER_STREAM_CHUNK 64
+#endif
+__attribute__((target("avx2,fma,f16c"))) static void rows_avx2_stream_groups(const seer_weight_t *w, int64_t r0, int64_t r1,
+                                                                             const float *x, int ntok, float *y, int64_t out) {
+    size_t in = (size_t)w->cols;
+    for (int64_t r = r0; r < r1; r += SEER_STREAM_CHUNK) {
+        int64_t re = r1 - r < SEER_STREAM_CHUNK ? r1 : r + SEER_STREAM_CHUNK;
+        for (int t0 = 0; t0 < ntok; t0 += 4) {
+            int nt = ntok - t0 < 4 ? ntok - t0 : 4;
+            if (nt == 1) rows_avx2_one(w, r, re, x + (size_t)t0 * in, y + (size_t)t0 * (size_t)out);
+            else rows_avx2_stream(w, r, re, x + (size_t)t0 * in, nt, y + (size_t)t0 * (size_t)out, out);
+        }
+    }
+}
+/* Whether n tokens against w take a streamed kernel (rows one after another, no packing) rather
+ * than the blocked one. */
+#ifndef SEER_STREAM_GROUPS_F32_MAX
+#define SEER_STREAM_GROUPS_F32_MAX SEER_STREAM_MAX
+#endif
+static int streamed(const seer_weight_t *w, int n) {
+    return n <= (w->dtype == SEER_F32 ? SEER_STREAM_GROUPS_F32_MAX : SEER_STREAM_GROUPS_MAX);
+}
+
 /* Five tokens or more (a batched decode step, or a short sequence's prefill): a blocked
  * kernel that reads each weight once per step for up to 16 tokens and keeps the FMA units fed.
  * Rows are taken SEER_RB at a time and the input dimension in slices of SEER_KB elements; a
@@ -636,7 +676,8 @@ static void rows_generic(const seer_weight_t *w, int64_t r, int nr, const float 
     }
 }
 
-/* One to four tokens (a decode step's GEMV, or the streamed kernel): the threads take row tasks
+/* A streamed call (one to four tokens: a decode step's GEMV or the streamed kernel; bf16/f16 up to
+ * SEER_STREAM_GROUPS_MAX tokens in groups): the threads take row tasks
  * from a shared counter as they go, about SEER_LINEAR_TASKS per thread (at least the pool's
  * minimum chunk), rather than one fixed range each, so a thread that starts late or runs on a
  * slower vCPU does not leave the other waiting at the end of every matrix. Rows are independent,
@@ -644,14 +685,14 @@ static void rows_generic(const seer_weight_t *w, int64_t r, int nr, const float 
  * on the 2-vCPU VM, 0.5B model, 2 threads: the share of samples spent waiting for the other
  * thread went from 4.2% to 3.4% (perf, bf16 decode, 8 tasks per thread in that run); decode
  * 17.3-18.8 -> 17.0-18.7 tok/s bf16 and 7.9-10.4 -> 8.8-10.1 f32 with 16 (four interleaved
- * rounds: within this VM's noise). Five tokens or more keep one range per thread: the blocked
- * kernel packs the activations once per call, and 16 tasks per thread made batch-16 decode 10%
- * slower. */
+ * rounds: within this VM's noise). The blocked kernel (f32 from five tokens, bf16/f16 from 13)
+ * keeps one range per thread: it packs the activations once per call, and 16 tasks per thread
+ * made batch-16 decode 10% slower. */
 #ifndef SEER_LINEAR_TASKS
 #define SEER_LINEAR_TASKS 16
 #endif
-#ifndef SEER_TASKS_MAX_TOKENS
-#define SEER_TASKS_MAX_TOKENS SEER_STREAM_MAX
+#ifndef SEER_TASKS_STREAMED
+#define SEER_TASKS_STREAMED 1 /* tasks for every streamed call (0: only 1-4 tokens) */
 #endif
 typedef struct {
     float *y;
@@ -685,6 +726,7 @@ static void linear_range(linear_job *j, size_t begin, size_t end) {
     if (j->simd == 1) {
         if (j->n == 1) rows_avx2_one(j->w, (int64_t)begin, (int64_t)end, j->x, j->y);
         else if (j->n <= SEER_STREAM_MAX) rows_avx2_stream(j->w, (int64_t)begin, (int64_t)end, j->x, j->n, j->y, out);
+        else if (streamed(j->w, j->n)) rows_avx2_stream_groups(j->w, (int64_t)begin, (int64_t)end, j->x, j->n, j->y, out);
         else rows_avx2_multi(j->w, (int64_t)begin, (int64_t)end, j->x, j->n, j->y, out);
         goto bias;
     }
@@ -718,7 +760,8 @@ static void linear_base(seer_pool_t *p, float *y, const float *x, int n, const s
     if ((size_t)w->rows * per_row < SEER_PAR_WORK) min_rows = (size_t)w->rows;
     min_rows = (min_rows + 3) & ~(size_t)3; /* chunks of whole 4-row blocks */
     int t = seer_pool_threads(p);
-    if (SEER_LINEAR_TASKS > 1 && n <= SEER_TASKS_MAX_TOKENS && t > 1 && (size_t)w->rows >= 2 * min_rows) {
+    if (SEER_LINEAR_TASKS > 1 && (SEER_TASKS_STREAMED ? streamed(w, n) : n <= SEER_STREAM_MAX) && t > 1 &&
+        (size_t)w->rows >= 2 * min_rows) {
         size_t task = ((size_t)w->rows + (size_t)t * SEER_LINEAR_TASKS - 1) / ((size_t)t * SEER_LINEAR_TASKS);
         j.task = task < min_rows ? min_rows : task;
         seer_pool_for(p, (size_t)t, 1, linear_chunk, &j);
