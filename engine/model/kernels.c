@@ -306,23 +306,23 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_stream_groups(con
         }
     }
 }
-/* Whether n tokens against w take a streamed kernel (rows one after another, no packing) rather
- * than the blocked one. */
 #ifndef SEER_STREAM_GROUPS_F32_MAX
 #define SEER_STREAM_GROUPS_F32_MAX SEER_STREAM_MAX
 #endif
+/* Whether n tokens against w take a streamed kernel (rows one after another, no packing) rather
+ * than the blocked one. */
 static int streamed(const seer_weight_t *w, int n) {
     return n <= (w->dtype == SEER_F32 ? SEER_STREAM_GROUPS_F32_MAX : SEER_STREAM_GROUPS_MAX);
 }
 
-/* Five tokens or more (a batched decode step, or a short sequence's prefill): a blocked
- * kernel that reads each weight once per step for up to 16 tokens and keeps the FMA units fed.
- * Rows are taken SEER_RB at a time and the input dimension in slices of SEER_KB elements; a
- * slice of the block's rows (bf16/f16 widened to f32 once, into a 12 KiB panel, by the first
- * group of tokens, instead of once per group) and the same slice of 16 tokens' activations
- * (16 KiB) sit in L1 while a 3-row x 4-token micro-kernel (12 accumulators in registers; the
- * unroll pragmas keep them there) runs over them. Each (row, token) accumulator is saved to a small buffer between slices and
- * reloaded, which rounds nothing, so every output is the same chain of FMAs over the same
+/* More tokens (f32 from five, bf16/f16 past SEER_STREAM_GROUPS_MAX: a batched decode step, or a
+ * short sequence's prefill): a blocked kernel that reads each weight once per step for up to 16
+ * tokens and keeps the FMA units fed. Rows are taken SEER_RB at a time and the input dimension in
+ * slices of SEER_KB elements; a slice of the block's rows (bf16/f16 widened to f32 once, into a
+ * 12 KiB panel, by the first group of tokens, instead of once per group) and the same slice of
+ * 16 tokens' activations (16 KiB) sit in L1 while a 3-row x 4-token micro-kernel (12
+ * accumulators in registers; the unroll pragmas keep them there) runs over them. Each (row,
+ * token) accumulator is saved to a small buffer between slices and reloaded, which rounds nothing, so every output is the same chain of FMAs over the same
  * 8-lane slices in the same order, then hsum8 and the same scalar tail, as row1_* computes
  * for a token alone: a token's result does not depend on how many tokens run beside it, nor
  * on the thread count (tests/lua/test_model_batch.lua, tests/unit/test_kernels.c). The next
