@@ -64,8 +64,12 @@ static int l_load(lua_State *L) {
     luaL_getmetatable(L, MODEL_MT);
     lua_setmetatable(L, -2);
     seer_err_t err;
+    const char *wts = luaL_optstring(L, 6, "auto");
+    int weights = strcmp(wts, "memory") == 0 ? SEER_WEIGHTS_MEMORY : strcmp(wts, "mapped") == 0 ? SEER_WEIGHTS_MAPPED : SEER_WEIGHTS_AUTO;
+    if (weights == SEER_WEIGHTS_AUTO && strcmp(wts, "auto") != 0)
+        return luaL_error(L, "weights '%s' is not known; use \"memory\" or \"mapped\" (or leave it out)", wts);
     seer_model_opts_t o = {.threads = threads, .hidden = lua_toboolean(L, 3), .device = luaL_optstring(L, 4, "cpu"),
-                           .progress = -1, .fast_bf16 = lua_toboolean(L, 5)};
+                           .progress = -1, .fast_bf16 = lua_toboolean(L, 5), .weights = weights};
     if (seer_model_load(&u->m, path, &o, &err) < 0) return luaL_error(L, "%s", err.msg);
     return 1;
 }
@@ -156,6 +160,8 @@ static int l_config(lua_State *L) {
     lua_setfield(L, -2, "dtype");
     SET_NUM("num_parameters", (double)seer_model_param_count(m));
     SET_NUM("weight_bytes", (double)seer_model_weight_bytes(m));
+    lua_pushstring(L, seer_model_weights_in_memory(m) ? "memory" : "mapped");
+    lua_setfield(L, -2, "weights");
     lua_pushstring(L, seer_model_dir(m));
     lua_setfield(L, -2, "path");
     return 1;

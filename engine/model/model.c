@@ -1,11 +1,12 @@
-/* Loading a Hugging Face model directory: config, the safetensors shards (mapped, never
- * copied), the architecture table and its weight binding; the KV cache. */
+/* Loading a Hugging Face model directory: config, the safetensors shards (read into huge-page
+ * memory or mapped: open_shards), the architecture table and its weight binding; the KV cache. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "host/host.h"
 #include "model_private.h"
@@ -49,38 +50,162 @@ static int join_path(char *out, size_t size, const char *dir, const char *name, 
     return 0;
 }
 
-static int open_shard(seer_model_t *m, const char *name, seer_err_t *err) {
-    char path[PATH_MAX];
-    if (strchr(name, '/') || strcmp(name, "..") == 0)
+/* Progress of reading the weights into memory, on stderr when it is a terminal and the weights
+ * are large enough to take a while (about 0.2 s per GiB here). */
+typedef struct {
+    int show, last_pct;
+    size_t done, total;
+} read_progress_t;
+
+static void read_tick(void *ctx, size_t add) {
+    read_progress_t *p = ctx;
+    p->done += add;
+    if (!p->show) return;
+    int pct = p->total ? (int)(100.0 * (double)p->done / (double)p->total) : 100;
+    if (pct == p->last_pct) return;
+    p->last_pct = pct;
+    fprintf(stderr, "\rseer: reading weights %3d%% (%.2f / %.2f GiB)%s", pct, (double)p->done / 1073741824.0,
+            (double)p->total / 1073741824.0, p->done >= p->total ? "\n" : "");
+    fflush(stderr);
+}
+
+/* limit - usage from two files of a cgroup directory, the inactive file cache (stat_key in
+ * memory.stat: reclaimed before anything else) not counted as use; SIZE_MAX when there is no
+ * limit or the files cannot be read ("max", or v1's page-rounded 2^63). */
+static size_t cgroup_left(const char *dir, const char *limit_file, const char *usage_file, const char *stat_key) {
+    char path[1200];
+    unsigned long long lim = 0, cur = 0;
+    snprintf(path, sizeof path, "%s/%s", dir, limit_file);
+    FILE *f = fopen(path, "re");
+    if (!f) return SIZE_MAX;
+    int ok = fscanf(f, "%llu", &lim) == 1;
+    fclose(f);
+    if (!ok || lim >= (1ull << 60)) return SIZE_MAX;
+    snprintf(path, sizeof path, "%s/%s", dir, usage_file);
+    if (!(f = fopen(path, "re"))) return SIZE_MAX;
+    ok = fscanf(f, "%llu", &cur) == 1;
+    fclose(f);
+    if (!ok) return SIZE_MAX;
+    snprintf(path, sizeof path, "%s/memory.stat", dir);
+    if ((f = fopen(path, "re"))) {
+        char key[64];
+        unsigned long long v;
+        while (fscanf(f, "%63s %llu", key, &v) == 2)
+            if (strcmp(key, stat_key) == 0) cur = v < cur ? cur - v : 0;
+        fclose(f);
+    }
+    return cur < lim ? (size_t)(lim - cur) : 0;
+}
+
+/* Memory this process can still fill without swapping or meeting its cgroup's limit: MemAvailable,
+ * or less where the process's memory cgroup (v2 memory.max, v1 memory.limit_in_bytes) leaves
+ * less; 0 when unknown. */
+static size_t available_memory(void) {
+    size_t avail = SIZE_MAX;
+    FILE *f = fopen("/proc/meminfo", "re");
+    if (f) {
+        char line[256];
+        unsigned long long kb;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) avail = (size_t)kb * 1024;
+        fclose(f);
+    }
+    if ((f = fopen("/proc/self/cgroup", "re"))) {
+        char line[1024], dir[1100];
+        while (fgets(line, sizeof line, f)) {
+            line[strcspn(line, "\n")] = 0;
+            char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+            if (!c2) continue;
+            *c2 = 0;
+            const char *ctl = c1 + 1, *cg = c2 + 1;
+            size_t left = SIZE_MAX;
+            if (strcmp(line, "0") == 0 && !ctl[0]) {
+                snprintf(dir, sizeof dir, "/sys/fs/cgroup%s", cg);
+                left = cgroup_left(dir, "memory.max", "memory.current", "inactive_file");
+            } else if (strcmp(ctl, "memory") == 0 || strstr(ctl, ",memory") || strncmp(ctl, "memory,", 7) == 0) {
+                snprintf(dir, sizeof dir, "/sys/fs/cgroup/memory%s", cg);
+                left = cgroup_left(dir, "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file");
+                if (left == SIZE_MAX) /* a cgroup namespace shows its own group as the root */
+                    left = cgroup_left("/sys/fs/cgroup/memory", "memory.limit_in_bytes", "memory.usage_in_bytes",
+                                       "total_inactive_file");
+            }
+            if (left < avail) avail = left;
+        }
+        fclose(f);
+    }
+    return avail == SIZE_MAX ? 0 : avail;
+}
+
+/* The model directory's shard names (weight_map repeats each many times; kept once, in order). */
+typedef struct {
+    char *names[SEER_MODEL_MAX_SHARDS];
+    int n;
+} shard_list_t;
+
+static int add_shard(seer_model_t *m, shard_list_t *l, const char *name, seer_err_t *err) {
+    if (strchr(name, '/') || strcmp(name, "..") == 0 || strcmp(name, ".") == 0 || !name[0])
         return seer_err_set(err, SEER_EPARSE, "%s/model.safetensors.index.json: shard name \"%s\" leaves the model directory",
                             m->dir, name);
-    for (int i = 0; i < m->nfiles; i++) /* weight_map repeats each shard many times */
-        if (strcmp(strrchr(seer_st_path(m->files[i]), '/') + 1, name) == 0) return 0;
-    if (m->nfiles >= SEER_MODEL_MAX_SHARDS)
+    for (int i = 0; i < l->n; i++)
+        if (strcmp(l->names[i], name) == 0) return 0;
+    if (l->n >= SEER_MODEL_MAX_SHARDS)
         return seer_err_set(err, SEER_EPARSE, "%s: more than %d safetensors shards", m->dir, SEER_MODEL_MAX_SHARDS);
-    int rc = join_path(path, sizeof path, m->dir, name, err);
-    if (rc < 0) return rc;
-    if (m->hidden) {
-        char label[300];
-        snprintf(label, sizeof label, "<hidden>/%s", name);
-        rc = seer_st_open_copy(&m->files[m->nfiles], path, label, err);
-    } else {
-        rc = seer_st_open(&m->files[m->nfiles], path, err);
-    }
-    if (rc < 0) return rc;
-    m->nfiles++;
+    if (!(l->names[l->n] = strdup(name))) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+    l->n++;
     return 0;
 }
 
-static int open_weights(seer_model_t *m, seer_err_t *err) {
+/* Opens the listed shards: read into memory (hidden models, weights = "memory", and by default on
+ * the CPU when they fit in half the available memory) or mapped. */
+static int open_shards(seer_model_t *m, const shard_list_t *l, int weights, seer_err_t *err) {
     char path[PATH_MAX];
-    int rc0 = join_path(path, sizeof path, m->dir, "model.safetensors.index.json", err);
-    if (rc0 < 0) return rc0;
+    size_t total = 0;
+    struct stat st;
+    for (int i = 0; i < l->n; i++) {
+        int rc = join_path(path, sizeof path, m->dir, l->names[i], err);
+        if (rc < 0) return rc;
+        if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) total += (size_t)st.st_size;
+    }
+    m->in_memory = m->hidden || weights == SEER_WEIGHTS_MEMORY;
+    if (weights == SEER_WEIGHTS_AUTO && !m->hidden && !m->on_gpu) {
+        size_t avail = available_memory();
+        m->in_memory = avail && total <= avail / 2;
+        static int told;
+        if (!m->in_memory && !told) {
+            told = 1;
+            fprintf(stderr,
+                    "seer: the weights (%.2f GiB) are mapped from their files, not read into memory: %.2f GiB is "
+                    "available and they would take more than half of it (decode reads mapped weights more slowly; "
+                    "weights = \"memory\" reads them in anyway)\n",
+                    (double)total / 1073741824.0, (double)avail / 1073741824.0);
+        }
+    }
+    read_progress_t pr = {.show = m->in_memory && total >= ((size_t)1 << 30) && isatty(2), .last_pct = -1, .total = total};
+    for (int i = 0; i < l->n; i++) {
+        int rc = join_path(path, sizeof path, m->dir, l->names[i], err);
+        if (rc < 0) return rc;
+        if (m->in_memory) {
+            char label[PATH_MAX + 16];
+            snprintf(label, sizeof label, "%s/%s", m->hidden ? "<hidden>" : m->dir, l->names[i]);
+            rc = seer_st_open_copy(&m->files[m->nfiles], path, label, read_tick, &pr, err);
+        } else {
+            rc = seer_st_open(&m->files[m->nfiles], path, err);
+        }
+        if (rc < 0) return rc;
+        m->nfiles++;
+    }
+    return 0;
+}
+
+static int open_weights(seer_model_t *m, int weights, seer_err_t *err) {
+    char path[PATH_MAX];
+    shard_list_t l = {.n = 0};
+    int rc = join_path(path, sizeof path, m->dir, "model.safetensors.index.json", err);
+    if (rc < 0) return rc;
     if (file_exists(path)) {
         cJSON *idx = seer_model_read_json(path, err);
         if (!idx) return err ? err->code : SEER_EPARSE;
         const cJSON *wm = cJSON_GetObjectItemCaseSensitive(idx, "weight_map");
-        int rc = 0;
         if (!cJSON_IsObject(wm)) {
             rc = seer_err_set(err, SEER_EPARSE, "%s: missing \"weight_map\" object", path);
         } else {
@@ -90,18 +215,21 @@ static int open_weights(seer_model_t *m, seer_err_t *err) {
                     rc = seer_err_set(err, SEER_EPARSE, "%s: weight_map[\"%s\"] is not a file name", path, e->string);
                     break;
                 }
-                if ((rc = open_shard(m, e->valuestring, err)) < 0) break;
+                if ((rc = add_shard(m, &l, e->valuestring, err)) < 0) break;
             }
         }
         cJSON_Delete(idx);
-        return rc;
+    } else if ((rc = join_path(path, sizeof path, m->dir, "model.safetensors", err)) == 0) {
+        if (!file_exists(path))
+            rc = seer_err_set(err, SEER_ENOTFOUND,
+                              "%s: no model.safetensors or model.safetensors.index.json (PyTorch .bin checkpoints are "
+                              "not read; convert them to safetensors)", m->dir);
+        else
+            rc = add_shard(m, &l, "model.safetensors", err);
     }
-    if ((rc0 = join_path(path, sizeof path, m->dir, "model.safetensors", err)) < 0) return rc0;
-    if (!file_exists(path))
-        return seer_err_set(err, SEER_ENOTFOUND,
-                            "%s: no model.safetensors or model.safetensors.index.json (PyTorch .bin checkpoints are "
-                            "not read; convert them to safetensors)", m->dir);
-    return open_shard(m, "model.safetensors", err);
+    if (rc == 0) rc = open_shards(m, &l, weights, err);
+    for (int i = 0; i < l.n; i++) free(l.names[i]);
+    return rc;
 }
 
 static const seer_st_entry_t *find_tensor(seer_model_t *m, const char *name) {
@@ -252,7 +380,19 @@ int seer_model_load(seer_model_t **out, const char *dir, const seer_model_opts_t
         goto fail;
     }
     if ((rc = seer_model_check_fields(m, multimodal, err)) < 0) goto fail;
-    if ((rc = open_weights(m, err)) < 0) goto fail;
+    int gpu_idx = -1; /* decided first: weights bound for a GPU are not read into host memory */
+    if (opts && opts->device && strcmp(opts->device, "cpu") != 0) {
+        if ((rc = parse_device(opts->device, &gpu_idx, err)) < 0) goto fail;
+        char why[512];
+        if (seer_cuda_device_count(why, sizeof why) <= 0) {
+            static int told;
+            if (!told) fprintf(stderr, "seer: %s: %s; running on the CPU\n", opts->device, why);
+            told = 1;
+            gpu_idx = -1;
+        }
+    }
+    m->on_gpu = gpu_idx >= 0;
+    if ((rc = open_weights(m, opts ? opts->weights : SEER_WEIGHTS_AUTO, err)) < 0) goto fail;
     if (multimodal && (rc = multimodal_prefixes(m, err)) < 0) goto fail;
     m->layers = calloc((size_t)m->cfg.num_layers, sizeof *m->layers);
     if (!m->layers) {
@@ -273,18 +413,7 @@ int seer_model_load(seer_model_t **out, const char *dir, const seer_model_opts_t
         rc = seer_err_set(err, SEER_ENOMEM, "cannot start the thread pool");
         goto fail;
     }
-    if (opts && opts->device && strcmp(opts->device, "cpu") != 0) {
-        int idx = 0;
-        if ((rc = parse_device(opts->device, &idx, err)) < 0) goto fail;
-        char why[512];
-        if (seer_cuda_device_count(why, sizeof why) <= 0) {
-            static int told;
-            if (!told) fprintf(stderr, "seer: %s: %s; running on the CPU\n", opts->device, why);
-            told = 1;
-        } else if ((rc = seer_gpu_attach(m, idx, opts->progress, err)) < 0) {
-            goto fail;
-        }
-    }
+    if (gpu_idx >= 0 && (rc = seer_gpu_attach(m, gpu_idx, opts->progress, err)) < 0) goto fail;
     if (m->hidden) snprintf(m->dir, sizeof m->dir, "<hidden>");
     *out = m;
     return 0;
@@ -309,6 +438,7 @@ void seer_model_free(seer_model_t *m) {
 const seer_model_config_t *seer_model_config(const seer_model_t *m) { return &m->cfg; }
 size_t seer_model_param_count(const seer_model_t *m) { return m->n_params; }
 size_t seer_model_weight_bytes(const seer_model_t *m) { return m->weight_bytes; }
+int seer_model_weights_in_memory(const seer_model_t *m) { return m->in_memory; }
 const char *seer_model_dir(const seer_model_t *m) { return m->dir; }
 
 int seer_model_forward(seer_model_t *m, seer_kv_cache_t *c, const int32_t *tokens, int n, float *logits, int all_logits,

@@ -67,16 +67,25 @@ typedef struct seer_model_opts {
      * them (AMX splits them into three exact bf16 pieces). 1 ("fast"): AMX prefill rounds the
      * activations to bf16, as torch's bf16 matmul does (docs/model.md has the error and speed). */
     int fast_bf16;
+    /* Where the weights live on the CPU. SEER_WEIGHTS_AUTO (0, the default): read into memory
+     * backed by transparent huge pages when the model runs on the CPU and its files take at most
+     * half the available memory (MemAvailable, or the cgroup's memory.max less its use), else
+     * mapped, and one line on stderr says so. SEER_WEIGHTS_MEMORY: always read in.
+     * SEER_WEIGHTS_MAPPED: mapped from the files (shared with other processes through the page
+     * cache, paged in lazily). A hidden model is always read in. */
+    int weights;
 } seer_model_opts_t;
+enum { SEER_WEIGHTS_AUTO = 0, SEER_WEIGHTS_MEMORY = 1, SEER_WEIGHTS_MAPPED = 2 };
 
 /* Loads a model directory (config.json, model.safetensors or model.safetensors.index.json +
- * shards, optional generation_config.json). Weights are mapped, not copied. Errors name the
+ * shards, optional generation_config.json). Weights are read in or mapped (opts->weights). Errors name the
  * file and, for missing tensors, list them. */
 int seer_model_load(seer_model_t **out, const char *dir, const seer_model_opts_t *opts, seer_err_t *err);
 void seer_model_free(seer_model_t *m);
 const seer_model_config_t *seer_model_config(const seer_model_t *m);
 size_t seer_model_param_count(const seer_model_t *m);
 size_t seer_model_weight_bytes(const seer_model_t *m);
+int seer_model_weights_in_memory(const seer_model_t *m); /* 1: read into memory, 0: mapped */
 const char *seer_model_dir(const seer_model_t *m);
 /* Where the forward pass runs: "cpu" or "cuda:N". */
 const char *seer_model_device(const seer_model_t *m, char *buf, size_t n);

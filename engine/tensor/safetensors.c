@@ -278,7 +278,25 @@ int seer_st_open(seer_st_file_t **out, const char *path, seer_err_t *err) {
     return open_common(out, f, err);
 }
 
-int seer_st_open_copy(seer_st_file_t **out, const char *path, const char *label, seer_err_t *err) {
+/* Anonymous memory of n bytes starting on a 2 MiB boundary, asked to be backed by transparent huge
+ * pages (MADV_HUGEPAGE: granted where THP is "always" or "madvise", ignored where "never"); NULL
+ * when out of memory. The head and tail left over from aligning are unmapped, so munmap(p, n)
+ * releases it all. */
+#define ST_HUGE ((size_t)2 << 20)
+static void *map_huge(size_t n) {
+    size_t len = (n + 4095) & ~(size_t)4095;
+    if (len < n || len + ST_HUGE < len) return NULL;
+    char *m = mmap(NULL, len + ST_HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return NULL;
+    char *p = (char *)(((uintptr_t)m + ST_HUGE - 1) & ~(uintptr_t)(ST_HUGE - 1));
+    if (p > m) munmap(m, (size_t)(p - m));
+    if (m + len + ST_HUGE > p + len) munmap(p + len, (size_t)(m + len + ST_HUGE - (p + len)));
+    (void)madvise(p, len, MADV_HUGEPAGE);
+    return p;
+}
+
+int seer_st_open_copy(seer_st_file_t **out, const char *path, const char *label, seer_st_progress_fn progress, void *ctx,
+                      seer_err_t *err) {
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
@@ -298,8 +316,8 @@ int seer_st_open_copy(seer_st_file_t **out, const char *path, const char *label,
     }
     f->size = (size_t)st.st_size;
     if (f->size > 0) {
-        void *m = mmap(NULL, f->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (m == MAP_FAILED) {
+        void *m = map_huge(f->size);
+        if (!m) {
             close(fd);
             seer_st_close(f);
             return seer_err_set(err, SEER_ENOMEM, "cannot allocate %zu bytes for %s", (size_t)st.st_size, label);
@@ -307,8 +325,9 @@ int seer_st_open_copy(seer_st_file_t **out, const char *path, const char *label,
         f->base = m;
         f->mapped = true;
         size_t got = 0;
-        while (got < f->size) {
-            ssize_t r = read(fd, (char *)m + got, f->size - got);
+        while (got < f->size) { /* 64 MiB at a time, so that progress can be shown */
+            size_t want = f->size - got < ((size_t)64 << 20) ? f->size - got : ((size_t)64 << 20);
+            ssize_t r = read(fd, (char *)m + got, want);
             if (r < 0 && errno == EINTR) continue;
             if (r <= 0) {
                 int e = r < 0 ? errno : EIO;
@@ -317,6 +336,7 @@ int seer_st_open_copy(seer_st_file_t **out, const char *path, const char *label,
                 return seer_err_set(err, SEER_EIO, "cannot read %s: %s", label, r < 0 ? strerror(e) : "file shrank while reading");
             }
             got += (size_t)r;
+            if (progress) progress(ctx, (size_t)r);
         }
         mprotect(m, f->size, PROT_READ);
     }

@@ -33,9 +33,15 @@ int seer_st_open(seer_st_file_t **out, const char *path, seer_err_t *err);
 
 /* The same over bytes in memory (for fuzzing and tests); data must outlive the handle. */
 /* Like seer_st_open, but the file is read into anonymous memory and closed: nothing in the process
- * (its mappings, its open descriptors) refers to the path afterwards, and label (not the path)
- * names the file in later messages. For hidden models. */
-int seer_st_open_copy(seer_st_file_t **out, const char *path, const char *label, seer_err_t *err);
+ * (its mappings, its open descriptors) refers to the path afterwards, later changes to the file
+ * (truncation included) cannot reach the copy, and label (not the path) names the file in later
+ * messages. The memory starts on a 2 MiB boundary and asks for transparent huge pages
+ * (MADV_HUGEPAGE): a decode step streams every weight, and with 4 KiB pages the hardware
+ * prefetchers stop at each page and the TLB misses once per 4 KiB (docs/model.md has the
+ * measured difference). progress (NULL: none) is called with the bytes of each read. */
+typedef void (*seer_st_progress_fn)(void *ctx, size_t bytes);
+int seer_st_open_copy(seer_st_file_t **out, const char *path, const char *label, seer_st_progress_fn progress, void *ctx,
+                      seer_err_t *err);
 int seer_st_open_buffer(seer_st_file_t **out, const void *data, size_t n, const char *label, seer_err_t *err);
 
 void seer_st_close(seer_st_file_t *f);

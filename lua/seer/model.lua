@@ -83,15 +83,24 @@ end
 ---`precision` is "exact" (the default: bf16 weights meet f32 activations without rounding them,
 ---within the 1e-4 parity bar) or "fast" (on AMX, prefill rounds activations to bf16 as torch's
 ---bf16 matmul does; docs/model.md has the measured error and speed).
----@param opts? {device?: string, dtype?: string, threads?: integer, revision?: string, tokenizer?: boolean, hidden?: boolean, precision?: "exact"|"fast"}
+---`weights` says where a CPU model's weights live: "memory" (read in, on transparent huge pages:
+---decode streams every weight each step and reads them faster so) or "mapped" (mapped from the
+---files: nothing is read at load, and processes loading the same files share them). Left out,
+---they are read in when the model runs on the CPU and its files take at most half the available
+---memory, else mapped (one line on stderr says so). `model.config.weights` says which happened.
+---@param opts? {device?: string, dtype?: string, threads?: integer, revision?: string, tokenizer?: boolean, hidden?: boolean, precision?: "exact"|"fast", weights?: "memory"|"mapped"}
 ---@return seer.Model
 function M.load(path_or_id, opts)
   if type(path_or_id) ~= "string" then fail("seer.model.load: expected a path or hub id, got " .. type(path_or_id), 2) end
   opts = check_opts("seer.model.load", opts,
     { device = "string", dtype = "string", threads = "number", revision = "string", tokenizer = "boolean", hidden = "boolean",
-      precision = "string" })
+      precision = "string", weights = "string" })
   if opts.precision ~= nil and opts.precision ~= "exact" and opts.precision ~= "fast" then
     fail(("seer.model.load: precision '%s' is not known; use \"exact\" (the default) or \"fast\""):format(opts.precision), 2)
+  end
+  if opts.weights ~= nil and opts.weights ~= "memory" and opts.weights ~= "mapped" then
+    fail(("seer.model.load: weights '%s' is not known; use \"memory\" (read in) or \"mapped\" (mapped from the files), or leave it out")
+      :format(opts.weights), 2)
   end
   if opts.hidden then
     local ok, m = pcall(M._load, path_or_id, opts)
@@ -147,7 +156,7 @@ function M._load(path_or_id, opts)
     dir = snap
   end
   dir = require("seer.core.host").realpath(dir) or dir
-  local ok, c = pcall(core.load, dir, opts.threads or 0, opts.hidden == true, device, opts.precision == "fast")
+  local ok, c = pcall(core.load, dir, opts.threads or 0, opts.hidden == true, device, opts.precision == "fast", opts.weights)
   if not ok then fail(c, 2) end
   -- Without a driver or GPU the model stays on the CPU (the C side said why, once).
   device = c:device()

@@ -1,11 +1,12 @@
 -- seer side of `make bench`'s model benchmark: load time, prefill tokens/s (best of 3), greedy
--- decode tokens/s. Prints one line: load_ms prefill_tok_s decode_tok_s new_tokens prefill_flops,
+-- decode tokens/s (an optional fifth argument is seer.model.load's `weights`, "memory" or
+-- "mapped"). Prints one line: load_ms prefill_tok_s decode_tok_s new_tokens prefill_flops,
 -- the last being the floating-point operations of one prefill forward (Llama-shaped models:
 -- every linear layer and the LM head at 2 flops per multiply-add, and causal attention's
 -- scores and weighted sums; norms, RoPE and softmax are left out, so the bound is generous).
-local path, threads, prefill_n, decode_n = arg[1], tonumber(arg[2]), tonumber(arg[3]), tonumber(arg[4])
+local path, threads, prefill_n, decode_n, weights = arg[1], tonumber(arg[2]), tonumber(arg[3]), tonumber(arg[4]), arg[5]
 local t0 = seer.now()
-local model = seer.model.load(path, { threads = threads, tokenizer = false })
+local model = seer.model.load(path, { threads = threads, tokenizer = false, weights = weights })
 local load_ms = (seer.now() - t0) * 1000
 local vocab = model.config.vocab_size
 local ids = { 1 }

@@ -1,15 +1,18 @@
 /* Compute peak and read bandwidth of this machine for `make bench`: the prefill compute bound,
  * and a decode bound for the thread count in use. Usage: peak THREADS. Prints one line:
- * "FMA_GFLOPS AMX_GFLOPS READ_GBS", each summed over THREADS threads that run at once (so two
- * vCPUs that share one core's FMA units show it).
+ * "FMA_GFLOPS AMX_GFLOPS READ_GBS READ4K_GBS", each summed over THREADS threads that run at once
+ * (so two vCPUs that share one core's FMA units show it).
  *   FMA: f32 fused multiply-adds on 12 independent registers (AVX-512, else AVX2+FMA), the most
  *        an f32 kernel can do;
  *   AMX: bf16 tile products (TDPBF16PS on register tiles, no memory traffic), the most a bf16
  *        GEMM can do; 0 where the CPU or kernel has no AMX.
  *   READ: GB/s of streaming reads, each thread summing its own 256 MiB (what a decode step does
- *        with the weights, with nothing written back).
+ *        with the weights, with nothing written back), on transparent huge pages (MADV_HUGEPAGE)
+ *        as seer keeps the weights it reads into memory;
+ *   READ4K: the same on 4 KiB pages (MADV_NOHUGEPAGE), as a file mapping is (llama.cpp's GGUF,
+ *        seer's weights = "mapped"): the hardware prefetchers stop at every page boundary.
  * Each is the best of 5 runs (FMA and AMX about 50 ms each, READ about 256 MiB per thread).
- * Not x86: prints "0 0 0". */
+ * Not x86: prints "0 0 0 0". */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -18,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #if defined(__x86_64__)
@@ -115,6 +119,7 @@ __attribute__((target("amx-tile,amx-bf16"))) static double amx(float *sink) {
 
 #define READ_BYTES ((size_t)256 << 20)
 static __thread const uint64_t *g_slice; /* this thread's buffer for the read probe */
+static int g_read_huge = 1;               /* the read probe's pages: huge (1) or 4 KiB (0) */
 
 /* Returns the bytes read (the sum goes to *sink so that the loads stay). */
 #if defined(__x86_64__)
@@ -170,24 +175,29 @@ typedef struct {
     pthread_barrier_t *bar;
     double flops, secs;
     float sink;
+    void *map; /* the read probe's mapping */
 } job_t;
 
 static void *worker(void *arg) {
     job_t *j = arg;
     if (j->fn == read_slice) {
-        uint64_t *buf = aligned_alloc(64, READ_BYTES);
-        if (!buf) {
+        /* 2 MiB-aligned inside a mapping 2 MiB longer, so that huge pages can back all of it */
+        char *m = mmap(NULL, READ_BYTES + ((size_t)2 << 20), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED) {
             fprintf(stderr, "peak: cannot allocate %zu MiB for the read probe\n", READ_BYTES >> 20);
             exit(1);
         }
+        uint64_t *buf = (uint64_t *)(((uintptr_t)m + ((2u << 20) - 1)) & ~(uintptr_t)((2u << 20) - 1));
+        (void)madvise(buf, READ_BYTES, g_read_huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
         memset(buf, 1, READ_BYTES); /* pages in before the clock starts */
         g_slice = buf;
+        j->map = m;
     }
     pthread_barrier_wait(j->bar);
     double t = now();
     j->flops = j->fn(&j->sink);
     j->secs = now() - t;
-    if (j->fn == read_slice) free((void *)g_slice);
+    if (j->fn == read_slice) munmap(j->map, READ_BYTES + ((size_t)2 << 20));
     return NULL;
 }
 
@@ -232,9 +242,11 @@ int main(int argc, char **argv) {
                : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? measure(fma256, threads)
                                                                                   : 0;
     double a = amx_usable() ? measure(amx, threads) : 0;
-    printf("%.1f %.1f %.1f\n", f, a, measure(read_slice, threads));
+    double r = measure(read_slice, threads);
+    g_read_huge = 0;
+    printf("%.1f %.1f %.1f %.1f\n", f, a, r, measure(read_slice, threads));
 #else
-    printf("0 0 0\n");
+    printf("0 0 0 0\n");
 #endif
     return 0;
 }

@@ -90,12 +90,12 @@ echo "== memory: copy bandwidth ${BW} GB/s (memcpy, one thread, read + write)"
 # Compute peak per thread count (tests/bench/peak.c, built by make bench).
 PEAK=${PEAK:-build/bench/peak}
 declare -A PEAKS=()
-measure_peak() { # threads: sets PEAKS[threads] to "fma_gflops amx_gflops read_gbs" ("0 0 0" without the probe)
+measure_peak() { # threads: sets PEAKS[threads] to "fma_gflops amx_gflops read_gbs read4k_gbs" ("0 0 0 0" without the probe)
   # Measured again before each model: this VM's speed changes by up to 2x from minute to minute.
-  if [[ -x $PEAK ]]; then PEAKS[$1]=$("$PEAK" "$1"); else PEAKS[$1]="0 0 0"; fi
-  local f a r
-  read -r f a r <<<"${PEAKS[$1]}"
-  echo "== peaks, $1 thread(s): f32 FMA $f GFLOP/s, AMX bf16 $a GFLOP/s (on registers), streaming reads $r GB/s (best of 5)"
+  if [[ -x $PEAK ]]; then PEAKS[$1]=$("$PEAK" "$1"); else PEAKS[$1]="0 0 0 0"; fi
+  local f a r r4
+  read -r f a r r4 <<<"${PEAKS[$1]}"
+  echo "== peaks, $1 thread(s): f32 FMA $f GFLOP/s, AMX bf16 $a GFLOP/s (on registers), streaming reads $r GB/s on huge pages, $r4 GB/s on 4 KiB pages (best of 5)"
 }
 
 have_llamacpp() { "$VENV_PY" -c 'import llama_cpp' 2>/dev/null; }
@@ -119,8 +119,8 @@ bench_model() { # model_dir threads prefill decode ptarget dtarget [gguf] (targe
   # The prefill bound: the forward's flops over this machine's compute peak with this many
   # threads (f32 FMA for an f32 checkpoint; AMX bf16 tile products for a bf16 one where the CPU
   # has AMX, as torch's bf16 matmuls use them).
-  local peak_f peak_a peak_r peak unit dtype
-  read -r peak_f peak_a peak_r <<<"${PEAKS[$threads]}"
+  local peak_f peak_a peak_r peak_r4 peak unit dtype
+  read -r peak_f peak_a peak_r peak_r4 <<<"${PEAKS[$threads]}"
   # The same bound from the reads of this many threads (a decode step only reads the weights).
   local rbound=
   if awk -v r="$peak_r" 'BEGIN { exit !(r > 0) }'; then
@@ -183,6 +183,13 @@ bench_model() { # model_dir threads prefill decode ptarget dtarget [gguf] (targe
       [[ $pbound != 0 ]] && printf '  prefill at %% of the prefill bound (best of the rounds): seer %s%%, llama.cpp %s%%\n' \
         "$(awk -v s="$bsp" -v b="$pbound" 'BEGIN { printf "%.0f", 100 * s / b }')" "$(awk -v s="$bp" -v b="$pbound" 'BEGIN { printf "%.0f", 100 * s / b }')"
       printf '  seer vs llama.cpp (best against best): prefill %sx, decode %sx\n' "$(ratio "$bp" "$bsp")" "$(ratio "$bd" "$bsd")"
+      # seer reads its weights into huge-page memory; llama.cpp maps its GGUF file (4 KiB pages).
+      # One more seer decode with weights = "mapped" shows what the pages alone are worth.
+      local md=
+      read -r _ _ md _ _ < <(SEER_THREADS=$threads "$SEER" tests/bench/model_seer.lua "$model" "$threads" 16 "$decode" mapped) || true
+      [[ -n ${md:-} ]] && printf '  seer, weights mapped (4 KiB pages, as llama.cpp): decode %s tok/s, %s%% of the 4 KiB read bound (%s GB/s); llama.cpp %s%% of it; seer (mapped) vs llama.cpp %sx\n' \
+        "$md" "$(awk -v s="$md" -v r="$peak_r4" -v b="$bytes" 'BEGIN { printf "%.0f", r > 0 ? 100 * s * b / (r * 1e9) : 0 }')" "$peak_r4" \
+        "$(awk -v s="$bd" -v r="$peak_r4" -v b="$bytes" 'BEGIN { printf "%.0f", r > 0 ? 100 * s * b / (r * 1e9) : 0 }')" "$(ratio "$bd" "$md")"
     else
       echo "  llama.cpp peer FAILED: run $VENV_PY tests/bench/llamacpp_peer.py $gguf $threads $prefill $decode by hand to see why"
     fi
@@ -226,7 +233,7 @@ bench_batch() { # model_dir threads new_tokens gguf
   # tokens' multiply-adds (2 flops per weight of every matrix but the embedding table, on the
   # f32 FMA peak: the batched kernels widen bf16 to f32), whichever is slower.
   local peak_f peak_a peak_r info bytes fl
-  read -r peak_f peak_a peak_r <<<"${PEAKS[$threads]:-0 0 0}"
+  read -r peak_f peak_a peak_r _ <<<"${PEAKS[$threads]:-0 0 0 0}"
   info=$("$SEER" -e 'local m = seer.model.load(arg[1], {tokenizer = false}) local c = m.config
     local es = c.weight_bytes / c.num_parameters
     io.write(string.format("%d %.0f", c.weight_bytes, 2 * (c.weight_bytes / es - c.vocab_size * c.hidden_size)))' "$model" 2>/dev/null) || info=
@@ -244,9 +251,9 @@ bench_batch() { # model_dir threads new_tokens gguf
 # Decode on one thread (the issue's bound is asked at one and two threads): seer and llama.cpp
 # alternating for BENCH_ROUNDS rounds, each keeping its best, against what one thread reads.
 bench_decode_1t() { # model_dir new_tokens gguf
-  local model=$1 n=$2 gguf=$3 r rounds=${BENCH_ROUNDS:-2} sd ld bs=0 bl=0 seq_s= seq_l= bytes peak_r
+  local model=$1 n=$2 gguf=$3 r rounds=${BENCH_ROUNDS:-2} sd ld bs=0 bl=0 seq_s= seq_l= bytes peak_r peak_r4
   measure_peak 1
-  read -r _ _ peak_r <<<"${PEAKS[1]}"
+  read -r _ _ peak_r peak_r4 <<<"${PEAKS[1]}"
   bytes=$("$SEER" -e 'local m = seer.model.load(arg[1], {tokenizer = false}) io.write(string.format("%d", m.config.weight_bytes))' "$model")
   echo "== $(basename "$(dirname "$model")")/$(basename "$model"), 1 thread: decode tok/s ($n tokens), seer and llama.cpp alternating, best of $rounds"
   for ((r = 1; r <= rounds; r++)); do
@@ -264,6 +271,11 @@ bench_decode_1t() { # model_dir new_tokens gguf
   printf '  read bound        %s tok/s (1 thread reading %s GB/s): seer at %s%%, llama.cpp at %s%%\n' "$rb" "$peak_r" \
     "$(awk -v s="$bs" -v b="$rb" 'BEGIN { printf "%.0f", 100 * s / b }')" "$(awk -v s="$bl" -v b="$rb" 'BEGIN { printf "%.0f", 100 * s / b }')"
   [[ $bl != 0 ]] && printf '  seer vs llama.cpp (best against best): decode %sx\n' "$(ratio "$bl" "$bs")"
+  local md=
+  read -r _ _ md _ _ < <(SEER_THREADS=1 "$SEER" tests/bench/model_seer.lua "$model" 1 16 "$n" mapped) || true
+  [[ -n ${md:-} ]] && printf '  seer, weights mapped (4 KiB pages, as llama.cpp): decode %s tok/s, %s%% of the 4 KiB read bound (%s GB/s); llama.cpp %s%% of it; seer (mapped) vs llama.cpp %sx\n' \
+    "$md" "$(awk -v s="$md" -v r="$peak_r4" -v b="$bytes" 'BEGIN { printf "%.0f", r > 0 ? 100 * s * b / (r * 1e9) : 0 }')" "$peak_r4" \
+    "$(awk -v s="$bl" -v r="$peak_r4" -v b="$bytes" 'BEGIN { printf "%.0f", r > 0 ? 100 * s * b / (r * 1e9) : 0 }')" "$(ratio "$bl" "$md")"
   return 0
 }
 
@@ -284,6 +296,11 @@ bench_long() { # model_dir threads context new_tokens gguf
   done
   printf '  rounds: seer %s; llama.cpp %s\n' "$seq_s" "${seq_l:-skipped}"
   [[ $bl != 0 ]] && printf '  seer vs llama.cpp (best against best): decode %sx\n' "$(ratio "$bl" "$bs")"
+  local md=
+  read -r _ _ md _ _ < <(SEER_THREADS=1 "$SEER" tests/bench/model_seer.lua "$model" 1 16 "$n" mapped) || true
+  [[ -n ${md:-} ]] && printf '  seer, weights mapped (4 KiB pages, as llama.cpp): decode %s tok/s, %s%% of the 4 KiB read bound (%s GB/s); llama.cpp %s%% of it; seer (mapped) vs llama.cpp %sx\n' \
+    "$md" "$(awk -v s="$md" -v r="$peak_r4" -v b="$bytes" 'BEGIN { printf "%.0f", r > 0 ? 100 * s * b / (r * 1e9) : 0 }')" "$peak_r4" \
+    "$(awk -v s="$bl" -v r="$peak_r4" -v b="$bytes" 'BEGIN { printf "%.0f", r > 0 ? 100 * s * b / (r * 1e9) : 0 }')" "$(ratio "$bl" "$md")"
   return 0
 }
 

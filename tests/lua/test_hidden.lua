@@ -20,9 +20,9 @@ local function run_scan(hidden)
   cfg.name_or_path = "org/" .. secret
   seer.write_file(tc, seer.json.encode(cfg))
   local script = scan
-  if not hidden then
+  if not hidden then -- mapped, as a hidden model's weights never are, so the maps leak is there to find
     script = dir .. "/scan_plain.lua"
-    seer.write_file(script, (seer.read_file(scan):gsub("hidden = true", "hidden = false")))
+    seer.write_file(script, (seer.read_file(scan):gsub("hidden = true", "hidden = false, weights = 'mapped'")))
   end
   local pf = dir .. "/p"
   seer.write_file(pf, model_dir .. "\n" .. secret .. "\n")
