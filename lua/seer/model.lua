@@ -87,7 +87,8 @@ end
 ---decode streams every weight each step and reads them faster so) or "mapped" (mapped from the
 ---files: nothing is read at load, and processes loading the same files share them). Left out,
 ---they are read in when the model runs on the CPU and its files take at most half the available
----memory, else mapped (one line on stderr says so). `model.config.weights` says which happened.
+---memory, else mapped (one line on stderr says so); the environment variable SEER_WEIGHTS
+---("memory" or "mapped") changes that default. `model.config.weights` says which happened.
 ---@param opts? {device?: string, dtype?: string, threads?: integer, revision?: string, tokenizer?: boolean, hidden?: boolean, precision?: "exact"|"fast", weights?: "memory"|"mapped"}
 ---@return seer.Model
 function M.load(path_or_id, opts)
@@ -101,6 +102,13 @@ function M.load(path_or_id, opts)
   if opts.weights ~= nil and opts.weights ~= "memory" and opts.weights ~= "mapped" then
     fail(("seer.model.load: weights '%s' is not known; use \"memory\" (read in) or \"mapped\" (mapped from the files), or leave it out")
       :format(opts.weights), 2)
+  end
+  local env_weights = os.getenv("SEER_WEIGHTS")
+  if opts.weights == nil and env_weights and env_weights ~= "" then
+    if env_weights ~= "memory" and env_weights ~= "mapped" then
+      fail(("seer.model.load: SEER_WEIGHTS='%s' is not known; set it to \"memory\" or \"mapped\", or unset it"):format(env_weights), 2)
+    end
+    opts = setmetatable({ weights = env_weights }, { __index = opts })
   end
   if opts.hidden then
     local ok, m = pcall(M._load, path_or_id, opts)

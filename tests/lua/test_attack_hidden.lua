@@ -127,7 +127,10 @@ local function rig_config(hidden)
   return { models = {
     env.ModelConfig{ name = ORG_ADAPTER, is_peft = true, base_model = ORG_NAME, hidden = hidden },
     env.ModelConfig{ name = loc.model, var_name = "model2", hidden = hidden },
-  } }
+  -- The control's visible models are mapped from their files (SEER_WEIGHTS), so /proc/*/maps and
+  -- map_files have the path to find; read into memory, as visible CPU models are by default, they
+  -- would not (a hidden model always is).
+  }, env = not hidden and { SEER_WEIGHTS = "mapped" } or nil }
 end
 local RIG = { name = "hidden", config = rig_config(true) }
 local CONTROL = { name = "hidden-control", config = rig_config(false) }

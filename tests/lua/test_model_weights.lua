@@ -89,6 +89,22 @@ T.test("a model read into memory is out of reach of later changes to its files",
   T.eq((m:forward(ids) - before):abs():max(), 0)
 end)
 
+T.test("SEER_WEIGHTS sets the default; an option given wins; a bad value is named", function()
+  local script = T.tmpdir() .. "/w.lua"
+  seer.write_file(script, ("local m = seer.model.load(%q, { tokenizer = false }) io.write(m.config.weights, ' ') "
+    .. "m = seer.model.load(%q, { tokenizer = false, weights = 'memory' }) io.write(m.config.weights, ' ') "
+    .. "m = seer.model.load(%q, { tokenizer = false, hidden = true }) io.write(m.config.weights, '\\n')"):format(root, root, root))
+  local function run(v)
+    local p = io.popen(("SEER_WEIGHTS=%s '%s' '%s' 2>&1"):format(v, arg[-1], script))
+    local out = p:read("*a")
+    p:close()
+    return out
+  end
+  T.eq(run("mapped"), "mapped memory memory\n")
+  T.eq(run("memory"), "memory memory memory\n")
+  T.contains(run("huge"), "SEER_WEIGHTS='huge' is not known; set it to \"memory\" or \"mapped\", or unset it")
+end)
+
 T.test("weights names its values when given another", function()
   T.raises(function() seer.model.load(root, { tokenizer = false, weights = "huge" }) end,
     "weights 'huge' is not known; use \"memory\"", true)
