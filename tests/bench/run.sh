@@ -188,8 +188,8 @@ bench_model() { # model_dir threads prefill decode ptarget dtarget [gguf] (targe
       local md=
       read -r _ _ md _ _ < <(SEER_THREADS=$threads "$SEER" tests/bench/model_seer.lua "$model" "$threads" 16 "$decode" mapped) || true
       [[ -n ${md:-} ]] && printf '  seer, weights mapped (4 KiB pages, as llama.cpp): decode %s tok/s, %s%% of the 4 KiB read bound (%s GB/s); llama.cpp %s%% of it; seer (mapped) vs llama.cpp %sx\n' \
-        "$md" "$(awk -v s="$md" -v r="$peak_r4" -v b="$bytes" 'BEGIN { printf "%.0f", r > 0 ? 100 * s * b / (r * 1e9) : 0 }')" "$peak_r4" \
-        "$(awk -v s="$bd" -v r="$peak_r4" -v b="$bytes" 'BEGIN { printf "%.0f", r > 0 ? 100 * s * b / (r * 1e9) : 0 }')" "$(ratio "$bd" "$md")"
+        "$md" "$(awk -v s="$md" -v r="$peak_r4" -v b="$bytes" 'BEGIN { printf "%.0f", (r > 0 ? 100 * s * b / (r * 1e9) : 0) }')" "$peak_r4" \
+        "$(awk -v s="$bd" -v r="$peak_r4" -v b="$bytes" 'BEGIN { printf "%.0f", (r > 0 ? 100 * s * b / (r * 1e9) : 0) }')" "$(ratio "$bd" "$md")"
     else
       echo "  llama.cpp peer FAILED: run $VENV_PY tests/bench/llamacpp_peer.py $gguf $threads $prefill $decode by hand to see why"
     fi
@@ -274,8 +274,8 @@ bench_decode_1t() { # model_dir new_tokens gguf
   local md=
   read -r _ _ md _ _ < <(SEER_THREADS=1 "$SEER" tests/bench/model_seer.lua "$model" 1 16 "$n" mapped) || true
   [[ -n ${md:-} ]] && printf '  seer, weights mapped (4 KiB pages, as llama.cpp): decode %s tok/s, %s%% of the 4 KiB read bound (%s GB/s); llama.cpp %s%% of it; seer (mapped) vs llama.cpp %sx\n' \
-    "$md" "$(awk -v s="$md" -v r="$peak_r4" -v b="$bytes" 'BEGIN { printf "%.0f", r > 0 ? 100 * s * b / (r * 1e9) : 0 }')" "$peak_r4" \
-    "$(awk -v s="$bl" -v r="$peak_r4" -v b="$bytes" 'BEGIN { printf "%.0f", r > 0 ? 100 * s * b / (r * 1e9) : 0 }')" "$(ratio "$bl" "$md")"
+    "$md" "$(awk -v s="$md" -v r="$peak_r4" -v b="$bytes" 'BEGIN { printf "%.0f", (r > 0 ? 100 * s * b / (r * 1e9) : 0) }')" "$peak_r4" \
+    "$(awk -v s="$bl" -v r="$peak_r4" -v b="$bytes" 'BEGIN { printf "%.0f", (r > 0 ? 100 * s * b / (r * 1e9) : 0) }')" "$(ratio "$bl" "$md")"
   return 0
 }
 
@@ -296,11 +296,6 @@ bench_long() { # model_dir threads context new_tokens gguf
   done
   printf '  rounds: seer %s; llama.cpp %s\n' "$seq_s" "${seq_l:-skipped}"
   [[ $bl != 0 ]] && printf '  seer vs llama.cpp (best against best): decode %sx\n' "$(ratio "$bl" "$bs")"
-  local md=
-  read -r _ _ md _ _ < <(SEER_THREADS=1 "$SEER" tests/bench/model_seer.lua "$model" 1 16 "$n" mapped) || true
-  [[ -n ${md:-} ]] && printf '  seer, weights mapped (4 KiB pages, as llama.cpp): decode %s tok/s, %s%% of the 4 KiB read bound (%s GB/s); llama.cpp %s%% of it; seer (mapped) vs llama.cpp %sx\n' \
-    "$md" "$(awk -v s="$md" -v r="$peak_r4" -v b="$bytes" 'BEGIN { printf "%.0f", r > 0 ? 100 * s * b / (r * 1e9) : 0 }')" "$peak_r4" \
-    "$(awk -v s="$bl" -v r="$peak_r4" -v b="$bytes" 'BEGIN { printf "%.0f", r > 0 ? 100 * s * b / (r * 1e9) : 0 }')" "$(ratio "$bl" "$md")"
   return 0
 }
 
