@@ -241,7 +241,9 @@ int seer_st_open_buffer(seer_st_file_t **out, const void *data, size_t n, const 
 
 int seer_st_open(seer_st_file_t **out, const char *path, seer_err_t *err) {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO planted in a model folder is refused below instead of waited on (it does
+     * nothing to a regular file) */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         int e = errno;
         return seer_err_set(err, e == ENOENT ? SEER_ENOTFOUND : SEER_EIO, "cannot open %s: %s", path, strerror(e));
@@ -298,7 +300,7 @@ static void *map_huge(size_t n) {
 int seer_st_open_copy(seer_st_file_t **out, const char *path, const char *label, seer_st_progress_fn progress, void *ctx,
                       seer_err_t *err) {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         int e = errno;
         return seer_err_set(err, e == ENOENT ? SEER_ENOTFOUND : SEER_EIO, "cannot open %s: %s", label, strerror(e));

@@ -105,6 +105,21 @@ T.test("SEER_WEIGHTS sets the default; an option given wins; a bad value is name
   T.contains(run("huge"), "SEER_WEIGHTS='huge' is not known; set it to \"memory\" or \"mapped\", or unset it")
 end)
 
+T.test("a shard that is a FIFO is refused, not waited on, in both modes", function()
+  local d = copy_model()
+  assert(os.execute(("mkfifo '%s/shard-2.safetensors'"):format(d)) == 0)
+  local all = tensor.load(root .. "/model.safetensors")
+  tensor.save(d .. "/shard-1.safetensors", all)
+  os.remove(d .. "/model.safetensors")
+  local wm = {}
+  for name in pairs(all) do wm[name] = "shard-1.safetensors" end
+  wm["lm_head.extra"] = "shard-2.safetensors"
+  seer.write_file(d .. "/model.safetensors.index.json", seer.json.encode({ weight_map = wm }))
+  for _, w in ipairs({ "memory", "mapped" }) do
+    T.raises(function() seer.model.load(d, { tokenizer = false, weights = w }) end, "shard-2.safetensors: not a regular file", true)
+  end
+end)
+
 T.test("weights names its values when given another", function()
   T.raises(function() seer.model.load(root, { tokenizer = false, weights = "huge" }) end,
     "weights 'huge' is not known; use \"memory\"", true)
