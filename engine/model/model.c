@@ -173,11 +173,18 @@ static int open_shards(seer_model_t *m, const shard_list_t *l, int weights, seer
         static int told;
         if (!m->in_memory && !told) {
             told = 1;
-            fprintf(stderr,
-                    "seer: the weights (%.2f GiB) are mapped from their files, not read into memory: %.2f GiB is "
-                    "available and they would take more than half of it (decode reads mapped weights more slowly; "
-                    "weights = \"memory\" reads them in anyway)\n",
-                    (double)total / 1073741824.0, (double)avail / 1073741824.0);
+            if (avail)
+                fprintf(stderr,
+                        "seer: the weights (%.2f GiB) are mapped from their files, not read into memory: %.2f GiB is "
+                        "available and they would take more than half of it (decode reads mapped weights more slowly; "
+                        "weights = \"memory\" reads them in anyway)\n",
+                        (double)total / 1073741824.0, (double)avail / 1073741824.0);
+            else
+                fprintf(stderr,
+                        "seer: the weights (%.2f GiB) are mapped from their files, not read into memory: the available "
+                        "memory could not be read from /proc/meminfo (decode reads mapped weights more slowly; "
+                        "weights = \"memory\" reads them in anyway)\n",
+                        (double)total / 1073741824.0);
         }
     }
     read_progress_t pr = {.show = m->in_memory && total >= ((size_t)1 << 30) && isatty(2), .last_pct = -1, .total = total};
