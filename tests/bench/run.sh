@@ -108,7 +108,7 @@ bench_model() { # model_dir threads prefill decode ptarget dtarget [gguf] (targe
   local model=$1 threads=$2 prefill=$3 decode=$4 target=$5 dtarget=$6 gguf=${7:-}
   measure_peak "$threads"
   local bytes
-  bytes=$("$SEER" -e 'local m = seer.model.load(arg[1], {tokenizer = false}) io.write(string.format("%d", m.config.weight_bytes))' "$model")
+  bytes=$("$SEER" -e 'local m = seer.model.load(arg[1], {tokenizer = false, weights = "mapped"}) io.write(string.format("%d", m.config.weight_bytes))' "$model")
   echo "== $(basename "$(dirname "$model")")/$(basename "$model"), $threads thread(s): load ms, prefill tok/s ($prefill), decode tok/s ($decode)"
   read -r sl sp sd _ flops < <(SEER_THREADS=$threads "$SEER" tests/bench/model_seer.lua "$model" "$threads" "$prefill" "$decode")
   printf '  seer              load %8s ms  prefill %9s tok/s  decode %9s tok/s\n' "$sl" "$sp" "$sd"
@@ -234,7 +234,7 @@ bench_batch() { # model_dir threads new_tokens gguf
   # f32 FMA peak: the batched kernels widen bf16 to f32), whichever is slower.
   local peak_f peak_a peak_r info bytes fl
   read -r peak_f peak_a peak_r _ <<<"${PEAKS[$threads]:-0 0 0 0}"
-  info=$("$SEER" -e 'local m = seer.model.load(arg[1], {tokenizer = false}) local c = m.config
+  info=$("$SEER" -e 'local m = seer.model.load(arg[1], {tokenizer = false, weights = "mapped"}) local c = m.config
     local es = c.weight_bytes / c.num_parameters
     io.write(string.format("%d %.0f", c.weight_bytes, 2 * (c.weight_bytes / es - c.vocab_size * c.hidden_size)))' "$model" 2>/dev/null) || info=
   read -r bytes fl <<<"$info"
@@ -254,7 +254,7 @@ bench_decode_1t() { # model_dir new_tokens gguf
   local model=$1 n=$2 gguf=$3 r rounds=${BENCH_ROUNDS:-2} sd ld bs=0 bl=0 seq_s= seq_l= bytes peak_r peak_r4
   measure_peak 1
   read -r _ _ peak_r peak_r4 <<<"${PEAKS[1]}"
-  bytes=$("$SEER" -e 'local m = seer.model.load(arg[1], {tokenizer = false}) io.write(string.format("%d", m.config.weight_bytes))' "$model")
+  bytes=$("$SEER" -e 'local m = seer.model.load(arg[1], {tokenizer = false, weights = "mapped"}) io.write(string.format("%d", m.config.weight_bytes))' "$model")
   echo "== $(basename "$(dirname "$model")")/$(basename "$model"), 1 thread: decode tok/s ($n tokens), seer and llama.cpp alternating, best of $rounds"
   for ((r = 1; r <= rounds; r++)); do
     read -r _ _ sd _ _ < <(SEER_THREADS=1 "$SEER" tests/bench/model_seer.lua "$model" 1 16 "$n")

@@ -29,7 +29,7 @@ local function commas(n)
 end
 
 local function info(path)
-  local model = seer.model.load(path)
+  local model = seer.model.load(path, { weights = "mapped" }) -- metadata only: nothing to read in
   local c = model.config
   local rows = {
     { "path", model.path },
