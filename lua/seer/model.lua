@@ -13,7 +13,7 @@ local core = require "seer.core.model"
 local M = {}
 
 ---@class seer.Model
----@field config table config.json's fields with transformers' names (num_hidden_layers, hidden_size, ...), plus dtype, num_parameters, weight_bytes, path
+---@field config table config.json's fields with transformers' names (num_hidden_layers, hidden_size, ...), plus dtype, num_parameters, weight_bytes, weights ("memory" or "mapped": where the weights live), path
 ---@field tokenizer? table the tokenizer found beside the weights (nil when the directory has none)
 ---@field path string the model directory
 ---@field id string what was passed to load
