@@ -110,3 +110,14 @@ void seer_atomic_abort(seer_atomic_file_t *f) {
         f->tmp = NULL;
     }
 }
+
+void seer_progress_add(seer_progress_t *p, size_t bytes) {
+    p->done += bytes;
+    if (!p->show) return;
+    int pct = p->total ? (int)(100.0 * (double)p->done / (double)p->total) : 100;
+    if (pct == p->last_pct) return;
+    p->last_pct = pct;
+    fprintf(stderr, "\rseer: %s %3d%% (%.2f / %.2f GiB)%s", p->what, pct, (double)p->done / 1073741824.0,
+            (double)p->total / 1073741824.0, p->done >= p->total ? "\n" : "");
+    fflush(stderr);
+}

@@ -51,6 +51,16 @@ int seer_atomic_write(seer_atomic_file_t *f, const void *data, size_t n, seer_er
 int seer_atomic_commit(seer_atomic_file_t *f, seer_err_t *err);
 void seer_atomic_abort(seer_atomic_file_t *f); /* removes the temporary file; safe to repeat */
 
+/* A percentage line on stderr for a long transfer of bytes ("\rseer: <what> 42% (0.80 / 1.90
+ * GiB)"), rewritten only when the percentage changes and ended with a newline at 100%. Set show
+ * (e.g. isatty(2)), total and what, last_pct = -1; then seer_progress_add for each piece. */
+typedef struct seer_progress {
+    int show, last_pct;
+    size_t done, total;
+    const char *what;
+} seer_progress_t;
+void seer_progress_add(seer_progress_t *p, size_t bytes);
+
 /* "0.1.0"; the build adds the git revision in seer_version_long(). */
 const char *seer_version(void);
 const char *seer_version_long(void);

@@ -101,24 +101,6 @@ static void to_bf16(uint16_t *dst, const seer_weight_t *w, size_t off, size_t n)
     }
 }
 
-typedef struct {
-    int show;
-    size_t done, total;
-    int last_pct;
-    int dev;
-} progress_t;
-
-static void progress_tick(progress_t *p, size_t add) {
-    p->done += add;
-    if (!p->show) return;
-    int pct = p->total ? (int)(100.0 * (double)p->done / (double)p->total) : 100;
-    if (pct == p->last_pct) return;
-    p->last_pct = pct;
-    fprintf(stderr, "\rseer: weights to cuda:%d %3d%% (%.2f / %.2f GiB)%s", p->dev, pct,
-            (double)p->done / 1073741824.0, (double)p->total / 1073741824.0, p->done >= p->total ? "\n" : "");
-    fflush(stderr);
-}
-
 /* The device copy already made of host data, or 0. */
 static seer_devptr_t uploaded(const struct seer_gpu_model *g, const void *host) {
     for (int i = 0; i < g->nup; i++)
@@ -139,7 +121,7 @@ static int remember(struct seer_gpu_model *g, upload_t u, seer_err_t *err) {
 
 /* Uploads a weight as bf16 (once per distinct tensor: a tied head reuses the embeddings). */
 static int upload(struct seer_gpu_model *g, const seer_weight_t *w, seer_devptr_t *out, const char *what,
-                  progress_t *pr, seer_err_t *err) {
+                  seer_progress_t *pr, seer_err_t *err) {
     *out = 0;
     if (!w || !w->data) return 0;
     if ((*out = uploaded(g, w->data)) != 0) return 0;
@@ -166,7 +148,7 @@ static int upload(struct seer_gpu_model *g, const seer_weight_t *w, seer_devptr_
         if ((rc = seer_cuda_sync(g->d, err)) < 0) return rc;
         to_bf16(g->staging, w, off, m);
         if ((rc = seer_cuda_htod(g->d, dp + off * 2, g->staging, m * 2, err)) < 0) return rc;
-        progress_tick(pr, m * 2);
+        seer_progress_add(pr, m * 2);
     }
     *out = dp;
     return 0;
@@ -276,7 +258,9 @@ int seer_gpu_attach(seer_model_t *m, int device, int progress, seer_err_t *err) 
         rc = seer_err_set(err, SEER_ENOMEM, "out of memory");
         goto fail;
     }
-    progress_t pr = {.show = progress > 0 || (progress < 0 && isatty(2)), .total = need, .last_pct = -1, .dev = device};
+    char label[48];
+    snprintf(label, sizeof label, "weights to cuda:%d", device);
+    seer_progress_t pr = {.show = progress > 0 || (progress < 0 && isatty(2)), .total = need, .last_pct = -1, .what = label};
     char what[96];
     if ((rc = upload(g, &m->embed, &g->embed, "the embeddings", &pr, err)) < 0 ||
         (rc = upload(g, &m->final_norm, &g->final_norm, "the final norm", &pr, err)) < 0 ||

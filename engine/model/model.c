@@ -50,24 +50,8 @@ static int join_path(char *out, size_t size, const char *dir, const char *name, 
     return 0;
 }
 
-/* Progress of reading the weights into memory, on stderr when it is a terminal and the weights
- * are large enough to take a while (about 0.2 s per GiB here). */
-typedef struct {
-    int show, last_pct;
-    size_t done, total;
-} read_progress_t;
-
-static void read_tick(void *ctx, size_t add) {
-    read_progress_t *p = ctx;
-    p->done += add;
-    if (!p->show) return;
-    int pct = p->total ? (int)(100.0 * (double)p->done / (double)p->total) : 100;
-    if (pct == p->last_pct) return;
-    p->last_pct = pct;
-    fprintf(stderr, "\rseer: reading weights %3d%% (%.2f / %.2f GiB)%s", pct, (double)p->done / 1073741824.0,
-            (double)p->total / 1073741824.0, p->done >= p->total ? "\n" : "");
-    fflush(stderr);
-}
+/* seer_st_open_copy's progress callback: the bytes go to a seer_progress_t. */
+static void read_tick(void *ctx, size_t add) { seer_progress_add(ctx, add); }
 
 /* limit - usage from two files of a cgroup directory, the inactive file cache (stat_key in
  * memory.stat: reclaimed before anything else) not counted as use; SIZE_MAX when there is no
@@ -187,7 +171,9 @@ static int open_shards(seer_model_t *m, const shard_list_t *l, int weights, seer
                         (double)total / 1073741824.0);
         }
     }
-    read_progress_t pr = {.show = m->in_memory && total >= ((size_t)1 << 30) && isatty(2), .last_pct = -1, .total = total};
+    /* a progress line on a terminal when the read takes a while (about 0.2 s per GiB here) */
+    seer_progress_t pr = {.show = m->in_memory && total >= ((size_t)1 << 30) && isatty(2), .last_pct = -1, .total = total,
+                          .what = "reading weights"};
     for (int i = 0; i < l->n; i++) {
         int rc = join_path(path, sizeof path, m->dir, l->names[i], err);
         if (rc < 0) return rc;
