@@ -171,7 +171,7 @@ static int open_shards(seer_model_t *m, const shard_list_t *l, int weights, seer
                         (double)total / 1073741824.0);
         }
     }
-    /* a progress line on a terminal when the read takes a while (about 0.2 s per GiB here) */
+    /* a progress line on a terminal when the read takes a while (0.2-0.5 s per GiB here) */
     seer_progress_t pr = {.show = m->in_memory && total >= ((size_t)1 << 30) && isatty(2), .last_pct = -1, .total = total,
                           .what = "reading weights"};
     for (int i = 0; i < l->n; i++) {
