@@ -10,7 +10,8 @@
  *        with the weights, with nothing written back), on transparent huge pages (MADV_HUGEPAGE)
  *        as seer keeps the weights it reads into memory;
  *   READ4K: the same on 4 KiB pages (MADV_NOHUGEPAGE), as a file mapping is (llama.cpp's GGUF,
- *        seer's weights = "mapped"): the hardware prefetchers stop at every page boundary.
+ *        seer's weights = "mapped"). Each is measured once, one after the other, so the VM's
+ *        minute-to-minute drift is in their difference too.
  * Each is the best of 5 runs (FMA and AMX about 50 ms each, READ about 256 MiB per thread).
  * Not x86: prints "0 0 0 0". */
 #ifndef _GNU_SOURCE

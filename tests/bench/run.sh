@@ -104,6 +104,16 @@ have_llamacpp() { "$VENV_PY" -c 'import llama_cpp' 2>/dev/null; }
 # so the bench asks for passive waiting (LLAMA_OMP_WAIT=active restores the default).
 LLAMA_OMP_WAIT=${LLAMA_OMP_WAIT:-passive}
 
+# One seer decode with weights = "mapped" (4 KiB pages, as llama.cpp maps its GGUF), beside
+# llama.cpp's best, both as shares of the 4 KiB read bound: what the huge pages alone are worth.
+mapped_decode() { # model_dir threads new_tokens llama_tok_s weight_bytes read4k_gbs
+  local md= share='BEGIN { printf "%.0f", (r > 0 ? 100 * s * b / (r * 1e9) : 0) }'
+  read -r _ _ md _ _ < <(SEER_THREADS=$2 "$SEER" tests/bench/model_seer.lua "$1" "$2" 16 "$3" mapped) || true
+  [[ -n ${md:-} ]] || return 0
+  printf '  seer, weights mapped (4 KiB pages, as llama.cpp): decode %s tok/s, %s%% of the 4 KiB read bound (%s GB/s); llama.cpp %s%% of it; seer (mapped) vs llama.cpp %sx\n' \
+    "$md" "$(awk -v s="$md" -v r="$6" -v b="$5" "$share")" "$6" "$(awk -v s="$4" -v r="$6" -v b="$5" "$share")" "$(ratio "$4" "$md")"
+}
+
 bench_model() { # model_dir threads prefill decode ptarget dtarget [gguf] (targets: Nx transformers; gguf: the llama.cpp peer's file)
   local model=$1 threads=$2 prefill=$3 decode=$4 target=$5 dtarget=$6 gguf=${7:-}
   measure_peak "$threads"
@@ -185,11 +195,7 @@ bench_model() { # model_dir threads prefill decode ptarget dtarget [gguf] (targe
       printf '  seer vs llama.cpp (best against best): prefill %sx, decode %sx\n' "$(ratio "$bp" "$bsp")" "$(ratio "$bd" "$bsd")"
       # seer reads its weights into huge-page memory; llama.cpp maps its GGUF file (4 KiB pages).
       # One more seer decode with weights = "mapped" shows what the pages alone are worth.
-      local md=
-      read -r _ _ md _ _ < <(SEER_THREADS=$threads "$SEER" tests/bench/model_seer.lua "$model" "$threads" 16 "$decode" mapped) || true
-      [[ -n ${md:-} ]] && printf '  seer, weights mapped (4 KiB pages, as llama.cpp): decode %s tok/s, %s%% of the 4 KiB read bound (%s GB/s); llama.cpp %s%% of it; seer (mapped) vs llama.cpp %sx\n' \
-        "$md" "$(awk -v s="$md" -v r="$peak_r4" -v b="$bytes" 'BEGIN { printf "%.0f", (r > 0 ? 100 * s * b / (r * 1e9) : 0) }')" "$peak_r4" \
-        "$(awk -v s="$bd" -v r="$peak_r4" -v b="$bytes" 'BEGIN { printf "%.0f", (r > 0 ? 100 * s * b / (r * 1e9) : 0) }')" "$(ratio "$bd" "$md")"
+      mapped_decode "$model" "$threads" "$decode" "$bd" "$bytes" "$peak_r4"
     else
       echo "  llama.cpp peer FAILED: run $VENV_PY tests/bench/llamacpp_peer.py $gguf $threads $prefill $decode by hand to see why"
     fi
@@ -271,11 +277,7 @@ bench_decode_1t() { # model_dir new_tokens gguf
   printf '  read bound        %s tok/s (1 thread reading %s GB/s): seer at %s%%, llama.cpp at %s%%\n' "$rb" "$peak_r" \
     "$(awk -v s="$bs" -v b="$rb" 'BEGIN { printf "%.0f", 100 * s / b }')" "$(awk -v s="$bl" -v b="$rb" 'BEGIN { printf "%.0f", 100 * s / b }')"
   [[ $bl != 0 ]] && printf '  seer vs llama.cpp (best against best): decode %sx\n' "$(ratio "$bl" "$bs")"
-  local md=
-  read -r _ _ md _ _ < <(SEER_THREADS=1 "$SEER" tests/bench/model_seer.lua "$model" 1 16 "$n" mapped) || true
-  [[ -n ${md:-} ]] && printf '  seer, weights mapped (4 KiB pages, as llama.cpp): decode %s tok/s, %s%% of the 4 KiB read bound (%s GB/s); llama.cpp %s%% of it; seer (mapped) vs llama.cpp %sx\n' \
-    "$md" "$(awk -v s="$md" -v r="$peak_r4" -v b="$bytes" 'BEGIN { printf "%.0f", (r > 0 ? 100 * s * b / (r * 1e9) : 0) }')" "$peak_r4" \
-    "$(awk -v s="$bl" -v r="$peak_r4" -v b="$bytes" 'BEGIN { printf "%.0f", (r > 0 ? 100 * s * b / (r * 1e9) : 0) }')" "$(ratio "$bl" "$md")"
+  mapped_decode "$model" 1 "$n" "$bl" "$bytes" "$peak_r4"
   return 0
 }
 
