@@ -141,7 +141,7 @@ static int add_shard(seer_model_t *m, shard_list_t *l, const char *name, seer_er
 
 /* Opens the listed shards: read into memory (hidden models, weights = "memory", and by default on
  * the CPU when they fit in half the available memory) or mapped. */
-static int open_shards(seer_model_t *m, const shard_list_t *l, int weights, seer_err_t *err) {
+static int open_shards(seer_model_t *m, const shard_list_t *l, int weights, int on_gpu, seer_err_t *err) {
     char path[PATH_MAX];
     size_t total = 0;
     struct stat st;
@@ -151,7 +151,7 @@ static int open_shards(seer_model_t *m, const shard_list_t *l, int weights, seer
         if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) total += (size_t)st.st_size;
     }
     m->in_memory = m->hidden || weights == SEER_WEIGHTS_MEMORY;
-    if (weights == SEER_WEIGHTS_AUTO && !m->hidden && !m->on_gpu) {
+    if (weights == SEER_WEIGHTS_AUTO && !m->hidden && !on_gpu) {
         size_t avail = available_memory();
         m->in_memory = avail && total <= avail / 2;
         static int told;
@@ -190,7 +190,7 @@ static int open_shards(seer_model_t *m, const shard_list_t *l, int weights, seer
     return 0;
 }
 
-static int open_weights(seer_model_t *m, int weights, seer_err_t *err) {
+static int open_weights(seer_model_t *m, int weights, int on_gpu, seer_err_t *err) {
     char path[PATH_MAX];
     shard_list_t l = {.n = 0};
     int rc = join_path(path, sizeof path, m->dir, "model.safetensors.index.json", err);
@@ -220,7 +220,7 @@ static int open_weights(seer_model_t *m, int weights, seer_err_t *err) {
         else
             rc = add_shard(m, &l, "model.safetensors", err);
     }
-    if (rc == 0) rc = open_shards(m, &l, weights, err);
+    if (rc == 0) rc = open_shards(m, &l, weights, on_gpu, err);
     for (int i = 0; i < l.n; i++) free(l.names[i]);
     return rc;
 }
@@ -384,8 +384,7 @@ int seer_model_load(seer_model_t **out, const char *dir, const seer_model_opts_t
             gpu_idx = -1;
         }
     }
-    m->on_gpu = gpu_idx >= 0;
-    if ((rc = open_weights(m, opts ? opts->weights : SEER_WEIGHTS_AUTO, err)) < 0) goto fail;
+    if ((rc = open_weights(m, opts ? opts->weights : SEER_WEIGHTS_AUTO, gpu_idx >= 0, err)) < 0) goto fail;
     if (multimodal && (rc = multimodal_prefixes(m, err)) < 0) goto fail;
     m->layers = calloc((size_t)m->cfg.num_layers, sizeof *m->layers);
     if (!m->layers) {

@@ -80,7 +80,6 @@ struct seer_model {
     void (*lora_free)(void *lora_state);
     int hidden;         /* seer_model_opts_t.hidden */
     int in_memory;      /* the shards were read into memory (seer_st_open_copy), not mapped */
-    int on_gpu;         /* a CUDA device was asked for and is there (set before the weights open) */
     int fast_bf16;      /* seer_model_opts_t.fast_bf16 */
     /* Weight names are looked up with "model." replaced by model_prefix and "lm_head." by
      * head_prefix when those are set (a Gemma 3 multimodal checkpoint's language model). */
