@@ -347,9 +347,21 @@ _Static_assert(SEER_KB % 16 == 0, "SEER_KB: slices must start every bf16/f16 cha
 #ifndef SEER_PACK_X
 #define SEER_PACK_X 1
 #endif
-#ifndef SEER_PF_SPREAD
-#define SEER_PF_SPREAD 1
-#endif
+/* The walk over the next slice's lines that the micro-kernels prefetch as they go, one line per
+ * iteration of their loop up to their share (`pq`), then the rest of the share after it: `p` the
+ * next line, `line` its index in its row's run of `lines` lines, `skip` the bytes from a run's end
+ * to the next row's. Issued from inside the FMA loop rather than in a loop between the calls. */
+typedef struct {
+    const char *p;
+    int line, lines;
+    size_t skip;
+} seer_pfw_t;
+#define SEER_PF_LINE(P, L, PF)                                                                           \
+    do {                                                                                                 \
+        _mm_prefetch((P), _MM_HINT_T0);                                                                  \
+        (P) += 64;                                                                                       \
+        if (++(L) == (PF)->lines) (L) = 0, (P) += (PF)->skip;                                            \
+    } while (0)
 /* The body of both micro-kernels: the 3 x NT accumulators in from acc (zero for the first
  * slice, `fresh`: clearing the buffer for every row block was 2% of a batch-16 step), then for
  * each 8-block i of the chain (off, off + step, ...) three rows' vectors v0..v2 (LOAD3(CVT, i)
@@ -359,7 +371,10 @@ _Static_assert(SEER_KB % 16 == 0, "SEER_KB: slices must start every bf16/f16 cha
     _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                                                    \
         _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++)                                                 \
             a[t][k] = fresh ? _mm256_setzero_ps() : _mm256_load_ps(acc + (t * 3 + k) * 8);                   \
+    const char *pfp = pf->p;                                                                                 \
+    int pfl = pf->line;                                                                                      \
     for (int i = off; i < nk; i += step) {                                                                   \
+        if (pq > 0) { SEER_PF_LINE(pfp, pfl, pf); pq--; }                                                    \
         LOAD3(CVT, i);                                                                                       \
         _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                              \
             __m256 xv = _mm256_loadu_ps(x + (size_t)t * xs + (size_t)i);                                     \
@@ -368,6 +383,8 @@ _Static_assert(SEER_KB % 16 == 0, "SEER_KB: slices must start every bf16/f16 cha
             a[t][2] = _mm256_fmadd_ps(v2, xv, a[t][2]);                                                      \
         }                                                                                                    \
     }                                                                                                        \
+    for (; pq > 0; pq--) SEER_PF_LINE(pfp, pfl, pf);                                                         \
+    pf->p = pfp, pf->line = pfl;                                                                             \
     _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                                                    \
         _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++) _mm256_store_ps(acc + (t * 3 + k) * 8, a[t][k])
 /* f32 rows (or a panel already widened) read in place */
@@ -385,7 +402,8 @@ _Static_assert(SEER_KB % 16 == 0, "SEER_KB: slices must start every bf16/f16 cha
     _mm256_store_ps(p2 + (i), v2)
 #define SEER_DEF_MICRO(NT)                                                                                       \
     __attribute__((target("avx2,fma,f16c"))) static inline void micro3x##NT(                                     \
-        const float *w0, const float *w1, const float *w2, const float *x, size_t xs, int off, int step, int nk, float *acc, int fresh) { \
+        const float *w0, const float *w1, const float *w2, const float *x, size_t xs, int off, int step, int nk, float *acc, int fresh, \
+        seer_pfw_t *pf, int pq) {                                                                            \
         SEER_MICRO_BODY(NT, SEER_LOAD3_F32, _);                                                              \
     }
 SEER_DEF_MICRO(1)
@@ -402,7 +420,8 @@ SEER_DEF_MICRO(4)
 #define SEER_DEF_MICROW(NT, NAME, CVT) SEER_DEF_MICROWT(NT, NAME, CVT, uint16_t)
 #define SEER_DEF_MICROWT(NT, NAME, CVT, T)                                                                      \
     __attribute__((target("avx2,fma,f16c"))) static inline void NAME##NT(                                       \
-        const T *const *h, float *const *pn, const float *x, size_t xs, int off, int step, int nk, float *acc, int fresh) { \
+        const T *const *h, float *const *pn, const float *x, size_t xs, int off, int step, int nk, float *acc, int fresh, \
+        seer_pfw_t *pf, int pq) {                                                                            \
         const T *h0 = h[0], *h1 = h[1], *h2 = h[2];                                                          \
         float *p0 = pn[0], *p1 = pn[1], *p2 = pn[2];                                                         \
         SEER_MICRO_BODY(NT, SEER_LOAD3_WIDEN, CVT);                                                          \
@@ -482,22 +501,14 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
                 int64_t pr = r, pn = nr, pk = k0 + SEER_KB;
                 if (pk >= n8) pr = pf_r, pn = pf_n, pk = 0;
                 int pbytes = (int)((n8 - pk < SEER_KB ? n8 - pk : SEER_KB) * (int64_t)es);
-                int plines = (pbytes + 63) / 64, ptotal = t0 == 0 && pn > 0 ? (int)pn * plines : 0, pdone = 0, pline = 0;
-                /* walked line by line, without a division: the prefetch address as pr + pdone / plines
-                 * rows and pdone % plines lines, computed with two integer divisions per prefetch,
-                 * took about 15% of the kernel's samples (perf, make bench-kernel at 16 tokens); the
-                 * walk was faster on 16 of 18 shape-rounds, by 10-20% (three interleaved rounds) */
-                const char *pnext = ptotal ? pb + ((size_t)pr * (size_t)in + (size_t)pk) * es : pb;
-                size_t prow_skip = (size_t)in * es - (size_t)plines * 64;
-#define SEER_PF_NEXT()                                                                                   \
-    do {                                                                                                 \
-        _mm_prefetch(pnext, _MM_HINT_T0);                                                                \
-        pnext += 64;                                                                                     \
-        if (++pline == plines) pline = 0, pnext += prow_skip;                                            \
-    } while (0)
-#if !SEER_PF_SPREAD
-                for (; pdone < ptotal; pdone++) SEER_PF_NEXT();
-#endif
+                int plines = (pbytes + 63) / 64, ptotal = t0 == 0 && pn > 0 ? (int)pn * plines : 0;
+                /* walked line by line (seer_pfw_t), without a division per line: the address as
+                 * pr + pdone / plines rows and pdone % plines lines took about 15% of the kernel's
+                 * samples (perf, make bench-kernel at 16 tokens). Each micro-kernel call issues an
+                 * equal share from inside its loop (one division per slice for the share). */
+                seer_pfw_t pfw = {ptotal ? pb + ((size_t)pr * (size_t)in + (size_t)pk) * es : pb, 0, plines,
+                                  (size_t)in * es - (size_t)plines * 64};
+                int pcalls = ng * nm * (w->dtype != SEER_F32 ? 2 : 1), pshare = (ptotal + pcalls - 1) / pcalls, pleft = ptotal;
                 const float *rows[SEER_RB];
                 float *prow[SEER_RB];
                 const uint16_t *hrow[SEER_RB];
@@ -522,39 +533,40 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
                                          : xt + (size_t)g * 4 * (size_t)in + (size_t)k0;
                     size_t xs = xp ? SEER_KB : (size_t)in;
                     for (int m = 0; m < nm; m++) {
-                        for (int upto = ptotal * (g * nm + m + 1) / (ng * nm); pdone < upto; pdone++) SEER_PF_NEXT();
                         float *am = acc + ((size_t)m * (size_t)ng + (size_t)g) * 192;
                         const float **rw = rows + m * 3;
                         for (int off = 0; off < step; off += 8) { /* chain a0, then a1 */
                             float *as = am + off * 12;
+                            int pq = pleft < pshare ? pleft : pshare;
+                            pleft -= pq;
                             if (widen && g == 0) { /* widens this slice into the panel as it goes */
                                 const uint16_t *const *hw = hrow + m * 3;
                                 float *const *pw = prow + m * 3;
                                 if (w->dtype == SEER_F32) switch (gt) {
-                                    case 4: microf3x4(frow + m * 3, pw, xg, xs, off, step, nk, as, k0 == 0); break;
-                                    case 3: microf3x3(frow + m * 3, pw, xg, xs, off, step, nk, as, k0 == 0); break;
-                                    case 2: microf3x2(frow + m * 3, pw, xg, xs, off, step, nk, as, k0 == 0); break;
-                                    default: microf3x1(frow + m * 3, pw, xg, xs, off, step, nk, as, k0 == 0); break;
+                                    case 4: microf3x4(frow + m * 3, pw, xg, xs, off, step, nk, as, k0 == 0, &pfw, pq); break;
+                                    case 3: microf3x3(frow + m * 3, pw, xg, xs, off, step, nk, as, k0 == 0, &pfw, pq); break;
+                                    case 2: microf3x2(frow + m * 3, pw, xg, xs, off, step, nk, as, k0 == 0, &pfw, pq); break;
+                                    default: microf3x1(frow + m * 3, pw, xg, xs, off, step, nk, as, k0 == 0, &pfw, pq); break;
                                     }
                                 else if (w->dtype == SEER_BF16) switch (gt) {
-                                    case 4: microb3x4(hw, pw, xg, xs, off, step, nk, as, k0 == 0); break;
-                                    case 3: microb3x3(hw, pw, xg, xs, off, step, nk, as, k0 == 0); break;
-                                    case 2: microb3x2(hw, pw, xg, xs, off, step, nk, as, k0 == 0); break;
-                                    default: microb3x1(hw, pw, xg, xs, off, step, nk, as, k0 == 0); break;
+                                    case 4: microb3x4(hw, pw, xg, xs, off, step, nk, as, k0 == 0, &pfw, pq); break;
+                                    case 3: microb3x3(hw, pw, xg, xs, off, step, nk, as, k0 == 0, &pfw, pq); break;
+                                    case 2: microb3x2(hw, pw, xg, xs, off, step, nk, as, k0 == 0, &pfw, pq); break;
+                                    default: microb3x1(hw, pw, xg, xs, off, step, nk, as, k0 == 0, &pfw, pq); break;
                                     }
                                 else switch (gt) {
-                                    case 4: microh3x4(hw, pw, xg, xs, off, step, nk, as, k0 == 0); break;
-                                    case 3: microh3x3(hw, pw, xg, xs, off, step, nk, as, k0 == 0); break;
-                                    case 2: microh3x2(hw, pw, xg, xs, off, step, nk, as, k0 == 0); break;
-                                    default: microh3x1(hw, pw, xg, xs, off, step, nk, as, k0 == 0); break;
+                                    case 4: microh3x4(hw, pw, xg, xs, off, step, nk, as, k0 == 0, &pfw, pq); break;
+                                    case 3: microh3x3(hw, pw, xg, xs, off, step, nk, as, k0 == 0, &pfw, pq); break;
+                                    case 2: microh3x2(hw, pw, xg, xs, off, step, nk, as, k0 == 0, &pfw, pq); break;
+                                    default: microh3x1(hw, pw, xg, xs, off, step, nk, as, k0 == 0, &pfw, pq); break;
                                     }
                                 continue;
                             }
                             switch (gt) {
-                            case 4: micro3x4(rw[0], rw[1], rw[2], xg, xs, off, step, nk, as, k0 == 0); break;
-                            case 3: micro3x3(rw[0], rw[1], rw[2], xg, xs, off, step, nk, as, k0 == 0); break;
-                            case 2: micro3x2(rw[0], rw[1], rw[2], xg, xs, off, step, nk, as, k0 == 0); break;
-                            default: micro3x1(rw[0], rw[1], rw[2], xg, xs, off, step, nk, as, k0 == 0); break;
+                            case 4: micro3x4(rw[0], rw[1], rw[2], xg, xs, off, step, nk, as, k0 == 0, &pfw, pq); break;
+                            case 3: micro3x3(rw[0], rw[1], rw[2], xg, xs, off, step, nk, as, k0 == 0, &pfw, pq); break;
+                            case 2: micro3x2(rw[0], rw[1], rw[2], xg, xs, off, step, nk, as, k0 == 0, &pfw, pq); break;
+                            default: micro3x1(rw[0], rw[1], rw[2], xg, xs, off, step, nk, as, k0 == 0, &pfw, pq); break;
                             }
                         }
                     }
@@ -566,6 +578,21 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
                     const float *am = acc + ((size_t)m * (size_t)ng + (size_t)g) * 192;
                     __m256 v[16];
                     _Alignas(32) float sums[16];
+                    if (n8 == in && gt == 4 && m * 3 + 3 <= nr) { /* the common case, without a branch per sum */
+                        const __m256 z = _mm256_setzero_ps();
+                        if (w->dtype == SEER_F32) {
+                            _Pragma("GCC unroll 12") for (int j = 0; j < 12; j++) v[j] = _mm256_add_ps(_mm256_load_ps(am + j * 8), z);
+                        } else {
+                            _Pragma("GCC unroll 12") for (int j = 0; j < 12; j++) v[j] = _mm256_add_ps(_mm256_load_ps(am + j * 8), _mm256_load_ps(am + 96 + j * 8));
+                        }
+                        v[12] = v[13] = v[14] = v[15] = z;
+                        hsum8x8(v, sums);
+                        hsum8x8(v + 8, sums + 8);
+                        float *yb = y + (size_t)(t0 + g * 4) * (size_t)out + (size_t)(r + m * 3);
+                        _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++)
+                            _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++) yb[(size_t)u * (size_t)out + (size_t)k] = sums[u * 3 + k];
+                        continue;
+                    }
                     for (int j = 0; j < 16; j++) { /* a0 + a1 (f32: one chain; no 8-block: none) */
                         __m256 a0 = j < 12 && n8 ? _mm256_load_ps(am + j * 8) : _mm256_setzero_ps();
                         v[j] = _mm256_add_ps(a0, j < 12 && n8 && w->dtype != SEER_F32 ? _mm256_load_ps(am + 96 + j * 8) : _mm256_setzero_ps());
@@ -584,7 +611,6 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
         }
     }
 }
-#undef SEER_PF_NEXT
 /* The same on AVX-512: 16 weights per load, widened in registers; the reduction at the end
  * adds the two 256-bit halves first so the sum order stays fixed for a given CPU path. */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c"))) static inline __m512 w_load16(const seer_weight_t *w,
