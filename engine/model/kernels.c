@@ -343,7 +343,12 @@ static int streamed(const seer_weight_t *w, int n) {
 #define SEER_KB 256
 #endif
 _Static_assert(SEER_KB % 16 == 0, "SEER_KB: slices must start every bf16/f16 chain on a0");
-#define SEER_TB 16  /* tokens per pass over a row block */
+#ifndef SEER_TB
+#define SEER_TB 16 /* tokens per pass over a row block */
+#endif
+#ifndef SEER_PF_HINT
+#define SEER_PF_HINT _MM_HINT_T0
+#endif
 #ifndef SEER_PACK_X
 #define SEER_PACK_X 1
 #endif
@@ -358,7 +363,7 @@ typedef struct {
 } seer_pfw_t;
 #define SEER_PF_LINE(P, L, PF)                                                                           \
     do {                                                                                                 \
-        _mm_prefetch((P), _MM_HINT_T0);                                                                  \
+        _mm_prefetch((P), SEER_PF_HINT);                                                                 \
         (P) += 64;                                                                                       \
         if (++(L) == (PF)->lines) (L) = 0, (P) += (PF)->skip;                                            \
     } while (0)
