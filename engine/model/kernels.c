@@ -328,7 +328,19 @@ static int streamed(const seer_weight_t *w, int n) {
  * on the thread count (tests/lua/test_model_batch.lua, tests/unit/test_kernels.c). The next
  * slice of weights is prefetched while the current one is computed (one slice ahead: on AMD
  * Zen every prefetch hint fills L1, so fetching a whole row block ahead evicted the working set;
- * measured, the widening loop's loads then took a fifth of a batch-16 step). */
+ * measured, the widening loop's loads then took a fifth of a batch-16 step).
+ *
+ * Compared with `make bench-kernel-ab` (tests/bench/kernel_ab.sh: two builds of this file in one
+ * program, calls alternating, so both see the same minute of this VM) and on the model with two
+ * binaries alternating (tests/bench/batch_seer.lua's step, ten paired rounds): issuing the
+ * prefetches from inside the micro-kernels' loops and summing a full 3x4 tile without a branch
+ * per output made the kernel 10% faster with the weights in L3 (one thread, 16 tokens, every
+ * shape, 36-40 of 41 pairs) and batch-16 f32 decode 1.10x (7 of 8 rounds; bf16 level). Within
+ * the noise or slower there: 128-, 192- or 384-input slices (1.09-1.10x the time cold), 512
+ * (level), 8 tokens per pass (1.13x), prefetching two slices ahead, NTA prefetches (level), and
+ * copying each row block into an L2 panel ahead of use as one sequential stream, between the
+ * calls of the block before it (1.15x the time cold, 1.20x warm: the copy is a pass of its own,
+ * where the panel fill of the first token group hides in the FMAs' shadow). */
 #ifndef SEER_RB
 #define SEER_RB 12 /* rows per block (4 micro-panels of 3) */
 #endif
@@ -476,14 +488,14 @@ static float *thread_buffer(int slot, size_t floats) {
     return b;
 }
 
-/* Rows [r0, r1) against ntok >= 2 tokens, written to y[t][r] (row stride out). */
-__attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_weight_t *w, int64_t r0, int64_t r1,
-                                                                     const float *x, int ntok, float *y, int64_t out) {
-    int64_t in = w->cols, n8 = in & ~(int64_t)7;
-    size_t es = w->dtype == SEER_F32 ? 4 : 2;
-    const char *pb = (const char *)w->data;
-    _Alignas(32) float panel[SEER_RB * SEER_KB];
-    _Alignas(32) float acc[(SEER_RB / 3) * (SEER_TB / 4) * 2 * 12 * 8]; /* [micro-panel][token group][chain][t * 3 + k][8] */
+/* The tokens' activations packed for rows_avx2_multi into this thread's buffer: NULL when there
+ * is no 8-block, SEER_PACK_X is off or the buffer cannot grow (the kernel then reads x in place,
+ * the same bits). Each thread packs its own copy, once per linear call (job->gen), before its
+ * first row task: one copy packed by the calling thread and shared was slower at batch 16 (f32,
+ * 0.5B model, 2 threads, ten paired rounds: 0.93x, behind in 8 of 10), the other thread reading
+ * lines another core had just written. */
+static const float *pack_x(const float *x, int ntok, int64_t in) {
+    int64_t n8 = in & ~(int64_t)7;
     size_t nslices = (size_t)((n8 + SEER_KB - 1) / SEER_KB);
     float *xp = SEER_PACK_X && n8 ? thread_buffer(SEER_BUF_PACK, nslices * (size_t)ntok * SEER_KB) : NULL;
     if (xp)
@@ -491,6 +503,19 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
             size_t k0 = sl * SEER_KB, nk = (size_t)n8 - k0 < SEER_KB ? (size_t)n8 - k0 : SEER_KB;
             for (int t = 0; t < ntok; t++) memcpy(xp + (sl * (size_t)ntok + (size_t)t) * SEER_KB, x + (size_t)t * (size_t)in + k0, nk * sizeof(float));
         }
+    return xp;
+}
+
+/* Rows [r0, r1) against ntok >= 2 tokens (packed by pack_x into xp, or NULL), written to y[t][r]
+ * (row stride out). */
+__attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_weight_t *w, int64_t r0, int64_t r1,
+                                                                     const float *x, const float *xp, int ntok, float *y,
+                                                                     int64_t out) {
+    int64_t in = w->cols, n8 = in & ~(int64_t)7;
+    size_t es = w->dtype == SEER_F32 ? 4 : 2;
+    const char *pb = (const char *)w->data;
+    _Alignas(32) float panel[SEER_RB * SEER_KB];
+    _Alignas(32) float acc[(SEER_RB / 3) * (SEER_TB / 4) * 2 * 12 * 8]; /* [micro-panel][token group][chain][t * 3 + k][8] */
     for (int64_t r = r0; r < r1; r += SEER_RB) {
         int nr = r1 - r >= SEER_RB ? SEER_RB : (int)(r1 - r), nm = (nr + 2) / 3;
         int64_t pf_r = r + SEER_RB, pf_n = r1 - pf_r < SEER_RB ? r1 - pf_r : SEER_RB; /* the next block */
@@ -499,10 +524,10 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
             const float *xt = x + (size_t)t0 * (size_t)in;
             for (int64_t k0 = 0; k0 < n8; k0 += SEER_KB) {
                 int nk = n8 - k0 < SEER_KB ? (int)(n8 - k0) : SEER_KB;
-                /* the next slice (of this block, or the first of the next block), fetched a few
-                 * lines before each micro-kernel call rather than all at once: batch-16 decode of
-                 * the 0.5B model, 2 threads, three interleaved rounds, f32 50.2-53.3 -> 52.5-64.0
-                 * tok/s, bf16 50.3-56.9 -> 56.9-58.9 (SEER_PF_SPREAD=0 against 1) */
+                /* the next slice (of this block, or the first of the next block), a share of its
+                 * lines issued by each micro-kernel call rather than all at once: batch-16 decode
+                 * of the 0.5B model, 2 threads, three interleaved rounds, f32 50.2-53.3 ->
+                 * 52.5-64.0 tok/s, bf16 50.3-56.9 -> 56.9-58.9 (all at once against spread) */
                 int64_t pr = r, pn = nr, pk = k0 + SEER_KB;
                 if (pk >= n8) pr = pf_r, pn = pf_n, pk = 0;
                 int pbytes = (int)((n8 - pk < SEER_KB ? n8 - pk : SEER_KB) * (int64_t)es);
@@ -722,6 +747,13 @@ static void rows_generic(const seer_weight_t *w, int64_t r, int nr, const float 
 #ifndef SEER_LINEAR_TASKS
 #define SEER_LINEAR_TASKS 16
 #endif
+#ifndef SEER_MULTI_TASKS
+/* Row tasks per thread for the blocked kernel (1: a fixed range each), taken as the threads go
+ * so a thread slowed by a neighbour on the host takes fewer. Batch-16 decode of the 0.5B model,
+ * 2 threads, ten paired rounds against a fixed half each: 4 tasks bf16 1.08x (8 of 10 rounds
+ * ahead), f32 1.02x (6 of 10); 8 tasks bf16 1.02x (7 of 10), f32 1.03x (7 of 10). */
+#define SEER_MULTI_TASKS 4
+#endif
 #ifndef SEER_TASKS_STREAMED
 #define SEER_TASKS_STREAMED 1 /* tasks for every streamed call (0: only 1-4 tokens) */
 #endif
@@ -732,6 +764,7 @@ typedef struct {
     const seer_weight_t *w, *bias;
     int simd;
     size_t task;       /* rows per task when the threads take tasks as they go (0: one range each) */
+    uint64_t gen;      /* this call's number, for pack_x once per thread (0: no packing) */
     atomic_size_t next; /* the next task's first row */
 } linear_job;
 
@@ -758,7 +791,12 @@ static void linear_range(linear_job *j, size_t begin, size_t end) {
         if (j->n == 1) rows_avx2_one(j->w, (int64_t)begin, (int64_t)end, j->x, j->y);
         else if (j->n <= SEER_STREAM_MAX) rows_avx2_stream(j->w, (int64_t)begin, (int64_t)end, j->x, j->n, j->y, out);
         else if (streamed(j->w, j->n)) rows_avx2_stream_groups(j->w, (int64_t)begin, (int64_t)end, j->x, j->n, j->y, out);
-        else rows_avx2_multi(j->w, (int64_t)begin, (int64_t)end, j->x, j->n, j->y, out);
+        else {
+            static _Thread_local uint64_t packed_gen;
+            static _Thread_local const float *packed;
+            if (packed_gen != j->gen) packed = pack_x(j->x, j->n, j->w->cols), packed_gen = j->gen;
+            rows_avx2_multi(j->w, (int64_t)begin, (int64_t)end, j->x, packed, j->n, j->y, out);
+        }
         goto bias;
     }
 #endif
@@ -791,6 +829,20 @@ static void linear_base(seer_pool_t *p, float *y, const float *x, int n, const s
     if ((size_t)w->rows * per_row < SEER_PAR_WORK) min_rows = (size_t)w->rows;
     min_rows = (min_rows + 3) & ~(size_t)3; /* chunks of whole 4-row blocks */
     int t = seer_pool_threads(p);
+#ifdef SEER_X86
+    int multi = j.simd == 1 && n > SEER_STREAM_MAX && !streamed(w, n);
+    static atomic_uint_fast64_t calls;
+    if (multi) j.gen = atomic_fetch_add(&calls, 1) + 1;
+#else
+    int multi = 0;
+#endif
+    if (SEER_MULTI_TASKS > 1 && multi && t > 1 && (size_t)w->rows >= 2 * (size_t)SEER_RB * SEER_MULTI_TASKS) {
+        /* whole row blocks per task, SEER_MULTI_TASKS tasks per thread taken as they go */
+        size_t blocks = ((size_t)w->rows + SEER_RB - 1) / SEER_RB, per = (blocks + (size_t)t * SEER_MULTI_TASKS - 1) / ((size_t)t * SEER_MULTI_TASKS);
+        j.task = per * SEER_RB;
+        seer_pool_for(p, (size_t)t, 1, linear_chunk, &j);
+        return;
+    }
     if (SEER_LINEAR_TASKS > 1 && (SEER_TASKS_STREAMED ? streamed(w, n) : n <= SEER_STREAM_MAX) && t > 1 &&
         (size_t)w->rows >= 2 * min_rows) {
         size_t task = ((size_t)w->rows + (size_t)t * SEER_LINEAR_TASKS - 1) / ((size_t)t * SEER_LINEAR_TASKS);

@@ -281,14 +281,16 @@ Test(kernels, linear_rows_token_independent_portable_path) {
     check_linear_rows_token_independent();
 }
 
-/* 1-13 tokens (the batch-1 kernel, the streamed one and its groups, the blocked one) against a matrix large enough
- * that the pool's threads take row tasks as they go (linear_base, SEER_LINEAR_TASKS): every row
+/* 1-17 tokens (the batch-1 kernel, the streamed one and its groups, the blocked one, and its
+ * second pass of tokens past 16) against a matrix large enough that the pool's threads take row
+ * tasks as they go (linear_base, SEER_LINEAR_TASKS and SEER_MULTI_TASKS): every row
  * of every token is written, and the result is the same bits whatever the thread count, equal
  * to one thread's and to each token run alone. */
 Test(kernels, linear_few_tokens_tasks_cover_every_row) {
-    /* up to 13 tokens: bf16/f16 stream 5-12 tokens in groups over row chunks, also as tasks, and
-     * the blocked kernel takes 13 */
-    enum { ROWS = 5003, COLS = 72, NT = 13 };
+    /* bf16/f16 stream 5-12 tokens in groups over row chunks, also as tasks, and the blocked
+     * kernel takes 13 on (f32 5 on), in tasks of whole 12-row blocks; 5003 rows leave a short
+     * last block */
+    enum { ROWS = 5003, COLS = 72, NT = 17 };
     static const seer_dtype_t dts[] = {SEER_F32, SEER_BF16, SEER_F16};
     float *wf = malloc(sizeof(float) * ROWS * COLS), *y1 = malloc(sizeof(float) * ROWS * NT), *yn = malloc(sizeof(float) * ROWS * NT);
     uint16_t *wb = malloc(sizeof(uint16_t) * ROWS * COLS), *wh = malloc(sizeof(uint16_t) * ROWS * COLS);
