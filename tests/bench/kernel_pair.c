@@ -17,6 +17,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "cold_cache.h"
 #include "model/model_private.h"
 
 void A_seer_k_linear_rows(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias);
@@ -35,24 +36,17 @@ static int env_int(const char *name, int dflt) {
     const char *v = getenv(name);
     return v && *v ? atoi(v) : dflt;
 }
-static volatile unsigned sink;
 
 int main(int argc, char **argv) {
     static const int shapes[3][2] = {{2816, 1024}, {1024, 2816}, {1024, 1024}};
     int T = argc > 1 ? atoi(argv[1]) : 16, reps = env_int("REPS", 41), threads = env_int("THREADS", 1);
-    int cold = env_int("COLD", 0), huge = env_int("HUGE", 0);
+    int huge = env_int("HUGE", 0);
     const char *dts = getenv("DT") && *getenv("DT") ? getenv("DT") : "f32,bf16";
     if (T < 1 || T > 4096 || reps < 1 || threads < 1) {
         fprintf(stderr, "kernel_pair: TOKENS must be 1-4096, REPS and THREADS at least 1\n");
         return 2;
     }
-    size_t flush_n = (size_t)64 << 20;
-    unsigned char *flush = cold ? malloc(flush_n) : NULL;
-    if (cold && !flush) {
-        fprintf(stderr, "kernel_pair: cannot allocate the 64 MiB COLD=1 buffer\n");
-        return 2;
-    }
-    if (flush) memset(flush, 1, flush_n);
+    unsigned char *flush = cold_buffer("kernel_pair");
     seer_pool_t *pool = seer_pool_new(threads);
     uint64_t s = 12345;
     int differ = 0;
@@ -84,11 +78,7 @@ int main(int argc, char **argv) {
             for (int r = 0; r < reps; r++) {
                 for (int o = 0; o < 2; o++) {
                     int isb = (r & 1) ^ o;
-                    if (flush) { /* reads only: the lines it leaves behind are clean */
-                        unsigned acc = 0;
-                        for (size_t i = 0; i < flush_n; i += 64) acc += ((volatile unsigned char *)flush)[i];
-                        sink += acc;
-                    }
+                    cold_flush(flush);
                     double t0 = now(threads > 1);
                     if (isb) B_seer_k_linear_rows(pool, yb, x, T, &W, NULL);
                     else A_seer_k_linear_rows(pool, ya, x, T, &W, NULL);

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cold_cache.h"
 #include "model/model_private.h"
 
 static double cpu_now(void) {
@@ -38,14 +39,7 @@ int main(int argc, char **argv) {
             if (*p == ',') p++;
         }
     }
-    int cold = getenv("COLD") && atoi(getenv("COLD"));
-    size_t flush_n = (size_t)64 << 20;
-    unsigned char *flush = cold ? malloc(flush_n) : NULL;
-    if (cold && !flush) {
-        fprintf(stderr, "linear_kernel: cannot allocate the 64 MiB COLD=1 buffer\n");
-        return 2;
-    }
-    if (flush) memset(flush, 1, flush_n);
+    unsigned char *flush = cold_buffer("linear_kernel");
     int toks[16], nt = 0;
     for (int i = 1; i < argc && nt < 16; i++) toks[nt++] = atoi(argv[i]);
     if (!nt) toks[nt++] = 1, toks[nt++] = 4, toks[nt++] = 16;
@@ -71,10 +65,7 @@ int main(int argc, char **argv) {
                 for (size_t i = 0; i < (size_t)T * (size_t)cols; i++) x[i] = (float)(i % 17) * 0.1f - 0.8f;
                 double best = 1e9;
                 for (int r = 0; r < reps; r++) {
-                    if (flush) { /* read and write every line, so no weight is left in any cache level */
-                        volatile unsigned char *f = flush;
-                        for (size_t i = 0; i < flush_n; i += 64) f[i]++;
-                    }
+                    cold_flush(flush);
                     double t0 = cpu_now();
                     seer_k_linear_rows(pool, y, x, T, &W, NULL);
                     double dt_ = cpu_now() - t0;
