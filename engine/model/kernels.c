@@ -608,27 +608,23 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
                     const float *am = acc + ((size_t)m * (size_t)ng + (size_t)g) * 192;
                     __m256 v[16];
                     _Alignas(32) float sums[16];
-                    if (n8 == in && gt == 4 && m * 3 + 3 <= nr) { /* the common case, without a branch per sum */
-                        const __m256 z = _mm256_setzero_ps();
-                        if (w->dtype == SEER_F32) {
-                            _Pragma("GCC unroll 12") for (int j = 0; j < 12; j++) v[j] = _mm256_add_ps(_mm256_load_ps(am + j * 8), z);
-                        } else {
-                            _Pragma("GCC unroll 12") for (int j = 0; j < 12; j++) v[j] = _mm256_add_ps(_mm256_load_ps(am + j * 8), _mm256_load_ps(am + 96 + j * 8));
-                        }
-                        v[12] = v[13] = v[14] = v[15] = z;
-                        hsum8x8(v, sums);
-                        hsum8x8(v + 8, sums + 8);
+                    const __m256 z = _mm256_setzero_ps();
+                    if (!n8) { /* no 8-block: nothing was accumulated */
+                        for (int j = 0; j < 12; j++) v[j] = z;
+                    } else if (w->dtype == SEER_F32) { /* a0 + a1, a1 = 0 for f32 (one chain) */
+                        _Pragma("GCC unroll 12") for (int j = 0; j < 12; j++) v[j] = _mm256_add_ps(_mm256_load_ps(am + j * 8), z);
+                    } else {
+                        _Pragma("GCC unroll 12") for (int j = 0; j < 12; j++) v[j] = _mm256_add_ps(_mm256_load_ps(am + j * 8), _mm256_load_ps(am + 96 + j * 8));
+                    }
+                    v[12] = v[13] = v[14] = v[15] = z;
+                    hsum8x8(v, sums);
+                    hsum8x8(v + 8, sums + 8);
+                    if (n8 == in && gt == 4 && m * 3 + 3 <= nr) { /* the common case, without a branch per output */
                         float *yb = y + (size_t)(t0 + g * 4) * (size_t)out + (size_t)(r + m * 3);
                         _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++)
                             _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++) yb[(size_t)u * (size_t)out + (size_t)k] = sums[u * 3 + k];
                         continue;
                     }
-                    for (int j = 0; j < 16; j++) { /* a0 + a1 (f32: one chain; no 8-block: none) */
-                        __m256 a0 = j < 12 && n8 ? _mm256_load_ps(am + j * 8) : _mm256_setzero_ps();
-                        v[j] = _mm256_add_ps(a0, j < 12 && n8 && w->dtype != SEER_F32 ? _mm256_load_ps(am + 96 + j * 8) : _mm256_setzero_ps());
-                    }
-                    hsum8x8(v, sums);
-                    hsum8x8(v + 8, sums + 8);
                     for (int u = 0; u < gt; u++)
                         for (int k = 0; k < 3 && m * 3 + k < nr; k++) {
                             int64_t row = r + m * 3 + k;
