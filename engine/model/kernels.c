@@ -334,8 +334,10 @@ static int streamed(const seer_weight_t *w, int n) {
  * program, calls alternating, so both see the same minute of this VM) and on the model with two
  * binaries alternating (tests/bench/batch_seer.lua's step, ten paired rounds): issuing the
  * prefetches from inside the micro-kernels' loops and summing a full 3x4 tile without a branch
- * per output made the kernel 10% faster with the weights in L3 (one thread, 16 tokens, every
- * shape, 36-40 of 41 pairs) and batch-16 f32 decode 1.10x (7 of 8 rounds; bf16 level). Within
+ * per output made the kernel 0.88-0.92x the time with the weights in L3 (one thread, 16 tokens,
+ * every shape, 36-40 of 41 pairs; measured before the tool swapped places, and identical code
+ * ran up to 5% faster in B's place, so 0.93-0.95x is the safer figure) and batch-16 f32 decode
+ * 1.10x (binaries alternating, 7 of 8 rounds; bf16 level). Within
  * the noise or slower there: 128-, 192- or 384-input slices (1.06-1.10x the time cold), 512
  * (level), 8 tokens per pass (1.13x), prefetching two slices ahead, NTA prefetches (level), and
  * copying each row block into an L2 panel ahead of use as one sequential stream, between the
