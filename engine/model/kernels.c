@@ -834,17 +834,17 @@ static void linear_base(seer_pool_t *p, float *y, const float *x, int n, const s
 #else
     int multi = 0;
 #endif
-    if (SEER_MULTI_TASKS > 1 && multi && t > 1 && (size_t)w->rows >= 2 * (size_t)SEER_RB * SEER_MULTI_TASKS) {
-        /* whole row blocks per task, SEER_MULTI_TASKS tasks per thread taken as they go */
-        size_t blocks = ((size_t)w->rows + SEER_RB - 1) / SEER_RB, per = (blocks + (size_t)t * SEER_MULTI_TASKS - 1) / ((size_t)t * SEER_MULTI_TASKS);
-        j.task = per * SEER_RB;
-        seer_pool_for(p, (size_t)t, 1, linear_chunk, &j);
-        return;
-    }
-    if (SEER_LINEAR_TASKS > 1 && (SEER_TASKS_STREAMED ? streamed(w, n) : n <= SEER_STREAM_MAX) && t > 1 &&
-        (size_t)w->rows >= 2 * min_rows) {
+    /* threads taking row tasks as they go: the blocked kernel in whole row blocks, SEER_MULTI_TASKS
+     * per thread; the streamed kernels SEER_LINEAR_TASKS per thread of at least min_rows */
+    if (t > 1 && SEER_MULTI_TASKS > 1 && multi && (size_t)w->rows >= 2 * (size_t)SEER_RB * SEER_MULTI_TASKS) {
+        size_t blocks = ((size_t)w->rows + SEER_RB - 1) / SEER_RB;
+        j.task = (blocks + (size_t)t * SEER_MULTI_TASKS - 1) / ((size_t)t * SEER_MULTI_TASKS) * SEER_RB;
+    } else if (t > 1 && SEER_LINEAR_TASKS > 1 && (SEER_TASKS_STREAMED ? streamed(w, n) : n <= SEER_STREAM_MAX) &&
+               (size_t)w->rows >= 2 * min_rows) {
         size_t task = ((size_t)w->rows + (size_t)t * SEER_LINEAR_TASKS - 1) / ((size_t)t * SEER_LINEAR_TASKS);
         j.task = task < min_rows ? min_rows : task;
+    }
+    if (j.task) {
         seer_pool_for(p, (size_t)t, 1, linear_chunk, &j);
         return;
     }
