@@ -15,85 +15,222 @@ extern "C" __global__ void seer_kv_store(bf16 *kc, bf16 *vc, const float *k, con
     }
 }
 
-/* seer_attention: grid (n, H), block 128 (any multiple of 32 up to 128), dynamic shared memory
- * (2*hd + 128 + 64) * sizeof(float). One block per (query token t = blockIdx.x, head h =
- * blockIdx.y). The query is at position p = start + t and sees keys lo..p of the cache, lo =
- * window > 0 ? max(0, p - window + 1) : 0; head h reads kv head h / (H / KH).
- *   q    [n][H][hd] f32          out [n][H][hd] f32
- *   kc,vc [ctx][KH][hd] bf16      score = dot(q, k) * scale, then tanhf(score/softcap)*softcap
- *                                 when softcap > 0; softmax in f32; out = sum_j p_j v_j
- * Online softmax over chunks of blockDim.x keys: each thread scores one key of the chunk, the
- * block takes the chunk max, rescales the running accumulator (hd floats in shared memory,
- * thread-strided over d) and adds the chunk's sum_j p_j v_j. Any context length, hd <= 256 is
- * what the host sizes for (nothing here limits hd beyond the shared memory it passes). */
-extern "C" __global__ void seer_attention(float *out, const float *q, const bf16 *kc, const bf16 *vc, int n, int start,
-                                          int H, int KH, int hd, int window, float scale, float softcap) {
-    extern __shared__ float sh[];
-    float *sq = sh;                /* [hd] the query row */
-    float *acc = sh + hd;          /* [hd] running sum_j p_j v_j */
-    float *sp = sh + 2 * hd;       /* [128] this chunk's probabilities (unnormalised) */
-    float *red = sh + 2 * hd + 128; /* [64] reduction scratch: 0..31 max, 32..63 sum */
+/* Attention over the bf16 KV cache, in two forms (engine/cuda/gpu_attn.c picks one per call):
+ *   - seer_attn_split (+ seer_attn_combine): flash-decoding for a few query tokens. One block of
+ *     8 warps per (query token, head, slice of keys); each warp streams its keys with the online
+ *     softmax held in registers, lanes splitting the head's dimensions; the warps of a block merge
+ *     through shared memory, the slices (when more than one) through seer_attn_combine.
+ *   - seer_attn_softmax between two batched cuBLAS products for prefill: scores S = Q K^T in f32,
+ *     masked, scaled, soft-capped and normalised here into P, then O = P V.
+ * Common terms: query token t is at position p = start + t and sees keys lo..p of the cache,
+ * lo = window > 0 ? max(0, p - window + 1) : 0; head h reads kv head h / (H / KH);
+ *   q [n][H][hd] f32, kc, vc [ctx][KH][hd] bf16, out [n][H][hd] f32;
+ *   score = dot(q, k) * scale, then tanhf(score / softcap) * softcap when softcap > 0;
+ *   softmax in f32; out = sum_j p_j v_j. A query whose scores are all -inf (infinite inputs)
+ *   gets zeros. hd <= 256. */
+
+#define AS_WARPS 8
+#define AS_KEYS 4 /* keys a warp has in flight per step */
+
+/* The dimensions a lane holds: 8 consecutive ones (16-byte loads) when `vec`, else every 32nd. */
+static __device__ __forceinline__ int as_dim(bool vec, int lane, int e) { return vec ? lane * 8 + e : lane + 32 * e; }
+
+/* seer_attn_split: grid (n*H, splits), block 256 (AS_WARPS warps), no dynamic shared memory.
+ * Block (t*H + h, s) takes keys lo + s*chunk .. min(p, lo + (s+1)*chunk - 1) (possibly none) of
+ * query t, head h. splits == 1: writes out directly. Else writes its partial state to
+ *   part[((t*H + h) * splits + s) * (hd + 2) + {0: running max m, 1: sum of exp(score - m),
+ *        2 + d: sum_j exp(score_j - m) v_j[d]}]
+ * for seer_attn_combine. */
+extern "C" __global__ void __launch_bounds__(256) seer_attn_split(float *out, float *part, const float *q, const bf16 *kc,
+                                                                  const bf16 *vc, int n, int start, int H, int KH, int hd,
+                                                                  int window, float scale, float softcap, int splits,
+                                                                  int chunk) {
+    __shared__ float wm[AS_WARPS], wl[AS_WARPS];
+    __shared__ float wacc[AS_WARPS][256];
     (void)n;
-
-    const int t = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, nt = blockDim.x;
-    const int group = H / KH, kvh = h / group;
-    const int p = start + t;
+    const int bh = blockIdx.x, t = bh / H, h = bh % H, s = blockIdx.y;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int kvh = h / (H / KH), p = start + t;
     const int lo = window > 0 ? max(0, p - window + 1) : 0;
-    const size_t kv_stride = (size_t)KH * (size_t)hd; /* elements between consecutive keys */
-    const bf16 *kbase = kc + (size_t)kvh * (size_t)hd;
-    const bf16 *vbase = vc + (size_t)kvh * (size_t)hd;
+    const long long kb = (long long)lo + (long long)s * chunk;
+    const int ke = (int)min((long long)p + 1, kb + chunk); /* keys [kb, ke) */
+    const size_t kvs = (size_t)KH * (size_t)hd;
+    const bf16 *kbase = kc + (size_t)kvh * (size_t)hd, *vbase = vc + (size_t)kvh * (size_t)hd;
     const float *qrow = q + ((size_t)t * (size_t)H + (size_t)h) * (size_t)hd;
+    const bool vec = (hd % 8) == 0 && (kvs % 8) == 0 && seer_aligned16(kbase) && seer_aligned16(vbase);
+    const bool mine = vec ? lane * 8 < hd : true; /* this lane holds some dimensions */
 
-    for (int d = tid; d < hd; d += nt) {
-        sq[d] = qrow[d];
-        acc[d] = 0.0f;
+    float qf[8], acc[8];
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+        const int d = as_dim(vec, lane, e);
+        qf[e] = d < hd ? qrow[d] : 0.0f;
+        acc[e] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f; /* the same in every lane of the warp */
+    for (long long k0 = kb + (long long)w * AS_KEYS; k0 < ke; k0 += AS_WARPS * AS_KEYS) {
+        float sc[AS_KEYS], vf[AS_KEYS][8];
+#pragma unroll
+        for (int u = 0; u < AS_KEYS; u++) {
+            const long long key = k0 + u;
+            float dot = 0.0f;
+#pragma unroll
+            for (int e = 0; e < 8; e++) vf[u][e] = 0.0f;
+            if (key < ke && mine) { /* key < ke is the same in every lane */
+                const bf16 *kr = kbase + (size_t)key * kvs, *vr = vbase + (size_t)key * kvs;
+                if (vec) {
+                    float kf[8];
+                    seer_unpack8(*reinterpret_cast<const uint4 *>(kr + lane * 8), kf);
+                    seer_unpack8(*reinterpret_cast<const uint4 *>(vr + lane * 8), vf[u]);
+#pragma unroll
+                    for (int e = 0; e < 8; e++) dot += qf[e] * kf[e];
+                } else {
+#pragma unroll
+                    for (int e = 0; e < 8; e++) {
+                        const int d = lane + 32 * e;
+                        if (d < hd) {
+                            dot += qf[e] * seer_bf2f(kr[d]);
+                            vf[u][e] = seer_bf2f(vr[d]);
+                        }
+                    }
+                }
+            }
+            sc[u] = dot;
+        }
+        float cmax = -INFINITY;
+#pragma unroll
+        for (int u = 0; u < AS_KEYS; u++) {
+            float x = seer_warp_sum(sc[u]) * scale;
+            if (softcap > 0.0f) x = tanhf(x / softcap) * softcap;
+            sc[u] = k0 + u < ke ? x : -INFINITY;
+            cmax = fmaxf(cmax, sc[u]);
+        }
+        const float mn = fmaxf(m, cmax);
+        const float alpha = m == -INFINITY ? 0.0f : expf(m - mn);
+        l *= alpha;
+#pragma unroll
+        for (int e = 0; e < 8; e++) acc[e] *= alpha;
+#pragma unroll
+        for (int u = 0; u < AS_KEYS; u++) {
+            const float pj = (mn == -INFINITY || sc[u] == -INFINITY) ? 0.0f : expf(sc[u] - mn);
+            l += pj;
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc[e] += pj * vf[u][e];
+        }
+        m = mn;
+    }
+
+    if (lane == 0) wm[w] = m, wl[w] = l;
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+        const int d = as_dim(vec, lane, e);
+        if (d < hd) wacc[w][d] = acc[e];
     }
     __syncthreads();
-
-    /* 16-byte loads of a key row when every row start is 16-byte aligned. */
-    const bool vec = (hd % 8) == 0 && (kv_stride % 8) == 0 && seer_aligned16(kbase);
-    float m = -INFINITY, l = 0.0f; /* running max and sum of exp, the same in every thread */
-
-    for (int base = lo; base <= p; base += nt) {
-        const int cnt = min(nt, p - base + 1); /* keys in this chunk, >= 1 */
-        const int key = base + tid;
-        float s = -INFINITY;
-        if (tid < cnt) {
-            const bf16 *kr = kbase + (size_t)key * kv_stride;
-            float dot = 0.0f;
-            if (vec) {
-                const uint4 *k4 = reinterpret_cast<const uint4 *>(kr);
-                for (int d8 = 0; d8 < hd / 8; d8++) {
-                    float f[8];
-                    seer_unpack8(k4[d8], f);
+    float M = -INFINITY, L = 0.0f, f[AS_WARPS];
 #pragma unroll
-                    for (int e = 0; e < 8; e++) dot += sq[d8 * 8 + e] * f[e];
-                }
-            } else {
-                for (int d = 0; d < hd; d++) dot += sq[d] * seer_bf2f(kr[d]);
-            }
-            s = dot * scale;
-            if (softcap > 0.0f) s = tanhf(s / softcap) * softcap;
-        }
-        const float cmax = seer_block_max(s, red);
-        const float mnew = fmaxf(m, cmax);
-        /* -inf only when every score so far is -inf (infinite inputs): contribute nothing. */
-        const float alpha = m == -INFINITY ? 0.0f : expf(m - mnew);
-        const float pj = (tid < cnt && mnew != -INFINITY) ? expf(s - mnew) : 0.0f;
-        sp[tid] = pj;
-        const float csum = seer_block_sum(pj, red + 32); /* its barriers publish sp */
-        l = l * alpha + csum;
-        m = mnew;
-        for (int d = tid; d < hd; d += nt) {
-            float a = acc[d] * alpha;
-            const bf16 *vr = vbase + (size_t)base * kv_stride + d;
-            for (int j = 0; j < cnt; j++) a += sp[j] * seer_bf2f(vr[(size_t)j * kv_stride]);
-            acc[d] = a;
-        }
-        __syncthreads(); /* sp and acc are reused by the next chunk */
+    for (int i = 0; i < AS_WARPS; i++) M = fmaxf(M, wm[i]);
+#pragma unroll
+    for (int i = 0; i < AS_WARPS; i++) {
+        f[i] = wm[i] == -INFINITY ? 0.0f : expf(wm[i] - M);
+        L += f[i] * wl[i];
     }
+    float *pb = part + ((size_t)bh * (size_t)splits + (size_t)s) * (size_t)(hd + 2);
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float a = 0.0f;
+#pragma unroll
+        for (int i = 0; i < AS_WARPS; i++) a += f[i] * wacc[i][d];
+        if (splits == 1)
+            out[(size_t)bh * (size_t)hd + d] = L > 0.0f ? a / L : 0.0f;
+        else
+            pb[2 + d] = a;
+    }
+    if (splits > 1 && threadIdx.x == 0) pb[0] = M, pb[1] = L;
+}
 
-    const float invl = l > 0.0f ? 1.0f / l : 0.0f;
-    float *orow = out + ((size_t)t * (size_t)H + (size_t)h) * (size_t)hd;
-    for (int d = tid; d < hd; d += nt) orow[d] = acc[d] * invl;
+/* seer_attn_combine: grid (n*H), any block (the host uses 256). Merges the `splits` partial
+ * states of row t*H + h written by seer_attn_split into out[(t*H + h)*hd + d]. */
+extern "C" __global__ void seer_attn_combine(float *out, const float *part, int hd, int splits) {
+    const float *pb = part + (size_t)blockIdx.x * (size_t)splits * (size_t)(hd + 2);
+    float M = -INFINITY;
+    for (int s = 0; s < splits; s++) M = fmaxf(M, pb[(size_t)s * (hd + 2)]);
+    float L = 0.0f;
+    for (int s = 0; s < splits; s++) {
+        const float ms = pb[(size_t)s * (hd + 2)];
+        if (ms != -INFINITY) L += expf(ms - M) * pb[(size_t)s * (hd + 2) + 1];
+    }
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float a = 0.0f;
+        for (int s = 0; s < splits; s++) {
+            const float ms = pb[(size_t)s * (hd + 2)];
+            if (ms != -INFINITY) a += expf(ms - M) * pb[(size_t)s * (hd + 2) + 2 + d];
+        }
+        out[(size_t)blockIdx.x * (size_t)hd + d] = L > 0.0f ? a / L : 0.0f;
+    }
+}
+
+/* seer_attn_softmax: grid (Qc, H), block 256, dynamic shared memory Kc floats when `cached`
+ * (then each score is read from S once), else none (three passes over the row in S). The scores
+ * of query tokens t0 .. t0+Qc-1 against cache keys k0 .. k0+Kc-1: S [H][Qc][Kc] f32 raw dot
+ * products (cuBLAS), into probabilities P = phi + plo ([H][Qc][Kc], each bf16: phi = bf16(p),
+ * plo = bf16(p - phi), so that the P V product in bf16 keeps ~16 bits of each probability).
+ * Keys outside lo..p get 0. */
+extern "C" __global__ void seer_attn_softmax(bf16 *phi, bf16 *plo, const float *S, int Qc, int Kc, int t0, int k0,
+                                             int start, int window, float scale, float softcap, int cached) {
+    extern __shared__ float row_cache[];
+    __shared__ float red[64];
+    const size_t row = (size_t)blockIdx.y * (size_t)Qc + blockIdx.x;
+    const float *sr = S + row * (size_t)Kc;
+    bf16 *hr = phi + row * (size_t)Kc, *lr = plo + row * (size_t)Kc;
+    const int p = start + t0 + (int)blockIdx.x;
+    const int lo = window > 0 ? max(0, p - window + 1) : 0;
+    const int jlo = max(0, lo - k0), jhi = min(Kc - 1, p - k0); /* valid columns [jlo, jhi] */
+    float mx = -INFINITY;
+    for (int j = jlo + threadIdx.x; j <= jhi; j += blockDim.x) {
+        float x = sr[j] * scale;
+        if (softcap > 0.0f) x = tanhf(x / softcap) * softcap;
+        if (cached) row_cache[j] = x;
+        mx = fmaxf(mx, x);
+    }
+    mx = seer_block_max(mx, red); /* its barriers also publish row_cache */
+    float sum = 0.0f;
+    for (int j = jlo + threadIdx.x; j <= jhi; j += blockDim.x) {
+        float x;
+        if (cached) {
+            x = row_cache[j];
+        } else {
+            x = sr[j] * scale;
+            if (softcap > 0.0f) x = tanhf(x / softcap) * softcap;
+        }
+        sum += mx == -INFINITY ? 0.0f : expf(x - mx);
+    }
+    sum = seer_block_sum(sum, red + 32);
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    const bf16 zero = seer_f2bf(0.0f);
+    for (int j = threadIdx.x; j < Kc; j += blockDim.x) {
+        float pj = 0.0f;
+        if (j >= jlo && j <= jhi && mx != -INFINITY) {
+            float x;
+            if (cached) {
+                x = row_cache[j];
+            } else {
+                x = sr[j] * scale;
+                if (softcap > 0.0f) x = tanhf(x / softcap) * softcap;
+            }
+            pj = expf(x - mx) * inv;
+        }
+        const bf16 hi = seer_f2bf(pj);
+        hr[j] = hi;
+        lr[j] = pj == 0.0f ? zero : seer_f2bf(pj - seer_bf2f(hi));
+    }
+}
+
+/* seer_split_bf16: any grid, any block (grid-stride; the host uses 256). x = hi + lo to ~16 bits:
+ * hi[i] = bf16(x[i]), lo[i] = bf16(x[i] - hi[i]) (round to nearest even; 0 for an infinite or NaN x). */
+extern "C" __global__ void seer_split_bf16(bf16 *hi, bf16 *lo, const float *x, long long n) {
+    SEER_GRID_STRIDE(i, n) {
+        const bf16 h = seer_f2bf(x[i]);
+        hi[i] = h;
+        lo[i] = seer_f2bf(isfinite(x[i]) ? x[i] - seer_bf2f(h) : 0.0f);
+    }
 }

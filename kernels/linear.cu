@@ -5,58 +5,92 @@
 
 #include "common.cuh"
 
-/* seer_gemv_bf16: grid (ceil(out/8)), block 256 (8 warps), no dynamic shared memory.
+/* seer_gemv_bf16: grid (ceil(out / (8 / wpr))), block 256 (8 warps), no dynamic shared memory.
  * y[t][o] = sum_k x[t][k] * W[o][k] (+ bias[o] when bias is not NULL), x [n][in] f32, y [n][out]
- * f32. Warp w of block b owns output row o = b*8 + w and reads W's row once for up to 8 tokens,
- * with 16-byte loads (8 bf16) when in % 8 == 0 and W and x are 16-byte aligned, else one element
- * at a time; lane 0 writes after a warp-shuffle reduction. Meant for decode, where the host
- * guarantees n <= 8 (one pass over W); a larger n is still computed correctly, in groups of 8
- * tokens, each group re-reading the row. */
-extern "C" __global__ void seer_gemv_bf16(float *y, const float *x, const bf16 *W, const bf16 *bias, int n, int in,
-                                          int out) {
-    const int lane = threadIdx.x & 31;
-    const int o = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    if (o >= out) return; /* no barriers below: whole warps leave together */
-    const bf16 *wr = W + (size_t)o * (size_t)in;
+ * f32. Each output row o is read once for up to 8 tokens by wpr warps (1, 2, 4 or 8: the host
+ * takes more for a matrix of few rows, so that the GPU has enough loads in flight); block b owns
+ * rows b*(8/wpr) ...; warp w takes row b*(8/wpr) + w/wpr and the (w % wpr)-th of wpr interleaved
+ * runs of 32 16-byte loads (8 bf16 each; 4 of them per lane issued together) when
+ * in % 8 == 0 and W and x are 16-byte aligned, else one element at a time; the warps' sums meet
+ * in shared memory. Meant for decode, where the host guarantees n <= 8 (one pass over W); a
+ * larger n is still computed correctly, in groups of 8 tokens, each group re-reading the row. */
+/* The body of both GEMV kernels: NT tokens per pass over a row, U loads per lane in flight. */
+template <int NT, int U>
+static __device__ __forceinline__ void gemv_body(float *y, const float *x, const bf16 *W, const bf16 *bias, int n, int in,
+                                                 int out, int wpr) {
+    __shared__ float part[8][NT]; /* [warp][token] */
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int o = blockIdx.x * (8 / wpr) + w / wpr, sub = w % wpr;
+    const bool live = o < out; /* a dead warp still reaches the barriers */
+    const bf16 *wr = W + (size_t)(live ? o : 0) * (size_t)in;
     const bool vec = (in % 8) == 0 && seer_aligned16(wr) && seer_aligned16(x);
-    const float b = bias ? seer_bf2f(bias[o]) : 0.0f;
 
-    for (int t0 = 0; t0 < n; t0 += 8) {
-        const int nt = min(8, n - t0);
+    for (int t0 = 0; t0 < n; t0 += NT) {
+        const int nt = min(NT, n - t0);
         const float *xt = x + (size_t)t0 * (size_t)in;
-        float acc[8];
+        float acc[NT];
 #pragma unroll
-        for (int t = 0; t < 8; t++) acc[t] = 0.0f;
-        if (vec) {
+        for (int t = 0; t < NT; t++) acc[t] = 0.0f;
+        if (live && vec) {
             const uint4 *w4 = reinterpret_cast<const uint4 *>(wr);
-            const int in8 = in / 8;
-            for (int k8 = lane; k8 < in8; k8 += 32) {
-                float wf[8];
-                seer_unpack8(w4[k8], wf);
+            const int in8 = in / 8, step = 32 * wpr;
+            for (int kb = sub * 32; kb < in8; kb += step * U) {
+                uint4 wv[U];
 #pragma unroll
-                for (int t = 0; t < 8; t++) {
-                    if (t < nt) {
-                        const float4 *x4 = reinterpret_cast<const float4 *>(xt + (size_t)t * (size_t)in) + 2 * k8;
-                        const float4 a = x4[0], c = x4[1];
-                        acc[t] += wf[0] * a.x + wf[1] * a.y + wf[2] * a.z + wf[3] * a.w + wf[4] * c.x +
-                                  wf[5] * c.y + wf[6] * c.z + wf[7] * c.w;
+                for (int u = 0; u < U; u++) {
+                    const int k8 = kb + u * step + lane;
+                    wv[u] = k8 < in8 ? __ldg(w4 + k8) : make_uint4(0, 0, 0, 0);
+                }
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    const int k8 = kb + u * step + lane;
+                    if (k8 >= in8) break;
+                    float wf[8];
+                    seer_unpack8(wv[u], wf);
+#pragma unroll
+                    for (int t = 0; t < NT; t++) {
+                        if (t < nt) {
+                            const float4 *x4 = reinterpret_cast<const float4 *>(xt + (size_t)t * (size_t)in) + 2 * k8;
+                            const float4 a = x4[0], c = x4[1];
+                            acc[t] += wf[0] * a.x + wf[1] * a.y + wf[2] * a.z + wf[3] * a.w + wf[4] * c.x +
+                                      wf[5] * c.y + wf[6] * c.z + wf[7] * c.w;
+                        }
                     }
                 }
             }
-        } else {
-            for (int k = lane; k < in; k += 32) {
+        } else if (live) {
+            for (int k = sub * 32 + lane; k < in; k += 32 * wpr) {
                 const float wk = seer_bf2f(wr[k]);
 #pragma unroll
-                for (int t = 0; t < 8; t++)
+                for (int t = 0; t < NT; t++)
                     if (t < nt) acc[t] += wk * xt[(size_t)t * (size_t)in + k];
             }
         }
 #pragma unroll
-        for (int t = 0; t < 8; t++) {
+        for (int t = 0; t < NT; t++) {
             const float s = seer_warp_sum(acc[t]);
-            if (lane == 0 && t < nt) y[(size_t)(t0 + t) * (size_t)out + o] = s + b;
+            if (lane == 0) part[w][t] = s;
         }
+        __syncthreads();
+        if (live && sub == 0 && lane < nt) {
+            float s = 0.0f;
+            for (int i = 0; i < wpr; i++) s += part[w + i][lane];
+            y[(size_t)(t0 + lane) * (size_t)out + o] = s + (bias ? seer_bf2f(bias[o]) : 0.0f);
+        }
+        __syncthreads(); /* part is reused by the next group of tokens */
     }
+}
+
+extern "C" __global__ void __launch_bounds__(256) seer_gemv_bf16(float *y, const float *x, const bf16 *W, const bf16 *bias,
+                                                                 int n, int in, int out, int wpr) {
+    gemv_body<8, 4>(y, x, W, bias, n, in, out, wpr);
+}
+
+/* seer_gemv1_bf16: seer_gemv_bf16 for one token at a time (the same launch and arguments; any
+ * n, one pass over W per token): fewer registers, so more warps and 8 loads per lane in flight. */
+extern "C" __global__ void __launch_bounds__(256) seer_gemv1_bf16(float *y, const float *x, const bf16 *W, const bf16 *bias,
+                                                                  int n, int in, int out, int wpr) {
+    gemv_body<1, 8>(y, x, W, bias, n, in, out, wpr);
 }
 
 /* Tiles of seer_gemm_bf16: 64x64 outputs per block, K step 32; shared rows padded by 8 bf16

@@ -6,12 +6,36 @@
  * memory. Row r = blockIdx.x of x and y, D floats each:
  *   y = x * (1 / sqrtf(mean(x^2) + eps)) * (one_plus ? 1 + w : w)
  * as transformers computes it. y may alias x: the whole row is read for the sum before any
- * thread writes (the block reduction ends with a barrier). */
+ * thread writes (the block reduction ends with a barrier). Rows of up to RN_REGS * blockDim.x
+ * floats are held in registers, with every load of x and w issued before the first use (one
+ * memory latency per row, not one per element: decode normalises single rows); longer rows are
+ * read twice. Each thread sums its elements in the same order either way. */
+#define RN_REGS 16
 extern "C" __global__ void seer_rmsnorm(float *y, const float *x, const bf16 *w, int D, float eps, int one_plus) {
     __shared__ float red[32];
     const size_t row = (size_t)blockIdx.x * (size_t)D;
     const float *xr = x + row;
     float *yr = y + row;
+    if (D <= RN_REGS * (int)blockDim.x) { /* the same for the whole block */
+        float xv[RN_REGS], wv[RN_REGS];
+#pragma unroll
+        for (int i = 0; i < RN_REGS; i++) {
+            const int j = threadIdx.x + i * blockDim.x;
+            xv[i] = j < D ? xr[j] : 0.0f;
+            wv[i] = j < D ? seer_bf2f(w[j]) : 0.0f;
+        }
+        float ss = 0.0f;
+#pragma unroll
+        for (int i = 0; i < RN_REGS; i++) ss += xv[i] * xv[i];
+        ss = seer_block_sum(ss, red);
+        const float inv = 1.0f / sqrtf(ss / (float)D + eps);
+#pragma unroll
+        for (int i = 0; i < RN_REGS; i++) {
+            const int j = threadIdx.x + i * blockDim.x;
+            if (j < D) yr[j] = xv[i] * inv * (one_plus ? wv[i] + 1.0f : wv[i]);
+        }
+        return;
+    }
     float ss = 0.0f;
     for (int j = threadIdx.x; j < D; j += blockDim.x) {
         float v = xr[j];

@@ -494,6 +494,9 @@ typedef struct {
     int (*set_stream)(void *, CUstream);
     int (*gemm_ex)(void *, int, int, int, int, int, const void *, const void *, int, int, const void *, int, int,
                    const void *, void *, int, int, int, int);
+    /* cublasGemmStridedBatchedEx; NULL when this cuBLAS lacks it (attention then runs its own kernel) */
+    int (*gemm_sb)(void *, int, int, int, int, int, const void *, const void *, int, int, long long, const void *, int,
+                   int, long long, const void *, void *, int, int, long long, int, int, int);
 } blas_t;
 
 void seer_cuda_blas_free(void *p) {
@@ -514,6 +517,7 @@ static blas_t *blas_load(seer_cuda_dev_t *d) {
     *(void **)&b->destroy = dlsym(b->lib, "cublasDestroy_v2");
     *(void **)&b->set_stream = dlsym(b->lib, "cublasSetStream_v2");
     *(void **)&b->gemm_ex = dlsym(b->lib, "cublasGemmEx");
+    *(void **)&b->gemm_sb = dlsym(b->lib, "cublasGemmStridedBatchedEx");
     if (!b->create || !b->destroy || !b->set_stream || !b->gemm_ex) goto fail;
     if (b->create(&b->handle) != 0) {
         b->handle = NULL;
@@ -526,18 +530,23 @@ fail:
     return NULL;
 }
 
+/* Loads cuBLAS on first use; NULL when it is not there or SEER_NO_CUBLAS is set. */
+static blas_t *blas_get(seer_cuda_dev_t *d) {
+    if (d->blas_state == 0) {
+        const char *off = getenv("SEER_NO_CUBLAS");
+        d->blas = off && *off && strcmp(off, "0") != 0 ? NULL : blas_load(d);
+        d->blas_state = d->blas ? 1 : -1;
+    }
+    return d->blas_state > 0 ? d->blas : NULL;
+}
+
 int seer_cuda_gemm_bf16(seer_cuda_dev_t *d, seer_devptr_t y, seer_devptr_t x, seer_devptr_t w, int n, int in, int out,
                         seer_err_t *err) {
     if (d->blas_state < 0) return 0;
     int rc = bind_ctx(d, err);
     if (rc < 0) return rc;
-    if (d->blas_state == 0) {
-        const char *off = getenv("SEER_NO_CUBLAS");
-        d->blas = off && *off && strcmp(off, "0") != 0 ? NULL : blas_load(d);
-        d->blas_state = d->blas ? 1 : -1;
-        if (!d->blas) return 0;
-    }
-    blas_t *b = d->blas;
+    blas_t *b = blas_get(d);
+    if (!b) return 0;
     /* Column-major: Y^T[out][n] = W[out][in] . X^T: op(A) = W^T as stored (in x out, lda in),
      * op(B) = X^T (in x n, ldb in), C = out x n with ldc out. */
     float one = 1.f, zero = 0.f;
@@ -546,4 +555,78 @@ int seer_cuda_gemm_bf16(seer_cuda_dev_t *d, seer_devptr_t y, seer_devptr_t x, se
                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (st != 0) return seer_err_set(err, SEER_EIO, "cuBLAS: cublasGemmEx (%d x %d x %d, bf16) failed with status %d", n, out, in, st);
     return 1;
+}
+
+int seer_cuda_has_batched_gemm(seer_cuda_dev_t *d) {
+    if (d->blas_state < 0 || bind_ctx(d, NULL) < 0) return 0;
+    blas_t *b = blas_get(d);
+    return b && b->gemm_sb;
+}
+
+int seer_cuda_gemm_batched_bf16(seer_cuda_dev_t *d, const seer_cuda_gemm_t *g, seer_err_t *err) {
+    if (d->blas_state < 0) return 0;
+    int rc = bind_ctx(d, err);
+    if (rc < 0) return rc;
+    blas_t *b = blas_get(d);
+    if (!b || !b->gemm_sb) return 0;
+    float one = 1.f, beta = g->accumulate ? 1.f : 0.f;
+    int st = b->gemm_sb(b->handle, g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, g->m, g->n, g->k, &one,
+                        (const void *)(uintptr_t)g->a, CUDA_R_16BF, g->lda, g->stride_a, (const void *)(uintptr_t)g->b,
+                        CUDA_R_16BF, g->ldb, g->stride_b, &beta, (void *)(uintptr_t)g->c, CUDA_R_32F, g->ldc,
+                        g->stride_c, g->batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (st != 0)
+        return seer_err_set(err, SEER_EIO, "cuBLAS: cublasGemmStridedBatchedEx (%d x %d x %d, %d batches, bf16) failed "
+                                           "with status %d", g->m, g->n, g->k, g->batch, st);
+    return 1;
+}
+
+/* ---- event marks ----------------------------------------------------------------------------- */
+
+struct seer_cuda_marks {
+    seer_cuda_dev_t *d;
+    int cap;
+    CUevent *ev;
+};
+
+int seer_cuda_marks_new(seer_cuda_dev_t *d, int cap, seer_cuda_marks_t **out, seer_err_t *err) {
+    int rc = bind_ctx(d, err);
+    if (rc < 0) return rc;
+    seer_cuda_marks_t *m = calloc(1, sizeof *m);
+    if (!m || !(m->ev = calloc((size_t)cap, sizeof *m->ev))) {
+        free(m);
+        return seer_err_set(err, SEER_ENOMEM, "out of memory");
+    }
+    m->d = d;
+    for (int i = 0; i < cap; i++) {
+        CUresult r = drv.cuEventCreate(&m->ev[i], CU_EVENT_DEFAULT);
+        if (r != CUDA_SUCCESS) {
+            seer_cuda_marks_free(m);
+            return cu_fail(err, r, "cuEventCreate");
+        }
+        m->cap = i + 1;
+    }
+    *out = m;
+    return 0;
+}
+
+int seer_cuda_mark(seer_cuda_marks_t *m, int i, seer_err_t *err) {
+    if (i < 0 || i >= m->cap) return seer_err_set(err, SEER_EINVAL, "internal: event mark %d of %d", i, m->cap);
+    CUresult r = drv.cuEventRecord(m->ev[i], m->d->stream);
+    return r == CUDA_SUCCESS ? 0 : cu_fail(err, r, "cuEventRecord");
+}
+
+int seer_cuda_marks_elapsed(seer_cuda_marks_t *m, int i, int j, float *ms, seer_err_t *err) {
+    if (i < 0 || j < 0 || i >= m->cap || j >= m->cap)
+        return seer_err_set(err, SEER_EINVAL, "internal: event marks %d, %d of %d", i, j, m->cap);
+    CUresult r = drv.cuEventSynchronize(m->ev[j]);
+    if (r == CUDA_SUCCESS) r = drv.cuEventElapsedTime_v2(ms, m->ev[i], m->ev[j]);
+    return r == CUDA_SUCCESS ? 0 : cu_fail(err, r, "cuEventElapsedTime");
+}
+
+void seer_cuda_marks_free(seer_cuda_marks_t *m) {
+    if (!m) return;
+    drv.cuCtxSetCurrent(m->d->ctx);
+    for (int i = 0; i < m->cap; i++) drv.cuEventDestroy_v2(m->ev[i]);
+    free(m->ev);
+    free(m);
 }

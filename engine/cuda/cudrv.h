@@ -89,4 +89,27 @@ void seer_cuda_timer_free(seer_cuda_timer_t *t);
 int seer_cuda_gemm_bf16(seer_cuda_dev_t *d, seer_devptr_t y, seer_devptr_t x, seer_devptr_t w, int n, int in, int out,
                         seer_err_t *err);
 
+/* A strided batched product in cuBLAS's column-major terms, bf16 operands, f32 C and f32
+ * accumulation: for each b < batch, C_b (m x n, ldc) = op(A_b) (m x k) . B_b (k x n, ldb)
+ * (+ C_b when accumulate), op(A) = A^T (A stored k x m, lda) when trans_a, else A (m x k, lda);
+ * X_b = X + b * stride_x elements. */
+typedef struct {
+    int trans_a, m, n, k, batch, accumulate;
+    seer_devptr_t a, b, c;
+    int lda, ldb, ldc;
+    long long stride_a, stride_b, stride_c;
+} seer_cuda_gemm_t;
+/* 1 when it ran, 0 when cuBLAS (or its strided batched product) is not available, < 0 on an error. */
+int seer_cuda_gemm_batched_bf16(seer_cuda_dev_t *d, const seer_cuda_gemm_t *g, seer_err_t *err);
+/* Whether seer_cuda_gemm_batched_bf16 can run (loads cuBLAS on first use). */
+int seer_cuda_has_batched_gemm(seer_cuda_dev_t *d);
+
+/* Event marks on the device's stream, for timing the pieces of a pass: mark i records event i;
+ * elapsed(i, j) waits for j and gives the milliseconds between the two. */
+typedef struct seer_cuda_marks seer_cuda_marks_t;
+int seer_cuda_marks_new(seer_cuda_dev_t *d, int cap, seer_cuda_marks_t **out, seer_err_t *err);
+int seer_cuda_mark(seer_cuda_marks_t *m, int i, seer_err_t *err);
+int seer_cuda_marks_elapsed(seer_cuda_marks_t *m, int i, int j, float *ms, seer_err_t *err);
+void seer_cuda_marks_free(seer_cuda_marks_t *m);
+
 #endif

@@ -8,8 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "gpu_attn.h"
 #include "host/host.h"
 
 #define GEMV_MAX_TOKENS 8 /* seer_gemv_bf16 keeps this many accumulators per lane */
@@ -25,9 +27,9 @@ typedef struct {
 /* The kernels the forward pass launches, resolved once when the model moves to the GPU. */
 #define KERNELS(X)                                                                                  \
     X(EMBED, "seer_embed") X(RMSNORM, "seer_rmsnorm") X(ADD, "seer_add") X(SCALE, "seer_scale")       \
-    X(SOFTCAP, "seer_softcap") X(GEMV, "seer_gemv_bf16") X(TO_BF16, "seer_f32_to_bf16")              \
+    X(SOFTCAP, "seer_softcap") X(GEMV, "seer_gemv_bf16") X(GEMV1, "seer_gemv1_bf16") X(TO_BF16, "seer_f32_to_bf16")              \
     X(GEMM, "seer_gemm_bf16") X(BIAS, "seer_bias_add") X(ROPE, "seer_rope") X(KV_STORE, "seer_kv_store") \
-    X(ATTENTION, "seer_attention") X(ACT_MUL, "seer_act_mul") X(ARGMAX, "seer_argmax") X(FILL, "seer_fill_bf16")
+    X(ACT_MUL, "seer_act_mul") X(ARGMAX, "seer_argmax") X(FILL, "seer_fill_bf16")
 enum {
 #define K_ENUM(id, name) K_##id,
     KERNELS(K_ENUM)
@@ -39,6 +41,14 @@ static const char *const kernel_names[K_COUNT] = {
     KERNELS(K_NAME)
 #undef K_NAME
 };
+
+/* What a profile attributes time to: each kernel above, then these. */
+enum { P_GEMM = K_COUNT, P_ATTN, P_COPY, P_HOOK, P_LABELS };
+static const char *label_name(int i) {
+    static const char *const extra[] = {"cuBLAS linear", "attention", "copies", "hooks (host)"};
+    return i < K_COUNT ? kernel_names[i] : extra[i - K_COUNT];
+}
+#define PROF_MARKS 8192
 
 typedef struct {
     const void *host;
@@ -64,7 +74,24 @@ struct seer_gpu_model {
     float *host;       /* hook and host-attention staging */
     size_t host_cap;   /* bytes */
     void *staging;     /* pinned, STAGING_BYTES */
+    seer_gpu_attn_t attn;
+    /* Profile (seer_gpu_profile): an event after each piece of a forward pass, its label, and
+     * the milliseconds and calls summed per label since the last report. */
+    seer_cuda_marks_t *marks;
+    int nmarks, lost;
+    short mark_label[PROF_MARKS];
+    double prof_ms[P_LABELS], prof_wall;
+    long prof_calls[P_LABELS], prof_passes, prof_tokens;
 };
+
+static void prof_mark(struct seer_gpu_model *g, int label) {
+    if (!g->marks) return;
+    if (g->nmarks >= PROF_MARKS || seer_cuda_mark(g->marks, g->nmarks, NULL) < 0) {
+        g->lost++;
+        return;
+    }
+    g->mark_label[g->nmarks++] = (short)label;
+}
 
 static int launch(struct seer_gpu_model *g, int k, unsigned gx, unsigned gy, unsigned bx, unsigned shmem, void **args,
                   seer_err_t *err);
@@ -175,6 +202,8 @@ static void gpu_free(struct seer_gpu_model *g) {
         seer_cuda_free(g->d, g->ws);
         seer_cuda_free(g->d, g->logits);
         seer_cuda_host_free(g->d, g->staging);
+        seer_gpu_attn_free(&g->attn);
+        seer_cuda_marks_free(g->marks);
         seer_cuda_close(g->d);
     }
     free(g->up);
@@ -234,6 +263,7 @@ int seer_gpu_attach(seer_model_t *m, int device, int progress, seer_err_t *err) 
             rc = err ? err->code : SEER_EINVAL;
             goto fail;
         }
+    if ((rc = seer_gpu_attn_init(&g->attn, g->d, err)) < 0) goto fail;
     if ((rc = m->arch->describe(m, &g->desc, err)) < 0) goto fail;
     const seer_model_config_t *c = &m->cfg;
     if (c->head_dim > 256 || c->head_dim % 2) {
@@ -314,7 +344,9 @@ void seer_gpu_kv_free(seer_kv_cache_t *c) {
 
 static int launch(struct seer_gpu_model *g, int k, unsigned gx, unsigned gy, unsigned bx, unsigned shmem, void **args,
                   seer_err_t *err) {
-    return seer_cuda_launch(g->d, g->fn[k], gx, gy, 1, bx, 1, 1, shmem, args, err);
+    int rc = seer_cuda_launch(g->d, g->fn[k], gx, gy, 1, bx, 1, 1, shmem, args, err);
+    prof_mark(g, k);
+    return rc;
 }
 
 static unsigned blocks_for(long long n, unsigned per) {
@@ -346,18 +378,24 @@ static int k_softcap(struct seer_gpu_model *g, seer_devptr_t x, long long n, flo
 
 /* y[n][out] = x[n][in] W^T (+ bias): the GEMV kernel for decode-sized n, else bf16 inputs
  * through cuBLAS (or the WMMA kernel when cuBLAS is not there). */
-static int linear(struct seer_gpu_model *g, seer_devptr_t y, seer_devptr_t x, seer_devptr_t w, seer_devptr_t bias,
-                  int n, int in, int out, seer_err_t *err) {
+static int linear_x(struct seer_gpu_model *g, seer_devptr_t y, seer_devptr_t x, seer_devptr_t w, seer_devptr_t bias,
+                    int n, int in, int out, int x_converted, seer_err_t *err) {
     if (n <= GEMV_MAX_TOKENS) {
-        void *a[] = {&y, &x, &w, &bias, &n, &in, &out};
-        return launch(g, K_GEMV, (unsigned)((out + 7) / 8), 1, 256, 0, a, err);
+        /* Warps per row: up to 32 warps per multiprocessor, for the loads in flight that the
+         * memory needs, as long as each lane keeps at least 4 loads of 8 weights of its own. */
+        int wpr = 1, sms = seer_cuda_info(g->d)->sm_count;
+        while (wpr < 8 && (long long)out * wpr < 32LL * sms && in >= 32 * 8 * 4 * (wpr * 2)) wpr *= 2;
+        int rows = 8 / wpr;
+        void *a[] = {&y, &x, &w, &bias, &n, &in, &out, &wpr};
+        return launch(g, n == 1 ? K_GEMV1 : K_GEMV, (unsigned)((out + rows - 1) / rows), 1, 256, 0, a, err);
     }
     long long nx = (long long)n * in;
     void *ca[] = {&g->xh, &x, &nx};
-    int rc = launch(g, K_TO_BF16, blocks_for(nx, 256), 1, 256, 0, ca, err);
+    int rc = x_converted ? 0 : launch(g, K_TO_BF16, blocks_for(nx, 256), 1, 256, 0, ca, err);
     if (rc < 0) return rc;
     rc = seer_cuda_gemm_bf16(g->d, y, g->xh, w, n, in, out, err);
     if (rc < 0) return rc;
+    if (rc > 0) prof_mark(g, P_GEMM);
     if (rc == 0) {
         void *a[] = {&y, &g->xh, &w, &bias, &n, &in, &out};
         return launch(g, K_GEMM, (unsigned)((out + 63) / 64), (unsigned)((n + 63) / 64), 128, 0, a, err);
@@ -365,6 +403,18 @@ static int linear(struct seer_gpu_model *g, seer_devptr_t y, seer_devptr_t x, se
     if (!bias) return 0;
     void *b[] = {&y, &bias, &n, &out};
     return launch(g, K_BIAS, (unsigned)n, 1, 256, 0, b, err);
+}
+
+static int linear(struct seer_gpu_model *g, seer_devptr_t y, seer_devptr_t x, seer_devptr_t w, seer_devptr_t bias,
+                  int n, int in, int out, seer_err_t *err) {
+    return linear_x(g, y, x, w, bias, n, in, out, 0, err);
+}
+
+/* A second product of the x the previous linear call took (q then k and v, gate then up): its
+ * bf16 copy for the GEMM is still in g->xh. */
+static int linear_again(struct seer_gpu_model *g, seer_devptr_t y, seer_devptr_t x, seer_devptr_t w, seer_devptr_t bias,
+                        int n, int in, int out, seer_err_t *err) {
+    return linear_x(g, y, x, w, bias, n, in, out, 1, err);
 }
 
 /* ---- working set ----------------------------------------------------------------------------- */
@@ -439,6 +489,7 @@ static int hook(struct seer_gpu_model *g, const seer_fwd_hooks_t *hk, seer_hook_
                    : seer_fwd_hook_rows(hk, p, layer, start, n, g->host, cols, err);
     if (rc < 0) return rc;
     if ((rc = seer_cuda_htod(g->d, buf, g->host, bytes, err)) < 0) return rc;
+    prof_mark(g, P_HOOK);
     return seer_cuda_sync(g->d, err); /* the host buffer is reused by the next hook */
 }
 
@@ -469,13 +520,14 @@ static int host_attention(seer_model_t *m, struct seer_gpu_model *g, seer_kv_cac
                              .scale = g->desc.attn_scale, .softcap = g->desc.attn_softcap};
     if ((rc = seer_fwd_attention(m, hk, l, &ap, err)) < 0) return rc;
     if ((rc = seer_cuda_htod(g->d, g->att, out, (size_t)n * qd * 4, err)) < 0) return rc;
+    prof_mark(g, P_HOOK);
     return seer_cuda_sync(g->d, err);
 }
 
 /* ---- forward --------------------------------------------------------------------------------- */
 
-int seer_gpu_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens, int n, float *logits, int all_logits,
-                     float *hidden, const seer_fwd_hooks_t *hk, int *next, seer_err_t *err) {
+static int forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens, int n, float *logits, int all_logits,
+                   float *hidden, const seer_fwd_hooks_t *hk, int *next, seer_err_t *err) {
     struct seer_gpu_model *g = m->gpu;
     const seer_model_config_t *c = &m->cfg;
     const seer_gpu_desc_t *ds = &g->desc;
@@ -488,6 +540,7 @@ int seer_gpu_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens
     int head_rows = all_logits ? n : 1;
     if ((rc = ensure_ws(g, c, n, want_head ? (size_t)head_rows * V : 0, err)) < 0) return rc;
     if ((rc = seer_cuda_htod(g->d, g->tok, tokens, (size_t)n * 4, err)) < 0) return rc;
+    prof_mark(g, P_COPY);
     size_t nD = (size_t)n * D;
 
     float escale = SEER_HOOKED(hk, SEER_HP_EMBED, -1) ? 1.f : ds->embed_scale;
@@ -513,8 +566,8 @@ int seer_gpu_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens
         if ((rc = k_rmsnorm(g, g->xb, g->x, L->pre_attn_norm, n, D, eps, err)) < 0) return rc;
         HOOK(SEER_HP_LN1, g->xb, D, 0)
         if ((rc = linear(g, g->q, g->xb, L->q, L->q_bias, n, D, qd, err)) < 0 ||
-            (rc = linear(g, g->k, g->xb, L->k, L->k_bias, n, D, kvd, err)) < 0 ||
-            (rc = linear(g, g->v, g->xb, L->v, L->v_bias, n, D, kvd, err)) < 0)
+            (rc = linear_again(g, g->k, g->xb, L->k, L->k_bias, n, D, kvd, err)) < 0 ||
+            (rc = linear_again(g, g->v, g->xb, L->v, L->v_bias, n, D, kvd, err)) < 0)
             return rc;
         if (L->q_norm) {
             if ((rc = k_rmsnorm(g, g->q, g->q, L->q_norm, n * H, hd, eps, err)) < 0 ||
@@ -538,11 +591,11 @@ int seer_gpu_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens
         if (SEER_HOOKED(hk, SEER_HP_ATTN_SCORES, l) || SEER_HOOKED(hk, SEER_HP_PATTERN, l)) {
             if ((rc = host_attention(m, g, kv, hk, l, start, n, S->window, err)) < 0) return rc;
         } else {
-            int window = S->window;
-            float scale = ds->attn_scale, cap = ds->attn_softcap;
-            void *a[] = {&g->att, &g->q, &kc, &vc, &n, &start, &H, &KH, &hd, &window, &scale, &cap};
-            unsigned shmem = (unsigned)((2 * hd + 128 + 64) * sizeof(float));
-            if ((rc = launch(g, K_ATTENTION, (unsigned)n, (unsigned)H, 128, shmem, a, err)) < 0) return rc;
+            seer_gpu_attn_args_t aa = {.out = g->att, .q = g->q, .kc = kc, .vc = vc, .n = n, .start = start, .H = H,
+                                       .KH = KH, .hd = hd, .window = S->window, .scale = ds->attn_scale,
+                                       .softcap = ds->attn_softcap};
+            if ((rc = seer_gpu_attention(&g->attn, &aa, SEER_ATTN_AUTO, err)) < 0) return rc;
+            prof_mark(g, P_ATTN);
         }
         HOOK(SEER_HP_Z, g->att, qd, H)
         if ((rc = linear(g, g->xb, g->att, L->o, L->o_bias, n, qd, D, err)) < 0) return rc;
@@ -554,7 +607,7 @@ int seer_gpu_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens
         if ((rc = k_rmsnorm(g, g->xb, g->x, L->pre_mlp_norm, n, D, eps, err)) < 0) return rc;
         HOOK(SEER_HP_LN2, g->xb, D, 0)
         if ((rc = linear(g, g->h1, g->xb, L->gate, 0, n, D, I, err)) < 0 ||
-            (rc = linear(g, g->h2, g->xb, L->up, 0, n, D, I, err)) < 0)
+            (rc = linear_again(g, g->h2, g->xb, L->up, 0, n, D, I, err)) < 0)
             return rc;
         HOOK(SEER_HP_MLP_PRE, g->h1, I, 0)
         {
@@ -600,4 +653,76 @@ int seer_gpu_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens
     }
     if (logits && (rc = seer_cuda_dtoh(g->d, logits, g->logits, (size_t)head_rows * V * 4, err)) < 0) return rc;
     return seer_cuda_sync(g->d, err);
+}
+
+int seer_gpu_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens, int n, float *logits, int all_logits,
+                     float *hidden, const seer_fwd_hooks_t *hk, int *next, seer_err_t *err) {
+    struct seer_gpu_model *g = m->gpu;
+    if (!g->marks) return forward(m, kv, tokens, n, logits, all_logits, hidden, hk, next, err);
+    /* Profiled: mark 0 before the pass, one after each piece; the time between consecutive marks
+     * (stream order) goes to the later mark's label, so idle gaps count against what came next. */
+    g->nmarks = 0;
+    int rc = seer_cuda_sync(g->d, err);
+    if (rc < 0) return rc;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    prof_mark(g, P_COPY);
+    rc = forward(m, kv, tokens, n, logits, all_logits, hidden, hk, next, err);
+    if (rc < 0) return rc;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    for (int i = 1; i < g->nmarks; i++) {
+        float ms = 0;
+        if ((rc = seer_cuda_marks_elapsed(g->marks, i - 1, i, &ms, err)) < 0) return rc;
+        g->prof_ms[g->mark_label[i]] += ms;
+        g->prof_calls[g->mark_label[i]]++;
+    }
+    g->prof_wall += (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6;
+    g->prof_passes++;
+    g->prof_tokens += n;
+    return 0;
+}
+
+int seer_gpu_profile(seer_model_t *m, int on, seer_err_t *err) {
+    struct seer_gpu_model *g = m->gpu;
+    if (!g) return seer_err_set(err, SEER_EINVAL, "profile: the model is not on a GPU");
+    if (!on) {
+        seer_cuda_marks_free(g->marks);
+        g->marks = NULL;
+        return 0;
+    }
+    if (g->marks) return 0;
+    memset(g->prof_ms, 0, sizeof g->prof_ms);
+    memset(g->prof_calls, 0, sizeof g->prof_calls);
+    g->prof_wall = 0, g->prof_passes = g->prof_tokens = 0, g->lost = 0;
+    return seer_cuda_marks_new(g->d, PROF_MARKS, &g->marks, err);
+}
+
+void seer_gpu_profile_report(seer_model_t *m, FILE *f) {
+    struct seer_gpu_model *g = m->gpu;
+    if (!g) return;
+    if (!f || !g->prof_passes) goto reset;
+    double total = 0;
+    for (int i = 0; i < P_LABELS; i++) total += g->prof_ms[i];
+    double np = (double)g->prof_passes;
+    fprintf(f, "    %ld passes of %.1f tokens: %.3f ms on the GPU and %.3f ms wall per pass%s\n", g->prof_passes,
+            (double)g->prof_tokens / np, total / np, g->prof_wall / np,
+            g->lost ? " (some pieces not timed: too many per pass)" : "");
+    int order[P_LABELS];
+    for (int i = 0; i < P_LABELS; i++) order[i] = i;
+    for (int i = 1; i < P_LABELS; i++)
+        for (int j = i; j > 0 && g->prof_ms[order[j]] > g->prof_ms[order[j - 1]]; j--) {
+            int t = order[j];
+            order[j] = order[j - 1], order[j - 1] = t;
+        }
+    for (int i = 0; i < P_LABELS; i++) {
+        int l = order[i];
+        if (!g->prof_calls[l]) continue;
+        fprintf(f, "      %-20s %8.3f ms %5.1f%%  %6.1f calls, %7.2f us each\n", label_name(l), g->prof_ms[l] / np,
+                total > 0 ? 100 * g->prof_ms[l] / total : 0, g->prof_calls[l] / np,
+                1e3 * g->prof_ms[l] / (double)g->prof_calls[l]);
+    }
+reset:
+    memset(g->prof_ms, 0, sizeof g->prof_ms);
+    memset(g->prof_calls, 0, sizeof g->prof_calls);
+    g->prof_wall = 0, g->prof_passes = g->prof_tokens = 0, g->lost = 0;
 }

@@ -12,6 +12,8 @@
 #ifndef SEER_GPU_MODEL_H
 #define SEER_GPU_MODEL_H
 
+#include <stdio.h>
+
 #include "../model/model_private.h"
 #include "cudrv.h"
 
@@ -69,5 +71,12 @@ void seer_gpu_kv_free(seer_kv_cache_t *c);
  * the logits back; logits may then be NULL). */
 int seer_gpu_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens, int n, float *logits, int all_logits,
                      float *hidden, const seer_fwd_hooks_t *hk, int *next, seer_err_t *err);
+
+/* Profiling: while on, each forward pass times its pieces with device events (each kernel,
+ * cuBLAS, attention, copies, hooks) and the report prints the time per pass and per piece,
+ * largest first, then starts over (f NULL: only starts over). Costs an event record per piece; for finding where time
+ * goes, not for timing. */
+int seer_gpu_profile(seer_model_t *m, int on, seer_err_t *err);
+void seer_gpu_profile_report(seer_model_t *m, FILE *f);
 
 #endif

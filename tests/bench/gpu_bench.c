@@ -147,7 +147,7 @@ static double copy_bandwidth(seer_cuda_dev_t *d) {
 }
 
 /* Greedy decode steps/s after a prompt of `prompt` tokens, optionally with a capture hook. */
-static double decode_rate(seer_model_t *m, int prompt, int steps, int hooked) {
+static double decode_rate(seer_model_t *m, int prompt, int steps, int hooked, int profile) {
     seer_err_t err;
     seer_kv_cache_t *kv;
     if (seer_kv_cache_new(&kv, m, prompt + steps + 8, &err) < 0) die("kv cache", &err);
@@ -169,6 +169,7 @@ static double decode_rate(seer_model_t *m, int prompt, int steps, int hooked) {
     if (seer_model_forward_next(m, kv, ids, prompt, &next, hooked ? &hk : NULL, &err) < 0) die("prefill", &err);
     for (int i = 0; i < 4; i++) /* warm-up */
         if (seer_model_forward_next(m, kv, &next, 1, &next, hooked ? &hk : NULL, &err) < 0) die("decode", &err);
+    if (profile) seer_gpu_profile_report(m, NULL); /* only the steps below */
     double t0 = now();
     for (int i = 0; i < steps; i++)
         if (seer_model_forward_next(m, kv, &next, 1, &next, hooked ? &hk : NULL, &err) < 0) die("decode", &err);
@@ -254,8 +255,8 @@ int main(int argc, char **argv) {
         double bw = copy_bandwidth(seer_gpu_dev(m));
         size_t wb = seer_gpu_weight_bytes(m);
         double bound = bw * 1e9 / (double)wb;
-        double dec = decode_rate(m, 128, 128, 0);
-        double dech = decode_rate(m, 128, 128, 1);
+        double dec = decode_rate(m, 128, 128, 0, 0);
+        double dech = decode_rate(m, 128, 128, 1, 0);
         int np = 2048;
         double pt = prefill_time(m, np, 3);
         double tf = prefill_flops(s, np) / pt / 1e12;
@@ -270,6 +271,17 @@ int main(int argc, char **argv) {
             printf("  prefill %d tok  %.0f tok/s, %.1f TFLOP/s (no datasheet peak known for this GPU)\n", np, np / pt, tf);
         printf("  capture hook     %.1f tok/s with one resid_post capture: %.1f%% overhead (target <= 5%%)\n", dech,
                100 * (dec / dech - 1));
+        fflush(stdout);
+        /* Where the time goes: one prefill and 16 decode steps again, each piece timed with
+         * device events (seer_gpu_profile; the records themselves cost a little). */
+        if (seer_gpu_profile(m, 1, &err) < 0) die("profile", &err);
+        printf("  profile of a %d-token prefill:\n", np);
+        prefill_time(m, np, 0);
+        seer_gpu_profile_report(m, stdout);
+        printf("  profile of decode steps after 128 tokens:\n");
+        decode_rate(m, 128, 16, 0, 1);
+        seer_gpu_profile_report(m, stdout);
+        seer_gpu_profile(m, 0, &err);
         fflush(stdout);
         seer_model_free(m);
         char cmd[4200];

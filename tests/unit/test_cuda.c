@@ -193,11 +193,12 @@ Test(cuda_kernels, every_fatbin_has_sm80_sm90_and_ptx) {
     cr_assert_gt(total, 1000);
 }
 
-/* Every kernel name that engine/cuda/gpu_model.c launches is in the sm_90 code of some fatbin,
+/* Every kernel name that engine/cuda/gpu_model.c and gpu_attn.c launch is in the sm_90 code of some fatbin,
  * so a renamed kernel fails here rather than on the first GPU that runs it. */
-Test(cuda_kernels, every_launched_kernel_is_embedded) {
-    FILE *f = fopen("engine/cuda/gpu_model.c", "r");
-    cr_assert_not_null(f, "run from the repository root");
+/* The "seer_..." names in one source file, each checked against the sm_90 code; their count. */
+static int check_launched(const char *file) {
+    FILE *f = fopen(file, "r");
+    cr_assert_not_null(f, "%s: run from the repository root", file);
     static char src[1 << 17];
     size_t n = fread(src, 1, sizeof src - 1, f);
     fclose(f);
@@ -216,9 +217,15 @@ Test(cuda_kernels, every_launched_kernel_is_embedded) {
             for (int j = 0; j < np && !ok; j++)
                 if (parts[j].kind == 2 && parts[j].arch == 90 && has_symbol(&parts[j], name)) ok = 1;
         }
-        cr_assert(ok, "gpu_model.c launches %s but no kernels/*.cu defines it (extern \"C\")", name);
+        cr_assert(ok, "%s launches %s but no kernels/*.cu defines it (extern \"C\")", file, name);
         found++;
     }
+    return found;
+}
+
+Test(cuda_kernels, every_launched_kernel_is_embedded) {
+    int found = check_launched("engine/cuda/gpu_model.c");
+    cr_assert_geq(check_launched("engine/cuda/gpu_attn.c"), 4, "gpu_attn.c launches 4 kernels");
     cr_assert_geq(found, 12, "found only %d kernel names in gpu_model.c", found);
 }
 

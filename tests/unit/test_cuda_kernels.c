@@ -1,8 +1,8 @@
 /* The CUDA kernels (kernels/, the fatbin embedded in the binary) against float64 CPU
  * references computed here, on random inputs from a fixed seed with ragged sizes that exercise
  * the tails: embedding, RMSNorm, LayerNorm, RoPE (both pairings, partial rotation), the KV-cache
- * store, causal GQA attention (sliding window, soft-capping, decode with a cache offset and
- * prefill), the decode GEMV and the tensor-core GEMM (which must also agree with each other),
+ * store, causal GQA attention in both forms (sliding window, soft-capping, decode with a cache
+ * offset and prefill), the decode GEMV and the tensor-core GEMM (which must also agree with each other),
  * f32 -> bf16 rounding, the elementwise kernels, argmax (ties, NaN) and the random fills.
  * Output buffers carry a guard region past their end that must come back untouched.
  *
@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "cuda/cudrv.h"
+#include "cuda/gpu_attn.h"
 #include "tensor/dtype.h"
 #include "test_rand.h"
 
@@ -38,6 +39,10 @@ static const double TOL_ROPE_ABS = 1e-5;
  * expf and the online rescaling perturb each probability by ~1e-6 relative, and the output is a
  * convex combination of V rows, so the error is bounded relative to max |v|. */
 static const double TOL_ATTN_REL = 1e-4;
+/* The cuBLAS form (gpu_attn.h) carries queries and probabilities as two bf16 terms each (~16
+ * significant bits, relative error ~2^-17): with scores up to ~20 the probabilities move by up to
+ * ~2e-4 relative, so its bound is ten times the kernel's. */
+static const double TOL_ATTN_GEMM_REL = 1e-3;
 /* GEMM / GEMV: inputs are the same bf16 values on both sides (bf16 x bf16 products are exact in
  * f32), only the f32 summation order differs (tensor cores, warp trees): |err| <= 1e-3 *
  * sum_k |w x| + 1e-5, far above the ~in * 2^-24 relative bound of f32 summation. */
@@ -395,7 +400,8 @@ Test(cuda_kernels, kv_store) {
     }
 }
 
-/* ---- 6. seer_attention ---- */
+/* ---- 6. attention: seer_attn_split (+ seer_attn_combine), and the cuBLAS form
+ * (seer_split_bf16, seer_attn_softmax), through seer_gpu_attention (engine/cuda/gpu_attn.c) ---- */
 
 Test(cuda_kernels, attention) {
     gpu();
@@ -403,16 +409,22 @@ Test(cuda_kernels, attention) {
         int H, KH, hd, n, start, window;
         float softcap, qscale;
     } cs[] = {
-        {8, 2, 64, 67, 0, 0, 0.0f, 1.0f},     /* prefill */
-        {8, 2, 64, 67, 0, 16, 0.0f, 1.0f},    /* prefill, sliding window */
-        {8, 2, 64, 67, 0, 0, 5.0f, 3.0f},     /* prefill, soft-capped, peaky */
-        {8, 2, 256, 1, 300, 0, 0.0f, 1.0f},   /* decode behind a cache offset: 301 keys, 3 chunks */
+        {8, 2, 64, 67, 0, 0, 0.0f, 1.0f},      /* prefill */
+        {8, 2, 64, 67, 0, 16, 0.0f, 1.0f},     /* prefill, sliding window */
+        {8, 2, 64, 67, 0, 0, 5.0f, 3.0f},      /* prefill, soft-capped, peaky */
+        {8, 2, 256, 1, 300, 0, 0.0f, 1.0f},    /* decode behind a cache offset: 301 keys, several slices */
         {8, 2, 256, 1, 300, 100, 30.0f, 3.0f}, /* decode, window and softcap */
-        {8, 2, 64, 5, 300, 200, 20.0f, 2.0f}, /* window spanning two chunks */
-        {4, 4, 72, 3, 130, 0, 0.0f, 1.0f},    /* MHA, hd % 16 != 0 */
-        {2, 1, 36, 2, 129, 0, 0.0f, 1.0f},    /* hd % 8 != 0: the scalar key path */
-        {8, 2, 256, 67, 0, 0, 0.0f, 1.0f},    /* prefill, large heads */
+        {8, 2, 64, 5, 300, 200, 20.0f, 2.0f},  /* a few tokens, window spanning slices */
+        {4, 4, 72, 3, 130, 0, 0.0f, 1.0f},     /* MHA, hd % 16 != 0 */
+        {2, 1, 36, 2, 129, 0, 0.0f, 1.0f},     /* hd % 8 != 0: the scalar lane path */
+        {8, 2, 256, 67, 0, 0, 0.0f, 1.0f},     /* prefill, large heads */
+        {16, 8, 128, 40, 2000, 512, 0.0f, 1.0f}, /* a continuation behind a long cache, window */
+        {1, 1, 8, 1, 0, 0, 0.0f, 1.0f},        /* one key */
     };
+    seer_gpu_attn_t at;
+    cr_assert_eq(seer_gpu_attn_init(&at, g_dev, &g_err), 0, "seer_gpu_attn_init: %s", g_err.msg);
+    int have_gemm = seer_cuda_has_batched_gemm(g_dev);
+    if (!have_gemm) fprintf(stderr, "attention: no cuBLAS here, the gemm form is not tested\n");
     for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
         int H = cs[c].H, KH = cs[c].KH, hd = cs[c].hd, n = cs[c].n, start = cs[c].start, window = cs[c].window;
         float softcap = cs[c].softcap, scale = 1.0f / sqrtf((float)hd);
@@ -420,7 +432,7 @@ Test(cuda_kernels, attention) {
         size_t nq = (size_t)n * (size_t)H * (size_t)hd, nkv = (size_t)ctx * (size_t)KH * (size_t)hd;
         float *q = xmalloc(sizeof(float) * nq), *o = xmalloc(sizeof(float) * nq);
         uint16_t *kc = xmalloc(sizeof(uint16_t) * nkv), *vc = xmalloc(sizeof(uint16_t) * nkv);
-        double *sc = xmalloc(sizeof(double) * (size_t)ctx), *ref = xmalloc(sizeof(double) * (size_t)hd);
+        double *sc = xmalloc(sizeof(double) * (size_t)ctx), *ref = xmalloc(sizeof(double) * nq);
         for (size_t i = 0; i < nq; i++) q[i] = nrand() * cs[c].qscale;
         double vmax = 0;
         for (size_t i = 0; i < nkv; i++) {
@@ -428,17 +440,12 @@ Test(cuda_kernels, attention) {
             vc[i] = seer_f32_to_bf16(nrand());
             if (fabs(seer_bf16_to_f32(vc[i])) > vmax) vmax = fabs(seer_bf16_to_f32(vc[i]));
         }
-        seer_devptr_t dq = dput(q, sizeof(float) * nq), dkc = dput(kc, sizeof(uint16_t) * nkv),
-                      dvc = dput(vc, sizeof(uint16_t) * nkv), dout = dguarded(NULL, sizeof(float) * nq);
-        void *args[] = {&dout, &dq, &dkc, &dvc, &n, &start, &H, &KH, &hd, &window, &scale, &softcap};
-        launch("seer_attention", (unsigned)n, (unsigned)H, 128, (unsigned)((2 * hd + 128 + 64) * sizeof(float)), args);
-        dtoh(o, dout, sizeof(float) * nq);
         for (int t = 0; t < n; t++)
             for (int h = 0; h < H; h++) {
                 int p = start + t, kvh = h / (H / KH);
                 int lo = window > 0 ? (p - window + 1 > 0 ? p - window + 1 : 0) : 0;
                 const float *qr = q + ((size_t)t * (size_t)H + (size_t)h) * (size_t)hd;
-                double mx = -INFINITY, sum = 0;
+                double mx = -INFINITY, sum = 0, *r = ref + ((size_t)t * (size_t)H + (size_t)h) * (size_t)hd;
                 for (int j = lo; j <= p; j++) {
                     const uint16_t *kr = kc + ((size_t)j * (size_t)KH + (size_t)kvh) * (size_t)hd;
                     double s = 0;
@@ -448,21 +455,48 @@ Test(cuda_kernels, attention) {
                     sc[j] = s;
                     if (s > mx) mx = s;
                 }
-                for (int d = 0; d < hd; d++) ref[d] = 0;
+                for (int d = 0; d < hd; d++) r[d] = 0;
                 for (int j = lo; j <= p; j++) {
                     double e = exp(sc[j] - mx);
                     sum += e;
                     const uint16_t *vr = vc + ((size_t)j * (size_t)KH + (size_t)kvh) * (size_t)hd;
-                    for (int d = 0; d < hd; d++) ref[d] += e * seer_bf16_to_f32(vr[d]);
+                    for (int d = 0; d < hd; d++) r[d] += e * seer_bf16_to_f32(vr[d]);
                 }
-                const float *orow = o + ((size_t)t * (size_t)H + (size_t)h) * (size_t)hd;
-                for (int d = 0; d < hd; d++)
-                    cr_assert(fabs(orow[d] - ref[d] / sum) <= TOL_ATTN_REL * vmax,
-                              "attention case %zu (H %d KH %d hd %d n %d start %d window %d softcap %g): t %d h %d d "
-                              "%d = %.9g, expected %.9g",
-                              c, H, KH, hd, n, start, window, (double)softcap, t, h, d, orow[d], ref[d] / sum);
+                for (int d = 0; d < hd; d++) r[d] /= sum;
             }
-        check_guard(dout, sizeof(float) * nq, "seer_attention");
+        seer_devptr_t dq = dput(q, sizeof(float) * nq), dkc = dput(kc, sizeof(uint16_t) * nkv),
+                      dvc = dput(vc, sizeof(uint16_t) * nkv), dout = dguarded(NULL, sizeof(float) * nq);
+        /* the split form; the gemm form with the default budget and with one small enough to
+         * take several chunks of queries */
+        static const struct {
+            int path;
+            size_t budget;
+            const char *name;
+        } runs[] = {{SEER_ATTN_SPLIT, SEER_ATTN_GEMM_BUDGET, "split"},
+                    {SEER_ATTN_GEMM, SEER_ATTN_GEMM_BUDGET, "gemm"},
+                    {SEER_ATTN_GEMM, 16 << 10, "gemm, chunked"}};
+        for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+            if (runs[r].path == SEER_ATTN_GEMM && !have_gemm) continue;
+            for (size_t i = 0; i < nq; i++) o[i] = NAN;
+            htod(dout, o, sizeof(float) * nq); /* poisoned: every output must be written */
+            at.budget = runs[r].budget;
+            seer_gpu_attn_args_t x = {.out = dout, .q = dq, .kc = dkc, .vc = dvc, .n = n, .start = start, .H = H,
+                                      .KH = KH, .hd = hd, .window = window, .scale = scale, .softcap = softcap};
+            cr_assert_eq(seer_gpu_attention(&at, &x, runs[r].path, &g_err), 0, "%s: %s", runs[r].name, g_err.msg);
+            cr_assert_eq(seer_cuda_sync(g_dev, &g_err), 0, "%s: %s", runs[r].name, g_err.msg);
+            dtoh(o, dout, sizeof(float) * nq);
+            double tol = (runs[r].path == SEER_ATTN_GEMM ? TOL_ATTN_GEMM_REL : TOL_ATTN_REL) * vmax, worst = 0;
+            for (size_t i = 0; i < nq; i++) {
+                size_t t = i / ((size_t)H * hd), h = i / (size_t)hd % (size_t)H, d = i % (size_t)hd;
+                cr_assert(fabs(o[i] - ref[i]) <= tol,
+                          "attention (%s) case %zu (H %d KH %d hd %d n %d start %d window %d softcap %g): t %zu h %zu "
+                          "d %zu = %.9g, expected %.9g",
+                          runs[r].name, c, H, KH, hd, n, start, window, (double)softcap, t, h, d, o[i], ref[i]);
+                if (fabs(o[i] - ref[i]) > worst) worst = fabs(o[i] - ref[i]);
+            }
+            fprintf(stderr, "attention (%s) case %zu: max error %.3g of max |v| %.3g\n", runs[r].name, c, worst, vmax);
+            check_guard(dout, sizeof(float) * nq, runs[r].name);
+        }
         free(q);
         free(o);
         free(kc);
@@ -471,6 +505,7 @@ Test(cuda_kernels, attention) {
         free(ref);
         gpu_done();
     }
+    seer_gpu_attn_free(&at);
 }
 
 /* ---- 7, 8. seer_gemv_bf16, seer_gemm_bf16 (and 9 feeding the GEMM in one case) ---- */
@@ -538,15 +573,24 @@ Test(cuda_kernels, gemv_gemm_bf16) {
             seer_devptr_t dxbase = dalloc(sizeof(float) * nx + 16), dx = dxbase + (cs[c].misalign ? 4 : 0);
             htod(dx, x, sizeof(float) * nx);
             seer_devptr_t dy2 = dguarded(NULL, sizeof(float) * ny);
-            void *vargs[] = {&dy2, &dx, &dw, &dbias, &n, &in, &out};
-            launch("seer_gemv_bf16", cdiv(out, 8), 1, 256, 0, vargs);
-            dtoh(y2, dy2, sizeof(float) * ny);
-            check_guard(dy2, sizeof(float) * ny, "seer_gemv_bf16");
-            for (size_t i = 0; i < ny; i++) {
-                cr_assert(fabs(y2[i] - ref[i]) <= tol[i], "gemv n %d in %d out %d bias %d misalign %d: y[%zu][%zu] = %.9g, expected %.9g",
-                          n, in, out, with_bias, cs[c].misalign, i / (size_t)out, i % (size_t)out, y2[i], ref[i]);
-                cr_assert(fabs(y2[i] - y1[i]) <= 2 * tol[i], "gemv vs gemm n %d in %d out %d: [%zu] %.9g vs %.9g", n,
-                          in, out, i, y2[i], y1[i]);
+            for (int kern = 0; kern < 2; kern++) /* up to 8 tokens per pass, and one */
+            for (int wpr = 1; wpr <= 8; wpr *= 2) { /* 1, 2, 4 or 8 warps per row */
+                const char *name = kern ? "seer_gemv1_bf16" : "seer_gemv_bf16";
+                for (size_t i = 0; i < ny; i++) y2[i] = NAN;
+                htod(dy2, y2, sizeof(float) * ny); /* poisoned: every output must be written */
+                void *vargs[] = {&dy2, &dx, &dw, &dbias, &n, &in, &out, &wpr};
+                launch(name, cdiv(out, 8 / wpr), 1, 256, 0, vargs);
+                dtoh(y2, dy2, sizeof(float) * ny);
+                check_guard(dy2, sizeof(float) * ny, name);
+                for (size_t i = 0; i < ny; i++) {
+                    cr_assert(fabs(y2[i] - ref[i]) <= tol[i],
+                              "%s (%d warps per row) n %d in %d out %d bias %d misalign %d: y[%zu][%zu] = %.9g, "
+                              "expected %.9g",
+                              name, wpr, n, in, out, with_bias, cs[c].misalign, i / (size_t)out, i % (size_t)out, y2[i],
+                              ref[i]);
+                    cr_assert(fabs(y2[i] - y1[i]) <= 2 * tol[i], "gemv vs gemm n %d in %d out %d: [%zu] %.9g vs %.9g",
+                              n, in, out, i, y2[i], y1[i]);
+                }
             }
         }
         free(xb);
