@@ -35,22 +35,50 @@ extern "C" __global__ void seer_kv_store(bf16 *kc, bf16 *vc, const float *k, con
 /* The dimensions a lane holds: 8 consecutive ones (16-byte loads) when `vec`, else every 32nd. */
 static __device__ __forceinline__ int as_dim(bool vec, int lane, int e) { return vec ? lane * 8 + e : lane + 32 * e; }
 
+/* seer_kv_store_rows: any grid, any block (grid-stride over n*kvd; the host uses 256). The rows
+ * of a batch, each into its own sequence's cache: row t of k and v ([n][kvd] f32) goes, rounded
+ * to bf16, to row pos[t] of layer `layer` of sequence seq[t]'s cache, whose keys start at device
+ * address kbase[seq[t]] and values at vbase[seq[t]], max_tokens[seq[t]] rows per layer. */
+extern "C" __global__ void seer_kv_store_rows(const float *k, const float *v, int n, int kvd, int layer, const int *pos,
+                                              const int *seq, const unsigned long long *kbase,
+                                              const unsigned long long *vbase, const int *max_tokens) {
+    const long long total = (long long)n * kvd;
+    SEER_GRID_STRIDE(i, total) {
+        const long long t = i / kvd, j = i - t * kvd;
+        const int s = seq[t];
+        const size_t dst = ((size_t)layer * (size_t)max_tokens[s] + (size_t)pos[t]) * (size_t)kvd + (size_t)j;
+        reinterpret_cast<bf16 *>(kbase[s])[dst] = seer_f2bf(k[i]);
+        reinterpret_cast<bf16 *>(vbase[s])[dst] = seer_f2bf(v[i]);
+    }
+}
+
 /* seer_attn_split: grid (n*H, splits), block 256 (AS_WARPS warps), no dynamic shared memory.
  * Block (t*H + h, s) takes keys lo + s*chunk .. min(p, lo + (s+1)*chunk - 1) (possibly none) of
  * query t, head h. splits == 1: writes out directly. Else writes its partial state to
  *   part[((t*H + h) * splits + s) * (hd + 2) + {0: running max m, 1: sum of exp(score - m),
  *        2 + d: sum_j exp(score_j - m) v_j[d]}]
- * for seer_attn_combine. */
-extern "C" __global__ void __launch_bounds__(256) seer_attn_split(float *out, float *part, const float *q, const bf16 *kc,
-                                                                  const bf16 *vc, int n, int start, int H, int KH, int hd,
-                                                                  int window, float scale, float softcap, int splits,
-                                                                  int chunk) {
+ * for seer_attn_combine. With pos not NULL the rows are a batch's: row t is at position pos[t]
+ * of sequence seq[t], whose cache (seq_k, seq_v, max_tokens as kbase, vbase, max_tokens of
+ * seer_kv_store_rows) replaces kc, vc and start. */
+extern "C" __global__ void __launch_bounds__(256)
+    seer_attn_split(float *out, float *part, const float *q, const bf16 *kc, const bf16 *vc, int n, int start, int H, int KH,
+                    int hd, int window, float scale, float softcap, int splits, int chunk, const int *pos,
+                    const int *seq, const unsigned long long *seq_k, const unsigned long long *seq_v,
+                    const int *max_tokens, int layer) {
     __shared__ float wm[AS_WARPS], wl[AS_WARPS];
     __shared__ float wacc[AS_WARPS][256];
     (void)n;
     const int bh = blockIdx.x, t = bh / H, h = bh % H, s = blockIdx.y;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    const int kvh = h / (H / KH), p = start + t;
+    const int kvh = h / (H / KH);
+    int p = start + t;
+    if (pos) {
+        const int sq = seq[t];
+        const size_t layer_off = (size_t)layer * (size_t)max_tokens[sq] * (size_t)KH * (size_t)hd;
+        p = pos[t];
+        kc = reinterpret_cast<const bf16 *>(seq_k[sq]) + layer_off;
+        vc = reinterpret_cast<const bf16 *>(seq_v[sq]) + layer_off;
+    }
     const int lo = window > 0 ? max(0, p - window + 1) : 0;
     const long long kb = (long long)lo + (long long)s * chunk;
     const int ke = (int)min((long long)p + 1, kb + chunk); /* keys [kb, ke) */

@@ -59,7 +59,7 @@ static int ensure_scratch(seer_gpu_attn_t *a, size_t bytes, seer_err_t *err) {
 static size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
 
 static int run_split(seer_gpu_attn_t *a, const seer_gpu_attn_args_t *x, seer_err_t *err) {
-    long long ctx = (long long)x->start + x->n; /* the most keys one query sees */
+    long long ctx = x->rows ? x->rows->max_ctx : (long long)x->start + x->n; /* the most keys one query sees */
     if (x->window > 0 && x->window < ctx) ctx = x->window;
     long long rows = (long long)x->n * x->H;
     long long splits = (2LL * a->sms + rows - 1) / rows; /* at least two blocks per multiprocessor */
@@ -77,9 +77,12 @@ static int run_split(seer_gpu_attn_t *a, const seer_gpu_attn_args_t *x, seer_err
         return rc;
     int sp = (int)splits, ch = (int)chunk;
     seer_devptr_t part = a->scratch;
+    seer_gpu_attn_rows_t none = {0};
+    const seer_gpu_attn_rows_t *r = x->rows ? x->rows : &none;
     void *args[] = {(void *)&x->out, &part, (void *)&x->q, (void *)&x->kc, (void *)&x->vc, (void *)&x->n,
                     (void *)&x->start, (void *)&x->H, (void *)&x->KH, (void *)&x->hd, (void *)&x->window,
-                    (void *)&x->scale, (void *)&x->softcap, &sp, &ch};
+                    (void *)&x->scale, (void *)&x->softcap, &sp, &ch, (void *)&r->pos, (void *)&r->seq,
+                    (void *)&r->seq_k, (void *)&r->seq_v, (void *)&r->max_tokens, (void *)&r->layer};
     if ((rc = seer_cuda_launch(a->d, a->split, (unsigned)rows, (unsigned)sp, 1, SPLIT_BLOCK, 1, 1, 0, args, err)) < 0)
         return rc;
     if (sp == 1) return 0;
@@ -171,7 +174,9 @@ int seer_gpu_attention(seer_gpu_attn_t *a, const seer_gpu_attn_args_t *x, int pa
     if (x->hd <= 0 || x->hd > 256 || x->KH <= 0 || x->H % x->KH != 0 || x->start < 0)
         return seer_err_set(err, SEER_EINVAL, "attention: head_dim %d, %d heads over %d kv heads, start %d not supported",
                             x->hd, x->H, x->KH, x->start);
-    if (path == SEER_ATTN_SPLIT || (path == SEER_ATTN_AUTO && x->n <= 8)) return run_split(a, x, err);
+    if (x->rows && path == SEER_ATTN_GEMM)
+        return seer_err_set(err, SEER_EINVAL, "attention: the rows of a batch take the split form");
+    if (x->rows || path == SEER_ATTN_SPLIT || (path == SEER_ATTN_AUTO && x->n <= 8)) return run_split(a, x, err);
     if (path == SEER_ATTN_AUTO && !seer_cuda_has_batched_gemm(a->d)) return run_split(a, x, err);
     return run_gemm(a, x, err);
 }

@@ -19,12 +19,22 @@
 
 enum { SEER_ATTN_AUTO = 0, SEER_ATTN_SPLIT = 1, SEER_ATTN_GEMM = 2 };
 
+/* The rows of a batch (batched decode): row t of q is at position pos[t] of sequence seq[t]
+ * (int32 arrays on the device), whose cache's keys and values start at the device addresses
+ * seq_k[s] and seq_v[s] (u64 arrays), max_tokens[s] (int32) rows per layer; max_ctx: the most
+ * keys any row sees. */
+typedef struct {
+    seer_devptr_t pos, seq, seq_k, seq_v, max_tokens;
+    int layer, max_ctx;
+} seer_gpu_attn_rows_t;
+
 typedef struct {
     seer_devptr_t out; /* [n][H][hd] f32 */
     seer_devptr_t q;   /* [n][H][hd] f32, query token t at position start + t */
     seer_devptr_t kc, vc; /* this layer's cache, [ctx >= start + n][KH][hd] bf16 */
     int n, start, H, KH, hd, window; /* window 0: full causal; hd <= 256, H % KH == 0 */
     float scale, softcap;            /* softcap 0: none */
+    const seer_gpu_attn_rows_t *rows; /* NULL: one sequence (kc, vc, start); else a batch's rows (split form) */
 } seer_gpu_attn_args_t;
 
 typedef struct seer_gpu_attn {

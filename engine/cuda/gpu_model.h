@@ -72,6 +72,17 @@ void seer_gpu_kv_free(seer_kv_cache_t *c);
 int seer_gpu_forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens, int n, float *logits, int all_logits,
                      float *hidden, const seer_fwd_hooks_t *hk, int *next, seer_err_t *err);
 
+/* A decode step of a batch in one pass over the weights (seer_model_forward_batch on a GPU
+ * model): every sequence one token, rows packed, RoPE, the KV cache and attention per sequence
+ * (kernels given each row's position and cache), hooks per sequence on their own rows. The linear
+ * layers take the GEMV with f32 activations, as each sequence alone does (W read once per 8
+ * sequences); SEER_GPU_BATCH_GEMM=1 trades that for speed past 8 sequences (gpu_model.c,
+ * linear_split). 1 when it
+ * ran (each cache one token longer), 0 when the batch is not such a step (a prompt, hidden
+ * states, embedding, final-norm, score or pattern hooks: the caller runs the sequences one at a
+ * time), < 0 on an error (no cache grows). */
+int seer_gpu_forward_batch(seer_model_t *m, const seer_batch_seq_t *seqs, int ns, seer_err_t *err);
+
 /* Profiling: while on, each forward pass times its pieces with device events (each kernel,
  * cuBLAS, attention, copies, hooks) and the report prints the time per pass and per piece,
  * largest first, then starts over (f NULL: only starts over). Costs an event record per piece; for finding where time

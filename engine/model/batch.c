@@ -105,7 +105,9 @@ int seer_model_forward_batch(seer_model_t *m, const seer_batch_seq_t *seqs, int 
                                     s + 1);
     }
     if (seer_host_interrupted()) return seer_err_set(err, SEER_EINTR, "interrupted");
-    if (m->gpu) { /* the CUDA backend runs one sequence at a time */
+    if (m->gpu) { /* a decode step in one pass, else one sequence at a time */
+        int one = seer_gpu_forward_batch(m, seqs, nseq, err);
+        if (one != 0) return one < 0 ? one : 0;
         for (int s = 0; s < nseq; s++) {
             const seer_batch_seq_t *q = &seqs[s];
             int rc = seer_model_forward_hooked(m, q->cache, q->tokens, q->n, q->logits, q->all_logits, q->hidden, q->hk, err);

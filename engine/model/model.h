@@ -146,8 +146,9 @@ typedef struct seer_batch_seq {
  * sequence's results are bit-identical to seer_model_forward_hooked on it alone: a linear
  * layer runs the sequences that would take the GEMM path alone (>= 16 tokens) one by one and
  * all the others together through the per-token kernel, whose result for a row does not depend
- * on the other rows. Caches must be distinct. On a GPU model the sequences run one after
- * another. On failure no cache keeps the new tokens. */
+ * on the other rows. Caches must be distinct. On a GPU model a decode step (one token per
+ * sequence) runs in one pass (seer_gpu_forward_batch), anything else one sequence after another.
+ * On failure no cache keeps the new tokens. */
 int seer_model_forward_batch(seer_model_t *m, const seer_batch_seq_t *seqs, int nseq, seer_err_t *err);
 
 /* A forward pass that returns the greedy next token (the argmax of the last row's logits, lowest

@@ -183,6 +183,39 @@ static double decode_rate(seer_model_t *m, int prompt, int steps, int hooked, in
     return steps / dt;
 }
 
+/* Batched greedy-shaped decode: `bs` sequences after a prompt of `prompt` tokens each, `steps`
+ * steps of seer_model_forward_batch (one pass over the weights per step), each sequence's logits
+ * copied back as batch_generate does; tokens/s over the batch. */
+static double batch_rate(seer_model_t *m, int bs, int prompt, int steps, int profile) {
+    seer_err_t err;
+    int V = seer_model_config(m)->vocab_size;
+    seer_kv_cache_t **kv = calloc((size_t)bs, sizeof *kv);
+    float *lg = malloc(sizeof(float) * (size_t)bs * (size_t)V);
+    int32_t *ids = malloc(sizeof(int32_t) * prompt), *tok = malloc(sizeof(int32_t) * bs);
+    seer_batch_seq_t *seqs = calloc((size_t)bs, sizeof *seqs);
+    for (int s = 0; s < bs; s++) {
+        if (seer_kv_cache_new(&kv[s], m, prompt + steps + 8, &err) < 0) die("kv cache", &err);
+        for (int i = 0; i < prompt; i++) ids[i] = (i * 7919 + 13 + 101 * s) % V;
+        if (seer_model_forward(m, kv[s], ids, prompt, NULL, 0, &err) < 0) die("prefill", &err);
+        tok[s] = (s * 31 + 5) % V;
+    }
+    double t0 = 0;
+    for (int i = 0; i < steps + 2; i++) {
+        if (i == 2) { /* two warm-up steps */
+            if (profile) seer_gpu_profile_report(m, NULL);
+            t0 = now();
+        }
+        for (int s = 0; s < bs; s++)
+            seqs[s] = (seer_batch_seq_t){.cache = kv[s], .tokens = &tok[s], .n = 1, .logits = lg + (size_t)s * V};
+        if (seer_model_forward_batch(m, seqs, bs, &err) < 0) die("batched decode", &err);
+        for (int s = 0; s < bs; s++) tok[s] = (tok[s] + 1) % V;
+    }
+    double dt = now() - t0;
+    for (int s = 0; s < bs; s++) seer_kv_cache_free(kv[s]);
+    free(kv), free(lg), free(ids), free(tok), free(seqs);
+    return (double)bs * steps / dt;
+}
+
 /* Prefill of n tokens (no logits): seconds per pass, best of reps. */
 static double prefill_time(seer_model_t *m, int n, int reps) {
     seer_err_t err;
@@ -271,6 +304,11 @@ int main(int argc, char **argv) {
             printf("  prefill %d tok  %.0f tok/s, %.1f TFLOP/s (no datasheet peak known for this GPU)\n", np, np / pt, tf);
         printf("  capture hook     %.1f tok/s with one resid_post capture: %.1f%% overhead (target <= 5%%)\n", dech,
                100 * (dec / dech - 1));
+        double b1 = batch_rate(m, 1, 128, 32, 0), b4 = batch_rate(m, 4, 128, 32, 0), b16 = batch_rate(m, 16, 128, 32, 0);
+        const char *bg = getenv("SEER_GPU_BATCH_GEMM");
+        printf("  batched decode   batch 1 / 4 / 16: %.1f / %.1f / %.1f tok/s over the batch (16 vs 1: %.2fx), "
+               "logits copied back, %s\n", b1, b4, b16, b16 / b1,
+               bg && *bg && strcmp(bg, "0") != 0 ? "SEER_GPU_BATCH_GEMM=1" : "exact (GEMV)");
         fflush(stdout);
         /* Where the time goes: one prefill and 16 decode steps again, each piece timed with
          * device events (seer_gpu_profile; the records themselves cost a little). */
@@ -280,6 +318,9 @@ int main(int argc, char **argv) {
         seer_gpu_profile_report(m, stdout);
         printf("  profile of decode steps after 128 tokens:\n");
         decode_rate(m, 128, 16, 0, 1);
+        seer_gpu_profile_report(m, stdout);
+        printf("  profile of batched decode steps, batch 16:\n");
+        batch_rate(m, 16, 128, 8, 1);
         seer_gpu_profile_report(m, stdout);
         seer_gpu_profile(m, 0, &err);
         fflush(stdout);

@@ -317,8 +317,12 @@ Test(cuda_kernels, rope) {
             float *x = xmalloc(bytes), *y = xmalloc(bytes), *inv = xmalloc(sizeof(float) * (size_t)half);
             for (size_t i = 0; i < nx; i++) x[i] = uniform(-1.0f, 1.0f);
             for (int i = 0; i < half; i++) inv[i] = (float)pow(cs[c].theta, -2.0 * i / rot);
+            /* positions start + t, or given per row (a batch's rows): start + (n - 1 - t) */
+            int byrow = (int)(c % 2), *posv = xmalloc(sizeof(int) * (size_t)n);
+            for (int t = 0; t < n; t++) posv[t] = byrow ? start + (n - 1 - t) : start + t;
             seer_devptr_t dx = dguarded(x, bytes), dinv = dput(inv, sizeof(float) * (size_t)half);
-            void *args[] = {&dx, &nheads, &hd, &rot, &dinv, &start, &il};
+            seer_devptr_t dpos = byrow ? dput(posv, sizeof(int) * (size_t)n) : 0;
+            void *args[] = {&dx, &nheads, &hd, &rot, &dinv, &start, &il, &dpos};
             launch("seer_rope", (unsigned)n, (unsigned)nheads, 128, 0, args);
             dtoh(y, dx, bytes);
             for (int t = 0; t < n; t++)
@@ -328,7 +332,7 @@ Test(cuda_kernels, rope) {
                     double ref[512];
                     for (int d = 0; d < hd; d++) ref[d] = xh[d];
                     for (int i = 0; i < half; i++) {
-                        float angle = (float)(start + t) * inv[i]; /* the same f32 product as the kernel */
+                        float angle = (float)posv[t] * inv[i]; /* the same f32 product as the kernel */
                         double co = cos((double)angle), si = sin((double)angle);
                         int ia = il ? 2 * i : i, ib = il ? 2 * i + 1 : i + half;
                         ref[ia] = xh[ia] * co - xh[ib] * si;
@@ -344,6 +348,7 @@ Test(cuda_kernels, rope) {
                     }
                 }
             check_guard(dx, bytes, "seer_rope");
+            free(posv);
             free(x);
             free(y);
             free(inv);
@@ -398,6 +403,59 @@ Test(cuda_kernels, kv_store) {
         free(vc);
         gpu_done();
     }
+}
+
+/* ---- 5b. seer_kv_store_rows: a batch's rows, each into its own sequence's cache ---- */
+
+Test(cuda_kernels, kv_store_rows) {
+    gpu();
+    enum { NS = 3, LAYERS = 2 };
+    static const int max_tokens[NS] = {7, 12, 5}, kvd = 40, layer = 1;
+    /* rows: (sequence, position), not in sequence order, two rows for sequence 1 */
+    static const int rseq[] = {2, 0, 1, 1}, rpos[] = {4, 0, 11, 3};
+    const int n = 4;
+    float *k = xmalloc(sizeof(float) * (size_t)n * kvd), *v = xmalloc(sizeof(float) * (size_t)n * kvd);
+    for (int i = 0; i < n * kvd; i++) k[i] = nrand(), v[i] = nrand() * 10;
+    seer_devptr_t dk = dput(k, sizeof(float) * (size_t)n * kvd), dv = dput(v, sizeof(float) * (size_t)n * kvd);
+    seer_devptr_t kc[NS], vc[NS];
+    unsigned long long kb[NS], vb[NS];
+    uint16_t *host[NS];
+    for (int s = 0; s < NS; s++) {
+        size_t elems = (size_t)LAYERS * max_tokens[s] * kvd;
+        host[s] = xmalloc(sizeof(uint16_t) * elems);
+        for (size_t i = 0; i < elems; i++) host[s][i] = 0xABCD;
+        kc[s] = dguarded(host[s], sizeof(uint16_t) * elems), vc[s] = dguarded(host[s], sizeof(uint16_t) * elems);
+        kb[s] = kc[s], vb[s] = vc[s];
+    }
+    seer_devptr_t dpos = dput(rpos, sizeof rpos), dseq = dput(rseq, sizeof rseq), dmax = dput(max_tokens, sizeof max_tokens);
+    seer_devptr_t dkb = dput(kb, sizeof kb), dvb = dput(vb, sizeof vb);
+    int nn = n, kd = kvd, ly = layer;
+    void *args[] = {&dk, &dv, &nn, &kd, &ly, &dpos, &dseq, &dkb, &dvb, &dmax};
+    launch("seer_kv_store_rows", 3, 1, 64, 0, args);
+    for (int s = 0; s < NS; s++) {
+        size_t elems = (size_t)LAYERS * max_tokens[s] * kvd;
+        uint16_t *gk = xmalloc(sizeof(uint16_t) * elems), *gv = xmalloc(sizeof(uint16_t) * elems);
+        dtoh(gk, kc[s], sizeof(uint16_t) * elems);
+        dtoh(gv, vc[s], sizeof(uint16_t) * elems);
+        for (int l = 0; l < LAYERS; l++)
+            for (int r = 0; r < max_tokens[s]; r++)
+                for (int j = 0; j < kvd; j++) {
+                    uint16_t ek = 0xABCD, ev = 0xABCD;
+                    for (int t = 0; t < n; t++)
+                        if (l == layer && rseq[t] == s && rpos[t] == r) {
+                            ek = seer_f32_to_bf16(k[t * kvd + j]);
+                            ev = seer_f32_to_bf16(v[t * kvd + j]);
+                        }
+                    size_t i = ((size_t)l * max_tokens[s] + (size_t)r) * kvd + (size_t)j;
+                    cr_assert(gk[i] == ek && gv[i] == ev, "kv_store_rows: sequence %d layer %d row %d col %d: k %04x v %04x, "
+                              "expected %04x %04x", s, l, r, j, gk[i], gv[i], ek, ev);
+                }
+        check_guard(kc[s], sizeof(uint16_t) * elems, "seer_kv_store_rows k");
+        check_guard(vc[s], sizeof(uint16_t) * elems, "seer_kv_store_rows v");
+        free(gk), free(gv), free(host[s]);
+    }
+    free(k), free(v);
+    gpu_done();
 }
 
 /* ---- 6. attention: seer_attn_split (+ seer_attn_combine), and the cuBLAS form
