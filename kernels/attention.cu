@@ -203,6 +203,13 @@ extern "C" __global__ void seer_attn_combine(float *out, const float *part, int 
  * products (cuBLAS), into probabilities P = phi + plo ([H][Qc][Kc], each bf16: phi = bf16(p),
  * plo = bf16(p - phi), so that the P V product in bf16 keeps ~16 bits of each probability).
  * Keys outside lo..p get 0. */
+/* A raw dot product as a score: times scale, then soft-capped when softcap > 0. */
+static __device__ __forceinline__ float attn_cap(float dot, float scale, float softcap) {
+    float x = dot * scale;
+    if (softcap > 0.0f) x = tanhf(x / softcap) * softcap;
+    return x;
+}
+
 extern "C" __global__ void seer_attn_softmax(bf16 *phi, bf16 *plo, const float *S, int Qc, int Kc, int t0, int k0,
                                              int start, int window, float scale, float softcap, int cached) {
     extern __shared__ float row_cache[];
@@ -215,21 +222,14 @@ extern "C" __global__ void seer_attn_softmax(bf16 *phi, bf16 *plo, const float *
     const int jlo = max(0, lo - k0), jhi = min(Kc - 1, p - k0); /* valid columns [jlo, jhi] */
     float mx = -INFINITY;
     for (int j = jlo + threadIdx.x; j <= jhi; j += blockDim.x) {
-        float x = sr[j] * scale;
-        if (softcap > 0.0f) x = tanhf(x / softcap) * softcap;
+        const float x = attn_cap(sr[j], scale, softcap);
         if (cached) row_cache[j] = x;
         mx = fmaxf(mx, x);
     }
     mx = seer_block_max(mx, red); /* its barriers also publish row_cache */
     float sum = 0.0f;
     for (int j = jlo + threadIdx.x; j <= jhi; j += blockDim.x) {
-        float x;
-        if (cached) {
-            x = row_cache[j];
-        } else {
-            x = sr[j] * scale;
-            if (softcap > 0.0f) x = tanhf(x / softcap) * softcap;
-        }
+        const float x = cached ? row_cache[j] : attn_cap(sr[j], scale, softcap);
         sum += mx == -INFINITY ? 0.0f : expf(x - mx);
     }
     sum = seer_block_sum(sum, red + 32);
@@ -237,16 +237,8 @@ extern "C" __global__ void seer_attn_softmax(bf16 *phi, bf16 *plo, const float *
     const bf16 zero = seer_f2bf(0.0f);
     for (int j = threadIdx.x; j < Kc; j += blockDim.x) {
         float pj = 0.0f;
-        if (j >= jlo && j <= jhi && mx != -INFINITY) {
-            float x;
-            if (cached) {
-                x = row_cache[j];
-            } else {
-                x = sr[j] * scale;
-                if (softcap > 0.0f) x = tanhf(x / softcap) * softcap;
-            }
-            pj = expf(x - mx) * inv;
-        }
+        if (j >= jlo && j <= jhi && mx != -INFINITY)
+            pj = expf((cached ? row_cache[j] : attn_cap(sr[j], scale, softcap)) - mx) * inv;
         const bf16 hi = seer_f2bf(pj);
         hr[j] = hi;
         lr[j] = pj == 0.0f ? zero : seer_f2bf(pj - seer_bf2f(hi));
