@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cuda/cudrv.h"
+#include "cuda/gpu_attn.h"
 #include "cuda/gpu_model.h"
 #include "model/model.h"
 
@@ -265,6 +266,72 @@ Test(cuda_model, weights_go_up_in_bf16_and_the_first_launch_fails_cleanly) {
     seer_model_free(cpu);
     free(logits);
     seer_kv_cache_free(kv);
+    seer_model_free(m);
+}
+
+/* A batched decode step (one token per sequence) takes the one-pass path, a step with a prompt
+ * the one-at-a-time path; on the fake device both fail at their first launch with the driver's
+ * message, and no sequence's cache counts the token. */
+Test(cuda_model, a_failed_batched_step_leaves_every_cache_as_it_was) {
+    use_fake("1", NULL, NULL, NULL);
+    seer_model_t *m = NULL;
+    seer_err_t err;
+    seer_model_opts_t o = {.threads = 1, .device = "cuda"};
+    cr_assert_eq(seer_model_load(&m, MODEL_DIR, &o, &err), 0, "%s", err.msg);
+    int V = seer_model_config(m)->vocab_size;
+    seer_kv_cache_t *kv[3];
+    for (int s = 0; s < 3; s++) cr_assert_eq(seer_kv_cache_new(&kv[s], m, 32, &err), 0, "%s", err.msg);
+    int32_t ids[3][2] = {{1, 2}, {3, 4}, {5, 6}};
+    float *lg = malloc(sizeof(float) * 3 * (size_t)V);
+    for (int prompt = 0; prompt < 2; prompt++) {
+        seer_batch_seq_t seqs[3];
+        for (int s = 0; s < 3; s++)
+            seqs[s] = (seer_batch_seq_t){.cache = kv[s], .tokens = ids[s], .n = prompt && s == 1 ? 2 : 1,
+                                         .logits = lg + (size_t)s * V};
+        cr_assert_lt(seer_model_forward_batch(m, seqs, 3, &err), 0);
+        cr_assert(strstr(err.msg, "launching seer_embed") && strstr(err.msg, "CUDA_ERROR_NOT_SUPPORTED"), "%s", err.msg);
+        for (int s = 0; s < 3; s++) cr_assert_eq(seer_kv_cache_len(kv[s]), 0, "prompt %d, sequence %d", prompt, s);
+    }
+    for (int s = 0; s < 3; s++) seer_kv_cache_free(kv[s]);
+    free(lg);
+    seer_model_free(m);
+}
+
+/* Attention refuses what its kernels do not take, with the numbers, before any launch. */
+Test(cuda_model, attention_refuses_shapes_it_cannot_run) {
+    use_fake("1", NULL, NULL, NULL);
+    seer_cuda_dev_t *d = NULL;
+    seer_err_t err;
+    cr_assert_eq(seer_cuda_open(&d, 0, &err), 0, "%s", err.msg);
+    seer_gpu_attn_t a;
+    cr_assert_eq(seer_gpu_attn_init(&a, d, &err), 0, "%s", err.msg);
+    seer_gpu_attn_args_t x = {.n = 2, .H = 8, .KH = 2, .hd = 320, .scale = 1};
+    cr_assert_lt(seer_gpu_attention(&a, &x, SEER_ATTN_AUTO, &err), 0);
+    cr_assert(strstr(err.msg, "head_dim 320, 8 heads over 2 kv heads"), "%s", err.msg);
+    x.hd = 64, x.KH = 3;
+    cr_assert_lt(seer_gpu_attention(&a, &x, SEER_ATTN_AUTO, &err), 0);
+    cr_assert(strstr(err.msg, "8 heads over 3 kv heads"), "%s", err.msg);
+    x.KH = 2;
+    seer_gpu_attn_rows_t rows = {.max_ctx = 4};
+    x.rows = &rows;
+    cr_assert_lt(seer_gpu_attention(&a, &x, SEER_ATTN_GEMM, &err), 0);
+    cr_assert(strstr(err.msg, "the rows of a batch take the split form"), "%s", err.msg);
+    x.rows = NULL, x.n = 0;
+    cr_assert_eq(seer_gpu_attention(&a, &x, SEER_ATTN_AUTO, &err), 0, "no queries, nothing to do");
+    seer_gpu_attn_free(&a);
+    seer_cuda_close(d);
+}
+
+Test(cuda_model, a_bad_attention_chunk_setting_is_an_error_naming_it) {
+    use_fake("1", NULL, NULL, NULL);
+    setenv("SEER_ATTN_MAX_CHUNK", "lots", 1);
+    seer_model_t *m = NULL;
+    seer_err_t err;
+    seer_model_opts_t o = {.threads = 1, .device = "cuda:0"};
+    cr_assert_lt(seer_model_load(&m, MODEL_DIR, &o, &err), 0);
+    cr_assert(strstr(err.msg, "SEER_ATTN_MAX_CHUNK=lots: give a number of query tokens from 16 to"), "%s", err.msg);
+    setenv("SEER_ATTN_MAX_CHUNK", "512", 1);
+    cr_assert_eq(seer_model_load(&m, MODEL_DIR, &o, &err), 0, "%s", err.msg);
     seer_model_free(m);
 }
 
