@@ -6,8 +6,8 @@
 # Prepare on the build machine (from the repository root):
 #   bash tests/gpu/device_check.sh --pack     # builds and fills .devkit/ (binaries + their libraries)
 # and on the GPU machine, with .devkit carried along:
-#   bash tests/gpu/device_check.sh [STEPS]    # STEPS: any of smi kernels gpu bench2b bench9b peer peer9b memcheck chunks
-#                                             (default: smi kernels gpu bench2b bench9b peer)
+#   bash tests/gpu/device_check.sh [STEPS]    # STEPS: any of smi kernels gpu lua bench2b bench9b peer peer9b memcheck chunks
+#                                             (default: smi kernels gpu lua bench2b bench9b peer)
 # The shared libraries the binaries need are used from .devkit/lib only where the GPU machine's
 # loader does not have them (never the C library or libstdc++).
 set -u
@@ -27,7 +27,7 @@ if [ "${1:-}" = --pack ]; then
 fi
 OUT=${OUT:-/tmp/seer-gpu-out}
 mkdir -p "$OUT"
-steps=${*:-smi kernels gpu bench2b bench9b peer}
+steps=${*:-smi kernels gpu lua bench2b bench9b peer}
 has() { case " $steps " in *" $1 "*) return 0 ;; esac; return 1; }
 libdir=$(mktemp -d)
 for f in "$K"/lib/*; do
@@ -50,6 +50,8 @@ fi
 has kernels && run kernels 120 "$K/bin/test_cuda_kernels" --verbose -j4 &
 has gpu && run gpu 120 "$K/bin/test_cuda_gpu" --verbose -j4 &
 wait
+# the Lua API on the GPU (generate_batch with per-sequence hooks)
+has lua && run lua 120 "$K/bin/seer" tests/lua/run.lua tests/lua/test_cuda_batch.lua
 has bench2b && run bench2b 100 "$K/bin/gpu_bench" 2b
 has bench9b && run bench9b 110 "$K/bin/gpu_bench" 9b
 has peer && run peer 100 python3 tests/bench/gpu_transformers.py 2b
