@@ -7,6 +7,7 @@
 -- the way the single-sequence ones do (engine/model/batch.c).
 local T = require "testing"
 local I = require "seer.interventions"
+local check = require "batch_check"
 local tensor = seer.tensor
 
 local pdir = seer.script_dir() .. "/../parity/models"
@@ -88,19 +89,7 @@ T.test("per-sequence interventions: each sequence of a batch carries its own (ad
     local batched_seen = seen
     seen = {}
     local plain = m:generate_batch(seqs, { max_new_tokens = 6 })
-    local changed = 0
-    for i, s in ipairs(seqs) do
-      local alone
-      if hooks[i] then
-        alone = m:with_hooks(hooks[i], function() return m:generate(s, { max_new_tokens = 6 }) end)
-      else
-        alone = m:generate(s, { max_new_tokens = 6 })
-      end
-      T.eq(join(outs[i].ids), join(alone.ids), ("%s: sequence %d"):format(name, i))
-      if join(outs[i].ids) ~= join(plain[i].ids) then changed = changed + 1 end
-      if not hooks[i] then T.eq(join(outs[i].ids), join(plain[i].ids), name .. ": an unhooked sequence is untouched") end
-    end
-    T.ok(changed >= 2, name .. ": the interventions changed at least two continuations (else this test checks nothing)")
+    check.against_alone(m, name, seqs, outs, plain, hooks, function() return { max_new_tokens = 6 } end)
     for _, b in ipairs(batched_seen) do T.eq(b, 5, name .. ": hook.batch is the prompt's number") end
     T.eq(#batched_seen, 6, name .. ": the Lua hook ran at every step of its sequence only")
   end
