@@ -100,10 +100,11 @@ static void chunk_keys(const seer_gpu_attn_args_t *x, int t0, int qc, int *k0, i
 static int run_gemm(seer_gpu_attn_t *a, const seer_gpu_attn_args_t *x, seer_err_t *err) {
     const int n = x->n, H = x->H, KH = x->KH, hd = x->hd, group = H / KH;
     const size_t qelems = (size_t)n * (size_t)H * (size_t)hd;
-    /* The largest chunk of queries whose scores and probabilities (8 bytes each) fit the budget. */
-    int qc_max = n < a->max_chunk ? n : a->max_chunk, k0, kc;
+    /* The largest chunk of queries whose scores and probabilities (8 bytes each) fit the budget;
+     * every chunk's H x qc x kc scores then fit in H x qc_max x most. */
+    int qc_max = n < a->max_chunk ? n : a->max_chunk, k0, kc, most;
     for (;;) {
-        int most = 0;
+        most = 0;
         for (int t0 = 0; t0 < n; t0 += qc_max) {
             chunk_keys(x, t0, n - t0 < qc_max ? n - t0 : qc_max, &k0, &kc);
             if (kc > most) most = kc;
@@ -111,14 +112,7 @@ static int run_gemm(seer_gpu_attn_t *a, const seer_gpu_attn_args_t *x, seer_err_
         if (qc_max <= GEMM_MIN_CHUNK || (size_t)H * (size_t)qc_max * (size_t)most * 8 <= a->budget) break;
         qc_max = (qc_max + 1) / 2;
     }
-    size_t sbytes = 0;
-    for (int t0 = 0; t0 < n; t0 += qc_max) {
-        int qc = n - t0 < qc_max ? n - t0 : qc_max;
-        chunk_keys(x, t0, qc, &k0, &kc);
-        size_t b = (size_t)H * (size_t)qc * (size_t)kc;
-        if (b > sbytes) sbytes = b;
-    }
-    size_t qhalf = align256(qelems * 2), s_off = 2 * qhalf, p_elems = sbytes;
+    size_t qhalf = align256(qelems * 2), s_off = 2 * qhalf, p_elems = (size_t)H * (size_t)qc_max * (size_t)most;
     size_t total = s_off + align256(p_elems * 4) + 2 * align256(p_elems * 2);
     int rc = ensure_scratch(a, total, err);
     if (rc < 0) return rc;
