@@ -15,7 +15,6 @@
 #include "host/host.h"
 
 #define GEMV_MAX_TOKENS 8 /* seer_gemv_bf16 keeps this many accumulators per lane */
-
 #define STAGING_BYTES ((size_t)64 << 20)
 
 typedef struct {
@@ -26,13 +25,13 @@ typedef struct {
 } glayer_t;
 
 /* The kernels the forward pass launches, resolved once when the model moves to the GPU. */
-#define KERNELS(X)                                                                                  \
-    X(EMBED, "seer_embed") X(RMSNORM, "seer_rmsnorm") X(ADD, "seer_add") X(SCALE, "seer_scale")       \
-    X(SOFTCAP, "seer_softcap") X(GEMV, "seer_gemv_bf16") X(GEMV1, "seer_gemv1_bf16") X(TO_BF16, "seer_f32_to_bf16")     \
-    X(SPLIT_BF16, "seer_split_bf16")              \
-    X(GEMM, "seer_gemm_bf16") X(BIAS, "seer_bias_add") X(ROPE, "seer_rope") X(KV_STORE, "seer_kv_store")          \
-    X(KV_STORE_ROWS, "seer_kv_store_rows") \
-    X(ACT_MUL, "seer_act_mul") X(ARGMAX, "seer_argmax") X(FILL, "seer_fill_bf16")
+#define KERNELS(X)                                                                                   \
+    X(EMBED, "seer_embed") X(RMSNORM, "seer_rmsnorm") X(ADD, "seer_add") X(SCALE, "seer_scale")        \
+    X(SOFTCAP, "seer_softcap") X(GEMV, "seer_gemv_bf16") X(GEMV1, "seer_gemv1_bf16")                   \
+    X(TO_BF16, "seer_f32_to_bf16") X(SPLIT_BF16, "seer_split_bf16") X(GEMM, "seer_gemm_bf16")          \
+    X(BIAS, "seer_bias_add") X(ROPE, "seer_rope") X(KV_STORE, "seer_kv_store")                         \
+    X(KV_STORE_ROWS, "seer_kv_store_rows") X(ACT_MUL, "seer_act_mul") X(ARGMAX, "seer_argmax")         \
+    X(FILL, "seer_fill_bf16")
 enum {
 #define K_ENUM(id, name) K_##id,
     KERNELS(K_ENUM)
@@ -384,8 +383,6 @@ static int k_softcap(struct seer_gpu_model *g, seer_devptr_t x, long long n, flo
     return launch(g, K_SOFTCAP, blocks_for(n, 256), 1, 256, 0, a, err);
 }
 
-/* y[n][out] = x[n][in] W^T (+ bias): the GEMV kernel for decode-sized n, else bf16 inputs
- * through cuBLAS (or the WMMA kernel when cuBLAS is not there). */
 /* A batched decode step of more than 8 sequences with SEER_GPU_BATCH_GEMM=1: y = W x_hi + W x_lo,
  * x split into two bf16 terms (~16 bits, relative error ~2^-17) and two cuBLAS products, W read
  * twice rather than once per 8 rows (measured on an H200, batch 16 over batch 1: 7.3x for
@@ -410,6 +407,9 @@ static int linear_split(struct seer_gpu_model *g, seer_devptr_t y, seer_devptr_t
     return rc < 0 ? rc : 1;
 }
 
+/* y[n][out] = x[n][in] W^T (+ bias): the GEMV kernel for decode-sized n and every batched decode
+ * step (linear_split past 8 sequences when asked for), else bf16 inputs through cuBLAS (or the
+ * WMMA kernel when cuBLAS is not there). x_converted: g->xh (and g->xl) already hold this x. */
 static int linear_x(struct seer_gpu_model *g, seer_devptr_t y, seer_devptr_t x, seer_devptr_t w, seer_devptr_t bias,
                     int n, int in, int out, int x_converted, seer_err_t *err) {
     int rc = 0;
