@@ -254,3 +254,31 @@ extern "C" __global__ void seer_split_bf16(bf16 *hi, bf16 *lo, const float *x, l
         lo[i] = seer_f2bf(isfinite(x[i]) ? x[i] - seer_bf2f(h) : 0.0f);
     }
 }
+
+/* The gemm form's score product in one pass (gpu_attn.c): S = [K | K] . [Q_hi | Q_lo]^T, a
+ * product over 2 * hd, rather than K . Q_hi^T and then K . Q_lo^T accumulated into S (which
+ * reads and writes the scores twice more).
+ * seer_split_pairs_bf16: grid-stride over rows * hd (the host uses block 256). Row r of x (hd
+ * floats) becomes row r of dst (2 * hd bf16): [hi | lo], split as seer_split_bf16 does. */
+extern "C" __global__ void seer_split_pairs_bf16(bf16 *dst, const float *x, long long rows, int hd) {
+    const long long n = rows * hd;
+    SEER_GRID_STRIDE(i, n) {
+        const long long r = i / hd, d = i - r * hd;
+        const bf16 h = seer_f2bf(x[i]);
+        dst[r * 2 * hd + d] = h;
+        dst[r * 2 * hd + hd + d] = seer_f2bf(isfinite(x[i]) ? x[i] - seer_bf2f(h) : 0.0f);
+    }
+}
+
+/* seer_kv_twice: grid-stride over rows * KH * hd (the host uses block 256). Each head's row of
+ * hd bf16 values of the cache rows kc[0 .. rows) ([rows][KH][hd]) twice in a row of dst:
+ * dst[(i * KH + h) * 2 * hd + {0, hd} + d] = kc[(i * KH + h) * hd + d]. */
+extern "C" __global__ void seer_kv_twice(bf16 *dst, const bf16 *kc, long long rows, int KH, int hd) {
+    const long long n = rows * KH * hd;
+    SEER_GRID_STRIDE(i, n) {
+        const long long rh = i / hd, d = i - rh * hd;
+        const bf16 v = kc[i];
+        dst[rh * 2 * hd + d] = v;
+        dst[rh * 2 * hd + hd + d] = v;
+    }
+}

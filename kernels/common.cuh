@@ -80,6 +80,30 @@ static __device__ __forceinline__ float seer_block_max(float v, float *red) {
     return red[0];
 }
 
+/* The gated activations (seer_act_mul and the gated GEMV give the same bits through this):
+ * act 0 = SiLU g / (1 + exp(-g)), 1 = GELU, tanh approximation, 2 = GELU, exact (erf). */
+static __device__ __forceinline__ float seer_act(float v, int act) {
+    if (act == 0) return v / (1.0f + expf(-v));
+    if (act == 1) return 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+    return 0.5f * v * (1.0f + erff(v * 0.7071067811865476f));
+}
+
+/* RMSNorm of one row held in registers (RN_REGS values per thread, element j = threadIdx.x +
+ * i * blockDim.x, zeros past D): v = v * (1 / sqrtf(mean(v^2) + eps)) * (one_plus ? 1 + w : w)
+ * as transformers computes it. seer_rmsnorm and seer_add_rmsnorm share it, so they give the same
+ * bits. Every thread of the block must call it (block reduction). */
+#define RN_REGS 16
+static __device__ __forceinline__ void seer_rmsnorm_regs(float (&v)[RN_REGS], const float (&w)[RN_REGS], int D, float eps,
+                                                         int one_plus, float *red) {
+    float ss = 0.0f;
+#pragma unroll
+    for (int i = 0; i < RN_REGS; i++) ss += v[i] * v[i];
+    ss = seer_block_sum(ss, red);
+    const float inv = 1.0f / sqrtf(ss / (float)D + eps);
+#pragma unroll
+    for (int i = 0; i < RN_REGS; i++) v[i] = v[i] * inv * (one_plus ? w[i] + 1.0f : w[i]);
+}
+
 /* Grid-stride loop bounds for elementwise kernels over a 64-bit count. */
 #define SEER_GRID_STRIDE(i, n)                                                                   \
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (long long)(n);     \

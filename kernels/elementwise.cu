@@ -20,19 +20,16 @@ extern "C" __global__ void seer_add(float *x, const float *y, long long n) {
     SEER_GRID_STRIDE(i, n) x[i] += y[i];
 }
 
-/* seer_act_mul: grid-stride. g[i] = act(g[i]) * u[i], or act(g[i]) when u is NULL, with
- * act 0 = SiLU g / (1 + exp(-g)), 1 = GELU, tanh approximation, 2 = GELU, exact (erf). */
-extern "C" __global__ void seer_act_mul(float *g, const float *u, long long n, int act) {
+/* seer_act_mul: grid-stride. r = act(g[i]) * u[i], or act(g[i]) when u is NULL, with
+ * act 0 = SiLU g / (1 + exp(-g)), 1 = GELU, tanh approximation, 2 = GELU, exact (erf) (seer_act);
+ * g[i] = r, and gb[i] = bf16(r) when gb is not NULL (the input of a tensor-core GEMM, round to
+ * nearest even). keep == 0 (only with gb): g is left as it was (nothing reads the f32 r). */
+extern "C" __global__ void seer_act_mul(float *g, const float *u, long long n, int act, bf16 *gb, int keep) {
     SEER_GRID_STRIDE(i, n) {
-        const float v = g[i];
-        float a;
-        if (act == 0)
-            a = v / (1.0f + expf(-v));
-        else if (act == 1)
-            a = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
-        else
-            a = 0.5f * v * (1.0f + erff(v * 0.7071067811865476f));
-        g[i] = u ? a * u[i] : a;
+        const float a = seer_act(g[i], act);
+        const float r = u ? a * u[i] : a;
+        if (keep || !gb) g[i] = r;
+        if (gb) gb[i] = seer_f2bf(r);
     }
 }
 

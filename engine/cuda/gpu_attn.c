@@ -32,7 +32,8 @@ int seer_gpu_attn_init(seer_gpu_attn_t *a, seer_cuda_dev_t *d, seer_err_t *err) 
     a->sms = seer_cuda_info(d)->sm_count > 0 ? seer_cuda_info(d)->sm_count : 1;
     if (!(a->split = seer_cuda_fn(d, "seer_attn_split", err)) || !(a->combine = seer_cuda_fn(d, "seer_attn_combine", err)) ||
         !(a->softmax = seer_cuda_fn(d, "seer_attn_softmax", err)) ||
-        !(a->split_bf16 = seer_cuda_fn(d, "seer_split_bf16", err)))
+        !(a->split_pairs = seer_cuda_fn(d, "seer_split_pairs_bf16", err)) ||
+        !(a->kv_twice = seer_cuda_fn(d, "seer_kv_twice", err)))
         return err ? err->code : SEER_EINVAL;
     return 0;
 }
@@ -57,6 +58,12 @@ static int ensure_scratch(seer_gpu_attn_t *a, size_t bytes, seer_err_t *err) {
 }
 
 static size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
+
+/* Blocks of 256 for a grid-stride kernel over n elements. */
+static unsigned grid_for(long long n) {
+    long long b = (n + 255) / 256;
+    return (unsigned)(b > 65535 * 8 ? 65535 * 8 : b < 1 ? 1 : b);
+}
 
 static int run_split(seer_gpu_attn_t *a, const seer_gpu_attn_args_t *x, seer_err_t *err) {
     long long ctx = x->rows ? x->rows->max_ctx : (long long)x->start + x->n; /* the most keys one query sees */
@@ -112,35 +119,41 @@ static int run_gemm(seer_gpu_attn_t *a, const seer_gpu_attn_args_t *x, seer_err_
         if (qc_max <= GEMM_MIN_CHUNK || (size_t)H * (size_t)qc_max * (size_t)most * 8 <= a->budget) break;
         qc_max = (qc_max + 1) / 2;
     }
-    size_t qhalf = align256(qelems * 2), s_off = 2 * qhalf, p_elems = (size_t)H * (size_t)qc_max * (size_t)most;
-    size_t total = s_off + align256(p_elems * 4) + 2 * align256(p_elems * 2);
+    /* scratch: Q as [hi | lo] rows, the chunk's keys as [k | k] rows, scores, P as hi and lo */
+    const size_t kvrow = (size_t)KH * (size_t)hd; /* elements between consecutive cache rows */
+    size_t q_bytes = align256(qelems * 4), k_bytes = align256((size_t)most * kvrow * 4);
+    size_t p_elems = (size_t)H * (size_t)qc_max * (size_t)most;
+    size_t total = q_bytes + k_bytes + align256(p_elems * 4) + 2 * align256(p_elems * 2);
     int rc = ensure_scratch(a, total, err);
     if (rc < 0) return rc;
-    seer_devptr_t qhi = a->scratch, qlo = a->scratch + qhalf, S = a->scratch + s_off;
+    seer_devptr_t qpair = a->scratch, kpair = qpair + q_bytes, S = kpair + k_bytes;
     seer_devptr_t phi = S + align256(p_elems * 4), plo = phi + align256(p_elems * 2);
-    long long nq = (long long)qelems;
-    void *sargs[] = {&qhi, &qlo, (void *)&x->q, &nq};
-    long long blocks = (nq + 255) / 256;
-    if ((rc = seer_cuda_launch(a->d, a->split_bf16, (unsigned)(blocks > 65535 * 8 ? 65535 * 8 : blocks), 1, 1, 256, 1, 1,
-                               0, sargs, err)) < 0)
+    long long qrows = (long long)n * H;
+    int hdv = hd, khv = KH;
+    void *sargs[] = {&qpair, (void *)&x->q, &qrows, &hdv};
+    if ((rc = seer_cuda_launch(a->d, a->split_pairs, grid_for((long long)qelems), 1, 1, 256, 1, 1, 0, sargs, err)) < 0)
         return rc;
-    const size_t kvrow = (size_t)KH * (size_t)hd; /* elements between consecutive cache rows */
     for (int t0 = 0; t0 < n; t0 += qc_max) {
         int qc = n - t0 < qc_max ? n - t0 : qc_max;
         chunk_keys(x, t0, qc, &k0, &kc);
         const long long sq = (long long)qc * kc; /* elements of one head's scores */
-        for (int j = 0; j < group; j++)
-            for (int half = 0; half < 2; half++) {
-                /* S_h^T (Kc x qc) = K^T^T . Q_h^T; batch b = kv head, head h = b * group + j */
-                seer_cuda_gemm_t g = {
-                    .trans_a = 1, .m = kc, .n = qc, .k = hd, .batch = KH, .accumulate = half,
-                    .a = x->kc + (size_t)k0 * kvrow * 2, .lda = (int)kvrow, .stride_a = hd,
-                    .b = (half ? qlo : qhi) + ((size_t)t0 * H + (size_t)j) * (size_t)hd * 2, .ldb = H * hd,
-                    .stride_b = (long long)group * hd,
-                    .c = S + (size_t)j * (size_t)sq * 4, .ldc = kc, .stride_c = (long long)group * sq};
-                if ((rc = seer_cuda_gemm_batched_bf16(a->d, &g, err)) <= 0)
-                    return rc < 0 ? rc : seer_err_set(err, SEER_EUNSUPPORTED, "attention: cuBLAS is not available");
-            }
+        long long krows = kc;
+        seer_devptr_t ksrc = x->kc + (size_t)k0 * kvrow * 2;
+        void *kargs[] = {&kpair, &ksrc, &krows, &khv, &hdv};
+        if ((rc = seer_cuda_launch(a->d, a->kv_twice, grid_for((long long)kc * (long long)kvrow), 1, 1, 256, 1, 1, 0, kargs,
+                                   err)) < 0)
+            return rc;
+        for (int j = 0; j < group; j++) {
+            /* S_h^T (Kc x qc) = [K | K] . [Q_hi | Q_lo]_h^T over 2 hd; batch b = kv head, head
+             * h = b * group + j */
+            seer_cuda_gemm_t g = {.trans_a = 1, .m = kc, .n = qc, .k = 2 * hd, .batch = KH, .accumulate = 0,
+                                  .a = kpair, .lda = (int)(2 * kvrow), .stride_a = 2 * hd,
+                                  .b = qpair + ((size_t)t0 * H + (size_t)j) * (size_t)hd * 4, .ldb = 2 * H * hd,
+                                  .stride_b = (long long)group * 2 * hd,
+                                  .c = S + (size_t)j * (size_t)sq * 4, .ldc = kc, .stride_c = (long long)group * sq};
+            if ((rc = seer_cuda_gemm_batched_bf16(a->d, &g, err)) <= 0)
+                return rc < 0 ? rc : seer_err_set(err, SEER_EUNSUPPORTED, "attention: cuBLAS is not available");
+        }
         int cached = (size_t)kc * 4 <= SOFTMAX_CACHE_BYTES;
         void *margs[] = {&phi, &plo, &S, &qc, &kc, &t0, &k0, (void *)&x->start, (void *)&x->window,
                          (void *)&x->scale, (void *)&x->softcap, &cached};

@@ -6,7 +6,9 @@
  *   - gemm: per chunk of query tokens, scores S = Q K^T in f32 (cuBLAS, bf16 operands), then
  *     seer_attn_softmax (mask, scale, soft-cap, normalise) into P, then O = P V (cuBLAS). Q and P
  *     are each split into two bf16 terms (hi + lo, ~16 bits), so the products keep about f32's
- *     precision on the f32 queries and probabilities while running on tensor cores. The default
+ *     precision on the f32 queries and probabilities while running on tensor cores; the scores
+ *     come from one product over 2 x head_dim, [K | K] . [Q_hi | Q_lo]^T (seer_kv_twice copies
+ *     the chunk's keys twice per row), so they are written once, not accumulated. The default
  *     for n > 8. Chunks of at most 1024 queries (SEER_ATTN_MAX_CHUNK overrides) (each chunk's products stop at its last query's
  *     keys, skipping most of the causal mask), fewer when scores and probabilities would take
  *     more than SEER_ATTN_GEMM_BUDGET bytes (more only when one chunk of 16 queries needs more). */
@@ -39,9 +41,9 @@ typedef struct {
 
 typedef struct seer_gpu_attn {
     seer_cuda_dev_t *d;
-    seer_cuda_fn_t *split, *combine, *softmax, *split_bf16;
+    seer_cuda_fn_t *split, *combine, *softmax, *split_pairs, *kv_twice;
     int sms;               /* multiprocessors */
-    seer_devptr_t scratch; /* partial states (split) or Q halves, scores and probabilities (gemm) */
+    seer_devptr_t scratch; /* partial states (split), or Q and K pairs, scores and probabilities (gemm) */
     size_t scratch_bytes;
     size_t budget; /* SEER_ATTN_GEMM_BUDGET; tests lower it to exercise chunking */
     int max_chunk; /* queries per chunk at most (1024, or SEER_ATTN_MAX_CHUNK) */

@@ -15,6 +15,20 @@
 #include "host/host.h"
 
 #define GEMV_MAX_TOKENS 8 /* seer_gemv_bf16 keeps this many accumulators per lane */
+#define GEMV_ROWS 4        /* seer_gemv_rows_bf16: rows per warp */
+#define RN_MAX_D 4096     /* seer_add_rmsnorm: rows of up to RN_REGS (16) x 256 floats */
+#define ARGMAX_PARTS 1024 /* seer_argmax_part's blocks at most */
+
+/* The argument of seer_gemv_segs and seer_gemv_gated (kernels/linear.cu, same layout). */
+typedef struct {
+    seer_devptr_t y, W, W2, bias;
+    int out, wpr, blocks, pad;
+} gemv_seg_t;
+typedef struct {
+    gemv_seg_t s[3];
+    int nseg, n, in, act;
+} gemv_segs_t;
+_Static_assert(sizeof(gemv_seg_t) == 48 && sizeof(gemv_segs_t) == 160, "kernels/linear.cu reads this layout");
 #define STAGING_BYTES ((size_t)64 << 20)
 
 typedef struct {
@@ -29,9 +43,11 @@ typedef struct {
     X(EMBED, "seer_embed") X(RMSNORM, "seer_rmsnorm") X(ADD, "seer_add") X(SCALE, "seer_scale")        \
     X(SOFTCAP, "seer_softcap") X(GEMV, "seer_gemv_bf16") X(GEMV1, "seer_gemv1_bf16")                   \
     X(TO_BF16, "seer_f32_to_bf16") X(SPLIT_BF16, "seer_split_bf16") X(GEMM, "seer_gemm_bf16")          \
-    X(BIAS, "seer_bias_add") X(ROPE, "seer_rope") X(KV_STORE, "seer_kv_store")                         \
-    X(KV_STORE_ROWS, "seer_kv_store_rows") X(ACT_MUL, "seer_act_mul") X(ARGMAX, "seer_argmax")         \
-    X(FILL, "seer_fill_bf16")
+    X(BIAS, "seer_bias_add") X(ROPE_STORE, "seer_rope_store") X(ACT_MUL, "seer_act_mul")                \
+    X(ARGMAX_PART, "seer_argmax_part") X(ARGMAX_FINAL, "seer_argmax_final") X(FILL, "seer_fill_bf16")   \
+    X(GEMV_SEGS, "seer_gemv_segs") X(GEMV1_SEGS, "seer_gemv1_segs") X(GEMV_GATED, "seer_gemv_gated")     \
+    X(GEMV1_GATED, "seer_gemv1_gated") X(ADD_RMSNORM, "seer_add_rmsnorm") X(GEMV_ROWS, "seer_gemv_rows_bf16")  \
+    X(GEMV_ROWS_SEGS, "seer_gemv_rows_segs") X(GEMV_ROWS_GATED, "seer_gemv_rows_gated")
 enum {
 #define K_ENUM(id, name) K_##id,
     KERNELS(K_ENUM)
@@ -70,7 +86,7 @@ struct seer_gpu_model {
     size_t weight_bytes;
     /* Working set for up to cap_tokens tokens per call. */
     int cap_tokens;
-    seer_devptr_t ws, x, xb, att, q, k, v, h1, h2, xh, xl, tok, next; /* xh, xl: bf16 copies of a GEMM's x */
+    seer_devptr_t ws, x, xb, att, q, k, v, h1, h2, xh, xl, tok, next, amax; /* xh, xl: bf16 copies of a GEMM's x */
     seer_devptr_t rowdesc; /* a batch's row and sequence descriptors (gbatch_t) */
     size_t cap_logits; /* floats */
     seer_devptr_t logits;
@@ -361,11 +377,25 @@ static unsigned blocks_for(long long n, unsigned per) {
     return b > 65535 * 8 ? 65535 * 8 : (unsigned)(b > 0 ? b : 1);
 }
 
+/* y = rmsnorm(x) rows; yb (0: none) also gets bf16(y), the input of a prefill GEMM. */
+static int k_rmsnorm_b(struct seer_gpu_model *g, seer_devptr_t y, seer_devptr_t x, seer_devptr_t w, int rows, int D,
+                       float eps, seer_devptr_t yb, seer_err_t *err) {
+    int one_plus = g->desc.norm_one_plus;
+    void *a[] = {&y, &x, &w, &D, &eps, &one_plus, &yb};
+    return launch(g, K_RMSNORM, (unsigned)rows, 1, 256, 0, a, err);
+}
+
 static int k_rmsnorm(struct seer_gpu_model *g, seer_devptr_t y, seer_devptr_t x, seer_devptr_t w, int rows, int D,
                      float eps, seer_err_t *err) {
+    return k_rmsnorm_b(g, y, x, w, rows, D, eps, 0, err);
+}
+
+/* x += (wa ? rmsnorm(a, wa) : a); y = rmsnorm(x, w) (yb: bf16(y) too), rows of D <= RN_MAX_D. */
+static int k_add_rmsnorm(struct seer_gpu_model *g, seer_devptr_t x, seer_devptr_t a, seer_devptr_t wa, seer_devptr_t w,
+                         seer_devptr_t y, seer_devptr_t yb, int rows, int D, float eps, seer_err_t *err) {
     int one_plus = g->desc.norm_one_plus;
-    void *a[] = {&y, &x, &w, &D, &eps, &one_plus};
-    return launch(g, K_RMSNORM, (unsigned)rows, 1, 256, 0, a, err);
+    void *p[] = {&x, &a, &wa, &w, &y, &yb, &D, &eps, &one_plus};
+    return launch(g, K_ADD_RMSNORM, (unsigned)rows, 1, 256, 0, p, err);
 }
 
 static int k_add(struct seer_gpu_model *g, seer_devptr_t x, seer_devptr_t y, long long n, seer_err_t *err) {
@@ -407,6 +437,57 @@ static int linear_split(struct seer_gpu_model *g, seer_devptr_t y, seer_devptr_t
     return rc < 0 ? rc : 1;
 }
 
+/* Warps per row of the GEMV: up to 32 warps per multiprocessor, for the loads in flight that the
+ * memory needs, as long as each lane keeps at least 4 loads of 8 weights of its own. */
+static int gemv_wpr(struct seer_gpu_model *g, int in, int out) {
+    int wpr = 1, sms = seer_cuda_info(g->d)->sm_count;
+    while (wpr < 8 && (long long)out * wpr < 32LL * sms && in >= 32 * 8 * 4 * (wpr * 2)) wpr *= 2;
+    return wpr;
+}
+
+/* Whether the batched GEMV (seer_gemv_rows_*: 4 rows per warp, x staged in shared memory, the
+ * same bits) takes n > 1 tokens of x [n][in] through a matrix with wpr warps per row. */
+static int gemv_rows_ok(int n, int in, int wpr) { return n > 1 && in % 8 == 0 && wpr <= 4; }
+
+/* Whether linear_x takes the GEMV for n rows (decode, every batched decode step), not a GEMM. */
+static int gemv_path(struct seer_gpu_model *g, int n) {
+    if (n > GEMV_MAX_TOKENS && g->batch_exact && g->batch_gemm && seer_cuda_has_batched_gemm(g->d)) return 0;
+    return n <= GEMV_MAX_TOKENS || g->batch_exact;
+}
+
+/* Whether linear_x takes a GEMM on bf16 inputs (g->xh) for n rows: then a kernel that writes x
+ * can write its bf16 copy too (x_converted). */
+static int gemm_path(struct seer_gpu_model *g, int n) { return n > GEMV_MAX_TOKENS && !g->batch_exact; }
+
+/* Several products of the same x [n][in] in one GEMV launch (gemv_path(n) must hold): ys[i] =
+ * x Ws[i]^T (+ biases[i]), outs[i] rows each, the bits linear_x gives each alone; or, gated, one
+ * pair: ys[0] = act(x Ws[0]^T) * (x Ws[1]^T) (seer_act_mul's bits). */
+static int gemv_multi(struct seer_gpu_model *g, seer_devptr_t x, int n, int in, int nseg, const seer_devptr_t *ys,
+                      const seer_devptr_t *ws, const seer_devptr_t *biases, const int *outs, int gated, seer_err_t *err) {
+    gemv_segs_t S;
+    memset(&S, 0, sizeof S);
+    S.n = n, S.in = in, S.act = g->desc.act;
+    unsigned blocks = 0;
+    int rows = 1; /* rows per warp: GEMV_ROWS when every segment can take the batched GEMV */
+    for (int i = 0; i < (gated ? 1 : nseg); i++) {
+        gemv_seg_t *sg = &S.s[S.nseg++];
+        sg->y = ys[i], sg->W = ws[i], sg->W2 = gated ? ws[1] : 0, sg->bias = gated ? 0 : biases[i];
+        sg->out = outs[i], sg->wpr = gemv_wpr(g, in, outs[i]);
+        if (i == 0) rows = gemv_rows_ok(n, in, sg->wpr) ? GEMV_ROWS : 1;
+        else if (!gemv_rows_ok(n, in, sg->wpr)) rows = 1;
+    }
+    for (int i = 0; i < S.nseg; i++) {
+        int per = rows * (8 / S.s[i].wpr);
+        S.s[i].blocks = (S.s[i].out + per - 1) / per;
+        blocks += (unsigned)S.s[i].blocks;
+    }
+    void *a[] = {&x, &S};
+    int k = rows > 1 ? (gated ? K_GEMV_ROWS_GATED : K_GEMV_ROWS_SEGS)
+            : gated  ? (n == 1 ? K_GEMV1_GATED : K_GEMV_GATED)
+                     : (n == 1 ? K_GEMV1_SEGS : K_GEMV_SEGS);
+    return launch(g, k, blocks, 1, 256, 0, a, err);
+}
+
 /* y[n][out] = x[n][in] W^T (+ bias): the GEMV kernel for decode-sized n and every batched decode
  * step (linear_split past 8 sequences when asked for), else bf16 inputs through cuBLAS (or the
  * WMMA kernel when cuBLAS is not there). x_converted: g->xh (and g->xl) already hold this x. */
@@ -420,13 +501,11 @@ static int linear_x(struct seer_gpu_model *g, seer_devptr_t y, seer_devptr_t x, 
         return launch(g, K_BIAS, (unsigned)n, 1, 256, 0, b, err);
     }
     if (n <= GEMV_MAX_TOKENS || g->batch_exact) { /* a batched decode step: the GEMV at any n */
-        /* Warps per row: up to 32 warps per multiprocessor, for the loads in flight that the
-         * memory needs, as long as each lane keeps at least 4 loads of 8 weights of its own. */
-        int wpr = 1, sms = seer_cuda_info(g->d)->sm_count;
-        while (wpr < 8 && (long long)out * wpr < 32LL * sms && in >= 32 * 8 * 4 * (wpr * 2)) wpr *= 2;
-        int rows = 8 / wpr;
+        int wpr = gemv_wpr(g, in, out), batched = gemv_rows_ok(n, in, wpr);
+        int rows = (8 / wpr) * (batched ? GEMV_ROWS : 1); /* per block */
         void *a[] = {&y, &x, &w, &bias, &n, &in, &out, &wpr};
-        return launch(g, n == 1 ? K_GEMV1 : K_GEMV, (unsigned)((out + rows - 1) / rows), 1, 256, 0, a, err);
+        return launch(g, n == 1 ? K_GEMV1 : batched ? K_GEMV_ROWS : K_GEMV, (unsigned)((out + rows - 1) / rows), 1, 256, 0,
+                      a, err);
     }
     long long nx = (long long)n * in;
     void *ca[] = {&g->xh, &x, &nx};
@@ -468,7 +547,7 @@ static int ensure_ws(struct seer_gpu_model *g, const seer_model_config_t *c, int
         size_t widest = D > qd ? D : qd;
         if (I > widest) widest = I;
         size_t per = 2 * D + 2 * qd + 2 * kvd + 2 * I; /* floats per token */
-        size_t bytes = (size_t)cap * (per * 4 + widest * 4) + (size_t)cap * 4 + (size_t)cap * 28 + 256 * 13;
+        size_t bytes = (size_t)cap * (per * 4 + widest * 4) + (size_t)cap * 4 + (size_t)cap * 28 + 256 * 14 + ARGMAX_PARTS * 8;
         seer_cuda_sync(g->d, NULL);
         seer_cuda_free(g->d, g->ws);
         g->ws = 0, g->cap_tokens = 0;
@@ -493,6 +572,7 @@ static int ensure_ws(struct seer_gpu_model *g, const seer_model_config_t *c, int
         TAKE(g->xl, cap * widest * 2);
         TAKE(g->tok, cap * 4);
         TAKE(g->next, 16);
+        TAKE(g->amax, ARGMAX_PARTS * 8);
         TAKE(g->rowdesc, cap * (4 + 4 + 4 + 8 + 8) + 64);
 #undef TAKE
         if (p - g->ws > bytes) return seer_err_set(err, SEER_EINVAL, "internal: working set overflow");
@@ -568,6 +648,14 @@ static int hook_any(struct seer_gpu_model *g, const gbatch_t *b, const seer_fwd_
     return seer_cuda_sync(g->d, err);
 }
 
+/* Whether any sequence of the pass (one sequence, or each of a batch) hooks (p, layer). */
+static int hooked_any(const gbatch_t *b, const seer_fwd_hooks_t *hk, seer_hook_point_t p, int layer) {
+    if (!b) return SEER_HOOKED(hk, p, layer);
+    for (int s = 0; s < b->ns; s++)
+        if (SEER_HOOKED(b->seq[s].hk, p, layer)) return 1;
+    return 0;
+}
+
 /* Attention with score or pattern hooks: the layer's queries and cache prefix to the host, the
  * CPU path (seer_fwd_attention: materialized scores, hooks, softmax, values), the result back. */
 static int host_attention(seer_model_t *m, struct seer_gpu_model *g, seer_kv_cache_t *kv, const seer_fwd_hooks_t *hk,
@@ -633,21 +721,39 @@ static int forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens, 
     }
     if (hidden && (rc = seer_cuda_dtoh(g->d, hidden, g->x, nD * 4, err)) < 0) return rc;
 
+    /* Fusions (each only where no hook looks between the pieces it joins, so hooks see what they
+     * always saw): q, k and v in one GEMV launch and gate, up and the activation in another
+     * (decode); RoPE with the KV-cache store; a residual add with the norms on either side of it
+     * (seer_add_rmsnorm, which also normalises the next layer's input); and, for a prefill GEMM,
+     * the bf16 copy of its input written by the kernel before it (no separate conversion). */
+    const int multi = gemv_path(g, n), conv = gemm_path(g, n), fuse_norm = D <= RN_MAX_D;
+    int normed = 0, normed_bf16 = 0; /* the layer's input norm (and its bf16 copy) already done */
     for (int l = 0; l < c->num_layers; l++) {
         if (seer_host_interrupted()) return seer_err_set(err, SEER_EINTR, "interrupted");
         const glayer_t *L = &g->L[l];
         const seer_gpu_layer_t *S = &ds->layers[l];
         seer_devptr_t kc = b ? 0 : kv->gk + (size_t)l * kv->max_tokens * kvd * 2;
         seer_devptr_t vc = b ? 0 : kv->gv + (size_t)l * kv->max_tokens * kvd * 2;
+#define HOOKED(p, layer) hooked_any(b, hk, (p), (layer))
 #define HOOK(p, buf, cols, heads)                                                                      \
     if ((rc = hook_any(g, b, hk, (p), l, start, n, (buf), (cols), (heads), err)) < 0) return rc;
-        HOOK(SEER_HP_RESID_PRE, g->x, D, 0)
-        if ((rc = k_rmsnorm(g, g->xb, g->x, L->pre_attn_norm, n, D, eps, err)) < 0) return rc;
+        if (!normed) {
+            HOOK(SEER_HP_RESID_PRE, g->x, D, 0)
+            normed_bf16 = conv && !HOOKED(SEER_HP_LN1, l);
+            if ((rc = k_rmsnorm_b(g, g->xb, g->x, L->pre_attn_norm, n, D, eps, normed_bf16 ? g->xh : 0, err)) < 0)
+                return rc;
+        }
+        normed = 0;
         HOOK(SEER_HP_LN1, g->xb, D, 0)
-        if ((rc = linear(g, g->q, g->xb, L->q, L->q_bias, n, D, qd, err)) < 0 ||
-            (rc = linear_again(g, g->k, g->xb, L->k, L->k_bias, n, D, kvd, err)) < 0 ||
-            (rc = linear_again(g, g->v, g->xb, L->v, L->v_bias, n, D, kvd, err)) < 0)
+        if (multi) {
+            seer_devptr_t ys[] = {g->q, g->k, g->v}, ws[] = {L->q, L->k, L->v}, bs[] = {L->q_bias, L->k_bias, L->v_bias};
+            int outs[] = {qd, kvd, kvd};
+            if ((rc = gemv_multi(g, g->xb, n, D, 3, ys, ws, bs, outs, 0, err)) < 0) return rc;
+        } else if ((rc = linear_x(g, g->q, g->xb, L->q, L->q_bias, n, D, qd, normed_bf16, err)) < 0 ||
+                   (rc = linear_again(g, g->k, g->xb, L->k, L->k_bias, n, D, kvd, err)) < 0 ||
+                   (rc = linear_again(g, g->v, g->xb, L->v, L->v_bias, n, D, kvd, err)) < 0) {
             return rc;
+        }
         if (L->q_norm) {
             if ((rc = k_rmsnorm(g, g->q, g->q, L->q_norm, n * H, hd, eps, err)) < 0 ||
                 (rc = k_rmsnorm(g, g->k, g->k, L->k_norm, n * KH, hd, eps, err)) < 0)
@@ -657,22 +763,13 @@ static int forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens, 
         HOOK(SEER_HP_K, g->k, kvd, KH)
         HOOK(SEER_HP_V, g->v, kvd, KH)
         {
-            int interleaved = 0;
-            seer_devptr_t pos = b ? b->rows.pos : 0;
-            void *aq[] = {&g->q, &H, &hd, &hd, (void *)&L->inv, &start, &interleaved, &pos};
-            void *ak[] = {&g->k, &KH, &hd, &hd, (void *)&L->inv, &start, &interleaved, &pos};
-            if ((rc = launch(g, K_ROPE, (unsigned)n, (unsigned)H, 128, 0, aq, err)) < 0 ||
-                (rc = launch(g, K_ROPE, (unsigned)n, (unsigned)KH, 128, 0, ak, err)) < 0)
-                return rc;
-            long long nk = (long long)n * kvd;
-            if (b) {
-                void *as[] = {&g->k, &g->v, &n, &kvd, &l, &b->rows.pos, &b->rows.seq, &b->rows.seq_k, &b->rows.seq_v,
-                              &b->rows.max_tokens};
-                if ((rc = launch(g, K_KV_STORE_ROWS, blocks_for(nk, 256), 1, 256, 0, as, err)) < 0) return rc;
-            } else {
-                void *as[] = {&kc, &vc, &g->k, &g->v, &n, &start, &kvd};
-                if ((rc = launch(g, K_KV_STORE, blocks_for(nk, 256), 1, 256, 0, as, err)) < 0) return rc;
-            }
+            int interleaved = 0, lay = l;
+            seer_devptr_t z = 0;
+            const seer_gpu_attn_rows_t *r = b ? &b->rows : NULL;
+            void *a[] = {&g->q, &g->k, &g->v, &H, &KH, &hd, &hd, (void *)&L->inv, &start, &interleaved, &kc, &vc,
+                         r ? (void *)&r->pos : &z, r ? (void *)&r->seq : &z, r ? (void *)&r->seq_k : &z,
+                         r ? (void *)&r->seq_v : &z, r ? (void *)&r->max_tokens : &z, &lay};
+            if ((rc = launch(g, K_ROPE_STORE, (unsigned)n, (unsigned)(H + KH), 128, 0, a, err)) < 0) return rc;
         }
         if (SEER_HOOKED(hk, SEER_HP_ATTN_SCORES, l) || SEER_HOOKED(hk, SEER_HP_PATTERN, l)) {
             if ((rc = host_attention(m, g, kv, hk, l, start, n, S->window, err)) < 0) return rc;
@@ -686,30 +783,56 @@ static int forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens, 
         }
         HOOK(SEER_HP_Z, g->att, qd, H)
         if ((rc = linear(g, g->xb, g->att, L->o, L->o_bias, n, qd, D, err)) < 0) return rc;
-        if (L->post_attn_norm && (rc = k_rmsnorm(g, g->xb, g->xb, L->post_attn_norm, n, D, eps, err)) < 0) return rc;
-        HOOK(SEER_HP_ATTN_OUT, g->xb, D, 0)
-        if ((rc = k_add(g, g->x, g->xb, (long long)nD, err)) < 0) return rc;
-        HOOK(SEER_HP_RESID_MID, g->x, D, 0)
-
-        if ((rc = k_rmsnorm(g, g->xb, g->x, L->pre_mlp_norm, n, D, eps, err)) < 0) return rc;
+        int ln2_bf16 = 0;
+        if (fuse_norm && !HOOKED(SEER_HP_ATTN_OUT, l) && !HOOKED(SEER_HP_RESID_MID, l)) {
+            ln2_bf16 = conv && !HOOKED(SEER_HP_LN2, l);
+            if ((rc = k_add_rmsnorm(g, g->x, g->xb, L->post_attn_norm, L->pre_mlp_norm, g->xb, ln2_bf16 ? g->xh : 0, n, D,
+                                    eps, err)) < 0)
+                return rc;
+        } else {
+            if (L->post_attn_norm && (rc = k_rmsnorm(g, g->xb, g->xb, L->post_attn_norm, n, D, eps, err)) < 0) return rc;
+            HOOK(SEER_HP_ATTN_OUT, g->xb, D, 0)
+            if ((rc = k_add(g, g->x, g->xb, (long long)nD, err)) < 0) return rc;
+            HOOK(SEER_HP_RESID_MID, g->x, D, 0)
+            ln2_bf16 = conv && !HOOKED(SEER_HP_LN2, l);
+            if ((rc = k_rmsnorm_b(g, g->xb, g->x, L->pre_mlp_norm, n, D, eps, ln2_bf16 ? g->xh : 0, err)) < 0) return rc;
+        }
         HOOK(SEER_HP_LN2, g->xb, D, 0)
-        if ((rc = linear(g, g->h1, g->xb, L->gate, 0, n, D, I, err)) < 0 ||
-            (rc = linear_again(g, g->h2, g->xb, L->up, 0, n, D, I, err)) < 0)
-            return rc;
-        HOOK(SEER_HP_MLP_PRE, g->h1, I, 0)
-        {
+        int act_bf16 = 0;
+        if (multi && !HOOKED(SEER_HP_MLP_PRE, l)) {
+            seer_devptr_t ys[] = {g->h1}, ws[] = {L->gate, L->up}, bs[] = {0};
+            int outs[] = {I};
+            if ((rc = gemv_multi(g, g->xb, n, D, 2, ys, ws, bs, outs, 1, err)) < 0) return rc;
+        } else {
+            if ((rc = linear_x(g, g->h1, g->xb, L->gate, 0, n, D, I, ln2_bf16, err)) < 0 ||
+                (rc = linear_again(g, g->h2, g->xb, L->up, 0, n, D, I, err)) < 0)
+                return rc;
+            HOOK(SEER_HP_MLP_PRE, g->h1, I, 0)
             long long nI = (long long)n * I;
             int act = ds->act;
-            void *a[] = {&g->h1, &g->h2, &nI, &act};
+            act_bf16 = conv && !HOOKED(SEER_HP_MLP_POST, l);
+            seer_devptr_t gb = act_bf16 ? g->xh : 0;
+            int keep = !act_bf16; /* with the bf16 copy, nothing reads h1's f32 values */
+            void *a[] = {&g->h1, &g->h2, &nI, &act, &gb, &keep};
             if ((rc = launch(g, K_ACT_MUL, blocks_for(nI, 256), 1, 256, 0, a, err)) < 0) return rc;
         }
         HOOK(SEER_HP_MLP_POST, g->h1, I, 0)
-        if ((rc = linear(g, g->xb, g->h1, L->down, 0, n, I, D, err)) < 0) return rc;
+        if ((rc = linear_x(g, g->xb, g->h1, L->down, 0, n, I, D, act_bf16, err)) < 0) return rc;
+        if (fuse_norm && l + 1 < c->num_layers && !hidden && !HOOKED(SEER_HP_MLP_OUT, l) &&
+            !HOOKED(SEER_HP_RESID_POST, l) && !HOOKED(SEER_HP_RESID_PRE, l + 1)) {
+            /* this layer's residual add and the next layer's input norm */
+            normed = 1, normed_bf16 = conv && !HOOKED(SEER_HP_LN1, l + 1);
+            if ((rc = k_add_rmsnorm(g, g->x, g->xb, L->post_mlp_norm, g->L[l + 1].pre_attn_norm, g->xb,
+                                    normed_bf16 ? g->xh : 0, n, D, eps, err)) < 0)
+                return rc;
+            continue;
+        }
         if (L->post_mlp_norm && (rc = k_rmsnorm(g, g->xb, g->xb, L->post_mlp_norm, n, D, eps, err)) < 0) return rc;
         HOOK(SEER_HP_MLP_OUT, g->xb, D, 0)
         if ((rc = k_add(g, g->x, g->xb, (long long)nD, err)) < 0) return rc;
         HOOK(SEER_HP_RESID_POST, g->x, D, 0)
 #undef HOOK
+#undef HOOKED
         if (hidden && (rc = seer_cuda_dtoh(g->d, hidden + (size_t)(l + 1) * nD, g->x, nD * 4, err)) < 0) return rc;
     }
     if (!b) kv->len = start + n; /* a batch's caches grow when the whole pass has succeeded */
@@ -732,8 +855,16 @@ static int forward(seer_model_t *m, seer_kv_cache_t *kv, const int32_t *tokens, 
         return rc;
     if (next) {
         seer_devptr_t last = g->logits + (size_t)(head_rows - 1) * V * 4;
-        void *a[] = {&g->next, &last, &V};
-        if ((rc = launch(g, K_ARGMAX, 1, 1, 1024, 0, a, err)) < 0) return rc;
+        int parts = (V + 2047) / 2048, sms = seer_cuda_info(g->d)->sm_count;
+        if (parts > 2 * sms) parts = 2 * sms;
+        if (parts > ARGMAX_PARTS) parts = ARGMAX_PARTS;
+        if (parts < 1) parts = 1;
+        seer_devptr_t pv = g->amax, pi = g->amax + ARGMAX_PARTS * 4;
+        void *a[] = {&pv, &pi, &last, &V};
+        void *f[] = {&g->next, &pv, &pi, &parts};
+        if ((rc = launch(g, K_ARGMAX_PART, (unsigned)parts, 1, 256, 0, a, err)) < 0 ||
+            (rc = launch(g, K_ARGMAX_FINAL, 1, 1, 256, 0, f, err)) < 0)
+            return rc;
         int32_t id = -1;
         if ((rc = seer_cuda_dtoh(g->d, &id, g->next, 4, err)) < 0) return rc;
         *next = id;

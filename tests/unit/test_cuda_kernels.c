@@ -217,11 +217,22 @@ Test(cuda_kernels, rmsnorm) {
                 for (int j = 0; j < D; j++) w[j] = seer_f32_to_bf16(one_plus ? nrand() * 0.2f : 1.0f + nrand() * 0.2f);
                 seer_devptr_t dx = dguarded(x, bytes), dw = dput(w, sizeof(uint16_t) * (size_t)D);
                 seer_devptr_t dy = inplace ? dx : dguarded(NULL, bytes);
+                /* the bf16 copy of y (a GEMM's input) when asked for */
+                seer_devptr_t dyb = inplace ? 0 : dguarded(NULL, sizeof(uint16_t) * nx);
                 float e = eps;
                 int op = one_plus;
-                void *args[] = {&dy, &dx, &dw, &D, &e, &op};
+                void *args[] = {&dy, &dx, &dw, &D, &e, &op, &dyb};
                 launch("seer_rmsnorm", (unsigned)rows, 1, 256, 0, args);
                 dtoh(y, dy, bytes);
+                if (dyb) {
+                    uint16_t *yb = xmalloc(sizeof(uint16_t) * nx);
+                    dtoh(yb, dyb, sizeof(uint16_t) * nx);
+                    for (size_t i = 0; i < nx; i++)
+                        cr_assert(yb[i] == seer_f32_to_bf16(y[i]), "rmsnorm D %d: yb[%zu] %04x is not bf16(y) %04x", D, i,
+                                  yb[i], seer_f32_to_bf16(y[i]));
+                    check_guard(dyb, sizeof(uint16_t) * nx, "seer_rmsnorm yb");
+                    free(yb);
+                }
                 for (int r = 0; r < rows; r++) {
                     const float *xr = x + (size_t)r * (size_t)D;
                     double ss = 0;
@@ -459,7 +470,7 @@ Test(cuda_kernels, kv_store_rows) {
 }
 
 /* ---- 6. attention: seer_attn_split (+ seer_attn_combine), and the cuBLAS form
- * (seer_split_bf16, seer_attn_softmax), through seer_gpu_attention (engine/cuda/gpu_attn.c) ---- */
+ * (seer_split_pairs_bf16, seer_kv_twice, seer_attn_softmax), through seer_gpu_attention (engine/cuda/gpu_attn.c) ---- */
 
 Test(cuda_kernels, attention) {
     gpu();
@@ -780,13 +791,34 @@ Test(cuda_kernels, act_mul) {
     g[2] = 100.0f;
     g[3] = -0.0f;
     seer_devptr_t dg = dguarded(g, bytes), du = dput(u, bytes), dnull = 0;
+    seer_devptr_t dgb = dguarded(NULL, sizeof(uint16_t) * (size_t)n);
+    uint16_t *gb = xmalloc(sizeof(uint16_t) * (size_t)n);
     for (int act = 0; act < 3; act++)
         for (int with_u = 0; with_u < 2; with_u++) {
             htod(dg, g, bytes);
             int a = act;
-            void *args[] = {&dg, with_u ? &du : &dnull, &n, &a};
+            int keep = 1;
+            void *args[] = {&dg, with_u ? &du : &dnull, &n, &a, with_u ? &dgb : &dnull, &keep}; /* bf16 copy with u */
             launch("seer_act_mul", with_u ? 3 : cdiv(n, 256), 1, 256, 0, args);
             dtoh(r, dg, bytes);
+            if (with_u) {
+                dtoh(gb, dgb, sizeof(uint16_t) * (size_t)n);
+                for (long long i = 0; i < n; i++)
+                    cr_assert(gb[i] == seer_f32_to_bf16(r[i]), "act_mul %d: gb[%lld] %04x is not bf16 of %.9g", act, i,
+                              gb[i], r[i]);
+                check_guard(dgb, sizeof(uint16_t) * (size_t)n, "seer_act_mul gb");
+                /* keep 0: the same bf16 copy, g untouched */
+                uint16_t *gb2 = xmalloc(sizeof(uint16_t) * (size_t)n);
+                float *g2 = xmalloc(bytes);
+                htod(dg, g, bytes);
+                keep = 0;
+                launch("seer_act_mul", 5, 1, 256, 0, args);
+                dtoh(gb2, dgb, sizeof(uint16_t) * (size_t)n);
+                dtoh(g2, dg, bytes);
+                cr_assert(memcmp(gb2, gb, sizeof(uint16_t) * (size_t)n) == 0, "act_mul %d keep 0: another bf16 copy", act);
+                cr_assert(memcmp(g2, g, bytes) == 0, "act_mul %d keep 0: g was written", act);
+                free(gb2), free(g2);
+            }
             for (long long i = 0; i < n; i++) {
                 double uf = with_u ? u[i] : 1.0;
                 double e = act_ref(g[i], act) * uf;
@@ -799,6 +831,7 @@ Test(cuda_kernels, act_mul) {
     free(g);
     free(u);
     free(r);
+    free(gb);
     gpu_done();
 }
 
@@ -816,6 +849,7 @@ Test(cuda_kernels, argmax) {
     const int V = 151937;
     float *x = xmalloc(sizeof(float) * (size_t)V);
     seer_devptr_t dx = dalloc(sizeof(float) * (size_t)V), dout = dalloc(sizeof(int));
+    seer_devptr_t pv = dalloc(sizeof(float) * 1024), pix = dalloc(sizeof(int) * 1024);
     for (int c = 0; c < 10; c++) {
         int len = V;
         for (int i = 0; i < V; i++) x[i] = nrand() * 5;
@@ -863,6 +897,18 @@ Test(cuda_kernels, argmax) {
         dtoh(&got, dout, sizeof(int));
         int e = argmax_ref(x, len);
         cr_assert(got == e, "argmax case %d (V %d): %d, expected %d", c, len, got, e);
+        /* the same over many blocks: seer_argmax_part, then seer_argmax_final */
+        static const int parts[] = {1, 7, 264, 1024};
+        for (int pc = 0; pc < 4; pc++) {
+            int np = parts[pc];
+            void *pa[] = {&pv, &pix, &dx, &len};
+            launch("seer_argmax_part", (unsigned)np, 1, 256, 0, pa);
+            got = -7;
+            void *fa[] = {&dout, &pv, &pix, &np};
+            launch("seer_argmax_final", 1, 1, 256, 0, fa);
+            dtoh(&got, dout, sizeof(int));
+            cr_assert(got == e, "argmax_part/final, %d parts, case %d (V %d): %d, expected %d", np, c, len, got, e);
+        }
     }
     free(x);
     gpu_done();
@@ -946,4 +992,272 @@ Test(cuda_kernels, fill) {
     free(f2);
     free(b);
     gpu_done();
+}
+
+/* ---- 18. the fused kernels give the bits of the kernels they replace ----
+ * engine/cuda/gpu_model.c launches these where no hook looks between the pieces; a sequence run
+ * in a batch and alone can take different paths (a hook on one sequence of the batch turns a
+ * fusion off for the whole step), so they must agree bit for bit, not within a tolerance. */
+
+static void expect_same_bits(const float *a, const float *b, size_t n, const char *what) {
+    for (size_t i = 0; i < n; i++)
+        cr_assert(f_bits(a[i]) == f_bits(b[i]), "%s: [%zu] %.9g (%08x), the unfused kernels give %.9g (%08x)", what, i,
+                  a[i], f_bits(a[i]), b[i], f_bits(b[i]));
+}
+
+/* seer_gemv_segs' argument (kernels/linear.cu, gemv_segs_t) */
+typedef struct {
+    seer_devptr_t y, W, W2, bias;
+    int out, wpr, blocks, pad;
+} t_seg_t;
+typedef struct {
+    t_seg_t s[3];
+    int nseg, n, in, act;
+} t_segs_t;
+
+/* seer_gemv1_bf16 (what a sequence decoding alone takes) is the reference for every variant:
+ * the 8-token GEMV, the one-token and batched (4 rows per warp, x in shared memory) kernels, each
+ * alone, as segments of one launch, and as a gated pair. */
+Test(cuda_kernels, gemv_variants_match_the_one_token_gemv) {
+    gpu();
+    static const struct {
+        int n, in, outs[3], wprs[3];
+    } cs[] = {
+        {1, 2304, {200, 72, 72}, {1, 2, 8}}, {3, 2304, {200, 72, 72}, {2, 4, 1}}, {8, 1032, {129, 16, 16}, {1, 1, 2}},
+        {13, 512, {64, 33, 33}, {4, 2, 1}},  {1, 1003, {50, 9, 9}, {1, 2, 4}},    {5, 1003, {50, 9, 9}, {8, 1, 2}},
+        {16, 3584, {300, 61, 61}, {1, 2, 4}}, {2, 1040, {7, 130, 130}, {4, 1, 1}},
+    };
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        int n = cs[c].n, in = cs[c].in;
+        size_t nx = (size_t)n * (size_t)in;
+        float *x = xmalloc(sizeof(float) * nx);
+        for (size_t i = 0; i < nx; i++) x[i] = nrand();
+        seer_devptr_t dx = dput(x, sizeof(float) * nx), W[3], B[3], Y[3], R[3];
+        for (int i = 0; i < 3; i++) {
+            int out = cs[c].outs[i];
+            size_t nw = (size_t)out * (size_t)in;
+            uint16_t *w = xmalloc(sizeof(uint16_t) * nw), *b = xmalloc(sizeof(uint16_t) * (size_t)out);
+            for (size_t j = 0; j < nw; j++) w[j] = seer_f32_to_bf16(nrand() * 0.05f);
+            for (int j = 0; j < out; j++) b[j] = seer_f32_to_bf16(nrand());
+            W[i] = dput(w, sizeof(uint16_t) * nw), B[i] = i == 1 ? 0 : dput(b, sizeof(uint16_t) * (size_t)out);
+            Y[i] = dguarded(NULL, sizeof(float) * (size_t)n * out), R[i] = dalloc(sizeof(float) * (size_t)n * out);
+            free(w), free(b);
+        }
+        /* the references: each matrix alone, and the gated pair (matrices 1 and 2, same shape)
+         * as two GEMVs and seer_act_mul, for each activation */
+        float *ref[3], *gref[3];
+        for (int i = 0; i < 3; i++) {
+            int out = cs[c].outs[i], wpr = cs[c].wprs[i];
+            void *pa[] = {&R[i], &dx, &W[i], &B[i], &n, &in, &out, &wpr};
+            launch("seer_gemv1_bf16", cdiv(out, 8 / wpr), 1, 256, 0, pa);
+            ref[i] = xmalloc(sizeof(float) * (size_t)n * out);
+            dtoh(ref[i], R[i], sizeof(float) * (size_t)n * out);
+        }
+        int gout = cs[c].outs[1], gwpr = cs[c].wprs[1];
+        size_t gny = (size_t)n * gout;
+        for (int act = 0; act < 3; act++) {
+            seer_devptr_t dnull = 0;
+            void *g1[] = {&R[1], &dx, &W[1], &dnull, &n, &in, &gout, &gwpr};
+            void *g2[] = {&R[2], &dx, &W[2], &dnull, &n, &in, &gout, &gwpr};
+            launch("seer_gemv1_bf16", cdiv(gout, 8 / gwpr), 1, 256, 0, g1);
+            launch("seer_gemv1_bf16", cdiv(gout, 8 / gwpr), 1, 256, 0, g2);
+            long long nI = (long long)gny;
+            int a = act;
+            int keep = 1;
+            void *am[] = {&R[1], &R[2], &nI, &a, &dnull, &keep};
+            launch("seer_act_mul", cdiv(nI, 256), 1, 256, 0, am);
+            gref[act] = xmalloc(sizeof(float) * gny);
+            dtoh(gref[act], R[1], sizeof(float) * gny);
+        }
+        int rows_ok = n > 1 && in % 8 == 0;
+        for (int i = 0; i < 3; i++) rows_ok &= cs[c].wprs[i] <= 4;
+        static const struct {
+            const char *alone, *segs, *gated;
+            int rows, needs; /* rows per warp; needs: 0 any n, 1 n == 1, 2 rows_ok */
+        } ks[] = {{"seer_gemv_bf16", "seer_gemv_segs", "seer_gemv_gated", 1, 0},
+                  {"seer_gemv1_bf16", "seer_gemv1_segs", "seer_gemv1_gated", 1, 1},
+                  {"seer_gemv_rows_bf16", "seer_gemv_rows_segs", "seer_gemv_rows_gated", 4, 2}};
+        for (int k = 0; k < 3; k++) {
+            if ((ks[k].needs == 1 && n != 1) || (ks[k].needs == 2 && !rows_ok)) continue;
+            char what[128];
+            t_segs_t S;
+            memset(&S, 0, sizeof S);
+            S.nseg = 3, S.n = n, S.in = in;
+            unsigned blocks = 0;
+            for (int i = 0; i < 3; i++) {
+                int out = cs[c].outs[i], wpr = cs[c].wprs[i], per = ks[k].rows * (8 / wpr);
+                S.s[i] = (t_seg_t){.y = Y[i], .W = W[i], .bias = B[i], .out = out, .wpr = wpr, .blocks = (int)cdiv(out, per)};
+                blocks += (unsigned)S.s[i].blocks;
+            }
+            /* each matrix alone, then all three as segments of one launch */
+            for (int segs = 0; segs < 2; segs++) {
+                for (int i = 0; i < 3; i++) {
+                    size_t ny = (size_t)n * cs[c].outs[i];
+                    float *poison = xmalloc(sizeof(float) * ny);
+                    for (size_t j = 0; j < ny; j++) poison[j] = NAN;
+                    htod(Y[i], poison, sizeof(float) * ny);
+                    free(poison);
+                    if (!segs) {
+                        int out = cs[c].outs[i], wpr = cs[c].wprs[i];
+                        void *pa[] = {&Y[i], &dx, &W[i], &B[i], &n, &in, &out, &wpr};
+                        launch(ks[k].alone, (unsigned)S.s[i].blocks, 1, 256, 0, pa);
+                    }
+                }
+                if (segs) {
+                    void *a[] = {&dx, &S};
+                    launch(ks[k].segs, blocks, 1, 256, 0, a);
+                }
+                for (int i = 0; i < 3; i++) {
+                    size_t ny = (size_t)n * cs[c].outs[i];
+                    float *y = xmalloc(sizeof(float) * ny);
+                    dtoh(y, Y[i], sizeof(float) * ny);
+                    snprintf(what, sizeof what, "%s case %zu matrix %d (n %d in %d out %d wpr %d)",
+                             segs ? ks[k].segs : ks[k].alone, c, i, n, in, cs[c].outs[i], cs[c].wprs[i]);
+                    expect_same_bits(y, ref[i], ny, what);
+                    check_guard(Y[i], sizeof(float) * ny, what);
+                    free(y);
+                }
+            }
+            for (int act = 0; act < 3; act++) {
+                t_segs_t G;
+                memset(&G, 0, sizeof G);
+                G.nseg = 1, G.n = n, G.in = in, G.act = act;
+                unsigned gb = cdiv(gout, ks[k].rows * (8 / gwpr));
+                G.s[0] = (t_seg_t){.y = Y[1], .W = W[1], .W2 = W[2], .out = gout, .wpr = gwpr, .blocks = (int)gb};
+                void *ga[] = {&dx, &G};
+                launch(ks[k].gated, gb, 1, 256, 0, ga);
+                float *y = xmalloc(sizeof(float) * gny);
+                dtoh(y, Y[1], sizeof(float) * gny);
+                snprintf(what, sizeof what, "%s act %d case %zu (n %d in %d out %d wpr %d)", ks[k].gated, act, c, n, in,
+                         gout, gwpr);
+                expect_same_bits(y, gref[act], gny, what);
+                check_guard(Y[1], sizeof(float) * gny, what);
+                free(y);
+            }
+        }
+        for (int i = 0; i < 3; i++) free(ref[i]), free(gref[i]);
+        free(x);
+        gpu_done();
+    }
+}
+
+Test(cuda_kernels, add_rmsnorm_matches_add_then_rmsnorm) {
+    gpu();
+    static const int Ds[] = {2304, 3584, 100, 4096};
+    for (int di = 0; di < 4; di++)
+        for (int with_wa = 0; with_wa < 2; with_wa++)
+            for (int one_plus = 0; one_plus < 2; one_plus++) {
+                int D = Ds[di], rows = di == 1 ? 1 : 5, op = one_plus;
+                float eps = 1e-6f;
+                size_t nx = (size_t)rows * D, bytes = sizeof(float) * nx;
+                float *x = xmalloc(bytes), *a = xmalloc(bytes), *y1 = xmalloc(bytes), *y2 = xmalloc(bytes);
+                float *x1 = xmalloc(bytes), *x2 = xmalloc(bytes);
+                uint16_t *wa = xmalloc(sizeof(uint16_t) * D), *w = xmalloc(sizeof(uint16_t) * D), *yb = xmalloc(sizeof(uint16_t) * nx);
+                for (size_t i = 0; i < nx; i++) x[i] = nrand() * 3, a[i] = nrand() * 10;
+                for (int j = 0; j < D; j++) wa[j] = seer_f32_to_bf16(nrand() * 0.3f), w[j] = seer_f32_to_bf16(1 + nrand() * 0.3f);
+                seer_devptr_t dwa = with_wa ? dput(wa, sizeof(uint16_t) * D) : 0, dw = dput(w, sizeof(uint16_t) * D);
+                /* fused: y written over a (as the forward pass does) */
+                seer_devptr_t fx = dguarded(x, bytes), fa = dguarded(a, bytes), fyb = dguarded(NULL, sizeof(uint16_t) * nx);
+                void *fargs[] = {&fx, &fa, &dwa, &dw, &fa, &fyb, &D, &eps, &op};
+                launch("seer_add_rmsnorm", (unsigned)rows, 1, 256, 0, fargs);
+                dtoh(x1, fx, bytes), dtoh(y1, fa, bytes), dtoh(yb, fyb, sizeof(uint16_t) * nx);
+                /* unfused: [rmsnorm a in place], add, rmsnorm into a */
+                seer_devptr_t ux = dput(x, bytes), ua = dput(a, bytes), dnull = 0;
+                if (with_wa) {
+                    void *r1[] = {&ua, &ua, &dwa, &D, &eps, &op, &dnull};
+                    launch("seer_rmsnorm", (unsigned)rows, 1, 256, 0, r1);
+                }
+                long long n = (long long)nx;
+                void *ad[] = {&ux, &ua, &n};
+                launch("seer_add", cdiv(n, 256), 1, 256, 0, ad);
+                void *r2[] = {&ua, &ux, &dw, &D, &eps, &op, &dnull};
+                launch("seer_rmsnorm", (unsigned)rows, 1, 256, 0, r2);
+                dtoh(x2, ux, bytes), dtoh(y2, ua, bytes);
+                char what[96];
+                snprintf(what, sizeof what, "add_rmsnorm D %d wa %d one_plus %d: x", D, with_wa, one_plus);
+                expect_same_bits(x1, x2, nx, what);
+                snprintf(what, sizeof what, "add_rmsnorm D %d wa %d one_plus %d: y", D, with_wa, one_plus);
+                expect_same_bits(y1, y2, nx, what);
+                for (size_t i = 0; i < nx; i++)
+                    cr_assert(yb[i] == seer_f32_to_bf16(y1[i]), "add_rmsnorm: yb[%zu] is not bf16(y)", i);
+                check_guard(fx, bytes, "seer_add_rmsnorm x");
+                check_guard(fa, bytes, "seer_add_rmsnorm y");
+                check_guard(fyb, sizeof(uint16_t) * nx, "seer_add_rmsnorm yb");
+                free(x), free(a), free(y1), free(y2), free(x1), free(x2), free(wa), free(w), free(yb);
+                gpu_done();
+            }
+}
+
+Test(cuda_kernels, rope_store_matches_rope_then_kv_store) {
+    gpu();
+    static const struct {
+        int n, H, KH, hd, start, batch;
+    } cs[] = {{5, 8, 4, 256, 7, 0}, {1, 16, 8, 128, 300, 0}, {67, 4, 1, 64, 0, 0}, {4, 8, 4, 256, 0, 1}, {3, 6, 2, 80, 0, 1}};
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        int n = cs[c].n, H = cs[c].H, KH = cs[c].KH, hd = cs[c].hd, start = cs[c].start, il = 0, rot = hd;
+        int kvd = KH * hd, half = hd / 2, layer = 1, maxt = start + n + 3;
+        size_t nq = (size_t)n * H * hd, nk = (size_t)n * kvd, ncache = (size_t)2 * maxt * kvd; /* 2 layers */
+        float *q = xmalloc(sizeof(float) * nq), *k = xmalloc(sizeof(float) * nk), *v = xmalloc(sizeof(float) * nk);
+        float *inv = xmalloc(sizeof(float) * half), *o1 = xmalloc(sizeof(float) * nq), *o2 = xmalloc(sizeof(float) * nq);
+        float *k1 = xmalloc(sizeof(float) * nk), *k2 = xmalloc(sizeof(float) * nk);
+        uint16_t *c1 = xmalloc(2 * ncache), *c2 = xmalloc(2 * ncache);
+        for (size_t i = 0; i < nq; i++) q[i] = nrand();
+        for (size_t i = 0; i < nk; i++) k[i] = nrand(), v[i] = nrand() * 4;
+        for (int i = 0; i < half; i++) inv[i] = (float)pow(10000.0, -2.0 * i / hd);
+        /* a batch: rows of one cache (sequence 0) at scattered positions, layer 1 */
+        int *pos = xmalloc(sizeof(int) * n), *seq = xmalloc(sizeof(int) * n);
+        for (int t = 0; t < n; t++) pos[t] = (t * 5 + 2) % maxt, seq[t] = 0;
+        seer_devptr_t dinv = dput(inv, sizeof(float) * half), dv = dput(v, sizeof(float) * nk);
+        seer_devptr_t dpos = dput(pos, sizeof(int) * n), dseq = dput(seq, sizeof(int) * n);
+        int mt[1] = {maxt};
+        seer_devptr_t dmt = dput(mt, sizeof mt);
+        for (int run = 0; run < 2; run++) { /* 0: fused, 1: rope, rope, kv_store */
+            seer_devptr_t dq = dguarded(q, sizeof(float) * nq), dk = dguarded(k, sizeof(float) * nk);
+            uint16_t *fill = run ? c2 : c1;
+            for (size_t i = 0; i < ncache; i++) fill[i] = 0xABCD;
+            seer_devptr_t kc = dguarded(fill, 2 * ncache), vc = dguarded(fill, 2 * ncache), dnull = 0;
+            unsigned long long kb = kc, vb = vc;
+            seer_devptr_t dkb = dput(&kb, 8), dvb = dput(&vb, 8);
+            seer_devptr_t lkc = kc + (size_t)layer * maxt * kvd * 2, lvc = vc + (size_t)layer * maxt * kvd * 2;
+            int b = cs[c].batch;
+            if (run == 0) {
+                void *a[] = {&dq, &dk, &dv, &H, &KH, &hd, &rot, &dinv, &start, &il, b ? &dnull : &lkc, b ? &dnull : &lvc,
+                             b ? &dpos : &dnull, b ? &dseq : &dnull, b ? &dkb : &dnull, b ? &dvb : &dnull, b ? &dmt : &dnull, &layer};
+                launch("seer_rope_store", (unsigned)n, (unsigned)(H + KH), 128, 0, a);
+            } else {
+                seer_devptr_t p = b ? dpos : 0;
+                void *aq[] = {&dq, &H, &hd, &rot, &dinv, &start, &il, &p};
+                void *ak[] = {&dk, &KH, &hd, &rot, &dinv, &start, &il, &p};
+                launch("seer_rope", (unsigned)n, (unsigned)H, 128, 0, aq);
+                launch("seer_rope", (unsigned)n, (unsigned)KH, 128, 0, ak);
+                if (b) {
+                    void *as[] = {&dk, &dv, &n, &kvd, &layer, &dpos, &dseq, &dkb, &dvb, &dmt};
+                    launch("seer_kv_store_rows", cdiv((long long)nk, 256), 1, 256, 0, as);
+                } else {
+                    void *as[] = {&lkc, &lvc, &dk, &dv, &n, &start, &kvd};
+                    launch("seer_kv_store", cdiv((long long)nk, 256), 1, 256, 0, as);
+                }
+            }
+            dtoh(run ? o2 : o1, dq, sizeof(float) * nq);
+            dtoh(run ? k2 : k1, dk, sizeof(float) * nk);
+            dtoh(fill, kc, 2 * ncache);
+            uint16_t *fv = xmalloc(2 * ncache);
+            dtoh(fv, vc, 2 * ncache);
+            for (size_t i = 0; i < ncache; i++) fill[i] ^= (uint16_t)(fv[i] * 31u); /* keys and values in one check */
+            free(fv);
+            check_guard(dq, sizeof(float) * nq, "rope_store q");
+            check_guard(dk, sizeof(float) * nk, "rope_store k");
+            check_guard(kc, 2 * ncache, "rope_store key cache");
+            check_guard(vc, 2 * ncache, "rope_store value cache");
+        }
+        char what[96];
+        snprintf(what, sizeof what, "rope_store case %zu: q", c);
+        expect_same_bits(o1, o2, nq, what);
+        snprintf(what, sizeof what, "rope_store case %zu: k", c);
+        expect_same_bits(k1, k2, nk, what);
+        for (size_t i = 0; i < ncache; i++)
+            cr_assert(c1[i] == c2[i], "rope_store case %zu: cache element %zu %04x, unfused %04x", c, i, c1[i], c2[i]);
+        free(q), free(k), free(v), free(inv), free(o1), free(o2), free(k1), free(k2), free(c1), free(c2), free(pos), free(seq);
+        gpu_done();
+    }
 }
