@@ -447,7 +447,9 @@ static int gemv_wpr(struct seer_gpu_model *g, int in, int out) {
 
 /* Whether the batched GEMV (seer_gemv_rows_*: 4 rows per warp, x staged in shared memory, the
  * same bits) takes n > 1 tokens of x [n][in] through a matrix with wpr warps per row. */
-static int gemv_rows_ok(int n, int in, int wpr) { return n > 1 && in % 8 == 0 && wpr <= 4; }
+static int gemv_rows_ok(int n, int in, int wpr, seer_devptr_t x, seer_devptr_t w) {
+    return n > 1 && in % 8 == 0 && wpr <= 4 && (x & 15) == 0 && (w & 15) == 0; /* its 16-byte loads */
+}
 
 /* Whether linear_x takes the GEMV for n rows (decode, every batched decode step), not a GEMM. */
 static int gemv_path(struct seer_gpu_model *g, int n) {
@@ -473,8 +475,9 @@ static int gemv_multi(struct seer_gpu_model *g, seer_devptr_t x, int n, int in, 
         gemv_seg_t *sg = &S.s[S.nseg++];
         sg->y = ys[i], sg->W = ws[i], sg->W2 = gated ? ws[1] : 0, sg->bias = gated ? 0 : biases[i];
         sg->out = outs[i], sg->wpr = gemv_wpr(g, in, outs[i]);
-        if (i == 0) rows = gemv_rows_ok(n, in, sg->wpr) ? GEMV_ROWS : 1;
-        else if (!gemv_rows_ok(n, in, sg->wpr)) rows = 1;
+        int ok = gemv_rows_ok(n, in, sg->wpr, x, sg->W) && (!gated || (ws[1] & 15) == 0);
+        if (i == 0) rows = ok ? GEMV_ROWS : 1;
+        else if (!ok) rows = 1;
     }
     for (int i = 0; i < S.nseg; i++) {
         int per = rows * (8 / S.s[i].wpr);
@@ -501,7 +504,7 @@ static int linear_x(struct seer_gpu_model *g, seer_devptr_t y, seer_devptr_t x, 
         return launch(g, K_BIAS, (unsigned)n, 1, 256, 0, b, err);
     }
     if (n <= GEMV_MAX_TOKENS || g->batch_exact) { /* a batched decode step: the GEMV at any n */
-        int wpr = gemv_wpr(g, in, out), batched = gemv_rows_ok(n, in, wpr);
+        int wpr = gemv_wpr(g, in, out), batched = gemv_rows_ok(n, in, wpr, x, w);
         int rows = (8 / wpr) * (batched ? GEMV_ROWS : 1); /* per block */
         void *a[] = {&y, &x, &w, &bias, &n, &in, &out, &wpr};
         return launch(g, n == 1 ? K_GEMV1 : batched ? K_GEMV_ROWS : K_GEMV, (unsigned)((out + rows - 1) / rows), 1, 256, 0,
