@@ -470,14 +470,12 @@ static int gemv_multi(struct seer_gpu_model *g, seer_devptr_t x, int n, int in, 
     memset(&S, 0, sizeof S);
     S.n = n, S.in = in, S.act = g->desc.act;
     unsigned blocks = 0;
-    int rows = 1; /* rows per warp: GEMV_ROWS when every segment can take the batched GEMV */
+    int rows = GEMV_ROWS; /* rows per warp: the batched GEMV when every segment can take it */
     for (int i = 0; i < (gated ? 1 : nseg); i++) {
         gemv_seg_t *sg = &S.s[S.nseg++];
         sg->y = ys[i], sg->W = ws[i], sg->W2 = gated ? ws[1] : 0, sg->bias = gated ? 0 : biases[i];
         sg->out = outs[i], sg->wpr = gemv_wpr(g, in, outs[i]);
-        int ok = gemv_rows_ok(n, in, sg->wpr, x, sg->W) && (!gated || (ws[1] & 15) == 0);
-        if (i == 0) rows = ok ? GEMV_ROWS : 1;
-        else if (!ok) rows = 1;
+        if (!gemv_rows_ok(n, in, sg->wpr, x, sg->W) || (gated && (ws[1] & 15) != 0)) rows = 1;
     }
     for (int i = 0; i < S.nseg; i++) {
         int per = rows * (8 / S.s[i].wpr);
