@@ -548,7 +548,10 @@ static int ensure_ws(struct seer_gpu_model *g, const seer_model_config_t *c, int
         size_t widest = D > qd ? D : qd;
         if (I > widest) widest = I;
         size_t per = 2 * D + 2 * qd + 2 * kvd + 2 * I; /* floats per token */
-        size_t bytes = (size_t)cap * (per * 4 + widest * 4) + (size_t)cap * 4 + (size_t)cap * 28 + 256 * 14 + ARGMAX_PARTS * 8;
+        /* xl: the lo halves of SEER_GPU_BATCH_GEMM's split (linear_split), only with it on */
+        size_t xl_bytes = g->batch_gemm ? (size_t)cap * widest * 2 : 0;
+        size_t bytes = (size_t)cap * (per * 4 + widest * 2) + xl_bytes + (size_t)cap * 4 + (size_t)cap * 28 + 256 * 14 +
+                       ARGMAX_PARTS * 8;
         seer_cuda_sync(g->d, NULL);
         seer_cuda_free(g->d, g->ws);
         g->ws = 0, g->cap_tokens = 0;
@@ -570,7 +573,8 @@ static int ensure_ws(struct seer_gpu_model *g, const seer_model_config_t *c, int
         TAKE(g->h1, cap * I * 4);
         TAKE(g->h2, cap * I * 4);
         TAKE(g->xh, cap * widest * 2);
-        TAKE(g->xl, cap * widest * 2);
+        g->xl = 0;
+        if (xl_bytes) TAKE(g->xl, xl_bytes);
         TAKE(g->tok, cap * 4);
         TAKE(g->next, 16);
         TAKE(g->amax, ARGMAX_PARTS * 8);
