@@ -4,13 +4,16 @@
  * device enumeration, the messages for a missing or old driver, out-of-memory errors, weight
  * upload and bf16 conversion (read back through cuMemcpyDtoH), and that every kernel the
  * runtime launches exists in the embedded fatbin. cuLaunchKernel fails with
- * CUDA_ERROR_NOT_SUPPORTED, so a forward pass stops at its first launch.
+ * CUDA_ERROR_NOT_SUPPORTED, so a forward pass stops at its first launch; with FAKE_CUDA_LAUNCH_LOG
+ * set it instead appends the kernel's name to that file and succeeds without running anything,
+ * so a test can check which kernels a pass launches (the values it leaves are meaningless).
  *
  * Configured by the environment:
  *   FAKE_CUDA_DEVICES  number of GPUs (default 1)
  *   FAKE_CUDA_MEMORY   bytes of memory per GPU (default 80 GiB)
  *   FAKE_CUDA_VERSION  the driver's CUDA version as cuDriverGetVersion reports it (default 13000)
- *   FAKE_CUDA_INIT     the result cuInit returns (default 0) */
+ *   FAKE_CUDA_INIT     the result cuInit returns (default 0)
+ *   FAKE_CUDA_LAUNCH_LOG  a file: launches succeed and are listed there, one name per line */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -236,8 +239,14 @@ CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned
                         unsigned sh, void *st, void **args, void **extra);
 CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned sh, void *st, void **args, void **extra) {
-    (void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)sh, (void)st, (void)args, (void)extra;
-    return ERR_NOT_SUPPORTED;
+    (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)sh, (void)st, (void)args, (void)extra;
+    const char *log = getenv("FAKE_CUDA_LAUNCH_LOG");
+    if (!log || !*log) return ERR_NOT_SUPPORTED;
+    FILE *fp = fopen(log, "a");
+    if (!fp) return ERR_INVALID_VALUE;
+    fprintf(fp, "%s\n", (const char *)f); /* a function is its name inside the image */
+    fclose(fp);
+    return OK;
 }
 static int stream_token, event_token;
 CUresult cuStreamCreate(void **s, unsigned fl);

@@ -437,3 +437,139 @@ Test(cuda_model, every_described_architecture_uploads) {
     }
     cr_assert_eq(tried, 8, "the parity fixtures are missing");
 }
+
+/* ---- which kernels a pass launches: the fusions step aside where a hook looks ----------------
+ * The fake driver lists each launch (FAKE_CUDA_LAUNCH_LOG) and runs nothing, so this checks the
+ * host's choices only; that the fused kernels compute what the unfused ones do is checked bit for
+ * bit on a GPU (test_cuda_kernels.c). stories260K: a llama of 5 layers, hidden 64. */
+
+static char g_log[256];
+
+static void start_log(void) {
+    snprintf(g_log, sizeof g_log, "/tmp/seer-fake-launches-%d.txt", (int)getpid());
+    unlink(g_log);
+    setenv("FAKE_CUDA_LAUNCH_LOG", g_log, 1);
+    setenv("SEER_NO_CUBLAS", "1", 1); /* the fake has no cuBLAS behind it */
+}
+
+/* How many launches of `name` the log lists since the last call; the log starts over. */
+static int launches(const char *name) {
+    FILE *f = fopen(g_log, "r");
+    if (!f) return 0;
+    char line[128];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        n += strcmp(line, name) == 0;
+    }
+    fclose(f);
+    return n;
+}
+
+static void forward_with(seer_model_t *m, int n, seer_hook_point_t p, int layer) {
+    seer_err_t err;
+    const seer_model_config_t *c = seer_model_config(m);
+    seer_kv_cache_t *kv = NULL;
+    cr_assert_eq(seer_kv_cache_new(&kv, m, 32, &err), 0, "%s", err.msg);
+    int32_t ids[12];
+    for (int i = 0; i < n; i++) ids[i] = 1 + i;
+    float *lg = malloc(sizeof(float) * (size_t)c->vocab_size);
+    seer_hookset_t *s = seer_hookset_new(c->num_layers);
+    if (layer >= 0) cr_assert_eq(seer_hookset_add(s, p, layer, seer_iv_capture(&err), &err), 0, "%s", err.msg);
+    seer_fwd_hooks_t hk = {.set = s, .prompt_len = n};
+    unlink(g_log);
+    cr_assert_eq(seer_model_forward_hooked(m, kv, ids, n, lg, 0, NULL, &hk, &err), 0, "%s", err.msg);
+    seer_hookset_free(s);
+    free(lg);
+    seer_kv_cache_free(kv);
+}
+
+Test(cuda_model, fusions_step_aside_where_a_hook_looks) {
+    use_fake("1", NULL, NULL, NULL);
+    start_log();
+    seer_model_t *m = NULL;
+    seer_err_t err;
+    seer_model_opts_t o = {.threads = 1, .device = "cuda"};
+    cr_assert_eq(seer_model_load(&m, MODEL_DIR, &o, &err), 0, "%s", err.msg);
+    const int L = seer_model_config(m)->num_layers;
+
+    /* decode, no hooks: every fusion */
+    forward_with(m, 1, SEER_HP_RESID_MID, -1);
+    cr_assert_eq(launches("seer_gemv1_segs"), L);
+    cr_assert_eq(launches("seer_gemv1_gated"), L);
+    cr_assert_eq(launches("seer_rope_store"), L);
+    cr_assert_eq(launches("seer_add_rmsnorm"), 2 * L - 1, "the last layer's residual add stands alone");
+    cr_assert_eq(launches("seer_add"), 1);
+    cr_assert_eq(launches("seer_rmsnorm"), 2, "layer 0's input norm and the final norm");
+    cr_assert_eq(launches("seer_act_mul"), 0);
+    cr_assert_eq(launches("seer_gemv1_bf16"), 2 * L + 1, "o, down, and the head");
+
+    /* a capture of resid_mid at layer 1: that layer's add and MLP norm run on their own */
+    forward_with(m, 1, SEER_HP_RESID_MID, 1);
+    cr_assert_eq(launches("seer_add_rmsnorm"), 2 * L - 2);
+    cr_assert_eq(launches("seer_add"), 2);
+    cr_assert_eq(launches("seer_rmsnorm"), 3);
+
+    /* mlp_pre (the gate's output, before the activation) at layer 2: gate and up apart there */
+    forward_with(m, 1, SEER_HP_MLP_PRE, 2);
+    cr_assert_eq(launches("seer_gemv1_gated"), L - 1);
+    cr_assert_eq(launches("seer_act_mul"), 1);
+    cr_assert_eq(launches("seer_gemv1_bf16"), 2 * L + 3, "o, down, the head, and gate and up there");
+
+    /* resid_pre at layer 3: layer 2's add and layer 3's input norm apart */
+    forward_with(m, 1, SEER_HP_RESID_PRE, 3);
+    cr_assert_eq(launches("seer_add_rmsnorm"), 2 * L - 2);
+    cr_assert_eq(launches("seer_add"), 2);
+
+    /* a prefill of 10 tokens: GEMMs (the WMMA kernel here) on bf16 inputs that the norms and the
+     * activation write; only the attention output is converted on its own */
+    forward_with(m, 10, SEER_HP_RESID_MID, -1);
+    cr_assert_eq(launches("seer_gemm_bf16"), 7 * L, "q, k, v, o, gate, up, down (the head's one row: a GEMV)");
+    cr_assert_eq(launches("seer_f32_to_bf16"), L, "the attention outputs");
+    cr_assert_eq(launches("seer_act_mul"), L);
+    /* ln1 hooked at layer 0: the hook may change the norm's output, so it is converted after it */
+    forward_with(m, 10, SEER_HP_LN1, 0);
+    cr_assert_eq(launches("seer_f32_to_bf16"), L + 1);
+    seer_model_free(m);
+    unlink(g_log);
+}
+
+/* A batched step where one sequence hooks resid_mid at layer 1 turns that fusion off for every
+ * sequence of the step, and the step takes the batched GEMV (4 rows per warp) elsewhere. */
+Test(cuda_model, a_hook_on_one_sequence_turns_a_fusion_off_for_the_step) {
+    use_fake("1", NULL, NULL, NULL);
+    start_log();
+    seer_model_t *m = NULL;
+    seer_err_t err;
+    seer_model_opts_t o = {.threads = 1, .device = "cuda"};
+    cr_assert_eq(seer_model_load(&m, MODEL_DIR, &o, &err), 0, "%s", err.msg);
+    const seer_model_config_t *c = seer_model_config(m);
+    const int L = c->num_layers, V = c->vocab_size;
+    seer_kv_cache_t *kv[3];
+    seer_hookset_t *set[3];
+    seer_fwd_hooks_t hk[3];
+    seer_batch_seq_t seqs[3];
+    int32_t ids[3] = {4, 5, 6};
+    float *lg = malloc(sizeof(float) * 3 * (size_t)V);
+    for (int s = 0; s < 3; s++) {
+        cr_assert_eq(seer_kv_cache_new(&kv[s], m, 32, &err), 0, "%s", err.msg);
+        set[s] = seer_hookset_new(L);
+        if (s == 1) cr_assert_eq(seer_hookset_add(set[s], SEER_HP_RESID_MID, 1, seer_iv_capture(&err), &err), 0);
+        hk[s] = (seer_fwd_hooks_t){.set = set[s], .prompt_len = 0};
+        seqs[s] = (seer_batch_seq_t){.cache = kv[s], .tokens = &ids[s], .n = 1, .logits = lg + (size_t)s * V, .hk = &hk[s]};
+    }
+    unlink(g_log);
+    cr_assert_eq(seer_model_forward_batch(m, seqs, 3, &err), 0, "%s", err.msg);
+    cr_assert_eq(launches("seer_gemv_rows_segs"), L);
+    cr_assert_eq(launches("seer_gemv_rows_gated"), L);
+    cr_assert_eq(launches("seer_add_rmsnorm"), 2 * L - 2);
+    cr_assert_eq(launches("seer_add"), 2);
+    for (int s = 0; s < 3; s++) {
+        cr_assert_eq(seer_kv_cache_len(kv[s]), 1);
+        seer_hookset_free(set[s]);
+        seer_kv_cache_free(kv[s]);
+    }
+    free(lg);
+    seer_model_free(m);
+    unlink(g_log);
+}
