@@ -445,11 +445,18 @@ Test(cuda_model, every_described_architecture_uploads) {
 
 static char g_log[256];
 
-static void start_log(void) {
+/* stories260K on the fake device, its launches listed in g_log. */
+static seer_model_t *logged_model(void) {
+    use_fake("1", NULL, NULL, NULL);
     snprintf(g_log, sizeof g_log, "/tmp/seer-fake-launches-%d.txt", (int)getpid());
     unlink(g_log);
     setenv("FAKE_CUDA_LAUNCH_LOG", g_log, 1);
     setenv("SEER_NO_CUBLAS", "1", 1); /* the fake has no cuBLAS behind it */
+    seer_model_t *m = NULL;
+    seer_err_t err;
+    seer_model_opts_t o = {.threads = 1, .device = "cuda"};
+    cr_assert_eq(seer_model_load(&m, MODEL_DIR, &o, &err), 0, "%s", err.msg);
+    return m;
 }
 
 /* How many launches of `name` the log lists since the last call; the log starts over. */
@@ -485,12 +492,7 @@ static void forward_with(seer_model_t *m, int n, seer_hook_point_t p, int layer)
 }
 
 Test(cuda_model, fusions_step_aside_where_a_hook_looks) {
-    use_fake("1", NULL, NULL, NULL);
-    start_log();
-    seer_model_t *m = NULL;
-    seer_err_t err;
-    seer_model_opts_t o = {.threads = 1, .device = "cuda"};
-    cr_assert_eq(seer_model_load(&m, MODEL_DIR, &o, &err), 0, "%s", err.msg);
+    seer_model_t *m = logged_model();
     const int L = seer_model_config(m)->num_layers;
 
     /* decode, no hooks: every fusion */
@@ -537,12 +539,8 @@ Test(cuda_model, fusions_step_aside_where_a_hook_looks) {
 /* A batched step where one sequence hooks resid_mid at layer 1 turns that fusion off for every
  * sequence of the step, and the step takes the batched GEMV (4 rows per warp) elsewhere. */
 Test(cuda_model, a_hook_on_one_sequence_turns_a_fusion_off_for_the_step) {
-    use_fake("1", NULL, NULL, NULL);
-    start_log();
-    seer_model_t *m = NULL;
+    seer_model_t *m = logged_model();
     seer_err_t err;
-    seer_model_opts_t o = {.threads = 1, .device = "cuda"};
-    cr_assert_eq(seer_model_load(&m, MODEL_DIR, &o, &err), 0, "%s", err.msg);
     const seer_model_config_t *c = seer_model_config(m);
     const int L = c->num_layers, V = c->vocab_size;
     seer_kv_cache_t *kv[3];
