@@ -81,7 +81,7 @@ static pool_ud *check_pool(lua_State *L) {
 static int l_pool_run(lua_State *L) {
     pool_ud *u = check_pool(L);
     double t = luaL_optnumber(L, 2, 0.1);
-    int fd = (int)luaL_optinteger(L, 3, -1);
+    int fd = (int)seer_lua_optint(L, 3, -1, -1, INT32_MAX, "file descriptor");
     if (t < 0) t = 0;
     if (t > 3600) t = 3600;
     seer_err_t err;
@@ -193,7 +193,7 @@ static const char **string_list(lua_State *L, int idx, size_t *n) {
 
 static int l_transcript(lua_State *L) {
     const char *path = luaL_checkstring(L, 1);
-    int sync = (int)luaL_optinteger(L, 3, 1); /* before string_list pushes its array */
+    int sync = (int)seer_lua_optint(L, 3, 1, INT32_MIN, INT32_MAX, "sync"); /* before string_list pushes its array */
     lua_settop(L, 2);
     size_t n;
     const char **secrets = string_list(L, 2, &n);
@@ -258,7 +258,7 @@ static int l_build_body(lua_State *L) {
 /* tty_raw(fd) -> handle: no line buffering and no echo (signals stay on, so Ctrl-C still works);
  * handle:restore() (and garbage collection) puts the terminal back. nil when fd is no terminal. */
 static int l_tty_raw(lua_State *L) {
-    int fd = (int)luaL_checkinteger(L, 1);
+    int fd = (int)seer_lua_int(L, 1, 0, INT32_MAX, "file descriptor");
     struct termios t;
     if (!isatty(fd) || tcgetattr(fd, &t) != 0) {
         lua_pushnil(L);
@@ -287,7 +287,7 @@ static int l_tty_restore(lua_State *L) {
 
 /* read_available(fd) -> the bytes that can be read now (at most 4 KB), "" when none, nil at EOF. */
 static int l_read_available(lua_State *L) {
-    int fd = (int)luaL_checkinteger(L, 1);
+    int fd = (int)seer_lua_int(L, 1, 0, INT32_MAX, "file descriptor");
     struct pollfd p = {.fd = fd, .events = POLLIN};
     if (poll(&p, 1, 0) <= 0) {
         lua_pushliteral(L, "");
@@ -308,7 +308,7 @@ static int l_read_available(lua_State *L) {
 }
 
 static int l_isatty(lua_State *L) {
-    lua_pushboolean(L, isatty((int)luaL_checkinteger(L, 1)));
+    lua_pushboolean(L, isatty((int)seer_lua_int(L, 1, 0, INT32_MAX, "isatty: file descriptor")));
     return 1;
 }
 

@@ -11,6 +11,7 @@
 #include "../tensor/tensor.h"
 #include "hooks.h"
 #include "lua_hooks.h"
+#include "host/host.h"
 
 #define IV_MT "seer.intervention"
 
@@ -84,7 +85,7 @@ static int l_scale(lua_State *L) {
         for (int i = 1; i <= len; i++) {
             lua_rawgeti(L, 2, i);
             lua_Number h = lua_tonumber(L, -1);
-            if (!lua_isnumber(L, -1) || h != floor(h))
+            if (!lua_isnumber(L, -1) || !(h >= 0 && h <= 65535) || h != floor(h))
                 return luaL_error(L, "scale: heads must be 0-based integers; entry %d is %s", i, luaL_typename(L, -1));
             heads[nh++] = (int)h;
             lua_pop(L, 1);
@@ -222,7 +223,7 @@ static int64_t *int_list(lua_State *L, int idx, const char *what, int *n) {
     for (int i = 1; i <= len; i++) {
         lua_rawgeti(L, idx, i);
         lua_Number x = lua_tonumber(L, -1);
-        if (!lua_isnumber(L, -1) || x != floor(x)) {
+        if (!lua_isnumber(L, -1) || !(x >= -9007199254740992.0 && x <= 9007199254740992.0) || x != floor(x)) {
             free(v);
             luaL_error(L, "%s: entry %d must be an integer position, got %s", what, i, luaL_typename(L, -1));
         }
@@ -239,9 +240,9 @@ static int l_iv_filter(lua_State *L) {
     luaL_checktype(L, 2, LUA_TTABLE);
     seer_iv_filter_t f = {0};
     lua_getfield(L, 2, "from");
-    if (!lua_isnil(L, -1)) f.has_from = 1, f.from = (int64_t)luaL_checknumber(L, -1);
+    if (!lua_isnil(L, -1)) f.has_from = 1, f.from = seer_lua_int(L, -1, INT64_MIN, INT64_MAX, "intervention: from");
     lua_getfield(L, 2, "to");
-    if (!lua_isnil(L, -1)) f.has_to = 1, f.to = (int64_t)luaL_checknumber(L, -1);
+    if (!lua_isnil(L, -1)) f.has_to = 1, f.to = seer_lua_int(L, -1, INT64_MIN, INT64_MAX, "intervention: to");
     lua_getfield(L, 2, "only_prompt");
     f.only_prompt = lua_toboolean(L, -1);
     lua_getfield(L, 2, "positions");
@@ -319,8 +320,8 @@ static int l_iv_tostring(lua_State *L) {
 
 /* names(num_layers, mask) -> every hook name of a model in forward order. */
 static int l_names(lua_State *L) {
-    int layers = (int)luaL_checkinteger(L, 1);
-    unsigned mask = (unsigned)luaL_checknumber(L, 2);
+    int layers = (int)seer_lua_int(L, 1, 0, 65536, "hook names: num_layers");
+    unsigned mask = (unsigned)seer_lua_int(L, 2, 0, UINT32_MAX, "hook names: mask");
     char nm[64];
     int k = 0;
     lua_newtable(L);

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,44 @@
 #include <luajit.h>
 
 #include "host_private.h"
+
+#define SEER_LUA_INT_MAX 9007199254740992LL /* 2^53 */
+
+int64_t seer_lua_int(lua_State *L, int idx, int64_t lo, int64_t hi, const char *what) {
+    if (lo < -SEER_LUA_INT_MAX) lo = -SEER_LUA_INT_MAX;
+    if (hi > SEER_LUA_INT_MAX) hi = SEER_LUA_INT_MAX;
+    int t = lua_type(L, idx);
+    char got[64];
+    if (t != LUA_TNUMBER && !(t == LUA_TSTRING && lua_isnumber(L, idx))) {
+        snprintf(got, sizeof got, "%s", t == LUA_TNONE ? "nothing" : lua_typename(L, t));
+    } else {
+        double d = lua_tonumber(L, idx);
+        if (d >= (double)lo && d <= (double)hi && d == floor(d)) return (int64_t)d; /* NaN fails every comparison */
+        if (d != d) snprintf(got, sizeof got, "nan");
+        else if (isinf(d)) snprintf(got, sizeof got, "%sinf", d < 0 ? "-" : "");
+        else snprintf(got, sizeof got, "%.14g", d);
+    }
+    /* lua_pushfstring has no 64-bit conversions: the message is made here */
+    char msg[320];
+    if (lo == -SEER_LUA_INT_MAX && hi == SEER_LUA_INT_MAX) snprintf(msg, sizeof msg, "%s must be a whole number, got %s", what, got);
+    else if (hi == SEER_LUA_INT_MAX) snprintf(msg, sizeof msg, "%s must be a whole number >= %lld, got %s", what, (long long)lo, got);
+    else snprintf(msg, sizeof msg, "%s must be a whole number from %lld to %lld, got %s", what, (long long)lo, (long long)hi, got);
+    return luaL_error(L, "%s", msg);
+}
+
+int64_t seer_lua_optint(lua_State *L, int idx, int64_t def, int64_t lo, int64_t hi, const char *what) {
+    return lua_isnoneornil(L, idx) ? def : seer_lua_int(L, idx, lo, hi, what);
+}
+
+int seer_lua_opttimeout(lua_State *L, int idx, int def, const char *what) {
+    if (lua_isnoneornil(L, idx)) return def;
+    int t = lua_type(L, idx);
+    double d = t == LUA_TNUMBER || (t == LUA_TSTRING && lua_isnumber(L, idx)) ? lua_tonumber(L, idx) : NAN;
+    if (d != d) return luaL_error(L, "%s must be a number of milliseconds (negative: none), got %s", what, t == LUA_TNUMBER ? "nan" : lua_typename(L, t));
+    if (d < 0) return -1;
+    if (d >= (double)INT32_MAX) return INT32_MAX;
+    return (int)ceil(d);
+}
 
 static int l_version(lua_State *L) {
     lua_pushstring(L, seer_version());
@@ -80,7 +119,7 @@ static int l_cwd(lua_State *L) {
 }
 
 static int l_isatty(lua_State *L) {
-    int fd = (int)luaL_optinteger(L, 1, 1);
+    int fd = (int)seer_lua_optint(L, 1, 1, 0, INT32_MAX, "isatty: file descriptor");
     lua_pushboolean(L, isatty(fd));
     return 1;
 }

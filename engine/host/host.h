@@ -6,6 +6,7 @@
 #define SEER_HOST_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "../seer.h"
 
@@ -56,6 +57,22 @@ void seer_host_interrupt_clear(void);
  * otherwise fire inside the error handler: "error in error handling") and the interrupt is
  * recorded, so seer_host_pcall reports SEER_EINTR (exit status 130) as for a hook check. */
 int seer_host_interrupt_raise(lua_State *L);
+
+/* A Lua number that C uses as an integer (a size, an index, a count, a seed, a pid, a file
+ * descriptor): the argument at stack index idx must be a whole number from lo to hi, else it
+ * raises "<what> must be a whole number from <lo> to <hi>, got <value>" (the value as Lua
+ * prints it: 1.5, nan, inf, 1e+20, or its type; the range is left out of the message where a
+ * side is unbounded). Every C function that turns a Lua number into a
+ * C integer goes through these: a bare cast of NaN, an infinity or a number outside the type's
+ * range is undefined behaviour in C, and a fraction would be dropped without a word. lo and hi
+ * are clamped to +-2^53, past which a Lua number no longer holds every integer. Numeric strings
+ * are accepted as luaL_checknumber accepts them. The opt form returns def for none or nil. */
+int64_t seer_lua_int(lua_State *L, int idx, int64_t lo, int64_t hi, const char *what);
+int64_t seer_lua_optint(lua_State *L, int idx, int64_t def, int64_t lo, int64_t hi, const char *what);
+/* A timeout in milliseconds (def for none or nil): any number, a fraction rounded up, a negative
+ * one meaning "no timeout" (-1), and past INT32_MAX clamped to it (24.8 days); NaN or a value
+ * that is not a number raises "<what> must be a number of milliseconds". */
+int seer_lua_opttimeout(lua_State *L, int idx, int def, const char *what);
 
 /* Writes data to path through a temporary file in the same directory, fsync and rename, so a
  * crash leaves either the old file or the new one, never a half-written one. */

@@ -6,6 +6,7 @@
 #include "http_transport.h"
 #include "net/http.h"
 
+#include <math.h>
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -638,14 +639,14 @@ static seer_mcphttp_t *check_open(lua_State *L, const char *fn) {
 
 static unsigned long long check_id(lua_State *L, const char *fn) {
     lua_Number v = lua_tonumber(L, 2);
-    if (lua_type(L, 2) != LUA_TNUMBER || v < 1 || v != (lua_Number)(unsigned long long)v)
+    if (lua_type(L, 2) != LUA_TNUMBER || !(v >= 1 && v <= 9007199254740992.0) || v != floor(v))
         luaL_error(L, "%s: id (argument 1) must be a request id from next(), got %s", fn, luaL_typename(L, 2));
     return (unsigned long long)v;
 }
 
 static unsigned check_status(lua_State *L, int idx, const char *fn) {
     lua_Number v = lua_tonumber(L, idx);
-    if (lua_type(L, idx) != LUA_TNUMBER || v < 100 || v > 599 || v != (lua_Number)(unsigned)v)
+    if (lua_type(L, idx) != LUA_TNUMBER || !(v >= 100 && v <= 599) || v != floor(v))
         luaL_error(L, "%s: status must be an HTTP status (100..599)", fn);
     return (unsigned)v;
 }
@@ -698,7 +699,7 @@ static int l_serve(lua_State *L) {
     lua_getfield(L, 1, "port");
     if (!lua_isnil(L, -1)) {
         lua_Number p = lua_tonumber(L, -1);
-        if (lua_type(L, -1) != LUA_TNUMBER || p != (lua_Number)(int)p || p < 0 || p > 65535)
+        if (lua_type(L, -1) != LUA_TNUMBER || !(p >= 0 && p <= 65535) || p != floor(p))
             return luaL_error(L, "mcphttp.serve: port must be an integer 0..65535 (0 picks a free one)");
         o.port = (int)p;
     }

@@ -192,8 +192,8 @@ static int l_connect(lua_State *L) {
         int top = lua_gettop(L);
         /* Checked with luaL errors only after config is safe from leaking: parse errors below
          * free it first. */
-        if (!lua_isnil(L, top - 4) && !(lua_type(L, top - 4) == LUA_TNUMBER && lua_tonumber(L, top - 4) > 0)) ok = 0, bad = "timeout must be a positive number of seconds";
-        if (!lua_isnil(L, top - 3) && !(lua_type(L, top - 3) == LUA_TNUMBER && lua_tonumber(L, top - 3) > 0)) ok = 0, bad = "connect_timeout must be a positive number of seconds";
+        if (!lua_isnil(L, top - 4) && !(lua_type(L, top - 4) == LUA_TNUMBER && lua_tonumber(L, top - 4) > 0 && lua_tonumber(L, top - 4) <= 2000000)) ok = 0, bad = "timeout must be a positive number of seconds (at most 2000000)";
+        if (!lua_isnil(L, top - 3) && !(lua_type(L, top - 3) == LUA_TNUMBER && lua_tonumber(L, top - 3) > 0 && lua_tonumber(L, top - 3) <= 2000000)) ok = 0, bad = "connect_timeout must be a positive number of seconds (at most 2000000)";
         if (!lua_isnil(L, top - 2)) {
             const char *m = lua_type(L, top - 2) == LUA_TSTRING ? lua_tostring(L, top - 2) : "";
             if (strcmp(m, "tee") == 0) u->opts.stderr_tee = 1;

@@ -2,6 +2,7 @@
  * logits tensor; a generator owns a KV cache, a seeded RNG and the token history and yields one
  * token per call, so lua/seer/model.lua can offer iterators, callbacks and stop strings
  * without a Lua call inside the forward pass. */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,7 +59,7 @@ seer_model_t *seer_model_lua_check(lua_State *L, int idx) { return check_model(L
 
 static int l_load(lua_State *L) {
     const char *path = luaL_checkstring(L, 1);
-    int threads = (int)luaL_optinteger(L, 2, 0);
+    int threads = (int)seer_lua_optint(L, 2, 0, 0, 4096, "load: threads");
     model_ud *u = lua_newuserdata(L, sizeof *u);
     u->m = NULL;
     luaL_getmetatable(L, MODEL_MT);
@@ -175,12 +176,12 @@ static int32_t *read_ids(lua_State *L, int idx, int *n) {
     int32_t *ids = lua_newuserdata(L, sizeof(int32_t) * (size_t)(len > 0 ? len : 1));
     for (int i = 0; i < len; i++) {
         lua_rawgeti(L, idx, i + 1);
-        if (!lua_isnumber(L, -1))
+        if (lua_type(L, -1) != LUA_TNUMBER)
             luaL_error(L, "token ids must be integers; element %d is a %s", i + 1, luaL_typename(L, -1));
-        lua_Number v = lua_tonumber(L, -1);
+        char what[64];
+        snprintf(what, sizeof what, "token ids: element %d", i + 1);
+        ids[i] = (int32_t)seer_lua_int(L, -1, INT32_MIN, INT32_MAX, what);
         lua_pop(L, 1);
-        if (v != (lua_Number)(int32_t)v) luaL_error(L, "token ids must be integers; element %d is %f", i + 1, v);
-        ids[i] = (int32_t)v;
     }
     *n = len;
     return ids;
@@ -200,7 +201,7 @@ static int l_forward(lua_State *L) {
     int want_hidden = lua_toboolean(L, 3);
     if (n == 0) return luaL_error(L, "forward: empty token list");
     seer_hookset_t *hs = seer_hooks_lua_build(L, 4, c->num_layers, seer_model_hook_mask(m));
-    seer_fwd_hooks_t hk = {.set = hs, .prompt_len = n, .batch = (int)luaL_optinteger(L, 5, 1) - 1, .user = L};
+    seer_fwd_hooks_t hk = {.set = hs, .prompt_len = n, .batch = (int)seer_lua_optint(L, 5, 1, 1, INT32_MAX, "forward: batch") - 1, .user = L};
     seer_err_t err;
     seer_kv_cache_t *kv = NULL;
     int64_t shape[2] = {n, c->vocab_size};
@@ -290,7 +291,7 @@ static int l_forward_batch(lua_State *L) {
         int b = i;
         if (bidx) {
             lua_rawgeti(L, bidx, i + 1);
-            b = (int)luaL_optinteger(L, -1, i + 1) - 1;
+            b = (int)seer_lua_optint(L, -1, i + 1, 1, INT32_MAX, "forward: batch index") - 1;
             lua_pop(L, 1);
         }
         hks[i] = (seer_fwd_hooks_t){.set = set, .prompt_len = n, .batch = b, .user = L};
@@ -317,9 +318,26 @@ static int l_forward_batch(lua_State *L) {
 
 static gen_ud *check_gen(lua_State *L, int idx) { return luaL_checkudata(L, idx, GEN_MT); }
 
-static float opt_num(lua_State *L, int t, const char *k, float d) {
+/* A sampling option: a number from lo to hi, both finite (d when absent); range says so in
+ * the error ("from 0 to 1", "> 0"). */
+static float opt_num(lua_State *L, int t, const char *k, float d, double lo, double hi, const char *range) {
     lua_getfield(L, t, k);
-    float v = lua_isnil(L, -1) ? d : (float)luaL_checknumber(L, -1);
+    double v = d;
+    if (!lua_isnil(L, -1)) {
+        v = luaL_checknumber(L, -1);
+        if (!(v >= lo && v <= hi)) /* NaN fails this too */
+            luaL_error(L, "generate: %s must be a finite number %s, got %s", k, range, lua_tostring(L, -1));
+    }
+    lua_pop(L, 1);
+    return (float)v;
+}
+
+/* A counting option: a whole number from lo to hi (d when absent). */
+static int64_t opt_int(lua_State *L, int t, const char *k, int64_t d, int64_t lo, int64_t hi) {
+    lua_getfield(L, t, k);
+    char what[64];
+    snprintf(what, sizeof what, "generate: %s", k);
+    int64_t v = seer_lua_optint(L, -1, d, lo, hi, what);
     lua_pop(L, 1);
     return v;
 }
@@ -340,22 +358,23 @@ static int l_generator(lua_State *L) {
     g->m = m;
     lua_pushvalue(L, 1);
     g->model_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-    g->max_new = (int)opt_num(L, 3, "max_new_tokens", 20);
-    g->min_new = (int)opt_num(L, 3, "min_new_tokens", 0);
-    g->o.temperature = opt_num(L, 3, "temperature", 0);
-    g->o.top_k = (int)opt_num(L, 3, "top_k", 0);
-    g->o.top_p = opt_num(L, 3, "top_p", 1);
-    g->o.min_p = opt_num(L, 3, "min_p", 0);
-    g->o.repetition_penalty = opt_num(L, 3, "repetition_penalty", 1);
-    g->o.seed = (uint64_t)opt_num(L, 3, "seed", 0);
-    g->batch = (int)opt_num(L, 3, "batch", 1) - 1;
+    /* the prompt and the new tokens together index an int32 history */
+    g->max_new = (int)opt_int(L, 3, "max_new_tokens", 20, 0, (int64_t)INT32_MAX - n);
+    g->min_new = (int)opt_int(L, 3, "min_new_tokens", 0, 0, INT32_MAX);
+    g->o.temperature = opt_num(L, 3, "temperature", 0, 0, FLT_MAX, ">= 0 (0 = greedy)");
+    g->o.top_k = (int)opt_int(L, 3, "top_k", 0, 0, INT32_MAX);
+    g->o.top_p = opt_num(L, 3, "top_p", 1, 0, 1, "from 0 to 1 (1 = off)");
+    g->o.min_p = opt_num(L, 3, "min_p", 0, 0, 1, "from 0 to 1 (0 = off)");
+    g->o.repetition_penalty = opt_num(L, 3, "repetition_penalty", 1, FLT_MIN, FLT_MAX, "> 0 (1 = off)");
+    g->o.seed = (uint64_t)opt_int(L, 3, "seed", 0, INT64_MIN, INT64_MAX);
+    g->batch = (int)opt_int(L, 3, "batch", 1, 1, INT32_MAX) - 1;
     seer_rng_seed(&g->rng, g->o.seed);
     lua_getfield(L, 3, "stop_ids");
     if (lua_istable(L, -1)) {
         int ns = (int)lua_objlen(L, -1);
         for (int i = 0; i < ns && g->nstop < (int)(sizeof g->stop_ids / sizeof g->stop_ids[0]); i++) {
             lua_rawgeti(L, -1, i + 1);
-            g->stop_ids[g->nstop++] = (int)luaL_checkinteger(L, -1);
+            g->stop_ids[g->nstop++] = (int)seer_lua_int(L, -1, INT32_MIN, INT32_MAX, "generate: stop token id");
             lua_pop(L, 1);
         }
     }

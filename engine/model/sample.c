@@ -72,7 +72,9 @@ int seer_sample(float *logits, int vocab, const int32_t *history, int n_history,
     }
     for (int i = 0; i < n; i++) sum += (p[i] = exp((double)c[i].logit - mx));
     for (int i = 0; i < n; i++) p[i] /= sum;
-    if (o->top_p > 0 && o->top_p < 1.0f) {
+    /* top_p = 0 keeps the most likely token alone, as transformers' TopPLogitsWarper does (it
+     * keeps min_tokens_to_keep = 1); it used to mean "off" here */
+    if (o->top_p >= 0 && o->top_p < 1.0f) {
         double cum = 0;
         int keep = n;
         for (int i = 0; i < n; i++) {

@@ -225,7 +225,7 @@ static void push_frames(lua_State *L, const seer_net_frame_t *f, int n) {
 /* recv(timeout_ms) -> idents, header, parent, metadata, content, buffers | nil, "timeout" */
 static int l_recv(lua_State *L) {
     sock_ud *s = check_sock(L, 1);
-    int timeout = (int)luaL_optinteger(L, 2, -1);
+    int timeout = (int)seer_lua_opttimeout(L, 2, -1, "timeout");
     long long deadline = now_ms() + (timeout > 0 ? timeout : 0);
     seer_net_msg_t m;
     seer_err_t err;
@@ -258,7 +258,7 @@ static int l_send_frames(lua_State *L) {
 
 static int l_recv_frames(lua_State *L) {
     sock_ud *s = check_sock(L, 1);
-    int timeout = (int)luaL_optinteger(L, 2, -1);
+    int timeout = (int)seer_lua_opttimeout(L, 2, -1, "timeout");
     long long deadline = now_ms() + (timeout > 0 ? timeout : 0);
     seer_net_frame_t *f;
     void *block;
@@ -336,12 +336,12 @@ static int l_setopt(lua_State *L) {
                 {"stream_notify", ZMQ_STREAM_NOTIFY}};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         if (strcmp(ints[i].name, name) == 0) {
-            int v = (int)luaL_checkinteger(L, 3);
+            int v = (int)seer_lua_int(L, 3, INT32_MIN, INT32_MAX, name);
             if (zmq_setsockopt(s->sock, ints[i].opt, &v, sizeof v) != 0) return zfail(L, name);
             return 0;
         }
     if (strcmp(name, "maxmsgsize") == 0) {
-        int64_t v = (int64_t)luaL_checknumber(L, 3);
+        int64_t v = seer_lua_int(L, 3, -1, INT64_MAX, name);
         if (zmq_setsockopt(s->sock, ZMQ_MAXMSGSIZE, &v, sizeof v) != 0) return zfail(L, name);
         return 0;
     }
@@ -449,7 +449,7 @@ static int l_tostring(lua_State *L) {
 /* poll({socket | fd, ...}, timeout_ms) -> {indices of the readable entries} */
 static int l_poll(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
-    int timeout = (int)luaL_optinteger(L, 2, -1);
+    int timeout = (int)seer_lua_opttimeout(L, 2, -1, "poll: timeout");
     int n = (int)lua_objlen(L, 1);
     zmq_pollitem_t *items = lua_newuserdata(L, sizeof *items * (size_t)(n > 0 ? n : 1));
     for (int i = 0; i < n; i++) {
@@ -457,7 +457,7 @@ static int l_poll(lua_State *L) {
         memset(&items[i], 0, sizeof items[i]);
         items[i].events = ZMQ_POLLIN;
         if (lua_type(L, -1) == LUA_TNUMBER) {
-            items[i].fd = (int)lua_tointeger(L, -1);
+            items[i].fd = (int)seer_lua_int(L, -1, 0, INT32_MAX, "poll: file descriptor");
         } else {
             sock_ud *s = luaL_testudata(L, -1, SOCK_MT);
             if (!s) return luaL_error(L, "net.poll: entry %d is a %s, not a socket or a file descriptor", i + 1,

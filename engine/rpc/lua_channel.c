@@ -525,7 +525,7 @@ static int l_ch_recv(lua_State *L) {
     ch_ud *c = check_ch(L);
     const seer_net_key_t *key;
     void *sock = ch_sock(L, &key);
-    int timeout = (int)luaL_optinteger(L, 2, -1);
+    int timeout = (int)seer_lua_opttimeout(L, 2, -1, "channel: timeout");
     long long deadline = now_ms() + (timeout > 0 ? timeout : 0);
     c->has_req = 0;
     seer_rpc_msg_t *m = &c->msg;
@@ -620,8 +620,8 @@ static int l_ch_call(lua_State *L) {
     void *sock = ch_sock(L, &key);
     size_t nl;
     const char *name = luaL_checklstring(L, 2, &nl);
-    int slice = (int)luaL_checkinteger(L, 3);
-    int n = (int)luaL_checkinteger(L, 4);
+    int slice = (int)seer_lua_int(L, 3, INT32_MIN, INT32_MAX, "channel: slice");
+    int n = (int)seer_lua_int(L, 4, INT32_MIN, INT32_MAX, "channel: count");
     seer_net_buf_t *b = &c->buf;
     b->len = 0;
     int ok = seer_net_buf_add(b, "{\"fn\":", 6) == 0 && seer_net_buf_add_json_string(b, name, nl) == 0 &&

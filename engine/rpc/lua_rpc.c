@@ -5,6 +5,7 @@
 #include <lua.h>
 
 #include "rpc.h"
+#include "host/host.h"
 
 /* ---- the watchdog ------------------------------------------------------------------------------- */
 
@@ -42,7 +43,9 @@ static const char *const reasons[] = {"running", "cancelled", "timeout"};
 /* w:begin(call_id, timeout_ms) -> "running" | "cancelled" */
 static int l_begin(lua_State *L) {
     wd_ud *u = check_wd(L);
-    int r = seer_rpc_watchdog_begin(u->w, luaL_checkstring(L, 2), (long long)luaL_optnumber(L, 3, 0));
+    double ms = luaL_optnumber(L, 3, 0);
+    if (!(ms >= 0 && ms <= 1e15)) return luaL_error(L, "watchdog: timeout_ms must be a finite number >= 0 (0: none), got %s", lua_tostring(L, 3));
+    int r = seer_rpc_watchdog_begin(u->w, luaL_checkstring(L, 2), (long long)ms);
     lua_pushstring(L, reasons[r]);
     return 1;
 }
@@ -117,9 +120,9 @@ static int l_pool(lua_State *L) {
     o.key = opt_field(L, "key", &o.key_len, 1);
     o.name = opt_field(L, "name", NULL, 0);
     lua_getfield(L, 1, "workers");
-    o.workers = (int)luaL_checkinteger(L, -1);
+    o.workers = (int)seer_lua_int(L, -1, INT32_MIN, INT32_MAX, "rpc: workers");
     lua_getfield(L, 1, "idle_exit_s");
-    o.idle_exit_s = (int)luaL_optinteger(L, -1, 10);
+    o.idle_exit_s = (int)seer_lua_optint(L, -1, 10, 0, INT32_MAX, "rpc: idle_exit_s");
     lua_pop(L, 2);
     pool_ud *u = lua_newuserdata(L, sizeof *u);
     u->b = NULL;

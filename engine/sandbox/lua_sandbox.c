@@ -1,5 +1,6 @@
 /* seer.core.sandbox: cgroups, the keeper and child processes for lua/seer/sandbox.lua (host
  * side) and lua/seer/cli/sandboxd.lua (inside the sandbox). */
+#include <math.h>
 #include <errno.h>
 #include <lauxlib.h>
 #include <lua.h>
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #include "sandbox.h"
+#include "host/host.h"
 
 int seer_sandbox_luaopen(lua_State *L);
 
@@ -101,13 +103,13 @@ static const char *opt_str(lua_State *L, int t, const char *key) {
     return s;
 }
 
-static double opt_num(lua_State *L, int t, const char *key, double dflt) {
+/* A limit or a time in a table: a whole number >= 0 (dflt when absent). */
+static int64_t opt_num(lua_State *L, int t, const char *key, int64_t dflt) {
     lua_getfield(L, t, key);
-    double v = dflt;
-    if (!lua_isnil(L, -1)) {
-        if (lua_type(L, -1) != LUA_TNUMBER) luaL_error(L, "seer.core.sandbox: '%s' must be a number", key);
-        v = lua_tonumber(L, -1);
-    }
+    char what[64];
+    snprintf(what, sizeof what, "seer.core.sandbox: '%s'", key);
+    if (!lua_isnil(L, -1) && lua_type(L, -1) != LUA_TNUMBER) luaL_error(L, "%s must be a number", what);
+    int64_t v = seer_lua_optint(L, -1, dflt, 0, INT64_MAX, what);
     lua_pop(L, 1);
     return v;
 }
@@ -117,7 +119,16 @@ static void read_rlimits(lua_State *L, int t, seer_sandbox_rlimits_t *r) {
     lua_getfield(L, t, "rlimits");
     if (lua_istable(L, -1)) {
         int i = lua_gettop(L);
-        r->cpu_seconds = (long)opt_num(L, i, "cpu_seconds", 0);
+        /* CPU time may be fractional (environment.lua allows any positive number); RLIMIT_CPU
+         * counts whole seconds, so it is rounded up: 0.5 must not become 0, "no limit" */
+        lua_getfield(L, i, "cpu_seconds");
+        if (!lua_isnil(L, -1)) {
+            double c = lua_type(L, -1) == LUA_TNUMBER ? lua_tonumber(L, -1) : -1;
+            if (!(c >= 0 && c <= 9007199254740992.0))
+                luaL_error(L, "seer.core.sandbox: 'cpu_seconds' must be a finite number >= 0, got %s", luaL_typename(L, -1));
+            r->cpu_seconds = (long)ceil(c);
+        }
+        lua_pop(L, 1);
         r->open_files = (long)opt_num(L, i, "open_files", 0);
         r->address_space = (unsigned long long)opt_num(L, i, "address_space", 0);
         r->processes = (long)opt_num(L, i, "processes", 0);
@@ -139,7 +150,8 @@ static void read_cgroup(lua_State *L, int t, seer_sandbox_cgroup_t *cg) {
 /* cgroup_create(name, memory_bytes, pids_max) -> {memory=, pids=}, notes */
 static int l_cgroup_create(lua_State *L) {
     const char *name = luaL_checkstring(L, 1);
-    lua_Number mem = luaL_optnumber(L, 2, 0), pids = luaL_optnumber(L, 3, 0);
+    int64_t mem = seer_lua_optint(L, 2, 0, 0, INT64_MAX, "cgroup_create: memory bytes"),
+            pids = seer_lua_optint(L, 3, 0, 0, INT32_MAX, "cgroup_create: pids");
     seer_sandbox_cgroup_t cg;
     char notes[2048];
     seer_err_t err;
@@ -162,7 +174,7 @@ static int l_cgroup_destroy(lua_State *L) {
     seer_sandbox_cgroup_t cg;
     luaL_checktype(L, 1, LUA_TTABLE);
     read_cgroup(L, 1, &cg);
-    lua_pushboolean(L, seer_sandbox_cgroup_destroy(&cg, (int)luaL_optinteger(L, 2, 3000)) == 0);
+    lua_pushboolean(L, seer_sandbox_cgroup_destroy(&cg, seer_lua_opttimeout(L, 2, 3000, "cgroup_destroy: timeout")) == 0);
     return 1;
 }
 
@@ -238,9 +250,17 @@ static void push_status(lua_State *L, int st) {
     }
 }
 
+/* A process id from Lua: a whole number >= 1. 0 and negative numbers mean process groups (or
+ * every process) to kill() and waitpid(), never what a caller here means. */
+static pid_t pid_arg(lua_State *L, int idx, const char *op) {
+    char what[48];
+    snprintf(what, sizeof what, "%s: pid", op);
+    return (pid_t)seer_lua_int(L, idx, 1, INT32_MAX, what);
+}
+
 /* waitpid(pid [, block]) -> nil (still running) | status table | false (not our child) */
 static int l_waitpid(lua_State *L) {
-    pid_t pid = (pid_t)luaL_checkinteger(L, 1);
+    pid_t pid = pid_arg(L, 1, "waitpid");
     int st;
     pid_t r = waitpid(pid, &st, lua_toboolean(L, 2) ? 0 : WNOHANG);
     if (r == 0) return 0;
@@ -253,15 +273,15 @@ static int l_waitpid(lua_State *L) {
 }
 
 static int l_kill(lua_State *L) {
-    pid_t pid = (pid_t)luaL_checkinteger(L, 1);
-    int sig = (int)luaL_optinteger(L, 2, SIGTERM);
+    pid_t pid = pid_arg(L, 1, "kill");
+    int sig = (int)seer_lua_optint(L, 2, SIGTERM, 0, 64, "kill: signal");
     lua_pushboolean(L, kill(pid, sig) == 0);
     return 1;
 }
 
 /* alive(pid): the process exists (zombies count as gone). */
 static int l_alive(lua_State *L) {
-    pid_t pid = (pid_t)luaL_checkinteger(L, 1);
+    pid_t pid = pid_arg(L, 1, "alive");
     char path[64], buf[512];
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
     FILE *f = fopen(path, "re");
@@ -280,7 +300,7 @@ static int l_alive(lua_State *L) {
 /* start_time(pid) -> clock ticks since boot (field 22 of /proc/pid/stat), to tell a pid from a
  * reused one; nil when the process does not exist. */
 static int l_start_time(lua_State *L) {
-    pid_t pid = (pid_t)luaL_checkinteger(L, 1);
+    pid_t pid = pid_arg(L, 1, "start_time");
     char path[64], buf[1024];
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
     FILE *f = fopen(path, "re");
@@ -401,7 +421,7 @@ static int proc_fds(lua_State *L) {
 static int proc_read(lua_State *L) {
     seer_sandbox_proc_t *p = check_proc(L);
     const char *which = luaL_checkstring(L, 2);
-    size_t max = (size_t)luaL_optinteger(L, 3, 65536);
+    size_t max = (size_t)seer_lua_optint(L, 3, 65536, 0, INT64_MAX, "read: max bytes");
     int *fd = strcmp(which, "err") == 0 ? &p->err_fd : &p->out_fd;
     if (*fd < 0) return 0;
     if (max == 0 || max > (1u << 24)) max = 65536;
@@ -489,7 +509,7 @@ static int proc_poll(lua_State *L) {
 
 static int proc_kill(lua_State *L) {
     seer_sandbox_proc_t *p = check_proc(L);
-    seer_sandbox_proc_kill(p, (int)luaL_optinteger(L, 2, SIGKILL));
+    seer_sandbox_proc_kill(p, (int)seer_lua_optint(L, 2, SIGKILL, 0, 64, "kill: signal"));
     return 0;
 }
 
@@ -556,7 +576,7 @@ static int l_find_fragment(lua_State *L) {
     size_t len;
     const char *text = luaL_checklstring(L, 1, &len);
     luaL_checktype(L, 2, LUA_TTABLE);
-    lua_Integer init = luaL_optinteger(L, 3, 1);
+    int64_t init = seer_lua_optint(L, 3, 1, INT64_MIN, INT64_MAX, "find_fragment: start");
     int json = lua_toboolean(L, 4);
     if (init < 1) init = 1;
     if ((size_t)init > len) return 0;

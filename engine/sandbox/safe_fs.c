@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "sandbox.h"
+#include "host/host.h"
 
 #define MAX_COMPONENTS 256
 #define MAX_REL 4096
@@ -697,10 +698,13 @@ static int opt_bool(lua_State *L, int idx, const char *key) {
     return v;
 }
 
-static lua_Number opt_num(lua_State *L, int idx, const char *key, lua_Number dflt) {
+/* A whole-number option from lo to hi in the table at idx (dflt when absent). */
+static int64_t opt_num(lua_State *L, int idx, const char *key, int64_t dflt, int64_t lo, int64_t hi) {
     if (!lua_istable(L, idx)) return dflt;
     lua_getfield(L, idx, key);
-    lua_Number v = lua_isnumber(L, -1) ? lua_tonumber(L, -1) : dflt;
+    char what[48];
+    snprintf(what, sizeof what, "safe_fs: %s", key);
+    int64_t v = seer_lua_optint(L, -1, dflt, lo, hi, what);
     lua_pop(L, 1);
     return v;
 }
@@ -740,10 +744,11 @@ static int l_fs_read(lua_State *L) {
     seer_sandbox_fs_root_t *r = new_root(L);
     seer_err_t *err = (seer_err_t *)(r + 1);
     const char *rel = check_path(L, 2);
+    /* options first: a Lua error after lua_root would leave the root's descriptors open */
+    size_t max = (size_t)opt_num(L, 3, "max", 1 << 20, 0, INT64_MAX);
+    long long offset = (long long)opt_num(L, 3, "offset", 0, INT64_MIN, INT64_MAX);
     int n = lua_root(L, 3, r, err);
     if (n) return n;
-    size_t max = (size_t)opt_num(L, 3, "max", 1 << 20);
-    long long offset = (long long)opt_num(L, 3, "offset", 0);
     char *buf;
     size_t len;
     long long size;
@@ -763,11 +768,11 @@ static int l_fs_write(lua_State *L) {
     const char *rel = check_path(L, 2);
     size_t len;
     const char *data = luaL_checklstring(L, 3, &len);
+    unsigned mode = (unsigned)opt_num(L, 4, "mode", 0644, 0, 07777);
     int n = lua_root(L, 4, r, err);
     if (n) return n;
-    int rc = opt_bool(L, 4, "exclusive")
-                 ? seer_sandbox_fs_create(r, rel, data, len, (unsigned)opt_num(L, 4, "mode", 0644), opt_bool(L, 4, "mkdirs"), err)
-                 : seer_sandbox_fs_write(r, rel, data, len, (unsigned)opt_num(L, 4, "mode", 0644), opt_bool(L, 4, "mkdirs"), err);
+    int rc = opt_bool(L, 4, "exclusive") ? seer_sandbox_fs_create(r, rel, data, len, mode, opt_bool(L, 4, "mkdirs"), err)
+                                         : seer_sandbox_fs_write(r, rel, data, len, mode, opt_bool(L, 4, "mkdirs"), err);
     return push_done(L, r, rc, err);
 }
 
@@ -776,9 +781,10 @@ static int l_fs_copy_in(lua_State *L) {
     seer_sandbox_fs_root_t *r = new_root(L);
     seer_err_t *err = (seer_err_t *)(r + 1);
     const char *rel = check_path(L, 2), *src = check_path(L, 3);
+    unsigned mode = (unsigned)opt_num(L, 4, "mode", 0644, 0, 07777);
     int n = lua_root(L, 4, r, err);
     if (n) return n;
-    int rc = seer_sandbox_fs_copy_in(r, rel, src, (unsigned)opt_num(L, 4, "mode", 0644), opt_bool(L, 4, "mkdirs"), err);
+    int rc = seer_sandbox_fs_copy_in(r, rel, src, mode, opt_bool(L, 4, "mkdirs"), err);
     return push_done(L, r, rc, err);
 }
 
@@ -786,9 +792,10 @@ static int l_fs_mkdirs(lua_State *L) {
     seer_sandbox_fs_root_t *r = new_root(L);
     seer_err_t *err = (seer_err_t *)(r + 1);
     const char *rel = check_path(L, 2);
+    unsigned mode = (unsigned)opt_num(L, 3, "mode", 0755, 0, 07777);
     int n = lua_root(L, 3, r, err);
     if (n) return n;
-    int rc = seer_sandbox_fs_mkdirs(r, rel, (unsigned)opt_num(L, 3, "mode", 0755), err);
+    int rc = seer_sandbox_fs_mkdirs(r, rel, mode, err);
     return push_done(L, r, rc, err);
 }
 
@@ -833,11 +840,12 @@ static int l_fs_list(lua_State *L) {
     seer_sandbox_fs_root_t *r = new_root(L);
     seer_err_t *err = (seer_err_t *)(r + 1);
     const char *rel = lua_isnoneornil(L, 2) ? "" : check_path(L, 2);
+    size_t max = (size_t)opt_num(L, 3, "max", 100000, 0, INT64_MAX);
     int n = lua_root(L, 3, r, err);
     if (n) return n;
     seer_sandbox_fs_entry_t *v;
     size_t cnt;
-    int rc = seer_sandbox_fs_list(r, rel, (size_t)opt_num(L, 3, "max", 100000), &v, &cnt, err);
+    int rc = seer_sandbox_fs_list(r, rel, max, &v, &cnt, err);
     seer_sandbox_fs_close_root(r);
     if (rc < 0) return push_fail(L, rc, err);
     if (cnt > 1) qsort(v, cnt, sizeof *v, cmp_entry); /* v is NULL when empty */

@@ -12,6 +12,7 @@
 #include <lua.h>
 
 #include "safetensors.h"
+#include "host/host.h"
 #include "tensor.h"
 #include "tensor_private.h"
 
@@ -80,9 +81,11 @@ static const char *shp(const seer_tensor_t *t, char *buf) { return seer_tensor_s
 
 /* A Lua dim (1-based, negative from the end) to 0-based. extra allows ndim+1 (unsqueeze). */
 static int dim_arg(lua_State *L, const seer_tensor_t *t, int idx, const char *op, int extra) {
-    lua_Integer d = luaL_checkinteger(L, idx);
+    char what[64];
+    snprintf(what, sizeof what, "%s: dim", op);
+    int64_t d = seer_lua_int(L, idx, INT32_MIN, INT32_MAX, what);
     int nd = t->ndim + extra;
-    lua_Integer d0 = d < 0 ? d + nd : d - 1;
+    int64_t d0 = d < 0 ? d + nd : d - 1;
     if (d == 0 || d0 < 0 || d0 >= nd) {
         char b[128];
         luaL_error(L, "%s: dim %d out of range for a %d-d tensor %s (dims are 1..%d or -%d..-1)", op, (int)d,
@@ -92,15 +95,23 @@ static int dim_arg(lua_State *L, const seer_tensor_t *t, int idx, const char *op
 }
 
 /* A Lua element index (1-based, negative from the end) along dim to 0-based. */
-static int64_t index_arg(lua_State *L, const seer_tensor_t *t, int dim, lua_Integer i, const char *op) {
+static int64_t index_arg(lua_State *L, const seer_tensor_t *t, int dim, int64_t i, const char *op) {
     int64_t n = t->shape[dim];
     int64_t i0 = i < 0 ? i + n : i - 1;
     if (i == 0 || i0 < 0 || i0 >= n) {
-        char b[128];
-        luaL_error(L, "%s: index %d out of range for dim %d of size %d (tensor %s; indices are 1..%d or -%d..-1)",
-                   op, (int)i, dim + 1, (int)n, shp(t, b), (int)n, (int)n);
+        char b[128], msg[384];
+        snprintf(msg, sizeof msg, "%s: index %lld out of range for dim %d of size %lld (tensor %s; indices are 1..%lld or -%lld..-1)",
+                 op, (long long)i, dim + 1, (long long)n, shp(t, b), (long long)n, (long long)n);
+        luaL_error(L, "%s", msg);
     }
     return i0;
+}
+
+/* The Lua index at stack slot idx (a whole number, checked) along dim, 0-based. */
+static int64_t index_at(lua_State *L, const seer_tensor_t *t, int dim, int idx, const char *op) {
+    char what[64];
+    snprintf(what, sizeof what, "%s: index", op);
+    return index_arg(L, t, dim, seer_lua_int(L, idx, INT64_MIN, INT64_MAX, what), op);
 }
 
 static seer_dtype_t dtype_arg(lua_State *L, int idx, seer_dtype_t def) {
@@ -132,8 +143,9 @@ static int shape_args(lua_State *L, int idx, int64_t *shape, const char *op) {
         if (n > SEER_TENSOR_MAX_DIMS) luaL_error(L, "%s: %d dimensions (at most %d)", op, n, SEER_TENSOR_MAX_DIMS);
         for (int i = 0; i < n; i++) {
             lua_rawgeti(L, idx, i + 1);
-            if (!lua_isnumber(L, -1)) luaL_error(L, "%s: shape entry %d is not an integer", op, i + 1);
-            shape[i] = (int64_t)lua_tointeger(L, -1);
+            char what[64];
+            snprintf(what, sizeof what, "%s: shape entry %d", op, i + 1);
+            shape[i] = seer_lua_int(L, -1, INT64_MIN, INT64_MAX, what);
             lua_pop(L, 1);
         }
         return n;
@@ -141,7 +153,9 @@ static int shape_args(lua_State *L, int idx, int64_t *shape, const char *op) {
     int top = lua_gettop(L);
     for (int i = idx; i <= top; i++) {
         if (n >= SEER_TENSOR_MAX_DIMS) luaL_error(L, "%s: too many dimensions (at most %d)", op, SEER_TENSOR_MAX_DIMS);
-        shape[n++] = (int64_t)luaL_checkinteger(L, i);
+        char what[64];
+        snprintf(what, sizeof what, "%s: size %d", op, n + 1);
+        shape[n++] = seer_lua_int(L, i, INT64_MIN, INT64_MAX, what);
     }
     return n;
 }
@@ -210,7 +224,7 @@ static int l_random(lua_State *L) {
     int normal = lua_toboolean(L, 4);
     uint64_t local, *state = lua_touserdata(L, lua_upvalueindex(1));
     if (!lua_isnoneornil(L, 2)) {
-        local = (uint64_t)(int64_t)luaL_checknumber(L, 2);
+        local = (uint64_t)seer_lua_int(L, 2, INT64_MIN, INT64_MAX, normal ? "randn: seed" : "rand: seed");
         state = &local;
     }
     seer_tensor_t *t = new_or_raise(L, dt, nd, shape, normal ? "randn" : "rand");
@@ -232,7 +246,7 @@ static int l_random(lua_State *L) {
 
 static int l_manual_seed(lua_State *L) {
     uint64_t *state = lua_touserdata(L, lua_upvalueindex(1));
-    *state = (uint64_t)(int64_t)luaL_checknumber(L, 1);
+    *state = (uint64_t)seer_lua_int(L, 1, INT64_MIN, INT64_MAX, "manual_seed: seed");
     return 0;
 }
 
@@ -350,13 +364,14 @@ static int l_shares_storage(lua_State *L) {
 static int l_narrow(lua_State *L) {
     seer_tensor_t *t = seer_tensor_check(L, 1), *o;
     int d = dim_arg(L, t, 2, "narrow", 0);
-    lua_Integer first = luaL_checkinteger(L, 3), n = luaL_checkinteger(L, 4);
+    int64_t first = seer_lua_int(L, 3, INT64_MIN, INT64_MAX, "narrow: start"), n = seer_lua_int(L, 4, 0, INT64_MAX, "narrow: length");
     int64_t size = t->shape[d];
     int64_t f0 = first < 0 ? first + size : first - 1;
     if (first == 0 || f0 < 0 || f0 > size || n < 0 || f0 + n > size) {
-        char b[128];
-        return luaL_error(L, "narrow: elements %d..%d out of range for dim %d of size %d (tensor %s)", (int)first,
-                          (int)(f0 + n), d + 1, (int)size, shp(t, b));
+        char b[128], msg[320];
+        snprintf(msg, sizeof msg, "narrow: elements %lld..%lld out of range for dim %d of size %lld (tensor %s)", (long long)first,
+                 (long long)(f0 + n), d + 1, (long long)size, shp(t, b));
+        return luaL_error(L, "%s", msg);
     }
     CHECK(L, seer_tensor_narrow(&o, t, d, f0, n, ERR));
     push_new(L, o);
@@ -366,7 +381,7 @@ static int l_narrow(lua_State *L) {
 static int l_select(lua_State *L) {
     seer_tensor_t *t = seer_tensor_check(L, 1), *o;
     int d = dim_arg(L, t, 2, "select", 0);
-    int64_t i = index_arg(L, t, d, luaL_checkinteger(L, 3), "select");
+    int64_t i = index_at(L, t, d, 3, "select");
     CHECK(L, seer_tensor_select(&o, t, d, i, ERR));
     push_new(L, o);
     return 1;
@@ -570,7 +585,7 @@ static int64_t table_index(lua_State *L, const seer_tensor_t *t, int idx) {
     for (int d = 0; d < n; d++) {
         lua_rawgeti(L, idx, d + 1);
         if (lua_type(L, -1) != LUA_TNUMBER) luaL_error(L, "index: entry %d is not an integer", d + 1);
-        off += index_arg(L, t, d, lua_tointeger(L, -1), "index") * t->strides[d];
+        off += index_at(L, t, d, -1, "index") * t->strides[d];
         lua_pop(L, 1);
     }
     return off;
@@ -585,11 +600,8 @@ static int l_index(lua_State *L) {
     }
     seer_tensor_t *t = seer_tensor_check(L, 1);
     if (kt == LUA_TNUMBER) {
-        char b[128];
         if (t->ndim == 0) return luaL_error(L, "index: cannot index a 0-d tensor (use item())");
-        lua_Number k = lua_tonumber(L, 2);
-        if (k != floor(k)) return luaL_error(L, "index: %g is not an integer (tensor %s)", k, shp(t, b));
-        int64_t i = index_arg(L, t, 0, (lua_Integer)k, "index");
+        int64_t i = index_at(L, t, 0, 2, "index");
         if (t->ndim == 1) {
             push_elem(L, t, t->offset + i * t->strides[0]);
             return 1;
@@ -617,7 +629,7 @@ static int l_newindex(lua_State *L) {
     }
     if (kt != LUA_TNUMBER) return luaL_error(L, "index assignment: tensors have no field '%s'", lua_tostring(L, 2));
     if (t->ndim == 0) return luaL_error(L, "index assignment: cannot index a 0-d tensor (use fill_())");
-    int64_t i = index_arg(L, t, 0, luaL_checkinteger(L, 2), "index assignment");
+    int64_t i = index_at(L, t, 0, 2, "index assignment");
     if (t->ndim == 1) {
         seer__st(t->storage->data, t->dtype, t->offset + i * t->strides[0], luaL_checknumber(L, 3));
         return 0;
@@ -859,7 +871,7 @@ static int l_log_softmax(lua_State *L) { return softmax_impl(L, true); }
 /* topk(k [, dim=-1 [, largest=true]]) -> values (f32), indices (i64, 0-based) */
 static int l_topk(lua_State *L) {
     seer_tensor_t *t = seer_tensor_check(L, 1), *v, *ix;
-    lua_Integer k = luaL_checkinteger(L, 2);
+    int64_t k = seer_lua_int(L, 2, 0, INT64_MAX, "topk: k");
     if (t->ndim == 0) return luaL_error(L, "topk: expects at least 1 dim");
     int d = lua_isnoneornil(L, 3) ? t->ndim - 1 : dim_arg(L, t, 3, "topk", 0);
     bool largest = lua_isnoneornil(L, 4) ? true : lua_toboolean(L, 4);

@@ -2,7 +2,9 @@
  * __gc; ids cross as Lua arrays of integers (0-based ids, as in Hugging Face). The documented
  * API is lua/seer/tokenizer.lua. */
 #include "tokenizer.h"
+#include "host/host.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,7 +88,7 @@ static int l_decode(lua_State *L) {
     int32_t one, *ids = &one;
     size_t n;
     if (lua_isnumber(L, 2)) {
-        one = (int32_t)lua_tointeger(L, 2);
+        one = (int32_t)seer_lua_int(L, 2, INT32_MIN, INT32_MAX, "tokenizer: decode: id");
         n = 1;
     } else {
         luaL_checktype(L, 2, LUA_TTABLE);
@@ -96,7 +98,7 @@ static int l_decode(lua_State *L) {
         for (size_t i = 0; i < n; i++) {
             lua_rawgeti(L, 2, (int)i + 1);
             lua_Number v = lua_tonumber(L, -1);
-            if (!lua_isnumber(L, -1) || v != (lua_Number)(int32_t)v) {
+            if (!lua_isnumber(L, -1) || !(v >= INT32_MIN && v <= INT32_MAX) || v != floor(v)) {
                 free(ids);
                 return luaL_error(L, "tokenizer: decode: ids[%d] is not an integer id", (int)i + 1);
             }
@@ -129,7 +131,7 @@ static int l_id_to_token(lua_State *L) {
     seer_tokenizer_t *tok = check(L);
     lua_Number v = luaL_checknumber(L, 2);
     size_t len;
-    const char *s = v == (lua_Number)(int32_t)v ? seer_tokenizer_id_to_token(tok, (int32_t)v, &len) : NULL;
+    const char *s = v >= INT32_MIN && v <= INT32_MAX && v == floor(v) ? seer_tokenizer_id_to_token(tok, (int32_t)v, &len) : NULL;
     if (!s) lua_pushnil(L);
     else lua_pushlstring(L, s, len);
     return 1;
@@ -142,13 +144,12 @@ static int l_vocab_size(lua_State *L) {
 
 static int l_is_special(lua_State *L) {
     seer_tokenizer_t *tok = check(L);
-    lua_pushboolean(L, seer_tokenizer_is_special(tok, (int32_t)luaL_checkinteger(L, 2)));
+    lua_pushboolean(L, seer_tokenizer_is_special(tok, (int32_t)seer_lua_int(L, 2, INT32_MIN, INT32_MAX, "tokenizer: is_special: id")));
     return 1;
 }
 
 static int l_byte_to_unicode(lua_State *L) {
-    lua_Integer b = luaL_checkinteger(L, 1);
-    luaL_argcheck(L, b >= 0 && b <= 255, 1, "a byte 0..255");
+    int64_t b = seer_lua_int(L, 1, 0, 255, "byte_to_unicode: byte");
     lua_pushinteger(L, seer_tokenizer_byte_to_unicode((uint8_t)b));
     return 1;
 }

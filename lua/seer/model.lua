@@ -221,6 +221,22 @@ function M.config_fields(model_type) return core.config_fields(model_type) end
 ---@return string? why
 function M.devices() return core.devices() end
 
+-- A list argument without holes or other keys: an entry left out by a hole would be dropped
+-- without a word (ipairs and # stop there). Returns its length.
+local function check_list(where, list, what, level)
+  local count = 0
+  for k in pairs(list) do
+    if type(k) ~= "number" or k < 1 or k ~= math.floor(k) then
+      fail(("%s: %ss must be a list; it has a key %s"):format(where, what, tostring(k)), level + 1)
+    end
+    if k > count then count = k end
+  end
+  for i = 1, count do
+    if list[i] == nil then fail(("%s: %s %d is missing (the list has a hole before %s %d)"):format(where, what, i, what, count), level + 1) end
+  end
+  return count
+end
+
 local function to_ids(self, input, where)
   if type(input) == "string" then
     if not self.tokenizer then fail(where .. ": a text prompt needs a tokenizer, and this model directory has none; pass token ids", 3) end
@@ -253,6 +269,7 @@ function Model:_forward(ids, opts, per_seq)
     return self._c:forward(to_ids(self, ids, "forward"), true, hooks)
   end
   if type(ids) == "table" and type(ids[1]) == "table" then
+    check_list("forward", ids, "sequence", 3)
     local T = require "seer.tensor"
     local longest = 0
     local seqs, where, per = {}, {}, {}
@@ -290,25 +307,71 @@ local gen_valid = {
   repetition_penalty = "number", seed = "number", stop = "any", stream = "function",
 }
 
-local function prepare(self, input, opts, where, extra_hooks, batch)
+-- Numeric generation options, checked before anything runs (the C generator checks them again):
+-- a NaN, an infinity or a fraction where a count is meant is refused with its name, never cast.
+local gen_counts = { max_new_tokens = true, min_new_tokens = true, top_k = true, seed = true }
+local gen_ranges = { -- option -> lo, hi, how the error says the range
+  temperature = { 0, math.huge, ">= 0 (0 = greedy)" }, top_p = { 0, 1, "from 0 to 1 (1 = off)" },
+  min_p = { 0, 1, "from 0 to 1 (0 = off)" }, repetition_penalty = { 0, math.huge, "> 0 (1 = off)" },
+}
+local function check_gen_numbers(where, opts, level)
+  for k, v in pairs(opts) do
+    if gen_counts[k] then
+      local lo = k == "seed" and -2 ^ 53 or 0
+      local hi = (k == "seed" and 2 ^ 53) or 2 ^ 31 - 1
+      if v ~= v or v < lo or v > hi or v ~= math.floor(v) then
+        fail(("%s: %s must be a whole number from %d to %d, got %s"):format(where, k, lo, hi, tostring(v)), level + 1)
+      end
+    elseif gen_ranges[k] then
+      local r = gen_ranges[k]
+      local bad = v ~= v or v == math.huge or v == -math.huge or v < r[1] or v > r[2]
+      if k == "repetition_penalty" and v == 0 then bad = true end
+      if bad then fail(("%s: %s must be a finite number %s, got %s"):format(where, k, r[3], tostring(v)), level + 1) end
+    end
+  end
+end
+
+-- Everything about one prompt and its options that can be wrong, without running anything:
+-- the token ids, the stop list, the numbers. generate_batch runs it over every prompt before
+-- the first step, so a bad prompt late in a list fails before any work (and no result) is lost.
+local function validate(self, input, opts, where, level)
   opts = check_opts(where, opts, gen_valid)
   local ids = to_ids(self, input, where)
-  if #ids == 0 then fail(where .. ": the prompt has no tokens", 3) end
+  if #ids == 0 then fail(where .. ": the prompt has no tokens", level + 1) end
+  for i = 1, #ids do
+    local v = ids[i]
+    if type(v) ~= "number" or v ~= math.floor(v) then
+      fail(("%s: token ids must be integers; element %d is %s"):format(where, i, tostring(v)), level + 1)
+    end
+    if v < 0 or v >= self.config.vocab_size then
+      -- positions count from 0, as in the C check and transformers' position_ids
+      fail(("%s: token id %d at position %d is outside the vocabulary [0, %d)"):format(where, v, i - 1, self.config.vocab_size), level + 1)
+    end
+  end
+  check_gen_numbers(where, opts, level + 1)
   local stop_ids, stop_strings = {}, {}
   for _, id in ipairs(self.config.eos_token_ids) do stop_ids[#stop_ids + 1] = id end
   local stop = opts.stop
   if type(stop) == "string" or type(stop) == "number" then stop = { stop } end
-  if stop ~= nil and type(stop) ~= "table" then fail(where .. ": stop must be a string, a token id or a list of them", 3) end
+  if stop ~= nil and type(stop) ~= "table" then fail(where .. ": stop must be a string, a token id or a list of them", level + 1) end
   for _, s in ipairs(stop or {}) do
-    if type(s) == "number" then stop_ids[#stop_ids + 1] = s
+    if type(s) == "number" then
+      if s ~= math.floor(s) or s < 0 or s >= self.config.vocab_size then
+        fail(("%s: stop token id %s is outside the vocabulary [0, %d)"):format(where, tostring(s), self.config.vocab_size), level + 1)
+      end
+      stop_ids[#stop_ids + 1] = s
     elseif type(s) == "string" then stop_strings[#stop_strings + 1] = s
-    else fail(where .. ": stop entries must be strings or token ids", 3) end
+    else fail(where .. ": stop entries must be strings or token ids", level + 1) end
   end
-  if #stop_strings > 0 and not self.tokenizer then fail(where .. ": stop strings need a tokenizer", 3) end
+  if #stop_strings > 0 and not self.tokenizer then fail(where .. ": stop strings need a tokenizer", level + 1) end
+  return opts, ids, stop_ids, stop_strings
+end
+
+local function prepare(self, input, opts, where, extra_hooks, batch)
+  local ids, stop_ids, stop_strings
+  opts, ids, stop_ids, stop_strings = validate(self, input, opts, where, 3)
   local n = opts.max_new_tokens or 20
-  if n < 0 or n ~= math.floor(n) then fail(where .. ": max_new_tokens must be a non-negative integer", 3) end
   local t = opts.temperature or 0
-  if t < 0 then fail(where .. ": temperature must be >= 0 (0 = greedy)", 3) end
   local g = self._c:generator(ids, {
     max_new_tokens = n, min_new_tokens = opts.min_new_tokens, temperature = t, top_k = opts.top_k, top_p = opts.top_p, min_p = opts.min_p,
     repetition_penalty = opts.repetition_penalty, seed = opts.seed, stop_ids = stop_ids, hooks = self:_hook_list(extra_hooks),
@@ -507,6 +570,7 @@ function Model:generate_batch(prompts, opts)
   if type(prompts) ~= "table" or (#prompts > 0 and type(prompts[1]) == "number") then
     fail(where .. ": expected a list of prompts (each token ids or a string)", 2)
   end
+  check_list(where, prompts, "prompt", 2)
   opts = opts or {}
   if type(opts) ~= "table" then fail(where .. ": opts must be a table", 2) end
   local shared, per_seq, max_batch, progress = {}, opts.per_sequence, opts.max_batch, opts.progress
@@ -523,16 +587,28 @@ function Model:generate_batch(prompts, opts)
       fail(("%s: per_sequence has an entry %s; its keys must be prompt numbers 1..%d"):format(where, tostring(k), #prompts), 2)
     end
   end
-  -- Each sequence's generator is made when it joins (its hooks compiled then), as generate would.
-  local function make(i)
+  -- Every prompt, its options and its hooks are checked (and text prompts tokenized) before the
+  -- first step, so a bad prompt late in the list fails before any work; each sequence's
+  -- generator (its KV cache) is made when it joins.
+  local plan = {}
+  for i = 1, #prompts do
     local o = {}
     for k, v in pairs(shared) do o[k] = v end
     local extra
-    for k, v in pairs(per_seq and per_seq[i] or {}) do
-      if k == "hooks" then extra = compile_hooks(self, v, ("%s: per_sequence[%d].hooks"):format(where, i), 4)
+    local mine = per_seq and per_seq[i]
+    if mine ~= nil and type(mine) ~= "table" then fail(("%s: per_sequence[%d] must be a table of options"):format(where, i), 2) end
+    for k, v in pairs(mine or {}) do
+      if k == "hooks" then extra = compile_hooks(self, v, ("%s: per_sequence[%d].hooks"):format(where, i), 3)
       else o[k] = v end
     end
-    local ok, g, ids, stop_strings = pcall(prepare, self, prompts[i], o, ("%s: prompt %d"):format(where, i), extra, i)
+    local ok, _, ids = pcall(validate, self, prompts[i], o, ("%s: prompt %d"):format(where, i), 1)
+    if not ok then fail(_, 2) end
+    plan[i] = { o = o, extra = extra, ids = ids }
+  end
+  local function make(i)
+    local p = plan[i]
+    plan[i] = nil
+    local ok, g, ids, stop_strings = pcall(prepare, self, p.ids, p.o, ("%s: prompt %d"):format(where, i), p.extra, i)
     if not ok then fail(g, 3) end
     return { g = g, i = i, prompt_ids = ids, stop_strings = stop_strings, new = {}, text = "" }
   end
@@ -706,6 +782,7 @@ function Model:run_with_cache(input, opts)
   end
   local cache = cache_table(names)
   if type(input) == "table" and type(input[1]) == "table" then
+    check_list("run_with_cache", input, "sequence", 2)
     local T = require "seer.tensor"
     local seqs, longest = {}, 0
     for b, s in ipairs(input) do

@@ -111,6 +111,13 @@ local function check_params(p, max_tokens_cap)
   for _, k in ipairs({ "temperature", "top_p", "seed" }) do
     if p[k] ~= nil and p[k] ~= json.null and type(p[k]) ~= "number" then return k .. " must be a number" end
   end
+  -- the ranges OpenAI's API documents (a number past them is a 400 here, not a failed generation)
+  local t, tp, sd = p.temperature, p.top_p, p.seed
+  if type(t) == "number" and not (t >= 0 and t <= 2) then return "temperature must be from 0 to 2" end
+  if type(tp) == "number" and not (tp >= 0 and tp <= 1) then return "top_p must be from 0 to 1" end
+  if type(sd) == "number" and not (sd >= -2 ^ 53 and sd <= 2 ^ 53 and sd == math.floor(sd)) then
+    return "seed must be an integer (at most 2^53 in magnitude)"
+  end
   if p.stop ~= nil and p.stop ~= json.null and type(p.stop) ~= "string" and type(p.stop) ~= "table" then return "stop must be a string or a list of strings" end
   return nil
 end

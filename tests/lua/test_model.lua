@@ -98,6 +98,71 @@ T.test("errors name the problem", function()
   T.raises(function() bare:generate("Once", {}) end, "needs a tokenizer", true)
 end)
 
+T.test("generation options: a NaN, an infinity, a fraction or a value out of range is refused by name", function()
+  local p = golden.prompt_ids_with_bos
+  local bad = {
+    { { temperature = 0 / 0 }, "temperature must be a finite number >= 0 (0 = greedy), got nan" },
+    { { temperature = 1 / 0 }, "temperature must be a finite number >= 0 (0 = greedy), got inf" },
+    { { temperature = -1 }, "temperature must be a finite number >= 0" },
+    { { top_p = 1.5 }, "top_p must be a finite number from 0 to 1 (1 = off), got 1.5" },
+    { { top_p = 0 / 0 }, "top_p must be a finite number from 0 to 1 (1 = off), got nan" },
+    { { min_p = -0.1 }, "min_p must be a finite number from 0 to 1 (0 = off), got -0.1" },
+    { { repetition_penalty = 0 }, "repetition_penalty must be a finite number > 0 (1 = off), got 0" },
+    { { repetition_penalty = 1 / 0 }, "repetition_penalty must be a finite number > 0 (1 = off), got inf" },
+    { { top_k = 1.5 }, "top_k must be a whole number from 0 to 2147483647, got 1.5" },
+    { { seed = 0 / 0 }, "seed must be a whole number" },
+    { { seed = 2 ^ 60 }, "seed must be a whole number" },
+    { { max_new_tokens = 1 / 0 }, "max_new_tokens must be a whole number from 0 to 2147483647, got inf" },
+    { { max_new_tokens = 2 ^ 31 }, "max_new_tokens must be a whole number from 0 to 2147483647, got 2147483648" },
+    { { min_new_tokens = -1 }, "min_new_tokens must be a whole number from 0 to 2147483647, got -1" },
+    { { min_new_tokens = 2.5 }, "min_new_tokens must be a whole number" },
+    { { stop = 2 ^ 32 + 2 } , "stop token id 4294967298 is outside the vocabulary [0, 512)" },
+    { { stop = { 1.5 } }, "stop token id 1.5 is outside the vocabulary" },
+  }
+  for _, case in ipairs(bad) do
+    case[1].max_new_tokens = case[1].max_new_tokens or 2
+    T.raises(function() model:generate(p, case[1]) end, "generate: " .. case[2], true)
+    T.raises(function() model:generate_batch({ p, p }, case[1]) end, "generate_batch: prompt 1: " .. case[2], true)
+  end
+  T.raises(function() model:generate({ 1, 2.5 }, {}) end, "token ids must be integers; element 2 is 2.5", true)
+  -- the C generator checks them again for code that reaches it without the Lua layer (a cast of
+  -- NaN or of a number out of an integer's range is undefined behaviour in C)
+  local c = model._c
+  T.raises(function() c:generator({ 1, 2 }, { temperature = 0 / 0 }) end, "generate: temperature must be a finite number", true)
+  T.raises(function() c:generator({ 1, 2 }, { top_k = 1 / 0 }) end, "generate: top_k must be a whole number from 0 to 2147483647, got inf", true)
+  T.raises(function() c:generator({ 1, 2 }, { seed = 0 / 0 }) end, "generate: seed must be a whole number, got nan", true)
+  T.raises(function() c:generator({ 1, 2 }, { max_new_tokens = 2 ^ 40 }) end, "generate: max_new_tokens must be a whole number", true)
+  T.raises(function() c:generator({ 1, 2 ^ 40 }, {}) end, "token ids: element 2 must be a whole number from -2147483648 to 2147483647", true)
+  -- top_p = 0 keeps the most likely token alone, as transformers' top-p does (min_tokens_to_keep = 1)
+  local greedy = model:generate(p, { max_new_tokens = 8 }).ids
+  T.eq(model:generate(p, { max_new_tokens = 8, temperature = 1, top_p = 0, seed = 5 }).ids, greedy)
+  -- seeds are exact integers (they went through a float before: 2^24 + 1 gave 2^24's samples)
+  local a = model:generate(p, { max_new_tokens = 12, temperature = 1.5, seed = 2 ^ 24 }).ids
+  local b = model:generate(p, { max_new_tokens = 12, temperature = 1.5, seed = 2 ^ 24 + 1 }).ids
+  T.ne(table.concat(a, ","), table.concat(b, ","), "neighbouring seeds give different samples")
+end)
+
+T.test("generate_batch checks every prompt before it runs any, and refuses a list with holes", function()
+  local p = golden.prompt_ids_with_bos
+  local steps = 0
+  local count = { { "blocks.0.hook_resid_post", function() steps = steps + 1 end } }
+  -- prompt 3 is bad; with one sequence at a time, prompts 1 and 2 used to run to the end before
+  -- prompt 3 failed and their results were lost
+  T.raises(function()
+    model:generate_batch({ p, p, { 1, 9999 } }, { max_new_tokens = 4, max_batch = 1, per_sequence = { [1] = { hooks = count } } })
+  end, "generate_batch: prompt 3: token id 9999 at position 1 is outside the vocabulary [0, 512)", true)
+  T.eq(steps, 0, "no forward pass ran")
+  T.raises(function() model:generate_batch({ p, p }, { max_new_tokens = 2, per_sequence = { [2] = { top_p = 2 } } }) end,
+    "generate_batch: prompt 2: top_p must be a finite number from 0 to 1", true)
+  T.raises(function() model:generate_batch({ p, p }, { max_new_tokens = 2, per_sequence = { [2] = 5 } }) end,
+    "generate_batch: per_sequence[2] must be a table of options", true)
+  T.raises(function() model:generate_batch({ [1] = p, [3] = p }, { max_new_tokens = 2 }) end,
+    "generate_batch: prompt 2 is missing (the list has a hole before prompt 3)", true)
+  T.raises(function() model:generate_batch({ p, x = p }, { max_new_tokens = 2 }) end, "generate_batch: prompts must be a list; it has a key x", true)
+  T.raises(function() model:forward({ [1] = { 1, 2 }, [3] = { 1 } }) end, "forward: sequence 2 is missing (the list has a hole before sequence 3)", true)
+  T.raises(function() model:run_with_cache({ [1] = { 1, 2 }, [3] = { 1 } }) end, "run_with_cache: sequence 2 is missing", true)
+end)
+
 T.test("a hub id resolves through the Hugging Face cache layout", function()
   local home = T.tmpdir()
   local repo = home .. "/hub/models--tiny--stories"

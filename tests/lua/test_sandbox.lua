@@ -68,6 +68,33 @@ end
 ---------------------------------------------------------------------------------------------
 -- basics
 
+T.test("core: process ids, signals and limits from Lua are checked before they reach the kernel", function()
+  -- 0 and negative pids mean process groups (kill(-1, ...) signals every process the user
+  -- owns): refused before kill() or waitpid() sees them
+  for _, pid in ipairs({ 0, -1, -42, 1.5, 0 / 0, 2 ^ 40 }) do
+    T.raises(function() sb.kill(pid, 0) end, "kill: pid must be a whole number from 1 to 2147483647", true)
+    T.raises(function() sb.waitpid(pid) end, "waitpid: pid must be a whole number from 1 to 2147483647", true)
+    T.raises(function() sb.alive(pid) end, "alive: pid must be a whole number", true)
+  end
+  T.raises(function() sb.kill(process.getpid(), 1.5) end, "kill: signal must be a whole number from 0 to 64, got 1.5", true)
+  T.eq(sb.kill(process.getpid(), 0), true, "signal 0 to ourselves: the process exists")
+  T.raises(function() sb.spawn{ argv = { "/bin/true" }, rlimits = { open_files = 0 / 0 } } end,
+    "'open_files' must be a whole number >= 0, got nan", true)
+  T.raises(function() sb.spawn{ argv = { "/bin/true" }, rlimits = { cpu_seconds = -1 } } end,
+    "'cpu_seconds' must be a finite number >= 0", true)
+  -- a fractional CPU limit is rounded up, never down to 0 ("no limit"): a busy loop under 0.5 s
+  -- of CPU time is stopped (SIGXCPU, then SIGKILL a second later)
+  local p = assert(sb.spawn{ argv = { "/bin/sh", "-c", "while :; do :; done" }, rlimits = { cpu_seconds = 0.5 } })
+  local t0, st = process.now_ms(), nil
+  while not st and process.now_ms() - t0 < 10000 do
+    st = p:poll()
+    if not st then process.sleep_ms(50) end
+  end
+  if not st then p:kill(); p:close() end
+  T.ok(st and st.signal, "the busy loop was stopped by a signal within 10 s (it ran on without a limit before)")
+  p:close()
+end)
+
 T.test("start, exec, exec_lua, files and terminate", function()
   local s = start({ env = { GREETING = "hi" } }, "basics")
   T.ok(s.sandbox_id:match("^basics%-%x+$"), s.sandbox_id)
