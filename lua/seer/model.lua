@@ -320,7 +320,8 @@ local function check_gen_numbers(where, opts, level)
       local lo = k == "seed" and -2 ^ 53 or 0
       local hi = (k == "seed" and 2 ^ 53) or 2 ^ 31 - 1
       if v ~= v or v < lo or v > hi or v ~= math.floor(v) then
-        fail(("%s: %s must be a whole number from %d to %d, got %s"):format(where, k, lo, hi, tostring(v)), level + 1)
+        local range = k == "seed" and "of at most 2^53 in magnitude" or ("from %d to %d"):format(lo, hi)
+        fail(("%s: %s must be a whole number %s, got %s"):format(where, k, range, tostring(v)), level + 1)
       end
     elseif gen_ranges[k] then
       local r = gen_ranges[k]

@@ -32,6 +32,25 @@ class ModelCliTest(unittest.TestCase):
                 "--max-new-tokens", "25"]
         self.assertEqual(run(args).stdout, run(args).stdout)
 
+    def test_generate_shows_prompt_and_continuation_as_one_text(self):
+        # the continuation's pieces decoded alone drop the space SentencePiece puts before the
+        # first new word: this printed "Onceupon a time" (transformers' TextStreamer decodes the
+        # whole sequence and prints what it gained)
+        r = run(["model", "generate", MODEL, "Once", "--max-new-tokens", "6"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(r.stdout.startswith("Once upon a time"), r.stdout)
+
+    def test_bad_option_values_print_one_line_and_no_text(self):
+        for args, msg in ((["--temperature", "nan"], "temperature must be a finite number >= 0"),
+                          (["--top-p", "2"], "top_p must be a finite number from 0 to 1"),
+                          (["--seed", "1.5"], "seed must be a whole number"),
+                          (["--max-new-tokens", "1e999"], "max_new_tokens must be a whole number from 0 to 2147483647, got inf")):
+            r = run(["model", "generate", MODEL, "Once"] + args)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertEqual(r.stdout, "", args)
+            self.assertIn(msg, r.stderr)
+            self.assertNotIn("stack traceback", r.stderr)
+
     def test_errors(self):
         r = run(["model", "info", "/nonexistent/model"])
         self.assertEqual(r.returncode, 1)

@@ -92,14 +92,29 @@ local function generate(args)
   local model = seer.model.load(path, { threads = threads, device = device })
   local t1 = seer.now()
   if not model.tokenizer then die(model.path .. " has no tokenizer.json; generate needs one to read PROMPT") end
-  io.write(prompt)
-  io.flush()
-  local n = 0
-  opts.stream = function(piece)
+  -- Prompt and continuation are shown as one decoded text, as transformers' TextStreamer does
+  -- (skip_prompt = False): the continuation's pieces decoded alone lose the space a
+  -- SentencePiece tokenizer puts in front of the first new word ("Once" + "upon" printed
+  -- "Onceupon"). Each step prints what the text gained, and holds back an unfinished UTF-8
+  -- character. Nothing is printed before generation starts, so an option that generate
+  -- refuses is the only line.
+  local tok = model.tokenizer
+  local all = tok:encode(prompt, { add_special_tokens = true })
+  local shown, n = "", 0
+  local function show(final)
+    local text = tok:decode(all, { skip_special_tokens = true })
+    if not final and text:sub(-3) == "\239\191\189" then return end -- U+FFFD: a character is unfinished
+    io.write(text:sub(#shown + 1))
+    io.flush()
+    shown = text
+  end
+  opts.stream = function(_, id)
     n = n + 1
-    if piece then io.write(piece) io.flush() end
+    all[#all + 1] = id
+    show(false)
   end
   local out = model:generate(prompt, opts)
+  show(true)
   local t2 = seer.now()
   io.write("\n")
   io.stdout:flush()
