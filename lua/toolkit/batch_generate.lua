@@ -47,6 +47,7 @@ function M.batch_generate(model, tokenizer, conversations, max_new_tokens, tempe
   if type(seed) ~= "number" or seed ~= math.floor(seed) or seed < 0 then
     error(where .. ": seed must be a non-negative integer", 2)
   end
+  P.check_list(where, conversations, "conversation")
   local prompts = {}
   for i, conv in ipairs(conversations) do
     local ok, ids = pcall(G.prompt_ids, model, tokenizer, conv, own.chat)

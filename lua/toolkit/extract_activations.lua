@@ -105,6 +105,7 @@ function M.extract_activations(model, tokenizer, inputs, layer_idx, position)
   if type(inputs) ~= "table" or #inputs == 0 or P.is_messages(inputs) then
     error("extract_activations: expected a non-empty list of inputs (texts, message lists or id lists)", 2)
   end
+  P.check_list("extract_activations", inputs, "input")
   local rows = {}
   for i, input in ipairs(inputs) do
     rows[i] = M.extract_activation(model, tokenizer, input, layer_idx, position)

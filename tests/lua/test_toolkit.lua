@@ -162,6 +162,9 @@ T.test("extract_activations stacks single extractions; extract_layers gives ever
   for i, p in ipairs(prompts) do
     T.ok(maxdiff(b:select(1, i), EX.extract_activation(model, nil, p, 3, -1)) <= 1e-6, "row " .. i)
   end
+  -- a hole would have cut the stack short without a word
+  T.raises(function() EX.extract_activations(model, nil, { "The dog ran.", nil, { 1, 403 } }, 3) end,
+    "extract_activations: input 2 is missing (the list has a hole before input 3)", true)
   local ids = tok:encode("Once upon a time", { add_special_tokens = true })
   local _, hidden = model:forward(ids, { hidden_states = true })
   local all = EX.extract_layers(model, nil, ids, nil, 2)
@@ -258,6 +261,9 @@ T.test("batch_generate: answer i is exactly generating conversation i alone (var
     "prompt ends with the open prefill: " .. pre_text)
   T.raises(function() BG.batch_generate(model, nil, { { role = "user", content = "x" } }) end, "expected a list of conversations")
   T.raises(function() BG.batch_generate(model, nil, { "a", { { role = "user", content = "x" } } }, 5) end, "conversation 2: .*no chat template")
+  T.raises(function() BG.batch_generate(model, nil, { [1] = "a", [3] = "b" }, 5) end,
+    "conversation 2 is missing (the list has a hole before conversation 3)", true)
+  T.raises(function() BG.batch_generate(model, nil, { "a", "b" }, 5, 0 / 0) end, "prompt 1: temperature must be a finite number", true)
 end)
 
 T.test("batch_generate: defaults are 100 tokens, temperature 0.7, top_p 0.9, seed 0", function()
