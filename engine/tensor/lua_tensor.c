@@ -875,6 +875,12 @@ static int l_topk(lua_State *L) {
     if (t->ndim == 0) return luaL_error(L, "topk: expects at least 1 dim");
     int d = lua_isnoneornil(L, 3) ? t->ndim - 1 : dim_arg(L, t, 3, "topk", 0);
     bool largest = lua_isnoneornil(L, 4) ? true : lua_toboolean(L, 4);
+    if (k > t->shape[d]) { /* said here with Lua's 1-based dim (the C library counts from 0) */
+        char b[128], msg[256];
+        snprintf(msg, sizeof msg, "topk: k = %lld is more than the %lld elements of dim %d (tensor %s)", (long long)k,
+                 (long long)t->shape[d], d + 1, shp(t, b));
+        return luaL_error(L, "%s", msg);
+    }
     CHECK(L, seer_tensor_topk(&v, &ix, t, k, d, largest, ERR));
     push_new(L, v);
     push_new(L, ix);
