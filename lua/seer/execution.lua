@@ -299,6 +299,13 @@ function Session:exec(code, opts)
     error(("session:exec(code, opts): opts is a table such as {hidden = true, timeout = 60}, not a %s"):format(type(opts)), 2)
   end
   opts = opts or {}
+  local t, m = opts.timeout, opts.max_output
+  if t ~= nil and not (type(t) == "number" and t > 0 and t < math.huge) then
+    error(("session:exec: timeout must be a positive number of seconds, got %s"):format(tostring(t)), 2)
+  end
+  if m ~= nil and not (type(m) == "number" and m >= 0 and m < 2 ^ 53 and m == math.floor(m)) then
+    error(("session:exec: max_output must be a whole number of characters >= 0, got %s"):format(tostring(m)), 2)
+  end
   local r = check(self:_request("execute", { session_id = self.session_id, code = code, hidden = opts.hidden or false,
                                              timeout = opts.timeout, max_output = opts.max_output, limits = opts.limits,
                                              stream = opts.on_output and true or false },

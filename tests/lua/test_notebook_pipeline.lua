@@ -224,6 +224,21 @@ T.test("the timeout fires inside a flood, and a cell that swallows the interrupt
   T.eq(s:info().state, "dead")
   s:restart()
   T.eq(s:exec("2 + 2").text, "4\n", "a restart brings the session back")
+  -- a timeout or output cap that is not a number in range is refused by name, by the client and
+  -- by the server (a request that skips the client: a string was read as "no timeout", a
+  -- negative cap as "show nothing")
+  for _, bad in ipairs({ 0 / 0, -1, 0, 1 / 0 }) do
+    T.raises(function() s:exec("1", { timeout = bad }) end, "session:exec: timeout must be a positive number of seconds", true)
+  end
+  T.raises(function() s:exec("1", { max_output = -5 }) end, "session:exec: max_output must be a whole number of characters >= 0, got -5", true)
+  local raw = s:_request("execute", { session_id = s.session_id, code = "1", timeout = "60" })
+  T.eq(raw.status, "error")
+  T.contains(raw.evalue, "execute: content.timeout must be a positive number of seconds, got 60")
+  raw = s:_request("execute", { session_id = s.session_id, code = "1", max_output = 1.5 })
+  T.contains(raw.evalue, "execute: content.max_output must be a whole number of characters >= 0, got 1.5")
+  raw = s:_request("edit_cell", { session_id = s.session_id, code = "1", cell_index = -1, timeout = -3 })
+  T.contains(raw.evalue, "edit_cell: content.timeout must be a positive number of seconds, got -3")
+  T.eq(s:exec("3 + 3").text, "6\n", "the session goes on")
   stop_servers()
 end)
 

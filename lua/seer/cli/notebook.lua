@@ -1195,6 +1195,20 @@ local function check_alive(self, req, s)
   return true
 end
 
+-- content.timeout (seconds, > 0) and content.max_output (characters, >= 0) of an execute or
+-- edit_cell request: the numbers, or nil and why. A string, a negative number or one that is
+-- not finite is refused rather than read as "no timeout" or "show nothing".
+local function cell_numbers(c, op)
+  local t, m = c.timeout, c.max_output
+  if t ~= nil and not (type(t) == "number" and t > 0 and t < math.huge) then
+    return nil, nil, ("%s: content.timeout must be a positive number of seconds, got %s"):format(op, tostring(t))
+  end
+  if m ~= nil and not (type(m) == "number" and m >= 0 and m < 2 ^ 53 and m == math.floor(m)) then
+    return nil, nil, ("%s: content.max_output must be a whole number of characters >= 0, got %s"):format(op, tostring(m))
+  end
+  return t, m
+end
+
 -- The limits of one request: the server's, or lower ones the request asks for (content.limits);
 -- a request cannot raise them (a sandbox-bound client is the agent's). nil and why when bad.
 function Server:request_limits(c)
@@ -1219,8 +1233,10 @@ function handlers.execute(self, req)
   if type(c.code) ~= "string" then return self:reply_error(req, "ValueError", "execute: content.code must be a string") end
   local limits, why = self:request_limits(c)
   if not limits then return self:reply_error(req, "ValueError", "execute: " .. why) end
-  local e = { code = c.code, hidden = c.hidden and true or false, req = req, timeout = tonumber(c.timeout),
-              max_output = tonumber(c.max_output), stream = c.stream and true or false, limits = limits }
+  local timeout, max_output, bad = cell_numbers(c, "execute")
+  if bad then return self:reply_error(req, "ValueError", bad) end
+  local e = { code = c.code, hidden = c.hidden and true or false, req = req, timeout = timeout,
+              max_output = max_output, stream = c.stream and true or false, limits = limits }
   if not e.hidden then e.cell = s.nb:add_code(c.code) end
   if c.init then s.init[#s.init + 1] = c.code end
   self:enqueue(s, e)
@@ -1240,10 +1256,12 @@ function handlers.edit_cell(self, req)
   if type(c.code) ~= "string" then return self:reply_error(req, "ValueError", "edit_cell: content.code must be a string") end
   local limits, why = self:request_limits(c)
   if not limits then return self:reply_error(req, "ValueError", "edit_cell: " .. why) end
+  local timeout, max_output, bad = cell_numbers(c, "edit_cell")
+  if bad then return self:reply_error(req, "ValueError", bad) end
   s.nb:reset_cell(cell, c.code)
   cell.metadata.seer_truncated = nil
   s.nb:touch(cell)
-  self:enqueue(s, { code = c.code, cell = cell, req = req, timeout = tonumber(c.timeout), max_output = tonumber(c.max_output),
+  self:enqueue(s, { code = c.code, cell = cell, req = req, timeout = timeout, max_output = max_output,
                     stream = c.stream and true or false, limits = limits })
 end
 
