@@ -125,7 +125,8 @@ static void read_rlimits(lua_State *L, int t, seer_sandbox_rlimits_t *r) {
         if (!lua_isnil(L, -1)) {
             double c = lua_type(L, -1) == LUA_TNUMBER ? lua_tonumber(L, -1) : -1;
             if (!(c >= 0 && c <= 9007199254740992.0))
-                luaL_error(L, "seer.core.sandbox: 'cpu_seconds' must be a finite number >= 0, got %s", luaL_typename(L, -1));
+                luaL_error(L, "seer.core.sandbox: 'cpu_seconds' must be a finite number >= 0, got %s",
+                           lua_type(L, -1) == LUA_TNUMBER ? lua_tostring(L, -1) : luaL_typename(L, -1));
             r->cpu_seconds = (long)ceil(c);
         }
         lua_pop(L, 1);

@@ -81,7 +81,7 @@ T.test("core: process ids, signals and limits from Lua are checked before they r
   T.raises(function() sb.spawn{ argv = { "/bin/true" }, rlimits = { open_files = 0 / 0 } } end,
     "'open_files' must be a whole number >= 0, got nan", true)
   T.raises(function() sb.spawn{ argv = { "/bin/true" }, rlimits = { cpu_seconds = -1 } } end,
-    "'cpu_seconds' must be a finite number >= 0", true)
+    "'cpu_seconds' must be a finite number >= 0, got -1", true)
   -- a fractional CPU limit is rounded up, never down to 0 ("no limit"): a busy loop under 0.5 s
   -- of CPU time is stopped (SIGXCPU, then SIGKILL a second later)
   local p = assert(sb.spawn{ argv = { "/bin/sh", "-c", "while :; do :; done" }, rlimits = { cpu_seconds = 0.5 } })
