@@ -602,8 +602,8 @@ function Model:generate_batch(prompts, opts)
       if k == "hooks" then extra = compile_hooks(self, v, ("%s: per_sequence[%d].hooks"):format(where, i), 3)
       else o[k] = v end
     end
-    local ok, _, ids = pcall(validate, self, prompts[i], o, ("%s: prompt %d"):format(where, i), 1)
-    if not ok then fail(_, 2) end
+    local ok, err_or_opts, ids = pcall(validate, self, prompts[i], o, ("%s: prompt %d"):format(where, i), 1)
+    if not ok then fail(err_or_opts, 2) end
     plan[i] = { o = o, extra = extra, ids = ids }
   end
   local function make(i)
