@@ -125,7 +125,7 @@ function M.request(opts)
   local method = opts.method and opts.method:upper() or (body and "POST" or "GET")
   local timeout = opts.timeout == nil and 60 or opts.timeout
   local retries = opts.retries == nil and 2 or opts.retries
-  if type(retries) ~= "number" or retries < 0 or retries > 20 then error("seer.http.request: retries must be 0..20", 2) end
+  if type(retries) ~= "number" or not (retries >= 0 and retries <= 20) then error("seer.http.request: retries must be 0..20", 2) end
   local wait = opts.backoff or 0.5
   local received = false
   local on_chunk

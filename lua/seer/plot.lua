@@ -460,7 +460,7 @@ local function parse_color(arg, c)
   elseif type(c) == "table" and #c == 3 then
     local ok = true
     for k = 1, 3 do
-      if type(c[k]) ~= "number" or c[k] < 0 or c[k] > 255 then ok = false end
+      if type(c[k]) ~= "number" or not (c[k] >= 0 and c[k] <= 255) then ok = false end -- NaN fails too
     end
     if ok then return { floor(c[1] + 0.5), floor(c[2] + 0.5), floor(c[3] + 0.5) } end
   end
@@ -963,7 +963,7 @@ end
 function M.line(opts)
   return xy_chart("line", opts, { "linewidth", "markers" }, function(m, s, X, Y)
     local lw = opts.linewidth or 2
-    if type(lw) ~= "number" or lw <= 0 or lw > 20 then fail("linewidth must be a number of pixels in (0, 20] (got %s)", describe(lw)) end
+    if type(lw) ~= "number" or not (lw > 0 and lw <= 20) then fail("linewidth must be a number of pixels in (0, 20] (got %s)", describe(lw)) end
     local hw = lw / 2
     local markers = opts.markers
     if markers == nil then markers = s.n <= 30 end
@@ -990,7 +990,7 @@ end
 function M.scatter(opts)
   return xy_chart("scatter", opts, { "size" }, function(m, s, X, Y)
     local r = opts.size or 3
-    if type(r) ~= "number" or r <= 0 or r > 50 then fail("size must be a marker radius in pixels in (0, 50] (got %s)", describe(r)) end
+    if type(r) ~= "number" or not (r > 0 and r <= 50) then fail("size must be a marker radius in pixels in (0, 50] (got %s)", describe(r)) end
     for i = 1, s.n do
       if finite(s.x[i]) and finite(s.y[i]) then mask_disc(m, X(s.x[i]), Y(s.y[i]), r) end
     end

@@ -66,6 +66,7 @@ T.test("timeouts: a slow server and a stalled body end within the timeout", func
   start()
   local t0 = process.now_ms()
   T.raises(function() http.get(base .. "/slow/5", { timeout = 0.5, retries = 0 }) end, "timed out", true)
+  T.raises(function() http.get(base .. "/slow/5", { retries = 0 / 0 }) end, "retries must be 0..20", true) -- NaN used to mean no retries, silently
   T.raises(function() http.get(base .. "/stall", { timeout = 0.5, retries = 0 }) end, "raise timeout if the server is slow", true)
   T.ok(process.now_ms() - t0 < 3000, "the timeouts took " .. (process.now_ms() - t0) .. " ms")
   T.eq(http.get(base .. "/slow/0.1", { timeout = 5 }):json().slept, 0.1)

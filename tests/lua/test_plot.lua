@@ -173,6 +173,10 @@ T.test("plot.line: NaN and inf points are skipped with a note", function()
   -- a non-finite x counts too, and is named as x
   T.eq(plot.scatter { x = { 1, 0 / 0, 3 }, y = { 1, 2, 3 } }.notes, { "1 non-finite point skipped (x[2])" })
   T.raises(function() plot.line { y = { 0 / 0, math.huge } } end, "y has no finite values", true)
+  -- NaN fails every comparison, so a range check written as `x < lo or x > hi` let it through
+  T.raises(function() plot.line { y = { 1, 2 }, linewidth = 0 / 0 } end, "linewidth must be a number of pixels in (0, 20] (got the number (nan))", true)
+  T.raises(function() plot.scatter { y = { 1, 2 }, size = 0 / 0 } end, "size must be a marker radius in pixels in (0, 50]", true)
+  T.raises(function() plot.line { y = { 1, 2 }, color = { 0 / 0, 0, 0 } } end, "color must be \"#rrggbb\" or {r, g, b} with components 0-255", true)
 end)
 
 T.test("plot.scatter: dots where the points are", function()
