@@ -424,7 +424,8 @@ static int serve_fast(lua_State *L, void *sock, const seer_net_key_t *key, ch_ud
     }
     double timeout = c->default_timeout_ms;
     if (tmo.p) {
-        if (!read_scalar(tmo, &st) || st.kind != SC_NUMBER) return 0;
+        /* out of range: the Lua path answers bad_request (a cast of 1e300 is undefined) */
+        if (!read_scalar(tmo, &st) || st.kind != SC_NUMBER || !(st.num >= 0 && st.num <= 1e15)) return 0;
         timeout = st.num;
     }
     /* the function: an exposed one, else Lua answers not_found */

@@ -248,6 +248,12 @@ T.test("rpc: signed but absurd requests get an error and the server goes on (iss
     { '{"fn":"echo","args":[{"$bytes":0.5}]}', "index", { "abcd" } },
     { '{"fn":"echo","args":[{"$bytes":99}]}', "binary frame 99", { "abcd" } },
     { '{"fn":"add","kwargs":[1,2]}', nil },
+    -- a deadline C would cast to an integer: 1e300 is undefined behaviour there (the C fast path
+    -- hands it to Lua, which answers bad_request), and a string or a negative number is no deadline
+    { '{"fn":"add","args":[1,2],"timeout_ms":1e300}', "timeout_ms must be a number of milliseconds from 0 (none) to 1e15" },
+    { '{"fn":"add","args":[1,2],"timeout_ms":-5}', "timeout_ms must be a number of milliseconds" },
+    { '{"fn":"add","args":[1,2],"timeout_ms":"500"}', "got 500" },
+    { '{"fn":"add","kwargs":{"a":1,"b":2},"timeout_ms":1e300}', "timeout_ms must be a number of milliseconds" },
   }
   for _, case in ipairs(cases) do
     local r = ask(case[1], case[3])

@@ -275,7 +275,13 @@ local function run_call(state, id, content, bufs)
   end
   local ok, list, n = pcall(decode_args, entry, content, bufs)
   if not ok then return fail(id, "bad_request", ("%s: %s"):format(name, tostring(list))) end
-  local timeout = tonumber(content.timeout_ms) or state.timeout_ms
+  local timeout = state.timeout_ms
+  if content.timeout_ms ~= nil then
+    timeout = content.timeout_ms
+    if type(timeout) ~= "number" or not (timeout >= 0 and timeout <= 1e15) then
+      return fail(id, "bad_request", ("%s: timeout_ms must be a number of milliseconds from 0 (none) to 1e15, got %s"):format(name, tostring(timeout)))
+    end
+  end
   local t0 = now()
   if wd and wd:begin(id, timeout or 0) == "cancelled" then return cancelled_before_start(id, name) end
   local res = pack(xpcall(entry.fn, remote_traceback, unpack(list, 1, n)))
