@@ -82,7 +82,7 @@ static int l_pool_run(lua_State *L) {
     pool_ud *u = check_pool(L);
     double t = luaL_optnumber(L, 2, 0.1);
     int fd = (int)seer_lua_optint(L, 3, -1, -1, INT32_MAX, "file descriptor");
-    if (t < 0) t = 0;
+    if (!(t >= 0)) t = 0; /* NaN too: it is cast to milliseconds below */
     if (t > 3600) t = 3600;
     seer_err_t err;
     seer_err_clear(&err);

@@ -56,14 +56,14 @@ static int l_socket(lua_State *L) {
         lua_getfield(L, 3, "rcvhwm");
         rcvhwm = lua_isnil(L, -1) ? 0 : luaL_checknumber(L, -1);
         lua_pop(L, 1);
-        if (rcvhwm < 0 || rcvhwm > 1e6) return luaL_error(L, "net.socket: rcvhwm must be 0..1000000");
+        if (!(rcvhwm >= 0 && rcvhwm <= 1e6)) return luaL_error(L, "net.socket: rcvhwm must be 0..1000000"); /* NaN too */
         lua_getfield(L, 3, "max_bytes");
         max_bytes = lua_isnil(L, -1) ? 0 : luaL_checknumber(L, -1);
         lua_getfield(L, 3, "max_frames");
         max_frames = lua_isnil(L, -1) ? 0 : luaL_checknumber(L, -1);
         lua_pop(L, 2);
-        if (max_bytes < 0 || max_bytes > (lua_Number)SEER_NET_MAX_BYTES || max_frames < 0 ||
-            max_frames > SEER_NET_MAX_FRAMES)
+        if (!(max_bytes >= 0 && max_bytes <= (lua_Number)SEER_NET_MAX_BYTES && max_frames >= 0 &&
+              max_frames <= SEER_NET_MAX_FRAMES)) /* NaN fails too: it would be cast below */
             return luaL_error(L, "net.socket: max_bytes must be 0..%d and max_frames 0..%d", (int)SEER_NET_MAX_BYTES,
                               SEER_NET_MAX_FRAMES);
     }
