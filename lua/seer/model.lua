@@ -221,21 +221,7 @@ function M.config_fields(model_type) return core.config_fields(model_type) end
 ---@return string? why
 function M.devices() return core.devices() end
 
--- A list argument without holes or other keys: an entry left out by a hole would be dropped
--- without a word (ipairs and # stop there). Returns its length.
-local function check_list(where, list, what, level)
-  local count = 0
-  for k in pairs(list) do
-    if type(k) ~= "number" or k < 1 or k ~= math.floor(k) then
-      fail(("%s: %ss must be a list; it has a key %s"):format(where, what, tostring(k)), level + 1)
-    end
-    if k > count then count = k end
-  end
-  for i = 1, count do
-    if list[i] == nil then fail(("%s: %s %d is missing (the list has a hole before %s %d)"):format(where, what, i, what, count), level + 1) end
-  end
-  return count
-end
+local check_list = require("seer.checks").list -- (where, list, what, level): no holes
 
 local function to_ids(self, input, where)
   if type(input) == "string" then

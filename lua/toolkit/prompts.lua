@@ -155,24 +155,13 @@ function M.need(model, method, where)
   end
 end
 
----Checks that `list` is a list without holes (only keys 1..n, none missing): ipairs and # stop
----at a hole, so what follows it would be dropped without a word. Raises "<where>: <what> 2 is
----missing (the list has a hole before <what> 3)" at the caller's caller.
+---Checks that `list` is a list without holes (seer.checks.list), raising at the caller's caller.
 ---@param where string
 ---@param list table
 ---@param what string what one entry is called ("conversation", "input")
 ---@return integer n the list's length
 function M.check_list(where, list, what)
-  local n = 0
-  for k in pairs(list) do
-    if type(k) ~= "number" or k < 1 or k ~= math.floor(k) then
-      error(("%s: %ss must be a list; it has a key %s"):format(where, what, tostring(k)), 3)
-    end
-    if k > n then n = k end
-  end
-  for i = 1, n do
-    if list[i] == nil then error(("%s: %s %d is missing (the list has a hole before %s %d)"):format(where, what, i, what, n), 3) end
-  end
+  local n = require("seer.checks").list(where, list, what, 3) -- not a tail call: the level counts this frame
   return n
 end
 

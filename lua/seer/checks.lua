@@ -1,0 +1,28 @@
+--- seer.checks: argument checks shared by seer's modules and the toolkit.
+local M = {}
+
+---Checks that `list` is a list without holes (only keys 1..n, none missing): ipairs and # stop
+---at a hole, so what follows it would be dropped without a word. Raises "<where>: <what> 2 is
+---missing (the list has a hole before <what> 3)", or "<where>: <what>s must be a list; it has a
+---key x", at `level` as error() counts it from the caller (1: the caller itself).
+---@param where string
+---@param list table
+---@param what string what one entry is called ("prompt", "sequence", "input")
+---@param level? integer default 1
+---@return integer n the list's length
+function M.list(where, list, what, level)
+  level = (level or 1) + 1
+  local n = 0
+  for k in pairs(list) do
+    if type(k) ~= "number" or k < 1 or k ~= math.floor(k) then
+      error(("%s: %ss must be a list; it has a key %s"):format(where, what, tostring(k)), level)
+    end
+    if k > n then n = k end
+  end
+  for i = 1, n do
+    if list[i] == nil then error(("%s: %s %d is missing (the list has a hole before %s %d)"):format(where, what, i, what, n), level) end
+  end
+  return n
+end
+
+return M
