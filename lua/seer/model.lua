@@ -255,7 +255,7 @@ function Model:_forward(ids, opts, per_seq)
     return self._c:forward(to_ids(self, ids, "forward"), true, hooks)
   end
   if type(ids) == "table" and type(ids[1]) == "table" then
-    check_list("forward", ids, "sequence", 3)
+    check_list("forward", ids, "sequence", 2) -- forward tail-calls _forward, so its caller is one level up
     local T = require "seer.tensor"
     local longest = 0
     local seqs, where, per = {}, {}, {}
