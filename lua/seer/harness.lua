@@ -170,6 +170,14 @@ local function check_opts(opts, fname)
       error(("harness.%s: option '%s' must be more than 0 (got %s)"):format(fname, k, tostring(opts[k])), 4)
     end
   end
+  -- counts are whole numbers: a fractional max_tokens reached the provider as 2.5 tokens (a 400
+  -- there, after the agent had started), a fractional max_turns was a limit nobody wrote
+  for _, k in ipairs({ "max_turns", "max_tokens", "token_limit", "max_retries" }) do
+    local v = opts[k]
+    if v ~= nil and not (v >= 0 and v <= 2^53 and v == math.floor(v)) then
+      error(("harness.%s: option '%s' must be a whole number (got %s)"):format(fname, k, tostring(v)), 4)
+    end
+  end
   if opts.replay ~= nil and type(opts.replay) ~= "string" and type(opts.replay) ~= "table" then
     error(("harness.%s: option 'replay' must be a transcript path or a list of events"):format(fname), 4)
   end
