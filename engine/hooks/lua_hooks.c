@@ -86,7 +86,8 @@ static int l_scale(lua_State *L) {
             lua_rawgeti(L, 2, i);
             lua_Number h = lua_tonumber(L, -1);
             if (!lua_isnumber(L, -1) || !(h >= 0 && h <= 65535) || h != floor(h))
-                return luaL_error(L, "scale: heads must be 0-based integers; entry %d is %s", i, luaL_typename(L, -1));
+                return lua_isnumber(L, -1) ? luaL_error(L, "scale: heads must be 0-based integers; entry %d is %.17g", i, (double)h)
+                                           : luaL_error(L, "scale: heads must be 0-based integers; entry %d is %s", i, luaL_typename(L, -1));
             heads[nh++] = (int)h;
             lua_pop(L, 1);
         }
@@ -225,6 +226,7 @@ static int64_t *int_list(lua_State *L, int idx, const char *what, int *n) {
         lua_Number x = lua_tonumber(L, -1);
         if (!lua_isnumber(L, -1) || !(x >= -9007199254740992.0 && x <= 9007199254740992.0) || x != floor(x)) {
             free(v);
+            if (lua_isnumber(L, -1)) luaL_error(L, "%s: entry %d must be an integer position (at most 2^53 in size), got %.17g", what, i, (double)x);
             luaL_error(L, "%s: entry %d must be an integer position, got %s", what, i, luaL_typename(L, -1));
         }
         v[i - 1] = (int64_t)x;

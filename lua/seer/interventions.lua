@@ -30,10 +30,12 @@ local M = {}
 ---@alias seer.PositionOpts {positions?: integer[], from?: integer, to?: integer, only_prompt?: boolean}
 
 local function fail(msg) error(msg, 3) end
+-- from a checker called by a constructor: the error names the line that called the constructor
+local function fail_up(msg) error(msg, 4) end
 
 local function check_opts(where, opts, extra)
   if opts == nil then return {} end
-  if type(opts) ~= "table" then fail(("%s: options must be a table, got %s"):format(where, type(opts))) end
+  if type(opts) ~= "table" then fail_up(("%s: options must be a table, got %s"):format(where, type(opts))) end
   local valid = { positions = "table", from = "number", to = "number", only_prompt = "boolean" }
   for k, v in pairs(extra or {}) do valid[k] = v end
   for k, v in pairs(opts) do
@@ -41,21 +43,50 @@ local function check_opts(where, opts, extra)
       local names = {}
       for n in pairs(valid) do names[#names + 1] = n end
       table.sort(names)
-      fail(("%s: unknown option '%s'; valid options: %s"):format(where, tostring(k), table.concat(names, ", ")))
+      fail_up(("%s: unknown option '%s'; valid options: %s"):format(where, tostring(k), table.concat(names, ", ")))
     end
-    if type(v) ~= valid[k] then fail(("%s: option '%s' must be a %s, got %s"):format(where, k, valid[k], type(v))) end
+    if type(v) ~= valid[k] then fail_up(("%s: option '%s' must be a %s, got %s"):format(where, k, valid[k], type(v))) end
   end
   for _, k in ipairs({ "from", "to" }) do
-    if opts[k] and opts[k] ~= math.floor(opts[k]) then fail(("%s: %s must be an integer position"):format(where, k)) end
+    if opts[k] and (opts[k] ~= math.floor(opts[k]) or not (math.abs(opts[k]) <= 2^53)) then
+      fail_up(("%s: %s must be an integer position, got %s"):format(where, k, tostring(opts[k])))
+    end
+  end
+  -- a range that can select no position is a mistake, not a no-op intervention: from/to of the
+  -- same sign compare directly (negative ones count from the prompt's end); to = 0 ends before
+  -- the first token
+  local from, to = opts.from, opts.to
+  if to == 0 then
+    fail_up(("%s: to = 0 selects no position (to is the exclusive end; 0 is the first token)"):format(where))
+  end
+  if from and to and (from >= 0) == (to >= 0) and to <= from then
+    fail_up(("%s: to (%s) must be past from (%s): the range selects no position"):format(where, tostring(to), tostring(from)))
   end
   if opts.positions then
-    for i, p in ipairs(opts.positions) do
-      if type(p) ~= "number" or p ~= math.floor(p) then
-        fail(("%s: positions[%d] must be an integer position, got %s"):format(where, i, tostring(p)))
+    for i, p in pairs(opts.positions) do
+      if type(i) ~= "number" or i < 1 or i > #opts.positions or i ~= math.floor(i) then
+        fail_up(("%s: positions must be a list (it has the key %s)"):format(where, tostring(i)))
+      end
+      if type(p) ~= "number" or p ~= math.floor(p) or not (math.abs(p) <= 2^53) then
+        fail_up(("%s: positions[%d] must be an integer position, got %s"):format(where, i, tostring(p)))
       end
     end
   end
   return opts
+end
+
+-- heads: a list of 0-based head indices (checked here so the message names the caller; the C
+-- constructor checks again for callers of seer.core.hooks)
+local function check_heads(where, heads)
+  for i, h in pairs(heads) do
+    if type(i) ~= "number" or i < 1 or i > #heads or i ~= math.floor(i) then
+      fail_up(("%s: heads must be a list of 0-based head indices (it has the key %s)"):format(where, tostring(i)))
+    end
+    if type(h) ~= "number" or h ~= math.floor(h) or not (h >= 0 and h <= 65535) then
+      fail_up(("%s: heads[%d] must be a 0-based head index, got %s"):format(where, i, tostring(h)))
+    end
+  end
+  if #heads > 256 then fail_up(("%s: at most 256 heads (got %d)"):format(where, #heads)) end
 end
 
 local function with_filter(iv, opts)
@@ -68,11 +99,11 @@ end
 local function vector(where, v)
   if type(v) == "table" and not T.is_tensor(v) then
     local ok, t = pcall(T.from, v)
-    if not ok then fail(where .. ": " .. tostring(t)) end
+    if not ok then fail_up(where .. ": " .. tostring(t)) end
     v = t
   end
-  if not T.is_tensor(v) then fail(("%s: expected a tensor or a list of numbers, got %s"):format(where, type(v))) end
-  if v:dim() ~= 1 then fail(("%s: expected a 1-d vector, got a %d-d tensor"):format(where, v:dim())) end
+  if not T.is_tensor(v) then fail_up(("%s: expected a tensor or a list of numbers, got %s"):format(where, type(v))) end
+  if v:dim() ~= 1 then fail_up(("%s: expected a 1-d vector, got a %d-d tensor"):format(where, v:dim())) end
   return v
 end
 
@@ -104,6 +135,7 @@ end
 function M.scale(factor, opts)
   if type(factor) ~= "number" then fail("scale: the factor must be a number, got " .. type(factor)) end
   opts = check_opts("scale", opts, { heads = "table" })
+  if opts.heads then check_heads("scale", opts.heads) end
   return with_filter(H.scale(factor, opts.heads), opts)
 end
 
@@ -113,6 +145,7 @@ end
 ---@return seer.Intervention
 function M.zero_heads(heads, opts)
   if type(heads) ~= "table" then fail("zero_heads: expected a list of 0-based head indices, got " .. type(heads)) end
+  check_heads("zero_heads", heads)
   opts = check_opts("zero_heads", opts)
   return with_filter(H.scale(0, heads), opts)
 end

@@ -27,6 +27,9 @@ local function fail(msg, level) error(msg, (level or 1) + 1) end
 local function check_opts(where, opts, valid)
   if opts == nil then return {} end
   if type(opts) ~= "table" then fail(("%s: options must be a table, got %s"):format(where, type(opts)), 3) end
+  if valid.fwd_hooks and opts[1] ~= nil and opts.fwd_hooks == nil then
+    fail(("%s: the hooks go in fwd_hooks: %s(input, { fwd_hooks = { { name, hook }, ... } })"):format(where, where), 3)
+  end
   for k in pairs(opts) do
     if valid[k] == nil then
       local names = {}

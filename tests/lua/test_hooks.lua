@@ -218,9 +218,27 @@ T.test("bad hooks give errors that say what to write", function()
   T.raises(function() model:run_with_hooks(ids, { fwd_hooks = { { "blocks.1.attn.hook_z", I.zero_heads({ 8 }) } } }) end,
     "head 8 does not exist")
   T.raises(function() model:run_with_hooks(ids, { fwd_hooks = { { "blocks.1.hook_resid_post", 3 } } }) end, "a hook must be a function")
+  T.raises(function() model:run_with_hooks(ids, { { "blocks.1.hook_resid_post", I.scale(2) } }) end,
+           "run_with_hooks: the hooks go in fwd_hooks: run_with_hooks%(input, { fwd_hooks = ")
   T.raises(function() I.ablate(tensor.zeros(64)) end, "zero vector")
   T.raises(function() I.add(tensor.zeros(64), { strenght = 2 }) end, "unknown option 'strenght'")
   T.raises(function() I.add({ 1, 2, 0 / 0 }) end, "must be finite")
+  -- ranges that select nothing, positions and heads that are not indices: refused where written
+  local here = "test_hooks%.lua:%d+: "
+  T.raises(function() I.add(tensor.ones(64), { from = 3, to = 1 }) end, here .. "add: to %(1%) must be past from %(3%)")
+  T.raises(function() I.capture({ from = -1, to = -4 }) end, "capture: to %(%-4%) must be past from %(%-1%)")
+  T.raises(function() I.scale(2, { to = 0 }) end, "scale: to = 0 selects no position")
+  T.raises(function() I.add(tensor.ones(64), { from = 2^60 }) end, here .. "add: from must be an integer position, got")
+  T.raises(function() I.ablate(tensor.ones(64), { positions = { 1, 2^62 } }) end, "ablate: positions%[2%] must be an integer position, got 4.61")
+  T.raises(function() I.add(tensor.ones(64), { positions = { [1] = 0, [3] = 2 } }) end, "positions must be a list %(it has the key 3%)")
+  T.raises(function() I.zero_heads({ 0, 1.5 }) end, here .. "zero_heads: heads%[2%] must be a 0%-based head index, got 1.5")
+  T.raises(function() I.scale(0, { heads = { -1 } }) end, "scale: heads%[1%] must be a 0%-based head index, got %-1")
+  -- a mixed-sign range depends on the prompt's length and is taken: the last two prompt positions
+  -- and everything after (from = -2, to = 100) changes exactly positions n-2 and n-1 here
+  local base = model:forward(ids)
+  local got = model:run_with_hooks(ids, { fwd_hooks = { { "blocks.0.hook_resid_post", I.add(tensor.ones(64), { from = -2, to = 100 }) } } })
+  T.eq(maxdiff(got:narrow(1, 1, n - 2), base:narrow(1, 1, n - 2)), 0)
+  T.ok(maxdiff(got:narrow(1, n - 1, 2), base:narrow(1, n - 1, 2)) > 0)
   T.raises(function() model:run_with_cache(ids, { names = "blocks.1.hook_resid_post", positions = { 50 } }) end, "nothing was captured")
 end)
 
