@@ -52,13 +52,24 @@ end
 ---@return number eigenvalue the variance along pc (sum of squares / n)
 function M.principal_component(diffs, opts)
   opts = opts or {}
+  if type(opts) ~= "table" then error("principal_component: options must be a table, got " .. type(opts), 2) end
   if not tensor.is_tensor(diffs) or diffs:dim() ~= 2 then error("principal_component: diffs must be a [n, d] tensor", 2) end
+  local it, tl = opts.iterations, opts.tolerance
+  if it ~= nil and not (type(it) == "number" and it == math.floor(it) and it >= 1 and it <= 2^31) then
+    error("principal_component: iterations must be a whole number from 1, got " .. tostring(it), 2)
+  end
+  if tl ~= nil and not (type(tl) == "number" and tl >= 0 and tl < math.huge) then
+    error("principal_component: tolerance must be a finite number >= 0, got " .. tostring(tl), 2)
+  end
   local n, d = diffs:size(1), diffs:size(2)
+  if n < 1 then error("principal_component: diffs has no rows", 2) end
   local mean = diffs:mean(1)
   local X = diffs:float()
   if opts.center ~= false then X = X - mean end
   local total = (X * X):sum() / n
-  if total <= 0 or total ~= total then return tensor.zeros(d), 0, 0 end
+  -- NaN or infinity in the rows is an error (it was a zero vector, read as "no variance")
+  if not (total < math.huge) then error("principal_component: diffs hold NaN or infinite values", 2) end
+  if total <= 0 then return tensor.zeros(d), 0, 0 end
   -- A start vector with a component along almost any direction: the mean plus a fixed
   -- irrational-stepped pattern (deterministic, so results are reproducible).
   local start = {}

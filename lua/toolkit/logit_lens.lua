@@ -36,9 +36,16 @@ function M.logit_lens(model, tokenizer, input, opts)
   local ids = P.encode(model, tok, input)
   local row = P.row(opts.position or -1, #ids, where)
   local k = opts.k or 5
+  if not (type(k) == "number" and k == math.floor(k) and k >= 1 and k <= 2^31) then
+    error(where .. ": k must be a whole number from 1 (the top tokens per layer), got " .. tostring(k), 2)
+  end
   local point = opts.point or "hook_resid_post"
+  if type(point) ~= "string" then error(where .. ": point must be a hook point name such as \"hook_resid_post\", got " .. type(point), 2) end
   local layers = {}
-  if opts.layers then
+  if opts.layers ~= nil then
+    if type(opts.layers) ~= "table" or #opts.layers == 0 then
+      error(where .. ": layers must be a non-empty list of 0-based layers (leave it out for every layer)", 2)
+    end
     for i, l in ipairs(opts.layers) do layers[i] = P.layer(model, l, where) end
   else
     for l = 0, model.config.num_hidden_layers - 1 do layers[#layers + 1] = l end

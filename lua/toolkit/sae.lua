@@ -106,11 +106,31 @@ function M.train(x, opts)
   opts = opts or {}
   x = check_acts(x, "sae.train")
   local n, d = x:size(1), x:size(2)
+  if type(opts) ~= "table" then error("sae.train: options must be a table, got " .. type(opts), 2) end
+  -- every option checked by name before any work: a NaN learning rate or l1 trained an SAE of
+  -- NaNs without a word, a fractional feature count failed deep inside randn
+  local function whole(k, lo)
+    local v = opts[k]
+    if v ~= nil and not (type(v) == "number" and v == math.floor(v) and v >= lo and v <= 2^31) then
+      error(("sae.train: option '%s' must be a whole number from %d, got %s"):format(k, lo, tostring(v)), 3)
+    end
+  end
+  local function real(k, lo, strict)
+    local v = opts[k]
+    if v ~= nil and not (type(v) == "number" and v < math.huge and (v > lo or (not strict and v == lo))) then
+      error(("sae.train: option '%s' must be a finite number %s %s, got %s"):format(k, strict and ">" or ">=", lo, tostring(v)), 3)
+    end
+  end
+  whole("features", 1); whole("steps", 1); whole("batch", 1); whole("seed", 0)
+  real("lr", 0, true); real("l1", 0, false)
+  if opts.on_step ~= nil and type(opts.on_step) ~= "function" then error("sae.train: option 'on_step' must be a function", 2) end
+  if n < 1 then error("sae.train: the activations have no rows", 2) end
+  local total = x:abs():sum()
+  if not (total < math.huge) then error("sae.train: the activations hold NaN or infinite values", 2) end
   local m = opts.features or 4 * d
   local l1, steps, lr = opts.l1 or 1, opts.steps or 400, opts.lr or 1e-2
   local batch = math.min(opts.batch or 256, n)
   local seed = opts.seed or 0
-  if m < 1 or steps < 1 or lr <= 0 or l1 < 0 then error("sae.train: features, steps and lr must be positive, l1 >= 0", 2) end
   -- Train on activations scaled to a mean row norm of sqrt(d) (as SAELens does), so the l1
   -- default fits any model; the scale is folded back into the weights at the end.
   local scale = x:norm(2, 2):mean() / math.sqrt(d)
@@ -161,7 +181,14 @@ end
 ---The features whose mean activation differs most between activations a [n1, d] and b [n2, d]:
 ---a list of {feature (0-based), mean_a, mean_b, delta = mean_b - mean_a, freq_a, freq_b}
 ---sorted by |delta|, the k largest.
+local function check_k(where, k)
+  if k ~= nil and not (type(k) == "number" and k == math.floor(k) and k >= 1 and k <= 2^31) then
+    error(("%s: k must be a whole number from 1, got %s"):format(where, tostring(k)), 3)
+  end
+end
+
 function M.diff(sae, a, b, k)
+  check_k("sae.diff", k)
   local za, zb = sae:encode(a), sae:encode(b)
   local ma, mb = za:mean(1), zb:mean(1)
   local fa, fb = za:gt(0):float():mean(1), zb:gt(0):float():mean(1)
@@ -176,6 +203,10 @@ end
 
 ---The rows of x (with their labels, e.g. tokens) on which a feature fires most: {label, value}.
 function M.top_activations(sae, x, labels, feature, k)
+  check_k("sae.top_activations", k)
+  if not (type(feature) == "number" and feature == math.floor(feature) and feature >= 0 and feature < sae.m) then
+    error(("sae.top_activations: feature must be a 0-based feature index from 0 to %d, got %s"):format(sae.m - 1, tostring(feature)), 2)
+  end
   local z = sae:encode(x):select(2, feature + 1)
   local vals, idx = z:topk(math.min(k or 5, z:size(1)))
   local out = {}

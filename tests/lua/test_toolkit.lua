@@ -316,6 +316,12 @@ T.test("principal_component finds a planted direction, unit norm, sign along the
   local z, ez = C.principal_component(tensor.zeros(5, d))
   T.eq(z:norm(), 0)
   T.eq(ez, 0)
+  -- NaN or infinity is an error, not "no variance"; options checked
+  local bad = tensor.zeros(5, d)
+  bad[2][3] = 0 / 0
+  T.raises(function() C.principal_component(bad) end, "diffs hold NaN or infinite values")
+  T.raises(function() C.principal_component(diffs, { iterations = 0 }) end, "iterations must be a whole number from 1, got 0")
+  T.raises(function() C.principal_component(diffs, { tolerance = -1 }) end, "tolerance must be a finite number >= 0")
 end)
 
 T.test("first_principal_component on the model: unit norm, along the mean difference; ~0 for identical sets", function()
@@ -552,6 +558,9 @@ T.test("logit_lens at the last layer is the model's own top-k; per layer rows in
   local _, t2 = logits:select(1, 3):softmax():topk(3)
   T.eq(two[1].ids, t2:totable())
   T.ne(rows[1].ids, rows[5].ids, "early layers predict something else")
+  T.raises(function() LL.logit_lens(model, nil, ids, { k = 0 }) end, "logit_lens: k must be a whole number from 1")
+  T.raises(function() LL.logit_lens(model, nil, ids, { k = 2.5 }) end, "got 2.5")
+  T.raises(function() LL.logit_lens(model, nil, ids, { layers = {} }) end, "layers must be a non%-empty list")
 end)
 
 T.test("logit_lens at the last layer is the model's own top-k on every parity architecture", function()
