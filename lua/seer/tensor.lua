@@ -325,8 +325,19 @@ end
 ---@return seer.Tensor
 function M.stack(list, dim)
   dim = dim or 1
+  if type(list) ~= "table" then error("stack: expected a non-empty list of tensors, got " .. type(list), 2) end
+  if require("seer.checks").list("stack", list, "tensor", 2) == 0 then error("stack: expected a non-empty list of tensors", 2) end
+  local first = list[1]
+  if not M.is_tensor(first) then error("stack: element 1 is a " .. type(first) .. ", not a tensor", 2) end
+  local shape = table.concat(first:size(), ",")
   local u = {}
-  for i, t in ipairs(list) do u[i] = t:unsqueeze(dim) end
+  for i, t in ipairs(list) do
+    if not M.is_tensor(t) then error(("stack: element %d is a %s, not a tensor"):format(i, type(t)), 2) end
+    -- stacked tensors must have one shape (cat's message would name the unsqueezed shapes)
+    local sh = table.concat(t:size(), ",")
+    if sh ~= shape then error(("stack: tensor %d has shape [%s], tensor 1 [%s]; stacked tensors need the same shape"):format(i, sh, shape), 2) end
+    u[i] = t:unsqueeze(dim)
+  end
   return M.cat(u, dim)
 end
 
