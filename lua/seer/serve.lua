@@ -172,6 +172,10 @@ function M.serve(opts)
   local host = opts.host or "127.0.0.1"
   local cap = opts.max_tokens or 1024
   local default_tokens = math.min(opts.default_tokens or 256, cap)
+  local rt = opts.read_timeout
+  if rt ~= nil and not (type(rt) == "number" and rt > 0 and rt <= 86400) then
+    error(("seer serve: read_timeout must be a number of seconds from 0 (exclusive) to 86400, got %s"):format(tostring(rt)), 2)
+  end
   local fd, port = sock.listen_tcp(host, opts.port or 0)
   if not fd then
     error(("seer serve: cannot listen on %s:%d (%s); use 127.0.0.1, or 0.0.0.0 for every interface"):format(host, opts.port or 0, port), 2)
@@ -186,7 +190,7 @@ function M.serve(opts)
         if c then
           served = served + 1
           local okh, herr = pcall(M._handle, c, model, name, opts.token, cap, default_tokens,
-                                  opts.read_timeout and math.floor(opts.read_timeout * 1000))
+                                  rt and math.ceil(rt * 1000))
           if not okh then
             if tostring(herr):match("interrupted$") then sock.close(c); error(herr, 0) end
             pcall(api_error, c, 500, "internal error: " .. tostring(herr):sub(1, 300), "server_error")

@@ -107,6 +107,23 @@ class CliTest(unittest.TestCase):
         self.assertIn("unknown option '--frob'", r.stderr)
         self.assertIn("usage:", r.stderr)
 
+    def test_number_flags_are_checked(self):
+        # "--port abc" was read as no port: seer serve listened on a random one without a word
+        model = os.path.join(ROOT, "tests", "fixtures", "models", "stories260K")
+        for argv, msg in [
+            (["serve", model, "--port", "abc"], "seer serve: --port needs a number, got 'abc'"),
+            (["serve", model, "--max-tokens", "lots"], "seer serve: --max-tokens needs a number, got 'lots'"),
+            (["serve", model, "--read-timeout", "0"], "seer serve: --read-timeout must be a number of seconds"),
+            (["notebook", "serve", "--port", "1.5"], "seer notebook serve: --port needs a port number from 0 to 65535"),
+            (["notebook", "serve", "--port", "99999"], "seer notebook serve: --port needs a port number from 0 to 65535"),
+            (["notebook", "serve", "--max-output", "-5"], "seer notebook serve: --max-output needs a whole number"),
+        ]:
+            r = run(argv, timeout=20)
+            self.assertEqual(r.returncode, 2, (argv, r.stdout, r.stderr))
+            self.assertIn(msg, r.stderr)
+            self.assertNotIn("traceback", r.stderr)
+            self.assertEqual(r.stdout, "")
+
     def test_help(self):
         r = run(["help"])
         self.assertEqual(r.returncode, 0)

@@ -1505,6 +1505,14 @@ end
 
 ---------------------------------------------------------------------------------------------
 
+-- A mistake on the command line: the message and the usage on stderr, exit status 2 (no
+-- traceback: nothing went wrong inside seer).
+local function usage_error(msg)
+  io.stderr:write("seer notebook serve: ", msg, "\n", USAGE, "\n")
+  io.stderr:flush()
+  os.exit(2)
+end
+
 local function parse_args(args)
   local o = { output_dir = "outputs", host = "127.0.0.1", port = 0, max_output = DEFAULT_MAX_OUTPUT, limits = default_limits() }
   local i = 1
@@ -1512,19 +1520,29 @@ local function parse_args(args)
     local a = args[i]
     local function value()
       i = i + 1
-      if args[i] == nil then error(("seer notebook serve: %s needs a value\n%s"):format(a, USAGE), 0) end
+      if args[i] == nil then usage_error(a .. " needs a value") end
       return args[i]
     end
     if a == "--output-dir" then o.output_dir = value()
     elseif a == "--host" then o.host = value()
-    elseif a == "--port" then o.port = tonumber(value()) or error("seer notebook serve: --port needs a number", 0)
-    elseif a == "--max-output" then o.max_output = tonumber(value()) or error("seer notebook serve: --max-output needs a number", 0)
+    elseif a == "--port" then
+      local v = tonumber(value())
+      if not v or v ~= math.floor(v) or v < 0 or v > 65535 then
+        usage_error("--port needs a port number from 0 to 65535 (0 picks a free one)")
+      end
+      o.port = v
+    elseif a == "--max-output" then
+      local v = tonumber(value())
+      if not v or v ~= math.floor(v) or v < 0 or v > 2^53 then
+        usage_error("--max-output needs a whole number of characters >= 0")
+      end
+      o.max_output = v
     elseif a:match("^%-%-max%-") and o.limits[a:sub(3):gsub("%-", "_")] then
       local v = tonumber(value())
-      if not v or v < 0 or v ~= math.floor(v) then error(("seer notebook serve: %s needs a whole number"):format(a), 0) end
+      if not v or v < 0 or v ~= math.floor(v) then usage_error(a .. " needs a whole number") end
       o.limits[a:sub(3):gsub("%-", "_")] = v
     elseif a == "-h" or a == "--help" then print(USAGE); os.exit(0)
-    else error(("seer notebook serve: unknown option %s\n%s"):format(a, USAGE), 0) end
+    else usage_error("unknown option " .. a) end
     i = i + 1
   end
   return o

@@ -25,16 +25,23 @@ function M.main(...)
     if v == nil then io.stderr:write("seer serve: ", flag, " needs a value\n", USAGE, "\n"); os.exit(2) end
     return v
   end
+  -- a number flag's value: "--port abc" was read as no port (a random one) without a word
+  local function number(flag)
+    local v = value(flag)
+    local n = tonumber(v)
+    if not n or n ~= n then io.stderr:write("seer serve: ", flag, " needs a number, got '", v, "'\n"); os.exit(2) end
+    return n
+  end
   while i <= #args do
     local a = args[i]
     if a == "-h" or a == "--help" then print(USAGE) return
-    elseif a == "--port" then o.port = tonumber(value(a))
+    elseif a == "--port" then o.port = number(a)
     elseif a == "--host" then o.host = value(a)
     elseif a == "--name" then o.name = value(a)
     elseif a == "--token" then o.token = value(a)
-    elseif a == "--max-tokens" then o.max_tokens = tonumber(value(a))
+    elseif a == "--max-tokens" then o.max_tokens = number(a)
     elseif a == "--adapter" then o.adapter = value(a)
-    elseif a == "--read-timeout" then o.read_timeout = tonumber(value(a))
+    elseif a == "--read-timeout" then o.read_timeout = number(a)
     elseif a:sub(1, 1) == "-" then io.stderr:write("seer serve: unknown option ", a, "\n", USAGE, "\n"); os.exit(2)
     elseif o.model then io.stderr:write("seer serve: unexpected argument ", a, "\n", USAGE, "\n"); os.exit(2)
     else o.model = a end
@@ -46,6 +53,9 @@ function M.main(...)
   end
   if o.max_tokens and (o.max_tokens < 1 or o.max_tokens ~= math.floor(o.max_tokens)) then
     io.stderr:write("seer serve: --max-tokens must be a positive integer\n"); os.exit(2)
+  end
+  if o.read_timeout and not (o.read_timeout > 0 and o.read_timeout <= 86400) then
+    io.stderr:write("seer serve: --read-timeout must be a number of seconds from 0 (exclusive) to 86400\n"); os.exit(2)
   end
   o.token = o.token or os.getenv("SEER_SERVE_TOKEN")
   if o.token == "" then o.token = nil end
