@@ -148,6 +148,19 @@ T.test("mistral v0.3: chat renders tokenize to the golden ids (needs seer.chat_t
   T.ok(n > 0)
 end)
 
+T.test("encode/decode: misspelt options, non-strings and lists with holes are refused at the caller", function()
+  local tok = load(GPT2)
+  local here = "test_tokenizer%.lua:%d+: "
+  T.raises(function() tok:encode("hi", { add_special_token = false }) end,
+           here .. "encode: unknown option 'add_special_token'; valid options: add_special_tokens")
+  T.raises(function() tok:encode("hi", { add_special_tokens = "no" }) end, "option 'add_special_tokens' must be a boolean, got string")
+  T.raises(function() tok:encode(nil) end, here .. "encode: text must be a string, got nil")
+  T.raises(function() tok:decode({ [1] = 1, [3] = 2 }) end, here .. "decode: id 2 is missing")
+  T.raises(function() tok:decode({ 1 }, { skip_special = true }) end, "decode: unknown option 'skip_special'")
+  T.eq(tok:decode({ 15496, 995 }, { skip_special_tokens = true, clean_up_tokenization_spaces = false }), "Hello world")
+  T.eq(tok:encode("Hello world", { add_special_tokens = false }), { 15496, 995 })
+end)
+
 T.test("apply_chat_template: clear errors without a template or the renderer", function()
   local tok = load(GPT2)
   T.raises(function() tok:apply_chat_template({ { role = "user", content = "hi" } }) end, "no chat template")
