@@ -330,6 +330,10 @@ local function validate(self, input, opts, where, level)
   if #ids == 0 then fail(where .. ": the prompt has no tokens", level + 1) end
   for i = 1, #ids do
     local v = ids[i]
+    if type(v) == "table" and (v.role ~= nil or v.content ~= nil) then
+      fail(("%s: the prompt is a list of chat messages; render it first: " ..
+            "model.tokenizer:apply_chat_template(messages, { add_generation_prompt = true }) (or toolkit.generate_response)"):format(where), level + 1)
+    end
     if type(v) ~= "number" or v ~= math.floor(v) then
       fail(("%s: token ids must be integers; element %d is %s"):format(where, i, tostring(v)), level + 1)
     end
@@ -344,13 +348,17 @@ local function validate(self, input, opts, where, level)
   local stop = opts.stop
   if type(stop) == "string" or type(stop) == "number" then stop = { stop } end
   if stop ~= nil and type(stop) ~= "table" then fail(where .. ": stop must be a string, a token id or a list of them", level + 1) end
+  if stop then require("seer.checks").list(where .. ": stop", stop, "entry", level + 1) end
   for _, s in ipairs(stop or {}) do
     if type(s) == "number" then
       if s ~= math.floor(s) or s < 0 or s >= self.config.vocab_size then
         fail(("%s: stop token id %s is outside the vocabulary [0, %d)"):format(where, tostring(s), self.config.vocab_size), level + 1)
       end
       stop_ids[#stop_ids + 1] = s
-    elseif type(s) == "string" then stop_strings[#stop_strings + 1] = s
+    elseif type(s) == "string" then
+      -- "" is found at once: the generation would end before its first token
+      if s == "" then fail(where .. ": a stop string must not be empty", level + 1) end
+      stop_strings[#stop_strings + 1] = s
     else fail(where .. ": stop entries must be strings or token ids", level + 1) end
   end
   if #stop_strings > 0 and not self.tokenizer then fail(where .. ": stop strings need a tokenizer", level + 1) end

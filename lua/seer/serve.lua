@@ -131,7 +131,7 @@ local function gen_opts(p, default_tokens)
 end
 
 local function stops_of(p)
-  if type(p.stop) == "string" then return { p.stop } end
+  if type(p.stop) == "string" then return p.stop ~= "" and { p.stop } or {} end -- "" stops nothing (generate refuses it)
   if type(p.stop) == "table" then
     local t = {}
     for _, s in ipairs(p.stop) do if type(s) == "string" and s ~= "" then t[#t + 1] = s end end

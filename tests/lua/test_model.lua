@@ -94,6 +94,13 @@ T.test("errors name the problem", function()
   T.raises(function() model:generate({}, {}) end, "the prompt has no tokens", true)
   T.raises(function() model:generate({ 1, 9999 }, { max_new_tokens = 1 }) end, "token id 9999 at position 1 is outside the vocabulary", true)
   T.raises(function() model:forward({ 1, "x" }) end, "element 2 is a string", true)
+  -- an empty stop string ended generation before its first token; a stop list with a hole dropped
+  -- what followed it; a message list said "element 1 is table"
+  T.raises(function() model:generate("Once", { max_new_tokens = 3, stop = { "." , "" } }) end, "generate: a stop string must not be empty", true)
+  T.raises(function() model:generate("Once", { max_new_tokens = 3, stop = { [1] = ".", [3] = "!" } }) end,
+           "generate: stop: entry 2 is missing (the list has a hole before entry 3)", true)
+  T.raises(function() model:generate({ { role = "user", content = "hi" } }, { max_new_tokens = 3 }) end,
+           "generate: the prompt is a list of chat messages; render it first: model.tokenizer:apply_chat_template", true)
   local bare = seer.model.load(root, { tokenizer = false })
   T.raises(function() bare:generate("Once", {}) end, "needs a tokenizer", true)
 end)
