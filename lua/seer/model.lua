@@ -263,12 +263,14 @@ function Model:_forward(ids, opts, per_seq)
     local longest = 0
     local seqs, where, per = {}, {}, {}
     for b, s in ipairs(ids) do
+      if type(s) ~= "table" then fail(("forward: sequence %d is a %s; a batch is a list of token-id lists"):format(b, type(s)), 2) end
+      -- an empty sequence is a mistake upstream (as in run_with_cache and generate), not a row of
+      -- zero logits
+      if #s == 0 then fail(("forward: sequence %d has no tokens"):format(b), 2) end
       longest = math.max(longest, #s)
-      if #s > 0 then
-        seqs[#seqs + 1] = s
-        where[#seqs] = b
-        per[#seqs] = per_seq and per_seq[b] and self:_hook_list(per_seq[b]) or hooks
-      end
+      seqs[#seqs + 1] = s
+      where[#seqs] = b
+      per[#seqs] = per_seq and per_seq[b] and self:_hook_list(per_seq[b]) or hooks
     end
     local out = T.zeros(#ids, longest, self.config.vocab_size)
     local mask = {}
@@ -278,13 +280,11 @@ function Model:_forward(ids, opts, per_seq)
       for i = 1, longest do row[i] = i > pad and 1 or 0 end
       mask[b] = row
     end
-    if #seqs > 0 then
-      -- one batched pass over the weights; each sequence's logits as it alone gives them
-      local res = self._c:forward_batch(seqs, (hooks or per_seq) and per or nil, where)
-      for i, l in ipairs(res) do
-        local b = where[i]
-        out:select(1, b):narrow(1, longest - #seqs[i] + 1, #seqs[i]):copy_(l)
-      end
+    -- one batched pass over the weights; each sequence's logits as it alone gives them
+    local res = self._c:forward_batch(seqs, (hooks or per_seq) and per or nil, where)
+    for i, l in ipairs(res) do
+      local b = where[i]
+      out:select(1, b):narrow(1, longest - #seqs[i] + 1, #seqs[i]):copy_(l)
     end
     return out, mask
   end

@@ -94,6 +94,8 @@ T.test("errors name the problem", function()
   T.raises(function() model:generate({}, {}) end, "the prompt has no tokens", true)
   T.raises(function() model:generate({ 1, 9999 }, { max_new_tokens = 1 }) end, "token id 9999 at position 1 is outside the vocabulary", true)
   T.raises(function() model:forward({ 1, "x" }) end, "element 2 is a string", true)
+  T.raises(function() model:forward({ { 1, 2 }, {} }) end, "forward: sequence 2 has no tokens", true)
+  T.raises(function() model:forward({ { 1, 2 }, "Once" }) end, "forward: sequence 2 is a string; a batch is a list of token-id lists", true)
   -- an empty stop string ended generation before its first token; a stop list with a hole dropped
   -- what followed it; a message list said "element 1 is table"
   T.raises(function() model:generate("Once", { max_new_tokens = 3, stop = { "." , "" } }) end, "generate: a stop string must not be empty", true)
