@@ -307,25 +307,32 @@ void seer_sandbox_cgroup_stats(const seer_sandbox_cgroup_t *cg, seer_sandbox_cgr
 /* ------------------------------------------------------------------------------------------
  * limits shared by the keeper's child and sandboxd's children (async-signal-safe) */
 
-static void apply_rlimits(const seer_sandbox_rlimits_t *r) {
+/* The bit a spawned child sets in the errno it reports when its limits, not its exec, failed. */
+#define SEER_SPAWN_RLIMIT 0x40000000
+/* Returns 0, or the name of the limit that could not be set (errno tells why): a limit that
+ * does not take must not pass for one that does. Raising a hard limit needs a privilege
+ * (EPERM: open files above `ulimit -Hn`), so the Lua side checks what it asks for first
+ * (lua/seer/sandbox.lua, Sandbox:_limits); this is the backstop. */
+static const char *apply_rlimits(const seer_sandbox_rlimits_t *r) {
     struct rlimit rl;
     if (r->cpu_seconds > 0) {
         rl.rlim_cur = (rlim_t)r->cpu_seconds;
         rl.rlim_max = (rlim_t)r->cpu_seconds + 1; /* SIGXCPU first, SIGKILL a second later */
-        setrlimit(RLIMIT_CPU, &rl);
+        if (setrlimit(RLIMIT_CPU, &rl) != 0) return "cpu_seconds";
     }
     if (r->open_files > 0) {
         rl.rlim_cur = rl.rlim_max = (rlim_t)r->open_files;
-        setrlimit(RLIMIT_NOFILE, &rl);
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0) return "open_files";
     }
     if (r->address_space > 0) {
         rl.rlim_cur = rl.rlim_max = (rlim_t)r->address_space;
-        setrlimit(RLIMIT_AS, &rl);
+        if (setrlimit(RLIMIT_AS, &rl) != 0) return "memory (RLIMIT_AS)";
     }
     if (r->processes > 0) {
         rl.rlim_cur = rl.rlim_max = (rlim_t)r->processes;
-        setrlimit(RLIMIT_NPROC, &rl);
+        if (setrlimit(RLIMIT_NPROC, &rl) != 0) return "processes (RLIMIT_NPROC)";
     }
+    return NULL;
 }
 
 static void reset_signals(void) {
@@ -468,7 +475,19 @@ static void keeper_main(const seer_sandbox_keeper_opts_t *o, pid_t owner, int lo
             join_cgroup(o->cgroup->memory);
             join_cgroup(o->cgroup->pids);
         }
-        apply_rlimits(&o->rlimits);
+        const char *bad = apply_rlimits(&o->rlimits);
+        if (bad) {
+            int le = errno;
+            static const char lm[] = "seer keeper: cannot set the sandbox's limit ";
+            s_write_all(2, lm, sizeof lm - 1);
+            s_write_all(2, bad, s_len(bad));
+            char e[48];
+            size_t n = s_cat(e, 0, sizeof e, " (errno ");
+            n = s_cat_long(e, n, sizeof e, le);
+            n = s_cat(e, n, sizeof e, ")\n");
+            s_write_all(2, e, n);
+            _exit(127);
+        }
         reset_signals();
         execve(o->argv[0], (char *const *)o->argv, (char *const *)o->envp);
         static const char m[] = "seer keeper: cannot run ";
@@ -721,8 +740,8 @@ int seer_sandbox_proc_spawn(const seer_sandbox_spawn_opts_t *o, seer_sandbox_pro
 #endif
         int e = 0;
         if (o->cwd && chdir(o->cwd) != 0) e = errno;
+        if (!e && apply_rlimits(&o->rlimits)) e = SEER_SPAWN_RLIMIT | (errno ? errno : EPERM);
         if (!e) {
-            apply_rlimits(&o->rlimits);
             reset_signals();
             execve(exe, (char *const *)o->argv, envp);
             e = errno;
@@ -758,7 +777,12 @@ int seer_sandbox_proc_spawn(const seer_sandbox_spawn_opts_t *o, seer_sandbox_pro
         if (in[1] >= 0) close(in[1]);
         if (out[0] >= 0) close(out[0]);
         if (er[0] >= 0) close(er[0]);
-        int rc = seer_err_set(err, child_errno == ENOENT ? SEER_ENOTFOUND : SEER_EIO, "cannot run %s%s%s: %s", exe,
+        int rc;
+        if (child_errno & SEER_SPAWN_RLIMIT)
+            rc = seer_err_set(err, SEER_EIO, "cannot set the resource limits for %s: %s (a limit above this process's hard limit?)",
+                              exe, strerror(child_errno & ~SEER_SPAWN_RLIMIT));
+        else
+            rc = seer_err_set(err, child_errno == ENOENT ? SEER_ENOTFOUND : SEER_EIO, "cannot run %s%s%s: %s", exe,
                               o->cwd ? " in " : "", o->cwd ? o->cwd : "", strerror(child_errno));
         free(exe);
         return rc;

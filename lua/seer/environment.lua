@@ -337,6 +337,7 @@ function M.parse_limits(t, what)
         fail("%s.%s must be a positive %s, not %s", what, k, k == "cpu_seconds" and "number" or "integer", tostring(v))
       end
       if k == "processes" and v < 8 then fail("%s.processes must be at least 8 (sandboxd and a shell need a few)", what) end
+      if k == "open_files" and v < 64 then fail("%s.open_files must be at least 64 (sandboxd and the kernel need a few dozen)", what) end
       out[k] = v
     end
   end

@@ -190,6 +190,17 @@ local function mem_total()
   return kb and tonumber(kb) * 1024
 end
 
+-- This process's hard limit on open files (`ulimit -Hn`; nil when unlimited or unreadable): a
+-- sandbox cannot be given more without a privilege seer does not have.
+local function nofile_hard()
+  local f = io.open("/proc/self/limits")
+  if not f then return nil end
+  local text = f:read("*a")
+  f:close()
+  local hard = text:match("Max open files%s+%S+%s+(%S+)")
+  return hard and tonumber(hard)
+end
+
 ---The NVIDIA device nodes of this machine ({} without a GPU).
 ---@return string[] gpus /dev/nvidia0, /dev/nvidia1, ...
 ---@return string[] control /dev/nvidiactl, /dev/nvidia-uvm, ...
@@ -1294,10 +1305,20 @@ function Sandbox:_limits()
   local memory = l.memory or math.floor(total * 0.9)
   local mib = 1024 * 1024
   local function share(frac) return math.max(mib, math.floor(memory * frac / mib) * mib) end
+  -- open files: 65536 by default, or this process's hard limit when that is lower (the default
+  -- used to be asked for regardless; the kernel refused it and the sandbox kept the lower limit
+  -- while seer reported 65536). An explicit value above the hard limit is refused here.
+  local hard = nofile_hard()
+  if l.open_files and hard and l.open_files > hard then
+    error(("SandboxConfig.limits.open_files = %d is above this machine's hard limit of %d open files " ..
+           "(ulimit -Hn); ask for at most %d, or raise the hard limit (limits.conf, systemd LimitNOFILE)"):format(
+           l.open_files, hard, hard), 0)
+  end
+  local open_files = l.open_files or (hard and math.min(65536, hard) or 65536)
   local r = {
     memory = memory, memory_set = l.memory ~= nil,
     processes = l.processes or 4096, processes_set = l.processes ~= nil,
-    cpu_seconds = l.cpu_seconds, open_files = l.open_files or 65536,
+    cpu_seconds = l.cpu_seconds, open_files = open_files,
     tmp = l.tmp or share(0.25), shm = l.shm or share(0.125), disk = l.disk,
   }
   -- Explicit tmp/shm against the default memory limit (SandboxConfig checks them against an

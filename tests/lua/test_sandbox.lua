@@ -82,6 +82,11 @@ T.test("core: process ids, signals and limits from Lua are checked before they r
     "'open_files' must be a whole number >= 0, got nan", true)
   T.raises(function() sb.spawn{ argv = { "/bin/true" }, rlimits = { cpu_seconds = -1 } } end,
     "'cpu_seconds' must be a finite number >= 0, got -1", true)
+  -- a limit the kernel refuses (open files above the hard limit need a privilege) fails the
+  -- spawn by name; it used to be ignored, and the process ran with the old limit
+  local p0, perr = sb.spawn{ argv = { "/bin/true" }, rlimits = { open_files = 1e8 } }
+  T.eq(p0, nil)
+  T.contains(perr, "cannot set the resource limits for /bin/true: Operation not permitted")
   -- a fractional CPU limit is rounded up, never down to 0 ("no limit"): a busy loop under 0.5 s
   -- of CPU time is stopped (SIGXCPU, then SIGKILL a second later)
   local p = assert(sb.spawn{ argv = { "/bin/sh", "-c", "while :; do :; done" }, rlimits = { cpu_seconds = 0.5 } })
@@ -93,6 +98,26 @@ T.test("core: process ids, signals and limits from Lua are checked before they r
   if not st then p:kill(); p:close() end
   T.ok(st and st.signal, "the busy loop was stopped by a signal within 10 s (it ran on without a limit before)")
   p:close()
+end)
+
+T.test("open files: the default follows the hard limit, more than it is refused, what is asked for applies", function()
+  local f = assert(io.open("/proc/self/limits"))
+  local hard = tonumber(f:read("*a"):match("Max open files%s+%S+%s+(%S+)"))
+  f:close()
+  local s = start({ limits = { open_files = 1000 } }, "nofile")
+  T.eq(select(2, s:exec("ulimit -n; ulimit -Hn")).stdout, "1000\n1000\n")
+  s:terminate()
+  local d = start({}, "nofile-default")
+  -- 65536 unless the hard limit is lower (it was asked for regardless: the kernel refused it and
+  -- the sandbox silently kept the hard limit)
+  local want = hard and math.min(65536, hard) or 65536
+  T.eq(select(2, d:exec("ulimit -n")).stdout, want .. "\n")
+  d:terminate()
+  if hard and hard < 2 ^ 30 then
+    T.raises(function() start({ limits = { open_files = hard + 1 } }, "nofile-over") end,
+      ("open_files = %d is above this machine's hard limit of %d open files"):format(hard + 1, hard), true)
+  end
+  T.raises(function() env.SandboxConfig{ limits = { open_files = 10 } } end, "open_files must be at least 64", true)
 end)
 
 T.test("start, exec, exec_lua, files and terminate", function()
