@@ -373,8 +373,18 @@ static void join_cgroup(const char *dir) {
     s_cat(path, n, sizeof path, "/cgroup.procs");
     s_cat_long(pid, 0, sizeof pid, (long long)getpid());
     if (write_file_str(path, pid) != 0) {
-        static const char m[] = "seer keeper: could not join the sandbox cgroup\n";
+        /* the cgroup exists (it was made for this sandbox) but the sandbox cannot enter it: it
+         * would run without its memory or process limit, so it does not run at all */
+        int e = errno;
+        static const char m[] = "seer keeper: cannot join the sandbox cgroup ";
         s_write_all(2, m, sizeof m - 1);
+        s_write_all(2, dir, s_len(dir));
+        char t[48];
+        size_t k = s_cat(t, 0, sizeof t, " (errno ");
+        k = s_cat_long(t, k, sizeof t, e);
+        k = s_cat(t, k, sizeof t, "); the sandbox does not start without its limits\n");
+        s_write_all(2, t, k);
+        _exit(127);
     }
 }
 
