@@ -101,12 +101,18 @@ end
 
 ---Trains an SAE on activations x [n, d].
 ---@param x seer.Tensor
----@param opts? {features?: integer, l1?: number, steps?: integer, lr?: number, batch?: integer, seed?: integer, on_step?: fun(step: integer, loss: number)} defaults: 4 x d features, l1 1, 400 steps, lr 0.01, batch 256, seed 0
+---@param opts? {features?: integer, l1?: number, steps?: integer, lr?: number, batch?: integer, seed?: integer, on_step?: fun(step: integer, loss: number), progress?: boolean} defaults: 4 x d features, l1 1, 400 steps, lr 0.01, batch 256, seed 0; progress: a step/loss line on a terminal (false: never)
 function M.train(x, opts)
   opts = opts or {}
   x = check_acts(x, "sae.train")
   local n, d = x:size(1), x:size(2)
   if type(opts) ~= "table" then error("sae.train: options must be a table, got " .. type(opts), 2) end
+  local VALID = { features = true, l1 = true, steps = true, lr = true, batch = true, seed = true, on_step = true, progress = true }
+  for k in pairs(opts) do
+    if not VALID[k] then
+      error(("sae.train: unknown option '%s'; valid options: batch, features, l1, lr, on_step, progress, seed, steps"):format(tostring(k)), 2)
+    end
+  end
   -- every option checked by name before any work: a NaN learning rate or l1 trained an SAE of
   -- NaNs without a word, a fractional feature count failed deep inside randn
   local function whole(k, lo)
@@ -124,6 +130,7 @@ function M.train(x, opts)
   whole("features", 1); whole("steps", 1); whole("batch", 1); whole("seed", 0)
   real("lr", 0, true); real("l1", 0, false)
   if opts.on_step ~= nil and type(opts.on_step) ~= "function" then error("sae.train: option 'on_step' must be a function", 2) end
+  if opts.progress ~= nil and type(opts.progress) ~= "boolean" then error("sae.train: option 'progress' must be a boolean", 2) end
   if n < 1 then error("sae.train: the activations have no rows", 2) end
   local total = x:abs():sum()
   if not (total < math.huge) then error("sae.train: the activations hold NaN or infinite values", 2) end
@@ -148,6 +155,9 @@ function M.train(x, opts)
   local xs = tensor.stack(rows)
   local nb = math.floor(n / batch)
   local loss
+  local show = opts.progress ~= false and require("seer.core.host").isatty(2)
+  local seer_now = require("seer").now
+  local last_shown = seer_now()
   for step = 1, steps do
     local xb = xs:narrow(1, ((step - 1) % nb) * batch + 1, batch)
     local pre = xb:matmul(p.W_enc) + p.b_enc
@@ -171,6 +181,12 @@ function M.train(x, opts)
     end
     p.W_dec = unit_rows(p.W_dec)
     if opts.on_step then opts.on_step(step, loss) end
+    -- training a wide SAE takes minutes on a CPU: a progress line on a terminal, at most 5 a second
+    if show and (step == steps or seer_now() - last_shown >= 0.2) then
+      last_shown = seer_now()
+      io.stderr:write(("\rsae.train: step %d/%d, loss %.4g"):format(step, steps, loss))
+      if step == steps then io.stderr:write("\n") end
+    end
   end
   local sae = setmetatable({ W_enc = p.W_enc / scale, b_enc = p.b_enc, W_dec = p.W_dec * scale, b_dec = p.b_dec * scale,
                              d = d, m = m, scale = scale }, SAE)

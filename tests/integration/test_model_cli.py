@@ -69,3 +69,23 @@ class ModelCliTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ProgressLineTest(unittest.TestCase):
+    """Long toolkit operations show a progress line on a terminal and nothing when piped."""
+
+    CODE = ('local S = require "toolkit.sae"; '
+            'local s = S.train(require("seer.tensor").randn({ 256, 16 }, { seed = 1 }), { steps = 40 }); '
+            'print("trained", s.m)')
+
+    def test_sae_train_progress_on_a_terminal_only(self):
+        from seertest import Pty
+        p = Pty(["-e", self.CODE])
+        p.expect(r"sae\.train: step 40/40, loss [\d.e+-]+\r?\n", timeout=60)
+        p.expect(r"trained\t64", timeout=30)
+        self.assertEqual(p.wait(30), 0)
+        p.close()
+        r = run(["-e", self.CODE], timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, "trained\t64\n")
+        self.assertNotIn("sae.train", r.stderr)
