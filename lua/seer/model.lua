@@ -617,7 +617,7 @@ function Model:generate_batch(prompts, opts)
   local tok = self.tokenizer
   -- a progress line on a terminal for long batches (progress = false: never)
   local done_count = 0
-  local show = progress ~= false and #prompts > 1 and require("seer.core.host").isatty(2)
+  local bar = require("seer.progress").new(where, progress ~= false and #prompts > 1)
   while nexti <= #prompts or #active > 0 do
     while #active < width and nexti <= #prompts do
       active[#active + 1] = make(nexti)
@@ -655,9 +655,9 @@ function Model:generate_batch(prompts, opts)
       end
     end
     active = keep
-    if show then io.stderr:write(("\r%s: %d/%d done"):format(where, done_count, #prompts)) end
+    bar:update("%d/%d done", done_count, #prompts)
   end
-  if show then io.stderr:write("\n") end
+  bar:finish("%d/%d done", done_count, #prompts)
   return results
 end
 

@@ -73,12 +73,18 @@ end
 ---@param clean_input string|integer[]
 ---@param corrupt_input string|integer[]
 ---@param metric fun(logits: seer.Tensor): number
----@param opts? {point?: string, layers?: integer[], positions?: integer[]} point: per-block hook name without "blocks.{i}." (default "hook_resid_pre"); layers: default all; positions: default 0..n-1 (n = the corrupt length)
+---@param opts? {point?: string, layers?: integer[], positions?: integer[], progress?: boolean} point: per-block hook name without "blocks.{i}." (default "hook_resid_pre"); layers: default all; positions: default 0..n-1 (n = the corrupt length); progress: a layer line on a terminal (false: never)
 ---@return seer.Tensor results [#layers, #positions], results[i][j] the metric for layers[i], positions[j]
 ---@return {layers: integer[], positions: integer[], clean: number, corrupt: number} info the axes and the unpatched baselines
 function M.patch_sweep(model, clean_input, corrupt_input, metric, opts)
   local where = "patch_sweep"
   opts = opts or {}
+  if type(opts) ~= "table" then error(where .. ": options must be a table, got " .. type(opts), 2) end
+  local valid = { point = "string", layers = "table", positions = "table", progress = "boolean" }
+  for k, v in pairs(opts) do
+    if not valid[k] then error(("%s: unknown option '%s'; valid options: layers, point, positions, progress"):format(where, tostring(k)), 2) end
+    if type(v) ~= valid[k] then error(("%s: option '%s' must be a %s, got %s"):format(where, k, valid[k], type(v)), 2) end
+  end
   P.need(model, "run_with_cache", where)
   if type(metric) ~= "function" then error(where .. ": metric must be a function(logits) -> number", 2) end
   local I = require "seer.interventions"
@@ -110,7 +116,10 @@ function M.patch_sweep(model, clean_input, corrupt_input, metric, opts)
   -- One batch per layer: a copy of the corrupt input per position, each with its own patch
   -- (model:run_with_hooks per_sequence; each run's logits are exactly those of running it alone).
   local n = #corrupt
+  -- layers x positions forward passes: minutes for a real model on a CPU
+  local bar = require("seer.progress").new(where, opts.progress)
   for i, name in ipairs(names) do
+    bar:update("layer %d/%d (%d positions each)", i - 1, #names, #positions)
     local saved = cache[name]
     if saved == nil then error(where .. ": no hook point " .. name, 2) end
     local inputs, per = {}, {}
@@ -121,6 +130,7 @@ function M.patch_sweep(model, clean_input, corrupt_input, metric, opts)
     local logits = model:run_with_hooks(inputs, { per_sequence = per })
     for j = 1, #positions do out[{ i, j }] = score(metric, logits:select(1, j):narrow(1, logits:size(2) - n + 1, n), where) end
   end
+  bar:finish("layer %d/%d (%d positions each)", #names, #names, #positions)
   return out, info
 end
 

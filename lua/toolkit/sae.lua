@@ -155,9 +155,7 @@ function M.train(x, opts)
   local xs = tensor.stack(rows)
   local nb = math.floor(n / batch)
   local loss
-  local show = opts.progress ~= false and require("seer.core.host").isatty(2)
-  local seer_now = require("seer").now
-  local last_shown = seer_now()
+  local bar = require("seer.progress").new("sae.train", opts.progress)
   for step = 1, steps do
     local xb = xs:narrow(1, ((step - 1) % nb) * batch + 1, batch)
     local pre = xb:matmul(p.W_enc) + p.b_enc
@@ -181,13 +179,10 @@ function M.train(x, opts)
     end
     p.W_dec = unit_rows(p.W_dec)
     if opts.on_step then opts.on_step(step, loss) end
-    -- training a wide SAE takes minutes on a CPU: a progress line on a terminal, at most 5 a second
-    if show and (step == steps or seer_now() - last_shown >= 0.2) then
-      last_shown = seer_now()
-      io.stderr:write(("\rsae.train: step %d/%d, loss %.4g"):format(step, steps, loss))
-      if step == steps then io.stderr:write("\n") end
-    end
+    -- training a wide SAE takes minutes on a CPU: a progress line on a terminal
+    bar:update("step %d/%d, loss %.4g", step, steps, loss)
   end
+  bar:finish("step %d/%d, loss %.4g", steps, steps, loss)
   local sae = setmetatable({ W_enc = p.W_enc / scale, b_enc = p.b_enc, W_dec = p.W_dec * scale, b_dec = p.b_dec * scale,
                              d = d, m = m, scale = scale }, SAE)
   sae.final_loss = loss

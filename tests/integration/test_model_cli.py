@@ -81,7 +81,7 @@ class ProgressLineTest(unittest.TestCase):
     def test_sae_train_progress_on_a_terminal_only(self):
         from seertest import Pty
         p = Pty(["-e", self.CODE])
-        p.expect(r"sae\.train: step 40/40, loss [\d.e+-]+\r?\n", timeout=60)
+        p.expect(r"sae\.train: step 40/40, loss [\d.e+-]+ *\r?\n", timeout=60)
         p.expect(r"trained\t64", timeout=30)
         self.assertEqual(p.wait(30), 0)
         p.close()
@@ -89,3 +89,23 @@ class ProgressLineTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stdout, "trained\t64\n")
         self.assertNotIn("sae.train", r.stderr)
+
+    def test_generate_batch_and_patch_sweep_progress_on_a_terminal_only(self):
+        from seertest import Pty
+        code = (f'local m = require("seer").model.load({json.dumps(MODEL)}); '
+                'local outs = m:generate_batch({ "Once upon", "The dog", "A cat" }, { max_new_tokens = 4 }); '
+                'local AP = require "toolkit.activation_patching"; '
+                'local clean = m.tokenizer:encode("Once upon a time"); local corrupt = { unpack(clean) }; '
+                'corrupt[#corrupt] = 100; '
+                'local r = AP.patch_sweep(m, clean, corrupt, function(l) return l[{ -1, 1 }] end); '
+                'print("results", #outs, r:size(1), r:size(2))')
+        p = Pty(["-e", code])
+        p.expect(r"generate_batch: 3/3 done *\r?\n", timeout=60)
+        p.expect(r"patch_sweep: layer 5/5 \(5 positions each\) *\r?\n", timeout=60)
+        p.expect(r"results\t3\t5\t5", timeout=30)
+        self.assertEqual(p.wait(30), 0)
+        p.close()
+        r = run(["-e", code], timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, "results\t3\t5\t5\n")
+        self.assertEqual(r.stderr, "")
