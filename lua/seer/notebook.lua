@@ -116,6 +116,40 @@ function M.load(path)
   if type(doc) ~= "table" or doc.nbformat ~= 4 or type(doc.cells) ~= "table" then
     error(("%s is not an nbformat 4 notebook (no nbformat = 4 and cells list)"):format(path), 2)
   end
+  -- The file may come from a sandbox's workspace: every field seer reads is checked here, so a
+  -- malformed notebook is refused by name instead of failing later inside a save or a rerun.
+  local function bad(what) error(("%s is not a valid notebook: %s"):format(path, what), 3) end
+  local ok_list, list_err = pcall(require("seer.checks").list, "cells", doc.cells, "cell")
+  if not ok_list then bad(tostring(list_err):gsub("^cells: ", "")) end
+  if doc.metadata ~= nil and type(doc.metadata) ~= "table" then bad("metadata is not an object") end
+  local function text_ok(v) -- an nbformat multi-line string: a string or a list of strings
+    if type(v) == "string" then return true end
+    if type(v) ~= "table" or v == json.null then return false end
+    for k, line in pairs(v) do
+      if type(k) ~= "number" or type(line) ~= "string" then return false end
+    end
+    return #v == 0 or v[#v] ~= nil
+  end
+  for i, c in ipairs(doc.cells) do
+    if type(c) ~= "table" then bad(("cell %d is a %s, not an object"):format(i, type(c))) end
+    if c.cell_type ~= "code" and c.cell_type ~= "markdown" and c.cell_type ~= "raw" then
+      bad(("cell %d has cell_type %s (code, markdown or raw)"):format(i, tostring(c.cell_type)))
+    end
+    if c.source ~= nil and not text_ok(c.source) then bad(("cell %d: source is not a string or a list of strings"):format(i)) end
+    if c.metadata ~= nil and type(c.metadata) ~= "table" then bad(("cell %d: metadata is not an object"):format(i)) end
+    if c.id ~= nil and type(c.id) ~= "string" then bad(("cell %d: id is not a string"):format(i)) end
+    if c.cell_type == "code" and c.outputs ~= nil then
+      if type(c.outputs) ~= "table" then bad(("cell %d: outputs is not a list"):format(i)) end
+      for j, o in pairs(c.outputs) do
+        if type(j) ~= "number" or type(o) ~= "table" or type(o.output_type) ~= "string" then
+          bad(("cell %d: output %s is not an object with an output_type"):format(i, tostring(j)))
+        end
+        if o.output_type == "stream" and o.text ~= nil and not text_ok(o.text) then
+          bad(("cell %d: output %d's text is not a string or a list of strings"):format(i, j))
+        end
+      end
+    end
+  end
   doc.nbformat_minor = math.max(5, tonumber(doc.nbformat_minor) or 5)
   doc.metadata = doc.metadata or {}
   for _, c in ipairs(doc.cells) do

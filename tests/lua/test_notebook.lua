@@ -136,6 +136,31 @@ T.test("loading something that is not a notebook says what is wrong", function()
   seer.write_file(d .. "/v3.ipynb", '{"nbformat": 3, "worksheets": []}')
   T.raises(function() NB.load(d .. "/v3.ipynb") end, "is not an nbformat 4 notebook", true)
   T.raises(function() NB.load(d .. "/missing.ipynb") end, "cannot read notebook", true)
+  -- a notebook may come from a sandbox's workspace: malformed cells are refused by name at load
+  -- (they failed later, inside a save or a rerun, with a Lua indexing error)
+  local cases = {
+    { '{"nbformat": 4, "cells": [7]}', "cell 1 is a number, not an object" },
+    { '{"nbformat": 4, "cells": {"x": 1}}', "cells must be a list; it has a key x" },
+    { '{"nbformat": 4, "cells": [{"cell_type": "code", "source": "x"}, {"cell_type": "picture"}]}', "cell 2 has cell_type picture" },
+    { '{"nbformat": 4, "cells": [{"cell_type": "code", "source": ["a", 1]}]}', "cell 1: source is not a string or a list of strings" },
+    { '{"nbformat": 4, "cells": [{"cell_type": "code", "source": "", "outputs": "none"}]}', "cell 1: outputs is not a list" },
+    { '{"nbformat": 4, "cells": [{"cell_type": "code", "source": "", "outputs": [3]}]}', "cell 1: output 1 is not an object with an output_type" },
+    { '{"nbformat": 4, "cells": [{"cell_type": "code", "source": "", "outputs": [{"output_type": "stream", "text": {"a": 1}}]}]}',
+      "cell 1: output 1's text is not a string or a list of strings" },
+    { '{"nbformat": 4, "cells": [{"cell_type": "markdown", "source": "", "metadata": []}], "metadata": 5}', "metadata is not an object" },
+    { '{"nbformat": 4, "cells": [{"cell_type": "markdown", "source": "", "id": 12}]}', "cell 1: id is not a string" },
+  }
+  for i, c in ipairs(cases) do
+    local f = ("%s/m%d.ipynb"):format(d, i)
+    seer.write_file(f, c[1])
+    T.raises(function() NB.load(f) end, f .. " is not a valid notebook: " .. c[2], true)
+  end
+  -- the well-formed variants load and save: lists of lines, an empty outputs list, no metadata
+  seer.write_file(d .. "/ok.ipynb", '{"nbformat": 4, "cells": [{"cell_type": "code", "source": ["a\\n", "b"], "outputs": ' ..
+    '[{"output_type": "stream", "name": "stdout", "text": ["x\\n"]}]}, {"cell_type": "raw", "source": []}]}')
+  local ok = NB.load(d .. "/ok.ipynb")
+  T.eq(NB.join(ok.doc.cells[1].source), "a\nb")
+  ok:save()
 end)
 
 T.test("Workspace validates its fields", function()
