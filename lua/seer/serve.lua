@@ -119,7 +119,43 @@ local function check_params(p, max_tokens_cap)
     return "seed must be an integer (at most 2^53 in magnitude)"
   end
   if p.stop ~= nil and p.stop ~= json.null and type(p.stop) ~= "string" and type(p.stop) ~= "table" then return "stop must be a string or a list of strings" end
+  -- Fields of OpenAI's API that change what comes back and that this server does not do: a 400
+  -- naming them, never a silent answer to a different question (n = 3 returned one choice,
+  -- logprobs = true none)
+  local function set(v) return v ~= nil and v ~= json.null end
+  if set(p.n) and p.n ~= 1 then return "n must be 1 on this server (one choice per request; send n requests with different seeds)" end
+  if set(p.best_of) and p.best_of ~= 1 then return "best_of must be 1 on this server" end
+  if set(p.logprobs) and p.logprobs ~= false and p.logprobs ~= 0 then return "logprobs are not supported by this server" end
+  if set(p.top_logprobs) and p.top_logprobs ~= 0 then return "top_logprobs are not supported by this server" end
+  if set(p.echo) and p.echo ~= false then return "echo is not supported by this server" end
+  if set(p.suffix) then return "suffix is not supported by this server" end
+  if set(p.tools) and (type(p.tools) ~= "table" or #p.tools > 0) then return "tools (function calling) are not supported by this server" end
+  if set(p.tool_choice) and p.tool_choice ~= "none" then return "tool_choice is not supported by this server (no tools)" end
+  if set(p.functions) or set(p.function_call) then return "functions are not supported by this server" end
+  if set(p.logit_bias) and (type(p.logit_bias) ~= "table" or next(p.logit_bias) ~= nil) then return "logit_bias is not supported by this server" end
+  if set(p.response_format) and not (type(p.response_format) == "table" and p.response_format.type == "text") then
+    return "response_format other than {type = \"text\"} is not supported by this server"
+  end
+  for _, k in ipairs({ "presence_penalty", "frequency_penalty" }) do
+    if set(p[k]) and p[k] ~= 0 then return k .. " is not supported by this server (only 0)" end
+  end
   return nil
+end
+
+-- A message's content: a string, or OpenAI's list of content parts, of which this server takes
+-- text parts (joined with newlines, as vLLM does). Returns the text, or nil and why not.
+local function content_text(c)
+  if type(c) == "string" then return c end
+  if type(c) ~= "table" or c == json.null or #c == 0 then return nil, "needs a role and a string content (or a list of text parts)" end
+  local parts = {}
+  for j, part in ipairs(c) do
+    if type(part) ~= "table" or part.type ~= "text" or type(part.text) ~= "string" then
+      local ty = type(part) == "table" and tostring(part.type) or type(part)
+      return nil, ("content[%d] is a part of type %s; this server takes text parts only ({type = \"text\", text = ...})"):format(j - 1, ty)
+    end
+    parts[j] = part.text
+  end
+  return table.concat(parts, "\n")
 end
 
 local function gen_opts(p, default_tokens)
@@ -226,12 +262,16 @@ function M._handle(fd, model, name, token, cap, default_tokens, read_ms)
   local text
   if chat then
     if type(p.messages) ~= "table" or #p.messages == 0 then return api_error(fd, 400, "messages must be a non-empty list") end
+    local msgs = {}
     for i, m in ipairs(p.messages) do
-      if type(m) ~= "table" or type(m.role) ~= "string" or type(m.content) ~= "string" then
+      if type(m) ~= "table" or type(m.role) ~= "string" then
         return api_error(fd, 400, ("messages[%d] needs a role and a string content"):format(i - 1))
       end
+      local c, why = content_text(m.content)
+      if not c then return api_error(fd, 400, ("messages[%d] %s"):format(i - 1, why)) end
+      msgs[i] = { role = m.role, content = c }
     end
-    local okr, r = pcall(render, model, p.messages)
+    local okr, r = pcall(render, model, msgs)
     if not okr then return api_error(fd, 400, "the chat template failed: " .. tostring(r):sub(1, 200)) end
     text = r
   else

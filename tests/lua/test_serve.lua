@@ -89,6 +89,39 @@ T.test("bad requests get OpenAI-shaped errors", function()
   T.eq(st, 400); T.contains(msg, "seed must be an integer")
   st, msg = err("/completions", '{"prompt": "x", "max_tokens": 2, "seed": 1e300}')
   T.eq(st, 400); T.contains(msg, "seed must be an integer")
+  -- fields that would change the answer and that this server does not do are refused by name
+  -- (n = 3 answered with one choice, logprobs = true without logprobs)
+  local chat_x = { { role = "user", content = "x" } }
+  for _, c in ipairs({
+    { { n = 2 }, "n must be 1 on this server" },
+    { { logprobs = true }, "logprobs are not supported" },
+    { { top_logprobs = 3 }, "top_logprobs are not supported" },
+    { { tools = { { type = "function", ["function"] = { name = "f" } } } }, "tools (function calling) are not supported" },
+    { { tool_choice = "auto" }, "tool_choice is not supported" },
+    { { response_format = { type = "json_object" } }, "response_format other than" },
+    { { presence_penalty = 0.5 }, "presence_penalty is not supported by this server (only 0)" },
+    { { logit_bias = { ["50"] = 10 } }, "logit_bias is not supported" },
+  }) do
+    local body = { messages = chat_x, max_tokens = 2 }
+    for k, v in pairs(c[1]) do body[k] = v end
+    st, msg = err("/chat/completions", json.encode(body))
+    T.eq(st, 400, c[2]); T.contains(msg, c[2])
+  end
+  st, msg = err("/completions", json.encode{ prompt = "x", max_tokens = 2, echo = true })
+  T.eq(st, 400); T.contains(msg, "echo is not supported")
+  -- their neutral values are taken, as OpenAI's clients send them
+  local ok_r = http.post_json(i.url .. "/chat/completions", { messages = chat_x, max_tokens = 2, n = 1, logprobs = false,
+    presence_penalty = 0, frequency_penalty = 0, tools = json.array(), response_format = { type = "text" } })
+  T.eq(ok_r.usage.completion_tokens, 2)
+  -- content as a list of text parts is joined with newlines; other part types are refused
+  local parts = http.post_json(i.url .. "/chat/completions", { messages = { { role = "user",
+    content = { { type = "text", text = "Tell me" }, { type = "text", text = "a story" } } } }, max_tokens = 20, temperature = 0 })
+  local joined = http.post_json(i.url .. "/chat/completions", { messages = { { role = "user", content = "Tell me\na story" } },
+    max_tokens = 20, temperature = 0 })
+  T.eq(parts.choices[1].message.content, joined.choices[1].message.content)
+  T.eq(parts.usage.prompt_tokens, joined.usage.prompt_tokens)
+  st, msg = err("/chat/completions", json.encode{ messages = { { role = "user", content = { { type = "image_url", image_url = { url = "x" } } } } } })
+  T.eq(st, 400); T.contains(msg, "messages[0] content[0] is a part of type image_url; this server takes text parts only")
   st, msg = err("/embeddings", "{}")
   T.eq(st, 404); T.contains(msg, "no route /v1/embeddings")
   st = err("/completions", string.rep("x", 5 * 1024 * 1024))
