@@ -366,6 +366,20 @@ static void on_alarm(int sig) {
     g_timeout = 1;
 }
 
+/* The keeper's child cannot go on: "<msg><name> (errno E)<tail>" on stderr, exit 127
+ * (async-signal-safe: it runs between fork and exec). */
+static void keeper_fail(const char *msg, const char *name, int e, const char *tail) {
+    s_write_all(2, msg, s_len(msg));
+    s_write_all(2, name, s_len(name));
+    char t[128];
+    size_t k = s_cat(t, 0, sizeof t, " (errno ");
+    k = s_cat_long(t, k, sizeof t, e);
+    k = s_cat(t, k, sizeof t, ")");
+    k = s_cat(t, k, sizeof t, tail);
+    s_write_all(2, t, k);
+    _exit(127);
+}
+
 static void join_cgroup(const char *dir) {
     if (!dir[0]) return;
     char path[600], pid[24];
@@ -375,16 +389,7 @@ static void join_cgroup(const char *dir) {
     if (write_file_str(path, pid) != 0) {
         /* the cgroup exists (it was made for this sandbox) but the sandbox cannot enter it: it
          * would run without its memory or process limit, so it does not run at all */
-        int e = errno;
-        static const char m[] = "seer keeper: cannot join the sandbox cgroup ";
-        s_write_all(2, m, sizeof m - 1);
-        s_write_all(2, dir, s_len(dir));
-        char t[48];
-        size_t k = s_cat(t, 0, sizeof t, " (errno ");
-        k = s_cat_long(t, k, sizeof t, e);
-        k = s_cat(t, k, sizeof t, "); the sandbox does not start without its limits\n");
-        s_write_all(2, t, k);
-        _exit(127);
+        keeper_fail("seer keeper: cannot join the sandbox cgroup ", dir, errno, "; the sandbox does not start without its limits\n");
     }
 }
 
@@ -486,29 +491,10 @@ static void keeper_main(const seer_sandbox_keeper_opts_t *o, pid_t owner, int lo
             join_cgroup(o->cgroup->pids);
         }
         const char *bad = apply_rlimits(&o->rlimits);
-        if (bad) {
-            int le = errno;
-            static const char lm[] = "seer keeper: cannot set the sandbox's limit ";
-            s_write_all(2, lm, sizeof lm - 1);
-            s_write_all(2, bad, s_len(bad));
-            char e[48];
-            size_t n = s_cat(e, 0, sizeof e, " (errno ");
-            n = s_cat_long(e, n, sizeof e, le);
-            n = s_cat(e, n, sizeof e, ")\n");
-            s_write_all(2, e, n);
-            _exit(127);
-        }
+        if (bad) keeper_fail("seer keeper: cannot set the sandbox's limit ", bad, errno, "\n");
         reset_signals();
         execve(o->argv[0], (char *const *)o->argv, (char *const *)o->envp);
-        static const char m[] = "seer keeper: cannot run ";
-        s_write_all(2, m, sizeof m - 1);
-        s_write_all(2, o->argv[0], s_len(o->argv[0]));
-        char e[32];
-        size_t n = s_cat(e, 0, sizeof e, " (errno ");
-        n = s_cat_long(e, n, sizeof e, errno);
-        n = s_cat(e, n, sizeof e, ")\n");
-        s_write_all(2, e, n);
-        _exit(127);
+        keeper_fail("seer keeper: cannot run ", o->argv[0], errno, "\n");
     }
     if (args_fd >= 0) close(3); /* the child has its copy; bwrap closes it once read */
     if (o->timeout_ms > 0) {

@@ -181,23 +181,24 @@ function M.snapshot_root()
   return d
 end
 
-local function mem_total()
-  local f = io.open("/proc/meminfo")
-  if not f then return nil end
-  local text = f:read("*a")
+-- The text of a small /proc file, or "" when it cannot be read.
+local function proc_text(path)
+  local f = io.open(path)
+  if not f then return "" end
+  local text = f:read("*a") or ""
   f:close()
-  local kb = text:match("MemTotal:%s*(%d+)")
+  return text
+end
+
+local function mem_total()
+  local kb = proc_text("/proc/meminfo"):match("MemTotal:%s*(%d+)")
   return kb and tonumber(kb) * 1024
 end
 
 -- This process's hard limit on open files (`ulimit -Hn`; nil when unlimited or unreadable): a
 -- sandbox cannot be given more without a privilege seer does not have.
 local function nofile_hard()
-  local f = io.open("/proc/self/limits")
-  if not f then return nil end
-  local text = f:read("*a")
-  f:close()
-  local hard = text:match("Max open files%s+%S+%s+(%S+)")
+  local hard = proc_text("/proc/self/limits"):match("Max open files%s+%S+%s+(%S+)")
   return hard and tonumber(hard)
 end
 

@@ -87,6 +87,19 @@ T.test("core: process ids, signals and limits from Lua are checked before they r
   local p0, perr = sb.spawn{ argv = { "/bin/true" }, rlimits = { open_files = 1e8 } }
   T.eq(p0, nil)
   T.contains(perr, "cannot set the resource limits for /bin/true: Operation not permitted")
+  -- the same through the keeper (what starts a sandbox): its child stops with the reason in the
+  -- log and status 127, instead of running the sandbox without the limit
+  local kd = T.tmpdir()
+  local kpid = sb.keeper_start{ argv = { "/bin/true" }, log = kd .. "/log", status = kd .. "/status", rlimits = { open_files = 1e8 } }
+  local kst
+  for _ = 1, 250 do
+    kst = sb.waitpid(kpid)
+    if kst then break end
+    process.sleep_ms(20)
+  end
+  T.ok(kst, "the keeper ended")
+  T.contains(seer.read_file(kd .. "/log"), "seer keeper: cannot set the sandbox's limit open_files (errno 1)")
+  T.contains(seer.read_file(kd .. "/status"), '"code":127')
   -- a fractional CPU limit is rounded up, never down to 0 ("no limit"): a busy loop under 0.5 s
   -- of CPU time is stopped (SIGXCPU, then SIGKILL a second later)
   local p = assert(sb.spawn{ argv = { "/bin/sh", "-c", "while :; do :; done" }, rlimits = { cpu_seconds = 0.5 } })
