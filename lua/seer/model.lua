@@ -261,16 +261,14 @@ function Model:_forward(ids, opts, per_seq)
     check_list("forward", ids, "sequence", 2) -- forward tail-calls _forward, so its caller is one level up
     local T = require "seer.tensor"
     local longest = 0
-    local seqs, where, per = {}, {}, {}
+    local per = {}
     for b, s in ipairs(ids) do
       if type(s) ~= "table" then fail(("forward: sequence %d is a %s; a batch is a list of token-id lists"):format(b, type(s)), 2) end
       -- an empty sequence is a mistake upstream (as in run_with_cache and generate), not a row of
       -- zero logits
       if #s == 0 then fail(("forward: sequence %d has no tokens"):format(b), 2) end
       longest = math.max(longest, #s)
-      seqs[#seqs + 1] = s
-      where[#seqs] = b
-      per[#seqs] = per_seq and per_seq[b] and self:_hook_list(per_seq[b]) or hooks
+      per[b] = per_seq and per_seq[b] and self:_hook_list(per_seq[b]) or hooks
     end
     local out = T.zeros(#ids, longest, self.config.vocab_size)
     local mask = {}
@@ -280,12 +278,10 @@ function Model:_forward(ids, opts, per_seq)
       for i = 1, longest do row[i] = i > pad and 1 or 0 end
       mask[b] = row
     end
-    -- one batched pass over the weights; each sequence's logits as it alone gives them
-    local res = self._c:forward_batch(seqs, (hooks or per_seq) and per or nil, where)
-    for i, l in ipairs(res) do
-      local b = where[i]
-      out:select(1, b):narrow(1, longest - #seqs[i] + 1, #seqs[i]):copy_(l)
-    end
+    -- one batched pass over the weights; each sequence's logits as it alone gives them (the C
+    -- numbers the sequences 1..n for hook.batch)
+    local res = self._c:forward_batch(ids, (hooks or per_seq) and per or nil)
+    for b, l in ipairs(res) do out:select(1, b):narrow(1, longest - #ids[b] + 1, #ids[b]):copy_(l) end
     return out, mask
   end
   return self._c:forward(to_ids(self, ids, "forward"), false, hooks)

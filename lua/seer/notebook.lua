@@ -125,10 +125,10 @@ function M.load(path)
   local function text_ok(v) -- an nbformat multi-line string: a string or a list of strings
     if type(v) == "string" then return true end
     if type(v) ~= "table" or v == json.null then return false end
-    for k, line in pairs(v) do
+    for k, line in pairs(v) do -- (a JSON array has no holes: a null element is json.null, not a string)
       if type(k) ~= "number" or type(line) ~= "string" then return false end
     end
-    return #v == 0 or v[#v] ~= nil
+    return true
   end
   for i, c in ipairs(doc.cells) do
     if type(c) ~= "table" then bad(("cell %d is a %s, not an object"):format(i, type(c))) end

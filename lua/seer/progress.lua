@@ -5,12 +5,13 @@
 --- ```lua
 --- local bar = require("seer.progress").new("patch_sweep", opts.progress)
 --- for i = 1, n do ...; bar:update("layer %d/%d", i, n) end
---- bar:done()
+--- bar:finish("layer %d/%d", n, n)
 --- ```
 local M = {}
 
 ---@class seer.Progress
 ---@field update fun(self: seer.Progress, fmt: string, ...: any) shows "<where>: <text>" (throttled; always the first and a forced one)
+---@field finish fun(self: seer.Progress, fmt: string, ...: any) shows the final state whatever the throttle says, then ends the line
 ---@field done fun(self: seer.Progress) ends the line (once; nothing when nothing was shown)
 
 local Progress = {}
