@@ -102,7 +102,9 @@ function Library.new(t)
     error("Library: files must be a table of relative path -> content with at least one file", 2)
   end
   for path, content in pairs(t.files) do
-    if type(path) ~= "string" or path:match("^/") or path:match("%.%.") or type(content) ~= "string" then
+    -- no NUL or control characters either: the C side cuts a path at NUL ("a\0b.lua" wrote "a")
+    if type(path) ~= "string" or path == "" or path:match("^/") or path:match("/$") or path:match("%.%.")
+        or path:match("%c") or type(content) ~= "string" then
       error(("Library %s: files must map relative paths without '..' to strings (bad entry %q)"):format(t.name, tostring(path)), 2)
     end
   end
@@ -326,10 +328,26 @@ function M.Workspace(t)
     end
     if type(v) ~= FIELDS[k] then error(("Workspace.%s must be a %s, not a %s"):format(k, FIELDS[k], type(v)), 2) end
   end
+  -- the list fields are lists: one Library given as `libraries` had no 1..n entries, so the
+  -- workspace had no library and said nothing
+  local checks = require "seer.checks"
+  for _, f in ipairs({ "libraries", "skills", "skill_dirs", "local_files", "local_dirs" }) do
+    local v = t[f]
+    if v ~= nil then
+      if getmetatable(v) == Library or getmetatable(v) == Skill then
+        error(("Workspace.%s must be a list: %s = { x }, not %s = x"):format(f, f, f), 2)
+      end
+      checks.list("Workspace." .. f, v, "entry", 2)
+    end
+  end
+  local seen = {}
   for i, lib in ipairs(t.libraries or {}) do
     if getmetatable(lib) ~= Library then
       error(("Workspace.libraries[%d] is not a Library; make one with Library.from_file, from_directory or from_code"):format(i), 2)
     end
+    -- two libraries of one name install over each other
+    if seen[lib.name] then error(("Workspace.libraries[%d] and [%d] are both named %q"):format(seen[lib.name], i, lib.name), 2) end
+    seen[lib.name] = i
   end
   for i, sk in ipairs(t.skills or {}) do
     if getmetatable(sk) ~= Skill then
@@ -343,6 +361,11 @@ function M.Workspace(t)
     local ok, sk = pcall(Skill.from_dir, d)
     if not ok then error(("Workspace.skill_dirs[%d]: %s"):format(i, tostring(sk):gsub("^Skill%.from_dir: ", "")), 2) end
     skills[#skills + 1] = sk
+  end
+  local seen_skill = {}
+  for _, sk in ipairs(skills) do
+    if seen_skill[sk.name] then error(("Workspace: two skills are named %q (skills and skill_dirs together)"):format(sk.name), 2) end
+    seen_skill[sk.name] = true
   end
   for _, f in ipairs({ "local_files", "local_dirs" }) do
     for i, pair in ipairs(t[f] or {}) do

@@ -41,6 +41,18 @@ T.test("workspace: skills and skill_dirs install under .claude/skills; docs in t
   T.eq(w:get_library_docs(), "# Available Libraries\n\n## helpers\n\nHelper functions.\n\n## bare\n\nAvailable via: `require \"bare\"`\n")
   T.raises(function() ws.Workspace{ skills = { {} } } end, "is not a Skill")
   T.raises(function() ws.Workspace{ skill_dirs = { "/nonexistent" } } end, "skill_dirs%[1%]")
+  -- one Library where a list is meant gave a workspace without it; two of one name installed over
+  -- each other; a NUL in a file name was cut by the C side
+  local a, b = ws.Library.from_code("same", "return 1"), ws.Library.from_code("same", "return 2")
+  T.raises(function() ws.Workspace{ libraries = a } end, "Workspace.libraries must be a list: libraries = { x }", true)
+  T.raises(function() ws.Workspace{ libraries = { [1] = a, [3] = b } } end, "Workspace.libraries: entry 2 is missing", true)
+  T.raises(function() ws.Workspace{ libraries = { a, b } } end, 'Workspace.libraries[1] and [2] are both named "same"', true)
+  T.raises(function() ws.Workspace{ skills = { ws.Skill{ name = "n", description = "d" }, ws.Skill{ name = "n", description = "e" } } } end,
+           'two skills are named "n"', true)
+  T.raises(function() ws.Workspace{ local_files = { "a", "b" } } end, "local_files[1] must be {local_path, workspace_path}", true)
+  for _, bad in ipairs({ "a\0b.lua", "", "dir/", "a\nb.lua" }) do
+    T.raises(function() ws.Library.new{ name = "x", files = { [bad] = "return 1" } } end, "files must map relative paths", true)
+  end
 end)
 
 T.test("local session: the agent's directory gets the scoped library, callable from a fresh seer", function()
