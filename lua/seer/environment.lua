@@ -469,6 +469,8 @@ local function make_sandbox(t)
       if type(v) ~= "string" then
         fail("SandboxConfig.env.%s must be a string, not a %s (write env = {%s = \"...\"})", k, typename(v), k)
       end
+      -- an environment string ends at NUL: the process would see only what comes before it
+      if v:find("\0", 1, true) then fail("SandboxConfig.env.%s contains a NUL byte, which no environment variable can hold", k) end
       c.env[k] = v
     end
   end

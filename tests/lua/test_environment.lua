@@ -82,6 +82,7 @@ T.test("wrong types name the field and the expected type", function()
   raises(function() SC{ debug = 1 } end, "SandboxConfig.debug must be a boolean, not a number")
   raises(function() SC{ models = "google/gemma-2-9b" } end, "SandboxConfig.models must be a table, not a string")
   raises(function() SC{ env = { A = 1 } } end, 'SandboxConfig.env.A must be a string, not a number (write env = {A = "..."})')
+  raises(function() SC{ env = { A = "x\0y" } } end, "SandboxConfig.env.A contains a NUL byte")
   raises(function() SC{ env = { ["1A"] = "x" } } end,
     "SandboxConfig.env keys must be environment variable names (letters, digits, _), not 1A")
   raises(function() MC{ name = "x", hidden = "yes" } end, "ModelConfig.hidden must be a boolean, not a string")
