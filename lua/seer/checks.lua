@@ -25,4 +25,23 @@ function M.list(where, list, what, level)
   return n
 end
 
+---Checks that `v` is a whole number from `lo` to `hi` (a count, an index, a seed): a fraction,
+---NaN, an infinity or a value out of range raises "<where>: <name> must be a whole number from
+---<lo>, got <v>" (with " to <hi>" when `show_hi`), at `level` as error() counts it from the
+---caller (1: the caller itself). nil passes (an option left out).
+---@param where string
+---@param name string how the message names the value ("k", "option 'steps'")
+---@param v any
+---@param lo number
+---@param hi number
+---@param level? integer default 1
+---@param show_hi? boolean say the upper bound in the message
+function M.whole(where, name, v, lo, hi, level, show_hi)
+  if v == nil then return end
+  if not (type(v) == "number" and v == math.floor(v) and v >= lo and v <= hi) then
+    error(("%s: %s must be a whole number from %s%s, got %s"):format(where, name, ("%.0f"):format(lo),
+      show_hi and (" to %.0f"):format(hi) or "", tostring(v)), (level or 1) + 1)
+  end
+end
+
 return M

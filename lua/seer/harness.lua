@@ -173,10 +173,7 @@ local function check_opts(opts, fname)
   -- counts are whole numbers: a fractional max_tokens reached the provider as 2.5 tokens (a 400
   -- there, after the agent had started), a fractional max_turns was a limit nobody wrote
   for _, k in ipairs({ "max_turns", "max_tokens", "token_limit", "max_retries" }) do
-    local v = opts[k]
-    if v ~= nil and not (v >= 0 and v <= 2^53 and v == math.floor(v)) then
-      error(("harness.%s: option '%s' must be a whole number (got %s)"):format(fname, k, tostring(v)), 4)
-    end
+    require("seer.checks").whole("harness." .. fname, ("option '%s'"):format(k), opts[k], 0, 2 ^ 53, 4)
   end
   if opts.replay ~= nil and type(opts.replay) ~= "string" and type(opts.replay) ~= "table" then
     error(("harness.%s: option 'replay' must be a transcript path or a list of events"):format(fname), 4)

@@ -301,13 +301,12 @@ local gen_ranges = { -- option -> lo, hi, how the error says the range
 }
 local function check_gen_numbers(where, opts, level)
   for k, v in pairs(opts) do
-    if gen_counts[k] then
-      local lo = k == "seed" and -2 ^ 53 or 0
-      local hi = (k == "seed" and 2 ^ 53) or 2 ^ 31 - 1
-      if v ~= v or v < lo or v > hi or v ~= math.floor(v) then
-        local range = k == "seed" and "of at most 2^53 in magnitude" or ("from %d to %d"):format(lo, hi)
-        fail(("%s: %s must be a whole number %s, got %s"):format(where, k, range, tostring(v)), level + 1)
+    if k == "seed" then
+      if not (v == math.floor(v) and v >= -2 ^ 53 and v <= 2 ^ 53) then
+        fail(("%s: seed must be a whole number of at most 2^53 in magnitude, got %s"):format(where, tostring(v)), level + 1)
       end
+    elseif gen_counts[k] then
+      require("seer.checks").whole(where, k, v, 0, 2 ^ 31 - 1, level + 1, true)
     elseif gen_ranges[k] then
       local r = gen_ranges[k]
       local bad = v ~= v or v == math.huge or v == -math.huge or v < r[1] or v > r[2]

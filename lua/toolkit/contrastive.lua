@@ -55,9 +55,7 @@ function M.principal_component(diffs, opts)
   if type(opts) ~= "table" then error("principal_component: options must be a table, got " .. type(opts), 2) end
   if not tensor.is_tensor(diffs) or diffs:dim() ~= 2 then error("principal_component: diffs must be a [n, d] tensor", 2) end
   local it, tl = opts.iterations, opts.tolerance
-  if it ~= nil and not (type(it) == "number" and it == math.floor(it) and it >= 1 and it <= 2^31) then
-    error("principal_component: iterations must be a whole number from 1, got " .. tostring(it), 2)
-  end
+  require("seer.checks").whole("principal_component", "iterations", it, 1, 2 ^ 31, 2)
   if tl ~= nil and not (type(tl) == "number" and tl >= 0 and tl < math.huge) then
     error("principal_component: tolerance must be a finite number >= 0, got " .. tostring(tl), 2)
   end

@@ -36,9 +36,7 @@ function M.logit_lens(model, tokenizer, input, opts)
   local ids = P.encode(model, tok, input)
   local row = P.row(opts.position or -1, #ids, where)
   local k = opts.k or 5
-  if not (type(k) == "number" and k == math.floor(k) and k >= 1 and k <= 2^31) then
-    error(where .. ": k must be a whole number from 1 (the top tokens per layer), got " .. tostring(k), 2)
-  end
+  require("seer.checks").whole(where, "k", k, 1, 2 ^ 31, 2) -- the top tokens per layer
   local point = opts.point or "hook_resid_post"
   if type(point) ~= "string" then error(where .. ": point must be a hook point name such as \"hook_resid_post\", got " .. type(point), 2) end
   local layers = {}

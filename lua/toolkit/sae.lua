@@ -115,12 +115,7 @@ function M.train(x, opts)
   end
   -- every option checked by name before any work: a NaN learning rate or l1 trained an SAE of
   -- NaNs without a word, a fractional feature count failed deep inside randn
-  local function whole(k, lo)
-    local v = opts[k]
-    if v ~= nil and not (type(v) == "number" and v == math.floor(v) and v >= lo and v <= 2^31) then
-      error(("sae.train: option '%s' must be a whole number from %d, got %s"):format(k, lo, tostring(v)), 3)
-    end
-  end
+  local function whole(k, lo) require("seer.checks").whole("sae.train", ("option '%s'"):format(k), opts[k], lo, 2 ^ 31, 3) end
   local function real(k, lo, strict)
     local v = opts[k]
     if v ~= nil and not (type(v) == "number" and v < math.huge and (v > lo or (not strict and v == lo))) then
@@ -192,11 +187,7 @@ end
 ---The features whose mean activation differs most between activations a [n1, d] and b [n2, d]:
 ---a list of {feature (0-based), mean_a, mean_b, delta = mean_b - mean_a, freq_a, freq_b}
 ---sorted by |delta|, the k largest.
-local function check_k(where, k)
-  if k ~= nil and not (type(k) == "number" and k == math.floor(k) and k >= 1 and k <= 2^31) then
-    error(("%s: k must be a whole number from 1, got %s"):format(where, tostring(k)), 3)
-  end
-end
+local function check_k(where, k) require("seer.checks").whole(where, "k", k, 1, 2 ^ 31, 3) end
 
 function M.diff(sae, a, b, k)
   check_k("sae.diff", k)
