@@ -25,6 +25,37 @@ function M.list(where, list, what, level)
   return n
 end
 
+---Checks an options table by name: nil gives {}, anything but a table is refused, an unknown
+---key raises "<where>: unknown option 'k'; valid options: a, b, c" (a misspelt option would
+---otherwise leave the default it meant to change), and a value of the wrong type "<where>:
+---option 'k' must be a <type>, got <type>". `valid` maps each option to its Lua type name, or
+---"any". `level` as error() counts it from the caller (1: the caller itself).
+---@param where string
+---@param opts any
+---@param valid table<string, string>
+---@param level? integer default 1
+---@return table opts
+function M.options(where, opts, valid, level)
+  level = (level or 1) + 1
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then error(("%s: options must be a table, got %s"):format(where, type(opts)), level) end
+  for k in pairs(opts) do
+    if valid[k] == nil then
+      local names = {}
+      for n in pairs(valid) do names[#names + 1] = n end
+      table.sort(names)
+      error(("%s: unknown option '%s'; valid options: %s"):format(where, tostring(k), table.concat(names, ", ")), level)
+    end
+  end
+  for k, v in pairs(opts) do
+    local want = valid[k]
+    if want ~= "any" and type(v) ~= want then
+      error(("%s: option '%s' must be a %s, got %s"):format(where, k, want, type(v)), level)
+    end
+  end
+  return opts
+end
+
 ---Checks that `v` is a whole number from `lo` to `hi` (a count, an index, a seed): a fraction,
 ---NaN, an infinity or a value out of range raises "<where>: <name> must be a whole number from
 ---<lo>, got <v>" (with " to <hi>" when `show_hi`), at `level` as error() counts it from the

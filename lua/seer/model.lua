@@ -30,21 +30,8 @@ local function check_opts(where, opts, valid)
   if valid.fwd_hooks and opts[1] ~= nil and opts.fwd_hooks == nil then
     fail(("%s: the hooks go in fwd_hooks: %s(input, { fwd_hooks = { { name, hook }, ... } })"):format(where, where), 3)
   end
-  for k in pairs(opts) do
-    if valid[k] == nil then
-      local names = {}
-      for n in pairs(valid) do names[#names + 1] = n end
-      table.sort(names)
-      fail(("%s: unknown option '%s'; valid options: %s"):format(where, tostring(k), table.concat(names, ", ")), 3)
-    end
-  end
-  for k, v in pairs(opts) do
-    local want = valid[k]
-    if want ~= "any" and type(v) ~= want then
-      fail(("%s: option '%s' must be a %s, got %s"):format(where, k, want, type(v)), 3)
-    end
-  end
-  return opts
+  local checked = require("seer.checks").options(where, opts, valid, 3) -- not a tail call: the level counts this frame
+  return checked
 end
 
 local function is_dir(p)

@@ -154,25 +154,9 @@ end
 ---@param text string UTF-8 text
 ---@param opts? seer.Tokenizer.encode_opts
 ---@return integer[]
--- Options tables are checked by name: a misspelt option (add_special_token) was ignored, so the
--- call ran with the default it meant to change.
-local function check_flags(where, opts, valid)
-  if opts == nil then return {} end
-  if type(opts) ~= "table" then error(("%s: options must be a table, got %s"):format(where, type(opts)), 3) end
-  for k, v in pairs(opts) do
-    if not valid[k] then
-      local names = {}
-      for n in pairs(valid) do names[#names + 1] = n end
-      table.sort(names)
-      error(("%s: unknown option '%s'; valid options: %s"):format(where, tostring(k), table.concat(names, ", ")), 3)
-    end
-    if type(v) ~= "boolean" then error(("%s: option '%s' must be a boolean, got %s"):format(where, k, type(v)), 3) end
-  end
-  return opts
-end
-
 function Tokenizer:encode(text, opts)
-  opts = check_flags("encode", opts, { add_special_tokens = true })
+  -- checked by name: a misspelt add_special_token left the default it meant to change
+  opts = require("seer.checks").options("encode", opts, { add_special_tokens = "boolean" }, 2)
   if type(text) ~= "string" then error("encode: text must be a string, got " .. type(text), 2) end
   local add = true
   if opts.add_special_tokens ~= nil then add = opts.add_special_tokens end
@@ -216,7 +200,7 @@ end
 ---@param opts? seer.Tokenizer.decode_opts
 ---@return string
 function Tokenizer:decode(ids, opts)
-  opts = check_flags("decode", opts, { skip_special_tokens = true, clean_up_tokenization_spaces = true })
+  opts = require("seer.checks").options("decode", opts, { skip_special_tokens = "boolean", clean_up_tokenization_spaces = "boolean" }, 2)
   -- a list with a hole decoded what came before the hole only
   if type(ids) == "table" then require("seer.checks").list("decode", ids, "id", 2) end
   local text = self._h:decode(ids, opts.skip_special_tokens and true or false)
