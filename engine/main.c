@@ -17,7 +17,9 @@ enum { EXIT_LUA_ERROR = 1, EXIT_USAGE = 2, EXIT_INTERRUPTED = 130 };
 typedef struct seer_command {
     const char *name;
     const char *summary;
-    const char *usage; /* full help text for `seer help NAME` */
+    /* full help text for `seer help NAME`; NULL: the command prints its own (`NAME --help`), so
+     * the two never differ */
+    const char *usage;
     int (*run)(int argc, char **argv); /* argv[0] is the command name */
 } seer_command_t;
 
@@ -43,53 +45,17 @@ static const seer_command_t commands[] = {
      cmd_help},
     {"version", "print the seer and LuaJIT versions",
      "usage: seer version    (same as seer --version)\n", cmd_version},
-    {"model", "inspect a model (info) or generate text from the shell (generate)",
-     "usage: seer model info PATH\n"
-     "       seer model generate PATH PROMPT [--max-new-tokens N] [--temperature T] [--seed S]\n"
-     "                                       [--top-k K] [--top-p P] [--min-p P] [--threads N]\n",
-     cmd_model},
-    {"kernel", "the Jupyter kernel for Lua (kernel -f FILE), or install its kernelspec",
-     "usage: seer kernel -f CONNECTION_FILE\n"
-     "       seer kernel install [--user | --prefix PREFIX] [--name NAME] [--display-name TEXT]\n"
-     "                           [--interrupt-mode signal|message]\n\n"
-     "The first form is what Jupyter runs (the kernelspec's argv); the second writes kernel.json\n"
-     "so JupyterLab, nbclient and jupyter_client find the kernel.\n",
-     cmd_kernel},
-    {"notebook", "the notebook server: kernels, live .ipynb notebooks and their live view",
-     "usage: seer notebook serve [--output-dir DIR] [--host 127.0.0.1] [--port 0] [--ready-fd FD]\n\n"
-     "Serves notebook sessions for seer.execution and seer mcp notebook: starts kernels, writes\n"
-     "each notebook atomically as cells finish, and serves the live view at jupyter_url.\n",
-     cmd_notebook},
-    {"mcp", "MCP servers for agents: notebook (and cli, rpc), over stdio or streamable HTTP",
-     "usage: seer mcp notebook [--session-id ID] [--jupyter-url URL] [--output-dir DIR] [--max-output CHARS]\n"
-     "                         [--http HOST:PORT [--token T] [--allow-origin O]...]\n"
-     "       seer mcp cli ...   (needs sandboxes)\n"
-     "       seer mcp rpc ...   (needs scoped sandboxes)\n\n"
-     "Serves MCP (protocol 2025-06-18 and 2025-11-25) on stdin/stdout by default. Options are\n"
-     "also read from SEER_SESSION_ID, SEER_NOTEBOOK_URL and SEER_NOTEBOOK_OUTPUT_DIR, which a\n"
-     "session's mcp_config sets; the HTTP bearer token from --token or SEER_MCP_TOKEN.\n",
-     cmd_mcp},
-    {"hub", "download a model repository into the Hugging Face cache",
-     "usage: seer hub download REPO_ID [--revision REV] [--include GLOB]... [--cache-dir DIR] [--max-workers N]\n\n"
-     "Fetches what a model needs into $HF_HOME/hub (the layout the Python tools share) and prints\n"
-     "the snapshot directory. HF_ENDPOINT, HF_TOKEN and HF_HUB_OFFLINE=1 are honoured.\n",
-     cmd_hub},
-    {"sandbox", "list, inspect and terminate local sandboxes",
-     "usage: seer sandbox list\n"
-     "       seer sandbox logs ID [-n LINES] [-f]\n"
-     "       seer sandbox terminate ID... | --all\n\n"
-     "Sandboxes are started by Sandbox(config):start() in a script (docs/sandbox.md).\n",
-     cmd_sandbox},
-    {"sandboxd", "the daemon inside a sandbox (started by Sandbox:start, not by hand)",
-     "usage: seer sandboxd --connection-file FILE\n", cmd_sandboxd},
-    {"rpc", "serve a scoped interface.lua over signed RPC",
-     "usage: seer rpc serve INTERFACE.lua [options]   (see docs/rpc.md)\n", cmd_rpc},
-    {"transcript", "read agent transcripts",
-     "usage: seer transcript view FILE   (see docs/harness.md)\n", cmd_transcript},
-    {"replay", "re-run a recorded investigation and compare every tool result",
-     "usage: seer replay TRANSCRIPT [--experiment DIR] [--keep] [-- ARGS...]   (see docs/experiments.md)\n", cmd_replay},
-    {"serve", "a model behind an OpenAI-compatible HTTP endpoint",
-     "usage: seer serve MODEL [--port N] [--host ADDR] [--name ID] [--token T] [--max-tokens N] [--adapter DIR]   (see docs/serve.md)\n", cmd_serve},
+    {"model", "inspect a model (info) or generate text from the shell (generate)", NULL, cmd_model},
+    {"kernel", "the Jupyter kernel for Lua (kernel -f FILE), or install its kernelspec", NULL, cmd_kernel},
+    {"notebook", "the notebook server: kernels, live .ipynb notebooks and their live view", NULL, cmd_notebook},
+    {"mcp", "MCP servers for agents: notebook (and cli, rpc), over stdio or streamable HTTP", NULL, cmd_mcp},
+    {"hub", "download a model repository into the Hugging Face cache", NULL, cmd_hub},
+    {"sandbox", "list, inspect and terminate local sandboxes", NULL, cmd_sandbox},
+    {"sandboxd", "the daemon inside a sandbox (started by Sandbox:start, not by hand)", NULL, cmd_sandboxd},
+    {"rpc", "serve a scoped interface.lua over signed RPC", NULL, cmd_rpc},
+    {"transcript", "read agent transcripts", NULL, cmd_transcript},
+    {"replay", "re-run a recorded investigation and compare every tool result", NULL, cmd_replay},
+    {"serve", "a model behind an OpenAI-compatible HTTP endpoint", NULL, cmd_serve},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
@@ -123,15 +89,19 @@ static int cmd_help(int argc, char **argv) {
         print_usage(stdout);
         return 0;
     }
-    const seer_command_t *c = find_command(argv[1]);
+    const seer_command_t *c = find_command(strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ? "help" : argv[1]);
     if (!c) {
         fprintf(stderr, "seer help: unknown command '%s'; commands: ", argv[1]);
         list_command_names(stderr);
         fputc('\n', stderr);
         return EXIT_USAGE;
     }
-    fputs(c->usage, stdout);
-    return 0;
+    if (c->usage) {
+        fputs(c->usage, stdout);
+        return 0;
+    }
+    char *help_argv[] = {(char *)c->name, "--help", NULL};
+    return c->run(2, help_argv);
 }
 
 static int cmd_version(int argc, char **argv) {

@@ -1153,7 +1153,10 @@ int seer_kernel_main(int argc, char **argv) {
         else if (strncmp(argv[i], "--f=", 4) == 0) conn = argv[i] + 4;
         else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             fputs("usage: seer kernel -f CONNECTION_FILE\n"
-                  "       seer kernel install [--user | --prefix PREFIX] [--name NAME] [--display-name TEXT]\n",
+                  "       seer kernel install [--user | --prefix PREFIX] [--name NAME] [--display-name TEXT]\n"
+                  "                           [--interrupt-mode signal|message]\n\n"
+                  "The first form is what Jupyter runs (the kernelspec's argv); the second writes kernel.json\n"
+                  "so JupyterLab, nbclient and jupyter_client find the kernel (seer kernel install --help).\n",
                   stdout);
             return 0;
         } else {

@@ -1,6 +1,7 @@
 """The seer command line as a user drives it: scripts with arguments, -e, stdin, errors with
 tracebacks and exit codes, help, unknown commands, module search paths, Ctrl-C, install."""
 import os
+import re
 import signal
 import subprocess
 import time
@@ -136,6 +137,23 @@ class CliTest(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertIn("unknown command 'nope'", r.stderr)
         self.assertEqual(run(["--help"]).stdout, run(["help"]).stdout)
+        self.assertIn("usage: seer help", run(["help", "--help"]).stdout)
+
+    def test_help_for_a_command_is_the_commands_own_help(self):
+        # `seer help X` kept its own copies of each command's usage, which fell behind what the
+        # commands take (`seer help model` lacked --device, `seer help mcp` the local and rpc
+        # options); now it prints what `seer X --help` prints.
+        commands = re.findall(r"^  (\w+) ", run(["help"]).stdout, re.M)
+        self.assertGreaterEqual(len(commands), 12, commands)
+        for c in commands:
+            if c == "version":
+                continue
+            h, own = run(["help", c], timeout=20), run([c, "--help"], timeout=20)
+            self.assertEqual(h.returncode, 0, (c, h.stderr))
+            self.assertIn("usage: seer " + c, h.stdout)
+            self.assertEqual(h.stdout, own.stdout, c)
+        self.assertIn("--device", run(["help", "model"]).stdout)
+        self.assertIn("--interrupt-mode", run(["help", "kernel"]).stdout)
 
     def test_script_requires_its_own_modules_and_libraries(self):
         d = tmpdir(self)
