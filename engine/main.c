@@ -130,7 +130,7 @@ static int run_lua(const char *progname, enum run_kind kind, const char *what, i
     default: rc = seer_host_repl(h); break;
     }
     fflush(stdout);
-    if (rc < 0) fprintf(stderr, "seer: %s\n", err.msg);
+    if (rc < 0) seer_host_write_message(stderr, "seer: ", err.msg);
     seer_host_close(h);
     if (rc == SEER_EINTR) return EXIT_INTERRUPTED;
     return rc < 0 ? EXIT_LUA_ERROR : 0;

@@ -377,3 +377,17 @@ int seer_host_write_file_atomic(const char *path, const void *data, size_t n, se
     if (rc == 0) rc = seer_atomic_commit(&f, err);
     return rc;
 }
+
+void seer_host_write_message(FILE *f, const char *prefix, const char *msg) {
+    fputs(prefix, f);
+    if (!isatty(fileno(f))) {
+        fputs(msg, f);
+    } else {
+        for (const unsigned char *p = (const unsigned char *)msg; *p; p++) {
+            if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) fprintf(f, "\\u%04x", *++p);
+            else if ((*p < 0x20 && *p != '\n' && *p != '\t') || *p == 0x7f) fprintf(f, "\\x%02x", *p);
+            else fputc(*p, f);
+        }
+    }
+    fputc('\n', f);
+}

@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "../seer.h"
 
@@ -77,5 +78,11 @@ int seer_lua_opttimeout(lua_State *L, int idx, int def, const char *what);
 /* Writes data to path through a temporary file in the same directory, fsync and rename, so a
  * crash leaves either the old file or the new one, never a half-written one. */
 int seer_host_write_file_atomic(const char *path, const void *data, size_t n, seer_err_t *err);
+
+/* Writes prefix, msg and a newline to f. When f is a terminal, control characters in msg other
+ * than newline and tab are written as \xNN, and C1 controls in UTF-8 (U+0080-U+009F) as \u00NN:
+ * an error can quote what a sandbox or a model wrote, and its escape sequences must not command
+ * the user's terminal (seer.terminal does the same for Lua; docs/security.md, "Terminals"). */
+void seer_host_write_message(FILE *f, const char *prefix, const char *msg);
 
 #endif

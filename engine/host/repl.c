@@ -339,7 +339,7 @@ static void run_compiled(seer_host_t *h, int top) {
     int rc = seer_host_pcall(h, 0, LUA_MULTRET, &err);
     if (rc < 0) {
         fflush(stdout);
-        fprintf(stderr, "%s\n", err.msg);
+        seer_host_write_message(stderr, "", err.msg);
         lua_settop(L, top);
         return;
     }

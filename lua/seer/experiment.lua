@@ -435,9 +435,10 @@ end
 ---@return fun(m: table)
 function M.printer(run, label)
   label = label or "agent"
+  local safe = require("seer.terminal").safe -- the model's text, without terminal commands
   return function(m)
-    if m.type == "tool_call" then io.write(("[%s] %s\n"):format(label, m.name))
-    elseif m.type == "text_delta" and not run.small then io.write(m.text)
+    if m.type == "tool_call" then io.write(safe(("[%s] %s\n"):format(label, m.name)))
+    elseif m.type == "text_delta" and not run.small then io.write(safe(m.text))
     elseif m.type == "assistant" and not run.small then io.write("\n") end
   end
 end
@@ -508,7 +509,7 @@ function M.summary(run, summary, markdown)
     summary.wall_s, run.out_dir .. "/ledger.json")
   seer.write_file(run.out_dir .. "/summary.json", json.encode(summary, { indent = 2 }) .. "\n")
   seer.write_file(run.out_dir .. "/summary.md", markdown)
-  io.write(markdown)
+  io.write(require("seer.terminal").safe(markdown)) -- it quotes the agents: no terminal commands
   return summary
 end
 

@@ -1171,7 +1171,13 @@ end
 ---@return table
 function M.run_agent_interactive(opts)
   local a = new_agent(opts, "run_agent_interactive", true) -- error levels count this frame
-  local out = io.stdout
+  -- what the model writes and what tools return (a sandbox's output) reach the terminal without
+  -- their escape sequences (seer.terminal)
+  local safe = require("seer.terminal").safe
+  local out = { write = function(self, ...)
+    for i = 1, select("#", ...) do io.stdout:write(safe((select(i, ...)))) end
+    return self
+  end, flush = function() io.stdout:flush() end }
   local tty_in = core.isatty(0)
   local input
   local function prompt()

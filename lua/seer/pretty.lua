@@ -19,7 +19,10 @@ for w in ("and break do else elseif end false for function goto if in local nil 
 end
 
 local function quote(s)
-  return (string.format("%q", s):gsub("\\\n", "\\n"):gsub("\r", "\\r"):gsub("%z", "\\0"))
+  -- %q leaves C1 controls written in UTF-8 (U+0080-U+009F: 8-bit CSI and OSC, commands to
+  -- some terminals) as they are; they are written as decimal escapes like the other controls
+  return (string.format("%q", s):gsub("\\\n", "\\n"):gsub("\r", "\\r"):gsub("%z", "\\0")
+    :gsub("\194([\128-\159])", function(b) return "\\194\\" .. b:byte() end))
 end
 
 local function key_text(k)

@@ -7,6 +7,7 @@ import subprocess
 import time
 import unittest
 
+import seertest
 from seertest import ROOT, SEER, env, run, tmpdir
 
 
@@ -138,6 +139,28 @@ class CliTest(unittest.TestCase):
         self.assertIn("unknown command 'nope'", r.stderr)
         self.assertEqual(run(["--help"]).stdout, run(["help"]).stdout)
         self.assertIn("usage: seer help", run(["help", "--help"]).stdout)
+
+    def test_an_error_quoting_escape_sequences_is_shown_not_obeyed_on_a_terminal(self):
+        # An error can carry what a sandbox printed (a failed exec's output, a kernel's
+        # traceback): on a terminal its control characters are written as text, into a pipe as
+        # they are. The REPL's errors go the same way.
+        code = 'error("failed: \\27]52;c;cm0gLXJmIH4=\\7\\27[2J\\194\\155x\\n\\tnext")'
+        p = seertest.Pty(["-e", code])
+        p.expect(r"failed: \\x1b\]52;c;cm0gLXJmIH4=\\x07\\x1b\[2J\\u009bx\r?\n\tnext")
+        self.assertEqual(p.wait(), 1)
+        self.assertNotIn(b"\x1b", p.buf)
+        self.assertNotIn(b"\x07", p.buf)
+        r = run(["-e", code])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("failed: \x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J\u009bx\n\tnext", r.stderr)
+        p = seertest.Pty([])
+        p.expect(r"> ")
+        p.send(code.encode() + b"\n")
+        p.expect(r"failed: \\x1b\]52")
+        p.expect(r"> ")
+        p.send(b"\x04")
+        p.wait()
+        self.assertNotIn(b"\x1b]", p.buf)
 
     def test_help_for_a_command_is_the_commands_own_help(self):
         # `seer help X` kept its own copies of each command's usage, which fell behind what the

@@ -95,6 +95,34 @@ class InteractiveCase(unittest.TestCase):
         self.assertEqual(p.wait(), 0)
         self.assertEqual(len(self.fake.requests), 2)
 
+    def test_escape_sequences_reach_the_terminal_shown_not_obeyed(self):
+        # A tool's output is a sandbox's (hostile) and the model's text may echo it: their
+        # escape sequences (a clipboard write, a title, a screen clear, a line hidden behind a
+        # carriage return) are written as text on the terminal; colours are dropped.
+        p = self.start([{"sse": "anthropic_banner_tool.sse"}, {"sse": "anthropic_final.sse"}], {"mcp": True})
+        p.expect(r"> ")
+        p.line("show the banner")
+        p.expect(r"I will \\x1b\]0;owned\\x07show it\.")
+        p.expect(r"\[result\] clip\\x1b\]52;c;cm0gLXJmIH4=\\x07 \\x1b\[2Jcleared red hidden\\x0dshown")
+        p.expect(r"All done\.")
+        p.expect(r"> ")
+        p.send(b"\x04")
+        p.expect(r"RESULT")
+        self.assertEqual(p.wait(), 0)
+        shown = p.buf[:p.buf.index(b"RESULT")]
+        self.assertNotIn(b"\x1b]", shown)
+        self.assertNotIn(b"\x1b[2J", shown)
+        self.assertNotIn(b"\x07", shown)
+        # the transcript keeps the bytes as they were
+        results = [e for e in self.events() if e["type"] == "tool_result"]
+        self.assertIn("\x1b]52;c;", results[0]["content"][0]["text"])
+        # and `seer transcript view` shows them the same way, on a terminal or not
+        view = seertest.run(["transcript", "view", self.transcript])
+        self.assertEqual(view.returncode, 0, view.stderr)
+        self.assertIn("clip\\x1b]52;c;cm0gLXJmIH4=\\x07 \\x1b[2Jcleared red hidden\\x0dshown", view.stdout)
+        self.assertIn("I will \\x1b]0;owned\\x07show it.", view.stdout)
+        self.assertNotIn("\x1b", view.stdout)
+
     def test_first_message_and_quit(self):
         p = self.start([{"sse": "anthropic_text.sse"}], {"user_message": "hi"})
         p.expect(r"Hello from the fake provider")

@@ -550,6 +550,27 @@ T.test("seer sandbox list, logs and terminate", function()
   T.contains(cli("logs", s.sandbox_id), "listening on")
   local _, code = cli("logs", "no-such-id")
   T.ne(code, 0)
+  -- The log folder is the sandbox's to write: what it writes there reaches the terminal of
+  -- whoever reads the logs. On a terminal its escape sequences are shown, not obeyed (here a
+  -- clipboard write, a screen clear and a red colour); into a pipe the bytes go as written.
+  s:exec([[printf 'before \033]52;c;cm0gLXJmIH4=\007 \033[2J\033[31mred\033[0m after\n' >> /var/log/seer/sandbox.log]])
+  local raw = cli("logs", s.sandbox_id)
+  T.contains(raw, "before \27]52;c;cm0gLXJmIH4=\7 \27[2J\27[31mred\27[0m after")
+  local p = io.popen(("SEER_SANDBOX_DIR=%s script -qec %s /dev/null"):format(S.shell_quote(state_root),
+    S.shell_quote(SEER .. " sandbox logs -n 3 " .. s.sandbox_id)))
+  local shown = p:read("*a")
+  p:close()
+  T.contains(shown, "before \\x1b]52;c;cm0gLXJmIH4=\\x07 \\x1b[2J")
+  T.contains(shown, "red after")
+  T.ok(not shown:find("\27", 1, true), "an escape character reached the terminal: " .. shown)
+  -- usage errors: status 2 and the usage, no traceback
+  for _, args in ipairs({ { "logs", s.sandbox_id, "-n", "0" }, { "logs", "a", "b" }, { "terminate", "--all", "x" },
+                          { "list", "--x" }, { "nonsense" } }) do
+    local text, c = cli(unpack(args))
+    T.eq(c, 2, table.concat(args, " ") .. ": " .. text)
+    T.contains(text, "usage: seer sandbox")
+    T.ok(not text:find("traceback"), text)
+  end
   out = cli("terminate", s.sandbox_id)
   T.contains(out, s.sandbox_id)
   T.raises(function() s:exec("true") end, "terminated from outside")

@@ -77,6 +77,40 @@ T.test("pretty prints scalars", function()
   T.eq(pretty.format(true), "true")
 end)
 
+T.test("pretty writes control characters as escapes, C1 ones in UTF-8 too", function()
+  -- the REPL prints values with it: what a sandbox returned must not command the terminal
+  T.eq(pretty.format("a\27]0;t\7b"), '"a\\27]0;t\\7b"')
+  T.eq(pretty.format("x\194\155y \194\160 \195\169"), '"x\\194\\155y \194\160 \195\169"')
+  local s = "\0\1\27[2J\r\n\194\128\194\159\226\130\172"
+  T.eq(loadstring("return " .. pretty.format(s))(), s)
+end)
+
+T.test("seer.terminal.safe shows terminal commands as text", function()
+  local safe = require("seer.terminal").safe
+  T.eq(safe("plain text, é and € stay\n\tindented"), "plain text, é and € stay\n\tindented")
+  T.eq(safe("\27[1;31mred\27[0m \27[38;2;1;2;3mtrue colour\27[m"), "red true colour") -- colours dropped
+  T.eq(safe("\27[8mconcealed\27[28m"), "concealed")
+  T.eq(safe("a\27]52;c;cm0gLXJmIH4=\7b"), "a\\x1b]52;c;cm0gLXJmIH4=\\x07b")
+  T.eq(safe("\27]8;;http://x\27\\link\27]8;;\27\\"), "\\x1b]8;;http://x\\x1b\\link\\x1b]8;;\\x1b\\")
+  T.eq(safe("\27[2J\27[H\27[1A\27[K"), "\\x1b[2J\\x1b[H\\x1b[1A\\x1b[K")
+  T.eq(safe("line\r\nnext\rover"), "line\nnext\\x0dover")
+  T.eq(safe("\0\8\11\12\127"), "\\x00\\x08\\x0b\\x0c\\x7f")
+  T.eq(safe("c1 \194\155 2J \194\157 \194\160nbsp"), "c1 \\u009b 2J \\u009d \194\160nbsp")
+  T.eq(safe(42), "42")
+  -- the experiments' printer streams the agent's text and tool names through it
+  local written = {}
+  local real = io.write
+  io.write = function(...) for _, v in ipairs({ ... }) do written[#written + 1] = v end end
+  local ok, err = pcall(function()
+    local pr = require("seer.experiment").printer({ small = false }, "probe")
+    pr({ type = "text_delta", text = "hi \27]0;owned\7" })
+    pr({ type = "tool_call", name = "x\27[2J" })
+  end)
+  io.write = real
+  assert(ok, err)
+  T.eq(table.concat(written), "hi \\x1b]0;owned\\x07[probe] x\\x1b[2J\n")
+end)
+
 T.test("pretty prints tables sorted, nested and cut", function()
   T.eq(pretty.format({}), "{}")
   T.eq(pretty.format({ 1, 2, 3 }), "{ 1, 2, 3 }")

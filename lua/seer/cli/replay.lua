@@ -9,6 +9,7 @@ local process = require "seer.process"
 local core = require "seer.core.host"
 
 local M = {}
+local safe = require("seer.terminal").safe
 
 local USAGE = [[
 usage: seer replay TRANSCRIPT [--experiment DIR] [--keep] [-- ARGS...]
@@ -202,12 +203,12 @@ function M.main(...)
     local err = ef and ef:read("*a") or ""
     if ef then ef:close() end
     io.stderr:write(("seer replay: the experiment ended (%s) without a summary; its output:\n%s\n%s"):format(
-      tostring(code), table.concat(log, "\n", math.max(1, #log - 40)), err:sub(-4000)))
+      tostring(code), safe(table.concat(log, "\n", math.max(1, #log - 40))), safe(err:sub(-4000))))
     if not keep then os.execute(("rm -rf '%s'"):format(out)) end
     os.exit(1)
   end
   local lines, bad = M.compare(recorded, read_events(new_transcript))
-  for _, l in ipairs(lines) do print(l) end
+  for _, l in ipairs(lines) do print(safe(l)) end -- they quote tool results: a sandbox's output
   print(("%d of %d calls identical%s"):format(#calls - bad, #calls, bad > 0 and (", " .. bad .. " diverged") or ""))
   if keep then print("replay run: " .. out) else os.execute(("rm -rf '%s'"):format(out)) end
   if bad > 0 then os.exit(1) end

@@ -12,6 +12,12 @@ local USAGE = [[usage: seer sandbox list
        seer sandbox ssh-link | remote-start   (run by the ssh backend, not by hand: docs/backends.md)
        seer sandbox k8s-transport | k8s-delete | curve-serve   (run by the kubernetes backend)]]
 
+-- A usage error: the message and the usage on stderr, exit status 2, no traceback.
+local function usage_error(msg)
+  io.stderr:write(msg, "\n", USAGE, "\n")
+  os.exit(2)
+end
+
 local function age(t)
   local s = os.time() - (t or os.time())
   if s < 120 then return s .. "s" end
@@ -35,14 +41,22 @@ local function logs(args)
   local i = 1
   while i <= #args do
     local a = args[i]
-    if a == "-n" then n = tonumber(args[i + 1]) or error("seer sandbox logs: -n needs a number", 0); i = i + 1
+    if a == "-n" then
+      n = tonumber(args[i + 1])
+      if not n or n ~= math.floor(n) or n < 1 or n > 1e9 then
+        usage_error(("seer sandbox logs: -n needs a whole number of lines from 1 (got %s)"):format(tostring(args[i + 1])))
+      end
+      i = i + 1
     elseif a == "-f" then follow = true
-    elseif a == "--service" then service = args[i + 1]; i = i + 1
-    elseif a:sub(1, 1) == "-" then error("seer sandbox logs: unknown option " .. a .. "\n" .. USAGE, 0)
+    elseif a == "--service" then
+      service = args[i + 1] or usage_error("seer sandbox logs: --service needs a NAME")
+      i = i + 1
+    elseif a:sub(1, 1) == "-" then usage_error("seer sandbox logs: unknown option " .. a)
+    elseif id then usage_error("seer sandbox logs: one sandbox at a time (got " .. id .. " and " .. a .. ")")
     else id = a end
     i = i + 1
   end
-  if not id then error("seer sandbox logs: which sandbox? (seer sandbox list shows the ids)\n" .. USAGE, 0) end
+  if not id then usage_error("seer sandbox logs: which sandbox? (seer sandbox list shows the ids)") end
   -- The log folder is the sandbox's to write: read beneath it with no link followed, never a
   -- fifo, at most 1 MiB at a time (seer.safe_fs).
   local root, rel = S.log_file(id, service)
@@ -56,9 +70,12 @@ local function logs(args)
     io.stderr:write(("seer sandbox logs: %s\n"):format(size))
     return 1
   end
+  -- The log is the sandbox's writing: on a terminal its escape sequences are shown, not obeyed
+  -- (seer.terminal); into a pipe or a file it goes byte for byte.
+  local show = require("seer.core.host").isatty(1) and require("seer.terminal").safe or tostring
   local lines = {}
   for l in text:gmatch("[^\n]*\n?") do if l ~= "" then lines[#lines + 1] = l end end
-  io.stdout:write(table.concat(lines, "", math.max(1, #lines - n + 1)))
+  io.stdout:write(show(table.concat(lines, "", math.max(1, #lines - n + 1))))
   io.stdout:flush()
   local offset = size
   while follow do
@@ -69,7 +86,7 @@ local function logs(args)
     end
     if not more then break end -- removed, or replaced by a link or a fifo
     if total < offset then offset = 0 -- truncated: start again
-    elseif more ~= "" then io.stdout:write(more); io.stdout:flush(); offset = offset + #more
+    elseif more ~= "" then io.stdout:write(show(more)); io.stdout:flush(); offset = offset + #more
     else
       if not S.log_file(id, service) then break end
       process.sleep_ms(200)
@@ -79,7 +96,11 @@ local function logs(args)
 end
 
 local function terminate(args)
-  if #args == 0 then error("seer sandbox terminate: which sandbox? give ids or --all\n" .. USAGE, 0) end
+  if #args == 0 then usage_error("seer sandbox terminate: which sandbox? give ids or --all") end
+  if args[1] == "--all" and #args > 1 then usage_error("seer sandbox terminate: --all takes no ids") end
+  for _, a in ipairs(args) do
+    if a ~= "--all" and a:sub(1, 1) == "-" then usage_error("seer sandbox terminate: unknown option " .. a) end
+  end
   local ids = {}
   if args[1] == "--all" then
     for _, s in ipairs(S.list()) do ids[#ids + 1] = s.id end
@@ -105,6 +126,9 @@ end
 function M.main(cmd, ...)
   local args = { ... }
   local rc
+  if (cmd == "list" or cmd == "ls" or cmd == "snapshots") and #args > 0 then
+    usage_error(("seer sandbox %s: unexpected argument %s"):format(cmd, args[1]))
+  end
   if cmd == "list" or cmd == "ls" then rc = list()
   elseif cmd == "logs" then rc = logs(args)
   elseif cmd == "terminate" or cmd == "kill" then rc = terminate(args)
@@ -112,7 +136,7 @@ function M.main(cmd, ...)
   elseif cmd == "ssh-link" or cmd == "remote-start" then rc = require("seer.backends.ssh").main(cmd)
   elseif cmd == "k8s-transport" or cmd == "k8s-delete" or cmd == "curve-serve" then rc = require("seer.backends.kubernetes").main(cmd, args)
   elseif cmd == nil or cmd == "-h" or cmd == "--help" or cmd == "help" then print(USAGE); rc = 0
-  else error(("seer sandbox: unknown command %q\n%s"):format(cmd, USAGE), 0) end
+  else usage_error(("seer sandbox: unknown command %q"):format(cmd)) end
   if rc ~= 0 then os.exit(rc) end
 end
 

@@ -50,7 +50,10 @@ function M.view(path, full, out)
   local parts = {}
   out = { write = function(self, ...) for _, s in ipairs({ ... }) do parts[#parts + 1] = tostring(s) end return self end }
   local bad = M._view(path, full, out)
-  local text = table.concat(parts)
+  -- tool results are a sandbox's output and the rest a model's: shown without the escape
+  -- sequences that would command the terminal (seer.terminal); redacted after that, so a secret
+  -- that colour codes had split is whole again when it is looked for
+  local text = require("seer.terminal").safe(table.concat(parts))
   local secrets = require("seer.harness").environment_secrets()
   if #secrets > 0 then text = require("seer.core.harness").redact(text, secrets) end
   real_out:write(text)
@@ -63,6 +66,12 @@ function M._view(path, full, out)
     io.stderr:write(("seer transcript: cannot read %s (%s)\n"):format(path, why))
     os.exit(1)
   end
+  local probe, read_err = f:read(0)
+  if not probe and read_err then
+    f:close()
+    io.stderr:write(("seer transcript: cannot read %s (%s)\n"):format(path, read_err))
+    os.exit(1)
+  end
   local function w(...) out:write(...) out:write("\n") end
   local streamed = {}   -- text of the turn in progress, from its deltas
   local streamed_turn
@@ -73,55 +82,63 @@ function M._view(path, full, out)
     if not ok or type(ev) ~= "table" then
       if line:match("%S") then bad = bad + 1; w(("[line %d is not a whole JSON event: %s]"):format(n, cut(line, 80))) end
     else
-      local t = ev.type
-      local turn = ev.turn
-      if t == "run_start" then
-        w(("== agent '%s' · %s · %s · %s"):format(ev.agent or "?", ev.provider or "?", ev.model or "?",
-          ev.time and os.date("%Y-%m-%d %H:%M:%S", math.floor(ev.time)) or ""))
-        if ev.replay then w("   replaying " .. ev.replay) end
-        if ev.system and ev.system ~= "" then w("-- system prompt"); w(indent(cut(ev.system, 4000, full), "   ")) end
-        local names = {}
-        for _, tool in ipairs(ev.tools or {}) do names[#names + 1] = tool.name end
-        w("-- tools: " .. (#names > 0 and table.concat(names, ", ") or "(none)"))
-      elseif t == "user" then
-        w(""); w("[user]"); w(indent(ev.text or "", "   "))
-      elseif t == "text_delta" then
-        if streamed_turn ~= turn then streamed, streamed_turn = {}, turn end
-        streamed[#streamed + 1] = ev.text
-      elseif t == "retry" then
-        streamed = {}
-        w(("[retry] attempt %s failed: %s; retrying in %.2f s"):format(tostring(ev.attempt), ev.reason or "?", ev.wait_s or 0))
-      elseif t == "assistant" then
-        streamed, streamed_turn = {}, nil
-        w(""); w(("[assistant · turn %s · %s]"):format(tostring(turn), tostring(ev.stop_reason)))
-        for _, b in ipairs(ev.message and ev.message.content or {}) do
-          if b.type == "text" then w(indent(b.text, "   "))
-          elseif b.type == "thinking" then w(indent("(thinking) " .. cut(b.thinking, 2000, full), "   "))
-          elseif b.type == "redacted_thinking" then w("   (redacted thinking)")
-          elseif b.type == "tool_use" then
-            w(("   -> %s %s"):format(b.name, b.seer_invalid_input and ("(invalid arguments) " .. b.seer_invalid_input)
-              or json.encode(b.input or {})))
-          else w("   [" .. tostring(b.type) .. "]") end
-        end
-      elseif t == "usage" then
-        w("   (" .. usage_line(ev.usage, ev.cost_usd) .. ")")
-      elseif t == "tool_result" then
-        local head = ("   <- %s%s%s"):format(ev.name or "?", ev.is_error and " (error)" or "",
-          ev.duration_s and (" in %.2f s"):format(ev.duration_s) or "")
-        w(head); w(indent(content_text(ev.content, full), "      "))
-      elseif t == "interrupted" then
-        w("[interrupted by the user during the " .. tostring(ev.during) .. "]")
-      elseif t == "error" then
-        w("[error] " .. tostring(ev.message))
-      elseif t == "result" then
-        if #streamed > 0 then
-          w(""); w(("[assistant · turn %s · incomplete]"):format(tostring(streamed_turn))); w(indent(table.concat(streamed), "   "))
+      local shown, why = pcall(function()
+        local t = ev.type
+        local turn = ev.turn
+        if t == "run_start" then
+          w(("== agent '%s' · %s · %s · %s"):format(ev.agent or "?", ev.provider or "?", ev.model or "?",
+            ev.time and os.date("%Y-%m-%d %H:%M:%S", math.floor(ev.time)) or ""))
+          if ev.replay then w("   replaying " .. ev.replay) end
+          if ev.system and ev.system ~= "" then w("-- system prompt"); w(indent(cut(ev.system, 4000, full), "   ")) end
+          local names = {}
+          for _, tool in ipairs(ev.tools or {}) do names[#names + 1] = tool.name end
+          w("-- tools: " .. (#names > 0 and table.concat(names, ", ") or "(none)"))
+        elseif t == "user" then
+          w(""); w("[user]"); w(indent(ev.text or "", "   "))
+        elseif t == "text_delta" then
+          if streamed_turn ~= turn then streamed, streamed_turn = {}, turn end
+          streamed[#streamed + 1] = ev.text
+        elseif t == "retry" then
           streamed = {}
+          w(("[retry] attempt %s failed: %s; retrying in %.2f s"):format(tostring(ev.attempt), ev.reason or "?", ev.wait_s or 0))
+        elseif t == "assistant" then
+          streamed, streamed_turn = {}, nil
+          w(""); w(("[assistant · turn %s · %s]"):format(tostring(turn), tostring(ev.stop_reason)))
+          for _, b in ipairs(ev.message and ev.message.content or {}) do
+            if b.type == "text" then w(indent(b.text, "   "))
+            elseif b.type == "thinking" then w(indent("(thinking) " .. cut(b.thinking, 2000, full), "   "))
+            elseif b.type == "redacted_thinking" then w("   (redacted thinking)")
+            elseif b.type == "tool_use" then
+              w(("   -> %s %s"):format(b.name, b.seer_invalid_input and ("(invalid arguments) " .. b.seer_invalid_input)
+                or json.encode(b.input or {})))
+            else w("   [" .. tostring(b.type) .. "]") end
+          end
+        elseif t == "usage" then
+          w("   (" .. usage_line(ev.usage, ev.cost_usd) .. ")")
+        elseif t == "tool_result" then
+          local head = ("   <- %s%s%s"):format(ev.name or "?", ev.is_error and " (error)" or "",
+            ev.duration_s and (" in %.2f s"):format(ev.duration_s) or "")
+          w(head); w(indent(content_text(ev.content, full), "      "))
+        elseif t == "interrupted" then
+          w("[interrupted by the user during the " .. tostring(ev.during) .. "]")
+        elseif t == "error" then
+          w("[error] " .. tostring(ev.message))
+        elseif t == "result" then
+          if #streamed > 0 then
+            w(""); w(("[assistant · turn %s · incomplete]"):format(tostring(streamed_turn))); w(indent(table.concat(streamed), "   "))
+            streamed = {}
+          end
+          w("")
+          w(("[result] %s after %s turn(s), %.1f s; %s"):format(tostring(ev.reason), tostring(ev.turns),
+            ev.duration_s or 0, usage_line(ev.usage, ev.cost_usd)))
+          if ev.error then w("   " .. tostring(ev.error)) end
         end
-        w("")
-        w(("[result] %s after %s turn(s), %.1f s; %s"):format(tostring(ev.reason), tostring(ev.turns),
-          ev.duration_s or 0, usage_line(ev.usage, ev.cost_usd)))
-        if ev.error then w("   " .. tostring(ev.error)) end
+      end)
+      if not shown then
+        -- a field of the wrong kind (a transcript edited or written by something else)
+        bad = bad + 1
+        w(("[line %d: a %s event seer cannot show: %s]"):format(n, cut(json.encode(ev.type), 40),
+          (tostring(why):gsub("^[^:]*:%d+: ", ""))))
       end
     end
   end
