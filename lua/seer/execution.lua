@@ -158,7 +158,7 @@ local function pump(srv)
   while true do
     local ok, msg = pcall(srv.sock.recv, srv.sock, 0)
     if not ok then
-      io.stderr:write("seer.execution: ", tostring(msg), "\n")
+      io.stderr:write("seer.execution: ", require("seer.terminal").safe(msg), "\n")
     elseif not msg then
       return
     else

@@ -146,7 +146,7 @@ local notes_said = {}
 local function say_once(text)
   if notes_said[text] then return end
   notes_said[text] = true
-  io.stderr:write("seer: ", text, "\n")
+  io.stderr:write("seer: ", require("seer.terminal").safe(text), "\n")
 end
 
 ---------------------------------------------------------------------------------------------

@@ -49,7 +49,7 @@ function M.start(spec)
 end
 
 local function note(fmt, ...)
-  io.stderr:write(("[%s] seer sidecar: "):format(os.date("!%Y-%m-%dT%H:%M:%SZ")), fmt:format(...), "\n")
+  io.stderr:write(("[%s] seer sidecar: "):format(os.date("!%Y-%m-%dT%H:%M:%SZ")), require("seer.terminal").safe(fmt:format(...)), "\n")
   io.stderr:flush()
 end
 

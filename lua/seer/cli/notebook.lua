@@ -78,8 +78,10 @@ local STREAM_BATCH_MS = 50
 local Server = {}
 Server.__index = Server
 
+-- Lines can quote a kernel (what it sent, why a message was refused): shown, not obeyed, on a
+-- terminal (seer.terminal).
 local function log(fmt, ...)
-  io.stderr:write(("seer notebook: " .. fmt .. "\n"):format(...))
+  io.stderr:write(require("seer.terminal").safe(("seer notebook: " .. fmt):format(...)), "\n")
 end
 -- Routine events (a session started or ended) only with SEER_NOTEBOOK_VERBOSE=1; failures always.
 local verbose = os.getenv("SEER_NOTEBOOK_VERBOSE") == "1"

@@ -256,7 +256,7 @@ function M.new(opts)
                               instructions = opts.instructions, tools = {}, tool_list = {},
                               tasks = {}, task_of = setmetatable({}, { __mode = "k" }), sources = {},
                               exit_hooks = {}, sessions = {}, stopping = false }, Server)
-  self.log_line = opts.log or function(line) io.stderr:write("seer mcp: ", line, "\n") end
+  self.log_line = opts.log or function(line) io.stderr:write("seer mcp: ", require("seer.terminal").safe(line), "\n") end
   return self
 end
 
