@@ -28,6 +28,8 @@ end
 local function read_events(path)
   local f, why = io.open(path, "rb")
   if not f then error(("cannot read %s (%s)"):format(path, why), 0) end
+  local probe, read_err = f:read(0) -- a folder opens, and fails at the first read
+  if not probe and read_err then f:close() error(("cannot read %s (%s)"):format(path, read_err), 0) end
   local events = {}
   local n = 0
   for line in f:lines() do
@@ -137,7 +139,17 @@ function M.compare(recorded, replayed)
   return lines, bad
 end
 
+-- Failures past the arguments (an unreadable transcript, a missing experiment) are one line on
+-- stderr and exit status 1, without a traceback.
 function M.main(...)
+  local ok, err = pcall(M._main, ...)
+  if not ok then
+    io.stderr:write("seer replay: ", tostring(err), "\n")
+    os.exit(1)
+  end
+end
+
+function M._main(...)
   local args = { ... }
   local transcript, exp_dir, keep, extra = nil, nil, false, nil
   local i = 1
@@ -161,8 +173,12 @@ function M.main(...)
   if not exp_dir or not run_args then
     local dir = transcript:match("^(.*)/[^/]*$") or "."
     local f = io.open(dir .. "/summary.json", "rb")
-    local summary = f and json.decode(f:read("*a"))
+    local ok, summary = pcall(json.decode, f and f:read("*a") or "null")
     if f then f:close() end
+    if not ok then
+      error(("the summary.json beside %s is not JSON (%s); say which experiment with --experiment DIR and its arguments after --")
+        :format(transcript, tostring(summary):gsub("^json%.decode: ", "")), 0)
+    end
     if not exp_dir then
       exp_dir = type(summary) == "table" and summary.dir
       if type(exp_dir) ~= "string" then
