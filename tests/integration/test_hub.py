@@ -311,6 +311,16 @@ class HubTest(unittest.TestCase):
         r = run(["hub", "fetch", REPO], timeout=30, **e)
         self.assertEqual(r.returncode, 2)
         self.assertIn('unknown command "fetch"', r.stderr)
+        # a failed download is one line and status 1, no traceback
+        for argv, msg in [(["../x"], "'../x' is not a repo id"),
+                          (["nobody/none"], "nobody/none"),
+                          ([REPO, "--revision", "no-such-branch"], "no-such-branch")]:
+            r = run(["hub", "download"] + argv, timeout=60, **e)
+            self.assertEqual(r.returncode, 1, (argv, r.stderr))
+            self.assertTrue(r.stderr.startswith("seer hub download: "), r.stderr)
+            self.assertIn(msg, r.stderr)
+            self.assertNotIn("traceback", r.stderr)
+            self.assertEqual(r.stderr.count("\n"), 1, r.stderr)
 
     def test_allow_patterns_nested(self):
         r = self.download('{allow_patterns = {"*.txt", "README.md"}}')

@@ -57,7 +57,13 @@ function M.main(cmd, ...)
     os.exit(2)
   end
   opts.allow_patterns = include
-  print(require("seer.hub").download(repo, opts))
+  -- a refused id, no network, a file that failed: one line and exit status 1, no traceback
+  local ok, dir = pcall(require("seer.hub").download, repo, opts)
+  if not ok then
+    io.stderr:write("seer hub download: ", (tostring(dir):gsub("^[^\n:]*:%d+: ", ""):gsub("^hub: ", "")), "\n")
+    os.exit(1)
+  end
+  print(dir)
 end
 
 return M
