@@ -88,6 +88,10 @@ int seer_kernel_install(int argc, char **argv) {
         fprintf(stderr, "seer kernel install: invalid kernel name '%s' (use letters, digits, '.', '_' and '-')\n", name);
         return 2;
     }
+    if (!display[strspn(display, " \t")]) {
+        fprintf(stderr, "seer kernel install: --display-name is empty; give the name notebooks should show\n");
+        return 2;
+    }
     if (strcmp(imode, "signal") != 0 && strcmp(imode, "message") != 0) {
         fprintf(stderr, "seer kernel install: --interrupt-mode must be signal or message, not '%s'\n", imode);
         return 2;

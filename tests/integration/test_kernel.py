@@ -902,7 +902,8 @@ class LifecycleTest(unittest.TestCase):
             self.assertEqual(json.load(f)["display_name"], "Lua (seer)")
         for args, msg in ((["--name", "bad name"], "invalid kernel name"), (["--user", "--prefix", d], "exclude"),
                           (["--prefix"], "missing value for '--prefix'"), (["--bogus"], "unknown argument"),
-                          (["--interrupt-mode", "x"], "signal or message")):
+                          (["--interrupt-mode", "x"], "signal or message"),
+                          (["--display-name", " "], "--display-name is empty")):
             r = seertest.run(["kernel", "install"] + args, HOME=d)
             self.assertEqual(r.returncode, 2, args)
             self.assertIn(msg, r.stderr)
