@@ -203,7 +203,8 @@ function Tokenizer:decode(ids, opts)
   opts = require("seer.checks").options("decode", opts, { skip_special_tokens = "boolean", clean_up_tokenization_spaces = "boolean" }, 2)
   -- a list with a hole decoded what came before the hole only
   if type(ids) == "table" then require("seer.checks").list("decode", ids, "id", 2) end
-  local text = self._h:decode(ids, opts.skip_special_tokens and true or false)
+  local ok, text = pcall(self._h.decode, self._h, ids, opts.skip_special_tokens and true or false)
+  if not ok then error((tostring(text):gsub("^[^\n:]*%.lua:%d+: ", "")), 2) end -- at the caller's line
   local clean = opts.clean_up_tokenization_spaces
   if clean == nil then clean = self.clean_up_tokenization_spaces end
   if clean then
