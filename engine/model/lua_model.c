@@ -395,7 +395,7 @@ static int l_generator(lua_State *L) {
 }
 
 /* After a forward step whose logits are in g->logits: samples, records and returns the next
- * token (-1: out of memory). */
+ * token (-1: out of memory; SEER_SAMPLE_NONFINITE: no token can be chosen). */
 static int gen_take(gen_ud *g) {
     g->prefilled = 1;
     int vocab = seer_model_config(g->m)->vocab_size;
@@ -403,12 +403,27 @@ static int gen_take(gen_ud *g) {
         for (int i = 0; i < g->nstop; i++)
             if (g->stop_ids[i] >= 0 && g->stop_ids[i] < vocab) g->logits[g->stop_ids[i]] = -INFINITY;
     int id = seer_sample(g->logits, vocab, g->hist, g->nhist, &g->o, &g->rng);
-    if (id < 0) return -1;
+    if (id < 0) {
+        g->done = 1;
+        return id;
+    }
     g->hist[g->nhist++] = id;
     g->ngen++;
     for (int i = 0; i < g->nstop; i++)
         if (g->stop_ids[i] == id) g->done = 1;
     return id;
+}
+
+/* The error of a failed gen_take (the generator has ended). */
+static int gen_take_error(lua_State *L, const gen_ud *g, int id, int which) {
+    if (id != SEER_SAMPLE_NONFINITE) return luaL_error(L, "generate: out of memory while sampling");
+    char seq[48] = "";
+    if (which > 0) snprintf(seq, sizeof seq, " of sequence %d", which);
+    return luaL_error(L,
+                      "generate: the logits for new token %d%s are not finite (NaN or infinity), so no token "
+                      "can be chosen: the activations overflowed, or a hook or intervention wrote NaN or infinity "
+                      "into them (model:run_with_cache shows where they stop being finite)",
+                      g->ngen + 1, seq);
 }
 
 /* next() -> token id, or nil when max_new_tokens is reached or a stop token was produced
@@ -441,7 +456,7 @@ static int l_gen_next(lua_State *L) {
         return raise_err(L, &err);
     }
     int id = gen_take(g);
-    if (id < 0) return luaL_error(L, "generate: out of memory while sampling");
+    if (id < 0) return gen_take_error(L, g, id, 0);
     lua_pushinteger(L, id);
     return 1;
 }
@@ -512,7 +527,10 @@ static int l_gen_step_batch(lua_State *L) {
     for (int b = 0; b < nb; b++) {
         gen_ud *g = gs[which[b]];
         int id = gen_take(g);
-        if (id < 0) return luaL_error(L, "generate: out of memory while sampling");
+        if (id < 0) {
+            for (int k = b + 1; k < nb; k++) gs[which[k]]->done = 1; /* as a failed step */
+            return gen_take_error(L, g, id, which[b] + 1);
+        }
         lua_pushinteger(L, id);
         lua_rawseti(L, -3, which[b] + 1);
         lua_pushboolean(L, g->done || g->ngen >= g->max_new);

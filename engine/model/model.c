@@ -495,6 +495,9 @@ int seer_model_forward_next(seer_model_t *m, seer_kv_cache_t *c, const int32_t *
             seer_rng_t r;
             seer_rng_seed(&r, 0);
             *next = seer_sample(lg, m->cfg.vocab_size, NULL, 0, &o, &r);
+            if (*next == SEER_SAMPLE_NONFINITE)
+                rc = seer_err_set(err, SEER_EINVAL, "forward: the logits are not finite (NaN or infinity); no token "
+                                                    "can be chosen");
         }
         free(lg);
         return rc;

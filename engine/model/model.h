@@ -180,7 +180,9 @@ void seer_rng_seed(seer_rng_t *r, uint64_t seed);
 double seer_rng_uniform(seer_rng_t *r); /* [0, 1) */
 
 /* Picks the next token from logits (vocab floats, modified in place). history: the tokens so
- * far (prompt + generated) for the repetition penalty. */
+ * far (prompt + generated) for the repetition penalty. Returns the id, -1 when out of memory,
+ * or SEER_SAMPLE_NONFINITE when the logits hold NaN or +infinity or are all -infinity. */
+#define SEER_SAMPLE_NONFINITE (-2)
 int seer_sample(float *logits, int vocab, const int32_t *history, int n_history, const seer_sampler_opts_t *o,
                 seer_rng_t *rng);
 

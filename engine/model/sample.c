@@ -52,25 +52,34 @@ int seer_sample(float *logits, int vocab, const int32_t *history, int n_history,
             logits[id] = logits[id] < 0 ? logits[id] * o->repetition_penalty : logits[id] / o->repetition_penalty;
         }
     }
-    if (o->temperature <= 0.0f) {
-        int best = 0;
-        for (int i = 1; i < vocab; i++)
-            if (logits[i] > logits[best]) best = i;
-        return best;
+    /* Logits that are NaN or +infinity (activations that overflowed, a hook that wrote NaN) or
+     * all -infinity choose no token: greedy would take id 0 (NaN compares false), sampling the
+     * last candidate. The caller reports it (SEER_SAMPLE_NONFINITE). */
+    int best = 0;
+    for (int i = 0; i < vocab; i++) {
+        float x = logits[i];
+        if (isnan(x) || x == INFINITY) return SEER_SAMPLE_NONFINITE;
+        if (x > logits[best]) best = i;
     }
+    if (logits[best] == -INFINITY) return SEER_SAMPLE_NONFINITE;
+    if (o->temperature <= 0.0f) return best;
     cand_t *c = malloc((size_t)vocab * sizeof *c);
     if (!c) return -1;
-    for (int i = 0; i < vocab; i++) c[i] = (cand_t){logits[i] / o->temperature, i};
+    /* Sorted by logit (a positive temperature keeps the order); the probabilities are
+     * exp((logit - max) / temperature) in double, so a tiny temperature tends to greedy instead
+     * of overflowing logit / temperature to infinity (which made every probability NaN and
+     * picked the least likely token). */
+    for (int i = 0; i < vocab; i++) c[i] = (cand_t){logits[i], i};
     qsort(c, (size_t)vocab, sizeof *c, cand_desc);
     int n = vocab;
     if (o->top_k > 0 && o->top_k < n) n = o->top_k;
-    double mx = c[0].logit, sum = 0;
+    double mx = c[0].logit, t = o->temperature, sum = 0;
     double *p = malloc((size_t)n * sizeof *p);
     if (!p) {
         free(c);
         return -1;
     }
-    for (int i = 0; i < n; i++) sum += (p[i] = exp((double)c[i].logit - mx));
+    for (int i = 0; i < n; i++) sum += (p[i] = exp(((double)c[i].logit - mx) / t));
     for (int i = 0; i < n; i++) p[i] /= sum;
     /* top_p = 0 keeps the most likely token alone, as transformers' TopPLogitsWarper does (it
      * keeps min_tokens_to_keep = 1); it used to mean "off" here */

@@ -60,6 +60,30 @@ T.test("a seed makes sampling reproducible; different seeds differ", function()
   T.ne(model:generate(golden.prompt_ids_with_bos, opts).ids, a)
 end)
 
+T.test("a tiny temperature samples the greedy tokens; logits that are not finite stop generation with a message", function()
+  local p = golden.prompt_ids_with_bos
+  local greedy = model:generate(p, { max_new_tokens = 10 }).ids
+  for _, t in ipairs({ 1e-30, 1e-38, 1e-40, 1e-45 }) do
+    -- logit / temperature overflowed to infinity: the least likely token (511) every step
+    T.eq(model:generate(p, { max_new_tokens = 10, temperature = t, seed = 3 }).ids, greedy, "temperature " .. t)
+  end
+  -- a hook that writes NaN: greedy took token 0 ("<unk>") at every step without a word
+  local nan = { { "blocks.2.hook_resid_post", function(x) return x * (0 / 0) end } }
+  for _, o in ipairs({ { max_new_tokens = 3 }, { max_new_tokens = 3, temperature = 0.8, seed = 1 } }) do
+    T.raises(function() model:with_hooks(nan, function() return model:generate(p, o) end) end,
+      "generate: the logits for new token 1 are not finite (NaN or infinity), so no token can be chosen", true)
+  end
+  -- from the third new token on, in the second sequence of a batch only
+  local late = { { "blocks.4.hook_resid_post", function(x, hook)
+    if hook.batch == 2 and hook.pos >= #p + 1 then return x * (1 / 0) end
+  end } }
+  T.raises(function() model:with_hooks(late, function() return model:generate_batch({ p, p }, { max_new_tokens = 5 }) end) end,
+    "generate: the logits for new token 3 of sequence 2 are not finite", true)
+  -- the forward pass itself returns what the model computed
+  local logits = model:run_with_hooks(p, { fwd_hooks = nan })
+  T.ok(logits:max() ~= logits:max(), "NaN logits")
+end)
+
 T.test("threads do not change results", function()
   local one = seer.model.load(root, { threads = 1 })
   local opts = { max_new_tokens = 20, temperature = 0.7, seed = 7 }

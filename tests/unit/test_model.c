@@ -181,6 +181,43 @@ Test(sample, filters) {
     }
 }
 
+Test(sample, tiny_temperatures_tend_to_greedy_and_nonfinite_logits_choose_nothing) {
+    seer_rng_t rng;
+    seer_rng_seed(&rng, 11);
+    /* logit / temperature overflowed float to infinity: every probability was NaN and the
+     * least likely token was picked */
+    float temps[] = {1e-30f, 1e-38f, 1e-40f, 1e-45f};
+    for (int t = 0; t < 4; t++) {
+        for (int i = 0; i < 20; i++) {
+            float l[4] = {2.0f, 9.5f, 9.0f, -3.0f};
+            seer_sampler_opts_t o = {.temperature = temps[t], .top_p = 1, .repetition_penalty = 1};
+            cr_assert_eq(seer_sample(l, 4, NULL, 0, &o, &rng), 1, "temperature %g", (double)temps[t]);
+        }
+    }
+    /* at temperature 1 both of the close pair come up */
+    int seen[4] = {0};
+    for (int i = 0; i < 200; i++) {
+        float l[4] = {2.0f, 9.5f, 9.0f, -3.0f};
+        seer_sampler_opts_t o = {.temperature = 1, .top_p = 1, .repetition_penalty = 1};
+        seen[seer_sample(l, 4, NULL, 0, &o, &rng)]++;
+    }
+    cr_assert(seen[1] > 80 && seen[2] > 40, "%d %d", seen[1], seen[2]);
+    /* NaN or +inf anywhere, or nothing above -inf: no token, greedy or sampled */
+    float bad[3][4] = {{1.0f, NAN, 0.0f, 0.0f}, {1.0f, 0.0f, INFINITY, 0.0f}, {-INFINITY, -INFINITY, -INFINITY, -INFINITY}};
+    for (int b = 0; b < 3; b++) {
+        for (int t = 0; t < 2; t++) {
+            float l[4];
+            memcpy(l, bad[b], sizeof l);
+            seer_sampler_opts_t o = {.temperature = t ? 0.8f : 0.0f, .top_p = 1, .repetition_penalty = 1};
+            cr_assert_eq(seer_sample(l, 4, NULL, 0, &o, &rng), SEER_SAMPLE_NONFINITE, "case %d, temperature %d", b, t);
+        }
+    }
+    /* -inf entries (stop tokens held back by min_new_tokens) are fine */
+    float masked[3] = {-INFINITY, 0.5f, -INFINITY};
+    seer_sampler_opts_t o = {.temperature = 1, .top_p = 1, .repetition_penalty = 1};
+    cr_assert_eq(seer_sample(masked, 3, NULL, 0, &o, &rng), 1);
+}
+
 static char *tmpdir_with_config(const char *config_json) {
     char tmpl[] = "/tmp/seer-model-XXXXXX";
     char *d = strdup(mkdtemp(tmpl));
