@@ -116,19 +116,43 @@ function M.run(opts)
   local profile = os.getenv("SEER_PROFILE")
   local flags, allowed = {}, { ["--small"] = true, ["--full"] = true }
   for _, f in ipairs(opts.flags or {}) do allowed[f] = true end
+  local names = {}
+  for f in pairs(allowed) do names[#names + 1] = f end
+  table.sort(names)
+  local script = (arg and arg[0]) or (opts.dir .. "/main.lua")
+  -- the script's command line: --help prints the usage; a mistake is a usage error (status 2,
+  -- no traceback), as for seer's own commands
+  local function usage(to, msg)
+    local own = {}
+    for _, f in ipairs(opts.flags or {}) do own[#own + 1] = " [" .. f .. "]" end
+    to:write(msg and (msg .. "\n") or "", ("usage: seer %s [--small | --full]%s\n"):format(script, table.concat(own)))
+    if msg then return end
+    local f = io.open(opts.dir .. "/task.md", "rb")
+    local task = f and f:read("*a") or ""
+    if f then f:close() end
+    to:write("\n  --full    the reference's models and a Claude agent (ANTHROPIC_API_KEY); the default\n",
+      "  --small   stories260K and the scripted agent in replay/small.jsonl: offline, in seconds\n",
+      "            (Claude on the small model when ANTHROPIC_API_KEY is set); SEER_PROFILE=small|full\n",
+      "  Outputs: ./outputs/", opts.name, "-<time>-<pid> (SEER_OUT sets the folder). docs/experiments.md.\n")
+    local first = task:match("^%s*(.-)\n%s*\n") or task
+    if first ~= "" then to:write("\nThe task (task.md):\n", first:gsub("\n*$", ""), "\n") end
+  end
   for _, a in ipairs(opts.args or arg or {}) do
     if a == "--small" then profile = "small"
     elseif a == "--full" then profile = "full"
     elseif allowed[a] then flags[a:sub(3)] = true
-    elseif a:match("^%-%-") then
-      local names = {}
-      for f in pairs(allowed) do names[#names + 1] = f end
-      table.sort(names)
-      error(("%s: unknown option %s (the options are %s)"):format(opts.name, a, table.concat(names, ", ")), 2)
+    elseif a == "--help" or a == "-h" then usage(io.stdout) os.exit(0)
+    elseif a:match("^%-") then
+      usage(io.stderr, ("%s: unknown option %s (the options are %s)"):format(opts.name, a, table.concat(names, ", ")))
+      os.exit(2)
+    else
+      usage(io.stderr, ("%s: unexpected argument %q (the options are %s)"):format(opts.name, a, table.concat(names, ", ")))
+      os.exit(2)
     end
   end
   if profile ~= nil and profile ~= "small" and profile ~= "full" then
-    error(("SEER_PROFILE=%s: use small (stories260K, a recorded agent) or full (the reference's models)"):format(profile), 2)
+    usage(io.stderr, ("SEER_PROFILE=%s: use small (stories260K, a recorded agent) or full (the reference's models)"):format(profile))
+    os.exit(2)
   end
   local r = { name = opts.name, dir = core.realpath(opts.dir) or opts.dir, small = profile == "small", t0 = process.now_ms(),
               flags = flags }
