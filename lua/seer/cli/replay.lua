@@ -47,6 +47,17 @@ local function read_events(path)
   return events
 end
 
+-- The last n bytes of a file ("" when it cannot be read).
+local function tail(path, n)
+  local f = io.open(path, "rb")
+  if not f then return "" end
+  local size = f:seek("end") or 0
+  f:seek("set", math.max(0, size - n))
+  local text = f:read(n) or ""
+  f:close()
+  return text
+end
+
 -- The text of a tool result, as the agent saw it.
 local function result_text(ev)
   local parts = {}
@@ -194,15 +205,11 @@ function M._main(...)
   for _, a in ipairs(run_args) do argv[#argv + 1] = a end
   local calls = calls_of(recorded)
   io.stderr:write(("seer replay: re-running %s with %d recorded tool calls replayed...\n"):format(exp_dir, #calls))
-  local child = process.spawn{ argv = argv, stdout = "pipe", stderr = out .. "/stderr.log",
+  -- The run's output goes to files (it was read into memory, all of it, and a run silent for ten
+  -- minutes, a slow agent turn, was taken for ended); the experiment's own limits bound the run.
+  local child = process.spawn{ argv = argv, stdout = out .. "/stdout.log", stderr = out .. "/stderr.log",
                                env = { SEER_REPLAY = core.realpath(transcript) or transcript, SEER_OUT = out } }
-  local log = {}
-  while true do
-    local line = child:read_line(600000)
-    if not line then break end
-    log[#log + 1] = line
-  end
-  child:wait(60000)
+  while child:alive() do process.sleep_ms(50) end
   local code = child:describe_exit()
   local new_transcript
   local ls = io.popen(("ls '%s'/*/summary.json 2>/dev/null"):format(out))
@@ -215,11 +222,8 @@ function M._main(...)
     new_transcript = type(s.agent) == "table" and s.agent.transcript
   end
   if not new_transcript then
-    local ef = io.open(out .. "/stderr.log", "rb")
-    local err = ef and ef:read("*a") or ""
-    if ef then ef:close() end
-    io.stderr:write(("seer replay: the experiment ended (%s) without a summary; its output:\n%s\n%s"):format(
-      tostring(code), safe(table.concat(log, "\n", math.max(1, #log - 40))), safe(err:sub(-4000))))
+    io.stderr:write(("seer replay: the experiment ended (%s) without a summary; the end of its output:\n%s\n%s"):format(
+      tostring(code), safe(tail(out .. "/stdout.log", 4000)), safe(tail(out .. "/stderr.log", 4000))))
     if not keep then os.execute(("rm -rf '%s'"):format(out)) end
     os.exit(1)
   end
