@@ -153,7 +153,8 @@ function M.spawn(opts)
 end
 
 ---Reads one line from the child's piped stdout, waiting at most timeout_ms. Returns nil and
----"timeout" or "eof" when no full line came.
+---"timeout" or "eof" when no full line came. A line longer than 1 MiB comes in pieces of 1 MiB
+---(the buffer never holds more, whatever the child prints without a newline).
 ---@param timeout_ms integer
 ---@return string|nil line, string|nil why
 function Child:read_line(timeout_ms)
@@ -166,6 +167,11 @@ function Child:read_line(timeout_ms)
       local line = self._buf:sub(1, nl - 1)
       self._buf = self._buf:sub(nl + 1)
       return line
+    end
+    if #self._buf >= 1048576 then
+      local piece = self._buf:sub(1, 1048576)
+      self._buf = self._buf:sub(1048577)
+      return piece
     end
     local left = deadline - M.now_ms()
     if left <= 0 then return nil, "timeout" end

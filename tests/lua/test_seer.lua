@@ -139,3 +139,18 @@ end)
 T.test("pretty rejects unknown options", function()
   T.raises(function() pretty.format({}, { dept = 2 }) end, "unknown option 'dept'; valid options: depth, indent, max_items, width", true)
 end)
+
+T.test("a child's stdout read by lines never buffers more than 1 MiB of one line", function()
+  local process = require "seer.process"
+  local c = process.spawn{ argv = { "/bin/sh", "-c", "head -c 3000000 /dev/zero | tr '\\0' x; printf '\\nend\\n'" },
+                           stdout = "pipe" }
+  local sizes = {}
+  while true do
+    local l = c:read_line(20000)
+    if not l then break end
+    sizes[#sizes + 1] = #l
+    if #l == 3 then T.eq(l, "end") end
+  end
+  c:wait(5000)
+  T.eq(sizes, { 1048576, 1048576, 3000000 - 2 * 1048576, 3 })
+end)
