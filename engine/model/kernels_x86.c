@@ -85,8 +85,11 @@ int seer_k_have_amx(void) {
 #ifdef SEER_X86
 __attribute__((target("avx512f"))) static inline __m512 exp16(__m512 x) {
     __mmask16 zero = _mm512_cmp_ps_mask(x, _mm512_set1_ps(EXP_LO), _CMP_LT_OQ);
-    x = _mm512_min_ps(x, _mm512_set1_ps(EXP_HI));
-    x = _mm512_max_ps(x, _mm512_set1_ps(EXP_LO));
+    /* the clamps take x as their second operand, which MINPS/MAXPS return when either is NaN:
+     * exp(NaN) is NaN, as expf gives (x first turned NaN scores into exp(EXP_HI), finite, and a
+     * softmax over NaN scores into numbers) */
+    x = _mm512_min_ps(_mm512_set1_ps(EXP_HI), x);
+    x = _mm512_max_ps(_mm512_set1_ps(EXP_LO), x);
     __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(EXP_C1), x);
@@ -132,8 +135,11 @@ __attribute__((target("avx512f"))) static void silu_mul_avx512(float *gate, cons
 
 __attribute__((target("avx2,fma"))) static inline __m256 exp8(__m256 x) {
     __m256 zero = _mm256_cmp_ps(x, _mm256_set1_ps(EXP_LO), _CMP_LT_OQ);
-    x = _mm256_min_ps(x, _mm256_set1_ps(EXP_HI));
-    x = _mm256_max_ps(x, _mm256_set1_ps(EXP_LO));
+    /* the clamps take x as their second operand, which MINPS/MAXPS return when either is NaN:
+     * exp(NaN) is NaN, as expf gives (x first turned NaN scores into exp(EXP_HI), finite, and a
+     * softmax over NaN scores into numbers) */
+    x = _mm256_min_ps(_mm256_set1_ps(EXP_HI), x);
+    x = _mm256_max_ps(_mm256_set1_ps(EXP_LO), x);
     __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(EXP_C1), x);

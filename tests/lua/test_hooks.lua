@@ -148,6 +148,25 @@ T.test("Lua function hooks: in-place edits, returned replacements, kept tensors 
   T.eq(maxdiff(model:forward(ids), base), 0, "the model is unchanged after failing hooks")
 end)
 
+T.test("NaN written into the queries reaches the pattern and the logits, as in eager PyTorch", function()
+  -- The vectorised exp clamped its input with x as the first operand of MINPS/MAXPS, which
+  -- return the second when either is NaN: exp(NaN) became exp(88), a softmax over NaN scores
+  -- came out as numbers, and a prompt of 5 tokens gave finite logits from NaN queries.
+  local nan = { { "blocks.0.attn.hook_q", function(x) return x * (0 / 0) end } }
+  for _, text in ipairs({ "Once upon a time", "Once upon a time there was a little girl named Lily who liked to play" }) do
+    local p = model.tokenizer:encode(text)
+    local logits = model:run_with_hooks(p, { fwd_hooks = nan })
+    T.eq(logits:ne(logits):sum(), logits:numel(), text)
+    model:with_hooks(nan, function()
+      local _, c = model:run_with_cache(p, { names = "blocks.0.attn.hook_pattern" })
+      local pat = c["blocks.0.attn.hook_pattern"]
+      -- every entry a query attends to is NaN (the masked ones are written as 0)
+      local heads = pat:size(1)
+      T.eq(pat:ne(pat):sum(), heads * #p * (#p + 1) / 2, text)
+    end)
+  end
+end)
+
 T.test("a failing hook during generation ends it with the error and leaves the model usable", function()
   local calls = 0
   T.raises(function()
