@@ -819,7 +819,7 @@ static void linear_base(seer_pool_t *p, float *y, const float *x, int n, const s
     if (gemm && n >= SEER_BLAS_MIN_TOKENS &&
         (seer_k_linear_amx(p, y, x, n, w, bias) || seer_k_linear_blas(p, y, x, n, w, bias)))
         return;
-    linear_job j = {.y = y, .x = x, .n = n, .w = w, .bias = bias, .simd = seer_k_have_avx512() ? 2 : seer_k_have_avx2()};
+    linear_job j = {.y = y, .x = x, .n = n, .w = w, .bias = bias, .simd = seer_k_linear_simd()};
     atomic_init(&j.next, 0);
     size_t per_row = (size_t)w->cols * (size_t)n;
     size_t min_rows = per_row ? (SEER_PAR_WORK / 2 + per_row - 1) / per_row : 1;

@@ -44,6 +44,23 @@ int seer_k_have_avx512(void) {
 #endif
 }
 
+int seer_k_linear_simd(void) {
+#ifdef SEER_X86
+    static int v = -1;
+    if (v < 0) {
+        const char *want = getenv("SEER_LINEAR_KERNELS");
+        if (!seer_k_have_avx2()) v = 0;
+        else if (!seer_k_have_avx512()) v = 1;
+        else if (want && strcmp(want, "avx2") == 0) v = 1;
+        else if (want && strcmp(want, "avx512") == 0) v = 2;
+        else v = __builtin_cpu_is("amd") ? 1 : 2;
+    }
+    return v;
+#else
+    return 0;
+#endif
+}
+
 #ifdef SEER_X86
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18

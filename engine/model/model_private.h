@@ -196,6 +196,13 @@ int seer_k_have_avx2(void);
  * (kernels_x86.c; SEER_NO_AMX turns it off). */
 int seer_k_have_avx512(void);
 int seer_k_have_amx(void);
+/* Which family of per-token linear kernels runs (checked once): 2 the AVX-512 rows kernel, 1 the
+ * AVX2 kernels (the n = 1 GEMV, the streamed and blocked batched kernels, with their software
+ * prefetch), 0 the portable loops. AVX-512 CPUs get the AVX2 family on AMD (Zen 4 runs 512-bit
+ * FMAs as two 256-bit halves; measured there: batch-1 decode 1.25x, batch-16 1.9x) and the
+ * AVX-512 kernel elsewhere; SEER_LINEAR_KERNELS=avx2 or avx512 chooses (the other one's CPU
+ * features permitting). Each family gives a sequence the same bits whatever the batch. */
+int seer_k_linear_simd(void);
 /* v[i] = exp(v[i] - mx) for i < n, returning the sum (vectorized, kernels_x86.c). */
 float seer_k_exp_sub_sum(float *v, int n, float mx);
 /* seer_k_rmsnorm on AVX-512; 0 when not available (then the portable loop runs). */

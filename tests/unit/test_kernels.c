@@ -275,6 +275,20 @@ static void check_linear_rows_token_independent(void) {
     seer_pool_free(pool);
 }
 Test(kernels, linear_rows_token_independent) { check_linear_rows_token_independent(); }
+/* Both x86 kernel families, whichever this CPU picks by default (seer_k_linear_simd: the AVX2
+ * family on AMD, the AVX-512 rows kernel on other AVX-512 CPUs). */
+Test(kernels, linear_rows_token_independent_avx2_family) {
+    setenv("SEER_LINEAR_KERNELS", "avx2", 1);
+    if (!seer_k_have_avx2()) cr_skip_test("no AVX2 on this CPU");
+    cr_assert_eq(seer_k_linear_simd(), 1);
+    check_linear_rows_token_independent();
+}
+Test(kernels, linear_rows_token_independent_avx512_family) {
+    setenv("SEER_LINEAR_KERNELS", "avx512", 1);
+    if (!seer_k_have_avx512()) cr_skip_test("no AVX-512 on this CPU");
+    cr_assert_eq(seer_k_linear_simd(), 2);
+    check_linear_rows_token_independent();
+}
 Test(kernels, linear_rows_token_independent_portable_path) {
     setenv("SEER_NO_AVX2", "1", 1);
     cr_assert(!seer_k_have_avx2(), "SEER_NO_AVX2=1 did not turn the AVX2 paths off");
