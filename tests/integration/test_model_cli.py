@@ -40,6 +40,19 @@ class ModelCliTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertTrue(r.stdout.startswith("Once upon a time"), r.stdout)
 
+    def test_escape_sequences_in_the_text_are_shown_on_a_terminal_and_kept_in_a_pipe(self):
+        # a model's vocabulary can decode to any bytes (byte-fallback tokens): on a terminal
+        # they are shown, not obeyed; into a pipe the text is as generated
+        from seertest import Pty
+        prompt = "Once \x1b]52;c;cm0gLXJmIH4=\x07 \x1b[2J"
+        p = Pty(["model", "generate", MODEL, prompt, "--max-new-tokens", "3"])
+        p.expect(r"Once \\x1b\]52;c;cm0gLXJmIH4=\\x07 \\x1b\[2J")
+        p.expect(r"tokens/s\]")
+        self.assertEqual(p.wait(), 0)
+        self.assertNotIn(b"\x1b", p.buf)
+        r = run(["model", "generate", MODEL, prompt, "--max-new-tokens", "3"])
+        self.assertTrue(r.stdout.startswith(prompt), repr(r.stdout))
+
     def test_bad_option_values_print_one_line_and_no_text(self):
         for args, msg in ((["--temperature", "nan"], "temperature must be a finite number >= 0"),
                           (["--top-p", "2"], "top_p must be a finite number from 0 to 1"),

@@ -46,7 +46,9 @@ local function info(path)
     { "weights", ("%s, %.1f MiB"):format(c.dtype, c.weight_bytes / 1048576) },
     { "tokenizer", model.tokenizer and "tokenizer.json" or "none" },
   }
-  for _, r in ipairs(rows) do io.write(("%-18s %s\n"):format(r[1] .. ":", tostring(r[2]))) end
+  -- a model folder's files are not to be trusted: its names are shown, not obeyed, by a terminal
+  local safe = require("seer.terminal").safe
+  for _, r in ipairs(rows) do io.write(("%-18s %s\n"):format(r[1] .. ":", safe(r[2]))) end
 end
 
 local function devices()
@@ -101,10 +103,13 @@ local function generate(args)
   local tok = model.tokenizer
   local all = tok:encode(prompt, { add_special_tokens = true })
   local shown, n = "", 0
+  -- On a terminal the text's escape sequences (a model's vocabulary can hold any bytes) are
+  -- shown, not obeyed (seer.terminal); into a pipe or a file it goes as generated.
+  local out_fn = require("seer.core.host").isatty(1) and require("seer.terminal").safe or tostring
   local function show(final)
     local text = tok:decode(all, { skip_special_tokens = true })
     if not final and text:sub(-3) == "\239\191\189" then return end -- U+FFFD: a character is unfinished
-    io.write(text:sub(#shown + 1))
+    io.write(out_fn(text:sub(#shown + 1)))
     io.flush()
     shown = text
   end
@@ -127,7 +132,7 @@ end
 local function run(fn, ...)
   local ok, err = pcall(fn, ...)
   if not ok then
-    io.stderr:write("seer model: ", (tostring(err):gsub("^[^:\n]+:%d+: ", "")), "\n")
+    io.stderr:write("seer model: ", require("seer.terminal").safe((tostring(err):gsub("^[^:\n]+:%d+: ", ""))), "\n")
     os.exit(1)
   end
 end
