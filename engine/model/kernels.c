@@ -165,10 +165,15 @@ __attribute__((target("avx2,fma,f16c"))) static void attn_mix_avx2(float *o, con
  * the hardware prefetchers follow one sequential stream per thread best.
  *
  * Batch-1 decode takes rows one after another, one sequential stream per thread, with one
- * software prefetch per cache line SEER_ROW1_PF bytes ahead (1 KiB; bf16 at 512 bytes was 3-6%
- * slower). */
+ * software prefetch per cache line SEER_ROW1_PF bytes ahead: 3 KiB. On the Zen 3 VM 1 KiB was
+ * chosen (bf16 at 512 bytes was 3-6% slower; 2 and 4 KiB level in the model); on a Zen 4 VM
+ * (2026-11-29, more bandwidth per core) `make bench-kernel-ab` with cold weights had 3 KiB at
+ * 0.93-0.95x the time of 1 KiB at f32 and 0.90-0.92x at bf16 on one thread, 0.96x / 0.94x on
+ * two (1.5, 2 and 4 KiB in between), and the 0.5B model's decode, binaries alternating
+ * (tests/bench/model_seer.lua, 3 rounds each): one thread f32 14.2/12.7/13.8 -> 14.3/13.0/14.2
+ * tok/s, bf16 25.5/24.6/24.1 -> 27.4/25.3/25.6; two threads ahead in 5 of 6 rounds. */
 #ifndef SEER_ROW1_PF
-#define SEER_ROW1_PF 1024
+#define SEER_ROW1_PF 3072
 #endif
 #define SEER_W_BF16(p) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
 #define SEER_W_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
