@@ -822,7 +822,8 @@ bias:
 static void linear_base(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w,
                         const seer_weight_t *bias, int gemm) {
     if (gemm && n >= SEER_BLAS_MIN_TOKENS &&
-        (seer_k_linear_amx(p, y, x, n, w, bias) || seer_k_linear_blas(p, y, x, n, w, bias)))
+        (seer_k_linear_amx(p, y, x, n, w, bias) || seer_k_linear_dpbf16(p, y, x, n, w, bias) ||
+         seer_k_linear_blas(p, y, x, n, w, bias)))
         return;
     linear_job j = {.y = y, .x = x, .n = n, .w = w, .bias = bias, .simd = seer_k_linear_simd()};
     atomic_init(&j.next, 0);

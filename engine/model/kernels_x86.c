@@ -649,3 +649,131 @@ int seer_k_linear_amx(seer_pool_t *p, float *y, const float *x, int n, const see
     return 0;
 #endif
 }
+
+/* ---- prefill linear layers with AVX512_BF16 (precision = "fast", no AMX) ----------------------
+ * For CPUs with VDPBF16PS but no AMX tiles (AMD Zen 4): the activations are rounded to bf16 once
+ * per call (as torch's bf16 matmul, and as precision = "fast" does on AMX), then every output is a
+ * dot product of a weight row and a token's activations, 32 inputs per instruction (products of
+ * two bf16 are exact in f32; the sums are f32), reduced across the lanes at the end. Tiles of 4
+ * rows x 4 tokens (16 accumulators, 8 loads per 16 products); the tokens in blocks of DP_TB whose
+ * activations stay in L2 while a task's rows (DP_ROWS, also in L2) meet every token of the block.
+ * The default precision keeps f32 activations (three bf16 pieces would cost three products for
+ * one, slower than the f32 GEMM), so this runs only in the fast mode. */
+#ifdef SEER_X86
+#define DP_TB 64
+#define DP_ROWS 64
+typedef struct {
+    float *y;
+    const float *x;
+    uint16_t *xb; /* [n][cols] bf16 */
+    const seer_weight_t *w, *bias;
+    int n;
+} dp_job;
+
+static int have_avx512bf16(void) {
+    static int v = -1;
+    if (v < 0) v = seer_k_have_avx512() && __builtin_cpu_supports("avx512bf16");
+    return v;
+}
+
+__attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"))) static void dp_pack_chunk(void *ctx, size_t begin,
+                                                                                         size_t end, int thread) {
+    (void)thread;
+    dp_job *j = ctx;
+    size_t cols = (size_t)j->w->cols;
+    for (size_t t = begin; t < end; t++)
+        for (size_t k = 0; k < cols; k += 16)
+            _mm256_storeu_si256((__m256i *)(j->xb + t * cols + k), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(j->x + t * cols + k)));
+}
+
+/* Writes y[t + b][r + a] = lane sum of acc[a][b] (+ bias). */
+__attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"), always_inline)) static inline void
+dp_store(const dp_job *j, int r, int nr, int t, int nt, __m512 acc[4][4]) {
+    const size_t out = (size_t)j->w->rows;
+    for (int a = 0; a < nr; a++)
+        for (int b = 0; b < nt; b++) {
+            float v = _mm512_reduce_add_ps(acc[a][b]);
+            if (j->bias && j->bias->data) v += seer_w_load(j->bias, (size_t)(r + a));
+            j->y[(size_t)(t + b) * out + (size_t)(r + a)] = v;
+        }
+}
+
+/* 4 rows from r against 4 tokens from t: y[t][r] = sum_k W[r][k] xb[t][k], all 16 accumulators in
+ * registers (the loops are unrolled: no run-time bounds inside). */
+__attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"))) static void dp_tile44(const dp_job *j, int r, int t) {
+    const size_t cols = (size_t)j->w->cols;
+    const uint16_t *w0 = (const uint16_t *)j->w->data + (size_t)r * cols, *x0 = j->xb + (size_t)t * cols;
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int a = 0; a < 4; a++)
+#pragma GCC unroll 4
+        for (int b = 0; b < 4; b++) acc[a][b] = _mm512_setzero_ps();
+    for (size_t k = 0; k < cols; k += 32) {
+        __m512bh wv[4], xv[4];
+#pragma GCC unroll 4
+        for (int a = 0; a < 4; a++) wv[a] = (__m512bh)_mm512_loadu_si512(w0 + (size_t)a * cols + k);
+#pragma GCC unroll 4
+        for (int b = 0; b < 4; b++) xv[b] = (__m512bh)_mm512_loadu_si512(x0 + (size_t)b * cols + k);
+#pragma GCC unroll 4
+        for (int a = 0; a < 4; a++)
+#pragma GCC unroll 4
+            for (int b = 0; b < 4; b++) acc[a][b] = _mm512_dpbf16_ps(acc[a][b], wv[a], xv[b]);
+    }
+    dp_store(j, r, 4, t, 4, acc);
+}
+
+/* The edges: nr (<= 4) rows against nt (<= 4) tokens, one (row, token) chain at a time. */
+__attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"))) static void dp_tile_edge(const dp_job *j, int r, int nr, int t,
+                                                                                        int nt) {
+    const size_t cols = (size_t)j->w->cols;
+    __m512 acc[4][4];
+    for (int a = 0; a < nr; a++)
+        for (int b = 0; b < nt; b++) {
+            const uint16_t *wr = (const uint16_t *)j->w->data + (size_t)(r + a) * cols, *xt = j->xb + (size_t)(t + b) * cols;
+            __m512 s = _mm512_setzero_ps();
+            for (size_t k = 0; k < cols; k += 32)
+                s = _mm512_dpbf16_ps(s, (__m512bh)_mm512_loadu_si512(wr + k), (__m512bh)_mm512_loadu_si512(xt + k));
+            acc[a][b] = s;
+        }
+    dp_store(j, r, nr, t, nt, acc);
+}
+
+__attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"))) static void dp_gemm_chunk(void *ctx, size_t begin,
+                                                                                         size_t end, int thread) {
+    (void)thread;
+    const dp_job *j = ctx;
+    const int rows = j->w->rows, n = j->n;
+    for (size_t item = begin; item < end; item++) {
+        int r0 = (int)item * DP_ROWS, r1 = r0 + DP_ROWS < rows ? r0 + DP_ROWS : rows;
+        for (int t0 = 0; t0 < n; t0 += DP_TB) {
+            int t1 = t0 + DP_TB < n ? t0 + DP_TB : n;
+            for (int r = r0; r < r1; r += 4) {
+                int nr = r1 - r < 4 ? r1 - r : 4;
+                int t = t0;
+                if (nr == 4)
+                    for (; t + 4 <= t1; t += 4) dp_tile44(j, r, t);
+                for (; t < t1; t += 4) dp_tile_edge(j, r, nr, t, t1 - t < 4 ? t1 - t : 4);
+            }
+        }
+    }
+}
+#endif
+
+int seer_k_linear_dpbf16(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w,
+                         const seer_weight_t *bias) {
+#ifdef SEER_X86
+    if (!seer_k_fast_bf16 || w->dtype != SEER_BF16 || w->cols % 32 != 0 || n < 16 || seer_k_have_amx() ||
+        !have_avx512bf16())
+        return 0;
+    uint16_t *xb = aligned_alloc(64, ((size_t)n * (size_t)w->cols * sizeof(uint16_t) + 63) & ~(size_t)63);
+    if (!xb) return 0;
+    dp_job j = {.y = y, .x = x, .xb = xb, .w = w, .bias = bias, .n = n};
+    seer_pool_for(p, (size_t)n, 1, dp_pack_chunk, &j);
+    seer_pool_for(p, (size_t)((w->rows + DP_ROWS - 1) / DP_ROWS), 1, dp_gemm_chunk, &j);
+    free(xb);
+    return 1;
+#else
+    (void)p, (void)y, (void)x, (void)n, (void)w, (void)bias;
+    return 0;
+#endif
+}

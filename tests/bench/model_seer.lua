@@ -6,7 +6,9 @@
 -- scores and weighted sums; norms, RoPE and softmax are left out, so the bound is generous).
 local path, threads, prefill_n, decode_n, weights = arg[1], tonumber(arg[2]), tonumber(arg[3]), tonumber(arg[4]), arg[5]
 local t0 = seer.now()
-local model = seer.model.load(path, { threads = threads, tokenizer = false, weights = weights })
+-- SEER_BENCH_PRECISION=fast: the activations rounded to bf16 in bf16 prefill (precision = "fast")
+local model = seer.model.load(path, { threads = threads, tokenizer = false, weights = weights,
+                                      precision = os.getenv("SEER_BENCH_PRECISION") })
 local load_ms = (seer.now() - t0) * 1000
 local vocab = model.config.vocab_size
 local ids = { 1 }

@@ -196,6 +196,14 @@ bench_model() { # model_dir threads prefill decode ptarget dtarget [gguf] (targe
       # seer reads its weights into huge-page memory; llama.cpp maps its GGUF file (4 KiB pages).
       # One more seer decode with weights = "mapped" shows what the pages alone are worth.
       mapped_decode "$model" "$threads" "$decode" "$bd" "$bytes" "$peak_r4"
+      # bf16: llama.cpp (and torch) multiply activations rounded to bf16; seer's default keeps
+      # them in f32. precision = "fast" rounds them as the peers do (docs/model.md).
+      if [[ $(basename "$model") == bf16 ]]; then
+        local fp
+        read -r _ fp _ _ _ < <(SEER_BENCH_PRECISION=fast SEER_THREADS=$threads "$SEER" tests/bench/model_seer.lua "$model" "$threads" "$prefill" 8)
+        printf '  seer, precision = "fast" (activations rounded to bf16, as the peers): prefill %s tok/s%s; vs llama.cpp %sx\n' "$fp" \
+          "$([[ $pbound != 0 ]] && awk -v s="$fp" -v b="$pbound" 'BEGIN { printf ", %.0f%% of the prefill bound", 100 * s / b }')" "$(ratio "$bp" "$fp")"
+      fi
     else
       echo "  llama.cpp peer FAILED: run $VENV_PY tests/bench/llamacpp_peer.py $gguf $threads $prefill $decode by hand to see why"
     fi
