@@ -18,6 +18,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,6 +50,8 @@ int seer_k_linear_simd(void) {
     static int v = -1;
     if (v < 0) {
         const char *want = getenv("SEER_LINEAR_KERNELS");
+        if (want && *want && strcmp(want, "avx2") != 0 && strcmp(want, "avx512") != 0)
+            fprintf(stderr, "seer: SEER_LINEAR_KERNELS=%s is neither avx2 nor avx512; the default for this CPU is used\n", want);
         if (!seer_k_have_avx2()) v = 0;
         else if (!seer_k_have_avx512()) v = 1;
         else if (want && strcmp(want, "avx2") == 0) v = 1;
