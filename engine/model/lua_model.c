@@ -528,7 +528,7 @@ static int l_gen_step_batch(lua_State *L) {
         gen_ud *g = gs[which[b]];
         int id = gen_take(g);
         if (id < 0) {
-            for (int k = b + 1; k < nb; k++) gs[which[k]]->done = 1; /* as a failed step */
+            for (int k = 0; k < nb; k++) gs[which[k]]->done = 1; /* as a failed step: the whole batch ends */
             return gen_take_error(L, g, id, which[b] + 1);
         }
         lua_pushinteger(L, id);

@@ -489,15 +489,18 @@ int seer_model_forward_next(seer_model_t *m, seer_kv_cache_t *c, const int32_t *
     if (!m->gpu) {
         float *lg = malloc((size_t)m->cfg.vocab_size * sizeof(float));
         if (!lg) return seer_err_set(err, SEER_ENOMEM, "out of memory for the logits");
+        int start = c->len;
         int rc = seer_model_forward_hooked(m, c, tokens, n, lg, 0, NULL, hk, err);
         if (rc >= 0) {
             seer_sampler_opts_t o = {.temperature = 0.f, .top_p = 1.f, .repetition_penalty = 1.f};
             seer_rng_t r;
             seer_rng_seed(&r, 0);
             *next = seer_sample(lg, m->cfg.vocab_size, NULL, 0, &o, &r);
-            if (*next == SEER_SAMPLE_NONFINITE)
+            if (*next == SEER_SAMPLE_NONFINITE) { /* a failed call: the cache does not keep its tokens */
+                c->len = start;
                 rc = seer_err_set(err, SEER_EINVAL, "forward: the logits are not finite (NaN or infinity); no token "
                                                     "can be chosen");
+            }
         }
         free(lg);
         return rc;

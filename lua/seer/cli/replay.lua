@@ -209,7 +209,7 @@ function M._main(...)
   -- minutes, a slow agent turn, was taken for ended); the experiment's own limits bound the run.
   local child = process.spawn{ argv = argv, stdout = out .. "/stdout.log", stderr = out .. "/stderr.log",
                                env = { SEER_REPLAY = core.realpath(transcript) or transcript, SEER_OUT = out } }
-  while child:alive() do process.sleep_ms(50) end
+  child:wait(math.huge)
   local code = child:describe_exit()
   local new_transcript
   local ls = io.popen(("ls '%s'/*/summary.json 2>/dev/null"):format(out))
