@@ -821,10 +821,11 @@ bias:
 
 static void linear_base(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w,
                         const seer_weight_t *bias, int gemm) {
-    if (gemm && n >= SEER_BLAS_MIN_TOKENS &&
-        (seer_k_linear_amx(p, y, x, n, w, bias) || seer_k_linear_dpbf16(p, y, x, n, w, bias) ||
-         seer_k_linear_blas(p, y, x, n, w, bias)))
-        return;
+    /* AMX takes a prefill of 16 tokens or more; precision = "fast" on bf16 weights takes every
+     * count on AVX512_BF16 (the same bits per token whatever n, so decode and batches included) */
+    if (gemm && n >= SEER_BLAS_MIN_TOKENS && seer_k_linear_amx(p, y, x, n, w, bias)) return;
+    if (seer_k_linear_dpbf16(p, y, x, n, w, bias)) return;
+    if (gemm && n >= SEER_BLAS_MIN_TOKENS && seer_k_linear_blas(p, y, x, n, w, bias)) return;
     linear_job j = {.y = y, .x = x, .n = n, .w = w, .bias = bias, .simd = seer_k_linear_simd()};
     atomic_init(&j.next, 0);
     size_t per_row = (size_t)w->cols * (size_t)n;

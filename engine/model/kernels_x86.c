@@ -17,6 +17,7 @@
  * computed by one thread in one fixed order, whatever SEER_THREADS is. */
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -653,24 +654,56 @@ int seer_k_linear_amx(seer_pool_t *p, float *y, const float *x, int n, const see
 #endif
 }
 
-/* ---- prefill linear layers with AVX512_BF16 (precision = "fast", no AMX) ----------------------
- * For CPUs with VDPBF16PS but no AMX tiles (AMD Zen 4): the activations are rounded to bf16 once
- * per call (as torch's bf16 matmul, and as precision = "fast" does on AMX), then every output is a
- * dot product of a weight row and a token's activations, 32 inputs per instruction (products of
- * two bf16 are exact in f32; the sums are f32), reduced across the lanes at the end. Tiles of 4
- * rows x 4 tokens (16 accumulators, 8 loads per 16 products); the tokens in blocks of DP_TB whose
- * activations stay in L2 while a task's rows (DP_ROWS, also in L2) meet every token of the block.
- * The default precision keeps f32 activations (three bf16 pieces would cost three products for
- * one, slower than the f32 GEMM), so this runs only in the fast mode. */
+/* ---- linear layers with AVX512_BF16 (precision = "fast", bf16 weights) ------------------------
+ * For CPUs with VDPBF16PS (AMD Zen 4; Intel from Cooper Lake): the activations are rounded to bf16
+ * once per call (as torch's bf16 matmul, and as precision = "fast" does on AMX), then every output
+ * is a dot product of a weight row and a token's activations, 32 inputs per instruction (products
+ * of two bf16 are exact in f32; the sums are f32), one accumulator per (row, token) over the input
+ * in order, reduced across the lanes at the end. That chain is the same for every kernel below, so
+ * a token gets the same bits alone, in a batched decode step or in a prefill of any length
+ * (tests/unit/test_kernels.c, tests/lua/test_model_batch.lua). The kernel depends on the count:
+ * - 1 to DP_STREAM_MAX tokens (decode): rows one after another, one sequential stream per thread
+ *   with a software prefetch per cache line DP_PF bytes ahead (as the default's batch-1 kernel),
+ *   each 32-block of a row loaded once for every token;
+ * - more (a batched decode step, a prefill): tiles of 4 rows x 4 tokens (16 accumulators, 8 loads
+ *   per 16 products), the tokens in blocks of DP_TB whose activations stay in L2 while a task's
+ *   rows (DP_ROWS, also in L2) meet every token of the block.
+ * On AMX CPUs a prefill of 16 tokens or more runs on the tiles instead (seer_k_linear_amx, tried
+ * first). The default precision keeps f32 activations (three bf16 pieces would cost three products
+ * for one, slower than the f32 kernels), so this runs only in the fast mode.
+ * Measured on the 2-vCPU Zen 4 VM (one VDPBF16PS per cycle per core, latency 6): one thread, 16
+ * tokens, weights from memory, 1024-2816 wide: 93-128 GFLOP/s with the [token][input] layout and
+ * no prefetch of the next block; with the interleaved layout and the prefetch, and the 16 sums
+ * reduced together, 143-163 (200-215 with the weights in cache, of 232). In the 0.5B model,
+ * batched decode at 2 threads: batch 16 233-300 tok/s (112-149 in the default precision), batch 4
+ * 97-115 (75-87). Two rows at a time in the streamed kernel (two streams) halved its speed. */
 #ifdef SEER_X86
 #define DP_TB 64
 #define DP_ROWS 64
+#ifndef DP_STREAM_MAX
+#define DP_STREAM_MAX 4
+#endif
+#ifndef DP_PF
+#define DP_PF 3072
+#endif
+#ifndef DP_TREE
+#define DP_TREE 1
+#endif
+#ifndef DP_TILE_AHEAD
+#define DP_TILE_AHEAD 1
+#endif
+#ifndef DP_TILE_HINT
+#define DP_TILE_HINT _MM_HINT_T1
+#endif
 typedef struct {
     float *y;
     const float *x;
-    uint16_t *xb; /* [n][cols] bf16 */
+    uint16_t *xb; /* bf16: [n][cols] for the streamed kernel, else [cols / 32][n][32] (a 32-block of
+                   * every token together, one stream for the tiles) */
     const seer_weight_t *w, *bias;
     int n;
+    size_t task;        /* rows per task (the streamed kernel), taken as the threads go */
+    atomic_size_t next; /* the next task's first row */
 } dp_job;
 
 static int have_avx512bf16(void) {
@@ -686,77 +719,189 @@ __attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"))) static void dp_p
     size_t cols = (size_t)j->w->cols;
     for (size_t t = begin; t < end; t++)
         for (size_t k = 0; k < cols; k += 16)
-            _mm256_storeu_si256((__m256i *)(j->xb + t * cols + k), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(j->x + t * cols + k)));
+            _mm256_storeu_si256((__m256i *)(j->xb + (j->n <= DP_STREAM_MAX ? t * cols + k : (k & ~(size_t)31) * (size_t)j->n + t * 32 + (k & 31))),
+                                (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(j->x + t * cols + k)));
 }
 
-/* Writes y[t + b][r + a] = lane sum of acc[a][b] (+ bias). */
+/* y[t][r] = lane sum of the (row, token) accumulator (+ bias). */
+static inline void dp_put(const dp_job *j, int r, int t, float v) {
+    if (j->bias && j->bias->data) v += seer_w_load(j->bias, (size_t)r);
+    j->y[(size_t)t * (size_t)j->w->rows + (size_t)r] = v;
+}
+
+/* The 16 lane sums of a 4 x 4 tile at once, each the same tree of additions as
+ * _mm512_reduce_add_ps (lanes i + 8, then i + 4 of that, then i + 2, then i + 1; a + b and b + a
+ * are the same bits), so the same bits as the other kernels' reductions, in 15 additions and 30
+ * shuffles instead of 16 x 7 and 16 x 4: halves of two accumulators side by side, then quarters
+ * of four, then within each 128-bit lane, ending with lane q holding token q's four rows. */
+__attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) static inline void dp_put16(const dp_job *j, int r, int t,
+                                                                                              __m512 acc[4][4]) {
+    __m512 w[4];
+#pragma GCC unroll 4
+    for (int a = 0; a < 4; a++) {
+        __m512 z0 = _mm512_add_ps(_mm512_shuffle_f32x4(acc[a][0], acc[a][1], 0x44), _mm512_shuffle_f32x4(acc[a][0], acc[a][1], 0xEE));
+        __m512 z1 = _mm512_add_ps(_mm512_shuffle_f32x4(acc[a][2], acc[a][3], 0x44), _mm512_shuffle_f32x4(acc[a][2], acc[a][3], 0xEE));
+        w[a] = _mm512_add_ps(_mm512_shuffle_f32x4(z0, z1, 0x88), _mm512_shuffle_f32x4(z0, z1, 0xDD));
+    }
+    __m512 v0 = _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], 0x44), _mm512_shuffle_ps(w[0], w[1], 0xEE));
+    __m512 v1 = _mm512_add_ps(_mm512_shuffle_ps(w[2], w[3], 0x44), _mm512_shuffle_ps(w[2], w[3], 0xEE));
+    __m512 sum = _mm512_add_ps(_mm512_shuffle_ps(v0, v1, 0x88), _mm512_shuffle_ps(v0, v1, 0xDD));
+    if (j->bias && j->bias->data) {
+        float b4[4];
+        for (int a = 0; a < 4; a++) b4[a] = seer_w_load(j->bias, (size_t)(r + a));
+        sum = _mm512_add_ps(sum, _mm512_broadcast_f32x4(_mm_loadu_ps(b4)));
+    }
+    float *y = j->y + (size_t)t * (size_t)j->w->rows + (size_t)r;
+    _mm_storeu_ps(y, _mm512_castps512_ps128(sum));
+    _mm_storeu_ps(y + j->w->rows, _mm512_extractf32x4_ps(sum, 1));
+    _mm_storeu_ps(y + 2 * (size_t)j->w->rows, _mm512_extractf32x4_ps(sum, 2));
+    _mm_storeu_ps(y + 3 * (size_t)j->w->rows, _mm512_extractf32x4_ps(sum, 3));
+}
+
+/* nr rows from r against nt tokens from t, all nr x nt accumulators in registers; called with
+ * constant nr, nt (the wrappers below), so the loops unroll and nothing runs on run-time bounds. */
 __attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"), always_inline)) static inline void
-dp_store(const dp_job *j, int r, int nr, int t, int nt, __m512 acc[4][4]) {
-    const size_t out = (size_t)j->w->rows;
-    for (int a = 0; a < nr; a++)
-        for (int b = 0; b < nt; b++) {
-            float v = _mm512_reduce_add_ps(acc[a][b]);
-            if (j->bias && j->bias->data) v += seer_w_load(j->bias, (size_t)(r + a));
-            j->y[(size_t)(t + b) * out + (size_t)(r + a)] = v;
-        }
-}
-
-/* 4 rows from r against 4 tokens from t: y[t][r] = sum_k W[r][k] xb[t][k], all 16 accumulators in
- * registers (the loops are unrolled: no run-time bounds inside). */
-__attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"))) static void dp_tile44(const dp_job *j, int r, int t) {
+dp_tile(const dp_job *j, int r, int t, const char *pf, int pfn, const int nr, const int nt) {
     const size_t cols = (size_t)j->w->cols;
-    const uint16_t *w0 = (const uint16_t *)j->w->data + (size_t)r * cols, *x0 = j->xb + (size_t)t * cols;
+    const uint16_t *w0 = (const uint16_t *)j->w->data + (size_t)r * cols, *x0 = j->xb + (size_t)t * 32;
+    const size_t n = (size_t)j->n;
     __m512 acc[4][4];
 #pragma GCC unroll 4
-    for (int a = 0; a < 4; a++)
+    for (int a = 0; a < nr; a++)
 #pragma GCC unroll 4
-        for (int b = 0; b < 4; b++) acc[a][b] = _mm512_setzero_ps();
+        for (int b = 0; b < nt; b++) acc[a][b] = _mm512_setzero_ps();
     for (size_t k = 0; k < cols; k += 32) {
         __m512bh wv[4], xv[4];
+        for (int a = 0; a < pfn; a++) _mm_prefetch(pf + 2 * ((size_t)a * cols + k), DP_TILE_HINT);
 #pragma GCC unroll 4
-        for (int a = 0; a < 4; a++) wv[a] = (__m512bh)_mm512_loadu_si512(w0 + (size_t)a * cols + k);
+        for (int a = 0; a < nr; a++) wv[a] = (__m512bh)_mm512_loadu_si512(w0 + (size_t)a * cols + k);
 #pragma GCC unroll 4
-        for (int b = 0; b < 4; b++) xv[b] = (__m512bh)_mm512_loadu_si512(x0 + (size_t)b * cols + k);
+        for (int b = 0; b < nt; b++) xv[b] = (__m512bh)_mm512_loadu_si512(x0 + k * n + (size_t)b * 32);
 #pragma GCC unroll 4
-        for (int a = 0; a < 4; a++)
+        for (int a = 0; a < nr; a++)
 #pragma GCC unroll 4
-            for (int b = 0; b < 4; b++) acc[a][b] = _mm512_dpbf16_ps(acc[a][b], wv[a], xv[b]);
+            for (int b = 0; b < nt; b++) acc[a][b] = _mm512_dpbf16_ps(acc[a][b], wv[a], xv[b]);
     }
-    dp_store(j, r, 4, t, 4, acc);
-}
-
-/* The edges: nr (<= 4) rows against nt (<= 4) tokens, one (row, token) chain at a time. */
-__attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"))) static void dp_tile_edge(const dp_job *j, int r, int nr, int t,
-                                                                                        int nt) {
-    const size_t cols = (size_t)j->w->cols;
-    __m512 acc[4][4];
+    if (nr == 4 && nt == 4 && DP_TREE) {
+        dp_put16(j, r, t, acc);
+        return;
+    }
+#pragma GCC unroll 4
     for (int a = 0; a < nr; a++)
-        for (int b = 0; b < nt; b++) {
-            const uint16_t *wr = (const uint16_t *)j->w->data + (size_t)(r + a) * cols, *xt = j->xb + (size_t)(t + b) * cols;
-            __m512 s = _mm512_setzero_ps();
-            for (size_t k = 0; k < cols; k += 32)
-                s = _mm512_dpbf16_ps(s, (__m512bh)_mm512_loadu_si512(wr + k), (__m512bh)_mm512_loadu_si512(xt + k));
-            acc[a][b] = s;
+#pragma GCC unroll 4
+        for (int b = 0; b < nt; b++) dp_put(j, r + a, t + b, _mm512_reduce_add_ps(acc[a][b]));
+}
+#define DP_TILE(NR, NT)                                                                                                \
+    __attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"), noinline)) static void dp_tile##NR##x##NT(         \
+        const dp_job *j, int r, int t, const char *pf, int pfn) {                                                      \
+        dp_tile(j, r, t, pf, pfn, NR, NT);                                                                             \
+    }
+DP_TILE(4, 4)
+DP_TILE(4, 3)
+DP_TILE(4, 2)
+DP_TILE(4, 1)
+DP_TILE(1, 4)
+DP_TILE(1, 3)
+DP_TILE(1, 2)
+DP_TILE(1, 1)
+#undef DP_TILE
+
+/* Rows of one task (whole tiles of 4 rows and the last rows one at a time) against every token. */
+__attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"))) static void dp_gemm_rows(const dp_job *j, int r0, int r1) {
+    const int n = j->n;
+    for (int t0 = 0; t0 < n; t0 += DP_TB) {
+        int t1 = t0 + DP_TB < n ? t0 + DP_TB : n;
+        for (int r = r0; r < r1; r += 4) {
+            int t = t0;
+            if (r1 - r >= 4) {
+                /* the tiles of a row block fetch the rows DP_TILE_AHEAD blocks on (the block's own
+                 * rows stay in L1 from the first tile to the last), each a share of them, one
+                 * cache line per row per 32-step, so the misses are spread over the block */
+                int ahead = r + 4 * DP_TILE_AHEAD, pf_rows = ahead + 4 <= r1 ? 4 : 0, ntiles = (t1 - t0 + 3) / 4;
+                int per = (pf_rows + ntiles - 1) / ntiles, q = 0;
+                const char *pf0 = (const char *)((const uint16_t *)j->w->data + (size_t)ahead * (size_t)j->w->cols);
+#define DP_PF_ARGS pf0 + (size_t)2 * (size_t)(q * per) * (size_t)j->w->cols, q * per < pf_rows ? (pf_rows - q * per < per ? pf_rows - q * per : per) : 0
+                for (; t + 4 <= t1; t += 4, q++) dp_tile4x4(j, r, t, DP_PF_ARGS);
+                switch (t1 - t) {
+                case 3: dp_tile4x3(j, r, t, DP_PF_ARGS); break;
+                case 2: dp_tile4x2(j, r, t, DP_PF_ARGS); break;
+                case 1: dp_tile4x1(j, r, t, DP_PF_ARGS); break;
+                default: break;
+                }
+#undef DP_PF_ARGS
+            } else
+                for (int rr = r; rr < r1; rr++) {
+                    for (t = t0; t + 4 <= t1; t += 4) dp_tile1x4(j, rr, t, NULL, 0);
+                    switch (t1 - t) {
+                    case 3: dp_tile1x3(j, rr, t, NULL, 0); break;
+                    case 2: dp_tile1x2(j, rr, t, NULL, 0); break;
+                    case 1: dp_tile1x1(j, rr, t, NULL, 0); break;
+                    default: break;
+                    }
+                }
         }
-    dp_store(j, r, nr, t, nt, acc);
+    }
 }
 
-__attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"))) static void dp_gemm_chunk(void *ctx, size_t begin,
-                                                                                         size_t end, int thread) {
-    (void)thread;
-    const dp_job *j = ctx;
-    const int rows = j->w->rows, n = j->n;
-    for (size_t item = begin; item < end; item++) {
-        int r0 = (int)item * DP_ROWS, r1 = r0 + DP_ROWS < rows ? r0 + DP_ROWS : rows;
-        for (int t0 = 0; t0 < n; t0 += DP_TB) {
-            int t1 = t0 + DP_TB < n ? t0 + DP_TB : n;
-            for (int r = r0; r < r1; r += 4) {
-                int nr = r1 - r < 4 ? r1 - r : 4;
-                int t = t0;
-                if (nr == 4)
-                    for (; t + 4 <= t1; t += 4) dp_tile44(j, r, t);
-                for (; t < t1; t += 4) dp_tile_edge(j, r, nr, t, t1 - t < 4 ? t1 - t : 4);
-            }
+/* Tasks of DP_ROWS rows taken from a shared counter as the threads go (a thread on a slower vCPU
+ * takes fewer; a fixed half each left the other waiting at the end of every matrix). */
+static void dp_gemm_chunk(void *ctx, size_t begin, size_t end, int thread) {
+    (void)thread, (void)begin, (void)end;
+    dp_job *j = ctx;
+    const size_t rows = (size_t)j->w->rows;
+    for (;;) {
+        size_t b = atomic_fetch_add(&j->next, DP_ROWS);
+        if (b >= rows) return;
+        dp_gemm_rows(j, (int)b, (int)(b + DP_ROWS < rows ? b + DP_ROWS : rows));
+    }
+}
+
+/* One row against NT (1 to 4) tokens, streamed with a prefetch per cache line: the same chain per
+ * (row, token) as the tiles. */
+__attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"), always_inline)) static inline void
+dp_stream_rows(const dp_job *j, int r0, int r1, const int nt) {
+    const size_t cols = (size_t)j->w->cols;
+    const uint16_t *xb = j->xb;
+    for (int r = r0; r < r1; r++) {
+        const uint16_t *wr = (const uint16_t *)j->w->data + (size_t)r * cols;
+        __m512 acc[4];
+#pragma GCC unroll 4
+        for (int b = 0; b < nt; b++) acc[b] = _mm512_setzero_ps();
+        for (size_t k = 0; k < cols; k += 32) {
+            _mm_prefetch((const char *)(wr + k) + DP_PF, _MM_HINT_T0);
+            __m512bh wv = (__m512bh)_mm512_loadu_si512(wr + k);
+#pragma GCC unroll 4
+            for (int b = 0; b < nt; b++)
+                acc[b] = _mm512_dpbf16_ps(acc[b], wv, (__m512bh)_mm512_loadu_si512(xb + (size_t)b * cols + k));
+        }
+#pragma GCC unroll 4
+        for (int b = 0; b < nt; b++) dp_put(j, r, b, _mm512_reduce_add_ps(acc[b]));
+    }
+}
+#define DP_STREAM(NT)                                                                                                  \
+    __attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"), noinline)) static void dp_stream##NT(               \
+        const dp_job *j, int r0, int r1) {                                                                             \
+        dp_stream_rows(j, r0, r1, NT);                                                                                 \
+    }
+DP_STREAM(1)
+DP_STREAM(2)
+DP_STREAM(3)
+DP_STREAM(4)
+#undef DP_STREAM
+
+static void dp_stream_chunk(void *ctx, size_t begin, size_t end, int thread) {
+    (void)thread, (void)begin, (void)end;
+    dp_job *j = ctx;
+    const size_t rows = (size_t)j->w->rows;
+    for (;;) {
+        size_t b = atomic_fetch_add(&j->next, j->task);
+        if (b >= rows) return;
+        int r0 = (int)b, r1 = (int)(b + j->task < rows ? b + j->task : rows);
+        switch (j->n) {
+        case 1: dp_stream1(j, r0, r1); break;
+        case 2: dp_stream2(j, r0, r1); break;
+        case 3: dp_stream3(j, r0, r1); break;
+        default: dp_stream4(j, r0, r1); break;
         }
     }
 }
@@ -765,15 +910,39 @@ __attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"))) static void dp_g
 int seer_k_linear_dpbf16(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w,
                          const seer_weight_t *bias) {
 #ifdef SEER_X86
-    if (!seer_k_fast_bf16 || w->dtype != SEER_BF16 || w->cols % 32 != 0 || n < 16 || seer_k_have_amx() ||
-        !have_avx512bf16())
+    if (!seer_k_fast_bf16 || w->dtype != SEER_BF16 || w->cols % 32 != 0 || n < 1 || !have_avx512bf16()) return 0;
+    /* the activations in bf16: a buffer kept per thread for up to DP_KEEP bytes (every decode
+     * step), else one per call */
+    enum { DP_KEEP = 256 * 1024 };
+    static _Thread_local uint16_t *kept;
+    static _Thread_local size_t kept_bytes;
+    size_t elems = (size_t)n * (size_t)w->cols, bytes = (elems * sizeof(uint16_t) + 63) & ~(size_t)63;
+    uint16_t *xb;
+    if (bytes <= DP_KEEP) {
+        if (kept_bytes < bytes) {
+            free(kept);
+            kept_bytes = 0;
+            if (!(kept = aligned_alloc(64, DP_KEEP))) return 0;
+            kept_bytes = DP_KEEP;
+        }
+        xb = kept;
+    } else if (!(xb = aligned_alloc(64, bytes)))
         return 0;
-    uint16_t *xb = aligned_alloc(64, ((size_t)n * (size_t)w->cols * sizeof(uint16_t) + 63) & ~(size_t)63);
-    if (!xb) return 0;
     dp_job j = {.y = y, .x = x, .xb = xb, .w = w, .bias = bias, .n = n};
-    seer_pool_for(p, (size_t)n, 1, dp_pack_chunk, &j);
-    seer_pool_for(p, (size_t)((w->rows + DP_ROWS - 1) / DP_ROWS), 1, dp_gemm_chunk, &j);
-    free(xb);
+    atomic_init(&j.next, 0);
+    if (elems <= 65536) dp_pack_chunk(&j, 0, (size_t)n, 0);
+    else seer_pool_for(p, (size_t)n, 1, dp_pack_chunk, &j);
+    int threads = seer_pool_threads(p);
+    size_t rows = (size_t)w->rows, work = rows * (size_t)w->cols * (size_t)n;
+    if (n <= DP_STREAM_MAX) {
+        /* about SEER_LINEAR_TASKS (16) tasks per thread, as the default's streamed kernels */
+        size_t task = (rows + (size_t)threads * 16 - 1) / ((size_t)threads * 16);
+        j.task = task < 16 ? 16 : task;
+        if (work < SEER_PAR_WORK) j.task = rows;
+        seer_pool_for(p, j.task >= rows ? 1 : (size_t)threads, 1, dp_stream_chunk, &j);
+    } else
+        seer_pool_for(p, work < SEER_PAR_WORK || rows <= DP_ROWS ? 1 : (size_t)threads, 1, dp_gemm_chunk, &j);
+    if (xb != kept) free(xb);
     return 1;
 #else
     (void)p, (void)y, (void)x, (void)n, (void)w, (void)bias;

@@ -211,8 +211,9 @@ float seer_k_exp_sub_sum(float *v, int n, float mx);
  * it does not apply (no AMX, other dtypes, cols not a multiple of 32, n < 16, out of memory). */
 int seer_k_linear_amx(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias);
 /* y = x W^T (+ bias) for bf16 W with AVX512_BF16's VDPBF16PS, x rounded to bf16 (precision =
- * "fast" on CPUs without AMX, such as Zen 4; kernels_x86.c); 0 when it does not apply (not fast,
- * AMX present, no AVX512_BF16, other dtypes, cols not a multiple of 32, n < 16, out of memory). */
+ * "fast"; kernels_x86.c), any n >= 1, each (row, token) output the same bits whatever n; 0 when
+ * it does not apply (not fast, no AVX512_BF16, other dtypes, cols not a multiple of 32, out of
+ * memory). */
 int seer_k_linear_dpbf16(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias);
 int seer_k_rmsnorm_fast(float *y, const float *x, int n, int d, const seer_weight_t *w, float eps, int one_plus);
 /* Softmax of row[f .. l] in place after soft-capping (softcap > 0); row[0 .. f) and row(l .. len)

@@ -3,8 +3,10 @@
 -- batch excludes the prefill: (B * (N - 1)) / (time for N new tokens - time for 1), best of
 -- BENCH_REPEAT. Prints one line per batch size: B tok_s.
 -- Usage: seer tests/bench/batch_seer.lua MODEL THREADS N B1 [B2 ...]
+-- SEER_BENCH_PRECISION=fast: bf16 weights against activations rounded to bf16 (precision = "fast")
 local path, threads, n = arg[1], tonumber(arg[2]), tonumber(arg[3])
-local model = seer.model.load(path, { threads = threads, tokenizer = false })
+local model = seer.model.load(path, { threads = threads, tokenizer = false,
+                                      precision = os.getenv("SEER_BENCH_PRECISION") })
 local vocab = model.config.vocab_size
 local function prompts(b)
   local p = {}

@@ -218,14 +218,19 @@ bench_model() { # model_dir threads prefill decode ptarget dtarget [gguf] (targe
 bench_batch() { # model_dir threads new_tokens gguf
   local model=$1 threads=$2 n=$3 gguf=$4
   echo "== batched decode, $(basename "$(dirname "$model")")/$(basename "$model"), $threads thread(s): tok/s over the batch (greedy, $n new tokens each, prefill excluded)"
-  declare -A S=() P=() C=()
+  declare -A S=() P=() C=() F=()
   local b v
   # seer and llama.cpp alternate for BENCH_ROUNDS rounds, each keeping its best (see bench_model)
-  local r rounds=${BENCH_ROUNDS:-2} seq_s= seq_l=
+  local r rounds=${BENCH_ROUNDS:-2} seq_s= seq_l= seq_f=
   for ((r = 1; r <= rounds; r++)); do
     local line=
     while read -r b v; do S[$b]=$(best "${S[$b]:-0}" "$v"); line="${line:+$line/}$v"; done < <(SEER_THREADS=$threads "$SEER" tests/bench/batch_seer.lua "$model" "$threads" "$n" 1 4 16)
     seq_s="${seq_s:+$seq_s, }$line"
+    if [[ $(basename "$model") == bf16 ]]; then # precision = "fast": VDPBF16PS on CPUs with AVX512_BF16
+      line=
+      while read -r b v; do F[$b]=$(best "${F[$b]:-0}" "$v"); line="${line:+$line/}$v"; done < <(SEER_BENCH_PRECISION=fast SEER_THREADS=$threads "$SEER" tests/bench/batch_seer.lua "$model" "$threads" "$n" 1 4 16)
+      seq_f="${seq_f:+$seq_f, }$line"
+    fi
     if [[ -f $gguf ]]; then
       line=
       while read -r b v; do C[$b]=$(best "${C[$b]:-0}" "$v"); line="${line:+$line/}$v"; done < <(OMP_WAIT_POLICY=$LLAMA_OMP_WAIT "$VENV_PY" tests/bench/llamacpp_peer.py "$gguf" "$threads" 16 "$n" 1 4 16 2>/dev/null | tail -n +2)
@@ -242,6 +247,10 @@ bench_batch() { # model_dir threads new_tokens gguf
   done
   if [[ -n ${S[1]:-} && -n ${S[16]:-} ]]; then
     printf '  seer batch 16 / seer batch 1: %sx (target >= 8x)\n' "$(ratio "${S[1]}" "${S[16]}")"
+  fi
+  if [[ -n ${F[1]:-} && -n ${F[16]:-} ]]; then
+    printf '  seer, precision = "fast" (activations rounded to bf16; rounds %s): batch 1/4/16 %s / %s / %s tok/s; batch 16 / batch 1: %sx\n' \
+      "$seq_f" "${F[1]}" "${F[4]:-?}" "${F[16]}" "$(ratio "${F[1]}" "${F[16]}")"
   fi
   # The bound of a batch-B step: it reads the weights once (B x the read bound) and does B
   # tokens' multiply-adds (2 flops per weight of every matrix but the embedding table, on the

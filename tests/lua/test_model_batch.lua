@@ -65,6 +65,40 @@ for _, name in ipairs(names) do
   end)
 end
 
+-- precision = "fast" on bf16 weights: on CPUs with AVX512_BF16 every linear layer, decode steps
+-- and batches included, runs VDPBF16PS on activations rounded to bf16 (kernels_x86.c), whose
+-- every (row, token) output is the same chain whatever the token count; so a sequence still gets
+-- in a batch exactly what it gets alone. Elsewhere fast computes what the default does.
+local function cpu_has(flag)
+  local f = io.open("/proc/cpuinfo")
+  if not f then return false end
+  local text = f:read("*a")
+  f:close()
+  return text:find("%f[%w_]" .. flag .. "%f[^%w_]") ~= nil
+end
+for _, name in ipairs(names) do
+  if name:find("_bf16$") then
+    T.test("precision = \"fast\": batched forward and generation == each sequence alone: " .. name, function()
+      local m = seer.model.load(pdir .. "/" .. name, { tokenizer = false, precision = "fast" })
+      local seqs = prompts(m.config.vocab_size)
+      local logits = m:forward(seqs)
+      local longest = logits:size(2)
+      for i, s in ipairs(seqs) do
+        T.eq(maxdiff(logits:select(1, i):narrow(1, longest - #s + 1, #s), m:forward(s)), 0, name .. ": sequence " .. i)
+      end
+      local outs = m:generate_batch(seqs, { max_new_tokens = 5, max_batch = 4 })
+      for i, s in ipairs(seqs) do
+        T.eq(join(outs[i].ids), join(m:generate(s, { max_new_tokens = 5 }).ids), name .. ": generated, sequence " .. i)
+      end
+      if cpu_has("avx512_bf16") and not os.getenv("SEER_NO_AVX512") then
+        -- the fast kernels ran (a decode step's logits differ from the default precision's)
+        local exact = seer.model.load(pdir .. "/" .. name, { tokenizer = false })
+        T.ok(maxdiff(exact:forward(seqs[2]), m:forward(seqs[2])) > 0, name .. ": fast computed what exact does")
+      end
+    end)
+  end
+end
+
 T.test("per-sequence interventions: each sequence of a batch carries its own (add, ablate, scale, a Lua function, none)", function()
   for _, name in ipairs({ "llama", "gemma2", "gpt2", "gpt_neox", "qwen3" }) do
     local m = seer.model.load(pdir .. "/" .. name, { tokenizer = false })

@@ -1,8 +1,9 @@
 -- seer.model.load's precision option: "exact" (the default: bf16 weights meet f32 activations
 -- without rounding them; the AMX prefill kernel splits them into three exact bf16 pieces) and
--- "fast" (AMX prefill rounds activations to bf16, as torch's bf16 matmul). On a CPU without AMX
--- both compute the same; the parity bar of the default on bf16 checkpoints is test_parity.lua's
--- (the *_bf16 models). docs/model.md has the measured error of "fast".
+-- "fast" (activations rounded to bf16, as torch's bf16 matmul: AMX prefill, and every step with
+-- AVX512_BF16, where test_model_batch.lua checks that batching changes no bit). On a CPU with
+-- neither both compute the same; the parity bar of the default on bf16 checkpoints is
+-- test_parity.lua's (the *_bf16 models). docs/model.md has the measured error of "fast".
 local T = require "testing"
 local tensor = require "seer.tensor"
 
@@ -25,7 +26,8 @@ T.test("precision: both modes stay near the fp32 golden; exact within the parity
     local exact = seer.model.load(dir .. "/" .. name, { tokenizer = false }):forward(ids)
     local fast = seer.model.load(dir .. "/" .. name, { tokenizer = false, precision = "fast" }):forward(ids)
     T.ok((exact - g.logits):abs():max() <= 1e-4, name .. ": exact within 1e-4")
-    -- fast rounds activations to bf16 on AMX (measured 2.4e-2 .. 8.6e-2 on these models)
+    -- fast rounds activations to bf16 (measured 2.4e-2 .. 8.6e-2 on these models on AMX, 3.4e-2 ..
+    -- 7.8e-2 with AVX512_BF16)
     T.ok((fast - g.logits):abs():max() <= 0.25, name .. ": fast near the golden")
   end
 end)

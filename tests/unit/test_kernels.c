@@ -174,26 +174,28 @@ Test(kernels, prefill_attention_against_float64) {
     seer_pool_free(pool);
 }
 
-/* precision = "fast" without AMX: VDPBF16PS on activations rounded to bf16 (kernels_x86.c). The
- * reference rounds the activations the same way (seer_f32_to_bf16, round to nearest even) and
- * sums in float64; what is left is f32 accumulation. Rows and tokens that leave 4 x 4 tiles'
- * edges, token blocks past DP_TB (64), bias or not; and it stays out when fast is off. */
+/* precision = "fast" with AVX512_BF16: VDPBF16PS on activations rounded to bf16 (kernels_x86.c).
+ * The reference rounds the activations the same way (seer_f32_to_bf16, round to nearest even) and
+ * sums in float64; what is left is f32 accumulation. Every token count (the streamed decode kernel
+ * at 1-4, tiles with edges past that, token blocks past DP_TB = 64), rows that leave 4-row tiles'
+ * edges, bias or not; each token's outputs are the same bits as the token alone (a batched decode
+ * step or a prefill gives a sequence what it gets by itself); and it stays out when fast is off. */
 Test(kernels, dpbf16_linear_fast_precision) {
-    if (seer_k_have_amx() || !__builtin_cpu_supports("avx512bf16") || !seer_k_have_avx512())
-        cr_skip_test("skipped: this CPU has AMX, or no AVX512_BF16; fast bf16 prefill runs elsewhere");
+    if (!__builtin_cpu_supports("avx512bf16") || !seer_k_have_avx512())
+        cr_skip_test("skipped: this CPU has no AVX512_BF16; precision = \"fast\" runs the default kernels here");
     seer_pool_t *pool = seer_pool_new(2);
-    static const int ns[] = {16, 19, 70, 133};
+    static const int ns[] = {1, 2, 3, 4, 5, 7, 16, 19, 70, 133};
     static const int rows_[] = {4, 67, 130};
     static const int cols_[] = {32, 96, 1024};
     uint16_t w[130 * 1024], bias[130];
-    float *x = malloc(sizeof(float) * 133 * 1024), *y = malloc(sizeof(float) * 133 * 130);
+    float *x = malloc(sizeof(float) * 133 * 1024), *y = malloc(sizeof(float) * 133 * 130), y1[130];
     seer_weight_t W0 = {.dtype = SEER_BF16, .data = w, .rows = 4, .cols = 32};
     seer_k_fast_bf16 = 0;
     cr_assert_eq(seer_k_linear_dpbf16(pool, y, x, 16, &W0, NULL), 0, "ran without precision = \"fast\"");
     seer_k_fast_bf16 = 1;
     W0.cols = 40;
     cr_assert_eq(seer_k_linear_dpbf16(pool, y, x, 16, &W0, NULL), 0, "ran on cols that are not a multiple of 32");
-    for (int a = 0; a < 4; a++)
+    for (int a = 0; a < 10; a++)
         for (int b = 0; b < 3; b++)
             for (int c = 0; c < 3; c++)
                 for (int with_bias = 0; with_bias < 2; with_bias++) {
@@ -205,7 +207,7 @@ Test(kernels, dpbf16_linear_fast_precision) {
                     seer_weight_t B = {.dtype = SEER_BF16, .data = bias, .rows = 1, .cols = rows};
                     memset(y, 0xff, sizeof(float) * (size_t)(n * rows)); /* NaN: an output never written shows */
                     cr_assert(seer_k_linear_dpbf16(pool, y, x, n, &W, with_bias ? &B : NULL));
-                    for (int t = 0; t < n; t++)
+                    for (int t = 0; t < n; t++) {
                         for (int r = 0; r < rows; r++) {
                             double ref = with_bias ? seer_bf16_to_f32(bias[r]) : 0, mag = fabs(ref);
                             for (int i = 0; i < cols; i++) {
@@ -217,6 +219,11 @@ Test(kernels, dpbf16_linear_fast_precision) {
                             cr_assert(fabs(y[t * rows + r] - ref) <= 1e-6 * mag + 1e-6, "n %d rows %d cols %d: y[%d][%d] = %.8g, float64 %.8g",
                                       n, rows, cols, t, r, y[t * rows + r], ref);
                         }
+                        if (n == 1) continue;
+                        cr_assert(seer_k_linear_dpbf16(pool, y1, x + (size_t)t * cols, 1, &W, with_bias ? &B : NULL));
+                        cr_assert(!memcmp(y1, y + (size_t)t * rows, sizeof(float) * (size_t)rows),
+                                  "n %d rows %d cols %d: token %d's outputs differ from the token alone", n, rows, cols, t);
+                    }
                 }
     seer_k_fast_bf16 = 0;
     free(x), free(y);
