@@ -907,6 +907,14 @@ static void dp_stream_chunk(void *ctx, size_t begin, size_t end, int thread) {
 }
 #endif
 
+const char *seer_k_fast_kind(void) {
+#ifdef SEER_X86
+    if (seer_k_have_amx()) return "AMX";
+    if (have_avx512bf16()) return "AVX512_BF16";
+#endif
+    return NULL;
+}
+
 int seer_k_linear_dpbf16(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w,
                          const seer_weight_t *bias) {
 #ifdef SEER_X86

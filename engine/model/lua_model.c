@@ -642,6 +642,14 @@ static const luaL_Reg gen_methods[] = {
     {NULL, NULL},
 };
 
+/* core.fast_kind() -> "AMX" | "AVX512_BF16" | nil: what precision = "fast" runs on this CPU. */
+static int l_fast_kind(lua_State *L) {
+    const char *k = seer_k_fast_kind();
+    if (k) lua_pushstring(L, k);
+    else lua_pushnil(L);
+    return 1;
+}
+
 int seer_model_luaopen(lua_State *L) {
     if (luaL_newmetatable(L, MODEL_MT)) {
         lua_newtable(L);
@@ -675,5 +683,7 @@ int seer_model_luaopen(lua_State *L) {
     lua_setfield(L, -2, "supported");
     lua_pushcfunction(L, l_config_fields);
     lua_setfield(L, -2, "config_fields");
+    lua_pushcfunction(L, l_fast_kind);
+    lua_setfield(L, -2, "fast_kind");
     return 1;
 }

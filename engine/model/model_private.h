@@ -215,6 +215,9 @@ int seer_k_linear_amx(seer_pool_t *p, float *y, const float *x, int n, const see
  * it does not apply (not fast, no AVX512_BF16, other dtypes, cols not a multiple of 32, out of
  * memory). */
 int seer_k_linear_dpbf16(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias);
+/* What precision = "fast" runs on here: "AMX", "AVX512_BF16", or NULL (neither: fast computes what
+ * the default does). */
+const char *seer_k_fast_kind(void);
 int seer_k_rmsnorm_fast(float *y, const float *x, int n, int d, const seer_weight_t *w, float eps, int one_plus);
 /* Softmax of row[f .. l] in place after soft-capping (softcap > 0); row[0 .. f) and row(l .. len)
  * become 0. */

@@ -64,6 +64,24 @@ local function resolve_cached(id, revision)
   return nil, repo
 end
 
+-- precision = "fast" where it changes nothing says so on stderr, once per reason per process: a
+-- researcher who asked for speed should not believe they have it.
+local fast_noted = {}
+local function fast_note(m)
+  local why
+  if m.device ~= "cpu" then
+    why = ("the model runs on %s, where fast is not implemented"):format(m.device)
+  elseif m.config.dtype ~= "bf16" then
+    why = ("its weights are %s (fast rounds activations to meet bf16 weights)"):format(m.config.dtype)
+  elseif not core.fast_kind() then
+    why = "this CPU has neither AMX nor AVX512_BF16"
+  end
+  if why and not fast_noted[why] then
+    fast_noted[why] = true
+    io.stderr:write(('seer: precision = "fast" changes nothing here: %s; the model computes what "exact" does\n'):format(why))
+  end
+end
+
 ---Loads a model.
 ---@param path_or_id string a model directory, or a hub id ("org/name") already in the Hugging Face cache
 ---With `hidden = true` the model's id and directory are kept from code running beside it:
@@ -168,6 +186,7 @@ function M._load(path_or_id, opts)
     fail(("seer.model.load: dtype '%s' requested but the weights are %s; converting at load time is not supported yet, load without dtype")
       :format(opts.dtype, m.config.dtype), 2)
   end
+  if opts.precision == "fast" then fast_note(m) end
   if opts.tokenizer ~= false and file_exists(dir .. "/tokenizer.json") then
     local tok_ok, T = pcall(require, "seer.tokenizer")
     if tok_ok then m.tokenizer = T.load(dir) end

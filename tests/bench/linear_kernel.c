@@ -7,7 +7,9 @@
  * Environment: REPS (best of, default 9); SHAPES="ROWSxCOLS,..." other matrix shapes (a small one,
  * e.g. 96x1024, runs from L2); COLD=1 streams 64 MiB through the caches before every rep, so the
  * weights come from memory as in a model's forward pass (the default leaves a matrix of up to a
- * few MiB in L3, which measures the kernel, not its overlap with the memory). */
+ * few MiB in L3, which measures the kernel, not its overlap with the memory); FAST=1 measures
+ * bf16 in precision = "fast" (VDPBF16PS on activations rounded to bf16, where the CPU has
+ * AVX512_BF16; elsewhere the same kernels as the default). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +47,7 @@ int main(int argc, char **argv) {
     if (!nt) toks[nt++] = 1, toks[nt++] = 4, toks[nt++] = 16;
     int reps = getenv("REPS") ? atoi(getenv("REPS")) : 9;
     seer_pool_t *pool = seer_pool_new(1);
+    seer_k_fast_bf16 = getenv("FAST") && atoi(getenv("FAST"));
     uint64_t s = 12345;
     for (int d = 0; d < 2; d++) {
         seer_dtype_t dt = d ? SEER_BF16 : SEER_F32;

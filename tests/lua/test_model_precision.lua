@@ -43,3 +43,31 @@ T.test("precision: a fast model's forward does not leave its mode set for the ne
   local after = exact:forward(ids)
   T.eq((before - after):abs():max(), 0)
 end)
+
+T.test("precision: fast where it changes nothing says so once on stderr (f32 weights; a CPU without AMX or AVX512_BF16)", function()
+  local seer_bin = require("seer.jupyter").seer_binary()
+  local script = ([[local d = %q
+seer.model.load(d .. "/llama", { tokenizer = false, precision = "fast" })
+seer.model.load(d .. "/qwen2", { tokenizer = false, precision = "fast" })
+seer.model.load(d .. "/llama_bf16", { tokenizer = false })
+io.stderr:write("loaded\n")]]):format(dir)
+  local f = os.tmpname()
+  local h = io.open(f, "w")
+  h:write(script)
+  h:close()
+  local p = io.popen(("'%s' %s 2>&1"):format(seer_bin, f))
+  local out = p:read("*a")
+  p:close()
+  os.remove(f)
+  local note = 'seer: precision = "fast" changes nothing here: its weights are f32 (fast rounds activations to meet bf16 weights); the model computes what "exact" does\n'
+  T.eq(out, note .. "loaded\n", "one note for two f32 models, none for the default precision")
+  -- on bf16 weights the note depends on the CPU: none where fast has kernels
+  local p2 = io.popen(("'%s' -e %q 2>&1"):format(seer_bin, ("seer.model.load(%q, { tokenizer = false, precision = 'fast' })"):format(dir .. "/llama_bf16")))
+  local out2 = p2:read("*a")
+  p2:close()
+  if require("seer.core.model").fast_kind() then
+    T.eq(out2, "", "fast has kernels here (" .. require("seer.core.model").fast_kind() .. "): no note")
+  else
+    T.eq(out2, 'seer: precision = "fast" changes nothing here: this CPU has neither AMX nor AVX512_BF16; the model computes what "exact" does\n')
+  end
+end)
