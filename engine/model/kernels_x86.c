@@ -732,7 +732,7 @@ static inline void dp_put(const dp_job *j, int r, int t, float v) {
 /* The 16 lane sums of a 4 x 4 tile at once, each the same tree of additions as
  * _mm512_reduce_add_ps (lanes i + 8, then i + 4 of that, then i + 2, then i + 1; a + b and b + a
  * are the same bits), so the same bits as the other kernels' reductions, in 15 additions and 30
- * shuffles instead of 16 x 7 and 16 x 4: halves of two accumulators side by side, then quarters
+ * shuffles instead of 16 x 4 of each: halves of two accumulators side by side, then quarters
  * of four, then within each 128-bit lane, ending with lane q holding token q's four rows. */
 __attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) static inline void dp_put16(const dp_job *j, int r, int t,
                                                                                               __m512 acc[4][4]) {

@@ -64,6 +64,20 @@ class ModelCliTest(unittest.TestCase):
             self.assertIn(msg, r.stderr)
             self.assertNotIn("stack traceback", r.stderr)
 
+    def test_precision(self):
+        # on f32 weights fast changes nothing and says so once; anything but exact or fast is a
+        # usage error (bf16 models in fast mode: tests/lua/test_model_batch.lua)
+        r = run(["model", "generate", MODEL, "Once", "--precision", "fast", "--max-new-tokens", "4"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(r.stdout.startswith("Once upon a time"), r.stdout)
+        self.assertEqual(r.stderr.count('precision = "fast" changes nothing here: its weights are f32'), 1, r.stderr)
+        r = run(["model", "generate", MODEL, "Once", "--precision", "half"])
+        self.assertEqual((r.returncode, r.stdout), (2, ""))
+        self.assertIn("--precision needs exact or fast", r.stderr)
+        r = run(["serve", MODEL, "--precision", "half"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--precision must be exact or fast, got 'half'", r.stderr)
+
     def test_errors(self):
         r = run(["model", "info", "/nonexistent/model"])
         self.assertEqual(r.returncode, 1)

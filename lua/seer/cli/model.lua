@@ -2,7 +2,7 @@
 ---   seer model info PATH
 ---   seer model info --devices
 ---   seer model generate PATH "prompt" [--max-new-tokens N] [--temperature T] [--seed S]
----                                      [--top-k K] [--top-p P] [--threads N]
+---                                      [--top-k K] [--top-p P] [--threads N] [--precision P]
 local M = {}
 
 M.usage = [[
@@ -10,12 +10,13 @@ usage: seer model info PATH
        seer model info --devices
        seer model generate PATH PROMPT [--max-new-tokens N] [--temperature T] [--seed S]
                                        [--top-k K] [--top-p P] [--min-p P] [--threads N]
-                                       [--device cpu|cuda|cuda:N]
+                                       [--device cpu|cuda|cuda:N] [--precision exact|fast]
 
 PATH is a model directory (config.json + safetensors) or a hub id in the Hugging Face cache.
 info prints the architecture, dimensions, parameter count and dtypes (--devices: the CUDA GPUs,
 their memory and compute capability, or why there are none); generate streams the
-continuation of PROMPT (greedy unless --temperature > 0) and then prints timing on stderr.
+continuation of PROMPT (greedy unless --temperature > 0) and then prints timing on stderr;
+--precision fast rounds activations to bf16 to meet bf16 weights (docs/model.md).
 ]]
 
 local function die(msg)
@@ -73,12 +74,18 @@ local function generate(args)
   local path, prompt = args[1], args[2]
   if not path or not prompt then die("generate needs PATH and PROMPT\n\n" .. M.usage) end
   local opts = { max_new_tokens = 64 }
-  local threads, device
+  local threads, device, precision
   local i = 3
   while i <= #args do
     if args[i] == "--device" then
       device = args[i + 1]
       if not device then die("--device needs cpu, cuda or cuda:N") end
+      i = i + 2
+      goto continue
+    end
+    if args[i] == "--precision" then
+      precision = args[i + 1]
+      if precision ~= "exact" and precision ~= "fast" then die("--precision needs exact or fast") end
       i = i + 2
       goto continue
     end
@@ -91,7 +98,7 @@ local function generate(args)
     ::continue::
   end
   local t0 = seer.now()
-  local model = seer.model.load(path, { threads = threads, device = device })
+  local model = seer.model.load(path, { threads = threads, device = device, precision = precision })
   local t1 = seer.now()
   if not model.tokenizer then die(model.path .. " has no tokenizer.json; generate needs one to read PROMPT") end
   -- Prompt and continuation are shown as one decoded text, as transformers' TextStreamer does

@@ -4,6 +4,7 @@ local M = {}
 
 local USAGE = [[
 usage: seer serve MODEL [--port N] [--host ADDR] [--name ID] [--token TOKEN] [--max-tokens N] [--adapter DIR] [--read-timeout S]
+                        [--precision exact|fast]
 
 Serves MODEL (a directory or a hub id in the cache) at http://HOST:PORT/v1 with OpenAI's
 /v1/chat/completions, /v1/completions and /v1/models, one request at a time, until Ctrl-C.
@@ -13,7 +14,9 @@ Serves MODEL (a directory or a hub id in the cache) at http://HOST:PORT/v1 with 
   --token TOKEN   require "Authorization: Bearer TOKEN" (or set SEER_SERVE_TOKEN)
   --max-tokens N  the largest max_tokens a request may ask (default 1024)
   --adapter DIR   a PEFT LoRA adapter on top of MODEL
-  --read-timeout S  seconds a client has to send its request (default 10)]]
+  --read-timeout S  seconds a client has to send its request (default 10)
+  --precision P   exact (default) or fast: bf16 weights meet activations rounded to bf16, as
+                  torch's bf16 matmul (faster where the CPU has AMX or AVX512_BF16; docs/model.md)]]
 
 function M.main(...)
   local args = { ... }
@@ -42,6 +45,7 @@ function M.main(...)
     elseif a == "--max-tokens" then o.max_tokens = number(a)
     elseif a == "--adapter" then o.adapter = value(a)
     elseif a == "--read-timeout" then o.read_timeout = number(a)
+    elseif a == "--precision" then o.precision = value(a)
     elseif a:sub(1, 1) == "-" then io.stderr:write("seer serve: unknown option ", a, "\n", USAGE, "\n"); os.exit(2)
     elseif o.model then io.stderr:write("seer serve: unexpected argument ", a, "\n", USAGE, "\n"); os.exit(2)
     else o.model = a end
@@ -57,13 +61,16 @@ function M.main(...)
   if o.read_timeout and not (o.read_timeout > 0 and o.read_timeout <= 86400) then
     io.stderr:write("seer serve: --read-timeout must be a number of seconds from 0 (exclusive) to 86400\n"); os.exit(2)
   end
+  if o.precision and o.precision ~= "exact" and o.precision ~= "fast" then
+    io.stderr:write("seer serve: --precision must be exact or fast, got '", o.precision, "'\n"); os.exit(2)
+  end
   o.token = o.token or os.getenv("SEER_SERVE_TOKEN")
   if o.token == "" then o.token = nil end
   if o.host and o.host ~= "127.0.0.1" and not o.token then
     io.stderr:write("seer serve: serving beyond loopback without a token lets anyone on the network use the model; add --token\n")
     os.exit(2)
   end
-  local model = require("seer.model").load(o.model)
+  local model = require("seer.model").load(o.model, { precision = o.precision })
   if o.adapter then model:load_adapter(o.adapter) end
   local json = require "seer.json"
   local name = o.name or (o.model:match("([^/]+)/*$") or o.model)
