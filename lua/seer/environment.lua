@@ -135,12 +135,13 @@ local MODES = { notebook = "notebook", cli = "cli" }
 ---@field is_peft boolean `name` is a PEFT/LoRA adapter (default false); needs base_model
 ---@field base_model? string the adapter's base model id (only with is_peft = true)
 ---@field revision? string branch, tag or commit (default: the hub's default branch)
+---@field precision? "exact"|"fast" how bf16 weights meet activations in the sessions (seer.model.load's precision; default "exact")
 local ModelConfig = record_mt("ModelConfig")
 M.ModelConfigClass = ModelConfig
 
 local MODEL_FIELDS = {
   name = "string", var_name = "string", hidden = "boolean", is_peft = "boolean",
-  base_model = "string", revision = "string",
+  base_model = "string", revision = "string", precision = "string",
 }
 local MODEL_HINTS = {}
 for _, k in ipairs({ "load_kwargs", "dtype", "device_map", "quantization", "torch_dtype" }) do
@@ -172,9 +173,13 @@ local function make_model(t, what)
   end
   if t.base_model == "" then fail("%s.base_model must be a model id, not an empty string", what) end
   if t.revision == "" then fail("%s.revision must be a branch, tag or commit, not an empty string", what) end
+  if t.precision ~= nil and t.precision ~= "exact" and t.precision ~= "fast" then
+    fail('%s.precision %s is not known; use "exact" (the default) or "fast" (bf16 weights meet activations rounded to bf16)',
+      what, q(t.precision))
+  end
   return setmetatable({
     name = t.name, var_name = var_name, hidden = t.hidden or false, is_peft = t.is_peft or false,
-    base_model = t.base_model, revision = t.revision,
+    base_model = t.base_model, revision = t.revision, precision = t.precision,
   }, ModelConfig)
 end
 
@@ -184,12 +189,13 @@ function ModelConfig.__tostring(m)
   if m.is_peft then parts[#parts + 1] = "is_peft = true" end
   if m.base_model then parts[#parts + 1] = "base_model = " .. q(m.base_model) end
   if m.revision then parts[#parts + 1] = "revision = " .. q(m.revision) end
+  if m.precision then parts[#parts + 1] = "precision = " .. q(m.precision) end
   return "ModelConfig{" .. table.concat(parts, ", ") .. "}"
 end
 
 ---A model for a sandbox: `ModelConfig{name = "google/gemma-2-9b-it", var_name = "gemma"}`
 ---(a plain string is the same as `{name = string}`).
----@param t {name: string, var_name?: string, hidden?: boolean, is_peft?: boolean, base_model?: string, revision?: string}|string
+---@param t {name: string, var_name?: string, hidden?: boolean, is_peft?: boolean, base_model?: string, revision?: string, precision?: "exact"|"fast"}|string
 ---@return seerenvironment.ModelConfig
 M.ModelConfig = guarded(function(t) return make_model(t) end)
 

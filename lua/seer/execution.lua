@@ -457,7 +457,8 @@ end
 -- The Lua that loads one model into the kernel. The path appears only in this hidden code.
 local function load_code(m, path_of)
   local var = m.var_name or "model"
-  local opts = ("{ hidden = %s }"):format(m.hidden and "true" or "false")
+  local opts = ("{ hidden = %s%s }"):format(m.hidden and "true" or "false",
+    m.precision and (", precision = %q"):format(m.precision) or "")
   local lines = {}
   if m.is_peft then
     lines[#lines + 1] = ("%s = require('seer.model').load(%q, %s)"):format(var, path_of(m.base_model), opts)

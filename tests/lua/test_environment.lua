@@ -65,9 +65,9 @@ T.test("unknown fields list the valid ones", function()
   raises(function() SC{ gpus = "H100" } end,
     "SandboxConfig: unknown field gpus; valid fields: backend, debug, docker, env, execution_mode, gpu, gpu_count, kubernetes, limits, local_dirs, local_files, models, network, podman, repos, secrets, slurm, ssh, system_packages, timeout")
   raises(function() MC{ name = "x", dtype = "bf16" } end,
-    "ModelConfig: dtype is not a ModelConfig field (model loading is handled by the sandbox); valid fields: base_model, hidden, is_peft, name, revision, var_name")
+    "ModelConfig: dtype is not a ModelConfig field (model loading is handled by the sandbox); valid fields: base_model, hidden, is_peft, name, precision, revision, var_name")
   raises(function() MC{ name = "x", varname = "m" } end,
-    "ModelConfig: unknown field varname; valid fields: base_model, hidden, is_peft, name, revision, var_name")
+    "ModelConfig: unknown field varname; valid fields: base_model, hidden, is_peft, name, precision, revision, var_name")
   raises(function() RC{ url = "a/b", branch = "main" } end,
     "RepoConfig: unknown field branch; valid fields: dockerfile, install, url")
   raises(function() SC{ python_packages = { "torch" } } end,
@@ -122,6 +122,12 @@ T.test("PEFT adapter needs base_model, base_model needs is_peft", function()
   local m = MC{ name = "user/adapter", is_peft = true, base_model = "google/gemma-2-9b-it", revision = "v2" }
   T.eq(m.base_model, "google/gemma-2-9b-it")
   T.eq(m.revision, "v2")
+  T.eq(m.precision, nil)
+  T.eq(MC{ name = "m", precision = "fast" }.precision, "fast")
+  T.eq(tostring(MC{ name = "m", precision = "fast" }), 'ModelConfig{name = "m", var_name = "model", precision = "fast"}')
+  raises(function() MC{ name = "m", precision = "bf16" } end,
+    'ModelConfig.precision "bf16" is not known; use "exact" (the default) or "fast" (bf16 weights meet activations rounded to bf16)')
+  raises(function() MC{ name = "m", precision = true } end, "ModelConfig.precision")
 end)
 
 T.test("var_name must be a Lua identifier and not a keyword", function()

@@ -100,6 +100,18 @@ T.test("preloaded models under var_name, hidden loading, workspace libraries, in
   if not ok then error(err, 0) end
 end)
 
+T.test("a preloaded model's precision (ModelConfig.precision) reaches seer.model.load in the kernel", function()
+  local out = T.tmpdir()
+  local env = require "seer.environment"
+  local s = exec.create_notebook_session({ config = { models = { env.ModelConfig{ name = stories, precision = "fast" } } } }, nil,
+    { name = "precision", output_dir = out })
+  local ok, err = pcall(function()
+    T.eq(s:exec("model.precision").text, '"fast"\n')
+  end)
+  s:terminate()
+  if not ok then error(err, 0) end
+end)
+
 T.test("kill -9 of the kernel: reported, notebook intact, restart replays the start-up", function()
   local out = T.tmpdir()
   local s = exec.create_notebook_session({ config = { models = { { name = stories } } } }, nil, { name = "crash", output_dir = out })
