@@ -24,13 +24,16 @@ Model.__index = Model
 
 local function fail(msg, level) error(msg, (level or 1) + 1) end
 
-local function check_opts(where, opts, valid)
+-- Errors name the line that called the public method: `deeper` counts the frames between
+-- check_opts's caller and that method (0 when the method calls it itself).
+local function check_opts(where, opts, valid, deeper)
+  local level = 3 + (deeper or 0)
   if opts == nil then return {} end
-  if type(opts) ~= "table" then fail(("%s: options must be a table, got %s"):format(where, type(opts)), 3) end
+  if type(opts) ~= "table" then fail(("%s: options must be a table, got %s"):format(where, type(opts)), level) end
   if valid.fwd_hooks and opts[1] ~= nil and opts.fwd_hooks == nil then
-    fail(("%s: the hooks go in fwd_hooks: %s(input, { fwd_hooks = { { name, hook }, ... } })"):format(where, where), 3)
+    fail(("%s: the hooks go in fwd_hooks: %s(input, { fwd_hooks = { { name, hook }, ... } })"):format(where, where), level)
   end
-  local checked = require("seer.checks").options(where, opts, valid, 3) -- not a tail call: the level counts this frame
+  local checked = require("seer.checks").options(where, opts, valid, level) -- not a tail call: the level counts this frame
   return checked
 end
 
@@ -328,7 +331,7 @@ end
 -- the token ids, the stop list, the numbers. generate_batch runs it over every prompt before
 -- the first step, so a bad prompt late in a list fails before any work (and no result) is lost.
 local function validate(self, input, opts, where, level)
-  opts = check_opts(where, opts, gen_valid)
+  opts = check_opts(where, opts, gen_valid, level - 1)
   local ids = to_ids(self, input, where)
   if #ids == 0 then fail(where .. ": the prompt has no tokens", level + 1) end
   for i = 1, #ids do
@@ -354,7 +357,9 @@ local function validate(self, input, opts, where, level)
   if stop then require("seer.checks").list(where .. ": stop", stop, "entry", level + 1) end
   for _, s in ipairs(stop or {}) do
     if type(s) == "number" then
-      if s ~= math.floor(s) or s < 0 or s >= self.config.vocab_size then
+      if s ~= math.floor(s) then
+        fail(("%s: stop token ids must be whole numbers, got %s"):format(where, tostring(s)), level + 1)
+      elseif s < 0 or s >= self.config.vocab_size then
         fail(("%s: stop token id %s is outside the vocabulary [0, %d)"):format(where, tostring(s), self.config.vocab_size), level + 1)
       end
       stop_ids[#stop_ids + 1] = s
@@ -470,9 +475,9 @@ local function match_names(self, spec, where, level)
   self:hook_names()
   local all, set = self._hook_names, self._hook_set
   local picked, out = {}, {}
-  local function add_one(s)
+  local function add_one(s) -- its errors: level + 2 (this function is one more frame)
     if type(s) ~= "string" then
-      fail(("%s: hook names must be strings or Lua patterns, got %s"):format(where, type(s)), level + 1)
+      fail(("%s: hook names must be strings or Lua patterns, got %s"):format(where, type(s)), level + 2)
     end
     if set[s] then
       picked[s] = true
@@ -485,13 +490,15 @@ local function match_names(self, spec, where, level)
       end
       return any
     end)
-    if not ok then fail(("%s: '%s' is not a hook name and not a valid Lua pattern (%s)"):format(where, s, found), level + 1) end
+    if not ok then
+      fail(("%s: '%s' is not a hook name and not a valid Lua pattern (%s)"):format(where, s, tostring(found):gsub("^[^\n]-:%d+: ", "")), level + 2)
+    end
     if not found then
       local layers = self.config.num_hidden_layers
       fail(("%s: no hook point matches '%s'. Names are hook_embed, blocks.{0..%d}.<point>, ln_final.hook_normalized; "
         .. "points: hook_resid_pre, ln1.hook_normalized, attn.hook_q/k/v, attn.hook_attn_scores, attn.hook_pattern, attn.hook_z, "
         .. "hook_attn_out, hook_resid_mid, ln2.hook_normalized, mlp.hook_pre, mlp.hook_post, hook_mlp_out, hook_resid_post "
-        .. "(model:hook_names() lists this model's)"):format(where, s, layers - 1), level + 1)
+        .. "(model:hook_names() lists this model's)"):format(where, s, layers - 1), level + 2)
     end
   end
   if type(spec) == "function" then

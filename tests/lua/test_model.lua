@@ -150,7 +150,7 @@ T.test("generation options: a NaN, an infinity, a fraction or a value out of ran
     { { min_new_tokens = -1 }, "min_new_tokens must be a whole number from 0 to 2147483647, got -1" },
     { { min_new_tokens = 2.5 }, "min_new_tokens must be a whole number" },
     { { stop = 2 ^ 32 + 2 } , "stop token id 4294967298 is outside the vocabulary [0, 512)" },
-    { { stop = { 1.5 } }, "stop token id 1.5 is outside the vocabulary" },
+    { { stop = { 1.5 } }, "stop token ids must be whole numbers, got 1.5" },
   }
   for _, case in ipairs(bad) do
     case[1].max_new_tokens = case[1].max_new_tokens or 2
@@ -265,4 +265,30 @@ T.test("cuda without a driver: devices() explains, load falls back to the CPU", 
   out = sh(("'%s' -e \"local m = seer.model.load('%s', {device = 'cuda:1'}) print(m.device, m:generate('Once', {max_new_tokens = 3}).text ~= nil)\""):format(seer_bin, root))
   T.eq(out, "seer: cuda:1: no NVIDIA driver (/nonexistent/libcuda.so.1 could not be loaded); running on the CPU\ncpu\ttrue\n")
   T.raises(function() seer.model.load(root, { device = "cuda:x" }) end, "unknown device 'cuda:x'", true)
+end)
+
+T.test("errors in a model method's arguments name the caller's line, not seer's", function()
+  local model = seer.model.load(seer.script_dir() .. "/../fixtures/models/stories260K")
+  local here = debug.getinfo(1, "S").short_src -- this file, as the error positions spell it
+  local function at(f)
+    local ok, err = pcall(f)
+    T.ok(not ok, "an error")
+    return (tostring(err):match("^(.-):%d+: ")), err
+  end
+  local cases = {
+    function() local r = model:generate("Once", { max_new_token = 5 }) return r end,
+    function() local r = model:generate_batch({ "Once" }, { max_new_token = 5 }) return r end,
+    function() local r = model:generate_iter("Once", { max_new_token = 5 }) return r end,
+    function() local r = model:run_with_cache("Once", { names = { "nonexistent" } }) return r end,
+    function() local r = model:run_with_cache("Once", { names = "[" }) return r end,
+    function() local r = model:run_with_hooks("Once", { fwd_hooks = { { "nonexistent", function(a) return a end } } }) return r end,
+    function() local r = model:with_hooks({ { "nonexistent", function(a) return a end } }, function() end) return r end,
+    function() local r = model:add_hook("nonexistent", function(a) return a end) return r end,
+    function() local r = model:forward("Once", { hidden = true }) return r end,
+  }
+  for i, f in ipairs(cases) do
+    local file, err = at(f)
+    T.eq(file, here, ("case %d: %s"):format(i, tostring(err)))
+    T.ok(not tostring(err):find("lua/seer/", 1, true), ("case %d names seer's source: %s"):format(i, tostring(err)))
+  end
 end)
