@@ -33,6 +33,14 @@ local function fail(msg) error(msg, 3) end
 -- from a checker called by a constructor: the error names the line that called the constructor
 local function fail_up(msg) error(msg, 4) end
 
+-- The C constructor f(...) called from a public function: its errors (an empty or zero vector, a
+-- non-finite element) name the line that called the public function, not this file.
+local function build(f, ...)
+  local ok, r = pcall(f, ...)
+  if not ok then error((tostring(r):gsub("^[^\n]-:%d+: ", "")), 3) end
+  return r
+end
+
 local function check_opts(where, opts, extra)
   if opts == nil then return {} end
   if type(opts) ~= "table" then fail_up(("%s: options must be a table, got %s"):format(where, type(opts))) end
@@ -115,7 +123,7 @@ end
 function M.add(vec, opts)
   opts = check_opts("add", opts, { strength = "number" })
   local v = vector("add", vec)
-  return with_filter(H.add(v, opts.strength or 1.0), opts)
+  return with_filter(build(H.add, v, opts.strength or 1.0), opts)
 end
 
 ---Projects a direction out of each selected position: x - (x . d) d with d = dir / |dir|.
@@ -124,7 +132,7 @@ end
 ---@return seer.Intervention
 function M.ablate(dir, opts)
   opts = check_opts("ablate", opts)
-  return with_filter(H.ablate(vector("ablate", dir)), opts)
+  return with_filter(build(H.ablate, vector("ablate", dir)), opts)
 end
 
 ---Multiplies each selected position by `factor`; with `heads` (0-based) only those heads
@@ -136,7 +144,7 @@ function M.scale(factor, opts)
   if type(factor) ~= "number" then fail("scale: the factor must be a number, got " .. type(factor)) end
   opts = check_opts("scale", opts, { heads = "table" })
   if opts.heads then check_heads("scale", opts.heads) end
-  return with_filter(H.scale(factor, opts.heads), opts)
+  return with_filter(build(H.scale, factor, opts.heads), opts)
 end
 
 ---Zeroes the listed heads (0-based) at a per-head point (attn.hook_z for head ablation).
@@ -147,7 +155,7 @@ function M.zero_heads(heads, opts)
   if type(heads) ~= "table" then fail("zero_heads: expected a list of 0-based head indices, got " .. type(heads)) end
   check_heads("zero_heads", heads)
   opts = check_opts("zero_heads", opts)
-  return with_filter(H.scale(0, heads), opts)
+  return with_filter(build(H.scale, 0, heads), opts)
 end
 
 ---Replaces the activation at absolute position p by saved[p] (activation patching). saved is
@@ -159,7 +167,7 @@ end
 function M.replace(saved, opts)
   if not T.is_tensor(saved) then fail("replace: expected the saved activation as a tensor, got " .. type(saved)) end
   opts = check_opts("replace", opts)
-  return with_filter(H.replace(saved), opts)
+  return with_filter(build(H.replace, saved), opts)
 end
 
 ---Records the activation at each selected position; read it back with cap:tensor().

@@ -280,3 +280,21 @@ T.test("hook points exist on every architecture (gpt2 has hook_pos_embed; parall
     T.ok(maxdiff(logits, m:forward(seq)) == 0, name .. ": capturing everything changes nothing")
   end
 end)
+
+T.test("intervention constructors' errors name the caller's line (the C checks included)", function()
+  local here = debug.getinfo(1, "S").short_src
+  local cases = {
+    function() local r = I.ablate(tensor.zeros(3)) return r end,          -- the zero vector (C)
+    function() local r = I.add({}) return r end,                           -- empty (C)
+    function() local r = I.ablate({ 0 / 0, 1 }) return r end,              -- not finite (C)
+    function() local r = I.add(tensor.ones(3), { strength = "x" }) return r end,
+    function() local r = I.scale("x") return r end,
+    function() local r = I.zero_heads({ -1 }) return r end,
+    function() local r = I.replace(5) return r end,
+  }
+  for i, f in ipairs(cases) do
+    local ok, err = pcall(f)
+    T.ok(not ok, "case " .. i .. " raised")
+    T.eq(tostring(err):match("^(.-):%d+: "), here, ("case %d: %s"):format(i, tostring(err)))
+  end
+end)
