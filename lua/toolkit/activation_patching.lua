@@ -60,6 +60,12 @@ function M.patch(model, clean_input, corrupt_input, hook_name, positions, metric
   if type(metric) ~= "function" then error(where .. ": metric must be a function(logits) -> number", 2) end
   local I = require "seer.interventions"
   local clean, corrupt = ids_of(model, clean_input), ids_of(model, corrupt_input)
+  if not positions and #clean ~= #corrupt then
+    error(("%s: clean (%d tokens) and corrupt (%d tokens) differ in length; pass positions"):format(where, #clean, #corrupt), 2)
+  end
+  local known = false
+  for _, n in ipairs(model:hook_names()) do known = known or n == hook_name end
+  if not known then error(where .. ": '" .. hook_name .. "' is not a hook name of this model (model:hook_names() lists them)", 2) end
   local _, cache = model:run_with_cache(clean, { names = { hook_name } })
   local saved = cache[hook_name]
   if saved == nil then error(where .. ": '" .. hook_name .. "' is not an exact hook name (see model:hook_names())", 2) end
@@ -133,5 +139,8 @@ function M.patch_sweep(model, clean_input, corrupt_input, metric, opts)
   bar:finish("layer %d/%d (%d positions each)", #names, #names, #positions)
   return out, info
 end
+
+-- argument errors raised inside seer name the caller's line (toolkit.prompts.guard)
+for _, k in ipairs({ "patch", "patch_sweep" }) do M[k] = P.guard(M[k]) end
 
 return M

@@ -71,4 +71,7 @@ function M.batch_generate(model, tokenizer, conversations, max_new_tokens, tempe
   return texts, all_ids
 end
 
+-- argument errors raised inside seer name the caller's line (toolkit.prompts.guard)
+for _, k in ipairs({ "batch_generate" }) do M[k] = P.guard(M[k]) end
+
 return M

@@ -20,6 +20,7 @@
 local EX = require "toolkit.extract_activations"
 local tensor = require "seer.tensor"
 
+local P = require "toolkit.prompts"
 local M = {}
 
 local function check_list(v, name, where)
@@ -51,8 +52,7 @@ end
 ---@return number explained fraction of the total variance along pc (0..1)
 ---@return number eigenvalue the variance along pc (sum of squares / n)
 function M.principal_component(diffs, opts)
-  opts = opts or {}
-  if type(opts) ~= "table" then error("principal_component: options must be a table, got " .. type(opts), 2) end
+  opts = require("seer.checks").options("principal_component", opts, { center = "boolean", iterations = "number", tolerance = "number" }, 2)
   if not tensor.is_tensor(diffs) or diffs:dim() ~= 2 then error("principal_component: diffs must be a [n, d] tensor", 2) end
   local it, tl = opts.iterations, opts.tolerance
   require("seer.checks").whole("principal_component", "iterations", it, 1, 2 ^ 31, 2)
@@ -116,5 +116,8 @@ function M.first_principal_component(model, tokenizer, pos_prompts, neg_prompts,
   local pc, explained = M.principal_component(a - b, opts)
   return pc, explained
 end
+
+-- argument errors raised inside seer name the caller's line (toolkit.prompts.guard)
+for _, k in ipairs({ "mean_difference", "first_principal_component", "principal_component" }) do M[k] = P.guard(M[k]) end
 
 return M

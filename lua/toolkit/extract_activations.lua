@@ -134,4 +134,7 @@ function M.extract_layers(model, tokenizer, input, layers, position)
   return tensor.stack(rows)
 end
 
+-- argument errors raised inside seer name the caller's line (toolkit.prompts.guard)
+for _, k in ipairs({ "residuals", "extract_activation", "get_layer_activations", "extract_activations", "extract_layers" }) do M[k] = P.guard(M[k]) end
+
 return M

@@ -107,4 +107,7 @@ function M.generate_response(model, tokenizer, prompt, max_tokens, temperature, 
   return M.decode(model, tokenizer, out.ids, gen.stop), out.ids
 end
 
+-- argument errors raised inside seer name the caller's line (toolkit.prompts.guard)
+for _, k in ipairs({ "generate_response" }) do M[k] = P.guard(M[k]) end
+
 return M

@@ -29,7 +29,7 @@ local M = {}
 ---@return toolkit.LensRow[] rows one per layer, in the order of opts.layers
 function M.logit_lens(model, tokenizer, input, opts)
   local where = "logit_lens"
-  opts = opts or {}
+  opts = require("seer.checks").options(where, opts, { layers = "any", position = "number", k = "number", point = "any" }, 2)
   P.need(model, "run_with_cache", where)
   P.need(model, "unembed", where)
   local tok = tokenizer or model.tokenizer
@@ -65,5 +65,8 @@ function M.logit_lens(model, tokenizer, input, opts)
   end
   return rows
 end
+
+-- argument errors raised inside seer name the caller's line (toolkit.prompts.guard)
+for _, k in ipairs({ "logit_lens" }) do M[k] = P.guard(M[k]) end
 
 return M

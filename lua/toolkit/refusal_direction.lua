@@ -40,6 +40,7 @@ M.default_points = { "hook_resid_pre", "hook_attn_out", "hook_mlp_out" }
 ---@param opts? {unit?: boolean} unit = true: return it normalized
 ---@return seer.Tensor direction [d_model]
 function M.refusal_direction(model, tokenizer, harmful, harmless, layer_idx, position, opts)
+  opts = require("seer.checks").options("refusal_direction", opts, { unit = "boolean" }, 2)
   local r = C.mean_difference(model, tokenizer, harmful, harmless, layer_idx, position)
   if opts and opts.unit then
     local n = r:norm()
@@ -54,7 +55,7 @@ end
 ---@param opts? {points?: string[], layers?: integer[]}
 ---@return table hooks
 function M.ablation_hooks(model, direction, opts)
-  opts = opts or {}
+  opts = require("seer.checks").options("ablate_everywhere", opts, { points = "table", layers = "table" }, 2)
   local I = require "seer.interventions"
   if type(direction) == "table" then direction = tensor.from(direction) end
   if not tensor.is_tensor(direction) or direction:dim() ~= 1 or direction:size(1) ~= model.config.hidden_size then
@@ -87,5 +88,8 @@ function M.ablate_everywhere(model, direction, fn, opts)
   P.need(model, "with_hooks", "ablate_everywhere")
   return model:with_hooks(M.ablation_hooks(model, direction, opts), fn)
 end
+
+-- argument errors raised inside seer name the caller's line (toolkit.prompts.guard)
+for _, k in ipairs({ "refusal_direction", "ablation_hooks" }) do M[k] = P.guard(M[k]) end
 
 return M

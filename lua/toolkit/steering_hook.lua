@@ -47,11 +47,22 @@ local function intervention(model, layer_idx, vector, strength, start_pos, where
   strength = strength or 1.0
   start_pos = start_pos or 0
   if type(strength) ~= "number" then error(where .. ": strength must be a number, got " .. type(strength), 3) end
+  if strength ~= strength or strength == math.huge or strength == -math.huge then
+    error(where .. ": strength must be a finite number, got " .. tostring(strength), 3)
+  end
   if type(start_pos) ~= "number" or start_pos ~= math.floor(start_pos) then
     error(where .. ": start_pos must be an integer (0-based absolute position), got " .. tostring(start_pos), 3)
   end
   local name = M.hook_name(P.layer(model, layer_idx, where))
   return name, I.add(check_vector(model, vector, where), { strength = strength, from = start_pos })
+end
+
+-- The hook for a public function: what is wrong with its arguments (the layer, the vector, the
+-- strength, here or in the checks it calls) is raised at the line that called that function.
+local function checked_intervention(...)
+  local ok, name, hook = pcall(intervention, ...)
+  if not ok then error((tostring(name):gsub("^[^\n]-:%d+: ", "")), 3) end
+  return name, hook
 end
 
 ---Runs fn with the steering hook in place and returns what fn returns; the hook is removed
@@ -72,7 +83,7 @@ function M.steering_hook(model, layer_idx, vector, strength, start_pos, fn)
     error(where .. ": the last argument must be the function to run while steering (use add_steering_hook for a persistent hook)", 2)
   end
   P.need(model, "with_hooks", where)
-  local name, hook = intervention(model, layer_idx, vector, strength, start_pos, where)
+  local name, hook = checked_intervention(model, layer_idx, vector, strength, start_pos, where)
   return model:with_hooks({ { name, hook } }, fn)
 end
 
@@ -86,7 +97,7 @@ end
 function M.add_steering_hook(model, layer_idx, vector, strength, start_pos)
   local where = "add_steering_hook"
   P.need(model, "add_hook", where)
-  local name, hook = intervention(model, layer_idx, vector, strength, start_pos, where)
+  local name, hook = checked_intervention(model, layer_idx, vector, strength, start_pos, where)
   return model:add_hook(name, hook)
 end
 

@@ -575,3 +575,33 @@ T.test("logit_lens at the last layer is the model's own top-k on every parity ar
     T.ok(maxdiff(rows[1].logits, logits:select(1, -1)) <= 1e-4, name .. " logits")
   end
 end)
+
+T.test("toolkit errors about arguments name the caller's line, even when the check is deep inside seer", function()
+  local file = debug.getinfo(1, "S").short_src
+  local cases = {
+    { function() local r = C.mean_difference(model, nil, { "a" }, { "b" }, 12) return r end, "layer 12 does not exist" },
+    { function() local r = R.refusal_direction(model, nil, { "a" }, { "b" }, 0, -1, { units = true }) return r end, "unknown option 'units'" },
+    { function() local r = R.ablation_hooks(model, tensor.zeros(64)) return r end, "the direction is the zero vector" },
+    { function() local r = LL.logit_lens(model, nil, "Once", { top_k = 3 }) return r end, "unknown option 'top_k'" },
+    { function() local r = BG.batch_generate(model, nil, { "Once" }, -1) return r end, "max_new_tokens must be a whole number" },
+    { function() local r = G.generate_response(model, nil, "Once", 5, -1) return r end, "temperature must be a finite number" },
+    { function() local r = AP.patch(model, "Once upon", "Once upon a", "blocks.0.hook_resid_post", nil, AP.logit_difference(1, 2)) return r end,
+      "patch: clean (3 tokens) and corrupt (4 tokens) differ in length; pass positions" },
+    { function() local r = AP.patch(model, "Once", "Once", "blocks.9.hook_resid_post", nil, AP.logit_difference(1, 2)) return r end,
+      "'blocks.9.hook_resid_post' is not a hook name of this model" },
+    { function() local r = C.principal_component(tensor.ones(3, 2), { iters = 3 }) return r end, "unknown option 'iters'" },
+  }
+  for i, c in ipairs(cases) do
+    local ok, err = pcall(c[1])
+    T.ok(not ok, "case " .. i .. " raised")
+    T.eq(tostring(err):match("^([^%s:]+):%d+: "), file, ("case %d: %s"):format(i, tostring(err)))
+    T.ok(tostring(err):find(c[2], 1, true), ("case %d: %s"):format(i, tostring(err)))
+  end
+  -- an error of the caller's own code (a metric) keeps its own position
+  local ok, err = pcall(function()
+    local r = AP.patch(model, "Once", "Once", "blocks.0.hook_resid_post", nil, function() error("my metric broke") end)
+    return r
+  end)
+  T.ok(not ok)
+  T.ok(tostring(err):find(file .. ":%d+: my metric broke"), tostring(err))
+end)
