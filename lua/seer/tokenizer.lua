@@ -240,6 +240,37 @@ local NOT_VARS = {
   messages = true, add_special_tokens = true,
 }
 
+-- A template variable passed to a template that never names it has no effect; when its name is
+-- not an option either, it is most likely a misspelt option (add_generation = true leaves the
+-- generation prompt out, silently). Said once per name on stderr, with the nearest option.
+local unused_noted = {}
+local function distance(a, b)
+  local prev = {}
+  for j = 0, #b do prev[j] = j end
+  for i = 1, #a do
+    local cur = { [0] = i }
+    for j = 1, #b do
+      local cost = a:sub(i, i) == b:sub(j, j) and 0 or 1
+      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+    end
+    prev = cur
+  end
+  return prev[#b]
+end
+local function note_unused(template, name)
+  if type(name) ~= "string" or unused_noted[name] then return end
+  if template:find("%f[%w_]" .. name:gsub("%p", "%%%0") .. "%f[^%w_]") then return end
+  unused_noted[name] = true
+  local best, bd
+  for k in pairs(NOT_VARS) do
+    local d = distance(name, k)
+    if (not bd or d < bd) and k ~= "messages" then best, bd = k, d end
+  end
+  local hint = (bd and (bd <= 3 or best:find(name, 1, true))) and ("; did you mean %s?"):format(best) or ""
+  io.stderr:write(("seer.tokenizer: apply_chat_template: '%s' is not an option and this chat template has no variable of that name, so it changes nothing%s\n")
+    :format(require("seer.terminal").safe(name), hint))
+end
+
 local function rfind_plain(s, needle)
   local last, i = nil, 1
   while true do
@@ -256,7 +287,8 @@ end
 ---@field chat_template? string a template's text, or the name of one in chat_templates
 ---@field tools? table passed to the template as `tools`
 ---@field documents? table passed to the template as `documents`
----Any other field (e.g. date_string) is passed to the template as a variable.
+---Any other field (e.g. date_string) is passed to the template as a variable (one the template
+---never names changes nothing and is said once on stderr, with the option it resembles).
 
 ---Renders a conversation with the chat template (seer.chat_template's Jinja engine), with
 ---the variables transformers passes: messages, add_generation_prompt, the special token strings
@@ -290,7 +322,10 @@ function Tokenizer:apply_chat_template(messages, opts)
   end
   local vars = {}
   for k, v in pairs(opts) do
-    if not NOT_VARS[k] then vars[k] = v end
+    if not NOT_VARS[k] then
+      vars[k] = v
+      if k ~= "tools" and k ~= "documents" then note_unused(template, k) end
+    end
   end
   for _, name in ipairs(SPECIAL_NAMES) do
     local key = name .. "_token"

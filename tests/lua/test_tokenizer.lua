@@ -340,3 +340,28 @@ T.test("normalizers NFC, NFD, NFKC, NFKD (alone and in a Sequence)", function()
   T.eq(load([[{"type": "NFKD"}]]):encode("\u{fb01}\u{e9}"), { 3, 4, 0, 2 })
   T.eq(load([[{"type": "Sequence", "normalizers": [{"type": "NFD"}, {"type": "NFC"}]}]]):encode("e\u{301}"), { 1 })
 end)
+
+T.test("apply_chat_template: a variable the template never names is said once on stderr, with the option it resembles", function()
+  local seer_bin = require("seer.jupyter").seer_binary()
+  local script = os.tmpname()
+  seer.write_file(script, ([[
+local tok = seer.tokenizer.load(%q)
+local tmpl = "{%% for m in messages %%}<{{ m.role }}>{{ m.content }}{%% endfor %%}{%% if add_generation_prompt %%}<assistant>{%% endif %%}{{ date_string }}"
+local msgs = { { role = "user", content = "Hi" } }
+for _ = 1, 2 do io.write(tok:apply_chat_template(msgs, { chat_template = tmpl, add_generation = true }), "\n") end
+io.write(tok:apply_chat_template(msgs, { chat_template = tmpl, add_generation_prompt = true, date_string = "today" }), "\n")
+io.write(tok:apply_chat_template(msgs, { chat_template = tmpl, enable_thinking = false }), "\n")
+]]):format(seer.script_dir() .. "/../fixtures/models/stories260K"))
+  local errf = os.tmpname()
+  local p = io.popen(("'%s' %s 2>%s"):format(seer_bin, script, errf))
+  local out = p:read("*a")
+  p:close()
+  local err = seer.read_file(errf)
+  os.remove(script)
+  os.remove(errf)
+  T.eq(out, "<user>Hi\n<user>Hi\n<user>Hi<assistant>today\n<user>Hi\n")
+  T.eq(err, table.concat({
+    "seer.tokenizer: apply_chat_template: 'add_generation' is not an option and this chat template has no variable of that name, so it changes nothing; did you mean add_generation_prompt?",
+    "seer.tokenizer: apply_chat_template: 'enable_thinking' is not an option and this chat template has no variable of that name, so it changes nothing",
+    "" }, "\n"))
+end)
