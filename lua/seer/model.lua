@@ -606,7 +606,7 @@ function Model:generate_batch(prompts, opts)
     local mine = per_seq and per_seq[i]
     if mine ~= nil and type(mine) ~= "table" then fail(("%s: per_sequence[%d] must be a table of options"):format(where, i), 2) end
     for k, v in pairs(mine or {}) do
-      if k == "hooks" then extra = compile_hooks(self, v, ("%s: per_sequence[%d].hooks"):format(where, i), 3)
+      if k == "hooks" then extra = compile_hooks(self, v, ("%s: per_sequence[%d].hooks"):format(where, i), 2)
       else o[k] = v end
     end
     local ok, err_or_opts, ids = pcall(validate, self, prompts[i], o, ("%s: prompt %d"):format(where, i), 1)

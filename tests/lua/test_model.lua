@@ -285,6 +285,10 @@ T.test("errors in a model method's arguments name the caller's line, not seer's"
     function() local r = model:with_hooks({ { "nonexistent", function(a) return a end } }, function() end) return r end,
     function() local r = model:add_hook("nonexistent", function(a) return a end) return r end,
     function() local r = model:forward("Once", { hidden = true }) return r end,
+    function()
+      local r = model:generate_batch({ "Once", "The" }, { per_sequence = { [2] = { hooks = { { "nonexistent", function(a) return a end } } } } })
+      return r
+    end,
   }
   for i, f in ipairs(cases) do
     local file, err = at(f)
