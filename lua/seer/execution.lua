@@ -298,7 +298,8 @@ function Session:exec(code, opts)
   if opts ~= nil and type(opts) ~= "table" then
     error(("session:exec(code, opts): opts is a table such as {hidden = true, timeout = 60}, not a %s"):format(type(opts)), 2)
   end
-  opts = opts or {}
+  opts = require("seer.checks").options("session:exec", opts, { hidden = "boolean", timeout = "any", max_output = "any",
+    on_output = "function", raise = "boolean", limits = "table" }, 2)
   local t, m = opts.timeout, opts.max_output
   if t ~= nil and not (type(t) == "number" and t > 0 and t < math.huge) then
     error(("session:exec: timeout must be a positive number of seconds, got %s"):format(tostring(t)), 2)
@@ -342,7 +343,7 @@ end
 ---@param opts? {timeout?: number, max_output?: integer, on_output?: fun(output: table)}
 ---@return seerexecution.exec_result
 function Session:edit_cell(code, cell_index, opts)
-  opts = opts or {}
+  opts = require("seer.checks").options("session:edit_cell", opts, { timeout = "number", max_output = "number", on_output = "function" }, 2)
   local r = check(self:_request("edit_cell", { session_id = self.session_id, code = code, cell_index = cell_index or -1,
                                                timeout = opts.timeout, max_output = opts.max_output,
                                                stream = opts.on_output and true or false },
@@ -595,6 +596,8 @@ function M.create_notebook_session(sandbox, workspace, opts)
   if type(sandbox) ~= "table" or type(sandbox.config) ~= "table" then
     error("create_notebook_session(sandbox, workspace, opts): sandbox must be a started Sandbox (with .config)", 2)
   end
+  opts = require("seer.checks").options("create_notebook_session", opts,
+    { name = "string", notebook_dir = "string", output_dir = "string", workspace_dir = "string" }, 2)
   -- execution_mode says what a sandbox is for: CLI gives a shell (create_cli_session) and no
   -- notebook server; NOTEBOOK starts the notebook server with the sandbox (jupyter_url).
   if type(sandbox.kernel_launcher) == "function" and sandbox.config.execution_mode == "cli" then
@@ -639,15 +642,21 @@ function M.create_local_notebook_session(workspace, opts)
   if workspace ~= nil and (type(workspace) ~= "table" or type(workspace.install) ~= "function") then
     error("create_local_notebook_session(workspace, opts): workspace must be a seer.workspace Workspace (or nil)", 2)
   end
+  opts = require("seer.checks").options("create_local_notebook_session", opts,
+    { name = "string", notebook_dir = "string", output_dir = "string", workspace_dir = "string", secrets = "table" }, 2)
   return create(workspace, opts, nil, nil)
 end
 
 ---Resumes an existing notebook: a new session re-runs its cells in place.
 ---@param path string
----@param opts? {workspace?: seerworkspace.Workspace}
+---@param opts? {} no options (a workspace is not applied to a resumed notebook: its cells run as they are)
 ---@return seerexecution.NotebookSession, table info (cells_run, cells_failed)
 function M.resume_notebook(path, opts)
-  opts = opts or {}
+  if type(opts) == "table" and opts.workspace ~= nil then
+    error("resume_notebook: a workspace is not applied to a resumed notebook (its cells re-run as they are); "
+      .. "to run them with a workspace, create_local_notebook_session(workspace) and exec the notebook's cells", 2)
+  end
+  require("seer.checks").options("resume_notebook", opts, {}, 2)
   local r = check(request("start_session", { resume = core.realpath(path) or path }), "resume_notebook")
   server.sessions = server.sessions + 1
   return setmetatable({ session_id = r.session_id, jupyter_url = r.jupyter_url, notebook_path = r.notebook_path,
@@ -659,7 +668,7 @@ end
 ---@param opts? {name?: string, output_dir?: string}
 ---@return seerexecution.NotebookSession, table info (cells_run, cells_failed)
 function M.continue_notebook(path, opts)
-  opts = opts or {}
+  opts = require("seer.checks").options("continue_notebook", opts, { name = "string", output_dir = "string" }, 2)
   local r = check(request("start_session", { ["continue"] = core.realpath(path) or path, name = opts.name,
                                              notebook_dir = opts.output_dir }), "continue_notebook")
   server.sessions = server.sessions + 1
@@ -721,7 +730,7 @@ end
 ---@param opts? {timeout_ms?: integer}
 ---@return seerexecution.NotebookSession
 function M.attach_notebook_session(jupyter_url, session_id, opts)
-  opts = opts or {}
+  opts = require("seer.checks").options("attach_notebook_session", opts, { timeout_ms = "number" }, 2)
   if type(jupyter_url) ~= "string" or jupyter_url == "" then error("attach_notebook_session: jupyter_url must be a string", 2) end
   if type(session_id) ~= "string" or session_id == "" then error("attach_notebook_session: session_id must be a string", 2) end
   local srv = remote_server(jupyter_url, opts.timeout_ms)
@@ -821,6 +830,7 @@ end
 ---@return seerexecution.NotebookSession
 function Binding:attach(session_id, opts)
   if type(session_id) ~= "string" or session_id == "" then error("attach: session_id must be a string", 2) end
+  opts = require("seer.checks").options("attach", opts, { timeout_ms = "number" }, 2)
   local r = request_on(self._srv, "session_info", { session_id = session_id }, { timeout_ms = (opts and opts.timeout_ms) or 10000 })
   if r.status == "error" then error(("%s: %s"):format(r.ename, r.evalue), 0) end
   self.sandbox_id = r.sandbox_id

@@ -112,6 +112,30 @@ T.test("a preloaded model's precision (ModelConfig.precision) reaches seer.model
   if not ok then error(err, 0) end
 end)
 
+T.test("misspelt options of sessions are errors, not ignored (exec, edit_cell, create, resume, continue, attach)", function()
+  local out = T.tmpdir()
+  local sb = { config = { models = {} } }
+  T.raises(function() exec.create_notebook_session(sb, nil, { nmae = "x", output_dir = out }) end,
+    "create_notebook_session: unknown option 'nmae'; valid options: name, notebook_dir, output_dir, workspace_dir", true)
+  T.raises(function() exec.create_local_notebook_session(nil, { outputdir = out }) end,
+    "create_local_notebook_session: unknown option 'outputdir'", true)
+  local s = exec.create_notebook_session(sb, nil, { name = "opts", output_dir = out })
+  local ok, err = pcall(function()
+    T.raises(function() s:exec("1+1", { timeot = 5 }) end,
+      "session:exec: unknown option 'timeot'; valid options: hidden, limits, max_output, on_output, raise, timeout", true)
+    T.raises(function() s:exec("1+1", { hidden = "yes" }) end, "session:exec: option 'hidden' must be a boolean, got string", true)
+    T.raises(function() s:edit_cell("1+2", 0, { max_ouput = 5 }) end, "session:edit_cell: unknown option 'max_ouput'", true)
+    T.eq(s:exec("1+1", { timeout = 30 }).text, "2\n")
+    T.raises(function() exec.resume_notebook(s.notebook_path, { workspace = {} }) end,
+      "resume_notebook: a workspace is not applied to a resumed notebook", true)
+    T.raises(function() exec.continue_notebook(s.notebook_path, { outdir = out }) end, "continue_notebook: unknown option 'outdir'", true)
+    T.raises(function() exec.attach_notebook_session(s.jupyter_url, s.session_id, { timeout = 5 }) end,
+      "attach_notebook_session: unknown option 'timeout'; valid options: timeout_ms", true)
+  end)
+  s:terminate()
+  if not ok then error(err, 0) end
+end)
+
 T.test("kill -9 of the kernel: reported, notebook intact, restart replays the start-up", function()
   local out = T.tmpdir()
   local s = exec.create_notebook_session({ config = { models = { { name = stories } } } }, nil, { name = "crash", output_dir = out })
