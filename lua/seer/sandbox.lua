@@ -1740,8 +1740,9 @@ end
 ---@return string output, seersandbox.ExecResult result
 function Sandbox:exec(cmd, opts)
   self:_check()
-  opts = opts or {}
   if type(opts) == "number" then opts = { timeout = opts } end
+  opts = require("seer.checks").options("sandbox:exec", opts,
+    { timeout = "number", env = "table", cwd = "string", max_output = "number", stdin = "string" }, 2)
   if type(cmd) ~= "string" and type(cmd) ~= "table" then
     error("sandbox:exec(cmd): cmd must be a string (a shell command) or a list of arguments", 2)
   end
@@ -1786,7 +1787,7 @@ end
 ---@return string output, seersandbox.ExecResult result
 function Sandbox:exec_lua(code, opts)
   if type(code) ~= "string" then error("sandbox:exec_lua(code): code must be a string of Lua", 2) end
-  opts = opts or {}
+  opts = require("seer.checks").options("sandbox:exec_lua", opts, { timeout = "number", env = "table", cwd = "string", max_output = "number" }, 2)
   local o = {}
   for k, v in pairs(opts) do o[k] = v end
   o.stdin = code
@@ -1900,7 +1901,7 @@ end
 ---@return table {name, pid, log}
 function Sandbox:start_service(name, argv, opts)
   self:_check()
-  opts = opts or {}
+  opts = require("seer.checks").options("sandbox:start_service", opts, { env = "table", cwd = "string" }, 2)
   return self.client:request("start_service", { name = name, argv = json.array(argv), env = opts.env, cwd = opts.cwd })
 end
 

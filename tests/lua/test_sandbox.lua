@@ -160,6 +160,12 @@ T.test("start, exec, exec_lua, files and terminate", function()
   T.eq(r3.exit_code, 124)
   T.ok(r3.elapsed_ms < 3000, r3.elapsed_ms)
   local _, r4 = s:exec("head -c 3000000 /dev/zero", { max_output = 1000 })
+  -- a misspelt option is an error, not a command run without it
+  T.raises(function() s:exec("sleep 10", { timout = 0.3 }) end,
+    "sandbox:exec: unknown option 'timout'; valid options: cwd, env, max_output, stdin, timeout", true)
+  T.raises(function() s:exec_lua("print(1)", { max_ouput = 5 }) end, "sandbox:exec_lua: unknown option 'max_ouput'", true)
+  T.raises(function() s:start_service("svc", { "sleep", "1" }, { enviroment = {} }) end,
+    "sandbox:start_service: unknown option 'enviroment'; valid options: cwd, env", true)
   T.eq(#r4.stdout, 1000)
   T.eq(r4.truncated, true)
   T.eq(r4.stdout_bytes, 3000000)
