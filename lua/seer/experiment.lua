@@ -113,6 +113,8 @@ end
 function M.run(opts)
   assert(type(opts) == "table" and type(opts.name) == "string" and type(opts.dir) == "string",
     "seer.experiment.run{name, dir}")
+  require("seer.checks").options("seer.experiment.run", opts,
+    { name = "string", dir = "string", args = "table", out_root = "string", flags = "table" }, 2)
   local profile = os.getenv("SEER_PROFILE")
   local flags, allowed = {}, { ["--small"] = true, ["--full"] = true }
   for _, f in ipairs(opts.flags or {}) do allowed[f] = true end
