@@ -562,3 +562,9 @@ T.test("an unknown option and a bad SEER_PROFILE are refused with the valid ones
   T.contains(text, "The task (task.md):")
   T.contains(text, "exit=0")
 end)
+
+T.test("seer.experiment.run: a misspelt field is an error, not a run without it", function()
+  local X = require "seer.experiment"
+  T.raises(function() X.run{ name = "x", dir = "/tmp", flgs = { "--black-box" } } end,
+    "seer.experiment.run: unknown option 'flgs'; valid options: args, dir, flags, name, out_root", true)
+end)
