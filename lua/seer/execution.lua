@@ -340,15 +340,20 @@ end
 ---A kernel error is returned (`result = "error"`, `error`), not raised.
 ---@param code string
 ---@param cell_index? integer default -1 (the last code cell)
----@param opts? {timeout?: number, max_output?: integer, on_output?: fun(output: table)}
+---@param opts? {timeout?: number, max_output?: integer, on_output?: fun(output: table), raise?: boolean} raise = true: a cell's error is raised (default: returned, as before)
 ---@return seerexecution.exec_result
 function Session:edit_cell(code, cell_index, opts)
-  opts = require("seer.checks").options("session:edit_cell", opts, { timeout = "number", max_output = "number", on_output = "function" }, 2)
+  opts = require("seer.checks").options("session:edit_cell", opts,
+    { timeout = "number", max_output = "number", on_output = "function", raise = "boolean" }, 2)
   local r = check(self:_request("edit_cell", { session_id = self.session_id, code = code, cell_index = cell_index or -1,
                                                timeout = opts.timeout, max_output = opts.max_output,
                                                stream = opts.on_output and true or false },
                                 { on_output = opts.on_output }), "session:edit_cell")
-  return exec_result(r)
+  local res = exec_result(r)
+  if res.error and opts.raise then -- unlike exec, edit_cell returns a cell's error unless raise = true
+    error(("%s: %s"):format(res.error.ename or "Error", res.error.evalue or ""), 2)
+  end
+  return res
 end
 
 ---The notebook's cells (nbformat dicts), `limit` of them from the 0-based `start`.
