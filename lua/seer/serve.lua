@@ -240,9 +240,31 @@ function M.serve(opts)
   if not ok then error(err, 0) end
 end
 
+-- After answering a request that was not read to its end (a body over the limit, a bad head):
+-- stop sending and read what the client still sends, discarding it, for up to LINGER_MS or
+-- LINGER_BYTES, so that a client still writing its body gets to read the answer instead of a
+-- reset connection ("lingering close", as HTTP servers do). Nothing is kept.
+local LINGER_MS, LINGER_BYTES = 2000, 64 * 1024 * 1024
+local function linger(fd)
+  sock.shutdown_write(fd)
+  local deadline, total = process.now_ms() + LINGER_MS, 0
+  while total < LINGER_BYTES do
+    local left = deadline - process.now_ms()
+    if left <= 0 or not sock.wait(fd, sock.POLLIN, left) then return end
+    local got = sock.recv(fd)
+    if got == "" then return end -- the client closed
+    total = total + #(got or "")
+  end
+end
+
 function M._handle(fd, model, name, token, cap, default_tokens, read_ms)
   local method, path, headers, body = read_request(fd, read_ms)
-  if not method then return api_error(fd, path, headers) end
+  if not method then
+    api_error(fd, path, headers)
+    -- a client sending more than the limits is likely still sending: let it read the answer
+    if path == 413 or path == 431 then linger(fd) end
+    return
+  end
   if token and not same((headers.authorization or ""):match("^Bearer (.+)$"), token) then
     return api_error(fd, 401, "a valid Authorization: Bearer token is required", "authentication_error")
   end
