@@ -75,4 +75,36 @@ function M.whole(where, name, v, lo, hi, level, show_hi)
   end
 end
 
+-- seer's own Lua tree (lua/), to tell its error positions from the user's
+local LUA_ROOT = (debug.getinfo(1, "S").source:match("^@(.*/)seer/[^/]*$"))
+
+---Wraps a public function whose errors about its arguments arise in the functions it calls
+---(the checks of seer.model, seer.interventions, toolkit functions, C constructors): such an error
+---is raised again at the line that called the public function, without the position inside
+---seer. Errors positioned anywhere else (a hook or callback of the caller's) pass unchanged.
+---`deeper` (default 0): frames between the wrapped function's caller and the public function
+---(1 for a helper the public function calls).
+---@generic F: function
+---@param f F
+---@param deeper? integer
+---@return F
+function M.guard(f, deeper)
+  local level = 2 + (deeper or 0)
+  local function pack(...) return { n = select("#", ...), ... } end
+  return function(...)
+    local res = pack(pcall(f, ...))
+    if res[1] then return unpack(res, 2, res.n) end
+    local err = res[2]
+    if type(err) == "string" and not err:match("^[^%s:]+:%d+: ") then error(err, level) end -- no position: the caller's
+    if type(err) == "string" then
+      local file, rest = err:match("^([^%s:]+):%d+: (.*)$")
+      if file and ((LUA_ROOT and file:sub(1, #LUA_ROOT) == LUA_ROOT) or ("/" .. file):find("/lua/seer/", 1, true)
+          or ("/" .. file):find("/lua/toolkit/", 1, true)) then
+        error(rest, level) -- the line that called the public function
+      end
+    end
+    error(err, 0)
+  end
+end
+
 return M

@@ -35,11 +35,8 @@ local function fail_up(msg) error(msg, 4) end
 
 -- The C constructor f(...) called from a public function: its errors (an empty or zero vector, a
 -- non-finite element) name the line that called the public function, not this file.
-local function build(f, ...)
-  local ok, r = pcall(f, ...)
-  if not ok then error((tostring(r):gsub("^[^\n]-:%d+: ", "")), 3) end
-  return r
-end
+local guard = require("seer.checks").guard
+local function build(f, ...) return guard(f, 1)(...) end
 
 local function check_opts(where, opts, extra)
   if opts == nil then return {} end

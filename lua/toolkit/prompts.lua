@@ -155,33 +155,9 @@ function M.need(model, method, where)
   end
 end
 
--- seer's own Lua tree (lua/), to tell its error positions from the user's
-local LUA_ROOT = (debug.getinfo(1, "S").source:match("^@(.*/)toolkit/[^/]*$"))
-
----Wraps a public toolkit function whose errors about its arguments arise in the functions it
----calls (the checks of seer.model, seer.interventions, other toolkit functions): such an error
----is raised again at the line that called the public function, without the position inside
----seer. Errors positioned anywhere else (a hook or callback of the caller's) pass unchanged.
----@generic F: function
----@param f F
----@return F
-function M.guard(f)
-  local function pack(...) return { n = select("#", ...), ... } end
-  return function(...)
-    local res = pack(pcall(f, ...))
-    if res[1] then return unpack(res, 2, res.n) end
-    local err = res[2]
-    if type(err) == "string" and not err:match("^[^%s:]+:%d+: ") then error(err, 2) end -- no position: the caller's
-    if type(err) == "string" then
-      local file, rest = err:match("^([^%s:]+):%d+: (.*)$")
-      if file and ((LUA_ROOT and file:sub(1, #LUA_ROOT) == LUA_ROOT) or ("/" .. file):find("/lua/seer/", 1, true)
-          or ("/" .. file):find("/lua/toolkit/", 1, true)) then
-        error(rest, 2) -- the line that called the public function
-      end
-    end
-    error(err, 0)
-  end
-end
+---Wraps a public toolkit function so that errors about its arguments raised deeper inside seer
+---name the caller's line (seer.checks.guard).
+M.guard = require("seer.checks").guard
 
 ---Checks that `list` is a list without holes (seer.checks.list), raising at the caller's caller.
 ---@param where string

@@ -59,11 +59,7 @@ end
 
 -- The hook for a public function: what is wrong with its arguments (the layer, the vector, the
 -- strength, here or in the checks it calls) is raised at the line that called that function.
-local function checked_intervention(...)
-  local ok, name, hook = pcall(intervention, ...)
-  if not ok then error((tostring(name):gsub("^[^\n]-:%d+: ", "")), 3) end
-  return name, hook
-end
+local checked_intervention = P.guard(intervention, 1)
 
 ---Runs fn with the steering hook in place and returns what fn returns; the hook is removed
 ---when fn returns or raises (the error is re-raised). strength and start_pos may be left out:
