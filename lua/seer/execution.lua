@@ -258,6 +258,10 @@ Session.__name = "NotebookSession"
 
 -- Requests of a session go to the server it lives on: this process's own, or the one it attached to.
 function Session:_request(msg_type, content, opts)
+  if self.terminated then
+    return { status = "error", ename = "SessionTerminated",
+             evalue = "this session was ended with session:terminate(); start a new one" }
+  end
   if self._remote then return request_on(self._remote, msg_type, content, opts) end
   return request(msg_type, content, opts)
 end

@@ -134,6 +134,8 @@ T.test("misspelt options of sessions are errors, not ignored (exec, edit_cell, c
   end)
   s:terminate()
   if not ok then error(err, 0) end
+  -- a terminated session says so (it used to answer "no session <id> on this server")
+  T.raises(function() s:exec("1+1") end, "session:exec: SessionTerminated: this session was ended with session:terminate()", true)
 end)
 
 T.test("kill -9 of the kernel: reported, notebook intact, restart replays the start-up", function()
