@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -381,8 +382,17 @@ Test(safe_fs, control_plain_open_follows_the_swapped_link, .timeout = 120) {
         int rfd = open(root_dir, O_PATH | O_DIRECTORY);
         for (;;) renameat2(rfd, "d", rfd, "alt", RENAME_EXCHANGE);
     }
+    /* Until the race is hit once, for up to 20 s: a fixed 4000 tries (~40 ms) could all run while
+     * the swapping child waited for a CPU on a loaded 2-core machine, and the control failed. */
     int escaped = 0;
-    for (int i = 0; i < 4000 && !escaped; i++) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; !escaped; i++) {
+        if ((i & 1023) == 1023) {
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            if (t1.tv_sec - t0.tv_sec > 20) break;
+            sched_yield();
+        }
         char p[450], o[450];
         snprintf(p, sizeof p, "%s/plain.txt", d);
         int fd = open(p, O_WRONLY | O_CREAT, 0644);
