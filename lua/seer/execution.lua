@@ -840,7 +840,7 @@ end
 function Binding:attach(session_id, opts)
   if type(session_id) ~= "string" or session_id == "" then error("attach: session_id must be a string", 2) end
   opts = require("seer.checks").options("attach", opts, { timeout_ms = "number" }, 2)
-  local r = request_on(self._srv, "session_info", { session_id = session_id }, { timeout_ms = (opts and opts.timeout_ms) or 10000 })
+  local r = request_on(self._srv, "session_info", { session_id = session_id }, { timeout_ms = opts.timeout_ms or 10000 })
   if r.status == "error" then error(("%s: %s"):format(r.ename, r.evalue), 0) end
   self.sandbox_id = r.sandbox_id
   return scoped_session(self, r)

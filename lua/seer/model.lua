@@ -73,7 +73,7 @@ local fast_noted = {}
 local function fast_note(m)
   local why
   if m.device ~= "cpu" then
-    why = ("the model runs on %s, where fast is not implemented"):format(m.device)
+    why = ("the model runs on %s, whose kernels have no fast precision"):format(m.device)
   elseif m.config.dtype ~= "bf16" then
     why = ("its weights are %s (fast rounds activations to meet bf16 weights)"):format(m.config.dtype)
   elseif not core.fast_kind() then
