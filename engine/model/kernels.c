@@ -347,7 +347,10 @@ static int streamed(const seer_weight_t *w, int n) {
  * (level), 8 tokens per pass (1.13x), prefetching two slices ahead, NTA prefetches (level), and
  * copying each row block into an L2 panel ahead of use as one sequential stream, between the
  * calls of the block before it (1.15x the time cold, 1.20x warm: the copy is a pass of its own,
- * where the panel fill of the first token group hides in the FMAs' shadow). */
+ * where the panel fill of the first token group hides in the FMAs' shadow). On the Zen 4 VM
+ * (AVX-512VL: 32 ymm registers), a 3-row x 8-token micro-kernel (24 accumulators, half the
+ * weight loads per FMA) was level with the weights in L3 and 1.02x the time cold (geometric
+ * means over the six 16-token shapes, 15 pairs each): the loads are not what holds it back. */
 #ifndef SEER_RB
 #define SEER_RB 12 /* rows per block (4 micro-panels of 3) */
 #endif
