@@ -30,7 +30,7 @@ end
 ---@param path string
 ---@return string
 function M.read_file(path)
-  return core.read_file(path)
+  return core.read_file(path) -- a tail call: errors name the caller's line
 end
 
 ---Writes data to path atomically (temporary file in the same directory, fsync, rename): a
@@ -38,7 +38,7 @@ end
 ---@param path string
 ---@param data string
 function M.write_file(path, data)
-  core.write_file(path, data)
+  return core.write_file(path, data) -- a tail call: errors name the caller's line
 end
 
 ---Seconds on a monotonic clock (for timing; not wall-clock time).

@@ -55,6 +55,12 @@ T.test("read_file and write_file errors name the path and the reason", function(
   T.raises(function() seer.read_file("/nonexistent/file") end, "cannot read /nonexistent/file: No such file or directory", true)
   T.raises(function() seer.write_file("/nonexistent/dir/f", "x") end, "cannot write /nonexistent/dir/f", true)
   T.raises(function() seer.write_file("/tmp/x") end, "bad argument #2")
+  -- at the caller's line, not inside seer's init.lua
+  local ok, err = pcall(function() local s = seer.read_file("/nonexistent/file"); return s end)
+  T.eq(ok, false)
+  T.contains(err, "test_seer.lua:")
+  ok, err = pcall(function() seer.write_file("/nonexistent/dir/f", "x") end)
+  T.contains(err, "test_seer.lua:")
 end)
 
 T.test("now is monotonic and in seconds", function()
