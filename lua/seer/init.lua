@@ -57,10 +57,15 @@ end
 -- Submodules load on first access; a name that is not a module is an error listing the ones
 -- that are, so a typo does not surface later as "attempt to index a nil value".
 local function module_names()
-  local names = {}
-  for _, f in ipairs(core.list_dir(core.lua_dir() .. "/seer")) do
-    local n = f:match("^([%w_]+)%.lua$") or f:match("^([%w_]+)$")
-    if n and n ~= "init" then names[#names + 1] = n end
+  local names, seen, dir = {}, {}, core.lua_dir() .. "/seer"
+  for _, f in ipairs(core.list_dir(dir)) do
+    -- NAME.lua, or a folder NAME with an init.lua (a folder of submodules alone, e.g. cli, is not one)
+    local n = f:match("^([%w_]+)%.lua$")
+    if not n and f:match("^[%w_]+$") then
+      local g = io.open(dir .. "/" .. f .. "/init.lua", "r")
+      if g then g:close(); n = f end
+    end
+    if n and n ~= "init" and not seen[n] then seen[n] = true; names[#names + 1] = n end
   end
   table.sort(names)
   return names
@@ -77,7 +82,9 @@ setmetatable(M, {
       f = io.open(core.lua_dir() .. "/seer/" .. k .. "/init.lua", "r")
     end
     if not f then
-      error(("seer has no module or field '%s'; modules: %s"):format(k, table.concat(module_names(), ", ")), 2)
+      local hint = ""
+      if k == "toolkit" then hint = " (the toolkit is not part of seer's table: require \"toolkit.<name>\", docs/toolkit.md)" end
+      error(("seer has no module or field '%s'%s; modules: %s"):format(k, hint, table.concat(module_names(), ", ")), 2)
     end
     f:close()
     local mod = require("seer." .. k)

@@ -237,14 +237,23 @@ function M.devices() return core.devices() end
 
 local check_list = require("seer.checks").list -- (where, list, what, level): no holes
 
-local function to_ids(self, input, where)
+-- The token ids of a prompt (a string, a list of ids or a tensor of ids); errors name the line
+-- `level` frames above to_ids's caller (default: the caller of the method that calls to_ids).
+local function to_ids(self, input, where, level, noun)
+  level = level or 3
+  local ids
   if type(input) == "string" then
-    if not self.tokenizer then fail(where .. ": a text prompt needs a tokenizer, and this model directory has none; pass token ids", 3) end
-    return self.tokenizer:encode(input, { add_special_tokens = true })
+    if not self.tokenizer then fail(where .. ": a text prompt needs a tokenizer, and this model directory has none; pass token ids", level) end
+    ids = self.tokenizer:encode(input, { add_special_tokens = true })
+  elseif type(input) == "table" then
+    ids = input
+  elseif type(input) == "userdata" and type(input.totable) == "function" then
+    ids = input:totable() -- a tensor of ids
+  else
+    fail(where .. ": expected token ids (a table) or a string, got " .. type(input), level)
   end
-  if type(input) == "table" then return input end
-  if type(input) == "userdata" and type(input.totable) == "function" then return input:totable() end -- a tensor of ids
-  fail(where .. ": expected token ids (a table) or a string, got " .. type(input), 3)
+  if #ids == 0 then fail(("%s: %s has no tokens"):format(where, noun or "the input"), level) end
+  return ids
 end
 
 ---Logits of every position for one sequence: a [n, vocab] f32 tensor. A list of sequences
@@ -332,8 +341,7 @@ end
 -- the first step, so a bad prompt late in a list fails before any work (and no result) is lost.
 local function validate(self, input, opts, where, level)
   opts = check_opts(where, opts, gen_valid, level - 1)
-  local ids = to_ids(self, input, where)
-  if #ids == 0 then fail(where .. ": the prompt has no tokens", level + 1) end
+  local ids = to_ids(self, input, where, level + 2, "the prompt")
   for i = 1, #ids do
     local v = ids[i]
     if type(v) == "table" and (v.role ~= nil or v.content ~= nil) then
@@ -722,6 +730,9 @@ function Model:run_with_hooks(input, opts)
       per[b] = compile_hooks(self, h, ("run_with_hooks: per_sequence[%d]"):format(b), 2)
     end
   end
+  -- one sequence's ids are checked here, where an error can name the caller's line (inside the
+  -- pcall below it could not)
+  if not (type(input) == "table" and type(input[1]) == "table") then input = to_ids(self, input, "run_with_hooks") end
   attach(self, entries)
   local res = { pcall(self._forward, self, input, nil, per) }
   detach(self, entries)
@@ -794,8 +805,7 @@ function Model:run_with_cache(input, opts)
     local T = require "seer.tensor"
     local seqs, longest = {}, 0
     for b, s in ipairs(input) do
-      seqs[b] = to_ids(self, s, "run_with_cache")
-      if #seqs[b] == 0 then fail(("run_with_cache: sequence %d has no tokens"):format(b), 2) end
+      seqs[b] = to_ids(self, s, "run_with_cache", 3, ("sequence %d"):format(b))
       longest = math.max(longest, #seqs[b])
     end
     local logits = T.zeros(#seqs, longest, self.config.vocab_size)

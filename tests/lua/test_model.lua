@@ -119,6 +119,20 @@ T.test("errors name the problem", function()
   T.raises(function() model:generate({ 1, 9999 }, { max_new_tokens = 1 }) end, "token id 9999 at position 1 is outside the vocabulary", true)
   T.raises(function() model:forward({ 1, "x" }) end, "element 2 is a string", true)
   T.raises(function() model:forward({ { 1, 2 }, {} }) end, "forward: sequence 2 has no tokens", true)
+  -- an empty input named the C forward ("forward: empty token list") at a line inside seer, or
+  -- with no line at all (run_with_hooks); now the method and the caller's line
+  for _, c in ipairs({
+    { function() return model:forward({}) end, "forward: the input has no tokens" },
+    { function() return model:run_with_cache({}) end, "run_with_cache: the input has no tokens" },
+    { function() return model:run_with_cache({ { 1, 2 }, {} }) end, "run_with_cache: sequence 2 has no tokens" },
+    { function() return model:run_with_hooks({}, { fwd_hooks = {} }) end, "run_with_hooks: the input has no tokens" },
+    { function() return model:generate({}) end, "generate: the prompt has no tokens" },
+  }) do
+    local ok, err = pcall(function() local r = c[1](); return r end)
+    T.eq(ok, false)
+    T.contains(err, "test_model.lua:")
+    T.contains(err, c[2])
+  end
   T.raises(function() model:forward({ { 1, 2 }, "Once" }) end, "forward: sequence 2 is a string; a batch is a list of token-id lists", true)
   -- an empty stop string ended generation before its first token; a stop list with a hole dropped
   -- what followed it; a message list said "element 1 is table"

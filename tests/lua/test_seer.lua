@@ -63,6 +63,20 @@ T.test("read_file and write_file errors name the path and the reason", function(
   T.contains(err, "test_seer.lua:")
 end)
 
+T.test("a name that is not a module lists each module once, and points to the toolkit", function()
+  local ok, err = pcall(function() return seer.no_such_module end)
+  T.eq(ok, false)
+  local list = err:match("modules: (.*)$")
+  local seen = {}
+  for n in list:gmatch("[%w_]+") do
+    T.eq(seen[n], nil, "listed twice: " .. n)
+    seen[n] = true
+    T.eq(type(seer[n]), "table", "listed but not loadable: " .. n)
+  end
+  T.eq(seen.cli, nil, "cli is a folder of commands, not a module")
+  T.raises(function() return seer.toolkit end, 'require "toolkit.<name>"', true)
+end)
+
 T.test("now is monotonic and in seconds", function()
   local a = seer.now()
   local b = seer.now()
