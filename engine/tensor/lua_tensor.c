@@ -178,10 +178,11 @@ static seer_tensor_t *new_or_raise(lua_State *L, seer_dtype_t dt, int nd, const 
 static int l_full(lua_State *L) {
     int64_t shape[SEER_TENSOR_MAX_DIMS];
     luaL_checktype(L, 1, LUA_TTABLE);
-    int nd = shape_args(L, 1, shape, "full");
+    const char *op = luaL_optstring(L, 4, "full"); /* the constructor the user called: zeros, ones, new */
+    int nd = shape_args(L, 1, shape, op);
     double v = luaL_optnumber(L, 2, 0);
     seer_dtype_t dt = dtype_arg(L, 3, SEER_F32);
-    seer_tensor_t *t = new_or_raise(L, dt, nd, shape, "full");
+    seer_tensor_t *t = new_or_raise(L, dt, nd, shape, op);
     if (v != 0) {
         int64_t n = seer_tensor_numel(t);
         for (int64_t i = 0; i < n; i++) seer__st(t->storage->data, dt, i, v);

@@ -360,8 +360,9 @@ static bool nocopy_strides(const seer_tensor_t *t, int nd, const int64_t *shape,
 int seer_tensor_reshape(seer_tensor_t **out, seer_tensor_t *t, int ndim, const int64_t *shape_in, bool copy_ok,
                         seer_err_t *err) {
     char a[128], b[128];
+    const char *op = copy_ok ? "reshape" : "view";
     if (ndim < 0 || ndim > SEER_TENSOR_MAX_DIMS)
-        return seer_err_set(err, SEER_EINVAL, "view: %d dimensions (at most %d)", ndim, SEER_TENSOR_MAX_DIMS);
+        return seer_err_set(err, SEER_EINVAL, "%s: %d dimensions (at most %d)", op, ndim, SEER_TENSOR_MAX_DIMS);
     int64_t shape[SEER_TENSOR_MAX_DIMS];
     int infer = -1;
     int64_t known = 1, n = seer_tensor_numel(t);
@@ -370,20 +371,20 @@ int seer_tensor_reshape(seer_tensor_t **out, seer_tensor_t *t, int ndim, const i
         if (shape[i] == -1 && infer < 0) {
             infer = i;
         } else if (shape[i] < 0 || __builtin_mul_overflow(known, shape[i], &known)) {
-            return seer_err_set(err, SEER_EINVAL, "view: invalid shape %s", seer__shape_str(ndim, shape_in, a, sizeof a));
+            return seer_err_set(err, SEER_EINVAL, "%s: invalid shape %s", op, seer__shape_str(ndim, shape_in, a, sizeof a));
         }
     }
     if (infer >= 0) {
         if (known == 0 || n % known != 0)
-            return seer_err_set(err, SEER_EINVAL, "view: shape %s is incompatible with %s (%lld elements)",
-                                seer__shape_str(ndim, shape_in, a, sizeof a), seer_tensor_shape_str(t, b, sizeof b),
+            return seer_err_set(err, SEER_EINVAL, "%s: shape %s is incompatible with %s (%lld elements)",
+                                op, seer__shape_str(ndim, shape_in, a, sizeof a), seer_tensor_shape_str(t, b, sizeof b),
                                 (long long)n);
         shape[infer] = n / known;
         known = n;
     }
     if (known != n)
-        return seer_err_set(err, SEER_EINVAL, "view: shape %s is incompatible with %s (%lld elements)",
-                            seer__shape_str(ndim, shape_in, a, sizeof a), seer_tensor_shape_str(t, b, sizeof b),
+        return seer_err_set(err, SEER_EINVAL, "%s: shape %s is incompatible with %s (%lld elements)",
+                            op, seer__shape_str(ndim, shape_in, a, sizeof a), seer_tensor_shape_str(t, b, sizeof b),
                             (long long)n);
     int64_t st[SEER_TENSOR_MAX_DIMS];
     if (n == 0 || seer_tensor_is_contiguous(t)) {

@@ -147,7 +147,7 @@ end
 ---@return seer.Tensor
 function M.zeros(...)
   local shape, o = shape_and_opts("zeros", ...)
-  return C.full(shape, 0, o.dtype)
+  return C.full(shape, 0, o.dtype, "zeros")
 end
 
 ---Same as zeros (Torch7's `torch.Tensor(2, 3)`, but initialised).
@@ -155,7 +155,7 @@ end
 ---@return seer.Tensor
 function M.new(...)
   local shape, o = shape_and_opts("new", ...)
-  return C.full(shape, 0, o.dtype)
+  return C.full(shape, 0, o.dtype, "new")
 end
 
 ---A tensor of ones.
@@ -163,7 +163,7 @@ end
 ---@return seer.Tensor
 function M.ones(...)
   local shape, o = shape_and_opts("ones", ...)
-  return C.full(shape, 1, o.dtype)
+  return C.full(shape, 1, o.dtype, "ones")
 end
 
 ---A tensor filled with value: `tensor.full({2, 3}, 7)`.
