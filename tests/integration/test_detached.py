@@ -97,6 +97,13 @@ class Detached(unittest.TestCase):
                     "args": {"session_id": info["session_id"],
                              "code": "local g = model:generate('Once upon a time', { max_new_tokens = 4, min_new_tokens = 4 })\n"
                                      "print(#g.ids)"}},
+                   # attaching to a sandboxed session bound this plain server to that sandbox: a new
+                   # session starts inside it with the model preloaded, not as a kernel on the host
+                   # (it was a host kernel, model nil, running as the host user)
+                   {"key": "new", "tool": "start_new_session", "args": {"experiment_name": "second"}},
+                   {"key": "where", "tool": "execute_code", "session_from": "new",
+                    "args": {"code": "print(model ~= nil and model.config.num_hidden_layers, "
+                                     "io.open('/proc/self/status'):read('*a'):match('Uid:%s+(%d+)'))"}},
                ]}
         rep = run_sdk(self, job)
         self.assertEqual(rep["steps"]["attach"]["structured"]["status"], "attached", rep)
@@ -104,6 +111,12 @@ class Detached(unittest.TestCase):
         self.assertEqual(rep["steps"]["layers"]["content"][0]["text"].split(), ["5", "5"])
         self.assertFalse(rep["steps"]["gen"]["isError"], rep)
         self.assertEqual(rep["steps"]["gen"]["content"][0]["text"].strip(), "4")
+        self.assertIn("now bound to sandbox", rep["steps"]["attach"]["content"][0]["text"], rep)
+        self.assertFalse(rep["steps"]["new"]["isError"], rep)
+        self.assertFalse(rep["steps"]["where"]["isError"], rep)
+        layers, uid = rep["steps"]["where"]["content"][0]["text"].split()
+        self.assertEqual(layers, "5", "the new session has the sandbox's model preloaded")
+        self.assertNotEqual(uid, str(os.getuid()), "the new session runs in the sandbox, not as the host user")
 
     def assert_gone(self, info, pids, runtime, within, cells=2):
         deadline = time.monotonic() + within
@@ -125,6 +138,17 @@ class Detached(unittest.TestCase):
     def test_attach_then_terminate(self):
         info, pids, runtime = self.setup_script(timeout=600)
         self.attach_and_work(info)
+        # a server that already runs a host kernel is not bound by attaching: it would then reach
+        # both; the attach is refused, saying what to do
+        job = {"server": {"command": SEER, "args": ["mcp", "notebook", "--output-dir", os.path.join(self.tmp, "host-out")],
+                          "env": {"SEER_LUA_DIR": os.path.join(ROOT, "lua")}},
+               "steps": [{"key": "host", "tool": "start_new_session", "args": {"experiment_name": "host"}},
+                         {"key": "attach", "tool": "attach_to_session",
+                          "args": {"session_id": info["session_id"], "jupyter_url": info["jupyter_url"]}}]}
+        rep = run_sdk(self, job)
+        self.assertFalse(rep["steps"]["host"]["isError"], rep)
+        self.assertTrue(rep["steps"]["attach"]["isError"], rep)
+        self.assertIn("not both", rep["steps"]["attach"]["content"][0]["text"], rep)
         r = subprocess.run([SEER, "sandbox", "terminate", info["sandbox_id"]], capture_output=True, text=True,
                            env=env(**self.env), timeout=30)
         self.assertEqual(r.returncode, 0, r.stderr)

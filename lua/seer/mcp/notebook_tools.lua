@@ -378,7 +378,7 @@ function M.install(srv, opts)
         if host_allowed() then
           s = execution.create_local_notebook_session(nil, { name = a.experiment_name, output_dir = opts.output_dir })
         else
-          s = binding:start_session{ like = opts.session_id, name = a.experiment_name }
+          s = binding:start_session{ like = state.like or opts.session_id, name = a.experiment_name }
         end
         remember(s, true)
         return started(s, "started")
@@ -404,6 +404,34 @@ function M.install(srv, opts)
         else
           if type(a.jupyter_url) ~= "string" then error("attach_to_session needs the session's jupyter_url", 0) end
           s = execution.attach_notebook_session(a.jupyter_url, a.session_id)
+          if s.sandbox_id then
+            -- A sandboxed session binds this server to its sandbox, as --jupyter-url does at
+            -- start: from here on start_* tools start kernels in that sandbox, never on this
+            -- machine (an agent given a plain `seer mcp notebook` to attach to a sandboxed
+            -- session would otherwise get an unsandboxed kernel, without its models, from
+            -- start_new_session). A server that already reaches kernels outside that sandbox
+            -- cannot be bound: it would reach both.
+            local outside = {}
+            for _, id in ipairs(order) do
+              local o = sessions[id]
+              if o and o.sandbox_id ~= s.sandbox_id then outside[#outside + 1] = id end
+            end
+            if #outside > 0 then
+              error(("session %s is sandboxed (sandbox %s), and this server already has sessions outside that sandbox (%s); a server reaches one sandbox or this machine, not both: "
+                .. "start another `seer mcp notebook` for it (the session's mcp_config, or --session-id and --jupyter-url)")
+                :format(a.session_id, s.sandbox_id, table.concat(outside, ", ")), 0)
+            end
+            local cred = execution.scope_credential(s)
+            bind(cred.endpoint, cred.key, cred.sandbox_id)
+            s = binding:attach(a.session_id)
+            state.like = a.session_id
+            remember(s, false)
+            local r = started(s, "attached")
+            r.content[1].text = r.content[1].text .. ("\nThis server is now bound to sandbox %s: start_new_session and the other start_* tools start kernels inside it, like this session (its models preloaded), and only its sessions can be attached.")
+              :format(s.sandbox_id or cred.sandbox_id)
+            r.structuredContent.bound_sandbox = cred.sandbox_id
+            return r
+          end
         end
         remember(s, false)
         return started(s, "attached")
@@ -424,7 +452,7 @@ function M.install(srv, opts)
         if host_allowed() then
           s, info = execution.resume_notebook(path_arg(a.notebook_path))
         else
-          s, info = binding:start_session{ like = opts.session_id, resume = name_arg(a.notebook_path) }
+          s, info = binding:start_session{ like = state.like or opts.session_id, resume = name_arg(a.notebook_path) }
         end
         remember(s, true)
         return started(s, "resumed", { cells_run = info.cells_run or 0, cells_failed = info.cells_failed or 0 })
@@ -446,7 +474,7 @@ function M.install(srv, opts)
         if host_allowed() then
           s, info = execution.continue_notebook(path_arg(a.notebook_path), { name = a.experiment_name })
         else
-          s, info = binding:start_session{ like = opts.session_id, ["continue"] = name_arg(a.notebook_path), name = a.experiment_name }
+          s, info = binding:start_session{ like = state.like or opts.session_id, ["continue"] = name_arg(a.notebook_path), name = a.experiment_name }
         end
         remember(s, true)
         return started(s, "continued", { cells_run = info.cells_run or 0, cells_failed = info.cells_failed or 0 })
