@@ -771,23 +771,55 @@ function Model:run_with_cache(input, opts)
     end
     return caps, extra
   end
-  local function collect(caps, ids)
+  -- The rows of `positions` in the order given, repeats included: a capture keeps each
+  -- position once, in the forward's order, so {-1, 0} came back as {0, -1} and {1, 1} as one
+  -- row. Every position must be inside the input (a position past its end used to be dropped
+  -- without a word).
+  -- (checked before the forward runs; errors name run_with_cache's caller)
+  local function rows_for(ids, what)
+    if not opts.positions then return nil end
+    local n, rows = #ids, {}
+    for k, p in ipairs(opts.positions) do
+      local at = p < 0 and n + p or p
+      if at < 0 or at >= n then
+        fail(("run_with_cache: positions[%d] = %d is outside %s's %d tokens (0..%d, or -1..-%d from the end)")
+          :format(k, p, what, n, n - 1, n), 3)
+      end
+      rows[k] = at
+    end
+    return rows
+  end
+  local function in_order(t, got, want, dim)
+    local row, same = {}, #got == #want
+    for r, p in ipairs(got) do row[p] = r end
+    for k, p in ipairs(want) do if got[k] ~= p then same = false end end
+    if same then return t end
+    local parts = {}
+    for k, p in ipairs(want) do parts[k] = t:narrow(dim, row[p], 1) end
+    return require("seer.tensor").cat(parts, dim)
+  end
+  local function collect(caps, ids, want)
     local out = {}
     for i, n in ipairs(names) do
       if #caps[i]:chunks() == 0 then
         fail(("run_with_cache: nothing was captured at %s (are the positions inside the %d-token input?)"):format(n, #ids), 4)
       end
-      out[n] = caps[i]:tensor()
+      local t = caps[i]:tensor()
+      if want then
+        local head_major = n:find("hook_pattern$") or n:find("hook_attn_scores$")
+        t = in_order(t, caps[i]:positions(), want, head_major and 2 or 1)
+      end
+      out[n] = t
     end
     return out
   end
-  local function run_one(ids, b)
+  local function run_one(ids, b, want)
     local caps, extra = captures()
     local logits = self._c:forward(ids, false, self:_hook_list(extra), b)
-    return logits, collect(caps, ids)
+    return logits, collect(caps, ids, want)
   end
   -- Every sequence of a list in one batched pass, each with its own captures.
-  local function run_all(seqs)
+  local function run_all(seqs, wants)
     local caps, hooks = {}, {}
     for b = 1, #seqs do
       local extra
@@ -796,20 +828,21 @@ function Model:run_with_cache(input, opts)
     end
     local logits = self._c:forward_batch(seqs, hooks)
     local per = {}
-    for b, s in ipairs(seqs) do per[b] = collect(caps[b], s) end
+    for b, s in ipairs(seqs) do per[b] = collect(caps[b], s, wants[b]) end
     return logits, per
   end
   local cache = cache_table(names)
   if type(input) == "table" and type(input[1]) == "table" then
     check_list("run_with_cache", input, "sequence", 2)
     local T = require "seer.tensor"
-    local seqs, longest = {}, 0
+    local seqs, wants, longest = {}, {}, 0
     for b, s in ipairs(input) do
       seqs[b] = to_ids(self, s, "run_with_cache", 3, ("sequence %d"):format(b))
+      wants[b] = rows_for(seqs[b], ("sequence %d"):format(b))
       longest = math.max(longest, #seqs[b])
     end
     local logits = T.zeros(#seqs, longest, self.config.vocab_size)
-    local ls, per = run_all(seqs)
+    local ls, per = run_all(seqs, wants)
     for b, s in ipairs(seqs) do logits:select(1, b):narrow(1, longest - #s + 1, #s):copy_(ls[b]) end
     for _, n in ipairs(names) do
       local first = per[1][n]
@@ -838,7 +871,8 @@ function Model:run_with_cache(input, opts)
     end
     return logits, cache
   end
-  local logits, c = run_one(to_ids(self, input, "run_with_cache"), 1)
+  local ids = to_ids(self, input, "run_with_cache")
+  local logits, c = run_one(ids, 1, rows_for(ids, "the input"))
   for n, t in pairs(c) do rawset(cache, n, t) end
   return logits, cache
 end

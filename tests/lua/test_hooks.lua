@@ -55,6 +55,34 @@ T.test("run_with_cache positions keep only those rows (negative from the end)", 
   T.eq(maxdiff(t:select(1, 2), f:select(1, n)), 0)
 end)
 
+T.test("run_with_cache positions: rows in the order given, repeats kept, a position outside the input refused", function()
+  local R, P = "blocks.2.hook_resid_post", "blocks.1.attn.hook_pattern"
+  local _, full = model:run_with_cache(ids, { names = { R, P } })
+  local f, fp = full[R], full[P]
+  -- {-1, 0} came back as {0, -1}, {3, 1} as {1, 3}, {1, 1} as one row
+  for _, want in ipairs({ { -1, 0 }, { 3, 1 }, { 1, 1, 4 } }) do
+    local _, c = model:run_with_cache(ids, { names = { R, P }, positions = want })
+    T.eq(c[R]:size(1), #want)
+    T.eq(c[P]:size(2), #want)
+    for k, p in ipairs(want) do
+      local row = (p < 0 and n + p or p) + 1
+      T.eq(maxdiff(c[R]:select(1, k), f:select(1, row)), 0)
+      T.eq(maxdiff(c[P]:select(2, k), fp:select(2, row)), 0)
+    end
+  end
+  -- a batch: each sequence's rows in the order given, negative from its own end
+  local a, b = { ids[1], ids[2], ids[3] }, ids
+  local _, cb = model:run_with_cache({ a, b }, { names = R, positions = { -1, 0 } })
+  local _, ca = model:run_with_cache(a, { names = R })
+  T.eq(maxdiff(cb[R]:select(1, 1):select(1, 1), ca[R]:select(1, 3)), 0)
+  T.eq(maxdiff(cb[R]:select(1, 2):select(1, 1), f:select(1, n)), 0)
+  -- a position past the end was dropped without a word
+  T.raises(function() model:run_with_cache(ids, { names = R, positions = { 1, n } }) end,
+           ("run_with_cache: positions[2] = %d is outside the input's %d tokens"):format(n, n), true)
+  T.raises(function() model:run_with_cache({ a, b }, { names = R, positions = { -4 } }) end,
+           "positions[1] = -4 is outside sequence 1's 3 tokens", true)
+end)
+
 T.test("add with from = p changes only positions >= p; hooks compose in order", function()
   local base = model:forward(ids)
   local v = tensor.randn(64)
@@ -258,7 +286,7 @@ T.test("bad hooks give errors that say what to write", function()
   local got = model:run_with_hooks(ids, { fwd_hooks = { { "blocks.0.hook_resid_post", I.add(tensor.ones(64), { from = -2, to = 100 }) } } })
   T.eq(maxdiff(got:narrow(1, 1, n - 2), base:narrow(1, 1, n - 2)), 0)
   T.ok(maxdiff(got:narrow(1, n - 1, 2), base:narrow(1, n - 1, 2)) > 0)
-  T.raises(function() model:run_with_cache(ids, { names = "blocks.1.hook_resid_post", positions = { 50 } }) end, "nothing was captured")
+  T.raises(function() model:run_with_cache(ids, { names = "blocks.1.hook_resid_post", positions = { 50 } }) end, "positions[1] = 50 is outside the input's " .. n .. " tokens", true)
 end)
 
 T.test("hook points exist on every architecture (gpt2 has hook_pos_embed; parallel GPT-NeoX has no resid_mid)", function()
