@@ -545,6 +545,14 @@ static int l_gen_finish(lua_State *L) {
     return 0;
 }
 
+/* ended() -> true when next() will give no more tokens (max_new_tokens reached, a stop token
+ * produced, finish() called): the token just returned was the last. */
+static int l_gen_ended(lua_State *L) {
+    gen_ud *g = check_gen(L, 1);
+    lua_pushboolean(L, g->done || g->ngen >= g->max_new);
+    return 1;
+}
+
 static int l_gen_gc(lua_State *L) {
     gen_ud *g = check_gen(L, 1);
     seer_kv_cache_free(g->cache);
@@ -639,6 +647,7 @@ static const luaL_Reg model_methods[] = {
 static const luaL_Reg gen_methods[] = {
     {"next", l_gen_next},
     {"finish", l_gen_finish},
+    {"ended", l_gen_ended},
     {NULL, NULL},
 };
 

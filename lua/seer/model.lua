@@ -396,10 +396,36 @@ end
 
 -- The token loop shared by generate_iter and generate: ids from the C generator, text decoded
 -- incrementally (held back while it ends inside a multi-byte character), stop strings.
+-- text up to where the first stop string found in it begins (the earliest of all of them), and
+-- whether one was found: generate, generate_iter's pieces and generate_batch end texts alike.
+local function cut_at_stop(text, stop_strings)
+  local cut
+  for _, s in ipairs(stop_strings) do
+    local at = text:find(s, 1, true)
+    if at and (not cut or at < cut) then cut = at end
+  end
+  if cut then return text:sub(1, cut - 1), true end
+  return text, false
+end
+
+-- Token by token: (id, piece), piece the text that is final: a stop string ends the text where
+-- it begins, and while the text ends with the start of a stop string ("Li" of "Lily") that tail
+-- is held back until the next tokens show whether the stop string follows, so the pieces add up
+-- to generate's text (they used to include the stop string); the last token's piece hands out
+-- whatever is left.
 local function iterate(self, g, stop_strings)
   local tok = self.tokenizer
-  local new, text = {}, ""
+  local new, text, sent = {}, "", 0 -- text decoded so far (whole characters); sent: its bytes handed out
   local finished = false
+  local function held(s) -- the longest tail of s that begins some stop string
+    local keep = 0
+    for _, st in ipairs(stop_strings) do
+      for k = math.min(#st - 1, #s), keep + 1, -1 do
+        if s:sub(-k) == st:sub(1, k) then keep = k break end
+      end
+    end
+    return keep
+  end
   return function()
     if finished then return nil end
     local id = g:next()
@@ -407,16 +433,22 @@ local function iterate(self, g, stop_strings)
     new[#new + 1] = id
     local piece
     if tok then
+      local last = g:ended()
       local full = tok:decode(new, { skip_special_tokens = true })
-      if full:sub(-3) == "\239\191\189" then -- U+FFFD: an incomplete UTF-8 sequence so far
-        piece = ""
-      else
-        piece = full:sub(#text + 1)
-        text = full
+      -- U+FFFD at the end: an incomplete UTF-8 sequence so far (kept as it is on the last token)
+      if last or full:sub(-3) ~= "\239\191\189" then text = full end
+      local cut
+      text, cut = cut_at_stop(text, stop_strings)
+      local upto = #text
+      if cut then
+        finished = true
+        g:finish()
+      elseif not last then
+        upto = #text - held(text)
       end
-      for _, s in ipairs(stop_strings) do
-        if text:find(s, 1, true) then finished = true end
-      end
+      if upto < sent then upto = sent end
+      piece = text:sub(sent + 1, upto)
+      sent = upto
     end
     return id, piece
   end
@@ -449,11 +481,7 @@ function Model:generate(input, opts)
   end
   local text
   if self.tokenizer then
-    text = self.tokenizer:decode(ids, { skip_special_tokens = true })
-    for _, s in ipairs(stop_strings) do
-      local at = text:find(s, 1, true)
-      if at then text = text:sub(1, at - 1) end
-    end
+    text = cut_at_stop(self.tokenizer:decode(ids, { skip_special_tokens = true }), stop_strings)
   end
   return { ids = ids, text = text, prompt_ids = prompt_ids }
 end
@@ -660,11 +688,7 @@ function Model:generate_batch(prompts, opts)
       if finished then
         local text
         if tok then
-          text = tok:decode(a.new, { skip_special_tokens = true })
-          for _, s in ipairs(a.stop_strings) do
-            local at = text:find(s, 1, true)
-            if at then text = text:sub(1, at - 1) end
-          end
+          text = cut_at_stop(tok:decode(a.new, { skip_special_tokens = true }), a.stop_strings)
         end
         results[a.i] = { ids = a.new, text = text, prompt_ids = a.prompt_ids }
         done_count = done_count + 1

@@ -51,6 +51,32 @@ T.test("generate_iter and stream yield the same tokens as generate", function()
   T.eq(streamed, want)
 end)
 
+T.test("streamed pieces add up to generate's text, stop strings included (the stop string never streams)", function()
+  local plain = model:generate(golden.prompt_ids_with_bos, { max_new_tokens = 30 }).text
+  T.contains(plain, "Lily") -- the stories260K continuation names her; the cases below rest on it
+  local at = plain:find("Lily", 1, true)
+  for _, stop in ipairs({ { "Lily" }, { "named L" }, { "y", "Lily" }, { "zzz" }, { plain:sub(at, at + 6) .. "#" } }) do
+    for _, max in ipairs({ 30, 12 }) do
+      local pieces = {}
+      local r = model:generate(golden.prompt_ids_with_bos, { max_new_tokens = max, stop = stop,
+                                                              stream = function(p) pieces[#pieces + 1] = p end })
+      T.eq(table.concat(pieces), r.text, "stream, stop " .. stop[1] .. ", max " .. max)
+      for _, s in ipairs(stop) do T.eq(r.text:find(s, 1, true), nil) end
+      local it = {}
+      for _, p in model:generate_iter(golden.prompt_ids_with_bos, { max_new_tokens = max, stop = stop }) do it[#it + 1] = p end
+      T.eq(table.concat(it), r.text, "generate_iter, stop " .. stop[1] .. ", max " .. max)
+      local batch = model:generate_batch({ golden.prompt_ids_with_bos, { 1 } }, { max_new_tokens = max, stop = stop })
+      T.eq(batch[1].text, r.text, "generate_batch, stop " .. stop[1] .. ", max " .. max)
+    end
+  end
+  -- a held-back tail that never becomes the stop string is handed out with the last token
+  local pieces = {}
+  local r = model:generate(golden.prompt_ids_with_bos, { max_new_tokens = 30, stop = { plain:sub(at, at + 3) .. "XYZ" },
+                                                          stream = function(p) pieces[#pieces + 1] = p end })
+  T.eq(r.text, plain)
+  T.eq(table.concat(pieces), plain)
+end)
+
 T.test("a seed makes sampling reproducible; different seeds differ", function()
   local opts = { max_new_tokens = 30, temperature = 1.0, top_k = 50, top_p = 0.95, seed = 42 }
   local a = model:generate(golden.prompt_ids_with_bos, opts).ids
