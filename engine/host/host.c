@@ -378,15 +378,49 @@ int seer_host_write_file_atomic(const char *path, const void *data, size_t n, se
     return rc;
 }
 
+/* The code point of the well-formed UTF-8 character at p (its length in *len), or -1. */
+static long utf8_at(const unsigned char *p, int *len) {
+    int n;
+    long cp, min;
+    if (p[0] >= 0xc2 && p[0] <= 0xdf) n = 2, cp = p[0] - 0xc0, min = 0x80;
+    else if (p[0] >= 0xe0 && p[0] <= 0xef) n = 3, cp = p[0] - 0xe0, min = 0x800;
+    else if (p[0] >= 0xf0 && p[0] <= 0xf4) n = 4, cp = p[0] - 0xf0, min = 0x10000;
+    else return -1;
+    for (int k = 1; k < n; k++) {
+        if (p[k] < 0x80 || p[k] > 0xbf) return -1; /* also stops at the terminating 0 */
+        cp = cp * 64 + (p[k] - 0x80);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return -1;
+    *len = n;
+    return cp;
+}
+
+/* Characters that reorder or hide text on a terminal (lua/seer/terminal.lua has the same list). */
+static int hides_text(long cp) {
+    return cp == 0x061c || cp == 0x200b || cp == 0x200e || cp == 0x200f || cp == 0x2028 || cp == 0x2029 ||
+           cp == 0x2060 || cp == 0xfeff || (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069);
+}
+
+/* On a terminal, as seer.terminal.safe shows text: control characters as \xNN, C1 controls and
+ * the characters that reorder or hide text as \uNNNN, bytes that are not UTF-8 as \xNN. */
 void seer_host_write_message(FILE *f, const char *prefix, const char *msg) {
     fputs(prefix, f);
     if (!isatty(fileno(f))) {
         fputs(msg, f);
     } else {
         for (const unsigned char *p = (const unsigned char *)msg; *p; p++) {
-            if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) fprintf(f, "\\u%04x", *++p);
-            else if ((*p < 0x20 && *p != '\n' && *p != '\t') || *p == 0x7f) fprintf(f, "\\x%02x", *p);
-            else fputc(*p, f);
+            if (*p >= 0x80) {
+                int len = 1;
+                long cp = utf8_at(p, &len);
+                if (cp < 0) fprintf(f, "\\x%02x", *p);
+                else if (cp <= 0x9f || hides_text(cp)) fprintf(f, "\\u%04lx", cp);
+                else fwrite(p, 1, (size_t)len, f);
+                p += len - 1;
+            } else if ((*p < 0x20 && *p != '\n' && *p != '\t') || *p == 0x7f) {
+                fprintf(f, "\\x%02x", *p);
+            } else {
+                fputc(*p, f);
+            }
         }
     }
     fputc('\n', f);

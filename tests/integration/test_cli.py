@@ -161,6 +161,12 @@ class CliTest(unittest.TestCase):
         p.send(b"\x04")
         p.wait()
         self.assertNotIn(b"\x1b]", p.buf)
+        # a bidi override reorders what is shown, a lone 0x9B is CSI on a Latin-1 terminal: both
+        # as text; a well-formed character stays
+        p = seertest.Pty(["-e", 'error("rm -rf \\226\\128\\174txt.sgol \\155 \\195\\169", 0)'])
+        p.expect(r"rm -rf \\u202etxt\.sgol \\x9b \xc3\xa9")
+        self.assertEqual(p.wait(), 1)
+        self.assertNotIn(b"\xe2\x80\xae", p.buf)
 
     def test_help_for_a_command_is_the_commands_own_help(self):
         # `seer help X` kept its own copies of each command's usage, which fell behind what the

@@ -261,7 +261,37 @@ T.test("a CLI session: the reference's exec_shell, session_id and workspace_path
   T.eq(cli.workspace_path, "/workspace")
   T.eq((cli:exec_shell("id -u")), "65534\n")
   T.eq((cli:exec_lua("print(1 + 1)")), "2\n")
+  -- the reference's create_cli_session(sandbox, workspace, name): the name given positionally
+  -- was ignored (every session was "cli")
+  local named = require("seer.execution").create_cli_session(s, nil, "shell")
+  T.ok(named.session_id:match("^shell%-"), named.session_id)
+  T.eq(named.name, "shell")
+  T.ok(named.mcp_config.shell ~= nil, "the mcp_config entry has the session's name")
+  T.raises(function() require("seer.execution").create_cli_session(s, nil, 5) end,
+    "create_cli_session: the argument after the workspace is a name string or an options table, got number", true)
+  T.raises(function() require("seer.execution").create_cli_session(s, nil, { nmae = "x" }) end,
+    "create_cli_session: unknown option 'nmae'", true)
   s:terminate()
+end)
+
+T.test("the reference's Sandbox names seer lacks say what to use; a misspelt method lists the methods", function()
+  local sb = env.Sandbox(env.SandboxConfig{ execution_mode = "cli" })
+  T.raises(function() return sb:exec_python("print(1)") end, "use sandbox:exec_lua(code)", true)
+  T.raises(function() return sb.code_server_url end, "seer runs no code-server", true)
+  T.raises(function() return sb.modal_sandbox end, "a seer sandbox is not a Modal sandbox", true)
+  -- through a ScopedSandbox too (it passes unknown names on to its sandbox)
+  T.raises(function() return env.ScopedSandbox(env.SandboxConfig{ execution_mode = "cli" }):exec_python("1") end,
+    "use sandbox:exec_lua(code)", true)
+  for typo, want in pairs{ exce = "exec", write_files = "write_file", terminat = "terminate", Exec = "exec", exec_lau = "exec_lua" } do
+    local msg = T.raises(function() return sb[typo](sb) end, ("Sandbox has no method '%s' (did you mean '%s'?); methods: "):format(typo, want), true)
+    T.contains(msg, "exec_lua, ")
+    T.ok(not msg:find("_start", 1, true), "private methods are not listed: " .. msg)
+  end
+  -- fields a sandbox may leave unset still read as nil (code probes them)
+  for _, k in ipairs{ "sandbox_id", "jupyter_url", "detached", "stopped", "attached", "notebook_server", "alive", "install", "foo" } do
+    T.eq(sb[k], nil, k)
+  end
+  T.eq(type(sb.exec), "function")
 end)
 
 T.test("repos are cloned on the host and installed inside; a failing install is an error", function()
@@ -569,6 +599,17 @@ T.test("seer sandbox list, logs and terminate", function()
   T.contains(shown, "before \\x1b]52;c;cm0gLXJmIH4=\\x07 \\x1b[2J")
   T.contains(shown, "red after")
   T.ok(not shown:find("\27", 1, true), "an escape character reached the terminal: " .. shown)
+  -- -f on a terminal: a C1 control written in two pieces (0xC2, then 0x9B: CSI) reached the
+  -- terminal whole, each piece alone looking harmless; a lone 0x9B (CSI on a Latin-1
+  -- terminal) and a bidi override likewise
+  local f = io.popen(("SEER_SANDBOX_DIR=%s timeout 6 script -qfec %s /dev/null"):format(S.shell_quote(state_root),
+    S.shell_quote(SEER .. " sandbox logs -n 1 -f " .. s.sandbox_id)))
+  process.sleep_ms(1500)
+  s:exec([[printf 'split \302' >> /var/log/seer/sandbox.log; sleep 1; printf '\2332J lone \233 bidi \342\200\256x end\n' >> /var/log/seer/sandbox.log]])
+  local followed = f:read("*a")
+  f:close()
+  T.contains(followed, "split \\u009b2J lone \\x9b bidi \\u202ex end")
+  T.ok(not followed:find("\194\155", 1, true) and not followed:find("\155", 1, true), "a CSI reached the terminal: " .. followed)
   -- usage errors: status 2 and the usage, no traceback
   for _, args in ipairs({ { "logs", s.sandbox_id, "-n", "0" }, { "logs", "a", "b" }, { "terminate", "--all", "x" },
                           { "list", "--x" }, { "nonsense" } }) do

@@ -117,6 +117,17 @@ T.test("seer.terminal.safe shows terminal commands as text", function()
   T.eq(safe("\0\8\11\12\127"), "\\x00\\x08\\x0b\\x0c\\x7f")
   T.eq(safe("c1 \194\155 2J \194\157 \194\160nbsp"), "c1 \\u009b 2J \\u009d \194\160nbsp")
   T.eq(safe(42), "42")
+  -- characters that reorder or hide text, and bytes that are not UTF-8 (a lone 0x9B is CSI on a
+  -- Latin-1 terminal); well-formed characters outside those stay
+  T.eq(safe("rm -rf \226\128\174txt.sgol"), "rm -rf \\u202etxt.sgol")
+  T.eq(safe("\226\129\167a\226\129\169 b\226\128\139c \226\128\168 \239\187\191"), "\\u2067a\\u2069 b\\u200bc \\u2028 \\ufeff")
+  T.eq(safe("raw \155 \133 end"), "raw \\x9b \\x85 end")
+  T.eq(safe("cut \240\159\152"), "cut \\xf0\\x9f\\x98")
+  T.eq(safe("overlong \192\155 surrogate \237\160\128"), "overlong \\xc0\\x9b surrogate \\xed\\xa0\\x80")
+  T.eq(safe("ok \240\159\152\128 \226\130\172 \224\164\149\224\165\141\226\128\141"), "ok \240\159\152\128 \226\130\172 \224\164\149\224\165\141\226\128\141")
+  local pending = require("seer.terminal").pending_utf8
+  T.eq({ pending("ab"), pending("ab\194"), pending("a\240\159"), pending("a\240\159\152"), pending("\195\169"), pending("\155") },
+       { 0, 1, 2, 3, 0, 0 })
   -- the experiments' printer streams the agent's text and tool names through it
   local written = {}
   local real = io.write

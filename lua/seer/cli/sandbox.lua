@@ -72,12 +72,18 @@ local function logs(args)
   end
   -- The log is the sandbox's writing: on a terminal its escape sequences are shown, not obeyed
   -- (seer.terminal); into a pipe or a file it goes byte for byte.
-  local show = require("seer.core.host").isatty(1) and require("seer.terminal").safe or tostring
+  local tty = require("seer.core.host").isatty(1)
+  local show = tty and require("seer.terminal").safe or tostring
+  -- On a terminal, a character the sandbox has written only part of is left for the next read,
+  -- so it is judged whole (0xC2 then 0x9B, written apart, is CSI); into a pipe, bytes as they are.
+  local pending = tty and require("seer.terminal").pending_utf8 or function() return 0 end
+  local held = follow and pending(text) or 0
+  text = text:sub(1, #text - held)
   local lines = {}
   for l in text:gmatch("[^\n]*\n?") do if l ~= "" then lines[#lines + 1] = l end end
   io.stdout:write(show(table.concat(lines, "", math.max(1, #lines - n + 1))))
   io.stdout:flush()
-  local offset = size
+  local offset = size - held
   while follow do
     local more, total, code = root:read(rel, { max = 1048576, offset = offset })
     if not more and code == "toobig" then
@@ -86,7 +92,9 @@ local function logs(args)
     end
     if not more then break end -- removed, or replaced by a link or a fifo
     if total < offset then offset = 0 -- truncated: start again
-    elseif more ~= "" then io.stdout:write(show(more)); io.stdout:flush(); offset = offset + #more
+    elseif #more > pending(more) then
+      local whole = more:sub(1, #more - pending(more))
+      io.stdout:write(show(whole)); io.stdout:flush(); offset = offset + #whole
     else
       if not S.log_file(id, service) then break end
       process.sleep_ms(200)
