@@ -2,8 +2,11 @@
 --- experiments written for API models (OpenRouter targets, black-box audits, checkpoint diffs)
 --- can run against a local seer model, and so any OpenAI client can talk to one.
 ---
----   POST /v1/chat/completions   {model, messages, max_tokens, temperature, top_p, seed, stop, stream}
+---   POST /v1/chat/completions   {model, messages, max_tokens, temperature, top_p, top_k, min_p,
+---                                repetition_penalty, seed, min_tokens, stop, stop_token_ids, stream, ...}
 ---   POST /v1/completions        {model, prompt, ...}
+--- Every request field is implemented, harmless, or a 400 naming it (FIELDS below): a field
+--- this server ignored would answer another question than the one asked.
 ---   GET  /v1/models
 ---
 --- One request at a time (the model is not reentrant), on loopback by default; with a token,
@@ -102,42 +105,181 @@ local function render(model, messages)
   return table.concat(parts, "\n")
 end
 
-local function check_params(p, max_tokens_cap)
-  if type(p) ~= "table" then return "the body must be a JSON object" end
-  if p.max_tokens ~= nil and (type(p.max_tokens) ~= "number" or p.max_tokens < 1 or p.max_tokens ~= math.floor(p.max_tokens)) then
-    return "max_tokens must be a positive integer"
+-- The stop strings of a request ("" stops nothing: generate refuses it).
+local function stops_of(p)
+  if type(p.stop) == "string" then return p.stop ~= "" and { p.stop } or {} end
+  if type(p.stop) == "table" then
+    local t = {}
+    for _, s in ipairs(p.stop) do if type(s) == "string" and s ~= "" then t[#t + 1] = s end end
+    return t
   end
-  if (p.max_tokens or 0) > max_tokens_cap then return ("max_tokens is at most %d on this server"):format(max_tokens_cap) end
-  for _, k in ipairs({ "temperature", "top_p", "seed" }) do
-    if p[k] ~= nil and p[k] ~= json.null and type(p[k]) ~= "number" then return k .. " must be a number" end
+  return {}
+end
+
+-- ---- request fields ------------------------------------------------------------------------
+-- Every field a request may carry, in three kinds: fields this server implements (mapped onto
+-- model:generate), fields that cannot change the answer (user, stream_options), and fields of
+-- OpenAI's or vLLM's API it does not implement, taken only at the value that does nothing (as
+-- SDKs send them) and otherwise a 400 naming them. Any other field is a 400 naming it: a field
+-- this server does not know would be ignored, and the answer would be to another question
+-- (repetition_penalty = 5 answered as plain greedy). null is taken as an absent field.
+local function set(v) return v ~= nil and v ~= json.null end
+local function finite(v) return type(v) == "number" and v == v and v > -math.huge and v < math.huge end
+local function whole(v) return finite(v) and v == math.floor(v) end
+local function empty(v) return type(v) == "table" and next(v) == nil end
+local function shown(v) -- a value in an error message, cut short
+  local ok, t = pcall(json.encode, v)
+  t = ok and t or tostring(v)
+  return #t > 60 and t:sub(1, 57) .. "..." or t
+end
+
+local function number_in(k, lo, hi, what)
+  return function(v)
+    if not (finite(v) and v >= lo and v <= hi) then return ("%s must be a number %s, got %s"):format(k, what, shown(v)) end
   end
-  -- the ranges OpenAI's API documents (a number past them is a 400 here, not a failed generation)
-  local t, tp, sd = p.temperature, p.top_p, p.seed
-  if type(t) == "number" and not (t >= 0 and t <= 2) then return "temperature must be from 0 to 2" end
-  if type(tp) == "number" and not (tp >= 0 and tp <= 1) then return "top_p must be from 0 to 1" end
-  if type(sd) == "number" and not (sd >= -2 ^ 53 and sd <= 2 ^ 53 and sd == math.floor(sd)) then
-    return "seed must be an integer (at most 2^53 in magnitude)"
+end
+
+local function count(k) -- max_tokens, max_completion_tokens
+  return function(v, _, ctx)
+    if not (whole(v) and v >= 1) then return ("%s must be a positive integer, got %s"):format(k, shown(v)) end
+    if v > ctx.cap then return ("%s is at most %d on this server (--max-tokens)"):format(k, ctx.cap) end
   end
-  if p.stop ~= nil and p.stop ~= json.null and type(p.stop) ~= "string" and type(p.stop) ~= "table" then return "stop must be a string or a list of strings" end
-  -- Fields of OpenAI's API that change what comes back and that this server does not do: a 400
-  -- naming them, never a silent answer to a different question (n = 3 returned one choice,
-  -- logprobs = true none)
-  local function set(v) return v ~= nil and v ~= json.null end
-  if set(p.n) and p.n ~= 1 then return "n must be 1 on this server (one choice per request; send n requests with different seeds)" end
-  if set(p.best_of) and p.best_of ~= 1 then return "best_of must be 1 on this server" end
-  if set(p.logprobs) and p.logprobs ~= false and p.logprobs ~= 0 then return "logprobs are not supported by this server" end
-  if set(p.top_logprobs) and p.top_logprobs ~= 0 then return "top_logprobs are not supported by this server" end
-  if set(p.echo) and p.echo ~= false then return "echo is not supported by this server" end
-  if set(p.suffix) then return "suffix is not supported by this server" end
-  if set(p.tools) and (type(p.tools) ~= "table" or #p.tools > 0) then return "tools (function calling) are not supported by this server" end
-  if set(p.tool_choice) and p.tool_choice ~= "none" then return "tool_choice is not supported by this server (no tools)" end
-  if set(p.functions) or set(p.function_call) then return "functions are not supported by this server" end
-  if set(p.logit_bias) and (type(p.logit_bias) ~= "table" or next(p.logit_bias) ~= nil) then return "logit_bias is not supported by this server" end
-  if set(p.response_format) and not (type(p.response_format) == "table" and p.response_format.type == "text") then
-    return "response_format other than {type = \"text\"} is not supported by this server"
+end
+
+local function only(k, neutral, why)
+  return function(v) if not neutral(v) then return ("%s %s"):format(k, why) end end
+end
+
+local FIELDS = {
+  -- implemented
+  { "model", function(v) if type(v) ~= "string" then return "model must be a string (the served name, from GET /v1/models)" end end },
+  { "messages", endpoint = "chat" }, -- checked where they are rendered
+  { "prompt", endpoint = "completions" },
+  { "max_tokens", count("max_tokens") },
+  { "max_completion_tokens", count("max_completion_tokens") },
+  { "temperature", number_in("temperature", 0, 2, "from 0 to 2 (0 = greedy, the default here)") },
+  { "top_p", number_in("top_p", 0, 1, "from 0 to 1 (1 = off)") },
+  { "top_k", function(v)
+      if not (whole(v) and v >= -1 and v < 2 ^ 31) then return ("top_k must be an integer >= 1, or 0 or -1 for no limit, got %s"):format(shown(v)) end
+    end },
+  { "min_p", number_in("min_p", 0, 1, "from 0 to 1 (0 = off)") },
+  -- > 0, within a float (the sampler's precision)
+  { "repetition_penalty", number_in("repetition_penalty", 1e-30, 1e30,
+      "> 0, from 1e-30 to 1e30 (1 = off; above 1 discourages the tokens of the prompt and the answer so far)") },
+  { "seed", function(v)
+      if not (whole(v) and v >= -2 ^ 53 and v <= 2 ^ 53) then return ("seed must be an integer (at most 2^53 in magnitude), got %s"):format(shown(v)) end
+    end },
+  { "min_tokens", function(v)
+      if not (whole(v) and v >= 0 and v < 2 ^ 31) then return ("min_tokens must be an integer >= 0, got %s"):format(shown(v)) end
+    end },
+  { "stop", function(v)
+      if type(v) == "string" then return end
+      if not json.is_array(v) and not empty(v) then return "stop must be a string or a list of strings" end
+      for i, s in ipairs(v) do
+        if type(s) ~= "string" then
+          return ("stop[%d] must be a string, got %s (token ids go in stop_token_ids)"):format(i - 1, shown(s))
+        end
+      end
+    end },
+  { "stop_token_ids", function(v, _, ctx)
+      if not json.is_array(v) and not empty(v) then return "stop_token_ids must be a list of token ids" end
+      for i, id in ipairs(v) do
+        if not (whole(id) and id >= 0 and id < ctx.vocab) then
+          return ("stop_token_ids[%d] must be a token id from 0 to %d, got %s"):format(i - 1, ctx.vocab - 1, shown(id))
+        end
+      end
+    end },
+  { "stream", function(v) if type(v) ~= "boolean" then return "stream must be true or false" end end },
+  -- cannot change the answer
+  { "stream_options", function(v)
+      if not json.is_object(v) and not empty(v) then return "stream_options must be an object" end
+      for k, x in pairs(v) do
+        if k ~= "include_usage" then
+          return ("stream_options.%s is not supported by this server (it takes include_usage; the last chunk always carries usage)"):format(k)
+        end
+        if set(x) and type(x) ~= "boolean" then return "stream_options.include_usage must be true or false" end
+      end
+    end },
+  { "user", function(v) if type(v) ~= "string" then return "user must be a string" end end },
+  -- not implemented: only their neutral values
+  { "n", only("n", function(v) return v == 1 end, "must be 1 on this server (one choice per request; send n requests with different seeds)") },
+  { "best_of", only("best_of", function(v) return v == 1 end, "must be 1 on this server (send several requests with different seeds)") },
+  { "logprobs", only("logprobs", function(v) return v == false end, "are not supported by this server (only false); model:forward in seer gives the logits") },
+  { "top_logprobs", only("top_logprobs", function(v) return v == 0 end, "are not supported by this server (only 0)") },
+  { "echo", only("echo", function(v) return v == false end, "is not supported by this server (only false); prepend the prompt yourself") },
+  { "suffix", only("suffix", function(v) return v == "" end, "is not supported by this server (no insertion; only \"\")") },
+  { "presence_penalty", only("presence_penalty", function(v) return v == 0 end,
+      "is not supported by this server (only 0); repetition_penalty (> 1) is the penalty it has") },
+  { "frequency_penalty", only("frequency_penalty", function(v) return v == 0 end,
+      "is not supported by this server (only 0); repetition_penalty (> 1) is the penalty it has") },
+  { "logit_bias", only("logit_bias", empty, "is not supported by this server (only {})") },
+  { "tools", only("tools", function(v) return json.is_array(v) and #v == 0 or empty(v) end, "(function calling) are not supported by this server (only [])") },
+  { "tool_choice", only("tool_choice", function(v) return v == "none" end, "is not supported by this server (no tools; only \"none\")") },
+  { "functions", only("functions", function(v) return json.is_array(v) and #v == 0 or empty(v) end, "are not supported by this server (only [])") },
+  { "function_call", only("function_call", function(v) return v == "none" end, "is not supported by this server (no functions; only \"none\")") },
+  { "response_format", only("response_format", function(v) return type(v) == "table" and v.type == "text" and next(v, next(v)) == nil end,
+      "other than {\"type\": \"text\"} is not supported by this server") },
+  { "ignore_eos", only("ignore_eos", function(v) return v == false end,
+      "is not supported by this server (only false: it stops at the model's end-of-sequence tokens); min_tokens holds them off") },
+  { "skip_special_tokens", only("skip_special_tokens", function(v) return v == true end,
+      "is not supported by this server (only true: special tokens are left out of the text)") },
+  { "include_stop_str_in_output", only("include_stop_str_in_output", function(v) return v == false end,
+      "is not supported by this server (only false: the text ends before the stop string)") },
+}
+local FIELD = {}
+for _, f in ipairs(FIELDS) do FIELD[f[1]] = f end
+
+-- The fields an endpoint takes, for the error about an unknown one.
+local function field_list(chat)
+  local names = {}
+  for _, f in ipairs(FIELDS) do
+    if f.endpoint == nil or f.endpoint == (chat and "chat" or "completions") then names[#names + 1] = f[1] end
   end
-  for _, k in ipairs({ "presence_penalty", "frequency_penalty" }) do
-    if set(p[k]) and p[k] ~= 0 then return k .. " is not supported by this server (only 0)" end
+  return table.concat(names, ", ")
+end
+
+-- nil, or the message of a 400. ctx: {cap, vocab, chat}.
+local function check_params(p, ctx)
+  if not json.is_object(p) then return "the body must be a JSON object" end
+  local unknown = {}
+  for k in pairs(p) do
+    local f = FIELD[k]
+    if not f then
+      unknown[#unknown + 1] = k
+    elseif f.endpoint and f.endpoint ~= (ctx.chat and "chat" or "completions") then
+      return ctx.chat and "prompt is a field of /v1/completions; /v1/chat/completions takes messages"
+                       or "messages is a field of /v1/chat/completions; /v1/completions takes prompt"
+    end
+  end
+  if #unknown > 0 then
+    table.sort(unknown)
+    local n = #unknown
+    for i = 11, n do unknown[i] = nil end
+    for i, k in ipairs(unknown) do unknown[i] = shown(k) end
+    if n > 10 then unknown[11] = ("and %d more"):format(n - 10) end
+    local many = n > 1
+    return ("unknown field%s %s: this server does not implement %s, and a field it ignored would change the question "
+      .. "unseen; remove %s (the fields it takes: %s; docs/serve.md)"):format(many and "s" or "", table.concat(unknown, ", "),
+      many and "them" or "it", many and "them" or "it", field_list(ctx.chat))
+  end
+  for _, f in ipairs(FIELDS) do
+    local v = p[f[1]]
+    if f[2] and set(v) then
+      local bad = f[2](v, p, ctx)
+      if bad then return bad end
+    end
+  end
+  -- across fields
+  local mt, mct = p.max_tokens, p.max_completion_tokens
+  if set(mt) and set(mct) and mt ~= mct then return "max_tokens and max_completion_tokens differ; send one of them" end
+  local max = set(mt) and mt or set(mct) and mct or ctx.default_tokens
+  if set(p.min_tokens) and p.min_tokens > 0 then
+    if p.min_tokens > max then return ("min_tokens (%d) is more than max_tokens (%d)"):format(p.min_tokens, max) end
+    -- vLLM does not look for stop strings before min_tokens; seer's generate does, so the
+    -- two together would answer differently from what a vLLM client expects
+    if #stops_of(p) > 0 then
+      return "min_tokens with stop strings is not supported by this server (a stop string would end the answer before min_tokens); send one of them"
+    end
   end
   return nil
 end
@@ -158,34 +300,50 @@ local function content_text(c)
   return table.concat(parts, "\n")
 end
 
+-- model:generate's options for a checked request (docs/serve.md has the mapping).
 local function gen_opts(p, default_tokens)
-  local o = { max_new_tokens = p.max_tokens or default_tokens }
-  if type(p.temperature) == "number" then o.temperature = p.temperature end
-  if type(p.top_p) == "number" then o.top_p = p.top_p end
-  if type(p.seed) == "number" then o.seed = p.seed end
+  local function get(k) if set(p[k]) then return p[k] end end
+  local o = { max_new_tokens = get("max_tokens") or get("max_completion_tokens") or default_tokens,
+              temperature = get("temperature"), top_p = get("top_p"), min_p = get("min_p"),
+              repetition_penalty = get("repetition_penalty"), seed = get("seed") }
+  local k = get("top_k")
+  if k and k > 0 then o.top_k = k end -- 0 and -1 (vLLM's "off") are no limit
+  local mn = get("min_tokens")
+  if mn and mn > 0 then o.min_new_tokens = mn end
+  local stop = stops_of(p)
+  for _, id in ipairs(get("stop_token_ids") or {}) do stop[#stop + 1] = id end
+  if #stop > 0 then o.stop = stop end
   return o
-end
-
-local function stops_of(p)
-  if type(p.stop) == "string" then return p.stop ~= "" and { p.stop } or {} end -- "" stops nothing (generate refuses it)
-  if type(p.stop) == "table" then
-    local t = {}
-    for _, s in ipairs(p.stop) do if type(s) == "string" and s ~= "" then t[#t + 1] = s end end
-    return t
-  end
-  return {}
 end
 
 -- Generates; returns text, finish_reason, prompt tokens, completion tokens. on_piece streams
 -- (generate holds back text that may be the start of a stop string).
 local function generate(model, text, p, default_tokens, on_piece)
   local o = gen_opts(p, default_tokens)
-  local stops = stops_of(p)
-  if #stops > 0 then o.stop = stops end
   if on_piece then o.stream = function(piece) if piece and piece ~= "" then on_piece(piece) end end end
   local r = model:generate(text, o)
-  local n_out = #r.ids
-  return r.text or "", n_out >= o.max_new_tokens and "length" or "stop", #r.prompt_ids, n_out
+  local ids = r.ids
+  local n_out = #ids
+  -- "stop" when an end-of-sequence token, a stop token id or a stop string ended it, even on
+  -- the last token max_tokens allowed; "length" only when max_tokens alone did
+  local finish = "length"
+  if n_out < o.max_new_tokens then
+    finish = "stop"
+  elseif n_out > 0 then
+    local last = ids[n_out]
+    for _, id in ipairs(model.config.eos_token_ids) do if id == last then finish = "stop" end end
+    for _, s in ipairs(o.stop or {}) do if s == last then finish = "stop" end end
+    if finish == "length" and model.tokenizer then
+      local full -- the text before generate cut it at a stop string
+      for _, s in ipairs(o.stop or {}) do
+        if type(s) == "string" then
+          full = full or model.tokenizer:decode(ids, { skip_special_tokens = true })
+          if full:find(s, 1, true) then finish = "stop" end
+        end
+      end
+    end
+  end
+  return r.text or "", finish, #r.prompt_ids, n_out
 end
 
 ---@class seerserve.Options
@@ -278,16 +436,29 @@ function M._handle(fd, model, name, token, cap, default_tokens, read_ms)
   if method ~= "POST" then return api_error(fd, 405, "use POST") end
   local okj, p = pcall(json.decode, body)
   if not okj then return api_error(fd, 400, "the body is not JSON") end
-  local bad = check_params(p, cap)
+  local bad = check_params(p, { cap = cap, default_tokens = default_tokens, vocab = model.config.vocab_size, chat = chat })
   if bad then return api_error(fd, 400, bad) end
-  if p.model ~= nil and p.model ~= name then return api_error(fd, 404, ("model %q is not served here (this server has %q)"):format(tostring(p.model), name)) end
+  if set(p.model) and p.model ~= name then return api_error(fd, 404, ("model %q is not served here (this server has %q)"):format(tostring(p.model), name)) end
   local text
   if chat then
-    if type(p.messages) ~= "table" or #p.messages == 0 then return api_error(fd, 400, "messages must be a non-empty list") end
+    if not json.is_array(p.messages) or #p.messages == 0 then return api_error(fd, 400, "messages must be a non-empty list") end
     local msgs = {}
+    local templated = model.tokenizer and model.tokenizer.chat_template
     for i, m in ipairs(p.messages) do
-      if type(m) ~= "table" or type(m.role) ~= "string" then
+      if not json.is_object(m) or type(m.role) ~= "string" then
         return api_error(fd, 400, ("messages[%d] needs a role and a string content"):format(i - 1))
+      end
+      -- a message's other fields (name, tool_calls, ...) would not reach the prompt: taken only
+      -- empty (null, false, "", [] or {}, as a client replaying an answer sends them)
+      for k, v in pairs(m) do
+        if k ~= "role" and k ~= "content" and set(v) and v ~= false and v ~= "" and not empty(v) then
+          return api_error(fd, 400, ("messages[%d].%s is not supported by this server (a message is a role and a content; "
+            .. "the prompt would not show %s): remove it, or put it in the content"):format(i - 1, tostring(k):sub(1, 60), tostring(k):sub(1, 60)))
+        end
+      end
+      if not templated and m.role ~= "system" and m.role ~= "user" and m.role ~= "assistant" then
+        return api_error(fd, 400, ("messages[%d].role is %s; this model has no chat template, so the roles are system, user and assistant")
+          :format(i - 1, shown(m.role)))
       end
       local c, why = content_text(m.content)
       if not c then return api_error(fd, 400, ("messages[%d] %s"):format(i - 1, why)) end

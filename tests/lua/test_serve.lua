@@ -80,11 +80,11 @@ T.test("bad requests get OpenAI-shaped errors", function()
   T.eq(st, 400); T.contains(msg, "max_tokens is at most 1024")
   -- sampling numbers outside their ranges are the client's error (400), not the server's (500)
   st, msg = err("/completions", json.encode{ prompt = "x", max_tokens = 2, temperature = -1 })
-  T.eq(st, 400); T.contains(msg, "temperature must be from 0 to 2")
+  T.eq(st, 400); T.contains(msg, "temperature must be a number from 0 to 2")
   st, msg = err("/completions", '{"prompt": "x", "max_tokens": 2, "temperature": 1e999}')
-  T.eq(st, 400); T.contains(msg, "temperature must be from 0 to 2")
+  T.eq(st, 400); T.contains(msg, "temperature must be a number from 0 to 2")
   st, msg = err("/chat/completions", json.encode{ messages = { { role = "user", content = "x" } }, max_tokens = 2, top_p = 3 })
-  T.eq(st, 400); T.contains(msg, "top_p must be from 0 to 1")
+  T.eq(st, 400); T.contains(msg, "top_p must be a number from 0 to 1")
   st, msg = err("/completions", json.encode{ prompt = "x", max_tokens = 2, seed = 1.5 })
   T.eq(st, 400); T.contains(msg, "seed must be an integer")
   st, msg = err("/completions", '{"prompt": "x", "max_tokens": 2, "seed": 1e300}')
@@ -126,6 +126,186 @@ T.test("bad requests get OpenAI-shaped errors", function()
   T.eq(st, 404); T.contains(msg, "no route /v1/embeddings")
   st = err("/completions", string.rep("x", 5 * 1024 * 1024))
   T.eq(st, 413)
+end)
+
+-- The in-process model the answers are compared with (loaded once).
+local local_model
+local function lm()
+  local_model = local_model or seer.model.load(stories)
+  return local_model
+end
+local function errq(path, body)
+  local r = require("seer.http").post(plain().url .. path, type(body) == "string" and body or json.encode(body), { retries = 0 })
+  local okj, d = pcall(json.decode, r.body)
+  return r.status, okj and type(d) == "table" and type(d.error) == "table" and d.error.message or r.body
+end
+
+T.test("sampling fields of vLLM / OpenRouter are implemented: answers equal in-process generation with the same options", function()
+  local i = plain()
+  local http = require "seer.http"
+  local m = lm()
+  local prompt = "Once upon a time"
+  local function served(extra)
+    local body = { prompt = prompt, max_tokens = 30 }
+    for k, v in pairs(extra) do body[k] = v end
+    return http.post_json(i.url .. "/completions", body).choices[1]
+  end
+  local greedy = m:generate(prompt, { max_new_tokens = 30 }).text
+  -- repetition_penalty was ignored: the answer was plain greedy's, byte for byte
+  local rp = served{ repetition_penalty = 5.0 }
+  T.eq(rp.text, m:generate(prompt, { max_new_tokens = 30, repetition_penalty = 5.0 }).text)
+  T.ne(rp.text, greedy, "repetition_penalty = 5 changes stories260K's greedy answer")
+  for _, o in ipairs({
+    { top_k = 3, temperature = 1, seed = 7 }, { min_p = 0.2, temperature = 1, seed = 7 },
+    { top_p = 0.5, temperature = 1.5, seed = 11 }, { top_k = 2, top_p = 0.9, min_p = 0.05, repetition_penalty = 1.3, temperature = 0.9, seed = 5 },
+  }) do
+    local want = { max_new_tokens = 30 }
+    for k, v in pairs(o) do want[k] = v end
+    T.eq(served(o).text, m:generate(prompt, want).text, json.encode(o))
+  end
+  -- top_k 0 and -1 (vLLM's "off") are no limit
+  T.eq(served{ top_k = -1, temperature = 1, seed = 7 }.text, m:generate(prompt, { max_new_tokens = 30, temperature = 1, seed = 7 }).text)
+  T.eq(served{ top_k = 0, temperature = 1, seed = 7 }.text, m:generate(prompt, { max_new_tokens = 30, temperature = 1, seed = 7 }).text)
+  -- max_completion_tokens is max_tokens' newer name
+  local r = http.post_json(i.url .. "/chat/completions", { messages = { { role = "user", content = "Hi" } }, max_completion_tokens = 7 })
+  T.eq(r.usage.completion_tokens, 7)
+  T.eq(r.choices[1].finish_reason, "length")
+  -- stop_token_ids end the answer at a token (kept in the text, as vLLM); min_tokens holds them off
+  local ids = m:generate(prompt, { max_new_tokens = 30 }).ids
+  local at -- a token that first comes third
+  for k = 3, #ids do
+    local seen = false
+    for j = 1, k - 1 do seen = seen or ids[j] == ids[k] end
+    if not seen then at = k break end
+  end
+  assert(at, "no token of the greedy answer comes first after the second")
+  local st = served{ stop_token_ids = { ids[at] } }
+  T.eq(st.finish_reason, "stop")
+  T.eq(st.text, m.tokenizer:decode({ unpack(ids, 1, at) }, { skip_special_tokens = true }))
+  local held = http.post_json(i.url .. "/completions", { prompt = prompt, max_tokens = 30, stop_token_ids = { ids[at] }, min_tokens = at + 3 })
+  T.eq(held.choices[1].text, m:generate(prompt, { max_new_tokens = 30, stop = { ids[at] }, min_new_tokens = at + 3 }).text)
+  T.ok(held.usage.completion_tokens > at, "min_tokens held the stop token off")
+  -- fields that cannot change the answer, and the neutral values of vLLM's switches
+  local h = http.post_json(i.url .. "/completions", { prompt = prompt, max_tokens = 30, user = "tester", ignore_eos = false,
+    skip_special_tokens = true, include_stop_str_in_output = false, stream = false, top_k = json.null, logprobs = json.null })
+  T.eq(h.choices[1].text, greedy)
+end)
+
+T.test("finish_reason is stop when a stop string or stop token ends the answer on the last token max_tokens allows", function()
+  local i = plain()
+  local http = require "seer.http"
+  local m = lm()
+  local prompt = "Once upon a time"
+  -- the greedy answer token by token; k: a token whose text first appears with it
+  local pieces, ids, text_before = {}, {}, {}
+  for id, piece in m:generate_iter(prompt, { max_new_tokens = 40 }) do ids[#ids + 1] = id; pieces[#pieces + 1] = piece end
+  local k, stop
+  local so_far = ""
+  for j, piece in ipairs(pieces) do
+    text_before[j] = so_far
+    local s = piece:match("^%s*(.-)%s*$")
+    if j >= 3 and #s >= 2 and not so_far:find(s, 1, true) and (so_far .. piece):find(s, 1, true) then k, stop = j, s break end
+    so_far = so_far .. piece
+  end
+  assert(k, "no token of the greedy answer brings new text")
+  local function completion(extra)
+    local body = { prompt = prompt, max_tokens = k }
+    for key, v in pairs(extra) do body[key] = v end
+    return http.post_json(i.url .. "/completions", body)
+  end
+  T.eq(completion{}.choices[1].finish_reason, "length") -- max_tokens alone ended it
+  local r = completion{ stop = stop }
+  T.eq(r.usage.completion_tokens, k)
+  T.eq(r.choices[1].finish_reason, "stop", "a stop string on the last allowed token was reported as length")
+  T.eq(r.choices[1].text, (text_before[k] .. pieces[k]):sub(1, (text_before[k] .. pieces[k]):find(stop, 1, true) - 1))
+  T.eq(completion{ stop = { "zzzz-never", stop } }.choices[1].finish_reason, "stop")
+  T.eq(completion{ stop_token_ids = { ids[k] } }.choices[1].finish_reason, "stop")
+  T.eq(completion{ stop = stop, max_tokens = k + 5 }.choices[1].finish_reason, "stop")
+  -- streamed, the last chunk says the same
+  local finish, streamed = nil, {}
+  http.sse(i.url .. "/completions", { method = "POST", json = { prompt = prompt, max_tokens = k, stop = stop, stream = true } },
+    function(ev)
+      if ev.data == "[DONE]" then return end
+      local ch = json.decode(ev.data).choices[1]
+      streamed[#streamed + 1] = ch.text
+      finish = ch.finish_reason or finish
+    end)
+  T.eq(finish, "stop")
+  T.eq(table.concat(streamed), r.choices[1].text, "the streamed pieces add up to the answer, without the stop string")
+  -- chat: the same rule
+  local chat_ids = m:generate("User: Hi\nAssistant:", { max_new_tokens = 10 }).ids
+  local c = http.post_json(i.url .. "/chat/completions", { messages = { { role = "user", content = "Hi" } }, max_tokens = 10,
+    stop_token_ids = { chat_ids[10] } })
+  T.eq(c.choices[1].finish_reason, "stop")
+  T.eq(c.usage.completion_tokens, #m:generate("User: Hi\nAssistant:", { max_new_tokens = 10, stop = { chat_ids[10] } }).ids)
+end)
+
+T.test("every other request field is a 400 naming it and saying what to do; bad values of implemented fields too", function()
+  plain()
+  local chat_x = { { role = "user", content = "x" } }
+  local function chat(extra)
+    local body = { messages = chat_x, max_tokens = 2 }
+    for k, v in pairs(extra) do body[k] = v end
+    return errq("/chat/completions", body)
+  end
+  local function completion(extra)
+    local body = { prompt = "x", max_tokens = 2 }
+    for k, v in pairs(extra) do body[k] = v end
+    return errq("/completions", body)
+  end
+  -- bogus_field was answered as if absent
+  local st, msg = completion{ bogus_field = 5 }
+  T.eq(st, 400)
+  T.contains(msg, 'unknown field "bogus_field": this server does not implement it')
+  T.contains(msg, "remove it (the fields it takes: model, prompt, max_tokens")
+  st, msg = chat{ typical_p = 0.5, length_penalty = 1, bogus = json.null }
+  T.eq(st, 400)
+  T.contains(msg, 'unknown fields "bogus", "length_penalty", "typical_p"')
+  T.contains(msg, "model, messages, max_tokens")
+  st, msg = errq("/completions", { messages = chat_x })
+  T.eq(st, 400); T.contains(msg, "messages is a field of /v1/chat/completions; /v1/completions takes prompt")
+  st, msg = errq("/chat/completions", { prompt = "x" })
+  T.eq(st, 400); T.contains(msg, "prompt is a field of /v1/completions; /v1/chat/completions takes messages")
+  st, msg = errq("/completions", "[1, 2]")
+  T.eq(st, 400); T.contains(msg, "the body must be a JSON object")
+  for _, c in ipairs({
+    { { top_k = 1.5 }, "top_k must be an integer >= 1, or 0 or -1 for no limit, got 1.5" },
+    { { top_k = -2 }, "top_k must be an integer" },
+    { { min_p = 2 }, "min_p must be a number from 0 to 1" },
+    { { repetition_penalty = 0 }, "repetition_penalty must be a number > 0" },
+    { { repetition_penalty = "5" }, "repetition_penalty must be a number" },
+    { { min_tokens = -1 }, "min_tokens must be an integer >= 0" },
+    { { min_tokens = 3 }, "min_tokens (3) is more than max_tokens (2)" },
+    { { min_tokens = 1, stop = "." }, "min_tokens with stop strings is not supported" },
+    { { max_completion_tokens = 3 }, "max_tokens and max_completion_tokens differ" },
+    { { stop = { ".", 5 } }, "stop[1] must be a string, got 5 (token ids go in stop_token_ids)" },
+    { { stop = 5 }, "stop must be a string or a list of strings" },
+    { { stop_token_ids = { 1e9 } }, "stop_token_ids[0] must be a token id from 0 to" },
+    { { stream = "yes" }, "stream must be true or false" },
+    { { stream_options = { continuous_usage_stats = true } }, "stream_options.continuous_usage_stats is not supported" },
+    { { presence_penalty = 0.5 }, "presence_penalty is not supported by this server (only 0); repetition_penalty (> 1) is the penalty it has" },
+    { { frequency_penalty = 1 }, "frequency_penalty is not supported by this server (only 0)" },
+    { { n = 2 }, "n must be 1 on this server" },
+    { { ignore_eos = true }, "ignore_eos is not supported by this server" },
+    { { skip_special_tokens = false }, "skip_special_tokens is not supported by this server" },
+    { { include_stop_str_in_output = true }, "include_stop_str_in_output is not supported" },
+    { { logprobs = 0 }, "logprobs are not supported by this server (only false)" },
+    { { model = 5 }, "model must be a string" },
+  }) do
+    st, msg = chat(c[1])
+    T.eq(st, 400, c[2]); T.contains(msg, c[2])
+  end
+  -- a message is a role and a content: other fields would not reach the prompt
+  st, msg = errq("/chat/completions", { messages = { { role = "user", content = "x", name = "bob" } } })
+  T.eq(st, 400); T.contains(msg, "messages[0].name is not supported by this server")
+  st, msg = errq("/chat/completions", { messages = { { role = "tool", content = "x" } } })
+  T.eq(st, 400); T.contains(msg, 'messages[0].role is "tool"; this model has no chat template, so the roles are system, user and assistant')
+  -- empty ones are taken (a client replaying an answer sends them)
+  local http = require "seer.http"
+  local r = http.post_json(plain().url .. "/chat/completions", { messages = { { role = "user", content = "x", name = json.null },
+    { role = "assistant", content = "y", tool_calls = json.array(), refusal = json.null } }, max_tokens = 2,
+    stream_options = { include_usage = true }, model = json.null })
+  T.eq(r.usage.completion_tokens, 2)
 end)
 
 -- A raw TCP client for what an HTTP library would not send.
