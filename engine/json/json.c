@@ -991,6 +991,7 @@ typedef struct {
     int unclosed;    /* no problem, but the text ends inside a string or an open [ or { ... */
     size_t open_at;  /* ... opened here */
     size_t commas;   /* at the top level, for the size of a top-level array */
+    size_t values;   /* arrays, objects, strings (keys too), numbers and literals: a bound for max_values */
 } dec_scan_t;
 
 static int dec_flag(dec_scan_t *sc, size_t off, const char *why) {
@@ -1180,6 +1181,7 @@ static int dec_scan(const unsigned char *s, size_t n, dec_scan_t *sc) {
     size_t i = 0;
     sc->unclosed = 0;
     sc->commas = 0;
+    sc->values = 0;
     while (i < n) {
         unsigned char ch = s[i];
         switch (ch) {
@@ -1193,23 +1195,27 @@ static int dec_scan(const unsigned char *s, size_t n, dec_scan_t *sc) {
         case '[': case '{':
             if (depth == MAX_DEPTH) return dec_flag(sc, i, DEPTH_MSG);
             open[depth++] = i++;
+            sc->values++;
             break;
         case ']': case '}':
             if (depth > 0) depth--;
             i++;
             break;
         case '"':
+            sc->values++;
             i = dec_scan_string(s, n, i, sc);
             if (!i) return 0;
             if (sc->unclosed) return 1;
             break;
         case '-': case '0': case '1': case '2': case '3': case '4': case '5': case '6': case '7': case '8': case '9':
+            sc->values++;
             i = dec_scan_number(s, i, sc);
             if (!i) return 0;
             break;
         default:
             if (ch < 0x20) return dec_flag(sc, i, "control character outside a string");
             if (ch >= 0x80) return dec_flag(sc, i, "unexpected character outside a string");
+            sc->values += ch == 't' || ch == 'f' || ch == 'n'; /* each of true, false, null has one */
             i++; /* letters and stray punctuation: cJSON's business */
             break;
         }
@@ -1557,6 +1563,7 @@ static int json_decode(lua_State *L) {
     const char *s = lua_tolstring(L, 1, &n);
     lua_settop(L, 2);
     lua_pushvalue(L, UV_NULL); /* 3: what null decodes to */
+    double max_values = -1; /* opts.max_values: no limit */
     if (!lua_isnil(L, 2)) {
         luaL_checktype(L, 2, LUA_TTABLE);
         lua_pushnil(L);
@@ -1565,8 +1572,15 @@ static int json_decode(lua_State *L) {
                 lua_replace(L, 3);
                 continue;
             }
+            if (lua_type(L, -2) == LUA_TSTRING && !strcmp(lua_tostring(L, -2), "max_values")) {
+                max_values = lua_type(L, -1) == LUA_TNUMBER ? lua_tonumber(L, -1) : -1;
+                if (!(max_values >= 0) || max_values != floor(max_values))
+                    luaL_argerror(L, 2, "max_values must be a whole number >= 0");
+                lua_pop(L, 1);
+                continue;
+            }
             if (lua_type(L, -2) == LUA_TSTRING)
-                lua_pushfstring(L, "unknown option '%s' (the only option is null)", lua_tostring(L, -2));
+                lua_pushfstring(L, "unknown option '%s' (the options are null and max_values)", lua_tostring(L, -2));
             else
                 lua_pushfstring(L, "option names are strings, not %s", luaL_typename(L, -2));
             luaL_argerror(L, 2, lua_tostring(L, -1));
@@ -1587,6 +1601,14 @@ static int json_decode(lua_State *L) {
     if (!scan_ok && !seer_utf8_validate(s, n, &bad)) return dec_fail(L, s, n, bad, "input is not valid UTF-8", "");
     if (!scan_ok) sc.off += base;
     if (sc.unclosed) sc.open_at += base;
+    /* Counted before anything is built: a text of many tiny values ("[0,0,0,...") costs tens of
+     * bytes of memory per byte of text once decoded. */
+    if (scan_ok && max_values >= 0 && (double)sc.values > max_values) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "json.decode: the text holds %zu values, more than max_values = %.0f (arrays, objects, strings and keys, numbers and literals count)",
+                 sc.values, max_values);
+        return luaL_error(L, "%s", msg);
+    }
 
     dec_cache *cache = lua_touserdata(L, UV_DEC_CACHE);
     dec_arena arena = {NULL, cache->spare, DEC_FIRST_CHUNK, NULL, NULL};

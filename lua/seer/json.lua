@@ -30,6 +30,7 @@ local M = {}
 
 ---@class seerjson.decode_opts
 ---@field null? any what JSON null decodes to instead of json.null (e.g. `false`); nil cannot be chosen, since a table cannot hold it
+---@field max_values? integer refuse a text of more values than this (arrays, objects, strings and keys, numbers, literals), counted before anything is built: many tiny values cost tens of bytes each once decoded
 
 ---Encode a Lua value as JSON text.
 ---

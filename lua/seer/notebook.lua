@@ -100,18 +100,32 @@ function M.new(opts)
   return setmetatable({ path = opts.path, doc = doc, version = 0 }, Notebook)
 end
 
+-- The most JSON values a notebook may hold when it is loaded (arrays, objects, strings and
+-- keys, numbers, literals; opts.max_values of load raises it). Decoded, a value costs tens of
+-- bytes: a file of "[0,0,0,..." (two bytes a value) took about 42 times its size in memory, so
+-- a notebook a sandbox wrote could take the host's notebook server down. 4 million values is
+-- some 350 MB at most; a notebook seer writes holds one string per line of a small output and
+-- one per piece of a large one, far fewer.
+M.MAX_VALUES = 4000000
+
 ---Reads an existing notebook (to resume or continue it). Raises naming the file and the
----problem when it is not an nbformat 4 notebook.
+---problem when it is not an nbformat 4 notebook, is larger than 1 GiB, or holds more than
+---`opts.max_values` JSON values (default `notebook.MAX_VALUES`, 4 million).
 ---@param path string
+---@param opts? {max_values?: integer}
 ---@return seernotebook.notebook
-function M.load(path)
+function M.load(path, opts)
+  local max_values = opts and opts.max_values or M.MAX_VALUES
   -- regular files only (a fifo would block), bounded, the final name not followed: notebooks
   -- may lie in a sandbox's workspace (seer.safe_fs)
   local dir, base = tostring(path):match("^(.*)/([^/]+)$")
   local text, rerr = require("seer.safe_fs").root(dir and (dir ~= "" and dir or "/") or ".", "the notebook's folder")
     :read(base or path, { max = 1024 * 1024 * 1024 })
   if not text then error(("cannot read notebook %s: %s"):format(path, rerr), 2) end
-  local okd, doc = pcall(json.decode, text)
+  local okd, doc = pcall(json.decode, text, { max_values = max_values })
+  if not okd and tostring(doc):find("more than max_values", 1, true) then
+    error(("cannot load notebook %s: %s; notebook.load(path, {max_values = N}) loads a larger one"):format(path, doc), 2)
+  end
   if not okd then error(("%s is not a notebook (invalid JSON): %s"):format(path, doc), 2) end
   if type(doc) ~= "table" or doc.nbformat ~= 4 or type(doc.cells) ~= "table" then
     error(("%s is not an nbformat 4 notebook (no nbformat = 4 and cells list)"):format(path), 2)

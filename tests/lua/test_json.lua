@@ -458,4 +458,14 @@ T.test("json: wrong arguments", function()
   T.raises(function() json.encode(1, { empty = "list" }) end, 'empty must be "object" or "array"', true)
   T.raises(function() json.pretty(1, { x = 1 }) end, "bad argument #2 to 'pretty' (unknown option 'x'", true)
   T.raises(function() json.decode("1", { nul = 1 }) end, "bad argument #2 to 'decode' (unknown option 'nul'", true)
+  T.raises(function() json.decode("1", { max_values = -1 }) end, "max_values must be a whole number >= 0", true)
+end)
+
+T.test("json.decode max_values: counted before anything is built", function()
+  local text = '[0, -1.5e3, "s", true, false, null, {"k": [[]]}]' -- 11 values, keys counted
+  T.eq(#json.decode(text, { max_values = 11 }), 7)
+  T.raises(function() json.decode(text, { max_values = 10 }) end, "the text holds 11 values, more than max_values = 10", true)
+  -- letters inside strings are not literals; escaped quotes do not start strings
+  T.eq(json.decode('["true \\" null", "n"]', { max_values = 3 })[2], "n")
+  T.raises(function() json.decode("[" .. string.rep("0,", 999) .. "0]", { max_values = 1000 }) end, "holds 1001 values", true)
 end)

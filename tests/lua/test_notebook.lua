@@ -136,6 +136,13 @@ T.test("loading something that is not a notebook says what is wrong", function()
   seer.write_file(d .. "/v3.ipynb", '{"nbformat": 3, "worksheets": []}')
   T.raises(function() NB.load(d .. "/v3.ipynb") end, "is not an nbformat 4 notebook", true)
   T.raises(function() NB.load(d .. "/missing.ipynb") end, "cannot read notebook", true)
+  -- many tiny values ("[0,0,0,...") cost some 40 times the file's size once decoded: refused
+  -- past notebook.MAX_VALUES before anything is built, and a caller may raise the bound
+  seer.write_file(d .. "/many.ipynb", '{"nbformat": 4, "cells": [], "metadata": {"x": [' .. string.rep("0,", 99) .. '0]}}')
+  T.raises(function() NB.load(d .. "/many.ipynb", { max_values = 100 }) end,
+           "holds 109 values, more than max_values = 100 (arrays, objects, strings and keys, numbers and literals count); notebook.load(path, {max_values = N})", true)
+  T.eq(#NB.load(d .. "/many.ipynb", { max_values = 109 }).doc.metadata.x, 100)
+  T.eq(NB.MAX_VALUES, 4000000)
   -- a notebook may come from a sandbox's workspace: malformed cells are refused by name at load
   -- (they failed later, inside a save or a rerun, with a Lua indexing error)
   local cases = {
