@@ -804,6 +804,168 @@ static int serve(kernel_t *k) {
     return 0;
 }
 
+/* ---- last words: output written before the process ends -----------------------------------------
+ * A cell that ends the process (os.exit, a library that calls exit(), a segfault, an abort) must
+ * not take its last output with it: that line is what tells the user what happened. Two things
+ * stood between a write and the client: the stream buffer (sent STREAM_COALESCE_MS after the
+ * first write) and ZMQ's queue (zmq_send only hands a message to ZMQ's I/O thread, which exit()
+ * stops). So on exit() (on_exit) and on a fatal signal, last_words sends the buffered stream
+ * text, closes iopub (ZMQ then delivers what it holds, for up to its linger) and waits until the
+ * socket is gone, which iopub's monitor reports (ZMQ_EVENT_MONITOR_STOPPED). After that, iopub_mu
+ * and stream_mu stay held: nothing else is published. Armed only while serve() runs, in the
+ * process that armed it (not in a forked child). A fatal signal gets FATAL_WAIT_MS in all (an
+ * alarm ends the wait if ZMQ or a lock the crash left held would block it), then the process
+ * dies of that signal as before, so the client still reports the signal. SIGKILL (the OOM
+ * killer) cannot be caught: what it loses is what was written in the last STREAM_COALESCE_MS. */
+#define LAST_WORDS_WAIT_MS (CLOSE_LINGER_MS + 200)
+#define FATAL_WAIT_S 2
+
+static kernel_t *volatile g_armed;
+static pid_t g_armed_pid;
+static void *g_iopub_monitor; /* PAIR connected to iopub's monitor */
+static atomic_int g_last_words_said;
+static volatile sig_atomic_t g_fatal_sig;
+static const int fatal_sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+static struct sigaction g_fatal_old[sizeof fatal_sigs / sizeof fatal_sigs[0]];
+static int g_fatal_installed[sizeof fatal_sigs / sizeof fatal_sigs[0]];
+
+/* Locks mu unless deadline passes first (a crash may have left it held, even by this thread). */
+static int lock_by(pthread_mutex_t *mu, long long deadline) {
+    while (pthread_mutex_trylock(mu) != 0) {
+        if (mono_ms() >= deadline) return -1;
+        struct timespec ts = {0, 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
+static void last_words(long wait_ms) {
+    kernel_t *k = g_armed;
+    if (!k || getpid() != g_armed_pid || atomic_exchange(&g_last_words_said, 1)) return;
+    long long deadline = mono_ms() + wait_ms;
+    /* without stream_mu (held by a thread the crash stopped) what ZMQ holds is still delivered */
+    int have_stream = lock_by(&k->stream_mu, deadline) == 0;
+    if (lock_by(&k->iopub_mu, deadline) < 0) return;
+    /* a subscriber that stopped reading must not hold the exit for IOPUB_WAIT_MS */
+    int wait = (int)(wait_ms / 2);
+    k->iopub_wait_ms = wait;
+    k->iopub_overflow = 0;
+    zmq_setsockopt(k->iopub, ZMQ_SNDTIMEO, &wait, sizeof wait);
+    pthread_mutex_unlock(&k->iopub_mu);
+    if (have_stream) stream_flush_locked(k);
+    if (lock_by(&k->iopub_mu, deadline) < 0) return;
+    void *iopub = k->iopub;
+    k->iopub = NULL;
+    zmq_close(iopub);
+    if (!g_iopub_monitor) return;
+    for (;;) {
+        long long left = deadline - mono_ms();
+        if (left <= 0) return;
+        zmq_pollitem_t it = {.socket = g_iopub_monitor, .events = ZMQ_POLLIN};
+        int r = zmq_poll(&it, 1, (long)left);
+        if (r < 0 && zmq_errno() == EINTR) continue;
+        if (r <= 0) return;
+        /* an event is two frames: 2 bytes of event number and 4 of value, then the address */
+        zmq_msg_t ev;
+        zmq_msg_init(&ev);
+        if (zmq_msg_recv(&ev, g_iopub_monitor, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&ev);
+            continue;
+        }
+        uint16_t event = 0;
+        if (zmq_msg_size(&ev) >= 2) memcpy(&event, zmq_msg_data(&ev), 2);
+        while (zmq_msg_more(&ev)) {
+            zmq_msg_close(&ev);
+            zmq_msg_init(&ev);
+            if (zmq_msg_recv(&ev, g_iopub_monitor, 0) < 0) break;
+        }
+        zmq_msg_close(&ev);
+        if (event == ZMQ_EVENT_MONITOR_STOPPED) return;
+    }
+}
+
+static void on_exit_hook(int status, void *arg) {
+    (void)status, (void)arg;
+    last_words(LAST_WORDS_WAIT_MS);
+}
+
+/* The fatal signal again, with its default action: the process ends as it would have. */
+static void die_of(int sig) {
+    signal(sig, SIG_DFL);
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, sig);
+    pthread_sigmask(SIG_UNBLOCK, &s, NULL);
+    raise(sig);
+    _exit(128 + sig);
+}
+
+static void on_fatal_timeout(int sig) {
+    (void)sig;
+    die_of(g_fatal_sig);
+}
+
+static void on_fatal(int sig) {
+    if (!g_fatal_sig) {
+        g_fatal_sig = sig;
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_fatal_timeout;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGALRM, &sa, NULL);
+        alarm(FATAL_WAIT_S);
+        last_words(FATAL_WAIT_S * 1000L - 100);
+    }
+    die_of(sig);
+}
+
+static void arm_last_words(kernel_t *k) {
+    static int hooked;
+    if (!hooked && on_exit(on_exit_hook, NULL) == 0) hooked = 1;
+    char ep[64];
+    snprintf(ep, sizeof ep, "inproc://seer-kernel-iopub-monitor-%d", (int)getpid());
+    if (zmq_socket_monitor(k->iopub, ep, ZMQ_EVENT_MONITOR_STOPPED) == 0) {
+        g_iopub_monitor = zmq_socket(k->ctx, ZMQ_PAIR);
+        int zero = 0;
+        if (g_iopub_monitor) zmq_setsockopt(g_iopub_monitor, ZMQ_LINGER, &zero, sizeof zero);
+        if (g_iopub_monitor && zmq_connect(g_iopub_monitor, ep) != 0) {
+            zmq_close(g_iopub_monitor);
+            g_iopub_monitor = NULL;
+        }
+    }
+    /* the main thread runs the cells: a stack overflow in C code there still reaches the handler */
+    static char *alt;
+    if (!alt && (alt = malloc(256 * 1024))) {
+        stack_t st = {.ss_sp = alt, .ss_size = 256 * 1024};
+        sigaltstack(&st, NULL);
+    }
+    for (size_t i = 0; i < sizeof fatal_sigs / sizeof fatal_sigs[0]; i++) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_fatal;
+        sigemptyset(&sa.sa_mask);
+        /* NODEFER: a second fault inside the handler ends the process (RESETHAND made it default) */
+        sa.sa_flags = SA_RESETHAND | SA_NODEFER | SA_ONSTACK;
+        /* a handler someone else installed (a sanitizer, a debugger's) is left alone */
+        if (sigaction(fatal_sigs[i], NULL, &g_fatal_old[i]) == 0 && g_fatal_old[i].sa_handler == SIG_DFL &&
+            !(g_fatal_old[i].sa_flags & SA_SIGINFO))
+            g_fatal_installed[i] = sigaction(fatal_sigs[i], &sa, NULL) == 0;
+    }
+    g_armed_pid = getpid();
+    g_armed = k;
+}
+
+static void disarm_last_words(kernel_t *k) {
+    g_armed = NULL;
+    for (size_t i = 0; i < sizeof fatal_sigs / sizeof fatal_sigs[0]; i++)
+        if (g_fatal_installed[i]) sigaction(fatal_sigs[i], &g_fatal_old[i], NULL), g_fatal_installed[i] = 0;
+    if (g_iopub_monitor) {
+        zmq_socket_monitor(k->iopub, NULL, 0);
+        zmq_close(g_iopub_monitor);
+        g_iopub_monitor = NULL;
+    }
+}
+
 /* ---- start-up and teardown --------------------------------------------------------------------- */
 
 typedef struct conn {
@@ -1102,9 +1264,11 @@ static int run_kernel(const char *conn_path) {
         goto out;
     }
     k->control_started = 1;
+    arm_last_words(k);
     pthread_sigmask(SIG_UNBLOCK, &intr, NULL);
     status = serve(k);
     pthread_sigmask(SIG_BLOCK, &intr, NULL);
+    disarm_last_words(k);
 
 out:
     pthread_mutex_lock(&k->done_mu);

@@ -10,7 +10,9 @@
 ---    not replace the library for modules). Locals inside functions and blocks are untouched.
 ---  * the value of the last expression is the result (`x = 1\nx + 1` shows 2, and a last line
 ---    `model:hook_names()` shows the list); a trailing `;` suppresses it, as in IPython.
----  * print, io.write, io.stdout:write, io.stderr:write stream to the notebook as they happen;
+---  * print, io.write, io.stdout:write, io.stderr:write stream to the notebook as they happen
+---    (kernel.c coalesces writes for 5 ms; io.stdout:flush() sends at once, and what was written
+---    before os.exit or a crash is sent before the process ends: kernel.c's "last words");
 ---    io.read asks the notebook for input.
 ---  * `display` shows rich output (markdown, html, images, tables, json); `?name` or `name?`
 ---    pages the documentation of name, `help(value)` prints it.

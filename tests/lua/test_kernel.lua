@@ -205,3 +205,54 @@ T.test("kernel: a subscriber that stops reading costs one wait; the reply counts
   T.eq(reply2 and reply2.metadata.seer_iopub_dropped, nil)
   c:close()
 end)
+
+-- The last output of a cell that ends its kernel (os.exit, a crash) is what says what went wrong:
+-- the kernel sends what it buffered and lets ZMQ deliver what it queued before the process ends
+-- (kernel.c, "last words"), and the notebook server reads what arrived before it records the
+-- death. Through a real notebook session: the cell's result and the saved .ipynb keep it. (All
+-- of these were lost: the flushed text, the print just before os.exit, the print before a
+-- segfault.)
+T.test("kernel: output written right before os.exit or a crash reaches the cell and the notebook", function()
+  local exec = require "seer.execution"
+  local json = seer.json
+  local s = exec.create_local_notebook_session(nil, { name = "last-words", output_dir = T.tmpdir() })
+  -- the crashing cells turn core dumps off first (a core file in the test's directory is noise)
+  local nocore = "local ffi = require 'ffi'; pcall(ffi.cdef, 'struct seer_rl { unsigned long cur, max; }; int setrlimit(int, const struct seer_rl *);'); "
+    .. "ffi.C.setrlimit(4, ffi.new('struct seer_rl', 0, 0)); "
+  local cases = {
+    { code = "io.write('partial output'); io.stdout:flush(); os.exit(3)", text = "partial output", how = "exited with status 3" },
+    { code = "print('line1'); local t0 = os.clock(); while os.clock() - t0 < 0.3 do end; print('line2'); os.exit(3)",
+      text = "line1\nline2\n", how = "exited with status 3" },
+    { code = "print('the last line'); os.exit(0, true)", text = "the last line\n", how = "exited with status 0" },
+    { code = "io.stderr:write('on stderr\\n'); os.exit(false)", text = "on stderr\n", how = "exited with status 1" },
+    { code = nocore .. "print('before the segfault'); ffi.cast('volatile int *', 0)[0] = 1",
+      text = "before the segfault\n", how = "SIGSEGV" },
+    { code = nocore .. "print('before abort'); pcall(ffi.cdef, 'void abort(void);'); ffi.C.abort()",
+      text = "before abort\n", how = "SIGABRT" },
+  }
+  local ok, err = pcall(function()
+    for i, c in ipairs(cases) do
+      if i > 1 then s:restart() end
+      local t0 = require("seer.process").now_ms()
+      local r = s:exec(c.code, { raise = false })
+      T.eq(r.text, c.text, c.code)
+      T.eq(r.error and r.error.ename, "KernelDied", c.code)
+      T.contains(r.error.evalue, c.how)
+      T.ok(require("seer.process").now_ms() - t0 < 5000, "the death is reported promptly")
+    end
+  end)
+  s:terminate()
+  if not ok then error(err, 0) end
+  local doc = json.decode(seer.read_file(s.notebook_path))
+  T.eq(#doc.cells, #cases)
+  for i, c in ipairs(cases) do
+    local cell = doc.cells[i]
+    T.eq(cell.metadata.execution_status, "error")
+    local text = {}
+    for _, o in ipairs(cell.outputs) do
+      if o.output_type == "stream" then text[#text + 1] = type(o.text) == "table" and table.concat(o.text) or o.text end
+    end
+    T.eq(table.concat(text), c.text, "saved: " .. c.code)
+    T.eq(cell.outputs[#cell.outputs].ename, "KernelDied")
+  end
+end)

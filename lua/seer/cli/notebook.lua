@@ -1402,6 +1402,37 @@ function Server:drain_scope(sc)
   end
 end
 
+-- Hands what is ready on socket i of a session's kernel to on_kernel_message. A message that
+-- passed the checks but still breaks the handler costs only its session: counted as malformed,
+-- never an error out of the loop.
+function Server:pump_kernel(s, i)
+  for _, msg in ipairs(s.kernel:pump(i)) do
+    local ok, err = pcall(self.on_kernel_message, self, s, msg)
+    if not ok then
+      reraise_interrupt(err)
+      s.kernel:sockets()[i]:note_dropped("the notebook server could not use it: " .. tostring(err):sub(1, 200))
+    end
+  end
+end
+
+-- A kernel that ended by itself sends the output written just before (os.exit, a crash) on its
+-- way out, and those messages can reach this process after the poll that preceded the check
+-- that found the process gone: they are read, until the kernel's sockets have been quiet for
+-- DEATH_QUIET_MS (at most DEATH_DRAIN_MS in all), before the death is recorded, so the cell
+-- keeps that output.
+local DEATH_QUIET_MS, DEATH_DRAIN_MS = 10, 200
+function Server:drain_dead_kernel(s)
+  local deadline = process.now_ms() + DEATH_DRAIN_MS
+  while not s.dead do
+    local left = deadline - process.now_ms()
+    if left <= 0 then break end
+    local ready = net.poll(s.kernel:sockets(), math.min(left, DEATH_QUIET_MS))
+    if #ready == 0 then break end
+    for _, i in ipairs(ready) do self:pump_kernel(s, i) end
+    self:check_bad(s)
+  end
+end
+
 function Server:run()
   -- Ctrl-C (or an error) ends the loop; the kernels and sockets are shut down either way.
   local ok, err = pcall(function()
@@ -1433,15 +1464,7 @@ function Server:run()
         else
           local s, i = owners[k][1], owners[k][2]
           if not s.dead then
-            -- A message that passed the checks but still breaks the handler costs only its
-            -- session: counted as malformed, never an error out of this loop.
-            for _, msg in ipairs(s.kernel:pump(i)) do
-              local ok, err = pcall(self.on_kernel_message, self, s, msg)
-              if not ok then
-                reraise_interrupt(err)
-                s.kernel:sockets()[i]:note_dropped("the notebook server could not use it: " .. tostring(err):sub(1, 200))
-              end
-            end
+            self:pump_kernel(s, i)
             self:check_bad(s)
           end
         end
@@ -1469,7 +1492,10 @@ end
 function Server:tend(s, now)
   if not s.dead then
     local alive, how = s.kernel:alive()
-    if not alive then self:on_kernel_death(s, how) end
+    if not alive then
+      self:drain_dead_kernel(s)
+      if not s.dead then self:on_kernel_death(s, how) end
+    end
   end
   local e = s.running
   if e and e.reply and not e.idle then
