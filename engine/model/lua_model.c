@@ -189,7 +189,9 @@ static int32_t *read_ids(lua_State *L, int idx, int *n) {
 
 /* forward(ids [, hidden_states [, hooks [, batch]]]) -> logits [n, vocab] for a fresh sequence
  * (no cache carried over); with hidden_states true also a Lua array of num_layers + 1 tensors
- * [n, hidden_size] (index 1 = embeddings, index i + 1 = residual after layer i - 1). hooks: a
+ * [n, hidden_size] as Hugging Face's output_hidden_states: index 1 = embeddings, index i + 1 =
+ * residual after layer i - 1, except the last, which is the last layer's output after the
+ * final norm (what the head reads; blocks.{L-1}.hook_resid_post is before it). hooks: a
  * list of {hook name, intervention} (seer_hooks_lua_build); batch: the sequence's 1-based index
  * in a batch, for hook functions. */
 static int l_forward(lua_State *L) {
@@ -221,6 +223,19 @@ static int l_forward(lua_State *L) {
     seer_tensor_push(L, t);
     seer_tensor_release(t);
     if (!h) return 1;
+    {
+        /* the last entry through the final norm, as transformers' models append it */
+        size_t per = (size_t)n * (size_t)c->hidden_size;
+        float *last = (float *)seer_tensor_data(h) + (size_t)c->num_layers * per;
+        float *tmp = malloc(sizeof(float) * per);
+        if (!tmp) {
+            seer_tensor_release(h);
+            return luaL_error(L, "forward: out of memory for the hidden states");
+        }
+        memcpy(tmp, last, sizeof(float) * per);
+        seer_fwd_final_norm(m, last, tmp, n);
+        free(tmp);
+    }
     lua_createtable(L, c->num_layers + 1, 0);
     for (int i = 0; i <= c->num_layers; i++) {
         seer_tensor_t *v;

@@ -53,7 +53,11 @@ print(("\n[%d tokens in %.1f ms]"):format(#story.ids, (seer.now() - t_gen) * 100
 
 -- What the model expects next, and how the residual stream grows layer by layer.
 local ids = tok:encode(prompt)
-local logits, hidden = model:forward(ids, { hidden_states = true })
+-- (the residual stream from the hook points: forward's hidden_states, as transformers', has the
+-- final norm applied to its last entry)
+local logits, cache = model:run_with_cache(ids, { names = function(n)
+  return n == "blocks.0.hook_resid_pre" or n:match("hook_resid_post$") ~= nil
+end })
 local probs = logits:select(1, -1):softmax()
 local values, indices = probs:topk(5)
 print("\n== next-token distribution after \"" .. prompt .. "\"")
@@ -61,8 +65,9 @@ for i = 1, 5 do
   print(("  %-12q %.3f"):format(tok:decode({ indices[i] }), values[i]))
 end
 print("\n== residual-stream norm at the last position, per layer")
-for i, h in ipairs(hidden) do
-  print(("  %-10s %7.3f"):format(i == 1 and "embed" or ("layer " .. (i - 2)), h:select(1, -1):norm()))
+print(("  %-10s %7.3f"):format("embed", cache["blocks.0.hook_resid_pre"]:select(1, -1):norm()))
+for l = 0, model.config.num_hidden_layers - 1 do
+  print(("  %-10s %7.3f"):format("layer " .. l, cache[("blocks.%d.hook_resid_post"):format(l)]:select(1, -1):norm()))
 end
 
 local out_dir = os.getenv("SEER_OUT") or "/tmp"

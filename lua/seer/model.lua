@@ -260,8 +260,11 @@ end
 ---runs as one batch (one pass over the weights; each sequence's logits bit-identical to it
 ---alone) and returns a [batch, longest, vocab] tensor, left-padded (pad rows are 0), plus the
 ---attention mask as a Lua table of 0/1 rows. With `{hidden_states = true}` (one
----sequence) also returns the residual stream: hidden[1] the embeddings, hidden[i + 1] the
----residual after layer i - 1 (Lua indices; layer numbers are 0-based names), each [n, d_model].
+---sequence) also returns what transformers' `output_hidden_states` does: hidden[1] the
+---embeddings, hidden[i + 1] the residual after layer i - 1 (Lua indices; layer numbers are
+---0-based names), each [n, d_model], except the last entry, the last layer's output after the
+---final norm (so `hidden[#hidden]` is HF's `hidden_states[-1]`); the residual before that norm is
+---`blocks.{L-1}.hook_resid_post` (run_with_cache).
 ---@param ids integer[]|integer[][]|string
 ---@param opts? {hidden_states?: boolean}
 ---@return any logits, table? mask_or_hidden

@@ -1,6 +1,7 @@
 --- toolkit.extract_activations: residual-stream activations of a prompt at a layer and position.
 --- The activation of layer `layer_idx` is the output of decoder block `layer_idx`, i.e. the hook
---- point `blocks.{layer_idx}.hook_resid_post` = Hugging Face `hidden_states[layer_idx + 1]`.
+--- point `blocks.{layer_idx}.hook_resid_post` = Hugging Face `hidden_states[layer_idx + 1]` (for
+--- the last layer, the output before the final norm, which transformers' last entry has applied).
 --- Layers and positions are 0-based names (position 0 = the first token, BOS; -1 = the last
 --- token; negative layers count from the last layer too). A chat (`{{role = ..., content = ...}}`)
 --- is rendered with the chat template plus the generation prompt; a string is encoded as is
@@ -38,8 +39,12 @@ function M.residuals(model, ids, layers, position)
     end
   else
     local _, hidden = model:forward(ids, { hidden_states = true })
-    -- hidden[1] is the embedding output, hidden[l + 2] the residual after layer l
+    -- hidden[1] is the embedding output, hidden[l + 2] the residual after layer l, except the
+    -- last entry, which is after the final norm (as transformers' output_hidden_states)
     for _, l in ipairs(layers) do
+      if l + 2 >= #hidden then
+        error(("extract_activations: layer %d (the last) needs model:run_with_cache: hidden_states has it only after the final norm"):format(l), 4)
+      end
       out[l] = position and hidden[l + 2]:select(1, P.row(position, #ids)) or hidden[l + 2]
     end
   end

@@ -32,7 +32,9 @@ end)
 T.test("run_with_cache: residuals equal hidden_states, shapes per docs/hooks.md, unembed of the last residual is the logits", function()
   local logits, cache = model:run_with_cache(ids, { names = { "hook_resid_post$", "blocks.1.attn.hook_[qkz]$", "blocks.1.attn.hook_pattern", "mlp.hook_post" } })
   local _, hidden = model:forward(ids, { hidden_states = true })
-  for l = 0, 4 do T.eq(maxdiff(cache[("blocks.%d.hook_resid_post"):format(l)], hidden[l + 2]), 0) end
+  for l = 0, 3 do T.eq(maxdiff(cache[("blocks.%d.hook_resid_post"):format(l)], hidden[l + 2]), 0) end
+  -- hidden_states' last entry is after the final norm (as transformers'); the last resid_post is before it
+  T.ok(maxdiff(cache["blocks.4.hook_resid_post"], hidden[6]) > 0.1)
   local q, k, z = cache["blocks.1.attn.hook_q"], cache["blocks.1.attn.hook_k"], cache["blocks.1.attn.hook_z"]
   T.eq({ q:size(1), q:size(2), q:size(3) }, { n, 8, 8 })
   T.eq({ k:size(1), k:size(2), k:size(3) }, { n, 4, 8 })

@@ -33,6 +33,21 @@ T.test("forward matches the golden logits", function()
   T.ok(worst <= 1e-4, "max abs diff " .. worst)
 end)
 
+T.test("hidden_states' last entry is what the head reads (after the final norm, as transformers')", function()
+  -- stories260K ties its head to the embeddings: logits = hidden[-1] E^T, against the float64
+  -- reference's logits (independent of seer's head and norm code)
+  local _, hidden = model:forward(golden.prompt_ids_with_bos, { hidden_states = true })
+  T.eq(#hidden, 6)
+  local E = seer.tensor.load(root .. "/model.safetensors")["model.embed_tokens.weight"]
+  local logits = hidden[6]:matmul(E:t()):totable()
+  local want = ffi.cast("const float *", seer.read_file(root .. "/golden/" .. golden.logits_file))
+  local worst = 0
+  for r = 1, 5 do
+    for c = 1, 512 do worst = math.max(worst, math.abs(logits[r][c] - want[(r - 1) * 512 + (c - 1)])) end
+  end
+  T.ok(worst <= 1e-4, "max abs diff " .. worst)
+end)
+
 T.test("greedy generation reproduces the golden 120 tokens", function()
   local out = model:generate(golden.prompt_ids_with_bos, { max_new_tokens = golden.greedy_n })
   T.eq(out.ids, golden.greedy_new_ids)

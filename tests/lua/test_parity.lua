@@ -40,11 +40,16 @@ for _, name in ipairs(names) do
     local ids = golden.tokens:totable()
     local logits, hidden = model:forward(ids, { hidden_states = true })
     if cfg.text_config then cfg = cfg.text_config end -- a multimodal config: its text model
-    for i = 0, cfg.num_hidden_layers or cfg.n_layer do
+    local nl = cfg.num_hidden_layers or cfg.n_layer
+    for i = 0, nl - 1 do
       local want = golden["hidden." .. i]
       local d = max_abs_diff(hidden[i + 1], want)
       T.ok(d <= 1e-4, ("%s: residual %d differs by %g"):format(name, i, d))
     end
+    -- the last entry is transformers' output_hidden_states[-1]: the last layer's output after the
+    -- final norm (it was the residual before it, which transformers never returns there)
+    local d = max_abs_diff(hidden[nl + 1], golden["hidden_states.last"])
+    T.ok(d <= 1e-4, ("%s: hidden_states[-1] differs from transformers' by %g"):format(name, d))
     local d = max_abs_diff(logits, golden.logits)
     T.ok(d <= 1e-4, ("%s: logits differ by %g"):format(name, d))
     if os.getenv("SEER_PARITY_VERBOSE") then io.stderr:write(("parity %-22s logits max abs diff %.3g\n"):format(name, d)) end

@@ -1,6 +1,7 @@
 """Random-weight tiny models of every architecture seer supports, with goldens from Hugging Face
 transformers (eager attention, fp32): the residual stream after the embeddings and after every
-decoder layer (captured with forward hooks, before the final norm) and the logits.
+decoder layer (captured with forward hooks, before the final norm), the last entry of
+output_hidden_states (after the final norm) and the logits.
 
 Run with the project venv (make bench-setup installs torch + transformers):
     .venv/bin/python tests/parity/generate.py [OUT_DIR] [--only NAME,...]
@@ -196,10 +197,16 @@ def generate(name, out_dir):
             captured[i + 1] = t.detach().clone()
         hooks.append(layer.register_forward_hook(hook))
     with torch.no_grad():
-        logits = model(tokens).logits
+        out = model(tokens, output_hidden_states=True)
+        logits = out.logits
     for h in hooks:
         h.remove()
     tensors = {"tokens": tokens[0].to(torch.int64).contiguous(), "logits": logits[0].contiguous()}
+    # transformers' own output_hidden_states: the last entry has the final norm applied (seer's
+    # forward{hidden_states = true} matches it; the hooks above give the residuals before it)
+    hs = out.hidden_states if getattr(out, "hidden_states", None) is not None else None
+    if hs is not None:
+        tensors["hidden_states.last"] = hs[-1][0].contiguous()
     for i, t in captured.items():
         tensors[f"hidden.{i}"] = t[0].contiguous()
     save_file(tensors, os.path.join(d, "golden.safetensors"),
