@@ -95,6 +95,7 @@ struct seer_intervention {
     seer_iv_callback_fn fn;
     void *ctx;
     void (*free_ctx)(void *);
+    int64_t hits; /* rows the filter selected since the last seer_iv_reset_hits (not callbacks) */
 };
 
 static seer_intervention_t *iv_new(seer_iv_kind_t kind, seer_err_t *err) {
@@ -270,6 +271,14 @@ void seer_iv_release(seer_intervention_t *iv) {
 
 int seer_iv_capture_count(const seer_intervention_t *iv) { return iv->kind == SEER_IV_CAPTURE ? iv->nchunks : 0; }
 
+int64_t seer_iv_hits(const seer_intervention_t *iv, int *restricted) {
+    if (restricted)
+        *restricted = iv->f.npositions >= 0 || iv->f.has_from || iv->f.has_to || iv->f.only_prompt;
+    return iv->hits;
+}
+
+void seer_iv_reset_hits(seer_intervention_t *iv) { iv->hits = 0; }
+
 const seer_capture_chunk_t *seer_iv_capture_chunk(const seer_intervention_t *iv, int i) {
     if (iv->kind != SEER_IV_CAPTURE || i < 0 || i >= iv->nchunks) return NULL;
     return &iv->chunks[i];
@@ -405,6 +414,7 @@ static int capture_rows(seer_intervention_t *iv, const seer_hook_call_t *c, cons
     int64_t H = head_major ? a->shape[0] : 1;
     int m = 0;
     for (int r = 0; r < n; r++) m += selected(&iv->f, c, c->start + r);
+    iv->hits += m;
     if (m == 0) return 0;
     if (iv->nchunks == iv->capchunks) {
         int nc = iv->capchunks ? iv->capchunks * 2 : 8;
@@ -456,6 +466,7 @@ static int apply_one(seer_intervention_t *iv, const seer_hook_call_t *c, seer_ho
                                 (long long)rowlen, shape_str(a, sh, sizeof sh));
         for (int r = 0; r < n; r++) {
             if (!selected(&iv->f, c, c->start + r)) continue;
+            iv->hits++;
             float *x = a->data + (size_t)r * rowlen;
             if (iv->kind == SEER_IV_ADD) {
                 for (int64_t i = 0; i < rowlen; i++) x[i] += iv->strength * iv->vec[i];
@@ -476,6 +487,7 @@ static int apply_one(seer_intervention_t *iv, const seer_hook_call_t *c, seer_ho
                                     shape_str(a, sh, sizeof sh), heads - 1);
         for (int r = 0; r < n; r++) {
             if (!selected(&iv->f, c, c->start + r)) continue;
+            iv->hits++;
             for (int64_t h = 0; h < H; h++) {
                 if (head_major && iv->nheads && !head_listed(iv, (int)h)) continue;
                 float *x = a->data + ((size_t)h * n + r) * rowlen;
@@ -519,6 +531,7 @@ static int apply_one(seer_intervention_t *iv, const seer_hook_call_t *c, seer_ho
         for (int r = 0; r < n; r++) {
             int64_t p = c->start + r;
             if (!selected(&iv->f, c, p)) continue;
+            iv->hits++;
             int64_t sr = srows < 0 ? 0 : p;
             if (srows >= 0 && p >= srows)
                 return seer_err_set(err, SEER_EINVAL,

@@ -124,6 +124,11 @@ typedef struct seer_capture_chunk {
     int point, layer, batch;
 } seer_capture_chunk_t;
 int seer_iv_capture_count(const seer_intervention_t *iv);
+/* Rows (positions) the intervention's filter selected since the last reset (callbacks: 0);
+ * *restricted (may be NULL) tells whether it has a position filter at all. A caller that runs a
+ * forward pass with interventions for that call alone can tell one that selected nothing. */
+int64_t seer_iv_hits(const seer_intervention_t *iv, int *restricted);
+void seer_iv_reset_hits(seer_intervention_t *iv);
 const seer_capture_chunk_t *seer_iv_capture_chunk(const seer_intervention_t *iv, int i);
 void seer_iv_capture_clear(seer_intervention_t *iv);
 

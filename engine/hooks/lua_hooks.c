@@ -266,6 +266,17 @@ static int l_iv_kind(lua_State *L) {
     return 1;
 }
 
+/* iv:hits() -> rows its filter selected since the last iv:hits(true) (which also resets), and
+ * whether it has a position filter at all. */
+static int l_iv_hits(lua_State *L) {
+    seer_intervention_t *iv = check_iv(L, 1);
+    int restricted = 0;
+    lua_pushnumber(L, (lua_Number)seer_iv_hits(iv, &restricted));
+    lua_pushboolean(L, restricted);
+    if (lua_toboolean(L, 2)) seer_iv_reset_hits(iv);
+    return 2;
+}
+
 /* cap:chunks() -> list of {tensor, positions = {...}, name, batch} in call order. */
 static int l_iv_chunks(lua_State *L) {
     seer_intervention_t *iv = check_iv(L, 1);
@@ -384,6 +395,7 @@ static const luaL_Reg iv_methods[] = {
     {"kind", l_iv_kind},
     {"chunks", l_iv_chunks},
     {"clear", l_iv_clear},
+    {"hits", l_iv_hits},
     {NULL, NULL},
 };
 

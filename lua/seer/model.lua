@@ -760,10 +760,30 @@ function Model:run_with_hooks(input, opts)
   -- one sequence's ids are checked here, where an error can name the caller's line (inside the
   -- pcall below it could not)
   if not (type(input) == "table" and type(input[1]) == "table") then input = to_ids(self, input, "run_with_hooks") end
+  -- the interventions made for this call, counted while it runs (below)
+  local mine, order = {}, {}
+  local function note(list)
+    for _, e in ipairs(list) do
+      if not mine[e[2]] then mine[e[2]] = e[1]; order[#order + 1] = e[2] end
+    end
+  end
+  note(entries)
+  for _, list in pairs(per or {}) do note(list) end
+  for _, iv in ipairs(order) do iv:hits(true) end
   attach(self, entries)
   local res = { pcall(self._forward, self, input, nil, per) }
   detach(self, entries)
   if not res[1] then error(res[2], 0) end
+  -- An intervention of this call whose positions, from/to or only_prompt select no position of
+  -- the input did nothing: an error, not a silent no-op (add at positions {10} of a 5-token
+  -- input, or -10: negative positions count back from the end of the prompt).
+  for _, iv in ipairs(order) do
+    local hits, restricted = iv:hits()
+    if restricted and hits == 0 and iv:kind() ~= "function" then
+      fail(("run_with_hooks: the %s at %s selected no position of the input (its positions, from/to or only_prompt match none; "
+        .. "positions are 0-based, negative ones count back from the end of the prompt)"):format(iv:kind(), mine[iv]), 2)
+    end
+  end
   return res[2], res[3]
 end
 

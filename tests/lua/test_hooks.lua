@@ -57,6 +57,24 @@ T.test("run_with_cache positions keep only those rows (negative from the end)", 
   T.eq(maxdiff(t:select(1, 2), f:select(1, n)), 0)
 end)
 
+T.test("run_with_hooks refuses an intervention whose positions select nothing (it was a silent no-op)", function()
+  local base = model:forward(ids)
+  local R = "blocks.1.hook_resid_post"
+  for _, o in ipairs({ { positions = { n + 5 } }, { positions = { -(n + 5) } }, { from = n + 1 }, { from = -2, to = 1 } }) do
+    T.raises(function() model:run_with_hooks(ids, { fwd_hooks = { { R, I.add(tensor.ones(64), o) } } }) end,
+             "run_with_hooks: the add at blocks.1.hook_resid_post selected no position of the input", true)
+  end
+  T.raises(function() model:run_with_hooks(ids, { fwd_hooks = { { R, I.scale(0, { positions = { 99 } }) } } }) end, "the scale at", true)
+  -- one position inside is enough; no filter, or a function hook, is never refused
+  T.ok(maxdiff(model:run_with_hooks(ids, { fwd_hooks = { { R, I.add(tensor.ones(64), { positions = { -1, n + 5 } }) } } }), base) > 0)
+  model:run_with_hooks(ids, { fwd_hooks = { { R, I.add(tensor.zeros(64)) }, { R, function() end } } })
+  -- a batch: per-sequence hooks are judged on their own sequence; shared ones on any
+  local short = { ids[1], ids[2] }
+  T.raises(function() model:run_with_hooks({ ids, short }, { per_sequence = { [2] = { { R, I.add(tensor.ones(64), { positions = { 3 } }) } } } }) end,
+           "selected no position", true)
+  model:run_with_hooks({ ids, short }, { fwd_hooks = { { R, I.add(tensor.ones(64), { positions = { 3 } }) } } })
+end)
+
 T.test("run_with_cache positions: rows in the order given, repeats kept, a position outside the input refused", function()
   local R, P = "blocks.2.hook_resid_post", "blocks.1.attn.hook_pattern"
   local _, full = model:run_with_cache(ids, { names = { R, P } })
