@@ -766,7 +766,7 @@ end
 assert(loadstring(ZMTP))
 local NZ = assert(loadstring(NETLIB .. ZMTP .. "\nreturn N"))()
 
-T.test("the notebook server's request socket is a unix socket in a 0700 folder; control: over TCP an unauthenticated peer makes it hold a 100 MiB frame", function()
+T.test("the notebook server's request socket is a unix socket in a 0700 folder; control: over TCP an unauthenticated peer makes it hold a 60 MiB frame", function()
   local s = servers()
   local path = s.endpoint:match("^ipc://(.*)$")
   T.ok(path, "the request socket of a loopback server is not a unix socket: " .. s.endpoint)
@@ -789,13 +789,14 @@ T.test("the notebook server's request socket is a unix socket in a 0700 folder; 
   sa[0], sa[2], sa[3] = 2, bit.rshift(port, 8), bit.band(port, 255)
   sa[4], sa[5], sa[6], sa[7] = 127, 0, 0, 2
   T.eq(ffi.C.seer_atk_connect(sfd, sa, 16), 0)
-  local sent = NZ.zmq_frame(sfd, 100)
+  -- (under the 64 MiB a request may be: a bigger frame is refused at its header, on TCP too)
+  local sent = NZ.zmq_frame(sfd, 60)
   process.sleep_ms(300)
   local grown = rss_kib(child.pid) - before
   ffi.C.seer_atk_close(sfd)
   child:stop(500)
-  print(("    over TCP, a 100 MiB unsigned frame (%d MiB sent) grew the server by %d MiB"):format(math.floor(sent / 2^20), math.floor(grown / 1024)))
-  T.ok(grown > 64 * 1024, "control: the probe did not make a TCP-bound server hold the frame")
+  print(("    over TCP, a 60 MiB unsigned frame (%d MiB sent) grew the server by %d MiB"):format(math.floor(sent / 2^20), math.floor(grown / 1024)))
+  T.ok(grown > 40 * 1024, "control: the probe did not make a TCP-bound server hold the frame")
 end)
 
 A.attack{ name = "the notebook server's request socket from inside: a huge unsigned ZMQ frame", class = 6,
@@ -821,6 +822,137 @@ A.attack{ name = "the notebook server's request socket from inside: a huge unsig
     T.ok(rss_kib(servers().live_pid) - servers().rss_before < 32 * 1024, "the notebook server's memory grew")
     local ok, ms = zmq_answered(servers(), 1000)
     T.ok(ok and ms < 1000, "the notebook server did not answer its own user")
+  end }
+
+-- A sandbox's scope (its own request socket and key on the notebook server, handed to its MCP
+-- server): on a loopback server a unix socket in the 0700 runtime folder, as the main socket.
+-- Over TCP any local process (another user, a network = "host" sandbox) could connect without
+-- a key and make the server hold whole frames.
+local function rig_scope_endpoint()
+  local r = A.rig(RIG.name, RIG.config)
+  return r.session.mcp_config.notebook.env.SEER_NOTEBOOK_ENDPOINT, r.session.mcp_config.notebook.env.SEER_NOTEBOOK_SCOPE_KEY
+end
+
+-- The notebook server of this process (seer.execution's: `seer notebook serve` with no options).
+local function own_notebook_server_pid()
+  require("seer.execution").server_url() -- started if it was not
+  local p = io.popen(("ps -o pid=,args= --ppid %d"):format(process.getpid()))
+  local pid
+  for l in p:lines() do
+    local a, args = l:match("^%s*(%d+)%s+(.*)$")
+    if args and args:match("notebook serve$") then pid = tonumber(a) end
+  end
+  p:close()
+  return pid
+end
+
+-- TCP ports a process listens on (its sockets in /proc/PID/fd, matched in /proc/PID/net/tcp*).
+local function listening_tcp_ports(pid)
+  local inodes, ports = {}, {}
+  local p = io.popen("ls -l /proc/" .. pid .. "/fd 2>/dev/null")
+  for l in p:lines() do
+    local ino = l:match("socket:%[(%d+)%]")
+    if ino then inodes[ino] = true end
+  end
+  p:close()
+  for _, f in ipairs{ "/proc/" .. pid .. "/net/tcp", "/proc/" .. pid .. "/net/tcp6" } do
+    local h = io.open(f)
+    for l in (h and h:lines() or function() end) do
+      local port, st, ino = l:match("^%s*%d+: %x+:(%x+) %x+:%x+ (%x%x) %x+:%x+ %x+:%x+ %x+%s+%d+%s+%d+%s+(%d+)")
+      if port and st == "0A" and inodes[ino] then ports[#ports + 1] = tonumber(port, 16) end
+    end
+    if h then h:close() end
+  end
+  table.sort(ports)
+  return ports
+end
+
+-- An unsigned ZMTP frame announcing `mb` MiB to a unix socket, sent until the peer hangs up (or
+-- 10 s). Returns the bytes that went.
+local UFRAME = [==[
+for _, d in ipairs{ 'int seer_atk_uconnect(int, const void *, unsigned) asm("connect");' } do pcall(ffi.cdef, d) end
+function N.unix_frame(path, mb)
+  local fd = C.seer_atk_socket(1, 1 + 0x80000, 0)
+  local sa = ffi.new("uint8_t[110]")
+  sa[0] = 1
+  ffi.copy(sa + 2, path)
+  if C.seer_atk_uconnect(fd, sa, 110) ~= 0 then local e = ffi.errno() C.seer_atk_close(fd) return nil, e end
+  N.send(fd, "\255" .. ("\0"):rep(8) .. "\127\3\0NULL" .. ("\0"):rep(16) .. "\0" .. ("\0"):rep(31))
+  local ready = "\5READY\11Socket-Type\0\0\0\6DEALER"
+  N.send(fd, "\4" .. string.char(#ready) .. ready)
+  local size = mb * 1024 * 1024
+  N.send(fd, "\2" .. string.char(0, 0, 0, 0, bit.band(bit.rshift(size, 24), 255), bit.band(bit.rshift(size, 16), 255),
+                                 bit.band(bit.rshift(size, 8), 255), bit.band(size, 255)))
+  local chunk, sent, t0 = ("A"):rep(1024 * 1024), 0, N.now()
+  while sent < size and N.now() - t0 < 10000 do
+    local n = N.send(fd, chunk)
+    if n and n > 0 then sent = sent + n
+    elseif ffi.errno() == 11 or ffi.errno() == 4 then N.sleep(2)
+    else break end
+  end
+  return sent, fd
+end
+]==]
+local NU = assert(loadstring(NETLIB .. UFRAME .. "\nreturn N"))()
+
+T.test("a sandbox's scope request socket is a unix socket in the server's 0700 folder; the server listens on no TCP port but its live view; frames over 64 MiB are refused", function()
+  local ep, key = rig_scope_endpoint()
+  local path = ep:match("^ipc://(.*)$")
+  T.ok(path, "the scope's request socket of a loopback server is not a unix socket: " .. ep)
+  local dir = path:match("^(.*)/[^/]*$")
+  T.eq(mode_of(dir), "700")
+  T.ok(path:match("/scope%-%d+%.sock$"), "named by a counter, not by the sandbox: " .. path)
+  local pid = own_notebook_server_pid()
+  T.ok(pid, "the notebook server of this process")
+  local live = tonumber(require("seer.execution").server_url():match(":(%d+)/"))
+  T.eq(listening_tcp_ports(pid), { live }, "the notebook server listens on TCP for its live view only")
+  -- A peer that can reach the folder (this user) still cannot make the server hold a frame over
+  -- the largest request: ZMQ hangs up at the frame's header.
+  local before = rss_kib(pid)
+  local fds = {}
+  for _, target in ipairs{ path, dir .. "/api.sock", path } do
+    local sent, fd = NU.unix_frame(target, 100)
+    T.ok(sent, "connect to " .. target .. " failed: errno " .. tostring(fd))
+    T.ok(sent < 64 * 1024 * 1024, ("%s took %d MiB of a 100 MiB frame"):format(target, math.floor(sent / 2^20)))
+    fds[#fds + 1] = fd
+  end
+  process.sleep_ms(300)
+  local grown = rss_kib(pid) - before
+  for _, fd in ipairs(fds) do NU.close(fd) end
+  print(("    three 100 MiB frames at the scope's and the main socket: the server grew by %d MiB"):format(math.floor(grown / 1024)))
+  T.ok(grown < 32 * 1024, "the notebook server's memory grew")
+  -- the scope still answers its key
+  local net = require "seer.net"
+  local sock = net.socket("dealer", key)
+  sock:connect(ep)
+  sock:send{ header = net.header("scope_info_request", net.uuid()), parent_header = {}, metadata = {}, content = {} }
+  local reply = sock:recv(5000)
+  sock:close()
+  T.ok(reply and reply.content.status == "ok", "the scope answers its client")
+end)
+
+A.attack{ name = "a sandbox's scope request socket from inside (network = host): a huge unsigned ZMQ frame", class = 6,
+  rig = RIG, vectors = VECTORS, timeout = 60,
+  lua = function()
+    local ep = rig_scope_endpoint()
+    return NETLIB .. ZMTP .. UFRAME .. ("\nlocal EP = %q\n"):format(ep) .. [[
+      local reached, sent = false, 0
+      local port = tonumber(EP:match("^tcp://127%.0%.0%.1:(%d+)$"))
+      if port then
+        local fd = N.connect(port)
+        if fd then reached, sent = true, N.zmq_frame(fd, 100) end
+      else
+        local n = N.unix_frame(EP:match("^ipc://(.*)$") or "/nonexistent", 100)
+        if n then reached, sent = true, n end
+      end
+      print(("SCOPE reached=%s sent=%d"):format(tostring(reached), sent))
+    ]]
+  end,
+  setup = function() servers().scope_rss = rss_kib(own_notebook_server_pid()) end,
+  check = function(out)
+    T.contains(out, "SCOPE reached=false", "the sandbox reached its scope's request socket without the key: " .. out)
+    local grown = rss_kib(own_notebook_server_pid()) - servers().scope_rss
+    T.ok(grown < 32 * 1024, ("the notebook server's memory grew by %d MiB"):format(math.floor(grown / 1024)))
   end }
 
 -- Host secrets a sandbox must never see: an LLM key in the researcher's environment, the MCP

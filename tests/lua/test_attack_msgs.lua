@@ -299,6 +299,31 @@ os.execute("kill " .. pid)
   end,
 }
 
+-- Outputs the per-cell limits once missed: error outputs (kept whole, uncounted) and display
+-- metadata (not counted with the data). 18 x 16 MiB of each would have been 576 MiB kept in the
+-- host server and its notebook; each is over the 16 MiB one output may hold, so errors are kept
+-- shortened and displays become notices.
+kernel_attack{
+  name = "18 error outputs of 16 MiB text and 18 displays with 16 MiB of metadata", class = 5, timeout = 120,
+  lua = [[
+local json = require "seer.json"
+local big = string.rep("E", 16 * 1048576)
+for i = 1, 18 do pub("error", json.encode{ ename = "Big", evalue = big, traceback = { "first", big, "last" } }) end
+big = string.rep("M", 16 * 1048576)
+for i = 1, 18 do pub("display_data", json.encode{ data = { ["text/plain"] = "x" }, metadata = { pad = big }, transient = {} }) end
+big = nil
+collectgarbage()]],
+  check = function(out)
+    T.contains(out, "18 error outputs shortened to the name")
+    T.contains(out, "18 display outputs over 16.0 MiB each, replaced by a notice")
+    local r = A.rig(RIG.name)
+    local f = assert(io.open(r.session:info().notebook_path, "rb"))
+    local size = f:seek("end")
+    f:close()
+    T.ok(size < 16 * 1048576, ("the hostile session's notebook holds %.0f MiB"):format(size / 1048576))
+  end,
+}
+
 -- Last, as it takes the hostile session's output channel down: one 100 MB frame on iopub. The
 -- host refuses to buffer it (ZMQ disconnects the peer past 64 MiB); the cell still ends, with a
 -- line saying the kernel's output went silent, and the bystander never notices.
@@ -431,6 +456,102 @@ bad:terminate() by:terminate()
   T.contains(out, "BYSTANDER\t42")
   T.ok(not out:find("still here"), "the flooding kernel ran on")
 end)
+
+-- Agent code replaces sandboxd's socket in the run folder (writable inside) with an impostor,
+-- then asks its scope for new sessions (what its MCP start_new_session does). The host's
+-- request to "sandboxd" goes to the impostor. Silent, it must cost only that sandbox's starts
+-- (each fails after sandboxd's timeout) while a bystander session on the same notebook server
+-- runs cells at full speed; answering without the sandbox's key, it is found out at once.
+local impostor_by
+A.attack{
+  name = "a silent impostor at /run/seer/sandboxd.sock, then new sessions asked of the scope, a bystander timed", class = 5,
+  rig = { name = "msgs-impostor", config = { models = {} } }, vectors = { "exec/sh" }, timeout = 60,
+  setup = function()
+    impostor_by = require("seer.execution").create_local_notebook_session(nil, { name = "impostor-bystander", output_dir = A.root .. "/outputs/impostor-by" })
+    impostor_by:exec("n = 0")
+  end,
+  sh = function(_, r)
+    local fh = assert(io.open(r.sandbox.workspace_dir .. "/impostor.lua", "wb"))
+    fh:write([[
+local net, json = require "seer.net", require "seer.json"
+os.remove("/run/seer/sandboxd.sock")
+local s = net.raw_socket("router")
+s:bind("ipc:///run/seer/sandboxd.sock")
+print("IMPOSTOR-BOUND") io.stdout:flush()
+local t0 = os.time()
+while os.time() - t0 < 120 do
+  local fr = s:recv_frames(200)
+  local f = io.open("/workspace/impostor.mode")
+  local mode = f and f:read("*l")
+  if f then f:close() end
+  -- silent, or a reply signed with a key that is not the sandbox's
+  if fr and mode == "forge" and #fr >= 7 then
+    s:send_raw({ fr[1], "<IDS|MSG>", string.rep("0", 64), json.encode(net.header("start_kernel_reply", "impostor")), fr[4], "{}",
+                 '{"status":"ok"}' }, true)
+  end
+end]])
+    fh:close()
+    return "(/opt/seer/bin/seer /workspace/impostor.lua > /workspace/impostor.out 2>&1 &) ; sleep 1; cat /workspace/impostor.out"
+  end,
+  check = function(out)
+    T.contains(out, "IMPOSTOR-BOUND", "the impostor holds the sandboxd socket path")
+    local net, process = require "seer.net", require "seer.process"
+    local r = A.rig("msgs-impostor")
+    local env = r.session.mcp_config.notebook.env
+    local sock = net.socket("dealer", env.SEER_NOTEBOOK_SCOPE_KEY)
+    sock:connect(env.SEER_NOTEBOOK_ENDPOINT)
+    local session = net.uuid()
+    local function start()
+      local h = net.header("start_session_request", session)
+      sock:send{ header = h, parent_header = {}, metadata = {}, content = { like = r.session.session_id } }
+      return h.msg_id
+    end
+    local pending, replies = {}, {}
+    local function collect()
+      while true do
+        local m = sock:recv(0)
+        if not m then return end
+        local id = m.parent_header.msg_id
+        if pending[id] then replies[#replies + 1] = { content = m.content, ms = process.now_ms() - pending[id] } pending[id] = nil end
+      end
+    end
+    for _ = 1, 3 do pending[start()] = process.now_ms() end
+    local worst, cells, t0 = 0, 0, process.now_ms()
+    while #replies < 3 and process.now_ms() - t0 < 30000 do
+      local t = process.now_ms()
+      local res = impostor_by:exec("n = n + 1; print(n)", { raise = false, timeout = 60 })
+      worst = math.max(worst, process.now_ms() - t)
+      cells = cells + 1
+      T.eq(res.text, tostring(cells) .. "\n", "the bystander's cell " .. cells)
+      collect()
+      process.sleep_ms(100)
+    end
+    print(("    %d bystander cells while 3 starts waited on the impostor: the slowest took %d ms"):format(cells, worst))
+    T.ok(worst < 1000, ("a bystander cell took %d ms while the scope's starts waited on the impostor"):format(worst))
+    T.eq(#replies, 3, "every start_session was answered")
+    for _, rep in ipairs(replies) do
+      T.eq(rep.content.status, "error")
+      T.contains(tostring(rep.content.evalue), "no answer from sandboxd within 15000 ms")
+    end
+    -- the sandbox's own session (its kernel's connection was made before) goes on
+    T.eq(r.session:exec("print(6 * 7)").text, "42\n")
+    -- an impostor that answers, without the sandbox's key: found out at once, not by timeout
+    local mf = assert(io.open(r.sandbox.workspace_dir .. "/impostor.mode", "wb"))
+    mf:write("forge\n")
+    mf:close()
+    local id = start()
+    pending[id] = process.now_ms()
+    local t = process.now_ms()
+    while pending[id] and process.now_ms() - t < 20000 do net.poll({ sock }, 100) collect() end
+    local last = replies[#replies]
+    T.ok(not pending[id], "the start was answered")
+    T.ok(last.ms < 3000, ("a forged reply was found out after %d ms"):format(last.ms))
+    T.contains(tostring(last.content.evalue), "is not sandboxd")
+    T.eq(impostor_by:exec("print(n)").text, tostring(cells) .. "\n")
+    sock:close()
+    impostor_by:terminate()
+  end,
+}
 
 T.test("msgs attack suite: the rig closes", function()
   if bystander then pcall(bystander.terminate, bystander) end

@@ -344,4 +344,191 @@ T.test("the truncation record says what was dropped and why", function()
   T.eq(nbs.truncation_text(e), nil, "nothing dropped, no record")
 end)
 
+-- A cell's Lua that reaches the kernel's own signed publish (through the upvalues of `display`),
+-- as a hijacked kernel in a sandbox can: `pub(msg_type, content_json)`.
+local HIJACK = [[
+local function upv(f, want)
+  for i = 1, 80 do local n, v = debug.getupvalue(f, i); if not n then return nil end; if n == want then return v end end
+end
+local pub = upv(upv(upv(display.markdown, "display_data"), "publish"), "C").publish
+local json = require "seer.json"
+]]
+
+local function rss_mib(pid)
+  local text = seer.read_file("/proc/" .. pid .. "/status") or ""
+  return (tonumber(text:match("VmRSS:%s*(%d+)")) or 0) / 1024
+end
+
+local function file_mib(path)
+  local f = assert(io.open(path, "rb"))
+  local n = f:seek("end")
+  f:close()
+  return n / 1048576
+end
+
+-- One server with low display limits (1 MiB per output, 4 MiB per cell) for the three below.
+local caps_srv
+local function caps_session(name)
+  caps_srv = caps_srv or own_server({ "--max-display-bytes", tostring(1048576), "--max-cell-display-bytes", tostring(4 * 1048576) })
+  local s = caps_srv.session(name, T.tmpdir())
+  s:exec("x = 1")
+  return s, caps_srv
+end
+
+T.test("error outputs count against the cell's limits: over its share an error is kept shortened, past the count dropped, all in the record", function()
+  local s, srv = caps_session("errors")
+  local before = rss_mib(srv.child.pid)
+  -- 40 errors of 2 MiB text and 5000 traceback lines each (88 MiB sent), each over its 1 MiB
+  -- share: kept shortened (the name, the start of the text, the first and last lines)
+  local r = s:exec(HIJACK .. [[
+local big, tb = string.rep("E", 2 * 1048576), {}
+for i = 1, 5000 do tb[i] = "line " .. i end
+for i = 1, 40 do pub("error", json.encode{ ename = "Boom", evalue = big, traceback = tb }) end
+print("after the errors")]], { raise = false, max_output = 10 ^ 9 })
+  T.eq(r.result, "ok")
+  T.ok(r.dropped ~= json.null and r.dropped ~= nil, "the cell has a truncation record")
+  T.eq(r.dropped.errors_shortened, 40, "every error over its share is kept shortened")
+  T.eq(r.dropped.errors, 0)
+  local errs = {}
+  for _, o in ipairs(r.outputs) do if o.output_type == "error" then errs[#errs + 1] = o end end
+  T.eq(#errs, 40, "none dropped silently")
+  local e1 = errs[1]
+  T.eq(e1.ename, "Boom")
+  T.eq(e1.evalue:sub(1, 4096), string.rep("E", 4096), "the start of the text")
+  T.contains(e1.evalue, "[seer] 2.0 MiB more of this error's text not kept")
+  T.eq(#e1.traceback, 21, "the first 10 and last 10 lines and a line saying how many were left out")
+  T.eq(e1.traceback[1], "line 1")
+  T.eq(e1.traceback[11], "[seer] 4980 traceback lines not kept")
+  T.eq(e1.traceback[21], "line 5000")
+  T.contains(r.text, "40 error outputs shortened to the name")
+  local path = s:info().notebook_path
+  T.ok(file_mib(path) < 2, ("the notebook keeps the shortened errors only: %.1f MiB"):format(file_mib(path)))
+  local cell = nb_cell(path, 2)
+  T.eq(cell.metadata.seer_truncated.errors_shortened, 40, "the notebook's cell says so")
+  -- past the cell's count of error outputs (lowered per request): counted, in the record
+  r = s:exec(HIJACK .. [[for i = 1, 150 do pub("error", '{"ename":"E","evalue":"","traceback":[]}') end]],
+             { raise = false, max_output = 10 ^ 9, limits = { max_displays = 100 } })
+  T.eq(r.dropped.errors, 50)
+  T.contains(r.text, "50 error outputs (a cell keeps 100)")
+  -- once the cell's bytes are spent, ten more errors are kept shortened, then they are dropped
+  r = s:exec(HIJACK .. [[
+local big = string.rep("F", 1048576)
+for i = 1, 40 do pub("error", json.encode{ ename = "F", evalue = big, traceback = {} }) end]],
+             { raise = false, max_output = 10 ^ 9, limits = { max_cell_display_bytes = 20000 } })
+  T.eq(r.dropped.errors_shortened + r.dropped.errors, 40)
+  T.ok(r.dropped.errors_shortened <= 16 and r.dropped.errors >= 24,
+       ("the ones that fit the 20000 bytes and ten more are kept: %d kept shortened, %d dropped"):format(r.dropped.errors_shortened, r.dropped.errors))
+  collectgarbage()
+  local after = rss_mib(srv.child.pid)
+  print(("    the server: %.0f MiB before, %.0f MiB after 88 MiB of error outputs"):format(before, after))
+  T.ok(after - before < 200, ("the server grew by %.0f MiB"):format(after - before))
+  T.eq(s:exec("print('still here')").text, "still here\n")
+end)
+
+T.test("display metadata counts with the data against the per-output and per-cell limits", function()
+  local s = caps_session("metadata")
+  -- a display of "x" with 2 MiB of metadata is over the 1 MiB per output; 300 KiB ones fill the
+  -- cell's 4 MiB
+  local r = s:exec(HIJACK .. [[
+local pad = string.rep("M", 2 * 1048576)
+for i = 1, 10 do pub("display_data", json.encode{ data = {["text/plain"] = "x"}, metadata = { pad = pad }, transient = {} }) end
+pad = string.rep("m", 300 * 1024)
+for i = 1, 20 do pub("display_data", json.encode{ data = {["text/plain"] = "y"}, metadata = { pad = pad }, transient = {} }) end]],
+             { raise = false, max_output = 10 ^ 9 })
+  T.ok(r.dropped ~= json.null and r.dropped ~= nil, "the cell has a truncation record")
+  T.eq(r.dropped.oversized, 10, "metadata over the per-output size: replaced by a notice")
+  T.contains(r.outputs[1].data["text/plain"], "with metadata) was not kept")
+  T.ok(r.dropped.displays >= 6 and r.dropped.displays <= 8, "the cell's 4 MiB hold 13 or 14 of the 300 KiB ones: " .. r.dropped.displays)
+  local path = s:info().notebook_path
+  T.ok(file_mib(path) < 4.5, ("the notebook: %.1f MiB"):format(file_mib(path)))
+end)
+
+T.test("update_display_data counts against the cell's display bytes (the old size given back)", function()
+  local s = caps_session("updates")
+  -- 100 tiny displays, each then updated to 900 KiB: 4 MiB hold 4 of them; shrinking one makes
+  -- room for one more
+  local r = s:exec(HIJACK .. [[
+local big = string.rep("U", 900 * 1024)
+for i = 1, 100 do pub("display_data", json.encode{ data = {["text/plain"] = "d"}, metadata = {}, transient = { display_id = "d" .. i } }) end
+for i = 1, 100 do pub("update_display_data", json.encode{ data = {["text/plain"] = big}, metadata = {}, transient = { display_id = "d" .. i } }) end
+pub("update_display_data", json.encode{ data = {["text/plain"] = "small"}, metadata = {}, transient = { display_id = "d1" } })
+pub("update_display_data", json.encode{ data = {["text/plain"] = big}, metadata = {}, transient = { display_id = "d99" } })]],
+             { raise = false, max_output = 10 ^ 9 })
+  T.ok(r.dropped ~= json.null and r.dropped ~= nil, "the cell has a truncation record")
+  T.eq(r.dropped.updates, 96, "4 of 100 updates fit; shrinking one made room for one more")
+  T.contains(r.text, "96 update_display_data not applied")
+  local path = s:info().notebook_path
+  local cell = nb_cell(path, 2)
+  local big = 0
+  for _, o in ipairs(cell.outputs) do
+    if o.data and #join(o.data["text/plain"] or "") > 1000 then big = big + 1 end
+  end
+  T.eq(big, 4, "the notebook holds 4 updated displays")
+  T.eq(join(cell.outputs[1].data["text/plain"]), "small")
+  T.ok(file_mib(path) < 4.5, ("the notebook: %.1f MiB"):format(file_mib(path)))
+  stop_servers()
+  caps_srv = nil
+end)
+
+T.test("a restart answers through the loop: cells sent meanwhile wait for the new kernel, interrupt is refused", function()
+  local srv = own_server()
+  local s = srv.session("restart", T.tmpdir())
+  s:exec("x = 41")
+  local sock = srv.sock
+  local function send(t, content)
+    local h = net.header(t .. "_request", "test")
+    sock:send{ header = h, parent_header = {}, metadata = {}, content = content }
+    return h.msg_id
+  end
+  local rid = send("restart", { session_id = s.session_id })
+  local iid = send("interrupt", { session_id = s.session_id })
+  local sid = send("session_info", { session_id = s.session_id })
+  local eid = send("execute", { session_id = s.session_id, code = "print(x == nil)" })
+  local got, order = {}, {}
+  local t0 = process.now_ms()
+  while (not got[rid] or not got[eid]) and process.now_ms() - t0 < 30000 do
+    local m = sock:recv(1000)
+    if m and m.header.msg_type ~= "output" then
+      got[m.parent_header.msg_id] = m.content
+      order[#order + 1] = m.parent_header.msg_id
+    end
+  end
+  T.eq(got[rid] and got[rid].status, "ok", "restart answered")
+  T.eq(got[iid].status, "error")
+  T.eq(got[iid].ename, "KernelStarting")
+  T.eq(got[sid].state, "starting")
+  T.eq(got[eid].result, "ok")
+  T.eq(got[eid].outputs[1].text, "true\n", "the cell ran in the new kernel")
+  T.eq(s:info().state, "idle")
+  stop_servers()
+end)
+
+T.test("the default output folder is made when a session uses it, not when the server starts", function()
+  local cwd, elsewhere = T.tmpdir(), T.tmpdir()
+  local key = net.new_key()
+  local child = process.spawn{ argv = { jupyter.seer_binary(), "notebook", "serve" }, cwd = cwd,
+                               env = { SEER_NOTEBOOK_KEY = key, SEER_DIE_WITH_PARENT = "1" }, stdout = "pipe", stderr = "inherit" }
+  local info = json.decode((assert(child:read_line(15000), "the notebook server did not start")))
+  local sock = net.socket("dealer", key)
+  sock:connect(info.endpoint)
+  local function request(t, content)
+    local h = net.header(t .. "_request", "test")
+    sock:send{ header = h, parent_header = {}, metadata = {}, content = content }
+    while true do
+      local m = assert(sock:recv(60000), "no reply to " .. t)
+      if m.parent_header.msg_id == h.msg_id then return m.content end
+    end
+  end
+  local r = request("start_session", { name = "own", notebook_dir = elsewhere })
+  T.eq(r.status, "ok", tostring(r.evalue))
+  T.eq(T.exists(cwd .. "/outputs"), false, "a server whose sessions name their folder leaves no ./outputs")
+  r = request("start_session", { name = "default" })
+  T.eq(r.status, "ok", tostring(r.evalue))
+  T.ok(r.notebook_path:find(cwd .. "/outputs/", 1, true) == 1, r.notebook_path)
+  request("shutdown", {})
+  child:wait(5000)
+  child:stop(500)
+  sock:close()
+end)
+
 T.test("cleanup", function() stop_servers() end)

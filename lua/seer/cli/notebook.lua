@@ -19,6 +19,7 @@ local function reraise_interrupt(err)
 end
 local save_nofollow -- Notebook:save without following links (below, with the scopes)
 local sweep_temporaries -- removes what saves killed midway left (below)
+local new_kept, new_dropped -- a cell's counts against the output limits (below, with the limits)
 
 local USAGE = [[
 usage: seer notebook serve [--output-dir DIR] [--host HOST] [--port PORT] [--max-output CHARS]
@@ -36,6 +37,10 @@ token) are generated when unset; SEER_DIE_WITH_PARENT=1 ends the server with its
 When ready it prints one JSON line: {"endpoint", "url", "pid"}.]]
 
 local DEFAULT_MAX_OUTPUT = 20000
+-- What one request may be, on the main socket and the scopes' (ZMQ_MAXMSGSIZE: a frame over it
+-- disconnects the peer before it is held whole), and how many may wait per peer. The largest
+-- request is an execute's code; 64 MiB is far above any cell.
+M.REQUEST_LIMITS = { max_bytes = 64 * 1024 * 1024, max_frames = 64, rcvhwm = 256 }
 local PUBLISH_INTERVAL_MS = 40
 local LIVE_MAX_TEXT = 512 * 1024
 
@@ -240,7 +245,8 @@ end
 function Server:session_info(s)
   return { session_id = s.id, name = s.name, notebook_path = s.nb.path, jupyter_url = self:jupyter_url(s.id),
            kernel_pid = s.kernel and ((s.kernel.process and s.kernel.process.pid) or (s.kernel.remote and s.kernel.remote.pid)) or json.null,
-           state = s.dead and "dead" or (s.running and "busy" or "idle"), dead_reason = s.dead or json.null,
+           state = s.starting and "starting" or s.dead and "dead" or (s.running and "busy" or "idle"),
+           dead_reason = (not s.starting and s.dead) or json.null,
            bad_messages = s.kernel and s.kernel:bad_messages() or s.bad_seen or 0,
            truncations = s.truncations or json.null, save_failures = s.save_failures or 0,
            sandbox_id = s.scope or json.null }
@@ -305,12 +311,134 @@ local function kernel_connection(r, L, name)
   return info
 end
 
--- Starts (or restarts) the kernel of a session and replays its init executions.
+---------------------------------------------------------------------------------------------
+-- kernel starts
+--
+-- Starting a kernel waits on what a sandbox controls: sandboxd's answer (its socket lies in the
+-- sandbox's run folder, where code inside can put a silent impostor in its place) and the new
+-- kernel's first answer (a sandbox busy to its limits answers late). A start therefore runs as a
+-- coroutine that the loop resumes when one of its sockets is readable or its wait is over; other
+-- sessions' requests and outputs go on meanwhile, and only what needs this kernel (the
+-- start_session or restart reply, the session's queue) waits for it.
+
+local SANDBOXD_TIMEOUT_MS = 15000 -- sandboxd's answer to start_kernel
+local KERNEL_INFO_TIMEOUT_MS = 20000 -- the new kernel's first kernel_info_reply
+-- A sandboxd reply to this server is a few hundred bytes (start_kernel, stop_service): nothing
+-- bigger is held, and at most a few wait.
+local SANDBOXD_LIMITS = { max_bytes = 1024 * 1024, max_frames = 64, rcvhwm = 16 }
+-- A sandboxd client of a session that ended is closed this long after its last message went, so
+-- that message (stop_service) is delivered first (ZMQ drops what is unsent on close).
+local SANDBOXD_LINGER_MS = 3000
+
+-- Inside a start: gives the loop back until one of socks is readable or ms have passed.
+local function start_wait(socks, ms)
+  coroutine.yield(socks, ms)
+end
+
+-- The client this server uses for a sandbox's sandboxd: requests are sent without waiting, and a
+-- start reads its reply from the loop (sandboxd_take). Replies are signed with the sandbox's key
+-- (which code inside the sandbox does not hold) and checked as seer.sandbox's client does.
+local function sandboxd_client(L)
+  local sock = net.socket("dealer", L.key, SANDBOXD_LIMITS)
+  sock:connect(L.endpoint)
+  return { sock = sock, session = net.uuid(), endpoint = L.endpoint, key = L.key, dropped = 0, sandbox_id = L.sandbox_id }
+end
+
+local function sandboxd_send(cl, op, content)
+  local h = net.header(op .. "_request", cl.session)
+  cl.sock:send{ header = h, parent_header = {}, metadata = {}, content = content or {} }
+  cl.sent_at = process.now_ms()
+  return h.msg_id
+end
+
+local function sandboxd_bad(r)
+  local h, p, c = r.header, r.parent_header, r.content
+  if type(h.msg_type) ~= "string" or #h.msg_type > 64 or not h.msg_type:match("_reply$") then return "not a *_reply" end
+  if type(p.msg_id) ~= "string" or #p.msg_id > 256 then return "no parent msg_id" end
+  if c.status ~= nil and c.status ~= "ok" and c.status ~= "error" then return "content.status is not ok or error" end
+  if c.status == "error" and (type(c.ename) ~= "string" or (c.evalue ~= nil and type(c.evalue) ~= "string")) then
+    return "an error reply without a string ename and evalue"
+  end
+end
+
+-- The reply to request `id` if it has come (other replies are read and dropped). Raises at
+-- once when something on the socket failed the signature or the checks: only sandboxd holds
+-- the key, so the socket in the run folder is not sandboxd's (or sandboxd is broken), and no
+-- answer will come from it.
+local function sandboxd_take(cl, id)
+  local found
+  for _ = 1, 64 do
+    local r = cl.sock:recv(0)
+    if not r then break end
+    local why = sandboxd_bad(r)
+    if why then cl.sock:note_dropped("a reply from sandboxd: " .. why)
+    elseif r.parent_header.msg_id == id then found = r end
+  end
+  local n, why = cl.sock:dropped()
+  if n > cl.dropped then
+    cl.dropped = n
+    if not found then
+      error(("sandbox %s: what answered on sandboxd's socket is not sandboxd (%s); the socket in the sandbox's run folder was replaced or sandboxd is broken")
+        :format(tostring(cl.sandbox_id), tostring(why)), 0)
+    end
+  end
+  return found
+end
+
+-- Closes a sandboxd client once what it sent last has had time to go.
+function Server:retire_sandboxd(cl)
+  if not cl then return end
+  self.retired = self.retired or {}
+  self.retired[#self.retired + 1] = { cl = cl, at = (cl.sent_at or 0) + SANDBOXD_LINGER_MS }
+end
+
+function Server:close_retired(now, all)
+  local keep = {}
+  for _, r in ipairs(self.retired or {}) do
+    if all or now >= r.at then pcall(r.cl.sock.close, r.cl.sock) else keep[#keep + 1] = r end
+  end
+  self.retired = keep
+end
+
+-- Asks for kernel_info until the kernel answers on shell AND its iopub messages reach this
+-- server (a SUB socket receives only once its subscription has reached the kernel), as
+-- seer.jupyter's Client:kernel_info, but waiting through the loop. Returns the reply content,
+-- or nil and why.
+local function kernel_handshake(c, timeout_ms)
+  local deadline = process.now_ms() + timeout_ms
+  local reply
+  local window = 50 -- short first tries: a subscription usually lands within milliseconds
+  while process.now_ms() < deadline do
+    local id = c:send("shell", "kernel_info_request", {})
+    local got_iopub = false
+    local until_ms = math.min(deadline, process.now_ms() + window)
+    while true do
+      for i = 1, #c:sockets() do
+        for _, msg in ipairs(c:pump(i, 200)) do
+          if msg.parent_header.msg_id == id then
+            if msg.channel == "iopub" then got_iopub = true end
+            if msg.channel == "shell" then reply = msg.content end
+          end
+        end
+      end
+      if reply ~= nil and got_iopub then return reply end
+      local alive, how = c:alive()
+      if not alive then return nil, "the kernel " .. tostring(how) .. " before answering" end
+      local left = until_ms - process.now_ms()
+      if left <= 0 then break end
+      start_wait(c:sockets(), math.min(left, 100))
+    end
+    window = math.min(window * 2, 1000)
+  end
+  if reply then return nil, ("the kernel answered on shell but its iopub messages did not arrive within %d ms"):format(timeout_ms) end
+  return nil, ("the kernel did not answer kernel_info within %d ms"):format(timeout_ms)
+end
+
 -- A kernel inside a sandbox: its sandboxd starts it with ipc endpoints in the sandbox's run
--- directory, which this server reaches through the host side of that directory.
-function Server:start_sandbox_kernel(s)
+-- directory, which this server reaches through the host side of that directory. Runs inside a
+-- start (st): every wait goes back to the loop.
+function Server:start_sandbox_kernel(s, st)
   local L = s.sandbox
-  local S = require "seer.sandbox"
   local function exists(p) local f = io.open(p, "rb"); if f then f:close() return true end return false end
   local function sandbox_alive()
     if not exists(L.state_dir .. "/sandbox.json") or exists(L.state_dir .. "/status.json") then
@@ -318,11 +446,36 @@ function Server:start_sandbox_kernel(s)
     end
     return true
   end
-  s.sandbox_client = s.sandbox_client or S.connect{ endpoint = L.endpoint, key = L.key, alive = sandbox_alive }
+  local alive, why = sandbox_alive()
+  if not alive then error(why, 0) end
+  -- one client per session: a restart asks the sandboxd its first start reached
+  local cl = s.sandboxd
+  if not cl or cl.endpoint ~= L.endpoint or cl.key ~= L.key then
+    self:retire_sandboxd(cl)
+    cl = sandboxd_client(L)
+    s.sandboxd = cl
+  end
   s.kernel_starts = (s.kernel_starts or 0) + 1
   local name = ("kernel-%s-%d"):format(s.id, s.kernel_starts)
-  local r = s.sandbox_client:request("start_kernel", { name = name, env = s.kernel_env, cwd = s.workspace_dir },
-                                     { timeout_ms = 15000 })
+  cl.dropped = cl.sock:dropped() -- what this start's wait finds dropped is new
+  local id = sandboxd_send(cl, "start_kernel", { name = name, env = s.kernel_env, cwd = s.workspace_dir })
+  -- from here a cancelled start stops what sandboxd may still start
+  st.stop = function() pcall(sandboxd_send, cl, "stop_service", { name = name }) end
+  local deadline = process.now_ms() + SANDBOXD_TIMEOUT_MS
+  local reply
+  while true do
+    reply = sandboxd_take(cl, id)
+    if reply then break end
+    alive, why = sandbox_alive()
+    if not alive then error(why, 0) end
+    local left = deadline - process.now_ms()
+    if left <= 0 then error(("sandbox start_kernel: no answer from sandboxd within %d ms"):format(SANDBOXD_TIMEOUT_MS), 0) end
+    start_wait({ cl.sock }, math.min(left, 100))
+  end
+  local r = reply.content
+  if r.status == "error" then
+    error(("sandbox start_kernel: %s: %s"):format(tostring(r.ename), tostring(r.evalue)), 0)
+  end
   local info = kernel_connection(r, L, name)
   local c = jupyter.connect(info)
   c.remote = {
@@ -331,34 +484,104 @@ function Server:start_sandbox_kernel(s)
       -- the run folder is the sandbox's: read bounded with no link followed, never a fifo
       local text = require("seer.safe_fs").root(L.host_run, "the sandbox's run folder"):read("services/" .. name .. ".exit", { max = 65536 })
       if text then
-        local ok, st = pcall(json.decode, text)
-        return false, ok and type(st) == "table" and type(st.how) == "string" and st.how or "exited"
+        local ok, st2 = pcall(json.decode, text)
+        return false, ok and type(st2) == "table" and type(st2.how) == "string" and st2.how or "exited"
       end
       return sandbox_alive()
     end,
-    stop = function()
-      pcall(s.sandbox_client.request, s.sandbox_client, "stop_service", { name = name }, { timeout_ms = 2000 })
-    end,
+    -- sent, not waited for: a sandboxd that does not answer cannot hold this server
+    stop = function() pcall(sandboxd_send, cl, "stop_service", { name = name }) end,
   }
   s.kernel_log = L.log_dir .. "/" .. name .. ".log"
   return c
 end
 
-function Server:start_kernel(s)
-  local c = s.sandbox and self:start_sandbox_kernel(s)
-            or jupyter.start_local{ runtime_dir = self.runtime_dir, cwd = s.workspace_dir, env = s.kernel_env,
-                                    log = s.kernel_log }
-  local info, why = c:kernel_info(20000)
-  if not info then
-    c:close()
-    error("the kernel did not start: " .. why .. (s.kernel_log and (" (its log: " .. s.kernel_log .. ")") or ""), 0)
+-- The body of a start (inside its coroutine): the kernel, then its first answer. Returns the
+-- kernel_info reply; s.kernel is the new kernel.
+function Server:start_kernel(s, st)
+  local c
+  local ok, err = pcall(function()
+    if s.sandbox then c = self:start_sandbox_kernel(s, st)
+    else
+      -- a kernel on this host: started here (it binds within milliseconds), answered through the loop
+      c = jupyter.start_local{ runtime_dir = self.runtime_dir, cwd = s.workspace_dir, env = s.kernel_env, log = s.kernel_log }
+    end
+    st.client = c
+    local info, why = kernel_handshake(c, KERNEL_INFO_TIMEOUT_MS)
+    if not info then
+      error("the kernel did not start: " .. why .. (s.kernel_log and (" (its log: " .. s.kernel_log .. ")") or ""), 0)
+    end
+    return info
+  end)
+  if not ok then
+    st.client = nil
+    if c then pcall(c.close, c) end
+    error(err, 0)
   end
+  local info = err
   -- The connection file holds the kernel's key; the kernel has read it and this server keeps
   -- the connection in memory, so it does not stay on disk for a crash to leave behind.
   if c.connection_file then os.remove(c.connection_file); c.connection_file = nil end
+  st.client = nil
   s.kernel, s.dead = c, nil
   s.nb.doc.metadata.language_info = info.language_info or s.nb.doc.metadata.language_info
   return info
+end
+
+-- Starts the kernel of session s; done(ok, info_or_error) is called once it answered or
+-- failed (from the loop, or from here when it fails at once). s.starting is the start meanwhile.
+function Server:begin_start(s, done)
+  local st = { s = s, done = done, socks = {}, wake = 0 }
+  st.co = coroutine.create(function() return self:start_kernel(s, st) end)
+  self.starts = self.starts or {}
+  self.starts[st] = true
+  s.starting = st
+  self:step_start(st)
+  return st
+end
+
+-- Resumes a start; when it has finished, hands the result to its done.
+function Server:step_start(st)
+  if not self.starts[st] then return end
+  st.ready = false
+  local ok, a, b = coroutine.resume(st.co)
+  if coroutine.status(st.co) ~= "dead" then
+    st.socks, st.wake = a or {}, process.now_ms() + (b or 0)
+    return
+  end
+  self.starts[st] = nil
+  if st.s.starting == st then st.s.starting = nil end
+  if not ok then reraise_interrupt(a) end
+  local dok, derr = pcall(st.done, ok, a)
+  if not dok then
+    reraise_interrupt(derr)
+    log("session %s: after its kernel start: %s", st.s.id, tostring(derr))
+  end
+end
+
+-- Abandons a start (its session ended, or the server): what it started is stopped; done is
+-- called with `why` when given (the server is shutting down: the request waiting is answered).
+function Server:cancel_start(st, why)
+  if not (self.starts and self.starts[st]) then return end
+  self.starts[st] = nil
+  if st.s.starting == st then st.s.starting = nil end
+  if st.client then pcall(st.client.close, st.client)
+  elseif st.stop then st.stop() end
+  if why then
+    local ok, err = pcall(st.done, false, why)
+    if not ok then reraise_interrupt(err) end
+  end
+end
+
+-- The server's default output folder (--output-dir, "outputs" of its working directory), made
+-- the first time a session goes there.
+function Server:output_dir()
+  if not self.output_dir_made then
+    local d = self.default_output_dir or "outputs"
+    process.mkdir_p(d)
+    self.output_dir_made = core.realpath(d) or d
+  end
+  return self.output_dir_made
 end
 
 -- Starts a session. `c` is the request's content, or (for a sandbox-bound client) the content
@@ -369,9 +592,10 @@ function Server:new_session(req, c)
   c = c or req.content
   local load = type(c.load) == "function" and c.load or notebook.load
   local id = net.uuid():sub(1, 8)
-  while self.sessions[id] do id = net.uuid():sub(1, 8) end
+  self.pending_ids = self.pending_ids or {} -- sessions whose kernel is starting
+  while self.sessions[id] or self.pending_ids[id] do id = net.uuid():sub(1, 8) end
   -- A continued notebook goes beside its original unless told otherwise.
-  local dir = c.notebook_dir or (c["continue"] and c["continue"]:match("^(.*)/[^/]*$")) or self.output_dir
+  local dir = c.notebook_dir or (c["continue"] and c["continue"]:match("^(.*)/[^/]*$")) or self:output_dir()
   -- no link followed on the way: the folder may lie in a sandbox's workspace (callers realpath it)
   local mk_ok, mk_err = require("seer.safe_fs").mkdirs_nofollow(dir)
   if not mk_ok then error(mk_err, 0) end
@@ -403,7 +627,26 @@ function Server:new_session(req, c)
               kernel_env = c.kernel_env, sandbox = c.sandbox, kernel_log = self.runtime_dir .. "/kernel-" .. id .. ".log" }
   for _, code in ipairs(type(c.init) == "table" and c.init or {}) do s.init[#s.init + 1] = code end
   if s.sandbox then self:scope_for(s.sandbox) end -- a bad launcher fails before a kernel starts
-  self:start_kernel(s)
+  -- The kernel starts through the loop (begin_start); the session exists, and start_session is
+  -- answered, once it has.
+  self.pending_ids[id] = true
+  self:begin_start(s, function(ok, err)
+    self.pending_ids[id] = nil
+    if ok then ok, err = pcall(self.session_started, self, req, s, dir, rerun) end
+    if not ok then
+      reraise_interrupt(err)
+      if not self.sessions[id] then self:retire_sandboxd(s.sandboxd); s.sandboxd = nil end
+      log("request start_session%s failed: %s", req.scope and (" from sandbox " .. req.scope.id) or "", tostring(err))
+      self:reply_error(req, "ServerError", tostring(err))
+    end
+  end)
+end
+
+-- The rest of new_session once the kernel has answered: the session joins the server (and its
+-- sandbox's scope), its notebook is saved, and its start-up code and the cells of a resumed or
+-- continued notebook run before start_session is answered.
+function Server:session_started(req, s, dir, rerun)
+  local id, nb = s.id, s.nb
   self.sessions[id] = s
   if s.sandbox then self:scope_add_session(s, dir) end
   local saved, serr = pcall(nb.save, nb)
@@ -467,13 +710,21 @@ end
 local function log_totals(s)
   local t = s.truncations
   if t then
-    log("session %s ended: %d cell%s truncated at the output limits (not kept: %s of stream, %d display outputs, %d oversized outputs replaced, %d messages the kernel could not deliver)",
-        s.id, t.cells, t.cells == 1 and "" or "s", mib(t.stream_bytes), t.displays, t.oversized, t.kernel_undelivered)
+    log("session %s ended: %d cell%s truncated at the output limits (not kept: %s of stream, %d display outputs, %d oversized outputs replaced, %d error outputs shortened or dropped, %d messages the kernel could not deliver)",
+        s.id, t.cells, t.cells == 1 and "" or "s", mib(t.stream_bytes), t.displays, t.oversized, t.errors or 0, t.kernel_undelivered)
   end
 end
 
 function Server:drop_session(s, how)
+  if s.starting then
+    -- a restart under way: what it started is stopped, what waited for it fails
+    self:cancel_start(s.starting)
+    s.dead = how
+    self:fail_executions(s, how)
+  end
   if not s.dead then self:on_kernel_death(s, how) end
+  self:retire_sandboxd(s.sandboxd)
+  s.sandboxd = nil
   log_totals(s)
   self.sessions[s.id] = nil
   if self.http then self.http:remove(s.id) end
@@ -483,17 +734,16 @@ function Server:enqueue(s, e)
   e.outputs = json.array()
   e.displays = {}
   e.limits = e.limits or self.limits
-  e.kept = { stream_bytes = 0, displays = 0, display_bytes = 0 }
+  e.kept, e.dropped = new_kept(), new_dropped()
+  e.sizes = setmetatable({}, { __mode = "k" }) -- kept display output -> the bytes it was counted as
   e.pending_stream = json.array()
-  e.dropped = { stream_bytes = 0, stream_messages = 0, displays = 0, display_bytes = 0, oversized = 0, updates = 0,
-                kernel_undelivered = 0 }
   s.queue[#s.queue + 1] = e
   if e.cell then self:publish(s) end
 end
 
 -- Starts the next queued execution of a session when its kernel is free.
 function Server:pump_queue(s)
-  if s.running or s.dead or #s.queue == 0 then return end
+  if s.running or s.dead or s.starting or #s.queue == 0 then return end
   local e = table.remove(s.queue, 1)
   s.running = e
   e.msg_id = s.kernel:send("shell", "execute_request", { code = e.code, silent = false, store_history = not e.hidden,
@@ -537,19 +787,63 @@ end
 ---------------------------------------------------------------------------------------------
 -- output limits and the truncation record (docs/notebook.md, "Output limits")
 
--- Bytes of a mime bundle's values (JSON values: their encoded size).
-local function bundle_bytes(data)
-  local n = 0
-  for k, v in pairs(data or {}) do
-    n = n + #k + (type(v) == "string" and #v or #json.encode(v))
-  end
+-- What keeping a value costs this server, in bytes: the length of its strings plus an overhead
+-- for every value (a Lua string, table slot or hash node costs tens of bytes), so a bundle of
+-- 200,000 empty strings counts as megabytes, not zero. Every part of an output the server keeps
+-- is counted: data, metadata, an error's name, text and traceback lines.
+local VALUE_OVERHEAD = 32
+local function kept_bytes(v)
+  local t = type(v)
+  if t == "string" then return #v + VALUE_OVERHEAD end
+  if t ~= "table" then return VALUE_OVERHEAD end
+  local n = VALUE_OVERHEAD
+  for k, x in pairs(v) do n = n + kept_bytes(k) + kept_bytes(x) end
   return n
 end
+M.kept_bytes = kept_bytes
 
+-- An error output over its share is kept shortened: its name, the start of its text and its
+-- first and last traceback lines (each cut), so the cell still shows what went wrong.
+local ERROR_TEXT_KEEP, ERROR_LINES_KEEP, ERROR_LINE_KEEP = 4096, 10, 1024
+-- How many shortened errors a cell keeps once its display and error bytes are spent (a cell
+-- that filled its displays still shows the error it ended with; bounded: ~40 KiB each).
+local SHORT_ERRORS_PAST_CAP = 10
+
+-- The first n bytes of s, not splitting a UTF-8 sequence.
+local function head_bytes(s, n)
+  if #s <= n then return s end
+  while n > 0 and s:byte(n + 1) >= 0x80 and s:byte(n + 1) < 0xC0 do n = n - 1 end
+  return s:sub(1, n)
+end
+
+local function shorten_error(o, share)
+  local function line(l)
+    if #l <= ERROR_LINE_KEEP then return l end
+    local h = head_bytes(l, ERROR_LINE_KEEP)
+    return h .. ("... [%s more not kept]"):format(mib(#l - #h))
+  end
+  local tb, lines = json.array(), o.traceback or {}
+  if #lines <= 2 * ERROR_LINES_KEEP then
+    for i = 1, #lines do tb[i] = line(lines[i]) end
+  else
+    for i = 1, ERROR_LINES_KEEP do tb[#tb + 1] = line(lines[i]) end
+    tb[#tb + 1] = ("[seer] %d traceback lines not kept"):format(#lines - 2 * ERROR_LINES_KEEP)
+    for i = #lines - ERROR_LINES_KEEP + 1, #lines do tb[#tb + 1] = line(lines[i]) end
+  end
+  local ev = o.evalue or ""
+  if #ev > ERROR_TEXT_KEEP then
+    local h = head_bytes(ev, ERROR_TEXT_KEEP)
+    ev = h .. ("\n[seer] %s more of this error's text not kept (an output keeps at most %s)"):format(mib(#ev - #h), mib(share))
+  end
+  return { output_type = "error", ename = o.ename, evalue = ev, traceback = tb }
+end
 
 -- Decides what of output o (from a kernel message) a cell keeps under its limits: o itself, a
--- shorter o (a stream cut at the limit), a notice in its place (a display output over the
--- per-output size), or nil (past a limit: counted in e.dropped).
+-- shorter o (a stream cut at the limit, an error shortened), a notice in its place (a display
+-- output over the per-output size), or nil (past a limit: counted in e.dropped). Display and
+-- error outputs share the cell's byte budget (max_cell_display_bytes); each is counted whole
+-- (kept_bytes), metadata included, and e.sizes remembers what each kept one was counted as, for
+-- update_display_data.
 local function keep_output(e, o)
   local L, kept, drop = e.limits, e.kept, e.dropped
   if o.output_type == "stream" then
@@ -569,16 +863,20 @@ local function keep_output(e, o)
       drop.displays = drop.displays + 1
       return nil
     end
-    local n = bundle_bytes(o.data)
+    local n = kept_bytes(o)
     if n > L.max_display_bytes then
       drop.oversized = drop.oversized + 1
       local kinds = {}
       for k in pairs(o.data) do kinds[#kinds + 1] = k end
       table.sort(kinds)
+      local what = table.concat(kinds, ", ")
+      if #what > 1024 then what = head_bytes(what, 1024) .. ", ..." end
       local notice = { output_type = o.output_type, execution_count = o.execution_count, metadata = {},
-                       data = { ["text/plain"] = ("[seer] a %s output of %s (%s) was not kept: one output may hold at most %s"):format(
-                         o.output_type, mib(n), table.concat(kinds, ", "), mib(L.max_display_bytes)) } }
-      kept.displays = kept.displays + 1
+                       data = { ["text/plain"] = ("[seer] a %s output of %s (%s%s) was not kept: one output may hold at most %s"):format(
+                         o.output_type, mib(n), what, next(o.metadata or {}) ~= nil and ", with metadata" or "", mib(L.max_display_bytes)) } }
+      local m = kept_bytes(notice)
+      kept.displays, kept.display_bytes = kept.displays + 1, kept.display_bytes + m
+      e.sizes[notice] = m
       return notice
     end
     if kept.display_bytes + n > L.max_cell_display_bytes then
@@ -586,10 +884,66 @@ local function keep_output(e, o)
       return nil
     end
     kept.displays, kept.display_bytes = kept.displays + 1, kept.display_bytes + n
+    e.sizes[o] = n
     return o
+  elseif o.output_type == "error" then
+    if kept.errors >= L.max_displays then
+      drop.errors = drop.errors + 1
+      drop.error_bytes = drop.error_bytes + kept_bytes(o)
+      return nil
+    end
+    local n = kept_bytes(o)
+    if n <= L.max_display_bytes and kept.display_bytes + n <= L.max_cell_display_bytes then
+      kept.errors, kept.display_bytes = kept.errors + 1, kept.display_bytes + n
+      return o
+    end
+    local short = shorten_error(o, math.min(L.max_display_bytes, L.max_cell_display_bytes))
+    local m = kept_bytes(short)
+    local past = kept.display_bytes + m > L.max_cell_display_bytes
+    if past and kept.short_errors >= SHORT_ERRORS_PAST_CAP then
+      drop.errors = drop.errors + 1
+      drop.error_bytes = drop.error_bytes + n
+      return nil
+    end
+    if past then kept.short_errors = kept.short_errors + 1 end
+    kept.errors, kept.display_bytes = kept.errors + 1, kept.display_bytes + m
+    drop.errors_shortened = drop.errors_shortened + 1
+    drop.error_bytes = drop.error_bytes + math.max(0, n - m)
+    return short
   end
-  return o -- errors: always kept (the kernel's checks bound them)
+  return nil -- nothing else is an output (to_output makes only the kinds above)
 end
+M.keep_output = keep_output
+
+-- A fresh e.kept / e.dropped (enqueue; clear_output starts the counts again).
+new_kept = function()
+  return { stream_bytes = 0, displays = 0, display_bytes = 0, errors = 0, short_errors = 0 }
+end
+new_dropped = function()
+  return { stream_bytes = 0, stream_messages = 0, displays = 0, display_bytes = 0, oversized = 0, updates = 0,
+           kernel_undelivered = 0, errors = 0, errors_shortened = 0, error_bytes = 0 }
+end
+M.new_kept, M.new_dropped = new_kept, new_dropped
+
+-- update_display_data: the display's new data and metadata replace the old ones when the new
+-- size fits the per-output limit and the cell's budget with the old size given back; else the
+-- update is dropped (counted).
+local function apply_update(e, o, content)
+  local L, kept = e.limits, e.kept
+  local new = { output_type = o.output_type, execution_count = o.execution_count, data = content.data or {},
+                metadata = content.metadata or {} }
+  local n = kept_bytes(new)
+  local old = e.sizes[o] or 0
+  if n > L.max_display_bytes or kept.display_bytes - old + n > L.max_cell_display_bytes then
+    e.dropped.updates = e.dropped.updates + 1
+    return false
+  end
+  o.data, o.metadata = new.data, new.metadata
+  kept.display_bytes = kept.display_bytes - old + n
+  e.sizes[o] = n
+  return true
+end
+M.apply_update = apply_update
 
 -- The record of what a cell did not keep, as one line of text (nil when nothing was dropped).
 local function truncation_text(e)
@@ -607,7 +961,18 @@ local function truncation_text(e)
       d.oversized, d.oversized == 1 and "" or "s", mib(L.max_display_bytes))
   end
   if d.updates > 0 then
-    parts[#parts + 1] = ("%d update_display_data over %s"):format(d.updates, mib(L.max_display_bytes))
+    parts[#parts + 1] = ("%d update_display_data not applied (over %s, or past the cell's %s of display and error outputs)"):format(
+      d.updates, mib(L.max_display_bytes), mib(L.max_cell_display_bytes))
+  end
+  if (d.errors_shortened or 0) > 0 then
+    parts[#parts + 1] = ("%d error output%s shortened to the name, the start of the text and the first and last traceback lines (one output keeps at most %s, a cell %s of display and error outputs)"):format(
+      d.errors_shortened, d.errors_shortened == 1 and "" or "s", mib(L.max_display_bytes), mib(L.max_cell_display_bytes))
+  end
+  if (d.errors or 0) > 0 then
+    parts[#parts + 1] = ("%d error output%s (a cell keeps %d)"):format(d.errors, d.errors == 1 and "" or "s", L.max_displays)
+  end
+  if (d.error_bytes or 0) > 0 then
+    parts[#parts + 1] = ("%s of error outputs in all"):format(mib(d.error_bytes))
   end
   if d.kernel_undelivered > 0 then
     parts[#parts + 1] = ("%d message%s the kernel could not deliver (its output channel was not read for its wait)"):format(
@@ -639,10 +1004,11 @@ function Server:record_truncation(s, e)
     e.cell.metadata.seer_truncated = d
     s.nb:touch(e.cell)
   end
-  local t = s.truncations or { cells = 0, stream_bytes = 0, displays = 0, oversized = 0, kernel_undelivered = 0 }
+  local t = s.truncations or { cells = 0, stream_bytes = 0, displays = 0, oversized = 0, kernel_undelivered = 0, errors = 0 }
   s.truncations = t
   t.cells, t.stream_bytes, t.displays = t.cells + 1, t.stream_bytes + d.stream_bytes, t.displays + d.displays
   t.oversized, t.kernel_undelivered = t.oversized + d.oversized, t.kernel_undelivered + d.kernel_undelivered
+  t.errors = t.errors + d.errors + d.errors_shortened
   log("session %s: cell %s %s", s.id, e.cell and ("[" .. tostring(e.cell.execution_count) .. "]") or "(hidden)", text:gsub("\n$", ""))
 end
 
@@ -730,19 +1096,12 @@ function Server:on_kernel_message(s, msg)
       -- what is cleared is no longer kept: the limits count from here
       e.outputs = json.array()
       e.displays = {}
-      e.kept.stream_bytes, e.kept.displays, e.kept.display_bytes = 0, 0, 0
+      e.kept = new_kept()
       if e.cell then s.nb:clear_outputs(e.cell, msg.content.wait) end
     elseif t == "update_display_data" then
       local id = msg.content.transient and msg.content.transient.display_id
       local o = id and e.displays[id]
-      if o then
-        if bundle_bytes(msg.content.data) > e.limits.max_display_bytes then
-          e.dropped.updates = e.dropped.updates + 1
-        else
-          o.data, o.metadata = msg.content.data or {}, msg.content.metadata or {}
-          s.nb:touch(e.cell)
-        end
-      end
+      if o and apply_update(e, o, msg.content) and e.cell then s.nb:touch(e.cell) end
     else
       local o = to_output(msg)
       o = o and keep_output(e, o)
@@ -769,6 +1128,12 @@ function Server:on_kernel_death(s, how)
   s.dead = how
   local routine = how == "was shut down" or how == "was restarted" or how == "was shut down with the notebook server"
   ;(routine and debug_log or log)("session %s: the kernel %s", s.id, how)
+  self:fail_executions(s, how)
+  s.kernel:close()
+end
+
+-- Every cell a session was running or had queued ends with an error saying its kernel `how`.
+function Server:fail_executions(s, how)
   local victims, was_running = {}, s.running
   if s.running then victims[1] = s.running end
   for _, e in ipairs(s.queue) do victims[#victims + 1] = e end
@@ -783,7 +1148,6 @@ function Server:on_kernel_death(s, how)
     if e.cell then s.nb:add_output(e.cell, o) end
     self:finish(s, e)
   end
-  s.kernel:close()
 end
 
 local handlers = {} -- request type -> function(server, req); filled in below
@@ -1032,8 +1396,16 @@ function Server:scope_for(launcher)
   local sc = self.scopes[id]
   if not sc then
     local key = net.new_key()
-    local sock = net.socket("router", key)
-    local endpoint = sock:bind(("tcp://%s:*"):format(self.host))
+    local sock = net.socket("router", key, M.REQUEST_LIMITS)
+    -- As the main request socket: a unix socket in the 0700 runtime folder on a loopback host
+    -- (ZMQ buffers a whole frame from any peer before its signature can be checked, so a TCP
+    -- port let any local process make this server hold it). Named by a counter, never by the
+    -- sandbox's id: nothing the launcher says reaches the path.
+    self.scope_count = (self.scope_count or 0) + 1
+    local ipc = ("ipc://%s/scope-%d.sock"):format(self.runtime_dir, self.scope_count)
+    local endpoint
+    if self.ipc_requests and #ipc - 6 <= 100 then endpoint = sock:bind(ipc)
+    else endpoint = sock:bind(("tcp://%s:*"):format(self.host)) end
     sc = { id = id, key = key, sock = sock, endpoint = endpoint, templates = {}, order = {} }
     self.scopes[id] = sc
     debug_log("scope %s: requests at %s", id, endpoint)
@@ -1189,7 +1561,14 @@ local function session_of(self, req)
   return s
 end
 
-local function check_alive(self, req, s)
+-- can_wait: the request queues behind a restart under way (execute, edit_cell); others are
+-- refused while the kernel starts.
+local function check_alive(self, req, s, can_wait)
+  if s.starting then
+    if can_wait then return true end
+    self:reply_error(req, "KernelStarting", ("the kernel of session %s is starting (a restart is under way); try again once it has answered"):format(s.id))
+    return false
+  end
   if s.dead then
     self:reply_error(req, "KernelDied", ("the kernel of session %s %s; restart the session to go on"):format(s.id, s.dead))
     return false
@@ -1230,7 +1609,7 @@ end
 
 function handlers.execute(self, req)
   local s = session_of(self, req)
-  if not s or not check_alive(self, req, s) then return end
+  if not s or not check_alive(self, req, s, true) then return end
   local c = req.content
   if type(c.code) ~= "string" then return self:reply_error(req, "ValueError", "execute: content.code must be a string") end
   local limits, why = self:request_limits(c)
@@ -1246,7 +1625,7 @@ end
 
 function handlers.edit_cell(self, req)
   local s = session_of(self, req)
-  if not s or not check_alive(self, req, s) then return end
+  if not s or not check_alive(self, req, s, true) then return end
   local c = req.content
   local cells = s.nb:code_cells()
   local idx = math.floor(tonumber(c.cell_index) or -1)
@@ -1300,17 +1679,18 @@ end
 function handlers.restart(self, req)
   local s = session_of(self, req)
   if not s then return end
+  if s.starting then
+    return self:reply_error(req, "KernelStarting", ("session %s is already restarting"):format(s.id))
+  end
   if not s.dead then
     -- A live kernel is stopped first; what it was running ends as if it had died.
     s.kernel:stop(1000)
     self:on_kernel_death(s, "was restarted")
   end
-  local ok, err = pcall(self.start_kernel, self, s)
-  if not ok then return self:reply_error(req, "KernelStartError", tostring(err)) end
   -- The start-up (models, libraries, init code) runs again before restart answers, so the
-  -- caller finds the session as it was created, or an error saying which step failed.
-  local pending, failed = #s.init, nil
-  if pending == 0 then return self:reply(req, self:session_info(s)) end
+  -- caller finds the session as it was created, or an error saying which step failed. It is
+  -- queued now, ahead of cells sent while the kernel starts (they wait for it).
+  local pending, failed, answered = #s.init, nil, false
   for _, code in ipairs(s.init) do
     self:enqueue(s, { code = code, hidden = true, on_done = function(e)
       pending = pending - 1
@@ -1318,12 +1698,27 @@ function handlers.restart(self, req)
         local r = e.error or e.reply or {}
         failed = ("%s: %s"):format(r.ename or "Error", r.evalue or "")
       end
-      if pending == 0 then
+      if pending == 0 and not answered then
+        answered = true
         if failed then self:reply_error(req, "RestartError", "the session's start-up code failed after the restart: " .. failed)
         else self:reply(req, self:session_info(s)) end
       end
     end })
   end
+  self:begin_start(s, function(ok, err)
+    if not ok then
+      answered = true
+      self:reply_error(req, "KernelStartError", tostring(err))
+      s.dead = "could not be restarted: " .. tostring(err)
+      self:fail_executions(s, s.dead)
+      return
+    end
+    if pending == 0 and not answered then
+      answered = true
+      self:reply(req, self:session_info(s))
+    end
+    self:pump_queue(s)
+  end)
 end
 
 function handlers.shutdown_session(self, req)
@@ -1450,7 +1845,16 @@ function Server:run()
           end
         end
       end
-      local ready = net.poll(items, 20)
+      -- kernel starts under way: the sockets each waits on
+      local timeout = 20
+      for st in pairs(self.starts or {}) do
+        for _, sock in ipairs(st.socks) do
+          items[#items + 1] = sock
+          owners[#owners + 1] = { start = st }
+        end
+        timeout = math.max(0, math.min(timeout, st.wake - process.now_ms()))
+      end
+      local ready = net.poll(items, timeout)
       for _, k in ipairs(ready) do
         if k == 1 then
           while true do
@@ -1461,6 +1865,8 @@ function Server:run()
           end
         elseif owners[k].scope then
           self:drain_scope(owners[k].scope)
+        elseif owners[k].start then
+          owners[k].start.ready = true
         else
           local s, i = owners[k][1], owners[k][2]
           if not s.dead then
@@ -1470,15 +1876,31 @@ function Server:run()
         end
       end
       local now = process.now_ms()
+      local due = {}
+      for st in pairs(self.starts or {}) do
+        if st.ready or now >= st.wake then due[#due + 1] = st end
+      end
+      for _, st in ipairs(due) do self:step_start(st) end
       for _, s in pairs(self.sessions) do
         local ok, err = pcall(self.tend, self, s, now)
         if not ok then reraise_interrupt(err) log("session %s: %s", s.id, tostring(err)) end
       end
+      if self.retired and #self.retired > 0 then self:close_retired(now) end
     end
   end)
+  for st in pairs(self.starts or {}) do self:cancel_start(st, "the notebook server shut down while the kernel was starting") end
   for _, s in pairs(self.sessions) do
-    if not s.dead then self:on_kernel_death(s, "was shut down with the notebook server") end
+    if s.dead then self:fail_executions(s, "was shut down with the notebook server")
+    else self:on_kernel_death(s, "was shut down with the notebook server") end
     log_totals(s)
+    self:retire_sandboxd(s.sandboxd)
+  end
+  -- what was sent last (stop_service) gets a moment to go before the sockets close
+  if self.retired and #self.retired > 0 then
+    local last = 0
+    for _, r in ipairs(self.retired) do last = math.max(last, r.at) end
+    process.sleep_ms(math.max(0, math.min(200, last - process.now_ms())))
+    self:close_retired(0, true)
   end
   if self.http then self.http:close() end
   for _, sc in pairs(self.scopes or {}) do sc.sock:close() end
@@ -1490,6 +1912,10 @@ end
 -- The timed work of one session between polls: its kernel's death, cells whose idle never
 -- came, deadlines, the queue, the live view. An error here is that session's, logged.
 function Server:tend(s, now)
+  if s.sandboxd and not s.starting then
+    -- replies to stop_service: read and forgotten (bounded per call)
+    for _ = 1, 16 do if not s.sandboxd.sock:recv(0) then break end end
+  end
   if not s.dead then
     local alive, how = s.kernel:alive()
     if not alive then
@@ -1617,18 +2043,20 @@ function M.serve(opts)
                               limits = opts.limits or default_limits(),
                               key = os.getenv("SEER_NOTEBOOK_KEY") or net.new_key(),
                               token = os.getenv("SEER_NOTEBOOK_TOKEN") or net.new_key():sub(1, 48) }, Server)
-  process.mkdir_p(opts.output_dir)
-  self.output_dir = core.realpath(opts.output_dir) or opts.output_dir
+  -- The default output folder is made when a session first uses it (new_session), not here: a
+  -- server whose sessions all name their own folder leaves no empty ./outputs behind.
+  self.default_output_dir = opts.output_dir
   -- what servers killed with -9 left (sweep_stale_runtimes), before this one makes its own
   pcall(sweep_stale_runtimes)
   self.runtime_dir = process.mkdtemp("/tmp/seer-notebook-")
-  self.api = net.socket("router", self.key)
+  self.api = net.socket("router", self.key, M.REQUEST_LIMITS)
   -- On a loopback host the request socket is a unix socket in the 0700 runtime folder, not a
   -- TCP port: ZMQ reads (and buffers) whole frames from any peer before a signature can be
   -- checked, so a TCP port would let any local process (another user, a sandbox with
   -- network = "host") make this server hold gigabytes. Only this user reaches the folder.
   -- A server for other machines (--host 0.0.0.0 or an address) keeps TCP (docs/live_view.md).
   local loopback = opts.host == "127.0.0.1" or opts.host == "localhost" or opts.host == "::1"
+  self.ipc_requests = loopback -- the scopes' request sockets too (scope_for)
   local ipc = "ipc://" .. self.runtime_dir .. "/api.sock"
   if loopback and #ipc - 6 <= 100 then self.endpoint = self.api:bind(ipc)
   else self.endpoint = self.api:bind(("tcp://%s:*"):format(opts.host)) end
