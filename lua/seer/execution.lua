@@ -332,9 +332,10 @@ function Session:exec_file(path, opts)
   return self:exec(code, opts)
 end
 
----Appends a markdown cell; returns its 0-based cell number.
+---Appends a markdown cell; returns its 0-based cell number among all cells (the number the
+---MCP tool add_markdown answers as `{cell_number}`).
 ---@param text string
----@return integer
+---@return integer cell_number
 function Session:add_markdown(text)
   if type(text) ~= "string" then error("session:add_markdown: text must be a string", 2) end
   return check(self:_request("add_markdown", { session_id = self.session_id, content = text }), "session:add_markdown").cell_number
@@ -375,13 +376,29 @@ function Session:interrupt()
 end
 
 ---Starts a fresh kernel (after a crash, or to reset state) and replays the hidden start-up
----(model loading, init code). The notebook keeps its cells.
+---(model loading, init code). The notebook keeps its cells. Answers once the start-up has run
+---again, with the new kernel's session info (as `session:info()`); a start-up step that fails
+---is raised as an error naming it.
+---@return seerexecution.session_info
 function Session:restart()
-  check(self:_request("restart", { session_id = self.session_id }), "session:restart")
+  return check(self:_request("restart", { session_id = self.session_id }), "session:restart")
 end
 
+---@class seerexecution.session_info
+---@field session_id string
+---@field name string
+---@field notebook_path string
+---@field jupyter_url string|userdata the live view's URL, or json.null without one
+---@field kernel_pid integer|userdata the kernel's process id (json.null when it has none)
+---@field state "idle"|"busy"|"dead"
+---@field dead_reason string|userdata why the kernel died (json.null while it lives)
+---@field bad_messages integer kernel messages the server refused
+---@field save_failures integer
+---@field truncations table|userdata
+---@field sandbox_id string|userdata
+
 ---The session's state: "idle", "busy" or "dead" (with dead_reason), the kernel's pid.
----@return table
+---@return seerexecution.session_info
 function Session:info()
   return check(self:_request("session_info", { session_id = self.session_id }, { timeout_ms = REQUEST_TIMEOUT_MS }), "session:info")
 end
@@ -589,6 +606,26 @@ local function create(workspace, opts, models, sandbox)
   return s
 end
 
+-- The reference's positional form: a session's name (and, for create_local_notebook_session,
+-- its output_dir) given as plain arguments, `create_x(..., "name", "dir")`, instead of the
+-- options table. Returns the options table; anything else is an error naming both forms.
+local function positional_opts(fname, opts, output_dir, usage)
+  if type(opts) == "string" then
+    if output_dir ~= nil and type(output_dir) ~= "string" then
+      error(("%s: output_dir (the argument after the name) must be a string, got %s; %s"):format(fname, type(output_dir), usage), 3)
+    end
+    return { name = opts, output_dir = output_dir }
+  end
+  if output_dir ~= nil then
+    error(("%s: an output_dir argument goes with a name string before it, got %s then %s; %s"):format(
+      fname, type(opts), type(output_dir), usage), 3)
+  end
+  if opts ~= nil and type(opts) ~= "table" then
+    error(("%s: the argument after the workspace is a name string or an options table, got %s; %s"):format(fname, type(opts), usage), 3)
+  end
+  return opts
+end
+
 ---A notebook session in a sandbox, with the sandbox's models preloaded under their var_name
 ---(tokenizers as `tokenizer` for `model`, else `{var_name}_tokenizer`).
 ---
@@ -597,14 +634,22 @@ end
 ---`config.models` lists ModelConfig-like tables `{name, var_name?, hidden?, is_peft?,
 ---base_model?, revision?}` (with an optional `model_path(name, revision)`) gives a kernel on
 ---this machine instead, with those models.
+---
+---The reference's `create_notebook_session(sandbox, workspace, name)` works too: a string in
+---place of `opts` is the session's name.
 ---@param sandbox table
 ---@param workspace? seerworkspace.Workspace
----@param opts? {name?: string, notebook_dir?: string, output_dir?: string, workspace_dir?: string}
+---@param opts? string|{name?: string, notebook_dir?: string, output_dir?: string, workspace_dir?: string} a string is the name
 ---@return seerexecution.NotebookSession
-function M.create_notebook_session(sandbox, workspace, opts)
+function M.create_notebook_session(sandbox, workspace, opts, extra)
   if type(sandbox) ~= "table" or type(sandbox.config) ~= "table" then
     error("create_notebook_session(sandbox, workspace, opts): sandbox must be a started Sandbox (with .config)", 2)
   end
+  if extra ~= nil then
+    error("create_notebook_session(sandbox, workspace, name_or_opts) takes 3 arguments; give output_dir as {name = ..., output_dir = ...}", 2)
+  end
+  opts = positional_opts("create_notebook_session", opts, nil,
+    'use create_notebook_session(sandbox, workspace, "name") or (sandbox, workspace, {name = ..., output_dir = ...})')
   opts = require("seer.checks").options("create_notebook_session", opts,
     { name = "string", notebook_dir = "string", output_dir = "string", workspace_dir = "string" }, 2)
   -- execution_mode says what a sandbox is for: CLI gives a shell (create_cli_session) and no
@@ -632,9 +677,10 @@ end
 ---@param workspace? seerworkspace.Workspace
 ---`opts.secrets` lists variables of this process the kernel gets (API keys for API-driven
 ---experiments); nothing else of this process's secrets reaches it.
----@param opts? {name?: string, output_dir?: string, workspace_dir?: string, secrets?: string[]}
+---@param opts? string|{name?: string, output_dir?: string, workspace_dir?: string, secrets?: string[]} a string is the name (the reference's positional form)
+---@param output_dir? string with a name string: the reference's `create_local_notebook_session(workspace, name, output_dir)`
 ---@return seerexecution.NotebookSession
-function M.create_local_notebook_session(workspace, opts)
+function M.create_local_notebook_session(workspace, opts, output_dir)
   -- The reference's keyword form: create_local_notebook_session{workspace = ..., name = ..., output_dir = ...}
   if type(workspace) == "table" and getmetatable(workspace) == nil and opts == nil then
     local t = workspace
@@ -651,6 +697,8 @@ function M.create_local_notebook_session(workspace, opts)
   if workspace ~= nil and (type(workspace) ~= "table" or type(workspace.install) ~= "function") then
     error("create_local_notebook_session(workspace, opts): workspace must be a seer.workspace Workspace (or nil)", 2)
   end
+  opts = positional_opts("create_local_notebook_session", opts, output_dir,
+    'use create_local_notebook_session(workspace, "name", "output_dir") or (workspace, {name = ..., output_dir = ...})')
   opts = require("seer.checks").options("create_local_notebook_session", opts,
     { name = "string", notebook_dir = "string", output_dir = "string", workspace_dir = "string", secrets = "table" }, 2)
   return create(workspace, opts, nil, nil)
@@ -906,13 +954,15 @@ end
 ---libraries are installed in the sandbox's /workspace.
 ---@param sandbox seersandbox.Sandbox a started env.Sandbox
 ---@param workspace? seerworkspace.Workspace
----@param opts? {name?: string}
+---@param opts? string|{name?: string} a string is the name (the reference's `create_cli_session(sandbox, workspace, name)`)
 ---@return seerexecution.CliSession
 function M.create_cli_session(sandbox, workspace, opts)
-  opts = opts or {}
   if type(sandbox) ~= "table" or type(sandbox.kernel_launcher) ~= "function" or not sandbox.sandbox_id then
     error("create_cli_session(sandbox, workspace, opts): sandbox must be a started env.Sandbox (env.Sandbox(config):start())", 2)
   end
+  opts = positional_opts("create_cli_session", opts, nil,
+    'use create_cli_session(sandbox, workspace, "name") or (sandbox, workspace, {name = ...})')
+  opts = require("seer.checks").options("create_cli_session", opts, { name = "string" }, 2)
   workspace = workspace or require("seer.workspace").Workspace{}
   workspace:install(sandbox.workspace_dir)
   local S = require "seer.sandbox"

@@ -99,13 +99,15 @@ end
 ---@field user_turns_source? string the file they came from
 ---@field args string[] the script's arguments
 ---@field flags table<string, boolean> the experiment's own flags that were given (without "--")
----@field out_dir string this run's folder (outputs/<name>-<time>)
+---@field out_dir string this run's folder: <root>/<name>-<time>-<pid>, root being out_root, else $SEER_OUT, else ./outputs
 ---@field task string task.md's text
 ---@field t0 number
 
 ---Parses the profile from the script's arguments (`--small`, `--full`, and the experiment's own
 ---`flags`, e.g. {"--black-box"}, set in run.flags without the dashes) and SEER_PROFILE
----("small" | "full"), and makes the run folder. In the small profile the agent is the recorded
+---("small" | "full"), and makes the run folder, `<root>/<name>-<time>-<pid>` (root: `out_root`,
+---else `$SEER_OUT`, else ./outputs); a run folder still empty when the script ends (its sandbox
+---failed to start, say) is removed then, a non-empty one never. In the small profile the agent is the recorded
 ---one in `<dir>/replay/small.jsonl` unless ANTHROPIC_API_KEY is set (then Claude works on the
 ---small model).
 ---@param opts {name: string, dir: string, args?: string[], out_root?: string, flags?: string[]}
@@ -135,7 +137,8 @@ function M.run(opts)
     to:write("\n  --full    the reference's models and a Claude agent (ANTHROPIC_API_KEY); the default\n",
       "  --small   stories260K and the scripted agent in replay/small.jsonl: offline, in seconds\n",
       "            (Claude on the small model when ANTHROPIC_API_KEY is set); SEER_PROFILE=small|full\n",
-      "  Outputs: ./outputs/", opts.name, "-<time>-<pid> (SEER_OUT sets the folder). docs/experiments.md.\n")
+      "  Outputs: ./outputs/", opts.name, "-<time>-<pid>; SEER_OUT=DIR puts the run folder in DIR instead\n",
+      "            (DIR/", opts.name, "-<time>-<pid>). docs/experiments.md.\n")
     local first = task:match("^%s*(.-)\n%s*\n") or task
     if first ~= "" then to:write("\nThe task (task.md):\n", first:gsub("\n*$", ""), "\n") end
   end
@@ -188,7 +191,32 @@ function M.run(opts)
   local root = opts.out_root or os.getenv("SEER_OUT") or (core.cwd() .. "/outputs")
   r.out_dir = ("%s/%s-%s-%s"):format(root, opts.name, os.date("!%Y%m%dT%H%M%S"), tostring(process.getpid()))
   process.mkdir_p(r.out_dir)
+  M._remove_if_empty_at_exit(r.out_dir)
   return r
+end
+
+-- Run folders to remove at exit when nothing was written into them: a run that fails before its
+-- first output (its sandbox's GPU check, a missing key) leaves no empty folder behind. The
+-- finalizer runs when Lua closes, an uncaught error included; rmdir refuses a folder that is
+-- not empty (and anything that is not a folder), so a run's outputs are never touched.
+local empty_at_exit = {}
+local exit_sentinel = newproxy(true)
+getmetatable(exit_sentinel).__gc = function()
+  for _, dir in ipairs(empty_at_exit) do M._remove_if_empty(dir) end
+end
+M._exit_sentinel = exit_sentinel
+
+---Removes dir if it is an empty folder (rmdir); anything else is left as it is.
+---@param dir string
+---@return boolean removed
+function M._remove_if_empty(dir)
+  local ffi = require "ffi"
+  pcall(ffi.cdef, "int rmdir(const char *pathname);")
+  return ffi.C.rmdir(dir) == 0
+end
+
+function M._remove_if_empty_at_exit(dir)
+  empty_at_exit[#empty_at_exit + 1] = dir
 end
 
 local function read(path)

@@ -350,8 +350,74 @@ end
 ---@field repo_handles seersandbox.RepoHandle[]
 ---@field workspace_dir string|nil the host directory that is /workspace inside
 local Sandbox = {}
-Sandbox.__index = Sandbox
 M.SandboxClass = Sandbox
+
+-- The reference's Sandbox names that seer does not have, with what to use instead: reading one
+-- (sandbox:exec_python(...), sandbox.code_server_url) is an error saying so, not a bare
+-- "attempt to call method 'exec_python' (a nil value)".
+local REFERENCE_NAMES = {
+  exec_python = "sandbox:exec_python is the reference's (it ran Python); seer sandboxes run Lua: use "
+    .. "sandbox:exec_lua(code) (a fresh seer process in the sandbox), or sandbox:exec{\"python3\", \"-c\", code} "
+    .. "where the sandbox has a python3",
+  code_server_url = "sandbox.code_server_url is the reference's (VS Code in the browser); seer runs no code-server: "
+    .. "SandboxConfig{debug = true} keeps the sandbox's state folder on this machine to open with any editor, "
+    .. "and sandbox.workspace_dir is /workspace's host side",
+  modal_sandbox = "sandbox.modal_sandbox is the reference's raw Modal object; a seer sandbox is not a Modal sandbox: "
+    .. "use its methods (exec, exec_lua, read_file, write_file, list_files, logs, stats)",
+}
+
+-- Fields a sandbox may leave unset (reading them gives nil, never the typo error below).
+local FIELDS = {}
+for k in ("config sandbox_id jupyter_url model_handles repo_handles workspace_dir state_dir client run_dir keeper_pid "
+  .. "stage_dirs cgroup sock keeper_status gpu_nodes disk_image log_dir link egress_filter stopped seer_binary key "
+  .. "keeper_start detached lua_dir limits disk_mounted restore_from inbox session sandboxd_pid owner_pid "
+  .. "notebook_server name created attached alive start_ms link_status env"):gmatch("%S+") do FIELDS[k] = true end
+
+local function distance(a, b)
+  if math.abs(#a - #b) > 2 then return 3 end
+  local prev, prev2 = {}, nil
+  for j = 0, #b do prev[j] = j end
+  for i = 1, #a do
+    local cur = { [0] = i }
+    for j = 1, #b do
+      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a:byte(i) == b:byte(j) and 0 or 1))
+      if i > 1 and j > 1 and a:byte(i) == b:byte(j - 1) and a:byte(i - 1) == b:byte(j) then
+        cur[j] = math.min(cur[j], prev2[j - 2] + 1) -- a swap of two letters (exce) is one edit
+      end
+    end
+    prev2, prev = prev, cur
+  end
+  return prev[#b]
+end
+
+local function method_names()
+  local names = {}
+  for k, v in pairs(Sandbox) do
+    if type(k) == "string" and type(v) == "function" and not k:find("^_") then names[#names + 1] = k end
+  end
+  table.sort(names)
+  return names
+end
+
+-- A key a sandbox does not have: a reference name says what to use instead; a near miss of a
+-- method's name (a typo: exce, write_files, terminat) says which methods there are; anything
+-- else reads as nil, as for any table (code may probe optional fields).
+Sandbox.__index = function(_, k)
+  local v = rawget(Sandbox, k)
+  if v ~= nil then return v end
+  if type(k) ~= "string" then return nil end
+  if REFERENCE_NAMES[k] then error(REFERENCE_NAMES[k], 2) end
+  if FIELDS[k] or k:find("^_") or #k < 3 then return nil end
+  local names, near = method_names(), nil
+  local lk = k:lower()
+  for _, n in ipairs(names) do
+    if lk == n or distance(lk, n) <= (#n <= 4 and 1 or 2) then near = n; break end
+  end
+  if near then
+    error(("Sandbox has no method '%s' (did you mean '%s'?); methods: %s"):format(k, near, table.concat(names, ", ")), 2)
+  end
+  return nil
+end
 
 ---@class seersandbox.ModelHandle
 ---@field name string the model id (as configured)

@@ -4,6 +4,8 @@
 --- message when the tokenizer has a chat template (instruction-tuned models answer prompts in
 --- their chat format), and as raw text with BOS when it has none (base models such as
 --- stories260K); `opts.chat = false` forces raw text, `opts.chat = true` the template.
+--- `opts.chat_template` (Jinja text, or the name of one in tokenizer.chat_templates) is the
+--- template to use instead of the tokenizer's own (a tokenizer without one needs it for chats).
 --- Token ids are used as they are. Returns only the new text (not the prompt, not the prefill),
 --- special tokens skipped. Sampling is seeded (`opts.seed`, default 0, as model:generate), so a
 --- call is reproducible; temperature 0 is greedy. Active hooks (steering) apply.
@@ -23,9 +25,12 @@ local GEN_OPTS = {
   seed = true, stop = true, stream = true,
 }
 local OWN_OPTS = { chat = true }
+-- Own options only generate_response takes (batch_generate does not pass them on).
+local RESPONSE_OPTS = { chat_template = true }
 
 ---@class toolkit.GenerateOpts
----@field chat? boolean a string prompt goes through the chat template as a user message (default: when the tokenizer has a template)
+---@field chat? boolean a string prompt goes through the chat template as a user message (default: when the tokenizer has a template, or chat_template is given)
+---@field chat_template? string generate_response only: the chat template's Jinja text, or the name of one in tokenizer.chat_templates (instead of the tokenizer's default)
 ---@field seed? integer sampling seed (default 0)
 ---@field top_k? integer
 ---@field top_p? number
@@ -38,16 +43,18 @@ local OWN_OPTS = { chat = true }
 ---Checks opts and splits them into model:generate's options and the toolkit's own.
 ---@param opts? table
 ---@param where string
+---@param extra? table<string, true> more own options this caller takes (generate_response: chat_template)
 ---@return table gen_opts, table own_opts
-function M.split_opts(opts, where)
+function M.split_opts(opts, where, extra)
   local gen, own = {}, {}
   for k, v in pairs(opts or {}) do
     if GEN_OPTS[k] then gen[k] = v
-    elseif OWN_OPTS[k] then own[k] = v
+    elseif OWN_OPTS[k] or (extra and extra[k]) then own[k] = v
     else
       local names = {}
       for n in pairs(GEN_OPTS) do names[#names + 1] = n end
       for n in pairs(OWN_OPTS) do names[#names + 1] = n end
+      for n in pairs(extra or {}) do names[#names + 1] = n end
       table.sort(names)
       error(("%s: unknown option '%s'; valid options: %s"):format(where, tostring(k), table.concat(names, ", ")), 3)
     end
@@ -55,19 +62,45 @@ function M.split_opts(opts, where)
   return gen, own
 end
 
+-- A chat needs a template: the tokenizer's own or chat_template. Without one, say what works
+-- for this caller (generate_response takes opts.chat_template; others do not).
+local function need_template(tok, chat_template, where)
+  if chat_template ~= nil or tok.chat_template ~= nil then return end
+  local names = {}
+  for k in pairs(tok.chat_templates or {}) do names[#names + 1] = k end
+  table.sort(names)
+  local has = #names > 0 and (" (it has named ones: " .. table.concat(names, ", ") .. ", none named 'default')")
+    or " (its tokenizer_config.json has no chat_template)"
+  local fix = where and ("pass opts.chat_template to %s (Jinja text, or the name of one of the tokenizer's chat_templates)"):format(where)
+    or "use toolkit.generate_response with opts.chat_template (Jinja text)"
+  error(("%s: the tokenizer has no chat template%s to render a chat; %s, or give the prompt as a plain string "
+    .. "(raw text with BOS) or as token ids"):format(where or "toolkit", has, fix), 0)
+end
+
 ---The token ids generate_response feeds the model for a prompt (the rules above).
 ---@param model seer.Model
 ---@param tokenizer? seer.Tokenizer
 ---@param prompt toolkit.Input
 ---@param chat? boolean see toolkit.GenerateOpts.chat
+---@param chat_template? string see toolkit.GenerateOpts.chat_template
+---@param where? string the caller that takes opts.chat_template, for the error without a template
 ---@return integer[] ids
-function M.prompt_ids(model, tokenizer, prompt, chat)
+function M.prompt_ids(model, tokenizer, prompt, chat, chat_template, where)
+  if chat_template ~= nil and type(chat_template) ~= "string" then
+    error(("%s: option 'chat_template' must be a string (Jinja text or a template's name), got %s"):format(where or "toolkit", type(chat_template)), 0)
+  end
+  local enc = chat_template and { chat_template = chat_template } or {}
   if type(prompt) == "string" then
     local tok = P.tokenizer(model, tokenizer, "generate_response")
-    if chat == nil then chat = tok.chat_template ~= nil end
-    return P.encode(model, tok, prompt, { chat = chat })
+    if chat == nil then chat = tok.chat_template ~= nil or chat_template ~= nil end
+    if chat then need_template(tok, chat_template, where) end
+    enc.chat = chat
+    return P.encode(model, tok, prompt, enc)
   end
-  return P.encode(model, tokenizer, prompt)
+  if P.is_messages(prompt) then
+    need_template(P.tokenizer(model, tokenizer, "generate_response"), chat_template, where)
+  end
+  return P.encode(model, tokenizer, prompt, enc)
 end
 
 ---Decodes generated ids (special tokens skipped) and cuts the text at the first stop string.
@@ -99,8 +132,8 @@ end
 ---@return string text the new text only
 ---@return integer[] ids the new token ids (an end-of-sequence token included when generation stopped on one)
 function M.generate_response(model, tokenizer, prompt, max_tokens, temperature, opts)
-  local gen, own = M.split_opts(opts, "generate_response")
-  local ids = M.prompt_ids(model, tokenizer, prompt, own.chat)
+  local gen, own = M.split_opts(opts, "generate_response", RESPONSE_OPTS)
+  local ids = M.prompt_ids(model, tokenizer, prompt, own.chat, own.chat_template, "generate_response")
   gen.max_new_tokens = max_tokens or 256
   gen.temperature = temperature or 0.7
   local out = model:generate(ids, gen)

@@ -162,7 +162,12 @@ T.test("kill -9 of the kernel: reported, notebook intact, restart replays the st
     T.contains(cell_text(doc.cells[2]), "started")
     local okv, msg = validate(s.notebook_path)
     T.ok(okv, msg)
-    s:restart()
+    local info = s:restart()
+    T.eq(type(info), "table", "restart answers with the session's info")
+    T.eq(info.session_id, s.session_id)
+    T.eq(info.state, "idle")
+    T.ok(type(info.kernel_pid) == "number" and info.kernel_pid ~= pid, "the new kernel's pid")
+    T.eq(info.notebook_path, s.notebook_path)
     T.eq(s:info().state, "idle")
     T.eq(s:exec("model.config.vocab_size").text, "512\n", "the model is preloaded again")
     T.eq(s:exec("print(before)").text, "nil\n", "state from the old kernel is gone")
@@ -265,4 +270,37 @@ T.test("the reference's names and shapes: keyword sessions, workspace_path, misu
   T.contains(f:get_prompt_docs(), 'require "steer"')
   T.raises(function() W.Library.from_file(seer.toolkit_dir .. "/steering_hook.lua", 5) end, "the library's name (a string) or {name = ...}", true)
   T.raises(function() W.Library.from_file(seer.toolkit_dir .. "/steering_hook.lua", { nmae = "x" }) end, 'unknown option "nmae"', true)
+end)
+
+T.test("the reference's positional forms: create_local_notebook_session(ws, name, output_dir), create_notebook_session(sb, ws, name)", function()
+  local out = T.tmpdir()
+  local lib = W.Library.from_code("pos_lib", "return { v = 4 }")
+  local s = exec.create_local_notebook_session(W.Workspace{ libraries = { lib } }, "positional", out)
+  local ok, err = pcall(function()
+    T.ok(s.notebook_path:find(out, 1, true) == 1 and s.notebook_path:match("_positional%.ipynb$"), s.notebook_path)
+    T.eq(s:exec("print(require('pos_lib').v)").text, "4\n")
+  end)
+  s:terminate()
+  if not ok then error(err, 0) end
+  local ws = W.Workspace{}
+  T.raises(function() exec.create_local_notebook_session(ws, "x", 5) end,
+    "create_local_notebook_session: output_dir (the argument after the name) must be a string, got number", true)
+  T.raises(function() exec.create_local_notebook_session(ws, { name = "x" }, out) end,
+    "create_local_notebook_session: an output_dir argument goes with a name string before it", true)
+  T.raises(function() exec.create_local_notebook_session(ws, 5) end,
+    "create_local_notebook_session: the argument after the workspace is a name string or an options table, got number", true)
+  T.raises(function() exec.create_notebook_session({ config = { models = {} } }, nil, true) end,
+    "create_notebook_session: the argument after the workspace is a name string or an options table, got boolean", true)
+  T.raises(function() exec.create_notebook_session({ config = { models = {} } }, nil, "x", out) end,
+    "give output_dir as {name = ..., output_dir = ...}", true)
+  -- create_notebook_session(sandbox, workspace, "name"): the notebook lands in ./outputs, so in a
+  -- process of its own in a scratch folder
+  local dir = T.tmpdir()
+  local code = "local s = seer.execution.create_notebook_session({ config = { models = {} } }, nil, 'refname') "
+    .. "io.write('PATH=', s.notebook_path, '\\n') s:terminate()"
+  local p = io.popen(("cd '%s' && '%s' -e \"%s\" 2>&1"):format(dir, require("seer.jupyter").seer_binary(), code))
+  local text = p:read("*a")
+  p:close()
+  local path = text:match("PATH=([^\n]+)")
+  T.ok(path and path:find("/outputs/", 1, true) and path:match("_refname%.ipynb$"), text)
 end)

@@ -568,3 +568,38 @@ T.test("seer.experiment.run: a misspelt field is an error, not a run without it"
   T.raises(function() X.run{ name = "x", dir = "/tmp", flgs = { "--black-box" } } end,
     "seer.experiment.run: unknown option 'flgs'; valid options: args, dir, flags, name, out_root", true)
 end)
+
+T.test("a run that fails before writing anything leaves no empty run folder; SEER_OUT is the parent folder", function()
+  local out = T.tmpdir()
+  local dir = T.tmpdir()
+  seer.write_file(dir .. "/task.md", "A task.\n")
+  -- fails as a --full run without a GPU fails (Sandbox:start), after X.run made the run folder;
+  -- with --write it first puts a file there, and that folder must stay
+  seer.write_file(dir .. "/main.lua", ([[
+local X = require "seer.experiment"
+local run = X.run{ name = "probe", dir = %q, flags = { "--write" } }
+io.stdout:write("RUN_DIR=", run.out_dir, "\n")
+if run.flags.write then seer.write_file(run.out_dir .. "/partial.txt", "x") end
+error("SandboxConfig.gpu = \"A100\", but this machine has no NVIDIA GPU")
+]]):format(dir))
+  local function run(args)
+    local p = io.popen(("cd '%s' && env -u ANTHROPIC_API_KEY SEER_OUT='%s/runs' '%s' '%s/main.lua' %s 2>&1; echo \"exit=$?\"")
+      :format(out, out, SEER, dir, args))
+    local text = p:read("*a")
+    p:close()
+    return text, text:match("RUN_DIR=([^\n]+)")
+  end
+  local text, run_dir = run("--full")
+  T.contains(text, "no NVIDIA GPU")
+  T.contains(text, "exit=1")
+  T.ok(run_dir and run_dir:find(out .. "/runs/probe-", 1, true) == 1, "SEER_OUT is the parent of the run folder:\n" .. text)
+  T.ok(require("seer.core.host").realpath(run_dir) == nil, "the empty run folder is removed: " .. tostring(run_dir))
+  text, run_dir = run("--full --write")
+  T.contains(text, "exit=1")
+  T.eq(seer.read_file(run_dir .. "/partial.txt"), "x", "a run folder with outputs is kept")
+  -- the help says what SEER_OUT does
+  text = run("--help")
+  T.contains(text, "SEER_OUT=DIR puts the run folder in DIR instead")
+  T.contains(text, "(DIR/probe-<time>-<pid>)")
+  T.ok(not text:find("SEER_OUT sets the folder", 1, true), text)
+end)

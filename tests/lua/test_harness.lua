@@ -345,3 +345,35 @@ T.test("ESC-less cancellation: a time limit cancels a stalled stream and keeps t
   child:stop(200)
   if not ok then error(err, 0) end
 end)
+
+T.test("seer transcript view: a file with no transcript event is one error and exit 1; a cut last line is tolerated", function()
+  local dir = T.tmpdir()
+  local bin = os.getenv("SEER") or (root .. "/seer")
+  local function view(name, text)
+    local f = assert(io.open(dir .. "/" .. name, "w"))
+    f:write(text)
+    f:close()
+    local p = io.popen(("'%s' transcript view '%s/%s' 2>&1; echo \"__exit=$?\""):format(bin, dir, name))
+    local out = p:read("*a")
+    p:close()
+    local code = tonumber(out:match("__exit=(%d+)"))
+    return out:gsub("__exit=%d+\n?$", ""), code
+  end
+  for _, c in ipairs{ { "notes.txt", "hello\nworld\nthree\n" }, { "data.json", '{"a": 1}\n[1, 2]\n{"type": "cell"}\n' } } do
+    local out, code = view(c[1], c[2])
+    T.eq(code, 1, out)
+    T.contains(out, c[1] .. " is not an agent transcript: none of its 3 line(s) is a transcript event")
+    T.ok(not out:find("is not a whole JSON event", 1, true), "one message, not a note per line:\n" .. out)
+  end
+  -- a transcript whose writer died mid-line: shown, the cut line noted, exit 0
+  local out, code = view("cut.jsonl", '{"type":"run_start","agent":"a"}\n{"type":"user","text":"hi there"}\n'
+    .. '{"type":"text_delta","turn":1,"text":"Once upon"}\n{"type":"text_de')
+  T.eq(code, 0, out)
+  T.contains(out, "hi there")
+  T.contains(out, "Once upon")
+  T.contains(out, "[line 4 is not a whole JSON event")
+  -- an empty file is a transcript nothing was written to yet
+  out, code = view("empty.jsonl", "")
+  T.eq(code, 0, out)
+  T.contains(out, "(the transcript is empty)")
+end)

@@ -135,6 +135,31 @@ T.test("rpc: errors carry the remote traceback; unserializable results name the 
   T.eq(s:call("add", 2, 3), 5)
 end)
 
+T.test("rpc wire: every shape of table that is not JSON names its problem", function()
+  local function err(v) return T.raises(function() wire.encode(v, "result", {}) end) end
+  local cases = {
+    { { 1, nil, 3 }, "result[2] is a hole in an array (use json.null" },
+    { { a = { 1, nil, 3 } }, "result.a[2] is a hole in an array" },
+    { { [3] = 1 }, "result[1] is a hole in an array" },
+    { { [1] = 1, [1e15] = 2 }, "result[2] is a hole in an array" },
+    { { 1, 2, x = 3 }, "result mixes array items (result[2]) and string keys (result.x)" },
+    { { [1.5] = 1 }, "result[1.5] has a number key that is not an array index" },
+    { { [0] = 1, 2 }, "result[0] has a number key that is not an array index" },
+    { { [-1] = "a" }, "result[-1] has a number key that is not an array index" },
+    { { x = 1, [true] = 2 }, "result[true] has a boolean key" },
+  }
+  for _, c in ipairs(cases) do
+    local msg = err(c[1])
+    T.contains(msg, c[2])
+    T.ok(not msg:find("in a table with string keys", 1, true), msg)
+  end
+  -- the good shapes still pass
+  T.eq(wire.encode({ 1, json.null, 3 }, "result", {}), "[1,null,3]")
+  T.eq(wire.encode(json.array{}, "result", {}), "[]")
+  T.eq(wire.encode({}, "result", {}), "{}")
+  T.eq(json.decode(wire.encode({ a = { 1, 2 }, b = "x" }, "result", {})).a[2], 2)
+end)
+
 T.test("rpc: values round trip: nil holes, multiple results, binary strings, tensors, 1 MB", function()
   local s = misc_server()
   local a, b, c = s:call("echo", 1, nil, "three")

@@ -108,28 +108,40 @@ end)
 
 -- ---- extraction ----------------------------------------------------------------------------
 
+-- The last layer's output (before the final norm) is not in hidden_states, whose last entry is
+-- after it (as transformers'): it is checked through the head, unembed(x) = the logits.
+local function last_layer_ok(m, got, logits, row, tol)
+  return maxdiff(m:unembed(got), logits:select(1, row)) <= (tol or 1e-5)
+end
+
 T.test("extract_activation equals the model's hidden_states[layer + 1] at every layer and position", function()
   local ids = tok:encode("Once upon a time, there was a little dog", { add_special_tokens = true })
-  local _, hidden = model:forward(ids, { hidden_states = true })
+  local logits, hidden = model:forward(ids, { hidden_states = true })
   for layer = 0, 4 do
     for _, pos in ipairs({ 0, 3, -1, -2 }) do
       local row = pos >= 0 and pos + 1 or #ids + pos + 1
       local got = EX.extract_activation(model, tok, "Once upon a time, there was a little dog", layer, pos)
       T.eq(got:size(), { 64 })
-      T.ok(maxdiff(got, hidden[layer + 2]:select(1, row)) <= 1e-6, ("layer %d pos %d"):format(layer, pos))
+      if layer < 4 then
+        T.ok(maxdiff(got, hidden[layer + 2]:select(1, row)) <= 1e-6, ("layer %d pos %d"):format(layer, pos))
+      else
+        T.ok(last_layer_ok(model, got, logits, row), ("layer %d pos %d"):format(layer, pos))
+        T.ok(maxdiff(got, hidden[6]:select(1, row)) > 0.1, "the last layer's output is before the final norm")
+      end
     end
   end
   -- default position is the last token; tokenizer nil means the model's; negative layer from the end
   local last = EX.extract_activation(model, nil, ids, -1)
-  T.ok(maxdiff(last, hidden[6]:select(1, #ids)) <= 1e-6)
+  T.ok(last_layer_ok(model, last, logits, #ids))
   -- a different layer really is different (the test can fail)
   T.ok(maxdiff(EX.extract_activation(model, nil, ids, 1), EX.extract_activation(model, nil, ids, 2)) > 1e-3)
   -- the path without run_with_cache (model:forward with hidden_states) gives the same values
   local plain = setmetatable({ run_with_cache = false }, { __index = model })
-  for _, layer in ipairs({ 0, 4 }) do
+  for _, layer in ipairs({ 0, 3 }) do
     T.ok(maxdiff(EX.extract_activation(plain, nil, ids, layer, 2), EX.extract_activation(model, nil, ids, layer, 2)) <= 1e-6)
   end
-  T.ok(maxdiff(EX.extract_layers(plain, nil, ids), EX.extract_layers(model, nil, ids)) <= 1e-6)
+  T.ok(maxdiff(EX.extract_layers(plain, nil, ids, { 0, 1, 2, 3 }), EX.extract_layers(model, nil, ids, { 0, 1, 2, 3 })) <= 1e-6)
+  T.raises(function() EX.extract_activation(plain, nil, ids, 4) end, "needs model:run_with_cache", true)
   T.raises(function() EX.extract_activation(model, nil, ids, 5) end, "layer 5 does not exist")
   T.raises(function() EX.extract_activation(model, nil, ids, 0, #ids) end, "outside the sequence")
 end)
@@ -146,11 +158,13 @@ end)
 
 T.test("get_layer_activations (the reference's name) is the decoder layer's output at the last token", function()
   local text = "The cat sat on the mat."
-  local _, hidden = model:forward(tok:encode(text), { hidden_states = true })
-  for layer = 0, model.config.num_hidden_layers - 1 do
+  local ids = tok:encode(text)
+  local logits, hidden = model:forward(ids, { hidden_states = true })
+  for layer = 0, model.config.num_hidden_layers - 2 do
     local want = hidden[layer + 2]:select(1, -1)
     T.eq(EX.get_layer_activations(model, tok, text, layer):totable(), want:totable())
   end
+  T.ok(last_layer_ok(model, EX.get_layer_activations(model, tok, text, 4), logits, #ids))
   T.eq(EX.get_layer_activations(model, tok, text, { layer = 2 }):totable(), hidden[4]:select(1, -1):totable())
   T.raises(function() EX.get_layer_activations(model, tok, text) end, "layer must be a 0-based layer number", true)
 end)
@@ -166,12 +180,13 @@ T.test("extract_activations stacks single extractions; extract_layers gives ever
   T.raises(function() EX.extract_activations(model, nil, { "The dog ran.", nil, { 1, 403 } }, 3) end,
     "extract_activations: input 2 is missing (the list has a hole before input 3)", true)
   local ids = tok:encode("Once upon a time", { add_special_tokens = true })
-  local _, hidden = model:forward(ids, { hidden_states = true })
+  local logits, hidden = model:forward(ids, { hidden_states = true })
   local all = EX.extract_layers(model, nil, ids, nil, 2)
   T.eq(all:size(), { 5, 64 })
-  for l = 0, 4 do T.ok(maxdiff(all:select(1, l + 1), hidden[l + 2]:select(1, 3)) <= 1e-6, "layer " .. l) end
+  for l = 0, 3 do T.ok(maxdiff(all:select(1, l + 1), hidden[l + 2]:select(1, 3)) <= 1e-6, "layer " .. l) end
+  T.ok(last_layer_ok(model, all:select(1, 5), logits, 3))
   local some = EX.extract_layers(model, nil, ids, { 4, 0 })
-  T.ok(maxdiff(some:select(1, 1), hidden[6]:select(1, #ids)) <= 1e-6)
+  T.ok(last_layer_ok(model, some:select(1, 1), logits, #ids))
   T.ok(maxdiff(some:select(1, 2), hidden[2]:select(1, #ids)) <= 1e-6)
 end)
 
@@ -179,10 +194,12 @@ T.test("extract_activation matches hidden states on every parity architecture", 
   for _, name in ipairs(parity_models()) do
     local m = seer.model.load(parity_root .. "/" .. name)
     local ids = { 1, 5, 9, 20, 33, 7, 2 }
-    local _, hidden = m:forward(ids, { hidden_states = true })
-    for l = 0, m.config.num_hidden_layers - 1 do
+    local logits, hidden = m:forward(ids, { hidden_states = true })
+    local nl = m.config.num_hidden_layers
+    for l = 0, nl - 1 do
       local got = EX.extract_activation(m, nil, ids, l, 4)
-      T.ok(maxdiff(got, hidden[l + 2]:select(1, 5)) <= 1e-5, name .. " layer " .. l)
+      if l < nl - 1 then T.ok(maxdiff(got, hidden[l + 2]:select(1, 5)) <= 1e-5, name .. " layer " .. l)
+      else T.ok(last_layer_ok(m, got, logits, 5, 1e-4), name .. " layer " .. l) end
     end
   end
 end)
@@ -215,6 +232,28 @@ T.test("generate_response: a string is a user message when the tokenizer has a c
   T.eq(text, model:generate(ids, { max_new_tokens = 20, temperature = 0.7, seed = 3 }).text)
   local raw = G.generate_response(model, chat_tok, "Hi there", 20, 0.7, { seed = 3, chat = false })
   T.eq(raw, model:generate(tok:encode("Hi there", { add_special_tokens = true }), { max_new_tokens = 20, temperature = 0.7, seed = 3 }).text)
+end)
+
+T.test("generate_response: a tokenizer without a chat template takes opts.chat_template, as its error advises", function()
+  local chat = { { role = "user", content = "Hi there" } }
+  -- the advice names an option generate_response accepts
+  local msg = T.raises(function() G.generate_response(model, tok, chat, 5, 0) end, "pass opts.chat_template to generate_response")
+  T.ok(not msg:find("unknown option", 1, true), msg)
+  local tmpl = chat_tok.chat_template
+  local text, ids = G.generate_response(model, tok, chat, 20, 0.7, { seed = 3, chat_template = tmpl })
+  local want = model:generate(tok:apply_chat_template(chat, { add_generation_prompt = true, tokenize = true, chat_template = tmpl }),
+    { max_new_tokens = 20, temperature = 0.7, seed = 3 })
+  T.eq(text, want.text)
+  T.eq(ids, want.ids)
+  -- the same as a tokenizer that has the template; a string becomes a user message with it
+  T.eq(text, G.generate_response(model, chat_tok, chat, 20, 0.7, { seed = 3 }))
+  T.eq(G.generate_response(model, tok, "Hi there", 20, 0.7, { seed = 3, chat_template = tmpl }), text)
+  T.eq(G.generate_response(model, tok, "Hi there", 20, 0.7, { seed = 3, chat_template = tmpl, chat = false }),
+    G.generate_response(model, tok, "Hi there", 20, 0.7, { seed = 3 }), "chat = false still sends raw text")
+  T.raises(function() G.generate_response(model, tok, chat, 5, 0, { chat_template = 5 }) end, "option 'chat_template' must be a string")
+  -- batch_generate does not take it, and says where it is taken
+  T.raises(function() BG.batch_generate(model, tok, { chat }, 5, 0, 0.9, { chat_template = tmpl }) end, "unknown option 'chat_template'")
+  T.raises(function() BG.batch_generate(model, tok, { chat }, 5, 0, 0.9) end, "use toolkit.generate_response with opts.chat_template")
 end)
 
 local function conversations()

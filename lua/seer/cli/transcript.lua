@@ -10,7 +10,16 @@ local USAGE = [[
 usage: seer transcript view FILE [--full]
 
 Prints an agent transcript as a readable log. Tool results longer than 2000 characters are
-cut unless --full is given.]]
+cut unless --full is given. A file with no transcript event in it is an error (exit 1); a
+transcript whose last line was cut short (its writer was killed) is shown with a note.]]
+
+-- The event types the harness writes (docs/harness.md, "Messages"): a file with none of them
+-- is not a transcript.
+local EVENT_TYPES = {
+  run_start = true, user = true, request = true, text_delta = true, thinking_delta = true, tool_use_start = true,
+  retry = true, assistant = true, usage = true, tool_call = true, tool_result = true, interrupted = true,
+  error = true, result = true,
+}
 
 local function indent(text, prefix)
   return (prefix .. tostring(text):gsub("\n", "\n" .. prefix))
@@ -43,13 +52,25 @@ local function usage_line(u, cost)
   return s
 end
 
+---Writes the readable log of the transcript at path to out (default stdout).
+---@param path string
+---@param full? boolean
+---@param out? file*
+---@return integer bad lines shown as notes (not JSON, or an event seer cannot show)
+---@return string|nil err when no line of the file is a transcript event (nothing is written then)
 function M.view(path, full, out)
   -- The whole view is built first and redacted once: a secret split across deltas (or an old
   -- transcript written before it was declared) is whole only in the assembled text.
   local real_out = out or io.stdout
   local parts = {}
   out = { write = function(self, ...) for _, s in ipairs({ ... }) do parts[#parts + 1] = tostring(s) end return self end }
-  local bad = M._view(path, full, out)
+  local bad, events, lines = M._view(path, full, out)
+  if events == 0 and lines > 0 then
+    -- nothing here is a transcript: one message, not a note for every line
+    return bad, ("%s is not an agent transcript: none of its %d line(s) is a transcript event (a JSON object per line "
+      .. "with a \"type\" such as run_start, assistant, tool_result or result; docs/harness.md). "
+      .. "Transcripts are the .jsonl files a run writes (run_agent's transcript option)"):format(path, lines)
+  end
   -- tool results are a sandbox's output and the rest a model's: shown without the escape
   -- sequences that would command the terminal (seer.terminal); redacted after that, so a secret
   -- that colour codes had split is whole again when it is looked for
@@ -75,10 +96,12 @@ function M._view(path, full, out)
   local function w(...) out:write(...) out:write("\n") end
   local streamed = {}   -- text of the turn in progress, from its deltas
   local streamed_turn
-  local n, bad = 0, 0
+  local n, bad, events, lines = 0, 0, 0, 0
   for line in f:lines() do
     n = n + 1
+    if line:match("%S") then lines = lines + 1 end
     local ok, ev = pcall(json.decode, line)
+    if ok and type(ev) == "table" and EVENT_TYPES[ev.type] then events = events + 1 end
     if not ok or type(ev) ~= "table" then
       if line:match("%S") then bad = bad + 1; w(("[line %d is not a whole JSON event: %s]"):format(n, cut(line, 80))) end
     else
@@ -148,7 +171,7 @@ function M._view(path, full, out)
     w(indent(table.concat(streamed), "   "))
   end
   if n == 0 then w("(the transcript is empty)") end
-  return bad
+  return bad, events, lines
 end
 
 function M.main(cmd, ...)
@@ -172,7 +195,11 @@ function M.main(cmd, ...)
     io.stderr:write("seer transcript view: FILE is missing\n" .. USAGE .. "\n")
     os.exit(2)
   end
-  M.view(path, full)
+  local _, err = M.view(path, full)
+  if err then
+    io.stderr:write("seer transcript view: " .. err .. "\n")
+    os.exit(1)
+  end
 end
 
 return M

@@ -56,9 +56,13 @@ local function tensor_bytes(t)
 end
 
 local function child(path, k)
-  if type(k) == "number" then return ("%s[%d]"):format(path, k) end
+  if type(k) == "number" then
+    if k % 1 == 0 and k > -2^53 and k < 2^53 then return ("%s[%d]"):format(path, k) end
+    return ("%s[%s]"):format(path, tostring(k))
+  end
   if type(k) == "string" and k:match("^[%a_][%w_]*$") then return path .. "." .. k end
-  return ("%s[%q]"):format(path, tostring(k))
+  if type(k) == "string" then return ("%s[%q]"):format(path, k) end
+  return ("%s[%s]"):format(path, tostring(k))
 end
 
 local function bad(path, what)
@@ -83,24 +87,45 @@ local function pack(v, path, bufs, seen)
     if seen[v] then bad(path, "is a cycle (a table that contains itself)") end
     seen[v] = true
     local out
-    local n = #v
-    local count = 0
-    for _ in pairs(v) do count = count + 1 end
-    if is_array(v) or (n > 0 and count == n) then
-      out = jarray()
-      for i = 1, n do
-        local x = v[i]
-        if x == nil then bad(child(path, i), "is a hole in an array (use json.null)") end
-        out[i] = pack(x, child(path, i), bufs, seen)
+    -- Classify the keys first, so that every shape of table that is not JSON gets the message
+    -- for what is actually wrong with it (a hole, mixed keys, a key no JSON value has).
+    local count, nints, maxi = 0, 0, 0
+    local skey, okey
+    for k in pairs(v) do
+      count = count + 1
+      local tk = type(k)
+      if tk == "string" then
+        skey = skey or k
+      elseif tk == "number" and k >= 1 and k % 1 == 0 and k < 2^53 then
+        nints = nints + 1
+        if k > maxi then maxi = k end
+      elseif okey == nil then
+        okey = k
       end
+    end
+    if okey ~= nil then
+      if type(okey) == "number" then
+        bad(child(path, okey), "has a number key that is not an array index (an array's keys are the whole numbers 1..n, an object's keys are strings)")
+      end
+      bad(child(path, okey), ("has a %s key (an array's keys are the whole numbers 1..n, an object's keys are strings)"):format(type(okey)))
+    end
+    if skey ~= nil and (nints > 0 or is_array(v)) then
+      bad(path, ("mixes array items%s and string keys (%s): a table is either an array 1..n or an object with string keys"):format(
+        nints > 0 and " (" .. child(path, maxi) .. ")" or " (it is a json.array)", child(path, skey)))
+    end
+    if nints > 0 or is_array(v) then
+      if maxi ~= nints then
+        local i = 1
+        while v[i] ~= nil do i = i + 1 end
+        bad(child(path, i), ("is a hole in an array (use json.null, or string keys for a sparse table); the array's last item is %s"):format(child(path, maxi)))
+      end
+      out = jarray()
+      for i = 1, maxi do out[i] = pack(v[i], child(path, i), bufs, seen) end
     elseif count == 0 then
-      out = is_array(v) and jarray() or jobject()
+      out = jobject()
     else
       out = jobject()
       for k, x in pairs(v) do
-        if type(k) ~= "string" then
-          bad(child(path, k), ("has a %s key in a table with string keys (a table is either an array 1..n or an object)"):format(type(k)))
-        end
         if k == "$tensor" or k == "$bytes" then bad(child(path, k), "uses a key reserved for binary frames") end
         if not json_safe(k) then bad(path, "has a key that is not valid UTF-8") end
         out[k] = pack(x, child(path, k), bufs, seen)
