@@ -751,7 +751,7 @@ int seer_sandbox_luaopen(lua_State *L) {
     static const struct {
         const char *name;
         int sig;
-    } sigs[] = {{"SIGTERM", SIGTERM}, {"SIGKILL", SIGKILL}, {"SIGINT", SIGINT}, {"SIGHUP", SIGHUP}};
+    } sigs[] = {{"SIGTERM", SIGTERM}, {"SIGKILL", SIGKILL}, {"SIGINT", SIGINT}, {"SIGHUP", SIGHUP}, {"SIGSTOP", SIGSTOP}, {"SIGCONT", SIGCONT}};
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
         lua_pushinteger(L, sigs[i].sig);
         lua_setfield(L, -2, sigs[i].name);

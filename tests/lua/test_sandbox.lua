@@ -354,6 +354,28 @@ T.test("snapshot then restore gives the same workspace", function()
   T.raises(function() S.from_snapshot("no-such-snapshot") end, "no snapshot")
 end)
 
+T.test("snapshots: a sparse file by its data, a workspace being written to, terminate{save_snapshot}", function()
+  local s = start({}, "snap2")
+  -- a 4 GiB file of holes (no disk): tar read it as 4 GiB of zeros (35 s of host CPU)
+  s:exec("truncate -s 4G sparse.bin && printf data > small.txt")
+  local t0 = process.now_ms()
+  local id = s:snapshot("sparse")
+  T.ok(process.now_ms() - t0 < 10000, "a sparse snapshot took " .. (process.now_ms() - t0) .. " ms")
+  local s2 = S.from_snapshot(id, s.config)
+  T.eq(s2:exec("stat -c %s sparse.bin; du -k sparse.bin | cut -f1; cat small.txt"), "4294967296\n0\ndata")
+  s2:terminate()
+  -- a process appending all the time: tar said "file changed as we read it" and the snapshot,
+  -- and terminate{save_snapshot}, failed, leaving the sandbox running
+  s:write_file("results.txt", "kept\n")
+  s:exec("(while true; do head -c 65536 /dev/zero >> grow.bin; done >/dev/null 2>&1 &); sleep 0.3")
+  local id2 = s:terminate{ save_snapshot = true }
+  T.ok(id2, "terminate{save_snapshot} gave a snapshot")
+  T.raises(function() s:exec("true") end, "terminated")
+  local s3 = S.from_snapshot(id2, s.config)
+  T.eq(s3:read_file("results.txt"), "kept\n")
+  s3:terminate()
+end)
+
 T.test("config errors: a GPU this machine lacks, missing packages, missing mounts", function()
   if #S.gpu_devices() == 0 then
     T.raises(function() start({ gpu = "H100" }) end, "no NVIDIA GPU")
