@@ -235,6 +235,23 @@ local wait = default_wait
 ---@param fn? fun(sock: seernet.socket, timeout_ms: integer, ready: fun(): boolean)
 function M.set_waiter(fn) wait = fn or default_wait end
 
+---What is wrong with a reply from sandboxd (nil when nothing): seer.net has checked the
+---signature, replays, the layout and that the parts are JSON objects; this, that it is a reply
+---with a parent msg_id and a status/ename/evalue of the right types. Shared with the notebook
+---server's own sandboxd client (seer.cli.notebook).
+---@param r table a received message
+---@return string|nil why
+function M.sandboxd_reply_problem(r)
+  local h, p, c = r.header, r.parent_header, r.content
+  if type(h.msg_type) ~= "string" or #h.msg_type > 64 or not h.msg_type:match("_reply$") then return "not a *_reply" end
+  if type(p.msg_id) ~= "string" or #p.msg_id > 256 then return "no parent msg_id" end
+  if c.status ~= nil and c.status ~= "ok" and c.status ~= "error" then return "content.status is not ok or error" end
+  if c.status == "error" and (type(c.ename) ~= "string" or (c.evalue ~= nil and type(c.evalue) ~= "string")) then
+    return "an error reply without a string ename and evalue"
+  end
+  return nil
+end
+
 ---Connects to a sandboxd.
 ---@param info {endpoint: string, key: string, id?: string, alive?: fun(): boolean, string?}
 ---@return table client with :request(op, content, opts)
@@ -246,16 +263,7 @@ function M.connect(info)
   -- right types. Anything else is dropped and counted on the socket, never an error here.
   local sock = net.socket("dealer", info.key, { max_frames = 1024 })
   sock:connect(info.endpoint)
-  local function bad(r)
-    local h, p, c = r.header, r.parent_header, r.content
-    if type(h.msg_type) ~= "string" or #h.msg_type > 64 or not h.msg_type:match("_reply$") then return "not a *_reply" end
-    if type(p.msg_id) ~= "string" or #p.msg_id > 256 then return "no parent msg_id" end
-    if c.status ~= nil and c.status ~= "ok" and c.status ~= "error" then return "content.status is not ok or error" end
-    if c.status == "error" and (type(c.ename) ~= "string" or (c.evalue ~= nil and type(c.evalue) ~= "string")) then
-      return "an error reply without a string ename and evalue"
-    end
-    return nil
-  end
+  local bad = M.sandboxd_reply_problem
   -- The check rides on this socket's own recv (an instance field over seer.net's method), so
   -- the socket stays a seer.net socket for net.poll and the waiters.
   local plain_recv = sock.recv

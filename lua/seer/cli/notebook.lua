@@ -351,15 +351,7 @@ local function sandboxd_send(cl, op, content)
   return h.msg_id
 end
 
-local function sandboxd_bad(r)
-  local h, p, c = r.header, r.parent_header, r.content
-  if type(h.msg_type) ~= "string" or #h.msg_type > 64 or not h.msg_type:match("_reply$") then return "not a *_reply" end
-  if type(p.msg_id) ~= "string" or #p.msg_id > 256 then return "no parent msg_id" end
-  if c.status ~= nil and c.status ~= "ok" and c.status ~= "error" then return "content.status is not ok or error" end
-  if c.status == "error" and (type(c.ename) ~= "string" or (c.evalue ~= nil and type(c.evalue) ~= "string")) then
-    return "an error reply without a string ename and evalue"
-  end
-end
+local function sandboxd_bad(r) return require("seer.sandbox").sandboxd_reply_problem(r) end
 
 -- The reply to request `id` if it has come (other replies are read and dropped). Raises at
 -- once when something on the socket failed the signature or the checks: only sandboxd holds
