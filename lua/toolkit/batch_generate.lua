@@ -41,7 +41,7 @@ function M.batch_generate(model, tokenizer, conversations, max_new_tokens, tempe
   if type(conversations) ~= "table" or P.is_messages(conversations) or type(conversations[1]) == "number" then
     error(where .. ": expected a list of conversations (each a message list, a string or token ids)", 2)
   end
-  local gen, own = G.split_opts(opts, where)
+  local gen, own = G.split_opts(opts, where, G.RESPONSE_OPTS)
   if gen.stream then error(where .. ": stream is not supported; use generate_response per conversation", 2) end
   local seed = gen.seed or 0
   if type(seed) ~= "number" or seed ~= math.floor(seed) or seed < 0 then
@@ -50,7 +50,7 @@ function M.batch_generate(model, tokenizer, conversations, max_new_tokens, tempe
   P.check_list(where, conversations, "conversation")
   local prompts = {}
   for i, conv in ipairs(conversations) do
-    local ok, ids = pcall(G.prompt_ids, model, tokenizer, conv, own.chat)
+    local ok, ids = pcall(G.prompt_ids, model, tokenizer, conv, own.chat, own.chat_template, where)
     if not ok then error(("%s: conversation %d: %s"):format(where, i, tostring(ids)), 2) end
     prompts[i] = ids
   end

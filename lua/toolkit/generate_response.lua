@@ -27,10 +27,11 @@ local GEN_OPTS = {
 local OWN_OPTS = { chat = true }
 -- Own options only generate_response takes (batch_generate does not pass them on).
 local RESPONSE_OPTS = { chat_template = true }
+M.RESPONSE_OPTS = RESPONSE_OPTS -- batch_generate takes them too
 
 ---@class toolkit.GenerateOpts
 ---@field chat? boolean a string prompt goes through the chat template as a user message (default: when the tokenizer has a template, or chat_template is given)
----@field chat_template? string generate_response only: the chat template's Jinja text, or the name of one in tokenizer.chat_templates (instead of the tokenizer's default)
+---@field chat_template? string generate_response and batch_generate: the chat template's Jinja text, or the name of one in tokenizer.chat_templates (instead of the tokenizer's default)
 ---@field seed? integer sampling seed (default 0)
 ---@field top_k? integer
 ---@field top_p? number

@@ -251,9 +251,12 @@ T.test("generate_response: a tokenizer without a chat template takes opts.chat_t
   T.eq(G.generate_response(model, tok, "Hi there", 20, 0.7, { seed = 3, chat_template = tmpl, chat = false }),
     G.generate_response(model, tok, "Hi there", 20, 0.7, { seed = 3 }), "chat = false still sends raw text")
   T.raises(function() G.generate_response(model, tok, chat, 5, 0, { chat_template = 5 }) end, "option 'chat_template' must be a string")
-  -- batch_generate does not take it, and says where it is taken
-  T.raises(function() BG.batch_generate(model, tok, { chat }, 5, 0, 0.9, { chat_template = tmpl }) end, "unknown option 'chat_template'")
-  T.raises(function() BG.batch_generate(model, tok, { chat }, 5, 0, 0.9) end, "use toolkit.generate_response with opts.chat_template")
+  -- batch_generate takes it too: answer 1 is generate_response's with the same seed
+  local answers = BG.batch_generate(model, tok, { chat, "Hi there" }, 20, 0.7, 0.9, { chat_template = tmpl, seed = 3 })
+  T.eq(answers[1], (G.generate_response(model, tok, chat, 20, 0.7, { seed = 3, top_p = 0.9, chat_template = tmpl })))
+  T.eq(answers[2], (G.generate_response(model, tok, "Hi there", 20, 0.7, { seed = 4, top_p = 0.9, chat_template = tmpl })),
+       "a string is a user message with the given template (conversation i: seed + i - 1)")
+  T.raises(function() BG.batch_generate(model, tok, { chat }, 5, 0, 0.9) end, "pass opts.chat_template to batch_generate")
 end)
 
 local function conversations()
