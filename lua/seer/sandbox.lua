@@ -407,6 +407,19 @@ local function method_names()
   return names
 end
 
+---The name in names that k is a likely typo of (an edit or two away, case aside), or nil.
+---@param k string
+---@param names string[]
+---@return string|nil
+function M.nearest_name(k, names)
+  local lk = k:lower()
+  for _, n in ipairs(names) do
+    if lk == n or distance(lk, n) <= (#n <= 4 and 1 or 2) then return n end
+  end
+  return nil
+end
+M.method_names = method_names
+
 -- A key a sandbox does not have: a reference name says what to use instead; a near miss of a
 -- method's name (a typo: exce, write_files, terminat) says which methods there are; anything
 -- else reads as nil, as for any table (code may probe optional fields).
@@ -416,11 +429,8 @@ Sandbox.__index = function(_, k)
   if type(k) ~= "string" then return nil end
   if REFERENCE_NAMES[k] then error(REFERENCE_NAMES[k], 2) end
   if FIELDS[k] or k:find("^_") or #k < 3 then return nil end
-  local names, near = method_names(), nil
-  local lk = k:lower()
-  for _, n in ipairs(names) do
-    if lk == n or distance(lk, n) <= (#n <= 4 and 1 or 2) then near = n; break end
-  end
+  local names = method_names()
+  local near = M.nearest_name(k, names)
   if near then
     error(("Sandbox has no method '%s' (did you mean '%s'?); methods: %s"):format(k, near, table.concat(names, ", ")), 2)
   end

@@ -20,12 +20,27 @@ local Scoped = {}
 M.ScopedSandboxClass = Scoped
 
 -- Everything a Sandbox has (exec, write_file, model_handles, ...) is reachable on the scoped one.
+-- A typo of a method of either (scoped:serv) names the nearest instead of "attempt to call a nil
+-- value"; the sandbox's own messages (a reference name it lacks) name the caller's line.
 Scoped.__index = function(self, k)
   local v = rawget(Scoped, k)
   if v ~= nil then return v end
   local sb = rawget(self, "sandbox")
-  local x = sb and sb[k]
+  local ok, x = pcall(function() return sb and sb[k] end)
+  if not ok then error((tostring(x):gsub("^[^\n]-:%d+: ", "", 1)), 2) end
   if type(x) == "function" then return function(_, ...) return x(sb, ...) end end
+  if x == nil and type(k) == "string" and not k:find("^_") and #k >= 3 then
+    local names, seen = S.method_names(), {}
+    for _, n in ipairs(names) do seen[n] = true end
+    for n, f in pairs(Scoped) do
+      if type(n) == "string" and type(f) == "function" and not n:find("^_") and not seen[n] then names[#names + 1] = n end
+    end
+    table.sort(names)
+    local near = S.nearest_name(k, names)
+    if near then
+      error(("ScopedSandbox has no method '%s' (did you mean '%s'?); methods: %s"):format(k, near, table.concat(names, ", ")), 2)
+    end
+  end
   return x
 end
 

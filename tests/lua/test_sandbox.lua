@@ -287,6 +287,13 @@ T.test("the reference's Sandbox names seer lacks say what to use; a misspelt met
     T.contains(msg, "exec_lua, ")
     T.ok(not msg:find("_start", 1, true), "private methods are not listed: " .. msg)
   end
+  -- a ScopedSandbox's own methods and its sandbox's, at the caller's line
+  local sc = env.ScopedSandbox(env.SandboxConfig{ execution_mode = "cli" })
+  local msg = T.raises(function() return sc:serv("x") end, "ScopedSandbox has no method 'serv' (did you mean 'serve'?)", true)
+  T.contains(msg, "test_sandbox.lua:")
+  T.ok(not msg:find("start, start,", 1, true) and not msg:find("terminate, terminate", 1, true), msg)
+  T.contains(T.raises(function() return sc:exec_python("1") end, "use sandbox:exec_lua(code)", true), "test_sandbox.lua:")
+  T.eq(sc.sandbox_id, nil)
   -- fields a sandbox may leave unset still read as nil (code probes them)
   for _, k in ipairs{ "sandbox_id", "jupyter_url", "detached", "stopped", "attached", "notebook_server", "alive", "install", "foo" } do
     T.eq(sb[k], nil, k)
