@@ -185,7 +185,11 @@ end
 ---@param cell? table
 function Notebook:touch(cell)
   self.version = self.version + 1
-  if cell then cell._v = (cell._v or 0) + 1 end
+  self._read_cache = nil
+  if cell then
+    cell._v = (cell._v or 0) + 1
+    cell._json_live, cell._json_pretty, cell._json_plain = nil, nil, nil -- stale now
+  end
 end
 
 ---Appends a code cell (pending) and returns it.
@@ -311,9 +315,90 @@ local function disk_text(v, max_text, big)
   return to_lines(M.join(v))
 end
 
+-- A non-stream output as written, when it holds strings over BIG_TEXT (a large image, an HTML
+-- page, an error's text): a copy of its tables with each such string replaced by a placeholder
+-- (in `big`, encoded on its own as the file is written), so that a cell's encoding is never a
+-- second copy of what the cell keeps. The output itself when it holds none.
+local function big_strings(v, big)
+  if type(v) == "string" then
+    if #v <= BIG_TEXT then return v end
+    big[#big + 1] = { v, single = true }
+    return ("%s-%d"):format(big.token, #big)
+  end
+  if type(v) ~= "table" or v == json.null then return v end
+  local copy, changed = {}, false
+  for k, x in pairs(v) do
+    local y = big_strings(x, big)
+    copy[k] = y
+    if y ~= x then changed = true end
+  end
+  if not changed then return v end
+  return setmetatable(copy, getmetatable(v))
+end
+
+-- The live view shows at most LIVE_MAX_OUTPUT_BYTES of display and error outputs in one
+-- snapshot, the newest first; an older output past it is shown as a line saying so (the file has
+-- it). A snapshot is held whole by the live view's server and by every browser that reads it:
+-- without this bound a notebook of 1 GiB of outputs would be copied whole on every publish.
+M.LIVE_MAX_OUTPUT_BYTES = 64 * 1024 * 1024
+local STRING_OVERHEAD = 32
+local function value_bytes(v)
+  if type(v) == "string" then return #v + STRING_OVERHEAD end
+  if type(v) ~= "table" then return STRING_OVERHEAD end
+  local n = STRING_OVERHEAD
+  for k, x in pairs(v) do n = n + value_bytes(k) + value_bytes(x) end
+  return n
+end
+-- output -> {data, metadata, bytes}: an output's size, computed again when an update replaced
+-- its data or metadata
+local sizes = setmetatable({}, { __mode = "k" })
+local function output_bytes(o)
+  local c = sizes[o]
+  if c and c.data == o.data and c.metadata == o.metadata and c.evalue == o.evalue then return c.n end
+  local n = value_bytes(o.data) + value_bytes(o.metadata) + value_bytes(o.evalue) + value_bytes(o.traceback)
+  sizes[o] = { data = o.data, metadata = o.metadata, evalue = o.evalue, n = n }
+  return n
+end
+M.output_bytes = output_bytes
+
+local function live_notice(o, n)
+  local text = ("[live view: a %s output of %.1f MiB is not shown here (the live view shows the newest %d MiB of outputs); the notebook file has it]")
+    :format(o.output_type, n / 1048576, math.floor(M.LIVE_MAX_OUTPUT_BYTES / 1048576))
+  if o.output_type == "error" then
+    return { output_type = "error", ename = o.ename, evalue = text, traceback = json.array() }
+  end
+  return { output_type = o.output_type, execution_count = o.execution_count, metadata = {}, data = { ["text/plain"] = text } }
+end
+
+-- For the live view: cell -> how many of its first outputs are shown as notices. Outputs are
+-- counted from the newest back; once one does not fit the budget, it and every older one are
+-- notices (a prefix of each cell, so that the count says which).
+local function live_hidden(cells)
+  local hidden, used, full = {}, 0, false
+  for i = #cells, 1, -1 do
+    local c = cells[i]
+    if full then hidden[c] = math.huge
+    elseif c.cell_type == "code" and type(c.outputs) == "table" then
+      for j = #c.outputs, 1, -1 do
+        local o = c.outputs[j]
+        if type(o) == "table" and o.output_type ~= "stream" then
+          local n = output_bytes(o)
+          if used + n > M.LIVE_MAX_OUTPUT_BYTES then
+            hidden[c], full = j, true
+            break
+          end
+          used = used + n
+        end
+      end
+    end
+  end
+  return hidden
+end
+
 -- One cell as written: private bookkeeping fields (leading underscore) never reach the file,
--- stream text as disk_text says.
-local function clean_cell(c, max_text, big)
+-- stream text as disk_text says, large strings of other outputs as placeholders (big_strings),
+-- the first `hide` outputs (live view) as notices.
+local function clean_cell(c, max_text, big, hide)
   local copy = {}
   for k, v in pairs(c) do
     if type(k) ~= "string" or k:sub(1, 1) ~= "_" then copy[k] = v end
@@ -322,12 +407,15 @@ local function clean_cell(c, max_text, big)
     local outs = json.array()
     for j, o in ipairs(copy.outputs or {}) do
       if o.output_type == "stream" then outs[j] = { output_type = "stream", name = o.name, text = disk_text(o.text, max_text, big) }
+      elseif hide and j <= hide then outs[j] = live_notice(o, output_bytes(o))
+      elseif big then outs[j] = big_strings(o, big)
       else outs[j] = o end
     end
     copy.outputs = outs
   end
   return copy
 end
+M.clean_cell = clean_cell
 
 -- What a cached encoding of a cell depends on beyond its own version (bumped by touch(cell)):
 -- the fields the notebook server sets on the cell it runs.
@@ -338,18 +426,31 @@ local function cell_key(c)
 end
 local FINAL = { complete = true, error = true }
 
--- Emits text with the big-text placeholders of `big` from index `from` replaced by the arrays
--- of their pieces, each piece encoded on its own.
-local function emit_with_big(emit, text, big, from)
+-- Emits a cell's text with its big-text placeholders replaced: a stream's list of pieces as an
+-- array of them, each encoded on its own; a single large string encoded alone.
+local function emit_with_big(emit, text, big)
+  if #big == 0 then return emit(text) end
+  local mark = '"' .. big.token .. "-"
   local pos = 1
-  for i = from, #big do
-    local mark = ('"%s-%d"'):format(big.token, i)
+  while true do
     local a, b = text:find(mark, pos, true)
-    emit(text:sub(pos, a - 1))
-    emit("[")
-    for j, piece in ipairs(big[i]) do emit((j > 1 and ", " or "") .. json.encode(piece)) end
-    emit("]")
-    pos = b + 1
+    if not a then break end
+    local digits = text:match("^(%d+)\"", b + 1)
+    local entry = digits and big[tonumber(digits)]
+    if not entry then -- (cannot happen: the token is this notebook's own random one)
+      emit(text:sub(pos, b))
+      pos = b + 1
+    else
+      emit(text:sub(pos, a - 1))
+      if entry.single then
+        emit(json.encode(entry[1]))
+      else
+        emit("[")
+        for j, piece in ipairs(entry) do emit((j > 1 and ", " or "") .. json.encode(piece)) end
+        emit("]")
+      end
+      pos = b + #digits + 2
+    end
   end
   emit(text:sub(pos))
 end
@@ -362,28 +463,28 @@ end
 ---@param pretty? boolean
 ---@param max_text? integer as in to_json
 function Notebook:write_json(emit, pretty, max_text)
-  local big = { token = "seer-big-text-" .. require("seer.net").uuid() }
+  -- placeholders name this notebook's own random token, so a cell's cached text stays valid
+  self._token = self._token or ("seer-big-text-" .. require("seer.net").uuid())
   local opts = pretty and { indent = 1 } or nil
   local slot = max_text and "_json_live" or (pretty and "_json_pretty" or "_json_plain")
   local nl = pretty and "\n" or ""
+  local hidden = max_text and live_hidden(self.doc.cells) or {}
   emit("{" .. nl .. '"cells": [')
   for i, c in ipairs(self.doc.cells) do
     emit((i > 1 and "," or "") .. nl)
     local cached = c[slot]
     local key = cell_key(c)
-    if cached and cached.key == key then
-      emit(cached.text)
-    else
-      local from = #big + 1
-      local text = json.encode(clean_cell(c, max_text, big), opts)
-      if #big >= from then
-        emit_with_big(emit, text, big, from)
-      else
-        local m = type(c.metadata) == "table" and c.metadata or {}
-        if c.cell_type ~= "code" or FINAL[m.execution_status] then c[slot] = { key = key, text = text } end
-        emit(text)
-      end
+    if max_text then key = key .. "|" .. tostring(hidden[c] or 0) end
+    if not (cached and cached.key == key) then
+      local big = { token = self._token }
+      local text = json.encode(clean_cell(c, max_text, big, hidden[c]), opts)
+      cached = { key = key, text = text, big = big }
+      -- a cell's text holds placeholders for its large strings, not copies of them: caching it
+      -- costs what its small parts do
+      local m = type(c.metadata) == "table" and c.metadata or {}
+      if c.cell_type ~= "code" or FINAL[m.execution_status] then c[slot] = cached end
     end
+    emit_with_big(emit, cached.text, cached.big)
   end
   local d = self.doc
   emit(nl .. "]," .. nl .. '"metadata": ' .. json.encode(d.metadata, opts) .. "," .. nl

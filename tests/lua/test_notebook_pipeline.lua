@@ -470,6 +470,81 @@ pub("update_display_data", json.encode{ data = {["text/plain"] = big}, metadata 
   caps_srv = nil
 end)
 
+T.test("a session's outputs across its cells stop at its total (max_session_output_bytes), with the truncation record", function()
+  local srv = own_server({ "--max-session-output-bytes", tostring(3 * 1048576) })
+  local s = srv.session("total", T.tmpdir())
+  -- each cell keeps 900 KiB of display (HTML and its text/plain): three fit the session's 3 MiB
+  for i = 1, 3 do
+    local r = s:exec(("display.html(string.rep('%d', 450 * 1024))"):format(i), { max_output = 10 ^ 9 })
+    T.eq(r.dropped, nil, "cell " .. i .. " is kept whole")
+  end
+  local r = s:exec("display.html(string.rep('x', 450 * 1024)); print(string.rep('y', 1048576))", { max_output = 10 ^ 9 })
+  T.ok(r.dropped ~= nil and r.dropped ~= json.null, "the cell past the total has a truncation record")
+  T.ok(r.dropped.session_outputs >= 2, "the display and the printed text (in pieces) are not kept")
+  T.contains(r.text, "outputs past the session's total (a session keeps 3.0 MiB of outputs across its cells)")
+  local n = r.dropped.session_outputs
+  local cell = nb_cell(s.notebook_path, 4)
+  T.eq(cell.metadata.seer_truncated.session_outputs, n, "the notebook's cell says so")
+  -- cell after cell, nothing more is kept: the notebook stays at the total
+  for _ = 1, 5 do s:exec("display.html(string.rep('z', 450 * 1024))", { raise = false }) end
+  T.ok(file_mib(s.notebook_path) < 3.5, ("the notebook holds %.1f MiB"):format(file_mib(s.notebook_path)))
+  local info = s:info()
+  T.eq(info.truncations.session_outputs, n + 5, "the session's totals count them")
+  T.ok(info.kept_output_bytes <= 3 * 1048576)
+  stop_servers()
+end)
+
+-- 24 displays of 15 MiB: the cell keeps 17 (its 256 MiB). The server's peak stays within a small
+-- multiple of what it keeps: no whole-cell or whole-notebook copies (live view, saves, caches).
+local big_srv, big_s
+T.test("the server's memory follows what it keeps: 24 displays of 15 MiB peak under 3x the kept 255 MiB", function()
+  big_srv = own_server()
+  big_s = big_srv.session("bigmem", T.tmpdir())
+  big_s:exec("x = 1")
+  local r = big_s:exec(HIJACK .. [[
+local big = string.rep("D", 15 * 1048576 - 100)
+for i = 1, 24 do pub("display_data", json.encode{ data = { ["text/plain"] = big .. i }, metadata = {}, transient = {} }) end]],
+                       { raise = false, max_output = 1000 })
+  T.eq(r.dropped.displays, 7)
+  local status = seer.read_file("/proc/" .. big_srv.child.pid .. "/status")
+  local hwm = tonumber(status:match("VmHWM:%s*(%d+)")) / 1024
+  local kept = file_mib(big_s.notebook_path)
+  print(("    kept %.0f MiB (the notebook file); the server's peak RSS %.0f MiB"):format(kept, hwm))
+  T.ok(kept > 240, "the cell kept its 256 MiB")
+  T.ok(hwm < 3 * kept, ("the server's peak is %.1fx what it keeps"):format(hwm / kept))
+  local doc = json.decode(seer.read_file(big_s.notebook_path))
+  local outs = doc.cells[2].outputs
+  T.eq(#outs, 18, "17 displays and the record")
+  T.eq(#join(outs[17].data["text/plain"]), 15 * 1048576 - 100 + 2)
+  T.eq(join(outs[17].data["text/plain"]):sub(-3), "D17")
+end)
+
+T.test("read_notebook on a large notebook costs its reply, not an encoding of the whole notebook", function()
+  T.ok(big_s ~= nil, "needs the notebook of the test before")
+  local t0 = process.now_ms()
+  for _ = 1, 10 do
+    local r = big_s:read_notebook(0, 1)
+    T.eq(#r.cells, 1)
+    T.eq(r.total, 2)
+  end
+  local ms = process.now_ms() - t0
+  print(("    10 read_notebook calls on a %.0f MiB notebook: %d ms"):format(file_mib(big_s.notebook_path), ms))
+  T.ok(ms < 3000, ("10 read_notebook calls took %d ms"):format(ms))
+  stop_servers()
+  big_s, big_srv = nil, nil
+  -- what a client reads is what the file has
+  local s = exec.create_local_notebook_session(nil, { output_dir = T.tmpdir(), name = "read" })
+  s:exec("print('a'); display.text('b'); io.write(string.rep('c\\n', 200000))")
+  s:exec("error('boom')", { raise = false })
+  s:add_markdown("# notes")
+  local doc = json.decode(seer.read_file(s.notebook_path))
+  local r = s:read_notebook()
+  T.eq(r.total, 3)
+  T.eq(r.cells, doc.cells)
+  T.eq(s:read_notebook(1, 1).cells, { doc.cells[2] })
+  s:terminate()
+end)
+
 T.test("a restart answers through the loop: cells sent meanwhile wait for the new kernel, interrupt is refused", function()
   local srv = own_server()
   local s = srv.session("restart", T.tmpdir())

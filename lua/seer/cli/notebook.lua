@@ -24,13 +24,14 @@ local new_kept, new_dropped -- a cell's counts against the output limits (below,
 local USAGE = [[
 usage: seer notebook serve [--output-dir DIR] [--host HOST] [--port PORT] [--max-output CHARS]
                            [--max-stream-bytes N] [--max-displays N] [--max-display-bytes N]
-                           [--max-cell-display-bytes N]
+                           [--max-cell-display-bytes N] [--max-session-output-bytes N]
 
 Per-cell output limits (docs/notebook.md, "Output limits"): stdout and stderr together
 (default 64 MiB), display outputs (10000), bytes of one display output such as an image
-(16 MiB), bytes of all display outputs (256 MiB). Past a limit the notebook, the caller and
-this server's log get a truncation record. SEER_NOTEBOOK_MAX_STREAM_BYTES, ..._MAX_DISPLAYS,
-..._MAX_DISPLAY_BYTES and ..._MAX_CELL_DISPLAY_BYTES set the defaults.
+(16 MiB), bytes of all display outputs (256 MiB); and bytes of all outputs a session keeps
+across its cells (1 GiB). Past a limit the notebook, the caller and this server's log get a
+truncation record. SEER_NOTEBOOK_MAX_STREAM_BYTES, ..._MAX_DISPLAYS, ..._MAX_DISPLAY_BYTES,
+..._MAX_CELL_DISPLAY_BYTES and ..._MAX_SESSION_OUTPUT_BYTES set the defaults.
 
 Environment: SEER_NOTEBOOK_KEY (request signing key) and SEER_NOTEBOOK_TOKEN (live view
 token) are generated when unset; SEER_DIE_WITH_PARENT=1 ends the server with its parent.
@@ -56,13 +57,19 @@ local function env_limit(name, default)
   end
   return n
 end
-local LIMIT_FIELDS = { "max_stream_bytes", "max_displays", "max_display_bytes", "max_cell_display_bytes" }
+local LIMIT_FIELDS = { "max_stream_bytes", "max_displays", "max_display_bytes", "max_cell_display_bytes",
+                       "max_session_output_bytes" }
 local function default_limits()
   return {
     max_stream_bytes = env_limit("SEER_NOTEBOOK_MAX_STREAM_BYTES", 64 * 1024 * 1024),
     max_displays = env_limit("SEER_NOTEBOOK_MAX_DISPLAYS", 10000),
     max_display_bytes = env_limit("SEER_NOTEBOOK_MAX_DISPLAY_BYTES", 16 * 1024 * 1024),
     max_cell_display_bytes = env_limit("SEER_NOTEBOOK_MAX_CELL_DISPLAY_BYTES", 256 * 1024 * 1024),
+    -- All the outputs one session's notebook keeps, across its cells (stream and display and
+    -- error bytes as the per-cell limits count them): without it a kernel that fills cell after
+    -- cell grows this server and the notebook file without bound. 1 GiB is the largest notebook
+    -- seer loads again (notebook.load, to resume or continue it).
+    max_session_output_bytes = env_limit("SEER_NOTEBOOK_MAX_SESSION_OUTPUT_BYTES", 1024 * 1024 * 1024),
   }
 end
 M.default_limits = default_limits
@@ -237,7 +244,11 @@ function Server:publish(s, now)
   end
   local t0 = process.now_ms()
   -- A browser shows a stream's head and tail (LIVE_MAX_TEXT), the file has all of it.
-  self.http:publish(s.id, s.nb:to_json(false, LIVE_MAX_TEXT))
+  local snapshot = s.nb:to_json(false, LIVE_MAX_TEXT)
+  self.http:publish(s.id, snapshot)
+  -- a large snapshot (and its pieces) is garbage at once: collected now, not once the heap has
+  -- grown by the GC's pause
+  if #snapshot > 16 * 1048576 then snapshot = nil; collectgarbage() end
   s.published, s.published_at, s.publish_pending = s.nb.version, process.now_ms(), false
   s.publish_cost = s.published_at - t0
 end
@@ -249,6 +260,7 @@ function Server:session_info(s)
            dead_reason = (not s.starting and s.dead) or json.null,
            bad_messages = s.kernel and s.kernel:bad_messages() or s.bad_seen or 0,
            truncations = s.truncations or json.null, save_failures = s.save_failures or 0,
+           kept_output_bytes = s.output_total and s.output_total.bytes or 0,
            sandbox_id = s.scope or json.null }
 end
 
@@ -702,8 +714,9 @@ end
 local function log_totals(s)
   local t = s.truncations
   if t then
-    log("session %s ended: %d cell%s truncated at the output limits (not kept: %s of stream, %d display outputs, %d oversized outputs replaced, %d error outputs shortened or dropped, %d messages the kernel could not deliver)",
-        s.id, t.cells, t.cells == 1 and "" or "s", mib(t.stream_bytes), t.displays, t.oversized, t.errors or 0, t.kernel_undelivered)
+    log("session %s ended: %d cell%s truncated at the output limits (not kept: %s of stream, %d display outputs, %d oversized outputs replaced, %d error outputs shortened or dropped, %d messages the kernel could not deliver, %d outputs (%s) past the session's total)",
+        s.id, t.cells, t.cells == 1 and "" or "s", mib(t.stream_bytes), t.displays, t.oversized, t.errors or 0, t.kernel_undelivered,
+        t.session_outputs or 0, mib(t.session_bytes or 0))
   end
 end
 
@@ -727,6 +740,12 @@ function Server:enqueue(s, e)
   e.displays = {}
   e.limits = e.limits or self.limits
   e.kept, e.dropped = new_kept(), new_dropped()
+  -- the session's total of kept output: a notebook cell's outputs stay, a hidden execution's go
+  -- with its reply
+  if e.cell then
+    s.output_total = s.output_total or { bytes = 0 }
+    e.total = s.output_total
+  end
   e.sizes = setmetatable({}, { __mode = "k" }) -- kept display output -> the bytes it was counted as
   e.pending_stream = json.array()
   s.queue[#s.queue + 1] = e
@@ -836,18 +855,44 @@ end
 -- error outputs share the cell's byte budget (max_cell_display_bytes); each is counted whole
 -- (kept_bytes), metadata included, and e.sizes remembers what each kept one was counted as, for
 -- update_display_data.
+-- What the session's total (max_session_output_bytes) has room for, and counting against it (and
+-- the cell's share of it, given back when the cell's outputs are cleared or it runs again).
+local function session_room(e)
+  if not e.total then return math.huge end
+  return (e.limits.max_session_output_bytes or math.huge) - e.total.bytes
+end
+local function count_total(e, n)
+  if not e.total then return end
+  e.total.bytes = e.total.bytes + n
+  if e.cell then e.cell._kept_bytes = (e.cell._kept_bytes or 0) + n end
+end
+local function drop_session(drop, n)
+  drop.session_outputs, drop.session_bytes = (drop.session_outputs or 0) + 1, (drop.session_bytes or 0) + n
+end
+
 local function keep_output(e, o)
   local L, kept, drop = e.limits, e.kept, e.dropped
   if o.output_type == "stream" then
     local n = #o.text
-    local room = L.max_stream_bytes - kept.stream_bytes
-    if n <= room then kept.stream_bytes = kept.stream_bytes + n return o end
-    drop.stream_messages = drop.stream_messages + 1
-    if room <= 0 then drop.stream_bytes = drop.stream_bytes + n return nil end
+    local cell_room, sroom = L.max_stream_bytes - kept.stream_bytes, session_room(e)
+    local room = math.min(cell_room, sroom)
+    if n <= room then kept.stream_bytes = kept.stream_bytes + n; count_total(e, n) return o end
+    local by_session = sroom < cell_room
+    if not by_session then drop.stream_messages = drop.stream_messages + 1 end
+    if room <= 0 then
+      if by_session then drop_session(drop, n) else drop.stream_bytes = drop.stream_bytes + n end
+      return nil
+    end
     local keep = room
     while keep > 0 and o.text:byte(keep + 1) >= 0x80 and o.text:byte(keep + 1) < 0xC0 do keep = keep - 1 end
-    drop.stream_bytes = drop.stream_bytes + n - keep
-    kept.stream_bytes = L.max_stream_bytes -- full: what follows is dropped
+    if by_session then
+      drop_session(drop, n - keep)
+      kept.stream_bytes = kept.stream_bytes + keep
+    else
+      drop.stream_bytes = drop.stream_bytes + n - keep
+      kept.stream_bytes = L.max_stream_bytes -- full: what follows is dropped
+    end
+    count_total(e, keep)
     if keep == 0 then return nil end
     return { output_type = "stream", name = o.name, text = o.text:sub(1, keep) }
   elseif o.output_type == "display_data" or o.output_type == "execute_result" then
@@ -867,7 +912,9 @@ local function keep_output(e, o)
                        data = { ["text/plain"] = ("[seer] a %s output of %s (%s%s) was not kept: one output may hold at most %s"):format(
                          o.output_type, mib(n), what, next(o.metadata or {}) ~= nil and ", with metadata" or "", mib(L.max_display_bytes)) } }
       local m = kept_bytes(notice)
+      if m > session_room(e) then drop_session(drop, m) return nil end
       kept.displays, kept.display_bytes = kept.displays + 1, kept.display_bytes + m
+      count_total(e, m)
       e.sizes[notice] = m
       return notice
     end
@@ -875,7 +922,9 @@ local function keep_output(e, o)
       drop.displays, drop.display_bytes = drop.displays + 1, drop.display_bytes + n
       return nil
     end
+    if n > session_room(e) then drop_session(drop, n) return nil end
     kept.displays, kept.display_bytes = kept.displays + 1, kept.display_bytes + n
+    count_total(e, n)
     e.sizes[o] = n
     return o
   elseif o.output_type == "error" then
@@ -885,13 +934,16 @@ local function keep_output(e, o)
       return nil
     end
     local n = kept_bytes(o)
-    if n <= L.max_display_bytes and kept.display_bytes + n <= L.max_cell_display_bytes then
+    if n <= L.max_display_bytes and kept.display_bytes + n <= L.max_cell_display_bytes and n <= session_room(e) then
       kept.errors, kept.display_bytes = kept.errors + 1, kept.display_bytes + n
+      count_total(e, n)
       return o
     end
     local short = shorten_error(o, math.min(L.max_display_bytes, L.max_cell_display_bytes))
     local m = kept_bytes(short)
-    local past = kept.display_bytes + m > L.max_cell_display_bytes
+    -- past the cell's bytes or the session's total, a cell still keeps a few errors shortened
+    -- (bounded: SHORT_ERRORS_PAST_CAP of ~40 KiB), so it shows the error it ended with
+    local past = kept.display_bytes + m > L.max_cell_display_bytes or m > session_room(e)
     if past and kept.short_errors >= SHORT_ERRORS_PAST_CAP then
       drop.errors = drop.errors + 1
       drop.error_bytes = drop.error_bytes + n
@@ -899,6 +951,7 @@ local function keep_output(e, o)
     end
     if past then kept.short_errors = kept.short_errors + 1 end
     kept.errors, kept.display_bytes = kept.errors + 1, kept.display_bytes + m
+    count_total(e, m)
     drop.errors_shortened = drop.errors_shortened + 1
     drop.error_bytes = drop.error_bytes + math.max(0, n - m)
     return short
@@ -913,7 +966,7 @@ new_kept = function()
 end
 new_dropped = function()
   return { stream_bytes = 0, stream_messages = 0, displays = 0, display_bytes = 0, oversized = 0, updates = 0,
-           kernel_undelivered = 0, errors = 0, errors_shortened = 0, error_bytes = 0 }
+           kernel_undelivered = 0, errors = 0, errors_shortened = 0, error_bytes = 0, session_outputs = 0, session_bytes = 0 }
 end
 M.new_kept, M.new_dropped = new_kept, new_dropped
 
@@ -926,12 +979,13 @@ local function apply_update(e, o, content)
                 metadata = content.metadata or {} }
   local n = kept_bytes(new)
   local old = e.sizes[o] or 0
-  if n > L.max_display_bytes or kept.display_bytes - old + n > L.max_cell_display_bytes then
+  if n > L.max_display_bytes or kept.display_bytes - old + n > L.max_cell_display_bytes or n - old > session_room(e) then
     e.dropped.updates = e.dropped.updates + 1
     return false
   end
   o.data, o.metadata = new.data, new.metadata
   kept.display_bytes = kept.display_bytes - old + n
+  count_total(e, n - old)
   e.sizes[o] = n
   return true
 end
@@ -966,13 +1020,17 @@ local function truncation_text(e)
   if (d.error_bytes or 0) > 0 then
     parts[#parts + 1] = ("%s of error outputs in all"):format(mib(d.error_bytes))
   end
+  if (d.session_outputs or 0) > 0 then
+    parts[#parts + 1] = ("%s in %d output%s past the session's total (a session keeps %s of outputs across its cells)"):format(
+      mib(d.session_bytes or 0), d.session_outputs, d.session_outputs == 1 and "" or "s", mib(L.max_session_output_bytes or 0))
+  end
   if d.kernel_undelivered > 0 then
     parts[#parts + 1] = ("%d message%s the kernel could not deliver (its output channel was not read for its wait)"):format(
       d.kernel_undelivered, d.kernel_undelivered == 1 and "" or "s")
   end
   if #parts == 0 then return nil end
   return "[seer] output truncated: not kept: " .. table.concat(parts, "; ")
-         .. ". Limits: docs/notebook.md, \"Output limits\" (seer notebook serve --max-stream-bytes, --max-displays, ...)\n"
+         .. ". Limits: docs/notebook.md, \"Output limits\" (seer notebook serve --max-stream-bytes, --max-displays, ..., --max-session-output-bytes)\n"
 end
 M.truncation_text = truncation_text
 
@@ -1001,6 +1059,7 @@ function Server:record_truncation(s, e)
   t.cells, t.stream_bytes, t.displays = t.cells + 1, t.stream_bytes + d.stream_bytes, t.displays + d.displays
   t.oversized, t.kernel_undelivered = t.oversized + d.oversized, t.kernel_undelivered + d.kernel_undelivered
   t.errors = t.errors + d.errors + d.errors_shortened
+  t.session_outputs, t.session_bytes = (t.session_outputs or 0) + d.session_outputs, (t.session_bytes or 0) + d.session_bytes
   log("session %s: cell %s %s", s.id, e.cell and ("[" .. tostring(e.cell.execution_count) .. "]") or "(hidden)", text:gsub("\n$", ""))
 end
 
@@ -1033,6 +1092,7 @@ function Server:finish(s, e)
     e.cell.metadata.execution_status = (e.result == "ok") and "complete" or "error"
     s.nb:touch(e.cell)
     local ok, err = pcall(s.nb.save, s.nb)
+    collectgarbage() -- what the save encoded, piece by piece, is garbage now
     if not ok then
       reraise_interrupt(err)
       e.save_error = tostring(err)
@@ -1089,7 +1149,10 @@ function Server:on_kernel_message(s, msg)
       e.outputs = json.array()
       e.displays = {}
       e.kept = new_kept()
-      if e.cell then s.nb:clear_outputs(e.cell, msg.content.wait) end
+      if e.cell then
+        if e.total then count_total(e, -(e.cell._kept_bytes or 0)) end
+        s.nb:clear_outputs(e.cell, msg.content.wait)
+      end
     elseif t == "update_display_data" then
       local id = msg.content.transient and msg.content.transient.display_id
       local o = id and e.displays[id]
@@ -1262,6 +1325,11 @@ local function write_nofollow(path, text)
       end
     end
     local function emit(piece)
+      if #piece >= 1048576 then -- a large piece (an encoded image) goes out as it is: no copy
+        write_all(table.concat(pending))
+        pending, pending_n = {}, 0
+        return write_all(piece)
+      end
       pending[#pending + 1] = piece
       pending_n = pending_n + #piece
       if pending_n >= 1048576 then
@@ -1632,6 +1700,9 @@ function handlers.edit_cell(self, req)
   local timeout, max_output, bad = cell_numbers(c, "edit_cell")
   if bad then return self:reply_error(req, "ValueError", bad) end
   s.nb:reset_cell(cell, c.code)
+  -- its old outputs are gone: the session's total gets them back
+  if s.output_total then s.output_total.bytes = s.output_total.bytes - (cell._kept_bytes or 0) end
+  cell._kept_bytes = 0
   cell.metadata.seer_truncated = nil
   s.nb:touch(cell)
   self:enqueue(s, { code = c.code, cell = cell, req = req, timeout = timeout, max_output = max_output,
@@ -1655,10 +1726,20 @@ function handlers.read_notebook(self, req)
   if not s then return end
   local start = math.max(0, math.floor(tonumber(req.content.start) or 0))
   local limit = math.floor(tonumber(req.content.limit) or 1e9)
+  -- The cells as the file has them (notebook.clean_cell: no private fields, stream text as
+  -- lines or pieces), built once per version of the notebook and sharing its strings: a loop of
+  -- read_notebook on a large notebook costs each call its reply, not an encoding and a decoding
+  -- of the whole notebook.
+  local rc = s.nb._read_cache -- (dropped by every change: Notebook:touch)
+  if not rc or rc.version ~= s.nb.version or rc.n ~= #s.nb.doc.cells then
+    local all = {}
+    for i, c in ipairs(s.nb.doc.cells) do all[i] = notebook.clean_cell(c) end
+    rc = { version = s.nb.version, n = #s.nb.doc.cells, cells = all }
+    s.nb._read_cache = rc
+  end
   local cells = json.array()
-  local doc = json.decode(s.nb:to_json())
-  for i = start + 1, math.min(#doc.cells, start + limit) do cells[#cells + 1] = doc.cells[i] end
-  self:reply(req, { cells = cells, total = #doc.cells, notebook_path = s.nb.path })
+  for i = start + 1, math.min(#rc.cells, start + limit) do cells[#cells + 1] = rc.cells[i] end
+  self:reply(req, { cells = cells, total = #rc.cells, notebook_path = s.nb.path })
 end
 
 function handlers.interrupt(self, req)
