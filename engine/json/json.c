@@ -1031,6 +1031,38 @@ static size_t dec_scan_number(const unsigned char *s, size_t i, dec_scan_t *sc) 
     return i;
 }
 
+/* ---- counting values without building anything (for C callers; json_decode counts in dec_scan) ---- */
+
+size_t seer_json_count_values(const char *text, size_t n) {
+    const unsigned char *s = (const unsigned char *)text;
+    size_t values = 0, i = 0;
+    while (i < n) {
+        unsigned char ch = s[i];
+        if (ch == '"') { /* to past the closing quote, as cJSON finds it: a backslash hides the next byte */
+            values++;
+            i++;
+            for (;;) {
+                const unsigned char *q = memchr(s + i, '"', n - i);
+                if (!q) return values;
+                size_t k = (size_t)(q - s), bs = 0;
+                while (k - bs > i && s[k - bs - 1] == '\\') bs++;
+                i = k + 1;
+                if (!(bs & 1)) break; /* an even run of backslashes escapes only itself */
+            }
+        } else if (ch == '[' || ch == '{' || ch == 't' || ch == 'f' || ch == 'n') {
+            values++;
+            i++;
+        } else if (ch == '-' || is_digit(ch)) { /* one number: the run of bytes a number is made of */
+            values++;
+            i++;
+            while (i < n && (is_digit(s[i]) || s[i] == '.' || s[i] == 'e' || s[i] == 'E' || s[i] == '+' || s[i] == '-')) i++;
+        } else {
+            i++;
+        }
+    }
+    return values;
+}
+
 /* ---- strings holding "\u0000" (cJSON keeps the bytes but not the length) ---------------------- */
 
 size_t seer_json_nul_bound(const char *text, size_t n) {
@@ -1764,6 +1796,14 @@ int seer_json_luaopen(lua_State *L) {
     }
     lua_pushvalue(L, mod + 1);
     lua_setfield(L, mod, "null");
+    lua_createtable(L, 0, 3); /* the model-folder limits of json.h, for the Lua loaders */
+    lua_pushnumber(L, (lua_Number)SEER_JSON_MAX_VALUES_ST_HEADER);
+    lua_setfield(L, -2, "safetensors_header");
+    lua_pushnumber(L, (lua_Number)SEER_JSON_MAX_VALUES_CONFIG);
+    lua_setfield(L, -2, "config");
+    lua_pushnumber(L, (lua_Number)SEER_JSON_MAX_VALUES_TOKENIZER);
+    lua_setfield(L, -2, "tokenizer");
+    lua_setfield(L, mod, "MODEL_MAX_VALUES");
     lua_settop(L, mod);
     return 1;
 }

@@ -38,6 +38,28 @@ int seer_utf8_validate(const char *s, size_t n, size_t *bad_offset);
 int seer_json_check(const char *s, size_t n, size_t *bad_offset, const char *const *path, size_t path_n,
                     const char **cap, size_t *cap_n);
 
+/* The number of JSON values in s[0..n), counted as json.decode's max_values counts them
+ * (arrays, objects, strings and object keys, numbers, and true/false/null once each), in one
+ * pass that allocates nothing and checks nothing else; s need not end in a NUL. For any text
+ * cJSON parses, the count is at least the number of nodes cJSON builds, so a caller that
+ * refuses a count above its limit before cJSON_Parse bounds the tree (a node costs ~80 bytes:
+ * "[[],[],..." is 27 bytes of memory per byte of text). */
+size_t seer_json_count_values(const char *s, size_t n);
+
+/* Limits on the values of the JSON files the host reads from a model folder (hostile: docs/
+ * security.md), counted with seer_json_count_values (C) or json.decode's max_values (Lua, as
+ * json.MODEL_MAX_VALUES) before any tree is built. Several times the largest real files:
+ * - a safetensors header: ~13 values per tensor, keys counted (a 0.5B Llama's 290 tensors hold
+ *   3,856), so a 100k-tensor header holds ~1.3M;
+ * - config.json, generation_config.json, tokenizer_config.json, special_tokens_map.json,
+ *   adapter_config.json, model.safetensors.index.json: gemma 3's tokenizer_config.json (6k
+ *   added tokens) holds 89,855; an index holds ~2 per tensor (DeepSeek V3's 92k: ~184k);
+ * - tokenizer.json and vocab.json: GPT-2's holds 150,590 and Mistral v0.3's 136,216 (~0.07 a
+ *   byte), so the largest published ones (gemma 3's 262k vocabulary, 33 MB) hold ~2.3M. */
+#define SEER_JSON_MAX_VALUES_ST_HEADER ((size_t)4000000)
+#define SEER_JSON_MAX_VALUES_CONFIG ((size_t)1000000)
+#define SEER_JSON_MAX_VALUES_TOKENIZER ((size_t)8000000)
+
 /* cJSON's strings end at NUL, yet it decodes "\u0000" into the string's buffer and goes on, so
  * the bytes are there and only the length is lost. For a tree cJSON parsed from text[0..n),
  * these recover it: seer_json_nul_bound is an upper bound of the strings (keys and values) that

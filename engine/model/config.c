@@ -58,6 +58,15 @@ cJSON *seer_model_read_json(const char *path, seer_err_t *err) {
         free(text);
         return NULL;
     }
+    /* counted before cJSON builds its tree (a value costs it ~80 bytes): the file is the model
+     * folder's, which may be hostile */
+    size_t nvalues = seer_json_count_values(text, n);
+    if (nvalues > SEER_JSON_MAX_VALUES_CONFIG) {
+        seer_err_set(err, SEER_EPARSE, "%s: holds %zu JSON values, more than the %zu allowed for a config file", path,
+                     nvalues, SEER_JSON_MAX_VALUES_CONFIG);
+        free(text);
+        return NULL;
+    }
     const char *end = NULL;
     cJSON *j = cJSON_ParseWithLengthOpts(text, n, &end, 0);
     if (!j) {

@@ -155,6 +155,12 @@ static int parse(seer_st_file_t *f, seer_err_t *err) {
     const char *hdr = (const char *)f->base + 8;
     size_t bad;
     if (!seer_utf8_validate(hdr, (size_t)hlen, &bad)) FAIL("%s: header is not valid UTF-8 (byte %zu)", path, bad);
+    /* Counted before cJSON builds its tree: a header of "[],[],..." within ST_MAX_HEADER would
+     * take some 27 times its size in nodes (2.7 GB for 95 MiB). */
+    size_t nvalues = seer_json_count_values(hdr, (size_t)hlen);
+    if (nvalues > SEER_JSON_MAX_VALUES_ST_HEADER)
+        FAIL("%s: header holds %zu JSON values, more than the %zu allowed (a tensor takes about 13)", path, nvalues,
+             SEER_JSON_MAX_VALUES_ST_HEADER);
     f->root = cJSON_ParseWithLength(hdr, (size_t)hlen);
     if (!f->root) {
         const char *at = cJSON_GetErrorPtr();

@@ -1091,6 +1091,12 @@ int seer_tokenizer_load_json(seer_tokenizer_t **out, const char *text, size_t le
                              seer_err_t *err) {
     lctx_t c = {name ? name : "tokenizer.json", err, NULL, 0};
     *out = NULL;
+    /* counted before cJSON builds its tree (a value costs it ~80 bytes): a model folder's
+     * tokenizer.json may be hostile */
+    size_t nvalues = seer_json_count_values(text, len);
+    if (nvalues > SEER_JSON_MAX_VALUES_TOKENIZER)
+        return seer_err_set(err, SEER_EPARSE, "%s: holds %zu JSON values, more than the %zu allowed for a tokenizer",
+                            c.name, nvalues, SEER_JSON_MAX_VALUES_TOKENIZER);
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (!root) {
@@ -1185,6 +1191,13 @@ int seer_tokenizer_load_gpt2(seer_tokenizer_t **out, const char *vocab_path, con
         return rc;
     }
     lctx_t c = {vocab_path, err, NULL, 0};
+    size_t nvalues = seer_json_count_values(vtext, vlen);
+    if (nvalues > SEER_JSON_MAX_VALUES_TOKENIZER) {
+        free(vtext);
+        free(mtext);
+        return seer_err_set(err, SEER_EPARSE, "%s: holds %zu JSON values, more than the %zu allowed for a vocabulary",
+                            vocab_path, nvalues, SEER_JSON_MAX_VALUES_TOKENIZER);
+    }
     seer_tokenizer_t *t = calloc(1, sizeof *t);
     cJSON *root = cJSON_ParseWithLength(vtext, vlen);
     if (!t) {

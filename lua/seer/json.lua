@@ -19,6 +19,7 @@
 --- column (in characters) and the text near the problem.
 ---@class seerjson
 ---@field null seerjson.null the value of JSON null; compare with `v == json.null`
+---@field MODEL_MAX_VALUES {safetensors_header: integer, config: integer, tokenizer: integer} the max_values that loaders give json.decode for a model folder's files, which may be hostile (the C loaders use the same limits, engine/json/json.h): a safetensors header (4 million), config.json and the other small JSON files (1 million), tokenizer.json and vocab.json (8 million)
 local M = {}
 
 ---The json.null sentinel (a userdata). `tostring(json.null) == "json.null"`.
@@ -109,5 +110,6 @@ M.object = core.object
 M.is_array = core.is_array
 M.is_object = core.is_object
 M.null = core.null
+M.MODEL_MAX_VALUES = core.MODEL_MAX_VALUES
 
 return M

@@ -531,6 +531,14 @@ local function hidden_keeps(name)
   return HIDDEN_KEEP[name] or name:match("%.safetensors$") ~= nil or name:match("%.safetensors%.index%.json$") ~= nil
 end
 
+-- The most JSON values decoding a hidden model's file may meet (counted before anything is
+-- built: the files are hostile, and "[],[],..." takes some 25 times its size once decoded).
+local function json_limit(name)
+  if name:match("%.safetensors$") then return json.MODEL_MAX_VALUES.safetensors_header end
+  if name == "tokenizer.json" or name == "vocab.json" then return json.MODEL_MAX_VALUES.tokenizer end
+  return json.MODEL_MAX_VALUES.config
+end
+
 -- JSON fields that name where a model came from; their values go whatever they hold.
 local NAME_KEYS = {
   _name_or_path = true, name_or_path = true, base_model_name_or_path = true, model_name = true,
@@ -621,7 +629,7 @@ function M.hidden_fragments(models, generic_paths)
       if e.name:match("%.json$") and (e.size or 0) < 4 * 1048576 then
         local jf = io.open(m.host .. "/" .. e.name, "rb")
         local okj, doc = false, nil
-        if jf then okj, doc = pcall(json.decode, jf:read("*a")); jf:close() end
+        if jf then okj, doc = pcall(json.decode, jf:read("*a"), { max_values = json_limit(e.name) }); jf:close() end
         if okj and type(doc) == "table" and not json.is_array(doc) then
           for k in pairs(NAME_KEYS) do add_named(doc[k]) end
         end
@@ -645,7 +653,7 @@ function M.hidden_fragments(models, generic_paths)
     for _, file in ipairs({ "config.json", "tokenizer_config.json" }) do
       local f = io.open(m.host .. "/" .. file, "rb")
       if f then
-        local ok, cfg = pcall(json.decode, f:read(4 * 1048576) or "")
+        local ok, cfg = pcall(json.decode, f:read(4 * 1048576) or "", { max_values = json_limit(file) })
         f:close()
         if ok and type(cfg) == "table" then
           if type(cfg.model_type) == "string" then structural[fold(cfg.model_type)] = true end
@@ -787,12 +795,15 @@ local function plan_hidden_file(name, src, size, frags)
   local p = { name = clean_text(name, frags), src = src, size = size, op = "link" }
   if name:match("%.safetensors$") then
     local n, h = st_header(src)
-    local okh, doc0 = false, nil
-    if n then okh, doc0 = pcall(json.decode, h) end
-    if not okh or type(doc0) ~= "table" then return nil end -- not a safetensors file: left out
+    local okh, doc = false, nil
+    if n then okh, doc = pcall(json.decode, h, { max_values = json_limit(name) }) end
+    if not okh and tostring(doc):find("more than max_values", 1, true) then
+      error(("the hidden model's %s: its safetensors header: %s"):format(p.name, tostring(doc)), 0)
+    end
+    if not okh or type(doc) ~= "table" then return nil end -- not a safetensors file: left out
     -- bytes that are text: a small U8/I8 tensor can spell a name
     local f = io.open(src, "rb")
-    for k, t in pairs(doc0) do
+    for k, t in pairs(doc) do
       if k ~= "__metadata__" and type(t) == "table" and (t.dtype == "U8" or t.dtype == "I8" or t.dtype == "BOOL")
          and type(t.data_offsets) == "table" and tonumber(t.data_offsets[1]) and tonumber(t.data_offsets[2]) then
         local a, b = tonumber(t.data_offsets[1]), tonumber(t.data_offsets[2])
@@ -807,12 +818,8 @@ local function plan_hidden_file(name, src, size, frags)
       end
     end
     if f then f:close() end
+    -- doc is the header decoded above, not yet changed: cleaned from it, with no second tree
     if sb.find_fragment(h, frags, 1, true) then
-      local ok, doc = pcall(json.decode, h)
-      if not ok or type(doc) ~= "table" then
-        error(("the hidden model's %s has a safetensors header that names the model and cannot be read to clean it; "
-          .. "fix the file or do not hide the model"):format(p.name), 0)
-      end
       for k in pairs(doc) do
         if k ~= "__metadata__" and sb.find_fragment(k, frags) then
           error(("a tensor name in the hidden model's %s names the model, and tensor names cannot change without "
@@ -843,7 +850,10 @@ local function plan_hidden_file(name, src, size, frags)
     end
     local holds = sb.find_fragment(raw, frags, 1, true)
     if named or holds then
-      local ok, doc = pcall(json.decode, raw)
+      local ok, doc = pcall(json.decode, raw, { max_values = json_limit(name) })
+      if not ok and tostring(doc):find("more than max_values", 1, true) then
+        error(("the hidden model's %s: %s"):format(p.name, tostring(doc)), 0)
+      end
       if ok and type(doc) == "table" then
         p.op, p.text = "write", json.encode(clean_json(doc, frags, name), { indent = 2 })
       elseif holds then

@@ -52,7 +52,8 @@ local function read_json(path)
   if not f then return nil end
   local text = f:read("*a")
   f:close()
-  local ok, v = pcall(json.decode, text)
+  -- the values are counted before anything is built: a model folder's files may be hostile
+  local ok, v = pcall(json.decode, text, { max_values = json.MODEL_MAX_VALUES.config })
   if not ok then error("seer.tokenizer: " .. path .. ": " .. tostring(v), 0) end
   return v
 end

@@ -150,3 +150,55 @@ T.test("staging: shards named after the model are renamed with their index, name
   T.ok((m0:forward(ids) - m1:forward(ids)):abs():max() == 0, "the staged model computes something else")
   T.eq(m1.tokenizer.chat_template, "{# for <hidden>/<hidden> #}{{ messages[0].content }}")
 end)
+
+-- The files of a model folder are hostile (docs/security.md): staging decodes a safetensors
+-- header once (it was decoded twice, both trees alive, when the header named the model), and
+-- every decode counts the values first, so millions of tiny values ("[],[],...", some 40 bytes
+-- of memory per byte of text once decoded) are refused at the cost of reading the text. Run in
+-- a fresh seer process, whose peak memory (VmHWM) is this test's alone.
+local function stage_in_child(dir, root)
+  local script = T.tmpdir() .. "/stage.lua"
+  seer.write_file(script, ([[
+local S, env = require "seer.sandbox", require "seer.environment"
+local s = S.Sandbox(env.SandboxConfig{})
+s.state_dir, s.stage_dirs = %q, {}
+local frags = S.hidden_fragments({ { name = %q, host = %q, files = {} } }, { %q })
+print(pcall(s._stage_hidden, s, %q, frags))
+io.write(("peak_kib %%d\n"):format(tonumber(seer.read_file("/proc/self/status"):match("VmHWM:%%s*(%%d+)"))))
+]]):format(root .. "/state", dir, dir, root, dir))
+  local t0 = seer.now()
+  local p = io.popen(("'%s' '%s' 2>&1"):format(arg[-1], script))
+  local out = p:read("*a")
+  p:close()
+  return out, tonumber(out:match("peak_kib (%d+)") or "0") / 1024, seer.now() - t0
+end
+
+local function empties(n) return "[" .. string.rep("[],", n - 1) .. "[]]" end
+
+T.test("staging: a safetensors header of 5 million tiny values is refused, naming the file, count and limit, in bounded memory", function()
+  local root = T.tmpdir()
+  local dir = root .. "/qz9-org/qz9-secret-net"
+  os.execute(("mkdir -p '%s' && cp '%s'/*.json '%s'/"):format(dir, src, dir))
+  local h = '{"__metadata__":{"format":"pt"},"junk":' .. empties(5000000) .. "}"
+  local b = {}
+  for i = 0, 7 do b[#b + 1] = string.char(math.floor(#h / 256 ^ i) % 256) end
+  seer.write_file(dir .. "/model.safetensors", table.concat(b) .. h)
+  local out, peak, secs = stage_in_child(dir, root)
+  print(("    a 15 MiB header of 5M values: refused in %.2f s, child peak %.0f MiB"):format(secs, peak))
+  T.contains(out, "false\tthe hidden model's model.safetensors: its safetensors header: json.decode: the text holds 5000007 "
+    .. "values, more than max_values = 4000000")
+  -- decoded, the 5 million values took 600+ MiB; refused, the process holds the header twice
+  T.ok(peak > 0 and peak < 150, ("the child peaked at %.0f MiB"):format(peak))
+end)
+
+T.test("staging: a config that names the model and holds 1.5 million values is refused before it is decoded", function()
+  local root = T.tmpdir()
+  local dir = root .. "/qz9-org/qz9-secret-net"
+  os.execute(("mkdir -p '%s' && cp '%s'/*.json '%s'/model.safetensors '%s'/"):format(dir, src, src, dir))
+  seer.write_file(dir .. "/tokenizer_config.json", '{"name_or_path":"qz9-org/qz9-secret-net","junk":' .. empties(1500000) .. "}")
+  local out, peak, secs = stage_in_child(dir, root)
+  print(("    a 4.3 MiB tokenizer_config.json of 1.5M values: refused in %.2f s, child peak %.0f MiB"):format(secs, peak))
+  T.contains(out, "false\tthe hidden model's tokenizer_config.json: json.decode: the text holds 1500005 values, more than "
+    .. "max_values = 1000000")
+  T.ok(peak > 0 and peak < 100, ("the child peaked at %.0f MiB"):format(peak))
+end)

@@ -165,3 +165,63 @@ T.test("without room for a copy the weights are mapped, and one line says so", f
   T.contains(out, "weights = \"memory\" reads them in anyway")
   T.contains(out, "\nmapped\nmemory\n")
 end)
+
+---------------------------------------------------------------------------------------------
+-- The JSON of a model folder is hostile (docs/security.md): values are counted before cJSON
+-- builds a tree (seer_json_count_values), so a file of millions of tiny values ("[],[],...",
+-- some 27 bytes of memory per byte of text once parsed) is refused at the cost of reading it.
+
+-- Runs code in a fresh seer process; its output, then its peak memory in MiB (VmHWM) and seconds.
+local function child_peak(code)
+  local script = T.tmpdir() .. "/child.lua"
+  seer.write_file(script, code .. [[
+
+local hwm = tonumber(seer.read_file("/proc/self/status"):match("VmHWM:%s*(%d+)"))
+io.write(("\npeak_kib %d\n"):format(hwm))]])
+  local t0 = seer.now()
+  local p = io.popen(("'%s' '%s' 2>&1"):format(arg[-1], script))
+  local out = p:read("*a")
+  p:close()
+  local secs = seer.now() - t0
+  return out, tonumber(out:match("peak_kib (%d+)") or "0") / 1024, secs
+end
+
+-- A JSON array text of n empty arrays: 3 bytes a value.
+local function empties(n) return "[" .. string.rep("[],", n - 1) .. "[]]" end
+
+T.test("a safetensors header of 5 million tiny values is refused before it is parsed, naming the file, count and limit", function()
+  local d = T.tmpdir() .. "/m"
+  assert(os.execute(("mkdir -p '%s' && cp '%s'/config.json '%s'/"):format(d, root, d)) == 0)
+  local h = '{"__metadata__":{"format":"pt"},"junk":' .. empties(5000000) .. "}"
+  local b = {}
+  for i = 0, 7 do b[#b + 1] = string.char(math.floor(#h / 256 ^ i) % 256) end
+  seer.write_file(d .. "/model.safetensors", table.concat(b) .. h)
+  local out, peak, secs = child_peak(([[
+local ok, e = pcall(seer.model.load, %q, { tokenizer = false })
+print(ok, e)
+ok, e = pcall(require("seer.tensor").load, %q)
+print(ok, e)]]):format(d, d .. "/model.safetensors"))
+  print(("    15 MiB header of 5M values: refused in %.2f s, child peak %.0f MiB"):format(secs, peak))
+  local _, n = out:gsub("model%.safetensors: header holds 5000007 JSON values, more than the 4000000 allowed", "")
+  T.eq(n, 2, out)
+  -- parsed, the 5 million nodes took 400+ MiB; refused, the process holds the file (15 MiB)
+  T.ok(peak > 0 and peak < 120, ("the child peaked at %.0f MiB"):format(peak))
+end)
+
+T.test("config.json and model.safetensors.index.json of 3 million values are refused before they are parsed", function()
+  local d = T.tmpdir() .. "/m"
+  assert(os.execute(("mkdir -p '%s' && cp '%s'/config.json '%s'/model.safetensors '%s'/"):format(d, root, root, d)) == 0)
+  local good_config = seer.read_file(d .. "/config.json")
+  seer.write_file(d .. "/config.json", (good_config:gsub("^%s*{", '{"junk":' .. empties(3000000) .. ",")))
+  local out, peak, secs = child_peak(("local ok, e = pcall(seer.model.load, %q, { tokenizer = false }) print(ok, e)"):format(d))
+  print(("    9 MiB config.json of 3M values: refused in %.2f s, child peak %.0f MiB"):format(secs, peak))
+  T.contains(out, "config.json: holds 3000054 JSON values, more than the 1000000 allowed for a config file")
+  T.ok(peak > 0 and peak < 100, ("the child peaked at %.0f MiB"):format(peak))
+  -- the index of a sharded model goes through the same reader
+  seer.write_file(d .. "/config.json", good_config)
+  seer.write_file(d .. "/model.safetensors.index.json", '{"weight_map":{"x":"model.safetensors"},"junk":' .. empties(3000000) .. "}")
+  T.raises(function() seer.model.load(d, { tokenizer = false }) end,
+    "model.safetensors.index.json: holds 3000007 JSON values, more than the 1000000 allowed for a config file", true)
+  os.remove(d .. "/model.safetensors.index.json")
+  T.ok(seer.model.load(d, { tokenizer = false }), "the real files load")
+end)

@@ -365,3 +365,62 @@ io.write(tok:apply_chat_template(msgs, { chat_template = tmpl, enable_thinking =
     "seer.tokenizer: apply_chat_template: 'enable_thinking' is not an option and this chat template has no variable of that name, so it changes nothing",
     "" }, "\n"))
 end)
+
+---------------------------------------------------------------------------------------------
+-- A model folder's files are hostile (docs/security.md): their JSON values are counted before
+-- a tree is built (tokenizer.json and vocab.json in C, the configs through json.decode's
+-- max_values), so millions of tiny values are refused at the cost of reading the text.
+
+-- Runs code in a fresh seer process; its output, then its peak memory in MiB (VmHWM) and seconds.
+local function child_peak(code)
+  local script = T.tmpdir() .. "/child.lua"
+  seer.write_file(script, code .. [[
+
+local hwm = tonumber(seer.read_file("/proc/self/status"):match("VmHWM:%s*(%d+)"))
+io.write(("\npeak_kib %d\n"):format(hwm))]])
+  local t0 = seer.now()
+  local p = io.popen(("'%s' '%s' 2>&1"):format(arg[-1], script))
+  local out = p:read("*a")
+  p:close()
+  return out, tonumber(out:match("peak_kib (%d+)") or "0") / 1024, seer.now() - t0
+end
+
+-- A JSON array text of n empty arrays: 3 bytes a value.
+local function empties(n) return "[" .. string.rep("[],", n - 1) .. "[]]" end
+
+T.test("a tokenizer.json or vocab.json of 9 million values is refused before it is parsed, naming file, count and limit", function()
+  local dir = T.tmpdir()
+  local junk = '{"model":{"type":"BPE","vocab":{"a":0},"merges":[]},"junk":' .. empties(9000000) .. "}"
+  seer.write_file(dir .. "/tokenizer.json", junk)
+  local vdir = T.tmpdir()
+  seer.write_file(vdir .. "/vocab.json", '{"a":0,"junk":' .. empties(9000000) .. "}")
+  seer.write_file(vdir .. "/merges.txt", "#version: 0.2\n")
+  local out, peak, secs = child_peak(([[
+local T = require "seer.tokenizer"
+print(pcall(T.load, %q))
+print(pcall(T.load, %q))]]):format(dir, vdir))
+  print(("    two 26 MiB files of 9M values: refused in %.2f s, child peak %.0f MiB"):format(secs, peak))
+  T.contains(out, "tokenizer.json: holds 9000013 JSON values, more than the 8000000 allowed for a tokenizer")
+  T.contains(out, "vocab.json: holds 9000005 JSON values, more than the 8000000 allowed for a vocabulary")
+  -- parsed, 9 million nodes take 700+ MiB; refused, the process holds the text
+  T.ok(peak > 0 and peak < 200, ("the child peaked at %.0f MiB"):format(peak))
+end)
+
+T.test("tokenizer_config.json of 3 million values is refused before it is decoded; the real files fit their limits", function()
+  local dir = T.tmpdir()
+  assert(os.execute(("cp '%s'/tokenizer.json '%s'/"):format(STORIES, dir)) == 0)
+  seer.write_file(dir .. "/tokenizer_config.json", '{"bos_token":"<s>","junk":' .. empties(3000000) .. "}")
+  local out, peak, secs = child_peak(("print(pcall(require('seer.tokenizer').load, %q))"):format(dir))
+  print(("    a 9 MiB tokenizer_config.json of 3M values: refused in %.2f s, child peak %.0f MiB"):format(secs, peak))
+  T.contains(out, "tokenizer_config.json: json.decode: the text holds 3000005 values, more than max_values = 1000000")
+  T.ok(peak > 0 and peak < 100, ("the child peaked at %.0f MiB"):format(peak))
+  -- the largest real files: a fixture's configs under the config limit, tokenizers under theirs
+  for _, f in ipairs({ "/tokenizers/gemma3/tokenizer_config.json", "/tokenizers/mistral-v0.3/tokenizer_config.json" }) do
+    T.ok(json.decode(seer.read_file(root .. f), { max_values = json.MODEL_MAX_VALUES.config }), f)
+  end
+  for _, f in ipairs({ "/tokenizers/gpt2/tokenizer.json", "/tokenizers/mistral-v0.3/tokenizer.json", "/tokenizers/gpt2/vocab.json" }) do
+    T.ok(json.decode(seer.read_file(root .. f), { max_values = json.MODEL_MAX_VALUES.tokenizer }), f)
+  end
+  T.eq(tokenizer.load(GPT2 .. "/tokenizer.json"):encode("Hello world"), { 15496, 995 })
+  T.eq(#tokenizer.load(MISTRAL):encode("Hello world"), 3)
+end)
