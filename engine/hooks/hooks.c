@@ -535,8 +535,9 @@ static int apply_one(seer_intervention_t *iv, const seer_hook_call_t *c, seer_ho
             int64_t sr = srows < 0 ? 0 : p;
             if (srows >= 0 && p >= srows)
                 return seer_err_set(err, SEER_EINVAL,
-                                    "hook %s: position %lld was run but the saved activation has positions 0 to %lld; "
-                                    "limit the replace with positions/from/to",
+                                    "hook %s: replace (activation patching) reached position %lld of this run, but the "
+                                    "saved activation has only positions 0 to %lld (it came from a shorter input); "
+                                    "limit the replace with positions/from/to to positions both inputs have",
                                     nm, (long long)p, (long long)srows - 1);
             for (int64_t h = 0; h < sH; h++)
                 memcpy(a->data + ((size_t)h * n + r) * rowlen, iv->saved + ((size_t)h * (srows < 0 ? 1 : srows) + sr) * srow,

@@ -81,6 +81,23 @@ static void on_sigint(int sig) {
     }
 }
 
+/* SIGTERM while a script runs (`seer FILE.lua`, the process of an experiment) ends it as Ctrl-C
+ * does: "interrupted" is raised in the running code, so the script's cleanup runs (sessions
+ * terminated, notebooks saved with a running cell's output so far, the run's ledger written)
+ * instead of the process vanishing with them. A second SIGTERM, or one before the script's code
+ * runs, ends the process at once, so a script stuck where it cannot be interrupted still goes.
+ * Only scripts: seer's own commands (sandboxd, servers) keep SIGTERM's default. */
+static volatile sig_atomic_t g_term_count;
+
+static void on_sigterm(int sig) {
+    if (g_term_count++ == 0 && g_sig_L) {
+        if (++g_sig_count == 1) lua_sethook(g_sig_L, on_interrupt_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
+        return;
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
 /* Calls nest (C code run from Lua may call back into Lua through seer_host_pcall): only the
  * outermost call installs and restores the handler. */
 void seer_host_interrupt_arm(lua_State *L) {
@@ -365,7 +382,16 @@ int seer_host_run_file(seer_host_t *h, const char *path, int argc, char **argv, 
     int rc = luaL_loadfile(L, from_stdin ? NULL : path);
     if (rc != 0) return load_error(L, rc, err);
     int nargs = push_args(L, from_stdin ? "-" : path, argc, argv);
-    return seer_host_pcall(h, nargs, 0, err);
+    struct sigaction sa, prev;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigterm;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0; /* no SA_RESTART, as for SIGINT */
+    g_term_count = 0;
+    sigaction(SIGTERM, &sa, &prev);
+    rc = seer_host_pcall(h, nargs, 0, err);
+    sigaction(SIGTERM, &prev, NULL);
+    return rc;
 }
 
 /* ---- files ------------------------------------------------------------------------------- */

@@ -74,4 +74,4 @@ local ok, err = pcall(function()
   sandbox:terminate()
 end)
 for _, s in ipairs(servers) do s:stop(1000) end
-if not ok then error(err, 0) end
+if not ok then X.fail(run, err) end  -- the ledger and a summary marked failed or interrupted

@@ -6,6 +6,9 @@ local seer = require "seer"
 local json = seer.json
 
 local here = seer.script_dir()
+-- the command line as every experiment reads it: --help, and a usage error (status 2) for
+-- anything else (the demo has no profiles or flags of its own)
+require("seer.experiment").parse_args{ name = "hello", dir = here, profiles = false }
 local task = seer.read_file(here .. "/task.md")
 
 print("== seer " .. seer.version .. " on " .. jit.version .. " (" .. jit.os .. "/" .. jit.arch .. ")")

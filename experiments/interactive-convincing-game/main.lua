@@ -98,4 +98,4 @@ local ok, err = pcall(function()
 end)
 if session then session:terminate() end
 sandbox:terminate()
-if not ok then error(err, 0) end
+if not ok then X.fail(run, err) end  -- the ledger and a summary marked failed or interrupted

@@ -69,4 +69,4 @@ local ok, err = pcall(function()
 end)
 session:terminate()
 sandbox:terminate()
-if not ok then error(err, 0) end
+if not ok then X.fail(run, err) end  -- the ledger and a summary marked failed or interrupted

@@ -51,4 +51,4 @@ local ok, err = pcall(function()
       "Final answer: " .. tostring(result.text or ""), "", "Transcript: " .. tostring(result.transcript), "" }, "\n"))
 end)
 scoped:terminate()
-if not ok then error(err, 0) end
+if not ok then X.fail(run, err) end  -- the ledger and a summary marked failed or interrupted

@@ -255,6 +255,8 @@ Session.__name = "NotebookSession"
 ---@field truncated boolean true when outputs were cut: to max_output here (the notebook has all), or past the cell's output limits (dropped)
 ---@field dropped table|nil what the server did not keep past the cell's output limits (the notebook's truncation record): {stream_bytes, stream_messages, displays, display_bytes, oversized, updates, kernel_undelivered}
 ---@field save_error string|nil the notebook could not be saved after this cell (the previous file is kept)
+---@field result "ok"|"error" "error" when the cell raised, timed out or its kernel died (only returned with raise = false)
+---@field error {ename: string, evalue: string, traceback?: string[]}|nil what went wrong when result is "error" (ename "KernelDied": the kernel is gone, session:restart() starts a new one)
 
 -- Requests of a session go to the server it lives on: this process's own, or the one it attached to.
 function Session:_request(msg_type, content, opts)
@@ -276,19 +278,28 @@ local function outputs_text(outputs)
   return table.concat(text)
 end
 
+-- A dead kernel's error, in the Lua API's terms: the server says "restart the session".
+local function kernel_died(e)
+  if type(e) == "table" and e.ename == "KernelDied" and type(e.evalue) == "string" then
+    e.evalue = e.evalue:gsub("restart the session to go on$", "call session:restart() to go on (a new kernel)")
+  end
+  return e
+end
+
 local function exec_result(r)
   return { outputs = r.outputs, text = outputs_text(r.outputs),
            execution_count = r.execution_count ~= json.null and r.execution_count or nil,
            cell_index = r.cell_index, truncated = r.truncated, result = r.result,
            dropped = r.dropped ~= json.null and r.dropped or nil,
            save_error = r.save_error ~= json.null and r.save_error or nil,
-           error = r.result ~= "ok" and (r.error or { ename = "Error", evalue = "" }) or nil }
+           error = r.result ~= "ok" and kernel_died(r.error or { ename = "Error", evalue = "" }) or nil }
 end
 
 ---Runs code in the kernel. With `hidden = true` no notebook cell is created. A kernel error is
 ---raised as the Lua error "ename: evalue" (the cell and its traceback are in the notebook);
 ---with `raise = false` it is returned instead (`result = "error"`, `error = {ename, evalue,
----traceback}`). `timeout` (seconds) interrupts a cell that runs too long (and stops the kernel
+---traceback}`); that includes a session whose kernel has died (`ename = "KernelDied"`, until
+---session:restart()). `timeout` (seconds) interrupts a cell that runs too long (and stops the kernel
 ---when the cell ignores the interrupt). `limits` lowers the server's per-cell output limits for
 ---this cell ({max_stream_bytes, max_displays, max_display_bytes, max_cell_display_bytes}).
 ---@param code string
@@ -311,10 +322,19 @@ function Session:exec(code, opts)
   if m ~= nil and not (type(m) == "number" and m >= 0 and m < 2 ^ 53 and m == math.floor(m)) then
     error(("session:exec: max_output must be a whole number of characters >= 0, got %s"):format(tostring(m)), 2)
   end
-  local r = check(self:_request("execute", { session_id = self.session_id, code = code, hidden = opts.hidden or false,
-                                             timeout = opts.timeout, max_output = opts.max_output, limits = opts.limits,
-                                             stream = opts.on_output and true or false },
-                                { on_output = opts.on_output }), "session:exec")
+  local reply = self:_request("execute", { session_id = self.session_id, code = code, hidden = opts.hidden or false,
+                                          timeout = opts.timeout, max_output = opts.max_output, limits = opts.limits,
+                                          stream = opts.on_output and true or false },
+                             { on_output = opts.on_output })
+  if reply.status == "error" and reply.ename == "KernelDied" then
+    -- the kernel died before (a cell that killed it): the cell did not run; as a cell's own death
+    local e = kernel_died({ ename = reply.ename, evalue = reply.evalue })
+    if opts.raise ~= false then error(("session:exec: %s: %s"):format(e.ename, e.evalue), 2) end
+    -- the server's own words in the outputs (what an MCP agent is shown), as for a cell it ran
+    return { outputs = json.array({ { output_type = "error", ename = reply.ename, evalue = reply.evalue, traceback = json.array({}) } }),
+             text = "", result = "error", truncated = false, error = e }
+  end
+  local r = check(reply, "session:exec")
   local res = exec_result(r)
   if res.error and opts.raise ~= false then
     error(("%s: %s"):format(res.error.ename or "Error", res.error.evalue or ""), 0)

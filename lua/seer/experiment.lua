@@ -17,6 +17,7 @@ local json = require "seer.json"
 local process = require "seer.process"
 
 local PROMPTS = core.lua_dir() .. "/seer/prompts"
+local unfinished_at_exit = {} -- the runs of this process (M.run), for the exit's M._write_failure
 
 ---Sets an environment variable of this process (the sessions it starts see it where they are
 ---told to pass it on).
@@ -102,6 +103,67 @@ end
 ---@field out_dir string this run's folder: <root>/<name>-<time>-<pid>, root being out_root, else $SEER_OUT, else ./outputs
 ---@field task string task.md's text
 ---@field t0 number
+---@field ledger? {turns: table[], calls: table[]} the ledger so far (the agents' on_message fills it; ledger.json)
+---@field finished? boolean summary.json is written: by M.summary, or for a failure by M.fail / M.agent
+
+---The command line of an experiment's script, as every experiment reads it: `--help` (or `-h`)
+---prints the usage, the experiment's own flags and the first paragraph of its task.md, and exits 0;
+---an unknown option, a stray argument or a bad SEER_PROFILE is a usage error (the message and the
+---usage on stderr, status 2, no traceback). M.run calls it; a script that needs no run folder (the
+---hello demo) calls it alone, with `profiles = false` when --small / --full mean nothing to it.
+---@param opts {name: string, dir: string, args?: string[], flags?: string[], profiles?: boolean}
+---@return "small"|"full"|nil profile, table<string, boolean> flags the given flags, without "--"
+function M.parse_args(opts)
+  assert(type(opts) == "table" and type(opts.name) == "string" and type(opts.dir) == "string",
+    "seer.experiment.parse_args{name, dir}")
+  local profiles = opts.profiles ~= false
+  local profile = profiles and os.getenv("SEER_PROFILE") or nil
+  local flags, allowed = {}, profiles and { ["--small"] = true, ["--full"] = true } or {}
+  for _, f in ipairs(opts.flags or {}) do allowed[f] = true end
+  local names = {}
+  for f in pairs(allowed) do names[#names + 1] = f end
+  table.sort(names)
+  local script = (arg and arg[0]) or (opts.dir .. "/main.lua")
+  -- the script's command line: --help prints the usage; a mistake is a usage error (status 2,
+  -- no traceback), as for seer's own commands
+  local function usage(to, msg)
+    local own = {}
+    for _, f in ipairs(opts.flags or {}) do own[#own + 1] = " [" .. f .. "]" end
+    to:write(msg and (msg .. "\n") or "", ("usage: seer %s%s%s\n"):format(script, profiles and " [--small | --full]" or "", table.concat(own)))
+    if msg then return end
+    local f = io.open(opts.dir .. "/task.md", "rb")
+    local task = f and f:read("*a") or ""
+    if f then f:close() end
+    if profiles then
+      to:write("\n  --full    the reference's models and a Claude agent (ANTHROPIC_API_KEY); the default\n",
+        "  --small   stories260K and the scripted agent in replay/small.jsonl: offline, in seconds\n",
+        "            (Claude on the small model when ANTHROPIC_API_KEY is set); SEER_PROFILE=small|full\n",
+        "  Outputs: ./outputs/", opts.name, "-<time>-<pid>; SEER_OUT=DIR puts the run folder in DIR instead\n",
+        "            (DIR/", opts.name, "-<time>-<pid>). docs/experiments.md.\n")
+    end
+    local first = task:match("^%s*(.-)\n%s*\n") or task
+    if first ~= "" then to:write("\nThe task (task.md):\n", first:gsub("\n*$", ""), "\n") end
+  end
+  local valid = #names > 0 and ("the options are " .. table.concat(names, ", ")) or "it takes no options but --help"
+  for _, a in ipairs(opts.args or arg or {}) do
+    if profiles and a == "--small" then profile = "small"
+    elseif profiles and a == "--full" then profile = "full"
+    elseif allowed[a] then flags[a:sub(3)] = true
+    elseif a == "--help" or a == "-h" then usage(io.stdout) os.exit(0)
+    elseif a:match("^%-") then
+      usage(io.stderr, ("%s: unknown option %s (%s)"):format(opts.name, a, valid))
+      os.exit(2)
+    else
+      usage(io.stderr, ("%s: unexpected argument %q (%s)"):format(opts.name, a, valid))
+      os.exit(2)
+    end
+  end
+  if profile ~= nil and profile ~= "small" and profile ~= "full" then
+    usage(io.stderr, ("SEER_PROFILE=%s: use small (stories260K, a recorded agent) or full (the reference's models)"):format(profile))
+    os.exit(2)
+  end
+  return profile, flags
+end
 
 ---Parses the profile from the script's arguments (`--small`, `--full`, and the experiment's own
 ---`flags`, e.g. {"--black-box"}, set in run.flags without the dashes) and SEER_PROFILE
@@ -117,48 +179,7 @@ function M.run(opts)
     "seer.experiment.run{name, dir}")
   require("seer.checks").options("seer.experiment.run", opts,
     { name = "string", dir = "string", args = "table", out_root = "string", flags = "table" }, 2)
-  local profile = os.getenv("SEER_PROFILE")
-  local flags, allowed = {}, { ["--small"] = true, ["--full"] = true }
-  for _, f in ipairs(opts.flags or {}) do allowed[f] = true end
-  local names = {}
-  for f in pairs(allowed) do names[#names + 1] = f end
-  table.sort(names)
-  local script = (arg and arg[0]) or (opts.dir .. "/main.lua")
-  -- the script's command line: --help prints the usage; a mistake is a usage error (status 2,
-  -- no traceback), as for seer's own commands
-  local function usage(to, msg)
-    local own = {}
-    for _, f in ipairs(opts.flags or {}) do own[#own + 1] = " [" .. f .. "]" end
-    to:write(msg and (msg .. "\n") or "", ("usage: seer %s [--small | --full]%s\n"):format(script, table.concat(own)))
-    if msg then return end
-    local f = io.open(opts.dir .. "/task.md", "rb")
-    local task = f and f:read("*a") or ""
-    if f then f:close() end
-    to:write("\n  --full    the reference's models and a Claude agent (ANTHROPIC_API_KEY); the default\n",
-      "  --small   stories260K and the scripted agent in replay/small.jsonl: offline, in seconds\n",
-      "            (Claude on the small model when ANTHROPIC_API_KEY is set); SEER_PROFILE=small|full\n",
-      "  Outputs: ./outputs/", opts.name, "-<time>-<pid>; SEER_OUT=DIR puts the run folder in DIR instead\n",
-      "            (DIR/", opts.name, "-<time>-<pid>). docs/experiments.md.\n")
-    local first = task:match("^%s*(.-)\n%s*\n") or task
-    if first ~= "" then to:write("\nThe task (task.md):\n", first:gsub("\n*$", ""), "\n") end
-  end
-  for _, a in ipairs(opts.args or arg or {}) do
-    if a == "--small" then profile = "small"
-    elseif a == "--full" then profile = "full"
-    elseif allowed[a] then flags[a:sub(3)] = true
-    elseif a == "--help" or a == "-h" then usage(io.stdout) os.exit(0)
-    elseif a:match("^%-") then
-      usage(io.stderr, ("%s: unknown option %s (the options are %s)"):format(opts.name, a, table.concat(names, ", ")))
-      os.exit(2)
-    else
-      usage(io.stderr, ("%s: unexpected argument %q (the options are %s)"):format(opts.name, a, table.concat(names, ", ")))
-      os.exit(2)
-    end
-  end
-  if profile ~= nil and profile ~= "small" and profile ~= "full" then
-    usage(io.stderr, ("SEER_PROFILE=%s: use small (stories260K, a recorded agent) or full (the reference's models)"):format(profile))
-    os.exit(2)
-  end
+  local profile, flags = M.parse_args(opts)
   local r = { name = opts.name, dir = core.realpath(opts.dir) or opts.dir, small = profile == "small", t0 = process.now_ms(),
               flags = flags }
   local f = io.open(opts.dir .. "/task.md", "rb")
@@ -192,6 +213,7 @@ function M.run(opts)
   r.out_dir = ("%s/%s-%s-%s"):format(root, opts.name, os.date("!%Y%m%dT%H%M%S"), tostring(process.getpid()))
   process.mkdir_p(r.out_dir)
   M._remove_if_empty_at_exit(r.out_dir)
+  unfinished_at_exit[#unfinished_at_exit + 1] = r
   return r
 end
 
@@ -199,9 +221,14 @@ end
 -- first output (its sandbox's GPU check, a missing key) leaves no empty folder behind. The
 -- finalizer runs when Lua closes, an uncaught error included; rmdir refuses a folder that is
 -- not empty (and anything that is not a folder), so a run's outputs are never touched.
+-- Runs whose script ends without M.summary (an error, Ctrl-C) get their ledger and a summary that
+-- says so at exit, in a run folder that holds anything (M.fail; an empty one is removed as above).
 local empty_at_exit = {}
 local exit_sentinel = newproxy(true)
 getmetatable(exit_sentinel).__gc = function()
+  for _, r in ipairs(unfinished_at_exit) do
+    if not r.finished then pcall(M._write_failure, r, nil) end
+  end
   for _, dir in ipairs(empty_at_exit) do M._remove_if_empty(dir) end
 end
 M._exit_sentinel = exit_sentinel
@@ -285,7 +312,14 @@ end
 ---@param opts table
 ---@return table result
 function M.agent(run, opts)
-  return require("seer.harness").run_agent(M._agent_opts(run, opts)):run()
+  local o = M._agent_opts(run, opts)
+  local ok, r = pcall(function() return require("seer.harness").run_agent(o):run() end)
+  if not ok then
+    -- the agent failed or Ctrl-C: the ledger so far and a summary saying so, before the cleanup
+    pcall(M._write_failure, run, r)
+    error(r, 0)
+  end
+  return r
 end
 
 ---run_agent's options for an agent of this run (used by M.agent and M.agent_interactive): provider
@@ -476,6 +510,7 @@ function M.agent_interactive(run, opts)
     local why = tostring(r):match("interrupted$") and "interrupted" or ("error: " .. tostring(r):match("^[^\n]*"))
     entries[#entries + 1] = { who = "note", text = "(the chat ended: " .. why .. ")" }
     save()
+    pcall(M._write_failure, run, r)
     error(r, 0)
   end
   r.user_turns = source
@@ -529,17 +564,8 @@ function M.kernel_results(session, global, result, required)
   return res
 end
 
----Writes summary.json and summary.md into the run folder (atomically) and prints the markdown.
----@param run seerexperiment.Run
----@param summary table JSON-able
----@param markdown string
-function M.summary(run, summary, markdown)
-  summary.experiment = run.name
-  summary.profile = run.small and "small" or "full"
-  summary.dir = run.dir
-  summary.args = run.args
-  summary.wall_s = (process.now_ms() - run.t0) / 1000
-  local seer = require "seer"
+-- The run's ledger as ledger.json holds it (turns, calls, totals) and its totals.
+local function ledger_of(run)
   local L = run.ledger or { turns = {}, calls = {} }
   local tot = { input_tokens = 0, output_tokens = 0, cost_usd = 0, cost_known = true, agent_wall_s = 0,
                 calls = #L.calls, call_wall_s = 0, sandbox_cpu_s = 0, cpu_known = #L.calls > 0 }
@@ -553,18 +579,98 @@ function M.summary(run, summary, markdown)
     tot.call_wall_s = tot.call_wall_s + c.wall_s
     if type(c.sandbox_cpu_s) == "number" then tot.sandbox_cpu_s = tot.sandbox_cpu_s + c.sandbox_cpu_s else tot.cpu_known = false end
   end
-  local ledger = { turns = json.array(L.turns), calls = json.array(L.calls), totals = tot }
+  return { turns = json.array(L.turns), calls = json.array(L.calls), totals = tot }, tot
+end
+
+-- Writes ledger.json (atomically); fills summary's experiment, profile, dir, args, wall_s and
+-- ledger; returns the ledger's line for summary.md.
+local function write_ledger(run, summary)
+  local seer = require "seer"
+  summary.experiment = run.name
+  summary.profile = run.small and "small" or "full"
+  summary.dir = run.dir
+  summary.args = run.args
+  summary.wall_s = (process.now_ms() - run.t0) / 1000
+  local ledger, tot = ledger_of(run)
+  local L = run.ledger or { turns = {}, calls = {} }
   seer.write_file(run.out_dir .. "/ledger.json", json.encode(ledger, { indent = 2 }) .. "\n")
   summary.ledger = { file = run.out_dir .. "/ledger.json", totals = tot }
-  markdown = markdown .. ("\nLedger: %d agent turns, %d input and %d output tokens, %s; model time %.1f s; "
+  return ("\nLedger: %d agent turns, %d input and %d output tokens, %s; model time %.1f s; "
     .. "%d tool calls, %.2f s wall, %s sandbox CPU; whole run %.1f s (%s).\n"):format(
     #L.turns, tot.input_tokens, tot.output_tokens, tot.cost_known and ("$%.4f"):format(tot.cost_usd) or "cost unknown",
     tot.agent_wall_s, tot.calls, tot.call_wall_s, tot.cpu_known and ("%.2f s"):format(tot.sandbox_cpu_s) or "unmeasured",
     summary.wall_s, run.out_dir .. "/ledger.json")
+end
+
+---Writes summary.json and summary.md into the run folder (atomically) and prints the markdown.
+---summary.json gets `status = "completed"` (unless the experiment set a status), the
+---experiment, profile, folder, arguments, wall time and the ledger's totals; ledger.json the
+---ledger (see M._agent_opts).
+---@param run seerexperiment.Run
+---@param summary table JSON-able
+---@param markdown string
+function M.summary(run, summary, markdown)
+  local seer = require "seer"
+  summary.status = summary.status or "completed"
+  markdown = markdown .. write_ledger(run, summary)
   seer.write_file(run.out_dir .. "/summary.json", json.encode(summary, { indent = 2 }) .. "\n")
   seer.write_file(run.out_dir .. "/summary.md", markdown)
+  run.finished = true
   io.write(require("seer.terminal").safe(markdown)) -- it quotes the agents: no terminal commands
   return summary
+end
+
+-- The first line of an error (what a status line shows); the whole message goes in summary.json.
+local function first_line(err) return (tostring(err):match("^[^\n]*")) end
+
+---Writes what a run that ended without its summary leaves: ledger.json (the turns and calls so
+---far) and summary.json / summary.md with `status` "interrupted" (Ctrl-C), "failed" (err is the
+---error) or "incomplete" (err nil: the script ended without M.summary and the framework did not
+---see why; its error, if any, went to stderr), the error, and the run folder's files. Nothing is
+---written into an empty run folder (it is removed at exit). Atomic writes; a note on stderr.
+---@param run seerexperiment.Run
+---@param err any the error the run ended with, or nil
+function M._write_failure(run, err)
+  local seer = require "seer"
+  local ok_list, names = pcall(core.list_dir, run.out_dir)
+  if not ok_list or #names == 0 then return end
+  local files = {}
+  for _, n in ipairs(names) do
+    if not n:match("^%.") and n ~= "summary.json" and n ~= "summary.md" and n ~= "ledger.json" then files[#files + 1] = n end
+  end
+  table.sort(files)
+  local status = err == nil and "incomplete" or first_line(err):match("interrupted$") and "interrupted" or "failed"
+  local message = err ~= nil and tostring(err)
+    or "the script ended without writing its summary (seer.experiment.summary); the error it ended with, if any, is on stderr"
+  if #message > 8000 then message = message:sub(1, 8000) .. "\n[... cut: " .. (#message - 8000) .. " more bytes]" end
+  local summary = { status = status, error = message, files = json.array(files) }
+  local line = write_ledger(run, summary)
+  local md = { ("# %s: %s"):format(run.name, status), "",
+    ("The run ended before its summary: %s"):format(err ~= nil and first_line(err) or message), "",
+    "Run folder: " .. run.out_dir }
+  for _, f in ipairs(files) do md[#md + 1] = "- " .. f end
+  seer.write_file(run.out_dir .. "/summary.json", json.encode(summary, { indent = 2 }) .. "\n")
+  seer.write_file(run.out_dir .. "/summary.md", table.concat(md, "\n") .. "\n" .. line)
+  if err ~= nil then run.finished = true end
+  if run.failure_noted ~= message then
+    run.failure_noted = message
+    io.stderr:write(("seer.experiment: the run %s; its ledger and summary so far are in %s\n"):format(
+      status == "interrupted" and "was interrupted" or status == "failed" and "failed" or "ended without its summary",
+      run.out_dir))
+  end
+end
+
+---For a main.lua's error path: writes the run's ledger and a summary marked "failed" (or
+---"interrupted" after Ctrl-C) with the error (see M._write_failure), then raises err again.
+---`if not ok then X.fail(run, err) end` after the script's cleanup. Runs that end without it
+---(an error outside the script's pcall) get the same at exit, as "incomplete" unless an agent's
+---error (M.agent) was seen.
+---@param run seerexperiment.Run
+---@param err any
+function M.fail(run, err)
+  local ok, why = pcall(M._write_failure, run, err)
+  if not ok then io.stderr:write("seer.experiment: cannot write the run's summary: ", tostring(why), "\n") end
+  error(err, 0)
 end
 
 return M

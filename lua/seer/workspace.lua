@@ -112,16 +112,47 @@ function Library.new(t)
 end
 setmetatable(Library, { __call = function(_, t) return Library.new(t) end })
 
----A library from one Lua file; `name` defaults to the file's name without `.lua`.
+local function exists(path)
+  local f = io.open(path, "rb")
+  if f then f:close() end
+  return f ~= nil
+end
+
+-- How to get a Lua version of the Python file `path` (the reference's libraries are Python):
+-- a .lua file beside it, seer's toolkit module of the same name, or porting it.
+local function port_hint(path)
+  local base = path:match("([^/]+)%.py$") or path:match("([^/]+)$")
+  local beside = path:gsub("%.py$", "") .. ".lua"
+  if path:match("%.py$") and exists(beside) then
+    return ("a Lua version is beside it: Library.from_file(%q)"):format(beside)
+  end
+  local mod = base and base:gsub("%.py$", "")
+  if mod and mod:match("^[%a_][%w_]*$") and exists(core.lua_dir() .. "/toolkit/" .. mod .. ".lua") then
+    return ("seer's toolkit has it in Lua: cells `require \"toolkit.%s\"` directly (no library needed; docs/toolkit.md)"):format(mod)
+  end
+  local port = "port it to a Lua module (a .lua file returning a table of functions; docs/workspace.md) "
+    .. "and pass that file, or use Library.from_code(name, code)"
+  if path:match("%.py$") then return port end
+  return "if it holds Lua code, give it a name ending in .lua; otherwise " .. port
+end
+
+---A library from one Lua file (a path ending in `.lua`); `name` defaults to the file's name
+---without `.lua`. Any other file is refused: seer libraries are Lua modules the sandbox's Lua
+---kernel `require`s (a Python file, the reference's kind, is refused with the way to a Lua version).
 ---@param path string
 ---@param opts? {name?: string}|string the name, as a table field or (the reference's way) itself
 ---@return seerworkspace.Library
 function Library.from_file(path, opts)
   if type(path) ~= "string" then error("Library.from_file(path, name): path must be a string", 2) end
   local given = name_opt(opts, "Library.from_file")
+  if not path:match("%.lua$") then
+    local what = path:match("%.py$") and "is a Python file" or "is not a Lua file (its name does not end in .lua)"
+    error(("Library.from_file: %s %s; seer libraries are Lua modules that the notebook's Lua kernel "
+      .. "requires, so %s"):format(path, what, port_hint(path)), 2)
+  end
   local ok, code = pcall(core.read_file, path)
   if not ok then error(("Library.from_file: %s"):format(code), 2) end
-  local name = given or path:match("([^/]+)%.lua$") or path:match("([^/]+)$")
+  local name = given or path:match("([^/]+)%.lua$")
   check_name(name, "Library.from_file")
   return setmetatable({ name = name, files = { [name:gsub("%.", "/") .. ".lua"] = code }, docs = leading_docs(code) }, Library)
 end
@@ -137,7 +168,8 @@ function Library.from_directory(path, opts)
   local init = path .. "/init.lua"
   local ok, code = pcall(core.read_file, init)
   if not ok then
-    error(("Library.from_directory: %s has no init.lua (a library directory is a Lua package: init.lua plus modules)"):format(path), 2)
+    local py = exists(path .. "/__init__.py") and "; it holds __init__.py: a Python package, which seer's Lua kernel cannot load (port its modules to Lua)" or ""
+    error(("Library.from_directory: %s has no init.lua (a library directory is a Lua package: init.lua plus modules)%s"):format(path, py), 2)
   end
   local name = given or path:match("([^/]+)$")
   check_name(name, "Library.from_directory")
@@ -287,11 +319,101 @@ function Library.from_skill_dir(path, opts)
     if skill.files[f] then code = skill.files[f] break end
   end
   if not code then
-    error(("Library.from_skill_dir: %s has no Lua code (code.lua, %s.lua or init.lua beside SKILL.md)"):format(path, skill.name), 2)
+    local py = skill.files["code.py"] and "; its code.py is Python, which seer's Lua kernel cannot load: port it to code.lua" or ""
+    error(("Library.from_skill_dir: %s has no Lua code (code.lua, %s.lua or init.lua beside SKILL.md)%s"):format(path, skill.name, py), 2)
   end
   local _, body = front_matter(skill.files["SKILL.md"])
   return setmetatable({ name = name, files = { [name:gsub("%.", "/") .. ".lua"] = code },
                         docs = (body:gsub("^%s+", ""):gsub("%s+$", "")) }, Library)
+end
+
+-- The lines first..last of a text.
+local function line_range(text, first, last)
+  local out, i = {}, 0
+  for line in (text .. "\n"):gmatch("([^\n]*)\n") do
+    i = i + 1
+    if i > last then break end
+    if i >= first then out[#out + 1] = line end
+  end
+  return out
+end
+
+---A skill from a Lua function (the reference's `Skill.from_function(fn)` for an `@expose`d
+---function): its source (read with debug.getinfo from the file or string it was loaded from)
+---becomes `<name>.lua` and a code block in SKILL.md; the description is opts.description, else
+---the first line of the `---` comment right above the function; the name is opts.name, else the
+---name in `function NAME(`, `local function NAME(` or `NAME = function(`. A C function, a
+---function whose source was not kept (loaded from a chunk named "=..."), or one without a
+---description is an error saying what to pass. The agent reads the skill: it shows how the
+---function works; it is not called through the skill (serve an interface.lua with
+---`expose_as = "skill"` for that).
+---@param fn function
+---@param opts? {name?: string, description?: string}
+---@return seerworkspace.Skill
+function Skill.from_function(fn, opts)
+  local what = "Skill.from_function(fn, {name, description})"
+  if type(fn) ~= "function" then error(what .. ": fn must be a Lua function, not a " .. type(fn), 2) end
+  if opts ~= nil and type(opts) ~= "table" then error(what .. ": the second argument is a table of options", 2) end
+  opts = opts or {}
+  for k in pairs(opts) do
+    if k ~= "name" and k ~= "description" then
+      error(("Skill.from_function: unknown option %q (the options are name, description)"):format(tostring(k)), 2)
+    end
+  end
+  local info = debug.getinfo(fn, "S")
+  if info.what == "C" then
+    error("Skill.from_function: a C function has no Lua source to show the agent; pass a function written in Lua, or write the skill with Skill{name, description, files} or Skill.from_dir", 2)
+  end
+  if info.linedefined == 0 then
+    error("Skill.from_function: fn is a whole chunk (a loaded file or string), not a function in it; pass the function itself", 2)
+  end
+  local text
+  local src = info.source
+  if src:sub(1, 1) == "@" then
+    local ok, t = pcall(core.read_file, src:sub(2))
+    if not ok then error(("Skill.from_function: the function's file %s cannot be read (%s)"):format(src:sub(2), tostring(t)), 2) end
+    text = t
+  elseif src:sub(1, 1) == "=" then
+    error(("Skill.from_function: the function was loaded from %s, whose source Lua did not keep; load it from a file or a string, or write the skill with Skill{name, description, files}"):format(src:sub(2)), 2)
+  else
+    text = src
+  end
+  local lines = line_range(text, info.linedefined, info.lastlinedefined)
+  local head = lines[1] or ""
+  local name = opts.name or head:match("function%s+[%w_.:]-([%a_][%w_]*)%s*%(")
+    or head:match("([%a_][%w_]*)%s*=%s*function%s*%(")
+  if not name then
+    error(("Skill.from_function: the function at %s:%d has no name in its source; give {name = ...}"):format(info.short_src, info.linedefined), 2)
+  end
+  check_skill_name(name, "Skill.from_function")
+  -- the comment right above the function: its docs
+  local above, docs = line_range(text, 1, info.linedefined - 1), {}
+  for i = #above, 1, -1 do
+    local l = above[i]:match("^%s*%-%-%-?%s?(.*)$")
+    if not l then break end
+    if not l:match("^@") then table.insert(docs, 1, l) end
+  end
+  local doc = table.concat(docs, "\n"):gsub("^%s+", ""):gsub("%s+$", "")
+  local description = opts.description or doc:match("^[^\n]+")
+  if type(description) ~= "string" or description == "" then
+    error(("Skill.from_function: %s has no description: give {description = ...} or put a --- comment above the function"):format(name), 2)
+  end
+  -- the source's own indentation, less what all its lines share
+  local indent
+  for _, l in ipairs(lines) do
+    if l:match("%S") then
+      local w = #l:match("^%s*")
+      indent = indent and math.min(indent, w) or w
+    end
+  end
+  for i, l in ipairs(lines) do lines[i] = l:sub((indent or 0) + 1) end
+  local code = table.concat(lines, "\n") .. "\n"
+  local md = { ("---\nname: %s\ndescription: %s\n---\n"):format(name, (description:gsub("\n", " "))),
+    ("# %s\n"):format(name) }
+  if doc ~= "" then md[#md + 1] = doc .. "\n" end
+  md[#md + 1] = ("The function (`%s.lua`, from %s:%d):\n\n```lua\n%s```\n"):format(name, info.short_src, info.linedefined, code)
+  return setmetatable({ name = name, description = description,
+                        files = { ["SKILL.md"] = table.concat(md, "\n"), [name .. ".lua"] = code } }, Skill)
 end
 
 ---------------------------------------------------------------------------------------------

@@ -3,14 +3,18 @@
 --- positions (`I.replace`, in C); score the patched logits with a metric.
 ---
 --- - `patch(model, clean, corrupt, hook_name, positions, metric)`: one patch; positions is a
----   list of 0-based absolute positions (negative: from the end of the prompt), nil = all.
+---   list of 0-based positions, nil = all. A position p >= 0 patches clean's p onto corrupt's
+---   p; a negative one counts from the end of each prompt on its own (-1: clean's last token
+---   onto corrupt's last, whatever their lengths); a pair `{clean_pos, corrupt_pos}` maps one
+---   clean position onto another corrupt one (either may be negative).
 --- - `patch_sweep(model, clean, corrupt, metric, opts)`: every layer x every position of one
 ---   per-block hook point (default `hook_resid_pre`), one position at a time; a
 ---   `[#layers, #positions]` tensor of metric values, plus the clean and corrupt baselines.
 --- - `logit_difference(good_id, bad_id, position = -1)`: the usual metric, logit of the right
 ---   token minus logit of the wrong one at a position.
 --- Inputs are token ids or text (encoded with the model's tokenizer, BOS added). Clean and
---- corrupt inputs normally have the same length; a patched position must exist in both.
+--- corrupt inputs of different lengths need positions (all of them cannot be patched); a
+--- patched position must exist in its prompt (an error names the position and the lengths).
 ---
 --- ```lua
 --- local AP = require "toolkit.activation_patching"
@@ -38,6 +42,63 @@ end
 
 local function ids_of(model, input) return P.encode(model, nil, input) end
 
+-- The patch's {clean, corrupt} position pairs (0-based, non-negative): an integer p is p in
+-- both prompts, each negative one resolved against its own prompt's length; a pair maps
+-- explicitly. Errors name the position, the prompt and its length.
+local function resolve(positions, n_clean, n_corrupt, where)
+  if type(positions) ~= "table" then
+    error(("%s: positions must be a list of positions (0-based, -1 = each prompt's last token) or {clean_pos, corrupt_pos} pairs, got %s"):format(where, type(positions)), 3)
+  end
+  local hint = n_clean ~= n_corrupt and "; between prompts of different lengths, negative positions count from each prompt's end and a {clean_pos, corrupt_pos} pair maps one onto another" or ""
+  local function one(p, n, which, shown)
+    if type(p) ~= "number" or p ~= math.floor(p) then
+      error(("%s: position %s must be an integer (0 = first token, -1 = last) or a {clean_pos, corrupt_pos} pair"):format(where, shown), 4)
+    end
+    local r = p >= 0 and p or n + p
+    if r < 0 or r >= n then
+      error(("%s: position %s is outside the %s prompt of %d tokens (valid: 0..%d or -%d..-1)%s"):format(where, shown, which, n, n - 1, n, hint), 4)
+    end
+    return r
+  end
+  local out, seen = {}, {}
+  for i, p in ipairs(positions) do
+    local c, x
+    if type(p) == "table" then
+      if #p ~= 2 then error(("%s: positions[%d] must be a {clean_pos, corrupt_pos} pair"):format(where, i), 3) end
+      c, x = one(p[1], n_clean, "clean", ("{%s, ...}"):format(tostring(p[1]))), one(p[2], n_corrupt, "corrupt", ("{..., %s}"):format(tostring(p[2])))
+    else
+      c, x = one(p, n_clean, "clean", tostring(p)), one(p, n_corrupt, "corrupt", tostring(p))
+    end
+    if seen[x] and seen[x] ~= c then
+      error(("%s: corrupt position %d is patched from two clean positions (%d and %d)"):format(where, x, seen[x], c), 3)
+    end
+    seen[x] = c
+    out[#out + 1] = { c, x }
+  end
+  if #out == 0 then error(where .. ": positions is empty; give at least one (or nil for every position)", 3) end
+  return out
+end
+
+-- The intervention that writes the clean activation at each pair's clean position onto its
+-- corrupt position (I.replace, in C): the saved rows as they are when the positions agree, else
+-- re-ordered onto the corrupt positions.
+local function patch_at(I, saved, hook_name, pairs_, where)
+  local same, at, src, last = true, {}, {}, 0
+  for i, pr in ipairs(pairs_) do
+    same = same and pr[1] == pr[2]
+    at[i], src[pr[2]] = pr[2], pr[1]
+    last = math.max(last, pr[2])
+  end
+  if same then return I.replace(saved, { positions = at }) end
+  if hook_name:match("hook_pattern$") or hook_name:match("hook_attn_scores$") then
+    error(("%s: %s is [head, query, key]: its rows cannot move to other positions (their keys are the clean prompt's); "
+      .. "patch it at positions that are the same in both prompts (non-negative ones), or patch hook_z"):format(where, hook_name), 3)
+  end
+  local rows = {}
+  for q = 0, last do rows[q + 1] = saved:narrow(1, (src[q] or 0) + 1, 1) end -- rows not patched are never read
+  return I.replace(tensor.cat(rows, 1), { positions = at })
+end
+
 local function score(metric, logits, where)
   local v = metric(logits)
   if type(v) ~= "number" then error(where .. ": metric(logits) must return a number, got " .. type(v), 3) end
@@ -49,7 +110,7 @@ end
 ---@param clean_input string|integer[]
 ---@param corrupt_input string|integer[]
 ---@param hook_name string an exact hook name, e.g. "blocks.3.hook_resid_post"
----@param positions? integer[] 0-based absolute positions to patch (nil = every position)
+---@param positions? (integer|integer[])[] 0-based positions to patch, negative ones from the end of each prompt, or {clean_pos, corrupt_pos} pairs (nil = every position; the prompts must then have one length)
 ---@param metric fun(logits: seer.Tensor): number logits of the patched corrupt run, [n, vocab]
 ---@return number value metric of the patched run
 ---@return seer.Tensor logits the patched run's logits
@@ -69,8 +130,8 @@ function M.patch(model, clean_input, corrupt_input, hook_name, positions, metric
   local _, cache = model:run_with_cache(clean, { names = { hook_name } })
   local saved = cache[hook_name]
   if saved == nil then error(where .. ": '" .. hook_name .. "' is not an exact hook name (see model:hook_names())", 2) end
-  local popts = positions and { positions = positions } or nil
-  local logits = model:run_with_hooks(corrupt, { fwd_hooks = { { hook_name, I.replace(saved, popts) } } })
+  local iv = positions and patch_at(I, saved, hook_name, resolve(positions, #clean, #corrupt, where), where) or I.replace(saved)
+  local logits = model:run_with_hooks(corrupt, { fwd_hooks = { { hook_name, iv } } })
   return score(metric, logits, where), logits
 end
 
@@ -79,7 +140,7 @@ end
 ---@param clean_input string|integer[]
 ---@param corrupt_input string|integer[]
 ---@param metric fun(logits: seer.Tensor): number
----@param opts? {point?: string, layers?: integer[], positions?: integer[], progress?: boolean} point: per-block hook name without "blocks.{i}." (default "hook_resid_pre"); layers: default all; positions: default 0..n-1 (n = the corrupt length); progress: a layer line on a terminal (false: never)
+---@param opts? {point?: string, layers?: integer[], positions?: integer[], progress?: boolean} point: per-block hook name without "blocks.{i}." (default "hook_resid_pre"); layers: default all; positions: default 0..n-1 (the prompts must have one length), else as patch's (negative from the end of each prompt, or {clean_pos, corrupt_pos} pairs); progress: a layer line on a terminal (false: never)
 ---@return seer.Tensor results [#layers, #positions], results[i][j] the metric for layers[i], positions[j]
 ---@return {layers: integer[], positions: integer[], clean: number, corrupt: number} info the axes and the unpatched baselines
 function M.patch_sweep(model, clean_input, corrupt_input, metric, opts)
@@ -110,6 +171,7 @@ function M.patch_sweep(model, clean_input, corrupt_input, metric, opts)
     positions = {}
     for p = 0, #corrupt - 1 do positions[#positions + 1] = p end
   end
+  local pairs_ = resolve(positions, #clean, #corrupt, where)
   local names = {}
   for i, l in ipairs(layers) do names[i] = ("blocks.%d.%s"):format(l, point) end
   local clean_logits, cache = model:run_with_cache(clean, { names = names })
@@ -129,9 +191,9 @@ function M.patch_sweep(model, clean_input, corrupt_input, metric, opts)
     local saved = cache[name]
     if saved == nil then error(where .. ": no hook point " .. name, 2) end
     local inputs, per = {}, {}
-    for j, p in ipairs(positions) do
+    for j, pr in ipairs(pairs_) do
       inputs[j] = corrupt
-      per[j] = { { name, I.replace(saved, { positions = { p } }) } }
+      per[j] = { { name, patch_at(I, saved, name, { pr }, where) } }
     end
     local logits = model:run_with_hooks(inputs, { per_sequence = per })
     for j = 1, #positions do out[{ i, j }] = score(metric, logits:select(1, j):narrow(1, logits:size(2) - n + 1, n), where) end

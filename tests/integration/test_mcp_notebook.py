@@ -333,6 +333,34 @@ class RawSessionTest(unittest.TestCase):
         self.assertEqual(s.request("ping")["result"], {})
         self.assertFalse([n for n in s.notifications if n.get("method") == "notifications/progress"])
 
+    def test_read_notebook_past_the_end_says_the_range_is_empty(self):
+        s, sid = self.start()
+        r = s.call("read_notebook", {"session_id": sid})["result"]
+        self.assertIn("no cells yet (it is empty)", text_of(r))
+        for i in range(3):
+            s.call("execute_code", {"session_id": sid, "code": "print(%d)" % i})
+        r = s.call("read_notebook", {"session_id": sid, "start": 100})["result"]
+        text = text_of(r)
+        self.assertFalse(r["isError"], r)
+        self.assertIn("no cells from 100 on: the notebook has 3 cells (0 to 2); give a start from 0 to 2.", text)
+        self.assertNotIn("100-99", text)
+        self.assertEqual(r["structuredContent"]["count"], 0)
+        self.assertEqual(r["structuredContent"]["total"], 3)
+        r = s.call("read_notebook", {"session_id": sid, "start": 1, "limit": 1})["result"]
+        self.assertIn(": cells 1-1 of 3", text_of(r))
+
+    def test_execute_on_a_dead_kernel_says_so_in_the_agents_terms(self):
+        s, sid = self.start()
+        r = s.call("execute_code", {"session_id": sid, "code": "os.exit(3)"})["result"]
+        self.assertIn("KernelDied", text_of(r))
+        r = s.call("execute_code", {"session_id": sid, "code": "print(1)"})["result"]
+        text = text_of(r)
+        self.assertIn("KernelDied: the kernel of session %s exited with status 3" % sid, text)
+        self.assertEqual(r["structuredContent"]["status"], "error")
+        self.assertEqual(r["structuredContent"]["error"]["ename"], "KernelDied")
+        # the Lua API's session:restart() is not a tool the agent has
+        self.assertNotIn("session:restart()", json.dumps(r))
+
     def test_resume_and_continue(self):
         s, sid = self.start()
         s.call("execute_code", {"session_id": sid, "code": "x = 21"})

@@ -597,9 +597,150 @@ error("SandboxConfig.gpu = \"A100\", but this machine has no NVIDIA GPU")
   text, run_dir = run("--full --write")
   T.contains(text, "exit=1")
   T.eq(seer.read_file(run_dir .. "/partial.txt"), "x", "a run folder with outputs is kept")
+  -- and it gets the ledger and a summary saying the run ended without its own
+  local s = read_json(run_dir .. "/summary.json")
+  T.eq(s.status, "incomplete")
+  T.contains(s.error, "the script ended without writing its summary")
+  T.eq(s.files, { "partial.txt" })
+  T.eq(read_json(run_dir .. "/ledger.json").totals.calls, 0)
   -- the help says what SEER_OUT does
   text = run("--help")
   T.contains(text, "SEER_OUT=DIR puts the run folder in DIR instead")
   T.contains(text, "(DIR/probe-<time>-<pid>)")
   T.ok(not text:find("SEER_OUT sets the folder", 1, true), text)
+end)
+
+-- A copy of sandbox-intro in a folder of its own, with a recorded agent of our making.
+local function intro_copy(replay_lines, main_edit)
+  local dir = T.tmpdir()
+  local main = seer.read_file(root .. "/experiments/sandbox-intro/main.lua")
+  if main_edit then main = main_edit(main) end
+  seer.write_file(dir .. "/main.lua", main)
+  seer.write_file(dir .. "/task.md", seer.read_file(root .. "/experiments/sandbox-intro/task.md"))
+  os.execute(("mkdir -p '%s/replay'"):format(dir))
+  seer.write_file(dir .. "/replay/small.jsonl", table.concat(replay_lines, "\n") .. "\n")
+  return dir
+end
+
+T.test("a failed run writes ledger.json and a summary marked failed, with the error", function()
+  if not have_bwrap() then T.skip("bubblewrap is not installed (make setup installs it)") end
+  -- the recorded agent stops after two of its five turns: the harness fails asking for the third
+  local lines = {}
+  for line in io.lines(root .. "/experiments/sandbox-intro/replay/small.jsonl") do lines[#lines + 1] = line end
+  local dir = intro_copy({ lines[1], lines[2], lines[3], lines[4] })
+  local out = T.tmpdir()
+  local p = io.popen(("cd '%s' && env -u ANTHROPIC_API_KEY SEER_OUT='%s' SEER_SANDBOX_DIR='%s/sb' '%s' main.lua --small 2>&1; echo \"exit=$?\"")
+    :format(dir, out, out, SEER))
+  local text = p:read("*a")
+  p:close()
+  T.contains(text, "exit=1")
+  T.contains(text, "no assistant turn 3")
+  local ls = io.popen(("ls -d '%s'/sandbox-intro-*"):format(out))
+  local run_dir = ls:read("*l")
+  ls:close()
+  T.ok(run_dir, text)
+  local s = read_json(run_dir .. "/summary.json")
+  T.eq(s.status, "failed")
+  T.contains(s.error, "the replay transcript has no assistant turn 3")
+  T.eq(s.experiment, "sandbox-intro")
+  T.eq(s.ledger.totals.calls, 2)
+  local ledger = read_json(run_dir .. "/ledger.json")
+  T.eq(#ledger.turns, 2, "the ledger holds the turns so far")
+  T.eq(#ledger.calls, 2)
+  T.contains(seer.read_file(run_dir .. "/summary.md"), "# sandbox-intro: failed")
+  T.contains(text, "its ledger and summary so far are in " .. run_dir)
+  -- the files the run left are named, the temporary files of the atomic writes are not left
+  local names = table.concat(s.files, " ")
+  T.ok(names:find("%.ipynb") and names:find("%.jsonl"), names)
+  local all = table.concat(require("seer.core.host").list_dir(run_dir), " ")
+  T.ok(not all:find("tmp", 1, true), all)
+end)
+
+local SIGINT_DRIVER = [==[
+import glob, json, os, signal, subprocess, sys, time
+d, out, seer = sys.argv[1], sys.argv[2], sys.argv[3]
+env = dict(os.environ, SEER_OUT=out, SEER_SANDBOX_DIR=out + "/sb")
+env.pop("ANTHROPIC_API_KEY", None)
+p = subprocess.Popen([seer, "main.lua", "--small"], cwd=d, env=env, stdout=subprocess.PIPE,
+                     stderr=subprocess.STDOUT, start_new_session=True)
+sent, t0 = False, time.time()
+while time.time() - t0 < 60 and p.poll() is None:
+    if any('"tool_call"' in open(t).read() for t in glob.glob(out + "/sandbox-intro-*/*.jsonl")):
+        time.sleep(0.5)
+        os.killpg(p.pid, signal.SIGINT)
+        sent = True
+        break
+    time.sleep(0.1)
+try:
+    text = p.communicate(timeout=30)[0]
+except subprocess.TimeoutExpired:
+    os.killpg(p.pid, signal.SIGKILL)
+    text = p.communicate()[0]
+print(json.dumps({"sent": sent, "status": p.returncode, "text": text.decode(errors="replace")}))
+]==]
+
+T.test("Ctrl-C during an agent's cell: ledger.json and a summary marked interrupted (a main.lua without X.fail too)", function()
+  if not have_bwrap() then T.skip("bubblewrap is not installed (make setup installs it)") end
+  local S = "rec00001"
+  local slow = {
+    { type = "run_start", agent = "investigator", model = "scripted", mcp_sessions = { notebook = S } },
+    { type = "user", text = "Begin." },
+    { type = "assistant", stop_reason = "tool_use", usage = { input_tokens = 7, output_tokens = 3 },
+      message = { role = "assistant", content = {
+      { type = "text", text = "A slow cell." },
+      { type = "tool_use", id = "toolu_slow", name = "execute_code",
+        input = { session_id = S, code = "local t = os.clock() + 20 while os.clock() < t do end print('finished')" } } } } },
+    { type = "assistant", stop_reason = "end_turn", message = { role = "assistant", content = { { type = "text", text = "Done." } } } },
+  }
+  local lines = {}
+  for i, e in ipairs(slow) do lines[i] = json.encode(e) end
+  -- the script as it was before X.fail: it re-raises the error itself
+  local dir = intro_copy(lines, function(main)
+    local m = main:gsub("if not ok then X%.fail%(run, err%) end[^\n]*", "if not ok then error(err, 0) end")
+    T.contains(m, "\nif not ok then error(err, 0) end")
+    return m
+  end)
+  local out = T.tmpdir()
+  seer.write_file(out .. "/drive.py", SIGINT_DRIVER)
+  local p = io.popen(("python3 '%s/drive.py' '%s' '%s' '%s' 2>&1"):format(out, dir, out, SEER))
+  local raw = p:read("*a")
+  p:close()
+  local ok, r = pcall(json.decode, raw:match("([^\n]*)\n?$"))
+  T.ok(ok and type(r) == "table", raw)
+  T.ok(r.sent, "the cell never started:\n" .. r.text)
+  T.eq(r.status, 130, r.text)
+  local ls = io.popen(("ls -d '%s'/sandbox-intro-*"):format(out))
+  local run_dir = ls:read("*l")
+  ls:close()
+  local s = read_json(run_dir .. "/summary.json")
+  T.eq(s.status, "interrupted", r.text)
+  T.contains(s.error, "interrupted")
+  local ledger = read_json(run_dir .. "/ledger.json")
+  T.eq(#ledger.turns, 1, "the ledger holds the turn so far")
+  T.eq(ledger.turns[1].input_tokens, 7)
+  T.eq(ledger.totals.output_tokens, 3)
+  T.contains(seer.read_file(run_dir .. "/summary.md"), "# sandbox-intro: interrupted")
+end)
+
+T.test("hello: an unknown option or a stray argument is a usage error (status 2) before anything runs; --help", function()
+  local function run(args)
+    local p = io.popen(("cd '%s' && SEER_OUT='%s' '%s' experiments/hello/main.lua %s 2>&1; echo \"exit=$?\""):format(root, T.tmpdir(), SEER, args))
+    local text = p:read("*a")
+    p:close()
+    return text
+  end
+  local text = run("--bogus")
+  T.contains(text, "hello: unknown option --bogus (it takes no options but --help)")
+  T.contains(text, "usage: seer experiments/hello/main.lua\n")
+  T.contains(text, "exit=2")
+  T.ok(not text:find("== seer", 1, true), "the demo ran:\n" .. text)
+  T.ok(not text:find("traceback"), text)
+  text = run("extra")
+  T.contains(text, 'hello: unexpected argument "extra"')
+  T.contains(text, "exit=2")
+  text = run("--help")
+  T.contains(text, "usage: seer experiments/hello/main.lua")
+  T.contains(text, "The task (task.md):\nSay hello from inside seer")
+  T.contains(text, "exit=0")
+  T.ok(not text:find("== seer", 1, true), text)
 end)

@@ -577,6 +577,40 @@ T.test("patch_sweep: layers x positions of metric values with the clean and corr
   T.near(full[{ 1, 1 }], info.clean, 1e-4)
 end)
 
+T.test("patch: prompts of different lengths: -1 is each prompt's last token, pairs map explicitly, errors name patch", function()
+  need_hooks()
+  local clean = tok:encode("Once upon a time there was a dog", { add_special_tokens = true })
+  local corrupt = tok:encode("Once upon a time there was a big red cat", { add_special_tokens = true })
+  T.ok(#clean < #corrupt, #clean .. " vs " .. #corrupt)
+  local metric = AP.logit_difference(clean[#clean], corrupt[#corrupt])
+  local clean_v, corrupt_v = metric(model:forward(clean)), metric(model:forward(corrupt))
+  T.ok(math.abs(clean_v - corrupt_v) > 1e-3)
+  -- the last layer's output at the last position decides the last logits: the clean metric
+  local last = "blocks.4.hook_resid_post"
+  local v = AP.patch(model, clean, corrupt, last, { -1 }, metric)
+  T.near(v, clean_v, 1e-4, "-1: clean's last token onto corrupt's last")
+  T.near(AP.patch(model, clean, corrupt, last, { { -1, -1 } }, metric), clean_v, 1e-4)
+  T.near(AP.patch(model, clean, corrupt, last, { { #clean - 1, #corrupt - 1 } }, metric), clean_v, 1e-4)
+  -- a position both prompts share (the BOS) patched onto itself at the last layer changes nothing at the end
+  T.near(AP.patch(model, clean, corrupt, last, { 0 }, metric), corrupt_v, 1e-5)
+  -- a position the clean prompt lacks: the error names patch, the prompt and its length, not replace
+  local ok, err = pcall(AP.patch, model, clean, corrupt, "blocks.2.hook_resid_post", { #corrupt - 1 }, metric)
+  T.ok(not ok)
+  T.contains(err, ("patch: position %d is outside the clean prompt of %d tokens"):format(#corrupt - 1, #clean))
+  T.contains(err, "{clean_pos, corrupt_pos} pair")
+  T.ok(not err:find("replace", 1, true), err)
+  T.raises(function() AP.patch(model, clean, corrupt, last, { { 0, 99 } }, metric) end, "outside the corrupt prompt", true)
+  T.raises(function() AP.patch(model, clean, corrupt, last, { { 0, 1 }, { 2, 1 } }, metric) end, "corrupt position 1 is patched from two clean positions", true)
+  T.raises(function() AP.patch(model, clean, corrupt, "blocks.1.attn.hook_pattern", { -1 }, metric) end, "cannot move to other positions", true)
+  -- the sweep resolves its positions the same way
+  local grid, info = AP.patch_sweep(model, clean, corrupt, metric, { layers = { 4 }, positions = { -1, 0 }, point = "hook_resid_post", progress = false })
+  T.near(grid[{ 1, 1 }], clean_v, 1e-4)
+  T.near(grid[{ 1, 2 }], corrupt_v, 1e-5)
+  T.near(info.clean, clean_v, 1e-5)
+  T.raises(function() AP.patch_sweep(model, clean, corrupt, metric, { positions = { #corrupt - 1 }, progress = false }) end,
+    "patch_sweep: position " .. (#corrupt - 1) .. " is outside the clean prompt", true)
+end)
+
 -- ---- logit lens ----------------------------------------------------------------------------
 
 T.test("logit_lens at the last layer is the model's own top-k; per layer rows in order", function()

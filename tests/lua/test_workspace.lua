@@ -28,6 +28,66 @@ T.test("workspace: Library.from_skill_dir requires the skill's code under its na
   T.eq(ws.Library.from_skill_dir(skill_dir, { name = "steer" }).name, "steer")
 end)
 
+T.test("workspace: Library.from_file refuses a Python (or any non-.lua) file and says how to get a Lua one", function()
+  local dir = T.tmpdir()
+  seer.write_file(dir .. "/helpers.py", "def f(x):\n    return x\n")
+  seer.write_file(dir .. "/steering_hook.py", "import torch\n")
+  seer.write_file(dir .. "/notes.txt", "return {}\n")
+  -- the reference's own helper file: not installed as a module named "helpers.py"
+  local ok, err = pcall(ws.Library.from_file, dir .. "/helpers.py")
+  T.ok(not ok, "a .py file was taken as a library")
+  T.contains(err, "helpers.py is a Python file; seer libraries are Lua modules")
+  T.contains(err, "port it to a Lua module")
+  -- the seeds' Library.from_file(toolkit / "steering_hook.py"): the toolkit's Lua module
+  T.raises(function() ws.Library.from_file(dir .. "/steering_hook.py") end, 'require "toolkit.steering_hook"', true)
+  -- a Lua version beside it is named
+  seer.write_file(dir .. "/helpers.lua", "return {}\n")
+  T.raises(function() ws.Library.from_file(dir .. "/helpers.py", "h") end, ('Library.from_file("%s/helpers.lua")'):format(dir), true)
+  T.raises(function() ws.Library.from_file(dir .. "/notes.txt") end, "is not a Lua file (its name does not end in .lua)", true)
+  T.eq(ws.Library.from_file(dir .. "/helpers.lua").name, "helpers")
+  -- a Python package and a skill whose code is Python are named as such
+  os.execute(("mkdir -p '%s/pkg' '%s/sk'"):format(dir, dir))
+  seer.write_file(dir .. "/pkg/__init__.py", "")
+  T.raises(function() ws.Library.from_directory(dir .. "/pkg") end, "it holds __init__.py: a Python package", true)
+  seer.write_file(dir .. "/sk/SKILL.md", "---\nname: sk\ndescription: d\n---\n")
+  seer.write_file(dir .. "/sk/code.py", "x = 1\n")
+  T.raises(function() ws.Library.from_skill_dir(dir .. "/sk") end, "its code.py is Python", true)
+end)
+
+--- Scales a steering strength.
+--- Doubles it, as the fixture skill does.
+local function double_strength(x)
+  return 2 * x
+end
+
+T.test("workspace: Skill.from_function makes a skill of a Lua function's source and its --- docs", function()
+  local s = ws.Skill.from_function(double_strength)
+  T.eq(s.name, "double_strength")
+  T.eq(s.description, "Scales a steering strength.")
+  T.eq(s.files["double_strength.lua"], "local function double_strength(x)\n  return 2 * x\nend\n")
+  local fm, body = ws.front_matter(s.files["SKILL.md"])
+  T.eq(fm.name, "double_strength")
+  T.eq(fm.description, "Scales a steering strength.")
+  T.contains(body, "Doubles it, as the fixture skill does.")
+  T.contains(body, "```lua\nlocal function double_strength(x)\n  return 2 * x\nend\n```")
+  -- it installs as any skill does
+  local dir = T.tmpdir()
+  ws.Workspace{ skills = { s } }:install(dir)
+  T.eq(seer.read_file(dir .. "/.claude/skills/double_strength/double_strength.lua"), s.files["double_strength.lua"])
+  -- name and description as options; a function from a string of code
+  local f = load("local M = {}\nM.probe = function(x)\n  return x\nend\nreturn M.probe")()
+  local p = ws.Skill.from_function(f, { description = "The identity." })
+  T.eq(p.name, "probe")
+  T.eq(p.files["probe.lua"], "M.probe = function(x)\n  return x\nend\n")
+  -- what cannot make a skill says what to pass
+  T.raises(function() ws.Skill.from_function(print) end, "a C function has no Lua source", true)
+  T.raises(function() ws.Skill.from_function(function() end) end, "has no name in its source; give {name = ...}", true)
+  T.raises(function() ws.Skill.from_function(load("return function(x) return x end", "=typed")()) end, "whose source Lua did not keep", true)
+  T.raises(function() ws.Skill.from_function(f) end, "probe has no description: give {description = ...}", true)
+  T.raises(function() ws.Skill.from_function("f") end, "fn must be a Lua function, not a string", true)
+  T.raises(function() ws.Skill.from_function(f, { desc = "x" }) end, 'unknown option "desc"', true)
+end)
+
 T.test("workspace: skills and skill_dirs install under .claude/skills; docs in the reference's format", function()
   local dir = T.tmpdir()
   local w = ws.Workspace{ skills = { ws.Skill{ name = "notes", description = "Notes" } }, skill_dirs = { skill_dir },

@@ -316,7 +316,16 @@ function M.install(srv, opts)
     local sc = { session_id = s.session_id, execution_count = r.execution_count or json.null,
                  cell_index = r.cell_index or json.null, status = r.result == "ok" and "ok" or "error",
                  truncated = r.truncated and true or false }
-    if r.error then sc.error = { ename = r.error.ename, evalue = r.error.evalue } end
+    if r.error then
+      local ev = r.error.evalue
+      if r.error.ename == "KernelDied" then
+        -- the Lua API's advice (session:restart()) is not the agent's: the server's words, as the outputs have them
+        for _, o in ipairs(r.outputs or {}) do
+          if o.output_type == "error" and o.ename == "KernelDied" and type(o.evalue) == "string" then ev = o.evalue end
+        end
+      end
+      sc.error = { ename = r.error.ename, evalue = ev }
+    end
     -- what the notebook server did not keep past the cell's output limits (the record is also
     -- the last line of the text), and a save that failed
     if r.dropped then sc.dropped = r.dropped end
@@ -526,7 +535,16 @@ function M.install(srv, opts)
         local s = session(a.session_id)
         local r = s:read_notebook(a.start, a.limit)
         local start = a.start or 0
-        local parts = { ("Notebook %s: cells %d-%d of %d"):format(tostring(r.notebook_path), start, start + #r.cells - 1, r.total) }
+        local parts
+        if #r.cells > 0 then
+          parts = { ("Notebook %s: cells %d-%d of %d"):format(tostring(r.notebook_path), start, start + #r.cells - 1, r.total) }
+        elseif r.total == 0 then
+          parts = { ("Notebook %s: no cells yet (it is empty)."):format(tostring(r.notebook_path)) }
+        else
+          -- a start past the end: say so, and where the cells are
+          parts = { ("Notebook %s: no cells from %d on: the notebook has %d cell%s (0 to %d); give a start from 0 to %d.")
+            :format(tostring(r.notebook_path), start, r.total, r.total == 1 and "" or "s", r.total - 1, r.total - 1) }
+        end
         for i, c in ipairs(r.cells) do
           local head
           if c.cell_type == "code" then
