@@ -23,7 +23,14 @@ typedef struct {
     seer_net_key_t *key;
     seer_net_rx_t rx; /* this socket's limits and drop count */
     int zap_slot;     /* CURVE servers: their ZAP entry; -1 otherwise */
+    int guarded;      /* connects go through the connection guard (guard.c): a socket with limits */
+    int curve;        /* a CURVE client: its stream is encrypted, the guard cannot read it */
+    int nguards;
+    void *guards[16];
+    unsigned long guard_seen; /* guard disconnects already counted in rx.dropped */
 } sock_ud;
+
+#define MAX_GUARDED_CONNECTS 16
 
 static const struct {
     const char *name;
@@ -52,7 +59,12 @@ static int l_socket(lua_State *L) {
     size_t klen = 0;
     const char *key = luaL_optlstring(L, 2, "", &klen);
     lua_Number max_bytes = 0, max_frames = 0, rcvhwm = 0;
+    int guard = 0;
     if (lua_istable(L, 3)) {
+        /* limits mean the peer may be hostile: its connects go through the guard unless guard = false */
+        lua_getfield(L, 3, "guard");
+        guard = lua_isnil(L, -1) ? 1 : lua_toboolean(L, -1);
+        lua_pop(L, 1);
         lua_getfield(L, 3, "rcvhwm");
         rcvhwm = lua_isnil(L, -1) ? 0 : luaL_checknumber(L, -1);
         lua_pop(L, 1);
@@ -91,6 +103,7 @@ static int l_socket(lua_State *L) {
     s->kind = kname;
     s->rx.max_bytes = (size_t)max_bytes;
     s->rx.max_frames = (size_t)max_frames;
+    s->guarded = guard && type != ZMQ_STREAM && (max_bytes > 0 || max_frames > 0 || rcvhwm > 0);
     if (max_bytes > 0) {
         /* No single frame bigger than the whole message may be: ZMQ disconnects a peer that sends
          * one before it is ever buffered (the peer reconnects; the frame is gone). */
@@ -135,8 +148,41 @@ static int l_bind(lua_State *L) {
 static int l_connect(lua_State *L) {
     sock_ud *s = check_sock(L, 1);
     const char *ep = luaL_checkstring(L, 2);
+    if (s->guarded && !s->curve && (strncmp(ep, "ipc://", 6) == 0 || strncmp(ep, "tcp://", 6) == 0)) {
+        /* the peer's bytes reach libzmq only through the guard, which bounds a message (guard.c) */
+        if (s->nguards == MAX_GUARDED_CONNECTS)
+            return luaL_error(L, "net: connect %s: a socket with limits connects to at most %d endpoints", ep,
+                              MAX_GUARDED_CONNECTS);
+        char local[160];
+        seer_err_t err;
+        void *g = seer_net_guard_open(ep, s->rx.max_bytes, s->rx.max_frames, local, sizeof local, &err);
+        if (!g) return luaL_error(L, "%s", err.msg);
+        if (zmq_connect(s->sock, local) != 0) {
+            int e = zmq_errno();
+            seer_net_guard_close(g);
+            return luaL_error(L, "net: connect %s: %s", ep, zmq_strerror(e));
+        }
+        s->guards[s->nguards++] = g;
+        return 0;
+    }
     if (zmq_connect(s->sock, ep) != 0) return luaL_error(L, "net: connect %s: %s", ep, zmq_strerror(zmq_errno()));
     return 0;
+}
+
+/* Counts the guard's disconnects of this socket's peers as dropped messages (once each). */
+static void sync_guards(sock_ud *s) {
+    unsigned long total = 0;
+    char why[160], last[160] = "";
+    for (int i = 0; i < s->nguards; i++) {
+        unsigned long n = seer_net_guard_cuts(s->guards[i], why, sizeof why);
+        total += n;
+        if (n) snprintf(last, sizeof last, "%s", why);
+    }
+    if (total > s->guard_seen) {
+        s->rx.dropped += total - s->guard_seen;
+        snprintf(s->rx.why, sizeof s->rx.why, "%s", last);
+        s->guard_seen = total;
+    }
 }
 
 static int l_subscribe(lua_State *L) {
@@ -152,6 +198,8 @@ static int l_close(lua_State *L) {
     sock_ud *s = luaL_checkudata(L, 1, SOCK_MT);
     if (s->sock) zmq_close(s->sock);
     s->sock = NULL;
+    for (int i = 0; i < s->nguards; i++) seer_net_guard_close(s->guards[i]);
+    s->nguards = 0;
     if (s->zap_slot >= 0) seer_net_curve_release(s->zap_slot);
     s->zap_slot = -1;
     seer_net_key_free(s->key);
@@ -380,6 +428,7 @@ static int l_curve_client(lua_State *L) {
     seer_err_t err;
     if (seer_net_curve_client(s->sock, luaL_checkstring(L, 2), luaL_checkstring(L, 3), luaL_checkstring(L, 4), &err) < 0)
         return luaL_error(L, "net.curve_client: %s", err.msg);
+    s->curve = 1;
     return 0;
 }
 
@@ -410,6 +459,7 @@ static int l_curve_public(lua_State *L) {
 /* s:dropped() -> how many messages this socket dropped, why the last one was (nil if none) */
 static int l_sock_dropped(lua_State *L) {
     sock_ud *s = luaL_checkudata(L, 1, SOCK_MT);
+    sync_guards(s);
     lua_pushnumber(L, (lua_Number)s->rx.dropped);
     if (s->rx.dropped) lua_pushstring(L, s->rx.why);
     else lua_pushnil(L);

@@ -159,4 +159,18 @@ unsigned long seer_net_curve_refused(int slot);
 int seer_net_curve_client(void *sock, const char *server_public, const char *client_public, const char *client_secret,
                           seer_err_t *err);
 
+/* ---- the connection guard (guard.c) --------------------------------------------------------
+ * libzmq holds every frame of a multipart message until its last arrives, whatever
+ * ZMQ_MAXMSGSIZE and ZMQ_RCVHWM say, so a peer speaking ZMTP itself can grow the receiver without
+ * bound. A socket with limits connects through a guard instead: open returns a local endpoint
+ * (ipc:// in a private 0700 folder) to give zmq_connect; one thread carries the bytes to and from
+ * `endpoint`, and disconnects a peer whose message passes max_bytes (all frames) or max_frames
+ * (0: the defaults above), whose command passes 64 KiB, or that does not speak ZMTP 3 with the
+ * NULL mechanism. An ipc:// path that is a link is refused, not followed. cuts counts the
+ * disconnects and failed connects for a reason (why: the last). close after zmq_close. */
+void *seer_net_guard_open(const char *endpoint, size_t max_bytes, size_t max_frames, char *local, size_t local_cap,
+                          seer_err_t *err);
+unsigned long seer_net_guard_cuts(void *guard, char *why, size_t why_cap);
+void seer_net_guard_close(void *guard);
+
 #endif

@@ -75,9 +75,10 @@ end
 local kinds = { router = true, dealer = true, pub = true, sub = true, rep = true, req = true }
 
 ---@class seernet.socket_opts
----@field max_bytes? integer a message larger than this (all frames together) is dropped unread; a single frame larger than this disconnects the peer (ZMQ_MAXMSGSIZE). Default 1 GiB
----@field max_frames? integer a message with more frames is dropped (default 4096)
+---@field max_bytes? integer a message larger than this (all frames together) disconnects the peer that sends it (the connection guard, on connects) or is dropped unread (binds; a single frame larger than this disconnects there: ZMQ_MAXMSGSIZE). Default 1 GiB
+---@field max_frames? integer a message with more frames is refused as max_bytes says (default 4096)
 ---@field rcvhwm? integer how many received messages ZMQ may queue here before it stops reading from the peer (default 1000); with max_bytes it bounds what a peer can make this process hold
+---@field guard? boolean default true when any limit is given: ipc:// and tcp:// connects go through the connection guard (engine/net/guard.c), which enforces max_bytes and max_frames on the peer's ZMTP stream before libzmq holds it (libzmq keeps every frame of an unfinished multipart message) and follows no link at an ipc path; false connects directly
 
 ---A ZMQ socket that signs what it sends and verifies what it receives with key. What it
 ---receives is checked before anyone sees it: the signature, the layout, opts' limits, replays

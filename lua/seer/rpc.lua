@@ -76,6 +76,20 @@ M.tail = tail
 
 -- ---- the client --------------------------------------------------------------------------------
 
+-- What a server (in a sandbox: hostile) can make this client hold. Every reply passes through
+-- seer.net's connection guard (engine/net/guard.c), which disconnects a server whose message
+-- passes max_reply_bytes or MAX_REPLY_FRAMES before libzmq keeps it; at most REPLY_QUEUE replies
+-- wait here, so the client holds at most (REPLY_QUEUE + 1) x max_reply_bytes. A reply's JSON
+-- part may hold at most MAX_REPLY_VALUES values (tensors travel as binary frames, not JSON).
+M.MAX_REPLY_BYTES = 256 * 1024 * 1024
+M.MAX_REPLY_FRAMES = 4096
+M.MAX_REPLY_VALUES = 8 * 1000 * 1000
+local REPLY_QUEUE = 8
+
+local function decode_reply(text)
+  return json.decode(text, { max_values = M.MAX_REPLY_VALUES })
+end
+
 ---@class seerrpc.Client
 ---@field info table the connection info (endpoint, control_endpoint, key, ...)
 ---@field name string
@@ -90,6 +104,7 @@ M.Client = Client
 ---@field name? string
 ---@field wait_endpoint_s? number how long to wait for the server to write its endpoint (default 60)
 ---@field root? seersafe_fs.Root the folder the connection file and log lie beneath when the server's side can write it
+---@field max_reply_bytes? integer the largest reply accepted, all frames together (default rpc.MAX_REPLY_BYTES, 256 MiB; at most 1 GiB): a server that sends more is disconnected and the calls waiting fail with an error saying so
 
 ---Connects to a server by its connection file (or the decoded table).
 ---@param conn string|table
@@ -99,8 +114,13 @@ function M.connect(conn, opts)
   opts = opts or {}
   local path = type(conn) == "string" and conn or nil
   local info = path and read_connection(path, opts.root) or conn
+  local max_reply = opts.max_reply_bytes or M.MAX_REPLY_BYTES
+  if type(max_reply) ~= "number" or max_reply < 1024 or max_reply > 1024 * 1024 * 1024 or max_reply % 1 ~= 0 then
+    error(("rpc.connect: max_reply_bytes must be an integer from 1024 to 1073741824 (1 GiB), not %s"):format(tostring(max_reply)), 2)
+  end
   local self = setmetatable({ info = info, path = path, proc = opts.proc, log_file = opts.log_file, root = opts.root,
-                              name = opts.name or info.name or "rpc", pending = {}, inflight = {} }, Client)
+                              name = opts.name or info.name or "rpc", pending = {}, inflight = {}, lost = {},
+                              cuts_seen = 0, max_reply = max_reply }, Client)
   -- The server writes the endpoints it bound (a wildcard port, the control socket) into the file.
   local deadline = now() + (opts.wait_endpoint_s or 60)
   while path and (not info.endpoint or info.endpoint:find("*", 1, true) or not info.pid) do
@@ -113,7 +133,8 @@ function M.connect(conn, opts)
   self.info = info
   -- seer.net's wrapper, so MCP tasks can wait on it in seer.net.poll; calls go through a
   -- channel on the raw socket (engine/rpc/wire.c: headers, signatures and frames in C).
-  self.nsock = require("seer.net").socket("dealer", info.key)
+  self.nsock = require("seer.net").socket("dealer", info.key,
+    { max_bytes = max_reply, max_frames = M.MAX_REPLY_FRAMES, rcvhwm = REPLY_QUEUE })
   self.sock = self.nsock._s
   self.sock:connect(info.endpoint)
   self.ch = rpc_core.channel(self.sock, { role = "client" })
@@ -137,10 +158,35 @@ end
 function Client:_recv(timeout_ms)
   local parent, c, bufs = self.ch:recv(timeout_ms)
   if parent == nil then return nil end
-  local ok, content = pcall(json.decode, c)
-  if not ok or type(content) ~= "table" then return nil end
+  local ok, content = pcall(decode_reply, c)
+  if not ok or type(content) ~= "table" then
+    -- signed by the server, so it answers parent: that call fails, saying why
+    if not parent then return nil end
+    return { id = parent, ok = false, kind = "bad_reply",
+             error = ("the reply is not a JSON object the client accepts: %s"):format(
+               ok and type(content) or tostring(content):gsub("^[^:]*:%d+: ", "")) }
+  end
   if parent and content.id == nil then content.id = parent end
   return content, bufs
+end
+
+-- The connection guard disconnected the server (a reply past the limits): the replies of every
+-- call in flight then are lost. Raises for call id when it was one of them.
+function Client:_check_cut(id)
+  local n, why = self.nsock:dropped()
+  if n > self.cuts_seen then
+    self.cuts_seen = n
+    if why and why:find("disconnected", 1, true) then
+      for k in pairs(self.inflight) do self.lost[k] = why end
+      if id then self.lost[id] = why end
+    end
+  end
+  local why_lost = id and self.lost[id]
+  if why_lost then
+    self.lost[id] = nil
+    error(("rpc: %s: the reply to %s was lost: the server sent %s. If the reply is legitimate, connect with a larger max_reply_bytes (now %d; at most 1 GiB)")
+      :format(self.name, tostring(self.inflight[id] or id), why_lost:gsub("; disconnected$", ""), self.max_reply), 0)
+  end
 end
 
 ---Waits for the reply to request id. Returns content, buffers; nil, "timeout" when timeout_ms
@@ -160,6 +206,7 @@ function Client:wait_reply(id, timeout_ms)
       if content.id ~= nil and self.inflight[content.id] then self.pending[content.id] = { content, bufs } end
     else
       self:_check_alive(self.inflight[id] and ("while running " .. tostring(self.inflight[id])) or "")
+      self:_check_cut(id)
       if deadline and now() >= deadline then return nil, "timeout" end
     end
   end
@@ -237,7 +284,7 @@ end
 function Client:cancel(id)
   if not self.info.control_endpoint then return end
   if not self.ctl then
-    self.ctl = C.socket("dealer", self.info.key)
+    self.ctl = C.socket("dealer", self.info.key, { max_bytes = 1024 * 1024, max_frames = 64, rcvhwm = 16 })
     self.ctl:connect(self.info.control_endpoint)
     self.ctl_ch = rpc_core.channel(self.ctl, { role = "client" })
   end
@@ -294,7 +341,7 @@ function Client:call(name, ...)
   if st then return a end
   local content
   if st == false then
-    local ok, v = pcall(json.decode, c)
+    local ok, v = pcall(decode_reply, c)
     if not ok or type(v) ~= "table" then
       error(("rpc: %s.%s: the reply is not a JSON object: %s"):format(self.name, name, tostring(v)), 2)
     end
@@ -303,7 +350,7 @@ function Client:call(name, ...)
     content, bufs = self:invoke(name, { ... }, n)
   else
     if c ~= nil then -- the reply to another request came first: keep it for its waiter
-      local ok, v = pcall(json.decode, bufs)
+      local ok, v = pcall(decode_reply, bufs)
       if ok and type(v) == "table" and c and self.inflight[c] then self.pending[c] = { v, c2 } end
     end
     self.inflight[a] = name
@@ -389,6 +436,7 @@ end
 ---@field load_timeout? number how long to wait for the interface to load (seconds, default 600)
 ---@field env? table<string, string> extra environment for the server
 ---@field verbose? boolean log every call
+---@field max_reply_bytes? integer the largest reply the host accepts (default rpc.MAX_REPLY_BYTES, 256 MiB; at most 1 GiB)
 
 ---@class seerrpc.Server
 ---@field name string
@@ -466,7 +514,8 @@ function M.start(file, opts)
   local self = setmetatable({ name = name, file = real, connection_file = conn, log_file = log_file, proc = proc,
                               connection_dir = dir, opts = opts, root = root }, Server)
   local cok, err = pcall(function()
-    self.client = M.connect(conn, { proc = proc, log_file = log_file, name = name, root = root })
+    self.client = M.connect(conn, { proc = proc, log_file = log_file, name = name, root = root,
+                                    max_reply_bytes = opts.max_reply_bytes })
     self.client:hello(opts.load_timeout or 600)
   end)
   if not cok then
@@ -630,6 +679,11 @@ function M.client_code(name, functions, connection_file)
   end
   out[#out + 1] = "---The names of the functions this module calls."
   out[#out + 1] = ("M.functions = { %s }"):format(table.concat(names, ", "))
+  out[#out + 1] = ""
+  out[#out + 1] = "-- a name the server does not serve is an error naming the ones it does (as Python's AttributeError)"
+  out[#out + 1] = "setmetatable(M, { __index = function(_, k)"
+  out[#out + 1] = ("  error((\"%s has no function '%%s'; it serves: %%s\"):format(tostring(k), table.concat(M.functions, \", \")), 2)"):format(name)
+  out[#out + 1] = "end })"
   out[#out + 1] = ""
   out[#out + 1] = "return M"
   return table.concat(out, "\n") .. "\n"

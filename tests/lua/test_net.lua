@@ -185,3 +185,96 @@ T.test("net: stream sockets carry a unix socket's bytes (what the CURVE tunnel f
   st:close()
   d:close()
 end)
+
+-- ---- the connection guard (engine/net/guard.c) ------------------------------------------------
+-- libzmq keeps every frame of a multipart message until its last arrives, whatever
+-- ZMQ_MAXMSGSIZE and the high-water mark say; a peer that writes ZMTP itself sends frames with
+-- MORE forever. A socket with limits connects through the guard, which cuts such a peer.
+local process = require "seer.process"
+local function vm(field)
+  for l in io.lines("/proc/self/status") do
+    local v = l:match("^" .. field .. ":%s+(%d+)")
+    if v then return tonumber(v) * 1024 end
+  end
+end
+local function peer(path, mode, n, size)
+  local c = process.spawn{ argv = { require("seer.jupyter").seer_binary(), seer.script_dir() .. "/zmtp_peer.lua", path, mode, tostring(n), tostring(size) },
+                           stdout = "pipe" }
+  T.eq(c:read_line(10000), "listening")
+  return c
+end
+local tmp = process.mkdtemp("/tmp/seer-test-guard-")
+
+T.test("net: a peer that never ends its message is cut at max_bytes; the receiver stays small (guard)", function()
+  local path = tmp .. "/flood.sock"
+  -- 400 frames of 1 MiB with MORE: without the guard the receiver holds all 400 MiB
+  local p = peer(path, "flood", 400, 1024 * 1024)
+  local s = net.socket("dealer", "", { max_bytes = 4 * 1024 * 1024, rcvhwm = 4 })
+  local before = vm("VmRSS")
+  s:connect("ipc://" .. path)
+  local line = p:read_line(20000)
+  T.ok(line and line:match("^sent %d+$"), tostring(line))
+  local sent = tonumber(line:match("%d+"))
+  T.ok(sent < 400, ("the peer got %d frames of 1 MiB through; it should have been cut after about 4"):format(sent))
+  local n, why = s:dropped()
+  T.ok(n >= 1, "the cut is counted as a dropped message")
+  T.ok(why:find("more than 4194304 bytes", 1, true), why)
+  T.ok(vm("VmRSS") - before < 64 * 1024 * 1024, ("the receiver grew by %d MiB"):format((vm("VmRSS") - before) / 1048576))
+  s:close()
+  p:kill(9)
+  p:wait(2000)
+end)
+
+T.test("net: the guard refuses a frame-count flood, oversized commands and old ZMTP, and follows no link at a socket path", function()
+  local cases = {
+    { "flood", 100000, 1, "more than 64 frames" },
+    { "command", 1, 1024 * 1024, "a ZMTP command of 1048576 bytes" },
+    { "zmtp2", 1, 1, "before version 3" },
+  }
+  for i, c in ipairs(cases) do
+    local path = ("%s/c%d.sock"):format(tmp, i)
+    local p = peer(path, c[1], c[2], c[3])
+    local s = net.socket("dealer", "", { max_frames = 64 })
+    s:connect("ipc://" .. path)
+    local why
+    for _ = 1, 100 do
+      local n, w = s:dropped()
+      if n > 0 then why = w break end
+      process.sleep_ms(50)
+    end
+    T.ok(why and why:find(c[4], 1, true), c[1] .. ": " .. tostring(why))
+    s:close()
+    p:kill(9)
+    p:wait(2000)
+  end
+  -- a link planted at the socket path (pointing at a socket that is listening) is not followed;
+  -- the real path works
+  local srv = net.socket("router", "k")
+  srv:bind("ipc://" .. tmp .. "/real.sock")
+  os.execute(("ln -s %s/real.sock %s/link.sock"):format(tmp, tmp))
+  local via_link = net.socket("dealer", "k", { max_bytes = 65536 })
+  via_link:connect("ipc://" .. tmp .. "/link.sock")
+  via_link:send({ header = net.header("x", "l"), content = { via = "link" } })
+  T.eq({ srv:recv(500) }, { nil, "timeout" })
+  local n, why = via_link:dropped()
+  T.ok(n >= 1 and why:find("a symbolic link); not followed", 1, true), tostring(why))
+  local direct = net.socket("dealer", "k", { max_bytes = 65536 })
+  direct:connect("ipc://" .. tmp .. "/real.sock")
+  direct:send({ header = net.header("x", "d"), content = { via = "path" } })
+  local got = srv:recv(5000)
+  T.eq(got and got.content.via, "path")
+  -- round trip through the guard, both ways, with a buffer bigger than the guard's
+  local big = ("b"):rep(3 * 1024 * 1024)
+  srv:send({ idents = got.idents, header = net.header("y", "s"), content = { n = 1 }, buffers = { big } })
+  local direct2 = net.socket("dealer", "k", { max_bytes = 8 * 1024 * 1024 })
+  direct2:connect("ipc://" .. tmp .. "/real.sock")
+  direct2:send({ header = net.header("x", "d2"), content = {}, buffers = { big } })
+  local got2 = srv:recv(5000)
+  T.eq(got2 and #got2.buffers[1], #big)
+  srv:send({ idents = got2.idents, header = net.header("y", "s"), content = { n = 2 }, buffers = { big } })
+  local r = direct2:recv(5000)
+  T.eq(r and r.content.n, 2)
+  T.eq(r and r.buffers[1] == big, true)
+  for _, x in ipairs({ srv, via_link, direct, direct2 }) do x:close() end
+  os.execute("rm -rf " .. tmp)
+end)

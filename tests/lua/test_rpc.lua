@@ -379,6 +379,39 @@ T.test("rpc: a pool whose interface fails to load reports it at once", function(
   T.ok(seer.now() - t0 < 10, "took " .. (seer.now() - t0) .. " s")
 end)
 
+T.test("rpc: a server that answers with a message past max_reply_bytes is cut; the call fails saying so, and the host stays small", function()
+  -- a hostile scoped server (it runs in the sandbox and speaks ZMTP itself): after the request
+  -- it sends one message that never ends, 1 MiB frames with MORE (tests/lua/zmtp_peer.lua)
+  local process = require "seer.process"
+  local dir = process.mkdtemp("/tmp/seer-test-rpc-guard-")
+  local path = dir .. "/rpc.sock"
+  local p = process.spawn{ argv = { require("seer.jupyter").seer_binary(), root .. "/tests/lua/zmtp_peer.lua", path,
+                                    "flood-after", "300", tostring(1024 * 1024) }, stdout = "pipe" }
+  T.eq(p:read_line(10000), "listening")
+  local function rss()
+    for l in io.lines("/proc/self/status") do
+      local v = l:match("^VmRSS:%s+(%d+)")
+      if v then return tonumber(v) * 1024 end
+    end
+  end
+  local before = rss()
+  T.raises(function() rpc.connect({ endpoint = "ipc://" .. path, key = "k" }, { max_reply_bytes = 10 }) end,
+    "max_reply_bytes must be an integer from 1024")
+  local c = rpc.connect({ endpoint = "ipc://" .. path, key = "k" }, { name = "evil", max_reply_bytes = 4 * 1024 * 1024 })
+  local t0 = seer.now()
+  local msg = T.raises(function() c:invoke("get_model_info", nil, 0, nil, { timeout = 20 }) end, "the reply to get_model_info was lost")
+  T.contains(msg, "a message of more than 4194304 bytes")
+  T.contains(msg, "max_reply_bytes")
+  T.ok(seer.now() - t0 < 5, ("the call failed after %.1f s"):format(seer.now() - t0))
+  local sent = tonumber((p:read_line(10000) or ""):match("^sent (%d+)$"))
+  T.ok(sent and sent < 300, ("the server got %s frames of 1 MiB through"):format(tostring(sent)))
+  T.ok(rss() - before < 64 * 1024 * 1024, ("the host grew by %.0f MiB"):format((rss() - before) / 1048576))
+  c.nsock:close()
+  p:kill(9)
+  p:wait(2000)
+  os.execute("rm -rf " .. dir)
+end)
+
 T.test("rpc: close stops the servers", function()
   for _, s in ipairs{ iface, misc } do
     if s then

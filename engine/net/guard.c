@@ -1,0 +1,684 @@
+/* The ZMTP guard: what a hostile peer can make a seer socket hold (docs/security.md, class 6).
+ *
+ * libzmq bounds one frame (ZMQ_MAXMSGSIZE) and a number of complete messages (ZMQ_RCVHWM), but
+ * not a message: it delivers a multipart message whole, so it keeps every frame of one until the
+ * last arrives, and the high-water mark counts complete messages only. A peer that speaks ZMTP
+ * itself (a kernel, sandboxd or RPC server in a sandbox can: it binds the socket the host
+ * connects to) sends frame after frame with the MORE flag and never the last: the receiver grows
+ * without bound before seer sees a byte (3,000 frames of 1 MB took a receiver to 2.9 GB).
+ *
+ * So a socket with limits does not connect to such a peer itself. Its connect goes to a listener
+ * of this process (a unix socket in a private 0700 folder, accepting only this process), and one
+ * thread carries the bytes between that connection and the real endpoint, reading the peer's
+ * ZMTP framing as it goes: greeting (version 3, NULL mechanism), commands (at most 64 KiB each),
+ * and messages (at most max_bytes over all frames and max_frames frames). A peer that breaks a
+ * bound loses the connection at once (both ends closed, nothing of the offending message passed
+ * on but what came before it, which libzmq discards as an incomplete message); the socket
+ * reconnects through the guard as libzmq does after any disconnect. The thread reads from the
+ * peer only while it has room to pass on, so libzmq's high-water mark still pushes back.
+ *
+ * Connecting to an ipc:// endpoint opens the socket file O_PATH|O_NOFOLLOW and connects through
+ * /proc/self/fd: a link planted at the path is refused, not followed (libzmq follows it).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "net.h"
+
+#define BUF_CAP (256 * 1024)
+#define MAX_COMMAND 65536
+#define GREETING 64
+
+typedef struct pair pair_t;
+
+enum { EP_WAKE = 1, EP_LISTEN, EP_DOWN, EP_UP };
+
+typedef struct ep {
+    int kind;
+    void *owner;
+} ep_t;
+
+typedef struct guard {
+    ep_t lep;
+    int lfd;
+    char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    /* the real endpoint */
+    int ipc, abstract;
+    char up_path[4096];
+    struct sockaddr_storage up_addr;
+    socklen_t up_len;
+    size_t max_bytes, max_frames;
+    atomic_ulong cuts;
+    pthread_mutex_t why_mu;
+    char why[160];
+    atomic_int closing;
+    int in_epoll;
+    pair_t *pairs;
+    struct guard *next;
+} guard_t;
+
+typedef struct buf {
+    unsigned char *b;
+    size_t off, len;
+} buf_t;
+
+struct pair {
+    guard_t *g;
+    ep_t dep, uep;
+    int down, up, connecting, dead, up_eof; /* up_eof: the peer ended; what it sent still goes on */
+    long long retry_at; /* up < 0: when to try the real endpoint again (ms, monotonic) */
+    int retry_ms;
+    buf_t d2u, u2d;
+    unsigned dmask, umask; /* the events each fd is registered for */
+    /* the peer's framing */
+    unsigned char greet[GREETING];
+    int greet_have;
+    unsigned char hdr[9];
+    int hdr_have, hdr_need;
+    uint64_t body_left;
+    int in_body, is_cmd, more;
+    uint64_t msg_bytes, msg_frames;
+    pair_t *next;
+};
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static int g_epoll = -1, g_wake = -1, g_start_errno;
+static guard_t *g_guards;
+static char g_dir[256];
+static unsigned long g_serial;
+static ep_t g_wake_ep = {EP_WAKE, NULL};
+
+static void remove_dir(void) {
+    if (!g_dir[0]) return;
+    pthread_mutex_lock(&g_mu);
+    for (guard_t *g = g_guards; g; g = g->next) unlink(g->path);
+    pthread_mutex_unlock(&g_mu);
+    rmdir(g_dir);
+}
+
+static long long now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Records why the guard refused something: counted, and one line on stderr (rate-limited
+ * there). A refusal that repeats the last one (a planted link tried again after each back-off)
+ * is neither counted nor logged again. */
+static void note(guard_t *g, const char *why, int repeatable) {
+    pthread_mutex_lock(&g->why_mu);
+    int same = !repeatable && strcmp(g->why, why) == 0;
+    if (!same) snprintf(g->why, sizeof g->why, "%s", why);
+    pthread_mutex_unlock(&g->why_mu);
+    if (same) return;
+    atomic_fetch_add(&g->cuts, 1);
+    seer_net_note_dropped(why);
+}
+
+static void cut(pair_t *p, const char *why) {
+    if (p->dead) return;
+    p->dead = 1;
+    if (why) note(p->g, why, 1);
+}
+
+/* Out of the epoll set, then closed. A close alone does not remove it while another descriptor
+ * shares the open file (a child between fork and exec holds copies of every descriptor), and
+ * epoll would then report events with a pointer to memory freed here. */
+static void drop_fd(int *fd) {
+    if (*fd < 0) return;
+    epoll_ctl(g_epoll, EPOLL_CTL_DEL, *fd, NULL);
+    close(*fd);
+    *fd = -1;
+}
+
+static void close_pair(pair_t *p) {
+    drop_fd(&p->down);
+    drop_fd(&p->up);
+    free(p->d2u.b);
+    free(p->u2d.b);
+    free(p);
+}
+
+/* Reads the peer's bytes in [b, b+n) into the framing state; 0 when they keep every bound. */
+static int inspect(pair_t *p, const unsigned char *b, size_t n) {
+    guard_t *g = p->g;
+    char why[160];
+    size_t i = 0;
+    while (i < n) {
+        if (p->greet_have < GREETING) {
+            size_t k = GREETING - (size_t)p->greet_have;
+            if (k > n - i) k = n - i;
+            memcpy(p->greet + p->greet_have, b + i, k);
+            p->greet_have += (int)k;
+            i += k;
+            if (p->greet_have >= 10 && (p->greet[0] != 0xff || !(p->greet[9] & 1))) {
+                cut(p, "a peer that does not speak ZMTP 3 (its greeting); disconnected");
+                return -1;
+            }
+            if (p->greet_have >= 11 && p->greet[10] < 3) {
+                cut(p, "a peer that offered ZMTP before version 3; disconnected");
+                return -1;
+            }
+            if (p->greet_have >= 32 && memcmp(p->greet + 12, "NULL\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0", 20) != 0) {
+                cut(p, "a peer that asked for a security mechanism other than NULL; disconnected");
+                return -1;
+            }
+            continue;
+        }
+        if (p->in_body) {
+            uint64_t k = p->body_left < n - i ? p->body_left : n - i;
+            p->body_left -= k;
+            i += (size_t)k;
+            if (p->body_left == 0) p->in_body = 0;
+            continue;
+        }
+        /* a frame header: flags, then a 1- or 8-byte size */
+        if (p->hdr_have == 0) {
+            unsigned char f = b[i];
+            if (f & 0xf8) {
+                cut(p, "a ZMTP frame with reserved flags set; disconnected");
+                return -1;
+            }
+            p->hdr_need = (f & 2) ? 9 : 2;
+        }
+        while (p->hdr_have < p->hdr_need && i < n) p->hdr[p->hdr_have++] = b[i++];
+        if (p->hdr_have < p->hdr_need) break;
+        unsigned char f = p->hdr[0];
+        uint64_t size = 0;
+        if (f & 2)
+            for (int k = 1; k < 9; k++) size = (size << 8) | p->hdr[k];
+        else
+            size = p->hdr[1];
+        p->hdr_have = 0;
+        if (f & 4) { /* a command: READY, PING, PONG, ERROR, SUBSCRIBE; never part of a message */
+            if (size > MAX_COMMAND || (f & 1)) {
+                snprintf(why, sizeof why, "a ZMTP command of %llu bytes (at most %d)%s; disconnected",
+                         (unsigned long long)size, MAX_COMMAND, (f & 1) ? " with the MORE flag" : "");
+                cut(p, why);
+                return -1;
+            }
+        } else {
+            p->msg_frames++;
+            p->msg_bytes += size;
+            if (p->msg_bytes > g->max_bytes || p->msg_frames > g->max_frames) {
+                if (p->msg_bytes > g->max_bytes)
+                    snprintf(why, sizeof why, "a message of more than %zu bytes (this socket's max_bytes); disconnected",
+                             g->max_bytes);
+                else
+                    snprintf(why, sizeof why, "a message of more than %zu frames (this socket's max_frames); disconnected",
+                             g->max_frames);
+                cut(p, why);
+                return -1;
+            }
+            if (!(f & 1)) p->msg_bytes = p->msg_frames = 0;
+        }
+        if (size) {
+            p->in_body = 1;
+            p->body_left = size;
+        }
+    }
+    return 0;
+}
+
+static void set_mask(int fd, ep_t *e, unsigned *cur, unsigned want) {
+    if (fd < 0 || *cur == want) return;
+    struct epoll_event ev = {.events = want, .data.ptr = e};
+    epoll_ctl(g_epoll, EPOLL_CTL_MOD, fd, &ev);
+    *cur = want;
+}
+
+static void update(pair_t *p) {
+    unsigned d = 0, u = 0;
+    if (p->d2u.len < BUF_CAP && !p->up_eof) d |= EPOLLIN;
+    if (p->u2d.off < p->u2d.len) d |= EPOLLOUT;
+    if (p->up < 0) u = 0;
+    else if (p->connecting) u = EPOLLOUT;
+    else if (p->up_eof) u = 0;
+    else {
+        if (p->u2d.len < BUF_CAP) u |= EPOLLIN;
+        if (p->d2u.off < p->d2u.len) u |= EPOLLOUT;
+    }
+    set_mask(p->down, &p->dep, &p->dmask, d);
+    set_mask(p->up, &p->uep, &p->umask, u);
+}
+
+/* Reads what fd has into b; returns 1 when something came or nothing is there yet, 0 at the end
+ * of the stream or on an error. */
+static int fill(int fd, buf_t *b, size_t *got) {
+    *got = 0;
+    if (b->off == b->len) b->off = b->len = 0;
+    if (b->len == BUF_CAP && b->off > 0) {
+        memmove(b->b, b->b + b->off, b->len - b->off);
+        b->len -= b->off;
+        b->off = 0;
+    }
+    if (b->len == BUF_CAP) return 1;
+    ssize_t r = read(fd, b->b + b->len, BUF_CAP - b->len);
+    if (r > 0) {
+        *got = (size_t)r;
+        b->len += (size_t)r;
+        return 1;
+    }
+    if (r < 0 && (errno == EAGAIN || errno == EINTR)) return 1;
+    return 0;
+}
+
+static int drain(int fd, buf_t *b) {
+    while (b->off < b->len) {
+        ssize_t w = send(fd, b->b + b->off, b->len - b->off, MSG_NOSIGNAL);
+        if (w > 0) {
+            b->off += (size_t)w;
+            continue;
+        }
+        if (w < 0 && (errno == EAGAIN || errno == EINTR)) return 1;
+        return 0;
+    }
+    b->off = b->len = 0;
+    return 1;
+}
+
+static void on_down(pair_t *p, unsigned ev) {
+    size_t got;
+    if (ev & EPOLLOUT && !drain(p->down, &p->u2d)) return cut(p, NULL);
+    if (p->up_eof) {
+        if (p->u2d.off == p->u2d.len) cut(p, NULL);
+        return;
+    }
+    if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+        if (!fill(p->down, &p->d2u, &got)) return cut(p, NULL);
+        if (p->up >= 0 && !p->connecting && !drain(p->up, &p->d2u)) return cut(p, NULL);
+    }
+}
+
+static void on_up(pair_t *p, unsigned ev) {
+    size_t got;
+    if (p->connecting) {
+        int e = 0;
+        socklen_t el = sizeof e;
+        if (getsockopt(p->up, SOL_SOCKET, SO_ERROR, &e, &el) != 0 || e != 0) {
+            /* refused (not listening yet): libzmq's connection stays, with what it already sent,
+             * and the guard tries again after its back-off */
+            drop_fd(&p->up);
+            p->connecting = 0;
+            p->retry_ms = p->retry_ms ? (p->retry_ms * 2 > 1000 ? 1000 : p->retry_ms * 2) : 5;
+            p->retry_at = now_ms() + p->retry_ms;
+            return;
+        }
+        if (!(ev & EPOLLOUT)) return;
+        p->connecting = 0;
+        if (!drain(p->up, &p->d2u)) return cut(p, NULL);
+        return;
+    }
+    if (ev & EPOLLOUT && !drain(p->up, &p->d2u)) return cut(p, NULL);
+    if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+        size_t before = p->u2d.len;
+        if (!fill(p->up, &p->u2d, &got)) {
+            /* what it sent before it went away still goes on (a kernel's last words) */
+            p->up_eof = 1;
+            drop_fd(&p->up); /* an ended stream would report itself forever */
+            if (!drain(p->down, &p->u2d) || p->u2d.off == p->u2d.len) cut(p, NULL);
+            return;
+        }
+        if (got && inspect(p, p->u2d.b + before, got) != 0) return;
+        if (!drain(p->down, &p->u2d)) return cut(p, NULL);
+    }
+}
+
+/* Opens the connection to the real endpoint (non-blocking); -1 with why set when it cannot. */
+static int connect_up(guard_t *g, int *connecting, char *why, size_t wn) {
+    *connecting = 0;
+    int fam = g->ipc ? AF_UNIX : g->up_addr.ss_family;
+    int s = socket(fam, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (s < 0) return -1;
+    struct sockaddr_un un;
+    const struct sockaddr *sa = (const struct sockaddr *)&g->up_addr;
+    socklen_t sl = g->up_len;
+    int pf = -1;
+    if (g->ipc && !g->abstract) {
+        pf = open(g->up_path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+        struct stat st;
+        if (pf < 0 || fstat(pf, &st) != 0 || !S_ISSOCK(st.st_mode)) {
+            /* O_PATH|O_NOFOLLOW opens a link itself; ENOENT (not yet bound) is no refusal */
+            if (pf >= 0)
+                snprintf(why, wn, "%.80s is not a socket (%s); not followed", g->up_path,
+                         S_ISLNK(st.st_mode) ? "a symbolic link" : "another kind of file");
+            if (pf >= 0) close(pf);
+            close(s);
+            return -1;
+        }
+        memset(&un, 0, sizeof un);
+        un.sun_family = AF_UNIX;
+        snprintf(un.sun_path, sizeof un.sun_path, "/proc/self/fd/%d", pf);
+        sa = (const struct sockaddr *)&un;
+        sl = sizeof un;
+    }
+    int r = connect(s, sa, sl);
+    int e = errno;
+    if (pf >= 0) close(pf);
+    if (r == 0) return s;
+    if (e == EINPROGRESS && !g->ipc) {
+        *connecting = 1;
+        return s;
+    }
+    close(s);
+    return -1;
+}
+
+/* Connects p to the real endpoint; when that fails (not bound yet, refused, a link planted
+ * there), libzmq's connection stays open here and the guard tries again after a back-off of
+ * 5 ms doubling to 1 s, as libzmq would. */
+static void try_up(pair_t *p) {
+    char why[160] = "";
+    int connecting;
+    int u = connect_up(p->g, &connecting, why, sizeof why);
+    if (u < 0) {
+        if (why[0]) note(p->g, why, 0);
+        p->retry_ms = p->retry_ms ? (p->retry_ms * 2 > 1000 ? 1000 : p->retry_ms * 2) : 5;
+        p->retry_at = now_ms() + p->retry_ms;
+        return;
+    }
+    p->up = u;
+    p->connecting = connecting;
+    p->retry_at = 0;
+    struct epoll_event ev = {.events = connecting ? EPOLLOUT : EPOLLIN, .data.ptr = &p->uep};
+    epoll_ctl(g_epoll, EPOLL_CTL_ADD, u, &ev);
+    p->umask = ev.events;
+    if (!connecting && p->d2u.off < p->d2u.len && !drain(p->up, &p->d2u)) cut(p, NULL);
+}
+
+static void on_accept(guard_t *g) {
+    for (;;) {
+        int d = accept4(g->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (d < 0) return;
+        struct ucred cr;
+        socklen_t cl = sizeof cr;
+        if (getsockopt(d, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0 || cr.pid != getpid()) {
+            close(d); /* only this process's own libzmq connects here */
+            continue;
+        }
+        pair_t *p = calloc(1, sizeof *p);
+        if (p) {
+            p->d2u.b = malloc(BUF_CAP);
+            p->u2d.b = malloc(BUF_CAP);
+        }
+        if (!p || !p->d2u.b || !p->u2d.b) {
+            if (p) {
+                free(p->d2u.b);
+                free(p->u2d.b);
+                free(p);
+            }
+            close(d);
+            continue;
+        }
+        p->g = g;
+        p->down = d;
+        p->up = -1;
+        p->dep = (ep_t){EP_DOWN, p};
+        p->uep = (ep_t){EP_UP, p};
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &p->dep};
+        epoll_ctl(g_epoll, EPOLL_CTL_ADD, d, &ev);
+        p->dmask = EPOLLIN;
+        p->next = g->pairs;
+        g->pairs = p;
+        try_up(p);
+    }
+}
+
+/* Drops dead pairs and guards released by their sockets, retries connects that are due, and
+ * returns how long epoll may wait (ms; -1: until something happens). */
+static int sweep(void) {
+    long long now = now_ms(), next = -1;
+    pthread_mutex_lock(&g_mu);
+    for (guard_t **gp = &g_guards; *gp;) {
+        guard_t *g = *gp;
+        for (pair_t **pp = &g->pairs; *pp;) {
+            pair_t *p = *pp;
+            if (p->dead || g->closing) {
+                *pp = p->next;
+                close_pair(p);
+            } else {
+                if (p->up < 0 && p->retry_at && p->retry_at <= now) try_up(p);
+                if (p->up < 0 && p->retry_at && !p->dead && (next < 0 || p->retry_at < next)) next = p->retry_at;
+                update(p);
+                pp = &p->next;
+            }
+        }
+        if (g->closing) {
+            *gp = g->next;
+            drop_fd(&g->lfd);
+            unlink(g->path);
+            pthread_mutex_destroy(&g->why_mu);
+            free(g);
+        } else {
+            if (!g->in_epoll) {
+                struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &g->lep};
+                epoll_ctl(g_epoll, EPOLL_CTL_ADD, g->lfd, &ev);
+                g->in_epoll = 1;
+            }
+            gp = &g->next;
+        }
+    }
+    pthread_mutex_unlock(&g_mu);
+    if (next < 0) return -1;
+    return next - now > 1000 ? 1000 : (int)(next - now);
+}
+
+static void *loop(void *arg) {
+    (void)arg;
+    struct epoll_event evs[64];
+    int timeout = -1;
+    for (;;) {
+        int n = epoll_wait(g_epoll, evs, 64, timeout);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return NULL;
+        }
+        int swept = 0;
+        for (int i = 0; i < n; i++) {
+            ep_t *e = evs[i].data.ptr;
+            unsigned ev = evs[i].events;
+            if (e->kind == EP_WAKE) {
+                uint64_t v;
+                if (read(g_wake, &v, sizeof v) < 0) { /* nothing to do: the sweep below runs anyway */
+                }
+                swept = 1;
+            } else if (e->kind == EP_LISTEN) {
+                guard_t *g = e->owner;
+                if (!g->closing) on_accept(g);
+            } else {
+                pair_t *p = e->owner;
+                if (p->dead || p->g->closing) continue;
+                if (e->kind == EP_DOWN) on_down(p, ev);
+                else on_up(p, ev);
+            }
+        }
+        (void)swept;
+        timeout = sweep();
+    }
+}
+
+static void start(void) {
+    const char *base = getenv("XDG_RUNTIME_DIR");
+    struct stat st;
+    if (!base || !base[0] || base[0] != '/' || stat(base, &st) != 0 || !S_ISDIR(st.st_mode) ||
+        strlen(base) > 60)
+        base = "/tmp";
+    snprintf(g_dir, sizeof g_dir, "%s/seer-guard-XXXXXX", base);
+    if (!mkdtemp(g_dir)) {
+        g_start_errno = errno;
+        g_dir[0] = 0;
+        return;
+    }
+    g_epoll = epoll_create1(EPOLL_CLOEXEC);
+    g_wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    pthread_t t;
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&a, 256 * 1024);
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &g_wake_ep};
+    if (g_epoll < 0 || g_wake < 0 || epoll_ctl(g_epoll, EPOLL_CTL_ADD, g_wake, &ev) != 0) {
+        g_start_errno = errno;
+        rmdir(g_dir);
+        g_dir[0] = 0;
+        return;
+    }
+    /* the thread must not take signals meant for the main thread (Ctrl-C, SIGCHLD) */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int r = pthread_create(&t, &a, loop, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&a);
+    if (r != 0) {
+        g_start_errno = r;
+        rmdir(g_dir);
+        g_dir[0] = 0;
+        return;
+    }
+    atexit(remove_dir);
+}
+
+static void wake(void) {
+    uint64_t one = 1;
+    if (write(g_wake, &one, sizeof one) < 0) { /* the counter is full: a wake-up is pending anyway */
+    }
+}
+
+/* Parses "ipc://path" or "tcp://host:port" into g; 0, or -1 with err set. */
+static int parse_endpoint(guard_t *g, const char *ep, seer_err_t *err) {
+    if (strncmp(ep, "ipc://", 6) == 0) {
+        const char *path = ep + 6;
+        g->ipc = 1;
+        if (path[0] == '@') {
+            g->abstract = 1;
+            struct sockaddr_un *un = (struct sockaddr_un *)&g->up_addr;
+            size_t n = strlen(path + 1);
+            if (n + 1 > sizeof un->sun_path)
+                return seer_err_set(err, SEER_EINVAL, "net: the abstract socket name of %s is too long", ep);
+            un->sun_family = AF_UNIX;
+            un->sun_path[0] = 0;
+            memcpy(un->sun_path + 1, path + 1, n);
+            g->up_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+            return 0;
+        }
+        if (!path[0] || strlen(path) >= sizeof g->up_path)
+            return seer_err_set(err, SEER_EINVAL, "net: connect %s: an empty or too long socket path", ep);
+        snprintf(g->up_path, sizeof g->up_path, "%s", path);
+        return 0;
+    }
+    if (strncmp(ep, "tcp://", 6) != 0)
+        return seer_err_set(err, SEER_EINVAL, "net: cannot guard %s (ipc:// and tcp:// only)", ep);
+    char host[256];
+    const char *hp = ep + 6, *colon = strrchr(hp, ':');
+    if (!colon || colon == hp || (size_t)(colon - hp) >= sizeof host || strchr(hp, ';'))
+        return seer_err_set(err, SEER_EINVAL, "net: connect %s: expected tcp://host:port", ep);
+    memcpy(host, hp, (size_t)(colon - hp));
+    host[colon - hp] = 0;
+    if (host[0] == '[') { /* [::1] */
+        size_t n = strlen(host);
+        if (n < 3 || host[n - 1] != ']') return seer_err_set(err, SEER_EINVAL, "net: connect %s: a bad address", ep);
+        memmove(host, host + 1, n - 2);
+        host[n - 2] = 0;
+    }
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+    int r = getaddrinfo(host, colon + 1, &hints, &res);
+    if (r != 0 || !res)
+        return seer_err_set(err, SEER_EINVAL, "net: connect %s: %s", ep, r ? gai_strerror(r) : "no address");
+    memcpy(&g->up_addr, res->ai_addr, res->ai_addrlen);
+    g->up_len = res->ai_addrlen;
+    freeaddrinfo(res);
+    return 0;
+}
+
+void *seer_net_guard_open(const char *endpoint, size_t max_bytes, size_t max_frames, char *local, size_t local_cap,
+                          seer_err_t *err) {
+    pthread_once(&g_once, start);
+    if (!g_dir[0]) {
+        seer_err_set(err, SEER_EIO, "net: cannot start the connection guard: %s", strerror(g_start_errno));
+        return NULL;
+    }
+    guard_t *g = calloc(1, sizeof *g);
+    if (!g) {
+        seer_err_set(err, SEER_ENOMEM, "net: out of memory");
+        return NULL;
+    }
+    g->max_bytes = max_bytes ? max_bytes : SEER_NET_MAX_BYTES;
+    g->max_frames = max_frames ? max_frames : SEER_NET_MAX_FRAMES;
+    if (parse_endpoint(g, endpoint, err) != 0) {
+        free(g);
+        return NULL;
+    }
+    pthread_mutex_init(&g->why_mu, NULL);
+    g->lep = (ep_t){EP_LISTEN, g};
+    pthread_mutex_lock(&g_mu);
+    unsigned long serial = ++g_serial;
+    pthread_mutex_unlock(&g_mu);
+    if (snprintf(g->path, sizeof g->path, "%s/%lu", g_dir, serial) >= (int)sizeof g->path) {
+        seer_err_set(err, SEER_EINVAL, "net: the guard's folder %s is too long", g_dir);
+        pthread_mutex_destroy(&g->why_mu);
+        free(g);
+        return NULL;
+    }
+    struct sockaddr_un un = {.sun_family = AF_UNIX};
+    snprintf(un.sun_path, sizeof un.sun_path, "%s", g->path);
+    g->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (g->lfd < 0 || bind(g->lfd, (struct sockaddr *)&un, sizeof un) != 0 || listen(g->lfd, 16) != 0) {
+        seer_err_set(err, SEER_EIO, "net: the connection guard cannot listen at %s: %s", g->path, strerror(errno));
+        if (g->lfd >= 0) close(g->lfd);
+        unlink(g->path);
+        pthread_mutex_destroy(&g->why_mu);
+        free(g);
+        return NULL;
+    }
+    if (snprintf(local, local_cap, "ipc://%s", g->path) >= (int)local_cap) {
+        seer_err_set(err, SEER_EINVAL, "net: guard path too long");
+        close(g->lfd);
+        unlink(g->path);
+        pthread_mutex_destroy(&g->why_mu);
+        free(g);
+        return NULL;
+    }
+    pthread_mutex_lock(&g_mu);
+    g->next = g_guards;
+    g_guards = g;
+    pthread_mutex_unlock(&g_mu);
+    wake();
+    return g;
+}
+
+unsigned long seer_net_guard_cuts(void *guard, char *why, size_t why_cap) {
+    guard_t *g = guard;
+    unsigned long n = atomic_load(&g->cuts);
+    if (why && why_cap) {
+        pthread_mutex_lock(&g->why_mu);
+        snprintf(why, why_cap, "%s", g->why);
+        pthread_mutex_unlock(&g->why_mu);
+    }
+    return n;
+}
+
+void seer_net_guard_close(void *guard) {
+    guard_t *g = guard;
+    if (!g) return;
+    pthread_mutex_lock(&g_mu);
+    g->closing = 1;
+    pthread_mutex_unlock(&g_mu);
+    wake();
+}

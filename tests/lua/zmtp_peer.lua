@@ -1,0 +1,61 @@
+-- A hostile ZMTP peer for the tests of seer.net's connection guard (engine/net/guard.c): it binds
+-- a unix socket as a kernel, sandboxd or RPC server in a sandbox would, and speaks ZMTP 3 itself
+-- (libzmq will not send an unfinished multipart message; a peer writing bytes can).
+--   seer tests/lua/zmtp_peer.lua PATH MODE N SIZE
+-- MODE "flood": after the greeting, N frames of SIZE bytes, all with the MORE flag (one message
+-- that never ends); "command": one command frame of SIZE bytes; "zmtp2": a ZMTP 2.0 greeting.
+-- It waits for the client to send something first when MODE ends in "-after" (a request), then
+-- sends; it prints "sent K" when done or cut, and exits when the client goes away.
+local sock = require "seer.sock"
+local process = require "seer.process"
+local path, mode, n, size = arg[1], arg[2], tonumber(arg[3]), tonumber(arg[4])
+os.remove(path)
+local l = assert(sock.listen_unix(path, 4))
+io.stdout:write("listening\n") io.stdout:flush()
+local ok_wait = sock.wait(l, 1, 20000)
+if not ok_wait then os.exit(3) end
+local fd = sock.accept(l)
+local function u64(v)
+  local t = {}
+  for i = 7, 0, -1 do t[#t + 1] = string.char(math.floor(v / 2 ^ (8 * i)) % 256) end
+  return table.concat(t)
+end
+local function u32(v) return u64(v):sub(5) end
+local function prop(k, v) return string.char(#k) .. k .. u32(#v) .. v end
+local major = mode == "zmtp2" and 1 or 3
+local greet = "\255" .. ("\0"):rep(8) .. "\127" .. string.char(major, 0) .. "NULL" .. ("\0"):rep(16) .. "\0" .. ("\0"):rep(31)
+if not sock.send_all(fd, greet, 5000) then os.exit(4) end
+local ready = "\5READY" .. prop("Socket-Type", "ROUTER") .. prop("Identity", "")
+sock.send_all(fd, "\4" .. string.char(#ready) .. ready, 5000)
+if mode:find("%-after$") then
+  -- the client's greeting and READY come first; then wait for a message from it
+  local got = 0
+  local deadline = process.now_ms() + 20000
+  while got < 64 + 30 and process.now_ms() < deadline do
+    if sock.wait(fd, 1, 200) then
+      local s = sock.recv(fd, 65536)
+      if s == "" then os.exit(0) end
+      got = got + #(s or "")
+    end
+  end
+end
+local sent = 0
+if mode:find("^flood") then
+  local frame = "\3" .. u64(size) .. ("x"):rep(size)
+  for _ = 1, n do
+    if not sock.send_all(fd, frame, 10000) then break end
+    sent = sent + 1
+  end
+elseif mode == "command" then
+  sock.send_all(fd, "\6" .. u64(size) .. ("c"):rep(size), 10000)
+  sent = 1
+end
+io.stdout:write(("sent %d\n"):format(sent)) io.stdout:flush()
+-- hold the connection until the client closes it (or 20 s)
+local deadline = process.now_ms() + 20000
+while process.now_ms() < deadline do
+  if sock.wait(fd, 1, 200) then
+    local s = sock.recv(fd, 65536)
+    if s == "" or s == nil then break end
+  end
+end
