@@ -496,8 +496,12 @@ end)
 
 -- 24 displays of 15 MiB: the cell keeps 17 (its 256 MiB). The server's peak stays within a small
 -- multiple of what it keeps: no whole-cell or whole-notebook copies (live view, saves, caches).
+-- Measured 2.6-2.8x on an idle machine; on a loaded one the server lags the kernel and ZMQ queues
+-- more displays (up to 16, by design), and runs reached 3.0-3.3x, with or without the connection
+-- guard (three interleaved runs each: 662-767 MiB with it, 760-805 without). Copies of the cell
+-- or the notebook took it to ~7x.
 local big_srv, big_s
-T.test("the server's memory follows what it keeps: 24 displays of 15 MiB peak under 3x the kept 255 MiB", function()
+T.test("the server's memory follows what it keeps: 24 displays of 15 MiB peak under 3.5x the kept 255 MiB", function()
   big_srv = own_server()
   big_s = big_srv.session("bigmem", T.tmpdir())
   big_s:exec("x = 1")
@@ -511,7 +515,7 @@ for i = 1, 24 do pub("display_data", json.encode{ data = { ["text/plain"] = big 
   local kept = file_mib(big_s.notebook_path)
   print(("    kept %.0f MiB (the notebook file); the server's peak RSS %.0f MiB"):format(kept, hwm))
   T.ok(kept > 240, "the cell kept its 256 MiB")
-  T.ok(hwm < 3 * kept, ("the server's peak is %.1fx what it keeps"):format(hwm / kept))
+  T.ok(hwm < 3.5 * kept, ("the server's peak is %.1fx what it keeps"):format(hwm / kept))
   local doc = json.decode(seer.read_file(big_s.notebook_path))
   local outs = doc.cells[2].outputs
   T.eq(#outs, 18, "17 displays and the record")
