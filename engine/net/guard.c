@@ -22,6 +22,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
@@ -59,6 +60,7 @@ typedef struct guard {
     char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
     /* the real endpoint */
     int ipc, abstract;
+    int bind_mode; /* the guard listens at the endpoint for peers; libzmq binds at path */
     char up_path[4096];
     struct sockaddr_storage up_addr;
     socklen_t up_len;
@@ -406,6 +408,46 @@ static void on_accept(guard_t *g) {
     for (;;) {
         int d = accept4(g->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (d < 0) return;
+        if (g->bind_mode) {
+            /* a peer (anyone who reaches the endpoint) on one side, libzmq's bind on the other */
+            int z = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+            struct sockaddr_un un = {.sun_family = AF_UNIX};
+            snprintf(un.sun_path, sizeof un.sun_path, "%s", g->path);
+            if (z < 0 || connect(z, (struct sockaddr *)&un, sizeof un) != 0) {
+                if (z >= 0) close(z);
+                close(d);
+                continue;
+            }
+            pair_t *p = calloc(1, sizeof *p);
+            if (p) {
+                p->d2u.b = malloc(BUF_CAP);
+                p->u2d.b = malloc(BUF_CAP);
+            }
+            if (!p || !p->d2u.b || !p->u2d.b) {
+                if (p) {
+                    free(p->d2u.b);
+                    free(p->u2d.b);
+                    free(p);
+                }
+                close(d);
+                close(z);
+                continue;
+            }
+            p->g = g;
+            p->down = z;
+            p->up = d;
+            p->dep = (ep_t){EP_DOWN, p};
+            p->uep = (ep_t){EP_UP, p};
+            struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &p->dep};
+            epoll_ctl(g_epoll, EPOLL_CTL_ADD, z, &ev);
+            p->dmask = EPOLLIN;
+            ev.data.ptr = &p->uep;
+            epoll_ctl(g_epoll, EPOLL_CTL_ADD, d, &ev);
+            p->umask = EPOLLIN;
+            p->next = g->pairs;
+            g->pairs = p;
+            continue;
+        }
         struct ucred cr;
         socklen_t cl = sizeof cr;
         if (getsockopt(d, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0 || cr.pid != getpid()) {
@@ -607,8 +649,55 @@ static int parse_endpoint(guard_t *g, const char *ep, seer_err_t *err) {
     return 0;
 }
 
-void *seer_net_guard_open(const char *endpoint, size_t max_bytes, size_t max_frames, char *local, size_t local_cap,
-                          seer_err_t *err) {
+/* The public side of a guarded bind: a listener at the endpoint g names; its actual endpoint
+ * (a wildcard port resolved) into pub. */
+static int listen_public(guard_t *g, const char *endpoint, char *pub, size_t pub_cap, seer_err_t *err) {
+    if (g->ipc && g->abstract)
+        return seer_err_set(err, SEER_EINVAL, "net: bind %s: the guard binds ipc:// paths and tcp:// only", endpoint);
+    int fam = g->ipc ? AF_UNIX : g->up_addr.ss_family;
+    int l = socket(fam, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (l < 0) return seer_err_set(err, SEER_EIO, "net: bind %s: %s", endpoint, strerror(errno));
+    const struct sockaddr *sa = (const struct sockaddr *)&g->up_addr;
+    socklen_t sl = g->up_len;
+    struct sockaddr_un un;
+    if (g->ipc) {
+        memset(&un, 0, sizeof un);
+        un.sun_family = AF_UNIX;
+        if (strlen(g->up_path) >= sizeof un.sun_path) {
+            close(l);
+            return seer_err_set(err, SEER_EINVAL, "net: bind %s: the path is too long for a unix socket", endpoint);
+        }
+        memcpy(un.sun_path, g->up_path, strlen(g->up_path));
+        unlink(g->up_path); /* a socket an earlier run left, as libzmq's ipc bind does */
+        sa = (const struct sockaddr *)&un;
+        sl = sizeof un;
+    } else {
+        int one = 1;
+        setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    }
+    if (bind(l, sa, sl) != 0 || listen(l, 128) != 0) {
+        int e = errno;
+        close(l);
+        return seer_err_set(err, SEER_EIO, "net: bind %s: %s", endpoint, strerror(e));
+    }
+    if (g->ipc) snprintf(pub, pub_cap, "%s", endpoint);
+    else {
+        struct sockaddr_storage got;
+        socklen_t gl = sizeof got;
+        char host[INET6_ADDRSTRLEN + 2], port[16];
+        if (getsockname(l, (struct sockaddr *)&got, &gl) != 0 ||
+            getnameinfo((struct sockaddr *)&got, gl, host, sizeof host, port, sizeof port, NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+            close(l);
+            return seer_err_set(err, SEER_EIO, "net: bind %s: cannot read the bound address", endpoint);
+        }
+        snprintf(pub, pub_cap, got.ss_family == AF_INET6 ? "tcp://[%s]:%s" : "tcp://%s:%s", host, port);
+    }
+    g->lfd = l;
+    return 0;
+}
+
+static void *open_guard(const char *endpoint, int bind_mode, size_t max_bytes, size_t max_frames, char *local,
+                        size_t local_cap, char *pub, size_t pub_cap, seer_err_t *err) {
     pthread_once(&g_once, start);
     if (!g_dir[0]) {
         seer_err_set(err, SEER_EIO, "net: cannot start the connection guard: %s", strerror(g_start_errno));
@@ -621,7 +710,21 @@ void *seer_net_guard_open(const char *endpoint, size_t max_bytes, size_t max_fra
     }
     g->max_bytes = max_bytes ? max_bytes : SEER_NET_MAX_BYTES;
     g->max_frames = max_frames ? max_frames : SEER_NET_MAX_FRAMES;
-    if (parse_endpoint(g, endpoint, err) != 0) {
+    g->bind_mode = bind_mode;
+    if (bind_mode && strncmp(endpoint, "tcp://", 6) == 0 && strstr(endpoint, ":*")) {
+        char e2[300]; /* a wildcard port: 0 to the kernel */
+        const char *star = strstr(endpoint, ":*");
+        if ((size_t)(star - endpoint) + 3 > sizeof e2) {
+            free(g);
+            seer_err_set(err, SEER_EINVAL, "net: bind %s: too long", endpoint);
+            return NULL;
+        }
+        snprintf(e2, sizeof e2, "%.*s:0", (int)(star - endpoint), endpoint);
+        if (parse_endpoint(g, e2, err) != 0) {
+            free(g);
+            return NULL;
+        }
+    } else if (parse_endpoint(g, endpoint, err) != 0) {
         free(g);
         return NULL;
     }
@@ -635,6 +738,21 @@ void *seer_net_guard_open(const char *endpoint, size_t max_bytes, size_t max_fra
         pthread_mutex_destroy(&g->why_mu);
         free(g);
         return NULL;
+    }
+    if (bind_mode) {
+        if (listen_public(g, endpoint, pub, pub_cap, err) != 0 ||
+            snprintf(local, local_cap, "ipc://%s", g->path) >= (int)local_cap) {
+            if (g->lfd > 0) close(g->lfd);
+            pthread_mutex_destroy(&g->why_mu);
+            free(g);
+            return NULL;
+        }
+        pthread_mutex_lock(&g_mu);
+        g->next = g_guards;
+        g_guards = g;
+        pthread_mutex_unlock(&g_mu);
+        wake();
+        return g;
     }
     struct sockaddr_un un = {.sun_family = AF_UNIX};
     snprintf(un.sun_path, sizeof un.sun_path, "%s", g->path);
@@ -661,6 +779,16 @@ void *seer_net_guard_open(const char *endpoint, size_t max_bytes, size_t max_fra
     pthread_mutex_unlock(&g_mu);
     wake();
     return g;
+}
+
+void *seer_net_guard_open(const char *endpoint, size_t max_bytes, size_t max_frames, char *local, size_t local_cap,
+                          seer_err_t *err) {
+    return open_guard(endpoint, 0, max_bytes, max_frames, local, local_cap, NULL, 0, err);
+}
+
+void *seer_net_guard_bind(const char *endpoint, size_t max_bytes, size_t max_frames, char *local, size_t local_cap,
+                          char *pub, size_t pub_cap, seer_err_t *err) {
+    return open_guard(endpoint, 1, max_bytes, max_frames, local, local_cap, pub, pub_cap, err);
 }
 
 unsigned long seer_net_guard_cuts(void *guard, char *why, size_t why_cap) {

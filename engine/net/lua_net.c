@@ -132,10 +132,27 @@ static int l_socket(lua_State *L) {
 static int l_bind(lua_State *L) {
     sock_ud *s = check_sock(L, 1);
     const char *ep = luaL_checkstring(L, 2);
-    if (zmq_bind(s->sock, ep) != 0) return luaL_error(L, "net: bind %s: %s", ep, zmq_strerror(zmq_errno()));
     char last[256];
-    size_t n = sizeof last;
-    if (zmq_getsockopt(s->sock, ZMQ_LAST_ENDPOINT, last, &n) != 0) return zfail(L, "bind");
+    if (s->guarded && !s->curve && s->zap_slot < 0 && (strncmp(ep, "ipc://", 6) == 0 || strncmp(ep, "tcp://", 6) == 0)) {
+        /* peers reach libzmq only through the guard, which bounds a message (guard.c) */
+        if (s->nguards == MAX_GUARDED_CONNECTS)
+            return luaL_error(L, "net: bind %s: a socket with limits binds and connects %d endpoints at most", ep,
+                              MAX_GUARDED_CONNECTS);
+        char local[160];
+        seer_err_t err;
+        void *g = seer_net_guard_bind(ep, s->rx.max_bytes, s->rx.max_frames, local, sizeof local, last, sizeof last, &err);
+        if (!g) return luaL_error(L, "%s", err.msg);
+        if (zmq_bind(s->sock, local) != 0) {
+            int e = zmq_errno();
+            seer_net_guard_close(g);
+            return luaL_error(L, "net: bind %s: %s", ep, zmq_strerror(e));
+        }
+        s->guards[s->nguards++] = g;
+    } else {
+        if (zmq_bind(s->sock, ep) != 0) return luaL_error(L, "net: bind %s: %s", ep, zmq_strerror(zmq_errno()));
+        size_t n = sizeof last;
+        if (zmq_getsockopt(s->sock, ZMQ_LAST_ENDPOINT, last, &n) != 0) return zfail(L, "bind");
+    }
     lua_pushstring(L, last);
     const char *colon = strrchr(last, ':');
     if (strncmp(last, "tcp://", 6) == 0 && colon) {

@@ -170,6 +170,11 @@ int seer_net_curve_client(void *sock, const char *server_public, const char *cli
  * disconnects and failed connects for a reason (why: the last). close after zmq_close. */
 void *seer_net_guard_open(const char *endpoint, size_t max_bytes, size_t max_frames, char *local, size_t local_cap,
                           seer_err_t *err);
+/* The same for a socket that binds: the guard listens at `endpoint` (ipc:// path or tcp://host:port,
+ * port * for any) and hands each peer's connection, checked, to `local` (an ipc:// path in the
+ * private folder), where libzmq binds; pub gets the endpoint peers use (the port resolved). */
+void *seer_net_guard_bind(const char *endpoint, size_t max_bytes, size_t max_frames, char *local, size_t local_cap,
+                          char *pub, size_t pub_cap, seer_err_t *err);
 unsigned long seer_net_guard_cuts(void *guard, char *why, size_t why_cap);
 void seer_net_guard_close(void *guard);
 

@@ -276,5 +276,40 @@ T.test("net: the guard refuses a frame-count flood, oversized commands and old Z
   T.eq(r and r.content.n, 2)
   T.eq(r and r.buffers[1] == big, true)
   for _, x in ipairs({ srv, via_link, direct, direct2 }) do x:close() end
+end)
+
+T.test("net: a socket with limits that binds is guarded too: a connecting peer's endless message is cut, others go on", function()
+  -- a host process that binds where a sandbox can connect (the RPC relay in a sandbox's run folder)
+  local path = tmp .. "/bound.sock"
+  local srv = net.socket("router", "k", { max_bytes = 4 * 1024 * 1024, rcvhwm = 4 })
+  T.eq(srv:bind("ipc://" .. path), "ipc://" .. path)
+  local before = vm("VmRSS")
+  local p = process.spawn{ argv = { require("seer.jupyter").seer_binary(), seer.script_dir() .. "/zmtp_peer.lua", path,
+                                    "client-flood", "400", tostring(1024 * 1024) }, stdout = "pipe" }
+  T.eq(p:read_line(10000), "connected")
+  local sent = tonumber((p:read_line(20000) or ""):match("^sent (%d+)$"))
+  T.ok(sent and sent < 400, ("the peer got %s frames of 1 MiB through"):format(tostring(sent)))
+  local n, why = srv:dropped()
+  T.ok(n >= 1 and why:find("more than 4194304 bytes", 1, true), tostring(why))
+  T.ok(vm("VmRSS") - before < 64 * 1024 * 1024, ("the server grew by %d MiB"):format((vm("VmRSS") - before) / 1048576))
+  -- a well-behaved client still gets through, both ways
+  local c = net.socket("dealer", "k")
+  c:connect("ipc://" .. path)
+  c:send({ header = net.header("x", "c"), content = { hi = 1 } })
+  local m = srv:recv(5000)
+  T.eq(m and m.content.hi, 1)
+  srv:send({ idents = m.idents, header = net.header("y", "s"), content = { back = 2 } })
+  T.eq((c:recv(5000) or {}).content.back, 2)
+  -- tcp with a wildcard port: the endpoint returned is the real one
+  local t = net.socket("router", "k", { max_bytes = 65536 })
+  local ep, port = t:bind("tcp://127.0.0.1:*")
+  T.ok(ep:match("^tcp://127%.0%.0%.1:%d+$") and port > 0, ep)
+  local tc = net.socket("dealer", "k")
+  tc:connect(ep)
+  tc:send({ header = net.header("x", "t"), content = { tcp = true } })
+  T.eq((t:recv(5000) or {}).content.tcp, true)
+  for _, x in ipairs({ srv, c, t, tc }) do x:close() end
+  p:kill(9)
+  p:wait(2000)
   os.execute("rm -rf " .. tmp)
 end)

@@ -5,16 +5,25 @@
 -- MODE "flood": after the greeting, N frames of SIZE bytes, all with the MORE flag (one message
 -- that never ends); "command": one command frame of SIZE bytes; "zmtp2": a ZMTP 2.0 greeting.
 -- It waits for the client to send something first when MODE ends in "-after" (a request), then
--- sends; it prints "sent K" when done or cut, and exits when the client goes away.
+-- sends; it prints "sent K" when done or cut, and exits when the client goes away. MODE
+-- "client-flood" connects to PATH (a socket that binds) instead of binding it.
 local sock = require "seer.sock"
 local process = require "seer.process"
 local path, mode, n, size = arg[1], arg[2], tonumber(arg[3]), tonumber(arg[4])
-os.remove(path)
-local l = assert(sock.listen_unix(path, 4))
-io.stdout:write("listening\n") io.stdout:flush()
-local ok_wait = sock.wait(l, 1, 20000)
-if not ok_wait then os.exit(3) end
-local fd = sock.accept(l)
+local fd
+if mode:find("^client%-") then
+  -- the other way round: a peer that connects to a socket that binds
+  mode = mode:sub(8)
+  fd = assert(sock.connect_unix(path, 5000))
+  io.stdout:write("connected\n") io.stdout:flush()
+else
+  os.remove(path)
+  local l = assert(sock.listen_unix(path, 4))
+  io.stdout:write("listening\n") io.stdout:flush()
+  local ok_wait = sock.wait(l, 1, 20000)
+  if not ok_wait then os.exit(3) end
+  fd = sock.accept(l)
+end
 local function u64(v)
   local t = {}
   for i = 7, 0, -1 do t[#t + 1] = string.char(math.floor(v / 2 ^ (8 * i)) % 256) end

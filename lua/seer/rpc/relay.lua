@@ -12,9 +12,12 @@
 --- a key it could sign with: it does not parse or sign; the kernel in B gets the key in a
 --- connection file written 0600 into B's run folder, exactly as a local session's library does
 --- on the host). What installing the library grants B is what the library is: calls to A's
---- served functions. The relay bounds what it holds: each frame is at most 64 MiB (A's server
---- refuses larger anyway), each side's queue at most 1,000 messages (ZMQ's high-water mark:
---- past it B's sends wait), and it never reads a path either sandbox controls (the endpoints
+--- served functions. The relay bounds what it holds: each message is at most 64 MiB, all frames
+--- together, on both sides (seer.net's connection guard reads each peer's stream and cuts one
+--- that sends more, before libzmq holds an unfinished message), each queue at most 16 messages
+--- each way (ZMQ's high-water marks: past them B's sends wait; replies B does not read are
+--- dropped), so a pair holds at most about 4 x 17 x 64 MiB however B and A behave; and it never
+--- reads a path either sandbox controls (the endpoints
 --- come from the host's own RPC client, already validated). It ends when that sandbox is
 --- terminated, or with the process that started it (for a detached sandbox: with the sandbox,
 --- seer.sidecar).
@@ -26,7 +29,7 @@ local process = require "seer.process"
 local safe_fs = require "seer.safe_fs"
 
 local MAX_FRAME = 64 * 1024 * 1024
-local HWM = 1000
+local HWM = 16
 
 local relays = {} -- [sandbox_id .. "/" .. name] -> {child, conn_path}
 
@@ -42,8 +45,10 @@ function M.run()
   for _, p in ipairs(spec.pairs) do
     -- an unsigned key: the relay forwards raw frames and never verifies or signs
     local front = net.socket("router", "", { max_bytes = MAX_FRAME, rcvhwm = HWM })
+    front._s:setopt("sndhwm", HWM)
     front:bind(p.front)
     local back = net.socket("dealer", "", { max_bytes = MAX_FRAME, rcvhwm = HWM })
+    back._s:setopt("sndhwm", HWM)
     back:connect(p.back)
     pairs_[#pairs_ + 1] = { front = front, back = back }
   end
