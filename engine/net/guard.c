@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -556,6 +557,17 @@ static void *loop(void *arg) {
 }
 
 static void start(void) {
+    /* Each guarded connection takes three descriptors more than a direct one (the listener, both
+     * ends); a soft limit of 1024 (common) would cap a notebook server at ~60 sessions. seer polls
+     * with poll/epoll only (libmicrohttpd too: MHD_USE_POLL), so the soft limit may rise. */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < 65536) {
+        rlim_t want = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > 65536 ? 65536 : rl.rlim_max;
+        if (want > rl.rlim_cur) {
+            rl.rlim_cur = want;
+            setrlimit(RLIMIT_NOFILE, &rl);
+        }
+    }
     const char *base = getenv("XDG_RUNTIME_DIR");
     struct stat st;
     if (!base || !base[0] || base[0] != '/' || stat(base, &st) != 0 || !S_ISDIR(st.st_mode) ||
