@@ -9,9 +9,15 @@
 #include "harness.h"
 #include "harness_private.h"
 
+#define MAX_TOOL_INDEX 1024
+#define MAX_USAGE_FIELDS 64
+#define MAX_NAME_BYTES 4096
+
 typedef struct {
     cJSON *block; /* the block as started (type, id, name, ...) */
     hbuf_t text;  /* text, thinking or the input JSON as it streams */
+    hbuf_t sig;   /* a thinking block's signature, joined from signature_delta events */
+    int has_sig;
     int closed;
     int tool_index; /* OpenAI: the tool_calls index this slot holds, else -1 */
 } slot_t;
@@ -28,7 +34,28 @@ struct seer_harness_asm {
     int retryable;
     int finished;
     int text_slot, think_slot; /* OpenAI: the open text / reasoning slot, or -1 */
+    int tool_slot[MAX_TOOL_INDEX + 1]; /* OpenAI: the slot of each tool_calls index, or -1 */
+    /* What the response has made the assembler keep (text, thinking, tool arguments, names,
+     * signatures, citations, started blocks), against the limit (max_response_bytes). */
+    size_t kept, limit;
 };
+
+/* Counts n more bytes kept for this response; past the limit the response is refused. */
+static int charge(seer_harness_asm_t *a, size_t n, seer_err_t *err) {
+    if (n > a->limit || a->kept > a->limit - n)
+        return seer_err_set(err, SEER_HARNESS_ETOOBIG,
+                            "the response is bigger than max_response_bytes (%zu bytes of text, thinking, tool "
+                            "arguments and other content)",
+                            a->limit);
+    a->kept += n;
+    return 0;
+}
+
+void seer_harness_asm_set_limit(seer_harness_asm_t *a, size_t max_bytes) {
+    a->limit = max_bytes ? max_bytes : SEER_HARNESS_MAX_RESPONSE_BYTES;
+}
+
+size_t seer_harness_asm_kept(const seer_harness_asm_t *a) { return a->kept; }
 
 seer_harness_asm_t *seer_harness_asm_new(int provider) {
     seer_harness_asm_t *a = calloc(1, sizeof *a);
@@ -36,6 +63,8 @@ seer_harness_asm_t *seer_harness_asm_new(int provider) {
     a->provider = provider;
     a->usage = cJSON_CreateObject();
     a->text_slot = a->think_slot = -1;
+    for (size_t i = 0; i <= MAX_TOOL_INDEX; i++) a->tool_slot[i] = -1;
+    a->limit = SEER_HARNESS_MAX_RESPONSE_BYTES;
     return a;
 }
 
@@ -44,6 +73,7 @@ void seer_harness_asm_free(seer_harness_asm_t *a) {
     for (size_t i = 0; i < a->n; i++) {
         cJSON_Delete(a->slots[i].block);
         free(a->slots[i].text.p);
+        free(a->slots[i].sig.p);
     }
     free(a->slots);
     cJSON_Delete(a->usage);
@@ -120,7 +150,7 @@ static cJSON *materialize(const slot_t *s, int partial) {
     } else if (type && strcmp(type, "thinking") == 0) {
         cJSON_DeleteItemFromObjectCaseSensitive(b, "thinking");
         cJSON_AddStringToObject(b, "thinking", text);
-        if (!cJSON_GetObjectItemCaseSensitive(b, "signature")) cJSON_AddStringToObject(b, "signature", "");
+        if (!s->has_sig && !cJSON_GetObjectItemCaseSensitive(b, "signature")) cJSON_AddStringToObject(b, "signature", "");
     } else if (is_tool_block(type)) {
         cJSON *start_input = cJSON_DetachItemFromObjectCaseSensitive(b, "input");
         cJSON *input = NULL;
@@ -151,6 +181,10 @@ static cJSON *materialize(const slot_t *s, int partial) {
         }
         cJSON_AddItemToObject(b, "input", input);
     }
+    if (s->has_sig) {
+        cJSON_DeleteItemFromObjectCaseSensitive(b, "signature");
+        cJSON_AddStringToObject(b, "signature", s->sig.p ? s->sig.p : "");
+    }
     return b;
 }
 
@@ -172,6 +206,9 @@ static void merge_usage(seer_harness_asm_t *a, const cJSON *u) {
     const cJSON *f;
     cJSON_ArrayForEach(f, u) {
         if (!f->string) continue;
+        /* a real usage object has about ten fields: more are dropped, so a provider cannot
+         * grow it (or the time each merge takes) without bound */
+        if (!cJSON_HasObjectItem(a->usage, f->string) && cJSON_GetArraySize(a->usage) >= MAX_USAGE_FIELDS) continue;
         cJSON_DeleteItemFromObjectCaseSensitive(a->usage, f->string);
         cJSON_AddItemToObject(a->usage, f->string, cJSON_Duplicate(f, 1));
     }
@@ -184,7 +221,7 @@ static int retryable_type(const char *type) {
                     strcmp(type, "rate_limit_error") == 0 || strcmp(type, "timeout_error") == 0);
 }
 
-static int anthropic_event(seer_harness_asm_t *a, const char *event, cJSON *d, cJSON *out, seer_err_t *err) {
+static int anthropic_event(seer_harness_asm_t *a, const char *event, cJSON *d, size_t n, cJSON *out, seer_err_t *err) {
     const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(d, "type"));
     if (!type) type = event;
     if (!type) return SEER_HARNESS_MORE;
@@ -206,17 +243,21 @@ static int anthropic_event(seer_harness_asm_t *a, const char *event, cJSON *d, c
         if (strcmp(type, "content_block_start") == 0) {
             const cJSON *cb = cJSON_GetObjectItemCaseSensitive(d, "content_block");
             if (!cJSON_IsObject(cb)) return seer_err_set(err, SEER_EPARSE, "anthropic stream: content_block_start without a block");
+            /* the block is kept as it came (its text too): the whole event counts */
+            if (charge(a, n, err) < 0) return SEER_HARNESS_ETOOBIG;
             cJSON_Delete(s->block);
             s->block = cJSON_Duplicate(cb, 1);
             s->closed = 0;
-            s->text.n = 0;
+            hbuf_reset(&s->text);
+            hbuf_reset(&s->sig);
+            s->has_sig = 0;
             const char *bt = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cb, "type"));
             const char *init = NULL;
             if (bt && strcmp(bt, "text") == 0) init = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cb, "text"));
             if (bt && strcmp(bt, "thinking") == 0)
                 init = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cb, "thinking"));
             if (init && *init) {
-                hbuf_add(&s->text, init, strlen(init));
+                if (hbuf_add(&s->text, init, strlen(init)) < 0) return seer_err_set(err, SEER_ENOMEM, "out of memory");
                 emit_delta(out, strcmp(bt, "text") == 0 ? "text_delta" : "thinking_delta", i, init, strlen(init));
             }
             if (is_tool_block(bt)) {
@@ -244,19 +285,26 @@ static int anthropic_event(seer_harness_asm_t *a, const char *event, cJSON *d, c
         if (field) {
             const char *t = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(delta, field));
             if (t && *t) {
+                if (charge(a, strlen(t), err) < 0) return SEER_HARNESS_ETOOBIG;
                 if (hbuf_add(&s->text, t, strlen(t)) < 0) return seer_err_set(err, SEER_ENOMEM, "out of memory");
                 if (evtype) emit_delta(out, evtype, i, t, strlen(t));
             }
         } else if (strcmp(dt, "signature_delta") == 0) {
+            /* joined in a buffer (re-joining a string per delta took time quadratic in its length) */
             const char *sig = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(delta, "signature"));
-            const cJSON *old = cJSON_GetObjectItemCaseSensitive(s->block, "signature");
-            char *joined = NULL;
-            const char *prev = cJSON_GetStringValue(old);
-            if (asprintf(&joined, "%s%s", prev ? prev : "", sig ? sig : "") < 0) return seer_err_set(err, SEER_ENOMEM, "out of memory");
-            cJSON_DeleteItemFromObjectCaseSensitive(s->block, "signature");
-            cJSON_AddStringToObject(s->block, "signature", joined);
-            free(joined);
+            if (!s->has_sig) {
+                const char *prev = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(s->block, "signature"));
+                hbuf_reset(&s->sig);
+                if (hbuf_add(&s->sig, prev ? prev : "", prev ? strlen(prev) : 0) < 0)
+                    return seer_err_set(err, SEER_ENOMEM, "out of memory");
+                s->has_sig = 1;
+            }
+            if (sig && *sig) {
+                if (charge(a, strlen(sig), err) < 0) return SEER_HARNESS_ETOOBIG;
+                if (hbuf_add(&s->sig, sig, strlen(sig)) < 0) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+            }
         } else if (strcmp(dt, "citations_delta") == 0) {
+            if (charge(a, n, err) < 0) return SEER_HARNESS_ETOOBIG;
             cJSON *cits = cJSON_GetObjectItemCaseSensitive(s->block, "citations");
             if (!cJSON_IsArray(cits)) {
                 cJSON_DeleteItemFromObjectCaseSensitive(s->block, "citations");
@@ -366,20 +414,21 @@ static int openai_error(seer_harness_asm_t *a, const cJSON *e) {
 }
 
 static int openai_append(seer_harness_asm_t *a, int *slotp, const char *type, const char *evtype, const char *t,
-                         cJSON *out) {
+                         cJSON *out, seer_err_t *err) {
     if (!t || !*t) return 0;
+    if (charge(a, strlen(t), err) < 0) return SEER_HARNESS_ETOOBIG;
     if (*slotp < 0) {
         size_t i = new_slot(a, type);
-        if (i == (size_t)-1) return -1;
+        if (i == (size_t)-1) return seer_err_set(err, SEER_ENOMEM, "out of memory");
         *slotp = (int)i;
     }
     slot_t *s = &a->slots[*slotp];
-    if (hbuf_add(&s->text, t, strlen(t)) < 0) return -1;
+    if (hbuf_add(&s->text, t, strlen(t)) < 0) return seer_err_set(err, SEER_ENOMEM, "out of memory");
     emit_delta(out, evtype, (size_t)*slotp, t, strlen(t));
     return 0;
 }
 
-static int openai_chunk(seer_harness_asm_t *a, cJSON *d, cJSON *out, seer_err_t *err) {
+static int openai_chunk(seer_harness_asm_t *a, cJSON *d, size_t n, cJSON *out, seer_err_t *err) {
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(d, "error");
     if (e && !cJSON_IsNull(e)) return openai_error(a, e);
     if (!a->model) set_str(&a->model, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(d, "model")));
@@ -392,26 +441,31 @@ static int openai_chunk(seer_harness_asm_t *a, cJSON *d, cJSON *out, seer_err_t 
     if (!delta) delta = cJSON_GetObjectItemCaseSensitive(choice, "message"); /* some servers */
     const char *r = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(delta, "reasoning_content"));
     if (!r) r = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(delta, "reasoning"));
-    if (openai_append(a, &a->think_slot, "thinking", "thinking_delta", r, out) < 0) goto oom;
-    if (openai_append(a, &a->text_slot, "text", "text_delta", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(delta, "content")), out) < 0)
-        goto oom;
+    int arc = openai_append(a, &a->think_slot, "thinking", "thinking_delta", r, out, err);
+    if (arc < 0) return arc;
+    arc = openai_append(a, &a->text_slot, "text", "text_delta",
+                        cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(delta, "content")), out, err);
+    if (arc < 0) return arc;
     const cJSON *tc;
     cJSON_ArrayForEach(tc, cJSON_GetObjectItemCaseSensitive(delta, "tool_calls")) {
         const cJSON *ix = cJSON_GetObjectItemCaseSensitive(tc, "index");
         int tix = cJSON_IsNumber(ix) ? (int)ix->valuedouble : 0;
-        if (tix < 0 || tix > 1024) return seer_err_set(err, SEER_EPARSE, "openai stream: tool call index %d out of range", tix);
-        slot_t *s = NULL;
+        if (tix < 0 || tix > MAX_TOOL_INDEX)
+            return seer_err_set(err, SEER_EPARSE, "openai stream: tool call index %d out of range", tix);
+        slot_t *s = a->tool_slot[tix] >= 0 ? &a->slots[a->tool_slot[tix]] : NULL;
         size_t si = 0;
-        for (size_t i = 0; i < a->n; i++)
-            if (a->slots[i].tool_index == tix) s = &a->slots[i], si = i;
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tc, "function");
         const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(tc, "id"));
         const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(fn, "name"));
+        if ((id && strlen(id) > MAX_NAME_BYTES) || (name && strlen(name) > MAX_NAME_BYTES))
+            return seer_err_set(err, SEER_EPARSE, "openai stream: a tool call id or name longer than %d bytes", MAX_NAME_BYTES);
+        if (charge(a, (id ? strlen(id) : 0) + (name ? strlen(name) : 0), err) < 0) return SEER_HARNESS_ETOOBIG;
         if (!s) {
             si = new_slot(a, "tool_use");
             if (si == (size_t)-1) goto oom;
             s = &a->slots[si];
             s->tool_index = tix;
+            a->tool_slot[tix] = (int)si;
             cJSON_AddStringToObject(s->block, "id", id && *id ? id : "");
             cJSON_AddStringToObject(s->block, "name", name ? name : "");
             name = NULL; /* taken whole */
@@ -422,16 +476,23 @@ static int openai_chunk(seer_harness_asm_t *a, cJSON *d, cJSON *out, seer_err_t 
             /* a name sent in fragments (a server that repeats the whole name in every delta, as
              * llama.cpp's does, sends the same string again: that is not a fragment) */
             const char *prev = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(s->block, "name"));
+            if (prev && strlen(prev) + strlen(name) > MAX_NAME_BYTES)
+                return seer_err_set(err, SEER_EPARSE, "openai stream: a tool name longer than %d bytes", MAX_NAME_BYTES);
             char *joined = NULL;
             if (asprintf(&joined, "%s%s", prev ? prev : "", name) < 0) goto oom;
             cJSON_ReplaceItemInObjectCaseSensitive(s->block, "name", cJSON_CreateString(joined));
             free(joined);
         }
         const cJSON *extra = cJSON_GetObjectItemCaseSensitive(tc, "extra_content"); /* Gemini thought signatures */
-        if (extra && !cJSON_GetObjectItemCaseSensitive(s->block, "seer_extra_content"))
+        if (extra && !cJSON_GetObjectItemCaseSensitive(s->block, "seer_extra_content")) {
+            if (charge(a, n, err) < 0) return SEER_HARNESS_ETOOBIG; /* at most once per call */
             cJSON_AddItemToObject(s->block, "seer_extra_content", cJSON_Duplicate(extra, 1));
+        }
         const char *args = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(fn, "arguments"));
-        if (args && *args && hbuf_add(&s->text, args, strlen(args)) < 0) goto oom;
+        if (args && *args) {
+            if (charge(a, strlen(args), err) < 0) return SEER_HARNESS_ETOOBIG;
+            if (hbuf_add(&s->text, args, strlen(args)) < 0) goto oom;
+        }
         (void)si;
     }
     const char *fr = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(choice, "finish_reason"));
@@ -481,9 +542,9 @@ int seer_harness_asm_event(seer_harness_asm_t *a, const char *event, const char 
     }
     int rc;
     if (a->provider == SEER_HARNESS_OPENAI)
-        rc = openai_chunk(a, d, out, err);
+        rc = openai_chunk(a, d, n, out, err);
     else
-        rc = anthropic_event(a, event && *event ? event : NULL, d, out, err);
+        rc = anthropic_event(a, event && *event ? event : NULL, d, n, out, err);
     cJSON_Delete(d);
     return rc;
 }
@@ -537,7 +598,7 @@ int seer_harness_asm_whole(seer_harness_asm_t *a, const char *body, size_t n, cJ
         cJSON_AddItemToObject(chunk, "usage", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(d, "usage"), 1));
         cJSON_AddItemToObject(chunk, "model", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(d, "model"), 1));
         cJSON_AddItemToObject(chunk, "id", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(d, "id"), 1));
-        rc = openai_chunk(a, chunk, out, err);
+        rc = openai_chunk(a, chunk, 0, out, err); /* the body itself is capped (stream.c) */
         cJSON_Delete(chunk);
         if (rc == SEER_HARNESS_MORE) {
             openai_fill_ids(a);
@@ -560,6 +621,10 @@ int seer_harness_asm_whole(seer_harness_asm_t *a, const char *body, size_t n, cJ
             if (bt && strcmp(bt, "text") == 0) t = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(b, "text"));
             if (bt && strcmp(bt, "thinking") == 0) t = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(b, "thinking"));
             if (t) {
+                if (charge(a, strlen(t), err) < 0) {
+                    cJSON_Delete(d);
+                    return SEER_HARNESS_ETOOBIG;
+                }
                 hbuf_add(&s->text, t, strlen(t));
                 emit_delta(out, strcmp(bt, "text") == 0 ? "text_delta" : "thinking_delta", i, t, strlen(t));
             }

@@ -41,13 +41,24 @@ enum {
     SEER_HARNESS_MORE = 0,     /* keep feeding */
     SEER_HARNESS_FINISHED = 1, /* the response is complete */
     SEER_HARNESS_ESTREAM = -30, /* the provider sent an error inside the stream (see asm_error) */
+    SEER_HARNESS_ETOOBIG = -31, /* the response passed max_response_bytes (err says so) */
 };
+
+/* The default cap on one response (max_response_bytes): what the assembler keeps (text,
+ * thinking, tool arguments, names, signatures, citations, started blocks) may not pass it, nor
+ * may a non-streamed body; an event stream may carry 4 times it on the wire (SSE framing,
+ * pings, fields seer drops). Real responses are a few MB at most. */
+#define SEER_HARNESS_MAX_RESPONSE_BYTES ((size_t)64 << 20)
 
 typedef struct seer_harness_asm seer_harness_asm_t;
 seer_harness_asm_t *seer_harness_asm_new(int provider);
 void seer_harness_asm_free(seer_harness_asm_t *a);
-/* One SSE event. Returns MORE, FINISHED, ESTREAM (a provider error event), or SEER_EPARSE for
- * data that is not JSON (err says where). */
+/* The cap on what one response makes the assembler keep (0: SEER_HARNESS_MAX_RESPONSE_BYTES);
+ * an event past it returns SEER_HARNESS_ETOOBIG. kept: the bytes counted so far. */
+void seer_harness_asm_set_limit(seer_harness_asm_t *a, size_t max_bytes);
+size_t seer_harness_asm_kept(const seer_harness_asm_t *a);
+/* One SSE event. Returns MORE, FINISHED, ESTREAM (a provider error event), ETOOBIG (past the
+ * limit), or SEER_EPARSE for data that is not JSON (err says where). */
 int seer_harness_asm_event(seer_harness_asm_t *a, const char *event, const char *data, size_t n, cJSON *out,
                            seer_err_t *err);
 /* A whole non-streamed response body (a server that ignored stream: true). */
@@ -107,7 +118,9 @@ int seer_harness_pool_run(seer_harness_pool_t *p, int timeout_ms, int watch_fd, 
 
 /* Starts one request (see build_body for its fields, plus url, api_key, headers{}, max_retries
  * (default 2), retry_base (0.5 s), retry_max (8 s), connect_timeout (30 s), idle_timeout
- * (600 s without a byte), and for provider "replay": message, stop_reason, usage). */
+ * (600 s without a byte), max_response_bytes (SEER_HARNESS_MAX_RESPONSE_BYTES), response_timeout
+ * (seconds one attempt may take, 0: no limit), and for provider "replay": message, stop_reason,
+ * usage). A response past max_response_bytes or response_timeout fails the stream (no retry). */
 int seer_harness_stream_start(seer_harness_pool_t *p, const cJSON *request, seer_harness_stream_t **out,
                               seer_err_t *err);
 /* The next event ({type: text_delta|thinking_delta|tool_use_start|block|retry|message|error,
@@ -131,6 +144,8 @@ typedef struct seer_harness_transcript seer_harness_transcript_t;
 int seer_harness_transcript_open(seer_harness_transcript_t **out, const char *path, const char *const *secrets,
                                  size_t n_secrets, int sync, seer_err_t *err);
 int seer_harness_transcript_write(seer_harness_transcript_t *t, cJSON *event, seer_err_t *err);
+/* The bytes written to the file so far (by this writer). */
+size_t seer_harness_transcript_written(const seer_harness_transcript_t *t);
 /* Replaces every secret in text; returns a malloc'd copy. */
 char *seer_harness_redact(const char *text, const char *const *secrets, size_t n_secrets);
 /* Redacts every string (and key) of a JSON tree in place. */

@@ -213,10 +213,12 @@ static int l_transcript_write(lua_State *L) {
     cJSON *ev = parse_arg(L, 2, "the event");
     seer_err_t err;
     seer_err_clear(&err);
+    size_t before = seer_harness_transcript_written(u->t);
     int rc = seer_harness_transcript_write(u->t, ev, &err);
     cJSON_Delete(ev);
     if (rc < 0) return luaL_error(L, "%s", err.msg);
-    return 0;
+    lua_pushinteger(L, (lua_Integer)(seer_harness_transcript_written(u->t) - before)); /* the line's bytes */
+    return 1;
 }
 
 static int l_transcript_close(lua_State *L) {

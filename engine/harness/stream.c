@@ -20,7 +20,9 @@
 #include "harness_private.h"
 
 #define MAX_ERROR_BODY ((size_t)1 << 20)
-#define MAX_WHOLE_BODY ((size_t)64 << 20)
+/* An event stream may carry this many times max_response_bytes on the wire: SSE framing and the
+ * JSON around each delta (about 100 bytes a token), pings, logprobs and fields seer drops. */
+#define WIRE_FACTOR 4
 
 struct seer_harness_pool {
     CURLM *multi;
@@ -40,6 +42,8 @@ struct seer_harness_stream {
     int max_retries;
     double retry_base, retry_max;
     long connect_timeout_ms, idle_timeout_s;
+    size_t max_bytes;        /* max_response_bytes */
+    double response_timeout; /* seconds per attempt, 0: none */
     /* the attempt in flight */
     CURL *easy;
     int attempt;
@@ -48,6 +52,10 @@ struct seer_harness_stream {
     int should_retry_hdr; /* -1: no x-should-retry header */
     double retry_after;   /* seconds from the headers, -1: none */
     int is_sse;
+    size_t wire;        /* body bytes of this attempt */
+    int over;           /* past a cap on the wire: 2 an event stream, 3 a whole body (the assembled
+                         * response past its cap is asm_rc == SEER_HARNESS_ETOOBIG) */
+    double attempt_t0;
     hbuf_t raw; /* an error body or a whole (non-streamed) JSON body */
     seer_harness_sse_t *sse;
     seer_harness_asm_t *as;
@@ -198,13 +206,28 @@ static size_t on_body(char *buf, size_t size, size_t nmemb, void *ud) {
     seer_harness_stream_t *s = ud;
     size_t n = size * nmemb;
     if (!s->status) curl_easy_getinfo(s->easy, CURLINFO_RESPONSE_CODE, &s->status);
+    /* Nothing bounds what a provider sends but these caps: the bytes of one response are
+     * counted whatever they hold (pings and unknown events included), so an endless stream is
+     * cut off too, not only one that grows what is kept. */
+    size_t wire_cap = s->max_bytes > SIZE_MAX / WIRE_FACTOR ? SIZE_MAX : s->max_bytes * WIRE_FACTOR;
+    s->wire = n > SIZE_MAX - s->wire ? SIZE_MAX : s->wire + n;
     if (s->status >= 200 && s->status < 300 && s->is_sse) {
+        if (s->wire > wire_cap) {
+            if (s->asm_rc != SEER_HARNESS_FINISHED) s->over = 2;
+            return 0;
+        }
         if (s->asm_rc == SEER_HARNESS_FINISHED) return n; /* trailing bytes after the end */
         int rc = seer_harness_sse_feed(s->sse, buf, n, &s->perr);
         return rc ? 0 : n;
     }
-    size_t cap = (s->status >= 200 && s->status < 300) ? MAX_WHOLE_BODY : MAX_ERROR_BODY;
-    if (s->raw.n + n > cap) return s->status >= 300 ? n : 0; /* an error body is cut, a reply is refused */
+    if (s->status >= 200 && s->status < 300) { /* a whole (non-streamed) body is held, then parsed */
+        if (s->raw.n + n > s->max_bytes) {
+            s->over = 3;
+            return 0;
+        }
+    } else if (s->raw.n + n > MAX_ERROR_BODY) {
+        return s->wire > wire_cap ? 0 : n; /* an error body is cut (and not read for ever) */
+    }
     if (hbuf_add(&s->raw, buf, n) < 0) return 0;
     return n;
 }
@@ -216,12 +239,16 @@ static int start_attempt(seer_harness_stream_t *s) {
     s->retry_after = -1;
     s->is_sse = 0;
     s->asm_rc = 0;
+    s->wire = 0;
+    s->over = 0;
+    s->attempt_t0 = now_s();
     seer_err_clear(&s->perr);
     hbuf_reset(&s->raw);
     s->curl_err[0] = 0;
     seer_harness_sse_free(s->sse);
     seer_harness_asm_free(s->as);
     s->as = seer_harness_asm_new(s->kind);
+    if (s->as) seer_harness_asm_set_limit(s->as, s->max_bytes);
     s->sse = seer_harness_sse_new(on_sse_event, s, 0);
     s->easy = curl_easy_init();
     if (!s->as || !s->sse || !s->easy) {
@@ -245,6 +272,7 @@ static int start_attempt(seer_harness_stream_t *s) {
     /* A response that stops sending bytes (not even SSE pings) counts as a dropped stream. */
     curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
     curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, s->idle_timeout_s);
+    if (s->response_timeout > 0) curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(s->response_timeout * 1000));
     curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
     char ua[64];
     snprintf(ua, sizeof ua, "seer/%s", seer_version());
@@ -333,6 +361,34 @@ static void attempt_done(seer_harness_stream_t *s, CURLcode rc) {
     char reason[1200];
     if (s->asm_rc == SEER_HARNESS_FINISHED) {
         finish_ok(s);
+        return;
+    }
+    /* Past a limit: the same request would only grow as big (or take as long) again, so it is
+     * not retried. */
+    if (s->asm_rc == SEER_HARNESS_ETOOBIG || s->over) {
+        char what[600];
+        if (s->asm_rc == SEER_HARNESS_ETOOBIG)
+            snprintf(what, sizeof what, "%.500s", s->perr.msg);
+        else if (s->over == 2)
+            snprintf(what, sizeof what,
+                     "the provider's event stream passed %zu bytes for one response (%d x max_response_bytes, "
+                     "max_response_bytes = %zu)",
+                     s->max_bytes > SIZE_MAX / WIRE_FACTOR ? SIZE_MAX : s->max_bytes * WIRE_FACTOR, WIRE_FACTOR,
+                     s->max_bytes);
+        else
+            snprintf(what, sizeof what, "the response body is bigger than max_response_bytes (%zu bytes)", s->max_bytes);
+        fail(s, st, NULL,
+             "%s: it was cut off and is not retried (pass a bigger max_response_bytes in the agent's options "
+             "to accept it)",
+             what);
+        return;
+    }
+    if (rc == CURLE_OPERATION_TIMEDOUT && s->response_timeout > 0 &&
+        now_s() - s->attempt_t0 >= s->response_timeout - 0.01) {
+        fail(s, st, NULL,
+             "the response took longer than response_timeout (%g s): it was cut off and is not retried (pass a "
+             "bigger response_timeout in the agent's options, or none, to wait longer)",
+             s->response_timeout);
         return;
     }
     if (s->asm_rc == SEER_HARNESS_ESTREAM) {
@@ -530,6 +586,10 @@ int seer_harness_stream_start(seer_harness_pool_t *p, const cJSON *req, seer_har
     s->connect_timeout_ms = (long)(num_of(req, "connect_timeout", 30) * 1000);
     s->idle_timeout_s = (long)num_of(req, "idle_timeout", 600);
     if (s->idle_timeout_s < 1) s->idle_timeout_s = 1;
+    double mb = num_of(req, "max_response_bytes", (double)SEER_HARNESS_MAX_RESPONSE_BYTES);
+    s->max_bytes = mb >= 1 && mb < 9e15 ? (size_t)mb : SEER_HARNESS_MAX_RESPONSE_BYTES;
+    s->response_timeout = num_of(req, "response_timeout", 0);
+    if (!(s->response_timeout > 0) || s->response_timeout > 1e9) s->response_timeout = 0;
     const char *key = str_of(req, "api_key");
     char line[8192];
     struct curl_slist *h = NULL;

@@ -21,6 +21,7 @@ struct seer_harness_transcript {
     char **secrets;
     size_t n_secrets;
     char *path;
+    size_t written; /* bytes written so far */
 };
 
 char *seer_harness_redact(const char *text, const char *const *secrets, size_t n_secrets) {
@@ -130,10 +131,13 @@ int seer_harness_transcript_write(seer_harness_transcript_t *t, cJSON *event, se
         }
         off += (size_t)w;
     }
+    t->written += off;
     free(line);
     if (rc == 0 && (t->sync == 2 || (t->sync == 1 && !is_delta(event)))) fdatasync(t->fd);
     return rc;
 }
+
+size_t seer_harness_transcript_written(const seer_harness_transcript_t *t) { return t ? t->written : 0; }
 
 void seer_harness_transcript_close(seer_harness_transcript_t *t) {
     if (!t) return;

@@ -18,6 +18,12 @@
 #define CONNECT_TIMEOUT_MS 10000
 #define AFTER_RESPONSE_MS 200
 #define CLOSE_TIMEOUT_MS 2000
+/* Answers to the server's own requests (ping, and errors for methods seer does not offer) are
+ * POSTed at most MAX_SIDE at a time; up to MAX_QUEUED more wait their turn, and beyond that the
+ * server's requests go unanswered (with a warning). A server that sent a batch of 100,000 pings
+ * made the client open 100,000 connections at once. */
+#define MAX_SIDE 4
+#define MAX_QUEUED 1024
 
 typedef struct xfer xfer_t;
 
@@ -26,9 +32,11 @@ struct mcp_http {
     struct curl_slist *user_headers; /* "Name: value" from the configuration */
     char *session_id;
     CURLM *multi;
-    char **queue; /* answers to server requests waiting to be POSTed */
+    char **queue; /* answers to server requests waiting to be POSTed, oldest first */
     size_t nqueue;
     xfer_t *side; /* those being POSTed */
+    size_t nside;
+    size_t dropped; /* requests left unanswered since the last warning about them */
 };
 
 struct xfer {
@@ -248,6 +256,7 @@ static void collect(mcp_server_t *s, xfer_t *main_x) {
                     mcp_warn(s, "answering its request failed: %s",
                              m->data.result != CURLE_OK ? curl_easy_strerror(m->data.result) : "HTTP error");
                 *pp = x->next;
+                h->nside--;
                 curl_multi_remove_handle(h->multi, x->e);
                 xfer_free(x);
                 break;
@@ -255,22 +264,44 @@ static void collect(mcp_server_t *s, xfer_t *main_x) {
     }
 }
 
+/* Starts queued answers while fewer than MAX_SIDE are in flight. */
 static void start_side(mcp_server_t *s, int64_t deadline) {
     mcp_http_t *h = s->http;
-    for (size_t i = 0; i < h->nqueue; i++) {
+    size_t i = 0;
+    for (; i < h->nqueue && h->nside < MAX_SIDE; i++) {
         xfer_t *x = xfer_new(s, "POST", h->queue[i], strlen(h->queue[i]), deadline);
         free(h->queue[i]);
         if (!x) continue;
         curl_easy_setopt(x->e, CURLOPT_TIMEOUT_MS, (long)CLOSE_TIMEOUT_MS);
         x->next = h->side;
         h->side = x;
+        h->nside++;
         curl_multi_add_handle(h->multi, x->e);
     }
-    h->nqueue = 0;
+    if (i) {
+        memmove(h->queue, h->queue + i, (h->nqueue - i) * sizeof *h->queue);
+        h->nqueue -= i;
+    }
+}
+
+static void warn_dropped(mcp_server_t *s) {
+    mcp_http_t *h = s->http;
+    if (h->dropped > 1)
+        mcp_warn(s, "%zu of its requests went unanswered: it sent more than %d at once (seer answers %d at a time)",
+                 h->dropped, MAX_QUEUED + MAX_SIDE, MAX_SIDE);
+    h->dropped = 0;
 }
 
 void mcp_http_queue(mcp_server_t *s, char *text) {
     mcp_http_t *h = s->http;
+    if (h->nqueue >= MAX_QUEUED) {
+        free(text);
+        if (h->dropped++ == 0)
+            mcp_warn(s, "it sent more than %d requests at once: answers beyond that are not sent (seer answers %d "
+                        "at a time and queues %d)",
+                     MAX_QUEUED + MAX_SIDE, MAX_SIDE, MAX_QUEUED);
+        return;
+    }
     char **q = realloc(h->queue, (h->nqueue + 1) * sizeof *q);
     if (!q) {
         free(text);
@@ -316,14 +347,17 @@ static int run(mcp_server_t *s, xfer_t *x, int is_request, int64_t deadline) {
         curl_multi_poll(h->multi, NULL, 0, slice > 0 ? slice : 1, NULL);
     }
     curl_multi_remove_handle(h->multi, x->e);
-    /* Side POSTs (answers to the server) get a moment to finish. */
+    /* Side POSTs (answers to the server) get a moment to finish; answers still queued then
+     * wait for the next request. */
     int64_t side_deadline = mcp_now_ms() + CLOSE_TIMEOUT_MS;
-    while (h->side && mcp_now_ms() < side_deadline) {
+    while ((h->side || h->nqueue) && mcp_now_ms() < side_deadline) {
+        if (h->nqueue) start_side(s, side_deadline);
         int running = 0;
         curl_multi_perform(h->multi, &running);
         collect(s, NULL);
         if (h->side) curl_multi_poll(h->multi, NULL, 0, 10, NULL);
     }
+    warn_dropped(s);
     return rc;
 }
 
@@ -430,6 +464,7 @@ void mcp_http_close(mcp_server_t *s) {
         curl_multi_remove_handle(h->multi, x->e);
         xfer_free(x);
     }
+    h->nside = 0;
     for (size_t i = 0; i < h->nqueue; i++) free(h->queue[i]);
     free(h->queue);
     if (h->multi) curl_multi_cleanup(h->multi);

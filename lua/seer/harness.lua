@@ -44,6 +44,11 @@ local PROVIDERS = {
 PROVIDERS.anthropic = PROVIDERS.claude
 M.PROVIDERS = PROVIDERS
 
+---The default cap on one model response (the option max_response_bytes): 64 MiB of text,
+---thinking, tool arguments and other content, 4 times that of event stream on the wire, and
+---64 MiB of delta lines in the transcript. Real responses are a few MB at most.
+M.MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+
 -- Environment variables whose values never reach a transcript, whatever `secrets` says.
 local KNOWN_SECRETS = { "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENROUTER_API_KEY", "GEMINI_API_KEY",
                         "GOOGLE_API_KEY", "HF_TOKEN", "SEER_MCP_TOKEN" }
@@ -133,6 +138,7 @@ local VALID = {
   "token_limit", "on_message", "name", "output_dir", "transcript", "api_key", "base_url", "secrets", "mcp_instructions",
   "tools", "tool_timeout", "connect_timeout", "max_retries", "retry_base", "retry_max", "idle_timeout",
   "replay", "prices", "cache", "params", "headers", "thinking", "temperature", "mcp_options", "sync",
+  "max_response_bytes", "response_timeout",
 }
 local VALID_SET = {}
 for _, k in ipairs(VALID) do VALID_SET[k] = true end
@@ -157,7 +163,8 @@ local function check_opts(opts, fname)
   for _, k in ipairs({ "prompt", "user_message", "provider", "model", "name", "output_dir", "transcript", "api_key",
                        "base_url" }) do typed(k, "string") end
   for _, k in ipairs({ "max_turns", "max_tokens", "time_limit", "token_limit", "tool_timeout", "connect_timeout",
-                       "max_retries", "retry_base", "retry_max", "idle_timeout", "temperature", "sync" }) do
+                       "max_retries", "retry_base", "retry_max", "idle_timeout", "temperature", "sync",
+                       "max_response_bytes", "response_timeout" }) do
     typed(k, "number")
   end
   for _, k in ipairs({ "mcp_config", "secrets", "tools", "prices", "params", "headers", "thinking", "mcp_options" }) do
@@ -165,14 +172,15 @@ local function check_opts(opts, fname)
   end
   typed("on_message", "function")
   typed("cache", "boolean")
-  for _, k in ipairs({ "max_turns", "max_tokens", "time_limit", "token_limit", "tool_timeout" }) do
+  for _, k in ipairs({ "max_turns", "max_tokens", "time_limit", "token_limit", "tool_timeout", "max_response_bytes",
+                       "response_timeout" }) do
     if opts[k] ~= nil and not (opts[k] > 0) then
       error(("harness.%s: option '%s' must be more than 0 (got %s)"):format(fname, k, tostring(opts[k])), 4)
     end
   end
   -- counts are whole numbers: a fractional max_tokens reached the provider as 2.5 tokens (a 400
   -- there, after the agent had started), a fractional max_turns was a limit nobody wrote
-  for _, k in ipairs({ "max_turns", "max_tokens", "token_limit", "max_retries" }) do
+  for _, k in ipairs({ "max_turns", "max_tokens", "token_limit", "max_retries", "max_response_bytes" }) do
     require("seer.checks").whole("harness." .. fname, ("option '%s'"):format(k), opts[k], 0, 2 ^ 53, 4)
   end
   if opts.replay ~= nil and type(opts.replay) ~= "string" and type(opts.replay) ~= "table" then
@@ -440,6 +448,7 @@ local function new_agent(opts, fname, interactive)
   self.held = {}
   self.prompt = opts.prompt or ""
   self.max_tokens = opts.max_tokens or 8192
+  self.max_response_bytes = opts.max_response_bytes or M.MAX_RESPONSE_BYTES
   self.tool_timeout = opts.tool_timeout or 300
   self.local_tools = {}
   for i, t in ipairs(opts.tools or {}) do
@@ -495,7 +504,21 @@ function Agent:emit(ev)
   if ev.turn == nil and self.turn > 0 then ev.turn = self.turn end
   if #self.secrets > 0 then ev = redact_value(ev, self.secrets, 0) end
   local text = json.encode(ev)
-  if self.transcript then self.transcript:write(text) end -- which redacts again, in C
+  if self.transcript then
+    if ev.type == "text_delta" or ev.type == "thinking_delta" then
+      -- The deltas of one response go to the transcript up to max_response_bytes of lines (the
+      -- assembled message follows in the assistant event whatever happens): a provider that
+      -- sends tiny deltas could otherwise make the lines many times what it sent. The line
+      -- that crosses the budget is the last one written.
+      if (self.delta_bytes or 0) >= self.max_response_bytes then
+        self.deltas_omitted = (self.deltas_omitted or 0) + 1
+      else
+        self.delta_bytes = (self.delta_bytes or 0) + self.transcript:write(text) -- which redacts again, in C
+      end
+    else
+      self.transcript:write(text)
+    end
+  end
   if self.opts.on_message then self.opts.on_message(ev) end
   coroutine.yield(ev)
 end
@@ -758,6 +781,7 @@ function Agent:_request()
     tools = json.array(self:_tools_for_model()), cache = self.opts.cache ~= false, params = json.object(params),
     headers = json.object(self.opts.headers or {}), max_retries = self.opts.max_retries,
     retry_base = self.opts.retry_base, retry_max = self.opts.retry_max, idle_timeout = self.opts.idle_timeout,
+    max_response_bytes = self.max_response_bytes, response_timeout = self.opts.response_timeout,
   }
 end
 
@@ -782,6 +806,7 @@ function Agent:_one_response()
       :format(self.replay.next, #self.replay.turns)
   end
   self:emit{ type = "request", turn = self.turn, model = self.model, messages = #self.messages }
+  self.delta_bytes, self.deltas_omitted = 0, nil
   local stream = get_pool():stream(json.encode(req))
   self.stream = stream
   local final, why, msg
@@ -799,13 +824,15 @@ function Agent:_one_response()
       self:emit{ type = t, index = ev.index, id = ev.id, name = ev.name }
     elseif t == "retry" then
       self.held = {} -- the retried stream starts over; what was held back was never shown
+      -- (the failed attempt's delta lines stay counted: the transcript holds them)
       self:emit{ type = "retry", attempt = ev.attempt, status = ev.status, wait_s = ev.wait_s, reason = ev.reason,
                  error = ev.error }
     elseif t == "message" then
       final = ev
       break
     elseif t == "error" then
-      self:emit{ type = "error", status = ev.status, message = ev.message, error = ev.error, attempts = ev.attempts }
+      self:emit{ type = "error", status = ev.status, message = ev.message, error = ev.error, attempts = ev.attempts,
+                 deltas_omitted = self.deltas_omitted }
       why, msg = "error", ev.message
       break
     elseif t == "seer_interrupt" or t == "seer_time_limit" then
@@ -872,7 +899,9 @@ function Agent:_body()
     type = "run_start", provider = self.provider, model = self.model, url = self.url, system = self.prompt,
     tools = json.array(self:_tools_for_model()), seer_version = require("seer").version,
     limits = { max_turns = self.opts.max_turns, max_tokens = self.max_tokens, time_limit = self.opts.time_limit,
-               token_limit = self.opts.token_limit, tool_timeout = self.tool_timeout },
+               token_limit = self.opts.token_limit, tool_timeout = self.tool_timeout,
+               max_response_bytes = self.kind ~= "replay" and self.max_response_bytes or nil,
+               response_timeout = self.opts.response_timeout },
     replay = type(self.opts.replay) == "string" and self.opts.replay or nil, interactive = self.interactive or nil,
     mcp_sessions = sessions,
   }
@@ -923,7 +952,7 @@ function Agent:_body()
       if t ~= "" then self.last_text = t end
       local turn_usage, c = self:_account(final)
       self:emit{ type = "assistant", message = message, stop_reason = final.stop_reason, usage = final.usage,
-                 model = final.model, id = final.id, attempts = final.attempts }
+                 model = final.model, id = final.id, attempts = final.attempts, deltas_omitted = self.deltas_omitted }
       local known = not (final.usage == nil or (final.usage.input_tokens == nil and final.usage.output_tokens == nil))
       self:emit{ type = "usage", usage = turn_usage, cost_usd = known and c or json.null, total = self.usage,
                  total_cost_usd = self.cost_known and self.cost or json.null,
@@ -1092,6 +1121,8 @@ Agent.__call = function(self) return self:next() end
 ---@field retry_base? number first backoff in seconds (default 0.5)
 ---@field retry_max? number longest backoff in seconds (default 8)
 ---@field idle_timeout? number seconds without a byte before a stream counts as dropped (default 600)
+---@field max_response_bytes? integer cap on one response (default 64 MiB): its text, thinking, tool arguments and other content (4 times that on the wire), and its deltas in the transcript. A response past it fails the run with an error naming the option; it is not retried
+---@field response_timeout? number seconds one response (one attempt) may take (default: none; time_limit bounds the run). Past it the response fails, not retried
 ---@field connect_timeout? number seconds for the MCP servers to start (default 60)
 ---@field mcp_options? table more options for seer.mcp.client.connect
 ---@field mcp_instructions? boolean put each MCP server's instructions into the system prompt (default true; at most 8 KiB each)

@@ -377,3 +377,260 @@ T.test("seer transcript view: a file with no transcript event is one error and e
   T.eq(code, 0, out)
   T.contains(out, "(the transcript is empty)")
 end)
+
+-- A hostile provider (its own HTTP server, in Python): one response of N pieces of SIZE bytes
+-- each, in the shape MODE says, DELAY seconds apart:
+--   anthropic_text, anthropic_thinking: content_block_delta events (then a proper end)
+--   anthropic_pings: SSE comments of SIZE bytes that never end the response (a stream that
+--     keeps sending without growing anything)
+--   openai_text: chat completion chunks with content; openai_args: one tool call whose
+--     arguments arrive in N fragments; whole: one JSON body (not streamed) with SIZE bytes of text
+local HOSTILE = [[
+import json, sys, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+MODE, N, SIZE, DELAY, PORT_FILE = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def log_message(self, *a): pass
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        w = self.wfile
+        chunk = "A" * SIZE
+        if MODE == "whole":
+            body = json.dumps({"id": "x", "model": "m", "usage": {"prompt_tokens": 1, "completion_tokens": 1},
+                               "choices": [{"index": 0, "finish_reason": "stop",
+                                            "message": {"role": "assistant", "content": chunk}}]}).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            w.write(body)
+            return
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("connection", "close")
+        self.end_headers()
+        def ev(name, d):
+            w.write(("event: %s\n" % name if name else "").encode() + b"data: " + json.dumps(d).encode() + b"\n\n")
+        def pause():
+            if DELAY:
+                w.flush()
+                time.sleep(DELAY)
+        try:
+            if MODE.startswith("anthropic"):
+                ev("message_start", {"type": "message_start", "message": {"id": "m", "model": "x", "role": "assistant",
+                   "content": [], "usage": {"input_tokens": 1, "output_tokens": 1}}})
+                kind = "thinking" if MODE == "anthropic_thinking" else "text"
+                ev("content_block_start", {"type": "content_block_start", "index": 0,
+                   "content_block": {"type": kind, kind: ""}})
+                for i in range(N):
+                    if MODE == "anthropic_pings":
+                        w.write(b": " + chunk.encode() + b"\n\n")
+                    else:
+                        ev("content_block_delta", {"type": "content_block_delta", "index": 0,
+                           "delta": {"type": kind + "_delta", kind: chunk}})
+                    pause()
+                if MODE == "anthropic_pings":
+                    return
+                if kind == "thinking":
+                    ev("content_block_delta", {"type": "content_block_delta", "index": 0,
+                       "delta": {"type": "signature_delta", "signature": "sig"}})
+                ev("content_block_stop", {"type": "content_block_stop", "index": 0})
+                ev("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 1}})
+                ev("message_stop", {"type": "message_stop"})
+            else:
+                if MODE == "openai_args":
+                    ev(None, {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                       "function": {"name": "add", "arguments": ""}}]}}]})
+                for i in range(N):
+                    if MODE == "openai_args":
+                        d = {"tool_calls": [{"index": 0, "function": {"arguments": chunk}}]}
+                    else:
+                        d = {"content": chunk}
+                    ev(None, {"id": "c", "model": "m", "choices": [{"index": 0, "delta": d, "finish_reason": None}]})
+                    pause()
+                ev(None, {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+                          "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
+                w.write(b"data: [DONE]\n\n")
+            w.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+s = ThreadingHTTPServer(("127.0.0.1", 0), H)
+s.daemon_threads = True
+open(PORT_FILE + ".tmp", "w").write(str(s.server_address[1]))
+import os; os.rename(PORT_FILE + ".tmp", PORT_FILE)
+s.serve_forever()
+]]
+
+local function hostile_provider(mode, n, size, delay)
+  local dir = T.tmpdir()
+  seer.write_file(dir .. "/hostile.py", HOSTILE)
+  local child = process.spawn{ argv = { "/usr/bin/python3", dir .. "/hostile.py", mode, tostring(n), tostring(size),
+                                        tostring(delay or 0), dir .. "/port" }, stderr = dir .. "/stderr" }
+  local deadline = process.now_ms() + 10000
+  while true do
+    local f = io.open(dir .. "/port")
+    if f then
+      local port = f:read("*a")
+      f:close()
+      return "http://127.0.0.1:" .. port, child
+    end
+    if process.now_ms() > deadline then
+      child:stop(200)
+      error("the hostile provider did not start: " .. (seer.read_file(dir .. "/stderr") or ""))
+    end
+    process.sleep_ms(20)
+  end
+end
+
+-- Every line of the transcript is a whole JSON event; returns the events and the file's size.
+local function whole_transcript(path)
+  local text = assert(seer.read_file(path))
+  T.eq(text:sub(-1), "\n", "the transcript ends with a whole line")
+  local ev = {}
+  for l in text:gmatch("([^\n]*)\n") do
+    local ok, v = pcall(json.decode, l)
+    T.ok(ok and type(v) == "table" and v.type, "a transcript line is not a JSON event: " .. l:sub(1, 100))
+    ev[#ev + 1] = v
+  end
+  return ev, #text
+end
+
+local MiB = 1024 * 1024
+
+T.test("a response past max_response_bytes fails the run with the named limit, not retried; the transcript stays whole and small", function()
+  local cases = {
+    { "anthropic_text", 64, MiB }, { "anthropic_thinking", 64, MiB }, { "anthropic_pings", 64, MiB },
+    { "openai_text", 64, MiB }, { "openai_args", 64, MiB }, { "whole", 1, 2 * MiB },
+  }
+  for _, c in ipairs(cases) do
+    local mode = c[1]
+    local url, child = hostile_provider(mode, c[2], c[3])
+    local ok, err = pcall(function()
+      local out = T.tmpdir()
+      local t0 = seer.now()
+      local a = h.run_agent{ base_url = url, provider = mode:match("^anthropic") and "claude" or "openai", model = "m",
+                             api_key = "sk-test-hostile-123", output_dir = out, max_turns = 1, max_response_bytes = MiB,
+                             tools = { add_tool } }
+      local rok, rerr = pcall(a.run, a)
+      T.ok(not rok, mode .. ": the run succeeded")
+      T.contains(tostring(rerr), "max_response_bytes", mode)
+      T.contains(tostring(rerr), "pass a bigger max_response_bytes", mode)
+      T.ok(seer.now() - t0 < 10, mode .. ": took " .. (seer.now() - t0) .. " s")
+      local path = tostring(rerr):match("%(transcript: (.-)%)$")
+      local ev, size = whole_transcript(path)
+      T.ok(size < 3 * MiB, mode .. ": the transcript has " .. size .. " bytes")
+      local errs = of_type(ev, "error")
+      T.eq(#errs, 1, mode)
+      T.eq(errs[1].attempts, 1, mode .. ": retried")
+      T.eq(#of_type(ev, "retry"), 0, mode)
+      T.eq(ev[#ev].type, "result")
+      T.eq(ev[#ev].reason, "error")
+    end)
+    child:stop(200)
+    if not ok then error(err, 0) end
+  end
+end)
+
+T.test("responses under max_response_bytes are unchanged (text, thinking, tool arguments, a whole body)", function()
+  local cases = { { "anthropic_text", 50, 1000 }, { "anthropic_thinking", 50, 1000 }, { "openai_text", 50, 1000 },
+                  { "openai_args", 1, 0 }, { "whole", 1, 50000 } }
+  for _, c in ipairs(cases) do
+    local mode = c[1]
+    local url, child = hostile_provider(mode, c[2], c[3])
+    local ok, err = pcall(function()
+      local r = h.run_agent{ base_url = url, provider = mode:match("^anthropic") and "claude" or "openai", model = "m",
+                             api_key = "sk-test-hostile-123", output_dir = T.tmpdir(), max_turns = 1,
+                             max_response_bytes = MiB, tools = { add_tool } }:run()
+      local ev = whole_transcript(r.transcript)
+      local asst = of_type(ev, "assistant")[1]
+      T.ok(asst, mode .. ": no assistant event")
+      T.eq(asst.deltas_omitted, nil, mode)
+      local b = asst.message.content[1]
+      if mode == "openai_args" then
+        T.eq(r.reason, "max_turns")
+        T.eq(b.type, "tool_use")
+        T.eq(b.name, "add")
+      else
+        T.eq(r.reason, "end_turn", mode)
+        local kind = mode == "anthropic_thinking" and "thinking" or "text"
+        T.eq(#b[kind], c[2] * c[3], mode)
+        if mode ~= "whole" then
+          local streamed = {}
+          for _, e in ipairs(of_type(ev, kind .. "_delta")) do streamed[#streamed + 1] = e.text end
+          T.eq(#table.concat(streamed), c[2] * c[3], mode .. ": the deltas add up to the text")
+        end
+      end
+    end)
+    child:stop(200)
+    if not ok then error(err, 0) end
+  end
+end)
+
+T.test("tiny deltas: their transcript lines stop at max_response_bytes; the assembled message is whole", function()
+  local url, child = hostile_provider("anthropic_text", 20000, 1)
+  local ok, err = pcall(function()
+    local seen = 0
+    local r = h.run_agent{ base_url = url, api_key = "sk-test-hostile-123", output_dir = T.tmpdir(), max_turns = 1,
+                           max_response_bytes = MiB,
+                           on_message = function(m) if m.type == "text_delta" then seen = seen + #m.text end end }:run()
+    T.eq(r.reason, "end_turn")
+    T.eq(#r.text, 20000)
+    T.eq(seen, 20000) -- the iterator and on_message still get every delta
+    local ev, size = whole_transcript(r.transcript)
+    local asst = of_type(ev, "assistant")[1]
+    T.ok((asst.deltas_omitted or 0) > 0, "no delta was left out")
+    T.eq(#of_type(ev, "text_delta") + asst.deltas_omitted, 20000)
+    T.ok(size < MiB + 64 * 1024, "the transcript has " .. size .. " bytes")
+  end)
+  child:stop(200)
+  if not ok then error(err, 0) end
+end)
+
+T.test("response_timeout cuts off a response that keeps sending; options are checked", function()
+  local url, child = hostile_provider("anthropic_text", 100, 10, 0.1)
+  local ok, err = pcall(function()
+    local t0 = seer.now()
+    local a = h.run_agent{ base_url = url, api_key = "sk-test-hostile-123", output_dir = T.tmpdir(), max_turns = 1,
+                           response_timeout = 1, idle_timeout = 5 }
+    T.raises(function() a:run() end, "the response took longer than response_timeout (1 s)", true)
+    T.ok(seer.now() - t0 < 4, "took " .. (seer.now() - t0) .. " s")
+  end)
+  child:stop(200)
+  if not ok then error(err, 0) end
+  T.raises(function() h.run_agent{ provider = "replay", replay = {}, max_response_bytes = 0 } end,
+    "option 'max_response_bytes' must be more than 0")
+  T.raises(function() h.run_agent{ provider = "replay", replay = {}, max_response_bytes = 1.5 } end, "max_response_bytes")
+  T.raises(function() h.run_agent{ provider = "replay", replay = {}, response_timeout = "1" } end,
+    "option 'response_timeout' must be a number")
+end)
+
+T.test("a hostile provider streaming 128 MiB meets the default cap: memory and the transcript stay bounded", function()
+  local url, child = hostile_provider("anthropic_text", 128, MiB)
+  local ok, err = pcall(function()
+    local dir = T.tmpdir()
+    -- a process of its own, so that VmHWM is this run's peak
+    seer.write_file(dir .. "/run.lua", ([[
+local h = require "seer.harness"
+local ok, err = pcall(function()
+  return h.run_agent{ base_url = %q, api_key = "sk-test-hostile-123", output_dir = %q, max_turns = 1 }:run()
+end)
+local hwm
+for l in io.lines("/proc/self/status") do hwm = hwm or l:match("^VmHWM:%%s+(%%d+)") end
+print("ok=" .. tostring(ok) .. " hwm_kib=" .. hwm .. " err=" .. tostring(ok and err.reason or err))
+]]):format(url, dir .. "/out"))
+    local bin = os.getenv("SEER") or (root .. "/seer")
+    local p = io.popen(("'%s' '%s/run.lua' 2>&1"):format(bin, dir))
+    local out = p:read("*a")
+    p:close()
+    T.contains(out, "ok=false", out)
+    T.contains(out, "max_response_bytes (67108864 bytes", out)
+    local hwm = tonumber(out:match("hwm_kib=(%d+)"))
+    T.ok(hwm and hwm < 400 * 1024, "peak memory " .. tostring(hwm) .. " KiB")
+    local path = out:match("%(transcript: (.-)%)")
+    local _, size = whole_transcript(path)
+    T.ok(size < 70 * MiB, "the transcript has " .. size .. " bytes")
+  end)
+  child:stop(200)
+  if not ok then error(err, 0) end
+end)

@@ -303,3 +303,132 @@ end
   T.eq(r.isError, false)
   c:close()
 end)
+
+-- An HTTP MCP server (plain Python, no SDK) that answers tools/list with an SSE stream whose
+-- first message is a batch of N pings, and counts the client's answers: how many arrived and
+-- how many were in flight at once (each answer is held DELAY seconds). A "stats" request
+-- returns the counts.
+local FLOOD = [[
+import json, sys, threading, time, os
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+N, DELAY, PORT_FILE = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+lock = threading.Lock()
+st = {"active": 0, "max_active": 0, "answers": 0}
+class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def log_message(self, *a): pass
+    def reply(self, status, body=None, ctype="application/json"):
+        data = json.dumps(body).encode() if body is not None else b""
+        self.send_response(status)
+        if body is not None: self.send_header("content-type", ctype)
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+    def do_POST(self):
+        m = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)))
+        method = m.get("method") if isinstance(m, dict) else None
+        if method is None:  # the client's answer to one of our pings
+            with lock:
+                st["active"] += 1
+                st["max_active"] = max(st["max_active"], st["active"])
+            time.sleep(DELAY)
+            with lock:
+                st["active"] -= 1
+                st["answers"] += 1
+            return self.reply(202)
+        if method == "initialize":
+            return self.reply(200, {"jsonrpc": "2.0", "id": m["id"], "result": {"protocolVersion": "2025-06-18",
+                              "capabilities": {"tools": {}}, "serverInfo": {"name": "flood", "version": "1"}}})
+        if method.startswith("notifications/"):
+            return self.reply(202)
+        if method == "stats":
+            with lock:
+                return self.reply(200, {"jsonrpc": "2.0", "id": m["id"], "result": dict(st)})
+        if method == "tools/list":
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("connection", "close")
+            self.end_headers()
+            batch = [{"jsonrpc": "2.0", "id": "p%d" % i, "method": "ping"} for i in range(N)]
+            self.wfile.write(b"data: " + json.dumps(batch).encode() + b"\n\n")
+            self.wfile.flush()
+            time.sleep(0.3)
+            self.wfile.write(b"data: " + json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": {"tools": []}}).encode() + b"\n\n")
+            self.wfile.flush()
+            self.close_connection = True
+            return
+        return self.reply(200, {"jsonrpc": "2.0", "id": m["id"], "error": {"code": -32601, "message": "no"}})
+class S(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 4096
+s = S(("127.0.0.1", 0), H)
+open(PORT_FILE + ".tmp", "w").write(str(s.server_address[1]))
+os.rename(PORT_FILE + ".tmp", PORT_FILE)
+s.serve_forever()
+]]
+
+local function flood_server(n, delay)
+  local d = T.tmpdir()
+  seer.write_file(d .. "/flood.py", FLOOD)
+  local child = process.spawn{ argv = { "/usr/bin/python3", d .. "/flood.py", tostring(n), tostring(delay), d .. "/port" },
+                               stderr = d .. "/stderr" }
+  local deadline = process.now_ms() + 10000
+  while true do
+    local f = io.open(d .. "/port")
+    if f then
+      local port = f:read("*a")
+      f:close()
+      return "http://127.0.0.1:" .. port .. "/mcp", child
+    end
+    if process.now_ms() > deadline then
+      child:stop(200)
+      error("the flood server did not start: " .. (seer.read_file(d .. "/stderr") or ""))
+    end
+    process.sleep_ms(20)
+  end
+end
+
+-- stats once the answers stop coming
+local function settled_stats(c, want)
+  local deadline = process.now_ms() + 10000
+  local s
+  repeat
+    s = c:request("flood", "stats")
+    if s.answers >= want then break end
+    process.sleep_ms(50)
+  until process.now_ms() > deadline
+  return s
+end
+
+T.test("mcp client: a server's batch of requests is answered a few POSTs at a time, not one connection each", function()
+  local url, child = flood_server(200, 0.02)
+  local ok, err = pcall(function()
+    local c = mcp.connect({ flood = { type = "http", url = url } }, { timeout = 10, connect_timeout = 10 })
+    local s = settled_stats(c, 200)
+    T.eq(s.answers, 200)
+    T.ok(s.max_active <= 4, ("%d answers were in flight at once"):format(s.max_active))
+    c:close()
+  end)
+  child:stop(200)
+  if not ok then error(err, 0) end
+end)
+
+T.test("mcp client: requests past the queue go unanswered, with a warning", function()
+  local url, child = flood_server(3000, 0)
+  local ok, err = pcall(function()
+    local warnings = {}
+    local c = mcp.connect({ flood = { type = "http", url = url } }, { timeout = 10, connect_timeout = 10,
+      on_warning = function(server, text) warnings[#warnings + 1] = server .. ": " .. text end })
+    local s = settled_stats(c, 1024)
+    process.sleep_ms(200)
+    s = c:request("flood", "stats")
+    T.eq(s.answers, 1024)
+    T.ok(s.max_active <= 4, ("%d answers were in flight at once"):format(s.max_active))
+    local all = table.concat(warnings, "\n")
+    T.contains(all, "flood: it sent more than 1028 requests at once: answers beyond that are not sent")
+    T.contains(all, "1976 of its requests went unanswered")
+    c:close()
+  end)
+  child:stop(200)
+  if not ok then error(err, 0) end
+end)
