@@ -785,6 +785,19 @@ function Agent:_request()
   }
 end
 
+-- The result event of a run that ended by an error or Ctrl-C (the loop never reached _finish):
+-- what it used and cost so far, how long it ran, and the error (secrets redacted; an interrupt
+-- is "interrupted", not the internal line where it landed).
+function Agent:_abnormal_result(msg)
+  local unknown = self.usage_unknown_turns or 0
+  local interrupted = msg:match("interrupted$") ~= nil
+  return { type = "result", agent = self.name, reason = interrupted and "interrupted" or "error",
+           error = interrupted and "interrupted" or self:redact(msg), turns = self.turn, usage = self.usage,
+           cost_usd = (self.cost_known and unknown == 0) and self.cost or json.null,
+           usage_unknown_turns = unknown > 0 and unknown or nil,
+           duration_s = self.t0 and (now() - self.t0) or json.null, transcript = self.transcript_path }
+end
+
 function Agent:_finish(reason, extra)
   local unknown = self.usage_unknown_turns or 0
   local ev = { type = "result", reason = reason, turns = self.turn, text = self.last_text or "",
@@ -1018,11 +1031,7 @@ function Agent:_step(input)
     self.done = true
     local msg = tostring(v)
     if self.transcript and not self.result then
-      pcall(function()
-        self.transcript:write(json.encode{ type = "result", agent = self.name, reason = msg:match("interrupted$")
-          and "interrupted" or "error", error = msg, turns = self.turn, usage = self.usage,
-          transcript = self.transcript_path })
-      end)
+      pcall(function() self.transcript:write(json.encode(self:_abnormal_result(msg))) end)
     end
     self:_cleanup()
     if msg:match("interrupted$") then error("interrupted", 0) end
@@ -1047,10 +1056,7 @@ function Agent:_abort(err)
     self.done = true
     local msg = tostring(err)
     if self.transcript and not self.result then
-      pcall(function()
-        self.transcript:write(json.encode{ type = "result", agent = self.name, turns = self.turn, usage = self.usage,
-          reason = msg:match("interrupted$") and "interrupted" or "error", error = msg, transcript = self.transcript_path })
-      end)
+      pcall(function() self.transcript:write(json.encode(self:_abnormal_result(msg))) end)
     end
     self:_cleanup()
   end

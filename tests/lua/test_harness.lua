@@ -85,6 +85,28 @@ T.test("a replay that runs out of turns is an error naming the transcript", func
   T.eq(a.result.reason, "replay_exhausted")
 end)
 
+T.test("an interrupted run's result event carries its duration and cost so far, and says interrupted", function()
+  -- Ctrl-C landing in a tool (raised as "interrupted" from wherever it landed)
+  local slow = { name = "slow", description = "Waits.", input_schema = { type = "object", properties = {} },
+                 fn = function() process.sleep_ms(300) error("/somewhere/inside.lua:12: interrupted", 0) end }
+  local dir = T.tmpdir()
+  local a = h.run_agent{ provider = "replay", output_dir = dir, tools = { slow },
+                         replay = { turn({ { type = "tool_use", id = "t1", name = "slow", input = {} } }, "tool_use") } }
+  T.raises(function() a:run() end, "interrupted")
+  local ev = lines(a.transcript_path)
+  local r = ev[#ev]
+  T.eq(r.type, "result")
+  T.eq(r.reason, "interrupted")
+  T.eq(r.error, "interrupted", "not the internal line where it landed")
+  T.ok(type(r.duration_s) == "number" and r.duration_s >= 0.25, "duration_s: " .. tostring(r.duration_s))
+  T.ok(r.cost_usd ~= nil, "cost_usd is there (null when the price is unknown)")
+  T.eq(r.usage.output_tokens, 5)
+  local p = io.popen(("'%s' transcript view '%s' 2>&1"):format(require("seer.jupyter").seer_binary(), a.transcript_path))
+  local out = p:read("*a")
+  p:close()
+  T.ok(out:find("interrupted after 1 turn%(s%), 0%.[3-9] s"), out)
+end)
+
 T.test("options: unknown, mistyped, providers, keys", function()
   T.raises(function() h.run_agent{ promt = "x" } end, "unknown option 'promt' %(valid: .*prompt")
   T.raises(function() h.run_agent{ max_turns = "3" } end, "option 'max_turns' must be a number")

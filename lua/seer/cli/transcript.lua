@@ -152,8 +152,10 @@ function M._view(path, full, out)
             streamed = {}
           end
           w("")
-          w(("[result] %s after %s turn(s), %.1f s; %s"):format(tostring(ev.reason), tostring(ev.turns),
-            ev.duration_s or 0, usage_line(ev.usage, ev.cost_usd)))
+          -- transcripts written before results of failed runs carried a duration: say unknown, not 0.0 s
+          w(("[result] %s after %s turn(s), %s; %s"):format(tostring(ev.reason), tostring(ev.turns),
+            type(ev.duration_s) == "number" and ("%.1f s"):format(ev.duration_s) or "duration unknown",
+            usage_line(ev.usage, ev.cost_usd)))
           if ev.error then w("   " .. tostring(ev.error)) end
         end
       end)
