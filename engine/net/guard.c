@@ -70,6 +70,10 @@ typedef struct guard {
     pthread_mutex_t why_mu;
     char why[160];
     atomic_int closing;
+    /* after a peer was cut, the next connect waits (100 ms doubling to 5 s; a whole message
+     * passing resets it): a peer that breaks the bounds on every reconnect costs little */
+    int cut_ms;
+    long long hold_until;
     int in_epoll;
     pair_t *pairs;
     struct guard *next;
@@ -137,7 +141,12 @@ static void note(guard_t *g, const char *why, int repeatable) {
 static void cut(pair_t *p, const char *why) {
     if (p->dead) return;
     p->dead = 1;
-    if (why) note(p->g, why, 1);
+    if (why) {
+        guard_t *g = p->g;
+        note(g, why, 1);
+        g->cut_ms = g->cut_ms ? (g->cut_ms * 2 > 5000 ? 5000 : g->cut_ms * 2) : 100;
+        g->hold_until = now_ms() + g->cut_ms;
+    }
 }
 
 /* Out of the epoll set, then closed. A close alone does not remove it while another descriptor
@@ -229,7 +238,10 @@ static int inspect(pair_t *p, const unsigned char *b, size_t n) {
                 cut(p, why);
                 return -1;
             }
-            if (!(f & 1)) p->msg_bytes = p->msg_frames = 0;
+            if (!(f & 1)) {
+                p->msg_bytes = p->msg_frames = 0;
+                g->cut_ms = 0; /* a whole message within the bounds */
+            }
         }
         if (size) {
             p->in_body = 1;
@@ -263,7 +275,7 @@ static void update(pair_t *p) {
 
 /* Reads what fd has into b; returns 1 when something came or nothing is there yet, 0 at the end
  * of the stream or on an error. */
-static int fill(int fd, buf_t *b, size_t *got) {
+static int fill(int fd, buf_t *b, size_t *got, size_t *at) {
     *got = 0;
     if (b->off == b->len) b->off = b->len = 0;
     if (b->len == BUF_CAP && b->off > 0) {
@@ -272,6 +284,7 @@ static int fill(int fd, buf_t *b, size_t *got) {
         b->off = 0;
     }
     if (b->len == BUF_CAP) return 1;
+    if (at) *at = b->len; /* where the new bytes go: the buffer may have moved above */
     ssize_t r = read(fd, b->b + b->len, BUF_CAP - b->len);
     if (r > 0) {
         *got = (size_t)r;
@@ -304,7 +317,7 @@ static void on_down(pair_t *p, unsigned ev) {
         return;
     }
     if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
-        if (!fill(p->down, &p->d2u, &got)) return cut(p, NULL);
+        if (!fill(p->down, &p->d2u, &got, NULL)) return cut(p, NULL);
         if (p->up >= 0 && !p->connecting && !drain(p->up, &p->d2u)) return cut(p, NULL);
     }
 }
@@ -330,8 +343,8 @@ static void on_up(pair_t *p, unsigned ev) {
     }
     if (ev & EPOLLOUT && !drain(p->up, &p->d2u)) return cut(p, NULL);
     if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
-        size_t before = p->u2d.len;
-        if (!fill(p->up, &p->u2d, &got)) {
+        size_t before = 0;
+        if (!fill(p->up, &p->u2d, &got, &before)) {
             /* what it sent before it went away still goes on (a kernel's last words) */
             p->up_eof = 1;
             drop_fd(&p->up); /* an ended stream would report itself forever */
@@ -389,6 +402,11 @@ static int connect_up(guard_t *g, int *connecting, char *why, size_t wn) {
 static void try_up(pair_t *p) {
     char why[160] = "";
     int connecting;
+    long long now = now_ms();
+    if (p->g->hold_until > now) { /* the last peer here was cut a moment ago */
+        p->retry_at = p->g->hold_until;
+        return;
+    }
     int u = connect_up(p->g, &connecting, why, sizeof why);
     if (u < 0) {
         if (why[0]) note(p->g, why, 0);

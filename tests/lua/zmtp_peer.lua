@@ -36,18 +36,25 @@ local greet = "\255" .. ("\0"):rep(8) .. "\127" .. string.char(major, 0) .. "NUL
 if not sock.send_all(fd, greet, 5000) then os.exit(4) end
 local ready = "\5READY" .. prop("Socket-Type", "ROUTER") .. prop("Identity", "")
 sock.send_all(fd, "\4" .. string.char(#ready) .. ready, 5000)
-if mode:find("%-after$") then
-  -- the client's greeting and READY come first; then wait for a message from it
-  local got = 0
+-- ZMTP: no message before the handshake is done, so read the client's greeting and READY first
+-- (libzmq drops a peer whose message comes while it still expects READY)
+local inbuf = ""
+local function need(n)
   local deadline = process.now_ms() + 20000
-  while got < 64 + 30 and process.now_ms() < deadline do
+  while #inbuf < n do
+    if process.now_ms() > deadline then os.exit(5) end
     if sock.wait(fd, 1, 200) then
       local s = sock.recv(fd, 65536)
       if s == "" then os.exit(0) end
-      got = got + #(s or "")
+      inbuf = inbuf .. (s or "")
     end
   end
 end
+need(64 + 2)
+local rsize = inbuf:byte(66)
+need(64 + 2 + rsize)
+inbuf = inbuf:sub(64 + 2 + rsize + 1)
+if mode:find("%-after$") then need(1) end -- a message from the client (a request) first
 local sent = 0
 if mode:find("^flood") then
   local frame = "\3" .. u64(size) .. ("x"):rep(size)
