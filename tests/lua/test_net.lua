@@ -278,6 +278,41 @@ T.test("net: the guard refuses a frame-count flood, oversized commands and old Z
   for _, x in ipairs({ srv, via_link, direct, direct2 }) do x:close() end
 end)
 
+T.test("net: the guard passes well-formed traffic of every size intact (its parser follows frames across reads)", function()
+  local srv = net.socket("router", "k")
+  srv:bind("ipc://" .. tmp .. "/many.sock")
+  -- a receiver that queues little (rcvhwm 2) and reads only after the burst: the guard's buffer
+  -- fills, drains in part and refills while its parser follows the frames
+  local c = net.socket("dealer", "k", { max_bytes = 1024 * 1024, max_frames = 16, rcvhwm = 2 })
+  c:connect("ipc://" .. tmp .. "/many.sock")
+  c:send({ header = net.header("hello", "c"), content = {} })
+  local hello = srv:recv(5000)
+  -- sizes around the guard's 256 KiB buffer and ZMTP's 255-byte short-frame limit, in a burst
+  local sizes, seed = {}, 12345
+  for i = 1, 600 do
+    seed = (seed * 1103515245 + 12345) % 2147483648
+    local pick = seed % 6
+    sizes[i] = ({ 0, 1, 254, 256, 70000, 262145 })[pick + 1] + (seed % 7)
+  end
+  local sent = 0
+  for i, n in ipairs(sizes) do
+    srv:send({ idents = hello.idents, header = net.header("m", "s"), content = { i = i }, buffers = { ("%d"):format(i):rep(1):sub(1, 1):rep(n) } })
+    sent = sent + 1
+  end
+  local got = 0
+  for i, n in ipairs(sizes) do
+    local m = c:recv(10000)
+    if not m or m.content.i ~= i or #m.buffers[1] ~= n then
+      T.ok(false, ("message %d of %d (%d bytes) arrived as %s"):format(i, sent, n, m and (tostring(m.content.i) .. "/" .. #m.buffers[1]) or "nothing"))
+    end
+    got = got + 1
+  end
+  T.eq(got, #sizes)
+  T.eq(c:dropped(), 0, "nothing dropped or cut")
+  srv:close()
+  c:close()
+end)
+
 T.test("net: a socket with limits that binds is guarded too: a connecting peer's endless message is cut, others go on", function()
   -- a host process that binds where a sandbox can connect (the RPC relay in a sandbox's run folder)
   local path = tmp .. "/bound.sock"
