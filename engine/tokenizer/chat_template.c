@@ -16,12 +16,12 @@
 int seer_chat_template_render_ex(const char *tmpl, size_t tmpl_len, const cJSON *vars,
                                  const seer_chat_template_limits_t *lim, char **out,
                                  size_t *out_len, seer_err_t *err) {
-    return seer_jinja_render(tmpl, tmpl_len, vars, lim, out, out_len, err);
+    return seer_jinja_render(tmpl, tmpl_len, vars, lim, out, out_len, NULL, err);
 }
 
 int seer_chat_template_render(const char *tmpl, size_t tmpl_len, const cJSON *vars, char **out,
                               size_t *out_len, seer_err_t *err) {
-    return seer_jinja_render(tmpl, tmpl_len, vars, NULL, out, out_len, err);
+    return seer_jinja_render(tmpl, tmpl_len, vars, NULL, out, out_len, NULL, err);
 }
 
 /* ---- Lua tables to cJSON ---- */
@@ -106,9 +106,18 @@ static cJSON *to_cjson(lua_State *L, int idx, int depth, const char **why) {
     return obj;
 }
 
+/* render(template, vars[, max_work]) -> text, work units spent. max_work (nil or 0: the
+ * default) is the fixed part of the work budget. */
 static int l_render(lua_State *L) {
     size_t tl;
     const char *tmpl = luaL_checklstring(L, 1, &tl);
+    seer_chat_template_limits_t lim = {0};
+    if (!lua_isnoneornil(L, 3)) {
+        lua_Number mw = luaL_checknumber(L, 3);
+        if (!(mw >= 0) || mw > 9.0e18 || mw != floor(mw))
+            return luaL_error(L, "chat_template.render: max_work must be a whole number of work units >= 0");
+        lim.max_work = (size_t)mw;
+    }
     cJSON *vars = NULL;
     if (!lua_isnoneornil(L, 2)) {
         luaL_checktype(L, 2, LUA_TTABLE);
@@ -130,7 +139,8 @@ static int l_render(lua_State *L) {
     seer_err_t *err = malloc(sizeof *err);
     if (!err) { cJSON_Delete(vars); return luaL_error(L, "chat_template.render: out of memory"); }
     seer_err_clear(err);
-    int rc = seer_chat_template_render(tmpl, tl, vars, &out, &n, err);
+    size_t work = 0;
+    int rc = seer_jinja_render(tmpl, tl, vars, &lim, &out, &n, &work, err);
     cJSON_Delete(vars);
     if (rc < 0) {
         lua_pushfstring(L, "chat_template: %s", err->msg);
@@ -140,7 +150,8 @@ static int l_render(lua_State *L) {
     free(err);
     lua_pushlstring(L, out, n);
     free(out);
-    return 1;
+    lua_pushnumber(L, (lua_Number)work);
+    return 2;
 }
 
 int seer_chat_template_luaopen(lua_State *L) {

@@ -2,7 +2,9 @@
  * whitespace rules (trim_blocks, lstrip_blocks, "-" and "+" markers), a recursive-descent parser
  * with Jinja2's precedence, and a tree walker with Python's value semantics (truthiness, str(),
  * repr of containers, json.dumps). Every allocation of a render lives in one arena that is freed
- * at the end, and errors unwind with longjmp, so no error path can leak or double free. */
+ * at the end, and errors unwind with longjmp, so no error path can leak or double free. Every
+ * operation charges a work budget by what it costs (charge() below), so a render ends after a
+ * bounded amount of work whatever the template does. */
 #include "tokenizer/jinja.h"
 
 #include <errno.h>
@@ -77,6 +79,9 @@ typedef struct R {
     size_t src_n;
     scope *root;     /* the template's top-level scope (child of the globals) */
     sb *out;         /* where output goes now */
+    size_t work;     /* work units spent so far */
+    size_t budget;   /* work units this render may spend (max_work + the variables' allowance) */
+    struct { const char *p; size_t n, len; } lens[64]; /* code-point counts of long strings */
 } R;
 
 static _Noreturn void jfail(R *r, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -87,6 +92,29 @@ static _Noreturn void jfail(R *r, int code, const char *fmt, ...) {
     va_end(ap);
     r->code = code;
     longjmp(r->jb, 1);
+}
+
+/* The work budget. Every operation whose cost the template controls charges it: one unit per
+ * byte scanned or copied, one per element made or compared, COST_NODE per expression node,
+ * statement, loop iteration or call. The iteration and memory caps alone do not bound time (a
+ * loop can scan a 60 MB string in each of its million iterations, a macro can call itself twice
+ * at every level without looping at all), the budget does. */
+#define COST_NODE 16    /* an expression node, statement, loop iteration, call, found match */
+#define COST_CHAR 3     /* a code point decoded one at a time */
+#define COST_CMP 8      /* one comparison of two values */
+#define COST_FLOAT 1024 /* formatting a float (shortest repr: up to 17 printf/strtod rounds) */
+
+static _Noreturn void work_fail(R *r) {
+    jfail(r, SEER_EINVAL,
+          "limit: the render exceeded its work budget (%zu units): the template does too much work for its "
+          "input (raise max_work in seer_chat_template_limits_t, or from Lua seer.chat_template.render's "
+          "opts.max_work or seer.chat_template.limits.max_work, only for a template you trust)",
+          r->budget);
+}
+
+static inline void charge(R *r, size_t units) {
+    if (units > r->budget - r->work) work_fail(r);
+    r->work += units;
 }
 
 static void *ar_alloc(R *r, size_t n) {
@@ -115,6 +143,7 @@ static void *ar_alloc(R *r, size_t n) {
 static void *ar_calloc(R *r, size_t n) { void *p = ar_alloc(r, n); memset(p, 0, n); return p; }
 
 static jstr ar_str(R *r, const char *s, size_t n) {
+    charge(r, n);
     char *p = ar_alloc(r, n + 1);
     if (n) memcpy(p, s, n);
     p[n] = 0;
@@ -144,6 +173,7 @@ static void sb_reserve(R *r, sb *b, size_t extra) {
 }
 
 static void sb_add(R *r, sb *b, const char *s, size_t n) {
+    charge(r, n);
     if (!n) return;
     sb_reserve(r, b, n);
     memcpy(b->p + b->n, s, n);
@@ -178,6 +208,7 @@ static jlist *list_new(R *r, size_t cap) {
     return l;
 }
 static void list_push(R *r, jlist *l, jv v) {
+    charge(r, 1);
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 4;
         jv *nv = ar_alloc(r, cap * sizeof(jv));
@@ -193,20 +224,21 @@ static jv v_dict(jdict *d) { jv v = {.t = T_DICT}; v.u.d = d; return v; }
 
 static int str_eq(jstr a, const char *b) { size_t n = strlen(b); return a.n == n && memcmp(a.p, b, n) == 0; }
 
-static int v_eq(jv a, jv b);
+static int v_eq(R *r, jv a, jv b);
 
-static jv *dict_find(jdict *d, jv k) {
+static jv *dict_find(R *r, jdict *d, jv k) {
     for (size_t i = 0; i < d->n; i++)
-        if (v_eq(d->k[i], k)) return &d->v[i];
+        if (v_eq(r, d->k[i], k)) return &d->v[i];
     return NULL;
 }
-static jv *dict_finds(jdict *d, const char *s, size_t n) {
+static jv *dict_finds(R *r, jdict *d, const char *s, size_t n) {
+    charge(r, d->n);
     for (size_t i = 0; i < d->n; i++)
-        if (d->k[i].t == T_STR && d->k[i].u.s.n == n && memcmp(d->k[i].u.s.p, s, n) == 0) return &d->v[i];
+        if (d->k[i].t == T_STR && d->k[i].u.s.n == n && (charge(r, n), memcmp(d->k[i].u.s.p, s, n) == 0)) return &d->v[i];
     return NULL;
 }
 static void dict_set(R *r, jdict *d, jv k, jv v) {
-    jv *slot = dict_find(d, k);
+    jv *slot = dict_find(r, d, k);
     if (slot) { *slot = v; return; }
     if (d->n == d->cap) {
         size_t cap = d->cap ? d->cap * 2 : 4;
@@ -242,10 +274,37 @@ static size_t u8_next(const char *s, size_t n, size_t i, uint32_t *cp) {
     return len;
 }
 
-static size_t u8_len(jstr s) {
-    size_t n = 0;
-    for (size_t i = 0; i < s.n; i += u8_next(s.p, s.n, i, NULL)) n++;
+static size_t u8_len(jstr s, size_t *slow) {
+    size_t n = 0, i = 0, k = 0;
+    while (i < s.n) {
+        if (s.n - i >= 8) {   /* eight ASCII bytes at a time */
+            uint64_t w;
+            memcpy(&w, s.p + i, 8);
+            if (!(w & 0x8080808080808080ull)) { n += 8; i += 8; continue; }
+        }
+        i += u8_next(s.p, s.n, i, NULL);
+        n++;
+        k++;
+    }
+    if (slow) *slow = k;
     return n;
+}
+
+/* len(s) in code points, charged; a long string's count is computed once per render (strings
+ * are immutable and the arena is never freed before the end, so (pointer, length) names the
+ * same text for the whole render). */
+static size_t str_len(R *r, jstr s) {
+    size_t slow;
+    if (s.n < 256) { size_t len = u8_len(s, &slow); charge(r, s.n + COST_CHAR * slow); return len; }
+    size_t h = ((uintptr_t)s.p ^ ((uintptr_t)s.p >> 9) ^ s.n) & 63;
+    charge(r, 1);
+    if (r->lens[h].p == s.p && r->lens[h].n == s.n) return r->lens[h].len;
+    size_t len = u8_len(s, &slow);
+    charge(r, s.n + COST_CHAR * slow);
+    r->lens[h].p = s.p;
+    r->lens[h].n = s.n;
+    r->lens[h].len = len;
+    return len;
 }
 
 static int py_isspace(uint32_t c) {
@@ -255,15 +314,16 @@ static int py_isspace(uint32_t c) {
 }
 
 /* Python str.strip family: which = 1 left, 2 right, 3 both; chars NULL means white space. */
-static jstr py_strip(jstr s, const jstr *chars, int which) {
+static jstr py_strip(R *r, jstr s, const jstr *chars, int which) {
     size_t a = 0, b = s.n;
     for (;;) {
         if (!(which & 1) || a >= b) break;
         uint32_t c;
         size_t l = u8_next(s.p, s.n, a, &c);
         int hit = 0;
+        charge(r, COST_CHAR);
         if (!chars) hit = py_isspace(c);
-        else for (size_t j = 0; j < chars->n;) { uint32_t d; j += u8_next(chars->p, chars->n, j, &d); if (d == c) { hit = 1; break; } }
+        else for (size_t j = 0; j < chars->n;) { uint32_t d; charge(r, COST_CHAR); j += u8_next(chars->p, chars->n, j, &d); if (d == c) { hit = 1; break; } }
         if (!hit) break;
         a += l;
     }
@@ -274,8 +334,9 @@ static jstr py_strip(jstr s, const jstr *chars, int which) {
         size_t l = u8_next(s.p, s.n, st, &c);
         if (st + l != b) { st = b - 1; c = (unsigned char)s.p[st]; }
         int hit = 0;
+        charge(r, COST_CHAR);
         if (!chars) hit = py_isspace(c);
-        else for (size_t j = 0; j < chars->n;) { uint32_t d; j += u8_next(chars->p, chars->n, j, &d); if (d == c) { hit = 1; break; } }
+        else for (size_t j = 0; j < chars->n;) { uint32_t d; charge(r, COST_CHAR); j += u8_next(chars->p, chars->n, j, &d); if (d == c) { hit = 1; break; } }
         if (!hit) break;
         b = st;
     }
@@ -336,6 +397,18 @@ static void fmt_float(char *buf, size_t cap, double f) {
 #undef PUT
 }
 
+/* Decimal digits of an int64 (what "%" PRId64 prints), without printf. */
+static void fmt_int(char *buf, int64_t v) {
+    char tmp[24];
+    size_t n = 0;
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    do { tmp[n++] = (char)('0' + u % 10); u /= 10; } while (u);
+    size_t k = 0;
+    if (v < 0) buf[k++] = '-';
+    while (n) buf[k++] = tmp[--n];
+    buf[k] = 0;
+}
+
 static const char *type_name(jv v) {
     switch (v.t) {
     case T_UNDEF: return "Undefined";
@@ -357,12 +430,21 @@ static const char *type_name(jv v) {
 }
 
 static void repr_str(R *r, sb *b, jstr s) {
+    charge(r, 2 * s.n);
     int has_sq = memchr(s.p, '\'', s.n) != NULL, has_dq = memchr(s.p, '"', s.n) != NULL;
     char q = (has_sq && !has_dq) ? '"' : '\'';
     sb_addc(r, b, q);
     for (size_t i = 0; i < s.n; i++) {
         unsigned char c = (unsigned char)s.p[i];
         char esc[8];
+        size_t run = 0;   /* bytes copied as they are, in one piece */
+        while (i + run < s.n) {
+            unsigned char d = (unsigned char)s.p[i + run];
+            if (d == '\\' || d == (unsigned char)q || d < 0x20 || d == 0x7f) break;
+            run++;
+        }
+        if (run) { sb_add(r, b, s.p + i, run); i += run - 1; continue; }
+        charge(r, COST_NODE);
         if (c == '\\') sb_add(r, b, "\\\\", 2);
         else if (c == (unsigned char)q) { sb_addc(r, b, '\\'); sb_addc(r, b, (char)c); }
         else if (c == '\n') sb_add(r, b, "\\n", 2);
@@ -393,8 +475,8 @@ static void to_str(R *r, sb *b, jv v, int repr) {
     case T_UNDEF: break;
     case T_NONE: sb_adds(r, b, "None"); break;
     case T_BOOL: sb_adds(r, b, v.u.b ? "True" : "False"); break;
-    case T_INT: snprintf(num, sizeof num, "%" PRId64, v.u.i); sb_adds(r, b, num); break;
-    case T_FLOAT: fmt_float(num, sizeof num, v.u.f); sb_adds(r, b, num); break;
+    case T_INT: charge(r, COST_NODE); fmt_int(num, v.u.i); sb_adds(r, b, num); break;
+    case T_FLOAT: charge(r, COST_FLOAT); fmt_float(num, sizeof num, v.u.f); sb_adds(r, b, num); break;
     case T_STR: if (repr) repr_str(r, b, v.u.s); else sb_add(r, b, v.u.s.p, v.u.s.n); break;
     case T_LIST: repr_seq(r, b, v.u.l, "[", "]", 0); break;
     case T_TUPLE: repr_seq(r, b, v.u.l, "(", ")", 1); break;
@@ -432,6 +514,14 @@ static void json_str(R *r, sb *b, jstr s) {
     for (size_t i = 0; i < s.n; i++) {
         unsigned char c = (unsigned char)s.p[i];
         char esc[8];
+        size_t run = 0;   /* bytes copied as they are, in one piece */
+        while (i + run < s.n) {
+            unsigned char d = (unsigned char)s.p[i + run];
+            if (d == '"' || d == '\\' || d < 0x20) break;
+            run++;
+        }
+        if (run) { sb_add(r, b, s.p + i, run); i += run - 1; continue; }
+        charge(r, COST_NODE);
         switch (c) {
         case '"': sb_add(r, b, "\\\"", 2); break;
         case '\\': sb_add(r, b, "\\\\", 2); break;
@@ -449,11 +539,12 @@ static void json_str(R *r, sb *b, jstr s) {
 }
 
 static void json_nl(R *r, sb *b, const jsonopt *o, int level) {
+    charge(r, (size_t)level);
     sb_addc(r, b, '\n');
     for (int i = 0; i < level; i++) sb_adds(r, b, o->indent_s);
 }
 
-static int cmp_keys(const void *a, const void *b);
+static int cmp_keys(R *r, const jv *a, const jv *b);
 
 static void to_json(R *r, sb *b, jv v, const jsonopt *o, int level) {
     char num[64];
@@ -461,8 +552,9 @@ static void to_json(R *r, sb *b, jv v, const jsonopt *o, int level) {
     switch (v.t) {
     case T_NONE: sb_adds(r, b, "null"); break;
     case T_BOOL: sb_adds(r, b, v.u.b ? "true" : "false"); break;
-    case T_INT: snprintf(num, sizeof num, "%" PRId64, v.u.i); sb_adds(r, b, num); break;
+    case T_INT: charge(r, COST_NODE); fmt_int(num, v.u.i); sb_adds(r, b, num); break;
     case T_FLOAT:
+        charge(r, COST_FLOAT);
         if (isnan(v.u.f)) sb_adds(r, b, "NaN");
         else if (isinf(v.u.f)) sb_adds(r, b, v.u.f < 0 ? "-Infinity" : "Infinity");
         else { fmt_float(num, sizeof num, v.u.f); sb_adds(r, b, num); }
@@ -491,7 +583,7 @@ static void to_json(R *r, sb *b, jv v, const jsonopt *o, int level) {
             /* insertion sort on key strings keeps this simple and stable */
             for (size_t i = 1; i < d->n; i++) {
                 size_t x = ord[i], j = i;
-                while (j > 0 && cmp_keys(&d->k[ord[j - 1]], &d->k[x]) > 0) { ord[j] = ord[j - 1]; j--; }
+                while (j > 0 && cmp_keys(r, &d->k[ord[j - 1]], &d->k[x]) > 0) { ord[j] = ord[j - 1]; j--; }
                 ord[j] = x;
             }
         }
@@ -538,7 +630,8 @@ static int is_num(jv v) { return v.t == T_INT || v.t == T_FLOAT || v.t == T_BOOL
 static double num_f(jv v) { return v.t == T_FLOAT ? v.u.f : v.t == T_INT ? (double)v.u.i : (double)v.u.b; }
 static int64_t num_i(jv v) { return v.t == T_INT ? v.u.i : v.u.b; }
 
-static int v_eq(jv a, jv b) {
+static int v_eq(R *r, jv a, jv b) {
+    charge(r, COST_CMP);
     if (is_num(a) && is_num(b)) {
         if (a.t != T_FLOAT && b.t != T_FLOAT) return num_i(a) == num_i(b);
         return num_f(a) == num_f(b);
@@ -546,17 +639,24 @@ static int v_eq(jv a, jv b) {
     if (a.t != b.t) return 0;
     switch (a.t) {
     case T_UNDEF: case T_NONE: return 1;
-    case T_STR: return a.u.s.n == b.u.s.n && memcmp(a.u.s.p, b.u.s.p, a.u.s.n) == 0;
+    case T_STR:
+        if (a.u.s.n != b.u.s.n) return 0;
+        charge(r, a.u.s.n);
+        return memcmp(a.u.s.p, b.u.s.p, a.u.s.n) == 0;
     case T_LIST: case T_TUPLE:
         if (a.u.l->n != b.u.l->n) return 0;
-        for (size_t i = 0; i < a.u.l->n; i++) if (!v_eq(a.u.l->v[i], b.u.l->v[i])) return 0;
+        if (++r->depth > r->lim.max_depth * 4) jfail(r, SEER_EINVAL, "limit: values nested too deeply to compare");
+        for (size_t i = 0; i < a.u.l->n; i++) if (!v_eq(r, a.u.l->v[i], b.u.l->v[i])) { r->depth--; return 0; }
+        r->depth--;
         return 1;
     case T_DICT:
         if (a.u.d->n != b.u.d->n) return 0;
+        if (++r->depth > r->lim.max_depth * 4) jfail(r, SEER_EINVAL, "limit: values nested too deeply to compare");
         for (size_t i = 0; i < a.u.d->n; i++) {
-            jv *o = dict_find(b.u.d, a.u.d->k[i]);
-            if (!o || !v_eq(a.u.d->v[i], *o)) return 0;
+            jv *o = dict_find(r, b.u.d, a.u.d->k[i]);
+            if (!o || !v_eq(r, a.u.d->v[i], *o)) { r->depth--; return 0; }
         }
+        r->depth--;
         return 1;
     case T_NS: return a.u.d == b.u.d;
     case T_FUNC: return a.u.fn == b.u.fn;
@@ -567,10 +667,11 @@ static int v_eq(jv a, jv b) {
     return 0;
 }
 
-static int cmp_keys(const void *pa, const void *pb) {
-    const jv *a = pa, *b = pb;
+static int cmp_keys(R *r, const jv *a, const jv *b) {
+    charge(r, COST_CMP);
     if (a->t == T_STR && b->t == T_STR) {
         size_t n = a->u.s.n < b->u.s.n ? a->u.s.n : b->u.s.n;
+        charge(r, n);
         int c = memcmp(a->u.s.p, b->u.s.p, n);
         return c ? c : (a->u.s.n < b->u.s.n ? -1 : a->u.s.n > b->u.s.n);
     }
@@ -580,17 +681,21 @@ static int cmp_keys(const void *pa, const void *pb) {
 
 /* Python ordering: numbers with numbers, strings with strings, sequences element-wise. */
 static int v_cmp(R *r, jv a, jv b, const char *op) {
+    charge(r, COST_CMP);
     if (is_num(a) && is_num(b)) {
         if (a.t != T_FLOAT && b.t != T_FLOAT) { int64_t x = num_i(a), y = num_i(b); return x < y ? -1 : x > y; }
         double x = num_f(a), y = num_f(b);
         return x < y ? -1 : x > y ? 1 : 0;
     }
-    if (a.t == T_STR && b.t == T_STR) return cmp_keys(&a, &b);
+    if (a.t == T_STR && b.t == T_STR) return cmp_keys(r, &a, &b);
     if ((a.t == T_LIST && b.t == T_LIST) || (a.t == T_TUPLE && b.t == T_TUPLE)) {
         size_t n = a.u.l->n < b.u.l->n ? a.u.l->n : b.u.l->n;
         for (size_t i = 0; i < n; i++) {
-            if (v_eq(a.u.l->v[i], b.u.l->v[i])) continue;
-            return v_cmp(r, a.u.l->v[i], b.u.l->v[i], op);
+            if (v_eq(r, a.u.l->v[i], b.u.l->v[i])) continue;
+            if (++r->depth > r->lim.max_depth * 4) jfail(r, SEER_EINVAL, "limit: values nested too deeply to compare");
+            int c = v_cmp(r, a.u.l->v[i], b.u.l->v[i], op);
+            r->depth--;
+            return c;
         }
         return a.u.l->n < b.u.l->n ? -1 : a.u.l->n > b.u.l->n;
     }
@@ -1650,7 +1755,7 @@ static scope *scope_new(R *r, scope *parent) {
 
 static jv lookup(R *r, scope *sc, jstr name) {
     for (scope *s = sc; s; s = s->parent) {
-        jv *v = dict_finds(&s->vars, name.p, name.n);
+        jv *v = dict_finds(r, &s->vars, name.p, name.n);
         if (v) return *v;
     }
     for (int i = 0; i < (int)(sizeof func_names / sizeof func_names[0]); i++)
@@ -1665,6 +1770,7 @@ static void assign(R *r, scope *sc, jstr name, jv v) { dict_set(r, &sc->vars, v_
 static jlist *chars_of(R *r, jstr s) {
     jlist *l = list_new(r, 0);
     for (size_t i = 0; i < s.n;) {
+        charge(r, COST_CHAR);
         size_t len = u8_next(s.p, s.n, i, NULL);
         list_push(r, l, v_str((jstr){s.p + i, len}));
         i += len;
@@ -1687,6 +1793,7 @@ static jlist *iter_list(R *r, jv v) {
 }
 
 static void tick(R *r) {
+    charge(r, COST_NODE);
     if (++r->iters > r->lim.max_iters) jfail(r, SEER_EINVAL, "limit: more than %zu loop iterations", r->lim.max_iters);
 }
 
@@ -1698,7 +1805,7 @@ static jv get_item(R *r, jv obj, jv key) {
     switch (obj.t) {
     case T_UNDEF: undef_fail(r, obj);
     case T_DICT: case T_NS: {
-        jv *v = dict_find(obj.u.d, key);
+        jv *v = dict_find(r, obj.u.d, key);
         if (v) return *v;
         if (key.t == T_STR) return v_undef(hintf(r, "'dict object' has no attribute '%.*s'", (int)(key.u.s.n > 100 ? 100 : key.u.s.n), key.u.s.p));
         return v_undef(hintf(r, "'dict object' has no item of that key"));
@@ -1712,9 +1819,15 @@ static jv get_item(R *r, jv obj, jv key) {
         return v_undef(hintf(r, "'%s object' has no attribute '%.*s'", type_name(obj), key.t == T_STR ? (int)(key.u.s.n > 100 ? 100 : key.u.s.n) : 1, key.t == T_STR ? key.u.s.p : "?"));
     case T_STR:
         if (key.t == T_INT || key.t == T_BOOL) {
-            jlist *cs = chars_of(r, obj.u.s);
-            int64_t i = norm_index(num_i(key), cs->n);
-            if (i >= 0 && (size_t)i < cs->n) return cs->v[i];
+            /* walks to the code point (the length only for a negative index, and cached) */
+            jstr s = obj.u.s;
+            int64_t i = num_i(key);
+            if (i < 0) i = norm_index(i, str_len(r, s));
+            if (i >= 0 && (size_t)i < s.n) {
+                size_t at = 0;
+                for (int64_t k = 0; at < s.n && k < i; k++) { charge(r, COST_CHAR); at += u8_next(s.p, s.n, at, NULL); }
+                if (at < s.n) return v_str((jstr){s.p + at, u8_next(s.p, s.n, at, NULL)});
+            }
             return v_undef(hintf(r, "str object has no element %" PRId64, num_i(key)));
         }
         return v_undef(hintf(r, "'str object' has no attribute"));
@@ -1821,6 +1934,7 @@ static jv do_slice(R *r, jv obj, jv start, jv stop, jv step) {
     else jfail(r, SEER_EINVAL, "type error: '%s' object is not subscriptable", type_name(obj));
     int64_t a, b, s;
     slice_bounds(r, start, stop, step, src->n, &a, &b, &s);
+    charge(r, COST_NODE);
     jlist *l = list_new(r, 0);
     if (s > 0) for (int64_t i = a; i < b; i += s) list_push(r, l, src->v[i]);
     else for (int64_t i = a; i > b; i += s) list_push(r, l, src->v[i]);
@@ -1907,10 +2021,24 @@ static jv arith(R *r, int op, jv a, jv b) {
     if (op == OP_MUL && ((a.t == T_INT || a.t == T_BOOL) != (b.t == T_INT || b.t == T_BOOL))) {
         jv seq = (a.t == T_INT || a.t == T_BOOL) ? b : a;
         int64_t cnt = num_i((a.t == T_INT || a.t == T_BOOL) ? a : b);
+        /* an empty sequence times anything is empty: no loop of cnt empty steps */
+        if (seq.t == T_STR && !seq.u.s.n) return seq;
+        if ((seq.t == T_LIST || seq.t == T_TUPLE) && !seq.u.l->n) return seq.t == T_TUPLE ? v_tuple(list_new(r, 0)) : v_list(list_new(r, 0));
         if (seq.t == T_STR) {
-            sb *bd = sb_new(r);
-            for (int64_t i = 0; i < cnt; i++) sb_add(r, bd, seq.u.s.p, seq.u.s.n);
-            return v_str(sb_take(r, bd));
+            if (cnt <= 0) return v_cstr("");
+            size_t total;
+            if (__builtin_mul_overflow(seq.u.s.n, (uint64_t)cnt, &total) || total > r->lim.max_output)
+                jfail(r, SEER_EINVAL, "limit: output longer than %zu bytes", r->lim.max_output);
+            charge(r, total);
+            char *p = ar_alloc(r, total + 1);
+            memcpy(p, seq.u.s.p, seq.u.s.n);
+            for (size_t done = seq.u.s.n; done < total;) {   /* doubling copies */
+                size_t k = done < total - done ? done : total - done;
+                memcpy(p + done, p, k);
+                done += k;
+            }
+            p[total] = 0;
+            return v_str((jstr){p, total});
         }
         if (seq.t == T_LIST || seq.t == T_TUPLE) {
             jlist *l = list_new(r, 0);
@@ -1933,11 +2061,12 @@ static int contains(R *r, jv hay, jv needle) {
     case T_STR:
         if (needle.t != T_STR) jfail(r, SEER_EINVAL, "type error: 'in <string>' requires string as left operand, not %s", type_name(needle));
         if (!needle.u.s.n) return 1;
+        charge(r, hay.u.s.n + needle.u.s.n);
         return memmem(hay.u.s.p, hay.u.s.n, needle.u.s.p, needle.u.s.n) != NULL;
     case T_LIST: case T_TUPLE:
-        for (size_t i = 0; i < hay.u.l->n; i++) if (v_eq(hay.u.l->v[i], needle)) return 1;
+        for (size_t i = 0; i < hay.u.l->n; i++) if (v_eq(r, hay.u.l->v[i], needle)) return 1;
         return 0;
-    case T_DICT: case T_NS: return dict_find(hay.u.d, needle) != NULL;
+    case T_DICT: case T_NS: return dict_find(r, hay.u.d, needle) != NULL;
     case T_UNDEF: return 0;
     default: jfail(r, SEER_EINVAL, "type error: argument of type '%s' is not iterable", type_name(hay));
     }
@@ -1982,6 +2111,7 @@ static int64_t need_int(R *r, jv v, const char *what) {
 }
 
 static jv str_replace(R *r, jstr s, jstr old, jstr new_, int64_t count) {
+    charge(r, s.n + old.n);
     sb *b = sb_new(r);
     size_t i = 0;
     int64_t done = 0;
@@ -1999,6 +2129,7 @@ static jv str_replace(R *r, jstr s, jstr old, jstr new_, int64_t count) {
     while (i < s.n) {
         const char *h = (count < 0 || done < count) ? memmem(s.p + i, s.n - i, old.p, old.n) : NULL;
         if (!h) { sb_add(r, b, s.p + i, s.n - i); break; }
+        charge(r, COST_NODE + old.n);
         sb_add(r, b, s.p + i, (size_t)(h - (s.p + i)));
         sb_add(r, b, new_.p, new_.n);
         i = (size_t)(h - s.p) + old.n;
@@ -2009,6 +2140,7 @@ static jv str_replace(R *r, jstr s, jstr old, jstr new_, int64_t count) {
 
 static jv str_case(R *r, jstr s, int mode) {
     /* mode 0 upper, 1 lower, 2 capitalize, 3 Python str.title, 4 Jinja title filter */
+    charge(r, s.n);
     char *p = ar_alloc(r, s.n + 1);
     int prev_cased = 0, word_start = 1;
     for (size_t i = 0; i < s.n; i++) {
@@ -2038,15 +2170,17 @@ static jv str_case(R *r, jstr s, int mode) {
 }
 
 static jv str_split(R *r, jstr s, jv sepv, int64_t maxsplit) {
+    charge(r, s.n);
     jlist *l = list_new(r, 0);
     if (sepv.t == T_NONE || sepv.t == T_UNDEF) {
+        charge(r, (COST_CHAR - 1) * s.n);   /* decoded one code point at a time */
         size_t i = 0;
         int64_t done = 0;
         for (;;) {
             while (i < s.n) { uint32_t c; size_t k = u8_next(s.p, s.n, i, &c); if (!py_isspace(c)) break; i += k; }
             if (i >= s.n) break;
             if (maxsplit >= 0 && done >= maxsplit) {
-                jstr rest = py_strip((jstr){s.p + i, s.n - i}, NULL, 2);
+                jstr rest = py_strip(r, (jstr){s.p + i, s.n - i}, NULL, 2);
                 list_push(r, l, v_str(rest));
                 break;
             }
@@ -2065,6 +2199,7 @@ static jv str_split(R *r, jstr s, jv sepv, int64_t maxsplit) {
     for (;;) {
         const char *h = (maxsplit < 0 || done < maxsplit) ? memmem(s.p + i, s.n - i, sep.p, sep.n) : NULL;
         if (!h) { list_push(r, l, v_str((jstr){s.p + i, s.n - i})); break; }
+        charge(r, COST_NODE + sep.n);
         list_push(r, l, v_str((jstr){s.p + i, (size_t)(h - s.p) - i}));
         i = (size_t)(h - s.p) + sep.n;
         done++;
@@ -2072,12 +2207,13 @@ static jv str_split(R *r, jstr s, jv sepv, int64_t maxsplit) {
     return v_list(l);
 }
 
-static int str_starts(jstr s, jstr pre) { return s.n >= pre.n && memcmp(s.p, pre.p, pre.n) == 0; }
-static int str_ends(jstr s, jstr suf) { return s.n >= suf.n && memcmp(s.p + s.n - suf.n, suf.p, suf.n) == 0; }
+static int str_starts(R *r, jstr s, jstr pre) { charge(r, 1 + pre.n); return s.n >= pre.n && memcmp(s.p, pre.p, pre.n) == 0; }
+static int str_ends(R *r, jstr s, jstr suf) { charge(r, 1 + suf.n); return s.n >= suf.n && memcmp(s.p + s.n - suf.n, suf.p, suf.n) == 0; }
 
 static jv join_list(R *r, jlist *l, jstr sep) {
     sb *b = sb_new(r);
     for (size_t i = 0; i < l->n; i++) {
+        charge(r, 1);
         if (i) sb_add(r, b, sep.p, sep.n);
         jstr s = str_of(r, l->v[i]);
         sb_add(r, b, s.p, s.n);
@@ -2097,7 +2233,7 @@ static jv call_method(R *r, jmeth *m, jargs *a) {
         if (str_eq(name, "get")) {
             jv k;
             if (!arg(a, 0, "key", &k)) jfail(r, SEER_EINVAL, "type error: get expected at least 1 argument");
-            jv *v = dict_find(d, k);
+            jv *v = dict_find(r, d, k);
             return v ? *v : arg_or(a, 1, "default", v_none());
         }
         jlist *l = list_new(r, d->n);
@@ -2118,9 +2254,9 @@ static jv call_method(R *r, jmeth *m, jargs *a) {
     if (str_eq(name, "strip") || str_eq(name, "lstrip") || str_eq(name, "rstrip")) {
         int which = name.p[0] == 'l' ? 1 : name.p[0] == 'r' ? 2 : 3;
         jv c = arg_or(a, 0, "chars", v_none());
-        if (c.t == T_NONE) return v_str(py_strip(s, NULL, which));
+        if (c.t == T_NONE) return v_str(py_strip(r, s, NULL, which));
         jstr cs = need_str(r, c, name.p);
-        return v_str(py_strip(s, &cs, which));
+        return v_str(py_strip(r, s, &cs, which));
     }
     if (str_eq(name, "split") || str_eq(name, "rsplit")) {
         jv mx = arg_or(a, 1, "maxsplit", v_int(-1));
@@ -2134,12 +2270,12 @@ static jv call_method(R *r, jmeth *m, jargs *a) {
         if (x.t == T_TUPLE || x.t == T_LIST) {
             for (size_t i = 0; i < x.u.l->n; i++) {
                 jstr pre = need_str(r, x.u.l->v[i], name.p);
-                if (ends ? str_ends(s, pre) : str_starts(s, pre)) return v_bool(1);
+                if (ends ? str_ends(r, s, pre) : str_starts(r, s, pre)) return v_bool(1);
             }
             return v_bool(0);
         }
         jstr pre = need_str(r, x, name.p);
-        return v_bool(ends ? str_ends(s, pre) : str_starts(s, pre));
+        return v_bool(ends ? str_ends(r, s, pre) : str_starts(r, s, pre));
     }
     if (str_eq(name, "upper")) return str_case(r, s, 0);
     if (str_eq(name, "lower")) return str_case(r, s, 1);
@@ -2154,6 +2290,7 @@ static jv call_method(R *r, jmeth *m, jargs *a) {
         jv x;
         if (!arg(a, 0, NULL, &x)) jfail(r, SEER_EINVAL, "type error: join takes an iterable");
         jlist *l = iter_list(r, x);
+        charge(r, l->n);
         for (size_t i = 0; i < l->n; i++) need_str(r, l->v[i], "join");
         return join_list(r, l, s);
     }
@@ -2161,22 +2298,25 @@ static jv call_method(R *r, jmeth *m, jargs *a) {
         jv x;
         if (!arg(a, 0, NULL, &x)) jfail(r, SEER_EINVAL, "type error: %s takes a substring", name.p);
         jstr sub = need_str(r, x, name.p);
+        charge(r, s.n + sub.n);
         if (name.p[0] == 'f') {
             const char *h = sub.n ? memmem(s.p, s.n, sub.p, sub.n) : s.p;
             if (!h) return v_int(-1);
-            return v_int((int64_t)u8_len((jstr){s.p, (size_t)(h - s.p)}));
+            return v_int((int64_t)str_len(r, (jstr){s.p, (size_t)(h - s.p)}));
         }
-        if (!sub.n) return v_int((int64_t)u8_len(s) + 1);
+        if (!sub.n) return v_int((int64_t)str_len(r, s) + 1);
         int64_t c = 0;
         for (size_t i = 0; i < s.n;) {
             const char *h = memmem(s.p + i, s.n - i, sub.p, sub.n);
             if (!h) break;
+            charge(r, COST_NODE + sub.n);
             c++;
             i = (size_t)(h - s.p) + sub.n;
         }
         return v_int(c);
     }
     if (str_eq(name, "splitlines")) {
+        charge(r, s.n);
         jlist *l = list_new(r, 0);
         size_t i = 0, st = 0;
         while (i < s.n) {
@@ -2191,14 +2331,17 @@ static jv call_method(R *r, jmeth *m, jargs *a) {
     }
     if (name.p[0] == 'i' && name.p[1] == 's') {
         int any = 0, ok = s.n > 0, has_cased = 0;
+        int which = str_eq(name, "isdigit") ? 0 : str_eq(name, "isalpha") ? 1 : str_eq(name, "isspace") ? 2 :
+                    str_eq(name, "isupper") ? 3 : str_eq(name, "islower") ? 4 : 5;
+        charge(r, s.n);
         for (size_t i = 0; i < s.n; i++) {
             unsigned char c = (unsigned char)s.p[i];
             any = 1;
-            if (str_eq(name, "isdigit")) ok &= c >= '0' && c <= '9';
-            else if (str_eq(name, "isalpha")) ok &= is_ascii_alpha(c);
-            else if (str_eq(name, "isspace")) ok &= ascii_space((char)c);
-            else if (str_eq(name, "isupper")) { if (is_ascii_lower(c)) ok = 0; if (is_ascii_upper(c)) has_cased = 1; }
-            else if (str_eq(name, "islower")) { if (is_ascii_upper(c)) ok = 0; if (is_ascii_lower(c)) has_cased = 1; }
+            if (which == 0) ok &= c >= '0' && c <= '9';
+            else if (which == 1) ok &= is_ascii_alpha(c);
+            else if (which == 2) ok &= ascii_space((char)c);
+            else if (which == 3) { if (is_ascii_lower(c)) ok = 0; if (is_ascii_upper(c)) has_cased = 1; }
+            else if (which == 4) { if (is_ascii_upper(c)) ok = 0; if (is_ascii_lower(c)) has_cased = 1; }
         }
         if (str_eq(name, "isupper") || str_eq(name, "islower")) ok = ok && has_cased;
         return v_bool(any && ok);
@@ -2292,14 +2435,14 @@ static int apply_test(R *r, jstr name, jv v, jargs *a) {
     if (IS("callable")) return v.t == T_FUNC || v.t == T_METHOD || v.t == T_MACRO;
     if (IS("odd") || IS("even")) { int64_t i = need_int(r, v, "odd/even"); return IS("odd") ? (i % 2 != 0) : (i % 2 == 0); }
     if (IS("divisibleby")) { int64_t d = need_int(r, x, "divisibleby"); if (!d) jfail(r, SEER_EINVAL, "zero division error: divisibleby 0"); return need_int(r, v, "divisibleby") % d == 0; }
-    if (IS("lower")) { jstr s = str_of(r, v); for (size_t i = 0; i < s.n; i++) if (is_ascii_upper(s.p[i])) return 0; return 1; }
-    if (IS("upper")) { jstr s = str_of(r, v); for (size_t i = 0; i < s.n; i++) if (is_ascii_lower(s.p[i])) return 0; return 1; }
+    if (IS("lower")) { jstr s = str_of(r, v); charge(r, s.n); for (size_t i = 0; i < s.n; i++) if (is_ascii_upper(s.p[i])) return 0; return 1; }
+    if (IS("upper")) { jstr s = str_of(r, v); charge(r, s.n); for (size_t i = 0; i < s.n; i++) if (is_ascii_lower(s.p[i])) return 0; return 1; }
     if (!has && (IS("eq") || IS("equalto") || IS("ne") || IS("lt") || IS("le") || IS("gt") || IS("ge") || IS("in") || IS("sameas") ||
                  IS("==") || IS("!=") || IS("<") || IS(">") || IS("<=") || IS(">=") || IS("lessthan") || IS("greaterthan")))
         jfail(r, SEER_EINVAL, "type error: test '%.*s' needs an argument", (int)name.n, name.p);
-    if (IS("eq") || IS("equalto") || IS("==")) return v_eq(v, x);
-    if (IS("ne") || IS("!=")) return !v_eq(v, x);
-    if (IS("sameas")) return v_eq(v, x) && v.t == x.t;
+    if (IS("eq") || IS("equalto") || IS("==")) return v_eq(r, v, x);
+    if (IS("ne") || IS("!=")) return !v_eq(r, v, x);
+    if (IS("sameas")) return v_eq(r, v, x) && v.t == x.t;
     if (IS("lt") || IS("lessthan") || IS("<")) return v_cmp(r, v, x, "<") < 0;
     if (IS("le") || IS("<=")) return v_cmp(r, v, x, "<=") <= 0;
     if (IS("gt") || IS("greaterthan") || IS(">")) return v_cmp(r, v, x, ">") > 0;
@@ -2315,6 +2458,7 @@ static jv apply_filter(R *r, jstr name, jv v, jargs *a);
 
 static jv attr_path(R *r, jv v, jstr path) {
     /* "a.b" or "0" style attribute paths as Jinja2's make_attrgetter does */
+    charge(r, COST_NODE + path.n);
     size_t i = 0;
     while (i <= path.n) {
         size_t j = i;
@@ -2359,7 +2503,7 @@ static jv to_int(R *r, jv v, jv dflt) {
     case T_BOOL: return v_int(v.u.b);
     case T_FLOAT: if (isfinite(v.u.f) && fabs(v.u.f) < 9.2e18) return v_int((int64_t)v.u.f); return dflt;
     case T_STR: {
-        jstr s = py_strip(v.u.s, NULL, 3);
+        jstr s = py_strip(r, v.u.s, NULL, 3);
         char buf[64];
         if (!s.n || s.n >= sizeof buf) return dflt;
         memcpy(buf, s.p, s.n);
@@ -2376,12 +2520,12 @@ static jv to_int(R *r, jv v, jv dflt) {
     }
 }
 
-static jv to_float(jv v, jv dflt) {
+static jv to_float(R *r, jv v, jv dflt) {
     switch (v.t) {
     case T_INT: case T_BOOL: return v_float(num_f(v));
     case T_FLOAT: return v;
     case T_STR: {
-        jstr s = py_strip(v.u.s, NULL, 3);
+        jstr s = py_strip(r, v.u.s, NULL, 3);
         char buf[64];
         if (!s.n || s.n >= sizeof buf) return dflt;
         memcpy(buf, s.p, s.n);
@@ -2436,14 +2580,14 @@ static jv apply_filter(R *r, jstr name, jv v, jargs *a) {
     if (IS("trim")) {
         jv c = arg_or(a, 0, "chars", v_none());
         jstr s = str_of(r, v);
-        if (c.t == T_NONE) return v_str(py_strip(s, NULL, 3));
+        if (c.t == T_NONE) return v_str(py_strip(r, s, NULL, 3));
         jstr cs = need_str(r, c, "trim");
-        return v_str(py_strip(s, &cs, 3));
+        return v_str(py_strip(r, s, &cs, 3));
     }
     if (IS("length") || IS("count")) {
         switch (v.t) {
         case T_UNDEF: return v_int(0);
-        case T_STR: return v_int((int64_t)u8_len(v.u.s));
+        case T_STR: return v_int((int64_t)str_len(r, v.u.s));
         case T_LIST: case T_TUPLE: return v_int((int64_t)v.u.l->n);
         case T_DICT: case T_NS: return v_int((int64_t)v.u.d->n);
         case T_LOOP: return v_int((int64_t)v.u.loop->items->n);
@@ -2494,7 +2638,7 @@ static jv apply_filter(R *r, jstr name, jv v, jargs *a) {
         return v_list(l);
     }
     if (IS("int")) return to_int(r, v, arg_or(a, 0, "default", v_int(0)));
-    if (IS("float")) return to_float(v, arg_or(a, 0, "default", v_float(0.0)));
+    if (IS("float")) return to_float(r, v, arg_or(a, 0, "default", v_float(0.0)));
     if (IS("abs")) {
         if (v.t == T_INT) { if (v.u.i == INT64_MIN) jfail(r, SEER_EINVAL, "limit: integer overflow in abs"); return v_int(v.u.i < 0 ? -v.u.i : v.u.i); }
         if (v.t == T_BOOL) return v_int(v.u.b);
@@ -2551,7 +2695,7 @@ static jv apply_filter(R *r, jstr name, jv v, jargs *a) {
         for (size_t i = 0; i < src->n; i++) {
             tick(r);
             int seen = 0;
-            for (size_t j = 0; j < out->n && !seen; j++) seen = v_eq(out->v[j], src->v[i]);
+            for (size_t j = 0; j < out->n && !seen; j++) seen = v_eq(r, out->v[j], src->v[i]);
             if (!seen) list_push(r, out, src->v[i]);
         }
         return v_list(out);
@@ -2582,7 +2726,10 @@ static jv apply_filter(R *r, jstr name, jv v, jargs *a) {
         jlist *src = iter_list(r, v);
         jv acc = arg_or(a, 1, "start", v_int(0));
         jv at = arg_or(a, 0, "attribute", v_none());
-        for (size_t i = 0; i < src->n; i++) acc = arith(r, OP_ADD, acc, at.t == T_STR ? attr_path(r, src->v[i], at.u.s) : src->v[i]);
+        for (size_t i = 0; i < src->n; i++) {
+            charge(r, COST_NODE);
+            acc = arith(r, OP_ADD, acc, at.t == T_STR ? attr_path(r, src->v[i], at.u.s) : src->v[i]);
+        }
         return acc;
     }
     if (IS("min") || IS("max")) {
@@ -2616,7 +2763,7 @@ static jv apply_filter(R *r, jstr name, jv v, jargs *a) {
             size_t j = i;
             while (j < s.n && s.p[j] != '\n') j++;
             jstr line = {s.p + i, j - i};
-            int is_blank = py_strip(line, NULL, 3).n == 0;
+            int is_blank = py_strip(r, line, NULL, 3).n == 0;
             if ((line_no > 0 || first) && (blank || !is_blank)) sb_add(r, b, pad.p, pad.n);
             sb_add(r, b, line.p, line.n);
             if (j >= s.n) break;
@@ -2640,7 +2787,7 @@ static jv apply_filter(R *r, jstr name, jv v, jargs *a) {
         for (size_t i = 1; i < l->n; i++) {
             jv x = l->v[i];
             size_t j = i;
-            while (j > 0 && v_cmp(r, l->v[j - 1].u.l->v[0], x.u.l->v[0], "<") > 0) { l->v[j] = l->v[j - 1]; j--; }
+            while (j > 0 && v_cmp(r, l->v[j - 1].u.l->v[0], x.u.l->v[0], "<") > 0) { l->v[j] = l->v[j - 1]; j--; charge(r, 1); }
             l->v[j] = x;
         }
         return items;
@@ -2653,6 +2800,10 @@ static jv apply_filter(R *r, jstr name, jv v, jargs *a) {
         jstr s = str_of(r, v);
         sb *b = sb_new(r);
         for (size_t i = 0; i < s.n; i++) {
+            size_t run = 0;   /* bytes copied as they are, in one piece */
+            while (i + run < s.n && !strchr("&<>\"'", s.p[i + run])) run++;
+            if (run) { sb_add(r, b, s.p + i, run); i += run - 1; continue; }
+            charge(r, COST_NODE);
             switch (s.p[i]) {
             case '&': sb_adds(r, b, "&amp;"); break;
             case '<': sb_adds(r, b, "&lt;"); break;
@@ -2671,6 +2822,7 @@ static jv apply_filter(R *r, jstr name, jv v, jargs *a) {
 /* ---- expressions ---- */
 
 static jv eval(R *r, scope *sc, node *x) {
+    charge(r, COST_NODE);
     if (++r->depth > r->lim.max_depth * 4) jfail(r, SEER_EINVAL, "limit: evaluation nested too deeply");
     jv res;
     switch (x->k) {
@@ -2752,8 +2904,8 @@ static jv eval(R *r, scope *sc, node *x) {
             jv right = eval(r, sc, x->v[i]);
             int ok;
             switch (x->ops[i]) {
-            case OP_EQ: ok = v_eq(left, right); break;
-            case OP_NE: ok = !v_eq(left, right); break;
+            case OP_EQ: ok = v_eq(r, left, right); break;
+            case OP_NE: ok = !v_eq(r, left, right); break;
             case OP_LT: ok = v_cmp(r, left, right, "<") < 0; break;
             case OP_LE: ok = v_cmp(r, left, right, "<=") <= 0; break;
             case OP_GT: ok = v_cmp(r, left, right, ">") > 0; break;
@@ -2800,6 +2952,7 @@ static jstr capture(R *r, scope *sc, node **v, int n) {
 
 static jv call_macro(R *r, node *mac, jargs *a) {
     if (++r->depth > r->lim.max_depth) jfail(r, SEER_EINVAL, "limit: macro calls nested deeper than %zu levels", r->lim.max_depth);
+    charge(r, COST_NODE * (1 + (size_t)mac->nn) + (size_t)a->nk * (size_t)mac->nn);
     scope *sc = scope_new(r, r->root);
     if (a->np > mac->nn) jfail(r, SEER_EINVAL, "type error: macro '%.*s' takes not more than %d argument(s)", (int)mac->name.n, mac->name.p, mac->nn);
     for (int i = 0; i < mac->nn; i++) {
@@ -2862,6 +3015,7 @@ static int exec_for(R *r, scope *sc, node *x) {
 }
 
 static int exec_node(R *r, scope *sc, node *x) {
+    charge(r, COST_NODE);
     switch (x->k) {
     case N_TEXT: sb_add(r, r->out, x->name.p, x->name.n); return FLOW_NORMAL;
     case N_OUT: emit(r, eval(r, sc, x->a)); return FLOW_NORMAL;
@@ -2955,6 +3109,20 @@ static jv from_cjson(R *r, const cJSON *j, size_t depth) {
     return v_none();
 }
 
+/* The size of the variables, for the budget's allowance: bytes of strings and keys, plus 8 per
+ * value. */
+static size_t cjson_size(const cJSON *j, size_t depth) {
+    size_t n = 8;
+    if (depth > 1000) return n;
+    if ((cJSON_IsString(j) || cJSON_IsRaw(j)) && j->valuestring) n += strlen(j->valuestring);
+    for (const cJSON *c = j->child; c; c = c->next) {
+        if (c->string) n += strlen(c->string);
+        size_t k = cjson_size(c, depth + 1);
+        n = k > SIZE_MAX - n ? SIZE_MAX : n + k;
+    }
+    return n;
+}
+
 static void cleanup(R *r) {
     for (sb *b = r->live; b; b = b->next_live) { free(b->p); b->p = NULL; }
     r->live = NULL;
@@ -2964,7 +3132,8 @@ static void cleanup(R *r) {
 }
 
 int seer_jinja_render(const char *tmpl, size_t tmpl_len, const cJSON *vars, const seer_chat_template_limits_t *lim, char **out,
-                      size_t *out_len, seer_err_t *err) {
+                      size_t *out_len, size_t *work_used, seer_err_t *err) {
+    if (work_used) *work_used = 0;
     if (out) *out = NULL;
     if (out_len) *out_len = 0;
     if (!out || (!tmpl && tmpl_len)) return seer_err_set(err, SEER_EINVAL, "chat_template: bad arguments");
@@ -2975,9 +3144,14 @@ int seer_jinja_render(const char *tmpl, size_t tmpl_len, const cJSON *vars, cons
     r->lim.max_memory = lim && lim->max_memory ? lim->max_memory : SEER_CHAT_TEMPLATE_MAX_MEMORY;
     r->lim.max_iters = lim && lim->max_iters ? lim->max_iters : SEER_CHAT_TEMPLATE_MAX_ITERS;
     r->lim.max_depth = lim && lim->max_depth ? lim->max_depth : SEER_CHAT_TEMPLATE_MAX_DEPTH;
+    r->lim.max_work = lim && lim->max_work ? lim->max_work : SEER_CHAT_TEMPLATE_MAX_WORK;
+    size_t allowance = vars ? cjson_size(vars, 0) : 0;
+    allowance = allowance > SIZE_MAX / SEER_CHAT_TEMPLATE_WORK_PER_VAR_BYTE ? SIZE_MAX : allowance * SEER_CHAT_TEMPLATE_WORK_PER_VAR_BYTE;
+    r->budget = allowance > SIZE_MAX - r->lim.max_work ? SIZE_MAX : r->lim.max_work + allowance;
     if (setjmp(r->jb)) {
         int code = r->code ? r->code : SEER_EINVAL;
         seer_err_set(err, code, "%s", r->msg);
+        if (work_used) *work_used = r->work;
         cleanup(r);
         free(r);
         return code;
@@ -3016,6 +3190,7 @@ int seer_jinja_render(const char *tmpl, size_t tmpl_len, const cJSON *vars, cons
     if (!res) jfail(r, SEER_ENOMEM, "out of memory");
     memcpy(res, r->out->p, len);
     res[len] = 0;
+    if (work_used) *work_used = r->work;
     cleanup(r);
     free(r);
     *out = res;

@@ -10,9 +10,10 @@
 #include "seer.h"
 #include "tokenizer/chat_template.h"
 
-/* Lexes, parses and renders in one call; the contract is seer_chat_template_render_ex's. */
+/* Lexes, parses and renders in one call; the contract is seer_chat_template_render_ex's.
+ * work_used (may be NULL) receives the work units the render spent, on success or failure. */
 int seer_jinja_render(const char *tmpl, size_t tmpl_len, const cJSON *vars,
                       const seer_chat_template_limits_t *lim, char **out, size_t *out_len,
-                      seer_err_t *err);
+                      size_t *work_used, seer_err_t *err);
 
 #endif

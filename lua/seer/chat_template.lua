@@ -34,15 +34,32 @@ local json = require "seer.json"
 ---
 ---Errors are Lua errors starting with "chat_template: ": "syntax error at line L, column C:
 ---...", "raise_exception: <the template's message>", "undefined: ...", "type error: ...",
----"limit: ..." (output over 64 MiB, more than a million loop iterations, deep nesting).
+---"limit: ..." (output over 64 MiB, more than a million loop iterations, deep nesting, or
+---"limit: the render exceeded its work budget (N units)..." when the template does too much
+---work for its input).
+---
+---Every render has a work budget (docs/chat_template.md, "Limits"): opts.max_work, else
+---M.limits.max_work, else the engine's default (250,000,000 units, plus 32 per byte of vars), which
+---real templates never come near. Raise it only for a template you trust.
 ---@param template string the Jinja source (tokenizer_config.json's "chat_template")
 ---@param vars seerchat_template.vars
+---@param opts? {max_work?: integer} the fixed part of the work budget, in units
 ---@return string text
-function M.render(template, vars)
+---@return integer work the work units the render spent
+function M.render(template, vars, opts)
   assert(type(template) == "string", "chat_template.render: template must be a string")
   assert(vars == nil or type(vars) == "table", "chat_template.render: vars must be a table")
-  return core.render(template, vars or {})
+  assert(opts == nil or type(opts) == "table", "chat_template.render: opts must be a table")
+  local max_work = opts and opts.max_work or M.limits.max_work
+  assert(max_work == nil or (type(max_work) == "number" and max_work >= 0 and max_work % 1 == 0),
+    "chat_template.render: max_work must be a whole number of work units")
+  return core.render(template, vars or {}, max_work)
 end
+
+---Limits every render uses unless render's opts say otherwise. max_work = nil keeps the
+---engine's default work budget.
+---@type {max_work?: integer}
+M.limits = { max_work = nil }
 
 local function file_exists(path)
   local f = io.open(path, "rb")
@@ -93,7 +110,7 @@ function M.load_template(path)
   local cfg = {}
   if file_exists(cfg_path) then
     local text = require("seer").read_file(cfg_path)
-    local ok, decoded = pcall(json.decode, text)
+    local ok, decoded = pcall(json.decode, text, { max_values = json.MODEL_MAX_VALUES.config })
     if not ok then error("chat_template.load_template: " .. cfg_path .. ": " .. tostring(decoded), 2) end
     cfg = decoded
   elseif not is_dir(path) then

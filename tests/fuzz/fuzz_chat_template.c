@@ -27,6 +27,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     lim.max_memory = 64u << 20;
     lim.max_iters = 20000;
     lim.max_depth = 64;
+    lim.max_work = 2000000; /* a render that runs long under the default budget would slow the fuzzer */
     char *out = NULL;
     size_t out_len = 0;
     seer_err_t err;

@@ -660,13 +660,16 @@ function Link:pump_ssh()
     while d and d ~= "" do
       budget = budget - #d
       if which == "out" then
-        self.out = self.out .. d
+        -- one scan by index, then one copy of the rest (copying the rest after every newline
+        -- cost a chunk of bare newlines ~64K copies of up to 32 KiB each)
+        local buf, pos = self.out .. d, 1
         while true do
-          local nl = self.out:find("\n", 1, true)
+          local nl = buf:find("\n", pos, true)
           if not nl then break end
-          if #lines < 1000 then lines[#lines + 1] = self.out:sub(1, nl - 1) end
-          self.out = self.out:sub(nl + 1)
+          if #lines < 1000 then lines[#lines + 1] = buf:sub(pos, nl - 1) end
+          pos = nl + 1
         end
+        self.out = pos > 1 and buf:sub(pos) or buf
         if #self.out > MAX_LINE then self.out = ""; lines[#lines + 1] = "{\"overlong\":true}" end
       elseif #self.err < 65536 then self.err = self.err .. d end
       if budget <= 0 then break end
