@@ -16,11 +16,13 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cJSON.h>
 #include "hub/curl_dl.h"
+#include "json/json.h"
 #include <openssl/evp.h>
 
 const char *const seer_hub_default_allow[] = {
@@ -32,6 +34,31 @@ const size_t seer_hub_default_allow_n = sizeof seer_hub_default_allow / sizeof *
 
 /* A connection that breaks mid-file is retried (resuming) this many times before giving up. */
 #define ATTEMPTS 4
+
+/* What the hub and its file host (hostile input: docs/security.md, "Exhaustion") can make a
+ * download hold or wait for (docs/hub.md, "Limits"):
+ * - the API reply (the commit and file list): at most API_MAX_BYTES, and at most API_MAX_VALUES
+ *   JSON values, counted before cJSON builds anything. A listing costs 3 values per file
+ *   ({"rfilename": "..."}), ~15 with the blob fields huggingface_hub can ask for, plus a few
+ *   thousand for the card data: 2M values covers 100k files with every field (a 60 MB reply of
+ *   "0," took the process to 2.4 GB; 2M cJSON nodes are ~160 MB), and 100k names of 100 bytes
+ *   are ~10 MB of the 64 MiB;
+ * - an error page: read up to ERROR_BODY_MAX (it is not shown), then the transfer is cut;
+ * - the header lines of one request, redirects included: HEADER_MAX_BYTES;
+ * - a file: exactly its declared size (X-Linked-Size, else Content-Length); a byte more ends the
+ *   transfer, and a file whose size is not declared, or does not fit on the disk, is refused;
+ * - time: the API call has API_TIMEOUT_S in all, a HEAD HEAD_TIMEOUT_S; a file GET has no total
+ *   (a large file on a slow link takes hours) but is a stall under STALL_RATE bytes/s for
+ *   STALL_S seconds, cut and resumed (ATTEMPTS in all). */
+#define API_MAX_BYTES ((size_t)64 << 20)
+#define API_MAX_VALUES ((size_t)2000000)
+#define ERROR_BODY_MAX ((size_t)64 << 10)
+#define HEADER_MAX_BYTES ((size_t)1 << 20)
+#define API_TIMEOUT_S 300L
+#define HEAD_TIMEOUT_S 120L
+#define STALL_RATE 1024L
+#define STALL_S 60L
+#define MAX_FILE_SIZE (1LL << 50) /* 1 PiB: a larger declared size is not a real file */
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static CURLcode curl_init_rc;
@@ -103,20 +130,71 @@ static int valid_repo_id(const char *id) {
     return !strstr(id, "..");
 }
 
-/* A relative path with no empty, "." or ".." component: names from the server and revisions
- * become paths under the cache, so they must stay inside it. */
+/* s quoted safely in a message (the text may come from the hub): printable ASCII stays, every
+ * other byte is \xNN, and what does not fit in out (cap >= 8) ends in "...". Returns out. */
+static const char *esc(char *out, size_t cap, const char *s) {
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)(s ? s : "(null)"); *p; p++) {
+        if (o + 8 > cap) {
+            memcpy(out + o, "...", 4);
+            return out;
+        }
+        if (*p >= 0x20 && *p < 0x7f && *p != '\\') out[o++] = (char)*p;
+        else o += (size_t)snprintf(out + o, cap - o, "\\x%02x", *p);
+    }
+    out[o] = 0;
+    return out;
+}
+#define ESC_MAX 1024
+
+/* Code points that are not printable in a file name: C1 controls, and the characters that
+ * reorder or hide text on a terminal (bidi controls and marks, zero-width and invisible ones,
+ * fillers, tags). Names on the Hugging Face hub never hold them. */
+static int hidden_cp(unsigned cp) {
+    return (cp >= 0x80 && cp <= 0x9F) || cp == 0x061C || cp == 0x115F || cp == 0x1160 || cp == 0x180E ||
+           (cp >= 0x200B && cp <= 0x200F) || (cp >= 0x2028 && cp <= 0x202E) || (cp >= 0x2060 && cp <= 0x206F) ||
+           cp == 0x3164 || cp == 0xFEFF || cp == 0xFFA0 || (cp >= 0xFFF9 && cp <= 0xFFFB) ||
+           (cp >= 0xE0000 && cp <= 0xE007F);
+}
+
+/* A relative path with no empty, "." or ".." component, in well-formed UTF-8 with no control
+ * character (C0, DEL, C1), backslash or hidden character (hidden_cp): names from the server and
+ * revisions become paths under the cache, so they must stay inside it, and they are printed. */
 static int safe_relpath(const char *s) {
     if (!s || !*s || *s == '/') return 0;
+    size_t len = strlen(s);
+    if (!seer_utf8_validate(s, len, NULL)) return 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        unsigned c = *p;
+        if (c < 0x20 || c == 0x7f || c == '\\') return 0;
+        if (c < 0x80) {
+            p++;
+            continue;
+        }
+        int n = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2; /* well-formed: checked above */
+        unsigned cp = c & (0x7F >> n);
+        for (int k = 1; k < n; k++) cp = cp << 6 | (p[k] & 0x3F);
+        if (hidden_cp(cp)) return 0;
+        p += n;
+    }
     const char *p = s;
     while (*p) {
         const char *e = strchr(p, '/');
         size_t n = e ? (size_t)(e - p) : strlen(p);
         if (n == 0 || (n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.')) return 0;
-        for (size_t i = 0; i < n; i++)
-            if ((unsigned char)p[i] < 0x20 || p[i] == '\\') return 0;
         if (!e) break;
         p = e + 1;
     }
+    return 1;
+}
+
+/* A blob or commit name from the server: 1 to 128 of [A-Za-z0-9._+=-], not starting with '.'
+ * (the hub's are 40 or 64 hex digits; other servers' ETags may add a "-N" part). */
+static int safe_token(const char *s) {
+    size_t n = strlen(s);
+    if (n == 0 || n > 128 || s[0] == '.') return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && !strchr("._+=-", s[i])) return 0;
     return 1;
 }
 
@@ -164,12 +242,14 @@ int seer_hub_cache_dir(const char *override, char **out, seer_err_t *err) {
 }
 
 static int check_args(const char *repo_id, const seer_hub_opts_t *o, seer_err_t *err) {
+    char e[ESC_MAX];
     if (!valid_repo_id(repo_id))
         return seer_err_set(err, SEER_EINVAL,
                             "hub: '%s' is not a repo id: expected \"org/name\" (letters, digits, '.', '_', '-')",
-                            repo_id ? repo_id : "(null)");
+                            esc(e, sizeof e, repo_id));
     if (!safe_relpath(opt_revision(o)))
-        return seer_err_set(err, SEER_EINVAL, "hub: %s: '%s' is not a revision", repo_id, opt_revision(o));
+        return seer_err_set(err, SEER_EINVAL, "hub: %s: '%s' is not a revision", repo_id,
+                            esc(e, sizeof e, opt_revision(o)));
     return SEER_OK;
 }
 
@@ -359,18 +439,42 @@ typedef struct {
     /* headers of the last response (redirects reset them) */
     long status;
     char commit[128], linked_etag[256], etag[256], location[2048];
-    long long linked_size, content_length;
+    long long linked_size, content_length; /* -1: not sent; -2: not a size */
+    long long range_start;                 /* Content-Range's first byte; -1: none */
+    size_t header_bytes;                   /* every header line so far (redirects too) */
     /* body: into memory (API, error pages) or the blob file */
     buf_t body;
+    size_t max_body; /* a 2xx body into memory: at most this (error pages: ERROR_BODY_MAX) */
     int fd;          /* -1: body goes to memory */
     long long start; /* bytes already in the .incomplete file */
+    long long size;  /* with fd: the declared size; no byte past it is written */
     long long written;
+    int over;        /* why on_header/on_body cut the transfer (OVER_*), 0 if they did not */
     hash_t *hash;    /* with fd: the checksum of the file so far */
     int body_started;
     int io_error;
     int interrupted;
     char errbuf[CURL_ERROR_SIZE];
 } req_t;
+
+enum {
+    OVER_BODY = 1, /* a 2xx body into memory passed max_body */
+    OVER_ERRPAGE,  /* an error page passed ERROR_BODY_MAX (its status is what matters) */
+    OVER_FILE,     /* a file passed its declared size */
+    OVER_RANGE,    /* a 206 for other bytes than the ones asked for */
+    OVER_HEADERS,  /* headers passed HEADER_MAX_BYTES */
+};
+
+/* A size header: digits only, at most MAX_FILE_SIZE; else -2. */
+static long long parse_size(const char *s) {
+    if (!*s || strlen(s) > 16) return -2;
+    long long v = 0;
+    for (const char *p = s; *p; p++) {
+        if (*p < '0' || *p > '9') return -2;
+        v = v * 10 + (*p - '0');
+    }
+    return v <= MAX_FILE_SIZE ? v : -2;
+}
 
 static double now_s(void) {
     struct timespec ts;
@@ -389,10 +493,15 @@ static void copy_header_value(char *dst, size_t cap, const char *v, size_t n) {
 static size_t on_header(char *p, size_t sz, size_t nm, void *ud) {
     req_t *r = ud;
     size_t n = sz * nm;
+    r->header_bytes += n;
+    if (r->header_bytes > HEADER_MAX_BYTES) {
+        r->over = OVER_HEADERS;
+        return 0;
+    }
     if (n >= 5 && !strncmp(p, "HTTP/", 5)) { /* a new response (after a redirect): forget the old headers */
         r->status = 0;
         r->etag[0] = r->location[0] = 0;
-        r->content_length = -1;
+        r->content_length = r->linked_size = r->range_start = -1;
         const char *sp = memchr(p, ' ', n);
         if (sp) r->status = strtol(sp + 1, NULL, 10);
         return n;
@@ -402,14 +511,20 @@ static size_t on_header(char *p, size_t sz, size_t nm, void *ud) {
     size_t kn = (size_t)(colon - p);
     const char *v = colon + 1;
     size_t vn = n - kn - 1;
-    char tmp[64];
+    char tmp[128];
 #define IS(name) (kn == strlen(name) && !strncasecmp(p, name, kn))
     if (IS("X-Repo-Commit")) copy_header_value(r->commit, sizeof r->commit, v, vn);
     else if (IS("X-Linked-Etag")) copy_header_value(r->linked_etag, sizeof r->linked_etag, v, vn);
     else if (IS("ETag")) copy_header_value(r->etag, sizeof r->etag, v, vn);
     else if (IS("Location")) copy_header_value(r->location, sizeof r->location, v, vn);
-    else if (IS("X-Linked-Size")) { copy_header_value(tmp, sizeof tmp, v, vn); r->linked_size = atoll(tmp); }
-    else if (IS("Content-Length")) { copy_header_value(tmp, sizeof tmp, v, vn); r->content_length = atoll(tmp); }
+    else if (IS("X-Linked-Size")) { copy_header_value(tmp, sizeof tmp, v, vn); r->linked_size = parse_size(tmp); }
+    else if (IS("Content-Length")) { copy_header_value(tmp, sizeof tmp, v, vn); r->content_length = parse_size(tmp); }
+    else if (IS("Content-Range")) { /* "bytes FIRST-LAST/TOTAL": only FIRST is used */
+        copy_header_value(tmp, sizeof tmp, v, vn);
+        char *dash = strncmp(tmp, "bytes ", 6) ? NULL : strchr(tmp + 6, '-');
+        if (dash) *dash = 0;
+        r->range_start = dash ? parse_size(tmp + 6) : -2;
+    }
 #undef IS
     return n;
 }
@@ -430,12 +545,22 @@ static int write_all(int fd, const char *p, size_t n) {
 static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
     req_t *r = ud;
     size_t n = sz * nm;
-    if (r->fd < 0 || r->status < 200 || r->status >= 300) { /* error pages stay in memory (capped) */
-        if (r->body.len < (1u << 26) && buf_add(&r->body, p, n) < 0) return 0;
+    /* Returning less than n cuts the transfer (CURLE_WRITE_ERROR); r->over says why. */
+    if (r->fd < 0 || r->status < 200 || r->status >= 300) { /* into memory: the API reply, error pages */
+        int page = r->status < 200 || r->status >= 300;
+        if (r->body.len + n > (page ? ERROR_BODY_MAX : r->max_body)) {
+            r->over = page ? OVER_ERRPAGE : OVER_BODY;
+            return 0;
+        }
+        if (buf_add(&r->body, p, n) < 0) return 0;
         return n;
     }
     if (!r->body_started) {
         r->body_started = 1;
+        if (r->status == 206 && r->range_start != r->start) { /* other bytes than the ones asked for */
+            r->over = OVER_RANGE;
+            return 0;
+        }
         /* A server that ignores Range sends the whole file: start the .incomplete over. */
         if (r->status == 200 && r->start > 0) {
             if (ftruncate(r->fd, 0) != 0 || lseek(r->fd, 0, SEEK_SET) != 0) {
@@ -445,6 +570,10 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
             r->start = 0;
             if (r->hash) hash_reset(r->hash);
         }
+    }
+    if (r->start + r->written + (long long)n > r->size) { /* past the declared size: not the file named */
+        r->over = OVER_FILE;
+        return 0;
     }
     if (write_all(r->fd, p, n) < 0) {
         r->io_error = errno;
@@ -466,8 +595,9 @@ static int on_progress(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, cu
 }
 
 /* Sets up r->easy for one request (method "GET" or "HEAD"; follow: whether to follow
- * redirects); the caller runs it, alone or in a multi handle, and then calls req_end. */
-static int req_begin(req_t *r, const char *url, const char *method, int follow) {
+ * redirects; timeout_s: the whole request's time, 0 for none); the caller runs it, alone or in a
+ * multi handle, and then calls req_end. */
+static int req_begin(req_t *r, const char *url, const char *method, int follow, long timeout_s) {
     r->easy = curl_easy_init();
     if (!r->easy) return -1;
     CURL *e = r->easy;
@@ -479,11 +609,12 @@ static int req_begin(req_t *r, const char *url, const char *method, int follow) 
     snprintf(ua, sizeof ua, "seer/%s", seer_version());
     r->status = 0;
     r->commit[0] = r->linked_etag[0] = r->etag[0] = r->location[0] = 0;
-    r->linked_size = r->content_length = -1;
+    r->linked_size = r->content_length = r->range_start = -1;
+    r->header_bytes = 0;
     r->errbuf[0] = 0;
     r->body.len = 0;
     r->written = 0;
-    r->body_started = r->io_error = r->interrupted = 0;
+    r->body_started = r->io_error = r->interrupted = r->over = 0;
     curl_easy_setopt(e, CURLOPT_URL, url);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_USERAGENT, ua);
@@ -496,9 +627,11 @@ static int req_begin(req_t *r, const char *url, const char *method, int follow) 
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, 30L);
-    /* A stalled transfer (under 1 byte/s for 60 s) fails and is resumed, rather than hanging. */
-    curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, 60L);
+    /* A stalled transfer (under STALL_RATE bytes/s for STALL_S) fails, and a file's is resumed,
+     * rather than hanging or dripping; see the limits at the top. */
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, STALL_RATE);
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, STALL_S);
+    if (timeout_s > 0) curl_easy_setopt(e, CURLOPT_TIMEOUT, timeout_s);
     /* The token goes only to the hub: curl drops the Authorization header on a redirect to
      * another host (the CDN), which is what we want. */
     curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, follow ? 1L : 0L);
@@ -525,8 +658,8 @@ static void req_end(req_t *r) {
 }
 
 /* One request on its own (the API call), polling opts->interrupted. Returns the curl code. */
-static CURLcode perform(req_t *r, const char *url, const char *method, int follow) {
-    if (req_begin(r, url, method, follow) < 0) {
+static CURLcode perform(req_t *r, const char *url, const char *method, int follow, long timeout_s) {
+    if (req_begin(r, url, method, follow, timeout_s) < 0) {
         req_end(r);
         return CURLE_OUT_OF_MEMORY;
     }
@@ -563,8 +696,40 @@ static int http_error(seer_err_t *err, const char *repo_id, const char *file, co
 static int net_error(seer_err_t *err, const char *repo_id, const char *file, const char *endpoint, CURLcode c,
                      req_t *r) {
     if (r->interrupted) return seer_err_set(err, SEER_EINTR, "interrupted");
+    char ee[ESC_MAX], ew[ESC_MAX]; /* curl's message can quote what the server sent (a redirect's host) */
+    esc(ee, sizeof ee, endpoint);
+    esc(ew, sizeof ew, r->errbuf[0] ? r->errbuf : curl_easy_strerror(c));
+    if (c == CURLE_OPERATION_TIMEDOUT)
+        return seer_err_set(err, SEER_HUB_ENET, "hub: %s%s%s: %s did not answer in time: %s", repo_id,
+                            file ? ": " : "", file ? file : "", ee, ew);
     return seer_err_set(err, SEER_HUB_ENET, "hub: %s%s%s: cannot reach %s: %s (set HF_HUB_OFFLINE=1 to use the cache only)",
-                        repo_id, file ? ": " : "", file ? file : "", endpoint, r->errbuf[0] ? r->errbuf : curl_easy_strerror(c));
+                        repo_id, file ? ": " : "", file ? file : "", ee, ew);
+}
+
+/* The message for a transfer on_header/on_body cut (r->over other than OVER_ERRPAGE). */
+static int over_error(seer_err_t *err, const char *repo_id, const char *file, const char *endpoint, const req_t *r) {
+    char ee[ESC_MAX];
+    esc(ee, sizeof ee, endpoint);
+    const char *f = file ? file : "", *sep = file ? ": " : "";
+    switch (r->over) {
+    case OVER_BODY:
+        return seer_err_set(err, SEER_HUB_ENET,
+                            "hub: %s: the API reply from %s is larger than %zu MiB (a repo's file list is far "
+                            "smaller); refusing it",
+                            repo_id, ee, API_MAX_BYTES >> 20);
+    case OVER_FILE:
+        return seer_err_set(err, SEER_HUB_ENET,
+                            "hub: %s%s%s: the server sent more than the %lld bytes declared for the file; the "
+                            "partial download was deleted",
+                            repo_id, sep, f, r->size);
+    case OVER_RANGE:
+        return seer_err_set(err, SEER_HUB_ENET,
+                            "hub: %s%s%s: asked for the bytes from %lld on, the server sent a range starting elsewhere",
+                            repo_id, sep, f, r->start);
+    default:
+        return seer_err_set(err, SEER_HUB_ENET, "hub: %s%s%s: %s sent more than %zu KiB of headers; refusing it",
+                            repo_id, sep, f, ee, HEADER_MAX_BYTES >> 10);
+    }
 }
 
 /* ---- the download --------------------------------------------------------------------------- */
@@ -629,10 +794,11 @@ static int resolve_workers(const seer_hub_opts_t *o, int *out, seer_err_t *err) 
         char *end;
         errno = 0;
         long n = strtol(v, &end, 10);
+        char e[ESC_MAX];
         if (errno || *end || n < 1 || n > MAX_WORKERS)
             return seer_err_set(err, SEER_EINVAL,
                                 "hub: SEER_HUB_MAX_WORKERS='%s': expected how many files to fetch at once, from 1 to %d",
-                                v, MAX_WORKERS);
+                                esc(e, sizeof e, v), MAX_WORKERS);
         *out = (int)n;
         return SEER_OK;
     }
@@ -736,7 +902,7 @@ static void draw(dl_t *d, int final) {
 /* ---- jobs ----------------------------------------------------------------------------------- */
 
 static int job_request(dl_t *d, job_t *j, const char *url, const char *method, int follow, seer_err_t *err) {
-    if (req_begin(&j->r, url, method, follow) < 0) {
+    if (req_begin(&j->r, url, method, follow, strcmp(method, "HEAD") ? 0 : HEAD_TIMEOUT_S) < 0) {
         req_end(&j->r);
         return seer_err_set(err, SEER_ENOMEM, "out of memory");
     }
@@ -820,7 +986,8 @@ static int job_try_lock(dl_t *d, job_t *j, seer_err_t *err) {
 
 static int job_head_done(dl_t *d, job_t *j, CURLcode c, seer_err_t *err) {
     req_t *r = &j->r;
-    if (c != CURLE_OK) return net_error(err, d->repo_id, j->file, d->endpoint, c, r);
+    if (r->over && r->over != OVER_ERRPAGE) return over_error(err, d->repo_id, j->file, d->endpoint, r);
+    if (c != CURLE_OK && r->over != OVER_ERRPAGE) return net_error(err, d->repo_id, j->file, d->endpoint, c, r);
     /* A relative redirect (a renamed repo) stays on the hub and is followed by hand. */
     if (r->status >= 300 && r->status < 400 && r->location[0] == '/' && !r->linked_etag[0] && !r->etag[0] &&
         j->hops < 5) {
@@ -833,10 +1000,19 @@ static int job_head_done(dl_t *d, job_t *j, CURLcode c, seer_err_t *err) {
     }
     if (r->status >= 400 || r->status < 200) return http_error(err, d->repo_id, j->file, d->rev, r);
     strip_etag(j->etag, sizeof j->etag, r->linked_etag[0] ? r->linked_etag : r->etag);
-    if (!j->etag[0] || !safe_relpath(j->etag) || strchr(j->etag, '/'))
+    if (!safe_token(j->etag))
         return seer_err_set(err, SEER_HUB_EHTTP, "hub: %s: %s: the server sent no usable ETag, so the file cannot be cached",
                             d->repo_id, j->file);
-    j->size = r->linked_size >= 0 ? r->linked_size : (r->status < 300 ? r->content_length : -1);
+    /* The size bounds what the GET may write, so a file without one (or with one that is not a
+     * number) is refused rather than fetched unbounded. */
+    j->size = r->linked_size != -1 ? r->linked_size : (r->status < 300 ? r->content_length : -1);
+    if (j->size < 0)
+        return seer_err_set(err, SEER_HUB_EHTTP,
+                            j->size == -1 ? "hub: %s: %s: the server did not declare the file's size (X-Linked-Size or "
+                                            "Content-Length), so its download cannot be bounded"
+                                          : "hub: %s: %s: the server declared a size that is not a number of bytes "
+                                            "(X-Linked-Size or Content-Length)",
+                            d->repo_id, j->file);
     j->blob = xasprintf("%s/blobs/%s", d->repo_dir, j->etag);
     j->part = xasprintf("%s/blobs/%s.incomplete", d->repo_dir, j->etag);
     /* Where huggingface_hub keeps its locks too (<cache>/.locks/models--org--name/<etag>.lock),
@@ -861,6 +1037,9 @@ static int job_finish(dl_t *d, job_t *j, seer_err_t *err) {
     if (fsync(j->fd) != 0) return seer_err_set(err, SEER_EIO, "hub: cannot write %s: %s", j->part, strerror(errno));
     off_t got = lseek(j->fd, 0, SEEK_END);
     if (got < 0) return seer_err_set(err, SEER_EIO, "hub: %s: %s", j->part, strerror(errno));
+    if ((long long)got != j->size) /* the callers check it: this is the last line of defence */
+        return seer_err_set(err, SEER_HUB_ENET, "hub: %s: %s: got %lld bytes, the hub declared %lld; run again",
+                            d->repo_id, j->file, (long long)got, j->size);
     int h = hash_check(&j->hash, j->etag, (long long)got);
     if (h < 0) h = verify_hash(j->part, j->etag, (long long)got);
     if (h <= 0) {
@@ -890,11 +1069,21 @@ static int job_get(dl_t *d, job_t *j, seer_err_t *err) {
     j->got = j->have = (long long)have;
     if (hash_sync(&j->hash, j->fd, (long long)have) < 0)
         return seer_err_set(err, SEER_EIO, "hub: cannot read back %s: %s", j->part, strerror(errno));
-    if (j->size >= 0 && have == j->size) return job_finish(d, j, err);
+    if (have == j->size) return job_finish(d, j, err);
+    struct statvfs sv; /* a declared size the disk cannot hold is refused before a byte is written */
+    if (j->attempt == 0 && fstatvfs(j->fd, &sv) == 0 &&
+        (unsigned long long)(j->size - have) > (unsigned long long)sv.f_bavail * sv.f_frsize) {
+        char need[32], free_[32];
+        human(need, sizeof need, (double)(j->size - have));
+        human(free_, sizeof free_, (double)sv.f_bavail * sv.f_frsize);
+        return seer_err_set(err, SEER_EIO, "hub: %s: %s: %s more to fetch, but the disk of %s has %s free",
+                            d->repo_id, j->file, need, d->repo_dir, free_);
+    }
     j->attempt++;
     j->state = J_GET;
     j->r.fd = j->fd;
     j->r.start = (long long)have;
+    j->r.size = j->size;
     j->r.hash = &j->hash;
     if (d->t0 == 0) d->t0 = d->last_draw = now_s();
     return job_request(d, j, j->url, "GET", 1, err);
@@ -904,9 +1093,11 @@ static int job_get_done(dl_t *d, job_t *j, CURLcode c, seer_err_t *err) {
     req_t *r = &j->r;
     j->fetched += r->written;
     if (r->io_error) return seer_err_set(err, SEER_EIO, "hub: cannot write %s: %s", j->part, strerror(r->io_error));
-    if (r->status == 416 && j->have > 0 && j->size < 0) return job_finish(d, j, err); /* nothing left to send */
-    if (c == CURLE_OK && (r->status < 200 || r->status >= 300)) return http_error(err, d->repo_id, j->file, d->rev, r);
-    if (c == CURLE_OK && j->size < 0) return job_finish(d, j, err);
+    if (r->over == OVER_FILE) /* the server is not sending the file it named: its bytes are not kept */
+        unlink(j->part);
+    if (r->over && r->over != OVER_ERRPAGE) return over_error(err, d->repo_id, j->file, d->endpoint, r);
+    if ((c == CURLE_OK || r->over == OVER_ERRPAGE) && (r->status < 200 || r->status >= 300))
+        return http_error(err, d->repo_id, j->file, d->rev, r);
     off_t now = lseek(j->fd, 0, SEEK_END);
     j->got = (long long)now;
     if (c == CURLE_OK && now == j->size) return job_finish(d, j, err);
@@ -1036,8 +1227,13 @@ int seer_hub_download(const char *repo_id, const seer_hub_opts_t *o, char **snap
         rc = seer_err_set(err, SEER_ENOMEM, "out of memory");
         goto out;
     }
-    CURLcode c = perform(&r, api, "GET", 1);
-    if (c != CURLE_OK) {
+    r.max_body = API_MAX_BYTES;
+    CURLcode c = perform(&r, api, "GET", 1, API_TIMEOUT_S);
+    if (r.over && r.over != OVER_ERRPAGE) {
+        rc = over_error(err, repo_id, NULL, endpoint, &r);
+        goto out;
+    }
+    if (c != CURLE_OK && r.over != OVER_ERRPAGE) {
         rc = net_error(err, repo_id, NULL, endpoint, c, &r);
         goto out;
     }
@@ -1045,11 +1241,21 @@ int seer_hub_download(const char *repo_id, const seer_hub_opts_t *o, char **snap
         rc = http_error(err, repo_id, NULL, rev, &r);
         goto out;
     }
+    /* Counted before cJSON builds a tree: a node costs ~80 bytes, "[0,0,..." 2 bytes of text. */
+    size_t nvalues = seer_json_count_values(r.body.data ? r.body.data : "", r.body.len);
+    if (nvalues > API_MAX_VALUES) {
+        char ee[ESC_MAX];
+        rc = seer_err_set(err, SEER_EPARSE,
+                          "hub: %s (revision %s): the API reply from %s holds %zu JSON values, more than the %zu a "
+                          "repo's file list can need; refusing it",
+                          repo_id, rev, esc(ee, sizeof ee, endpoint), nvalues, API_MAX_VALUES);
+        goto out;
+    }
     j = cJSON_Parse(r.body.data ? r.body.data : "");
     const cJSON *sha = cJSON_GetObjectItemCaseSensitive(j, "sha");
     const cJSON *sib = cJSON_GetObjectItemCaseSensitive(j, "siblings");
-    if (!cJSON_IsString(sha) || !safe_relpath(sha->valuestring) || strchr(sha->valuestring, '/') ||
-        strlen(sha->valuestring) >= sizeof d.commit || !cJSON_IsArray(sib)) {
+    if (!cJSON_IsString(sha) || !safe_token(sha->valuestring) || strlen(sha->valuestring) >= sizeof d.commit ||
+        !cJSON_IsArray(sib)) {
         rc = seer_err_set(err, SEER_EPARSE, "hub: %s (revision %s): %s did not answer with a model's sha and siblings",
                           repo_id, rev, endpoint);
         goto out;
@@ -1070,7 +1276,11 @@ int seer_hub_download(const char *repo_id, const seer_hub_opts_t *o, char **snap
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(it, "rfilename");
         if (!cJSON_IsString(fn)) continue;
         if (!safe_relpath(fn->valuestring)) {
-            rc = seer_err_set(err, SEER_EPARSE, "hub: %s: the file list has an unsafe name '%s'", repo_id, fn->valuestring);
+            char en[ESC_MAX];
+            rc = seer_err_set(err, SEER_EPARSE,
+                              "hub: %s: the file list has an unsafe name '%s' (a path outside the snapshot, a "
+                              "control or invisible character, or not UTF-8)",
+                              repo_id, esc(en, sizeof en, fn->valuestring));
             goto out;
         }
         if (matches(&d, fn->valuestring)) {

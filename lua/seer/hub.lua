@@ -13,7 +13,9 @@
 --- SEER_HUB_MAX_WORKERS (files fetched at once when max_workers is not given; default 4).
 --- Errors name the repo, the file and the HTTP status with what to do (401/403: set HF_TOKEN or
 --- accept the model's licence; 404: check the id and revision). Ctrl-C raises "interrupted";
---- a partial file is resumed by the next download.
+--- a partial file is resumed by the next download. The hub is outside input: a file is written
+--- only up to its declared size, the file list is capped and its names checked (docs/hub.md,
+--- "Limits").
 ---@class seerhub
 local M = {}
 

@@ -16,6 +16,7 @@ import tempfile
 import threading
 import time
 import unittest
+import urllib.parse
 
 from seertest import ROOT, SEER, env, run
 
@@ -65,6 +66,12 @@ class FakeHub:
         self.corrupt = set()    # served with one byte changed (same length)
         self.truncate = set()   # served cut to half, with a Content-Length that says so
         self.stall = {}         # name -> seconds to hang after sending half the body
+        self.endless = set()    # served with no length, running on past the file (up to 64 MiB)
+        self.no_size = set()    # HEAD answered without Content-Length
+        self.declared = {}      # name -> the X-Linked-Size sent instead of the real one
+        self.sent = {}          # name -> bytes of the last endless body the client took
+        self.api_body = None    # bytes: the API reply instead of the real one
+        self.api_endless = None  # a status: the API reply is that, with a body that never ends
         self.inflight = 0
         self.max_inflight = 0
         self.lock = threading.Lock()
@@ -107,6 +114,21 @@ class FakeHub:
                 for k, v in extra.items():
                     self.send_header(k, v)
                 body = data[start:]
+                if not head and name in hub.endless:  # no length: the file, then more and more
+                    self.end_headers()
+                    sent, chunk = 0, body + b"A" * (1 << 20)
+                    try:
+                        while sent < 64 << 20:
+                            self.wfile.write(chunk)
+                            sent += len(chunk)
+                    except OSError:
+                        pass
+                    hub.sent[name] = sent
+                    self.close_connection = True
+                    return
+                if head and name in hub.no_size:
+                    self.end_headers()
+                    return
                 if not head and name in hub.truncate:
                     body = body[: len(body) // 2]
                 self.send_header("Content-Length", str(len(body)))
@@ -132,7 +154,7 @@ class FakeHub:
                 if hub.latency:
                     time.sleep(hub.latency)
                 if server == "cdn":
-                    name = self.path[len("/lfs/"):]
+                    name = urllib.parse.unquote(self.path[len("/lfs/"):])
                     drop = False
                     with hub.lock:
                         if not head and name in hub.drop_once:
@@ -144,6 +166,23 @@ class FakeHub:
                     return self.error(401)
                 prefix_api = f"/api/models/{REPO}/revision/"
                 prefix_res = f"/{REPO}/resolve/"
+                if self.path.startswith(prefix_api) and hub.api_endless:
+                    self.send_response(hub.api_endless)  # no length: the body ends when the connection does
+                    self.end_headers()
+                    t0 = time.monotonic()
+                    try:
+                        while time.monotonic() - t0 < 20:
+                            self.wfile.write(b" " * 65536)
+                    except OSError:
+                        pass
+                    self.close_connection = True
+                    return
+                if self.path.startswith(prefix_api) and hub.api_body is not None:
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(hub.api_body)))
+                    self.end_headers()
+                    self.wfile.write(hub.api_body)
+                    return
                 if self.path.startswith(prefix_api) and self.path[len(prefix_api):] in ("main", COMMIT):
                     body = json.dumps({"id": REPO, "sha": COMMIT,
                                        "siblings": [{"rfilename": n} for n in sorted(hub.files)]}).encode()
@@ -156,15 +195,18 @@ class FakeHub:
                     return
                 if self.path.startswith(prefix_res):
                     rev, _, name = self.path[len(prefix_res):].partition("/")
+                    name = urllib.parse.unquote(name)
                     if rev not in ("main", COMMIT) or name not in hub.files or name in hub.missing:
                         return self.error(404)
                     data = hub.files[name]
                     if name in hub.lfs:
                         self.send_response(302)
-                        self.send_header("Location", f"http://127.0.0.1:{hub.cdn.server_port}/lfs/{name}")
+                        self.send_header("Location", f"http://127.0.0.1:{hub.cdn.server_port}/lfs/"
+                                                     + urllib.parse.quote(name))
                         self.send_header("X-Repo-Commit", COMMIT)
                         self.send_header("X-Linked-Etag", '"%s"' % hashlib.sha256(data).hexdigest())
-                        self.send_header("X-Linked-Size", str(len(data)))
+                        if name not in hub.no_size:
+                            self.send_header("X-Linked-Size", hub.declared.get(name, str(len(data))))
                         self.send_header("ETag", '"not-the-blob-name"')
                         self.send_header("Content-Length", "0")
                         self.end_headers()
@@ -222,21 +264,21 @@ class HubTest(unittest.TestCase):
         self.fake.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
-    def seer(self, code, **env):
+    def seer(self, code, timeout=60, **env):
         e = {"HF_HOME": self.home, "HF_ENDPOINT": self.fake.endpoint, "HF_TOKEN": None,
              "HF_HUB_OFFLINE": None, "HF_HUB_CACHE": None}
         e.update(env)
-        return run(["-e", PRELUDE + code], timeout=60, **e)
+        return run(["-e", PRELUDE + code], timeout=timeout, **e)
 
-    def download(self, opts="", **env):
-        return self.seer(f'print(hub.download("{REPO}"{", " + opts if opts else ""}))', **env)
+    def download(self, opts="", timeout=60, **env):
+        return self.seer(f'print(hub.download("{REPO}"{", " + opts if opts else ""}))', timeout=timeout, **env)
 
     def use_bins(self, n, size=64 * 1024):
         self.fake.files, self.fake.lfs = bins(n, size)
 
-    def timed_download(self, opts="", **env):
+    def timed_download(self, opts="", timeout=60, **env):
         t0 = time.monotonic()
-        r = self.download(opts, **env)
+        r = self.download(opts, timeout=timeout, **env)
         return r, time.monotonic() - t0
 
     def cache_is_sound(self):
@@ -618,6 +660,134 @@ class HubTest(unittest.TestCase):
         r = self.download('{allow_patterns = {"*.bin"}, progress = true}')  # all cached: nothing to draw
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stderr, "")
+
+    # ---- a hostile hub (docs/security.md, "Exhaustion") ---------------------------------------------
+
+    def blob_bytes(self):
+        blobs = os.path.join(self.repo_dir, "blobs")
+        return {b: os.path.getsize(os.path.join(blobs, b)) for b in os.listdir(blobs)} if os.path.isdir(blobs) else {}
+
+    def test_body_past_the_declared_size_is_cut(self):
+        # The HEAD declares 64 KiB; the GET sends the file and then more, with no length. The old
+        # client wrote all of it (3.9 GB in 10 s from a server that never stops; here 64 MiB, four
+        # times over).
+        self.use_bins(2)
+        for name in ("w0.bin", "w1.bin"):  # from the file host (LFS, X-Linked-Size) and from the hub
+            self.fake.endless = {name}
+            r, elapsed = self.timed_download(f'{{allow_patterns = {{"{name}"}}}}')
+            self.assertNotEqual(r.returncode, 0)
+            self.assertEqual(self.blob_bytes(), {}, "bytes past the declared size were kept")
+            deadline = time.monotonic() + 5  # the server notices the closed connection on its next write
+            while name not in self.fake.sent and time.monotonic() < deadline:
+                time.sleep(0.02)
+            self.assertLess(self.fake.sent[name], 16 << 20, "the client went on reading")
+            self.assertEqual(len(self.fake.gets(name)), 1, "a server sending too much was asked again")
+            self.assertLess(elapsed, 5)
+            self.assertIn(f"{REPO}: {name}: the server sent more than the 65536 bytes declared for the file; "
+                          "the partial download was deleted", r.stderr)
+            self.assertFalse(os.path.exists(os.path.join(self.repo_dir, "refs", "main")))
+        self.fake.endless = set()
+        r = self.download('{allow_patterns = {"*.bin"}}')
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(self.cache_is_sound(), set(self.fake.files))
+
+    def test_file_size_must_be_declared_and_fit_on_the_disk(self):
+        self.use_bins(2)
+        for name in ("w0.bin", "w1.bin"):  # no X-Linked-Size (file host) / no Content-Length (hub)
+            self.fake.no_size = {name}
+            r = self.download(f'{{allow_patterns = {{"{name}"}}}}')
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn(f"{REPO}: {name}: the server did not declare the file's size", r.stderr)
+            self.assertEqual(self.fake.gets(name), [])
+        self.fake.no_size = set()
+        for size, msg in [("65536x", "the server declared a size that is not a number of bytes"),
+                          ("-1", "the server declared a size that is not a number of bytes"),
+                          (str(1 << 50), "1024.0 TiB more to fetch, but the disk of ")]:
+            self.fake.declared = {"w0.bin": size}
+            r = self.download('{allow_patterns = {"w0.bin"}}')
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn(f"{REPO}: w0.bin: {msg}", r.stderr)
+            self.assertEqual(self.fake.gets("w0.bin"), [])
+
+    def test_api_reply_value_amplification_is_refused(self):
+        # 20 MB of "0," is 10M JSON values: ~800 MB as a cJSON tree. Counted first, it is refused
+        # with the process near the size of the text.
+        self.fake.api_body = (b'{"sha":"' + COMMIT.encode() + b'","siblings":[],"pad":[' + b"0," * 10_000_000
+                              + b'0]}')
+        r, elapsed = self.timed_download_hwm()
+        err, hwm = r
+        self.assertLess(hwm, 150 << 10, f"VmHWM {hwm} kB")
+        self.assertLess(elapsed, 10)
+        self.assertIn(f"{REPO} (revision main): the API reply from {self.fake.endpoint} holds ", err)
+        self.assertIn("JSON values, more than the 2000000 a repo's file list can need; refusing it", err)
+
+    def timed_download_hwm(self):
+        t0 = time.monotonic()
+        r = self.seer(f'local ok, e = pcall(hub.download, "{REPO}")\n'
+                      'io.write(tostring(e), "\\n")\n'
+                      'for l in io.lines("/proc/self/status") do\n'
+                      '  local kb = l:match("^VmHWM:%s*(%d+)") if kb then print(kb) end\n'
+                      'end')
+        self.assertEqual(r.returncode, 0, r.stderr)
+        err, hwm = r.stdout.rsplit("\n", 2)[-3:-1]
+        return (err, int(hwm)), time.monotonic() - t0
+
+    def test_endless_api_body_is_cut(self):
+        # A reply (or an error page) that never ends: the old client read it for ever.
+        for status, msg in [(200, f"{REPO}: the API reply from {self.fake.endpoint} is larger than 64 MiB"),
+                            (500, f"{REPO} (revision main): HTTP 500: the hub failed")]:
+            self.fake.api_endless = status
+            try:
+                r, elapsed = self.timed_download(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.fail(f"an endless API body (HTTP {status}) was read for 15 s")
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn(msg, r.stderr)
+            self.assertLess(elapsed, 8)
+
+    def cli_bytes(self, *args):
+        e = env(HF_HOME=self.home, HF_ENDPOINT=self.fake.endpoint, HF_TOKEN=None, HF_HUB_OFFLINE=None,
+                HF_HUB_CACHE=None)
+        return subprocess.run([SEER, "hub", "download", REPO] + list(args), env=e, capture_output=True, timeout=30)
+
+    def assert_terminal_safe(self, data):
+        body = data[:-1] if data.endswith(b"\n") else data
+        for b in body:
+            self.assertTrue(0x20 <= b < 0x7F, f"byte {b:#x} written to the terminal: {data!r}")
+
+    def test_escape_and_invisible_names_are_refused_and_quoted_escaped(self):
+        names = {
+            "x\x1b]0;PWNED\x07\x1b[2J.json": b"x\\x1b]0;PWNED\\x07\\x1b[2J.json",  # title, screen clear
+            "config\u009b31mRED.json": b"config\\xc2\\x9b31mRED.json",  # C1 CSI in UTF-8
+            "evil\u202egnp.json": b"evil\\xe2\\x80\\xaegnp.json",  # right-to-left override
+            "zero\u200bwidth.json": b"zero\\xe2\\x80\\x8bwidth.json",
+            "del\x7f.json": b"del\\x7f.json",
+            "a\\b.json": b"a\\x5cb.json",
+        }
+        for name, shown in names.items():
+            with self.subTest(name=name):
+                self.fake.files = {name: b"{}", "config.json": b"{}"}
+                self.fake.lfs = set()
+                r = self.cli_bytes("--include", "*")
+                self.assert_terminal_safe(r.stderr)
+                self.assertEqual(r.returncode, 1, r.stderr)
+                self.assertIn(b"the file list has an unsafe name '" + shown + b"'", r.stderr)
+                self.assertEqual(r.stdout, b"")
+                self.assertFalse(os.path.exists(os.path.join(self.repo_dir, "snapshots")), name)
+                shutil.rmtree(self.home, ignore_errors=True)
+        # bytes that are not UTF-8 (JSON cannot escape them; cJSON takes them as they are)
+        self.fake.api_body = b'{"sha":"' + COMMIT.encode() + b'","siblings":[{"rfilename":"bad\xff\x9b2J.json"}]}'
+        r = self.cli_bytes("--include", "*")
+        self.assert_terminal_safe(r.stderr)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn(b"unsafe name 'bad\\xff\\x9b2J.json'", r.stderr)
+        # printable names in other scripts are still fetched
+        self.fake.api_body = None
+        self.fake.files = {"mod\u00e8le/\u65e5\u672c.json": b"{}", "w.bin": b"x" * 100}
+        self.fake.lfs = {"w.bin"}
+        r = self.cli_bytes("--include", "*")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(self.cache_is_sound(), set(self.fake.files))
 
     def test_bad_arguments(self):
         r = self.seer('print(hub.download("../etc"))')

@@ -4,6 +4,10 @@
 --- offline afterwards.
 local M = {}
 
+-- Every message goes through terminal.safe: an error can quote what the hub sent (a file name
+-- with an escape sequence must not reach the terminal as one).
+local safe = require("seer.terminal").safe
+
 local USAGE = [[
 usage: seer hub download REPO_ID [--revision REV] [--include GLOB]... [--cache-dir DIR]
                          [--max-workers N]
@@ -19,7 +23,7 @@ function M.main(cmd, ...)
     return
   end
   if cmd ~= "download" then
-    io.stderr:write(("seer hub: unknown command %q\n%s\n"):format(cmd, USAGE))
+    io.stderr:write(safe(("seer hub: unknown command %q"):format(cmd)), "\n", USAGE, "\n")
     os.exit(2)
   end
   local args = { ... }
@@ -30,7 +34,7 @@ function M.main(cmd, ...)
     local function value()
       i = i + 1
       if args[i] == nil then
-        io.stderr:write(("seer hub download: %s needs a value\n%s\n"):format(a, USAGE))
+        io.stderr:write(safe(("seer hub download: %s needs a value"):format(a)), "\n", USAGE, "\n")
         os.exit(2)
       end
       return args[i]
@@ -42,12 +46,12 @@ function M.main(cmd, ...)
       local v = value()
       local n = tonumber(v)
       if not n or n % 1 ~= 0 or n < 1 or n > 64 then
-        io.stderr:write(("seer hub download: --max-workers needs a whole number from 1 to 64, got %s\n"):format(v))
+        io.stderr:write(safe(("seer hub download: --max-workers needs a whole number from 1 to 64, got %s"):format(v)), "\n")
         os.exit(2)
       end
       opts.max_workers = n
     elseif a:sub(1, 1) == "-" or repo then
-      io.stderr:write(("seer hub download: unexpected argument %s\n%s\n"):format(a, USAGE))
+      io.stderr:write(safe(("seer hub download: unexpected argument %s"):format(a)), "\n", USAGE, "\n")
       os.exit(2)
     else repo = a end
     i = i + 1
@@ -60,7 +64,7 @@ function M.main(cmd, ...)
   -- a refused id, no network, a file that failed: one line and exit status 1, no traceback
   local ok, dir = pcall(require("seer.hub").download, repo, opts)
   if not ok then
-    io.stderr:write("seer hub download: ", (tostring(dir):gsub("^[^\n:]*:%d+: ", ""):gsub("^hub: ", "")), "\n")
+    io.stderr:write("seer hub download: ", safe((tostring(dir):gsub("^[^\n:]*:%d+: ", ""):gsub("^hub: ", ""))), "\n")
     os.exit(1)
   end
   print(dir)
