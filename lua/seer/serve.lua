@@ -9,10 +9,14 @@
 --- this server ignored would answer another question than the one asked.
 ---   GET  /v1/models
 ---
---- One request at a time (the model is not reentrant), on loopback by default; with a token,
---- every request must carry `Authorization: Bearer <token>`. Everything a client sends is
---- bounded: the request head (16 KiB), the body (4 MiB), the time to send them (10 s), and
---- max_tokens. Errors come back in OpenAI's shape. docs/serve.md.
+--- One generation at a time (the model is not reentrant), while requests still arriving are
+--- read side by side, so an idle or slow peer holds no one up. On loopback by default; with a
+--- token, every request must carry `Authorization: Bearer <token>`; the Host must name this
+--- server and an Origin must be its own (a web page's requests are refused). Everything a client
+--- sends is bounded: the request head (16 KiB, in 5 s), the body (4 MiB, in 10 s), the prompt
+--- (the model's context, with max_tokens), the stop strings (32 of 128 bytes), and the
+--- connections waiting to send (256, 64 per address). Errors come back in OpenAI's shape.
+--- docs/serve.md.
 ---@class seerserve
 local M = {}
 
@@ -21,10 +25,25 @@ local process = require "seer.process"
 local sock = require "seer.sock"
 
 local MAX_HEAD, MAX_BODY, READ_MS = 16384, 4 * 1024 * 1024, 10000
+-- Connections are read side by side (poll), so a peer that connects and sends nothing, or
+-- sends a byte at a time, holds no one up: a request is answered once its head and body are
+-- in, in the order they completed. The head must arrive within HEAD_MS of the accept (a total,
+-- so a trickled head is cut off like an idle one; read_timeout when shorter), head and body
+-- within read_timeout. At most MAX_WAITING connections wait for their request (MAX_PER_ADDR
+-- from one address); past a cap the oldest waiting one is closed (503), so a fresh request,
+-- which sends its head at once, always gets in (the live view's gate does the same:
+-- engine/net/http.c). Complete requests queue for the model, at most MAX_QUEUED; past that
+-- new connections stay in the listen queue.
+local HEAD_MS, MAX_WAITING, MAX_PER_ADDR, MAX_QUEUED = 5000, 256, 64, 256
+-- Stop strings are looked for after every token, each against the text so far and its tail
+-- (model.lua's iterate: quadratic in a stop string's length): 100,000 of them took 17 s,
+-- 64 of 1 KiB 17 s for 1024 tokens of stories260K (0.25 s without). 32 of 128 bytes: 0.5 s.
+local MAX_STOPS, MAX_STOP_BYTES = 32, 128
 
-local STATUS = { [200] = "OK", [400] = "Bad Request", [401] = "Unauthorized", [404] = "Not Found",
-                 [405] = "Method Not Allowed", [408] = "Request Timeout", [413] = "Payload Too Large",
-                 [431] = "Request Header Fields Too Large", [500] = "Internal Server Error" }
+local STATUS = { [200] = "OK", [204] = "No Content", [400] = "Bad Request", [401] = "Unauthorized",
+                 [403] = "Forbidden", [404] = "Not Found", [405] = "Method Not Allowed", [408] = "Request Timeout",
+                 [413] = "Payload Too Large", [431] = "Request Header Fields Too Large", [500] = "Internal Server Error",
+                 [503] = "Service Unavailable" }
 
 local function send_all(fd, s) return sock.send_all(fd, s, 10000) end
 
@@ -35,51 +54,32 @@ local function respond(fd, status, body, ctype, extra)
   return send_all(fd, table.concat(head, "\r\n") .. "\r\n\r\n" .. body)
 end
 
-local function api_error(fd, status, message, kind)
-  respond(fd, status, json.encode{ error = { message = message, type = kind or "invalid_request_error" } })
+local function error_body(message, kind)
+  return json.encode{ error = { message = message, type = kind or "invalid_request_error" } }
 end
 
--- Reads one request within READ_MS: (method, path, headers, body) or (nil, status, message).
-local function read_request(fd, read_ms)
-  local deadline = process.now_ms() + (read_ms or READ_MS)
-  local data = ""
-  local head_end
-  local function more()
-    local left = deadline - process.now_ms()
-    if left <= 0 or not sock.wait(fd, sock.POLLIN, left) then return nil, 408, "the request did not arrive in time" end
-    local got = sock.recv(fd)
-    if got == "" then return nil, 400, "the connection closed mid-request" end
-    if got then data = data .. got end
-    return true
-  end
-  while true do
-    head_end = data:find("\r\n\r\n", 1, true)
-    if head_end then break end
-    if #data > MAX_HEAD then return nil, 431, "the request head is larger than 16 KiB" end
-    local ok, st, msg = more()
-    if not ok then return nil, st, msg end
-  end
-  if head_end > MAX_HEAD then return nil, 431, "the request head is larger than 16 KiB" end
-  local head = data:sub(1, head_end - 1)
+local function api_error(fd, status, message, kind, extra)
+  respond(fd, status, error_body(message, kind), nil, extra)
+end
+
+-- A request head (without its blank line): method, path, headers (names lowercased), or nil,
+-- status, message.
+local function parse_head(head)
   local method, path = head:match("^(%u+) (%S+) HTTP/1%.[01]\r?\n?")
   if not method then return nil, 400, "not an HTTP/1.x request" end
   local headers = {}
   for line in head:gmatch("\r\n([^\r\n]*)") do
     local k, v = line:match("^([^:]+):%s*(.-)%s*$")
-    if k then headers[k:lower()] = v end
+    if k then
+      k = k:lower()
+      -- two Host or Origin headers: which one a check saw and which one a proxy used could differ
+      if headers[k] and (k == "host" or k == "origin" or k == "content-length" or k == "authorization") then
+        return nil, 400, ("more than one %s header"):format(k)
+      end
+      headers[k] = v
+    end
   end
-  if headers["transfer-encoding"] then return nil, 400, "chunked request bodies are not supported; send Content-Length" end
-  local len = tonumber(headers["content-length"] or "0")
-  if not len or len < 0 or len ~= math.floor(len) then return nil, 400, "bad Content-Length" end
-  if len > MAX_BODY then return nil, 413, "the request body is larger than 4 MiB" end
-  local body = data:sub(head_end + 4)
-  while #body < len do
-    local before = #data
-    local ok, st, msg = more()
-    if not ok then return nil, st, msg end
-    body = body .. data:sub(before + 1)
-  end
-  return method, path, headers, body:sub(1, len)
+  return method, path, headers
 end
 
 -- Constant-time comparison, so the token cannot be guessed byte by byte from response times.
@@ -173,12 +173,22 @@ local FIELDS = {
       if not (whole(v) and v >= 0 and v < 2 ^ 31) then return ("min_tokens must be an integer >= 0, got %s"):format(shown(v)) end
     end },
   { "stop", function(v)
-      if type(v) == "string" then return end
+      local function long(s, what)
+        if #s > MAX_STOP_BYTES then
+          return ("%s is %d bytes; a stop string is at most %d bytes on this server"):format(what, #s, MAX_STOP_BYTES)
+        end
+      end
+      if type(v) == "string" then return long(v, "stop") end
       if not json.is_array(v) and not empty(v) then return "stop must be a string or a list of strings" end
+      if #v > MAX_STOPS then
+        return ("stop has %d strings; this server takes at most %d stop strings (of at most %d bytes each)"):format(#v, MAX_STOPS, MAX_STOP_BYTES)
+      end
       for i, s in ipairs(v) do
         if type(s) ~= "string" then
           return ("stop[%d] must be a string, got %s (token ids go in stop_token_ids)"):format(i - 1, shown(s))
         end
+        local bad = long(s, ("stop[%d]"):format(i - 1))
+        if bad then return bad end
       end
     end },
   { "stop_token_ids", function(v, _, ctx)
@@ -318,10 +328,13 @@ end
 
 -- Generates; returns text, finish_reason, prompt tokens, completion tokens. on_piece streams
 -- (generate holds back text that may be the start of a stop string).
-local function generate(model, text, p, default_tokens, on_piece)
+-- prompt: the text, or its token ids (counted against the context already); max_new: the
+-- max_new_tokens that fits the context when the request gave none.
+local function generate(model, prompt, p, default_tokens, on_piece, max_new)
   local o = gen_opts(p, default_tokens)
+  if max_new then o.max_new_tokens = max_new end
   if on_piece then o.stream = function(piece) if piece and piece ~= "" then on_piece(piece) end end end
-  local r = model:generate(text, o)
+  local r = model:generate(prompt, o)
   local ids = r.ids
   local n_out = #ids
   -- "stop" when an end-of-sequence token, a stop token id or a stop string ended it, even on
@@ -357,6 +370,90 @@ end
 ---@field on_ready? fun(info: {url: string, port: integer, host: string})
 ---@field max_requests? integer stop after this many (tests)
 ---@field read_timeout? number seconds a client has to send its request (default 10)
+---@field allow_hosts? string[] Host values taken besides this server's own address ("name" or "name:port"; "*" any)
+---@field allow_origins? string[] browser origins taken besides the server's own ("http://app.example:3000"; "*" any)
+
+-- ---- who may ask ---------------------------------------------------------------------------
+-- A web page the researcher opens can send requests to loopback: a "simple" cross-site POST
+-- (text/plain body) needs no preflight, and after DNS rebinding the page's own name points at
+-- 127.0.0.1. Its requests carry the page's Host (rebinding) or Origin (cross-site), so only
+-- Host values naming this server's address are taken, and only its own Origin.
+local function hostport(h) -- a Host value lowercased, with the default port made explicit
+  h = h:lower()
+  if not h:match(":%d+$") then h = h .. ":80" end
+  return h
+end
+
+local function access_policy(host, port, allow_hosts, allow_origins)
+  local names, any_host, origins, any_origin = {}, host == "0.0.0.0", {}, false
+  local function add(h) names[hostport(h)] = true end
+  add(("%s:%d"):format(host, port))
+  if host:match("^127%.") then
+    for _, h in ipairs({ "127.0.0.1", "localhost", "[::1]" }) do add(("%s:%d"):format(h, port)) end
+  end
+  for _, h in ipairs(allow_hosts or {}) do
+    if h == "*" then any_host = true
+    elseif h:match(":%d+$") then add(h)
+    else add(("%s:%d"):format(h, port)) end
+  end
+  for _, o in ipairs(allow_origins or {}) do
+    if o == "*" then any_origin = true else origins[o:lower():gsub("/+$", "")] = true end
+  end
+  -- nil when headers may pass, else status and message; plus the CORS headers of an answer
+  return function(headers)
+    local h = headers.host
+    if h and not any_host and not names[hostport(h)] then
+      return 403, ("Host %s does not name this server (it serves %s:%d; a browser page sends another Host after DNS rebinding); "
+        .. "use the server's address, or start it with --allow-host NAME"):format(shown(h), host, port)
+    end
+    local o = headers.origin
+    if o then
+      local lo = o:lower()
+      local own = lo:match("^http://([^/]+)$")
+      local same = own and (names[hostport(own)] or (h and hostport(own) == hostport(h)))
+      if same then return nil end
+      if any_origin or origins[lo] then
+        return nil, nil, { "Access-Control-Allow-Origin: " .. o, "Vary: Origin" }
+      end
+      return 403, ("Origin %s is not this server's: requests from web pages of other sites are refused "
+        .. "(start the server with --allow-origin ORIGIN to take them)"):format(shown(o))
+    end
+    return nil
+  end
+end
+
+-- Constant-time check of `Authorization: Bearer <token>`.
+local function authorized(headers, token)
+  return not token or same((headers.authorization or ""):match("^Bearer (.+)$"), token)
+end
+
+-- ---- the context ----------------------------------------------------------------------------
+-- A prompt over the model's context is a 400 before any of it runs (prefill is quadratic: 61,682
+-- tokens took 60 s, 4 MiB ~4 hours). Tokenizing costs ~0.25 s per MiB, so a text that cannot fit
+-- is refused before tokenizing: no token's text is longer than the longest token string (its
+-- bytes, as stored, at least those it stands for), so a text over context x that x 4 (room for
+-- a normalizer that composes characters, as NFC does jamo 3:1) has more tokens than the context.
+local function longest_token(tok, vocab)
+  local n, id = 1, 0
+  while true do
+    local t = tok:id_to_token(id)
+    if t then n = math.max(n, #t) elseif id >= vocab then break end -- added tokens may follow the model's vocabulary
+    id = id + 1
+  end
+  return n
+end
+
+local function over_context(ctx, np, nc, chat)
+  return ("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the %s, %d in the completion). "
+    .. "Please reduce the length of the %s or completion."):format(ctx, np + nc, np, chat and "messages" or "prompt", nc,
+    chat and "messages" or "prompt")
+end
+
+local function too_long_text(ctx, bytes, limit, chat)
+  return ("This model's maximum context length is %d tokens. However, the %s is %d bytes, more than %d tokens can hold "
+    .. "(at most %d bytes here). Please reduce the length of the %s."):format(ctx, chat and "conversation" or "prompt", bytes,
+    ctx, limit, chat and "messages" or "prompt")
+end
 
 ---Serves until interrupted (Ctrl-C) or max_requests.
 ---@param opts seerserve.Options
@@ -370,129 +467,305 @@ function M.serve(opts)
   if rt ~= nil and not (type(rt) == "number" and rt > 0 and rt <= 86400) then
     error(("seer serve: read_timeout must be a number of seconds from 0 (exclusive) to 86400, got %s"):format(tostring(rt)), 2)
   end
+  local read_ms = rt and math.ceil(rt * 1000) or READ_MS
+  local head_ms = math.min(HEAD_MS, read_ms)
   local fd, port = sock.listen_tcp(host, opts.port or 0)
   if not fd then
     error(("seer serve: cannot listen on %s:%d (%s); use 127.0.0.1, or 0.0.0.0 for every interface"):format(host, opts.port or 0, port), 2)
   end
+  local ctx = {
+    model = model, name = name, token = opts.token, cap = cap, default_tokens = default_tokens,
+    access = access_policy(host, port, opts.allow_hosts, opts.allow_origins),
+    context = model.config.max_position_embeddings,
+    token_bytes = model.tokenizer and longest_token(model.tokenizer, model.config.vocab_size) or nil,
+  }
   local info = { url = ("http://%s:%d/v1"):format(host, port), port = port, host = host }
   if opts.on_ready then opts.on_ready(info) end
+
+  local conns, queue = {}, {} -- connections being read (or lingering); complete requests, oldest first
   local served = 0
-  local ok, err = pcall(function()
-    while not opts.max_requests or served < opts.max_requests do
-      if sock.wait(fd, sock.POLLIN, 1000) then
-        local c = sock.accept(fd)
-        if c then
-          served = served + 1
-          local okh, herr = pcall(M._handle, c, model, name, opts.token, cap, default_tokens,
-                                  rt and math.ceil(rt * 1000))
-          if not okh then
-            if tostring(herr):match("interrupted$") then sock.close(c); error(herr, 0) end
-            pcall(api_error, c, 500, "internal error: " .. tostring(herr):sub(1, 300), "server_error")
-          end
-          sock.close(c)
+  local now = process.now_ms
+
+  local function drop(c)
+    sock.close(c.fd)
+    for k, x in ipairs(conns) do if x == c then table.remove(conns, k) break end end
+  end
+  -- After refusing a request that may still be arriving (a body over the limit, an oversized
+  -- head, a refused token or origin): stop sending and read what the client still sends,
+  -- discarding it, for up to LINGER_MS or LINGER_BYTES, so that a client still writing gets to
+  -- read the answer instead of a reset connection ("lingering close", as HTTP servers do).
+  local LINGER_MS, LINGER_BYTES = 2000, 64 * 1024 * 1024
+  local function refuse(c, status, message, extra, linger)
+    served = served + 1
+    pcall(api_error, c.fd, status, message, status == 401 and "authentication_error" or nil, extra)
+    if linger then
+      sock.shutdown_write(c.fd)
+      c.state, c.deadline, c.buf, c.chunks, c.got = "linger", now() + LINGER_MS, nil, nil, 0
+    else
+      drop(c)
+    end
+  end
+  local function complete(c, body)
+    c.body, c.state, c.buf, c.chunks = body, "queued", nil, nil
+    for k, x in ipairs(conns) do if x == c then table.remove(conns, k) break end end
+    queue[#queue + 1] = c
+  end
+  -- the head is in: checks that need no body, then the body's length
+  local function on_head(c, head, rest)
+    local method, path, headers = parse_head(head)
+    if not method then return refuse(c, path, headers, nil, true) end
+    local st, msg, cors = ctx.access(headers)
+    if st then return refuse(c, st, msg, nil, true) end
+    if method == "OPTIONS" then -- a CORS preflight (only an allowed origin gets this far)
+      served = served + 1
+      pcall(respond, c.fd, 204, "", "text/plain", { "Access-Control-Allow-Methods: GET, POST, OPTIONS",
+        "Access-Control-Allow-Headers: Authorization, Content-Type", "Access-Control-Max-Age: 600", unpack(cors or {}) })
+      sock.shutdown_write(c.fd)
+      c.state, c.deadline, c.buf, c.got = "linger", now() + LINGER_MS, nil, 0
+      return
+    end
+    if not authorized(headers, ctx.token) then
+      return refuse(c, 401, "a valid Authorization: Bearer token is required", cors, true)
+    end
+    if headers["transfer-encoding"] then
+      return refuse(c, 400, "chunked request bodies are not supported; send Content-Length", cors, true)
+    end
+    local len = tonumber(headers["content-length"] or "0")
+    if not len or len < 0 or len ~= math.floor(len) then return refuse(c, 400, "bad Content-Length", cors, true) end
+    if len > MAX_BODY then return refuse(c, 413, "the request body is larger than 4 MiB", cors, true) end
+    c.method, c.path, c.headers, c.cors, c.need = method, path, headers, cors, len
+    if #rest >= len then return complete(c, rest:sub(1, len)) end
+    c.state, c.buf, c.chunks, c.got = "body", nil, { rest }, #rest
+    c.deadline = c.t0 + read_ms
+  end
+  -- reads what a connection has sent (a few reads, so one fast sender cannot keep the loop)
+  local function on_readable(c)
+    for _ = 1, 16 do
+      local got = sock.recv(c.fd)
+      if got == nil then return end
+      if got == "" then -- the peer closed its side
+        if c.state == "linger" then return drop(c) end
+        return refuse(c, 400, "the connection closed mid-request")
+      end
+      if c.state == "linger" then
+        c.got = c.got + #got
+        if c.got >= LINGER_BYTES then return drop(c) end
+      elseif c.state == "head" then
+        local from = math.max(1, #c.buf - 2)
+        c.buf = c.buf .. got
+        local e = c.buf:find("\r\n\r\n", from, true)
+        if (e and e > MAX_HEAD) or (not e and #c.buf > MAX_HEAD) then
+          return refuse(c, 431, "the request head is larger than 16 KiB", nil, true)
         end
+        if e then return on_head(c, c.buf:sub(1, e - 1), c.buf:sub(e + 4)) end
+      else -- body
+        c.chunks[#c.chunks + 1] = got
+        c.got = c.got + #got
+        if c.got >= c.need then return complete(c, table.concat(c.chunks):sub(1, c.need)) end
       end
     end
+  end
+
+  -- the peer's IPv4 address, for the per-address cap
+  local ffi = require "ffi"
+  pcall(ffi.cdef, "int getpeername(int fd, void *addr, unsigned int *len);")
+  local sa, salen = ffi.new("struct seer_sockaddr_in"), ffi.new("unsigned int[1]")
+  local function peer(cfd)
+    salen[0] = ffi.sizeof(sa)
+    if ffi.C.getpeername(cfd, sa, salen) ~= 0 then return 0 end
+    return tonumber(sa.sin_addr)
+  end
+  -- Makes room for one more connection from addr: closes the oldest lingering one, else the
+  -- oldest waiting one (503), of addr when it is at its cap, else of all when they are.
+  local function make_room(addr)
+    local n, of_addr = #conns, 0
+    for _, c in ipairs(conns) do if c.addr == addr then of_addr = of_addr + 1 end end
+    local scope
+    if of_addr >= MAX_PER_ADDR then scope = addr elseif n >= MAX_WAITING then scope = false else return end
+    local victim
+    for _, want in ipairs({ "linger", "wait" }) do
+      for _, c in ipairs(conns) do
+        if (scope == false or c.addr == scope) and (c.state == "linger") == (want == "linger") then victim = c break end
+      end
+      if victim then break end
+    end
+    if not victim then return end
+    if victim.state ~= "linger" then -- best effort, never blocking
+      local b = error_body("too many connections are waiting to send their request; this one waited longest", "server_error")
+      sock.send_some(victim.fd, ("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+        .. "Connection: close\r\n\r\n%s"):format(#b, b))
+    end
+    drop(victim)
+  end
+
+  local accept_paused_until = 0
+  local function step()
+    -- wait for the listener and the connections being read, at most until the nearest deadline
+    local list = {}
+    local listening = #queue < MAX_QUEUED and now() >= accept_paused_until
+    if listening then list[1] = { fd, sock.POLLIN } end
+    local t = now()
+    local timeout = #queue > 0 and 0 or 1000
+    for _, c in ipairs(conns) do
+      list[#list + 1] = { c.fd, sock.POLLIN }
+      timeout = math.min(timeout, math.max(0, c.deadline - t))
+    end
+    if not listening and #queue == 0 then timeout = math.min(timeout, math.max(0, accept_paused_until - t)) end
+    local rev = sock.poll(list, timeout)
+    local off = listening and 1 or 0
+    local ready = {}
+    for k = 1, #conns do if rev[k + off] ~= 0 then ready[#ready + 1] = conns[k] end end
+    for _, c in ipairs(ready) do on_readable(c) end
+    -- deadlines
+    t = now()
+    for k = #conns, 1, -1 do
+      local c = conns[k]
+      if c and c.deadline <= t then
+        if c.state == "linger" then drop(c)
+        else refuse(c, 408, "the request did not arrive in time") end
+      end
+    end
+    -- new connections (after the ones already here had their turn)
+    if listening and rev[1] ~= 0 then
+      local accepted = 0
+      for _ = 1, 64 do
+        local cfd = sock.accept(fd)
+        if not cfd then break end
+        accepted = accepted + 1
+        local addr = peer(cfd)
+        make_room(addr)
+        local c = { fd = cfd, addr = addr, t0 = now(), state = "head", buf = "" }
+        c.deadline = c.t0 + head_ms
+        conns[#conns + 1] = c
+      end
+      -- readable but nothing accepted (out of descriptors): try again shortly, not in a spin
+      if accepted == 0 then accept_paused_until = now() + 50 end
+    end
+    -- one complete request; the time it takes does not count against those still arriving
+    local c = table.remove(queue, 1)
+    if c then
+      local t0 = now()
+      served = served + 1
+      local okh, herr = pcall(M._answer, c, ctx)
+      if not okh then
+        if tostring(herr):match("interrupted$") then sock.close(c.fd); error(herr, 0) end
+        pcall(api_error, c.fd, 500, "internal error: " .. tostring(herr):sub(1, 300), "server_error")
+      end
+      sock.close(c.fd)
+      local spent = now() - t0
+      for _, w in ipairs(conns) do if w.state ~= "linger" then w.t0, w.deadline = w.t0 + spent, w.deadline + spent end end
+    end
+  end
+
+  local ok, err = pcall(function()
+    while not opts.max_requests or served < opts.max_requests do step() end
   end)
+  for _, c in ipairs(conns) do sock.close(c.fd) end
+  for _, c in ipairs(queue) do sock.close(c.fd) end
   sock.close(fd)
   if not ok then error(err, 0) end
 end
 
--- After answering a request that was not read to its end (a body over the limit, a bad head):
--- stop sending and read what the client still sends, discarding it, for up to LINGER_MS or
--- LINGER_BYTES, so that a client still writing its body gets to read the answer instead of a
--- reset connection ("lingering close", as HTTP servers do). Nothing is kept.
-local LINGER_MS, LINGER_BYTES = 2000, 64 * 1024 * 1024
-local function linger(fd)
-  sock.shutdown_write(fd)
-  local deadline, total = process.now_ms() + LINGER_MS, 0
-  while total < LINGER_BYTES do
-    local left = deadline - process.now_ms()
-    if left <= 0 or not sock.wait(fd, sock.POLLIN, left) then return end
-    local got = sock.recv(fd)
-    if got == "" then return end -- the client closed
-    total = total + #(got or "")
-  end
-end
-
-function M._handle(fd, model, name, token, cap, default_tokens, read_ms)
-  local method, path, headers, body = read_request(fd, read_ms)
-  if not method then
-    api_error(fd, path, headers)
-    -- a client sending more than the limits is likely still sending: let it read the answer
-    if path == 413 or path == 431 then linger(fd) end
-    return
-  end
-  if token and not same((headers.authorization or ""):match("^Bearer (.+)$"), token) then
-    return api_error(fd, 401, "a valid Authorization: Bearer token is required", "authentication_error")
-  end
+-- One complete request (c: fd, method, path, headers, body, cors).
+function M._answer(c, ctx)
+  local fd, method, path, body, cors = c.fd, c.method, c.path, c.body, c.cors
+  local model, name, cap, default_tokens = ctx.model, ctx.name, ctx.cap, ctx.default_tokens
+  local function fail(status, message, kind) return api_error(fd, status, message, kind, cors) end
+  local function ok(json_body) return respond(fd, 200, json_body, nil, cors) end
   path = path:gsub("%?.*$", "")
   if path == "/v1/models" then
-    if method ~= "GET" then return api_error(fd, 405, "use GET") end
-    return respond(fd, 200, json.encode{ object = "list", data = { { id = name, object = "model", owned_by = "seer" } } })
+    if method ~= "GET" then return fail(405, "use GET") end
+    return ok(json.encode{ object = "list", data = { { id = name, object = "model", owned_by = "seer" } } })
   end
   local chat = path == "/v1/chat/completions"
-  if not chat and path ~= "/v1/completions" then return api_error(fd, 404, "no route " .. path .. " (this server has /v1/chat/completions, /v1/completions, /v1/models)") end
-  if method ~= "POST" then return api_error(fd, 405, "use POST") end
+  if not chat and path ~= "/v1/completions" then return fail(404, "no route " .. path .. " (this server has /v1/chat/completions, /v1/completions, /v1/models)") end
+  if method ~= "POST" then return fail(405, "use POST") end
   local okj, p = pcall(json.decode, body)
-  if not okj then return api_error(fd, 400, "the body is not JSON") end
+  if not okj then return fail(400, "the body is not JSON") end
   local bad = check_params(p, { cap = cap, default_tokens = default_tokens, vocab = model.config.vocab_size, chat = chat })
-  if bad then return api_error(fd, 400, bad) end
-  if set(p.model) and p.model ~= name then return api_error(fd, 404, ("model %q is not served here (this server has %q)"):format(tostring(p.model), name)) end
+  if bad then return fail(400, bad) end
+  if set(p.model) and p.model ~= name then return fail(404, ("model %q is not served here (this server has %q)"):format(tostring(p.model), name)) end
+  local context, tok = ctx.context, model.tokenizer
+  local byte_limit = ctx.token_bytes and context * ctx.token_bytes * 4
   local text
   if chat then
-    if not json.is_array(p.messages) or #p.messages == 0 then return api_error(fd, 400, "messages must be a non-empty list") end
+    if not json.is_array(p.messages) or #p.messages == 0 then return fail(400, "messages must be a non-empty list") end
     local msgs = {}
-    local templated = model.tokenizer and model.tokenizer.chat_template
+    local templated = tok and tok.chat_template
+    local bytes = 0
     for i, m in ipairs(p.messages) do
       if not json.is_object(m) or type(m.role) ~= "string" then
-        return api_error(fd, 400, ("messages[%d] needs a role and a string content"):format(i - 1))
+        return fail(400, ("messages[%d] needs a role and a string content"):format(i - 1))
       end
       -- a message's other fields (name, tool_calls, ...) would not reach the prompt: taken only
       -- empty (null, false, "", [] or {}, as a client replaying an answer sends them)
       for k, v in pairs(m) do
         if k ~= "role" and k ~= "content" and set(v) and v ~= false and v ~= "" and not empty(v) then
-          return api_error(fd, 400, ("messages[%d].%s is not supported by this server (a message is a role and a content; "
+          return fail(400, ("messages[%d].%s is not supported by this server (a message is a role and a content; "
             .. "the prompt would not show %s): remove it, or put it in the content"):format(i - 1, tostring(k):sub(1, 60), tostring(k):sub(1, 60)))
         end
       end
       if not templated and m.role ~= "system" and m.role ~= "user" and m.role ~= "assistant" then
-        return api_error(fd, 400, ("messages[%d].role is %s; this model has no chat template, so the roles are system, user and assistant")
+        return fail(400, ("messages[%d].role is %s; this model has no chat template, so the roles are system, user and assistant")
           :format(i - 1, shown(m.role)))
       end
-      local c, why = content_text(m.content)
-      if not c then return api_error(fd, 400, ("messages[%d] %s"):format(i - 1, why)) end
-      msgs[i] = { role = m.role, content = c }
+      local ct, why = content_text(m.content)
+      if not ct then return fail(400, ("messages[%d] %s"):format(i - 1, why)) end
+      msgs[i] = { role = m.role, content = ct }
+      bytes = bytes + #ct
     end
+    -- the contents alone cannot fit: refused before the template renders them
+    if byte_limit and bytes > byte_limit then return fail(400, too_long_text(context, bytes, byte_limit, true)) end
     local okr, r = pcall(render, model, msgs)
-    if not okr then return api_error(fd, 400, "the chat template failed: " .. tostring(r):sub(1, 200)) end
+    if not okr then return fail(400, "the chat template failed: " .. tostring(r):sub(1, 200)) end
     text = r
   else
-    if type(p.prompt) ~= "string" then return api_error(fd, 400, "prompt must be a string") end
+    if type(p.prompt) ~= "string" then return fail(400, "prompt must be a string") end
     text = p.prompt
+  end
+  -- the prompt and the completion within the context (as vLLM: a 400 saying by how much);
+  -- without max_tokens the completion gets what is left, up to the default
+  local prompt, max_new = text, nil
+  if tok then
+    if #text > byte_limit then return fail(400, too_long_text(context, #text, byte_limit, chat)) end
+    local ids = tok:encode(text, { add_special_tokens = true })
+    if #ids == 0 then return fail(400, "the prompt has no tokens") end
+    local asked = set(p.max_tokens) and p.max_tokens or set(p.max_completion_tokens) and p.max_completion_tokens or nil
+    local want = asked or math.max(set(p.min_tokens) and p.min_tokens or 0, 1)
+    if #ids + want > context then return fail(400, over_context(context, #ids, want, chat)) end
+    if not asked then max_new = math.min(default_tokens, context - #ids) end
+    prompt = ids
   end
   local id = ("seer-%x%x"):format(os.time(), math.random(0, 0xffffff))
   local created = os.time()
   local object = chat and "chat.completion" or "text_completion"
   if p.stream == true then
-    if not send_all(fd, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n") then return end
+    local head = { "HTTP/1.1 200 OK", "Content-Type: text/event-stream", "Cache-Control: no-cache", "Connection: close" }
+    for _, h in ipairs(cors or {}) do head[#head + 1] = h end
+    if not send_all(fd, table.concat(head, "\r\n") .. "\r\n\r\n") then return end
+    -- a client that stops reading ends the answer (not 10 s per piece it does not read)
+    local gone = {}
     local function event(choice, usage)
       local chunk = { id = id, object = object .. ".chunk", created = created, model = name, choices = { choice }, usage = usage }
-      send_all(fd, "data: " .. json.encode(chunk) .. "\n\n")
+      if not send_all(fd, "data: " .. json.encode(chunk) .. "\n\n") then error(gone, 0) end
     end
-    local _, finish, np, nc = generate(model, text, p, default_tokens, function(piece)
+    local okg, _, finish, np, nc = pcall(generate, model, prompt, p, default_tokens, function(piece)
       event(chat and { index = 0, delta = { content = piece } } or { index = 0, text = piece })
-    end)
-    event(chat and { index = 0, delta = json.object(), finish_reason = finish } or { index = 0, text = "", finish_reason = finish },
-          { prompt_tokens = np, completion_tokens = nc, total_tokens = np + nc })
+    end, max_new)
+    if not okg then
+      if _ == gone then return end
+      error(_, 0)
+    end
+    if not pcall(event, chat and { index = 0, delta = json.object(), finish_reason = finish } or { index = 0, text = "", finish_reason = finish },
+          { prompt_tokens = np, completion_tokens = nc, total_tokens = np + nc }) then return end
     send_all(fd, "data: [DONE]\n\n")
     return
   end
-  local out, finish, np, nc = generate(model, text, p, default_tokens)
+  local out, finish, np, nc = generate(model, prompt, p, default_tokens, nil, max_new)
   local choice = chat and { index = 0, finish_reason = finish, message = { role = "assistant", content = out } }
                       or { index = 0, finish_reason = finish, text = out }
-  return respond(fd, 200, json.encode{ id = id, object = object, created = created, model = name, choices = { choice },
-                                       usage = { prompt_tokens = np, completion_tokens = nc, total_tokens = np + nc } })
+  return ok(json.encode{ id = id, object = object, created = created, model = name, choices = { choice },
+                         usage = { prompt_tokens = np, completion_tokens = nc, total_tokens = np + nc } })
 end
 
 return M

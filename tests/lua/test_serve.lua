@@ -1,6 +1,7 @@
 -- `seer serve`: stories260K behind the OpenAI-compatible endpoint, driven by toolkit.openai_client
 -- (seer.http) and by raw sockets for the hostile cases: answers equal in-process generation,
--- streaming, stop strings, the token, and bounded, timed requests.
+-- streaming, stop strings, the token, and bounded, timed requests (the context, idle peers, Host
+-- and Origin headers, the stop-string caps).
 local T = require "testing"
 local process = require "seer.process"
 local json = require "seer.json"
@@ -16,6 +17,14 @@ local function serve(extra)
   assert(line, "seer serve printed nothing: " .. child:describe_exit())
   local info = json.decode(line)
   return child, info
+end
+
+-- fn(info) against a server of its own, stopped even when fn fails (a stalled one is killed).
+local function own_server(extra, fn)
+  local child, i = serve(extra)
+  local ok, err = pcall(fn, i)
+  child:stop(1000)
+  if not ok then error(err, 0) end
 end
 
 local srv, info
@@ -339,12 +348,155 @@ T.test("a client that never finishes its request is cut off at the read timeout;
 end)
 
 T.test("with a token, requests without it (or with a wrong one) are refused", function()
-  local child, i = serve({ "--token", "s3cret-token" })
-  local http = require "seer.http"
-  T.eq(http.get(i.url .. "/models", { retries = 0 }).status, 401)
-  T.eq(http.get(i.url .. "/models", { retries = 0, headers = { Authorization = "Bearer s3cret-tokeX" } }).status, 401)
-  T.eq(http.get(i.url .. "/models", { headers = { Authorization = "Bearer s3cret-token" } }).status, 200)
-  child:stop(1000)
+  own_server({ "--token", "s3cret-token" }, function(i)
+    local http = require "seer.http"
+    T.eq(http.get(i.url .. "/models", { retries = 0 }).status, 401)
+    T.eq(http.get(i.url .. "/models", { retries = 0, headers = { Authorization = "Bearer s3cret-tokeX" } }).status, 401)
+    T.eq(http.get(i.url .. "/models", { headers = { Authorization = "Bearer s3cret-token" } }).status, 200)
+    -- refused at the end of the head: a body announced and never sent costs no wait (was 408 after the read timeout)
+    local got, ms = raw(i.port, "POST /v1/completions HTTP/1.1\r\nContent-Length: 1000000\r\n\r\n", 3000)
+    T.contains(got, "HTTP/1.1 401")
+    T.ok(ms < 500, "took " .. ms .. " ms")
+  end)
+end)
+
+-- A raw request's status, error message (or decoded body) and head.
+local function answer(got)
+  local st = tonumber(got:match("^HTTP/1%.1 (%d+)"))
+  local head, body = got:match("^(.-)\r\n\r\n(.*)$")
+  local okj, d = pcall(json.decode, body or "")
+  local msg = okj and type(d) == "table" and type(d.error) == "table" and d.error.message or nil
+  return st, msg or (okj and d) or body, head or ""
+end
+local function post(path, body, headers)
+  local b = json.encode(body)
+  return ("POST %s HTTP/1.1\r\n%sContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"):format(path, headers or "", #b, b)
+end
+
+T.test("a prompt past the model's context is a 400 naming the lengths, at once, even at 4 MiB", function()
+  local i = plain()
+  local m = lm()
+  local long = ("Once upon a time "):rep(150)
+  local n = #m.tokenizer:encode(long, { add_special_tokens = true })
+  T.ok(n > 512, "the long prompt has " .. n .. " tokens, more than stories260K's 512 positions")
+  -- was answered: all of it prefilled past the 512 positions (61,682 tokens took 60 s)
+  local st, msg = errq("/completions", { prompt = long, max_tokens = 10 })
+  T.eq(st, 400)
+  T.contains(msg, ("This model's maximum context length is 512 tokens. However, you requested %d tokens (%d in the prompt, 10 in the completion)"):format(n + 10, n))
+  st, msg = errq("/chat/completions", { messages = { { role = "user", content = long } } })
+  T.eq(st, 400); T.contains(msg, "This model's maximum context length is 512 tokens"); T.contains(msg, "in the messages, 1 in the completion")
+  -- a prompt that fits with max_tokens over what is left: a 400; without max_tokens the answer
+  -- gets what is left
+  local fits = ("Once upon a time "):rep(100)
+  local nf = #m.tokenizer:encode(fits, { add_special_tokens = true })
+  assert(nf < 500 and nf + 256 > 512, nf)
+  st, msg = errq("/completions", { prompt = fits, max_tokens = 200 })
+  T.eq(st, 400); T.contains(msg, ("(%d in the prompt, 200 in the completion)"):format(nf))
+  local r = require("seer.http").post_json(i.url .. "/completions", { prompt = fits, min_tokens = 512 - nf })
+  T.eq(r.usage.prompt_tokens, nf)
+  T.eq(r.usage.completion_tokens, 512 - nf)
+  T.eq(r.choices[1].finish_reason, "length")
+  -- a 4 MiB prompt is refused before it is tokenized (on its own server: the old one stalled for hours)
+  own_server({}, function(own)
+    local huge = ("Once upon a time "):rep(240000)
+    local got, ms = raw(own.port, post("/v1/completions", { prompt = huge, max_tokens = 1 }), 5000)
+    st, msg = answer(got)
+    T.eq(st, 400, got:sub(1, 200))
+    T.contains(msg, "This model's maximum context length is 512 tokens. However, the prompt is 4080000 bytes")
+    T.ok(ms < 1000, "took " .. ms .. " ms")
+  end)
+end)
+
+T.test("peers that connect and send nothing (or part of a head) hold no one up; past the cap the oldest waiting goes", function()
+  -- the default read timeout: each idle socket held the server 10 s
+  own_server({ "--read-timeout", "10" }, function(own)
+    local idle = {}
+    for k = 1, 5 do idle[k] = assert(sock.connect_tcp("127.0.0.1", own.port, 3000)) end
+    sock.send_all(idle[5], "GET /v1/mod")
+    local got, ms = raw(own.port, "GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1:" .. own.port .. "\r\n\r\n", 3000)
+    T.contains(got, "HTTP/1.1 200")
+    T.ok(ms < 1000, "a bystander waited " .. ms .. " ms behind 5 idle connections")
+    got, ms = raw(own.port, post("/v1/completions", { prompt = "Once upon a time", max_tokens = 5 }), 3000)
+    T.eq(answer(got), 200)
+    T.ok(ms < 1000, "took " .. ms .. " ms")
+    -- 64 waiting connections per address: the oldest waiting one is closed (503) for a new one
+    local more = {}
+    for k = 1, 64 do more[k] = assert(sock.connect_tcp("127.0.0.1", own.port, 3000)) end
+    got, ms = raw(own.port, "GET /v1/models HTTP/1.1\r\n\r\n", 3000)
+    T.contains(got, "HTTP/1.1 200"); T.ok(ms < 1000, "took " .. ms .. " ms")
+    local function read_all(fd, wait_ms)
+      local t0, out = process.now_ms(), ""
+      while process.now_ms() - t0 < wait_ms do
+        if sock.wait(fd, sock.POLLIN, 50) then
+          local c = sock.recv(fd)
+          if c == "" then break end
+          out = out .. (c or "")
+        end
+      end
+      return out, process.now_ms() - t0
+    end
+    T.contains(read_all(idle[1], 1000), "HTTP/1.1 503")
+    for _, fd in ipairs(more) do sock.close(fd) end
+    -- the whole head within 5 s of the accept (a total: was the 10 s read timeout, reset by nothing)
+    local t0 = process.now_ms()
+    local fd = assert(sock.connect_tcp("127.0.0.1", own.port, 3000))
+    for _ = 1, 4 do sock.send_all(fd, "G"); process.sleep_ms(500) end
+    local out = read_all(fd, 4000)
+    local waited = process.now_ms() - t0
+    T.contains(out, "HTTP/1.1 408")
+    T.ok(waited > 4500 and waited < 6000, "cut off after " .. waited .. " ms")
+    sock.close(fd)
+    for _, f in ipairs(idle) do sock.close(f) end
+  end)
+end)
+
+T.test("a web page's requests are refused: a foreign Host (DNS rebinding) or Origin (cross-site) is a 403", function()
+  local i = plain()
+  local port = i.port
+  local body = { prompt = "Once upon a time", max_tokens = 3 }
+  -- a cross-site "simple" POST after DNS rebinding: was answered 200
+  local st, msg = answer(raw(port, post("/v1/completions", body, ("Host: rebind.attacker.example:%d\r\nOrigin: http://rebind.attacker.example:%d\r\n"):format(port, port))))
+  T.eq(st, 403)
+  T.contains(msg, ('Host "rebind.attacker.example:%d" does not name this server'):format(port))
+  st, msg = answer(raw(port, "GET /v1/models HTTP/1.1\r\nHost: rebind.attacker.example\r\n\r\n"))
+  T.eq(st, 403)
+  st, msg = answer(raw(port, post("/v1/completions", body, ("Host: 127.0.0.1:%d\r\nOrigin: http://evil.example\r\n"):format(port))))
+  T.eq(st, 403)
+  T.contains(msg, 'Origin "http://evil.example" is not this server\'s')
+  T.eq(answer(raw(port, post("/v1/completions", body, ("Host: 127.0.0.1:%d\r\nOrigin: null\r\n"):format(port)))), 403)
+  T.eq(answer(raw(port, post("/v1/completions", body, ("Host: localhost:%d\r\nHost: evil.example\r\n"):format(port)))), 400)
+  -- its own names and origin, and clients that send no Origin (or no Host) are served
+  T.eq(answer(raw(port, post("/v1/completions", body, ("Host: 127.0.0.1:%d\r\n"):format(port)))), 200)
+  T.eq(answer(raw(port, post("/v1/completions", body, ("Host: LocalHost:%d\r\nOrigin: http://localhost:%d\r\n"):format(port, port)))), 200)
+  T.eq(answer(raw(port, post("/v1/completions", body))), 200)
+  -- --allow-origin: that page's requests are taken, with CORS headers and a preflight
+  own_server({ "--allow-origin", "http://app.example:3000", "--allow-host", "proxy.example" }, function(own)
+    local o = "Origin: http://app.example:3000\r\n"
+    local got = raw(own.port, post("/v1/completions", body, ("Host: 127.0.0.1:%d\r\n"):format(own.port) .. o))
+    local st2, _, head = answer(got)
+    T.eq(st2, 200); T.contains(head, "Access-Control-Allow-Origin: http://app.example:3000")
+    st2, _, head = answer(raw(own.port, ("OPTIONS /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n%sAccess-Control-Request-Method: POST\r\n\r\n"):format(own.port, o)))
+    T.eq(st2, 204); T.contains(head, "Access-Control-Allow-Headers: Authorization, Content-Type")
+    T.eq(answer(raw(own.port, post("/v1/completions", body, "Origin: http://other.example\r\n"))), 403)
+    T.eq(answer(raw(own.port, post("/v1/completions", body, ("Host: proxy.example:%d\r\n"):format(own.port)))), 200)
+    T.eq(answer(raw(own.port, post("/v1/completions", body, "Host: other.example\r\n"))), 403)
+  end)
+end)
+
+T.test("stop strings are capped: at most 32, of at most 128 bytes (100,000 took 17 s)", function()
+  plain()
+  local many = {}
+  for k = 1, 33 do many[k] = ("zz%d"):format(k) end
+  local st, msg = errq("/completions", { prompt = "x", max_tokens = 2, stop = many })
+  T.eq(st, 400); T.contains(msg, "stop has 33 strings; this server takes at most 32 stop strings (of at most 128 bytes each)")
+  st, msg = errq("/completions", { prompt = "x", max_tokens = 2, stop = { "a", ("z"):rep(129) } })
+  T.eq(st, 400); T.contains(msg, "stop[1] is 129 bytes; a stop string is at most 128 bytes on this server")
+  st, msg = errq("/completions", { prompt = "x", max_tokens = 2, stop = ("z"):rep(129) })
+  T.eq(st, 400); T.contains(msg, "stop is 129 bytes")
+  many[33] = nil
+  many[1] = ("z"):rep(128)
+  local r = require("seer.http").post_json(plain().url .. "/completions", { prompt = "Once upon a time", max_tokens = 5, stop = many })
+  T.eq(r.usage.completion_tokens, 5)
 end)
 
 T.test("bad usage: beyond loopback without a token, a missing model, an unknown flag", function()

@@ -4,7 +4,7 @@ local M = {}
 
 local USAGE = [[
 usage: seer serve MODEL [--port N] [--host ADDR] [--name ID] [--token TOKEN] [--max-tokens N] [--adapter DIR] [--read-timeout S]
-                        [--precision exact|fast]
+                        [--precision exact|fast] [--allow-origin ORIGIN]... [--allow-host NAME]...
 
 Serves MODEL (a directory or a hub id in the cache) at http://HOST:PORT/v1 with OpenAI's
 /v1/chat/completions, /v1/completions and /v1/models, one request at a time, until Ctrl-C.
@@ -14,7 +14,11 @@ Serves MODEL (a directory or a hub id in the cache) at http://HOST:PORT/v1 with 
   --token TOKEN   require "Authorization: Bearer TOKEN" (or set SEER_SERVE_TOKEN)
   --max-tokens N  the largest max_tokens a request may ask (default 1024)
   --adapter DIR   a PEFT LoRA adapter on top of MODEL
-  --read-timeout S  seconds a client has to send its request (default 10)
+  --read-timeout S  seconds a client has to send its request (default 10; the head within 5)
+  --allow-origin ORIGIN  take requests from web pages of ORIGIN (e.g. http://localhost:3000; * any),
+                  with CORS headers; other pages' requests (a foreign Origin header) are refused
+  --allow-host NAME  take requests whose Host is NAME (or NAME:PORT; * any) besides this server's
+                  address (a proxy's name); other Host values are refused (DNS rebinding)
   --precision P   exact (default) or fast: bf16 weights meet activations rounded to bf16, as
                   torch's bf16 matmul (faster where the CPU has AMX or AVX512_BF16; docs/model.md)]]
 
@@ -46,6 +50,20 @@ function M.main(...)
     elseif a == "--adapter" then o.adapter = value(a)
     elseif a == "--read-timeout" then o.read_timeout = number(a)
     elseif a == "--precision" then o.precision = value(a)
+    elseif a == "--allow-origin" then
+      local v = value(a)
+      if v ~= "*" and not v:match("^https?://[^/%s]+/?$") then
+        io.stderr:write("seer serve: --allow-origin needs an origin such as http://localhost:3000 (or *), got '", v, "'\n"); os.exit(2)
+      end
+      o.allow_origins = o.allow_origins or {}
+      o.allow_origins[#o.allow_origins + 1] = v
+    elseif a == "--allow-host" then
+      local v = value(a)
+      if v ~= "*" and not v:match("^[%w%.%-%[%]:]+$") then
+        io.stderr:write("seer serve: --allow-host needs a host name (or NAME:PORT, or *), got '", v, "'\n"); os.exit(2)
+      end
+      o.allow_hosts = o.allow_hosts or {}
+      o.allow_hosts[#o.allow_hosts + 1] = v
     elseif a:sub(1, 1) == "-" then io.stderr:write("seer serve: unknown option ", a, "\n", USAGE, "\n"); os.exit(2)
     elseif o.model then io.stderr:write("seer serve: unexpected argument ", a, "\n", USAGE, "\n"); os.exit(2)
     else o.model = a end
@@ -75,7 +93,8 @@ function M.main(...)
   local json = require "seer.json"
   local name = o.name or (o.model:match("([^/]+)/*$") or o.model)
   require("seer.serve").serve{ model = model, name = name, host = o.host, port = o.port, token = o.token,
-    max_tokens = o.max_tokens, read_timeout = o.read_timeout, on_ready = function(info)
+    max_tokens = o.max_tokens, read_timeout = o.read_timeout, allow_origins = o.allow_origins, allow_hosts = o.allow_hosts,
+    on_ready = function(info)
       io.stdout:write(json.encode{ url = info.url, port = info.port, model = name }, "\n")
       io.stdout:flush()
       io.stderr:write(("seer serve: %s at %s (Ctrl-C ends it)\n"):format(name, info.url))
