@@ -53,7 +53,14 @@ local function new_socket(family)
   return fd
 end
 
+-- C stops a string at its first NUL: "127.0.0.1\0.example.com" would reach 127.0.0.1. Every
+-- host, address and path handed to C goes through this first.
+local function nul_free(s)
+  return type(s) == "string" and not s:find("%z")
+end
+
 local function inet(host, port)
+  if not nul_free(host) then return nil end
   local sa = ffi.new("struct seer_sockaddr_in")
   sa.sin_family = AF_INET
   sa.sin_port = C.htons(port)
@@ -81,7 +88,7 @@ function M.listen_tcp(host, port, backlog)
 end
 
 local function unix_addr(path)
-  if #path >= 108 then return nil end
+  if not nul_free(path) or #path >= 108 then return nil end
   local sa = ffi.new("struct seer_sockaddr_un")
   sa.sun_family = AF_UNIX
   ffi.copy(sa.sun_path, path)
@@ -115,6 +122,7 @@ end
 
 ---Connects to ip:port (an IPv4 address) within timeout_ms.
 function M.connect_tcp(ip, port, timeout_ms)
+  if not nul_free(ip) then return nil, "connect: the address is not a string or contains a NUL byte" end
   local sa = inet(ip, port)
   if not sa then return nil, ip .. " is not an IPv4 address" end
   local fd, err = new_socket(AF_INET)
@@ -129,6 +137,7 @@ end
 
 ---Connects to a unix socket.
 function M.connect_unix(path, timeout_ms)
+  if not nul_free(path) then return nil, "connect: the socket path is not a string or contains a NUL byte" end
   local sa = unix_addr(path)
   if not sa then return nil, "socket path too long: " .. path end
   local fd, err = new_socket(AF_UNIX)
@@ -141,8 +150,11 @@ function M.connect_unix(path, timeout_ms)
   return finish_connect(fd, "connect " .. path, timeout_ms or 5000)
 end
 
----The first IPv4 address of a host name (getaddrinfo), or nil and why.
+---The first IPv4 address of a host name (getaddrinfo), or nil and why (a name with a NUL byte is
+---refused: C would resolve only what comes before it).
 function M.resolve(host)
+  if not nul_free(host) then return nil, "cannot resolve: the host name is not a string or contains a NUL byte" end
+  if #host > 253 then return nil, "cannot resolve: the host name is longer than 253 bytes" end
   if inet(host, 0) then return host end
   local hints = ffi.new("struct seer_sock_addrinfo")
   hints.ai_family = AF_INET

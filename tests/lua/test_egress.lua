@@ -42,6 +42,76 @@ local function setup()
   assert(proxy_port, "the forwarder did not start")
 end
 
+-- Hostile requests straight to a filter's unix socket (what <run>/egress.sock receives from a
+-- sandbox), with a host-only canary service on the host's loopback that must never be reached.
+local sock = require "seer.sock"
+local canary, canary_port, canary_hits
+
+local function canary_setup()
+  if canary then return end
+  canary_hits = dir .. "/canary.hits"
+  canary = process.spawn{ argv = { "/usr/bin/python3", "-c", [[
+import os, socket, sys, threading, time
+parent = os.getppid()
+def orphaned():  # ends with the test run, even one filtered past "stop the relays"
+    while os.getppid() == parent: time.sleep(0.5)
+    os._exit(0)
+threading.Thread(target=orphaned, daemon=True).start()
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", 0)); s.listen(64)
+print(s.getsockname()[1], flush=True)
+while True:
+    c, _ = s.accept()
+    open(sys.argv[1], "a").write("hit\n")
+    try: c.sendall(b"HOST-ONLY-CANARY\n")
+    except OSError: pass
+    c.close()
+]], canary_hits }, stdout = "pipe", stderr = "inherit" }
+  canary_port = tonumber(canary:read_line(10000))
+  assert(canary_port, "the canary did not start")
+end
+
+local function hits()
+  local f = io.open(canary_hits, "rb")
+  if not f then return 0 end
+  local n = select(2, f:read("*a"):gsub("\n", ""))
+  f:close()
+  return n
+end
+
+local nfilters = 0
+-- A filter of its own (allow list, extra fields in Lua syntax); returns the child, its socket and log.
+local function start_filter(allow, extra)
+  nfilters = nfilters + 1
+  local sockpath, logpath = ("%s/f%d.sock"):format(dir, nfilters), ("%s/f%d.log"):format(dir, nfilters)
+  local p = process.spawn{ argv = { SEER, "-e", ([[require("seer.egress").filter{ socket = %q, log = %q,
+      allow = seer.json.decode(%q), %s on_ready = function() print("ready") io.stdout:flush() end }]])
+      :format(sockpath, logpath, json.encode(allow), extra or "") }, stdout = "pipe", stderr = "inherit" }
+  assert(p:read_line(10000) == "ready", "the filter did not start")
+  return p, sockpath, logpath
+end
+
+-- Sends raw bytes as one proxy connection; returns all that comes back before the close (3 s at most).
+local function ask(sockpath, raw)
+  local fd = assert(sock.connect_unix(sockpath, 2000))
+  sock.send_all(fd, raw, 2000)
+  local out, deadline = "", process.now_ms() + 3000
+  while process.now_ms() < deadline do
+    if sock.wait(fd, sock.POLLIN, 200) then
+      local g = sock.recv(fd)
+      if g == "" then break elseif g then out = out .. g end
+    end
+  end
+  sock.close(fd)
+  return out
+end
+
+local function with_filter(allow, extra, fn)
+  local f, sp, lp = start_filter(allow, extra)
+  local ok, err = pcall(fn, sp, lp)
+  f:stop(500)
+  if not ok then error(err, 0) end
+end
+
 T.test("an allowed name is reached through the chain; plain HTTP and a wildcard too", function()
   setup()
   local http = require "seer.http"
@@ -96,8 +166,11 @@ T.test("a sandbox with network = {allow = ...}: listed names through the proxy, 
   local sbdir = T.tmpdir()
   pcall(require("ffi").cdef, "int setenv(const char *name, const char *value, int overwrite);")
   require("ffi").C.setenv("SEER_SANDBOX_DIR", sbdir, 1)
+  canary_setup()
+  local before = hits()
   local sandbox = env.Sandbox(env.SandboxConfig{
-    network = { allow = { "api.allowed.test:" .. fake_port }, resolve = { ["api.allowed.test"] = "127.0.0.1" } },
+    network = { allow = { "api.allowed.test:" .. fake_port, "*.wild.test:" .. canary_port, "localhost:" .. canary_port },
+      resolve = { ["api.allowed.test"] = "127.0.0.1" } },
     limits = { memory = "1G", processes = 128 }, timeout = 300,
   }):start{ name = "egress" }
   local ok, err = pcall(function()
@@ -116,6 +189,27 @@ print("chat", c:complete("m", "through the proxy"))]]):format(fake_port, fake_po
     T.contains(out, "blocked\t403")
     T.contains(out, "direct\trefused")
     T.contains(out, "chat\techo: through the proxy")
+    -- from inside: a NUL in the host, a numeric form and a listed name resolving to the host's
+    -- loopback never reach the host-only canary
+    local px = ([[local sock = require "seer.sock"
+local port = tonumber(os.getenv("HTTPS_PROXY"):match(":(%%d+)/?$"))
+for _, req in ipairs{ "CONNECT 127.0.0.1\0.wild.test:%d HTTP/1.1\r\n\r\n", "CONNECT localhost\0.wild.test:%d HTTP/1.1\r\n\r\n",
+  "GET http://127.0.0.1\0.wild.test:%d/ HTTP/1.1\r\nHost: x\r\n\r\n", "CONNECT 2130706433:%d HTTP/1.1\r\n\r\n",
+  "CONNECT localhost:%d HTTP/1.1\r\n\r\n" } do
+  local fd = assert(sock.connect_tcp("127.0.0.1", port, 3000))
+  sock.send_all(fd, req, 3000)
+  local got = ""
+  for _ = 1, 30 do
+    if sock.wait(fd, sock.POLLIN, 100) then local g = sock.recv(fd); if not g or g == "" then break end; got = got .. g end
+  end
+  sock.close(fd)
+  print("probe", (got:match("^HTTP/1.1 (%%d+)") or "none") .. (got:find("CANARY", 1, true) and " REACHED" or ""))
+end]]):format(canary_port, canary_port, canary_port, canary_port, canary_port)
+    local pout = sandbox:exec({ "/opt/seer/bin/seer", "-e", px }, { timeout = 60 })
+    T.eq(select(2, pout:gsub("probe\t400\n", "")), 4, pout)
+    T.contains(pout, "probe\t403\n")
+    T.ok(not pout:find("REACHED", 1, true), pout)
+    T.eq(hits(), before, "the host-only canary was reached from the sandbox")
     -- the same from a notebook kernel in the sandbox
     local session = require("seer.execution").create_notebook_session(sandbox, nil, { name = "egress", output_dir = sbdir .. "/nb" })
     local r = session:exec(("print(require('seer.http').get('http://api.allowed.test:%d/json', { retries = 0 }).status)"):format(fake_port))
@@ -129,6 +223,173 @@ print("chat", c:complete("m", "through the proxy"))]]):format(fake_port, fake_po
   if not ok then error(err, 0) end
 end)
 
+T.test("host validation: DNS names, canonical IPv4 and [IPv6] only; NUL, control bytes, %, @, numeric IPv4 forms refused", function()
+  T.eq({ E.host("API.Example.COM.") }, { "api.example.com", "name" })
+  T.eq({ E.host("127.0.0.1") }, { "127.0.0.1", "ipv4" })
+  T.eq({ E.host("[2001:DB8::1]") }, { "[2001:db8::1]", "ipv6" })
+  T.eq({ E.host("localhost") }, { "localhost", "name" })
+  for _, h in ipairs({ "127.0.0.1\0.anthropic.com", "localhost\0", "a\1b.com", "a\rb.com", "a\127b.com", "a b.com", "a%2eb.com",
+    "user@a.com", "a\\b.com", "a_b.com", "a..b.com", ".a.com", "a.com..", "-a.com", "a-.com", "a:b.com", "[a.com]", "[::1",
+    "", ".", string.rep("a", 64) .. ".com", string.rep("abcdefghi.", 26) .. "com", "\195\169.com",
+    -- what inet_aton (and so getaddrinfo) also reads as 127.0.0.1, and other non-canonical IPv4
+    "2130706433", "0x7f000001", "0x7f.1", "0x7f.0.0.1", "017.0.0.1", "0177.0.0.01", "127.1", "127.0.1", "127.0.0.1.1", "256.0.0.1", "1.2.3.04", "a.0x7f",
+    -- IPv4 dressed as IPv6
+    "[::ffff:127.0.0.1]", "[::ffff:7f00:1]", "[::127.0.0.1]", "[64:ff9b::7f00:1]" }) do
+    local n, why = E.host(h)
+    T.eq(n, nil, ("%q must be refused"):format(h))
+    T.ok(type(why) == "string" and #why > 0, "a reason")
+  end
+  T.contains(select(2, E.host("127.0.0.1\0.anthropic.com")), "NUL")
+  T.contains(select(2, E.host("2130706433")), "canonical IPv4")
+  T.contains(select(2, E.host("[::ffff:127.0.0.1]")), "IPv4-mapped")
+  for _, p in ipairs({ "0", "65536", "99999", "+80", "-1", "80a", "", "000080", " 80", "0x50" }) do T.eq(E.port(p), nil, ("port %q"):format(p)) end
+  T.eq(E.port("80"), 80); T.eq(E.port("65535"), 65535); T.eq(E.port("1"), 1)
+  -- the second line of defence: C never sees a string with a NUL (it would stop there)
+  local ip, why = sock.resolve("127.0.0.1\0.anthropic.com")
+  T.eq(ip, nil); T.contains(why, "NUL")
+  local fd, cerr = sock.connect_tcp("127.0.0.1\0.x", 80, 100)
+  T.eq(fd, nil); T.contains(cerr, "NUL")
+  T.eq(sock.connect_unix(dir .. "/x\0y", 100), nil)
+end)
+
+T.test("wildcards are exact: *.example.com is sub.example.com, never example.com, evil-example.com or tricks; entries checked", function()
+  local m = E.matcher{ "*.example.com", "api.x.org:8443" }
+  T.ok(m("sub.example.com", 443)); T.ok(m("a.b.example.com", 80)); T.ok(m("SUB.Example.Com.", 443))
+  for _, h in ipairs({ "example.com", "evil-example.com", "xexample.com", "example.com.evil.com", ".example.com", "..example.com",
+    "sub..example.com", "x\0.example.com", "127.0.0.1\0.example.com", "x.example.com\0", "x .example.com", "x%00.example.com" }) do
+    T.ok(not m(h, 443), ("%q must not match *.example.com"):format(h))
+  end
+  T.ok(m("api.x.org", 8443)); T.ok(not m("api.x.org", 443)); T.ok(not m("api.x.org", 8443.5)); T.ok(not m("api.x.org", 0))
+  -- addresses match only address entries: exactly, or in a listed range
+  local ip_ok
+  m, ip_ok = E.matcher{ "*.example.com", "10.9.0.0/16", "127.0.0.1:9000" }
+  T.ok(m("10.9.3.4", 443)); T.ok(not m("10.10.3.4", 443)); T.ok(m("127.0.0.1", 9000)); T.ok(not m("127.0.0.1", 443))
+  T.ok(not m("2130706433", 9000)); T.ok(not m("127.1", 9000)); T.ok(not m("[::ffff:127.0.0.1]", 9000))
+  T.ok(ip_ok("10.9.255.255", 80)); T.ok(not ip_ok("127.0.0.2", 9000))
+  for _, e in ipairs({ "127.1", "2130706433", "a.com\0", "a.com\0.b", "-a.com", "a_b.com", "a.com:0", "a.com:65536", "a.com:80x",
+    "*.*.com", "*", "*.", "a.*.com", "[::1]", "::1", "10.0.0.0/33", "*.10.0.0.1", "a.com/8", string.rep("a", 64) .. ".com" }) do
+    T.raises(function() E.matcher{ e } end, "is not a host name", true)
+  end
+  -- an entry's trailing dot and case do not matter
+  T.ok(E.matcher{ "Example.COM." }("example.com", 443))
+end)
+
+T.test("a NUL byte in the host never reaches a host-only service: CONNECT and plain HTTP get 400", function()
+  canary_setup()
+  with_filter({ "*.anthropic.com", "*.anthropic.com:" .. canary_port }, nil, function(sp, lp)
+    for _, req in ipairs({
+      ("CONNECT 127.0.0.1\0.anthropic.com:%d HTTP/1.1\r\n\r\n"):format(canary_port),
+      ("CONNECT localhost\0.anthropic.com:%d HTTP/1.1\r\n\r\n"):format(canary_port),
+      "CONNECT 127.0.0.1\0.anthropic.com:80 HTTP/1.1\r\n\r\n",
+      ("GET http://127.0.0.1\0.anthropic.com:%d/ HTTP/1.1\r\nHost: x\r\n\r\n"):format(canary_port),
+      ("GET http://localhost\0.anthropic.com:%d/ HTTP/1.1\r\nHost: x\r\n\r\n"):format(canary_port),
+    }) do
+      local out = ask(sp, req)
+      T.contains(out, "HTTP/1.1 400 Bad Request", ("%q"):format(req))
+      T.contains(out, "NUL")
+      T.ok(not out:find("CANARY", 1, true), "the host-only service was reached")
+    end
+    T.eq(hits(), 0, "the host-only service was reached")
+    local log = seer.read_file(lp)
+    T.contains(log, "refused CONNECT host 127.0.0.1\\x00.anthropic.com: contains a NUL byte")
+    T.contains(log, "refused GET host localhost\\x00.anthropic.com: contains a NUL byte")
+    T.ok(not log:find("allowed", 1, true)); T.ok(not log:find("%z"), "the log holds no raw NUL")
+  end)
+end)
+
+T.test("malformed hosts and ports, numeric IPv4 forms and mapped IPv6 get 400 with a reason; nothing is reached", function()
+  canary_setup()
+  local cp = canary_port
+  with_filter({ "*.anthropic.com", "*.anthropic.com:" .. cp }, nil, function(sp, lp)
+    local function connect(t) return ("CONNECT %s HTTP/1.1\r\n\r\n"):format(t) end
+    local function get(u) return ("GET %s HTTP/1.1\r\nHost: x\r\n\r\n"):format(u) end
+    for _, c in ipairs({
+      { connect(("2130706433:%d"):format(cp)), "canonical IPv4" }, { connect(("0x7f.1:%d"):format(cp)), "canonical IPv4" },
+      { connect(("0x7f000001:%d"):format(cp)), "canonical IPv4" }, { connect(("017.0.0.1:%d"):format(cp)), "canonical IPv4" },
+      { connect(("127.1:%d"):format(cp)), "canonical IPv4" }, { connect(("[::ffff:127.0.0.1]:%d"):format(cp)), "IPv4-mapped" },
+      { connect(("x%%2e.anthropic.com:%d"):format(cp)), "contains \"%\"" }, { connect(("u@x.anthropic.com:%d"):format(cp)), "contains \"@\"" },
+      { connect(("x\\.anthropic.com:%d"):format(cp)), "contains \"\\\\\"" }, { connect(("x\1.anthropic.com:%d"):format(cp)), "0x01" },
+      { connect(("x\127.anthropic.com:%d"):format(cp)), "0x7f" }, { connect((".anthropic.com:%d"):format(cp)), "empty label" },
+      { connect(("x..anthropic.com:%d"):format(cp)), "empty label" }, { connect(string.rep("a", 70) .. ".anthropic.com:443"), "63" },
+      { connect("x.anthropic.com:0"), "1 to 65535" }, { connect("x.anthropic.com:65536"), "1 to 65535" },
+      { connect("x.anthropic.com:+443"), "1 to 65535" }, { connect("x.anthropic.com:0000443"), "1 to 65535" },
+      { connect("x.anthropic.com"), "host:port" }, { connect(("127.0.0.1:%d:x.anthropic.com"):format(cp)), "1 to 65535" },
+      { get(("http://x.anthropic.com@127.0.0.1:%d/"):format(cp)), "contains \"@\"" },
+      { get(("http://127.0.0.1:%d@x.anthropic.com/"):format(cp)), "1 to 65535" },
+      { get(("http://2130706433:%d/"):format(cp)), "canonical IPv4" },
+      { get(("http://x.anthropic.com:%d/a\1b"):format(cp)), "control bytes" },
+    }) do
+      local out = ask(sp, c[1])
+      T.contains(out, "HTTP/1.1 400 Bad Request", ("%q"):format(c[1]))
+      T.contains(out, c[2], ("%q"):format(c[1]))
+    end
+    -- IPv6 literals are well-formed but never connected (IPv4 only)
+    T.contains(ask(sp, connect(("[::1]:%d"):format(cp))), "403 Forbidden")
+    T.eq(hits(), 0, "the host-only service was reached")
+    T.ok(not seer.read_file(lp):find("allowed", 1, true))
+  end)
+end)
+
+T.test("a listed name that resolves to loopback is refused (DNS rebinding) unless the allow-list names the address", function()
+  canary_setup()
+  if sock.resolve("localhost") ~= "127.0.0.1" then T.skip("localhost does not resolve to 127.0.0.1 here") end
+  local before = hits()
+  -- "localhost" stands for a public name whose DNS answer points at the host
+  with_filter({ "localhost:" .. canary_port, "*.localhost:" .. canary_port }, nil, function(sp, lp)
+    for _, req in ipairs({ ("CONNECT localhost:%d HTTP/1.1\r\n\r\n"):format(canary_port),
+      ("GET http://LocalHost.:%d/ HTTP/1.1\r\nHost: x\r\n\r\n"):format(canary_port) }) do
+      local out = ask(sp, req)
+      T.contains(out, "403 Forbidden", ("%q"):format(req))
+      T.contains(out, "resolves to 127.0.0.1, a loopback address")
+      T.ok(not out:find("CANARY", 1, true), "the host-only service was reached")
+    end
+    T.eq(hits(), before, "the host-only service was reached")
+    T.contains(seer.read_file(lp), ("refused CONNECT localhost:%d: resolves to 127.0.0.1, a loopback address"):format(canary_port))
+  end)
+  -- listing the address (or its range) is the researcher's explicit consent
+  for _, allow in ipairs({ { "localhost:" .. canary_port, "127.0.0.1:" .. canary_port }, { "localhost:" .. canary_port, "127.0.0.0/8:" .. canary_port } }) do
+    with_filter(allow, nil, function(sp)
+      T.contains(ask(sp, ("CONNECT localhost:%d HTTP/1.1\r\n\r\n"):format(canary_port)), "HOST-ONLY-CANARY")
+      T.contains(ask(sp, ("CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n"):format(canary_port)), "HOST-ONLY-CANARY")
+    end)
+  end
+  T.eq(hits(), before + 4)
+  T.eq(E.internal("127.0.0.1"), "loopback"); T.eq(E.internal("169.254.169.254"), "link-local")
+  T.eq(E.internal("10.1.2.3"), "private (RFC 1918)"); T.eq(E.internal("172.31.0.1"), "private (RFC 1918)")
+  T.eq(E.internal("192.168.1.1"), "private (RFC 1918)"); T.eq(E.internal("0.0.0.0"), "\"this network\"")
+  T.eq(E.internal("8.8.8.8"), nil); T.eq(E.internal("172.32.0.1"), nil)
+end)
+
+T.test("a flood of refused requests (5000, 8 KiB hosts) leaves egress.log under its cap, escaped and useful", function()
+  local cap = 16384
+  with_filter({ "allowed.example" }, ("log_max = %d,"):format(cap), function(sp, lp)
+    local t0 = process.now_ms()
+    for i = 1, 5000 do
+      local host = (i % 2 == 0) and (string.rep("a", 8000) .. i .. ".com") or ("x\0\1\27[31m" .. i .. ".evil.com")
+      local out = ask(sp, ("CONNECT %s:443 HTTP/1.1\r\n\r\n"):format(host))
+      if i % 500 == 0 then T.ok(out:find("HTTP/1.1 40[03]") ~= nil, "refused: " .. out:sub(1, 80)) end
+    end
+    local ms = process.now_ms() - t0
+    T.ok(ms < 120000, ("5000 requests took %d ms"):format(ms))
+    local log = seer.read_file(lp)
+    T.ok(#log <= cap + 1024, ("egress.log is %d bytes (cap %d)"):format(#log, cap))
+    T.contains(log, "refused CONNECT host x\\x00\\x01\\x1b[31m1.evil.com: contains a NUL byte")
+    T.contains(log, "refused CONNECT host " .. string.rep("a", 256) .. "...(8005 bytes)")
+    T.contains(log, "egress.log reached its cap (16384 bytes)")
+    for line in log:gmatch("[^\n]+") do T.ok(#line < 800, "a log line of " .. #line .. " bytes") end
+    T.ok(not log:find("[%z\1-\9\11-\31\127-\255]"), "raw control bytes in the log")
+    -- the filter still serves: a fresh refusal is answered
+    T.contains(ask(sp, "CONNECT other.example:443 HTTP/1.1\r\n\r\n"), "403 Forbidden")
+  end)
+  -- without a low cap: the rate limit and per-request repeats keep lines few
+  with_filter({ "allowed.example" }, nil, function(sp, lp)
+    for _ = 1, 2000 do ask(sp, "CONNECT same.evil.com:443 HTTP/1.1\r\n\r\n") end
+    local log = seer.read_file(lp)
+    local n = select(2, log:gsub("refused CONNECT same.evil.com:443", ""))
+    T.eq(n, 3, "only the first refusals of one request are written")
+  end)
+end)
+
 T.test("stop the relays", function()
-  for _, c in ipairs({ forward, filter, fake }) do if c then c:stop(500) end end
+  for _, c in ipairs({ forward, filter, fake, canary }) do if c then c:stop(500) end end
 end)
