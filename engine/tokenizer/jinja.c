@@ -1291,7 +1291,14 @@ static node *parse_postfix(P *p, node *x) {
             if (parts.n == 0) syn_fail(p->r, t->pos, "expected a subscript");
             node *idx;
             if (parts.n == 1) idx = parts.v[0];
-            else { idx = mk(p, N_TUPLELIT, t->pos); idx->v = parts.v; idx->nv = parts.n; }
+            else {
+                /* x[1, :] is a tuple holding a slice in Python, which no sequence or dict takes */
+                for (int k = 0; k < parts.n; k++)
+                    if (parts.v[k]->k == N_SLICE) syn_fail(p->r, t->pos, "a slice inside a subscript of several parts (x[a, b:c]) is not supported");
+                idx = mk(p, N_TUPLELIT, t->pos);
+                idx->v = parts.v;
+                idx->nv = parts.n;
+            }
             if (idx->k == N_SLICE) { idx->a = x; x = idx; }
             else { node *y = mk(p, N_ITEM, t->pos); y->a = x; y->b = idx; x = y; }
         } else if (is_op(p, "(")) {

@@ -201,3 +201,15 @@ end
   T.ok(got.length and got.length[1] and got.length[3] == "hi" and got.length[2] < 1, out)
   T.ok(got.empty_times and got.empty_times[1] and got.empty_times[3] == "[]hi" and got.empty_times[2] < 1, out)
 end)
+
+T.test("chat_template: a slice inside a subscript of several parts is a syntax error, not a crash (found by the fuzzer)", function()
+  -- messages[1, :] made a tuple holding a slice with no object: evaluating it read a NULL node
+  local CT = require "seer.chat_template"
+  for _, src in ipairs({ "{{ messages[1, :] }}", "{{ messages[:, 1] }}", "{{ messages[0, 1:2:3] }}" }) do
+    local ok, err = pcall(CT.render, src, { messages = { 1, 2, 3 } })
+    T.ok(not ok, src)
+    T.contains(tostring(err), "a slice inside a subscript of several parts", src)
+  end
+  -- a plain slice and a tuple subscript of a dict still work
+  T.eq((CT.render("{{ messages[1:] }}", { messages = { 1, 2, 3 } })), "[2, 3]")
+end)
