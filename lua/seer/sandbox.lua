@@ -1324,6 +1324,15 @@ function Sandbox:_bwrap_argv(bwrap, binds)
   for _, f in ipairs({ "keys", "key-users", "timer_list", "sched_debug", "latency_stats", "kcore" }) do
     if in_proc[f] then add("--ro-bind", "/dev/null", "/proc/" .. f) end
   end
+  -- Host-wide kernel settings are read-only, as Docker makes them. Sysctl files check only
+  -- their owner, and a sandbox started by root runs as a user mapped to the host's root: with
+  -- /proc/sys writable, code inside set kernel.core_pattern to a pipe, crashed a process, and
+  -- the host's kernel ran the command as root (also kernel.panic, vm.drop_caches, hostname...).
+  -- The host's /proc/sys is bound (read-only, recursively): its files are global, and net.*
+  -- answers for the reader's network namespace, so the sandbox reads its own values.
+  for _, f in ipairs({ "sys", "sysrq-trigger", "irq", "bus", "fs" }) do
+    if in_proc[f] then add("--ro-bind", "/proc/" .. f, "/proc/" .. f) end
+  end
   -- Every writable in-memory file system has a size below the memory limit (their pages are
   -- charged to the sandbox's memory cgroup), so filling one gives the writer ENOSPC instead of
   -- killing the sandbox: /tmp and /dev/shm get their own tmpfs (limits.tmp, limits.shm), and

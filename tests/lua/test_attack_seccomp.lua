@@ -142,6 +142,36 @@ end
 ---------------------------------------------------------------------------------------------
 -- class 4: the kernel's attack surface
 
+-- A sandbox started by root runs as a user mapped to the host's root, and sysctl files check
+-- only their owner: with /proc/sys writable, core_pattern = "|cmd" and a crash ran cmd as host root.
+attempt{
+  -- each setting is written with the value it has (a refused write changes nothing; one that
+  -- gets through changes nothing either, so this check cannot harm the host it runs on)
+  name = "write host kernel settings through /proc/sys (core_pattern, hostname, panic) and /proc/sysrq-trigger",
+  sh = "exec 2>&1\ncat /proc/sys/kernel/core_pattern >/dev/null && echo SYSCTL-READABLE\n"
+    .. "for f in kernel/core_pattern kernel/hostname kernel/panic; do\n"
+    .. "  v=$(cat /proc/sys/$f)\n"
+    .. "  if (printf '%s\\n' \"$v\" > /proc/sys/$f) 2>/dev/null; then echo \"WROTE $f\"; else echo \"refused $f\"; fi\ndone\n"
+    .. "if [ -w /proc/sysrq-trigger ] && (: > /proc/sysrq-trigger) 2>/dev/null; then echo 'WROTE sysrq'; else echo 'refused sysrq'; fi\n",
+  lua = [[
+local ok = io.open("/proc/sys/kernel/core_pattern", "r")
+if ok then ok:close() print("SYSCTL-READABLE") end
+for _, f in ipairs({ "kernel/core_pattern", "kernel/hostname", "kernel/panic" }) do
+  local r = io.open("/proc/sys/" .. f, "r")
+  local v = r and r:read("*a") or ""
+  if r then r:close() end
+  local h = io.open("/proc/sys/" .. f, "w")
+  local wrote = h and h:write(v) and h:close()
+  print((wrote and "WROTE " or "refused ") .. f)
+end
+]],
+  check = function(out)
+    T.contains(out, "SYSCTL-READABLE", "the sandbox still reads its settings")
+    T.ok(not out:find("WROTE"), "a host kernel setting was written from inside: " .. out)
+    T.contains(out, "refused kernel/core_pattern")
+  end,
+}
+
 attempt{
   name = "every process in the sandbox runs under the filter with no_new_privs",
   sh = "exec 2>&1\ngrep -E '^(Seccomp|NoNewPrivs):' /proc/self/status; sh -c 'grep -E \"^Seccomp:\" /proc/self/status'",
