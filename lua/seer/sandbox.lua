@@ -223,6 +223,13 @@ end
 local Client = {}
 Client.__index = Client
 
+-- Limits of the host's side of the protocol (docs/sandbox.md, "sandboxd protocol").
+M.REQUEST_TIMEOUT_MS = 60000          -- a file op, a service start: sandboxd answers in milliseconds
+M.EXEC_MARGIN_MS = 60000              -- past an exec's own timeout
+M.READ_MAX_BYTES = 64 * 1048576       -- sandbox:read_file's max_bytes unless told
+M.LIST_MAX_ENTRIES = 100000           -- entries sandbox:list_files returns at most
+M.MAX_REPLY_VALUES = 1000000          -- JSON values in one part of a reply (a full list: ~900k)
+
 -- How a request waits for its reply; an MCP server installs one that yields to its loop so
 -- several tool calls (coroutines) can wait on the same sandbox at once.
 local function default_wait(sock, timeout_ms, ready)
@@ -265,16 +272,40 @@ function M.connect(info)
   sock:connect(info.endpoint)
   local bad = M.sandboxd_reply_problem
   -- The check rides on this socket's own recv (an instance field over seer.net's method), so
-  -- the socket stays a seer.net socket for net.poll and the waiters.
-  local plain_recv = sock.recv
+  -- the socket stays a seer.net socket for net.poll and the waiters. The parts are decoded
+  -- here with a cap on their values (M.MAX_REPLY_VALUES): a reply of millions of tiny JSON
+  -- values would cost the host tens of bytes each once decoded.
+  local raw = sock._s
+  local function part(text, what)
+    local dopts = { max_values = M.MAX_REPLY_VALUES }
+    local ok, v = pcall(json.decode, text, dopts)
+    if not ok then
+      local fixed = net.utf8_fix(text)
+      if fixed ~= text then ok, v = pcall(json.decode, fixed, dopts) end
+      if not ok then return nil, ("its %s is not JSON or too large (%s)"):format(what, tostring(v):sub(1, 120)) end
+    end
+    if type(v) ~= "table" or json.is_array(v) then return nil, ("its %s is not a JSON object"):format(what) end
+    return v
+  end
   sock.recv = function(so, timeout_ms)
+    timeout_ms = timeout_ms or -1
+    local deadline = timeout_ms > 0 and (process.now_ms() + timeout_ms) or nil
     while true do
-      local r, why = plain_recv(so, timeout_ms)
-      if not r then return nil, why end
-      local b = bad(r)
+      local left = timeout_ms
+      if deadline then left = math.max(0, deadline - process.now_ms()) end
+      local idents, h, p, md, c, buffers = raw:recv(left)
+      if not idents then return nil, h end
+      local header, why = part(h, "header")
+      local parent, metadata, content
+      if header then parent, why = part(p, "parent header") end
+      if parent then metadata, why = part(md, "metadata") end
+      if metadata then content, why = part(c, "content") end
+      local r = content and { idents = idents, header = header, parent_header = parent, metadata = metadata,
+                              content = content, buffers = buffers }
+      local b = r and bad(r) or why
       if not b then return r end
       so:note_dropped("a reply from sandboxd: " .. b)
-      timeout_ms = 0
+      if timeout_ms == 0 then return nil, "timeout" end
     end
   end
   self.sock = sock
@@ -286,23 +317,49 @@ function Client:pump()
   while true do
     local r = self.sock:recv(0)
     if not r then return end
+    -- one reply per request: more replies to the same request (a hostile sandboxd) are dropped
     local box = r.parent_header and self.inbox[r.parent_header.msg_id]
-    if box then box[#box + 1] = r end
+    if box and #box == 0 then box[1] = r end
   end
 end
 
----Sends `<op>_request` and waits for its reply. opts: timeout_ms (nil: no limit), buffers,
----no_raise (return the error reply instead of raising). Raises when the sandbox has ended.
+---How long a request waits for sandboxd's answer unless told (ms): an exec its own timeout
+---plus M.EXEC_MARGIN_MS (none without a timeout: a command may run as long as it likes);
+---anything else M.REQUEST_TIMEOUT_MS, plus a second per 16 MiB it carries or asks for. sandboxd
+---never blocks on a file (a fifo planted in the sandbox is refused), so this only fires when
+---it is wedged or gone; the researcher's script gets an error instead of waiting forever.
+---@param op string
+---@param content table
+---@param opts table
+---@return integer|nil ms
+function M.request_timeout_ms(op, content, opts)
+  if op == "exec" then
+    local t = tonumber(content.timeout)
+    return t and t > 0 and math.floor(t * 1000) + M.EXEC_MARGIN_MS or nil
+  end
+  local bytes = 0
+  for _, b in ipairs(opts.buffers or {}) do bytes = bytes + #b end
+  if op == "read_file" then bytes = bytes + (tonumber(content.max_bytes) or M.READ_MAX_BYTES) end
+  return M.REQUEST_TIMEOUT_MS + math.floor(bytes / (16 * 1048576)) * 1000
+end
+
+---Sends `<op>_request` and waits for its reply. opts: timeout_ms (nil: M.request_timeout_ms;
+---false: no limit), buffers, no_raise (return the error reply instead of raising). Raises when
+---the sandbox has ended, and when no answer came in time (naming the operation and sandbox).
 function Client:request(op, content, opts)
   opts = opts or {}
+  content = content or {}
   local msg = { header = net.header(op .. "_request", self.session), parent_header = {}, metadata = {},
-                content = content or {}, buffers = opts.buffers }
+                content = content, buffers = opts.buffers }
   local id = msg.header.msg_id
   local box = {}
   self.inbox[id] = box
   self.sock:send(msg)
   if opts.on_sent then opts.on_sent(id) end
-  local deadline = opts.timeout_ms and process.now_ms() + opts.timeout_ms
+  local timeout_ms = opts.timeout_ms
+  if timeout_ms == nil then timeout_ms = M.request_timeout_ms(op, content, opts) end
+  if timeout_ms == false then timeout_ms = nil end
+  local deadline = timeout_ms and process.now_ms() + timeout_ms
   local ready = function() return #box > 0 end
   local ok, res, bufs = pcall(function()
     while true do
@@ -320,7 +377,8 @@ function Client:request(op, content, opts)
       end
       if core.interrupted() then error("interrupted", 0) end
       if deadline and process.now_ms() >= deadline then
-        error(("sandbox %s: no answer from sandboxd within %d ms"):format(op, opts.timeout_ms), 0)
+        error(("sandbox %s: no answer from sandboxd%s within %d ms (it is wedged or gone)")
+          :format(op, self.info.id and (" of sandbox " .. tostring(self.info.id)) or "", timeout_ms), 0)
       end
       local w = 100
       if deadline then w = math.max(0, math.min(w, deadline - process.now_ms())) end
@@ -329,7 +387,9 @@ function Client:request(op, content, opts)
   end)
   self.inbox[id] = nil
   if not ok then
-    if res == "interrupted" or (type(res) == "string" and res:match("cancelled")) then self:cancel(id) end
+    if res == "interrupted" or (type(res) == "string" and (res:match("cancelled") or res:match("no answer from sandboxd"))) then
+      self:cancel(id)
+    end
     error(res, 0)
   end
   return res, bufs
@@ -1679,7 +1739,8 @@ function Sandbox:_start(opts)
   -- mounted in the sandbox, and the file is 0600.
   write_private(roots(self).state, "sandboxd.key", self.key)
 
-  self.client = M.connect{ endpoint = info.endpoint, key = self.key, alive = function() return self:_alive() end }
+  self.client = M.connect{ id = self.sandbox_id, endpoint = info.endpoint, key = self.key,
+                           alive = function() return self:_alive() end }
   -- sandboxd is up when it answers; a sandbox that dies on the way says why.
   local deadline = process.now_ms() + 30000
   while true do
@@ -1909,13 +1970,27 @@ function Sandbox:write_file(path, content)
   self.client:request("write_file", { path = path }, { buffers = { content } })
 end
 
----Reads a file from the sandbox (binary safe).
+---Reads a file from the sandbox (binary safe). Only a regular file is read: a fifo, socket or
+---device there is an error (sandboxd never blocks on one). A file over opts.max_bytes (default
+---64 MiB) is an error naming its size, unless opts.truncate (then its first max_bytes bytes);
+---opts.offset starts further in. The second result: {bytes, size, truncated}.
 ---@param path string
----@return string
-function Sandbox:read_file(path)
+---@param opts? {max_bytes?: integer, offset?: integer, truncate?: boolean, timeout?: number}
+---@return string data, table info
+function Sandbox:read_file(path, opts)
   self:_check()
-  local _, buffers = self.client:request("read_file", { path = path })
-  return buffers and buffers[1] or ""
+  if type(path) ~= "string" then error("sandbox:read_file(path, opts): path must be a string", 2) end
+  opts = require("seer.checks").options("sandbox:read_file", opts,
+    { max_bytes = "number", offset = "number", truncate = "boolean", timeout = "number" }, 2)
+  local max = opts.max_bytes or M.READ_MAX_BYTES
+  if max < 0 or max ~= math.floor(max) then error("sandbox:read_file: max_bytes must be an integer >= 0", 2) end
+  local r, buffers = self.client:request("read_file", { path = path, max_bytes = max, offset = opts.offset,
+                                                        truncate = opts.truncate or nil },
+                                         { timeout_ms = opts.timeout and math.floor(opts.timeout * 1000) or nil })
+  local data = buffers and buffers[1] or ""
+  -- sandboxd is inside: it may send more than was asked for, which is not kept
+  if #data > max then data = data:sub(1, max) end
+  return data, { bytes = #data, size = tonumber(r.size) or #data, truncated = r.truncated == true }
 end
 
 ---Creates a directory (and its parents) in the sandbox.
@@ -1925,12 +2000,21 @@ function Sandbox:ensure_dir(path)
   self.client:request("ensure_dir", { path = path })
 end
 
----Lists a directory in the sandbox: {name, type, size, mtime} entries sorted by name.
+---Lists a directory in the sandbox: {name, type, size, mtime} entries sorted by name, at most
+---opts.max_entries (default and most: 100,000; the first by name). The second result:
+---{total, truncated}.
 ---@param path? string default /workspace
----@return table[]
-function Sandbox:list_files(path)
+---@param opts? {max_entries?: integer}
+---@return table[] entries, table info
+function Sandbox:list_files(path, opts)
   self:_check()
-  return self.client:request("list", { path = path }).entries
+  opts = require("seer.checks").options("sandbox:list_files", opts, { max_entries = "number" }, 2)
+  local max = math.min(opts.max_entries or M.LIST_MAX_ENTRIES, M.LIST_MAX_ENTRIES)
+  local r = self.client:request("list", { path = path, max_entries = max })
+  local entries = type(r.entries) == "table" and r.entries or {}
+  local total = tonumber(r.total) or #entries
+  for i = #entries, max + 1, -1 do entries[i] = nil end
+  return entries, { total = total, truncated = r.truncated == true or total > #entries }
 end
 
 ---The recent lines of the sandbox's log, or of one of its services (a kernel, an RPC server).
@@ -2255,7 +2339,7 @@ function M.attach(id)
                               notebook_server = type(info.notebook_server) == "table" and info.notebook_server or nil },
                             Sandbox)
   self.seer_binary = require("seer.jupyter").seer_binary()
-  self.client = M.connect{ endpoint = "ipc://" .. self.run_dir .. "/sandboxd.sock", key = key,
+  self.client = M.connect{ id = self.sandbox_id, endpoint = "ipc://" .. self.run_dir .. "/sandboxd.sock", key = key,
                            alive = function() return self:_alive() end }
   if self.notebook_server then
     local okx, url = pcall(function() return require("seer.execution").server_url(self) end)
@@ -2277,7 +2361,7 @@ function M.connect_id(id)
   end
   local key, kerr = root:read(id .. "/sandboxd.key", { max = 4096 })
   if not key then error(("cannot read the key of sandbox %s: %s"):format(id, kerr), 2) end
-  return M.connect{ endpoint = info.endpoint, key = key, alive = function()
+  return M.connect{ id = id, endpoint = info.endpoint, key = key, alive = function()
     if not root:exists(id .. "/sandbox.json") or root:exists(id .. "/status.json") then
       return false, ("the sandbox %s has ended"):format(id)
     end

@@ -57,6 +57,23 @@ T.test("mcp: lines are split at newlines; an over-long one is dropped and report
   T.eq(over, { 16, 11 })
 end)
 
+T.test("mcp: a message of more JSON values than the limit is refused before it is built, naming the limit", function()
+  local t = new_server()
+  local n = 1000000 + 10 -- server.MAX_VALUES is 1 million
+  local line = '{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"add","arguments":{"junk":['
+    .. ("[],"):rep(n - 1) .. '[]]}}}'
+  local before = collectgarbage("count")
+  t.send_text(line)
+  local r = t.out[#t.out]
+  T.eq(r.error and r.error.code, server.PARSE_ERROR, "answered: " .. json.encode(r):sub(1, 300))
+  T.contains(r.error.message, "more than 1000000 JSON values")
+  -- nothing of the million values was kept (a decoded one costs ~50 bytes: 50 MB)
+  T.ok(collectgarbage("count") - before < 8 * 1024, ("%.0f KB more"):format(collectgarbage("count") - before))
+  -- a real call (well under the limit) still works
+  local ok = t.req(8, "tools/call", { name = "add", arguments = { a = 1, b = 2 } })
+  T.ok(ok.result or ok.error, json.encode(ok))
+end)
+
 T.test("mcp: JSON-RPC answers: lifecycle, errors, tools", function()
   local t = new_server()
   T.eq(t.req(1, "tools/list").error.code, -32600)

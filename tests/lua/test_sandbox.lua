@@ -176,6 +176,89 @@ T.test("start, exec, exec_lua, files and terminate", function()
   T.raises(function() s:exec("true") end, "terminated")
 end)
 
+T.test("sandboxd: a fifo or device planted inside is refused at once, reads are bounded, a bystander runs", function()
+  local s = start({}, "plants")
+  -- the agent's plants; a writer opens the fifo after 3 s, so a read that blocked would end
+  -- then (with "late") instead of hanging this test
+  s:exec("mkfifo /workspace/out.txt /var/log/seer/svc.log; ln -s /dev/zero /workspace/zero.txt; "
+    .. "head -c 3000000 /dev/zero | tr '\\0' a > /workspace/big.txt; "
+    .. "setsid sh -c 'sleep 3; echo late > /workspace/out.txt' </dev/null >/dev/null 2>&1 &")
+  local t0 = process.now_ms()
+  local ok, err = pcall(s.read_file, s, "out.txt")
+  T.ok(not ok, "read_file of a fifo answered: " .. tostring(err))
+  T.contains(err, "/workspace/out.txt is a fifo, not a regular file")
+  T.ok(process.now_ms() - t0 < 2000, "read_file of a fifo took " .. (process.now_ms() - t0) .. " ms")
+  local out = s:exec("echo bystander", { timeout = 5 })
+  T.eq(out, "bystander\n")
+  T.ok(process.now_ms() - t0 < 2500, "the bystander waited")
+  T.raises(function() s:read_file("zero.txt") end, "/workspace/zero.txt is a character device, not a regular file", true)
+  -- the log folder is writable inside too: sandboxd's logs op (remote sandboxes) refuses a fifo
+  T.raises(function() s.client:request("logs", { name = "svc" }) end, "not a regular file", true)
+  -- write_file replaces a fifo (a fresh file renamed over it), never opens it
+  s:write_file("out.txt", "now a file")
+  T.eq(s:read_file("out.txt"), "now a file")
+  -- bounded: over max_bytes is an error naming the size, unless truncate; offset reads on
+  T.raises(function() s:read_file("big.txt", { max_bytes = 1000000 }) end,
+    "/workspace/big.txt is 3000000 bytes, more than read_file's max_bytes of 1000000", true)
+  local d, info = s:read_file("big.txt", { max_bytes = 1000, truncate = true })
+  T.eq(#d, 1000)
+  T.eq(info.size, 3000000)
+  T.eq(info.truncated, true)
+  T.eq(#s:read_file("big.txt", { offset = 2999990 }), 10)
+  T.eq(#s:read_file("big.txt"), 3000000)
+  T.raises(function() s:read_file("big.txt", { max_byte = 1 }) end, "unknown option 'max_byte'", true)
+  -- a directory of many names is listed up to max_entries, with the count
+  s:exec("mkdir -p many && cd many && touch $(seq 1 300)")
+  local entries, li = s:list_files("many", { max_entries = 100 })
+  T.eq(#entries, 100)
+  T.eq(li.total, 300)
+  T.eq(li.truncated, true)
+  s:terminate()
+end)
+
+T.test("a sandboxd that does not answer, or answers with millions of values, is an error naming the operation and sandbox", function()
+  local key = net.new_key()
+  local ep = "ipc://" .. root .. "/wedged.sock"
+  local fake = net.socket("router", key)
+  fake:bind(ep)
+  local c = S.connect{ id = "wedged-1", endpoint = ep, key = key }
+  local saved = S.REQUEST_TIMEOUT_MS
+  S.REQUEST_TIMEOUT_MS = 300
+  -- Without a deadline a request waits forever: this waiter gives up after 5 s so that the test
+  -- fails instead. The fake answers list with a reply of 1.1 million values (3.3 MB).
+  local t0, answered = process.now_ms(), 0
+  S.set_waiter(function(sock, ms, ready)
+    local req = fake:recv(0)
+    if req and req.header.msg_type == "list_request" then
+      answered = answered + 1
+      fake:send{ idents = req.idents, header = net.header("list_reply", "fake"), parent_header = req.header, metadata = {},
+                 content = '{"status":"ok","entries":[' .. ("[],"):rep(1100000) .. '[]]}' }
+    end
+    if process.now_ms() - t0 > 5000 then error("test: still waiting for sandboxd after 5 s", 0) end
+    if not ready() then net.poll({ sock }, math.min(ms, 20)) end
+  end)
+  local ok1, err1 = pcall(c.request, c, "list", { path = "x" })
+  local dropped = c.sock:dropped()
+  t0 = process.now_ms()
+  local ok2, err2 = pcall(c.request, c, "read_file", { path = "x", max_bytes = 10 })
+  local elapsed = process.now_ms() - t0
+  S.set_waiter(nil)
+  S.REQUEST_TIMEOUT_MS = saved
+  c:close()
+  fake:close()
+  T.eq(answered, 1)
+  T.ok(not ok1, "a reply of 1.1 million values was taken")
+  T.contains(err1, "list: no answer from sandboxd of sandbox wedged-1 within 300 ms")
+  T.ok(dropped >= 1, "the reply was not counted as dropped")
+  T.ok(not ok2, "read_file answered")
+  T.contains(err2, "read_file: no answer from sandboxd of sandbox wedged-1 within 300 ms")
+  T.ok(elapsed < 2000, elapsed)
+  -- an exec waits for its own timeout plus a margin; one without a timeout waits as long as it runs
+  T.eq(S.request_timeout_ms("exec", { timeout = 5 }, {}), 5000 + S.EXEC_MARGIN_MS)
+  T.eq(S.request_timeout_ms("exec", {}, {}), nil)
+  T.eq(S.request_timeout_ms("write_file", {}, { buffers = { ("x"):rep(32 * 1048576) } }), S.REQUEST_TIMEOUT_MS + 2000)
+end)
+
 T.test("concurrent execs run side by side", function()
   local s = start({}, "concurrent")
   -- A slow exec from another client does not hold up this one: sandboxd serves both.

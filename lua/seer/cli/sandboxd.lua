@@ -63,6 +63,136 @@ local function mkdir_p(path)
   return true
 end
 
+-- Files are opened without ever blocking sandboxd's one loop: code in the sandbox can plant a
+-- fifo, a socket or a device at any path it can write, and a blocking open or read of it would
+-- wedge every request of every client (docs/sandbox.md, "sandboxd protocol"). Reads open with
+-- O_NONBLOCK, check the descriptor with statx and read regular files only, at most max_bytes;
+-- writes create a fresh temporary file (O_EXCL, so nothing planted is opened) and rename it.
+-- Links resolve in the sandbox's own view (sandboxd sees what the code in it sees).
+local ffi = require "ffi"
+local bit = require "bit"
+ffi.cdef [[
+int seer_sbd_open(const char *path, int flags, int mode) asm("open");
+int seer_sbd_close(int fd) asm("close");
+long seer_sbd_read(int fd, void *buf, size_t n) asm("read");
+long seer_sbd_write(int fd, const void *buf, size_t n) asm("write");
+long seer_sbd_lseek(int fd, long off, int whence) asm("lseek");
+int seer_sbd_fchmod(int fd, unsigned mode) asm("fchmod");
+long seer_sbd_syscall(long n, int dirfd, const char *path, int flags, unsigned mask, void *buf) asm("syscall");
+char *seer_sbd_strerror(int e) asm("strerror");
+]]
+local O_RDONLY, O_WRONLY, O_CREAT, O_EXCL, O_NOCTTY, O_NONBLOCK, O_CLOEXEC = 0, 1, 0x40, 0x80, 0x100, 0x800, 0x80000
+local AT_EMPTY_PATH, STATX_TYPE, STATX_SIZE = 0x1000, 0x1, 0x200
+local SYS_STATX = ({ x64 = 332, arm64 = 291 })[ffi.arch]
+local EINTR, EAGAIN = 4, 11
+local S_IFMT = 0xF000
+local KINDS = { [0x1000] = "a fifo", [0xC000] = "a socket", [0x2000] = "a character device", [0x6000] = "a block device",
+                [0x4000] = "a directory", [0xA000] = "a symlink" }
+M.DEFAULT_READ = 64 * 1024 * 1024       -- read_file's max_bytes unless told otherwise
+M.MAX_READ = 4 * 1024 * 1024 * 1024     -- and the most it may be told
+M.DEFAULT_LIST = 100000                 -- entries a list reply holds unless told otherwise
+M.MAX_LOG = 1024 * 1024                 -- bytes of a log a logs reply holds
+
+local function errstr() return ffi.string(ffi.C.seer_sbd_strerror(ffi.errno())) end
+
+local statx_buf = ffi.new("uint8_t[256]")
+-- The type (S_IFMT bits) and size of an open descriptor.
+local function fstat(fd)
+  if not SYS_STATX then return nil, "statx: unknown architecture " .. ffi.arch end
+  ffi.fill(statx_buf, 256)
+  if ffi.C.seer_sbd_syscall(SYS_STATX, fd, "", AT_EMPTY_PATH, STATX_TYPE + STATX_SIZE, statx_buf) ~= 0 then
+    return nil, errstr()
+  end
+  local mode = ffi.cast("uint16_t *", statx_buf + 28)[0]
+  local size = tonumber(ffi.cast("uint64_t *", statx_buf + 40)[0])
+  return bit.band(mode, S_IFMT), size
+end
+
+---Opens a regular file for reading without blocking: fd and size, or nil and why ("notfound"
+---when it does not exist).
+local function open_regular(path)
+  local fd = ffi.C.seer_sbd_open(path, O_RDONLY + O_NONBLOCK + O_NOCTTY + O_CLOEXEC, 0)
+  if fd < 0 then
+    local e = ffi.errno()
+    return nil, ("cannot open %s: %s"):format(path, errstr()), e == 2 and "notfound" or "io"
+  end
+  local kind, size = fstat(fd)
+  if not kind then
+    ffi.C.seer_sbd_close(fd)
+    return nil, ("cannot stat %s: %s"):format(path, size), "io"
+  end
+  if kind ~= 0x8000 then
+    ffi.C.seer_sbd_close(fd)
+    return nil, ("%s is %s, not a regular file"):format(path, KINDS[kind] or "a special file"), "notregular"
+  end
+  return fd, size
+end
+M.open_regular = open_regular
+
+-- Reads at most max bytes of an open descriptor (from offset); the data and whether more was there.
+local function read_fd(fd, max, offset)
+  if offset and offset > 0 and ffi.C.seer_sbd_lseek(fd, offset, 0) < 0 then return nil, errstr() end
+  local parts, n = {}, 0
+  local chunk = math.min(max + 1, 4 * 1024 * 1024)
+  local buf = ffi.new("uint8_t[?]", chunk)
+  while n <= max do
+    local want = math.min(chunk, max + 1 - n)
+    local got = tonumber(ffi.C.seer_sbd_read(fd, buf, want))
+    if got < 0 then
+      local e = ffi.errno()
+      if e ~= EINTR then return nil, errstr() end
+    elseif got == 0 then
+      break
+    else
+      parts[#parts + 1] = ffi.string(buf, got)
+      n = n + got
+    end
+  end
+  local data = table.concat(parts)
+  if n > max then return data:sub(1, max), true end
+  return data, false
+end
+
+---Reads a regular file without blocking on anything planted there: data, the file's size and
+---whether more than max bytes were there; or nil, why and a code.
+local function read_regular(path, max, offset)
+  local fd, size, code = open_regular(path)
+  if not fd then return nil, size, code end
+  local data, more = read_fd(fd, max, offset)
+  ffi.C.seer_sbd_close(fd)
+  if not data then return nil, ("cannot read %s: %s"):format(path, more), "io" end
+  return data, size, more
+end
+M.read_regular = read_regular
+
+---Writes data to path through a fresh temporary file beside it (never opens what is at path,
+---whatever was planted there) renamed into place; mode (e.g. 0600) when given.
+local function write_atomic(path, data, mode)
+  local tmp = ("%s.seer-tmp-%s"):format(path, net.uuid():sub(1, 8))
+  local fd = ffi.C.seer_sbd_open(tmp, O_WRONLY + O_CREAT + O_EXCL + O_NONBLOCK + O_NOCTTY + O_CLOEXEC, tonumber(mode) or 438)
+  if fd < 0 then return nil, ("cannot write %s: %s"):format(path, errstr()) end
+  local off, err = 0, nil
+  while off < #data do
+    local n = tonumber(ffi.C.seer_sbd_write(fd, ffi.cast("const char *", data) + off, math.min(#data - off, 16 * 1024 * 1024)))
+    if n < 0 then
+      local e = ffi.errno()
+      if e ~= EINTR and e ~= EAGAIN then err = errstr(); break end
+    else
+      off = off + n
+    end
+  end
+  if not err and mode and ffi.C.seer_sbd_fchmod(fd, tonumber(mode)) ~= 0 then err = errstr() end
+  ffi.C.seer_sbd_close(fd)
+  if not err then
+    local ok, rerr = os.rename(tmp, path)
+    if ok then return true end
+    err = tostring(rerr)
+  end
+  os.remove(tmp)
+  return nil, ("cannot write %s: %s"):format(path, err)
+end
+M.write_atomic = write_atomic
+
 local handlers = {}
 
 function handlers.ping(self, req)
@@ -74,33 +204,43 @@ function handlers.write_file(self, req)
   local data = req.buffers and req.buffers[1] or req.content.text
   if not path then return self:fail(req, "ValueError", "write_file needs a path") end
   if type(data) ~= "string" then return self:fail(req, "ValueError", "write_file needs the content (a string)") end
+  local mode = req.content.mode
+  if mode ~= nil and (type(mode) ~= "number" or mode ~= math.floor(mode) or mode < 0 or mode > 4095) then
+    return self:fail(req, "ValueError", "write_file: mode must be an integer in 0..0o7777")
+  end
   local dir = parent_of(path)
   if dir and dir ~= "" then
     local ok, err = mkdir_p(dir)
     if not ok then return self:fail(req, "OSError", err) end
   end
-  local tmp = ("%s.seer-tmp-%s"):format(path, net.uuid():sub(1, 8))
-  local f, err = io.open(tmp, "wb")
-  if not f then return self:fail(req, "OSError", ("cannot write %s: %s"):format(path, err)) end
-  local ok, werr = f:write(data)
-  f:close()
-  if ok and req.content.mode then os.execute(("chmod %o '%s'"):format(req.content.mode, tmp)) end
-  if not ok or not os.rename(tmp, path) then
-    os.remove(tmp)
-    return self:fail(req, "OSError", ("cannot write %s: %s"):format(path, tostring(werr or "rename failed")))
-  end
+  local ok, err = write_atomic(path, data, mode)
+  if not ok then return self:fail(req, "OSError", err) end
   self:reply(req, { path = path, bytes = #data })
 end
 
+-- read_file: at most max_bytes (default 64 MiB) from offset; a file with more is an error
+-- naming its size, unless truncate is set (then the first max_bytes come back, truncated = true).
 function handlers.read_file(self, req)
-  local path = resolve(req.content.path)
+  local c = req.content
+  local path = resolve(c.path)
   if not path then return self:fail(req, "ValueError", "read_file needs a path") end
-  local f, err = io.open(path, "rb")
-  if not f then return self:fail(req, "FileNotFoundError", err) end
-  local data, rerr = f:read("*a")
-  f:close()
-  if not data then return self:fail(req, "OSError", ("cannot read %s: %s"):format(path, tostring(rerr))) end
-  self:reply(req, { path = path, bytes = #data }, { data })
+  local max = c.max_bytes == nil and M.DEFAULT_READ or tonumber(c.max_bytes)
+  if not max or max ~= math.floor(max) or max < 0 or max > M.MAX_READ then
+    return self:fail(req, "ValueError", ("read_file: max_bytes must be an integer in 0..%d"):format(M.MAX_READ))
+  end
+  local offset = c.offset == nil and 0 or tonumber(c.offset)
+  if not offset or offset ~= math.floor(offset) or offset < 0 then
+    return self:fail(req, "ValueError", "read_file: offset must be an integer >= 0")
+  end
+  local data, size, more = read_regular(path, max, offset)
+  if not data then
+    return self:fail(req, more == "notfound" and "FileNotFoundError" or more == "notregular" and "NotRegularFile" or "OSError", size)
+  end
+  if more and not c.truncate then
+    return self:fail(req, "FileTooBig", ("%s is %d bytes, more than read_file's max_bytes of %d%s; pass a larger max_bytes, "
+      .. "or read it in parts with offset"):format(path, size, max, offset > 0 and (" from offset %d"):format(offset) or ""))
+  end
+  self:reply(req, { path = path, bytes = #data, size = size, offset = offset, truncated = more }, { data })
 end
 
 function handlers.ensure_dir(self, req)
@@ -113,10 +253,20 @@ end
 
 function handlers.list(self, req)
   local path = resolve(req.content.path or "/workspace")
+  local max = req.content.max_entries == nil and M.DEFAULT_LIST or tonumber(req.content.max_entries)
+  if not max or max ~= math.floor(max) or max < 0 then
+    return self:fail(req, "ValueError", "list: max_entries must be an integer >= 0")
+  end
   local entries, err = sb.listdir(path)
   if not entries then return self:fail(req, "FileNotFoundError", err) end
   table.sort(entries, function(a, b) return a.name < b.name end)
-  self:reply(req, { path = path, entries = json.array(entries) })
+  -- A directory the sandbox filled with millions of names is answered with the first
+  -- max_entries of them (sorted) and the count, so the host decodes a bounded reply.
+  local total = #entries
+  if total > max then
+    for i = total, max + 1, -1 do entries[i] = nil end
+  end
+  self:reply(req, { path = path, entries = json.array(entries), total = total, truncated = total > max })
 end
 
 ---------------------------------------------------------------------------------------------
@@ -260,12 +410,10 @@ function Daemon:pump_services()
         s.status = st
         local how = st.signal and ("killed by signal %d"):format(st.signal) or ("exited with code %d"):format(st.code)
         log("service %s %s", name, how)
-        local f = io.open(RUN_DIR .. "/services/" .. name .. ".exit.tmp", "w")
-        if f then
-          f:write(json.encode{ code = st.code, signal = st.signal or json.null, how = how }, "\n")
-          f:close()
-          os.rename(RUN_DIR .. "/services/" .. name .. ".exit.tmp", RUN_DIR .. "/services/" .. name .. ".exit")
-        end
+        -- the run folder is writable from inside: written without opening what may be planted there
+        local ok, err = write_atomic(RUN_DIR .. "/services/" .. name .. ".exit",
+          json.encode{ code = st.code, signal = st.signal or json.null, how = how } .. "\n")
+        if not ok then log("service %s: %s", name, err) end
       end
     end
   end
@@ -290,9 +438,8 @@ function handlers.start_kernel(self, req)
                  control_port = 4, hb_port = 5, signature_scheme = "hmac-sha256", key = net.new_key(),
                  kernel_name = "seer" }
   local file = RUN_DIR .. "/" .. name .. ".json"
-  local f, err = io.open(file, "w")
-  if not f then return self:fail(req, "OSError", err) end
-  f:write(json.encode(info)); f:close()
+  local okw, err = write_atomic(file, json.encode(info))
+  if not okw then return self:fail(req, "OSError", err) end
   -- When sandboxd is the sandbox's pid 1 the pid namespace already ends the kernel with it,
   -- and a kernel whose parent is pid 1 would take itself for an orphan.
   local env = { SEER_KERNEL_DIE_WITH_PARENT = self.pid ~= 1 and "1" or nil }
@@ -325,19 +472,22 @@ function handlers.logs(self, req)
   local c = req.content
   local path = c.name and (LOG_DIR .. "/" .. c.name .. ".log") or self.own_log
   if c.name and not valid_name(c.name) then return self:fail(req, "ValueError", "logs: bad name") end
-  local f = path and io.open(path, "rb")
-  if not f then return self:fail(req, "FileNotFoundError", ("no log for %s"):format(c.name or "sandboxd")) end
-  local size = f:seek("end")
-  local from = tonumber(c.offset) or math.max(0, size - 1024 * 1024)
-  f:seek("set", math.min(from, size))
-  local text = f:read("*a") or ""
-  f:close()
+  -- the log folder is writable from inside: a fifo there is refused, never opened blocking
+  local fd, size = nil, nil
+  if path then fd, size = open_regular(path) end
+  if not fd then return self:fail(req, "FileNotFoundError", ("no log for %s%s"):format(c.name or "sandboxd",
+    size and (" (" .. size .. ")") or "")) end
+  local from = tonumber(c.offset) or math.max(0, size - M.MAX_LOG)
+  from = math.max(0, math.min(math.floor(from), size))
+  local text = read_fd(fd, M.MAX_LOG, from) or ""
+  ffi.C.seer_sbd_close(fd)
+  local upto = from + #text
   if c.lines and not c.offset then
     local lines = {}
     for l in text:gmatch("[^\n]*\n?") do if l ~= "" then lines[#lines + 1] = l end end
     text = table.concat(lines, "", math.max(1, #lines - tonumber(c.lines) + 1))
   end
-  self:reply(req, { text = text, offset = size })
+  self:reply(req, { text = text, offset = upto, size = size })
 end
 
 function handlers.shutdown(self, req)

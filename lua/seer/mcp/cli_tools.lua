@@ -15,6 +15,7 @@ read_file/write_file/list_files work on files (relative paths are under /workspa
 
 M.DEFAULT_TIMEOUT = 600
 M.DEFAULT_MAX_OUTPUT = 100000
+M.MAX_LIST = 10000 -- entries list_files shows
 
 local function is_utf8(s)
   -- the stock pattern for well-formed UTF-8 (no overlongs checks needed for display)
@@ -105,15 +106,33 @@ function M.install(srv, opts)
                     properties = { path = { type = "string" } } },
     annotations = { readOnlyHint = true, openWorldHint = false },
     run = function(_, a)
-      local _, bufs = sandbox():request("read_file", { path = a.path })
+      -- Only what is shown crosses over: sandboxd sends at most max_output bytes (plus 3, to
+      -- finish a character cut at the end) and the file's size, never the whole file; a fifo or
+      -- device there is refused by sandboxd with an error naming it.
+      local want = max_output + 3
+      local r, bufs = sandbox():request("read_file", { path = a.path, max_bytes = want, truncate = true })
       local data = bufs and bufs[1] or ""
-      if not is_utf8(data) or data:find("%z") then
-        error(("%s is a binary file (%d bytes); inspect it with run_command (e.g. xxd or base64)"):format(a.path, #data), 0)
-      end
+      if #data > want then data = data:sub(1, want) end
+      local size = math.max(tonumber(r.size) or #data, #data)
+      local shown = data
       if #data > max_output then
-        return data:sub(1, max_output) .. ("\n[... %d more bytes; read the rest with run_command, e.g. tail -c]"):format(#data - max_output)
+        shown = data:sub(1, max_output)
+        -- a character cut at the end stays whole (its bytes were asked for)
+        local i = #shown
+        while i > 0 and i > #shown - 3 and shown:byte(i) >= 0x80 and shown:byte(i) < 0xC0 do i = i - 1 end
+        if i > 0 and shown:byte(i) >= 0xC0 then
+          local c = shown:byte(i)
+          local len = c >= 0xF0 and 4 or c >= 0xE0 and 3 or 2
+          shown = data:sub(1, i + len - 1)
+        end
       end
-      return data
+      if not is_utf8(shown) or shown:find("%z") then
+        error(("%s is a binary file (%d bytes); inspect it with run_command (e.g. xxd or base64)"):format(a.path, size), 0)
+      end
+      if size > #shown then
+        return shown .. ("\n[... %d more bytes; read the rest with run_command, e.g. tail -c]"):format(size - #shown)
+      end
+      return shown
     end,
   }
   srv:add_tool{
@@ -134,13 +153,18 @@ function M.install(srv, opts)
                     properties = { path = { type = "string", description = "Directory (default /workspace)." } } },
     annotations = { readOnlyHint = true, openWorldHint = false },
     run = function(_, a)
-      local r = sandbox():request("list", { path = a.path })
-      local lines = { r.path .. ":" }
-      for _, e in ipairs(r.entries) do
+      local r = sandbox():request("list", { path = a.path, max_entries = M.MAX_LIST })
+      local lines = { tostring(r.path) .. ":" }
+      for i, e in ipairs(type(r.entries) == "table" and r.entries or {}) do
+        if i > M.MAX_LIST then break end
         lines[#lines + 1] = ("%-4s %10s  %s%s"):format(e.type, e.type == "dir" and "-" or tostring(math.floor(e.size or 0)),
           e.name, e.type == "dir" and "/" or "")
       end
-      if #r.entries == 0 then lines[#lines + 1] = "(empty)" end
+      if #lines == 1 then lines[#lines + 1] = "(empty)" end
+      if r.truncated then
+        lines[#lines + 1] = ("[... %s entries in all; only the first %d by name are shown: use run_command (e.g. ls | head)]")
+          :format(tostring(r.total), M.MAX_LIST)
+      end
       return table.concat(lines, "\n")
     end,
   }

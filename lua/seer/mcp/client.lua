@@ -76,6 +76,9 @@ local Client = {}
 Client.__index = Client
 
 local MAX_QUEUED = 100
+-- JSON values in one decoded result from a server (a notebook's outputs can be large; a
+-- server's reply of millions of tiny values would cost the host tens of bytes each)
+M.MAX_VALUES = 4000000
 
 -- What a server sends is the server's: cJSON does not check that its strings are UTF-8, so
 -- bytes that are not become U+FFFD here instead of failing the whole result (results go into
@@ -84,7 +87,7 @@ local MAX_QUEUED = 100
 local utf8_fix = require("seer.core.net").utf8_fix
 local function decode(text)
   if text == nil then return nil end
-  return json.decode(utf8_fix(text))
+  return json.decode(utf8_fix(text), { max_values = M.MAX_VALUES })
 end
 
 local function encode_args(args, what)

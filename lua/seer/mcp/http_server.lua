@@ -110,7 +110,7 @@ function M.serve(srv, opts)
     if not ctype:find("application/json", 1, true) then
       return reply_error(req, 415, server.INVALID_REQUEST, "the body must be one JSON-RPC message with Content-Type: application/json")
     end
-    local ok, msg = pcall(json.decode, req.body)
+    local ok, msg = server.decode(req.body)
     if not ok then
       return reply_error(req, 400, server.PARSE_ERROR, "parse error: " .. server.valid_utf8(tostring(msg):gsub("^json%.decode: ", ""):sub(1, 300)))
     end

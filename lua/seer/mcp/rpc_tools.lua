@@ -57,7 +57,7 @@ local function read_connection(path)
   if not text then
     error(("rpc: cannot read the connection file %s without following links: %s"):format(path, tostring(why)), 0)
   end
-  local ok, info = pcall(json.decode, text)
+  local ok, info = pcall(json.decode, text, { max_values = 10000 })
   if not ok or type(info) ~= "table" then error(("rpc: the connection file %s is not a JSON object"):format(path), 0) end
   if type(info.key) ~= "string" or info.key == "" then error(("rpc: the connection file %s has no key"):format(path), 0) end
   if type(info.endpoint) ~= "string" or not (info.endpoint:match("^ipc://") or info.endpoint:match("^tcp://")) then

@@ -29,6 +29,10 @@ local net = require "seer.net"
 M.PROTOCOL_VERSIONS = { "2025-06-18", "2025-11-25" } -- oldest first; the last is the latest
 M.LATEST_PROTOCOL_VERSION = M.PROTOCOL_VERSIONS[#M.PROTOCOL_VERSIONS]
 M.MAX_LINE = 16 * 1024 * 1024
+-- JSON values one message may hold (arrays, objects, strings, numbers...), counted before any is
+-- built: a 16 MiB line of `[],[],...` is 8 million values, ~50 bytes each once decoded (0.8 GB).
+-- A real tool call holds a few hundred.
+M.MAX_VALUES = 1000000
 
 -- JSON-RPC 2.0 error codes
 M.PARSE_ERROR, M.INVALID_REQUEST, M.METHOD_NOT_FOUND, M.INVALID_PARAMS, M.INTERNAL_ERROR =
@@ -685,9 +689,21 @@ function Server:handle_message(sess, msg, send)
   end
 end
 
+---Decodes one message from a peer with the value cap (M.MAX_VALUES): true and the value, or
+---false and why (the error names the limit).
+---@param text string
+---@return boolean ok, any value_or_error
+function M.decode(text)
+  local ok, msg = pcall(json.decode, text, { max_values = M.MAX_VALUES })
+  if not ok and tostring(msg):find("values", 1, true) then
+    msg = ("the message holds more than %d JSON values (the limit of this server)"):format(M.MAX_VALUES)
+  end
+  return ok, msg
+end
+
 ---Handles one line of text (stdio) or one request body (HTTP).
 function Server:handle_text(sess, text, send)
-  local ok, msg = pcall(json.decode, text)
+  local ok, msg = M.decode(text)
   if not ok then
     return send(rpc_error(nil, M.PARSE_ERROR, "parse error: " .. valid_utf8(short(tostring(msg):gsub("^json%.decode: ", ""), 300))))
   end
