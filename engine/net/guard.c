@@ -62,6 +62,7 @@ typedef struct guard {
     /* the real endpoint */
     int ipc, abstract;
     int bind_mode; /* the guard listens at the endpoint for peers; libzmq binds at path */
+    int relay;     /* the guard listens at path for anyone there and connects each to the endpoint */
     char up_path[4096];
     struct sockaddr_storage up_addr;
     socklen_t up_len;
@@ -469,7 +470,7 @@ static void on_accept(guard_t *g) {
         }
         struct ucred cr;
         socklen_t cl = sizeof cr;
-        if (getsockopt(d, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0 || cr.pid != getpid()) {
+        if (!g->relay && (getsockopt(d, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0 || cr.pid != getpid())) {
             close(d); /* only this process's own libzmq connects here */
             continue;
         }
@@ -819,6 +820,51 @@ void *seer_net_guard_open(const char *endpoint, size_t max_bytes, size_t max_fra
 void *seer_net_guard_bind(const char *endpoint, size_t max_bytes, size_t max_frames, char *local, size_t local_cap,
                           char *pub, size_t pub_cap, seer_err_t *err) {
     return open_guard(endpoint, 1, max_bytes, max_frames, local, local_cap, pub, pub_cap, err);
+}
+
+void *seer_net_guard_relay(const char *listen_path, const char *endpoint, size_t max_bytes, size_t max_frames,
+                           seer_err_t *err) {
+    pthread_once(&g_once, start);
+    if (!g_dir[0]) {
+        seer_err_set(err, SEER_EIO, "net: cannot start the connection guard: %s", strerror(g_start_errno));
+        return NULL;
+    }
+    guard_t *g = calloc(1, sizeof *g);
+    if (!g) {
+        seer_err_set(err, SEER_ENOMEM, "net: out of memory");
+        return NULL;
+    }
+    g->max_bytes = max_bytes ? max_bytes : SEER_NET_MAX_BYTES;
+    g->max_frames = max_frames ? max_frames : SEER_NET_MAX_FRAMES;
+    g->relay = 1;
+    if (parse_endpoint(g, endpoint, err) != 0) {
+        free(g);
+        return NULL;
+    }
+    struct sockaddr_un un = {.sun_family = AF_UNIX};
+    if (strlen(listen_path) >= sizeof un.sun_path || strlen(listen_path) >= sizeof g->path) {
+        free(g);
+        seer_err_set(err, SEER_EINVAL, "net: relay: the path %.80s is too long for a unix socket", listen_path);
+        return NULL;
+    }
+    snprintf(un.sun_path, sizeof un.sun_path, "%s", listen_path);
+    snprintf(g->path, sizeof g->path, "%s", listen_path);
+    unlink(listen_path); /* a socket or link an earlier forward left */
+    g->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (g->lfd < 0 || bind(g->lfd, (struct sockaddr *)&un, sizeof un) != 0 || listen(g->lfd, 64) != 0) {
+        seer_err_set(err, SEER_EIO, "net: relay: cannot listen at %.80s: %s", listen_path, strerror(errno));
+        if (g->lfd >= 0) close(g->lfd);
+        free(g);
+        return NULL;
+    }
+    pthread_mutex_init(&g->why_mu, NULL);
+    g->lep = (ep_t){EP_LISTEN, g};
+    pthread_mutex_lock(&g_mu);
+    g->next = g_guards;
+    g_guards = g;
+    pthread_mutex_unlock(&g_mu);
+    wake();
+    return g;
 }
 
 unsigned long seer_net_guard_cuts(void *guard, char *why, size_t why_cap) {

@@ -32,6 +32,61 @@ typedef struct {
 
 #define MAX_GUARDED_CONNECTS 16
 
+/* relay(listen_path, endpoint, {max_bytes?, max_frames?}) -> handle with close() (guard.c) */
+#define RELAY_MT "seer.net.relay"
+typedef struct {
+    void *g;
+} relay_ud;
+
+static int l_relay_close(lua_State *L) {
+    relay_ud *r = luaL_checkudata(L, 1, RELAY_MT);
+    if (r->g) seer_net_guard_close(r->g);
+    r->g = NULL;
+    return 0;
+}
+
+static int l_relay_cuts(lua_State *L) {
+    relay_ud *r = luaL_checkudata(L, 1, RELAY_MT);
+    char why[160] = "";
+    unsigned long n = r->g ? seer_net_guard_cuts(r->g, why, sizeof why) : 0;
+    lua_pushnumber(L, (lua_Number)n);
+    if (n) lua_pushstring(L, why);
+    else lua_pushnil(L);
+    return 2;
+}
+
+static int l_relay(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1), *ep = luaL_checkstring(L, 2);
+    lua_Number mb = 0, mf = 0;
+    if (lua_istable(L, 3)) {
+        lua_getfield(L, 3, "max_bytes");
+        mb = lua_isnil(L, -1) ? 0 : luaL_checknumber(L, -1);
+        lua_getfield(L, 3, "max_frames");
+        mf = lua_isnil(L, -1) ? 0 : luaL_checknumber(L, -1);
+        lua_pop(L, 2);
+    }
+    if (!(mb >= 0 && mb <= (lua_Number)SEER_NET_MAX_BYTES && mf >= 0 && mf <= SEER_NET_MAX_FRAMES))
+        return luaL_error(L, "net.relay: max_bytes must be 0..%d and max_frames 0..%d", (int)SEER_NET_MAX_BYTES,
+                          SEER_NET_MAX_FRAMES);
+    relay_ud *r = lua_newuserdata(L, sizeof *r);
+    r->g = NULL;
+    if (luaL_newmetatable(L, RELAY_MT)) {
+        lua_newtable(L);
+        lua_pushcfunction(L, l_relay_close);
+        lua_setfield(L, -2, "close");
+        lua_pushcfunction(L, l_relay_cuts);
+        lua_setfield(L, -2, "cuts");
+        lua_setfield(L, -2, "__index");
+        lua_pushcfunction(L, l_relay_close);
+        lua_setfield(L, -2, "__gc");
+    }
+    lua_setmetatable(L, -2);
+    seer_err_t err;
+    r->g = seer_net_guard_relay(path, ep, (size_t)mb, (size_t)mf, &err);
+    if (!r->g) return luaL_error(L, "%s", err.msg);
+    return 1;
+}
+
 static const struct {
     const char *name;
     int type;
@@ -653,7 +708,7 @@ int seer_net_luaopen(lua_State *L) {
         lua_setfield(L, -2, "__tostring");
     }
     lua_pop(L, 1);
-    static const luaL_Reg fns[] = {{"socket", l_socket}, {"poll", l_poll},     {"new_key", l_new_key},
+    static const luaL_Reg fns[] = {{"socket", l_socket}, {"poll", l_poll},     {"new_key", l_new_key}, {"relay", l_relay},
                                    {"uuid", l_uuid},     {"header", l_header}, {"sign", l_sign},
                                    {"dropped", l_dropped}, {"utf8_fix", l_utf8_fix}, {"now_ms", l_now_ms},
                                    {"has_curve", l_has_curve}, {"curve_keypair", l_curve_keypair},

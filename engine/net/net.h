@@ -175,6 +175,12 @@ void *seer_net_guard_open(const char *endpoint, size_t max_bytes, size_t max_fra
  * private folder), where libzmq binds; pub gets the endpoint peers use (the port resolved). */
 void *seer_net_guard_bind(const char *endpoint, size_t max_bytes, size_t max_frames, char *local, size_t local_cap,
                           char *pub, size_t pub_cap, seer_err_t *err);
+/* A relay: the guard listens at listen_path (a unix socket, for any local peer) and connects each
+ * connection to `endpoint` as a guarded connect does (no link followed at an ipc path, the
+ * endpoint's side read and bounded), for a host folder that must offer a socket living in a
+ * folder another side controls (a container's shared folder). */
+void *seer_net_guard_relay(const char *listen_path, const char *endpoint, size_t max_bytes, size_t max_frames,
+                           seer_err_t *err);
 unsigned long seer_net_guard_cuts(void *guard, char *why, size_t why_cap);
 void seer_net_guard_close(void *guard);
 

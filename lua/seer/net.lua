@@ -112,6 +112,18 @@ function M.raw_socket(kind, opts)
   return C.socket(kind, "", opts)
 end
 
+---A relay through the connection guard (engine/net/guard.c): listens at `listen_path` (a unix
+---socket; what was there is replaced) and connects each connection made there to `endpoint`
+---(ipc:// or tcp://) as a guarded connect does: a link at the endpoint's path is refused, not
+---followed, and the endpoint's side is read as ZMTP and cut past `opts` limits (default 1 GiB a
+---message, 4096 frames). For a host folder that must offer a socket that lives in a folder
+---another side controls (a container's shared folder): a symbolic link there would be followed.
+---@param listen_path string
+---@param endpoint string
+---@param opts? {max_bytes?: integer, max_frames?: integer}
+---@return {close: fun(self), cuts: fun(self): integer, string|nil}
+function M.relay(listen_path, endpoint, opts) return C.relay(listen_path, endpoint, opts) end
+
 ---Whether this libzmq has CURVE (built with libsodium).
 ---@return boolean
 function M.has_curve() return C.has_curve() end

@@ -313,6 +313,38 @@ T.test("net: the guard passes well-formed traffic of every size intact (its pars
   c:close()
 end)
 
+T.test("net: a relay offers a socket of another side's folder without following a link put there", function()
+  -- a container backend's shared folder (written by the container) holds its sockets; the host
+  -- offers them in its own folder through net.relay instead of a symbolic link
+  local shared = tmp .. "/shared"
+  os.execute("mkdir -p " .. shared)
+  local real = net.socket("router", "k")
+  real:bind("ipc://" .. shared .. "/sandboxd.sock")
+  local relay = net.relay(tmp .. "/offered.sock", "ipc://" .. shared .. "/sandboxd.sock")
+  local c = net.socket("dealer", "k")
+  c:connect("ipc://" .. tmp .. "/offered.sock")
+  c:send({ header = net.header("x", "c"), content = { through = "relay" } })
+  local m = real:recv(5000)
+  T.eq(m and m.content.through, "relay")
+  real:send({ idents = m.idents, header = net.header("y", "s"), content = { back = true } })
+  T.eq((c:recv(5000) or {}).content.back, true)
+  c:close()
+  real:close()
+  -- the other side swaps its socket for a link to a socket of the host: not followed
+  local host_only = net.socket("router", "k")
+  host_only:bind("ipc://" .. tmp .. "/host-only.sock")
+  os.remove(shared .. "/sandboxd.sock")
+  os.execute(("ln -s %s/host-only.sock %s/sandboxd.sock"):format(tmp, shared))
+  local c2 = net.socket("dealer", "k")
+  c2:connect("ipc://" .. tmp .. "/offered.sock")
+  c2:send({ header = net.header("x", "c2"), content = { through = "link" } })
+  T.eq({ host_only:recv(700) }, { nil, "timeout" })
+  local n, why = relay:cuts()
+  T.ok(n >= 1 and why:find("a symbolic link); not followed", 1, true), tostring(why))
+  relay:close()
+  for _, x in ipairs({ c2, host_only }) do x:close() end
+end)
+
 T.test("net: a socket with limits that binds is guarded too: a connecting peer's endless message is cut, others go on", function()
   -- a host process that binds where a sandbox can connect (the RPC relay in a sandbox's run folder)
   local path = tmp .. "/bound.sock"

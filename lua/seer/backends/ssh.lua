@@ -761,15 +761,19 @@ function Link:forward(local_path, remote_path)
   local s = self.req.ssh
   local t = self.req.transport
   if type(t) == "table" and type(t.map) == "table" then
-    -- The remote folder is a volume of this machine (a container's state folder): a link to
-    -- the socket's path here, as a local sandbox's sockets are reached in its run folder.
+    -- The remote folder is a volume of this machine (a container's state folder, which the
+    -- container writes): a relay here to the socket's path there, as a local sandbox's sockets
+    -- are reached in its run folder. Not a symbolic link: whoever connected through one would
+    -- follow whatever the container put at the path (a link to a socket of the host).
     local inside, here = t.map[1], t.map[2]
-    if type(inside) ~= "string" or type(here) ~= "string" or remote_path:sub(1, #inside + 1) ~= inside .. "/" then
+    if type(inside) ~= "string" or type(here) ~= "string" or remote_path:sub(1, #inside + 1) ~= inside .. "/"
+       or remote_path:find("/../", 1, true) or remote_path:sub(-3) == "/.." then
       return nil, "the socket " .. remote_path .. " is not in the shared folder"
     end
-    pcall(require("ffi").cdef, "int symlink(const char *target, const char *linkpath);")
-    os.remove(local_path)
-    if require("ffi").C.symlink(here .. remote_path:sub(#inside + 1), local_path) ~= 0 then return nil, "symlink failed" end
+    local okr, relay = pcall(net.relay, local_path, "ipc://" .. here .. remote_path:sub(#inside + 1))
+    if not okr then return nil, tostring(relay) end
+    self.relays = self.relays or {}
+    self.relays[#self.relays + 1] = relay
     self.forwards[#self.forwards + 1] = local_path
     return true
   end
@@ -1032,6 +1036,7 @@ function Link:cleanup()
     end
     self.ssh:close()
   end
+  for _, r in ipairs(self.relays or {}) do r:close() end
   for _, f in ipairs(self.forwards or {}) do os.remove(f) end
   os.remove(self.state_dir .. "/ssh.ctl")
   -- another backend's last word, run here however the sandbox ended (scancel of its job)
