@@ -105,8 +105,16 @@ static int cmd_help(int argc, char **argv) {
 }
 
 static int cmd_version(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
+    /* argv[0]: "version", "--version" or "-v"; anything after it was ignored without a word */
+    if (argc > 1) {
+        if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+            fputs(find_command("version")->usage, stdout);
+            return 0;
+        }
+        fprintf(stderr, "seer %s: takes no arguments; unexpected argument '%s'\n%s", argv[0], argv[1],
+                find_command("version")->usage);
+        return EXIT_USAGE;
+    }
     printf("%s, %s\n", seer_version_long(), LUAJIT_VERSION);
     return 0;
 }

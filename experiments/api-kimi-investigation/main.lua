@@ -36,8 +36,9 @@ local ok, err = pcall(function()
   local res = X.kernel_results(session, "api_results", result)
   X.summary(run, { results = res, agent = X.agent_record(run, result), notebook = session.notebook_path },
     table.concat({ "# API investigation: summary", "",
-      ("%d questions: %d answered, %d refused, %d deflected."):format(res.questions or 0, res.answers or 0,
-        res.refusals or 0, res.deflections or 0), "",
+      ("%d questions: %d answered, %d refused, %d deflected, as the agent classified them%s."):format(res.questions or 0,
+        res.answers or 0, res.refusals or 0, res.deflections or 0,
+        type(res.method) == "string" and (" (" .. res.method .. ")") or ""), "",
       ("Agent: %s, %s after %d turns."):format(run.provider, result.reason, result.turns or 0),
       "Notebook: " .. session.notebook_path, "Transcript: " .. tostring(result.transcript), "" }, "\n"))
 end)

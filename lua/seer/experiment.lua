@@ -145,9 +145,14 @@ function M.parse_args(opts)
     if first ~= "" then to:write("\nThe task (task.md):\n", first:gsub("\n*$", ""), "\n") end
   end
   local valid = #names > 0 and ("the options are " .. table.concat(names, ", ")) or "it takes no options but --help"
+  local given -- the profile flag seen first: --small and --full together are a usage error (the last one won)
   for _, a in ipairs(opts.args or arg or {}) do
-    if profiles and a == "--small" then profile = "small"
-    elseif profiles and a == "--full" then profile = "full"
+    if profiles and (a == "--small" or a == "--full") then
+      if given and given ~= a then
+        usage(io.stderr, ("%s: %s and %s exclude each other; give one"):format(opts.name, given, a))
+        os.exit(2)
+      end
+      given, profile = a, a:sub(3)
     elseif allowed[a] then flags[a:sub(3)] = true
     elseif a == "--help" or a == "-h" then usage(io.stdout) os.exit(0)
     elseif a:match("^%-") then
@@ -180,6 +185,25 @@ function M.run(opts)
   require("seer.checks").options("seer.experiment.run", opts,
     { name = "string", dir = "string", args = "table", out_root = "string", flags = "table" }, 2)
   local profile, flags = M.parse_args(opts)
+  -- `seer replay` of a transcript without a summary.json (so without the recorded arguments): a
+  -- transcript whose agent was a small profile's scripted one (its run_start names
+  -- <experiment>/replay/small*.jsonl) is replayed in the small profile unless a profile was given
+  -- (it ran the full profile's models against the small profile's recorded turns)
+  local replay_env = os.getenv("SEER_REPLAY")
+  local recorded_start
+  if replay_env and replay_env ~= "" then
+    local f = io.open(replay_env, "rb")
+    local ok, ev = pcall(json.decode, f and f:read("*l") or "")
+    if f then f:close() end
+    if ok and type(ev) == "table" and ev.type == "run_start" then recorded_start = ev end
+    local scripted = recorded_start and type(recorded_start.replay) == "string"
+      and recorded_start.replay:match("/replay/small[^/]*%.jsonl$") ~= nil
+    if profile == nil and scripted then
+      profile = "small"
+      io.stderr:write(("%s: the transcript's agent is the small profile's scripted one (%s): replaying with --small\n")
+        :format(opts.name, recorded_start.replay))
+    end
+  end
   local r = { name = opts.name, dir = core.realpath(opts.dir) or opts.dir, small = profile == "small", t0 = process.now_ms(),
               flags = flags }
   local f = io.open(opts.dir .. "/task.md", "rb")
@@ -200,6 +224,7 @@ function M.run(opts)
       error(("SEER_REPLAY=%s: not an agent transcript (its first line is not a run_start event)"):format(replay), 2)
     end
     r.provider, r.replay, r.replay_agent = "replay", replay, ev.agent
+    r.replay_start = ev
   elseif r.small and (key == nil or key == "") then
     r.provider = "replay"
     r.replay = opts.dir .. "/replay/small.jsonl"
@@ -336,7 +361,19 @@ function M._agent_opts(run, opts)
   o.name = o.name or run.name
   if run.replay_agent then
     -- Under `seer replay` only the recorded agent is replayed; the others run as they would.
-    if o.name == run.replay_agent then o.provider, o.replay = "replay", run.replay end
+    if o.name == run.replay_agent then
+      o.provider, o.replay = "replay", run.replay
+      run.replayed_agent_started = true
+    elseif o.provider == nil and not run.replayed_agent_started then
+      -- the first agent is not the recorded one: the transcript came from another experiment (it
+      -- used to fall back to Claude and fail with "no API key for provider 'claude'")
+      local st = run.replay_start or {}
+      local from = type(st.replay) == "string" and st.replay:match("^(.*)/replay/[^/]*$")
+      error(("seer replay: this experiment's agents do not match the transcript's: %s (%s) starts the agent '%s', but the "
+        .. "transcript %s records the agent '%s'%s; replay it with the experiment that recorded it (--experiment DIR; "
+        .. "the summary.json beside a run's transcript names it)"):format(run.name, run.dir, tostring(o.name), run.replay,
+        tostring(run.replay_agent), from and (", whose scripted turns came from " .. from) or ""), 0)
+    end
   else
     o.provider = o.provider or run.provider
     if o.provider == "replay" then o.replay = o.replay or run.replay end

@@ -384,17 +384,61 @@ local function validate(self, input, opts, where, level)
   return opts, ids, stop_ids, stop_strings
 end
 
+-- The built-in interventions of a hook list whose positions, from/to or only_prompt restrict
+-- them, each once, with the hook point it is at and its hit count now (iv:hits() counts the rows
+-- its filter selected). After a generation, one whose count did not move selected no position:
+-- a silent no-op (I.add(vec, {positions = {-100}}) on a 3-token prompt, positions = {100} with
+-- max_new_tokens = 3), reported by check_reached as run_with_hooks reports its own.
+local function watch_positions(list, watch, note, seq)
+  watch = watch or { seen = {} }
+  for _, e in ipairs(list or {}) do
+    local iv = e[2]
+    if not watch.seen[iv] and iv:kind() ~= "function" then
+      watch.seen[iv] = true
+      local hits, restricted = iv:hits()
+      if restricted then watch[#watch + 1] = { iv = iv, name = e[1], start = hits, note = note, seq = seq } end
+    end
+  end
+  return watch
+end
+
+-- span: what the generation ran through, for the message (a string, or a function of the watch
+-- entry returning a string, or nil to skip that entry: a sequence that generated nothing ran nothing).
+local function check_reached(watch, where, span, level)
+  for _, w in ipairs(watch or {}) do
+    local what = span
+    if type(span) == "function" then what = span(w) end
+    -- (a count below the start was reset by a run_with_hooks in between: not judged)
+    if what and w.iv:hits() == w.start then
+      fail(("%s: the %s at %s%s selected no position during the generation (%s); its positions, from/to or only_prompt "
+        .. "match none of them. Positions are absolute and 0-based (0 = the first prompt token), negative ones count back "
+        .. "from the end of the prompt (-1 = its last token); a generated token's position is reached only if a token "
+        .. "is generated after it"):format(where, w.iv:kind(), w.name, w.note or "", what), level + 1)
+    end
+  end
+end
+
+-- What a generation of a prompt of n tokens that produced `new` tokens ran through: the last
+-- generated token is never fed back.
+local function span_text(n, new)
+  local last = n + new - 2
+  return ("the prompt's %d tokens are positions 0..%d (-1..-%d from its end)%s"):format(n, n - 1, n,
+    new > 1 and (", generated tokens ran through position %d"):format(last) or ", no generated token was fed back")
+end
+
 local function prepare(self, input, opts, where, extra_hooks, batch)
   local ids, stop_ids, stop_strings
   opts, ids, stop_ids, stop_strings = validate(self, input, opts, where, 3)
   local n = opts.max_new_tokens or 20
   local t = opts.temperature or 0
+  local hooks = self:_hook_list(extra_hooks)
+  local watch = watch_positions(hooks) -- the counts before anything runs
   local g = self._c:generator(ids, {
     max_new_tokens = n, min_new_tokens = opts.min_new_tokens, temperature = t, top_k = opts.top_k, top_p = opts.top_p, min_p = opts.min_p,
-    repetition_penalty = opts.repetition_penalty, seed = opts.seed, stop_ids = stop_ids, hooks = self:_hook_list(extra_hooks),
+    repetition_penalty = opts.repetition_penalty, seed = opts.seed, stop_ids = stop_ids, hooks = hooks,
     batch = batch,
   })
-  return g, ids, stop_strings, opts
+  return g, ids, stop_strings, opts, watch
 end
 
 -- The token loop shared by generate_iter and generate: ids from the C generator, text decoded
@@ -416,7 +460,9 @@ end
 -- is held back until the next tokens show whether the stop string follows, so the pieces add up
 -- to generate's text (they used to include the stop string); the last token's piece hands out
 -- whatever is left.
-local function iterate(self, g, stop_strings)
+-- check: {watch, where, n} to judge the interventions when the tokens run out (generate_iter;
+-- generate judges them itself after its loop).
+local function iterate(self, g, stop_strings, check)
   local tok = self.tokenizer
   local new, text, sent = {}, "", 0 -- text decoded so far (whole characters); sent: its bytes handed out
   local finished = false
@@ -429,10 +475,17 @@ local function iterate(self, g, stop_strings)
     end
     return keep
   end
+  local judged = false
   return function()
-    if finished then return nil end
-    local id = g:next()
-    if not id then finished = true return nil end
+    local id = not finished and g:next()
+    if not id then
+      finished = true
+      if check and not judged then
+        judged = true
+        if #new > 0 then check_reached(check.watch, check.where, span_text(check.n, #new), 2) end
+      end
+      return nil
+    end
     new[#new + 1] = id
     local piece
     if tok then
@@ -462,8 +515,8 @@ end
 ---without a tokenizer). Options as in generate.
 ---@return fun(): integer?, string?
 function Model:generate_iter(input, opts)
-  local g, _, stop_strings = prepare(self, input, opts, "generate_iter")
-  return iterate(self, g, stop_strings)
+  local g, ids, stop_strings, _, watch = prepare(self, input, opts, "generate_iter")
+  return iterate(self, g, stop_strings, { watch = watch, where = "generate_iter", n = #ids })
 end
 
 ---Generates a continuation. input: token ids or text (encoded with the model's tokenizer,
@@ -476,12 +529,15 @@ end
 ---@param opts? {max_new_tokens?: integer, min_new_tokens?: integer, temperature?: number, top_k?: integer, top_p?: number, min_p?: number, repetition_penalty?: number, seed?: integer, stop?: string|integer|(string|integer)[], stream?: fun(piece: string?, id: integer)}
 ---@return {ids: integer[], text: string?, prompt_ids: integer[]}
 function Model:generate(input, opts)
-  local g, prompt_ids, stop_strings, o = prepare(self, input, opts, "generate")
+  local g, prompt_ids, stop_strings, o, watch = prepare(self, input, opts, "generate")
   local ids = {}
   for id, piece in iterate(self, g, stop_strings) do
     ids[#ids + 1] = id
     if o.stream then o.stream(piece, id) end
   end
+  -- an intervention whose positions the generation never reached did nothing: an error, as in
+  -- run_with_hooks (after the generation: whether a position is reached can depend on when it stops)
+  if #ids > 0 then check_reached(watch, "generate", span_text(#prompt_ids, #ids), 2) end
   local text
   if self.tokenizer then
     text = cut_at_stop(self.tokenizer:decode(ids, { skip_special_tokens = true }), stop_strings)
@@ -508,12 +564,78 @@ function Model:hook_names()
   return out
 end
 
--- A name, a Lua pattern, a list of them or a predicate -> the matching hook names, in forward
--- order. Anything that matches nothing is an error that lists the names.
+-- Edit distance (for "did you mean" lists of hook names).
+local function edit_distance(a, b)
+  local prev, cur = {}, {}
+  for j = 0, #b do prev[j] = j end
+  for i = 1, #a do
+    cur[0] = i
+    local ai = a:byte(i)
+    for j = 1, #b do
+      local c = prev[j - 1] + (ai == b:byte(j) and 0 or 1)
+      if prev[j] + 1 < c then c = prev[j] + 1 end
+      if cur[j - 1] + 1 < c then c = cur[j - 1] + 1 end
+      cur[j] = c
+    end
+    prev, cur = cur, prev
+  end
+  return prev[#b]
+end
+
+-- The hook names closest to s (at most k), for error messages.
+local function close_names(all, s, k)
+  local scored = {}
+  for i, n in ipairs(all) do
+    -- names that contain s come first ("hook_resid" -> the resid points)
+    scored[i] = { n = n, d = edit_distance(s, n) - (n:find(s, 1, true) and 1000 or 0), i = i }
+  end
+  table.sort(scored, function(x, y) if x.d ~= y.d then return x.d < y.d end return x.i < y.i end)
+  local out = {}
+  for i = 1, math.min(k, #scored) do out[i] = scored[i].n end
+  return out
+end
+
+-- Lua pattern magic other than '.': a hook name (letters, digits, '_', '.') has none, so a name
+-- without it is never read as a pattern ("blocks.-1.x" used to be the lazy pattern ".-" and
+-- selected blocks.1).
+local PATTERN_MAGIC = "[%^%$%(%)%%%[%]%*%+%-%?]"
+
+-- Does the plain selector s occur in the hook name n as whole dot-separated parts ("hook_resid_post"
+-- and "mlp.hook_post" in blocks.3.mlp.hook_post, "blocks.1" in blocks.1.*, not in blocks.10.*)?
+local function plain_match(n, s)
+  local from = 1
+  while true do
+    local a, b = n:find(s, from, true)
+    if not a then return false end
+    if (a == 1 or n:sub(a - 1, a - 1) == ".") and (b == #n or n:sub(b + 1, b + 1) == ".") then return true end
+    from = a + 1
+  end
+end
+
+-- A name, a selector, a list of them or a predicate -> the matching hook names, in forward order
+-- (docs/hooks.md, *Selecting hook points*):
+-- - an exact hook name is that point;
+-- - "blocks.-K.<rest>" counts layers from the end, as Python's (and the toolkit's) layer -1 does:
+--   blocks.-1.hook_resid_post is the last layer's; a layer outside the model is an error;
+-- - a name with Lua pattern magic other than '.' (^$()%[]*+-?) is a Lua pattern matched against
+--   every name ("hook_resid_post$", "blocks%.1[0-5]%.hook_resid_pre");
+-- - any other name (letters, digits, '_', '.') selects the names it occurs in as whole
+--   dot-separated parts: "hook_resid_post" (every layer's), "attn.hook_pattern", "blocks.2"
+--   (every point of layer 2, not of layer 20); '.' is a literal dot.
+-- Anything that matches nothing is an error that names the closest hook names.
 local function match_names(self, spec, where, level)
   self:hook_names()
   local all, set = self._hook_names, self._hook_set
+  local layers = self.config.num_hidden_layers
   local picked, out = {}, {}
+  local function nothing(s, why) -- its errors: level + 3
+    fail(("%s: no hook point matches '%s'%s. Closest hook names: %s. Names are hook_embed, blocks.{0..%d}.<point> "
+      .. "(blocks.-1.<point> is the last layer's), ln_final.hook_normalized; points: hook_resid_pre, ln1.hook_normalized, "
+      .. "attn.hook_q/k/v, attn.hook_attn_scores, attn.hook_pattern, attn.hook_z, hook_attn_out, hook_resid_mid, "
+      .. "ln2.hook_normalized, mlp.hook_pre, mlp.hook_post, hook_mlp_out, hook_resid_post (model:hook_names() lists "
+      .. "this model's; a name with Lua pattern characters such as '$' or '%%.' is a pattern: \"hook_resid_post$\")")
+      :format(where, s, why or "", table.concat(close_names(all, s, 4), ", "), layers - 1), level + 3)
+  end
   local function add_one(s) -- its errors: level + 2 (this function is one more frame)
     if type(s) ~= "string" then
       fail(("%s: hook names must be strings or Lua patterns, got %s"):format(where, type(s)), level + 2)
@@ -522,23 +644,49 @@ local function match_names(self, spec, where, level)
       picked[s] = true
       return
     end
-    local ok, found = pcall(function()
-      local any = false
-      for _, n in ipairs(all) do
-        if n:find(s) then picked[n] = true any = true end
+    -- Python-style negative layer: blocks.-1.<rest> is the last layer's
+    local neg, rest = s:match("^blocks%.%-(%d+)(%..*)$")
+    if not neg then neg, rest = s:match("^blocks%.%-(%d+)()$") end
+    if neg then
+      local k = tonumber(neg)
+      if k < 1 then
+        fail(("%s: '%s': layer -%s is not a layer counted from the end (-1 is the last layer, %d)")
+          :format(where, s, neg, layers - 1), level + 2)
       end
-      return any
-    end)
-    if not ok then
-      fail(("%s: '%s' is not a hook name and not a valid Lua pattern (%s)"):format(where, s, tostring(found):gsub("^[^\n]-:%d+: ", "")), level + 2)
+      if k > layers then
+        fail(("%s: '%s': layer -%s is outside the model, which has %d layers (0..%d, or -1..-%d from the end)")
+          :format(where, s, neg, layers, layers - 1, layers), level + 2)
+      end
+      local resolved = ("blocks.%d%s"):format(layers - k, type(rest) == "string" and rest or "")
+      if set[resolved] then
+        picked[resolved] = true
+        return
+      end
+      s = resolved -- a selector or pattern over the resolved layer's points
     end
-    if not found then
-      local layers = self.config.num_hidden_layers
-      fail(("%s: no hook point matches '%s'. Names are hook_embed, blocks.{0..%d}.<point>, ln_final.hook_normalized; "
-        .. "points: hook_resid_pre, ln1.hook_normalized, attn.hook_q/k/v, attn.hook_attn_scores, attn.hook_pattern, attn.hook_z, "
-        .. "hook_attn_out, hook_resid_mid, ln2.hook_normalized, mlp.hook_pre, mlp.hook_post, hook_mlp_out, hook_resid_post "
-        .. "(model:hook_names() lists this model's)"):format(where, s, layers - 1), level + 2)
+    local layer = s:match("^blocks%.(%d+)%.") or s:match("^blocks%.(%d+)$")
+    if layer and tonumber(layer) >= layers and not s:find(PATTERN_MAGIC) then
+      nothing(s, (": layer %s does not exist (this model has layers 0..%d; -1 is the last)"):format(layer, layers - 1))
     end
+    if s:find(PATTERN_MAGIC) then
+      local ok, found = pcall(function()
+        local any = false
+        for _, n in ipairs(all) do
+          if n:find(s) then picked[n] = true any = true end
+        end
+        return any
+      end)
+      if not ok then
+        fail(("%s: '%s' is not a hook name and not a valid Lua pattern (%s)"):format(where, s, tostring(found):gsub("^[^\n]-:%d+: ", "")), level + 2)
+      end
+      if not found then nothing(s, " (read as a Lua pattern)") end
+      return
+    end
+    local any = false
+    for _, n in ipairs(all) do
+      if plain_match(n, s) then picked[n] = true any = true end
+    end
+    if not any then nothing(s) end
   end
   if type(spec) == "function" then
     for _, n in ipairs(all) do
@@ -645,7 +793,10 @@ function Model:generate_batch(prompts, opts)
     local mine = per_seq and per_seq[i]
     if mine ~= nil and type(mine) ~= "table" then fail(("%s: per_sequence[%d] must be a table of options"):format(where, i), 2) end
     for k, v in pairs(mine or {}) do
-      if k == "hooks" then extra = compile_hooks(self, v, ("%s: per_sequence[%d].hooks"):format(where, i), 2)
+      if k == "stream" then
+        -- it was validated as a generate option and then never called
+        fail(("%s: per_sequence[%d].stream is not supported (generate_batch does not stream); use generate_iter per prompt"):format(where, i), 2)
+      elseif k == "hooks" then extra = compile_hooks(self, v, ("%s: per_sequence[%d].hooks"):format(where, i), 2)
       else o[k] = v end
     end
     local ok, err_or_opts, ids = pcall(validate, self, prompts[i], o, ("%s: prompt %d"):format(where, i), 1)
@@ -658,6 +809,12 @@ function Model:generate_batch(prompts, opts)
     local ok, g, ids, stop_strings = pcall(prepare, self, p.ids, p.o, ("%s: prompt %d"):format(where, i), p.extra, i)
     if not ok then fail(g, 3) end
     return { g = g, i = i, prompt_ids = ids, stop_strings = stop_strings, new = {}, text = "" }
+  end
+  -- interventions whose positions no step reaches are reported after the batch (check_reached):
+  -- the model's active hooks (they apply to every sequence) and each sequence's own
+  local watch = watch_positions(self:_hook_list(), nil, " (active on every sequence)")
+  for i = 1, #prompts do
+    if plan[i].extra then watch_positions(plan[i].extra, watch, (" (per_sequence[%d].hooks)"):format(i), i) end
   end
   local results, active, nexti = {}, {}, 1
   -- 16 at a time by default: past that a CPU decode step is compute-bound (no faster per
@@ -703,6 +860,20 @@ function Model:generate_batch(prompts, opts)
     bar:update("%d/%d done", done_count, #prompts)
   end
   bar:finish("%d/%d done", done_count, #prompts)
+  check_reached(watch, where, function(w)
+    if w.seq then
+      local r = results[w.seq]
+      if #r.ids == 0 then return nil end
+      return ("prompt %d: %s"):format(w.seq, span_text(#r.prompt_ids, #r.ids))
+    end
+    local lo, hi, any = math.huge, 0, false
+    for _, r in ipairs(results) do
+      lo, hi = math.min(lo, #r.prompt_ids), math.max(hi, #r.prompt_ids)
+      any = any or #r.ids > 0
+    end
+    if not any then return nil end
+    return ("in no sequence of the batch: its prompts have %d to %d tokens"):format(lo, hi)
+  end, 2)
   return results
 end
 

@@ -36,10 +36,19 @@ end
 ---@param position? integer 0-based, negative from the end (default -1)
 ---@return seer.Tensor vector [d_model]
 function M.mean_difference(model, tokenizer, pos_prompts, neg_prompts, layer_idx, position)
-  check_list(pos_prompts, "pos_prompts", "mean_difference")
-  check_list(neg_prompts, "neg_prompts", "mean_difference")
-  local a = EX.extract_activations(model, tokenizer, pos_prompts, layer_idx, position)
-  local b = EX.extract_activations(model, tokenizer, neg_prompts, layer_idx, position)
+  return M._mean_difference(model, tokenizer, pos_prompts, neg_prompts, layer_idx, position, "mean_difference",
+    "pos_prompts", "neg_prompts", "pos_prompts[%d]", "neg_prompts[%d]")
+end
+
+-- mean_difference for a caller that names itself and its lists in errors (refusal_direction:
+-- "harmful", "harmless"), instead of extract_activation's name.
+function M._mean_difference(model, tokenizer, pos_prompts, neg_prompts, layer_idx, position, where, pos_name, neg_name, pos_noun, neg_noun)
+  check_list(pos_prompts, pos_name, where)
+  check_list(neg_prompts, neg_name, where)
+  P.check_list(where, pos_prompts, pos_name .. " entry")
+  P.check_list(where, neg_prompts, neg_name .. " entry")
+  local a = EX._stack(model, tokenizer, pos_prompts, layer_idx, position, where, pos_noun)
+  local b = EX._stack(model, tokenizer, neg_prompts, layer_idx, position, where, neg_noun)
   return a:mean(1) - b:mean(1)
 end
 
@@ -111,8 +120,9 @@ function M.first_principal_component(model, tokenizer, pos_prompts, neg_prompts,
     error(("first_principal_component: the prompts are paired, so both lists need the same length (got %d and %d)")
       :format(#pos_prompts, #neg_prompts), 2)
   end
-  local a = EX.extract_activations(model, tokenizer, pos_prompts, layer_idx, position)
-  local b = EX.extract_activations(model, tokenizer, neg_prompts, layer_idx, position)
+  local where = "first_principal_component"
+  local a = EX._stack(model, tokenizer, pos_prompts, layer_idx, position, where, "pos_prompts[%d]")
+  local b = EX._stack(model, tokenizer, neg_prompts, layer_idx, position, where, "neg_prompts[%d]")
   local pc, explained = M.principal_component(a - b, opts)
   return pc, explained
 end

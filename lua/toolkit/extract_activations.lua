@@ -74,12 +74,38 @@ end
 ---@param position? integer 0-based token position, negative from the end (default -1, the last token)
 ---@return seer.Tensor activation [d_model]
 function M.extract_activation(model, tokenizer, input, layer_idx, position)
-  local where = "extract_activation"
+  return M._one(model, tokenizer, input, layer_idx, position, "extract_activation")
+end
+
+-- One input's activation; errors name `where` (the public function the user called:
+-- extract_activations, mean_difference, refusal_direction...) and `label`, which input of a list.
+function M._one(model, tokenizer, input, layer_idx, position, where, label)
   local l = P.layer(model, layer_idx, where)
   local ids = P.encode(model, tokenizer, input)
   position = position or -1
-  P.row(position, #ids, where)
+  P.row(position, #ids, label and (where .. ": " .. label) or where)
   return M.residuals(model, ids, { l }, position)[l]:clone()
+end
+
+-- 'input 2 ("The cat sat...")': which entry of a list, for an error (noun: "input %d").
+local function label_of(noun, i, input)
+  local label = noun:format(i)
+  if type(input) == "string" then
+    local s = input:gsub("%s+", " ")
+    if #s > 40 then s = s:sub(1, 37) .. "..." end
+    return ("%s (%q)"):format(label, s)
+  end
+  return label
+end
+
+-- One activation per input, stacked ([batch, d_model]); errors name `where` and the input
+-- (noun "harmful prompt %d": "harmful prompt 3").
+function M._stack(model, tokenizer, inputs, layer_idx, position, where, noun)
+  local rows = {}
+  for i, input in ipairs(inputs) do
+    rows[i] = M._one(model, tokenizer, input, layer_idx, position, where, label_of(noun or "input %d", i, input))
+  end
+  return tensor.stack(rows)
 end
 
 ---The reference's `get_layer_activations(model, tokenizer, text, layer)`: the output of decoder
@@ -111,11 +137,7 @@ function M.extract_activations(model, tokenizer, inputs, layer_idx, position)
     error("extract_activations: expected a non-empty list of inputs (texts, message lists or id lists)", 2)
   end
   P.check_list("extract_activations", inputs, "input")
-  local rows = {}
-  for i, input in ipairs(inputs) do
-    rows[i] = M.extract_activation(model, tokenizer, input, layer_idx, position)
-  end
-  return tensor.stack(rows)
+  return M._stack(model, tokenizer, inputs, layer_idx, position, "extract_activations", "input %d")
 end
 
 ---The residual stream after several layers at one position: a [#layers, d_model] tensor, row i

@@ -8,7 +8,8 @@
 --- local r = client.chat.completions.create{ model = "moonshotai/kimi-k2-0905",
 ---   messages = { { role = "user", content = "Hello" } }, max_tokens = 200 }
 --- print(r.choices[1].message.content, r.usage.total_tokens)
---- print(client:complete("moonshotai/kimi-k2-0905", "Hello"))   -- the text only
+--- local text, resp = client:complete("moonshotai/kimi-k2-0905", "Hello")   -- the text, then the response
+--- print(text)   -- (print(client:complete(...)) would print the response table's address too)
 --- client.chat.completions.create{ model = ..., messages = ..., stream = function(delta) io.write(delta) end }
 --- ```
 --- `OA.new{base_url = "http://127.0.0.1:8000/v1", api_key = "..."}` for any other server.
@@ -114,7 +115,8 @@ function Client:_create(params)
                          message = { role = "assistant", content = table.concat(text) } } } }
 end
 
----The answer's text: `prompt` is a string (one user message) or a message list.
+---The answer's text, and the whole response as a second value: `prompt` is a string (one user
+---message) or a message list.
 ---@param model string
 ---@param prompt string|table
 ---@param opts? table more request fields (temperature, max_tokens, ...)

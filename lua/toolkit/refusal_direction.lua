@@ -41,7 +41,8 @@ M.default_points = { "hook_resid_pre", "hook_attn_out", "hook_mlp_out" }
 ---@return seer.Tensor direction [d_model]
 function M.refusal_direction(model, tokenizer, harmful, harmless, layer_idx, position, opts)
   opts = require("seer.checks").options("refusal_direction", opts, { unit = "boolean" }, 2)
-  local r = C.mean_difference(model, tokenizer, harmful, harmless, layer_idx, position)
+  local r = C._mean_difference(model, tokenizer, harmful, harmless, layer_idx, position, "refusal_direction", "harmful", "harmless",
+    "harmful prompt %d", "harmless prompt %d")
   if opts and opts.unit then
     local n = r:norm()
     if n > 0 then r = r / n end

@@ -30,20 +30,59 @@ local function check_acts(x, where, d)
   return x:float():contiguous()
 end
 
+-- The activations for encode: [n, d] or one [d] vector (returned as [1, d], and whether it was 1-d).
+local function encode_input(self, x, where)
+  if not tensor.is_tensor(x) or (x:dim() ~= 1 and x:dim() ~= 2) then
+    error(("%s: activations must be a [n, d_model] tensor or one [d_model] vector, got %s"):format(
+      where, tensor.is_tensor(x) and ("a %d-d tensor"):format(x:dim()) or type(x)), 3)
+  end
+  local one = x:dim() == 1
+  local w = x:size(x:dim())
+  if w ~= self.d then
+    error(("%s: activations have width %d, the SAE %d (it expects d_model = %d: W_enc is [%d, %d], d_model x features%s)")
+      :format(where, w, self.d, self.d, self.d, self.m,
+        w == self.m and "; these look like feature codes: did you mean sae:decode? If the encoder was stored [features, d_model] as torch.nn.Linear stores it, load with transpose_enc = true"
+          or "; an encoder stored [features, d_model], as torch.nn.Linear stores it, loads with SAE.load(path, {transpose_enc = true})"), 3)
+  end
+  if one then x = x:reshape(1, w) end
+  return x:float():contiguous(), one
+end
+
 local function unit_rows(w)
   local n = w:norm(2, 2, true):clamp(1e-8)
   return w / n
 end
 
----Codes for activations x [n, d]: relu(x W_enc + b_enc), [n, m].
+---Codes for activations x [n, d] (or one [d] vector -> [m]): f((x - b_dec) W_enc + b_enc), [n, m],
+---where b_dec is subtracted only when `apply_b_dec_to_input` (SAELens's option; see SAE.load) and f
+---is ReLU, or JumpReLU when the SAE has a `threshold` (relu(pre) where pre > threshold, else 0, as
+---SAELens and Gemma Scope compute it).
 function SAE:encode(x)
-  x = check_acts(x, "sae:encode", self.d)
-  return (x:matmul(self.W_enc) + self.b_enc):relu()
+  local one
+  x, one = encode_input(self, x, "sae:encode")
+  if self.apply_b_dec_to_input then x = x - self.b_dec end
+  local pre = x:matmul(self.W_enc) + self.b_enc
+  local z = pre:relu()
+  if self.threshold then z = z * pre:gt(self.threshold):float() end
+  if one then z = z:reshape(self.m) end
+  return z
 end
 
----Reconstructions from codes z [n, m]: z W_dec + b_dec, [n, d].
+---Reconstructions from codes z [n, m] (or one [m] vector -> [d]): z W_dec + b_dec, [n, d].
 function SAE:decode(z)
-  return z:matmul(self.W_dec) + self.b_dec
+  if not tensor.is_tensor(z) or (z:dim() ~= 1 and z:dim() ~= 2) then
+    error(("sae:decode: codes must be a [n, features] tensor or one [features] vector, got %s"):format(
+      tensor.is_tensor(z) and ("a %d-d tensor"):format(z:dim()) or type(z)), 2)
+  end
+  local w = z:size(z:dim())
+  if w ~= self.m then
+    error(("sae:decode: codes have width %d, the SAE has %d features (W_dec is [%d, %d], features x d_model%s)")
+      :format(w, self.m, self.m, self.d,
+        w == self.d and "; these look like activations: did you mean sae:encode? If the decoder was stored [d_model, features] as torch.nn.Linear stores it, load with transpose_dec = true"
+          or "; a decoder stored [d_model, features], as torch.nn.Linear stores it, loads with SAE.load(path, {transpose_dec = true})"), 2)
+  end
+  if z:dim() == 1 then return (z:float():reshape(1, w):matmul(self.W_dec) + self.b_dec):reshape(self.d) end
+  return z:float():matmul(self.W_dec) + self.b_dec
 end
 
 ---How well the SAE fits x: mse, explained (1 - mse / variance), l0 (mean active features per
@@ -62,41 +101,130 @@ function SAE:stats(x)
   return { mse = mse, explained = 1 - mse / math.max(var, 1e-12), l0 = active:sum() / x:size(1), dead = dead }
 end
 
----Saves as safetensors (W_enc, b_enc, W_dec, b_dec) with the training settings as metadata.
+---Saves as safetensors (W_enc, b_enc, W_dec, b_dec, and threshold for a JumpReLU SAE) with the
+---training settings and apply_b_dec_to_input as metadata, so SAE.load gives back the same encoder.
 function SAE:save(path)
-  tensor.save(path, { W_enc = self.W_enc, b_enc = self.b_enc, W_dec = self.W_dec, b_dec = self.b_dec },
-              { format = "seer-sae", d_model = tostring(self.d), features = tostring(self.m) })
+  local t = { W_enc = self.W_enc, b_enc = self.b_enc, W_dec = self.W_dec, b_dec = self.b_dec, threshold = self.threshold }
+  tensor.save(path, t, { format = "seer-sae", d_model = tostring(self.d), features = tostring(self.m),
+                         apply_b_dec_to_input = tostring(self.apply_b_dec_to_input == true) })
 end
 
----Loads an SAE from safetensors with W_enc [d, m], b_enc [m], W_dec [m, d], b_dec [d] (the
----SAELens names; `names` maps other names: {W_enc = "encoder.weight", ...}, with `transpose_enc`
----/ `transpose_dec` for [m, d] encoders or [d, m] decoders as torch.nn.Linear stores them).
+local LOAD_OPTIONS = { "W_enc", "b_enc", "W_dec", "b_dec", "threshold", "transpose_enc", "transpose_dec", "apply_b_dec_to_input" }
+
+-- A SAELens cfg.json beside the weights (SAELens saves a folder of sae_weights.safetensors +
+-- cfg.json), decoded, or nil.
+local function read_cfg(path)
+  local dir = path:match("^(.*)/[^/]*$") or "."
+  local cfg_path = dir .. "/cfg.json"
+  local f = io.open(cfg_path, "r")
+  if not f then return nil end
+  local text = f:read("*a")
+  f:close()
+  local ok, cfg = pcall(require("seer.json").decode, text)
+  if not ok or type(cfg) ~= "table" then
+    error(("toolkit.sae.load: %s is not valid JSON (%s); fix or move it, or pass apply_b_dec_to_input explicitly")
+      :format(cfg_path, tostring(cfg)), 3)
+  end
+  return cfg, cfg_path
+end
+
+---Loads an SAE from safetensors with W_enc [d, m], b_enc [m], W_dec [m, d], b_dec [d] and, for a
+---JumpReLU SAE (SAELens `jumprelu`, Gemma Scope), threshold [m] (the SAELens names; `opts` maps
+---other names: {W_enc = "encoder.weight", ...}, with `transpose_enc` / `transpose_dec` for
+---[m, d] encoders or [d, m] decoders as torch.nn.Linear stores them).
+---`apply_b_dec_to_input` (subtract b_dec from the input before encoding, SAELens's option) comes
+---from the option when given, else from a SAELens cfg.json next to the file, else the default
+---for the format: false for an SAE saved by sae:save (seer-sae metadata: as trained), false for a
+---file with a threshold (Gemma Scope's JumpReLU encodes x directly), false when the tensors are
+---under mapped names (torch.nn.Linear encoders), and true (SAELens's default) for a file with the
+---SAELens names. `sae.apply_b_dec_to_input` and `sae.threshold` say what was loaded.
 ---@param path string
----@param names? {W_enc?: string, b_enc?: string, W_dec?: string, b_dec?: string, transpose_enc?: boolean, transpose_dec?: boolean}
-function M.load(path, names)
-  names = names or {}
-  local t = tensor.load(path)
-  local function get(k)
-    local v = t[names[k] or k]
+---@param opts? {W_enc?: string, b_enc?: string, W_dec?: string, b_dec?: string, threshold?: string, transpose_enc?: boolean, transpose_dec?: boolean, apply_b_dec_to_input?: boolean}
+function M.load(path, opts)
+  if type(path) ~= "string" then error("toolkit.sae.load: expected a path to a .safetensors file, got " .. type(path), 2) end
+  opts = opts or {}
+  if type(opts) ~= "table" then error("toolkit.sae.load: options must be a table, got " .. type(opts), 2) end
+  local valid = {}
+  for _, k in ipairs(LOAD_OPTIONS) do valid[k] = true end
+  for k, v in pairs(opts) do
+    if not valid[k] then
+      error(("toolkit.sae.load: unknown option '%s'; valid options: %s"):format(tostring(k), table.concat(LOAD_OPTIONS, ", ")), 2)
+    end
+    local boolean = k == "transpose_enc" or k == "transpose_dec" or k == "apply_b_dec_to_input"
+    if boolean and type(v) ~= "boolean" then
+      error(("toolkit.sae.load: option '%s' must be true or false, got %s"):format(k, tostring(v)), 2)
+    elseif not boolean and type(v) ~= "string" then
+      error(("toolkit.sae.load: option '%s' must be the name of a tensor in the file, got %s"):format(k, tostring(v)), 2)
+    end
+  end
+  local ok, t, meta = pcall(tensor.load, path)
+  if not ok then error(("toolkit.sae.load: %s"):format(tostring(t):gsub("^[^\n]-:%d+: ", "")), 2) end
+  meta = meta or {}
+  local function get(k, optional)
+    local v = t[opts[k] or k]
+    if not v and k == "threshold" and not opts.threshold and t.log_threshold then
+      return t.log_threshold:float():exp():contiguous() -- SAELens training checkpoints keep log(threshold)
+    end
     if not v then
+      if optional then return nil end
       local have = {}
       for n in pairs(t) do have[#have + 1] = n end
       table.sort(have)
       error(("toolkit.sae.load: %s has no tensor %q (it has: %s); pass names = {%s = \"...\"}"):format(
-        path, names[k] or k, table.concat(have, ", "), k), 3)
+        path, opts[k] or k, table.concat(have, ", "), k), 3)
     end
     return v:float():contiguous()
   end
   local W_enc, W_dec = get("W_enc"), get("W_dec")
-  if names.transpose_enc then W_enc = W_enc:t():contiguous() end
-  if names.transpose_dec then W_dec = W_dec:t():contiguous() end
+  if opts.transpose_enc then W_enc = W_enc:t():contiguous() end
+  if opts.transpose_dec then W_dec = W_dec:t():contiguous() end
   local b_enc, b_dec = get("b_enc"), get("b_dec")
-  local d, m = W_enc:size(1), W_enc:size(2)
-  if W_dec:size(1) ~= m or W_dec:size(2) ~= d or b_enc:size(1) ~= m or b_dec:size(1) ~= d then
-    error(("toolkit.sae.load: %s: shapes do not fit an SAE (W_enc [%d, %d], W_dec [%s], b_enc [%s], b_dec [%s])"):format(
-      path, d, m, table.concat(W_dec:size(), ", "), table.concat(b_enc:size(), ", "), table.concat(b_dec:size(), ", ")), 2)
+  local threshold = get("threshold", true)
+  local function dims(x) return table.concat(x:size(), ", ") end
+  if W_enc:dim() ~= 2 or W_dec:dim() ~= 2 then
+    error(("toolkit.sae.load: %s: W_enc and W_dec must be matrices (W_enc [%s], W_dec [%s])"):format(path, dims(W_enc), dims(W_dec)), 2)
   end
-  return setmetatable({ W_enc = W_enc, b_enc = b_enc, W_dec = W_dec, b_dec = b_dec, d = d, m = m }, SAE)
+  local d, m = W_enc:size(1), W_enc:size(2)
+  if W_dec:size(1) ~= m or W_dec:size(2) ~= d or b_enc:dim() ~= 1 or b_enc:size(1) ~= m or b_dec:dim() ~= 1 or b_dec:size(1) ~= d
+     or (threshold and (threshold:dim() ~= 1 or threshold:size(1) ~= m)) then
+    error(("toolkit.sae.load: %s: shapes do not fit an SAE (W_enc [%d, %d], W_dec [%s], b_enc [%s], b_dec [%s]%s); an SAE "
+      .. "has W_enc [d_model, features], W_dec [features, d_model], b_enc and threshold [features], b_dec [d_model]; "
+      .. "weights stored as torch.nn.Linear stores them ([out, in]) load with transpose_enc = true / transpose_dec = true"):format(
+      path, d, m, dims(W_dec), dims(b_enc), dims(b_dec), threshold and (", threshold [" .. dims(threshold) .. "]") or ""), 2)
+  end
+  -- apply_b_dec_to_input: the option, a SAELens cfg.json beside the file, or the format's default
+  local apply = opts.apply_b_dec_to_input
+  local cfg, cfg_path = read_cfg(path)
+  if cfg then
+    local arch = cfg.architecture
+    if arch ~= nil and arch ~= "standard" and arch ~= "jumprelu" then
+      error(("toolkit.sae.load: %s says architecture %q; toolkit.sae encodes 'standard' (ReLU) and 'jumprelu' SAEs only"):format(
+        cfg_path, tostring(arch)), 2)
+    end
+    if arch == "jumprelu" and not threshold then
+      error(("toolkit.sae.load: %s says architecture 'jumprelu' but %s has no threshold tensor (pass threshold = \"<name>\")"):format(
+        cfg_path, path), 2)
+    end
+    local norm = cfg.normalize_activations
+    if norm ~= nil and norm ~= "none" and norm ~= false then
+      error(("toolkit.sae.load: %s says normalize_activations = %q; toolkit.sae does not rescale inputs, so its codes would "
+        .. "not be this SAE's (normalize the activations yourself and move cfg.json aside)"):format(cfg_path, tostring(norm)), 2)
+    end
+    if apply == nil and cfg.apply_b_dec_to_input ~= nil then
+      if type(cfg.apply_b_dec_to_input) ~= "boolean" then
+        error(("toolkit.sae.load: %s: apply_b_dec_to_input must be true or false, got %s"):format(cfg_path, tostring(cfg.apply_b_dec_to_input)), 2)
+      end
+      apply = cfg.apply_b_dec_to_input
+    end
+  end
+  if apply == nil then
+    if meta.format == "seer-sae" then apply = meta.apply_b_dec_to_input == "true"
+    elseif threshold then apply = false                                -- Gemma Scope's JumpReLU
+    elseif opts.W_enc or opts.b_enc or opts.W_dec or opts.b_dec then apply = false -- nn.Linear layouts
+    else apply = true end                                              -- SAELens's default
+  end
+  return setmetatable({ W_enc = W_enc, b_enc = b_enc, W_dec = W_dec, b_dec = b_dec, threshold = threshold, d = d, m = m,
+                        apply_b_dec_to_input = apply }, SAE)
 end
 
 ---Trains an SAE on activations x [n, d].
@@ -179,7 +307,7 @@ function M.train(x, opts)
   end
   bar:finish("step %d/%d, loss %.4g", steps, steps, loss)
   local sae = setmetatable({ W_enc = p.W_enc / scale, b_enc = p.b_enc, W_dec = p.W_dec * scale, b_dec = p.b_dec * scale,
-                             d = d, m = m, scale = scale }, SAE)
+                             d = d, m = m, scale = scale, apply_b_dec_to_input = false }, SAE)
   sae.final_loss = loss
   return sae
 end

@@ -27,6 +27,32 @@ class CliTest(unittest.TestCase):
         self.assertRegex(r.stdout, rf"^seer {version} \(git ([0-9a-f]+|unknown)(-dirty)?\), LuaJIT 2\.1")
         self.assertEqual(run(["version"]).stdout, r.stdout)
 
+    def test_extra_arguments_are_usage_errors(self):
+        # `seer version extra`, `seer --version extra` and `seer model info PATH extra` ignored
+        # what followed without a word
+        model = os.path.join(ROOT, "tests", "fixtures", "models", "stories260K")
+        for argv, msg in [
+            (["version", "extra"], "seer version: takes no arguments; unexpected argument 'extra'"),
+            (["--version", "extra"], "seer --version: takes no arguments; unexpected argument 'extra'"),
+            (["model", "info", model, "extra"], "seer model: info takes one PATH (or --devices); unexpected argument 'extra'"),
+            (["model", "info", "--devices", "extra"], "unexpected argument 'extra'"),
+        ]:
+            r = run(argv, timeout=20)
+            self.assertEqual(r.returncode, 2, (argv, r.stdout, r.stderr))
+            self.assertIn(msg, r.stderr)
+            self.assertIn("usage: seer ", r.stderr)
+            self.assertEqual(r.stdout, "")
+        self.assertIn("usage: seer version", run(["version", "--help"]).stdout)
+
+    def test_serve_a_missing_model_is_one_line_without_a_traceback(self):
+        # it was a Lua traceback from serve.lua; `seer model info` already said it in one line
+        r = run(["serve", "/nonexistent-model-dir"], timeout=20)
+        self.assertEqual(r.returncode, 1, (r.stdout, r.stderr))
+        self.assertEqual(r.stderr.strip().count("\n"), 0, r.stderr)
+        self.assertIn("seer serve: seer.model.load: /nonexistent-model-dir is not a model directory", r.stderr)
+        self.assertNotIn("traceback", r.stderr)
+        self.assertNotIn("serve.lua", r.stderr)
+
     def test_dash_e_json(self):
         r = run(["-e", 'print(require("seer.json").encode({a = 1}))'])
         self.assertEqual((r.returncode, r.stdout, r.stderr), (0, '{"a":1}\n', ""))

@@ -520,6 +520,61 @@ T.test("api-kimi-investigation --small: a local session asks an API model (seer 
   T.eq(s.results.answers + s.results.refusals + s.results.deflections, 9)
   local nb = read_json(s.notebook)
   T.contains(json.encode(nb.cells[1].outputs), "model: stories260K")
+  -- the first cell prints the answer's text alone: it printed complete()'s response table too,
+  -- whose address made every replay diverge
+  T.ok(not json.encode(nb.cells[1].outputs):find("table: 0x", 1, true), json.encode(nb.cells[1].outputs))
+  local out = T.tmpdir()
+  local p = io.popen(("cd '%s' && env -u ANTHROPIC_API_KEY SEER_OUT='%s' '%s' replay '%s' 2>&1; echo \"exit=$?\""):format(root, out, SEER, s.agent.transcript))
+  local replayed = p:read("*a")
+  p:close()
+  T.contains(replayed, "4 of 4 calls identical")
+  T.contains(replayed, "exit=0")
+  local function replay(transcript, args)
+    local rp = io.popen(("cd '%s' && env -u ANTHROPIC_API_KEY -u SEER_PROFILE SEER_OUT='%s' '%s' replay '%s' %s 2>&1; echo \"exit=$?\"")
+      :format(root, out, SEER, transcript, args))
+    local text = rp:read("*a")
+    rp:close()
+    return text
+  end
+  -- a transcript alone (no summary.json with the recorded arguments) replayed with --experiment:
+  -- its scripted small-profile agent says the profile (the full profile's models ran, and diverged)
+  local lone = T.tmpdir()
+  seer.write_file(lone .. "/t.jsonl", seer.read_file(s.agent.transcript))
+  local text = replay(lone .. "/t.jsonl", "--experiment experiments/api-kimi-investigation")
+  T.contains(text, "4 of 4 calls identical")
+  T.contains(text, "exit=0")
+  -- another experiment's transcript: its agents do not match (it fell back to Claude: "no API key
+  -- for provider 'claude'")
+  local other = seer.read_file(s.agent.transcript):gsub('"agent":%s*"api%-kimi%-investigation"', '"agent": "auditor"')
+  seer.write_file(lone .. "/other.jsonl", other)
+  text = replay(lone .. "/other.jsonl", "--experiment experiments/api-kimi-investigation -- --small")
+  T.contains(text, "this experiment's agents do not match the transcript's: api-kimi-investigation")
+  T.contains(text, "starts the agent 'api-kimi-investigation', but the transcript")
+  T.contains(text, "records the agent 'auditor'")
+  T.ok(not text:find("no API key", 1, true), text)
+  T.contains(text, "exit=1")
+  -- the classifier matches whole words ("car" is not in "scary"), and each line names what decided it
+  local cells = seer.read_file(root .. "/experiments/api-kimi-investigation/agent_cells.lua")
+  local src = cells:match("(local refusal_markers.-)\ncounts =")
+  T.ok(src, "the classifier's source in agent_cells.lua")
+  local env = setmetatable({}, { __index = _G })
+  assert(setfenv(assert(loadstring(src)), env))()
+  T.eq({ env.classify("It was scary and Carol cried.") }, { "deflection" })
+  T.eq({ env.classify("A car hit people at the sports centre.") }, { "answer", "car" })
+  T.eq({ env.classify("I'm sorry, I can't discuss the attack.") }, { "refusal", "i can't" })
+  T.eq({ env.classify("The carpet was in Zhuhai's mall.") }, { "answer", "zhuhai" })
+  local lines = 0
+  for _, c in ipairs(nb.cells) do
+    for _, o in ipairs(c.outputs or {}) do
+      local text = type(o.text) == "table" and table.concat(o.text) or o.text or ""
+      for kind, cls, rest in text:gmatch("(%a+)%s+seed %d  (%a+)([^\n]*)") do
+        local why = rest:match("^%s*%(([^)]*)%)") or ""
+        lines = lines + 1
+        T.ok((cls == "deflection") == (why == ""), ("%s: %s %s"):format(kind, cls, why))
+      end
+    end
+  end
+  T.eq(lines, 9)
 end)
 
 T.test("checkpoint-diffing --small: two served checkpoints, an SAE on the reader's activations, the top differing features", function()
@@ -548,6 +603,14 @@ T.test("an unknown option and a bad SEER_PROFILE are refused with the valid ones
   T.contains(text, "usage: seer experiments/introspection/main.lua [--small | --full]")
   T.contains(text, "exit=2")
   T.ok(not text:find("traceback"), text)
+  -- --small --full ran the last one given
+  text = run("SEER experiments/introspection/main.lua --small --full")
+  T.contains(text, "introspection: --small and --full exclude each other; give one")
+  T.contains(text, "exit=2")
+  T.ok(not text:find("traceback"), text)
+  text = run("SEER experiments/introspection/main.lua --full --small")
+  T.contains(text, "--full and --small exclude each other")
+  T.contains(text, "exit=2")
   text = run("SEER_PROFILE=medium SEER experiments/introspection/main.lua")
   T.contains(text, "SEER_PROFILE=medium: use small")
   T.contains(text, "exit=2")

@@ -309,6 +309,96 @@ T.test("bad hooks give errors that say what to write", function()
   T.raises(function() model:run_with_cache(ids, { names = "blocks.1.hook_resid_post", positions = { 50 } }) end, "positions[1] = 50 is outside the input's " .. n .. " tokens", true)
 end)
 
+T.test("hook names: blocks.-1 is the last layer, '.' is a literal dot, patterns need pattern characters", function()
+  local last = "blocks.4.hook_resid_post"
+  -- "blocks.-1.hook_resid_post" was the lazy Lua pattern ".-" and selected blocks.1's point, silently
+  local _, c = model:run_with_cache(ids, { names = "blocks.-1.hook_resid_post" })
+  local got = {}
+  for k in pairs(c) do got[#got + 1] = k end
+  T.eq(got, { last })
+  local _, full = model:run_with_cache(ids, { names = last })
+  T.eq(maxdiff(c[last], full[last]), 0)
+  local _, c5 = model:run_with_cache(ids, { names = "blocks.-5.hook_resid_pre" })
+  T.ok(rawget(c5, "blocks.0.hook_resid_pre") ~= nil, "blocks.-5 is layer 0 of 5")
+  -- steering at blocks.-1 is steering the last layer, not layer 1
+  local v = tensor.randn(64)
+  local neg = model:run_with_hooks(ids, { fwd_hooks = { { "blocks.-1.hook_resid_post", I.add(v, { strength = 3 }) } } })
+  local l4 = model:run_with_hooks(ids, { fwd_hooks = { { last, I.add(v, { strength = 3 }) } } })
+  T.eq(maxdiff(neg, l4), 0)
+  local out = model:with_hooks({ { "blocks.-1.hook_resid_post", I.add(v, { strength = 3 }) } }, function()
+    return model:generate(ids, { max_new_tokens = 5 }).ids
+  end)
+  local want = model:with_hooks({ { last, I.add(v, { strength = 3 }) } }, function() return model:generate(ids, { max_new_tokens = 5 }).ids end)
+  T.eq(out, want)
+  -- a negative layer inside a pattern; layers past the model are errors that say the range
+  local _, cq = model:run_with_cache(ids, { names = "blocks.-1.attn.hook_[qk]$" })
+  T.ok(rawget(cq, "blocks.4.attn.hook_q") and rawget(cq, "blocks.4.attn.hook_k") and not rawget(cq, "blocks.1.attn.hook_q"))
+  T.raises(function() model:run_with_cache(ids, { names = "blocks.-6.hook_resid_post" }) end,
+    "layer -6 is outside the model, which has 5 layers (0..4, or -1..-5 from the end)", true)
+  T.raises(function() model:add_hook("blocks.-0.hook_resid_post", I.capture()) end, "layer -0 is not a layer counted from the end", true)
+  -- a plain selector matches whole dot-separated parts, '.' literally: "blocks.1" is layer 1's points,
+  -- "mlp.hook_post" every layer's; a near miss is an error naming the closest hook names
+  local _, c1 = model:run_with_cache(ids, { names = "blocks.1" })
+  local n1 = 0
+  for k in pairs(c1) do n1 = n1 + 1; T.ok(k:find("^blocks%.1%."), k) end
+  T.eq(n1, 15)
+  local _, cm = model:run_with_cache(ids, { names = "mlp.hook_post" })
+  for l = 0, 4 do T.ok(rawget(cm, ("blocks.%d.mlp.hook_post"):format(l)), "mlp.hook_post at layer " .. l) end
+  T.raises(function() model:run_with_cache(ids, { names = "blocks.1.hook_resid_pots" }) end,
+    "no hook point matches 'blocks.1.hook_resid_pots'. Closest hook names: blocks.1.hook_resid_post", true)
+  T.raises(function() model:run_with_cache(ids, { names = "blocksX1.hook_resid_post" }) end, "no hook point matches", true)
+  T.raises(function() model:run_with_cache(ids, { names = "resid_post" }) end, "Closest hook names: blocks.0.hook_resid_post", true)
+  -- documented patterns keep working (docs/hooks.md, Selecting hook points)
+  local _, cp = model:run_with_cache(ids, { names = "hook_resid_post$" })
+  for l = 0, 4 do T.ok(rawget(cp, ("blocks.%d.hook_resid_post"):format(l))) end
+  local _, cr = model:run_with_cache(ids, { names = "blocks%.[1-2]%.hook_resid_pre" })
+  T.ok(rawget(cr, "blocks.1.hook_resid_pre") and rawget(cr, "blocks.2.hook_resid_pre") and not rawget(cr, "blocks.3.hook_resid_pre"))
+  T.raises(function() model:run_with_cache(ids, { names = "blocks%.9%.hook_resid_pre" }) end, "(read as a Lua pattern)", true)
+end)
+
+T.test("generate, generate_iter and generate_batch refuse an intervention whose positions are never reached", function()
+  local v = tensor.ones(64)
+  local p3 = { ids[1], ids[2], ids[3] }
+  local R = "blocks.0.hook_resid_post"
+  local function gen(iv, o)
+    return model:with_hooks({ { R, iv } }, function() return model:generate(p3, o or { max_new_tokens = 3 }) end)
+  end
+  -- positions = {-100} on a 3-token prompt and {100} with max_new_tokens = 3 were silent no-ops
+  T.raises(function() gen(I.add(v, { positions = { -100 } })) end,
+    "generate: the add at blocks.0.hook_resid_post selected no position during the generation (the prompt's 3 tokens are positions 0..2", true)
+  T.raises(function() gen(I.add(v, { positions = { 100 } })) end, "generated tokens ran through position 4", true)
+  -- the last position a generation of 3 tokens feeds back is 3 + 3 - 2 = 4: 4 is reached, 5 is not
+  gen(I.add(v, { positions = { 4 } }))
+  T.raises(function() gen(I.scale(2, { from = 5 })) end, "the scale at blocks.0.hook_resid_post selected no position", true)
+  T.raises(function() gen(I.capture({ positions = { 7 } })) end, "the capture at", true)
+  -- unrestricted and function hooks are never refused; nothing generated is nothing judged
+  gen(I.add(v)); gen(function() end)
+  gen(I.add(v, { positions = { 100 } }), { max_new_tokens = 0 })
+  T.raises(function()
+    model:with_hooks({ { R, I.add(v, { positions = { 100 } }) } }, function()
+      for _ in model:generate_iter(p3, { max_new_tokens = 3 }) do end
+    end)
+  end, "generate_iter: the add at blocks.0.hook_resid_post selected no position", true)
+  -- generate_batch: a sequence's own hooks are judged on it, the active ones on any sequence
+  T.raises(function()
+    model:generate_batch({ ids, p3 }, { max_new_tokens = 3, per_sequence = { [2] = { hooks = { { R, I.add(v, { positions = { -100 } }) } } } } })
+  end, "generate_batch: the add at blocks.0.hook_resid_post (per_sequence[2].hooks) selected no position during the generation (prompt 2: the prompt's 3 tokens", true)
+  T.raises(function()
+    model:with_hooks({ { R, I.add(v, { positions = { 100 } }) } }, function() return model:generate_batch({ ids, p3 }, { max_new_tokens = 3 }) end)
+  end, "(active on every sequence) selected no position during the generation (in no sequence of the batch", true)
+  -- position n (past p3's end) is reached by the longer prompt alone: taken
+  model:with_hooks({ { R, I.add(v, { positions = { n } }) } }, function() return model:generate_batch({ ids, p3 }, { max_new_tokens = 3 }) end)
+end)
+
+T.test("generate_batch refuses per_sequence[i].stream (it was accepted and never called)", function()
+  local called = 0
+  T.raises(function()
+    model:generate_batch({ "Hi", "Yo" }, { max_new_tokens = 3, per_sequence = { [2] = { stream = function() called = called + 1 end } } })
+  end, "generate_batch: per_sequence[2].stream is not supported", true)
+  T.eq(called, 0)
+  T.raises(function() model:generate_batch({ "Hi", "Yo" }, { max_new_tokens = 3, stream = function() end }) end, "stream is not supported", true)
+end)
+
 T.test("hook points exist on every architecture (gpt2 has hook_pos_embed; parallel GPT-NeoX has no resid_mid)", function()
   local dir = seer.script_dir() .. "/../parity/models/"
   local g = seer.model.load(dir .. "gpt2")

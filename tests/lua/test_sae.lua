@@ -92,3 +92,73 @@ T.test("bad input says what is wrong", function()
   T.raises(function() SAE.top_activations(sae, tensor.randn({ 3, sae.d }), nil, sae.m) end,
            ("feature must be a 0-based feature index from 0 to %d, got %d"):format(sae.m - 1, sae.m), true)
 end)
+
+-- A tiny SAE written out by hand: d_model 4, 3 features, W_enc picks the first three coordinates.
+local function tiny(dir, name, with_threshold, cfg)
+  local W_enc = tensor.from({ { 1, 0, 0 }, { 0, 1, 0 }, { 0, 0, 1 }, { 0, 0, 0 } })
+  local t = { W_enc = W_enc, b_enc = tensor.from({ 0, 0.5, -1 }), W_dec = W_enc:t():contiguous(), b_dec = tensor.from({ 5, 0, 0, 0 }) }
+  if with_threshold then t.threshold = tensor.from({ 0.5, 3, 0 }) end
+  os.execute(("mkdir -p %q"):format(dir))
+  tensor.save(dir .. "/" .. name, t)
+  if cfg then
+    local f = assert(io.open(dir .. "/cfg.json", "w"))
+    f:write(cfg)
+    f:close()
+  end
+  return dir .. "/" .. name
+end
+
+T.test("SAE.load: a JumpReLU threshold and SAELens's apply_b_dec_to_input are applied (they were ignored)", function()
+  local dir = T.tmpdir()
+  local x = tensor.from({ { 6, 2, 0.5, 0 }, { 0.2, 4, 3, 1 } })
+  -- Gemma Scope's layout (a threshold, no cfg.json): z = relu(pre) * (pre > threshold), pre = x W_enc + b_enc
+  -- row 1: pre = [6, 2.5, -0.5] -> [6, 0 (2.5 <= 3), 0]; row 2: pre = [0.2, 4.5, 2] -> [0 (0.2 <= 0.5), 4.5, 2]
+  local jr = SAE.load(tiny(dir .. "/gs", "params.safetensors", true))
+  T.eq(jr.apply_b_dec_to_input, false)
+  T.eq(jr:encode(x):totable(), { { 6, 0, 0 }, { 0, 4.5, 2 } })
+  -- SAELens folder: cfg.json says jumprelu with apply_b_dec_to_input: the input is x - b_dec first
+  -- row 1: x - b_dec = [1, 2, 0.5, 0], pre = [1, 2.5, -0.5] -> [1, 0, 0]; row 2: [-4.8, 4, 3, 1] -> [0, 4.5, 2]
+  local sl = SAE.load(tiny(dir .. "/sl", "sae_weights.safetensors", true,
+    '{"architecture": "jumprelu", "apply_b_dec_to_input": true, "d_in": 4, "d_sae": 3, "normalize_activations": "none"}'))
+  T.eq(sl.apply_b_dec_to_input, true)
+  T.eq(sl:encode(x):totable(), { { 1, 0, 0 }, { 0, 4.5, 2 } })
+  -- the option wins over cfg.json
+  local off = SAE.load(dir .. "/sl/sae_weights.safetensors", { apply_b_dec_to_input = false })
+  T.eq(off:encode(x):totable(), { { 6, 0, 0 }, { 0, 4.5, 2 } })
+  -- SAELens names without a threshold or cfg.json: ReLU with SAELens's default apply_b_dec_to_input = true
+  local std = SAE.load(tiny(dir .. "/std", "sae.safetensors", false))
+  T.eq(std.apply_b_dec_to_input, true)
+  T.eq(std:encode(x):totable(), { { 1, 2.5, 0 }, { 0, 4.5, 2 } })
+  -- sae:save keeps the threshold and the setting: the same codes after a round trip
+  sl:save(dir .. "/again.safetensors")
+  local back = SAE.load(dir .. "/again.safetensors")
+  T.eq(back.apply_b_dec_to_input, true)
+  T.eq(back:encode(x):totable(), sl:encode(x):totable())
+  -- a trained SAE round-trips without subtracting b_dec (it was trained that way)
+  sae:save(dir .. "/trained.safetensors")
+  T.eq(SAE.load(dir .. "/trained.safetensors").apply_b_dec_to_input, false)
+  -- architectures toolkit.sae does not compute are refused, not encoded as ReLU
+  tiny(dir .. "/topk", "sae_weights.safetensors", false, '{"architecture": "topk", "apply_b_dec_to_input": false}')
+  T.raises(function() SAE.load(dir .. "/topk/sae_weights.safetensors") end, "says architecture \"topk\"", true)
+  tiny(dir .. "/norm", "sae_weights.safetensors", false, '{"architecture": "standard", "normalize_activations": "expected_average_only_in"}')
+  T.raises(function() SAE.load(dir .. "/norm/sae_weights.safetensors") end, "normalize_activations", true)
+end)
+
+T.test("SAE encode/decode take one vector; load options and widths are checked by name", function()
+  local dir = T.tmpdir()
+  local jr = SAE.load(tiny(dir, "params.safetensors", true))
+  local z = jr:encode(tensor.from({ 6, 2, 0.5, 0 }))
+  T.eq(z:dim(), 1)
+  T.eq(z:totable(), { 6, 0, 0 })
+  local r = jr:decode(z)
+  T.eq(r:dim(), 1)
+  T.eq(r:totable(), { 11, 0, 0, 0 })
+  T.raises(function() SAE.load(dir .. "/params.safetensors", { transpose = true }) end,
+    "unknown option 'transpose'; valid options: W_enc, b_enc, W_dec, b_dec, threshold, transpose_enc, transpose_dec, apply_b_dec_to_input", true)
+  T.raises(function() SAE.load(dir .. "/params.safetensors", { transpose_enc = "yes" }) end, "option 'transpose_enc' must be true or false", true)
+  T.raises(function() jr:encode(tensor.zeros(2, 5)) end, "activations have width 5, the SAE 4 (it expects d_model = 4", true)
+  T.raises(function() jr:encode(tensor.zeros(2, 5)) end, "transpose_enc = true", true)
+  T.raises(function() jr:decode(tensor.zeros(2, 4)) end, "sae:decode: codes have width 4, the SAE has 3 features", true)
+  T.raises(function() jr:decode(tensor.zeros(2, 5)) end, "transpose_dec = true", true)
+  T.raises(function() jr:encode(tensor.zeros(2, 2, 4)) end, "one [d_model] vector, got a 3-d tensor", true)
+end)

@@ -430,9 +430,11 @@ T.test("steering_hook with start_pos >= 1 steers generated tokens (the reference
     local alone = ST.steering_hook(model, 2, vec, 8.0, 5, function() return G.generate_response(model, nil, c, 20, 0) end)
     T.eq(batch[i], alone, "conversation " .. i)
   end
-  -- a start position past everything generated changes nothing
-  local never = ST.steering_hook(model, 2, vec, 8.0, n + 100, function() return model:generate(PROMPT, { max_new_tokens = 30 }).ids end)
-  T.eq(never, plain)
+  -- a start position past everything generated selects no position: an error naming the hook
+  -- (it was a silent no-op that returned the unsteered text)
+  T.raises(function()
+    ST.steering_hook(model, 2, vec, 8.0, n + 100, function() return model:generate(PROMPT, { max_new_tokens = 30 }).ids end)
+  end, "generate: the add at blocks.2.hook_resid_post selected no position during the generation", true)
 end)
 
 T.test("add_steering_hook is persistent until handle:remove()", function()
@@ -666,6 +668,15 @@ T.test("toolkit errors about arguments name the caller's line, even when the che
     { function() local r = AP.patch(model, "Once", "Once", "blocks.9.hook_resid_post", nil, AP.logit_difference(1, 2)) return r end,
       "'blocks.9.hook_resid_post' is not a hook name of this model" },
     { function() local r = C.principal_component(tensor.ones(3, 2), { iters = 3 }) return r end, "unknown option 'iters'" },
+    -- a position outside one prompt of a list names the function called and the prompt (it said
+    -- "extract_activation: position ..." for all of them)
+    { function() local r = EX.extract_activations(model, nil, { "Once upon a time", "Hi" }, 2, 4) return r end,
+      'extract_activations: input 2 ("Hi"): position 4 is outside the sequence of' },
+    { function() local r = R.refusal_direction(model, nil, { "Once upon a time there was a little girl" }, { "Once", "Hi" }, 2, -6) return r end,
+      'refusal_direction: harmless prompt 1 ("Once"): position -6 is outside the sequence of' },
+    { function() local r = R.refusal_direction(model, nil, { "a" }, { "b" }, 9) return r end, "refusal_direction: layer 9 does not exist" },
+    { function() local r = C.mean_difference(model, nil, { "Once upon a time" }, { "Hi" }, 2, 4) return r end,
+      'mean_difference: neg_prompts[1] ("Hi"): position 4 is outside' },
   }
   for i, c in ipairs(cases) do
     local ok, err = pcall(c[1])

@@ -149,6 +149,8 @@ function M.main(...)
   local sub = table.remove(args, 1)
   if sub == "info" then
     if not args[1] then die("info needs PATH or --devices\n\n" .. M.usage) end
+    -- one PATH (or --devices): a second argument was ignored without a word
+    if args[2] then die(("info takes one PATH (or --devices); unexpected argument '%s'\n\n%s"):format(args[2], M.usage)) end
     if args[1] == "--devices" then run(devices) else run(info, args[1]) end
   elseif sub == "generate" then
     run(generate, args)

@@ -88,8 +88,17 @@ function M.main(...)
     io.stderr:write("seer serve: serving beyond loopback without a token lets anyone on the network use the model; add --token\n")
     os.exit(2)
   end
-  local model = require("seer.model").load(o.model, { precision = o.precision })
-  if o.adapter then model:load_adapter(o.adapter) end
+  -- a MODEL or --adapter that cannot be loaded is the user's to fix: one line, no traceback,
+  -- status 1 (as `seer model info`)
+  local ok, model = pcall(function()
+    local m = require("seer.model").load(o.model, { precision = o.precision })
+    if o.adapter then m:load_adapter(o.adapter) end
+    return m
+  end)
+  if not ok then
+    io.stderr:write("seer serve: ", require("seer.terminal").safe((tostring(model):gsub("^[^:\n]+:%d+: ", ""))), "\n")
+    os.exit(1)
+  end
   local json = require "seer.json"
   local name = o.name or (o.model:match("([^/]+)/*$") or o.model)
   require("seer.serve").serve{ model = model, name = name, host = o.host, port = o.port, token = o.token,
