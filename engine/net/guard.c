@@ -424,6 +424,42 @@ static void try_up(pair_t *p) {
     if (!connecting && p->d2u.off < p->d2u.len && !drain(p->up, &p->d2u)) cut(p, NULL);
 }
 
+/* A new pair of g carrying down (this side's libzmq) and up (the peer; -1: not connected yet),
+ * both in the epoll set; NULL (both closed) when memory runs out. */
+static pair_t *new_pair(guard_t *g, int down, int up) {
+    pair_t *p = calloc(1, sizeof *p);
+    if (p) {
+        p->d2u.b = malloc(BUF_CAP);
+        p->u2d.b = malloc(BUF_CAP);
+    }
+    if (!p || !p->d2u.b || !p->u2d.b) {
+        if (p) {
+            free(p->d2u.b);
+            free(p->u2d.b);
+            free(p);
+        }
+        close(down);
+        if (up >= 0) close(up);
+        return NULL;
+    }
+    p->g = g;
+    p->down = down;
+    p->up = up;
+    p->dep = (ep_t){EP_DOWN, p};
+    p->uep = (ep_t){EP_UP, p};
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &p->dep};
+    epoll_ctl(g_epoll, EPOLL_CTL_ADD, down, &ev);
+    p->dmask = EPOLLIN;
+    if (up >= 0) {
+        ev.data.ptr = &p->uep;
+        epoll_ctl(g_epoll, EPOLL_CTL_ADD, up, &ev);
+        p->umask = EPOLLIN;
+    }
+    p->next = g->pairs;
+    g->pairs = p;
+    return p;
+}
+
 static void on_accept(guard_t *g) {
     for (;;) {
         int d = accept4(g->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -438,34 +474,7 @@ static void on_accept(guard_t *g) {
                 close(d);
                 continue;
             }
-            pair_t *p = calloc(1, sizeof *p);
-            if (p) {
-                p->d2u.b = malloc(BUF_CAP);
-                p->u2d.b = malloc(BUF_CAP);
-            }
-            if (!p || !p->d2u.b || !p->u2d.b) {
-                if (p) {
-                    free(p->d2u.b);
-                    free(p->u2d.b);
-                    free(p);
-                }
-                close(d);
-                close(z);
-                continue;
-            }
-            p->g = g;
-            p->down = z;
-            p->up = d;
-            p->dep = (ep_t){EP_DOWN, p};
-            p->uep = (ep_t){EP_UP, p};
-            struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &p->dep};
-            epoll_ctl(g_epoll, EPOLL_CTL_ADD, z, &ev);
-            p->dmask = EPOLLIN;
-            ev.data.ptr = &p->uep;
-            epoll_ctl(g_epoll, EPOLL_CTL_ADD, d, &ev);
-            p->umask = EPOLLIN;
-            p->next = g->pairs;
-            g->pairs = p;
+            new_pair(g, z, d);
             continue;
         }
         struct ucred cr;
@@ -474,31 +483,8 @@ static void on_accept(guard_t *g) {
             close(d); /* only this process's own libzmq connects here */
             continue;
         }
-        pair_t *p = calloc(1, sizeof *p);
-        if (p) {
-            p->d2u.b = malloc(BUF_CAP);
-            p->u2d.b = malloc(BUF_CAP);
-        }
-        if (!p || !p->d2u.b || !p->u2d.b) {
-            if (p) {
-                free(p->d2u.b);
-                free(p->u2d.b);
-                free(p);
-            }
-            close(d);
-            continue;
-        }
-        p->g = g;
-        p->down = d;
-        p->up = -1;
-        p->dep = (ep_t){EP_DOWN, p};
-        p->uep = (ep_t){EP_UP, p};
-        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &p->dep};
-        epoll_ctl(g_epoll, EPOLL_CTL_ADD, d, &ev);
-        p->dmask = EPOLLIN;
-        p->next = g->pairs;
-        g->pairs = p;
-        try_up(p);
+        pair_t *p = new_pair(g, d, -1);
+        if (p) try_up(p);
     }
 }
 

@@ -503,7 +503,11 @@ function M.start(file, opts)
   local env = {}
   if opts.models and next(opts.models) then
     local m = json.object()
-    for k, v in pairs(opts.models) do m[k] = v; env[model_env_name(k)] = v end
+    for k, v in pairs(opts.models) do
+      m[k] = v
+      -- a hidden model ("<hidden>") gets no MODEL_*_PATH, as in a notebook session
+      if not k:find("^<hidden") then env[model_env_name(k)] = v end
+    end
     argv[#argv + 1] = "--models"
     argv[#argv + 1] = json.encode(m)
   end

@@ -227,6 +227,13 @@ Client.__index = Client
 M.REQUEST_TIMEOUT_MS = 60000          -- a file op, a service start: sandboxd answers in milliseconds
 M.EXEC_MARGIN_MS = 60000              -- past an exec's own timeout
 M.READ_MAX_BYTES = 64 * 1048576       -- sandbox:read_file's max_bytes unless told
+M.READ_MAX_LIMIT = 256 * 1048576      -- and the most it may be told (bigger files: in parts, with offset)
+-- What sandboxd (inside: hostile) can make the host hold: one reply of at most the largest read
+-- plus its JSON, all frames together (the connection guard cuts a peer past it), and at most two
+-- waiting, so about 0.8 GiB. An impostor at sandboxd's socket that sent complete 200 MB messages
+-- took a host process that attached to the sandbox to 6 GB (libzmq's default queue is 1,000).
+M.SANDBOXD_MAX_REPLY = M.READ_MAX_LIMIT + 1048576
+local SANDBOXD_QUEUE = 2
 M.LIST_MAX_ENTRIES = 100000           -- entries sandbox:list_files returns at most
 M.MAX_REPLY_VALUES = 1000000          -- JSON values in one part of a reply (a full list: ~900k)
 
@@ -268,7 +275,7 @@ function M.connect(info)
   -- seer.net has checked the signature, replays, the layout and that the parts are JSON
   -- objects; here, that it is a reply with a parent msg_id and a status/ename/evalue of the
   -- right types. Anything else is dropped and counted on the socket, never an error here.
-  local sock = net.socket("dealer", info.key, { max_frames = 1024 })
+  local sock = net.socket("dealer", info.key, { max_bytes = M.SANDBOXD_MAX_REPLY, max_frames = 1024, rcvhwm = SANDBOXD_QUEUE })
   sock:connect(info.endpoint)
   local bad = M.sandboxd_reply_problem
   -- The check rides on this socket's own recv (an instance field over seer.net's method), so
@@ -1174,6 +1181,7 @@ function Sandbox:_prepare_models(binds, env)
     local generic = { M.state_root(), self.state_dir, self.lua_dir, self.seer_binary, os.getenv("HOME") or "",
                       okh and hubdir or "", M.snapshot_root() }
     frags = M.hidden_fragments(hidden, generic)
+    self.hidden_frags = frags
     -- paths the sandbox sees (its state directory, in /proc/self/mountinfo and
     -- SEER_SANDBOX_ID; seer's own folders; mounted files) must not name a hidden model
     local visible = {
@@ -1984,6 +1992,9 @@ function Sandbox:read_file(path, opts)
     { max_bytes = "number", offset = "number", truncate = "boolean", timeout = "number" }, 2)
   local max = opts.max_bytes or M.READ_MAX_BYTES
   if max < 0 or max ~= math.floor(max) then error("sandbox:read_file: max_bytes must be an integer >= 0", 2) end
+  if max > M.READ_MAX_LIMIT then
+    error(("sandbox:read_file: max_bytes can be at most %d (256 MiB); read a bigger file in parts with opts.offset"):format(M.READ_MAX_LIMIT), 2)
+  end
   local r, buffers = self.client:request("read_file", { path = path, max_bytes = max, offset = opts.offset,
                                                         truncate = opts.truncate or nil },
                                          { timeout_ms = opts.timeout and math.floor(opts.timeout * 1000) or nil })
@@ -2069,6 +2080,40 @@ function Sandbox:model_paths()
     if not h.hidden and (h.name:match("^[%./~]") or is_dir(h.name)) then t[h.name:match("([^/]+)/*$")] = h.path end
   end
   return t
+end
+
+---Name -> path inside the sandbox as code inside may see it: a hidden model (and a hidden
+---adapter's base) is `<hidden>` (`<hidden 2>`, ... when there are several), never its id or its
+---host path (docs/security.md, class 3). What a scoped sandbox's RPC server is configured with.
+---@return table<string, string>
+function Sandbox:model_paths_inside()
+  local t, n = {}, 0
+  local function hidden_key()
+    n = n + 1
+    return n == 1 and "<hidden>" or ("<hidden %d>"):format(n)
+  end
+  for _, h in ipairs(self.model_handles) do
+    if h.hidden then
+      t[hidden_key()] = h.path
+      if h.base_model then t[hidden_key()] = h.base_path end
+    else
+      t[h.name] = h.path
+      if h.base_model then t[h.base_model] = h.base_path end
+      if h.name:match("^[%./~]") or is_dir(h.name) then t[h.name:match("([^/]+)/*$")] = h.path end
+    end
+  end
+  return t
+end
+
+---Raises when text names a hidden model of this sandbox (part of its id, revision or host
+---paths), saying what: for what the host is about to put inside (an interface file, options).
+---@param text string
+---@param what string
+function Sandbox:refuse_hidden_names(text, what)
+  if self.hidden_frags and #self.hidden_frags > 0 and type(text) == "string" and sb.find_fragment(text, self.hidden_frags, 1, true) then
+    error(("%s names a hidden model of this sandbox (part of its id or of its host path), and code in the sandbox could read it; "
+      .. "refer to it as get_model_path(\"<hidden>\") or next(list_configured_models()) instead"):format(what), 0)
+  end
 end
 
 ---What the notebook server needs to start kernels in this sandbox.

@@ -149,10 +149,23 @@ function Scoped:serve(file, opts)
   if not self.sandbox.sandbox_id then error("serve: start the scoped sandbox first (env.ScopedSandbox(config):start())", 2) end
   local rpc = require "seer.rpc"
   local name = opts.name or (basename(file) or "interface"):gsub("%.lua$", "")
+  -- hidden models: the interface runs inside, so it must not name them (nor may its options);
+  -- it gets them as <hidden> (Sandbox:model_paths_inside)
+  local fh = io.open(file, "rb")
+  if fh then
+    local text = fh:read(64 * 1024 * 1024) or ""
+    fh:close()
+    local okh, herr = pcall(self.sandbox.refuse_hidden_names, self.sandbox, text, "the interface file " .. file)
+    if not okh then error("serve: " .. tostring(herr), 2) end
+  end
+  for k, v in pairs(opts.env or {}) do
+    local okh, herr = pcall(self.sandbox.refuse_hidden_names, self.sandbox, tostring(k) .. "=" .. tostring(v), "serve's env." .. tostring(k))
+    if not okh then error("serve: " .. tostring(herr), 2) end
+  end
   local ok_copy, copy = pcall(self.upload_file, self, file, name .. ".lua")
   if not ok_copy then error(copy, 2) end
   local o = { expose_as = opts.expose_as, name = name, workers = opts.workers, timeout = opts.timeout, load_timeout = opts.load_timeout,
-              env = opts.env, connection_dir = self:_dir(), connection_root = self:_run_root(), models = self.sandbox:model_paths(),
+              env = opts.env, connection_dir = self:_dir(), connection_root = self:_run_root(), models = self.sandbox:model_paths_inside(),
               spawn = self:_spawn(copy) }
   local ok, exposed, srv = pcall(rpc.serve, file, o)
   if not ok then error(exposed, 2) end

@@ -202,3 +202,51 @@ T.test("staging: a config that names the model and holds 1.5 million values is r
     .. "max_values = 1000000")
   T.ok(peak > 0 and peak < 100, ("the child peaked at %.0f MiB"):format(peak))
 end)
+
+-- A ScopedSandbox's RPC server runs inside: it was configured with every model's real id (on its
+-- command line, as MODEL_<ID>_PATH, and from list_configured_models()), so code inside read a
+-- hidden model's id as soon as serve() ran. Hidden models are now "<hidden>" there.
+T.test("a scoped sandbox serving a hidden model: the RPC server inside never sees its id; an interface naming it is refused", function()
+  local env = require "seer.environment"
+  local dir = T.tmpdir()
+  local secret = "qz7-acme-lab-" .. tostring(os.time() % 100000)
+  local mp = dir .. "/" .. secret .. "/wv3-sneaky-llm"
+  assert(os.execute(("mkdir -p '%s' && cp -r '%s'/. '%s'/"):format(mp, src, mp)) == 0)
+  local iface = dir .. "/iface.lua"
+  seer.write_file(iface, [[
+function expose.configured() local t = {} for k, v in pairs(list_configured_models()) do t[#t + 1] = k .. "=" .. v end return table.concat(t, ",") end
+function expose.path() return get_model_path("<hidden>") end
+]])
+  local function scan(s)
+    local out = s:exec([[for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline; echo; tr '\0' '\n' < $p/environ; done 2>/dev/null]])
+    if type(out) == "table" then out = out.stdout end
+    T.ok(type(out) == "string" and out:find("rpc serve", 1, true), "the scan sees the RPC server's command line")
+    return out
+  end
+  for _, hidden in ipairs({ true, false }) do
+    local s = env.ScopedSandbox(env.SandboxConfig{ execution_mode = "cli", models = { env.ModelConfig{ name = mp, hidden = hidden } } })
+    s:start{ name = "scoped-hidden-" .. (hidden and "h" or "v") }
+    local ok, err = pcall(function()
+      local _, srv = s:serve(iface, { expose_as = "library", name = "tools" })
+      local conf = srv:call("configured")
+      local inside = scan(s)
+      if hidden then
+        T.ok(conf:match("^<hidden>=/models/m%-[%w]+$"), conf)
+        T.ok(srv:call("path"):match("^/models/m%-"), "get_model_path(\"<hidden>\")")
+        T.ok(not inside:find(secret, 1, true) and not inside:find("sneaky", 1, true), "the id is readable inside:\n" .. inside)
+        T.ok(not inside:find("MODEL_", 1, true), "a MODEL_*_PATH variable inside")
+        -- an interface that names the hidden model would put its id inside: refused
+        local named = dir .. "/named.lua"
+        seer.write_file(named, ('function expose.p() return get_model_path(%q) end\n'):format(mp))
+        local msg = T.raises(function() s:serve(named, { name = "named" }) end, "names a hidden model of this sandbox")
+        T.ok(not msg:find(secret, 1, true), "the refusal itself names the model")
+      else
+        -- control: a model that is not hidden is named, so the scan above can find an id
+        T.contains(conf, mp)
+        T.ok(inside:find(secret, 1, true), "the control scan did not find the visible model's id")
+      end
+    end)
+    s:terminate()
+    if not ok then error(err, 0) end
+  end
+end)

@@ -742,4 +742,31 @@ T.test("seer sandbox list, logs and terminate", function()
   a:terminate(); b:terminate()
 end)
 
+T.test("an impostor at sandboxd's socket sending whole large messages cannot grow a host client past its queue", function()
+  -- agent code can replace /run/seer/sandboxd.sock; every later attach / seer mcp cli connects to
+  -- it. The client's socket had libzmq's default queue (1,000 messages of up to 1 GiB): 6 GB.
+  local process = require "seer.process"
+  local dir = T.tmpdir()
+  local path = dir .. "/sandboxd.sock"
+  local p = process.spawn{ argv = { require("seer.jupyter").seer_binary(), seer.script_dir() .. "/zmtp_peer.lua", path,
+                                    "complete", "24", tostring(48 * 1048576) }, stdout = "pipe" }
+  T.eq(p:read_line(10000), "listening")
+  local function rss()
+    for l in io.lines("/proc/self/status") do
+      local v = l:match("^VmRSS:%s+(%d+)")
+      if v then return tonumber(v) * 1024 end
+    end
+  end
+  local before = rss()
+  local c = S.connect{ endpoint = "ipc://" .. path, key = "k" }
+  local line = p:read_line(20000) -- the impostor stops when a send waits 3 s (the queue is full)
+  local sent = tonumber((line or ""):match("^sent (%d+)$"))
+  local grown = rss() - before
+  T.ok(sent and sent < 24, ("the impostor got all %s messages of 48 MiB in"):format(tostring(sent)))
+  T.ok(grown < 400 * 1048576, ("the client grew by %d MiB"):format(math.floor(grown / 1048576)))
+  pcall(function() c.sock:close() end)
+  p:kill(9)
+  p:wait(2000)
+end)
+
 return T

@@ -6,7 +6,8 @@
 -- that never ends); "command": one command frame of SIZE bytes; "zmtp2": a ZMTP 2.0 greeting.
 -- It waits for the client to send something first when MODE ends in "-after" (a request), then
 -- sends; it prints "sent K" when done or cut, and exits when the client goes away. MODE
--- "client-flood" connects to PATH (a socket that binds) instead of binding it.
+-- "client-flood" connects to PATH (a socket that binds) instead of binding it. "complete": N
+-- whole messages of SIZE bytes, each sent within 3 s or the peer stops.
 local sock = require "seer.sock"
 local process = require "seer.process"
 local path, mode, n, size = arg[1], arg[2], tonumber(arg[3]), tonumber(arg[4])
@@ -60,6 +61,14 @@ if mode:find("^flood") then
   local frame = "\3" .. u64(size) .. ("x"):rep(size)
   for _ = 1, n do
     if not sock.send_all(fd, frame, 10000) then break end
+    sent = sent + 1
+  end
+elseif mode == "complete" then
+  -- N whole single-frame messages of SIZE bytes (unsigned: they are dropped when read, but
+  -- libzmq queues them first, up to the receiver's high-water mark)
+  local frame = "\2" .. u64(size) .. ("m"):rep(size)
+  for _ = 1, n do
+    if not sock.send_all(fd, frame, 3000) then break end
     sent = sent + 1
   end
 elseif mode == "command" then
