@@ -246,6 +246,29 @@ static void set_package_path(lua_State *L, const char *lua_dir) {
     lua_pop(L, 2);
 }
 
+/* require("seer.core.sigterm").term_as_interrupt(): from now on SIGTERM ends the running code as
+ * Ctrl-C does (on_sigterm). `seer notebook serve` calls it, so a SIGTERM saves its notebooks with
+ * a running cell's output so far and marks that cell, as Ctrl-C does; seer's other commands keep
+ * SIGTERM's default. */
+static int l_term_as_interrupt(lua_State *L) {
+    (void)L;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigterm;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0; /* no SA_RESTART, as for SIGINT */
+    g_term_count = 0;
+    sigaction(SIGTERM, &sa, NULL);
+    return 0;
+}
+
+static int open_sigterm(lua_State *L) {
+    lua_newtable(L);
+    lua_pushcfunction(L, l_term_as_interrupt);
+    lua_setfield(L, -2, "term_as_interrupt");
+    return 1;
+}
+
 static void preload(lua_State *L, const char *name, lua_CFunction fn) {
     lua_getglobal(L, "package");
     lua_getfield(L, -1, "preload");
@@ -282,6 +305,7 @@ int seer_host_open(seer_host_t **out, const seer_host_opts_t *opts, seer_err_t *
     set_package_path(L, h->lua_dir);
     preload(L, "seer.core.host", seer_host_corelib_open);
     preload(L, "seer.core.json", seer_json_luaopen);
+    preload(L, "seer.core.sigterm", open_sigterm);
     /* Subsystems being built in parallel register here once they link in (weak until then). */
     if (seer_tensor_luaopen) preload(L, "seer.core.tensor", seer_tensor_luaopen);
     if (seer_tokenizer_luaopen) preload(L, "seer.core.tokenizer", seer_tokenizer_luaopen);

@@ -513,6 +513,37 @@ static int l_input(lua_State *L) {
  * for fn and the functions defined in it (LuaJIT checks hooks only in interpreted code, and an
  * interrupt must stop `while true do end`), under seer_host_pcall so SIGINT raises
  * "interrupted"; library code it calls is still compiled. */
+/* A cell's error as "message\nstack traceback:\n...", every byte of the message kept (luaL_traceback
+ * takes a C string, so the message is joined to the traceback here instead). */
+static int run_error_handler(lua_State *L) {
+    if (lua_type(L, 1) == LUA_TSTRING || lua_type(L, 1) == LUA_TNUMBER) {
+        lua_pushvalue(L, 1);
+        lua_tostring(L, -1);
+    } else if (!(luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)) {
+        lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+    }
+    lua_pushliteral(L, "\n");
+    luaL_traceback(L, L, NULL, 1);
+    lua_concat(L, 3);
+    return 1;
+}
+
+#define CELL_ERROR_KEY "seer.kernel.cell_error"
+
+/* run_cell_inner(fn, ...): fn's results; on an error the whole message with its traceback is
+ * kept in the registry (CELL_ERROR_KEY) and the error raised again for seer_host_pcall. */
+static int run_cell_inner(lua_State *L) {
+    int n = lua_gettop(L);
+    lua_pushcfunction(L, run_error_handler);
+    lua_insert(L, 1);
+    if (lua_pcall(L, n - 1, LUA_MULTRET, 1) != 0) {
+        lua_pushvalue(L, -1);
+        lua_setfield(L, LUA_REGISTRYINDEX, CELL_ERROR_KEY);
+        return lua_error(L);
+    }
+    return lua_gettop(L) - 1;
+}
+
 static int l_run(lua_State *L) {
     kernel_t *k = K(L);
     luaL_checktype(L, 1, LUA_TFUNCTION);
@@ -524,13 +555,26 @@ static int l_run(lua_State *L) {
         return 3;
     }
     luaJIT_setmode(L, 1, LUAJIT_MODE_ALLFUNC | LUAJIT_MODE_OFF);
+    /* The cell runs under run_cell_inner, which keeps its error whole (seer_host_pcall's error
+     * is a C string of at most SEER_ERR_MSG_MAX bytes: error("p\0q") was recorded as "p", and
+     * errors were cut at 8 KiB); seer_host_pcall still arms the interrupt and tells it apart. */
+    lua_pushcfunction(L, run_cell_inner);
+    lua_insert(L, 1);
+    lua_pushnil(L);
+    lua_setfield(L, LUA_REGISTRYINDEX, CELL_ERROR_KEY);
     int nargs = lua_gettop(L) - 1;
     seer_err_t err;
     int rc = seer_host_pcall(k->host, nargs, LUA_MULTRET, &err);
     if (rc < 0) {
         lua_settop(L, 0);
         lua_pushboolean(L, 0);
-        lua_pushstring(L, err.msg);
+        lua_getfield(L, LUA_REGISTRYINDEX, CELL_ERROR_KEY);
+        if (lua_type(L, -1) != LUA_TSTRING) {
+            lua_pop(L, 1);
+            lua_pushstring(L, err.msg);
+        }
+        lua_pushnil(L);
+        lua_setfield(L, LUA_REGISTRYINDEX, CELL_ERROR_KEY);
         lua_pushboolean(L, rc == SEER_EINTR);
         return 3;
     }

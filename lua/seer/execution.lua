@@ -255,6 +255,8 @@ Session.__name = "NotebookSession"
 ---@field truncated boolean true when outputs were cut: to max_output here (the notebook has all), or past the cell's output limits (dropped)
 ---@field dropped table|nil what the server did not keep past the cell's output limits (the notebook's truncation record): {stream_bytes, stream_messages, displays, display_bytes, oversized, updates, kernel_undelivered}
 ---@field save_error string|nil the notebook could not be saved after this cell (the previous file is kept)
+---@field save_warning string|nil the notebook's file was changed by another writer, so this session saves under a new name from now on (notebook_path)
+---@field notebook_path string|nil where the session's notebook is saved
 ---@field result "ok"|"error" "error" when the cell raised, timed out or its kernel died (only returned with raise = false)
 ---@field error {ename: string, evalue: string, traceback?: string[]}|nil what went wrong when result is "error" (ename "KernelDied": the kernel is gone, session:restart() starts a new one)
 
@@ -292,6 +294,8 @@ local function exec_result(r)
            cell_index = r.cell_index, truncated = r.truncated, result = r.result,
            dropped = r.dropped ~= json.null and r.dropped or nil,
            save_error = r.save_error ~= json.null and r.save_error or nil,
+           save_warning = r.save_warning ~= json.null and r.save_warning or nil,
+           notebook_path = type(r.notebook_path) == "string" and r.notebook_path or nil,
            error = r.result ~= "ok" and kernel_died(r.error or { ename = "Error", evalue = "" }) or nil }
 end
 
@@ -336,6 +340,7 @@ function Session:exec(code, opts)
   end
   local r = check(reply, "session:exec")
   local res = exec_result(r)
+  if res.notebook_path then self.notebook_path = res.notebook_path end
   if res.error and opts.raise ~= false then
     error(("%s: %s"):format(res.error.ename or "Error", res.error.evalue or ""), 0)
   end
@@ -375,6 +380,7 @@ function Session:edit_cell(code, cell_index, opts)
                                                stream = opts.on_output and true or false },
                                 { on_output = opts.on_output }), "session:edit_cell")
   local res = exec_result(r)
+  if res.notebook_path then self.notebook_path = res.notebook_path end
   if res.error and opts.raise then -- unlike exec, edit_cell returns a cell's error unless raise = true
     error(("%s: %s"):format(res.error.ename or "Error", res.error.evalue or ""), 2)
   end

@@ -303,7 +303,37 @@ local function too_big_notice(what, n)
     :format(what, n / 1048576, MAX_MESSAGE / 1048576)
 end
 
+-- Every string in a result, a display or an error, with bytes that are not UTF-8 replaced by
+-- U+FFFD (as stream text is): `return "ok\255"` or `error("x\255y")` keeps its value instead of
+-- failing the strict JSON encoding and losing the cell's output. Only what needs it is copied.
+local utf8_fix = (function()
+  local ok, net = pcall(require, "seer.core.net")
+  return ok and net.utf8_fix or nil
+end)()
+local function fix_strings(v, depth)
+  local t = type(v)
+  if t == "string" then return utf8_fix and utf8_fix(v) or v end
+  if t ~= "table" or depth > 64 or getmetatable(v) ~= nil and not json.is_array(v) then return v end
+  local out
+  for k, x in pairs(v) do
+    local fk, fx = fix_strings(k, depth + 1), fix_strings(x, depth + 1)
+    if fk ~= k or fx ~= x then
+      if not out then
+        out = {}
+        for k2, x2 in pairs(v) do out[k2] = x2 end
+        if json.is_array(v) then out = array(out) end
+      end
+      if fk ~= k then out[k] = nil end
+      out[fk] = fx
+    end
+  end
+  return out or v
+end
+
+local FIXED_TYPES = { execute_result = true, display_data = true, update_display_data = true, error = true }
+
 local function publish(msg_type, content)
+  if FIXED_TYPES[msg_type] then content = fix_strings(content, 0) end
   local text = json.encode(content)
   if #text > MAX_MESSAGE then
     local notice = too_big_notice(msg_type .. " message", #text)
@@ -764,7 +794,11 @@ local function split_error(msg)
   for line in tb:gmatch("[^\n]+") do
     local l = line:gsub("^%s+", "")
     -- Below the cell's frame everything is the kernel calling it.
-    if l:find("in function 'run'", 1, true) or l:find("seer/kernel.lua", 1, true) then break end
+    if l:find("in function 'run'", 1, true) or l:find("seer/kernel.lua", 1, true) then
+      -- the C function C.run runs the cell under (it keeps the error's every byte)
+      if frames[#frames] and frames[#frames]:match("^  %[C%]: at 0x%x+$") then frames[#frames] = nil end
+      break
+    end
     if not (l:find("in function <[cell", 1, true) and l:find(":0>", 1, true)) then frames[#frames + 1] = "  " .. l end
   end
   return text, frames
@@ -850,7 +884,7 @@ local function execute(content)
   else
     local fn, err, names, quiet = compile(code, chunkname)
     if not fn then
-      local e = error_content("SyntaxError", err, nil)
+      local e = fix_strings(error_content("SyntaxError", err, nil), 0)
       if not silent then publish("error", e) end
       reply = { status = "error", execution_count = count, ename = e.ename, evalue = e.evalue, traceback = e.traceback }
       stop = true
@@ -871,6 +905,7 @@ local function execute(content)
         reply = { status = "ok", execution_count = count, payload = payload,
           user_expressions = user_expressions(content.user_expressions) }
       else
+        res = fix_strings(res, 0) -- (the reply carries the error too)
         if not silent then publish("error", res) end
         reply = { status = "error", execution_count = count, ename = res.ename, evalue = res.evalue,
           traceback = res.traceback }
@@ -1165,7 +1200,8 @@ function M.attach(transport)
     end
     local reply, stop = h(content)
     if reply == nil then return nil end
-    local text = json.encode(reply)
+    local eok, text = pcall(json.encode, reply)
+    if not eok then text = json.encode(fix_strings(reply, 0)) end -- bytes that are not UTF-8: U+FFFD
     if #text > MAX_MESSAGE then
       local why = too_big_notice(msg_type:gsub("_request$", "_reply"), #text)
       text = json.encode({ status = "error", ename = "KernelError", evalue = why, traceback = array({ why }),

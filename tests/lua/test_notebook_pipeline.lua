@@ -610,4 +610,103 @@ T.test("the default output folder is made when a session uses it, not when the s
   sock:close()
 end)
 
+T.test("resuming a notebook a live session of this server holds is refused (continue_notebook forks it)", function()
+  local dir = T.tmpdir()
+  local a = exec.create_local_notebook_session(nil, { output_dir = dir, name = "held" })
+  a:exec("print('A1')")
+  local ok, err = pcall(exec.resume_notebook, a.notebook_path)
+  T.eq(ok, false, "the resume is refused")
+  T.contains(tostring(err), "NotebookInUse")
+  T.contains(tostring(err), "continue_notebook")
+  a:exec("print('A2')")
+  local doc = json.decode(seer.read_file(a.notebook_path))
+  T.eq(#doc.cells, 2, "the live session's cells are all in its notebook")
+  local fork = exec.continue_notebook(a.notebook_path, { name = "held2" })
+  T.ne(fork.notebook_path, a.notebook_path)
+  fork:terminate()
+  a:terminate()
+end)
+
+T.test("a notebook another writer changed on disk is not overwritten: the session saves under a new name", function()
+  local dir = T.tmpdir()
+  local a = exec.create_local_notebook_session(nil, { output_dir = dir, name = "shared" })
+  a:exec("print('A1')")
+  local path = a.notebook_path
+  -- another process (a resume in a second experiment) saves the same file: write + rename
+  local theirs = '{"cells": [{"cell_type": "markdown", "id": "x1", "metadata": {}, "source": "theirs"}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}\n'
+  local f = assert(io.open(path .. ".other", "w")); f:write(theirs); f:close()
+  assert(os.rename(path .. ".other", path))
+  local r = a:exec("print('A2')")
+  T.eq(r.save_error, nil)
+  T.ok(r.save_warning, "the caller is told")
+  T.contains(r.text, "[seer] the notebook " .. path .. " was changed on disk")
+  T.eq(seer.read_file(path), theirs, "the other writer's file is kept as it is")
+  T.ne(a.notebook_path, path, "the session's notebook moved")
+  T.eq(r.notebook_path, a.notebook_path)
+  T.eq(a:info().notebook_path, a.notebook_path)
+  local doc = json.decode(seer.read_file(a.notebook_path))
+  T.eq(#doc.cells, 2, "the fork has every cell of this session")
+  T.eq(doc.metadata.seer.forked_from, path)
+  a:exec("print('A3')")
+  T.eq(#json.decode(seer.read_file(a.notebook_path)).cells, 3, "later saves go to the fork without warning")
+  T.eq(seer.read_file(path), theirs)
+  a:terminate()
+end)
+
+T.test("two processes: a resume of a notebook another process is writing loses neither's cells", function()
+  local dir = T.tmpdir()
+  local a = exec.create_local_notebook_session(nil, { output_dir = dir, name = "twoproc" })
+  a:exec("print('A1')")
+  a:exec("print('A2')")
+  local code = ([[local s = seer.execution.resume_notebook(%q)
+s:exec("print('B1')"); print(s.notebook_path); s:terminate()]]):format(a.notebook_path)
+  local kid = process.spawn{ argv = { jupyter.seer_binary(), "-e", code }, stdout = "pipe", stderr = "null" }
+  local bpath = kid:read_line(60000)
+  kid:wait(10000)
+  T.eq(bpath, a.notebook_path, "the resume wrote the file in place")
+  local r = a:exec("print('A3')")
+  T.ok(r.save_warning, "A is told its file was changed")
+  local b = json.decode(seer.read_file(bpath))
+  T.eq(#b.cells, 3, "B's notebook: A's two cells re-run and B1")
+  T.contains(join(b.cells[3].outputs[1].text), "B1")
+  local mine = json.decode(seer.read_file(a.notebook_path))
+  T.eq(#mine.cells, 3, "A's notebook, under a new name, keeps A1..A3")
+  T.contains(join(mine.cells[3].outputs[1].text), "A3")
+  a:terminate()
+end)
+
+T.test("SIGTERM to the notebook server mid-cell: the notebook keeps the running cell's output so far, as Ctrl-C does", function()
+  local srv = own_server()
+  local dir = T.tmpdir()
+  local r = srv.request("start_session", { name = "term", notebook_dir = dir })
+  T.eq(r.status, "ok", tostring(r.evalue))
+  local path = r.notebook_path
+  local s = exec.attach_notebook_session(r.jupyter_url, r.session_id)
+  s:exec("print('first')")
+  -- a cell that prints, then runs on: sent, not waited for
+  local h = net.header("execute_request", "test")
+  srv.sock:send{ header = h, parent_header = {}, metadata = {}, content = { session_id = r.session_id,
+    code = "print('partial output') io.stdout:flush() local t = os.clock() while os.clock() - t < 30 do end" } }
+  local deadline = process.now_ms() + 10000
+  while process.now_ms() < deadline do
+    local live = srv.request("read_notebook", { session_id = r.session_id })
+    local c = live.cells and live.cells[2]
+    if c and c.outputs and c.outputs[1] then break end
+    process.sleep_ms(50)
+  end
+  process.sleep_ms(100)
+  os.execute("kill -TERM " .. srv.child.pid)
+  local st = srv.child:wait(10000)
+  T.ok(st ~= nil, "the server ended after SIGTERM")
+  local doc = json.decode(seer.read_file(path))
+  T.eq(#doc.cells, 2)
+  T.contains(join(doc.cells[1].outputs[1].text), "first")
+  local out = {}
+  for _, o in ipairs(doc.cells[2].outputs) do out[#out + 1] = o.text and join(o.text) or o.evalue or "" end
+  T.contains(table.concat(out, "\n"), "partial output", "the running cell's output so far is saved")
+  T.eq(doc.cells[2].metadata.execution_status, "error", "the running cell is marked")
+  for i, x in ipairs(servers) do if x == srv then table.remove(servers, i) end end
+  srv.sock:close()
+end)
+
 T.test("cleanup", function() stop_servers() end)

@@ -18,6 +18,14 @@ local function reraise_interrupt(err)
   if tostring(err):match("interrupted$") then error(err, 0) end
 end
 local save_nofollow -- Notebook:save without following links (below, with the scopes)
+
+-- What a fork by save_nofollow is told as (file names only for a sandbox's client).
+local function fork_note(f, names_only)
+  local function show(p) return names_only and (p:match("([^/]+)$") or p) or p end
+  return ("the notebook %s was changed on disk by someone else since this session last saved it (another session or process writes it); it was not overwritten, and this session's notebook is saved as %s from now on (with every cell)")
+    :format(show(f.old), show(f.new))
+end
+
 local sweep_temporaries -- removes what saves killed midway left (below)
 local new_kept, new_dropped -- a cell's counts against the output limits (below, with the limits)
 
@@ -610,17 +618,28 @@ function Server:new_session(req, c)
   end
   local nb, rerun
   if c.resume then
+    -- A notebook one of this server's live sessions holds is not resumed: both would save the
+    -- same file, and whichever saved last would wipe the other's cells.
+    local holder = self:session_holding(c.resume, c.disk_id)
+    if holder then
+      return self:reply_error(req, "NotebookInUse", ("start_session: resume: %s is the notebook of live session %s on this server; resuming it would make two sessions overwrite one file. Use continue_notebook (start_session with continue), which re-runs it under a new name, or end session %s first")
+        :format(c.resume, holder.id, holder.id))
+    end
     nb = load(c.resume)
+    -- what was read: a save that finds another file there does not overwrite it (save_nofollow)
+    nb._disk_id = c.disk_id or M.file_identity(c.resume)
     rerun = true
   elseif c["continue"] then
     local src = load(c["continue"])
     local base = c.name or (c["continue"]:match("([^/]+)%.ipynb$") or "Notebook"):gsub("^%d+%-%d+%-%d+%-%d+%-%d+_", "")
     nb = notebook.new{ path = notebook.unique_path(dir, base) }
+    nb._disk_id = M.file_identity(nb.path)
     nb.doc.cells = src.doc.cells
     nb.doc.metadata.seer.continued_from = c["continue"]
     rerun = true
   else
     nb = notebook.new{ path = notebook.unique_path(dir, c.name) }
+    nb._disk_id = M.file_identity(nb.path) -- the reservation (an empty notebook)
   end
   nb.doc.metadata.seer = nb.doc.metadata.seer or {}
   nb.doc.metadata.seer.path, nb.doc.metadata.seer.session_id = nb.path, id
@@ -633,7 +652,7 @@ function Server:new_session(req, c)
   if s.sandbox then self:scope_for(s.sandbox) end -- a bad launcher fails before a kernel starts
   -- The kernel starts through the loop (begin_start); the session exists, and start_session is
   -- answered, once it has.
-  self.pending_ids[id] = true
+  self.pending_ids[id] = s -- (session_holding looks at these too)
   self:begin_start(s, function(ok, err)
     self.pending_ids[id] = nil
     if ok then ok, err = pcall(self.session_started, self, req, s, dir, rerun) end
@@ -654,6 +673,7 @@ function Server:session_started(req, s, dir, rerun)
   self.sessions[id] = s
   if s.sandbox then self:scope_add_session(s, dir) end
   local saved, serr = pcall(nb.save, nb)
+  if saved and serr then log("session %s: %s", id, fork_note(serr)) end
   if not saved then
     -- No notebook, no session: the kernel just started goes too.
     self:drop_session(s, "was shut down")
@@ -700,13 +720,52 @@ function Server:session_started(req, s, dir, rerun)
   end
 end
 
+-- The live (or starting) session whose notebook is `path` (the same name, the same real path,
+-- or the same file: device and inode), or nil.
+function Server:session_holding(path, disk_id)
+  local real = core.realpath(path) or path
+  local id = disk_id or M.file_identity(real)
+  local file = id and id:match("^[^:]*:[^:]*")
+  local function holds(s)
+    local p = s and s.nb and s.nb.path
+    if not p then return false end
+    if p == path or p == real or (core.realpath(p) or p) == real then return true end
+    local sid = s.nb._disk_id
+    return file ~= nil and sid ~= nil and sid:match("^[^:]*:[^:]*") == file
+  end
+  for _, s in pairs(self.sessions) do if holds(s) then return s end end
+  for _, s in pairs(self.pending_ids or {}) do if type(s) == "table" and holds(s) then return s end end
+  return nil
+end
+
 -- Notebook:save for this server's notebooks (write_nofollow is defined with the scopes below).
+-- Before it writes, it checks that the file on disk is still the one this session last wrote
+-- (or read, or reserved): device, inode, size and modification time. When another writer has
+-- changed it since (a second process resumed the same notebook), that file is left as it is and
+-- this session's notebook goes to a new name beside it (as continue_notebook names a fork), so
+-- neither writer's cells are lost. Returns nil, or {old, new} (the paths) when it forked.
 save_nofollow = function(nb)
+  local note
+  if nb._disk_id then
+    local now = M.file_identity(nb.path)
+    if now and now ~= nb._disk_id then
+      local old = nb.path
+      local dir, file = old:match("^(.*)/([^/]+)$")
+      local base = (file:match("^(.+)%.ipynb$") or file):gsub("^%d+%-%d+%-%d+%-%d+%-%d+_", "")
+      local new = notebook.unique_path(dir, base)
+      nb.path = new
+      nb._disk_id = M.file_identity(new)
+      nb.doc.metadata.seer = type(nb.doc.metadata.seer) == "table" and nb.doc.metadata.seer or {}
+      nb.doc.metadata.seer.path, nb.doc.metadata.seer.forked_from = new, old
+      note = { old = old, new = new }
+    end
+  end
   -- written piece by piece (a large stream output is encoded a piece at a time)
-  M.write_nofollow(nb.path, function(emit)
+  nb._disk_id = M.write_nofollow(nb.path, function(emit)
     nb:write_json(emit, true)
     emit("\n")
   end)
+  return note
 end
 
 -- Ends a session and forgets it (its notebook stays on disk).
@@ -1092,6 +1151,10 @@ function Server:finish(s, e)
     e.cell.metadata.execution_status = (e.result == "ok") and "complete" or "error"
     s.nb:touch(e.cell)
     local ok, err = pcall(s.nb.save, s.nb)
+    if ok and err then -- saved, under a new name: someone else changed the file (save_nofollow)
+      e.save_warning = fork_note(err, e.req and e.req.scope and true)
+      log("session %s: %s", s.id, fork_note(err))
+    end
     -- what the save encoded, piece by piece, is garbage now: collected at once after a cell that
     -- kept much; after other cells the incremental collector takes it (a full collection after
     -- every cell is a pass over the whole heap per cell: `x = 1` on a 200-cell notebook, three
@@ -1117,9 +1180,13 @@ function Server:finish(s, e)
       outs[#outs + 1] = { output_type = "stream", name = "stderr",
                           text = ("[seer] the notebook could not be saved: %s; the previous file is kept and the next save that works writes everything\n"):format(e.save_error) }
     end
+    if e.save_warning then
+      outs[#outs + 1] = { output_type = "stream", name = "stderr", text = ("[seer] %s\n"):format(e.save_warning) }
+    end
     local content = { result = e.result, execution_count = r.execution_count or json.null, outputs = outs,
                       truncated = truncated or e.record ~= nil, dropped = e.dropped_record or json.null,
-                      save_error = e.save_error or json.null }
+                      save_error = e.save_error or json.null, save_warning = e.save_warning or json.null,
+                      notebook_path = s.nb.path }
     if e.cell then
       for i, c in ipairs(s.nb:code_cells()) do if c == e.cell then content.cell_index = i - 1 end end
     end
@@ -1259,6 +1326,14 @@ local MAX_NOTEBOOK_BYTES = 256 * 1024 * 1024
 
 local function errno_text() return ffi.string(ffi.C.strerror(ffi.errno())) end
 
+local STATX_BASIC, AT_SYMLINK_NOFOLLOW_ = 0x7ff, 0x100
+-- A file as saves tell it apart: "dev:ino:size:mtime" (a writer that renames a new file over it
+-- changes the inode, one that writes in place the size or the time).
+local function identity_of(st)
+  return ("%d.%d:%s:%s:%d.%09d"):format(st.stx_dev_major, st.stx_dev_minor, tostring(st.stx_ino):gsub("U?LL$", ""),
+    tostring(st.stx_size):gsub("U?LL$", ""), tonumber(st.stx_mtime.tv_sec), st.stx_mtime.tv_nsec)
+end
+
 -- Opens dir/name for reading, following no symbolic link anywhere in the path: dir is a real
 -- path the host resolved when the session started, so a link in it now was planted. Returns
 -- an fd, or nil and why. openat2 does it in one call; kernels before 5.6 walk the components
@@ -1279,6 +1354,19 @@ local function open_dir_nofollow(dir)
   end
   if dfd < 0 then return nil, ("the folder %s cannot be opened without following links: %s"):format(dir, errno_text()) end
   return dfd
+end
+
+-- The identity (identity_of) of the file at path, no link followed; nil when there is none.
+function M.file_identity(path)
+  local dir, name = tostring(path):match("^(.*)/([^/]+)$")
+  if not dir or dir == "" then return nil end
+  local dfd = open_dir_nofollow(dir)
+  if not dfd then return nil end
+  local st = ffi.new("struct seer_statx")
+  local r = ffi.C.statx(dfd, name, AT_SYMLINK_NOFOLLOW_, STATX_BASIC, st)
+  ffi.C.close(dfd)
+  if r ~= 0 then return nil end
+  return identity_of(st)
 end
 
 local function open_nofollow(dir, name)
@@ -1312,7 +1400,7 @@ local function write_nofollow(path, text)
     ffi.C.close(dfd)
     error(("writing %s: %s"):format(path, why), 0)
   end
-  local renamed = false
+  local renamed, written_id = false, nil
   local ok, err = pcall(function()
     -- small writes are gathered into 1 MiB before they reach the file
     local pending, pending_n = {}, 0
@@ -1346,6 +1434,9 @@ local function write_nofollow(path, text)
     else emit(text) end
     write_all(table.concat(pending))
     if ffi.C.fsync(fd) ~= 0 then error(errno_text(), 0) end
+    -- what this file is, as the next save checks it is still there (save_nofollow)
+    local st = ffi.new("struct seer_statx")
+    if ffi.C.statx(fd, "", AT_EMPTY_PATH, STATX_BASIC, st) == 0 then written_id = identity_of(st) end
     local c = ffi.C.close(fd)
     fd = -1
     if c ~= 0 then error(errno_text(), 0) end
@@ -1359,6 +1450,7 @@ local function write_nofollow(path, text)
     reraise_interrupt(err)
     error(("writing %s: %s"):format(path, tostring(err)), 0)
   end
+  return written_id
 end
 M.write_nofollow = write_nofollow
 
@@ -1402,7 +1494,7 @@ M.sweep_temporaries = sweep_temporaries
 -- The text of a regular file opened by open_nofollow (closes fd); nil and why otherwise.
 local function read_regular(fd)
   local st = ffi.new("struct seer_statx")
-  if ffi.C.statx(fd, "", AT_EMPTY_PATH, bit.bor(STATX_TYPE, STATX_SIZE), st) ~= 0 then
+  if ffi.C.statx(fd, "", AT_EMPTY_PATH, STATX_BASIC, st) ~= 0 then
     local why = errno_text()
     ffi.C.close(fd)
     return nil, why
@@ -1420,7 +1512,7 @@ local function read_regular(fd)
     parts[#parts + 1] = ffi.string(buf, n)
   end
   ffi.C.close(fd)
-  return table.concat(parts)
+  return table.concat(parts), identity_of(st)
 end
 M.open_nofollow, M.read_regular = open_nofollow, read_regular
 
@@ -1567,14 +1659,16 @@ function Server:scoped_start_session(req)
       if not name then return self:reply_error(req, "ValueError", ("start_session: %s: %s"):format(field, why)) end
       local dir = tpl.notebook_dir
       local fd, err = open_nofollow(dir, name)
-      local text
+      local text, disk_id
       if fd then text, err = read_regular(fd) end
+      if text then disk_id, err = err, nil end
       if not text then
         local have = notebooks_in(dir)
         return self:reply_error(req, "NotebookNotFound", ("%s: cannot open notebook %s of the session's output directory (%s); notebooks there: %s")
           :format(field, name, err, #have > 0 and table.concat(have, ", ") or "none"))
       end
       content[field] = dir .. "/" .. name
+      if field == "resume" then content.disk_id = disk_id end
       -- The session reads the bytes read above, never the path again.
       content.load = function(path)
         local ok, doc = pcall(json.decode, text)
@@ -1720,7 +1814,8 @@ function handlers.add_markdown(self, req)
     return self:reply_error(req, "ValueError", "add_markdown: content.content must be a string")
   end
   local n = s.nb:add_markdown(req.content.content)
-  s.nb:save()
+  local note = s.nb:save()
+  if note then log("session %s: %s", s.id, fork_note(note)) end
   self:publish(s, true)
   self:reply(req, { cell_number = n })
 end
@@ -2116,6 +2211,9 @@ function M.serve(opts)
   -- garbage at once: a shorter pause keeps the peak near what it keeps (GC cycles are cheap here).
   collectgarbage("setpause", 120)
   if os.getenv("SEER_DIE_WITH_PARENT") == "1" then process.die_with_parent() end
+  -- SIGTERM ends the server as Ctrl-C does: notebooks saved, a running cell's output kept and
+  -- the cell marked, kernels stopped (a second SIGTERM ends it at once)
+  pcall(function() require("seer.core.sigterm").term_as_interrupt() end)
   local self = setmetatable({ sessions = {}, id = net.uuid(), host = opts.host, max_output = opts.max_output,
                               limits = opts.limits or default_limits(),
                               key = os.getenv("SEER_NOTEBOOK_KEY") or net.new_key(),
