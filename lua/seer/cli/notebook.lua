@@ -623,7 +623,8 @@ function Server:new_session(req, c)
     local holder = self:session_holding(c.resume, c.disk_id)
     if holder then
       return self:reply_error(req, "NotebookInUse", ("start_session: resume: %s is the notebook of live session %s on this server; resuming it would make two sessions overwrite one file. Use continue_notebook (start_session with continue), which re-runs it under a new name, or end session %s first")
-        :format(c.resume, holder.id, holder.id))
+        -- a scope (a sandbox) is told the file's name only, never the host path
+        :format(req.scope and (c.resume:match("([^/]+)$") or c.resume) or c.resume, holder.id, holder.id))
     end
     nb = load(c.resume)
     -- what was read: a save that finds another file there does not overwrite it (save_nofollow)
