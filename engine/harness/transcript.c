@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -126,7 +127,15 @@ int seer_harness_transcript_write(seer_harness_transcript_t *t, cJSON *event, se
         ssize_t w = write(t->fd, line + off, n + 1 - off);
         if (w < 0) {
             if (errno == EINTR) continue;
-            rc = seer_err_set(err, SEER_EIO, "transcript: writing %s: %s", t->path, strerror(errno));
+            int e = errno;
+            /* a line cut by a full disk would leave the file ending mid-line (the only line, if it
+             * was the first, so no reader takes the file): the part written goes again */
+            struct stat st;
+            int cut = off > 0 && fstat(t->fd, &st) == 0 && (size_t)st.st_size >= off &&
+                      ftruncate(t->fd, st.st_size - (off_t)off) == 0;
+            rc = seer_err_set(err, SEER_EIO, "transcript: writing %s: %s%s", t->path, strerror(e),
+                              cut ? " (the line it was writing was removed; the file ends with the last whole line)" : "");
+            if (cut) off = 0;
             break;
         }
         off += (size_t)w;

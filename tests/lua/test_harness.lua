@@ -656,3 +656,32 @@ print("ok=" .. tostring(ok) .. " hwm_kib=" .. hwm .. " err=" .. tostring(ok and 
   child:stop(200)
   if not ok then error(err, 0) end
 end)
+
+T.test("a transcript write cut by a full disk is removed: the file ends with its last whole line", function()
+  -- a 4 KiB tmpfs (root only: skipped otherwise): a run on a full disk left a transcript whose
+  -- only line was cut, which no reader takes
+  local dir = T.tmpdir() .. "/full"
+  os.execute("mkdir -p '" .. dir .. "'")
+  if os.execute(("mount -t tmpfs -o size=4k tmpfs '%s' 2>/dev/null"):format(dir)) ~= 0 then
+    T.skip("cannot mount a small tmpfs here (needs root)")
+  end
+  local ok, err = pcall(function()
+    local t = core.transcript(dir .. "/t.jsonl", {}, 0)
+    local wrote, failure = 0, nil
+    for i = 1, 200 do
+      local okw, e = pcall(t.write, t, json.encode{ type = "note", i = i, text = ("x"):rep(700) })
+      if not okw then failure = tostring(e) break end
+      wrote = wrote + 1
+    end
+    t:close()
+    T.ok(failure, "the disk never filled")
+    T.contains(failure, "the line it was writing was removed")
+    local text = seer.read_file(dir .. "/t.jsonl")
+    T.eq(text:sub(-1), "\n", "the file ends mid-line")
+    local n = 0
+    for line in text:gmatch("([^\n]*)\n") do n = n + 1; T.eq(json.decode(line).i, n) end
+    T.eq(n, wrote)
+  end)
+  os.execute(("umount '%s'"):format(dir))
+  if not ok then error(err, 0) end
+end)
