@@ -666,6 +666,33 @@ static int parse_endpoint(guard_t *g, const char *ep, seer_err_t *err) {
     return 0;
 }
 
+/* A new guard with these limits (0: the defaults), the thread started; NULL with err set. */
+static guard_t *new_guard(size_t max_bytes, size_t max_frames, seer_err_t *err) {
+    pthread_once(&g_once, start);
+    if (!g_dir[0]) {
+        seer_err_set(err, SEER_EIO, "net: cannot start the connection guard: %s", strerror(g_start_errno));
+        return NULL;
+    }
+    guard_t *g = calloc(1, sizeof *g);
+    if (!g) {
+        seer_err_set(err, SEER_ENOMEM, "net: out of memory");
+        return NULL;
+    }
+    g->max_bytes = max_bytes ? max_bytes : SEER_NET_MAX_BYTES;
+    g->max_frames = max_frames ? max_frames : SEER_NET_MAX_FRAMES;
+    return g;
+}
+
+/* Hands a guard whose listener is open to the thread. */
+static void *add_guard(guard_t *g) {
+    pthread_mutex_lock(&g_mu);
+    g->next = g_guards;
+    g_guards = g;
+    pthread_mutex_unlock(&g_mu);
+    wake();
+    return g;
+}
+
 /* The public side of a guarded bind: a listener at the endpoint g names; its actual endpoint
  * (a wildcard port resolved) into pub. */
 static int listen_public(guard_t *g, const char *endpoint, char *pub, size_t pub_cap, seer_err_t *err) {
@@ -715,18 +742,8 @@ static int listen_public(guard_t *g, const char *endpoint, char *pub, size_t pub
 
 static void *open_guard(const char *endpoint, int bind_mode, size_t max_bytes, size_t max_frames, char *local,
                         size_t local_cap, char *pub, size_t pub_cap, seer_err_t *err) {
-    pthread_once(&g_once, start);
-    if (!g_dir[0]) {
-        seer_err_set(err, SEER_EIO, "net: cannot start the connection guard: %s", strerror(g_start_errno));
-        return NULL;
-    }
-    guard_t *g = calloc(1, sizeof *g);
-    if (!g) {
-        seer_err_set(err, SEER_ENOMEM, "net: out of memory");
-        return NULL;
-    }
-    g->max_bytes = max_bytes ? max_bytes : SEER_NET_MAX_BYTES;
-    g->max_frames = max_frames ? max_frames : SEER_NET_MAX_FRAMES;
+    guard_t *g = new_guard(max_bytes, max_frames, err);
+    if (!g) return NULL;
     g->bind_mode = bind_mode;
     if (bind_mode && strncmp(endpoint, "tcp://", 6) == 0 && strstr(endpoint, ":*")) {
         char e2[300]; /* a wildcard port: 0 to the kernel */
@@ -764,12 +781,7 @@ static void *open_guard(const char *endpoint, int bind_mode, size_t max_bytes, s
             free(g);
             return NULL;
         }
-        pthread_mutex_lock(&g_mu);
-        g->next = g_guards;
-        g_guards = g;
-        pthread_mutex_unlock(&g_mu);
-        wake();
-        return g;
+        return add_guard(g);
     }
     struct sockaddr_un un = {.sun_family = AF_UNIX};
     snprintf(un.sun_path, sizeof un.sun_path, "%s", g->path);
@@ -790,12 +802,7 @@ static void *open_guard(const char *endpoint, int bind_mode, size_t max_bytes, s
         free(g);
         return NULL;
     }
-    pthread_mutex_lock(&g_mu);
-    g->next = g_guards;
-    g_guards = g;
-    pthread_mutex_unlock(&g_mu);
-    wake();
-    return g;
+    return add_guard(g);
 }
 
 void *seer_net_guard_open(const char *endpoint, size_t max_bytes, size_t max_frames, char *local, size_t local_cap,
@@ -810,18 +817,8 @@ void *seer_net_guard_bind(const char *endpoint, size_t max_bytes, size_t max_fra
 
 void *seer_net_guard_relay(const char *listen_path, const char *endpoint, size_t max_bytes, size_t max_frames,
                            seer_err_t *err) {
-    pthread_once(&g_once, start);
-    if (!g_dir[0]) {
-        seer_err_set(err, SEER_EIO, "net: cannot start the connection guard: %s", strerror(g_start_errno));
-        return NULL;
-    }
-    guard_t *g = calloc(1, sizeof *g);
-    if (!g) {
-        seer_err_set(err, SEER_ENOMEM, "net: out of memory");
-        return NULL;
-    }
-    g->max_bytes = max_bytes ? max_bytes : SEER_NET_MAX_BYTES;
-    g->max_frames = max_frames ? max_frames : SEER_NET_MAX_FRAMES;
+    guard_t *g = new_guard(max_bytes, max_frames, err);
+    if (!g) return NULL;
     g->relay = 1;
     if (parse_endpoint(g, endpoint, err) != 0) {
         free(g);
@@ -845,12 +842,7 @@ void *seer_net_guard_relay(const char *listen_path, const char *endpoint, size_t
     }
     pthread_mutex_init(&g->why_mu, NULL);
     g->lep = (ep_t){EP_LISTEN, g};
-    pthread_mutex_lock(&g_mu);
-    g->next = g_guards;
-    g_guards = g;
-    pthread_mutex_unlock(&g_mu);
-    wake();
-    return g;
+    return add_guard(g);
 }
 
 unsigned long seer_net_guard_cuts(void *guard, char *why, size_t why_cap) {
