@@ -478,8 +478,31 @@ function M.filter(opts)
       -- bytes the client sent after its CONNECT head (a TLS hello sent early) go upstream
       p.pb = head:match("\r\n\r\n(.*)$") or ""
     else
-      -- origin-form request line for the server; the rest of the head and any body as sent
-      p.pb = method .. " " .. rest .. " HTTP/1.1" .. head:sub(#first + 1)
+      -- origin-form request line for the server; the head's fields checked and rewritten: the
+      -- Host field must name the URL's host (a Host for another site reached the allowed
+      -- server's virtual hosts), and the connection closes after this one request (a keep-alive
+      -- second request for another host went to the same server unchecked)
+      local fields, body = head:sub(#first + 1):match("^(.-\r\n)\r\n(.*)$")
+      if not fields then fields, body = "\r\n", "" end
+      local out = { method .. " " .. rest .. " HTTP/1.1" }
+      local want = host .. ":" .. port
+      for line in fields:gmatch("\r\n([^\r\n]*)") do
+        local k, v = line:match("^([^:%s]+):[ \t]*(.-)[ \t]*$")
+        local lk = k and k:lower()
+        if lk == "host" then
+          local hv = v:lower():gsub("%.?:", ":"):gsub("%.$", "")
+          if hv ~= want and not (port == 80 and hv == host) then
+            sock.close(up)
+            return refuse("400 Bad Request", hp, ("the Host field names %s, the URL names %s; they must agree")
+              :format(escape(v, LOG_HOST), hp))
+          end
+        elseif lk ~= "connection" and lk ~= "proxy-connection" and lk ~= "keep-alive" and k then
+          out[#out + 1] = line
+        end
+      end
+      out[#out + 1] = "Host: " .. (port == 80 and host or want)
+      out[#out + 1] = "Connection: close"
+      p.pb = table.concat(out, "\r\n") .. "\r\n\r\n" .. body
     end
     return p
   end

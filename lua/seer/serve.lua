@@ -68,8 +68,12 @@ local function parse_head(head)
   local method, path = head:match("^(%u+) (%S+) HTTP/1%.[01]\r?\n?")
   if not method then return nil, 400, "not an HTTP/1.x request" end
   local headers = {}
+  -- Lines end in CRLF; a bare LF, a name with spaces before its colon or a line without one is
+  -- refused (RFC 9112), not read one way here and another by whoever relays the request.
+  if head:gsub("\r\n", ""):find("[\r\n]") then return nil, 400, "header lines must end in CRLF, not a bare LF or CR" end
   for line in head:gmatch("\r\n([^\r\n]*)") do
-    local k, v = line:match("^([^:]+):%s*(.-)%s*$")
+    local k, v = line:match("^([!#$%%&'*+%-.^_`|~%w]+):[ \t]*(.-)[ \t]*$")
+    if not k then return nil, 400, "a malformed header line (a name of token characters, then a colon, is required)" end
     if k then
       k = k:lower()
       -- two Host or Origin headers: which one a check saw and which one a proxy used could differ
@@ -530,8 +534,9 @@ function M.serve(opts)
     if headers["transfer-encoding"] then
       return refuse(c, 400, "chunked request bodies are not supported; send Content-Length", cors, true)
     end
-    local len = tonumber(headers["content-length"] or "0")
-    if not len or len < 0 or len ~= math.floor(len) then return refuse(c, 400, "bad Content-Length", cors, true) end
+    local cl = headers["content-length"] or "0"
+    local len = cl:match("^%d+$") and #cl <= 12 and tonumber(cl) or nil
+    if not len then return refuse(c, 400, "bad Content-Length (digits only)", cors, true) end
     if len > MAX_BODY then return refuse(c, 413, "the request body is larger than 4 MiB", cors, true) end
     c.method, c.path, c.headers, c.cors, c.need = method, path, headers, cors, len
     if #rest >= len then return complete(c, rest:sub(1, len)) end

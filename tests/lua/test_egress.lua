@@ -390,6 +390,45 @@ T.test("a flood of refused requests (5000, 8 KiB hosts) leaves egress.log under 
   end)
 end)
 
+T.test("plain HTTP: the Host field must name the URL's host, and one request per connection (Connection: close)", function()
+  -- an upstream that records what reaches it (a listed name on shared virtual hosting: a Host for
+  -- another site, or a keep-alive second request for one, went to it unchecked)
+  local rec = dir .. "/upstream.log"
+  local up = process.spawn{ argv = { "/usr/bin/python3", "-c", [[
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", 0)); s.listen(8)
+print(s.getsockname()[1], flush=True)
+CRLF2 = bytes([13, 10, 13, 10])
+while True:
+    c, _ = s.accept(); c.settimeout(1); data = b""
+    try:
+        while CRLF2 not in data:
+            g = c.recv(65536)
+            if not g: break
+            data += g
+    except Exception: pass
+    open(sys.argv[1], "ab").write(data + b"=====")
+    c.sendall(b"HTTP/1.1 200 OK" + CRLF2[:2] + b"Content-Length: 2" + CRLF2[:2] + b"Connection: close" + CRLF2 + b"ok"); c.close()
+]], rec }, stdout = "pipe", stderr = "null" }
+  local port = tonumber((up:read_line(5000)))
+  local a = ("api.allowed.test:%d"):format(port)
+  local ok, err = pcall(with_filter, { a }, ('resolve = { ["api.allowed.test"] = "127.0.0.1" },'), function(sp)
+    local r = ask(sp, "GET http://" .. a .. "/x HTTP/1.1\r\nHost: evil.example\r\n\r\n")
+    T.ok(r:match("^HTTP/1%.1 400"), r)
+    T.contains(r, "the Host field names evil.example")
+    r = ask(sp, "GET http://" .. a .. "/1 HTTP/1.1\r\nHost: API.allowed.test.:" .. port .. "\r\nConnection: keep-alive\r\n\r\n"
+      .. "GET http://evil.example/2 HTTP/1.1\r\nHost: evil.example\r\n\r\n")
+    T.ok(r:match("^HTTP/1%.1 200"), r)
+    local seen = seer.read_file(rec)
+    T.contains(seen, "Host: " .. a .. "\r\n")
+    T.contains(seen, "Connection: close\r\n")
+    T.ok(not seen:find("keep-alive", 1, true), "the client's keep-alive went upstream")
+    T.ok(not seen:find("GET /x", 1, true), "the request with a foreign Host reached the server")
+  end)
+  up:stop(500)
+  if not ok then error(err, 0) end
+end)
+
 T.test("stop the relays", function()
   for _, c in ipairs({ forward, filter, fake, canary }) do if c then c:stop(500) end end
 end)

@@ -513,6 +513,24 @@ T.test("bad usage: beyond loopback without a token, a missing model, an unknown 
   T.contains(run("x --bogus"), "unknown option --bogus")
 end)
 
+T.test("headers are parsed strictly: a space before the colon, a bare LF or a Content-Length not of digits is a 400", function()
+  -- each was read leniently: "Host : evil.com" skipped the Host check, "+13" was a length of 13
+  local i = plain()
+  local host = "Host: 127.0.0.1:" .. i.port .. "\r\n"
+  local body = '{"model":"x"}'
+  for _, req in ipairs({
+    "GET /v1/models HTTP/1.1\r\nHost : evil.com\r\n\r\n",
+    "GET /v1/models HTTP/1.1\r\n" .. host .. "X: y\nOrigin: http://evil.com\r\n\r\n",
+    "POST /v1/completions HTTP/1.1\r\n" .. host .. "Content-Length: +13\r\n\r\n" .. body,
+    "POST /v1/completions HTTP/1.1\r\n" .. host .. "Content-Length: 0x0d\r\n\r\n" .. body,
+    "POST /v1/completions HTTP/1.1\r\n" .. host .. "Transfer-Encoding : chunked\r\n\r\n",
+  }) do
+    local got = raw(i.port, req, 3000)
+    T.ok(got:match("^HTTP/1%.1 400"), ("%q -> %s"):format(req, got:sub(1, 60)))
+  end
+  T.ok(raw(i.port, "GET /v1/models HTTP/1.1\r\n" .. host .. "\r\n", 3000):match("^HTTP/1%.1 200"), "a plain request")
+end)
+
 T.test("Ctrl-C ends seer serve", function()
   if not srv then return end
   srv:kill(2)
