@@ -89,9 +89,15 @@ static void on_sigint(int sig) {
  * Only scripts: seer's own commands (sandboxd, servers) keep SIGTERM's default. */
 static volatile sig_atomic_t g_term_count;
 
+static unsigned g_term_grace = 15; /* seconds; SEER_SIGTERM_GRACE_S, read when a script starts */
 static void on_sigterm(int sig) {
     if (g_term_count++ == 0 && g_sig_L) {
         if (++g_sig_count == 1) lua_sethook(g_sig_L, on_interrupt_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
+        /* whoever sent it (timeout(1), systemd, kill) sends it once: a process stuck in C code
+         * that never returns to Lua, or a cleanup that hangs, must still end. SIGALRM's default
+         * action ends the process g_term_grace seconds from now (seer sets no alarm itself). */
+        signal(SIGALRM, SIG_DFL);
+        alarm(g_term_grace);
         return;
     }
     signal(sig, SIG_DFL);
@@ -412,6 +418,8 @@ int seer_host_run_file(seer_host_t *h, const char *path, int argc, char **argv, 
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = 0; /* no SA_RESTART, as for SIGINT */
     g_term_count = 0;
+    const char *grace = getenv("SEER_SIGTERM_GRACE_S");
+    if (grace && atoi(grace) >= 1 && atoi(grace) <= 3600) g_term_grace = (unsigned)atoi(grace);
     sigaction(SIGTERM, &sa, &prev);
     rc = seer_host_pcall(h, nargs, 0, err);
     sigaction(SIGTERM, &prev, NULL);

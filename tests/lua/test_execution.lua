@@ -334,6 +334,27 @@ T.test("the reference's positional forms: create_local_notebook_session(ws, name
   T.ok(path and path:find("/outputs/", 1, true) and path:match("_refname%.ipynb$"), text)
 end)
 
+T.test("SIGTERM to a script whose cleanup never ends still ends it (SEER_SIGTERM_GRACE_S later)", function()
+  -- timeout(1), systemd and kill send SIGTERM once: a script that caught the interrupt and kept
+  -- going (or code stuck where it never returns to Lua) ran on forever
+  local dir = T.tmpdir()
+  seer.write_file(dir .. "/stuck.lua", [==[
+io.stdout:write("READY\n") io.stdout:flush()
+while true do pcall(function() while true do require("seer.process").sleep_ms(50) end end) end
+]==])
+  local process = require "seer.process"
+  local c = process.spawn{ argv = { require("seer.jupyter").seer_binary(), dir .. "/stuck.lua" }, env = { SEER_SIGTERM_GRACE_S = "2" },
+                           stdout = "pipe", stderr = "null" }
+  T.eq(c:read_line(10000), "READY")
+  local t0 = process.now_ms()
+  c:kill(15)
+  local ended = c:wait(10000)
+  local took = process.now_ms() - t0
+  if not ended then c:kill(9) c:wait(2000) end
+  T.ok(ended, "the script ran on 10 s after SIGTERM")
+  T.ok(took >= 1500 and took < 6000, ("it ended %d ms after SIGTERM (grace 2 s)"):format(took))
+end)
+
 T.test("SIGTERM to a script ends it as Ctrl-C does: its cleanup runs and the running cell's output so far is saved", function()
   local dir = T.tmpdir()
   seer.write_file(dir .. "/t.lua", ([==[
