@@ -231,8 +231,11 @@ mcp_attack{
         T.ok(not r.text:find("HOST-NOTEBOOK-SECRET", 1, true) and not r.text:find("host secret", 1, true), "a host file leaked")
       end
     end
-    -- the session's own notebook (a regular file there) resumes in the sandbox
-    local own = ok_call(call(c, "start_session_resume_notebook", { notebook_path = s.notebook_path:match("[^/]+$") }), "resume own")
+    -- control: the session's own notebook (a regular file there) is found and continued in the
+    -- sandbox (resuming it is refused while its session lives: two sessions would save one file)
+    local name = s.notebook_path:match("[^/]+$")
+    refused(call(c, "start_session_resume_notebook", { notebook_path = name }), "NotebookInUse", "resume own live")
+    local own = ok_call(call(c, "start_session_continue_notebook", { notebook_path = name }), "continue own")
     T.eq(own.structured.cells_run, 1)
     ok_call(call(c, "shutdown_session", { session_id = own.structured.session_id }))
   end,
