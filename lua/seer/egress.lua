@@ -303,8 +303,9 @@ local function run_loop(listen_fd, on_accept, should_stop)
     local list = { { listen_fd, sock.POLLIN } }
     for _, h in ipairs(heads) do list[#list + 1] = { h.fd, sock.POLLIN } end
     for _, p in ipairs(pairs_) do
-      list[#list + 1] = { p.a, bit.bor(#p.pb < MAX_PENDING and sock.POLLIN or 0, #p.pa > 0 and sock.POLLOUT or 0) }
-      list[#list + 1] = { p.b, bit.bor(#p.pa < MAX_PENDING and sock.POLLIN or 0, #p.pb > 0 and sock.POLLOUT or 0) }
+      -- a side that ended is not read again (what it sent still goes on)
+      list[#list + 1] = { p.a, bit.bor(#p.pb < MAX_PENDING and not p.eof_a and sock.POLLIN or 0, #p.pa > 0 and sock.POLLOUT or 0) }
+      list[#list + 1] = { p.b, bit.bor(#p.pa < MAX_PENDING and not p.eof_b and sock.POLLIN or 0, #p.pb > 0 and sock.POLLOUT or 0) }
     end
     local rev = sock.poll(list, 500)
     local now = process.now_ms()
@@ -342,14 +343,17 @@ local function run_loop(listen_fd, on_accept, should_stop)
       local ra, rb = rev[k], rev[k + 1]
       k = k + 2
       local closed = false
-      local function pump(from, r, into)
-        if bit.band(r, bit.bor(sock.POLLIN, sock.POLLHUP, sock.POLLERR)) ~= 0 then
+      -- The end of one side's stream is passed on once what it sent has gone: a server that
+      -- closes right after its response (Connection: close) had the pending tail of that
+      -- response cut off when both sides were closed at once.
+      local function pump(from, r, into, eof)
+        if not p[eof] and bit.band(r, bit.bor(sock.POLLIN, sock.POLLHUP, sock.POLLERR)) ~= 0 then
           local got = sock.recv(from)
-          if got == "" then closed = true elseif got then p[into] = p[into] .. got; p.t = now end
+          if got == "" then p[eof] = true elseif got then p[into] = p[into] .. got; p.t = now end
         end
       end
-      pump(p.a, ra, "pb")
-      pump(p.b, rb, "pa")
+      pump(p.a, ra, "pb", "eof_a")
+      pump(p.b, rb, "pa", "eof_b")
       -- Non-blocking: what a socket does not take now stays pending (and stops reading the
       -- other side past MAX_PENDING), so one slow peer never stalls the others.
       for _, side in ipairs({ { p.a, "pa" }, { p.b, "pb" } }) do
@@ -358,6 +362,10 @@ local function run_loop(listen_fd, on_accept, should_stop)
           if not n then closed = true else p[side[2]] = p[side[2]]:sub(n + 1) end
         end
       end
+      -- the client ended its side: the server gets the end once the request has gone
+      if p.eof_a and not p.shut_b and #p.pb == 0 then sock.shutdown_write(p.b); p.shut_b = true end
+      -- the server ended: done once all of its answer reached the client
+      if p.eof_b and #p.pa == 0 then closed = true end
       if closed or now - p.t > IDLE_MS then sock.close(p.a); sock.close(p.b)
       else alive[#alive + 1] = p end
     end

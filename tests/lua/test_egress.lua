@@ -429,6 +429,47 @@ while True:
   if not ok then error(err, 0) end
 end)
 
+T.test("a server that closes right after a large answer: the slow client still gets all of it", function()
+  -- both sides were closed as soon as one ended, cutting off what was still pending for the client
+  local up = process.spawn{ argv = { "/usr/bin/python3", "-c", [[
+import socket
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", 0)); s.listen(4)
+print(s.getsockname()[1], flush=True)
+CRLF = bytes([13, 10])
+while True:
+    c, _ = s.accept(); c.settimeout(2)
+    try:
+        c.recv(65536)
+    except Exception: pass
+    body = b"z" * 4000000
+    c.sendall(b"HTTP/1.1 200 OK" + CRLF + b"Content-Length: " + str(len(body)).encode() + CRLF + b"Connection: close" + CRLF + CRLF + body)
+    c.close()
+]] }, stdout = "pipe", stderr = "null" }
+  local port = tonumber((up:read_line(5000)))
+  local a = ("api.allowed.test:%d"):format(port)
+  local ok, err = pcall(with_filter, { a }, ('resolve = { ["api.allowed.test"] = "127.0.0.1" },'), function(sp)
+    local fd = assert(sock.connect_unix(sp, 2000))
+    sock.send_all(fd, "GET http://" .. a .. "/big HTTP/1.1\r\nHost: " .. a .. "\r\n\r\n", 2000)
+    process.sleep_ms(800) -- the server has sent everything and closed; the relay holds the rest
+    local got, deadline = {}, process.now_ms() + 10000
+    local n = 0
+    while process.now_ms() < deadline do
+      if sock.wait(fd, sock.POLLIN, 200) then
+        -- a slow reader: the relay's pending bytes for it outlive the server's end of stream
+        local g = sock.recv(fd, 16384)
+        if g == "" then break elseif g then got[#got + 1] = g; n = n + #g end
+        process.sleep_ms(2)
+      end
+    end
+    sock.close(fd)
+    local text = table.concat(got)
+    local body = text:match("\r\n\r\n(.*)$") or ""
+    T.eq(#body, 4000000, "the client got the whole answer")
+  end)
+  up:stop(500)
+  if not ok then error(err, 0) end
+end)
+
 T.test("stop the relays", function()
   for _, c in ipairs({ forward, filter, fake, canary }) do if c then c:stop(500) end end
 end)
