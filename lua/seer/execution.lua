@@ -22,6 +22,36 @@ local REQUEST_TIMEOUT_MS = 60000
 
 local server -- this process's own server: {child, sock, key, token, endpoint, url, session, sessions, inbox}
 
+-- Notebook servers this process found ended while it used them ({at_ms, what}): an experiment's
+-- summary reads them (M.server_failures), so a run whose server died is not reported completed.
+local server_deaths = {}
+local function note_death(srv, what)
+  if srv.death_noted then return end
+  srv.death_noted = true
+  server_deaths[#server_deaths + 1] = { at_ms = process.now_ms(), what = what }
+end
+
+-- Whether nothing listens at a server's request endpoint any more: a connect to its unix socket
+-- (or loopback port) is refused or the socket file is gone. A live server accepts even while it
+-- is busy, so a refusal is definite; anything else (a timeout, another host) is not taken as an
+-- end. Cheap: one connect, closed at once. The path is the server's own runtime folder.
+local function endpoint_gone(endpoint)
+  local s = require "seer.sock"
+  local fd, why
+  local path = endpoint:match("^ipc://(.+)$")
+  if path then
+    fd, why = s.connect_unix(path, 1000)
+  else
+    local ip, port = endpoint:match("^tcp://(%d+%.%d+%.%d+%.%d+):(%d+)$")
+    if not ip or ip == "0.0.0.0" then return false end
+    fd, why = s.connect_tcp(ip, tonumber(port), 1000)
+  end
+  if fd then s.close(fd) return false end
+  why = tostring(why)
+  if why:find("refused", 1, true) or why:find("No such file", 1, true) then return true, why end
+  return false
+end
+
 -- How a request waits for its reply. By default it blocks this process on the socket; a host
 -- that runs several things at once (seer mcp notebook runs each tool call in a coroutine)
 -- installs a waiter that yields instead. wait(sock, timeout_ms, ready) returns when sock may be
@@ -40,7 +70,11 @@ function M.set_waiter(fn)
 end
 
 local function start_server()
-  if server and server.child:alive() then return server end
+  if server then
+    local alive, how = server.child:alive()
+    if alive then return server end
+    note_death(server, ("the notebook server %s"):format(how))
+  end
   local key, token = net.new_key(), net.new_key():sub(1, 48)
   local child = process.spawn{
     argv = { jupyter.seer_binary(), "notebook", "serve" },
@@ -88,7 +122,8 @@ local function sandbox_server(sandbox)
       sock:connect(rec.endpoint)
       srv = { sock = sock, key = rec.key, token = rec.token, endpoint = rec.endpoint, url = rec.url, session = net.uuid(),
               inbox = {}, owned = false,
-              probe = function() if up() then return true end return false, "its process has ended" end }
+              probe = function() if up() then return true end return false, "its process has ended" end,
+              gone = function() if up() then return false end return true, "its process has ended" end }
       sandbox_servers[sandbox.sandbox_id] = srv
       return srv
     end
@@ -139,6 +174,27 @@ getmetatable(server_sentinel).__gc = function()
   end)
 end
 M._server_sentinel = server_sentinel
+---The notebook servers this process used that have ended since `since_ms` (process.now_ms()
+---time; default all): found ended by a request, or, for those it started, ended now. One line
+---each ("the notebook server was killed by signal 9"); an empty list when none. An
+---experiment's summary is marked failed when a server of its run ended (seer.experiment).
+---@param since_ms? number
+---@return string[]
+function M.server_failures(since_ms)
+  since_ms = since_ms or 0
+  -- this process's own server runs until the process ends (a sandbox's server ends with the
+  -- sandbox, so only a request finds that one ended)
+  if server and not server.death_noted then
+    local alive, how = server.child:alive()
+    if not alive then note_death(server, ("the notebook server %s"):format(how)) end
+  end
+  local out = {}
+  for _, d in ipairs(server_deaths) do
+    if d.at_ms >= since_ms then out[#out + 1] = d.what end
+  end
+  return out
+end
+
 -- for tests: this process's server's request endpoint (its runtime folder holds the socket)
 function M._server_endpoint() return server and server.endpoint end
 
@@ -181,6 +237,7 @@ local function request_on(srv, msg_type, content, opts)
   local ready = function() return #box > 0 end
   local ok, res = pcall(function()
     local quiet_since = process.now_ms()
+    local gone_checked = quiet_since
     while true do
       pump(srv)
       while #box > 0 do
@@ -200,15 +257,30 @@ local function request_on(srv, msg_type, content, opts)
         local alive, how = srv.child:alive()
         if not alive then
           if srv == server then server = nil end
+          note_death(srv, ("the notebook server %s"):format(how))
           error(("the notebook server %s while handling %s; its log is %s"):format(how, msg_type,
             srv.log or "on this process's stderr"), 0)
         end
-      elseif srv.probe and process.now_ms() - quiet_since > 10000 then
-        -- A server this process did not start: every 10 s of silence, check it still answers.
-        quiet_since = process.now_ms()
-        local alive, why = srv.probe()
-        if not alive then
-          error(("the notebook server at %s stopped answering while handling %s (%s)"):format(srv.endpoint, msg_type, why), 0)
+      else
+        -- A server this process did not start: every second of silence, whether anything still
+        -- listens at its endpoint (a refused connect is a definite end: the call fails at once,
+        -- not after the probe's 12 s); every 10 s, whether it still answers.
+        local now = process.now_ms()
+        if srv.gone and now - gone_checked >= 1000 then
+          gone_checked = now
+          local gone, why = srv.gone()
+          if gone then
+            note_death(srv, ("the notebook server at %s ended (%s)"):format(srv.endpoint, why))
+            error(("the notebook server at %s has ended (%s) while handling %s"):format(srv.endpoint, why, msg_type), 0)
+          end
+        end
+        if srv.probe and now - quiet_since > 10000 then
+          quiet_since = now
+          local alive, why = srv.probe()
+          if not alive then
+            note_death(srv, ("the notebook server at %s stopped answering (%s)"):format(srv.endpoint, why))
+            error(("the notebook server at %s stopped answering while handling %s (%s)"):format(srv.endpoint, msg_type, why), 0)
+          end
         end
       end
       if deadline and process.now_ms() > deadline then
@@ -795,6 +867,7 @@ local function remote_server(jupyter_url, timeout_ms)
   local sock = net.socket("dealer", info.key)
   sock:connect(endpoint)
   srv = { sock = sock, key = info.key, endpoint = endpoint, session = net.uuid(), inbox = {}, owned = false,
+          gone = function() return endpoint_gone(endpoint) end,
           probe = function()
             local r, why = http_get.get(info_url, { timeout_ms = 2000 })
             if not r then return false, why end
@@ -874,7 +947,8 @@ function M.bind_sandbox(endpoint, key)
   if not srv then
     local sock = net.socket("dealer", key)
     sock:connect(endpoint)
-    srv = { sock = sock, key = key, endpoint = endpoint, session = net.uuid(), inbox = {}, owned = false }
+    srv = { sock = sock, key = key, endpoint = endpoint, session = net.uuid(), inbox = {}, owned = false,
+            gone = function() return endpoint_gone(endpoint) end }
     -- A silent server is asked scope_info on a socket of its own; no answer in 2 s means it
     -- has ended (or the key is not this scope's: the server drops what it cannot verify).
     srv.probe = function()

@@ -640,7 +640,8 @@ local function write_ledger(run, summary)
 end
 
 ---Writes summary.json and summary.md into the run folder (atomically) and prints the markdown.
----summary.json gets `status = "completed"` (unless the experiment set a status), the
+---summary.json gets `status = "completed"` (unless the experiment set a status; "failed", with
+---`error` and `problems`, when a notebook server of the run ended under it), the
 ---experiment, profile, folder, arguments, wall time and the ledger's totals; ledger.json the
 ---ledger (see M._agent_opts).
 ---@param run seerexperiment.Run
@@ -649,6 +650,22 @@ end
 function M.summary(run, summary, markdown)
   local seer = require "seer"
   summary.status = summary.status or "completed"
+  -- A notebook server of this run that ended under it (killed, crashed): the agent's tool calls
+  -- after that failed, so what it concluded is not a completed run's, whatever it says.
+  local ended = require("seer.execution").server_failures(run.t0)
+  if #ended > 0 then
+    local L = run.ledger or { calls = {} }
+    local errors = 0
+    for _, c in ipairs(L.calls) do if c.is_error then errors = errors + 1 end end
+    summary.problems = json.array(ended)
+    if summary.status == "completed" then
+      summary.status = "failed"
+      summary.error = ("%s during the run; %d of its %d tool calls failed, so the agent worked without its notebook "
+        .. "from then on"):format(ended[1], errors, #L.calls)
+      markdown = ("**Status: failed.** %s.\n\n"):format(summary.error) .. markdown
+      io.stderr:write(("seer.experiment: %s: the run is marked failed (%s)\n"):format(run.name, ended[1]))
+    end
+  end
   markdown = markdown .. write_ledger(run, summary)
   seer.write_file(run.out_dir .. "/summary.json", json.encode(summary, { indent = 2 }) .. "\n")
   seer.write_file(run.out_dir .. "/summary.md", markdown)
