@@ -45,6 +45,10 @@
 #define BUF_CAP (256 * 1024)
 #define MAX_COMMAND 65536
 #define GREETING 64
+/* Peers one guarded bind or relay carries at once (three descriptors and up to 512 KiB each):
+ * anyone who reaches its endpoint could otherwise connect in a loop until this process has no
+ * descriptors (or memory) left. Past it a new connection is accepted and closed at once. */
+#define MAX_PEERS SEER_NET_GUARD_MAX_PEERS
 
 typedef struct pair pair_t;
 
@@ -76,6 +80,8 @@ typedef struct guard {
     int cut_ms;
     long long hold_until;
     int in_epoll;
+    long long accept_hold_until; /* out of descriptors: the listener rests until then */
+    int npairs;
     pair_t *pairs;
     struct guard *next;
 } guard_t;
@@ -161,6 +167,7 @@ static void drop_fd(int *fd) {
 }
 
 static void close_pair(pair_t *p) {
+    p->g->npairs--;
     drop_fd(&p->down);
     drop_fd(&p->up);
     free(p->d2u.b);
@@ -457,13 +464,54 @@ static pair_t *new_pair(guard_t *g, int down, int up) {
     }
     p->next = g->pairs;
     g->pairs = p;
+    g->npairs++;
     return p;
+}
+
+/* Whether this process has descriptors to spare for another pair: FD_SPARE of them can be
+ * opened now (dup'ed from fd, then closed). Costs that many system calls per accepted peer. */
+#define FD_SPARE 24
+static int fds_to_spare(int fd) {
+    int t[FD_SPARE], n = 0, ok = 1;
+    for (; n < FD_SPARE; n++) {
+        t[n] = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        if (t[n] < 0) {
+            ok = 0;
+            break;
+        }
+    }
+    while (n > 0) close(t[--n]);
+    return ok;
 }
 
 static void on_accept(guard_t *g) {
     for (;;) {
         int d = accept4(g->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (d < 0) return;
+        if (d < 0) {
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                /* the connection stays in the backlog and the listener readable: without a rest
+                 * this thread would spin on it until a descriptor frees */
+                epoll_ctl(g_epoll, EPOLL_CTL_DEL, g->lfd, NULL);
+                g->in_epoll = 0;
+                g->accept_hold_until = now_ms() + 100;
+                note(g, "out of descriptors: new connections wait", 0);
+            }
+            return;
+        }
+        if (!fds_to_spare(d)) {
+            /* a pair takes two more descriptors here and, in bind mode, one in libzmq's accept,
+             * which aborts the process when it finds none (ipc_listener.cpp: an assertion) */
+            close(d);
+            note(g, "out of descriptors: a new connection refused", 0);
+            continue;
+        }
+        if ((g->bind_mode || g->relay) && g->npairs >= MAX_PEERS) {
+            close(d);
+            char why[96];
+            snprintf(why, sizeof why, "%d connections at once: another refused", MAX_PEERS);
+            note(g, why, 0);
+            continue;
+        }
         if (g->bind_mode) {
             /* a peer (anyone who reaches the endpoint) on one side, libzmq's bind on the other */
             int z = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -514,7 +562,9 @@ static int sweep(void) {
             pthread_mutex_destroy(&g->why_mu);
             free(g);
         } else {
-            if (!g->in_epoll) {
+            if (!g->in_epoll && g->accept_hold_until > now) {
+                if (next < 0 || g->accept_hold_until < next) next = g->accept_hold_until;
+            } else if (!g->in_epoll) {
                 struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &g->lep};
                 epoll_ctl(g_epoll, EPOLL_CTL_ADD, g->lfd, &ev);
                 g->in_epoll = 1;

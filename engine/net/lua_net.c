@@ -197,6 +197,10 @@ static int l_bind(lua_State *L) {
         seer_err_t err;
         void *g = seer_net_guard_bind(ep, s->rx.max_bytes, s->rx.max_frames, local, sizeof local, last, sizeof last, &err);
         if (!g) return luaL_error(L, "%s", err.msg);
+        /* the guard connects each peer it carries to this bind at once: libzmq's backlog (100)
+         * must hold as many as the guard carries, or a burst of peers loses some (EAGAIN) */
+        int backlog = SEER_NET_GUARD_MAX_PEERS + 16;
+        zmq_setsockopt(s->sock, ZMQ_BACKLOG, &backlog, sizeof backlog);
         if (zmq_bind(s->sock, local) != 0) {
             int e = zmq_errno();
             seer_net_guard_close(g);

@@ -93,6 +93,9 @@ void seer_net_msg_free(seer_net_msg_t *m);
  * comes, never held whole; so is a replay (seer_net_verify_once). Zero limits mean the defaults. */
 #define SEER_NET_MAX_FRAMES 4096
 #define SEER_NET_MAX_BYTES ((size_t)1 << 30)
+/* Peers one guarded bind or relay carries at once; past it a new connection is closed at once
+ * (engine/net/guard.c): a peer connecting in a loop cannot take every descriptor. */
+#define SEER_NET_GUARD_MAX_PEERS 256
 typedef struct seer_net_rx {
     size_t max_frames, max_bytes;
     unsigned long dropped; /* messages this receiver dropped (signature, layout, limits, replays) */

@@ -345,6 +345,76 @@ T.test("net: a relay offers a socket of another side's folder without following 
   for _, x in ipairs({ c2, host_only }) do x:close() end
 end)
 
+-- Opens n connections to a unix socket path from another process and holds them until killed.
+local function connector(path, n)
+  local code = ([[local s = require "seer.sock"
+local held = 0
+for i = 1, %d do
+  local fd = s.connect_unix(%q, 2000)
+  if fd then held = held + 1 end
+  if i %% 20 == 0 then require("seer.process").sleep_ms(2) end -- paced: not a burst the backlogs cut short
+end
+io.stdout:write("held ", held, "\n") io.stdout:flush()
+require("seer.process").sleep_ms(120000)]]):format(n, path)
+  return process.spawn{ argv = { require("seer.jupyter").seer_binary(), "-e", code }, stdout = "pipe" }
+end
+local function nfds(pid)
+  local p = io.popen("ls /proc/" .. (pid or "self") .. "/fd | wc -l")
+  local n = tonumber(p:read("*a"))
+  p:close()
+  return n
+end
+
+T.test("net: a guarded bind carries at most 256 peers; a connect loop cannot take this process's descriptors or spin its guard", function()
+  local dir = process.mkdtemp("/tmp/seer-test-guard-")
+  local path = dir .. "/many.sock"
+  local srv = net.socket("router", "k", { max_bytes = 65536 })
+  srv:bind("ipc://" .. path)
+  local before = nfds()
+  local c = connector(path, 700)
+  T.ok((c:read_line(30000) or ""):match("^held %d+"), "the connector ran")
+  process.sleep_ms(300)
+  local grown = nfds() - before
+  -- three descriptors per carried peer (its connection, the guard's and libzmq's ends)
+  T.ok(grown <= 256 * 3 + 16, ("700 connections took %d descriptors here (at most 256 peers: 784)"):format(grown))
+  local n, why = srv:dropped()
+  T.ok(n >= 1 and why and why:find("256 connections at once", 1, true), ("dropped %s: %s; %d descriptors"):format(n, tostring(why), grown))
+  c:kill(9)
+  c:wait(2000)
+  process.sleep_ms(300)
+  -- the slots free when the peers go: a client gets through
+  local cl = net.socket("dealer", "k")
+  cl:connect("ipc://" .. path)
+  cl:send({ header = net.header("x", "c"), content = { hi = 1 } })
+  T.eq((srv:recv(5000) or { content = {} }).content.hi, 1)
+  cl:close()
+  srv:close()
+  -- out of descriptors (a low limit): the guard's listener rests instead of spinning on accept
+  local victim = process.spawn{ argv = { "sh", "-c", ([[ulimit -n 60; exec '%s' -e '
+local net = require "seer.net"
+local s = net.socket("router", "k", { max_bytes = 65536 })
+s:bind("ipc://%s/low.sock")
+io.stdout:write("bound\n") io.stdout:flush()
+while not io.open("%s/go") do require("seer.process").sleep_ms(20) end
+local function cpu() local f = io.open("/proc/self/stat") local l = f:read("*a") f:close()
+  local r = l:match("%%) (.*)$") local i, t = 0, 0
+  for w in r:gmatch("%%S+") do i = i + 1 if i == 12 or i == 13 then t = t + tonumber(w) end end return t / 100 end
+local c0 = cpu() require("seer.process").sleep_ms(2000)
+io.stdout:write("cpu ", cpu() - c0, " dropped ", select(2, s:dropped()), "\n") io.stdout:flush()']]):format(
+      require("seer.jupyter").seer_binary(), dir, dir) }, stdout = "pipe" }
+  T.eq(victim:read_line(10000), "bound")
+  local c2 = connector(dir .. "/low.sock", 200)
+  T.ok((c2:read_line(30000) or ""):match("^held %d+"), "the connector ran")
+  seer.write_file(dir .. "/go", "")
+  local line = victim:read_line(10000) or ""
+  local cpu = tonumber(line:match("^cpu ([%d.]+)"))
+  T.ok(cpu and cpu < 0.5, "the victim spent " .. line .. " CPU seconds in 2 s (its guard spun on accept)")
+  T.ok(line:find("out of descriptors", 1, true), line)
+  c2:kill(9) c2:wait(2000)
+  victim:kill(9) victim:wait(2000)
+  os.execute("rm -rf " .. dir)
+end)
+
 T.test("net: a socket with limits that binds is guarded too: a connecting peer's endless message is cut, others go on", function()
   -- a host process that binds where a sandbox can connect (the RPC relay in a sandbox's run folder)
   local path = tmp .. "/bound.sock"
