@@ -235,9 +235,11 @@ static int inspect(pair_t *p, const unsigned char *b, size_t n) {
             }
         } else {
             p->msg_frames++;
-            p->msg_bytes += size;
-            if (p->msg_bytes > g->max_bytes || p->msg_frames > g->max_frames) {
-                if (p->msg_bytes > g->max_bytes)
+            /* checked before it is added: a size near 2^64 would wrap the sum below the limit */
+            int too_big = size > g->max_bytes || p->msg_bytes > g->max_bytes - size;
+            if (!too_big) p->msg_bytes += size;
+            if (too_big || p->msg_frames > g->max_frames) {
+                if (too_big)
                     snprintf(why, sizeof why, "a message of more than %zu bytes (this socket's max_bytes); disconnected",
                              g->max_bytes);
                 else
@@ -259,10 +261,14 @@ static int inspect(pair_t *p, const unsigned char *b, size_t n) {
     return 0;
 }
 
+/* Sets the events fd is watched for. No events means out of the epoll set: epoll reports a
+ * hangup or an error whatever the mask, and a side with no room to read it into would be
+ * reported again at once, forever (a peer that filled the buffer and closed spun this thread). */
 static void set_mask(int fd, ep_t *e, unsigned *cur, unsigned want) {
     if (fd < 0 || *cur == want) return;
     struct epoll_event ev = {.events = want, .data.ptr = e};
-    epoll_ctl(g_epoll, EPOLL_CTL_MOD, fd, &ev);
+    if (want == 0) epoll_ctl(g_epoll, EPOLL_CTL_DEL, fd, NULL);
+    else epoll_ctl(g_epoll, *cur == 0 ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, fd, &ev);
     *cur = want;
 }
 

@@ -230,6 +230,7 @@ T.test("net: the guard refuses a frame-count flood, oversized commands and old Z
     { "flood", 100000, 1, "more than 64 frames" },
     { "command", 1, 1024 * 1024, "a ZMTP command of 1048576 bytes" },
     { "zmtp2", 1, 1, "before version 3" },
+    { "overflow", 1, 1, "a message of more than" },
   }
   for i, c in ipairs(cases) do
     local path = ("%s/c%d.sock"):format(tmp, i)
@@ -343,6 +344,36 @@ T.test("net: a relay offers a socket of another side's folder without following 
   T.ok(n >= 1 and why:find("a symbolic link); not followed", 1, true), tostring(why))
   relay:close()
   for _, x in ipairs({ c2, host_only }) do x:close() end
+end)
+
+T.test("net: a peer that hangs up while the guard's buffer is full does not make the guard spin", function()
+  -- a socket that is not read for a while (the RPC client between calls): the peer fills what
+  -- libzmq and the guard will hold, then closes; epoll reports the hangup whatever the mask
+  local dir = process.mkdtemp("/tmp/seer-test-guard-")
+  local path = dir .. "/fill.sock"
+  local p = peer(path, "fill-close", 100000, 65536)
+  local s = net.socket("dealer", "", { max_bytes = 4 * 1024 * 1024, rcvhwm = 4 })
+  s:connect("ipc://" .. path)
+  local line = p:read_line(30000)
+  T.ok(line and line:match("^sent %d+$"), tostring(line))
+  process.sleep_ms(300)
+  local function cpu()
+    local f = io.open("/proc/self/stat") local l = f:read("*a") f:close()
+    local i, t = 0, 0
+    for w in l:match("%) (.*)$"):gmatch("%S+") do i = i + 1 if i == 12 or i == 13 then t = t + tonumber(w) end end
+    return t / 100
+  end
+  local c0 = cpu()
+  process.sleep_ms(2000)
+  local used = cpu() - c0
+  T.ok(used < 0.5, ("this process used %.2f CPU seconds in 2 s while idle (the guard spun on the hangup)"):format(used))
+  -- what the peer sent before it hung up is still delivered, in order
+  local got = 0
+  while s._s:recv_frames(200) do got = got + 1 end
+  T.ok(got >= 1, "the messages sent before the hangup arrive")
+  s:close()
+  p:kill(9) p:wait(2000)
+  os.execute("rm -rf " .. dir)
 end)
 
 -- Opens n connections to a unix socket path from another process and holds them until killed.

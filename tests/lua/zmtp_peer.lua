@@ -7,7 +7,9 @@
 -- It waits for the client to send something first when MODE ends in "-after" (a request), then
 -- sends; it prints "sent K" when done or cut, and exits when the client goes away. MODE
 -- "client-flood" connects to PATH (a socket that binds) instead of binding it. "complete": N
--- whole messages of SIZE bytes, each sent within 3 s or the peer stops.
+-- whole messages of SIZE bytes, each sent within 3 s or the peer stops. "fill-close": whole
+-- messages until the receiver stops taking them for 1 s, then it closes the connection.
+-- "overflow": a frame with MORE, then one whose size is 2^64 - 1.
 local sock = require "seer.sock"
 local process = require "seer.process"
 local path, mode, n, size = arg[1], arg[2], tonumber(arg[3]), tonumber(arg[4])
@@ -71,6 +73,23 @@ elseif mode == "complete" then
     if not sock.send_all(fd, frame, 3000) then break end
     sent = sent + 1
   end
+elseif mode == "overflow" then
+  -- a 2-byte frame with MORE, then a frame that claims 2^64 - 1 bytes: the message's sum wraps
+  -- past 2^64 to 1 byte unless the guard checks before it adds
+  sock.send_all(fd, "\1\2ab" .. "\2" .. ("\255"):rep(8) .. ("z"):rep(4096), 5000)
+  sent = 1
+elseif mode == "fill-close" then
+  -- whole messages until the receiver takes no more for 1 s (its queue and the guard's buffer
+  -- full), then the connection closed: the hangup comes while the guard has no room to read
+  local frame = "\2" .. u64(size) .. ("f"):rep(size)
+  for _ = 1, n do
+    if not sock.send_all(fd, frame, 1000) then break end
+    sent = sent + 1
+  end
+  io.stdout:write(("sent %d\n"):format(sent)) io.stdout:flush()
+  sock.close(fd)
+  process.sleep_ms(20000)
+  os.exit(0)
 elseif mode == "command" then
   sock.send_all(fd, "\6" .. u64(size) .. ("c"):rep(size), 10000)
   sent = 1
