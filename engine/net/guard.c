@@ -68,6 +68,10 @@ typedef struct guard {
     int bind_mode; /* the guard listens at the endpoint for peers; libzmq binds at path */
     int relay;     /* the guard listens at path for anyone there and connects each to the endpoint */
     char up_path[4096];
+    /* a connect beneath a root (seer_net_guard_open_beneath): the socket's folder, opened once
+     * with no link followed below the root, and the socket's name in it; -1 otherwise */
+    int up_dirfd;
+    char up_name[256];
     struct sockaddr_storage up_addr;
     socklen_t up_len;
     size_t max_bytes, max_frames;
@@ -381,7 +385,8 @@ static int connect_up(guard_t *g, int *connecting, char *why, size_t wn) {
     socklen_t sl = g->up_len;
     int pf = -1;
     if (g->ipc && !g->abstract) {
-        pf = open(g->up_path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+        pf = g->up_dirfd >= 0 ? openat(g->up_dirfd, g->up_name, O_PATH | O_NOFOLLOW | O_CLOEXEC)
+                              : open(g->up_path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
         struct stat st;
         if (pf < 0 || fstat(pf, &st) != 0 || !S_ISSOCK(st.st_mode)) {
             /* O_PATH|O_NOFOLLOW opens a link itself; ENOENT (not yet bound) is no refusal */
@@ -564,6 +569,7 @@ static int sweep(void) {
         if (g->closing) {
             *gp = g->next;
             drop_fd(&g->lfd);
+            if (g->up_dirfd >= 0) close(g->up_dirfd);
             unlink(g->path);
             pthread_mutex_destroy(&g->why_mu);
             free(g);
@@ -734,6 +740,7 @@ static guard_t *new_guard(size_t max_bytes, size_t max_frames, seer_err_t *err) 
         seer_err_set(err, SEER_ENOMEM, "net: out of memory");
         return NULL;
     }
+    g->up_dirfd = -1;
     g->max_bytes = max_bytes ? max_bytes : SEER_NET_MAX_BYTES;
     g->max_frames = max_frames ? max_frames : SEER_NET_MAX_FRAMES;
     return g;
@@ -864,6 +871,81 @@ static void *open_guard(const char *endpoint, int bind_mode, size_t max_bytes, s
 void *seer_net_guard_open(const char *endpoint, size_t max_bytes, size_t max_frames, char *local, size_t local_cap,
                           seer_err_t *err) {
     return open_guard(endpoint, 0, max_bytes, max_frames, local, local_cap, NULL, 0, err);
+}
+
+/* Opens the folder of path, which lies beneath root: root itself is trusted (followed), each
+ * folder below it is opened with no link followed (O_NOFOLLOW, one component at a time; "." and
+ * ".." refused). Returns the folder's descriptor and its last component's offset in *name_at,
+ * or -1 with err set. */
+static int open_parent_beneath(const char *path, const char *root, size_t *name_at, seer_err_t *err) {
+    size_t rn = strlen(root);
+    while (rn > 1 && root[rn - 1] == '/') rn--;
+    if (root[0] != '/' || strncmp(path, root, rn) != 0 || path[rn] != '/') {
+        seer_err_set(err, SEER_EINVAL, "net: connect ipc://%.200s: not beneath %.200s", path, root);
+        return -1;
+    }
+    int fd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+        seer_err_set(err, SEER_EIO, "net: connect: cannot open %.200s: %s", root, strerror(errno));
+        return -1;
+    }
+    const char *p = path + rn;
+    for (;;) {
+        while (*p == '/') p++;
+        const char *slash = strchr(p, '/');
+        if (!slash) break; /* p is the socket's name */
+        char comp[256];
+        size_t n = (size_t)(slash - p);
+        if (n == 0 || n >= sizeof comp) {
+            close(fd);
+            seer_err_set(err, SEER_EINVAL, "net: connect ipc://%.200s: a bad path component", path);
+            return -1;
+        }
+        memcpy(comp, p, n);
+        comp[n] = 0;
+        if (strcmp(comp, ".") == 0 || strcmp(comp, "..") == 0) {
+            close(fd);
+            seer_err_set(err, SEER_EINVAL, "net: connect ipc://%.200s: '.' or '..' in the path", path);
+            return -1;
+        }
+        int next = openat(fd, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int e = errno;
+        close(fd);
+        if (next < 0) {
+            seer_err_set(err, SEER_EINVAL, "net: connect ipc://%.200s: %s in the path beneath %.200s %s; not followed", path,
+                         comp, root, e == ELOOP || e == ENOTDIR ? "is a symbolic link or not a folder" : strerror(e));
+            return -1;
+        }
+        fd = next;
+        p = slash + 1;
+    }
+    if (!*p || strcmp(p, ".") == 0 || strcmp(p, "..") == 0 || strlen(p) >= 256) {
+        close(fd);
+        seer_err_set(err, SEER_EINVAL, "net: connect ipc://%.200s: no socket name", path);
+        return -1;
+    }
+    *name_at = (size_t)(p - path);
+    return fd;
+}
+
+void *seer_net_guard_open_beneath(const char *endpoint, const char *root, size_t max_bytes, size_t max_frames,
+                                  char *local, size_t local_cap, seer_err_t *err) {
+    if (strncmp(endpoint, "ipc://", 6) != 0 || endpoint[6] == '@')
+        return open_guard(endpoint, 0, max_bytes, max_frames, local, local_cap, NULL, 0, err);
+    size_t name_at;
+    int dfd = open_parent_beneath(endpoint + 6, root, &name_at, err);
+    if (dfd < 0) return NULL;
+    guard_t *g = open_guard(endpoint, 0, max_bytes, max_frames, local, local_cap, NULL, 0, err);
+    if (!g) {
+        close(dfd);
+        return NULL;
+    }
+    /* the thread reads these only when it connects, after the wake below hands them over */
+    pthread_mutex_lock(&g_mu);
+    snprintf(g->up_name, sizeof g->up_name, "%s", endpoint + 6 + name_at);
+    g->up_dirfd = dfd;
+    pthread_mutex_unlock(&g_mu);
+    return g;
 }
 
 void *seer_net_guard_bind(const char *endpoint, size_t max_bytes, size_t max_frames, char *local, size_t local_cap,

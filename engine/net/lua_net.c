@@ -224,6 +224,11 @@ static int l_bind(lua_State *L) {
 static int l_connect(lua_State *L) {
     sock_ud *s = check_sock(L, 1);
     const char *ep = luaL_checkstring(L, 2);
+    /* s:connect(ep, beneath): an ipc path under a folder the other side can write; nothing below
+     * beneath (trusted itself) is followed, a link in any folder of the path refused */
+    const char *beneath = luaL_optstring(L, 3, NULL);
+    if (beneath && (!s->guarded || s->curve))
+        return luaL_error(L, "net: connect %s beneath %s: only a socket with limits (guarded) can", ep, beneath);
     if (s->guarded && !s->curve && (strncmp(ep, "ipc://", 6) == 0 || strncmp(ep, "tcp://", 6) == 0)) {
         /* the peer's bytes reach libzmq only through the guard, which bounds a message (guard.c) */
         if (s->nguards == MAX_GUARDED_CONNECTS)
@@ -231,7 +236,8 @@ static int l_connect(lua_State *L) {
                               MAX_GUARDED_CONNECTS);
         char local[160];
         seer_err_t err;
-        void *g = seer_net_guard_open(ep, s->rx.max_bytes, s->rx.max_frames, local, sizeof local, &err);
+        void *g = beneath ? seer_net_guard_open_beneath(ep, beneath, s->rx.max_bytes, s->rx.max_frames, local, sizeof local, &err)
+                          : seer_net_guard_open(ep, s->rx.max_bytes, s->rx.max_frames, local, sizeof local, &err);
         if (!g) return luaL_error(L, "%s", err.msg);
         if (zmq_connect(s->sock, local) != 0) {
             int e = zmq_errno();

@@ -176,6 +176,13 @@ void *seer_net_guard_open(const char *endpoint, size_t max_bytes, size_t max_fra
 /* The same for a socket that binds: the guard listens at `endpoint` (ipc:// path or tcp://host:port,
  * port * for any) and hands each peer's connection, checked, to `local` (an ipc:// path in the
  * private folder), where libzmq binds; pub gets the endpoint peers use (the port resolved). */
+/* seer_net_guard_open for an ipc:// path beneath root, a folder whose own path is trusted but
+ * whose contents another side can change: the socket's folder is opened once, now, with no link
+ * followed below root (each reconnect opens the socket's name in that folder, O_NOFOLLOW). NULL
+ * with err set when a folder on the way is a link or missing, or the path is not beneath root.
+ * Endpoints other than ipc paths are guarded as seer_net_guard_open does. */
+void *seer_net_guard_open_beneath(const char *endpoint, const char *root, size_t max_bytes, size_t max_frames,
+                                  char *local, size_t local_cap, seer_err_t *err);
 void *seer_net_guard_bind(const char *endpoint, size_t max_bytes, size_t max_frames, char *local, size_t local_cap,
                           char *pub, size_t pub_cap, seer_err_t *err);
 /* A relay: the guard listens at listen_path (a unix socket, for any local peer) and connects each

@@ -145,9 +145,14 @@ function Socket:bind(endpoint)
   return self._s:bind(endpoint)
 end
 
+---Connects to an endpoint. `beneath` (a socket with limits, an ipc:// endpoint): a folder the
+---path lies beneath whose contents another side can change (a sandbox's run folder); the
+---folder itself is trusted, and no link below it is followed: a folder on the way that is a
+---link is an error now, and the socket's folder is held, so reconnects cannot be redirected.
 ---@param endpoint string e.g. "tcp://127.0.0.1:5555"
-function Socket:connect(endpoint)
-  self._s:connect(endpoint)
+---@param beneath? string
+function Socket:connect(endpoint, beneath)
+  self._s:connect(endpoint, beneath)
 end
 
 ---Sub sockets: receive messages whose first frame starts with prefix ("" = everything).

@@ -136,7 +136,9 @@ function M.connect(conn, opts)
   self.nsock = require("seer.net").socket("dealer", info.key,
     { max_bytes = max_reply, max_frames = M.MAX_REPLY_FRAMES, rcvhwm = REPLY_QUEUE })
   self.sock = self.nsock._s
-  self.sock:connect(info.endpoint)
+  -- a socket the server's side named in a folder it can write: no link on the way is followed
+  local beneath = opts.root and type(info.endpoint) == "string" and info.endpoint:match("^ipc://") and opts.root.path or nil
+  self.sock:connect(info.endpoint, beneath)
   self.ch = rpc_core.channel(self.sock, { role = "client" })
   return self
 end
@@ -285,7 +287,8 @@ function Client:cancel(id)
   if not self.info.control_endpoint then return end
   if not self.ctl then
     self.ctl = C.socket("dealer", self.info.key, { max_bytes = 1024 * 1024, max_frames = 64, rcvhwm = 16 })
-    self.ctl:connect(self.info.control_endpoint)
+    local ce = self.info.control_endpoint
+    self.ctl:connect(ce, self.root and type(ce) == "string" and ce:match("^ipc://") and self.root.path or nil)
     self.ctl_ch = rpc_core.channel(self.ctl, { role = "client" })
   end
   self.ctl_ch:send("rpc_cancel_request", json.encode{ call_id = id })

@@ -412,6 +412,42 @@ T.test("rpc: a server that answers with a message past max_reply_bytes is cut; t
   os.execute("rm -rf " .. dir)
 end)
 
+T.test("rpc: a connection file's socket beneath the run folder is reached with no link followed on the way (a folder swapped for a link)", function()
+  local net = require "seer.net"
+  local run = T.tmpdir()
+  local hostonly = T.tmpdir()
+  os.execute(("mkdir -p '%s/rpc/real' && chmod 700 '%s'"):format(run, hostonly))
+  local key = ("ab"):rep(16)
+  -- a host-only service, and a real server in the run folder, both listening
+  local secret = net.socket("router", key)
+  secret:bind("ipc://" .. hostonly .. "/s.sock")
+  local real = net.socket("router", key)
+  real:bind("ipc://" .. run .. "/rpc/real/s.sock")
+  -- what code in the sandbox can do in its run folder: a folder that is a link to the host's
+  os.execute(("ln -s '%s' '%s/rpc/evil'"):format(hostonly, run))
+  local root = require("seer.safe_fs").root(run, "the sandbox's run folder")
+  local function conn(ep)
+    seer.write_file(run .. "/rpc/x.json", json.encode{ key = key, signature_scheme = "hmac-sha256", transport = "ipc",
+      endpoint = "ipc://" .. ep, name = "x", pid = require("seer.process").getpid() })
+    return run .. "/rpc/x.json"
+  end
+  local ok, err = pcall(rpc.connect, conn(run .. "/rpc/evil/s.sock"), { root = root, name = "scoped" })
+  T.ok(not ok, "a link in a folder of the path is refused")
+  T.contains(tostring(err), "evil in the path beneath " .. run .. " is a symbolic link or not a folder; not followed")
+  T.eq({ secret:recv(300) }, { nil, "timeout" })
+  -- a real subfolder works; swapping it for a link afterwards does not redirect a reconnect
+  local c = rpc.connect(conn(run .. "/rpc/real/s.sock"), { root = root, name = "scoped" })
+  c:send_call("f", { "first" })
+  T.ok(real:recv(5000), "the real server gets the call")
+  os.execute(("mv '%s/rpc/real' '%s/rpc/moved' && ln -s '%s' '%s/rpc/real'"):format(run, run, hostonly, run))
+  real:close() -- the server goes away: the client reconnects by the path it was given
+  require("seer.process").sleep_ms(600)
+  pcall(c.send_call, c, "f", { "second" })
+  T.eq({ secret:recv(1500) }, { nil, "timeout" }, "the host-only service gets nothing")
+  c:close()
+  secret:close()
+end)
+
 T.test("rpc: close stops the servers", function()
   for _, s in ipairs{ iface, misc } do
     if s then
