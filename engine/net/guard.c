@@ -76,6 +76,8 @@ typedef struct guard {
     socklen_t up_len;
     size_t max_bytes, max_frames;
     atomic_ulong cuts;
+    /* since when (monotonic ms) the real endpoint refuses the connects tried; 0 while one is up */
+    atomic_llong down_since;
     pthread_mutex_t why_mu;
     char why[160];
     atomic_int closing;
@@ -348,6 +350,8 @@ static void on_up(pair_t *p, unsigned ev) {
         if (getsockopt(p->up, SOL_SOCKET, SO_ERROR, &e, &el) != 0 || e != 0) {
             /* refused (not listening yet): libzmq's connection stays, with what it already sent,
              * and the guard tries again after its back-off */
+            long long zero = 0;
+            atomic_compare_exchange_strong(&p->g->down_since, &zero, now_ms());
             drop_fd(&p->up);
             p->connecting = 0;
             p->retry_ms = p->retry_ms ? (p->retry_ms * 2 > 1000 ? 1000 : p->retry_ms * 2) : 5;
@@ -356,6 +360,7 @@ static void on_up(pair_t *p, unsigned ev) {
         }
         if (!(ev & EPOLLOUT)) return;
         p->connecting = 0;
+        atomic_store(&p->g->down_since, 0);
         if (!drain(p->up, &p->d2u)) return cut(p, NULL);
         return;
     }
@@ -428,6 +433,8 @@ static void try_up(pair_t *p) {
     }
     int u = connect_up(p->g, &connecting, why, sizeof why);
     if (u < 0) {
+        long long zero = 0;
+        atomic_compare_exchange_strong(&p->g->down_since, &zero, now);
         if (why[0]) note(p->g, why, 0);
         p->retry_ms = p->retry_ms ? (p->retry_ms * 2 > 1000 ? 1000 : p->retry_ms * 2) : 5;
         p->retry_at = now_ms() + p->retry_ms;
@@ -436,6 +443,7 @@ static void try_up(pair_t *p) {
     p->up = u;
     p->connecting = connecting;
     p->retry_at = 0;
+    if (!connecting) atomic_store(&p->g->down_since, 0);
     struct epoll_event ev = {.events = connecting ? EPOLLOUT : EPOLLIN, .data.ptr = &p->uep};
     epoll_ctl(g_epoll, EPOLL_CTL_ADD, u, &ev);
     p->umask = ev.events;
@@ -992,6 +1000,12 @@ unsigned long seer_net_guard_cuts(void *guard, char *why, size_t why_cap) {
         pthread_mutex_unlock(&g->why_mu);
     }
     return n;
+}
+
+long long seer_net_guard_down_ms(void *guard) {
+    guard_t *g = guard;
+    long long since = atomic_load(&g->down_since);
+    return since ? now_ms() - since : 0;
 }
 
 void seer_net_guard_close(void *guard) {

@@ -548,6 +548,19 @@ static int l_sock_dropped(lua_State *L) {
     return 2;
 }
 
+/* s:endpoint_down_ms(): how long every endpoint this socket connects to through the guard has
+ * refused connects (the shortest of them; 0 when one is up or the socket is not guarded). */
+static int l_sock_down_ms(lua_State *L) {
+    sock_ud *s = luaL_checkudata(L, 1, SOCK_MT);
+    long long least = -1;
+    for (int i = 0; i < s->nguards; i++) {
+        long long d = seer_net_guard_down_ms(s->guards[i]);
+        if (least < 0 || d < least) least = d;
+    }
+    lua_pushnumber(L, (lua_Number)(least < 0 ? 0 : least));
+    return 1;
+}
+
 /* s:note_dropped(why): a message that passed the signature check but that Lua refused (JSON,
  * fields), counted and logged like the ones refused here. */
 static int l_sock_note_dropped(lua_State *L) {
@@ -705,7 +718,7 @@ int seer_net_luaopen(lua_State *L) {
             {"bind", l_bind},           {"connect", l_connect},         {"subscribe", l_subscribe},
             {"close", l_close},         {"send", l_send},               {"recv", l_recv},
             {"send_frames", l_send_frames}, {"recv_frames", l_recv_frames}, {"kind", l_kind},
-            {"dropped", l_sock_dropped}, {"note_dropped", l_sock_note_dropped}, {"history_bytes", l_sock_history},
+            {"dropped", l_sock_dropped}, {"note_dropped", l_sock_note_dropped}, {"endpoint_down_ms", l_sock_down_ms}, {"history_bytes", l_sock_history},
             {"send_raw", l_send_raw}, {"writable", l_writable}, {"setopt", l_setopt},
             {"curve_server", l_curve_server}, {"curve_client", l_curve_client}, {"curve_refused", l_curve_refused},
             {NULL, NULL}};

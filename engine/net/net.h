@@ -192,6 +192,9 @@ void *seer_net_guard_bind(const char *endpoint, size_t max_bytes, size_t max_fra
 void *seer_net_guard_relay(const char *listen_path, const char *endpoint, size_t max_bytes, size_t max_frames,
                            seer_err_t *err);
 unsigned long seer_net_guard_cuts(void *guard, char *why, size_t why_cap);
+/* How long (ms) the guard's real endpoint has refused every connect tried (nothing listens
+ * there: the peer has ended); 0 while a connection is up or none was tried. */
+long long seer_net_guard_down_ms(void *guard);
 void seer_net_guard_close(void *guard);
 
 #endif

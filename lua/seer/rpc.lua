@@ -145,7 +145,17 @@ end
 
 function Client:_check_alive(doing)
   local p = self.proc
-  if not p then return end
+  if not p then
+    -- A server this client did not start (a connection file's, in a sandbox): ended when its
+    -- socket has refused every connect for 2 s (a call in flight waited forever before).
+    local down = self.nsock and self.nsock._s:endpoint_down_ms() or 0
+    if down > 2000 then
+      self.dead = "ended"
+      error(("rpc: the %s server has ended %s: nothing has listened at its socket %s for %.1f s"):format(self.name,
+        doing or "", tostring(self.info and self.info.endpoint), down / 1000), 0)
+    end
+    return
+  end
   local ended, how = p.wait(0)
   if ended then
     self.dead = how or "exited"

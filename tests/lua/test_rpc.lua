@@ -205,6 +205,22 @@ T.test("rpc: per-call timeout and cancellation interrupt the call; the server go
   T.eq(s:call("add", 1, 1), 2)
 end)
 
+T.test("rpc: a client by connection file (no process of its own) fails a call in flight when the server is killed", function()
+  local s = rpc.serve_local(fixtures .. "misc.lua", { name = "doomed" })
+  s:call("add", 1, 1) -- loaded
+  local c = rpc.connect(s.connection_file, { name = "doomed" }) -- as seer mcp rpc connects: no process
+  local id = c:send_call("spin", { 30 }, 1)
+  require("seer.process").sleep_ms(300)
+  s.proc.kill(9)
+  local t0 = seer.now()
+  local ok, err = pcall(c.wait_reply, c, id, 20000)
+  T.ok(not ok, "the wait raises")
+  T.contains(tostring(err), "the doomed server has ended while running spin")
+  T.ok(seer.now() - t0 < 6, ("it took %.1f s (it waited for ever: there was no per-call timeout)"):format(seer.now() - t0))
+  c:close()
+  pcall(s.close, s)
+end)
+
 T.test("rpc: a load error and a crash are reported at once, with the error", function()
   local t0 = seer.now()
   local msg = T.raises(function() rpc.serve_local(fixtures .. "broken.lua") end, "failed to load")
