@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,14 +85,26 @@ static void on_sigint(int sig) {
 /* SIGTERM while a script runs (`seer FILE.lua`, the process of an experiment) ends it as Ctrl-C
  * does: "interrupted" is raised in the running code, so the script's cleanup runs (sessions
  * terminated, notebooks saved with a running cell's output so far, the run's ledger written)
- * instead of the process vanishing with them. A second SIGTERM, or one before the script's code
- * runs, ends the process at once, so a script stuck where it cannot be interrupted still goes.
+ * instead of the process vanishing with them. A second SIGTERM (a second or more after the first:
+ * one sooner is the same request), or one before the script's code runs, ends the process at
+ * once, so a script stuck where it cannot be interrupted still goes.
  * Only scripts: seer's own commands (sandboxd, servers) keep SIGTERM's default. */
 static volatile sig_atomic_t g_term_count;
 
 static unsigned g_term_grace = 15; /* seconds; SEER_SIGTERM_GRACE_S, read when a script starts */
+static struct timespec g_term_first;
 static void on_sigterm(int sig) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now); /* async-signal-safe */
+    if (g_term_count > 0 && g_sig_L) {
+        long long ms = (long long)(now.tv_sec - g_term_first.tv_sec) * 1000 + (now.tv_nsec - g_term_first.tv_nsec) / 1000000;
+        /* the same request twice: a process that dies sends its children's parent-death signal
+         * once per thread that exits (the notebook server got two SIGTERMs 0.6 ms apart when its
+         * experiment was killed, and lost the running cell in half the runs) */
+        if (ms < 1000) return;
+    }
     if (g_term_count++ == 0 && g_sig_L) {
+        g_term_first = now;
         if (++g_sig_count == 1) lua_sethook(g_sig_L, on_interrupt_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
         /* whoever sent it (timeout(1), systemd, kill) sends it once: a process stuck in C code
          * that never returns to Lua, or a cleanup that hangs, must still end. SIGALRM's default
