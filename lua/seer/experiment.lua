@@ -239,8 +239,10 @@ function M.run(opts)
   process.mkdir_p(r.out_dir)
   M._remove_if_empty_at_exit(r.out_dir)
   unfinished_at_exit[#unfinished_at_exit + 1] = r
+  M._wrap_os_exit()
   return r
 end
+
 
 -- Run folders to remove at exit when nothing was written into them: a run that fails before its
 -- first output (its sandbox's GPU check, a missing key) leaves no empty folder behind. The
@@ -257,6 +259,25 @@ getmetatable(exit_sentinel).__gc = function()
   for _, dir in ipairs(empty_at_exit) do M._remove_if_empty(dir) end
 end
 M._exit_sentinel = exit_sentinel
+
+-- os.exit(code) skips the finalizers that write an unfinished run's record (unless close is
+-- true): a run that ended so left no summary.json nor ledger.json. Once a run exists, os.exit
+-- writes it first ("failed" for a code other than 0 or true, else "incomplete"), then exits.
+local real_exit
+function M._wrap_os_exit()
+  if real_exit then return end
+  real_exit = os.exit
+  os.exit = function(code, close)
+    for _, r in ipairs(unfinished_at_exit) do
+      if not r.finished then
+        local failed = code ~= nil and code ~= true and code ~= 0
+        pcall(M._write_failure, r, failed and ("the script called os.exit(%s)"):format(tostring(code)) or nil)
+      end
+    end
+    for _, dir in ipairs(empty_at_exit) do M._remove_if_empty(dir) end
+    return real_exit(code, close)
+  end
+end
 
 ---Removes dir if it is an empty folder (rmdir); anything else is left as it is.
 ---@param dir string

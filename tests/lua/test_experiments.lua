@@ -717,6 +717,34 @@ io.stdout:write("STATUS ", sum.status, "\n")
   T.contains(seer.read_file(run_dir .. "/summary.md"), "**Status: failed.**")
 end)
 
+T.test("os.exit after seer.experiment.run still writes the run's ledger and a summary saying how it ended", function()
+  local out = T.tmpdir()
+  local dir = T.tmpdir()
+  seer.write_file(dir .. "/task.md", "A task.\n")
+  seer.write_file(dir .. "/main.lua", ([[
+local X = require "seer.experiment"
+local run = X.run{ name = "exits", dir = %q }
+seer.write_file(run.out_dir .. "/partial.txt", "x")
+os.exit(tonumber(os.getenv("EXIT_CODE")))
+]]):format(dir))
+  for _, code in ipairs({ 3, 0 }) do
+    local p = io.popen(("cd '%s' && env -u ANTHROPIC_API_KEY EXIT_CODE=%d SEER_OUT='%s/%d' '%s' '%s/main.lua' 2>&1; echo \"exit=$?\"")
+      :format(out, code, out, code, SEER, dir))
+    local text = p:read("*a")
+    p:close()
+    T.contains(text, "exit=" .. code)
+    local ls = io.popen(("ls -d '%s/%d'/exits-*"):format(out, code))
+    local run_dir = ls:read("*l")
+    ls:close()
+    T.ok(run_dir, text)
+    local s = read_json(run_dir .. "/summary.json")
+    T.eq(s.status, code == 3 and "failed" or "incomplete", text)
+    if code == 3 then T.contains(s.error, "os.exit(3)") end
+    T.eq(s.files, { "partial.txt" })
+    T.ok(read_json(run_dir .. "/ledger.json").totals, "ledger.json written")
+  end
+end)
+
 -- A copy of sandbox-intro in a folder of its own, with a recorded agent of our making.
 local function intro_copy(replay_lines, main_edit)
   local dir = T.tmpdir()
