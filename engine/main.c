@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -184,8 +186,22 @@ static int looks_like_script(const char *a) {
     return strchr(a, '/') || (n > 4 && strcmp(a + n - 4, ".lua") == 0) || stat(a, &st) == 0;
 }
 
+/* SEER_DIE_WITH_PARENT=<pid> (or 1): this process gets SIGTERM when the process that started it
+ * ends (PR_SET_PDEATHSIG), whatever the command; it exits at once when that parent is already
+ * gone. Set by process.spawn{die_with_parent = true}: a `seer serve` an experiment started must
+ * not outlive a kill -9 of the experiment. */
+static void die_with_parent(void) {
+    const char *v = getenv("SEER_DIE_WITH_PARENT");
+    if (!v || !*v || strcmp(v, "0") == 0) return;
+    long want = strtol(v, NULL, 10);
+    prctl(PR_SET_PDEATHSIG, SIGTERM, 0, 0, 0);
+    pid_t pp = getppid();
+    if (pp == 1 || (want > 1 && pp != (pid_t)want)) exit(1);
+}
+
 int main(int argc, char **argv) {
     const char *prog = argv[0];
+    die_with_parent();
     if (argc < 2) {
         if (isatty(STDIN_FILENO)) return run_lua(prog, RUN_REPL, NULL, 0, NULL);
         return run_lua(prog, RUN_FILE, "-", 0, NULL);

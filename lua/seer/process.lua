@@ -72,6 +72,7 @@ Child.__index = Child
 ---@field stderr? "inherit"|"pipe"|"null"|string the same for stderr
 ---@field pgroup? boolean run it in a process group of its own: a terminal's Ctrl-C (sent to the
 ---foreground group) reaches this process, which decides, and not the child
+---@field die_with_parent? boolean a seer child (`seer serve`, `seer -e`, any seer command) gets SIGTERM when this process ends, even by kill -9 (SEER_DIE_WITH_PARENT; engine/main.c); other programs ignore it
 
 ---Starts a child process. Raises with the program name and the reason when it cannot start.
 ---@param opts seerprocess.spawn_opts
@@ -96,7 +97,14 @@ function M.spawn(opts)
     if k and envt[k] == nil then order[#order + 1] = k; envt[k] = kv:sub(#k + 2) end
     i = i + 1
   end
-  for k, v in pairs(opts.env or {}) do
+  local extra = opts.env or {}
+  if opts.die_with_parent then
+    -- a seer child ends when this process does, even killed with -9 (engine/main.c)
+    extra = {}
+    for k, v in pairs(opts.env or {}) do extra[k] = v end
+    extra.SEER_DIE_WITH_PARENT = tostring(C.getpid())
+  end
+  for k, v in pairs(extra) do
     if envt[k] == nil and v then order[#order + 1] = k end
     envt[k] = v or nil
   end

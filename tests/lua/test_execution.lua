@@ -366,6 +366,32 @@ s:exec("print('partial output') io.stdout:flush() local t = os.clock() + 30 whil
   end
 end)
 
+T.test("process.spawn{die_with_parent}: a seer child ends with a parent killed by -9 (an experiment's seer serve was orphaned)", function()
+  local process = require "seer.process"
+  local dir = T.tmpdir()
+  seer.write_file(dir .. "/p.lua", [==[
+local process = require "seer.process"
+local code = 'require("seer.process").sleep_ms(60000)'
+local a = process.spawn{ argv = { require("seer.jupyter").seer_binary(), "-e", code }, die_with_parent = true }
+local b = process.spawn{ argv = { require("seer.jupyter").seer_binary(), "-e", code } }
+io.stdout:write(a.pid, " ", b.pid, "\n") io.stdout:flush()
+process.sleep_ms(60000)
+]==])
+  local c = process.spawn{ argv = { require("seer.jupyter").seer_binary(), dir .. "/p.lua" }, stdout = "pipe" }
+  local line = c:read_line(10000) or ""
+  local a, b = line:match("^(%d+) (%d+)$")
+  T.ok(a, line)
+  process.sleep_ms(300)
+  c:kill(9)
+  c:wait(5000)
+  local function alive(pid) return os.execute("kill -0 " .. pid .. " 2>/dev/null") == 0 end
+  for _ = 1, 50 do if not alive(a) then break end process.sleep_ms(100) end
+  local a_alive, b_alive = alive(a), alive(b)
+  os.execute("kill -9 " .. a .. " " .. b .. " 2>/dev/null")
+  T.ok(not a_alive, "the child spawned with die_with_parent ended with its parent")
+  T.ok(b_alive, "control: a child without it is orphaned (what die_with_parent prevents)")
+end)
+
 T.test("SIGTERM to a script whose cleanup never ends still ends it (SEER_SIGTERM_GRACE_S later)", function()
   -- timeout(1), systemd and kill send SIGTERM once: a script that caught the interrupt and kept
   -- going (or code stuck where it never returns to Lua) ran on forever
