@@ -30,10 +30,10 @@ local M = {}
 ---@param model seer.Model
 ---@param tokenizer? seer.Tokenizer nil: model.tokenizer
 ---@param conversations toolkit.Input[] message lists (a trailing assistant message is a prefill), strings or id lists
----@param max_new_tokens? integer default 100
----@param temperature? number default 0.7 (0 = greedy)
----@param top_p? number default 0.9
----@param opts? toolkit.GenerateOpts seed is the first conversation's seed (default 0); stream is not accepted
+---@param max_new_tokens? integer|table default 100; or the options table, as the reference's keywords: `{max_new_tokens = 40, temperature = 0, top_p = 0.9, seed = 1}`
+---@param temperature? number|table default 0.7 (0 = greedy); or the options table
+---@param top_p? number|table default 0.9; or the options table
+---@param opts? toolkit.GenerateOpts|{max_new_tokens?: integer, temperature?: number, top_p?: number} seed is the first conversation's seed (default 0); stream is not accepted
 ---@return string[] texts answer i for conversation i (new text only)
 ---@return integer[][] ids the new token ids of each answer
 function M.batch_generate(model, tokenizer, conversations, max_new_tokens, temperature, top_p, opts)
@@ -41,7 +41,10 @@ function M.batch_generate(model, tokenizer, conversations, max_new_tokens, tempe
   if type(conversations) ~= "table" or P.is_messages(conversations) or type(conversations[1]) == "number" then
     error(where .. ": expected a list of conversations (each a message list, a string or token ids)", 2)
   end
-  local gen, own = G.split_opts(opts, where, G.RESPONSE_OPTS)
+  local v, rest = P.keywords(where, { "max_new_tokens", "temperature", "top_p" }, { max_new_tokens, temperature, top_p }, opts,
+    { types = { max_new_tokens = "number", temperature = "number", top_p = "number" }, other = G.valid_opts(G.RESPONSE_OPTS) })
+  max_new_tokens, temperature, top_p = v[1], v[2], v[3]
+  local gen, own = G.split_opts(rest, where, G.RESPONSE_OPTS)
   if gen.stream then error(where .. ": stream is not supported; use generate_response per conversation", 2) end
   local seed = gen.seed or 0
   if type(seed) ~= "number" or seed ~= math.floor(seed) or seed < 0 then

@@ -23,6 +23,9 @@ local tensor = require "seer.tensor"
 local P = require "toolkit.prompts"
 local M = {}
 
+-- principal_component's options (first_principal_component passes them on)
+local PC_OPTS = { center = "boolean", iterations = "number", tolerance = "number" }
+
 local function check_list(v, name, where)
   if type(v) ~= "table" or #v == 0 then error(("%s: %s must be a non-empty list of prompts"):format(where, name), 3) end
 end
@@ -36,7 +39,8 @@ end
 ---@param position? integer 0-based, negative from the end (default -1)
 ---@return seer.Tensor vector [d_model]
 function M.mean_difference(model, tokenizer, pos_prompts, neg_prompts, layer_idx, position)
-  return M._mean_difference(model, tokenizer, pos_prompts, neg_prompts, layer_idx, position, "mean_difference",
+  local v = P.keywords("mean_difference", EX.LAYER_POSITION, { layer_idx, position })
+  return M._mean_difference(model, tokenizer, pos_prompts, neg_prompts, v[1], v[2], "mean_difference",
     "pos_prompts", "neg_prompts", "pos_prompts[%d]", "neg_prompts[%d]")
 end
 
@@ -61,7 +65,7 @@ end
 ---@return number explained fraction of the total variance along pc (0..1)
 ---@return number eigenvalue the variance along pc (sum of squares / n)
 function M.principal_component(diffs, opts)
-  opts = require("seer.checks").options("principal_component", opts, { center = "boolean", iterations = "number", tolerance = "number" }, 2)
+  opts = require("seer.checks").options("principal_component", opts, PC_OPTS, 2)
   if not tensor.is_tensor(diffs) or diffs:dim() ~= 2 then error("principal_component: diffs must be a [n, d] tensor", 2) end
   local it, tl = opts.iterations, opts.tolerance
   require("seer.checks").whole("principal_component", "iterations", it, 1, 2 ^ 31, 2)
@@ -114,6 +118,9 @@ end
 ---@return seer.Tensor pc [d_model]
 ---@return number explained fraction of the variance of the differences along pc
 function M.first_principal_component(model, tokenizer, pos_prompts, neg_prompts, layer_idx, position, opts)
+  local v, rest = P.keywords("first_principal_component", EX.LAYER_POSITION, { layer_idx, position }, opts,
+    { other = PC_OPTS })
+  layer_idx, position, opts = v[1], v[2], rest
   check_list(pos_prompts, "pos_prompts", "first_principal_component")
   check_list(neg_prompts, "neg_prompts", "first_principal_component")
   if #pos_prompts ~= #neg_prompts then

@@ -5,7 +5,9 @@
 --- Layers and positions are 0-based names (position 0 = the first token, BOS; -1 = the last
 --- token; negative layers count from the last layer too). A chat (`{{role = ..., content = ...}}`)
 --- is rendered with the chat template plus the generation prompt; a string is encoded as is
---- with BOS (see toolkit.prompts). Hooks that are active (`model:with_hooks`) apply.
+--- with BOS (see toolkit.prompts). Hooks that are active (`model:with_hooks`) apply. The
+--- reference's keyword arguments are a table in the last argument:
+--- `extract_activation(model, tok, text, {layer_idx = 15, position = -1})`.
 ---
 --- ```lua
 --- local ex = require "toolkit.extract_activations"
@@ -51,6 +53,11 @@ function M.residuals(model, ids, layers, position)
   return out
 end
 
+-- The parameters after the input that may also be given as a table in the last argument
+-- (the reference's keywords: `extract_activation(model, tok, text, {layer_idx = 15})`).
+local LAYER_POSITION = { "layer_idx", "position" }
+M.LAYER_POSITION = LAYER_POSITION
+
 local function all_layers(model)
   local t = {}
   for l = 0, model.config.num_hidden_layers - 1 do t[#t + 1] = l end
@@ -70,11 +77,12 @@ end
 ---@param model seer.Model
 ---@param tokenizer? seer.Tokenizer nil: model.tokenizer
 ---@param input toolkit.Input text, a message list, or token ids
----@param layer_idx integer 0-based layer (negative: from the last layer)
----@param position? integer 0-based token position, negative from the end (default -1, the last token)
+---@param layer_idx integer|{layer_idx?: integer, position?: integer} 0-based layer (negative: from the last layer); or the reference's keywords as a table
+---@param position? integer|{position?: integer} 0-based token position, negative from the end (default -1, the last token)
 ---@return seer.Tensor activation [d_model]
 function M.extract_activation(model, tokenizer, input, layer_idx, position)
-  return M._one(model, tokenizer, input, layer_idx, position, "extract_activation")
+  local v = P.keywords("extract_activation", LAYER_POSITION, { layer_idx, position })
+  return M._one(model, tokenizer, input, v[1], v[2], "extract_activation")
 end
 
 -- One input's activation; errors name `where` (the public function the user called:
@@ -110,14 +118,14 @@ end
 
 ---The reference's `get_layer_activations(model, tokenizer, text, layer)`: the output of decoder
 ---layer `layer` at the last token, which is `extract_activation(model, tokenizer, text, layer)`.
----`layer` may also be given as `{layer = 20}` (the reference's keyword).
+---`layer` may also be given as `{layer = 20}` (the reference's keyword; any other name is refused).
 ---@param model seer.Model
 ---@param tokenizer? seer.Tokenizer
 ---@param input toolkit.Input
 ---@param layer integer|{layer: integer}
 ---@return seer.Tensor activation [d_model]
 function M.get_layer_activations(model, tokenizer, input, layer)
-  if type(layer) == "table" then layer = layer.layer end
+  layer = P.keywords("get_layer_activations", { "layer" }, { layer })[1]
   if type(layer) ~= "number" then
     error("get_layer_activations(model, tokenizer, text, layer): layer must be a 0-based layer number", 2)
   end
@@ -129,15 +137,16 @@ end
 ---@param model seer.Model
 ---@param tokenizer? seer.Tokenizer
 ---@param inputs toolkit.Input[] texts, message lists or id lists
----@param layer_idx integer
----@param position? integer default -1
+---@param layer_idx integer|{layer_idx?: integer, position?: integer} or the keywords as a table
+---@param position? integer|{position?: integer} default -1
 ---@return seer.Tensor activations [batch, d_model]
 function M.extract_activations(model, tokenizer, inputs, layer_idx, position)
   if type(inputs) ~= "table" or #inputs == 0 or P.is_messages(inputs) then
     error("extract_activations: expected a non-empty list of inputs (texts, message lists or id lists)", 2)
   end
   P.check_list("extract_activations", inputs, "input")
-  return M._stack(model, tokenizer, inputs, layer_idx, position, "extract_activations", "input %d")
+  local v = P.keywords("extract_activations", LAYER_POSITION, { layer_idx, position })
+  return M._stack(model, tokenizer, inputs, v[1], v[2], "extract_activations", "input %d")
 end
 
 ---The residual stream after several layers at one position: a [#layers, d_model] tensor, row i
@@ -146,11 +155,13 @@ end
 ---@param model seer.Model
 ---@param tokenizer? seer.Tokenizer
 ---@param input toolkit.Input
----@param layers? integer[]|integer
----@param position? integer default -1
+---@param layers? integer[]|integer|{layers?: integer[]|integer, position?: integer} or the keywords as a table (one with names)
+---@param position? integer|{position?: integer} default -1
 ---@return seer.Tensor activations [#layers, d_model]
 function M.extract_layers(model, tokenizer, input, layers, position)
   local where = "extract_layers"
+  local v = P.keywords(where, { "layers", "position" }, { layers, position }, nil, { lists = { layers = true } })
+  layers, position = v[1], v[2]
   local ls = check_layers(model, layers, where)
   local ids = P.encode(model, tokenizer, input)
   position = position or -1

@@ -10,6 +10,9 @@
 --- special tokens skipped. Sampling is seeded (`opts.seed`, default 0, as model:generate), so a
 --- call is reproducible; temperature 0 is greedy. Active hooks (steering) apply.
 ---
+--- The reference's keyword arguments are one table in the last argument:
+--- `generate_response(model, tok, prompt, {max_tokens = 40, temperature = 0.8, seed = 1})`.
+---
 --- ```lua
 --- local gen = require "toolkit.generate_response"
 --- print(gen.generate_response(model, tokenizer, "Once upon a time", 40, 0.8, { seed = 1 }))
@@ -61,6 +64,18 @@ function M.split_opts(opts, where, extra)
     end
   end
   return gen, own
+end
+
+---Every option name split_opts takes (with `extra`), each as "any" (model:generate and
+---prompt_ids check the values), for toolkit.prompts.keywords.
+---@param extra? table<string, true>
+---@return table<string, string>
+function M.valid_opts(extra)
+  local t = {}
+  for _, set in ipairs({ GEN_OPTS, OWN_OPTS, extra or {} }) do
+    for k in pairs(set) do t[k] = "any" end
+  end
+  return t
 end
 
 -- A chat needs a template: the tokenizer's own or chat_template. Without one, say what works
@@ -127,14 +142,19 @@ end
 ---@param model seer.Model
 ---@param tokenizer? seer.Tokenizer nil: model.tokenizer
 ---@param prompt toolkit.Input a string, a message list or token ids
----@param max_tokens? integer new tokens at most (default 256)
----@param temperature? number default 0.7 (0 = greedy)
----@param opts? toolkit.GenerateOpts
+---@param max_tokens? integer|table new tokens at most (default 256); or the options table, as the reference's keywords: `{max_tokens = 20, temperature = 0, seed = 1}` (toolkit.prompts.keywords)
+---@param temperature? number|table default 0.7 (0 = greedy); or the options table
+---@param opts? toolkit.GenerateOpts|{max_tokens?: integer, temperature?: number}
 ---@return string text the new text only
 ---@return integer[] ids the new token ids (an end-of-sequence token included when generation stopped on one)
 function M.generate_response(model, tokenizer, prompt, max_tokens, temperature, opts)
-  local gen, own = M.split_opts(opts, "generate_response", RESPONSE_OPTS)
-  local ids = M.prompt_ids(model, tokenizer, prompt, own.chat, own.chat_template, "generate_response")
+  local where = "generate_response"
+  local v, rest = P.keywords(where, { "max_tokens", "temperature" }, { max_tokens, temperature }, opts,
+    { types = { max_tokens = "number", temperature = "number" }, other = M.valid_opts(RESPONSE_OPTS) })
+  max_tokens, temperature = v[1], v[2]
+  require("seer.checks").whole(where, "max_tokens", max_tokens, 0, 2 ^ 31 - 1, 1, true)
+  local gen, own = M.split_opts(rest, where, RESPONSE_OPTS)
+  local ids = M.prompt_ids(model, tokenizer, prompt, own.chat, own.chat_template, where)
   gen.max_new_tokens = max_tokens or 256
   gen.temperature = temperature or 0.7
   local out = model:generate(ids, gen)

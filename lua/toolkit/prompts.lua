@@ -159,6 +159,89 @@ end
 ---name the caller's line (seer.checks.guard).
 M.guard = require("seer.checks").guard
 
+-- Does t have a key that is a string (an options table, not a list of numbers)?
+local function has_name_key(t)
+  for k in pairs(t) do if type(k) == "string" then return true end end
+  return false
+end
+
+---The reference's keyword arguments in Lua: one table as the last argument. Python's
+---`generate_response(model, tok, prompt, max_tokens=20, temperature=0)` is
+---`generate_response(model, tok, prompt, {max_tokens = 20, temperature = 0})`, and
+---`generate_response(model, tok, prompt, 20, {temperature = 0})` gives the first positionally.
+---`names` are the parameters that may be named, in positional order, and `values` what the call
+---gave in their places (holes allowed). The first of them holding a table is the options table
+---(for a parameter in `spec.lists`, which takes a list of numbers itself, only a table with a
+---string key); nothing may follow it, nor may the function's own trailing options table `opts`
+---be given as well. Without such a slot, `opts` is the options table. A named parameter takes
+---its value from the table (an error when it is given both ways). The table's other keys must be
+---in `spec.other` (option -> Lua type name or "any"); anything else is an error naming every
+---valid option. `spec.types` checks the named parameters' types (positional or named).
+---Errors carry no position (a toolkit.prompts.guard around the public function puts the
+---caller's line on them).
+---@param where string the function's name, for errors
+---@param names string[]
+---@param values table
+---@param opts any the function's trailing options argument (nil: none)
+---@param spec? {lists?: table<string, true>, types?: table<string, string>, other?: table<string, string>}
+---@return table values the parameters, by position
+---@return table|nil rest the other options (nil when no options table was given)
+function M.keywords(where, names, values, opts, spec)
+  spec = spec or {}
+  local lists, types, other = spec.lists or {}, spec.types or {}, spec.other or {}
+  local index = {}
+  for i, name in ipairs(names) do index[name] = i end
+  local at
+  for i, name in ipairs(names) do
+    local v = values[i]
+    if type(v) == "table" and (not lists[name] or has_name_key(v)) then at = i break end
+  end
+  if at then
+    for j = at + 1, #names do
+      if values[j] ~= nil then
+        error(("%s: the options table must be the last argument (it is in the place of %s, and %s follows it)")
+          :format(where, names[at], names[j]), 0)
+      end
+    end
+    if opts ~= nil then
+      error(("%s: options are given in two tables (in the place of %s and after it); give them in one"):format(where, names[at]), 0)
+    end
+    opts, values[at] = values[at], nil
+  end
+  local rest
+  if opts ~= nil then
+    if type(opts) ~= "table" then error(("%s: options must be a table, got %s"):format(where, type(opts)), 0) end
+    rest = {}
+    for k, v in pairs(opts) do
+      local i = index[k]
+      if i then
+        if values[i] ~= nil then
+          error(("%s: %s is given twice, as an argument and in the options table"):format(where, k), 0)
+        end
+        values[i] = v
+      elseif other[k] ~= nil then
+        if other[k] ~= "any" and type(v) ~= other[k] then
+          error(("%s: option '%s' must be a %s, got %s"):format(where, k, other[k], type(v)), 0)
+        end
+        rest[k] = v
+      else
+        local valid = {}
+        for _, n in ipairs(names) do valid[#valid + 1] = n end
+        for n in pairs(other) do if not index[n] then valid[#valid + 1] = n end end
+        table.sort(valid)
+        error(("%s: unknown option '%s'; valid options: %s"):format(where, tostring(k), table.concat(valid, ", ")), 0)
+      end
+    end
+  end
+  for i, name in ipairs(names) do
+    local want, v = types[name], values[i]
+    if want and v ~= nil and type(v) ~= want then
+      error(("%s: %s must be a %s, got %s"):format(where, name, want, type(v)), 0)
+    end
+  end
+  return values, rest
+end
+
 ---Checks that `list` is a list without holes (seer.checks.list), raising at the caller's caller.
 ---@param where string
 ---@param list table

@@ -40,7 +40,10 @@ M.default_points = { "hook_resid_pre", "hook_attn_out", "hook_mlp_out" }
 ---@param opts? {unit?: boolean} unit = true: return it normalized
 ---@return seer.Tensor direction [d_model]
 function M.refusal_direction(model, tokenizer, harmful, harmless, layer_idx, position, opts)
-  opts = require("seer.checks").options("refusal_direction", opts, { unit = "boolean" }, 2)
+  local v, rest = P.keywords("refusal_direction", { "layer_idx", "position" }, { layer_idx, position }, opts,
+    { other = { unit = "boolean" } })
+  layer_idx, position = v[1], v[2]
+  opts = require("seer.checks").options("refusal_direction", rest, { unit = "boolean" }, 2)
   local r = C._mean_difference(model, tokenizer, harmful, harmless, layer_idx, position, "refusal_direction", "harmful", "harmless",
     "harmful prompt %d", "harmless prompt %d")
   if opts and opts.unit then

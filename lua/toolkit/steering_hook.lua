@@ -61,37 +61,71 @@ end
 -- strength, here or in the checks it calls) is raised at the line that called that function.
 local checked_intervention = P.guard(intervention, 1)
 
+-- The parameters after the model, in order; each may also be given in a table as the last
+-- argument (the reference's keywords: `create_steering_hook(model, layer_idx=20,
+-- vector=v, strength=2.0)` is `steering_hook(model, {layer_idx = 20, vector = v, strength = 2.0}, fn)`).
+local NAMES = { "layer_idx", "vector", "strength", "start_pos" }
+
+-- layer_idx, vector, strength, start_pos from the arguments after the model (args, n of them),
+-- and the function to run when `with_fn`: the last argument given, so strength and start_pos
+-- may be left out before it.
+local function arguments(where, with_fn, n, args)
+  local fn
+  if with_fn then
+    local last = n
+    while last > 0 and args[last] == nil do last = last - 1 end
+    if type(args[last]) ~= "function" then
+      error(where .. ": the last argument must be the function to run while steering (use add_steering_hook for a persistent hook)", 0)
+    end
+    fn, n = args[last], last - 1
+  end
+  while n > 0 and args[n] == nil do n = n - 1 end
+  if n > #NAMES then
+    error(("%s: too many arguments: after the model come layer_idx, vector, strength, start_pos%s"):format(where,
+      with_fn and " and the function" or ""), 0)
+  end
+  local given = {}
+  for i = 1, n do given[i] = args[i] end
+  local v = P.keywords(where, NAMES, given, nil, { lists = { vector = true } })
+  return v[1], v[2], v[3], v[4], fn
+end
+local checked_arguments = P.guard(arguments, 1)
+
 ---Runs fn with the steering hook in place and returns what fn returns; the hook is removed
 ---when fn returns or raises (the error is re-raised). strength and start_pos may be left out:
----`steering_hook(model, layer, vec, fn)`, `steering_hook(model, layer, vec, 2.0, fn)`.
+---`steering_hook(model, layer, vec, fn)`, `steering_hook(model, layer, vec, 2.0, fn)`. The
+---arguments after the model may also be given as a table before fn, as the reference's
+---keywords: `steering_hook(model, {layer_idx = 2, vector = vec, strength = 2.0}, fn)`,
+---`steering_hook(model, 2, vec, {strength = 2.0, start_pos = 1}, fn)`.
 ---@param model seer.Model
----@param layer_idx integer 0-based layer whose output is steered
----@param vector seer.Tensor|number[] [d_model]
----@param strength? number|function default 1.0
----@param start_pos? integer|function first absolute position steered (default 0)
+---@param layer_idx integer|table 0-based layer whose output is steered (or the options table)
+---@param vector seer.Tensor|number[]|table [d_model] (or the options table)
+---@param strength? number|table|function default 1.0
+---@param start_pos? integer|table|function first absolute position steered (default 0)
 ---@param fn? function what to run while steering
 ---@return any ... fn's results
-function M.steering_hook(model, layer_idx, vector, strength, start_pos, fn)
+function M.steering_hook(model, layer_idx, vector, strength, start_pos, fn, ...)
   local where = "steering_hook"
-  if type(strength) == "function" then strength, start_pos, fn = nil, nil, strength
-  elseif type(start_pos) == "function" then start_pos, fn = nil, start_pos end
-  if type(fn) ~= "function" then
-    error(where .. ": the last argument must be the function to run while steering (use add_steering_hook for a persistent hook)", 2)
-  end
+  layer_idx, vector, strength, start_pos, fn = checked_arguments(where, true, 5 + select("#", ...),
+    { layer_idx, vector, strength, start_pos, fn, ... })
   P.need(model, "with_hooks", where)
   local name, hook = checked_intervention(model, layer_idx, vector, strength, start_pos, where)
   return model:with_hooks({ { name, hook } }, fn)
 end
 
----Adds the steering hook until `handle:remove()` (or `model:reset_hooks()`).
+---Adds the steering hook until `handle:remove()` (or `model:reset_hooks()`). The arguments
+---after the model may also be given as a table in the last argument (`{layer_idx = 2,
+---vector = vec, strength = 4.0}`), as for steering_hook.
 ---@param model seer.Model
----@param layer_idx integer
----@param vector seer.Tensor|number[] [d_model]
----@param strength? number default 1.0
----@param start_pos? integer default 0
+---@param layer_idx integer|table
+---@param vector seer.Tensor|number[]|table [d_model]
+---@param strength? number|table default 1.0
+---@param start_pos? integer|table default 0
 ---@return table handle with :remove()
-function M.add_steering_hook(model, layer_idx, vector, strength, start_pos)
+function M.add_steering_hook(model, layer_idx, vector, strength, start_pos, ...)
   local where = "add_steering_hook"
+  layer_idx, vector, strength, start_pos = checked_arguments(where, false, 4 + select("#", ...),
+    { layer_idx, vector, strength, start_pos, ... })
   P.need(model, "add_hook", where)
   local name, hook = checked_intervention(model, layer_idx, vector, strength, start_pos, where)
   return model:add_hook(name, hook)

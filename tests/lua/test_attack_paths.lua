@@ -372,27 +372,44 @@ do
 end
 
 do
-  local sh, lua = plant(function() return { { "rm", "/run/seer/rpc" }, { "link", C, "/run/seer/rpc" } } end)
-  A.attack{ name = "scoped upload_file into a run folder whose rpc/ is a planted symlink", class = 2, sh = sh, lua = lua,
+  -- upload_file writes into the workspace (the interfaces' working directory); serve copies the
+  -- interface into the run folder's rpc/
+  local sh, lua = plant(function(t)
+    return { { "rm", "/run/seer/rpc" }, { "link", C, "/run/seer/rpc" },
+             { "rm", "/workspace/updir-" .. t }, { "link", C, "/workspace/updir-" .. t },
+             { "rm", "/workspace/upfile-" .. t .. ".lua" }, { "link", C .. "/secret.txt", "/workspace/upfile-" .. t .. ".lua" } }
+  end)
+  A.attack{ name = "scoped upload_file and serve's interface copy through planted symlinks (workspace folder and file, run folder's rpc/)",
+    class = 2, sh = sh, lua = lua,
     check = function(out, v)
       local r = A.rig()
+      local t = tag(v)
       planted(out, r.sandbox.run_dir .. "/rpc", "link")
+      planted(out, wsdir(r) .. "/updir-" .. t, "link")
+      planted(out, wsdir(r) .. "/upfile-" .. t .. ".lua", "link")
       local scoped = setmetatable({ sandbox = r.sandbox, servers = {} }, require("seer.scoped").ScopedSandboxClass)
       local src = T.tmpdir() .. "/iface.lua"
       local f = assert(io.open(src, "wb")) f:write("return {}") f:close()
-      T.raises(function() scoped:upload_file(src, "up-" .. tag(v) .. ".lua") end, "refusing to follow a symlink", true)
-      T.raises(function() scoped:upload_file(src, "../escape.lua") end, "must be a file name", true)
-      -- control: with rpc/ a real folder again, the upload lands there
+      T.raises(function() scoped:upload_file(src, "updir-" .. t .. "/up.lua") end, "refusing to follow a symlink", true)
+      T.raises(function() scoped:upload_file(src, "../escape.lua") end, "has a '..' component", true)
+      T.raises(function() scoped:_copy_interface(src, "up_" .. t:gsub("-", "_")) end, "refusing to follow a symlink", true)
+      -- a link at the name itself is replaced, not written through (the canary check after this
+      -- sees the host's secret unchanged)
+      T.eq(scoped:upload_file(src, "upfile-" .. t .. ".lua"), "/workspace/upfile-" .. t .. ".lua")
+      T.eq(host_type(wsdir(r) .. "/upfile-" .. t .. ".lua"), "file", "the link was replaced by the upload")
+      -- control: with rpc/ a real folder again, the interface copy lands there
       local run = safe_fs.root(r.sandbox.run_dir)
       run:unlink("rpc")
-      local dest = scoped:upload_file(src, "up-" .. tag(v) .. ".lua")
-      T.eq(host_type(dest), "file", "control: the upload works without the link")
-      run:unlink("rpc/up-" .. tag(v) .. ".lua")
+      local dest = scoped:_copy_interface(src, "up_" .. t:gsub("-", "_"))
+      T.eq(host_type(dest), "file", "control: the copy works without the link")
+      run:unlink("rpc/up_" .. t:gsub("-", "_") .. ".lua")
     end,
-    teardown = function(_, r)
+    teardown = function(v, r)
       local run = safe_fs.root(r.sandbox.run_dir)
       if host_type(r.sandbox.run_dir .. "/rpc") == "link" then run:unlink("rpc") end
       run:mkdirs("rpc")
+      local w = safe_fs.root(wsdir(r))
+      for _, n in ipairs({ "updir-" .. tag(v), "upfile-" .. tag(v) .. ".lua" }) do w:remove_tree(n) end
     end }
 end
 
