@@ -1602,6 +1602,8 @@ end
 function Sandbox:start(opts)
   opts = opts or {}
   if type(opts) == "string" then opts = { name = opts } end
+  -- the reference's positional start(workspace)
+  if type(opts) == "table" and getmetatable(opts) ~= nil and type(opts.install) == "function" then opts = { workspace = opts } end
   if type(opts) ~= "table" then error(("start(opts): opts is {name = ..., workspace = ...} or a name, not a %s"):format(type(opts)), 2) end
   for k in pairs(opts) do
     if k ~= "name" and k ~= "workspace" and k ~= "detach" then
@@ -2033,6 +2035,16 @@ end
 ---@param service? string
 ---@return string
 function Sandbox:logs(n, service)
+  if type(n) == "table" then -- the reference's keywords: logs{lines = 100, service = "kernel-1"}
+    if service ~= nil then error("sandbox:logs(n, service) or sandbox:logs{lines = ..., service = ...}: not both", 2) end
+    for k in pairs(n) do
+      if k ~= "lines" and k ~= "service" then error(("sandbox:logs: unknown option '%s'; valid options: lines, service"):format(tostring(k)), 2) end
+    end
+    n, service = n.lines, n.service
+  end
+  if n ~= nil and not (type(n) == "number" and n == math.floor(n) and n >= 1 and n <= 2 ^ 31 - 1) then
+    error(("sandbox:logs: lines must be a whole number >= 1, got %s"):format(type(n) == "number" and tostring(n) or "a " .. type(n)), 2)
+  end
   if self.stopped or not self.log_dir then return "" end
   if service ~= nil and (type(service) ~= "string" or not service:match("^[%w_.-]+$") or service:match("^%.")) then
     error(("sandbox:logs(n, service): %q is not a service name (letters, digits, '_', '-', '.')"):format(tostring(service)), 2)
@@ -2271,10 +2283,21 @@ end
 
 ---Stops the sandbox and everything in it. With save_snapshot, the workspace is archived first
 ---and the snapshot id is returned. Safe to call twice.
----@param opts? {save_snapshot?: boolean, snapshot_description?: string}
+---The reference's positional form works too: `terminate(true, "description")`.
+---@param opts? {save_snapshot?: boolean, snapshot_description?: string}|boolean
+---@param description? string with a positional save_snapshot
 ---@return string|nil snapshot_id
-function Sandbox:terminate(opts)
+function Sandbox:terminate(opts, description)
+  if type(opts) == "boolean" then opts = { save_snapshot = opts, snapshot_description = description }
+  elseif description ~= nil then error("terminate(save_snapshot, description) or terminate{...}: not both", 2) end
   opts = opts or {}
+  if type(opts) ~= "table" then error(("terminate: opts is {save_snapshot, snapshot_description} or a boolean, not a %s"):format(type(opts)), 2) end
+  for k in pairs(opts) do
+    if k ~= "save_snapshot" and k ~= "snapshot_description" then
+      -- a misspelt option would terminate without the snapshot asked for
+      error(("terminate: unknown option '%s'; valid options: save_snapshot, snapshot_description"):format(tostring(k)), 2)
+    end
+  end
   if self.stopped or not self.sandbox_id then return nil end
   local snap
   if opts.save_snapshot then

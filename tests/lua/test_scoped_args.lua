@@ -147,6 +147,24 @@ T.test("scoped args: terminate's options checked before anything stops; position
   T.ok(type(id) == "string" and #id > 0, "a snapshot id: " .. tostring(id))
 end)
 
+T.test("sandbox args: Sandbox:logs{lines} and Sandbox:terminate(true) (the reference's forms) on a plain sandbox", function()
+  get()
+  local sb = env.Sandbox(env.SandboxConfig{ execution_mode = "cli" }):start{ name = "sandbox-args" }
+  local ok, err = pcall(function()
+    sb:exec("echo hi")
+    T.eq(type(sb:logs{ lines = 5 }), "string")
+    refused(function() local r = sb:logs{ line = 5 }; return r end, "sandbox:logs: unknown option 'line'; valid options: lines, service")
+    refused(function() local r = sb:logs(0); return r end, "sandbox:logs: lines must be a whole number >= 1, got 0")
+    refused(function() local r = sb:terminate{ save_snaphot = true }; return r end,
+      "terminate: unknown option 'save_snaphot'; valid options: save_snapshot, snapshot_description")
+    T.eq(sb:exec("echo still"), "still\n")
+    local id = sb:terminate(true, "plain args test")
+    T.ok(type(id) == "string" and #id > 0, "a snapshot id: " .. tostring(id))
+  end)
+  pcall(sb.terminate, sb)
+  if not ok then error(err, 0) end
+end)
+
 T.test("scoped args: start(workspace) positionally, as the reference's start(workspace)", function()
   get()
   local ws = require "seer.workspace"
