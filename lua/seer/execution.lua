@@ -25,6 +25,7 @@ local server -- this process's own server: {child, sock, key, token, endpoint, u
 -- Notebook servers this process found ended while it used them ({at_ms, what}): an experiment's
 -- summary reads them (M.server_failures), so a run whose server died is not reported completed.
 local server_deaths = {}
+local tree_listing -- a folder's tree as a string (below, before create)
 local function note_death(srv, what)
   if srv.death_noted then return end
   srv.death_noted = true
@@ -536,6 +537,25 @@ end
 function Session:terminate()
   if self.terminated then return end
   self.terminated = true
+  if self._tmp_workspace then
+    -- after the kernel has stopped (below), whatever way this returns
+    local tw = self._tmp_workspace
+    local ok, err = pcall(function()
+      self:_terminate_kernel()
+    end)
+    if tree_listing(tw.dir) == tw.listing then
+      require("seer.safe_fs").root(tw.dir, "the session's workspace"):remove_tree("")
+      local ffi = require "ffi"
+      pcall(ffi.cdef, "int rmdir(const char *pathname);")
+      ffi.C.rmdir(tw.dir)
+    end
+    if not ok then error(err, 0) end
+    return
+  end
+  return self:_terminate_kernel()
+end
+
+function Session:_terminate_kernel()
   if self._remote then
     pcall(request_on, self._remote, "shutdown_session", { session_id = self.session_id }, { timeout_ms = REQUEST_TIMEOUT_MS })
     return
@@ -603,6 +623,27 @@ local function default_output_dir()
   return (core.cwd() .. "/outputs")
 end
 
+-- A folder's tree as one string (type, size, mtime and name of every entry, no link followed),
+-- to see whether anything changed in it; nil past 10,000 entries or when it cannot be read.
+tree_listing = function(dir)
+  local root = require("seer.safe_fs").root(dir, "the session's workspace")
+  local out, count = {}, 0
+  local function walk(rel)
+    local list = root:list(rel, { max = 10001 })
+    if not list then return false end
+    for _, e in ipairs(list) do
+      count = count + 1
+      if count > 10000 then return false end
+      local path = rel == "" and e.name or (rel .. "/" .. e.name)
+      out[#out + 1] = ("%s %s %s %s"):format(e.type, tostring(e.size), tostring(e.mtime), path)
+      if e.type == "dir" and not walk(path) then return false end
+    end
+    return true
+  end
+  if not walk("") then return nil end
+  return table.concat(out, "\n")
+end
+
 local function create(workspace, opts, models, sandbox)
   opts = opts or {}
   workspace = workspace or require("seer.workspace").Workspace{}
@@ -624,18 +665,22 @@ local function create(workspace, opts, models, sandbox)
   end
   -- In a sandbox the kernel runs inside it: the workspace is the sandbox's /workspace (the
   -- host writes libraries into its host side) and sandboxd starts the kernel.
-  local launcher, kernel_dir, workspace_dir
+  local launcher, kernel_dir, workspace_dir, tmp_workspace
   if sandbox and type(sandbox.kernel_launcher) == "function" then
     launcher = sandbox:kernel_launcher()
     workspace_dir, kernel_dir = sandbox.workspace_dir, "/workspace"
   else
     workspace_dir = opts.workspace_dir or process.mkdtemp("/tmp/seer-workspace-")
+    tmp_workspace = not opts.workspace_dir
     kernel_dir = workspace_dir
   end
   process.mkdir_p(workspace_dir)
   -- a scoped library of another sandbox reaches its server through a relay into this one
   if launcher then workspace = require("seer.rpc.relay").for_sandbox(workspace, sandbox) end
   workspace:install(workspace_dir)
+  -- a folder made here for the session: removed at terminate when the kernel left nothing of its
+  -- own in it (every api-kimi run left one in /tmp); what it wrote there is never deleted
+  local tmp_listing = tmp_workspace and tree_listing(workspace_dir) or nil
   -- secrets: variables of this process the kernel gets exactly as listed (the notebook server
   -- itself runs without the LLM keys); a listed one that is not set is an error, as in
   -- SandboxConfig.secrets. A sandboxed kernel gets its sandbox's secrets from sandboxd.
@@ -663,7 +708,8 @@ local function create(workspace, opts, models, sandbox)
   if not remote then server.sessions = server.sessions + 1 end
   local s = setmetatable({ session_id = r.session_id, jupyter_url = r.jupyter_url, notebook_path = r.notebook_path,
                            workspace_dir = workspace_dir, workspace_path = kernel_dir, output_dir = output_dir, sandbox = sandbox,
-                           model_info_text = "", _remote = remote }, Session)
+                           model_info_text = "", _remote = remote,
+                           _tmp_workspace = tmp_listing and { dir = workspace_dir, listing = tmp_listing } or nil }, Session)
   local function init(code, hidden)
     local rr = check(req("execute", { session_id = s.session_id, code = code, hidden = hidden, init = true }),
                      "create_notebook_session")

@@ -30,6 +30,7 @@ local function seer_binary() return require("seer.jupyter").seer_binary() end
 -- connection file is refused, never followed; reads are bounded). root is a safe_fs root the
 -- path lies beneath (the sandbox's run folder), else the path's own directory is the root.
 local safe_fs = require "seer.safe_fs"
+local sweep_rpclib_dirs -- below
 local function beneath(path, root)
   local rel = root and root:rel(path)
   if rel then return root, rel end
@@ -595,6 +596,26 @@ end
 -- can rewrite (another endpoint, another key) after the host checked it: clients in other
 -- processes would follow. They get a copy instead, written from what this process already
 -- validated, in a private host folder (0700, the file 0600), removed by close().
+-- The copies of processes that ended without close() (kill -9) hold a key: removed by the next
+-- process that makes one (folders named seer-rpclib-<pid>-*, this user's, whose pid has ended).
+local swept_rpclib = false
+sweep_rpclib_dirs = function()
+  if swept_rpclib then return end
+  swept_rpclib = true
+  local ok, names = pcall(require("seer.core.host").list_dir, "/tmp")
+  if not ok then return end
+  local tmp = safe_fs.root("/tmp", "/tmp", { cross_mounts = true })
+  for _, n in ipairs(names) do
+    local pid = n:match("^seer%-rpclib%-(%d+)%-%w+$")
+    if pid and tonumber(pid) ~= process.getpid() and not require("seer.core.sandbox").alive(tonumber(pid)) then
+      local st = tmp:stat(n)
+      if st and st.type == "dir" then tmp:remove_tree(n) end
+    end
+  end
+end
+
+M._sweep_rpclib_dirs = function() swept_rpclib = false return sweep_rpclib_dirs() end
+
 function Server:client_connection_file()
   if not self.root then return self.connection_file end
   if self.host_connection then return self.host_connection end
@@ -604,7 +625,8 @@ function Server:client_connection_file()
   for _, k in ipairs({ "key", "signature_scheme", "transport", "endpoint", "control_endpoint", "name", "pid" }) do
     if info[k] ~= nil and info[k] ~= json.null then copy[k] = info[k] end
   end
-  self.host_connection_dir = process.mkdtemp("/tmp/seer-rpclib-")
+  sweep_rpclib_dirs()
+  self.host_connection_dir = process.mkdtemp(("/tmp/seer-rpclib-%d-"):format(process.getpid()))
   self.host_connection = self.host_connection_dir .. "/" .. self.name .. ".json"
   wire.write_connection(self.host_connection, copy)
   return self.host_connection

@@ -392,6 +392,23 @@ process.sleep_ms(60000)
   T.ok(b_alive, "control: a child without it is orphaned (what die_with_parent prevents)")
 end)
 
+T.test("a local session's temporary workspace is removed at terminate unless the kernel wrote into it", function()
+  local ws = W.Workspace{ libraries = { W.Library.from_code("tmpwslib", "return {}") } }
+  local out = T.tmpdir()
+  local s = exec.create_local_notebook_session(ws, { name = "tmpws-a", output_dir = out })
+  local d1 = s.workspace_dir
+  T.ok(d1:match("^/tmp/seer%-workspace%-"), d1)
+  s:exec("print(1)")
+  s:terminate()
+  T.eq(io.open(d1), nil, "an untouched temporary workspace is removed (one was left per run)")
+  local s2 = exec.create_local_notebook_session(ws, { name = "tmpws-b", output_dir = out })
+  local d2 = s2.workspace_dir
+  s2:exec("local f = io.open('result.csv', 'w') f:write('x') f:close()")
+  s2:terminate()
+  T.eq(seer.read_file(d2 .. "/result.csv"), "x", "what the kernel wrote there is kept")
+  os.execute("rm -rf '" .. d2 .. "'")
+end)
+
 T.test("SIGTERM to a script whose cleanup never ends still ends it (SEER_SIGTERM_GRACE_S later)", function()
   -- timeout(1), systemd and kill send SIGTERM once: a script that caught the interrupt and kept
   -- going (or code stuck where it never returns to Lua) ran on forever

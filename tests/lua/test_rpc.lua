@@ -464,6 +464,18 @@ T.test("rpc: a connection file's socket beneath the run folder is reached with n
   secret:close()
 end)
 
+T.test("rpc: a killed process's connection-file copy (it holds a key) is swept by the next one", function()
+  local dead = "/tmp/seer-rpclib-999999999-abcdef"
+  local live = ("/tmp/seer-rpclib-%d-abcdef"):format(require("seer.process").getpid())
+  for _, d in ipairs({ dead, live }) do
+    os.execute(("mkdir -p '%s' && echo '{\"key\":\"k\"}' > '%s/x.json'"):format(d, d))
+  end
+  rpc._sweep_rpclib_dirs()
+  T.eq(io.open(dead .. "/x.json"), nil, "the dead process's copy is removed")
+  T.ok(io.open(live .. "/x.json"), "a live process's copy is kept")
+  os.execute("rm -rf '" .. live .. "'")
+end)
+
 T.test("rpc: close stops the servers", function()
   for _, s in ipairs{ iface, misc } do
     if s then
