@@ -140,7 +140,15 @@ static int run_lua(const char *progname, enum run_kind kind, const char *what, i
     default: rc = seer_host_repl(h); break;
     }
     fflush(stdout);
-    if (rc < 0) seer_host_write_message(stderr, "seer: ", err.msg);
+    if (rc == SEER_EINTR && !getenv("SEER_TRACEBACK")) {
+        /* Ctrl-C or SIGTERM: what happened, not a traceback that reads like a crash (it shows
+         * where the code was: SEER_TRACEBACK=1) */
+        const char *nl = strchr(err.msg, '\n');
+        char first[sizeof err.msg];
+        snprintf(first, sizeof first, "%.*s", nl ? (int)(nl - err.msg) : (int)strlen(err.msg), err.msg);
+        seer_host_write_message(stderr, "seer: ", first);
+    } else if (rc < 0)
+        seer_host_write_message(stderr, "seer: ", err.msg);
     seer_host_close(h);
     if (rc == SEER_EINTR) return EXIT_INTERRUPTED;
     return rc < 0 ? EXIT_LUA_ERROR : 0;

@@ -54,13 +54,14 @@
 /* Allowed without conditions. Docker's default list (x86_64 names) minus what seer's sandbox
  * does not need and the kernel has had bugs in: io_uring_*, process_vm_readv/writev,
  * name_to_handle_at, adjtimex, clock_adjtime, modify_ldt. Conditional ones (clone, clone3,
- * personality, socket, socketpair, ioctl) are checked separately. ptrace stays, as in Docker:
- * since Linux 4.8 the filter is checked again after a tracer changes a syscall, so tracing
- * gains nothing over the tracee's own filter; every process inside is filtered (sandboxd is
- * pid 1) and sandboxd is not dumpable, so nothing unfiltered or trusted can be attached; and
- * LeakSanitizer (make asan) and debuggers need it. */
+ * personality, socket, socketpair, ioctl; and the calls that set a file's mode: open, openat,
+ * creat, mknod, mknodat, chmod, fchmod, fchmodat, fchmodat2, openat2) are checked separately.
+ * ptrace stays, as in Docker: since Linux 4.8 the filter is checked again after a tracer
+ * changes a syscall, so tracing gains nothing over the tracee's own filter; every process
+ * inside is filtered (sandboxd is pid 1) and sandboxd is not dumpable, so nothing unfiltered or
+ * trusted can be attached; and LeakSanitizer (make asan) and debuggers need it. */
 static const int allowed[] = {
-    __NR_read, __NR_write, __NR_open, __NR_close, __NR_stat, __NR_fstat, __NR_lstat, __NR_poll,
+    __NR_read, __NR_write, __NR_close, __NR_stat, __NR_fstat, __NR_lstat, __NR_poll,
     __NR_lseek, __NR_mmap, __NR_mprotect, __NR_munmap, __NR_brk, __NR_rt_sigaction,
     __NR_rt_sigprocmask, __NR_rt_sigreturn, __NR_pread64, __NR_pwrite64, __NR_readv, __NR_writev,
     __NR_access, __NR_pipe, __NR_select, __NR_sched_yield, __NR_mremap, __NR_msync, __NR_mincore,
@@ -72,15 +73,15 @@ static const int allowed[] = {
     __NR_uname, __NR_semget, __NR_semop, __NR_semctl, __NR_shmdt, __NR_msgget, __NR_msgsnd,
     __NR_msgrcv, __NR_msgctl, __NR_fcntl, __NR_flock, __NR_fsync, __NR_fdatasync, __NR_truncate,
     __NR_ftruncate, __NR_getdents, __NR_getcwd, __NR_chdir, __NR_fchdir, __NR_rename, __NR_mkdir,
-    __NR_rmdir, __NR_creat, __NR_link, __NR_unlink, __NR_symlink, __NR_readlink, __NR_chmod,
-    __NR_fchmod, __NR_chown, __NR_fchown, __NR_lchown, __NR_umask, __NR_gettimeofday,
+    __NR_rmdir, __NR_link, __NR_unlink, __NR_symlink, __NR_readlink, __NR_chown, __NR_fchown,
+    __NR_lchown, __NR_umask, __NR_gettimeofday,
     __NR_getrlimit, __NR_getrusage, __NR_sysinfo, __NR_times, __NR_getuid, __NR_getgid,
     __NR_setuid, __NR_setgid, __NR_geteuid, __NR_getegid, __NR_setpgid, __NR_getppid,
     __NR_getpgrp, __NR_setsid, __NR_setreuid, __NR_setregid, __NR_getgroups, __NR_setgroups,
     __NR_setresuid, __NR_getresuid, __NR_setresgid, __NR_getresgid, __NR_getpgid,
     __NR_setfsuid, __NR_setfsgid, __NR_getsid, __NR_capget, __NR_capset, __NR_rt_sigpending,
     __NR_rt_sigtimedwait, __NR_rt_sigqueueinfo, __NR_rt_sigsuspend, __NR_sigaltstack,
-    __NR_utime, __NR_mknod, __NR_statfs, __NR_fstatfs, __NR_getpriority, __NR_setpriority,
+    __NR_utime, __NR_statfs, __NR_fstatfs, __NR_getpriority, __NR_setpriority,
     __NR_sched_setparam, __NR_sched_getparam, __NR_sched_setscheduler, __NR_sched_getscheduler,
     __NR_sched_get_priority_max, __NR_sched_get_priority_min, __NR_sched_rr_get_interval,
     __NR_mlock, __NR_munlock, __NR_mlockall, __NR_munlockall, __NR_prctl, __NR_arch_prctl,
@@ -97,9 +98,9 @@ static const int allowed[] = {
     __NR_epoll_wait, __NR_epoll_ctl, __NR_tgkill, __NR_utimes, __NR_mq_open, __NR_mq_unlink,
     __NR_mq_timedsend, __NR_mq_timedreceive, __NR_mq_notify, __NR_mq_getsetattr, __NR_waitid,
     __NR_ioprio_set, __NR_ioprio_get, __NR_inotify_init, __NR_inotify_add_watch,
-    __NR_inotify_rm_watch, __NR_openat, __NR_mkdirat, __NR_mknodat, __NR_fchownat,
+    __NR_inotify_rm_watch, __NR_mkdirat, __NR_fchownat,
     __NR_futimesat, __NR_newfstatat, __NR_unlinkat, __NR_renameat, __NR_linkat, __NR_symlinkat,
-    __NR_readlinkat, __NR_fchmodat, __NR_faccessat, __NR_pselect6, __NR_ppoll,
+    __NR_readlinkat, __NR_faccessat, __NR_pselect6, __NR_ppoll,
     __NR_set_robust_list, __NR_get_robust_list, __NR_splice, __NR_tee, __NR_sync_file_range,
     __NR_vmsplice, __NR_utimensat, __NR_epoll_pwait, __NR_signalfd, __NR_timerfd_create,
     __NR_eventfd, __NR_fallocate, __NR_timerfd_settime, __NR_timerfd_gettime, __NR_accept4,
@@ -110,9 +111,9 @@ static const int allowed[] = {
     __NR_execveat, __NR_membarrier, __NR_mlock2, __NR_copy_file_range, __NR_preadv2,
     __NR_pwritev2, __NR_pkey_mprotect, __NR_pkey_alloc, __NR_pkey_free, __NR_statx,
     __NR_io_pgetevents, __NR_rseq, __NR_pidfd_send_signal, __NR_pidfd_open, __NR_close_range,
-    __NR_openat2, __NR_faccessat2, __NR_process_mrelease, __NR_epoll_pwait2,
+    __NR_faccessat2, __NR_process_mrelease, __NR_epoll_pwait2,
     __NR_landlock_create_ruleset, __NR_landlock_add_rule, __NR_landlock_restrict_self,
-    __NR_memfd_secret, __NR_futex_waitv, __NR_uretprobe, __NR_fchmodat2, __NR_map_shadow_stack,
+    __NR_memfd_secret, __NR_futex_waitv, __NR_uretprobe, __NR_map_shadow_stack,
     __NR_futex_wake, __NR_futex_wait, __NR_futex_requeue, __NR_mseal,
 };
 
@@ -190,6 +191,35 @@ static void emit_arg_in(prog_t *p, uint32_t nr, int arg, const uint32_t *vals, s
     block_end(p, at);
 }
 
+/* S_ISUID | S_ISGID: the bits that make running a file take its owner's user or group. */
+#define SETID_BITS 06000u
+/* O_CREAT and __O_TMPFILE (O_TMPFILE is __O_TMPFILE | O_DIRECTORY): the open flags under which
+ * the kernel reads the mode argument; without them it is ignored (and may be anything). */
+#define OPEN_MODE_FLAGS (0100u | 020000000u)
+
+/* EPERM when the mode in argument `mode_arg` has S_ISUID or S_ISGID; allowed otherwise. Every
+ * one of these calls takes a umode_t (16 bits), so the low 32 bits hold all the kernel reads. */
+static void emit_no_setid(prog_t *p, uint32_t nr, int mode_arg) {
+    size_t at = block_start(p, nr);
+    emit(p, BPF_LD | BPF_W | BPF_ABS, 0, 0, (uint32_t)ARG_LO(mode_arg));
+    emit(p, BPF_JMP | BPF_JSET | BPF_K, 0, 1, SETID_BITS);
+    emit(p, BPF_RET | BPF_K, 0, 0, RET_ERRNO(EPERM));
+    emit(p, BPF_RET | BPF_K, 0, 0, RET_ALLOW);
+    block_end(p, at);
+}
+
+/* The same for an open: the mode is checked only when the flags (an int) create a file. */
+static void emit_no_setid_open(prog_t *p, uint32_t nr, int flags_arg, int mode_arg) {
+    size_t at = block_start(p, nr);
+    emit(p, BPF_LD | BPF_W | BPF_ABS, 0, 0, (uint32_t)ARG_LO(flags_arg));
+    emit(p, BPF_JMP | BPF_JSET | BPF_K, 0, 3, OPEN_MODE_FLAGS);
+    emit(p, BPF_LD | BPF_W | BPF_ABS, 0, 0, (uint32_t)ARG_LO(mode_arg));
+    emit(p, BPF_JMP | BPF_JSET | BPF_K, 0, 1, SETID_BITS);
+    emit(p, BPF_RET | BPF_K, 0, 0, RET_ERRNO(EPERM));
+    emit(p, BPF_RET | BPF_K, 0, 0, RET_ALLOW);
+    block_end(p, at);
+}
+
 /* Builds the filter into out[0..cap) and returns its length (which may exceed cap: call again
  * with more room). */
 size_t seer_sandbox_seccomp_program(struct sock_filter *out, size_t cap) {
@@ -234,6 +264,31 @@ size_t seer_sandbox_seccomp_program(struct sock_filter *out, size_t cap) {
     emit(&p, BPF_JMP | BPF_JEQ | BPF_K, 0, 1, 0x541C /* TIOCLINUX */);
     emit(&p, BPF_RET | BPF_K, 0, 0, RET_ERRNO(EPERM));
     emit(&p, BPF_RET | BPF_K, 0, 0, RET_ALLOW);
+    block_end(&p, at);
+
+    /* No setuid or setgid file. The sandbox's user is mapped to the uid that started seer, so
+     * run as root everything it creates in the workspace (a host folder) is owned by host root:
+     * `cp /bin/sh x; chmod 4755 x` left a setuid-root shell on the host for anyone who runs or
+     * copies it (found by a probe). The filter cannot see whether a path is a file or a
+     * directory, so the bits are refused on both: inside the sandbox a setgid directory changes
+     * nothing (every file it makes already has the sandbox's one group). mkdir and mkdirat are
+     * not checked: the kernel keeps only 01777 of their mode (a directory gets S_ISGID only from
+     * a setgid parent). File capabilities (setxattr "security.capability") need CAP_SETFCAP,
+     * which nothing in the sandbox has; the kernel refuses them (EPERM). */
+    emit_no_setid(&p, __NR_chmod, 1);
+    emit_no_setid(&p, __NR_fchmod, 1);
+    emit_no_setid(&p, __NR_fchmodat, 2);
+    emit_no_setid(&p, __NR_fchmodat2, 2);
+    emit_no_setid_open(&p, __NR_openat, 2, 3);
+    emit_no_setid_open(&p, __NR_open, 1, 2);
+    emit_no_setid(&p, __NR_creat, 1);
+    /* mknod makes regular files too (S_IFREG or no type: mknod(path, 04755, 0)) */
+    emit_no_setid(&p, __NR_mknod, 1);
+    emit_no_setid(&p, __NR_mknodat, 2);
+    /* openat2 passes flags and mode in a struct a filter cannot read: ENOSYS, so callers fall
+     * back to openat as on kernels before 5.6 (glibc's open never uses it). */
+    at = block_start(&p, __NR_openat2);
+    emit(&p, BPF_RET | BPF_K, 0, 0, RET_ERRNO(ENOSYS));
     block_end(&p, at);
 
     emit(&p, BPF_JMP | BPF_JGT | BPF_K, 0, 1, SEER_SECCOMP_MAX_KNOWN);

@@ -11,6 +11,7 @@ local T = require "testing"
 local A = require "attack"
 local ffi = require "ffi"
 local sb = require "seer.core.sandbox"
+local bit = require "bit"
 
 local SEER = require("seer.jupyter").seer_binary()
 
@@ -536,6 +537,176 @@ probe("negative", -1)
   expects = { { "future_500", ENOSYS }, { "future_1000", ENOSYS }, { "negative", EPERM } },
 }
 
+-- Setuid and setgid files. The sandbox's user is mapped to the uid that started seer, so as
+-- root every file it makes in the workspace (a host folder) is owned by host root: a probe ran
+-- `cp /bin/sh x; chmod 4755 x` and left -rwsr-xr-x root on the host, for anyone who runs it or
+-- copies it with its mode. The filter refuses S_ISUID and S_ISGID in every call that sets a
+-- mode (chmod, fchmod, fchmodat, fchmodat2; open, openat, creat with O_CREAT or O_TMPFILE;
+-- mknod, mknodat), answers openat2 (whose mode is in memory) with ENOSYS, and the kernel
+-- refuses file capabilities (nothing inside has CAP_SETFCAP). Each vector works in its own
+-- folder of the workspace; the check looks at the workspace from the host.
+local SETID_PROBES = [[
+local function O(s) return tonumber(s, 8) end
+sc(83, dir, O"755")
+local function p(n) return dir .. "/" .. n end
+for _, n in ipairs({ "rootsh", "plain" }) do local f = assert(io.open(p(n), "wb")) f:write("#!/bin/sh\n") f:close() end
+probe("chmod_4755", 90, p"rootsh", O"4755")
+probe("chmod_2755", 90, p"rootsh", O"2755")
+local fd = sc(2, p"plain", 0)
+probe("fchmod_6755", 91, fd, O"6755")
+probe("fchmodat_4755", 268, -100, p"plain", O"4755")
+probe("fchmodat2_2755", 452, -100, p"plain", O"2755", 0)
+probe("open_creat_4755", 2, p"o1", O"101", O"4755")
+probe("openat_creat_2755", 257, -100, p"o2", O"101", O"2755")
+probe("openat_tmpfile_4755", 257, -100, dir, O"20200001", O"4755")
+probe("creat_6755", 85, p"c1", O"6755")
+probe("mknod_reg_4755", 133, p"n1", O"104755", 0)
+probe("mknodat_reg_2755", 259, -100, p"n2", O"102755", 0)
+local how = ffi.new("uint64_t[3]", O"101", O"4755", 0) -- struct open_how {flags, mode, resolve}
+probe("openat2_creat_4755", 437, -100, p"o3", how, 24)
+-- a version 2 file capability (CAP_SETUID, effective): the kernel wants CAP_SETFCAP for it
+local cap = ffi.new("uint32_t[5]", 0x02000001, 0x80, 0, 0, 0)
+probe("setxattr_capability", 188, p"plain", "security.capability", cap, 20, 0)
+-- controls: ordinary modes still work
+probe("chmod_0755", 90, p"rootsh", O"755")
+probe("fchmod_0755", 91, fd, O"755")
+probe("fchmodat_0644", 268, -100, p"plain", O"644")
+probe("openat_creat_0755", 257, -100, p"ok", O"101", O"755")
+probe("mknod_reg_0644", 133, p"n3", O"100644", 0)
+probe("mkdir_6777", 83, p"md", O"6777")
+probe("setxattr_user", 188, p"plain", "user.seer", "1", 1, 0)
+sc(3, fd)
+local st = io.popen("stat -c 'MODE %a %n' " .. dir .. "/*")
+io.write(st:read("*a"))
+st:close()
+]]
+
+-- The calls that would set a bit, with the answer each gets (the filter's EPERM; openat2 ENOSYS;
+-- the capability: the kernel's EPERM).
+local SETID_REFUSED = {
+  { "chmod_4755", EPERM }, { "chmod_2755", EPERM }, { "fchmod_6755", EPERM }, { "fchmodat_4755", EPERM },
+  { "fchmodat2_2755", EPERM }, { "open_creat_4755", EPERM }, { "openat_creat_2755", EPERM },
+  { "openat_tmpfile_4755", EPERM }, { "creat_6755", EPERM }, { "mknod_reg_4755", EPERM },
+  { "mknodat_reg_2755", EPERM }, { "openat2_creat_4755", ENOSYS },
+}
+local SETID_SH_REFUSED = {
+  { "fchmod_4755", EPERM }, { "fchmodat_2755", EPERM }, { "fchmodat2_6755", EPERM }, { "open_creat_4755", EPERM },
+  { "openat_creat_2755", EPERM }, { "openat_tmpfile_4755", EPERM }, { "creat_4755", EPERM },
+  { "mknod_reg_4755", EPERM }, { "mknodat_reg_2755", EPERM }, { "openat2_creat_4755", ENOSYS },
+  { "setxattr_capability", EPERM },
+}
+
+-- Fails on any file of the workspace (seen from the host) or any MODE line with S_ISUID/S_ISGID.
+local function no_setid_anywhere(out)
+  for mode, name in out:gmatch("MODE (%d+) (%S+)") do
+    T.eq(bit.band(tonumber(mode, 8), tonumber("6000", 8)), 0, ("%s has mode %s inside"):format(name, mode))
+  end
+  local ws = A.rig(RIG.name, RIG.config).sandbox.workspace_dir
+  local p = io.popen(("find '%s' -mindepth 1 -perm /6000 -printf '%%m %%u %%p\\n' 2>&1"):format(ws))
+  local found = p:read("*a")
+  p:close()
+  T.eq(found, "", "setuid or setgid files the sandbox left in its workspace, as the host sees them")
+end
+
+attempt{
+  name = "leave a setuid or setgid file on the host (chmod 4755/2755/u+s/g+s, install -m 4755, open/creat/mknod/O_TMPFILE/openat2 with S_ISUID, fchmod(at)(2), setcap)",
+  sh = "exec 2>&1\nd=$(mktemp -d /workspace/setid-XXXXXX) && cd \"$d\" || exit 1\n"
+    .. "cp /bin/true rootsh && : > plain && echo copied\n"
+    .. "for m in 4755 2755 6755 u+s g+s; do chmod $m rootsh; echo \"chmod $m rc=$?\"; done\n"
+    .. "mkdir sgdir && chmod g+s sgdir; echo \"chmod g+s dir rc=$?\"\n"
+    .. "install -m 4755 /bin/true inst; echo \"install -m 4755 rc=$?\"\n"
+    .. "/usr/sbin/setcap cap_setuid+ep rootsh; echo \"setcap rc=$?\"\n"
+    .. "chmod 755 rootsh; echo \"chmod 755 rc=$?\"\n"
+    .. py([[
+import struct
+S_IFREG = 0o100000
+fd = os.open("plain", os.O_RDONLY)
+probe("fchmod_4755", 91, fd, 0o4755)
+probe("fchmodat_2755", 268, -100, b"plain", 0o2755)
+probe("fchmodat2_6755", 452, -100, b"plain", 0o6755, 0)
+probe("open_creat_4755", 2, b"o1", os.O_CREAT | os.O_WRONLY, 0o4755)
+probe("openat_creat_2755", 257, -100, b"o2", os.O_CREAT | os.O_WRONLY, 0o2755)
+probe("openat_tmpfile_4755", 257, -100, b".", os.O_TMPFILE | os.O_WRONLY, 0o4755)
+probe("creat_4755", 85, b"c1", 0o4755)
+probe("mknod_reg_4755", 133, b"n1", S_IFREG | 0o4755, 0)
+probe("mknodat_reg_2755", 259, -100, b"n2", S_IFREG | 0o2755, 0)
+how = ctypes.create_string_buffer(struct.pack("<QQQ", os.O_CREAT | os.O_WRONLY, 0o4755, 0))
+probe("openat2_creat_4755", 437, -100, b"o3", how, 24)
+cap = struct.pack("<IIIII", 0x02000001, 0x80, 0, 0, 0)
+probe("setxattr_capability", 188, b"plain", b"security.capability", cap, len(cap), 0)
+probe("fchmod_0755", 91, fd, 0o755)
+probe("fchmodat_0644", 268, -100, b"plain", 0o644)
+probe("openat_creat_0755", 257, -100, b"ok", os.O_CREAT | os.O_WRONLY, 0o755)
+probe("mknod_reg_0644", 133, b"n3", S_IFREG | 0o644, 0)
+probe("mkdir_6777", 83, b"md", 0o6777)
+probe("setxattr_user", 188, b"plain", b"user.seer", b"1", 1, 0)
+]]) .. "stat -c 'MODE %a %n' *\n",
+  lua = "local dir = ('/workspace/setid-lua-%d'):format(sc(39))\n" .. SETID_PROBES,
+  teardown = function(_, r) r.sandbox:exec({ "/bin/sh", "-c", "rm -rf /workspace/setid-*" }, { timeout = 30 }) end,
+  check = function(out, vector)
+    local sh = vector:match("sh$")
+    for _, e in ipairs(sh and SETID_SH_REFUSED or SETID_REFUSED) do expect(out, e[1], e[2]) end
+    if sh then
+      T.contains(out, "copied")
+      for _, m in ipairs({ "4755", "2755", "6755", "u+s", "g+s" }) do T.contains(out, "chmod " .. m .. " rc=1") end
+      T.contains(out, "chmod g+s dir rc=1")
+      T.contains(out, "install -m 4755 rc=1")
+      T.ok(out:find("setcap rc=", 1, true) and not out:find("setcap rc=0", 1, true), "setcap: " .. out)
+      T.contains(out, "chmod 755 rc=0", "an ordinary chmod still works")
+    else
+      expect(out, "setxattr_capability", EPERM)
+      T.contains(out, "PROBE chmod_0755 r=0 errno=0")
+    end
+    for _, n in ipairs({ "fchmod_0755", "fchmodat_0644", "mknod_reg_0644", "mkdir_6777" }) do
+      T.contains(out, "PROBE " .. n .. " r=0 errno=0", "an ordinary mode still works")
+    end
+    T.ok(out:match("PROBE openat_creat_0755 r=%d+ errno=0"), "an ordinary O_CREAT still works: " .. out)
+    -- user.* attributes are allowed (EOPNOTSUPP where the file system has none)
+    T.ok(out:match("PROBE setxattr_user r=0 errno=0") or out:match("PROBE setxattr_user r=%-1 errno=95"),
+         "setxattr user.*: " .. out)
+    T.ok(out:match("MODE 755 [^\n]*rootsh"), "the chmod 755 control shows: " .. out)
+    T.ok(out:match("MODE %d+ [^\n]*md\n"), "mkdir made its folder: " .. out)
+    no_setid_anywhere(out)
+  end,
+}
+
+-- What the set-id refusal must leave working: ordinary modes through cp, install, chmod, tar,
+-- Python and pip (run by the control test below, in the rig's workspace).
+local ORDINARY_FILE_WORK = [[exec 2>&1
+d=$(mktemp -d /workspace/legit-XXXXXX) && cd "$d" || exit 1
+mkdir -p src/sub && printf 'hi\n' > src/a.txt && cp /bin/true src/tool && chmod 755 src/tool && chmod 700 src/sub && echo made-ok
+cp -a src copy-a && cp -p src/tool tool-p && cp -r src copy-r && echo cp-ok
+install -m 755 /bin/true inst && install -d -m 750 idir && echo install-ok
+mkdir -p -m 775 mdir && chmod -R u+rwX,go+rX copy-r && chmod 1777 mdir && chmod 644 src/a.txt && chmod 755 . && echo chmod-ok
+tar -cf a.tar src && mkdir x xp && tar -xf a.tar -C x && tar -xpf a.tar -C xp && echo tar-ok
+/usr/bin/python3 - <<'PY'
+import os, shutil, tarfile, io, zipfile, subprocess, sys
+open("p.txt", "w").write("x"); os.chmod("p.txt", 0o755); shutil.copy2("p.txt", "p2.txt"); shutil.copytree("src", "src-py")
+print("python-ok")
+# an archive with a setuid member, extracted as tar does by default for a user that is not root
+t = tarfile.open("suid.tar", "w")
+ti = tarfile.TarInfo("suidfile"); data = b"#!/bin/sh\n"; ti.size = len(data); ti.mode = 0o4755
+t.addfile(ti, io.BytesIO(data)); t.close()
+with zipfile.ZipFile("demo-0.1-py3-none-any.whl", "w") as z:
+    z.writestr("demo/__init__.py", "X = 1\n")
+    s = zipfile.ZipInfo("demo-0.1.data/scripts/demo-tool"); s.external_attr = 0o100755 << 16
+    z.writestr(s, "#!python\nprint('tool')\n")
+    z.writestr("demo-0.1.dist-info/METADATA", "Metadata-Version: 2.1\nName: demo\nVersion: 0.1\n")
+    z.writestr("demo-0.1.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: x\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+    z.writestr("demo-0.1.dist-info/RECORD", "")
+r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-cache-dir",
+                    "--disable-pip-version-check", "--target", "pipt", "demo-0.1-py3-none-any.whl"], capture_output=True, text=True)
+print("pip rc=%d %s" % (r.returncode, r.stderr[-600:]))
+r = subprocess.run([sys.executable, "-m", "venv", "--without-pip", "venv"], capture_output=True, text=True)
+print("venv rc=%d %s" % (r.returncode, r.stderr[-600:]))
+PY
+mkdir xs && tar -xf suid.tar -C xs; echo "tar-suid rc=$?"
+venv/bin/python -c 'print("venv-python-ok")'
+PYTHONPATH=pipt pipt/bin/demo-tool
+stat -c 'MODE %a %n' x/src/tool xp/src/tool xp/src/sub inst idir mdir copy-a/tool copy-a/sub tool-p p2.txt xs/suidfile pipt/bin/demo-tool
+cd / && rm -rf "$d" && echo cleaned
+]]
+
 ---------------------------------------------------------------------------------------------
 -- class 6: exhaustion through files
 
@@ -646,6 +817,59 @@ probe("clone3_null", 435, 0, 0)
     T.ok(not (pr == -1 and pe == EPERM), ("%s without the filter: r=%s errno=%s"):format(n, tostring(pr), tostring(pe)))
   end
   T.ok(differs >= 8, ("only %d of %d probes behave differently without the filter:\n%s"):format(differs, #names, plain))
+end)
+
+T.test("control: the set-id probes set the bits on the host without the filter, and get EPERM (openat2: ENOSYS) with it", function()
+  local base = A.root .. "/setid-control"
+  local function run(filtered)
+    local dir = base .. (filtered and "/filtered" or "/plain")
+    os.execute(("mkdir -p '%s'"):format(base))
+    local out = host_lua(("local dir = %q\n"):format(dir) .. SETID_PROBES, filtered)
+    local p = io.popen(("find '%s' -mindepth 1 -perm /6000 -printf '%%f\n' | sort"):format(dir))
+    local setid = p:read("*a")
+    p:close()
+    return out, setid
+  end
+  local plain, plain_setid = run(false)
+  local filtered, filtered_setid = run(true)
+  os.execute(("rm -rf '%s'"):format(base))
+  -- without the filter every probe does what it asks: a file with the bit (or, for O_TMPFILE,
+  -- an unnamed one: a descriptor)
+  for _, e in ipairs(SETID_REFUSED) do
+    local r, errno = probe_result(plain, e[1])
+    -- a kernel older than the call (fchmodat2: 6.6, openat2: 5.6) says ENOSYS
+    local too_old = r == -1 and errno == ENOSYS and (e[1]:match("^fchmodat2") or e[1]:match("^openat2"))
+    T.ok(too_old or (r and r >= 0 and errno == 0),
+         ("%s without the filter: r=%s errno=%s\n%s"):format(e[1], tostring(r), tostring(errno), plain))
+  end
+  for _, f in ipairs({ "c1", "n1", "n2", "o1", "o2" }) do
+    T.ok(plain_setid:find(f .. "\n", 1, true), ("without the filter %s has the bit: %s"):format(f, plain_setid))
+  end
+  -- root holds CAP_SETFCAP on the host: the capability probe is well formed, so the sandbox's
+  -- EPERM is the kernel refusing a process without it
+  if IS_ROOT then T.contains(plain, "PROBE setxattr_capability r=0 errno=0") end
+  for _, e in ipairs(SETID_REFUSED) do
+    T.eq({ probe_result(filtered, e[1]) }, { -1, e[2] }, "with the filter on the host: " .. e[1] .. "\n" .. filtered)
+  end
+  T.eq(filtered_setid, "", "with the filter no file has a set-id bit")
+  for _, n in ipairs({ "chmod_0755", "fchmod_0755", "fchmodat_0644", "mknod_reg_0644", "mkdir_6777" }) do
+    T.contains(filtered, "PROBE " .. n .. " r=0 errno=0", "ordinary modes with the filter")
+  end
+end)
+
+T.test("control: ordinary file work runs under the filter (cp -a/-p, install, chmod, tar -x, Python, pip, venv)", function()
+  local r = A.rig(RIG.name, RIG.config)
+  local out = A.exec_sh(ORDINARY_FILE_WORK, 120, r)
+  for _, s in ipairs({ "made-ok", "cp-ok", "install-ok", "chmod-ok", "tar-ok", "python-ok", "pip rc=0", "venv rc=0",
+                       "tar-suid rc=0", "venv-python-ok", "\ntool\n", "cleaned" }) do
+    T.contains(out, s, "an ordinary operation failed")
+  end
+  for _, m in ipairs({ "755 x/src/tool", "755 xp/src/tool", "700 xp/src/sub", "755 inst", "750 idir", "1777 mdir",
+                       "755 copy-a/tool", "700 copy-a/sub", "755 tool-p", "755 p2.txt", "755 pipt/bin/demo-tool",
+                       -- tar gives a member's set-id bits only with -p (then: EPERM, and tar says so)
+                       "755 xs/suidfile" }) do
+    T.contains(out, "MODE " .. m, "modes as asked")
+  end
 end)
 
 T.test("control: int 0x80 reaches the i386 ABI on the host without the filter", function()
