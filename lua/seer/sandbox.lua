@@ -2213,8 +2213,10 @@ function Sandbox:snapshot(description)
   -- read as gigabytes of zeros (a 4 GiB one took 35 s of host CPU; 16 TiB would take hours).
   -- The sandbox's processes are stopped meanwhile (pause_all), so nothing changes under tar.
   local resume = pause_all(self)
+  -- --mode=ug-s: no set-id bit goes into a snapshot, whatever is in the workspace (the filter
+  -- refuses them inside; a file the host put there, or one from before, is archived without)
   local ok, code, _, err = pcall(run_host, { "tar", "--create", "--gzip", "--sparse", "--one-file-system", "--no-acls",
-                                             "--no-xattrs", "--file", tmp .. "/workspace.tar.gz", "--directory",
+                                             "--no-xattrs", "--mode=ug-s", "--file", tmp .. "/workspace.tar.gz", "--directory",
                                              self.workspace_dir, "." })
   if resume then resume() end
   if not ok then
