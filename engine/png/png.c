@@ -326,34 +326,211 @@ int seer_png_resize(const unsigned char *src, unsigned sw, unsigned sh, unsigned
     return SEER_OK;
 }
 
+/* ---- fit: decode and downscale row by row ------------------------------------------------------ */
+
+/* seer_png_fit never holds the source image. Rows are read one at a time into a single buffer and
+ * summed into the output rows they cover, with the exact integer weights of seer_png_resize (the
+ * sums are the same integers, added in another order, so the result is bit for bit the same).
+ * A file that inflates to 2^27 pixels (a 16 KB "decompression bomb") used to cost 400-540 MB of
+ * pixels for a 512-px answer; now it costs one source row, two output rows of sums and the
+ * output. The work stays linear in the source's pixels, which check_dims bounds. */
+typedef struct fitter {
+    unsigned sw, sh, dw, dh, ch;
+    int alpha;             /* index of the alpha channel, -1 without one */
+    uint64_t *hrow;        /* dw * ch: one source row summed along x */
+    uint64_t *acc;         /* nrows * dw * ch: output rows being summed; row oy in slot oy % nrows */
+    unsigned nrows;        /* 2 when rows come in order; dh for Adam7, whose passes revisit rows */
+    unsigned next_out;     /* the first output row not yet written */
+    unsigned char *out;    /* dw * dh * ch: the result */
+} fitter_t;
+
+static void fit_add(uint64_t *h, const unsigned char *px, uint64_t w, unsigned ch, int alpha) {
+    if (alpha < 0) {
+        for (unsigned c = 0; c < ch; c++) h[c] += w * px[c];
+    } else {
+        uint64_t wa = w * px[alpha];
+        h[alpha] += wa;
+        for (int c = 0; c < alpha; c++) h[c] += wa * px[c];
+    }
+}
+
+/* Writes output row oy from its sums (seer_png_resize's final division) and clears its slot. */
+static void fit_finish_row(fitter_t *f, unsigned oy) {
+    uint64_t *a0 = f->acc + (size_t)(oy % f->nrows) * f->dw * f->ch;
+    const uint64_t total = (uint64_t)f->sw * f->sh;
+    unsigned char *out = f->out + (size_t)oy * f->dw * f->ch;
+    for (unsigned ox = 0; ox < f->dw; ox++) {
+        const uint64_t *a = a0 + (size_t)ox * f->ch;
+        unsigned char *o = out + (size_t)ox * f->ch;
+        if (f->alpha < 0) {
+            for (unsigned c = 0; c < f->ch; c++) o[c] = (unsigned char)((a[c] + total / 2) / total);
+        } else {
+            uint64_t wa = a[f->alpha];
+            o[f->alpha] = (unsigned char)((wa + total / 2) / total);
+            for (int c = 0; c < f->alpha; c++) o[c] = wa ? (unsigned char)((a[c] + wa / 2) / wa) : 0;
+        }
+    }
+    memset(a0, 0, (size_t)f->dw * f->ch * sizeof *a0);
+}
+
+/* Adds one source row: ncols pixels at x = x0, x0 + xstep, ... of source row y. A source pixel
+ * spans [x*dw, (x+1)*dw) and output column ox spans [ox*sw, (ox+1)*sw); as dw <= sw a pixel
+ * meets at most two columns, and likewise a row at most two output rows. */
+static void fit_add_row(fitter_t *f, const unsigned char *row, unsigned ncols, unsigned y, unsigned x0, unsigned xstep) {
+    const unsigned ch = f->ch;
+    memset(f->hrow, 0, (size_t)f->dw * ch * sizeof *f->hrow);
+    uint64_t pos = (uint64_t)x0 * f->dw, step = (uint64_t)xstep * f->dw;
+    uint64_t ox = pos / f->sw, edge = (ox + 1) * f->sw;
+    for (unsigned i = 0; i < ncols; i++, pos += step) {
+        while (edge <= pos) ox++, edge += f->sw;
+        const unsigned char *px = row + (size_t)i * ch;
+        uint64_t end = pos + f->dw;
+        if (end <= edge) {
+            fit_add(f->hrow + ox * ch, px, f->dw, ch, f->alpha);
+        } else {
+            fit_add(f->hrow + ox * ch, px, edge - pos, ch, f->alpha);
+            fit_add(f->hrow + (ox + 1) * ch, px, end - edge, ch, f->alpha);
+        }
+    }
+    uint64_t y0 = (uint64_t)y * f->dh, y1 = y0 + f->dh;
+    unsigned oy = (unsigned)(y0 / f->sh);
+    uint64_t yedge = (uint64_t)(oy + 1) * f->sh;
+    const size_t n = (size_t)f->dw * ch;
+    uint64_t *a = f->acc + (size_t)(oy % f->nrows) * n;
+    if (y1 <= yedge) {
+        for (size_t k = 0; k < n; k++) a[k] += f->dh * f->hrow[k];
+    } else {
+        uint64_t *b = f->acc + (size_t)((oy + 1) % f->nrows) * n, wa = yedge - y0, wb = y1 - yedge;
+        for (size_t k = 0; k < n; k++) a[k] += wa * f->hrow[k], b[k] += wb * f->hrow[k];
+    }
+}
+
+typedef struct fit_ctx {
+    decoder_t d;
+    unsigned max_side;
+    unsigned char *row;
+    fitter_t f;
+    int fits; /* the image already fits: rows are read (checked) and dropped */
+} fit_ctx_t;
+
+static int fit_run(png_structp png, png_infop info, fit_ctx_t *x) {
+    if (setjmp(png_jmpbuf(png))) return -1;
+    png_read_info(png, info);
+    png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
+    x->d.rc = check_dims(w, h, "the PNG", x->d.err);
+    if (x->d.rc < 0) return -1;
+    png_set_expand(png);
+    png_set_scale_16(png);
+    png_set_gray_to_rgb(png);
+    /* No png_set_interlace_handling: each Adam7 pass then arrives as its own smaller image, whose
+     * pixels are added where they belong, so no full-size buffer is needed to merge passes. */
+    const int interlaced = png_get_interlace_type(png, info) != PNG_INTERLACE_NONE;
+    png_read_update_info(png, info);
+    unsigned channels = png_get_channels(png, info);
+    size_t stride = (size_t)w * channels;
+    if ((channels != 3 && channels != 4) || png_get_rowbytes(png, info) != stride)
+        png_error(png, "unexpected row layout after expansion");
+    fitter_t *f = &x->f;
+    seer_png_fit_size(w, h, x->max_side, &f->dw, &f->dh);
+    f->sw = w, f->sh = h, f->ch = channels, f->alpha = channels == 4 ? 3 : -1;
+    x->fits = f->dw == w && f->dh == h;
+    x->row = malloc(stride);
+    if (!x->row) goto nomem;
+    if (!x->fits) {
+        f->nrows = interlaced ? f->dh : 2;
+        f->hrow = malloc((size_t)f->dw * channels * sizeof *f->hrow);
+        f->acc = calloc((size_t)f->nrows * f->dw * channels, sizeof *f->acc);
+        f->out = malloc((size_t)f->dw * f->dh * channels);
+        if (!f->hrow || !f->acc || !f->out) goto nomem;
+    }
+    for (int p = 0; p < (interlaced ? 7 : 1); p++) {
+        unsigned cols = interlaced ? PNG_PASS_COLS(w, p) : w, rows = interlaced ? PNG_PASS_ROWS(h, p) : h;
+        if (cols == 0 || rows == 0) continue; /* libpng skips empty passes too */
+        unsigned x0 = interlaced ? PNG_PASS_START_COL(p) : 0, xstep = interlaced ? PNG_PASS_COL_OFFSET(p) : 1;
+        unsigned y0 = interlaced ? PNG_PASS_START_ROW(p) : 0, ystep = interlaced ? PNG_PASS_ROW_OFFSET(p) : 1;
+        for (unsigned r = 0; r < rows; r++) {
+            png_read_row(png, x->row, NULL);
+            if (x->fits) continue;
+            unsigned y = y0 + r * ystep;
+            if (!interlaced) /* rows above this one's first output row are complete */
+                for (unsigned first = (unsigned)((uint64_t)y * f->dh / f->sh); f->next_out < first; f->next_out++)
+                    fit_finish_row(f, f->next_out);
+            fit_add_row(f, x->row, cols, y, x0, xstep);
+        }
+    }
+    /* as seer_png_decode: a file cut after its image data, or with a bad CRC later, is an error */
+    png_read_end(png, NULL);
+    if (!x->fits)
+        for (; f->next_out < f->dh; f->next_out++) fit_finish_row(f, f->next_out);
+    return 0;
+nomem:
+    x->d.rc = seer_err_set(x->d.err, SEER_ENOMEM, "out of memory fitting a %ux%u PNG into %ux%u", (unsigned)w, (unsigned)h,
+                           f->dw, f->dh);
+    return -1;
+}
+
 int seer_png_fit(const void *data, size_t len, unsigned max_side, unsigned char **out, size_t *out_len,
                  unsigned *width, unsigned *height, seer_err_t *err) {
     *out = NULL;
     *out_len = 0;
     *width = *height = 0;
     if (max_side < 1) return seer_err_set(err, SEER_EINVAL, "max_side is 0; it must be at least 1");
-    seer_png_image_t img;
-    int rc = seer_png_decode(data, len, &img, err);
-    if (rc < 0) return rc;
-    unsigned dw, dh;
-    seer_png_fit_size(img.width, img.height, max_side, &dw, &dh);
-    if (dw == img.width && dh == img.height) {
-        seer_png_image_free(&img);
-        *width = dw;
-        *height = dh;
-        return SEER_OK;
+    /* An Adam7 file revisits every output row in each pass, so its sums are kept for the whole
+     * output (8 bytes a sample). When that is more than the decoded source itself (an output of
+     * more than an eighth of the source's pixels), decoding it whole and resizing costs less. */
+    unsigned w, h, dw, dh;
+    if (seer_png_size(data, len, &w, &h, err) == SEER_OK && ((const unsigned char *)data)[28] != 0) {
+        seer_png_fit_size(w, h, max_side, &dw, &dh);
+        if ((dw != w || dh != h) && (uint64_t)dw * dh * 8 > (uint64_t)w * h) {
+            seer_png_image_t img;
+            int rc = seer_png_decode(data, len, &img, err);
+            if (rc < 0) return rc;
+            unsigned char *px = malloc((size_t)dw * dh * img.channels);
+            if (!px) {
+                seer_png_image_free(&img);
+                return seer_err_set(err, SEER_ENOMEM, "out of memory resizing to %ux%u", dw, dh);
+            }
+            rc = seer_png_resize(img.pixels, img.width, img.height, img.channels, px, dw, dh, err);
+            if (rc == SEER_OK) rc = seer_png_encode(px, dw, dh, img.channels, out, out_len, err);
+            free(px);
+            seer_png_image_free(&img);
+            if (rc < 0) return rc;
+            *width = dw;
+            *height = dh;
+            return SEER_OK;
+        }
     }
-    unsigned char *px = malloc((size_t)dw * dh * img.channels);
-    if (!px) {
-        seer_png_image_free(&img);
-        return seer_err_set(err, SEER_ENOMEM, "out of memory resizing to %ux%u", dw, dh);
+    if (!data || len < 8) return seer_err_set(err, SEER_EPARSE, "not a PNG image: %zu bytes, shorter than the 8-byte PNG signature", data ? len : 0);
+    if (png_sig_cmp((png_const_bytep)data, 0, 8) != 0)
+        return seer_err_set(err, SEER_EPARSE, "not a PNG image: the first 8 bytes are not the PNG signature");
+    fit_ctx_t x = {.d = {.data = data, .len = len, .err = err}, .max_side = max_side};
+    png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &x.d, dec_on_error, on_png_warning);
+    if (!png) return seer_err_set(err, SEER_ENOMEM, "out of memory creating a PNG decoder");
+    png_infop info = png_create_info_struct(png);
+    if (!info) {
+        png_destroy_read_struct(&png, NULL, NULL);
+        return seer_err_set(err, SEER_ENOMEM, "out of memory creating a PNG decoder");
     }
-    rc = seer_png_resize(img.pixels, img.width, img.height, img.channels, px, dw, dh, err);
-    if (rc == SEER_OK) rc = seer_png_encode(px, dw, dh, img.channels, out, out_len, err);
-    free(px);
-    seer_png_image_free(&img);
-    if (rc < 0) return rc;
-    *width = dw;
-    *height = dh;
+    png_set_read_fn(png, &x.d, dec_read);
+    png_set_user_limits(png, 0x7fffffffu, 0x7fffffffu);
+    int rc = fit_run(png, info, &x);
+    png_destroy_read_struct(&png, &info, NULL);
+    free(x.row);
+    free(x.f.hrow);
+    free(x.f.acc);
+    if (rc < 0) {
+        free(x.f.out);
+        if (x.d.rc < 0) return x.d.rc;
+        if (x.d.truncated)
+            return seer_err_set(err, SEER_EPARSE, "truncated PNG: the data ends after %zu bytes, before the image and its IEND chunk are complete", len);
+        return seer_err_set(err, SEER_EPARSE, "corrupt PNG: %s", x.d.msg);
+    }
+    if (!x.fits) {
+        rc = seer_png_encode(x.f.out, x.f.dw, x.f.dh, x.f.ch, out, out_len, err);
+        free(x.f.out);
+        if (rc < 0) return rc;
+    }
+    *width = x.f.dw;
+    *height = x.f.dh;
     return SEER_OK;
 }

@@ -49,10 +49,13 @@ void seer_png_fit_size(unsigned width, unsigned height, unsigned max_side, unsig
 int seer_png_resize(const unsigned char *src, unsigned src_w, unsigned src_h, unsigned channels,
                     unsigned char *dst, unsigned dst_w, unsigned dst_h, seer_err_t *err);
 
-/* Decodes data and, when its longer side exceeds max_side, downscales it with seer_png_resize
- * to seer_png_fit_size and re-encodes it into *out (malloc'ed, the caller frees it). When it
- * already fits, *out is NULL and *out_len 0: the caller's bytes are the answer, unchanged (and
- * known to decode). *width and *height are the result's size either way. */
+/* Decodes data and, when its longer side exceeds max_side, downscales it to seer_png_fit_size
+ * (the pixels of seer_png_resize, exactly) and re-encodes it into *out (malloc'ed, the caller
+ * frees it). When it already fits, *out is NULL and *out_len 0: the caller's bytes are the
+ * answer, unchanged (and known to decode). *width and *height are the result's size either way.
+ * The source image is never held: rows are decoded one at a time and summed into the output, so
+ * memory is about one source row plus 2-8x the output, whatever the file claims (a 16 KB file
+ * can claim 2^27 pixels); time is linear in the source's pixels. */
 int seer_png_fit(const void *data, size_t len, unsigned max_side, unsigned char **out, size_t *out_len,
                  unsigned *width, unsigned *height, seer_err_t *err);
 

@@ -29,7 +29,8 @@ local sandbox = env.Sandbox(env.SandboxConfig{
 local workspace = ws.Workspace{ libraries = { ws.Library.from_file(seer.toolkit_dir .. "/batch_generate.lua") } }
 local session = exec.create_notebook_session(sandbox, workspace, { name = "auditing-games", output_dir = run.out_dir })
 
-print(seer.json.encode{ session_id = session.session_id, jupyter_url = session.jupyter_url, model_info = session.model_info_text })
+-- model_info comes from the model's files: shown without terminal commands
+print(require("seer.terminal").safe(seer.json.encode{ session_id = session.session_id, jupyter_url = session.jupyter_url, model_info = session.model_info_text }))
 
 local ok, err = pcall(function()
   local result = X.agent(run, {

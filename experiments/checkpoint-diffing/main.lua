@@ -53,7 +53,8 @@ local ok, err = pcall(function()
     ws.Library.from_file(seer.toolkit_dir .. "/sae.lua"),
   } }
   local session = exec.create_notebook_session(sandbox, workspace, { name = "checkpoint-diffing", output_dir = run.out_dir })
-  print(seer.json.encode{ session_id = session.session_id, jupyter_url = session.jupyter_url, model_info = session.model_info_text })
+  -- model_info comes from the model's files: shown without terminal commands
+  print(require("seer.terminal").safe(seer.json.encode{ session_id = session.session_id, jupyter_url = session.jupyter_url, model_info = session.model_info_text }))
   local result = X.agent(run, { prompt = X.prompt(session, workspace:get_library_docs() .. "\n\n" .. run.task),
                                 mcp_config = session.mcp_config, sandbox = sandbox, max_turns = 80,
                                 on_message = X.printer(run, "agent") })

@@ -4,6 +4,11 @@
 -- against the live notebook tools over MCP.
 local seer = require "seer"
 local json = seer.json
+-- What the model, the sandbox, its kernel and the agent write reaches this terminal through
+-- safe (or stream, for text in pieces): no escape sequence in it becomes a terminal command
+-- (docs/security.md, "Terminals").
+local terminal = require "seer.terminal"
+local safe = terminal.safe
 
 local here = seer.script_dir()
 -- the command line as every experiment reads it: --help, and a usage error (status 2) for
@@ -47,11 +52,13 @@ print(("\n== %d rows, %.1f MB of JSON: encode %.1f ms, decode %.1f ms"):format(
 local model_dir = require("seer.core.host").realpath(seer.script_dir() .. "/../../tests/fixtures/models/stories260K")
 local model = seer.model.load(model_dir)
 local tok = model.tokenizer
-print("\n== " .. tostring(model))
+print(safe("\n== " .. tostring(model)))
 local prompt = "Once upon a time"
 io.write("\n== greedy continuation, streamed\n" .. prompt)
 local t_gen = seer.now()
-local story = model:generate(prompt, { max_new_tokens = 60, stream = function(piece) io.write(piece) io.flush() end })
+local show = terminal.stream()
+local story = model:generate(prompt, { max_new_tokens = 60, stream = show })
+show(nil)
 print(("\n[%d tokens in %.1f ms]"):format(#story.ids, (seer.now() - t_gen) * 1000))
 
 -- What the model expects next, and how the residual stream grows layer by layer.
@@ -65,7 +72,7 @@ local probs = logits:select(1, -1):softmax()
 local values, indices = probs:topk(5)
 print("\n== next-token distribution after \"" .. prompt .. "\"")
 for i = 1, 5 do
-  print(("  %-12q %.3f"):format(tok:decode({ indices[i] }), values[i]))
+  print(safe(("  %-12q %.3f"):format(tok:decode({ indices[i] }), values[i])))
 end
 print("\n== residual-stream norm at the last position, per layer")
 print(("  %-10s %7.3f"):format("embed", cache["blocks.0.hook_resid_pre"]:select(1, -1):norm()))
@@ -90,11 +97,11 @@ local config = env.SandboxConfig{
 local t_sb = seer.now()
 local sandbox = env.Sandbox(config):start{ name = "hello" }
 print(("sandbox %s started in %.1f ms"):format(sandbox.sandbox_id, (seer.now() - t_sb) * 1000))
-io.write((sandbox:exec("echo \"inside: uid $(id -u), host $(hostname), models: $(ls /models)\"; "
-  .. "cat /etc/shadow 2>&1 | head -1; touch /usr/x 2>&1 | head -1")))
+io.write(safe((sandbox:exec("echo \"inside: uid $(id -u), host $(hostname), models: $(ls /models)\"; "
+  .. "cat /etc/shadow 2>&1 | head -1; touch /usr/x 2>&1 | head -1"))))
 local session = exec.create_notebook_session(sandbox, nil,
   { name = "hello", output_dir = out_dir .. "/seer-hello-notebooks" })
-print(session.model_info_text)
+print(safe(session.model_info_text))
 local cells = {
   "print(model)",
   "local ex = require 'toolkit.extract_activations'\n"
@@ -108,25 +115,27 @@ local cells = {
 }
 for i, code in ipairs(cells) do
   local r = session:exec(code)
-  io.write(("[cell %d] "):format(i), r.text == "" and "(display output)\n" or r.text)
+  io.write(("[cell %d] "):format(i), r.text == "" and "(display output)\n" or safe(r.text))
 end
 -- An agent on the same notebook: the replay provider plays a recorded investigation's
 -- assistant turns against the live notebook tools (an MCP server), so this runs offline;
 -- provider = "claude" with ANTHROPIC_API_KEY set runs a real one (docs/harness.md).
 print("\n== an agent (replayed) working in the notebook through MCP")
+local show_text = terminal.stream()
 local run = seer.harness.run_agent{
   provider = "replay", replay = here .. "/agent_replay.jsonl", name = "hello-agent",
   mcp_config = session.mcp_config, output_dir = out_dir .. "/seer-hello-transcripts",
   on_message = function(m)
-    if m.type == "text_delta" then io.write(m.text)
-    elseif m.type == "tool_call" then io.write("\n  [tool] ", m.name, " ", seer.json.encode(m.input), "\n")
+    if m.type == "text_delta" then show_text(m.text)
+    elseif m.type == "tool_call" then show_text(nil) io.write(safe("\n  [tool] " .. tostring(m.name) .. " " .. seer.json.encode(m.input) .. "\n"))
     elseif m.type == "tool_result" then
       local t = m.content and m.content[1] and m.content[1].text or ""
-      io.write("  [result] ", (t:gsub("\n+$", ""):gsub("\n", "\n           ")), "\n")
+      io.write("  [result] ", safe((tostring(t):gsub("\n+$", ""):gsub("\n", "\n           "))), "\n")
     end
   end,
 }:run()
-print(("\n[agent: %s after %d turns; transcript %s]"):format(run.reason, run.turns, run.transcript))
+show_text(nil)
+print(safe(("\n[agent: %s after %d turns; transcript %s]"):format(tostring(run.reason), run.turns or 0, tostring(run.transcript))))
 print("notebook:  " .. session.notebook_path)
 print("live view: " .. session.jupyter_url)
 if os.getenv("SEER_DEMO_WATCH") then

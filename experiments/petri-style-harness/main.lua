@@ -11,6 +11,7 @@
 local seer = require "seer"
 local env = seer.environment
 local X = require "seer.experiment"
+local safe = require("seer.terminal").safe -- what the auditor and the target write, without terminal commands
 local judge = require "judge"
 
 local here = seer.script_dir()
@@ -55,11 +56,11 @@ local ok, err = pcall(function()
     sandbox = scoped,
     max_turns = 40,
     on_message = function(m)
-      if m.type == "tool_call" then io.write(("[auditor] %s %s\n"):format(m.name, seer.json.encode(m.input)))
+      if m.type == "tool_call" then io.write(safe(("[auditor] %s %s\n"):format(tostring(m.name), seer.json.encode(m.input))))
       elseif m.type == "tool_result" and m.name == "send_message" then
         local t = m.content and m.content[1] and m.content[1].text or ""
         local okj, r = pcall(seer.json.decode, t)
-        io.write("  [target] ", okj and type(r) == "table" and tostring(r.content) or t, "\n")
+        io.write("  [target] ", safe(okj and type(r) == "table" and tostring(r.content) or t), "\n")
       end
     end,
   })

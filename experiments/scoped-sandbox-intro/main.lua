@@ -7,6 +7,7 @@
 local seer = require "seer"
 local env, ws, exec = seer.environment, seer.workspace, seer.execution
 local X = require "seer.experiment"
+local terminal = require "seer.terminal" -- what the agent and the sandbox write, without terminal commands
 
 local here = seer.script_dir()
 local run = X.run{ name = "scoped-sandbox-intro", dir = here }
@@ -27,20 +28,25 @@ local ok, err = pcall(function()
   -- As the agent would: the library is a module in the session's workspace.
   package.path = session.workspace_dir .. "/?.lua;" .. package.path
   local info = require("model_tools").get_model_info()
-  print(seer.json.encode{ model_info = info, library = session.workspace_dir .. "/model_tools.lua" })
+  print(terminal.safe(seer.json.encode{ model_info = info, library = session.workspace_dir .. "/model_tools.lua" }))
 
   local mcp_config = {}
   for k, v in pairs(session.mcp_config) do mcp_config[k] = v end
   for k, v in pairs(tools_mcp) do mcp_config[k] = v end
+  local show_text = terminal.stream()
   local result = X.agent(run, {
     prompt = X.prompt(nil, run.task),
     mcp_config = mcp_config,
     sandbox = scoped,
     on_message = function(m)
-      if m.type == "text_delta" then io.write(m.text)
-      elseif m.type == "tool_call" then io.write(("\n[tool] %s %s\n"):format(m.name, seer.json.encode(m.input))) end
+      if m.type == "text_delta" then show_text(m.text)
+      elseif m.type == "tool_call" then
+        show_text(nil)
+        io.write(terminal.safe(("\n[tool] %s %s\n"):format(tostring(m.name), seer.json.encode(m.input))))
+      end
     end,
   })
+  show_text(nil)
   print()
   X.summary(run, { model_info = info, agent = { provider = run.provider, reason = result.reason, turns = result.turns,
                                                  usage = result.usage, transcript = result.transcript } },

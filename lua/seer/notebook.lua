@@ -1,7 +1,8 @@
 --- seer.notebook: nbformat 4.5 notebooks as the notebook server keeps them. Cells carry
 --- `metadata.execution_status` (pending, running, complete, error); saving goes through a
 --- temporary file and a rename, so a crash leaves the previous notebook, never half of one.
---- Files are named `{YYYY-MM-DD-HH-MM}_{name or "Notebook"}[_{n}].ipynb` as in the reference.
+--- Files are named `{YYYY-MM-DD-HH-MM}_{name or "Notebook"}[_{n}].ipynb` as in the reference
+--- (n counts up to 64, then is random: see unique_path).
 ---@class seernotebook
 local M = {}
 
@@ -54,25 +55,60 @@ end
 -- save replaces it.
 local EMPTY = '{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}\n'
 
-local function reserve(path)
-  local ok, msg, code = require("seer.safe_fs").write_nofollow(path, EMPTY, { exclusive = true, what = "the notebook folder" })
+-- How the reasons safe_fs gives read without their paths: the folder may lie in a sandbox's
+-- workspace, and these errors reach the sandbox's own clients (a scope's start_session), which
+-- are told no host path.
+local REASONS = {
+  symlink = "a symbolic link is on the folder's path",
+  notdir = "a part of the folder's path is not a directory",
+  notfound = "the folder does not exist",
+  outside = "the folder's path crosses a mount point",
+  notregular = "something other than a file is at that name",
+  invalid = "the name is not a valid path",
+}
+
+-- Creates file in dir exclusively: true, or false when anything is at the name. Other failures
+-- raise naming the file (not the folder) and the reason.
+local function reserve(dir, file)
+  local ok, msg, code = require("seer.safe_fs").write_nofollow(dir .. "/" .. file, EMPTY, { exclusive = true, what = "the notebook folder" })
   if ok then return true end
   if code == "exists" then return false end
-  error(("cannot create the notebook %s: %s"):format(path, tostring(msg)), 0)
+  -- an I/O error ends with the system's reason ("Permission denied"); its path is dropped
+  local why = REASONS[code] or tostring(msg):match(": ([^:/]+)$") or "cannot write there"
+  error(("cannot create the notebook %s in the notebook folder: %s"):format(file, why), 0)
+end
+
+-- Names tried in order (`_1` ... `_64`) before random numbers. Each try is a few system calls;
+-- a sandbox that can write the output folder could plant `_1` ... `_100000` (trying them in turn
+-- held the notebook server, and every session on it, for 6 s a start), so past this the numbers
+-- are random (2^31 of them: a planted folder cannot cover them) and a name costs at most
+-- 1 + SEQUENTIAL_TRIES + RANDOM_TRIES attempts, however many files the folder holds.
+local SEQUENTIAL_TRIES = 64
+local RANDOM_TRIES = 16
+M.NAME_TRIES = 1 + SEQUENTIAL_TRIES + RANDOM_TRIES
+
+-- A random number in [SEQUENTIAL_TRIES + 1, 2^31) from OpenSSL's random source (seer.net.uuid).
+local function random_suffix()
+  local hex = require("seer.net").uuid():gsub("-", ""):sub(1, 8)
+  return SEQUENTIAL_TRIES + 1 + (tonumber(hex, 16) % (2 ^ 31 - SEQUENTIAL_TRIES - 1))
 end
 
 ---A new notebook path in dir, reserved atomically: `<date>_<name>.ipynb`, or with `_1`, `_2`,
----... when taken (by a file, a link or anything else, here or by another process).
+---... `_64` when taken (by a file, a link or anything else, here or by another process), then
+---`_<random number>`. Errors name the file, never the folder (a host path).
 function M.unique_path(dir, name, time)
   local base = os.date("%Y-%m-%d-%H-%M", time or os.time()) .. "_" .. sanitize_name(name)
-  local path = ("%s/%s.ipynb"):format(dir, base)
-  local n = 1
-  while not reserve(path) do
-    path = ("%s/%s_%d.ipynb"):format(dir, base, n)
-    n = n + 1
-    if n > 100000 then error(("no free notebook name for %s in %s"):format(base, dir), 0) end
+  local file = base .. ".ipynb"
+  if reserve(dir, file) then return dir .. "/" .. file end
+  for n = 1, SEQUENTIAL_TRIES do
+    file = ("%s_%d.ipynb"):format(base, n)
+    if reserve(dir, file) then return dir .. "/" .. file end
   end
-  return path
+  for _ = 1, RANDOM_TRIES do
+    file = ("%s_%d.ipynb"):format(base, random_suffix())
+    if reserve(dir, file) then return dir .. "/" .. file end
+  end
+  error(("no free notebook name for %s in the notebook folder: %d names tried, all taken"):format(base, M.NAME_TRIES), 0)
 end
 
 ---@class seernotebook.opts

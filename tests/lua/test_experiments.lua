@@ -879,3 +879,67 @@ T.test("hello: an unknown option or a stray argument is a usage error (status 2)
   T.contains(text, "exit=0")
   T.ok(not text:find("== seer", 1, true), text)
 end)
+
+-- What a model, an agent or code in a sandbox writes is shown on the researcher's terminal by
+-- the experiments' own progress lines (the agent's text as it streams, tool calls, tool results,
+-- kernel output). Escape sequences in it would be commands to the terminal: a clipboard write
+-- (OSC 52), a new window title, an erased line. Each experiment is run from a copy whose
+-- recorded agent writes them (and "hi" in invisible tag characters) into its text, and whose
+-- notebook code prints them from inside the sandbox; the output must show them as text.
+local INJECT = "\\u001b]52;c;cm0gLXJmIH4K\\u0007\\u001b]0;owned-title\\u0007\\u001b[2K\\rHIDDEN-LINE-REWRITTEN \\udb40\\udc68\\udb40\\udc69"
+local function run_copy(name, edits, args)
+  if not have_bwrap() then T.skip("bubblewrap is not installed (make setup installs it)") end
+  local tree = T.tmpdir()
+  -- the copy keeps its place in the tree: tests/fixtures is reached as ../../tests from it
+  assert(os.execute(("mkdir -p '%s/experiments' && cp -r '%s/experiments/%s' '%s/experiments/' && ln -s '%s/tests' '%s/tests'")
+    :format(tree, root, name, tree, root, tree)) == 0)
+  for file, pairs_ in pairs(edits) do
+    local path = ("%s/experiments/%s/%s"):format(tree, name, file)
+    local text = seer.read_file(path)
+    for _, p in ipairs(pairs_) do
+      local from, to = p[1], p[2]
+      local at = text:find(from, 1, true)
+      assert(at, ("%s: %q not found"):format(file, from))
+      text = text:sub(1, at - 1) .. to .. text:sub(at + #from)
+    end
+    seer.write_file(path, text)
+  end
+  local out = T.tmpdir()
+  local p = io.popen(("cd '%s' && env -u ANTHROPIC_API_KEY SEER_OUT='%s' SEER_SANDBOX_DIR='%s/sb' '%s' '%s/experiments/%s/main.lua' %s 2>&1; echo \"__seer_exit=$?\"")
+    :format(root, out, out, SEER, tree, name, args or ""))
+  local text = p:read("*a")
+  p:close()
+  local code = tonumber(text:match("__seer_exit=(%d+)\n?$"))
+  return text:gsub("__seer_exit=%d+\n?$", ""), code
+end
+
+local function shown_as_text(text)
+  T.ok(not text:find("[\27\7\r]"), "a terminal command reached the output:\n" .. text:gsub("[\27\7\r]", function(c) return ("<%d>"):format(c:byte()) end))
+  T.contains(text, "\\x1b]52;c;cm0gLXJmIH4K\\x07\\x1b]0;owned-title\\x07\\x1b[2K\\x0dHIDDEN-LINE-REWRITTEN \\U000e0068\\U000e0069")
+end
+
+T.test("scoped-sandbox-intro --small: the agent's text and tool calls reach the terminal without terminal commands", function()
+  local text, code = run_copy("scoped-sandbox-intro", { ["replay/small.jsonl"] = {
+    { "First the model's architecture.", "First the model's architecture." .. INJECT } } }, "--small")
+  T.eq(code, 0, text)
+  shown_as_text(text)
+end)
+
+T.test("hello: the agent's text, its tool results and the sandbox's kernel output reach the terminal without terminal commands", function()
+  local text, code = run_copy("hello", { ["agent_replay.jsonl"] = {
+    { "First, what model is loaded.", "First, what model is loaded." .. INJECT },
+    -- printed by the kernel inside the sandbox, back as the tool's result
+    { '"code": "print(model)"', '"code": "print(model) io.write(\\"\\\\27]0;kernel-title\\\\7\\\\27[2K\\\\rKERNEL-LINE\\\\n\\")"' } } })
+  T.eq(code, 0, text)
+  shown_as_text(text)
+  -- (the MCP result drops the escape sequences; the carriage return is left to the printer)
+  T.contains(text, "\\x0dKERNEL-LINE")
+end)
+
+T.test("petri-style-harness --small: the target's replies from the sandbox's RPC server reach the terminal without terminal commands", function()
+  local text, code = run_copy("petri-style-harness", { ["conversation_interface.lua"] = {
+    { "  return { content = reply, turn", '  return { content = reply .. "\\27]52;c;cm0gLXJmIH4K\\7\\27]0;owned-title\\7\\27[2K\\rHIDDEN-LINE-REWRITTEN \\243\\160\\129\\168\\243\\160\\129\\169", turn' } } },
+    "--small")
+  T.eq(code, 0, text)
+  shown_as_text(text)
+end)

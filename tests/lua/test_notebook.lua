@@ -29,6 +29,58 @@ T.test("notebook names follow the reference and never overwrite", function()
   T.eq(NB.unique_path(d, "../../etc/x", t), d .. "/2026-03-04-05-06_etc_x.ipynb")
 end)
 
+-- A sandbox can write a notebook folder inside its workspace, so it can fill the names the next
+-- session would take: `<date>_x.ipynb`, `_x_1` ... `_x_100000`. Trying them in turn held the
+-- notebook server (and every session on it) for 6 s per start, and the final error named the
+-- folder's host path to the sandbox's client. A name now costs at most 81 tries (the first 64
+-- numbers in order, then random ones), and no error names the folder.
+T.test("notebook names take a bounded number of tries whatever the folder holds, and errors name no folder", function()
+  local fs = require "seer.safe_fs"
+  local real = fs.write_nofollow
+  local calls = 0
+  local function count(...) calls = calls + 1 return real(...) end
+  local d = T.tmpdir()
+  local t = os.time{ year = 2026, month = 3, day = 4, hour = 5, min = 6 }
+  local base = "2026-03-04-05-06_x"
+  seer.write_file(("%s/%s.ipynb"):format(d, base), "planted")
+  for i = 1, 300 do seer.write_file(("%s/%s_%d.ipynb"):format(d, base, i), "planted") end
+  fs.write_nofollow = count
+  local ok, p = pcall(NB.unique_path, d, "x", t)
+  fs.write_nofollow = real
+  T.ok(ok, p)
+  T.ok(calls <= 81, ("%d tries for one name"):format(calls))
+  local prefix = ("%s/%s_"):format(d, base)
+  local n = p:sub(1, #prefix) == prefix and tonumber(p:sub(#prefix + 1):match("^(%d+)%.ipynb$"))
+  T.ok(n and n > 64, p)
+  T.eq(require("seer.json").decode(seer.read_file(p)).nbformat, 4) -- reserved, not a planted file
+  -- random numbers: two more names are distinct, each a fresh reservation
+  local q = NB.unique_path(d, "x", t)
+  T.ok(q ~= p and not q:find("_%d%d?%d?%.ipynb$"), q)
+
+  -- every name taken (here by a stand-in that answers "exists"): an error at once, no path
+  calls = 0
+  fs.write_nofollow = function(path) calls = calls + 1 return nil, path .. " in the notebook folder: already exists", "exists" end
+  local ok2, err = pcall(NB.unique_path, d, "x", t)
+  fs.write_nofollow = real
+  T.ok(not ok2)
+  T.ok(calls <= 81, ("%d tries before giving up"):format(calls))
+  T.contains(err, "no free notebook name for " .. base)
+  T.ok(not tostring(err):find(d, 1, true), err)
+
+  -- any other failure names the file and the reason, never the folder
+  fs.write_nofollow = function(path) return nil, path .. " (in the notebook folder): Permission denied", "io" end
+  local ok3, err3 = pcall(NB.unique_path, d, "x", t)
+  fs.write_nofollow = real
+  T.ok(not ok3)
+  T.eq(err3, "cannot create the notebook " .. base .. ".ipynb in the notebook folder: Permission denied")
+  local link = T.tmpdir() .. "/link"
+  os.execute(("ln -s '%s' '%s'"):format(d, link))
+  local ok4, err4 = pcall(NB.unique_path, link, "x", t)
+  T.ok(not ok4)
+  T.ok(not tostring(err4):find(d, 1, true) and not tostring(err4):find(link, 1, true), err4)
+  T.contains(err4, "symbolic link")
+end)
+
 T.test("a notebook with every output kind validates with nbformat", function()
   local d = T.tmpdir()
   local nb = NB.new{ path = d .. "/a.ipynb" }

@@ -391,3 +391,50 @@ T.test("seer.core.png from Lua: round trip, fit, size, errors", function()
   T.raises(function() png.fit(bytes, 0) end, "png.fit: max_side must be an integer from 1", true)
   T.raises(function() png.size("x") end, "png.size: not a PNG image", true)
 end)
+
+-- A "decompression bomb": a 16 KB PNG of 11585 x 11585 one-bit pixels (2^27, the most seer
+-- decodes) inflates to 400 MB of RGB. png.fit (what an agent's displayed images go through) used
+-- to decode it whole: 405 MB and 1 s for a 512-px answer, 16 images a tool result. It now reads a
+-- row at a time (Adam7 a pass at a time) and keeps only sums for the output, also when the image
+-- already fits (then nothing but one row is kept).
+T.test("png.fit of a decompression bomb holds one row and the output, not the image", function()
+  local dir = T.tmpdir()
+  seer.write_file(dir .. "/bomb.py", [[
+import struct, sys, zlib
+def chunk(t, d):
+    return struct.pack('>I', len(d)) + t + d + struct.pack('>I', zlib.crc32(t + d) & 0xffffffff)
+n = 11585
+for interlace in (0, 1):
+    z = zlib.compressobj(9)
+    parts = []
+    # Adam7 passes: (x0, y0, dx, dy); a plain image is one pass of every pixel
+    passes = [(0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2)] if interlace else [(0, 0, 1, 1)]
+    for x0, y0, dx, dy in passes:
+        w, h = (n - x0 + dx - 1) // dx, (n - y0 + dy - 1) // dy
+        row = b'\0' * (1 + (w + 7) // 8)
+        for _ in range(h):
+            parts.append(z.compress(row))
+    parts.append(z.flush())
+    ihdr = struct.pack('>IIBBBBB', n, n, 1, 0, 0, 0, interlace)
+    data = b'\x89PNG\r\n\x1a\n' + chunk(b'IHDR', ihdr) + chunk(b'IDAT', b''.join(parts)) + chunk(b'IEND', b'')
+    open('%s/bomb%d.png' % (sys.argv[1], interlace), 'wb').write(data)
+]])
+  local ok, out = T.sh(("/usr/bin/python3 '%s/bomb.py' '%s'"):format(dir, dir))
+  T.ok(ok, out)
+  local SEER = require("seer.jupyter").seer_binary()
+  for _, case in ipairs { { "bomb0.png", 512 }, { "bomb1.png", 512 }, { "bomb0.png", 32768 } } do
+    local file = dir .. "/" .. case[1]
+    T.ok(#seer.read_file(file) < 64 * 1024, "the bomb is small")
+    local code = ([[local png = require "seer.core.png"
+local f = io.open(%q, "rb"); local b = f:read("*a"); f:close()
+local out, w, h = png.fit(b, %d)
+local st = io.open("/proc/self/status"):read("*a")
+print(w, h, #out, st:match("VmHWM:%%s*(%%d+) kB"))]]):format(file, case[2])
+    local ok2, res = T.sh(("'%s' -e '%s'"):format(SEER, code:gsub("'", "'\\''")))
+    T.ok(ok2, res)
+    local w, h, _, hwm_kb = res:match("^(%d+)\t(%d+)\t(%d+)\t(%d+)")
+    T.eq({ tonumber(w), tonumber(h) }, case[2] == 512 and { 512, 512 } or { 11585, 11585 }, res)
+    -- the process's whole peak (LuaJIT, seer's modules, the 16 KB file): about 12 MB; before, 405 MB
+    T.ok(tonumber(hwm_kb) < 64 * 1024, ("%s fit to %d: peak %s kB"):format(case[1], case[2], tostring(hwm_kb)))
+  end
+end)

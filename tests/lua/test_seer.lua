@@ -142,6 +142,60 @@ T.test("seer.terminal.safe shows terminal commands as text", function()
   T.eq(table.concat(written), "hi \\x1b]0;owned\\x07[probe] x\\x1b[2J\n")
 end)
 
+-- Characters a terminal draws as nothing hide text from the person reading it while a model
+-- still reads them: tag characters spell ASCII invisibly ("ignore the user" after a harmless
+-- line), variation selectors carry a byte each after any character, zero-width characters and
+-- soft hyphens split or mark words unseen. safe() shows them as it shows the bidi controls,
+-- keeping only the few that shape visible text where they do.
+T.test("seer.terminal.safe shows invisible characters (tags, zero-width, variation selectors)", function()
+  local safe = require("seer.terminal").safe
+  local function u(...) -- UTF-8 of code points (numbers) and ASCII (strings)
+    local t = {}
+    for _, c in ipairs({ ... }) do
+      if type(c) == "string" then t[#t + 1] = c
+      elseif c < 0x800 then t[#t + 1] = string.char(0xC0 + math.floor(c / 64), 0x80 + c % 64)
+      elseif c < 0x10000 then t[#t + 1] = string.char(0xE0 + math.floor(c / 4096), 0x80 + math.floor(c / 64) % 64, 0x80 + c % 64)
+      else t[#t + 1] = string.char(0xF0 + math.floor(c / 262144), 0x80 + math.floor(c / 4096) % 64, 0x80 + math.floor(c / 64) % 64, 0x80 + c % 64) end
+    end
+    return table.concat(t)
+  end
+  -- "hi" in tag characters, and the tag block's ends and its unassigned rest
+  T.eq(safe(u("ok", 0xE0068, 0xE0069, " ", 0xE0001, 0xE007F, 0xE0FFF)), "ok\\U000e0068\\U000e0069 \\U000e0001\\U000e007f\\U000e0fff")
+  -- zero-width space, joiners and marks next to ASCII, word joiner and invisible operators, soft hyphen, BOM
+  T.eq(safe(u("a", 0x200B, "b", 0x200C, "c", 0x200D, "d", 0x200E, 0x200F)), "a\\u200bb\\u200cc\\u200dd\\u200e\\u200f")
+  T.eq(safe(u("x", 0x2060, 0x2061, 0x2062, 0x2063, 0x2064, "y", 0x00AD, "z", 0xFEFF)),
+       "x\\u2060\\u2061\\u2062\\u2063\\u2064y\\u00adz\\ufeff")
+  -- bidi controls, still
+  T.eq(safe(u(0x202A, 0x202B, 0x202C, 0x202D, 0x202E, 0x2066, 0x2067, 0x2068, 0x2069, 0x061C)),
+       "\\u202a\\u202b\\u202c\\u202d\\u202e\\u2066\\u2067\\u2068\\u2069\\u061c")
+  -- other default-ignorable characters: combining grapheme joiner, Hangul fillers, Mongolian
+  -- selectors, musical formatting, shorthand format controls, interlinear annotation
+  T.eq(safe(u(0x034F, 0x115F, 0x3164, 0xFFA0, 0x180E, 0x1D173, 0x1BCA0, 0xFFF9)),
+       "\\u034f\\u115f\\u3164\\uffa0\\u180e\\U0001d173\\U0001bca0\\ufff9")
+  -- variation selectors: a byte hidden behind every character ("emoji smuggling")
+  T.eq(safe(u("a", 0xFE00, "b", 0xE0100, 0xE01EF)), "a\\ufe00b\\U000e0100\\U000e01ef")
+  -- kept where they shape what is seen: an emoji's style, emoji sequences, Indic conjuncts,
+  -- a Persian word; repeated or out of place they are shown
+  local kept = u(0x2764, 0xFE0F, " ", 0x1F468, 0x200D, 0x1F469, 0x200D, 0x1F467, " ", 0x2764, 0xFE0F, 0x200D, 0x1F525,
+                 " 1", 0xFE0F, 0x20E3, " ", 0x0915, 0x094D, 0x200D, 0x0937, " ", 0x0645, 0x06CC, 0x200C, 0x062E)
+  T.eq(safe(kept), kept)
+  T.eq(safe(u(0x1F600, 0xFE0F, 0xFE0F, " ", 0x0915, 0x200D, 0x200D, " ", 0x200D, "x", 0xFE0F, 0xFE0E)),
+       u(0x1F600, 0xFE0F, "\\ufe0f ", 0x0915, 0x200D, "\\u200d \\u200dx", 0xFE0F, "\\ufe0e"))
+end)
+
+T.test("seer.terminal.stream shows text in pieces safely, a character cut between pieces whole", function()
+  local got = {}
+  local show = require("seer.terminal").stream(function(s) got[#got + 1] = s end)
+  show("caf\195")        -- é cut after its first byte: held
+  show("\169 \27]0;t\7") -- completed; the escape shown
+  show("x\194")          -- 0xC2 0x9B is CSI (C1): judged whole, shown
+  show("\155[2J")
+  show("end\240\159")    -- a cut emoji at the end: written escaped when flushed
+  show(nil)
+  T.eq(table.concat(got), "caf\195\169 \\x1b]0;t\\x07x\\u009b[2Jend\\xf0\\x9f")
+  T.eq(got[1], "caf")
+end)
+
 T.test("pretty prints tables sorted, nested and cut", function()
   T.eq(pretty.format({}), "{}")
   T.eq(pretty.format({ 1, 2, 3 }), "{ 1, 2, 3 }")

@@ -634,3 +634,82 @@ Test(png, fit_keeps_alpha) {
     free(out);
     free(png);
 }
+
+/* seer_png_fit decodes and downscales row by row (Adam7 pass by pass) without holding the source
+ * image; its pixels must be exactly those of a whole decode followed by seer_png_resize, for every
+ * colour type, bit depth, tRNS, interlacing, shape and target size, including the Adam7 case that
+ * keeps sums for the whole output and the one that decodes whole (output over 1/8 of the source). */
+static void check_fit_same_as_resize(unsigned w, unsigned h, int depth, int ctype, int interlace, int with_trns,
+                                     const unsigned *sides, size_t nsides) {
+    int s = spp(ctype);
+    uint16_t *samples = calloc((size_t)w * h * s, sizeof *samples);
+    unsigned char plte[256 * 3], trns[256] = {0};
+    int nplte = 0, ntrns = 0;
+    uint32_t st = (uint32_t)(w * 977 + h * 13 + depth * 5 + ctype * 101 + interlace * 7 + with_trns);
+    if (ctype == 3) {
+        nplte = depth == 8 ? 200 : 1 << depth;
+        for (int i = 0; i < nplte * 3; i++) plte[i] = (unsigned char)lcg(&st);
+    }
+    unsigned maxv = ctype == 3 ? (unsigned)nplte : 1u << depth;
+    for (size_t i = 0; i < (size_t)w * h * s; i++) samples[i] = (uint16_t)(lcg(&st) % maxv);
+    if (with_trns) {
+        if (ctype == 3) {
+            ntrns = nplte / 2 + 1;
+            for (int i = 0; i < ntrns; i++) trns[i] = (unsigned char)(i * 37);
+        } else {
+            ntrns = ctype == 0 ? 2 : 6;
+            for (int c = 0; c < ntrns / 2; c++) {
+                trns[2 * c] = (unsigned char)(samples[c] >> 8);
+                trns[2 * c + 1] = (unsigned char)samples[c];
+            }
+        }
+    }
+    ref_t r = {w, h, depth, ctype, interlace, samples, plte, nplte, trns, ntrns};
+    buf_t file = ref_png(&r);
+    seer_png_image_t full;
+    seer_err_t err;
+    cr_assert_eq(seer_png_decode(file.p, file.n, &full, &err), 0, "%s", err.msg);
+    for (size_t k = 0; k < nsides; k++) {
+        unsigned dw, dh, ow, oh;
+        seer_png_fit_size(w, h, sides[k], &dw, &dh);
+        unsigned char *out;
+        size_t out_len;
+        int rc = seer_png_fit(file.p, file.n, sides[k], &out, &out_len, &ow, &oh, &err);
+        cr_assert_eq(rc, 0, "%ux%u ctype %d depth %d interlace %d trns %d max_side %u: %s", w, h, ctype, depth,
+                     interlace, with_trns, sides[k], err.msg);
+        cr_assert(ow == dw && oh == dh, "%ux%u -> %ux%u, want %ux%u", w, h, ow, oh, dw, dh);
+        if (dw == w && dh == h) {
+            cr_assert(out == NULL && out_len == 0);
+            continue;
+        }
+        unsigned char *want = malloc((size_t)dw * dh * full.channels);
+        cr_assert_eq(seer_png_resize(full.pixels, w, h, full.channels, want, dw, dh, &err), 0, "%s", err.msg);
+        seer_png_image_t got;
+        cr_assert_eq(seer_png_decode(out, out_len, &got, &err), 0, "%s", err.msg);
+        cr_assert(got.width == dw && got.height == dh && got.channels == full.channels);
+        for (size_t i = 0; i < (size_t)dw * dh * full.channels; i++)
+            cr_assert_eq(got.pixels[i], want[i],
+                         "%ux%u ctype %d depth %d interlace %d trns %d max_side %u: byte %zu is %u, resize gives %u", w, h,
+                         ctype, depth, interlace, with_trns, sides[k], i, got.pixels[i], want[i]);
+        seer_png_image_free(&got);
+        free(want);
+        free(out);
+    }
+    seer_png_image_free(&full);
+    free(file.p);
+    free(samples);
+}
+
+Test(png, fit_gives_the_pixels_of_a_whole_decode_and_resize) {
+    static const unsigned shapes[][2] = {{67, 45}, {45, 67}, {13, 11}, {1, 1}, {200, 3}, {9, 130}, {64, 64}};
+    static const unsigned sides[] = {1, 2, 5, 8, 12, 16, 33, 64, 100, 1000};
+    static const int depths[7][6] = {{1, 2, 4, 8, 16, 0}, {0}, {8, 16, 0}, {1, 2, 4, 8, 0}, {8, 16, 0}, {0}, {8, 16, 0}};
+    for (int ctype = 0; ctype <= 6; ctype++)
+        for (int di = 0; depths[ctype][di]; di++)
+            for (int interlace = 0; interlace <= 1; interlace++)
+                for (int trns = 0; trns <= (ctype == 0 || ctype == 2 || ctype == 3); trns++)
+                    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+                        check_fit_same_as_resize(shapes[k][0], shapes[k][1], depths[ctype][di], ctype, interlace, trns,
+                                                 sides, sizeof sides / sizeof sides[0]);
+    LEAK_CHECK();
+}
