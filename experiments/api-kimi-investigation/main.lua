@@ -16,7 +16,7 @@ local server
 if run.small then
   local process = require "seer.process"
   server = process.spawn{ argv = { require("seer.jupyter").seer_binary(), "serve", X.small_model(), "--name", "stories260K" },
-                          stdout = "pipe", stderr = "null" }
+                          stdout = "pipe", stderr = "null", die_with_parent = true } -- ends with this script, even killed
   local line = server:read_line(15000)
   if not line then error("seer serve did not start: " .. server:describe_exit(), 0) end
   local info = seer.json.decode(line)

@@ -21,7 +21,7 @@ if run.small then
   for which, extra in pairs({ a = {}, b = { "--adapter", adapter } }) do
     local argv = { require("seer.jupyter").seer_binary(), "serve", base, "--name", "checkpoint-" .. which }
     for _, e in ipairs(extra) do argv[#argv + 1] = e end
-    local s = require("seer.process").spawn{ argv = argv, stdout = "pipe", stderr = "null" }
+    local s = require("seer.process").spawn{ argv = argv, stdout = "pipe", stderr = "null", die_with_parent = true }
     servers[#servers + 1] = s
     local line = s:read_line(15000)
     if not line then error("seer serve did not start: " .. s:describe_exit(), 0) end

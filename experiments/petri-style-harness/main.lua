@@ -32,7 +32,8 @@ else
   local target = { PETRI_TARGET_URL = "https://openrouter.ai/api/v1", PETRI_TARGET_MODEL = "openai/gpt-4o-mini" }
   if run.small then
     server = require("seer.process").spawn{ argv = { require("seer.jupyter").seer_binary(), "serve", X.small_model(),
-                                                      "--name", "target" }, stdout = "pipe", stderr = "null" }
+                                                      "--name", "target" }, stdout = "pipe", stderr = "null",
+                                                      die_with_parent = true } -- ends with this script, even killed
     local line = server:read_line(15000)
     if not line then error("seer serve did not start: " .. server:describe_exit(), 0) end
     target = { PETRI_TARGET_URL = seer.json.decode(line).url, PETRI_TARGET_MODEL = "target" }

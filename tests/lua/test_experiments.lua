@@ -198,6 +198,19 @@ T.test("petri-style-harness --small --black-box: the target is an API model (see
   T.eq(s.scores.steering_effect.score, 1)
 end)
 
+T.test("petri-style-harness --black-box: a run that fails to start its sandbox leaves no seer serve behind", function()
+  if not have_bwrap() then T.skip("bubblewrap is not installed (make setup installs it)") end
+  -- the sandbox cannot start (its state folder cannot be made); the target server started first
+  local text, code = run_experiment("petri-style-harness", "XDG_RUNTIME_DIR=/proc/version SEER_SANDBOX_DIR=/proc/version/x", "--black-box")
+  T.eq(code, 1, text)
+  require("seer.process").sleep_ms(500)
+  local p = io.popen("pgrep -f 'seer serve .*--name target$' 2>/dev/null")
+  local left = p:read("*a")
+  p:close()
+  if left ~= "" then os.execute("pkill -f 'seer serve .*--name target$'") end
+  T.eq(left, "", "an orphaned seer serve (it ran on under init)")
+end)
+
 T.test("the petri judge parses a model's JSON verdict and names what is missing", function()
   local J = dofile(root .. "/experiments/petri-style-harness/libraries/judge.lua")
   local full = { scores = {} }
