@@ -408,8 +408,10 @@ end
 
 -- For the live view: cell -> how many of its first outputs are shown as notices. Outputs are
 -- counted from the newest back; once one does not fit the budget, it and every older one are
--- notices (a prefix of each cell, so that the count says which).
-local function live_hidden(cells)
+-- notices (a prefix of each cell, so that the count says which). A stream counts what the live
+-- view shows of it (at most max_text): streams were left out, and a cell printing 250 pieces of
+-- 256 KiB, stdout and stderr in turn, made 250 MiB snapshots.
+local function live_hidden(cells, max_text)
   local hidden, used, full = {}, 0, false
   for i = #cells, 1, -1 do
     local c = cells[i]
@@ -417,8 +419,9 @@ local function live_hidden(cells)
     elseif c.cell_type == "code" and type(c.outputs) == "table" then
       for j = #c.outputs, 1, -1 do
         local o = c.outputs[j]
-        if type(o) == "table" and o.output_type ~= "stream" then
-          local n = output_bytes(o)
+        if type(o) == "table" then
+          local n = o.output_type == "stream" and (math.min(text_size(o.text), max_text or math.huge) + STRING_OVERHEAD)
+                    or output_bytes(o)
           if used + n > M.LIVE_MAX_OUTPUT_BYTES then
             hidden[c], full = j, true
             break
@@ -442,8 +445,12 @@ local function clean_cell(c, max_text, big, hide)
   if copy.cell_type == "code" then
     local outs = json.array()
     for j, o in ipairs(copy.outputs or {}) do
-      if o.output_type == "stream" then outs[j] = { output_type = "stream", name = o.name, text = disk_text(o.text, max_text, big) }
-      elseif hide and j <= hide then outs[j] = live_notice(o, output_bytes(o))
+      if hide and j <= hide then
+        outs[j] = o.output_type == "stream"
+          and { output_type = "stream", name = o.name, text = ("[live view: %.1f MiB of %s not shown here (the live view shows the newest %d MiB of outputs); the notebook file has it]\n")
+                  :format(text_size(o.text) / 1048576, tostring(o.name), math.floor(M.LIVE_MAX_OUTPUT_BYTES / 1048576)) }
+          or live_notice(o, output_bytes(o))
+      elseif o.output_type == "stream" then outs[j] = { output_type = "stream", name = o.name, text = disk_text(o.text, max_text, big) }
       elseif big then outs[j] = big_strings(o, big)
       else outs[j] = o end
     end
@@ -504,7 +511,7 @@ function Notebook:write_json(emit, pretty, max_text)
   local opts = pretty and { indent = 1 } or nil
   local slot = max_text and "_json_live" or (pretty and "_json_pretty" or "_json_plain")
   local nl = pretty and "\n" or ""
-  local hidden = max_text and live_hidden(self.doc.cells) or {}
+  local hidden = max_text and live_hidden(self.doc.cells, max_text) or {}
   emit("{" .. nl .. '"cells": [')
   for i, c in ipairs(self.doc.cells) do
     emit((i > 1 and "," or "") .. nl)

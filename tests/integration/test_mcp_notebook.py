@@ -432,7 +432,7 @@ class RawSessionTest(unittest.TestCase):
         self.assertEqual(r["structuredContent"]["error"]["ename"], "LuaError")
         t = text_of(r)
         self.assertTrue(t.startswith("before\n"), t)
-        self.assertIn("LuaError: [cell 1]:2: boom", t)
+        self.assertIn("LuaError: [run 1]:2: boom", t)  # the kernel's "[cell 1]": run 1, not a cell number
         self.assertIn("stack traceback", t)
         self.assertNotIn("\x1b", t)
         r = s.call("execute_code", {"session_id": sid, "code": "for i = 1, 100 do print(('line %03d'):format(i)) end"})["result"]
@@ -595,7 +595,7 @@ class InvestigationChecks:
         err = st["error"]
         self.assertFalse(err["isError"])
         self.assertEqual(err["structured"]["status"], "error")
-        self.assertIn("[cell 3]:2: attempt to index", err["content"][0]["text"])
+        self.assertIn("[run 3]:2: attempt to index", err["content"][0]["text"])
         self.assertIn("stack traceback", err["content"][0]["text"])
         edit = st["edit"]
         self.assertFalse(edit["isError"])
@@ -608,8 +608,8 @@ class InvestigationChecks:
         self.assertEqual([p["progress"] for p in slow["progress"]], list(range(1, len(slow["progress"]) + 1)))
         self.assertEqual(st["markdown"]["structured"], {"cell_number": 4})
         read = st["read"]["content"][0]["text"]
-        for piece in ("## cell 0 (code, [1], complete)", "seer.model.load", load["content"][0]["text"].strip(), "[image",
-                      "## cell 2 (code, [4], complete)", "#model:generate('One day'", "## cell 4 (markdown)",
+        for piece in ("## cell 0 (code cell 0: edit_cell cell_index=0, run 1, complete)", "seer.model.load", load["content"][0]["text"].strip(), "[image",
+                      "## cell 2 (code cell 2: edit_cell cell_index=2, run 4, complete)", "#model:generate('One day'", "## cell 4 (markdown)",
                       "stories260K tells short stories."):
             self.assertIn(piece, read)
         self.assertNotIn("attempt to index", read)  # the edited cell replaced the error

@@ -335,6 +335,7 @@ mcp_attack{
     refused(call(agent(), "execute_code", { session_id = h.session_id, code = "print(host_secret)" }), "unknown session_id", "execute")
     refused(call(agent(), "edit_cell", { session_id = h.session_id, code = "print(host_secret)" }), "unknown session_id", "edit_cell")
     refused(call(agent(), "interrupt", { session_id = h.session_id }), "unknown session_id", "interrupt")
+    refused(call(agent(), "restart_kernel", { session_id = h.session_id }), "unknown session_id", "restart_kernel")
     refused(call(agent(), "shutdown_session", { session_id = h.session_id }), "unknown session_id", "shutdown")
     -- control: the host session is alive and holds the secret
     T.eq(h:exec("print(host_secret)").text, "researcher only\n")

@@ -409,6 +409,26 @@ T.test("a local session's temporary workspace is removed at terminate unless the
   os.execute("rm -rf '" .. d2 .. "'")
 end)
 
+T.test("clear_output(wait) as a cell's last output: what stays in the notebook stays counted against the session's cap", function()
+  local s = exec.create_local_notebook_session(nil, { name = "clearwait", output_dir = T.tmpdir() })
+  local before = s:info().kept_output_bytes or 0
+  -- a display, then a clear that waits for an output that never comes: Jupyter (and the
+  -- notebook) keep showing the display, so it must stay counted (it was given back: a kernel
+  -- could add a display per cell past the session's 1 GiB for ever)
+  for _ = 1, 3 do
+    s:exec('display.text(string.rep("D", 1024 * 1024)) display.clear{ wait = true }')
+  end
+  local kept = (s:info().kept_output_bytes or 0) - before
+  T.ok(kept >= 3 * 1024 * 1024, ("%d bytes counted for three 1 MiB displays the notebook keeps"):format(kept))
+  local nb = json.decode(seer.read_file(s.notebook_path))
+  T.eq(#nb.cells[#nb.cells].outputs, 1, "the display is still in the notebook")
+  -- a clear followed by an output clears at once, and gives the bytes back
+  s:exec('display.text(string.rep("E", 1024 * 1024)) display.clear{ wait = true } print("after")')
+  local kept2 = (s:info().kept_output_bytes or 0) - before
+  T.ok(kept2 - kept < 4096, ("the cleared display was given back (%d more bytes)"):format(kept2 - kept))
+  s:terminate()
+end)
+
 T.test("SIGTERM to a script whose cleanup never ends still ends it (SEER_SIGTERM_GRACE_S later)", function()
   -- timeout(1), systemd and kill send SIGTERM once: a script that caught the interrupt and kept
   -- going (or code stuck where it never returns to Lua) ran on forever

@@ -189,7 +189,9 @@ T.test("mcp notebook: outputs become text, errors and images", function()
   T.eq({ w, h }, { 512, 128 })
   T.eq(c[3].data, tools.b64encode(small)) -- small images are sent as they are
   T.contains(c[4].text, "[an image/png output that cannot be shown:")
-  T.contains(c[4].text, "LuaError: [cell 1]:1: boom\nstack traceback:\n  [cell 1]:1: in main chunk\nKernelDied: the kernel died\n")
+  -- the kernel's "[cell N]" is an execution count: the agent reads it as a run, since its cell
+  -- numbers are positions (edit_cell's cell_index)
+  T.contains(c[4].text, "LuaError: [run 1]:1: boom\nstack traceback:\n  [run 1]:1: in main chunk\nKernelDied: the kernel died\n")
   T.eq(c[4].text:find("\27", 1, true), nil)
   T.eq(tools.outputs_to_content({}), { { type = "text", text = "(no output)" } })
   local placeholders = tools.outputs_to_content({ { output_type = "display_data", data = { ["image/png"] = "x", ["text/plain"] = "<image 640x400>" } } },

@@ -150,6 +150,28 @@ T.test("a long stream merges in linear time and is written whole", function()
   T.eq(shown:sub(-1029, -1025), "20000")
 end)
 
+T.test("the live view's snapshot bounds stream outputs too (many streams of stdout and stderr in turn)", function()
+  local nb = NB.new{ path = T.tmpdir() .. "/streams.ipynb" }
+  local c = nb:add_code("x")
+  local piece = string.rep("s", 64 * 1024 - 1) .. "\n"
+  -- 200 outputs of 64 KiB (stdout and stderr in turn: each a separate output), each under the
+  -- per-stream cut; with a budget of 2 MiB the snapshot must stay near it, not be 12.5 MiB
+  for i = 1, 200 do nb:add_output(c, { output_type = "stream", name = i % 2 == 0 and "stdout" or "stderr", text = piece }) end
+  local saved = NB.LIVE_MAX_OUTPUT_BYTES
+  NB.LIVE_MAX_OUTPUT_BYTES = 2 * 1024 * 1024
+  local ok, live = pcall(function() return nb:to_json(false, 512 * 1024) end)
+  NB.LIVE_MAX_OUTPUT_BYTES = saved
+  T.ok(ok, tostring(live))
+  T.ok(#live < 3 * 1024 * 1024, ("the snapshot is %.1f MiB (budget 2 MiB)"):format(#live / 1048576))
+  local doc = json.decode(live)
+  T.eq(#doc.cells[1].outputs, 200, "every output is there, the older ones as notices")
+  T.contains(NB.join(doc.cells[1].outputs[1].text), "not shown here (the live view shows the newest 2 MiB of outputs)")
+  T.eq(NB.join(doc.cells[1].outputs[200].text), piece, "the newest are shown")
+  -- the file keeps all of it
+  nb:save()
+  T.eq(NB.join(json.decode(seer.read_file(nb.path)).cells[1].outputs[1].text), piece)
+end)
+
 T.test("clear_output now and with wait", function()
   local nb = NB.new{ path = T.tmpdir() .. "/c.ipynb" }
   local c = nb:add_code("x")

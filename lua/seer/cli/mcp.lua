@@ -15,7 +15,8 @@ usage: seer mcp notebook [--session-id ID] [--jupyter-url URL] [--output-dir DIR
 Serves MCP (protocol 2025-06-18 and 2025-11-25) on stdin/stdout by default: one JSON-RPC
 message per line; logs go to stderr. The notebook tools: start_new_session, attach_to_session,
 start_session_resume_notebook, start_session_continue_notebook, execute_code, edit_cell,
-add_markdown, read_notebook, interrupt, shutdown_session.
+add_markdown, read_notebook, interrupt, restart_kernel, shutdown_session. It ends at the end
+of stdin or on SIGTERM (Ctrl-C too), shutting down the sessions it started.
 
   --session-id ID, --jupyter-url URL  attach to this session at start (SEER_SESSION_ID,
                                       SEER_NOTEBOOK_URL; a local session's mcp_config sets both)
@@ -134,10 +135,38 @@ function M.notebook_server(o)
   return srv
 end
 
+local ffi = require "ffi"
+pcall(ffi.cdef, "unsigned int alarm(unsigned int seconds);")
+
+-- Whether SIGTERM started the end: its handler (seer.core.sigterm) sets an alarm, the grace
+-- after which the process ends whatever it is doing; seer sets no other. Cancels it: called
+-- once the server has shut down, just before exiting.
+local function stopped_by_sigterm()
+  return ffi.C.alarm(0) > 0
+end
+
 local function notebook(args)
   local o = parse_notebook_args(args)
-  local srv = M.notebook_server(o)
-  local ok, err = pcall(function()
+  -- SIGTERM (what MCP clients, timeout(1) and systemd stop a server with) ends the server as
+  -- the end of stdin does: the sessions it started are shut down, their notebooks saved with a
+  -- running cell's output so far; sessions it attached keep running. It interrupts the running
+  -- code as Ctrl-C does; a second SIGTERM, or 15 s without an end, ends the process at once.
+  -- (By default SIGTERM ended only this process: kernels it had started on an experiment's or a
+  -- sandbox's notebook server ran on.)
+  pcall(function() require("seer.core.sigterm").term_as_interrupt() end)
+  local function ended(err)
+    local term = stopped_by_sigterm()
+    io.stderr:write(("seer mcp: %s; the sessions it started are shut down\n"):format(term and "stopped by SIGTERM" or "interrupted"))
+    io.stderr:flush()
+    os.exit(term and 143 or 130)
+  end
+  local ok, srv = pcall(M.notebook_server, o)
+  if not ok then
+    if tostring(srv):match("interrupted$") then ended() end
+    error(srv, 0)
+  end
+  local err
+  ok, err = pcall(function()
     if o.http then
       require("seer.mcp.http_server").serve(srv, { host = o.http_host, port = o.http_port, token = o.token,
                                                    allow_origins = o.allow_origins })
@@ -146,14 +175,13 @@ local function notebook(args)
     end
   end)
   if not ok then
-    -- Ctrl-C: the loop has already ended the sessions this server started.
-    if tostring(err):match("interrupted$") then
-      io.stderr:write("seer mcp: interrupted; the sessions it started are shut down\n")
-      io.stderr:flush()
-      os.exit(130)
-    end
+    -- Ctrl-C or SIGTERM: the loop has already ended the sessions this server started.
+    if tostring(err):match("interrupted$") then ended() end
     error(err, 0)
   end
+  -- an interrupt that a tool call caught stopped the loop (seer.mcp.notebook_tools), which has
+  -- shut the sessions down as well
+  if srv.interrupted then ended() end
 end
 
 

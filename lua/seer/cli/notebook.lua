@@ -18,6 +18,7 @@ local function reraise_interrupt(err)
   if tostring(err):match("interrupted$") then error(err, 0) end
 end
 local save_nofollow -- Notebook:save without following links (below, with the scopes)
+local cell_position -- a cell's index among code cells and number among all cells (with Server:finish)
 
 -- What a fork by save_nofollow is told as (file names only for a sandbox's client).
 local function fork_note(f, names_only)
@@ -622,9 +623,15 @@ function Server:new_session(req, c)
     -- same file, and whichever saved last would wipe the other's cells.
     local holder = self:session_holding(c.resume, c.disk_id)
     if holder then
+      -- a scope (a sandbox) is told the file's name only, never the host path
+      local shown = req.scope and (c.resume:match("([^/]+)$") or c.resume) or c.resume
+      if holder.dead and not holder.starting then
+        -- its kernel is gone, but the session still holds the file (a restart goes on writing it)
+        return self:reply_error(req, "NotebookInUse", ("start_session: resume: %s is the notebook of session %s on this server, whose kernel %s; the session still holds it (a restart of session %s goes on writing it). Restart session %s to go on in it (a new kernel; the notebook keeps its cells), or end session %s first and resume again to re-run its cells; continue_notebook (start_session with continue) re-runs it under a new name")
+          :format(shown, holder.id, tostring(holder.dead), holder.id, holder.id, holder.id))
+      end
       return self:reply_error(req, "NotebookInUse", ("start_session: resume: %s is the notebook of live session %s on this server; resuming it would make two sessions overwrite one file. Use continue_notebook (start_session with continue), which re-runs it under a new name, or end session %s first")
-        -- a scope (a sandbox) is told the file's name only, never the host path
-        :format(req.scope and (c.resume:match("([^/]+)$") or c.resume) or c.resume, holder.id, holder.id))
+        :format(shown, holder.id, holder.id))
     end
     nb = load(c.resume)
     -- what was read: a save that finds another file there does not overwrite it (save_nofollow)
@@ -691,15 +698,27 @@ function Server:session_started(req, s, dir, rerun)
     nb:reset_cell(cell)
     steps[#steps + 1] = { code = notebook.join(cell.source), cell = cell }
   end
+  local died_in -- the re-run cell whose run the kernel died in
   local function answer()
     local info = self:session_info(s)
     if rerun then info.cells_run, info.cells_failed = #cells, 0 end
+    if died_in then
+      -- the kernel died during the re-run: which cell it died in, and how many never ran
+      local index, number = cell_position(nb, died_in.cell)
+      info.kernel_died = { cell_number = number or json.null, cell_index = index or json.null, while_running = died_in.ran,
+                           cells_not_run = died_in.not_run,
+                           reason = s.dead or json.null }
+    end
     return info
   end
   if #steps == 0 then return self:reply(req, self:started_reply(req, s, answer())) end
   local pending, errors, init_failed = #steps, 0, nil
-  for _, st in ipairs(steps) do
+  for k, st in ipairs(steps) do
     self:enqueue(s, { code = st.code, hidden = st.hidden, cell = st.cell, on_done = function(e)
+      if e.result ~= "ok" and st.cell and not died_in and s.dead and e.error and e.error.ename == "KernelDied" then
+        local ran = tostring(e.error.evalue):find("while this cell was running", 1, true) ~= nil
+        died_in = { cell = st.cell, not_run = #steps - k + (ran and 0 or 1), ran = ran }
+      end
       if e.result ~= "ok" then
         if st.init then
           local r = e.error or e.reply or {}
@@ -1132,6 +1151,17 @@ function Server:flush_stream(e)
                         metadata = {}, content = { outputs = batch } })
 end
 
+-- Where a cell is: its 0-based index among code cells and its 0-based number among all cells
+-- (nil, nil when it is no longer in the notebook).
+cell_position = function(nb, cell)
+  local code = 0
+  for i, c in ipairs(nb.doc.cells) do
+    if c == cell then return code, i - 1 end
+    if c.cell_type == "code" then code = code + 1 end
+  end
+  return nil, nil
+end
+
 function Server:finish(s, e)
   s.running = nil
   note_bad(s, e)
@@ -1189,7 +1219,9 @@ function Server:finish(s, e)
                       save_error = e.save_error or json.null, save_warning = e.save_warning or json.null,
                       notebook_path = s.nb.path }
     if e.cell then
-      for i, c in ipairs(s.nb:code_cells()) do if c == e.cell then content.cell_index = i - 1 end end
+      -- cell_index counts code cells (the Lua API's session:edit_cell); cell_number counts all
+      -- cells, as read_notebook and add_markdown do (the MCP tools show both)
+      content.cell_index, content.cell_number = cell_position(s.nb, e.cell)
     end
     if e.result ~= "ok" then
       content.error = e.error or { ename = r.ename or "Error", evalue = r.evalue or "", traceback = r.traceback or json.array() }
@@ -1201,6 +1233,18 @@ function Server:finish(s, e)
       end
     end
     self:reply(e.req, content)
+  end
+end
+
+-- clear_output: what is cleared is no longer kept; the cell's limits count from here and the
+-- session's total gets its bytes back.
+local function clear_now(self, s, e)
+  e.outputs = json.array()
+  e.displays = {}
+  e.kept = new_kept()
+  if e.cell then
+    if e.total then count_total(e, -(e.cell._kept_bytes or 0)) end
+    s.nb:clear_outputs(e.cell, false)
   end
 end
 
@@ -1217,13 +1261,14 @@ function Server:on_kernel_message(s, msg)
     elseif t == "execute_input" then
       if e.cell then e.cell.execution_count = msg.content.execution_count; s.nb:touch(e.cell) end
     elseif t == "clear_output" then
-      -- what is cleared is no longer kept: the limits count from here
-      e.outputs = json.array()
-      e.displays = {}
-      e.kept = new_kept()
-      if e.cell then
-        if e.total then count_total(e, -(e.cell._kept_bytes or 0)) end
-        s.nb:clear_outputs(e.cell, msg.content.wait)
+      if msg.content.wait then
+        -- Jupyter's wait: the outputs go when the next one comes, and are shown (and kept, and
+        -- counted) until then; a cell that ends on it keeps them (counting them as freed here
+        -- let a kernel send 7 MiB + clear(wait) per cell past the session's cap for ever)
+        e.clear_wait = true
+        if e.cell then s.nb:clear_outputs(e.cell, true) end
+      else
+        clear_now(self, s, e)
       end
     elseif t == "update_display_data" then
       local id = msg.content.transient and msg.content.transient.display_id
@@ -1231,6 +1276,7 @@ function Server:on_kernel_message(s, msg)
       if o and apply_update(e, o, msg.content) and e.cell then s.nb:touch(e.cell) end
     else
       local o = to_output(msg)
+      if o and e.clear_wait then e.clear_wait = nil; clear_now(self, s, e) end
       o = o and keep_output(e, o)
       if o then
         local id = msg.content.transient and msg.content.transient.display_id
@@ -1265,9 +1311,14 @@ function Server:fail_executions(s, how)
   if s.running then victims[1] = s.running end
   for _, e in ipairs(s.queue) do victims[#victims + 1] = e end
   s.running, s.queue = nil, {}
+  -- what the caller can do next: a restart has already given the session a new kernel, and a
+  -- session that was shut down is gone; any other death waits for a restart
+  local next_step = how == "was restarted" and " (the session goes on with a new kernel)"
+                    or (how == "was shut down" or how == "was shut down with the notebook server") and ""
+                    or "; restart the session to go on"
   for _, e in ipairs(victims) do
-    local ev = (e == was_running and "the kernel %s while this cell was running; restart the session to go on"
-                or "the kernel %s before this cell ran; restart the session to go on"):format(how)
+    local ev = (e == was_running and "the kernel %s while this cell was running%s"
+                or "the kernel %s before this cell ran%s"):format(how, next_step)
     e.error = { ename = "KernelDied", evalue = ev, traceback = json.array() }
     e.reply = { status = "error" }
     local o = { output_type = "error", ename = "KernelDied", evalue = ev, traceback = json.array() }
@@ -1782,17 +1833,61 @@ function handlers.execute(self, req)
   self:enqueue(s, e)
 end
 
+-- The cell an edit_cell request names, or nil, ename, evalue. content.cell_number counts all
+-- cells, 0-based as read_notebook and add_markdown number them (negative: from the end); the
+-- cell must be a code cell: a number that names a markdown cell is refused, never taken to
+-- mean another cell. content.cell_index counts code cells only (the Lua API's session:edit_cell;
+-- negative from the end; default -1, the last code cell).
+local function edit_target(nb, c)
+  if c.cell_number ~= nil then
+    if c.cell_index ~= nil then return nil, "ValueError", "edit_cell: give cell_number or cell_index, not both" end
+    local n = c.cell_number
+    if type(n) ~= "number" or n ~= math.floor(n) or math.abs(n) > 2 ^ 31 then
+      return nil, "ValueError", ("edit_cell: content.cell_number must be a whole number, got %s"):format(tostring(n):sub(1, 40))
+    end
+    local cells = nb.doc.cells
+    local i = n < 0 and #cells + n or n -- 0-based
+    if #cells == 0 then
+      return nil, "IndexError", ("there is no cell %d: the notebook has no cells yet"):format(n)
+    end
+    if i < 0 or i >= #cells then
+      return nil, "IndexError", ("cell %d is out of range: the notebook has %d cell%s (0..%d as read_notebook numbers them, or -1..-%d from the end)")
+        :format(n, #cells, #cells == 1 and "" or "s", #cells - 1, #cells)
+    end
+    local cell = cells[i + 1]
+    if cell.cell_type ~= "code" then
+      local before, after
+      for k, x in ipairs(cells) do
+        if x.cell_type == "code" then
+          if k - 1 < i then before = k - 1 elseif not after then after = k - 1 end
+        end
+      end
+      local near = {}
+      if before then near[#near + 1] = ("cell %d before it"):format(before) end
+      if after then near[#near + 1] = ("cell %d after it"):format(after) end
+      return nil, "ValueError", ("cell %d%s is a %s cell, not a code cell; edit_cell edits code cells only and changed nothing (%s)")
+        :format(i, n < 0 and (" (" .. n .. " from the end)") or "", tostring(cell.cell_type),
+                #near > 0 and ("the nearest code cells: " .. table.concat(near, ", ")) or "the notebook has no code cells")
+    end
+    return cell
+  end
+  local cells = nb:code_cells()
+  local idx = math.floor(tonumber(c.cell_index) or -1)
+  local cell = cells[idx < 0 and #cells + idx + 1 or idx + 1]
+  if cell then return cell end
+  if #cells == 0 then
+    return nil, "IndexError", ("cell_index %d: the notebook has no code cells yet (run code first)"):format(idx)
+  end
+  return nil, "IndexError", ("cell_index %d is out of range: the notebook has %d code cells (0..%d, or -1..-%d)")
+    :format(idx, #cells, #cells - 1, #cells)
+end
+
 function handlers.edit_cell(self, req)
   local s = session_of(self, req)
   if not s or not check_alive(self, req, s, true) then return end
   local c = req.content
-  local cells = s.nb:code_cells()
-  local idx = math.floor(tonumber(c.cell_index) or -1)
-  local cell = cells[idx < 0 and #cells + idx + 1 or idx + 1]
-  if not cell then
-    return self:reply_error(req, "IndexError", ("cell_index %d is out of range: the notebook has %d code cells (0..%d, or -1..-%d)")
-      :format(idx, #cells, #cells - 1, #cells))
-  end
+  local cell, ename, evalue = edit_target(s.nb, c)
+  if not cell then return self:reply_error(req, ename, evalue) end
   if type(c.code) ~= "string" then return self:reply_error(req, "ValueError", "edit_cell: content.code must be a string") end
   local limits, why = self:request_limits(c)
   if not limits then return self:reply_error(req, "ValueError", "edit_cell: " .. why) end
@@ -1839,7 +1934,10 @@ function handlers.read_notebook(self, req)
   end
   local cells = json.array()
   for i = start + 1, math.min(#rc.cells, start + limit) do cells[#cells + 1] = rc.cells[i] end
-  self:reply(req, { cells = cells, total = #rc.cells, notebook_path = s.nb.path })
+  -- how many code cells come before start: a reader numbers code cells as edit_cell does
+  local code_before = 0
+  for i = 1, math.min(start, #rc.cells) do if rc.cells[i].cell_type == "code" then code_before = code_before + 1 end end
+  self:reply(req, { cells = cells, total = #rc.cells, notebook_path = s.nb.path, code_before = code_before })
 end
 
 function handlers.interrupt(self, req)

@@ -1,7 +1,10 @@
 --- seer.mcp.notebook_tools: the notebook tools of `seer mcp notebook`, with the reference's names
 --- and parameters (start_new_session, attach_to_session, start_session_resume_notebook,
 --- start_session_continue_notebook, execute_code, edit_cell, add_markdown, shutdown_session)
---- plus read_notebook and interrupt. Sessions are seer.execution notebook sessions: started here
+--- plus read_notebook, interrupt and restart_kernel. Cells: read_notebook numbers all cells
+--- (markdown included); edit_cell's cell_index counts code cells, as the reference's does, and
+--- every code cell's header and execute_code's result name it. Sessions are
+--- seer.execution notebook sessions: started here
 --- (a notebook server child of this process) or attached to another process's server (an
 --- experiment's session, from its jupyter_url).
 ---
@@ -97,6 +100,50 @@ local function image_block(b64, max_side)
 end
 M.image_block = image_block
 
+-- The kernel names a cell's code "[cell N]" in errors and tracebacks, N its execution count
+-- (the "[N]" Jupyter shows). The agent numbers cells by position (read_notebook's "## cell 3",
+-- edit_cell's code-cell cell_index), so what it reads calls the execution count a run:
+-- "[run 3]:2:", and read_notebook's header "## cell 3 (code cell 2: edit_cell cell_index=2, run 3,
+-- ...)". A "[cell 3]" in an error would name neither.
+local function runs_not_cells(s)
+  return (s:gsub("%[cell (%d+)%]", "[run %1]"))
+end
+M.runs_not_cells = runs_not_cells
+
+---The text of one output as the agent reads it ("" when it has none): streams, the text of
+---results and displays, an error's traceback; an image/png output is a placeholder line here
+---(outputs_to_content sends it as an image instead).
+---@param o table an nbformat output
+---@return string
+function M.output_text(o)
+  local t = o.output_type
+  if t == "stream" then return strip_ansi(join(o.text)) end
+  if t == "error" then
+    local tb = {}
+    for _, l in ipairs(type(o.traceback) == "table" and o.traceback or {}) do tb[#tb + 1] = runs_not_cells(strip_ansi(join(l))) end
+    local head = ("%s: %s"):format(join(o.ename), runs_not_cells(strip_ansi(join(o.evalue))))
+    -- Lua tracebacks start with "ename: evalue" already; others get it in front.
+    if #tb == 0 or not tb[1]:find(join(o.ename), 1, true) then table.insert(tb, 1, head) end
+    return table.concat(tb, "\n") .. "\n"
+  end
+  if type(o.data) ~= "table" then return "" end
+  local d = o.data
+  if d["image/png"] then
+    return "[image" .. (d["text/plain"] and (": " .. join(d["text/plain"])) or "") .. "]\n"
+  elseif d["text/plain"] then
+    return strip_ansi(join(d["text/plain"])) .. "\n"
+  elseif d["text/markdown"] then
+    return join(d["text/markdown"]) .. "\n"
+  elseif d["application/json"] then
+    local ok, s = pcall(json.encode, d["application/json"])
+    return (ok and s or "[application/json output]") .. "\n"
+  end
+  local kinds = {}
+  for k in pairs(d) do kinds[#kinds + 1] = k end
+  table.sort(kinds)
+  return "[output of type " .. table.concat(kinds, ", ") .. "]\n"
+end
+
 ---MCP content blocks for nbformat outputs, in order: adjacent text joined into one block.
 ---@param outputs table[]
 ---@param opts? {max_side?: integer, max_images?: integer, images?: boolean} images = false: a placeholder line instead
@@ -114,53 +161,216 @@ function M.outputs_to_content(outputs, opts)
     if s ~= "" then text[#text + 1] = s end
   end
   for _, o in ipairs(outputs or {}) do
-    local t = o.output_type
-    if t == "stream" then
-      add_text(strip_ansi(join(o.text)))
-    elseif t == "error" then
-      local tb = {}
-      for _, l in ipairs(type(o.traceback) == "table" and o.traceback or {}) do tb[#tb + 1] = strip_ansi(join(l)) end
-      local head = ("%s: %s"):format(join(o.ename), strip_ansi(join(o.evalue)))
-      -- Lua tracebacks start with "ename: evalue" already; others get it in front.
-      if #tb == 0 or not tb[1]:find(join(o.ename), 1, true) then table.insert(tb, 1, head) end
-      local s = table.concat(tb, "\n")
-      if #text > 0 and not text[#text]:match("\n$") then s = "\n" .. s end
-      add_text(s .. "\n")
-    elseif type(o.data) == "table" then
-      local d = o.data
-      if d["image/png"] and opts.images == false then
-        add_text("[image" .. (d["text/plain"] and (": " .. join(d["text/plain"])) or "") .. "]\n")
-      elseif d["image/png"] then
-        images = images + 1
-        if images > (opts.max_images or M.MAX_IMAGES) then
-          add_text("[image not shown: more than " .. (opts.max_images or M.MAX_IMAGES) .. " images in one result]\n")
-        else
-          local block, w_or_why = image_block(d["image/png"], opts.max_side or M.IMAGE_MAX_SIDE)
-          if block then
-            flush()
-            content[#content + 1] = block
-          else
-            add_text("[an image/png output that cannot be shown: " .. tostring(w_or_why) .. "]\n")
-          end
-        end
-      elseif d["text/plain"] then
-        add_text(strip_ansi(join(d["text/plain"])) .. "\n")
-      elseif d["text/markdown"] then
-        add_text(join(d["text/markdown"]) .. "\n")
-      elseif d["application/json"] then
-        local ok, s = pcall(json.encode, d["application/json"])
-        add_text((ok and s or "[application/json output]") .. "\n")
+    local d = type(o.data) == "table" and o.data
+    if d and d["image/png"] and opts.images ~= false and o.output_type ~= "stream" and o.output_type ~= "error" then
+      images = images + 1
+      if images > (opts.max_images or M.MAX_IMAGES) then
+        add_text("[image not shown: more than " .. (opts.max_images or M.MAX_IMAGES) .. " images in one result]\n")
       else
-        local kinds = {}
-        for k in pairs(d) do kinds[#kinds + 1] = k end
-        table.sort(kinds)
-        add_text("[output of type " .. table.concat(kinds, ", ") .. "]\n")
+        local block, w_or_why = image_block(d["image/png"], opts.max_side or M.IMAGE_MAX_SIDE)
+        if block then
+          flush()
+          content[#content + 1] = block
+        else
+          add_text("[an image/png output that cannot be shown: " .. tostring(w_or_why) .. "]\n")
+        end
       end
+    else
+      local s = M.output_text(o)
+      -- an error starts on a line of its own
+      if o.output_type == "error" and #text > 0 and not text[#text]:match("\n$") then s = "\n" .. s end
+      add_text(s)
     end
   end
   flush()
   if #content == 0 then content[1] = { type = "text", text = "(no output)" } end
   return content
+end
+
+---------------------------------------------------------------------------------------------
+-- read_notebook's text: every cell numbered as edit_cell takes it, long parts cut to their head
+-- and tail with a line saying what was left out and how to read it, a cell's error always shown.
+
+-- The largest k <= n at which s can be cut without splitting a UTF-8 character.
+local function utf8_floor(s, n)
+  if n >= #s then return #s end
+  if n <= 0 then return 0 end
+  while n > 0 do
+    local b = s:byte(n + 1)
+    if b < 0x80 or b >= 0xC0 then break end
+    n = n - 1
+  end
+  return n
+end
+
+-- The smallest k >= n at which s can be cut without splitting a UTF-8 character.
+local function utf8_ceil(s, n)
+  if n <= 0 then return 0 end
+  while n < #s do
+    local b = s:byte(n + 1)
+    if b < 0x80 or b >= 0xC0 then break end
+    n = n + 1
+  end
+  return math.min(n, #s)
+end
+
+-- Cuts fall between lines when a line ends within this many bytes of where they would be.
+local LINE_SLACK = 256
+
+-- n moved back to just after a newline, when one is at most LINE_SLACK bytes before it.
+local function line_floor(s, n)
+  if n >= #s or n <= 0 then return n end
+  local from = math.max(1, n - LINE_SLACK + 1)
+  local p = s:sub(from, n):match(".*\n()")
+  return p and (from + p - 2) or n
+end
+
+-- n moved on to just after a newline, when one is at most LINE_SLACK bytes after it.
+local function line_ceil(s, n)
+  if n >= #s or n <= 0 then return n end
+  local p = s:find("\n", n + 1, true)
+  return (p and p <= n + LINE_SLACK) and p or n
+end
+
+-- s whole when it holds at most keep bytes; else its head and its tail (keep bytes together)
+-- around note(from, to, total), which says what is left out: bytes from..to (0-based, end
+-- excluded) of total. Returns the text and the kept ranges {{0, from}, {to, total}}.
+local function head_tail(s, keep, note)
+  if #s <= keep then return s, { { 0, #s } } end
+  local h = line_floor(s, utf8_floor(s, math.floor(keep / 2)))
+  local t = line_ceil(s, utf8_ceil(s, #s - (keep - h)))
+  local head = s:sub(1, h)
+  return head .. ((h > 0 and head:sub(-1) ~= "\n") and "\n" or "") .. note(h, t, #s) .. s:sub(t + 1), { { 0, h }, { t, #s } }
+end
+
+-- A code cell's outputs as one text, as the agent reads them, and where its errors are in it
+-- ({from, to, text}, byte offsets).
+local function cell_output_text(outputs)
+  local parts, n, errs = {}, 0, {}
+  for _, o in ipairs(type(outputs) == "table" and outputs or {}) do
+    local piece = M.output_text(o)
+    if o.output_type == "error" and n > 0 and parts[#parts]:sub(-1) ~= "\n" then piece = "\n" .. piece end
+    if piece ~= "" then
+      if o.output_type == "error" then errs[#errs + 1] = { from = n, to = n + #piece, text = piece } end
+      parts[#parts + 1] = piece
+      n = n + #piece
+    end
+  end
+  return table.concat(parts), errs
+end
+
+M.ERROR_KEEP = 4000 -- bytes of an error shown again after a cut that hid it
+
+-- The cell's errors that the kept ranges do not show whole, each at most ERROR_KEEP bytes.
+local function hidden_errors(errs, kept)
+  local out = {}
+  for _, e in ipairs(errs) do
+    local shown = false
+    for _, r in ipairs(kept) do if e.from >= r[1] and e.to <= r[2] then shown = true end end
+    if not shown then
+      local text = head_tail(e.text, M.ERROR_KEEP, function(_, _, total)
+        return ("[... the error is %d characters; its head and tail are shown ...]\n"):format(total)
+      end)
+      out[#out + 1] = "-- the cell's error (in the part of the output not shown above):\n" .. text
+    end
+  end
+  return out
+end
+
+-- A cell's header: its number among all cells (read_notebook's start) and, for a code cell, its
+-- number among code cells, which is edit_cell's cell_index (the reference's numbering).
+local function cell_head(c, n, k)
+  if c.cell_type ~= "code" then return ("## cell %d (%s)"):format(n, tostring(c.cell_type)) end
+  local md = type(c.metadata) == "table" and c.metadata or {}
+  local ec = c.execution_count
+  return ("## cell %d (code cell %s: edit_cell cell_index=%s, %s, %s)"):format(n, tostring(k or "?"), tostring(k or "?"),
+    (ec ~= nil and ec ~= json.null) and ("run " .. tostring(ec)) or "not run", tostring(md.execution_status or "pending"))
+end
+
+---The text read_notebook answers for cells `r.cells` (from read_notebook's reply) that start at
+---number `start`: at most about `budget` bytes. A cell whose output is longer shows its head
+---and tail with a line that says what was left out and how to page through it (output_offset);
+---its errors are always shown; cells that do not fit are named with the start that reads them.
+---@return string text, integer shown how many cells the text shows
+function M.render_cells(r, start, budget)
+  local cells = r.cells
+  local parts
+  if #cells > 0 then
+    parts = { ("Notebook %s: cells %d-%d of %d"):format(tostring(r.notebook_path), start, start + #cells - 1, r.total) }
+  elseif r.total == 0 then
+    return ("Notebook %s: no cells yet (it is empty)."):format(tostring(r.notebook_path)), 0
+  else
+    -- a start past the end: say so, and where the cells are
+    return ("Notebook %s: no cells from %d on: the notebook has %d cell%s (0 to %d); give a start from 0 to %d.")
+      :format(tostring(r.notebook_path), start, r.total, r.total == 1 and "" or "s", r.total - 1, r.total - 1), 0
+  end
+  local single = #cells == 1
+  local src_keep = math.floor(budget / (single and 2 or 4))
+  local used, shown = #parts[1], 0
+  local k = type(r.code_before) == "number" and r.code_before or nil
+  for i, c in ipairs(cells) do
+    local n = start + i - 1
+    local piece = { cell_head(c, n, c.cell_type == "code" and k or nil) }
+    if c.cell_type == "code" and k then k = k + 1 end
+    local src = join(c.source)
+    piece[#piece + 1] = head_tail(src, src_keep, function(from, to, total)
+      return ("[... %d characters of this cell's source not shown (%d to %d of %d) ...]\n"):format(to - from, from, to, total)
+    end)
+    if c.cell_type == "code" and type(c.outputs) == "table" and #c.outputs > 0 then
+      local text, errs = cell_output_text(c.outputs)
+      local out_keep = single and math.max(budget - math.min(#src, src_keep), 1000) or math.floor(budget / 4)
+      local kept_text, kept = head_tail(text, out_keep, function(from, to, total)
+        return ("[... %d characters of this cell's output not shown (characters %d to %d of %d); read them with read_notebook(session_id, start=%d, output_offset=%d), a page at a time ...]\n")
+          :format(to - from, from, to, total, n, from)
+      end)
+      piece[#piece + 1] = "-- outputs:"
+      piece[#piece + 1] = kept_text
+      for _, e in ipairs(hidden_errors(errs, kept)) do piece[#piece + 1] = e end
+    end
+    local t = table.concat(piece, "\n")
+    if shown > 0 and used + #t > budget then
+      parts[#parts + 1] = ("[cells %d-%d not shown: one answer holds about %d characters; read them with read_notebook(session_id, start=%d)]")
+        :format(n, start + #cells - 1, budget, n)
+      break
+    end
+    parts[#parts + 1] = t
+    used, shown = used + #t + 1, shown + 1
+  end
+  if shown < #cells then parts[1] = ("Notebook %s: cells %d-%d of %d"):format(tostring(r.notebook_path), start, start + shown - 1, r.total) end
+  return table.concat(parts, "\n"), shown
+end
+
+---One page of a code cell's output: at most `budget` bytes from byte `offset`, with where it
+---is and where the next page starts; the cell's errors are shown even when the page misses them.
+---@return string text, table structured
+function M.render_output_page(r, start, offset, budget)
+  local c = r.cells[1]
+  if not c then
+    local text = M.render_cells(r, start, budget)
+    return text, { notebook_path = r.notebook_path, total = r.total, start = start, count = 0 }
+  end
+  if c.cell_type ~= "code" then
+    error(("cell %d is a %s cell: it has no output (output_offset pages through a code cell's output; read_notebook without it shows this cell)")
+      :format(start, tostring(c.cell_type)), 0)
+  end
+  local text, errs = cell_output_text(c.outputs)
+  if offset > #text then
+    error(("output_offset %d is past the end of cell %d's output, which has %d characters"):format(offset, start, #text), 0)
+  end
+  local from = utf8_ceil(text, offset)
+  local to = utf8_floor(text, from + budget)
+  if to < #text and line_floor(text, to) > from then to = line_floor(text, to) end
+  if to <= from and from < #text then to = utf8_ceil(text, from + 1) end
+  local parts = { ("Notebook %s: %s; its output, characters %d to %d of %d:"):format(tostring(r.notebook_path), (cell_head(c, start, type(r.code_before) == "number" and r.code_before or nil):gsub("^## ", "")), from, to, #text) }
+  parts[#parts + 1] = text:sub(from + 1, to)
+  if to < #text then
+    parts[#parts + 1] = ("[characters %d to %d of %d shown; the next page: read_notebook(session_id, start=%d, output_offset=%d)]"):format(from, to, #text, start, to)
+  else
+    parts[#parts + 1] = ("[the end of cell %d's output (%d characters)]"):format(start, #text)
+  end
+  for _, e in ipairs(hidden_errors(errs, { { from, to } })) do parts[#parts + 1] = e end
+  return table.concat(parts, "\n"), { notebook_path = r.notebook_path, total = r.total, start = start, count = 1,
+    output_offset = from, output_end = to, output_chars = #text, next_output_offset = to < #text and to or json.null }
 end
 
 ---------------------------------------------------------------------------------------------
@@ -287,19 +497,73 @@ function M.install(srv, opts)
               #ids > 0 and table.concat(ids, ", ") or "none"), 0)
   end
 
-  local function started(s, status, extra)
+  -- A session started by resume or continue whose kernel died while its cells were re-run
+  -- (info.kernel_died from the notebook server): what happened and the way on, in tool names.
+  local function replay_death(s, info)
+    local kd = type(info.kernel_died) == "table" and info.kernel_died or {}
+    local n = type(kd.cell_number) == "number" and kd.cell_number or nil
+    local ci = type(kd.cell_index) == "number" and kd.cell_index or nil
+    local where = n and ((kd.while_running ~= false) and ("while re-running cell %d"):format(n)
+                         or ("before cell %d ran"):format(n)) or "while its cells were re-run"
+    local reason = type(info.dead_reason) == "string" and info.dead_reason or type(kd.reason) == "string" and kd.reason or "died"
+    return ("The kernel DIED %s (the kernel %s)%s; the session has no kernel now, and execute_code answers KernelDied. "
+      .. "The notebook keeps its cells and their outputs. To go on: restart_kernel(session_id=%q) starts a new kernel "
+      .. "(start-up code only: the re-run cells' variables are gone), then fix %s and re-run the cells you need.")
+      :format(where, reason,
+              type(kd.cells_not_run) == "number" and kd.cells_not_run > 0 and ("; %d cell%s after it did not run"):format(kd.cells_not_run, kd.cells_not_run == 1 and "" or "s") or "",
+              s.session_id, (n and ci) and ("cell %d with edit_cell(session_id=%q, cell_index=%d, code=...)"):format(n, s.session_id, ci) or "the cell that killed it with edit_cell")
+  end
+
+  local function started(s, status, extra, info)
     local r = { session_id = s.session_id, notebook_path = s.notebook_path, status = status }
     for k, v in pairs(extra or {}) do r[k] = v end
     local lines = { ("Session %s %s. Notebook: %s"):format(s.session_id, status, tostring(s.notebook_path)) }
     if extra and extra.cells_run then
       lines[#lines + 1] = ("Re-ran %d code cells (%d failed); read_notebook shows them."):format(extra.cells_run, extra.cells_failed or 0)
     end
-    lines[#lines + 1] = "Run code with execute_code(session_id, code)."
+    if info and info.state == "dead" then
+      -- a replay that killed the kernel: the session exists, but nothing runs until a restart
+      r.state, r.dead_reason = "dead", type(info.dead_reason) == "string" and info.dead_reason or json.null
+      if type(info.kernel_died) == "table" then r.kernel_died = info.kernel_died end
+      lines[#lines + 1] = replay_death(s, info)
+    else
+      lines[#lines + 1] = "Run code with execute_code(session_id, code)."
+    end
     return { content = { { type = "text", text = table.concat(lines, "\n") } }, structuredContent = r }
   end
 
+  -- What the notebook server and seer.execution advise, in this server's tool names: the agent
+  -- has no session:restart() and no "end session X first", it has restart_kernel and
+  -- shutdown_session.
+  local function agent_words(msg, sid)
+    if type(msg) ~= "string" then return msg end
+    -- a refusal the notebook server answered, raised by seer.execution with its position and
+    -- the Lua API's name in front ("...notebook_tools.lua:842: session:interrupt: KernelDied: ..."):
+    -- the agent gets the refusal itself
+    local rest = msg:match("^[^\n]-%.lua:%d+: (.*)$")
+    if rest and rest:match("^[%w_.:]+: %u[%w]*: ") then msg = rest end
+    msg = msg:gsub("^[%w_]+:[%w_]+: (%u[%w]*: )", "%1"):gsub("^[%w_]+_notebook: (%u[%w]*: )", "%1")
+    local id = sid and ("session_id=%q"):format(sid) or "session_id"
+    msg = msg:gsub("restart the session to go on", function()
+      return ("call restart_kernel(%s) to go on: a new kernel with the start-up code run again (variables from earlier cells are gone; the notebook keeps its cells)"):format(id)
+    end):gsub("call session:restart%(%) to go on %(a new kernel%)", function()
+      return ("call restart_kernel(%s) to go on: a new kernel with the start-up code run again (variables from earlier cells are gone; the notebook keeps its cells)"):format(id)
+    end)
+    -- NotebookInUse (start_session_resume_notebook), the holder dead or alive
+    msg = msg:gsub("Restart session (%w+) to go on in it %(a new kernel; the notebook keeps its cells%), or end session %w+ first and resume again to re%-run its cells; continue_notebook %(start_session with continue%) re%-runs it under a new name",
+      function(h)
+        return ("To go on: restart_kernel(session_id=%q) gives that session a new kernel (the notebook keeps its cells; re-run what you need with edit_cell), "
+          .. "or shutdown_session(session_id=%q) and then start_session_resume_notebook again re-runs all its cells; start_session_continue_notebook re-runs it under a new name"):format(h, h)
+      end)
+    msg = msg:gsub("Use continue_notebook %(start_session with continue%), which re%-runs it under a new name, or end session (%w+) first",
+      function(h)
+        return ("Use start_session_continue_notebook, which re-runs it under a new name, or shutdown_session(session_id=%q) first"):format(h)
+      end)
+    return msg
+  end
+
   local function exec_opts(ctx)
-    local o = { max_output = opts.max_output, raise = false }
+    local o = { max_output = opts.max_output }
     if ctx.progress_token then
       local n = 0
       o.on_output = function(out)
@@ -311,20 +575,62 @@ function M.install(srv, opts)
     return o
   end
 
+  local function value(v) if v == json.null then return nil end return v end
+
+  -- Runs an execute or edit_cell request on the notebook server (what session:exec and
+  -- session:edit_cell send, with the cell named by its number among all cells: cell_number,
+  -- the one numbering the agent sees). A dead kernel is a cell result (KernelDied), as for a
+  -- cell whose kernel died under it; other refusals (IndexError, ...) are tool errors.
+  local function cell_request(s, op, content, o)
+    content.session_id = s.session_id
+    content.max_output = o.max_output
+    content.stream = o.on_output and true or false
+    local reply = s:_request(op, content, { on_output = o.on_output })
+    if reply.status == "error" then
+      if reply.ename == "KernelDied" then
+        local e = { output_type = "error", ename = "KernelDied", evalue = tostring(reply.evalue), traceback = json.array() }
+        return { outputs = { e }, result = "error", error = { ename = e.ename, evalue = e.evalue } }
+      end
+      error(("%s: %s"):format(tostring(reply.ename), tostring(reply.evalue)), 0)
+    end
+    if type(reply.notebook_path) == "string" then s.notebook_path = reply.notebook_path end
+    local r = { outputs = type(reply.outputs) == "table" and reply.outputs or {}, execution_count = value(reply.execution_count),
+                cell_index = value(reply.cell_index), cell_number = value(reply.cell_number), truncated = reply.truncated == true,
+                result = reply.result,
+                dropped = value(reply.dropped), save_error = value(reply.save_error) }
+    if reply.result ~= "ok" then
+      local err = type(reply.error) == "table" and reply.error or {}
+      r.error = { ename = tostring(value(err.ename) or "Error"), evalue = tostring(value(err.evalue) or "") }
+    end
+    return r
+  end
+
   local function cell_result(s, r)
-    local content = M.outputs_to_content(r.outputs)
+    -- the server's advice in tool names, in the outputs the agent reads and in the error field
+    local outputs = {}
+    for i, o in ipairs(r.outputs or {}) do
+      if o.output_type == "error" and type(o.evalue) == "string" and o.ename == "KernelDied" then
+        local c = {}
+        for k, v in pairs(o) do c[k] = v end
+        c.evalue = agent_words(o.evalue, s.session_id)
+        o = c
+      end
+      outputs[i] = o
+    end
+    local content = M.outputs_to_content(outputs)
+    if r.truncated and r.cell_number then
+      -- the cut text says the notebook keeps it all: here is how to read it
+      local hint = ("[read_notebook(session_id, start=%d, output_offset=0) pages through all that the notebook kept of this cell's output]\n"):format(r.cell_number)
+      local last = content[#content]
+      if last and last.type == "text" then last.text = last.text .. (last.text:match("\n$") and "" or "\n") .. hint
+      else content[#content + 1] = { type = "text", text = hint } end
+    end
     local sc = { session_id = s.session_id, execution_count = r.execution_count or json.null,
-                 cell_index = r.cell_index or json.null, status = r.result == "ok" and "ok" or "error",
+                 cell_index = r.cell_index or json.null, cell_number = r.cell_number or json.null,
+                 status = r.result == "ok" and "ok" or "error",
                  truncated = r.truncated and true or false }
     if r.error then
-      local ev = r.error.evalue
-      if r.error.ename == "KernelDied" then
-        -- the Lua API's advice (session:restart()) is not the agent's: the server's words, as the outputs have them
-        for _, o in ipairs(r.outputs or {}) do
-          if o.output_type == "error" and o.ename == "KernelDied" and type(o.evalue) == "string" then ev = o.evalue end
-        end
-      end
-      sc.error = { ename = r.error.ename, evalue = ev }
+      sc.error = { ename = r.error.ename, evalue = agent_words(runs_not_cells(tostring(r.error.evalue)), s.session_id) }
     end
     -- what the notebook server did not keep past the cell's output limits (the record is also
     -- the last line of the text), and a save that failed
@@ -464,7 +770,7 @@ function M.install(srv, opts)
           s, info = binding:start_session{ like = state.like or opts.session_id, resume = name_arg(a.notebook_path) }
         end
         remember(s, true)
-        return started(s, "resumed", { cells_run = info.cells_run or 0, cells_failed = info.cells_failed or 0 })
+        return started(s, "resumed", { cells_run = info.cells_run or 0, cells_failed = info.cells_failed or 0 }, info)
       end,
     },
     {
@@ -486,7 +792,7 @@ function M.install(srv, opts)
           s, info = binding:start_session{ like = state.like or opts.session_id, ["continue"] = name_arg(a.notebook_path), name = a.experiment_name }
         end
         remember(s, true)
-        return started(s, "continued", { cells_run = info.cells_run or 0, cells_failed = info.cells_failed or 0 })
+        return started(s, "continued", { cells_run = info.cells_run or 0, cells_failed = info.cells_failed or 0 }, info)
       end,
     },
     {
@@ -497,19 +803,22 @@ function M.install(srv, opts)
       annotations = rw,
       run = function(ctx, a)
         local s = session(a.session_id)
-        return running(s, ctx, function(o) return s:exec(a.code, o) end)
+        return running(s, ctx, function(o) return cell_request(s, "execute", { code = a.code, hidden = false }, o) end)
       end,
     },
     {
       name = "edit_cell", title = "Edit and re-run a cell",
-      description = "Replace the source of a code cell, clear its outputs and run it again. cell_index counts code cells only: 0 is the first, -1 (default) the last, -2 the one before.",
+      description = "Replace the source of a code cell, clear its outputs and run it again. cell_index counts code cells only (0, 1, 2, ... in order; markdown cells are not counted; negative numbers count from the end, -1 the last code cell): read_notebook's header shows it (\"## cell 3 (code cell 2: edit_cell cell_index=2, ...)\") and execute_code returns it. Default: the last code cell.",
       inputSchema = { type = "object", additionalProperties = false, required = { "session_id", "code" },
                       properties = { session_id = session_id, code = { type = "string", description = "The cell's new code." },
-                                     cell_index = { type = "integer", description = "Which code cell (default -1, the last)." } } },
+                                     cell_index = { type = "integer", description = "The code cell's index among code cells (0-based; negative from the end), as read_notebook's header shows it (\"code cell 2: edit_cell cell_index=2\"). Default: -1, the last code cell." } } },
       annotations = rw,
       run = function(ctx, a)
         local s = session(a.session_id)
-        return running(s, ctx, function(o) return s:edit_cell(a.code, a.cell_index or -1, o) end)
+        -- cell_number: the number read_notebook shows; without one, the last code cell
+        local target = { cell_index = a.cell_index ~= nil and a.cell_index or -1 }
+        target.code = a.code
+        return running(s, ctx, function(o) return cell_request(s, "edit_cell", target, o) end)
       end,
     },
     {
@@ -525,52 +834,43 @@ function M.install(srv, opts)
     },
     {
       name = "read_notebook", title = "Read the notebook",
-      description = "The notebook's cells as text (source and outputs; images are mentioned, not sent): `limit` cells from the 0-based `start`.",
+      description = "The notebook's cells as text: each under a header \"## cell N (...)\" with N its number among all cells (0-based, markdown included: start counts these), a code cell's header also naming its code-cell index, the cell_index edit_cell takes (\"code cell 2: edit_cell cell_index=2\"), then its source and outputs (images are mentioned, not sent). `limit` cells from `start`. A long output shows its head and tail and says how much is left out between them; page through it with output_offset (and start = that cell). A cell's error is always shown.",
       inputSchema = { type = "object", additionalProperties = false, required = { "session_id" },
                       properties = { session_id = session_id,
-                                     start = { type = "integer", minimum = 0, description = "First cell (0-based, default 0)." },
-                                     limit = { type = "integer", minimum = 1, description = "How many cells (default all)." } } },
+                                     start = { type = "integer", minimum = 0, description = "First cell (its number, 0-based; default 0)." },
+                                     limit = { type = "integer", minimum = 1, description = "How many cells (default all)." },
+                                     output_offset = { type = "integer", minimum = 0, description = "Page through the output of cell `start` from this character on (the cut line gives it); limit is ignored." } } },
       annotations = ro,
       run = function(ctx, a)
         local s = session(a.session_id)
-        local r = s:read_notebook(a.start, a.limit)
         local start = a.start or 0
-        local parts
-        if #r.cells > 0 then
-          parts = { ("Notebook %s: cells %d-%d of %d"):format(tostring(r.notebook_path), start, start + #r.cells - 1, r.total) }
-        elseif r.total == 0 then
-          parts = { ("Notebook %s: no cells yet (it is empty)."):format(tostring(r.notebook_path)) }
-        else
-          -- a start past the end: say so, and where the cells are
-          parts = { ("Notebook %s: no cells from %d on: the notebook has %d cell%s (0 to %d); give a start from 0 to %d.")
-            :format(tostring(r.notebook_path), start, r.total, r.total == 1 and "" or "s", r.total - 1, r.total - 1) }
+        -- one answer holds about twice --max-output characters
+        local budget = 2 * (opts.max_output or 20000)
+        if a.output_offset ~= nil then
+          local r = s:read_notebook(start, 1)
+          local text, sc = M.render_output_page(r, start, a.output_offset, budget)
+          return { content = { { type = "text", text = text } }, structuredContent = sc }
         end
-        for i, c in ipairs(r.cells) do
-          local head
-          if c.cell_type == "code" then
-            local md = type(c.metadata) == "table" and c.metadata or {}
-            head = ("## cell %d (code, [%s], %s)"):format(start + i - 1,
-              (c.execution_count ~= nil and c.execution_count ~= json.null) and tostring(c.execution_count) or " ",
-              tostring(md.execution_status or "pending"))
-          else
-            head = ("## cell %d (%s)"):format(start + i - 1, tostring(c.cell_type))
-          end
-          parts[#parts + 1] = head
-          parts[#parts + 1] = join(c.source)
-          if c.cell_type == "code" and type(c.outputs) == "table" and #c.outputs > 0 then
-            parts[#parts + 1] = "-- outputs:"
-            for _, b in ipairs(M.outputs_to_content(c.outputs, { images = false })) do parts[#parts + 1] = b.text end
-          end
-        end
-        local text = table.concat(parts, "\n")
-        local max = opts.max_output or 20000
-        if #text > max * 2 then
-          local keep = max * 2
-          while keep > 0 and text:byte(keep + 1) and text:byte(keep + 1) >= 0x80 and text:byte(keep + 1) < 0xC0 do keep = keep - 1 end
-          text = text:sub(1, keep) .. ("\n[output truncated: %d more characters not shown; read fewer cells with start and limit]"):format(#text - keep)
-        end
-        return { content = { { type = "text", text = text } },
-                 structuredContent = { notebook_path = r.notebook_path, total = r.total, start = start, count = #r.cells } }
+        local r = s:read_notebook(a.start, a.limit)
+        local text, shown = M.render_cells(r, start, budget)
+        local sc = { notebook_path = r.notebook_path, total = r.total, start = start, count = shown }
+        if shown < #r.cells then sc.next_start = start + shown end
+        return { content = { { type = "text", text = text } }, structuredContent = sc }
+      end,
+    },
+    {
+      name = "restart_kernel", title = "Restart a session's kernel",
+      description = "Give a session a new kernel: after its kernel died (execute_code answers KernelDied), or to start over with a clean state. The session's start-up code runs again (its preloaded models are loaded again); every variable from earlier cells is gone. The notebook keeps its cells and outputs: re-run the ones you need with edit_cell. A cell running now is stopped.",
+      inputSchema = { type = "object", additionalProperties = false, required = { "session_id" },
+                      properties = { session_id = session_id } },
+      annotations = { readOnlyHint = false, destructiveHint = true, idempotentHint = false, openWorldHint = false },
+      run = function(ctx, a)
+        local s = session(a.session_id)
+        local info = s:restart()
+        local r = { session_id = s.session_id, state = info.state, notebook_path = info.notebook_path or s.notebook_path,
+                    status = "restarted" }
+        return { content = { { type = "text", text = ("Session %s has a new kernel (state: %s); its start-up code ran again. Variables from earlier cells are gone; the notebook keeps its cells (read_notebook shows them, edit_cell re-runs one). Run code with execute_code(session_id, code).")
+                   :format(s.session_id, tostring(info.state)) } }, structuredContent = r }
       end,
     },
     {
@@ -598,7 +898,25 @@ function M.install(srv, opts)
       end,
     },
   }
-  for _, t in ipairs(tools) do srv:add_tool(t) end
+  for _, t in ipairs(tools) do
+    -- a refusal's advice in this server's tool names (restart_kernel, shutdown_session, ...)
+    local run = t.run
+    t.run = function(ctx, a)
+      local ok, r = pcall(run, ctx, a)
+      if not ok then
+        if tostring(r):match("interrupted$") then
+          -- Ctrl-C or SIGTERM (seer mcp notebook) landed in this call, whose error would only
+          -- answer it: the server stops as it does at the end of stdin, its sessions shut down
+          srv.interrupted = true
+          srv:stop()
+          error(r, 0)
+        end
+        error(agent_words(r, type(a) == "table" and type(a.session_id) == "string" and a.session_id or nil), 0)
+      end
+      return r
+    end
+    srv:add_tool(t)
+  end
 
   -- Sessions this process started end with it; attached ones belong to their experiment.
   srv:on_exit(function()
@@ -614,8 +932,13 @@ M.INSTRUCTIONS = [[
 Tools for a Lua notebook (seer's kernel) whose cells run one after another in one kernel.
 Start with start_new_session (or use the session_id you were given), then execute_code to run
 Lua and see its printed output, results, errors and images; edit_cell fixes a cell in place;
-add_markdown records findings; read_notebook shows what is there. Variables persist between
-cells. Long outputs are cut (the notebook keeps everything). Cancelling execute_code, or calling
-interrupt, stops a running cell.]]
+add_markdown records findings; read_notebook shows what is there. read_notebook numbers all
+cells ("## cell 3", its start and add_markdown's cell_number count markdown cells too); edit_cell's
+cell_index counts code cells only, and each code cell's header names it ("## cell 3 (code cell 2:
+edit_cell cell_index=2, ...)"), as does execute_code's result. "[run 3]" in an error is the
+kernel's run 3, its execution count, not a cell number. Variables persist between cells. Long outputs are cut
+(the notebook keeps everything; read_notebook pages through a cell's output with
+output_offset). Cancelling execute_code, or calling interrupt, stops a running cell. If the
+kernel dies (KernelDied), restart_kernel gives the session a new one.]]
 
 return M
