@@ -202,6 +202,9 @@ static void die_with_parent(void) {
     const char *v = getenv("SEER_DIE_WITH_PARENT");
     if (!v || !*v || strcmp(v, "0") == 0) return;
     long want = strtol(v, NULL, 10);
+    /* for this process only: its own seer children have another parent (a grandchild that
+     * inherited the pid exited at once, finding its parent was not that one) */
+    unsetenv("SEER_DIE_WITH_PARENT");
     prctl(PR_SET_PDEATHSIG, SIGTERM, 0, 0, 0);
     pid_t pp = getppid();
     if (pp == 1 || (want > 1 && pp != (pid_t)want)) exit(1);

@@ -602,14 +602,19 @@ local swept_rpclib = false
 sweep_rpclib_dirs = function()
   if swept_rpclib then return end
   swept_rpclib = true
-  local ok, names = pcall(require("seer.core.host").list_dir, "/tmp")
-  if not ok then return end
+  local sbc = require "seer.core.sandbox"
+  local ok, entries = pcall(sbc.listdir, "/tmp") -- lstat of each entry: type and owner, no link followed
+  if not ok or type(entries) ~= "table" then return end
+  local ffi = require "ffi"
+  pcall(ffi.cdef, "unsigned geteuid(void);")
+  local uid = ffi.C.geteuid()
   local tmp = safe_fs.root("/tmp", "/tmp", { cross_mounts = true })
-  for _, n in ipairs(names) do
-    local pid = n:match("^seer%-rpclib%-(%d+)%-%w+$")
-    if pid and tonumber(pid) ~= process.getpid() and not require("seer.core.sandbox").alive(tonumber(pid)) then
-      local st = tmp:stat(n)
-      if st and st.type == "dir" then tmp:remove_tree(n) end
+  for _, e in ipairs(entries) do
+    local pid = tonumber(tostring(e.name):match("^seer%-rpclib%-(%d%d?%d?%d?%d?%d?%d?)%-%w+$") or "")
+    -- a name anyone can plant: a pid that is no pid is skipped, and only this user's folders go
+    if pid and pid >= 2 and pid ~= process.getpid() and e.type == "dir" and e.uid == uid then
+      local okalive, alive = pcall(sbc.alive, pid)
+      if okalive and not alive then tmp:remove_tree(e.name) end
     end
   end
 end

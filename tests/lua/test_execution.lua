@@ -429,6 +429,14 @@ T.test("clear_output(wait) as a cell's last output: what stays in the notebook s
   s:terminate()
 end)
 
+T.test("process.spawn{die_with_parent}: the child's own seer children run (the setting is not inherited)", function()
+  local process = require "seer.process"
+  local code = [[local p = io.popen(require("seer.jupyter").seer_binary() .. " -e 'print(40 + 2)'") io.stdout:write("got ", p:read("*a")) p:close()]]
+  local c = process.spawn{ argv = { require("seer.jupyter").seer_binary(), "-e", code }, die_with_parent = true, stdout = "pipe" }
+  T.eq(c:read_line(10000), "got 42", "a grandchild that inherited the parent's pid exited at once")
+  c:wait(5000)
+end)
+
 T.test("SIGTERM to a script whose cleanup never ends still ends it (SEER_SIGTERM_GRACE_S later)", function()
   -- timeout(1), systemd and kill send SIGTERM once: a script that caught the interrupt and kept
   -- going (or code stuck where it never returns to Lua) ran on forever

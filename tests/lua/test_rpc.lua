@@ -464,16 +464,27 @@ T.test("rpc: a connection file's socket beneath the run folder is reached with n
   secret:close()
 end)
 
-T.test("rpc: a killed process's connection-file copy (it holds a key) is swept by the next one", function()
-  local dead = "/tmp/seer-rpclib-999999999-abcdef"
-  local live = ("/tmp/seer-rpclib-%d-abcdef"):format(require("seer.process").getpid())
-  for _, d in ipairs({ dead, live }) do
+T.test("rpc: a killed process's connection-file copy (it holds a key) is swept by the next one; planted names are left alone", function()
+  local process = require "seer.process"
+  local c = process.spawn{ argv = { "true" } }
+  c:wait(5000)
+  local dead_pid = c.pid -- ended, and reaped
+  local dead = ("/tmp/seer-rpclib-%d-abcdef"):format(dead_pid)
+  local live = ("/tmp/seer-rpclib-%d-abcdef"):format(process.getpid())
+  local other = ("/tmp/seer-rpclib-%d-otheruser"):format(dead_pid)
+  local planted = { "/tmp/seer-rpclib-0-x", "/tmp/seer-rpclib-99999999999999999999-x" }
+  for _, d in ipairs({ dead, live, other, planted[1], planted[2] }) do
     os.execute(("mkdir -p '%s' && echo '{\"key\":\"k\"}' > '%s/x.json'"):format(d, d))
   end
-  rpc._sweep_rpclib_dirs()
+  os.execute(("chown -R 65534 '%s' 2>/dev/null"):format(other)) -- another user's (when run as root)
+  local ok, err = pcall(rpc._sweep_rpclib_dirs)
+  T.ok(ok, "a planted name that is no pid does not make the sweep fail: " .. tostring(err))
   T.eq(io.open(dead .. "/x.json"), nil, "the dead process's copy is removed")
   T.ok(io.open(live .. "/x.json"), "a live process's copy is kept")
-  os.execute("rm -rf '" .. live .. "'")
+  T.ok(io.open(planted[1] .. "/x.json") and io.open(planted[2] .. "/x.json"), "names that are no pid are left alone")
+  local is_root = io.popen("id -u"):read("*l") == "0"
+  if is_root then T.ok(io.open(other .. "/x.json"), "another user's folder is left alone") end
+  for _, d in ipairs({ live, other, planted[1], planted[2] }) do os.execute("rm -rf '" .. d .. "'") end
 end)
 
 T.test("rpc: close stops the servers", function()
