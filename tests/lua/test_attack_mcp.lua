@@ -214,6 +214,33 @@ mcp_attack{
 }
 
 mcp_attack{
+  name = "continue or resume, by its file name, a host session's notebook in the sandbox's own output folder",
+  check = function()
+    -- the researcher's host session writes into the same output folder as the sandbox's
+    -- session (the default ./outputs is shared by every session of a run, and of earlier runs)
+    local r = rig()
+    local hs = exec.create_local_notebook_session(nil, { name = "host-analysis", output_dir = r.session.output_dir })
+    hs:exec("api_key = 'sk-HOST-ONLY-SECRET-123'")
+    local name = hs.notebook_path:match("[^/]+$")
+    hs:terminate()
+    for _, tool in ipairs{ "start_session_resume_notebook", "start_session_continue_notebook" } do
+      local rr = call(agent(), tool, { notebook_path = name })
+      refused(rr, "was not written by a session of this sandbox", tool .. " " .. name)
+      T.ok(not rr.text:find("sk-HOST-ONLY-SECRET", 1, true), "the host cell reached the agent: " .. rr.text)
+      T.ok(not rr.text:find(r.session.output_dir, 1, true), "a host path reached the agent: " .. rr.text)
+    end
+    -- a name that is not there lists only this sandbox's notebooks, not the host's
+    local nf = call(agent(), "start_session_continue_notebook", { notebook_path = "no-such.ipynb" })
+    refused(nf, "NotebookNotFound", "continue a missing notebook")
+    T.ok(not nf.text:find("host-analysis", 1, true), "the host notebook's name was listed: " .. nf.text)
+    T.contains(nf.text, r.session.notebook_path:match("[^/]+$"), "the sandbox's own notebook is listed")
+    -- control: the sandbox's own notebook continues
+    local own = ok_call(call(agent(), "start_session_continue_notebook", { notebook_path = r.session.notebook_path:match("[^/]+$") }), "continue own")
+    ok_call(call(agent(), "shutdown_session", { session_id = own.structured.session_id }))
+  end,
+}
+
+mcp_attack{
   name = "resume a notebook name that agent code symlinked to a host notebook",
   vector = "kernel/sh",
   sh = function() ws() return ("ln -sf %s %s/evil.ipynb && ln -sf %s %s/secret.ipynb && ls -l %s"):format(HOST_NB, WS_NB, A.canary_dir .. "/secret.txt", WS_NB, WS_NB) end,

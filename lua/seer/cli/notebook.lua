@@ -235,7 +235,18 @@ function Server:send_to(req, msg)
   sock:send(msg)
 end
 
+-- An error's text for a scope's client (a sandbox): a host path in it is cut to its last part
+-- (the sandbox is told file names, never where the host keeps them).
+local function scrub_paths(text)
+  return (text:gsub("(/[^%s'\"`:;,()%[%]{}]+)", function(p)
+    if p:match("^/[^/]*/?$") then return p end -- "/" or one part: not a revealing path
+    return p:match("([^/]+)/*$") or p
+  end))
+end
+M.scrub_paths = scrub_paths
+
 function Server:reply_error(req, ename, evalue)
+  if req.scope and type(evalue) == "string" then evalue = scrub_paths(evalue) end
   self:reply(req, { status = "error", ename = ename, evalue = evalue })
 end
 
@@ -651,6 +662,16 @@ function Server:new_session(req, c)
   end
   nb.doc.metadata.seer = nb.doc.metadata.seer or {}
   nb.doc.metadata.seer.path, nb.doc.metadata.seer.session_id = nb.path, id
+  -- the sandbox whose kernel writes it: a scope of that sandbox may resume or continue it, no
+  -- other (a notebook of the researcher's host sessions holds what no sandbox may read)
+  local owner = type(c.sandbox) == "table" and type(c.sandbox.sandbox_id) == "string" and c.sandbox.sandbox_id or nil
+  nb.doc.metadata.seer.sandbox_id = owner or json.null
+  if owner then
+    self.sandbox_notebooks = self.sandbox_notebooks or {}
+    local list = self.sandbox_notebooks[owner] or {}
+    self.sandbox_notebooks[owner] = list
+    list[nb.path:match("([^/]+)$")] = true
+  end
   -- The output folder may be one the sandbox can write (inside /workspace): saves never follow
   -- a link there (a folder swapped for a link would send them anywhere on the host).
   nb.save = save_nofollow
@@ -1714,10 +1735,17 @@ function Server:scoped_start_session(req)
       local text, disk_id
       if fd then text, err = read_regular(fd) end
       if text then disk_id, err = err, nil end
+      -- the notebooks this sandbox's sessions wrote there (the folder may hold the researcher's
+      -- host sessions' and other sandboxes' notebooks: their names are not listed either)
+      local function ours()
+        local have, mine = notebooks_in(dir), (self.sandbox_notebooks or {})[sc.id] or {}
+        local out = {}
+        for _, n in ipairs(have) do if mine[n] then out[#out + 1] = n end end
+        return #out > 0 and table.concat(out, ", ") or "none"
+      end
       if not text then
-        local have = notebooks_in(dir)
-        return self:reply_error(req, "NotebookNotFound", ("%s: cannot open notebook %s of the session's output directory (%s); notebooks there: %s")
-          :format(field, name, err, #have > 0 and table.concat(have, ", ") or "none"))
+        return self:reply_error(req, "NotebookNotFound", ("%s: cannot open notebook %s of the session's output directory (%s); this sandbox's notebooks there: %s")
+          :format(field, name, err, ours()))
       end
       content[field] = dir .. "/" .. name
       if field == "resume" then content.disk_id = disk_id end
@@ -1730,6 +1758,12 @@ function Server:scoped_start_session(req)
         local nb = notebook.new{ path = path }
         doc.metadata = type(doc.metadata) == "table" and doc.metadata or {}
         doc.metadata.seer = type(doc.metadata.seer) == "table" and doc.metadata.seer or {}
+        -- only a notebook a session of this sandbox wrote (its metadata says so: in a folder the
+        -- sandbox cannot write, it cannot forge that; in one it can, it reads everything anyway)
+        if doc.metadata.seer.sandbox_id ~= sc.id then
+          error(("%s was not written by a session of this sandbox (%s); this sandbox's notebooks there: %s. A notebook of another "
+            .. "sandbox or of the host is resumed by the researcher (seer.execution.resume_notebook), not from inside"):format(name, sc.id, ours()), 0)
+        end
         doc.nbformat_minor = math.max(5, tonumber(doc.nbformat_minor) or 5)
         for _, cell in ipairs(doc.cells) do
           if type(cell) ~= "table" then error(("%s has a cell that is not an object"):format(name), 0) end
