@@ -475,6 +475,25 @@ T.test("config errors: a GPU this machine lacks, missing packages, missing mount
   T.raises(function() start({ models = { env.ModelConfig{ name = "./no/such/model" } } }) end, "not a directory")
 end)
 
+T.test("a sandboxed kernel whose exit notice cannot be written is still found dead (its sockets refuse), not waited on", function()
+  local exec = require "seer.execution"
+  local s = start({ execution_mode = "notebook" }, "nodeath")
+  local session = exec.create_notebook_session(s, require("seer.workspace").Workspace{}, { output_dir = root .. "/nodeath-nb" })
+  -- the next kernel's exit notice cannot be written: a folder sits where sandboxd writes it (as
+  -- a full disk does: "cannot write /run/seer/services/kernel-....exit")
+  local sid = session.session_id
+  session:exec(("os.execute('mkdir -p /run/seer/services/kernel-%s-2.exit/x')"):format(sid))
+  session:restart()
+  local t0 = require("seer.process").now_ms()
+  local r = session:exec("os.exit(3)", { raise = false, timeout = 60 })
+  local took = (require("seer.process").now_ms() - t0) / 1000
+  T.eq(r.result, "error")
+  T.eq(r.error and r.error.ename, "KernelDied", r.error and r.error.evalue)
+  T.ok(took < 15, ("the death was found after %.1f s (the cell waited for its timeout)"):format(took))
+  session:terminate()
+  s:terminate()
+end)
+
 T.test("a notebook session runs its kernel inside the sandbox, with the models preloaded", function()
   local exec = require "seer.execution"
   local s = start({ execution_mode = "notebook", models = { env.ModelConfig{ name = stories } } }, "nb")

@@ -511,6 +511,18 @@ function Server:start_sandbox_kernel(s, st)
         local ok, st2 = pcall(json.decode, text)
         return false, ok and type(st2) == "table" and type(st2.how) == "string" and st2.how or "exited"
       end
+      -- No notice (sandboxd could not write it: a full disk; or the sandbox's keeper was
+      -- killed with everything in it): every channel's socket refusing connects for 3 s means
+      -- nothing listens there any more. A cell waited for its timeout (300 s), the run then
+      -- recorded as completed.
+      local down = math.huge
+      for _, k in ipairs({ "shell", "control", "stdin", "iopub" }) do
+        local so = c[k]
+        if so and so._s then down = math.min(down, so._s:endpoint_down_ms()) end
+      end
+      if down ~= math.huge and down > 3000 then
+        return false, ("ended (its sockets have refused connections for %.0f s; no exit notice came)"):format(down / 1000)
+      end
       return sandbox_alive()
     end,
     -- sent, not waited for: a sandboxd that does not answer cannot hold this server
