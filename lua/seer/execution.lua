@@ -26,6 +26,8 @@ local server -- this process's own server: {child, sock, key, token, endpoint, u
 -- summary reads them (M.server_failures), so a run whose server died is not reported completed.
 local server_deaths = {}
 local tree_listing -- a folder's tree as a string (below, before create)
+-- The sessions this process created, for M.notebook_problems (weak: a dropped session is gone)
+local created_sessions = setmetatable({}, { __mode = "k" })
 local function note_death(srv, what)
   if srv.death_noted then return end
   srv.death_noted = true
@@ -193,6 +195,27 @@ function M.server_failures(since_ms)
   for _, d in ipairs(server_deaths) do
     if d.at_ms >= since_ms then out[#out + 1] = d.what end
   end
+  return out
+end
+
+---Notebooks of this process's open sessions (created since `since_ms`) whose latest save
+---failed, so the file on disk lacks the newest cells: one line each, naming the notebook and
+---why. An experiment's summary lists them (seer.experiment).
+---@param since_ms? number
+---@return string[]
+function M.notebook_problems(since_ms)
+  local out = {}
+  for s, t in pairs(created_sessions) do
+    if t >= (since_ms or 0) and not s.terminated then
+      local ok, info = pcall(s.info, s)
+      if ok and type(info) == "table" and (tonumber(info.save_failures) or 0) > 0 then
+        out[#out + 1] = ("the notebook %s could not be saved (%d failed save%s: %s); the file on disk lacks the newest cells"):format(
+          tostring(s.notebook_path), info.save_failures, info.save_failures == 1 and "" or "s",
+          type(info.last_save_error) == "string" and info.last_save_error or "see the server's log")
+      end
+    end
+  end
+  table.sort(out)
   return out
 end
 
@@ -710,6 +733,7 @@ local function create(workspace, opts, models, sandbox)
                            workspace_dir = workspace_dir, workspace_path = kernel_dir, output_dir = output_dir, sandbox = sandbox,
                            model_info_text = "", _remote = remote,
                            _tmp_workspace = tmp_listing and { dir = workspace_dir, listing = tmp_listing } or nil }, Session)
+  created_sessions[s] = process.now_ms()
   local function init(code, hidden)
     local rr = check(req("execute", { session_id = s.session_id, code = code, hidden = hidden, init = true }),
                      "create_notebook_session")

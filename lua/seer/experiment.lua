@@ -687,6 +687,14 @@ function M.summary(run, summary, markdown)
       io.stderr:write(("seer.experiment: %s: the run is marked failed (%s)\n"):format(run.name, ended[1]))
     end
   end
+  -- a notebook whose latest save failed (a full disk): the results stand, the file lags
+  local unsaved = require("seer.execution").notebook_problems(run.t0)
+  if #unsaved > 0 then
+    summary.problems = summary.problems or json.array()
+    for _, p in ipairs(unsaved) do summary.problems[#summary.problems + 1] = p end
+    markdown = markdown .. "\n**Notebook incomplete:** " .. table.concat(unsaved, "; ") .. ".\n"
+    io.stderr:write(("seer.experiment: %s: %s\n"):format(run.name, unsaved[1]))
+  end
   markdown = markdown .. write_ledger(run, summary)
   seer.write_file(run.out_dir .. "/summary.json", json.encode(summary, { indent = 2 }) .. "\n")
   seer.write_file(run.out_dir .. "/summary.md", markdown)

@@ -730,6 +730,38 @@ io.stdout:write("STATUS ", sum.status, "\n")
   T.contains(seer.read_file(run_dir .. "/summary.md"), "**Status: failed.**")
 end)
 
+T.test("a notebook whose latest save failed is named in the summary's problems (the file lacks the newest cells)", function()
+  local out = T.tmpdir()
+  local dir = T.tmpdir()
+  seer.write_file(dir .. "/task.md", "A task.\n")
+  seer.write_file(dir .. "/main.lua", ([[
+local X = require "seer.experiment"
+local exec = require "seer.execution"
+local run = X.run{ name = "unsaved", dir = %q }
+local nbdir = run.out_dir .. "/nb"
+local s = exec.create_local_notebook_session(nil, { name = "u", output_dir = nbdir })
+s:exec("x = 1")
+os.execute("rm -rf '" .. nbdir .. "'") -- the folder goes: the next saves fail
+s:exec("y = 2")
+local sum = X.summary(run, { results = { ok = true } }, "# unsaved\n")
+io.stdout:write("STATUS ", sum.status, " PROBLEMS ", #(sum.problems or {}), "\n")
+s:terminate()
+]]):format(dir))
+  local p = io.popen(("cd '%s' && env -u ANTHROPIC_API_KEY SEER_OUT='%s' '%s' '%s/main.lua' 2>&1; echo \"exit=$?\"")
+    :format(out, out, SEER, dir))
+  local text = p:read("*a")
+  p:close()
+  T.contains(text, "exit=0")
+  T.contains(text, "PROBLEMS 1")
+  local ls = io.popen(("ls -d '%s'/unsaved-*"):format(out))
+  local run_dir = ls:read("*l")
+  ls:close()
+  local s = read_json(run_dir .. "/summary.json")
+  T.contains(s.problems[1], "could not be saved")
+  T.contains(s.problems[1], "the file on disk lacks the newest cells")
+  T.contains(seer.read_file(run_dir .. "/summary.md"), "**Notebook incomplete:**")
+end)
+
 T.test("os.exit after seer.experiment.run still writes the run's ledger and a summary saying how it ended", function()
   local out = T.tmpdir()
   local dir = T.tmpdir()

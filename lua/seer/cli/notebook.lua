@@ -280,6 +280,7 @@ function Server:session_info(s)
            dead_reason = (not s.starting and s.dead) or json.null,
            bad_messages = s.kernel and s.kernel:bad_messages() or s.bad_seen or 0,
            truncations = s.truncations or json.null, save_failures = s.save_failures or 0,
+           last_save_error = (s.save_failures or 0) > 0 and s.last_save_error or json.null,
            kept_output_bytes = s.output_total and s.output_total.bytes or 0,
            sandbox_id = s.scope or json.null }
 end
@@ -1228,6 +1229,7 @@ function Server:finish(s, e)
       reraise_interrupt(err)
       e.save_error = tostring(err)
       s.save_failures = (s.save_failures or 0) + 1
+      s.last_save_error = e.save_error
       log("session %s: cannot save %s: %s (the previous file is kept; the next save that works writes everything)",
           s.id, s.nb.path, e.save_error)
     elseif s.save_failures and s.save_failures > 0 then
