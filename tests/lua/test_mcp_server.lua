@@ -211,4 +211,8 @@ T.test("arguments are checked as the tool's JSON schema says: null is not a stri
   T.contains(S.check_value({ a = "x", n = 2 ^ 60 }, sc, "args"), "must be an integer between -2^53 and 2^53 (got 1.152921504606847e+18, an integer too large to be exact)")
   T.eq(S.check_value({ a = "x", b = 1 }, sc, "args"), 'unknown parameter "b" (parameters: a, n)')
   T.eq(S.check_value({ a = "x", n = 3 }, sc, "args"), nil)
+  -- a string's length (the notebook tools' cell sources: 1 MiB)
+  T.eq(S.check_value("abcd", { type = "string", maxLength = 3 }, "code"), "code is 4 bytes, over its limit of 3")
+  local NT = require "seer.mcp.notebook_tools"
+  T.eq(NT.MAX_CELL_SOURCE, 1024 * 1024)
 end)

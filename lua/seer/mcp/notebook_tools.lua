@@ -21,6 +21,10 @@ local notebook = require "seer.notebook"
 
 M.IMAGE_MAX_SIDE = 512
 M.MAX_IMAGES = 16 -- per tool result; more are mentioned in text
+-- A cell's source from the agent (execute_code, edit_cell, add_markdown): every cell is saved in
+-- the notebook and sent in every live snapshot, and sources count against no output limit (five
+-- cells of a 32 MiB comment grew a notebook to 160 MiB). Data belongs in a file the kernel reads.
+M.MAX_CELL_SOURCE = 1024 * 1024
 
 ---------------------------------------------------------------------------------------------
 -- base64 (notebook outputs carry PNGs as base64, and so does MCP image content)
@@ -799,7 +803,7 @@ function M.install(srv, opts)
       name = "execute_code", title = "Execute code",
       description = "Append a code cell (Lua, seer's kernel) to the notebook, run it and return its outputs: printed text, results, errors with their traceback, and images. Cancelling the call interrupts the cell.",
       inputSchema = { type = "object", additionalProperties = false, required = { "session_id", "code" },
-                      properties = { session_id = session_id, code = { type = "string", description = "Lua code to run." } } },
+                      properties = { session_id = session_id, code = { type = "string", maxLength = M.MAX_CELL_SOURCE, description = "Lua code to run (at most 1 MiB: data goes in a file the code reads)." } } },
       annotations = rw,
       run = function(ctx, a)
         local s = session(a.session_id)
@@ -810,7 +814,7 @@ function M.install(srv, opts)
       name = "edit_cell", title = "Edit and re-run a cell",
       description = "Replace the source of a code cell, clear its outputs and run it again. cell_index counts code cells only (0, 1, 2, ... in order; markdown cells are not counted; negative numbers count from the end, -1 the last code cell): read_notebook's header shows it (\"## cell 3 (code cell 2: edit_cell cell_index=2, ...)\") and execute_code returns it. Default: the last code cell.",
       inputSchema = { type = "object", additionalProperties = false, required = { "session_id", "code" },
-                      properties = { session_id = session_id, code = { type = "string", description = "The cell's new code." },
+                      properties = { session_id = session_id, code = { type = "string", maxLength = M.MAX_CELL_SOURCE, description = "The cell's new code (at most 1 MiB)." },
                                      cell_index = { type = "integer", description = "The code cell's index among code cells (0-based; negative from the end), as read_notebook's header shows it (\"code cell 2: edit_cell cell_index=2\"). Default: -1, the last code cell." } } },
       annotations = rw,
       run = function(ctx, a)
@@ -825,7 +829,7 @@ function M.install(srv, opts)
       name = "add_markdown", title = "Add a markdown cell",
       description = "Append a markdown cell to the notebook (notes, findings). Returns its cell_number.",
       inputSchema = { type = "object", additionalProperties = false, required = { "session_id", "content" },
-                      properties = { session_id = session_id, content = { type = "string", description = "Markdown text." } } },
+                      properties = { session_id = session_id, content = { type = "string", maxLength = M.MAX_CELL_SOURCE, description = "Markdown text (at most 1 MiB)." } } },
       annotations = rw,
       run = function(ctx, a)
         local n = session(a.session_id):add_markdown(a.content)

@@ -149,7 +149,7 @@ end
 
 ---------------------------------------------------------------------------------------------
 -- JSON Schema (the subset tools use: type, properties, required, additionalProperties, enum,
--- minimum, maximum, items)
+-- minimum, maximum, maxLength (bytes), items)
 
 local function type_ok(v, t)
   if t == "string" then return type(v) == "string"
@@ -186,6 +186,10 @@ local function check_value(v, schema, path)
       for _, x in ipairs(schema.enum) do names[#names + 1] = json.encode(x) end
       return ("%s must be one of %s"):format(path, table.concat(names, ", "))
     end
+  end
+  if type(v) == "string" and schema.maxLength and #v > schema.maxLength then
+    -- counted in bytes, an upper bound of the characters JSON Schema counts
+    return ("%s is %d bytes, over its limit of %d"):format(path, #v, schema.maxLength)
   end
   if type(v) == "number" then
     if schema.minimum and v < schema.minimum then return ("%s must be at least %s"):format(path, schema.minimum) end
