@@ -245,6 +245,15 @@ class CliTest(unittest.TestCase):
         self.assertEqual(p.returncode, 130, err)
         # The signal lands wherever the script is: on the loop or the line before it.
         self.assertRegex(err, rf"{s}:[34]: interrupted")
+        # where it was, in one line: a traceback read like a crash (SEER_TRACEBACK=1 gives it)
+        self.assertNotIn("stack traceback:", err)
+        p = subprocess.Popen([SEER, s], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=env(SEER_TRACEBACK="1"),
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        self.assertEqual(p.stdout.readline(), "started\n")
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=10)
+        self.assertEqual(p.returncode, 130, err)
         self.assertIn("stack traceback:", err)
 
     def test_repeated_sigint_stops_jit_compiled_loop(self):
