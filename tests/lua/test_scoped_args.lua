@@ -42,13 +42,7 @@ local function get()
   return scoped
 end
 
--- fn raises an error at this file's line that contains want (fn must not end in a tail call)
-local function refused(fn, want)
-  local ok, err = pcall(fn)
-  T.ok(not ok, "raised: " .. want)
-  T.eq(tostring(err):match("^([^%s:]+):%d+: "), file, tostring(err))
-  T.ok(tostring(err):find(want, 1, true), ("wanted %q in: %s"):format(want, tostring(err)))
-end
+local function refused(fn, want) return T.refused_at(file, fn, want) end
 
 T.test("scoped args: show_rpc_logs{lines = n} (the reference's keyword) and positional; bad values named", function()
   local s = get()

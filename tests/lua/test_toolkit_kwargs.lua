@@ -24,14 +24,7 @@ local DOG = { "Tom had a big brown dog", "Lily saw a little dog" }
 local CAT = { "Tom had a big brown cat", "Lily saw a little cat" }
 local file = debug.getinfo(1, "S").short_src
 
--- fn raises an error that names this file's line (not a line inside seer) and contains want
--- (fn must not end in a tail call, which leaves no line to name)
-local function refused(fn, want)
-  local ok, err = pcall(fn)
-  T.ok(not ok, "raised: " .. want)
-  T.eq(tostring(err):match("^([^%s:]+):%d+: "), file, tostring(err))
-  T.ok(tostring(err):find(want, 1, true), ("wanted %q in: %s"):format(want, tostring(err)))
-end
+local function refused(fn, want) return T.refused_at(file, fn, want) end
 
 T.test("generate_response: max_tokens and temperature as the reference's keywords, in one table with the options", function()
   local want = G.generate_response(model, tok, PROMPT, 20, 0)

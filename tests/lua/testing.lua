@@ -105,6 +105,15 @@ function M.raises(fn, pattern, plain)
 end
 
 ---Assert that s contains needle (plain).
+---fn raises an error that names a line of `file` (the caller's line, not one inside seer) and
+---contains want. fn must not end in a tail call, which leaves no line to name.
+function M.refused_at(file, fn, want)
+  local ok, err = pcall(fn)
+  M.ok(not ok, "raised: " .. want)
+  M.eq(tostring(err):match("^([^%s:]+):%d+: "), file, tostring(err))
+  M.ok(tostring(err):find(want, 1, true), ("wanted %q in: %s"):format(want, tostring(err)))
+end
+
 function M.contains(s, needle, msg)
   if type(s) ~= "string" or not s:find(needle, 1, true) then
     fail(string.format("%sexpected %s to contain %s", msg and (msg .. ": ") or "", show(s), show(needle)))
