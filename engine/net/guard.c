@@ -68,10 +68,11 @@ typedef struct guard {
     int bind_mode; /* the guard listens at the endpoint for peers; libzmq binds at path */
     int relay;     /* the guard listens at path for anyone there and connects each to the endpoint */
     char up_path[4096];
-    /* a connect beneath a root (seer_net_guard_open_beneath): the socket's folder, opened once
-     * with no link followed below the root, and the socket's name in it; -1 otherwise */
+    /* a connect (or relay) beneath a root (seer_net_guard_open_beneath, _relay_beneath): the
+     * root, opened once (trusted), and the socket's path below it, walked on every connect with
+     * no link followed (a folder swapped for a link later is refused too); -1 otherwise */
     int up_dirfd;
-    char up_name[256];
+    char up_rel[4096];
     struct sockaddr_storage up_addr;
     socklen_t up_len;
     size_t max_bytes, max_frames;
@@ -379,6 +380,38 @@ static void on_up(pair_t *p, unsigned ev) {
     }
 }
 
+/* Opens rel below the folder rootfd with no link followed: each folder O_NOFOLLOW|O_DIRECTORY,
+ * the last part O_PATH|O_NOFOLLOW (the caller checks it is a socket). -1 when it cannot: with
+ * why set when a part is a link or not a folder (a refusal), not when it does not exist yet. */
+static int walk_beneath(int rootfd, const char *rel, const char *shown, char *why, size_t wn) {
+    int fd = rootfd;
+    const char *p = rel;
+    for (;;) {
+        while (*p == '/') p++;
+        const char *slash = strchr(p, '/');
+        char comp[256];
+        size_t n = slash ? (size_t)(slash - p) : strlen(p);
+        if (n == 0 || n >= sizeof comp) break;
+        memcpy(comp, p, n);
+        comp[n] = 0;
+        if (strcmp(comp, ".") == 0 || strcmp(comp, "..") == 0) break;
+        int next = openat(fd, comp, slash ? (O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : (O_PATH | O_NOFOLLOW | O_CLOEXEC));
+        int e = errno;
+        if (fd != rootfd) close(fd);
+        if (next < 0) {
+            if (e == ELOOP || e == ENOTDIR)
+                snprintf(why, wn, "%.60s: %.30s on the way is a link or not a folder; not followed", shown, comp);
+            return -1;
+        }
+        if (!slash) return next;
+        fd = next;
+        p = slash + 1;
+    }
+    if (fd != rootfd) close(fd);
+    snprintf(why, wn, "%.80s: a bad path below its root", shown);
+    return -1;
+}
+
 /* Opens the connection to the real endpoint (non-blocking); -1 with why set when it cannot. */
 static int connect_up(guard_t *g, int *connecting, char *why, size_t wn) {
     *connecting = 0;
@@ -390,12 +423,12 @@ static int connect_up(guard_t *g, int *connecting, char *why, size_t wn) {
     socklen_t sl = g->up_len;
     int pf = -1;
     if (g->ipc && !g->abstract) {
-        pf = g->up_dirfd >= 0 ? openat(g->up_dirfd, g->up_name, O_PATH | O_NOFOLLOW | O_CLOEXEC)
+        pf = g->up_dirfd >= 0 ? walk_beneath(g->up_dirfd, g->up_rel, g->up_path, why, wn)
                               : open(g->up_path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
         struct stat st;
         if (pf < 0 || fstat(pf, &st) != 0 || !S_ISSOCK(st.st_mode)) {
             /* O_PATH|O_NOFOLLOW opens a link itself; ENOENT (not yet bound) is no refusal */
-            if (pf >= 0)
+            if (pf >= 0 && !why[0])
                 snprintf(why, wn, "%.80s is not a socket (%s); not followed", g->up_path,
                          S_ISLNK(st.st_mode) ? "a symbolic link" : "another kind of file");
             if (pf >= 0) close(pf);
@@ -881,58 +914,45 @@ void *seer_net_guard_open(const char *endpoint, size_t max_bytes, size_t max_fra
     return open_guard(endpoint, 0, max_bytes, max_frames, local, local_cap, NULL, 0, err);
 }
 
-/* Opens the folder of path, which lies beneath root: root itself is trusted (followed), each
- * folder below it is opened with no link followed (O_NOFOLLOW, one component at a time; "." and
- * ".." refused). Returns the folder's descriptor and its last component's offset in *name_at,
- * or -1 with err set. */
-static int open_parent_beneath(const char *path, const char *root, size_t *name_at, seer_err_t *err) {
+/* Opens root (trusted: followed) for a socket path below it and sets *rel to the part below;
+ * refuses "." and ".." parts, and a folder on the way that is a link or not a folder now (one
+ * that does not exist yet is looked for again at each connect). -1 with err set. */
+static int open_root_beneath(const char *path, const char *root, const char **rel, seer_err_t *err) {
     size_t rn = strlen(root);
     while (rn > 1 && root[rn - 1] == '/') rn--;
     if (root[0] != '/' || strncmp(path, root, rn) != 0 || path[rn] != '/') {
-        seer_err_set(err, SEER_EINVAL, "net: connect ipc://%.200s: not beneath %.200s", path, root);
+        seer_err_set(err, SEER_EINVAL, "net: ipc://%.200s is not beneath %.200s", path, root);
         return -1;
+    }
+    *rel = path + rn + 1;
+    while (**rel == '/') (*rel)++;
+    if (!**rel || strlen(*rel) >= 4096) {
+        seer_err_set(err, SEER_EINVAL, "net: ipc://%.200s: no socket name below %.200s", path, root);
+        return -1;
+    }
+    for (const char *q = *rel; *q;) {
+        const char *slash = strchr(q, '/');
+        size_t n = slash ? (size_t)(slash - q) : strlen(q);
+        if ((n == 1 && q[0] == '.') || (n == 2 && q[0] == '.' && q[1] == '.') || n == 0 || n >= 256) {
+            seer_err_set(err, SEER_EINVAL, "net: ipc://%.200s: '.', '..' or an empty or too long part in the path", path);
+            return -1;
+        }
+        if (!slash) break;
+        q = slash + 1;
     }
     int fd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) {
-        seer_err_set(err, SEER_EIO, "net: connect: cannot open %.200s: %s", root, strerror(errno));
+        seer_err_set(err, SEER_EIO, "net: cannot open %.200s: %s", root, strerror(errno));
         return -1;
     }
-    const char *p = path + rn;
-    for (;;) {
-        while (*p == '/') p++;
-        const char *slash = strchr(p, '/');
-        if (!slash) break; /* p is the socket's name */
-        char comp[256];
-        size_t n = (size_t)(slash - p);
-        if (n == 0 || n >= sizeof comp) {
-            close(fd);
-            seer_err_set(err, SEER_EINVAL, "net: connect ipc://%.200s: a bad path component", path);
-            return -1;
-        }
-        memcpy(comp, p, n);
-        comp[n] = 0;
-        if (strcmp(comp, ".") == 0 || strcmp(comp, "..") == 0) {
-            close(fd);
-            seer_err_set(err, SEER_EINVAL, "net: connect ipc://%.200s: '.' or '..' in the path", path);
-            return -1;
-        }
-        int next = openat(fd, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        int e = errno;
+    char why[200] = "";
+    int probe = walk_beneath(fd, *rel, path, why, sizeof why);
+    if (probe >= 0) close(probe);
+    if (why[0]) {
         close(fd);
-        if (next < 0) {
-            seer_err_set(err, SEER_EINVAL, "net: connect ipc://%.200s: %s in the path beneath %.200s %s; not followed", path,
-                         comp, root, e == ELOOP || e == ENOTDIR ? "is a symbolic link or not a folder" : strerror(e));
-            return -1;
-        }
-        fd = next;
-        p = slash + 1;
-    }
-    if (!*p || strcmp(p, ".") == 0 || strcmp(p, "..") == 0 || strlen(p) >= 256) {
-        close(fd);
-        seer_err_set(err, SEER_EINVAL, "net: connect ipc://%.200s: no socket name", path);
+        seer_err_set(err, SEER_EINVAL, "net: connect %s", why);
         return -1;
     }
-    *name_at = (size_t)(p - path);
     return fd;
 }
 
@@ -940,17 +960,17 @@ void *seer_net_guard_open_beneath(const char *endpoint, const char *root, size_t
                                   char *local, size_t local_cap, seer_err_t *err) {
     if (strncmp(endpoint, "ipc://", 6) != 0 || endpoint[6] == '@')
         return open_guard(endpoint, 0, max_bytes, max_frames, local, local_cap, NULL, 0, err);
-    size_t name_at;
-    int dfd = open_parent_beneath(endpoint + 6, root, &name_at, err);
+    const char *rel;
+    int dfd = open_root_beneath(endpoint + 6, root, &rel, err);
     if (dfd < 0) return NULL;
     guard_t *g = open_guard(endpoint, 0, max_bytes, max_frames, local, local_cap, NULL, 0, err);
     if (!g) {
         close(dfd);
         return NULL;
     }
-    /* the thread reads these only when it connects, after the wake below hands them over */
+    /* the thread reads these only when it connects, after libzmq connects to the guard */
     pthread_mutex_lock(&g_mu);
-    snprintf(g->up_name, sizeof g->up_name, "%s", endpoint + 6 + name_at);
+    snprintf(g->up_rel, sizeof g->up_rel, "%s", rel);
     g->up_dirfd = dfd;
     pthread_mutex_unlock(&g_mu);
     return g;
@@ -963,12 +983,27 @@ void *seer_net_guard_bind(const char *endpoint, size_t max_bytes, size_t max_fra
 
 void *seer_net_guard_relay(const char *listen_path, const char *endpoint, size_t max_bytes, size_t max_frames,
                            seer_err_t *err) {
+    return seer_net_guard_relay_beneath(listen_path, endpoint, NULL, max_bytes, max_frames, err);
+}
+
+void *seer_net_guard_relay_beneath(const char *listen_path, const char *endpoint, const char *beneath, size_t max_bytes,
+                                   size_t max_frames, seer_err_t *err) {
     guard_t *g = new_guard(max_bytes, max_frames, err);
     if (!g) return NULL;
     g->relay = 1;
     if (parse_endpoint(g, endpoint, err) != 0) {
         free(g);
         return NULL;
+    }
+    if (beneath && g->ipc && !g->abstract) {
+        const char *rel;
+        int dfd = open_root_beneath(endpoint + 6, beneath, &rel, err);
+        if (dfd < 0) {
+            free(g);
+            return NULL;
+        }
+        snprintf(g->up_rel, sizeof g->up_rel, "%s", rel);
+        g->up_dirfd = dfd;
     }
     struct sockaddr_un un = {.sun_family = AF_UNIX};
     if (strlen(listen_path) >= sizeof un.sun_path || strlen(listen_path) >= sizeof g->path) {
@@ -983,6 +1018,7 @@ void *seer_net_guard_relay(const char *listen_path, const char *endpoint, size_t
     if (g->lfd < 0 || bind(g->lfd, (struct sockaddr *)&un, sizeof un) != 0 || listen(g->lfd, 64) != 0) {
         seer_err_set(err, SEER_EIO, "net: relay: cannot listen at %.80s: %s", listen_path, strerror(errno));
         if (g->lfd >= 0) close(g->lfd);
+        if (g->up_dirfd >= 0) close(g->up_dirfd);
         free(g);
         return NULL;
     }

@@ -58,12 +58,15 @@ static int l_relay_cuts(lua_State *L) {
 static int l_relay(lua_State *L) {
     const char *path = luaL_checkstring(L, 1), *ep = luaL_checkstring(L, 2);
     lua_Number mb = 0, mf = 0;
+    const char *beneath = NULL;
     if (lua_istable(L, 3)) {
         lua_getfield(L, 3, "max_bytes");
         mb = lua_isnil(L, -1) ? 0 : luaL_checknumber(L, -1);
         lua_getfield(L, 3, "max_frames");
         mf = lua_isnil(L, -1) ? 0 : luaL_checknumber(L, -1);
-        lua_pop(L, 2);
+        lua_getfield(L, 3, "beneath"); /* the string lives on in the options table at index 3 */
+        beneath = lua_isnil(L, -1) ? NULL : luaL_checkstring(L, -1);
+        lua_pop(L, 3);
     }
     if (!(mb >= 0 && mb <= (lua_Number)SEER_NET_MAX_BYTES && mf >= 0 && mf <= SEER_NET_MAX_FRAMES))
         return luaL_error(L, "net.relay: max_bytes must be 0..%d and max_frames 0..%d", (int)SEER_NET_MAX_BYTES,
@@ -82,7 +85,7 @@ static int l_relay(lua_State *L) {
     }
     lua_setmetatable(L, -2);
     seer_err_t err;
-    r->g = seer_net_guard_relay(path, ep, (size_t)mb, (size_t)mf, &err);
+    r->g = seer_net_guard_relay_beneath(path, ep, beneath, (size_t)mb, (size_t)mf, &err);
     if (!r->g) return luaL_error(L, "%s", err.msg);
     return 1;
 }

@@ -183,6 +183,10 @@ void *seer_net_guard_open(const char *endpoint, size_t max_bytes, size_t max_fra
  * Endpoints other than ipc paths are guarded as seer_net_guard_open does. */
 void *seer_net_guard_open_beneath(const char *endpoint, const char *root, size_t max_bytes, size_t max_frames,
                                   char *local, size_t local_cap, seer_err_t *err);
+/* seer_net_guard_relay whose endpoint (an ipc path) lies beneath a folder the other side can
+ * change: reached with no link followed below `beneath` (NULL: as seer_net_guard_relay). */
+void *seer_net_guard_relay_beneath(const char *listen_path, const char *endpoint, const char *beneath, size_t max_bytes,
+                                   size_t max_frames, seer_err_t *err);
 void *seer_net_guard_bind(const char *endpoint, size_t max_bytes, size_t max_frames, char *local, size_t local_cap,
                           char *pub, size_t pub_cap, seer_err_t *err);
 /* A relay: the guard listens at listen_path (a unix socket, for any local peer) and connects each

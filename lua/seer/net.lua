@@ -120,7 +120,9 @@ end
 ---another side controls (a container's shared folder): a symbolic link there would be followed.
 ---@param listen_path string
 ---@param endpoint string
----@param opts? {max_bytes?: integer, max_frames?: integer}
+---`opts.beneath`: a folder the endpoint's path lies beneath whose contents the other side can
+---change (the container's shared folder): no link below it is followed, on any connect.
+---@param opts? {max_bytes?: integer, max_frames?: integer, beneath?: string}
 ---@return {close: fun(self), cuts: fun(self): integer, string|nil}
 function M.relay(listen_path, endpoint, opts) return C.relay(listen_path, endpoint, opts) end
 

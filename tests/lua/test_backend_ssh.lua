@@ -221,6 +221,34 @@ T.test("a remote exec killed by the memory limit is flagged; stats() are the rem
   s:terminate()
 end)
 
+T.test("the link bounds what a hostile remote side can make it do: .exit files, JSON values, stats rewrites", function()
+  -- no sshd needed: the link's handlers on a state folder of our own, fed what a remote sends
+  local ssh = require "seer.backends.ssh"
+  local json = require "seer.json"
+  local dir = T.tmpdir()
+  os.execute(("mkdir -p '%s/run'"):format(dir))
+  local link = setmetatable({ state_dir = dir, exited = {} }, ssh._Link)
+  -- 1000 new stopped services a reply, for ever: at most MAX_EXITED files in all (it wrote 1000 a second)
+  for r = 1, 12 do
+    local list = {}
+    for i = 1, 1000 do list[i] = { name = ("svc-%d-%d"):format(r, i), running = false } end
+    link:mirror_services(json.encode{ services = list })
+  end
+  local p = io.popen(("ls '%s/run/services' | wc -l"):format(dir))
+  local n = tonumber(p:read("*a"))
+  p:close()
+  T.eq(n, ssh.MAX_EXITED, "the .exit files stop at the bound")
+  -- a reply of millions of tiny values is not decoded (a 60 MB one took the link to 3 GB)
+  local before = collectgarbage("count")
+  link.exited, link.n_exited = {}, 0
+  link:mirror_services('{"services":[' .. string.rep("0,", 2000000) .. '0]}')
+  T.ok(collectgarbage("count") - before < 64 * 1024, "decoding it would have built 2 million values")
+  -- stats lines in a loop: at most 5 rewrites a second (it was one per line: 5,600 a second)
+  for i = 1, 2000 do link:write_stats({ oom_kills = i }) end
+  local st = json.decode(seer.read_file(dir .. "/stats.json"))
+  T.ok(st.seq <= 2, "stats.json was rewritten " .. st.seq .. " times for 2000 lines in a moment")
+end)
+
 T.test("several ssh sandboxes start at once (seer.backends.start_all)", function()
   local n = 3
   local t0 = process.now_ms()

@@ -346,6 +346,40 @@ T.test("net: a relay offers a socket of another side's folder without following 
   for _, x in ipairs({ c2, host_only }) do x:close() end
 end)
 
+T.test("net: a relay beneath a shared folder follows no link in a folder on the way (a container's run folder swapped for a link)", function()
+  local dir = process.mkdtemp("/tmp/seer-test-guard-")
+  local shared, hostdir = dir .. "/shared", dir .. "/host"
+  os.execute(("mkdir -p '%s/run' '%s'"):format(shared, hostdir))
+  local host_only = net.socket("router", "k")
+  host_only:bind("ipc://" .. hostdir .. "/sandboxd.sock")
+  -- the run folder is already a link when the relay is made: refused at once
+  os.execute(("rmdir '%s/run' && ln -s '%s' '%s/run'"):format(shared, hostdir, shared))
+  local ok, err = pcall(net.relay, dir .. "/offered.sock", "ipc://" .. shared .. "/run/sandboxd.sock", { beneath = shared })
+  T.ok(not ok, "a relay through a linked folder is refused")
+  T.contains(tostring(err), "run on the way is a link or not a folder; not followed")
+  -- made while the folder is real, then swapped: the next connects are refused, not followed
+  os.execute(("rm '%s/run' && mkdir '%s/run'"):format(shared, shared))
+  local real = net.socket("router", "k")
+  real:bind("ipc://" .. shared .. "/run/sandboxd.sock")
+  local relay = net.relay(dir .. "/offered.sock", "ipc://" .. shared .. "/run/sandboxd.sock", { beneath = shared })
+  local c = net.socket("dealer", "k")
+  c:connect("ipc://" .. dir .. "/offered.sock")
+  c:send({ header = net.header("x", "c"), content = { n = 1 } })
+  T.eq((real:recv(5000) or { content = {} }).content.n, 1, "the real socket is reached")
+  c:close()
+  real:close()
+  os.execute(("mv '%s/run' '%s/old' && ln -s '%s' '%s/run'"):format(shared, shared, hostdir, shared))
+  local c2 = net.socket("dealer", "k")
+  c2:connect("ipc://" .. dir .. "/offered.sock")
+  c2:send({ header = net.header("x", "c2"), content = { n = 2 } })
+  T.eq({ host_only:recv(1000) }, { nil, "timeout" }, "the host-only socket got nothing")
+  local n, why = relay:cuts()
+  T.ok(n >= 1 and why:find("on the way is a link or not a folder", 1, true), tostring(why))
+  relay:close()
+  for _, x in ipairs({ c2, host_only }) do x:close() end
+  os.execute("rm -rf '" .. dir .. "'")
+end)
+
 T.test("net: a peer that hangs up while the guard's buffer is full does not make the guard spin", function()
   -- a socket that is not read for a while (the RPC client between calls): the peer fills what
   -- libzmq and the guard will hold, then closes; epoll reports the hangup whatever the mask

@@ -449,7 +449,7 @@ T.test("rpc: a connection file's socket beneath the run folder is reached with n
   end
   local ok, err = pcall(rpc.connect, conn(run .. "/rpc/evil/s.sock"), { root = root, name = "scoped" })
   T.ok(not ok, "a link in a folder of the path is refused")
-  T.contains(tostring(err), "evil in the path beneath " .. run .. " is a symbolic link or not a folder; not followed")
+  T.contains(tostring(err), "evil on the way is a link or not a folder; not followed")
   T.eq({ secret:recv(300) }, { nil, "timeout" })
   -- a real subfolder works; swapping it for a link afterwards does not redirect a reconnect
   local c = rpc.connect(conn(run .. "/rpc/real/s.sock"), { root = root, name = "scoped" })

@@ -20,6 +20,9 @@ local process = require "seer.process"
 local sb = require "seer.core.sandbox"
 local core = require "seer.core.host"
 local safe_fs = require "seer.safe_fs"
+-- What the link decodes of the remote side (replies, events): counted before anything is built
+-- (a 60 MB reply of tiny values took the link to 3 GB)
+local REMOTE_JSON = { max_values = 1000000 }
 
 ---SandboxConfig.ssh (docs/backends.md).
 ---@class seerbackends.ssh.Config
@@ -80,7 +83,9 @@ end
 ---A progress line on a terminal ("seer: ..."); nothing otherwise.
 ---@param text string
 function M.say(text)
-  if require("ffi").C.isatty(2) == 1 then io.stderr:write("seer: ", text, "\n") end
+  -- the text carries what a remote side said (a scheduler's reasons, a container's progress):
+  -- shown, never obeyed as terminal commands
+  if require("ffi").C.isatty(2) == 1 then io.stderr:write("seer: ", require("seer.terminal").safe(tostring(text)), "\n") end
 end
 
 -- A path for ssh's own options: non-empty, no newline, not an option.
@@ -432,7 +437,8 @@ local function remote_config(c)
 end
 
 local function say_progress(text)
-  if tty() then io.stderr:write("seer: ", text, "\n") end
+  -- the remote side's words (its seer, a container, srun): no terminal commands
+  if tty() then io.stderr:write("seer: ", require("seer.terminal").safe(tostring(text)), "\n") end
 end
 
 ---Starts the sandbox `self` (a seer.sandbox Sandbox whose config.backend is "ssh") on its host.
@@ -770,7 +776,9 @@ function Link:forward(local_path, remote_path)
        or remote_path:find("/../", 1, true) or remote_path:sub(-3) == "/.." then
       return nil, "the socket " .. remote_path .. " is not in the shared folder"
     end
-    local okr, relay = pcall(net.relay, local_path, "ipc://" .. here .. remote_path:sub(#inside + 1))
+    -- beneath the shared folder: no link the container planted in a folder on the way (its run
+    -- folder swapped for a link to a host folder) is followed, on any connect
+    local okr, relay = pcall(net.relay, local_path, "ipc://" .. here .. remote_path:sub(#inside + 1), { beneath = here })
     if not okr then return nil, tostring(relay) end
     self.relays = self.relays or {}
     self.relays[#self.relays + 1] = relay
@@ -795,7 +803,7 @@ end
 -- Checks a start_kernel reply from the remote sandboxd and forwards its sockets. Returns nil or
 -- why the reply must not pass.
 function Link:forward_kernel(name, content)
-  local ok, c = pcall(json.decode, content)
+  local ok, c = pcall(json.decode, content, REMOTE_JSON)
   if not ok or type(c) ~= "table" then return "the reply is not JSON" end
   if c.status ~= "ok" then return nil end
   local conn = c.connection
@@ -819,15 +827,19 @@ end
 local function valid_name(n) return type(n) == "string" and #n <= 100 and n:match("^[%w_.-]+$") and n:sub(1, 1) ~= "." end
 
 -- A services reply (the link's own poll): writes run/services/<name>.exit for each service that
--- ended, which is how the notebook server notices a kernel that died.
+-- ended, which is how the notebook server notices a kernel that died. At most 1000 names a reply
+-- and MAX_EXITED in all: a remote listing 1000 new names a second wrote 1000 files a second.
+M.MAX_EXITED = 10000
 function Link:mirror_services(content)
-  local ok, c = pcall(json.decode, content)
+  local ok, c = pcall(json.decode, content, REMOTE_JSON)
   if not ok or type(c) ~= "table" or type(c.services) ~= "table" then return end
   local root = safe_fs.root(self.state_dir .. "/run", "the sandbox's run folder")
+  self.n_exited = self.n_exited or 0
   for i, sv in ipairs(c.services) do
-    if i > 1000 then break end
+    if i > 1000 or self.n_exited >= M.MAX_EXITED then break end
     if type(sv) == "table" and valid_name(sv.name) and sv.running == false and not self.exited[sv.name] then
       self.exited[sv.name] = true
+      self.n_exited = self.n_exited + 1
       root:mkdirs("services")
       root:write("services/" .. sv.name .. ".exit", json.encode({ how = "exited", code = type(sv.exit_code) == "number" and sv.exit_code or nil }))
     end
@@ -858,6 +870,12 @@ function M.clean_stats(t)
 end
 
 function Link:write_stats(t)
+  -- at most 5 writes a second: every stats line was an atomic rewrite (a remote printing them
+  -- in a loop cost the link 61% of a core and the disk 5,600 rewrites a second); the last
+  -- figures of a burst are kept and written on a later pass of the link's loop
+  local now = process.now_ms()
+  if self.stats_at and now - self.stats_at < 200 then self.stats_pending = t return end
+  self.stats_at, self.stats_pending = now, nil
   local c = M.clean_stats(t)
   if not c then return end
   self.stats_seq = (self.stats_seq or 0) + 1
@@ -874,7 +892,9 @@ function Link:relay_loop()
   local key = self.key
   local router = net.socket("router", key, { max_frames = 1024 })
   router:bind("ipc://" .. self.state_dir .. "/run/sandboxd.sock")
-  local dealer = net.socket("dealer", key, { max_frames = 1024 })
+  -- the remote sandboxd's side: a reply as large as a local sandboxd client takes (257 MiB) and a
+  -- few at a time (it had libzmq's default of 1 GiB and 1000 queued)
+  local dealer = net.socket("dealer", key, { max_frames = 1024, max_bytes = require("seer.sandbox").SANDBOXD_MAX_REPLY, rcvhwm = 4 })
   dealer:connect("ipc://" .. self.state_dir .. "/run/.sandboxd-remote.sock")
   local routes, nroutes, kernels = {}, 0, {}
   local own = {}
@@ -882,7 +902,7 @@ function Link:relay_loop()
   local sync_failed
   -- A reply from the remote sandboxd: to the link's own request, or routed to its client.
   local function on_reply(h, p, md, c, bufs)
-    local okp, parent = pcall(json.decode, p)
+    local okp, parent = pcall(json.decode, p, REMOTE_JSON)
     if self.debug then self:log("<- %s", tostring(okp and type(parent) == "table" and parent.msg_type)) end
     local pid = okp and type(parent) == "table" and parent.msg_id
     if type(pid) == "string" and own[pid] then
@@ -890,7 +910,7 @@ function Link:relay_loop()
       own[pid] = nil
       if kind == "services" then self:mirror_services(c)
       else
-        local okc, cc = pcall(json.decode, c)
+        local okc, cc = pcall(json.decode, c, REMOTE_JSON)
         if not okc or type(cc) ~= "table" or cc.status ~= "ok" then sync_failed = okc and type(cc) == "table" and tostring(cc.evalue) or "a bad reply" end
       end
     elseif type(pid) == "string" and routes[pid] then
@@ -994,13 +1014,15 @@ function Link:relay_loop()
     end
     -- the remote side: events, or its end
     for _, l in ipairs(self:pump_ssh()) do
-      local ok, ev = pcall(json.decode, l)
+      local ok, ev = pcall(json.decode, l, REMOTE_JSON)
       if ok and type(ev) == "table" and ev.event == "stats" then self:write_stats(ev.stats)
       elseif ok and type(ev) == "table" and ev.event == "ended" then
         self.remote_end = type(ev.why) == "string" and ev.why:sub(1, 4000) or "the remote sandbox ended"
         self.remote_how = type(ev.how) == "string" and ev.how:sub(1, 64) or nil
       end
     end
+    -- the last figures of a burst that write_stats held back
+    if self.stats_pending and process.now_ms() - (self.stats_at or 0) >= 200 then self:write_stats(self.stats_pending) end
     local st = self.ssh:poll()
     if st then
       router:close(); dealer:close()
@@ -1209,4 +1231,5 @@ function M.main(which)
   return remote_main()
 end
 
+M._Link = Link -- for tests: the link's reply handlers on a table of one's own
 return M
