@@ -155,9 +155,25 @@ end
 function M.main(...)
   local ok, err = pcall(M._main, ...)
   if not ok then
-    io.stderr:write("seer replay: ", tostring(err), "\n")
+    io.stderr:write("seer replay: ", safe(tostring(err)), "\n")
     os.exit(1)
   end
+end
+
+-- seer's own experiments folder (beside the binary, as in the source tree), real path; nil if none.
+local function experiments_root()
+  local bin = require("seer.jupyter").seer_binary()
+  return core.realpath((bin:match("^(.*)/[^/]*$") or ".") .. "/experiments")
+end
+
+-- The real path of dir when it is one of seer's own experiments (a folder directly in
+-- experiments_root()), else nil.
+local function bundled_experiment(dir)
+  local root, real = experiments_root(), core.realpath(dir)
+  if not root or not real then return nil end
+  local name = real:sub(#root + 2)
+  if real:sub(1, #root + 1) == root .. "/" and name:match("^[%w_.-]+$") and not name:match("^%.") then return real end
+  return nil
 end
 
 function M._main(...)
@@ -195,16 +211,27 @@ function M._main(...)
       if type(exp_dir) ~= "string" then
         error(("no summary.json naming the experiment beside %s; say which with --experiment DIR"):format(transcript), 0)
       end
+      -- A run's files may come from anyone (a downloaded run): the folder its summary.json
+      -- names runs as this user, so only one of seer's own experiments is taken from there
+      -- (a summary naming "." ran the download's own main.lua). Another is named by the user.
+      local own = bundled_experiment(exp_dir)
+      if not own then
+        error(("the summary.json beside %s names the experiment folder %s, which is not one of seer's own experiments (%s); "
+          .. "seer replay runs a folder a run's files name only then. To replay it with that folder's code, which runs as you, "
+          .. "name it yourself: seer replay %s --experiment DIR"):format(transcript, exp_dir, experiments_root() or "none found",
+          transcript), 0)
+      end
+      exp_dir = own
     end
     run_args = run_args or (type(summary) == "table" and type(summary.args) == "table" and summary.args) or {}
   end
   local main = exp_dir .. "/main.lua"
-  if not io.open(main, "rb") then error(("%s has no main.lua"):format(exp_dir), 0) end
+  if not io.open(main, "rb") then error(("%s has no main.lua"):format(safe(exp_dir)), 0) end
   local out = process.mkdtemp("/tmp/seer-replay-")
   local argv = { require("seer.jupyter").seer_binary(), main }
   for _, a in ipairs(run_args) do argv[#argv + 1] = a end
   local calls = calls_of(recorded)
-  io.stderr:write(("seer replay: re-running %s with %d recorded tool calls replayed...\n"):format(exp_dir, #calls))
+  io.stderr:write(("seer replay: re-running %s with %d recorded tool calls replayed...\n"):format(safe(exp_dir), #calls))
   -- The run's output goes to files (it was read into memory, all of it, and a run silent for ten
   -- minutes, a slow agent turn, was taken for ended); the experiment's own limits bound the run.
   local child = process.spawn{ argv = argv, stdout = out .. "/stdout.log", stderr = out .. "/stderr.log",
