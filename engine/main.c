@@ -50,7 +50,7 @@ static const seer_command_t commands[] = {
     {"model", "inspect a model (info) or generate text from the shell (generate)", NULL, cmd_model},
     {"kernel", "the Jupyter kernel for Lua (kernel -f FILE), or install its kernelspec", NULL, cmd_kernel},
     {"notebook", "the notebook server: kernels, live .ipynb notebooks and their live view", NULL, cmd_notebook},
-    {"mcp", "MCP servers for agents: notebook (and cli, rpc), over stdio or streamable HTTP", NULL, cmd_mcp},
+    {"mcp", "MCP servers for agents: notebook (and cli, rpc, local), over stdio or streamable HTTP", NULL, cmd_mcp},
     {"hub", "download a model repository into the Hugging Face cache", NULL, cmd_hub},
     {"sandbox", "list, inspect and terminate local sandboxes", NULL, cmd_sandbox},
     {"sandboxd", "the daemon inside a sandbox (started by Sandbox:start, not by hand)", NULL, cmd_sandboxd},

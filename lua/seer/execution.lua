@@ -809,6 +809,7 @@ end
 ---@param workspace? seerworkspace.Workspace
 ---@param opts? string|{name?: string, notebook_dir?: string, output_dir?: string, workspace_dir?: string} a string is the name
 ---@return seerexecution.NotebookSession
+local plain_table_noted
 function M.create_notebook_session(sandbox, workspace, opts, extra)
   if type(sandbox) ~= "table" or type(sandbox.config) ~= "table" then
     error("create_notebook_session(sandbox, workspace, opts): sandbox must be a started Sandbox (with .config)", 2)
@@ -825,6 +826,12 @@ function M.create_notebook_session(sandbox, workspace, opts, extra)
   if type(sandbox.kernel_launcher) == "function" and sandbox.config.execution_mode == "cli" then
     error("create_notebook_session: this sandbox was configured with execution_mode = ExecutionMode.CLI (a shell, no "
       .. "notebook server); use create_cli_session, or set execution_mode = ExecutionMode.NOTEBOOK in its SandboxConfig", 2)
+  end
+  if type(sandbox.kernel_launcher) ~= "function" and not plain_table_noted then
+    -- a table with config.models (what tests give): the kernel is a process of this machine
+    plain_table_noted = true
+    io.stderr:write("seer.execution: create_notebook_session was given a table that is not a started env.Sandbox: "
+      .. "its kernel runs on this machine, NOT sandboxed (pass a started env.Sandbox, or use create_local_notebook_session)\n")
   end
   local models = sandbox.config.models or {}
   for i, m in ipairs(models) do
@@ -872,17 +879,25 @@ function M.create_local_notebook_session(workspace, opts, output_dir)
   return create(workspace, opts, nil, nil)
 end
 
+-- cell_timeout: seconds each re-run cell may take (it is interrupted past them, as exec's timeout)
+local function check_cell_timeout(fname, v)
+  if v ~= nil and not (v > 0 and v < math.huge) then
+    error(("%s: cell_timeout must be a number of seconds > 0, got %s"):format(fname, tostring(v)), 3)
+  end
+end
+
 ---Resumes an existing notebook: a new session re-runs its cells in place.
 ---@param path string
----@param opts? {} no options (a workspace is not applied to a resumed notebook: its cells run as they are)
+---@param opts? {cell_timeout?: number} seconds each re-run cell may take (past them it is interrupted, as exec's timeout; default none). A workspace is not applied to a resumed notebook: its cells run as they are
 ---@return seerexecution.NotebookSession, table info (cells_run, cells_failed)
 function M.resume_notebook(path, opts)
   if type(opts) == "table" and opts.workspace ~= nil then
     error("resume_notebook: a workspace is not applied to a resumed notebook (its cells re-run as they are); "
       .. "to run them with a workspace, create_local_notebook_session(workspace) and exec the notebook's cells", 2)
   end
-  require("seer.checks").options("resume_notebook", opts, {}, 2)
-  local r = check(request("start_session", { resume = core.realpath(path) or path }), "resume_notebook")
+  opts = require("seer.checks").options("resume_notebook", opts, { cell_timeout = "number" }, 2)
+  check_cell_timeout("resume_notebook", opts.cell_timeout)
+  local r = check(request("start_session", { resume = core.realpath(path) or path, cell_timeout = opts.cell_timeout }), "resume_notebook")
   server.sessions = server.sessions + 1
   return setmetatable({ session_id = r.session_id, jupyter_url = r.jupyter_url, notebook_path = r.notebook_path,
                         model_info_text = "" }, Session), r
@@ -890,12 +905,13 @@ end
 
 ---Continues an existing notebook: its cells are copied into a new notebook and re-run.
 ---@param path string
----@param opts? {name?: string, output_dir?: string}
+---@param opts? {name?: string, output_dir?: string, cell_timeout?: number} cell_timeout as resume_notebook's
 ---@return seerexecution.NotebookSession, table info (cells_run, cells_failed)
 function M.continue_notebook(path, opts)
-  opts = require("seer.checks").options("continue_notebook", opts, { name = "string", output_dir = "string" }, 2)
+  opts = require("seer.checks").options("continue_notebook", opts, { name = "string", output_dir = "string", cell_timeout = "number" }, 2)
+  check_cell_timeout("continue_notebook", opts.cell_timeout)
   local r = check(request("start_session", { ["continue"] = core.realpath(path) or path, name = opts.name,
-                                             notebook_dir = opts.output_dir }), "continue_notebook")
+                                             notebook_dir = opts.output_dir, cell_timeout = opts.cell_timeout }), "continue_notebook")
   server.sessions = server.sessions + 1
   return setmetatable({ session_id = r.session_id, jupyter_url = r.jupyter_url, notebook_path = r.notebook_path,
                         model_info_text = "" }, Session), r

@@ -365,7 +365,7 @@ end
 
 ---@class seerserve.Options
 ---@field model seer.Model
----@field name? string the model id clients use (default: the model directory's name)
+---@field name? string the model id clients use (default "seer-model"; `seer serve` gives the model directory's name)
 ---@field host? string default 127.0.0.1
 ---@field port? integer 0 (default) picks a free port
 ---@field token? string required as a Bearer token when set
@@ -462,6 +462,10 @@ end
 ---Serves until interrupted (Ctrl-C) or max_requests.
 ---@param opts seerserve.Options
 function M.serve(opts)
+  -- a misspelt option is an error, not a server without it (the rest of the API refuses them)
+  opts = require("seer.checks").options("serve", opts, { model = "any", name = "string", host = "string", port = "number",
+    token = "string", max_tokens = "number", default_tokens = "number", on_ready = "function", max_requests = "number",
+    read_timeout = "number", allow_hosts = "table", allow_origins = "table" }, 2)
   local model = opts.model
   local name = opts.name or "seer-model"
   local host = opts.host or "127.0.0.1"

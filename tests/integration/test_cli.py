@@ -36,11 +36,16 @@ class CliTest(unittest.TestCase):
             (["--version", "extra"], "seer --version: takes no arguments; unexpected argument 'extra'"),
             (["model", "info", model, "extra"], "seer model: info takes one PATH (or --devices); unexpected argument 'extra'"),
             (["model", "info", "--devices", "extra"], "unexpected argument 'extra'"),
+            # these exited 1 with a Lua traceback
+            (["notebook", "bogus"], 'unknown command "bogus"'),
+            (["sandboxd"], "--connection-file is required"),
+            (["mcp", "notebook", "--http", "127.0.0.1:0", "--token", "short"], "--token must be at least 16 characters"),
         ]:
             r = run(argv, timeout=20)
             self.assertEqual(r.returncode, 2, (argv, r.stdout, r.stderr))
             self.assertIn(msg, r.stderr)
             self.assertIn("usage: seer ", r.stderr)
+            self.assertNotIn("traceback", r.stderr)
             self.assertEqual(r.stdout, "")
         self.assertIn("usage: seer version", run(["version", "--help"]).stdout)
 

@@ -437,6 +437,24 @@ T.test("process.spawn{die_with_parent}: the child's own seer children run (the s
   c:wait(5000)
 end)
 
+T.test("resume_notebook / continue_notebook take a cell_timeout: a cell that loops for ever does not hold the resume for ever", function()
+  local out = T.tmpdir()
+  local s = exec.create_local_notebook_session(nil, { name = "loops", output_dir = out })
+  s:exec("x = 1")
+  s:exec("while true do end", { raise = false, timeout = 1 })
+  local path = s.notebook_path
+  s:terminate()
+  local t0 = require("seer.process").now_ms()
+  local r, info = exec.resume_notebook(path, { cell_timeout = 1 })
+  T.ok(require("seer.process").now_ms() - t0 < 20000, "the resume ended")
+  T.eq(info.cells_run, 2)
+  T.eq(info.cells_failed, 1, "the looping cell was interrupted at its timeout")
+  T.eq(r:exec("print(x)").text, "1\n")
+  r:terminate()
+  T.raises(function() exec.resume_notebook(path, { cell_timeout = 0 }) end, "cell_timeout must be a number of seconds > 0", true)
+  T.raises(function() exec.continue_notebook(path, { cell_timout = 1 }) end, "unknown option 'cell_timout'", true)
+end)
+
 T.test("SIGTERM to a script whose cleanup never ends still ends it (SEER_SIGTERM_GRACE_S later)", function()
   -- timeout(1), systemd and kill send SIGTERM once: a script that caught the interrupt and kept
   -- going (or code stuck where it never returns to Lua) ran on forever

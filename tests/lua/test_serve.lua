@@ -537,3 +537,7 @@ T.test("Ctrl-C ends seer serve", function()
   T.ok(srv:wait(3000), "seer serve did not end on SIGINT")
   T.eq(srv.exit_code, 130)
 end)
+
+T.test("seer.serve.serve: a misspelt option is an error naming the valid ones", function()
+  T.raises(function() require("seer.serve").serve{ model = {}, prot = 0 } end, "serve: unknown option 'prot'; valid options:", true)
+end)

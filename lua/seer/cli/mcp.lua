@@ -45,7 +45,8 @@ interface's LuaCATS annotations.
   --connection-file FILE  the RPC server's connection file (SEER_RPC_CONNECTION_FILE); read without
                           following links, its endpoint must be beside it or on loopback.
                           SEER_RPC_ENDPOINT + SEER_RPC_KEY (environment) replace the file
-  --name NAME             the server name agents see (default: the interface's)
+  --name NAME             the server name agents see (default: the name the server was started
+                          with, `seer rpc serve --name`, else "rpc")
   --timeout SECONDS       per-call deadline enforced by the RPC server (default: none)]]
 
 local function usage_error(msg)
@@ -64,6 +65,9 @@ local function check_http_options(o)
   if o.http then
     local host, port = o.http:match("^%[?([^%]]*)%]?:(%d+)$")
     if not host or host == "" or tonumber(port) > 65535 then usage_error("--http needs HOST:PORT, e.g. 127.0.0.1:8765") end
+    if o.token and #o.token < 16 then
+      usage_error(("--token must be at least 16 characters (got %d); leave it out to get a random one"):format(#o.token))
+    end
     o.http_host, o.http_port = host, tonumber(port)
   elseif o.token or #o.allow_origins > 0 then
     usage_error("--token and --allow-origin only apply with --http")

@@ -689,7 +689,8 @@ function Server:new_session(req, c)
   -- a link there (a folder swapped for a link would send them anywhere on the host).
   nb.save = save_nofollow
   local s = { id = id, name = c.name or "Notebook", nb = nb, queue = {}, init = {}, workspace_dir = c.workspace_dir,
-              kernel_env = c.kernel_env, sandbox = c.sandbox, kernel_log = self.runtime_dir .. "/kernel-" .. id .. ".log" }
+              kernel_env = c.kernel_env, sandbox = c.sandbox, kernel_log = self.runtime_dir .. "/kernel-" .. id .. ".log",
+              cell_timeout = tonumber(c.cell_timeout) }
   for _, code in ipairs(type(c.init) == "table" and c.init or {}) do s.init[#s.init + 1] = code end
   if s.sandbox then self:scope_for(s.sandbox) end -- a bad launcher fails before a kernel starts
   -- The kernel starts through the loop (begin_start); the session exists, and start_session is
@@ -747,8 +748,12 @@ function Server:session_started(req, s, dir, rerun)
   end
   if #steps == 0 then return self:reply(req, self:started_reply(req, s, answer())) end
   local pending, errors, init_failed = #steps, 0, nil
+  -- resume/continue: each re-run cell may be given a timeout (a cell that loops for ever held
+  -- the start, and the caller, for ever)
+  local cell_timeout = s.cell_timeout
+  if cell_timeout and not (cell_timeout > 0 and cell_timeout < math.huge) then cell_timeout = nil end
   for k, st in ipairs(steps) do
-    self:enqueue(s, { code = st.code, hidden = st.hidden, cell = st.cell, on_done = function(e)
+    self:enqueue(s, { code = st.code, hidden = st.hidden, cell = st.cell, timeout = st.cell and cell_timeout or nil, on_done = function(e)
       if e.result ~= "ok" and st.cell and not died_in and s.dead and e.error and e.error.ename == "KernelDied" then
         local ran = tostring(e.error.evalue):find("while this cell was running", 1, true) ~= nil
         died_in = { cell = st.cell, not_run = #steps - k + (ran and 0 or 1), ran = ran }
@@ -2401,7 +2406,7 @@ function M.main(cmd, ...)
     print(USAGE)
     return
   end
-  if cmd ~= "serve" then error(("seer notebook: unknown command %q\n%s"):format(cmd, USAGE), 0) end
+  if cmd ~= "serve" then usage_error(("unknown command %q"):format(tostring(cmd))) end
   M.serve(parse_args({ ... }))
 end
 

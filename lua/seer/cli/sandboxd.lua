@@ -238,7 +238,8 @@ function handlers.read_file(self, req)
   end
   if more and not c.truncate then
     return self:fail(req, "FileTooBig", ("%s is %d bytes, more than read_file's max_bytes of %d%s; pass a larger max_bytes, "
-      .. "or read it in parts with offset"):format(path, size, max, offset > 0 and (" from offset %d"):format(offset) or ""))
+      .. "or read it in parts with offset and truncate = true (each part up to max_bytes)"):format(path, size, max,
+      offset > 0 and (" from offset %d"):format(offset) or ""))
   end
   self:reply(req, { path = path, bytes = #data, size = size, offset = offset, truncated = more }, { data })
 end
@@ -563,9 +564,15 @@ function M.main(...)
   while i <= #args do
     if args[i] == "--connection-file" then conn = args[i + 1]; i = i + 2
     elseif args[i] == "-h" or args[i] == "--help" then print(USAGE); return
-    else error(("seer sandboxd: unknown option %s\n%s"):format(args[i], USAGE), 0) end
+    else
+      io.stderr:write(("seer sandboxd: unknown option %s\n%s\n"):format(args[i], USAGE))
+      os.exit(2)
+    end
   end
-  if not conn then error("seer sandboxd: --connection-file is required\n" .. USAGE, 0) end
+  if not conn then
+    io.stderr:write("seer sandboxd: --connection-file is required\n" .. USAGE .. "\n")
+    os.exit(2)
+  end
   -- Before anything else runs: a new empty session keyring (the host's keys are not possessed
   -- here), sandboxd not dumpable (its key cannot be read through /proc/PID/mem by the code it
   -- runs), then no_new_privs and the seccomp filter, which every process started from here
