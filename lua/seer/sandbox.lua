@@ -2053,7 +2053,18 @@ function Sandbox:logs(n, service)
     local ok, r = pcall(self.client.request, self.client, "logs", { name = service, lines = n or 50 }, { timeout_ms = 10000 })
     return ok and type(r.text) == "string" and r.text:sub(-1048576) or ""
   end
-  return tail(roots(self).logs, (service or "sandbox") .. ".log", n or 50)
+  local logs = roots(self).logs
+  if service ~= nil and not logs:stat(service .. ".log") then
+    -- a misspelt service gave "" as if it had printed nothing
+    local names = {}
+    for _, e in ipairs(logs:list("", { max = 1000 }) or {}) do
+      local nm = e.type == "file" and e.name:match("^(.+)%.log$")
+      if nm and nm ~= "sandbox" then names[#names + 1] = nm end
+    end
+    error(("sandbox:logs: no log of a service %q in this sandbox; services with logs: %s"):format(service,
+      #names > 0 and table.concat(names, ", ") or "none yet"), 2)
+  end
+  return tail(logs, (service or "sandbox") .. ".log", n or 50)
 end
 
 ---cgroup figures: memory_limit, memory_peak, oom_kills, pids_current, pids_max_hits (-1 where

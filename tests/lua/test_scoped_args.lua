@@ -149,6 +149,7 @@ T.test("sandbox args: Sandbox:logs{lines} and Sandbox:terminate(true) (the refer
     T.eq(type(sb:logs{ lines = 5 }), "string")
     refused(function() local r = sb:logs{ line = 5 }; return r end, "sandbox:logs: unknown option 'line'; valid options: lines, service")
     refused(function() local r = sb:logs(0); return r end, "sandbox:logs: lines must be a whole number >= 1, got 0")
+    refused(function() local r = sb:logs(2, "nope"); return r end, 'sandbox:logs: no log of a service "nope" in this sandbox')
     refused(function() local r = sb:terminate{ save_snaphot = true }; return r end,
       "terminate: unknown option 'save_snaphot'; valid options: save_snapshot, snapshot_description")
     T.eq(sb:exec("echo still"), "still\n")
