@@ -209,6 +209,9 @@ static void merge_usage(seer_harness_asm_t *a, const cJSON *u) {
         /* a real usage object has about ten fields: more are dropped, so a provider cannot
          * grow it (or the time each merge takes) without bound */
         if (!cJSON_HasObjectItem(a->usage, f->string) && cJSON_GetArraySize(a->usage) >= MAX_USAGE_FIELDS) continue;
+        /* a later event's null does not erase a count an earlier one gave (Anthropic's
+         * message_delta may carry input_tokens: null after message_start's count) */
+        if (cJSON_IsNull(f) && cJSON_HasObjectItem(a->usage, f->string)) continue;
         cJSON_DeleteItemFromObjectCaseSensitive(a->usage, f->string);
         cJSON_AddItemToObject(a->usage, f->string, cJSON_Duplicate(f, 1));
     }
@@ -362,20 +365,38 @@ static const char *openai_stop_reason(const char *fr, int has_tools) {
     return fr;
 }
 
+/* A token count as a provider may report it: a whole number from 0 to 2^53. */
+static int is_count(const cJSON *v) {
+    return cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < 9007199254740992.0 &&
+           v->valuedouble == (double)(long long)v->valuedouble;
+}
+
+/* OpenAI's usage in Anthropic's terms (input_tokens without the cached ones). Nothing is made
+ * up: a field the server did not send is left out, and one that is not a count goes through
+ * as it came, so that the harness marks the turn's usage unknown instead of counting a 0 (a
+ * string "5000" read as 0) or the difference of two bad values (-5e9 - 0). */
 static void openai_usage(seer_harness_asm_t *a, const cJSON *u) {
     if (!cJSON_IsObject(u)) return;
-    double in = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens"));
-    double outt = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(u, "completion_tokens"));
+    const cJSON *in = cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens");
+    const cJSON *outt = cJSON_GetObjectItemCaseSensitive(u, "completion_tokens");
     const cJSON *det = cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens_details");
-    double cached = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(det, "cached_tokens"));
-    if (in != in) in = 0;
-    if (outt != outt) outt = 0;
-    if (cached != cached) cached = 0;
+    const cJSON *cached = cJSON_IsObject(det) ? cJSON_GetObjectItemCaseSensitive(det, "cached_tokens") : NULL;
+    if (cJSON_IsNull(cached)) cached = NULL;
     cJSON *m = cJSON_CreateObject();
-    cJSON_AddNumberToObject(m, "input_tokens", in - cached);
-    cJSON_AddNumberToObject(m, "output_tokens", outt);
-    cJSON_AddNumberToObject(m, "cache_read_input_tokens", cached);
-    cJSON_AddNumberToObject(m, "cache_creation_input_tokens", 0);
+    if (in && !cJSON_IsNull(in)) {
+        if (is_count(in) && (!cached || (is_count(cached) && cached->valuedouble <= in->valuedouble))) {
+            double c = cached ? cached->valuedouble : 0;
+            cJSON_AddNumberToObject(m, "input_tokens", in->valuedouble - c);
+            cJSON_AddNumberToObject(m, "cache_read_input_tokens", c);
+        } else {
+            cJSON_AddItemToObject(m, "input_tokens", cJSON_Duplicate(in, 1));
+            if (cached) cJSON_AddItemToObject(m, "cache_read_input_tokens", cJSON_Duplicate(cached, 1));
+            if (is_count(in) && is_count(cached)) /* both counts, but more cached than sent */
+                cJSON_AddStringToObject(m, "seer_usage_error", "prompt_tokens_details.cached_tokens is more than prompt_tokens");
+        }
+        cJSON_AddNumberToObject(m, "cache_creation_input_tokens", 0);
+    }
+    if (outt && !cJSON_IsNull(outt)) cJSON_AddItemToObject(m, "output_tokens", cJSON_Duplicate(outt, 1));
     merge_usage(a, m);
     cJSON_Delete(m);
 }

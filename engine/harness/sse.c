@@ -62,7 +62,7 @@ static int take_line(seer_harness_sse_t *p, seer_err_t *err) {
         if (hbuf_add(&p->event, v, vl) < 0) return seer_err_set(err, SEER_ENOMEM, "sse: out of memory");
     } else if (fl == 4 && memcmp(s, "data", 4) == 0) {
         if (p->data.n + vl + 1 > p->max)
-            return seer_err_set(err, SEER_EPARSE, "sse: an event is larger than %zu bytes", p->max);
+            return seer_err_set(err, SEER_HARNESS_ETOOBIG, "an event longer than %zu bytes", p->max);
         if (p->have_data && hbuf_add(&p->data, "\n", 1) < 0) return seer_err_set(err, SEER_ENOMEM, "sse: out of memory");
         if (hbuf_add(&p->data, v, vl) < 0) return seer_err_set(err, SEER_ENOMEM, "sse: out of memory");
         p->have_data = 1;
@@ -86,7 +86,7 @@ int seer_harness_sse_feed(seer_harness_sse_t *p, const char *buf, size_t n, seer
         while (j < n && buf[j] != '\n' && buf[j] != '\r') j++;
         if (j > i) {
             if (p->line.n + (j - i) > p->max)
-                return seer_err_set(err, SEER_EPARSE, "sse: a line is longer than %zu bytes", p->max);
+                return seer_err_set(err, SEER_HARNESS_ETOOBIG, "an event line longer than %zu bytes", p->max);
             if (hbuf_add(&p->line, buf + i, j - i) < 0) return seer_err_set(err, SEER_ENOMEM, "sse: out of memory");
         }
         if (j == n) break;

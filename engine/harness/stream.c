@@ -218,6 +218,16 @@ static size_t on_body(char *buf, size_t size, size_t nmemb, void *ud) {
         }
         if (s->asm_rc == SEER_HARNESS_FINISHED) return n; /* trailing bytes after the end */
         int rc = seer_harness_sse_feed(s->sse, buf, n, &s->perr);
+        /* The parser's own failures (a line or an event past max_response_bytes) end the
+         * attempt with their reason; before, they read as a cut stream and were retried. */
+        if (rc < 0 && s->asm_rc == 0) {
+            s->asm_rc = rc;
+            if (rc == SEER_HARNESS_ETOOBIG) {
+                char m[sizeof s->perr.msg];
+                snprintf(m, sizeof m, "%s", s->perr.msg);
+                seer_err_set(&s->perr, rc, "the provider's stream has %.200s (max_response_bytes)", m);
+            }
+        }
         return rc ? 0 : n;
     }
     if (s->status >= 200 && s->status < 300) { /* a whole (non-streamed) body is held, then parsed */
@@ -249,7 +259,8 @@ static int start_attempt(seer_harness_stream_t *s) {
     seer_harness_asm_free(s->as);
     s->as = seer_harness_asm_new(s->kind);
     if (s->as) seer_harness_asm_set_limit(s->as, s->max_bytes);
-    s->sse = seer_harness_sse_new(on_sse_event, s, 0);
+    /* one event line or event may hold at most max_response_bytes, as a whole body may */
+    s->sse = seer_harness_sse_new(on_sse_event, s, s->max_bytes);
     s->easy = curl_easy_init();
     if (!s->as || !s->sse || !s->easy) {
         end_attempt(s);

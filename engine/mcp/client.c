@@ -18,6 +18,12 @@
 #define CANCEL_TIMEOUT_MS 2000
 #define SHUTDOWN_WAIT_MS 2000
 #define MAX_TOOL_PAGES 1000
+/* What one server's tool list may amount to (seer_mcp_opts_t.max_tools, max_tools_bytes): every
+ * tool goes to the model in every request, so a real list is tens or hundreds of KB. A server
+ * that sent endless pages grew the host by 2.2 GB in 15 s, and one 200 MB description went into
+ * the transcript and every request body. */
+#define DEFAULT_MAX_TOOLS 1000
+#define DEFAULT_MAX_TOOLS_BYTES ((size_t)4 << 20)
 #define QNAME_MAX 64
 #define NONJSON_SHOWN 5
 
@@ -482,10 +488,24 @@ static mcp_server_t *server_new(const char *name, mcp_kind_t kind, const seer_mc
     return s;
 }
 
+/* About the bytes a value takes as JSON text: its strings, keys and numbers, and a few for the
+ * punctuation. Nesting is bounded by the parser (1000 levels). */
+static size_t json_size(const cJSON *v) {
+    size_t n = 4 + (v->string ? strlen(v->string) + 3 : 0);
+    if (cJSON_IsString(v)) n += strlen(v->valuestring);
+    else if (cJSON_IsNumber(v)) n += 8;
+    for (const cJSON *c = v->child; c; c = c->next) n += json_size(c);
+    return n;
+}
+
 static int list_tools(mcp_server_t *s, int64_t deadline, seer_err_t *err) {
     cJSON *all = cJSON_CreateArray();
     char *cursor = NULL;
     int rc = 0;
+    size_t max_tools = s->opts->max_tools ? s->opts->max_tools : DEFAULT_MAX_TOOLS;
+    size_t max_bytes = s->opts->max_tools_bytes ? s->opts->max_tools_bytes : DEFAULT_MAX_TOOLS_BYTES;
+    size_t ntools = 0, bytes = 0;
+    int nameless = 0;
     for (int page = 0;; page++) {
         if (page == MAX_TOOL_PAGES) {
             rc = seer_err_set(err, SEER_EPARSE, "mcp server '%s': tools/list: more than %d pages", s->name, MAX_TOOL_PAGES);
@@ -506,11 +526,32 @@ static int list_tools(mcp_server_t *s, int64_t deadline, seer_err_t *err) {
         while (t) {
             cJSON *next = t->next;
             const cJSON *nm = cJSON_GetObjectItemCaseSensitive(t, "name");
-            if (cJSON_IsString(nm) && *nm->valuestring)
+            /* every entry counts, kept or not (a list of nameless tools is no cheaper) */
+            bytes += json_size(t);
+            if (++ntools > max_tools) {
+                rc = seer_err_set(err, SEER_EPARSE,
+                                  "mcp server '%s': tools/list: the server offers more than %zu tools (max_tools): it is "
+                                  "refused",
+                                  s->name, max_tools);
+                break;
+            }
+            if (bytes > max_bytes) {
+                rc = seer_err_set(err, SEER_EPARSE,
+                                  "mcp server '%s': tools/list: the server's tools take more than %zu bytes of names, "
+                                  "descriptions and schemas (max_tools_bytes): it is refused",
+                                  s->name, max_bytes);
+                break;
+            }
+            if (cJSON_IsString(nm) && *nm->valuestring) {
                 cJSON_AddItemToArray(all, cJSON_DetachItemViaPointer(tools, t));
-            else
+            } else if (!nameless++) {
                 mcp_warn(s, "tools/list: ignoring a tool without a name");
+            }
             t = next;
+        }
+        if (rc < 0) {
+            cJSON_Delete(res);
+            break;
         }
         const cJSON *nc = cJSON_GetObjectItemCaseSensitive(res, "nextCursor");
         char *next_cursor = cJSON_IsString(nc) && *nc->valuestring ? strdup(nc->valuestring) : NULL;

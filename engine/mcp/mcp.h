@@ -49,6 +49,11 @@ typedef struct seer_mcp_opts {
      * also copied to seer's stderr, each line prefixed with "[server] ". */
     int stderr_tee;
     size_t max_message_bytes; /* one JSON-RPC message; 0: 64 MiB */
+    /* One server's tool list (every page together): at most this many tools (0: 1000) taking
+     * at most this many bytes of JSON, names, descriptions and schemas (0: 4 MiB); a server
+     * past either is refused, at connect or when it lists its tools again. */
+    size_t max_tools;
+    size_t max_tools_bytes;
     seer_mcp_callbacks_t cb;
 } seer_mcp_opts_t;
 

@@ -23,6 +23,10 @@ local M = {}
 local core = require "seer.core.harness"
 local host = require "seer.core.host"
 local json = require "seer.json"
+-- What a provider sends is its own: cJSON does not check that its strings are UTF-8, so each
+-- event of a stream has the bytes that are not made U+FFFD before it is decoded (one bad byte
+-- in a model's name or text failed the whole run, and the text streamed so far was lost).
+local utf8_fix = require("seer.core.net").utf8_fix
 
 M.prices = require "seer.harness.prices"
 
@@ -48,6 +52,13 @@ M.PROVIDERS = PROVIDERS
 ---thinking, tool arguments and other content, 4 times that of event stream on the wire, and
 ---64 MiB of delta lines in the transcript. Real responses are a few MB at most.
 M.MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+
+---The default cap on one tool result (the option max_tool_result_bytes): 4 MiB of text and
+---images (base64) for the model and the transcript, the structured result the transcript records
+---counted in. Real results are far smaller (a notebook cell's text is cut at 20,000 characters;
+---4 MiB of text is about a million tokens, more than any context), and an image of up to about
+---3 MB fits. A server that sent 30 MiB results took a 6-turn run to 936 MB and a 157 MB transcript.
+M.MAX_TOOL_RESULT_BYTES = 4 * 1024 * 1024
 
 -- Environment variables whose values never reach a transcript, whatever `secrets` says.
 local KNOWN_SECRETS = { "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENROUTER_API_KEY", "GEMINI_API_KEY",
@@ -138,7 +149,7 @@ local VALID = {
   "token_limit", "on_message", "name", "output_dir", "transcript", "api_key", "base_url", "secrets", "mcp_instructions",
   "tools", "tool_timeout", "connect_timeout", "max_retries", "retry_base", "retry_max", "idle_timeout",
   "replay", "prices", "cache", "params", "headers", "thinking", "temperature", "mcp_options", "sync",
-  "max_response_bytes", "response_timeout",
+  "max_response_bytes", "response_timeout", "max_tool_result_bytes",
 }
 local VALID_SET = {}
 for _, k in ipairs(VALID) do VALID_SET[k] = true end
@@ -164,7 +175,7 @@ local function check_opts(opts, fname)
                        "base_url" }) do typed(k, "string") end
   for _, k in ipairs({ "max_turns", "max_tokens", "time_limit", "token_limit", "tool_timeout", "connect_timeout",
                        "max_retries", "retry_base", "retry_max", "idle_timeout", "temperature", "sync",
-                       "max_response_bytes", "response_timeout" }) do
+                       "max_response_bytes", "response_timeout", "max_tool_result_bytes" }) do
     typed(k, "number")
   end
   for _, k in ipairs({ "mcp_config", "secrets", "tools", "prices", "params", "headers", "thinking", "mcp_options" }) do
@@ -173,14 +184,15 @@ local function check_opts(opts, fname)
   typed("on_message", "function")
   typed("cache", "boolean")
   for _, k in ipairs({ "max_turns", "max_tokens", "time_limit", "token_limit", "tool_timeout", "max_response_bytes",
-                       "response_timeout" }) do
+                       "response_timeout", "max_tool_result_bytes" }) do
     if opts[k] ~= nil and not (opts[k] > 0) then
       error(("harness.%s: option '%s' must be more than 0 (got %s)"):format(fname, k, tostring(opts[k])), 4)
     end
   end
   -- counts are whole numbers: a fractional max_tokens reached the provider as 2.5 tokens (a 400
   -- there, after the agent had started), a fractional max_turns was a limit nobody wrote
-  for _, k in ipairs({ "max_turns", "max_tokens", "token_limit", "max_retries", "max_response_bytes" }) do
+  for _, k in ipairs({ "max_turns", "max_tokens", "token_limit", "max_retries", "max_response_bytes",
+                       "max_tool_result_bytes" }) do
     require("seer.checks").whole("harness." .. fname, ("option '%s'"):format(k), opts[k], 0, 2 ^ 53, 4)
   end
   if opts.replay ~= nil and type(opts.replay) ~= "string" and type(opts.replay) ~= "table" then
@@ -291,6 +303,74 @@ local function short(s, n)
   return s:sub(1, n) .. "..."
 end
 
+-- The first n bytes of s at most, not ending inside a UTF-8 sequence.
+local function cut_utf8(s, n)
+  if #s <= n then return s end
+  local i = n
+  for _ = 1, 3 do
+    local b = s:byte(i + 1)
+    if i == 0 or b < 0x80 or b >= 0xC0 then break end
+    i = i - 1
+  end
+  return s:sub(1, i)
+end
+
+-- The bytes of one content block: its text or image data (anything else, as JSON).
+local function block_bytes(b)
+  if b.type == "text" then return #b.text end
+  if b.type == "image" then return #tostring(b.source and b.source.data or "") end
+  local ok, t = pcall(json.encode, b)
+  return ok and #t or 0
+end
+-- What each block costs on top against the cap: the JSON around it (so that a million one-byte
+-- blocks are not free).
+local BLOCK_OVERHEAD = 32
+
+-- A tool's result as the model and the transcript get it: at most max bytes of content (text
+-- is cut at a character, an image that does not fit is left out, and a note at the end says
+-- what was cut), and the structured result only when it fits in what is left (it is counted
+-- in: a server's structuredContent usually repeats the text). Returns the content, the
+-- structured result or nil, the bytes cut from the content (nil when none) and the bytes of a
+-- structured result left out (nil when none).
+local function bound_result(content, structured, max)
+  local out, used, total, kept, images_out = {}, 0, 0, 0, 0
+  for _, b in ipairs(content) do
+    local size = block_bytes(b)
+    total = total + size
+    if used + size + BLOCK_OVERHEAD <= max then
+      out[#out + 1] = b
+      used = used + size + BLOCK_OVERHEAD
+      kept = kept + size
+    elseif b.type == "text" and max - used > BLOCK_OVERHEAD then
+      local keep = cut_utf8(b.text, max - used - BLOCK_OVERHEAD)
+      out[#out + 1] = { type = "text", text = keep }
+      used = max
+      kept = kept + #keep
+    else
+      used = math.min(max, used + BLOCK_OVERHEAD)
+      if b.type == "image" then images_out = images_out + 1 end
+    end
+  end
+  local cut
+  if total > kept then
+    cut = total - kept
+    out[#out + 1] = { type = "text", text = ("\n[cut: this tool result is %d bytes; the first %d are shown and %d were cut%s"
+      .. " (max_tool_result_bytes = %d)]"):format(total, kept, cut,
+        images_out > 0 and (", %d image(s) left out"):format(images_out) or "", max) }
+  end
+  local omitted
+  if structured ~= nil then
+    local ok, t = pcall(json.encode, structured)
+    local n = ok and #t or math.huge
+    if used + n > max then
+      omitted = ok and n or -1
+      structured = nil
+    end
+  end
+  return out, structured, cut, omitted
+end
+M._bound_result = bound_result
+
 ---------------------------------------------------------------------------------------------
 -- the agent
 
@@ -330,15 +410,43 @@ local function price_for(model, prices)
   return nil
 end
 
+-- The cost of a turn's (checked) usage; nil without a price, or when the price table's numbers
+-- give no finite cost.
 local function cost_of(usage, price)
   if not price then return nil end
   local inp = price.input or 0
   local cw, cr = price.cache_write or inp * 1.25, price.cache_read or inp * 0.1
-  return ((usage.input_tokens or 0) * inp + (usage.output_tokens or 0) * (price.output or 0)
-          + (usage.cache_creation_input_tokens or 0) * cw + (usage.cache_read_input_tokens or 0) * cr) / 1e6
+  local c = ((usage.input_tokens or 0) * inp + (usage.output_tokens or 0) * (price.output or 0)
+             + (usage.cache_creation_input_tokens or 0) * cw + (usage.cache_read_input_tokens or 0) * cr) / 1e6
+  if type(c) ~= "number" or c ~= c or c == math.huge or c == -math.huge then return nil end
+  return c
 end
 
-local function num(v) return type(v) == "number" and v or 0 end
+-- The four counts of a turn's usage. A provider's count is a whole number from 0 to 2^53;
+-- anything else (negative, fractional, huge, a string) is not a count, and the turn's usage is
+-- then unknown: a provider that said -5e9 input tokens made a run cost -$10,800 and switched
+-- token_limit off.
+local USAGE_FIELDS = { "input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens" }
+local function is_count(v)
+  return type(v) == "number" and v >= 0 and v < 2 ^ 53 and v == math.floor(v)
+end
+M._is_count = is_count
+
+-- A provider's value, shown in a note: short, and printable whatever it is.
+local function describe(v)
+  if type(v) == "number" then
+    for p = 15, 17 do
+      local t = ("%." .. p .. "g"):format(v)
+      if tonumber(t) == v or p == 17 then return t end
+    end
+  end
+  if type(v) == "string" then
+    local ok, e = pcall(json.encode, #v > 40 and (v:sub(1, 40) .. "...") or v)
+    return ok and e or ("a string of %d bytes"):format(#v)
+  end
+  if v == json.null then return "null" end
+  return "a " .. (json.is_array(v) and "list" or type(v) == "table" and "JSON object" or type(v))
+end
 
 local function new_agent(opts, fname, interactive)
   check_opts(opts, fname)
@@ -449,6 +557,7 @@ local function new_agent(opts, fname, interactive)
   self.prompt = opts.prompt or ""
   self.max_tokens = opts.max_tokens or 8192
   self.max_response_bytes = opts.max_response_bytes or M.MAX_RESPONSE_BYTES
+  self.max_tool_result_bytes = opts.max_tool_result_bytes or M.MAX_TOOL_RESULT_BYTES
   self.tool_timeout = opts.tool_timeout or 300
   self.local_tools = {}
   for i, t in ipairs(opts.tools or {}) do
@@ -499,11 +608,44 @@ local function redact_value(v, secrets, depth)
   return setmetatable(out, getmetatable(v))
 end
 
+-- A copy of v that JSON can hold: numbers that are not finite become null, strings and keys that
+-- are not UTF-8 get U+FFFD for their bad bytes, a table that is neither a list nor an object gets
+-- string keys, and what JSON has no form for (and nesting past 64) becomes a description. Only
+-- for an event that fails to encode: its line is still written, and a result line always is.
+local function encodable(v, depth)
+  local t = type(v)
+  if t == "number" then return (v == v and v ~= math.huge and v ~= -math.huge) and v or json.null end
+  if t == "string" then return utf8_fix(v) end
+  if t == "boolean" or t == "nil" or v == json.null then return v end
+  if t ~= "table" then return "[" .. t .. "]" end
+  if depth > 64 then return "[nested too deep]" end
+  local n, keys, list = #v, 0, true
+  for k in pairs(v) do
+    keys = keys + 1
+    if type(k) ~= "number" or k < 1 or k > n or k ~= math.floor(k) then list = false end
+  end
+  list = list and keys == n
+  local out = {}
+  for k, x in pairs(v) do
+    local key = k
+    if not list then key = utf8_fix(type(k) == "string" and k or tostring(k)) end
+    out[key] = encodable(x, depth + 1)
+  end
+  local mt = getmetatable(v)
+  if list then return n == 0 and setmetatable(out, mt) or out end
+  return keys == 0 and setmetatable(out, mt) or json.object(out)
+end
+M._encodable = encodable
+
 function Agent:emit(ev)
   ev.agent = self.name
   if ev.turn == nil and self.turn > 0 then ev.turn = self.turn end
   if #self.secrets > 0 then ev = redact_value(ev, self.secrets, 0) end
-  local text = json.encode(ev)
+  local ok, text = pcall(json.encode, ev)
+  if not ok then
+    ev = encodable(ev, 0)
+    text = json.encode(ev)
+  end
   if self.transcript then
     if ev.type == "text_delta" or ev.type == "thinking_delta" then
       -- The deltas of one response go to the transcript up to max_response_bytes of lines (the
@@ -517,7 +659,9 @@ function Agent:emit(ev)
       end
     else
       self.transcript:write(text)
+      if ev.type == "result" then self.result_written = true end
     end
+    self.last_written = ev.type
   end
   if self.opts.on_message then self.opts.on_message(ev) end
   coroutine.yield(ev)
@@ -752,7 +896,7 @@ end
 function Agent:_next_event(stream)
   while true do
     local t = stream:next()
-    if t then return json.decode(t) end
+    if t then return json.decode(utf8_fix(t)) end
     if self.interrupt_requested then return { type = "seer_interrupt" } end
     if self.opts.time_limit and now() - self.t0 > self.opts.time_limit then return { type = "seer_time_limit" } end
     local st = stream:state()
@@ -789,20 +933,38 @@ end
 -- what it used and cost so far, how long it ran, and the error (secrets redacted; an interrupt
 -- is "interrupted", not the internal line where it landed).
 function Agent:_abnormal_result(msg)
-  local unknown = self.usage_unknown_turns or 0
   local interrupted = msg:match("interrupted$") ~= nil
   return { type = "result", agent = self.name, reason = interrupted and "interrupted" or "error",
            error = interrupted and "interrupted" or self:redact(msg), turns = self.turn, usage = self.usage,
-           cost_usd = (self.cost_known and unknown == 0) and self.cost or json.null,
-           usage_unknown_turns = unknown > 0 and unknown or nil,
+           cost_usd = self:_total_cost(), usage_unknown_turns = self.usage_unknown_turns,
+           estimated_tokens = self.estimated_tokens,
            duration_s = self.t0 and (now() - self.t0) or json.null, transcript = self.transcript_path }
 end
 
+-- The transcript's last lines for a run that ended by an error raised inside it (or Ctrl-C,
+-- while the loop or its driver ran): the error (not for an interrupt) and the result. Whatever
+-- they hold, they are written: made encodable first, and a result that still cannot be encoded
+-- is written with its reason and error alone. Nothing when the result was written already.
+function Agent:_write_abnormal(msg)
+  if not self.transcript or self.result_written then return end
+  local r = self:_abnormal_result(msg)
+  local function write(ev)
+    return pcall(function() self.transcript:write(json.encode(encodable(ev, 0))) end)
+  end
+  if r.reason == "error" and self.last_written ~= "error" then
+    write{ type = "error", agent = self.name, turn = self.turn > 0 and self.turn or nil, message = r.error }
+  end
+  if not write(r) then
+    write{ type = "result", agent = self.name, reason = r.reason, error = tostring(r.error), turns = self.turn,
+           cost_usd = json.null, transcript = self.transcript_path }
+  end
+  self.result_written = true
+end
+
 function Agent:_finish(reason, extra)
-  local unknown = self.usage_unknown_turns or 0
   local ev = { type = "result", reason = reason, turns = self.turn, text = self.last_text or "",
-               usage = self.usage, cost_usd = (self.cost_known and unknown == 0) and self.cost or json.null,
-               usage_unknown_turns = unknown > 0 and unknown or nil,
+               usage = self.usage, cost_usd = self:_total_cost(), usage_unknown_turns = self.usage_unknown_turns,
+               estimated_tokens = self.estimated_tokens,
                duration_s = now() - self.t0, transcript = self.transcript_path }
   for k, v in pairs(extra or {}) do ev[k] = v end
   self.result = ev
@@ -820,7 +982,9 @@ function Agent:_one_response()
   end
   self:emit{ type = "request", turn = self.turn, model = self.model, messages = #self.messages }
   self.delta_bytes, self.deltas_omitted = 0, nil
-  local stream = get_pool():stream(json.encode(req))
+  local body = json.encode(req)
+  self.request_bytes = #body -- what token_limit counts for the input of a turn whose usage is unknown
+  local stream = get_pool():stream(body)
   self.stream = stream
   local final, why, msg
   while true do
@@ -850,7 +1014,7 @@ function Agent:_one_response()
       break
     elseif t == "seer_interrupt" or t == "seer_time_limit" then
       stream:cancel()
-      local partial = json.decode(stream:partial())
+      local partial = json.decode(utf8_fix(stream:partial()))
       self.partial = partial
       why = t == "seer_interrupt" and "interrupted" or "time_limit"
       msg = why == "time_limit" and ("the time limit of %g s was reached"):format(self.opts.time_limit) or nil
@@ -864,25 +1028,70 @@ function Agent:_one_response()
   return final, why, msg
 end
 
+-- Counts a turn's usage. It is known when the server sent input_tokens and output_tokens and
+-- every count it sent is a count (is_count; a missing or null cache count is 0). An unknown
+-- turn (a server that sends no usage, as some local ones do, or values that are not counts)
+-- adds nothing to the totals or the cost, makes the run's cost unknown (cost_usd null), and is
+-- said so (usage_known = false, a note, usage_unknown_turns). token_limit then counts an upper
+-- estimate of the turn instead of nothing, so that no answer of a server makes it count less
+-- than was used: the request's bytes for the input (a token is at least a byte of text) plus
+-- max_tokens or the response's bytes, whichever is more, for the output.
+-- Returns the turn's usage (zeros when unknown), its cost (or nil), whether it is known, and
+-- for an unknown turn the estimate and the note.
 function Agent:_account(final)
-  local u = final.usage or {}
-  -- A server that sends no usage (some local OpenAI-compatible servers) leaves the turn's
-  -- tokens unknown: counted as 0 in the totals, but said so (usage_known, usage_unknown_turns)
-  -- and token_limit cannot be enforced on them.
-  local known = u.input_tokens ~= nil or u.output_tokens ~= nil
-  if not known then self.usage_unknown_turns = (self.usage_unknown_turns or 0) + 1 end
-  local turn_usage = { input_tokens = num(u.input_tokens), output_tokens = num(u.output_tokens),
-                       cache_creation_input_tokens = num(u.cache_creation_input_tokens),
-                       cache_read_input_tokens = num(u.cache_read_input_tokens) }
-  for k, v in pairs(turn_usage) do self.usage[k] = self.usage[k] + v end
-  local c = cost_of(turn_usage, self.price)
-  if c then self.cost = self.cost + c else self.cost_known = false end
-  return turn_usage, c
+  local u = type(final.usage) == "table" and final.usage or {}
+  local bad, missing = {}, {}
+  for _, k in ipairs(USAGE_FIELDS) do
+    local v = u[k]
+    if v == nil or v == json.null then
+      if k == "input_tokens" or k == "output_tokens" then missing[#missing + 1] = k end
+    elseif not is_count(v) then
+      bad[#bad + 1] = ("%s = %s"):format(k, describe(v))
+    end
+  end
+  if u.seer_usage_error ~= nil then bad[#bad + 1] = short(u.seer_usage_error, 200) end -- from the C assembler
+  local turn_usage = { input_tokens = 0, output_tokens = 0, cache_creation_input_tokens = 0, cache_read_input_tokens = 0 }
+  if #bad == 0 and #missing == 0 then
+    for _, k in ipairs(USAGE_FIELDS) do
+      if is_count(u[k]) then turn_usage[k] = u[k] end
+    end
+    for k, v in pairs(turn_usage) do self.usage[k] = self.usage[k] + v end
+    local c = cost_of(turn_usage, self.price)
+    if c then self.cost = self.cost + c else self.cost_known = false end
+    return turn_usage, c, true
+  end
+  self.usage_unknown_turns = (self.usage_unknown_turns or 0) + 1
+  local ok, content = pcall(json.encode, type(final.message) == "table" and final.message.content or {})
+  local estimate = (self.request_bytes or 0) + math.max(self.max_tokens, ok and #content or 0)
+  self.estimated_tokens = (self.estimated_tokens or 0) + estimate
+  local why
+  if #bad > 0 then
+    why = ("the server's usage for this turn is not a count of tokens (%s)"):format(table.concat(bad, "; "))
+  elseif next(u) == nil then
+    why = "the server sent no usage for this turn"
+  else
+    why = ("the server's usage for this turn has no %s"):format(table.concat(missing, " and no "))
+  end
+  local note = why .. ": its tokens and cost are unknown and left out of the totals (the run's cost_usd is null)"
+  if self.opts.token_limit then
+    note = note .. ("; token_limit counts an upper estimate of %d tokens for it (the request's %d bytes plus max_tokens"
+      .. " or the response's bytes)"):format(estimate, self.request_bytes or 0)
+  end
+  return turn_usage, nil, false, estimate, note
 end
 
+-- What token_limit counts: the tokens servers reported, plus the estimates of the turns whose
+-- usage is unknown.
 function Agent:_tokens_used()
   local u = self.usage
   return u.input_tokens + u.output_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens
+    + (self.estimated_tokens or 0)
+end
+
+-- The run's cost so far, or json.null when a price or a turn's usage is unknown.
+function Agent:_total_cost()
+  if self.cost_known and (self.usage_unknown_turns or 0) == 0 then return self.cost end
+  return json.null
 end
 
 -- The notebook session each stdio server of mcp_config is attached to (SEER_SESSION_ID), so a
@@ -914,6 +1123,7 @@ function Agent:_body()
     limits = { max_turns = self.opts.max_turns, max_tokens = self.max_tokens, time_limit = self.opts.time_limit,
                token_limit = self.opts.token_limit, tool_timeout = self.tool_timeout,
                max_response_bytes = self.kind ~= "replay" and self.max_response_bytes or nil,
+               max_tool_result_bytes = self.max_tool_result_bytes,
                response_timeout = self.opts.response_timeout },
     replay = type(self.opts.replay) == "string" and self.opts.replay or nil, interactive = self.interactive or nil,
     mcp_sessions = sessions,
@@ -963,15 +1173,12 @@ function Agent:_body()
       self.messages[#self.messages + 1] = message
       local t = text_of(message)
       if t ~= "" then self.last_text = t end
-      local turn_usage, c = self:_account(final)
+      local turn_usage, c, known, estimate, note = self:_account(final)
       self:emit{ type = "assistant", message = message, stop_reason = final.stop_reason, usage = final.usage,
                  model = final.model, id = final.id, attempts = final.attempts, deltas_omitted = self.deltas_omitted }
-      local known = not (final.usage == nil or (final.usage.input_tokens == nil and final.usage.output_tokens == nil))
-      self:emit{ type = "usage", usage = turn_usage, cost_usd = known and c or json.null, total = self.usage,
-                 total_cost_usd = self.cost_known and self.cost or json.null,
-                 price_known = self.price ~= nil, usage_known = known,
-                 note = (not known and self.opts.token_limit) and
-                   "the server sent no usage for this turn: token_limit counts only the tokens servers report" or nil }
+      self:emit{ type = "usage", usage = turn_usage, cost_usd = c or json.null, total = self.usage,
+                 total_cost_usd = self:_total_cost(), price_known = self.price ~= nil, usage_known = known,
+                 estimated_tokens = estimate, note = note }
       local calls = {}
       for _, b in ipairs(message.content) do
         if b.type == "tool_use" then calls[#calls + 1] = b end
@@ -994,13 +1201,15 @@ function Agent:_body()
                        invalid_input = b.seer_invalid_input, input_error = b.seer_input_error }
             local t0 = now()
             local content, is_error, structured = self:_run_tool(b)
-            results[#results + 1] = { type = "tool_result", tool_use_id = b.id, content = json.array(content),
-                                      is_error = is_error or nil }
             if self.replay and self.replay.results[b.id] then
               learn_ids(self.replay.map, self.replay.results[b.id].structured, structured)
             end
+            local recorded, cut, omitted
+            content, recorded, cut, omitted = bound_result(content, structured, self.max_tool_result_bytes)
+            results[#results + 1] = { type = "tool_result", tool_use_id = b.id, content = json.array(content),
+                                      is_error = is_error or nil }
             self:emit{ type = "tool_result", id = b.id, name = b.name, is_error = is_error, content = json.array(content),
-                       structured = structured, duration_s = now() - t0 }
+                       structured = recorded, duration_s = now() - t0, cut_bytes = cut, structured_omitted_bytes = omitted }
           end
         end
         if cancelled then
@@ -1030,9 +1239,7 @@ function Agent:_step(input)
   if not ok then
     self.done = true
     local msg = tostring(v)
-    if self.transcript and not self.result then
-      pcall(function() self.transcript:write(json.encode(self:_abnormal_result(msg))) end)
-    end
+    self:_write_abnormal(msg)
     self:_cleanup()
     if msg:match("interrupted$") then error("interrupted", 0) end
     error(("harness: agent '%s': %s (transcript: %s)"):format(self.name, self:redact(msg), self.transcript_path), 0)
@@ -1054,10 +1261,7 @@ end
 function Agent:_abort(err)
   if not self.done then
     self.done = true
-    local msg = tostring(err)
-    if self.transcript and not self.result then
-      pcall(function() self.transcript:write(json.encode(self:_abnormal_result(msg))) end)
-    end
+    self:_write_abnormal(tostring(err))
     self:_cleanup()
   end
   error(err, 0)
@@ -1128,6 +1332,7 @@ Agent.__call = function(self) return self:next() end
 ---@field retry_max? number longest backoff in seconds (default 8)
 ---@field idle_timeout? number seconds without a byte before a stream counts as dropped (default 600)
 ---@field max_response_bytes? integer cap on one response (default 64 MiB): its text, thinking, tool arguments and other content (4 times that on the wire), and its deltas in the transcript. A response past it fails the run with an error naming the option; it is not retried
+---@field max_tool_result_bytes? integer cap on one tool result (default 4 MiB): its text and images for the model and the transcript, and the structured result the transcript records. Past it the text is cut (an image left out) with a note saying how much
 ---@field response_timeout? number seconds one response (one attempt) may take (default: none; time_limit bounds the run). Past it the response fails, not retried
 ---@field connect_timeout? number seconds for the MCP servers to start (default 60)
 ---@field mcp_options? table more options for seer.mcp.client.connect

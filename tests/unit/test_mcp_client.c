@@ -234,6 +234,47 @@ Test(mcp_stdio, handshake_paged_tools_and_a_call) {
     LEAK_CHECK();
 }
 
+/* A server whose tool list never ends (or is too big) is refused at once, naming the limit; the
+ * limits count every page, and a list within them connects. */
+Test(mcp_stdio, tool_lists_past_max_tools_or_max_tools_bytes_are_refused) {
+    const char *endless =
+        "init; while rd; do res \"{\\\"tools\\\":[{\\\"name\\\":\\\"a$i\\\",\\\"description\\\":\\\"xxxxxxxxxxxxxxxx\\\"},"
+        "{\\\"name\\\":\\\"b$i\\\"}],\\\"nextCursor\\\":\\\"c$i\\\"}\"; done";
+    seer_mcp_opts_t o = test_opts();
+    o.max_tools = 5;
+    cJSON *cfg = cJSON_CreateObject();
+    cJSON_AddItemToObject(cfg, "pager", fake_spec("pager", endless, NULL));
+    seer_err_t err;
+    connect_fails(cfg, &o, &err);
+    cr_assert(strstr(err.msg, "mcp server 'pager': tools/list: the server offers more than 5 tools (max_tools)"), "%s",
+              err.msg);
+    o = test_opts();
+    o.max_tools_bytes = 300;
+    cfg = cJSON_CreateObject();
+    cJSON_AddItemToObject(cfg, "pager", fake_spec("pager", endless, NULL));
+    connect_fails(cfg, &o, &err);
+    cr_assert(strstr(err.msg, "more than 300 bytes of names, descriptions and schemas (max_tools_bytes)"), "%s", err.msg);
+    /* the defaults: 1000 tools */
+    o = test_opts();
+    cfg = cJSON_CreateObject();
+    cJSON_AddItemToObject(cfg, "pager", fake_spec("pager", endless, NULL));
+    connect_fails(cfg, &o, &err);
+    cr_assert(strstr(err.msg, "more than 1000 tools (max_tools)"), "%s", err.msg);
+    /* within the limits */
+    o = test_opts();
+    o.max_tools = 2;
+    o.max_tools_bytes = 200;
+    seer_mcp_client_t *c = connect_one(
+        "two", "init; rd; res '{\"tools\":[{\"name\":\"a\"}],\"nextCursor\":\"p2\"}'; rd; res '{\"tools\":[{\"name\":\"b\"}]}'; serve",
+        &o);
+    const seer_mcp_tool_t *tools;
+    size_t n;
+    cr_assert_eq(seer_mcp_tools(c, &tools, &n, &err), 0, "%s", err.msg);
+    cr_assert_eq(n, 2);
+    seer_mcp_close(c);
+    LEAK_CHECK();
+}
+
 Test(mcp_stdio, falls_back_to_2025_06_18_and_refuses_unknown_versions) {
     seer_mcp_opts_t o = test_opts();
     cJSON *cfg = cJSON_CreateObject();
