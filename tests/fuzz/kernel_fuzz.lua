@@ -104,11 +104,14 @@ function M.run(opts)
       local b = by:exec(("x = x + 1; print('bystander ' .. x)"), { raise = false, timeout = 60 })
       assert(not b.error and b.text == ("bystander %d\n"):format(cells),
         ("bystander cell %d: got %q (%s)"):format(cells, tostring(b.text), tostring(b.error and b.error.evalue)))
-      -- The peer's own answer may be lost (its PUB drops what the host has no room for): asked
-      -- again a few times. The bystander's cells, above, must be right every time.
+      -- The peer's own answer may be lost (its PUB drops what the host has no room for, and a
+      -- shell message the guard cuts takes the execute_reply queued behind it with the
+      -- connection): asked again a few times, each within 15 s (a lost reply cost the whole
+      -- 120 s budget: "did not finish in time (sent 85)"). The bystander's cells, above, must be
+      -- right every time.
       local s, d, h
       for _ = 1, 5 do
-        h = bad:exec("status", { raise = false, timeout = 120 })
+        h = bad:exec("status", { raise = false, timeout = 15 })
         s, d = (h.text or ""):match("sent=(%d+) done=(%d)")
         if s then break end
       end
