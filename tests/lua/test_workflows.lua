@@ -138,9 +138,17 @@ if arg[1] == "err" then error("ends with an error") end
   local stale = process.mkdtemp("/tmp/seer-notebook-")
   seer.write_file(stale .. "/kernel-x.log", "left")
   os.execute(("touch -d '2 minutes ago' '%s'"):format(stale))
+  -- the sweep runs when a server starts: in a process of its own (this test process's server
+  -- may be running already, left by an earlier test, and then nothing starts here), while this
+  -- process's server listens
   local s = exec.create_local_notebook_session(nil, { output_dir = root .. "/leave-nb" })
-  T.ok(not is_dir(stale), "the stale folder was swept")
   local mine = exec._server_endpoint():match("^ipc://(.*)/api%.sock$")
+  local p = io.popen(("'%s' -e %q 2>&1"):format(require("seer.jupyter").seer_binary(),
+    ("local s = seer.execution.create_local_notebook_session(nil, { output_dir = %q }) s:terminate() print('started')"):format(root .. "/leave-nb")))
+  local started = p:read("*a")
+  p:close()
+  T.contains(started, "started")
+  T.ok(not is_dir(stale), "the stale folder was swept")
   T.ok(is_dir(mine), "the running server's folder stays")
   s:terminate()
 end)
