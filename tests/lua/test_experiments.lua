@@ -35,6 +35,23 @@ local function read_json(path)
   return json.decode(s)
 end
 
+-- A main.lua of our making (code: its text, %q-formatted with its folder) run as a user runs a
+-- script, in a fresh process with SEER_OUT; returns its output (ending "exit=N") and the run
+-- folder named name-* under SEER_OUT (nil when there is none).
+local function script_run(name, code, env_prefix)
+  local out, dir = T.tmpdir(), T.tmpdir()
+  seer.write_file(dir .. "/task.md", "A task.\n")
+  seer.write_file(dir .. "/main.lua", code:format(dir))
+  local p = io.popen(("cd '%s' && env -u ANTHROPIC_API_KEY %s SEER_OUT='%s' '%s' '%s/main.lua' 2>&1; echo \"exit=$?\"")
+    :format(out, env_prefix or "", out, SEER, dir))
+  local text = p:read("*a")
+  p:close()
+  local ls = io.popen(("ls -d '%s'/%s-* 2>/dev/null"):format(out, name))
+  local run_dir = ls:read("*l")
+  ls:close()
+  return text, run_dir
+end
+
 local function read_lines(path)
   local t = {}
   for line in io.lines(path) do t[#t + 1] = json.decode(line) end
@@ -709,11 +726,8 @@ error("SandboxConfig.gpu = \"A100\", but this machine has no NVIDIA GPU")
 end)
 
 T.test("a notebook server killed under a run: the agent's calls fail at once and the summary says failed, not completed", function()
-  local out = T.tmpdir()
-  local dir = T.tmpdir()
-  seer.write_file(dir .. "/task.md", "A task.\n")
   -- the agent's notebook tools reach the server as `seer mcp notebook` does: attached by URL
-  seer.write_file(dir .. "/main.lua", ([[
+  local text, run_dir = script_run("killed", [[
 local X = require "seer.experiment"
 local exec = require "seer.execution"
 local process = require "seer.process"
@@ -730,20 +744,13 @@ local ok, err = pcall(a.exec, a, "return 2 + 2")
 io.stdout:write("CALL ", tostring(ok), " ", ("%%.1f"):format((process.now_ms() - t0) / 1000), " ", tostring(err), "\n")
 local sum = X.summary(run, { results = { x = 1 } }, "# killed\n")
 io.stdout:write("STATUS ", sum.status, "\n")
-]]):format(dir))
-  local p = io.popen(("cd '%s' && env -u ANTHROPIC_API_KEY SEER_OUT='%s' '%s' '%s/main.lua' 2>&1; echo \"exit=$?\"")
-    :format(out, out, SEER, dir))
-  local text = p:read("*a")
-  p:close()
+]])
   T.contains(text, "exit=0")
   local secs = tonumber(text:match("CALL false ([%d.]+) "))
   T.ok(secs and secs < 4, "the call on the dead server fails within 4 s (was 12 s):\n" .. text)
   T.contains(text, "has ended")
   T.contains(text, "STATUS failed")
   T.contains(text, "the run is marked failed")
-  local ls = io.popen(("ls -d '%s'/killed-*"):format(out))
-  local run_dir = ls:read("*l")
-  ls:close()
   local s = read_json(run_dir .. "/summary.json")
   T.eq(s.status, "failed")
   T.eq(s.results.x, 1, "the experiment's results are kept")
@@ -753,10 +760,7 @@ io.stdout:write("STATUS ", sum.status, "\n")
 end)
 
 T.test("a notebook whose latest save failed is named in the summary's problems (the file lacks the newest cells)", function()
-  local out = T.tmpdir()
-  local dir = T.tmpdir()
-  seer.write_file(dir .. "/task.md", "A task.\n")
-  seer.write_file(dir .. "/main.lua", ([[
+  local text, run_dir = script_run("unsaved", [[
 local X = require "seer.experiment"
 local exec = require "seer.execution"
 local run = X.run{ name = "unsaved", dir = %q }
@@ -768,16 +772,9 @@ s:exec("y = 2")
 local sum = X.summary(run, { results = { ok = true } }, "# unsaved\n")
 io.stdout:write("STATUS ", sum.status, " PROBLEMS ", #(sum.problems or {}), "\n")
 s:terminate()
-]]):format(dir))
-  local p = io.popen(("cd '%s' && env -u ANTHROPIC_API_KEY SEER_OUT='%s' '%s' '%s/main.lua' 2>&1; echo \"exit=$?\"")
-    :format(out, out, SEER, dir))
-  local text = p:read("*a")
-  p:close()
+]])
   T.contains(text, "exit=0")
   T.contains(text, "PROBLEMS 1")
-  local ls = io.popen(("ls -d '%s'/unsaved-*"):format(out))
-  local run_dir = ls:read("*l")
-  ls:close()
   local s = read_json(run_dir .. "/summary.json")
   T.contains(s.problems[1], "could not be saved")
   T.contains(s.problems[1], "the file on disk lacks the newest cells")
@@ -785,24 +782,14 @@ s:terminate()
 end)
 
 T.test("os.exit after seer.experiment.run still writes the run's ledger and a summary saying how it ended", function()
-  local out = T.tmpdir()
-  local dir = T.tmpdir()
-  seer.write_file(dir .. "/task.md", "A task.\n")
-  seer.write_file(dir .. "/main.lua", ([[
+  for _, code in ipairs({ 3, 0 }) do
+    local text, run_dir = script_run("exits", [[
 local X = require "seer.experiment"
 local run = X.run{ name = "exits", dir = %q }
 seer.write_file(run.out_dir .. "/partial.txt", "x")
 os.exit(tonumber(os.getenv("EXIT_CODE")))
-]]):format(dir))
-  for _, code in ipairs({ 3, 0 }) do
-    local p = io.popen(("cd '%s' && env -u ANTHROPIC_API_KEY EXIT_CODE=%d SEER_OUT='%s/%d' '%s' '%s/main.lua' 2>&1; echo \"exit=$?\"")
-      :format(out, code, out, code, SEER, dir))
-    local text = p:read("*a")
-    p:close()
+]], "EXIT_CODE=" .. code)
     T.contains(text, "exit=" .. code)
-    local ls = io.popen(("ls -d '%s/%d'/exits-*"):format(out, code))
-    local run_dir = ls:read("*l")
-    ls:close()
     T.ok(run_dir, text)
     local s = read_json(run_dir .. "/summary.json")
     T.eq(s.status, code == 3 and "failed" or "incomplete", text)
