@@ -146,6 +146,10 @@ static int run_lua(const char *progname, enum run_kind kind, const char *what, i
         const char *nl = strchr(err.msg, '\n');
         char first[sizeof err.msg];
         snprintf(first, sizeof first, "%.*s", nl ? (int)(nl - err.msg) : (int)strlen(err.msg), err.msg);
+        /* where it was is the user's script's line, or seer's own (a command such as seer serve
+         * waiting in its loop): that is no news to the user */
+        const char *colon = strchr(first, ':');
+        if (colon && strstr(first, "/lua/seer/") && strstr(first, "/lua/seer/") < colon) snprintf(first, sizeof first, "interrupted");
         seer_host_write_message(stderr, "seer: ", first);
     } else if (rc < 0)
         seer_host_write_message(stderr, "seer: ", err.msg);

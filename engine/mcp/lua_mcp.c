@@ -171,7 +171,7 @@ static void finish_call(lua_State *L, client_ud *u, int rc, seer_err_t *err) {
 
 /* ---- the module ----------------------------------------------------------------------------- */
 
-/* connect(config_json, {timeout, connect_timeout, stderr, on_notification, on_warning}) */
+/* connect(config_json, {timeout, connect_timeout, stderr, on_notification, on_warning, max_tools, max_tools_bytes}) */
 static int l_connect(lua_State *L) {
     cJSON *config = opt_json(L, 1, "the configuration");
     if (!config) return luaL_error(L, "mcp.connect: the configuration is missing");
@@ -208,6 +208,19 @@ static int l_connect(lua_State *L) {
             u->warn_ref = opt_ref(L, top, "on_warning");
         }
         lua_pop(L, 5);
+        /* a server's tool list: at most max_tools tools of at most max_tools_bytes (0: defaults) */
+        static const char *const lim_names[2] = {"max_tools", "max_tools_bytes"};
+        size_t *lim_fields[2] = {&u->opts.max_tools, &u->opts.max_tools_bytes};
+        for (int k = 0; k < 2 && ok; k++) {
+            lua_getfield(L, opts, lim_names[k]);
+            if (!lua_isnil(L, -1)) {
+                lua_Number v = lua_type(L, -1) == LUA_TNUMBER ? lua_tonumber(L, -1) : -1;
+                if (!(v >= 1 && v <= 1e12 && v == floor(v))) ok = 0, bad = k == 0 ? "max_tools must be a whole number >= 1"
+                                                                                    : "max_tools_bytes must be a whole number >= 1";
+                else *lim_fields[k] = (size_t)v;
+            }
+            lua_pop(L, 1);
+        }
     } else if (!lua_isnoneornil(L, opts)) {
         ok = 0;
         bad = "the options must be a table";

@@ -207,6 +207,15 @@ T.test("usage that is not a count (negative, fractional, a string) is unknown: n
     T.contains(u.note, c[4], name)
     T.eq(u.usage, { input_tokens = 0, output_tokens = 0, cache_creation_input_tokens = 0, cache_read_input_tokens = 0 }, name)
     sane_numbers(ev)
+    -- the transcript's reader says unknown, not "in 0, out 0"
+    T.ok(type(r.transcript) == "string", name .. ": the result names its transcript")
+    do
+      local buf = {}
+      require("seer.cli.transcript").view(r.transcript, false, { write = function(_, ...) for _, x in ipairs({ ... }) do buf[#buf + 1] = x end end })
+      local text = table.concat(buf)
+      T.contains(text, "(usage unknown: ", name)
+      T.ok(not text:find("(in 0, out 0", 1, true), name .. ": " .. text)
+    end
   end
 end)
 
@@ -370,6 +379,11 @@ T.test("an MCP server whose tool list passes max_tools_bytes or max_tools is ref
     T.contains(tostring(err), "(" .. c[3] .. "): it is refused")
     T.ok(seer.now() - t0 < 4, "took " .. (seer.now() - t0) .. " s")
   end
+  -- the limits from Lua: a smaller max_tools refuses what the default takes; a bad value is named
+  local okc, errc = pcall(mcp.connect, mcp_config("pages", 5, 10), { connect_timeout = 5, max_tools = 3 })
+  T.ok(not okc, "a list past max_tools = 3 connected")
+  T.contains(tostring(errc), "(max_tools): it is refused")
+  T.raises(function() mcp.connect({}, { max_tools_bytes = 0 }) end, "max_tools_bytes must be a whole number >= 1", true)
   -- in an agent: the run fails with error and result in the transcript, none of the tools in it
   local ok, err, ev = run({ anthropic() }, { opts = { mcp_config = mcp_config("pages", 1000, 10000), connect_timeout = 5 } })
   T.ok(not ok, "the run succeeded")

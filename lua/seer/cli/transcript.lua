@@ -137,7 +137,12 @@ function M._view(path, full, out)
             else w("   [" .. tostring(b.type) .. "]") end
           end
         elseif t == "usage" then
-          w("   (" .. usage_line(ev.usage, ev.cost_usd) .. ")")
+          if ev.usage_known == false then
+            -- what the provider reported was not a count (the harness's note says what it was)
+            w("   (usage unknown" .. (type(ev.note) == "string" and (": " .. ev.note) or "") .. ")")
+          else
+            w("   (" .. usage_line(ev.usage, ev.cost_usd) .. ")")
+          end
         elseif t == "tool_result" then
           local head = ("   <- %s%s%s"):format(ev.name or "?", ev.is_error and " (error)" or "",
             ev.duration_s and (" in %.2f s"):format(ev.duration_s) or "")

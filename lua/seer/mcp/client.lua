@@ -49,6 +49,8 @@ M.PROTOCOL_VERSION = core.PROTOCOL_VERSION
 ---@field stderr? "capture"|"tee" stdio servers' stderr: kept for error messages (default), or also copied to seer's stderr as "[server] line"
 ---@field on_notification? fun(server: string, method: string, params: table|nil) server notifications (logging, list changes); without it the last 100 are kept for c:notifications()
 ---@field on_warning? fun(server: string, text: string) non-fatal oddities (non-JSON lines on stdout); default: printed to stderr
+---@field max_tools? integer a server listing more tools is refused (default 1000)
+---@field max_tools_bytes? integer a server whose tool list (names, descriptions, schemas) takes more bytes is refused (default 4 MiB)
 
 ---@class seermcp.tool
 ---@field server string the server's name in the configuration
@@ -107,10 +109,11 @@ function M.connect(config, opts)
   if type(config) ~= "table" then error("mcp.connect: the configuration must be a table of server name -> server", 2) end
   if opts ~= nil and type(opts) ~= "table" then error("mcp.connect: the options must be a table", 2) end
   opts = opts or {}
-  local valid = { timeout = true, connect_timeout = true, stderr = true, on_notification = true, on_warning = true }
+  local valid = { timeout = true, connect_timeout = true, stderr = true, on_notification = true, on_warning = true,
+                  max_tools = true, max_tools_bytes = true }
   for k in pairs(opts) do
     if not valid[k] then
-      error(("mcp.connect: unknown option '%s' (valid: connect_timeout, on_notification, on_warning, stderr, timeout)")
+      error(("mcp.connect: unknown option '%s' (valid: connect_timeout, max_tools, max_tools_bytes, on_notification, on_warning, stderr, timeout)")
         :format(tostring(k)), 2)
     end
   end
@@ -126,6 +129,7 @@ function M.connect(config, opts)
   self._c = core.connect(json.encode(next(config) == nil and json.object({}) or config), {
     timeout = opts.timeout, connect_timeout = opts.connect_timeout, stderr = opts.stderr,
     on_notification = on_notification, on_warning = opts.on_warning,
+    max_tools = opts.max_tools, max_tools_bytes = opts.max_tools_bytes,
   })
   return self
 end
