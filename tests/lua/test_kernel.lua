@@ -170,7 +170,10 @@ T.test("kernel: a subscriber that stops reading costs one wait; the reply counts
   T.ok(reply, "the execute_reply came although nobody read iopub")
   T.ok(process.now_ms() - t0 < 10000, ("one wait, not one per message (%d ms)"):format(process.now_ms() - t0))
   local n = reply.metadata.seer_iopub_dropped
-  T.ok(type(n) == "number" and n > 10000, "the reply counts the dropped messages: " .. tostring(n))
+  -- how many of the 20,000 get through before the kernel drops depends on what the sockets and
+  -- the connection guard buffer meanwhile, which varies with the machine's load (7,504 dropped in
+  -- one CI run, over 10,000 in others): thousands dropped, counted, is the promise
+  T.ok(type(n) == "number" and n > 2000, "the reply counts the dropped messages: " .. tostring(n))
   -- reading again: once a message has gone through (the kernel leaves its dropping mode on the
   -- first send that finds room, and on a loaded machine the backlog can take a moment to move),
   -- the next cell's outputs all arrive, nothing dropped
