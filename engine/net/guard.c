@@ -799,35 +799,88 @@ static void *add_guard(guard_t *g) {
 
 /* The public side of a guarded bind: a listener at the endpoint g names; its actual endpoint
  * (a wildcard port resolved) into pub. */
-static int listen_public(guard_t *g, const char *endpoint, char *pub, size_t pub_cap, seer_err_t *err) {
+static int open_root_beneath(const char *path, const char *root, const char **rel, seer_err_t *err);
+
+/* The folder of an ipc socket path beneath root, opened with no link followed below root (each
+ * folder O_DIRECTORY|O_NOFOLLOW; the folder itself must be a folder, not a link); *name gets the
+ * socket's name in it. -1 with err set. */
+static int open_socket_folder_beneath(const char *path, const char *root, const char **name, seer_err_t *err) {
+    const char *rel;
+    int rootfd = open_root_beneath(path, root, &rel, err);
+    if (rootfd < 0) return -1;
+    const char *slash = strrchr(rel, '/');
+    *name = slash ? slash + 1 : rel;
+    if (!slash) return rootfd;
+    char dir[4096], why[200] = "";
+    snprintf(dir, sizeof dir, "%.*s", (int)(slash - rel), rel);
+    int dfd = walk_beneath(rootfd, dir, path, why, sizeof why);
+    close(rootfd);
+    struct stat st;
+    if (dfd < 0 || fstat(dfd, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        if (dfd >= 0) close(dfd);
+        return seer_err_set(err, SEER_EINVAL, "net: bind ipc://%.200s: %s", path,
+                            why[0] ? why : "its folder is missing, a link or not a folder; not followed");
+    }
+    return dfd;
+}
+
+static int listen_public(guard_t *g, const char *endpoint, const char *beneath, char *pub, size_t pub_cap,
+                         seer_err_t *err) {
     if (g->ipc && g->abstract)
         return seer_err_set(err, SEER_EINVAL, "net: bind %s: the guard binds ipc:// paths and tcp:// only", endpoint);
     int fam = g->ipc ? AF_UNIX : g->up_addr.ss_family;
-    int l = socket(fam, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (l < 0) return seer_err_set(err, SEER_EIO, "net: bind %s: %s", endpoint, strerror(errno));
     const struct sockaddr *sa = (const struct sockaddr *)&g->up_addr;
     socklen_t sl = g->up_len;
     struct sockaddr_un un;
+    int dfd = -1;
     if (g->ipc) {
         memset(&un, 0, sizeof un);
         un.sun_family = AF_UNIX;
-        if (strlen(g->up_path) >= sizeof un.sun_path) {
-            close(l);
+        if (strlen(g->up_path) >= sizeof un.sun_path)
             return seer_err_set(err, SEER_EINVAL, "net: bind %s: the path is too long for a unix socket", endpoint);
+        if (beneath) {
+            /* a folder another side can change (a sandbox's run folder): the socket's folder is
+             * opened with no link followed and the socket made in it through the descriptor, so a
+             * folder swapped for a link makes the host create nothing elsewhere */
+            const char *name;
+            dfd = open_socket_folder_beneath(g->up_path, beneath, &name, err);
+            if (dfd < 0) return -1;
+            struct stat st;
+            if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+                if (!S_ISSOCK(st.st_mode) && !S_ISLNK(st.st_mode)) {
+                    close(dfd);
+                    return seer_err_set(err, SEER_EINVAL, "net: bind %s: something that is not a socket is there", endpoint);
+                }
+                unlinkat(dfd, name, 0); /* a socket an earlier run left (or a link: removed, not followed) */
+            }
+            if (snprintf(un.sun_path, sizeof un.sun_path, "/proc/self/fd/%d/%s", dfd, name) >= (int)sizeof un.sun_path) {
+                close(dfd);
+                return seer_err_set(err, SEER_EINVAL, "net: bind %s: the socket's name is too long for a unix socket", endpoint);
+            }
+        } else {
+            memcpy(un.sun_path, g->up_path, strlen(g->up_path));
+            unlink(g->up_path); /* a socket an earlier run left, as libzmq's ipc bind does */
         }
-        memcpy(un.sun_path, g->up_path, strlen(g->up_path));
-        unlink(g->up_path); /* a socket an earlier run left, as libzmq's ipc bind does */
         sa = (const struct sockaddr *)&un;
         sl = sizeof un;
-    } else {
+    }
+    int l = socket(fam, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (l < 0) {
+        int e = errno;
+        if (dfd >= 0) close(dfd);
+        return seer_err_set(err, SEER_EIO, "net: bind %s: %s", endpoint, strerror(e));
+    }
+    if (!g->ipc) {
         int one = 1;
         setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     }
     if (bind(l, sa, sl) != 0 || listen(l, 128) != 0) {
         int e = errno;
         close(l);
+        if (dfd >= 0) close(dfd);
         return seer_err_set(err, SEER_EIO, "net: bind %s: %s", endpoint, strerror(e));
     }
+    if (dfd >= 0) close(dfd);
     if (g->ipc) snprintf(pub, pub_cap, "%s", endpoint);
     else {
         struct sockaddr_storage got;
@@ -844,8 +897,8 @@ static int listen_public(guard_t *g, const char *endpoint, char *pub, size_t pub
     return 0;
 }
 
-static void *open_guard(const char *endpoint, int bind_mode, size_t max_bytes, size_t max_frames, char *local,
-                        size_t local_cap, char *pub, size_t pub_cap, seer_err_t *err) {
+static void *open_guard(const char *endpoint, int bind_mode, const char *beneath, size_t max_bytes, size_t max_frames,
+                        char *local, size_t local_cap, char *pub, size_t pub_cap, seer_err_t *err) {
     guard_t *g = new_guard(max_bytes, max_frames, err);
     if (!g) return NULL;
     g->bind_mode = bind_mode;
@@ -878,7 +931,7 @@ static void *open_guard(const char *endpoint, int bind_mode, size_t max_bytes, s
         return NULL;
     }
     if (bind_mode) {
-        if (listen_public(g, endpoint, pub, pub_cap, err) != 0 ||
+        if (listen_public(g, endpoint, beneath, pub, pub_cap, err) != 0 ||
             snprintf(local, local_cap, "ipc://%s", g->path) >= (int)local_cap) {
             if (g->lfd > 0) close(g->lfd);
             pthread_mutex_destroy(&g->why_mu);
@@ -911,7 +964,7 @@ static void *open_guard(const char *endpoint, int bind_mode, size_t max_bytes, s
 
 void *seer_net_guard_open(const char *endpoint, size_t max_bytes, size_t max_frames, char *local, size_t local_cap,
                           seer_err_t *err) {
-    return open_guard(endpoint, 0, max_bytes, max_frames, local, local_cap, NULL, 0, err);
+    return open_guard(endpoint, 0, NULL, max_bytes, max_frames, local, local_cap, NULL, 0, err);
 }
 
 /* Opens root (trusted: followed) for a socket path below it and sets *rel to the part below;
@@ -950,7 +1003,7 @@ static int open_root_beneath(const char *path, const char *root, const char **re
     if (probe >= 0) close(probe);
     if (why[0]) {
         close(fd);
-        seer_err_set(err, SEER_EINVAL, "net: connect %s", why);
+        seer_err_set(err, SEER_EINVAL, "net: %s", why);
         return -1;
     }
     return fd;
@@ -959,11 +1012,11 @@ static int open_root_beneath(const char *path, const char *root, const char **re
 void *seer_net_guard_open_beneath(const char *endpoint, const char *root, size_t max_bytes, size_t max_frames,
                                   char *local, size_t local_cap, seer_err_t *err) {
     if (strncmp(endpoint, "ipc://", 6) != 0 || endpoint[6] == '@')
-        return open_guard(endpoint, 0, max_bytes, max_frames, local, local_cap, NULL, 0, err);
+        return open_guard(endpoint, 0, NULL, max_bytes, max_frames, local, local_cap, NULL, 0, err);
     const char *rel;
     int dfd = open_root_beneath(endpoint + 6, root, &rel, err);
     if (dfd < 0) return NULL;
-    guard_t *g = open_guard(endpoint, 0, max_bytes, max_frames, local, local_cap, NULL, 0, err);
+    guard_t *g = open_guard(endpoint, 0, NULL, max_bytes, max_frames, local, local_cap, NULL, 0, err);
     if (!g) {
         close(dfd);
         return NULL;
@@ -978,7 +1031,17 @@ void *seer_net_guard_open_beneath(const char *endpoint, const char *root, size_t
 
 void *seer_net_guard_bind(const char *endpoint, size_t max_bytes, size_t max_frames, char *local, size_t local_cap,
                           char *pub, size_t pub_cap, seer_err_t *err) {
-    return open_guard(endpoint, 1, max_bytes, max_frames, local, local_cap, pub, pub_cap, err);
+    return open_guard(endpoint, 1, NULL, max_bytes, max_frames, local, local_cap, pub, pub_cap, err);
+}
+
+void *seer_net_guard_bind_beneath(const char *endpoint, const char *beneath, size_t max_bytes, size_t max_frames,
+                                  char *local, size_t local_cap, char *pub, size_t pub_cap, seer_err_t *err) {
+    if (beneath && (strncmp(endpoint, "ipc://", 6) != 0 || endpoint[6] == '@')) {
+        seer_err_set(err, SEER_EINVAL, "net: bind %.200s beneath %.200s: only an ipc:// path can be bound beneath a folder",
+                     endpoint, beneath);
+        return NULL;
+    }
+    return open_guard(endpoint, 1, beneath, max_bytes, max_frames, local, local_cap, pub, pub_cap, err);
 }
 
 void *seer_net_guard_relay(const char *listen_path, const char *endpoint, size_t max_bytes, size_t max_frames,

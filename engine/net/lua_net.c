@@ -190,7 +190,11 @@ static int l_socket(lua_State *L) {
 static int l_bind(lua_State *L) {
     sock_ud *s = check_sock(L, 1);
     const char *ep = luaL_checkstring(L, 2);
+    /* s:bind(ep, beneath): an ipc path in a folder another side can write (guard.c) */
+    const char *beneath = luaL_optstring(L, 3, NULL);
     char last[256];
+    if (beneath && (!s->guarded || s->curve || s->zap_slot >= 0))
+        return luaL_error(L, "net: bind %s beneath %s: only a socket with limits (guarded) can", ep, beneath);
     if (s->guarded && !s->curve && s->zap_slot < 0 && (strncmp(ep, "ipc://", 6) == 0 || strncmp(ep, "tcp://", 6) == 0)) {
         /* peers reach libzmq only through the guard, which bounds a message (guard.c) */
         if (s->nguards == MAX_GUARDED_CONNECTS)
@@ -198,7 +202,8 @@ static int l_bind(lua_State *L) {
                               MAX_GUARDED_CONNECTS);
         char local[160];
         seer_err_t err;
-        void *g = seer_net_guard_bind(ep, s->rx.max_bytes, s->rx.max_frames, local, sizeof local, last, sizeof last, &err);
+        void *g = seer_net_guard_bind_beneath(ep, beneath, s->rx.max_bytes, s->rx.max_frames, local, sizeof local, last,
+                                              sizeof last, &err);
         if (!g) return luaL_error(L, "%s", err.msg);
         /* the guard connects each peer it carries to this bind at once: libzmq's backlog (100)
          * must hold as many as the guard carries, or a burst of peers loses some (EAGAIN) */

@@ -189,6 +189,13 @@ void *seer_net_guard_relay_beneath(const char *listen_path, const char *endpoint
                                    size_t max_frames, seer_err_t *err);
 void *seer_net_guard_bind(const char *endpoint, size_t max_bytes, size_t max_frames, char *local, size_t local_cap,
                           char *pub, size_t pub_cap, seer_err_t *err);
+/* seer_net_guard_bind for an ipc:// path beneath `beneath`, a folder whose own path is trusted but
+ * whose contents another side can change (a sandbox's run folder): the socket's folder is opened
+ * with no link followed below it and the socket made through that descriptor, so a folder on the
+ * way swapped for a link is refused, never followed (the host creates nothing elsewhere); a stale
+ * socket or link at the name is removed, anything else there refused. NULL with err set. */
+void *seer_net_guard_bind_beneath(const char *endpoint, const char *beneath, size_t max_bytes, size_t max_frames,
+                                  char *local, size_t local_cap, char *pub, size_t pub_cap, seer_err_t *err);
 /* A relay: the guard listens at listen_path (a unix socket, for any local peer) and connects each
  * connection to `endpoint` as a guarded connect does (no link followed at an ipc path, the
  * endpoint's side read and bounded), for a host folder that must offer a socket living in a

@@ -139,12 +139,17 @@ function M.curve_keypair() return C.curve_keypair() end
 ---@return string
 function M.curve_public(secret) return C.curve_public(secret) end
 
----Binds to an endpoint; "tcp://127.0.0.1:*" picks a free port.
+---Binds to an endpoint; "tcp://127.0.0.1:*" picks a free port. `beneath` (a socket with
+---limits, an ipc:// endpoint): a folder the path lies beneath whose contents another side can
+---change (a sandbox's run folder); the folder itself is trusted, and no link below it is
+---followed: the socket is made through a descriptor of its folder, opened with no link
+---followed, so a folder on the way that is a link is an error and nothing is created elsewhere.
 ---@param endpoint string
+---@param beneath? string
 ---@return string endpoint the endpoint actually bound, e.g. "tcp://127.0.0.1:41234"
 ---@return integer? port for tcp endpoints
-function Socket:bind(endpoint)
-  return self._s:bind(endpoint)
+function Socket:bind(endpoint, beneath)
+  return self._s:bind(endpoint, beneath)
 end
 
 ---Connects to an endpoint. `beneath` (a socket with limits, an ipc:// endpoint): a folder the

@@ -380,6 +380,80 @@ T.test("net: a relay beneath a shared folder follows no link in a folder on the 
   os.execute("rm -rf '" .. dir .. "'")
 end)
 
+T.test("net: a bind beneath a sandbox's folder follows no link there (the RPC relay's socket in a run folder)", function()
+  local process = require "seer.process"
+  local dir = process.mkdtemp("/tmp/seer-test-guard-")
+  local run, hostdir = dir .. "/run", dir .. "/host"
+  os.execute(("mkdir -p '%s/rpc-relay' '%s'"):format(run, hostdir))
+  local function listing(d)
+    local p = io.popen("ls -A '" .. d .. "'") local t = p:read("*a") p:close() return t
+  end
+  -- the folder is real: bound through it, reached at its path
+  local srv = net.socket("router", "k", { max_bytes = 1024 * 1024 })
+  T.eq(srv:bind("ipc://" .. run .. "/rpc-relay/lib-1.sock", run), "ipc://" .. run .. "/rpc-relay/lib-1.sock")
+  local c = net.socket("dealer", "k")
+  c:connect("ipc://" .. run .. "/rpc-relay/lib-1.sock")
+  c:send({ header = net.header("x", "c"), content = { n = 1 } })
+  T.eq((srv:recv(5000) or { content = {} }).content.n, 1, "reached through the bound path")
+  c:close()
+  srv:close()
+  -- the sandbox swaps its folder for a link to a host folder: refused, nothing made there
+  os.execute(("mv '%s/rpc-relay' '%s/old' && ln -s '%s' '%s/rpc-relay'"):format(run, run, hostdir, run))
+  local s2 = net.socket("router", "k", { max_bytes = 1024 * 1024 })
+  local ok, err = pcall(s2.bind, s2, "ipc://" .. run .. "/rpc-relay/lib-2.sock", run)
+  T.ok(not ok, "a bind through a linked folder is refused")
+  T.contains(tostring(err), "rpc-relay on the way is a link or not a folder; not followed")
+  T.eq(listing(hostdir), "", "nothing was created in the folder the link names")
+  -- deeper: a folder above the socket's is the link
+  T.eq(os.execute(("rm '%s/rpc-relay' && mkdir -p '%s/b' '%s/a' && ln -s '%s' '%s/a/up'"):format(run, hostdir, run, hostdir, run)), 0)
+  ok, err = pcall(s2.bind, s2, "ipc://" .. run .. "/a/up/b/x.sock", run)
+  T.ok(not ok and tostring(err):find("not followed", 1, true), tostring(err))
+  T.eq(listing(hostdir .. "/b"), "")
+  -- a link at the socket's own name is removed, not followed; its target is untouched
+  os.execute(("mkdir '%s/rpc-relay' && echo keep > '%s/target' && ln -s '%s/target' '%s/rpc-relay/lib-3.sock'"):format(run, hostdir, hostdir, run))
+  local s3 = net.socket("router", "k", { max_bytes = 1024 * 1024 })
+  s3:bind("ipc://" .. run .. "/rpc-relay/lib-3.sock", run)
+  T.eq(io.open(hostdir .. "/target"):read("*a"), "keep\n")
+  local p = io.popen("stat -c %F '" .. run .. "/rpc-relay/lib-3.sock'") local kind = p:read("*l") p:close()
+  T.eq(kind, "socket")
+  -- a file that is not a socket at the name: refused, kept
+  os.execute(("echo mine > '%s/rpc-relay/lib-4.sock'"):format(run))
+  ok, err = pcall(s2.bind, s2, "ipc://" .. run .. "/rpc-relay/lib-4.sock", run)
+  T.ok(not ok and tostring(err):find("not a socket is there", 1, true), tostring(err))
+  T.eq(io.open(run .. "/rpc-relay/lib-4.sock"):read("*a"), "mine\n")
+  -- misuse: not beneath the folder, '..' in the path, a socket without limits, tcp
+  ok, err = pcall(s2.bind, s2, "ipc://" .. hostdir .. "/y.sock", run)
+  T.ok(not ok and tostring(err):find("is not beneath", 1, true), tostring(err))
+  ok, err = pcall(s2.bind, s2, "ipc://" .. run .. "/rpc-relay/../../host/z.sock", run)
+  T.ok(not ok and tostring(err):find("'..'", 1, true), tostring(err))
+  T.eq(listing(hostdir):find("z.sock", 1, true), nil)
+  local plain = net.socket("router", "k")
+  ok, err = pcall(plain.bind, plain, "ipc://" .. run .. "/rpc-relay/p.sock", run)
+  T.ok(not ok and tostring(err):find("only a socket with limits", 1, true), tostring(err))
+  ok, err = pcall(s2.bind, s2, "tcp://127.0.0.1:*", run)
+  T.ok(not ok and tostring(err):find("only an ipc:// path", 1, true), tostring(err))
+  for _, x in ipairs({ s2, s3, plain }) do x:close() end
+  os.execute("rm -rf '" .. dir .. "'")
+end)
+
+T.test("net: the RPC relay's process binds beneath the sandbox's run folder (a swapped rpc-relay folder)", function()
+  local process = require "seer.process"
+  local dir = process.mkdtemp("/tmp/seer-test-guard-")
+  local run, hostdir = dir .. "/run", dir .. "/host"
+  os.execute(("mkdir -p '%s' '%s' && ln -s '%s' '%s/rpc-relay'"):format(run, hostdir, hostdir, run))
+  local spec = json.encode{ pairs = { { front = "ipc://" .. run .. "/rpc-relay/lib-ab.sock", back = "ipc://" .. dir .. "/server.sock" } },
+                            beneath = run }
+  local ok, err = pcall(process.start_helper, { code = 'require("seer.rpc.relay").run()', env = { SEER_RPC_RELAY = spec },
+                                                log = dir .. "/relay.log", ready_timeout_ms = 10000, what = "the relay" })
+  T.ok(not ok, "the relay did not start through the link")
+  T.contains(tostring(err), "the relay")
+  local log = io.open(dir .. "/relay.log"):read("*a")
+  T.contains(log, "rpc-relay on the way is a link or not a folder; not followed")
+  local lp = io.popen("ls -A '" .. hostdir .. "'") local l = lp:read("*a") lp:close()
+  T.eq(l, "", "the relay made no socket in the folder the link names")
+  os.execute("rm -rf '" .. dir .. "'")
+end)
+
 T.test("net: a peer that hangs up while the guard's buffer is full does not make the guard spin", function()
   -- a socket that is not read for a while (the RPC client between calls): the peer fills what
   -- libzmq and the guard will hold, then closes; epoll reports the hangup whatever the mask

@@ -17,8 +17,9 @@
 --- that sends more, before libzmq holds an unfinished message), each queue at most 16 messages
 --- each way (ZMQ's high-water marks: past them B's sends wait; replies B does not read are
 --- dropped), so a pair holds at most about 4 x 17 x 64 MiB however B and A behave; and it never
---- reads a path either sandbox controls (the endpoints
---- come from the host's own RPC client, already validated). It ends when that sandbox is
+--- follows a path either sandbox controls (the endpoints
+--- come from the host's own RPC client, already validated; its socket is made beneath B's run
+--- folder with no link there followed: seer.net's Socket:bind(endpoint, beneath)). It ends when that sandbox is
 --- terminated, or with the process that started it (for a detached sandbox: with the sandbox,
 --- seer.sidecar).
 ---@class seerrpcrelay
@@ -46,7 +47,9 @@ function M.run()
     -- an unsigned key: the relay forwards raw frames and never verifies or signs
     local front = net.socket("router", "", { max_bytes = MAX_FRAME, rcvhwm = HWM })
     front._s:setopt("sndhwm", HWM)
-    front:bind(p.front)
+    -- the sandbox writes its run folder: its rpc-relay folder swapped for a link must not make
+    -- the host create a socket in a folder of its choice (the socket is made beneath the run folder)
+    front:bind(p.front, spec.beneath)
     local back = net.socket("dealer", "", { max_bytes = MAX_FRAME, rcvhwm = HWM })
     back._s:setopt("sndhwm", HWM)
     back:connect(p.back)
@@ -102,7 +105,7 @@ function M.bridge(server, sandbox)
       error(("the sandbox folder %s is too deep for unix sockets; set SEER_SANDBOX_DIR to a shorter path"):format(sandbox.state_dir), 0)
     end
   end
-  local spec = json.encode{ pairs = pairs_list, die_with_parent = not sandbox.detached }
+  local spec = json.encode{ pairs = pairs_list, die_with_parent = not sandbox.detached, beneath = sandbox.run_dir }
   local argv = { require("seer.jupyter").seer_binary(), "-e", 'require("seer.rpc.relay").run()' }
   local child, line
   if sandbox.detached then
