@@ -384,6 +384,11 @@ int seer_gemma_forward(seer_model_t *m, const seer_fwd_batch_t *fb, seer_err_t *
     float *buf = malloc(sizeof(float) * (nf * (size_t)(2 * D + 2 * qd + 2 * kvd + 2 * I) + 4 * nf * (size_t)half +
                                          (size_t)nthreads * (size_t)fb->max_len));
     if (!buf) return seer_err_set(err, SEER_ENOMEM, "forward: out of memory for %d tokens", n);
+    seer_attn_params_t ap1, *aps = seer_fb_attn_params(fb, &ap1);
+    if (!aps) {
+        free(buf);
+        return seer_err_set(err, SEER_ENOMEM, "forward: out of memory for a batch of %d", fb->ns);
+    }
     float *x = buf, *xb = x + nf * D, *att = xb + nf * D, *q = att + nf * qd, *k = q + nf * qd, *v = k + nf * kvd;
     float *h1 = v + nf * kvd, *h2 = h1 + nf * I;
     float *cs[2], *sn[2];
@@ -430,12 +435,12 @@ int seer_gemma_forward(seer_model_t *m, const seer_fwd_batch_t *fb, seer_err_t *
             float *kc = kv->k + (size_t)l * kv->max_tokens * kvd, *vc = kv->v + (size_t)l * kv->max_tokens * kvd;
             memcpy(kc + (size_t)bp * kvd, k + (size_t)r0 * kvd, (size_t)bn * kvd * sizeof(float));
             memcpy(vc + (size_t)bp * kvd, v + (size_t)r0 * kvd, (size_t)bn * kvd * sizeof(float));
-            seer_attn_params_t ap = {.q = q + (size_t)r0 * qd, .kc = kc, .vc = vc, .out = att + (size_t)r0 * qd,
+            aps[b] = (seer_attn_params_t){.q = q + (size_t)r0 * qd, .kc = kc, .vc = vc, .out = att + (size_t)r0 * qd,
                                      .scratch = scratch, .n = bn, .start = bp, .max_len = kv->max_tokens, .H = H,
                                      .KH = KH, .hd = hd, .window = L->window, .scale = s->attn_scale,
                                      .softcap = s->attn_softcap};
-            if ((rc = seer_fwd_attention(m, fb->seq[b].hk, l, &ap, err)) < 0) goto out;
         }
+        if ((rc = seer_fb_attention(m, fb, l, aps, err)) < 0) goto out;
         SEER_HOOK_HEADS(SEER_HP_Z, l, att, H, hd);
         seer_fb_linear(m->pool, fb, xb, att, &L->o, &L->o_bias);
         if (s->version > 1) seer_k_rmsnorm(xb, xb, n, D, &L->post_attn_norm, eps, 1);
@@ -461,6 +466,7 @@ int seer_gemma_forward(seer_model_t *m, const seer_fwd_batch_t *fb, seer_err_t *
     for (int b = 0; b < fb->ns; b++) fb->seq[b].cache->len = fb->start[b] + fb->seq[b].n;
     rc = seer_fwd_finish(m, fb, x, xb, err);
 out:
+    seer_fb_attn_free(aps, &ap1);
     free(buf);
     return rc;
 }

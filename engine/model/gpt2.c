@@ -112,6 +112,11 @@ static int gpt2_forward(seer_model_t *m, const seer_fwd_batch_t *fb, seer_err_t 
     size_t nf = (size_t)n;
     float *buf = malloc(sizeof(float) * (nf * (size_t)(9 * D + I) + (size_t)nthreads * (size_t)fb->max_len));
     if (!buf) return seer_err_set(err, SEER_ENOMEM, "forward: out of memory for %d tokens", n);
+    seer_attn_params_t ap1, *aps = seer_fb_attn_params(fb, &ap1);
+    if (!aps) {
+        free(buf);
+        return seer_err_set(err, SEER_ENOMEM, "forward: out of memory for a batch of %d", fb->ns);
+    }
     float *x = buf, *xb = x + nf * D, *qkv = xb + nf * D, *q = qkv + nf * 3 * D, *kb = q + nf * D, *vb = kb + nf * D;
     float *h = vb + nf * D, *pe = h + nf * I;
     float *scratch = pe + nf * D;
@@ -151,11 +156,11 @@ static int gpt2_forward(seer_model_t *m, const seer_fwd_batch_t *fb, seer_err_t 
             float *kc = kv->k + (size_t)l * kv->max_tokens * D, *vc = kv->v + (size_t)l * kv->max_tokens * D;
             memcpy(kc + (size_t)bp * D, kb + (size_t)r0 * D, (size_t)bn * D * sizeof(float));
             memcpy(vc + (size_t)bp * D, vb + (size_t)r0 * D, (size_t)bn * D * sizeof(float));
-            seer_attn_params_t ap = {.q = q + (size_t)r0 * D, .kc = kc, .vc = vc, .out = att + (size_t)r0 * D,
+            aps[b] = (seer_attn_params_t){.q = q + (size_t)r0 * D, .kc = kc, .vc = vc, .out = att + (size_t)r0 * D,
                                      .scratch = scratch, .n = bn, .start = bp, .max_len = kv->max_tokens, .H = H,
                                      .KH = H, .hd = hd, .scale = scale};
-            if ((rc = seer_fwd_attention(m, fb->seq[b].hk, l, &ap, err)) < 0) goto out;
         }
+        if ((rc = seer_fb_attention(m, fb, l, aps, err)) < 0) goto out;
         SEER_HOOK_HEADS(SEER_HP_Z, l, att, H, hd);
         seer_gpt_linear_t(m->pool, xb, att, n, &L->aproj_w, &L->aproj_b);
         SEER_HOOK_ROWS(SEER_HP_ATTN_OUT, l, xb, D);
@@ -177,6 +182,7 @@ static int gpt2_forward(seer_model_t *m, const seer_fwd_batch_t *fb, seer_err_t 
     for (int b = 0; b < fb->ns; b++) fb->seq[b].cache->len = fb->start[b] + fb->seq[b].n;
     rc = seer_fwd_finish(m, fb, x, xb, err);
 out:
+    seer_fb_attn_free(aps, &ap1);
     free(buf);
     return rc;
 }

@@ -149,6 +149,11 @@ static int neox_forward(seer_model_t *m, const seer_fwd_batch_t *fb, seer_err_t 
     float *buf = malloc(sizeof(float) * (nf * (size_t)(10 * D + I) + (size_t)half * (1 + 2 * nf) +
                                          (size_t)nthreads * (size_t)fb->max_len));
     if (!buf) return seer_err_set(err, SEER_ENOMEM, "forward: out of memory for %d tokens", n);
+    seer_attn_params_t ap1, *aps = seer_fb_attn_params(fb, &ap1);
+    if (!aps) {
+        free(buf);
+        return seer_err_set(err, SEER_ENOMEM, "forward: out of memory for a batch of %d", fb->ns);
+    }
     float *x = buf, *xb = x + nf * D, *qkv = xb + nf * D, *q = qkv + nf * 3 * D, *att = q + nf * D, *ao = att + nf * D;
     float *kb = ao + nf * D, *vb = kb + nf * D;
     float *h = vb + nf * D, *inv = h + nf * I, *cs = inv + half, *sn = cs + nf * half, *scratch = sn + nf * half;
@@ -196,11 +201,11 @@ static int neox_forward(seer_model_t *m, const seer_fwd_batch_t *fb, seer_err_t 
                     seer_k_rope(q + (size_t)(r0 + t) * D, H, hd, s->rot, tc, ts);
                     seer_k_rope(kc + (size_t)(bp + t) * D, H, hd, s->rot, tc, ts);
                 }
-            seer_attn_params_t ap = {.q = q + (size_t)r0 * D, .kc = kc, .vc = vc, .out = att + (size_t)r0 * D,
+            aps[b] = (seer_attn_params_t){.q = q + (size_t)r0 * D, .kc = kc, .vc = vc, .out = att + (size_t)r0 * D,
                                      .scratch = scratch, .n = bn, .start = bp, .max_len = kv->max_tokens, .H = H,
                                      .KH = H, .hd = hd, .scale = 1.0f / sqrtf((float)hd)};
-            if ((rc = seer_fwd_attention(m, fb->seq[b].hk, l, &ap, err)) < 0) goto out;
         }
+        if ((rc = seer_fb_attention(m, fb, l, aps, err)) < 0) goto out;
         SEER_HOOK_HEADS(SEER_HP_Z, l, att, H, hd);
         seer_fb_linear(m->pool, fb, ao, att, &L->dense_w, &L->dense_b);
         SEER_HOOK_ROWS(SEER_HP_ATTN_OUT, l, ao, D);
@@ -229,6 +234,7 @@ static int neox_forward(seer_model_t *m, const seer_fwd_batch_t *fb, seer_err_t 
     for (int b = 0; b < fb->ns; b++) fb->seq[b].cache->len = fb->start[b] + fb->seq[b].n;
     rc = seer_fwd_finish(m, fb, x, xb, err);
 out:
+    seer_fb_attn_free(aps, &ap1);
     free(buf);
     return rc;
 }

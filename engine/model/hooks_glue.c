@@ -26,6 +26,30 @@ int seer_fwd_hook_heads(const seer_fwd_hooks_t *hk, seer_hook_point_t p, int lay
     return seer_hook_apply(hk->set, &call, &a, err);
 }
 
+int seer_fb_attention(seer_model_t *m, const seer_fwd_batch_t *fb, int layer, seer_attn_params_t *aps, seer_err_t *err) {
+    if (fb->ns == 1) return seer_fwd_attention(m, fb->seq[0].hk, layer, &aps[0], err);
+    if (seer_host_interrupted()) return seer_err_set(err, SEER_EINTR, "interrupted");
+    int plain = 0;
+    for (int s = 0; s < fb->ns; s++) {
+        const seer_fwd_hooks_t *hk = fb->seq[s].hk;
+        if (SEER_HOOKED(hk, SEER_HP_ATTN_SCORES, layer) || SEER_HOOKED(hk, SEER_HP_PATTERN, layer)) {
+            int rc = seer_fwd_attention(m, hk, layer, &aps[s], err);
+            if (rc < 0) return rc;
+        } else
+            aps[plain++] = aps[s]; /* s >= plain: an entry already used or this one */
+    }
+    seer_k_attention_batch(m->pool, aps, plain);
+    return 0;
+}
+
+seer_attn_params_t *seer_fb_attn_params(const seer_fwd_batch_t *fb, seer_attn_params_t *one) {
+    return fb->ns == 1 ? one : malloc(sizeof *one * (size_t)fb->ns);
+}
+
+void seer_fb_attn_free(seer_attn_params_t *aps, seer_attn_params_t *one) {
+    if (aps != one) free(aps);
+}
+
 /* Scores for every (head, query, key) of the cache, masked with -inf, as transformers' eager
  * attention computes them before the softmax. */
 int seer_fwd_attention(seer_model_t *m, const seer_fwd_hooks_t *hk, int layer, const seer_attn_params_t *a,

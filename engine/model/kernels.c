@@ -968,39 +968,29 @@ __attribute__((target("avx2,fma,f16c"))) static void attention_heads_avx2(const 
 }
 #endif
 
-typedef struct {
-    const seer_attn_params_t *a;
-    int hpi; /* query heads per item: a divisor of the group size */
-} attn_job;
-
-static void attention_chunk(void *ctx, size_t begin, size_t end, int thread) {
-    const attn_job *j = ctx;
-    const seer_attn_params_t *a = j->a;
-    int H = a->H, hd = a->hd, qd = H * hd, kvd = a->KH * hd, group = H / a->KH;
-    float *sc = a->scratch + (size_t)thread * (size_t)a->max_len;
+/* One item of the per-token attention: hpi query heads (a divisor of the group) of token t of
+ * a, item w counting (token, head block) pairs. sc: the thread's max_len scores (the portable
+ * loop and a group without its own rows); gs: hpi rows of max_len, or NULL. The same operations
+ * whichever hpi, thread or batch the item runs in. */
+static void attention_item(const seer_attn_params_t *a, int hpi, size_t w, float *sc, float *gs) {
+    int H = a->H, hd = a->hd, qd = H * hd, kvd = a->KH * hd, group = H / a->KH, per_t = H / hpi;
+    int t = (int)(w / (size_t)per_t), h0 = (int)(w % (size_t)per_t) * hpi;
 #ifdef SEER_X86
     if (SEER_ATTN_AVX2 && seer_k_have_avx2()) {
-        int hpi = j->hpi, per_t = H / hpi;
-        /* the item's scores, hpi rows of max_len; without them (out of memory) the item runs
-         * head by head in the pool's scratch, which gives the same bits */
-        float *gs = hpi > 1 ? thread_buffer(SEER_BUF_ATTN, (size_t)hpi * (size_t)a->max_len) : NULL;
-        for (size_t w = begin; w < end; w++) {
-            int t = (int)(w / (size_t)per_t), h0 = (int)(w % (size_t)per_t) * hpi;
-            if (gs) attention_heads_avx2(a, t, h0, hpi, gs);
-            else
-                for (int h = h0; h < h0 + hpi; h++) attention_heads_avx2(a, t, h, 1, sc);
-        }
+        if (gs) attention_heads_avx2(a, t, h0, hpi, gs);
+        else
+            for (int h = h0; h < h0 + hpi; h++) attention_heads_avx2(a, t, h, 1, sc);
         return;
     }
+#else
+    (void)gs;
 #endif
-    begin *= (size_t)j->hpi, end *= (size_t)j->hpi; /* the portable loop goes head by head */
-    for (size_t w = begin; w < end; w++) {
-        int t = (int)(w / (size_t)H), h = (int)(w % (size_t)H);
-        int pos = a->start + t;
+    int pos = a->start + t; /* the portable loop goes head by head */
+    int first = 0;
+    if (a->window > 0 && pos - a->window + 1 > 0) first = pos - a->window + 1;
+    for (int h = h0; h < h0 + hpi; h++) {
         const float *q = a->q + (size_t)t * qd + (size_t)h * hd;
         size_t kv_off = (size_t)(h / group) * (size_t)hd;
-        int first = 0;
-        if (a->window > 0 && pos - a->window + 1 > 0) first = pos - a->window + 1;
         float mx = -INFINITY;
         for (int p = first; p <= pos; p++) {
             float s = dot_generic(q, a->kc + (size_t)p * kvd + kv_off, hd) * a->scale;
@@ -1015,22 +1005,95 @@ static void attention_chunk(void *ctx, size_t begin, size_t end, int thread) {
     }
 }
 
-void seer_k_attention(seer_pool_t *p, const seer_attn_params_t *a) {
-    if (a->n >= SEER_BLAS_MIN_TOKENS && (seer_k_attention_small(p, a) || seer_k_attention_blas(p, a))) return;
-    /* Items of hpi query heads of one group (see attention_heads_avx2): the whole group when
-     * that leaves at least two items per thread, else the largest divisor of the group that does
-     * (one head at a time at worst). One head costs about 2 * keys * head_dim multiply-adds. */
-    int group = a->H / a->KH, threads = seer_pool_threads(p), hpi = 1;
+/* The items of several sequences' attentions in one loop: items first[i] .. first[i + 1] - 1 are
+ * a[i]'s (a single call is a batch of one). The scores' rows are `stride` floats per thread in
+ * each sequence's scratch (the largest max_len of the batch: every sequence of a forward call
+ * shares one scratch of threads x its largest cache). */
+typedef struct {
+    const seer_attn_params_t *a;
+    const size_t *first;
+    int count, hpi;
+    size_t stride;
+} attn_job;
+
+static void attention_chunk(void *ctx, size_t begin, size_t end, int thread) {
+    const attn_job *j = ctx;
+    int i = 0;
+    while (i + 1 < j->count && j->first[i + 1] <= begin) i++;
+    for (size_t w = begin; w < end; w++) {
+        while (w >= j->first[i + 1]) i++;
+        const seer_attn_params_t *a = &j->a[i];
+        float *sc = a->scratch + (size_t)thread * j->stride;
+        float *gs = j->hpi > 1 ? thread_buffer(SEER_BUF_ATTN, (size_t)j->hpi * j->stride) : NULL;
+        attention_item(a, j->hpi, w - j->first[i], sc, gs);
+    }
+}
+
+/* Query heads per item (see attention_heads_avx2): the whole group when that leaves at least two
+ * items per thread, else the largest divisor of the group that does (one head at a time at
+ * worst). */
+static int attention_hpi(const seer_attn_params_t *a, size_t tokens, int threads) {
+    int group = a->H / a->KH;
     if (SEER_ATTN_GROUP)
         for (int d = group < SEER_ATTN_MAX_GROUP ? group : SEER_ATTN_MAX_GROUP; d > 1; d--)
-            if (group % d == 0 && (size_t)a->n * (size_t)(a->H / d) >= 2u * (size_t)threads) {
-                hpi = d;
-                break;
-            }
-    attn_job j = {.a = a, .hpi = hpi};
-    size_t item = 2u * (size_t)(a->start + a->n) * (size_t)a->hd * (size_t)hpi;
+            if (group % d == 0 && tokens * (size_t)(a->H / d) >= 2u * (size_t)threads) return d;
+    return 1;
+}
+
+void seer_k_attention(seer_pool_t *p, const seer_attn_params_t *a) {
+    if (a->n >= SEER_BLAS_MIN_TOKENS && (seer_k_attention_small(p, a) || seer_k_attention_blas(p, a))) return;
+    seer_k_attention_batch(p, a, 1);
+}
+
+void seer_k_attention_batch(seer_pool_t *p, const seer_attn_params_t *a, int count) {
+    enum { STACK = 64 };
+    size_t first_stack[STACK + 1], *first = first_stack;
+    if (count <= 0) return;
+    /* sequences of SEER_BLAS_MIN_TOKENS query tokens or more run alone (their GEMM path) */
+    int short_ = 0;
+    for (int i = 0; i < count; i++) {
+        if (a[i].n >= SEER_BLAS_MIN_TOKENS && count > 1) seer_k_attention(p, &a[i]);
+        else short_++;
+    }
+    if (!short_) return;
+    seer_attn_params_t *sel = NULL;
+    const seer_attn_params_t *items = a;
+    if (short_ < count) {
+        if (!(sel = malloc(sizeof *sel * (size_t)short_))) { /* out of memory: one at a time */
+            for (int i = 0; i < count; i++)
+                if (a[i].n < SEER_BLAS_MIN_TOKENS) seer_k_attention_batch(p, &a[i], 1);
+            return;
+        }
+        for (int i = 0, k = 0; i < count; i++)
+            if (a[i].n < SEER_BLAS_MIN_TOKENS) sel[k++] = a[i];
+        items = sel;
+    }
+    if (short_ > STACK && !(first = malloc(sizeof *first * (size_t)(short_ + 1)))) {
+        for (int i = 0; i < short_; i++) seer_k_attention_batch(p, &items[i], 1);
+        free(sel);
+        return;
+    }
+    int threads = seer_pool_threads(p);
+    size_t tokens = 0, work = 0, stride = 0;
+    for (int i = 0; i < short_; i++) {
+        tokens += (size_t)items[i].n;
+        if ((size_t)items[i].max_len > stride) stride = (size_t)items[i].max_len;
+    }
+    /* every sequence of a batch has the same heads: one grouping for all */
+    int hpi = attention_hpi(&items[0], tokens, threads);
+    first[0] = 0;
+    for (int i = 0; i < short_; i++) {
+        first[i + 1] = first[i] + (size_t)items[i].n * (size_t)(items[i].H / hpi);
+        /* one item costs about 2 * keys * head_dim multiply-adds per head */
+        work += (size_t)items[i].n * (size_t)(items[i].H / hpi) * 2u * (size_t)(items[i].start + items[i].n) *
+                (size_t)items[i].hd * (size_t)hpi;
+    }
+    attn_job j = {.a = items, .first = first, .count = short_, .hpi = hpi, .stride = stride};
+    size_t n_items = first[short_], item = n_items ? work / n_items : 0;
     size_t min_items = item ? (SEER_PAR_WORK / 2 + item - 1) / item : 1;
-    seer_pool_for(p, (size_t)a->n * (size_t)(a->H / hpi), min_items ? min_items : 1, attention_chunk, &j);
+    seer_pool_for(p, n_items, min_items ? min_items : 1, attention_chunk, &j);
+    if (first != first_stack) free(first);
+    free(sel);
 }
 
 void seer_k_rope_table(const float *inv, int half, int start, int n, float *cs, float *sn) {

@@ -186,6 +186,13 @@ typedef struct seer_attn_params {
     float softcap; /* 0: off; else scores become tanh(s / softcap) * softcap after scaling */
 } seer_attn_params_t;
 void seer_k_attention(seer_pool_t *p, const seer_attn_params_t *a);
+/* seer_k_attention for several sequences' attentions of one layer (a batched forward call): the
+ * per-token attentions (fewer than SEER_BLAS_MIN_TOKENS query tokens each) run as one parallel
+ * loop over every sequence's (token, head block) items, where one call each would leave the
+ * threads but one idle on a short context and wait at a barrier per sequence; longer ones run
+ * alone. Each output the same bits as seer_k_attention gives it. The sequences share H, KH, hd
+ * and one scratch of threads x their largest max_len. */
+void seer_k_attention_batch(seer_pool_t *p, const seer_attn_params_t *a, int count);
 /* The same as two GEMMs per head (kernels_blas.c), used from SEER_BLAS_MIN_TOKENS query tokens
  * on; returns 0 when it cannot (out of memory), and then the per-token kernel runs. */
 int seer_k_attention_blas(seer_pool_t *p, const seer_attn_params_t *a);
@@ -265,6 +272,14 @@ void seer_fb_silu_mul(const seer_fwd_batch_t *fb, float *gate, const float *up, 
  * values path. */
 int seer_fwd_attention(seer_model_t *m, const seer_fwd_hooks_t *hk, int layer, const seer_attn_params_t *a,
                        seer_err_t *err);
+/* Attention for one layer of every sequence of a batched call, aps[s] sequence s's (reordered
+ * here): the sequences with score or pattern hooks at this layer through seer_fwd_attention, the
+ * others together (seer_k_attention_batch: one parallel loop). */
+int seer_fb_attention(seer_model_t *m, const seer_fwd_batch_t *fb, int layer, seer_attn_params_t *aps, seer_err_t *err);
+/* The per-sequence attention parameters of a forward call: one on the stack for a single
+ * sequence, else fb->ns allocated (NULL: out of memory). seer_fb_attn_free releases them. */
+seer_attn_params_t *seer_fb_attn_params(const seer_fwd_batch_t *fb, seer_attn_params_t *one);
+void seer_fb_attn_free(seer_attn_params_t *aps, seer_attn_params_t *one);
 /* The end of every forward pass, per sequence: the final norm (all its rows when its
  * ln_final.hook_normalized has hooks, else only the rows that need logits; xb has room for N
  * rows), the hooks there, then the head into its logits (NULL: none) for all rows or the last

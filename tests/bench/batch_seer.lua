@@ -3,16 +3,19 @@
 -- batch excludes the prefill: (B * (N - 1)) / (time for N new tokens - time for 1), best of
 -- BENCH_REPEAT. Prints one line per batch size: B tok_s.
 -- Usage: seer tests/bench/batch_seer.lua MODEL THREADS N B1 [B2 ...]
+-- BATCH_PROMPT_LEN=N: prompts of N tokens (default 5).
 -- SEER_BENCH_PRECISION=fast: bf16 weights against activations rounded to bf16 (precision = "fast")
 local path, threads, n = arg[1], tonumber(arg[2]), tonumber(arg[3])
 local model = seer.model.load(path, { threads = threads, tokenizer = false,
                                       precision = os.getenv("SEER_BENCH_PRECISION") })
 local vocab = model.config.vocab_size
+-- BATCH_PROMPT_LEN (default 5): each prompt's length (the context the decode steps attend over)
+local plen = tonumber(os.getenv("BATCH_PROMPT_LEN") or "5")
 local function prompts(b)
   local p = {}
   for i = 1, b do
     p[i] = { 1 }
-    for j = 1, 4 do p[i][j + 1] = (i * 7919 + j * 104729) % (vocab - 3) + 3 end
+    for j = 1, plen - 1 do p[i][j + 1] = (i * 7919 + j * 104729) % (vocab - 3) + 3 end
   end
   return p
 end

@@ -492,3 +492,76 @@ Test(kernels, decode_attention_portable_path) {
     cr_assert(!seer_k_have_avx2(), "SEER_NO_AVX2=1 did not turn the AVX2 paths off");
     check_decode_attention();
 }
+/* seer_k_attention_batch (a batched forward call's attention: every sequence's per-token items
+ * in one parallel loop) gives each sequence the bits seer_k_attention gives it alone, whatever
+ * the thread count: sequences of different lengths, new-token counts (one of 17 takes the GEMM
+ * path alone) and cache sizes (max_len) sharing one scratch of threads x the largest, contexts
+ * long enough that the loop is split over the threads; grouped (4 and 2 query heads per
+ * key/value head) and one head per group (the kernel's scratch rows), windows and soft-capping. */
+static void check_batch_attention(void) {
+    seer_pool_t *pools[3] = {seer_pool_new(1), seer_pool_new(2), seer_pool_new(3)};
+    static const int heads[][2] = {{16, 4}, {8, 8}, {12, 6}};
+    enum { NS = 7 };
+    static const int starts[NS] = {300, 0, 171, 40, 250, 3, 120}, news[NS] = {1, 3, 1, 17, 2, 1, 1};
+    static const int extra[NS] = {0, 200, 7, 31, 500, 1, 64}; /* max_len = start + n + extra */
+    int checked = 0;
+    for (size_t hh = 0; hh < sizeof heads / sizeof *heads; hh++)
+        for (int window = 0; window <= 45; window += 45)
+            for (int cap = 0; cap < 2; cap++) {
+                int H = heads[hh][0], KH = heads[hh][1], hd = 64, qd = H * hd, kvd = KH * hd, maxl = 0;
+                seer_attn_params_t a[NS];
+                float *q[NS], *kc[NS], *vc[NS], *alone[NS], *batch[NS];
+                for (int i = 0; i < NS; i++) {
+                    int n = news[i], L = starts[i] + n + extra[i];
+                    if (L > maxl) maxl = L;
+                    q[i] = malloc(sizeof(float) * (size_t)(n * qd));
+                    kc[i] = malloc(sizeof(float) * (size_t)L * (size_t)kvd);
+                    vc[i] = malloc(sizeof(float) * (size_t)L * (size_t)kvd);
+                    alone[i] = malloc(sizeof(float) * (size_t)(n * qd));
+                    batch[i] = malloc(sizeof(float) * (size_t)(n * qd));
+                    for (int j = 0; j < n * qd; j++) q[i][j] = nrand() * 2;
+                    for (size_t j = 0; j < (size_t)L * (size_t)kvd; j++) {
+                        kc[i][j] = nrand() * 2;
+                        vc[i][j] = nrand();
+                    }
+                }
+                float *scratch = malloc(sizeof(float) * (size_t)(3 * maxl));
+                for (int i = 0; i < NS; i++)
+                    a[i] = (seer_attn_params_t){.q = q[i], .kc = kc[i], .vc = vc[i], .scratch = scratch, .n = news[i],
+                                                .start = starts[i], .max_len = starts[i] + news[i] + extra[i], .H = H,
+                                                .KH = KH, .hd = hd, .window = window, .scale = 1.0f / sqrtf((float)hd),
+                                                .softcap = cap ? 2.5f : 0.0f};
+                for (int i = 0; i < NS; i++) {
+                    seer_attn_params_t one = a[i];
+                    one.out = alone[i];
+                    seer_k_attention(pools[0], &one);
+                }
+                for (int k = 0; k < 3; k++) {
+                    for (int i = 0; i < NS; i++) {
+                        for (int j = 0; j < news[i] * qd; j++) batch[i][j] = NAN;
+                        a[i].out = batch[i];
+                    }
+                    seer_k_attention_batch(pools[k], a, NS);
+                    for (int i = 0; i < NS; i++)
+                        for (int j = 0; j < news[i] * qd; j++)
+                            cr_assert(memcmp(&batch[i][j], &alone[i][j], sizeof(float)) == 0,
+                                      "H %d KH %d window %d softcap %d, %d thread(s): sequence %d (start %d, %d new) "
+                                      "out[%d] = %.9g in the batch, %.9g alone",
+                                      H, KH, window, cap, k + 1, i, starts[i], news[i], j, batch[i][j], alone[i][j]);
+                    checked++;
+                }
+                for (int i = 0; i < NS; i++) free(q[i]), free(kc[i]), free(vc[i]), free(alone[i]), free(batch[i]);
+                free(scratch);
+            }
+    cr_assert_eq(checked, 3 * 2 * 2 * 3);
+    for (int k = 0; k < 3; k++) seer_pool_free(pools[k]);
+}
+Test(kernels, batch_attention_same_bits_as_alone) {
+    if (!seer_k_have_avx2()) cr_skip_test("skipped: this CPU has no AVX2 (the portable path is the test below)");
+    check_batch_attention();
+}
+Test(kernels, batch_attention_portable_path) {
+    setenv("SEER_NO_AVX2", "1", 1);
+    cr_assert(!seer_k_have_avx2(), "SEER_NO_AVX2=1 did not turn the AVX2 paths off");
+    check_batch_attention();
+}
