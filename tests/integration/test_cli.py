@@ -49,6 +49,24 @@ class CliTest(unittest.TestCase):
             self.assertEqual(r.stdout, "")
         self.assertIn("usage: seer version", run(["version", "--help"]).stdout)
 
+    def test_a_command_without_its_subcommand_is_a_usage_error(self):
+        # `seer mcp`, `seer model`, ... printed their usage and exited 0 while `seer replay` and
+        # `seer serve` exited 2: a missing subcommand is a usage error (stderr, 2); asking for
+        # the usage (--help, help) is not (stdout, 0)
+        for cmd in ["mcp", "model", "notebook", "hub", "sandbox", "transcript", "rpc", "replay", "serve"]:
+            r = run([cmd], timeout=20)
+            self.assertEqual(r.returncode, 2, (cmd, r.stdout, r.stderr))
+            self.assertIn("usage: seer " + cmd, r.stderr)
+            self.assertEqual(r.stdout, "", cmd)
+            # replay and serve take a path first (`seer serve help` is a model folder named help)
+            for ask in (["--help"], ["help"]) if cmd not in ("replay", "serve") else (["--help"],):
+                r = run([cmd] + ask, timeout=20)
+                self.assertEqual(r.returncode, 0, (cmd, ask, r.stderr))
+                self.assertIn("usage: seer " + cmd, r.stdout)
+            r = run(["help", cmd], timeout=20)
+            self.assertEqual(r.returncode, 0, (cmd, r.stderr))
+            self.assertIn("usage: seer " + cmd, r.stdout)
+
     def test_serve_a_missing_model_is_one_line_without_a_traceback(self):
         # it was a Lua traceback from serve.lua; `seer model info` already said it in one line
         r = run(["serve", "/nonexistent-model-dir"], timeout=20)

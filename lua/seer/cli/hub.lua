@@ -18,7 +18,11 @@ fetched at once (1 to 64; default $SEER_HUB_MAX_WORKERS, else 4). HF_ENDPOINT, H
 HF_HUB_OFFLINE=1 are honoured.]]
 
 function M.main(cmd, ...)
-  if cmd == nil or cmd == "-h" or cmd == "--help" or cmd == "help" then
+  if cmd == nil then -- no subcommand: a usage error (exit 2), as for any other missing argument
+    io.stderr:write(USAGE, "\n")
+    os.exit(2)
+  end
+  if cmd == "-h" or cmd == "--help" or cmd == "help" then
     print(USAGE)
     return
   end

@@ -154,7 +154,10 @@ function M.main(...)
     if args[1] == "--devices" then run(devices) else run(info, args[1]) end
   elseif sub == "generate" then
     run(generate, args)
-  elseif sub == nil or sub == "help" or sub == "--help" then
+  elseif sub == nil then -- no subcommand: a usage error (exit 2)
+    io.stderr:write(M.usage)
+    os.exit(2)
+  elseif sub == "help" or sub == "--help" or sub == "-h" then
     io.write(M.usage)
   else
     die(("unknown subcommand '%s'; subcommands: info, generate\n\n%s"):format(sub, M.usage))

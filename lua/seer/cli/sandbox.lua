@@ -143,7 +143,8 @@ function M.main(cmd, ...)
   elseif cmd == "snapshots" then rc = snapshots()
   elseif cmd == "ssh-link" or cmd == "remote-start" then rc = require("seer.backends.ssh").main(cmd)
   elseif cmd == "k8s-transport" or cmd == "k8s-delete" or cmd == "curve-serve" then rc = require("seer.backends.kubernetes").main(cmd, args)
-  elseif cmd == nil or cmd == "-h" or cmd == "--help" or cmd == "help" then print(USAGE); rc = 0
+  elseif cmd == nil then io.stderr:write(USAGE, "\n"); rc = 2 -- no subcommand: a usage error
+  elseif cmd == "-h" or cmd == "--help" or cmd == "help" then print(USAGE); rc = 0
   else usage_error(("seer sandbox: unknown command %q"):format(cmd)) end
   if rc ~= 0 then os.exit(rc) end
 end

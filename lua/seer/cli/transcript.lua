@@ -182,7 +182,11 @@ function M._view(path, full, out)
 end
 
 function M.main(cmd, ...)
-  if cmd == nil or cmd == "-h" or cmd == "--help" or cmd == "help" then
+  if cmd == nil then -- no subcommand: a usage error (exit 2), as for any other missing argument
+    io.stderr:write(USAGE, "\n")
+    os.exit(2)
+  end
+  if cmd == "-h" or cmd == "--help" or cmd == "help" then
     print(USAGE)
     return
   end
