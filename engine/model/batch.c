@@ -11,6 +11,29 @@
 #include "model_private.h"
 #include "cuda/gpu_model.h"
 
+void seer_fb_linear_multi(seer_pool_t *p, const seer_fwd_batch_t *fb, int count, float *const *ys, const float *x,
+                          const seer_weight_t *const *ws, const seer_weight_t *const *biases) {
+    enum { MAX = 4 };
+    if (count > MAX) {
+        for (int i = 0; i < count; i++) seer_fb_linear(p, fb, ys[i], x, ws[i], biases[i]);
+        return;
+    }
+    size_t in = (size_t)ws[0]->cols;
+    if (fb->ns == 1) {
+        seer_k_linear_multi(p, count, ys, x, fb->N, ws, biases, 1);
+        return;
+    }
+    for (int s = 0; s < fb->ns;) {
+        int e = s + 1, gemm = fb->seq[s].n >= SEER_BLAS_MIN_TOKENS;
+        if (!gemm)
+            while (e < fb->ns && fb->seq[e].n < SEER_BLAS_MIN_TOKENS) e++;
+        float *yo[MAX];
+        for (int i = 0; i < count; i++) yo[i] = ys[i] + (size_t)fb->off[s] * (size_t)ws[i]->rows;
+        seer_k_linear_multi(p, count, yo, x + (size_t)fb->off[s] * in, fb->off[e] - fb->off[s], ws, biases, gemm);
+        s = e;
+    }
+}
+
 int seer_fb_hook_rows(const seer_fwd_batch_t *fb, seer_hook_point_t p, int layer, float *data, int cols, seer_err_t *err) {
     for (int s = 0; s < fb->ns; s++) {
         const seer_batch_seq_t *q = &fb->seq[s];

@@ -873,6 +873,23 @@ void seer_k_linear_rows(seer_pool_t *p, float *y, const float *x, int n, const s
     if (w->lora) seer_lora_apply_rows(p, y, x, n, w->lora);
 }
 
+void seer_k_linear_multi(seer_pool_t *p, int count, float *const *ys, const float *x, int n, const seer_weight_t *const *ws,
+                         const seer_weight_t *const *biases, int gemm) {
+    /* a GEMM-sized call takes its own path (AMX, OpenBLAS) matrix by matrix */
+    if (count > 1 && !(gemm && n >= SEER_BLAS_MIN_TOKENS) && seer_k_linear_dpbf16_multi(p, count, ys, x, n, ws, biases)) {
+        for (int i = 0; i < count; i++)
+            if (ws[i]->lora) {
+                if (gemm) seer_lora_apply(p, ys[i], x, n, ws[i]->lora);
+                else seer_lora_apply_rows(p, ys[i], x, n, ws[i]->lora);
+            }
+        return;
+    }
+    for (int i = 0; i < count; i++) {
+        if (gemm) seer_k_linear(p, ys[i], x, n, ws[i], biases[i]);
+        else seer_k_linear_rows(p, ys[i], x, n, ws[i], biases[i]);
+    }
+}
+
 void seer_k_rmsnorm(float *y, const float *x, int n, int d, const seer_weight_t *w, float eps, int one_plus) {
     if (seer_k_rmsnorm_fast(y, x, n, d, w, eps, one_plus)) return;
     for (int t = 0; t < n; t++) {

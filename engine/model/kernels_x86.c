@@ -695,6 +695,7 @@ int seer_k_linear_amx(seer_pool_t *p, float *y, const float *x, int n, const see
 #ifndef DP_TILE_HINT
 #define DP_TILE_HINT _MM_HINT_T1
 #endif
+/* One matrix of a call: y = x W^T (+ bias) against the shared bf16 activations xb. */
 typedef struct {
     float *y;
     const float *x;
@@ -702,9 +703,31 @@ typedef struct {
                    * every token together, one stream for the tiles) */
     const seer_weight_t *w, *bias;
     int n;
-    size_t task;        /* rows per task (the streamed kernel), taken as the threads go */
-    atomic_size_t next; /* the next task's first row */
 } dp_job;
+
+/* A call over up to DP_MULTI matrices of the same width (q, k and v; gate and up): the
+ * activations packed once, one loop whose tasks are row ranges of any of the matrices. Matrix
+ * i's rows are tasks first[i] .. first[i + 1] - 1 of `task` rows each (its last may be short). */
+#define DP_MULTI 4
+typedef struct {
+    dp_job m[DP_MULTI];
+    size_t first[DP_MULTI + 1];
+    int count;
+    size_t task;        /* rows per task, taken as the threads go */
+    atomic_size_t next; /* the next task */
+} dp_run;
+
+/* The matrix and rows [*r0, *r1) of task b; 0 when b is past the last. */
+static int dp_take(const dp_run *run, size_t b, int *i, int *r0, int *r1) {
+    if (b >= run->first[run->count]) return 0;
+    int k = 0;
+    while (b >= run->first[k + 1]) k++;
+    size_t rows = (size_t)run->m[k].w->rows, a = (b - run->first[k]) * run->task;
+    *i = k;
+    *r0 = (int)a;
+    *r1 = (int)(a + run->task < rows ? a + run->task : rows);
+    return 1;
+}
 
 static int have_avx512bf16(void) {
     static int v = -1;
@@ -847,13 +870,9 @@ __attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"))) static void dp_g
  * takes fewer; a fixed half each left the other waiting at the end of every matrix). */
 static void dp_gemm_chunk(void *ctx, size_t begin, size_t end, int thread) {
     (void)thread, (void)begin, (void)end;
-    dp_job *j = ctx;
-    const size_t rows = (size_t)j->w->rows;
-    for (;;) {
-        size_t b = atomic_fetch_add(&j->next, DP_ROWS);
-        if (b >= rows) return;
-        dp_gemm_rows(j, (int)b, (int)(b + DP_ROWS < rows ? b + DP_ROWS : rows));
-    }
+    dp_run *run = ctx;
+    int i, r0, r1;
+    while (dp_take(run, atomic_fetch_add(&run->next, 1), &i, &r0, &r1)) dp_gemm_rows(&run->m[i], r0, r1);
 }
 
 /* One row against NT (1 to 4) tokens, streamed with a prefetch per cache line: the same chain per
@@ -891,12 +910,10 @@ DP_STREAM(4)
 
 static void dp_stream_chunk(void *ctx, size_t begin, size_t end, int thread) {
     (void)thread, (void)begin, (void)end;
-    dp_job *j = ctx;
-    const size_t rows = (size_t)j->w->rows;
-    for (;;) {
-        size_t b = atomic_fetch_add(&j->next, j->task);
-        if (b >= rows) return;
-        int r0 = (int)b, r1 = (int)(b + j->task < rows ? b + j->task : rows);
+    dp_run *run = ctx;
+    int i, r0, r1;
+    while (dp_take(run, atomic_fetch_add(&run->next, 1), &i, &r0, &r1)) {
+        const dp_job *j = &run->m[i];
         switch (j->n) {
         case 1: dp_stream1(j, r0, r1); break;
         case 2: dp_stream2(j, r0, r1); break;
@@ -917,14 +934,22 @@ const char *seer_k_fast_kind(void) {
 
 int seer_k_linear_dpbf16(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w,
                          const seer_weight_t *bias) {
+    return seer_k_linear_dpbf16_multi(p, 1, &y, x, n, &w, &bias);
+}
+
+int seer_k_linear_dpbf16_multi(seer_pool_t *p, int count, float *const *ys, const float *x, int n,
+                               const seer_weight_t *const *ws, const seer_weight_t *const *biases) {
 #ifdef SEER_X86
-    if (!seer_k_fast_bf16 || w->dtype != SEER_BF16 || w->cols % 32 != 0 || n < 1 || !have_avx512bf16()) return 0;
+    if (!seer_k_fast_bf16 || count < 1 || count > DP_MULTI || n < 1 || !have_avx512bf16()) return 0;
+    for (int i = 0; i < count; i++)
+        if (ws[i]->dtype != SEER_BF16 || ws[i]->cols % 32 != 0 || ws[i]->cols != ws[0]->cols) return 0;
+    const seer_weight_t *w0 = ws[0];
     /* the activations in bf16: a buffer kept per thread for up to DP_KEEP bytes (every decode
      * step), else one per call */
     enum { DP_KEEP = 256 * 1024 };
     static _Thread_local uint16_t *kept;
     static _Thread_local size_t kept_bytes;
-    size_t elems = (size_t)n * (size_t)w->cols, bytes = (elems * sizeof(uint16_t) + 63) & ~(size_t)63;
+    size_t elems = (size_t)n * (size_t)w0->cols, bytes = (elems * sizeof(uint16_t) + 63) & ~(size_t)63;
     uint16_t *xb;
     if (bytes <= DP_KEEP) {
         if (kept_bytes < bytes) {
@@ -936,24 +961,36 @@ int seer_k_linear_dpbf16(seer_pool_t *p, float *y, const float *x, int n, const 
         xb = kept;
     } else if (!(xb = aligned_alloc(64, bytes)))
         return 0;
-    dp_job j = {.y = y, .x = x, .xb = xb, .w = w, .bias = bias, .n = n};
-    atomic_init(&j.next, 0);
-    if (elems <= 65536) dp_pack_chunk(&j, 0, (size_t)n, 0);
-    else seer_pool_for(p, (size_t)n, 1, dp_pack_chunk, &j);
+    dp_run run = {.count = count};
+    size_t rows = 0, max_rows = 0;
+    for (int i = 0; i < count; i++) {
+        run.m[i] = (dp_job){.y = ys[i], .x = x, .xb = xb, .w = ws[i], .bias = biases[i], .n = n};
+        rows += (size_t)ws[i]->rows;
+        if ((size_t)ws[i]->rows > max_rows) max_rows = (size_t)ws[i]->rows;
+    }
+    atomic_init(&run.next, 0);
+    if (elems <= 65536) dp_pack_chunk(&run.m[0], 0, (size_t)n, 0);
+    else seer_pool_for(p, (size_t)n, 1, dp_pack_chunk, &run.m[0]);
     int threads = seer_pool_threads(p);
-    size_t rows = (size_t)w->rows, work = rows * (size_t)w->cols * (size_t)n;
+    size_t work = rows * (size_t)w0->cols * (size_t)n;
+    int par;
     if (n <= DP_STREAM_MAX) {
         /* about SEER_LINEAR_TASKS (16) tasks per thread, as the default's streamed kernels */
         size_t task = (rows + (size_t)threads * 16 - 1) / ((size_t)threads * 16);
-        j.task = task < 16 ? 16 : task;
-        if (work < SEER_PAR_WORK) j.task = rows;
-        seer_pool_for(p, j.task >= rows ? 1 : (size_t)threads, 1, dp_stream_chunk, &j);
-    } else
-        seer_pool_for(p, work < SEER_PAR_WORK || rows <= DP_ROWS ? 1 : (size_t)threads, 1, dp_gemm_chunk, &j);
+        run.task = task < 16 ? 16 : task;
+        if (work < SEER_PAR_WORK) run.task = max_rows;
+        par = run.task < rows;
+    } else {
+        run.task = DP_ROWS;
+        par = work >= SEER_PAR_WORK && rows > DP_ROWS;
+    }
+    run.first[0] = 0;
+    for (int i = 0; i < count; i++) run.first[i + 1] = run.first[i] + ((size_t)ws[i]->rows + run.task - 1) / run.task;
+    seer_pool_for(p, par ? (size_t)threads : 1, 1, n <= DP_STREAM_MAX ? dp_stream_chunk : dp_gemm_chunk, &run);
     if (xb != kept) free(xb);
     return 1;
 #else
-    (void)p, (void)y, (void)x, (void)n, (void)w, (void)bias;
+    (void)p, (void)count, (void)ys, (void)x, (void)n, (void)ws, (void)biases;
     return 0;
 #endif
 }

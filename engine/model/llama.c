@@ -306,9 +306,11 @@ int seer_decoder_forward(seer_model_t *m, const seer_fwd_batch_t *fb, seer_err_t
         if (st->o.olmo2) memcpy(xb, x, nf * D * sizeof(float)); /* no pre-norm: the block sees x */
         else seer_k_rmsnorm(xb, x, n, D, &L->attn_norm, c->rms_norm_eps, 0);
         SEER_HOOK_ROWS(SEER_HP_LN1, l, xb, D);
-        seer_fb_linear(m->pool, fb, q, xb, &L->q, &L->q_bias);
-        seer_fb_linear(m->pool, fb, k, xb, &L->k, &L->k_bias);
-        seer_fb_linear(m->pool, fb, v, xb, &L->v, &L->v_bias);
+        {
+            float *ys[3] = {q, k, v};
+            const seer_weight_t *ws[3] = {&L->q, &L->k, &L->v}, *bs[3] = {&L->q_bias, &L->k_bias, &L->v_bias};
+            seer_fb_linear_multi(m->pool, fb, 3, ys, xb, ws, bs);
+        }
         if (st->o.qk_norm) { /* per head, before RoPE */
             seer_k_rmsnorm(q, q, n * H, hd, &st->q_norm[l], c->rms_norm_eps, 0);
             seer_k_rmsnorm(k, k, n * KH, hd, &st->k_norm[l], c->rms_norm_eps, 0);
@@ -348,8 +350,11 @@ int seer_decoder_forward(seer_model_t *m, const seer_fwd_batch_t *fb, seer_err_t
         if (st->o.olmo2) memcpy(xb, x, nf * D * sizeof(float));
         else seer_k_rmsnorm(xb, x, n, D, &L->mlp_norm, c->rms_norm_eps, 0);
         SEER_HOOK_ROWS(SEER_HP_LN2, l, xb, D);
-        seer_fb_linear(m->pool, fb, h1, xb, &L->gate, &L->gate_bias);
-        seer_fb_linear(m->pool, fb, h2, xb, &L->up, &L->up_bias);
+        {
+            float *ys[2] = {h1, h2};
+            const seer_weight_t *ws[2] = {&L->gate, &L->up}, *bs[2] = {&L->gate_bias, &L->up_bias};
+            seer_fb_linear_multi(m->pool, fb, 2, ys, xb, ws, bs);
+        }
         SEER_HOOK_ROWS(SEER_HP_MLP_PRE, l, h1, I);
         seer_fb_silu_mul(fb, h1, h2, I);
         SEER_HOOK_ROWS(SEER_HP_MLP_POST, l, h1, I);

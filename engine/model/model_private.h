@@ -222,6 +222,11 @@ int seer_k_linear_amx(seer_pool_t *p, float *y, const float *x, int n, const see
  * it does not apply (not fast, no AVX512_BF16, other dtypes, cols not a multiple of 32, out of
  * memory). */
 int seer_k_linear_dpbf16(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias);
+/* seer_k_linear_dpbf16 for up to 4 matrices of the same width against the same x (q, k and v;
+ * gate and up): x packed once and one parallel loop over all their rows, each output the bits
+ * it gets in a call of its own. 0 when it does not apply (any matrix), and nothing is computed. */
+int seer_k_linear_dpbf16_multi(seer_pool_t *p, int count, float *const *ys, const float *x, int n,
+                               const seer_weight_t *const *ws, const seer_weight_t *const *biases);
 /* What precision = "fast" runs on here: "AMX", "AVX512_BF16", or NULL (neither: fast computes what
  * the default does). */
 const char *seer_k_fast_kind(void);
@@ -262,7 +267,18 @@ void seer_fb_linear(seer_pool_t *p, const seer_fwd_batch_t *fb, float *y, const 
                     const seer_weight_t *bias);
 /* The per-token kernel whatever n (no GEMM), LoRA included: a row's result does not depend on n. */
 void seer_k_linear_rows(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias);
+/* ys[i] = x ws[i]^T (+ biases[i]) for count matrices of the same width against the same x (q, k
+ * and v; gate and up), as seer_k_linear (gemm) or seer_k_linear_rows each, LoRA included; where
+ * the kernel can (precision = "fast" on AVX512_BF16, under SEER_BLAS_MIN_TOKENS tokens for
+ * gemm) in one pass with x packed once and one barrier, each output the same bits. */
+void seer_k_linear_multi(seer_pool_t *p, int count, float *const *ys, const float *x, int n, const seer_weight_t *const *ws,
+                         const seer_weight_t *const *biases, int gemm);
 void seer_lora_apply_rows(seer_pool_t *p, float *y, const float *x, int n, const struct seer_lora *lora);
+/* seer_fb_linear for up to 4 matrices of the same width against the same rows x (q, k and v;
+ * gate and up): each run of short sequences (and a batch of one under SEER_BLAS_MIN_TOKENS rows)
+ * through seer_k_linear_multi, the same bits as one seer_fb_linear per matrix. */
+void seer_fb_linear_multi(seer_pool_t *p, const seer_fwd_batch_t *fb, int count, float *const *ys, const float *x,
+                          const seer_weight_t *const *ws, const seer_weight_t *const *biases);
 /* Copies the packed rows x[N][D] into each sequence's hidden buffer (block b of it), when set. */
 void seer_fb_hidden(const seer_fwd_batch_t *fb, int block, const float *x, int D);
 /* gate = silu(gate) * up per sequence (the vector kernel's scalar tail depends on the length). */

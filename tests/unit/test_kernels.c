@@ -230,6 +230,66 @@ Test(kernels, dpbf16_linear_fast_precision) {
     seer_pool_free(pool);
 }
 
+/* seer_k_linear_multi (q, k and v; gate and up in one call): every matrix's outputs the bits of
+ * its own seer_k_linear / seer_k_linear_rows call, in precision = "fast" (one pass: x packed
+ * once, one loop over every matrix's rows) and in the default precision (one call each), for
+ * the streamed (1-4 tokens) and tiled token counts, rows that leave short tasks and tiles, with
+ * and without bias, 1 to 3 threads and enough rows that the loop is split; more matrices than
+ * the fused path takes run one call each. */
+Test(kernels, linear_multi_same_bits_as_one_call_each) {
+    seer_pool_t *pools[3] = {seer_pool_new(1), seer_pool_new(2), seer_pool_new(3)};
+    static const int ns[] = {1, 2, 4, 5, 13, 16, 17};
+    static const int rows_[5] = {1024, 256, 67, 256, 1};
+    enum { COLS = 256, NMAX = 17, RMAX = 1024 };
+    uint16_t *w[5], *b[5];
+    seer_weight_t W[5], B[5];
+    for (int i = 0; i < 5; i++) {
+        w[i] = malloc(sizeof(uint16_t) * (size_t)rows_[i] * COLS);
+        b[i] = malloc(sizeof(uint16_t) * (size_t)rows_[i]);
+        for (int k = 0; k < rows_[i] * COLS; k++) w[i][k] = seer_f32_to_bf16(nrand() * 0.1f);
+        for (int k = 0; k < rows_[i]; k++) b[i][k] = seer_f32_to_bf16(nrand());
+        W[i] = (seer_weight_t){.dtype = SEER_BF16, .data = w[i], .rows = rows_[i], .cols = COLS};
+        B[i] = (seer_weight_t){.dtype = SEER_BF16, .data = b[i], .rows = 1, .cols = rows_[i]};
+    }
+    float *x = malloc(sizeof(float) * NMAX * COLS), *want = malloc(sizeof(float) * NMAX * RMAX);
+    float *got[5];
+    for (int i = 0; i < 5; i++) got[i] = malloc(sizeof(float) * NMAX * RMAX);
+    for (int k = 0; k < NMAX * COLS; k++) x[k] = nrand() * 3;
+    int checked = 0;
+    for (int fast = 0; fast < 2; fast++)
+        for (int count = 2; count <= 5; count++)
+            for (size_t a = 0; a < sizeof ns / sizeof *ns; a++)
+                for (int gemm = 0; gemm < 2; gemm++)
+                    for (int with_bias = 0; with_bias < 2; with_bias++)
+                        for (int k = 0; k < 3; k++) {
+                            int n = ns[a];
+                            seer_k_fast_bf16 = fast;
+                            float *ys[5];
+                            const seer_weight_t *ws[5], *bs[5];
+                            for (int i = 0; i < count; i++) {
+                                ys[i] = got[i];
+                                ws[i] = &W[i];
+                                bs[i] = with_bias && i != 1 ? &B[i] : NULL;
+                                memset(got[i], 0xff, sizeof(float) * (size_t)n * (size_t)rows_[i]);
+                            }
+                            seer_k_linear_multi(pools[k], count, ys, x, n, ws, bs, gemm);
+                            for (int i = 0; i < count; i++) {
+                                if (gemm) seer_k_linear(pools[0], want, x, n, ws[i], bs[i]);
+                                else seer_k_linear_rows(pools[0], want, x, n, ws[i], bs[i]);
+                                cr_assert(!memcmp(want, got[i], sizeof(float) * (size_t)n * (size_t)rows_[i]),
+                                          "fast %d, %d matrices, %d tokens, gemm %d, bias %d, %d thread(s): matrix %d "
+                                          "differs from its own call",
+                                          fast, count, n, gemm, with_bias, k + 1, i);
+                            }
+                            checked++;
+                        }
+    seer_k_fast_bf16 = 0;
+    cr_assert_eq(checked, 2 * 4 * 7 * 2 * 2 * 3);
+    for (int i = 0; i < 5; i++) free(w[i]), free(b[i]), free(got[i]);
+    free(x), free(want);
+    for (int k = 0; k < 3; k++) seer_pool_free(pools[k]);
+}
+
 Test(kernels, amx_linear_bf16_weights) {
     if (!seer_k_have_amx()) {
         cr_skip_test("skipped: this CPU (or kernel) has no AMX-BF16; bf16 prefill uses OpenBLAS here");
