@@ -32,7 +32,7 @@ SEER_BIN := $(if $(filter build,$(BUILD)),seer,$(BUILD)/seer)
 VERSION := $(shell cat VERSION)
 GIT_REV := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
 
-.PHONY: test-remote all setup test unit attack asan soak bench bench-kernel bench-kernel-ab bench-attention bench-gpu bench-setup parity fuzz fuzz-kernel install uninstall demo clean help check-deps
+.PHONY: test-remote all setup test unit attack asan soak bench bench-kernel bench-kernel-ab bench-attention bench-multi bench-gpu bench-setup parity fuzz fuzz-kernel install uninstall demo clean help check-deps
 all: $(SEER_BIN)
 
 help:
@@ -47,6 +47,7 @@ help:
 	@echo "make bench-kernel  the per-token linear kernels alone on the 0.5B shapes (GFLOP/s, one thread; SHAPES=, COLD=1)"
 	@echo "make bench-kernel-ab  the linear kernel at a revision (A_REF, default HEAD) against the working tree's, paired calls"
 	@echo "make bench-attention  a batch's decode attention: a call per sequence against one loop over all (ARGS=\"SEQS CONTEXT THREADS\")"
+	@echo "make bench-multi  q, k, v, gate, up one call each against one pass (fast bf16; ARGS=\"TOKENS THREADS\")"
 	@echo "make bench-gpu  the CUDA backend on Gemma-2-2B/9B shapes against the GPU's bandwidth and peak, and transformers"
 	@echo "make bench-setup  the transformers peer for make bench and make parity (pip, into .venv)"
 	@echo "make parity     regenerate the transformers parity goldens live and compare"
@@ -165,6 +166,15 @@ $(BUILD)/bench/linear_kernel: tests/bench/linear_kernel.c $(BUILD)/libseer.a
 # (tests/bench/attention_batch.c; ARGS="SEQS CONTEXT THREADS", default 16 128 2).
 bench-attention: $(BUILD)/bench/attention_batch
 	@for c in $(or $(ARGS),"16 8 2" "16 128 2" "16 512 2"); do $(BUILD)/bench/attention_batch $$c; done
+
+# q, k, v, gate and up one call each against seer_k_linear_multi, fast bf16 (tests/bench/linear_multi.c;
+# ARGS="TOKENS THREADS", default 16 2).
+bench-multi: $(BUILD)/bench/linear_multi
+	@for c in $(or $(ARGS),"1 2" "4 2" "16 2"); do $(BUILD)/bench/linear_multi $$c; done
+
+$(BUILD)/bench/linear_multi: tests/bench/linear_multi.c $(BUILD)/libseer.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< -Wl,--whole-archive $(BUILD)/libseer.a -Wl,--no-whole-archive $(LIBS)
 
 $(BUILD)/bench/attention_batch: tests/bench/attention_batch.c $(BUILD)/libseer.a
 	@mkdir -p $(dir $@)

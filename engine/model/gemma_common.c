@@ -414,9 +414,11 @@ int seer_gemma_forward(seer_model_t *m, const seer_fwd_batch_t *fb, seer_err_t *
         SEER_HOOK_ROWS(SEER_HP_RESID_PRE, l, x, D);
         seer_k_rmsnorm(xb, x, n, D, &L->attn_norm, eps, 1);
         SEER_HOOK_ROWS(SEER_HP_LN1, l, xb, D);
-        seer_fb_linear(m->pool, fb, q, xb, &L->q, &L->q_bias);
-        seer_fb_linear(m->pool, fb, k, xb, &L->k, &L->k_bias);
-        seer_fb_linear(m->pool, fb, v, xb, &L->v, &L->v_bias);
+        {
+            float *ys[3] = {q, k, v};
+            const seer_weight_t *ws[3] = {&L->q, &L->k, &L->v}, *bs[3] = {&L->q_bias, &L->k_bias, &L->v_bias};
+            seer_fb_linear_multi(m->pool, fb, 3, ys, xb, ws, bs);
+        }
         if (s->version == 3) {
             seer_k_rmsnorm(q, q, n * H, hd, &L->q_norm, eps, 1);
             seer_k_rmsnorm(k, k, n * KH, hd, &L->k_norm, eps, 1);
@@ -451,8 +453,11 @@ int seer_gemma_forward(seer_model_t *m, const seer_fwd_batch_t *fb, seer_err_t *
         /* Gemma: post_attention_layernorm is the pre-MLP norm; Gemma 2/3: pre_feedforward. */
         seer_k_rmsnorm(xb, x, n, D, s->version > 1 ? &L->pre_ff_norm : &L->post_attn_norm, eps, 1);
         SEER_HOOK_ROWS(SEER_HP_LN2, l, xb, D);
-        seer_fb_linear(m->pool, fb, h1, xb, &L->gate, NULL);
-        seer_fb_linear(m->pool, fb, h2, xb, &L->up, NULL);
+        {
+            float *ys[2] = {h1, h2};
+            const seer_weight_t *ws[2] = {&L->gate, &L->up}, *bs[2] = {NULL, NULL};
+            seer_fb_linear_multi(m->pool, fb, 2, ys, xb, ws, bs);
+        }
         SEER_HOOK_ROWS(SEER_HP_MLP_PRE, l, h1, I);
         geglu(h1, h2, nf * I, s->act);
         SEER_HOOK_ROWS(SEER_HP_MLP_POST, l, h1, I);
