@@ -39,7 +39,7 @@ local ok, err = pcall(function()
       ("%d questions: %d answered, %d refused, %d deflected, as the agent classified them%s."):format(res.questions or 0,
         res.answers or 0, res.refusals or 0, res.deflections or 0,
         type(res.method) == "string" and (" (" .. res.method .. ")") or ""), "",
-      ("Agent: %s, %s after %d turns."):format(run.provider, result.reason, result.turns or 0),
+      ("Agent: %s, %s after %d turns."):format(X.agent_label(run, result), result.reason, result.turns or 0),
       "Notebook: " .. session.notebook_path, "Transcript: " .. tostring(result.transcript), "" }, "\n"))
 end)
 session:terminate()

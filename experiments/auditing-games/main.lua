@@ -48,7 +48,7 @@ local ok, err = pcall(function()
       "| technique | completions | with the adapter | base |", "|---|---|---|---|",
       ("| batch generation | %d | %d | %d |"):format(res.batch.n, res.batch.adapter, res.batch.base),
       ("| prefill attack | %d | %d | %d |"):format(res.prefill.n, res.prefill.adapter, res.prefill.base), "",
-      ("Auditor: %s, %s after %d turns."):format(run.provider, result.reason, result.turns or 0),
+      ("Auditor: %s, %s after %d turns."):format(X.agent_label(run, result), result.reason, result.turns or 0),
       "Notebook: " .. session.notebook_path, "Transcript: " .. tostring(result.transcript), "" }, "\n"))
 end)
 session:terminate()

@@ -69,7 +69,7 @@ local ok, err = pcall(function()
       ("%d answers from each checkpoint, %d / %d tokens; the SAE explains %.1f%% of the variance with %.1f active features per token."):format(
         res.answers.a, res.tokens.a, res.tokens.b, 100 * res.fit.explained, res.fit.l0), "",
       table.concat(rows, "\n"), "",
-      ("Agent: %s, %s after %d turns."):format(run.provider, result.reason, result.turns or 0),
+      ("Agent: %s, %s after %d turns."):format(X.agent_label(run, result), result.reason, result.turns or 0),
       "Notebook: " .. session.notebook_path, "Transcript: " .. tostring(result.transcript), "" }, "\n"))
   session:terminate()
   sandbox:terminate()

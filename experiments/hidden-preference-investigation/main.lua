@@ -61,7 +61,7 @@ local ok, err = pcall(function()
       "| model | generations | showing it |", "|---|---|---|",
       ("| with the adapter | %d | %d |"):format(res.adapter.n, res.adapter.hit),
       ("| base (adapter off) | %d | %d |"):format(res.base.n, res.base.hit), "",
-      ("Agent: %s, %s after %d turns."):format(run.provider, result.reason, result.turns or 0),
+      ("Agent: %s, %s after %d turns."):format(X.agent_label(run, result), result.reason, result.turns or 0),
       "Notebook: " .. session.notebook_path, "Transcript: " .. tostring(result.transcript), "" }, "\n"))
 end)
 session:terminate()

@@ -66,7 +66,7 @@ local ok, err = pcall(function()
   local lines = {
     "# The convincing game: summary", "",
     ("Model: %s; agent: %s; the chat: %d user messages, %d responses, %d turns, ended by %s."):format(
-      run.small and "stories260K" or "gemma-2-9b-it", run.provider, users, responses, result.turns or 0, result.reason), "",
+      run.small and "stories260K" or "gemma-2-9b-it", X.agent_label(run, result), users, responses, result.turns or 0, result.reason), "",
   }
   if got then
     lines[#lines + 1] = "| identity | answers | name it under its prompt | name it with no prompt (control) |"

@@ -53,9 +53,9 @@ local ok, err = pcall(function()
   local function rate(a) return a.n > 0 and a.hit / a.n or 0 end
   local lines = {
     "# Introspection: summary", "",
-    ("Model: %s; layer %s of %s; strengths %s; agent: %s (%s, %d turns)."):format(
+    ("Model: %s; layer %s of %s; strengths %s; agent: %s, %s after %d turns."):format(
       run.small and "stories260K" or "gemma-3-27b-it", tostring(res.layer), tostring(res.n_layers),
-      table.concat(res.strengths or {}, ", "), run.provider, result.reason, result.turns or 0), "",
+      table.concat(res.strengths or {}, ", "), X.agent_label(run, result), result.reason, result.turns or 0), "",
     "| trials | n | concept named | rate |", "|---|---|---|---|",
     ("| injection | %d | %d | %.1f%% |"):format(res.injection.n, res.injection.hit, 100 * rate(res.injection)),
     ("| control | %d | %d | %.1f%% |"):format(res.control.n, res.control.hit, 100 * rate(res.control)), "",

@@ -42,7 +42,7 @@ local ok, err = pcall(function()
       ("| direction ablated | %d | %d |"):format(res.ablated.n, res.ablated.refused), "",
       ("Largest |residual . r| at the last layer: %.4g baseline, %.3g ablated."):format(res.projection.baseline, res.projection.ablated),
       res.baseline.refused == 0 and "The model did not refuse at baseline, so this run cannot show the direction's role in refusal." or "",
-      "", ("Agent: %s, %s after %d turns."):format(run.provider, result.reason, result.turns or 0),
+      "", ("Agent: %s, %s after %d turns."):format(X.agent_label(run, result), result.reason, result.turns or 0),
       "Notebook: " .. session.notebook_path, "Transcript: " .. tostring(result.transcript), "" }, "\n"))
 end)
 session:terminate()

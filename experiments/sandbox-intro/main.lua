@@ -39,7 +39,7 @@ local ok, err = pcall(function()
   X.summary(run, { agent = X.agent_record(run, result),
                    notebook = session.notebook_path },
     table.concat({ "# Sandbox intro: summary", "",
-      ("Agent: %s, %s after %d turns."):format(run.provider, result.reason, result.turns or 0), "",
+      ("Agent: %s, %s after %d turns."):format(X.agent_label(run, result), result.reason, result.turns or 0), "",
       "Final answer: " .. tostring(result.text or ""), "",
       "Notebook: " .. session.notebook_path, "Transcript: " .. tostring(result.transcript), "" }, "\n"))
 end)

@@ -48,12 +48,11 @@ local ok, err = pcall(function()
   })
   show_text(nil)
   print()
-  X.summary(run, { model_info = info, agent = { provider = run.provider, reason = result.reason, turns = result.turns,
-                                                 usage = result.usage, transcript = result.transcript } },
+  X.summary(run, { model_info = info, agent = X.agent_record(run, result) },
     table.concat({ "# Scoped sandbox intro: summary", "",
       ("Model: %d layers, hidden size %d, vocabulary %d (from get_model_info over RPC)."):format(
         info.num_layers, info.hidden_size, info.vocab_size),
-      ("Agent: %s, %s after %d turns."):format(run.provider, result.reason, result.turns or 0), "",
+      ("Agent: %s, %s after %d turns."):format(X.agent_label(run, result), result.reason, result.turns or 0), "",
       "Final answer: " .. tostring(result.text or ""), "", "Transcript: " .. tostring(result.transcript), "" }, "\n"))
 end)
 scoped:terminate()

@@ -104,6 +104,7 @@ end
 ---@field task string task.md's text
 ---@field t0 number
 ---@field ledger? {turns: table[], calls: table[]} the ledger so far (the agents' on_message fills it; ledger.json)
+---@field agent_runs? table[] each agent run of M.agent / M.agent_interactive: provider, model, its ledger rows
 ---@field finished? boolean summary.json is written: by M.summary, or for a failure by M.fail / M.agent
 
 ---The command line of an experiment's script, as every experiment reads it: `--help` (or `-h`)
@@ -349,11 +350,138 @@ local function sandbox_cpu_s(sandbox)
   return total / CLK_TCK
 end
 
+-- The ledger's one rule for dollars, the same for every experiment, for its turns, its agent
+-- records (M.agent_record) and its totals; "$0.0000" is a cost known to be nothing, "unknown" a
+-- cost nobody knows, and the two never mix:
+-- - a live turn (a request sent to a provider) costs what the harness priced its usage at; it is
+--   unpriced (cost_usd null, with the reason in `unpriced`) when the model has no price, the
+--   provider's usage for it is unknown, or the response was cut off before its usage came (an
+--   interruption, an error after the request went out, a limit, the run's end), since the provider
+--   may bill what it generated. A request the provider refused with an HTTP error status before
+--   any output costs nothing and has no row.
+-- - a replayed turn (provider "replay": a small profile's scripted agent, or `seer replay` of a
+--   recording) sends no request: it cost $0, known, whatever model the recording names; what the
+--   recorded usage would cost at that model's price is recorded_cost_usd, never added in.
+-- - a total is a sum only when every part is known; otherwise it is null (cost_known false), with
+--   the sum of the known parts as a lower bound (cost_at_least_usd) and how many parts are
+--   unpriced and why (M.combine_costs, M.cost_text).
+
+-- A cost the harness gave: a finite number from 0 up, else nil.
+local function dollars_of(v)
+  if type(v) == "number" and v == v and v >= 0 and v < math.huge then return v end
+  return nil
+end
+
+-- Fills a ledger row's cost from the harness's usage event m, for the agent run A.
+local function turn_cost(row, A, m)
+  local c = dollars_of(m.cost_usd)
+  row.usage_known = m.usage_known ~= false
+  row.replayed = A.replayed == true
+  if A.replayed then
+    row.cost_usd = 0
+    row.recorded_cost_usd = c or json.null
+    return
+  end
+  local cut = A.open and A.open.cut_attempts
+  if c and not cut then
+    row.cost_usd = c
+    return
+  end
+  row.cost_usd = json.null
+  row.cost_at_least_usd = c or 0
+  if cut then
+    row.unpriced = ("%d attempt%s of a request cut off and retried: what the provider billed for %s is unknown")
+      :format(cut, cut == 1 and "" or "s", cut == 1 and "it" or "them")
+  elseif m.usage_known == false then
+    row.unpriced = "the provider's usage for a turn is unknown"
+  elseif m.price_known == false then
+    row.unpriced = ("no price for the model %s (seer.harness.prices)"):format(tostring(A.model or "?"))
+  else
+    row.unpriced = "the price table gave no finite cost"
+  end
+end
+
+-- Ends the agent run A's live request that got no usage: a row with an unknown cost, unless the
+-- provider refused it (an HTTP error status before any output: nothing was generated).
+local function close_request(A, L)
+  local q = A.open
+  A.open = nil
+  if not q or not L then return end
+  local status = tonumber(q.status)
+  if status and status >= 400 and not q.streamed and not q.cut_attempts then return end
+  local row = { agent = A.agent, turn = q.turn, model = A.model or json.null, input_tokens = 0, output_tokens = 0,
+    cache_read_tokens = 0, cache_write_tokens = 0, wall_s = json.null, usage_known = false, replayed = false,
+    cost_usd = json.null, cost_at_least_usd = 0,
+    unpriced = ("a response ended (%s) before the provider reported its usage: what it billed is unknown")
+      :format(q.ended or "the run ended") }
+  A.rows[#A.rows + 1] = row
+  L.turns[#L.turns + 1] = row
+end
+
+---Combines costs by the ledger's rule: `parts` are ledger turns (or anything with `cost_usd`: a
+---number, or null / nil when unknown; `cost_at_least_usd`, a lower bound for an unknown one;
+---`unpriced`, why it is unknown; `replayed`). A part that is not a known number is never read as 0:
+---the total is then null, and cost_at_least_usd the sum of what is known.
+---@param parts table[]
+---@return {cost_usd: number|userdata, cost_known: boolean, cost_at_least_usd: number, turns: integer, unpriced_turns: integer, replayed_turns: integer, unpriced: string[]}
+function M.combine_costs(parts)
+  local c = { turns = #parts, cost_at_least_usd = 0, unpriced_turns = 0, replayed_turns = 0 }
+  local why, seen = {}, {}
+  for _, p in ipairs(parts) do
+    if p.replayed == true then c.replayed_turns = c.replayed_turns + 1 end
+    local v = dollars_of(p.cost_usd)
+    if v then
+      c.cost_at_least_usd = c.cost_at_least_usd + v
+    else
+      c.unpriced_turns = c.unpriced_turns + 1
+      c.cost_at_least_usd = c.cost_at_least_usd + (dollars_of(p.cost_at_least_usd) or 0)
+      local w = type(p.unpriced) == "string" and p.unpriced or "its cost is unknown"
+      if not seen[w] then seen[w], why[#why + 1] = true, w end
+    end
+  end
+  c.cost_known = c.unpriced_turns == 0
+  c.cost_usd = c.cost_known and c.cost_at_least_usd or json.null
+  c.unpriced = json.array(why)
+  return c
+end
+
+-- Dollars as summary.md shows them: 4 decimals; a known cost under half a hundredth of a cent is
+-- "<$0.0001", so that "$0.0000" is only ever nothing.
+local function dollars_text(x)
+  if x > 0 and x < 0.00005 then return "<$0.0001" end
+  return ("$%.4f"):format(x)
+end
+
+---How summary.md states a combined cost (M.combine_costs): "$0.0123"; "$0.0000 (all 8 turns
+---replayed: no model was called)"; "cost unknown (5 of 5 agent turns unpriced: no price for the
+---model x (seer.harness.prices))"; "at least $0.0123 (2 of 5 agent turns unpriced: ...)".
+---@param c table
+---@return string
+function M.cost_text(c)
+  if c.cost_known then
+    local s = dollars_text(c.cost_usd)
+    if c.replayed_turns > 0 then
+      s = s .. (c.replayed_turns == c.turns and (" (all %d turns replayed: no model was called)"):format(c.turns)
+        or (" (%d of %d turns replayed: no model was called for them)"):format(c.replayed_turns, c.turns))
+    end
+    return s
+  end
+  local reasons = {}
+  for i, w in ipairs(c.unpriced or {}) do
+    if i > 2 then reasons[#reasons + 1] = "..." break end
+    reasons[#reasons + 1] = w
+  end
+  return ("%s (%d of %d agent turns unpriced: %s)"):format(
+    c.cost_at_least_usd > 0 and ("at least " .. dollars_text(c.cost_at_least_usd)) or "cost unknown",
+    c.unpriced_turns, c.turns, table.concat(reasons, "; "))
+end
+
 ---Runs the agent of this run (Claude, or the recorded one) and returns its result event.
 ---`opts` are run_agent's (prompt, mcp_config, on_message, ...); provider, replay, name and
 ---output_dir come from the run. `opts.sandbox` (not passed on) is the sandbox whose CPU time the
----ledger charges to each tool call. Every agent of a run adds to the run's ledger: tokens,
----dollars and wall time per turn; wall and sandbox CPU time per tool call.
+---ledger charges to each tool call. Every agent of a run adds to the run's ledger: its provider
+---and model; tokens, dollars (by the rule above M.combine_costs) and wall time per turn; wall and
+---sandbox CPU time per tool call.
 ---@param run seerexperiment.Run
 ---@param opts table
 ---@return table result
@@ -402,18 +530,46 @@ function M._agent_opts(run, opts)
   o.output_dir = o.output_dir or run.out_dir
   run.ledger = run.ledger or { turns = {}, calls = {} }
   local L = run.ledger
+  -- this agent run, as the ledger and M.agent_record see it: its provider and model (from its
+  -- run_start), whether it is replayed, and the live request whose usage has not come yet
+  local A = { agent = o.name, provider = o.provider, replayed = o.provider == "replay", rows = {} }
+  run.agent_runs = run.agent_runs or {}
+  run.agent_runs[#run.agent_runs + 1] = A
   local t_request, open_calls = nil, {}
   local user_fn = o.on_message
   o.on_message = function(m)
     local now = process.now_ms()
-    if m.type == "request" then t_request = now
+    if m.type == "run_start" then
+      A.provider = type(m.provider) == "string" and m.provider or A.provider
+      A.model = type(m.model) == "string" and m.model or nil
+      A.replayed = A.provider == "replay"
+    elseif m.type == "request" then
+      t_request, A.turn_model = now, nil
+      close_request(A, L)
+      if not A.replayed then A.open = { turn = m.turn, streamed = false } end
+    elseif (m.type == "text_delta" or m.type == "thinking_delta" or m.type == "tool_use_start") and A.open then
+      A.open.streamed = true
+    elseif m.type == "retry" and A.open then
+      -- the failed attempt's output was dropped, but what the provider generated for it may be billed
+      if A.open.streamed then A.open.cut_attempts = (A.open.cut_attempts or 0) + 1 end
+      A.open.streamed = false
+    elseif m.type == "error" and A.open then
+      A.open.status = m.status
+      A.open.ended = "an error"
+    elseif m.type == "interrupted" and A.open and m.during == "response" then
+      A.open.ended = "interrupted"
+    elseif m.type == "assistant" then
+      A.turn_model = type(m.model) == "string" and m.model or nil
     elseif m.type == "usage" then
       local u = m.usage or {}
-      L.turns[#L.turns + 1] = { agent = o.name, turn = m.turn, input_tokens = u.input_tokens or 0,
-        output_tokens = u.output_tokens or 0, cache_read_tokens = u.cache_read_input_tokens or 0,
-        cache_write_tokens = u.cache_creation_input_tokens or 0,
-        cost_usd = type(m.cost_usd) == "number" and m.cost_usd or json.null,
+      local row = { agent = o.name, turn = m.turn, model = A.turn_model or A.model or json.null,
+        input_tokens = u.input_tokens or 0, output_tokens = u.output_tokens or 0,
+        cache_read_tokens = u.cache_read_input_tokens or 0, cache_write_tokens = u.cache_creation_input_tokens or 0,
         wall_s = t_request and (now - t_request) / 1000 or json.null }
+      turn_cost(row, A, m)
+      A.open = nil
+      A.rows[#A.rows + 1] = row
+      L.turns[#L.turns + 1] = row
     elseif m.type == "tool_call" and m.id then
       open_calls[m.id] = { t = now, cpu = sandbox_cpu_s(sandbox) }
     elseif m.type == "tool_result" and m.id and open_calls[m.id] then
@@ -422,6 +578,10 @@ function M._agent_opts(run, opts)
       local cpu = sandbox_cpu_s(sandbox)
       L.calls[#L.calls + 1] = { agent = o.name, turn = m.turn, tool = m.name, is_error = m.is_error or false,
         wall_s = (now - c.t) / 1000, sandbox_cpu_s = (cpu and c.cpu) and math.max(0, cpu - c.cpu) or json.null }
+    elseif m.type == "result" then
+      if A.open and not A.open.ended then A.open.ended = tostring(m.reason) end
+      close_request(A, L)
+      A.transcript = m.transcript
     end
     if user_fn then return user_fn(m) end
   end
@@ -590,13 +750,63 @@ function M.printer(run, label)
   end
 end
 
----What summary.json records of an agent's run.
+-- The agent run (of M._agent_opts) that gave this result event: the one whose transcript it
+-- names, else the latest of its agent's name; nil for an agent the run's ledger never saw.
+local function agent_run_of(run, result)
+  local runs = run.agent_runs or {}
+  for i = #runs, 1, -1 do
+    if result.transcript ~= nil and runs[i].transcript == result.transcript then return runs[i] end
+  end
+  for i = #runs, 1, -1 do
+    if runs[i].agent == result.agent then return runs[i] end
+  end
+  return nil
+end
+
+-- What the ledger says of one agent run: its provider and model, and its cost by the ledger's rule.
+local function agent_costs(A)
+  local c = M.combine_costs(A.rows)
+  return { agent = A.agent, provider = A.provider or json.null, model = A.model or json.null, replayed = A.replayed,
+           turns = #A.rows, cost_usd = c.cost_usd, cost_known = c.cost_known, cost_at_least_usd = c.cost_at_least_usd,
+           unpriced_turns = c.unpriced_turns, unpriced = c.unpriced, transcript = A.transcript or json.null }
+end
+
+---What summary.json records of an agent's run, the same for every experiment: provider and model
+---(a replayed agent: provider "replay" and the model its recording names, "scripted" for a small
+---profile's scripted agent), replayed, reason, turns, usage (the harness's: a replayed agent's is
+---the recording's), the cost by the ledger's rule (cost_usd, null when unknown; cost_known;
+---cost_at_least_usd; unpriced_turns and why; a replayed agent's is 0, what its recording's usage
+---would cost being recorded_cost_usd) and the transcript. `extra` adds fields (a role).
 ---@param run seerexperiment.Run
 ---@param result table the agent's result event
+---@param extra? table
 ---@return table
-function M.agent_record(run, result)
-  return { provider = run.provider, reason = result.reason, turns = result.turns, usage = result.usage,
-           cost_usd = result.cost_usd, transcript = result.transcript }
+function M.agent_record(run, result, extra)
+  local A = agent_run_of(run, result)
+  local rec
+  if A then
+    rec = agent_costs(A)
+    if A.replayed then rec.recorded_cost_usd = dollars_of(result.cost_usd) or json.null end
+  else
+    -- an agent run without seer.experiment.agent: the ledger has no rows for it
+    rec = { provider = run.provider, model = json.null, cost_usd = json.null, cost_known = false, cost_at_least_usd = 0,
+            unpriced = json.array{ "the agent did not run through seer.experiment.agent: the run's ledger has no record of it" } }
+  end
+  rec.agent = nil
+  rec.reason, rec.turns, rec.usage, rec.transcript = result.reason, result.turns, result.usage, result.transcript
+  for k, v in pairs(extra or {}) do rec[k] = v end
+  return rec
+end
+
+---The agent as a summary.md names it: "claude-sonnet-4-5 (claude)", "scripted (replayed)".
+---@param run seerexperiment.Run
+---@param result table the agent's result event
+---@return string
+function M.agent_label(run, result)
+  local A = agent_run_of(run, result)
+  if not A then return tostring(run.provider) end
+  if A.replayed then return ("%s (replayed)"):format(A.model or "a recorded agent") end
+  return A.model and ("%s (%s)"):format(A.model, tostring(A.provider)) or tostring(A.provider)
 end
 
 ---The table an agent left in a global of the kernel (as its task asked), decoded; an error
@@ -622,23 +832,32 @@ function M.kernel_results(session, global, result, required)
   return res
 end
 
--- The run's ledger as ledger.json holds it (turns, calls, totals) and its totals.
+-- The run's ledger as ledger.json holds it (agents, turns, calls, totals) and its totals. A live
+-- request still waiting for its usage (the run ended under it) is closed first: its cost is unknown.
 local function ledger_of(run)
+  for _, A in ipairs(run.agent_runs or {}) do close_request(A, run.ledger) end
   local L = run.ledger or { turns = {}, calls = {} }
-  local tot = { input_tokens = 0, output_tokens = 0, cost_usd = 0, cost_known = true, agent_wall_s = 0,
+  local cost = M.combine_costs(L.turns)
+  local tot = { turns = #L.turns, input_tokens = 0, output_tokens = 0, cost_usd = cost.cost_usd, cost_known = cost.cost_known,
+                cost_at_least_usd = cost.cost_at_least_usd, unpriced_turns = cost.unpriced_turns, unpriced = cost.unpriced,
+                replayed_turns = cost.replayed_turns, agent_wall_s = 0,
                 calls = #L.calls, call_wall_s = 0, sandbox_cpu_s = 0, cpu_known = #L.calls > 0 }
+  tot.usage_unknown_turns = 0
   for _, t in ipairs(L.turns) do
+    if t.usage_known == false then tot.usage_unknown_turns = tot.usage_unknown_turns + 1 end
     tot.input_tokens = tot.input_tokens + t.input_tokens + t.cache_read_tokens + t.cache_write_tokens
     tot.output_tokens = tot.output_tokens + t.output_tokens
-    if type(t.cost_usd) == "number" then tot.cost_usd = tot.cost_usd + t.cost_usd else tot.cost_known = false end
     if type(t.wall_s) == "number" then tot.agent_wall_s = tot.agent_wall_s + t.wall_s end
   end
   for _, c in ipairs(L.calls) do
     tot.call_wall_s = tot.call_wall_s + c.wall_s
     if type(c.sandbox_cpu_s) == "number" then tot.sandbox_cpu_s = tot.sandbox_cpu_s + c.sandbox_cpu_s else tot.cpu_known = false end
   end
-  return { turns = json.array(L.turns), calls = json.array(L.calls), totals = tot }, tot
+  local agents = {}
+  for _, A in ipairs(run.agent_runs or {}) do agents[#agents + 1] = agent_costs(A) end
+  return { agents = json.array(agents), turns = json.array(L.turns), calls = json.array(L.calls), totals = tot }, tot
 end
+M._ledger = ledger_of -- for the tests: ledger.json's table, and its totals
 
 -- Writes ledger.json (atomically); fills summary's experiment, profile, dir, args, wall_s and
 -- ledger; returns the ledger's line for summary.md.
@@ -650,12 +869,16 @@ local function write_ledger(run, summary)
   summary.args = run.args
   summary.wall_s = (process.now_ms() - run.t0) / 1000
   local ledger, tot = ledger_of(run)
-  local L = run.ledger or { turns = {}, calls = {} }
   seer.write_file(run.out_dir .. "/ledger.json", json.encode(ledger, { indent = 2 }) .. "\n")
   summary.ledger = { file = run.out_dir .. "/ledger.json", totals = tot }
-  return ("\nLedger: %d agent turns, %d input and %d output tokens, %s; model time %.1f s; "
+  -- a turn whose usage is unknown counts 0 tokens: the sums are then lower bounds, and say so
+  local tokens = ("%d input and %d output tokens"):format(tot.input_tokens, tot.output_tokens)
+  if tot.usage_unknown_turns > 0 then
+    tokens = ("at least %s (usage unknown for %d of %d turns)"):format(tokens, tot.usage_unknown_turns, tot.turns)
+  end
+  return ("\nLedger: %d agent turns, %s, %s; model time %.1f s; "
     .. "%d tool calls, %.2f s wall, %s sandbox CPU; whole run %.1f s (%s).\n"):format(
-    #L.turns, tot.input_tokens, tot.output_tokens, tot.cost_known and ("$%.4f"):format(tot.cost_usd) or "cost unknown",
+    tot.turns, tokens, M.cost_text(tot),
     tot.agent_wall_s, tot.calls, tot.call_wall_s, tot.cpu_known and ("%.2f s"):format(tot.sandbox_cpu_s) or "unmeasured",
     summary.wall_s, run.out_dir .. "/ledger.json")
 end

@@ -58,6 +58,33 @@ local function read_lines(path)
   return t
 end
 
+-- What a run whose agent is the small profile's scripted one says of its cost and its agent, the
+-- same words in every experiment: the agent was replayed, no model was called, so the cost is
+-- known to be $0 (not "unknown", not a price of the model the recording names), and the agent's
+-- model is the recording's, "scripted". Some said "$0.0000" and others "cost unknown" for this
+-- (their recordings named claude-sonnet-4-5 or "scripted"), and two built their own agent record
+-- without a cost (until 2026-11-29). Returns the ledger line's cost.
+local function check_scripted_cost(s, dir)
+  local ledger = read_json(dir .. "/ledger.json")
+  local t = ledger.totals
+  T.ok(#ledger.turns > 0, "no agent turns in the ledger")
+  T.eq({ t.cost_usd, t.cost_known, t.turns, t.cost_at_least_usd, t.unpriced_turns, t.replayed_turns },
+       { 0, true, #ledger.turns, 0, 0, #ledger.turns }, json.encode(t))
+  for _, row in ipairs(ledger.turns) do
+    T.eq({ row.cost_usd, row.replayed, row.model }, { 0, true, "scripted" }, json.encode(row))
+  end
+  T.eq({ s.agent.provider, s.agent.model, s.agent.replayed, s.agent.cost_usd, s.agent.cost_known, s.agent.unpriced_turns },
+       { "replay", "scripted", true, 0, true, 0 }, json.encode(s.agent))
+  T.eq(s.ledger.totals.cost_usd, 0)
+  T.eq(t.usage_unknown_turns, 0)
+  local md = seer.read_file(dir .. "/summary.md")
+  local cost = ("$0.0000 (all %d turns replayed: no model was called)"):format(#ledger.turns)
+  T.contains(md, "output tokens, " .. cost .. "; model time")
+  T.ok(not md:find("cost unknown", 1, true), md)
+  T.contains(md, "scripted (replayed)")
+  return md:match("\nLedger: [^\n]-tokens, (.-); model time")
+end
+
 T.test("introspection --small: concept vectors, injection and control trials, a summary from the run's numbers", function()
   local text, code, dir = run_experiment("introspection")
   T.eq(code, 0, text)
@@ -74,6 +101,7 @@ T.test("introspection --small: concept vectors, injection and control trials, a 
   T.eq(s.results.control.n, 60)
   T.ok(s.results.injection.hit >= 0 and s.results.injection.hit <= 60)
   T.eq(s.agent.reason, "end_turn")
+  check_scripted_cost(s, dir)
   -- 120 generations in the sandbox's kernel: its CPU time shows in the ledger (10 ms ticks)
   T.ok(s.ledger.totals.sandbox_cpu_s > 0.05, json.encode(s.ledger.totals))
   local md = seer.read_file(dir .. "/summary.md")
@@ -128,8 +156,27 @@ local function check_run(name, local_mode, extra_args)
     T.contains(seer.read_file(dir .. "/summary.md"), "unmeasured sandbox CPU")
   end
   T.contains(seer.read_file(dir .. "/summary.md"), ("%d tool calls"):format(calls))
+  check_scripted_cost(s, dir)
   return s, events, text
 end
+
+T.test("the scripted agents' cost reads the same in every experiment: $0.0000, replayed, never 'cost unknown' in one and '$0.0000' in another", function()
+  -- introspection's recording named claude-sonnet-4-5 (priced: "$0.0000"), auditing-games's
+  -- "scripted" (no price: "cost unknown"), for the same agent: replayed, zero tokens, no model called
+  local said, runs = {}, {}
+  for _, name in ipairs({ "introspection", "auditing-games" }) do
+    local text, code, dir = run_experiment(name)
+    T.eq(code, 0, text)
+    local s = read_json(dir .. "/summary.json")
+    local cost = seer.read_file(dir .. "/summary.md"):match("\nLedger: [^\n]-tokens, (.-); model time")
+    said[#said + 1] = { cost = (cost:gsub("%d+ turns", "N turns")), totals = { s.ledger.totals.cost_usd, s.ledger.totals.cost_known },
+      agent = { s.agent.provider, s.agent.model, s.agent.cost_usd, s.agent.cost_known } }
+    runs[#runs + 1] = { s, dir }
+  end
+  T.eq(said[1], said[2])
+  T.eq(said[1].cost, "$0.0000 (all N turns replayed: no model was called)")
+  for _, r in ipairs(runs) do check_scripted_cost(r[1], r[2]) end
+end)
 
 T.test("sandbox-intro --small: the agent explores the preloaded model in the sandbox's notebook", function()
   local s, _, text = check_run("sandbox-intro")
@@ -319,6 +366,7 @@ T.test("interactive-convincing-game --small: a chat, the follow-ups sent between
   local ledger = read_json(dir .. "/ledger.json")
   T.eq(#ledger.calls, calls)
   T.eq(#ledger.turns, turns)
+  check_scripted_cost(s, dir)
   -- the conversation, as saved, holds every message in order and how the chat ended
   local chat = seer.read_file(s.chat.conversation)
   local at = 0
@@ -810,6 +858,193 @@ local function intro_copy(replay_lines, main_edit)
   seer.write_file(dir .. "/replay/small.jsonl", table.concat(replay_lines, "\n") .. "\n")
   return dir
 end
+
+-- The scripted agent's recording with its usage and models changed: the ledger's cost of a
+-- replayed agent must not depend on what the recording names.
+local function recorded_as(model, usage)
+  local lines = {}
+  for line in io.lines(root .. "/experiments/sandbox-intro/replay/small.jsonl") do
+    local e = json.decode(line)
+    if e.type == "run_start" then e.model = model end
+    if e.type == "assistant" then e.usage, e.model = usage, model end
+    lines[#lines + 1] = json.encode(e)
+  end
+  return lines
+end
+
+T.test("a replayed agent costs $0.0000 whatever model its recording names; the recording's own price is kept apart, never added in", function()
+  if not have_bwrap() then T.skip("bubblewrap is not installed (make setup installs it)") end
+  local usage = { input_tokens = 1200, output_tokens = 60, cache_creation_input_tokens = 0, cache_read_input_tokens = 0 }
+  local said = {}
+  for _, model in ipairs({ "claude-sonnet-4-5", "scripted" }) do
+    local dir = intro_copy(recorded_as(model, usage))
+    local out = T.tmpdir()
+    local p = io.popen(("cd '%s' && env -u ANTHROPIC_API_KEY SEER_OUT='%s' SEER_SANDBOX_DIR='%s/sb' '%s' main.lua --small 2>&1; echo \"exit=$?\"")
+      :format(dir, out, out, SEER))
+    local text = p:read("*a")
+    p:close()
+    T.contains(text, "exit=0")
+    local ls = io.popen(("ls -d '%s'/sandbox-intro-*"):format(out))
+    local run_dir = ls:read("*l")
+    ls:close()
+    local s = read_json(run_dir .. "/summary.json")
+    local ledger = read_json(run_dir .. "/ledger.json")
+    local n = #ledger.turns
+    T.eq(n, 5)
+    -- the tokens are the recording's; the dollars this run spent are none, and known
+    T.eq({ ledger.totals.input_tokens, ledger.totals.output_tokens }, { 1200 * n, 60 * n })
+    T.eq({ ledger.totals.cost_usd, ledger.totals.cost_known, ledger.totals.replayed_turns }, { 0, true, n }, json.encode(ledger.totals))
+    T.eq({ s.agent.cost_usd, s.agent.cost_known, s.agent.replayed, s.agent.model }, { 0, true, true, model }, json.encode(s.agent))
+    local md = seer.read_file(run_dir .. "/summary.md")
+    T.contains(md, ("$0.0000 (all %d turns replayed: no model was called)"):format(n))
+    T.contains(md, "Agent: " .. model .. " (replayed)")
+    -- what the recorded usage would cost at the recorded model's price: apart, per turn and per agent
+    if model == "scripted" then
+      T.eq(s.agent.recorded_cost_usd, json.null)
+      T.eq(ledger.turns[1].recorded_cost_usd, json.null)
+    else
+      T.near(ledger.turns[1].recorded_cost_usd, (1200 * 3 + 60 * 15) / 1e6, 1e-12)
+      T.near(s.agent.recorded_cost_usd, n * (1200 * 3 + 60 * 15) / 1e6, 1e-12)
+      T.ok(not md:find("$0.0" .. "22", 1, true), md)
+    end
+    said[#said + 1] = md:match("\nLedger: ([^\n]-); model time")
+  end
+  T.eq(said[1], said[2])
+end)
+
+T.test("live agents and a replayed one in one run: the total is 'at least' the priced part while one is unpriced, each agent's record says which", function()
+  -- live agents against seer serve (an OpenAI-compatible server on this machine): one with a price
+  -- of our making, one whose model has none; and a replayed agent
+  local text, run_dir = script_run("costs", [[
+local seer = require "seer"
+local X = require "seer.experiment"
+local run = X.run{ name = "costs", dir = %q }
+local server = require("seer.process").spawn{ argv = { require("seer.jupyter").seer_binary(), "serve", X.small_model(),
+  "--name", "target" }, stdout = "pipe", stderr = "null", die_with_parent = true }
+local url = seer.json.decode(assert(server:read_line(15000))).url
+local function live(name, prices)
+  return X.agent(run, { name = name, provider = "local", base_url = url, model = "target", api_key = "none",
+    prompt = "You tell stories.", user_message = "Once upon a time", max_turns = 1, max_tokens = 8, prices = prices })
+end
+local priced = live("priced", { target = { input = 1000, output = 2000 } })
+local unpriced = live("unpriced", nil)
+local recording = run.out_dir .. "/recording.jsonl"
+seer.write_file(recording, seer.json.encode{ type = "run_start", agent = "replayed", model = "claude-sonnet-4-5" } .. "\n"
+  .. seer.json.encode{ type = "assistant", stop_reason = "end_turn", model = "claude-sonnet-4-5",
+       usage = { input_tokens = 1000, output_tokens = 100 },
+       message = { role = "assistant", content = { { type = "text", text = "Done." } } } } .. "\n")
+local replayed = X.agent(run, { name = "replayed", provider = "replay", replay = recording, prompt = "x" })
+server:stop(1000)
+X.summary(run, { priced = X.agent_record(run, priced), unpriced = X.agent_record(run, unpriced),
+                 replayed = X.agent_record(run, replayed), harness_priced = priced.cost_usd }, "# costs\n")
+]])
+  T.contains(text, "exit=0")
+  T.ok(run_dir, text)
+  local s = read_json(run_dir .. "/summary.json")
+  local p = s.priced
+  T.ok(type(p.cost_usd) == "number" and p.cost_usd > 0, json.encode(p))
+  T.near(p.cost_usd, s.harness_priced, 1e-12)
+  T.eq({ p.provider, p.model, p.replayed, p.cost_known, p.unpriced_turns }, { "local", "target", false, true, 0 })
+  local u = s.unpriced
+  T.eq({ u.cost_usd, u.cost_known, u.cost_at_least_usd, u.unpriced_turns }, { json.null, false, 0, 1 }, json.encode(u))
+  T.contains(u.unpriced[1], "no price for the model target")
+  T.eq({ s.replayed.cost_usd, s.replayed.cost_known, s.replayed.replayed }, { 0, true, true }, json.encode(s.replayed))
+  T.near(s.replayed.recorded_cost_usd, (1000 * 3 + 100 * 15) / 1e6, 1e-12)
+  -- the run's total: not a sum (the unpriced agent's part is unknown), but at least the priced part
+  local t = read_json(run_dir .. "/ledger.json").totals
+  T.eq({ t.turns, t.cost_usd, t.cost_known, t.unpriced_turns, t.replayed_turns }, { 3, json.null, false, 1, 1 }, json.encode(t))
+  T.near(t.cost_at_least_usd, p.cost_usd, 1e-12)
+  T.eq(s.ledger.totals.cost_usd, json.null)
+  local md = seer.read_file(run_dir .. "/summary.md")
+  T.contains(md, ("at least $%.4f (1 of 3 agent turns unpriced: no price for the model target"):format(p.cost_usd))
+  T.ok(not md:find("agent turns, %d+ input and %d+ output tokens, %$"), md)
+end)
+
+T.test("the ledger's cost rule: known + unknown is never a plain total; 0 is only a known nothing", function()
+  local X = require "seer.experiment"
+  local null = json.null
+  local c = X.combine_costs{ { cost_usd = 0.25 }, { cost_usd = null, unpriced = "no price for the model m" } }
+  T.eq({ c.cost_usd, c.cost_known, c.unpriced_turns, c.turns }, { null, false, 1, 2 })
+  T.near(c.cost_at_least_usd, 0.25, 1e-12)
+  T.eq(X.cost_text(c), "at least $0.2500 (1 of 2 agent turns unpriced: no price for the model m)")
+  -- a part with no cost at all (nil) is unknown too, not 0
+  c = X.combine_costs{ { cost_usd = 0 }, {} }
+  T.eq({ c.cost_usd, c.cost_known }, { null, false })
+  T.eq(X.cost_text(c), "cost unknown (1 of 2 agent turns unpriced: its cost is unknown)")
+  -- so is a cost that is no amount of dollars
+  T.eq(X.combine_costs{ { cost_usd = -1 } }.cost_known, false)
+  T.eq(X.combine_costs{ { cost_usd = 0 / 0 } }.cost_known, false)
+  -- an unknown part's lower bound counts toward "at least"
+  c = X.combine_costs{ { cost_usd = 0.01 }, { cost_usd = null, cost_at_least_usd = 0.02, unpriced = "cut off" } }
+  T.near(c.cost_at_least_usd, 0.03, 1e-12)
+  -- all known: the sum
+  c = X.combine_costs{ { cost_usd = 0.01 }, { cost_usd = 0.0023 } }
+  T.eq(c.cost_known, true)
+  T.near(c.cost_usd, 0.0123, 1e-12)
+  T.eq(X.cost_text(c), "$0.0123")
+  -- no turns: nothing was spent, known; a known cost too small for 4 decimals is not shown as nothing
+  T.eq(X.cost_text(X.combine_costs{}), "$0.0000")
+  T.eq(X.cost_text(X.combine_costs{ { cost_usd = 0.00001 } }), "<$0.0001")
+  T.eq(X.cost_text(X.combine_costs{ { cost_usd = 0, replayed = true }, { cost_usd = 0.5 } }),
+    "$0.5000 (1 of 2 turns replayed: no model was called for them)")
+end)
+
+T.test("the ledger from agents' events: a replay costs $0 (its recording's price kept apart), a cut-off response is unpriced, a refused request is free", function()
+  local X = require "seer.experiment"
+  local null = json.null
+  local run = { name = "events", provider = "claude", out_dir = T.tmpdir() }
+  local function feed(opts, events)
+    local o = X._agent_opts(run, opts)
+    for _, e in ipairs(events) do o.on_message(e) end
+  end
+  local u = { input_tokens = 1000, output_tokens = 100 }
+  feed({ name = "rec", provider = "replay", replay = "/nonexistent.jsonl" }, {
+    { type = "run_start", provider = "replay", model = "claude-sonnet-4-5" },
+    { type = "request", turn = 1 }, { type = "assistant", turn = 1, model = "claude-sonnet-4-5" },
+    { type = "usage", turn = 1, usage = u, cost_usd = 0.0045, price_known = true, usage_known = true },
+    { type = "result", reason = "end_turn", transcript = "/t/rec.jsonl" } })
+  -- a live agent: a priced turn, then a response the user interrupted (no usage came for it)
+  feed({ name = "live" }, {
+    { type = "run_start", provider = "claude", model = "claude-sonnet-4-5" },
+    { type = "request", turn = 1 }, { type = "usage", turn = 1, usage = u, cost_usd = 0.0045, price_known = true, usage_known = true },
+    { type = "request", turn = 2 }, { type = "text_delta", text = "Once" }, { type = "interrupted", during = "response" },
+    { type = "result", reason = "user_exit", transcript = "/t/live.jsonl" } })
+  -- a request the provider refused before any output (no key): nothing to pay
+  feed({ name = "refused" }, {
+    { type = "run_start", provider = "claude", model = "claude-sonnet-4-5" },
+    { type = "request", turn = 1 }, { type = "error", status = 401, message = "invalid x-api-key" } })
+  -- a run that ended in the middle of a response (Ctrl-C: the harness sends no result event)
+  feed({ name = "cut", provider = "openai" }, {
+    { type = "run_start", provider = "openai", model = "gpt-4.1" }, { type = "request", turn = 1 } })
+  local ledger, tot = X._ledger(run)
+  local rows = {}
+  for _, r in ipairs(ledger.turns) do rows[#rows + 1] = { r.agent, r.turn, r.cost_usd, r.replayed or false } end
+  T.eq(rows, { { "rec", 1, 0, true }, { "live", 1, 0.0045, false }, { "live", 2, null, false }, { "cut", 1, null, false } })
+  T.eq(ledger.turns[1].recorded_cost_usd, 0.0045)
+  T.contains(ledger.turns[3].unpriced, "a response ended (interrupted) before the provider reported its usage")
+  T.contains(ledger.turns[4].unpriced, "(the run ended)")
+  T.eq({ tot.turns, tot.cost_usd, tot.cost_known, tot.unpriced_turns, tot.replayed_turns }, { 4, null, false, 2, 1 })
+  -- the cut-off turns' tokens are unknown too: the sums are lower bounds
+  T.eq({ tot.usage_unknown_turns, tot.input_tokens, tot.output_tokens }, { 2, 2000, 200 })
+  T.near(tot.cost_at_least_usd, 0.0045, 1e-12)
+  T.eq(X.cost_text(tot):match("^[^(]*"), "at least $0.0045 ")
+  -- the agents, as the ledger and summary.json record them
+  T.eq(#ledger.agents, 4)
+  local rec = X.agent_record(run, { agent = "rec", transcript = "/t/rec.jsonl", cost_usd = 0.0045, reason = "end_turn", turns = 1 })
+  T.eq({ rec.provider, rec.model, rec.replayed, rec.cost_usd, rec.cost_known, rec.recorded_cost_usd },
+       { "replay", "claude-sonnet-4-5", true, 0, true, 0.0045 })
+  local live = X.agent_record(run, { agent = "live", transcript = "/t/live.jsonl", cost_usd = 0.0045, reason = "user_exit", turns = 2 })
+  T.eq({ live.provider, live.cost_usd, live.cost_known, live.unpriced_turns }, { "claude", null, false, 1 })
+  T.near(live.cost_at_least_usd, 0.0045, 1e-12)
+  T.eq(X.agent_label(run, { agent = "rec", transcript = "/t/rec.jsonl" }), "claude-sonnet-4-5 (replayed)")
+  T.eq(X.agent_label(run, { agent = "live", transcript = "/t/live.jsonl" }), "claude-sonnet-4-5 (claude)")
+  -- an agent the ledger never saw is not taken for a free one
+  local other = X.agent_record({ provider = "claude" }, { agent = "x", cost_usd = 0 })
+  T.eq({ other.cost_usd, other.cost_known }, { null, false })
+  -- the ledger written twice (a failure's, then at exit): a closed request is not counted again
+  local _, again = X._ledger(run)
+  T.eq(again.turns, 4)
+end)
 
 T.test("a failed run writes ledger.json and a summary marked failed, with the error", function()
   if not have_bwrap() then T.skip("bubblewrap is not installed (make setup installs it)") end
