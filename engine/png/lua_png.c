@@ -67,16 +67,21 @@ static int l_decode(lua_State *L) {
     return 1;
 }
 
-/* png.fit(bytes, max_side) -> bytes, width, height (the same string when it already fits) */
+/* png.fit(bytes, max_side[, max_pixels]) -> bytes, width, height (the same string when it already
+ * fits). max_pixels (default png.MAX_PIXELS, the decode limit) bounds the time: a header claiming
+ * more is refused before a row is decoded. What an agent is shown uses png.DISPLAY_MAX_PIXELS. */
 static int l_fit(lua_State *L) {
     size_t n;
     const char *data = check_bytes(L, 1, "png.fit", "bytes", &n);
     unsigned max_side = check_uint(L, 2, "png.fit", "max_side", 1, SEER_PNG_MAX_SIDE);
+    unsigned max_pixels = lua_isnoneornil(L, 3) ? SEER_PNG_MAX_PIXELS
+                                                : check_uint(L, 3, "png.fit", "max_pixels", 1, SEER_PNG_MAX_PIXELS);
     unsigned char *out;
     size_t out_len;
     unsigned w, h;
     seer_err_t err;
-    if (seer_png_fit(data, n, max_side, &out, &out_len, &w, &h, &err) < 0) return luaL_error(L, "png.fit: %s", err.msg);
+    if (seer_png_fit(data, n, max_side, max_pixels, &out, &out_len, &w, &h, &err) < 0)
+        return luaL_error(L, "png.fit: %s", err.msg);
     if (out) {
         lua_pushlstring(L, (const char *)out, out_len);
         free(out);
@@ -110,5 +115,7 @@ int seer_png_luaopen(lua_State *L) {
     lua_setfield(L, -2, "MAX_SIDE");
     lua_pushinteger(L, SEER_PNG_MAX_PIXELS);
     lua_setfield(L, -2, "MAX_PIXELS");
+    lua_pushinteger(L, SEER_PNG_DISPLAY_MAX_PIXELS);
+    lua_setfield(L, -2, "DISPLAY_MAX_PIXELS");
     return 1;
 }

@@ -26,6 +26,16 @@ static int check_dims(unsigned w, unsigned h, const char *what, seer_err_t *err)
     return SEER_OK;
 }
 
+/* fit's time is linear in the pixels the header claims (libpng inflates and unfilters every row,
+ * fit sums it), so a caller bounds it with max_pixels, checked against the IHDR before a row is
+ * read. */
+static int check_claim(unsigned w, unsigned h, unsigned max_pixels, seer_err_t *err) {
+    if ((uint64_t)w * h <= max_pixels) return SEER_OK;
+    return seer_err_set(err, SEER_EINVAL,
+                        "the PNG claims %ux%u pixels (%llu), more than the %u this fit allows (max_pixels); not decoded", w,
+                        h, (unsigned long long)w * h, max_pixels);
+}
+
 /* libpng's own warnings (an sRGB profile it dislikes, an unknown chunk) go to stderr by
  * default; a library must not write to the user's terminal, and none of them stops a decode. */
 static void on_png_warning(png_structp png, png_const_charp msg) {
@@ -407,7 +417,7 @@ static void fit_add_row(fitter_t *f, const unsigned char *row, unsigned ncols, u
 
 typedef struct fit_ctx {
     decoder_t d;
-    unsigned max_side;
+    unsigned max_side, max_pixels;
     unsigned char *row;
     fitter_t f;
     int fits; /* the image already fits: rows are read (checked) and dropped */
@@ -418,6 +428,8 @@ static int fit_run(png_structp png, png_infop info, fit_ctx_t *x) {
     png_read_info(png, info);
     png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
     x->d.rc = check_dims(w, h, "the PNG", x->d.err);
+    if (x->d.rc < 0) return -1;
+    x->d.rc = check_claim(w, h, x->max_pixels, x->d.err); /* seer_png_fit checked it already: the same IHDR */
     if (x->d.rc < 0) return -1;
     png_set_expand(png);
     png_set_scale_16(png);
@@ -469,17 +481,27 @@ nomem:
     return -1;
 }
 
-int seer_png_fit(const void *data, size_t len, unsigned max_side, unsigned char **out, size_t *out_len,
-                 unsigned *width, unsigned *height, seer_err_t *err) {
+int seer_png_fit(const void *data, size_t len, unsigned max_side, unsigned max_pixels, unsigned char **out,
+                 size_t *out_len, unsigned *width, unsigned *height, seer_err_t *err) {
     *out = NULL;
     *out_len = 0;
     *width = *height = 0;
     if (max_side < 1) return seer_err_set(err, SEER_EINVAL, "max_side is 0; it must be at least 1");
+    if (max_pixels == 0 || max_pixels > SEER_PNG_MAX_PIXELS) max_pixels = SEER_PNG_MAX_PIXELS;
+    /* The claim is refused from the IHDR alone, before libpng reads a byte past it: a refusal costs
+     * microseconds whatever the file claims. A file whose IHDR seer_png_size cannot read goes on to
+     * libpng, which gives the reason (and fit_run checks the claim again after png_read_info). */
+    unsigned w, h, dw, dh;
+    int sized = seer_png_size(data, len, &w, &h, err) == SEER_OK;
+    if (sized && max_pixels < SEER_PNG_MAX_PIXELS && (uint64_t)w * h > max_pixels) {
+        *width = w;
+        *height = h;
+        return check_claim(w, h, max_pixels, err);
+    }
     /* An Adam7 file revisits every output row in each pass, so its sums are kept for the whole
      * output (8 bytes a sample). When that is more than the decoded source itself (an output of
      * more than an eighth of the source's pixels), decoding it whole and resizing costs less. */
-    unsigned w, h, dw, dh;
-    if (seer_png_size(data, len, &w, &h, err) == SEER_OK && ((const unsigned char *)data)[28] != 0) {
+    if (sized && ((const unsigned char *)data)[28] != 0) {
         seer_png_fit_size(w, h, max_side, &dw, &dh);
         if ((dw != w || dh != h) && (uint64_t)dw * dh * 8 > (uint64_t)w * h) {
             seer_png_image_t img;
@@ -503,7 +525,7 @@ int seer_png_fit(const void *data, size_t len, unsigned max_side, unsigned char 
     if (!data || len < 8) return seer_err_set(err, SEER_EPARSE, "not a PNG image: %zu bytes, shorter than the 8-byte PNG signature", data ? len : 0);
     if (png_sig_cmp((png_const_bytep)data, 0, 8) != 0)
         return seer_err_set(err, SEER_EPARSE, "not a PNG image: the first 8 bytes are not the PNG signature");
-    fit_ctx_t x = {.d = {.data = data, .len = len, .err = err}, .max_side = max_side};
+    fit_ctx_t x = {.d = {.data = data, .len = len, .err = err}, .max_side = max_side, .max_pixels = max_pixels};
     png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &x.d, dec_on_error, on_png_warning);
     if (!png) return seer_err_set(err, SEER_ENOMEM, "out of memory creating a PNG decoder");
     png_infop info = png_create_info_struct(png);

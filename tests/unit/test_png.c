@@ -6,6 +6,7 @@
 #include <criterion/criterion.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 #include <string.h>
 
 #include "png/png.h"
@@ -478,7 +479,7 @@ Test(png, absurd_sizes_are_refused_before_allocating) {
         unsigned char *out;
         size_t len;
         unsigned w, h;
-        cr_assert(seer_png_fit(f.p, f.n, 512, &out, &len, &w, &h, &err) < 0);
+        cr_assert(seer_png_fit(f.p, f.n, 512, 0, &out, &len, &w, &h, &err) < 0);
         cr_assert(out == NULL);
         /* the header peek reports the claim; it allocates nothing */
         cr_assert_eq(seer_png_size(f.p, f.n, &w, &h, &err), 0, "%s", err.msg);
@@ -586,7 +587,7 @@ Test(png, fit_downscales_and_keeps_small_images) {
     unsigned ow, oh;
     seer_err_t err;
     cr_assert_eq(seer_png_encode(px, w, h, 3, &png, &len, &err), 0, "%s", err.msg);
-    cr_assert_eq(seer_png_fit(png, len, 512, &out, &out_len, &ow, &oh, &err), 0, "%s", err.msg);
+    cr_assert_eq(seer_png_fit(png, len, 512, 0, &out, &out_len, &ow, &oh, &err), 0, "%s", err.msg);
     cr_assert(out != NULL && ow == 512 && oh == 256, "%ux%u", ow, oh);
     seer_png_image_t img;
     cr_assert_eq(seer_png_decode(out, out_len, &img, &err), 0, "%s", err.msg);
@@ -602,12 +603,12 @@ Test(png, fit_downscales_and_keeps_small_images) {
     free(out);
 
     /* already within the limit: no new bytes, the size reported */
-    cr_assert_eq(seer_png_fit(png, len, 1024, &out, &out_len, &ow, &oh, &err), 0);
+    cr_assert_eq(seer_png_fit(png, len, 1024, 0, &out, &out_len, &ow, &oh, &err), 0);
     cr_assert(out == NULL && out_len == 0 && ow == 1024 && oh == 512);
-    cr_assert_eq(seer_png_fit(png, len, 0, &out, &out_len, &ow, &oh, &err), SEER_EINVAL);
+    cr_assert_eq(seer_png_fit(png, len, 0, 0, &out, &out_len, &ow, &oh, &err), SEER_EINVAL);
     /* a corrupt file is an error even when it would fit */
     png[len - 20] ^= 0xff;
-    cr_assert(seer_png_fit(png, len, 4096, &out, &out_len, &ow, &oh, &err) < 0);
+    cr_assert(seer_png_fit(png, len, 4096, 0, &out, &out_len, &ow, &oh, &err) < 0);
     cr_assert(out == NULL);
     free(png);
     free(px);
@@ -624,7 +625,7 @@ Test(png, fit_keeps_alpha) {
     unsigned ow, oh;
     seer_err_t err;
     cr_assert_eq(seer_png_encode(px, 4, 4, 4, &png, &len, &err), 0);
-    cr_assert_eq(seer_png_fit(png, len, 2, &out, &out_len, &ow, &oh, &err), 0, "%s", err.msg);
+    cr_assert_eq(seer_png_fit(png, len, 2, 0, &out, &out_len, &ow, &oh, &err), 0, "%s", err.msg);
     seer_png_image_t img;
     cr_assert_eq(seer_png_decode(out, out_len, &img, &err), 0);
     cr_assert(img.width == 2 && img.height == 2 && img.channels == 4);
@@ -674,7 +675,7 @@ static void check_fit_same_as_resize(unsigned w, unsigned h, int depth, int ctyp
         seer_png_fit_size(w, h, sides[k], &dw, &dh);
         unsigned char *out;
         size_t out_len;
-        int rc = seer_png_fit(file.p, file.n, sides[k], &out, &out_len, &ow, &oh, &err);
+        int rc = seer_png_fit(file.p, file.n, sides[k], 0, &out, &out_len, &ow, &oh, &err);
         cr_assert_eq(rc, 0, "%ux%u ctype %d depth %d interlace %d trns %d max_side %u: %s", w, h, ctype, depth,
                      interlace, with_trns, sides[k], err.msg);
         cr_assert(ow == dw && oh == dh, "%ux%u -> %ux%u, want %ux%u", w, h, ow, oh, dw, dh);
@@ -711,5 +712,131 @@ Test(png, fit_gives_the_pixels_of_a_whole_decode_and_resize) {
                     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
                         check_fit_same_as_resize(shapes[k][0], shapes[k][1], depths[ctype][di], ctype, interlace, trns,
                                                  sides, sizeof sides / sizeof sides[0]);
+    LEAK_CHECK();
+}
+
+/* ---- the display limit: fit's time is bounded by the pixels it may decode ---------------------- */
+
+/* fit's time is linear in the pixels a header claims, and a small file can claim many: 2^27
+ * pixels of 16-bit RGBA zeros are a 1 MB file that took 3 s to fit. max_pixels refuses a claim
+ * over it from the IHDR, before a row is decoded. */
+
+/* A valid PNG of w x h zero samples (filter 0, zero pixels: its raw data is all zero bytes), plain or
+ * Adam7, written with stored deflate blocks (so a 2^25-pixel 1-bit image is 4 MB). */
+static buf_t zero_png(uint32_t w, uint32_t h, int depth, int ctype, int interlace) {
+    static const unsigned adam7[7][4] = {{0, 0, 8, 8}, {4, 0, 8, 8}, {0, 4, 4, 8}, {2, 0, 4, 4},
+                                         {0, 2, 2, 4}, {1, 0, 2, 2}, {0, 1, 1, 2}};
+    const int bits = spp(ctype) * depth;
+    size_t n = 0;
+    for (int p = 0; p < (interlace ? 7 : 1); p++) {
+        unsigned x0 = interlace ? adam7[p][0] : 0, y0 = interlace ? adam7[p][1] : 0;
+        unsigned dx = interlace ? adam7[p][2] : 1, dy = interlace ? adam7[p][3] : 1;
+        size_t pw = w > x0 ? (w - x0 + dx - 1) / dx : 0, ph = h > y0 ? (h - y0 + dy - 1) / dy : 0;
+        if (pw && ph) n += ph * (1 + (pw * bits + 7) / 8);
+    }
+    unsigned char *raw = calloc(n, 1);
+    cr_assert(raw);
+    buf_t z = {0}, out = {0};
+    zlib_stored(&z, raw, n);
+    free(raw);
+    buf_put(&out, "\x89PNG\r\n\x1a\n", 8);
+    unsigned char ihdr[13] = {(unsigned char)(w >> 24), (unsigned char)(w >> 16), (unsigned char)(w >> 8), (unsigned char)w,
+                              (unsigned char)(h >> 24), (unsigned char)(h >> 16), (unsigned char)(h >> 8), (unsigned char)h,
+                              (unsigned char)depth, (unsigned char)ctype, 0, 0, (unsigned char)interlace};
+    put_chunk(&out, "IHDR", ihdr, 13);
+    if (ctype == 3) put_chunk(&out, "PLTE", (const unsigned char *)"\0\0\0", 3);
+    put_chunk(&out, "IDAT", z.p, z.n);
+    put_chunk(&out, "IEND", NULL, 0);
+    free(z.p);
+    return out;
+}
+
+static double cpu_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+Test(png, fit_refuses_a_claim_over_max_pixels_before_decoding_a_row) {
+    cr_assert_eq(SEER_PNG_DISPLAY_MAX_PIXELS, 1u << 25);
+    for (int interlace = 0; interlace <= 1; interlace++) {
+        /* one row more than 8192 x 4096 = 2^25: a valid 4 MB file, refused in microseconds */
+        buf_t f = zero_png(8192, 4097, 1, 0, interlace);
+        unsigned char *out = (unsigned char *)1;
+        size_t len = 1;
+        unsigned w, h;
+        seer_err_t err;
+        double t0 = cpu_seconds();
+        int rc = seer_png_fit(f.p, f.n, 512, SEER_PNG_DISPLAY_MAX_PIXELS, &out, &len, &w, &h, &err);
+        double dt = cpu_seconds() - t0;
+        cr_assert_eq(rc, SEER_EINVAL, "interlace %d: %d %s", interlace, rc, rc < 0 ? err.msg : "");
+        cr_assert(strstr(err.msg, "the PNG claims 8192x4097 pixels (33562624), more than the 33554432 this fit allows"),
+                  "%s", err.msg);
+        cr_assert(out == NULL && len == 0);
+        cr_assert(w == 8192 && h == 4097, "the refusal reports the claim: %ux%u", w, h);
+        cr_assert(dt < 0.02, "interlace %d: the refusal took %.3f s of CPU", interlace, dt);
+        /* the same file under the decode limit (0, or a max_pixels above it) is decoded: the limit is the caller's */
+        cr_assert_eq(seer_png_fit(f.p, f.n, 512, 0, &out, &len, &w, &h, &err), 0, "%s", err.msg);
+        cr_assert(out && w == 512 && h == 256, "%ux%u", w, h);
+        free(out);
+        cr_assert_eq(seer_png_fit(f.p, f.n, 512, 0xffffffffu, &out, &len, &w, &h, &err), 0, "%s", err.msg);
+        free(out);
+        free(f.p);
+    }
+    /* refused from the header alone: the claim's body is 16 bytes, which a decode would find truncated */
+    static const uint32_t cases[][2] = {{40000, 40000}, {11586, 11586}, {5793, 5793}, {2, 3}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        buf_t f = claims(cases[k][0], cases[k][1]);
+        unsigned char *out;
+        size_t len;
+        unsigned w, h;
+        seer_err_t err;
+        unsigned limit = k == 3 ? 5 : SEER_PNG_DISPLAY_MAX_PIXELS;
+        cr_assert_eq(seer_png_fit(f.p, f.n, 512, limit, &out, &len, &w, &h, &err), SEER_EINVAL);
+        cr_assert(strstr(err.msg, "this fit allows (max_pixels); not decoded"), "%ux%u: %s", cases[k][0], cases[k][1],
+                  err.msg);
+        cr_assert(w == cases[k][0] && h == cases[k][1] && out == NULL);
+        free(f.p);
+    }
+    /* an image that already fits max_side is still refused: its rows would be decoded to check them */
+    buf_t f = zero_png(20, 10, 8, 2, 0);
+    unsigned char *out;
+    size_t len;
+    unsigned w, h;
+    seer_err_t err;
+    cr_assert_eq(seer_png_fit(f.p, f.n, 512, 199, &out, &len, &w, &h, &err), SEER_EINVAL);
+    cr_assert(strstr(err.msg, "20x10 pixels (200), more than the 199"), "%s", err.msg);
+    cr_assert_eq(seer_png_fit(f.p, f.n, 512, 200, &out, &len, &w, &h, &err), 0, "%s", err.msg);
+    cr_assert(out == NULL && w == 20 && h == 10);
+    free(f.p);
+    LEAK_CHECK();
+}
+
+Test(png, fit_of_an_image_at_max_pixels_still_works_in_a_fraction_of_a_second) {
+    /* exactly 2^25 pixels (8192 x 4096, the display limit), plain and Adam7: fit to 512 px, the
+     * pixels of the solid image, in about 0.2 s of CPU (1-bit gray, a 4 MB file of stored blocks;
+     * 16-bit RGBA, the slowest kind, takes 0.75 s) */
+    static const int kinds[][2] = {{1, 0}};
+    for (int interlace = 0; interlace <= 1; interlace++)
+        for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+            buf_t f = zero_png(8192, 4096, kinds[k][0], kinds[k][1], interlace);
+            unsigned char *out;
+            size_t len;
+            unsigned w, h;
+            seer_err_t err;
+            double t0 = cpu_seconds();
+            int rc = seer_png_fit(f.p, f.n, 512, SEER_PNG_DISPLAY_MAX_PIXELS, &out, &len, &w, &h, &err);
+            double dt = cpu_seconds() - t0;
+            cr_assert_eq(rc, 0, "depth %d ctype %d interlace %d: %s", kinds[k][0], kinds[k][1], interlace, err.msg);
+            cr_assert(out && w == 512 && h == 256, "%ux%u", w, h);
+            cr_assert(dt < 2.0, "depth %d ctype %d interlace %d: %.2f s", kinds[k][0], kinds[k][1], interlace, dt);
+            seer_png_image_t img;
+            cr_assert_eq(seer_png_decode(out, len, &img, &err), 0, "%s", err.msg);
+            size_t nb = (size_t)512 * 256 * img.channels;
+            for (size_t i = 0; i < nb; i++) cr_assert_eq(img.pixels[i], 0, "byte %zu", i);
+            seer_png_image_free(&img);
+            free(out);
+            free(f.p);
+        }
     LEAK_CHECK();
 }

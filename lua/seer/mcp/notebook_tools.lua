@@ -21,6 +21,16 @@ local notebook = require "seer.notebook"
 
 M.IMAGE_MAX_SIDE = 512
 M.MAX_IMAGES = 16 -- per tool result; more are mentioned in text
+-- Every image is decoded on the host to shrink it, in time linear in the pixels its header
+-- claims, and a small file can claim many (1 MB of 16-bit RGBA zeros claims 2^27 pixels: 3 s).
+-- An image claiming more than IMAGE_MAX_PIXELS (png.DISPLAY_MAX_PIXELS, 2^25 = 33.6 million:
+-- 8K UHD, a 30-megapixel photo; at most 0.75 s) is not decoded, and the images of one result that
+-- need shrinking claim at most IMAGE_RESULT_PIXELS together (2^26: two at the limit, eight 4K
+-- UHD ones, sixteen 1080p ones; at most 1.5 s). Past either a line of text names the image's
+-- claimed size instead, and the notebook keeps the image as the kernel sent it (docs/mcp.md,
+-- "Images").
+M.IMAGE_MAX_PIXELS = 2 ^ 25
+M.IMAGE_RESULT_PIXELS = 2 ^ 26
 -- A cell's source from the agent (execute_code, edit_cell, add_markdown): every cell is saved in
 -- the notebook and sent in every live snapshot, and sources count against no output limit (five
 -- cells of a 32 MiB comment grew a notebook to 160 MiB). Data belongs in a file the kernel reads.
@@ -93,14 +103,46 @@ local function join(v)
   return notebook.join(v)
 end
 
+local function millions(n)
+  return ("%.1f million"):format(n / 1e6)
+end
+
+---The size an image output's PNG header claims (its IHDR: signature, chunk type and CRC checked),
+---read from the first 48 bytes without decoding the rest of the base64 or any pixel; nil when it
+---has no readable header.
+---@return integer? width
+---@return integer? height
+local function image_claim(b64)
+  local s = join(b64)
+  local size = require("seer.core.png").size
+  local ok, w, h = pcall(size, b64decode(s:sub(1, 64)) or "")
+  if not ok and s:sub(1, 64):find("%s") then -- base64 wrapped early: decode it all
+    ok, w, h = pcall(size, b64decode(s) or "")
+  end
+  if ok then return w, h end
+end
+M.image_claim = image_claim
+
+---The text in place of an image that claims w x h pixels when that is over max_pixels.
+function M.image_too_large(w, h, max_pixels)
+  return ("[image not shown: %d x %d pixels claimed, more than the %s an image shown here may have; it stays in the notebook]\n")
+    :format(w, h, millions(max_pixels))
+end
+
 ---An image block for PNG bytes (base64 text in nbformat), downscaled to max_side; or nil and why.
-local function image_block(b64, max_side)
+---An image claiming more than max_pixels (default IMAGE_MAX_PIXELS) is not decoded: nil, the text
+---to show in its place (image_too_large), and "too large".
+local function image_block(b64, max_side, max_pixels)
+  max_pixels = max_pixels or M.IMAGE_MAX_PIXELS
+  local w, h = image_claim(b64)
+  if w and w * h > max_pixels then return nil, M.image_too_large(w, h, max_pixels), "too large" end
   local bytes, why = b64decode(join(b64))
   if not bytes then return nil, why end
   local png = require "seer.core.png"
-  local ok, out, w, h = pcall(png.fit, bytes, max_side)
-  if not ok then return nil, tostring(out):gsub("^png%.fit: ", "") end
-  return { type = "image", data = out == bytes and join(b64):gsub("%s", "") or b64encode(out), mimeType = "image/png" }, w, h
+  -- png.fit checks the claim again, from the same header, before it decodes a row
+  local ok, out, ow, oh = pcall(png.fit, bytes, max_side, math.max(1, math.min(math.floor(max_pixels), png.MAX_PIXELS)))
+  if not ok then return nil, (tostring(out):gsub("^png%.fit: ", "")) end
+  return { type = "image", data = out == bytes and join(b64):gsub("%s", "") or b64encode(out), mimeType = "image/png" }, ow, oh
 end
 M.image_block = image_block
 
@@ -150,11 +192,18 @@ end
 
 ---MCP content blocks for nbformat outputs, in order: adjacent text joined into one block.
 ---@param outputs table[]
----@param opts? {max_side?: integer, max_images?: integer, images?: boolean} images = false: a placeholder line instead
+---Images: at most max_images (MAX_IMAGES), each claiming at most max_pixels (IMAGE_MAX_PIXELS),
+---those to shrink (a side over max_side) together at most result_pixels (IMAGE_RESULT_PIXELS), as
+---their headers claim; past a limit an image is not decoded and a line of text says why.
+---@param opts? {max_side?: integer, max_images?: integer, max_pixels?: number, result_pixels?: number, images?: boolean} images = false: a placeholder line instead
 ---@return table content
 function M.outputs_to_content(outputs, opts)
   opts = opts or {}
   local content, text, images = json.array(), {}, 0
+  local max_pixels = opts.max_pixels or M.IMAGE_MAX_PIXELS
+  local budget = opts.result_pixels or M.IMAGE_RESULT_PIXELS
+  local max_side = opts.max_side or M.IMAGE_MAX_SIDE
+  local claimed = 0 -- pixels the images of this result decoded to shrink them claimed
   local function flush()
     if #text > 0 then
       content[#content + 1] = { type = "text", text = table.concat(text) }
@@ -171,12 +220,23 @@ function M.outputs_to_content(outputs, opts)
       if images > (opts.max_images or M.MAX_IMAGES) then
         add_text("[image not shown: more than " .. (opts.max_images or M.MAX_IMAGES) .. " images in one result]\n")
       else
-        local block, w_or_why = image_block(d["image/png"], opts.max_side or M.IMAGE_MAX_SIDE)
-        if block then
-          flush()
-          content[#content + 1] = block
+        local w, h = image_claim(d["image/png"])
+        if w and w * h > max_pixels then
+          add_text(M.image_too_large(w, h, max_pixels))
+        elseif w and (w > max_side or h > max_side) and claimed + w * h > budget then
+          add_text(("[image not shown: %d x %d pixels claimed; this result's images before it claim %s, and one result shows %s at most; it stays in the notebook]\n")
+            :format(w, h, millions(claimed), millions(budget)))
         else
-          add_text("[an image/png output that cannot be shown: " .. tostring(w_or_why) .. "]\n")
+          -- counted before it is decoded (a file that fails halfway has cost its time too); one
+          -- that already fits max_side is not (16 of them cost at most 16 x 512 x 512 pixels)
+          if w and (w > max_side or h > max_side) then claimed = claimed + w * h end
+          local block, w_or_why = image_block(d["image/png"], max_side, max_pixels)
+          if block then
+            flush()
+            content[#content + 1] = block
+          else
+            add_text("[an image/png output that cannot be shown: " .. tostring(w_or_why) .. "]\n")
+          end
         end
       end
     else
