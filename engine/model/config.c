@@ -1,51 +1,98 @@
 /* config.json and generation_config.json into seer_model_config_t. Every field a forward pass
  * depends on is checked here, so the architectures can trust the numbers. */
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cJSON.h>
 
 #include "../json/json.h"
 #include "model_private.h"
 
+/* A JSON file of a model folder is kilobytes (a 100k-tensor shard index a few MiB). */
+#define CONFIG_MAX_BYTES ((size_t)64 << 20)
+
 char *seer_model_read_text(const char *path, size_t *len, seer_err_t *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        seer_err_set(err, errno == ENOENT ? SEER_ENOTFOUND : SEER_EIO, "cannot read %s: %s", path, strerror(errno));
+    /* The folder is not trusted: no FIFO waited on, no link followed out of it (docs/security.md) */
+    int fd = seer_st_open_confined(path, NULL, err);
+    if (fd < 0) return NULL;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_size < 0) {
+        close(fd);
+        seer_err_set(err, SEER_EIO, "cannot stat %s: %s", path, strerror(errno));
         return NULL;
     }
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap + 1);
-    while (buf) {
-        size_t r = fread(buf + n, 1, cap - n, f);
-        n += r;
-        if (n < cap) break;
-        if (cap > ((size_t)64 << 20)) { /* a config is kilobytes; refuse runaway files */
-            free(buf);
-            fclose(f);
-            seer_err_set(err, SEER_EPARSE, "%s: larger than 64 MiB, not a config file", path);
-            return NULL;
-        }
-        cap *= 2;
-        char *nb = realloc(buf, cap + 1);
-        if (!nb) {
-            free(buf);
-            buf = NULL;
-        } else {
-            buf = nb;
-        }
+    if ((size_t)st.st_size > CONFIG_MAX_BYTES) {
+        close(fd);
+        seer_err_set(err, SEER_EPARSE, "%s: %lld bytes, larger than the 64 MiB a JSON file of a model folder may take",
+                     path, (long long)st.st_size);
+        return NULL;
     }
-    fclose(f);
+    size_t cap = (size_t)st.st_size, n = 0;
+    char *buf = malloc(cap + 1);
     if (!buf) {
+        close(fd);
         seer_err_set(err, SEER_ENOMEM, "out of memory reading %s", path);
         return NULL;
     }
+    while (n < cap) {
+        ssize_t r = read(fd, buf + n, cap - n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            int e = errno;
+            free(buf);
+            close(fd);
+            seer_err_set(err, SEER_EIO, "cannot read %s: %s", path, strerror(e));
+            return NULL;
+        }
+        if (r == 0) break; /* shrank while reading: what was there */
+        n += (size_t)r;
+    }
+    close(fd);
     buf[n] = '\0';
     if (len) *len = n;
     return buf;
+}
+
+static int cmp_key(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* The first key that appears twice in one object of j, at any depth (NULL: none). cJSON's lookups
+ * return the first of two equal keys and Python's json (transformers, peft) keeps the last, so such
+ * a file would configure one model in seer and another in the reference. */
+static const char *duplicate_key(const cJSON *j) {
+    if (!cJSON_IsObject(j) && !cJSON_IsArray(j)) return NULL;
+    const cJSON *c;
+    if (cJSON_IsObject(j)) {
+        size_t n = 0;
+        for (c = j->child; c; c = c->next) n++;
+        if (n > 1 && n <= 16) {
+            for (c = j->child; c; c = c->next)
+                for (const cJSON *d = c->next; d; d = d->next)
+                    if (strcmp(c->string, d->string) == 0) return c->string;
+        } else if (n > 16) {
+            const char **keys = malloc(n * sizeof *keys);
+            if (keys) {
+                size_t i = 0;
+                for (c = j->child; c; c = c->next) keys[i++] = c->string;
+                qsort(keys, n, sizeof *keys, cmp_key);
+                const char *dup = NULL;
+                for (i = 1; i < n && !dup; i++)
+                    if (strcmp(keys[i - 1], keys[i]) == 0) dup = keys[i];
+                free(keys);
+                if (dup) return dup;
+            }
+        }
+    }
+    for (c = j->child; c; c = c->next) {
+        const char *d = duplicate_key(c);
+        if (d) return d;
+    }
+    return NULL;
 }
 
 cJSON *seer_model_read_json(const char *path, seer_err_t *err) {
@@ -76,6 +123,14 @@ cJSON *seer_model_read_json(const char *path, seer_err_t *err) {
         seer_err_set(err, SEER_EPARSE, "%s: expected a JSON object at the top level", path);
         cJSON_Delete(j);
         j = NULL;
+    } else {
+        const char *dup = duplicate_key(j);
+        if (dup) {
+            seer_err_set(err, SEER_EPARSE, "%s: the key \"%.200s\" appears twice in one object (seer would read the first, "
+                         "transformers the last)", path, dup);
+            cJSON_Delete(j);
+            j = NULL;
+        }
     }
     free(text);
     return j;
@@ -150,7 +205,8 @@ static int get_float(const cJSON *o, const char *key, float *out, int required, 
         if (required) return seer_err_set(err, SEER_EPARSE, "%s: missing required field \"%s\"", path, key);
         return 0;
     }
-    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+    /* past FLT_MAX the conversion to float is undefined */
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || fabs(v->valuedouble) > FLT_MAX)
         return seer_err_set(err, SEER_EPARSE, "%s: \"%s\" must be a finite number", path, key);
     *out = (float)v->valuedouble;
     return 0;
@@ -169,16 +225,27 @@ static int get_eos(const cJSON *o, seer_model_config_t *c, const char *path, see
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "eos_token_id");
     if (!v || cJSON_IsNull(v)) return 0;
     c->num_eos = 0;
+    /* token ids: integers from 0 (a float past INT_MAX, or an infinity, is undefined as an int) */
+#define EOS_ID_OK(x) (cJSON_IsNumber(x) && (x)->valuedouble >= 0 && (x)->valuedouble <= (1 << 24) && \
+                      (x)->valuedouble == floor((x)->valuedouble))
     if (cJSON_IsNumber(v)) {
+        if (!EOS_ID_OK(v))
+            return seer_err_set(err, SEER_EPARSE, "%s: \"eos_token_id\" must be a token id (an integer in [0, %d]), got %g",
+                                path, 1 << 24, v->valuedouble);
         c->eos_token_ids[c->num_eos++] = (int)v->valuedouble;
         return 0;
     }
     if (!cJSON_IsArray(v)) return seer_err_set(err, SEER_EPARSE, "%s: \"eos_token_id\" must be an integer or a list", path);
     const cJSON *e;
+    int i = 0;
     cJSON_ArrayForEach(e, v) {
-        if (!cJSON_IsNumber(e)) return seer_err_set(err, SEER_EPARSE, "%s: \"eos_token_id\" entries must be integers", path);
+        if (!EOS_ID_OK(e))
+            return seer_err_set(err, SEER_EPARSE, "%s: \"eos_token_id\"[%d] must be a token id (an integer in [0, %d])", path,
+                                i, 1 << 24);
         if (c->num_eos < SEER_MODEL_MAX_EOS) c->eos_token_ids[c->num_eos++] = (int)e->valuedouble;
+        i++;
     }
+#undef EOS_ID_OK
     return 0;
 }
 
@@ -225,7 +292,7 @@ int seer_model_parse_config(seer_model_config_t *c, const char *dir, seer_err_t 
         (rc = get_int(j, "num_attention_heads", &c->num_heads, 1, 1, 4096, path, err)) < 0)
         goto out;
     c->num_kv_heads = c->num_heads;
-    c->head_dim = c->hidden_size / c->num_heads;
+    c->head_dim = c->hidden_size / c->num_heads; /* 0 when there are more heads than hidden dims: checked below */
     if ((rc = get_int(j, "num_key_value_heads", &c->num_kv_heads, 0, 1, 4096, path, err)) < 0 ||
         (rc = get_int(j, "head_dim", &c->head_dim, 0, 1, 4096, path, err)) < 0 ||
         (rc = get_int(j, "max_position_embeddings", &c->max_position_embeddings, 0, 1, 1 << 24, path, err)) < 0 ||
@@ -237,6 +304,17 @@ int seer_model_parse_config(seer_model_config_t *c, const char *dir, seer_err_t 
         (rc = get_bool(j, "mlp_bias", &c->mlp_bias, path, err)) < 0 ||
         (rc = get_eos(j, c, path, err)) < 0)
         goto out;
+    if (c->head_dim < 1) {
+        rc = seer_err_set(err, SEER_EPARSE,
+                          "%s: num_attention_heads (%d) is larger than hidden_size (%d), so hidden_size / num_attention_heads "
+                          "gives heads of 0 dimensions; a config with such heads must set head_dim",
+                          path, c->num_heads, c->hidden_size);
+        goto out;
+    }
+    if (!(c->rms_norm_eps >= 0.f)) {
+        rc = seer_err_set(err, SEER_EPARSE, "%s: \"rms_norm_eps\" must be a number >= 0, got %g", path, (double)c->rms_norm_eps);
+        goto out;
+    }
     if (c->num_heads % c->num_kv_heads != 0) {
         rc = seer_err_set(err, SEER_EPARSE, "%s: num_attention_heads (%d) is not a multiple of num_key_value_heads (%d)",
                           path, c->num_heads, c->num_kv_heads);
@@ -248,7 +326,16 @@ int seer_model_parse_config(seer_model_config_t *c, const char *dir, seer_err_t 
         goto out;
     }
     const cJSON *sw = cJSON_GetObjectItemCaseSensitive(j, "sliding_window");
-    if (cJSON_IsNumber(sw)) c->sliding_window = (int)sw->valuedouble;
+    if (sw && !cJSON_IsNull(sw)) {
+        /* a window in tokens; 0 and null: none (a float past INT_MAX is undefined as an int) */
+        if (!cJSON_IsNumber(sw) || sw->valuedouble < 0 || sw->valuedouble > 2147483647.0 ||
+            sw->valuedouble != floor(sw->valuedouble)) {
+            rc = seer_err_set(err, SEER_EPARSE, "%s: \"sliding_window\" must be a number of tokens (an integer >= 0) or null",
+                              path);
+            goto out;
+        }
+        c->sliding_window = (int)sw->valuedouble;
+    }
 
     /* transformers 4 writes "rope_theta" and "rope_scaling"; transformers 5 writes one
      * "rope_parameters" object holding rope_theta and the scaling (or one such object per layer
@@ -326,6 +413,10 @@ int seer_model_parse_config(seer_model_config_t *c, const char *dir, seer_err_t 
             rc = seer_err_set(err, SEER_EPARSE, "%s: rope scaling \"factor\" must be positive", path);
             goto out;
         }
+    }
+    if (!(c->rope_theta > 0.f)) {
+        rc = seer_err_set(err, SEER_EPARSE, "%s: \"rope_theta\" must be a positive number, got %g", path, (double)c->rope_theta);
+        goto out;
     }
 out:
     cJSON_Delete(j);

@@ -19,6 +19,7 @@
  * lm_head, DoRA magnitudes, LoRA biases, modules_to_save copies) is an error naming it, never
  * skipped. */
 #include <errno.h>
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -478,14 +479,19 @@ static int load_adapter(seer_model_t *m, const char *dir, int merge, seer_err_t 
     lora_cfg c = {0};
     int rc = parse_config(cpath, &c, err);
     if (rc < 0) return rc;
-    float scale = (float)(c.rslora ? c.alpha / sqrt((double)c.r) : c.alpha / (double)c.r);
+    double dscale = c.rslora ? c.alpha / sqrt((double)c.r) : c.alpha / (double)c.r;
+    if (!(fabs(dscale) <= FLT_MAX)) /* past FLT_MAX: undefined as a float, and every output NaN or infinite */
+        return seer_err_set(err, SEER_EPARSE, "load_adapter: %s: lora_alpha %g gives the scale %g, which is not a finite f32",
+                            cpath, c.alpha, dscale);
+    float scale = (float)dscale;
 
     seer_st_file_t *f = NULL;
     pending_t *pend = NULL;
     struct seer_lora *mods = NULL;
     float **bufs = NULL;
     int nt = 0;
-    if ((rc = seer_st_open(&f, wpath, err)) < 0) return prefixed(err, rc);
+    /* an adapter folder is not trusted either: no link out of it, no FIFO (docs/security.md) */
+    if ((rc = seer_st_open_ex(&f, wpath, NULL, SEER_ST_CONFINED, NULL, NULL, err)) < 0) return prefixed(err, rc);
     int nslots = m->cfg.num_layers * NMOD;
     pend = calloc((size_t)(nslots > 0 ? nslots : 1), sizeof *pend);
     if (!pend) {
@@ -510,6 +516,13 @@ static int load_adapter(seer_model_t *m, const char *dir, int merge, seer_err_t 
         if (e->dtype != SEER_F32 && e->dtype != SEER_BF16 && e->dtype != SEER_F16) {
             rc = seer_err_set(err, SEER_EPARSE, "load_adapter: %s: tensor \"%s\" has dtype %s; LoRA weights must be F32, BF16 or F16",
                               wpath, e->name, seer_dtype_st_name(e->dtype));
+            goto out;
+        }
+        if ((uintptr_t)e->data % seer_dtype_size(e->dtype) != 0) { /* read in place below: undefined off-boundary */
+            rc = seer_err_set(err, SEER_EPARSE,
+                              "load_adapter: %s: tensor \"%s\"'s data is not aligned to its %zu-byte %s elements (a crafted "
+                              "or corrupt safetensors file)",
+                              wpath, e->name, seer_dtype_size(e->dtype), seer_dtype_st_name(e->dtype));
             goto out;
         }
         pending_t *pd = &pend[layer * NMOD + mod];

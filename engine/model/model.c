@@ -38,11 +38,6 @@ static const seer_arch_t *find_arch(const char *model_type) {
     return NULL;
 }
 
-static int file_exists(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
-
 /* dir/name into out, or an error when it does not fit. */
 static int join_path(char *out, size_t size, const char *dir, const char *name, seer_err_t *err) {
     int w = snprintf(out, size, "%s/%s", dir, name);
@@ -151,6 +146,17 @@ static int open_shards(seer_model_t *m, const shard_list_t *l, int weights, int 
         if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) total += (size_t)st.st_size;
     }
     m->in_memory = m->hidden || weights == SEER_WEIGHTS_MEMORY;
+    if (m->in_memory) {
+        /* Read in whatever the folder holds, a file bigger than the memory left (a sparse file
+         * costs its maker nothing) would end in the OOM killer: refused, naming the sizes. */
+        size_t avail = available_memory();
+        if (avail && total > avail)
+            return seer_err_set(err, SEER_ENOMEM,
+                                "%s: the weights' files take %.2f GiB, more than the %.2f GiB of memory available, so they "
+                                "cannot be read into memory%s",
+                                m->dir, (double)total / 1073741824.0, (double)avail / 1073741824.0,
+                                m->hidden ? "" : " (weights = \"mapped\" maps them instead)");
+    }
     if (weights == SEER_WEIGHTS_AUTO && !m->hidden && !on_gpu) {
         size_t avail = available_memory();
         m->in_memory = avail && total <= avail / 2;
@@ -177,12 +183,13 @@ static int open_shards(seer_model_t *m, const shard_list_t *l, int weights, int 
     for (int i = 0; i < l->n; i++) {
         int rc = join_path(path, sizeof path, m->dir, l->names[i], err);
         if (rc < 0) return rc;
+        /* confined: no link out of the folder is followed, no FIFO waited on (docs/security.md) */
         if (m->in_memory) {
             char label[PATH_MAX + 16];
             snprintf(label, sizeof label, "%s/%s", m->hidden ? "<hidden>" : m->dir, l->names[i]);
-            rc = seer_st_open_copy(&m->files[m->nfiles], path, label, read_tick, &pr, err);
+            rc = seer_st_open_ex(&m->files[m->nfiles], path, label, SEER_ST_COPY | SEER_ST_CONFINED, read_tick, &pr, err);
         } else {
-            rc = seer_st_open(&m->files[m->nfiles], path, err);
+            rc = seer_st_open_ex(&m->files[m->nfiles], path, NULL, SEER_ST_CONFINED, NULL, NULL, err);
         }
         if (rc < 0) return rc;
         m->nfiles++;
@@ -190,15 +197,70 @@ static int open_shards(seer_model_t *m, const shard_list_t *l, int weights, int 
     return 0;
 }
 
+/* Something (of any type: a FIFO or a link is refused when it is opened, with its own message)
+ * has this path. */
+static int entry_exists(const char *p) {
+    struct stat st;
+    return lstat(p, &st) == 0;
+}
+
+typedef struct {
+    const char *name;
+    int file;
+} tensor_at_t;
+
+static int cmp_tensor_at(const void *a, const void *b) {
+    return strcmp(((const tensor_at_t *)a)->name, ((const tensor_at_t *)b)->name);
+}
+
+/* Across the shards: a tensor stored twice is refused (which copy is meant? seer would take the
+ * first shard's, transformers the last loaded), and every entry of the index's weight_map (wm:
+ * NULL without an index) must be in the shard it names. */
+static int check_shards(seer_model_t *m, const shard_list_t *l, const cJSON *wm, const char *index_path, seer_err_t *err) {
+    if (m->nfiles > 1) {
+        size_t total = 0;
+        for (int i = 0; i < m->nfiles; i++) total += seer_st_count(m->files[i]);
+        tensor_at_t *all = malloc((total ? total : 1) * sizeof *all);
+        if (!all) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+        size_t n = 0;
+        for (int i = 0; i < m->nfiles; i++)
+            for (size_t k = 0; k < seer_st_count(m->files[i]); k++)
+                all[n++] = (tensor_at_t){seer_st_entry(m->files[i], k)->name, i};
+        qsort(all, n, sizeof *all, cmp_tensor_at);
+        for (size_t k = 1; k < n; k++)
+            if (strcmp(all[k - 1].name, all[k].name) == 0) {
+                int a = all[k - 1].file < all[k].file ? all[k - 1].file : all[k].file;
+                int b = all[k - 1].file < all[k].file ? all[k].file : all[k - 1].file;
+                int rc = seer_err_set(err, SEER_EPARSE, "%s: tensor %.300s is stored in two shards, %s and %s", m->dir,
+                                      all[k].name, l->names[a], l->names[b]);
+                free(all);
+                return rc;
+            }
+        free(all);
+    }
+    const cJSON *e;
+    if (wm)
+        cJSON_ArrayForEach(e, wm) {
+            int f = 0;
+            while (f < l->n && strcmp(l->names[f], e->valuestring) != 0) f++;
+            if (f < m->nfiles && !seer_st_find(m->files[f], e->string))
+                return seer_err_set(err, SEER_EPARSE, "%s: weight_map puts tensor %.300s in %s, which does not hold it",
+                                    index_path, e->string, e->valuestring);
+        }
+    return 0;
+}
+
 static int open_weights(seer_model_t *m, int weights, int on_gpu, seer_err_t *err) {
     char path[PATH_MAX];
     shard_list_t l = {.n = 0};
+    cJSON *idx = NULL;
+    const cJSON *wm = NULL;
     int rc = join_path(path, sizeof path, m->dir, "model.safetensors.index.json", err);
     if (rc < 0) return rc;
-    if (file_exists(path)) {
-        cJSON *idx = seer_model_read_json(path, err);
+    if (entry_exists(path)) {
+        idx = seer_model_read_json(path, err);
         if (!idx) return err ? err->code : SEER_EPARSE;
-        const cJSON *wm = cJSON_GetObjectItemCaseSensitive(idx, "weight_map");
+        wm = cJSON_GetObjectItemCaseSensitive(idx, "weight_map");
         if (!cJSON_IsObject(wm)) {
             rc = seer_err_set(err, SEER_EPARSE, "%s: missing \"weight_map\" object", path);
         } else {
@@ -211,9 +273,8 @@ static int open_weights(seer_model_t *m, int weights, int on_gpu, seer_err_t *er
                 if ((rc = add_shard(m, &l, e->valuestring, err)) < 0) break;
             }
         }
-        cJSON_Delete(idx);
     } else if ((rc = join_path(path, sizeof path, m->dir, "model.safetensors", err)) == 0) {
-        if (!file_exists(path))
+        if (!entry_exists(path))
             rc = seer_err_set(err, SEER_ENOTFOUND,
                               "%s: no model.safetensors or model.safetensors.index.json (PyTorch .bin checkpoints are "
                               "not read; convert them to safetensors)", m->dir);
@@ -221,6 +282,12 @@ static int open_weights(seer_model_t *m, int weights, int on_gpu, seer_err_t *er
             rc = add_shard(m, &l, "model.safetensors", err);
     }
     if (rc == 0) rc = open_shards(m, &l, weights, on_gpu, err);
+    if (rc == 0) {
+        char ipath[sizeof m->dir + 32];
+        snprintf(ipath, sizeof ipath, "%s/model.safetensors.index.json", m->dir);
+        rc = check_shards(m, &l, idx ? wm : NULL, ipath, err);
+    }
+    cJSON_Delete(idx);
     for (int i = 0; i < l.n; i++) free(l.names[i]);
     return rc;
 }
@@ -270,10 +337,22 @@ int seer_model_weight(seer_model_t *m, seer_weight_t *w, const char *name, int64
         snprintf(mapped, sizeof mapped, "%s%s", m->head_prefix, name + 8);
         name = mapped;
     }
+    if (rows <= 0 || cols < 0) /* the config's checks make this impossible; a zero would mean "1-d" below */
+        return seer_err_set(err, SEER_EPARSE, "%s: config.json gives tensor %s the impossible shape [%lld, %lld]", m->dir,
+                            name, (long long)rows, (long long)cols);
     const seer_st_entry_t *e = find_tensor(m, name);
     if (!e) {
         if (optional) return 0;
         size_t old = *missing ? strlen(*missing) : 0;
+        if (old > 4000) { /* enough to say what is wrong; a config claiming 4096 layers would list 36,000 */
+            if (strcmp(*missing + old - 5, ", ...") != 0) {
+                char *nm = realloc(*missing, old + 6);
+                if (!nm) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+                memcpy(nm + old, ", ...", 6);
+                *missing = nm;
+            }
+            return 0;
+        }
         char *nm = realloc(*missing, old + strlen(name) + 3);
         if (!nm) return seer_err_set(err, SEER_ENOMEM, "out of memory");
         snprintf(nm + old, strlen(name) + 3, "%s%s", old ? ", " : "", name);
@@ -296,6 +375,12 @@ int seer_model_weight(seer_model_t *m, seer_weight_t *w, const char *name, int64
         return seer_err_set(err, SEER_EPARSE, "%s: tensor %s has shape [%s], config.json implies [%lld, %lld]", m->dir, name,
                             got, (long long)want_rows, (long long)want_cols);
     }
+    /* The kernels read elements of their dtype in place: data off its element boundary is
+     * undefined behaviour in C (the reference writers align every tensor; a crafted file may not). */
+    if ((uintptr_t)e->data % seer_dtype_size(e->dtype) != 0)
+        return seer_err_set(err, SEER_EPARSE,
+                            "%s: tensor %s's data is not aligned to its %zu-byte %s elements (a crafted or corrupt "
+                            "safetensors file)", m->dir, name, seer_dtype_size(e->dtype), seer_dtype_st_name(e->dtype));
     w->dtype = e->dtype;
     w->data = e->data;
     w->rows = cols == 0 ? 1 : rows;

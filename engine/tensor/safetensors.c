@@ -212,6 +212,20 @@ static int parse(seer_st_file_t *f, seer_err_t *err) {
         if ((const unsigned char *)c->data < (const unsigned char *)p->data + p->nbytes)
             FAIL("%s: tensor '%s': data overlaps tensor '%s'", path, c->name, p->name);
     }
+    /* The data buffer is exactly the tensors, one after another, as the reference reader requires
+     * (InvalidOffset, MetadataIncompleteBuffer): bytes no tensor covers are at best waste and at
+     * worst a sparse file's terabyte of holes that a read into memory would have to walk. */
+    size_t at = 0;
+    for (size_t i = 0; i < f->n; i++) {
+        const seer_st_entry_t *c = &f->entries[i];
+        size_t b = (size_t)((const unsigned char *)c->data - buf);
+        if (b != at)
+            FAIL("%s: tensor '%s': data begins at byte %zu of the data, but %s ends at byte %zu (the tensors must cover "
+                 "the data without gaps)", path, c->name, b, i ? "the tensor before it" : "nothing", at);
+        at = b + c->nbytes;
+    }
+    if (at != buflen)
+        FAIL("%s: the data has %zu bytes, but its tensors cover %zu (bytes past the last tensor)", path, buflen, at);
     qsort_r(f->by_name, f->n, sizeof *f->by_name, cmp_name, f);
     for (size_t i = 1; i < f->n; i++) {
         if (strcmp(f->entries[f->by_name[i - 1]].name, f->entries[f->by_name[i]].name) == 0)
@@ -245,45 +259,126 @@ int seer_st_open_buffer(seer_st_file_t **out, const void *data, size_t n, const 
     return open_common(out, f, err);
 }
 
-int seer_st_open(seer_st_file_t **out, const char *path, seer_err_t *err) {
-    *out = NULL;
-    /* O_NONBLOCK: a FIFO planted in a model folder is refused below instead of waited on (it does
-     * nothing to a regular file) */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) {
+/* ---- opening files ---------------------------------------------------------------------- */
+
+/* SEER_MODEL_FOLLOW_LINKS=1: links in model folders are followed wherever they lead (a folder the
+ * researcher assembled from links to their own files). */
+static bool follow_any_link(void) {
+    const char *v = getenv("SEER_MODEL_FOLLOW_LINKS");
+    return v && strcmp(v, "1") == 0;
+}
+
+/* p is root or inside it (both canonical paths). */
+static bool beneath(const char *p, const char *root) {
+    size_t n = strlen(root);
+    if (n == 0) return false;
+    if (n == 1 && root[0] == '/') return p[0] == '/';
+    return strncmp(p, root, n) == 0 && (p[n] == '/' || p[n] == 0);
+}
+
+/* Where a link in the folder holding path may lead: that folder (canonical) and, for a Hugging
+ * Face cache snapshot (.../models--org--name/snapshots/<rev>/...), the repository folder
+ * models--org--name, whose snapshots are links into its blobs/. "" when there is none. */
+static void link_roots(const char *path, char roots[2][PATH_MAX]) {
+    char dir[PATH_MAX];
+    roots[0][0] = roots[1][0] = 0;
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == path) snprintf(dir, sizeof dir, "/");
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    if (!realpath(dir, roots[0])) {
+        roots[0][0] = 0;
+        return;
+    }
+    /* the last ".../models--X/snapshots/" in the canonical folder */
+    const char *r = roots[0], *snap = NULL;
+    for (const char *q = strstr(r, "/snapshots/"); q; q = strstr(q + 1, "/snapshots/")) snap = q;
+    if (!snap) {
+        size_t n = strlen(r);
+        if (n >= 10 && strcmp(r + n - 10, "/snapshots") == 0) snap = r + n - 10;
+    }
+    if (!snap) return;
+    const char *repo = snap;
+    while (repo > r && repo[-1] != '/') repo--;
+    if (strncmp(repo, "models--", 8) != 0 || snap - repo <= 8) return;
+    snprintf(roots[1], PATH_MAX, "%.*s", (int)(snap - r), r);
+}
+
+/* The last component of path is a symbolic link: opened only when it leads to a regular file
+ * inside link_roots (or SEER_MODEL_FOLLOW_LINKS=1). What is checked is the file the kernel
+ * opened (O_PATH, which opens no device and waits on no FIFO, then its /proc/self/fd name), and
+ * that same file is then opened for reading through /proc/self/fd, so swapping the link after
+ * the check changes nothing. */
+static int open_link(const char *path, const char *label, seer_err_t *err) {
+    int pfd = open(path, O_PATH | O_CLOEXEC);
+    if (pfd < 0) {
         int e = errno;
-        return seer_err_set(err, e == ENOENT ? SEER_ENOTFOUND : SEER_EIO, "cannot open %s: %s", path, strerror(e));
+        return seer_err_set(err, e == ENOENT ? SEER_ENOTFOUND : SEER_EIO, "cannot open %s: %s", label, strerror(e));
     }
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return seer_err_set(err, SEER_EIO, "cannot stat %s: %s", path, strerror(e));
+    if (fstat(pfd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(pfd);
+        return seer_err_set(err, SEER_EIO, "cannot open %s: not a regular file", label);
     }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return seer_err_set(err, SEER_EIO, "cannot open %s: not a regular file", path);
-    }
-    seer_st_file_t *f = calloc(1, sizeof *f);
-    if (!f || !(f->path = strdup(path))) {
-        free(f);
-        close(fd);
-        return seer_err_set(err, SEER_ENOMEM, "out of memory");
-    }
-    f->size = (size_t)st.st_size;
-    if (f->size > 0) {
-        void *m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (m == MAP_FAILED) {
-            int e = errno;
-            close(fd);
-            seer_st_close(f);
-            return seer_err_set(err, SEER_EIO, "cannot map %s: %s", path, strerror(e));
+    char proc[64], real[PATH_MAX];
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", pfd);
+    if (!follow_any_link()) {
+        ssize_t n = readlink(proc, real, sizeof real - 1);
+        char roots[2][PATH_MAX];
+        link_roots(path, roots);
+        if (n > 0) real[n] = 0;
+        if (n <= 0 || (size_t)n >= sizeof real - 1 || !(beneath(real, roots[0]) || beneath(real, roots[1]))) {
+            close(pfd);
+            return seer_err_set(err, SEER_EIO,
+                                "%s is a symbolic link that leads out of its folder%s; the files of a model folder are "
+                                "not trusted, so seer does not follow it (copy the file into the folder, or set "
+                                "SEER_MODEL_FOLLOW_LINKS=1 for a folder you assembled yourself)",
+                                label, n <= 0 ? " (or where it leads cannot be read from /proc)" : "");
         }
-        f->base = m;
-        f->mapped = true;
     }
-    close(fd);
-    return open_common(out, f, err);
+    int fd = open(proc, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    int e = errno;
+    close(pfd);
+    if (fd < 0) return seer_err_set(err, SEER_EIO, "cannot open %s: %s", label, strerror(e));
+    return fd;
+}
+
+int seer_st_open_confined(const char *path, const char *label, seer_err_t *err) {
+    if (!label) label = path;
+    /* O_NONBLOCK: a FIFO planted in the folder is refused below instead of waited on (it does
+     * nothing to a regular file); O_NOFOLLOW: a link goes through open_link's check */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+    if (fd < 0 && errno == ELOOP) {
+        fd = open_link(path, label, err);
+        if (fd < 0) return fd;
+    } else if (fd < 0) {
+        int e = errno;
+        return seer_err_set(err, e == ENOENT ? SEER_ENOTFOUND : SEER_EIO, "cannot open %s: %s", label, strerror(e));
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return seer_err_set(err, SEER_EIO, "cannot open %s: not a regular file", label);
+    }
+    return fd;
+}
+
+/* n bytes of fd into dst, 64 MiB at a time so that progress can be shown. */
+static int read_full(int fd, unsigned char *dst, size_t n, const char *label, seer_st_progress_fn progress, void *ctx,
+                     seer_err_t *err) {
+    size_t got = 0;
+    while (got < n) {
+        size_t want = n - got < ((size_t)64 << 20) ? n - got : ((size_t)64 << 20);
+        ssize_t r = read(fd, dst + got, want);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            int e = r < 0 ? errno : EIO;
+            return seer_err_set(err, SEER_EIO, "cannot read %s: %s", label, r < 0 ? strerror(e) : "file shrank while reading");
+        }
+        got += (size_t)r;
+        if (progress) progress(ctx, (size_t)r);
+    }
+    return 0;
 }
 
 /* Anonymous memory of n bytes starting on a 2 MiB boundary, asked to be backed by transparent huge
@@ -303,16 +398,28 @@ static void *map_huge(size_t n) {
     return p;
 }
 
-int seer_st_open_copy(seer_st_file_t **out, const char *path, const char *label, seer_st_progress_fn progress, void *ctx,
-                      seer_err_t *err) {
+int seer_st_open_ex(seer_st_file_t **out, const char *path, const char *label, int flags, seer_st_progress_fn progress,
+                    void *ctx, seer_err_t *err) {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) {
-        int e = errno;
-        return seer_err_set(err, e == ENOENT ? SEER_ENOTFOUND : SEER_EIO, "cannot open %s: %s", label, strerror(e));
+    if (!label) label = path;
+    int fd;
+    if (flags & SEER_ST_CONFINED) {
+        if ((fd = seer_st_open_confined(path, label, err)) < 0) return fd;
+    } else {
+        /* O_NONBLOCK: a FIFO is refused below instead of waited on */
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+        if (fd < 0) {
+            int e = errno;
+            return seer_err_set(err, e == ENOENT ? SEER_ENOTFOUND : SEER_EIO, "cannot open %s: %s", label, strerror(e));
+        }
     }
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return seer_err_set(err, SEER_EIO, "cannot stat %s: %s", label, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
         close(fd);
         return seer_err_set(err, SEER_EIO, "cannot open %s: not a regular file", label);
     }
@@ -323,8 +430,18 @@ int seer_st_open_copy(seer_st_file_t **out, const char *path, const char *label,
         return seer_err_set(err, SEER_ENOMEM, "out of memory");
     }
     f->size = (size_t)st.st_size;
-    if (f->size > 0) {
-        void *m = map_huge(f->size);
+    if (f->size > 0 && !(flags & SEER_ST_COPY)) {
+        void *m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (m == MAP_FAILED) {
+            int e = errno;
+            close(fd);
+            seer_st_close(f);
+            return seer_err_set(err, SEER_EIO, "cannot map %s: %s", label, strerror(e));
+        }
+        f->base = m;
+        f->mapped = true;
+    } else if (f->size > 0) {
+        unsigned char *m = map_huge(f->size);
         if (!m) {
             close(fd);
             seer_st_close(f);
@@ -332,24 +449,39 @@ int seer_st_open_copy(seer_st_file_t **out, const char *path, const char *label,
         }
         f->base = m;
         f->mapped = true;
-        size_t got = 0;
-        while (got < f->size) { /* 64 MiB at a time, so that progress can be shown */
-            size_t want = f->size - got < ((size_t)64 << 20) ? f->size - got : ((size_t)64 << 20);
-            ssize_t r = read(fd, (char *)m + got, want);
-            if (r < 0 && errno == EINTR) continue;
-            if (r <= 0) {
-                int e = r < 0 ? errno : EIO;
-                close(fd);
-                seer_st_close(f);
-                return seer_err_set(err, SEER_EIO, "cannot read %s: %s", label, r < 0 ? strerror(e) : "file shrank while reading");
+        /* The header is read and checked before the data: a hostile file (a sparse one claims
+         * terabytes at no cost) is refused before a byte of its data is read. */
+        size_t head = f->size < 8 ? f->size : 8;
+        int rc = read_full(fd, m, head, label, progress, ctx, err);
+        if (rc == 0 && head == 8) {
+            uint64_t hlen = le64(m);
+            if (hlen <= f->size - 8 && hlen <= ST_MAX_HEADER) {
+                rc = read_full(fd, m + 8, (size_t)hlen, label, progress, ctx, err);
+                head += (size_t)hlen;
             }
-            got += (size_t)r;
-            if (progress) progress(ctx, (size_t)r);
+        }
+        if (rc == 0) rc = parse(f, err);
+        if (rc == 0) rc = read_full(fd, m + head, f->size - head, label, progress, ctx, err);
+        close(fd);
+        if (rc < 0) {
+            seer_st_close(f);
+            return rc;
         }
         mprotect(m, f->size, PROT_READ);
+        *out = f;
+        return 0;
     }
     close(fd);
     return open_common(out, f, err);
+}
+
+int seer_st_open(seer_st_file_t **out, const char *path, seer_err_t *err) {
+    return seer_st_open_ex(out, path, NULL, 0, NULL, NULL, err);
+}
+
+int seer_st_open_copy(seer_st_file_t **out, const char *path, const char *label, seer_st_progress_fn progress, void *ctx,
+                      seer_err_t *err) {
+    return seer_st_open_ex(out, path, label, SEER_ST_COPY, progress, ctx, err);
 }
 
 size_t seer_st_count(const seer_st_file_t *f) { return f->n; }

@@ -27,8 +27,9 @@ typedef struct seer_st_file seer_st_file_t;
 /* Maps the file read-only and validates everything before returning: header length within the
  * file, valid UTF-8 JSON object, every entry has a known dtype, a shape of non-negative
  * integers (at most SEER_ST_MAX_DIMS), data_offsets inside the buffer with end - begin equal
- * to the shape's byte size, no two entries overlapping, no duplicate names. Errors name the
- * file, the tensor and the problem. */
+ * to the shape's byte size, no two entries overlapping, the tensors covering the data buffer
+ * exactly (no gap, nothing after the last one: the reference reader's rule), no duplicate names.
+ * Errors name the file, the tensor and the problem. */
 int seer_st_open(seer_st_file_t **out, const char *path, seer_err_t *err);
 
 /* The same over bytes in memory (for fuzzing and tests); data must outlive the handle. */
@@ -43,6 +44,24 @@ typedef void (*seer_st_progress_fn)(void *ctx, size_t bytes);
 int seer_st_open_copy(seer_st_file_t **out, const char *path, const char *label, seer_st_progress_fn progress, void *ctx,
                       seer_err_t *err);
 int seer_st_open_buffer(seer_st_file_t **out, const void *data, size_t n, const char *label, seer_err_t *err);
+
+/* Opens path, a file of a folder that is not trusted (a model folder, a LoRA adapter: the threat
+ * model in docs/security.md), for reading: a regular file (a FIFO or device is refused, never
+ * waited on or opened for I/O), either the name itself or a symbolic link whose target, as the
+ * kernel resolved it, lies inside the folder holding path or, in the Hugging Face cache layout
+ * (.../models--org--name/snapshots/<rev>/...), inside models--org--name (its files are links into
+ * blobs/). A link leading anywhere else is refused with a message naming label (NULL: path);
+ * SEER_MODEL_FOLLOW_LINKS=1 in the environment follows any link. Returns the descriptor
+ * (O_CLOEXEC, O_NONBLOCK), or a negative SEER_E* with err set. */
+int seer_st_open_confined(const char *path, const char *label, seer_err_t *err);
+
+/* seer_st_open / seer_st_open_copy with flags: SEER_ST_COPY reads the file into memory (as
+ * seer_st_open_copy: the header is checked before any data is read), SEER_ST_CONFINED opens it
+ * with seer_st_open_confined. label (NULL: path) names the file in messages. */
+#define SEER_ST_COPY 1
+#define SEER_ST_CONFINED 2
+int seer_st_open_ex(seer_st_file_t **out, const char *path, const char *label, int flags, seer_st_progress_fn progress,
+                    void *ctx, seer_err_t *err);
 
 void seer_st_close(seer_st_file_t *f);
 size_t seer_st_count(const seer_st_file_t *f);

@@ -13,7 +13,11 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "../json/json.h"
+#include "../tensor/safetensors.h"
 #include "tokenizer_private.h"
 #include "unicode_norm.h"
 
@@ -1145,15 +1149,37 @@ fail:
     return rc;
 }
 
-static int read_all(const char *path, char **out, size_t *len, seer_err_t *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return seer_err_set(err, errno == ENOENT ? SEER_ENOTFOUND : SEER_EIO, "cannot open %s: %s", path, strerror(errno));
+/* A tokenizer's file comes from a model folder, which is not trusted (docs/security.md): opened
+ * as the model's files are (seer_st_open_confined: a regular file, a link only when it stays in
+ * the folder, a FIFO refused rather than waited on), and at most max bytes. */
+static int read_max(const char *path, size_t max, char **out, size_t *len, seer_err_t *err) {
+    int fd = seer_st_open_confined(path, path, err);
+    if (fd < 0) return fd;
+    struct stat st;
+    if (fstat(fd, &st) == 0 && (uint64_t)st.st_size > (uint64_t)max) {
+        close(fd);
+        return seer_err_set(err, SEER_EINVAL, "%s is %llu bytes, more than such a file may be (%zu)", path,
+                            (unsigned long long)st.st_size, max);
+    }
     tk_buf_t b = {0};
     char chunk[65536];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) tk_buf_add(&b, chunk, n);
-    int bad = ferror(f);
-    fclose(f);
+    int bad = 0;
+    for (;;) {
+        ssize_t n = read(fd, chunk, sizeof chunk);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            bad = 1;
+            break;
+        }
+        if (n == 0) break;
+        if (b.n + (size_t)n > max) { /* it grew while read */
+            close(fd);
+            tk_buf_free(&b);
+            return seer_err_set(err, SEER_EINVAL, "%s is more than such a file may be (%zu bytes)", path, max);
+        }
+        tk_buf_add(&b, chunk, (size_t)n);
+    }
+    close(fd);
     if (bad) {
         tk_buf_free(&b);
         return seer_err_set(err, SEER_EIO, "cannot read %s", path);
@@ -1166,6 +1192,14 @@ static int read_all(const char *path, char **out, size_t *len, seer_err_t *err) 
     *out = b.p;
     *len = b.n;
     return 0;
+}
+
+static int read_all(const char *path, char **out, size_t *len, seer_err_t *err) {
+    return read_max(path, SEER_TOKENIZER_MAX_FILE, out, len, err);
+}
+
+int seer_tokenizer_read_model_file(const char *path, size_t max_bytes, char **out, size_t *len, seer_err_t *err) {
+    return read_max(path, max_bytes, out, len, err);
 }
 
 int seer_tokenizer_load_file(seer_tokenizer_t **out, const char *path, seer_err_t *err) {

@@ -19,6 +19,13 @@ typedef struct seer_tokenizer seer_tokenizer_t;
 
 /* Loads a tokenizer.json file. Unsupported component types and malformed files are
  * SEER_EINVAL / SEER_EPARSE with a message naming the file and the JSON path. */
+/* The largest tokenizer.json, vocab.json or merges.txt read (the biggest real ones are tens of
+ * MB: Gemma 3's tokenizer.json is 33 MB). */
+#define SEER_TOKENIZER_MAX_FILE (256u << 20)
+/* Reads a file of a model folder for the tokenizer's Lua side (tokenizer_config.json, special
+ * tokens, chat templates) as the loader reads its own: seer_st_open_confined, at most max_bytes.
+ * *out is malloc'ed (NUL-terminated), the caller frees it. SEER_ENOTFOUND when it is absent. */
+int seer_tokenizer_read_model_file(const char *path, size_t max_bytes, char **out, size_t *len, seer_err_t *err);
 int seer_tokenizer_load_file(seer_tokenizer_t **out, const char *path, seer_err_t *err);
 /* The same from text in memory; `name` is what messages call it (e.g. "tokenizer.json"). */
 int seer_tokenizer_load_json(seer_tokenizer_t **out, const char *text, size_t len,

@@ -5,6 +5,7 @@
 #include "host/host.h"
 
 #include <math.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,6 +38,37 @@ static int l_load_file(lua_State *L) {
     seer_tokenizer_t *tok;
     if (seer_tokenizer_load_file(&tok, path, &err) < 0) return luaL_error(L, "%s", err.msg);
     return push_new(L, tok);
+}
+
+/* read_model_file(path, max_bytes) -> text | nil, message, "missing" (absent) or "refused" (a
+ * link out of the folder, not a regular file, too big, unreadable): seer_tokenizer_read_model_file. */
+static int l_read_model_file(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    lua_Number mx = luaL_checknumber(L, 2);
+    if (!(mx >= 0 && mx <= (lua_Number)SEER_TOKENIZER_MAX_FILE)) return luaL_error(L, "read_model_file: bad max_bytes");
+    seer_err_t err;
+    char *text;
+    size_t len;
+    int rc = seer_tokenizer_read_model_file(path, (size_t)mx, &text, &len, &err);
+    if (rc < 0) {
+        lua_pushnil(L);
+        lua_pushstring(L, err.msg);
+        lua_pushstring(L, rc == SEER_ENOTFOUND ? "missing" : "refused");
+        return 3;
+    }
+    lua_pushlstring(L, text, len);
+    free(text);
+    return 1;
+}
+
+/* kind(path) -> "file", "dir", "other" or nil (stat: follows links, opens nothing, so a FIFO is
+ * "other" rather than waited on; reading goes through read_model_file's checks). */
+static int l_kind(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    struct stat st;
+    if (stat(path, &st) != 0) return 0;
+    lua_pushstring(L, S_ISREG(st.st_mode) ? "file" : S_ISDIR(st.st_mode) ? "dir" : "other");
+    return 1;
 }
 
 static int l_load_json(lua_State *L) {
@@ -163,6 +195,8 @@ int seer_tokenizer_luaopen(lua_State *L) {
     static const luaL_Reg funcs[] = {
         {"load_file", l_load_file},
         {"load_json", l_load_json},
+        {"read_model_file", l_read_model_file},
+        {"kind", l_kind},
         {"load_gpt2", l_load_gpt2},
         {"byte_to_unicode", l_byte_to_unicode},
         {NULL, NULL},

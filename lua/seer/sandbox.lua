@@ -948,11 +948,41 @@ local function plan_hidden_file(name, src, size, frags)
   return p
 end
 
+-- Where a link in the model folder `host` may lead (the model loader's rule,
+-- engine/tensor/safetensors.c): the folder itself (canonical) and, for a Hugging Face cache
+-- snapshot (.../models--org--name/snapshots/<rev>), the repository folder, whose snapshots link
+-- into its blobs/. Nothing when SEER_MODEL_FOLLOW_LINKS=1 (a folder the researcher assembled).
+local function link_roots(host)
+  if os.getenv("SEER_MODEL_FOLLOW_LINKS") == "1" then return nil end
+  local root = core.realpath(host)
+  if not root then return {} end
+  local roots = { root }
+  local repo = root:match("^(.*/models%-%-[^/]+)/snapshots/[^/]+$") or root:match("^(.*/models%-%-[^/]+)/snapshots$")
+  if repo then roots[2] = repo end
+  return roots
+end
+
+local function beneath_any(real, roots)
+  if not roots then return true end
+  for _, r in ipairs(roots) do
+    if real == r or real:sub(1, #r + 1) == r .. "/" then return true end
+  end
+  return false
+end
+
 -- The real path of a file (through the cache's symlinks) and its listdir entry; nil for
--- anything that is not a regular file.
-local function real_file(path, listings)
+-- anything that is not a regular file. A link that leads out of the model folder (`roots`:
+-- link_roots) is an error: the files of a model folder are not trusted, and a hidden model's
+-- files are copied or hard-linked into the sandbox's mount (tokenizer.json -> ~/.ssh/id_rsa
+-- would hand that file to the sandbox).
+local function real_file(path, listings, roots)
   local real = core.realpath(path)
   if not real then return nil end
+  if not beneath_any(real, roots) then
+    error(("%s is a symbolic link that leads out of its model folder; the files of a model folder are not "
+      .. "trusted, so seer does not stage it into a sandbox (copy the file into the folder, or set "
+      .. "SEER_MODEL_FOLLOW_LINKS=1 for a folder you assembled yourself)"):format(path), 0)
+  end
   local parent, base = real:match("^(.*)/([^/]+)$")
   parent = parent == "" and "/" or parent
   if not listings[parent] then
@@ -1027,10 +1057,10 @@ end
 ---@param frags string[]
 ---@return string dir, table report {linked, copied, cleaned, left_out}
 function Sandbox:_stage_hidden(host, frags)
-  local plan, left_out, listings = {}, 0, {}
+  local plan, left_out, listings, roots = {}, 0, {}, link_roots(host)
   for _, e in ipairs(sb.listdir(host) or {}) do
     local real, info = nil, nil
-    if e.type ~= "dir" and hidden_keeps(e.name) then real, info = real_file(host .. "/" .. e.name, listings) end
+    if e.type ~= "dir" and hidden_keeps(e.name) then real, info = real_file(host .. "/" .. e.name, listings, roots) end
     local planned = info and plan_hidden_file(e.name, real, info.size or 0, frags)
     if planned then
       plan[#plan + 1] = planned

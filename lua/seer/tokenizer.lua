@@ -36,22 +36,32 @@ Tokenizer.__index = Tokenizer
 
 local SPECIAL_NAMES = { "bos", "eos", "unk", "pad", "sep", "cls", "mask" }
 
--- "file", "dir" or nil. io.open succeeds on a directory too; reading from it fails with EISDIR.
-local function kind(p)
-  local f = io.open(p, "rb")
-  if not f then return nil end
-  local _, _, code = f:read(1)
-  f:close()
-  return code == 21 and "dir" or "file"
-end
+-- "file", "dir", "other" or nil, from stat: nothing is opened, so a FIFO planted in a model
+-- folder is "other", not waited on.
+local function kind(p) return core.kind(p) end
 local function file_exists(p) return kind(p) == "file" end
+-- present in a model folder: a FIFO or device there is read (and refused with its reason), not
+-- taken for an absent file
+local function present(p)
+  local k = kind(p)
+  return k == "file" or k == "other"
+end
 local function is_dir(p) return kind(p) == "dir" end
 
+-- The files of a model folder are not trusted (docs/security.md): read as the model loader
+-- reads its own (a regular file, a link only when it stays in the folder, a FIFO refused, not
+-- waited on) and at most MAX_SIDE_FILE bytes. nil when absent; an error when refused.
+local MAX_SIDE_FILE = 64 * 1024 * 1024
+local function read_model_file(path)
+  local text, why, code = core.read_model_file(path, MAX_SIDE_FILE)
+  if text then return text end
+  if code == "missing" then return nil end
+  error("seer.tokenizer: " .. tostring(why), 0)
+end
+
 local function read_json(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local text = f:read("*a")
-  f:close()
+  local text = read_model_file(path)
+  if not text then return nil end
   -- the values are counted before anything is built: a model folder's files may be hostile
   local ok, v = pcall(json.decode, text, { max_values = json.MODEL_MAX_VALUES.config })
   if not ok then error("seer.tokenizer: " .. path .. ": " .. tostring(v), 0) end
@@ -78,9 +88,9 @@ function M.load(path)
   local dir, handle
   if is_dir(path) then
     dir = path
-    if file_exists(dir .. "/tokenizer.json") then
+    if present(dir .. "/tokenizer.json") then
       handle = core.load_file(dir .. "/tokenizer.json")
-    elseif file_exists(dir .. "/vocab.json") and file_exists(dir .. "/merges.txt") then
+    elseif present(dir .. "/vocab.json") and present(dir .. "/merges.txt") then
       handle = core.load_gpt2(dir .. "/vocab.json", dir .. "/merges.txt")
     else
       error("seer.tokenizer: " .. dir .. " has neither tokenizer.json nor vocab.json + merges.txt", 2)
@@ -119,11 +129,7 @@ function M.load(path)
     self.chat_template = self.chat_templates.default
   end
   if not self.chat_template then
-    local f = io.open(dir .. "/chat_template.jinja", "rb")
-    if f then
-      self.chat_template = f:read("*a")
-      f:close()
-    end
+    self.chat_template = read_model_file(dir .. "/chat_template.jinja")
   end
 
   self.clean_up_tokenization_spaces = cfg.clean_up_tokenization_spaces == true

@@ -638,6 +638,30 @@ T.test("staging: a small byte tensor that spells the id is refused; a .safetenso
   T.contains(out, "\n0\n")
 end)
 
+T.test("staging: a hidden model's file that links out of its folder is refused, never copied or linked into the sandbox", function()
+  -- a model folder written by a sandbox (an agent's "fine-tuned model" in its workspace), then
+  -- hidden into another sandbox: staging resolved every link, so tokenizer.json -> a host secret
+  -- was hard-linked or copied into the second sandbox's mount
+  if not have_bwrap() then T.skip("bubblewrap is not installed") end
+  local d = root .. "/planted/" .. ids.name
+  local secret = root .. "/planted/host-secret.txt"
+  os.execute(("mkdir -p '%s' && cp '%s'/*.json '%s/model.safetensors' '%s'/ && rm '%s/tokenizer.json'"):format(d, A.stories, A.stories, d, d))
+  seer.write_file(secret, "HOST-ONLY-SECRET-4411\n")
+  os.execute(("ln -s '%s' '%s/tokenizer.json'"):format(secret, d))
+  local msg = T.raises(function()
+    env.Sandbox(env.SandboxConfig{ models = { env.ModelConfig{ name = d, hidden = true } } }):start{ name = "lnk1" }
+  end, "tokenizer.json is a symbolic link that leads out of its model folder", true)
+  T.contains(msg, "SEER_MODEL_FOLLOW_LINKS=1")
+  local hits = io.popen(("grep -rl HOST-ONLY-SECRET-4411 '%s/sb' '%s/cache' 2>/dev/null | head -3"):format(root, root)):read("*a")
+  T.eq(hits, "", "the secret was staged")
+  -- a link inside the folder is followed (the HF cache's links into blobs/ are covered above)
+  os.execute(("rm '%s/tokenizer.json' && cp '%s/tokenizer.json' '%s/tok.real' && ln -s tok.real '%s/tokenizer.json'"):format(d, A.stories, d, d))
+  local s = env.Sandbox(env.SandboxConfig{ models = { env.ModelConfig{ name = d, hidden = true } } }):start{ name = "lnk2" }
+  local out = s:exec("ls /models/*/")
+  s:terminate()
+  T.contains(out, "tokenizer.json")
+end)
+
 T.test("a sandbox name, environment variable or mounted path that holds the id is refused", function()
   if not have_bwrap() then T.skip("bubblewrap is not installed") end
   local models = LAYOUTS["HF cache"](true)

@@ -257,7 +257,7 @@ T.test("a hub id resolves through the Hugging Face cache layout", function()
   os.execute(("mkdir -p '%s/refs' '%s/snapshots/abc123'"):format(repo, repo))
   seer.write_file(repo .. "/refs/main", "abc123\n")
   for _, f in ipairs({ "config.json", "model.safetensors", "generation_config.json" }) do
-    os.execute(("ln -s '%s/%s' '%s/snapshots/abc123/%s'"):format(root, f, repo, f))
+    os.execute(("cp '%s/%s' '%s/snapshots/abc123/%s'"):format(root, f, repo, f)) -- a copy: a link out of the folder is refused
   end
   local script = ("local m = seer.model.load('tiny/stories') io.write(m.path, ' ', m.config.num_parameters)")
   local p = io.popen(("HF_HOME='%s' '%s' -e \"%s\" 2>&1"):format(home, arg[-1], script))

@@ -22,7 +22,7 @@ local function variant(name, fn)
   local cfg = json.decode(seer.read_file(dir .. "/" .. name .. "/config.json"))
   fn(cfg)
   seer.write_file(d .. "/config.json", json.encode(cfg))
-  os.execute(("ln -s '%s/%s/model.safetensors' '%s/model.safetensors'"):format(dir, name, d))
+  os.execute(("cp '%s/%s/model.safetensors' '%s/model.safetensors'"):format(dir, name, d)) -- a link out of the folder is refused
   return d
 end
 
@@ -125,7 +125,7 @@ end)
 T.test("gemma3 multimodal: a checkpoint without the language model is refused with both layouts named", function()
   local d = T.tmpdir()
   seer.write_file(d .. "/config.json", seer.read_file(dir .. "/gemma3_multimodal/config.json"))
-  os.execute(("ln -s '%s/llama/model.safetensors' '%s/model.safetensors'"):format(dir, d))
+  os.execute(("cp '%s/llama/model.safetensors' '%s/model.safetensors'"):format(dir, d))
   T.raises(function() seer.model.load(d, { tokenizer = false }) end,
     "neither model.language_model.embed_tokens.weight nor language_model.model.embed_tokens.weight", true)
 end)

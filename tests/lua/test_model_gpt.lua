@@ -55,7 +55,7 @@ for _, name in ipairs { "gpt2", "gpt_neox" } do
     copy_config(mdir, tmp, function(c)
       if c.n_layer then c.n_layer = 4 else c.num_hidden_layers = 4 end
     end)
-    assert(os.execute(("ln -s '%s/model.safetensors' '%s/model.safetensors'"):format(mdir, tmp)) == 0)
+    assert(os.execute(("cp '%s/model.safetensors' '%s/model.safetensors'"):format(mdir, tmp)) == 0) -- a link out of the folder is refused
     local msg = T.raises(function() seer.model.load(tmp, { tokenizer = false }) end, "the checkpoint lacks tensors", true)
     if name == "gpt2" then
       T.contains(msg, "transformer.h.3.ln_1.weight")
