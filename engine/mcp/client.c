@@ -157,14 +157,10 @@ static void answer_request(mcp_server_t *s, const cJSON *id, const char *method)
     char *text = cJSON_PrintUnformatted(m);
     cJSON_Delete(m);
     if (!text) return;
-    if (s->kind == MCP_HTTP) {
+    if (s->kind == MCP_HTTP)
         mcp_http_queue(s, text);
-        return;
-    }
-    seer_err_t err;
-    if (mcp_stdio_send(s, text, strlen(text), mcp_now_ms() + CANCEL_TIMEOUT_MS, &err) < 0 && !s->dead_msg)
-        mcp_warn(s, "could not answer its %s request: %s", method, err.msg);
-    free(text);
+    else
+        mcp_stdio_queue(s, text);
 }
 
 /* ---- receiving ----------------------------------------------------------------------------- */
@@ -222,6 +218,58 @@ static int dispatch_msg(mcp_server_t *s, cJSON *m) {
     }
     mcp_warn(s, "ignoring a JSON object that is not a JSON-RPC message");
     return 0;
+}
+
+void mcp_dispatch_cut(mcp_server_t *s, cJSON *m, const mcp_reader_t *r) {
+    if (r->has_method) {
+        mcp_warn(s, "ignoring a %s of %zu bytes: only %zu bytes of a message are read while a tool call is awaited "
+                    "(max_result_bytes)",
+                 r->id_state == 2 ? "request" : "notification", r->total, s->keep);
+        cJSON_Delete(m);
+        return;
+    }
+    /* The id as the whole message has it (it may have come after the cut). */
+    cJSON_DeleteItemFromObjectCaseSensitive(m, "id");
+    cJSON *id = r->id_state == 2 ? cJSON_ParseWithLength(r->id, r->id_len) : NULL;
+    if (id) cJSON_AddItemToObject(m, "id", id);
+    if (r->has_result && !cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(m, "result"))) {
+        cJSON_DeleteItemFromObjectCaseSensitive(m, "result");
+        cJSON_AddObjectToObject(m, "result");
+    }
+    if (r->has_error && !r->has_result && !cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(m, "error"))) {
+        cJSON_DeleteItemFromObjectCaseSensitive(m, "error");
+        cJSON *e = cJSON_AddObjectToObject(m, "error");
+        cJSON_AddNumberToObject(e, "code", -32603);
+        cJSON_AddStringToObject(e, "message", "(the error was cut: it is longer than max_result_bytes)");
+    }
+    mcp_cut_t cut = {1, r->total, r->read_bytes, r->content_bytes, s->keep, r->structured_done, r->cut_in_block,
+                     r->is_error};
+    if (dispatch_msg(s, m))
+        s->cut = cut; /* it is the awaited response */
+    else
+        cJSON_Delete(m);
+}
+
+void mcp_dispatch_refused(mcp_server_t *s, const mcp_reader_t *r) {
+    cJSON *id = r->id_state == 2 ? cJSON_ParseWithLength(r->id, r->id_len) : NULL;
+    if (r->has_method || !id || !(r->has_result || r->has_error)) {
+        mcp_warn(s, "ignoring a message of %zu bytes: it has more than %d JSON values (the limit)", r->total,
+                 MCP_READER_MAX_VALUES);
+        cJSON_Delete(id);
+        return;
+    }
+    /* A stand-in for the response ends the wait; rpc sees s->refused and fails the request. */
+    cJSON *m = cJSON_CreateObject();
+    if (!m) {
+        cJSON_Delete(id);
+        return;
+    }
+    cJSON_AddItemToObject(m, "id", id);
+    cJSON_AddObjectToObject(m, "result");
+    if (dispatch_msg(s, m))
+        s->refused = 1;
+    else
+        cJSON_Delete(m);
 }
 
 void mcp_dispatch_text(mcp_server_t *s, const char *text, size_t n) {
@@ -284,10 +332,15 @@ static int rpc(mcp_server_t *s, const char *method, cJSON *params /* taken */, c
 
     seer_err_t terr;
     int rc;
+    int is_call = strcmp(method, "tools/call") == 0;
     for (int attempt = 0;; attempt++) {
         s->wait_id = id;
         s->wait_msg = NULL;
         s->wait_call = call;
+        s->keep = is_call && s->opts->max_result_bytes ? s->opts->max_result_bytes : s->opts->max_message_bytes;
+        s->cut_ok = is_call && s->keep < s->opts->max_message_bytes;
+        memset(&s->cut, 0, sizeof s->cut);
+        s->refused = 0;
         seer_err_clear(&terr);
         if (s->kind == MCP_STDIO) {
             rc = mcp_stdio_send(s, text, strlen(text), deadline, &terr);
@@ -313,6 +366,8 @@ static int rpc(mcp_server_t *s, const char *method, cJSON *params /* taken */, c
     cJSON *resp = s->wait_msg;
     s->wait_msg = NULL;
     s->wait_id = 0;
+    s->keep = s->opts->max_message_bytes;
+    s->cut_ok = 0;
 
     if (rc == SEER_MCP_ETIMEOUT || rc == SEER_EINTR) {
         cJSON_Delete(resp);
@@ -339,6 +394,13 @@ static int rpc(mcp_server_t *s, const char *method, cJSON *params /* taken */, c
         return seer_err_set(err, rc, "mcp server '%s': %s: %s", s->name, what, terr.msg);
     }
     if (!resp) return seer_err_set(err, SEER_EIO, "mcp server '%s': %s: no response", s->name, what);
+    if (s->refused) {
+        s->refused = 0;
+        cJSON_Delete(resp);
+        return seer_err_set(err, SEER_EPARSE,
+                            "mcp server '%s': %s: the response has more than %d JSON values (the limit): it was not read",
+                            s->name, what, MCP_READER_MAX_VALUES);
+    }
 
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(resp, "error");
     if (e) {
@@ -468,7 +530,9 @@ static void server_free(mcp_server_t *s) {
     cJSON_Delete(s->tools);
     cJSON_Delete(s->wait_msg);
     free(s->dead_msg);
-    mcp_buf_free(&s->line);
+    mcp_rd_free(&s->rd);
+    for (size_t i = 0; i < s->nanswers; i++) free(s->answers[i]);
+    free(s->answers);
     mcp_buf_free(&s->tee_line);
     free(s);
 }
@@ -484,6 +548,8 @@ static mcp_server_t *server_new(const char *name, mcp_kind_t kind, const seer_mc
     s->kind = kind;
     s->opts = opts;
     s->next_id = 1;
+    s->keep = opts->max_message_bytes;
+    mcp_rd_reset(&s->rd);
     s->in_fd = s->out_fd = s->err_fd = -1;
     return s;
 }
@@ -596,6 +662,12 @@ static int finish_connect(mcp_server_t *s, int64_t deadline, seer_err_t *err) {
         if (rc == SEER_EINTR) return seer_err_set(err, rc, "mcp server '%s': initialize: interrupted", s->name);
         if (rc == SEER_MCP_EDEAD) return seer_err_set(err, rc, "mcp server '%s': initialize: %s", s->name, s->dead_msg);
         if (rc < 0) return seer_err_set(err, rc, "mcp server '%s': initialize: %s", s->name, terr.msg);
+        if (s->refused) {
+            s->refused = 0;
+            cJSON_Delete(resp);
+            return seer_err_set(err, SEER_EPARSE, "mcp server '%s': initialize: the response has more than %d JSON values",
+                                s->name, MCP_READER_MAX_VALUES);
+        }
         const cJSON *e = cJSON_GetObjectItemCaseSensitive(resp, "error");
         if (e) {
             const cJSON *msg = cJSON_GetObjectItemCaseSensitive(e, "message");
@@ -880,6 +952,62 @@ int seer_mcp_tools(seer_mcp_client_t *c, const seer_mcp_tool_t **tools, size_t *
     return 0;
 }
 
+/* A response past max_result_bytes was cut (client_reader.c): the block the cut went through is
+ * left out unless it is text (cut at a character), structuredContent too unless it was whole,
+ * isError is what the whole response said, and a text block and seer_cut say what happened. */
+static int apply_cut(mcp_server_t *s, cJSON *r) {
+    const mcp_cut_t *cut = &s->cut;
+    cJSON *content = cJSON_GetObjectItemCaseSensitive(r, "content");
+    if (!cJSON_IsArray(content)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(r, "content");
+        content = cJSON_AddArrayToObject(r, "content");
+        if (!content) return SEER_ENOMEM;
+    }
+    int dropped = 0, structured = 0;
+    if (cut->cut_in_block) {
+        int n = cJSON_GetArraySize(content);
+        cJSON *last = n > 0 ? cJSON_GetArrayItem(content, n - 1) : NULL;
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(last, "type");
+        if (cJSON_IsObject(last) && cJSON_IsString(cJSON_GetObjectItemCaseSensitive(last, "text")) &&
+            (!type || (cJSON_IsString(type) && strcmp(type->valuestring, "text") == 0))) {
+            if (!type) cJSON_AddStringToObject(last, "type", "text");
+        } else if (last) {
+            cJSON_DeleteItemFromArray(content, n - 1);
+            dropped = 1;
+        }
+    }
+    if (!cut->structured_done && cJSON_GetObjectItemCaseSensitive(r, "structuredContent")) {
+        cJSON_DeleteItemFromObjectCaseSensitive(r, "structuredContent");
+        structured = 1;
+    }
+    if (cut->is_error >= 0) {
+        cJSON_DeleteItemFromObjectCaseSensitive(r, "isError");
+        cJSON_AddBoolToObject(r, "isError", cut->is_error);
+    }
+    char note[400];
+    snprintf(note, sizeof note,
+             "[seer: the server's response to this call is %zu bytes; only its first %zu bytes were read "
+             "(max_result_bytes = %zu) and the rest was skipped%s%s]",
+             cut->message_bytes, cut->read_bytes, cut->limit, dropped ? "; the block it was in was left out" : "",
+             structured ? "; structuredContent was left out" : "");
+    cJSON *b = cJSON_CreateObject();
+    cJSON *info = cJSON_CreateObject();
+    if (!b || !info) {
+        cJSON_Delete(b);
+        cJSON_Delete(info);
+        return SEER_ENOMEM;
+    }
+    cJSON_AddStringToObject(b, "type", "text");
+    cJSON_AddStringToObject(b, "text", note);
+    cJSON_AddItemToArray(content, b);
+    cJSON_AddNumberToObject(info, "message_bytes", (double)cut->message_bytes);
+    cJSON_AddNumberToObject(info, "read_bytes", (double)cut->read_bytes);
+    cJSON_AddNumberToObject(info, "content_bytes", (double)cut->content_bytes);
+    cJSON_AddNumberToObject(info, "max_result_bytes", (double)cut->limit);
+    cJSON_AddItemToObject(r, "seer_cut", info);
+    return 0;
+}
+
 static int call_on(seer_mcp_client_t *c, mcp_server_t *s, const char *tool, const cJSON *arguments,
                    const seer_mcp_call_opts_t *opts, cJSON **result, seer_err_t *err) {
     *result = NULL;
@@ -914,6 +1042,9 @@ static int call_on(seer_mcp_client_t *c, mcp_server_t *s, const char *tool, cons
         cJSON_DeleteItemFromObjectCaseSensitive(r, "isError");
         cJSON_AddFalseToObject(r, "isError");
     }
+    /* seer_cut is the client's word, never the server's. */
+    cJSON_DeleteItemFromObjectCaseSensitive(r, "seer_cut");
+    if (s->cut.active && apply_cut(s, r) < 0) return seer_err_set(err, SEER_ENOMEM, "out of memory");
     /* Every content block an object with a string "type", and a text block's text a string:
      * a block that is not is replaced by a text block that says so, so callers can index
      * blocks without checking (a server may be a sandbox's, hence hostile). */
@@ -990,7 +1121,11 @@ int seer_mcp_request(seer_mcp_client_t *c, const char *server, const char *metho
     }
     char what[300];
     snprintf(what, sizeof what, "%.200s", method);
-    return rpc(s, method, p, what, timeout_ms > 0 ? timeout_ms : c->opts.timeout_ms, NULL, result, err);
+    int rc = rpc(s, method, p, what, timeout_ms > 0 ? timeout_ms : c->opts.timeout_ms, NULL, result, err);
+    /* a tools/call sent this way is cut as seer_mcp_call's are, and says so the same way */
+    if (rc == 0 && strcmp(method, "tools/call") == 0) cJSON_DeleteItemFromObjectCaseSensitive(*result, "seer_cut");
+    if (rc == 0 && s->cut.active && apply_cut(s, *result) < 0) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+    return rc;
 }
 
 size_t seer_mcp_server_count(const seer_mcp_client_t *c) {

@@ -39,18 +39,30 @@ struct mcp_http {
     size_t dropped; /* requests left unanswered since the last warning about them */
 };
 
+/* The body of an error status is kept up to this, for the message (and a JSON-RPC error in it). */
+#define ERROR_BODY_MAX 65536
+
+enum { SSE_FIELD, SSE_DATA_SPACE, SSE_DATA, SSE_EVENT_SPACE, SSE_EVENT, SSE_SKIP };
+
 struct xfer {
     mcp_server_t *s;
     CURL *e;
     struct curl_slist *hdrs;
     char *body;
+    int side;       /* an answer to the server: what it says back is not read */
+    int error_body; /* the status is 300 or more: the body goes to resp */
     mcp_buf_t resp;
+    mcp_reader_t rd; /* the JSON body, or the data of the SSE event being read */
     int sse;
     int sse_checked;
-    mcp_buf_t sse_line;
-    mcp_buf_t sse_data;
-    int sse_has_data;
+    /* SSE, line by line without holding a line: the field name, then the value streams to rd
+     * (data) or into sse_event (event; its first 63 bytes) or nowhere (comments, id, retry). */
+    int sse_st;
+    char sse_field[8];
+    size_t sse_field_len;
+    int sse_data_lines;
     char sse_event[64];
+    size_t sse_event_len;
     int too_big;
     int done;
     CURLcode result;
@@ -67,53 +79,90 @@ static void curl_init(void) {
 /* ---- SSE ----------------------------------------------------------------------------------- */
 
 static void sse_event_end(xfer_t *x) {
-    if (x->sse_has_data && (!x->sse_event[0] || strcmp(x->sse_event, "message") == 0))
-        mcp_dispatch_text(x->s, x->sse_data.data, x->sse_data.len);
-    x->sse_data.len = 0;
-    x->sse_has_data = 0;
-    x->sse_event[0] = 0;
+    if (x->sse_data_lines) {
+        x->sse_event[x->sse_event_len] = 0;
+        if (!x->sse_event[0] || strcmp(x->sse_event, "message") == 0)
+            mcp_rd_end(x->s, &x->rd);
+        else
+            mcp_rd_reset(&x->rd);
+    }
+    x->sse_data_lines = 0;
+    x->sse_event_len = 0;
 }
 
-static void sse_line(xfer_t *x, char *line, size_t n) {
-    if (n && line[n - 1] == '\r') n--;
-    line[n] = 0;
-    if (n == 0) {
-        sse_event_end(x);
-        return;
-    }
-    if (line[0] == ':') return; /* comment / keep-alive */
-    char *colon = memchr(line, ':', n);
-    const char *field = line, *value = "";
-    size_t vlen = 0;
-    if (colon) {
-        *colon = 0;
-        value = colon + 1;
-        if (*value == ' ') value++;
-        vlen = n - (size_t)(value - line);
-    }
-    if (strcmp(field, "data") == 0) {
-        if (x->sse_has_data) mcp_buf_add(&x->sse_data, "\n", 1);
-        mcp_buf_add(&x->sse_data, value, vlen);
-        x->sse_has_data = 1;
-    } else if (strcmp(field, "event") == 0) {
-        snprintf(x->sse_event, sizeof x->sse_event, "%s", value);
-    } /* id and retry matter only for resuming a stream, which this client does not do */
+/* A data line begins: lines of one event are joined with newlines. */
+static int sse_data_line(xfer_t *x) {
+    return x->sse_data_lines++ ? mcp_rd_feed(x->s, &x->rd, "\n", 1) : 0;
 }
 
-static void sse_feed(xfer_t *x, const char *p, size_t n) {
-    while (n) {
-        const char *nl = memchr(p, '\n', n);
-        size_t take = nl ? (size_t)(nl - p) : n;
-        if (mcp_buf_add(&x->sse_line, p, take) < 0 || x->sse_line.len + x->sse_data.len > x->s->opts->max_message_bytes) {
-            x->too_big = 1;
-            return;
+/* The line's field name is complete (at ':' or at the end of the line). */
+static int sse_field_is(xfer_t *x, const char *name) {
+    size_t n = x->sse_field_len;
+    if (n && x->sse_field[n - 1] == '\r') n--;
+    return n == strlen(name) && n < sizeof x->sse_field && memcmp(x->sse_field, name, n) == 0;
+}
+
+/* Returns -1 when the event's data passes the limit (the transfer is then cut off). */
+static int sse_feed(xfer_t *x, const char *p, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        char c = p[i];
+        const char *nl;
+        size_t take;
+        switch (x->sse_st) {
+        case SSE_FIELD:
+            i++;
+            if (c == '\n') { /* a line without ':' is a field with an empty value */
+                if (sse_field_is(x, "")) {
+                    sse_event_end(x);
+                } else if (sse_field_is(x, "data")) {
+                    if (sse_data_line(x) < 0) return -1;
+                } else if (sse_field_is(x, "event")) {
+                    x->sse_event_len = 0;
+                }
+                x->sse_field_len = 0;
+            } else if (c == ':') {
+                x->sse_st = sse_field_is(x, "data") ? SSE_DATA_SPACE : sse_field_is(x, "event") ? SSE_EVENT_SPACE : SSE_SKIP;
+                if (x->sse_st == SSE_DATA_SPACE && sse_data_line(x) < 0) return -1;
+                if (x->sse_st == SSE_EVENT_SPACE) x->sse_event_len = 0;
+                x->sse_field_len = 0;
+            } else if (x->sse_field_len < sizeof x->sse_field) {
+                x->sse_field[x->sse_field_len++] = c;
+            }
+            break;
+        case SSE_DATA_SPACE:
+        case SSE_EVENT_SPACE:
+            if (c == ' ') i++;
+            x->sse_st = x->sse_st == SSE_DATA_SPACE ? SSE_DATA : SSE_EVENT;
+            break;
+        case SSE_DATA:
+            nl = memchr(p + i, '\n', n - i);
+            take = nl ? (size_t)(nl - p) - i : n - i;
+            if (take && mcp_rd_feed(x->s, &x->rd, p + i, take) < 0) return -1;
+            i += take;
+            if (nl) {
+                i++;
+                x->sse_st = SSE_FIELD;
+            }
+            break;
+        case SSE_EVENT:
+            i++;
+            if (c == '\n') {
+                if (x->sse_event_len && x->sse_event[x->sse_event_len - 1] == '\r') x->sse_event_len--;
+                x->sse_st = SSE_FIELD;
+            } else if (x->sse_event_len < sizeof x->sse_event - 1) {
+                x->sse_event[x->sse_event_len++] = c;
+            }
+            break;
+        default: /* a comment, id, retry or unknown field: skipped */
+            nl = memchr(p + i, '\n', n - i);
+            if (!nl) return 0;
+            i = (size_t)(nl - p) + 1;
+            x->sse_st = SSE_FIELD;
+            break;
         }
-        if (!nl) return;
-        sse_line(x, x->sse_line.data, x->sse_line.len);
-        x->sse_line.len = 0;
-        p = nl + 1;
-        n -= take + 1;
     }
+    return 0;
 }
 
 /* ---- callbacks ------------------------------------------------------------------------------ */
@@ -146,21 +195,27 @@ static size_t on_header(char *p, size_t size, size_t nmemb, void *ud) {
     return n;
 }
 
+/* The body streams through: a JSON body or the events of a stream to the reader (which holds a
+ * message only up to its bound), an error status's body up to ERROR_BODY_MAX, and what the
+ * server says to an answer of ours nowhere. */
 static size_t on_body(char *p, size_t size, size_t nmemb, void *ud) {
     xfer_t *x = ud;
     size_t n = size * nmemb;
+    if (x->side) return n;
     if (!x->sse_checked) {
         /* An error status carries an error body, never a stream of protocol messages. */
         long status = 0;
         curl_easy_getinfo(x->e, CURLINFO_RESPONSE_CODE, &status);
-        if (status >= 300) x->sse = 0;
+        if (status >= 300) x->sse = 0, x->error_body = 1;
         x->sse_checked = 1;
     }
-    if (x->sse) {
-        sse_feed(x, p, n);
-    } else if (x->resp.len + n > x->s->opts->max_message_bytes) {
-        x->too_big = 1;
-    } else if (mcp_buf_add(&x->resp, p, n) < 0) {
+    if (x->error_body) {
+        size_t take = x->resp.len >= ERROR_BODY_MAX ? 0 : ERROR_BODY_MAX - x->resp.len;
+        if (take > n) take = n;
+        if (take && mcp_buf_add(&x->resp, p, take) < 0) x->too_big = 1;
+    } else if (x->sse) {
+        if (sse_feed(x, p, n) < 0) x->too_big = 1;
+    } else if (mcp_rd_feed(x->s, &x->rd, p, n) < 0) {
         x->too_big = 1;
     }
     return x->too_big ? 0 : n;
@@ -174,8 +229,7 @@ static void xfer_free(xfer_t *x) {
     curl_slist_free_all(x->hdrs);
     free(x->body);
     mcp_buf_free(&x->resp);
-    mcp_buf_free(&x->sse_line);
-    mcp_buf_free(&x->sse_data);
+    mcp_rd_free(&x->rd);
     free(x);
 }
 
@@ -184,6 +238,7 @@ static xfer_t *xfer_new(mcp_server_t *s, const char *method, const char *text, s
     xfer_t *x = calloc(1, sizeof *x);
     if (!x) return NULL;
     x->s = s;
+    mcp_rd_reset(&x->rd);
     x->e = curl_easy_init();
     if (!x->e) {
         free(x);
@@ -272,6 +327,7 @@ static void start_side(mcp_server_t *s, int64_t deadline) {
         xfer_t *x = xfer_new(s, "POST", h->queue[i], strlen(h->queue[i]), deadline);
         free(h->queue[i]);
         if (!x) continue;
+        x->side = 1;
         curl_easy_setopt(x->e, CURLOPT_TIMEOUT_MS, (long)CLOSE_TIMEOUT_MS);
         x->next = h->side;
         h->side = x;
@@ -388,8 +444,7 @@ int mcp_http_send(mcp_server_t *s, const char *text, size_t n, int is_request, i
         return 0;
     }
     if (x->too_big) {
-        rc = seer_err_set(err, SEER_EIO, "the server sent a message longer than %zu bytes (the limit)",
-                          s->opts->max_message_bytes);
+        rc = seer_err_set(err, SEER_EIO, MCP_TOO_LONG_FMT, s->opts->max_message_bytes);
     } else if (x->result != CURLE_OK) {
         rc = seer_err_set(err, SEER_EIO, "POST %s: %s", s->http->url, x->errbuf[0] ? x->errbuf : curl_easy_strerror(x->result));
     } else if (status >= 400) {
@@ -411,8 +466,8 @@ int mcp_http_send(mcp_server_t *s, const char *text, size_t n, int is_request, i
             else
                 rc = seer_err_set(err, SEER_EIO, "HTTP %ld from %s%s%s", status, s->http->url, ex[0] ? ": " : "", ex);
         }
-    } else if (!x->sse && x->resp.len) {
-        mcp_dispatch_text(s, x->resp.data, x->resp.len);
+    } else if (!x->sse) {
+        mcp_rd_end(s, &x->rd);
     }
     if (rc == 0 && is_request && !s->wait_msg)
         rc = seer_err_set(err, SEER_EIO, "the server answered HTTP %ld %s without a response to the request", status,

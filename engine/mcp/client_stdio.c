@@ -283,49 +283,38 @@ done:
 /* ---- reading ------------------------------------------------------------------------------ */
 
 static int too_long(mcp_server_t *s) {
-    s->line.len = s->line_scan = 0;
-    return mcp_set_dead(s, "the server sent a message longer than %zu bytes (the limit)", s->opts->max_message_bytes);
+    mcp_rd_reset(&s->rd);
+    return mcp_set_dead(s, MCP_TOO_LONG_FMT, s->opts->max_message_bytes);
 }
 
-/* Splits complete lines out of s->line and dispatches them. A line over the size limit breaks
- * the connection whether or not its end has arrived, so the limit does not depend on how the
- * bytes happened to be split into reads. */
-static int take_lines(mcp_server_t *s) {
-    if (!s->line.len) {
-        s->line_scan = 0;
-        return 0;
+/* Feeds what stdout gave to the line being read; each newline ends a message, which is
+ * dispatched. A line is held only up to its bound (client_reader.c), however it was split
+ * into reads and whether or not its end ever comes. */
+static int take_bytes(mcp_server_t *s, const char *p, size_t n) {
+    while (n) {
+        const char *nl = memchr(p, '\n', n);
+        size_t take = nl ? (size_t)(nl - p) : n;
+        if (take && mcp_rd_feed(s, &s->rd, p, take) < 0) return too_long(s);
+        if (!nl) break;
+        mcp_rd_end(s, &s->rd);
+        p = nl + 1;
+        n -= take + 1;
     }
-    size_t start = 0;
-    char *nl;
-    while ((nl = memchr(s->line.data + s->line_scan, '\n', s->line.len - s->line_scan))) {
-        size_t end = (size_t)(nl - s->line.data);
-        if (end - start > s->opts->max_message_bytes) return too_long(s);
-        mcp_dispatch_text(s, s->line.data + start, end - start);
-        start = end + 1;
-        s->line_scan = start;
-    }
-    if (start) {
-        memmove(s->line.data, s->line.data + start, s->line.len - start);
-        s->line.len -= start;
-    }
-    s->line_scan = s->line.len;
-    if (s->line.len > s->opts->max_message_bytes) return too_long(s);
     return 0;
 }
 
-/* Reads what stdout has now. Returns 0, or SEER_MCP_EDEAD at EOF / on an oversized line. */
-static int read_stdout(mcp_server_t *s, int dispatch) {
+/* Reads what stdout has now and dispatches the messages in it. Returns 0, or SEER_MCP_EDEAD at
+ * EOF / on a line past max_message_bytes. Answers to the server's requests are queued (they are
+ * written by flush_answers, never in the middle of reading or writing a message). */
+static int read_stdout(mcp_server_t *s) {
     char buf[READ_CHUNK];
     for (int rounds = 0; s->out_fd >= 0 && rounds < 64; rounds++) {
         ssize_t r = read(s->out_fd, buf, sizeof buf);
         if (r > 0) {
-            if (mcp_buf_add(&s->line, buf, (size_t)r) < 0) return mcp_set_dead(s, "out of memory reading its output");
-            if (dispatch && take_lines(s) < 0) return SEER_MCP_EDEAD;
-            if (!dispatch) {
-                const char *last = memrchr(s->line.data, '\n', s->line.len);
-                size_t open_part = last ? s->line.len - (size_t)(last - s->line.data) - 1 : s->line.len;
-                if (open_part > s->opts->max_message_bytes) return too_long(s);
-            }
+            s->reading++;
+            int rc = take_bytes(s, buf, (size_t)r);
+            s->reading--;
+            if (rc < 0) return rc;
             if (s->wait_msg) return 0;
             continue;
         }
@@ -334,10 +323,9 @@ static int read_stdout(mcp_server_t *s, int dispatch) {
         /* EOF: a last message without its newline still counts. */
         close(s->out_fd);
         s->out_fd = -1;
-        if (dispatch && take_lines(s) == 0) {
-            if (s->line.len) mcp_dispatch_text(s, s->line.data, s->line.len);
-            s->line.len = s->line_scan = 0;
-        }
+        s->reading++;
+        mcp_rd_end(s, &s->rd);
+        s->reading--;
         if (s->wait_msg) {
             gone(s); /* later requests fail, this one got its answer */
             return 0;
@@ -347,14 +335,56 @@ static int read_stdout(mcp_server_t *s, int dispatch) {
     return 0;
 }
 
+void mcp_stdio_queue(mcp_server_t *s, char *text) {
+    if (s->nanswers >= MCP_MAX_ANSWERS) {
+        free(text);
+        if (s->answers_dropped++ == 0)
+            mcp_warn(s, "it sent more than %d requests at once: answers beyond that are not sent", MCP_MAX_ANSWERS);
+        return;
+    }
+    char **q = realloc(s->answers, (s->nanswers + 1) * sizeof *q);
+    if (!q) {
+        free(text);
+        return;
+    }
+    s->answers = q;
+    s->answers[s->nanswers++] = text;
+}
+
+/* Writes the queued answers (those queued meanwhile wait for the next time), all within one
+ * grace period: a server that asks and does not read cannot hold the client for long. */
+static void flush_answers(mcp_server_t *s) {
+    if (s->sending || s->reading || s->flushing || !s->nanswers) return;
+    s->flushing = 1;
+    char **q = s->answers;
+    size_t n = s->nanswers;
+    s->answers = NULL;
+    s->nanswers = 0;
+    int64_t deadline = mcp_now_ms() + 2000;
+    size_t i = 0;
+    int failed = 0;
+    for (; i < n && !failed; i++) {
+        int rc = mcp_stdio_send(s, q[i], strlen(q[i]), deadline, NULL);
+        if (rc < 0) {
+            failed = 1;
+            if (!s->dead_msg)
+                mcp_warn(s, "could not answer its requests: %s",
+                         rc == SEER_MCP_ETIMEOUT ? "it does not read its stdin" : rc == SEER_EINTR ? "interrupted" : "writing failed");
+        }
+        free(q[i]);
+    }
+    for (; i < n; i++) free(q[i]);
+    free(q);
+    if (s->answers_dropped > 1)
+        mcp_warn(s, "%zu of its requests went unanswered: it sent more than %d at once", s->answers_dropped, MCP_MAX_ANSWERS);
+    s->answers_dropped = 0;
+    s->flushing = 0;
+}
+
 int mcp_stdio_pump(mcp_server_t *s, int64_t deadline, seer_err_t *err) {
     (void)err;
-    /* Lines that arrived along with an earlier response are handled first. */
-    if (s->line.len && !s->wait_msg) {
-        s->line_scan = 0;
-        if (take_lines(s) < 0) return SEER_MCP_EDEAD;
-    }
     for (;;) {
+        flush_answers(s);
         if (s->wait_msg) return 0;
         if (s->dead_msg) return SEER_MCP_EDEAD;
         if (mcp_interrupted(s)) return SEER_EINTR;
@@ -366,11 +396,11 @@ int mcp_stdio_pump(mcp_server_t *s, int64_t deadline, seer_err_t *err) {
         if (r < 0 && errno != EINTR) return mcp_set_dead(s, "poll: %s", strerror(errno));
         if (r > 0 && p[1].revents) drain_stderr(s);
         if (r > 0 && p[0].revents) {
-            int rc = read_stdout(s, 1);
+            int rc = read_stdout(s);
             if (rc < 0) return rc;
         } else if (r == 0 && reap(s, WNOHANG)) {
             /* Exited while something else (a grandchild) keeps its stdout open: no EOF comes. */
-            read_stdout(s, 1);
+            read_stdout(s);
             if (s->wait_msg) return 0;
             return gone(s);
         }
@@ -381,10 +411,22 @@ int mcp_stdio_pump(mcp_server_t *s, int64_t deadline, seer_err_t *err) {
 
 /* Writes to a pipe whose reader may be gone: SIGPIPE is blocked for this thread while writing
  * and a pending one is consumed, so a dead server is an EPIPE error, never a killed seer. */
+static int stdio_send(mcp_server_t *s, const char *text, size_t n, int64_t deadline);
+
 int mcp_stdio_send(mcp_server_t *s, const char *text, size_t n, int64_t deadline, seer_err_t *err) {
     (void)err;
     if (s->dead_msg) return SEER_MCP_EDEAD;
     if (s->in_fd < 0) return mcp_set_dead(s, "the server's stdin is closed");
+    s->sending++;
+    int rc = stdio_send(s, text, n, deadline);
+    s->sending--;
+    if (rc == 0) flush_answers(s);
+    return rc;
+}
+
+/* Messages the server sends while this one is written are read and dispatched meanwhile (a
+ * server blocked on its own stdout cannot deadlock us); answers to its requests wait. */
+static int stdio_send(mcp_server_t *s, const char *text, size_t n, int64_t deadline) {
     sigset_t pipe_set, old;
     sigemptyset(&pipe_set);
     sigaddset(&pipe_set, SIGPIPE);
@@ -426,12 +468,12 @@ int mcp_stdio_send(mcp_server_t *s, const char *text, size_t n, int64_t deadline
                 rc = SEER_MCP_ETIMEOUT;
                 break;
             }
-            struct pollfd p[3] = {{s->in_fd, POLLOUT, 0}, {s->out_fd, POLLIN, 0}, {s->err_fd, POLLIN, 0}};
+            struct pollfd p[3] = {{s->in_fd, POLLOUT, 0}, {s->reading ? -1 : s->out_fd, POLLIN, 0}, {s->err_fd, POLLIN, 0}};
             int slice = deadline - now < SLICE_MS ? (int)(deadline - now) : SLICE_MS;
             if (poll(p, 3, slice) > 0) {
                 if (p[2].revents) drain_stderr(s);
                 if (p[1].revents) {
-                    int r = read_stdout(s, 0);
+                    int r = read_stdout(s);
                     if (r < 0) {
                         rc = r;
                         break;

@@ -171,7 +171,8 @@ static void finish_call(lua_State *L, client_ud *u, int rc, seer_err_t *err) {
 
 /* ---- the module ----------------------------------------------------------------------------- */
 
-/* connect(config_json, {timeout, connect_timeout, stderr, on_notification, on_warning, max_tools, max_tools_bytes}) */
+/* connect(config_json, {timeout, connect_timeout, stderr, on_notification, on_warning, max_tools, max_tools_bytes,
+ * max_result_bytes}) */
 static int l_connect(lua_State *L) {
     cJSON *config = opt_json(L, 1, "the configuration");
     if (!config) return luaL_error(L, "mcp.connect: the configuration is missing");
@@ -208,15 +209,18 @@ static int l_connect(lua_State *L) {
             u->warn_ref = opt_ref(L, top, "on_warning");
         }
         lua_pop(L, 5);
-        /* a server's tool list: at most max_tools tools of at most max_tools_bytes (0: defaults) */
-        static const char *const lim_names[2] = {"max_tools", "max_tools_bytes"};
-        size_t *lim_fields[2] = {&u->opts.max_tools, &u->opts.max_tools_bytes};
-        for (int k = 0; k < 2 && ok; k++) {
+        /* a server's tool list: at most max_tools tools of at most max_tools_bytes; a tool
+         * result's message: at most max_result_bytes held (0: defaults) */
+        static const char *const lim_names[3] = {"max_tools", "max_tools_bytes", "max_result_bytes"};
+        static const char *const lim_errors[3] = {"max_tools must be a whole number >= 1",
+                                                  "max_tools_bytes must be a whole number >= 1",
+                                                  "max_result_bytes must be a whole number >= 4096"};
+        size_t *lim_fields[3] = {&u->opts.max_tools, &u->opts.max_tools_bytes, &u->opts.max_result_bytes};
+        for (int k = 0; k < 3 && ok; k++) {
             lua_getfield(L, opts, lim_names[k]);
             if (!lua_isnil(L, -1)) {
                 lua_Number v = lua_type(L, -1) == LUA_TNUMBER ? lua_tonumber(L, -1) : -1;
-                if (!(v >= 1 && v <= 1e12 && v == floor(v))) ok = 0, bad = k == 0 ? "max_tools must be a whole number >= 1"
-                                                                                    : "max_tools_bytes must be a whole number >= 1";
+                if (!(v >= (k == 2 ? 4096 : 1) && v <= 1e15 && v == floor(v))) ok = 0, bad = lim_errors[k];
                 else *lim_fields[k] = (size_t)v;
             }
             lua_pop(L, 1);

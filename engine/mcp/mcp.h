@@ -49,6 +49,16 @@ typedef struct seer_mcp_opts {
      * also copied to seer's stderr, each line prefixed with "[server] ". */
     int stderr_tee;
     size_t max_message_bytes; /* one JSON-RPC message; 0: 64 MiB */
+    /* The most the client holds of a tools/call response (0: max_message_bytes): its bytes, and
+     * 16 more for each JSON value in it. The client never holds more of any message that arrives
+     * while a call is awaited: past the bound the rest is read and thrown away as it streams.
+     * A response cut that way is still the call's result, made of what was read (an open text
+     * cut at a character, a block or structuredContent the cut went through left out, isError
+     * as the whole response says), with a text block saying so and "seer_cut": {message_bytes,
+     * read_bytes, content_bytes (the bytes of every block's text and data), max_result_bytes}.
+     * Notifications and requests past it are dropped with a warning. A message past
+     * max_message_bytes breaks the connection, as for every other request. */
+    size_t max_result_bytes;
     /* One server's tool list (every page together): at most this many tools (0: 1000) taking
      * at most this many bytes of JSON, names, descriptions and schemas (0: 4 MiB); a server
      * past either is refused, at connect or when it lists its tools again. */

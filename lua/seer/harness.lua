@@ -60,6 +60,17 @@ M.MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 ---3 MB fits. A server that sent 30 MiB results took a 6-turn run to 936 MB and a 157 MB transcript.
 M.MAX_TOOL_RESULT_BYTES = 4 * 1024 * 1024
 
+---The most the MCP client holds of one tool call's response (its max_result_bytes) for a
+---max_tool_result_bytes of max: twice that (room for a structuredContent that repeats the
+---text, and for JSON escapes) and 1 MiB. A response past it is cut as it streams in, so the host
+---never holds more: a 30 MiB result costs what a 9 MiB one does, and the model still gets the
+---first max_tool_result_bytes with the note.
+---@param max integer
+---@return integer
+function M.result_message_bound(max)
+  return math.min(math.floor(2 * max) + 1024 * 1024, 1e15)
+end
+
 -- Environment variables whose values never reach a transcript, whatever `secrets` says.
 local KNOWN_SECRETS = { "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENROUTER_API_KEY", "GEMINI_API_KEY",
                         "GOOGLE_API_KEY", "HF_TOKEN", "SEER_MCP_TOKEN" }
@@ -331,9 +342,19 @@ local BLOCK_OVERHEAD = 32
 -- what was cut), and the structured result only when it fits in what is left (it is counted
 -- in: a server's structuredContent usually repeats the text). Returns the content, the
 -- structured result or nil, the bytes cut from the content (nil when none) and the bytes of a
--- structured result left out (nil when none).
-local function bound_result(content, structured, max)
+-- structured result left out (nil when none). wire is the MCP client's seer_cut when it cut
+-- the response as it streamed in (past max_result_bytes).
+local function bound_result(content, structured, max, wire)
   local out, used, total, kept, images_out = {}, 0, 0, 0, 0
+  -- The MCP client's note on a response it cut is its last block: it goes last, unless the
+  -- note below (which says the same) replaces it.
+  local client_note
+  if wire and #content > 0 and content[#content].type == "text" then
+    client_note = content[#content]
+    local rest = {}
+    for i = 1, #content - 1 do rest[i] = content[i] end
+    content = rest
+  end
   for _, b in ipairs(content) do
     local size = block_bytes(b)
     total = total + size
@@ -351,12 +372,22 @@ local function bound_result(content, structured, max)
       if b.type == "image" then images_out = images_out + 1 end
     end
   end
+  -- A response the MCP client cut as it streamed in (wire = its seer_cut): the total is the
+  -- whole response's, and the note says the rest was not read.
+  local unread = ""
+  if wire then
+    total = math.max(total, tonumber(wire.content_bytes) or 0)
+    unread = ("; the server's response was %d bytes, of which only the first %d were read"):format(
+      tonumber(wire.message_bytes) or 0, tonumber(wire.read_bytes) or 0)
+  end
   local cut
   if total > kept then
     cut = total - kept
     out[#out + 1] = { type = "text", text = ("\n[cut: this tool result is %d bytes; the first %d are shown and %d were cut%s"
-      .. " (max_tool_result_bytes = %d)]"):format(total, kept, cut,
-        images_out > 0 and (", %d image(s) left out"):format(images_out) or "", max) }
+      .. " (max_tool_result_bytes = %d%s)]"):format(total, kept, cut,
+        images_out > 0 and (", %d image(s) left out"):format(images_out) or "", max, unread) }
+  elseif client_note then
+    out[#out + 1] = client_note
   end
   local omitted
   if structured ~= nil then
@@ -819,7 +850,8 @@ function Agent:_connect()
   self.tool_server = {}
   if cfg and next(cfg) ~= nil then
     local mcp = require "seer.mcp.client"
-    local mopts = { timeout = self.tool_timeout, connect_timeout = self.opts.connect_timeout or 60 }
+    local mopts = { timeout = self.tool_timeout, connect_timeout = self.opts.connect_timeout or 60,
+                    max_result_bytes = M.result_message_bound(self.max_tool_result_bytes) }
     for k, v in pairs(self.opts.mcp_options or {}) do mopts[k] = v end
     self.mcp = mcp.connect(cfg, mopts)
     -- Each server's instructions go into the system prompt, as Claude Code does, so the agent
@@ -889,7 +921,7 @@ function Agent:_run_tool(block)
     if msg:match("interrupted$") then error(r, 0) end
     return { { type = "text", text = "Error: " .. msg } }, true, nil
   end
-  return mcp_content(r), r.isError == true, r.structuredContent
+  return mcp_content(r), r.isError == true, r.structuredContent, type(r.seer_cut) == "table" and r.seer_cut or nil
 end
 
 -- Waits for the next event of the stream, yielding WAIT while there is none.
@@ -1200,12 +1232,12 @@ function Agent:_body()
             self:emit{ type = "tool_call", id = b.id, name = b.name, input = b.input,
                        invalid_input = b.seer_invalid_input, input_error = b.seer_input_error }
             local t0 = now()
-            local content, is_error, structured = self:_run_tool(b)
+            local content, is_error, structured, wire = self:_run_tool(b)
             if self.replay and self.replay.results[b.id] then
               learn_ids(self.replay.map, self.replay.results[b.id].structured, structured)
             end
             local recorded, cut, omitted
-            content, recorded, cut, omitted = bound_result(content, structured, self.max_tool_result_bytes)
+            content, recorded, cut, omitted = bound_result(content, structured, self.max_tool_result_bytes, wire)
             results[#results + 1] = { type = "tool_result", tool_use_id = b.id, content = json.array(content),
                                       is_error = is_error or nil }
             self:emit{ type = "tool_result", id = b.id, name = b.name, is_error = is_error, content = json.array(content),
@@ -1332,7 +1364,7 @@ Agent.__call = function(self) return self:next() end
 ---@field retry_max? number longest backoff in seconds (default 8)
 ---@field idle_timeout? number seconds without a byte before a stream counts as dropped (default 600)
 ---@field max_response_bytes? integer cap on one response (default 64 MiB): its text, thinking, tool arguments and other content (4 times that on the wire), and its deltas in the transcript. A response past it fails the run with an error naming the option; it is not retried
----@field max_tool_result_bytes? integer cap on one tool result (default 4 MiB): its text and images for the model and the transcript, and the structured result the transcript records. Past it the text is cut (an image left out) with a note saying how much
+---@field max_tool_result_bytes? integer cap on one tool result (default 4 MiB): its text and images for the model and the transcript, and the structured result the transcript records. Past it the text is cut (an image left out) with a note saying how much. The MCP client holds at most 2 x this + 1 MiB of a server's response (result_message_bound); past that the rest is not read
 ---@field response_timeout? number seconds one response (one attempt) may take (default: none; time_limit bounds the run). Past it the response fails, not retried
 ---@field connect_timeout? number seconds for the MCP servers to start (default 60)
 ---@field mcp_options? table more options for seer.mcp.client.connect

@@ -464,3 +464,134 @@ print("ok=" .. tostring(ok) .. " hwm_kib=" .. hwm .. " reason=" .. tostring(ok a
   child:stop(200)
   if not ok then error(err, 0) end
 end)
+
+-- A hostile MCP server whose results are SIZE bytes of text, over stdio (written the way the
+-- TypeScript SDK writes a response: result first, the id last), or streamable HTTP with a JSON
+-- body or an event stream (chunked); a call with {small = true} gets "ok".
+local BIGMCP = [[
+import json, sys, os
+MODE, SIZE = sys.argv[1], int(sys.argv[2])
+def answer(m):
+    mid, meth = m.get("id"), m.get("method")
+    if meth == "initialize":
+        r = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}, "serverInfo": {"name": "big", "version": "1"}}
+    elif meth == "tools/list":
+        r = {"tools": [{"name": "echo", "description": "e", "inputSchema": {"type": "object"}}]}
+    elif meth == "tools/call":
+        small = (m.get("params") or {}).get("arguments", {}).get("small")
+        r = {"content": [{"type": "text", "text": "ok" if small else "B" * SIZE}], "isError": False}
+    elif mid is not None:
+        r = {}
+    else:
+        return None
+    return json.dumps({"result": r, "jsonrpc": "2.0", "id": mid})
+if MODE == "stdio":
+    for line in sys.stdin:
+        a = answer(json.loads(line))
+        if a is not None:
+            sys.stdout.write(a + "\n")
+            sys.stdout.flush()
+    sys.exit(0)
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def log_message(self, *a): pass
+    def do_DELETE(self):
+        self.send_response(200); self.send_header("content-length", "0"); self.end_headers()
+    def do_POST(self):
+        a = answer(json.loads(self.rfile.read(int(self.headers.get("content-length") or 0))))
+        if a is None:
+            self.send_response(202); self.send_header("content-length", "0"); self.end_headers()
+            return
+        data = (b"data: " + a.encode() + b"\n\n") if MODE == "sse" else a.encode()
+        try:
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream" if MODE == "sse" else "application/json")
+            self.send_header("mcp-session-id", "s1")
+            self.send_header("transfer-encoding", "chunked")
+            self.end_headers()
+            for i in range(0, len(data), 1 << 20):
+                c = data[i:i + (1 << 20)]
+                self.wfile.write(b"%x\r\n" % len(c) + c + b"\r\n")
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+s = ThreadingHTTPServer(("127.0.0.1", 0), H)
+s.daemon_threads = True
+open(sys.argv[3] + ".tmp", "w").write(str(s.server_address[1]))
+os.rename(sys.argv[3] + ".tmp", sys.argv[3])
+s.serve_forever()
+]]
+
+-- The MCP configuration for BIGMCP in MODE (stdio, json, sse), and the HTTP server's process.
+local function big_mcp(mode, size)
+  local d = T.tmpdir()
+  seer.write_file(d .. "/big.py", BIGMCP)
+  if mode == "stdio" then
+    return { big = { command = "/usr/bin/python3", args = { d .. "/big.py", "stdio", tostring(size) } } }
+  end
+  local child = process.spawn{ argv = { "/usr/bin/python3", d .. "/big.py", mode, tostring(size), d .. "/port" },
+                               stdout = "null", stderr = d .. "/stderr" }
+  local deadline = process.now_ms() + 10000
+  while not io.open(d .. "/port") do
+    if process.now_ms() > deadline then
+      child:stop(200)
+      error("the MCP server did not start: " .. (seer.read_file(d .. "/stderr") or ""))
+    end
+    process.sleep_ms(20)
+  end
+  return { big = { type = "http", url = "http://127.0.0.1:" .. seer.read_file(d .. "/port") .. "/mcp" } }, child
+end
+
+for _, mode in ipairs{ "stdio", "json", "sse" } do
+T.test(("a 40 MiB tool result is cut as it streams in (%s): the host holds about twice max_tool_result_bytes, the model gets the cut with a note, the next call works")
+  :format(mode == "stdio" and "stdio" or mode == "json" and "HTTP, a JSON body" or "HTTP, an event stream"), function()
+  local size = 40 * MiB
+  do
+    local dir = T.tmpdir()
+    local url, child, pdir = start_provider({ anthropic{ tool = '{"x":1}' }, anthropic{ tool = '{"small":true}', tool_id = "toolu_2" },
+                                              anthropic() })
+    local cfg, server = big_mcp(mode, size)
+    local ok, err = pcall(function()
+      -- a process of its own, so that VmHWM is this run's peak (the MCP server's memory is not in it)
+      seer.write_file(dir .. "/run.lua", ([[
+local h = require "seer.harness"
+local json = require "seer.json"
+local ok, r = pcall(function()
+  return h.run_agent{ base_url = %q, api_key = "sk-test-hostile-123", output_dir = %q, max_turns = 4, max_retries = 0,
+                      max_tool_result_bytes = %d, mcp_config = json.decode(%q) }:run()
+end)
+local hwm
+for l in io.lines("/proc/self/status") do hwm = hwm or l:match("^VmHWM:%%s+(%%d+)") end
+print("ok=" .. tostring(ok) .. " hwm_kib=" .. hwm .. " reason=" .. tostring(ok and r.reason or r) .. " tr=" .. tostring(ok and r.transcript))
+]]):format(url, dir .. "/out", MiB, json.encode(cfg)))
+      local bin = os.getenv("SEER") or (seer.script_dir() .. "/../../seer")
+      local p = io.popen(("'%s' '%s/run.lua' 2>&1"):format(bin, dir))
+      local out = p:read("*a")
+      p:close()
+      T.contains(out, "ok=true", out)
+      T.contains(out, "reason=end_turn", out)
+      local hwm = tonumber(out:match("hwm_kib=(%d+)"))
+      -- the client holds 3 MiB of the 40 (2 x 1 MiB + 1 MiB); it held all of it and more before
+      T.ok(hwm and hwm < 80 * 1024, mode .. ": peak memory " .. tostring(hwm) .. " KiB (178 MB over stdio, 137 MB over HTTP before)")
+      local ev = whole_transcript(out:match("tr=(%S+)"))
+      local tr = of_type(ev, "tool_result")
+      T.eq(#tr, 2)
+      T.eq(tr[1].is_error, false)
+      T.ok(#tr[1].content[1].text > MiB - 100 and #tr[1].content[1].text <= MiB, mode .. ": kept " .. #tr[1].content[1].text)
+      T.contains(tr[1].content[2].text, ("[cut: this tool result is %d bytes; the first %d are shown"):format(size, #tr[1].content[1].text))
+      T.contains(tr[1].content[2].text, "(max_tool_result_bytes = 1048576; the server's response was ")
+      T.contains(tr[1].content[2].text, "bytes, of which only the first ")
+      T.eq(tr[1].cut_bytes, size - #tr[1].content[1].text)
+      T.eq(tr[2].content[1].text, "ok", mode .. ": the next call on the same session")
+      -- what the model got
+      local req = json.decode(seer.read_file(pdir .. "/req-2"))
+      T.eq(req.messages[#req.messages].content[1].content[2].text, tr[1].content[2].text)
+    end)
+    child:stop(200)
+    if server then server:stop(200) end
+    if not ok then error(err, 0) end
+  end
+end)
+end

@@ -432,3 +432,62 @@ T.test("mcp client: requests past the queue go unanswered, with a warning", func
   child:stop(200)
   if not ok then error(err, 0) end
 end)
+
+T.test("mcp client: max_result_bytes cuts a response as it streams in; what the whole response said is kept; the next call works", function()
+  -- a stdio server that writes results the way the TypeScript SDK does (result first, the id
+  -- last): a text of args.size bytes, an image, structuredContent and isError = true after them
+  local script = [[
+local json = require "seer.json"
+while true do
+  local line = io.read("*l")
+  if not line then break end
+  local m = json.decode(line)
+  local function reply(result) io.write(json.encode({ jsonrpc = "2.0", id = m.id, result = result }), "\n") io.flush() end
+  if m.method == "initialize" then
+    reply({ protocolVersion = m.params.protocolVersion, capabilities = { tools = {} }, serverInfo = { name = "big", version = "1" } })
+  elseif m.method == "tools/list" then
+    reply({ tools = { { name = "big", inputSchema = { type = "object" } } } })
+  elseif m.method == "tools/call" and m.params.arguments.size then
+    local n = m.params.arguments.size
+    io.write('{"result":{"content":[{"type":"text","text":"', string.rep("x", n), '"},{"type":"image","data":"',
+      string.rep("A", 1000), '","mimeType":"image/png"}],"structuredContent":{"t":"', string.rep("s", n),
+      '"},"isError":true},"jsonrpc":"2.0","id":', m.id, '}\n')
+    io.flush()
+  elseif m.method == "tools/call" then
+    -- a server's own seer_cut means nothing
+    reply({ content = { { type = "text", text = "small" } }, seer_cut = { message_bytes = 1 } })
+  end
+end
+]]
+  local exe = host.exe_path and host.exe_path() or require("seer.jupyter").seer_binary()
+  local cfg = { big = { type = "stdio", command = exe, args = { "-e", script } } }
+  local c = mcp.connect(cfg, { max_result_bytes = 100000 })
+  local r = c:call("big", { size = 20000000 })
+  T.eq(#r.content, 2, "the text, cut, and the note (the image after the cut is not there)")
+  T.ok(#r.content[1].text > 90000 and #r.content[1].text <= 100000, "kept " .. #r.content[1].text)
+  T.eq(r.content[1].text, string.rep("x", #r.content[1].text))
+  T.contains(r.content[2].text, "only its first")
+  T.contains(r.content[2].text, "(max_result_bytes = 100000) and the rest was skipped")
+  T.eq(r.isError, true, "isError, which came after the cut")
+  T.eq(r.structuredContent, nil)
+  T.eq(r.seer_cut.max_result_bytes, 100000)
+  T.eq(r.seer_cut.content_bytes, 20001000)
+  T.ok(r.seer_cut.message_bytes > 40000000, tostring(r.seer_cut.message_bytes))
+  T.ok(r.seer_cut.read_bytes <= 100000, tostring(r.seer_cut.read_bytes))
+  r = c:call("big", {})
+  T.eq(r.content[1].text, "small")
+  T.eq(r.seer_cut, nil)
+  -- a tools/call sent as a plain request is cut the same way
+  r = c:request("big", "tools/call", { name = "big", arguments = { size = 1000000 } })
+  T.eq(r.seer_cut.content_bytes, 1001000)
+  T.contains(r.content[#r.content].text, "(max_result_bytes = 100000)")
+  c:close()
+  -- without the option, a response is read whole (up to the 64 MiB of any message)
+  c = mcp.connect(cfg)
+  r = c:call("big", { size = 3000000 })
+  T.eq(#r.content[1].text, 3000000)
+  T.eq(#r.structuredContent.t, 3000000)
+  T.eq(r.seer_cut, nil)
+  c:close()
+  T.raises(function() mcp.connect({}, { max_result_bytes = 100 }) end, "max_result_bytes must be a whole number >= 4096", true)
+end)

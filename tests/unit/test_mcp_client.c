@@ -16,13 +16,16 @@
 
 #include <cJSON.h>
 
+#include "mcp/client_private.h"
 #include "mcp/mcp.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/lsan_interface.h>
 #define LEAK_CHECK() cr_assert(__lsan_do_recoverable_leak_check() == 0)
+#define UNDER_ASAN 1
 #else
 #define LEAK_CHECK() ((void)0)
+#define UNDER_ASAN 0
 #endif
 
 /* ---- fake stdio servers ------------------------------------------------------------------------
@@ -160,6 +163,28 @@ static const char *first_text(const cJSON *result) {
     const cJSON *content = cJSON_GetObjectItem(result, "content");
     const cJSON *text = cJSON_GetObjectItem(cJSON_GetArrayItem(content, 0), "text");
     return cJSON_IsString(text) ? text->valuestring : "";
+}
+
+/* The peak resident memory of this process so far (criterion runs each test in a fresh one), KiB. */
+static long vm_hwm_kib(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long v = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "VmHWM:", 6) == 0) v = atol(line + 6);
+    if (f) fclose(f);
+    return v;
+}
+
+static const char *last_text(const cJSON *result) {
+    const cJSON *content = cJSON_GetObjectItem(result, "content");
+    const cJSON *text = cJSON_GetObjectItem(cJSON_GetArrayItem(content, cJSON_GetArraySize(content) - 1), "text");
+    return cJSON_IsString(text) ? text->valuestring : "";
+}
+
+static double cut_field(const cJSON *result, const char *name) {
+    const cJSON *v = cJSON_GetObjectItem(cJSON_GetObjectItem(result, "seer_cut"), name);
+    return cJSON_IsNumber(v) ? v->valuedouble : -1;
 }
 
 static cJSON *call_ok(seer_mcp_client_t *c, const char *name, const char *args_json, const seer_mcp_call_opts_t *co) {
@@ -401,6 +426,370 @@ Test(mcp_stdio, big_messages_both_ways) {
     cr_assert_eq(strlen(first_text(r)), 3000000);
     int sent = atoi(cJSON_GetArrayItem(cJSON_GetObjectItem(r, "content"), 1)->child->next->valuestring);
     cr_assert_gt(sent, 3000000);
+    cJSON_Delete(r);
+    seer_mcp_close(c);
+    LEAK_CHECK();
+}
+
+/* ---- what the client holds of a big message (max_result_bytes) ------------------------------ */
+
+/* A tool result of 40 MB with max_result_bytes = 64 KiB, written the way the TypeScript SDK
+ * writes it (result first, isError and the id last), after a 1 MB notification and a 200 KB line
+ * that is not JSON: the notification and the line are dropped with warnings, the result is its
+ * first 64 KiB with a note, isError and the id as the end of the message says, and the process
+ * never held the 40 MB. The next call works: nothing of the big message is left in the pipe. */
+Test(mcp_stdio, a_result_past_max_result_bytes_is_cut_as_it_streams_and_the_next_call_works) {
+    seer_mcp_opts_t o = test_opts();
+    o.max_result_bytes = 65536;
+    seer_mcp_client_t *c = connect_one(
+        "fake",
+        "init; tools; rd;"
+        " printf '{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"data\":\"';"
+        " head -c 1000000 /dev/zero | tr '\\0' n; printf '\"}}\\n';"
+        " head -c 200000 /dev/zero | tr '\\0' '#'; echo;"
+        " printf '{\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"';"
+        " head -c 40000000 /dev/zero | tr '\\0' x;"
+        " printf '\"},{\"type\":\"text\",\"text\":\"more\"}],\"isError\":true},\"jsonrpc\":\"2.0\",\"id\":%s}\\n' $i;"
+        " serve",
+        &o);
+    long before = vm_hwm_kib();
+    cJSON *r = call_ok(c, "t", NULL, NULL);
+    long after = vm_hwm_kib();
+    const char *t = first_text(r);
+    cr_assert(strlen(t) > 60000 && strlen(t) <= 65536, "%zu bytes kept", strlen(t));
+    cr_assert(strspn(t, "x") == strlen(t));
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(r, "content")), 2, "the text, then the note");
+    cr_assert(strstr(last_text(r), "only its first") && strstr(last_text(r), "(max_result_bytes = 65536)"), "%s", last_text(r));
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(r, "isError")), "isError comes after the cut");
+    cr_assert_eq(cut_field(r, "message_bytes"), 40000000 + 118, "%f", cut_field(r, "message_bytes"));
+    cr_assert_eq(cut_field(r, "content_bytes"), 40000004);
+    cr_assert_eq(cut_field(r, "max_result_bytes"), 65536);
+    cr_assert(cut_field(r, "read_bytes") <= 65536);
+    cJSON_Delete(r);
+    /* (ASan keeps freed memory in quarantine: the peak says nothing there) */
+    cr_assert(UNDER_ASAN || after - before < 16 * 1024, "the call grew the process by %ld KiB", after - before);
+    cr_assert(strstr(warnings, "ignoring a notification of 1000071 bytes"), "%s", warnings);
+    cr_assert(strstr(warnings, "ignoring output that is not JSON: ###"), "%s", warnings);
+    r = call_ok(c, "t", NULL, NULL);
+    cr_assert_str_eq(first_text(r), "ok");
+    cr_assert_null(cJSON_GetObjectItem(r, "seer_cut"));
+    cJSON_Delete(r);
+    seer_mcp_close(c);
+    LEAK_CHECK();
+}
+
+/* A server that floods its stdout with 100 MB of notifications, without reading, while the
+ * client writes a 3 MB request: the messages are dispatched as they come (not piled up until the
+ * request is written), and the server's requests meanwhile are answered once it is. A server's
+ * own "seer_cut" in a result is dropped. */
+Test(mcp_stdio, output_while_a_request_is_written_is_not_piled_up) {
+    seer_mcp_opts_t o = test_opts();
+    o.timeout_ms = 20000;
+    seer_mcp_client_t *c = connect_one(
+        "fake",
+        "init; tools;"
+        " n='{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"data\":\"'$(head -c 1000 /dev/zero | tr '\\0' d)'\"}}';"
+        " echo '{\"jsonrpc\":\"2.0\",\"id\":\"s1\",\"method\":\"ping\"}';"
+        " yes \"$n\" | head -n 100000; rd; ci=$i; rd; i=$ci;"
+        " res '{\"content\":[{\"type\":\"text\",\"text\":\"got it\"}],\"seer_cut\":{\"message_bytes\":1}}'; serve",
+        &o);
+    char *args = malloc(3000100);
+    strcpy(args, "{\"s\":\"");
+    memset(args + 6, 'x', 3000000);
+    strcpy(args + 3000006, "\"}");
+    long before = vm_hwm_kib();
+    cJSON *r = call_ok(c, "t", args, NULL);
+    long after = vm_hwm_kib();
+    free(args);
+    cr_assert(UNDER_ASAN || after - before < 40 * 1024, "the call grew the process by %ld KiB", after - before);
+    cr_assert_str_eq(first_text(r), "got it");
+    cr_assert_null(cJSON_GetObjectItem(r, "seer_cut"));
+    cJSON_Delete(r);
+    seer_mcp_close(c);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "grep -q '^{\"jsonrpc\":\"2.0\",\"id\":\"s1\",\"result\":{}}$' '%s'", log_path("fake"));
+    cr_assert_eq(system(cmd), 0, "the ping was not answered");
+    LEAK_CHECK();
+}
+
+/* ---- the reader alone (client_reader.c) against cJSON ------------------------------------------
+ * Random JSON-RPC responses (strings with every kind of escape, surrogate pairs and multi-byte
+ * UTF-8, numbers, literals, nesting, odd whitespace), fed in random pieces: read whole, the
+ * reader gives cJSON the same value; cut at any bound, what it kept is valid JSON no larger than
+ * the bound, the text it cut is a prefix of the real one, and the id, isError and content size
+ * are those of the whole message. Mutated documents that cJSON still accepts are never lost. */
+
+static unsigned rng;
+static unsigned rnd(unsigned n) {
+    rng = rng * 1103515245u + 12345u;
+    return ((rng >> 8) & 0xffffff) % n;
+}
+
+static void put(mcp_buf_t *b, const char *t) {
+    mcp_buf_add(b, t, strlen(t));
+}
+
+static void gen_ws(mcp_buf_t *b) {
+    static const char *const ws[] = {"", "", "", " ", "\t", "\r\n", "  "};
+    put(b, ws[rnd(7)]);
+}
+
+static void gen_string(mcp_buf_t *b, size_t n) {
+    static const char *const parts[] = {"\\n", "\\\"", "\\\\", "\\u00e9", "\\ud83d\\ude00", "\xc3\xa9", "\xe2\x82\xac",
+                                        "\xf0\x9f\x98\x80", "\\/", "\\t", "a", "b", "z", " ", "Q", "7"};
+    put(b, "\"");
+    for (size_t i = 0; i < n; i++) put(b, parts[rnd(16)]);
+    put(b, "\"");
+}
+
+static void gen_value(mcp_buf_t *b, int depth) {
+    static const char *const scalars[] = {"0", "-12", "3.25", "1e5", "-0.5E-3", "true", "false", "null", "123456789"};
+    gen_ws(b);
+    switch (depth > 5 ? rnd(3) : rnd(6)) {
+    case 0:
+        gen_string(b, rnd(20));
+        break;
+    case 1:
+    case 2:
+        put(b, scalars[rnd(9)]);
+        break;
+    case 3:
+        put(b, "{");
+        for (unsigned k = 0, n = rnd(5); k < n; k++) {
+            if (k) put(b, ",");
+            gen_ws(b);
+            gen_string(b, rnd(4));
+            gen_ws(b);
+            put(b, ":");
+            gen_value(b, depth + 1);
+        }
+        gen_ws(b);
+        put(b, "}");
+        break;
+    default:
+        put(b, "[");
+        for (unsigned k = 0, n = rnd(6); k < n; k++) {
+            if (k) put(b, ",");
+            gen_value(b, depth + 1);
+        }
+        gen_ws(b);
+        put(b, "]");
+        break;
+    }
+    gen_ws(b);
+}
+
+/* A tools/call response: a long text first, then other blocks, structuredContent, isError, and
+ * the id last (or first). */
+static void gen_response(mcp_buf_t *b, int id) {
+    char t[64];
+    int id_first = rnd(2);
+    put(b, "{");
+    if (id_first) snprintf(t, sizeof t, "\"id\":%d,", id), put(b, t);
+    put(b, "\"result\":{\"content\":[{\"type\":\"text\",\"text\":");
+    gen_string(b, 50 + rnd(400));
+    put(b, "}");
+    for (unsigned k = 0, n = rnd(3); k < n; k++) {
+        put(b, ",{\"type\":\"image\",\"data\":");
+        gen_string(b, rnd(50));
+        put(b, ",\"mimeType\":\"image/png\"}");
+    }
+    put(b, "],\"structuredContent\":");
+    gen_value(b, 1);
+    put(b, rnd(2) ? ",\"isError\":true}" : ",\"isError\":false}");
+    if (!id_first) snprintf(t, sizeof t, ",\"id\":%d", id), put(b, t);
+    put(b, ",\"jsonrpc\":\"2.0\"}");
+}
+
+/* Feeds text in random pieces; returns what mcp_rd_feed said last. */
+static int feed_pieces(mcp_server_t *s, mcp_reader_t *r, const char *text, size_t n) {
+    mcp_rd_reset(r);
+    for (size_t off = 0; off < n;) {
+        size_t k = 1 + rnd(rnd(4) ? 64 : 4096);
+        if (k > n - off) k = n - off;
+        int rc = mcp_rd_feed(s, r, text + off, k);
+        if (rc < 0) return rc;
+        off += k;
+    }
+    return 0;
+}
+
+/* The same value (printed: cJSON_Compare is confused by repeated keys). */
+static int same_json(const cJSON *a, const cJSON *b) {
+    if (!a || !b) return a == b;
+    char *x = cJSON_PrintUnformatted(a), *y = cJSON_PrintUnformatted(b);
+    int same = x && y && strcmp(x, y) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
+static mcp_server_t *reader_server(seer_mcp_opts_t *o, size_t keep, int cut_ok) {
+    static mcp_server_t s;
+    memset(&s, 0, sizeof s);
+    o->max_message_bytes = 64u << 20;
+    s.name = (char *)"r";
+    s.opts = o;
+    s.keep = keep;
+    s.cut_ok = cut_ok;
+    return &s;
+}
+
+Test(mcp_reader, whole_or_cut_it_agrees_with_cjson) {
+    seer_mcp_opts_t o = test_opts();
+    mcp_reader_t r;
+    memset(&r, 0, sizeof r);
+    rng = getenv("MCP_READER_SEED") ? (unsigned)atoi(getenv("MCP_READER_SEED")) : 12345;
+    int cuts = 0;
+    for (int iter = 0; iter < 3000; iter++) {
+        mcp_buf_t doc = {0};
+        if (iter % 3)
+            gen_response(&doc, iter);
+        else
+            gen_value(&doc, 0);
+        cJSON *want = cJSON_ParseWithLength(doc.data, doc.len);
+        cr_assert_not_null(want, "generated JSON does not parse: %s", doc.data);
+        /* whole */
+        mcp_server_t *s = reader_server(&o, 64u << 20, 0);
+        cr_assert_eq(feed_pieces(s, &r, doc.data, doc.len), 0);
+        cr_assert_eq(r.over, 0);
+        cJSON *got = cJSON_ParseWithLength(r.buf.data, r.buf.len);
+        cr_assert(got && same_json(want, got), "read whole, it is not the same: %s\n%.*s", doc.data, (int)r.buf.len,
+                  r.buf.data);
+        cJSON_Delete(got);
+        /* cut */
+        if (iter % 3) {
+            size_t keep = 40 + rnd((unsigned)r.charge + 40);
+            s = reader_server(&o, keep, 1);
+            cr_assert_eq(feed_pieces(s, &r, doc.data, doc.len), 0);
+            const cJSON *wres = cJSON_GetObjectItem(want, "result");
+            cr_assert_eq(r.id_state, 2);
+            cr_assert_eq(atoi(r.id), iter);
+            cr_assert_eq(r.is_error, cJSON_IsTrue(cJSON_GetObjectItem(wres, "isError")));
+            size_t content_decoded = 0;
+            for (const cJSON *b = cJSON_GetObjectItem(wres, "content")->child; b; b = b->next) {
+                const cJSON *t = cJSON_GetObjectItem(b, "text");
+                if (!t) t = cJSON_GetObjectItem(b, "data");
+                content_decoded += strlen(t->valuestring);
+            }
+            cr_assert_geq(r.content_bytes, content_decoded);
+            if (!r.over) goto next;
+            cuts++;
+            cr_assert_leq(r.buf.len, keep + 16, "%zu bytes kept for a bound of %zu", r.buf.len, keep);
+            if (!r.buf.len) goto next; /* cut before anything could be kept */
+            got = cJSON_ParseWithLength(r.buf.data, r.buf.len);
+            cr_assert_not_null(got, "the cut is not JSON (keep %zu): %.*s", keep, (int)r.buf.len, r.buf.data);
+            const cJSON *gres = cJSON_GetObjectItem(got, "result");
+            const cJSON *gtext = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(gres, "content"), 0), "text");
+            const char *wtext = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(wres, "content"), 0), "text")->valuestring;
+            if (gtext) {
+                cr_assert(cJSON_IsString(gtext));
+                cr_assert_eq(strncmp(gtext->valuestring, wtext, strlen(gtext->valuestring)), 0, "not a prefix:\n%s\n%s",
+                             gtext->valuestring, wtext);
+            }
+            if (r.structured_done)
+                cr_assert(same_json(cJSON_GetObjectItem(gres, "structuredContent"), cJSON_GetObjectItem(wres, "structuredContent")));
+            cJSON_Delete(got);
+        }
+    next:
+        cJSON_Delete(want);
+        mcp_buf_free(&doc);
+    }
+    cr_assert_gt(cuts, 1000);
+    /* mutations: whatever cJSON accepts, the reader hands over unchanged */
+    int accepted = 0;
+    for (int iter = 0; iter < 20000; iter++) {
+        mcp_buf_t doc = {0};
+        if (iter % 2)
+            gen_response(&doc, iter);
+        else
+            gen_value(&doc, 0);
+        static const char set[] = "{}[]\":,\\ \t\nu0aZ-.e\x01\xff";
+        for (unsigned m = 0, nm = 1 + rnd(3); m < nm && doc.len > 1; m++) {
+            size_t at = rnd((unsigned)doc.len);
+            switch (rnd(3)) {
+            case 0: memmove(doc.data + at, doc.data + at + 1, doc.len - at), doc.len--; break;
+            case 1: doc.data[at] = set[rnd(sizeof set - 1)]; break;
+            default:
+                mcp_buf_add(&doc, "x", 1);
+                memmove(doc.data + at + 1, doc.data + at, doc.len - at - 1);
+                doc.data[at] = set[rnd(sizeof set - 1)];
+            }
+        }
+        cJSON *want = cJSON_ParseWithLength(doc.data, doc.len);
+        if (want) {
+            accepted++;
+            mcp_server_t *s = reader_server(&o, 64u << 20, 0);
+            cr_assert_eq(feed_pieces(s, &r, doc.data, doc.len), 0);
+            cJSON *got = cJSON_ParseWithLength(r.buf.data, r.buf.len);
+            cr_assert(got && same_json(want, got), "cJSON takes it, the reader lost it:\n%.*s\n%.*s", (int)doc.len,
+                      doc.data, (int)r.buf.len, r.buf.data);
+            cJSON_Delete(got);
+            cJSON_Delete(want);
+        }
+        mcp_buf_free(&doc);
+    }
+    cr_assert_gt(accepted, 1000);
+    mcp_rd_free(&r);
+}
+
+/* A message of millions of tiny values is bounded like a long string: against max_result_bytes
+ * each value counts 16 bytes more, and any other message past 4,000,000 values is not read at
+ * all (nothing of it is kept; the rest is scanned); past max_message_bytes the reader says so. */
+Test(mcp_reader, bounds_count_values_and_bytes) {
+    seer_mcp_opts_t o = test_opts();
+    mcp_reader_t r;
+    memset(&r, 0, sizeof r);
+    size_t n = 4500000;
+    char *zeros = malloc(n * 2 + 2);
+    zeros[0] = '[';
+    for (size_t i = 0; i < n; i++) zeros[1 + 2 * i] = '0', zeros[2 + 2 * i] = ',';
+    zeros[2 * n] = ']';
+    /* 2,000,000 values: read whole without a bound, cut at 1 MiB with one */
+    size_t m = 2000000;
+    zeros[2 * m] = ']';
+    mcp_server_t *s = reader_server(&o, 64u << 20, 0);
+    cr_assert_eq(feed_pieces(s, &r, zeros, 2 * m + 1), 0);
+    cr_assert_eq(r.over, 0);
+    cr_assert_eq(r.buf.len, 2 * m + 1);
+    s = reader_server(&o, 1u << 20, 1);
+    cr_assert_eq(feed_pieces(s, &r, zeros, 2 * m + 1), 0);
+    cr_assert_eq(r.over, 1);
+    cr_assert_eq(r.buf.len, 0, "a batch is not cut (only one JSON-RPC object is)");
+    cr_assert_lt(r.read_bytes, (1u << 20) / 8, "%zu: 18 bytes a value against the bound, 2 of them text", r.read_bytes);
+    zeros[2 * m] = ',';
+    /* 4,500,000 values: not read */
+    s = reader_server(&o, 64u << 20, 0);
+    cr_assert_eq(feed_pieces(s, &r, zeros, 2 * n + 1), 0);
+    cr_assert(r.over && r.refused);
+    cr_assert_eq(r.buf.len, 0);
+    cr_assert_eq(r.values, n + 1, "%zu: scanned to the end", r.values);
+    /* bytes */
+    o.max_message_bytes = 1000;
+    s->opts = &o;
+    cr_assert_lt(feed_pieces(s, &r, zeros, 2000), 0);
+    free(zeros);
+    mcp_rd_free(&r);
+}
+
+/* A stdio response of 4.5 million values fails its request without breaking the server; so
+ * does one over HTTP (below). */
+Test(mcp_stdio, a_response_of_too_many_values_is_not_read_and_the_server_stays_usable) {
+    seer_mcp_opts_t o = test_opts();
+    seer_mcp_client_t *c = connect_one(
+        "fake",
+        "init; tools; rd; printf '{\"jsonrpc\":\"2.0\",\"result\":{\"content\":[],\"structuredContent\":[';"
+        " yes 0, | head -n 4500000 | tr -d '\\n'; printf '0]},\"id\":%s}\\n' $i; serve",
+        &o);
+    cJSON *r;
+    seer_err_t err;
+    long before = vm_hwm_kib();
+    cr_assert_eq(seer_mcp_call(c, "t", NULL, NULL, &r, &err), SEER_EPARSE, "%s", err.msg);
+    long after = vm_hwm_kib();
+    cr_assert(strstr(err.msg, "mcp server 'fake': tools/call 't': the response has more than 4000000 JSON values"), "%s", err.msg);
+    cr_assert(UNDER_ASAN || after - before < 16 * 1024, "the call grew the process by %ld KiB", after - before);
+    r = call_ok(c, "t", NULL, NULL);
+    cr_assert_str_eq(first_text(r), "ok");
     cJSON_Delete(r);
     seer_mcp_close(c);
     LEAK_CHECK();
@@ -727,7 +1116,87 @@ static struct {
     char seen[16384]; /* "METHOD session=... version=... auth=...|" per request, and the bodies */
     int fail_calls_with; /* HTTP status for tools/call, 0: answer normally */
     int sleep_ms;
-} H = {PTHREAD_MUTEX_INITIALIZER, "", 0, 0};
+    int big_call; /* tools/call answers with 40 MB: 1 a JSON body, 2 an event stream */
+} H = {PTHREAD_MUTEX_INITIALIZER, "", 0, 0, 0};
+
+/* A body made on the fly: head, then unit count times, then tail (never held whole). */
+typedef struct {
+    char *head, *unit, *tail;
+    size_t hl, ul, tl, count;
+} gen_body_t;
+
+static ssize_t gen_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    gen_body_t *g = cls;
+    size_t total = g->hl + g->ul * g->count + g->tl, o = 0;
+    if (pos >= total) return MHD_CONTENT_READER_END_OF_STREAM;
+    while (o < max && pos < total) {
+        const char *src;
+        size_t avail;
+        if (pos < g->hl) {
+            src = g->head + pos, avail = g->hl - pos;
+        } else if (pos < g->hl + g->ul * g->count) {
+            size_t k = (size_t)(pos - g->hl) % g->ul;
+            src = g->unit + k, avail = g->ul - k;
+        } else {
+            size_t k = (size_t)(pos - g->hl - g->ul * g->count);
+            src = g->tail + k, avail = g->tl - k;
+        }
+        size_t n = avail < max - o ? avail : max - o;
+        memcpy(buf + o, src, n);
+        o += n;
+        pos += n;
+    }
+    return (ssize_t)o;
+}
+
+static void gen_free(void *cls) {
+    gen_body_t *g = cls;
+    free(g->head);
+    free(g->unit);
+    free(g->tail);
+    free(g);
+}
+
+static gen_body_t *gen_new(char *head, char *unit, size_t count, char *tail) {
+    gen_body_t *g = calloc(1, sizeof *g);
+    g->head = head, g->unit = unit, g->tail = tail, g->count = count;
+    g->hl = strlen(head), g->ul = strlen(unit), g->tl = strlen(tail);
+    return g;
+}
+
+/* 40 MB for a tools/call: as one JSON body (a single text, the id last), or as an event stream
+ * of 2000 progress events and then one event of 40,000 data lines (a block of 1000 bytes each).
+ * Both go out chunked (the size is not announced). */
+static struct MHD_Response *big_response(int kind, int idv) {
+    char *head = malloc(400000), *unit = malloc(1100), *tail = malloc(200);
+    size_t count = 40000;
+    if (kind == 3) { /* 4.5 million values */
+        strcpy(head, "{\"jsonrpc\":\"2.0\",\"result\":{\"content\":[],\"structuredContent\":[");
+        strcpy(unit, "0,");
+        snprintf(tail, 200, "0]},\"id\":%d}", idv);
+        count = 4500000;
+    } else if (kind == 1) {
+        strcpy(head, "{\"jsonrpc\":\"2.0\",\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"");
+        memset(unit, 'x', 1000), unit[1000] = 0;
+        snprintf(tail, 200, "\"}],\"isError\":false},\"id\":%d}", idv);
+    } else {
+        size_t o = 0;
+        for (int k = 0; k < 2000; k++)
+            o += (size_t)snprintf(head + o, 400000 - o,
+                                  "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":%d,\"progress\":%d}}\n\n",
+                                  idv, k);
+        snprintf(head + o, 400000 - o, "data: {\"jsonrpc\":\"2.0\",\"id\":%d,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"first\"}\n", idv);
+        strcpy(unit, "data: ,{\"type\":\"text\",\"text\":\"");
+        size_t ul = strlen(unit);
+        memset(unit + ul, 'y', 1000);
+        strcpy(unit + ul + 1000, "\"}\n");
+        strcpy(tail, "data: ],\"isError\":true}}\n\n");
+    }
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 65536, gen_read, gen_new(head, unit, count, tail), gen_free);
+    MHD_add_response_header(resp, "Content-Type", kind == 2 ? "text/event-stream" : "application/json");
+    return resp;
+}
 
 static void seen_add(const char *s) {
     pthread_mutex_lock(&H.mu);
@@ -823,6 +1292,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
         status = H.fail_calls_with;
         const char *b = status == 404 ? "session not found" : "<html>Internal Server Error</html>";
         resp = MHD_create_response_from_buffer(strlen(b), (void *)b, MHD_RESPMEM_PERSISTENT);
+    } else if (strcmp(mname, "tools/call") == 0 && H.big_call) {
+        resp = big_response(H.big_call, idv);
+    } else if (strcmp(mname, "big/values") == 0) {
+        resp = big_response(3, idv);
     } else if (strcmp(mname, "tools/call") == 0) {
         if (H.sleep_ms) usleep((useconds_t)H.sleep_ms * 1000);
         stream_t *s = calloc(1, sizeof *s);
@@ -951,5 +1424,67 @@ Test(mcp_http, http_errors_and_timeouts_name_the_server) {
     cfg = http_config(port);
     cr_assert_eq(connect_fails(cfg, &o, &err), SEER_EIO);
     cr_assert(strstr(err.msg, "mcp server 'web': initialize: POST http://127.0.0.1:"), "%s", err.msg);
+    LEAK_CHECK();
+}
+
+/* 40 MB tool results over HTTP with max_result_bytes = 64 KiB, as a JSON body and as an event
+ * stream (2000 events first, then one event of 40,000 data lines), both chunked: the client
+ * holds about the bound, the result is the first 64 KiB with a note, and the next call on the
+ * same session works. A response of 4.5 million values to another request fails it, and the next
+ * call works. */
+Test(mcp_http, a_result_past_max_result_bytes_is_cut_as_it_streams_and_the_next_call_works) {
+    int port;
+    struct MHD_Daemon *d = start_mhd(&port);
+    seer_mcp_opts_t o = test_opts();
+    o.max_result_bytes = 65536;
+    o.timeout_ms = 20000;
+    cJSON *cfg = http_config(port);
+    seer_mcp_client_t *c;
+    seer_err_t err;
+    cr_assert_eq(seer_mcp_connect(&c, cfg, &o, &err), 0, "%s", err.msg);
+    cJSON_Delete(cfg);
+    for (int kind = 1; kind <= 2; kind++) {
+        H.big_call = kind;
+        long before = vm_hwm_kib();
+        seer_mcp_call_opts_t co = {0, on_progress, NULL};
+        progress_calls = 0;
+        cJSON *r = call_ok(c, "t", NULL, &co);
+        long after = vm_hwm_kib();
+        cr_assert(UNDER_ASAN || after - before < 16 * 1024, "the call grew the process by %ld KiB", after - before);
+        cr_assert(strstr(last_text(r), "only its first") && strstr(last_text(r), "(max_result_bytes = 65536)"), "%s", last_text(r));
+        cr_assert(cut_field(r, "message_bytes") > 40000000);
+        cr_assert(cut_field(r, "read_bytes") <= 65536);
+        const cJSON *content = cJSON_GetObjectItem(r, "content");
+        size_t kept = 0;
+        for (const cJSON *b = content->child; b && b->next; b = b->next) kept += strlen(cJSON_GetObjectItem(b, "text")->valuestring);
+        cr_assert(kept > 30000 && kept < 65536, "%zu bytes kept", kept);
+        if (kind == 1) {
+            cr_assert_eq(cut_field(r, "content_bytes"), 40000000);
+            cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(r, "isError")));
+        } else {
+            cr_assert_eq(cut_field(r, "content_bytes"), 40000005);
+            cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(r, "isError")));
+            cr_assert_str_eq(first_text(r), "first");
+            cr_assert_eq(progress_calls, 2000);
+        }
+        cJSON_Delete(r);
+        H.big_call = 0;
+        r = call_ok(c, "t", NULL, NULL);
+        cr_assert_str_eq(first_text(r), "via sse");
+        cJSON_Delete(r);
+    }
+    /* a response of 4.5 million values to any other request is not read; the session goes on */
+    cJSON *r;
+    cr_assert_eq(seer_mcp_request(c, "web", "big/values", NULL, 0, &r, &err), SEER_EPARSE, "%s", err.msg);
+    cr_assert(strstr(err.msg, "mcp server 'web': big/values: the response has more than 4000000 JSON values"), "%s", err.msg);
+    r = call_ok(c, "t", NULL, NULL);
+    cr_assert_str_eq(first_text(r), "via sse");
+    cJSON_Delete(r);
+    seer_mcp_close(c);
+    MHD_stop_daemon(d);
+    /* one session throughout: initialize was sent once */
+    size_t inits = 0;
+    for (const char *p = H.seen; (p = strstr(p, "\"method\":\"initialize\"")); p++) inits++;
+    cr_assert_eq(inits, 1, "%s", H.seen);
     LEAK_CHECK();
 }

@@ -51,6 +51,7 @@ M.PROTOCOL_VERSION = core.PROTOCOL_VERSION
 ---@field on_warning? fun(server: string, text: string) non-fatal oddities (non-JSON lines on stdout); default: printed to stderr
 ---@field max_tools? integer a server listing more tools is refused (default 1000)
 ---@field max_tools_bytes? integer a server whose tool list (names, descriptions, schemas) takes more bytes is refused (default 4 MiB)
+---@field max_result_bytes? integer the most the client holds of a tool call's response: its bytes, and 16 more for each JSON value (default: no bound below the 64 MiB of any message). A response past it is cut as it streams in: the result is what was read (a text cut at a character; a block or structuredContent the cut went through left out; isError as the whole response says), with a last text block and seer_cut saying so. The harness sets it from max_tool_result_bytes. At least 4096.
 
 ---@class seermcp.tool
 ---@field server string the server's name in the configuration
@@ -66,6 +67,7 @@ M.PROTOCOL_VERSION = core.PROTOCOL_VERSION
 ---@field content table[] content blocks: {type = "text", text}, {type = "image", data (base64), mimeType}, ...
 ---@field structuredContent? table
 ---@field isError boolean true when the tool itself failed (the text says why)
+---@field seer_cut? {message_bytes: integer, read_bytes: integer, content_bytes: integer, max_result_bytes: integer} set (by the client, never by the server) when the response was past max_result_bytes and was cut: its size, the bytes read, the bytes of every block's text and data in the whole response; the last content block is the client's note saying so
 
 ---@class seermcp.call_opts
 ---@field timeout? number seconds (default: the client's timeout)
@@ -110,10 +112,10 @@ function M.connect(config, opts)
   if opts ~= nil and type(opts) ~= "table" then error("mcp.connect: the options must be a table", 2) end
   opts = opts or {}
   local valid = { timeout = true, connect_timeout = true, stderr = true, on_notification = true, on_warning = true,
-                  max_tools = true, max_tools_bytes = true }
+                  max_tools = true, max_tools_bytes = true, max_result_bytes = true }
   for k in pairs(opts) do
     if not valid[k] then
-      error(("mcp.connect: unknown option '%s' (valid: connect_timeout, max_tools, max_tools_bytes, on_notification, on_warning, stderr, timeout)")
+      error(("mcp.connect: unknown option '%s' (valid: connect_timeout, max_result_bytes, max_tools, max_tools_bytes, on_notification, on_warning, stderr, timeout)")
         :format(tostring(k)), 2)
     end
   end
@@ -129,7 +131,7 @@ function M.connect(config, opts)
   self._c = core.connect(json.encode(next(config) == nil and json.object({}) or config), {
     timeout = opts.timeout, connect_timeout = opts.connect_timeout, stderr = opts.stderr,
     on_notification = on_notification, on_warning = opts.on_warning,
-    max_tools = opts.max_tools, max_tools_bytes = opts.max_tools_bytes,
+    max_tools = opts.max_tools, max_tools_bytes = opts.max_tools_bytes, max_result_bytes = opts.max_result_bytes,
   })
   return self
 end
