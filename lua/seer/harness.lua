@@ -967,6 +967,7 @@ end
 function Agent:_abnormal_result(msg)
   local interrupted = msg:match("interrupted$") ~= nil
   return { type = "result", agent = self.name, reason = interrupted and "interrupted" or "error",
+           replayed = self.kind == "replay" or nil,
            error = interrupted and "interrupted" or self:redact(msg), turns = self.turn, usage = self.usage,
            cost_usd = self:_total_cost(), usage_unknown_turns = self.usage_unknown_turns,
            estimated_tokens = self.estimated_tokens,
@@ -994,7 +995,10 @@ function Agent:_write_abnormal(msg)
 end
 
 function Agent:_finish(reason, extra)
+  -- replayed: the usage and cost are the recording's, priced at its model; no model was called
+  -- (seer.experiment's ledger counts such a run as $0, the recording's price kept beside it)
   local ev = { type = "result", reason = reason, turns = self.turn, text = self.last_text or "",
+               replayed = self.kind == "replay" or nil,
                usage = self.usage, cost_usd = self:_total_cost(), usage_unknown_turns = self.usage_unknown_turns,
                estimated_tokens = self.estimated_tokens,
                duration_s = now() - self.t0, transcript = self.transcript_path }
@@ -1210,7 +1214,7 @@ function Agent:_body()
                  model = final.model, id = final.id, attempts = final.attempts, deltas_omitted = self.deltas_omitted }
       self:emit{ type = "usage", usage = turn_usage, cost_usd = c or json.null, total = self.usage,
                  total_cost_usd = self:_total_cost(), price_known = self.price ~= nil, usage_known = known,
-                 estimated_tokens = estimate, note = note }
+                 estimated_tokens = estimate, note = note, replayed = self.kind == "replay" or nil }
       local calls = {}
       for _, b in ipairs(message.content) do
         if b.type == "tool_use" then calls[#calls + 1] = b end

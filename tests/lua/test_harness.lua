@@ -327,8 +327,14 @@ T.test("an agent drives seer mcp notebook on stories260K with a recorded transcr
     T.eq(r.reason, "end_turn")
     T.eq(r.turns, 4)
     T.contains(table.concat(texts), "with a comma")
-    -- the recorded usage is priced as the recorded model's
+    -- the recorded usage is priced as the recorded model's, and the result says it was replayed
+    -- (no model was called: a reader must not take the cost for money spent)
+    T.eq(r.replayed, true)
     T.near(r.cost_usd, ((1200 + 1400 + 1600 + 1700) * 3 + (60 + 120 + 50 + 40) * 15 + (1100 + 1300 + 1500) * 0.3) / 1e6, 1e-12)
+    local vp = io.popen(("'%s' transcript view '%s' 2>&1"):format(require("seer.jupyter").seer_binary(), r.transcript))
+    local view = vp:read("*a")
+    vp:close()
+    T.contains(view, "as recorded (a replay: no model was called)")
     local events = lines(r.transcript)
     T.eq(events[1].mcp_sessions, { notebook = session.session_id })
     -- the server's instructions reach the system prompt, with the session the agent was given

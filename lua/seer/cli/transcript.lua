@@ -42,13 +42,15 @@ local function content_text(content, full)
   return cut(table.concat(parts, "\n"), 2000, full)
 end
 
-local function usage_line(u, cost)
+-- replayed: a replay's usage and cost are the recording's (no model was called)
+local function usage_line(u, cost, replayed)
   u = u or {}
   local s = ("in %d, out %d"):format(u.input_tokens or 0, u.output_tokens or 0)
   if (u.cache_read_input_tokens or 0) > 0 or (u.cache_creation_input_tokens or 0) > 0 then
     s = s .. (", cache read %d, cache write %d"):format(u.cache_read_input_tokens or 0, u.cache_creation_input_tokens or 0)
   end
   if type(cost) == "number" then s = s .. (", $%.4f"):format(cost) end
+  if replayed == true then s = s .. " as recorded (a replay: no model was called)" end
   return s
 end
 
@@ -141,7 +143,7 @@ function M._view(path, full, out)
             -- what the provider reported was not a count (the harness's note says what it was)
             w("   (usage unknown" .. (type(ev.note) == "string" and (": " .. ev.note) or "") .. ")")
           else
-            w("   (" .. usage_line(ev.usage, ev.cost_usd) .. ")")
+            w("   (" .. usage_line(ev.usage, ev.cost_usd, ev.replayed) .. ")")
           end
         elseif t == "tool_result" then
           local head = ("   <- %s%s%s"):format(ev.name or "?", ev.is_error and " (error)" or "",
@@ -160,7 +162,7 @@ function M._view(path, full, out)
           -- transcripts written before results of failed runs carried a duration: say unknown, not 0.0 s
           w(("[result] %s after %s turn(s), %s; %s"):format(tostring(ev.reason), tostring(ev.turns),
             type(ev.duration_s) == "number" and ("%.1f s"):format(ev.duration_s) or "duration unknown",
-            usage_line(ev.usage, ev.cost_usd)))
+            usage_line(ev.usage, ev.cost_usd, ev.replayed)))
           if ev.error then w("   " .. tostring(ev.error)) end
         end
       end)
