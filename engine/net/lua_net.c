@@ -270,7 +270,7 @@ static void sync_guards(sock_ud *s) {
     }
     if (total > s->guard_seen) {
         s->rx.dropped += total - s->guard_seen;
-        snprintf(s->rx.why, sizeof s->rx.why, "%s", last);
+        snprintf(s->rx.why, sizeof s->rx.why, "%.*s", (int)sizeof s->rx.why - 1, last); /* cut to fit */
         s->guard_seen = total;
     }
 }
