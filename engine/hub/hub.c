@@ -103,6 +103,36 @@ static int mkdirs(const char *path, seer_err_t *err) {
     return SEER_OK;
 }
 
+/* The cache may hold what a sandbox (or another program) that can write it left there, so no
+ * directory below the cache directory itself is followed as a link when seer writes: every
+ * component of path after its first `from` bytes, except the last, must not be a symbolic link
+ * (huggingface_hub makes none there; only the snapshot's files are links). A missing one is fine
+ * (mkparent creates it). */
+static int refuse_links(const char *path, size_t from, seer_err_t *err) {
+    char *p = strdup(path);
+    if (!p) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+    int rc = SEER_OK;
+    for (char *s = p + from + 1; *s && rc == SEER_OK; s++) {
+        if (*s != '/') continue;
+        *s = 0;
+        struct stat st;
+        if (lstat(p, &st) == 0 && S_ISLNK(st.st_mode))
+            rc = seer_err_set(err, SEER_EIO,
+                              "hub: %s is a symbolic link; seer does not write through links inside the model "
+                              "cache (remove it and run again)",
+                              p);
+        *s = '/';
+    }
+    free(p);
+    return rc;
+}
+
+/* refuse_links from the cache directory (the parent of repo_dir) on. */
+static int refuse_links_in(const char *repo_dir, const char *path, seer_err_t *err) {
+    const char *base = strrchr(repo_dir, '/');
+    return refuse_links(path, base ? (size_t)(base - repo_dir) : 0, err);
+}
+
 static int mkparent(const char *path, seer_err_t *err) {
     char *d = strdup(path);
     if (!d) return seer_err_set(err, SEER_ENOMEM, "out of memory");
@@ -189,10 +219,12 @@ static int safe_relpath(const char *s) {
 }
 
 /* A blob or commit name from the server: 1 to 128 of [A-Za-z0-9._+=-], not starting with '.'
- * (the hub's are 40 or 64 hex digits; other servers' ETags may add a "-N" part). */
+ * nor ending in ".incomplete" (another blob's partial file) (the hub's are 40 or 64 hex digits;
+ * other servers' ETags may add a "-N" part). */
 static int safe_token(const char *s) {
     size_t n = strlen(s);
     if (n == 0 || n > 128 || s[0] == '.') return 0;
+    if (n >= 11 && !strcmp(s + n - 11, ".incomplete")) return 0;
     for (size_t i = 0; i < n; i++)
         if (!isalnum((unsigned char)s[i]) && !strchr("._+=-", s[i])) return 0;
     return 1;
@@ -297,7 +329,7 @@ int seer_hub_cached(const char *repo_id, const seer_hub_opts_t *o, char **snapsh
     if (!commit && is_hex(rev, 40)) commit = strdup(rev);
     char *snap = NULL;
     struct stat st;
-    if (commit && safe_relpath(commit)) snap = xasprintf("%s/snapshots/%s", rd, commit);
+    if (commit && safe_token(commit)) snap = xasprintf("%s/snapshots/%s", rd, commit);
     if (snap && stat(snap, &st) == 0 && S_ISDIR(st.st_mode)) {
         free(commit);
         free(rd);
@@ -819,7 +851,8 @@ static int matches(const dl_t *d, const char *name) {
 static int link_snapshot(dl_t *d, const char *file, const char *etag, seer_err_t *err) {
     char *dst = xasprintf("%s/snapshots/%s/%s", d->repo_dir, d->commit, file);
     if (!dst) return seer_err_set(err, SEER_ENOMEM, "out of memory");
-    int rc = mkparent(dst, err);
+    int rc = refuse_links_in(d->repo_dir, dst, err);
+    if (rc == SEER_OK) rc = mkparent(dst, err);
     if (rc < 0) {
         free(dst);
         return rc;
@@ -978,8 +1011,17 @@ static int job_try_lock(dl_t *d, job_t *j, seer_err_t *err) {
         j->got = st.st_size;
         return job_link(d, j, err);
     }
-    j->fd = open(j->part, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-    if (j->fd < 0) return seer_err_set(err, SEER_EIO, "hub: cannot write %s: %s", j->part, strerror(errno));
+    /* Not through a link, nor into a file with another name elsewhere (a hard link planted in
+     * the cache): what is resumed or truncated here must be the cache's own partial file. */
+    j->fd = open(j->part, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0666);
+    struct stat pst;
+    if (j->fd < 0 && errno != ELOOP)
+        return seer_err_set(err, SEER_EIO, "hub: cannot write %s: %s", j->part, strerror(errno));
+    if (j->fd < 0 || fstat(j->fd, &pst) != 0 || !S_ISREG(pst.st_mode) || pst.st_nlink != 1)
+        return seer_err_set(err, SEER_EIO,
+                            "hub: %s is not a plain file of the cache (a symbolic link, a file with another "
+                            "name too, or not a file); seer does not write through it (remove it and run again)",
+                            j->part);
     hash_begin(&j->hash, j->etag, j->size);
     return job_get(d, j, err);
 }
@@ -1024,9 +1066,15 @@ static int job_head_done(dl_t *d, job_t *j, CURLcode c, seer_err_t *err) {
     struct stat st;
     if (stat(j->blob, &st) == 0) return job_link(d, j, err); /* another file or model has this blob */
     int rc;
-    if ((rc = mkparent(j->blob, err)) < 0 || (rc = mkparent(j->lockp, err)) < 0) return rc;
-    j->lockfd = open(j->lockp, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-    if (j->lockfd < 0) return seer_err_set(err, SEER_EIO, "hub: cannot lock %s: %s", j->lockp, strerror(errno));
+    if ((rc = refuse_links_in(d->repo_dir, j->blob, err)) < 0 || (rc = refuse_links_in(d->repo_dir, j->lockp, err)) < 0 ||
+        (rc = mkparent(j->blob, err)) < 0 || (rc = mkparent(j->lockp, err)) < 0)
+        return rc;
+    j->lockfd = open(j->lockp, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0666);
+    if (j->lockfd < 0)
+        return seer_err_set(err, SEER_EIO, "hub: cannot lock %s: %s%s", j->lockp, strerror(errno),
+                            errno == ELOOP ? " (a symbolic link: seer does not write through links inside the model "
+                                             "cache; remove it and run again)"
+                                           : "");
     j->state = J_LOCK;
     j->fetching = 1;
     return job_try_lock(d, j, err);
@@ -1260,6 +1308,13 @@ int seer_hub_download(const char *repo_id, const seer_hub_opts_t *o, char **snap
                           repo_id, rev, endpoint);
         goto out;
     }
+    /* A revision that is a full commit id pins the files: another commit is not what was asked. */
+    if (is_hex(rev, 40) && strcasecmp(rev, sha->valuestring) != 0) {
+        char es[ESC_MAX];
+        rc = seer_err_set(err, SEER_EPARSE, "hub: %s: asked for commit %s, %s answered with commit %s; refusing it",
+                          repo_id, rev, endpoint, esc(es, sizeof es, sha->valuestring));
+        goto out;
+    }
     strcpy(d.commit, sha->valuestring);
     d.jobs = calloc((size_t)cJSON_GetArraySize(sib) + 1, sizeof *d.jobs);
     d.slots = calloc((size_t)workers, sizeof *d.slots);
@@ -1309,7 +1364,8 @@ int seer_hub_download(const char *repo_id, const seer_hub_opts_t *o, char **snap
         char *old = read_line_file(ref);
         if (!old || strcmp(old, d.commit) != 0) {
             seer_atomic_file_t f;
-            if ((rc = mkparent(ref, err)) == 0 && (rc = seer_atomic_open(&f, ref, err)) == 0) {
+            if ((rc = refuse_links_in(d.repo_dir, ref, err)) == 0 && (rc = mkparent(ref, err)) == 0 &&
+                (rc = seer_atomic_open(&f, ref, err)) == 0) {
                 if ((rc = seer_atomic_write(&f, d.commit, strlen(d.commit), err)) == 0)
                     rc = seer_atomic_commit(&f, err);
                 else

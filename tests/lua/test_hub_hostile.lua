@@ -1,0 +1,242 @@
+-- seer.hub against a hostile hub (docs/hub.md, "Limits"; docs/security.md): HF_ENDPOINT names a
+-- mirror the host does not trust, and the hub cache may hold what an earlier download or a
+-- sandbox that can write it left there. The server is a Python script written by the test that
+-- plays a scenario (scenario.json: the API reply, and per file its ETag, size, body or redirect)
+-- and logs every request with its Authorization header.
+local T = require "testing"
+local hub = require "seer.hub"
+local process = require "seer.process"
+local json = seer.json
+local safe_fs = require "seer.safe_fs"
+
+local SERVER = [[
+import json, os, sys, urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+DIR, PORT_FILE = sys.argv[1], sys.argv[2]
+class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def log_message(self, *a): pass
+    def do_HEAD(self): self.answer(False)
+    def do_GET(self): self.answer(True)
+    def answer(self, get):
+        s = json.load(open(os.path.join(DIR, "scenario.json")))
+        with open(os.path.join(DIR, "log"), "a") as f:
+            f.write(json.dumps([self.command, self.headers.get("host"), self.path,
+                                self.headers.get("authorization")]) + "\n")
+        p = urllib.parse.unquote(self.path)
+        status, headers, body = 404, {}, b""
+        if p.startswith("/api/models/"):
+            status, body = 200, json.dumps(s["api"]).encode()
+        elif "/resolve/" in p:
+            name = p.split("/resolve/", 1)[1].split("/", 1)[1]
+            f = s["files"].get(name)
+            if f:
+                data = f.get("body", "").encode("latin-1")
+                headers["X-Linked-Etag"] = '"%s"' % f["etag"]
+                headers["X-Linked-Size"] = str(f.get("size", len(data)))
+                if get and f.get("redirect"):
+                    status, headers["Location"] = 302, f["redirect"]
+                else:
+                    status, body = 200, data
+        elif p.startswith("/cdn/"):
+            status, body = 200, s["cdn"].encode("latin-1")
+        elif p.startswith("/loop"):
+            status, headers["Location"] = 302, p
+        self.send_response(status)
+        for k, v in headers.items(): self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if get: self.wfile.write(body)
+s = ThreadingHTTPServer(("127.0.0.1", 0), H)
+s.daemon_threads = True
+open(PORT_FILE + ".tmp", "w").write(str(s.server_address[1]))
+os.rename(PORT_FILE + ".tmp", PORT_FILE)
+s.serve_forever()
+]]
+
+local srv -- {url, port, dir, child}
+
+local function read(path) -- the file's text, or nil when it is not there
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local t = f:read("*a")
+  f:close()
+  return t
+end
+
+local function server()
+  if srv then return srv end
+  local dir = T.tmpdir()
+  seer.write_file(dir .. "/server.py", SERVER)
+  seer.write_file(dir .. "/scenario.json", "{}")
+  local child = process.spawn{ argv = { "/usr/bin/python3", dir .. "/server.py", dir, dir .. "/port" },
+                               stdout = "null", stderr = dir .. "/stderr" }
+  local deadline = process.now_ms() + 10000
+  while true do
+    local port = read(dir .. "/port")
+    if port then
+      srv = { url = "http://127.0.0.1:" .. port, port = port, dir = dir, child = child }
+      return srv
+    end
+    if process.now_ms() > deadline then
+      child:stop(200)
+      error("the hostile hub did not start: " .. (read(dir .. "/stderr") or ""))
+    end
+    process.sleep_ms(20)
+  end
+end
+
+local COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+-- Plays files ({name = {etag=, body=, size=, redirect=}}) from a fresh cache; returns the
+-- download's result (ok, snapshot dir or error), the cache directory and the request log.
+local function play(files, opts, api)
+  local s = server()
+  local sib = {}
+  for name in pairs(files) do sib[#sib + 1] = { rfilename = name } end
+  table.sort(sib, function(a, b) return a.rfilename < b.rfilename end)
+  seer.write_file(s.dir .. "/scenario.json", json.encode{
+    api = api or { sha = COMMIT, siblings = sib }, files = files, cdn = "from the file host" })
+  os.remove(s.dir .. "/log")
+  opts = opts or {}
+  local cache = opts.cache_dir or (T.tmpdir() .. "/hub")
+  local o = { endpoint = s.url, cache_dir = cache, allow_patterns = { "*" }, progress = false, max_workers = 1 }
+  for k, v in pairs(opts) do o[k] = v end
+  local ok, res = pcall(hub.download, "org/m", o)
+  local log = {}
+  for l in (read(s.dir .. "/log") or ""):gmatch("[^\n]+") do log[#log + 1] = json.decode(l) end
+  return ok, res, cache, log
+end
+
+local function planted_cache()
+  local cache = T.tmpdir() .. "/hub"
+  assert(os.execute(("mkdir -p '%s/models--org--m/blobs' '%s/.locks/models--org--m'"):format(cache, cache)) == 0)
+  return cache, cache .. "/models--org--m"
+end
+
+-- ---- links planted in the cache ---------------------------------------------------------------
+
+T.test("a blob's .incomplete planted as a link to a file outside the cache is refused, the file untouched", function()
+  local cache, rd = planted_cache()
+  local victim = T.tmpdir() .. "/bashrc"
+  seer.write_file(victim, "the user's own file\n")
+  assert(os.execute(("ln -s '%s' '%s/blobs/e1-1.incomplete'"):format(victim, rd)) == 0)
+  local ok, err = play({ ["x.bin"] = { etag = "e1-1", body = "hostile bytes" } }, { cache_dir = cache })
+  T.eq(seer.read_file(victim), "the user's own file\n", "the download wrote through the planted link")
+  T.eq(ok, false)
+  T.contains(tostring(err), "blobs/e1-1.incomplete")
+  T.contains(tostring(err), "not a plain file")
+end)
+
+T.test("a blob's .incomplete planted as a hard link to a file outside the cache is refused", function()
+  local cache, rd = planted_cache()
+  local victim = cache .. "/../victim"
+  seer.write_file(victim, "the user's own file\n")
+  assert(os.execute(("ln '%s' '%s/blobs/e2-1.incomplete'"):format(victim, rd)) == 0)
+  local ok, err = play({ ["x.bin"] = { etag = "e2-1", body = "hostile bytes" } }, { cache_dir = cache })
+  T.eq(seer.read_file(victim), "the user's own file\n", "the download wrote through the planted hard link")
+  T.eq(ok, false)
+  T.contains(tostring(err), "not a plain file")
+end)
+
+T.test("a lock file planted as a link is refused, nothing is created where it points", function()
+  local cache = planted_cache()
+  local target = T.tmpdir() .. "/created-by-seer"
+  assert(os.execute(("ln -s '%s' '%s/.locks/models--org--m/e3-1.lock'"):format(target, cache)) == 0)
+  local ok, err = play({ ["x.bin"] = { etag = "e3-1", body = "abc" } }, { cache_dir = cache })
+  T.eq(safe_fs.lstat(target), nil, "the lock was created through the planted link")
+  T.eq(ok, false)
+  T.contains(tostring(err), "e3-1.lock")
+end)
+
+T.test("a directory of the repo planted as a link out of the cache is refused before anything is written there", function()
+  for _, where in ipairs{ "blobs", "snapshots/" .. COMMIT, "snapshots/" .. COMMIT .. "/sub" } do
+    local cache, rd = planted_cache()
+    local outside = T.tmpdir()
+    assert(os.execute(("rm -rf '%s/blobs'; mkdir -p \"$(dirname '%s/%s')\"; ln -s '%s' '%s/%s'")
+      :format(rd, rd, where, outside, rd, where)) == 0)
+    local ok, err = play({ ["sub/x.bin"] = { etag = "e4-1", body = "abc" } }, { cache_dir = cache })
+    local _, listing = T.sh("ls -A '" .. outside .. "'")
+    T.eq(listing, "", where .. ": the download wrote outside the cache: " .. listing)
+    T.eq(ok, false, where)
+    T.contains(tostring(err), "symbolic link", where)
+  end
+end)
+
+-- ---- what the server names -------------------------------------------------------------------
+
+T.test("unsafe file names from the listing are refused and quoted, nothing is written", function()
+  for _, name in ipairs{ "../../x", "/etc/x", "a/../../x", "a//b", "./a", "a\nb", "a\027[2Jb", "a\\b",
+                         "a\226\128\174b" } do
+    local ok, err, cache = play({ [name] = { etag = "e5-1", body = "abc" } })
+    T.eq(ok, false, name)
+    T.contains(tostring(err), "unsafe name", name)
+    T.ok(not tostring(err):find("[\n\027]"), "the message holds a raw control byte")
+    T.eq(safe_fs.lstat(cache .. "/models--org--m/blobs"), nil, name)
+  end
+end)
+
+T.test("ETags and commits that are not a plain token are refused", function()
+  for _, etag in ipairs{ "../../x", "a/b", ".hidden", ("e"):rep(129), "e6.incomplete" } do
+    local ok, err = play({ ["x.bin"] = { etag = etag, body = "abc" } })
+    T.eq(ok, false, etag)
+    T.contains(tostring(err), "no usable ETag", etag)
+  end
+  for _, sha in ipairs{ "../x", "a/b", ("c"):rep(200) } do
+    local ok, err = play({ ["x.bin"] = { etag = "e7-1", body = "abc" } }, nil,
+      { sha = sha, siblings = { { rfilename = "x.bin" } } })
+    T.eq(ok, false, sha)
+    T.contains(tostring(err), "did not answer with a model's sha", sha)
+  end
+end)
+
+T.test("a revision pinned to a commit is refused when the server answers another commit", function()
+  local other = ("9"):rep(40)
+  local ok, err = play({ ["x.bin"] = { etag = "e8-1", body = "abc" } }, { revision = COMMIT }, {
+    sha = other, siblings = { { rfilename = "x.bin" } } })
+  T.eq(ok, false)
+  T.contains(tostring(err), "answered with commit " .. other)
+end)
+
+T.test("a ref in the cache that is not a commit is not followed", function()
+  local cache, rd = planted_cache()
+  assert(os.execute(("mkdir -p '%s/refs' '%s/snapshots/a/b'; printf 'a/b' > '%s/refs/main'"):format(rd, rd, rd)) == 0)
+  T.eq(hub.cached("org/m", { cache_dir = cache }), nil)
+end)
+
+-- ---- sizes and redirects ----------------------------------------------------------------------
+
+T.test("a body longer than the declared size is cut and not kept", function()
+  local ok, err, cache = play({ ["x.bin"] = { etag = "e9-1", body = ("z"):rep(100000), size = 10 } })
+  T.eq(ok, false)
+  T.contains(tostring(err), "more than the 10 bytes declared")
+  T.eq(safe_fs.lstat(cache .. "/models--org--m/blobs/e9-1.incomplete"), nil)
+end)
+
+T.test("the token does not follow a redirect to another host; file:// and loops are refused", function()
+  local s = server()
+  local ok, res, _, log = play({ ["x.bin"] = { etag = "e10-1", size = 18,
+    redirect = "http://localhost:" .. s.port .. "/cdn/x" } }, { token = "hf_secret" })
+  T.eq(ok, true, tostring(res))
+  local cdn = 0
+  for _, l in ipairs(log) do
+    if l[3]:find("^/cdn/") then
+      cdn = cdn + 1
+      T.ok(type(l[4]) ~= "string", "the token went to the file host: " .. json.encode(l))
+    else
+      T.eq(l[4], "Bearer hf_secret")
+    end
+  end
+  T.eq(cdn, 1)
+  ok, res = play({ ["x.bin"] = { etag = "e11-1", size = 5, redirect = "file:///etc/hostname" } })
+  T.eq(ok, false)
+  T.contains(tostring(res), "\"file\" not supported or disabled")
+  ok, res = play({ ["x.bin"] = { etag = "e12-1", size = 5, redirect = s.url .. "/loop" } })
+  T.eq(ok, false)
+  T.contains(tostring(res), "redirect")
+end)
+
+T.test("the server is stopped", function()
+  if srv then srv.child:stop(200) end
+  srv = nil
+end)
