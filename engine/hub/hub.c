@@ -1105,6 +1105,41 @@ static int job_finish(dl_t *d, job_t *j, seer_err_t *err) {
     return job_link(d, j, err); /* the lock goes with job_done, after the blob has its name */
 }
 
+static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* SEER_EPARSE when a file to fetch is also a folder of another ("a" and "a/b"). */
+static int folder_file_clash(const dl_t *d, const char *repo_id, seer_err_t *err) {
+    size_t k = d->njobs;
+    const char **names = malloc((k ? k : 1) * sizeof *names);
+    if (!names) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+    for (size_t i = 0; i < k; i++) names[i] = d->jobs[i].file;
+    qsort(names, k, sizeof *names, cmp_str);
+    int rc = SEER_OK;
+    char *pre = NULL;
+    for (size_t i = 0; i < k && rc == SEER_OK; i++) {
+        free(pre);
+        if (!(pre = strdup(names[i]))) {
+            rc = seer_err_set(err, SEER_ENOMEM, "out of memory");
+            break;
+        }
+        for (char *sl = strchr(pre, '/'); sl && rc == SEER_OK; sl = strchr(sl + 1, '/')) {
+            *sl = 0;
+            const char *key = pre;
+            if (bsearch(&key, names, k, sizeof *names, cmp_str)) {
+                char ex[ESC_MAX], ey[ESC_MAX];
+                rc = seer_err_set(err, SEER_EPARSE,
+                                  "hub: %s: the file list names '%s' both as a file and as a folder of '%s'; no "
+                                  "snapshot can hold both",
+                                  repo_id, esc(ex, sizeof ex, pre), esc(ey, sizeof ey, names[i]));
+            }
+            *sl = '/';
+        }
+    }
+    free(pre);
+    free(names);
+    return rc;
+}
+
 /* One GET attempt into the .incomplete, resuming from what it holds. */
 static int job_get(dl_t *d, job_t *j, seer_err_t *err) {
     off_t have = lseek(j->fd, 0, SEEK_END);
@@ -1118,14 +1153,29 @@ static int job_get(dl_t *d, job_t *j, seer_err_t *err) {
     if (hash_sync(&j->hash, j->fd, (long long)have) < 0)
         return seer_err_set(err, SEER_EIO, "hub: cannot read back %s: %s", j->part, strerror(errno));
     if (have == j->size) return job_finish(d, j, err);
-    struct statvfs sv; /* a declared size the disk cannot hold is refused before a byte is written */
-    if (j->attempt == 0 && fstatvfs(j->fd, &sv) == 0 &&
-        (unsigned long long)(j->size - have) > (unsigned long long)sv.f_bavail * sv.f_frsize) {
-        char need[32], free_[32];
-        human(need, sizeof need, (double)(j->size - have));
-        human(free_, sizeof free_, (double)sv.f_bavail * sv.f_frsize);
-        return seer_err_set(err, SEER_EIO, "hub: %s: %s: %s more to fetch, but the disk of %s has %s free",
-                            d->repo_id, j->file, need, d->repo_dir, free_);
+    /* A declared size the disk cannot hold is refused before a byte is written, counting what
+     * the other files being fetched still have to write (each of many files declaring nearly
+     * all the free space passed alone, and together they filled the disk). */
+    struct statvfs sv;
+    if (j->attempt == 0 && j->size >= 0 && fstatvfs(j->fd, &sv) == 0) {
+        unsigned long long others = 0;
+        for (size_t i = 0; i < d->njobs; i++) {
+            const job_t *o = &d->jobs[i];
+            if (o != j && o->state == J_GET && o->size >= 0) {
+                long long left = o->size - (o->r.start + o->r.written);
+                if (left > 0) others += (unsigned long long)left;
+            }
+        }
+        unsigned long long avail = (unsigned long long)sv.f_bavail * sv.f_frsize, mine = (unsigned long long)(j->size - have);
+        if (mine > avail || others > avail - mine) {
+            char need[32], free_[32], pend[32];
+            human(need, sizeof need, (double)mine);
+            human(free_, sizeof free_, (double)avail);
+            human(pend, sizeof pend, (double)others);
+            return seer_err_set(err, SEER_EIO, "hub: %s: %s: %s more to fetch%s%s, but the disk of %s has %s free",
+                                d->repo_id, j->file, need, others ? " beside the " : "", others ? pend : "",
+                                d->repo_dir, free_);
+        }
     }
     j->attempt++;
     j->state = J_GET;
@@ -1347,6 +1397,10 @@ int seer_hub_download(const char *repo_id, const seer_hub_opts_t *o, char **snap
             jb->r.token = d.token;
         }
     }
+    /* A file that is also a folder of another ("a" and "a/b") cannot both be in a snapshot:
+     * refused here, naming both, rather than failing on the folder later (names sorted, each
+     * folder prefix of each name looked up: n log n however long the list). */
+    if ((rc = folder_file_clash(&d, repo_id, err)) < 0) goto out;
     if (d.njobs == 0) {
         rc = seer_err_set(err, SEER_ENOTFOUND, "hub: %s (revision %s): no file matches %s",
                           repo_id, rev, o && o->allow ? "allow_patterns" : "the model files (config.json, *.safetensors, tokenizer.json, ...); pass allow_patterns");

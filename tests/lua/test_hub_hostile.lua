@@ -46,6 +46,8 @@ class H(BaseHTTPRequestHandler):
         for k, v in headers.items(): self.send_header(k, v)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
+        if get and "/resolve/" in p and f and f.get("stall"):
+            import time; time.sleep(f["stall"])
         if get: self.wfile.write(body)
 s = ThreadingHTTPServer(("127.0.0.1", 0), H)
 s.daemon_threads = True
@@ -234,6 +236,33 @@ T.test("the token does not follow a redirect to another host; file:// and loops 
   ok, res = play({ ["x.bin"] = { etag = "e12-1", size = 5, redirect = s.url .. "/loop" } })
   T.eq(ok, false)
   T.contains(tostring(res), "redirect")
+end)
+
+T.test("a file that is also a folder of another is refused naming both, before anything is written", function()
+  -- "a" and "a/b": the download failed later on a misleading "a is a symbolic link" message
+  local ok, err, cache = play({ ["a"] = { etag = "e13-1", body = "1" }, ["a-b"] = { etag = "e14-1", body = "2" },
+                                ["a/b"] = { etag = "e15-1", body = "3" } })
+  T.eq(ok, false)
+  T.contains(tostring(err), "names 'a' both as a file and as a folder of 'a/b'")
+  T.eq(safe_fs.lstat(cache .. "/models--org--m/blobs"), nil)
+  -- only the files to fetch count: "a/b" alone is fine when "a" is not asked for
+  local ok2, res2 = play({ ["a"] = { etag = "e16-1", body = "1" }, ["a/b"] = { etag = "e17-1", body = "3" } },
+                         { allow_patterns = { "a/*" } })
+  T.eq(ok2, true, tostring(res2))
+end)
+
+T.test("files fetched together may not declare more than the disk holds together", function()
+  -- each of several files declaring most of the free space passed the check alone
+  local probe = T.tmpdir()
+  local p = io.popen("df -B1 --output=avail '" .. probe .. "' | tail -1")
+  local avail = tonumber((p:read("*a") or ""):match("%d+"))
+  p:close()
+  if not avail or avail < 1e6 then T.skip("cannot read the free space of " .. probe) end
+  local big = math.floor(avail * 0.6)
+  local ok, err = play({ ["x1.bin"] = { etag = "e18-1", size = big, body = "x", stall = 3 },
+                         ["x2.bin"] = { etag = "e19-1", size = big, body = "y", stall = 3 } }, { max_workers = 2 })
+  T.eq(ok, false)
+  T.contains(tostring(err), "more to fetch beside the")
 end)
 
 T.test("the server is stopped", function()
