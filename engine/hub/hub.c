@@ -1199,6 +1199,11 @@ static int job_get_done(dl_t *d, job_t *j, CURLcode c, seer_err_t *err) {
     off_t now = lseek(j->fd, 0, SEEK_END);
     j->got = (long long)now;
     if (c == CURLE_OK && now == j->size) return job_finish(d, j, err);
+    /* a redirect the server sent that no retry can follow (file://, a loop, a bad URL): say so
+     * now, not after ATTEMPTS tries as if the network broke */
+    if (c == CURLE_UNSUPPORTED_PROTOCOL || c == CURLE_TOO_MANY_REDIRECTS || c == CURLE_URL_MALFORMAT)
+        return seer_err_set(err, SEER_HUB_ENET, "hub: %s: %s: the file host's redirect cannot be followed: %s", d->repo_id,
+                            j->file, r->errbuf[0] ? r->errbuf : curl_easy_strerror(c));
     if (j->attempt >= ATTEMPTS) {
         if (c == CURLE_OK)
             return seer_err_set(err, SEER_HUB_ENET,

@@ -230,9 +230,13 @@ T.test("the token does not follow a redirect to another host; file:// and loops 
     end
   end
   T.eq(cdn, 1)
-  ok, res = play({ ["x.bin"] = { etag = "e11-1", size = 5, redirect = "file:///etc/hostname" } })
+  ok, res, _, log = play({ ["x.bin"] = { etag = "e11-1", size = 5, redirect = "file:///etc/hostname" } })
   T.eq(ok, false)
   T.contains(tostring(res), "\"file\" not supported or disabled")
+  T.contains(tostring(res), "the file host's redirect cannot be followed")
+  local gets = 0
+  for _, l in ipairs(log) do if l[1] == "GET" and l[3]:find("/resolve/", 1, true) then gets = gets + 1 end end
+  T.eq(gets, 1, "a redirect to file:// was tried again as if the network broke")
   ok, res = play({ ["x.bin"] = { etag = "e12-1", size = 5, redirect = s.url .. "/loop" } })
   T.eq(ok, false)
   T.contains(tostring(res), "redirect")
