@@ -69,6 +69,25 @@ static int phi3_bind(seer_model_t *m, seer_err_t *err) {
             (rc = rope_num(m, rope, "attention_factor", 0, &att, err)) < 0 ||
             (rc = factors(m, rope, "short_factor", nh, &sf, err)) < 0 || (rc = factors(m, rope, "long_factor", nh, &lf, err)) < 0)
             goto out;
+        /* an int below (the switch point), and the log's base in the attention factor */
+        if (!(orig >= 2 && orig <= (double)(1 << 24) && orig == floor(orig))) {
+            rc = seer_err_set(err, SEER_EPARSE,
+                              "%s/config.json: longrope \"original_max_position_embeddings\" must be a whole number "
+                              "from 2 to 16777216, got %g",
+                              m->dir, orig);
+            goto out;
+        }
+        if (jget(rope, "factor") && !(factor > 0 && isfinite(factor))) {
+            rc = seer_err_set(err, SEER_EPARSE, "%s/config.json: longrope \"factor\" must be a positive number, got %g", m->dir,
+                              factor);
+            goto out;
+        }
+        if (jget(rope, "attention_factor") && !(att > 0 && isfinite(att) && att <= 3.4e38)) {
+            rc = seer_err_set(err, SEER_EPARSE,
+                              "%s/config.json: longrope \"attention_factor\" must be a positive finite number, got %g",
+                              m->dir, att);
+            goto out;
+        }
         if (!jget(rope, "factor")) factor = (double)c->max_position_embeddings / orig;
         if (!jget(rope, "attention_factor"))
             att = factor <= 1.0 ? 1.0 : sqrt(1 + log(factor) / log(orig));

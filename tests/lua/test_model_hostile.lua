@@ -403,3 +403,25 @@ T.test("tokenizer files: a FIFO is refused, not waited on; a link out of the fol
   T.eq(os.execute(("truncate -s 65M '%s/tokenizer_config.json'"):format(big)), 0)
   T.raises(function() require("seer.tokenizer").load(big) end, "more than such a file may be", true)
 end)
+
+T.test("phi3 longrope: original_max_position_embeddings outside 2 .. 2^24 or not whole, and a factor that is not positive, are refused", function()
+  -- (int) of 1e300 was undefined behaviour, and 1 made the attention factor infinite (log 1 = 0)
+  local src = seer.script_dir() .. "/../parity/models/phi3"
+  local cfg = json.decode(seer.read_file(src .. "/config.json"))
+  for _, case in ipairs({ { "original_max_position_embeddings", 1e300, "must be a whole number from 2 to 16777216" },
+                          { "original_max_position_embeddings", 1, "must be a whole number from 2 to 16777216" },
+                          { "original_max_position_embeddings", 16.5, "must be a whole number from 2 to 16777216" },
+                          { "factor", -2, "\"factor\" must be a positive number" },
+                          { "attention_factor", 0, "\"attention_factor\" must be a positive finite number" } }) do
+    local d = T.tmpdir() .. "/phi3"
+    T.eq(os.execute(("mkdir -p '%s' && cp '%s/model.safetensors' '%s/generation_config.json' '%s'/"):format(d, src, src, d)), 0)
+    local c = json.decode(json.encode(cfg))
+    c.rope_parameters[case[1]] = case[2]
+    seer.write_file(d .. "/config.json", json.encode(c))
+    T.raises(function() seer.model.load(d, { tokenizer = false }) end, case[3], true)
+  end
+  -- the unchanged config loads
+  local d = T.tmpdir() .. "/phi3ok"
+  T.eq(os.execute(("mkdir -p '%s' && cp '%s'/*.json '%s/model.safetensors' '%s'/"):format(d, src, src, d)), 0)
+  T.eq(seer.model.load(d, { tokenizer = false }).config.model_type, "phi3")
+end)
