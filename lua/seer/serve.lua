@@ -39,6 +39,10 @@ local HEAD_MS, MAX_WAITING, MAX_PER_ADDR, MAX_QUEUED = 5000, 256, 64, 256
 -- (model.lua's iterate: quadratic in a stop string's length): 100,000 of them took 17 s,
 -- 64 of 1 KiB 17 s for 1024 tokens of stories260K (0.25 s without). 32 of 128 bytes: 0.5 s.
 local MAX_STOPS, MAX_STOP_BYTES = 32, 128
+-- Stop token ids: the engine keeps the model's end-of-sequence ids (at most 8) and 32 more
+-- (engine/model/lua_model.c, stop_ids[SEER_MODEL_MAX_EOS + 32]) and drops the rest unseen, so
+-- more than 32 would be answered as if they had not been sent.
+local MAX_STOP_IDS = 32
 
 local STATUS = { [200] = "OK", [204] = "No Content", [400] = "Bad Request", [401] = "Unauthorized",
                  [403] = "Forbidden", [404] = "Not Found", [405] = "Method Not Allowed", [408] = "Request Timeout",
@@ -54,8 +58,27 @@ local function respond(fd, status, body, ctype, extra)
   return send_all(fd, table.concat(head, "\r\n") .. "\r\n\r\n" .. body)
 end
 
+-- A message as valid UTF-8: it may quote what a client sent (a path of raw bytes, a key cut
+-- short in the middle of a character), which json.encode refuses; a byte that does not start a
+-- valid character becomes "?" (a 500 "cannot encode" instead of the 4xx is what this prevents).
+local function utf8_safe(s)
+  s = tostring(s)
+  if pcall(json.encode, s) then return s end
+  local out, i, n = {}, 1, #s
+  while i <= n do
+    local c = s:byte(i)
+    local len = c < 0x80 and 1 or c >= 0xC2 and c <= 0xDF and 2 or c >= 0xE0 and c <= 0xEF and 3 or c >= 0xF0 and c <= 0xF4 and 4 or 1
+    local ch = s:sub(i, i + len - 1)
+    if len > 1 and not (#ch == len and pcall(json.encode, ch)) then ch, len = "?", 1
+    elseif len == 1 and c >= 0x80 then ch = "?" end
+    out[#out + 1] = ch
+    i = i + len
+  end
+  return table.concat(out)
+end
+
 local function error_body(message, kind)
-  return json.encode{ error = { message = message, type = kind or "invalid_request_error" } }
+  return json.encode{ error = { message = utf8_safe(message), type = kind or "invalid_request_error" } }
 end
 
 local function api_error(fd, status, message, kind, extra)
@@ -197,6 +220,9 @@ local FIELDS = {
     end },
   { "stop_token_ids", function(v, _, ctx)
       if not json.is_array(v) and not empty(v) then return "stop_token_ids must be a list of token ids" end
+      if #v > MAX_STOP_IDS then
+        return ("stop_token_ids has %d ids; this server takes at most %d"):format(#v, MAX_STOP_IDS)
+      end
       for i, id in ipairs(v) do
         if not (whole(id) and id >= 0 and id < ctx.vocab) then
           return ("stop_token_ids[%d] must be a token id from 0 to %d, got %s"):format(i - 1, ctx.vocab - 1, shown(id))
@@ -690,7 +716,10 @@ function M._answer(c, ctx)
   if not chat and path ~= "/v1/completions" then return fail(404, "no route " .. path .. " (this server has /v1/chat/completions, /v1/completions, /v1/models)") end
   if method ~= "POST" then return fail(405, "use POST") end
   local okj, p = pcall(json.decode, body)
-  if not okj then return fail(400, "the body is not JSON") end
+  if not okj then -- the decoder's reason (nesting too deep, not UTF-8, where), printable ASCII only
+    local why = tostring(p):gsub("^json%.decode: ", ""):gsub("[^\32-\126]", "?"):sub(1, 200)
+    return fail(400, "the body is not JSON: " .. why)
+  end
   local bad = check_params(p, { cap = cap, default_tokens = default_tokens, vocab = model.config.vocab_size, chat = chat })
   if bad then return fail(400, bad) end
   if set(p.model) and p.model ~= name then return fail(404, ("model %q is not served here (this server has %q)"):format(tostring(p.model), name)) end
@@ -745,6 +774,17 @@ function M._answer(c, ctx)
     if not asked then max_new = math.min(default_tokens, context - #ids) end
     prompt = ids
   end
+  -- A client that closed its connection gets no answer: its generation stops at the next token
+  -- (before any when it is gone already), instead of running to max_tokens while the clients
+  -- queued behind it wait (40 abandoned requests of 500 tokens held the next one 3 s).
+  local gone = {}
+  local function alive()
+    if sock.wait(fd, sock.POLLIN, 0) then
+      local got = sock.recv(fd) -- "" at end of stream (or an error); bytes past the body are dropped
+      if got == "" then error(gone, 0) end
+    end
+  end
+  if not pcall(alive) then return end
   local id = ("seer-%x%x"):format(os.time(), math.random(0, 0xffffff))
   local created = os.time()
   local object = chat and "chat.completion" or "text_completion"
@@ -753,12 +793,12 @@ function M._answer(c, ctx)
     for _, h in ipairs(cors or {}) do head[#head + 1] = h end
     if not send_all(fd, table.concat(head, "\r\n") .. "\r\n\r\n") then return end
     -- a client that stops reading ends the answer (not 10 s per piece it does not read)
-    local gone = {}
     local function event(choice, usage)
       local chunk = { id = id, object = object .. ".chunk", created = created, model = name, choices = { choice }, usage = usage }
       if not send_all(fd, "data: " .. json.encode(chunk) .. "\n\n") then error(gone, 0) end
     end
     local okg, _, finish, np, nc = pcall(generate, model, prompt, p, default_tokens, function(piece)
+      alive()
       event(chat and { index = 0, delta = { content = piece } } or { index = 0, text = piece })
     end, max_new)
     if not okg then
@@ -770,7 +810,11 @@ function M._answer(c, ctx)
     send_all(fd, "data: [DONE]\n\n")
     return
   end
-  local out, finish, np, nc = generate(model, prompt, p, default_tokens, nil, max_new)
+  local okg, out, finish, np, nc = pcall(generate, model, prompt, p, default_tokens, alive, max_new)
+  if not okg then
+    if out == gone then return end
+    error(out, 0)
+  end
   local choice = chat and { index = 0, finish_reason = finish, message = { role = "assistant", content = out } }
                       or { index = 0, finish_reason = finish, text = out }
   return ok(json.encode{ id = id, object = object, created = created, model = name, choices = { choice },
