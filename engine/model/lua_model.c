@@ -386,8 +386,10 @@ static int l_generator(lua_State *L) {
     seer_rng_seed(&g->rng, g->o.seed);
     lua_getfield(L, 3, "stop_ids");
     if (lua_istable(L, -1)) {
-        int ns = (int)lua_objlen(L, -1);
-        for (int i = 0; i < ns && g->nstop < (int)(sizeof g->stop_ids / sizeof g->stop_ids[0]); i++) {
+        int ns = (int)lua_objlen(L, -1), room = (int)(sizeof g->stop_ids / sizeof g->stop_ids[0]);
+        /* never dropped unseen: the generation would be answered as if they had not been given */
+        if (ns > room) return luaL_error(L, "generate: %d stop token ids (the model's end-of-sequence ids included), more than the %d it takes", ns, room);
+        for (int i = 0; i < ns && g->nstop < room; i++) {
             lua_rawgeti(L, -1, i + 1);
             g->stop_ids[g->nstop++] = (int)seer_lua_int(L, -1, INT32_MIN, INT32_MAX, "generate: stop token id");
             lua_pop(L, 1);

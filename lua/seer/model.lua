@@ -12,6 +12,10 @@ local core = require "seer.core.model"
 
 local M = {}
 
+---The most stop token ids `generate` takes beside the model's end-of-sequence ids (the engine
+---holds those and 32 more: engine/model/lua_model.c).
+M.MAX_STOP_IDS = 32
+
 ---@class seer.Model
 ---@field config table config.json's fields with transformers' names (num_hidden_layers, hidden_size, ...), plus dtype, num_parameters, weight_bytes, weights ("memory" or "mapped": where the weights live), path
 ---@field tokenizer? table the tokenizer found beside the weights (nil when the directory has none)
@@ -381,6 +385,11 @@ local function validate(self, input, opts, where, level)
     else fail(where .. ": stop entries must be strings or token ids", level + 1) end
   end
   if #stop_strings > 0 and not self.tokenizer then fail(where .. ": stop strings need a tokenizer", level + 1) end
+  -- the engine keeps the model's end-of-sequence ids and MAX_STOP_IDS more (lua_model.c); more
+  -- would be dropped unseen, the generation answered as if they had not been given
+  if #stop_ids - #self.config.eos_token_ids > M.MAX_STOP_IDS then
+    fail(("%s: at most %d stop token ids, got %d"):format(where, M.MAX_STOP_IDS, #stop_ids - #self.config.eos_token_ids), level + 1)
+  end
   return opts, ids, stop_ids, stop_strings
 end
 

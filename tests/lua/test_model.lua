@@ -138,6 +138,21 @@ T.test("stop token ids end generation after the stop token", function()
   T.eq(out.ids[3], ids[3])
 end)
 
+T.test("more stop token ids than the engine holds are an error, never dropped unseen", function()
+  -- the engine kept the model's end-of-sequence ids and 32 more and dropped the rest: a stop id
+  -- past the 32nd never stopped anything (seer serve answered such requests as if it had)
+  local ids = model:generate(golden.prompt_ids_with_bos, { max_new_tokens = 20 }).ids
+  local stop = {}
+  for i = 1, 32 do stop[i] = (ids[3] + i) % model.config.vocab_size end
+  stop[#stop + 1] = ids[3] -- the 33rd: the one that would stop it
+  T.raises(function() model:generate(golden.prompt_ids_with_bos, { max_new_tokens = 20, stop = stop }) end,
+           "at most 32 stop token ids, got 33", true)
+  -- 32 work, the last of them included
+  table.remove(stop, 1)
+  T.eq(#model:generate(golden.prompt_ids_with_bos, { max_new_tokens = 20, stop = stop }).ids, 3)
+  T.eq(require("seer.model").MAX_STOP_IDS, 32)
+end)
+
 T.test("min_new_tokens keeps stop tokens from ending generation early", function()
   local ids = model:generate(golden.prompt_ids_with_bos, { max_new_tokens = 20 }).ids
   local out = model:generate(golden.prompt_ids_with_bos, { max_new_tokens = 20, stop = ids[3], min_new_tokens = 5 })
