@@ -39,10 +39,9 @@ local HEAD_MS, MAX_WAITING, MAX_PER_ADDR, MAX_QUEUED = 5000, 256, 64, 256
 -- (model.lua's iterate: quadratic in a stop string's length): 100,000 of them took 17 s,
 -- 64 of 1 KiB 17 s for 1024 tokens of stories260K (0.25 s without). 32 of 128 bytes: 0.5 s.
 local MAX_STOPS, MAX_STOP_BYTES = 32, 128
--- Stop token ids: the engine keeps the model's end-of-sequence ids (at most 8) and 32 more
--- (engine/model/lua_model.c, stop_ids[SEER_MODEL_MAX_EOS + 32]) and drops the rest unseen, so
--- more than 32 would be answered as if they had not been sent.
-local MAX_STOP_IDS = 32
+-- Stop token ids: the engine takes the model's end-of-sequence ids and seer.model.MAX_STOP_IDS
+-- (32) more; a request with more is a 400 here, before it is queued.
+local MAX_STOP_IDS = require("seer.model").MAX_STOP_IDS
 
 local STATUS = { [200] = "OK", [204] = "No Content", [400] = "Bad Request", [401] = "Unauthorized",
                  [403] = "Forbidden", [404] = "Not Found", [405] = "Method Not Allowed", [408] = "Request Timeout",
