@@ -12,6 +12,7 @@
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <ctype.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -2504,23 +2505,88 @@ static jv select_like(R *r, jv v, jargs *a, int by_attr, int keep) {
     return v_list(out);
 }
 
-static jv to_int(R *r, jv v, jv dflt) {
+/* Python's float(str) grammar (after strip): [sign] (digits [. [digits]] | . digits) [e [sign] digits]
+ * or inf / infinity / nan, any case, with single underscores between digits. strtod alone also
+ * takes hex ("0x1A", "0x1p3") and "nan(...)", which Python refuses (so "0x1A"|int is 0, not 26).
+ * Writes the value to *f and returns 1 when s is such a literal. */
+static int py_float_lit(jstr s, double *f) {
+    char buf[64];
+    size_t n = 0, i = 0;
+    if (!s.n || s.n >= sizeof buf) return 0;
+    for (; i < s.n; i++) {
+        char c = s.p[i];
+        if (c == '_') {
+            if (!i || i + 1 >= s.n || !isdigit((unsigned char)s.p[i - 1]) || !isdigit((unsigned char)s.p[i + 1])) return 0;
+            continue;
+        }
+        if (c == 'x' || c == 'X' || c == 'p' || c == 'P' || c == '(' || c == 0) return 0;
+        buf[n++] = c;
+    }
+    buf[n] = 0;
+    char *end;
+    double d = strtod(buf, &end);
+    if (end == buf || *end) return 0;
+    *f = d;
+    return 1;
+}
+
+/* int(float) as Python does it: nan is a ValueError (the filter's default), infinity an
+ * OverflowError and a finite value beyond 64 bits an integer this interpreter cannot hold:
+ * errors, never a silent 0. */
+static jv float_to_int(R *r, double f, jv dflt) {
+    if (isnan(f)) return dflt;
+    if (isinf(f)) jfail(r, SEER_EINVAL, "overflow error: cannot convert float infinity to integer");
+    if (!(f >= -9223372036854775808.0 && f < 9223372036854775808.0))
+        jfail(r, SEER_EINVAL, "limit: integer overflow in int (%g does not fit in 64 bits)", f);
+    return v_int((int64_t)f);
+}
+
+/* Python's int(str, base) for base 2..36 (2, 8, 16 also take their 0b/0o/0x prefix): returns 1
+ * and *out when s is such a literal, 0 when it is not; fails on a literal beyond 64 bits. */
+static int py_int_lit(R *r, jstr s, int base, int64_t *out) {
+    size_t i = 0;
+    int neg = 0, digits = 0;
+    if (i < s.n && (s.p[i] == '+' || s.p[i] == '-')) neg = s.p[i++] == '-';
+    if (i + 1 < s.n && s.p[i] == '0') {
+        char c = (char)tolower((unsigned char)s.p[i + 1]);
+        if ((base == 16 && c == 'x') || (base == 8 && c == 'o') || (base == 2 && c == 'b')) {
+            i += 2;
+            if (i < s.n && s.p[i] == '_') i++;
+        }
+    }
+    uint64_t acc = 0, lim = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
+    for (; i < s.n; i++) {
+        int c = (unsigned char)s.p[i], d;
+        if (c == '_') {
+            if (!digits || i + 1 >= s.n || s.p[i + 1] == '_') return 0;
+            continue;
+        }
+        if (isdigit(c)) d = c - '0';
+        else if (isalpha(c)) d = tolower(c) - 'a' + 10;
+        else return 0;
+        if (d >= base) return 0;
+        if (acc > (lim - (uint64_t)d) / (uint64_t)base)
+            jfail(r, SEER_EINVAL, "limit: integer overflow in int (the string's value does not fit in 64 bits)");
+        acc = acc * (uint64_t)base + (uint64_t)d;
+        digits++;
+    }
+    if (!digits) return 0;
+    *out = neg ? (int64_t)(0 - acc) : (int64_t)acc;
+    return 1;
+}
+
+static jv to_int(R *r, jv v, jv dflt, int64_t base) {
     switch (v.t) {
     case T_INT: return v;
     case T_BOOL: return v_int(v.u.b);
-    case T_FLOAT: if (isfinite(v.u.f) && fabs(v.u.f) < 9.2e18) return v_int((int64_t)v.u.f); return dflt;
+    case T_FLOAT: return float_to_int(r, v.u.f, dflt);
     case T_STR: {
+        if (base < 2 || base > 36) jfail(r, SEER_EINVAL, "value error: int() base must be >= 2 and <= 36");
         jstr s = py_strip(r, v.u.s, NULL, 3);
-        char buf[64];
-        if (!s.n || s.n >= sizeof buf) return dflt;
-        memcpy(buf, s.p, s.n);
-        buf[s.n] = 0;
-        char *end;
-        errno = 0;
-        long long i = strtoll(buf, &end, 10);
-        if (*end == 0 && !errno) return v_int(i);
-        double f = strtod(buf, &end);
-        if (*end == 0 && isfinite(f) && fabs(f) < 9.2e18) return v_int((int64_t)f);
+        int64_t i;
+        double f;
+        if (py_int_lit(r, s, (int)base, &i)) return v_int(i);
+        if (py_float_lit(s, &f)) return float_to_int(r, f, dflt);
         return dflt;
     }
     default: (void)r; return dflt;
@@ -2533,16 +2599,25 @@ static jv to_float(R *r, jv v, jv dflt) {
     case T_FLOAT: return v;
     case T_STR: {
         jstr s = py_strip(r, v.u.s, NULL, 3);
-        char buf[64];
-        if (!s.n || s.n >= sizeof buf) return dflt;
-        memcpy(buf, s.p, s.n);
-        buf[s.n] = 0;
-        char *end;
-        double f = strtod(buf, &end);
-        return *end == 0 ? v_float(f) : dflt;
+        double f;
+        return py_float_lit(s, &f) ? v_float(f) : dflt;
     }
     default: return dflt;
     }
+}
+
+/* Python's round(int, ndigits): an int, ties to even. */
+static jv round_int(R *r, int64_t x, int64_t prec) {
+    if (prec >= 0) return v_int(x);
+    if (prec < -19) return v_int(0);
+    __int128 p = 1;
+    for (int64_t k = 0; k < -prec; k++) p *= 10;
+    __int128 q = (__int128)x / p, rm = (__int128)x % p;
+    if (rm < 0) { rm += p; q -= 1; }
+    if (2 * rm > p || (2 * rm == p && (q & 1))) q += 1;
+    __int128 res = q * p;
+    if (res > INT64_MAX || res < INT64_MIN) jfail(r, SEER_EINVAL, "limit: integer overflow in round");
+    return v_int((int64_t)res);
 }
 
 static jv filter_tojson(R *r, jv v, jargs *a) {
@@ -2644,7 +2719,8 @@ static jv apply_filter(R *r, jstr name, jv v, jargs *a) {
         for (size_t i = src->n; i-- > 0;) list_push(r, l, src->v[i]);
         return v_list(l);
     }
-    if (IS("int")) return to_int(r, v, arg_or(a, 0, "default", v_int(0)));
+    if (IS("int"))
+        return to_int(r, v, arg_or(a, 0, "default", v_int(0)), need_int(r, arg_or(a, 1, "base", v_int(10)), "int"));
     if (IS("float")) return to_float(r, v, arg_or(a, 0, "default", v_float(0.0)));
     if (IS("abs")) {
         if (v.t == T_INT) { if (v.u.i == INT64_MIN) jfail(r, SEER_EINVAL, "limit: integer overflow in abs"); return v_int(v.u.i < 0 ? -v.u.i : v.u.i); }
@@ -2660,8 +2736,13 @@ static jv apply_filter(R *r, jstr name, jv v, jargs *a) {
         if (str_eq(method, "floor")) return v_float(floor(f * m) / m);
         if (str_eq(method, "ceil")) return v_float(ceil(f * m) / m);
         if (!str_eq(method, "common")) jfail(r, SEER_EINVAL, "value error: method must be common, floor or ceil");
-        if (prec < 0 || prec > 300 || !isfinite(f)) return v_float(nearbyint(f * m) / m);
-        char buf[400];
+        /* Python's round(): an int stays an int; a float past 323 digits is itself, before -308 a
+         * signed zero; infinity and nan are themselves. */
+        if (v.t != T_FLOAT) return round_int(r, v.t == T_BOOL ? v.u.b : v.u.i, prec);
+        if (!isfinite(f) || prec > 323) return v_float(f);
+        if (prec < -308) return v_float(0.0 * f);
+        if (prec < 0) return v_float(nearbyint(f * m) / m);
+        char buf[700];
         snprintf(buf, sizeof buf, "%.*f", (int)prec, f);
         return v_float(strtod(buf, NULL));
     }
