@@ -687,7 +687,10 @@ end)
 
 T.test("cleanup: the rigs end and the hub settings are restored", function()
   A.close()
-  for k, v in pairs(saved) do
+  -- every key, the unset ones too (pairs() skips a nil value: HF_HUB_OFFLINE=1 outlived this
+  -- file and the hub tests after it in the same process saw an offline hub)
+  for _, k in ipairs({ "HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE" }) do
+    local v = saved[k]
     if v then ffi.C.setenv(k, v, 1) else ffi.C.unsetenv(k) end
   end
 end)

@@ -9,6 +9,10 @@ local process = require "seer.process"
 local json = seer.json
 local safe_fs = require "seer.safe_fs"
 
+-- the hub is online here, whatever an earlier test file of this process or the caller set
+T.setenv("HF_HUB_OFFLINE", nil)
+T.setenv("HF_HUB_CACHE", nil)
+
 local SERVER = [[
 import json, os, sys, urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
