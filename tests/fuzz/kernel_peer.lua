@@ -139,6 +139,12 @@ local function fuzz_one()
   sent = sent + 1
 end
 
+-- The last request answered: its reply may be lost (a shell message the guard cuts takes the
+-- reply queued behind it), and the host then times the cell out and interrupts; a kernel ends
+-- an interrupted cell with an error reply and idle, so the peer sends those again (a host that
+-- had the reply ignores them), else the host stops the kernel and every later cell fails.
+local last_answered
+
 -- A correct answer to an execute request (with garbage in between when still fuzzing).
 local function answer(id, code)
   count = count + 1
@@ -156,6 +162,7 @@ local function answer(id, code)
   send(shell, "execute_reply", { status = "ok", execution_count = count, user_expressions = {} }, id)
   send(iopub, "status", { execution_state = "idle" }, id)
   running = nil
+  last_answered = id
 end
 
 -- The cell that exec'd is answered first (the host waits for it); its idle is sent again until
@@ -178,7 +185,14 @@ while true do
     elseif i == 2 then
       local m = control:recv(0)
       if m and m.header.msg_type == "shutdown_request" then os.exit(0) end
-      if m then send(control, "interrupt_reply", { status = "ok" }, m.header.msg_id) end
+      if m then
+        send(control, "interrupt_reply", { status = "ok" }, m.header.msg_id)
+        if last_answered then
+          send(shell, "execute_reply", { status = "error", ename = "KeyboardInterrupt", evalue = "", traceback = {},
+                                         execution_count = count }, last_answered)
+          send(iopub, "status", { execution_state = "idle" }, last_answered)
+        end
+      end
     elseif i == 3 then
       local f = hb:recv_frames(0)
       if f then hb:send_frames(f) end
