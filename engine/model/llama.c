@@ -33,6 +33,14 @@ static void decoder_state_free(void *p) {
     free(s);
 }
 
+static void rope_inv_freq(const seer_model_config_t *c, const decoder_state *st, float *inv, int seq_len);
+
+int seer_rope_check(const float *inv, int half) {
+    for (int i = 0; i < half; i++)
+        if (!(inv[i] > 0.f) || !isfinite(inv[i])) return i;
+    return -1;
+}
+
 int seer_decoder_bind(seer_model_t *m, const seer_decoder_opts_t *o, seer_err_t *err) {
     const seer_model_config_t *c = &m->cfg;
     int64_t D = c->hidden_size, I = c->intermediate_size, V = c->vocab_size, hd = c->head_dim;
@@ -69,6 +77,23 @@ int seer_decoder_bind(seer_model_t *m, const seer_decoder_opts_t *o, seer_err_t 
         memcpy(st->lr_short, o->longrope_short, nh * sizeof(float));
         memcpy(st->lr_long, o->longrope_long, nh * sizeof(float));
         st->o.longrope_short = st->lr_short, st->o.longrope_long = st->lr_long;
+    }
+    {
+        /* a scaling config whose frequencies are not finite and positive (llama3 with
+         * low_freq_factor == high_freq_factor hitting a wavelength exactly: 0 / 0) gave NaN
+         * logits; transformers only warns. Checked once, at bind. */
+        float *inv = malloc(((size_t)st->rot / 2 + 1) * sizeof(float));
+        if (!inv) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+        rope_inv_freq(c, st, inv, 0);
+        int bad = seer_rope_check(inv, st->rot / 2);
+        float v = bad >= 0 ? inv[bad] : 0.f;
+        free(inv);
+        if (bad >= 0)
+            return seer_err_set(err, SEER_EPARSE,
+                                "%s/config.json: the RoPE scaling gives inverse frequency %g for rotary pair %d (it must be "
+                                "finite and positive): check rope_scaling's factor, low_freq_factor and high_freq_factor "
+                                "(high_freq_factor must be greater than low_freq_factor)",
+                                m->dir, v, bad);
     }
 #define W SEER_BIND_WEIGHT
     W(&m->embed, V, D, 0, "model.embed_tokens.weight");

@@ -318,4 +318,7 @@ extern const seer_arch_t seer_arch_granite __attribute__((weak));
 extern const seer_arch_t seer_arch_olmo2 __attribute__((weak));
 extern const seer_arch_t seer_arch_phi3 __attribute__((weak));
 
+/* The first of half RoPE inverse frequencies that is not finite and positive, or -1 (llama.c). */
+int seer_rope_check(const float *inv, int half);
+
 #endif

@@ -425,3 +425,26 @@ T.test("phi3 longrope: original_max_position_embeddings outside 2 .. 2^24 or not
   T.eq(os.execute(("mkdir -p '%s' && cp '%s'/*.json '%s/model.safetensors' '%s'/"):format(d, src, src, d)), 0)
   T.eq(seer.model.load(d, { tokenizer = false }).config.model_type, "phi3")
 end)
+
+T.test("llama3 RoPE scaling whose frequencies come out NaN (low_freq_factor == high_freq_factor at a wavelength) is refused, llama and gemma", function()
+  -- old / low_freq_factor equal to the first pair's wavelength (2 pi in f32) made the smoothing
+  -- 0 / 0: every logit was NaN (transformers computes the same NaN and only warns)
+  for _, case in ipairs({ { seer.script_dir() .. "/../fixtures/models/stories260K", "llama" },
+                          { seer.script_dir() .. "/../parity/models/gemma", "gemma" } }) do
+    local src = case[1]
+    local d = T.tmpdir() .. "/" .. case[2]
+    T.eq(os.execute(("mkdir -p '%s' && cp '%s/model.safetensors' '%s'/"):format(d, src, d)), 0)
+    local cfg = json.decode(seer.read_file(src .. "/config.json"))
+    cfg.rope_scaling = { rope_type = "llama3", factor = 8, low_freq_factor = 40.7436638, high_freq_factor = 40.7436638,
+                         original_max_position_embeddings = 256 }
+    seer.write_file(d .. "/config.json", json.encode(cfg))
+    T.raises(function() seer.model.load(d, { tokenizer = false }) end, "the RoPE scaling gives inverse frequency", true)
+    -- a well-formed llama3 scaling on the same model loads and gives finite logits
+    cfg.rope_scaling.high_freq_factor = 4
+    cfg.rope_scaling.low_freq_factor = 1
+    seer.write_file(d .. "/config.json", json.encode(cfg))
+    local logits = seer.model.load(d, { tokenizer = false }):forward({ 1, 5, 9 })
+    local row = logits[#logits]
+    for i = 1, #row do T.ok(row[i] == row[i] and math.abs(row[i]) < math.huge, "logit " .. i .. " finite") end
+  end
+end)
