@@ -46,7 +46,7 @@ help:
 	@echo "make bench      seer against peers (luajit, python3, transformers) measured in the same run"
 	@echo "make bench-kernel  the per-token linear kernels alone on the 0.5B shapes (GFLOP/s, one thread; SHAPES=, COLD=1)"
 	@echo "make bench-kernel-ab  the linear kernel at a revision (A_REF, default HEAD) against the working tree's, paired calls"
-	@echo "make bench-attention  a batch's decode attention: a call per sequence against one loop over all (ARGS=\"SEQS CONTEXT THREADS\")"
+	@echo "make bench-attention  a batch's decode attention: a call per sequence against one loop over all (ARGS=\"SEQS CONTEXT THREADS [LAYERS]\")"
 	@echo "make bench-multi  q, k, v, gate, up one call each against one pass (fast bf16; ARGS=\"TOKENS THREADS\")"
 	@echo "make bench-gpu  the CUDA backend on Gemma-2-2B/9B shapes against the GPU's bandwidth and peak, and transformers"
 	@echo "make bench-setup  the transformers peer for make bench and make parity (pip, into .venv)"

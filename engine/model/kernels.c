@@ -931,11 +931,18 @@ void seer_k_axpy(float *o, float w, const float *v, int n) {
     axpy_generic(o, w, v, n);
 }
 
-/* The per-token attention kernel on AVX2, for one token and nh query heads h0 .. h0+nh-1 that
- * share a key/value head (grouped-query attention). Keys and values are taken SEER_ATTN_TILE
+/* The per-token attention kernel on AVX2, for one token and nh query heads h0 .. h0+nh-1: those
+ * of one key/value head (grouped-query attention), or of several whole groups (SEER_ATTN_SPAN:
+ * a batch's items then read whole rows of the cache, one stream, where a group's share of a row
+ * is every kvd-th run of hd floats). Keys and values are taken SEER_ATTN_TILE
  * positions at a time, and each tile serves every head of the item while it sits in L1: the
  * heads of a group otherwise read the same keys and values from L3 one after another (at a
- * 1900-token context one head's keys and values fill the 512 KiB L2). Each head's scores (dot_avx2,
+ * 1900-token context one head's keys and values fill the 512 KiB L2); the next tile's keys and
+ * this tile's values are prefetched (SEER_ATTN_PF). One layer of a 16-sequence decode at a
+ * 256-token context, 36 layers' caches cycled (from memory), 2 threads (make bench-attention
+ * ARGS="16 256 2 36"): 643-674 us a layer without either, 602-617 spanning alone, 601-619
+ * prefetching alone, 506-525 with both; at 128 tokens 334-343 -> 261-262 us, one sequence at 256
+ * tokens 139-140 -> 118-119 us. Each head's scores (dot_avx2,
  * then the soft-cap), softmax (its running max, then seer_k_exp_sub_sum) and weighted sum (one
  * FMA chain per output element over the keys in order, carried across tiles through o) are
  * the same operations in the same order as for a head alone, so the grouping, which depends on
@@ -951,23 +958,44 @@ void seer_k_axpy(float *o, float w, const float *v, int n) {
 #ifndef SEER_ATTN_AVX2
 #define SEER_ATTN_AVX2 1
 #endif
+#ifndef SEER_ATTN_PF
+#define SEER_ATTN_PF 1
+#endif
+#ifndef SEER_ATTN_SPAN
+#define SEER_ATTN_SPAN 1
+#endif
 #ifdef SEER_X86
 __attribute__((target("avx2,fma,f16c"))) static void attention_heads_avx2(const seer_attn_params_t *a, int t, int h0, int nh,
                                                                           float *sc) {
     int H = a->H, hd = a->hd, qd = H * hd, kvd = a->KH * hd, group = H / a->KH;
     int pos = a->start + t, first = 0;
     if (a->window > 0 && pos - a->window + 1 > 0) first = pos - a->window + 1;
-    size_t kv_off = (size_t)(h0 / group) * (size_t)hd, L = (size_t)a->max_len;
-    const float *kc = a->kc + kv_off, *vc = a->vc + kv_off, *q = a->q + (size_t)t * qd + (size_t)h0 * hd;
+    size_t L = (size_t)a->max_len;
+    /* the item's key/value heads: kv0 .. kv1 - 1, a range of each row */
+    int kv0 = h0 / group, kv1 = (h0 + nh - 1) / group + 1;
+    const float *q = a->q + (size_t)t * qd + (size_t)h0 * hd;
     float *out = a->out + (size_t)t * qd + (size_t)h0 * hd;
     float mx[SEER_ATTN_MAX_GROUP], inv[SEER_ATTN_MAX_GROUP];
     for (int g = 0; g < nh; g++) mx[g] = -INFINITY;
     for (int p0 = first; p0 <= pos; p0 += SEER_ATTN_TILE) {
         int p1 = pos - p0 < SEER_ATTN_TILE ? pos : p0 + SEER_ATTN_TILE - 1;
         for (int g = 0; g < nh; g++) {
-            const float *qg = q + (size_t)g * hd;
+            const float *qg = q + (size_t)g * hd, *kc = a->kc + (size_t)((h0 + g) / group) * (size_t)hd;
             float *sg = sc + (size_t)g * L, m = mx[g];
             for (int p = p0; p <= p1; p++) {
+#if SEER_ATTN_PF
+                /* the keys of the next tile into L1 and this tile's values into L2 (read after
+                 * the softmax), the item's share of each row, one cache line per step, while the
+                 * first head goes by: the rows of one key/value head are every kvd-th run of
+                 * hd floats, a pattern the hardware prefetchers follow late */
+                if (g == 0) {
+                    size_t o0 = (size_t)kv0 * (size_t)hd, o1 = (size_t)kv1 * (size_t)hd;
+                    for (size_t i = o0; i < o1; i += 16) {
+                        _mm_prefetch((const char *)(a->kc + (size_t)(p + SEER_ATTN_TILE) * (size_t)kvd + i), _MM_HINT_T0);
+                        _mm_prefetch((const char *)(a->vc + (size_t)p * (size_t)kvd + i), _MM_HINT_T1);
+                    }
+                }
+#endif
                 float s = dot_avx2(qg, kc + (size_t)p * kvd, hd) * a->scale;
                 if (a->softcap > 0.f) s = tanhf(s / a->softcap) * a->softcap;
                 sg[p] = s;
@@ -980,7 +1008,9 @@ __attribute__((target("avx2,fma,f16c"))) static void attention_heads_avx2(const 
     memset(out, 0, sizeof(float) * (size_t)nh * (size_t)hd);
     for (int p0 = first; p0 <= pos; p0 += SEER_ATTN_TILE) {
         int p1 = pos - p0 < SEER_ATTN_TILE ? pos : p0 + SEER_ATTN_TILE - 1;
-        for (int g = 0; g < nh; g++) attn_mix_avx2(out + (size_t)g * hd, sc + (size_t)g * L, inv[g], vc, (size_t)kvd, p0, p1, hd);
+        for (int g = 0; g < nh; g++)
+            attn_mix_avx2(out + (size_t)g * hd, sc + (size_t)g * L, inv[g], a->vc + (size_t)((h0 + g) / group) * (size_t)hd,
+                          (size_t)kvd, p0, p1, hd);
     }
 }
 #endif
@@ -1046,14 +1076,16 @@ static void attention_chunk(void *ctx, size_t begin, size_t end, int thread) {
     }
 }
 
-/* Query heads per item (see attention_heads_avx2): the whole group when that leaves at least two
- * items per thread, else the largest divisor of the group that does (one head at a time at
- * worst). */
+/* Query heads per item (see attention_heads_avx2): the most heads (whole groups, up to all of
+ * them, with SEER_ATTN_SPAN) that leave at least two items per thread, else the largest divisor
+ * of the group that does (one head at a time at worst). */
 static int attention_hpi(const seer_attn_params_t *a, size_t tokens, int threads) {
-    int group = a->H / a->KH;
+    int group = a->H / a->KH, top = SEER_ATTN_SPAN ? a->H : group;
     if (SEER_ATTN_GROUP)
-        for (int d = group < SEER_ATTN_MAX_GROUP ? group : SEER_ATTN_MAX_GROUP; d > 1; d--)
-            if (group % d == 0 && tokens * (size_t)(a->H / d) >= 2u * (size_t)threads) return d;
+        for (int d = top < SEER_ATTN_MAX_GROUP ? top : SEER_ATTN_MAX_GROUP; d > 1; d--)
+            if ((SEER_ATTN_SPAN ? a->H % d == 0 && (d % group == 0 || group % d == 0) : group % d == 0) &&
+                tokens * (size_t)(a->H / d) >= 2u * (size_t)threads)
+                return d;
     return 1;
 }
 
