@@ -582,8 +582,24 @@ end
 -- there as cleaned copies, everything else is left out, and that directory is mounted.
 
 pcall(ffi.cdef, [[
-  int link(const char *oldpath, const char *newpath);
   int isatty(int fd);
+]])
+pcall(ffi.cdef, [[
+  char *strerror(int errnum);
+]])
+-- engine/sandbox/stage.c: the model's files are opened once, confined, and linked or copied
+-- through those descriptors (see "Staging" below)
+pcall(ffi.cdef, [[
+  int seer_stage_open_dir(const char *path, char *real, size_t real_size);
+  int seer_stage_open_file(int dirfd, const char *name, const char *root0, const char *root1, long long *size,
+                           char *real, size_t real_size);
+  int seer_stage_link(int fd, const char *dst);
+  int seer_stage_create(const char *dst);
+  int seer_stage_clone(int out, int in, long long n);
+  long long seer_stage_copy(int in, long long in_off, int out, long long out_off, long long n);
+  long long seer_stage_pread(int fd, void *buf, long long n, long long off);
+  long long seer_stage_pwrite(int fd, const void *buf, long long n, long long off);
+  int seer_stage_close(int fd);
 ]])
 
 -- What a hidden model keeps: what seer (or transformers) reads to load it. Everything else —
@@ -807,61 +823,117 @@ local function read_le64(s)
   return n
 end
 
--- Copies src to dst (a reflink where the file system can, else a copy), with a progress line
--- on a terminal: it only happens when no hard link is possible or a file must be changed.
-local function copy_file(src, dst, size)
-  local p, err = sb.spawn{ argv = { "cp", "--reflink=auto", "--", src, dst },
-                           env = { PATH = "/usr/bin:/bin", LANG = "C" } }
-  if not p then error("cannot copy a hidden model's file for the sandbox: " .. tostring(err), 0) end
-  local tty = ffi.C.isatty(2) == 1
-  local t0, shown, nap = process.now_ms(), false, 1
-  local errs = {}
-  while true do
-    local st = p:poll()
-    local e = p:read("err")
-    while e and e ~= "" do errs[#errs + 1] = e; e = p:read("err") end
-    if st then
-      p:close()
-      if shown then io.stderr:write("\n") end
-      if st.code ~= 0 then
-        error(("cannot copy a hidden model's file for the sandbox (cp exited with %s): %s"):format(tostring(st.code), table.concat(errs)), 0)
-      end
-      return
-    end
-    if tty and size > 64 * 1048576 and process.now_ms() - t0 > 1000 then
-      local f = io.open(dst, "rb")
-      local done = f and f:seek("end") or 0
-      if f then f:close() end
-      io.stderr:write(("\rseer: copying a hidden model's file for the sandbox (no hard link possible): %d / %d MiB")
-        :format(math.floor(done / 1048576), math.floor(size / 1048576)))
-      shown = true
-    end
-    process.sleep_ms(nap)
-    nap = math.min(nap * 2, 100)
-  end
+---------------------------------------------------------------------------------------------
+-- Staging: each kept file of the model folder is opened once (open_kept), confined to the
+-- folder, and everything after goes through that descriptor: its size (fstat), what planning
+-- reads (the safetensors header, a JSON or text file to clean), the hard link (linkat of
+-- /proc/self/fd/N) or the copy. The folder may be one a sandbox can write (an agent's model in
+-- its workspace, hidden into a second sandbox): a file checked by path and then linked or copied
+-- by path could meanwhile have become a link to a host file, or a directory on the way a link to
+-- a host folder, and the host would have staged that file into the second sandbox.
+
+local C = ffi.C
+local STAGE_ENOTREG, STAGE_EOUTSIDE, STAGE_ESHORT = -1000, -1001, -1002
+local ENOENT, ENOTDIR, ELOOP, EMFILE, ENFILE = 2, 20, 40, 24, 23
+-- The most a JSON or text file of a hidden model may hold to be read for cleaning: the largest
+-- the loaders read (tokenizer.json, engine/tokenizer/tokenizer.h SEER_TOKENIZER_MAX_FILE).
+local STAGE_MAX_TEXT = 256 * 1048576
+
+local function errstr(rc) return ffi.string(C.strerror(-tonumber(rc))) end
+
+-- n bytes of the file open at fd from off (fewer at its end), or nil and the reason.
+local function fd_read(fd, n, off)
+  if n <= 0 then return "" end
+  local buf = ffi.new("uint8_t[?]", n)
+  local got = tonumber(C.seer_stage_pread(fd, buf, n, off))
+  if got < 0 then return nil, errstr(got) end
+  return ffi.string(buf, got)
 end
 
--- The header of a safetensors file: its length and text.
-local function st_header(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local b = f:read(8)
-  if not b or #b < 8 then f:close(); return nil end
+-- The whole of a kept text file (its size as checked), bounded.
+local function read_kept(file, shown)
+  if file.size > STAGE_MAX_TEXT then
+    error(("the hidden model's %s holds %d bytes, more than the %d MiB seer reads of a model's JSON or text file; "
+      .. "remove the file or do not hide the model"):format(shown, file.size, STAGE_MAX_TEXT / 1048576), 0)
+  end
+  local text, why = fd_read(file.fd, file.size, 0)
+  if not text then error(("cannot read the hidden model's %s: %s"):format(shown, why), 0) end
+  return text
+end
+
+-- Copies the planned file p (open at p.fd) into the new file dst: a reflink where the file system
+-- can, else the kernel's copy (copy_file_range), with a progress line on a terminal; only when
+-- no hard link is possible or a file must be changed. p.header (st_patch): the cleaned header
+-- over the old one, or, when it is longer, the new header and then the data after the old one.
+-- As many bytes as were checked (p.size): a file that shrank meanwhile is an error.
+local function shrank(p)
+  error(("the hidden model's %s shrank while it was staged (it held %d bytes when it was checked); "
+    .. "nothing may write the model folder while a sandbox starts with it"):format(p.name, p.size), 0)
+end
+
+local function copy_file(p, dst)
+  local out = C.seer_stage_create(dst)
+  if out < 0 then error(("cannot copy a hidden model's file for the sandbox: %s: %s"):format(dst, errstr(out)), 0) end
+  local ok, err = pcall(function()
+    local from, to, n = 0, 0, p.size
+    if p.header and #p.header > p.old_n then
+      local head = le64(#p.header) .. p.header
+      local rc = tonumber(C.seer_stage_pwrite(out, head, #head, 0))
+      if rc < 0 then error(("cannot copy a hidden model's file for the sandbox: %s: %s"):format(dst, errstr(rc)), 0) end
+      from, to, n = 8 + p.old_n, #head, p.size - 8 - p.old_n
+    else
+      local rc = C.seer_stage_clone(out, p.fd, p.size)
+      if rc == 0 then n = 0 elseif rc == STAGE_ESHORT then shrank(p) end
+    end
+    local tty = C.isatty(2) == 1
+    local t0, shown, done = process.now_ms(), false, 0
+    while done < n do
+      local want = math.min(n - done, 64 * 1048576)
+      local rc = tonumber(C.seer_stage_copy(p.fd, from + done, out, to + done, want))
+      if rc == STAGE_ESHORT then
+        shrank(p)
+      elseif rc < 0 then
+        error(("cannot copy a hidden model's file for the sandbox: %s"):format(errstr(rc)), 0)
+      end
+      done = done + rc
+      if tty and p.size > 64 * 1048576 and process.now_ms() - t0 > 1000 then
+        io.stderr:write(("\rseer: copying a hidden model's file for the sandbox (no hard link possible): %d / %d MiB")
+          :format(math.floor(done / 1048576), math.floor(n / 1048576)))
+        shown = true
+      end
+    end
+    if shown then io.stderr:write("\n") end
+    if p.header and #p.header <= p.old_n then
+      local head = p.header .. string.rep(" ", p.old_n - #p.header)
+      local rc = tonumber(C.seer_stage_pwrite(out, head, #head, 8))
+      if rc < 0 then error(("cannot copy a hidden model's file for the sandbox: %s: %s"):format(dst, errstr(rc)), 0) end
+    end
+  end)
+  local rc = C.seer_stage_close(out)
+  if not ok then error(err, 0) end
+  if rc ~= 0 then error(("cannot copy a hidden model's file for the sandbox: %s: %s"):format(dst, errstr(rc)), 0) end
+end
+
+-- The header of a safetensors file open at fd: its length and text.
+local function st_header(fd, size)
+  if size < 8 then return nil end
+  local b = fd_read(fd, 8, 0)
+  if not b or #b < 8 then return nil end
   local n = read_le64(b)
-  if n > 100 * 1048576 then f:close(); return nil end
-  local h = f:read(n)
-  f:close()
+  if n > 100 * 1048576 or 8 + n > size then return nil end
+  local h = fd_read(fd, n, 8)
   if not h or #h ~= n then return nil end
   return n, h
 end
 
--- What becomes of one kept file of a hidden model: linked as it is, written cleaned, or
+-- What becomes of one kept file of a hidden model (`file`: open_kept, its descriptor, size and
+-- real path; everything is read through the descriptor): linked as it is, written cleaned, or
 -- copied with a cleaned safetensors header; nil when it is left out (a .safetensors file that
 -- is not one). Raises when the file cannot be served without showing the name.
-local function plan_hidden_file(name, src, size, frags)
-  local p = { name = clean_text(name, frags), src = src, size = size, op = "link" }
+local function plan_hidden_file(name, file, frags)
+  local p = { name = clean_text(name, frags), fd = file.fd, real = file.real, size = file.size, op = "link" }
   if name:match("%.safetensors$") then
-    local n, h = st_header(src)
+    local n, h = st_header(file.fd, file.size)
     local okh, doc = false, nil
     if n then okh, doc = pcall(json.decode, h, { max_values = json_limit(name) }) end
     if not okh and tostring(doc):find("more than max_values", 1, true) then
@@ -869,22 +941,19 @@ local function plan_hidden_file(name, src, size, frags)
     end
     if not okh or type(doc) ~= "table" then return nil end -- not a safetensors file: left out
     -- bytes that are text: a small U8/I8 tensor can spell a name
-    local f = io.open(src, "rb")
     for k, t in pairs(doc) do
       if k ~= "__metadata__" and type(t) == "table" and (t.dtype == "U8" or t.dtype == "I8" or t.dtype == "BOOL")
          and type(t.data_offsets) == "table" and tonumber(t.data_offsets[1]) and tonumber(t.data_offsets[2]) then
         local a, b = tonumber(t.data_offsets[1]), tonumber(t.data_offsets[2])
-        if b > a and b - a <= 1048576 and f and f:seek("set", 8 + n + a) then
-          local bytes = f:read(b - a)
+        if a >= 0 and b > a and b - a <= 1048576 then
+          local bytes = fd_read(file.fd, b - a, 8 + n + a)
           if bytes and sb.find_fragment(bytes, frags) then
-            f:close()
             error(("the bytes of a tensor in the hidden model's %s spell the model's name; remove the tensor or do not hide the model")
               :format(p.name), 0)
           end
         end
       end
     end
-    if f then f:close() end
     -- doc is the header decoded above, not yet changed: cleaned from it, with no second tree
     if sb.find_fragment(h, frags, 1, true) then
       for k in pairs(doc) do
@@ -908,9 +977,7 @@ local function plan_hidden_file(name, src, size, frags)
       p.op, p.header, p.old_n = "st_patch", text, n
     end
   elseif name:match("%.json$") then
-    local f = assert(io.open(src, "rb"))
-    local raw = f:read("*a")
-    f:close()
+    local raw = read_kept(file, p.name)
     local named = false
     for k in pairs(NAME_KEYS) do
       if raw:find('"' .. k .. '"', 1, true) then named = true break end
@@ -930,9 +997,7 @@ local function plan_hidden_file(name, src, size, frags)
     end
   else
     -- text: chat_template.jinja, merges.txt (whose lines are tokens, except the # comments)
-    local f = assert(io.open(src, "rb"))
-    local raw = f:read("*a")
-    f:close()
+    local raw = read_kept(file, p.name)
     if sb.find_fragment(raw, frags) then
       if name == "merges.txt" then
         p.text = raw:gsub("([^\n]*)", function(line)
@@ -948,49 +1013,51 @@ local function plan_hidden_file(name, src, size, frags)
   return p
 end
 
--- Where a link in the model folder `host` may lead (the model loader's rule,
--- engine/tensor/safetensors.c): the folder itself (canonical) and, for a Hugging Face cache
--- snapshot (.../models--org--name/snapshots/<rev>), the repository folder, whose snapshots link
--- into its blobs/. Nothing when SEER_MODEL_FOLLOW_LINKS=1 (a folder the researcher assembled).
-local function link_roots(host)
+-- Where a link in the model folder may lead (the model loader's rule,
+-- engine/tensor/safetensors.c), from `real`, the canonical path of the folder as it was opened:
+-- the folder itself and, for a Hugging Face cache snapshot (.../models--org--name/snapshots/<rev>),
+-- the repository folder, whose snapshots link into its blobs/. Nothing when
+-- SEER_MODEL_FOLLOW_LINKS=1 (a folder the researcher assembled).
+local function link_roots(real)
   if os.getenv("SEER_MODEL_FOLLOW_LINKS") == "1" then return nil end
-  local root = core.realpath(host)
-  if not root then return {} end
-  local roots = { root }
-  local repo = root:match("^(.*/models%-%-[^/]+)/snapshots/[^/]+$") or root:match("^(.*/models%-%-[^/]+)/snapshots$")
+  local roots = { real }
+  local repo = real:match("^(.*/models%-%-[^/]+)/snapshots/[^/]+$") or real:match("^(.*/models%-%-[^/]+)/snapshots$")
   if repo then roots[2] = repo end
   return roots
 end
 
-local function beneath_any(real, roots)
-  if not roots then return true end
-  for _, r in ipairs(roots) do
-    if real == r or real:sub(1, #r + 1) == r .. "/" then return true end
-  end
-  return false
+-- The model folder `host`, opened (O_PATH) once: its descriptor, which every file of it is
+-- opened through and listed from, and its canonical path as the kernel resolved it.
+local function open_model_dir(host)
+  local real = ffi.new("char[?]", 4096)
+  local fd = C.seer_stage_open_dir(host, real, 4096)
+  if fd < 0 then error(("cannot open the hidden model's folder %s: %s"):format(host, errstr(fd)), 0) end
+  return fd, ffi.string(real)
 end
 
--- The real path of a file (through the cache's symlinks) and its listdir entry; nil for
--- anything that is not a regular file. A link that leads out of the model folder (`roots`:
--- link_roots) is an error: the files of a model folder are not trusted, and a hidden model's
+-- The file `name` of the model folder open at dirfd, opened for reading once: {fd, size, real}
+-- (the descriptor, its size and canonical path when opened), or nil for anything that is not a
+-- regular file (a directory, fifo, socket, device, a link to nothing). A link is followed, and
+-- then what the kernel reached must lie inside the model folder (`roots`: link_roots); one that
+-- leads out is an error: the files of a model folder are not trusted, and a hidden model's
 -- files are copied or hard-linked into the sandbox's mount (tokenizer.json -> ~/.ssh/id_rsa
--- would hand that file to the sandbox).
-local function real_file(path, listings, roots)
-  local real = core.realpath(path)
-  if not real then return nil end
-  if not beneath_any(real, roots) then
-    error(("%s is a symbolic link that leads out of its model folder; the files of a model folder are not "
+-- would hand that file to the sandbox). The check is on the file the kernel opened, and the
+-- descriptor is what gets linked or copied: a swap after it changes nothing.
+local function open_kept(dirfd, host, name, roots)
+  local size, real = ffi.new("long long[1]"), ffi.new("char[?]", 4096)
+  local fd = C.seer_stage_open_file(dirfd, name, roots and roots[1], roots and roots[2], size, real, 4096)
+  if fd >= 0 then return { fd = fd, size = tonumber(size[0]), real = ffi.string(real) } end
+  if fd == STAGE_EOUTSIDE then
+    error(("%s/%s is a symbolic link that leads out of its model folder; the files of a model folder are not "
       .. "trusted, so seer does not stage it into a sandbox (copy the file into the folder, or set "
-      .. "SEER_MODEL_FOLLOW_LINKS=1 for a folder you assembled yourself)"):format(path), 0)
+      .. "SEER_MODEL_FOLLOW_LINKS=1 for a folder you assembled yourself)"):format(host, name), 0)
   end
-  local parent, base = real:match("^(.*)/([^/]+)$")
-  parent = parent == "" and "/" or parent
-  if not listings[parent] then
-    listings[parent] = {}
-    for _, x in ipairs(sb.listdir(parent) or {}) do listings[parent][x.name] = x end
+  if fd == STAGE_ENOTREG or fd == -ENOENT or fd == -ENOTDIR or fd == -ELOOP then return nil end
+  if fd == -EMFILE or fd == -ENFILE then
+    error(("cannot open %s/%s: %s; a hidden model's files are held open while they are staged, and this folder "
+      .. "has more than the open-files limit allows (raise it: ulimit -n)"):format(host, name, errstr(fd)), 0)
   end
-  local x = listings[parent][base]
-  if x and x.type == "file" then return real, x end
+  error(("cannot open the hidden model's file %s/%s: %s"):format(host, name, errstr(fd)), 0)
 end
 
 local function write_file(path, text)
@@ -1051,23 +1118,8 @@ local function sweep_stage(base)
   end
 end
 
----Stages one hidden model (a folder on this machine: a local folder or a cache snapshot) and
----returns the directory to mount. See the comment above.
----@param host string
----@param frags string[]
----@return string dir, table report {linked, copied, cleaned, left_out}
-function Sandbox:_stage_hidden(host, frags)
-  local plan, left_out, listings, roots = {}, 0, {}, link_roots(host)
-  for _, e in ipairs(sb.listdir(host) or {}) do
-    local real, info = nil, nil
-    if e.type ~= "dir" and hidden_keeps(e.name) then real, info = real_file(host .. "/" .. e.name, listings, roots) end
-    local planned = info and plan_hidden_file(e.name, real, info.size or 0, frags)
-    if planned then
-      plan[#plan + 1] = planned
-    else
-      left_out = left_out + 1
-    end
-  end
+-- Links, copies and writes the planned files (each p.fd open) into a new staging directory.
+local function stage_plan(self, plan, left_out, frags)
   -- the staging directory goes where the largest file to link can be hard-linked (or, when
   -- every big file is a changed copy, where a copy can be a reflink)
   local probe
@@ -1078,7 +1130,7 @@ function Sandbox:_stage_hidden(host, frags)
     end
   end
   local dir
-  for _, base in ipairs(self:_stage_bases(probe and probe.src)) do
+  for _, base in ipairs(self:_stage_bases(probe and probe.real)) do
     local in_state = base:sub(1, #self.state_dir + 1) == self.state_dir .. "/"
     if not in_state then sweep_stage(base) end
     if not sb.find_fragment(base, frags) then
@@ -1086,7 +1138,7 @@ function Sandbox:_stage_hidden(host, frags)
       if okb then
         local okd, d = pcall(process.mkdtemp, base .. "/")
         if okd then
-          local linked = not probe or ffi.C.link(probe.src, d .. "/.probe") == 0
+          local linked = not probe or C.seer_stage_link(probe.fd, d .. "/.probe") == 0
           os.remove(d .. "/.probe")
           if linked then
             dir = d
@@ -1114,34 +1166,53 @@ function Sandbox:_stage_hidden(host, frags)
       write_file(dst, p.text)
       report.cleaned = report.cleaned + 1
     elseif p.op == "link" then
-      if ffi.C.link(p.src, dst) ~= 0 then
-        copy_file(p.src, dst, p.size)
+      -- the inode that was checked (linkat of its descriptor), else a copy read from it
+      if C.seer_stage_link(p.fd, dst) ~= 0 then
+        copy_file(p, dst)
         report.copied = report.copied + 1
       else
         report.linked = report.linked + 1
       end
     else -- st_patch: a copy whose header is the cleaned one
-      if #p.header <= p.old_n then
-        copy_file(p.src, dst, p.size)
-        local f = assert(io.open(dst, "r+b"))
-        f:seek("set", 8)
-        f:write(p.header, string.rep(" ", p.old_n - #p.header))
-        f:close()
-      else
-        local out, inp = assert(io.open(dst, "wb")), assert(io.open(p.src, "rb"))
-        out:write(le64(#p.header), p.header)
-        inp:seek("set", 8 + p.old_n)
-        while true do
-          local chunk = inp:read(16 * 1048576)
-          if not chunk then break end
-          out:write(chunk)
-        end
-        inp:close()
-        out:close()
-      end
+      copy_file(p, dst)
       report.cleaned = report.cleaned + 1
     end
   end
+  return dir, report
+end
+
+---Stages one hidden model (a folder on this machine: a local folder or a cache snapshot) and
+---returns the directory to mount. See the comment above, and "Staging" above copy_file: the
+---folder and each kept file are opened once and staged through those descriptors.
+---@param host string
+---@param frags string[]
+---@return string dir, table report {linked, copied, cleaned, left_out}
+function Sandbox:_stage_hidden(host, frags)
+  local held = {} -- every descriptor opened here, closed however this ends
+  local ok, dir, report = pcall(function()
+    local dirfd, real = open_model_dir(host)
+    held[#held + 1] = dirfd
+    local plan, left_out, roots = {}, 0, link_roots(real)
+    -- listed through the descriptor: the folder that was opened, whatever its path leads to now
+    for _, e in ipairs(sb.listdir("/proc/self/fd/" .. dirfd) or {}) do
+      local file = nil
+      if e.type ~= "dir" and hidden_keeps(e.name) then file = open_kept(dirfd, host, e.name, roots) end
+      if file then held[#held + 1] = file.fd end
+      local planned = file and plan_hidden_file(e.name, file, frags)
+      if planned then
+        plan[#plan + 1] = planned
+      else
+        left_out = left_out + 1
+        if file then -- left out: not held to the end
+          C.seer_stage_close(file.fd)
+          held[#held] = nil
+        end
+      end
+    end
+    return stage_plan(self, plan, left_out, frags)
+  end)
+  for _, fd in ipairs(held) do C.seer_stage_close(fd) end
+  if not ok then error(dir, 0) end
   return dir, report
 end
 

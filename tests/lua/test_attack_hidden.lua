@@ -662,6 +662,202 @@ T.test("staging: a hidden model's file that links out of its folder is refused, 
   T.contains(out, "tokenizer.json")
 end)
 
+-- The model folder changed between the check of its files and their staging. A folder a sandbox
+-- can write (an agent's model in its workspace) hidden into a second sandbox: staging checked
+-- each file's links (the folder, or the cache's models--org--name), then hard-linked or copied
+-- it by path, so a file swapped meanwhile for a link to a host file, or a directory on the way
+-- (the folder itself, the cache's blobs/) for a link to a host folder, put that host file into
+-- the second sandbox's mount. Staging now opens each file once and links or copies that
+-- descriptor. The change is made from the stager's _stage_bases, which _stage_hidden calls
+-- after every kept file was checked and before any is linked or copied (the real staging code
+-- around it; the bases are the state folder, so the copies stay inside the test's folders).
+local S = require "seer.sandbox"
+local sbc = require "seer.core.sandbox"
+local SWAP_SECRET = string.rep("HOST-ONLY-SECRET-7731\n", 4096) -- longer than any header a copy patches
+local SWAP_KEEP = { "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                    "special_tokens_map.json", "model.safetensors" }
+
+local function sh(cmd) T.ok(os.execute(cmd) == 0, cmd) end
+
+-- A model folder of stories260K's kept files: a local folder at base/qz5-org/qz5-net, or a
+-- Hugging Face cache under base/hub (snapshot files linking into blobs/). Returns the folder
+-- to stage, the id, and the blobs folder (cache).
+local function swap_model(base, layout)
+  if layout == "local" then
+    local d = base .. "/qz5-org/qz5-net"
+    sh(("mkdir -p '%s'"):format(d))
+    for _, f in ipairs(SWAP_KEEP) do sh(("cp '%s/%s' '%s/'"):format(A.stories, f, d)) end
+    return d, "qz5-org/qz5-net"
+  end
+  local repo = base .. "/hub/models--qz5-org--qz5-net"
+  local snap = repo .. "/snapshots/5e1f0c2a9b7d"
+  sh(("mkdir -p '%s/blobs' '%s'"):format(repo, snap))
+  for i, f in ipairs(SWAP_KEEP) do
+    local blob = ("%040x"):format(i * 7919)
+    sh(("cp '%s/%s' '%s/blobs/%s' && ln -s '../../blobs/%s' '%s/%s'"):format(A.stories, f, repo, blob, blob, snap, f))
+  end
+  return snap, "qz5-org/qz5-net", repo .. "/blobs"
+end
+
+-- Stages `host` with `change` made between the check and the staging; what _stage_hidden
+-- returned (pcall's results). frags: the fragments (default: hidden_fragments of the folder now).
+local function stage_changed(host, id, state, change, frags)
+  local s = S.Sandbox(env.SandboxConfig{})
+  s.state_dir, s.stage_dirs = state, {}
+  frags = frags or S.hidden_fragments({ { name = id, host = host, files = {} } }, { root, state })
+  local changed = false
+  s._stage_bases = function(self)
+    change()
+    changed = true
+    return { self.state_dir .. "/hidden" }
+  end
+  local fds = #sbc.listdir("/proc/self/fd")
+  local res = { pcall(s._stage_hidden, s, host, frags) }
+  T.ok(changed or not res[1], "the change was not made: the stager never chose a staging directory")
+  T.eq(#sbc.listdir("/proc/self/fd"), fds, "staging left descriptors open")
+  return unpack(res, 1, 3)
+end
+
+-- The staged folder holds the checked files, each a regular file with its original bytes, and
+-- nothing of the host's secret.
+local function check_staged(dir, report, copies)
+  local names = {}
+  for _, e in ipairs(sbc.listdir(dir) or {}) do
+    names[#names + 1] = e.name
+    T.eq(e.type, "file", e.name .. " was staged as a " .. tostring(e.type) .. ", not the file that was checked")
+    local text = seer.read_file(dir .. "/" .. e.name)
+    T.ok(not text:find("HOST-ONLY-SECRET-7731", 1, true), e.name .. ": a host file was staged into the sandbox's mount")
+    T.ok(text == seer.read_file(A.stories .. "/" .. e.name), e.name .. " is not the file that was checked")
+  end
+  table.sort(names)
+  local want = { unpack(SWAP_KEEP) }
+  table.sort(want)
+  T.eq(names, want)
+  if copies then T.eq(report.copied, #SWAP_KEEP, "every file should be a copy (another file system)")
+  else T.eq(report.linked, #SWAP_KEEP, "every file should be a hard link") end
+end
+
+-- hard links: model and staging on one file system; copies: the model on /dev/shm (tmpfs)
+local SWAP_CHANGES = {
+  ["each kept file swapped for a link to a host file"] = { "local", function(host, secrets)
+    for _, f in ipairs(SWAP_KEEP) do
+      sh(("mv '%s/%s' '%s/%s.was' && ln -s '%s/secret' '%s/%s'"):format(host, f, host, f, secrets, host, f))
+    end
+  end },
+  ["the model folder itself swapped for a link to a host folder holding the same names"] = { "local", function(host, secrets)
+    sh(("mv '%s' '%s.was' && ln -s '%s' '%s'"):format(host, host, secrets, host))
+  end },
+  ["the cache's blobs/ swapped for a link to a host folder holding the blobs' names"] = { "cache", function(_, secrets, blobs)
+    sh(("mv '%s' '%s.was' && ln -s '%s' '%s'"):format(blobs, blobs, secrets, blobs))
+  end },
+}
+for _, how in ipairs({ "hard link", "copy" }) do
+  for _, what in ipairs({ "each kept file swapped for a link to a host file",
+                          "the model folder itself swapped for a link to a host folder holding the same names",
+                          "the cache's blobs/ swapped for a link to a host folder holding the blobs' names" }) do
+    T.test(("staging (%s): %s after the check stages the file that was checked, never the host's"):format(how, what), function()
+      local layout, change = SWAP_CHANGES[what][1], SWAP_CHANGES[what][2]
+      local base = root .. "/swap"
+      if how == "copy" then
+        if not sbc.listdir("/dev/shm") then T.skip("no /dev/shm: a model on another file system than the state") end
+        base = "/dev/shm/seer-swap-test-" .. require("seer.core.host").getpid()
+      end
+      sh(("rm -rf '%s' && mkdir -p '%s/secrets'"):format(base, base))
+      local ok, err = pcall(function()
+        local host, id, blobs = swap_model(base .. "/m", layout)
+        -- the host's secret under every name the change could lead to
+        local secrets = base .. "/secrets"
+        seer.write_file(secrets .. "/secret", SWAP_SECRET)
+        for _, f in ipairs(SWAP_KEEP) do seer.write_file(secrets .. "/" .. f, SWAP_SECRET) end
+        for _, e in ipairs(sbc.listdir(blobs or base) or {}) do
+          if e.type == "file" then seer.write_file(secrets .. "/" .. e.name, SWAP_SECRET) end
+        end
+        local state = root .. "/swap-state"
+        sh(("rm -rf '%s' && mkdir -p '%s'"):format(state, state))
+        local okd, dir, report = stage_changed(host, id, state, function() change(host, secrets, blobs) end)
+        T.ok(okd, "staging failed: " .. tostring(dir))
+        check_staged(dir, report, how == "copy")
+      end)
+      os.execute(("rm -rf '%s' '%s/swap-state'"):format(base, root))
+      if not ok then error(err, 0) end
+    end)
+  end
+end
+
+T.test("staging (copy): a file that shrank after the check is refused, not staged short", function()
+  if not sbc.listdir("/dev/shm") then T.skip("no /dev/shm: a model on another file system than the state") end
+  local base = "/dev/shm/seer-swap-test-" .. require("seer.core.host").getpid()
+  sh(("rm -rf '%s'"):format(base))
+  local ok, err = pcall(function()
+    local host, id = swap_model(base .. "/m", "local")
+    local state = root .. "/swap-state"
+    sh(("rm -rf '%s' && mkdir -p '%s'"):format(state, state))
+    local okd, msg = stage_changed(host, id, state, function() sh(("truncate -s 4096 '%s/model.safetensors'"):format(host)) end)
+    T.ok(not okd, "a file cut short after its check was staged")
+    T.contains(tostring(msg), "the hidden model's model.safetensors shrank while it was staged (it held 1044992 bytes when it was checked)")
+  end)
+  os.execute(("rm -rf '%s' '%s/swap-state'"):format(base, root))
+  if not ok then error(err, 0) end
+end)
+
+T.test("staging (copy): a safetensors whose cleaned header is longer is the new header and then the data, byte for byte", function()
+  -- 1E5 is re-encoded 100000: the cleaned header outgrows the old one, and the data moves
+  local base = root .. "/longer"
+  local d = base .. "/qz5-org/qz5-net"
+  sh(("rm -rf '%s' && mkdir -p '%s' && cp '%s/config.json' '%s/'"):format(base, d, A.stories, d))
+  local ts = {}
+  for i = 1, 20 do ts[i] = ('"w%d":{"dtype":"F32","shape":[1E0],"data_offsets":[1E5,1E5]}'):format(i) end
+  local h = '{"__metadata__":{"source":"qz5-org/qz5-net"},' .. table.concat(ts, ",") .. "}"
+  local data = {}
+  for i = 1, 70000 do data[i] = string.char(i % 251) end
+  data = table.concat(data)
+  local function le64(n)
+    local b = {}
+    for i = 1, 8 do b[i] = string.char(n % 256); n = math.floor(n / 256) end
+    return table.concat(b)
+  end
+  seer.write_file(d .. "/model.safetensors", le64(#h) .. h .. data)
+  local state = root .. "/swap-state"
+  sh(("rm -rf '%s' && mkdir -p '%s'"):format(state, state))
+  local ok, dir, report = stage_changed(d, "qz5-org/qz5-net", state, function() end)
+  T.ok(ok, tostring(dir))
+  T.eq(report.cleaned, 1)
+  local t = seer.read_file(dir .. "/model.safetensors")
+  local n = 0
+  for i = 8, 1, -1 do n = n * 256 + t:byte(i) end
+  T.ok(n > #h, "the cleaned header should be the longer one here")
+  local doc = json.decode(t:sub(9, 8 + n))
+  T.eq(doc.w7.data_offsets, { 100000, 100000 })
+  T.ok(not t:sub(9, 8 + n):find("qz5", 1, true), t:sub(9, 8 + n))
+  T.ok(t:sub(9 + n) == data, "the data after the header changed")
+  os.execute(("rm -rf '%s' '%s'"):format(base, state))
+end)
+
+T.test("staging: a link planted before staging through a directory link out of the cache is refused; a fifo is left out", function()
+  local base = root .. "/planted-dir"
+  sh(("rm -rf '%s' && mkdir -p '%s/secrets'"):format(base, base))
+  local snap, id, blobs = swap_model(base .. "/m", "cache")
+  for _, e in ipairs(sbc.listdir(blobs)) do seer.write_file(base .. "/secrets/" .. e.name, SWAP_SECRET) end
+  sh(("mv '%s' '%s.was' && ln -s '%s/secrets' '%s'"):format(blobs, blobs, base, blobs))
+  local state = root .. "/swap-state"
+  sh(("rm -rf '%s' && mkdir -p '%s'"):format(state, state))
+  local okd, msg = stage_changed(snap, id, state, function() end)
+  T.ok(not okd, "a link whose blobs/ leads out of the cache was staged")
+  T.contains(tostring(msg), "is a symbolic link that leads out of its model folder")
+  -- a fifo named like a kept file is left out, never opened (nothing writes it: an open for
+  -- reading would wait forever); the fragments are worked out before the fifos are there
+  -- (hidden_fragments opens the folder's .json files by path and would wait on one)
+  local frags = S.hidden_fragments({ { name = id, host = snap, files = {} } }, { root, state })
+  sh(("rm '%s' && mv '%s.was' '%s' && rm '%s/config.json' && mkfifo '%s/config.json'"):format(blobs, blobs, blobs, snap, snap))
+  sh(("mkfifo '%s/generation_config.json.fifo' && rm '%s/generation_config.json' && ln -s generation_config.json.fifo '%s/generation_config.json'")
+    :format(snap, snap, snap))
+  local ok2, dir, report = stage_changed(snap, id, state, function() end, frags)
+  T.ok(ok2, tostring(dir))
+  T.eq(report.left_out, 3) -- the fifo, the link to the other fifo, the fifo itself under its own name
+  T.ok(not io.open(dir .. "/config.json", "rb") and not io.open(dir .. "/generation_config.json", "rb"), "a fifo was staged")
+  os.execute(("rm -rf '%s' '%s'"):format(base, state))
+end)
+
 T.test("a sandbox name, environment variable or mounted path that holds the id is refused", function()
   if not have_bwrap() then T.skip("bubblewrap is not installed") end
   local models = LAYOUTS["HF cache"](true)
