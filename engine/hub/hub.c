@@ -47,9 +47,15 @@ const size_t seer_hub_default_allow_n = sizeof seer_hub_default_allow / sizeof *
  * - the header lines of one request, redirects included: HEADER_MAX_BYTES;
  * - a file: exactly its declared size (X-Linked-Size, else Content-Length); a byte more ends the
  *   transfer, and a file whose size is not declared, or does not fit on the disk, is refused;
- * - time: the API call has API_TIMEOUT_S in all, a HEAD HEAD_TIMEOUT_S; a file GET has no total
- *   (a large file on a slow link takes hours) but is a stall under STALL_RATE bytes/s for
- *   STALL_S seconds, cut and resumed (ATTEMPTS in all). */
+ * - a redirect's body (curl reads it to keep the connection): REDIRECT_BODY_MAX for the
+ *   redirects of one request together, then the transfer is cut (an endless body on a 302 kept
+ *   a GET busy for as long as the server went on sending, at any rate);
+ * - time: the API call has API_TIMEOUT_S in all, a HEAD HEAD_TIMEOUT_S; any transfer under
+ *   STALL_RATE bytes/s for STALL_S seconds is a stall (a file's attempt is cut and resumed,
+ *   ATTEMPTS in all); a file's GETs together have time_floor + size / min_rate seconds in one
+ *   run (size: what is left to fetch; defaults TIME_FLOOR_S and MIN_RATE, options or
+ *   SEER_HUB_TIME_FLOOR / SEER_HUB_MIN_RATE), so a server that drips just above the stall rate
+ *   holds a file no longer than an honest one at min_rate would. */
 #define API_MAX_BYTES ((size_t)64 << 20)
 #define API_MAX_VALUES ((size_t)2000000)
 #define ERROR_BODY_MAX ((size_t)64 << 10)
@@ -58,6 +64,9 @@ const size_t seer_hub_default_allow_n = sizeof seer_hub_default_allow / sizeof *
 #define HEAD_TIMEOUT_S 120L
 #define STALL_RATE 1024L
 #define STALL_S 60L
+#define REDIRECT_BODY_MAX ((curl_off_t)64 << 10)
+#define TIME_FLOOR_S 300.0
+#define MIN_RATE 16384.0 /* bytes/s: 1 Mbit/s shared by the default 4 workers is ~2x this */
 #define MAX_FILE_SIZE (1LL << 50) /* 1 PiB: a larger declared size is not a real file */
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -103,46 +112,62 @@ static int mkdirs(const char *path, seer_err_t *err) {
     return SEER_OK;
 }
 
-/* The cache may hold what a sandbox (or another program) that can write it left there, so no
- * directory below the cache directory itself is followed as a link when seer writes: every
- * component of path after its first `from` bytes, except the last, must not be a symbolic link
- * (huggingface_hub makes none there; only the snapshot's files are links). A missing one is fine
- * (mkparent creates it). */
-static int refuse_links(const char *path, size_t from, seer_err_t *err) {
-    char *p = strdup(path);
+/* ---- the cache, by descriptor ------------------------------------------------------------------
+ * The cache may hold what a sandbox (or another program) that can write it puts there at any
+ * moment, so nothing below the cache directory is reached by path: a folder is opened with
+ * openat(O_DIRECTORY | O_NOFOLLOW) relative to the one above it, from the cache directory's own
+ * descriptor down, and files and folders are made (mkdirat, openat, symlinkat, renameat,
+ * unlinkat) relative to the descriptor walked to. A folder swapped for a link, before or while
+ * seer works, is refused or not reached; it is never followed. The cache directory itself may be
+ * a link (or lie under one): the user chose it. */
+
+/* Opens the folder rel ('/'-separated plain names, none empty) below the folder fd at, whose
+ * path at_path is only for messages; with create, a missing folder is made (mode 0777 less the
+ * umask). *out gets the descriptor. A component that is a link: "... is a symbolic link ...";
+ * missing without create: SEER_ENOTFOUND. */
+static int walk_at(int at, const char *at_path, const char *rel, int create, int *out, seer_err_t *err) {
+    char *p = strdup(rel);
     if (!p) return seer_err_set(err, SEER_ENOMEM, "out of memory");
-    int rc = SEER_OK;
-    for (char *s = p + from + 1; *s && rc == SEER_OK; s++) {
-        if (*s != '/') continue;
-        *s = 0;
-        struct stat st;
-        if (lstat(p, &st) == 0 && S_ISLNK(st.st_mode))
-            rc = seer_err_set(err, SEER_EIO,
-                              "hub: %s is a symbolic link; seer does not write through links inside the model "
-                              "cache (remove it and run again)",
-                              p);
-        *s = '/';
+    int fd = at, rc = SEER_OK;
+    for (char *c = p; rc == SEER_OK;) {
+        char *sl = strchr(c, '/');
+        if (sl) *sl = 0;
+        int nfd = openat(fd, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (nfd < 0 && errno == ENOENT && create) {
+            if (mkdirat(fd, c, 0777) != 0 && errno != EEXIST) {
+                int e = errno;
+                rc = seer_err_set(err, SEER_EIO, "cannot create directory %s/%.*s: %s", at_path,
+                                  (int)(c - p + strlen(c)), rel, strerror(e));
+                break;
+            }
+            nfd = openat(fd, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        }
+        if (nfd < 0) {
+            int e = errno;
+            int n = (int)(c - p + strlen(c));
+            struct stat st; /* Linux says ENOTDIR for a link under O_NOFOLLOW | O_DIRECTORY */
+            if ((e == ELOOP || e == ENOTDIR) && fstatat(fd, c, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode))
+                rc = seer_err_set(err, SEER_EIO,
+                                  "hub: %s/%.*s is a symbolic link; seer does not write through links inside the model "
+                                  "cache (remove it and run again)",
+                                  at_path, n, rel);
+            else if (e == ENOENT)
+                rc = seer_err_set(err, SEER_ENOTFOUND, "hub: %s/%.*s does not exist", at_path, n, rel);
+            else if (e == ENOTDIR)
+                rc = seer_err_set(err, SEER_EIO, "hub: %s/%.*s is not a directory (remove it and run again)", at_path,
+                                  n, rel);
+            else
+                rc = seer_err_set(err, SEER_EIO, "hub: cannot open %s/%.*s: %s", at_path, n, rel, strerror(e));
+            break;
+        }
+        if (fd != at) close(fd);
+        fd = nfd;
+        if (!sl) break;
+        c = sl + 1;
     }
+    if (rc != SEER_OK && fd != at) close(fd);
+    if (rc == SEER_OK) *out = fd;
     free(p);
-    return rc;
-}
-
-/* refuse_links from the cache directory (the parent of repo_dir) on. */
-static int refuse_links_in(const char *repo_dir, const char *path, seer_err_t *err) {
-    const char *base = strrchr(repo_dir, '/');
-    return refuse_links(path, base ? (size_t)(base - repo_dir) : 0, err);
-}
-
-static int mkparent(const char *path, seer_err_t *err) {
-    char *d = strdup(path);
-    if (!d) return seer_err_set(err, SEER_ENOMEM, "out of memory");
-    char *slash = strrchr(d, '/');
-    int rc = SEER_OK;
-    if (slash && slash != d) {
-        *slash = 0;
-        rc = mkdirs(d, err);
-    }
-    free(d);
     return rc;
 }
 
@@ -448,17 +473,15 @@ static int hash_check(hash_t *h, const char *etag, long long size) {
     return strcasecmp(hex, etag) == 0;
 }
 
-/* The same check by reading the file: for a git id whose size was not known up front. Other
- * ETags (a different server) are not checked. Returns 1 ok, 0 mismatch, -1 read error. */
-static int verify_hash(const char *path, const char *etag, long long size) {
+/* The same check by reading the file (fd, the .incomplete): for a git id whose size was not
+ * known up front. Other ETags (a different server) are not checked. Returns 1 ok, 0 mismatch,
+ * -1 read error. */
+static int verify_hash(int fd, const char *etag, long long size) {
     if (!is_hex(etag, 64) && !is_hex(etag, 40)) return 1;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
     hash_t h;
     hash_begin(&h, etag, size);
     int rc = h.ok && hash_sync(&h, fd, size) == 0 ? hash_check(&h, etag, size) : -1;
     hash_free(&h);
-    close(fd);
     return rc;
 }
 
@@ -495,6 +518,7 @@ enum {
     OVER_FILE,     /* a file passed its declared size */
     OVER_RANGE,    /* a 206 for other bytes than the ones asked for */
     OVER_HEADERS,  /* headers passed HEADER_MAX_BYTES */
+    OVER_REDIRECT, /* the bodies of the redirects followed passed REDIRECT_BODY_MAX */
 };
 
 /* A size header: digits only, at most MAX_FILE_SIZE; else -2. */
@@ -617,8 +641,16 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
 }
 
 static int on_progress(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un) {
-    (void)dt, (void)dn, (void)ut, (void)un;
+    (void)dt, (void)ut, (void)un;
     req_t *r = ud;
+    /* A redirect curl is going to follow: curl reads its body to reuse the connection, without
+     * passing it to on_body, however long it is (an endless one kept the GET busy for as long
+     * as the server sent, at any rate). dn counts those bytes (and only the redirects' bodies
+     * while the response is a redirect). */
+    if (r->status >= 300 && r->status < 400 && r->location[0] && dn > REDIRECT_BODY_MAX) {
+        r->over = OVER_REDIRECT;
+        return 1;
+    }
     if (r->o && r->o->interrupted && r->o->interrupted(r->o->ud)) {
         r->interrupted = 1;
         return 1;
@@ -670,6 +702,10 @@ static int req_begin(req_t *r, const char *url, const char *method, int follow, 
     curl_easy_setopt(e, CURLOPT_MAXREDIRS, 10L);
     if (!strcmp(method, "HEAD")) curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
     if (r->start > 0) curl_easy_setopt(e, CURLOPT_RESUME_FROM_LARGE, (curl_off_t)r->start);
+    /* interrupts, and the bound on a redirect's body */
+    curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(e, CURLOPT_XFERINFODATA, r);
+    curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
     return 0;
 }
 
@@ -695,9 +731,6 @@ static CURLcode perform(req_t *r, const char *url, const char *method, int follo
         req_end(r);
         return CURLE_OUT_OF_MEMORY;
     }
-    curl_easy_setopt(r->easy, CURLOPT_XFERINFOFUNCTION, on_progress);
-    curl_easy_setopt(r->easy, CURLOPT_XFERINFODATA, r);
-    curl_easy_setopt(r->easy, CURLOPT_NOPROGRESS, 0L);
     CURLcode c = curl_easy_perform(r->easy);
     req_end(r);
     return c;
@@ -754,6 +787,11 @@ static int over_error(seer_err_t *err, const char *repo_id, const char *file, co
                             "hub: %s%s%s: the server sent more than the %lld bytes declared for the file; the "
                             "partial download was deleted",
                             repo_id, sep, f, r->size);
+    case OVER_REDIRECT:
+        return seer_err_set(err, SEER_HUB_ENET,
+                            "hub: %s%s%s: a redirect came with a body of more than %lld KiB (a redirect needs "
+                            "none); refusing it",
+                            repo_id, sep, f, (long long)(REDIRECT_BODY_MAX >> 10));
     case OVER_RANGE:
         return seer_err_set(err, SEER_HUB_ENET,
                             "hub: %s%s%s: asked for the bytes from %lld on, the server sent a range starting elsewhere",
@@ -780,8 +818,11 @@ typedef struct {
     int hops, attempt;
     char etag[256];
     long long size;       /* -1: the server did not say */
-    char *blob, *part, *lockp;
+    char *blob, *part, *lockp; /* full paths, for messages */
     int lockfd, fd;
+    int dirfd;            /* the blobs folder the .incomplete was opened in (J_GET on) */
+    double deadline;      /* when this run's GETs of the file must be done (0: not started) */
+    double allowed;       /* how long that is from the first GET, in seconds */
     double lock_retry;    /* J_LOCK: when to try the lock again */
     req_t r;              /* the request in flight (J_HEAD, J_GET) */
     hash_t hash;
@@ -794,7 +835,11 @@ typedef struct {
 typedef struct {
     const char *repo_id, *rev, *endpoint, *token;
     const seer_hub_opts_t *o;
-    char *repo_dir;
+    char *repo_dir;       /* <cache>/models--org--name, for messages */
+    char *cache;          /* <cache> */
+    const char *base;     /* models--org--name (in repo_dir) */
+    int root_fd;          /* the cache directory (-1: not opened yet); see walk_at */
+    double time_floor, min_rate; /* a file's time: time_floor + bytes left / min_rate */
     char commit[128];
     int show;
     int max_workers;
@@ -806,6 +851,69 @@ typedef struct {
     double t0, last_draw; /* t0: when the first GET began (0: none yet) */
     int drawn;
 } dl_t;
+
+/* The cache directory's descriptor; with create, the directory (and those above it) is made
+ * when missing. Without create, SEER_ENOTFOUND when it is not there. */
+static int cache_root(dl_t *d, int create, seer_err_t *err) {
+    if (d->root_fd >= 0) return SEER_OK;
+    if (create) {
+        int rc = mkdirs(d->cache, err);
+        if (rc < 0) return rc;
+    }
+    d->root_fd = open(d->cache, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (d->root_fd < 0) {
+        int e = errno;
+        return seer_err_set(err, e == ENOENT ? SEER_ENOTFOUND : SEER_EIO, "hub: cannot open the model cache %s: %s",
+                            d->cache, strerror(e));
+    }
+    return SEER_OK;
+}
+
+/* The folder holding rel (a path below the cache directory: "models--o--n/blobs/<etag>"),
+ * walked to without following a link (walk_at): *dfd gets its descriptor, *leaf the last name
+ * of rel. */
+static int cache_dir_of(dl_t *d, const char *rel, int create, int *dfd, const char **leaf, seer_err_t *err) {
+    int rc = cache_root(d, create, err);
+    if (rc < 0) return rc;
+    const char *sl = strrchr(rel, '/');
+    char *dir = sl ? strndup(rel, (size_t)(sl - rel)) : NULL;
+    if (!dir) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+    rc = walk_at(d->root_fd, d->cache, dir, create, dfd, err);
+    free(dir);
+    if (rc == SEER_OK) *leaf = sl + 1;
+    return rc;
+}
+
+/* A file name read from a folder descriptor, NUL-terminated and cut at the first white space;
+ * NULL when it is not a plain file (a link is not followed) or cannot be read. */
+static char *read_line_at(int dfd, const char *leaf) {
+    int fd = openat(dfd, leaf, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    struct stat st;
+    char buf[256];
+    ssize_t n = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? read(fd, buf, sizeof buf - 1) : -1;
+    close(fd);
+    if (n <= 0) return NULL;
+    buf[n] = 0;
+    buf[strcspn(buf, "\r\n \t")] = 0;
+    return strdup(buf);
+}
+
+/* Writes a small file atomically in the folder dfd: a new temporary name (O_EXCL, no link
+ * followed), fsync, renameat over leaf. path is for messages. */
+static int write_file_at(int dfd, const char *leaf, const char *path, const char *data, seer_err_t *err) {
+    char *tmp = xasprintf("%s.tmp.%d.%lld", leaf, (int)getpid(), (long long)(now_s() * 1e9));
+    if (!tmp) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+    int e = 0, fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd < 0) e = errno;
+    if (!e && write_all(fd, data, strlen(data)) != 0) e = errno;
+    if (!e && fsync(fd) != 0) e = errno;
+    if (fd >= 0 && close(fd) != 0 && !e) e = errno;
+    if (!e && renameat(dfd, tmp, dfd, leaf) != 0) e = errno;
+    if (e && fd >= 0) unlinkat(dfd, tmp, 0);
+    free(tmp);
+    return e ? seer_err_set(err, SEER_EIO, "cannot write %s: %s", path, strerror(e)) : SEER_OK;
+}
 
 /* Files fetched at once when neither the option nor SEER_HUB_MAX_WORKERS says: enough to hide
  * the per-request latency of the hub and to use more than one CDN connection's bandwidth,
@@ -838,6 +946,31 @@ static int resolve_workers(const seer_hub_opts_t *o, int *out, seer_err_t *err) 
     return SEER_OK;
 }
 
+/* A positive number from the option (when not 0), else the variable env, else def. */
+static int resolve_time(double opt, const char *opt_name, const char *env, double def, const char *what, double *out,
+                        seer_err_t *err) {
+    if (opt != 0) {
+        if (!(opt > 0 && opt <= 1e15))
+            return seer_err_set(err, SEER_EINVAL, "hub: %s must be a number above 0: %s (got %g)", opt_name, what, opt);
+        *out = opt;
+        return SEER_OK;
+    }
+    const char *v = getenv(env);
+    if (v && *v) {
+        char *end;
+        errno = 0;
+        double n = strtod(v, &end);
+        char e[ESC_MAX];
+        if (errno || *end || !(n > 0 && n <= 1e15))
+            return seer_err_set(err, SEER_EINVAL, "hub: %s='%s': expected %s, a number above 0", env,
+                                esc(e, sizeof e, v), what);
+        *out = n;
+        return SEER_OK;
+    }
+    *out = def;
+    return SEER_OK;
+}
+
 static int matches(const dl_t *d, const char *name) {
     const char *const *pat = d->o && d->o->allow ? d->o->allow : seer_hub_default_allow;
     size_t n = d->o && d->o->allow ? d->o->n_allow : seer_hub_default_allow_n;
@@ -847,35 +980,54 @@ static int matches(const dl_t *d, const char *name) {
 }
 
 /* snapshots/<commit>/<file> -> ../../blobs/<etag> (one more ../ per directory in file), made
- * under a temporary name and renamed so a reader never sees a missing or dangling link. */
-static int link_snapshot(dl_t *d, const char *file, const char *etag, seer_err_t *err) {
+ * under a temporary name and renamed so a reader never sees a missing or dangling link; all of
+ * it relative to the folder's descriptor (walk_at). blob is the blob as seer found or wrote it:
+ * the new link must lead to it, else the cache was changed under seer (a folder on the way
+ * swapped for another) and the snapshot would not hold what was checked. */
+static int link_snapshot(dl_t *d, const char *file, const char *etag, const struct stat *blob, seer_err_t *err) {
+    char *rel = xasprintf("%s/snapshots/%s/%s", d->base, d->commit, file);
     char *dst = xasprintf("%s/snapshots/%s/%s", d->repo_dir, d->commit, file);
-    if (!dst) return seer_err_set(err, SEER_ENOMEM, "out of memory");
-    int rc = refuse_links_in(d->repo_dir, dst, err);
-    if (rc == SEER_OK) rc = mkparent(dst, err);
-    if (rc < 0) {
-        free(dst);
-        return rc;
-    }
     int depth = 0;
     for (const char *p = file; *p; p++) depth += *p == '/';
     size_t cap = (size_t)(depth + 2) * 3 + strlen("blobs/") + strlen(etag) + 1;
-    char *target = malloc(cap), *tmp = xasprintf("%s.seer-link.%d", dst, (int)getpid());
-    if (!target || !tmp) {
-        free(target), free(tmp), free(dst);
-        return seer_err_set(err, SEER_ENOMEM, "out of memory");
+    char *target = malloc(cap), *tmp = NULL;
+    int dfd = -1, rc = SEER_OK;
+    const char *leaf = NULL;
+    if (!rel || !dst || !target) rc = seer_err_set(err, SEER_ENOMEM, "out of memory");
+    if (rc == SEER_OK) rc = cache_dir_of(d, rel, 1, &dfd, &leaf, err);
+    if (rc == SEER_OK && !(tmp = xasprintf("%s.seer-link.%d", leaf, (int)getpid())))
+        rc = seer_err_set(err, SEER_ENOMEM, "out of memory");
+    if (rc == SEER_OK) {
+        target[0] = 0;
+        for (int i = 0; i < depth + 2; i++) strcat(target, "../");
+        strcat(target, "blobs/");
+        strcat(target, etag);
+        unlinkat(dfd, tmp, 0);
+        if (symlinkat(target, dfd, tmp) != 0 || renameat(dfd, tmp, dfd, leaf) != 0) {
+            int e = errno;
+            unlinkat(dfd, tmp, 0);
+            rc = seer_err_set(err, SEER_EIO, "hub: cannot link %s: %s", dst, strerror(e));
+        }
     }
-    target[0] = 0;
-    for (int i = 0; i < depth + 2; i++) strcat(target, "../");
-    strcat(target, "blobs/");
-    strcat(target, etag);
-    unlink(tmp);
-    if (symlink(target, tmp) != 0 || rename(tmp, dst) != 0) {
-        int e = errno;
-        unlink(tmp);
-        rc = seer_err_set(err, SEER_EIO, "hub: cannot link %s: %s", dst, strerror(e));
+    struct stat st;
+    if (rc == SEER_OK && (fstatat(dfd, leaf, &st, 0) != 0 || st.st_dev != blob->st_dev || st.st_ino != blob->st_ino)) {
+        /* name the folder that is now a link when that is what happened */
+        int bfd = -1;
+        const char *bl;
+        char *brel = xasprintf("%s/blobs/%s", d->base, etag);
+        rc = brel ? cache_dir_of(d, brel, 0, &bfd, &bl, err) : seer_err_set(err, SEER_ENOMEM, "out of memory");
+        if (rc == SEER_OK)
+            rc = seer_err_set(err, SEER_EIO,
+                              "hub: %s does not lead to the blob %s that seer checked (%s/blobs was changed during "
+                              "the download); run again",
+                              dst, etag, d->repo_dir);
+        else if (rc != SEER_ENOMEM)
+            rc = SEER_EIO;
+        if (bfd >= 0) close(bfd);
+        free(brel);
     }
-    free(target), free(tmp), free(dst);
+    if (dfd >= 0) close(dfd);
+    free(target), free(tmp), free(dst), free(rel);
     return rc;
 }
 
@@ -957,7 +1109,8 @@ static void job_close(dl_t *d, job_t *j) {
     }
     if (j->fd >= 0) close(j->fd);
     if (j->lockfd >= 0) close(j->lockfd);
-    j->fd = j->lockfd = -1;
+    if (j->dirfd >= 0) close(j->dirfd);
+    j->fd = j->lockfd = j->dirfd = -1;
     hash_free(&j->hash);
 }
 
@@ -971,19 +1124,27 @@ static void job_done(dl_t *d, job_t *j) {
 
 static int job_get(dl_t *d, job_t *j, seer_err_t *err);
 
-/* The blob is in place: link it into the snapshot. */
-static int job_link(dl_t *d, job_t *j, seer_err_t *err) {
-    int rc = link_snapshot(d, j->file, j->etag, err);
+/* The blob (as found or written: blob) is in place: link it into the snapshot. */
+static int job_link(dl_t *d, job_t *j, const struct stat *blob, seer_err_t *err) {
+    int rc = link_snapshot(d, j->file, j->etag, blob, err);
     if (rc == SEER_OK) job_done(d, j);
     return rc;
 }
 
 static int job_start(dl_t *d, job_t *j, seer_err_t *err) {
-    /* Already in this snapshot (a link to a blob that exists): nothing to ask the server. */
-    char *snap = xasprintf("%s/snapshots/%s/%s", d->repo_dir, d->commit, j->file);
+    /* Already in this snapshot (a link to a blob that exists): nothing to ask the server. The
+     * folders on the way are walked to without following a link (a folder that is one: not
+     * there, and refused when the file is linked). */
+    char *snap = xasprintf("%s/snapshots/%s/%s", d->base, d->commit, j->file);
     if (!snap) return seer_err_set(err, SEER_ENOMEM, "out of memory");
     struct stat st;
-    int have = stat(snap, &st) == 0;
+    int have = 0, dfd;
+    const char *leaf;
+    seer_err_t scratch;
+    if (cache_dir_of(d, snap, 0, &dfd, &leaf, &scratch) == SEER_OK) {
+        have = fstatat(dfd, leaf, &st, 0) == 0;
+        close(dfd);
+    }
     free(snap);
     if (have) {
         job_done(d, j);
@@ -1006,14 +1167,25 @@ static int job_try_lock(dl_t *d, job_t *j, seer_err_t *err) {
         }
         return seer_err_set(err, SEER_EIO, "hub: cannot lock %s: %s", j->lockp, strerror(errno));
     }
+    /* The blobs folder walked to again now that the lock is ours (however long the wait was):
+     * everything of this blob from here on is relative to this descriptor. */
+    char *rel = xasprintf("%s/blobs/%s", d->base, j->etag), part[sizeof j->etag + 16];
+    if (!rel) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+    const char *leaf;
+    if (j->dirfd >= 0) close(j->dirfd);
+    j->dirfd = -1;
+    int rc = cache_dir_of(d, rel, 1, &j->dirfd, &leaf, err);
+    free(rel);
+    if (rc < 0) return rc == SEER_ENOTFOUND ? SEER_EIO : rc;
     struct stat st;
-    if (stat(j->blob, &st) == 0) { /* whoever held the lock finished it */
+    if (fstatat(j->dirfd, j->etag, &st, 0) == 0) { /* whoever held the lock finished it */
         j->got = st.st_size;
-        return job_link(d, j, err);
+        return job_link(d, j, &st, err);
     }
     /* Not through a link, nor into a file with another name elsewhere (a hard link planted in
      * the cache): what is resumed or truncated here must be the cache's own partial file. */
-    j->fd = open(j->part, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0666);
+    snprintf(part, sizeof part, "%s.incomplete", j->etag);
+    j->fd = openat(j->dirfd, part, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0666);
     struct stat pst;
     if (j->fd < 0 && errno != ELOOP)
         return seer_err_set(err, SEER_EIO, "hub: cannot write %s: %s", j->part, strerror(errno));
@@ -1063,18 +1235,29 @@ static int job_head_done(dl_t *d, job_t *j, CURLcode c, seer_err_t *err) {
     const char *base = strrchr(d->repo_dir, '/');
     j->lockp = base ? xasprintf("%.*s/.locks%s/%s.lock", (int)(base - d->repo_dir), d->repo_dir, base, j->etag) : NULL;
     if (!j->blob || !j->part || !j->lockp) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+    /* The blobs and lock folders, made when missing, walked to without following a link. */
+    char *brel = xasprintf("%s/blobs/%s", d->base, j->etag), *lrel = xasprintf(".locks/%s/%s.lock", d->base, j->etag);
+    int bfd = -1, lfd = -1, rc = SEER_OK;
+    const char *bleaf, *lleaf;
     struct stat st;
-    if (stat(j->blob, &st) == 0) return job_link(d, j, err); /* another file or model has this blob */
-    int rc;
-    if ((rc = refuse_links_in(d->repo_dir, j->blob, err)) < 0 || (rc = refuse_links_in(d->repo_dir, j->lockp, err)) < 0 ||
-        (rc = mkparent(j->blob, err)) < 0 || (rc = mkparent(j->lockp, err)) < 0)
-        return rc;
-    j->lockfd = open(j->lockp, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0666);
-    if (j->lockfd < 0)
-        return seer_err_set(err, SEER_EIO, "hub: cannot lock %s: %s%s", j->lockp, strerror(errno),
-                            errno == ELOOP ? " (a symbolic link: seer does not write through links inside the model "
-                                             "cache; remove it and run again)"
-                                           : "");
+    if (!brel || !lrel) rc = seer_err_set(err, SEER_ENOMEM, "out of memory");
+    if (rc == SEER_OK) rc = cache_dir_of(d, brel, 1, &bfd, &bleaf, err);
+    int have = rc == SEER_OK && fstatat(bfd, bleaf, &st, 0) == 0; /* another file or model has this blob */
+    if (rc == SEER_OK && !have) rc = cache_dir_of(d, lrel, 1, &lfd, &lleaf, err);
+    if (rc == SEER_OK && !have) {
+        j->lockfd = openat(lfd, lleaf, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0666);
+        int e = errno;
+        if (j->lockfd < 0)
+            rc = seer_err_set(err, SEER_EIO, "hub: cannot lock %s: %s%s", j->lockp, strerror(e),
+                              e == ELOOP ? " (a symbolic link: seer does not write through links inside the model "
+                                           "cache; remove it and run again)"
+                                         : "");
+    }
+    if (bfd >= 0) close(bfd);
+    if (lfd >= 0) close(lfd);
+    free(brel), free(lrel);
+    if (rc < 0) return rc == SEER_ENOTFOUND ? SEER_EIO : rc;
+    if (have) return job_link(d, j, &st, err);
     j->state = J_LOCK;
     j->fetching = 1;
     return job_try_lock(d, j, err);
@@ -1089,20 +1272,23 @@ static int job_finish(dl_t *d, job_t *j, seer_err_t *err) {
         return seer_err_set(err, SEER_HUB_ENET, "hub: %s: %s: got %lld bytes, the hub declared %lld; run again",
                             d->repo_id, j->file, (long long)got, j->size);
     int h = hash_check(&j->hash, j->etag, (long long)got);
-    if (h < 0) h = verify_hash(j->part, j->etag, (long long)got);
+    if (h < 0) h = verify_hash(j->fd, j->etag, (long long)got);
+    char part[sizeof j->etag + 16];
+    snprintf(part, sizeof part, "%s.incomplete", j->etag);
     if (h <= 0) {
-        if (h == 0) unlink(j->part); /* wrong bytes cannot be resumed: start over next time */
+        if (h == 0) unlinkat(j->dirfd, part, 0); /* wrong bytes cannot be resumed: start over next time */
         return seer_err_set(err, SEER_HUB_ENET,
                             h == 0 ? "hub: %s: %s: the download does not match its checksum (ETag %s); run again"
                                    : "hub: %s: %s: cannot read back the download to check it (ETag %s)",
                             d->repo_id, j->file, j->etag);
     }
-    if (rename(j->part, j->blob) != 0)
+    struct stat st;
+    if (renameat(j->dirfd, part, j->dirfd, j->etag) != 0 || fstat(j->fd, &st) != 0)
         return seer_err_set(err, SEER_EIO, "hub: cannot rename %s: %s", j->part, strerror(errno));
     j->got = (long long)got;
     close(j->fd);
     j->fd = -1;
-    return job_link(d, j, err); /* the lock goes with job_done, after the blob has its name */
+    return job_link(d, j, &st, err); /* the lock goes with job_done, after the blob has its name */
 }
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
@@ -1138,6 +1324,17 @@ static int folder_file_clash(const dl_t *d, const char *repo_id, seer_err_t *err
     free(pre);
     free(names);
     return rc;
+}
+
+/* The file took longer than its time (job_get): what arrived stays in the .incomplete. */
+static int deadline_error(dl_t *d, job_t *j, seer_err_t *err) {
+    off_t got = j->fd >= 0 ? lseek(j->fd, 0, SEEK_END) : -1;
+    return seer_err_set(err, SEER_HUB_ENET,
+                        "hub: %s: %s: not fetched in the %.1f s it is allowed (%g s, plus 1 s per %.0f bytes to "
+                        "fetch: time_floor / SEER_HUB_TIME_FLOOR, min_rate / SEER_HUB_MIN_RATE); %lld of %lld bytes "
+                        "are kept: run again to resume, or lower SEER_HUB_MIN_RATE for a slow link",
+                        d->repo_id, j->file, j->allowed, d->time_floor, d->min_rate, (long long)(got > 0 ? got : 0),
+                        j->size);
 }
 
 /* One GET attempt into the .incomplete, resuming from what it holds. */
@@ -1177,6 +1374,13 @@ static int job_get(dl_t *d, job_t *j, seer_err_t *err) {
                                 d->repo_dir, free_);
         }
     }
+    /* The file's time in this run, set at its first GET from what is left to fetch; a retry
+     * gets what remains of it (see the limits at the top). */
+    double now = now_s();
+    if (j->deadline == 0) {
+        j->allowed = d->time_floor + (double)(j->size - have) / d->min_rate;
+        j->deadline = now + j->allowed;
+    } else if (now >= j->deadline) return deadline_error(d, j, err);
     j->attempt++;
     j->state = J_GET;
     j->r.fd = j->fd;
@@ -1190,9 +1394,13 @@ static int job_get(dl_t *d, job_t *j, seer_err_t *err) {
 static int job_get_done(dl_t *d, job_t *j, CURLcode c, seer_err_t *err) {
     req_t *r = &j->r;
     j->fetched += r->written;
+    if (r->interrupted) return seer_err_set(err, SEER_EINTR, "interrupted");
     if (r->io_error) return seer_err_set(err, SEER_EIO, "hub: cannot write %s: %s", j->part, strerror(r->io_error));
-    if (r->over == OVER_FILE) /* the server is not sending the file it named: its bytes are not kept */
-        unlink(j->part);
+    if (r->over == OVER_FILE) { /* the server is not sending the file it named: its bytes are not kept */
+        char part[sizeof j->etag + 16];
+        snprintf(part, sizeof part, "%s.incomplete", j->etag);
+        unlinkat(j->dirfd, part, 0);
+    }
     if (r->over && r->over != OVER_ERRPAGE) return over_error(err, d->repo_id, j->file, d->endpoint, r);
     if ((c == CURLE_OK || r->over == OVER_ERRPAGE) && (r->status < 200 || r->status >= 300))
         return http_error(err, d->repo_id, j->file, d->rev, r);
@@ -1256,6 +1464,7 @@ static int run_jobs(dl_t *d, seer_err_t *err) {
         for (int s = 0; rc == SEER_OK && s < d->max_workers; s++) {
             job_t *j = d->slots[s];
             if (j && j->state == J_LOCK && now >= j->lock_retry) rc = job_try_lock(d, j, err);
+            else if (j && j->state == J_GET && now >= j->deadline) rc = deadline_error(d, j, err);
         }
         if (rc < 0) break;
         if (d->o && d->o->interrupted && d->o->interrupted(d->o->ud)) {
@@ -1283,6 +1492,12 @@ int seer_hub_download(const char *repo_id, const seer_hub_opts_t *o, char **snap
     if (rc < 0) return rc;
     int workers = DEFAULT_WORKERS;
     if ((rc = resolve_workers(o, &workers, err)) < 0) return rc;
+    double floor_s, rate;
+    if ((rc = resolve_time(o ? o->time_floor : 0, "time_floor", "SEER_HUB_TIME_FLOOR", TIME_FLOOR_S,
+                           "how many seconds any file may take (more for larger files)", &floor_s, err)) < 0 ||
+        (rc = resolve_time(o ? o->min_rate : 0, "min_rate", "SEER_HUB_MIN_RATE", MIN_RATE,
+                           "the slowest average rate a file may arrive at, in bytes per second", &rate, err)) < 0)
+        return rc;
     const char *rev = opt_revision(o);
     if (env_true("HF_HUB_OFFLINE")) {
         rc = seer_hub_cached(repo_id, o, snapshot_dir, err);
@@ -1312,9 +1527,21 @@ int seer_hub_download(const char *repo_id, const seer_hub_opts_t *o, char **snap
     d.endpoint = endpoint;
     d.token = o && o->token ? o->token : getenv("HF_TOKEN");
     d.show = o && o->progress >= 0 ? o->progress > 0 : isatty(STDERR_FILENO);
+    d.root_fd = -1;
+    d.time_floor = floor_s;
+    d.min_rate = rate;
     if ((rc = repo_dir(repo_id, o, &d.repo_dir, err)) < 0) {
         free(endpoint);
         return rc;
+    }
+    /* repo_dir is "<cache>/models--org--name" */
+    const char *slash = strrchr(d.repo_dir, '/');
+    d.base = slash + 1;
+    d.cache = strndup(d.repo_dir, slash > d.repo_dir ? (size_t)(slash - d.repo_dir) : 1);
+    if (!d.cache) {
+        free(d.repo_dir);
+        free(endpoint);
+        return seer_err_set(err, SEER_ENOMEM, "out of memory");
     }
 
     /* The commit and the file list. */
@@ -1396,7 +1623,7 @@ int seer_hub_download(const char *repo_id, const seer_hub_opts_t *o, char **snap
         if (matches(&d, fn->valuestring)) {
             job_t *jb = &d.jobs[d.njobs++];
             jb->file = fn->valuestring;
-            jb->fd = jb->lockfd = jb->r.fd = -1;
+            jb->fd = jb->lockfd = jb->dirfd = jb->r.fd = -1;
             jb->size = -1;
             jb->r.o = o;
             jb->r.token = d.token;
@@ -1415,25 +1642,20 @@ int seer_hub_download(const char *repo_id, const seer_hub_opts_t *o, char **snap
 
     /* The ref last: until every file is in, the cache does not claim the revision is there. */
     if (strcmp(rev, d.commit) != 0) {
-        char *ref = xasprintf("%s/refs/%s", d.repo_dir, rev);
-        if (!ref) {
-            rc = seer_err_set(err, SEER_ENOMEM, "out of memory");
+        char *ref = xasprintf("%s/refs/%s", d.repo_dir, rev), *rel = xasprintf("%s/refs/%s", d.base, rev);
+        int dfd = -1;
+        const char *leaf;
+        if (!ref || !rel) rc = seer_err_set(err, SEER_ENOMEM, "out of memory");
+        if (rc == SEER_OK) rc = cache_dir_of(&d, rel, 1, &dfd, &leaf, err);
+        char *old = rc == SEER_OK ? read_line_at(dfd, leaf) : NULL;
+        if (rc == SEER_OK && (!old || strcmp(old, d.commit) != 0)) rc = write_file_at(dfd, leaf, ref, d.commit, err);
+        if (dfd >= 0) close(dfd);
+        free(old);
+        free(ref), free(rel);
+        if (rc < 0) {
+            if (rc == SEER_ENOTFOUND) rc = SEER_EIO;
             goto out;
         }
-        char *old = read_line_file(ref);
-        if (!old || strcmp(old, d.commit) != 0) {
-            seer_atomic_file_t f;
-            if ((rc = refuse_links_in(d.repo_dir, ref, err)) == 0 && (rc = mkparent(ref, err)) == 0 &&
-                (rc = seer_atomic_open(&f, ref, err)) == 0) {
-                if ((rc = seer_atomic_write(&f, d.commit, strlen(d.commit), err)) == 0)
-                    rc = seer_atomic_commit(&f, err);
-                else
-                    seer_atomic_abort(&f);
-            }
-        }
-        free(old);
-        free(ref);
-        if (rc < 0) goto out;
     }
     *snapshot_dir = xasprintf("%s/snapshots/%s", d.repo_dir, d.commit);
     if (!*snapshot_dir) rc = seer_err_set(err, SEER_ENOMEM, "out of memory");
@@ -1447,6 +1669,8 @@ out:
     free(d.jobs);
     free(d.slots);
     if (d.multi) curl_multi_cleanup(d.multi);
+    if (d.root_fd >= 0) close(d.root_fd);
+    free(d.cache);
     cJSON_Delete(j);
     free(r.body.data);
     free(api);

@@ -36,6 +36,11 @@ typedef struct seer_hub_opts {
     const char *cache_dir;      /* NULL: see above */
     int progress;               /* <0: when stderr is a terminal; 0: never; >0: always */
     int max_workers;            /* files fetched at once, 1..64; 0: $SEER_HUB_MAX_WORKERS, else 4 */
+    /* The time a file's GETs may take in one run: time_floor seconds plus the bytes left to fetch
+     * over min_rate (bytes/s); past it the download stops, keeping the .incomplete. 0: from
+     * $SEER_HUB_TIME_FLOOR / $SEER_HUB_MIN_RATE, else 300 s and 16384 bytes/s. */
+    double time_floor;
+    double min_rate;
     /* Polled during transfers (on the calling thread, about ten times a second); non-zero stops
      * the download with SEER_EINTR (what was fetched stays in the .incomplete files for the next
      * attempt). */

@@ -51,6 +51,18 @@ static void read_opts(lua_State *L, seer_hub_opts_t *o) {
         o->max_workers = (int)n;
     }
     lua_pop(L, 1);
+    static const char *const times[] = {"time_floor", "min_rate"};
+    for (int i = 0; i < 2; i++) {
+        lua_getfield(L, 2, times[i]);
+        if (!lua_isnil(L, -1)) {
+            lua_Number n = lua_tonumber(L, -1);
+            if (lua_type(L, -1) != LUA_TNUMBER || !(n > 0 && n <= 1e15))
+                luaL_error(L, "seer.hub: %s must be a number above 0", times[i]);
+            if (i == 0) o->time_floor = n;
+            else o->min_rate = n;
+        }
+        lua_pop(L, 1);
+    }
     lua_getfield(L, 2, "allow_patterns");
     if (!lua_isnil(L, -1)) {
         if (lua_type(L, -1) != LUA_TTABLE) luaL_error(L, "seer.hub: allow_patterns must be a list of glob strings");

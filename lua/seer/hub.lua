@@ -10,7 +10,8 @@
 ---
 --- Environment: HF_TOKEN (bearer token, never printed), HF_ENDPOINT (default
 --- https://huggingface.co), HF_HUB_OFFLINE=1 (no network: the cache or an error),
---- SEER_HUB_MAX_WORKERS (files fetched at once when max_workers is not given; default 4).
+--- SEER_HUB_MAX_WORKERS (files fetched at once when max_workers is not given; default 4),
+--- SEER_HUB_TIME_FLOOR / SEER_HUB_MIN_RATE (a file's time: 300 s plus 1 s per 16384 bytes).
 --- Errors name the repo, the file and the HTTP status with what to do (401/403: set HF_TOKEN or
 --- accept the model's licence; 404: check the id and revision). Ctrl-C raises "interrupted";
 --- a partial file is resumed by the next download. The hub is outside input: a file is written
@@ -33,6 +34,8 @@ M.DEFAULT_ALLOW = core.DEFAULT_ALLOW
 ---@field cache_dir? string the hub cache directory (what HF_HUB_CACHE names)
 ---@field progress? boolean one progress line for all files on stderr (default: when stderr is a terminal)
 ---@field max_workers? integer files fetched at once, 1..64 (default: SEER_HUB_MAX_WORKERS, else 4)
+---@field time_floor? number seconds a file may take, plus 1 s per min_rate bytes (default: SEER_HUB_TIME_FLOOR or 300)
+---@field min_rate? number slowest average bytes/s a file may arrive at (default: SEER_HUB_MIN_RATE or 16384)
 
 local function check(fn, id, opts, allowed)
   if type(id) ~= "string" then error("seer.hub." .. fn .. ": expected a repo id (\"org/name\"), got " .. type(id), 3) end
@@ -50,7 +53,7 @@ local function check(fn, id, opts, allowed)
 end
 
 local DOWNLOAD_OPTS = { revision = true, allow_patterns = true, token = true, endpoint = true, cache_dir = true,
-  progress = true, max_workers = true }
+  progress = true, max_workers = true, time_floor = true, min_rate = true }
 local CACHED_OPTS = { revision = true, cache_dir = true }
 
 ---Downloads the repo's files (those matching allow_patterns) at the revision into the cache,
@@ -63,6 +66,12 @@ function M.download(repo_id, opts)
   local w = opts.max_workers
   if w ~= nil and (type(w) ~= "number" or w % 1 ~= 0 or w < 1 or w > 64) then
     error("seer.hub.download: max_workers must be a whole number from 1 to 64, got " .. tostring(w), 2)
+  end
+  for _, k in ipairs{ "time_floor", "min_rate" } do
+    local v = opts[k]
+    if v ~= nil and (type(v) ~= "number" or not (v > 0 and v <= 1e15)) then
+      error("seer.hub.download: " .. k .. " must be a number above 0, got " .. tostring(v), 2)
+    end
   end
   local ok, res = pcall(core.download, repo_id, opts)
   if not ok then error(res, 2) end

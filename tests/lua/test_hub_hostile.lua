@@ -1,8 +1,9 @@
 -- seer.hub against a hostile hub (docs/hub.md, "Limits"; docs/security.md): HF_ENDPOINT names a
 -- mirror the host does not trust, and the hub cache may hold what an earlier download or a
 -- sandbox that can write it left there. The server is a Python script written by the test that
--- plays a scenario (scenario.json: the API reply, and per file its ETag, size, body or redirect)
--- and logs every request with its Authorization header.
+-- plays a scenario (scenario.json: the API reply, and per file its ETag, size, body or redirect,
+-- a body sent slowly, a redirect with an endless body) and logs every request with its
+-- Authorization header.
 local T = require "testing"
 local hub = require "seer.hub"
 local process = require "seer.process"
@@ -13,7 +14,7 @@ local safe_fs = require "seer.safe_fs"
 T.setenv("HF_HUB_OFFLINE", nil)
 T.setenv("HF_HUB_CACHE", nil)
 
-local SERVER = [[
+local SERVER = [==[
 import json, os, sys, urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 DIR, PORT_FILE = sys.argv[1], sys.argv[2]
@@ -46,19 +47,40 @@ class H(BaseHTTPRequestHandler):
             status, body = 200, s["cdn"].encode("latin-1")
         elif p.startswith("/loop"):
             status, headers["Location"] = 302, p
+        rb = get and "/resolve/" in p and status == 302 and f and f.get("redirect_body")
         self.send_response(status)
         for k, v in headers.items(): self.send_header(k, v)
-        self.send_header("Content-Length", str(len(body)))
+        if rb and rb["framing"] == "chunked": self.send_header("Transfer-Encoding", "chunked")
+        else: self.send_header("Content-Length", str(10 ** 15 if rb else len(body)))
         self.end_headers()
+        import time
+        if rb:  # a redirect whose body never ends, on a kept-alive connection: "A"s for seconds
+            t0, chunk = time.monotonic(), b"A" * rb.get("chunk", 65536)
+            try:
+                while time.monotonic() - t0 < rb["seconds"]:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk) if rb["framing"] == "chunked" else chunk)
+                    self.wfile.flush()
+                    if rb.get("every"): time.sleep(rb["every"])
+            except OSError: pass
+            self.close_connection = True
+            return
         if get and "/resolve/" in p and f and f.get("stall"):
-            import time; time.sleep(f["stall"])
+            time.sleep(f["stall"])
+        if get and "/resolve/" in p and f and f.get("drip"):  # the body, a chunk at a time
+            try:
+                for i in range(0, len(body), f["drip"]["chunk"]):
+                    self.wfile.write(body[i:i + f["drip"]["chunk"]])
+                    self.wfile.flush()
+                    time.sleep(f["drip"]["every"])
+            except OSError: pass
+            return
         if get: self.wfile.write(body)
 s = ThreadingHTTPServer(("127.0.0.1", 0), H)
 s.daemon_threads = True
 open(PORT_FILE + ".tmp", "w").write(str(s.server_address[1]))
 os.rename(PORT_FILE + ".tmp", PORT_FILE)
 s.serve_forever()
-]]
+]==]
 
 local srv -- {url, port, dir, child}
 
@@ -271,6 +293,154 @@ T.test("files fetched together may not declare more than the disk holds together
                          ["x2.bin"] = { etag = "e19-1", size = big, body = "y", stall = 3 } }, { max_workers = 2 })
   T.eq(ok, false)
   T.contains(tostring(err), "more to fetch beside the")
+end)
+
+-- ---- the cache changed while seer works -------------------------------------------------------
+
+-- Takes the blob's lock (as another process fetching it would), waits until seer has asked for
+-- the file (HEAD, or GET with phase "get"), then swaps the repo's blobs folder for a link out
+-- of the cache and lets go of the lock: what a process that can write the cache can do while
+-- seer is between its checks and its writes.
+local RACER = [[
+import fcntl, json, os, sys, time
+lock, log, name, method, blobs, outside, ready = sys.argv[1:8]
+f = open(lock, "a+")
+if method == "HEAD": fcntl.flock(f, fcntl.LOCK_EX)
+open(ready, "w").write("1")
+def asked():
+    try: lines = open(log).read().splitlines()
+    except OSError: return False
+    return any(json.loads(l)[0] == method and json.loads(l)[2].endswith("/" + name) for l in lines)
+deadline = time.time() + 10
+while not asked() and time.time() < deadline: time.sleep(0.01)
+time.sleep(0.4)
+os.rename(blobs, blobs + ".moved")
+os.symlink(outside, blobs)
+fcntl.flock(f, fcntl.LOCK_UN)
+]]
+
+local function race(name, etag, method, file)
+  local cache, rd = planted_cache()
+  local outside, dir = T.tmpdir(), T.tmpdir()
+  seer.write_file(dir .. "/racer.py", RACER)
+  local s = server()
+  local racer = process.spawn{ argv = { "/usr/bin/python3", dir .. "/racer.py",
+    cache .. "/.locks/models--org--m/" .. etag .. ".lock", s.dir .. "/log", name, method, rd .. "/blobs", outside,
+    dir .. "/ready" }, stdout = "null", stderr = dir .. "/stderr" }
+  local deadline = process.now_ms() + 10000
+  while not read(dir .. "/ready") and process.now_ms() < deadline do process.sleep_ms(10) end
+  local ok, err = play({ [name] = file }, { cache_dir = cache })
+  T.ok(racer:wait(10000), "the racer did not end")
+  T.eq(read(dir .. "/stderr"), "", "the racer failed")
+  local _, listing = T.sh("ls -A '" .. outside .. "'")
+  return ok, err, listing
+end
+
+T.test("a blobs folder swapped for a link while seer waits for the blob's lock is not written through", function()
+  -- the old code checked the folders for links (lstat) before taking the lock and wrote the
+  -- .incomplete by path after it: the file was created, filled and renamed through the link
+  local ok, err, listing = race("race1.bin", "e23-1", "HEAD", { etag = "e23-1", body = "raced bytes" })
+  T.eq(listing, "", "the download wrote outside the cache: " .. listing)
+  T.eq(ok, false)
+  T.contains(tostring(err), "models--org--m/blobs is a symbolic link; seer does not write through links")
+end)
+
+T.test("a blobs folder swapped for a link during the GET is not written through, nor linked as if fetched", function()
+  -- the blob is written and renamed in the folder seer opened; the snapshot link would lead
+  -- through the new link to nothing, so the download fails naming it
+  local ok, err, listing = race("race2.bin", "e24-1", "GET", { etag = "e24-1", body = "raced bytes", stall = 1.5 })
+  T.eq(listing, "", "the download wrote outside the cache: " .. listing)
+  T.eq(ok, false)
+  T.contains(tostring(err), "models--org--m/blobs is a symbolic link")
+end)
+
+-- ---- time ----------------------------------------------------------------------------------------
+
+-- Runs fn with the environment variables vars set (a value false: unset), then restores them.
+local function with_env(vars, fn)
+  local old = {}
+  for k, v in pairs(vars) do
+    old[k] = os.getenv(k) or false
+    T.setenv(k, v or nil)
+  end
+  local ok, e = pcall(fn)
+  for k, v in pairs(old) do T.setenv(k, v or nil) end
+  if not ok then error(e, 0) end
+end
+
+local function timed_play(...)
+  local t0 = process.now_ms()
+  local ok, res, cache, log = play(...)
+  return ok, res, process.now_ms() - t0, cache, log
+end
+
+T.test("an endless body on a redirect is cut at 64 KiB, not read for as long as the server sends", function()
+  -- curl reads a followed redirect's body to keep the connection and gives it to no callback:
+  -- the old code read 15 GB in 6 s of it, for as long as the server went on
+  local s = server()
+  for _, framing in ipairs{ "length", "chunked" } do
+    local ok, err, took = timed_play({ ["x.bin"] = { etag = "e25-1", size = 18, redirect = s.url .. "/cdn/x",
+      redirect_body = { framing = framing, seconds = 4 } } })
+    T.eq(ok, false, framing)
+    T.contains(tostring(err), "org/m: x.bin: a redirect came with a body of more than 64 KiB", framing)
+    T.ok(took < 2000, framing .. ": took " .. took .. " ms")
+  end
+end)
+
+T.test("a redirect's body dripping in forever is cut by the file's time", function()
+  -- under 64 KiB for longer than the test runs, above the stall rate: only the time bounds it
+  local s = server()
+  with_env({ SEER_HUB_TIME_FLOOR = "1", SEER_HUB_MIN_RATE = "1000000" }, function()
+    local ok, err, took = timed_play({ ["x.bin"] = { etag = "e26-1", size = 18, redirect = s.url .. "/cdn/x",
+      redirect_body = { framing = "length", seconds = 4, chunk = 200, every = 0.05 } } })
+    T.eq(ok, false)
+    T.contains(tostring(err), "org/m: x.bin: not fetched in the 1.0 s it is allowed (1 s, plus 1 s per 1000000 bytes")
+    T.ok(took < 2500, "took " .. took .. " ms")
+  end)
+end)
+
+T.test("a file dripping in slower than its time allows is cut, and what arrived is kept", function()
+  local body = ("d"):rep(4096) -- 512 bytes every 0.2 s: 1.6 s in all, 2.5 KiB/s (no stall)
+  local file = { etag = "e27-1", body = body, drip = { chunk = 512, every = 0.2 } }
+  with_env({ SEER_HUB_TIME_FLOOR = "0.5", SEER_HUB_MIN_RATE = "1000000" }, function()
+    local ok, err, took, cache = timed_play({ ["x.bin"] = file })
+    T.eq(ok, false)
+    T.contains(tostring(err), "org/m: x.bin: not fetched in the 0.5 s it is allowed (0.5 s, plus 1 s per 1000000 bytes")
+    T.contains(tostring(err), "of 4096 bytes are kept: run again to resume")
+    T.ok(took < 1400, "took " .. took .. " ms")
+    local part = safe_fs.lstat(cache .. "/models--org--m/blobs/e27-1.incomplete")
+    T.ok(part and part.size > 0 and part.size < 4096, "the bytes that arrived were not kept")
+  end)
+  -- the options win over the variables
+  with_env({ SEER_HUB_TIME_FLOOR = "60" }, function()
+    local ok, err, took = timed_play({ ["x.bin"] = file }, { time_floor = 0.3, min_rate = 4096 })
+    T.eq(ok, false)
+    T.contains(tostring(err), "not fetched in the 1.3 s it is allowed (0.3 s, plus 1 s per 4096 bytes")
+    T.ok(took < 1500, "took " .. took .. " ms")
+  end)
+  -- a time that fits lets it through
+  with_env({ SEER_HUB_TIME_FLOOR = "5" }, function()
+    local ok, res = play({ ["x.bin"] = file })
+    T.eq(ok, true, tostring(res))
+    T.eq(seer.read_file(res .. "/x.bin"), body)
+  end)
+end)
+
+T.test("time_floor and min_rate must be numbers above 0", function()
+  for _, bad in ipairs{ 0, -1, "1", 1 / 0 } do
+    local ok, err = play({ ["x.bin"] = { etag = "e28-1", body = "abc" } }, { min_rate = bad })
+    T.eq(ok, false, tostring(bad))
+    T.contains(tostring(err), "min_rate must be a number above 0", tostring(bad))
+    ok, err = play({ ["x.bin"] = { etag = "e28-1", body = "abc" } }, { time_floor = bad })
+    T.contains(tostring(err), "time_floor must be a number above 0", tostring(bad))
+  end
+  for _, v in ipairs{ { "SEER_HUB_MIN_RATE", "fast" }, { "SEER_HUB_TIME_FLOOR", "-3" } } do
+    with_env({ [v[1]] = v[2] }, function()
+      local ok, err = play({ ["x.bin"] = { etag = "e28-1", body = "abc" } })
+      T.eq(ok, false, v[1])
+      T.contains(tostring(err), v[1] .. "='" .. v[2] .. "': expected ")
+    end)
+  end
 end)
 
 T.test("the server is stopped", function()
