@@ -1,7 +1,8 @@
-/* seer.core.mcp: the MCP client for Lua. JSON crosses this boundary as text (the Lua side,
- * lua/seer/mcp/client.lua, encodes and decodes with seer.json, which keeps the difference
- * between [] and {} that tool schemas need). Errors become Lua errors that name the server;
- * Ctrl-C while waiting cancels the request and raises "interrupted". */
+/* seer.core.mcp: the MCP client for Lua. Arguments cross this boundary as JSON text (the Lua
+ * side, lua/seer/mcp/client.lua, encodes with seer.json, which keeps the difference between []
+ * and {} that tool schemas need); results come back as Lua tables made straight from the
+ * client's cJSON tree, as seer.json would decode them (push_tree). Errors become Lua errors that
+ * name the server; Ctrl-C while waiting cancels the request and raises "interrupted". */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +12,9 @@
 #include <lua.h>
 
 #include "host/host.h"
+#include "json/json.h"
 #include "mcp.h"
+#include "net/net.h"
 
 #define CLIENT_MT "seer.mcp.client"
 
@@ -134,13 +137,120 @@ static int opt_ref(lua_State *L, int idx, const char *what) {
     return luaL_ref(L, LUA_REGISTRYINDEX);
 }
 
-/* Pushes the JSON text of j and frees it. */
+/* ---- results: the cJSON tree as Lua values ------------------------------------------------------
+ *
+ * A result used to reach Lua as text: cJSON_PrintUnformatted (a copy), lua_pushstring (another),
+ * utf8_fix and json.decode (a cJSON tree of its own, then the Lua strings), so a response of B
+ * bytes cost about 4B at the peak (a 9 MiB cut result took the process to 46.6 MiB). The tree is
+ * now turned into Lua values directly, the same values json.decode gave for its text:
+ * - objects and arrays are tables marked with json.object and json.array (empty ones too), a
+ *   repeated key's last value wins;
+ * - null is json.null; a number is the double its digits name (what json.decode reads; the text
+ *   cJSON printed had 15 digits whenever they came within 2 ulp, so 0.30000000000000004 came
+ *   back as 0.3), except that a non-finite one (cJSON reads 1e999 as inf) is json.null, as
+ *   cJSON printed it;
+ * - a string (or key) is its bytes up to a NUL, as cJSON printed it, with each byte that does not
+ *   start a well-formed UTF-8 sequence replaced by U+FFFD, as seer.core.net.utf8_fix did to the
+ *   text (results go into transcripts and notebooks, which must be UTF-8).
+ * Nesting is cJSON's (at most 1000 levels, as json.decode) and the number of values the reader's
+ * (MCP_READER_MAX_VALUES). It runs protected, so that the tree is freed whatever happens. */
+
+typedef struct {
+    const cJSON *tree;
+    int null_idx, arr_idx, obj_idx; /* stack slots of json.null and the two marks */
+} tree_ctx;
+
+static void push_utf8(lua_State *L, const char *p) {
+    const unsigned char *s = (const unsigned char *)p;
+    size_t n = strlen(p);
+    if (seer_utf8_validate(p, n, NULL)) {
+        lua_pushlstring(L, p, n);
+        return;
+    }
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    size_t i = 0;
+    while (i < n) {
+        size_t run = i;
+        while (run < n && s[run] < 0x80) run++;
+        if (run > i) {
+            luaL_addlstring(&b, p + i, run - i);
+            i = run;
+            continue;
+        }
+        size_t adv = seer_net_utf8_seq(s + i, n - i);
+        if (adv) {
+            luaL_addlstring(&b, p + i, adv);
+        } else {
+            luaL_addlstring(&b, "\xEF\xBF\xBD", 3);
+            adv = 1;
+        }
+        i += adv;
+    }
+    luaL_pushresult(&b);
+}
+
+static void push_value(lua_State *L, const tree_ctx *t, const cJSON *j) {
+    if (cJSON_IsObject(j) || cJSON_IsArray(j)) {
+        int obj = cJSON_IsObject(j);
+        if (!lua_checkstack(L, 6)) luaL_error(L, "mcp: the result is nested too deeply for the Lua stack");
+        lua_newtable(L);
+        lua_pushvalue(L, obj ? t->obj_idx : t->arr_idx);
+        lua_setmetatable(L, -2);
+        int i = 0;
+        for (const cJSON *c = j->child; c; c = c->next) {
+            if (obj) {
+                push_utf8(L, c->string ? c->string : "");
+                push_value(L, t, c);
+                lua_rawset(L, -3);
+            } else {
+                push_value(L, t, c);
+                lua_rawseti(L, -2, ++i);
+            }
+        }
+    } else if (cJSON_IsString(j)) {
+        push_utf8(L, j->valuestring ? j->valuestring : "");
+    } else if (cJSON_IsNumber(j)) {
+        double d = j->valuedouble;
+        if (!isfinite(d))
+            lua_pushvalue(L, t->null_idx);
+        else
+            lua_pushnumber(L, d);
+    } else if (cJSON_IsBool(j)) {
+        lua_pushboolean(L, cJSON_IsTrue(j));
+    } else {
+        lua_pushvalue(L, t->null_idx);
+    }
+}
+
+static int push_tree_protected(lua_State *L) {
+    tree_ctx *t = lua_touserdata(L, 1);
+    lua_getfield(L, LUA_REGISTRYINDEX, SEER_JSON_NULL_KEY);
+    if (lua_isnil(L, -1)) { /* seer.json not loaded yet: its sentinel and marks are made there */
+        lua_pop(L, 1);
+        lua_getglobal(L, "require");
+        lua_pushliteral(L, "seer.core.json");
+        lua_call(L, 1, 0);
+        lua_getfield(L, LUA_REGISTRYINDEX, SEER_JSON_NULL_KEY);
+    }
+    t->null_idx = lua_gettop(L);
+    lua_getfield(L, LUA_REGISTRYINDEX, SEER_JSON_ARRAY_MT_KEY);
+    t->arr_idx = lua_gettop(L);
+    lua_getfield(L, LUA_REGISTRYINDEX, SEER_JSON_OBJECT_MT_KEY);
+    t->obj_idx = lua_gettop(L);
+    push_value(L, t, t->tree);
+    return 1;
+}
+
+/* Pushes j as Lua values and frees it. */
 static int push_json(lua_State *L, cJSON *j) {
-    char *text = cJSON_PrintUnformatted(j);
+    if (!j) return luaL_error(L, "mcp: out of memory");
+    tree_ctx t = {j, 0, 0, 0};
+    lua_pushcfunction(L, push_tree_protected);
+    lua_pushlightuserdata(L, &t);
+    int rc = lua_pcall(L, 1, 1, 0);
     cJSON_Delete(j);
-    if (!text) return luaL_error(L, "mcp: out of memory");
-    lua_pushstring(L, text);
-    free(text);
+    if (rc != 0) return lua_error(L);
     return 1;
 }
 

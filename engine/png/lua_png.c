@@ -2,6 +2,7 @@
  * no padding), so plots built in LuaJIT ffi buffers and files read with seer.read_file pass
  * through without conversion. Errors name the function and the argument to fix. */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include <lauxlib.h>
@@ -68,20 +69,28 @@ static int l_decode(lua_State *L) {
 }
 
 /* png.fit(bytes, max_side[, max_pixels]) -> bytes, width, height (the same string when it already
- * fits). max_pixels (default png.MAX_PIXELS, the decode limit) bounds the time: a header claiming
- * more is refused before a row is decoded. What an agent is shown uses png.DISPLAY_MAX_PIXELS. */
+ * fits). max_pixels bounds the time: a header claiming more is refused before a row is decoded.
+ * Its default is png.DISPLAY_MAX_PIXELS (2^25), the bound of every image shown (the notebook
+ * tools, plot's image:fit); a caller that means to take longer passes up to png.MAX_PIXELS. */
 static int l_fit(lua_State *L) {
     size_t n;
     const char *data = check_bytes(L, 1, "png.fit", "bytes", &n);
     unsigned max_side = check_uint(L, 2, "png.fit", "max_side", 1, SEER_PNG_MAX_SIDE);
-    unsigned max_pixels = lua_isnoneornil(L, 3) ? SEER_PNG_MAX_PIXELS
-                                                : check_uint(L, 3, "png.fit", "max_pixels", 1, SEER_PNG_MAX_PIXELS);
+    int dflt = lua_isnoneornil(L, 3);
+    unsigned max_pixels = dflt ? SEER_PNG_DISPLAY_MAX_PIXELS
+                               : check_uint(L, 3, "png.fit", "max_pixels", 1, SEER_PNG_MAX_PIXELS);
     unsigned char *out;
     size_t out_len;
     unsigned w, h;
     seer_err_t err;
-    if (seer_png_fit(data, n, max_side, max_pixels, &out, &out_len, &w, &h, &err) < 0)
+    if (seer_png_fit(data, n, max_side, max_pixels, &out, &out_len, &w, &h, &err) < 0) {
+        if (dflt && (uint64_t)w * h > max_pixels)
+            return luaL_error(L, "png.fit: %s (the default for images to show, png.DISPLAY_MAX_PIXELS: fit's time is "
+                                 "linear in the pixels claimed; pass max_pixels, at most png.MAX_PIXELS = %u, to fit a "
+                                 "larger one)",
+                              err.msg, SEER_PNG_MAX_PIXELS);
         return luaL_error(L, "png.fit: %s", err.msg);
+    }
     if (out) {
         lua_pushlstring(L, (const char *)out, out_len);
         free(out);

@@ -15,8 +15,8 @@
 #define SEER_PNG_MAX_SIDE 32768u
 #define SEER_PNG_MAX_PIXELS (1u << 27)
 
-/* The most pixels an image shown to an agent may claim (seer_png_fit's max_pixels in the
- * notebook MCP tools): 2^25 = 33.6 million, an 8K UHD frame (7680x4320) or a 30-megapixel
+/* The most pixels an image shown to an agent may claim (seer_png_fit's max_pixels for the
+ * notebook MCP tools, and the default of the Lua png.fit, so plot's image:fit too): 2^25 = 33.6 million, an 8K UHD frame (7680x4320) or a 30-megapixel
  * photo. fit's time is linear in the pixels the header claims, whatever the file's size (260 KB
  * of 16-bit RGBA zeros claim 2^25): on this project's 2-core VM, fit to 512 px of a solid-colour
  * PNG takes 0.15 s (1-bit gray) to 0.75 s (16-bit RGBA) at 2^25, against 0.56-3.0 s at the decode
@@ -68,7 +68,7 @@ int seer_png_resize(const unsigned char *src, unsigned src_w, unsigned src_h, un
  * (SEER_EINVAL, the message naming the claim and the limit) before any row is decoded or any
  * pixel memory allocated, plain or Adam7, and *width and *height are then the claimed size. 0
  * (or more than SEER_PNG_MAX_PIXELS) means the decode limit, SEER_PNG_MAX_PIXELS; images shown to
- * an agent use SEER_PNG_DISPLAY_MAX_PIXELS. */
+ * an agent use SEER_PNG_DISPLAY_MAX_PIXELS (the Lua png.fit's default). */
 int seer_png_fit(const void *data, size_t len, unsigned max_side, unsigned max_pixels, unsigned char **out,
                  size_t *out_len, unsigned *width, unsigned *height, seer_err_t *err);
 

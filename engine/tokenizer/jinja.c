@@ -104,6 +104,7 @@ static _Noreturn void jfail(R *r, int code, const char *fmt, ...) {
 #define COST_CHAR 3     /* a code point decoded one at a time */
 #define COST_CMP 8      /* one comparison of two values */
 #define COST_FLOAT 1024 /* formatting a float (shortest repr: up to 17 printf/strtod rounds) */
+#define COST_DIGIT 16   /* a digit printed and read back at a fixed precision (round: up to 700) */
 
 static _Noreturn void work_fail(R *r) {
     jfail(r, SEER_EINVAL,
@@ -2367,8 +2368,14 @@ static jv call_value(R *r, jv f, jargs *a) {
     case T_FUNC:
         switch (f.u.fn) {
         case F_RAISE: {
-            jv m = arg_or(a, 0, "message", v_cstr(""));
+            /* An empty message would end the error at "raise_exception: ", which tells the
+             * reader nothing: it says that the template raised without one. */
+            jv m;
+            if (!arg(a, 0, "message", &m))
+                jfail(r, SEER_EINVAL, "raise_exception: the template raised an error with no message "
+                                      "(raise_exception() was called without one)");
             jstr s = str_of(r, m);
+            if (!s.n) jfail(r, SEER_EINVAL, "raise_exception: the template raised an error with an empty message");
             jfail(r, SEER_EINVAL, "raise_exception: %.*s", (int)(s.n > 900 ? 900 : s.n), s.p);
         }
         case F_STRFTIME: {
@@ -2620,6 +2627,55 @@ static jv round_int(R *r, int64_t x, int64_t prec) {
     return v_int((int64_t)res);
 }
 
+/* Jinja2's round(value, precision, 'floor' or 'ceil'): math.floor(value * 10**precision) /
+ * 10**precision in Python, whose steps are followed exactly, errors included:
+ * - an int with precision >= 0 is exact integer arithmetic there: float(value), whatever the
+ *   precision;
+ * - 10**precision is an int for precision >= 0: times a float it becomes the float nearest it
+ *   (OverflowError past 308 digits), and the floor, an exact int, is divided by the exact int
+ *   10**precision, rounded once: here the floor's exact decimal digits are shifted by precision
+ *   places and read back with strtod, which rounds once too;
+ * - for precision < 0 it is the float pow(10, precision) (0.0 past -323: ZeroDivisionError);
+ * - the floor of an infinity or a nan is an error (OverflowError, ValueError).
+ * Python's floor is an int, so a result of zero is 0.0, never -0.0. */
+static jv round_floor_ceil(R *r, jv v, int64_t prec, int fl) {
+    const char *how = fl ? "floor" : "ceil";
+    if (v.t != T_FLOAT && prec >= 0) return v_float((double)(v.t == T_BOOL ? v.u.b : v.u.i));
+    double f = num_f(v), m;
+    char buf[400];
+    if (prec >= 0) {
+        if (prec > 308)
+            jfail(r, SEER_EINVAL, "overflow error: int too large to convert to float (round(precision=%lld, method='%s') "
+                                  "multiplies a float by 10**%lld; 308 is the largest precision a float allows)",
+                  (long long)prec, how, (long long)prec);
+        snprintf(buf, sizeof buf, "1e%d", (int)prec);
+        m = strtod(buf, NULL);
+    } else {
+        m = prec < -400 ? 0.0 : pow(10.0, (double)prec);
+    }
+    double y = f * m;
+    if (isnan(y)) jfail(r, SEER_EINVAL, "value error: cannot convert float NaN to integer (round(method='%s') of %g)", how, f);
+    if (isinf(y))
+        jfail(r, SEER_EINVAL, "overflow error: cannot convert float infinity to integer (round(precision=%lld, method='%s') "
+                              "of %g: the value times 10**%lld is past the largest float)",
+              (long long)prec, how, f, (long long)prec);
+    double q = fl ? floor(y) : ceil(y);
+    if (q == 0) q = 0.0; /* Python's int 0 */
+    if (prec < 0) {
+        if (m == 0)
+            jfail(r, SEER_EINVAL, "zero division error: float division by zero (round(precision=%lld, method='%s'): "
+                                  "10**%lld is 0.0 as a float)",
+                  (long long)prec, how, (long long)prec);
+        return v_float(q / m);
+    }
+    /* Up to 22 places 10**prec is a float exactly, and one IEEE division of two exact operands
+     * rounds once, as Python's does. */
+    if (q == 0 || prec <= 22) return v_float(q / m);
+    int n = snprintf(buf, sizeof buf, "%.0fe-%d", q, (int)prec); /* q is an integer of at most 309 digits */
+    charge(r, COST_FLOAT + COST_DIGIT * (size_t)(n > 0 ? n : 0));
+    return v_float(strtod(buf, NULL));
+}
+
 static jv filter_tojson(R *r, jv v, jargs *a) {
     jsonopt o = {0};
     jv ind = arg_or(a, 0, "indent", v_none());
@@ -2732,10 +2788,10 @@ static jv apply_filter(R *r, jstr name, jv v, jargs *a) {
         int64_t prec = need_int(r, arg_or(a, 0, "precision", v_int(0)), "round");
         jstr method = need_str(r, arg_or(a, 1, "method", v_cstr("common")), "round");
         if (!is_num(v)) jfail(r, SEER_EINVAL, "type error: round expects a number, got %s", type_name(v));
-        double f = num_f(v), m = pow(10.0, (double)prec);
-        if (str_eq(method, "floor")) return v_float(floor(f * m) / m);
-        if (str_eq(method, "ceil")) return v_float(ceil(f * m) / m);
+        int fl = str_eq(method, "floor");
+        if (fl || str_eq(method, "ceil")) return round_floor_ceil(r, v, prec, fl);
         if (!str_eq(method, "common")) jfail(r, SEER_EINVAL, "value error: method must be common, floor or ceil");
+        double f = num_f(v), m = pow(10.0, (double)prec);
         /* Python's round(): an int stays an int; a float past 323 digits is itself, before -308 a
          * signed zero; infinity and nan are themselves. */
         if (v.t != T_FLOAT) return round_int(r, v.t == T_BOOL ? v.u.b : v.u.i, prec);
@@ -2743,7 +2799,8 @@ static jv apply_filter(R *r, jstr name, jv v, jargs *a) {
         if (prec < -308) return v_float(0.0 * f);
         if (prec < 0) return v_float(nearbyint(f * m) / m);
         char buf[700];
-        snprintf(buf, sizeof buf, "%.*f", (int)prec, f);
+        int n = snprintf(buf, sizeof buf, "%.*f", (int)prec, f);
+        charge(r, COST_DIGIT * (size_t)(n > 0 ? n : 0));
         return v_float(strtod(buf, NULL));
     }
     if (IS("items")) {

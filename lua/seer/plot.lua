@@ -635,11 +635,16 @@ function Image:save(path)
 end
 
 ---The same picture shrunk (area averaging) so that neither side exceeds max_side; itself when
----it already fits.
+---it already fits. Its time is linear in the pixels the PNG's header claims, so an image claiming
+---more than max_pixels (default png.DISPLAY_MAX_PIXELS, 2^25: an 8K frame, under a second) is
+---refused from the header with an error naming its size; pass up to png.MAX_PIXELS (2^27) to
+---fit a larger one (up to about 3 s).
 ---@param max_side integer
+---@param max_pixels? integer
 ---@return seerimage
-function Image:fit(max_side)
-  local bytes, w, h = corepng.fit(self.png, max_side)
+function Image:fit(max_side, max_pixels)
+  local ok, bytes, w, h = pcall(corepng.fit, self.png, max_side, max_pixels)
+  if not ok then error((tostring(bytes):gsub("^png%.fit", "image:fit")), 2) end
   if bytes == self.png then return self end
   return setmetatable({ png = bytes, width = w, height = h, notes = self.notes }, Image)
 end

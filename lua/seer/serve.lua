@@ -58,26 +58,13 @@ local function respond(fd, status, body, ctype, extra)
 end
 
 -- A message as valid UTF-8: it may quote what a client sent (a path of raw bytes, a key cut
--- short in the middle of a character), which json.encode refuses; a byte that does not start a
--- valid character becomes "?" (a 500 "cannot encode" instead of the 4xx is what this prevents).
-local function utf8_safe(s)
-  s = tostring(s)
-  if pcall(json.encode, s) then return s end
-  local out, i, n = {}, 1, #s
-  while i <= n do
-    local c = s:byte(i)
-    local len = c < 0x80 and 1 or c >= 0xC2 and c <= 0xDF and 2 or c >= 0xE0 and c <= 0xEF and 3 or c >= 0xF0 and c <= 0xF4 and 4 or 1
-    local ch = s:sub(i, i + len - 1)
-    if len > 1 and not (#ch == len and pcall(json.encode, ch)) then ch, len = "?", 1
-    elseif len == 1 and c >= 0x80 then ch = "?" end
-    out[#out + 1] = ch
-    i = i + len
-  end
-  return table.concat(out)
-end
+-- short in the middle of a character), which json.encode refuses; every byte that does not
+-- start a well-formed character becomes U+FFFD, the standard replacement, as in the harness's
+-- and the kernel's text from peers (a 500 "cannot encode" instead of the 4xx is what this prevents).
+local utf8_fix = require("seer.core.net").utf8_fix
 
 local function error_body(message, kind)
-  return json.encode{ error = { message = utf8_safe(message), type = kind or "invalid_request_error" } }
+  return json.encode{ error = { message = utf8_fix(tostring(message)), type = kind or "invalid_request_error" } }
 end
 
 local function api_error(fd, status, message, kind, extra)

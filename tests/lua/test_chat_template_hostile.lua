@@ -21,6 +21,14 @@ T.test("chat_template hostile: time and memory bombs end in a named limit", func
   raises(string.rep("{% if true %}", 5000) .. string.rep("{% endif %}", 5000), "nested deeper than")
   raises('{{ ("a"*1000000)|replace("a", "b"*1000) }}', "limit: output longer")
   raises('{{ "a"|indent(1000000000) }}', "limit: indent width")
+  -- round at hundreds of places prints and reads back hundreds of digits: a million of them took
+  -- 2 s (common) and 8.7 s (floor, 309-digit floors) before the loop limit; each digit is charged
+  for _, e in ipairs { "1.2345e-300|round(323)", "1.2345e-300|round(308, 'floor')", "1.7e8|round(300, 'ceil')" } do
+    local t0 = seer.now()
+    raises("{% for i in range(100000) %}{% for j in range(10) %}{% set y = " .. e .. " %}{% endfor %}{% endfor %}",
+      "limit: the render exceeded its work budget")
+    T.ok(seer.now() - t0 < 2, ("%s: %.2f s (0.15-0.4 s here)"):format(e, seer.now() - t0))
+  end
 end)
 
 T.test("chat_template hostile: message content is data, never template code", function()
@@ -28,6 +36,9 @@ T.test("chat_template hostile: message content is data, never template code", fu
   T.eq(render("{% for m in messages %}{{ m.content }}|{{ m.content|tojson }}{% endfor %}",
     { messages = { { role = "user", content = c } } }), c .. '|"' .. c .. '"')
   raises('{{ raise_exception("bad role") }}', "raise_exception: bad role")
+  -- without a message the error ended at "raise_exception: ", saying nothing
+  raises("{{ raise_exception() }}", "raise_exception: the template raised an error with no message")
+  raises("{{ raise_exception('') }}", "raise_exception: the template raised an error with an empty message")
   T.eq(render("{{ messages.__class__ }}{{ ''.__len__ }}{{ self }}", { messages = {} }), "")
 end)
 
@@ -56,4 +67,26 @@ T.test("chat_template hostile: round keeps ints ints and is exact at extreme pre
   T.eq(render("{{ 1e300|round(400) }}|{{ 1e-320|round(322) }}|{{ 1.5|round(-400) }}|{{ 2.675|round(2) }}|{{ 2.5|round }}"),
     "1e+300|1e-320|0.0|2.67|2.0")
   raises("{{ 9000000000000000000|round(-19) }}", "limit: integer overflow in round")
+end)
+
+T.test("chat_template hostile: round with method floor or ceil is Jinja2's, errors included, never nan", function()
+  -- Jinja2 computes math.floor(value * 10**precision) / 10**precision: the expected values and
+  -- errors below are jinja2 3.1.6's (ImmutableSandboxedEnvironment, as transformers renders).
+  -- A huge precision gave nan (pow(10, 400) is inf, inf/inf); a value past the largest float inf.
+  raises("{{ 1.5|round(precision=400, method='floor') }}", "overflow error: int too large to convert to float")
+  raises("{{ 1.5|round(400, 'ceil') }}", "overflow error: int too large to convert to float")
+  raises("{{ 1.25|round(309, 'floor') }}", "308 is the largest precision a float allows")
+  raises("{{ 1e300|round(10, 'floor') }}", "overflow error: cannot convert float infinity to integer")
+  raises("{{ 1.25|round(-400, 'floor') }}", "zero division error: float division by zero")
+  raises("{{ 125|round(-324, 'ceil') }}", "zero division error: float division by zero")
+  -- an int is exact integer arithmetic in Python: float(x) at any precision; 1 / 10**-323 is
+  -- past the largest float, and Python's float division gives inf there
+  T.eq(render("{{ 3|round(400, 'floor') }}|{{ true|round(400, 'ceil') }}|{{ 1.25|round(308, 'floor') }}|{{ 125|round(-323, 'ceil') }}"),
+    "3.0|1.0|1.25|inf")
+  -- Python's floor is an int, so zero is 0.0, not -0.0; and past 22 digits 10**precision is
+  -- not a float: Python divides the exact ints, rounding once
+  T.eq(render("{{ (-30.599)|round(-8, 'ceil') }}|{{ (-83.0443)|round(25, 'floor') }}|{{ 248.13279487563636|round(284, 'ceil') }}"),
+    "0.0|-83.04430000000002|248.1327948756364")
+  T.eq(render("{{ 2.675|round(2, 'floor') }}|{{ (-2.675)|round(2, 'ceil') }}|{{ 125.0|round(-2, 'ceil') }}|{{ 0.1|round(25, 'floor') }}"),
+    "2.67|-2.67|200.0|0.1")
 end)

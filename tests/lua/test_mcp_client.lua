@@ -482,12 +482,132 @@ end
   T.eq(r.seer_cut.content_bytes, 1001000)
   T.contains(r.content[#r.content].text, "(max_result_bytes = 100000)")
   c:close()
-  -- without the option, a response is read whole (up to the 64 MiB of any message)
+  -- without the option the bound is mcp.MAX_RESULT_BYTES, 16 MiB (there was none below the 64 MiB
+  -- of any message: a 20 MB response was held whole, and copied on its way to Lua)
+  T.eq(mcp.MAX_RESULT_BYTES, 16 * 1024 * 1024)
   c = mcp.connect(cfg)
   r = c:call("big", { size = 3000000 })
   T.eq(#r.content[1].text, 3000000)
   T.eq(#r.structuredContent.t, 3000000)
   T.eq(r.seer_cut, nil)
+  r = c:call("big", { size = 10000000 })
+  T.eq(r.seer_cut and r.seer_cut.max_result_bytes, 16 * 1024 * 1024, "a 20 MB response is cut at the default")
+  T.eq(#r.content, 3, "the text, the image and the note")
+  T.eq(#r.content[1].text, 10000000)
+  T.eq(r.content[2].type, "image")
+  T.contains(r.content[3].text, "(max_result_bytes = 16777216) and the rest was skipped; structuredContent was left out]")
+  T.eq(r.structuredContent, nil)
+  T.eq(r.isError, true)
+  T.ok(r.seer_cut.read_bytes <= 16 * 1024 * 1024, tostring(r.seer_cut.read_bytes))
+  T.ok(r.seer_cut.message_bytes > 20000000, tostring(r.seer_cut.message_bytes))
+  c:close()
+  -- an explicit bound of 64 MiB reads a response whole again, up to the 64 MiB of any message
+  c = mcp.connect(cfg, { max_result_bytes = 64 * 1024 * 1024 })
+  r = c:call("big", { size = 10000000 })
+  T.eq(r.seer_cut, nil)
+  T.eq(#r.content[1].text, 10000000)
+  T.eq(#r.structuredContent.t, 10000000)
   c:close()
   T.raises(function() mcp.connect({}, { max_result_bytes = 100 }) end, "max_result_bytes must be a whole number >= 4096", true)
+end)
+
+-- A stdio server (seer -e) whose tools/call answers with the raw line in the file its argument
+-- names ("ID" where the request's id goes) and that, for {size = n}, sends n bytes of text.
+local RAW_SERVER = [[
+local json = require "seer.json"
+local path = ...
+local raw = path ~= "" and io.open(path, "rb"):read("*a") or ""
+while true do
+  local line = io.read("*l")
+  if not line then break end
+  local m = json.decode(line)
+  local function reply(result) io.write(json.encode({ jsonrpc = "2.0", id = m.id, result = result }), "\n") io.flush() end
+  if m.method == "initialize" then
+    reply({ protocolVersion = m.params.protocolVersion, capabilities = { tools = {} }, serverInfo = { name = "raw", version = "1" } })
+  elseif m.method == "tools/list" then
+    reply({ tools = { { name = "raw", inputSchema = { type = "object" } } } })
+  elseif m.method == "tools/call" and m.params.arguments.size then
+    local chunk = string.rep("x", 1048576)
+    io.write('{"jsonrpc":"2.0","id":', m.id, ',"result":{"content":[{"type":"text","text":"')
+    for _ = 1, m.params.arguments.size / #chunk do io.write(chunk) end
+    io.write('"}],"isError":false}}\n')
+    io.flush()
+  elseif m.method == "tools/call" then
+    io.write((raw:gsub("ID", tostring(m.id))), "\n")
+    io.flush()
+  end
+end
+]]
+local function seer_exe() return host.exe_path and host.exe_path() or require("seer.jupyter").seer_binary() end
+
+T.test("mcp client: a result reaches Lua as json.decode gives it: marks, null, numbers, bad UTF-8 in keys and values", function()
+  local json = require "seer.json"
+  local raw = '{"jsonrpc":"2.0","id":ID,"result":{"content":[{"type":"text","text":"ok \255"}],"structuredContent":{'
+    .. '"empty_a":[],"empty_o":{},"nul":null,"t":true,"f":false,"big":9007199254740993,"neg0":-0,"huge":1e999,'
+    .. '"frac":0.1,"int":42,"sum":0.30000000000000004,"bad\255key":"v\254","emb":"a\\u0000b","esc":"\\u00e9\\n\\"","dup":1,"dup":2,'
+    .. '"nest":[[[{"k":[null,[],{}]}]]],"cut":"\195"}}}'
+  local file = T.tmpdir() .. "/raw.json"
+  seer.write_file(file, raw)
+  local c = mcp.connect({ raw = { type = "stdio", command = seer_exe(), args = { "-e", RAW_SERVER, file } } })
+  local r = c:call("raw", {})
+  T.eq(r.content[1].text, "ok \239\191\189")
+  local s = r.structuredContent
+  T.ok(json.is_object(r), "the result is marked an object")
+  T.ok(json.is_array(r.content), "content is marked an array")
+  T.ok(json.is_array(s.empty_a) and next(s.empty_a) == nil, "[] stays an array")
+  T.ok(json.is_object(s.empty_o) and next(s.empty_o) == nil, "{} stays an object")
+  T.eq(json.encode(s.empty_a) .. json.encode(s.empty_o), "[]{}")
+  T.ok(s.nul == json.null, "null is json.null")
+  T.eq({ s.t, s.f, s.frac, s.int }, { true, false, 0.1, 42 })
+  -- the double the server's digits name; the text cJSON printed had 15 digits whenever they came
+  -- within 2 ulp, so these arrived as 9007199254740990 and 0.3
+  T.eq(s.big, 9007199254740992)
+  T.eq(s.sum, 0.1 + 0.2)
+  T.ok(s.sum ~= 0.3)
+  T.ok(s.neg0 == 0 and 1 / s.neg0 < 0, "-0 is -0, as json.decode reads it")
+  T.ok(s.huge == json.null, "1e999 (inf to cJSON) is null, as cJSON printed it")
+  T.eq(s["bad\239\191\189key"], "v\239\191\189")
+  T.eq(s["bad\255key"], nil)
+  T.eq(s.emb, "a", "a string ends at \\u0000, as cJSON printed it")
+  T.eq(s.esc, "\195\169\n\"")
+  T.eq(s.dup, 2, "the last of a repeated key")
+  local k = s.nest[1][1][1].k
+  T.ok(json.is_array(s.nest[1][1]) and json.is_object(s.nest[1][1][1]), "nested marks")
+  T.ok(k[1] == json.null and json.is_array(k[2]) and json.is_object(k[3]) and #k == 3, "null, [] and {} in a list")
+  T.eq(s.cut, "\239\191\189")
+  -- servers() and tools() come the same way
+  T.eq(c:servers()[1].name, "raw")
+  T.ok(json.is_object(c:tools()[1].input_schema))
+  c:close()
+end)
+
+-- The result crosses into Lua once (the cJSON tree straight to Lua values): a process that gets
+-- a 30 MiB response cut at 8 MiB grows by about twice the bound. It printed the tree as text,
+-- copied the text into Lua and decoded it through a tree of its own: about 4 times the bound.
+T.test("mcp client: a cut result costs the process about twice max_result_bytes, not four times", function()
+  local dir = T.tmpdir()
+  seer.write_file(dir .. "/server.lua", RAW_SERVER)
+  seer.write_file(dir .. "/run.lua", [[
+local mcp = require "seer.mcp.client"
+local exe, server, size = arg[1], arg[2], tonumber(arg[3])
+local c = mcp.connect({ raw = { type = "stdio", command = exe, args = { server, "" } } }, { max_result_bytes = 8 * 1048576 })
+local r = c:call("raw", { size = size })
+local kept = #r.content[1].text
+c:close()
+local st = io.open("/proc/self/status"):read("*a")
+print(kept, st:match("VmHWM:%s*(%d+)"))
+]])
+  local function run(size)
+    local p = io.popen(("'%s' '%s/run.lua' '%s' '%s/server.lua' %d 2>&1"):format(seer_exe(), dir, seer_exe(), dir, size))
+    local out = p:read("*a")
+    p:close()
+    local kept, hwm = out:match("^(%d+)%s+(%d+)")
+    T.ok(kept, out)
+    return tonumber(kept), tonumber(hwm) / 1024
+  end
+  local _, base = run(0)
+  local kept, peak = run(30 * 1048576)
+  T.ok(kept > 8 * 1048576 - 4096 and kept <= 8 * 1048576, "kept " .. kept)
+  -- measured: 16 MiB over a small call's peak (32 MiB before)
+  T.ok(peak - base < 24, ("a 30 MiB response cut at 8 MiB: peak %.1f MiB, %.1f MiB over a small call's %.1f"):format(peak, peak - base, base))
 end)

@@ -427,7 +427,7 @@ for interlace in (0, 1):
     T.ok(#seer.read_file(file) < 64 * 1024, "the bomb is small")
     local code = ([[local png = require "seer.core.png"
 local f = io.open(%q, "rb"); local b = f:read("*a"); f:close()
-local out, w, h = png.fit(b, %d)
+local out, w, h = png.fit(b, %d, png.MAX_PIXELS)
 local st = io.open("/proc/self/status"):read("*a")
 print(w, h, #out, st:match("VmHWM:%%s*(%%d+) kB"))]]):format(file, case[2])
     local ok2, res = T.sh(("'%s' -e '%s'"):format(SEER, code:gsub("'", "'\\''")))

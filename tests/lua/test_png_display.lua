@@ -93,12 +93,42 @@ T.test("png.fit's max_pixels: a claim over it is refused from the header at once
       T.ok(dt < 2, ("%s: %.2f s"):format(file, dt))
     end
   end
-  -- without max_pixels the limit is the decode limit, as before (png.MAX_PIXELS)
-  local _, w, h = png.fit(seer.read_file(f[5]), 512)
+  -- without max_pixels the limit is the display limit too (it was the decode limit, 2^27, for
+  -- every caller but the notebook tools): the error says so and how to go past it
+  local ok, err = pcall(png.fit, seer.read_file(f[5]), 512)
+  T.ok(not ok, "a claim over 2^25 was decoded without max_pixels")
+  T.contains(tostring(err), "png.fit: the PNG claims 8192x4097 pixels (33562624), more than the 33554432 this fit allows (max_pixels); not decoded"
+    .. " (the default for images to show, png.DISPLAY_MAX_PIXELS: fit's time is linear in the pixels claimed; pass max_pixels, at most png.MAX_PIXELS = 134217728, to fit a larger one)")
+  local _, w, h = png.fit(seer.read_file(f[5]), 512, png.MAX_PIXELS)
   T.eq({ w, h }, { 512, 256 })
+  _, w, h = png.fit(seer.read_file(f[3]), 512)
+  T.eq({ w, h }, { 512, 256 }, "exactly 2^25 fits by default")
   T.raises(function() png.fit(seer.read_file(f[5]), 512, 0) end, "png.fit: max_pixels must be an integer from 1 to 134217728", true)
   T.raises(function() png.fit(claim_only(20, 10), 512, 199) end, "20x10 pixels (200), more than the 199", true)
   T.eq(png.DISPLAY_MAX_PIXELS, 2 ^ 25)
+end)
+
+T.test("plot's image:fit has the display limit by default: a claim over 2^25 is an error naming it, at once", function()
+  local plot = require "seer.plot"
+  local f = bombs(T.tmpdir(), { { 8192, 4097, 0 }, { 11585, 11585, 1 }, { 8192, 4096, 0 } })
+  for i = 1, 2 do
+    local img = plot.image(seer.read_file(f[i]))
+    local t0 = now()
+    local ok, err = pcall(img.fit, img, 512)
+    T.ok(not ok, f[i] .. " was decoded")
+    T.ok(now() - t0 < 0.05, ("%s: the refusal took %.3f s"):format(f[i], now() - t0))
+    T.contains(tostring(err), i == 1 and "image:fit: the PNG claims 8192x4097 pixels (33562624), more than the 33554432 this fit allows"
+                              or "image:fit: the PNG claims 11585x11585 pixels (134212225), more than the 33554432 this fit allows")
+    T.contains(tostring(err), "pass max_pixels, at most png.MAX_PIXELS = 134217728, to fit a larger one")
+  end
+  local small = plot.image(seer.read_file(f[1])):fit(512, png.MAX_PIXELS)
+  T.eq({ small.width, small.height }, { 512, 256 })
+  small = plot.image(seer.read_file(f[3])):fit(512)
+  T.eq({ small.width, small.height }, { 512, 256 })
+  T.raises(function() plot.image(seer.read_file(f[3])):fit(512, 0) end, "image:fit: max_pixels must be an integer from 1 to 134217728", true)
+  -- a plot's own images are at most 4096x4096 (2^24): always under the default
+  local big = plot.heatmap { matrix = { { 0, 1 } }, width = 4096, height = 4096 }
+  T.eq({ big:fit(512).width, big:fit(512).height }, { 512, 512 })
 end)
 
 T.test("mcp notebook images: one over the display limit becomes a line of text naming its size, in milliseconds; the rest are shown", function()
@@ -233,7 +263,7 @@ T.test("bench: png.fit's time by claimed pixels, and a 16-image result's", funct
   io.write(("\n%-24s %9s %12s %14s %16s\n"):format("file", "bytes", "fit (s)", "fit 2^25 (s)", "16 in a result"))
   for _, f in ipairs(files) do
     local b = seer.read_file(f)
-    local t_all = best(function() png.fit(b, 512) end)
+    local t_all = best(function() png.fit(b, 512, png.MAX_PIXELS) end)
     local t_lim = best(function() pcall(png.fit, b, 512, png.DISPLAY_MAX_PIXELS) end)
     local outs = {}
     for i = 1, 16 do outs[i] = image_output(b) end

@@ -51,7 +51,7 @@ M.PROTOCOL_VERSION = core.PROTOCOL_VERSION
 ---@field on_warning? fun(server: string, text: string) non-fatal oddities (non-JSON lines on stdout); default: printed to stderr
 ---@field max_tools? integer a server listing more tools is refused (default 1000)
 ---@field max_tools_bytes? integer a server whose tool list (names, descriptions, schemas) takes more bytes is refused (default 4 MiB)
----@field max_result_bytes? integer the most the client holds of a tool call's response: its bytes, and 16 more for each JSON value (default: no bound below the 64 MiB of any message). A response past it is cut as it streams in: the result is what was read (a text cut at a character; a block or structuredContent the cut went through left out; isError as the whole response says), with a last text block and seer_cut saying so. The harness sets it from max_tool_result_bytes. At least 4096.
+---@field max_result_bytes? integer the most the client holds of a tool call's response: its bytes, and 16 more for each JSON value (default M.MAX_RESULT_BYTES, 16 MiB). A response past it is cut as it streams in: the result is what was read (a text cut at a character; a block or structuredContent the cut went through left out; isError as the whole response says), with a last text block and seer_cut saying so. The harness sets it from max_tool_result_bytes. At least 4096; 64 MiB or more reads every response whole up to the 64 MiB any message may have (the behaviour before there was a default).
 
 ---@class seermcp.tool
 ---@field server string the server's name in the configuration
@@ -80,14 +80,26 @@ local Client = {}
 Client.__index = Client
 
 local MAX_QUEUED = 100
--- JSON values in one decoded result from a server (a notebook's outputs can be large; a
--- server's reply of millions of tiny values would cost the host tens of bytes each)
+
+---The default max_result_bytes: 16 MiB of a tool call's response held at most, whatever the
+---server sends (a hostile one could make the client hold 64 MiB, the most of any message, and
+---the copies on the way to Lua; the result in Lua costs about twice the bytes kept). Real results
+---are far smaller: 4 MB of text with its structuredContent, or a 3 MB image in base64, is 8 MiB.
+---The harness passes its own bound (harness.result_message_bound: 9 MiB at its defaults).
+M.MAX_RESULT_BYTES = 16 * 1024 * 1024
+-- JSON values in one decoded notification's params (results are bounded in C: the reader
+-- refuses a message of more, and a tool call's response is cut at max_result_bytes, which
+-- charges 16 bytes a value); a server's reply of millions of tiny values would cost the host
+-- tens of bytes each
 M.MAX_VALUES = 4000000
 
 -- What a server sends is the server's: cJSON does not check that its strings are UTF-8, so
--- bytes that are not become U+FFFD here instead of failing the whole result (results go into
--- transcripts and notebooks, which must be UTF-8). Nesting is bounded by cJSON (1000 levels)
--- and size by max_message.
+-- bytes that are not become U+FFFD instead of failing the whole result (results go into
+-- transcripts and notebooks, which must be UTF-8). Results (tools, call, request, servers) come
+-- from seer.core.mcp as Lua tables already, made from the client's cJSON tree with the same
+-- fix and the same values json.decode gives (engine/mcp/lua_mcp.c, push_tree): no JSON text is
+-- printed and read again. Notifications' params come as text and are decoded here. Nesting is
+-- bounded by cJSON (1000 levels) and size by max_message.
 local utf8_fix = require("seer.core.net").utf8_fix
 local function decode(text)
   if text == nil then return nil end
@@ -131,7 +143,8 @@ function M.connect(config, opts)
   self._c = core.connect(json.encode(next(config) == nil and json.object({}) or config), {
     timeout = opts.timeout, connect_timeout = opts.connect_timeout, stderr = opts.stderr,
     on_notification = on_notification, on_warning = opts.on_warning,
-    max_tools = opts.max_tools, max_tools_bytes = opts.max_tools_bytes, max_result_bytes = opts.max_result_bytes,
+    max_tools = opts.max_tools, max_tools_bytes = opts.max_tools_bytes,
+    max_result_bytes = opts.max_result_bytes or M.MAX_RESULT_BYTES,
   })
   return self
 end
@@ -139,7 +152,7 @@ end
 ---All tools of all servers (re-listed first for servers that announced a change).
 ---@return seermcp.tool[]
 function Client:tools()
-  return decode(self._c:tools())
+  return self._c:tools()
 end
 
 ---Calls a tool by its qualified name (or "<server>__<tool>", or a name only one server has).
@@ -149,7 +162,7 @@ end
 ---@return seermcp.result
 function Client:call(name, args, opts)
   opts = opts or {}
-  return decode(self._c:call(name, encode_args(args, "the arguments"), opts.timeout, opts.on_progress))
+  return self._c:call(name, encode_args(args, "the arguments"), opts.timeout, opts.on_progress)
 end
 
 ---Calls a tool of one server by the tool's own name.
@@ -160,7 +173,7 @@ end
 ---@return seermcp.result
 function Client:call_tool(server, tool, args, opts)
   opts = opts or {}
-  return decode(self._c:call_tool(server, tool, encode_args(args, "the arguments"), opts.timeout, opts.on_progress))
+  return self._c:call_tool(server, tool, encode_args(args, "the arguments"), opts.timeout, opts.on_progress)
 end
 
 ---Any other request to one server (resources/list, prompts/get, ...); returns its result.
@@ -171,7 +184,7 @@ end
 ---@return table
 function Client:request(server, method, params, opts)
   opts = opts or {}
-  return decode(self._c:request(server, method, encode_args(params, "params"), opts.timeout))
+  return self._c:request(server, method, encode_args(params, "params"), opts.timeout)
 end
 
 ---Pings one server (or every server) and returns the round trip in seconds (the slowest).
@@ -195,7 +208,7 @@ end
 ---instructions, pid (stdio, while it runs) and dead (why it can no longer be used).
 ---@return table[]
 function Client:servers()
-  return decode(self._c:servers())
+  return self._c:servers()
 end
 
 ---The notifications kept since the last call (only without an on_notification handler).
