@@ -961,6 +961,15 @@ void seer_k_axpy(float *o, float w, const float *v, int n) {
 #ifndef SEER_ATTN_PF
 #define SEER_ATTN_PF 1
 #endif
+#ifndef SEER_ATTN_KDIST
+#define SEER_ATTN_KDIST SEER_ATTN_TILE
+#endif
+#ifndef SEER_ATTN_VDIST
+#define SEER_ATTN_VDIST 0
+#endif
+#ifndef SEER_ATTN_VHINT
+#define SEER_ATTN_VHINT _MM_HINT_T1
+#endif
 #ifndef SEER_ATTN_SPAN
 #define SEER_ATTN_SPAN 1
 #endif
@@ -977,6 +986,13 @@ __attribute__((target("avx2,fma,f16c"))) static void attention_heads_avx2(const 
     float *out = a->out + (size_t)t * qd + (size_t)h0 * hd;
     float mx[SEER_ATTN_MAX_GROUP], inv[SEER_ATTN_MAX_GROUP];
     for (int g = 0; g < nh; g++) mx[g] = -INFINITY;
+#if SEER_ATTN_PF
+    /* head g's pass over a key prefetches its share of the item's cache lines of that row, so
+     * the fetches are spread over the tile's work rather than issued in one burst */
+    size_t pf_lo[SEER_ATTN_MAX_GROUP + 1], span = (size_t)(kv1 - kv0) * (size_t)hd;
+    for (int g = 0; g <= nh; g++) pf_lo[g] = (size_t)kv0 * (size_t)hd + (span * (size_t)g / (size_t)nh + 15) / 16 * 16;
+    if (pf_lo[nh] > (size_t)kv1 * (size_t)hd) pf_lo[nh] = (size_t)kv1 * (size_t)hd;
+#endif
     for (int p0 = first; p0 <= pos; p0 += SEER_ATTN_TILE) {
         int p1 = pos - p0 < SEER_ATTN_TILE ? pos : p0 + SEER_ATTN_TILE - 1;
         for (int g = 0; g < nh; g++) {
@@ -988,12 +1004,9 @@ __attribute__((target("avx2,fma,f16c"))) static void attention_heads_avx2(const 
                  * the softmax), the item's share of each row, one cache line per step, while the
                  * first head goes by: the rows of one key/value head are every kvd-th run of
                  * hd floats, a pattern the hardware prefetchers follow late */
-                if (g == 0) {
-                    size_t o0 = (size_t)kv0 * (size_t)hd, o1 = (size_t)kv1 * (size_t)hd;
-                    for (size_t i = o0; i < o1; i += 16) {
-                        _mm_prefetch((const char *)(a->kc + (size_t)(p + SEER_ATTN_TILE) * (size_t)kvd + i), _MM_HINT_T0);
-                        _mm_prefetch((const char *)(a->vc + (size_t)p * (size_t)kvd + i), _MM_HINT_T1);
-                    }
+                for (size_t i = pf_lo[g]; i < pf_lo[g + 1]; i += 16) {
+                    _mm_prefetch((const char *)(a->kc + (size_t)(p + SEER_ATTN_KDIST) * (size_t)kvd + i), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(a->vc + (size_t)(p + SEER_ATTN_VDIST) * (size_t)kvd + i), SEER_ATTN_VHINT);
                 }
 #endif
                 float s = dot_avx2(qg, kc + (size_t)p * kvd, hd) * a->scale;
