@@ -43,6 +43,20 @@ int seer_stage_open_dir(const char *path, char *real, size_t real_size) {
     return fd;
 }
 
+int seer_stage_open_subdir(int dirfd, const char *name) {
+    if (!name || !*name || strchr(name, '/') || strcmp(name, ".") == 0 || strcmp(name, "..") == 0) return -EINVAL;
+    /* O_NOFOLLOW with O_DIRECTORY: a link, whatever it leads to, is ENOTDIR (O_PATH alone would
+     * open the link itself) */
+    int fd = openat(dirfd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return -errno;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        close(fd);
+        return -ENOTDIR;
+    }
+    return fd;
+}
+
 int seer_stage_open_file(int dirfd, const char *name, const char *root0, const char *root1, long long *size,
                          char *real, size_t real_size) {
     if (!name || !*name || strchr(name, '/') || strcmp(name, ".") == 0 || strcmp(name, "..") == 0) return -EINVAL;

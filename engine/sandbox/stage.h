@@ -23,6 +23,11 @@ enum {
  * O_PATH descriptor, and writes the canonical path the kernel resolved it to into real. */
 int seer_stage_open_dir(const char *path, char *real, size_t real_size);
 
+/* Opens name, one component (no '/', not "." or ".."), of the directory dirfd as an O_PATH
+ * descriptor when it is a directory itself, not a link to one (a link is -ENOTDIR): for walking a
+ * model folder's sub-folders without leaving it. */
+int seer_stage_open_subdir(int dirfd, const char *name);
+
 /* Opens name, one component (no '/', not "." or ".."), of the directory dirfd for reading. A link
  * is followed, then the file the kernel reached (an O_PATH open: no FIFO waited on, no device
  * opened) must be a regular file whose canonical path (its /proc/self/fd name) is root0 or root1

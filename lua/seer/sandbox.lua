@@ -602,6 +602,88 @@ pcall(ffi.cdef, [[
   int seer_stage_close(int fd);
 ]])
 
+pcall(ffi.cdef, [[
+  int seer_stage_open_subdir(int dirfd, const char *name);
+]])
+
+---------------------------------------------------------------------------------------------
+-- Reading a model folder. The files of a model folder are not trusted (docs/security.md): the
+-- folder may be one a sandbox wrote (an agent's model in its workspace, hidden into or mounted
+-- in a second sandbox). Everything the host reads of one while it prepares a sandbox (the
+-- fragments of a hidden model's id, the staging below, the files of a visible cache snapshot it
+-- mounts one by one) goes through the descriptors of engine/sandbox/stage.c: the folder opened
+-- once, each file opened through it (O_PATH first: a FIFO is never waited on, a device never
+-- opened), regular files only, a link only when what the kernel reached lies inside the folder
+-- (link_roots: the loader's rule), and never more than a stated number of bytes.
+
+local C = ffi.C
+local STAGE_ENOTREG, STAGE_EOUTSIDE, STAGE_ESHORT = -1000, -1001, -1002
+local ENOENT, ENOTDIR, ELOOP, EMFILE, ENFILE = 2, 20, 40, 24, 23
+
+local function errstr(rc) return ffi.string(C.strerror(-tonumber(rc))) end
+
+-- n bytes of the file open at fd from off (fewer at its end), or nil and the reason.
+local function fd_read(fd, n, off)
+  if n <= 0 then return "" end
+  local buf = ffi.new("uint8_t[?]", n)
+  local got = tonumber(C.seer_stage_pread(fd, buf, n, off))
+  if got < 0 then return nil, errstr(got) end
+  return ffi.string(buf, got)
+end
+
+-- Where a link in the model folder may lead (the model loader's rule,
+-- engine/tensor/safetensors.c), from `real`, the canonical path of the folder as it was opened:
+-- the folder itself and, for a Hugging Face cache snapshot (.../models--org--name/snapshots/<rev>),
+-- the repository folder, whose snapshots link into its blobs/. Nothing when
+-- SEER_MODEL_FOLLOW_LINKS=1 (a folder the researcher assembled).
+local function link_roots(real)
+  if os.getenv("SEER_MODEL_FOLLOW_LINKS") == "1" then return nil end
+  local roots = { real }
+  local repo = real:match("^(.*/models%-%-[^/]+)/snapshots/[^/]+$") or real:match("^(.*/models%-%-[^/]+)/snapshots$")
+  if repo then roots[2] = repo end
+  return roots
+end
+
+-- The model folder `host` opened (O_PATH, its own links followed: the folder as configured)
+-- once: its descriptor, which its files are opened through and listed from, and its canonical
+-- path as the kernel resolved it; or nil and why.
+local function open_folder(host)
+  local real = ffi.new("char[?]", 4096)
+  local fd = C.seer_stage_open_dir(host, real, 4096)
+  if fd < 0 then return nil, errstr(fd) end
+  return fd, ffi.string(real)
+end
+
+-- The file `name` of the folder open at dirfd, opened for reading (seer_stage_open_file: a link
+-- only when it stays within `roots`, regular files only, nothing waited on): {fd, size, real},
+-- or nil and the code (STAGE_EOUTSIDE, STAGE_ENOTREG, -errno).
+local function open_in(dirfd, name, roots)
+  local size, real = ffi.new("long long[1]"), ffi.new("char[?]", 4096)
+  local fd = C.seer_stage_open_file(dirfd, name, roots and roots[1], roots and roots[2], size, real, 4096)
+  if fd < 0 then return nil, fd end
+  return { fd = fd, size = tonumber(size[0]), real = ffi.string(real) }
+end
+
+-- The file `name` of the folder open at dirfd read whole when it holds at most max bytes (with
+-- prefix: its first max bytes, whatever its size), through open_in; nil for a file that is not
+-- there, not a regular file, a link out of `roots`, larger, or unreadable (read only where such
+-- a file may be passed over: what needs the file opens it itself and says why it cannot).
+local function read_small(dirfd, name, roots, max, prefix)
+  local f = open_in(dirfd, name, roots)
+  if not f then return nil end
+  local text = nil
+  if f.size <= max or prefix then text = fd_read(f.fd, math.min(f.size, max), 0) end
+  C.seer_stage_close(f.fd)
+  return text
+end
+
+-- What hidden_fragments reads of a model folder's files: each JSON file of at most
+-- FRAGMENT_MAX_JSON (a larger one is passed over: the files that name a model, its config,
+-- adapter config and tokenizer config, hold a few KiB), and a README's first FRAGMENT_MAX_README
+-- bytes (its front matter).
+local FRAGMENT_MAX_JSON = 4 * 1048576
+local FRAGMENT_MAX_README = 65536
+
 -- What a hidden model keeps: what seer (or transformers) reads to load it. Everything else —
 -- README.md, NOTICE, LICENSE, notes, tokenizer.model, pickles, sub-folders — stays out.
 local HIDDEN_KEEP = {
@@ -708,45 +790,49 @@ function M.hidden_fragments(models, generic_paths)
     end
     -- a file's own name is not a secret (and a fragment equal to it would rename the file)
     for _, f in ipairs(m.files) do if hidden_keeps(f.name) then filenames[fold(f.name)] = true end end
-    for _, e in ipairs(sb.listdir(m.host) or {}) do
-      if e.name:match("%.json$") and (e.size or 0) < 4 * 1048576 then
-        local jf = io.open(m.host .. "/" .. e.name, "rb")
-        local okj, doc = false, nil
-        if jf then okj, doc = pcall(json.decode, jf:read("*a"), { max_values = json_limit(e.name) }); jf:close() end
-        if okj and type(doc) == "table" and not json.is_array(doc) then
-          for k in pairs(NAME_KEYS) do add_named(doc[k]) end
+    -- the folder's files are read as "Reading a model folder" above says: a FIFO or device is
+    -- passed over, never waited on, a link out of the folder never followed, nothing read past
+    -- its limit (a notes.json that is a FIFO hung start(), one linked to /dev/zero was read
+    -- until memory ran out)
+    local dirfd, real = open_folder(m.host)
+    local roots = dirfd and link_roots(real)
+    local function read_cfg(text, file)
+      local ok, cfg = pcall(json.decode, text, { max_values = json_limit(file) })
+      if not ok or type(cfg) ~= "table" then return end
+      if file == "config.json" or file == "tokenizer_config.json" then
+        if type(cfg.model_type) == "string" then structural[fold(cfg.model_type)] = true end
+        if type(cfg.tokenizer_class) == "string" then structural[fold(cfg.tokenizer_class)] = true end
+        if type(cfg.architectures) == "table" then
+          for _, a in ipairs(cfg.architectures) do if type(a) == "string" then structural[fold(a)] = true end end
         end
-      elseif e.name:lower() == "readme.md" then
-        local rf = io.open(m.host .. "/" .. e.name, "rb")
-        local text = rf and rf:read(65536) or ""
-        if rf then rf:close() end
-        local front = text:match("^%-%-%-\n(.-)\n%-%-%-") or ""
-        local list = false
-        for line in (front .. "\n"):gmatch("([^\n]*)\n") do
-          local key, val = line:match("^([%w_]+):%s*(.-)%s*$")
-          if key then
-            list = (key == "base_model" or key == "model_name") and val == ""
-            if key == "base_model" or key == "model_name" then add_named(val) end
-          elseif list then
-            add_named(line:match("^%s*%-%s*(%S+)"))
+      end
+      if not json.is_array(cfg) then
+        for k in pairs(NAME_KEYS) do add_named(cfg[k]) end
+      end
+    end
+    local ok, err = pcall(function()
+      for _, e in ipairs(dirfd and sb.listdir("/proc/self/fd/" .. dirfd) or {}) do
+        if e.type ~= "dir" and e.name:match("%.json$") then
+          local text = read_small(dirfd, e.name, roots, FRAGMENT_MAX_JSON)
+          if text then read_cfg(text, e.name) end
+        elseif e.type ~= "dir" and e.name:lower() == "readme.md" then
+          local text = read_small(dirfd, e.name, roots, FRAGMENT_MAX_README, true) or ""
+          local front = text:match("^%-%-%-\n(.-)\n%-%-%-") or ""
+          local list = false
+          for line in (front .. "\n"):gmatch("([^\n]*)\n") do
+            local key, val = line:match("^([%w_]+):%s*(.-)%s*$")
+            if key then
+              list = (key == "base_model" or key == "model_name") and val == ""
+              if key == "base_model" or key == "model_name" then add_named(val) end
+            elseif list then
+              add_named(line:match("^%s*%-%s*(%S+)"))
+            end
           end
         end
       end
-    end
-    for _, file in ipairs({ "config.json", "tokenizer_config.json" }) do
-      local f = io.open(m.host .. "/" .. file, "rb")
-      if f then
-        local ok, cfg = pcall(json.decode, f:read(4 * 1048576) or "", { max_values = json_limit(file) })
-        f:close()
-        if ok and type(cfg) == "table" then
-          if type(cfg.model_type) == "string" then structural[fold(cfg.model_type)] = true end
-          if type(cfg.tokenizer_class) == "string" then structural[fold(cfg.tokenizer_class)] = true end
-          if type(cfg.architectures) == "table" then
-            for _, a in ipairs(cfg.architectures) do if type(a) == "string" then structural[fold(a)] = true end end
-          end
-        end
-      end
-    end
+    end)
+    if dirfd then C.seer_stage_close(dirfd) end
+    if not ok then error(err, 0) end
   end
   -- what the architecture says is no secret: a fragment inside model_type or an architecture
   -- name ("qwen" of Qwen/..., model_type qwen2) would otherwise clean the config unloadable
@@ -832,23 +918,10 @@ end
 -- by path could meanwhile have become a link to a host file, or a directory on the way a link to
 -- a host folder, and the host would have staged that file into the second sandbox.
 
-local C = ffi.C
-local STAGE_ENOTREG, STAGE_EOUTSIDE, STAGE_ESHORT = -1000, -1001, -1002
-local ENOENT, ENOTDIR, ELOOP, EMFILE, ENFILE = 2, 20, 40, 24, 23
+-- (C, the STAGE_E* codes, errstr, fd_read and link_roots: "Reading a model folder" above)
 -- The most a JSON or text file of a hidden model may hold to be read for cleaning: the largest
 -- the loaders read (tokenizer.json, engine/tokenizer/tokenizer.h SEER_TOKENIZER_MAX_FILE).
 local STAGE_MAX_TEXT = 256 * 1048576
-
-local function errstr(rc) return ffi.string(C.strerror(-tonumber(rc))) end
-
--- n bytes of the file open at fd from off (fewer at its end), or nil and the reason.
-local function fd_read(fd, n, off)
-  if n <= 0 then return "" end
-  local buf = ffi.new("uint8_t[?]", n)
-  local got = tonumber(C.seer_stage_pread(fd, buf, n, off))
-  if got < 0 then return nil, errstr(got) end
-  return ffi.string(buf, got)
-end
 
 -- The whole of a kept text file (its size as checked), bounded.
 local function read_kept(file, shown)
@@ -1011,19 +1084,6 @@ local function plan_hidden_file(name, file, frags)
     end
   end
   return p
-end
-
--- Where a link in the model folder may lead (the model loader's rule,
--- engine/tensor/safetensors.c), from `real`, the canonical path of the folder as it was opened:
--- the folder itself and, for a Hugging Face cache snapshot (.../models--org--name/snapshots/<rev>),
--- the repository folder, whose snapshots link into its blobs/. Nothing when
--- SEER_MODEL_FOLLOW_LINKS=1 (a folder the researcher assembled).
-local function link_roots(real)
-  if os.getenv("SEER_MODEL_FOLLOW_LINKS") == "1" then return nil end
-  local roots = { real }
-  local repo = real:match("^(.*/models%-%-[^/]+)/snapshots/[^/]+$") or real:match("^(.*/models%-%-[^/]+)/snapshots$")
-  if repo then roots[2] = repo end
-  return roots
 end
 
 -- The model folder `host`, opened (O_PATH) once: its descriptor, which every file of it is
@@ -1227,6 +1287,62 @@ function Sandbox:_unstage_hidden()
   end
 end
 
+-- The most folders deep mount_snapshot goes into a snapshot (a Hugging Face repository's files
+-- are a few folders deep at most).
+local SNAPSHOT_MAX_DEPTH = 32
+
+-- The bwrap arguments that mount a visible model's Hugging Face cache snapshot `host` at
+-- `mount`, each file at its own name: the cache's links into ../../blobs would not resolve
+-- inside, and the cache layout would show the id. What is mounted is the file each link leads to
+-- on the host, so each is opened as the loader would open it ("Reading a model folder"): a link
+-- must stay inside the repository folder models--org--name (a snapshot file linked to a host
+-- file, ~/.ssh/id_rsa, would put that file in the sandbox; one linked to a host folder, that
+-- folder); what is not a regular file (a FIFO, a device, a link to a folder) is left out; a
+-- sub-folder is walked only when it is a folder itself, not a link to one. The path bound is
+-- the file's canonical path as the kernel opened it (bwrap mounts by path, so a cache that
+-- something rewrites while the sandbox starts is not covered: the hub cache is the host's,
+-- written only by seer's downloads, docs/sandbox.md).
+local function mount_snapshot(binds, host, mount)
+  local held = {}
+  local ok, err = pcall(function()
+    local top, real = open_folder(host)
+    if not top then error(("cannot open the model folder %s: %s"):format(host, real), 0) end
+    held[#held + 1] = top
+    local roots = link_roots(real)
+    local function walk(dirfd, shown, rel, depth)
+      if depth > SNAPSHOT_MAX_DEPTH then
+        error(("%s is more than %d folders deep; seer does not mount a model folder nested that deep"):format(shown, SNAPSHOT_MAX_DEPTH), 0)
+      end
+      for _, e in ipairs(sb.listdir("/proc/self/fd/" .. dirfd) or {}) do
+        if e.type == "dir" then
+          local sub = C.seer_stage_open_subdir(dirfd, e.name)
+          if sub >= 0 then
+            held[#held + 1] = sub
+            walk(sub, shown .. "/" .. e.name, rel .. e.name .. "/", depth + 1)
+            C.seer_stage_close(sub)
+            held[#held] = nil
+          end
+        else
+          local f, code = open_in(dirfd, e.name, roots)
+          if f then
+            C.seer_stage_close(f.fd)
+            binds[#binds + 1] = { "--ro-bind", f.real, mount .. "/" .. rel .. e.name }
+          elseif code == STAGE_EOUTSIDE then
+            error(("%s/%s is a symbolic link that leads out of its model folder; the files of a model folder are not "
+              .. "trusted, so seer does not mount it into a sandbox (copy the file into the folder, or set "
+              .. "SEER_MODEL_FOLLOW_LINKS=1 for a folder you assembled yourself)"):format(shown, e.name), 0)
+          elseif code ~= STAGE_ENOTREG and code ~= -ENOENT and code ~= -ENOTDIR and code ~= -ELOOP then
+            error(("cannot open the model's file %s/%s to mount it into the sandbox: %s"):format(shown, e.name, errstr(code)), 0)
+          end
+        end
+      end
+    end
+    walk(top, host, "", 0)
+  end)
+  for _, fd in ipairs(held) do C.seer_stage_close(fd) end
+  if not ok then error(err, 0) end
+end
+
 -- Models: where each is on the host, and the bwrap arguments that mount it read-only. A hidden
 -- model (and a hidden adapter's base) is staged first (Sandbox:_stage_hidden) and mounted as one
 -- directory under an opaque name.
@@ -1334,19 +1450,7 @@ function Sandbox:_prepare_models(binds, env)
     elseif kind == "dir" then
       binds[#binds + 1] = { "--ro-bind", host, mount }
     else
-      -- Each file of the snapshot is mounted at its own name: the cache's symlinks into
-      -- ../../blobs would not resolve inside, and the cache layout would show the id.
-      local function walk(dir, rel)
-        for _, e in ipairs(sb.listdir(dir) or {}) do
-          local p = dir .. "/" .. e.name
-          if e.type == "dir" then walk(p, rel .. e.name .. "/")
-          else
-            local real = core.realpath(p)
-            if real then binds[#binds + 1] = { "--ro-bind", real, mount .. "/" .. rel .. e.name } end
-          end
-        end
-      end
-      walk(host, "")
+      mount_snapshot(binds, host, mount)
     end
     return host, mount
   end
