@@ -4,7 +4,13 @@
 #include <math.h>
 #include <stdlib.h>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define SEER_X86 1
+#endif
+
 #include "model.h"
+#include "model_private.h"
 
 static uint64_t splitmix64(uint64_t *x) {
     uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
@@ -39,6 +45,62 @@ static int cand_desc(const void *a, const void *b) {
     return x->id - y->id;
 }
 
+/* The first index of the largest logit (x > best, as a scalar loop: -0 and +0 tie), or
+ * SEER_SAMPLE_NONFINITE when a logit is NaN or +infinity or every one is -infinity. */
+static int argmax_generic(const float *logits, int vocab) {
+    int best = 0;
+    for (int i = 0; i < vocab; i++) {
+        float x = logits[i];
+        if (isnan(x) || x == INFINITY) return SEER_SAMPLE_NONFINITE;
+        if (x > logits[best]) best = i;
+    }
+    return logits[best] == -INFINITY ? SEER_SAMPLE_NONFINITE : best;
+}
+
+#ifdef SEER_X86
+/* The same answer in two vector passes (the largest value and whether any is NaN or +inf, then
+ * its first index): greedy decoding scans the whole vocabulary per sequence and step, and the
+ * scalar loop (a compare against a reloaded logits[best] each step) took 115 us for 32000 logits,
+ * now 3.5-6 us (a 20,000-scan loop over seer_sample on this VM): 1.8 ms of a batch-16 decode step
+ * of the 0.5B bench model (about 56 ms) before. The maximum of floats is exact, so the index is
+ * the scalar loop's (tests/unit/test_model.c, sample::greedy_scan_matches_the_scalar_rule). */
+__attribute__((target("avx2"))) static int argmax_avx2(const float *logits, int vocab) {
+    __m256 mx = _mm256_set1_ps(-INFINITY), inf = _mm256_set1_ps(INFINITY), bad = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= vocab; i += 8) {
+        __m256 v = _mm256_loadu_ps(logits + i);
+        bad = _mm256_or_ps(bad, _mm256_or_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q), _mm256_cmp_ps(v, inf, _CMP_EQ_OQ)));
+        mx = _mm256_max_ps(mx, v);
+    }
+    if (_mm256_movemask_ps(bad)) return SEER_SAMPLE_NONFINITE;
+    float m8[8], m = -INFINITY;
+    _mm256_storeu_ps(m8, mx);
+    for (int k = 0; k < 8; k++)
+        if (m8[k] > m) m = m8[k];
+    for (int k = i; k < vocab; k++) {
+        float x = logits[k];
+        if (isnan(x) || x == INFINITY) return SEER_SAMPLE_NONFINITE;
+        if (x > m) m = x;
+    }
+    if (m == -INFINITY) return SEER_SAMPLE_NONFINITE;
+    __m256 mv = _mm256_set1_ps(m);
+    for (i = 0; i + 8 <= vocab; i += 8) {
+        int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(logits + i), mv, _CMP_EQ_OQ));
+        if (hit) return i + __builtin_ctz((unsigned)hit);
+    }
+    for (; i < vocab; i++)
+        if (logits[i] == m) return i;
+    return SEER_SAMPLE_NONFINITE; /* not reached: m is one of the logits */
+}
+#endif
+
+static int argmax_finite(const float *logits, int vocab) {
+#ifdef SEER_X86
+    if (seer_k_have_avx2()) return argmax_avx2(logits, vocab);
+#endif
+    return argmax_generic(logits, vocab);
+}
+
 int seer_sample(float *logits, int vocab, const int32_t *history, int n_history, const seer_sampler_opts_t *o,
                 seer_rng_t *rng) {
     if (o->repetition_penalty > 0 && o->repetition_penalty != 1.0f) {
@@ -55,13 +117,8 @@ int seer_sample(float *logits, int vocab, const int32_t *history, int n_history,
     /* Logits that are NaN or +infinity (activations that overflowed, a hook that wrote NaN) or
      * all -infinity choose no token: greedy would take id 0 (NaN compares false), sampling the
      * last candidate. The caller reports it (SEER_SAMPLE_NONFINITE). */
-    int best = 0;
-    for (int i = 0; i < vocab; i++) {
-        float x = logits[i];
-        if (isnan(x) || x == INFINITY) return SEER_SAMPLE_NONFINITE;
-        if (x > logits[best]) best = i;
-    }
-    if (logits[best] == -INFINITY) return SEER_SAMPLE_NONFINITE;
+    int best = argmax_finite(logits, vocab);
+    if (best < 0) return best;
     if (o->temperature <= 0.0f) return best;
     cand_t *c = malloc((size_t)vocab * sizeof *c);
     if (!c) return -1;

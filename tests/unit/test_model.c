@@ -181,6 +181,53 @@ Test(sample, filters) {
     }
 }
 
+/* Greedy's scan (vectorised where the CPU allows) against the scalar rule it must keep: the
+ * first index of the largest logit (x > best: -0 and +0 tie), nothing when a logit is NaN or
+ * +inf or all are -inf; lengths around the vector width, ties, special values anywhere. */
+static int greedy_ref(const float *l, int n) {
+    int best = 0;
+    for (int i = 0; i < n; i++) {
+        if (isnan(l[i]) || l[i] == INFINITY) return SEER_SAMPLE_NONFINITE;
+        if (l[i] > l[best]) best = i;
+    }
+    return l[best] == -INFINITY ? SEER_SAMPLE_NONFINITE : best;
+}
+
+Test(sample, greedy_scan_matches_the_scalar_rule) {
+    seer_rng_t rng;
+    seer_rng_seed(&rng, 11);
+    seer_sampler_opts_t greedy = {.temperature = 0, .top_p = 1, .repetition_penalty = 1};
+    static const int lens[] = {1, 2, 7, 8, 9, 15, 16, 17, 31, 33, 100, 32000, 32003};
+    static float l[32003], copy[32003];
+    int checked = 0;
+    for (size_t li = 0; li < sizeof lens / sizeof *lens; li++)
+        for (int trial = 0; trial < 60; trial++) {
+            int n = lens[li];
+            for (int i = 0; i < n; i++) /* few distinct values: many ties */
+                l[i] = (float)((int)(seer_rng_uniform(&rng) * 7) - 3) * (trial % 2 ? 0.5f : 1.0f);
+            int kind = trial % 10, at = (int)(seer_rng_uniform(&rng) * n);
+            if (kind == 1) l[at] = NAN;
+            if (kind == 2) l[at] = INFINITY;
+            if (kind == 3) l[at] = -INFINITY;
+            if (kind == 4)
+                for (int i = 0; i < n; i++) l[i] = -INFINITY;
+            if (kind == 5)
+                for (int i = 0; i < n; i++) l[i] = (i % 3) ? -0.0f : 0.0f;
+            if (kind == 6) l[n - 1] = 100.0f; /* the maximum in the tail */
+            if (kind == 7) l[0] = 100.0f, l[n - 1] = 100.0f;
+            if (kind == 8) {
+                for (int i = 0; i < n; i++) l[i] = -INFINITY;
+                l[at] = -1e30f;
+            }
+            memcpy(copy, l, sizeof(float) * (size_t)n);
+            int want = greedy_ref(l, n), got = seer_sample(l, n, NULL, 0, &greedy, &rng);
+            cr_assert_eq(got, want, "length %d, case %d: %d, the scalar rule gives %d", n, kind, got, want);
+            cr_assert_arr_eq(l, copy, sizeof(float) * (size_t)n, "greedy changed the logits");
+            checked++;
+        }
+    cr_assert_eq(checked, 13 * 60);
+}
+
 Test(sample, tiny_temperatures_tend_to_greedy_and_nonfinite_logits_choose_nothing) {
     seer_rng_t rng;
     seer_rng_seed(&rng, 11);
