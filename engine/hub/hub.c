@@ -148,8 +148,8 @@ static int walk_at(int at, const char *at_path, const char *rel, int create, int
             struct stat st; /* Linux says ENOTDIR for a link under O_NOFOLLOW | O_DIRECTORY */
             if ((e == ELOOP || e == ENOTDIR) && fstatat(fd, c, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode))
                 rc = seer_err_set(err, SEER_EIO,
-                                  "hub: %s/%.*s is a symbolic link; seer does not write through links inside the model "
-                                  "cache (remove it and run again)",
+                                  "hub: %s/%.*s is a symbolic link; seer does not follow links inside the model cache "
+                                  "(remove it and run again)",
                                   at_path, n, rel);
             else if (e == ENOENT)
                 rc = seer_err_set(err, SEER_ENOTFOUND, "hub: %s/%.*s does not exist", at_path, n, rel);
@@ -332,39 +332,210 @@ static int repo_dir(const char *repo_id, const seer_hub_opts_t *o, char **out, s
     return SEER_OK;
 }
 
-static char *read_line_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char buf[256];
-    char *r = fgets(buf, sizeof buf, f) ? strdup(buf) : NULL;
-    fclose(f);
-    if (r) r[strcspn(r, "\r\n \t")] = 0;
-    return r;
+/* ---- reading the cache -------------------------------------------------------------------------
+ * What seer reads of the cache is reached the same way as what it writes: from the cache
+ * directory's descriptor down (walk_at), never by path, no link below the cache directory
+ * followed. A file read (a ref) is first opened with O_PATH | O_NOFOLLOW, which opens nothing (a
+ * FIFO is not waited on, a device not opened, a link not followed), checked to be a regular file
+ * of a bounded size, then opened for reading with O_NONBLOCK | O_NOFOLLOW and checked to be the
+ * same file. */
+
+/* A ref holds a commit id (40 hex digits; safe_token allows 128 characters): a file in refs/
+ * larger than this is not a ref. */
+#define REF_MAX_BYTES ((size_t)256)
+
+/* What st is, for messages about a cache entry that is not what it should be. */
+static const char *file_kind(const struct stat *st) {
+    if (S_ISLNK(st->st_mode)) return "a symbolic link";
+    if (S_ISFIFO(st->st_mode)) return "a FIFO";
+    if (S_ISSOCK(st->st_mode)) return "a socket";
+    if (S_ISCHR(st->st_mode) || S_ISBLK(st->st_mode)) return "a device";
+    if (S_ISDIR(st->st_mode)) return "a directory";
+    return S_ISREG(st->st_mode) ? "a regular file" : "not a regular file";
 }
 
+/* The contents of leaf in the folder dfd (path names it in messages), at most max bytes, in *out
+ * (malloc'd, NUL-terminated) with *len its length. SEER_ENOTFOUND when there is no such entry;
+ * SEER_EIO, with a message naming path, what it is and the fix, for a symbolic link (not
+ * followed), anything but a regular file (not opened for reading, never waited on) or a file
+ * larger than max (what: what the file should hold, for that message). */
+static int read_small_at(int dfd, const char *leaf, const char *path, size_t max, const char *what, char **out,
+                         size_t *len, seer_err_t *err) {
+    int pfd = openat(dfd, leaf, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (pfd < 0) {
+        int e = errno;
+        return seer_err_set(err, e == ENOENT ? SEER_ENOTFOUND : SEER_EIO, "hub: cannot open %s: %s", path,
+                            strerror(e));
+    }
+    struct stat st, st2;
+    int rc = SEER_OK;
+    if (fstat(pfd, &st) != 0)
+        rc = seer_err_set(err, SEER_EIO, "hub: cannot open %s: %s", path, strerror(errno));
+    else if (S_ISLNK(st.st_mode))
+        rc = seer_err_set(err, SEER_EIO,
+                          "hub: %s is a symbolic link; seer does not follow links inside the model cache (remove it "
+                          "and run again)",
+                          path);
+    else if (!S_ISREG(st.st_mode))
+        rc = seer_err_set(err, SEER_EIO,
+                          "hub: %s is %s, not a regular file; seer does not read it (remove it and run again)", path,
+                          file_kind(&st));
+    else if ((unsigned long long)st.st_size > max)
+        rc = seer_err_set(err, SEER_EIO,
+                          "hub: %s holds %lld bytes, more than %s can (%zu at most); seer does not read it (remove "
+                          "it and run again)",
+                          path, (long long)st.st_size, what, max);
+    close(pfd);
+    if (rc < 0) return rc;
+    int fd = openat(dfd, leaf, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0 || fstat(fd, &st2) != 0 || !S_ISREG(st2.st_mode) || st2.st_dev != st.st_dev ||
+        st2.st_ino != st.st_ino) {
+        if (fd >= 0) close(fd);
+        return seer_err_set(err, SEER_EIO, "hub: %s was replaced while seer read it; run again", path);
+    }
+    char *buf = malloc(max + 2);
+    size_t n = 0;
+    while (buf && n <= max) {
+        ssize_t r = read(fd, buf + n, max + 1 - n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            rc = seer_err_set(err, SEER_EIO, "hub: cannot read %s: %s", path, strerror(errno));
+            break;
+        }
+        if (r == 0) break;
+        n += (size_t)r;
+    }
+    close(fd);
+    if (!buf) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+    if (rc == SEER_OK && n > max)
+        rc = seer_err_set(err, SEER_EIO,
+                          "hub: %s holds more than %zu bytes, more than %s can; seer does not read it (remove it and "
+                          "run again)",
+                          path, max, what);
+    if (rc < 0) {
+        free(buf);
+        return rc;
+    }
+    buf[n] = 0;
+    *out = buf;
+    if (len) *len = n;
+    return SEER_OK;
+}
+
+/* The commit a ref (leaf in the refs folder dfd) names: trailing white space dropped, the rest a
+ * safe_token, else SEER_EIO naming the file (a ref that is not a commit is not followed). */
+static int read_ref_at(int dfd, const char *leaf, const char *path, char **commit, seer_err_t *err) {
+    char *s = NULL;
+    size_t n = 0;
+    int rc = read_small_at(dfd, leaf, path, REF_MAX_BYTES, "a ref (a commit id)", &s, &n, err);
+    if (rc < 0) return rc;
+    while (n > 0 && strchr("\r\n \t", s[n - 1])) s[--n] = 0;
+    if (strlen(s) != n || !safe_token(s)) {
+        char e[ESC_MAX];
+        rc = seer_err_set(err, SEER_EIO,
+                          "hub: %s holds '%s', not a commit id; seer does not follow it (remove it and run again)",
+                          path, esc(e, sizeof e, s));
+        free(s);
+        return rc;
+    }
+    *commit = s;
+    return SEER_OK;
+}
+
+/* Whether the entry name of the snapshot folder dfd, depth folders below snapshots/<commit>,
+ * is a file of the repo seer can take as already fetched: a regular file (a copy, where links
+ * could not be made), or a link of exactly huggingface_hub's and seer's shape, "../../blobs/<etag>"
+ * with one more "../" per folder of the file's name, to a regular file in the repo's own blobs
+ * folder (base/blobs below the cache directory root_fd, walked to without following a link, so
+ * the kernel resolves the link to the file checked). Nothing is followed: a link elsewhere, to
+ * a blob that is a link, a FIFO or missing, or any other entry, is not such a file (0). */
+static int snapshot_entry_ok(int root_fd, const char *cache, const char *base, int dfd, const char *name,
+                             int depth) {
+    struct stat st;
+    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return 0;
+    if (S_ISREG(st.st_mode)) return 1;
+    if (!S_ISLNK(st.st_mode)) return 0;
+    char target[PATH_MAX];
+    ssize_t n = readlinkat(dfd, name, target, sizeof target - 1);
+    if (n < 0) return 0;
+    target[n] = 0;
+    const char *p = target;
+    for (int i = 0; i < depth + 2; i++, p += 3)
+        if (strncmp(p, "../", 3) != 0) return 0;
+    if (strncmp(p, "blobs/", 6) != 0 || !safe_token(p + 6)) return 0;
+    char *rel = xasprintf("%s/blobs", base);
+    int bfd = -1, ok = 0;
+    seer_err_t scratch;
+    if (rel && walk_at(root_fd, cache, rel, 0, &bfd, &scratch) == SEER_OK)
+        ok = fstatat(bfd, p + 6, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode);
+    if (bfd >= 0) close(bfd);
+    free(rel);
+    return ok;
+}
+
+/* The offline lookup, every step by descriptor from the cache directory, no link below it
+ * followed: refs/<revision> read with read_ref_at (a link, FIFO or other non-file there is
+ * refused naming it, never followed or waited on), and snapshots/<commit> walked to with walk_at,
+ * so the folder handed back is the repo's own snapshot folder, not one a link leads to.
+ *
+ * The files in it are not vouched for: they are links into ../../blobs by design, and whoever
+ * reads them opens each confined, with its own policy (seer.model.load and the tokenizer with
+ * seer_st_open_confined: a link must resolve inside models--org--name and lead to a regular file;
+ * the sandbox mounts each file confined the same way, passing over FIFOs and links to folders;
+ * SEER_MODEL_FOLLOW_LINKS=1 lifts both for a folder the user assembled). A caller that opens them
+ * itself must do the same (docs/hub.md, "Cache layout"). */
 int seer_hub_cached(const char *repo_id, const seer_hub_opts_t *o, char **snapshot_dir, seer_err_t *err) {
     int rc = check_args(repo_id, o, err);
     if (rc < 0) return rc;
     char *rd = NULL;
     if ((rc = repo_dir(repo_id, o, &rd, err)) < 0) return rc;
     const char *rev = opt_revision(o);
-    char *ref = xasprintf("%s/refs/%s", rd, rev);
-    char *commit = ref ? read_line_file(ref) : NULL;
-    free(ref);
-    if (!commit && is_hex(rev, 40)) commit = strdup(rev);
-    char *snap = NULL;
-    struct stat st;
-    if (commit && safe_token(commit)) snap = xasprintf("%s/snapshots/%s", rd, commit);
-    if (snap && stat(snap, &st) == 0 && S_ISDIR(st.st_mode)) {
-        free(commit);
-        free(rd);
-        *snapshot_dir = snap;
-        return SEER_OK;
+    const char *slash = strrchr(rd, '/'); /* rd is "<cache>/models--org--name" */
+    const char *base = slash + 1;
+    char *cache = strndup(rd, slash > rd ? (size_t)(slash - rd) : 1);
+    char *refrel = xasprintf("%s/refs/%s", base, rev), *refpath = xasprintf("%s/refs/%s", rd, rev);
+    char *commit = NULL, *snaprel = NULL;
+    int root = -1, rfd = -1, sfd = -1;
+    if (!cache || !refrel || !refpath) {
+        rc = seer_err_set(err, SEER_ENOMEM, "out of memory");
+        goto out;
     }
-    rc = seer_err_set(err, SEER_ENOTFOUND, "%s (revision %s) is not in the model cache at %s", repo_id, rev, rd);
-    free(snap);
-    free(commit);
-    free(rd);
+    root = open(cache, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (root < 0) {
+        int e = errno;
+        rc = e == ENOENT ? SEER_ENOTFOUND
+                         : seer_err_set(err, SEER_EIO, "hub: cannot open the model cache %s: %s", cache, strerror(e));
+        goto notfound;
+    }
+    char *leaf = strrchr(refrel, '/');
+    *leaf++ = 0;
+    rc = walk_at(root, cache, refrel, 0, &rfd, err);
+    if (rc == SEER_OK) rc = read_ref_at(rfd, leaf, refpath, &commit, err);
+    if (rc < 0 && rc != SEER_ENOTFOUND) goto out;
+    if (!commit && is_hex(rev, 40) && !(commit = strdup(rev))) {
+        rc = seer_err_set(err, SEER_ENOMEM, "out of memory");
+        goto out;
+    }
+    if (!commit) {
+        rc = SEER_ENOTFOUND;
+        goto notfound;
+    }
+    if (!(snaprel = xasprintf("%s/snapshots/%s", base, commit))) {
+        rc = seer_err_set(err, SEER_ENOMEM, "out of memory");
+        goto out;
+    }
+    if ((rc = walk_at(root, cache, snaprel, 0, &sfd, err)) < 0) goto notfound;
+    if (!(*snapshot_dir = xasprintf("%s/snapshots/%s", rd, commit)))
+        rc = seer_err_set(err, SEER_ENOMEM, "out of memory");
+    goto out;
+notfound:
+    if (rc == SEER_ENOTFOUND)
+        rc = seer_err_set(err, SEER_ENOTFOUND, "%s (revision %s) is not in the model cache at %s", repo_id, rev, rd);
+out:
+    if (sfd >= 0) close(sfd);
+    if (rfd >= 0) close(rfd);
+    if (root >= 0) close(root);
+    free(commit), free(snaprel), free(refrel), free(refpath), free(cache), free(rd);
     return rc;
 }
 /* ---- HTTP ----------------------------------------------------------------------------------- */
@@ -884,21 +1055,6 @@ static int cache_dir_of(dl_t *d, const char *rel, int create, int *dfd, const ch
     return rc;
 }
 
-/* A file name read from a folder descriptor, NUL-terminated and cut at the first white space;
- * NULL when it is not a plain file (a link is not followed) or cannot be read. */
-static char *read_line_at(int dfd, const char *leaf) {
-    int fd = openat(dfd, leaf, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) return NULL;
-    struct stat st;
-    char buf[256];
-    ssize_t n = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? read(fd, buf, sizeof buf - 1) : -1;
-    close(fd);
-    if (n <= 0) return NULL;
-    buf[n] = 0;
-    buf[strcspn(buf, "\r\n \t")] = 0;
-    return strdup(buf);
-}
-
 /* Writes a small file atomically in the folder dfd: a new temporary name (O_EXCL, no link
  * followed), fsync, renameat over leaf. path is for messages. */
 static int write_file_at(int dfd, const char *leaf, const char *path, const char *data, seer_err_t *err) {
@@ -1124,6 +1280,15 @@ static void job_done(dl_t *d, job_t *j) {
 
 static int job_get(dl_t *d, job_t *j, seer_err_t *err);
 
+/* A blob (path) that is there but is not a regular file: a link is not followed, a FIFO not
+ * linked into a snapshot. */
+static int blob_not_file(const char *path, const struct stat *st, seer_err_t *err) {
+    return seer_err_set(err, SEER_EIO,
+                        "hub: %s is %s, not a regular file; seer does not follow it or link a snapshot to it (remove "
+                        "it and run again)",
+                        path, file_kind(st));
+}
+
 /* The blob (as found or written: blob) is in place: link it into the snapshot. */
 static int job_link(dl_t *d, job_t *j, const struct stat *blob, seer_err_t *err) {
     int rc = link_snapshot(d, j->file, j->etag, blob, err);
@@ -1132,17 +1297,19 @@ static int job_link(dl_t *d, job_t *j, const struct stat *blob, seer_err_t *err)
 }
 
 static int job_start(dl_t *d, job_t *j, seer_err_t *err) {
-    /* Already in this snapshot (a link to a blob that exists): nothing to ask the server. The
-     * folders on the way are walked to without following a link (a folder that is one: not
-     * there, and refused when the file is linked). */
+    /* Already in this snapshot (a regular file, or a link ../../blobs/<etag> to a regular file
+     * of the repo's blobs: snapshot_entry_ok): nothing to ask the server. The folders on the way
+     * are walked to without following a link (a folder that is one: not there, and refused
+     * when the file is linked). Anything else there (a link elsewhere, a FIFO, a link to a
+     * missing blob or to one that is a link) is fetched as if missing, and its link replaces it. */
     char *snap = xasprintf("%s/snapshots/%s/%s", d->base, d->commit, j->file);
     if (!snap) return seer_err_set(err, SEER_ENOMEM, "out of memory");
-    struct stat st;
-    int have = 0, dfd;
+    int have = 0, dfd, depth = 0;
     const char *leaf;
     seer_err_t scratch;
+    for (const char *p = j->file; *p; p++) depth += *p == '/';
     if (cache_dir_of(d, snap, 0, &dfd, &leaf, &scratch) == SEER_OK) {
-        have = fstatat(dfd, leaf, &st, 0) == 0;
+        have = snapshot_entry_ok(d->root_fd, d->cache, d->base, dfd, leaf, depth);
         close(dfd);
     }
     free(snap);
@@ -1178,7 +1345,8 @@ static int job_try_lock(dl_t *d, job_t *j, seer_err_t *err) {
     free(rel);
     if (rc < 0) return rc == SEER_ENOTFOUND ? SEER_EIO : rc;
     struct stat st;
-    if (fstatat(j->dirfd, j->etag, &st, 0) == 0) { /* whoever held the lock finished it */
+    if (fstatat(j->dirfd, j->etag, &st, AT_SYMLINK_NOFOLLOW) == 0) { /* whoever held the lock finished it */
+        if (!S_ISREG(st.st_mode)) return blob_not_file(j->blob, &st, err);
         j->got = st.st_size;
         return job_link(d, j, &st, err);
     }
@@ -1242,16 +1410,22 @@ static int job_head_done(dl_t *d, job_t *j, CURLcode c, seer_err_t *err) {
     struct stat st;
     if (!brel || !lrel) rc = seer_err_set(err, SEER_ENOMEM, "out of memory");
     if (rc == SEER_OK) rc = cache_dir_of(d, brel, 1, &bfd, &bleaf, err);
-    int have = rc == SEER_OK && fstatat(bfd, bleaf, &st, 0) == 0; /* another file or model has this blob */
+    /* another file or model has this blob: a regular file, not a link (not followed) */
+    int have = rc == SEER_OK && fstatat(bfd, bleaf, &st, AT_SYMLINK_NOFOLLOW) == 0;
+    if (have && !S_ISREG(st.st_mode)) rc = blob_not_file(j->blob, &st, err);
     if (rc == SEER_OK && !have) rc = cache_dir_of(d, lrel, 1, &lfd, &lleaf, err);
     if (rc == SEER_OK && !have) {
         j->lockfd = openat(lfd, lleaf, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0666);
         int e = errno;
+        struct stat lst = {0};
         if (j->lockfd < 0)
             rc = seer_err_set(err, SEER_EIO, "hub: cannot lock %s: %s%s", j->lockp, strerror(e),
-                              e == ELOOP ? " (a symbolic link: seer does not write through links inside the model "
+                              e == ELOOP ? " (a symbolic link: seer does not follow links inside the model "
                                            "cache; remove it and run again)"
                                          : "");
+        else if (fstat(j->lockfd, &lst) != 0 || !S_ISREG(lst.st_mode))
+            rc = seer_err_set(err, SEER_EIO, "hub: cannot lock %s: it is %s, not a regular file (remove it and run again)",
+                              j->lockp, file_kind(&lst));
     }
     if (bfd >= 0) close(bfd);
     if (lfd >= 0) close(lfd);
@@ -1331,8 +1505,9 @@ static int deadline_error(dl_t *d, job_t *j, seer_err_t *err) {
     off_t got = j->fd >= 0 ? lseek(j->fd, 0, SEEK_END) : -1;
     return seer_err_set(err, SEER_HUB_ENET,
                         "hub: %s: %s: not fetched in the %.1f s it is allowed (%g s, plus 1 s per %.0f bytes to "
-                        "fetch: time_floor / SEER_HUB_TIME_FLOOR, min_rate / SEER_HUB_MIN_RATE); %lld of %lld bytes "
-                        "are kept: run again to resume, or lower SEER_HUB_MIN_RATE for a slow link",
+                        "fetch: time_floor / --time-floor / SEER_HUB_TIME_FLOOR, min_rate / --min-rate / "
+                        "SEER_HUB_MIN_RATE); %lld of %lld bytes are kept: run again to resume, or lower the min rate "
+                        "(--min-rate, SEER_HUB_MIN_RATE) for a slow link",
                         d->repo_id, j->file, j->allowed, d->time_floor, d->min_rate, (long long)(got > 0 ? got : 0),
                         j->size);
 }
@@ -1647,7 +1822,11 @@ int seer_hub_download(const char *repo_id, const seer_hub_opts_t *o, char **snap
         const char *leaf;
         if (!ref || !rel) rc = seer_err_set(err, SEER_ENOMEM, "out of memory");
         if (rc == SEER_OK) rc = cache_dir_of(&d, rel, 1, &dfd, &leaf, err);
-        char *old = rc == SEER_OK ? read_line_at(dfd, leaf) : NULL;
+        /* the ref as it is (read as any cache file is: read_ref_at); anything else, a link or a
+         * FIFO planted there included, is replaced by the commit, never followed or waited on */
+        char *old = NULL;
+        seer_err_t scratch;
+        if (rc == SEER_OK && read_ref_at(dfd, leaf, ref, &old, &scratch) < 0) old = NULL;
         if (rc == SEER_OK && (!old || strcmp(old, d.commit) != 0)) rc = write_file_at(dfd, leaf, ref, d.commit, err);
         if (dfd >= 0) close(dfd);
         free(old);

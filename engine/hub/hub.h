@@ -58,7 +58,11 @@ int seer_hub_download(const char *repo_id, const seer_hub_opts_t *opts, char **s
                       seer_err_t *err);
 
 /* The cached snapshot of repo_id at the revision, without any network: SEER_OK with
- * *snapshot_dir set, or SEER_ENOTFOUND (err says where it looked). */
+ * *snapshot_dir set, SEER_ENOTFOUND (err says where it looked), or SEER_EIO when the cache holds
+ * what seer does not read (a link below the cache directory, a ref that is a FIFO, too large or
+ * not a commit: err names it). Nothing below the cache directory is reached by path or through a
+ * link. The snapshot's files are links into ../../blobs and are not checked: readers open them
+ * confined (seer_st_open_confined). */
 int seer_hub_cached(const char *repo_id, const seer_hub_opts_t *opts, char **snapshot_dir,
                     seer_err_t *err);
 

@@ -11,7 +11,8 @@
 --- Environment: HF_TOKEN (bearer token, never printed), HF_ENDPOINT (default
 --- https://huggingface.co), HF_HUB_OFFLINE=1 (no network: the cache or an error),
 --- SEER_HUB_MAX_WORKERS (files fetched at once when max_workers is not given; default 4),
---- SEER_HUB_TIME_FLOOR / SEER_HUB_MIN_RATE (a file's time: 300 s plus 1 s per 16384 bytes).
+--- SEER_HUB_TIME_FLOOR / SEER_HUB_MIN_RATE (a file's time: 300 s plus 1 s per 16384 bytes;
+--- `seer hub download --time-floor / --min-rate`).
 --- Errors name the repo, the file and the HTTP status with what to do (401/403: set HF_TOKEN or
 --- accept the model's licence; 404: check the id and revision). Ctrl-C raises "interrupted";
 --- a partial file is resumed by the next download. The hub is outside input: a file is written
@@ -78,13 +79,19 @@ function M.download(repo_id, opts)
   return res
 end
 
----The cached snapshot directory of the repo at the revision, without touching the network.
+---The cached snapshot directory of the repo at the revision, without touching the network. The
+---cache is read as the download writes it, from the cache directory down without following a
+---link: a ref or folder that is a link, a FIFO or anything but what it should be raises an error
+---naming it (remove it), never followed or waited on. The snapshot's files are links into
+---../../blobs and are not vouched for: open them confined, as seer.model.load does (docs/hub.md).
 ---@param repo_id string "org/name"
 ---@param opts? {revision?: string, cache_dir?: string}
 ---@return string|nil snapshot_dir nil when the revision is not in the cache
 function M.cached(repo_id, opts)
   opts = check("cached", repo_id, opts, CACHED_OPTS)
-  return core.cached(repo_id, opts)
+  local ok, res = pcall(core.cached, repo_id, opts)
+  if not ok then error(res, 2) end
+  return res
 end
 
 ---The hub cache directory in use (cache_dir, else HF_HUB_CACHE, else HF_HOME/hub, else ~/.cache/huggingface/hub).

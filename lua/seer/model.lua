@@ -47,10 +47,12 @@ local function is_dir(p)
   return core_host.realpath(p .. "/.") ~= nil
 end
 
+-- From stat, nothing opened: a FIFO planted in a model folder or the cache is not waited on
+-- (io.open of one blocked until a writer came). What is not a regular file is refused where
+-- the file is read (the loader, the tokenizer), naming it.
 local function file_exists(p)
-  local f = io.open(p, "rb")
-  if f then f:close() return true end
-  return false
+  local k = require("seer.core.tokenizer").kind(p)
+  return k ~= nil and k ~= "dir"
 end
 
 -- A hub id ("org/name") resolved in the Hugging Face cache layout: $HF_HOME/hub (default
@@ -59,15 +61,12 @@ local function resolve_cached(id, revision)
   local home = os.getenv("HF_HOME") or ((os.getenv("HOME") or "") .. "/.cache/huggingface")
   local hub = os.getenv("HF_HUB_CACHE") or (home .. "/hub")
   local repo = hub .. "/models--" .. id:gsub("/", "--")
-  local rev = revision or "main"
-  local f = io.open(repo .. "/refs/" .. rev, "rb")
-  local commit = rev
-  if f then
-    commit = f:read("*l")
-    f:close()
-  end
-  local snap = repo .. "/snapshots/" .. commit
-  if file_exists(snap .. "/config.json") then return snap end
+  -- the hub's own offline lookup: the ref read through descriptors (a FIFO planted as
+  -- refs/main hung the load, and the ref's text was used as a path: `../../../elsewhere`
+  -- loaded another folder), no link followed below the cache; a hostile cache raises
+  local ok, snap = pcall(require("seer.hub").cached, id, { revision = revision })
+  if not ok then fail(("seer.model.load: %s"):format(tostring(snap)), 3) end
+  if snap and file_exists(snap .. "/config.json") then return snap end
   return nil, repo
 end
 

@@ -545,6 +545,56 @@ class HubTest(unittest.TestCase):
         self.assertIn("SEER_HUB_MAX_WORKERS='many'", r.stderr)
         self.assertEqual(len(self.fake.requests), n)
 
+    def test_time_limits_from_the_cli(self):
+        # seer hub download had no flags for time_floor / min_rate: only the variables set them
+        self.use_bins(2)
+        e = {"HF_HOME": self.home, "HF_ENDPOINT": self.fake.endpoint, "HF_TOKEN": None,
+             "HF_HUB_OFFLINE": None, "HF_HUB_CACHE": None,
+             "SEER_HUB_TIME_FLOOR": "60", "SEER_HUB_MIN_RATE": "1"}  # the flags win over these
+        self.fake.slow = {"w0.bin": 3.0}
+        t0 = time.monotonic()
+        r = run(["hub", "download", REPO, "--include", "w0.bin", "--time-floor", "0.5", "--min-rate", "1000000"],
+                timeout=60, **e)
+        took = time.monotonic() - t0
+        self.assertEqual(r.returncode, 1, r.stderr)
+        # 0.5 s plus 65536 bytes at 1000000 bytes/s
+        self.assertIn("w0.bin: not fetched in the 0.6 s it is allowed (0.5 s, plus 1 s per 1000000 bytes", r.stderr)
+        self.assertIn("--min-rate", r.stderr)
+        self.assertLess(took, 2.5, r.stderr)
+        r = run(["hub", "download", REPO, "--include", "w0.bin", "--time-floor", "0.2", "--min-rate", "65536"],
+                timeout=60, **e)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("w0.bin: not fetched in the 1.2 s it is allowed (0.2 s, plus 1 s per 65536 bytes", r.stderr)
+        # a time that fits lets the file through, whatever the variables say
+        self.fake.slow = {"w0.bin": 0.5}
+        e.update(SEER_HUB_TIME_FLOOR="0.1", SEER_HUB_MIN_RATE="1000000000")
+        r = run(["hub", "download", REPO, "--include", "w0.bin"], timeout=60, **e)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("not fetched in the 0.1 s it is allowed", r.stderr)
+        r = run(["hub", "download", REPO, "--include", "w0.bin", "--time-floor", "5"], timeout=60, **e)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(self.cache_is_sound(), {"w0.bin"})
+
+        n = len(self.fake.requests)
+        for flag, value, what in [("--time-floor", "0", "a number of seconds"),
+                                  ("--time-floor", "-1", "a number of seconds"),
+                                  ("--time-floor", "soon", "a number of seconds"),
+                                  ("--time-floor", "1e16", "a number of seconds"),
+                                  ("--min-rate", "inf", "a number of bytes per second"),
+                                  ("--min-rate", "nan", "a number of bytes per second"),
+                                  ("--min-rate", "0x", "a number of bytes per second")]:
+            r = run(["hub", "download", REPO, flag, value], timeout=30, **e)
+            self.assertEqual(r.returncode, 2, (flag, value, r.stderr))
+            self.assertEqual(r.stderr, f"seer hub download: {flag} needs {what} above 0, got {value}\n")
+        for flag in ("--time-floor", "--min-rate"):
+            r = run(["hub", "download", REPO, flag], timeout=30, **e)
+            self.assertEqual(r.returncode, 2)
+            self.assertIn(f"{flag} needs a value", r.stderr)
+        self.assertEqual(len(self.fake.requests), n, "a refused flag still asked the hub")
+        r = run(["hub", "download", "--help"], timeout=30, **e)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("[--time-floor SECONDS] [--min-rate BYTES_PER_S]", r.stdout)
+
     def test_one_failing_file_stops_the_others_and_is_reported(self):
         self.use_bins(6)
         self.fake.slow = {"w0.bin": 4.0}  # still coming when w3.bin fails

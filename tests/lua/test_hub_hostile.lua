@@ -229,7 +229,153 @@ end)
 T.test("a ref in the cache that is not a commit is not followed", function()
   local cache, rd = planted_cache()
   assert(os.execute(("mkdir -p '%s/refs' '%s/snapshots/a/b'; printf 'a/b' > '%s/refs/main'"):format(rd, rd, rd)) == 0)
-  T.eq(hub.cached("org/m", { cache_dir = cache }), nil)
+  local ok, err = pcall(hub.cached, "org/m", { cache_dir = cache })
+  T.eq(ok, false)
+  T.contains(tostring(err), rd .. "/refs/main holds 'a/b', not a commit id; seer does not follow it (remove it and run again)")
+end)
+
+-- ---- what the cache holds, read by the offline lookup ------------------------------------------
+
+-- Runs hub.cached (or, with offline, hub.download under HF_HUB_OFFLINE=1) for org/m in the cache
+-- in a child seer, which gets timeout_ms: a FIFO read by path would hang this process for good.
+-- Returns "ok <dir>", "nil", "err <message>", or "hung".
+local function cached_in_child(cache, offline, timeout_ms)
+  local dir = T.tmpdir()
+  local code = ([[
+local hub = require "seer.hub"
+local ok, r = pcall(%s, "org/m", { cache_dir = %q })
+local f = io.open(%q, "wb")
+f:write(not ok and ("err " .. tostring(r)) or r == nil and "nil" or ("ok " .. r))
+f:close()
+]]):format(offline and "hub.download" or "hub.cached", cache, dir .. "/out")
+  local child = process.spawn{ argv = { require("seer.jupyter").seer_binary(), "-e", code },
+    env = { HF_HUB_OFFLINE = offline and "1" or false,
+            SEER_LUA_DIR = os.getenv("SEER_LUA_DIR") or (seer.script_dir() .. "/../../lua") },
+    stdout = "null", stderr = dir .. "/stderr" }
+  if not child:wait(timeout_ms or 5000) then
+    child:stop(0)
+    return "hung"
+  end
+  return read(dir .. "/out") or ("no answer: " .. (read(dir .. "/stderr") or ""))
+end
+
+-- A repo in the cache as huggingface_hub leaves it: refs/main names COMMIT, whose snapshot links
+-- config.json and sub/w.bin to blobs.
+local function good_repo()
+  local cache, rd = planted_cache()
+  local snap = rd .. "/snapshots/" .. COMMIT
+  assert(os.execute(([[mkdir -p '%s/refs' '%s/sub' && printf '%s' > '%s/refs/main' &&
+    printf '{}' > '%s/blobs/e30-1' && printf 'w' > '%s/blobs/e31-1' &&
+    ln -s ../../blobs/e30-1 '%s/config.json' && ln -s ../../../blobs/e31-1 '%s/sub/w.bin']]):format(
+    rd, snap, COMMIT, rd, rd, rd, snap, snap)) == 0)
+  return cache, rd, snap
+end
+
+T.test("refs/<revision> that is a FIFO, a link, a folder, too long or not a commit is refused naming it, never waited on", function()
+  -- the old code read refs/main with fopen by path: a FIFO there hung hub.cached (and so
+  -- sandbox starts and offline downloads) for good, and a link was followed anywhere
+  local outside = T.tmpdir()
+  seer.write_file(outside .. "/ref", COMMIT)
+  for _, c in ipairs{
+    { "mkfifo '%s'", "is a FIFO, not a regular file; seer does not read it (remove it and run again)" },
+    { "ln -s '" .. outside .. "/ref' '%s'", "is a symbolic link; seer does not follow links inside the model cache (remove it and run again)" },
+    { "ln -s /dev/zero '%s'", "is a symbolic link; seer does not follow links" },
+    { "mkdir '%s'", "is a directory, not a regular file" },
+    { "head -c 100000 /dev/zero | tr '\\0' 0 > '%s'", "holds 100000 bytes, more than a ref (a commit id) can (256 at most)" },
+    { "printf '../../../etc' > '%s'", "holds '../../../etc', not a commit id" },
+    { "printf '' > '%s'", "holds '', not a commit id" },
+  } do
+    local cache, rd = good_repo()
+    local ref = rd .. "/refs/main"
+    assert(os.execute("rm -f '" .. ref .. "' && " .. c[1]:format(ref)) == 0, c[1])
+    for _, offline in ipairs{ false, true } do
+      local t0 = process.now_ms()
+      local got = cached_in_child(cache, offline)
+      T.ok(got ~= "hung", c[1] .. ": hung")
+      T.contains(got, "err ", c[1])
+      T.contains(got, ref .. " " .. c[2], c[1])
+      T.ok(process.now_ms() - t0 < 4000, c[1])
+    end
+  end
+  -- the same repo with a plain ref is found
+  local cache, _, snap = good_repo()
+  T.eq(cached_in_child(cache, false), "ok " .. snap)
+  T.eq(hub.cached("org/m", { cache_dir = cache }), snap)
+end)
+
+T.test("a folder of the repo that is a link is not followed by the offline lookup", function()
+  -- the old code stat'ed snapshots/<commit> by path: a link to any folder was handed out as
+  -- the model (the sandbox mounts it)
+  for _, where in ipairs{ "refs", "snapshots", "snapshots/" .. COMMIT } do
+    local cache, rd = good_repo()
+    local moved = T.tmpdir() .. "/moved"
+    assert(os.execute(("mv '%s/%s' '%s' && ln -s '%s' '%s/%s'"):format(rd, where, moved, moved, rd, where)) == 0)
+    local ok, err = pcall(hub.cached, "org/m", { cache_dir = cache })
+    T.eq(ok, false, where)
+    T.contains(tostring(err), rd .. "/" .. where .. " is a symbolic link; seer does not follow links inside the model cache", where)
+  end
+  local cache, rd = good_repo()
+  local other = T.tmpdir()
+  assert(os.execute(("mv '%s' '%s/repo' && ln -s '%s/repo' '%s'"):format(rd, other, other, rd)) == 0)
+  local ok, err = pcall(hub.cached, "org/m", { cache_dir = cache })
+  T.eq(ok, false)
+  T.contains(tostring(err), rd .. " is a symbolic link")
+end)
+
+T.test("a download replaces a snapshot file that leads elsewhere instead of taking it as fetched", function()
+  -- the old code took any entry that stat() could follow as already fetched: a link to a file
+  -- outside the cache (or a FIFO, or a link to a blob that is itself a link out) stayed in the
+  -- snapshot it handed back as the file it was asked for
+  local victim = T.tmpdir() .. "/id_rsa"
+  seer.write_file(victim, "secret\n")
+  for _, planted in ipairs{ "ln -s '" .. victim .. "' '%s/x.bin'", "mkfifo '%s/x.bin'",
+                            "ln -s ../../../../../x.bin '%s/x.bin'", "ln -s ../blobs/e40-1 '%s/x.bin'",
+                            "ln -s '" .. victim .. "' '%s/../../blobs/e40-9' && ln -s ../../blobs/e40-9 '%s/x.bin'" } do
+    local cache, rd = planted_cache()
+    local snap = rd .. "/snapshots/" .. COMMIT
+    assert(os.execute(("mkdir -p '%s' && " .. planted):format(snap, snap, snap)) == 0, planted)
+    local ok, res = play({ ["x.bin"] = { etag = "e40-1", body = "served bytes" } }, { cache_dir = cache })
+    T.eq(ok, true, planted .. ": " .. tostring(res))
+    T.eq(seer.read_file(res .. "/x.bin"), "served bytes", planted)
+    local _, target = T.sh("readlink '" .. snap .. "/x.bin'")
+    T.eq(target, "../../blobs/e40-1\n", planted)
+    T.eq(seer.read_file(victim), "secret\n")
+  end
+  -- seer's own link to a blob that is there, and a regular file, are taken as fetched: no GET
+  for _, planted in ipairs{ "printf 'served bytes' > '%s/../../blobs/e40-1' && ln -s ../../blobs/e40-1 '%s/x.bin'",
+                            "printf 'a copy' > '%s/x.bin'" } do
+    local cache, rd = planted_cache()
+    local snap = rd .. "/snapshots/" .. COMMIT
+    assert(os.execute(("mkdir -p '%s' && " .. planted):format(snap, snap, snap)) == 0, planted)
+    local ok, res, _, log = play({ ["x.bin"] = { etag = "e40-1", body = "served bytes" } }, { cache_dir = cache })
+    T.eq(ok, true, planted .. ": " .. tostring(res))
+    for _, l in ipairs(log) do T.ok(not l[3]:find("/resolve/", 1, true), planted .. ": fetched again: " .. l[3]) end
+  end
+end)
+
+T.test("a blob planted as a link or a FIFO is not linked into the snapshot", function()
+  -- the old code stat'ed blobs/<etag> following links: a link to a file anywhere was taken as
+  -- the blob and the snapshot linked to it
+  local victim = T.tmpdir() .. "/id_rsa"
+  seer.write_file(victim, "secret\n")
+  for _, c in ipairs{ { "ln -s '" .. victim .. "' '%s'", "is a symbolic link, not a regular file" },
+                      { "mkfifo '%s'", "is a FIFO, not a regular file" } } do
+    local cache, rd = planted_cache()
+    assert(os.execute(c[1]:format(rd .. "/blobs/e43-1")) == 0)
+    local ok, err = play({ ["x.bin"] = { etag = "e43-1", body = "abc" } }, { cache_dir = cache })
+    T.eq(ok, false, c[1])
+    T.contains(tostring(err), rd .. "/blobs/e43-1 " .. c[2] .. "; seer does not follow it or link a snapshot to it (remove it and run again)", c[1])
+    T.eq(safe_fs.lstat(rd .. "/snapshots/" .. COMMIT .. "/x.bin"), nil, c[1])
+  end
+end)
+
+T.test("a lock file planted as a FIFO is refused", function()
+  local cache = planted_cache()
+  local lock = cache .. "/.locks/models--org--m/e44-1.lock"
+  assert(os.execute(("mkfifo '%s'"):format(lock)) == 0)
+  local ok, err = play({ ["x.bin"] = { etag = "e44-1", body = "abc" } }, { cache_dir = cache })
+  T.eq(ok, false)
+  T.contains(tostring(err), "cannot lock " .. lock .. ": it is a FIFO, not a regular file (remove it and run again)")
 end)
 
 -- ---- sizes and redirects ----------------------------------------------------------------------
@@ -342,7 +488,7 @@ T.test("a blobs folder swapped for a link while seer waits for the blob's lock i
   local ok, err, listing = race("race1.bin", "e23-1", "HEAD", { etag = "e23-1", body = "raced bytes" })
   T.eq(listing, "", "the download wrote outside the cache: " .. listing)
   T.eq(ok, false)
-  T.contains(tostring(err), "models--org--m/blobs is a symbolic link; seer does not write through links")
+  T.contains(tostring(err), "models--org--m/blobs is a symbolic link; seer does not follow links inside the model cache")
 end)
 
 T.test("a blobs folder swapped for a link during the GET is not written through, nor linked as if fetched", function()

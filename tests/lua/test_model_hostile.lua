@@ -448,3 +448,47 @@ T.test("llama3 RoPE scaling whose frequencies come out NaN (low_freq_factor == h
     for i = 1, #row do T.ok(row[i] == row[i] and math.abs(row[i]) < math.huge, "logit " .. i .. " finite") end
   end
 end)
+
+T.test("seer.model.load of a hub id reads the cache's ref through the hub (a FIFO ref hung the load, a path in it was followed)", function()
+  local process = require("seer.process")
+  local src = seer.script_dir() .. "/../fixtures/models/stories260K"
+  local function cache_with(ref_cmd)
+    local cache = T.tmpdir()
+    local repo = cache .. "/models--org--m"
+    T.eq(os.execute(("mkdir -p '%s/refs' '%s/snapshots/0123456789abcdef0123456789abcdef01234567' '%s/elsewhere' && cp '%s'/*.json '%s/model.safetensors' '%s/snapshots/0123456789abcdef0123456789abcdef01234567/' && cp '%s'/*.json '%s/model.safetensors' '%s/elsewhere/'")
+      :format(repo, repo, cache, src, src, repo, src, src, cache)), 0)
+    T.eq(os.execute(ref_cmd:format(repo .. "/refs/main")), 0)
+    return cache
+  end
+  -- in a child: a FIFO opened by path blocks until a writer comes
+  local function load_in_child(cache)
+    local dir = T.tmpdir()
+    local code = ([[
+local ok, r = pcall(require("seer.model").load, "org/m", { tokenizer = false })
+local f = io.open(%q, "wb")
+f:write(ok and ("ok " .. r.path) or ("err " .. tostring(r)))
+f:close()
+]]):format(dir .. "/out")
+    local child = process.spawn{ argv = { require("seer.jupyter").seer_binary(), "-e", code },
+      env = { HF_HUB_CACHE = cache, HF_HUB_OFFLINE = "1",
+              SEER_LUA_DIR = os.getenv("SEER_LUA_DIR") or (seer.script_dir() .. "/../../lua") },
+      stdout = "null", stderr = dir .. "/stderr" }
+    if not child:wait(5000) then
+      child:stop(0)
+      return "hung"
+    end
+    local f = io.open(dir .. "/out", "rb")
+    local out = f and f:read("*a")
+    if f then f:close() end
+    return out or "no answer"
+  end
+  local got = load_in_child(cache_with("mkfifo '%s'"))
+  T.contains(got, "err ")
+  T.contains(got, "refs/main is a FIFO, not a regular file")
+  got = load_in_child(cache_with("printf '../../elsewhere' > '%s'"))
+  T.contains(got, "err ")
+  T.contains(got, "not a commit id")
+  got = load_in_child(cache_with("printf '0123456789abcdef0123456789abcdef01234567' > '%s'"))
+  T.contains(got, "ok ")
+  T.contains(got, "/snapshots/0123456789abcdef0123456789abcdef01234567")
+end)

@@ -1,4 +1,5 @@
---- `seer hub download ID [--revision R] [--include GLOB]... [--max-workers N]`: fetches a model
+--- `seer hub download ID [--revision R] [--include GLOB]... [--max-workers N] [--time-floor S]
+--- [--min-rate B]`: fetches a model
 --- repository into the Hugging Face cache (shared with the Python tools), several files at once,
 --- and prints its snapshot directory, so `seer.model.load(ID)` and `seer model info ID` find it
 --- offline afterwards.
@@ -10,12 +11,15 @@ local safe = require("seer.terminal").safe
 
 local USAGE = [[
 usage: seer hub download REPO_ID [--revision REV] [--include GLOB]... [--cache-dir DIR]
-                         [--max-workers N]
+                         [--max-workers N] [--time-floor SECONDS] [--min-rate BYTES_PER_S]
 
 Downloads what a model needs (config, weights, tokenizer files; --include replaces that list)
 into $HF_HOME/hub and prints the snapshot directory. --max-workers sets how many files are
-fetched at once (1 to 64; default $SEER_HUB_MAX_WORKERS, else 4). HF_ENDPOINT, HF_TOKEN and
-HF_HUB_OFFLINE=1 are honoured.]]
+fetched at once (1 to 64; default $SEER_HUB_MAX_WORKERS, else 4). A file may take
+--time-floor seconds plus 1 s per --min-rate bytes left to fetch in one run (numbers above 0;
+default $SEER_HUB_TIME_FLOOR, else 300, and $SEER_HUB_MIN_RATE, else 16384); past that the
+download stops and the next run resumes it: lower --min-rate for a slow link. HF_ENDPOINT,
+HF_TOKEN and HF_HUB_OFFLINE=1 are honoured.]]
 
 function M.main(cmd, ...)
   if cmd == nil then -- no subcommand: a usage error (exit 2), as for any other missing argument
@@ -43,7 +47,10 @@ function M.main(cmd, ...)
       end
       return args[i]
     end
-    if a == "--revision" then opts.revision = value()
+    if a == "-h" or a == "--help" then
+      print(USAGE)
+      return
+    elseif a == "--revision" then opts.revision = value()
     elseif a == "--include" then include = include or {}; include[#include + 1] = value()
     elseif a == "--cache-dir" then opts.cache_dir = value()
     elseif a == "--max-workers" then
@@ -54,6 +61,16 @@ function M.main(cmd, ...)
         os.exit(2)
       end
       opts.max_workers = n
+    elseif a == "--time-floor" or a == "--min-rate" then
+      -- the same bounds as the options and the variables (hub.c, resolve_time): above 0, at most 1e15
+      local v = value()
+      local n = tonumber(v)
+      if not n or not (n > 0 and n <= 1e15) then
+        io.stderr:write(safe(("seer hub download: %s needs %s above 0, got %s"):format(a,
+          a == "--time-floor" and "a number of seconds" or "a number of bytes per second", v)), "\n")
+        os.exit(2)
+      end
+      opts[a == "--time-floor" and "time_floor" or "min_rate"] = n
     elseif a:sub(1, 1) == "-" or repo then
       io.stderr:write(safe(("seer hub download: unexpected argument %s"):format(a)), "\n", USAGE, "\n")
       os.exit(2)
