@@ -1089,10 +1089,9 @@ end
 -- The model folder `host`, opened (O_PATH) once: its descriptor, which every file of it is
 -- opened through and listed from, and its canonical path as the kernel resolved it.
 local function open_model_dir(host)
-  local real = ffi.new("char[?]", 4096)
-  local fd = C.seer_stage_open_dir(host, real, 4096)
-  if fd < 0 then error(("cannot open the hidden model's folder %s: %s"):format(host, errstr(fd)), 0) end
-  return fd, ffi.string(real)
+  local fd, real = open_folder(host)
+  if not fd then error(("cannot open the hidden model's folder %s: %s"):format(host, real), 0) end
+  return fd, real
 end
 
 -- The file `name` of the model folder open at dirfd, opened for reading once: {fd, size, real}
