@@ -608,6 +608,10 @@ print(kept, st:match("VmHWM:%s*(%d+)"))
   local _, base = run(0)
   local kept, peak = run(30 * 1048576)
   T.ok(kept > 8 * 1048576 - 4096 and kept <= 8 * 1048576, "kept " .. kept)
+  -- AddressSanitizer's allocator (redzones, quarantine) changes what a peak means
+  if os.execute(("grep -q __asan_init '%s'"):format(seer_exe())) == 0 then
+    T.skip("the peak is not meaningful in an AddressSanitizer build (`make asan`)")
+  end
   -- measured: 16 MiB over a small call's peak (32 MiB before)
   T.ok(peak - base < 24, ("a 30 MiB response cut at 8 MiB: peak %.1f MiB, %.1f MiB over a small call's %.1f"):format(peak, peak - base, base))
 end)
