@@ -699,6 +699,11 @@ int seer_k_linear_amx(seer_pool_t *p, float *y, const float *x, int n, const see
  * rounds): 2816x1024 120-150 -> 137-161 GFLOP/s, 1024x2816 133-158 -> 141-165, 1024x1024
  * 115-142 -> 136-152; from L3 (no COLD) the same or better; 64 tokens cold 180-192 -> 188-201.
  * 128 and 384-1024 elements were no better. 0 turns it off. */
+/* Activations packed on the calling thread up to this many elements, else by the pool, a token
+ * per item. */
+#ifndef DP_PACK_SERIAL
+#define DP_PACK_SERIAL 8192
+#endif
 #ifndef DP_NEAR
 #define DP_NEAR 256
 #endif
@@ -983,7 +988,7 @@ int seer_k_linear_dpbf16_multi(seer_pool_t *p, int count, float *const *ys, cons
         if ((size_t)ws[i]->rows > max_rows) max_rows = (size_t)ws[i]->rows;
     }
     atomic_init(&run.next, 0);
-    if (elems <= 65536) dp_pack_chunk(&run.m[0], 0, (size_t)n, 0);
+    if (elems <= DP_PACK_SERIAL || n < 2) dp_pack_chunk(&run.m[0], 0, (size_t)n, 0);
     else seer_pool_for(p, (size_t)n, 1, dp_pack_chunk, &run.m[0]);
     int threads = seer_pool_threads(p);
     size_t work = rows * (size_t)w0->cols * (size_t)n;
