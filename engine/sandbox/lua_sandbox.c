@@ -336,8 +336,13 @@ static int l_environ(lua_State *L) {
 
 /* listdir(path) -> {{name, type = "file"|"dir"|"link"|"other", size, mtime}, ...} sorted by
  * name | nil, message */
+/* listdir(path[, max]) -> {{name, type, size, mtime, uid}, ...}, or nil and the reason; with
+ * max, a folder of more than max entries is nil and "<path>: more than <max> entries" (a folder a
+ * sandbox could fill, read by the host, must not grow the host's memory without bound). */
 static int l_listdir(lua_State *L) {
     const char *path = luaL_checkstring(L, 1);
+    lua_Integer max = luaL_optinteger(L, 2, 0);
+    if (max < 0) return luaL_error(L, "listdir: max must be a positive count of entries (or absent), got %d", (int)max);
     DIR *d = opendir(path);
     if (!d) {
         lua_pushnil(L);
@@ -349,6 +354,13 @@ static int l_listdir(lua_State *L) {
     struct dirent *e;
     while ((e = readdir(d))) {
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        if (max > 0 && n >= max) {
+            closedir(d);
+            lua_pop(L, 1);
+            lua_pushnil(L);
+            lua_pushfstring(L, "%s: more than %d entries", path, (int)max);
+            return 2;
+        }
         struct stat st;
         const char *type = "other";
         lua_newtable(L);

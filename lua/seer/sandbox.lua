@@ -664,6 +664,21 @@ local function open_in(dirfd, name, roots)
   return { fd = fd, size = tonumber(size[0]), real = ffi.string(real) }
 end
 
+-- The entries of a model folder (a path, or "/proc/self/fd/N" of one opened), at most
+-- M.MODEL_MAX_ENTRIES: a folder a sandbox wrote could hold millions, each a Lua table on the host.
+-- A folder that cannot be listed is empty here, as before; one that holds more is an error.
+---The most entries seer lists in a model folder it prepares a sandbox with.
+M.MODEL_MAX_ENTRIES = 100000
+local function list_model(path, shown)
+  local max = M.MODEL_MAX_ENTRIES
+  local entries, err = sb.listdir(path, max)
+  if not entries and tostring(err):find("entries$") then
+    error(("the model folder %s holds more than %d entries; seer does not list a model folder that large "
+      .. "(a model needs a few dozen files: move the rest out of the folder)"):format(shown, max), 0)
+  end
+  return entries or {}
+end
+
 -- The file `name` of the folder open at dirfd read whole when it holds at most max bytes (with
 -- prefix: its first max bytes, whatever its size), through open_in; nil for a file that is not
 -- there, not a regular file, a link out of `roots`, larger, or unreadable (read only where such
@@ -811,7 +826,7 @@ function M.hidden_fragments(models, generic_paths)
       end
     end
     local ok, err = pcall(function()
-      for _, e in ipairs(dirfd and sb.listdir("/proc/self/fd/" .. dirfd) or {}) do
+      for _, e in ipairs(dirfd and list_model("/proc/self/fd/" .. dirfd, m.host) or {}) do
         if e.type ~= "dir" and e.name:match("%.json$") then
           local text = read_small(dirfd, e.name, roots, FRAGMENT_MAX_JSON)
           if text then read_cfg(text, e.name) end
@@ -1253,7 +1268,7 @@ function Sandbox:_stage_hidden(host, frags)
     held[#held + 1] = dirfd
     local plan, left_out, roots = {}, 0, link_roots(real)
     -- listed through the descriptor: the folder that was opened, whatever its path leads to now
-    for _, e in ipairs(sb.listdir("/proc/self/fd/" .. dirfd) or {}) do
+    for _, e in ipairs(list_model("/proc/self/fd/" .. dirfd, host)) do
       local file = nil
       if e.type ~= "dir" and hidden_keeps(e.name) then file = open_kept(dirfd, host, e.name, roots) end
       if file then held[#held + 1] = file.fd end
@@ -1312,7 +1327,7 @@ local function mount_snapshot(binds, host, mount)
       if depth > SNAPSHOT_MAX_DEPTH then
         error(("%s is more than %d folders deep; seer does not mount a model folder nested that deep"):format(shown, SNAPSHOT_MAX_DEPTH), 0)
       end
-      for _, e in ipairs(sb.listdir("/proc/self/fd/" .. dirfd) or {}) do
+      for _, e in ipairs(list_model("/proc/self/fd/" .. dirfd, shown)) do
         if e.type == "dir" then
           local sub = C.seer_stage_open_subdir(dirfd, e.name)
           if sub >= 0 then
@@ -1379,7 +1394,7 @@ function Sandbox:_prepare_models(binds, env)
   local function note_hidden(name, revision)
     local host = where(name, revision)
     local files = {}
-    for _, e in ipairs(sb.listdir(host) or {}) do
+    for _, e in ipairs(list_model(host, host)) do
       files[#files + 1] = { name = e.name, real = core.realpath(host .. "/" .. e.name) or (host .. "/" .. e.name) }
     end
     hidden[#hidden + 1] = { name = name, revision = revision, host = host, files = files }

@@ -90,6 +90,42 @@ for _, h in ipairs(HOSTILE) do
   end)
 end
 
+T.test("a model folder of more than MODEL_MAX_ENTRIES entries is refused naming the folder, not listed into the host's memory", function()
+  -- an agent can fill a folder it wrote with millions of names; each was a Lua table on the host
+  -- in the fragments, the staging and the listing of a hidden model's files. The limit is
+  -- 100,000; lowered to 1,000 here (the same code) so the folder is quick to make.
+  T.eq(S.MODEL_MAX_ENTRIES, 100000)
+  local d = model_folder("many")
+  sh(("cd %s && seq 1 1001 | sed 's/^/f/' | xargs touch"):format(q(d)))
+  local function frags_child()
+    return child(([[
+local S = require "seer.sandbox"
+S.MODEL_MAX_ENTRIES = 1000
+local frags = S.hidden_fragments({ { name = "zq4-org/zq4-net", host = %q, files = {} } }, { %q })
+io.write("frags ", table.concat(frags, ","), "\n")
+]]):format(d, root), 20, true)
+  end
+  local rc, out = frags_child()
+  T.eq(rc, 1, out) -- raised, not killed at the timeout
+  T.contains(out, "the model folder " .. d .. " holds more than 1000 entries")
+  T.ok(not out:find("frags ", 1, true), "listed anyway:\n" .. out:sub(1, 400))
+  -- the staging refuses it too
+  local saved = S.MODEL_MAX_ENTRIES
+  S.MODEL_MAX_ENTRIES = 1000
+  local s = S.Sandbox(env.SandboxConfig{})
+  s.state_dir, s.stage_dirs = T.tmpdir(), {}
+  s._stage_bases = function(self) return { self.state_dir .. "/hidden" } end
+  local ok, err = pcall(s._stage_hidden, s, d, {})
+  S.MODEL_MAX_ENTRIES = saved
+  T.eq(ok, false)
+  T.contains(tostring(err), "holds more than 1000 entries")
+  -- at the limit it is listed
+  sh(("cd %s && rm f1 f2 f3 f4 f5 f6 f7 f8 f9 f10 && test $(ls -A | wc -l) -le 1000"):format(q(d)))
+  rc, out = frags_child()
+  T.eq(rc, 0, out)
+  T.contains(out, "frags ")
+end)
+
 T.test("hidden_fragments: a JSON file or README linked out of the folder is not read; one linked inside it is", function()
   local d = model_folder("outside")
   local host = root .. "/outside/host-files"
