@@ -292,13 +292,7 @@ int seer_gemma_bind(seer_model_t *m, int version, seer_err_t *err) {
         if ((rc = gemma3_rope(m, s, err)) < 0) return rc;
     } else {
         inv_freq_from_cfg(c, s->inv_freq[ROPE_FULL]);
-        int bad = seer_rope_check(s->inv_freq[ROPE_FULL], hd / 2);
-        if (bad >= 0)
-            return seer_err_set(err, SEER_EPARSE,
-                                "%s/config.json: the RoPE scaling gives inverse frequency %g for rotary pair %d (it must be "
-                                "finite and positive): check rope_scaling's factor, low_freq_factor and high_freq_factor "
-                                "(high_freq_factor must be greater than low_freq_factor)",
-                                m->dir, s->inv_freq[ROPE_FULL][bad], bad);
+        if ((rc = seer_rope_check(s->inv_freq[ROPE_FULL], hd / 2, m->dir, err)) < 0) return rc;
         memcpy(s->inv_freq[ROPE_SLIDING], s->inv_freq[ROPE_FULL], (size_t)hd / 2 * sizeof(float));
     }
 

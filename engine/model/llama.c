@@ -35,10 +35,15 @@ static void decoder_state_free(void *p) {
 
 static void rope_inv_freq(const seer_model_config_t *c, const decoder_state *st, float *inv, int seq_len);
 
-int seer_rope_check(const float *inv, int half) {
+int seer_rope_check(const float *inv, int half, const char *dir, seer_err_t *err) {
     for (int i = 0; i < half; i++)
-        if (!(inv[i] > 0.f) || !isfinite(inv[i])) return i;
-    return -1;
+        if (!(inv[i] > 0.f) || !isfinite(inv[i]))
+            return seer_err_set(err, SEER_EPARSE,
+                                "%s/config.json: the RoPE scaling gives inverse frequency %g for rotary pair %d (it must be "
+                                "finite and positive): check rope_scaling's factor, low_freq_factor and high_freq_factor "
+                                "(high_freq_factor must be greater than low_freq_factor)",
+                                dir, inv[i], i);
+    return 0;
 }
 
 int seer_decoder_bind(seer_model_t *m, const seer_decoder_opts_t *o, seer_err_t *err) {
@@ -85,15 +90,9 @@ int seer_decoder_bind(seer_model_t *m, const seer_decoder_opts_t *o, seer_err_t 
         float *inv = malloc(((size_t)st->rot / 2 + 1) * sizeof(float));
         if (!inv) return seer_err_set(err, SEER_ENOMEM, "out of memory");
         rope_inv_freq(c, st, inv, 0);
-        int bad = seer_rope_check(inv, st->rot / 2);
-        float v = bad >= 0 ? inv[bad] : 0.f;
+        int bad = seer_rope_check(inv, st->rot / 2, m->dir, err);
         free(inv);
-        if (bad >= 0)
-            return seer_err_set(err, SEER_EPARSE,
-                                "%s/config.json: the RoPE scaling gives inverse frequency %g for rotary pair %d (it must be "
-                                "finite and positive): check rope_scaling's factor, low_freq_factor and high_freq_factor "
-                                "(high_freq_factor must be greater than low_freq_factor)",
-                                m->dir, v, bad);
+        if (bad < 0) return bad;
     }
 #define W SEER_BIND_WEIGHT
     W(&m->embed, V, D, 0, "model.embed_tokens.weight");

@@ -318,7 +318,8 @@ extern const seer_arch_t seer_arch_granite __attribute__((weak));
 extern const seer_arch_t seer_arch_olmo2 __attribute__((weak));
 extern const seer_arch_t seer_arch_phi3 __attribute__((weak));
 
-/* The first of half RoPE inverse frequencies that is not finite and positive, or -1 (llama.c). */
-int seer_rope_check(const float *inv, int half);
+/* 0, or an error naming the first of half RoPE inverse frequencies that is not finite and
+ * positive and the config.json of dir (llama.c). */
+int seer_rope_check(const float *inv, int half, const char *dir, seer_err_t *err);
 
 #endif
