@@ -201,8 +201,8 @@ static int l_cgroup_stats(lua_State *L) {
     return 1;
 }
 
-/* keeper_start{argv, env, log, status, state_dir, cgroup, rlimits, timeout_ms, fd_args, remove_dirs, detach} -> pid
- * (fd_args: given to the child on its fd 3, for bwrap --args 3) */
+/* keeper_start{argv, env, log, status, state_dir, cgroup, rlimits, timeout_ms, fd_args, pass_fds, remove_dirs, detach}
+ * -> pid (fd_args: given to the child on its fd 3, for bwrap --args 3; pass_fds: on its fds 4, 5, ...) */
 static int l_keeper_start(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
     seer_sandbox_keeper_opts_t o;
@@ -220,6 +220,22 @@ static int l_keeper_start(lua_State *L) {
     lua_pop(L, 1);
     o.fd_args = strv_field(L, 1, "fd_args", 0);
     o.remove_dirs = strv_field(L, 1, "remove_dirs", 0);
+    /* pass_fds: descriptors for the child's fds 4, 5, ... (bwrap --ro-bind-fd) */
+    lua_getfield(L, 1, "pass_fds");
+    if (!lua_isnil(L, -1)) {
+        luaL_checktype(L, -1, LUA_TTABLE);
+        size_t n = lua_objlen(L, -1);
+        if (n > SEER_SANDBOX_PASS_FDS_MAX)
+            return luaL_error(L, "keeper_start: pass_fds holds %d descriptors at most, not %d", SEER_SANDBOX_PASS_FDS_MAX, (int)n);
+        int *fds = lua_newuserdata(L, (n ? n : 1) * sizeof *fds); /* collected with the call */
+        for (size_t i = 0; i < n; i++) {
+            lua_rawgeti(L, -2, (int)i + 1);
+            fds[i] = (int)seer_lua_int(L, -1, 0, INT32_MAX, "keeper_start: pass_fds[i]");
+            lua_pop(L, 1);
+        }
+        o.pass_fds = fds;
+        o.npass_fds = (int)n;
+    }
     read_rlimits(L, 1, &o.rlimits);
     seer_sandbox_cgroup_t cg;
     lua_getfield(L, 1, "cgroup");

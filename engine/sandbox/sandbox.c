@@ -449,7 +449,7 @@ typedef struct {
 } keeper_rm_t;
 
 static void keeper_main(const seer_sandbox_keeper_opts_t *o, pid_t owner, int log_fd, int null_fd, int args_fd,
-                        const keeper_rm_t *rm) {
+                        const int *pass, int npass, const keeper_rm_t *rm) {
     long long t0 = now_ms();
     sigset_t all;
     sigfillset(&all);
@@ -472,7 +472,11 @@ static void keeper_main(const seer_sandbox_keeper_opts_t *o, pid_t owner, int lo
     /* fd 3 of the child: the arguments bwrap reads with --args 3 (args_fd is >= 10, so it is
      * not one of 0..3, and dup2 clears close-on-exec on the copy) */
     if (args_fd >= 0) dup2(args_fd, 3);
-    close_from(args_fd >= 0 ? 4 : 3); /* nothing of the owner's (sockets, model files) stays open here */
+    else close(3);
+    /* fds 4.. of the child: the descriptors to mount (each copy in pass[] is >= 4 + npass, so
+     * no dup2 here overwrites one still to be copied) */
+    for (int i = 0; i < npass; i++) dup2(pass[i], 4 + i);
+    close_from(4 + npass); /* nothing else of the owner's (sockets, model files) stays open here */
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -497,6 +501,7 @@ static void keeper_main(const seer_sandbox_keeper_opts_t *o, pid_t owner, int lo
         keeper_fail("seer keeper: cannot run ", o->argv[0], errno, "\n");
     }
     if (args_fd >= 0) close(3); /* the child has its copy; bwrap closes it once read */
+    for (int i = 0; i < npass; i++) close(4 + i); /* and of these (bwrap closes each once mounted) */
     if (o->timeout_ms > 0) {
         struct itimerval it = {{0, 0}, {o->timeout_ms / 1000, (o->timeout_ms % 1000) * 1000}};
         setitimer(ITIMER_REAL, &it, NULL);
@@ -603,10 +608,48 @@ int seer_sandbox_keeper_start(const seer_sandbox_keeper_opts_t *o, pid_t *keeper
     static const char *const empty_env[] = {NULL};
     seer_sandbox_keeper_opts_t copy = *o;
     if (!copy.envp) copy.envp = empty_env;
+    if (o->npass_fds < 0 || o->npass_fds > SEER_SANDBOX_PASS_FDS_MAX || (o->npass_fds > 0 && !o->pass_fds)) {
+        close(log_fd);
+        close(null_fd);
+        return seer_err_set(err, SEER_EINVAL, "the keeper takes 0 to %d descriptors to pass, not %d", SEER_SANDBOX_PASS_FDS_MAX,
+                            o->npass_fds);
+    }
+    /* copies of the descriptors to pass, all at or above 4 + npass (close-on-exec), made before
+     * the fork: the keeper moves them to 4.. in its child */
+    int npass = o->npass_fds, *pass = NULL;
+    if (npass > 0) {
+        pass = malloc((size_t)npass * sizeof *pass);
+        int made = 0, e = ENOMEM;
+        if (pass)
+            for (; made < npass; made++) {
+                if (o->pass_fds[made] < 0) {
+                    e = EBADF;
+                    break;
+                }
+                pass[made] = fcntl(o->pass_fds[made], F_DUPFD_CLOEXEC, 4 + npass);
+                if (pass[made] < 0) {
+                    e = errno;
+                    break;
+                }
+            }
+        if (!pass || made < npass) {
+            for (int i = 0; pass && i < made; i++) close(pass[i]);
+            free(pass);
+            close(log_fd);
+            close(null_fd);
+            return seer_err_set(err, SEER_EIO,
+                                "cannot hand the sandbox the %d files to mount: %s%s", npass, strerror(e),
+                                e == EMFILE ? " (each is held open until the sandbox has mounted it: raise the open-file limit, "
+                                              "ulimit -n)"
+                                            : "");
+        }
+    }
     int args_fd = -1;
     if (o->fd_args) {
         int rc = args_memfd(o->fd_args, &args_fd, err);
         if (rc < 0) {
+            for (int i = 0; i < npass; i++) close(pass[i]);
+            free(pass);
             close(log_fd);
             close(null_fd);
             return rc;
@@ -624,6 +667,8 @@ int seer_sandbox_keeper_start(const seer_sandbox_keeper_opts_t *o, pid_t *keeper
             close(log_fd);
             close(null_fd);
             if (args_fd >= 0) close(args_fd);
+            for (int i = 0; i < npass; i++) close(pass[i]);
+            free(pass);
             return seer_err_set(err, SEER_ENOMEM, "out of memory");
         }
         size_t i = 0;
@@ -642,13 +687,17 @@ int seer_sandbox_keeper_start(const seer_sandbox_keeper_opts_t *o, pid_t *keeper
         close(log_fd);
         close(null_fd);
         if (args_fd >= 0) close(args_fd);
+        for (int i = 0; i < npass; i++) close(pass[i]);
+        free(pass);
         free(rm.argv);
         return seer_err_set(err, SEER_EIO, "cannot fork the sandbox keeper: %s", strerror(e));
     }
-    if (k == 0) keeper_main(&copy, owner, log_fd, null_fd, args_fd, &rm);
+    if (k == 0) keeper_main(&copy, owner, log_fd, null_fd, args_fd, pass, npass, &rm);
     close(log_fd);
     close(null_fd);
     if (args_fd >= 0) close(args_fd);
+    for (int i = 0; i < npass; i++) close(pass[i]);
+    free(pass);
     free(rm.argv);
     *keeper = k;
     return SEER_OK;

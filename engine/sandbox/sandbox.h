@@ -58,6 +58,9 @@ typedef struct seer_sandbox_rlimits {
     long processes;                   /* RLIMIT_NPROC; the fallback without a pids cgroup */
 } seer_sandbox_rlimits_t;
 
+/* The most descriptors a keeper hands its child (one per file of a model snapshot mounted). */
+#define SEER_SANDBOX_PASS_FDS_MAX 100000
+
 typedef struct seer_sandbox_keeper_opts {
     const char *const *argv;       /* what the keeper runs (bwrap ...); argv[0] is a path */
     const char *const *envp;       /* its whole environment */
@@ -71,6 +74,12 @@ typedef struct seer_sandbox_keeper_opts {
      * `bwrap --args 3`: bwrap is pid 1 of the sandbox, so anything inside reads its command
      * line as /proc/1/cmdline, and the mount options name host paths. NULL: none. */
     const char *const *fd_args;
+    /* Descriptors handed to the child as its fds 4, 5, ... in this order (fd 3 is fd_args'), for
+     * `bwrap --ro-bind-fd N DEST`: a file the host opened and checked through descriptors is
+     * mounted as that very file (bwrap compares the mount with the descriptor), where a path
+     * would be resolved again. The caller keeps its own descriptors and closes them. */
+    const int *pass_fds;
+    int npass_fds;
     const char *const *remove_dirs; /* also removed (with state_dir) when the owner died; may be NULL */
     const char *disk_image;        /* limits.disk: an image mounted on state_dir; when the owner
                                       died, state_dir is unmounted and the image removed too */

@@ -446,7 +446,7 @@ local FIELDS = {}
 for k in ("config sandbox_id jupyter_url model_handles repo_handles workspace_dir state_dir client run_dir keeper_pid "
   .. "stage_dirs cgroup sock keeper_status gpu_nodes disk_image log_dir link egress_filter stopped seer_binary key "
   .. "keeper_start detached lua_dir limits disk_mounted restore_from inbox session sandboxd_pid owner_pid "
-  .. "notebook_server name created attached alive start_ms link_status env"):gmatch("%S+") do FIELDS[k] = true end
+  .. "notebook_server name created attached alive start_ms link_status env pass_fds bwrap"):gmatch("%S+") do FIELDS[k] = true end
 
 local function distance(a, b)
   if math.abs(#a - #b) > 2 then return 3 end
@@ -1301,6 +1301,27 @@ function Sandbox:_unstage_hidden()
   end
 end
 
+-- Whether this bwrap mounts from a descriptor (`--ro-bind-fd`), asked once per binary
+-- (SEER_BWRAP_BIND_FD=0 takes the path fallback whatever bwrap can do).
+local bind_fd_support = {}
+local function bwrap_binds_fds(bwrap)
+  if os.getenv("SEER_BWRAP_BIND_FD") == "0" then return false end
+  bwrap = bwrap or find_on_path("bwrap")
+  if not bwrap then return false end
+  if bind_fd_support[bwrap] == nil then
+    local code, out = run_host({ bwrap, "--help" }, { timeout_ms = 10000 })
+    bind_fd_support[bwrap] = code == 0 and out:find("--ro-bind-fd", 1, true) ~= nil
+  end
+  return bind_fd_support[bwrap]
+end
+
+-- Closes the descriptors mount_snapshot held for the keeper (it has its own copies once
+-- started; on a failed start nothing needs them).
+function Sandbox:_close_passed()
+  for _, fd in ipairs(self.pass_fds or {}) do C.seer_stage_close(fd) end
+  self.pass_fds = nil
+end
+
 -- The most folders deep mount_snapshot goes into a snapshot (a Hugging Face repository's files
 -- are a few folders deep at most).
 local SNAPSHOT_MAX_DEPTH = 32
@@ -1312,11 +1333,14 @@ local SNAPSHOT_MAX_DEPTH = 32
 -- must stay inside the repository folder models--org--name (a snapshot file linked to a host
 -- file, ~/.ssh/id_rsa, would put that file in the sandbox; one linked to a host folder, that
 -- folder); what is not a regular file (a FIFO, a device, a link to a folder) is left out; a
--- sub-folder is walked only when it is a folder itself, not a link to one. The path bound is
--- the file's canonical path as the kernel opened it (bwrap mounts by path, so a cache that
--- something rewrites while the sandbox starts is not covered: the hub cache is the host's,
--- written only by seer's downloads, docs/sandbox.md).
-local function mount_snapshot(binds, host, mount)
+-- sub-folder is walked only when it is a folder itself, not a link to one. Each file is mounted
+-- from the descriptor it was checked through (`--ro-bind-fd`; the descriptor joins `pass`, the
+-- list handed to the keeper, which gives them to bwrap as fds 4, 5, ...): bwrap compares what
+-- it mounted with the descriptor and stops on a difference, so a cache rewritten between the
+-- check and the mount mounts nothing else. A bwrap without `--ro-bind-fd` (before 0.10, or
+-- 0.8 without Debian 12's backport) gets the file's canonical path as the kernel opened it
+-- (`pass` nil), and a rewrite in that window is not covered (said once).
+local function mount_snapshot(binds, host, mount, pass)
   local held = {}
   local ok, err = pcall(function()
     local top, real = open_folder(host)
@@ -1338,13 +1362,20 @@ local function mount_snapshot(binds, host, mount)
           end
         else
           local f, code = open_in(dirfd, e.name, roots)
-          if f then
+          if f and pass then
+            pass[#pass + 1] = f.fd -- closed by Sandbox:_close_passed once the keeper has its copies
+            binds[#binds + 1] = { "--ro-bind-fd", tostring(3 + #pass), mount .. "/" .. rel .. e.name }
+          elseif f then
             C.seer_stage_close(f.fd)
             binds[#binds + 1] = { "--ro-bind", f.real, mount .. "/" .. rel .. e.name }
           elseif code == STAGE_EOUTSIDE then
             error(("%s/%s is a symbolic link that leads out of its model folder; the files of a model folder are not "
               .. "trusted, so seer does not mount it into a sandbox (copy the file into the folder, or set "
               .. "SEER_MODEL_FOLLOW_LINKS=1 for a folder you assembled yourself)"):format(shown, e.name), 0)
+          elseif code == -EMFILE or code == -ENFILE then
+            error(("cannot open the model's file %s/%s to mount it into the sandbox: %s (each file of a cached model is held "
+              .. "open until the sandbox has mounted it; %d are open for this sandbox: raise the open-file limit, ulimit -n)")
+              :format(shown, e.name, errstr(code), pass and #pass or 0), 0)
           elseif code ~= STAGE_ENOTREG and code ~= -ENOENT and code ~= -ENOTDIR and code ~= -ELOOP then
             error(("cannot open the model's file %s/%s to mount it into the sandbox: %s"):format(shown, e.name, errstr(code)), 0)
           end
@@ -1461,10 +1492,29 @@ function Sandbox:_prepare_models(binds, env)
     local mount = "/models/" .. mount_name(name, hidden_model)
     if hidden_model then
       binds[#binds + 1] = { "--ro-bind", (self:_stage_hidden(host, frags)), mount }
+      return host, mount
+    end
+    -- visible models are mounted from descriptors where bwrap can (mount_snapshot)
+    if self.pass_fds == nil then
+      self.pass_fds = bwrap_binds_fds(self.bwrap) and {} or false
+      if not self.pass_fds then
+        say_once((os.getenv("SEER_BWRAP_BIND_FD") == "0" and "SEER_BWRAP_BIND_FD=0"
+            or "this bubblewrap has no --ro-bind-fd (0.10 and later, or Debian 12's 0.8.0-2+deb12u1, have it)")
+          .. ": visible models are mounted by path, so a folder or cache rewritten while a sandbox starts is not covered")
+      end
+    end
+    local pass = self.pass_fds or nil
+    if kind == "dir" and pass then
+      -- the folder as it was when opened, once: a path component swapped for a link afterwards
+      -- does not change what is mounted
+      local fd, err = open_folder(host)
+      if not fd then error(("cannot open the model folder %s to mount it into the sandbox: %s"):format(host, err), 0) end
+      pass[#pass + 1] = fd
+      binds[#binds + 1] = { "--ro-bind-fd", tostring(3 + #pass), mount }
     elseif kind == "dir" then
       binds[#binds + 1] = { "--ro-bind", host, mount }
     else
-      mount_snapshot(binds, host, mount)
+      mount_snapshot(binds, host, mount, pass)
     end
     return host, mount
   end
@@ -1806,6 +1856,11 @@ function Sandbox:_alive()
     why = ("the sandbox %s has ended (%s); its log:\n%s"):format(self.sandbox_id,
       s.how and (s.how .. (s.signal and s.signal ~= 0 and (", signal " .. s.signal) or "") .. ", code " .. tostring(s.code)) or "keeper gone",
       tail(roots(self).logs, "sandbox.log", 20))
+    if why:find("Can't find source path /proc/self/fd/", 1, true) or why:find("Race condition binding dirfd", 1, true) then
+      why = why .. "\n(a file of a cached model was replaced or removed after seer checked it and before bubblewrap mounted it; "
+        .. "the sandbox gets only the files seer checked, so it did not start: start it again, and look for what rewrites "
+        .. "the Hugging Face cache meanwhile)"
+    end
   end
   return false, why
 end
@@ -1869,6 +1924,7 @@ function Sandbox:_start(opts)
   if not bwrap then
     error("bubblewrap (bwrap) is not installed; the local sandbox needs it: run `make setup` (or apt-get install bubblewrap)", 0)
   end
+  self.bwrap = bwrap
   -- GPUs
   if c.gpu then
     local gpus, control = M.gpu_devices()
@@ -1953,10 +2009,11 @@ function Sandbox:_start(opts)
   self.keeper_pid = sb.keeper_start{
     argv = command, fd_args = fd_args, env = envl, log = self.log_dir .. "/sandbox.log",
     status = self.state_dir .. "/status.json", state_dir = not c.debug and self.state_dir or nil,
-    remove_dirs = not c.debug and self.stage_dirs or nil,
+    remove_dirs = not c.debug and self.stage_dirs or nil, pass_fds = self.pass_fds or nil,
     cgroup = cgroup, rlimits = rl, timeout_ms = math.floor(c.timeout * 1000),
     disk_image = self.disk_image, detach = self.detached,
   }
+  self:_close_passed()
   self.keeper_start = sb.start_time(self.keeper_pid)
   live[self] = true
   -- the filter's socket is in the run folder, which the sandbox reaches once sandboxd is up
@@ -2042,6 +2099,7 @@ end
 -- Stops everything this sandbox is: sandboxd, the keeper, the cgroups, the state directory.
 function Sandbox:_teardown()
   live[self] = nil
+  self:_close_passed()
   if self.config.backend ~= "local" then -- a remote backend: stop the remote sandbox (and its job, link) first
     require("seer.backends." .. self.config.backend).teardown(self)
     self.keeper_status = self.keeper_status or self.link_status or { code = -1 }

@@ -222,30 +222,39 @@ local function prepare_visible(tag, follow)
   T.setenv("HF_HUB_CACHE", nil)
   T.setenv("HF_HUB_OFFLINE", "1")
   T.setenv("SEER_MODEL_FOLLOW_LINKS", follow and "1" or nil)
-  local binds = {}
+  local binds, s = {}, nil
   local ok, err = pcall(function()
-    local s = S.Sandbox(env.SandboxConfig{ models = { env.ModelConfig{ name = "zq5-org/" .. tag } } })
+    s = S.Sandbox(env.SandboxConfig{ models = { env.ModelConfig{ name = "zq5-org/" .. tag } } })
     s:_prepare_models(binds, {})
   end)
   for _, k in ipairs(keys) do T.setenv(k, saved[k]) end
-  return ok, ok and binds or err
+  -- what each bind mounts: a path, or (--ro-bind-fd N) the file the descriptor the keeper would
+  -- hand bwrap as fd N is open on
+  local m = {}
+  if ok then
+    for _, b in ipairs(binds) do
+      if b[1] == "--ro-bind-fd" then
+        T.ok(s.pass_fds, "a descriptor bind without descriptors to pass")
+        local fd = s.pass_fds and s.pass_fds[tonumber(b[2]) - 3]
+        T.ok(fd, "--ro-bind-fd " .. b[2] .. " names no descriptor held for the keeper")
+        m[b[3]] = fd and require("seer.core.host").realpath("/proc/self/fd/" .. fd)
+      else
+        T.eq(b[1], "--ro-bind")
+        m[b[3]] = b[2]
+      end
+    end
+  end
+  if s then s:_close_passed() end
+  return ok, ok and m or err
 end
 
-local function bind_map(binds)
-  local m = {}
-  for _, b in ipairs(binds) do
-    T.eq(b[1], "--ro-bind")
-    m[b[3]] = b[2]
-  end
-  return m
-end
 
 T.test("visible cache snapshot: each file is mounted from its blob; a FIFO and a link to a folder are left out", function()
   local repo, snap = cache_model("plain")
   sh(("mkfifo %s/fifo.json && mkdir -p %s/outdir && ln -s ../../outdir %s/dirlink"):format(q(snap), q(repo), q(snap)))
   local ok, binds = prepare_visible("plain")
   T.ok(ok, tostring(binds))
-  local m = bind_map(ok and binds or {})
+  local m = (ok and binds or {})
   local mount = "/models/zq5-org--plain"
   local real = require("seer.core.host").realpath(repo)
   T.eq(m[mount .. "/config.json"], real .. "/blobs/" .. ("%040x"):format(7919))
@@ -263,7 +272,7 @@ sh(("mkdir -p %s/dir && echo HOST-ONLY > %s/id_rsa"):format(q(secret), q(secret)
 
 -- No bind's source is the host's secret folder or beneath it.
 local function no_host_bind(binds, what)
-  for mnt, src in pairs(bind_map(binds)) do
+  for mnt, src in pairs(binds) do
     T.ok(src:sub(1, #secret) ~= secret, ("%s: a host path was mounted into the sandbox: %s at %s"):format(what, src, mnt))
   end
 end
@@ -286,7 +295,7 @@ T.test("visible cache snapshot: a sub-folder linked to a host folder is neither 
   local ok, binds = prepare_visible("dirlink")
   T.ok(ok, tostring(binds))
   no_host_bind(ok and binds or {}, "dirlink")
-  T.ok(bind_map(ok and binds or {})["/models/zq5-org--dirlink/config.json"], "the model's own files were not mounted")
+  T.ok((ok and binds or {})["/models/zq5-org--dirlink/config.json"], "the model's own files were not mounted")
 end)
 
 T.test("visible cache snapshot: with SEER_MODEL_FOLLOW_LINKS=1 (a folder you assembled) a link out is followed", function()
@@ -294,7 +303,7 @@ T.test("visible cache snapshot: with SEER_MODEL_FOLLOW_LINKS=1 (a folder you ass
   sh(("ln -s %s/id_rsa %s/notes.txt"):format(q(secret), q(snap)))
   local ok, binds = prepare_visible("follow", true)
   T.ok(ok, tostring(binds))
-  T.eq(bind_map(ok and binds or {})["/models/zq5-org--follow/notes.txt"], require("seer.core.host").realpath(secret .. "/id_rsa"))
+  T.eq((ok and binds or {})["/models/zq5-org--follow/notes.txt"], require("seer.core.host").realpath(secret .. "/id_rsa"))
 end)
 
 ---------------------------------------------------------------------------------------------
@@ -340,6 +349,93 @@ T.test("start(): a visible cache model whose snapshot links a host file is refus
   T.ok(not (inside or ""):find("HOST-ONLY", 1, true), "a host file was readable in the sandbox: " .. tostring(inside))
   T.ok(not ok, "a snapshot linking a host file was mounted")
   T.contains(tostring(err), snap .. "/notes.txt is a symbolic link that leads out of its model folder")
+end)
+
+T.test("start(): a visible cache model is mounted from the descriptors it was checked through; a blob swapped after the check is never what the sandbox gets", function()
+  if not have_bwrap() then T.skip("bubblewrap is not installed (make setup installs it)") end
+  local repo, snap = cache_model("swapped")
+  sh(("ln -s ../../blobs/notes %s/notes.txt"):format(q(snap)))
+  local keys = { "HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE", "SEER_MODEL_FOLLOW_LINKS", "SEER_BWRAP_BIND_FD" }
+  local saved = {}
+  for _, k in ipairs(keys) do saved[k] = os.getenv(k) end
+  T.setenv("HF_HOME", hf_home)
+  T.setenv("HF_HUB_CACHE", nil)
+  T.setenv("HF_HUB_OFFLINE", "1")
+  T.setenv("SEER_MODEL_FOLLOW_LINKS", nil)
+  -- Starts the sandbox, running `swap` (a shell command, in the repository folder) once the
+  -- snapshot has been checked (right after _prepare_models, before the keeper starts bwrap):
+  -- true and what notes.txt reads inside, or false and start()'s error.
+  local function start_swapped(by_fd, swap)
+    T.setenv("SEER_BWRAP_BIND_FD", not by_fd and "0" or nil)
+    sh(("cd %s && rm -f blobs/moved && printf ORIGINAL > blobs/notes && printf SWAPPED > other"):format(q(repo)))
+    local inside, s
+    local ok, err = pcall(function()
+      s = env.Sandbox(env.SandboxConfig{ execution_mode = "cli", models = { env.ModelConfig{ name = "zq5-org/swapped" } } })
+      local prepare_repos = s._prepare_repos
+      s._prepare_repos = function(self)
+        sh(("cd %s && %s"):format(q(repo), swap))
+        return prepare_repos(self)
+      end
+      s:start{ name = "swapped" }
+      inside = s:exec("cat /models/zq5-org--swapped/notes.txt; echo; head -c 1 /models/zq5-org--swapped/config.json")
+      s:terminate()
+    end)
+    T.eq(s and s.pass_fds, nil, "the descriptors held for the keeper were not closed")
+    return ok, ok and inside or tostring(err)
+  end
+  -- the blob renamed over: the checked file is gone from the cache; bwrap cannot mount it and
+  -- seer mounts nothing else, so start() fails saying why
+  local ok1, over = start_swapped(true, "mv other blobs/notes")
+  -- the blob moved aside and another put in its place: the checked file, where it now is
+  local ok2, aside = start_swapped(true, "mv blobs/notes blobs/moved && mv other blobs/notes")
+  -- the controls: mounted by path (SEER_BWRAP_BIND_FD=0), both swaps are what the sandbox gets
+  local ok3, over_path = start_swapped(false, "mv other blobs/notes")
+  local ok4, aside_path = start_swapped(false, "mv blobs/notes blobs/moved && mv other blobs/notes")
+  for _, k in ipairs(keys) do T.setenv(k, saved[k]) end
+  T.ok(not ok1, "a blob renamed over after the check was mounted: " .. over)
+  T.ok(not over:find("SWAPPED", 1, true), over)
+  T.contains(over, "a file of a cached model was replaced or removed after seer checked it")
+  T.ok(ok2, aside)
+  T.contains(aside, "ORIGINAL\n{", "the sandbox did not get the file that was checked")
+  T.ok(ok3 and ok4, "the controls did not start: " .. over_path .. " / " .. aside_path)
+  T.contains(over_path, "SWAPPED", "the control (mounted by path) did not see the swap: the probe proves nothing")
+  T.contains(aside_path, "SWAPPED", "the control (mounted by path) did not see the swap: the probe proves nothing")
+end)
+
+T.test("start(): a visible model folder is mounted as it was opened; the folder swapped for another (a link to a host folder) afterwards is not what the sandbox gets", function()
+  if not have_bwrap() then T.skip("bubblewrap is not installed (make setup installs it)") end
+  local d = model_folder("dirswap")
+  local parent = d:match("^(.*)/[^/]+$")
+  local saved = os.getenv("SEER_BWRAP_BIND_FD")
+  local function start_swapped(by_fd)
+    T.setenv("SEER_BWRAP_BIND_FD", not by_fd and "0" or nil)
+    sh(("cd %s && rm -rf zq4-net zq4-net.moved && mkdir zq4-net && printf ORIGINAL > zq4-net/notes.txt && cp %s/*.json %s/model.safetensors zq4-net/"):format(
+      q(parent), q(stories), q(stories)))
+    local inside, s
+    local ok, err = pcall(function()
+      s = env.Sandbox(env.SandboxConfig{ execution_mode = "cli", models = { env.ModelConfig{ name = d } } })
+      local prepare_repos = s._prepare_repos
+      s._prepare_repos = function(self)
+        -- the folder moved aside, a link to the host's secret folder put at its path
+        sh(("cd %s && mv zq4-net zq4-net.moved && ln -s %s zq4-net"):format(q(parent), q(secret)))
+        return prepare_repos(self)
+      end
+      s:start{ name = "dirswap" }
+      inside = s:exec("cat /models/zq4-net/notes.txt /models/zq4-net/id_rsa 2>&1; true")
+      s:terminate()
+    end)
+    sh(("cd %s && rm -f zq4-net"):format(q(parent)))
+    T.eq(s and s.pass_fds, nil, "the descriptors held for the keeper were not closed")
+    return ok, ok and inside or tostring(err)
+  end
+  local ok1, by_fd = start_swapped(true)
+  local ok2, by_path = start_swapped(false) -- the control: mounted by path, the swap is what it gets
+  T.setenv("SEER_BWRAP_BIND_FD", saved)
+  T.ok(ok1, by_fd)
+  T.contains(by_fd, "ORIGINAL")
+  T.ok(not by_fd:find("HOST-ONLY", 1, true), "the host folder swapped in was mounted: " .. by_fd)
+  T.ok(ok2, by_path)
+  T.contains(by_path, "HOST-ONLY", "the control (mounted by path) did not see the swap: the probe proves nothing")
 end)
 
 ---------------------------------------------------------------------------------------------

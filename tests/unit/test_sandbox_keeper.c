@@ -1,9 +1,11 @@
 /* Unit tests of the keeper's argument passing and clean-up (engine/sandbox/sandbox.c): fd_args
  * reach the child on fd 3 (NUL-separated, sealed) and never its command line; without them
- * the child has no fd 3; remove_dirs go with state_dir when the owner dies. The sandbox tests
+ * the child has no fd 3; pass_fds reach it as fds 4, 5, ... in order, and nothing else does;
+ * remove_dirs go with state_dir when the owner dies. The sandbox tests
  * (tests/lua/test_sandbox.lua, test_attack_hidden.lua) cover the same through real bwrap. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,6 +99,76 @@ Test(keeper, no_fd_3_without_fd_args) {
     cr_assert(strncmp(out, "0\n1\n", 4) == 0, "%s", out);
     cr_assert_null(strstr(out, "\n3\n"), "the child has an fd 3 without fd_args: %s", out);
     free(out);
+    rm_rf(d);
+    free(d);
+}
+
+/* The descriptors to mount reach the child as fds 4, 5, ... in the order given, whatever
+ * numbers they had here (these are opened low, so some sit where others must go), beside fd 3's
+ * arguments, and no other descriptor of this process does; this process keeps its own. */
+Test(keeper, pass_fds_reach_fds_4_on_in_order_and_nothing_else) {
+    char *d = make_tmpdir();
+    int lows[3];
+    for (int i = 0; i < 3; i++) { /* free the low numbers first, so the files take 3, 4, 5 or so */
+        char path[600];
+        snprintf(path, sizeof path, "%s/f%d", d, i);
+        FILE *f = fopen(path, "w");
+        cr_assert_not_null(f);
+        fprintf(f, "file%d", i);
+        fclose(f);
+        lows[i] = open(path, O_RDONLY);
+        cr_assert_geq(lows[i], 0);
+    }
+    int stray = open("/dev/null", O_RDONLY); /* not passed: must not reach the child */
+    cr_assert_geq(stray, 0);
+    int pass[3] = {lows[2], lows[0], lows[1]};
+    char script[1024];
+    snprintf(script, sizeof script, "cat <&4 <&5 <&6 > %s/got 2>&1; ls /proc/$$/fd | tr '\\n' ' ' > %s/fds", d, d);
+    const char *argv[] = {"/bin/sh", "-c", script, NULL};
+    const char *fd_args[] = {"--ro-bind-fd", "4", "/models/m/a", NULL};
+    seer_sandbox_keeper_opts_t o;
+    memset(&o, 0, sizeof o);
+    o.argv = argv;
+    o.fd_args = fd_args;
+    o.pass_fds = pass;
+    o.npass_fds = 3;
+    pid_t k;
+    seer_err_t err;
+    cr_assert_eq(seer_sandbox_keeper_start(&o, &k, &err), SEER_OK, "%s", err.msg);
+    int st;
+    cr_assert_eq(waitpid(k, &st, 0), k);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    char path[600];
+    snprintf(path, sizeof path, "%s/got", d);
+    char *got = slurp(path, NULL);
+    cr_assert_not_null(got);
+    /* sh reads 4, then 5, then 6 as stdin in turn: only the last redirection counts for cat */
+    cr_assert_str_eq(got, "file1", "fd 6 of the child: %s", got);
+    snprintf(path, sizeof path, "%s/fds", d);
+    char *fds = slurp(path, NULL);
+    cr_assert_not_null(fds);
+    cr_assert_str_eq(fds, "0 1 2 3 4 5 6 ", "the child's descriptors: %s", fds);
+    for (int i = 0; i < 3; i++) cr_assert_neq(fcntl(lows[i], F_GETFD), -1, "the caller's descriptor %d was closed", lows[i]);
+    free(got);
+    free(fds);
+    /* each passed descriptor is the file given in its place */
+    snprintf(script, sizeof script, "for n in 4 5 6; do cat /proc/self/fd/$n; echo; done > %s/each", d);
+    argv[2] = script;
+    cr_assert_eq(seer_sandbox_keeper_start(&o, &k, &err), SEER_OK, "%s", err.msg);
+    cr_assert_eq(waitpid(k, &st, 0), k);
+    snprintf(path, sizeof path, "%s/each", d);
+    char *each = slurp(path, NULL);
+    cr_assert_not_null(each);
+    cr_assert_str_eq(each, "file2\nfile0\nfile1\n");
+    free(each);
+    /* a descriptor that is not one is refused before anything starts */
+    int bad[2] = {lows[0], -1};
+    o.pass_fds = bad;
+    o.npass_fds = 2;
+    cr_assert_lt(seer_sandbox_keeper_start(&o, &k, &err), 0);
+    cr_assert_not_null(strstr(err.msg, "cannot hand the sandbox the 2 files to mount"), "%s", err.msg);
+    for (int i = 0; i < 3; i++) close(lows[i]);
+    close(stray);
     rm_rf(d);
     free(d);
 }
