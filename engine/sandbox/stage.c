@@ -43,6 +43,19 @@ int seer_stage_open_dir(const char *path, char *real, size_t real_size) {
     return fd;
 }
 
+int seer_stage_open_path(const char *path, int dir, char *real, size_t real_size) {
+    if (!path || !*path) return -EINVAL;
+    int fd = open(path, O_PATH | O_CLOEXEC | (dir ? O_DIRECTORY : 0));
+    if (fd < 0) return -errno;
+    struct stat st;
+    int rc = fstat(fd, &st) != 0 ? -errno : (!dir && S_ISDIR(st.st_mode)) ? -EISDIR : fd_path(fd, real, real_size);
+    if (rc < 0) {
+        close(fd);
+        return rc;
+    }
+    return fd;
+}
+
 int seer_stage_open_subdir(int dirfd, const char *name) {
     if (!name || !*name || strchr(name, '/') || strcmp(name, ".") == 0 || strcmp(name, "..") == 0) return -EINVAL;
     /* O_NOFOLLOW with O_DIRECTORY: a link, whatever it leads to, is ENOTDIR (O_PATH alone would

@@ -23,6 +23,11 @@ enum {
  * O_PATH descriptor, and writes the canonical path the kernel resolved it to into real. */
 int seer_stage_open_dir(const char *path, char *real, size_t real_size);
 
+/* Opens path (its links followed: a SandboxConfig.local_files / local_dirs entry as configured)
+ * as an O_PATH descriptor that is a directory when dir is non-zero and anything else when it is
+ * zero (-ENOTDIR / -EISDIR otherwise), and writes its canonical path into real. */
+int seer_stage_open_path(const char *path, int dir, char *real, size_t real_size);
+
 /* Opens name, one component (no '/', not "." or ".."), of the directory dirfd as an O_PATH
  * descriptor when it is a directory itself, not a link to one (a link is -ENOTDIR): for walking a
  * model folder's sub-folders without leaving it. */

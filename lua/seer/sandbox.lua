@@ -446,7 +446,7 @@ local FIELDS = {}
 for k in ("config sandbox_id jupyter_url model_handles repo_handles workspace_dir state_dir client run_dir keeper_pid "
   .. "stage_dirs cgroup sock keeper_status gpu_nodes disk_image log_dir link egress_filter stopped seer_binary key "
   .. "keeper_start detached lua_dir limits disk_mounted restore_from inbox session sandboxd_pid owner_pid "
-  .. "notebook_server name created attached alive start_ms link_status env pass_fds bwrap"):gmatch("%S+") do FIELDS[k] = true end
+  .. "notebook_server name created attached alive start_ms link_status env pass_fds bwrap local_mounts"):gmatch("%S+") do FIELDS[k] = true end
 
 local function distance(a, b)
   if math.abs(#a - #b) > 2 then return 3 end
@@ -604,6 +604,9 @@ pcall(ffi.cdef, [[
 
 pcall(ffi.cdef, [[
   int seer_stage_open_subdir(int dirfd, const char *name);
+]])
+pcall(ffi.cdef, [[
+  int seer_stage_open_path(const char *path, int dir, char *real, size_t real_size);
 ]])
 
 ---------------------------------------------------------------------------------------------
@@ -1315,11 +1318,57 @@ local function bwrap_binds_fds(bwrap)
   return bind_fd_support[bwrap]
 end
 
+-- The descriptors bwrap will mount from (handed to the keeper, which gives them to bwrap as fds
+-- 4, 5, ...), made once per start: a list, or nil where bwrap cannot mount from a descriptor
+-- (said once; everything is then mounted by path).
+function Sandbox:_pass_list()
+  if self.pass_fds == nil then
+    self.pass_fds = bwrap_binds_fds(self.bwrap) and {} or false
+    if not self.pass_fds then
+      say_once((os.getenv("SEER_BWRAP_BIND_FD") == "0" and "SEER_BWRAP_BIND_FD=0"
+          or "this bubblewrap has no --ro-bind-fd (0.10 and later, or Debian 12's 0.8.0-2+deb12u1, have it)")
+        .. ": visible models and local_files / local_dirs are mounted by path, so one rewritten while a sandbox starts "
+        .. "is not covered")
+    end
+  end
+  return self.pass_fds or nil
+end
+
+-- SandboxConfig.local_files and local_dirs, each opened once (its links followed: the path as
+-- configured) before the hidden-model checks look at what it is, and mounted from that
+-- descriptor: {real = canonical path, bind = bwrap's three arguments} per entry, by field.
+function Sandbox:_open_local_mounts()
+  if self.local_mounts then return self.local_mounts end
+  local pass = self:_pass_list()
+  local lm = { local_files = {}, local_dirs = {} }
+  self.local_mounts = lm
+  for _, field in ipairs({ "local_files", "local_dirs" }) do
+    local dir = field == "local_dirs"
+    for i, p in ipairs(self.config[field]) do
+      local real = ffi.new("char[?]", 4096)
+      local fd = C.seer_stage_open_path(p[1], dir and 1 or 0, real, 4096)
+      if fd < 0 then
+        error(("SandboxConfig.%s[%d]: %s is not a %s on this machine"):format(field, i, p[1], dir and "directory" or "file"), 0)
+      end
+      local e = { real = ffi.string(real) }
+      if pass then
+        pass[#pass + 1] = fd
+        e.bind = { "--ro-bind-fd", tostring(3 + #pass), p[2] }
+      else
+        C.seer_stage_close(fd)
+        e.bind = { "--ro-bind", e.real, p[2] }
+      end
+      lm[field][i] = e
+    end
+  end
+  return lm
+end
+
 -- Closes the descriptors mount_snapshot held for the keeper (it has its own copies once
 -- started; on a failed start nothing needs them).
 function Sandbox:_close_passed()
   for _, fd in ipairs(self.pass_fds or {}) do C.seer_stage_close(fd) end
-  self.pass_fds = nil
+  self.pass_fds, self.local_mounts = nil, nil
 end
 
 -- The most folders deep mount_snapshot goes into a snapshot (a Hugging Face repository's files
@@ -1393,6 +1442,8 @@ end
 -- directory under an opaque name.
 function Sandbox:_prepare_models(binds, env)
   local hub = require "seer.hub"
+  -- local_files and local_dirs first: what the hidden-model checks below see is what is mounted
+  self:_open_local_mounts()
   local used = {}
   local function mount_name(name, hidden)
     if hidden then return "m-" .. random_hex(10) end
@@ -1448,12 +1499,17 @@ function Sandbox:_prepare_models(binds, env)
     -- SEER_SANDBOX_ID; seer's own folders; mounted files) must not name a hidden model
     local visible = {
       { self.state_dir, "the sandbox's directory", "choose another sandbox name (start{name = ...}) or SEER_SANDBOX_DIR" },
+      -- where it leads: the mount table inside shows a mount's source as the kernel resolved it
+      { core.realpath(self.state_dir), "the sandbox's directory (where its path leads)", "set SEER_SANDBOX_DIR elsewhere" },
       { self.lua_dir, "seer's Lua folder", "install seer elsewhere" },
       { self.seer_binary, "the seer binary", "install seer elsewhere" },
     }
+    local lm = self:_open_local_mounts()
     for _, field in ipairs({ "local_files", "local_dirs" }) do
       for i, p in ipairs(self.config[field]) do
         visible[#visible + 1] = { p[1], ("SandboxConfig.%s[%d]"):format(field, i), "mount it from another path" }
+        visible[#visible + 1] = { lm[field][i].real, ("SandboxConfig.%s[%d] (where its path leads)"):format(field, i),
+                                  "mount it from another path" }
         visible[#visible + 1] = { p[2], ("SandboxConfig.%s[%d]'s path in the sandbox"):format(field, i), "choose another path" }
       end
     end
@@ -1468,10 +1524,10 @@ function Sandbox:_prepare_models(binds, env)
     -- a mounted folder that holds a hidden model's files would show them under their names,
     -- a mounted file that is one of them its uncleaned text
     local mounted = {}
-    for i, p in ipairs(self.config.local_dirs) do mounted[#mounted + 1] = { p[1], ("SandboxConfig.local_dirs[%d]"):format(i) } end
-    for i, p in ipairs(self.config.local_files) do mounted[#mounted + 1] = { p[1], ("SandboxConfig.local_files[%d]"):format(i) } end
+    for i, e in ipairs(lm.local_dirs) do mounted[#mounted + 1] = { e.real, ("SandboxConfig.local_dirs[%d]"):format(i) } end
+    for i, e in ipairs(lm.local_files) do mounted[#mounted + 1] = { e.real, ("SandboxConfig.local_files[%d]"):format(i) } end
     for _, mp in ipairs(mounted) do
-      local real = core.realpath(mp[1])
+      local real = mp[1]
       if real then
         for _, m in ipairs(hidden) do
           local paths = { core.realpath(m.host) or m.host }
@@ -1495,15 +1551,7 @@ function Sandbox:_prepare_models(binds, env)
       return host, mount
     end
     -- visible models are mounted from descriptors where bwrap can (mount_snapshot)
-    if self.pass_fds == nil then
-      self.pass_fds = bwrap_binds_fds(self.bwrap) and {} or false
-      if not self.pass_fds then
-        say_once((os.getenv("SEER_BWRAP_BIND_FD") == "0" and "SEER_BWRAP_BIND_FD=0"
-            or "this bubblewrap has no --ro-bind-fd (0.10 and later, or Debian 12's 0.8.0-2+deb12u1, have it)")
-          .. ": visible models are mounted by path, so a folder or cache rewritten while a sandbox starts is not covered")
-      end
-    end
-    local pass = self.pass_fds or nil
+    local pass = self:_pass_list()
     if kind == "dir" and pass then
       -- the folder as it was when opened, once: a path component swapped for a link afterwards
       -- does not change what is mounted
@@ -1686,19 +1734,10 @@ function Sandbox:_bwrap_argv(bwrap, binds)
   add("--ro-bind", self.seer_binary, SANDBOX_SEER)
   add("--ro-bind", self.lua_dir, SANDBOX_LUA)
   for _, b in ipairs(binds) do add(b[1], b[2], b[3]) end
-  for i, p in ipairs(c.local_files) do
-    local real = core.realpath(p[1])
-    if not real or is_dir(real) then
-      error(("SandboxConfig.local_files[%d]: %s is not a file on this machine"):format(i, p[1]), 0)
-    end
-    add("--ro-bind", real, p[2])
-  end
-  for i, p in ipairs(c.local_dirs) do
-    local real = core.realpath(p[1])
-    if not real or not is_dir(real) then
-      error(("SandboxConfig.local_dirs[%d]: %s is not a directory on this machine"):format(i, p[1]), 0)
-    end
-    add("--ro-bind", real, p[2])
+  -- opened once, checked (Sandbox:_prepare_models) and mounted from those descriptors
+  local lm = self:_open_local_mounts()
+  for _, field in ipairs({ "local_files", "local_dirs" }) do
+    for i = 1, #c[field] do add(unpack(lm[field][i].bind)) end
   end
   for _, d in ipairs(self.gpu_nodes or {}) do add("--dev-bind", d, d) end
   if self.gpu_nodes and #self.gpu_nodes > 0 then add("--ro-bind-try", "/sys", "/sys") end

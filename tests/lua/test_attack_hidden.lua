@@ -869,10 +869,18 @@ T.test("a sandbox name, environment variable or mounted path that holds the id i
     :start{ name = "ok" } end, "SandboxConfig.local_files[1]'s path in the sandbox", true)
   T.raises(function() env.Sandbox(env.SandboxConfig{ models = models, local_dirs = { { hf_home, "/data" } } }):start{ name = "ok" } end,
     "SandboxConfig.local_dirs[1] is or holds a hidden model's files", true)
+  -- a mounted file linked to one of the model's: its path there (in the sandbox's mount table)
+  -- names the model, and it is the model's file
   os.execute(("ln -sf '%s/config.json' '%s/innocent.json'"):format(loc.model, root))
   T.raises(function() env.Sandbox(env.SandboxConfig{ models = LAYOUTS["local folder"](true),
     local_files = { { root .. "/innocent.json", "/workspace/c.json" } } }):start{ name = "ok" } end,
-    "SandboxConfig.local_files[1] is or holds a hidden model's files", true)
+    "SandboxConfig.local_files[1] (where its path leads) holds part of a hidden model's id", true)
+  -- an innocent-looking mounted folder that is a link to one whose path names the model: the
+  -- sandbox's /proc/self/mountinfo shows where a mount comes from (the check looked only at the
+  -- path as written)
+  os.execute(("mkdir -p '%s/%s-notes' && ln -sfn '%s/%s-notes' '%s/plain-dir'"):format(root, ids.org, root, ids.org, root))
+  T.raises(function() env.Sandbox(env.SandboxConfig{ models = models, local_dirs = { { root .. "/plain-dir", "/data" } } })
+    :start{ name = "ok" } end, "SandboxConfig.local_dirs[1] (where its path leads) holds part of a hidden model's id", true)
   -- nothing of a refused start stays behind
   local left = {}
   for _, e in ipairs(require("seer.core.sandbox").listdir(root .. "/sb") or {}) do

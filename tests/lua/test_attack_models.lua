@@ -402,18 +402,19 @@ T.test("start(): a visible cache model is mounted from the descriptors it was ch
   T.contains(aside_path, "SWAPPED", "the control (mounted by path) did not see the swap: the probe proves nothing")
 end)
 
-T.test("start(): a visible model folder is mounted as it was opened; the folder swapped for another (a link to a host folder) afterwards is not what the sandbox gets", function()
+T.test("start(): a visible model folder, or a local_dirs folder, is mounted as it was opened; swapped for a link to a host folder afterwards, it is not what the sandbox gets", function()
   if not have_bwrap() then T.skip("bubblewrap is not installed (make setup installs it)") end
   local d = model_folder("dirswap")
   local parent = d:match("^(.*)/[^/]+$")
   local saved = os.getenv("SEER_BWRAP_BIND_FD")
-  local function start_swapped(by_fd)
+  -- config: the SandboxConfig with the folder d; seen: where it is inside
+  local function start_swapped(by_fd, config, seen)
     T.setenv("SEER_BWRAP_BIND_FD", not by_fd and "0" or nil)
     sh(("cd %s && rm -rf zq4-net zq4-net.moved && mkdir zq4-net && printf ORIGINAL > zq4-net/notes.txt && cp %s/*.json %s/model.safetensors zq4-net/"):format(
       q(parent), q(stories), q(stories)))
     local inside, s
     local ok, err = pcall(function()
-      s = env.Sandbox(env.SandboxConfig{ execution_mode = "cli", models = { env.ModelConfig{ name = d } } })
+      s = env.Sandbox(env.SandboxConfig(config))
       local prepare_repos = s._prepare_repos
       s._prepare_repos = function(self)
         -- the folder moved aside, a link to the host's secret folder put at its path
@@ -421,21 +422,27 @@ T.test("start(): a visible model folder is mounted as it was opened; the folder 
         return prepare_repos(self)
       end
       s:start{ name = "dirswap" }
-      inside = s:exec("cat /models/zq4-net/notes.txt /models/zq4-net/id_rsa 2>&1; true")
+      inside = s:exec(("cat %s/notes.txt %s/id_rsa 2>&1; true"):format(seen, seen))
       s:terminate()
     end)
     sh(("cd %s && rm -f zq4-net"):format(q(parent)))
     T.eq(s and s.pass_fds, nil, "the descriptors held for the keeper were not closed")
     return ok, ok and inside or tostring(err)
   end
-  local ok1, by_fd = start_swapped(true)
-  local ok2, by_path = start_swapped(false) -- the control: mounted by path, the swap is what it gets
-  T.setenv("SEER_BWRAP_BIND_FD", saved)
-  T.ok(ok1, by_fd)
-  T.contains(by_fd, "ORIGINAL")
-  T.ok(not by_fd:find("HOST-ONLY", 1, true), "the host folder swapped in was mounted: " .. by_fd)
-  T.ok(ok2, by_path)
-  T.contains(by_path, "HOST-ONLY", "the control (mounted by path) did not see the swap: the probe proves nothing")
+  local cases = {
+    { "a model folder", { execution_mode = "cli", models = { env.ModelConfig{ name = d } } }, "/models/zq4-net" },
+    { "local_dirs", { execution_mode = "cli", local_dirs = { { d, "/data" } } }, "/data" },
+  }
+  for _, c in ipairs(cases) do
+    local ok1, by_fd = start_swapped(true, c[2], c[3])
+    local ok2, by_path = start_swapped(false, c[2], c[3]) -- the control: mounted by path, the swap is what it gets
+    T.setenv("SEER_BWRAP_BIND_FD", saved)
+    T.ok(ok1, c[1] .. ": " .. by_fd)
+    T.contains(by_fd, "ORIGINAL", c[1])
+    T.ok(not by_fd:find("HOST-ONLY", 1, true), c[1] .. ": the host folder swapped in was mounted: " .. by_fd)
+    T.ok(ok2, c[1] .. ": " .. by_path)
+    T.contains(by_path, "HOST-ONLY", c[1] .. ": the control (mounted by path) did not see the swap: the probe proves nothing")
+  end
 end)
 
 ---------------------------------------------------------------------------------------------
