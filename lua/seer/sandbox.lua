@@ -1195,6 +1195,30 @@ local function sweep_stage(base)
   end
 end
 
+-- A file that lies in a sandbox's folder (M.state_root(): every workspace) can be rewritten by
+-- that sandbox at any time: it is copied, not hard-linked (the link would be the same inode,
+-- a live channel into the second sandbox for whatever the first writes, the id included), and
+-- the copy, which nothing else can write, is checked again as the original was: a copy that
+-- would now need cleaning, or is refused, was changed between the check and the copy.
+local function in_sandbox_folder(real)
+  local sroot = core.realpath(M.state_root())
+  return sroot ~= nil and real ~= nil and (real == sroot or real:sub(1, #sroot + 1) == sroot .. "/")
+end
+
+local function verify_staged(dir, p, frags)
+  local dirfd, why = open_folder(dir)
+  if not dirfd then error(("cannot check the staged copy of the hidden model's %s: %s"):format(p.name, why), 0) end
+  local file, code = open_in(dirfd, p.name, nil)
+  C.seer_stage_close(dirfd)
+  if not file then error(("cannot check the staged copy of the hidden model's %s: %s"):format(p.name, errstr(code)), 0) end
+  local ok, q = pcall(plan_hidden_file, p.name, file, frags)
+  C.seer_stage_close(file.fd)
+  if not ok or not q or q.op ~= "link" then
+    error(("the hidden model's %s changed while it was staged (it lies in a sandbox's folder, %s, which that sandbox can "
+      .. "write): stop what writes it, or copy the model out of the sandbox's folder first"):format(p.name, M.state_root()), 0)
+  end
+end
+
 -- Links, copies and writes the planned files (each p.fd open) into a new staging directory.
 local function stage_plan(self, plan, left_out, frags)
   -- the staging directory goes where the largest file to link can be hard-linked (or, when
@@ -1242,7 +1266,7 @@ local function stage_plan(self, plan, left_out, frags)
     if p.op == "write" then
       write_file(dst, p.text)
       report.cleaned = report.cleaned + 1
-    elseif p.op == "link" then
+    elseif p.op == "link" and not p.from_sandbox then
       -- the inode that was checked (linkat of its descriptor), else a copy read from it
       if C.seer_stage_link(p.fd, dst) ~= 0 then
         copy_file(p, dst)
@@ -1250,10 +1274,15 @@ local function stage_plan(self, plan, left_out, frags)
       else
         report.linked = report.linked + 1
       end
+    elseif p.op == "link" then
+      -- in a sandbox's folder: a copy (a hard link would be the inode that sandbox can rewrite)
+      copy_file(p, dst)
+      report.copied = report.copied + 1
     else -- st_patch: a copy whose header is the cleaned one
       copy_file(p, dst)
       report.cleaned = report.cleaned + 1
     end
+    if p.from_sandbox then verify_staged(dir, p, frags) end
   end
   return dir, report
 end
@@ -1277,6 +1306,7 @@ function Sandbox:_stage_hidden(host, frags)
       if file then held[#held + 1] = file.fd end
       local planned = file and plan_hidden_file(e.name, file, frags)
       if planned then
+        planned.from_sandbox = planned.op ~= "write" and in_sandbox_folder(file.real)
         plan[#plan + 1] = planned
       else
         left_out = left_out + 1

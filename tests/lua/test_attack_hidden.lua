@@ -784,6 +784,72 @@ for _, how in ipairs({ "hard link", "copy" }) do
   end
 end
 
+-- A hidden model that lies in a sandbox's folder (an agent's model in its workspace, hidden into
+-- a second sandbox): a hard link would be the inode the first sandbox can still rewrite, a live
+-- channel into the second one (the id included) after every check. Such files are copied, and
+-- each copy checked again.
+local function in_sandbox_root(fn)
+  local sbroot = root .. "/sbroot"
+  local saved = os.getenv("SEER_SANDBOX_DIR")
+  sh(("rm -rf '%s' && mkdir -p '%s/agent-1a2b3c/workspace'"):format(sbroot, sbroot))
+  T.setenv("SEER_SANDBOX_DIR", sbroot)
+  local ok, err = pcall(fn, sbroot .. "/agent-1a2b3c/workspace")
+  T.setenv("SEER_SANDBOX_DIR", saved)
+  os.execute(("rm -rf '%s' '%s/swap-state'"):format(sbroot, root))
+  if not ok then error(err, 0) end
+end
+local NAMING = '{"note": "qz5-org/qz5-net"}'
+
+T.test("staging: a hidden model in a sandbox's folder is copied, never hard-linked; rewritten afterwards, the staged copies do not change", function()
+  in_sandbox_root(function(ws)
+    local host, id = swap_model(ws .. "/m", "local")
+    local state = root .. "/swap-state"
+    sh(("rm -rf '%s' && mkdir -p '%s'"):format(state, state))
+    local okd, dir, report = stage_changed(host, id, state, function() end)
+    T.ok(okd, tostring(dir))
+    check_staged(dir, report, true)
+    T.eq(report.linked, 0)
+    -- the first sandbox rewrites a kept file in place (the same inode) to name the model
+    local f = assert(io.open(host .. "/special_tokens_map.json", "r+b"))
+    f:write(NAMING)
+    f:close()
+    T.eq(seer.read_file(dir .. "/special_tokens_map.json"), seer.read_file(A.stories .. "/special_tokens_map.json"),
+      "a write to the model in the sandbox's folder reached the staged file")
+  end)
+end)
+
+T.test("staging: a hidden model's file in a sandbox's folder rewritten to name the model between the check and the copy is refused", function()
+  in_sandbox_root(function(ws)
+    local host, id = swap_model(ws .. "/m", "local")
+    local state = root .. "/swap-state"
+    sh(("rm -rf '%s' && mkdir -p '%s'"):format(state, state))
+    local function rewrite()
+      -- the same inode, the same size (a file that shrank is refused as such)
+      local size = #seer.read_file(host .. "/special_tokens_map.json")
+      local f = assert(io.open(host .. "/special_tokens_map.json", "wb"))
+      f:write(NAMING .. string.rep(" ", math.max(0, size - #NAMING)))
+      f:close()
+    end
+    local okd, msg = stage_changed(host, id, state, rewrite)
+    T.ok(not okd, "a file rewritten after its check to name the model was staged")
+    T.contains(tostring(msg), "the hidden model's special_tokens_map.json changed while it was staged (it lies in a sandbox's folder")
+    -- the control: the same model outside any sandbox's folder is hard-linked, so the same
+    -- rewrite shows through the staged file (why a sandbox's folder must not be linked)
+    local outside = root .. "/outside"
+    sh(("rm -rf '%s'"):format(outside))
+    local host2 = swap_model(outside, "local")
+    sh(("rm -rf '%s' && mkdir -p '%s'"):format(state, state))
+    local ok2, dir2, report2 = stage_changed(host2, id, state, function() end)
+    T.ok(ok2, tostring(dir2))
+    T.eq(report2.linked, #SWAP_KEEP)
+    local f = assert(io.open(host2 .. "/special_tokens_map.json", "r+b"))
+    f:write(NAMING)
+    f:close()
+    T.contains(seer.read_file(dir2 .. "/special_tokens_map.json"), "qz5-org/qz5-net", "the control: a hard link did not show the rewrite")
+    os.execute(("rm -rf '%s'"):format(outside))
+  end)
+end)
+
 T.test("staging (copy): a file that shrank after the check is refused, not staged short", function()
   if not sbc.listdir("/dev/shm") then T.skip("no /dev/shm: a model on another file system than the state") end
   local base = "/dev/shm/seer-swap-test-" .. require("seer.core.host").getpid()
