@@ -1236,6 +1236,8 @@ local function stage_plan(self, plan, left_out, frags)
     if not in_state then sweep_stage(base) end
     if not sb.find_fragment(base, frags) then
       local okb = pcall(process.mkdir_p, base)
+      -- the mount table inside shows the staging directory where its path leads, not as written
+      if okb and sb.find_fragment(core.realpath(base) or base, frags) then okb = false end
       if okb then
         local okd, d = pcall(process.mkdtemp, base .. "/")
         if okd then

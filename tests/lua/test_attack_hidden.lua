@@ -850,6 +850,26 @@ T.test("staging: a hidden model's file in a sandbox's folder rewritten to name t
   end)
 end)
 
+T.test("staging: a staging place whose path leads to a folder named after the model is passed over (the mount table shows where it leads)", function()
+  local base = root .. "/stagebase"
+  sh(("rm -rf '%s' '%s/swapm' && mkdir -p '%s/qz5-org-cache'"):format(base, root, base))
+  sh(("ln -s '%s/qz5-org-cache' '%s/plain-cache'"):format(base, base))
+  local host, id = swap_model(root .. "/swapm", "local")
+  local state = root .. "/swap-state"
+  sh(("rm -rf '%s' && mkdir -p '%s'"):format(state, state))
+  local s = S.Sandbox(env.SandboxConfig{})
+  s.state_dir, s.stage_dirs = state, {}
+  local frags = S.hidden_fragments({ { name = id, host = host, files = {} } }, { root, state })
+  s._stage_bases = function() return { base .. "/plain-cache" } end
+  local ok, dir = pcall(s._stage_hidden, s, host, frags)
+  T.ok(ok, tostring(dir))
+  local real = require("seer.core.host").realpath(dir)
+  T.ok(not real:find("qz5", 1, true), "the staging directory leads to a path naming the model: " .. real)
+  T.eq(dir:sub(1, #state + 1), state .. "/", "the fallback beside the sandbox's state was not taken: " .. dir)
+  s:_unstage_hidden()
+  os.execute(("rm -rf '%s' '%s' '%s/swapm'"):format(base, state, root))
+end)
+
 T.test("staging (copy): a file that shrank after the check is refused, not staged short", function()
   if not sbc.listdir("/dev/shm") then T.skip("no /dev/shm: a model on another file system than the state") end
   local base = "/dev/shm/seer-swap-test-" .. require("seer.core.host").getpid()
@@ -896,7 +916,7 @@ T.test("staging (copy): a safetensors whose cleaned header is longer is the new 
   T.eq(doc.w7.data_offsets, { 100000, 100000 })
   T.ok(not t:sub(9, 8 + n):find("qz5", 1, true), t:sub(9, 8 + n))
   T.ok(t:sub(9 + n) == data, "the data after the header changed")
-  os.execute(("rm -rf '%s' '%s'"):format(base, state))
+  os.execute(("rm -rf '%s' '%s' '%s/swapm'"):format(base, state, root))
 end)
 
 T.test("staging: a link planted before staging through a directory link out of the cache is refused; a fifo is left out", function()
@@ -921,7 +941,7 @@ T.test("staging: a link planted before staging through a directory link out of t
   T.ok(ok2, tostring(dir))
   T.eq(report.left_out, 3) -- the fifo, the link to the other fifo, the fifo itself under its own name
   T.ok(not io.open(dir .. "/config.json", "rb") and not io.open(dir .. "/generation_config.json", "rb"), "a fifo was staged")
-  os.execute(("rm -rf '%s' '%s'"):format(base, state))
+  os.execute(("rm -rf '%s' '%s' '%s/swapm'"):format(base, state, root))
 end)
 
 T.test("a sandbox name, environment variable or mounted path that holds the id is refused", function()
