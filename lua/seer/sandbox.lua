@@ -1575,11 +1575,13 @@ function Sandbox:_prepare_models(binds, env)
     end
   end
 
+  local hidden_mounts, first_bind = {}, #binds + 1
   local function add(name, revision, hidden_model)
     local host, kind = where(name, revision)
     local mount = "/models/" .. mount_name(name, hidden_model)
     if hidden_model then
       binds[#binds + 1] = { "--ro-bind", (self:_stage_hidden(host, frags)), mount }
+      hidden_mounts[mount] = true
       return host, mount
     end
     -- visible models are mounted from descriptors where bwrap can (mount_snapshot)
@@ -1622,6 +1624,32 @@ function Sandbox:_prepare_models(binds, env)
     handles[#handles + 1] = h
   end
   self.model_handles = handles
+  if #hidden > 0 then
+    -- a visible model beside a hidden one must not name it either: its mount's name, where it
+    -- is mounted from (the sandbox's /proc/self/mountinfo shows the source as the kernel
+    -- resolved it) and its MODEL_*_PATH variable (hidden "acme/secret" beside visible
+    -- "acme/public" showed "acme" in all three)
+    local pass = self.pass_fds or {}
+    for i = first_bind, #binds do
+      local b = binds[i]
+      local top = b[3]:match("^(/models/[^/]+)") or b[3]
+      if not hidden_mounts[top] then
+        local src = b[1] == "--ro-bind-fd" and pass[tonumber(b[2]) - 3] and core.realpath("/proc/self/fd/" .. pass[tonumber(b[2]) - 3])
+          or core.realpath(b[2]) or b[2]
+        if sb.find_fragment(b[3], frags) or sb.find_fragment(src, frags) then
+          error(("the visible model mounted at %s (from %s) holds part of a hidden model's id in its name or path, and code in "
+            .. "the sandbox can read both (the mount, and its source in /proc/self/mountinfo); hide that model too, or "
+            .. "copy it to a path that names nothing of the hidden one"):format(top, src), 0)
+        end
+      end
+    end
+    for _, h in ipairs(handles) do
+      if not h.hidden and h.env_var and sb.find_fragment(h.env_var, frags) then
+        error(("the visible model %s's variable %s holds part of a hidden model's id, and code in the sandbox can read it; "
+          .. "hide that model too, or use a copy of it in a folder whose name holds nothing of the hidden one"):format(h.path, h.env_var), 0)
+      end
+    end
+  end
 end
 
 local function repo_url(url)

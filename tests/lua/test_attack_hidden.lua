@@ -955,6 +955,23 @@ T.test("a sandbox name, environment variable or mounted path that holds the id i
     :start{ name = "ok" } end, "SandboxConfig.local_files[1]'s path in the sandbox", true)
   T.raises(function() env.Sandbox(env.SandboxConfig{ models = models, local_dirs = { { hf_home, "/data" } } }):start{ name = "ok" } end,
     "SandboxConfig.local_dirs[1] is or holds a hidden model's files", true)
+  -- a visible model beside the hidden one that names it: a hub model of the same org (its mount
+  -- /models/<org>--..., its source in the mount table, its MODEL_<ORG>_..._PATH), and a local
+  -- folder beside the hidden one (its source path holds the org's folder)
+  local pub = hf_home .. "/hub/models--" .. ids.org .. "--zqpubnet"
+  local rev = ("%040x"):format(0xbeef)
+  T.ok(os.execute(("mkdir -p '%s/refs' '%s/snapshots/%s' && printf %s > '%s/refs/main' && cp '%s/config.json' '%s/tokenizer.json' "
+    .. "'%s/model.safetensors' '%s/snapshots/%s/'"):format(pub, pub, rev, rev, pub, A.stories, A.stories, A.stories, pub, rev)) == 0)
+  local beside = { LAYOUTS["HF cache"](true)[1], env.ModelConfig{ name = ids.org .. "/zqpubnet", var_name = "pub" } }
+  T.raises(function() env.Sandbox(env.SandboxConfig{ models = beside }):start{ name = "ok" } end,
+    "the visible model mounted at /models/", true)
+  local sibling = loc.model:match("^(.*)/[^/]+$") .. "/zqpubnet"
+  T.ok(os.execute(("mkdir -p '%s' && cp '%s/config.json' '%s/tokenizer.json' '%s/model.safetensors' '%s/'"):format(
+    sibling, A.stories, A.stories, A.stories, sibling)) == 0)
+  beside = { LAYOUTS["local folder"](true)[1], env.ModelConfig{ name = sibling, var_name = "pub" } }
+  T.raises(function() env.Sandbox(env.SandboxConfig{ models = beside }):start{ name = "ok" } end,
+    "the visible model mounted at /models/zqpubnet (from " .. sibling, true)
+  os.execute(("rm -rf '%s' '%s'"):format(pub, sibling))
   -- a mounted file linked to one of the model's: its path there (in the sandbox's mount table)
   -- names the model, and it is the model's file
   os.execute(("ln -sf '%s/config.json' '%s/innocent.json'"):format(loc.model, root))
