@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -248,6 +249,23 @@ static int l_keeper_start(lua_State *L) {
     seer_err_t err;
     if (seer_sandbox_keeper_start(&o, &pid, &err) < 0) return luaL_error(L, "%s", err.msg);
     lua_pushinteger(L, pid);
+    return 1;
+}
+
+/* raise_nofile(n) -> true when this process's soft limit on open files is now n or more (raised
+ * up to the hard limit, never past it) */
+static int l_raise_nofile(lua_State *L) {
+    int64_t n = seer_lua_int(L, 1, 0, INT32_MAX, "raise_nofile: n");
+    struct rlimit rl;
+    int ok = 0;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < (rlim_t)n && (rl.rlim_max == RLIM_INFINITY || rl.rlim_cur < rl.rlim_max)) {
+            rl.rlim_cur = rl.rlim_max != RLIM_INFINITY && rl.rlim_max < (rlim_t)n ? rl.rlim_max : (rlim_t)n;
+            (void)setrlimit(RLIMIT_NOFILE, &rl);
+        }
+        ok = getrlimit(RLIMIT_NOFILE, &rl) == 0 && (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= (rlim_t)n);
+    }
+    lua_pushboolean(L, ok);
     return 1;
 }
 
@@ -760,6 +778,7 @@ int seer_sandbox_luaopen(lua_State *L) {
                                    {"cgroup_destroy", l_cgroup_destroy},
                                    {"cgroup_stats", l_cgroup_stats},
                                    {"keeper_start", l_keeper_start},
+                                   {"raise_nofile", l_raise_nofile},
                                    {"spawn", l_spawn},
                                    {"waitpid", l_waitpid},
                                    {"kill", l_kill},

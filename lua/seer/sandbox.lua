@@ -202,6 +202,11 @@ local function nofile_hard()
   return hard and tonumber(hard)
 end
 
+-- Raises this process's soft limit on open files to at least n, up to the hard limit (the
+-- descriptors of a cached model's files are held until the keeper has started bwrap, and the
+-- keeper copies them once more): true when the soft limit is now n or more.
+local function ensure_nofile(n) return sb.raise_nofile(n) end
+
 ---The NVIDIA device nodes of this machine ({} without a GPU).
 ---@return string[] gpus /dev/nvidia0, /dev/nvidia1, ...
 ---@return string[] control /dev/nvidiactl, /dev/nvidia-uvm, ...
@@ -1443,6 +1448,9 @@ local function mount_snapshot(binds, host, mount, pass)
           end
         else
           local f, code = open_in(dirfd, e.name, roots)
+          if not f and (code == -EMFILE or code == -ENFILE) and pass and ensure_nofile(4 * #pass + 1024) then
+            f, code = open_in(dirfd, e.name, roots) -- the soft limit was raised towards the hard one
+          end
           if f and pass then
             pass[#pass + 1] = f.fd -- closed by Sandbox:_close_passed once the keeper has its copies
             binds[#binds + 1] = { "--ro-bind-fd", tostring(3 + #pass), mount .. "/" .. rel .. e.name }
@@ -2105,6 +2113,8 @@ function Sandbox:_start(opts)
     else fd_args[#fd_args + 1] = full[i] end
   end
   assert(seen_sep and #command > 4, "Sandbox:_bwrap_argv must end with -- and the command")
+  -- the keeper copies the descriptors to pass once more before handing them over
+  if self.pass_fds and #self.pass_fds > 0 then ensure_nofile(4 * #self.pass_fds + 1024) end
   self.keeper_pid = sb.keeper_start{
     argv = command, fd_args = fd_args, env = envl, log = self.log_dir .. "/sandbox.log",
     status = self.state_dir .. "/status.json", state_dir = not c.debug and self.state_dir or nil,

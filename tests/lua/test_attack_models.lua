@@ -402,6 +402,44 @@ T.test("start(): a visible cache model is mounted from the descriptors it was ch
   T.contains(aside_path, "SWAPPED", "the control (mounted by path) did not see the swap: the probe proves nothing")
 end)
 
+T.test("start(): a cached model of more files than the soft open-file limit is mounted (the limit raised towards the hard one), or refused saying so", function()
+  if not have_bwrap() then T.skip("bubblewrap is not installed (make setup installs it)") end
+  local repo, snap = cache_model("manyfiles")
+  sh(("mkdir -p %s/extra && for i in $(seq 1 300); do echo $i > %s/blobs/x$i; ln -s ../../../blobs/x$i %s/extra/f$i.txt; done"):format(
+    q(snap), q(repo), q(snap)))
+  local code = ([[
+local ffi = require "ffi"
+pcall(ffi.cdef, "int setenv(const char *, const char *, int); struct lim { unsigned long cur, max; }; int setrlimit(int, const struct lim *);")
+ffi.C.setenv("HF_HOME", %q, 1)
+ffi.C.setenv("HF_HUB_OFFLINE", "1", 1)
+ffi.C.setenv("SEER_SANDBOX_DIR", %q, 1)
+local hard = tonumber(arg[1])
+ffi.C.setrlimit(7, ffi.new("struct lim", 128, hard))
+local env = require "seer.environment"
+local ok, err = pcall(function()
+  local s = env.Sandbox(env.SandboxConfig{ execution_mode = "cli", models = { env.ModelConfig{ name = "zq5-org/manyfiles" } } })
+    :start{ name = "many" }
+  io.write("inside ", s:exec("ls /models/zq5-org--manyfiles/extra | wc -l; cat /models/zq5-org--manyfiles/extra/f250.txt"), "\n")
+  s:terminate()
+end)
+io.write("started ", tostring(ok), " ", ok and "" or tostring(err), "\n")
+]]):format(hf_home, root .. "/sbmany")
+  local script = T.tmpdir() .. "/many.lua"
+  for _, hard in ipairs({ 4096, 128 }) do
+    seer.write_file(script, code)
+    local p = io.popen(("timeout -s KILL 60 %s %s %d 2>&1"):format(q(SEER), q(script), hard))
+    local out = p:read("*a")
+    p:close()
+    if hard == 4096 then
+      T.contains(out, "started true", "a soft limit of 128 under a hard one of 4096: " .. out)
+      T.contains(out, "inside 300\n250\n")
+    else
+      T.contains(out, "started false", "a hard limit of 128: " .. out)
+      T.contains(out, "Too many open files (each file of a cached model is held open until the sandbox has mounted it")
+    end
+  end
+end)
+
 T.test("start(): a visible model folder, or a local_dirs folder, is mounted as it was opened; swapped for a link to a host folder afterwards, it is not what the sandbox gets", function()
   if not have_bwrap() then T.skip("bubblewrap is not installed (make setup installs it)") end
   local d = model_folder("dirswap")
