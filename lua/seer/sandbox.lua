@@ -202,11 +202,6 @@ local function nofile_hard()
   return hard and tonumber(hard)
 end
 
--- Raises this process's soft limit on open files to at least n, up to the hard limit (the
--- descriptors of a cached model's files are held until the keeper has started bwrap, and the
--- keeper copies them once more): true when the soft limit is now n or more.
-local function ensure_nofile(n) return sb.raise_nofile(n) end
-
 ---The NVIDIA device nodes of this machine ({} without a GPU).
 ---@return string[] gpus /dev/nvidia0, /dev/nvidia1, ...
 ---@return string[] control /dev/nvidiactl, /dev/nvidia-uvm, ...
@@ -1128,6 +1123,10 @@ end
 local function open_kept(dirfd, host, name, roots)
   local size, real = ffi.new("long long[1]"), ffi.new("char[?]", 4096)
   local fd = C.seer_stage_open_file(dirfd, name, roots and roots[1], roots and roots[2], size, real, 4096)
+  if fd == -EMFILE then -- the soft open-file limit raised as far as the hard one allows, once
+    sb.raise_nofile(1048576)
+    fd = C.seer_stage_open_file(dirfd, name, roots and roots[1], roots and roots[2], size, real, 4096)
+  end
   if fd >= 0 then return { fd = fd, size = tonumber(size[0]), real = ffi.string(real) } end
   if fd == STAGE_EOUTSIDE then
     error(("%s/%s is a symbolic link that leads out of its model folder; the files of a model folder are not "
@@ -1448,7 +1447,7 @@ local function mount_snapshot(binds, host, mount, pass)
           end
         else
           local f, code = open_in(dirfd, e.name, roots)
-          if not f and (code == -EMFILE or code == -ENFILE) and pass and ensure_nofile(4 * #pass + 1024) then
+          if not f and code == -EMFILE and pass and sb.raise_nofile(4 * #pass + 1024) then
             f, code = open_in(dirfd, e.name, roots) -- the soft limit was raised towards the hard one
           end
           if f and pass then
@@ -2114,7 +2113,7 @@ function Sandbox:_start(opts)
   end
   assert(seen_sep and #command > 4, "Sandbox:_bwrap_argv must end with -- and the command")
   -- the keeper copies the descriptors to pass once more before handing them over
-  if self.pass_fds and #self.pass_fds > 0 then ensure_nofile(4 * #self.pass_fds + 1024) end
+  if self.pass_fds and #self.pass_fds > 0 then sb.raise_nofile(4 * #self.pass_fds + 1024) end
   self.keeper_pid = sb.keeper_start{
     argv = command, fd_args = fd_args, env = envl, log = self.log_dir .. "/sandbox.log",
     status = self.state_dir .. "/status.json", state_dir = not c.debug and self.state_dir or nil,
