@@ -1963,9 +1963,9 @@ function Sandbox:_alive()
       s.how and (s.how .. (s.signal and s.signal ~= 0 and (", signal " .. s.signal) or "") .. ", code " .. tostring(s.code)) or "keeper gone",
       tail(roots(self).logs, "sandbox.log", 20))
     if why:find("Can't find source path /proc/self/fd/", 1, true) or why:find("Race condition binding dirfd", 1, true) then
-      why = why .. "\n(a file of a cached model was replaced or removed after seer checked it and before bubblewrap mounted it; "
-        .. "the sandbox gets only the files seer checked, so it did not start: start it again, and look for what rewrites "
-        .. "the Hugging Face cache meanwhile)"
+      why = why .. "\n(a file of a cached model, or a model folder or local_files / local_dirs entry, was replaced or removed "
+        .. "after seer checked it and before bubblewrap mounted it; the sandbox gets only what seer checked, so it did not "
+        .. "start: start it again, and look for what rewrites it meanwhile)"
     end
   end
   return false, why

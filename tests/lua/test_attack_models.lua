@@ -394,7 +394,7 @@ T.test("start(): a visible cache model is mounted from the descriptors it was ch
   for _, k in ipairs(keys) do T.setenv(k, saved[k]) end
   T.ok(not ok1, "a blob renamed over after the check was mounted: " .. over)
   T.ok(not over:find("SWAPPED", 1, true), over)
-  T.contains(over, "a file of a cached model was replaced or removed after seer checked it")
+  T.contains(over, "a file of a cached model, or a model folder or local_files / local_dirs entry, was replaced or removed after seer checked it")
   T.ok(ok2, aside)
   T.contains(aside, "ORIGINAL\n{", "the sandbox did not get the file that was checked")
   T.ok(ok3 and ok4, "the controls did not start: " .. over_path .. " / " .. aside_path)
