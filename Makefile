@@ -51,7 +51,7 @@ help:
 	@echo "make bench-gpu  the CUDA backend on Gemma-2-2B/9B shapes against the GPU's bandwidth and peak, and transformers"
 	@echo "make bench-setup  the transformers peer for make bench and make parity (pip, into .venv)"
 	@echo "make parity     regenerate the transformers parity goldens live and compare"
-	@echo "make fuzz       libFuzzer on the safetensors, tokenizer.json and chat-template parsers (FUZZ_SECONDS each)"
+	@echo "make fuzz       libFuzzer on the safetensors, tokenizer.json, chat-template and JSON parsers and on model loading from hostile config.json (FUZZ_SECONDS each)"
 	@echo "make soak       the notebook pipeline under load: 100,000 display messages, 1 GB of stdout in one cell (minutes)"
 	@echo "make fuzz-kernel  FUZZ_KERNEL_N (100000) malformed messages from a hijacked sandboxed kernel; bystander checked"
 	@echo "make install    install into PREFIX (default /usr/local): bin/seer, share/seer/lua, share/doc/seer"
@@ -203,8 +203,9 @@ parity: $(SEER_BIN)
 	    ./$(SEER_BIN) tests/lua/run.lua tests/lua/test_parity.lua tests/lua/test_tokenizer_parity.lua \
 	    tests/lua/test_chat_template_parity.lua tests/lua/test_lora.lua tests/lua/test_hooks_parity.lua
 
-# Coverage-guided fuzzing (libFuzzer, with ASan + UBSan) of the parsers that take outside input:
-# each target runs FUZZ_SECONDS (default 600) from a seed corpus; findings go to build/fuzz/.
+# Coverage-guided fuzzing (libFuzzer, with ASan + UBSan) of the parsers that take outside input, and
+# of model loading and a forward pass from a hostile config.json (fuzz_model_config): each target
+# runs FUZZ_SECONDS (default 600) from a seed corpus; findings go to build/fuzz/.
 FUZZ_SECONDS ?= 600
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_FLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=address,undefined -Iengine -Ibuild/fuzz -I$(BUILD) $(PKG_CFLAGS)

@@ -395,10 +395,22 @@ int seer_model_parse_config(seer_model_config_t *c, const char *dir, seer_err_t 
             }
             double f = c->rope_factor;
 #define MSCALE(scale, ms) ((scale) <= 1 ? 1.0 : 0.1 * (ms) * log(scale) + 1.0)
-            if (att != 0.f) c->rope_attention_factor = att;
-            else if (mscale != 0.f && mscale_all != 0.f) c->rope_attention_factor = (float)(MSCALE(f, mscale) / MSCALE(f, mscale_all));
-            else c->rope_attention_factor = (float)MSCALE(f, 1.0);
+            double af;
+            if (att != 0.f) af = att;
+            else if (mscale != 0.f && mscale_all != 0.f) af = MSCALE(f, mscale) / MSCALE(f, mscale_all);
+            else af = MSCALE(f, 1.0);
 #undef MSCALE
+            /* it multiplies cos and sin as a float: a ratio past FLT_MAX (a huge mscale) became
+             * infinite, as did one over a divisor of 0 (mscale_all_dim = -10 / ln(factor)): NaN logits */
+            if (!isfinite(af) || fabs(af) > FLT_MAX) {
+                rc = seer_err_set(err, SEER_EPARSE,
+                                  "%s: rope_scaling (yarn) gives the attention factor %g (0.1 x mscale x ln(factor) + 1 over "
+                                  "the same with mscale_all_dim; mscale %g, mscale_all_dim %g, factor %g); it must be a "
+                                  "finite number (a float)",
+                                  path, af, (double)mscale, (double)mscale_all, f);
+                goto out;
+            }
+            c->rope_attention_factor = (float)af;
         } else if (strcmp(type->valuestring, "longrope") == 0 || strcmp(type->valuestring, "su") == 0) {
             c->rope_kind = SEER_ROPE_LONGROPE; /* the factors are phi3.c's to read */
             c->rope_factor = 1.f;

@@ -2,6 +2,7 @@
  * transformers' eager fp32 path: (1 + w) RMSNorm in f32, inverse frequencies and angles in f32,
  * scores scaled then soft-capped (tanh(s / cap) * cap) before the mask, softmax in f32, GeGLU
  * with the tanh GELU, final logits soft-capped after the head. */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,8 +50,11 @@ static const cJSON *jget(const cJSON *o, const char *key) {
 static int jnum(const seer_model_t *m, const cJSON *o, const char *key, float *out, seer_err_t *err) {
     const cJSON *v = jget(o, key);
     if (!v) return 0;
-    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
-        return seer_err_set(err, SEER_EPARSE, "%s/config.json: \"%s\" must be a finite number", m->dir, key);
+    /* past FLT_MAX the conversion to float is undefined (infinite here: a soft-cap of infinity
+     * gave NaN logits, a linear RoPE factor frequencies of 0), as config.c's get_float */
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || fabs(v->valuedouble) > FLT_MAX)
+        return seer_err_set(err, SEER_EPARSE, "%s/config.json: \"%s\" must be a finite number (a float: at most %g in "
+                            "magnitude)", m->dir, key, (double)FLT_MAX);
     *out = (float)v->valuedouble;
     return 0;
 }
@@ -176,6 +180,8 @@ static int gemma3_rope(seer_model_t *m, gemma_state_t *s, seer_err_t *err) {
         if (!(theta[t] > 0.0))
             return seer_err_set(err, SEER_EPARSE, "%s/config.json: rope_theta must be positive", m->dir);
         inv_freq_default(s->inv_freq[t], m->cfg.head_dim, theta[t], factor[t]);
+        /* a tiny theta or linear factor gives infinite frequencies (NaN angles, NaN logits) */
+        if ((rc = seer_rope_check(s->inv_freq[t], m->cfg.head_dim / 2, m->dir, err)) < 0) return rc;
     }
     return 0;
 }
@@ -256,7 +262,13 @@ int seer_gemma_bind(seer_model_t *m, int version, seer_err_t *err) {
     double qpas = version == 1 ? (double)hd : 256.0;
     if (version > 1 && (rc = jnum_d(m, j, "query_pre_attn_scalar", &qpas, err)) < 0) return rc;
     if (!(qpas > 0.0)) return seer_err_set(err, SEER_EPARSE, "%s/config.json: query_pre_attn_scalar must be positive", m->dir);
-    s->attn_scale = (float)pow(qpas, -0.5);
+    double scale = pow(qpas, -0.5);
+    if (!(scale <= FLT_MAX)) /* infinite as a float */
+        return seer_err_set(err, SEER_EPARSE,
+                            "%s/config.json: query_pre_attn_scalar must be positive and not so small that the attention "
+                            "scale 1 / sqrt(query_pre_attn_scalar) overflows a float: %g gives %g",
+                            m->dir, qpas, scale);
+    s->attn_scale = (float)scale;
     if (version == 2) {
         s->attn_softcap = 50.f;
         s->final_softcap = 30.f;

@@ -5,6 +5,7 @@
  * one), exact-erf GELU and a separate unembedding (embed_out). Reads transformers 5's
  * rope_parameters {rope_theta, partial_rotary_factor} and transformers 4's rotary_pct /
  * rotary_emb_base. */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +45,14 @@ static int get_num(const seer_model_t *m, const cJSON *obj, const char *key, dou
     return 0;
 }
 
+/* inv[rot / 2]: the rotary inverse frequencies (transformers' default or linear, in f32). */
+static void neox_inv_freq(const neox_state *s, float *inv) {
+    for (int i = 0; i < s->rot / 2; i++) {
+        float expo = (float)(2 * i) / (float)s->rot;
+        inv[i] = (float)(1.0 / pow((double)s->theta, (double)expo)) / s->linear_factor;
+    }
+}
+
 static int neox_rope_config(seer_model_t *m, neox_state *s, seer_err_t *err) {
     const seer_model_config_t *c = &m->cfg;
     const cJSON *rp = cJSON_GetObjectItemCaseSensitive(m->config_json, "rope_parameters");
@@ -68,7 +77,11 @@ static int neox_rope_config(seer_model_t *m, neox_state *s, seer_err_t *err) {
     }
     if (!(pct >= 0.0 && pct <= 1.0))
         return seer_err_set(err, SEER_EPARSE, "%s/config.json: the partial rotary factor %g is outside [0, 1]", m->dir, pct);
-    if (!(theta > 0.0)) return seer_err_set(err, SEER_EPARSE, "%s/config.json: rope_theta %g must be positive", m->dir, theta);
+    /* kept as a float: past FLT_MAX it was infinite (frequencies of 0), under FLT_MIN 0 (infinite
+     * frequencies, checked below) */
+    if (!(theta > 0.0 && theta <= FLT_MAX))
+        return seer_err_set(err, SEER_EPARSE, "%s/config.json: rope_theta %g must be positive and at most %g (a float)",
+                            m->dir, theta, (double)FLT_MAX);
     s->rot = (int)(c->head_dim * pct); /* int(head_size * partial_rotary_factor), as transformers */
     if (s->rot % 2 != 0)
         return seer_err_set(err, SEER_EPARSE, "%s/config.json: rotary dims %d (head_dim %d x %g) must be even", m->dir,
@@ -79,7 +92,15 @@ static int neox_rope_config(seer_model_t *m, neox_state *s, seer_err_t *err) {
     else if (c->rope_kind != SEER_ROPE_DEFAULT)
         return seer_err_set(err, SEER_EPARSE, "%s/config.json: gpt_neox supports the default and linear rope types only",
                             m->dir);
-    return 0;
+    /* the frequencies the forward pass computes, checked once: a theta that is 0 as a float or a
+     * tiny linear factor made them infinite (NaN angles, NaN logits) */
+    int half = s->rot / 2;
+    float *inv = malloc(((size_t)half + 1) * sizeof *inv);
+    if (!inv) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+    neox_inv_freq(s, inv);
+    rc = seer_rope_check(inv, half, m->dir, err);
+    free(inv);
+    return rc;
 }
 
 static int neox_bind(seer_model_t *m, seer_err_t *err) {
@@ -158,10 +179,7 @@ static int neox_forward(seer_model_t *m, const seer_fwd_batch_t *fb, seer_err_t 
     float *kb = ao + nf * D, *vb = kb + nf * D;
     float *h = vb + nf * D, *inv = h + nf * I, *cs = inv + half, *sn = cs + nf * half, *scratch = sn + nf * half;
 
-    for (int i = 0; i < half; i++) {
-        float expo = (float)(2 * i) / (float)s->rot;
-        inv[i] = (float)(1.0 / pow((double)s->theta, (double)expo)) / s->linear_factor;
-    }
+    neox_inv_freq(s, inv);
     for (int b = 0; b < fb->ns; b++) {
         int r0 = fb->off[b];
         seer_k_rope_table(inv, half, fb->start[b], fb->seq[b].n, cs + (size_t)r0 * half, sn + (size_t)r0 * half);

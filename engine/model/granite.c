@@ -2,6 +2,7 @@
  * transformers' modeling_granite: embeddings x embedding_multiplier, each attention and MLP
  * output x residual_multiplier before the residual add, attention scores x
  * attention_multiplier (instead of head_dim^-0.5), logits / logits_scaling. */
+#include <float.h>
 #include <math.h>
 
 #include <cJSON.h>
@@ -13,8 +14,13 @@ static int multiplier(seer_model_t *m, const char *key, float *out, seer_err_t *
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(m->config_json, key);
     *out = 1.0f;
     if (!v || cJSON_IsNull(v)) return 0;
-    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble <= 0)
+    /* a normal float: past FLT_MAX it became infinite (NaN logits), and a value too small for a
+     * float became 0, which the decoder reads as "not set" (a multiplier of 1) */
+    if (!cJSON_IsNumber(v))
         return seer_err_set(err, SEER_EPARSE, "%s/config.json: \"%s\" must be a positive number", m->dir, key);
+    if (!(v->valuedouble >= FLT_MIN && v->valuedouble <= FLT_MAX))
+        return seer_err_set(err, SEER_EPARSE, "%s/config.json: \"%s\" must be a positive number from %g to %g (a float), got %g",
+                            m->dir, key, (double)FLT_MIN, (double)FLT_MAX, v->valuedouble);
     *out = (float)v->valuedouble;
     return 0;
 }

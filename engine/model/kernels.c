@@ -381,7 +381,7 @@ _Static_assert(SEER_KB % 16 == 0, "SEER_KB: slices must start every bf16/f16 cha
 typedef struct {
     const char *p;
     int line, lines;
-    size_t skip;
+    ptrdiff_t skip; /* negative when a row is narrower than its run of lines */
 } seer_pfw_t;
 #define SEER_PF_LINE(P, L, PF)                                                                           \
     do {                                                                                                 \
@@ -547,7 +547,7 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
                  * samples (perf, make bench-kernel at 16 tokens). Each micro-kernel call issues an
                  * equal share from inside its loop (one division per slice for the share). */
                 seer_pfw_t pfw = {ptotal ? pb + ((size_t)pr * (size_t)in + (size_t)pk) * es : pb, 0, plines,
-                                  (size_t)in * es - (size_t)plines * 64};
+                                  (ptrdiff_t)((size_t)in * es) - (ptrdiff_t)plines * 64};
                 int pcalls = ng * nm * (w->dtype != SEER_F32 ? 2 : 1), pshare = (ptotal + pcalls - 1) / pcalls, pleft = ptotal;
                 const float *rows[SEER_RB];
                 float *prow[SEER_RB];

@@ -40,8 +40,9 @@ int seer_rope_check(const float *inv, int half, const char *dir, seer_err_t *err
         if (!(inv[i] > 0.f) || !isfinite(inv[i]))
             return seer_err_set(err, SEER_EPARSE,
                                 "%s/config.json: the RoPE scaling gives inverse frequency %g for rotary pair %d (it must be "
-                                "finite and positive): check rope_scaling's factor, low_freq_factor and high_freq_factor "
-                                "(high_freq_factor must be greater than low_freq_factor)",
+                                "finite and positive): check rope_theta and rope_scaling's factor, low_freq_factor and "
+                                "high_freq_factor (high_freq_factor must be greater than low_freq_factor), or longrope's "
+                                "short_factor and long_factor",
                                 dir, inv[i], i);
     return 0;
 }
@@ -91,6 +92,12 @@ int seer_decoder_bind(seer_model_t *m, const seer_decoder_opts_t *o, seer_err_t 
         if (!inv) return seer_err_set(err, SEER_ENOMEM, "out of memory");
         rope_inv_freq(c, st, inv, 0);
         int bad = seer_rope_check(inv, st->rot / 2, m->dir, err);
+        /* longrope: the long factors too, which a forward pass past original_max_position_embeddings
+         * uses (dynamic NTK only lowers the frequencies it checked here as the sequence grows) */
+        if (bad == 0 && c->rope_kind == SEER_ROPE_LONGROPE) {
+            rope_inv_freq(c, st, inv, st->o.longrope_orig + 1);
+            bad = seer_rope_check(inv, st->rot / 2, m->dir, err);
+        }
         free(inv);
         if (bad < 0) return bad;
     }

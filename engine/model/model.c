@@ -610,7 +610,20 @@ int seer_kv_cache_new(seer_kv_cache_t **out, const seer_model_t *m, int max_toke
     c->max_tokens = max_tokens;
     c->layers = m->cfg.num_layers;
     c->kv_dim = m->cfg.num_kv_heads * m->cfg.head_dim;
-    size_t n = (size_t)c->layers * (size_t)max_tokens * (size_t)c->kv_dim;
+    /* layers x tokens x key/value dims floats for the keys and as many for the values (bf16 on a
+     * GPU), counted without wrapping: a config of 256 layers of 4096 x 4096 key/value dims (its
+     * weights a sparse file) and a cache of 2^30 tokens made 2^64 bytes, 0 as a size_t, and the
+     * forward pass wrote past the 0-byte cache */
+    size_t n;
+    if (__builtin_mul_overflow((size_t)c->layers, (size_t)max_tokens, &n) ||
+        __builtin_mul_overflow(n, (size_t)c->kv_dim, &n) || n > SIZE_MAX / 2 / sizeof(float)) {
+        free(c);
+        return seer_err_set(err, SEER_ENOMEM,
+                            "cannot allocate a KV cache of %d tokens: that many tokens x %d layers x %d key/value dims "
+                            "(num_hidden_layers x num_key_value_heads x head_dim of config.json), for keys and values, "
+                            "is more than memory can address",
+                            max_tokens, m->cfg.num_layers, m->cfg.num_kv_heads * m->cfg.head_dim);
+    }
     if (m->gpu) {
         int rc = seer_gpu_kv_alloc((seer_model_t *)m, c, err);
         if (rc < 0) {

@@ -3,7 +3,9 @@
  * (short_factor / long_factor, switched per forward pass at original_max_position_embeddings,
  * cos and sin x attention_factor) and a sliding window on every layer when sliding_window is
  * set, as transformers' modeling_phi3. */
+#include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include <cJSON.h>
@@ -13,6 +15,17 @@
 static const cJSON *jget(const cJSON *o, const char *k) {
     const cJSON *v = o ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL;
     return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+/* A JSON value as short text for a message (a static buffer: one per message). */
+static const char *json_text(const cJSON *v) {
+    static _Thread_local char buf[48];
+    if (cJSON_IsNumber(v)) snprintf(buf, sizeof buf, "%g", v->valuedouble);
+    else
+        snprintf(buf, sizeof buf, "%s",
+                 cJSON_IsString(v) ? "a string" : cJSON_IsNull(v) ? "null" : cJSON_IsBool(v) ? "a boolean"
+                                                                  : cJSON_IsArray(v) ? "a list" : "an object");
+    return buf;
 }
 
 /* A number from the rope object, else from the top level of config.json, else dflt. */
@@ -37,9 +50,13 @@ static int factors(seer_model_t *m, const cJSON *rope, const char *key, int n, f
     int i = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, a) {
-        if (!cJSON_IsNumber(e) || !(e->valuedouble > 0))
-            return seer_err_set(err, SEER_EPARSE, "%s/config.json: longrope \"%s\"[%d] must be a positive number", m->dir,
-                                key, i);
+        /* a normal float: past FLT_MAX a factor became infinite, under FLT_MIN 0 or a denormal, and
+         * the inverse frequencies 1 / (factor x base^(2i/dim)) 0 or infinite */
+        if (!cJSON_IsNumber(e) || !(e->valuedouble >= FLT_MIN && e->valuedouble <= FLT_MAX))
+            return seer_err_set(err, SEER_EPARSE,
+                                "%s/config.json: longrope \"%s\"[%d] must be a positive number from %g to %g (a float), "
+                                "got %s",
+                                m->dir, key, i, (double)FLT_MIN, (double)FLT_MAX, json_text(e));
         (*out)[i++] = (float)e->valuedouble;
     }
     return 0;
@@ -56,9 +73,15 @@ static int phi3_bind(seer_model_t *m, seer_err_t *err) {
     if (rc == 0) rc = rope_num(m, rope, "partial_rotary_factor", 1.0, &prf, err);
     seer_decoder_opts_t o = {.phi3 = 1, .window = window};
     if (rc == 0) {
-        o.rot_dim = (int)(c->head_dim * prf);
-        if (!(prf > 0.0 && prf <= 1.0) || o.rot_dim < 2)
-            rc = seer_err_set(err, SEER_EPARSE, "%s/config.json: \"partial_rotary_factor\" must be in (0, 1]", m->dir);
+        /* checked before the product becomes an int (1e300 x head_dim as an int is undefined) */
+        if (!(prf > 0.0 && prf <= 1.0))
+            rc = seer_err_set(err, SEER_EPARSE, "%s/config.json: \"partial_rotary_factor\" must be in (0, 1], got %g", m->dir,
+                              prf);
+        else if ((o.rot_dim = (int)(c->head_dim * prf)) < 2)
+            rc = seer_err_set(err, SEER_EPARSE,
+                              "%s/config.json: \"partial_rotary_factor\" must be in (0, 1] and leave at least 2 rotary "
+                              "dims: %g x head_dim %d gives %d",
+                              m->dir, prf, c->head_dim, o.rot_dim);
     }
     if (rc == 0 && c->sliding_window > 0)
         for (int i = 0; i < c->num_layers; i++) window[i] = c->sliding_window;

@@ -1801,7 +1801,7 @@ static void bpe_word(enc_t *e, const char *w, size_t len) {
         }
         if (tk_strmap_put(&t->cache, w, len, (int32_t)t->cache_n, NULL) == 0) {
             t->cache_ids[t->cache_n] = (int32_t)cnt;
-            memcpy(t->cache_ids + t->cache_n + 1, e->ids + first_out, cnt * sizeof(int32_t));
+            if (cnt) memcpy(t->cache_ids + t->cache_n + 1, e->ids + first_out, cnt * sizeof(int32_t)); /* e->ids may be NULL */
             t->cache_n += cnt + 1;
         }
     }

@@ -492,3 +492,124 @@ f:close()
   T.contains(got, "ok ")
   T.contains(got, "/snapshots/0123456789abcdef0123456789abcdef01234567")
 end)
+
+-- A copy of a parity model (tests/parity/models/<name>) whose config.json edit(cfg) may change.
+local function parity_model(name, edit)
+  local src = seer.script_dir() .. "/../parity/models/" .. name
+  local d = T.tmpdir() .. "/" .. name
+  T.eq(os.execute(("mkdir -p '%s' && cp '%s/model.safetensors' '%s'/"):format(d, src, d)), 0)
+  local cfg = json.decode(seer.read_file(src .. "/config.json"))
+  if edit then edit(cfg) end
+  seer.write_file(d .. "/config.json", json.encode(cfg))
+  return d
+end
+
+T.test("config numbers that no float or int holds, or whose derived values do not fit one, are refused naming the field (found by tests/fuzz/fuzz_model_config)", function()
+  -- each was converted first and checked after, or not at all: partial_rotary_factor x head_dim
+  -- as an int was undefined behaviour (UBSan aborted); the others became infinite or 0 as floats,
+  -- giving NaN logits, or frequencies, a scale or a soft-cap other than the config's, in silence
+  local cases = {
+    { "phi3", function(c) c.rope_parameters.partial_rotary_factor = 1e300 end,
+      "\"partial_rotary_factor\" must be in (0, 1], got 1e+300" },
+    { "phi3", function(c) c.rope_parameters.short_factor[2] = 1e300 end,
+      "longrope \"short_factor\"[1] must be a positive number from 1.17549e-38 to 3.40282e+38 (a float), got 1e+300" },
+    { "phi3", function(c) c.rope_parameters.long_factor[3] = 1e-300 end,
+      "longrope \"long_factor\"[2] must be a positive number from 1.17549e-38 to 3.40282e+38 (a float), got 1e-300" },
+    { "gemma2", function(c) c.final_logit_softcapping = 1e300 end,
+      "\"final_logit_softcapping\" must be a finite number (a float: at most 3.40282e+38 in magnitude)" },
+    { "gemma2", function(c) c.query_pre_attn_scalar = 1e-300 end,
+      "1 / sqrt(query_pre_attn_scalar) overflows a float: 1e-300 gives 1e+150" },
+    { "gemma3", function(c) c.rope_parameters.full_attention = { rope_type = "linear", rope_theta = 1000, factor = 1e300 } end,
+      "\"factor\" must be a finite number (a float: at most 3.40282e+38 in magnitude)" },
+    { "granite", function(c) c.embedding_multiplier = 1e300 end,
+      "\"embedding_multiplier\" must be a positive number from 1.17549e-38 to 3.40282e+38 (a float), got 1e+300" },
+    { "gpt_neox", function(c) c.rope_parameters.rope_theta = nil; c.rotary_emb_base = 1e300 end,
+      "rope_theta 1e+300 must be positive and at most 3.40282e+38 (a float)" },
+    { "llama", function(c)
+        c.rope_parameters = { rope_type = "yarn", rope_theta = 500, factor = 1e6, original_max_position_embeddings = 16,
+                              mscale = 3e38, mscale_all_dim = 1e-30 }
+      end, "rope_scaling (yarn) gives the attention factor 4.14465e+38" },
+  }
+  for _, case in ipairs(cases) do
+    T.raises(function() load(parity_model(case[1], case[2])) end, case[3], true)
+  end
+  -- the unchanged models load
+  for _, name in ipairs({ "phi3", "gemma2", "gemma3", "granite", "gpt_neox", "llama" }) do
+    T.eq(load(parity_model(name)).config.model_type, name == "gemma3" and "gemma3_text" or name)
+  end
+end)
+
+T.test("RoPE frequencies that come out infinite or 0 are refused at load on every architecture and table (gemma3, gpt_neox and longrope's long factors went unchecked: NaN logits)", function()
+  local cases = {
+    -- a linear factor that is a denormal float: frequencies / 1e-40 are infinite
+    { "gemma3", function(c) c.rope_parameters.sliding_attention = { rope_type = "linear", rope_theta = 100, factor = 1e-40 } end,
+      "the RoPE scaling gives inverse frequency inf for rotary pair 0" },
+    -- transformers 4's rope_local_base_freq (the sliding layers' theta) of 1e-300: 1 / theta^(2i/hd)
+    -- past any float (found by tests/fuzz/fuzz_model_config with FUZZ_MODEL_NAN=1)
+    { "gemma3", function(c) c.rope_parameters = nil; c.rope_theta = 1000; c.rope_local_base_freq = 1e-300 end,
+      "the RoPE scaling gives inverse frequency inf for rotary pair 1" },
+    -- a theta that is 0 as a float: 1 / 0^(2i/rot)
+    { "gpt_neox", function(c) c.rope_parameters.rope_theta = nil; c.rotary_emb_base = 1e-300 end,
+      "the RoPE scaling gives inverse frequency inf for rotary pair 1" },
+    -- long factors are used past original_max_position_embeddings: 1 / (3e38 x base^(2i/rot)) is 0
+    { "phi3", function(c) c.rope_parameters.long_factor = { 1, 3e38, 3e38 } end,
+      "the RoPE scaling gives inverse frequency 0 for rotary pair 1" },
+  }
+  for _, case in ipairs(cases) do
+    T.raises(function() load(parity_model(case[1], case[2])) end, case[3], true)
+  end
+end)
+
+T.test("a granite multiplier too small for a float is refused (it became 0, read as \"not set\": a multiplier of 1 in silence)", function()
+  for _, key in ipairs({ "embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling" }) do
+    T.raises(function() load(parity_model("granite", function(c) c[key] = 1e-50 end)) end,
+      "\"" .. key .. "\" must be a positive number from 1.17549e-38 to 3.40282e+38 (a float), got 1e-50", true)
+  end
+end)
+
+T.test("a KV cache whose size (layers x key/value dims x tokens) wraps a size_t is refused (it was allocated at 0 bytes and written past: a crash)", function()
+  -- 256 layers of 4096 x 4096 key/value dims, the weights a 32 GiB sparse file (nothing stored),
+  -- and a generation of 2^30 tokens: 2^62 floats, 2^64 bytes, 0 as a size_t. In a child: the old
+  -- code wrote 64 MiB of keys past a 0-byte cache on the first step.
+  local d = T.tmpdir()
+  local L, KV = 256, 4096 * 4096
+  seer.write_file(d .. "/config.json", json.encode({ model_type = "llama", hidden_size = 1, intermediate_size = 1,
+    vocab_size = 2, num_hidden_layers = L, num_attention_heads = 4096, num_key_value_heads = 4096, head_dim = 4096,
+    max_position_embeddings = 64, tie_word_embeddings = true }))
+  local hdr, off = {}, 0
+  local function add(name, shape)
+    local n = 2
+    for _, s in ipairs(shape) do n = n * s end
+    hdr[name] = { dtype = "BF16", shape = shape, data_offsets = { off, off + n } }
+    off = off + n
+  end
+  add("model.embed_tokens.weight", { 2, 1 })
+  add("model.norm.weight", { 1 })
+  for i = 0, L - 1 do
+    local p = "model.layers." .. i .. "."
+    add(p .. "input_layernorm.weight", { 1 })
+    add(p .. "post_attention_layernorm.weight", { 1 })
+    add(p .. "self_attn.q_proj.weight", { KV, 1 })
+    add(p .. "self_attn.k_proj.weight", { KV, 1 })
+    add(p .. "self_attn.v_proj.weight", { KV, 1 })
+    add(p .. "self_attn.o_proj.weight", { 1, KV })
+    add(p .. "mlp.gate_proj.weight", { 1, 1 })
+    add(p .. "mlp.up_proj.weight", { 1, 1 })
+    add(p .. "mlp.down_proj.weight", { 1, 1 })
+  end
+  local h = json.encode(hdr)
+  h = h .. string.rep(" ", (8 - #h % 8) % 8)
+  local len, lenb = #h, {}
+  for i = 1, 8 do lenb[i] = string.char(len % 256); len = math.floor(len / 256) end
+  seer.write_file(d .. "/model.safetensors", table.concat(lenb) .. h)
+  T.eq(os.execute(("truncate -s %d '%s/model.safetensors'"):format(8 + #h + off, d)), 0)
+  seer.write_file(d .. "/child.lua", ([[
+    local m = seer.model.load(%q, { tokenizer = false, weights = "mapped" })
+    local ok, g = pcall(m._c.generator, m._c, { 1 }, { max_new_tokens = 2 ^ 30 - 1 })
+    if ok then pcall(g.next, g) end
+    io.write(ok and "made" or tostring(g))
+  ]]):format(d))
+  local ok, out = T.sh(("timeout 60 '%s' '%s/child.lua'"):format(SEER, d))
+  T.ok(ok, "the child exited 0 (it crashed writing past the cache?): " .. out)
+  T.contains(out, "cannot allocate a KV cache of 1073741824 tokens: that many tokens x 256 layers x 16777216 key/value dims")
+end)
