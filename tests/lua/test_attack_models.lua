@@ -212,22 +212,32 @@ local function cache_model(tag)
   return repo, snap
 end
 
--- _prepare_models of a sandbox with the visible cache model zq5-org/<tag> (follow:
--- SEER_MODEL_FOLLOW_LINKS=1): true and the binds, or false and the error.
-local function prepare_visible(tag, follow)
-  local keys = { "HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE", "SEER_MODEL_FOLLOW_LINKS" }
+-- Runs fn with this file's hub cache as the one seer reads, offline (follow:
+-- SEER_MODEL_FOLLOW_LINKS=1), the variables it touches as they were afterwards: fn's results.
+local CACHE_ENV = { "HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE", "SEER_MODEL_FOLLOW_LINKS", "SEER_BWRAP_BIND_FD" }
+local function with_cache_env(fn, follow)
   local saved = {}
-  for _, k in ipairs(keys) do saved[k] = os.getenv(k) end
+  for _, k in ipairs(CACHE_ENV) do saved[k] = os.getenv(k) end
   T.setenv("HF_HOME", hf_home)
   T.setenv("HF_HUB_CACHE", nil)
   T.setenv("HF_HUB_OFFLINE", "1")
   T.setenv("SEER_MODEL_FOLLOW_LINKS", follow and "1" or nil)
+  local res = { pcall(fn) }
+  for _, k in ipairs(CACHE_ENV) do T.setenv(k, saved[k]) end
+  if not res[1] then error(res[2], 0) end
+  return unpack(res, 2, table.maxn(res))
+end
+
+-- _prepare_models of a sandbox with the visible cache model zq5-org/<tag> (follow:
+-- SEER_MODEL_FOLLOW_LINKS=1): true and the binds, or false and the error.
+local function prepare_visible(tag, follow)
   local binds, s = {}, nil
-  local ok, err = pcall(function()
-    s = S.Sandbox(env.SandboxConfig{ models = { env.ModelConfig{ name = "zq5-org/" .. tag } } })
-    s:_prepare_models(binds, {})
-  end)
-  for _, k in ipairs(keys) do T.setenv(k, saved[k]) end
+  local ok, err = with_cache_env(function()
+    return pcall(function()
+      s = S.Sandbox(env.SandboxConfig{ models = { env.ModelConfig{ name = "zq5-org/" .. tag } } })
+      s:_prepare_models(binds, {})
+    end)
+  end, follow)
   -- what each bind mounts: a path, or (--ro-bind-fd N) the file the descriptor the keeper would
   -- hand bwrap as fd N is open on
   local m = {}
@@ -331,21 +341,15 @@ T.test("start(): a visible cache model whose snapshot links a host file is refus
   if not have_bwrap() then T.skip("bubblewrap is not installed (make setup installs it)") end
   local _, snap = cache_model("started")
   sh(("ln -s %s/id_rsa %s/notes.txt"):format(q(secret), q(snap)))
-  local keys = { "HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE", "SEER_MODEL_FOLLOW_LINKS" }
-  local saved = {}
-  for _, k in ipairs(keys) do saved[k] = os.getenv(k) end
-  T.setenv("HF_HOME", hf_home)
-  T.setenv("HF_HUB_CACHE", nil)
-  T.setenv("HF_HUB_OFFLINE", "1")
-  T.setenv("SEER_MODEL_FOLLOW_LINKS", nil)
   local inside
-  local ok, err = pcall(function()
-    local s = env.Sandbox(env.SandboxConfig{ execution_mode = "cli", models = { env.ModelConfig{ name = "zq5-org/started" } } })
-      :start{ name = "linked" }
-    inside = s:exec("cat /models/zq5-org--started/notes.txt 2>&1; true")
-    s:terminate()
+  local ok, err = with_cache_env(function()
+    return pcall(function()
+      local s = env.Sandbox(env.SandboxConfig{ execution_mode = "cli", models = { env.ModelConfig{ name = "zq5-org/started" } } })
+        :start{ name = "linked" }
+      inside = s:exec("cat /models/zq5-org--started/notes.txt 2>&1; true")
+      s:terminate()
+    end)
   end)
-  for _, k in ipairs(keys) do T.setenv(k, saved[k]) end
   T.ok(not (inside or ""):find("HOST-ONLY", 1, true), "a host file was readable in the sandbox: " .. tostring(inside))
   T.ok(not ok, "a snapshot linking a host file was mounted")
   T.contains(tostring(err), snap .. "/notes.txt is a symbolic link that leads out of its model folder")
@@ -355,13 +359,6 @@ T.test("start(): a visible cache model is mounted from the descriptors it was ch
   if not have_bwrap() then T.skip("bubblewrap is not installed (make setup installs it)") end
   local repo, snap = cache_model("swapped")
   sh(("ln -s ../../blobs/notes %s/notes.txt"):format(q(snap)))
-  local keys = { "HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE", "SEER_MODEL_FOLLOW_LINKS", "SEER_BWRAP_BIND_FD" }
-  local saved = {}
-  for _, k in ipairs(keys) do saved[k] = os.getenv(k) end
-  T.setenv("HF_HOME", hf_home)
-  T.setenv("HF_HUB_CACHE", nil)
-  T.setenv("HF_HUB_OFFLINE", "1")
-  T.setenv("SEER_MODEL_FOLLOW_LINKS", nil)
   -- Starts the sandbox, running `swap` (a shell command, in the repository folder) once the
   -- snapshot has been checked (right after _prepare_models, before the keeper starts bwrap):
   -- true and what notes.txt reads inside, or false and start()'s error.
@@ -383,15 +380,17 @@ T.test("start(): a visible cache model is mounted from the descriptors it was ch
     T.eq(s and s.pass_fds, nil, "the descriptors held for the keeper were not closed")
     return ok, ok and inside or tostring(err)
   end
-  -- the blob renamed over: the checked file is gone from the cache; bwrap cannot mount it and
-  -- seer mounts nothing else, so start() fails saying why
-  local ok1, over = start_swapped(true, "mv other blobs/notes")
-  -- the blob moved aside and another put in its place: the checked file, where it now is
-  local ok2, aside = start_swapped(true, "mv blobs/notes blobs/moved && mv other blobs/notes")
-  -- the controls: mounted by path (SEER_BWRAP_BIND_FD=0), both swaps are what the sandbox gets
-  local ok3, over_path = start_swapped(false, "mv other blobs/notes")
-  local ok4, aside_path = start_swapped(false, "mv blobs/notes blobs/moved && mv other blobs/notes")
-  for _, k in ipairs(keys) do T.setenv(k, saved[k]) end
+  local ok1, over, ok2, aside, ok3, over_path, ok4, aside_path
+  with_cache_env(function()
+    -- the blob renamed over: the checked file is gone from the cache; bwrap cannot mount it and
+    -- seer mounts nothing else, so start() fails saying why
+    ok1, over = start_swapped(true, "mv other blobs/notes")
+    -- the blob moved aside and another put in its place: the checked file, where it now is
+    ok2, aside = start_swapped(true, "mv blobs/notes blobs/moved && mv other blobs/notes")
+    -- the controls: mounted by path (SEER_BWRAP_BIND_FD=0), both swaps are what the sandbox gets
+    ok3, over_path = start_swapped(false, "mv other blobs/notes")
+    ok4, aside_path = start_swapped(false, "mv blobs/notes blobs/moved && mv other blobs/notes")
+  end)
   T.ok(not ok1, "a blob renamed over after the check was mounted: " .. over)
   T.ok(not over:find("SWAPPED", 1, true), over)
   T.contains(over, "a file of a cached model, or a model folder or local_files / local_dirs entry, was replaced or removed after seer checked it")
