@@ -1566,6 +1566,12 @@ function Sandbox:_prepare_models(binds, env)
     for i, e in ipairs(lm.local_dirs) do mounted[#mounted + 1] = { e.real, ("SandboxConfig.local_dirs[%d]"):format(i) } end
     for i, e in ipairs(lm.local_files) do mounted[#mounted + 1] = { e.real, ("SandboxConfig.local_files[%d]"):format(i) } end
     for _, mp in ipairs(mounted) do
+      -- a folder another sandbox can write (its workspace) is a live channel into this one, past
+      -- every check made here: whatever that sandbox writes there later (the id) shows up inside
+      if in_sandbox_folder(mp[1]) then
+        error(("%s lies in a sandbox's folder (%s), which that sandbox can write while this one runs with a hidden "
+          .. "model: copy it out of the sandbox's folder first"):format(mp[2], M.state_root()), 0)
+      end
       local real = mp[1]
       if real then
         for _, m in ipairs(hidden) do
@@ -1643,6 +1649,11 @@ function Sandbox:_prepare_models(binds, env)
       if not hidden_mounts[top] then
         local src = b[1] == "--ro-bind-fd" and pass[tonumber(b[2]) - 3] and core.realpath("/proc/self/fd/" .. pass[tonumber(b[2]) - 3])
           or core.realpath(b[2]) or b[2]
+        if in_sandbox_folder(src) then
+          error(("the visible model mounted at %s (from %s) lies in a sandbox's folder, which that sandbox can write while "
+            .. "this one runs with a hidden model (a live channel past the hidden-model checks): copy it out of the "
+            .. "sandbox's folder first"):format(top, src), 0)
+        end
         if sb.find_fragment(b[3], frags) or sb.find_fragment(src, frags) then
           error(("the visible model mounted at %s (from %s) holds part of a hidden model's id in its name or path, and code in "
             .. "the sandbox can read both (the mount, and its source in /proc/self/mountinfo); hide that model too, or "

@@ -870,6 +870,25 @@ T.test("staging: a staging place whose path leads to a folder named after the mo
   os.execute(("rm -rf '%s' '%s' '%s/swapm'"):format(base, state, root))
 end)
 
+T.test("a folder or visible model in another sandbox's folder is not mounted beside a hidden model (that sandbox could write the id there later)", function()
+  if not have_bwrap() then T.skip("bubblewrap is not installed") end
+  in_sandbox_root(function(ws)
+    sh(("mkdir -p '%s/notes' '%s/pubnet' && cp '%s/config.json' '%s/tokenizer.json' '%s/model.safetensors' '%s/pubnet/'"):format(
+      ws, ws, A.stories, A.stories, A.stories, ws))
+    T.raises(function() env.Sandbox(env.SandboxConfig{ models = LAYOUTS["local folder"](true), local_dirs = { { ws .. "/notes", "/data" } } })
+      :start{ name = "ok" } end, "SandboxConfig.local_dirs[1] lies in a sandbox's folder", true)
+    T.raises(function() env.Sandbox(env.SandboxConfig{ models = { LAYOUTS["local folder"](true)[1],
+      env.ModelConfig{ name = ws .. "/pubnet", var_name = "pub" } } }):start{ name = "ok" } end,
+      "the visible model mounted at /models/pubnet (from " .. ws .. "/pubnet) lies in a sandbox's folder", true)
+    -- the control: without a hidden model, the same mounts start
+    local s = env.Sandbox(env.SandboxConfig{ execution_mode = "cli", local_dirs = { { ws .. "/notes", "/data" } },
+      models = { env.ModelConfig{ name = ws .. "/pubnet", var_name = "pub" } } }):start{ name = "ok" }
+    local out = s:exec("ls /data /models/pubnet | tr '\\n' ' '")
+    s:terminate()
+    T.contains(out, "config.json")
+  end)
+end)
+
 T.test("staging (copy): a file that shrank after the check is refused, not staged short", function()
   if not sbc.listdir("/dev/shm") then T.skip("no /dev/shm: a model on another file system than the state") end
   local base = "/dev/shm/seer-swap-test-" .. require("seer.core.host").getpid()
