@@ -13,6 +13,7 @@
 #include <cJSON.h>
 
 #include "model/model.h"
+#include "test_files.h"
 
 #define MODEL_DIR "tests/fixtures/models/stories260K"
 
@@ -263,17 +264,6 @@ Test(sample, tiny_temperatures_tend_to_greedy_and_nonfinite_logits_choose_nothin
     float masked[3] = {-INFINITY, 0.5f, -INFINITY};
     seer_sampler_opts_t o = {.temperature = 1, .top_p = 1, .repetition_penalty = 1};
     cr_assert_eq(seer_sample(masked, 3, NULL, 0, &o, &rng), 1);
-}
-
-/* A copy of src at dst (a link out of a model folder is refused: docs/security.md). */
-static void copy_file(const char *src, const char *dst) {
-    FILE *in = fopen(src, "rb"), *out = fopen(dst, "wb");
-    cr_assert(in && out, "cannot copy %s to %s", src, dst);
-    char buf[1 << 16];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, in)) > 0) cr_assert_eq(fwrite(buf, 1, n, out), n);
-    fclose(in);
-    cr_assert_eq(fclose(out), 0);
 }
 
 static char *tmpdir_with_config(const char *config_json) {

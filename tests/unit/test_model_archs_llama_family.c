@@ -13,6 +13,7 @@
 #include <cJSON.h>
 
 #include "model/model.h"
+#include "test_files.h"
 
 /* model.c refers to the architectures weakly, and unit tests link libseer.a without
  * --whole-archive, so strong references are what pull these objects in. */
@@ -75,17 +76,6 @@ Test(llama_family, llama_cache_matches_full_forward) { check_incremental("llama"
 Test(llama_family, mistral_cache_matches_full_forward) { check_incremental("mistral"); }
 Test(llama_family, qwen2_cache_matches_full_forward) { check_incremental("qwen2"); }
 Test(llama_family, qwen3_cache_matches_full_forward) { check_incremental("qwen3"); }
-
-/* A copy of src at dst (a link out of a model folder is refused: docs/security.md). */
-static void copy_file(const char *src, const char *dst) {
-    FILE *in = fopen(src, "rb"), *out = fopen(dst, "wb");
-    cr_assert(in && out, "cannot copy %s to %s", src, dst);
-    char buf[1 << 16];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, in)) > 0) cr_assert_eq(fwrite(buf, 1, n, out), n);
-    fclose(in);
-    cr_assert_eq(fclose(out), 0);
-}
 
 /* A temporary model directory: `weights_of`'s model.safetensors (copied) under its
  * config.json with some fields replaced. Returns the directory (caller frees). */
