@@ -171,7 +171,19 @@ __attribute__((target("avx2,fma,f16c"))) static void attn_mix_avx2(float *o, con
  * 0.93-0.95x the time of 1 KiB at f32 and 0.90-0.92x at bf16 on one thread, 0.96x / 0.94x on
  * two (1.5, 2 and 4 KiB in between), and the 0.5B model's decode, binaries alternating
  * (tests/bench/model_seer.lua, 3 rounds each): one thread f32 14.2/12.7/13.8 -> 14.3/13.0/14.2
- * tok/s, bf16 25.5/24.6/24.1 -> 27.4/25.3/25.6; two threads ahead in 5 of 6 rounds. */
+ * tok/s, bf16 25.5/24.6/24.1 -> 27.4/25.3/25.6; two threads ahead in 5 of 6 rounds.
+ *
+ * Without any software prefetch the one-token kernel was faster still on that Zen 4 VM
+ * (2026-11-29, the 0.5B model, tests/bench/model_seer.lua, SEER_ROW_PREFETCH=1 against 0, four
+ * alternating rounds): one thread bf16 26.2-27.2 -> 31.0-31.9 tok/s, fast bf16 27.8-30.1 ->
+ * 34.5-35.0, f32 14.6-14.9 -> 15.8-16.7; two threads level or ahead (bf16 35.6-38.0 -> 36.1-50.1).
+ * A GEMV alone over 1 GiB of 1024-wide bf16 rows (a /tmp program, medians of 25) showed the same:
+ * 27 GB/s with the prefetch against 27 without, and VDPBF16PS 26-27 with against 31 without, plain
+ * loads reading 32. So the batch-1 kernel (row1_*, and the fast one in kernels_x86.c) runs without
+ * it on AMD CPUs with AVX-512 (seer_k_row_prefetch; SEER_ROW_PREFETCH=0|1 chooses); the 2-4-token
+ * kernels keep it: at two threads batch 2 and 4 were faster with it (bf16 batch 4 68-85 against
+ * 64-69 tok/s, tests/bench/batch_seer.lua, three rounds). On other CPUs nothing changed (the Zen
+ * 3 figures above were measured with it and not without). */
 #ifndef SEER_ROW1_PF
 #define SEER_ROW1_PF 3072
 #endif
@@ -181,14 +193,14 @@ __attribute__((target("avx2,fma,f16c"))) static void attn_mix_avx2(float *o, con
 /* One row against NT tokens (NT = 1 for batch-1 decode; 2 to 4 for the streamed kernel below),
  * written to y[t * ys]: each 8-block of weights loaded (and widened) once and multiplied into
  * every token's accumulators, each (row, token) output on the chain above. */
-#define SEER_DEF_ROWT(NAME, T, LOAD, SCALAR, STEP, NT)                                                           \
-    __attribute__((target("avx2,fma,f16c"))) static void NAME##NT(const T *wr, const float *x, size_t xs, int64_t in, \
+#define SEER_DEF_ROWT_PF(FN, T, LOAD, SCALAR, STEP, NT, PF)                                                       \
+    __attribute__((target("avx2,fma,f16c"))) static void FN(const T *wr, const float *x, size_t xs, int64_t in, \
                                                                  float *y, size_t ys) {                         \
         int64_t n8 = in & ~(int64_t)7, nb = in & ~(int64_t)(STEP - 1);                                       \
         __m256 a0[NT], a1[NT];                                                                               \
         _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) a0[t] = a1[t] = _mm256_setzero_ps();          \
         for (int64_t i = 0; i < nb; i += STEP) {                                                             \
-            if (!(((size_t)i * sizeof(T)) & 63)) _mm_prefetch((const char *)(wr + i) + SEER_ROW1_PF, _MM_HINT_T0); \
+            if (PF && !(((size_t)i * sizeof(T)) & 63)) _mm_prefetch((const char *)(wr + i) + SEER_ROW1_PF, _MM_HINT_T0); \
             __m256 w0 = LOAD(wr + i);                                                                        \
             _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                                            \
                 a0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + (size_t)t * xs + (size_t)i), a0[t]);        \
@@ -209,11 +221,17 @@ __attribute__((target("avx2,fma,f16c"))) static void attn_mix_avx2(float *o, con
             y[(size_t)t * ys] = sum;                                                                         \
         }                                                                                                    \
     }
+#define SEER_DEF_ROWT(NAME, T, LOAD, SCALAR, STEP, NT) SEER_DEF_ROWT_PF(NAME##NT, T, LOAD, SCALAR, STEP, NT, 1)
+/* The one-token kernel twice, with the software prefetch (NAME##_t1) and without it
+ * (NAME##_t1_np), chosen per call by seer_k_row_prefetch(). */
 #define SEER_DEF_ROW1(NAME, T, LOAD, SCALAR, STEP)                                                               \
-    SEER_DEF_ROWT(NAME##_t, T, LOAD, SCALAR, STEP, 1)                                                            \
-    __attribute__((target("avx2,fma,f16c"))) static inline float NAME(const T *wr, const float *x, int64_t in) { \
+    SEER_DEF_ROWT_PF(NAME##_t1, T, LOAD, SCALAR, STEP, 1, 1)                                                     \
+    SEER_DEF_ROWT_PF(NAME##_t1_np, T, LOAD, SCALAR, STEP, 1, 0)                                                  \
+    __attribute__((target("avx2,fma,f16c"))) static inline float NAME(const T *wr, const float *x, int64_t in,   \
+                                                                      int pf) {                                  \
         float y;                                                                                             \
-        NAME##_t1(wr, x, 0, in, &y, 0);                                                                      \
+        if (pf) NAME##_t1(wr, x, 0, in, &y, 0);                                                              \
+        else NAME##_t1_np(wr, x, 0, in, &y, 0);                                                              \
         return y;                                                                                            \
     }
 #define SEER_F32_ID(v) (v)
@@ -225,12 +243,13 @@ SEER_DEF_ROW1(row1_f16, uint16_t, SEER_W_F16, seer_f16_to_f32, 16)
 __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_one(const seer_weight_t *w, int64_t r0, int64_t r1,
                                                                    const float *x, float *y) {
     int64_t in = w->cols;
+    int pf = seer_k_row_prefetch();
     for (int64_t r = r0; r < r1; r++) {
         size_t at = (size_t)r * (size_t)in;
         switch (w->dtype) {
-        case SEER_BF16: y[r] = row1_bf16((const uint16_t *)w->data + at, x, in); break;
-        case SEER_F16: y[r] = row1_f16((const uint16_t *)w->data + at, x, in); break;
-        default: y[r] = row1_f32((const float *)w->data + at, x, in); break;
+        case SEER_BF16: y[r] = row1_bf16((const uint16_t *)w->data + at, x, in, pf); break;
+        case SEER_F16: y[r] = row1_f16((const uint16_t *)w->data + at, x, in, pf); break;
+        default: y[r] = row1_f32((const float *)w->data + at, x, in, pf); break;
         }
     }
 }

@@ -65,6 +65,22 @@ int seer_k_linear_simd(void) {
 #endif
 }
 
+int seer_k_row_prefetch(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *want = getenv("SEER_ROW_PREFETCH");
+        if (want && *want && strcmp(want, "0") != 0 && strcmp(want, "1") != 0)
+            fprintf(stderr, "seer: SEER_ROW_PREFETCH=%s is neither 0 nor 1; the default for this CPU is used\n", want);
+        if (want && (strcmp(want, "0") == 0 || strcmp(want, "1") == 0)) v = want[0] == '1';
+#ifdef SEER_X86
+        else v = !(__builtin_cpu_is("amd") && __builtin_cpu_supports("avx512f"));
+#else
+        else v = 1;
+#endif
+    }
+    return v;
+}
+
 #ifdef SEER_X86
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
@@ -897,7 +913,7 @@ static void dp_gemm_chunk(void *ctx, size_t begin, size_t end, int thread) {
 /* One row against NT (1 to 4) tokens, streamed with a prefetch per cache line: the same chain per
  * (row, token) as the tiles. */
 __attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"), always_inline)) static inline void
-dp_stream_rows(const dp_job *j, int r0, int r1, const int nt) {
+dp_stream_rows(const dp_job *j, int r0, int r1, const int nt, const int pf) {
     const size_t cols = (size_t)j->w->cols;
     const uint16_t *xb = j->xb;
     for (int r = r0; r < r1; r++) {
@@ -906,7 +922,7 @@ dp_stream_rows(const dp_job *j, int r0, int r1, const int nt) {
 #pragma GCC unroll 4
         for (int b = 0; b < nt; b++) acc[b] = _mm512_setzero_ps();
         for (size_t k = 0; k < cols; k += 32) {
-            _mm_prefetch((const char *)(wr + k) + DP_PF, _MM_HINT_T0);
+            if (pf) _mm_prefetch((const char *)(wr + k) + DP_PF, _MM_HINT_T0);
             __m512bh wv = (__m512bh)_mm512_loadu_si512(wr + k);
 #pragma GCC unroll 4
             for (int b = 0; b < nt; b++)
@@ -919,7 +935,8 @@ dp_stream_rows(const dp_job *j, int r0, int r1, const int nt) {
 #define DP_STREAM(NT)                                                                                                  \
     __attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"), noinline)) static void dp_stream##NT(               \
         const dp_job *j, int r0, int r1) {                                                                             \
-        dp_stream_rows(j, r0, r1, NT);                                                                                 \
+        if (NT > 1 || seer_k_row_prefetch()) dp_stream_rows(j, r0, r1, NT, 1);                                         \
+        else dp_stream_rows(j, r0, r1, NT, 0);                                                                         \
     }
 DP_STREAM(1)
 DP_STREAM(2)

@@ -210,6 +210,11 @@ int seer_k_have_amx(void);
  * AVX-512 kernel elsewhere; SEER_LINEAR_KERNELS=avx2 or avx512 chooses (the other one's CPU
  * features permitting). Each family gives a sequence the same bits whatever the batch. */
 int seer_k_linear_simd(void);
+/* Whether the one-token row kernels (batch-1 decode, default and fast precision) issue a software
+ * prefetch per cache line ahead of their loads: off on AMD CPUs with AVX-512 (Zen 4, where it
+ * slowed them; docs/model.md), on elsewhere; SEER_ROW_PREFETCH=0|1 chooses. The same bits either
+ * way. The 2-4-token streamed kernels always prefetch (measured faster with it there). */
+int seer_k_row_prefetch(void);
 /* v[i] = exp(v[i] - mx) for i < n, returning the sum (vectorized, kernels_x86.c). */
 float seer_k_exp_sub_sum(float *v, int n, float mx);
 /* seer_k_rmsnorm on AVX-512; 0 when not available (then the portable loop runs). */

@@ -180,7 +180,7 @@ Test(kernels, prefill_attention_against_float64) {
  * at 1-4, tiles with edges past that, token blocks past DP_TB = 64), rows that leave 4-row tiles'
  * edges, bias or not; each token's outputs are the same bits as the token alone (a batched decode
  * step or a prefill gives a sequence what it gets by itself); and it stays out when fast is off. */
-Test(kernels, dpbf16_linear_fast_precision) {
+static void check_dpbf16_fast(void) {
     if (!__builtin_cpu_supports("avx512bf16") || !seer_k_have_avx512())
         cr_skip_test("skipped: this CPU has no AVX512_BF16; precision = \"fast\" runs the default kernels here");
     seer_pool_t *pool = seer_pool_new(2);
@@ -228,6 +228,23 @@ Test(kernels, dpbf16_linear_fast_precision) {
     seer_k_fast_bf16 = 0;
     free(x), free(y);
     seer_pool_free(pool);
+}
+Test(kernels, dpbf16_linear_fast_precision) { check_dpbf16_fast(); }
+/* The one-token kernels come with and without their software prefetch (seer_k_row_prefetch: off
+ * by default on AMD CPUs with AVX-512); both give the bits the batched kernels give each token. */
+Test(kernels, dpbf16_linear_fast_precision_row_prefetch_on) {
+    setenv("SEER_ROW_PREFETCH", "1", 1);
+    cr_assert_eq(seer_k_row_prefetch(), 1);
+    check_dpbf16_fast();
+}
+Test(kernels, dpbf16_linear_fast_precision_row_prefetch_off) {
+    setenv("SEER_ROW_PREFETCH", "0", 1);
+    cr_assert_eq(seer_k_row_prefetch(), 0);
+    check_dpbf16_fast();
+}
+Test(kernels, row_prefetch_default_and_bad_value) {
+    setenv("SEER_ROW_PREFETCH", "yes", 1); /* neither 0 nor 1: a note on stderr, the CPU's default */
+    cr_assert_eq(seer_k_row_prefetch(), !(__builtin_cpu_is("amd") && __builtin_cpu_supports("avx512f")));
 }
 
 /* seer_k_linear_multi (q, k and v; gate and up in one call): every matrix's outputs the bits of
@@ -397,6 +414,20 @@ Test(kernels, linear_rows_token_independent_avx2_family) {
     setenv("SEER_LINEAR_KERNELS", "avx2", 1);
     if (!seer_k_have_avx2()) cr_skip_test("no AVX2 on this CPU");
     cr_assert_eq(seer_k_linear_simd(), 1);
+    check_linear_rows_token_independent();
+}
+Test(kernels, linear_rows_token_independent_avx2_row_prefetch_on) {
+    setenv("SEER_LINEAR_KERNELS", "avx2", 1);
+    setenv("SEER_ROW_PREFETCH", "1", 1);
+    if (!seer_k_have_avx2()) cr_skip_test("no AVX2 on this CPU");
+    cr_assert_eq(seer_k_row_prefetch(), 1);
+    check_linear_rows_token_independent();
+}
+Test(kernels, linear_rows_token_independent_avx2_row_prefetch_off) {
+    setenv("SEER_LINEAR_KERNELS", "avx2", 1);
+    setenv("SEER_ROW_PREFETCH", "0", 1);
+    if (!seer_k_have_avx2()) cr_skip_test("no AVX2 on this CPU");
+    cr_assert_eq(seer_k_row_prefetch(), 0);
     check_linear_rows_token_independent();
 }
 Test(kernels, linear_rows_token_independent_avx512_family) {
