@@ -387,6 +387,13 @@ _Static_assert(SEER_KB % 16 == 0, "SEER_KB: slices must start every bf16/f16 cha
 #ifndef SEER_TB
 #define SEER_TB 16 /* tokens per pass over a row block */
 #endif
+#ifndef SEER_BLOCK_PF
+/* 0: the blocked kernel prefetches nothing. Unlike the batch-1 kernel's (above), this one pays on
+ * the Zen 4 VM: batched decode of the 0.5B model, 2 threads, four alternating rounds
+ * (tests/bench/batch_seer.lua), f32 batch 16 95.2-111.2 tok/s without against 125.9-142.6 with,
+ * bf16 batch 16 96.8-108.9 against 128.1-146.2 (2026-11-29). */
+#define SEER_BLOCK_PF 1
+#endif
 #ifndef SEER_PF_HINT
 #define SEER_PF_HINT _MM_HINT_T0
 #endif
@@ -560,7 +567,7 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
                 int64_t pr = r, pn = nr, pk = k0 + SEER_KB;
                 if (pk >= n8) pr = pf_r, pn = pf_n, pk = 0;
                 int pbytes = (int)((n8 - pk < SEER_KB ? n8 - pk : SEER_KB) * (int64_t)es);
-                int plines = (pbytes + 63) / 64, ptotal = t0 == 0 && pn > 0 ? (int)pn * plines : 0;
+                int plines = (pbytes + 63) / 64, ptotal = SEER_BLOCK_PF && t0 == 0 && pn > 0 ? (int)pn * plines : 0;
                 /* walked line by line (seer_pfw_t), without a division per line: the address as
                  * pr + pdone / plines rows and pdone % plines lines took about 15% of the kernel's
                  * samples (perf, make bench-kernel at 16 tokens). Each micro-kernel call issues an
