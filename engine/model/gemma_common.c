@@ -447,13 +447,12 @@ int seer_gemma_forward(seer_model_t *m, const seer_fwd_batch_t *fb, seer_err_t *
         for (int b = 0; b < fb->ns; b++) {
             seer_kv_cache_t *kv = fb->seq[b].cache;
             int r0 = fb->off[b], bn = fb->seq[b].n, bp = fb->start[b];
-            float *kc = kv->k + (size_t)l * kv->max_tokens * kvd, *vc = kv->v + (size_t)l * kv->max_tokens * kvd;
-            memcpy(kc + (size_t)bp * kvd, k + (size_t)r0 * kvd, (size_t)bn * kvd * sizeof(float));
-            memcpy(vc + (size_t)bp * kvd, v + (size_t)r0 * kvd, (size_t)bn * kvd * sizeof(float));
-            aps[b] = (seer_attn_params_t){.q = q + (size_t)r0 * qd, .kc = kc, .vc = vc, .out = att + (size_t)r0 * qd,
-                                     .scratch = scratch, .n = bn, .start = bp, .max_len = kv->max_tokens, .H = H,
+            seer_kv_put(kv, l, bp, bn, k + (size_t)r0 * kvd, v + (size_t)r0 * kvd);
+            aps[b] = (seer_attn_params_t){.q = q + (size_t)r0 * qd, .out = att + (size_t)r0 * qd,
+                                     .scratch = scratch, .n = bn, .start = bp, .H = H,
                                      .KH = KH, .hd = hd, .window = L->window, .scale = s->attn_scale,
                                      .softcap = s->attn_softcap};
+            seer_kv_attn(kv, l, &aps[b]);
         }
         if ((rc = seer_fb_attention(m, fb, l, aps, err)) < 0) goto out;
         SEER_HOOK_HEADS(SEER_HP_Z, l, att, H, hd);

@@ -153,12 +153,11 @@ static int gpt2_forward(seer_model_t *m, const seer_fwd_batch_t *fb, seer_err_t 
         for (int b = 0; b < fb->ns; b++) {
             seer_kv_cache_t *kv = fb->seq[b].cache;
             int r0 = fb->off[b], bn = fb->seq[b].n, bp = fb->start[b];
-            float *kc = kv->k + (size_t)l * kv->max_tokens * D, *vc = kv->v + (size_t)l * kv->max_tokens * D;
-            memcpy(kc + (size_t)bp * D, kb + (size_t)r0 * D, (size_t)bn * D * sizeof(float));
-            memcpy(vc + (size_t)bp * D, vb + (size_t)r0 * D, (size_t)bn * D * sizeof(float));
-            aps[b] = (seer_attn_params_t){.q = q + (size_t)r0 * D, .kc = kc, .vc = vc, .out = att + (size_t)r0 * D,
-                                     .scratch = scratch, .n = bn, .start = bp, .max_len = kv->max_tokens, .H = H,
+            seer_kv_put(kv, l, bp, bn, kb + (size_t)r0 * D, vb + (size_t)r0 * D);
+            aps[b] = (seer_attn_params_t){.q = q + (size_t)r0 * D, .out = att + (size_t)r0 * D,
+                                     .scratch = scratch, .n = bn, .start = bp, .H = H,
                                      .KH = H, .hd = hd, .scale = scale};
+            seer_kv_attn(kv, l, &aps[b]);
         }
         if ((rc = seer_fb_attention(m, fb, l, aps, err)) < 0) goto out;
         SEER_HOOK_HEADS(SEER_HP_Z, l, att, H, hd);

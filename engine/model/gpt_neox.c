@@ -210,18 +210,17 @@ static int neox_forward(seer_model_t *m, const seer_fwd_batch_t *fb, seer_err_t 
         for (int b = 0; b < fb->ns; b++) {
             seer_kv_cache_t *kv = fb->seq[b].cache;
             int r0 = fb->off[b], bn = fb->seq[b].n, bp = fb->start[b];
-            float *kc = kv->k + (size_t)l * kv->max_tokens * D, *vc = kv->v + (size_t)l * kv->max_tokens * D;
-            memcpy(kc + (size_t)bp * D, kb + (size_t)r0 * D, (size_t)bn * D * sizeof(float));
-            memcpy(vc + (size_t)bp * D, vb + (size_t)r0 * D, (size_t)bn * D * sizeof(float));
-            if (half > 0)
+            if (half > 0) /* the keys rotated before they go into the cache (rounded there when it is bf16) */
                 for (int t = 0; t < bn; t++) {
                     const float *tc = cs + (size_t)(r0 + t) * half, *ts = sn + (size_t)(r0 + t) * half;
                     seer_k_rope(q + (size_t)(r0 + t) * D, H, hd, s->rot, tc, ts);
-                    seer_k_rope(kc + (size_t)(bp + t) * D, H, hd, s->rot, tc, ts);
+                    seer_k_rope(kb + (size_t)(r0 + t) * D, H, hd, s->rot, tc, ts);
                 }
-            aps[b] = (seer_attn_params_t){.q = q + (size_t)r0 * D, .kc = kc, .vc = vc, .out = att + (size_t)r0 * D,
-                                     .scratch = scratch, .n = bn, .start = bp, .max_len = kv->max_tokens, .H = H,
+            seer_kv_put(kv, l, bp, bn, kb + (size_t)r0 * D, vb + (size_t)r0 * D);
+            aps[b] = (seer_attn_params_t){.q = q + (size_t)r0 * D, .out = att + (size_t)r0 * D,
+                                     .scratch = scratch, .n = bn, .start = bp, .H = H,
                                      .KH = H, .hd = hd, .scale = 1.0f / sqrtf((float)hd)};
+            seer_kv_attn(kv, l, &aps[b]);
         }
         if ((rc = seer_fb_attention(m, fb, l, aps, err)) < 0) goto out;
         SEER_HOOK_HEADS(SEER_HP_Z, l, att, H, hd);

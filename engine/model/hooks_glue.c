@@ -79,7 +79,8 @@ int seer_fwd_attention(seer_model_t *m, const seer_fwd_hooks_t *hk, int layer, c
                     row[p] = -INFINITY;
                     continue;
                 }
-                float s = seer_k_dot(q, a->kc + (size_t)p * kvd + kv_off, hd) * a->scale;
+                float s = (a->kc16 ? seer_k_dot_bf16(q, a->kc16 + (size_t)p * kvd + kv_off, hd)
+                                   : seer_k_dot(q, a->kc + (size_t)p * kvd + kv_off, hd)) * a->scale;
                 if (a->softcap > 0.f) s = tanhf(s / a->softcap) * a->softcap;
                 row[p] = s;
             }
@@ -120,8 +121,8 @@ int seer_fwd_attention(seer_model_t *m, const seer_fwd_hooks_t *hk, int layer, c
             memset(o, 0, sizeof(float) * (size_t)hd);
             for (int p = 0; p < K; p++) {
                 if (w[p] == 0.f) continue;
-                const float *v = a->vc + (size_t)p * kvd + kv_off;
-                seer_k_axpy(o, w[p], v, hd);
+                if (a->vc16) seer_k_axpy_bf16(o, w[p], a->vc16 + (size_t)p * kvd + kv_off, hd);
+                else seer_k_axpy(o, w[p], a->vc + (size_t)p * kvd + kv_off, hd);
             }
         }
 out:

@@ -36,6 +36,15 @@ static float dot_generic(const float *a, const float *b, int n) {
 static void axpy_generic(float *o, float w, const float *v, int n) {
     for (int i = 0; i < n; i++) o[i] += w * v[i];
 }
+/* the same on a bf16 cache row, widened exactly (the same bits as on the widened row) */
+static float dot_generic_bf16(const float *a, const uint16_t *b, int n) {
+    float s = 0.f;
+    for (int i = 0; i < n; i++) s += a[i] * seer_bf16_to_f32(b[i]);
+    return s;
+}
+static void axpy_generic_bf16(float *o, float w, const uint16_t *v, int n) {
+    for (int i = 0; i < n; i++) o[i] += w * seer_bf16_to_f32(v[i]);
+}
 
 /* ---- AVX2 + FMA ------------------------------------------------------------------------------ */
 #ifdef SEER_X86
@@ -81,30 +90,59 @@ __attribute__((target("avx2,fma,f16c"))) static void axpy_avx2(float *o, float w
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(o + i, _mm256_fmadd_ps(wv, _mm256_loadu_ps(v + i), _mm256_loadu_ps(o + i)));
     for (; i < n; i++) o[i] = __builtin_fmaf(w, v[i], o[i]);
 }
+/* The same two on a bf16 cache row (precision = "fast"): each 8-block widened exactly in a
+ * register, then the same FMAs in the same order, so the bits of the f32 loops on the widened row. */
+#define SEER_BF16X8(p) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
+__attribute__((target("avx2,fma,f16c"))) static inline float dot_avx2_bf16(const float *a, const uint16_t *b, int n) {
+    __m256 acc = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), SEER_BF16X8(b + i), acc);
+    float s = hsum8(acc);
+    for (; i < n; i++) s = __builtin_fmaf(a[i], seer_bf16_to_f32(b[i]), s);
+    return s;
+}
+__attribute__((target("avx2,fma,f16c"))) static void axpy_avx2_bf16(float *o, float w, const uint16_t *v, int n) {
+    __m256 wv = _mm256_set1_ps(w);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(o + i, _mm256_fmadd_ps(wv, SEER_BF16X8(v + i), _mm256_loadu_ps(o + i)));
+    for (; i < n; i++) o[i] = __builtin_fmaf(w, seer_bf16_to_f32(v[i]), o[i]);
+}
 /* o[0 .. hd) += sum over keys p in [first, last] of (sc[p] * inv) v_p, v_p = v + p * vs, each
  * element's chain continued from the o it finds (a float stored and reloaded rounds nothing):
  * 64 (then 32, 8, 1) outputs at a time held in registers while the keys go by. */
-#define SEER_MIX_COLS(NV)                                                                                        \
+#define SEER_MIX_COLS(NV, T, LOADV)                                                                                    \
     for (; i + 8 * (NV) <= hd; i += 8 * (NV)) {                                                              \
         __m256 acc[NV];                                                                                      \
         _Pragma("GCC unroll 8") for (int k = 0; k < (NV); k++) acc[k] = _mm256_loadu_ps(o + i + 8 * k);    \
         for (int p = first; p <= last; p++) {                                                                \
-            const float *vp = v + (size_t)p * vs + (size_t)i;                                                \
+            const T *vp = v + (size_t)p * vs + (size_t)i;                                                      \
             __m256 wv = _mm256_set1_ps(sc[p] * inv);                                                         \
             _Pragma("GCC unroll 8") for (int k = 0; k < (NV); k++)                                          \
-                acc[k] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(vp + 8 * k), acc[k]);                           \
+                acc[k] = _mm256_fmadd_ps(wv, LOADV(vp + 8 * k), acc[k]);                                     \
         }                                                                                                    \
         _Pragma("GCC unroll 8") for (int k = 0; k < (NV); k++) _mm256_storeu_ps(o + i + 8 * k, acc[k]);    \
     }
 __attribute__((target("avx2,fma,f16c"))) static void attn_mix_avx2(float *o, const float *sc, float inv, const float *v,
                                                                    size_t vs, int first, int last, int hd) {
     int i = 0;
-    SEER_MIX_COLS(8)
-    SEER_MIX_COLS(4)
-    SEER_MIX_COLS(1)
+    SEER_MIX_COLS(8, float, _mm256_loadu_ps)
+    SEER_MIX_COLS(4, float, _mm256_loadu_ps)
+    SEER_MIX_COLS(1, float, _mm256_loadu_ps)
     for (; i < hd; i++) {
         float acc = o[i];
         for (int p = first; p <= last; p++) acc = __builtin_fmaf(sc[p] * inv, v[(size_t)p * vs + (size_t)i], acc);
+        o[i] = acc;
+    }
+}
+__attribute__((target("avx2,fma,f16c"))) static void attn_mix_avx2_bf16(float *o, const float *sc, float inv, const uint16_t *v,
+                                                                   size_t vs, int first, int last, int hd) {
+    int i = 0;
+    SEER_MIX_COLS(8, uint16_t, SEER_BF16X8)
+    SEER_MIX_COLS(4, uint16_t, SEER_BF16X8)
+    SEER_MIX_COLS(1, uint16_t, SEER_BF16X8)
+    for (; i < hd; i++) {
+        float acc = o[i];
+        for (int p = first; p <= last; p++) acc = __builtin_fmaf(sc[p] * inv, seer_bf16_to_f32(v[(size_t)p * vs + (size_t)i]), acc);
         o[i] = acc;
     }
 }
@@ -957,6 +995,23 @@ void seer_k_axpy(float *o, float w, const float *v, int n) {
     axpy_generic(o, w, v, n);
 }
 
+float seer_k_dot_bf16(const float *a, const uint16_t *b, int n) {
+#ifdef SEER_X86
+    if (seer_k_have_avx2()) return dot_avx2_bf16(a, b, n);
+#endif
+    return dot_generic_bf16(a, b, n);
+}
+
+void seer_k_axpy_bf16(float *o, float w, const uint16_t *v, int n) {
+#ifdef SEER_X86
+    if (seer_k_have_avx2()) {
+        axpy_avx2_bf16(o, w, v, n);
+        return;
+    }
+#endif
+    axpy_generic_bf16(o, w, v, n);
+}
+
 /* The per-token attention kernel on AVX2, for one token and nh query heads h0 .. h0+nh-1: those
  * of one key/value head (grouped-query attention), or of several whole groups (SEER_ATTN_SPAN:
  * a batch's items then read whole rows of the cache, one stream, where a group's share of a row
@@ -1000,8 +1055,10 @@ void seer_k_axpy(float *o, float w, const float *v, int n) {
 #define SEER_ATTN_SPAN 1
 #endif
 #ifdef SEER_X86
-__attribute__((target("avx2,fma,f16c"))) static void attention_heads_avx2(const seer_attn_params_t *a, int t, int h0, int nh,
-                                                                          float *sc) {
+/* bf16: the cache is a bf16 one (a->kc16, a->vc16); a constant in each of the two functions below. */
+__attribute__((target("avx2,fma,f16c"), always_inline)) static inline void attention_heads_avx2_any(const seer_attn_params_t *a, int t,
+                                                                                                   int h0, int nh, float *sc,
+                                                                                                   const int bf16) {
     int H = a->H, hd = a->hd, qd = H * hd, kvd = a->KH * hd, group = H / a->KH;
     int pos = a->start + t, first = 0;
     if (a->window > 0 && pos - a->window + 1 > 0) first = pos - a->window + 1;
@@ -1022,7 +1079,8 @@ __attribute__((target("avx2,fma,f16c"))) static void attention_heads_avx2(const 
     for (int p0 = first; p0 <= pos; p0 += SEER_ATTN_TILE) {
         int p1 = pos - p0 < SEER_ATTN_TILE ? pos : p0 + SEER_ATTN_TILE - 1;
         for (int g = 0; g < nh; g++) {
-            const float *qg = q + (size_t)g * hd, *kc = a->kc + (size_t)((h0 + g) / group) * (size_t)hd;
+            const float *qg = q + (size_t)g * hd;
+            size_t koff = (size_t)((h0 + g) / group) * (size_t)hd;
             float *sg = sc + (size_t)g * L, m = mx[g];
             for (int p = p0; p <= p1; p++) {
 #if SEER_ATTN_PF
@@ -1030,12 +1088,14 @@ __attribute__((target("avx2,fma,f16c"))) static void attention_heads_avx2(const 
                  * the softmax), the item's share of each row, one cache line per step, while the
                  * first head goes by: the rows of one key/value head are every kvd-th run of
                  * hd floats, a pattern the hardware prefetchers follow late */
-                for (size_t i = pf_lo[g]; i < pf_lo[g + 1]; i += 16) {
-                    _mm_prefetch((const char *)(a->kc + (size_t)(p + SEER_ATTN_KDIST) * (size_t)kvd + i), _MM_HINT_T0);
-                    _mm_prefetch((const char *)(a->vc + (size_t)(p + SEER_ATTN_VDIST) * (size_t)kvd + i), SEER_ATTN_VHINT);
+                for (size_t i = pf_lo[g]; i < pf_lo[g + 1]; i += bf16 ? 32 : 16) {
+                    size_t ki = (size_t)(p + SEER_ATTN_KDIST) * (size_t)kvd + i, vi = (size_t)(p + SEER_ATTN_VDIST) * (size_t)kvd + i;
+                    _mm_prefetch(bf16 ? (const char *)(a->kc16 + ki) : (const char *)(a->kc + ki), _MM_HINT_T0);
+                    _mm_prefetch(bf16 ? (const char *)(a->vc16 + vi) : (const char *)(a->vc + vi), SEER_ATTN_VHINT);
                 }
 #endif
-                float s = dot_avx2(qg, kc + (size_t)p * kvd, hd) * a->scale;
+                float s = (bf16 ? dot_avx2_bf16(qg, a->kc16 + koff + (size_t)p * kvd, hd)
+                                : dot_avx2(qg, a->kc + koff + (size_t)p * kvd, hd)) * a->scale;
                 if (a->softcap > 0.f) s = tanhf(s / a->softcap) * a->softcap;
                 sg[p] = s;
                 if (s > m) m = s;
@@ -1047,10 +1107,17 @@ __attribute__((target("avx2,fma,f16c"))) static void attention_heads_avx2(const 
     memset(out, 0, sizeof(float) * (size_t)nh * (size_t)hd);
     for (int p0 = first; p0 <= pos; p0 += SEER_ATTN_TILE) {
         int p1 = pos - p0 < SEER_ATTN_TILE ? pos : p0 + SEER_ATTN_TILE - 1;
-        for (int g = 0; g < nh; g++)
-            attn_mix_avx2(out + (size_t)g * hd, sc + (size_t)g * L, inv[g], a->vc + (size_t)((h0 + g) / group) * (size_t)hd,
-                          (size_t)kvd, p0, p1, hd);
+        for (int g = 0; g < nh; g++) {
+            size_t voff = (size_t)((h0 + g) / group) * (size_t)hd;
+            if (bf16) attn_mix_avx2_bf16(out + (size_t)g * hd, sc + (size_t)g * L, inv[g], a->vc16 + voff, (size_t)kvd, p0, p1, hd);
+            else attn_mix_avx2(out + (size_t)g * hd, sc + (size_t)g * L, inv[g], a->vc + voff, (size_t)kvd, p0, p1, hd);
+        }
     }
+}
+__attribute__((target("avx2,fma,f16c"))) static void attention_heads_avx2(const seer_attn_params_t *a, int t, int h0, int nh,
+                                                                          float *sc) {
+    if (a->kc16) attention_heads_avx2_any(a, t, h0, nh, sc, 1);
+    else attention_heads_avx2_any(a, t, h0, nh, sc, 0);
 }
 #endif
 
@@ -1079,7 +1146,8 @@ static void attention_item(const seer_attn_params_t *a, int hpi, size_t w, float
         size_t kv_off = (size_t)(h / group) * (size_t)hd;
         float mx = -INFINITY;
         for (int p = first; p <= pos; p++) {
-            float s = dot_generic(q, a->kc + (size_t)p * kvd + kv_off, hd) * a->scale;
+            float s = (a->kc16 ? dot_generic_bf16(q, a->kc16 + (size_t)p * kvd + kv_off, hd)
+                               : dot_generic(q, a->kc + (size_t)p * kvd + kv_off, hd)) * a->scale;
             if (a->softcap > 0.f) s = tanhf(s / a->softcap) * a->softcap;
             sc[p] = s;
             if (s > mx) mx = s;
@@ -1087,7 +1155,10 @@ static void attention_item(const seer_attn_params_t *a, int hpi, size_t w, float
         float inv = 1.0f / seer_k_exp_sub_sum(sc + first, pos - first + 1, mx);
         float *o = a->out + (size_t)t * qd + (size_t)h * hd;
         memset(o, 0, (size_t)hd * sizeof(float));
-        for (int p = first; p <= pos; p++) axpy_generic(o, sc[p] * inv, a->vc + (size_t)p * kvd + kv_off, hd);
+        for (int p = first; p <= pos; p++) {
+            if (a->vc16) axpy_generic_bf16(o, sc[p] * inv, a->vc16 + (size_t)p * kvd + kv_off, hd);
+            else axpy_generic(o, sc[p] * inv, a->vc + (size_t)p * kvd + kv_off, hd);
+        }
     }
 }
 

@@ -158,7 +158,11 @@ static void attn_gemm_chunk(void *ctx, size_t begin, size_t end, int thread) {
     int n = a->n, L = a->start + a->n, hd = a->hd, qd = a->H * hd, kvd = a->KH * hd, group = a->H / a->KH;
     int qb = n < QUERY_BLOCK ? n : QUERY_BLOCK;
     float *s = malloc((size_t)qb * (size_t)L * sizeof(float));
-    if (!s) {
+    /* a bf16 cache: each block's keys and values of the head widened into [lb][hd] scratch */
+    float *kw = a->kc16 ? malloc((size_t)L * (size_t)hd * 2 * sizeof(float)) : NULL, *vw = kw ? kw + (size_t)L * (size_t)hd : NULL;
+    if (!s || (a->kc16 && !kw)) {
+        free(s);
+        free(kw);
         j->failed = 1;
         return;
     }
@@ -171,9 +175,22 @@ static void attn_gemm_chunk(void *ctx, size_t begin, size_t end, int thread) {
             int k0 = 0; /* first key any row of the block sees */
             if (a->window > 0 && a->start + r0 - a->window + 1 > 0) k0 = a->start + r0 - a->window + 1;
             int lb = a->start + r0 + nb - k0; /* keys k0 .. the block's last position */
+            const float *kb = kw, *vb = vw;
+            int ld = hd;
+            if (!kw) {
+                kb = a->kc + (size_t)k0 * (size_t)kvd + kv_off, vb = a->vc + (size_t)k0 * (size_t)kvd + kv_off;
+                ld = kvd;
+            } else {
+                for (int p = 0; p < lb; p++) {
+                    const uint16_t *kr = a->kc16 + (size_t)(k0 + p) * (size_t)kvd + kv_off, *vr = a->vc16 + (size_t)(k0 + p) * (size_t)kvd + kv_off;
+                    for (int i = 0; i < hd; i++) {
+                        kw[(size_t)p * (size_t)hd + (size_t)i] = seer_bf16_to_f32(kr[i]);
+                        vw[(size_t)p * (size_t)hd + (size_t)i] = seer_bf16_to_f32(vr[i]);
+                    }
+                }
+            }
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nb, lb, hd, a->scale,
-                        a->q + (size_t)r0 * (size_t)qd + h * (size_t)hd, qd, a->kc + (size_t)k0 * (size_t)kvd + kv_off,
-                        kvd, 0.0f, s, lb);
+                        a->q + (size_t)r0 * (size_t)qd + h * (size_t)hd, qd, kb, ld, 0.0f, s, lb);
             for (int t = 0; t < nb; t++) {
                 float *row = s + (size_t)t * (size_t)lb;
                 int pos = a->start + r0 + t;
@@ -182,12 +199,12 @@ static void attn_gemm_chunk(void *ctx, size_t begin, size_t end, int thread) {
                 int f = first - k0, l = pos - k0; /* the row's keys, relative to k0 */
                 seer_k_softmax_row(row, f, l, lb, a->softcap);
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nb, hd, lb, 1.0f, s, lb,
-                        a->vc + (size_t)k0 * (size_t)kvd + kv_off, kvd, 0.0f,
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nb, hd, lb, 1.0f, s, lb, vb, ld, 0.0f,
                         a->out + (size_t)r0 * (size_t)qd + h * (size_t)hd, qd);
         }
     }
     free(s);
+    free(kw);
 }
 
 int seer_k_attention_blas(seer_pool_t *p, const seer_attn_params_t *a) {

@@ -318,7 +318,7 @@ __attribute__((target("avx512f"), always_inline)) static inline void small_block
     size_t kv_off = (h / (size_t)group) * (size_t)hd;
     const __m512 iota = _mm512_set_ps(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
     __m512 qt[SMALL_HD], acc[SMALL_HD];
-    float tmp[16];
+    float tmp[16], kw[SMALL_HD];
     for (int i = 0; i < hd; i++) {
         for (int q = 0; q < 16; q++)
             tmp[q] = q < nb ? a->q[(size_t)(r0 + q) * (size_t)qd + h * (size_t)hd + (size_t)i] * a->scale : 0.f;
@@ -328,7 +328,10 @@ __attribute__((target("avx512f"), always_inline)) static inline void small_block
     if (a->window > 0 && a->start + r0 - a->window + 1 > 0) p0 = a->start + r0 - a->window + 1;
     __m512 mx = _mm512_set1_ps(-INFINITY);
     for (int p = p0; p <= p1; p++) {
-        const float *k = a->kc + (size_t)p * (size_t)kvd + kv_off;
+        const float *k = kw;
+        if (a->kc16) /* a bf16 cache: the key widened, so the bits of an f32 cache holding it */
+            for (int i = 0; i < hd; i++) kw[i] = seer_bf16_to_f32(a->kc16[(size_t)p * (size_t)kvd + kv_off + (size_t)i]);
+        else k = a->kc + (size_t)p * (size_t)kvd + kv_off;
         __m512 s = _mm512_setzero_ps();
 #pragma GCC unroll 16
         for (int i = 0; i < hd; i++) s = _mm512_fmadd_ps(qt[i], _mm512_set1_ps(k[i]), s);
@@ -354,7 +357,10 @@ __attribute__((target("avx512f"), always_inline)) static inline void small_block
     for (int p = p0; p <= p1; p++) {
         __m512 e = exp16(_mm512_sub_ps(_mm512_load_ps(sc + (size_t)(p - p0) * 16), mx));
         sum = _mm512_add_ps(sum, e);
-        const float *v = a->vc + (size_t)p * (size_t)kvd + kv_off;
+        const float *v = kw;
+        if (a->vc16)
+            for (int i = 0; i < hd; i++) kw[i] = seer_bf16_to_f32(a->vc16[(size_t)p * (size_t)kvd + kv_off + (size_t)i]);
+        else v = a->vc + (size_t)p * (size_t)kvd + kv_off;
 #pragma GCC unroll 16
         for (int i = 0; i < hd; i++) acc[i] = _mm512_fmadd_ps(e, _mm512_set1_ps(v[i]), acc[i]);
     }

@@ -359,13 +359,12 @@ int seer_decoder_forward(seer_model_t *m, const seer_fwd_batch_t *fb, seer_err_t
         for (int s = 0; s < fb->ns; s++) {
             seer_kv_cache_t *kv = fb->seq[s].cache;
             int r0 = fb->off[s], sn_ = fb->seq[s].n, sp = fb->start[s];
-            float *kc = kv->k + (size_t)l * kv->max_tokens * kvd, *vc = kv->v + (size_t)l * kv->max_tokens * kvd;
-            memcpy(kc + (size_t)sp * kvd, k + (size_t)r0 * kvd, (size_t)sn_ * kvd * sizeof(float));
-            memcpy(vc + (size_t)sp * kvd, v + (size_t)r0 * kvd, (size_t)sn_ * kvd * sizeof(float));
-            aps[s] = (seer_attn_params_t){.q = q + (size_t)r0 * qd, .kc = kc, .vc = vc, .out = att + (size_t)r0 * qd,
-                                     .scratch = scratch, .n = sn_, .start = sp, .max_len = kv->max_tokens, .H = H,
+            seer_kv_put(kv, l, sp, sn_, k + (size_t)r0 * kvd, v + (size_t)r0 * kvd);
+            aps[s] = (seer_attn_params_t){.q = q + (size_t)r0 * qd, .out = att + (size_t)r0 * qd,
+                                     .scratch = scratch, .n = sn_, .start = sp, .H = H,
                                      .KH = KH, .hd = hd, .window = st->window ? st->window[l] : 0,
                                      .scale = st->o.attn_mult != 0.f ? st->o.attn_mult : 1.0f / sqrtf((float)hd)};
+            seer_kv_attn(kv, l, &aps[s]);
         }
         if ((rc = seer_fb_attention(m, fb, l, aps, err)) < 0) goto out;
         SEER_HOOK_HEADS(SEER_HP_Z, l, att, H, hd);

@@ -163,6 +163,8 @@ static int l_config(lua_State *L) {
     SET_NUM("weight_bytes", (double)seer_model_weight_bytes(m));
     lua_pushstring(L, seer_model_weights_in_memory(m) ? "memory" : "mapped");
     lua_setfield(L, -2, "weights");
+    lua_pushstring(L, seer_model_kv_dtype(m));
+    lua_setfield(L, -2, "kv_cache_dtype");
     lua_pushstring(L, seer_model_dir(m));
     lua_setfield(L, -2, "path");
     return 1;

@@ -516,6 +516,9 @@ const seer_model_config_t *seer_model_config(const seer_model_t *m) { return &m-
 size_t seer_model_param_count(const seer_model_t *m) { return m->n_params; }
 size_t seer_model_weight_bytes(const seer_model_t *m) { return m->weight_bytes; }
 int seer_model_weights_in_memory(const seer_model_t *m) { return m->in_memory; }
+const char *seer_model_kv_dtype(const seer_model_t *m) {
+    return m->gpu || (m->fast_bf16 && m->embed.dtype == SEER_BF16 && seer_k_fast_kind() != NULL) ? "bf16" : "f32";
+}
 const char *seer_model_dir(const seer_model_t *m) { return m->dir; }
 
 int seer_model_forward(seer_model_t *m, seer_kv_cache_t *c, const int32_t *tokens, int n, float *logits, int all_logits,
@@ -633,15 +636,42 @@ int seer_kv_cache_new(seer_kv_cache_t **out, const seer_model_t *m, int max_toke
         *out = c;
         return 0;
     }
-    c->k = malloc(n * sizeof(float));
-    c->v = malloc(n * sizeof(float));
-    if (!c->k || !c->v) {
+    /* bf16 where precision = "fast" changes the linear layers (the peers' cache too); an f32 cache
+     * everywhere else, so "fast" changes nothing where it says it does not */
+    int bf16 = strcmp(seer_model_kv_dtype(m), "bf16") == 0;
+    size_t es = bf16 ? sizeof(uint16_t) : sizeof(float);
+    void *k = malloc(n * es), *v = malloc(n * es);
+    if (bf16) c->k16 = k, c->v16 = v;
+    else c->k = k, c->v = v;
+    if (!k || !v) {
         seer_kv_cache_free(c);
         return seer_err_set(err, SEER_ENOMEM, "cannot allocate a KV cache of %d tokens (%zu MiB)", max_tokens,
-                            2 * n * sizeof(float) >> 20);
+                            2 * n * es >> 20);
     }
     *out = c;
     return 0;
+}
+
+void seer_kv_put(seer_kv_cache_t *c, int l, int pos, int n, const float *k, const float *v) {
+    size_t at = ((size_t)l * (size_t)c->max_tokens + (size_t)pos) * (size_t)c->kv_dim, cnt = (size_t)n * (size_t)c->kv_dim;
+    if (!c->k16) {
+        memcpy(c->k + at, k, cnt * sizeof(float));
+        memcpy(c->v + at, v, cnt * sizeof(float));
+        return;
+    }
+    for (size_t i = 0; i < cnt; i++) {
+        c->k16[at + i] = seer_f32_to_bf16(k[i]);
+        c->v16[at + i] = seer_f32_to_bf16(v[i]);
+    }
+}
+
+void seer_kv_attn(const seer_kv_cache_t *c, int l, seer_attn_params_t *a) {
+    size_t at = (size_t)l * (size_t)c->max_tokens * (size_t)c->kv_dim;
+    a->kc = c->k ? c->k + at : NULL;
+    a->vc = c->v ? c->v + at : NULL;
+    a->kc16 = c->k16 ? c->k16 + at : NULL;
+    a->vc16 = c->v16 ? c->v16 + at : NULL;
+    a->max_len = c->max_tokens;
 }
 
 void seer_kv_cache_free(seer_kv_cache_t *c) {
@@ -649,6 +679,8 @@ void seer_kv_cache_free(seer_kv_cache_t *c) {
     seer_gpu_kv_free(c);
     free(c->k);
     free(c->v);
+    free(c->k16);
+    free(c->v16);
     free(c);
 }
 

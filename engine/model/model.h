@@ -86,6 +86,9 @@ const seer_model_config_t *seer_model_config(const seer_model_t *m);
 size_t seer_model_param_count(const seer_model_t *m);
 size_t seer_model_weight_bytes(const seer_model_t *m);
 int seer_model_weights_in_memory(const seer_model_t *m); /* 1: read into memory, 0: mapped */
+/* What the model's KV caches hold: "bf16" on a GPU and where precision = "fast" changes the
+ * linear layers (bf16 weights on a CPU with AVX512_BF16 or AMX), else "f32". */
+const char *seer_model_kv_dtype(const seer_model_t *m);
 const char *seer_model_dir(const seer_model_t *m);
 /* Where the forward pass runs: "cpu" or "cuda:N". */
 const char *seer_model_device(const seer_model_t *m, char *buf, size_t n);

@@ -91,7 +91,11 @@ struct seer_model {
 struct seer_kv_cache {
     int max_tokens, len;
     int layers, kv_dim;
-    float *k, *v; /* [layers][max_tokens][kv_dim]; NULL for a GPU model's cache */
+    float *k, *v; /* [layers][max_tokens][kv_dim]; NULL for a GPU model's cache and a bf16 one */
+    /* The same in bf16 (each key and value rounded to nearest even, as torch's bf16 cache holds
+     * them): the cache of a model whose precision = "fast" changes its linear layers (bf16
+     * weights on a CPU with AVX512_BF16 or AMX). NULL otherwise. */
+    uint16_t *k16, *v16;
     /* A GPU model's cache (engine/cuda/gpu_model.c): the device and bf16 device arrays of the
      * same layout. */
     void *gdev;
@@ -161,6 +165,10 @@ void seer_k_rope(float *x, int nheads, int hd, int rot, const float *cs, const f
  * materialises the scores computes the same bits. */
 float seer_k_dot(const float *a, const float *b, int n);
 void seer_k_axpy(float *o, float w, const float *v, int n);
+/* The same with b / v a bf16 cache row, widened exactly: the bits seer_k_dot / seer_k_axpy give
+ * on the widened row, and the per-token attention kernel on a bf16 cache. */
+float seer_k_dot_bf16(const float *a, const uint16_t *b, int n);
+void seer_k_axpy_bf16(float *o, float w, const uint16_t *v, int n);
 /* y[n][out] += scale * B . (A . x) for an unmerged, enabled LoRA adapter on a weight (lora.c);
  * a no-op when the adapter is disabled. */
 void seer_lora_apply(seer_pool_t *p, float *y, const float *x, int n, const struct seer_lora *lora);
@@ -176,7 +184,8 @@ struct seer_model *seer_model_lua_check(lua_State *L, int idx);
  * values. Softmax in f32, as transformers' eager path. Shared by every architecture. */
 typedef struct seer_attn_params {
     const float *q;       /* [n][H*hd] */
-    const float *kc, *vc; /* [max_len][KH*hd] */
+    const float *kc, *vc; /* [max_len][KH*hd]; NULL when the cache is bf16 */
+    const uint16_t *kc16, *vc16; /* the same of a bf16 cache (seer_kv_cache_t.k16), else NULL */
     float *out;           /* [n][H*hd] */
     float *scratch;       /* [threads][max_len] */
     int n, start, max_len;
@@ -186,6 +195,12 @@ typedef struct seer_attn_params {
     float softcap; /* 0: off; else scores become tanh(s / softcap) * softcap after scaling */
 } seer_attn_params_t;
 void seer_k_attention(seer_pool_t *p, const seer_attn_params_t *a);
+/* Layer l's keys and values of positions pos .. pos+n-1 into the cache from k and v ([n][kv_dim]
+ * f32 each): copied, or rounded to bf16 in a bf16 cache. */
+void seer_kv_put(seer_kv_cache_t *c, int l, int pos, int n, const float *k, const float *v);
+/* Points a->kc / a->vc (an f32 cache) or a->kc16 / a->vc16 (a bf16 one) at layer l of c, and sets
+ * a->max_len. */
+void seer_kv_attn(const seer_kv_cache_t *c, int l, seer_attn_params_t *a);
 /* seer_k_attention for several sequences' attentions of one layer (a batched forward call): the
  * per-token attentions (fewer than SEER_BLAS_MIN_TOKENS query tokens each) run as one parallel
  * loop over every sequence's (token, head block) items, where one call each would leave the

@@ -32,6 +32,27 @@ T.test("precision: both modes stay near the fp32 golden; exact within the parity
   end
 end)
 
+T.test("precision: fast keeps a bf16 KV cache where it changes the linear layers, f32 elsewhere", function()
+  local exact = seer.model.load(dir .. "/llama_bf16", { tokenizer = false })
+  local fast = seer.model.load(dir .. "/llama_bf16", { tokenizer = false, precision = "fast" })
+  local fast32 = seer.model.load(dir .. "/llama", { tokenizer = false, precision = "fast" })
+  T.eq(exact.config.kv_cache_dtype, "f32")
+  T.eq(fast32.config.kv_cache_dtype, "f32", "f32 weights: fast changes nothing, the cache included")
+  T.eq(fast.config.kv_cache_dtype, require("seer.core.model").fast_kind() and "bf16" or "f32")
+  -- the hooked attention path (a pattern captured: scores and weighted sums one head at a time)
+  -- reads the bf16 cache with the bits the kernel gets from it: capturing changes no logit
+  local g = tensor.load(dir .. "/llama_bf16/golden.safetensors")
+  local ids = g.tokens:totable()
+  while #ids > 12 do ids[#ids] = nil end -- the per-token kernel (under 16 tokens)
+  local plain = fast:forward(ids)
+  local hooked, cache = fast:run_with_cache(ids, { names = "attn.hook_pattern" })
+  T.ok(next(cache) ~= nil, "patterns captured")
+  T.eq((plain - hooked):abs():max(), 0)
+  -- and generation over the cache stays near exact's (the cache rounds keys and values once)
+  local a = exact:forward(ids)
+  T.ok((plain - a):abs():max() <= 0.25, "fast near exact")
+end)
+
 T.test("precision: a fast model's forward does not leave its mode set for the next model's", function()
   -- seer_k_fast_bf16 is set for the duration of a forward pass and restored after it
   local fast = seer.model.load(dir .. "/llama_bf16", { tokenizer = false, precision = "fast" })

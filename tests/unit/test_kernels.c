@@ -583,6 +583,83 @@ Test(kernels, decode_attention_portable_path) {
     cr_assert(!seer_k_have_avx2(), "SEER_NO_AVX2=1 did not turn the AVX2 paths off");
     check_decode_attention();
 }
+/* precision = "fast" keeps a bf16 KV cache (seer_kv_cache_t.k16): every attention path (the
+ * per-token kernel, grouped or not, at 1-3 threads; the GEMM path from 16 query tokens, which
+ * widens blocks into scratch, small heads included; a batch's one loop; the hooked path's dot and
+ * axpy) gives on it the bits it gives on an f32 cache holding the same values widened. */
+static void check_bf16_cache_attention(void) {
+    seer_pool_t *pools[2] = {seer_pool_new(1), seer_pool_new(3)};
+    static const int hds[] = {8, 12, 64};
+    static const int heads[][2] = {{16, 4}, {4, 4}};
+    static const int ns[] = {1, 3, 16, 37};
+    int checked = 0;
+    for (size_t a1 = 0; a1 < 3; a1++)
+        for (size_t a2 = 0; a2 < 2; a2++)
+            for (size_t a3 = 0; a3 < 4; a3++)
+                for (int window = 0; window <= 23; window += 23)
+                    for (int cap = 0; cap < 2; cap++) {
+                        int hd = hds[a1], H = heads[a2][0], KH = heads[a2][1], n = ns[a3], start = 45, L = start + n + 9;
+                        int qd = H * hd, kvd = KH * hd, group = H / KH;
+                        float *q = malloc(sizeof(float) * (size_t)(n * qd)), *kc = malloc(sizeof(float) * (size_t)(L * kvd));
+                        float *vc = malloc(sizeof(float) * (size_t)(L * kvd)), *scratch = malloc(sizeof(float) * (size_t)(3 * L));
+                        uint16_t *k16 = malloc(sizeof(uint16_t) * (size_t)(L * kvd)), *v16 = malloc(sizeof(uint16_t) * (size_t)(L * kvd));
+                        float *o32 = malloc(sizeof(float) * (size_t)(n * qd)), *o16 = malloc(sizeof(float) * (size_t)(n * qd));
+                        for (int i = 0; i < n * qd; i++) q[i] = nrand() * 2;
+                        for (int i = 0; i < L * kvd; i++) {
+                            k16[i] = seer_f32_to_bf16(nrand() * 2);
+                            v16[i] = seer_f32_to_bf16(nrand());
+                            kc[i] = seer_bf16_to_f32(k16[i]);
+                            vc[i] = seer_bf16_to_f32(v16[i]);
+                        }
+                        seer_attn_params_t a = {.q = q, .kc = kc, .vc = vc, .scratch = scratch, .n = n, .start = start,
+                                                .max_len = L, .H = H, .KH = KH, .hd = hd, .window = window,
+                                                .scale = 1.0f / sqrtf((float)hd), .softcap = cap ? 2.5f : 0.0f};
+                        seer_attn_params_t b = a;
+                        b.kc = b.vc = NULL, b.kc16 = k16, b.vc16 = v16;
+                        for (int k = 0; k < 2; k++) {
+                            a.out = o32, b.out = o16;
+                            memset(o16, 0xff, sizeof(float) * (size_t)(n * qd));
+                            seer_k_attention(pools[k], &a);
+                            seer_k_attention(pools[k], &b);
+                            cr_assert(!memcmp(o32, o16, sizeof(float) * (size_t)(n * qd)),
+                                      "hd %d H %d KH %d n %d window %d softcap %d, %d thread(s): a bf16 cache gave other bits "
+                                      "than the same values in f32", hd, H, KH, n, window, cap, k ? 3 : 1);
+                            if (n >= 16) { /* the same tokens as one-token items of a batch (the per-token kernel) */
+                                seer_attn_params_t one[2] = {a, b};
+                                for (int t = 0; t < n; t += 5) {
+                                    float oa[64 * 16], ob[64 * 16];
+                                    one[0].q = one[1].q = q + (size_t)t * qd, one[0].n = one[1].n = 1;
+                                    one[0].start = one[1].start = start + t, one[0].out = oa, one[1].out = ob;
+                                    seer_k_attention_batch(pools[k], one, 2);
+                                    cr_assert(!memcmp(oa, ob, sizeof(float) * (size_t)qd), "batch: token %d differs", t);
+                                }
+                            }
+                        }
+                        for (int h = 0; h < H; h++) { /* the hooked path's operations */
+                            size_t kv = (size_t)(h / group) * (size_t)hd;
+                            for (int p = 0; p < L; p += 7) {
+                                float d32 = seer_k_dot(q + h * hd, kc + (size_t)p * kvd + kv, hd);
+                                float d16 = seer_k_dot_bf16(q + h * hd, k16 + (size_t)p * kvd + kv, hd);
+                                cr_assert(!memcmp(&d32, &d16, sizeof d32), "seer_k_dot_bf16: %.9g against %.9g", d16, d32);
+                                float x32[64], x16[64];
+                                for (int i = 0; i < hd; i++) x32[i] = x16[i] = q[i];
+                                seer_k_axpy(x32, 0.37f, vc + (size_t)p * kvd + kv, hd);
+                                seer_k_axpy_bf16(x16, 0.37f, v16 + (size_t)p * kvd + kv, hd);
+                                cr_assert(!memcmp(x32, x16, sizeof(float) * (size_t)hd), "seer_k_axpy_bf16 differs");
+                            }
+                        }
+                        free(q), free(kc), free(vc), free(scratch), free(k16), free(v16), free(o32), free(o16);
+                        checked++;
+                    }
+    cr_assert_eq(checked, 3 * 2 * 4 * 2 * 2);
+    for (int k = 0; k < 2; k++) seer_pool_free(pools[k]);
+}
+Test(kernels, attention_bf16_cache_same_bits_as_widened) { check_bf16_cache_attention(); }
+Test(kernels, attention_bf16_cache_portable_path) {
+    setenv("SEER_NO_AVX2", "1", 1);
+    cr_assert(!seer_k_have_avx2(), "SEER_NO_AVX2=1 did not turn the AVX2 paths off");
+    check_bf16_cache_attention();
+}
 /* seer_k_attention_batch (a batched forward call's attention: every sequence's per-token items
  * in one parallel loop) gives each sequence the bits seer_k_attention gives it alone, whatever
  * the thread count: sequences of different lengths, new-token counts (one of 17 takes the GEMM
