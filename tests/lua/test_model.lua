@@ -337,6 +337,24 @@ T.test("cuda without a driver: devices() explains, load falls back to the CPU", 
   T.raises(function() seer.model.load(root, { device = "cuda:x" }) end, "unknown device 'cuda:x'", true)
 end)
 
+-- `seer model info`: the dimensions a user sizes a run by, the KV cache among them (5 layers x 2
+-- x 4 key/value heads x 8 dims x 4 bytes = 1,280 bytes a token; 512 tokens: 640 KiB); a bf16
+-- parity model also says what precision = "fast" would keep where this CPU has its kernels.
+T.test("seer model info prints the dimensions and what a KV cache takes", function()
+  local function sh(cmd)
+    local p = io.popen(cmd .. " 2>&1")
+    local out = p:read("*a")
+    p:close()
+    return out
+  end
+  local out = sh(("'%s' model info '%s'"):format(arg[-1], root))
+  T.ok(out:find("layers:            5\n", 1, true), out)
+  T.ok(out:find("attention heads:   8 query, 4 key/value, head_dim 8\n", 1, true), out)
+  T.ok(out:find("KV cache:          1.3 KiB a token, 640.0 KiB for the 512-token context (f32)\n", 1, true), out)
+  local bf = sh(("'%s' model info '%s'"):format(arg[-1], seer.script_dir() .. "/../parity/models/llama_bf16"))
+  T.eq(bf:find("in bf16 with --precision fast", 1, true) ~= nil, require("seer.core.model").fast_kind() ~= nil, bf)
+end)
+
 T.test("errors in a model method's arguments name the caller's line, not seer's", function()
   local model = seer.model.load(seer.script_dir() .. "/../fixtures/models/stories260K")
   local here = debug.getinfo(1, "S").short_src -- this file, as the error positions spell it

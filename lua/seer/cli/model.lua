@@ -13,9 +13,10 @@ usage: seer model info PATH
                                        [--device cpu|cuda|cuda:N] [--precision exact|fast]
 
 PATH is a model directory (config.json + safetensors) or a hub id in the Hugging Face cache.
-info prints the architecture, dimensions, parameter count and dtypes (--devices: the CUDA GPUs,
-their memory and compute capability, or why there are none); generate streams the
-continuation of PROMPT (greedy unless --temperature > 0) and then prints timing on stderr;
+info prints the architecture, dimensions, parameter count, dtypes and what a KV cache takes
+(--devices: the CUDA GPUs, their memory and compute capability, or why there are none);
+generate streams the continuation of PROMPT (greedy unless --temperature > 0) and then prints
+timing on stderr;
 --precision fast rounds activations to bf16 to meet bf16 weights (docs/model.md).
 ]]
 
@@ -27,6 +28,25 @@ end
 local function commas(n)
   local s = tostring(math.floor(n))
   return (s:reverse():gsub("(%d%d%d)", "%1,"):reverse():gsub("^,", ""))
+end
+
+local function size(bytes)
+  if bytes >= 1024 ^ 3 then return ("%.1f GiB"):format(bytes / 1024 ^ 3) end
+  if bytes >= 1024 ^ 2 then return ("%.1f MiB"):format(bytes / 1024 ^ 2) end
+  return ("%.1f KiB"):format(bytes / 1024)
+end
+
+-- What a KV cache takes on the CPU: a token's keys and values over every layer, and the full
+-- context's, f32 (bf16 where precision = "fast" changes the linear layers: bf16 weights on a CPU
+-- with AVX512_BF16 or AMX; docs/model.md).
+local function kv_cache(c)
+  local per = c.num_hidden_layers * 2 * c.num_key_value_heads * c.head_dim
+  local line = ("%s a token, %s for the %d-token context (f32)"):format(size(per * 4),
+    size(per * 4 * c.max_position_embeddings), c.max_position_embeddings)
+  if c.dtype == "bf16" and require("seer.core.model").fast_kind() then
+    line = line .. (("; %s, %s in bf16 with --precision fast"):format(size(per * 2), size(per * 2 * c.max_position_embeddings)))
+  end
+  return line
 end
 
 local function info(path)
@@ -45,6 +65,7 @@ local function info(path)
     { "tied embeddings", tostring(c.tie_word_embeddings) },
     { "parameters", commas(c.num_parameters) },
     { "weights", ("%s, %.1f MiB"):format(c.dtype, c.weight_bytes / 1048576) },
+    { "KV cache", kv_cache(c) },
     { "tokenizer", model.tokenizer and "tokenizer.json" or "none" },
   }
   -- a model folder's files are not to be trusted: its names are shown, not obeyed, by a terminal
