@@ -8,7 +8,8 @@
  * the input may drop or reshape one), else a small mismatched one that the loader must refuse.
  * A Gemma 3 multimodal config (text_config) is one of the architectures; generation_config.json
  * is written when the input says so. The folder (under /dev/shm) is loaded with seer_model_load
- * (one thread, weights read in or mapped, hidden or not); a loaded model runs a prefill of a few
+ * (one thread, weights read in or mapped, hidden or not, precision exact or fast: fast on bf16
+ * weights also keeps a bf16 KV cache); a loaded model runs a prefill of a few
  * tokens, one decode step (and, when the input says so, the logit lens and a batch of two), then
  * is freed.
  *
@@ -948,7 +949,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (view != j) cJSON_Delete(view);
     cJSON_Delete(j);
 
-    seer_model_opts_t opts = {.threads = 1, .hidden = (flags & 0x10) != 0,
+    /* precision = "fast" on odd bytes: on bf16 weights (where this CPU has its kernels) the
+     * linear layers round activations and the KV cache is bf16, which every attention path reads */
+    int fast = (u8(&tail) & 1) != 0;
+    seer_model_opts_t opts = {.threads = 1, .hidden = (flags & 0x10) != 0, .fast_bf16 = fast,
                               .weights = (flags & 2) ? SEER_WEIGHTS_MAPPED : SEER_WEIGHTS_MEMORY};
     seer_model_t *m = NULL;
     seer_err_t err = {0};
