@@ -7,7 +7,7 @@
 -- SEER_BENCH_PRECISION=fast: bf16 weights against activations rounded to bf16 (precision = "fast")
 local path, threads, n = arg[1], tonumber(arg[2]), tonumber(arg[3])
 local model = seer.model.load(path, { threads = threads, tokenizer = false,
-                                      precision = os.getenv("SEER_BENCH_PRECISION") })
+                                      precision = os.getenv("SEER_BENCH_PRECISION") ~= "" and os.getenv("SEER_BENCH_PRECISION") or nil })
 local vocab = model.config.vocab_size
 -- BATCH_PROMPT_LEN (default 5): each prompt's length (the context the decode steps attend over)
 local plen = tonumber(os.getenv("BATCH_PROMPT_LEN") or "5")

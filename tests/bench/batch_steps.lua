@@ -18,7 +18,7 @@ if not (path and threads and n and n >= 3 and tonumber(arg[4])) then
   io.stderr:write("usage: seer tests/bench/batch_steps.lua MODEL THREADS NEW(>=3) B1 [B2 ...]\n")
   os.exit(2)
 end
-local model = seer.model.load(path, { threads = threads, tokenizer = false, precision = os.getenv("SEER_BENCH_PRECISION") })
+local model = seer.model.load(path, { threads = threads, tokenizer = false, precision = os.getenv("SEER_BENCH_PRECISION") ~= "" and os.getenv("SEER_BENCH_PRECISION") or nil })
 local vocab = model.config.vocab_size
 local plen = tonumber(os.getenv("BATCH_PROMPT_LEN") or "5")
 local function prompts(b)

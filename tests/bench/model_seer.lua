@@ -8,7 +8,7 @@ local path, threads, prefill_n, decode_n, weights = arg[1], tonumber(arg[2]), to
 local t0 = seer.now()
 -- SEER_BENCH_PRECISION=fast: the activations rounded to bf16 in bf16 prefill (precision = "fast")
 local model = seer.model.load(path, { threads = threads, tokenizer = false, weights = weights,
-                                      precision = os.getenv("SEER_BENCH_PRECISION") })
+                                      precision = os.getenv("SEER_BENCH_PRECISION") ~= "" and os.getenv("SEER_BENCH_PRECISION") or nil })
 local load_ms = (seer.now() - t0) * 1000
 local vocab = model.config.vocab_size
 local ids = { 1 }
