@@ -23,10 +23,17 @@ void seer_fb_linear_multi(seer_pool_t *p, const seer_fwd_batch_t *fb, int count,
         seer_k_linear_multi(p, count, ys, x, fb->N, ws, biases, 1);
         return;
     }
+    /* the matrices group the rows alike when they take their GEMM path from one count */
+    int gmin = seer_k_linear_gemm_min(ws[0]);
+    for (int i = 1; i < count; i++)
+        if (seer_k_linear_gemm_min(ws[i]) != gmin) {
+            for (int k = 0; k < count; k++) seer_fb_linear(p, fb, ys[k], x, ws[k], biases[k]);
+            return;
+        }
     for (int s = 0; s < fb->ns;) {
-        int e = s + 1, gemm = fb->seq[s].n >= SEER_BLAS_MIN_TOKENS;
+        int e = s + 1, gemm = fb->seq[s].n >= gmin;
         if (!gemm)
-            while (e < fb->ns && fb->seq[e].n < SEER_BLAS_MIN_TOKENS) e++;
+            while (e < fb->ns && fb->seq[e].n < gmin) e++;
         float *yo[MAX];
         for (int i = 0; i < count; i++) yo[i] = ys[i] + (size_t)fb->off[s] * (size_t)ws[i]->rows;
         seer_k_linear_multi(p, count, yo, x + (size_t)fb->off[s] * in, fb->off[e] - fb->off[s], ws, biases, gemm);
@@ -57,8 +64,8 @@ int seer_fb_hook_heads(const seer_fwd_batch_t *fb, seer_hook_point_t p, int laye
     return 0;
 }
 
-/* A sequence of at least SEER_BLAS_MIN_TOKENS rows takes the GEMM path (OpenBLAS, AMX) when it
- * runs alone, so in a batch it runs alone too; runs of shorter sequences go through the
+/* A sequence of at least seer_k_linear_gemm_min(w) rows takes the GEMM path (OpenBLAS, AMX) when
+ * it runs alone, so in a batch it runs alone too; runs of shorter sequences go through the
  * per-token kernel together, which reads each weight once for all their rows (a decode step of
  * the whole batch is one pass over the weights). */
 void seer_fb_linear(seer_pool_t *p, const seer_fwd_batch_t *fb, float *y, const float *x, const seer_weight_t *w,
@@ -68,14 +75,15 @@ void seer_fb_linear(seer_pool_t *p, const seer_fwd_batch_t *fb, float *y, const 
         return;
     }
     size_t in = (size_t)w->cols, out = (size_t)w->rows;
+    int gmin = seer_k_linear_gemm_min(w);
     for (int s = 0; s < fb->ns;) {
-        if (fb->seq[s].n >= SEER_BLAS_MIN_TOKENS) {
+        if (fb->seq[s].n >= gmin) {
             seer_k_linear(p, y + (size_t)fb->off[s] * out, x + (size_t)fb->off[s] * in, fb->seq[s].n, w, bias);
             s++;
             continue;
         }
         int e = s;
-        while (e < fb->ns && fb->seq[e].n < SEER_BLAS_MIN_TOKENS) e++;
+        while (e < fb->ns && fb->seq[e].n < gmin) e++;
         seer_k_linear_rows(p, y + (size_t)fb->off[s] * out, x + (size_t)fb->off[s] * in, fb->off[e] - fb->off[s], w, bias);
         s = e;
     }

@@ -196,15 +196,16 @@ int seer_fwd_finish(seer_model_t *m, const seer_fwd_batch_t *fb, const float *x,
         }
         /* The head as seer_fb_linear groups a batch: rows of a sequence that would take the GEMM
          * path alone go alone, every other row through the per-token kernel together. */
+        int gmin = seer_k_linear_gemm_min(&m->lm_head);
         for (int s = 0; s < fb->ns;) {
             int rows = goff[s + 1] - goff[s];
-            if (rows >= SEER_BLAS_MIN_TOKENS) {
+            if (rows >= gmin) {
                 seer_k_linear(m->pool, lg + (size_t)goff[s] * V, xb + (size_t)goff[s] * D, rows, &m->lm_head, NULL);
                 s++;
                 continue;
             }
             int e = s;
-            while (e < fb->ns && goff[e + 1] - goff[e] < SEER_BLAS_MIN_TOKENS) e++;
+            while (e < fb->ns && goff[e + 1] - goff[e] < gmin) e++;
             if (goff[e] > goff[s])
                 seer_k_linear_rows(m->pool, lg + (size_t)goff[s] * V, xb + (size_t)goff[s] * D, goff[e] - goff[s],
                                    &m->lm_head, NULL);

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -927,9 +928,67 @@ static void linear_base(seer_pool_t *p, float *y, const float *x, int n, const s
 
 _Thread_local int seer_k_fast_bf16;
 
+/* Where the per-token kernel is the blocked one (AVX2 family: AMD CPUs, and any without AVX-512),
+ * it beats OpenBLAS sgemm on short prompts: sgemm widens (bf16/f16) and packs every weight per
+ * call, a cost spread over only n tokens, while the blocked kernel reads each weight once and
+ * widens it in the FMAs' shadow. Measured on the 2-vCPU Zen 4 VM (0.5B bench model, a forward
+ * of n tokens, best of 3, 2 threads, two alternating rounds; tests/bench/prefill_lengths.lua,
+ * the blocked kernel forced with SEER_GEMM_MIN_TOKENS=100000), tok/s sgemm -> blocked: f32 n = 16: 73 -> 140, 30: 101 ->
+ * 144, 48: 128 -> 159-162, 64: 140-142 -> 157-162, 96: 155-157 -> 159-162, 128: 164-168 ->
+ * 159-163, 192: 175-176 -> 152-154; bf16 16: 59 -> 155, 30: 84 -> 158, 64: 114-127 -> 152-158,
+ * 96: 143 -> 153-161, 128: 146-153 -> 137-160, 192: 163-166 -> 151-157; one thread the same
+ * crossings (f32 at 96: 88.6 both; bf16 at 128: 85.8 against 85.1). So from 96 tokens (f32) and
+ * 128 (bf16, f16) sgemm runs; below, the blocked kernel, and in a batch such prompts share one
+ * pass over the weights (tests/bench/short_prompts.lua MODEL 2 32 30 24 16: 32 prompts of 30
+ * tokens, 24 new tokens each, max_batch 16: bf16 48.6-49.1 -> 72.1-72.5 new tok/s, f32
+ * 53.5-55.1 -> 68.8-69.0; SEER_GEMM_MIN_TOKENS=16 is the old behaviour). Where AMX or the fast bf16 kernel takes w, and on
+ * the AVX-512 family (Intel), 16 as before. SEER_GEMM_MIN_TOKENS=N (16 or more) sets both
+ * crossings, for a CPU where they lie elsewhere (Zen 3 was not measured); so does
+ * seer_k_gemm_min_override (the tests, to run the GEMM path on models too small for 96 tokens). */
+#ifndef SEER_GEMM_MIN_F32
+#define SEER_GEMM_MIN_F32 96
+#endif
+#ifndef SEER_GEMM_MIN_16
+#define SEER_GEMM_MIN_16 128
+#endif
+static atomic_int g_gemm_min = -1; /* -1: not read from the environment yet; 0: the defaults */
+static pthread_once_t g_gemm_min_once = PTHREAD_ONCE_INIT;
+static void gemm_min_env(void) {
+    const char *s = getenv("SEER_GEMM_MIN_TOKENS");
+    char *end = NULL;
+    long v = s && *s ? strtol(s, &end, 10) : 0;
+    if (s && *s && (*end || v < SEER_BLAS_MIN_TOKENS || v > (1L << 30))) {
+        fprintf(stderr, "seer: SEER_GEMM_MIN_TOKENS=%s is not a whole number from %d to 2^30; the default for this CPU is used\n",
+                s, SEER_BLAS_MIN_TOKENS);
+        v = 0;
+    }
+    int unset = -1;
+    atomic_compare_exchange_strong(&g_gemm_min, &unset, (int)v);
+}
+int seer_k_gemm_min_override(int n) {
+    pthread_once(&g_gemm_min_once, gemm_min_env);
+    if (n < 0) return atomic_load_explicit(&g_gemm_min, memory_order_relaxed);
+    return atomic_exchange(&g_gemm_min, n);
+}
+int seer_k_linear_gemm_min(const seer_weight_t *w) {
+#ifdef SEER_X86
+    if (seer_k_linear_simd() == 1 && !seer_k_bf16_units_take(w)) {
+        int o = seer_k_gemm_min_override(-1);
+        return o > 0 ? o : w->dtype == SEER_F32 ? SEER_GEMM_MIN_F32 : SEER_GEMM_MIN_16;
+    }
+#else
+    (void)w;
+#endif
+    return SEER_BLAS_MIN_TOKENS;
+}
+
 void seer_k_linear(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias) {
-    linear_base(p, y, x, n, w, bias, 1);
-    if (w->lora) seer_lora_apply(p, y, x, n, w->lora);
+    int gemm = n >= seer_k_linear_gemm_min(w);
+    linear_base(p, y, x, n, w, bias, gemm);
+    if (w->lora) {
+        if (gemm) seer_lora_apply(p, y, x, n, w->lora);
+        else seer_lora_apply_rows(p, y, x, n, w->lora);
+    }
 }
 
 void seer_k_linear_rows(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias) {

@@ -1036,3 +1036,13 @@ int seer_k_linear_dpbf16_multi(seer_pool_t *p, int count, float *const *ys, cons
     return 0;
 #endif
 }
+
+int seer_k_bf16_units_take(const seer_weight_t *w) {
+#ifdef SEER_X86
+    if (w->dtype != SEER_BF16 || w->cols % 32 != 0) return 0;
+    return seer_k_have_amx() || (seer_k_fast_bf16 && have_avx512bf16());
+#else
+    (void)w;
+    return 0;
+#endif
+}

@@ -165,6 +165,7 @@ static int l_config(lua_State *L) {
     lua_setfield(L, -2, "weights");
     lua_pushstring(L, seer_model_kv_dtype(m));
     lua_setfield(L, -2, "kv_cache_dtype");
+    if (seer_model_gemm_min_tokens(m) > 0) SET_INT("gemm_min_tokens", seer_model_gemm_min_tokens(m));
     lua_pushstring(L, seer_model_dir(m));
     lua_setfield(L, -2, "path");
     return 1;
@@ -678,6 +679,23 @@ static int l_fast_kind(lua_State *L) {
     return 1;
 }
 
+/* core.gemm_min_tokens([n]) -> the previous override: n (16 or more) is the count from which a
+ * sequence alone takes the GEMM path where the per-token kernel is the blocked one (both dtypes),
+ * 0 this CPU's defaults, nil only reads (seer_k_gemm_min_override). For tests and tuning; a
+ * loaded model's config.gemm_min_tokens keeps the value it was loaded with. */
+static int l_gemm_min_tokens(lua_State *L) {
+    int n = -1;
+    if (!lua_isnoneornil(L, 1)) {
+        lua_Number v = luaL_checknumber(L, 1);
+        if (!(v == 0 || (v >= SEER_BLAS_MIN_TOKENS && v <= (1 << 30))) || v != (lua_Number)(int)v)
+            return luaL_error(L, "gemm_min_tokens: n must be 0 (the defaults) or a whole number from %d to 2^30, got %s",
+                              SEER_BLAS_MIN_TOKENS, lua_tostring(L, 1));
+        n = (int)v;
+    }
+    lua_pushinteger(L, seer_k_gemm_min_override(n));
+    return 1;
+}
+
 int seer_model_luaopen(lua_State *L) {
     if (luaL_newmetatable(L, MODEL_MT)) {
         lua_newtable(L);
@@ -713,5 +731,7 @@ int seer_model_luaopen(lua_State *L) {
     lua_setfield(L, -2, "config_fields");
     lua_pushcfunction(L, l_fast_kind);
     lua_setfield(L, -2, "fast_kind");
+    lua_pushcfunction(L, l_gemm_min_tokens);
+    lua_setfield(L, -2, "gemm_min_tokens");
     return 1;
 }

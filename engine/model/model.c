@@ -385,6 +385,7 @@ int seer_model_weight(seer_model_t *m, seer_weight_t *w, const char *name, int64
     w->data = e->data;
     w->rows = cols == 0 ? 1 : rows;
     w->cols = cols == 0 ? rows : cols;
+    if (cols > 0) m->matrix_kinds |= 1u << ((e->dtype == SEER_F32 ? 0 : e->dtype == SEER_BF16 ? 2 : 4) + (cols % 32 == 0));
     return 0;
 }
 
@@ -520,6 +521,19 @@ const char *seer_model_kv_dtype(const seer_model_t *m) {
     return m->gpu || (m->fast_bf16 && m->embed.dtype == SEER_BF16 && seer_k_fast_kind() != NULL) ? "bf16" : "f32";
 }
 const char *seer_model_dir(const seer_model_t *m) { return m->dir; }
+int seer_model_gemm_min_tokens(const seer_model_t *m) {
+    if (m->gpu) return 0;
+    int saved = seer_k_fast_bf16, most = SEER_BLAS_MIN_TOKENS;
+    seer_k_fast_bf16 = m->fast_bf16;
+    for (int k = 0; k < 6; k++)
+        if (m->matrix_kinds & (1u << k)) {
+            seer_weight_t w = {.dtype = k < 2 ? SEER_F32 : k < 4 ? SEER_BF16 : SEER_F16, .rows = 1, .cols = k % 2 ? 32 : 33};
+            int g = seer_k_linear_gemm_min(&w);
+            if (g > most) most = g;
+        }
+    seer_k_fast_bf16 = saved;
+    return most;
+}
 
 int seer_model_forward(seer_model_t *m, seer_kv_cache_t *c, const int32_t *tokens, int n, float *logits, int all_logits,
                        seer_err_t *err) {

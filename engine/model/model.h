@@ -89,6 +89,10 @@ int seer_model_weights_in_memory(const seer_model_t *m); /* 1: read into memory,
 /* What the model's KV caches hold: "bf16" on a GPU and where precision = "fast" changes the
  * linear layers (bf16 weights on a CPU with AVX512_BF16 or AMX), else "f32". */
 const char *seer_model_kv_dtype(const seer_model_t *m);
+/* The fewest tokens with which a sequence runs every linear layer of the model as a GEMM (a long
+ * prompt's prefill): shorter sequences run the per-token kernel (and, in a batch, share one pass
+ * over the weights). 0 for a model on a GPU. */
+int seer_model_gemm_min_tokens(const seer_model_t *m);
 const char *seer_model_dir(const seer_model_t *m);
 /* Where the forward pass runs: "cpu" or "cuda:N". */
 const char *seer_model_device(const seer_model_t *m, char *buf, size_t n);

@@ -81,6 +81,9 @@ struct seer_model {
     int hidden;         /* seer_model_opts_t.hidden */
     int in_memory;      /* the shards were read into memory (seer_st_open_copy), not mapped */
     int fast_bf16;      /* seer_model_opts_t.fast_bf16 */
+    /* the kinds of matrices bound (seer_model_weight): bit (dtype index * 2 + (width % 32 == 0)),
+     * dtype index 0 f32, 1 bf16, 2 f16; for seer_model_gemm_min_tokens */
+    unsigned matrix_kinds;
     /* Weight names are looked up with "model." replaced by model_prefix and "lm_head." by
      * head_prefix when those are set (a Gemma 3 multimodal checkpoint's language model). */
     char model_prefix[48], head_prefix[48];
@@ -143,9 +146,24 @@ extern _Thread_local int seer_k_fast_bf16;
 /* Below about this many multiply-adds a pool task is not worth waking a worker for (tiny models
  * run fastest on one thread); every kernel sizes its chunks with it. */
 #define SEER_PAR_WORK (1u << 18)
-/* From this many tokens on, a linear layer goes through OpenBLAS sgemm (kernels_blas.c);
- * returns 0 when it cannot (then the register-blocked kernel runs). */
+/* From this many tokens on, a sequence's attention takes its GEMM path (kernels_blas.c), and a
+ * linear layer may take OpenBLAS sgemm or AMX: seer_k_linear_gemm_min says from how many. */
 #define SEER_BLAS_MIN_TOKENS 16
+/* The fewest tokens with which seer_k_linear runs w as a GEMM (AMX, OpenBLAS) rather than its
+ * per-token kernel: SEER_BLAS_MIN_TOKENS, or more where the per-token kernel is the blocked one
+ * and faster than sgemm for short prompts (kernels.c says where and by how much). A batch runs a
+ * sequence of at least this many tokens alone, every shorter one with the others, so each row
+ * gets the bits it gets alone: every caller that groups rows asks this. */
+int seer_k_linear_gemm_min(const seer_weight_t *w);
+/* The count that replaces both crossings of seer_k_linear_gemm_min where they apply (0: this CPU's
+ * defaults; at first the SEER_GEMM_MIN_TOKENS environment variable's): n >= SEER_BLAS_MIN_TOKENS
+ * or 0 sets it, n < 0 only reads it; returns the previous value. Changing it between a sequence's
+ * run alone and its run in a batch changes which bits each gets; the tests use it. */
+int seer_k_gemm_min_override(int n);
+/* Whether w's products run on bf16 units rather than the f32 kernels: bf16 weights of a width
+ * divisible by 32 on a CPU with AMX (from 16 tokens), or with AVX512_BF16 under precision = "fast"
+ * (on the calling thread; any count). */
+int seer_k_bf16_units_take(const seer_weight_t *w);
 int seer_k_linear_blas(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias);
 /* y[n][out] = x[n][in] . W[out][in]^T (+ bias[out] when bias.data), plus the weight's LoRA
  * delta when it has an enabled one (seer_lora_apply). */
@@ -289,13 +307,13 @@ void seer_fb_linear(seer_pool_t *p, const seer_fwd_batch_t *fb, float *y, const 
 void seer_k_linear_rows(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias);
 /* ys[i] = x ws[i]^T (+ biases[i]) for count matrices of the same width against the same x (q, k
  * and v; gate and up), as seer_k_linear (gemm) or seer_k_linear_rows each, LoRA included; where
- * the kernel can (precision = "fast" on AVX512_BF16, under SEER_BLAS_MIN_TOKENS tokens for
+ * the kernel can (precision = "fast" on AVX512_BF16, under seer_k_linear_gemm_min tokens for
  * gemm) in one pass with x packed once and one barrier, each output the same bits. */
 void seer_k_linear_multi(seer_pool_t *p, int count, float *const *ys, const float *x, int n, const seer_weight_t *const *ws,
                          const seer_weight_t *const *biases, int gemm);
 void seer_lora_apply_rows(seer_pool_t *p, float *y, const float *x, int n, const struct seer_lora *lora);
 /* seer_fb_linear for up to 4 matrices of the same width against the same rows x (q, k and v;
- * gate and up): each run of short sequences (and a batch of one under SEER_BLAS_MIN_TOKENS rows)
+ * gate and up): each run of short sequences (and a batch of one under seer_k_linear_gemm_min rows)
  * through seer_k_linear_multi, the same bits as one seer_fb_linear per matrix. */
 void seer_fb_linear_multi(seer_pool_t *p, const seer_fwd_batch_t *fb, int count, float *const *ys, const float *x,
                           const seer_weight_t *const *ws, const seer_weight_t *const *biases);

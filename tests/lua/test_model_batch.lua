@@ -1,7 +1,7 @@
 -- Batched forward and generation (seer_model_forward_batch, model:generate_batch): every
 -- sequence of a batch must get exactly what it gets alone, for every architecture (the parity
 -- models, whose single-sequence forward test_parity.lua checks against transformers, and the
--- trained stories260K): prefill (lengths on both sides of the 16-token GEMM threshold), decode,
+-- trained stories260K): prefill (lengths on both sides of the GEMM thresholds), decode,
 -- hooks and captures, per-sequence interventions, and sequences finishing at different steps
 -- or joining while others run (max_batch). Bit for bit: the batched kernels compute each row
 -- the way the single-sequence ones do (engine/model/batch.c).
@@ -14,6 +14,20 @@ local pdir = seer.script_dir() .. "/../parity/models"
 local stories = seer.script_dir() .. "/../fixtures/models/stories260K"
 
 local function maxdiff(a, b) return (a - b):abs():max() end
+local core = require "seer.core.model"
+-- From how many tokens a sequence alone runs its linear layers as GEMMs (then a batch runs it
+-- alone too): 16 on some CPUs, 96 (f32) and 128 (bf16) where the per-token kernel is the blocked
+-- one (engine/model/kernels.c, seer_k_linear_gemm_min). Attention's GEMM path starts at 16
+-- everywhere. The parity models take 64 positions, so the checks below run twice: at this
+-- CPU's thresholds and with the linear one forced to 16 (core.gemm_min_tokens), where 17 and
+-- 21 take every GEMM path alone.
+local SETTINGS = { { 0, "" }, { 16, " [linear GEMM from 16 tokens]" } }
+local function at_gemm_min(n, fn)
+  local prev = core.gemm_min_tokens(n)
+  local ok, err = pcall(fn)
+  core.gemm_min_tokens(prev)
+  if not ok then error(err, 0) end
+end
 local function join(t) return table.concat(t, ",") end
 
 -- Every parity model directory (each architecture and its bf16 / rope / layout variants).
@@ -22,8 +36,8 @@ for _, e in ipairs(require("seer.core.host").list_dir(pdir)) do names[#names + 1
 table.sort(names)
 assert(#names >= 20, "the parity models are missing from " .. pdir)
 
--- Lengths 1 .. 21: 17 and 21 take the GEMM path alone (>= 16 tokens), the others the per-token
--- kernel, and a batch mixes both.
+-- Lengths 1 .. 21: 17 and 21 take attention's GEMM path alone (>= 16 tokens), and the linear
+-- layers' with the threshold forced to 16; the others the per-token kernels; a batch mixes both.
 local function prompts(vocab)
   local function seq(n, k)
     local s = {}
@@ -33,8 +47,9 @@ local function prompts(vocab)
   return { seq(5, 1), seq(1, 2), seq(17, 3), seq(3, 4), seq(21, 5), seq(9, 6) }
 end
 
+for _, setting in ipairs(SETTINGS) do
 for _, name in ipairs(names) do
-  T.test("batched forward == each sequence alone, bit for bit: " .. name, function()
+  T.test("batched forward == each sequence alone, bit for bit: " .. name .. setting[2], function() at_gemm_min(setting[1], function()
     local m = seer.model.load(pdir .. "/" .. name, { tokenizer = false })
     local seqs = prompts(m.config.vocab_size)
     local logits, mask = m:forward(seqs)
@@ -45,9 +60,9 @@ for _, name in ipairs(names) do
       T.eq(mask[i][longest], 1)
       T.eq(mask[i][1], #s == longest and 1 or 0)
     end
-  end)
+  end) end)
 
-  T.test("generate_batch == generate alone (different lengths, finishing at different steps, joining): " .. name, function()
+  T.test("generate_batch == generate alone (different lengths, finishing at different steps, joining): " .. name .. setting[2], function() at_gemm_min(setting[1], function()
     local m = seer.model.load(pdir .. "/" .. name, { tokenizer = false })
     local seqs = prompts(m.config.vocab_size)
     local per = { [2] = { max_new_tokens = 3 }, [3] = { temperature = 0.9, seed = 4, top_p = 0.8 },
@@ -62,7 +77,8 @@ for _, name in ipairs(names) do
         T.eq(join(outs[i].prompt_ids), join(s))
       end
     end
-  end)
+  end) end)
+end
 end
 
 -- precision = "fast" on bf16 weights: on CPUs with AVX512_BF16 every linear layer, decode steps
@@ -162,6 +178,26 @@ T.test("stories260K: batched generation with text prompts, stop strings and samp
   end
   local greedy = m:generate_batch(texts, { max_new_tokens = 30, max_batch = 3 })
   for i, t in ipairs(texts) do T.eq(greedy[i].text, m:generate(t, { max_new_tokens = 30 }).text, "greedy " .. i) end
+end)
+
+T.test("stories260K: prompts on both sides of this CPU's linear GEMM threshold (config.gemm_min_tokens), batched == alone", function()
+  local m = seer.model.load(stories, { tokenizer = false })
+  local g = m.config.gemm_min_tokens
+  T.ok(g >= 16, "gemm_min_tokens " .. tostring(g))
+  local function seq(n, k)
+    local s = {}
+    for i = 1, n do s[i] = (i * 37 + k * 11) % 500 + 3 end
+    return s
+  end
+  -- g + 1 runs its GEMMs alone; g - 1, 30 and 3 share the per-token kernel's pass
+  local seqs = { seq(g - 1, 1), seq(g + 1, 2), seq(30, 3), seq(3, 4) }
+  local logits = m:forward(seqs)
+  local longest = logits:size(2)
+  for i, s in ipairs(seqs) do
+    T.eq(maxdiff(logits:select(1, i):narrow(1, longest - #s + 1, #s), m:forward(s)), 0, "sequence " .. i)
+  end
+  local outs = m:generate_batch(seqs, { max_new_tokens = 6, max_batch = 3 })
+  for i, s in ipairs(seqs) do T.eq(join(outs[i].ids), join(m:generate(s, { max_new_tokens = 6 }).ids), "generated " .. i) end
 end)
 
 T.test("a failing hook in one sequence fails the batched call and leaves the model usable", function()

@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import save_file
 from transformers import AutoConfig, AutoModelForCausalLM
 
-SEQ = 20  # >= SEER_BLAS_MIN_TOKENS, so the parity run goes through the prefill GEMM path
+SEQ = 20  # >= 16: the prefill GEMM path where it starts at 16 (test_parity.lua also forces it)
 COMMON = dict(vocab_size=97, hidden_size=48, intermediate_size=100, num_hidden_layers=3,
               num_attention_heads=6, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
               bos_token_id=1, eos_token_id=2, pad_token_id=0)
