@@ -942,7 +942,9 @@ _Thread_local int seer_k_fast_bf16;
  * pass over the weights (tests/bench/short_prompts.lua MODEL 2 32 30 24 16: 32 prompts of 30
  * tokens, 24 new tokens each, max_batch 16: bf16 48.6-49.1 -> 72.1-72.5 new tok/s, f32
  * 53.5-55.1 -> 68.8-69.0; SEER_GEMM_MIN_TOKENS=16 is the old behaviour). Where AMX or the fast bf16 kernel takes w, and on
- * the AVX-512 family (Intel), 16 as before. SEER_GEMM_MIN_TOKENS=N (16 or more) sets both
+ * the AVX-512 family (Intel), 16 as before; where the fast bf16 kernel runs without AMX, whose
+ * rows do not depend on the count, never (every sequence of a batch shares the pass, LoRA's
+ * per-token path with it). SEER_GEMM_MIN_TOKENS=N (16 or more) sets both
  * crossings, for a CPU where they lie elsewhere (Zen 3 was not measured); so does
  * seer_k_gemm_min_override (the tests, to run the GEMM path on models too small for 96 tokens). */
 #ifndef SEER_GEMM_MIN_F32
@@ -972,7 +974,9 @@ int seer_k_gemm_min_override(int n) {
 }
 int seer_k_linear_gemm_min(const seer_weight_t *w) {
 #ifdef SEER_X86
-    if (seer_k_linear_simd() == 1 && !seer_k_bf16_units_take(w)) {
+    int units = seer_k_bf16_units_take(w);
+    if (units == 2) return SEER_GEMM_NEVER;
+    if (seer_k_linear_simd() == 1 && !units) {
         int o = seer_k_gemm_min_override(-1);
         return o > 0 ? o : w->dtype == SEER_F32 ? SEER_GEMM_MIN_F32 : SEER_GEMM_MIN_16;
     }
@@ -999,10 +1003,10 @@ void seer_k_linear_rows(seer_pool_t *p, float *y, const float *x, int n, const s
 void seer_k_linear_multi(seer_pool_t *p, int count, float *const *ys, const float *x, int n, const seer_weight_t *const *ws,
                          const seer_weight_t *const *biases, int gemm) {
     /* a GEMM-sized call takes its own path (AMX, OpenBLAS) matrix by matrix */
-    if (count > 1 && !(gemm && n >= SEER_BLAS_MIN_TOKENS) && seer_k_linear_dpbf16_multi(p, count, ys, x, n, ws, biases)) {
+    if (count > 1 && !(gemm && n >= seer_k_linear_gemm_min(ws[0])) && seer_k_linear_dpbf16_multi(p, count, ys, x, n, ws, biases)) {
         for (int i = 0; i < count; i++)
-            if (ws[i]->lora) {
-                if (gemm) seer_lora_apply(p, ys[i], x, n, ws[i]->lora);
+            if (ws[i]->lora) { /* as seer_k_linear would */
+                if (gemm && n >= seer_k_linear_gemm_min(ws[i])) seer_lora_apply(p, ys[i], x, n, ws[i]->lora);
                 else seer_lora_apply_rows(p, ys[i], x, n, ws[i]->lora);
             }
         return;

@@ -1040,7 +1040,7 @@ int seer_k_linear_dpbf16_multi(seer_pool_t *p, int count, float *const *ys, cons
 int seer_k_bf16_units_take(const seer_weight_t *w) {
 #ifdef SEER_X86
     if (w->dtype != SEER_BF16 || w->cols % 32 != 0) return 0;
-    return seer_k_have_amx() || (seer_k_fast_bf16 && have_avx512bf16());
+    return seer_k_have_amx() ? 1 : seer_k_fast_bf16 && have_avx512bf16() ? 2 : 0;
 #else
     (void)w;
     return 0;

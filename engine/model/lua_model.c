@@ -165,7 +165,9 @@ static int l_config(lua_State *L) {
     lua_setfield(L, -2, "weights");
     lua_pushstring(L, seer_model_kv_dtype(m));
     lua_setfield(L, -2, "kv_cache_dtype");
-    if (seer_model_gemm_min_tokens(m) > 0) SET_INT("gemm_min_tokens", seer_model_gemm_min_tokens(m));
+    int gmin = seer_model_gemm_min_tokens(m);
+    if (gmin >= SEER_GEMM_NEVER) SET_NUM("gemm_min_tokens", HUGE_VAL); /* math.huge: every count shares the pass */
+    else if (gmin > 0) SET_INT("gemm_min_tokens", gmin);
     lua_pushstring(L, seer_model_dir(m));
     lua_setfield(L, -2, "path");
     return 1;

@@ -91,7 +91,8 @@ int seer_model_weights_in_memory(const seer_model_t *m); /* 1: read into memory,
 const char *seer_model_kv_dtype(const seer_model_t *m);
 /* The fewest tokens with which a sequence runs every linear layer of the model as a GEMM (a long
  * prompt's prefill): shorter sequences run the per-token kernel (and, in a batch, share one pass
- * over the weights). 0 for a model on a GPU. */
+ * over the weights). 1 << 30 where no count does (precision = "fast" on AVX512_BF16 without
+ * AMX); 0 for a model on a GPU. */
 int seer_model_gemm_min_tokens(const seer_model_t *m);
 const char *seer_model_dir(const seer_model_t *m);
 /* Where the forward pass runs: "cpu" or "cuda:N". */

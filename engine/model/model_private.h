@@ -155,14 +155,16 @@ extern _Thread_local int seer_k_fast_bf16;
  * sequence of at least this many tokens alone, every shorter one with the others, so each row
  * gets the bits it gets alone: every caller that groups rows asks this. */
 int seer_k_linear_gemm_min(const seer_weight_t *w);
+#define SEER_GEMM_NEVER (1 << 30) /* seer_k_linear_gemm_min: no count takes a GEMM path */
 /* The count that replaces both crossings of seer_k_linear_gemm_min where they apply (0: this CPU's
  * defaults; at first the SEER_GEMM_MIN_TOKENS environment variable's): n >= SEER_BLAS_MIN_TOKENS
  * or 0 sets it, n < 0 only reads it; returns the previous value. Changing it between a sequence's
  * run alone and its run in a batch changes which bits each gets; the tests use it. */
 int seer_k_gemm_min_override(int n);
-/* Whether w's products run on bf16 units rather than the f32 kernels: bf16 weights of a width
- * divisible by 32 on a CPU with AMX (from 16 tokens), or with AVX512_BF16 under precision = "fast"
- * (on the calling thread; any count). */
+/* Whether w's products run on bf16 units rather than the f32 kernels: 1, AMX (bf16 weights of a
+ * width divisible by 32, from 16 tokens); 2, the fast kernel without AMX (the same weights with
+ * AVX512_BF16 under precision = "fast" on the calling thread: any count, every row the same bits
+ * whatever the count); 0 neither. */
 int seer_k_bf16_units_take(const seer_weight_t *w);
 int seer_k_linear_blas(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias);
 /* y[n][out] = x[n][in] . W[out][in]^T (+ bias[out] when bias.data), plus the weight's LoRA

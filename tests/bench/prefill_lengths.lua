@@ -13,7 +13,7 @@ local prec = os.getenv("SEER_BENCH_PRECISION")
 local model = seer.model.load(path, { threads = threads, tokenizer = false, precision = prec ~= "" and prec or nil })
 local vocab = model.config.vocab_size
 model:forward({ 1, 2, 3, 4 }) -- warm-up: pages the weights in
-local parts = { ("gemm_min_tokens %d:"):format(model.config.gemm_min_tokens or 0) }
+local parts = { ("gemm_min_tokens %s:"):format(tostring(model.config.gemm_min_tokens)) }
 for k = 3, #arg do
   local n = tonumber(arg[k])
   local ids = { 1 }

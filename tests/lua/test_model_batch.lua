@@ -200,6 +200,71 @@ T.test("stories260K: prompts on both sides of this CPU's linear GEMM threshold (
   for i, s in ipairs(seqs) do T.eq(join(outs[i].ids), join(m:generate(s, { max_new_tokens = 6 }).ids), "generated " .. i) end
 end)
 
+-- A bf16 llama whose every width is a multiple of 32 (the parity models' 48 and 100 are not), so
+-- the bf16 units take every layer where the CPU has them: precision = "fast" on AVX512_BF16
+-- without AMX packs every sequence of a batch, however long, into one pass (no GEMM path to keep
+-- alone: config.gemm_min_tokens is math.huge), and the default precision takes its GEMM path
+-- from config.gemm_min_tokens tokens. Either way a sequence gets what it gets alone.
+local function bf16_llama()
+  local d = T.tmpdir()
+  local H, I, L, V = 64, 128, 2, 96
+  seer.write_file(d .. "/config.json", seer.json.encode({
+    architectures = { "LlamaForCausalLM" }, model_type = "llama", hidden_size = H, intermediate_size = I,
+    num_hidden_layers = L, num_attention_heads = 4, num_key_value_heads = 2, head_dim = 16, vocab_size = V,
+    max_position_embeddings = 512, rms_norm_eps = 1e-5, rope_theta = 10000.0, tie_word_embeddings = false,
+    bos_token_id = 1, eos_token_id = 2, torch_dtype = "bfloat16", hidden_act = "silu" }))
+  tensor.manual_seed(11)
+  local w = {}
+  local function mat(name, r, c) w[name] = (tensor.randn(r, c) * 0.2):to("bf16") end
+  local function norm(name, n) w[name] = (tensor.randn(n) * 0.1 + 1):to("bf16") end
+  mat("model.embed_tokens.weight", V, H)
+  for l = 0, L - 1 do
+    local p = "model.layers." .. l .. "."
+    norm(p .. "input_layernorm.weight", H)
+    mat(p .. "self_attn.q_proj.weight", H, H)
+    mat(p .. "self_attn.k_proj.weight", 32, H)
+    mat(p .. "self_attn.v_proj.weight", 32, H)
+    mat(p .. "self_attn.o_proj.weight", H, H)
+    norm(p .. "post_attention_layernorm.weight", H)
+    mat(p .. "mlp.gate_proj.weight", I, H)
+    mat(p .. "mlp.up_proj.weight", I, H)
+    mat(p .. "mlp.down_proj.weight", H, I)
+  end
+  norm("model.norm.weight", H)
+  mat("lm_head.weight", V, H)
+  tensor.save(d .. "/model.safetensors", w, { format = "pt" })
+  return d
+end
+
+T.test("bf16 widths of 32: batched == alone in both precisions, long and short sequences (the fast kernel packs them all)", function()
+  local dir = bf16_llama()
+  for _, precision in ipairs({ "exact", "fast" }) do
+    local m = seer.model.load(dir, { tokenizer = false, precision = precision })
+    local g = m.config.gemm_min_tokens
+    local long = g < 400 and g + 2 or 150
+    local function seq(n, k)
+      local s = {}
+      for i = 1, n do s[i] = (i * 7 + k * 13) % 93 + 3 end
+      return s
+    end
+    local seqs = { seq(1, 1), seq(5, 2), seq(17, 3), seq(40, 4), seq(long, 5), seq(3, 6) }
+    local logits = m:forward(seqs)
+    local longest = logits:size(2)
+    for i, s in ipairs(seqs) do
+      T.eq(maxdiff(logits:select(1, i):narrow(1, longest - #s + 1, #s), m:forward(s)), 0, precision .. ": sequence " .. i)
+    end
+    local outs = m:generate_batch(seqs, { max_new_tokens = 5, max_batch = 4 })
+    for i, s in ipairs(seqs) do
+      T.eq(join(outs[i].ids), join(m:generate(s, { max_new_tokens = 5 }).ids), precision .. ": generated " .. i)
+    end
+    if precision == "fast" and require("seer.core.model").fast_kind() == "AVX512_BF16" then
+      T.eq(g, math.huge, "the fast kernel without AMX: no count takes a GEMM path")
+    else
+      T.ok(g >= 16 and g < math.huge, precision .. ": gemm_min_tokens " .. tostring(g))
+    end
+  end
+end)
+
 T.test("a failing hook in one sequence fails the batched call and leaves the model usable", function()
   local m = seer.model.load(pdir .. "/llama", { tokenizer = false })
   local seqs = prompts(m.config.vocab_size)
