@@ -18,6 +18,7 @@ enum {
     SEER_ENOTFOUND = -6,
     SEER_EPARSE = -7,  /* malformed input (JSON, config, ...) */
     SEER_EUNSUPPORTED = -8, /* not available in this build or on this machine (no GPU, no kernels) */
+    SEER_ESTOP = -9,   /* inside a forward pass only: it reached its stop (seer_fwd_hooks_t.stop), not a failure */
 };
 
 /* Large enough for a Lua message plus a traceback of a deep stack; longer text is cut with a

@@ -49,6 +49,8 @@ int seer_fb_hook_rows(const seer_fwd_batch_t *fb, seer_hook_point_t p, int layer
                                     err);
         if (rc < 0) return rc;
     }
+    /* a stop at block `layer`: its resid_pre hooks (above) were the last to run */
+    if (fb->stop && p == SEER_HP_RESID_PRE && layer == fb->stop - 1) return SEER_ESTOP;
     return 0;
 }
 
@@ -156,7 +158,7 @@ int seer_model_forward_batch(seer_model_t *m, const seer_batch_seq_t *seqs, int 
         free(off);
         return seer_err_set(err, SEER_ENOMEM, "forward: out of memory for a batch of %d", nseq);
     }
-    seer_fwd_batch_t fb = {.seq = own, .ns = nseq, .off = off, .start = off + nseq + 1};
+    seer_fwd_batch_t fb = {.seq = own, .ns = nseq, .off = off, .start = off + nseq + 1, .stop = seqs[0].hk ? seqs[0].hk->stop : 0};
     for (int s = 0; s < nseq; s++) {
         own[s] = seqs[s];
         if (own[s].hk && seer_hookset_empty(own[s].hk->set)) own[s].hk = NULL;
@@ -170,9 +172,11 @@ int seer_model_forward_batch(seer_model_t *m, const seer_batch_seq_t *seqs, int 
     seer_k_fast_bf16 = m->fast_bf16;
     int rc = m->arch->forward(m, &fb, err);
     seer_k_fast_bf16 = saved_fast;
-    /* A failed pass (a hook raised) must not leave half-written entries counted in a cache. */
+    /* A failed pass (a hook raised) must not leave half-written entries counted in a cache, nor
+     * does a stopped one add any. */
     if (rc < 0)
         for (int s = 0; s < nseq; s++) seqs[s].cache->len = fb.start[s];
+    if (rc == SEER_ESTOP) rc = 0;
     free(own);
     free(off);
     return rc;

@@ -145,6 +145,7 @@ static void head(seer_model_t *m, float *logits, const float *xn, int rows) {
 }
 
 int seer_fwd_finish(seer_model_t *m, const seer_fwd_batch_t *fb, const float *x, float *xb, seer_err_t *err) {
+    if (fb->stop) return SEER_ESTOP; /* a stop after the last block: no final norm, no logits */
     int D = m->cfg.hidden_size, V = m->cfg.vocab_size;
     if (fb->ns == 1) { /* one sequence: straight into its logits, no gathering */
         const seer_batch_seq_t *q = &fb->seq[0];

@@ -199,31 +199,47 @@ static int32_t *read_ids(lua_State *L, int idx, int *n) {
  * final norm (what the head reads; blocks.{L-1}.hook_resid_post is before it). hooks: a
  * list of {hook name, intervention} (seer_hooks_lua_build); batch: the sequence's 1-based index
  * in a batch, for hook functions. */
+/* The stop_at_layer argument at idx: nil -> 0 (the whole pass), L (0 .. num_layers) -> L + 1
+ * (seer_fwd_hooks_t.stop); a model on a GPU runs the whole pass (0), its logits computed. */
+static int stop_arg(lua_State *L, int idx, seer_model_t *m, const char *what) {
+    if (lua_isnoneornil(L, idx)) return 0;
+    int stop = (int)seer_lua_optint(L, idx, 0, 0, seer_model_config(m)->num_layers, what) + 1;
+    char dev[32];
+    return strcmp(seer_model_device(m, dev, sizeof dev), "cpu") == 0 ? stop : 0;
+}
+
 static int l_forward(lua_State *L) {
-    lua_settop(L, 5); /* fixed argument slots: read_ids pushes above them */
+    lua_settop(L, 6); /* fixed argument slots: read_ids pushes above them */
     seer_model_t *m = check_model(L, 1);
     const seer_model_config_t *c = seer_model_config(m);
+    int want_hidden = lua_toboolean(L, 3);
+    int batch = (int)seer_lua_optint(L, 5, 1, 1, INT32_MAX, "forward: batch") - 1;
+    int stop = stop_arg(L, 6, m, "forward: stop_at_layer");
+    if (stop && want_hidden) return luaL_error(L, "forward: stop_at_layer and hidden_states cannot be asked together");
     int n;
     int32_t *ids = read_ids(L, 2, &n);
-    int want_hidden = lua_toboolean(L, 3);
     if (n == 0) return luaL_error(L, "forward: empty token list");
     seer_hookset_t *hs = seer_hooks_lua_build(L, 4, c->num_layers, seer_model_hook_mask(m));
-    seer_fwd_hooks_t hk = {.set = hs, .prompt_len = n, .batch = (int)seer_lua_optint(L, 5, 1, 1, INT32_MAX, "forward: batch") - 1, .user = L};
+    seer_fwd_hooks_t hk = {.set = hs, .prompt_len = n, .batch = batch, .user = L, .stop = stop};
     seer_err_t err;
     seer_kv_cache_t *kv = NULL;
     int64_t shape[2] = {n, c->vocab_size};
     int64_t hshape[3] = {c->num_layers + 1, n, c->hidden_size};
-    seer_tensor_t *t = seer_tensor_new(SEER_F32, 2, shape);
+    seer_tensor_t *t = stop ? NULL : seer_tensor_new(SEER_F32, 2, shape); /* a stopped pass makes no logits */
     seer_tensor_t *h = want_hidden ? seer_tensor_new(SEER_F32, 3, hshape) : NULL;
-    int rc = t && (h || !want_hidden) ? seer_kv_cache_new(&kv, m, n, &err) : seer_err_set(&err, SEER_ENOMEM, "out of memory");
+    int rc = (t || stop) && (h || !want_hidden) ? seer_kv_cache_new(&kv, m, n, &err) : seer_err_set(&err, SEER_ENOMEM, "out of memory");
     if (rc == 0)
-        rc = seer_model_forward_hooked(m, kv, ids, n, seer_tensor_data(t), 1, h ? seer_tensor_data(h) : NULL, &hk, &err);
+        rc = seer_model_forward_hooked(m, kv, ids, n, t ? seer_tensor_data(t) : NULL, 1, h ? seer_tensor_data(h) : NULL, &hk, &err);
     seer_kv_cache_free(kv);
     seer_hookset_free(hs);
     if (rc < 0) {
         seer_tensor_release(t);
         seer_tensor_release(h);
         return raise_err(L, &err);
+    }
+    if (!t) {
+        lua_pushnil(L);
+        return 1;
     }
     seer_tensor_push(L, t);
     seer_tensor_release(t);
@@ -270,14 +286,16 @@ static int l_hooksets_gc(lua_State *L) {
     return 0;
 }
 
-/* forward_batch({ids...}, hooks, batch) -> {logits...}: every sequence (a fresh cache each) in
- * one batched forward call; logits i is [n_i, vocab]. hooks: nil, or a table whose entry i is
- * sequence i's hook list ({hook name, intervention} pairs; nil: none); hook functions see
- * hook.batch = batch[i] (default i). */
+/* forward_batch({ids...}, hooks, batch, stop_at_layer) -> {logits...}: every sequence (a fresh
+ * cache each) in one batched forward call; logits i is [n_i, vocab]. hooks: nil, or a table whose
+ * entry i is sequence i's hook list ({hook name, intervention} pairs; nil: none); hook functions
+ * see hook.batch = batch[i] (default i). stop_at_layer: as forward's (an empty table of logits
+ * where the pass stopped). */
 static int l_forward_batch(lua_State *L) {
-    lua_settop(L, 4);
-    int bidx = lua_istable(L, 4) ? 4 : 0;
     seer_model_t *m = check_model(L, 1);
+    int stop = stop_arg(L, 5, m, "forward: stop_at_layer");
+    lua_settop(L, 4); /* the slots below are numbered from here */
+    int bidx = lua_istable(L, 4) ? 4 : 0;
     const seer_model_config_t *c = seer_model_config(m);
     luaL_checktype(L, 2, LUA_TTABLE);
     int ns = (int)lua_objlen(L, 2);
@@ -314,14 +332,18 @@ static int l_forward_batch(lua_State *L) {
             b = (int)seer_lua_optint(L, -1, i + 1, 1, INT32_MAX, "forward: batch index") - 1;
             lua_pop(L, 1);
         }
-        hks[i] = (seer_fwd_hooks_t){.set = set, .prompt_len = n, .batch = b, .user = L};
-        int64_t shape[2] = {n, c->vocab_size};
-        seer_tensor_t *t = seer_tensor_new(SEER_F32, 2, shape);
-        if (!t) return luaL_error(L, "forward: out of memory for the logits of sequence %d", i + 1);
-        seer_tensor_push(L, t);
-        seer_tensor_release(t);
-        lua_rawseti(L, 9, i + 1);
-        seqs[i] = (seer_batch_seq_t){.tokens = ids, .n = n, .logits = seer_tensor_data(t), .all_logits = 1, .hk = &hks[i]};
+        hks[i] = (seer_fwd_hooks_t){.set = set, .prompt_len = n, .batch = b, .user = L, .stop = stop};
+        float *lg = NULL;
+        if (!stop) { /* a stopped pass makes no logits */
+            int64_t shape[2] = {n, c->vocab_size};
+            seer_tensor_t *t = seer_tensor_new(SEER_F32, 2, shape);
+            if (!t) return luaL_error(L, "forward: out of memory for the logits of sequence %d", i + 1);
+            seer_tensor_push(L, t);
+            seer_tensor_release(t);
+            lua_rawseti(L, 9, i + 1);
+            lg = seer_tensor_data(t);
+        }
+        seqs[i] = (seer_batch_seq_t){.tokens = ids, .n = n, .logits = lg, .all_logits = 1, .hk = &hks[i]};
     }
     seer_err_t err;
     int rc = 0;

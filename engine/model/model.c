@@ -564,11 +564,11 @@ int seer_model_forward_hooked(seer_model_t *m, seer_kv_cache_t *c, const int32_t
                               int all_logits, float *hidden, const seer_fwd_hooks_t *hk, seer_err_t *err) {
     int rc = check_forward(m, c, tokens, n, err);
     if (rc < 0) return rc;
-    if (hk && seer_hookset_empty(hk->set)) hk = NULL;
     /* Ctrl-C / a kernel interrupt: long C work stops between passes (and, in
      * seer_fwd_attention, between layers) instead of running to the end. */
     if (seer_host_interrupted()) return seer_err_set(err, SEER_EINTR, "interrupted");
-    int start = c->len;
+    int start = c->len, stop = hk ? hk->stop : 0;
+    if (hk && seer_hookset_empty(hk->set)) hk = NULL;
     int saved_fast = seer_k_fast_bf16; /* a hook may run another model's forward inside this one */
     seer_k_fast_bf16 = m->fast_bf16;
     if (m->gpu) {
@@ -577,13 +577,14 @@ int seer_model_forward_hooked(seer_model_t *m, seer_kv_cache_t *c, const int32_t
         seer_batch_seq_t one = {.cache = c, .tokens = tokens, .n = n, .logits = logits, .all_logits = all_logits,
                                 .hidden = hidden, .hk = hk};
         int off[3] = {0, n, start};
-        seer_fwd_batch_t fb = {.seq = &one, .ns = 1, .N = n, .off = off, .start = off + 2, .max_len = c->max_tokens};
+        seer_fwd_batch_t fb = {.seq = &one, .ns = 1, .N = n, .off = off, .start = off + 2, .max_len = c->max_tokens, .stop = stop};
         rc = m->arch->forward(m, &fb, err);
     }
     seer_k_fast_bf16 = saved_fast;
-    /* A failed pass (a hook raised) must not leave half-written entries counted in the cache. */
+    /* A failed pass (a hook raised) must not leave half-written entries counted in the cache, nor
+     * does a stopped one add any. */
     if (rc < 0) c->len = start;
-    return rc;
+    return rc == SEER_ESTOP ? 0 : rc;
 }
 
 int seer_model_forward_next(seer_model_t *m, seer_kv_cache_t *c, const int32_t *tokens, int n, int *next,

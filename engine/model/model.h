@@ -131,6 +131,11 @@ typedef struct seer_fwd_hooks {
     int prompt_len;
     int batch;
     void *user;
+    /* 0: the whole pass. L + 1: stop where block L would begin, after the hooks at its
+     * blocks.L.hook_resid_pre (L = num_layers: before the final norm), with no logits computed
+     * and nothing added to the cache (TransformerLens's stop_at_layer; a CPU model only, a GPU
+     * model runs the whole pass). In a batch, the first sequence's stop is the batch's. */
+    int stop;
 } seer_fwd_hooks_t;
 
 /* seer_model_forward_ex with hooks (hk may be NULL). */

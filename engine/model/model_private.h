@@ -43,6 +43,7 @@ typedef struct seer_fwd_batch {
     int *off;    /* [ns + 1] */
     int *start;  /* [ns]: len(cache) before the call */
     int max_len; /* the largest cache size (attention scratch rows) */
+    int stop;    /* seer_fwd_hooks_t.stop: the pass returns SEER_ESTOP there */
 } seer_fwd_batch_t;
 typedef int (*seer_arch_forward_fn)(struct seer_model *m, const seer_fwd_batch_t *fb, seer_err_t *err);
 

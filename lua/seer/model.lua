@@ -966,12 +966,13 @@ function Model:run_with_hooks(input, opts)
   return res[2], res[3]
 end
 
-local function cache_table(names)
+local function cache_table(names, why)
   local known = {}
   for _, n in ipairs(names) do known[n] = true end
   return setmetatable({}, {
     __index = function(_, k)
-      error(("cache: '%s' was not cached; cached names: %s"):format(tostring(k), table.concat(names, ", ")), 2)
+      error(("cache: '%s' was not cached%s; cached names: %s"):format(tostring(k), why and (" " .. why) or "",
+        table.concat(names, ", ")), 2)
     end,
   })
 end
@@ -981,19 +982,50 @@ end
 ---batch with per-sequence captures; patterns and scores
 ---`[head, pos, k]` / `[batch, head, longest, longest]`). `names`: a name, a pattern, a list of
 ---them or a predicate (default: every hook point); `positions`: keep only these positions
----(0-based, negative from the end).
+---(0-based, negative from the end). `stop_at_layer` (TransformerLens's): run the embeddings and
+---blocks 0 .. L-1 only, and return the residual stream entering block L (`blocks.L.hook_resid_pre`;
+---L = num_hidden_layers: after the last block, before the final norm) in place of the logits,
+---`[pos, d_model]` or `[batch, longest, d_model]`; negative L counts from the end. The cache then
+---holds only the points the pass reaches (a name past them is left out; reading it is an error
+---saying so). Every value is what the whole pass gives, bit for bit; on a CPU the rest of the
+---model and the unembedding are not computed (a 20-layer extraction from a 40-layer model costs
+---about half), on a GPU the whole pass runs.
 ---@param input integer[]|integer[][]|string
----@param opts? {names?: string|string[]|fun(name: string): boolean, positions?: integer[]}
----@return seer.Tensor logits, table<string, seer.Tensor> cache
+---@param opts? {names?: string|string[]|fun(name: string): boolean, positions?: integer[], stop_at_layer?: integer}
+---@return seer.Tensor logits_or_resid, table<string, seer.Tensor> cache
 function Model:run_with_cache(input, opts)
-  opts = check_opts("run_with_cache", opts, { names = "any", positions = "table" })
+  opts = check_opts("run_with_cache", opts, { names = "any", positions = "table", stop_at_layer = "number" })
   local names = match_names(self, opts.names or function() return true end, "run_with_cache", 2)
+  local nl = self.config.num_hidden_layers
+  local stop = opts.stop_at_layer
+  local resid_name
+  if stop ~= nil then
+    if stop ~= math.floor(stop) or stop < -nl or stop > nl then
+      fail(("run_with_cache: stop_at_layer must be a whole number from %d to %d (negative: from the end), got %s")
+        :format(-nl, nl, tostring(stop)), 2)
+    end
+    if stop < 0 then stop = stop + nl end
+    local kept = {}
+    for _, n in ipairs(names) do
+      local b, rest = n:match("^blocks%.(%d+)%.(.+)$")
+      local reached
+      if b then reached = tonumber(b) < stop or (tonumber(b) == stop and rest == "hook_resid_pre")
+      else reached = not n:find("^ln_final") end
+      if reached then kept[#kept + 1] = n end
+    end
+    names = kept
+    resid_name = stop < nl and ("blocks.%d.hook_resid_pre"):format(stop) or ("blocks.%d.hook_resid_post"):format(nl - 1)
+  end
   local I = interventions()
   local function captures()
     local caps, extra = {}, {}
     for i, n in ipairs(names) do
       caps[i] = I.capture(opts.positions and { positions = opts.positions } or nil)
       extra[i] = { n, caps[i] }
+    end
+    if resid_name then -- the residual returned in place of the logits: every position
+      caps.resid = I.capture()
+      extra[#extra + 1] = { resid_name, caps.resid }
     end
     return caps, extra
   end
@@ -1041,7 +1073,8 @@ function Model:run_with_cache(input, opts)
   end
   local function run_one(ids, b, want)
     local caps, extra = captures()
-    local logits = self._c:forward(ids, false, self:_hook_list(extra), b)
+    local logits = self._c:forward(ids, false, self:_hook_list(extra), b, stop)
+    if resid_name then logits = caps.resid:tensor() end
     return logits, collect(caps, ids, want)
   end
   -- Every sequence of a list in one batched pass, each with its own captures.
@@ -1052,12 +1085,16 @@ function Model:run_with_cache(input, opts)
       caps[b], extra = captures()
       hooks[b] = self:_hook_list(extra)
     end
-    local logits = self._c:forward_batch(seqs, hooks)
+    local logits = self._c:forward_batch(seqs, hooks, nil, stop)
+    if resid_name then
+      logits = {}
+      for b = 1, #seqs do logits[b] = caps[b].resid:tensor() end
+    end
     local per = {}
     for b, s in ipairs(seqs) do per[b] = collect(caps[b], s, wants[b]) end
     return logits, per
   end
-  local cache = cache_table(names)
+  local cache = cache_table(names, stop and ("(the pass stopped where block %d begins: stop_at_layer = %d)"):format(stop, stop))
   if type(input) == "table" and type(input[1]) == "table" then
     check_list("run_with_cache", input, "sequence", 2)
     local T = require "seer.tensor"
@@ -1067,7 +1104,7 @@ function Model:run_with_cache(input, opts)
       wants[b] = rows_for(seqs[b], ("sequence %d"):format(b))
       longest = math.max(longest, #seqs[b])
     end
-    local logits = T.zeros(#seqs, longest, self.config.vocab_size)
+    local logits = T.zeros(#seqs, longest, resid_name and self.config.hidden_size or self.config.vocab_size)
     local ls, per = run_all(seqs, wants)
     for b, s in ipairs(seqs) do logits:select(1, b):narrow(1, longest - #s + 1, #s):copy_(ls[b]) end
     for _, n in ipairs(names) do
@@ -1148,5 +1185,8 @@ function Model:__tostring()
     :format(c.model_type, c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.num_key_value_heads,
       c.head_dim, c.vocab_size, c.dtype, self.device, params, self.id)
 end
+
+-- the class, so a caller can tell a seer model from another object with the same methods
+M.Model = Model
 
 return M

@@ -18,6 +18,20 @@
 local P = require "toolkit.prompts"
 local tensor = require "seer.tensor"
 
+-- A seer model (its run_with_cache takes lists and stop_at_layer): activations come from a pass
+-- that stops after the deepest layer asked for (no later block, no unembedding: the same bits),
+-- and a list of inputs runs in batches of BATCH (one pass over the weights for each, every
+-- input's rows the bits it gets alone).
+local BATCH = 16
+local function seer_model(model)
+  return getmetatable(model) == require("seer.model").Model
+end
+local function deepest(layers)
+  local d = layers[1]
+  for _, l in ipairs(layers) do d = math.max(d, l) end
+  return d
+end
+
 local M = {}
 
 ---Residual-stream tensors after the given (0-based, checked) layers for one token sequence:
@@ -35,7 +49,8 @@ function M.residuals(model, ids, layers, position)
   if type(model.run_with_cache) == "function" then
     local names = {}
     for i, l in ipairs(layers) do names[i] = ("blocks.%d.hook_resid_post"):format(l) end
-    local _, cache = model:run_with_cache(ids, { names = names, positions = position and { position } or nil })
+    local _, cache = model:run_with_cache(ids, { names = names, positions = position and { position } or nil,
+      stop_at_layer = seer_model(model) and deepest(layers) + 1 or nil })
     for i, l in ipairs(layers) do
       out[l] = position and cache[names[i]]:select(1, 1) or cache[names[i]]
     end
@@ -110,8 +125,29 @@ end
 -- (noun "harmful prompt %d": "harmful prompt 3").
 function M._stack(model, tokenizer, inputs, layer_idx, position, where, noun)
   local rows = {}
+  if not seer_model(model) then
+    for i, input in ipairs(inputs) do
+      rows[i] = M._one(model, tokenizer, input, layer_idx, position, where, label_of(noun or "input %d", i, input))
+    end
+    return tensor.stack(rows)
+  end
+  -- every input encoded and checked before the first pass, so a bad one late in the list fails
+  -- before any work
+  local l = P.layer(model, layer_idx, where)
+  position = position or -1
+  local ids = {}
   for i, input in ipairs(inputs) do
-    rows[i] = M._one(model, tokenizer, input, layer_idx, position, where, label_of(noun or "input %d", i, input))
+    local label = label_of(noun or "input %d", i, input)
+    ids[i] = P.encode(model, tokenizer, input)
+    P.row(position, #ids[i], where .. ": " .. label)
+  end
+  local name = ("blocks.%d.hook_resid_post"):format(l)
+  for first = 1, #ids, BATCH do
+    local chunk = {}
+    for i = first, math.min(first + BATCH - 1, #ids) do chunk[#chunk + 1] = ids[i] end
+    local _, cache = model:run_with_cache(chunk, { names = { name }, positions = { position }, stop_at_layer = l + 1 })
+    local t = cache[name] -- [#chunk, 1, d_model]
+    for k = 1, #chunk do rows[first + k - 1] = t:select(1, k):select(1, 1):clone() end
   end
   return tensor.stack(rows)
 end
