@@ -29,6 +29,19 @@ local function at_gemm_min(n, fn)
   if not ok then error(err, 0) end
 end
 local function join(t) return table.concat(t, ",") end
+-- seqs as one batched forward and one generate_batch (max_batch 4: later ones join) against each
+-- alone, bit for bit; `label` names the case in a failure
+local function batched_equals_alone(m, seqs, label, new)
+  local logits = m:forward(seqs)
+  local longest = logits:size(2)
+  for i, s in ipairs(seqs) do
+    T.eq(maxdiff(logits:select(1, i):narrow(1, longest - #s + 1, #s), m:forward(s)), 0, label .. ": sequence " .. i)
+  end
+  local outs = m:generate_batch(seqs, { max_new_tokens = new or 5, max_batch = 4 })
+  for i, s in ipairs(seqs) do
+    T.eq(join(outs[i].ids), join(m:generate(s, { max_new_tokens = new or 5 }).ids), label .. ": generated, sequence " .. i)
+  end
+end
 
 -- Every parity model directory (each architecture and its bf16 / rope / layout variants).
 local names = {}
@@ -97,15 +110,7 @@ for _, name in ipairs(names) do
     T.test("precision = \"fast\": batched forward and generation == each sequence alone: " .. name, function()
       local m = seer.model.load(pdir .. "/" .. name, { tokenizer = false, precision = "fast" })
       local seqs = prompts(m.config.vocab_size)
-      local logits = m:forward(seqs)
-      local longest = logits:size(2)
-      for i, s in ipairs(seqs) do
-        T.eq(maxdiff(logits:select(1, i):narrow(1, longest - #s + 1, #s), m:forward(s)), 0, name .. ": sequence " .. i)
-      end
-      local outs = m:generate_batch(seqs, { max_new_tokens = 5, max_batch = 4 })
-      for i, s in ipairs(seqs) do
-        T.eq(join(outs[i].ids), join(m:generate(s, { max_new_tokens = 5 }).ids), name .. ": generated, sequence " .. i)
-      end
+      batched_equals_alone(m, seqs, name)
       if cpu_has("avx512_bf16") and not os.getenv("SEER_NO_AVX512") then
         -- the fast kernels ran (a decode step's logits differ from the default precision's)
         local exact = seer.model.load(pdir .. "/" .. name, { tokenizer = false })
@@ -190,14 +195,7 @@ T.test("stories260K: prompts on both sides of this CPU's linear GEMM threshold (
     return s
   end
   -- g + 1 runs its GEMMs alone; g - 1, 30 and 3 share the per-token kernel's pass
-  local seqs = { seq(g - 1, 1), seq(g + 1, 2), seq(30, 3), seq(3, 4) }
-  local logits = m:forward(seqs)
-  local longest = logits:size(2)
-  for i, s in ipairs(seqs) do
-    T.eq(maxdiff(logits:select(1, i):narrow(1, longest - #s + 1, #s), m:forward(s)), 0, "sequence " .. i)
-  end
-  local outs = m:generate_batch(seqs, { max_new_tokens = 6, max_batch = 3 })
-  for i, s in ipairs(seqs) do T.eq(join(outs[i].ids), join(m:generate(s, { max_new_tokens = 6 }).ids), "generated " .. i) end
+  batched_equals_alone(m, { seq(g - 1, 1), seq(g + 1, 2), seq(30, 3), seq(3, 4), seq(7, 5) }, "stories260K", 6)
 end)
 
 -- A bf16 llama whose every width is a multiple of 32 (the parity models' 48 and 100 are not), so
@@ -247,16 +245,7 @@ T.test("bf16 widths of 32: batched == alone in both precisions, long and short s
       for i = 1, n do s[i] = (i * 7 + k * 13) % 93 + 3 end
       return s
     end
-    local seqs = { seq(1, 1), seq(5, 2), seq(17, 3), seq(40, 4), seq(long, 5), seq(3, 6) }
-    local logits = m:forward(seqs)
-    local longest = logits:size(2)
-    for i, s in ipairs(seqs) do
-      T.eq(maxdiff(logits:select(1, i):narrow(1, longest - #s + 1, #s), m:forward(s)), 0, precision .. ": sequence " .. i)
-    end
-    local outs = m:generate_batch(seqs, { max_new_tokens = 5, max_batch = 4 })
-    for i, s in ipairs(seqs) do
-      T.eq(join(outs[i].ids), join(m:generate(s, { max_new_tokens = 5 }).ids), precision .. ": generated " .. i)
-    end
+    batched_equals_alone(m, { seq(1, 1), seq(5, 2), seq(17, 3), seq(40, 4), seq(long, 5), seq(3, 6) }, precision)
     if precision == "fast" and require("seer.core.model").fast_kind() == "AVX512_BF16" then
       T.eq(g, math.huge, "the fast kernel without AMX: no count takes a GEMM path")
     else
