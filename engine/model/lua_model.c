@@ -192,13 +192,6 @@ static int32_t *read_ids(lua_State *L, int idx, int *n) {
     return ids;
 }
 
-/* forward(ids [, hidden_states [, hooks [, batch]]]) -> logits [n, vocab] for a fresh sequence
- * (no cache carried over); with hidden_states true also a Lua array of num_layers + 1 tensors
- * [n, hidden_size] as Hugging Face's output_hidden_states: index 1 = embeddings, index i + 1 =
- * residual after layer i - 1, except the last, which is the last layer's output after the
- * final norm (what the head reads; blocks.{L-1}.hook_resid_post is before it). hooks: a
- * list of {hook name, intervention} (seer_hooks_lua_build); batch: the sequence's 1-based index
- * in a batch, for hook functions. */
 /* The stop_at_layer argument at idx: nil -> 0 (the whole pass), L (0 .. num_layers) -> L + 1
  * (seer_fwd_hooks_t.stop); a model on a GPU runs the whole pass (0), its logits computed. */
 static int stop_arg(lua_State *L, int idx, seer_model_t *m, const char *what) {
@@ -208,6 +201,13 @@ static int stop_arg(lua_State *L, int idx, seer_model_t *m, const char *what) {
     return strcmp(seer_model_device(m, dev, sizeof dev), "cpu") == 0 ? stop : 0;
 }
 
+/* forward(ids [, hidden_states [, hooks [, batch [, stop_at_layer]]]]) -> logits [n, vocab] for a
+ * fresh sequence (no cache carried over); with hidden_states true also a Lua array of num_layers + 1 tensors
+ * [n, hidden_size] as Hugging Face's output_hidden_states: index 1 = embeddings, index i + 1 =
+ * residual after layer i - 1, except the last, which is the last layer's output after the
+ * final norm (what the head reads; blocks.{L-1}.hook_resid_post is before it). hooks: a
+ * list of {hook name, intervention} (seer_hooks_lua_build); batch: the sequence's 1-based index
+ * in a batch, for hook functions; stop_at_layer (stop_arg): nil logits where the pass stopped. */
 static int l_forward(lua_State *L) {
     lua_settop(L, 6); /* fixed argument slots: read_ids pushes above them */
     seer_model_t *m = check_model(L, 1);
