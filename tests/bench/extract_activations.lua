@@ -2,14 +2,14 @@
 -- toolkit.extract_activations over N prompts of 19-30 tokens at layer L (its pass stops after
 -- layer L, prompts in batches of 16), against the plain way, one whole run_with_cache per
 -- prompt; prints both times, the ratio, and the largest difference between the two (0: the
--- same bits). 2 threads. Usage: seer tests/bench/extract_activations.lua MODEL LAYER N
+-- same bits). Usage: seer tests/bench/extract_activations.lua MODEL LAYER N [THREADS (default 2)]
 local EX = require "toolkit.extract_activations"
 local L, N = tonumber(arg[2]), tonumber(arg[3])
 if not (arg[1] and L and N) then
   io.stderr:write("usage: seer tests/bench/extract_activations.lua MODEL LAYER N\n")
   os.exit(2)
 end
-local m = seer.model.load(arg[1], { threads = 2, tokenizer = false })
+local m = seer.model.load(arg[1], { threads = tonumber(arg[4]) or 2, tokenizer = false })
 local V = m.config.vocab_size
 local prompts = {}
 for i = 1, N do local p = { 1 } for j = 1, 18 + i % 12 do p[#p + 1] = (i * 7919 + j * 104729) % (V - 3) + 3 end prompts[i] = p end

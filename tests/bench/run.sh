@@ -361,6 +361,23 @@ else
   echo "== 0.5B model skipped (needs make bench-setup to generate it; BENCH_LARGE=0 skips it)"
 fi
 
+# Work shaped like experiments, many short prompts (seer alone: no peer batches prompts of
+# different lengths with hooks; "before" is the same binary with its earlier rule): generate_batch
+# over 32 prompts of 30 tokens, 16 new each, max_batch 16, with prompts of under 96 (f32) / 128
+# (bf16) tokens sharing the per-token kernel's pass, against SEER_GEMM_MIN_TOKENS=16 (each prompt's
+# prefill its own sgemm); and toolkit.extract_activations over 32 prompts at layer 11 (a pass that
+# stops there, batches of 16) against one whole run_with_cache per prompt. BENCH_WORKLOADS=0 skips.
+if [[ -d $LARGE/bf16 && ${BENCH_LARGE:-1} == 1 && ${BENCH_WORKLOADS:-1} == 1 ]]; then
+  echo "== experiment-shaped work on the 0.5B model ($(nproc) thread(s))"
+  for dtype in f32 bf16; do
+    now=$("$SEER" tests/bench/short_prompts.lua "$LARGE/$dtype" "$(nproc)" 32 30 16 16) || now="FAILED"
+    before=$(SEER_GEMM_MIN_TOKENS=16 "$SEER" tests/bench/short_prompts.lua "$LARGE/$dtype" "$(nproc)" 32 30 16 16) || before="FAILED"
+    echo "  $dtype generate_batch, now:                  $now"
+    echo "  $dtype generate_batch, before (16-token rule): $before"
+    echo "  $dtype extract_activations: $("$SEER" tests/bench/extract_activations.lua "$LARGE/$dtype" 11 32 "$(nproc)" || echo FAILED)"
+  done
+fi
+
 # Hooks: overhead of captures, built-in interventions and Lua function hooks against the same
 # forward without hooks, in one process (targets: capture of every hook_resid_post <= 10%,
 # a built-in add <= 3%).
