@@ -354,6 +354,47 @@ Test(kernels, amx_linear_bf16_weights) {
     seer_pool_free(pool);
 }
 
+/* Many tokens at once (a batch of short prompts' prefill: from SEER_BIG_PANEL_MIN = 96 tokens the
+ * blocked kernel widens bf16/f16 rows once per row block for all its passes): each token still
+ * gets the bits it gets alone, at token counts on both sides of that and past several passes. */
+static void check_linear_rows_many_tokens(void) {
+    seer_pool_t *pool = seer_pool_new(2);
+    static const int rows_[] = {13, 40}, cols_[] = {300, 605}, ns[] = {95, 96, 130};
+    static const seer_dtype_t dts[] = {SEER_F32, SEER_BF16, SEER_F16};
+    enum { NMAX = 130, KMAX = 605 };
+    float *x = malloc(sizeof(float) * NMAX * KMAX), *y = malloc(sizeof(float) * NMAX * 40), y1[40];
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 2; b++)
+            for (int d = 0; d < 3; d++) {
+                int rows = rows_[a], cols = cols_[b];
+                float *wf = malloc(sizeof(float) * (size_t)(rows * cols));
+                uint16_t *wh = malloc(sizeof(uint16_t) * (size_t)(rows * cols));
+                for (int i = 0; i < rows * cols; i++) {
+                    float v = nrand() * 0.1f;
+                    wf[i] = v;
+                    wh[i] = dts[d] == SEER_BF16 ? seer_f32_to_bf16(v) : seer_f32_to_f16(v);
+                }
+                for (int i = 0; i < NMAX * cols; i++) x[i] = nrand() * 3;
+                seer_weight_t W = {.dtype = dts[d], .data = dts[d] == SEER_F32 ? (const void *)wf : (const void *)wh,
+                                   .rows = rows, .cols = cols};
+                for (int k = 0; k < 3; k++) {
+                    int n = ns[k];
+                    seer_k_linear_rows(pool, y, x, n, &W, NULL);
+                    for (int t = 0; t < n; t++) {
+                        seer_k_linear_rows(pool, y1, x + (size_t)t * cols, 1, &W, NULL);
+                        cr_assert(memcmp(y1, y + (size_t)t * rows, sizeof(float) * (size_t)rows) == 0,
+                                  "dtype %d rows %d cols %d: token %d of %d differs from the token alone", dts[d], rows,
+                                  cols, t, n);
+                    }
+                }
+                free(wf);
+                free(wh);
+            }
+    free(x);
+    free(y);
+    seer_pool_free(pool);
+}
+
 /* The batched forward's exactness rests on this: the per-token linear kernel gives each token
  * the same bits however many tokens run beside it (1, 2, the 3-row x 4-token block and its
  * tails), for every weight dtype, odd widths (scalar tails) and row counts that leave short
@@ -429,6 +470,11 @@ Test(kernels, linear_rows_token_independent_avx2_row_prefetch_off) {
     if (!seer_k_have_avx2()) cr_skip_test("no AVX2 on this CPU");
     cr_assert_eq(seer_k_row_prefetch(), 0);
     check_linear_rows_token_independent();
+}
+Test(kernels, linear_rows_many_tokens_avx2_family) {
+    setenv("SEER_LINEAR_KERNELS", "avx2", 1);
+    if (!seer_k_have_avx2()) cr_skip_test("no AVX2 on this CPU");
+    check_linear_rows_many_tokens();
 }
 Test(kernels, linear_rows_token_independent_avx512_family) {
     setenv("SEER_LINEAR_KERNELS", "avx512", 1);
