@@ -157,7 +157,8 @@ typedef struct seer_batch_seq {
 /* Runs every sequence of a batch in one pass over the weights (the rows of all sequences are
  * packed; positions, RoPE, the KV cache, attention and hooks stay per sequence). Each
  * sequence's results are bit-identical to seer_model_forward_hooked on it alone: a linear
- * layer runs the sequences that would take the GEMM path alone (>= 16 tokens) one by one and
+ * layer runs the sequences that would take the GEMM path alone (seer_model_gemm_min_tokens: 16,
+ * or 96 / 128 where the blocked per-token kernel is faster on short prompts) one by one and
  * all the others together through the per-token kernel, whose result for a row does not depend
  * on the other rows. Caches must be distinct. On a GPU model a decode step (one token per
  * sequence) runs in one pass (seer_gpu_forward_batch), anything else one sequence after another.
