@@ -96,7 +96,12 @@ struct seer_intervention {
     void *ctx;
     void (*free_ctx)(void *);
     int64_t hits; /* rows the filter selected since the last seer_iv_reset_hits (not callbacks) */
+    int attached; /* added to a hook set at least once (a filter change then moves seer_iv_epoch) */
 };
+
+/* seer_iv_epoch: moved by every filter change of an intervention that is in a hook set */
+static unsigned g_iv_epoch;
+unsigned seer_iv_epoch(void) { return __atomic_load_n(&g_iv_epoch, __ATOMIC_ACQUIRE); }
 
 static seer_intervention_t *iv_new(seer_iv_kind_t kind, seer_err_t *err) {
     seer_intervention_t *iv = calloc(1, sizeof *iv);
@@ -242,6 +247,7 @@ int seer_iv_set_filter(seer_intervention_t *iv, const seer_iv_filter_t *f, seer_
     iv->f = *f;
     iv->f.positions = pos;
     if (!pos) iv->f.npositions = f->positions ? 0 : -1; /* an empty list selects nothing */
+    if (__atomic_load_n(&iv->attached, __ATOMIC_RELAXED)) __atomic_add_fetch(&g_iv_epoch, 1, __ATOMIC_ACQ_REL);
     return 0;
 }
 
@@ -362,12 +368,28 @@ int seer_hookset_add(seer_hookset_t *s, seer_hook_point_t p, int layer, seer_int
         sl->cap = nc;
     }
     seer_iv_retain(iv);
+    __atomic_store_n(&iv->attached, 1, __ATOMIC_RELAXED);
     sl->iv[sl->n++] = iv;
     s->count++;
     return 0;
 }
 
 int seer_hookset_empty(const seer_hookset_t *s) { return !s || s->count == 0; }
+
+int seer_hookset_same_pure(const seer_hookset_t *a, const seer_hookset_t *b) {
+    int ea = seer_hookset_empty(a), eb = seer_hookset_empty(b);
+    if (ea || eb) return ea && eb;
+    if (a->layers != b->layers || a->count != b->count) return 0;
+    for (size_t i = 0; i < (size_t)(a->layers + 1) * SEER_HP_COUNT; i++) {
+        const slot_t *x = &a->slots[i], *y = &b->slots[i];
+        if (x->n != y->n) return 0;
+        for (int j = 0; j < x->n; j++) {
+            seer_iv_kind_t k = x->iv[j]->kind;
+            if (x->iv[j] != y->iv[j] || k == SEER_IV_CAPTURE || k == SEER_IV_CALLBACK) return 0;
+        }
+    }
+    return 1;
+}
 
 int seer_hookset_has(const seer_hookset_t *s, seer_hook_point_t p, int layer) {
     if (!s || !s->count) return 0;

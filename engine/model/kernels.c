@@ -1004,11 +1004,15 @@ static void gemm_min_env(void) {
     int unset = -1;
     atomic_compare_exchange_strong(&g_gemm_min, &unset, (int)v);
 }
+static atomic_uint g_gemm_min_epoch;
 int seer_k_gemm_min_override(int n) {
     pthread_once(&g_gemm_min_once, gemm_min_env);
     if (n < 0) return atomic_load_explicit(&g_gemm_min, memory_order_relaxed);
-    return atomic_exchange(&g_gemm_min, n);
+    int old = atomic_exchange(&g_gemm_min, n);
+    if (old != n) atomic_fetch_add(&g_gemm_min_epoch, 1);
+    return old;
 }
+unsigned seer_k_gemm_min_epoch(void) { return atomic_load(&g_gemm_min_epoch); }
 int seer_k_linear_gemm_min(const seer_weight_t *w) {
 #ifdef SEER_X86
     int units = seer_k_bf16_units_take(w);

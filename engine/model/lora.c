@@ -655,6 +655,7 @@ out:
 }
 
 int seer_lora_load(seer_model_t *m, const char *dir, int merge, seer_err_t *err) {
+    m->state_epoch++; /* a failed load may have merged part of the adapter */
     return load_adapter(m, dir, merge, err);
 }
 
@@ -667,6 +668,7 @@ int seer_lora_set_enabled(seer_model_t *m, int enabled, seer_err_t *err) {
                             "set_adapter: the adapter (%s) was merged into the weights and cannot be switched; load it "
                             "with merge = false to switch it on and off",
                             s->merged_dir);
+    if (s->enabled != (enabled != 0)) m->state_epoch++;
     s->enabled = enabled != 0;
     return 0;
 }

@@ -39,7 +39,15 @@ typedef struct {
     int batch;             /* 0-based index in a batch, for hook functions (hook.batch) */
     seer_sampler_opts_t o;
     seer_rng_t rng;
+    /* share_prompt: in step_batch, a generator with the same prompt and hooks (and this flag)
+     * may take this one's prompt cache and logits instead of computing them (prompt_donor) */
+    int share;
+    float *plogits;  /* the prompt's logits as the prefill left them (share only; NULL: none) */
+    uint64_t pepoch; /* seer_model_state_epoch when they were computed */
 } gen_ud;
+
+/* Prefills that step_batch served by copying another generator's prompt (core.shared_prefills). */
+static uint64_t g_shared_prefills;
 
 /* Raises err as a Lua error. For an interrupt the pending interrupt hook is cleared first: it
  * would otherwise fire inside the error handler ("error in error handling") and the message and
@@ -410,6 +418,9 @@ static int l_generator(lua_State *L) {
     g->o.repetition_penalty = opt_num(L, 3, "repetition_penalty", 1, FLT_MIN, FLT_MAX, "> 0 (1 = off)");
     g->o.seed = (uint64_t)opt_int(L, 3, "seed", 0, INT64_MIN, INT64_MAX);
     g->batch = (int)opt_int(L, 3, "batch", 1, 1, INT32_MAX) - 1;
+    lua_getfield(L, 3, "share_prompt");
+    g->share = lua_toboolean(L, -1);
+    lua_pop(L, 1);
     seer_rng_seed(&g->rng, g->o.seed);
     lua_getfield(L, 3, "stop_ids");
     if (lua_istable(L, -1)) {
@@ -505,9 +516,49 @@ static int l_gen_next(lua_State *L) {
     return 1;
 }
 
+/* The generator whose prompt computation gs[i] may take instead of running its own prefill, or
+ * -1. Both asked for it (share_prompt), on one CPU model, with the same prompt tokens and hook
+ * sets that compute the same thing and record nothing (seer_hookset_same_pure): then the donor's
+ * cache rows of the prompt and its prompt logits are exactly what gs[i] would compute (the
+ * forward pass is deterministic, and a sequence in a batch gets the bits it gets alone). A
+ * donor is either prefilled in an earlier step, its prompt logits kept, under the model state
+ * of now (epoch), or prefilled in this step (j < i, not itself taking from another). gs ends
+ * with NULL. */
+static int prompt_donor(gen_ud **gs, int i, const int *from, uint64_t epoch) {
+    gen_ud *g = gs[i];
+    if (!g->share || g->prefilled || !seer_kv_cache_host(g->cache)) return -1;
+    int n = g->nprompt, now = -1;
+    for (int j = 0; gs[j] != NULL; j++) {
+        gen_ud *d = gs[j];
+        if (j == i || !d->share || d->m != g->m || !d->cache || d->nprompt != n || !seer_kv_cache_host(d->cache)) continue;
+        if (d->prefilled) {
+            if (!d->plogits || d->pepoch != epoch || seer_kv_cache_len(d->cache) < n) continue;
+        } else if (!(j < i && from[j] < 0 && !d->done)) {
+            continue; /* not run in this step (finished, later in the list, or taking from another) */
+        }
+        if (memcmp(d->hist, g->hist, sizeof(int32_t) * (size_t)n) != 0 || !seer_hookset_same_pure(d->hooks, g->hooks))
+            continue;
+        if (d->prefilled) return j; /* needs nothing from this step */
+        if (now < 0) now = j;
+    }
+    return now;
+}
+
+/* Keeps g's prompt logits (g->logits after its prefill, before sampling changes them) for later
+ * generators with its prompt; without memory it keeps none (they compute their own). */
+static void keep_prompt_logits(gen_ud *g, int vocab, uint64_t epoch) {
+    if (!g->share) return;
+    if (!g->plogits && !(g->plogits = malloc(sizeof(float) * (size_t)vocab))) return;
+    memcpy(g->plogits, g->logits, sizeof(float) * (size_t)vocab);
+    g->pepoch = epoch;
+}
+
 /* gens:step() over a list of generators: one batched forward call advances every generator
  * that is not finished by one token (its prefill on the first step), then each samples with
  * its own options and RNG, so every generator produces exactly the tokens it would alone.
+ * Generators made with share_prompt whose prompt and hooks are another's of the list take that
+ * one's prompt cache and logits instead of running their prefill (prompt_donor); a finished
+ * generator in the list can still give its prompt.
  * step_batch(list) -> ids, ended: lists of the same length; ids[i] the new token id, or false
  * for a generator that had finished (max_new_tokens, a stop token, or finish()); ended[i]
  * whether generator i has finished now. */
@@ -518,12 +569,14 @@ static int l_gen_step_batch(lua_State *L) {
         lua_newtable(L);
         return 1;
     }
-    gen_ud **gs = lua_newuserdata(L, sizeof(gen_ud *) * (size_t)ng);
+    gen_ud **gs = lua_newuserdata(L, sizeof(gen_ud *) * (size_t)(ng + 1));
     seer_batch_seq_t *seqs = lua_newuserdata(L, sizeof(seer_batch_seq_t) * (size_t)ng);
     seer_fwd_hooks_t *hks = lua_newuserdata(L, sizeof(seer_fwd_hooks_t) * (size_t)ng);
     int *which = lua_newuserdata(L, sizeof(int) * (size_t)ng);
+    int *from = lua_newuserdata(L, sizeof(int) * (size_t)ng); /* the donor of a taken prompt, or -1 */
+    char *stepped = lua_newuserdata(L, (size_t)ng);
     seer_model_t *m = NULL;
-    int nb = 0;
+    int nb = 0, ntaken = 0;
     for (int i = 0; i < ng; i++) {
         lua_rawgeti(L, 1, i + 1);
         gs[i] = luaL_checkudata(L, -1, GEN_MT);
@@ -534,8 +587,20 @@ static int l_gen_step_batch(lua_State *L) {
         m = g->m;
         for (int j = 0; j < i; j++)
             if (gs[j] == g) return luaL_error(L, "generate: generator %d appears twice in the batch", i + 1);
+    }
+    gs[ng] = NULL;
+    uint64_t epoch = seer_model_state_epoch(m);
+    for (int i = 0; i < ng; i++) {
+        gen_ud *g = gs[i];
+        from[i] = -1;
+        stepped[i] = 0;
         if (g->done || g->ngen >= g->max_new) {
             g->done = 1;
+            continue;
+        }
+        stepped[i] = 1;
+        if ((from[i] = prompt_donor(gs, i, from, epoch)) >= 0) {
+            ntaken++;
             continue;
         }
         hks[nb] = (seer_fwd_hooks_t){.set = g->hooks, .prompt_len = g->nprompt, .batch = g->batch, .user = L};
@@ -551,12 +616,28 @@ static int l_gen_step_batch(lua_State *L) {
         seer_err_set(&e, SEER_EINTR, "interrupted");
         return raise_err(L, &e);
     }
-    if (nb > 0) {
-        seer_err_t err;
-        if (seer_model_forward_batch(m, seqs, nb, &err) < 0) {
-            for (int b = 0; b < nb; b++) gs[which[b]]->done = 1; /* a failed step ends the generations */
+    seer_err_t err;
+    if (nb > 0 && seer_model_forward_batch(m, seqs, nb, &err) < 0) {
+        for (int i = 0; i < ng; i++)
+            if (stepped[i]) gs[i]->done = 1; /* a failed step ends the generations */
+        return raise_err(L, &err);
+    }
+    int vocab = seer_model_config(m)->vocab_size;
+    for (int b = 0; b < nb; b++)
+        if (!gs[which[b]]->prefilled) keep_prompt_logits(gs[which[b]], vocab, epoch);
+    for (int i = 0; ntaken > 0 && i < ng; i++) {
+        if (from[i] < 0) continue;
+        gen_ud *g = gs[i], *d = gs[from[i]];
+        /* a donor of this step has its prompt logits in d->logits until it samples (below) */
+        const float *pl = d->prefilled ? d->plogits : d->logits;
+        if (seer_kv_cache_copy_prefix(g->cache, d->cache, g->nprompt, &err) < 0) {
+            for (int k = 0; k < ng; k++)
+                if (stepped[k]) gs[k]->done = 1;
             return raise_err(L, &err);
         }
+        memcpy(g->logits, pl, sizeof(float) * (size_t)vocab);
+        keep_prompt_logits(g, vocab, epoch);
+        __atomic_add_fetch(&g_shared_prefills, 1, __ATOMIC_RELAXED);
     }
     lua_createtable(L, ng, 0);
     for (int i = 0; i < ng; i++) {
@@ -568,17 +649,19 @@ static int l_gen_step_batch(lua_State *L) {
         lua_pushboolean(L, 1);
         lua_rawseti(L, -2, i + 1);
     }
-    for (int b = 0; b < nb; b++) {
-        gen_ud *g = gs[which[b]];
+    for (int i = 0; i < ng; i++) {
+        if (!stepped[i]) continue;
+        gen_ud *g = gs[i];
         int id = gen_take(g);
         if (id < 0) {
-            for (int k = 0; k < nb; k++) gs[which[k]]->done = 1; /* as a failed step: the whole batch ends */
-            return gen_take_error(L, g, id, which[b] + 1);
+            for (int k = 0; k < ng; k++)
+                if (stepped[k]) gs[k]->done = 1; /* as a failed step: the whole batch ends */
+            return gen_take_error(L, g, id, i + 1);
         }
         lua_pushinteger(L, id);
-        lua_rawseti(L, -3, which[b] + 1);
+        lua_rawseti(L, -3, i + 1);
         lua_pushboolean(L, g->done || g->ngen >= g->max_new);
-        lua_rawseti(L, -2, which[b] + 1);
+        lua_rawseti(L, -2, i + 1);
     }
     return 2;
 }
@@ -605,6 +688,8 @@ static int l_gen_gc(lua_State *L) {
     g->hist = NULL;
     free(g->logits);
     g->logits = NULL;
+    free(g->plogits);
+    g->plogits = NULL;
     seer_hookset_free(g->hooks);
     g->hooks = NULL;
     if (g->model_ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, g->model_ref);
@@ -707,6 +792,13 @@ static int l_fast_kind(lua_State *L) {
  * sequence alone takes the GEMM path where the per-token kernel is the blocked one (both dtypes),
  * 0 this CPU's defaults, nil only reads (seer_k_gemm_min_override). For tests and tuning; a
  * loaded model's config.gemm_min_tokens keeps the value it was loaded with. */
+/* core.shared_prefills() -> how many generator prefills step_batch served with another's prompt
+ * (prompt_donor) since the process started: the tests and benches read it. */
+static int l_shared_prefills(lua_State *L) {
+    lua_pushnumber(L, (lua_Number)__atomic_load_n(&g_shared_prefills, __ATOMIC_RELAXED));
+    return 1;
+}
+
 static int l_gemm_min_tokens(lua_State *L) {
     int n = -1;
     if (!lua_isnoneornil(L, 1)) {
@@ -757,5 +849,7 @@ int seer_model_luaopen(lua_State *L) {
     lua_setfield(L, -2, "fast_kind");
     lua_pushcfunction(L, l_gemm_min_tokens);
     lua_setfield(L, -2, "gemm_min_tokens");
+    lua_pushcfunction(L, l_shared_prefills);
+    lua_setfield(L, -2, "shared_prefills");
     return 1;
 }

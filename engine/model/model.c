@@ -704,3 +704,33 @@ void seer_kv_cache_reset(seer_kv_cache_t *c) { c->len = 0; }
 void seer_kv_cache_truncate(seer_kv_cache_t *c, int n) {
     if (n >= 0 && n < c->len) c->len = n;
 }
+
+int seer_kv_cache_host(const seer_kv_cache_t *c) { return c && (c->k || c->k16); }
+
+int seer_kv_cache_copy_prefix(seer_kv_cache_t *dst, const seer_kv_cache_t *src, int n, seer_err_t *err) {
+    if (!seer_kv_cache_host(dst) || !seer_kv_cache_host(src))
+        return seer_err_set(err, SEER_EINVAL, "copying a KV cache: only a CPU model's caches can be copied");
+    if (dst->layers != src->layers || dst->kv_dim != src->kv_dim || !dst->k16 != !src->k16)
+        return seer_err_set(err, SEER_EINVAL, "copying a KV cache: the caches belong to different models");
+    if (n < 0 || n > src->len || n > dst->max_tokens)
+        return seer_err_set(err, SEER_EINVAL, "copying a KV cache: %d positions, but the source holds %d and the target has room for %d",
+                            n, src->len, dst->max_tokens);
+    size_t row = (size_t)n * (size_t)src->kv_dim * (src->k16 ? sizeof(uint16_t) : sizeof(float));
+    for (int l = 0; l < src->layers; l++) {
+        size_t so = (size_t)l * (size_t)src->max_tokens * (size_t)src->kv_dim, dof = (size_t)l * (size_t)dst->max_tokens * (size_t)dst->kv_dim;
+        if (src->k16) {
+            memcpy(dst->k16 + dof, src->k16 + so, row);
+            memcpy(dst->v16 + dof, src->v16 + so, row);
+        } else {
+            memcpy(dst->k + dof, src->k + so, row);
+            memcpy(dst->v + dof, src->v + so, row);
+        }
+    }
+    dst->len = n;
+    return 0;
+}
+
+uint64_t seer_model_state_epoch(const seer_model_t *m) {
+    /* counters that only grow: their sum moves whenever one of them does */
+    return (uint64_t)m->state_epoch + (uint64_t)seer_k_gemm_min_epoch() + (uint64_t)seer_iv_epoch();
+}

@@ -108,6 +108,18 @@ int seer_kv_cache_len(const seer_kv_cache_t *c);
 void seer_kv_cache_reset(seer_kv_cache_t *c);
 /* Drops everything after the first n tokens (for re-running from a shared prefix). */
 void seer_kv_cache_truncate(seer_kv_cache_t *c, int n);
+/* Whether the cache lives in host memory (a CPU model's); a GPU model's is on the device. */
+int seer_kv_cache_host(const seer_kv_cache_t *c);
+/* Copies src's first n positions (every layer's keys and values) into dst and sets dst's length
+ * to n: a sequence whose first n tokens, hooks and model state are src's takes src's cache for
+ * them instead of computing it again (the same bits: the forward pass is deterministic). Both
+ * host caches of one model; 0 <= n <= len(src) and n fits dst; else SEER_EINVAL. */
+int seer_kv_cache_copy_prefix(seer_kv_cache_t *dst, const seer_kv_cache_t *src, int n, seer_err_t *err);
+/* A number that changes whenever something changes what a forward pass of m computes for the
+ * same tokens and hooks: an adapter loaded or switched on or off, the GEMM-threshold override
+ * (core.gemm_min_tokens), a filter changed on an intervention that is attached somewhere. A
+ * result kept from an earlier pass stands for a new one only while the number is the same. */
+uint64_t seer_model_state_epoch(const seer_model_t *m);
 
 /* Runs n tokens at positions len(cache) .. len(cache)+n-1 and appends them to the cache.
  * logits: NULL, or room for (all_logits ? n : 1) * vocab_size floats (the last token's row

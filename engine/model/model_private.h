@@ -89,6 +89,9 @@ struct seer_model {
      * head_prefix when those are set (a Gemma 3 multimodal checkpoint's language model). */
     char model_prefix[48], head_prefix[48];
     unsigned hook_mask; /* SEER_HP_BIT set of the points this model has (bind may change it) */
+    /* moved by every change to what a forward pass computes (an adapter loaded or switched):
+     * seer_model_state_epoch */
+    unsigned state_epoch;
     struct seer_gpu_model *gpu; /* the model's copy on a CUDA device (gpu_model.c); NULL: CPU */
 };
 
@@ -162,6 +165,8 @@ int seer_k_linear_gemm_min(const seer_weight_t *w);
  * or 0 sets it, n < 0 only reads it; returns the previous value. Changing it between a sequence's
  * run alone and its run in a batch changes which bits each gets; the tests use it. */
 int seer_k_gemm_min_override(int n);
+/* Moved by every change of that override (seer_model_state_epoch). */
+unsigned seer_k_gemm_min_epoch(void);
 /* Whether w's products run on bf16 units rather than the f32 kernels: 1, AMX (bf16 weights of a
  * width divisible by 32, from 16 tokens); 2, the fast kernel without AMX (the same weights with
  * AVX512_BF16 under precision = "fast" on the calling thread: any count, every row the same bits

@@ -434,7 +434,7 @@ local function span_text(n, new)
     new > 1 and (", generated tokens ran through position %d"):format(last) or ", no generated token was fed back")
 end
 
-local function prepare(self, input, opts, where, extra_hooks, batch)
+local function prepare(self, input, opts, where, extra_hooks, batch, share_prompt)
   local ids, stop_ids, stop_strings
   opts, ids, stop_ids, stop_strings = validate(self, input, opts, where, 3)
   local n = opts.max_new_tokens or 20
@@ -444,7 +444,7 @@ local function prepare(self, input, opts, where, extra_hooks, batch)
   local g = self._c:generator(ids, {
     max_new_tokens = n, min_new_tokens = opts.min_new_tokens, temperature = t, top_k = opts.top_k, top_p = opts.top_p, min_p = opts.min_p,
     repetition_penalty = opts.repetition_penalty, seed = opts.seed, stop_ids = stop_ids, hooks = hooks,
-    batch = batch,
+    batch = batch, share_prompt = share_prompt,
   })
   return g, ids, stop_strings, opts, watch
 end
@@ -765,8 +765,13 @@ end
 ---(`seed`, sampling options, `max_new_tokens`, `stop`, and `hooks`, a list of
 ---{name_or_pattern, hook} pairs for this sequence only, applied after the model's active
 ---hooks). Lua hook functions see `hook.batch = i`. Default seed: opts.seed for every sequence.
+---Prompts that repeat (the same tokens and the same hooks, none a capture or a function: n
+---samples of one prompt, a battery run several times) compute their prompt once on a CPU model:
+---the others take its KV cache and logits, the same bits they would compute (`share_prompts =
+---false` computes every prompt; a batch with a capture or function hook keeps the prompts' order,
+---otherwise repeats join next to each other).
 ---@param prompts (integer[]|string)[]
----@param opts? {max_new_tokens?: integer, min_new_tokens?: integer, temperature?: number, top_k?: integer, top_p?: number, min_p?: number, repetition_penalty?: number, seed?: integer, stop?: string|integer|(string|integer)[], max_batch?: integer, per_sequence?: table<integer, {max_new_tokens?: integer, min_new_tokens?: integer, temperature?: number, top_k?: integer, top_p?: number, min_p?: number, repetition_penalty?: number, seed?: integer, stop?: string|integer|(string|integer)[], hooks?: table}>, progress?: boolean}
+---@param opts? {max_new_tokens?: integer, min_new_tokens?: integer, temperature?: number, top_k?: integer, top_p?: number, min_p?: number, repetition_penalty?: number, seed?: integer, stop?: string|integer|(string|integer)[], max_batch?: integer, per_sequence?: table<integer, {max_new_tokens?: integer, min_new_tokens?: integer, temperature?: number, top_k?: integer, top_p?: number, min_p?: number, repetition_penalty?: number, seed?: integer, stop?: string|integer|(string|integer)[], hooks?: table}>, progress?: boolean, share_prompts?: boolean}
 ---@return {ids: integer[], text: string?, prompt_ids: integer[]}[]
 function Model:generate_batch(prompts, opts)
   local where = "generate_batch"
@@ -777,9 +782,11 @@ function Model:generate_batch(prompts, opts)
   opts = opts or {}
   if type(opts) ~= "table" then fail(where .. ": opts must be a table", 2) end
   local shared, per_seq, max_batch, progress = {}, opts.per_sequence, opts.max_batch, opts.progress
+  local share_prompts = opts.share_prompts
   for k, v in pairs(opts) do
-    if k ~= "per_sequence" and k ~= "max_batch" and k ~= "progress" then shared[k] = v end
+    if k ~= "per_sequence" and k ~= "max_batch" and k ~= "progress" and k ~= "share_prompts" then shared[k] = v end
   end
+  if share_prompts ~= nil and type(share_prompts) ~= "boolean" then fail(where .. ": share_prompts must be a boolean", 2) end
   if shared.stream then fail(where .. ": stream is not supported; use generate_iter per prompt", 2) end
   if per_seq ~= nil and type(per_seq) ~= "table" then fail(where .. ": per_sequence must be a table indexed by prompt number", 2) end
   if max_batch ~= nil and (type(max_batch) ~= "number" or max_batch < 1 or max_batch ~= math.floor(max_batch)) then
@@ -811,11 +818,53 @@ function Model:generate_batch(prompts, opts)
     if not ok then fail(err_or_opts, 2) end
     plan[i] = { o = o, extra = extra, ids = ids }
   end
+  -- Repeated prompts: each sequence whose prompt (tokens) occurs more than once asks the C step
+  -- to share it (step_batch gives a later one the cache and logits of an earlier one with the
+  -- same tokens and hooks, when no hook of either records or runs code). Repeats join next to
+  -- each other unless a capture or function hook is attached (their calls would come in another
+  -- order), and the last joined sequence of a group stays in the step's list as a donor until
+  -- its group has joined.
+  local order, key, left, count = {}, {}, {}, {}
+  for i = 1, #prompts do order[i] = i end
+  if share_prompts ~= false then
+    local first, members, pure = {}, {}, true
+    local function check_pure(list)
+      for _, e in ipairs(list or {}) do
+        local kind = e[2]:kind()
+        if kind == "capture" or kind == "function" then pure = false end
+      end
+    end
+    check_pure(self._hooks)
+    for i = 1, #prompts do
+      check_pure(plan[i].extra)
+      local k = table.concat(plan[i].ids, ",")
+      key[i] = k
+      count[k] = (count[k] or 0) + 1
+      if not members[k] then members[k] = {} first[#first + 1] = k end
+      table.insert(members[k], i)
+    end
+    for k, c in pairs(count) do left[k] = c end
+    if pure then
+      order = {}
+      for _, k in ipairs(first) do
+        for _, i in ipairs(members[k]) do order[#order + 1] = i end
+      end
+    end
+  end
+  -- donors[k]: a generator of group k, prefilled, kept in the step's list while members of the
+  -- group have yet to join; newest[k]: the group's latest joiner, the donor after its step
+  local donors, newest = {}, {}
   local function make(i)
     local p = plan[i]
     plan[i] = nil
-    local ok, g, ids, stop_strings = pcall(prepare, self, p.ids, p.o, ("%s: prompt %d"):format(where, i), p.extra, i)
+    local k = key[i]
+    local share = k ~= nil and count[k] > 1
+    local ok, g, ids, stop_strings = pcall(prepare, self, p.ids, p.o, ("%s: prompt %d"):format(where, i), p.extra, i, share or nil)
     if not ok then fail(g, 3) end
+    if share then
+      left[k] = left[k] - 1
+      newest[k] = g
+    end
     return { g = g, i = i, prompt_ids = ids, stop_strings = stop_strings, new = {}, text = "" }
   end
   -- interventions whose positions no step reaches are reported after the batch (check_reached):
@@ -834,12 +883,17 @@ function Model:generate_batch(prompts, opts)
   local bar = require("seer.progress").new(where, progress ~= false and #prompts > 1)
   while nexti <= #prompts or #active > 0 do
     while #active < width and nexti <= #prompts do
-      active[#active + 1] = make(nexti)
+      active[#active + 1] = make(order[nexti])
       nexti = nexti + 1
     end
-    local gens = {}
-    for k, a in ipairs(active) do gens[k] = a.g end
+    local gens, listed = {}, {}
+    for k, a in ipairs(active) do gens[k] = a.g listed[a.g] = true end
+    for _, g in pairs(donors) do -- a finished donor still gives its prompt (its results are ignored)
+      if not listed[g] then gens[#gens + 1] = g end
+    end
     local ids, ended = core.step_batch(gens)
+    for k, g in pairs(newest) do donors[k] = left[k] > 0 and g or nil end
+    newest = {}
     local keep = {}
     for k, a in ipairs(active) do
       local id = ids[k]

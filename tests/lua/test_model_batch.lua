@@ -203,36 +203,7 @@ end)
 -- without AMX packs every sequence of a batch, however long, into one pass (no GEMM path to keep
 -- alone: config.gemm_min_tokens is math.huge), and the default precision takes its GEMM path
 -- from config.gemm_min_tokens tokens. Either way a sequence gets what it gets alone.
-local function bf16_llama()
-  local d = T.tmpdir()
-  local H, I, L, V = 64, 128, 2, 96
-  seer.write_file(d .. "/config.json", seer.json.encode({
-    architectures = { "LlamaForCausalLM" }, model_type = "llama", hidden_size = H, intermediate_size = I,
-    num_hidden_layers = L, num_attention_heads = 4, num_key_value_heads = 2, head_dim = 16, vocab_size = V,
-    max_position_embeddings = 512, rms_norm_eps = 1e-5, rope_theta = 10000.0, tie_word_embeddings = false,
-    bos_token_id = 1, eos_token_id = 2, torch_dtype = "bfloat16", hidden_act = "silu" }))
-  tensor.manual_seed(11)
-  local w = {}
-  local function mat(name, r, c) w[name] = (tensor.randn(r, c) * 0.2):to("bf16") end
-  local function norm(name, n) w[name] = (tensor.randn(n) * 0.1 + 1):to("bf16") end
-  mat("model.embed_tokens.weight", V, H)
-  for l = 0, L - 1 do
-    local p = "model.layers." .. l .. "."
-    norm(p .. "input_layernorm.weight", H)
-    mat(p .. "self_attn.q_proj.weight", H, H)
-    mat(p .. "self_attn.k_proj.weight", 32, H)
-    mat(p .. "self_attn.v_proj.weight", 32, H)
-    mat(p .. "self_attn.o_proj.weight", H, H)
-    norm(p .. "post_attention_layernorm.weight", H)
-    mat(p .. "mlp.gate_proj.weight", I, H)
-    mat(p .. "mlp.up_proj.weight", I, H)
-    mat(p .. "mlp.down_proj.weight", H, I)
-  end
-  norm("model.norm.weight", H)
-  mat("lm_head.weight", V, H)
-  tensor.save(d .. "/model.safetensors", w, { format = "pt" })
-  return d
-end
+local bf16_llama = check.bf16_llama
 
 T.test("bf16 widths of 32: batched == alone in both precisions, long and short sequences (the fast kernel packs them all)", function()
   local dir = bf16_llama()

@@ -1,0 +1,259 @@
+-- Repeated prompts in generate_batch compute their prompt once (engine/model/lua_model.c,
+-- prompt_donor): a sequence whose prompt tokens and hooks are another's takes that one's KV
+-- cache rows and prompt logits instead of running its prefill. What it takes must be exactly what
+-- it would compute: every result here is checked against the sequence generated alone, and the
+-- number of prefills taken (core.shared_prefills) is checked too, so a change that stops sharing
+-- fails as surely as one that shares wrongly. Sharing must not happen where the prompt's
+-- computation differs or leaves something behind: different interventions, a capture or a Lua
+-- function hook, or a model state changed since the donor ran (an adapter switched, the GEMM
+-- threshold moved, an intervention's filter changed).
+local T = require "testing"
+local I = require "seer.interventions"
+local check = require "batch_check"
+local core = require "seer.core.model"
+local tensor = seer.tensor
+
+local here = seer.script_dir()
+local pdir = here .. "/../parity/models"
+local stories = here .. "/../fixtures/models/stories260K"
+local lora_dir = here .. "/../parity/lora"
+
+local function join(t) return table.concat(t, ",") end
+
+-- fn's results and how many prefills step_batch took from another generator while it ran
+local function counting(fn)
+  local c0 = core.shared_prefills()
+  local r = fn()
+  return core.shared_prefills() - c0, r
+end
+
+-- every output of a batch == generate alone with opts(i) (under hooks(i) when given), bit for bit
+local function equals_alone(m, prompts, outs, opts, label, hooks)
+  for i, p in ipairs(prompts) do
+    local function alone() return m:generate(p, opts(i)) end
+    local a = hooks and hooks(i) and m:with_hooks(hooks(i), alone) or alone()
+    T.eq(join(outs[i].ids), join(a.ids), ("%s: sequence %d"):format(label, i))
+  end
+end
+
+local function at_gemm_min(n, fn)
+  local prev = core.gemm_min_tokens(n)
+  local ok, err = pcall(fn)
+  core.gemm_min_tokens(prev)
+  if not ok then error(err, 0) end
+end
+
+-- 6 texts, each 4 times, the repeats apart (rep outer, as an experiment builds a battery)
+local TEXTS = { "Once upon a time", "One day, a little", "There was a big dog", "Lily and Tom went to",
+  "The sun was", "In the park, a girl named Sue found a ball and a hat" }
+local function battery()
+  local p = {}
+  for _ = 1, 4 do for _, t in ipairs(TEXTS) do p[#p + 1] = t end end
+  return p
+end
+
+T.test("stories260K: 6 prompts x 4, sampled, every max_batch: each result is generate alone's, 18 prefills taken", function()
+  local m = seer.model.load(stories)
+  local prompts = battery()
+  local per = {}
+  for i = 1, #prompts do
+    -- own seeds, so the repeats sample different continuations; min_new_tokens and a repetition
+    -- penalty change the logits each step samples from (the prompt's must be taken before that)
+    per[i] = { seed = 100 + i, min_new_tokens = i % 3 == 0 and 4 or nil, repetition_penalty = i % 4 == 0 and 1.3 or nil,
+      max_new_tokens = 8 + i % 5 }
+  end
+  local function opts(i)
+    local o = { temperature = 0.9, top_p = 0.95 }
+    for k, v in pairs(per[i]) do o[k] = v end
+    return o
+  end
+  for _, width in ipairs({ 24, 16, 5, 2, 1 }) do
+    local n, outs = counting(function()
+      return m:generate_batch(prompts, { temperature = 0.9, top_p = 0.95, per_sequence = per, max_batch = width })
+    end)
+    equals_alone(m, prompts, outs, opts, "max_batch " .. width)
+    -- with max_batch 1 every donor has finished when its repeat joins: it stays in the step's list
+    T.eq(n, 18, ("max_batch %d: prefills taken"):format(width))
+    local distinct = {}
+    for i = 1, 6 do distinct[join(outs[i].ids)] = true end
+    for i = 7, 24 do distinct[join(outs[i].ids)] = true end
+    local c = 0
+    for _ in pairs(distinct) do c = c + 1 end
+    T.ok(c >= 12, "the repeats sampled different continuations (else this checks little): " .. c)
+  end
+  local n, outs = counting(function()
+    return m:generate_batch(prompts, { temperature = 0.9, top_p = 0.95, per_sequence = per, share_prompts = false })
+  end)
+  T.eq(n, 0, "share_prompts = false: every prompt computed")
+  equals_alone(m, prompts, outs, opts, "share_prompts = false")
+  T.raises(function() m:generate_batch(prompts, { share_prompts = 1 }) end, "share_prompts must be a boolean")
+end)
+
+T.test("toolkit.batch_generate on repeated conversations takes their prompts", function()
+  local m = seer.model.load(stories)
+  local bg = require "toolkit.batch_generate"
+  local convs = { "Once upon a time", "One day,", "Once upon a time", "One day,", "Once upon a time" }
+  local n, texts = counting(function() return (bg.batch_generate(m, m.tokenizer, convs, 10, 0.8, 0.95, { seed = 3 })) end)
+  T.eq(n, 3)
+  for i, c in ipairs(convs) do
+    local alone = bg.batch_generate(m, m.tokenizer, { c }, 10, 0.8, 0.95, { seed = 3 + i - 1 })
+    T.eq(texts[i], alone[1], "conversation " .. i)
+  end
+end)
+
+-- Every architecture, prompts on both sides of every GEMM threshold (17 and 21 tokens take
+-- attention's GEMM path, and the linear layers' with the threshold at 16): the taken prompt is
+-- what the sequence computes alone, whichever kernels computed it.
+local names = {}
+for _, e in ipairs(require("seer.core.host").list_dir(pdir)) do names[#names + 1] = e end
+table.sort(names)
+assert(#names >= 20, "the parity models are missing from " .. pdir)
+local function seq(n, k, vocab)
+  local s = {}
+  for i = 1, n do s[i] = (i * 7 + k * 13) % (vocab - 1) + 1 end
+  return s
+end
+for _, setting in ipairs({ { 0, "" }, { 16, " [linear GEMM from 16 tokens]" } }) do
+  T.test("every architecture: repeated prompts of 1 to 21 tokens equal generate alone" .. setting[2], function()
+    at_gemm_min(setting[1], function()
+      for _, name in ipairs(names) do
+        local m = seer.model.load(pdir .. "/" .. name, { tokenizer = false })
+        local V = m.config.vocab_size
+        local base = { seq(5, 1, V), seq(1, 2, V), seq(17, 3, V), seq(21, 5, V) }
+        local prompts = { base[1], base[2], base[3], base[1], base[4], base[3], base[2], base[4], base[3] }
+        local per = {}
+        for i = 1, #prompts do per[i] = { seed = i, max_new_tokens = 3 + i % 4 } end
+        local function opts(i) return { temperature = 1.1, seed = i, max_new_tokens = 3 + i % 4 } end
+        local n, outs = counting(function()
+          return m:generate_batch(prompts, { temperature = 1.1, per_sequence = per, max_batch = 3 })
+        end)
+        equals_alone(m, prompts, outs, opts, name)
+        T.eq(n, 5, name .. ": prefills taken")
+      end
+    end)
+  end)
+end
+
+T.test("a bf16 KV cache (precision = \"fast\" where the bf16 units run) is taken as it is", function()
+  local dir = check.bf16_llama()
+  for _, precision in ipairs({ "exact", "fast" }) do
+    local m = seer.model.load(dir, { tokenizer = false, precision = precision })
+    local prompts = { seq(40, 1, 93), seq(6, 2, 93), seq(40, 1, 93), seq(6, 2, 93), seq(40, 1, 93) }
+    local function opts(i) return { temperature = 1.0, seed = i, max_new_tokens = 6 } end
+    local per = {}
+    for i = 1, #prompts do per[i] = { seed = i } end
+    local n, outs = counting(function()
+      return m:generate_batch(prompts, { temperature = 1.0, max_new_tokens = 6, per_sequence = per, max_batch = 2 })
+    end)
+    equals_alone(m, prompts, outs, opts, precision)
+    T.eq(n, 3, precision .. ": prefills taken")
+    if precision == "fast" and core.fast_kind() then T.eq(m.config.kv_cache_dtype, "bf16") end
+  end
+end)
+
+T.test("hooks: the same pure interventions share, different ones, captures and functions do not", function()
+  local m = seer.model.load(pdir .. "/llama", { tokenizer = false })
+  local d, V = m.config.hidden_size, m.config.vocab_size
+  tensor.manual_seed(5)
+  local v = tensor.randn(d) * 4
+  local a, b = seq(9, 1, V), seq(13, 2, V)
+  local prompts = { a, b, a, b, a }
+  local function opts(i) return { temperature = 1.0, seed = i, max_new_tokens = 6 } end
+  local per = {}
+  for i = 1, #prompts do per[i] = { seed = i } end
+  local go = { temperature = 1.0, max_new_tokens = 6, per_sequence = per }
+  -- the model's hooks apply to every sequence: still the same computation for the repeats
+  local steer = { { "blocks.1.hook_resid_post", I.add(v, { strength = 1 }) } }
+  local n, outs = counting(function() return m:with_hooks(steer, function() return m:generate_batch(prompts, go) end) end)
+  T.eq(n, 3, "model hooks (an add): prefills taken")
+  equals_alone(m, prompts, outs, opts, "model hooks", function() return steer end)
+  -- per-sequence: 1 and 5 carry the same intervention object, 3 another of the same kind
+  local same = I.add(v, { strength = 2 })
+  local own = {
+    [1] = { { "blocks.0.hook_resid_post", same } },
+    [3] = { { "blocks.0.hook_resid_post", I.add(v, { strength = -2 }) } },
+    [5] = { { "blocks.0.hook_resid_post", same } },
+  }
+  local per2 = {}
+  for i = 1, #prompts do per2[i] = { seed = i, hooks = own[i] } end
+  n, outs = counting(function() return m:generate_batch(prompts, { temperature = 1.0, max_new_tokens = 6, per_sequence = per2 }) end)
+  T.eq(n, 2, "per-sequence hooks: 5 takes 1's prompt, 4 takes 2's; 3 runs its own")
+  equals_alone(m, prompts, outs, opts, "per-sequence hooks", function(i) return own[i] end)
+  T.ok(join(outs[1].ids) ~= join(outs[3].ids), "the two strengths gave different continuations (else this checks little)")
+  -- a capture records per sequence; a function runs per sequence: neither is skipped
+  local cap = I.capture()
+  n, outs = counting(function()
+    return m:with_hooks({ { "blocks.0.hook_resid_post", cap } }, function() return m:generate_batch(prompts, go) end)
+  end)
+  T.eq(n, 0, "a capture: every prompt computed")
+  local seen = {}
+  for _, c in ipairs(cap:chunks()) do
+    if c.positions[1] == 0 then seen[#seen + 1] = c.batch end
+  end
+  T.eq(join(seen), "1,2,3,4,5", "a capture sees every prompt, in the prompts' order")
+  local calls = 0
+  n = counting(function()
+    return m:with_hooks({ { "blocks.0.hook_resid_post", function() calls = calls + 1 end } },
+      function() return m:generate_batch(prompts, go) end)
+  end)
+  T.eq(n, 0, "a function hook: every prompt computed")
+  T.ok(calls >= #prompts, "the function ran for every prompt")
+end)
+
+T.test("a donor computed under another model state is not taken (GEMM threshold, intervention filter, adapter)", function()
+  local m = seer.model.load(pdir .. "/llama", { tokenizer = false })
+  local V = m.config.vocab_size
+  local p = seq(20, 4, V)
+  local function gen(hooks) return m._c:generator(p, { max_new_tokens = 4, temperature = 0, share_prompt = true, hooks = hooks }) end
+  local function first(g)
+    local ids = core.step_batch({ g })
+    return ids[1]
+  end
+  local ids
+  -- positive control: the same state, a donor prefilled in an earlier step
+  local g1 = gen()
+  first(g1)
+  local n = counting(function() return core.step_batch({ g1, gen() }) end)
+  T.eq(n, 1, "same state: taken")
+  -- the linear threshold moved (20 tokens now take the GEMM path: other bits)
+  local alone_gemm
+  at_gemm_min(16, function()
+    n = counting(function() return core.step_batch({ g1, gen() }) end)
+    alone_gemm = first(gen()) -- no donor in the list
+  end)
+  T.eq(n, 0, "the GEMM threshold moved since the donor ran: not taken")
+  -- g1 was prefilled at the defaults; back at them it may give again
+  n = counting(function() return core.step_batch({ g1, gen() }) end)
+  T.eq(n, 0, "a threshold moved and back: the epoch moved twice, still not taken")
+  T.ok(alone_gemm ~= nil)
+  -- an attached intervention's filter changed after the donor ran
+  local iv = I.add(tensor.randn(m.config.hidden_size) * 3, { strength = 1 })
+  local hooks = { { "blocks.0.hook_resid_post", iv } }
+  local h1 = gen(hooks)
+  first(h1)
+  n = counting(function() return core.step_batch({ h1, gen(hooks) }) end)
+  T.eq(n, 1, "same hooks, same state: taken")
+  iv:filter({ positions = { 0 } })
+  local h3 = gen(hooks)
+  n, ids = counting(function() return core.step_batch({ h1, h3 }) end)
+  T.eq(n, 0, "the intervention's filter changed since the donor ran: not taken")
+  T.eq(ids[2], m:with_hooks(hooks, function() return m:generate(p, { max_new_tokens = 4 }) end).ids[1],
+    "the first token with the new filter, as alone")
+  -- an adapter switched off after the donor ran with it
+  local cases = {}
+  for _, e in ipairs(require("seer.core.host").list_dir(lora_dir)) do
+    local ok, cfg = pcall(function() return seer.json.decode(seer.read_file(lora_dir .. "/" .. e .. "/adapter_config.json")) end)
+    if ok and cfg.base_model_name_or_path == "llama" then cases[#cases + 1] = e end
+  end
+  T.ok(#cases >= 1, "a LoRA case on the llama parity model")
+  local lm = seer.model.load(pdir .. "/llama", { tokenizer = false })
+  lm:load_adapter(lora_dir .. "/" .. cases[1])
+  local function lgen() return lm._c:generator(p, { max_new_tokens = 4, temperature = 0, share_prompt = true }) end
+  local d1 = lgen()
+  first(d1)
+  lm:set_adapter(false)
+  n, ids = counting(function() return core.step_batch({ d1, lgen() }) end)
+  T.eq(n, 0, "the adapter switched off since the donor ran: not taken")
+  T.eq(ids[2], lm:generate(p, { max_new_tokens = 4 }).ids[1], "the first token without the adapter, as alone")
+  lm:set_adapter(true)
+end)
