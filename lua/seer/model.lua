@@ -768,8 +768,8 @@ end
 ---Prompts that repeat (the same tokens and the same hooks, none a capture or a function: n
 ---samples of one prompt, a battery run several times) compute their prompt once on a CPU model:
 ---the others take its KV cache and logits, the same bits they would compute (`share_prompts =
----false` computes every prompt; a batch with a capture or function hook keeps the prompts' order,
----otherwise repeats join next to each other).
+---false` computes every prompt, as does a batch with a capture or function hook; otherwise
+---repeats join next to each other).
 ---@param prompts (integer[]|string)[]
 ---@param opts? {max_new_tokens?: integer, min_new_tokens?: integer, temperature?: number, top_k?: integer, top_p?: number, min_p?: number, repetition_penalty?: number, seed?: integer, stop?: string|integer|(string|integer)[], max_batch?: integer, per_sequence?: table<integer, {max_new_tokens?: integer, min_new_tokens?: integer, temperature?: number, top_k?: integer, top_p?: number, min_p?: number, repetition_penalty?: number, seed?: integer, stop?: string|integer|(string|integer)[], hooks?: table}>, progress?: boolean, share_prompts?: boolean}
 ---@return {ids: integer[], text: string?, prompt_ids: integer[]}[]
@@ -820,10 +820,10 @@ function Model:generate_batch(prompts, opts)
   end
   -- Repeated prompts: each sequence whose prompt (tokens) occurs more than once asks the C step
   -- to share it (step_batch gives a later one the cache and logits of an earlier one with the
-  -- same tokens and hooks, when no hook of either records or runs code). Repeats join next to
-  -- each other unless a capture or function hook is attached (their calls would come in another
-  -- order), and the last joined sequence of a group stays in the step's list as a donor until
-  -- its group has joined.
+  -- same tokens and hooks). Repeats join next to each other, and the last joined sequence of a
+  -- group stays in the step's list as a donor until its group has joined. Not when a capture or
+  -- function hook is attached anywhere: those run per sequence (their calls would come in
+  -- another order, and C would share nothing with them).
   local order, key, left, count = {}, {}, {}, {}
   for i = 1, #prompts do order[i] = i end
   if share_prompts ~= false then
@@ -835,16 +835,17 @@ function Model:generate_batch(prompts, opts)
       end
     end
     check_pure(self._hooks)
-    for i = 1, #prompts do
-      check_pure(plan[i].extra)
-      local k = table.concat(plan[i].ids, ",")
-      key[i] = k
-      count[k] = (count[k] or 0) + 1
-      if not members[k] then members[k] = {} first[#first + 1] = k end
-      table.insert(members[k], i)
-    end
-    for k, c in pairs(count) do left[k] = c end
+    for i = 1, #prompts do check_pure(plan[i].extra) end
     if pure then
+      for i = 1, #prompts do
+        local k = table.concat(plan[i].ids, ",")
+        key[i] = k
+        count[k] = (count[k] or 0) + 1
+        if not members[k] then members[k] = {} first[#first + 1] = k end
+        table.insert(members[k], i)
+      end
+      for k, c in pairs(count) do left[k] = c end
+      -- grouped, so that at most one group has members both joined and waiting (one kept donor)
       order = {}
       for _, k in ipairs(first) do
         for _, i in ipairs(members[k]) do order[#order + 1] = i end

@@ -366,7 +366,9 @@ fi
 # over 32 prompts of 30 tokens, 16 new each, max_batch 16, with prompts of under 96 (f32) / 128
 # (bf16) tokens sharing the per-token kernel's pass, against SEER_GEMM_MIN_TOKENS=16 (each prompt's
 # prefill its own sgemm); and toolkit.extract_activations over 32 prompts at layer 11 (a pass that
-# stops there, batches of 16) against one whole run_with_cache per prompt. BENCH_WORKLOADS=0 skips.
+# stops there, batches of 16) against one whole run_with_cache per prompt; and (bf16) a battery of
+# 6 prompts run 4 times (as auditing-games runs its), each repeat taking its prompt's cache from
+# the first, against share_prompts = false. BENCH_WORKLOADS=0 skips.
 if [[ -d $LARGE/bf16 && ${BENCH_LARGE:-1} == 1 && ${BENCH_WORKLOADS:-1} == 1 ]]; then
   echo "== experiment-shaped work on the 0.5B model ($(nproc) thread(s))"
   for dtype in f32 bf16; do
@@ -376,6 +378,10 @@ if [[ -d $LARGE/bf16 && ${BENCH_LARGE:-1} == 1 && ${BENCH_WORKLOADS:-1} == 1 ]];
     echo "  $dtype generate_batch, before (16-token rule): $before"
     echo "  $dtype extract_activations: $("$SEER" tests/bench/extract_activations.lua "$LARGE/$dtype" 11 32 "$(nproc)" || echo FAILED)"
   done
+  now=$("$SEER" tests/bench/short_prompts.lua "$LARGE/bf16" "$(nproc)" 24 30 24 16 4) || now="FAILED"
+  before=$(SEER_BENCH_SHARE=0 "$SEER" tests/bench/short_prompts.lua "$LARGE/bf16" "$(nproc)" 24 30 24 16 4) || before="FAILED"
+  echo "  bf16 repeated prompts, shared:                $now"
+  echo "  bf16 repeated prompts, share_prompts = false: $before"
 fi
 
 # Hooks: overhead of captures, built-in interventions and Lua function hooks against the same

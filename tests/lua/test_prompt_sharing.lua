@@ -89,6 +89,24 @@ T.test("stories260K: 6 prompts x 4, sampled, every max_batch: each result is gen
   T.raises(function() m:generate_batch(prompts, { share_prompts = 1 }) end, "share_prompts must be a boolean")
 end)
 
+T.test("what is taken is the prompt's logits before the donor's sampling changed them (repetition penalty, min_new_tokens)", function()
+  local m = seer.model.load(stories)
+  local p = "Once upon a time, there was a little girl named Lily. Lily"
+  -- the donor's penalty below 1 raises every prompt token (transformers' rule); greedy
+  -- continuations tell a recipient that sampled from the raised logits
+  local per = { [1] = { repetition_penalty = 0.05, min_new_tokens = 3 }, [2] = {}, [3] = { repetition_penalty = 0.05 } }
+  for _, width in ipairs({ 3, 1 }) do
+    local n, outs = counting(function() return m:generate_batch({ p, p, p }, { max_new_tokens = 6, per_sequence = per, max_batch = width }) end)
+    T.eq(n, 2, "max_batch " .. width .. ": prefills taken")
+    equals_alone(m, { p, p, p }, outs, function(i)
+      local o = { max_new_tokens = 6 }
+      for k, v in pairs(per[i]) do o[k] = v end
+      return o
+    end, "max_batch " .. width)
+    T.ok(join(outs[1].ids) ~= join(outs[2].ids), "the penalty changed the continuation (else this checks little)")
+  end
+end)
+
 T.test("toolkit.batch_generate on repeated conversations takes their prompts", function()
   local m = seer.model.load(stories)
   local bg = require "toolkit.batch_generate"
