@@ -376,21 +376,6 @@ int seer_hookset_add(seer_hookset_t *s, seer_hook_point_t p, int layer, seer_int
 
 int seer_hookset_empty(const seer_hookset_t *s) { return !s || s->count == 0; }
 
-int seer_hookset_same_pure(const seer_hookset_t *a, const seer_hookset_t *b) {
-    int ea = seer_hookset_empty(a), eb = seer_hookset_empty(b);
-    if (ea || eb) return ea && eb;
-    if (a->layers != b->layers || a->count != b->count) return 0;
-    for (size_t i = 0; i < (size_t)(a->layers + 1) * SEER_HP_COUNT; i++) {
-        const slot_t *x = &a->slots[i], *y = &b->slots[i];
-        if (x->n != y->n) return 0;
-        for (int j = 0; j < x->n; j++) {
-            seer_iv_kind_t k = x->iv[j]->kind;
-            if (x->iv[j] != y->iv[j] || k == SEER_IV_CAPTURE || k == SEER_IV_CALLBACK) return 0;
-        }
-    }
-    return 1;
-}
-
 int seer_hookset_has(const seer_hookset_t *s, seer_hook_point_t p, int layer) {
     if (!s || !s->count) return 0;
     if (seer_hook_point_global(p)) layer = -1;
@@ -410,6 +395,48 @@ static int selected(const seer_iv_filter_t *f, const seer_hook_call_t *c, int64_
     for (int i = 0; i < f->npositions; i++)
         if (resolve(f->positions[i], c) == p) return 1;
     return 0;
+}
+
+/* Whether iv can change, record or run anything while a prompt of n tokens (positions 0 .. n-1,
+ * prompt_len n) passes point p: a callback always runs; at the attention scores and pattern any
+ * hook moves the pass onto the hooked attention path (other bits than the GEMM path); elsewhere
+ * only an intervention whose filter selects a prompt position. */
+static int acts_on_prompt(const seer_intervention_t *iv, seer_hook_point_t p, int n) {
+    if (iv->kind == SEER_IV_CALLBACK || p == SEER_HP_ATTN_SCORES || p == SEER_HP_PATTERN) return 1;
+    seer_hook_call_t c = {.point = p, .prompt_len = n};
+    for (int64_t q = 0; q < n; q++)
+        if (selected(&iv->f, &c, q)) return 1;
+    return 0;
+}
+
+static const seer_intervention_t *next_acting(const slot_t *sl, int *j, seer_hook_point_t p, int n) {
+    while (sl && *j < sl->n) {
+        const seer_intervention_t *iv = sl->iv[(*j)++];
+        if (acts_on_prompt(iv, p, n)) return iv;
+    }
+    return NULL;
+}
+
+int seer_hookset_same_on_prompt(const seer_hookset_t *a, const seer_hookset_t *b, int n) {
+    if (seer_hookset_empty(a)) a = NULL;
+    if (seer_hookset_empty(b)) b = NULL;
+    if (!a && !b) return 1;
+    if (a && b && a->layers != b->layers) return 0;
+    int layers = a ? a->layers : b->layers;
+    for (int row = 0; row <= layers; row++)
+        for (int p = 0; p < SEER_HP_COUNT; p++) {
+            size_t at = (size_t)row * SEER_HP_COUNT + (size_t)p;
+            const slot_t *x = a ? &a->slots[at] : NULL, *y = b ? &b->slots[at] : NULL;
+            int i = 0, j = 0;
+            for (;;) {
+                const seer_intervention_t *u = next_acting(x, &i, (seer_hook_point_t)p, n),
+                                          *v = next_acting(y, &j, (seer_hook_point_t)p, n);
+                if (u != v) return 0;
+                if (!u) break;
+                if (u->kind == SEER_IV_CAPTURE || u->kind == SEER_IV_CALLBACK) return 0; /* records or runs code */
+            }
+        }
+    return 1;
 }
 
 static const char *shape_str(const seer_hook_act_t *a, char *buf, size_t n) {

@@ -140,12 +140,15 @@ void seer_hookset_free(seer_hookset_t *s);
  * (a heads option on a point without heads, add/ablate on a head-major point). */
 int seer_hookset_add(seer_hookset_t *s, seer_hook_point_t point, int layer, seer_intervention_t *iv, seer_err_t *err);
 int seer_hookset_empty(const seer_hookset_t *s);
-/* 1 when a and b (either may be NULL) run the same computation on the same input and leave
- * nothing behind: both empty, or the same interventions at the same points in the same order,
- * none of them a capture or a callback (which record or run code per call). Two sequences with
- * the same tokens and such hook sets get the same activations, so one's KV cache can serve the
- * other (seer_kv_cache_copy_prefix). */
-int seer_hookset_same_pure(const seer_hookset_t *a, const seer_hookset_t *b);
+/* 1 when a prompt of n tokens (positions 0 .. n-1, prompt_len n) passes through hook sets a and
+ * b (either may be NULL) the same way and leaves nothing behind: the interventions that act on
+ * a prompt position (or that act on every call: callbacks, and any hook at the attention scores
+ * or pattern, which moves the pass onto the hooked attention path) are the same objects in the
+ * same order at the same points, and none of them records (a capture) or runs code (a callback).
+ * An intervention whose positions are all past the prompt (steering from the first new token)
+ * does nothing to it. Two sequences with the same prompt tokens and such hook sets compute the
+ * same prompt, so one's KV cache can serve the other (seer_kv_cache_copy_prefix). */
+int seer_hookset_same_on_prompt(const seer_hookset_t *a, const seer_hookset_t *b, int n);
 /* A counter moved by every filter change (seer_iv_set_filter) of an intervention that is in a
  * hook set: what an earlier forward pass computed with it may no longer hold. */
 unsigned seer_iv_epoch(void);

@@ -518,7 +518,7 @@ static int l_gen_next(lua_State *L) {
 
 /* The generator whose prompt computation gs[i] may take instead of running its own prefill, or
  * -1. Both asked for it (share_prompt), on one CPU model, with the same prompt tokens and hook
- * sets that compute the same thing and record nothing (seer_hookset_same_pure): then the donor's
+ * sets that do the same to the prompt and record nothing (seer_hookset_same_on_prompt): then the donor's
  * cache rows of the prompt and its prompt logits are exactly what gs[i] would compute (the
  * forward pass is deterministic, and a sequence in a batch gets the bits it gets alone). A
  * donor is either prefilled in an earlier step, its prompt logits kept, under the model state
@@ -536,7 +536,7 @@ static int prompt_donor(gen_ud **gs, int i, const int *from, uint64_t epoch) {
         } else if (!(j < i && from[j] < 0 && !d->done)) {
             continue; /* not run in this step (finished, later in the list, or taking from another) */
         }
-        if (memcmp(d->hist, g->hist, sizeof(int32_t) * (size_t)n) != 0 || !seer_hookset_same_pure(d->hooks, g->hooks))
+        if (memcmp(d->hist, g->hist, sizeof(int32_t) * (size_t)n) != 0 || !seer_hookset_same_on_prompt(d->hooks, g->hooks, n))
             continue;
         if (d->prefilled) return j; /* needs nothing from this step */
         if (now < 0) now = j;

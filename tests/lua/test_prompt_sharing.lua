@@ -218,6 +218,41 @@ T.test("hooks: the same pure interventions share, different ones, captures and f
   T.ok(calls >= #prompts, "the function ran for every prompt")
 end)
 
+T.test("a steering sweep from the first new token shares the prompt; one that reaches into the prompt does not", function()
+  local m = seer.model.load(pdir .. "/llama", { tokenizer = false })
+  local d, V = m.config.hidden_size, m.config.vocab_size
+  tensor.manual_seed(9)
+  local v = tensor.randn(d) * 3
+  local p = seq(20, 6, V)
+  local n = #p
+  local function sweep(filter, point)
+    local prompts, own, per = {}, {}, {}
+    for i, s in ipairs({ 0, 1, 2, 4, 8, -4 }) do
+      prompts[i] = p
+      local o = { strength = not point and s or nil }
+      for k, x in pairs(filter) do o[k] = x end
+      if s ~= 0 then own[i] = { { point or "blocks.1.hook_resid_post", point and I.scale(1 + s / 10, o) or I.add(v, o) } } end
+      per[i] = { seed = i, hooks = own[i] }
+    end
+    local cnt, outs = counting(function() return m:generate_batch(prompts, { temperature = 1.0, max_new_tokens = 6, per_sequence = per }) end)
+    equals_alone(m, prompts, outs, function(i) return { temperature = 1.0, seed = i, max_new_tokens = 6 } end,
+      "sweep " .. seer.json.encode(filter) .. (point or ""), function(i) return own[i] end)
+    return cnt, outs
+  end
+  -- steering_hook(model, layer, v, s, #prompt, ...)'s add: positions >= n, none in the prompt
+  local cnt, outs = sweep({ from = n })
+  T.eq(cnt, 5, "from the first new token: every sequence takes the unsteered prompt")
+  local differ = 0
+  for i = 2, 6 do if join(outs[i].ids) ~= join(outs[1].ids) then differ = differ + 1 end end
+  T.ok(differ >= 3, "the strengths changed the continuations (else this checks little)")
+  T.eq((sweep({ positions = { n, n + 2 } })), 5, "positions past the prompt only")
+  T.eq((sweep({ from = n - 1 })), 0, "from the last prompt token: every prompt computed")
+  T.eq((sweep({ positions = { -1 } })), 0, "position -1 (the prompt's last): every prompt computed")
+  T.eq((sweep({ only_prompt = true })), 0, "only_prompt: every prompt computed")
+  -- a hook at the pattern moves the pass onto the hooked attention path even where it selects nothing
+  T.eq((sweep({ from = n }, "blocks.0.attn.hook_pattern")), 0, "a pattern hook past the prompt: every prompt computed")
+end)
+
 T.test("a donor computed under another model state is not taken (GEMM threshold, intervention filter, adapter)", function()
   local m = seer.model.load(pdir .. "/llama", { tokenizer = false })
   local V = m.config.vocab_size
