@@ -765,8 +765,9 @@ end
 ---(`seed`, sampling options, `max_new_tokens`, `stop`, and `hooks`, a list of
 ---{name_or_pattern, hook} pairs for this sequence only, applied after the model's active
 ---hooks). Lua hook functions see `hook.batch = i`. Default seed: opts.seed for every sequence.
----Prompts that repeat (the same tokens and the same hooks, none a capture or a function: n
----samples of one prompt, a battery run several times) compute their prompt once on a CPU model:
+---Prompts that repeat (the same tokens, and hooks that do the same to them, none a capture or a
+---function: n samples of one prompt, a battery run several times, a sweep of steering
+---strengths from the first new token) compute their prompt once on a CPU model:
 ---the others take its KV cache and logits, the same bits they would compute (`share_prompts =
 ---false` computes every prompt, as does a batch with a capture or function hook; otherwise
 ---repeats join next to each other).
