@@ -44,6 +44,7 @@ typedef struct {
     int share;
     float *plogits;  /* the prompt's logits as the prefill left them (share only; NULL: none) */
     uint64_t pepoch; /* seer_model_state_epoch when they were computed */
+    int took;        /* its prompt was taken from another generator (take_prompt) */
 } gen_ud;
 
 /* Prefills that step_batch served by copying another generator's prompt (core.shared_prefills). */
@@ -481,41 +482,6 @@ static int gen_take_error(lua_State *L, const gen_ud *g, int id, int which) {
                       g->ngen + 1, seq);
 }
 
-/* next() -> token id, or nil when max_new_tokens is reached or a stop token was produced
- * (the stop token itself is returned first, then nil). */
-static int l_gen_next(lua_State *L) {
-    gen_ud *g = check_gen(L, 1);
-    if (g->done || g->ngen >= g->max_new) {
-        g->done = 1;
-        lua_pushnil(L);
-        return 1;
-    }
-    /* One check per step: an interrupt ends a generation within one token even when the loop
-     * that drives it is JIT-compiled Lua, where the interrupt hook never runs. The state is
-     * untouched, so a caller that catches the error may go on. */
-    if (seer_host_interrupted()) {
-        seer_err_t e;
-        seer_err_set(&e, SEER_EINTR, "interrupted");
-        return raise_err(L, &e);
-    }
-    seer_err_t err;
-    int rc;
-    seer_fwd_hooks_t hk = {.set = g->hooks, .prompt_len = g->nprompt, .batch = g->batch, .user = L};
-    if (!g->prefilled) {
-        rc = seer_model_forward_hooked(g->m, g->cache, g->hist, g->nhist, g->logits, 0, NULL, &hk, &err);
-    } else {
-        rc = seer_model_forward_hooked(g->m, g->cache, g->hist + g->nhist - 1, 1, g->logits, 0, NULL, &hk, &err);
-    }
-    if (rc < 0) {
-        g->done = 1; /* a failed step (a hook raised) ends the generation */
-        return raise_err(L, &err);
-    }
-    int id = gen_take(g);
-    if (id < 0) return gen_take_error(L, g, id, 0);
-    lua_pushinteger(L, id);
-    return 1;
-}
-
 /* The generator whose prompt computation gs[i] may take instead of running its own prefill, or
  * -1. Both asked for it (share_prompt), on one CPU model, with the same prompt tokens and hook
  * sets that do the same to the prompt and record nothing (seer_hookset_same_on_prompt): then the donor's
@@ -551,6 +517,84 @@ static void keep_prompt_logits(gen_ud *g, int vocab, uint64_t epoch) {
     if (!g->plogits && !(g->plogits = malloc(sizeof(float) * (size_t)vocab))) return;
     memcpy(g->plogits, g->logits, sizeof(float) * (size_t)vocab);
     g->pepoch = epoch;
+}
+
+/* g takes d's prompt (prompt_donor found d): d's cache rows of the prompt and its prompt logits
+ * (pl: d->logits for a donor prefilled in this very step, before it samples, else d->plogits). */
+static int take_prompt(gen_ud *g, const gen_ud *d, const float *pl, int vocab, uint64_t epoch, seer_err_t *err) {
+    int rc = seer_kv_cache_copy_prefix(g->cache, d->cache, g->nprompt, err);
+    if (rc < 0) return rc;
+    memcpy(g->logits, pl, sizeof(float) * (size_t)vocab);
+    keep_prompt_logits(g, vocab, epoch);
+    g->took = 1;
+    __atomic_add_fetch(&g_shared_prefills, 1, __ATOMIC_RELAXED);
+    return 0;
+}
+
+/* next([donors]) -> token id, or nil when max_new_tokens is reached or a stop token was produced
+ * (the stop token itself is returned first, then nil). donors: a list of finished generators
+ * (made with share_prompt, as this one) whose prompt this one's first step may take instead of
+ * computing it (prompt_donor; a model's prompt cache, lua/seer/model.lua). */
+static int l_gen_next(lua_State *L) {
+    gen_ud *g = check_gen(L, 1);
+    if (g->done || g->ngen >= g->max_new) {
+        g->done = 1;
+        lua_pushnil(L);
+        return 1;
+    }
+    /* One check per step: an interrupt ends a generation within one token even when the loop
+     * that drives it is JIT-compiled Lua, where the interrupt hook never runs. The state is
+     * untouched, so a caller that catches the error may go on. */
+    if (seer_host_interrupted()) {
+        seer_err_t e;
+        seer_err_set(&e, SEER_EINTR, "interrupted");
+        return raise_err(L, &e);
+    }
+    seer_err_t err;
+    int rc, vocab = seer_model_config(g->m)->vocab_size;
+    uint64_t epoch = seer_model_state_epoch(g->m);
+    if (!g->prefilled && g->share && lua_istable(L, 2)) {
+        int nd = (int)lua_objlen(L, 2);
+        gen_ud **gs = lua_newuserdata(L, sizeof(gen_ud *) * (size_t)(nd + 2));
+        int *from = lua_newuserdata(L, sizeof(int) * (size_t)(nd + 1));
+        gs[0] = g;
+        from[0] = -1;
+        for (int i = 0; i < nd; i++) {
+            lua_rawgeti(L, 2, i + 1);
+            gs[i + 1] = luaL_checkudata(L, -1, GEN_MT);
+            lua_pop(L, 1);
+            from[i + 1] = -1;
+            if (!gs[i + 1]->cache || gs[i + 1] == g) return luaL_error(L, "generate: donor %d is freed or the generator itself", i + 1);
+        }
+        gs[nd + 1] = NULL;
+        int j = prompt_donor(gs, 0, from, epoch); /* only donors prefilled before: j > 0 */
+        if (j > 0) {
+            if (take_prompt(g, gs[j], gs[j]->plogits, vocab, epoch, &err) < 0) {
+                g->done = 1;
+                return raise_err(L, &err);
+            }
+            goto sample;
+        }
+    }
+    {
+        int first = !g->prefilled;
+        seer_fwd_hooks_t hk = {.set = g->hooks, .prompt_len = g->nprompt, .batch = g->batch, .user = L};
+        if (first) {
+            rc = seer_model_forward_hooked(g->m, g->cache, g->hist, g->nhist, g->logits, 0, NULL, &hk, &err);
+        } else {
+            rc = seer_model_forward_hooked(g->m, g->cache, g->hist + g->nhist - 1, 1, g->logits, 0, NULL, &hk, &err);
+        }
+        if (rc < 0) {
+            g->done = 1; /* a failed step (a hook raised) ends the generation */
+            return raise_err(L, &err);
+        }
+        if (first) keep_prompt_logits(g, vocab, epoch);
+    }
+sample:;
+    int id = gen_take(g);
+    if (id < 0) return gen_take_error(L, g, id, 0);
+    lua_pushinteger(L, id);
+    return 1;
 }
 
 /* gens:step() over a list of generators: one batched forward call advances every generator
@@ -629,15 +673,11 @@ static int l_gen_step_batch(lua_State *L) {
         if (from[i] < 0) continue;
         gen_ud *g = gs[i], *d = gs[from[i]];
         /* a donor of this step has its prompt logits in d->logits until it samples (below) */
-        const float *pl = d->prefilled ? d->plogits : d->logits;
-        if (seer_kv_cache_copy_prefix(g->cache, d->cache, g->nprompt, &err) < 0) {
+        if (take_prompt(g, d, d->prefilled ? d->plogits : d->logits, vocab, epoch, &err) < 0) {
             for (int k = 0; k < ng; k++)
                 if (stepped[k]) gs[k]->done = 1;
             return raise_err(L, &err);
         }
-        memcpy(g->logits, pl, sizeof(float) * (size_t)vocab);
-        keep_prompt_logits(g, vocab, epoch);
-        __atomic_add_fetch(&g_shared_prefills, 1, __ATOMIC_RELAXED);
     }
     lua_createtable(L, ng, 0);
     for (int i = 0; i < ng; i++) {
@@ -664,6 +704,51 @@ static int l_gen_step_batch(lua_State *L) {
         lua_rawseti(L, -2, i + 1);
     }
     return 2;
+}
+
+/* took_prompt() -> whether this generator's prompt was taken from another's (not computed). */
+static int l_gen_took_prompt(lua_State *L) {
+    lua_pushboolean(L, check_gen(L, 1)->took);
+    return 1;
+}
+
+/* prompt_fresh() -> whether its kept prompt logits were computed under the model's state of now
+ * (seer_model_state_epoch): only then can it give its prompt. */
+static int l_gen_prompt_fresh(lua_State *L) {
+    gen_ud *g = check_gen(L, 1);
+    lua_pushboolean(L, g->plogits && g->pepoch == seer_model_state_epoch(g->m));
+    return 1;
+}
+
+/* keep_prompt() -> bytes, or nil: ends the generator and shrinks it to a donor of its prompt: its
+ * KV cache is replaced by one holding only the prompt's positions (the room for the new tokens
+ * is given back). nil, changing nothing, where it cannot give its prompt:
+ * made without share_prompt, never prefilled, its prompt logits not kept, or on a GPU. bytes:
+ * what the donor now holds (the cache and the prompt logits). */
+static int l_gen_keep_prompt(lua_State *L) {
+    gen_ud *g = check_gen(L, 1);
+    if (!g->share || !g->prefilled || !g->plogits || !g->cache || !seer_kv_cache_host(g->cache)) {
+        lua_pushnil(L);
+        return 1;
+    }
+    g->done = 1;
+    seer_kv_cache_t *c = NULL;
+    seer_err_t err;
+    if (seer_kv_cache_len(g->cache) > g->nprompt) {
+        if (seer_kv_cache_new(&c, g->m, g->nprompt, &err) < 0) { /* no memory for the copy: keep it as it is */
+            lua_pushnil(L);
+            return 1;
+        }
+        if (seer_kv_cache_copy_prefix(c, g->cache, g->nprompt, &err) < 0) {
+            seer_kv_cache_free(c);
+            return raise_err(L, &err);
+        }
+        seer_kv_cache_free(g->cache);
+        g->cache = c;
+    }
+    lua_pushnumber(L, (lua_Number)seer_kv_cache_bytes(g->cache) +
+                          (lua_Number)sizeof(float) * seer_model_config(g->m)->vocab_size);
+    return 1;
 }
 
 /* finish(): no more tokens from this generator (a stop string was found). */
@@ -777,6 +862,9 @@ static const luaL_Reg gen_methods[] = {
     {"next", l_gen_next},
     {"finish", l_gen_finish},
     {"ended", l_gen_ended},
+    {"took_prompt", l_gen_took_prompt},
+    {"keep_prompt", l_gen_keep_prompt},
+    {"prompt_fresh", l_gen_prompt_fresh},
     {NULL, NULL},
 };
 

@@ -707,6 +707,11 @@ void seer_kv_cache_truncate(seer_kv_cache_t *c, int n) {
 
 int seer_kv_cache_host(const seer_kv_cache_t *c) { return c && (c->k || c->k16); }
 
+size_t seer_kv_cache_bytes(const seer_kv_cache_t *c) {
+    size_t es = c->k16 || c->gdev ? sizeof(uint16_t) : sizeof(float); /* a GPU cache is bf16 */
+    return 2 * (size_t)c->layers * (size_t)c->max_tokens * (size_t)c->kv_dim * es;
+}
+
 int seer_kv_cache_copy_prefix(seer_kv_cache_t *dst, const seer_kv_cache_t *src, int n, seer_err_t *err) {
     if (!seer_kv_cache_host(dst) || !seer_kv_cache_host(src))
         return seer_err_set(err, SEER_EINVAL, "copying a KV cache: only a CPU model's caches can be copied");

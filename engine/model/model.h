@@ -110,6 +110,8 @@ void seer_kv_cache_reset(seer_kv_cache_t *c);
 void seer_kv_cache_truncate(seer_kv_cache_t *c, int n);
 /* Whether the cache lives in host memory (a CPU model's); a GPU model's is on the device. */
 int seer_kv_cache_host(const seer_kv_cache_t *c);
+/* The bytes its keys and values take (its room, not its length; a GPU cache's on the device). */
+size_t seer_kv_cache_bytes(const seer_kv_cache_t *c);
 /* Copies src's first n positions (every layer's keys and values) into dst and sets dst's length
  * to n: a sequence whose first n tokens, hooks and model state are src's takes src's cache for
  * them instead of computing it again (the same bits: the forward pass is deterministic). Both

@@ -434,6 +434,75 @@ local function span_text(n, new)
     new > 1 and (", generated tokens ran through position %d"):format(last) or ", no generated token was fed back")
 end
 
+-- ---- the prompt cache (Model:prompt_cache) ----------------------------------------------------
+-- Finished generators shrunk to their prompt (g:keep_prompt: the prompt's KV rows and logits),
+-- newest first, at most PROMPT_CACHE_ENTRIES and `budget` bytes. A later generation whose prompt
+-- and hooks match one (the C side decides: prompt_donor) takes it instead of computing it.
+local PROMPT_CACHE_ENTRIES = 8
+local PROMPT_CACHE_DEFAULT = 256 * 1024 * 1024
+
+local function pcache(self)
+  local pc = self._pcache
+  if not pc then
+    pc = { list = {}, bytes = 0, budget = self.device == "cpu" and PROMPT_CACHE_DEFAULT or 0 }
+    self._pcache = pc
+  end
+  return pc
+end
+
+-- the cached donors as a list of generators (nil when there are none)
+local function pcache_donors(self)
+  local pc = self._pcache
+  if not pc or #pc.list == 0 then return nil end
+  local out = {}
+  for i, e in ipairs(pc.list) do out[i] = e.g end
+  return out
+end
+
+-- g has finished: keep its prompt unless it took it from another or cannot give it; entries
+-- computed under another model state (an adapter switched, ...) can serve no one and go first
+local function pcache_remember(self, g)
+  local pc = pcache(self)
+  if pc.budget <= 0 or g:took_prompt() then return end
+  local keep = {}
+  pc.bytes = 0
+  for _, e in ipairs(pc.list) do
+    if e.g:prompt_fresh() then keep[#keep + 1] = e pc.bytes = pc.bytes + e.bytes end
+  end
+  pc.list = keep
+  local bytes = g:keep_prompt()
+  if not bytes or bytes > pc.budget then return end
+  table.insert(pc.list, 1, { g = g, bytes = bytes })
+  pc.bytes = pc.bytes + bytes
+  while #pc.list > PROMPT_CACHE_ENTRIES or pc.bytes > pc.budget do
+    pc.bytes = pc.bytes - table.remove(pc.list).bytes
+  end
+end
+
+---The model's prompt cache: the prompts of recent `generate` and `generate_iter` calls (at most
+---8), each kept as its KV cache rows and logits, so that a later call, or a `generate_batch`
+---sequence, whose prompt tokens are the same and whose hooks do the same to them takes them
+---instead of computing the prompt again: sampling one prompt n times in a loop computes it once.
+---The results are the same bits (docs/model.md, *Batches*). `budget` sets the most bytes it
+---holds (0: off, and what it holds is dropped); the default is 256 MiB on a CPU model; a GPU
+---model has none. Returns what it holds.
+---@param budget? integer
+---@return {entries: integer, bytes: integer, budget: integer}
+function Model:prompt_cache(budget)
+  local pc = pcache(self)
+  if budget ~= nil then
+    if type(budget) ~= "number" or budget < 0 or budget ~= math.floor(budget) then
+      fail("prompt_cache: budget must be a whole number of bytes (0: off)", 2)
+    end
+    if budget > 0 and self.device ~= "cpu" then
+      fail(("prompt_cache: a model on %s has no prompt cache (its KV caches live on the device)"):format(self.device), 2)
+    end
+    pc.budget = budget
+    while #pc.list > 0 and pc.bytes > budget do pc.bytes = pc.bytes - table.remove(pc.list).bytes end
+  end
+  return { entries = #pc.list, bytes = pc.bytes, budget = pc.budget }
+end
+
 local function prepare(self, input, opts, where, extra_hooks, batch, share_prompt)
   local ids, stop_ids, stop_strings
   opts, ids, stop_ids, stop_strings = validate(self, input, opts, where, 3)
@@ -444,7 +513,7 @@ local function prepare(self, input, opts, where, extra_hooks, batch, share_promp
   local g = self._c:generator(ids, {
     max_new_tokens = n, min_new_tokens = opts.min_new_tokens, temperature = t, top_k = opts.top_k, top_p = opts.top_p, min_p = opts.min_p,
     repetition_penalty = opts.repetition_penalty, seed = opts.seed, stop_ids = stop_ids, hooks = hooks,
-    batch = batch, share_prompt = share_prompt,
+    batch = batch, share_prompt = share_prompt or (batch == nil and pcache(self).budget > 0) or nil,
   })
   return g, ids, stop_strings, opts, watch
 end
@@ -483,10 +552,12 @@ local function iterate(self, g, stop_strings, check)
     end
     return keep
   end
-  local judged = false
+  local judged, first, kept = false, true, false
   return function()
-    local id = not finished and g:next()
+    local id = not finished and g:next(first and pcache_donors(self) or nil)
+    first = false
     if not id then
+      if not kept then kept = true pcache_remember(self, g) end
       finished = true
       if check and not judged then
         judged = true
@@ -826,6 +897,7 @@ function Model:generate_batch(prompts, opts)
   -- function hook is attached anywhere: those run per sequence (their calls would come in
   -- another order, and C would share nothing with them).
   local order, key, left, count = {}, {}, {}, {}
+  local cached -- the model's prompt cache (Model:prompt_cache), for prompts computed before this call
   for i = 1, #prompts do order[i] = i end
   if share_prompts ~= false then
     local first, members, pure = {}, {}, true
@@ -846,6 +918,7 @@ function Model:generate_batch(prompts, opts)
         table.insert(members[k], i)
       end
       for k, c in pairs(count) do left[k] = c end
+      cached = pcache_donors(self)
       -- grouped, so that at most one group has members both joined and waiting (one kept donor)
       order = {}
       for _, k in ipairs(first) do
@@ -860,7 +933,7 @@ function Model:generate_batch(prompts, opts)
     local p = plan[i]
     plan[i] = nil
     local k = key[i]
-    local share = k ~= nil and count[k] > 1
+    local share = k ~= nil and (count[k] > 1 or cached ~= nil)
     local ok, g, ids, stop_strings = pcall(prepare, self, p.ids, p.o, ("%s: prompt %d"):format(where, i), p.extra, i, share or nil)
     if not ok then fail(g, 3) end
     if share then
@@ -891,6 +964,9 @@ function Model:generate_batch(prompts, opts)
     local gens, listed = {}, {}
     for k, a in ipairs(active) do gens[k] = a.g listed[a.g] = true end
     for _, g in pairs(donors) do -- a finished donor still gives its prompt (its results are ignored)
+      if not listed[g] then gens[#gens + 1] = g listed[g] = true end
+    end
+    for _, g in ipairs(cached or {}) do
       if not listed[g] then gens[#gens + 1] = g end
     end
     local ids, ended = core.step_batch(gens)

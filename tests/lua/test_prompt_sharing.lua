@@ -20,6 +20,15 @@ local lora_dir = here .. "/../parity/lora"
 
 local function join(t) return table.concat(t, ",") end
 
+-- A model without its prompt cache (Model:prompt_cache, tested at the end): the generations alone
+-- that the checks compare against would fill it, and a batch would take from it, so the counts of
+-- prompts taken would depend on the order of the checks.
+local function load(dir, opts)
+  local m = seer.model.load(dir, opts)
+  m:prompt_cache(0)
+  return m
+end
+
 -- fn's results and how many prefills step_batch took from another generator while it ran
 local function counting(fn)
   local c0 = core.shared_prefills()
@@ -53,7 +62,7 @@ local function battery()
 end
 
 T.test("stories260K: 6 prompts x 4, sampled, every max_batch: each result is generate alone's, 18 prefills taken", function()
-  local m = seer.model.load(stories)
+  local m = load(stories)
   local prompts = battery()
   local per = {}
   for i = 1, #prompts do
@@ -90,7 +99,7 @@ T.test("stories260K: 6 prompts x 4, sampled, every max_batch: each result is gen
 end)
 
 T.test("what is taken is the prompt's logits before the donor's sampling changed them (repetition penalty, min_new_tokens)", function()
-  local m = seer.model.load(stories)
+  local m = load(stories)
   local p = "Once upon a time, there was a little girl named Lily. Lily"
   -- the donor's penalty below 1 raises every prompt token (transformers' rule); greedy
   -- continuations tell a recipient that sampled from the raised logits
@@ -108,7 +117,7 @@ T.test("what is taken is the prompt's logits before the donor's sampling changed
 end)
 
 T.test("toolkit.batch_generate on repeated conversations takes their prompts", function()
-  local m = seer.model.load(stories)
+  local m = load(stories)
   local bg = require "toolkit.batch_generate"
   local convs = { "Once upon a time", "One day,", "Once upon a time", "One day,", "Once upon a time" }
   local n, texts = counting(function() return (bg.batch_generate(m, m.tokenizer, convs, 10, 0.8, 0.95, { seed = 3 })) end)
@@ -135,7 +144,7 @@ for _, setting in ipairs({ { 0, "" }, { 16, " [linear GEMM from 16 tokens]" } })
   T.test("every architecture: repeated prompts of 1 to 21 tokens equal generate alone" .. setting[2], function()
     at_gemm_min(setting[1], function()
       for _, name in ipairs(names) do
-        local m = seer.model.load(pdir .. "/" .. name, { tokenizer = false })
+        local m = load(pdir .. "/" .. name, { tokenizer = false })
         local V = m.config.vocab_size
         local base = { seq(5, 1, V), seq(1, 2, V), seq(17, 3, V), seq(21, 5, V) }
         local prompts = { base[1], base[2], base[3], base[1], base[4], base[3], base[2], base[4], base[3] }
@@ -155,7 +164,7 @@ end
 T.test("a bf16 KV cache (precision = \"fast\" where the bf16 units run) is taken as it is", function()
   local dir = check.bf16_llama()
   for _, precision in ipairs({ "exact", "fast" }) do
-    local m = seer.model.load(dir, { tokenizer = false, precision = precision })
+    local m = load(dir, { tokenizer = false, precision = precision })
     local prompts = { seq(40, 1, 93), seq(6, 2, 93), seq(40, 1, 93), seq(6, 2, 93), seq(40, 1, 93) }
     local function opts(i) return { temperature = 1.0, seed = i, max_new_tokens = 6 } end
     local per = {}
@@ -170,7 +179,7 @@ T.test("a bf16 KV cache (precision = \"fast\" where the bf16 units run) is taken
 end)
 
 T.test("hooks: the same pure interventions share, different ones, captures and functions do not", function()
-  local m = seer.model.load(pdir .. "/llama", { tokenizer = false })
+  local m = load(pdir .. "/llama", { tokenizer = false })
   local d, V = m.config.hidden_size, m.config.vocab_size
   tensor.manual_seed(5)
   local v = tensor.randn(d) * 4
@@ -219,7 +228,7 @@ T.test("hooks: the same pure interventions share, different ones, captures and f
 end)
 
 T.test("a steering sweep from the first new token shares the prompt; one that reaches into the prompt does not", function()
-  local m = seer.model.load(pdir .. "/llama", { tokenizer = false })
+  local m = load(pdir .. "/llama", { tokenizer = false })
   local d, V = m.config.hidden_size, m.config.vocab_size
   tensor.manual_seed(9)
   local v = tensor.randn(d) * 3
@@ -254,7 +263,7 @@ T.test("a steering sweep from the first new token shares the prompt; one that re
 end)
 
 T.test("a donor computed under another model state is not taken (GEMM threshold, intervention filter, adapter)", function()
-  local m = seer.model.load(pdir .. "/llama", { tokenizer = false })
+  local m = load(pdir .. "/llama", { tokenizer = false })
   local V = m.config.vocab_size
   local p = seq(20, 4, V)
   local function gen(hooks) return m._c:generator(p, { max_new_tokens = 4, temperature = 0, share_prompt = true, hooks = hooks }) end
@@ -299,7 +308,7 @@ T.test("a donor computed under another model state is not taken (GEMM threshold,
     if ok and cfg.base_model_name_or_path == "llama" then cases[#cases + 1] = e end
   end
   T.ok(#cases >= 1, "a LoRA case on the llama parity model")
-  local lm = seer.model.load(pdir .. "/llama", { tokenizer = false })
+  local lm = load(pdir .. "/llama", { tokenizer = false })
   lm:load_adapter(lora_dir .. "/" .. cases[1])
   local function lgen() return lm._c:generator(p, { max_new_tokens = 4, temperature = 0, share_prompt = true }) end
   local d1 = lgen()
@@ -309,4 +318,111 @@ T.test("a donor computed under another model state is not taken (GEMM threshold,
   T.eq(n, 0, "the adapter switched off since the donor ran: not taken")
   T.eq(ids[2], lm:generate(p, { max_new_tokens = 4 }).ids[1], "the first token without the adapter, as alone")
   lm:set_adapter(true)
+end)
+
+-- ---- the model's prompt cache (Model:prompt_cache): generate and generate_iter keep their prompt
+
+T.test("prompt cache: n samples of one prompt in a loop compute it once, with the bits of computing it each time", function()
+  local m = seer.model.load(stories)
+  T.eq(m:prompt_cache().budget, 256 * 1024 * 1024, "on by default on a CPU model")
+  local p = "Once upon a time, there was a little girl named Lily. She"
+  local function run()
+    local outs = {}
+    for seed = 1, 6 do outs[seed] = m:generate(p, { max_new_tokens = 12, temperature = 0.9, seed = seed }).ids end
+    -- generate_iter takes it too
+    local it = {}
+    for id in m:generate_iter(p, { max_new_tokens = 12, temperature = 0.9, seed = 7 }) do it[#it + 1] = id end
+    outs[7] = it
+    return outs
+  end
+  local n, cached = counting(run)
+  T.eq(n, 6, "the first computes the prompt, the other six take it")
+  local st = m:prompt_cache()
+  T.eq(st.entries, 1, "one entry: a generation that took its prompt adds none")
+  local c = m.config
+  local ids = m.tokenizer:encode(p)
+  T.eq(st.bytes, 2 * c.num_hidden_layers * #ids * c.num_key_value_heads * (c.hidden_size / c.num_attention_heads) * 4 + 4 * c.vocab_size,
+    "the entry holds the prompt's rows and logits, not the room for new tokens")
+  m:prompt_cache(0)
+  T.eq(m:prompt_cache().entries, 0, "budget 0 drops what it holds")
+  local n2, computed = counting(run)
+  T.eq(n2, 0, "off: every prompt computed")
+  for i = 1, 7 do T.eq(join(cached[i]), join(computed[i]), "sample " .. i) end
+  local distinct = {}
+  for i = 1, 7 do distinct[join(computed[i])] = true end
+  local k = 0
+  for _ in pairs(distinct) do k = k + 1 end
+  T.ok(k >= 5, "the seeds gave different samples (else this checks little)")
+  T.raises(function() m:prompt_cache(-1) end, "budget must be a whole number of bytes")
+  T.raises(function() m:prompt_cache("big") end, "budget must be a whole number of bytes")
+end)
+
+T.test("prompt cache: a steering sweep from the first new token, a batch after single calls, stop strings, eviction", function()
+  local m = seer.model.load(stories)
+  local steer = require "toolkit.steering_hook"
+  local p = "One day, a little dog"
+  local n_p = #m.tokenizer:encode(p)
+  tensor.manual_seed(3)
+  local v = tensor.randn(m.config.hidden_size) * 2
+  local function sweep()
+    local outs = {}
+    for i, s in ipairs({ 0, 2, 4, 8 }) do
+      outs[i] = steer.steering_hook(m, 3, v, s, n_p, function()
+        return m:generate(p, { max_new_tokens = 10, temperature = 0.8, seed = i }).text end)
+    end
+    -- a batch after single calls: both prompts computed before, in the cache
+    local b = m:generate_batch({ p, "Lily and Tom went to", p }, { max_new_tokens = 6, temperature = 0.8, seed = 5, progress = false })
+    outs[5] = b[1].text .. "|" .. b[2].text .. "|" .. b[3].text
+    return outs
+  end
+  m:generate("Lily and Tom went to", { max_new_tokens = 3 })
+  local n, cached = counting(sweep)
+  T.eq(n, 3 + 3, "the steered calls take the unsteered prompt; the batch takes all three prompts")
+  m:prompt_cache(0)
+  local n2, plain = counting(sweep)
+  T.eq(n2, 1, "off: only the batch's repeat")
+  for i = 1, 5 do T.eq(cached[i], plain[i], "output " .. i) end
+  T.ok(plain[1] ~= plain[4], "the steering changed the text (else this checks little)")
+  m:prompt_cache(256 * 1024 * 1024)
+  -- a generation that a stop string ends is kept too
+  m:generate("Once upon a time", { max_new_tokens = 30, stop = "." })
+  T.eq(m:prompt_cache().entries, 1)
+  -- an abandoned generate_iter is not kept
+  local it = m:generate_iter("The sun was", { max_new_tokens = 5 })
+  it()
+  T.eq(m:prompt_cache().entries, 1)
+  -- at most 8 entries, newest first
+  for i = 1, 10 do m:generate("Tom had " .. i .. " apples", { max_new_tokens = 1 }) end
+  T.eq(m:prompt_cache().entries, 8)
+  n = counting(function() return m:generate("Tom had 10 apples", { max_new_tokens = 1 }) end)
+  T.eq(n, 1, "the newest is kept")
+  n = counting(function() return m:generate("Tom had 1 apples", { max_new_tokens = 1 }) end)
+  T.eq(n, 0, "the oldest was dropped")
+  -- a budget smaller than one entry keeps nothing
+  m:prompt_cache(1000)
+  T.eq(m:prompt_cache().entries, 0)
+  m:generate("Tom had 1 apples", { max_new_tokens = 1 })
+  T.eq(m:prompt_cache().entries, 0)
+end)
+
+T.test("prompt cache: an entry from before an adapter switch serves no one and is dropped", function()
+  local cases = {}
+  for _, e in ipairs(require("seer.core.host").list_dir(lora_dir)) do
+    local ok, cfg = pcall(function() return seer.json.decode(seer.read_file(lora_dir .. "/" .. e .. "/adapter_config.json")) end)
+    if ok and cfg.base_model_name_or_path == "llama" then cases[#cases + 1] = e end
+  end
+  local m = seer.model.load(pdir .. "/llama", { tokenizer = false })
+  m:load_adapter(lora_dir .. "/" .. cases[1])
+  local p = seq(12, 3, m.config.vocab_size)
+  local on = m:generate(p, { max_new_tokens = 5 }).ids
+  T.eq(m:prompt_cache().entries, 1)
+  m:set_adapter(false)
+  local n, off = counting(function() return m:generate(p, { max_new_tokens = 5 }).ids end)
+  T.eq(n, 0, "not taken across the switch")
+  T.eq(m:prompt_cache().entries, 1, "the stale entry dropped, the new one kept")
+  m:prompt_cache(0)
+  T.eq(join(off), join(m:generate(p, { max_new_tokens = 5 }).ids), "without the adapter, as computed")
+  m:set_adapter(true)
+  T.eq(join(on), join(m:generate(p, { max_new_tokens = 5 }).ids), "with it, as computed")
+  T.ok(join(on) ~= join(off), "the adapter changed the tokens (else this checks little)")
 end)
