@@ -723,11 +723,14 @@ static int l_gen_prompt_fresh(lua_State *L) {
 /* keep_prompt() -> bytes, or nil: ends the generator and shrinks it to a donor of its prompt: its
  * KV cache is replaced by one holding only the prompt's positions (the room for the new tokens
  * is given back). nil, changing nothing, where it cannot give its prompt:
- * made without share_prompt, never prefilled, its prompt logits not kept, or on a GPU. bytes:
+ * made without share_prompt, never prefilled, its prompt logits not kept, a capture or function
+ * hook acting on its prompt, or on a GPU. bytes:
  * what the donor now holds (the cache and the prompt logits). */
 static int l_gen_keep_prompt(lua_State *L) {
     gen_ud *g = check_gen(L, 1);
-    if (!g->share || !g->prefilled || !g->plogits || !g->cache || !seer_kv_cache_host(g->cache)) {
+    /* a capture or callback acting on its prompt: no generator could take it (prompt_donor) */
+    if (!g->share || !g->prefilled || !g->plogits || !g->cache || !seer_kv_cache_host(g->cache) ||
+        !seer_hookset_same_on_prompt(g->hooks, g->hooks, g->nprompt)) {
         lua_pushnil(L);
         return 1;
     }

@@ -391,6 +391,12 @@ T.test("prompt cache: a steering sweep from the first new token, a batch after s
   local it = m:generate_iter("The sun was", { max_new_tokens = 5 })
   it()
   T.eq(m:prompt_cache().entries, 1)
+  -- a generation whose prompt a capture or a function hook saw is not kept (none could take it)
+  local cap = I.capture()
+  m:with_hooks({ { "blocks.0.hook_resid_post", cap } }, function() return m:generate("A cat sat", { max_new_tokens = 2 }) end)
+  m:with_hooks({ { "blocks.0.hook_resid_post", function() end } }, function() return m:generate("A cat sat", { max_new_tokens = 2 }) end)
+  T.eq(m:prompt_cache().entries, 1)
+  T.ok(#cap:chunks() > 0)
   -- at most 8 entries, newest first
   for i = 1, 10 do m:generate("Tom had " .. i .. " apples", { max_new_tokens = 1 }) end
   T.eq(m:prompt_cache().entries, 8)
