@@ -31,6 +31,16 @@ function M.against_alone(m, name, seqs, outs, plain, hooks, opts)
   T.ok(changed >= 2, name .. ": the interventions changed at least two continuations (else this test checks nothing)")
 end
 
+-- fn() with the linear layers' GEMM threshold at n (core.gemm_min_tokens; 0: this CPU's), put back
+-- after, whatever fn does
+function M.at_gemm_min(n, fn)
+  local core = require "seer.core.model"
+  local prev = core.gemm_min_tokens(n)
+  local ok, err = pcall(fn)
+  core.gemm_min_tokens(prev)
+  if not ok then error(err, 0) end
+end
+
 -- A bf16 llama made at test time with every width a multiple of 32 (the parity models' 48 and 100
 -- never reach the bf16 units: AMX, or precision = "fast"'s kernel and bf16 KV cache); its directory.
 function M.bf16_llama()

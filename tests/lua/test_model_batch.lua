@@ -22,12 +22,7 @@ local core = require "seer.core.model"
 -- CPU's thresholds and with the linear one forced to 16 (core.gemm_min_tokens), where 17 and
 -- 21 take every GEMM path alone.
 local SETTINGS = { { 0, "" }, { 16, " [linear GEMM from 16 tokens]" } }
-local function at_gemm_min(n, fn)
-  local prev = core.gemm_min_tokens(n)
-  local ok, err = pcall(fn)
-  core.gemm_min_tokens(prev)
-  if not ok then error(err, 0) end
-end
+local at_gemm_min = check.at_gemm_min
 local function join(t) return table.concat(t, ",") end
 -- seqs as one batched forward and one generate_batch (max_batch 4: later ones join) against each
 -- alone, bit for bit; `label` names the case in a failure

@@ -45,12 +45,7 @@ local function equals_alone(m, prompts, outs, opts, label, hooks)
   end
 end
 
-local function at_gemm_min(n, fn)
-  local prev = core.gemm_min_tokens(n)
-  local ok, err = pcall(fn)
-  core.gemm_min_tokens(prev)
-  if not ok then error(err, 0) end
-end
+local at_gemm_min = check.at_gemm_min
 
 -- 6 texts, each 4 times, the repeats apart (rep outer, as an experiment builds a battery)
 local TEXTS = { "Once upon a time", "One day, a little", "There was a big dog", "Lily and Tom went to",
