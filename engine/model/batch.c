@@ -41,7 +41,16 @@ void seer_fb_linear_multi(seer_pool_t *p, const seer_fwd_batch_t *fb, int count,
     }
 }
 
+int seer_fb_begin(const seer_fwd_batch_t *fb, float *x, int D) {
+    if (!fb->from) return 0;
+    for (int s = 0; s < fb->ns; s++)
+        memcpy(x + (size_t)fb->off[s] * (size_t)D, fb->resid[s], sizeof(float) * (size_t)fb->seq[s].n * (size_t)D);
+    return fb->from - 1;
+}
+
 int seer_fb_hook_rows(const seer_fwd_batch_t *fb, seer_hook_point_t p, int layer, float *data, int cols, seer_err_t *err) {
+    /* a pass that begins at a block never passes the embeddings */
+    if (fb->from && (p == SEER_HP_EMBED || p == SEER_HP_POS_EMBED)) return 0;
     for (int s = 0; s < fb->ns; s++) {
         const seer_batch_seq_t *q = &fb->seq[s];
         if (!SEER_HOOKED(q->hk, p, layer)) continue;
@@ -138,6 +147,7 @@ int seer_model_forward_batch(seer_model_t *m, const seer_batch_seq_t *seqs, int 
                                     s + 1);
     }
     if (seer_host_interrupted()) return seer_err_set(err, SEER_EINTR, "interrupted");
+    if (m->gpu && seqs[0].hk && seqs[0].hk->from) return seer_fwd_check_from(m, seqs[0].hk->from, seqs[0].hk->resid, NULL, 1, err);
     if (m->gpu) { /* a decode step in one pass, else one sequence at a time */
         int one = seer_gpu_forward_batch(m, seqs, nseq, err);
         if (one != 0) return one < 0 ? one : 0;
@@ -158,8 +168,28 @@ int seer_model_forward_batch(seer_model_t *m, const seer_batch_seq_t *seqs, int 
         free(off);
         return seer_err_set(err, SEER_ENOMEM, "forward: out of memory for a batch of %d", nseq);
     }
-    seer_fwd_batch_t fb = {.seq = own, .ns = nseq, .off = off, .start = off + nseq + 1, .stop = seqs[0].hk ? seqs[0].hk->stop : 0};
+    int from = seqs[0].hk ? seqs[0].hk->from : 0;
+    const float **resid = from ? malloc(sizeof *resid * (size_t)nseq) : NULL;
+    if (from && !resid) {
+        free(own);
+        free(off);
+        return seer_err_set(err, SEER_ENOMEM, "forward: out of memory for a batch of %d", nseq);
+    }
+    seer_fwd_batch_t fb = {.seq = own, .ns = nseq, .off = off, .start = off + nseq + 1, .stop = seqs[0].hk ? seqs[0].hk->stop : 0,
+                           .from = from, .resid = resid};
     for (int s = 0; s < nseq; s++) {
+        if (from) {
+            const seer_fwd_hooks_t *h = seqs[s].hk;
+            int rc = h && h->from == from ? seer_fwd_check_from(m, from, h->resid, seqs[s].hidden, s + 1, err)
+                                          : seer_err_set(err, SEER_EINVAL, "forward: sequence %d of the batch does not start at block %d as sequence 1 does", s + 1, from - 1);
+            if (rc < 0) {
+                free(own);
+                free(off);
+                free(resid);
+                return rc;
+            }
+            resid[s] = h->resid;
+        }
         own[s] = seqs[s];
         if (own[s].hk && seer_hookset_empty(own[s].hk->set)) own[s].hk = NULL;
         off[s] = fb.N;
@@ -173,11 +203,12 @@ int seer_model_forward_batch(seer_model_t *m, const seer_batch_seq_t *seqs, int 
     int rc = m->arch->forward(m, &fb, err);
     seer_k_fast_bf16 = saved_fast;
     /* A failed pass (a hook raised) must not leave half-written entries counted in a cache, nor
-     * does a stopped one add any. */
-    if (rc < 0)
+     * does a stopped one add any, nor one that began past block 0. */
+    if (rc < 0 || from)
         for (int s = 0; s < nseq; s++) seqs[s].cache->len = fb.start[s];
     if (rc == SEER_ESTOP) rc = 0;
     free(own);
     free(off);
+    free(resid);
     return rc;
 }

@@ -420,9 +420,10 @@ int seer_gemma_forward(seer_model_t *m, const seer_fwd_batch_t *fb, seer_err_t *
     SEER_HOOK_ROWS(SEER_HP_EMBED, -1, x, D); /* before the sqrt(d_model) scale */
     for (size_t i = 0; i < nf * D; i++) x[i] *= s->embed_scale;
     seer_fb_hidden(fb, 0, x, D);
+    int l0 = seer_fb_begin(fb, x, D); /* start_at_layer: the given residual, from block l0 */
 
     float eps = c->rms_norm_eps;
-    for (int l = 0; l < c->num_layers; l++) {
+    for (int l = l0; l < c->num_layers; l++) {
         const gemma_layer_t *L = &s->layers[l];
         SEER_HOOK_ROWS(SEER_HP_RESID_PRE, l, x, D);
         seer_k_rmsnorm(xb, x, n, D, &L->attn_norm, eps, 1);

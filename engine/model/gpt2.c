@@ -132,8 +132,9 @@ static int gpt2_forward(seer_model_t *m, const seer_fwd_batch_t *fb, seer_err_t 
     SEER_HOOK_ROWS(SEER_HP_POS_EMBED, -1, pe, D);
     for (size_t i = 0; i < nf * D; i++) x[i] += pe[i];
     seer_fb_hidden(fb, 0, x, D);
+    int l0 = seer_fb_begin(fb, x, D); /* start_at_layer: the given residual, from block l0 */
 
-    for (int l = 0; l < c->num_layers; l++) {
+    for (int l = l0; l < c->num_layers; l++) {
         const gpt2_layer *L = &s->layers[l];
         SEER_HOOK_ROWS(SEER_HP_RESID_PRE, l, x, D);
         seer_gpt_layernorm(xb, x, n, D, &L->ln1_w, &L->ln1_b, c->rms_norm_eps);

@@ -330,8 +330,9 @@ int seer_decoder_forward(seer_model_t *m, const seer_fwd_batch_t *fb, seer_err_t
         for (size_t i = 0; i < nf * D; i++) x[i] *= st->o.embed_mult;
     SEER_HOOK_ROWS(SEER_HP_EMBED, -1, x, D);
     seer_fb_hidden(fb, 0, x, D);
+    int l0 = seer_fb_begin(fb, x, D); /* start_at_layer: the given residual, from block l0 */
 
-    for (int l = 0; l < c->num_layers; l++) {
+    for (int l = l0; l < c->num_layers; l++) {
         const seer_layer_weights_t *L = &m->layers[l];
         SEER_HOOK_ROWS(SEER_HP_RESID_PRE, l, x, D);
         if (st->o.olmo2) memcpy(xb, x, nf * D * sizeof(float)); /* no pre-norm: the block sees x */

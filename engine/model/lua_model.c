@@ -210,26 +210,47 @@ static int stop_arg(lua_State *L, int idx, seer_model_t *m, const char *what) {
     return strcmp(seer_model_device(m, dev, sizeof dev), "cpu") == 0 ? stop : 0;
 }
 
-/* forward(ids [, hidden_states [, hooks [, batch [, stop_at_layer]]]]) -> logits [n, vocab] for a
+/* The start_at_layer argument at idx: nil -> 0 (from the embeddings), L (0 .. num_layers) -> L + 1
+ * (seer_fwd_hooks_t.from). */
+static int from_arg(lua_State *L, int idx, seer_model_t *m) {
+    if (lua_isnoneornil(L, idx)) return 0;
+    return (int)seer_lua_optint(L, idx, 0, 0, seer_model_config(m)->num_layers, "forward: start_at_layer") + 1;
+}
+
+/* The residual a start_at_layer pass begins with, at idx: a contiguous f32 tensor [n, hidden_size]
+ * (the Lua layer converts what it is given); seq names the sequence in the error. */
+static const float *resid_arg(lua_State *L, int idx, seer_model_t *m, int n, int seq) {
+    seer_tensor_t *t = seer_tensor_test(L, idx);
+    int D = seer_model_config(m)->hidden_size;
+    if (!t || t->dtype != SEER_F32 || t->ndim != 2 || t->shape[0] != n || t->shape[1] != D || !seer_tensor_is_contiguous(t))
+        luaL_error(L, "forward: start_at_layer needs sequence %d's residual as a contiguous f32 tensor [%d, %d]", seq, n, D);
+    return seer_tensor_data(t);
+}
+
+/* forward(ids [, hidden_states [, hooks [, batch [, stop_at_layer [, start_at_layer, resid]]]]]) -> logits [n, vocab] for a
  * fresh sequence (no cache carried over); with hidden_states true also a Lua array of num_layers + 1 tensors
  * [n, hidden_size] as Hugging Face's output_hidden_states: index 1 = embeddings, index i + 1 =
  * residual after layer i - 1, except the last, which is the last layer's output after the
  * final norm (what the head reads; blocks.{L-1}.hook_resid_post is before it). hooks: a
  * list of {hook name, intervention} (seer_hooks_lua_build); batch: the sequence's 1-based index
- * in a batch, for hook functions; stop_at_layer (stop_arg): nil logits where the pass stopped. */
+ * in a batch, for hook functions; stop_at_layer (stop_arg): nil logits where the pass stopped;
+ * start_at_layer (from_arg) with resid, the [n, hidden_size] residual entering that block
+ * (seer_fwd_hooks_t.from; ids: n valid ids, not read). */
 static int l_forward(lua_State *L) {
-    lua_settop(L, 6); /* fixed argument slots: read_ids pushes above them */
+    lua_settop(L, 8); /* fixed argument slots: read_ids pushes above them */
     seer_model_t *m = check_model(L, 1);
     const seer_model_config_t *c = seer_model_config(m);
     int want_hidden = lua_toboolean(L, 3);
     int batch = (int)seer_lua_optint(L, 5, 1, 1, INT32_MAX, "forward: batch") - 1;
     int stop = stop_arg(L, 6, m, "forward: stop_at_layer");
+    int from = from_arg(L, 7, m);
     if (stop && want_hidden) return luaL_error(L, "forward: stop_at_layer and hidden_states cannot be asked together");
     int n;
     int32_t *ids = read_ids(L, 2, &n);
     if (n == 0) return luaL_error(L, "forward: empty token list");
+    const float *resid = from ? resid_arg(L, 8, m, n, 1) : NULL;
     seer_hookset_t *hs = seer_hooks_lua_build(L, 4, c->num_layers, seer_model_hook_mask(m));
-    seer_fwd_hooks_t hk = {.set = hs, .prompt_len = n, .batch = batch, .user = L, .stop = stop};
+    seer_fwd_hooks_t hk = {.set = hs, .prompt_len = n, .batch = batch, .user = L, .stop = stop, .from = from, .resid = resid};
     seer_err_t err;
     seer_kv_cache_t *kv = NULL;
     int64_t shape[2] = {n, c->vocab_size};
@@ -295,37 +316,40 @@ static int l_hooksets_gc(lua_State *L) {
     return 0;
 }
 
-/* forward_batch({ids...}, hooks, batch, stop_at_layer) -> {logits...}: every sequence (a fresh
- * cache each) in one batched forward call; logits i is [n_i, vocab]. hooks: nil, or a table whose
- * entry i is sequence i's hook list ({hook name, intervention} pairs; nil: none); hook functions
- * see hook.batch = batch[i] (default i). stop_at_layer: as forward's (an empty table of logits
- * where the pass stopped). */
+/* forward_batch({ids...}, hooks, batch, stop_at_layer, start_at_layer, {resid...}) -> {logits...}:
+ * every sequence (a fresh cache each) in one batched forward call; logits i is [n_i, vocab].
+ * hooks: nil, or a table whose entry i is sequence i's hook list ({hook name, intervention}
+ * pairs; nil: none); hook functions see hook.batch = batch[i] (default i). stop_at_layer: as
+ * forward's (an empty table of logits where the pass stopped); start_at_layer: as forward's, with
+ * resid[i] sequence i's residual. */
 static int l_forward_batch(lua_State *L) {
     seer_model_t *m = check_model(L, 1);
     int stop = stop_arg(L, 5, m, "forward: stop_at_layer");
-    lua_settop(L, 4); /* the slots below are numbered from here */
+    int from = from_arg(L, 6, m);
+    lua_settop(L, 7); /* the slots below are numbered from here */
+    if (from) luaL_checktype(L, 7, LUA_TTABLE);
     int bidx = lua_istable(L, 4) ? 4 : 0;
     const seer_model_config_t *c = seer_model_config(m);
     luaL_checktype(L, 2, LUA_TTABLE);
     int ns = (int)lua_objlen(L, 2);
     if (ns == 0) return luaL_error(L, "forward: an empty batch");
     int has_hooks = lua_istable(L, 3);
-    hooksets_ud *hs = lua_newuserdata(L, sizeof *hs + sizeof(seer_hookset_t *) * (size_t)ns); /* 5 */
+    hooksets_ud *hs = lua_newuserdata(L, sizeof *hs + sizeof(seer_hookset_t *) * (size_t)ns); /* 8 */
     hs->n = 0;
     luaL_getmetatable(L, HOOKSETS_MT);
     lua_setmetatable(L, -2);
-    seer_batch_seq_t *seqs = lua_newuserdata(L, sizeof(seer_batch_seq_t) * (size_t)ns);    /* 6 */
-    seer_fwd_hooks_t *hks = lua_newuserdata(L, sizeof(seer_fwd_hooks_t) * (size_t)ns);     /* 7 */
-    seer_kv_cache_t **kvs = lua_newuserdata(L, sizeof(seer_kv_cache_t *) * (size_t)ns);    /* 8 */
-    lua_createtable(L, ns, 0);                                                               /* 9: the results */
-    lua_createtable(L, ns, 0);                                                               /* 10: id arrays */
+    seer_batch_seq_t *seqs = lua_newuserdata(L, sizeof(seer_batch_seq_t) * (size_t)ns);    /* 9 */
+    seer_fwd_hooks_t *hks = lua_newuserdata(L, sizeof(seer_fwd_hooks_t) * (size_t)ns);     /* 10 */
+    seer_kv_cache_t **kvs = lua_newuserdata(L, sizeof(seer_kv_cache_t *) * (size_t)ns);    /* 11 */
+    lua_createtable(L, ns, 0);                                                               /* 12: the results */
+    lua_createtable(L, ns, 0);                                                               /* 13: id arrays */
     memset(kvs, 0, sizeof(seer_kv_cache_t *) * (size_t)ns);
     for (int i = 0; i < ns; i++) {
         lua_rawgeti(L, 2, i + 1);
         if (!lua_istable(L, -1)) return luaL_error(L, "forward: sequence %d is not a list of token ids", i + 1);
         int n;
         int32_t *ids = read_ids(L, lua_gettop(L), &n);
-        lua_rawseti(L, 10, i + 1); /* keeps the id array alive */
+        lua_rawseti(L, 13, i + 1); /* keeps the id array alive */
         lua_pop(L, 1);
         if (n == 0) return luaL_error(L, "forward: sequence %d has no tokens", i + 1);
         seer_hookset_t *set = NULL;
@@ -341,7 +365,13 @@ static int l_forward_batch(lua_State *L) {
             b = (int)seer_lua_optint(L, -1, i + 1, 1, INT32_MAX, "forward: batch index") - 1;
             lua_pop(L, 1);
         }
-        hks[i] = (seer_fwd_hooks_t){.set = set, .prompt_len = n, .batch = b, .user = L, .stop = stop};
+        const float *resid = NULL;
+        if (from) {
+            lua_rawgeti(L, 7, i + 1); /* the table in slot 7 keeps the tensor alive */
+            resid = resid_arg(L, lua_gettop(L), m, n, i + 1);
+            lua_pop(L, 1);
+        }
+        hks[i] = (seer_fwd_hooks_t){.set = set, .prompt_len = n, .batch = b, .user = L, .stop = stop, .from = from, .resid = resid};
         float *lg = NULL;
         if (!stop) { /* a stopped pass makes no logits */
             int64_t shape[2] = {n, c->vocab_size};
@@ -349,7 +379,7 @@ static int l_forward_batch(lua_State *L) {
             if (!t) return luaL_error(L, "forward: out of memory for the logits of sequence %d", i + 1);
             seer_tensor_push(L, t);
             seer_tensor_release(t);
-            lua_rawseti(L, 9, i + 1);
+            lua_rawseti(L, 12, i + 1);
             lg = seer_tensor_data(t);
         }
         seqs[i] = (seer_batch_seq_t){.tokens = ids, .n = n, .logits = lg, .all_logits = 1, .hk = &hks[i]};
@@ -361,7 +391,7 @@ static int l_forward_batch(lua_State *L) {
     if (rc == 0) rc = seer_model_forward_batch(m, seqs, ns, &err);
     for (int i = 0; i < ns; i++) seer_kv_cache_free(kvs[i]);
     if (rc < 0) return raise_err(L, &err);
-    lua_pushvalue(L, 9);
+    lua_pushvalue(L, 12);
     return 1;
 }
 

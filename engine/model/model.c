@@ -560,6 +560,20 @@ static int check_forward(const seer_model_t *m, const seer_kv_cache_t *c, const 
     return 0;
 }
 
+int seer_fwd_check_from(const seer_model_t *m, int from, const float *resid, const float *hidden, int seq, seer_err_t *err) {
+    /* from: seer_fwd_hooks_t.from, the block + 1 */
+    char which[32] = "";
+    if (seq > 0) snprintf(which, sizeof which, " (sequence %d)", seq);
+    if (from < 1 || from > m->cfg.num_layers + 1)
+        return seer_err_set(err, SEER_EINVAL, "forward: start_at_layer %d%s is outside 0 .. %d", from - 1, which, m->cfg.num_layers);
+    if (!resid)
+        return seer_err_set(err, SEER_EINVAL, "forward: start_at_layer %d%s needs the residual entering that block", from - 1, which);
+    if (hidden) return seer_err_set(err, SEER_EINVAL, "forward: start_at_layer and hidden states cannot be asked together");
+    if (m->gpu)
+        return seer_err_set(err, SEER_EINVAL, "forward: start_at_layer runs on a CPU model; this one is on a GPU (load it with device = \"cpu\")");
+    return 0;
+}
+
 int seer_model_forward_hooked(seer_model_t *m, seer_kv_cache_t *c, const int32_t *tokens, int n, float *logits,
                               int all_logits, float *hidden, const seer_fwd_hooks_t *hk, seer_err_t *err) {
     int rc = check_forward(m, c, tokens, n, err);
@@ -567,7 +581,9 @@ int seer_model_forward_hooked(seer_model_t *m, seer_kv_cache_t *c, const int32_t
     /* Ctrl-C / a kernel interrupt: long C work stops between passes (and, in
      * seer_fwd_attention, between layers) instead of running to the end. */
     if (seer_host_interrupted()) return seer_err_set(err, SEER_EINTR, "interrupted");
-    int start = c->len, stop = hk ? hk->stop : 0;
+    int start = c->len, stop = hk ? hk->stop : 0, from = hk ? hk->from : 0;
+    const float *resid = hk ? hk->resid : NULL;
+    if (from && (rc = seer_fwd_check_from(m, from, resid, hidden, 0, err)) < 0) return rc;
     if (hk && seer_hookset_empty(hk->set)) hk = NULL;
     int saved_fast = seer_k_fast_bf16; /* a hook may run another model's forward inside this one */
     seer_k_fast_bf16 = m->fast_bf16;
@@ -577,13 +593,15 @@ int seer_model_forward_hooked(seer_model_t *m, seer_kv_cache_t *c, const int32_t
         seer_batch_seq_t one = {.cache = c, .tokens = tokens, .n = n, .logits = logits, .all_logits = all_logits,
                                 .hidden = hidden, .hk = hk};
         int off[3] = {0, n, start};
-        seer_fwd_batch_t fb = {.seq = &one, .ns = 1, .N = n, .off = off, .start = off + 2, .max_len = c->max_tokens, .stop = stop};
+        seer_fwd_batch_t fb = {.seq = &one, .ns = 1, .N = n, .off = off, .start = off + 2, .max_len = c->max_tokens, .stop = stop,
+                               .from = from, .resid = &resid};
         rc = m->arch->forward(m, &fb, err);
     }
     seer_k_fast_bf16 = saved_fast;
     /* A failed pass (a hook raised) must not leave half-written entries counted in the cache, nor
-     * does a stopped one add any. */
-    if (rc < 0) c->len = start;
+     * does a stopped one add any, nor one that began past block 0 (its earlier blocks have no keys
+     * and values for these positions). */
+    if (rc < 0 || from) c->len = start;
     return rc == SEER_ESTOP ? 0 : rc;
 }
 

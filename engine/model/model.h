@@ -150,6 +150,15 @@ typedef struct seer_fwd_hooks {
      * and nothing added to the cache (TransformerLens's stop_at_layer; a CPU model only, a GPU
      * model runs the whole pass). In a batch, the first sequence's stop is the batch's. */
     int stop;
+    /* 0: the whole pass from the embeddings. L + 1 (L from 0 to num_layers): begin where block L begins, with
+     * resid ([n][hidden_size] floats, the residual entering block L, blocks.L.hook_resid_pre) in
+     * place of the embeddings: no embedding hooks, blocks L .. on, then the final norm and the
+     * logits (TransformerLens's start_at_layer; L = num_layers: only those). The tokens are not
+     * read (any valid ids), hidden states cannot be asked, nothing is added to the cache (its
+     * earlier blocks would have no keys and values), a CPU model only. In a batch, every sequence
+     * must give the same L and its own resid. */
+    int from;
+    const float *resid;
 } seer_fwd_hooks_t;
 
 /* seer_model_forward_ex with hooks (hk may be NULL). */

@@ -44,6 +44,10 @@ typedef struct seer_fwd_batch {
     int *start;  /* [ns]: len(cache) before the call */
     int max_len; /* the largest cache size (attention scratch rows) */
     int stop;    /* seer_fwd_hooks_t.stop: the pass returns SEER_ESTOP there */
+    /* seer_fwd_hooks_t.from (0: the embeddings): the pass begins at block `from - 1`, each
+     * sequence's rows from resid[s] ([n][hidden_size]) instead of its embeddings (seer_fb_begin) */
+    int from;
+    const float *const *resid;
 } seer_fwd_batch_t;
 typedef int (*seer_arch_forward_fn)(struct seer_model *m, const seer_fwd_batch_t *fb, seer_err_t *err);
 
@@ -299,6 +303,12 @@ int seer_fb_hook_heads(const seer_fwd_batch_t *fb, seer_hook_point_t p, int laye
                        seer_err_t *err);
 /* For forward functions with the locals fb, err, rc and an `out:` label that frees their
  * buffers: run the hooks at a point and leave on error. */
+/* Checks a start_at_layer request (seer_fwd_hooks_t.from and .resid; seq: a batch's sequence
+ * number for the error, 0 alone). */
+int seer_fwd_check_from(const struct seer_model *m, int from, const float *resid, const float *hidden, int seq, seer_err_t *err);
+/* After an architecture computed its embeddings into x: with fb->from > 0, overwrites x with
+ * each sequence's given residual. Returns the first block to run (fb->from - 1, else 0). */
+int seer_fb_begin(const seer_fwd_batch_t *fb, float *x, int D);
 #define SEER_HOOK_ROWS(p, layer, data, cols)                                                   \
     do {                                                                                       \
         if ((rc = seer_fb_hook_rows(fb, (p), (layer), (data), (cols), err)) < 0) goto out;      \

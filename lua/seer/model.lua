@@ -268,17 +268,81 @@ end
 ---0-based names), each [n, d_model], except the last entry, the last layer's output after the
 ---final norm (so `hidden[#hidden]` is HF's `hidden_states[-1]`); the residual before that norm is
 ---`blocks.{L-1}.hook_resid_post` (run_with_cache).
----@param ids integer[]|integer[][]|string
----@param opts? {hidden_states?: boolean}
+---`{start_at_layer = L}` (TransformerLens's): the input is the residual stream entering block
+---L (`blocks.L.hook_resid_pre`), a `[n, d_model]` tensor or a list of them (a batch), and only
+---blocks L .. on, the final norm and the unembedding run (L = num_hidden_layers: only those; a
+---negative L counts from the end); the hooks of the blocks it runs and ln_final run, the
+---embedding hooks do not. Given the residual a whole pass had there, the logits are that pass's,
+---bit for bit (a CPU model only).
+---@param ids integer[]|integer[][]|string|seer.Tensor|seer.Tensor[]
+---@param opts? {hidden_states?: boolean, start_at_layer?: integer}
 ---@return any logits, table? mask_or_hidden
 function Model:forward(ids, opts)
   return self:_forward(ids, opts)
 end
 
+local function shape_of(t)
+  local d = {}
+  for i = 1, t:dim() do d[i] = t:size(i) end
+  return "[" .. table.concat(d, ", ") .. "]"
+end
+
+-- start_at_layer's checks: the block (negative from the end) and the residual rows, one tensor or
+-- a list of them; returns the block, the f32 contiguous tensors and whether it was a list
+local function start_inputs(self, input, L, where, level)
+  local nl, d = self.config.num_hidden_layers, self.config.hidden_size
+  if L ~= math.floor(L) or L < -nl or L > nl then
+    fail(("%s: start_at_layer must be a whole number from %d to %d (negative: from the end), got %s"):format(where, -nl, nl, tostring(L)), level + 1)
+  end
+  if L < 0 then L = L + nl end
+  if self.device ~= "cpu" then
+    fail(("%s: start_at_layer runs on a CPU model; this one is on %s"):format(where, self.device), level + 1)
+  end
+  local T = require "seer.tensor"
+  local list = type(input) == "table" and not T.is_tensor(input)
+  local items = list and input or { input }
+  if list then check_list(where, input, "residual", level + 1) end
+  local out = {}
+  for b, t in ipairs(items) do
+    local what = list and ("residual %d"):format(b) or "the residual"
+    if not T.is_tensor(t) or t:dim() ~= 2 or t:size(2) ~= d or t:size(1) < 1 then
+      fail(("%s: with start_at_layer the input is the residual entering block %d: a [n, %d] tensor or a list of them; %s is %s")
+        :format(where, L, d, what, T.is_tensor(t) and ("a tensor of shape " .. shape_of(t)) or type(t)), level + 1)
+    end
+    out[b] = (t:dtype() == "f32" and t or t:to("f32")):contiguous()
+  end
+  return L, out, list
+end
+
 -- forward with per_seq[b], extra hook entries for sequence b of a list (run_with_hooks).
 function Model:_forward(ids, opts, per_seq)
-  opts = check_opts("forward", opts, { hidden_states = "boolean" })
+  opts = check_opts("forward", opts, { hidden_states = "boolean", start_at_layer = "number" })
   local hooks = self:_hook_list()
+  if opts.start_at_layer ~= nil then
+    if opts.hidden_states then fail("forward: start_at_layer and hidden_states cannot be asked together", 2) end
+    local L, rs, list = start_inputs(self, ids, opts.start_at_layer, "forward", 2)
+    local zeros = function(n) local z = {} for i = 1, n do z[i] = 0 end return z end
+    if not list then
+      if per_seq and per_seq[1] then hooks = self:_hook_list(per_seq[1]) end
+      return self._c:forward(zeros(rs[1]:size(1)), false, hooks, nil, nil, L, rs[1])
+    end
+    local T = require "seer.tensor"
+    local seqs, per, longest = {}, {}, 0
+    for b, r in ipairs(rs) do
+      seqs[b] = zeros(r:size(1))
+      longest = math.max(longest, #seqs[b])
+      per[b] = per_seq and per_seq[b] and self:_hook_list(per_seq[b]) or hooks
+    end
+    local res = self._c:forward_batch(seqs, (hooks or per_seq) and per or nil, nil, nil, L, rs)
+    local out, mask = T.zeros(#seqs, longest, self.config.vocab_size), {}
+    for b, sq in ipairs(seqs) do
+      out:select(1, b):narrow(1, longest - #sq + 1, #sq):copy_(res[b])
+      local row, pad = {}, longest - #sq
+      for i = 1, longest do row[i] = i > pad and 1 or 0 end
+      mask[b] = row
+    end
+    return out, mask
+  end
   if opts.hidden_states then
     if type(ids) == "table" and type(ids[1]) == "table" then fail("forward: hidden_states works on one sequence at a time", 2) end
     return self._c:forward(to_ids(self, ids, "forward"), true, hooks)
@@ -1049,15 +1113,22 @@ function Model:reset_hooks() self._hooks = {} end
 ---Logits with hooks for this call only. For a list of sequences (run as one batch),
 ---`per_sequence[b]` is a further hook list for sequence b alone (a sweep of interventions in
 ---one pass over the weights; each sequence's logits are what it gives alone with its hooks).
----@param input integer[]|integer[][]|string
----@param opts {fwd_hooks?: table, per_sequence?: table<integer, table>}
+---`start_at_layer = L`: the input is the residual entering block L, a `[n, d_model]` tensor or a
+---list of them (see `forward`); only blocks L .. on run (a patch at block L needs nothing before
+---it computed again).
+---@param input integer[]|integer[][]|string|seer.Tensor|seer.Tensor[]
+---@param opts {fwd_hooks?: table, per_sequence?: table<integer, table>, start_at_layer?: integer}
 ---@return seer.Tensor logits, table? mask
 function Model:run_with_hooks(input, opts)
-  opts = check_opts("run_with_hooks", opts, { fwd_hooks = "table", per_sequence = "table" })
+  opts = check_opts("run_with_hooks", opts, { fwd_hooks = "table", per_sequence = "table", start_at_layer = "number" })
   local entries = compile_hooks(self, opts.fwd_hooks or {}, "run_with_hooks", 2)
   local per
+  local start = opts.start_at_layer
+  local T = require "seer.tensor"
+  -- a list: of token-id lists, or with start_at_layer of residual tensors
+  local is_list = type(input) == "table" and (type(input[1]) == "table" or (start ~= nil and not T.is_tensor(input)))
   if opts.per_sequence then
-    if not (type(input) == "table" and type(input[1]) == "table") then
+    if not is_list then
       fail("run_with_hooks: per_sequence needs a list of sequences", 2)
     end
     per = {}
@@ -1070,7 +1141,11 @@ function Model:run_with_hooks(input, opts)
   end
   -- one sequence's ids are checked here, where an error can name the caller's line (inside the
   -- pcall below it could not)
-  if not (type(input) == "table" and type(input[1]) == "table") then input = to_ids(self, input, "run_with_hooks") end
+  if start ~= nil then
+    start_inputs(self, input, start, "run_with_hooks", 2) -- checked here, where an error can name the caller's line
+  elseif not is_list then
+    input = to_ids(self, input, "run_with_hooks")
+  end
   -- the interventions made for this call, counted while it runs (below)
   local mine, order = {}, {}
   local function note(list)
@@ -1082,7 +1157,7 @@ function Model:run_with_hooks(input, opts)
   for _, list in pairs(per or {}) do note(list) end
   for _, iv in ipairs(order) do iv:hits(true) end
   attach(self, entries)
-  local res = { pcall(self._forward, self, input, nil, per) }
+  local res = { pcall(self._forward, self, input, start and { start_at_layer = start } or nil, per) }
   detach(self, entries)
   if not res[1] then error(res[2], 0) end
   -- An intervention of this call whose positions, from/to or only_prompt select no position of

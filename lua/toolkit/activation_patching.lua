@@ -175,10 +175,18 @@ function M.patch_sweep(model, clean_input, corrupt_input, metric, opts)
   local names = {}
   for i, l in ipairs(layers) do names[i] = ("blocks.%d.%s"):format(l, point) end
   local clean_logits, cache = model:run_with_cache(clean, { names = names })
+  -- the corrupt run's residual entering each patched block: a patch at block l changes nothing
+  -- before it, so each layer's batch begins there (start_at_layer) instead of at the embeddings,
+  -- with the bits a whole patched pass gives (a GPU model runs whole passes)
+  local starts = {}
+  if model.device == "cpu" and model.run_with_hooks then
+    for i, l in ipairs(layers) do starts[i] = ("blocks.%d.hook_resid_pre"):format(l) end
+  end
+  local corrupt_logits, corrupt_cache = model:run_with_cache(corrupt, { names = starts })
   local info = {
     layers = layers, positions = positions,
     clean = score(metric, clean_logits, where),
-    corrupt = score(metric, model:forward(corrupt), where),
+    corrupt = score(metric, corrupt_logits, where),
   }
   local out = tensor.zeros(#layers, #positions)
   -- One batch per layer: a copy of the corrupt input per position, each with its own patch
@@ -191,11 +199,12 @@ function M.patch_sweep(model, clean_input, corrupt_input, metric, opts)
     local saved = cache[name]
     if saved == nil then error(where .. ": no hook point " .. name, 2) end
     local inputs, per = {}, {}
+    local from = starts[i] and corrupt_cache[starts[i]]
     for j, pr in ipairs(pairs_) do
-      inputs[j] = corrupt
+      inputs[j] = from or corrupt
       per[j] = { { name, patch_at(I, saved, name, { pr }, where) } }
     end
-    local logits = model:run_with_hooks(inputs, { per_sequence = per })
+    local logits = model:run_with_hooks(inputs, { per_sequence = per, start_at_layer = from and layers[i] or nil })
     for j = 1, #positions do out[{ i, j }] = score(metric, logits:select(1, j):narrow(1, logits:size(2) - n + 1, n), where) end
   end
   bar:finish("layer %d/%d (%d positions each)", #names, #names, #positions)
