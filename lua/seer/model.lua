@@ -305,6 +305,10 @@ local function start_inputs(self, input, L, where, level)
   local out = {}
   for b, t in ipairs(items) do
     local what = list and ("residual %d"):format(b) or "the residual"
+    if T.is_tensor(t) and t:dim() == 3 and not list then
+      fail(("%s: with start_at_layer a batch is a list of [n, %d] residuals, not a %s tensor (a left-padded batch's rows "
+        .. "include its pads: pass resid:select(1, b):narrow(1, pad + 1, n_b) for each sequence b)"):format(where, d, shape_of(t)), level + 1)
+    end
     if not T.is_tensor(t) or t:dim() ~= 2 or t:size(2) ~= d or t:size(1) < 1 then
       fail(("%s: with start_at_layer the input is the residual entering block %d: a [n, %d] tensor or a list of them; %s is %s")
         :format(where, L, d, what, T.is_tensor(t) and ("a tensor of shape " .. shape_of(t)) or type(t)), level + 1)

@@ -100,6 +100,8 @@ T.test("start_at_layer: errors name the problem and the fix", function()
   T.raises(function() m:forward(tensor.zeros(3, d + 1), { start_at_layer = 1 }) end, ("the residual is a tensor of shape [3, %d]"):format(d + 1), true)
   T.raises(function() m:forward({ r, tensor.zeros(2) }, { start_at_layer = 1 }) end, "residual 2 is a tensor of shape [2]", true)
   T.raises(function() m:forward(r, { start_at_layer = 1, hidden_states = true }) end, "cannot be asked together", true)
+  local padded = m:run_with_cache({ seq(3, 1, m.config.vocab_size), seq(2, 2, m.config.vocab_size) }, { names = {}, stop_at_layer = 1 })
+  T.raises(function() m:forward(padded, { start_at_layer = 1 }) end, "a batch is a list of [n, " .. d .. "] residuals", true)
   T.raises(function() m:run_with_hooks(r, { start_at_layer = 1, per_sequence = {} }) end, "per_sequence needs a list", true)
   -- the core refuses a residual that is not [n, hidden_size] f32 even if the Lua layer is bypassed
   T.raises(function() m._c:forward({ 0, 0, 0 }, false, nil, nil, nil, 1, tensor.zeros(2, d)) end, "contiguous f32 tensor [3, " .. d .. "]", true)
