@@ -1200,15 +1200,36 @@ end
 ---holds only the points the pass reaches (a name past them is left out; reading it is an error
 ---saying so). Every value is what the whole pass gives, bit for bit; on a CPU the rest of the
 ---model and the unembedding are not computed (a 20-layer extraction from a 40-layer model costs
----about half), on a GPU the whole pass runs.
----@param input integer[]|integer[][]|string
----@param opts? {names?: string|string[]|fun(name: string): boolean, positions?: integer[], stop_at_layer?: integer}
+---about half), on a GPU the whole pass runs. `start_at_layer = L`: the input is the residual
+---entering block L, a `[n, d_model]` tensor or a list of them (see `forward`); the cache holds
+---the points of blocks L .. on and ln_final (with `stop_at_layer` too, those in between).
+---@param input integer[]|integer[][]|string|seer.Tensor|seer.Tensor[]
+---@param opts? {names?: string|string[]|fun(name: string): boolean, positions?: integer[], stop_at_layer?: integer, start_at_layer?: integer}
 ---@return seer.Tensor logits_or_resid, table<string, seer.Tensor> cache
 function Model:run_with_cache(input, opts)
-  opts = check_opts("run_with_cache", opts, { names = "any", positions = "table", stop_at_layer = "number" })
+  opts = check_opts("run_with_cache", opts, { names = "any", positions = "table", stop_at_layer = "number", start_at_layer = "number" })
   local names = match_names(self, opts.names or function() return true end, "run_with_cache", 2)
   local nl = self.config.num_hidden_layers
   local stop = opts.stop_at_layer
+  -- start_at_layer: the input is the residual entering that block (one tensor or a list), the
+  -- token ids placeholders (never read); the points before the block are never reached
+  local start, resids, res_list
+  if opts.start_at_layer ~= nil then
+    start, resids, res_list = start_inputs(self, input, opts.start_at_layer, "run_with_cache", 2)
+    local kept = {}
+    for _, n in ipairs(names) do
+      local b = n:match("^blocks%.(%d+)%.")
+      if (b and tonumber(b) >= start) or n:find("^ln_final") then kept[#kept + 1] = n end
+    end
+    names = kept
+    local placeholders = {}
+    for i, r in ipairs(resids) do
+      local z = {}
+      for k = 1, r:size(1) do z[k] = 0 end
+      placeholders[i] = z
+    end
+    input = res_list and placeholders or placeholders[1]
+  end
   local resid_name
   if stop ~= nil then
     if stop ~= math.floor(stop) or stop < -nl or stop > nl then
@@ -1216,6 +1237,9 @@ function Model:run_with_cache(input, opts)
         :format(-nl, nl, tostring(stop)), 2)
     end
     if stop < 0 then stop = stop + nl end
+    if start and stop < start then
+      fail(("run_with_cache: stop_at_layer (%d) is before start_at_layer (%d)"):format(stop, start), 2)
+    end
     local kept = {}
     for _, n in ipairs(names) do
       local b, rest = n:match("^blocks%.(%d+)%.(.+)$")
@@ -1284,7 +1308,7 @@ function Model:run_with_cache(input, opts)
   end
   local function run_one(ids, b, want)
     local caps, extra = captures()
-    local logits = self._c:forward(ids, false, self:_hook_list(extra), b, stop)
+    local logits = self._c:forward(ids, false, self:_hook_list(extra), b, stop, start, resids and resids[b])
     if resid_name then logits = caps.resid:tensor() end
     return logits, collect(caps, ids, want)
   end
@@ -1296,7 +1320,7 @@ function Model:run_with_cache(input, opts)
       caps[b], extra = captures()
       hooks[b] = self:_hook_list(extra)
     end
-    local logits = self._c:forward_batch(seqs, hooks, nil, stop)
+    local logits = self._c:forward_batch(seqs, hooks, nil, stop, start, resids)
     if resid_name then
       logits = {}
       for b = 1, #seqs do logits[b] = caps[b].resid:tensor() end
@@ -1305,7 +1329,11 @@ function Model:run_with_cache(input, opts)
     for b, s in ipairs(seqs) do per[b] = collect(caps[b], s, wants[b]) end
     return logits, per
   end
-  local cache = cache_table(names, stop and ("(the pass stopped where block %d begins: stop_at_layer = %d)"):format(stop, stop))
+  local why = stop and ("(the pass stopped where block %d begins: stop_at_layer = %d)"):format(stop, stop)
+  if start then
+    why = ("(the pass began at block %d: start_at_layer = %d%s)"):format(start, start, why and (", and " .. why:sub(2, -2)) or "")
+  end
+  local cache = cache_table(names, why)
   if type(input) == "table" and type(input[1]) == "table" then
     check_list("run_with_cache", input, "sequence", 2)
     local T = require "seer.tensor"

@@ -16,6 +16,8 @@ table.sort(names)
 assert(#names >= 20, "the parity models are missing from " .. pdir)
 
 local function maxdiff(a, b) return (a - b):abs():max() end
+-- 0 when a and b hold the same values, -inf entries (masked attention scores) included
+local function differ(a, b) return (a:clamp(-3e38, 3e38) - b:clamp(-3e38, 3e38)):abs():max() end
 local function seq(n, k, vocab)
   local s = {}
   for i = 1, n do s[i] = (i * 7 + k * 13) % (vocab - 1) + 1 end
@@ -109,4 +111,39 @@ T.test("start_at_layer: errors name the problem and the fix", function()
   -- a bf16 residual is widened (exactly) first
   local lg = m:forward(r:to("bf16"), { start_at_layer = 1 })
   T.eq(maxdiff(lg, m:forward(r:to("bf16"):to("f32"), { start_at_layer = 1 })), 0)
+end)
+
+T.test("run_with_cache from a block: the points it reaches are the whole pass's, the rest absent; with stop_at_layer; a batch", function()
+  for _, name in ipairs({ "llama", "gpt2", "gemma2", "gpt_neox" }) do
+    local m = seer.model.load(pdir .. "/" .. name, { tokenizer = false })
+    local V, nl = m.config.vocab_size, m.config.num_hidden_layers
+    local ids = seq(9, 4, V)
+    local full, fc = m:run_with_cache(ids)
+    local L = 1
+    local lg, c = m:run_with_cache(resid_at(m, ids, L), { start_at_layer = L })
+    T.eq(maxdiff(lg, full), 0, name .. ": logits")
+    local n_checked = 0
+    for _, hn in ipairs(m:hook_names()) do
+      local b = hn:match("^blocks%.(%d+)%.")
+      if (b and tonumber(b) >= L) or hn:find("^ln_final") then
+        T.eq(differ(c[hn], fc[hn]), 0, name .. ": " .. hn)
+        n_checked = n_checked + 1
+      else
+        T.raises(function() return c[hn] end, "the pass began at block 1", true)
+      end
+    end
+    T.ok(n_checked > 10, name .. ": points compared")
+    -- from block 1 to block nl - 1: the residual entering it in place of the logits
+    local r, c2 = m:run_with_cache(resid_at(m, ids, L), { start_at_layer = L, stop_at_layer = nl - 1, names = "hook_resid_post$" })
+    T.eq(maxdiff(r, fc[("blocks.%d.hook_resid_pre"):format(nl - 1)]), 0, name .. ": start and stop")
+    T.eq(maxdiff(c2[("blocks.%d.hook_resid_post"):format(L)], fc[("blocks.%d.hook_resid_post"):format(L)]), 0)
+    T.raises(function() m:run_with_cache(resid_at(m, ids, 2), { start_at_layer = 2, stop_at_layer = 1 }) end, "stop_at_layer (1) is before start_at_layer (2)", true)
+    -- a batch of two residuals of different lengths: each its own cache, left-padded
+    local ids2 = seq(4, 5, V)
+    local bl, bc = m:run_with_cache({ resid_at(m, ids, L), resid_at(m, ids2, L) }, { start_at_layer = L, names = "hook_resid_post$" })
+    local _, c_two = m:run_with_cache(ids2, { names = "hook_resid_post$" })
+    local last = ("blocks.%d.hook_resid_post"):format(nl - 1)
+    T.eq(maxdiff(bc[last]:select(1, 2):narrow(1, 6, 4), c_two[last]), 0, name .. ": batch, sequence 2")
+    T.eq(maxdiff(bl:select(1, 1), full), 0, name .. ": batch, sequence 1's logits")
+  end
 end)
