@@ -147,7 +147,8 @@ int seer_model_forward_batch(seer_model_t *m, const seer_batch_seq_t *seqs, int 
                                     s + 1);
     }
     if (seer_host_interrupted()) return seer_err_set(err, SEER_EINTR, "interrupted");
-    if (m->gpu && seqs[0].hk && seqs[0].hk->from) return seer_fwd_check_from(m, seqs[0].hk->from, seqs[0].hk->resid, NULL, 1, err);
+    if (m->gpu && seqs[0].hk && seqs[0].hk->from)
+        return seer_fwd_check_from(m, seqs[0].hk->from, seqs[0].hk->stop, seqs[0].hk->resid, NULL, 1, err);
     if (m->gpu) { /* a decode step in one pass, else one sequence at a time */
         int one = seer_gpu_forward_batch(m, seqs, nseq, err);
         if (one != 0) return one < 0 ? one : 0;
@@ -180,7 +181,7 @@ int seer_model_forward_batch(seer_model_t *m, const seer_batch_seq_t *seqs, int 
     for (int s = 0; s < nseq; s++) {
         if (from) {
             const seer_fwd_hooks_t *h = seqs[s].hk;
-            int rc = h && h->from == from ? seer_fwd_check_from(m, from, h->resid, seqs[s].hidden, s + 1, err)
+            int rc = h && h->from == from ? seer_fwd_check_from(m, from, fb.stop, h->resid, seqs[s].hidden, s + 1, err)
                                           : seer_err_set(err, SEER_EINVAL, "forward: sequence %d of the batch does not start at block %d as sequence 1 does", s + 1, from - 1);
             if (rc < 0) {
                 free(own);

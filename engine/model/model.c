@@ -560,8 +560,9 @@ static int check_forward(const seer_model_t *m, const seer_kv_cache_t *c, const 
     return 0;
 }
 
-int seer_fwd_check_from(const seer_model_t *m, int from, const float *resid, const float *hidden, int seq, seer_err_t *err) {
-    /* from: seer_fwd_hooks_t.from, the block + 1 */
+int seer_fwd_check_from(const seer_model_t *m, int from, int stop, const float *resid, const float *hidden, int seq,
+                        seer_err_t *err) {
+    /* from, stop: seer_fwd_hooks_t's, each the block + 1 */
     char which[32] = "";
     if (seq > 0) snprintf(which, sizeof which, " (sequence %d)", seq);
     if (from < 1 || from > m->cfg.num_layers + 1)
@@ -569,6 +570,8 @@ int seer_fwd_check_from(const seer_model_t *m, int from, const float *resid, con
     if (!resid)
         return seer_err_set(err, SEER_EINVAL, "forward: start_at_layer %d%s needs the residual entering that block", from - 1, which);
     if (hidden) return seer_err_set(err, SEER_EINVAL, "forward: start_at_layer and hidden states cannot be asked together");
+    if (stop && stop < from)
+        return seer_err_set(err, SEER_EINVAL, "forward: stop_at_layer %d is before start_at_layer %d", stop - 1, from - 1);
     if (m->gpu)
         return seer_err_set(err, SEER_EINVAL, "forward: start_at_layer runs on a CPU model; this one is on a GPU (load it with device = \"cpu\")");
     return 0;
@@ -583,7 +586,7 @@ int seer_model_forward_hooked(seer_model_t *m, seer_kv_cache_t *c, const int32_t
     if (seer_host_interrupted()) return seer_err_set(err, SEER_EINTR, "interrupted");
     int start = c->len, stop = hk ? hk->stop : 0, from = hk ? hk->from : 0;
     const float *resid = hk ? hk->resid : NULL;
-    if (from && (rc = seer_fwd_check_from(m, from, resid, hidden, 0, err)) < 0) return rc;
+    if (from && (rc = seer_fwd_check_from(m, from, stop, resid, hidden, 0, err)) < 0) return rc;
     if (hk && seer_hookset_empty(hk->set)) hk = NULL;
     int saved_fast = seer_k_fast_bf16; /* a hook may run another model's forward inside this one */
     seer_k_fast_bf16 = m->fast_bf16;

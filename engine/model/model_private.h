@@ -303,9 +303,10 @@ int seer_fb_hook_heads(const seer_fwd_batch_t *fb, seer_hook_point_t p, int laye
                        seer_err_t *err);
 /* For forward functions with the locals fb, err, rc and an `out:` label that frees their
  * buffers: run the hooks at a point and leave on error. */
-/* Checks a start_at_layer request (seer_fwd_hooks_t.from and .resid; seq: a batch's sequence
- * number for the error, 0 alone). */
-int seer_fwd_check_from(const struct seer_model *m, int from, const float *resid, const float *hidden, int seq, seer_err_t *err);
+/* Checks a start_at_layer request (seer_fwd_hooks_t.from and .resid, against its .stop; seq: a
+ * batch's sequence number for the error, 0 alone). */
+int seer_fwd_check_from(const struct seer_model *m, int from, int stop, const float *resid, const float *hidden, int seq,
+                        seer_err_t *err);
 /* After an architecture computed its embeddings into x: with fb->from > 0, overwrites x with
  * each sequence's given residual. Returns the first block to run (fb->from - 1, else 0). */
 int seer_fb_begin(const seer_fwd_batch_t *fb, float *x, int D);

@@ -108,6 +108,7 @@ T.test("start_at_layer: errors name the problem and the fix", function()
   -- the core refuses a residual that is not [n, hidden_size] f32 even if the Lua layer is bypassed
   T.raises(function() m._c:forward({ 0, 0, 0 }, false, nil, nil, nil, 1, tensor.zeros(2, d)) end, "contiguous f32 tensor [3, " .. d .. "]", true)
   T.raises(function() m._c:forward({ 0, 0 }, false, nil, nil, nil, 1, nil) end, "contiguous f32 tensor", true)
+  T.raises(function() m._c:forward({ 0, 0, 0, 0, 0 }, false, nil, nil, 0, 1, r) end, "stop_at_layer 0 is before start_at_layer 1", true)
   -- a bf16 residual is widened (exactly) first
   local lg = m:forward(r:to("bf16"), { start_at_layer = 1 })
   T.eq(maxdiff(lg, m:forward(r:to("bf16"):to("f32"), { start_at_layer = 1 })), 0)
