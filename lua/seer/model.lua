@@ -506,7 +506,9 @@ end
 -- Finished generators shrunk to their prompt (g:keep_prompt: the prompt's KV rows and logits),
 -- newest first, at most PROMPT_CACHE_ENTRIES and `budget` bytes. A later generation whose prompt
 -- and hooks match one (the C side decides: prompt_donor) takes it instead of computing it.
-local PROMPT_CACHE_ENTRIES = 8
+-- 32: a loop over up to 32 prompts (seeds outside, prompts inside) still finds each; comparing a
+-- new prompt with an entry costs a length compare, then a memcmp
+local PROMPT_CACHE_ENTRIES = 32
 local PROMPT_CACHE_DEFAULT = 256 * 1024 * 1024
 
 local function pcache(self)
@@ -548,7 +550,7 @@ local function pcache_remember(self, g)
 end
 
 ---The model's prompt cache: the prompts of recent `generate` and `generate_iter` calls (at most
----8), each kept as its KV cache rows and logits, so that a later call, or a `generate_batch`
+---32), each kept as its KV cache rows and logits, so that a later call, or a `generate_batch`
 ---sequence, whose prompt tokens are the same and whose hooks do the same to them takes them
 ---instead of computing the prompt again: sampling one prompt n times in a loop computes it once.
 ---The results are the same bits (docs/model.md, *Batches*). `budget` sets the most bytes it

@@ -392,10 +392,15 @@ T.test("prompt cache: a steering sweep from the first new token, a batch after s
   m:with_hooks({ { "blocks.0.hook_resid_post", function() end } }, function() return m:generate("A cat sat", { max_new_tokens = 2 }) end)
   T.eq(m:prompt_cache().entries, 1)
   T.ok(#cap:chunks() > 0)
-  -- at most 8 entries, newest first
+  -- at most 32 entries, newest first: a loop over 10 prompts finds each one on its second round
   for i = 1, 10 do m:generate("Tom had " .. i .. " apples", { max_new_tokens = 1 }) end
-  T.eq(m:prompt_cache().entries, 8)
-  n = counting(function() return m:generate("Tom had 10 apples", { max_new_tokens = 1 }) end)
+  n = counting(function()
+    for i = 1, 10 do m:generate("Tom had " .. i .. " apples", { max_new_tokens = 1 }) end
+  end)
+  T.eq(n, 10, "a second round over 10 prompts takes all 10")
+  for i = 11, 40 do m:generate("Tom had " .. i .. " apples", { max_new_tokens = 1 }) end
+  T.eq(m:prompt_cache().entries, 32)
+  n = counting(function() return m:generate("Tom had 40 apples", { max_new_tokens = 1 }) end)
   T.eq(n, 1, "the newest is kept")
   n = counting(function() return m:generate("Tom had 1 apples", { max_new_tokens = 1 }) end)
   T.eq(n, 0, "the oldest was dropped")
