@@ -288,7 +288,8 @@ local function shape_of(t)
 end
 
 -- start_at_layer's checks: the block (negative from the end) and the residual rows, one tensor or
--- a list of them; returns the block, the f32 contiguous tensors and whether it was a list
+-- a list of them; returns the block, the f32 contiguous tensors, whether it was a list, and a
+-- placeholder token list (zeros, never read) of each residual's length
 local function start_inputs(self, input, L, where, level)
   local nl, d = self.config.num_hidden_layers, self.config.hidden_size
   if L ~= math.floor(L) or L < -nl or L > nl then
@@ -315,7 +316,12 @@ local function start_inputs(self, input, L, where, level)
     end
     out[b] = (t:dtype() == "f32" and t or t:to("f32")):contiguous()
   end
-  return L, out, list
+  local ids = {}
+  for b, r in ipairs(out) do
+    ids[b] = {}
+    for k = 1, r:size(1) do ids[b][k] = 0 end
+  end
+  return L, out, list, ids
 end
 
 -- forward with per_seq[b], extra hook entries for sequence b of a list (run_with_hooks).
@@ -324,16 +330,14 @@ function Model:_forward(ids, opts, per_seq)
   local hooks = self:_hook_list()
   if opts.start_at_layer ~= nil then
     if opts.hidden_states then fail("forward: start_at_layer and hidden_states cannot be asked together", 2) end
-    local L, rs, list = start_inputs(self, ids, opts.start_at_layer, "forward", 2)
-    local zeros = function(n) local z = {} for i = 1, n do z[i] = 0 end return z end
+    local L, rs, list, seqs = start_inputs(self, ids, opts.start_at_layer, "forward", 2)
     if not list then
       if per_seq and per_seq[1] then hooks = self:_hook_list(per_seq[1]) end
-      return self._c:forward(zeros(rs[1]:size(1)), false, hooks, nil, nil, L, rs[1])
+      return self._c:forward(seqs[1], false, hooks, nil, nil, L, rs[1])
     end
     local T = require "seer.tensor"
-    local seqs, per, longest = {}, {}, 0
-    for b, r in ipairs(rs) do
-      seqs[b] = zeros(r:size(1))
+    local per, longest = {}, 0
+    for b in ipairs(rs) do
       longest = math.max(longest, #seqs[b])
       per[b] = per_seq and per_seq[b] and self:_hook_list(per_seq[b]) or hooks
     end
@@ -1215,21 +1219,15 @@ function Model:run_with_cache(input, opts)
   local stop = opts.stop_at_layer
   -- start_at_layer: the input is the residual entering that block (one tensor or a list), the
   -- token ids placeholders (never read); the points before the block are never reached
-  local start, resids, res_list
+  local start, resids, res_list, placeholders
   if opts.start_at_layer ~= nil then
-    start, resids, res_list = start_inputs(self, input, opts.start_at_layer, "run_with_cache", 2)
+    start, resids, res_list, placeholders = start_inputs(self, input, opts.start_at_layer, "run_with_cache", 2)
     local kept = {}
     for _, n in ipairs(names) do
       local b = n:match("^blocks%.(%d+)%.")
       if (b and tonumber(b) >= start) or n:find("^ln_final") then kept[#kept + 1] = n end
     end
     names = kept
-    local placeholders = {}
-    for i, r in ipairs(resids) do
-      local z = {}
-      for k = 1, r:size(1) do z[k] = 0 end
-      placeholders[i] = z
-    end
     input = res_list and placeholders or placeholders[1]
   end
   local resid_name
