@@ -397,46 +397,69 @@ static int selected(const seer_iv_filter_t *f, const seer_hook_call_t *c, int64_
     return 0;
 }
 
-/* Whether iv can change, record or run anything while a prompt of n tokens (positions 0 .. n-1,
- * prompt_len n) passes point p: a callback always runs; at the attention scores and pattern any
- * hook moves the pass onto the hooked attention path (other bits than the GEMM path); elsewhere
- * only an intervention whose filter selects a prompt position. */
-static int acts_on_prompt(const seer_intervention_t *iv, seer_hook_point_t p, int n) {
+/* Whether iv can change, record or run anything at point p on positions 0 .. k-1 of a prompt
+ * whose prompt_len is plen: a callback always runs; at the attention scores and pattern any hook
+ * moves the pass onto the hooked attention path (other bits than the GEMM path); elsewhere only
+ * an intervention whose filter selects one of those positions. */
+static int acts_on_rows(const seer_intervention_t *iv, seer_hook_point_t p, int plen, int k) {
     if (iv->kind == SEER_IV_CALLBACK || p == SEER_HP_ATTN_SCORES || p == SEER_HP_PATTERN) return 1;
-    seer_hook_call_t c = {.point = p, .prompt_len = n};
-    for (int64_t q = 0; q < n; q++)
+    seer_hook_call_t c = {.point = p, .prompt_len = plen};
+    for (int64_t q = 0; q < k; q++)
         if (selected(&iv->f, &c, q)) return 1;
     return 0;
 }
 
-static const seer_intervention_t *next_acting(const slot_t *sl, int *j, seer_hook_point_t p, int n) {
+static const seer_intervention_t *next_acting(const slot_t *sl, int *j, seer_hook_point_t p, int plen, int k) {
     while (sl && *j < sl->n) {
         const seer_intervention_t *iv = sl->iv[(*j)++];
-        if (acts_on_prompt(iv, p, n)) return iv;
+        if (acts_on_rows(iv, p, plen, k)) return iv;
     }
     return NULL;
 }
 
-int seer_hookset_same_on_prompt(const seer_hookset_t *a, const seer_hookset_t *b, int n) {
+int seer_hookset_same_on_rows(const seer_hookset_t *a, int alen, const seer_hookset_t *b, int blen, int k) {
     if (seer_hookset_empty(a)) a = NULL;
     if (seer_hookset_empty(b)) b = NULL;
     if (!a && !b) return 1;
     if (a && b && a->layers != b->layers) return 0;
-    int layers = a ? a->layers : b->layers;
+    int layers = a ? a->layers : b->layers, whole = k >= alen && k >= blen;
     for (int row = 0; row <= layers; row++)
         for (int p = 0; p < SEER_HP_COUNT; p++) {
             size_t at = (size_t)row * SEER_HP_COUNT + (size_t)p;
             const slot_t *x = a ? &a->slots[at] : NULL, *y = b ? &b->slots[at] : NULL;
             int i = 0, j = 0;
             for (;;) {
-                const seer_intervention_t *u = next_acting(x, &i, (seer_hook_point_t)p, n),
-                                          *v = next_acting(y, &j, (seer_hook_point_t)p, n);
+                const seer_intervention_t *u = next_acting(x, &i, (seer_hook_point_t)p, alen, k),
+                                          *v = next_acting(y, &j, (seer_hook_point_t)p, blen, k);
                 if (u != v) return 0;
                 if (!u) break;
                 if (u->kind == SEER_IV_CAPTURE || u->kind == SEER_IV_CALLBACK) return 0; /* records or runs code */
+                if (!whole && (p == SEER_HP_ATTN_SCORES || p == SEER_HP_PATTERN)) return 0;
+                if (alen != blen) { /* positions counted back from the prompt's end land elsewhere */
+                    seer_hook_call_t ca = {.point = (seer_hook_point_t)p, .prompt_len = alen},
+                                     cb = {.point = (seer_hook_point_t)p, .prompt_len = blen};
+                    for (int64_t q = 0; q < k; q++)
+                        if (selected(&u->f, &ca, q) != selected(&u->f, &cb, q)) return 0;
+                }
             }
         }
     return 1;
+}
+
+void seer_hookset_credit_rows(const seer_hookset_t *s, int plen, int k) {
+    if (seer_hookset_empty(s)) return;
+    for (size_t at = 0; at < (size_t)(s->layers + 1) * SEER_HP_COUNT; at++) {
+        seer_hook_call_t c = {.point = (seer_hook_point_t)(at % SEER_HP_COUNT), .prompt_len = plen};
+        for (int j = 0; j < s->slots[at].n; j++) {
+            seer_intervention_t *iv = s->slots[at].iv[j];
+            if (iv->kind == SEER_IV_CALLBACK) continue;
+            for (int64_t q = 0; q < k; q++) iv->hits += selected(&iv->f, &c, q);
+        }
+    }
+}
+
+int seer_hookset_same_on_prompt(const seer_hookset_t *a, const seer_hookset_t *b, int n) {
+    return seer_hookset_same_on_rows(a, n, b, n, n);
 }
 
 static const char *shape_str(const seer_hook_act_t *a, char *buf, size_t n) {

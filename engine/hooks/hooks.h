@@ -149,6 +149,19 @@ int seer_hookset_empty(const seer_hookset_t *s);
  * does nothing to it. Two sequences with the same prompt tokens and such hook sets compute the
  * same prompt, so one's KV cache can serve the other (seer_kv_cache_copy_prefix). */
 int seer_hookset_same_on_prompt(const seer_hookset_t *a, const seer_hookset_t *b, int n);
+/* The same for the first k positions of two prompts of alen and blen tokens (k <= both), each
+ * hook set with its own prompt_len (negative positions count back from it): the interventions
+ * acting on a position under k are the same objects in the same order, each selects the same
+ * positions under k in both, and none records or runs code. With k below a prompt's length any
+ * hook at the attention scores or pattern counts as different (it runs the hooked attention path,
+ * whose rows are not those of a pass split at k). Two prompts with the same first k tokens and
+ * such hook sets compute those positions alike (seer_model_prefix_rows says where the kernels
+ * do too). */
+int seer_hookset_same_on_rows(const seer_hookset_t *a, int alen, const seer_hookset_t *b, int blen, int k);
+/* Counts, in each intervention's hits (seer_iv_hits), the positions under k of a prompt of plen
+ * tokens that its filter selects at each point where it is attached: what running those positions
+ * through s would have counted, for a sequence that took them from another instead. */
+void seer_hookset_credit_rows(const seer_hookset_t *s, int plen, int k);
 /* A counter moved by every filter change (seer_iv_set_filter) of an intervention that is in a
  * hook set: what an earlier forward pass computed with it may no longer hold. */
 unsigned seer_iv_epoch(void);

@@ -11,6 +11,13 @@
 #include "model_private.h"
 #include "cuda/gpu_model.h"
 
+/* The row count by which sequence s's kernels are chosen: its own, or the whole prompt's when it
+ * runs a prompt's rest after a taken prefix (seer_batch_seq_t.paths). */
+static int seq_paths(const seer_fwd_batch_t *fb, int s) {
+    const seer_batch_seq_t *q = &fb->seq[s];
+    return q->paths > q->n ? q->paths : q->n;
+}
+
 void seer_fb_linear_multi(seer_pool_t *p, const seer_fwd_batch_t *fb, int count, float *const *ys, const float *x,
                           const seer_weight_t *const *ws, const seer_weight_t *const *biases) {
     enum { MAX = 4 };
@@ -20,7 +27,7 @@ void seer_fb_linear_multi(seer_pool_t *p, const seer_fwd_batch_t *fb, int count,
     }
     size_t in = (size_t)ws[0]->cols;
     if (fb->ns == 1) {
-        seer_k_linear_multi(p, count, ys, x, fb->N, ws, biases, 1);
+        seer_k_linear_multi(p, count, ys, x, fb->N, ws, biases, seq_paths(fb, 0));
         return;
     }
     /* the matrices group the rows alike when they take their GEMM path from one count */
@@ -31,12 +38,13 @@ void seer_fb_linear_multi(seer_pool_t *p, const seer_fwd_batch_t *fb, int count,
             return;
         }
     for (int s = 0; s < fb->ns;) {
-        int e = s + 1, gemm = fb->seq[s].n >= gmin;
+        int e = s + 1, gemm = seq_paths(fb, s) >= gmin;
         if (!gemm)
-            while (e < fb->ns && fb->seq[e].n < gmin) e++;
+            while (e < fb->ns && seq_paths(fb, e) < gmin) e++;
         float *yo[MAX];
         for (int i = 0; i < count; i++) yo[i] = ys[i] + (size_t)fb->off[s] * (size_t)ws[i]->rows;
-        seer_k_linear_multi(p, count, yo, x + (size_t)fb->off[s] * in, fb->off[e] - fb->off[s], ws, biases, gemm);
+        seer_k_linear_multi(p, count, yo, x + (size_t)fb->off[s] * in, fb->off[e] - fb->off[s], ws, biases,
+                            gemm ? seq_paths(fb, s) : 0);
         s = e;
     }
 }
@@ -81,20 +89,20 @@ int seer_fb_hook_heads(const seer_fwd_batch_t *fb, seer_hook_point_t p, int laye
  * the whole batch is one pass over the weights). */
 void seer_fb_linear(seer_pool_t *p, const seer_fwd_batch_t *fb, float *y, const float *x, const seer_weight_t *w,
                     const seer_weight_t *bias) {
+    int gmin = seer_k_linear_gemm_min(w);
     if (fb->ns == 1) {
-        seer_k_linear(p, y, x, fb->N, w, bias);
+        seer_k_linear_as(p, y, x, fb->N, w, bias, seq_paths(fb, 0) >= gmin);
         return;
     }
     size_t in = (size_t)w->cols, out = (size_t)w->rows;
-    int gmin = seer_k_linear_gemm_min(w);
     for (int s = 0; s < fb->ns;) {
-        if (fb->seq[s].n >= gmin) {
-            seer_k_linear(p, y + (size_t)fb->off[s] * out, x + (size_t)fb->off[s] * in, fb->seq[s].n, w, bias);
+        if (seq_paths(fb, s) >= gmin) {
+            seer_k_linear_as(p, y + (size_t)fb->off[s] * out, x + (size_t)fb->off[s] * in, fb->seq[s].n, w, bias, 1);
             s++;
             continue;
         }
         int e = s;
-        while (e < fb->ns && fb->seq[e].n < gmin) e++;
+        while (e < fb->ns && seq_paths(fb, e) < gmin) e++;
         seer_k_linear_rows(p, y + (size_t)fb->off[s] * out, x + (size_t)fb->off[s] * in, fb->off[e] - fb->off[s], w, bias);
         s = e;
     }
@@ -132,6 +140,17 @@ static int check_seq(const seer_model_t *m, const seer_batch_seq_t *q, int s, se
         return seer_err_set(err, SEER_EINVAL,
                             "forward: sequence %d: the KV cache was made for the model on another device; make a new one",
                             s + 1);
+    if (q->paths) {
+        if (m->gpu)
+            return seer_err_set(err, SEER_EINVAL, "forward: sequence %d: a model on a GPU runs no prompt's rest as the whole prompt (paths); leave paths 0", s + 1);
+        if (q->paths < 0 || c->len <= 0 || c->len % SEER_TOKEN_BLOCK || q->paths != c->len + q->n)
+            return seer_err_set(err, SEER_EINVAL,
+                                "forward: sequence %d: paths = %d must be the whole prompt's length, its %d cached tokens "
+                                "(a positive multiple of %d) + its %d new ones",
+                                s + 1, q->paths, c->len, SEER_TOKEN_BLOCK, q->n);
+        if (q->hk && (q->hk->from || q->hk->stop))
+            return seer_err_set(err, SEER_EINVAL, "forward: sequence %d: paths cannot be combined with start_at_layer or stop_at_layer", s + 1);
+    }
     return 0;
 }
 

@@ -27,6 +27,7 @@ int seer_fwd_hook_heads(const seer_fwd_hooks_t *hk, seer_hook_point_t p, int lay
 }
 
 int seer_fb_attention(seer_model_t *m, const seer_fwd_batch_t *fb, int layer, seer_attn_params_t *aps, seer_err_t *err) {
+    for (int s = 0; s < fb->ns; s++) aps[s].paths = fb->seq[s].paths; /* a prompt's rest takes the whole prompt's kernel */
     if (fb->ns == 1) return seer_fwd_attention(m, fb->seq[0].hk, layer, &aps[0], err);
     if (seer_host_interrupted()) return seer_err_set(err, SEER_EINTR, "interrupted");
     int plain = 0;
@@ -139,8 +140,10 @@ int seer_fwd_final_norm(seer_model_t *m, float *y, const float *x, int rows) {
     return 0;
 }
 
-static void head(seer_model_t *m, float *logits, const float *xn, int rows) {
-    seer_k_linear(m->pool, logits, xn, rows, &m->lm_head, NULL);
+/* paths: the row count whose path the head takes (rows; a prompt's rest asking for every
+ * position, the whole prompt's: seer_batch_seq_t.paths) */
+static void head(seer_model_t *m, float *logits, const float *xn, int rows, int paths) {
+    seer_k_linear_as(m->pool, logits, xn, rows, &m->lm_head, NULL, paths >= seer_k_linear_gemm_min(&m->lm_head));
     if (m->arch->final_softcap) m->arch->final_softcap(m, logits, rows);
 }
 
@@ -154,13 +157,15 @@ int seer_fwd_finish(seer_model_t *m, const seer_fwd_batch_t *fb, const float *x,
             seer_fwd_final_norm(m, xb, x, n);
             int rc = seer_fwd_hook_rows(q->hk, SEER_HP_LN_FINAL, -1, fb->start[0], n, xb, D, err);
             if (rc < 0) return rc;
-            if (q->logits) head(m, q->logits, q->all_logits ? xb : xb + (size_t)(n - 1) * D, q->all_logits ? n : 1);
+            if (q->logits)
+                head(m, q->logits, q->all_logits ? xb : xb + (size_t)(n - 1) * D, q->all_logits ? n : 1,
+                     q->all_logits && q->paths ? q->paths : q->all_logits ? n : 1);
             return 0;
         }
         if (!q->logits) return 0;
         int rows = q->all_logits ? n : 1;
         seer_fwd_final_norm(m, xb, q->all_logits ? x : x + (size_t)(n - 1) * D, rows);
-        head(m, q->logits, xb, rows);
+        head(m, q->logits, xb, rows, q->all_logits && q->paths ? q->paths : rows);
         return 0;
     }
     /* Several: the rows that need logits are gathered, one after another, into xb (they never
@@ -198,15 +203,18 @@ int seer_fwd_finish(seer_model_t *m, const seer_fwd_batch_t *fb, const float *x,
         /* The head as seer_fb_linear groups a batch: rows of a sequence that would take the GEMM
          * path alone go alone, every other row through the per-token kernel together. */
         int gmin = seer_k_linear_gemm_min(&m->lm_head);
+        /* rows that a prompt's rest asks for every position of take the whole prompt's path */
+#define HEAD_PATHS(s) (fb->seq[s].all_logits && fb->seq[s].paths ? fb->seq[s].paths : goff[(s) + 1] - goff[s])
         for (int s = 0; s < fb->ns;) {
             int rows = goff[s + 1] - goff[s];
-            if (rows >= gmin) {
-                seer_k_linear(m->pool, lg + (size_t)goff[s] * V, xb + (size_t)goff[s] * D, rows, &m->lm_head, NULL);
+            if (HEAD_PATHS(s) >= gmin) {
+                seer_k_linear_as(m->pool, lg + (size_t)goff[s] * V, xb + (size_t)goff[s] * D, rows, &m->lm_head, NULL, 1);
                 s++;
                 continue;
             }
             int e = s;
-            while (e < fb->ns && goff[e + 1] - goff[e] < gmin) e++;
+            while (e < fb->ns && HEAD_PATHS(e) < gmin) e++;
+#undef HEAD_PATHS
             if (goff[e] > goff[s])
                 seer_k_linear_rows(m->pool, lg + (size_t)goff[s] * V, xb + (size_t)goff[s] * D, goff[e] - goff[s],
                                    &m->lm_head, NULL);
@@ -228,7 +236,7 @@ int seer_model_unembed(seer_model_t *m, const float *x, int rows, float *logits,
     float *xb = malloc(sizeof(float) * (size_t)rows * (size_t)m->cfg.hidden_size);
     if (!xb) return seer_err_set(err, SEER_ENOMEM, "unembed: out of memory for %d rows", rows);
     seer_fwd_final_norm(m, xb, x, rows);
-    head(m, logits, xb, rows);
+    head(m, logits, xb, rows, rows);
     free(xb);
     return 0;
 }

@@ -930,7 +930,7 @@ static void linear_base(seer_pool_t *p, float *y, const float *x, int n, const s
      * count on AVX512_BF16 (the same bits per token whatever n, so decode and batches included) */
     if (gemm && n >= SEER_BLAS_MIN_TOKENS && seer_k_linear_amx(p, y, x, n, w, bias)) return;
     if (seer_k_linear_dpbf16(p, y, x, n, w, bias)) return;
-    if (gemm && n >= SEER_BLAS_MIN_TOKENS && seer_k_linear_blas(p, y, x, n, w, bias)) return;
+    if (gemm && seer_k_linear_blas(p, y, x, n, w, bias)) return;
     linear_job j = {.y = y, .x = x, .n = n, .w = w, .bias = bias, .simd = seer_k_linear_simd()};
     atomic_init(&j.next, 0);
     size_t per_row = (size_t)w->cols * (size_t)n;
@@ -1027,13 +1027,17 @@ int seer_k_linear_gemm_min(const seer_weight_t *w) {
     return SEER_BLAS_MIN_TOKENS;
 }
 
-void seer_k_linear(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias) {
-    int gemm = n >= seer_k_linear_gemm_min(w);
+void seer_k_linear_as(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias,
+                      int gemm) {
     linear_base(p, y, x, n, w, bias, gemm);
     if (w->lora) {
         if (gemm) seer_lora_apply(p, y, x, n, w->lora);
         else seer_lora_apply_rows(p, y, x, n, w->lora);
     }
+}
+
+void seer_k_linear(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias) {
+    seer_k_linear_as(p, y, x, n, w, bias, n >= seer_k_linear_gemm_min(w));
 }
 
 void seer_k_linear_rows(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias) {
@@ -1042,20 +1046,21 @@ void seer_k_linear_rows(seer_pool_t *p, float *y, const float *x, int n, const s
 }
 
 void seer_k_linear_multi(seer_pool_t *p, int count, float *const *ys, const float *x, int n, const seer_weight_t *const *ws,
-                         const seer_weight_t *const *biases, int gemm) {
-    /* a GEMM-sized call takes its own path (AMX, OpenBLAS) matrix by matrix */
-    if (count > 1 && !(gemm && n >= seer_k_linear_gemm_min(ws[0])) && seer_k_linear_dpbf16_multi(p, count, ys, x, n, ws, biases)) {
-        for (int i = 0; i < count; i++)
-            if (ws[i]->lora) { /* as seer_k_linear would */
-                if (gemm && n >= seer_k_linear_gemm_min(ws[i])) seer_lora_apply(p, ys[i], x, n, ws[i]->lora);
-                else seer_lora_apply_rows(p, ys[i], x, n, ws[i]->lora);
-            }
+                         const seer_weight_t *const *biases, int paths) {
+    enum { MAX = 8 };
+    int gemm[MAX], any = 0;
+    if (count > MAX) {
+        for (int i = 0; i < count; i++) seer_k_linear_as(p, ys[i], x, n, ws[i], biases[i], paths >= seer_k_linear_gemm_min(ws[i]));
         return;
     }
-    for (int i = 0; i < count; i++) {
-        if (gemm) seer_k_linear(p, ys[i], x, n, ws[i], biases[i]);
-        else seer_k_linear_rows(p, ys[i], x, n, ws[i], biases[i]);
+    for (int i = 0; i < count; i++) any |= gemm[i] = paths >= seer_k_linear_gemm_min(ws[i]);
+    /* a matrix on its GEMM path (AMX, OpenBLAS) goes matrix by matrix */
+    if (count > 1 && !any && seer_k_linear_dpbf16_multi(p, count, ys, x, n, ws, biases)) {
+        for (int i = 0; i < count; i++)
+            if (ws[i]->lora) seer_lora_apply_rows(p, ys[i], x, n, ws[i]->lora); /* as seer_k_linear_as would */
+        return;
     }
+    for (int i = 0; i < count; i++) seer_k_linear_as(p, ys[i], x, n, ws[i], biases[i], gemm[i]);
 }
 
 void seer_k_rmsnorm(float *y, const float *x, int n, int d, const seer_weight_t *w, float eps, int one_plus) {
@@ -1303,8 +1308,11 @@ static int attention_hpi(const seer_attn_params_t *a, size_t tokens, int threads
     return 1;
 }
 
+/* The query count whose kernel a takes: its own, or a whole prompt's (seer_attn_params_t.paths). */
+static int attn_paths(const seer_attn_params_t *a) { return a->paths > a->n ? a->paths : a->n; }
+
 void seer_k_attention(seer_pool_t *p, const seer_attn_params_t *a) {
-    if (a->n >= SEER_BLAS_MIN_TOKENS && (seer_k_attention_small(p, a) || seer_k_attention_blas(p, a))) return;
+    if (attn_paths(a) >= SEER_BLAS_MIN_TOKENS && (seer_k_attention_small(p, a) || seer_k_attention_blas(p, a))) return;
     seer_k_attention_batch(p, a, 1);
 }
 
@@ -1315,7 +1323,7 @@ void seer_k_attention_batch(seer_pool_t *p, const seer_attn_params_t *a, int cou
     /* sequences of SEER_BLAS_MIN_TOKENS query tokens or more run alone (their GEMM path) */
     int short_ = 0;
     for (int i = 0; i < count; i++) {
-        if (a[i].n >= SEER_BLAS_MIN_TOKENS && count > 1) seer_k_attention(p, &a[i]);
+        if (attn_paths(&a[i]) >= SEER_BLAS_MIN_TOKENS && count > 1) seer_k_attention(p, &a[i]);
         else short_++;
     }
     if (!short_) return;
@@ -1324,11 +1332,11 @@ void seer_k_attention_batch(seer_pool_t *p, const seer_attn_params_t *a, int cou
     if (short_ < count) {
         if (!(sel = malloc(sizeof *sel * (size_t)short_))) { /* out of memory: one at a time */
             for (int i = 0; i < count; i++)
-                if (a[i].n < SEER_BLAS_MIN_TOKENS) seer_k_attention_batch(p, &a[i], 1);
+                if (attn_paths(&a[i]) < SEER_BLAS_MIN_TOKENS) seer_k_attention_batch(p, &a[i], 1);
             return;
         }
         for (int i = 0, k = 0; i < count; i++)
-            if (a[i].n < SEER_BLAS_MIN_TOKENS) sel[k++] = a[i];
+            if (attn_paths(&a[i]) < SEER_BLAS_MIN_TOKENS) sel[k++] = a[i];
         items = sel;
     }
     if (short_ > STACK && !(first = malloc(sizeof *first * (size_t)(short_ + 1)))) {

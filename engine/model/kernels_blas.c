@@ -108,8 +108,15 @@ static void gemm_chunk(void *ctx, size_t begin, size_t end, int thread) {
             widen_rows(w, r0, nr, scratch);
             wf = scratch;
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->n, (int)nr, (int)cols, 1.0f, j->x, (int)cols, wf,
-                    (int)cols, 0.0f, j->y + r0, (int)rows);
+        /* tokens in blocks of SEER_TOKEN_BLOCK from the first: a row's bits depend on the row
+         * count of the call (OpenBLAS picks its tails by it), so every block but the last has the
+         * same count whatever n is, and a prompt's rest run from a block boundary gets the bits the
+         * whole prompt got there (seer_batch_seq_t.paths). Measured no slower than one call. */
+        for (int t0 = 0; t0 < j->n; t0 += SEER_TOKEN_BLOCK) {
+            int nt = j->n - t0 < SEER_TOKEN_BLOCK ? j->n - t0 : SEER_TOKEN_BLOCK;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nt, (int)nr, (int)cols, 1.0f, j->x + (size_t)t0 * (size_t)cols,
+                        (int)cols, wf, (int)cols, 0.0f, j->y + (size_t)t0 * (size_t)rows + r0, (int)rows);
+        }
     }
     free(scratch);
 }
@@ -149,7 +156,7 @@ typedef struct {
     int failed;
 } attn_gemm_job;
 
-#define QUERY_BLOCK 64
+#define QUERY_BLOCK SEER_TOKEN_BLOCK /* blocks from the call's first query (SEER_TOKEN_BLOCK) */
 
 static void attn_gemm_chunk(void *ctx, size_t begin, size_t end, int thread) {
     (void)thread;

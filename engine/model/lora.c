@@ -196,7 +196,7 @@ static int apply_blas(seer_pool_t *p, float *y, const float *x, int n, const str
 
 static void apply(seer_pool_t *p, float *y, const float *x, int n, const struct seer_lora *lora, int gemm) {
     if (!lora || !*lora->enabled || n <= 0) return;
-    if (gemm && n >= SEER_BLAS_MIN_TOKENS && apply_blas(p, y, x, n, lora)) return;
+    if (gemm && apply_blas(p, y, x, n, lora)) return;
     apply_job j = {.y = y, .x = x, .l = lora, .simd = seer_k_have_avx2()};
     /* A decode step (one token) is r * (in + out) multiply-adds: far below what a thread
      * wake-up is worth, so it stays on the caller; prefill splits the tokens. */

@@ -45,10 +45,12 @@ typedef struct {
     float *plogits;  /* the prompt's logits as the prefill left them (share only; NULL: none) */
     uint64_t pepoch; /* seer_model_state_epoch when they were computed */
     int took;        /* its prompt was taken from another generator (take_prompt) */
+    int took_rows;   /* how many first positions of its prompt were taken (all: took; else take_prefix) */
+    uint64_t kepoch; /* seer_model_state_epoch when its prompt's KV rows were computed or taken */
 } gen_ud;
 
 /* Prefills that step_batch served by copying another generator's prompt (core.shared_prefills). */
-static uint64_t g_shared_prefills;
+static uint64_t g_shared_prefills, g_shared_prefix_rows;
 
 /* Raises err as a Lua error. For an interrupt the pending interrupt hook is cleared first: it
  * would otherwise fire inside the error handler ("error in error handling") and the message and
@@ -540,6 +542,40 @@ static int prompt_donor(gen_ud **gs, int i, const int *from, uint64_t epoch) {
     return now;
 }
 
+/* The generator from whose prompt gs[i] may take its first *rows positions (a multiple of 64,
+ * short of its whole prompt), or -1: one with the same first tokens (compared over both
+ * prompts), hook sets that do the same to those positions (seer_hookset_same_on_rows, each with
+ * its own prompt length), and a prompt whose whole pass computed those rows as gs[i]'s whole pass
+ * would (seer_model_prefix_rows: the kernels' paths); the rest of gs[i]'s prompt then runs with
+ * seer_batch_seq_t.paths, and every result is the bits it gets alone. A donor is prefilled (an
+ * earlier step, or a kept prompt) under the model state of now, or computes its whole prompt in
+ * this step (j < i: neither taking a prompt nor a prefix, whose rows are ready before the
+ * prefixes are copied). The most rows win. */
+static int prefix_donor(gen_ud **gs, int i, const int *from, const int *pfx, uint64_t epoch, int *rows) {
+    gen_ud *g = gs[i];
+    *rows = 0;
+    if (!g->share || g->prefilled || !seer_kv_cache_host(g->cache) || g->nprompt <= SEER_PREFIX_BLOCK) return -1;
+    int best = -1;
+    for (int j = 0; gs[j] != NULL; j++) {
+        gen_ud *d = gs[j];
+        if (j == i || !d->share || d->m != g->m || !d->cache || !seer_kv_cache_host(d->cache)) continue;
+        if (d->prefilled) {
+            if (d->kepoch != epoch) continue;
+        } else if (!(j < i && from[j] < 0 && pfx[j] == 0 && !d->done)) {
+            continue;
+        }
+        int lo = d->nprompt < g->nprompt ? d->nprompt : g->nprompt, common = 0;
+        if (lo <= *rows) continue;
+        while (common < lo && d->hist[common] == g->hist[common]) common++;
+        int k = seer_model_prefix_rows(g->m, d->nprompt, g->nprompt, common);
+        if (d->prefilled && seer_kv_cache_len(d->cache) < k) continue;
+        /* hooks that differ from some position on: fewer rows may still be the same */
+        while (k > *rows && !seer_hookset_same_on_rows(d->hooks, d->nprompt, g->hooks, g->nprompt, k)) k -= SEER_PREFIX_BLOCK;
+        if (k > *rows) *rows = k, best = j;
+    }
+    return best;
+}
+
 /* Keeps g's prompt logits (g->logits after its prefill, before sampling changes them) for later
  * generators with its prompt; without memory it keeps none (they compute their own). */
 static void keep_prompt_logits(gen_ud *g, int vocab, uint64_t epoch) {
@@ -557,7 +593,26 @@ static int take_prompt(gen_ud *g, const gen_ud *d, const float *pl, int vocab, u
     memcpy(g->logits, pl, sizeof(float) * (size_t)vocab);
     keep_prompt_logits(g, vocab, epoch);
     g->took = 1;
+    g->took_rows = g->nprompt;
+    g->kepoch = epoch;
+    /* its interventions' hit counts as if the prompt had run through them (the reached check) */
+    seer_hookset_credit_rows(g->hooks, g->nprompt, g->nprompt);
     __atomic_add_fetch(&g_shared_prefills, 1, __ATOMIC_RELAXED);
+    return 0;
+}
+
+/* g takes d's first `rows` prompt positions (prefix_donor found them) and sets up q to run the
+ * rest of its prompt as its whole prompt's pass would (paths); hk: its hooks for that pass. */
+static int take_prefix(gen_ud *g, const gen_ud *d, int rows, seer_batch_seq_t *q, seer_fwd_hooks_t *hk, void *user,
+                       seer_err_t *err) {
+    int rc = seer_kv_cache_copy_prefix(g->cache, d->cache, rows, err);
+    if (rc < 0) return rc;
+    g->took_rows = rows;
+    seer_hookset_credit_rows(g->hooks, g->nprompt, rows);
+    __atomic_add_fetch(&g_shared_prefix_rows, (uint64_t)rows, __ATOMIC_RELAXED);
+    *hk = (seer_fwd_hooks_t){.set = g->hooks, .prompt_len = g->nprompt, .batch = g->batch, .user = user};
+    *q = (seer_batch_seq_t){.cache = g->cache, .tokens = g->hist + rows, .n = g->nprompt - rows, .logits = g->logits,
+                            .hk = hk, .paths = g->nprompt};
     return 0;
 }
 
@@ -605,6 +660,18 @@ static int l_gen_next(lua_State *L) {
             }
             goto sample;
         }
+        int rows, *pfx = from; /* no generator of the list is taking anything */
+        if ((j = prefix_donor(gs, 0, from, pfx, epoch, &rows)) > 0) {
+            seer_batch_seq_t q;
+            seer_fwd_hooks_t hk;
+            if (take_prefix(g, gs[j], rows, &q, &hk, L, &err) < 0 || seer_model_forward_batch(g->m, &q, 1, &err) < 0) {
+                g->done = 1;
+                return raise_err(L, &err);
+            }
+            keep_prompt_logits(g, vocab, epoch);
+            g->kepoch = epoch;
+            goto sample;
+        }
     }
     {
         int first = !g->prefilled;
@@ -618,7 +685,10 @@ static int l_gen_next(lua_State *L) {
             g->done = 1; /* a failed step (a hook raised) ends the generation */
             return raise_err(L, &err);
         }
-        if (first) keep_prompt_logits(g, vocab, epoch);
+        if (first) {
+            keep_prompt_logits(g, vocab, epoch);
+            g->kepoch = epoch;
+        }
     }
 sample:;
     int id = gen_take(g);
@@ -648,9 +718,11 @@ static int l_gen_step_batch(lua_State *L) {
     seer_fwd_hooks_t *hks = lua_newuserdata(L, sizeof(seer_fwd_hooks_t) * (size_t)ng);
     int *which = lua_newuserdata(L, sizeof(int) * (size_t)ng);
     int *from = lua_newuserdata(L, sizeof(int) * (size_t)ng); /* the donor of a taken prompt, or -1 */
+    int *pfrom = lua_newuserdata(L, sizeof(int) * (size_t)ng); /* the donor of a taken prefix, or -1 */
+    int *pfx = lua_newuserdata(L, sizeof(int) * (size_t)ng);   /* its rows, or 0 */
     char *stepped = lua_newuserdata(L, (size_t)ng);
     seer_model_t *m = NULL;
-    int nb = 0, ntaken = 0;
+    int nb = 0, ntaken = 0, nprefix = 0;
     for (int i = 0; i < ng; i++) {
         lua_rawgeti(L, 1, i + 1);
         gs[i] = luaL_checkudata(L, -1, GEN_MT);
@@ -666,7 +738,8 @@ static int l_gen_step_batch(lua_State *L) {
     uint64_t epoch = seer_model_state_epoch(m);
     for (int i = 0; i < ng; i++) {
         gen_ud *g = gs[i];
-        from[i] = -1;
+        from[i] = pfrom[i] = -1;
+        pfx[i] = 0;
         stepped[i] = 0;
         if (g->done || g->ngen >= g->max_new) {
             g->done = 1;
@@ -675,6 +748,10 @@ static int l_gen_step_batch(lua_State *L) {
         stepped[i] = 1;
         if ((from[i] = prompt_donor(gs, i, from, epoch)) >= 0) {
             ntaken++;
+            continue;
+        }
+        if ((pfrom[i] = prefix_donor(gs, i, from, pfx, epoch, &pfx[i])) >= 0) {
+            nprefix++;
             continue;
         }
         hks[nb] = (seer_fwd_hooks_t){.set = g->hooks, .prompt_len = g->nprompt, .batch = g->batch, .user = L};
@@ -698,7 +775,29 @@ static int l_gen_step_batch(lua_State *L) {
     }
     int vocab = seer_model_config(m)->vocab_size;
     for (int b = 0; b < nb; b++)
-        if (!gs[which[b]]->prefilled) keep_prompt_logits(gs[which[b]], vocab, epoch);
+        if (!gs[which[b]]->prefilled) {
+            keep_prompt_logits(gs[which[b]], vocab, epoch);
+            gs[which[b]]->kepoch = epoch;
+        }
+    /* then the prompts that took a prefix: the rest of each, in one more pass (their donors' rows
+     * are all there now) */
+    if (nprefix > 0) {
+        nb = 0;
+        for (int i = 0; i < ng; i++) {
+            if (pfrom[i] < 0) continue;
+            if (take_prefix(gs[i], gs[pfrom[i]], pfx[i], &seqs[nb], &hks[nb], L, &err) < 0) break;
+            which[nb++] = i;
+        }
+        if (nb < nprefix || seer_model_forward_batch(m, seqs, nb, &err) < 0) {
+            for (int i = 0; i < ng; i++)
+                if (stepped[i]) gs[i]->done = 1;
+            return raise_err(L, &err);
+        }
+        for (int b = 0; b < nb; b++) {
+            keep_prompt_logits(gs[which[b]], vocab, epoch);
+            gs[which[b]]->kepoch = epoch;
+        }
+    }
     for (int i = 0; ntaken > 0 && i < ng; i++) {
         if (from[i] < 0) continue;
         gen_ud *g = gs[i], *d = gs[from[i]];
@@ -736,10 +835,13 @@ static int l_gen_step_batch(lua_State *L) {
     return 2;
 }
 
-/* took_prompt() -> whether this generator's prompt was taken from another's (not computed). */
+/* took_prompt() -> whether this generator's prompt was taken from another's (not computed), and
+ * how many of its first positions were (all of them, the first rows of a shared prefix, or 0). */
 static int l_gen_took_prompt(lua_State *L) {
-    lua_pushboolean(L, check_gen(L, 1)->took);
-    return 1;
+    gen_ud *g = check_gen(L, 1);
+    lua_pushboolean(L, g->took);
+    lua_pushinteger(L, g->took_rows);
+    return 2;
 }
 
 /* prompt_fresh() -> whether its kept prompt logits were computed under the model's state of now
@@ -909,16 +1011,19 @@ static int l_fast_kind(lua_State *L) {
     return 1;
 }
 
+/* core.shared_prefills() -> how many generator prefills were served with another's whole prompt
+ * (prompt_donor), and how many prompt positions were taken as shared prefixes (prefix_donor),
+ * since the process started: the tests and benches read them. */
+static int l_shared_prefills(lua_State *L) {
+    lua_pushnumber(L, (lua_Number)__atomic_load_n(&g_shared_prefills, __ATOMIC_RELAXED));
+    lua_pushnumber(L, (lua_Number)__atomic_load_n(&g_shared_prefix_rows, __ATOMIC_RELAXED));
+    return 2;
+}
+
 /* core.gemm_min_tokens([n]) -> the previous override: n (16 or more) is the count from which a
  * sequence alone takes the GEMM path where the per-token kernel is the blocked one (both dtypes),
  * 0 this CPU's defaults, nil only reads (seer_k_gemm_min_override). For tests and tuning; a
  * loaded model's config.gemm_min_tokens keeps the value it was loaded with. */
-/* core.shared_prefills() -> how many generator prefills step_batch served with another's prompt
- * (prompt_donor) since the process started: the tests and benches read it. */
-static int l_shared_prefills(lua_State *L) {
-    lua_pushnumber(L, (lua_Number)__atomic_load_n(&g_shared_prefills, __ATOMIC_RELAXED));
-    return 1;
-}
 
 static int l_gemm_min_tokens(lua_State *L) {
     int n = -1;

@@ -756,6 +756,31 @@ int seer_kv_cache_copy_prefix(seer_kv_cache_t *dst, const seer_kv_cache_t *src, 
     return 0;
 }
 
+int seer_model_prefix_rows(const seer_model_t *m, int donor_len, int taker_len, int common) {
+    if (m->gpu || donor_len <= 0 || taker_len <= 0) return 0;
+    int lo = donor_len < taker_len ? donor_len : taker_len, hi = donor_len + taker_len - lo;
+    /* rope frequencies that depend on the pass's length: dynamic NTK's base past
+     * max_position_embeddings (the same below it), LongRoPE's factor set (its switch point is
+     * phi3.c's; not compared here) */
+    if (m->cfg.rope_kind == SEER_ROPE_LONGROPE || (m->cfg.rope_kind == SEER_ROPE_DYNAMIC && hi > m->cfg.max_position_embeddings))
+        return 0;
+    /* attention's GEMM path from SEER_BLAS_MIN_TOKENS queries; each matrix kind's crossing */
+    if (lo < SEER_BLAS_MIN_TOKENS && hi >= SEER_BLAS_MIN_TOKENS) return 0;
+    int saved = seer_k_fast_bf16, ok = 1;
+    seer_k_fast_bf16 = m->fast_bf16;
+    for (int k = 0; k < 6 && ok; k++)
+        if (m->matrix_kinds & (1u << k)) {
+            seer_weight_t w = {.dtype = k < 2 ? SEER_F32 : k < 4 ? SEER_BF16 : SEER_F16, .rows = 1, .cols = k % 2 ? 32 : 33};
+            int g = seer_k_linear_gemm_min(&w);
+            if (seer_k_bf16_units_take(&w) == 1 || (lo < g && hi >= g)) ok = 0;
+        }
+    seer_k_fast_bf16 = saved;
+    if (!ok) return 0;
+    int n = common < lo ? common : lo;
+    if (n > taker_len - 1) n = taker_len - 1; /* the rest has at least one token: the prompt's logits */
+    return n < 0 ? 0 : n / SEER_TOKEN_BLOCK * SEER_TOKEN_BLOCK;
+}
+
 uint64_t seer_model_state_epoch(const seer_model_t *m) {
     /* counters that only grow: their sum moves whenever one of them does */
     return (uint64_t)m->state_epoch + (uint64_t)seer_k_gemm_min_epoch() + (uint64_t)seer_iv_epoch();

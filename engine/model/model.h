@@ -122,6 +122,16 @@ int seer_kv_cache_copy_prefix(seer_kv_cache_t *dst, const seer_kv_cache_t *src, 
  * (core.gemm_min_tokens), a filter changed on an intervention that is attached somewhere. A
  * result kept from an earlier pass stands for a new one only while the number is the same. */
 uint64_t seer_model_state_epoch(const seer_model_t *m);
+/* How many first positions of a prompt of taker_len tokens can be taken from another's prompt of
+ * donor_len tokens whose first `common` tokens are the same (with the same hooks on them and the
+ * same model state): the rows the whole-prompt passes of both compute alike. A multiple of 64
+ * (the GEMM paths' block, from the first token) under both lengths and under taker_len (the rest
+ * runs with seer_batch_seq_t.paths = taker_len); 0 where nothing can be taken: a GPU model, a CPU
+ * with AMX (its tile kernels' rows are not known to be count-invariant), rope scaling that depends
+ * on the pass's length (LongRoPE; dynamic NTK past max_position_embeddings), or the two lengths on two sides of a kernel's
+ * crossing (seer_model_gemm_min_tokens and the like). */
+int seer_model_prefix_rows(const seer_model_t *m, int donor_len, int taker_len, int common);
+#define SEER_PREFIX_BLOCK 64 /* seer_model_prefix_rows returns multiples of it */
 
 /* Runs n tokens at positions len(cache) .. len(cache)+n-1 and appends them to the cache.
  * logits: NULL, or room for (all_logits ? n : 1) * vocab_size floats (the last token's row
@@ -175,6 +185,12 @@ typedef struct seer_batch_seq {
     int all_logits;
     float *hidden; /* NULL, or (num_layers + 1) * n * hidden_size floats */
     const seer_fwd_hooks_t *hk;
+    /* 0: the kernels are chosen by n. Else the rest of a prompt whose first len(cache) tokens
+     * were copied from another sequence (seer_kv_cache_copy_prefix, seer_model_prefix_rows said
+     * how many): paths = len(cache) + n, the whole prompt's length, len(cache) a multiple of 64,
+     * and every kernel runs as it ran for these rows in the whole prompt's pass, so the results
+     * are that pass's, bit for bit. A CPU model only; not with start_at_layer / stop_at_layer. */
+    int paths;
 } seer_batch_seq_t;
 
 /* Runs every sequence of a batch in one pass over the weights (the rows of all sequences are

@@ -157,6 +157,12 @@ extern _Thread_local int seer_k_fast_bf16;
 /* From this many tokens on, a sequence's attention takes its GEMM path (kernels_blas.c), and a
  * linear layer may take OpenBLAS sgemm or AMX: seer_k_linear_gemm_min says from how many. */
 #define SEER_BLAS_MIN_TOKENS 16
+/* The GEMM paths cut a call's tokens into blocks of this many from its first token: OpenBLAS
+ * sgemm per block of rows (a row's bits depend on the call's row count, so the count is fixed
+ * but for the last block), attention per block of queries. A prompt's rest run from a multiple
+ * of it after its first rows were taken from another sequence (seer_batch_seq_t.paths) then makes
+ * the calls the whole prompt made for those rows: the same bits. */
+#define SEER_TOKEN_BLOCK SEER_PREFIX_BLOCK
 /* The fewest tokens with which seer_k_linear runs w as a GEMM (AMX, OpenBLAS) rather than its
  * per-token kernel: SEER_BLAS_MIN_TOKENS, or more where the per-token kernel is the blocked one
  * and faster than sgemm for short prompts (kernels.c says where and by how much). A batch runs a
@@ -180,6 +186,11 @@ int seer_k_linear_blas(seer_pool_t *p, float *y, const float *x, int n, const se
 /* y[n][out] = x[n][in] . W[out][in]^T (+ bias[out] when bias.data), plus the weight's LoRA
  * delta when it has an enabled one (seer_lora_apply). */
 void seer_k_linear(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias);
+/* The same with the path chosen by the caller: gemm 1 the GEMM path (AMX from 16 rows, OpenBLAS),
+ * 0 the per-token kernel (seer_k_linear_rows). seer_k_linear is gemm = n >= seer_k_linear_gemm_min;
+ * a prompt's rest after a taken prefix passes the whole prompt's choice. */
+void seer_k_linear_as(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias,
+                      int gemm);
 /* y[n][d] = x / rms(x) * w (w + 1 when one_plus: Gemma). y may alias x. */
 void seer_k_rmsnorm(float *y, const float *x, int n, int d, const seer_weight_t *w, float eps, int one_plus);
 /* Row r of an embedding table (any dtype) as f32. */
@@ -223,6 +234,7 @@ typedef struct seer_attn_params {
     int window;    /* 0: full causal; else a query at p sees keys k with p - k < window */
     float scale;   /* multiplies q.k */
     float softcap; /* 0: off; else scores become tanh(s / softcap) * softcap after scaling */
+    int paths;     /* 0: the kernel chosen by n; else by this query count (seer_batch_seq_t.paths) */
 } seer_attn_params_t;
 void seer_k_attention(seer_pool_t *p, const seer_attn_params_t *a);
 /* Layer l's keys and values of positions pos .. pos+n-1 into the cache from k and v ([n][kv_dim]
@@ -325,11 +337,12 @@ void seer_fb_linear(seer_pool_t *p, const seer_fwd_batch_t *fb, float *y, const 
 /* The per-token kernel whatever n (no GEMM), LoRA included: a row's result does not depend on n. */
 void seer_k_linear_rows(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias);
 /* ys[i] = x ws[i]^T (+ biases[i]) for count matrices of the same width against the same x (q, k
- * and v; gate and up), as seer_k_linear (gemm) or seer_k_linear_rows each, LoRA included; where
- * the kernel can (precision = "fast" on AVX512_BF16, under seer_k_linear_gemm_min tokens for
- * gemm) in one pass with x packed once and one barrier, each output the same bits. */
+ * and v; gate and up), each as seer_k_linear_as with gemm = paths >= seer_k_linear_gemm_min(ws[i])
+ * (paths: the row count whose path the call takes, n for a plain call, 0 the per-token kernel),
+ * LoRA included; where the kernel can (precision = "fast" on AVX512_BF16, no matrix on its GEMM
+ * path) in one pass with x packed once and one barrier, each output the same bits. */
 void seer_k_linear_multi(seer_pool_t *p, int count, float *const *ys, const float *x, int n, const seer_weight_t *const *ws,
-                         const seer_weight_t *const *biases, int gemm);
+                         const seer_weight_t *const *biases, int paths);
 void seer_lora_apply_rows(seer_pool_t *p, float *y, const float *x, int n, const struct seer_lora *lora);
 /* seer_fb_linear for up to 4 matrices of the same width against the same rows x (q, k and v;
  * gate and up): each run of short sequences (and a batch of one under seer_k_linear_gemm_min rows)

@@ -913,9 +913,12 @@ end
 ---Prompts that repeat (the same tokens, and hooks that do the same to them, none a capture or a
 ---function: n samples of one prompt, a battery run several times, a sweep of steering
 ---strengths from the first new token) compute their prompt once on a CPU model:
----the others take its KV cache and logits, the same bits they would compute (`share_prompts =
----false` computes every prompt, as does a batch with a capture or function hook; otherwise
----repeats join next to each other).
+---the others take its KV cache and logits, the same bits they would compute. Prompts that share
+---a beginning of 64 tokens or more (a system prompt, a preamble; hooks that act only after it:
+---an injection from a later position) take its KV rows in whole blocks of 64 and compute the
+---rest, again the bits they would compute alone (docs/model.md, *Shared beginnings*).
+---`share_prompts = false` computes every prompt, as does a batch with a capture or function
+---hook; otherwise repeats join next to each other.
 ---@param prompts (integer[]|string)[]
 ---@param opts? {max_new_tokens?: integer, min_new_tokens?: integer, temperature?: number, top_k?: integer, top_p?: number, min_p?: number, repetition_penalty?: number, seed?: integer, stop?: string|integer|(string|integer)[], max_batch?: integer, per_sequence?: table<integer, {max_new_tokens?: integer, min_new_tokens?: integer, temperature?: number, top_k?: integer, top_p?: number, min_p?: number, repetition_penalty?: number, seed?: integer, stop?: string|integer|(string|integer)[], hooks?: table}>, progress?: boolean, share_prompts?: boolean}
 ---@return {ids: integer[], text: string?, prompt_ids: integer[]}[]
@@ -1007,7 +1010,7 @@ function Model:generate_batch(prompts, opts)
     local p = plan[i]
     plan[i] = nil
     local k = key[i]
-    local share = k ~= nil and (count[k] > 1 or cached ~= nil)
+    local share = k ~= nil -- any prompt may give or take a repeat or a shared beginning
     local ok, g, ids, stop_strings = pcall(prepare, self, p.ids, p.o, ("%s: prompt %d"):format(where, i), p.extra, i, share or nil)
     if not ok then fail(g, 3) end
     if share then
