@@ -844,6 +844,24 @@ static int l_gen_took_prompt(lua_State *L) {
     return 2;
 }
 
+/* prompt_logits() -> a [vocab] tensor of its prompt's logits as its prefill left them (computed,
+ * or taken), or nil where none were kept (made without share_prompt, not prefilled yet, no
+ * memory): what a shared prompt must equal, bit for bit (the tests compare it with forward). */
+static int l_gen_prompt_logits(lua_State *L) {
+    gen_ud *g = check_gen(L, 1);
+    if (!g->plogits) {
+        lua_pushnil(L);
+        return 1;
+    }
+    int64_t shape[1] = {seer_model_config(g->m)->vocab_size};
+    seer_tensor_t *t = seer_tensor_new(SEER_F32, 1, shape);
+    if (!t) return luaL_error(L, "prompt_logits: out of memory");
+    memcpy(seer_tensor_data(t), g->plogits, sizeof(float) * (size_t)shape[0]);
+    seer_tensor_push(L, t);
+    seer_tensor_release(t);
+    return 1;
+}
+
 /* prompt_fresh() -> whether its kept prompt logits were computed under the model's state of now
  * (seer_model_state_epoch): only then can it give its prompt. */
 static int l_gen_prompt_fresh(lua_State *L) {
@@ -998,6 +1016,7 @@ static const luaL_Reg gen_methods[] = {
     {"finish", l_gen_finish},
     {"ended", l_gen_ended},
     {"took_prompt", l_gen_took_prompt},
+    {"prompt_logits", l_gen_prompt_logits},
     {"keep_prompt", l_gen_keep_prompt},
     {"prompt_fresh", l_gen_prompt_fresh},
     {NULL, NULL},

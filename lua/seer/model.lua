@@ -1004,8 +1004,11 @@ function Model:generate_batch(prompts, opts)
     end
   end
   -- donors[k]: a generator of group k, prefilled, kept in the step's list while members of the
-  -- group have yet to join; newest[k]: the group's latest joiner, the donor after its step
-  local donors, newest = {}, {}
+  -- group have yet to join; newest[k]: the group's latest joiner, the donor after its step;
+  -- last_done: the latest finished sequence's generator, kept in the list while prompts have yet
+  -- to join, so that a prompt joining after every sequence with its beginning has finished can
+  -- still take it (one kept cache at most)
+  local donors, newest, last_done = {}, {}, nil
   local function make(i)
     local p = plan[i]
     plan[i] = nil
@@ -1044,8 +1047,9 @@ function Model:generate_batch(prompts, opts)
       if not listed[g] then gens[#gens + 1] = g listed[g] = true end
     end
     for _, g in ipairs(cached or {}) do
-      if not listed[g] then gens[#gens + 1] = g end
+      if not listed[g] then gens[#gens + 1] = g listed[g] = true end
     end
+    if last_done and not listed[last_done] then gens[#gens + 1] = last_done end
     local ids, ended = core.step_batch(gens)
     for k, g in pairs(newest) do donors[k] = left[k] > 0 and g or nil end
     newest = {}
@@ -1069,11 +1073,13 @@ function Model:generate_batch(prompts, opts)
         end
         results[a.i] = { ids = a.new, text = text, prompt_ids = a.prompt_ids }
         done_count = done_count + 1
+        if key[a.i] then last_done = a.g end
       else
         keep[#keep + 1] = a
       end
     end
     active = keep
+    if nexti > #prompts then last_done = nil end
     bar:update("%d/%d done", done_count, #prompts)
   end
   bar:finish("%d/%d done", done_count, #prompts)

@@ -13,6 +13,7 @@
 #include <cJSON.h>
 
 #include "model/model.h"
+#include "model/model_private.h" /* seer_k_gemm_min_override */
 #include "test_files.h"
 
 #define MODEL_DIR "tests/fixtures/models/stories260K"
@@ -403,5 +404,104 @@ Test(model_batch, equals_alone_and_errors) {
     cr_assert(strstr(err.msg, "sequence 2: token id 512") != NULL, "%s", err.msg);
     for (int s = 0; s < 3; s++) cr_assert_eq(seer_kv_cache_len(kv[s]), ns[s], "cache %d changed by a failed call", s);
     for (int s = 0; s < 3; s++) seer_kv_cache_free(kv[s]);
+    seer_model_free(m);
+}
+
+/* A prompt that takes another's first rows (seer_model_prefix_rows) and runs its rest with paths =
+ * its whole length gets, for every position of the rest (all_logits: the head's GEMM path
+ * included), the whole pass's logits bit for bit: random pairs of lengths and shared beginnings,
+ * at this CPU's GEMM crossing and with the GEMM path from 16 tokens. */
+static int prefix_case(seer_model_t *m, int Ld, int Lt, int common, uint32_t *seed) {
+    int V = seer_model_config(m)->vocab_size;
+    int32_t a[320], b[320];
+    for (int i = 0; i < 320; i++) {
+        *seed = *seed * 1103515245u + 12345u;
+        a[i] = 3 + (int32_t)((*seed >> 8) % (uint32_t)(V - 3));
+        *seed = *seed * 1103515245u + 12345u;
+        b[i] = i < common ? a[i] : 3 + (int32_t)((*seed >> 8) % (uint32_t)(V - 3));
+    }
+    int k = seer_model_prefix_rows(m, Ld, Lt, common);
+    if (k == 0) return 0;
+    cr_assert_eq(k % SEER_PREFIX_BLOCK, 0);
+    cr_assert(k <= common && k < Lt && k <= Ld, "k = %d for %d, %d, %d", k, Ld, Lt, common);
+    seer_err_t err;
+    seer_kv_cache_t *d, *t, *w;
+    float *want = malloc(sizeof(float) * (size_t)Lt * (size_t)V), *got = malloc(sizeof(float) * (size_t)(Lt - k) * (size_t)V);
+    cr_assert(want && got);
+    cr_assert_eq(seer_kv_cache_new(&d, m, Ld, &err), 0);
+    cr_assert_eq(seer_kv_cache_new(&t, m, Lt, &err), 0);
+    cr_assert_eq(seer_kv_cache_new(&w, m, Lt, &err), 0);
+    cr_assert_eq(seer_model_forward(m, d, a, Ld, NULL, 0, &err), 0, "%s", err.msg);
+    cr_assert_eq(seer_model_forward(m, w, b, Lt, want, 1, &err), 0, "%s", err.msg);
+    cr_assert_eq(seer_kv_cache_copy_prefix(t, d, k, &err), 0, "%s", err.msg);
+    seer_batch_seq_t q = {.cache = t, .tokens = b + k, .n = Lt - k, .logits = got, .all_logits = 1, .paths = Lt};
+    cr_assert_eq(seer_model_forward_batch(m, &q, 1, &err), 0, "%s", err.msg);
+    for (int r = 0; r < Lt - k; r++)
+        cr_assert(memcmp(want + (size_t)(k + r) * (size_t)V, got + (size_t)r * (size_t)V, sizeof(float) * (size_t)V) == 0,
+                  "donor %d, taker %d, %d alike, %d taken: position %d differs from the whole pass", Ld, Lt, common, k, k + r);
+    seer_kv_cache_free(d);
+    seer_kv_cache_free(t);
+    seer_kv_cache_free(w);
+    free(want);
+    free(got);
+    return 1;
+}
+
+Test(model_batch, prefix_rows_then_paths_equal_the_whole_pass) {
+    seer_model_t *m = load(2);
+    uint32_t seed = 5;
+    for (int pass = 0; pass < 2; pass++) {
+        int prev = seer_k_gemm_min_override(pass ? 16 : 0), shared = 0;
+        for (int it = 0; it < 40; it++) {
+            seed = seed * 1103515245u + 12345u;
+            int Ld = 2 + (int)((seed >> 8) % 300);
+            seed = seed * 1103515245u + 12345u;
+            int Lt = 2 + (int)((seed >> 8) % 300), lo = Ld < Lt ? Ld : Lt;
+            seed = seed * 1103515245u + 12345u;
+            shared += prefix_case(m, Ld, Lt, (int)((seed >> 8) % (uint32_t)(lo + 1)), &seed);
+        }
+        /* the crossings: on both sides of 16 and of the GEMM threshold nothing is taken */
+        cr_assert_eq(seer_model_prefix_rows(m, 15, 200, 15), 0);
+        int g = seer_model_gemm_min_tokens(m);
+        if (g > 65 && g < 300) cr_assert_eq(seer_model_prefix_rows(m, g - 1, g, g - 1), 0);
+        if (g < 300) cr_assert_eq(seer_model_prefix_rows(m, g + 64, g + 70, g + 64), (g + 64) / 64 * 64);
+        cr_assert_eq(seer_model_prefix_rows(m, 66, 64, 64), 0, "the rest keeps a token: 63 rows are not a block");
+        cr_assert_eq(seer_model_prefix_rows(m, 66, 65, 64), 64);
+        cr_assert_eq(seer_model_prefix_rows(m, 66, 65, 63), 0);
+        cr_assert(shared >= 8, "only %d of 40 random cases shared anything", shared);
+        seer_k_gemm_min_override(prev);
+    }
+    seer_model_free(m);
+}
+
+Test(model_batch, paths_are_refused_where_they_cannot_hold) {
+    seer_model_t *m = load(1);
+    seer_err_t err;
+    seer_kv_cache_t *c;
+    cr_assert_eq(seer_kv_cache_new(&c, m, 256, &err), 0);
+    int32_t t[200];
+    for (int i = 0; i < 200; i++) t[i] = 5 + i % 100;
+    float *lg = malloc(sizeof(float) * 512);
+    /* nothing cached: a rest must follow a block-aligned beginning */
+    seer_batch_seq_t q = {.cache = c, .tokens = t, .n = 10, .logits = lg, .paths = 10};
+    cr_assert_eq(seer_model_forward_batch(m, &q, 1, &err), SEER_EINVAL);
+    cr_assert(strstr(err.msg, "paths = 10") && strstr(err.msg, "multiple of 64"), "%s", err.msg);
+    cr_assert_eq(seer_model_forward(m, c, t, 70, NULL, 0, &err), 0);
+    q.paths = 80; /* 70 cached: not a block */
+    cr_assert_eq(seer_model_forward_batch(m, &q, 1, &err), SEER_EINVAL);
+    seer_kv_cache_truncate(c, 64);
+    q.paths = 90; /* 64 + 10 is 74 */
+    cr_assert_eq(seer_model_forward_batch(m, &q, 1, &err), SEER_EINVAL);
+    cr_assert_eq(seer_kv_cache_len(c), 64, "a refused call adds nothing");
+    seer_fwd_hooks_t hk = {.stop = 2};
+    q.paths = 74;
+    q.hk = &hk;
+    cr_assert_eq(seer_model_forward_batch(m, &q, 1, &err), SEER_EINVAL);
+    cr_assert(strstr(err.msg, "stop_at_layer"), "%s", err.msg);
+    q.hk = NULL;
+    cr_assert_eq(seer_model_forward_batch(m, &q, 1, &err), 0, "%s", err.msg);
+    cr_assert_eq(seer_kv_cache_len(c), 74);
+    free(lg);
+    seer_kv_cache_free(c);
     seer_model_free(m);
 }
