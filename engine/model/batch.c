@@ -91,13 +91,14 @@ void seer_fb_linear(seer_pool_t *p, const seer_fwd_batch_t *fb, float *y, const 
                     const seer_weight_t *bias) {
     int gmin = seer_k_linear_gemm_min(w);
     if (fb->ns == 1) {
-        seer_k_linear_as(p, y, x, fb->N, w, bias, seq_paths(fb, 0) >= gmin);
+        seer_k_linear_as(p, y, x, fb->N, w, bias, seq_paths(fb, 0) >= gmin, seq_paths(fb, 0) - fb->N);
         return;
     }
     size_t in = (size_t)w->cols, out = (size_t)w->rows;
     for (int s = 0; s < fb->ns;) {
         if (seq_paths(fb, s) >= gmin) {
-            seer_k_linear_as(p, y + (size_t)fb->off[s] * out, x + (size_t)fb->off[s] * in, fb->seq[s].n, w, bias, 1);
+            seer_k_linear_as(p, y + (size_t)fb->off[s] * out, x + (size_t)fb->off[s] * in, fb->seq[s].n, w, bias, 1,
+                             seq_paths(fb, s) - fb->seq[s].n);
             s++;
             continue;
         }

@@ -143,7 +143,7 @@ int seer_fwd_final_norm(seer_model_t *m, float *y, const float *x, int rows) {
 /* paths: the row count whose path the head takes (rows; a prompt's rest asking for every
  * position, the whole prompt's: seer_batch_seq_t.paths) */
 static void head(seer_model_t *m, float *logits, const float *xn, int rows, int paths) {
-    seer_k_linear_as(m->pool, logits, xn, rows, &m->lm_head, NULL, paths >= seer_k_linear_gemm_min(&m->lm_head));
+    seer_k_linear_as(m->pool, logits, xn, rows, &m->lm_head, NULL, paths >= seer_k_linear_gemm_min(&m->lm_head), paths - rows);
     if (m->arch->final_softcap) m->arch->final_softcap(m, logits, rows);
 }
 
@@ -208,7 +208,8 @@ int seer_fwd_finish(seer_model_t *m, const seer_fwd_batch_t *fb, const float *x,
         for (int s = 0; s < fb->ns;) {
             int rows = goff[s + 1] - goff[s];
             if (HEAD_PATHS(s) >= gmin) {
-                seer_k_linear_as(m->pool, lg + (size_t)goff[s] * V, xb + (size_t)goff[s] * D, rows, &m->lm_head, NULL, 1);
+                seer_k_linear_as(m->pool, lg + (size_t)goff[s] * V, xb + (size_t)goff[s] * D, rows, &m->lm_head, NULL, 1,
+                                 HEAD_PATHS(s) - rows);
                 s++;
                 continue;
             }

@@ -925,12 +925,12 @@ bias:
 }
 
 static void linear_base(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w,
-                        const seer_weight_t *bias, int gemm) {
+                        const seer_weight_t *bias, int gemm, int lead) {
     /* AMX takes a prefill of 16 tokens or more; precision = "fast" on bf16 weights takes every
      * count on AVX512_BF16 (the same bits per token whatever n, so decode and batches included) */
     if (gemm && n >= SEER_BLAS_MIN_TOKENS && seer_k_linear_amx(p, y, x, n, w, bias)) return;
     if (seer_k_linear_dpbf16(p, y, x, n, w, bias)) return;
-    if (gemm && seer_k_linear_blas(p, y, x, n, w, bias)) return;
+    if (gemm && seer_k_linear_blas(p, y, x, n, w, bias, lead)) return;
     linear_job j = {.y = y, .x = x, .n = n, .w = w, .bias = bias, .simd = seer_k_linear_simd()};
     atomic_init(&j.next, 0);
     size_t per_row = (size_t)w->cols * (size_t)n;
@@ -1028,20 +1028,20 @@ int seer_k_linear_gemm_min(const seer_weight_t *w) {
 }
 
 void seer_k_linear_as(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias,
-                      int gemm) {
-    linear_base(p, y, x, n, w, bias, gemm);
+                      int gemm, int lead) {
+    linear_base(p, y, x, n, w, bias, gemm, lead);
     if (w->lora) {
-        if (gemm) seer_lora_apply(p, y, x, n, w->lora);
+        if (gemm) seer_lora_apply(p, y, x, n, w->lora, lead);
         else seer_lora_apply_rows(p, y, x, n, w->lora);
     }
 }
 
 void seer_k_linear(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias) {
-    seer_k_linear_as(p, y, x, n, w, bias, n >= seer_k_linear_gemm_min(w));
+    seer_k_linear_as(p, y, x, n, w, bias, n >= seer_k_linear_gemm_min(w), 0);
 }
 
 void seer_k_linear_rows(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias) {
-    linear_base(p, y, x, n, w, bias, 0);
+    linear_base(p, y, x, n, w, bias, 0, 0);
     if (w->lora) seer_lora_apply_rows(p, y, x, n, w->lora);
 }
 
@@ -1050,7 +1050,8 @@ void seer_k_linear_multi(seer_pool_t *p, int count, float *const *ys, const floa
     enum { MAX = 8 };
     int gemm[MAX], any = 0;
     if (count > MAX) {
-        for (int i = 0; i < count; i++) seer_k_linear_as(p, ys[i], x, n, ws[i], biases[i], paths >= seer_k_linear_gemm_min(ws[i]));
+        for (int i = 0; i < count; i++)
+            seer_k_linear_as(p, ys[i], x, n, ws[i], biases[i], paths >= seer_k_linear_gemm_min(ws[i]), paths > n ? paths - n : 0);
         return;
     }
     for (int i = 0; i < count; i++) any |= gemm[i] = paths >= seer_k_linear_gemm_min(ws[i]);
@@ -1060,7 +1061,7 @@ void seer_k_linear_multi(seer_pool_t *p, int count, float *const *ys, const floa
             if (ws[i]->lora) seer_lora_apply_rows(p, ys[i], x, n, ws[i]->lora); /* as seer_k_linear_as would */
         return;
     }
-    for (int i = 0; i < count; i++) seer_k_linear_as(p, ys[i], x, n, ws[i], biases[i], gemm[i]);
+    for (int i = 0; i < count; i++) seer_k_linear_as(p, ys[i], x, n, ws[i], biases[i], gemm[i], paths > n ? paths - n : 0);
 }
 
 void seer_k_rmsnorm(float *y, const float *x, int n, int d, const seer_weight_t *w, float eps, int one_plus) {

@@ -15,7 +15,9 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "model_private.h"
 
@@ -108,23 +110,83 @@ static void gemm_chunk(void *ctx, size_t begin, size_t end, int thread) {
             widen_rows(w, r0, nr, scratch);
             wf = scratch;
         }
-        /* tokens in blocks of SEER_TOKEN_BLOCK from the first: a row's bits depend on the row
-         * count of the call (OpenBLAS picks its tails by it), so every block but the last has the
-         * same count whatever n is, and a prompt's rest run from a block boundary gets the bits the
-         * whole prompt got there (seer_batch_seq_t.paths). Measured no slower than one call. */
-        for (int t0 = 0; t0 < j->n; t0 += SEER_TOKEN_BLOCK) {
-            int nt = j->n - t0 < SEER_TOKEN_BLOCK ? j->n - t0 : SEER_TOKEN_BLOCK;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nt, (int)nr, (int)cols, 1.0f, j->x + (size_t)t0 * (size_t)cols,
-                        (int)cols, wf, (int)cols, 0.0f, j->y + (size_t)t0 * (size_t)rows + r0, (int)rows);
-        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->n, (int)nr, (int)cols, 1.0f, j->x, (int)cols, wf,
+                    (int)cols, 0.0f, j->y + r0, (int)rows);
     }
     free(scratch);
 }
 
-int seer_k_linear_blas(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias) {
+/* ---- the row period of sgemm ------------------------------------------------------------------
+ * OpenBLAS's sgemm gives a row of x another bits at another row count: it cuts the rows into
+ * tiles of its kernel's unroll (12 for the Haswell kernel seer asks for on the Zen 3 VM), and a row's bits
+ * depend on its place in a tile (tail tiles run narrower kernels). Measured: the rows a call
+ * starting `off` rows later computes are the bits of the longer call's exactly when off is a
+ * multiple of that unroll, tails included. So a prompt's rest after a shared beginning of `lead`
+ * rows (seer_batch_seq_t.paths) runs with lead % period zero rows in front of it: its rows sit
+ * where the whole prompt's call put them. The period is found once per process by trying it:
+ * the smallest of the candidates for which every offset that is a multiple of it gives the
+ * longer call's bits on random data, over shapes seer calls (widths past a K block, a LoRA
+ * rank's narrow output); 0 where none does (then no beginning is shared on the GEMM path). */
+static int g_row_period;
+static pthread_once_t g_period_once = PTHREAD_ONCE_INIT;
+
+static int period_holds(int u, int N, int K, const float *x, const float *w, float *c1, float *c2, int L) {
+    p_sgemm(ROW_MAJOR, NO_TRANS, TRANS, L, N, K, 1.0f, x, K, w, K, 0.0f, c1, N);
+    for (int off = u; off < L; off += u) {
+        p_sgemm(ROW_MAJOR, NO_TRANS, TRANS, L - off, N, K, 1.0f, x + (size_t)off * (size_t)K, K, w, K, 0.0f, c2, N);
+        if (memcmp(c1 + (size_t)off * (size_t)N, c2, sizeof(float) * (size_t)(L - off) * (size_t)N) != 0) return 0;
+    }
+    return 1;
+}
+
+static void find_period(void) {
+    static const int cand[] = {1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128};
+    static const int shapes[][3] = {{256, 96, 157}, {256, 1100, 131}, {8, 200, 101}, {100, 64, 263}};
+    if (!blas_ready()) return;
+    enum { LMAX = 263, NMAX = 256, KMAX = 1100 };
+    float *x = malloc(sizeof(float) * LMAX * KMAX), *w = malloc(sizeof(float) * NMAX * KMAX);
+    float *c1 = malloc(sizeof(float) * LMAX * NMAX), *c2 = malloc(sizeof(float) * LMAX * NMAX);
+    if (x && w && c1 && c2) {
+        uint32_t r = 12345;
+        for (size_t i = 0; i < (size_t)LMAX * KMAX; i++) r = r * 1103515245u + 12345u, x[i] = (float)(r >> 8) / 16777216.0f - 0.5f;
+        for (size_t i = 0; i < (size_t)NMAX * KMAX; i++) r = r * 1103515245u + 12345u, w[i] = (float)(r >> 8) / 16777216.0f - 0.5f;
+        for (size_t c = 0; c < sizeof cand / sizeof cand[0] && !g_row_period; c++) {
+            int ok = 1;
+            for (size_t s = 0; s < sizeof shapes / sizeof shapes[0] && ok; s++)
+                ok = period_holds(cand[c], shapes[s][0], shapes[s][1], x, w, c1, c2, shapes[s][2]);
+            if (ok) g_row_period = cand[c];
+        }
+    }
+    free(x);
+    free(w);
+    free(c1);
+    free(c2);
+}
+
+int seer_k_blas_row_period(void) {
+    pthread_once(&g_period_once, find_period);
+    return g_row_period;
+}
+
+int seer_k_linear_blas(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias,
+                       int lead) {
     if (!blas_ready()) return 0;
     if (w->dtype != SEER_F32 && w->dtype != SEER_BF16 && w->dtype != SEER_F16) return 0;
     int64_t rows = w->rows;
+    int period = lead > 0 ? seer_k_blas_row_period() : 0, pad = period ? lead % period : 0;
+    if (pad) { /* zero rows in front, so that x's rows sit where the whole call put them */
+        float *xp = calloc((size_t)(pad + n) * (size_t)w->cols, sizeof(float));
+        float *yp = malloc(sizeof(float) * (size_t)(pad + n) * (size_t)rows);
+        int ok = xp && yp;
+        if (ok) {
+            memcpy(xp + (size_t)pad * (size_t)w->cols, x, sizeof(float) * (size_t)n * (size_t)w->cols);
+            ok = seer_k_linear_blas(p, yp, xp, pad + n, w, bias, 0);
+            if (ok) memcpy(y, yp + (size_t)pad * (size_t)rows, sizeof(float) * (size_t)n * (size_t)rows);
+        }
+        free(xp);
+        free(yp);
+        return ok;
+    }
     gemm_job j = {.y = y, .x = x, .n = n, .w = w};
     size_t nblocks = (size_t)((rows + ROW_BLOCK - 1) / ROW_BLOCK);
     size_t block_work = (size_t)ROW_BLOCK * (size_t)w->cols * (size_t)n;

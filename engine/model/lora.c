@@ -181,12 +181,12 @@ static void apply_chunk(void *ctx, size_t begin, size_t end, int thread) {
 
 /* Prefill: two OpenBLAS GEMMs (t = x.A^T, d = t.B^T), then y += d * scale as peft adds it.
  * Returns 0 when it cannot (no OpenBLAS, out of memory); then the per-token kernel runs. */
-static int apply_blas(seer_pool_t *p, float *y, const float *x, int n, const struct seer_lora *l) {
+static int apply_blas(seer_pool_t *p, float *y, const float *x, int n, const struct seer_lora *l, int lead) {
     float *t = malloc((size_t)n * (size_t)l->r * sizeof(float));
     float *d = malloc((size_t)n * (size_t)l->out * sizeof(float));
     seer_weight_t wa = {.dtype = SEER_F32, .data = l->A, .rows = l->r, .cols = l->in};
     seer_weight_t wb = {.dtype = SEER_F32, .data = l->B, .rows = l->out, .cols = l->r};
-    int ok = t && d && seer_k_linear_blas(p, t, x, n, &wa, NULL) && seer_k_linear_blas(p, d, t, n, &wb, NULL);
+    int ok = t && d && seer_k_linear_blas(p, t, x, n, &wa, NULL, lead) && seer_k_linear_blas(p, d, t, n, &wb, NULL, lead);
     if (ok)
         for (size_t i = 0; i < (size_t)n * (size_t)l->out; i++) y[i] += d[i] * l->scale;
     free(t);
@@ -194,9 +194,9 @@ static int apply_blas(seer_pool_t *p, float *y, const float *x, int n, const str
     return ok;
 }
 
-static void apply(seer_pool_t *p, float *y, const float *x, int n, const struct seer_lora *lora, int gemm) {
+static void apply(seer_pool_t *p, float *y, const float *x, int n, const struct seer_lora *lora, int gemm, int lead) {
     if (!lora || !*lora->enabled || n <= 0) return;
-    if (gemm && apply_blas(p, y, x, n, lora)) return;
+    if (gemm && apply_blas(p, y, x, n, lora, lead)) return;
     apply_job j = {.y = y, .x = x, .l = lora, .simd = seer_k_have_avx2()};
     /* A decode step (one token) is r * (in + out) multiply-adds: far below what a thread
      * wake-up is worth, so it stays on the caller; prefill splits the tokens. */
@@ -205,12 +205,12 @@ static void apply(seer_pool_t *p, float *y, const float *x, int n, const struct 
     seer_pool_for(p, (size_t)n, min_tok ? min_tok : 1, apply_chunk, &j);
 }
 
-void seer_lora_apply(seer_pool_t *p, float *y, const float *x, int n, const struct seer_lora *lora) {
-    apply(p, y, x, n, lora, 1);
+void seer_lora_apply(seer_pool_t *p, float *y, const float *x, int n, const struct seer_lora *lora, int lead) {
+    apply(p, y, x, n, lora, 1, lead);
 }
 
 void seer_lora_apply_rows(seer_pool_t *p, float *y, const float *x, int n, const struct seer_lora *lora) {
-    apply(p, y, x, n, lora, 0);
+    apply(p, y, x, n, lora, 0, 0);
 }
 
 typedef struct {

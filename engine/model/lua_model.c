@@ -1039,6 +1039,14 @@ static int l_shared_prefills(lua_State *L) {
     return 2;
 }
 
+/* core.blas_row_period() -> the unit of OpenBLAS's sgemm row tiles this process found
+ * (seer_k_blas_row_period; 0: none, or no OpenBLAS): a shared beginning on the GEMM path covers
+ * only rows in whole tiles of both prompts' calls. For tests and diagnostics. */
+static int l_blas_row_period(lua_State *L) {
+    lua_pushinteger(L, seer_k_blas_row_period());
+    return 1;
+}
+
 /* core.gemm_min_tokens([n]) -> the previous override: n (16 or more) is the count from which a
  * sequence alone takes the GEMM path where the per-token kernel is the blocked one (both dtypes),
  * 0 this CPU's defaults, nil only reads (seer_k_gemm_min_override). For tests and tuning; a
@@ -1096,5 +1104,7 @@ int seer_model_luaopen(lua_State *L) {
     lua_setfield(L, -2, "gemm_min_tokens");
     lua_pushcfunction(L, l_shared_prefills);
     lua_setfield(L, -2, "shared_prefills");
+    lua_pushcfunction(L, l_blas_row_period);
+    lua_setfield(L, -2, "blas_row_period");
     return 1;
 }

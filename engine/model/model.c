@@ -766,19 +766,27 @@ int seer_model_prefix_rows(const seer_model_t *m, int donor_len, int taker_len, 
         return 0;
     /* attention's GEMM path from SEER_BLAS_MIN_TOKENS queries; each matrix kind's crossing */
     if (lo < SEER_BLAS_MIN_TOKENS && hi >= SEER_BLAS_MIN_TOKENS) return 0;
-    int saved = seer_k_fast_bf16, ok = 1;
+    int saved = seer_k_fast_bf16, ok = 1, gemm = 0;
     seer_k_fast_bf16 = m->fast_bf16;
     for (int k = 0; k < 6 && ok; k++)
         if (m->matrix_kinds & (1u << k)) {
             seer_weight_t w = {.dtype = k < 2 ? SEER_F32 : k < 4 ? SEER_BF16 : SEER_F16, .rows = 1, .cols = k % 2 ? 32 : 33};
             int g = seer_k_linear_gemm_min(&w);
             if (seer_k_bf16_units_take(&w) == 1 || (lo < g && hi >= g)) ok = 0;
+            if (lo >= g) gemm = 1;
         }
     seer_k_fast_bf16 = saved;
     if (!ok) return 0;
     int n = common < lo ? common : lo;
     if (n > taker_len - 1) n = taker_len - 1; /* the rest has at least one token: the prompt's logits */
-    return n < 0 ? 0 : n / SEER_TOKEN_BLOCK * SEER_TOKEN_BLOCK;
+    if (gemm) {
+        /* sgemm: a shared row must sit in a whole tile of both prompts' calls (their tails run
+         * narrower kernels); the rest keeps its rows in place (seer_k_linear_blas's lead) */
+        int u = seer_k_blas_row_period();
+        if (!u) return 0;
+        if (n > lo / u * u) n = lo / u * u;
+    }
+    return n < 0 ? 0 : n / SEER_PREFIX_BLOCK * SEER_PREFIX_BLOCK;
 }
 
 uint64_t seer_model_state_epoch(const seer_model_t *m) {

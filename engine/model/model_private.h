@@ -157,11 +157,10 @@ extern _Thread_local int seer_k_fast_bf16;
 /* From this many tokens on, a sequence's attention takes its GEMM path (kernels_blas.c), and a
  * linear layer may take OpenBLAS sgemm or AMX: seer_k_linear_gemm_min says from how many. */
 #define SEER_BLAS_MIN_TOKENS 16
-/* The GEMM paths cut a call's tokens into blocks of this many from its first token: OpenBLAS
- * sgemm per block of rows (a row's bits depend on the call's row count, so the count is fixed
- * but for the last block), attention per block of queries. A prompt's rest run from a multiple
- * of it after its first rows were taken from another sequence (seer_batch_seq_t.paths) then makes
- * the calls the whole prompt made for those rows: the same bits. */
+/* Attention's GEMM path cuts a call's queries into blocks of this many from its first: a
+ * prompt's rest run from a multiple of it after its first rows were taken from another sequence
+ * (seer_batch_seq_t.paths) makes the calls the whole prompt made for those rows, shape for shape
+ * (the linear layers' sgemm keeps its rows in place with seer_k_linear_blas's lead). */
 #define SEER_TOKEN_BLOCK SEER_PREFIX_BLOCK
 /* The fewest tokens with which seer_k_linear runs w as a GEMM (AMX, OpenBLAS) rather than its
  * per-token kernel: SEER_BLAS_MIN_TOKENS, or more where the per-token kernel is the blocked one
@@ -182,15 +181,23 @@ unsigned seer_k_gemm_min_epoch(void);
  * AVX512_BF16 under precision = "fast" on the calling thread: any count, every row the same bits
  * whatever the count); 0 neither. */
 int seer_k_bf16_units_take(const seer_weight_t *w);
-int seer_k_linear_blas(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias);
+/* lead: rows the whole call had before x's (a prompt's rest after a shared beginning; 0 otherwise):
+ * x's rows then get the bits they got in that call (seer_k_blas_row_period). */
+int seer_k_linear_blas(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias,
+                       int lead);
+/* The row unit of OpenBLAS's sgemm tiles, found by trying it once per process (kernels_blas.c):
+ * rows a call computes from an offset that is a multiple of it get the longer call's bits. 0:
+ * none found, or no OpenBLAS. */
+int seer_k_blas_row_period(void);
 /* y[n][out] = x[n][in] . W[out][in]^T (+ bias[out] when bias.data), plus the weight's LoRA
  * delta when it has an enabled one (seer_lora_apply). */
 void seer_k_linear(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias);
 /* The same with the path chosen by the caller: gemm 1 the GEMM path (AMX from 16 rows, OpenBLAS),
- * 0 the per-token kernel (seer_k_linear_rows). seer_k_linear is gemm = n >= seer_k_linear_gemm_min;
- * a prompt's rest after a taken prefix passes the whole prompt's choice. */
+ * 0 the per-token kernel (seer_k_linear_rows). seer_k_linear is gemm = n >= seer_k_linear_gemm_min
+ * and lead 0; a prompt's rest after a taken beginning passes the whole prompt's choice and, as
+ * lead, the beginning's length (seer_k_linear_blas). */
 void seer_k_linear_as(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias,
-                      int gemm);
+                      int gemm, int lead);
 /* y[n][d] = x / rms(x) * w (w + 1 when one_plus: Gemma). y may alias x. */
 void seer_k_rmsnorm(float *y, const float *x, int n, int d, const seer_weight_t *w, float eps, int one_plus);
 /* Row r of an embedding table (any dtype) as f32. */
@@ -212,7 +219,7 @@ float seer_k_dot_bf16(const float *a, const uint16_t *b, int n);
 void seer_k_axpy_bf16(float *o, float w, const uint16_t *v, int n);
 /* y[n][out] += scale * B . (A . x) for an unmerged, enabled LoRA adapter on a weight (lora.c);
  * a no-op when the adapter is disabled. */
-void seer_lora_apply(seer_pool_t *p, float *y, const float *x, int n, const struct seer_lora *lora);
+void seer_lora_apply(seer_pool_t *p, float *y, const float *x, int n, const struct seer_lora *lora, int lead);
 /* Lua methods of a model userdata implemented in lora.c (registered by lua_model.c):
  * c:load_adapter(dir, merge) and c:set_adapter(enabled). seer_model_lua_check returns the
  * model of the userdata at idx (a Lua error when it is not one or was freed). */
@@ -338,7 +345,8 @@ void seer_fb_linear(seer_pool_t *p, const seer_fwd_batch_t *fb, float *y, const 
 void seer_k_linear_rows(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias);
 /* ys[i] = x ws[i]^T (+ biases[i]) for count matrices of the same width against the same x (q, k
  * and v; gate and up), each as seer_k_linear_as with gemm = paths >= seer_k_linear_gemm_min(ws[i])
- * (paths: the row count whose path the call takes, n for a plain call, 0 the per-token kernel),
+ * and lead = paths - n (paths: the row count whose path the call takes, n for a plain call, 0 the
+ * per-token kernel),
  * LoRA included; where the kernel can (precision = "fast" on AVX512_BF16, no matrix on its GEMM
  * path) in one pass with x packed once and one barrier, each output the same bits. */
 void seer_k_linear_multi(seer_pool_t *p, int count, float *const *ys, const float *x, int n, const seer_weight_t *const *ws,

@@ -370,7 +370,10 @@ fi
 # 6 prompts run 4 times (as auditing-games runs its), each repeat taking its prompt's cache from
 # the first, against share_prompts = false; and 8 samples of one 200-token prompt in a loop of
 # generate calls, with the model's prompt cache and without; and patch_sweep (every 4th layer x
-# 10 positions) with each batch beginning at its block against whole passes. BENCH_WORKLOADS=0 skips.
+# 10 positions) with each batch beginning at its block against whole passes; and 12 prompts with
+# one 150-token beginning (a system prompt; then each with its own injection from there, as
+# introspection trials) and 30 tokens of their own, each taking the beginning's rows, against
+# share_prompts = false. BENCH_WORKLOADS=0 skips.
 if [[ -d $LARGE/bf16 && ${BENCH_LARGE:-1} == 1 && ${BENCH_WORKLOADS:-1} == 1 ]]; then
   echo "== experiment-shaped work on the 0.5B model ($(nproc) thread(s))"
   for dtype in f32 bf16; do
@@ -387,6 +390,9 @@ if [[ -d $LARGE/bf16 && ${BENCH_LARGE:-1} == 1 && ${BENCH_WORKLOADS:-1} == 1 ]];
   echo "  bf16 8 samples of a 200-token prompt in a loop of generate calls, with the prompt cache and without:"
   "$SEER" tests/bench/prompt_loop.lua "$LARGE/bf16" "$(nproc)" 200 24 8 1 | sed 's/^/    /' || echo "    FAILED"
   echo "  f32 $("$SEER" tests/bench/patch_sweep.lua "$LARGE/f32" "$(nproc)" 10 4 || echo "patch_sweep FAILED")"
+  echo "  bf16 shared beginnings (generate_batch, shared against share_prompts = false):"
+  "$SEER" tests/bench/shared_prefix.lua "$LARGE/bf16" "$(nproc)" 150 30 12 16 1 | sed 's/^/    /' || echo "    FAILED"
+  INJECT=1 "$SEER" tests/bench/shared_prefix.lua "$LARGE/bf16" "$(nproc)" 150 30 12 16 1 | sed 's/^/    /' || echo "    FAILED"
 fi
 
 # Hooks: overhead of captures, built-in interventions and Lua function hooks against the same

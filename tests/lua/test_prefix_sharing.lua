@@ -52,13 +52,16 @@ local function head(a, n) return { unpack(a, 1, n) } end
 -- The rows the rule lets a prompt of lb tokens take from one of la tokens with `common` first
 -- tokens alike: whole blocks of 64 under both lengths and under lb (its rest keeps a token), none
 -- where a kernel crossing (attention's GEMM path from 16 tokens, the linear layers' from g) lies
--- between the two lengths.
+-- between the two lengths; on the GEMM path (both from g on) only rows in whole sgemm tiles of
+-- both calls (OpenBLAS's row period u, a property of this machine's library: core.blas_row_period).
+local U = core.blas_row_period()
 local function expect_rows(la, lb, common, g)
   local lo, hi = math.min(la, lb), math.max(la, lb)
   for _, t in ipairs({ 16, g }) do
     if lo < t and hi >= t then return 0 end
   end
   local n = math.min(common, lo, lb - 1)
+  if lo >= g then n = math.min(n, lo - lo % U) end
   return n - n % 64
 end
 
