@@ -125,11 +125,12 @@ uint64_t seer_model_state_epoch(const seer_model_t *m);
 /* How many first positions of a prompt of taker_len tokens can be taken from another's prompt of
  * donor_len tokens whose first `common` tokens are the same (with the same hooks on them and the
  * same model state): the rows the whole-prompt passes of both compute alike. A multiple of 64
- * (the GEMM paths' block, from the first token) under both lengths and under taker_len (the rest
- * runs with seer_batch_seq_t.paths = taker_len); 0 where nothing can be taken: a GPU model, a CPU
- * with AMX (its tile kernels' rows are not known to be count-invariant), rope scaling that depends
- * on the pass's length (LongRoPE; dynamic NTK past max_position_embeddings), or the two lengths on two sides of a kernel's
- * crossing (seer_model_gemm_min_tokens and the like). */
+ * (attention's query block) under both lengths and under taker_len (the rest runs with
+ * seer_batch_seq_t.paths = taker_len), and on the GEMM path within the whole sgemm tiles of both
+ * passes (seer_k_blas_row_period); 0 where nothing can be taken: a GPU model, a CPU with AMX (its
+ * tile kernels were not checked for this), rope scaling that depends on the pass's length
+ * (LongRoPE; dynamic NTK past max_position_embeddings), the two lengths on two sides of a
+ * kernel's crossing (seer_model_gemm_min_tokens and the like), no sgemm row period found. */
 int seer_model_prefix_rows(const seer_model_t *m, int donor_len, int taker_len, int common);
 #define SEER_PREFIX_BLOCK 64 /* seer_model_prefix_rows returns multiples of it */
 
