@@ -550,7 +550,7 @@ static int prompt_donor(gen_ud **gs, int i, const int *from, uint64_t epoch) {
  * seer_batch_seq_t.paths, and every result is the bits it gets alone. A donor is prefilled (an
  * earlier step, or a kept prompt) under the model state of now, or computes its whole prompt in
  * this step (j < i: neither taking a prompt nor a prefix, whose rows are ready before the
- * prefixes are copied). The most rows win. */
+ * prefixes are copied; pfx NULL: no such generator). The most rows win. */
 static int prefix_donor(gen_ud **gs, int i, const int *from, const int *pfx, uint64_t epoch, int *rows) {
     gen_ud *g = gs[i];
     *rows = 0;
@@ -561,7 +561,7 @@ static int prefix_donor(gen_ud **gs, int i, const int *from, const int *pfx, uin
         if (j == i || !d->share || d->m != g->m || !d->cache || !seer_kv_cache_host(d->cache)) continue;
         if (d->prefilled) {
             if (d->kepoch != epoch) continue;
-        } else if (!(j < i && from[j] < 0 && pfx[j] == 0 && !d->done)) {
+        } else if (!(j < i && from[j] < 0 && (!pfx || pfx[j] == 0) && !d->done)) {
             continue;
         }
         int lo = d->nprompt < g->nprompt ? d->nprompt : g->nprompt, common = 0;
@@ -660,8 +660,8 @@ static int l_gen_next(lua_State *L) {
             }
             goto sample;
         }
-        int rows, *pfx = from; /* no generator of the list is taking anything */
-        if ((j = prefix_donor(gs, 0, from, pfx, epoch, &rows)) > 0) {
+        int rows; /* the donors are all prefilled: none is taking anything in this step */
+        if ((j = prefix_donor(gs, 0, from, NULL, epoch, &rows)) > 0) {
             seer_batch_seq_t q;
             seer_fwd_hooks_t hk;
             if (take_prefix(g, gs[j], rows, &q, &hk, L, &err) < 0 || seer_model_forward_batch(g->m, &q, 1, &err) < 0) {
