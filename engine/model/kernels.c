@@ -982,7 +982,9 @@ _Thread_local int seer_k_fast_bf16;
  * the AVX-512 family (Intel), 16 as before; where the fast bf16 kernel runs without AMX, whose
  * rows do not depend on the count, never (every sequence of a batch shares the pass, LoRA's
  * per-token path with it). SEER_GEMM_MIN_TOKENS=N (16 or more) sets both
- * crossings, for a CPU where they lie elsewhere (Zen 3 was not measured); so does
+ * crossings, for a CPU where they lie elsewhere (on a Zen 3 VM one prompt's sgemm wins from
+ * 64 tokens at f32 and about 96 at bf16, by 10-15%; kept at 96 / 128 there for the batches'
+ * shared pass: docs/model.md); so does
  * seer_k_gemm_min_override (the tests, to run the GEMM path on models too small for 96 tokens). */
 #ifndef SEER_GEMM_MIN_F32
 #define SEER_GEMM_MIN_F32 96
