@@ -140,8 +140,11 @@ int seer_fwd_final_norm(seer_model_t *m, float *y, const float *x, int rows) {
     return 0;
 }
 
-/* paths: the row count whose path the head takes (rows; a prompt's rest asking for every
- * position, the whole prompt's: seer_batch_seq_t.paths) */
+/* The row count whose path the head takes for a sequence's `rows` rows of logits: rows, or for a
+ * prompt's rest that asks for every position, the whole prompt's (seer_batch_seq_t.paths). */
+static int head_paths(const seer_batch_seq_t *q, int rows) { return q->all_logits && q->paths ? q->paths : rows; }
+
+/* paths: head_paths */
 static void head(seer_model_t *m, float *logits, const float *xn, int rows, int paths) {
     seer_k_linear_as(m->pool, logits, xn, rows, &m->lm_head, NULL, paths >= seer_k_linear_gemm_min(&m->lm_head), paths - rows);
     if (m->arch->final_softcap) m->arch->final_softcap(m, logits, rows);
@@ -157,15 +160,14 @@ int seer_fwd_finish(seer_model_t *m, const seer_fwd_batch_t *fb, const float *x,
             seer_fwd_final_norm(m, xb, x, n);
             int rc = seer_fwd_hook_rows(q->hk, SEER_HP_LN_FINAL, -1, fb->start[0], n, xb, D, err);
             if (rc < 0) return rc;
-            if (q->logits)
-                head(m, q->logits, q->all_logits ? xb : xb + (size_t)(n - 1) * D, q->all_logits ? n : 1,
-                     q->all_logits && q->paths ? q->paths : q->all_logits ? n : 1);
+            int rows = q->all_logits ? n : 1;
+            if (q->logits) head(m, q->logits, q->all_logits ? xb : xb + (size_t)(n - 1) * D, rows, head_paths(q, rows));
             return 0;
         }
         if (!q->logits) return 0;
         int rows = q->all_logits ? n : 1;
         seer_fwd_final_norm(m, xb, q->all_logits ? x : x + (size_t)(n - 1) * D, rows);
-        head(m, q->logits, xb, rows, q->all_logits && q->paths ? q->paths : rows);
+        head(m, q->logits, xb, rows, head_paths(q, rows));
         return 0;
     }
     /* Several: the rows that need logits are gathered, one after another, into xb (they never
@@ -203,19 +205,16 @@ int seer_fwd_finish(seer_model_t *m, const seer_fwd_batch_t *fb, const float *x,
         /* The head as seer_fb_linear groups a batch: rows of a sequence that would take the GEMM
          * path alone go alone, every other row through the per-token kernel together. */
         int gmin = seer_k_linear_gemm_min(&m->lm_head);
-        /* rows that a prompt's rest asks for every position of take the whole prompt's path */
-#define HEAD_PATHS(s) (fb->seq[s].all_logits && fb->seq[s].paths ? fb->seq[s].paths : goff[(s) + 1] - goff[s])
         for (int s = 0; s < fb->ns;) {
             int rows = goff[s + 1] - goff[s];
-            if (HEAD_PATHS(s) >= gmin) {
+            if (head_paths(&fb->seq[s], rows) >= gmin) {
                 seer_k_linear_as(m->pool, lg + (size_t)goff[s] * V, xb + (size_t)goff[s] * D, rows, &m->lm_head, NULL, 1,
-                                 HEAD_PATHS(s) - rows);
+                                 head_paths(&fb->seq[s], rows) - rows);
                 s++;
                 continue;
             }
             int e = s;
-            while (e < fb->ns && HEAD_PATHS(e) < gmin) e++;
-#undef HEAD_PATHS
+            while (e < fb->ns && head_paths(&fb->seq[e], goff[e + 1] - goff[e]) < gmin) e++;
             if (goff[e] > goff[s])
                 seer_k_linear_rows(m->pool, lg + (size_t)goff[s] * V, xb + (size_t)goff[s] * D, goff[e] - goff[s],
                                    &m->lm_head, NULL);
