@@ -463,14 +463,17 @@ Test(model_batch, prefix_rows_then_paths_equal_the_whole_pass) {
         /* the crossings: on both sides of 16 and of the GEMM threshold nothing is taken; on the
          * GEMM path a shared row lies in a whole sgemm tile of both calls (u rows) */
         cr_assert_eq(seer_model_prefix_rows(m, 15, 200, 15), 0);
+        /* u: OpenBLAS's row period on this machine (0: none found, then nothing on the GEMM path) */
         int g = seer_model_gemm_min_tokens(m), u = seer_k_blas_row_period();
-        cr_assert(u >= 1 && u <= 128, "OpenBLAS's row period: %d", u);
+        cr_assert(u >= 0 && u <= 128, "OpenBLAS's row period: %d", u);
+#define TILED(n) (u ? (n) / u * u : 0)
         if (g > 65 && g < 300) cr_assert_eq(seer_model_prefix_rows(m, g - 1, g, g - 1), 0);
-        if (g < 300) cr_assert_eq(seer_model_prefix_rows(m, g + 64, g + 70, g + 64), (g + 64) / u * u / 64 * 64);
+        if (g < 300) cr_assert_eq(seer_model_prefix_rows(m, g + 64, g + 70, g + 64), TILED(g + 64) / 64 * 64);
         cr_assert_eq(seer_model_prefix_rows(m, 66, 64, 64), 0, "the rest keeps a token: 63 rows are not a block");
-        cr_assert_eq(seer_model_prefix_rows(m, 66, 65, 64), g > 66 || 65 / u * u >= 64 ? 64 : 0);
+        cr_assert_eq(seer_model_prefix_rows(m, 66, 65, 64), g > 66 || TILED(65) >= 64 ? 64 : 0);
+#undef TILED
         cr_assert_eq(seer_model_prefix_rows(m, 66, 65, 63), 0);
-        cr_assert(shared >= 8, "only %d of 40 random cases shared anything", shared);
+        cr_assert(shared >= (u ? 8 : 2), "only %d of 40 random cases shared anything", shared);
         seer_k_gemm_min_override(prev);
     }
     seer_model_free(m);
