@@ -41,6 +41,15 @@ function M.at_gemm_min(n, fn)
   if not ok then error(err, 0) end
 end
 
+-- A model without its prompt cache (Model:prompt_cache): the generations alone that the sharing
+-- tests compare against would fill it, and a batch would take from it, so the counts of prompts
+-- and positions taken would depend on the order of the checks.
+function M.load_uncached(dir, opts)
+  local m = seer.model.load(dir, opts)
+  m:prompt_cache(0)
+  return m
+end
+
 -- A bf16 llama made at test time with every width a multiple of 32 (the parity models' 48 and 100
 -- never reach the bf16 units: AMX, or precision = "fast"'s kernel and bf16 KV cache); its directory.
 function M.bf16_llama()

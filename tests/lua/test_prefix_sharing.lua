@@ -18,11 +18,7 @@ local stories = here .. "/../fixtures/models/stories260K"
 
 local function join(t) return table.concat(t, ",") end
 
-local function load(dir, opts)
-  local m = seer.model.load(dir, opts)
-  m:prompt_cache(0) -- the checks' generations alone would fill it
-  return m
-end
+local load = check.load_uncached
 
 -- fn's result and how many prompt positions were taken as shared beginnings while it ran
 local function rows_taken(fn)

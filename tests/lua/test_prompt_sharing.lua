@@ -20,14 +20,8 @@ local lora_dir = here .. "/../parity/lora"
 
 local function join(t) return table.concat(t, ",") end
 
--- A model without its prompt cache (Model:prompt_cache, tested at the end): the generations alone
--- that the checks compare against would fill it, and a batch would take from it, so the counts of
--- prompts taken would depend on the order of the checks.
-local function load(dir, opts)
-  local m = seer.model.load(dir, opts)
-  m:prompt_cache(0)
-  return m
-end
+-- models without their prompt cache (tested at the end; batch_check.load_uncached says why)
+local load = check.load_uncached
 
 -- fn's results and how many prefills step_batch took from another generator while it ran
 local function counting(fn)
