@@ -270,10 +270,10 @@ static int l_iv_kind(lua_State *L) {
  * whether it has a position filter at all. */
 static int l_iv_hits(lua_State *L) {
     seer_intervention_t *iv = check_iv(L, 1);
-    int restricted = 0;
+    int restricted = 0, reset = lua_toboolean(L, 2); /* read before the results go on the stack */
     lua_pushnumber(L, (lua_Number)seer_iv_hits(iv, &restricted));
     lua_pushboolean(L, restricted);
-    if (lua_toboolean(L, 2)) seer_iv_reset_hits(iv);
+    if (reset) seer_iv_reset_hits(iv);
     return 2;
 }
 

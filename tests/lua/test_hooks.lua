@@ -390,6 +390,32 @@ T.test("generate, generate_iter and generate_batch refuse an intervention whose 
   model:with_hooks({ { R, I.add(v, { positions = { n } }) } }, function() return model:generate_batch({ ids, p3 }, { max_new_tokens = 3 }) end)
 end)
 
+-- iv:hits() reset the count on every read (it took its own first result for the reset flag), so
+-- an intervention reused after a generation that was never judged (a generate_iter left
+-- part-way) started the next judgement from the old count, the next run brought it back to the
+-- same number, and a generation that did reach the position was refused. Found by
+-- tests/lua/test_fuzz_batch.lua.
+T.test("iv:hits() counts on until hits(true); an intervention reused after an abandoned generate_iter is judged on its own run", function()
+  local v = tensor.ones(64)
+  local p3 = { ids[1], ids[2], ids[3] }
+  local iv = I.add(v, { positions = { 1 } })
+  model:with_hooks({ { "blocks.0.hook_resid_post", iv } }, function()
+    local f = model:generate_iter(p3, { max_new_tokens = 3 })
+    f() -- the prompt ran: position 1 selected once; the rest is never asked for
+    T.eq(iv:hits(), 1)
+    T.eq(iv:hits(), 1, "reading the count leaves it")
+    model:generate(p3, { max_new_tokens = 3 }) -- reached position 1 again: no error
+    T.eq(iv:hits(), 2)
+    local before, restricted = iv:hits(true)
+    T.eq(before, 2)
+    T.eq(restricted, true)
+    T.eq(iv:hits(), 0, "hits(true) resets after reading")
+  end)
+  local un = I.add(v)
+  model:with_hooks({ { "blocks.0.hook_resid_post", un } }, function() model:generate(p3, { max_new_tokens = 2 }) end)
+  T.eq(select(2, un:hits()), false, "an intervention without positions is not restricted")
+end)
+
 T.test("generate_batch refuses per_sequence[i].stream (it was accepted and never called)", function()
   local called = 0
   T.raises(function()
