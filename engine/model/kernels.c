@@ -1314,37 +1314,51 @@ static int attention_hpi(const seer_attn_params_t *a, size_t tokens, int threads
 /* The query count whose kernel a takes: its own, or a whole prompt's (seer_attn_params_t.paths). */
 static int attn_paths(const seer_attn_params_t *a) { return a->paths > a->n ? a->paths : a->n; }
 
+static void attention_rows(seer_pool_t *p, const seer_attn_params_t *items, int count);
+
 void seer_k_attention(seer_pool_t *p, const seer_attn_params_t *a) {
     if (attn_paths(a) >= SEER_BLAS_MIN_TOKENS && (seer_k_attention_small(p, a) || seer_k_attention_blas(p, a))) return;
-    seer_k_attention_batch(p, a, 1);
+    attention_rows(p, a, 1);
 }
 
+/* Sequences of SEER_BLAS_MIN_TOKENS query tokens or more (or whose whole prompt has that many:
+ * attn_paths) run alone, on the path they take alone (seer_k_attention: the GEMM path), however
+ * many sequences run beside them, one included: a batch's other sequences may have left for the
+ * hooked path (seer_fb_attention), and a long sequence left alone here ran the per-token kernel,
+ * other bits than its pass alone (found by tests/lua/test_fuzz_batch.lua). The rest share one
+ * per-token pass. */
 void seer_k_attention_batch(seer_pool_t *p, const seer_attn_params_t *a, int count) {
-    enum { STACK = 64 };
-    size_t first_stack[STACK + 1], *first = first_stack;
     if (count <= 0) return;
-    /* sequences of SEER_BLAS_MIN_TOKENS query tokens or more run alone (their GEMM path) */
     int short_ = 0;
     for (int i = 0; i < count; i++) {
-        if (attn_paths(&a[i]) >= SEER_BLAS_MIN_TOKENS && count > 1) seer_k_attention(p, &a[i]);
+        if (attn_paths(&a[i]) >= SEER_BLAS_MIN_TOKENS) seer_k_attention(p, &a[i]);
         else short_++;
     }
     if (!short_) return;
-    seer_attn_params_t *sel = NULL;
-    const seer_attn_params_t *items = a;
-    if (short_ < count) {
-        if (!(sel = malloc(sizeof *sel * (size_t)short_))) { /* out of memory: one at a time */
-            for (int i = 0; i < count; i++)
-                if (attn_paths(&a[i]) < SEER_BLAS_MIN_TOKENS) seer_k_attention_batch(p, &a[i], 1);
-            return;
-        }
-        for (int i = 0, k = 0; i < count; i++)
-            if (attn_paths(&a[i]) < SEER_BLAS_MIN_TOKENS) sel[k++] = a[i];
-        items = sel;
+    if (short_ == count) {
+        attention_rows(p, a, count);
+        return;
     }
+    seer_attn_params_t *sel = malloc(sizeof *sel * (size_t)short_);
+    if (!sel) { /* out of memory: one at a time */
+        for (int i = 0; i < count; i++)
+            if (attn_paths(&a[i]) < SEER_BLAS_MIN_TOKENS) attention_rows(p, &a[i], 1);
+        return;
+    }
+    for (int i = 0, k = 0; i < count; i++)
+        if (attn_paths(&a[i]) < SEER_BLAS_MIN_TOKENS) sel[k++] = a[i];
+    attention_rows(p, sel, short_);
+    free(sel);
+}
+
+/* The per-token kernel over every item, in one pass on the pool. */
+static void attention_rows(seer_pool_t *p, const seer_attn_params_t *items, int count) {
+    enum { STACK = 64 };
+    size_t first_stack[STACK + 1], *first = first_stack;
+    int short_ = count;
+    if (count <= 0) return;
     if (short_ > STACK && !(first = malloc(sizeof *first * (size_t)(short_ + 1)))) {
-        for (int i = 0; i < short_; i++) seer_k_attention_batch(p, &items[i], 1);
-        free(sel);
+        for (int i = 0; i < short_; i++) attention_rows(p, &items[i], 1);
         return;
     }
     int threads = seer_pool_threads(p);
@@ -1367,7 +1381,6 @@ void seer_k_attention_batch(seer_pool_t *p, const seer_attn_params_t *a, int cou
     size_t min_items = item ? (SEER_PAR_WORK / 2 + item - 1) / item : 1;
     seer_pool_for(p, n_items, min_items ? min_items : 1, attention_chunk, &j);
     if (first != first_stack) free(first);
-    free(sel);
 }
 
 void seer_k_rope_table(const float *inv, int half, int start, int n, float *cs, float *sn) {

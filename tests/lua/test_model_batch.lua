@@ -242,6 +242,35 @@ T.test("generate_batch: bad arguments are errors naming the problem", function()
   T.eq(#m:generate_batch({}), 0)
 end)
 
+-- A pattern or scores hook on one sequence moves that sequence to the hooked attention path; the
+-- batch's one other sequence, long enough for attention's GEMM path, ran the per-token kernel
+-- (other bits than alone) when it was left as the only plain sequence. Found by
+-- tests/lua/test_fuzz_batch.lua.
+T.test("a pattern hook on one sequence of a batch leaves the other sequences' bits alone (one plain sequence left, or several)", function()
+  for _, name in ipairs({ "llama", "gemma2", "gpt_neox" }) do
+    local m = seer.model.load(pdir .. "/" .. name, { tokenizer = false })
+    local vocab = m.config.vocab_size
+    local seqs = {}
+    for i, n in ipairs({ 40, 33, 9 }) do
+      seqs[i] = {}
+      for j = 1, n do seqs[i][j] = (i * 131 + j * 17) % (vocab - 3) + 3 end
+    end
+    local hook = { { "blocks.0.attn.hook_pattern", I.scale(1, { heads = { 0 } }) } }
+    for _, list in ipairs({ { seqs[1], seqs[2] }, { seqs[1], seqs[2], seqs[3] } }) do
+      local out = m:run_with_hooks(list, { per_sequence = { [1] = hook } })
+      local longest = out:size(2)
+      for i = 2, #list do
+        local n = #list[i]
+        T.eq(maxdiff(out:select(1, i):narrow(1, longest - n + 1, n), m:forward(list[i])), 0,
+          ("%s: sequence %d of %d (%d tokens) beside a hooked one"):format(name, i, #list, n))
+      end
+      local n1 = #list[1]
+      T.eq(maxdiff(out:select(1, 1):narrow(1, longest - n1 + 1, n1), m:run_with_hooks(list[1], { fwd_hooks = hook })), 0,
+        name .. ": the hooked sequence")
+    end
+  end
+end)
+
 T.test("run_with_hooks per_sequence and toolkit patch_sweep (one batch per layer) equal the runs alone, exactly", function()
   local AP = require "toolkit.activation_patching"
   local m = seer.model.load(stories)
