@@ -1,15 +1,18 @@
 -- Differential fuzzing of batched generation and prompt sharing (issue 24): random batteries of
 -- prompts (shared beginnings of random lengths across the 64-row blocks and the kernel
--- crossings, repeats, fresh prompts), random sampling options, per-sequence and model-wide
--- interventions at random points and positions, captures and pattern hooks (which share
--- nothing), run as one `generate_batch` (random max_batch, sharing on or off), as a loop of
--- `generate` calls through the prompt cache (random budgets, entries left by earlier cases under
--- other GEMM settings and hooks), or as `generate_iter`s abandoned part-way before the loop; every
--- sequence's tokens must be the tokens of the same prompt generated alone by a second instance of
--- the model that shares nothing (prompt cache off). A mismatch prints the case's seed and what it
--- ran, so `FUZZ_BATCH_SEED=S FUZZ_BATCH_N=1` replays it.
+-- crossings, repeats, fresh prompts; stories260K's text prompts and stop strings), random
+-- sampling options, per-sequence and model-wide interventions at random points and positions,
+-- captures and pattern hooks (which share nothing), a LoRA adapter switched on and off, run as
+-- one `generate_batch` (random max_batch, sharing on or off), as a loop of `generate` calls
+-- through the prompt cache (random budgets, entries left by earlier cases under other GEMM
+-- settings, hooks and adapter states), as `generate_iter`s abandoned part-way before that loop,
+-- as one batched `run_with_hooks` with per-sequence hooks, as one batched `run_with_cache` (random
+-- points, `stop_at_layer`), or as `toolkit.extract_activations` over the list. Every sequence's
+-- tokens (or logits, residuals, cached activations) must be those of the same prompt run alone
+-- by a second instance of the model that shares nothing (prompt cache off) on one thread, bit for
+-- bit. A failing case prints what it ran and the line that replays it alone.
 --
--- make test runs FUZZ_BATCH_N cases (default 24) from a fixed seed; `make fuzz-batch` runs many
+-- make test runs FUZZ_BATCH_N cases (default 120) from a fixed seed; `make fuzz-batch` runs many
 -- more from a seed of the clock (printed).
 local T = require "testing"
 local I = require "seer.interventions"
@@ -19,11 +22,12 @@ local tensor = seer.tensor
 
 local here = seer.script_dir()
 local pdir = here .. "/../parity/models"
-local N = tonumber(os.getenv("FUZZ_BATCH_N") or "24")
+local N = tonumber(os.getenv("FUZZ_BATCH_N") or "120")
 local SEED = tonumber(os.getenv("FUZZ_BATCH_SEED") or "20261130")
 
 -- models whose positions reach 300 tokens (gpt2's learned table stops at 64), both dtypes
-local MODELS = { "llama", "llama_bf16", "mistral", "qwen2", "qwen3_bf16", "gemma", "gemma2", "gemma3", "gemma3_softcap",
+-- "+lora": the base with a LoRA adapter (tests/parity/lora), switched on and off at random
+local MODELS = { "llama", "llama+lora", "qwen3+lora", "llama_bf16", "mistral", "qwen2", "qwen3_bf16", "gemma", "gemma2", "gemma3", "gemma3_softcap",
   "gpt_neox", "olmo2", "granite", "phi3", "llama_tied_bias", "llama_mlp_bias_bf16", "qwen2_yarn" }
 
 -- a small deterministic generator (the cases must not depend on LuaJIT's math.random)
@@ -46,11 +50,17 @@ local loaded = {}
 -- thread, shares nothing): a result may depend on neither
 local function models(name)
   if not loaded[name] then
-    local dir = name == "stories260K" and stories or pdir .. "/" .. name
+    local base, lora = name:match("^(.-)%+lora$")
+    local dir = name == "stories260K" and stories or pdir .. "/" .. (base or name)
     local tok = false
     if name == "stories260K" then tok = nil end -- its tokenizer: text prompts, stop strings
     local sub = seer.model.load(dir, { tokenizer = tok, threads = 2 })
     local ref = check.load_uncached(dir, { tokenizer = tok, threads = 1 })
+    if base then
+      local adir = here .. "/../parity/lora/" .. (base == "qwen3" and "qwen3_rslora" or "llama_all")
+      sub:load_adapter(adir)
+      ref:load_adapter(adir)
+    end
     loaded[name] = { sub, ref }
   end
   return loaded[name][1], loaded[name][2]
@@ -93,13 +103,17 @@ local function intervention(r, m, plen)
     where.from and (" from " .. where.from) or where.positions and (" positions " .. join(where.positions)) or "")
 end
 
+local compared = 0 -- cache tensors compared (cache mode)
+
+local ex = require "toolkit.extract_activations"
+
 local function case(seed)
   local r = rng(seed)
   local name = r.chance(0.12) and "stories260K" or r.pick(MODELS)
   local m, ref = models(name)
   local vocab = m.config.vocab_size
   local g = r.pick({ 0, 0, 16, 100000 }) -- this CPU's GEMM crossing, the GEMM path from 16, never
-  local log = { ("seed %d: %s, gemm_min %s"):format(seed, name, g == 0 and "default" or tostring(g)) }
+  local log = { ("case seed %d (replay: FUZZ_BATCH_SEED=%d FUZZ_BATCH_N=1): %s, gemm_min %s"):format(seed, seed, name, g == 0 and "default" or tostring(g)) }
   local budget = r.pick({ -1, -1, 0, 4096, 1048576 }) -- -1: leave the cache as earlier cases left it
   if budget >= 0 then m:prompt_cache(budget) log[#log + 1] = "prompt_cache " .. budget end
   if r.chance(0.1) then m:prompt_cache(268435456) end
@@ -190,7 +204,34 @@ local function case(seed)
     for _, make in ipairs(hooks[i] or {}) do list[#list + 1] = make() end
     return list
   end
-  local mode = r.pick({ "batch", "batch", "batch", "loop", "loop", "iter", "forward" })
+  local mode = r.pick({ "batch", "batch", "batch", "loop", "loop", "iter", "forward", "cache", "extract" })
+  -- run_with_cache's points and where it stops (cache mode)
+  local L = m.config.num_hidden_layers
+  local names = { ("blocks.%d.hook_resid_post"):format(r.int(0, L - 1)), ("blocks.%d.attn.hook_z"):format(r.int(0, L - 1)) }
+  if r.chance(0.3) then names[#names + 1] = ("blocks.%d.attn.hook_pattern"):format(r.int(0, L - 1)) end
+  local stop = r.chance(0.5) and r.int(1, L) or nil
+  if mode == "cache" then log[#log + 1] = ("names %s, stop_at_layer %s"):format(table.concat(names, " "), tostring(stop)) end
+  -- toolkit.extract_activations' layer and position (extract mode)
+  local xlayer, xpos = r.int(-L, L - 1), r.pick({ -1, -1, 0, -r.int(1, 4) })
+  for i = 1, k do xpos = math.max(xpos, -len(i)) end
+  if mode == "extract" then log[#log + 1] = ("extract_activations layer %d position %d"):format(xlayer, xpos) end
+  -- with an adapter: on or off for the whole case, or (a loop of generate calls) per call
+  local adapter = {}
+  if m.adapter then
+    local on = r.chance(0.5)
+    for i = 1, k do
+      if mode == "loop" and r.chance(0.3) then on = not on end
+      adapter[i] = on
+    end
+    log[#log + 1] = "adapter per sequence: " .. table.concat((function()
+      local t = {}
+      for i = 1, k do t[i] = adapter[i] and "on" or "off" end
+      return t
+    end)(), " ")
+  end
+  local function set_adapter(model, i)
+    if model.adapter and model.adapter.enabled ~= adapter[i] then model:set_adapter(adapter[i]) end
+  end
   local max_batch, share = r.int(1, k), not r.chance(0.15)
   log[#log + 1] = ("mode %s, %d prompts%s"):format(mode, k, mode == "batch" and (", max_batch %d, share_prompts %s"):format(max_batch, tostring(share)) or "")
   for i = 1, k do log[#log + 1] = descr[i] end
@@ -202,7 +243,16 @@ local function case(seed)
   local got, logits = {}, nil
   local ok, err = pcall(check.at_gemm_min, g, function()
     local function run()
-      if mode == "forward" then -- one batched pass (left-padded) with each sequence's own hooks
+      set_adapter(m, 1)
+      if mode == "extract" then -- the toolkit's batches
+        local list = {}
+        for i = 1, k do list[i] = ids_of(i) end
+        logits = ex.extract_activations(m, nil, list, xlayer, xpos)
+      elseif mode == "cache" then -- one batched pass with captures (left-padded caches)
+        local list = {}
+        for i = 1, k do list[i] = ids_of(i) end
+        logits, got = m:run_with_cache(list, { names = names, stop_at_layer = stop })
+      elseif mode == "forward" then -- one batched pass (left-padded) with each sequence's own hooks
         local list, per = {}, {}
         for i = 1, k do
           list[i] = ids_of(i)
@@ -231,6 +281,7 @@ local function case(seed)
           collectgarbage()
         end
         for i = 1, k do
+          set_adapter(m, i)
           got[i] = m:with_hooks(hooks_of(i), function() return m:generate(prompts[i], opts[i]) end).ids
         end
       end
@@ -240,10 +291,39 @@ local function case(seed)
       return fn()
     end
     with_wide(m, run)
+    if mode == "extract" then
+      for i = 1, k do
+        set_adapter(ref, i)
+        local one = with_wide(ref, function() return ex.extract_activation(ref, nil, ids_of(i), xlayer, xpos) end)
+        local d = (logits:select(1, i) - one):abs():max()
+        if d ~= 0 then error(("sequence %d: its activation differs from the sequence alone by up to %g"):format(i, d), 0) end
+      end
+      return
+    end
+    if mode == "cache" then
+      local longest = logits:size(2)
+      for i = 1, k do
+        local n = #ids_of(i)
+        set_adapter(ref, i)
+        local out, cache = with_wide(ref, function() return ref:run_with_cache(ids_of(i), { names = names, stop_at_layer = stop }) end)
+        local d = (logits:select(1, i):narrow(1, longest - n + 1, n) - out):abs():max()
+        if d ~= 0 then error(("sequence %d: %s differ from the sequence alone by up to %g"):format(i, stop and "residuals" or "logits", d), 0) end
+        for name, t in pairs(cache) do
+          local b = got[name]:select(1, i)
+          if name:find("pattern") then b = b:narrow(2, longest - n + 1, n):narrow(3, longest - n + 1, n)
+          else b = b:narrow(1, longest - n + 1, n) end
+          compared = compared + 1
+          local dd = (b - t):abs():max()
+          if dd ~= 0 then error(("sequence %d: cache %s differs from the sequence alone by up to %g"):format(i, name, dd), 0) end
+        end
+      end
+      return
+    end
     if mode == "forward" then
       local longest = logits:size(2)
       for i = 1, k do
         local n = #ids_of(i)
+        set_adapter(ref, i)
         local alone = with_wide(ref, function() return ref:run_with_hooks(ids_of(i), { fwd_hooks = hooks_of(i) }) end)
         local d = (logits:select(1, i):narrow(1, longest - n + 1, n) - alone):abs():max()
         if d ~= 0 then error(("sequence %d: logits differ from the sequence alone by up to %g"):format(i, d), 0) end
@@ -251,6 +331,7 @@ local function case(seed)
       return
     end
     for i = 1, k do
+      set_adapter(ref, i)
       local alone = with_wide(ref, function()
         return ref:with_hooks(hooks_of(i), function() return ref:generate(prompts[i], opts[i]) end)
       end)
@@ -268,15 +349,15 @@ T.test(("%d random batteries: batched and cached generations equal each prompt a
   local _, rows0 = core.shared_prefills()
   local whole0 = core.shared_prefills()
   for c = 1, N do
-    local ok, err = pcall(case, SEED + c)
+    local ok, err = pcall(case, SEED + c - 1)
     if ok then modes[err] = (modes[err] or 0) + 1
     else failures[#failures + 1] = tostring(err) end
     if #failures >= 3 then break end
   end
   local whole1, rows1 = core.shared_prefills()
   T.eq(#failures, 0, "cases failing:\n" .. table.concat(failures, "\n\n"))
-  io.stderr:write(("  modes: batch %d, loop %d, iter %d, forward %d; prompts taken whole %d, positions taken as beginnings %d\n"):format(
-    modes.batch or 0, modes.loop or 0, modes.iter or 0, modes.forward or 0, whole1 - whole0, rows1 - rows0))
+  io.stderr:write(("  modes: batch %d, loop %d, iter %d, forward %d, cache %d (%d tensors), extract %d; prompts taken whole %d, positions taken as beginnings %d\n"):format(
+    modes.batch or 0, modes.loop or 0, modes.iter or 0, modes.forward or 0, modes.cache or 0, compared, modes.extract or 0, whole1 - whole0, rows1 - rows0))
   -- the cases shared something (else they tested the plain path only; a replay of one case may not)
   T.ok(N < 12 or whole1 - whole0 > 0, "some prompt was taken whole")
   T.ok(N < 12 or rows1 - rows0 > 0 or core.blas_row_period() == 0, "some beginning was taken")
