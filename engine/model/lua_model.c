@@ -71,17 +71,19 @@ seer_model_t *seer_model_lua_check(lua_State *L, int idx) { return check_model(L
 static int l_load(lua_State *L) {
     const char *path = luaL_checkstring(L, 1);
     int threads = (int)seer_lua_optint(L, 2, 0, 0, 4096, "load: threads");
-    model_ud *u = lua_newuserdata(L, sizeof *u);
-    u->m = NULL;
-    luaL_getmetatable(L, MODEL_MT);
-    lua_setmetatable(L, -2);
-    seer_err_t err;
+    /* every argument read before the userdata goes on the stack: called with fewer than six,
+     * index 3 and up would be the userdata itself (hidden = true, a device that is no string) */
     const char *wts = luaL_optstring(L, 6, "auto");
     int weights = strcmp(wts, "memory") == 0 ? SEER_WEIGHTS_MEMORY : strcmp(wts, "mapped") == 0 ? SEER_WEIGHTS_MAPPED : SEER_WEIGHTS_AUTO;
     if (weights == SEER_WEIGHTS_AUTO && strcmp(wts, "auto") != 0)
         return luaL_error(L, "weights '%s' is not known; use \"memory\" or \"mapped\" (or leave it out)", wts);
     seer_model_opts_t o = {.threads = threads, .hidden = lua_toboolean(L, 3), .device = luaL_optstring(L, 4, "cpu"),
                            .progress = -1, .fast_bf16 = lua_toboolean(L, 5), .weights = weights};
+    model_ud *u = lua_newuserdata(L, sizeof *u);
+    u->m = NULL;
+    luaL_getmetatable(L, MODEL_MT);
+    lua_setmetatable(L, -2);
+    seer_err_t err;
     if (seer_model_load(&u->m, path, &o, &err) < 0) return luaL_error(L, "%s", err.msg);
     return 1;
 }

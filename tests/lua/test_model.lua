@@ -19,6 +19,17 @@ T.test("model loads with its config and tokenizer", function()
   T.contains(tostring(model), "Model(llama: 5 layers, d_model 64, 8 heads (4 kv, head_dim 8), vocab 512, f32, cpu, 260,032 params)")
 end)
 
+-- seer.core.model.load read its optional arguments after putting the model's userdata on the
+-- stack: called with three, the device was the userdata ("bad argument #4").
+T.test("seer.core.model.load takes fewer than its six arguments", function()
+  local core = require "seer.core.model"
+  for _, args in ipairs({ { root }, { root, 1 }, { root, 1, false }, { root, 1, false, "cpu" }, { root, 1, false, "cpu", false } }) do
+    local c = core.load(unpack(args))
+    T.eq(c:device(), "cpu", #args .. " arguments")
+    T.eq(c:config().vocab_size, 512, #args .. " arguments")
+  end
+end)
+
 T.test("forward matches the golden logits", function()
   local logits = model:forward(golden.prompt_ids_with_bos)
   T.eq({ logits:size(1), logits:size(2) }, { 5, 512 })
