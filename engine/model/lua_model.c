@@ -47,6 +47,7 @@ typedef struct {
     int took;        /* its prompt was taken from another generator (take_prompt) */
     int took_rows;   /* how many first positions of its prompt were taken (all: took; else take_prefix) */
     uint64_t kepoch; /* seer_model_state_epoch when its prompt's KV rows were computed or taken */
+    int donor_at;    /* next(donors): 1-based index in that list of the generator it took from; 0: none */
 } gen_ud;
 
 /* Prefills that step_batch served by copying another generator's prompt (core.shared_prefills). */
@@ -660,6 +661,7 @@ static int l_gen_next(lua_State *L) {
                 g->done = 1;
                 return raise_err(L, &err);
             }
+            g->donor_at = j;
             goto sample;
         }
         int rows; /* the donors are all prefilled: none is taking anything in this step */
@@ -672,6 +674,7 @@ static int l_gen_next(lua_State *L) {
             }
             keep_prompt_logits(g, vocab, epoch);
             g->kepoch = epoch;
+            g->donor_at = j;
             goto sample;
         }
     }
@@ -837,13 +840,17 @@ static int l_gen_step_batch(lua_State *L) {
     return 2;
 }
 
-/* took_prompt() -> whether this generator's prompt was taken from another's (not computed), and
- * how many of its first positions were (all of them, the first rows of a shared prefix, or 0). */
+/* took_prompt() -> whether this generator's prompt was taken from another's (not computed), how
+ * many of its first positions were (all of them, the first rows of a shared prefix, or 0), and,
+ * when they came from the donors list of its first next(donors), the 1-based index of the one
+ * they came from (else nil): the prompt cache moves that entry to its front. */
 static int l_gen_took_prompt(lua_State *L) {
     gen_ud *g = check_gen(L, 1);
     lua_pushboolean(L, g->took);
     lua_pushinteger(L, g->took_rows);
-    return 2;
+    if (g->donor_at > 0) lua_pushinteger(L, g->donor_at);
+    else lua_pushnil(L);
+    return 3;
 }
 
 /* prompt_logits() -> a [vocab] tensor of its prompt's logits as its prefill left them (computed,

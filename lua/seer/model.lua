@@ -508,8 +508,10 @@ end
 
 -- ---- the prompt cache (Model:prompt_cache) ----------------------------------------------------
 -- Finished generators shrunk to their prompt (g:keep_prompt: the prompt's KV rows and logits),
--- newest first, at most PROMPT_CACHE_ENTRIES and `budget` bytes. A later generation whose prompt
--- and hooks match one (the C side decides: prompt_donor) takes it instead of computing it.
+-- most recently used first (an entry a generation takes its prompt or beginning from moves to the
+-- front), at most PROMPT_CACHE_ENTRIES and `budget` bytes: the least recently used go first. A
+-- later generation whose prompt and hooks match one (the C side decides: prompt_donor) takes it
+-- instead of computing it.
 -- 32: a loop over up to 32 prompts (seeds outside, prompts inside) still finds each; comparing a
 -- new prompt with an entry costs a length compare, then a memcmp
 local PROMPT_CACHE_ENTRIES = 32
@@ -533,6 +535,14 @@ local function pcache_donors(self)
   return out
 end
 
+-- g has just run its first step with the cache's entries as donors: the entry it took its
+-- prompt or beginning from (took_prompt's third value, its index in that list) moves to the front
+local function pcache_touch(self, g)
+  local _, _, at = g:took_prompt()
+  local pc = self._pcache
+  if at and pc and at > 1 and pc.list[at] then table.insert(pc.list, 1, table.remove(pc.list, at)) end
+end
+
 -- g has finished: keep its prompt unless it took it from another or cannot give it; entries
 -- computed under another model state (an adapter switched, ...) can serve no one and go first
 local function pcache_remember(self, g)
@@ -554,7 +564,7 @@ local function pcache_remember(self, g)
 end
 
 ---The model's prompt cache: the prompts of recent `generate` and `generate_iter` calls (at most
----32), each kept as its KV cache rows and logits, so that a later call, or a `generate_batch`
+---32, the least recently used dropped first), each kept as its KV cache rows and logits, so that a later call, or a `generate_batch`
 ---sequence, whose prompt tokens are the same and whose hooks do the same to them takes them
 ---instead of computing the prompt again: sampling one prompt n times in a loop computes it once.
 ---An entry also gives its first positions (blocks of 64) to a prompt that begins as it does.
@@ -630,6 +640,7 @@ local function iterate(self, g, stop_strings, check)
   local judged, first, kept = false, true, false
   return function()
     local id = not finished and g:next(first and pcache_donors(self) or nil)
+    if first then pcache_touch(self, g) end
     first = false
     if not id then
       if not kept then kept = true pcache_remember(self, g) end

@@ -386,7 +386,7 @@ T.test("prompt cache: a steering sweep from the first new token, a batch after s
   m:with_hooks({ { "blocks.0.hook_resid_post", function() end } }, function() return m:generate("A cat sat", { max_new_tokens = 2 }) end)
   T.eq(m:prompt_cache().entries, 1)
   T.ok(#cap:chunks() > 0)
-  -- at most 32 entries, newest first: a loop over 10 prompts finds each one on its second round
+  -- at most 32 entries, most recently used first: a loop over 10 prompts finds each one on its second round
   for i = 1, 10 do m:generate("Tom had " .. i .. " apples", { max_new_tokens = 1 }) end
   n = counting(function()
     for i = 1, 10 do m:generate("Tom had " .. i .. " apples", { max_new_tokens = 1 }) end
@@ -397,7 +397,17 @@ T.test("prompt cache: a steering sweep from the first new token, a batch after s
   n = counting(function() return m:generate("Tom had 40 apples", { max_new_tokens = 1 }) end)
   T.eq(n, 1, "the newest is kept")
   n = counting(function() return m:generate("Tom had 1 apples", { max_new_tokens = 1 }) end)
-  T.eq(n, 0, "the oldest was dropped")
+  T.eq(n, 0, "the least recently used was dropped")
+  -- least recently used, not oldest: a prompt taken again and again stays while 40 others pass
+  m:generate("Tom had 0 apples", { max_new_tokens = 1 })
+  local hot = 0
+  for i = 41, 80 do
+    m:generate("Tom had " .. i .. " apples", { max_new_tokens = 1 })
+    if i % 8 == 0 then hot = hot + counting(function() return m:generate("Tom had 0 apples", { max_new_tokens = 1 }) end) end
+  end
+  T.eq(hot, 5, "the prompt used every 8 calls is taken each time")
+  n = counting(function() return m:generate("Tom had 41 apples", { max_new_tokens = 1 }) end)
+  T.eq(n, 0, "one added 40 calls ago and never used since was dropped")
   -- a budget smaller than one entry keeps nothing
   m:prompt_cache(1000)
   T.eq(m:prompt_cache().entries, 0)
