@@ -47,7 +47,8 @@ typedef struct {
     int took;        /* its prompt was taken from another generator (take_prompt) */
     int took_rows;   /* how many first positions of its prompt were taken (all: took; else take_prefix) */
     uint64_t kepoch; /* seer_model_state_epoch when its prompt's KV rows were computed or taken */
-    int donor_at;    /* next(donors): 1-based index in that list of the generator it took from; 0: none */
+    int donor_at;    /* 1-based index of the generator it took from in the list of its first step
+                      * (next's donors, or step_batch's generators); 0: none */
 } gen_ud;
 
 /* Prefills that step_batch served by copying another generator's prompt (core.shared_prefills). */
@@ -791,6 +792,7 @@ static int l_gen_step_batch(lua_State *L) {
         for (int i = 0; i < ng; i++) {
             if (pfrom[i] < 0) continue;
             if (take_prefix(gs[i], gs[pfrom[i]], pfx[i], &seqs[nb], &hks[nb], L, &err) < 0) break;
+            gs[i]->donor_at = pfrom[i] + 1;
             which[nb++] = i;
         }
         if (nb < nprefix || seer_model_forward_batch(m, seqs, nb, &err) < 0) {
@@ -812,6 +814,7 @@ static int l_gen_step_batch(lua_State *L) {
                 if (stepped[k]) gs[k]->done = 1;
             return raise_err(L, &err);
         }
+        g->donor_at = from[i] + 1;
     }
     lua_createtable(L, ng, 0);
     for (int i = 0; i < ng; i++) {
@@ -842,8 +845,9 @@ static int l_gen_step_batch(lua_State *L) {
 
 /* took_prompt() -> whether this generator's prompt was taken from another's (not computed), how
  * many of its first positions were (all of them, the first rows of a shared prefix, or 0), and,
- * when they came from the donors list of its first next(donors), the 1-based index of the one
- * they came from (else nil): the prompt cache moves that entry to its front. */
+ * when it took any, the 1-based index of the generator they came from in the list of its first
+ * step (next's donors, or the list given to step_batch), else nil: the prompt cache moves that
+ * entry to its front. */
 static int l_gen_took_prompt(lua_State *L) {
     gen_ud *g = check_gen(L, 1);
     lua_pushboolean(L, g->took);

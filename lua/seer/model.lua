@@ -535,12 +535,20 @@ local function pcache_donors(self)
   return out
 end
 
--- g has just run its first step with the cache's entries as donors: the entry it took its
--- prompt or beginning from (took_prompt's third value, its index in that list) moves to the front
-local function pcache_touch(self, g)
+-- g has just run its first step with `list` (next's donors or step_batch's generators): if it
+-- took its prompt or beginning from a cache entry (took_prompt's third value: the donor's index
+-- in that list), the entry moves to the front
+local function pcache_touch(self, g, list)
   local _, _, at = g:took_prompt()
   local pc = self._pcache
-  if at and pc and at > 1 and pc.list[at] then table.insert(pc.list, 1, table.remove(pc.list, at)) end
+  local d = at and list and list[at]
+  if not (d and pc) then return end
+  for k, e in ipairs(pc.list) do
+    if e.g == d then
+      if k > 1 then table.insert(pc.list, 1, table.remove(pc.list, k)) end
+      return
+    end
+  end
 end
 
 -- g has finished: keep its prompt unless it took it from another or cannot give it; entries
@@ -639,8 +647,9 @@ local function iterate(self, g, stop_strings, check)
   end
   local judged, first, kept = false, true, false
   return function()
-    local id = not finished and g:next(first and pcache_donors(self) or nil)
-    if first then pcache_touch(self, g) end
+    local donors = first and not finished and pcache_donors(self) or nil
+    local id = not finished and g:next(donors)
+    if first then pcache_touch(self, g, donors) end
     first = false
     if not id then
       if not kept then kept = true pcache_remember(self, g) end
@@ -1032,7 +1041,7 @@ function Model:generate_batch(prompts, opts)
       left[k] = left[k] - 1
       newest[k] = g
     end
-    return { g = g, i = i, prompt_ids = ids, stop_strings = stop_strings, new = {}, text = "" }
+    return { g = g, i = i, prompt_ids = ids, stop_strings = stop_strings, new = {}, text = "", first = true }
   end
   -- interventions whose positions no step reaches are reported after the batch (check_reached):
   -- the model's active hooks (they apply to every sequence) and each sequence's own
@@ -1063,6 +1072,12 @@ function Model:generate_batch(prompts, opts)
     end
     if last_done and not listed[last_done] then gens[#gens + 1] = last_done end
     local ids, ended = core.step_batch(gens)
+    for _, a in ipairs(active) do -- a cache entry a sequence took from on joining moves to the front
+      if a.first then
+        a.first = nil
+        if cached then pcache_touch(self, a.g, gens) end
+      end
+    end
     for k, g in pairs(newest) do donors[k] = left[k] > 0 and g or nil end
     newest = {}
     local keep = {}
@@ -1085,7 +1100,11 @@ function Model:generate_batch(prompts, opts)
         end
         results[a.i] = { ids = a.new, text = text, prompt_ids = a.prompt_ids }
         done_count = done_count + 1
-        if key[a.i] then last_done = a.g end
+        if key[a.i] then
+          last_done = a.g
+          -- kept in the prompt cache as generate's are, for later calls (a battery run again)
+          pcache_remember(self, a.g)
+        end
       else
         keep[#keep + 1] = a
       end

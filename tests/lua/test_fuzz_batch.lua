@@ -26,8 +26,9 @@ local N = tonumber(os.getenv("FUZZ_BATCH_N") or "120")
 local SEED = tonumber(os.getenv("FUZZ_BATCH_SEED") or "20261130")
 
 -- models whose positions reach 300 tokens (gpt2's learned table stops at 64), both dtypes
--- "+lora": the base with a LoRA adapter (tests/parity/lora), switched on and off at random
-local MODELS = { "llama", "llama+lora", "qwen3+lora", "llama_bf16", "mistral", "qwen2", "qwen3_bf16", "gemma", "gemma2", "gemma3", "gemma3_softcap",
+-- "+lora": the base with a LoRA adapter (tests/parity/lora), switched on and off at random;
+-- "@fast": precision = "fast" (VDPBF16PS and a bf16 KV cache where the CPU has AVX512_BF16)
+local MODELS = { "llama", "llama+lora", "qwen3+lora", "llama_bf16", "llama_bf16@fast", "gemma2_bf16@fast", "mistral", "qwen2", "qwen3_bf16", "gemma", "gemma2", "gemma3", "gemma3_softcap",
   "gpt_neox", "olmo2", "granite", "phi3", "llama_tied_bias", "llama_mlp_bias_bf16", "qwen2_yarn" }
 
 -- a small deterministic generator (the cases must not depend on LuaJIT's math.random)
@@ -50,12 +51,14 @@ local loaded = {}
 -- thread, shares nothing): a result may depend on neither
 local function models(name)
   if not loaded[name] then
-    local base, lora = name:match("^(.-)%+lora$")
-    local dir = name == "stories260K" and stories or pdir .. "/" .. (base or name)
+    local base = name:match("^(.-)%+lora$")
+    local fast = name:match("^(.-)@fast$")
+    local dir = name == "stories260K" and stories or pdir .. "/" .. (base or fast or name)
     local tok = false
     if name == "stories260K" then tok = nil end -- its tokenizer: text prompts, stop strings
-    local sub = seer.model.load(dir, { tokenizer = tok, threads = 2 })
-    local ref = check.load_uncached(dir, { tokenizer = tok, threads = 1 })
+    local prec = fast and "fast" or nil
+    local sub = seer.model.load(dir, { tokenizer = tok, threads = 2, precision = prec })
+    local ref = check.load_uncached(dir, { tokenizer = tok, threads = 1, precision = prec })
     if base then
       local adir = here .. "/../parity/lora/" .. (base == "qwen3" and "qwen3_rslora" or "llama_all")
       sub:load_adapter(adir)

@@ -415,6 +415,44 @@ T.test("prompt cache: a steering sweep from the first new token, a batch after s
   T.eq(m:prompt_cache().entries, 0)
 end)
 
+T.test("prompt cache: generate_batch keeps its prompts too (a battery run again takes them all), moves what it takes to the front, and share_prompts = false keeps none", function()
+  local m = seer.model.load(stories)
+  local battery = { "Once upon a time", "One day, a dog", "Lily and Tom went to", "The sun was", "A big red ball" }
+  local o = { max_new_tokens = 6, temperature = 0.9, seed = 4, progress = false }
+  local n1, first = counting(function() return m:generate_batch(battery, o) end)
+  T.eq(n1, 0)
+  T.eq(m:prompt_cache().entries, #battery, "each finished sequence kept its prompt")
+  local n2, again = counting(function() return m:generate_batch(battery, o) end)
+  T.eq(n2, #battery, "the battery run again takes every prompt")
+  T.eq(m:prompt_cache().entries, #battery, "a prompt taken whole adds no entry")
+  for i = 1, #battery do T.eq(join(again[i].ids), join(first[i].ids), "prompt " .. i) end
+  -- a loop of generate calls after the batch takes its prompts too, with the bits of computing them
+  local ref = check.load_uncached(stories)
+  local n3 = counting(function()
+    for i, p in ipairs(battery) do
+      T.eq(join(m:generate(p, { max_new_tokens = 4 }).ids), join(ref:generate(p, { max_new_tokens = 4 }).ids), "prompt " .. i .. " alone")
+    end
+  end)
+  T.eq(n3, #battery, "each generate took its prompt from the batch's entries")
+  -- what a batch takes moves to the front: one battery prompt reused by batches stays while 40
+  -- single prompts pass
+  m:prompt_cache(0)
+  m:prompt_cache(256 * 1024 * 1024)
+  m:generate_batch({ battery[1] }, o)
+  local hot = 0
+  for i = 1, 40 do
+    m:generate("Tom had " .. i .. " apples", { max_new_tokens = 1 })
+    if i % 8 == 0 then hot = hot + counting(function() return m:generate_batch({ battery[1], "Tom had 0 pears" .. i }, o) end) end
+  end
+  T.eq(hot, 5, "the battery prompt a batch takes every 8 calls is taken each time")
+  -- share_prompts = false: nothing kept, nothing taken
+  m:prompt_cache(0)
+  m:prompt_cache(256 * 1024 * 1024)
+  local n4 = counting(function() return m:generate_batch(battery, { max_new_tokens = 3, share_prompts = false, progress = false }) end)
+  T.eq(n4, 0)
+  T.eq(m:prompt_cache().entries, 0, "share_prompts = false keeps no prompt")
+end)
+
 T.test("prompt cache: an entry from before an adapter switch serves no one and is dropped", function()
   local cases = {}
   for _, e in ipairs(require("seer.core.host").list_dir(lora_dir)) do
