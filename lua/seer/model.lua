@@ -571,10 +571,11 @@ local function pcache_remember(self, g)
   end
 end
 
----The model's prompt cache: the prompts of recent `generate` and `generate_iter` calls (at most
----32, the least recently used dropped first), each kept as its KV cache rows and logits, so that a later call, or a `generate_batch`
----sequence, whose prompt tokens are the same and whose hooks do the same to them takes them
----instead of computing the prompt again: sampling one prompt n times in a loop computes it once.
+---The model's prompt cache: the prompts of recent `generate`, `generate_iter` and `generate_batch`
+---calls (at most 32, the least recently used dropped first), each kept as its KV cache rows and
+---logits, so that a later call, or a `generate_batch` sequence, whose prompt tokens are the same
+---and whose hooks do the same to them takes them instead of computing the prompt again: sampling
+---one prompt n times in a loop computes it once, and a battery run again computes none.
 ---An entry also gives its first positions (blocks of 64) to a prompt that begins as it does.
 ---The results are the same bits (docs/model.md, *Batches*). `budget` sets the most bytes it
 ---holds (0: off, and what it holds is dropped); the default is 256 MiB on a CPU model; a GPU
