@@ -393,6 +393,8 @@ if [[ -d $LARGE/bf16 && ${BENCH_LARGE:-1} == 1 && ${BENCH_WORKLOADS:-1} == 1 ]];
   echo "  bf16 shared beginnings (generate_batch, shared against share_prompts = false):"
   "$SEER" tests/bench/shared_prefix.lua "$LARGE/bf16" "$(nproc)" 150 30 12 16 1 | sed 's/^/    /' || echo "    FAILED"
   INJECT=1 "$SEER" tests/bench/shared_prefix.lua "$LARGE/bf16" "$(nproc)" 150 30 12 16 1 | sed 's/^/    /' || echo "    FAILED"
+  echo "  bf16 a battery run again (generate_batch twice, the second timed; with the prompt cache and without):"
+  "$SEER" tests/bench/battery_again.lua "$LARGE/bf16" "$(nproc)" 8 200 16 1 | sed 's/^/    /' || echo "    FAILED"
 fi
 
 # Hooks: overhead of captures, built-in interventions and Lua function hooks against the same
