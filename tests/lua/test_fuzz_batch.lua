@@ -303,33 +303,34 @@ local function case(seed)
       end
       return
     end
-    if mode == "cache" then
-      local longest = logits:size(2)
-      for i = 1, k do
-        local n = #ids_of(i)
-        set_adapter(ref, i)
-        local out, cache = with_wide(ref, function() return ref:run_with_cache(ids_of(i), { names = names, stop_at_layer = stop }) end)
-        local d = (logits:select(1, i):narrow(1, longest - n + 1, n) - out):abs():max()
-        if d ~= 0 then error(("sequence %d: %s differ from the sequence alone by up to %g"):format(i, stop and "residuals" or "logits", d), 0) end
-        for name, t in pairs(cache) do
-          local b = got[name]:select(1, i)
-          if name:find("pattern") then b = b:narrow(2, longest - n + 1, n):narrow(3, longest - n + 1, n)
-          else b = b:narrow(1, longest - n + 1, n) end
-          compared = compared + 1
-          local dd = (b - t):abs():max()
-          if dd ~= 0 then error(("sequence %d: cache %s differs from the sequence alone by up to %g"):format(i, name, dd), 0) end
-        end
-      end
-      return
+    -- sequence i's rows of a left-padded batch result, and a difference that must be none
+    local function rows(t, i, n) return t:select(1, i):narrow(1, t:size(2) - n + 1, n) end
+    local function none(a, b, what)
+      local d = (a - b):abs():max()
+      if d ~= 0 then error(("%s differ from the sequence alone by up to %g"):format(what, d), 0) end
     end
-    if mode == "forward" then
-      local longest = logits:size(2)
+    if mode == "cache" or mode == "forward" then
       for i = 1, k do
         local n = #ids_of(i)
         set_adapter(ref, i)
-        local alone = with_wide(ref, function() return ref:run_with_hooks(ids_of(i), { fwd_hooks = hooks_of(i) }) end)
-        local d = (logits:select(1, i):narrow(1, longest - n + 1, n) - alone):abs():max()
-        if d ~= 0 then error(("sequence %d: logits differ from the sequence alone by up to %g"):format(i, d), 0) end
+        if mode == "forward" then
+          local alone = with_wide(ref, function() return ref:run_with_hooks(ids_of(i), { fwd_hooks = hooks_of(i) }) end)
+          none(rows(logits, i, n), alone, ("sequence %d: logits"):format(i))
+        else
+          local out, cache = with_wide(ref, function() return ref:run_with_cache(ids_of(i), { names = names, stop_at_layer = stop }) end)
+          none(rows(logits, i, n), out, ("sequence %d: %s"):format(i, stop and "residuals" or "logits"))
+          for name, t in pairs(cache) do
+            local b
+            if name:find("pattern") then -- [batch, head, longest, longest]: the last n queries and keys
+              local L = got[name]:size(3)
+              b = got[name]:select(1, i):narrow(2, L - n + 1, n):narrow(3, L - n + 1, n)
+            else
+              b = rows(got[name], i, n)
+            end
+            compared = compared + 1
+            none(b, t, ("sequence %d: cache %s"):format(i, name))
+          end
+        end
       end
       return
     end
