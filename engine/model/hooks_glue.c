@@ -51,52 +51,49 @@ void seer_fb_attn_free(seer_attn_params_t *aps, seer_attn_params_t *one) {
     if (aps != one) free(aps);
 }
 
-/* Scores for every (head, query, key) of the cache, masked with -inf, as transformers' eager
- * attention computes them before the softmax. */
-int seer_fwd_attention(seer_model_t *m, const seer_fwd_hooks_t *hk, int layer, const seer_attn_params_t *a,
-                       seer_err_t *err) {
-    /* Every architecture calls this once per layer, so an interrupt stops a long forward pass
-     * within one layer (the pass's caller resets the KV cache on failure). */
-    if (seer_host_interrupted()) return seer_err_set(err, SEER_EINTR, "interrupted");
-    if (!SEER_HOOKED(hk, SEER_HP_ATTN_SCORES, layer) && !SEER_HOOKED(hk, SEER_HP_PATTERN, layer)) {
-        seer_k_attention(m->pool, a);
-        return 0;
-    }
-    int H = a->H, hd = a->hd, n = a->n, K = a->start + a->n;
-    int qd = H * hd, kvd = a->KH * hd, group = H / a->KH;
-    size_t total = (size_t)H * (size_t)n * (size_t)K;
-    float *sc = malloc(sizeof(float) * total);
-    if (!sc)
-        return seer_err_set(err, SEER_ENOMEM, "attention scores for hooks: out of memory for [%d, %d, %d] floats", H, n, K);
-    for (int h = 0; h < H; h++) {
+/* The hooked attention's three loops, each over independent rows on the model's pool (the hooks
+ * run between them on the calling thread): every row computes what it computed when one thread
+ * ran them all, in the same order, so the thread count changes no bit. */
+typedef struct {
+    const seer_attn_params_t *a;
+    float *sc; /* [H, n, K] */
+    int K;
+} hooked_attn_t;
+
+/* Rows r = h * n + t: the scores of query t on head h against keys 0 .. K-1, -inf where masked. */
+static void hooked_scores(void *ctx, size_t begin, size_t end, int thread) {
+    (void)thread;
+    const hooked_attn_t *j = ctx;
+    const seer_attn_params_t *a = j->a;
+    int n = a->n, K = j->K, hd = a->hd, qd = a->H * hd, kvd = a->KH * hd, group = a->H / a->KH;
+    for (size_t r = begin; r < end; r++) {
+        int h = (int)(r / (size_t)n), t = (int)(r % (size_t)n), pos = a->start + t;
         size_t kv_off = (size_t)(h / group) * (size_t)hd;
-        for (int t = 0; t < n; t++) {
-            int pos = a->start + t;
-            const float *q = a->q + (size_t)t * qd + (size_t)h * hd;
-            float *row = sc + ((size_t)h * n + t) * K;
-            for (int p = 0; p < K; p++) {
-                int visible = p <= pos && !(a->window > 0 && pos - p >= a->window);
-                if (!visible) {
-                    row[p] = -INFINITY;
-                    continue;
-                }
-                float s = (a->kc16 ? seer_k_dot_bf16(q, a->kc16 + (size_t)p * kvd + kv_off, hd)
-                                   : seer_k_dot(q, a->kc + (size_t)p * kvd + kv_off, hd)) * a->scale;
-                if (a->softcap > 0.f) s = tanhf(s / a->softcap) * a->softcap;
-                row[p] = s;
+        const float *q = a->q + (size_t)t * qd + (size_t)h * hd;
+        float *row = j->sc + r * (size_t)K;
+        for (int p = 0; p < K; p++) {
+            int visible = p <= pos && !(a->window > 0 && pos - p >= a->window);
+            if (!visible) {
+                row[p] = -INFINITY;
+                continue;
             }
+            float s = (a->kc16 ? seer_k_dot_bf16(q, a->kc16 + (size_t)p * kvd + kv_off, hd)
+                               : seer_k_dot(q, a->kc + (size_t)p * kvd + kv_off, hd)) * a->scale;
+            if (a->softcap > 0.f) s = tanhf(s / a->softcap) * a->softcap;
+            row[p] = s;
         }
     }
-    seer_hook_call_t call = {.point = SEER_HP_ATTN_SCORES, .layer = layer, .start = a->start, .n = n,
-                             .prompt_len = hk->prompt_len, .batch = hk->batch, .user = hk->user};
-    seer_hook_act_t act = {.data = sc, .ndim = 3, .shape = {H, n, K}, .heads = H};
-    int rc = seer_hook_apply(hk->set, &call, &act, err);
-    if (rc < 0) goto out;
-    for (size_t r = 0; r < (size_t)H * n; r++) {
-        float *row = sc + r * K;
-        /* The softmax over [lo, hi], the entries that are not -inf: for scores no hook changed,
-         * the row's visible keys, with the same exp and summation as seer_k_attention's
-         * per-token kernel, so capturing a pattern changes no result bit. */
+}
+
+/* Rows of [H * n]: the softmax over [lo, hi], the entries that are not -inf: for scores no hook
+ * changed, the row's visible keys, with the same exp and summation as seer_k_attention's
+ * per-token kernel, so capturing a pattern changes no result bit. */
+static void hooked_softmax(void *ctx, size_t begin, size_t end, int thread) {
+    (void)thread;
+    const hooked_attn_t *j = ctx;
+    int K = j->K;
+    for (size_t r = begin; r < end; r++) {
+        float *row = j->sc + r * (size_t)K;
         int lo = 0, hi = K - 1;
         while (lo < K && row[lo] == -INFINITY) row[lo++] = 0.f;
         while (hi >= lo && row[hi] == -INFINITY) row[hi--] = 0.f;
@@ -112,20 +109,63 @@ int seer_fwd_attention(seer_model_t *m, const seer_fwd_hooks_t *hk, int layer, c
         float inv = sum > 0.f ? 1.0f / sum : 0.f;
         for (int p = lo; p <= hi; p++) row[p] *= inv;
     }
+}
+
+/* Rows r = t * H + h: query t's output on head h, the pattern's weights times the values. */
+static void hooked_mix(void *ctx, size_t begin, size_t end, int thread) {
+    (void)thread;
+    const hooked_attn_t *j = ctx;
+    const seer_attn_params_t *a = j->a;
+    int n = a->n, H = a->H, K = j->K, hd = a->hd, qd = H * hd, kvd = a->KH * hd, group = H / a->KH;
+    for (size_t r = begin; r < end; r++) {
+        int t = (int)(r / (size_t)H), h = (int)(r % (size_t)H);
+        const float *w = j->sc + ((size_t)h * n + t) * K;
+        size_t kv_off = (size_t)(h / group) * (size_t)hd;
+        float *o = a->out + (size_t)t * qd + (size_t)h * hd;
+        memset(o, 0, sizeof(float) * (size_t)hd);
+        for (int p = 0; p < K; p++) {
+            if (w[p] == 0.f) continue;
+            if (a->vc16) seer_k_axpy_bf16(o, w[p], a->vc16 + (size_t)p * kvd + kv_off, hd);
+            else seer_k_axpy(o, w[p], a->vc + (size_t)p * kvd + kv_off, hd);
+        }
+    }
+}
+
+/* Items per pool task for rows of `row_work` multiply-adds each (the pool runs small loops on
+ * the caller alone). */
+static size_t rows_per_task(size_t row_work) {
+    return row_work >= SEER_PAR_WORK ? 1 : (SEER_PAR_WORK + row_work - 1) / (row_work ? row_work : 1);
+}
+
+/* Scores for every (head, query, key) of the cache, masked with -inf, as transformers' eager
+ * attention computes them before the softmax; the hooks at the scores, the softmax, the hooks
+ * at the pattern, then the values weighted by it. */
+int seer_fwd_attention(seer_model_t *m, const seer_fwd_hooks_t *hk, int layer, const seer_attn_params_t *a,
+                       seer_err_t *err) {
+    /* Every architecture calls this once per layer, so an interrupt stops a long forward pass
+     * within one layer (the pass's caller resets the KV cache on failure). */
+    if (seer_host_interrupted()) return seer_err_set(err, SEER_EINTR, "interrupted");
+    if (!SEER_HOOKED(hk, SEER_HP_ATTN_SCORES, layer) && !SEER_HOOKED(hk, SEER_HP_PATTERN, layer)) {
+        seer_k_attention(m->pool, a);
+        return 0;
+    }
+    int H = a->H, n = a->n, K = a->start + a->n;
+    size_t total = (size_t)H * (size_t)n * (size_t)K, rows = (size_t)H * (size_t)n;
+    float *sc = malloc(sizeof(float) * total);
+    if (!sc)
+        return seer_err_set(err, SEER_ENOMEM, "attention scores for hooks: out of memory for [%d, %d, %d] floats", H, n, K);
+    hooked_attn_t j = {.a = a, .sc = sc, .K = K};
+    size_t per = rows_per_task((size_t)K * (size_t)a->hd);
+    seer_pool_for(m->pool, rows, per, hooked_scores, &j);
+    seer_hook_call_t call = {.point = SEER_HP_ATTN_SCORES, .layer = layer, .start = a->start, .n = n,
+                             .prompt_len = hk->prompt_len, .batch = hk->batch, .user = hk->user};
+    seer_hook_act_t act = {.data = sc, .ndim = 3, .shape = {H, n, K}, .heads = H};
+    int rc = seer_hook_apply(hk->set, &call, &act, err);
+    if (rc < 0) goto out;
+    seer_pool_for(m->pool, rows, rows_per_task((size_t)K * 4u), hooked_softmax, &j);
     call.point = SEER_HP_PATTERN;
     if ((rc = seer_hook_apply(hk->set, &call, &act, err)) < 0) goto out;
-    for (int t = 0; t < n; t++)
-        for (int h = 0; h < H; h++) {
-            const float *w = sc + ((size_t)h * n + t) * K;
-            size_t kv_off = (size_t)(h / group) * (size_t)hd;
-            float *o = a->out + (size_t)t * qd + (size_t)h * hd;
-            memset(o, 0, sizeof(float) * (size_t)hd);
-            for (int p = 0; p < K; p++) {
-                if (w[p] == 0.f) continue;
-                if (a->vc16) seer_k_axpy_bf16(o, w[p], a->vc16 + (size_t)p * kvd + kv_off, hd);
-                else seer_k_axpy(o, w[p], a->vc + (size_t)p * kvd + kv_off, hd);
-            }
-        }
+    seer_pool_for(m->pool, rows, per, hooked_mix, &j);
 out:
     free(sc);
     return rc;

@@ -462,3 +462,30 @@ T.test("intervention constructors' errors name the caller's line (the C checks i
     T.eq(tostring(err):match("^(.-):%d+: "), here, ("case %d: %s"):format(i, tostring(err)))
   end
 end)
+
+-- The hooked attention path (score and pattern hooks) runs its rows on the model's threads
+-- (engine/model/hooks_glue.c, seer_fwd_attention): the patterns, the scores a hook changed and
+-- the logits after them are the same bits at every thread count.
+T.test("score and pattern hooks give the same bits at 1, 2 and 3 threads", function()
+  local long = model.tokenizer:encode(("Once upon a time there was a little dog who liked to run in the park. "):rep(4))
+  local out = {}
+  for _, threads in ipairs({ 1, 2, 3 }) do
+    local m = seer.model.load(root, { threads = threads })
+    local logits, cache = m:with_hooks({ { "blocks.1.attn.hook_attn_scores", I.scale(0.5, { heads = { 1 } }) } }, function()
+      return m:run_with_cache(long, { names = { "blocks.0.attn.hook_pattern", "blocks.1.attn.hook_pattern", "blocks.1.attn.hook_attn_scores" } })
+    end)
+    out[threads] = { logits, cache }
+  end
+  for _, threads in ipairs({ 2, 3 }) do
+    T.eq(maxdiff(out[threads][1], out[1][1]), 0, threads .. " threads: logits")
+    for _, name in ipairs({ "blocks.0.attn.hook_pattern", "blocks.1.attn.hook_pattern" }) do
+      T.eq(maxdiff(out[threads][2][name], out[1][2][name]), 0, threads .. " threads: " .. name)
+    end
+    -- masked scores are -inf in every run: compare where they are finite, and that the rest are -inf alike
+    local a, b = out[threads][2]["blocks.1.attn.hook_attn_scores"]:totable(), out[1][2]["blocks.1.attn.hook_attn_scores"]:totable()
+    local same = true
+    for h = 1, #a do for q = 1, #a[h] do for k = 1, #a[h][q] do if a[h][q][k] ~= b[h][q][k] then same = false end end end end
+    T.ok(same, threads .. " threads: the scores")
+  end
+  T.ok(maxdiff(out[1][1], model:forward(long)) > 0, "the score hook changed the logits (else this checks little)")
+end)
