@@ -184,7 +184,7 @@ local function case(seed)
       list[#list + 1] = function() return { ("blocks.%d.hook_resid_post"):format(layer), I.capture() } end
       d[#d + 1] = "capture@" .. layer
     end
-    if r.chance(0.04) then
+    if r.chance(0.12) then
       list[#list + 1] = function() return { "blocks.0.attn.hook_pattern", I.scale(1, { heads = { 0 } }) } end
       d[#d + 1] = "pattern"
     end
