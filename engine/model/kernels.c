@@ -1355,29 +1355,28 @@ void seer_k_attention_batch(seer_pool_t *p, const seer_attn_params_t *a, int cou
 static void attention_rows(seer_pool_t *p, const seer_attn_params_t *items, int count) {
     enum { STACK = 64 };
     size_t first_stack[STACK + 1], *first = first_stack;
-    int short_ = count;
     if (count <= 0) return;
-    if (short_ > STACK && !(first = malloc(sizeof *first * (size_t)(short_ + 1)))) {
-        for (int i = 0; i < short_; i++) attention_rows(p, &items[i], 1);
+    if (count > STACK && !(first = malloc(sizeof *first * (size_t)(count + 1)))) {
+        for (int i = 0; i < count; i++) attention_rows(p, &items[i], 1);
         return;
     }
     int threads = seer_pool_threads(p);
     size_t tokens = 0, work = 0, stride = 0;
-    for (int i = 0; i < short_; i++) {
+    for (int i = 0; i < count; i++) {
         tokens += (size_t)items[i].n;
         if ((size_t)items[i].max_len > stride) stride = (size_t)items[i].max_len;
     }
     /* every sequence of a batch has the same heads: one grouping for all */
     int hpi = attention_hpi(&items[0], tokens, threads);
     first[0] = 0;
-    for (int i = 0; i < short_; i++) {
+    for (int i = 0; i < count; i++) {
         first[i + 1] = first[i] + (size_t)items[i].n * (size_t)(items[i].H / hpi);
         /* one item costs about 2 * keys * head_dim multiply-adds per head */
         work += (size_t)items[i].n * (size_t)(items[i].H / hpi) * 2u * (size_t)(items[i].start + items[i].n) *
                 (size_t)items[i].hd * (size_t)hpi;
     }
-    attn_job j = {.a = items, .first = first, .count = short_, .hpi = hpi, .stride = stride};
-    size_t n_items = first[short_], item = n_items ? work / n_items : 0;
+    attn_job j = {.a = items, .first = first, .count = count, .hpi = hpi, .stride = stride};
+    size_t n_items = first[count], item = n_items ? work / n_items : 0;
     size_t min_items = item ? (SEER_PAR_WORK / 2 + item - 1) / item : 1;
     seer_pool_for(p, n_items, min_items ? min_items : 1, attention_chunk, &j);
     if (first != first_stack) free(first);
