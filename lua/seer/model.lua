@@ -240,8 +240,10 @@ function M.devices() return core.devices() end
 
 local check_list = require("seer.checks").list -- (where, list, what, level): no holes
 
--- The token ids of a prompt (a string, a list of ids or a tensor of ids); errors name the line
--- `level` frames above to_ids's caller (default: the caller of the method that calls to_ids).
+-- The token ids of a prompt (a string, a list of ids or a tensor of ids), each checked (an integer
+-- in the vocabulary; a chat message list named as such) before anything runs; errors name the
+-- line `level` frames above to_ids's caller (default: the caller of the method that calls
+-- to_ids), and a sequence of a list by its number (noun "sequence 2").
 local function to_ids(self, input, where, level, noun)
   level = level or 3
   local ids
@@ -256,6 +258,21 @@ local function to_ids(self, input, where, level, noun)
     fail(where .. ": expected token ids (a table) or a string, got " .. type(input), level)
   end
   if #ids == 0 then fail(("%s: %s has no tokens"):format(where, noun or "the input"), level) end
+  local who = noun and noun:find("^sequence") and (where .. ": " .. noun) or where
+  for i = 1, #ids do
+    local v = ids[i]
+    if type(v) == "table" and (v.role ~= nil or v.content ~= nil) then
+      fail(("%s: the prompt is a list of chat messages; render it first: " ..
+            "model.tokenizer:apply_chat_template(messages, { add_generation_prompt = true }) (or toolkit.generate_response)"):format(who), level)
+    end
+    if type(v) ~= "number" or v ~= math.floor(v) then
+      fail(("%s: token ids must be integers; element %d is %s"):format(who, i, type(v) == "number" and tostring(v) or ("a " .. type(v))), level)
+    end
+    if v < 0 or v >= self.config.vocab_size then
+      -- positions count from 0, as in the C check and transformers' position_ids
+      fail(("%s: token id %d at position %d is outside the vocabulary [0, %d)"):format(who, v, i - 1, self.config.vocab_size), level)
+    end
+  end
   return ids
 end
 
@@ -300,6 +317,10 @@ local function start_inputs(self, input, L, where, level)
     fail(("%s: start_at_layer runs on a CPU model; this one is on %s"):format(where, self.device), level + 1)
   end
   local T = require "seer.tensor"
+  if input == nil then
+    fail(("%s: with start_at_layer the input is the residual entering block %d: a [n, %d] tensor or a list of them; got nil")
+      :format(where, L, d), level + 1)
+  end
   local list = type(input) == "table" and not T.is_tensor(input)
   local items = list and input or { input }
   if list then check_list(where, input, "residual", level + 1) end
@@ -420,20 +441,6 @@ end
 local function validate(self, input, opts, where, level)
   opts = check_opts(where, opts, gen_valid, level - 1)
   local ids = to_ids(self, input, where, level + 2, "the prompt")
-  for i = 1, #ids do
-    local v = ids[i]
-    if type(v) == "table" and (v.role ~= nil or v.content ~= nil) then
-      fail(("%s: the prompt is a list of chat messages; render it first: " ..
-            "model.tokenizer:apply_chat_template(messages, { add_generation_prompt = true }) (or toolkit.generate_response)"):format(where), level + 1)
-    end
-    if type(v) ~= "number" or v ~= math.floor(v) then
-      fail(("%s: token ids must be integers; element %d is %s"):format(where, i, tostring(v)), level + 1)
-    end
-    if v < 0 or v >= self.config.vocab_size then
-      -- positions count from 0, as in the C check and transformers' position_ids
-      fail(("%s: token id %d at position %d is outside the vocabulary [0, %d)"):format(where, v, i - 1, self.config.vocab_size), level + 1)
-    end
-  end
   check_gen_numbers(where, opts, level + 1)
   local stop_ids, stop_strings = {}, {}
   for _, id in ipairs(self.config.eos_token_ids) do stop_ids[#stop_ids + 1] = id end
@@ -778,6 +785,7 @@ local PATTERN_MAGIC = "[%^%$%(%)%%%[%]%*%+%-%?]"
 -- Does the plain selector s occur in the hook name n as whole dot-separated parts ("hook_resid_post"
 -- and "mlp.hook_post" in blocks.3.mlp.hook_post, "blocks.1" in blocks.1.*, not in blocks.10.*)?
 local function plain_match(n, s)
+  if s == "" then return false end -- find("", from) never fails in Lua 5.1 (from is clamped): no loop
   local from = 1
   while true do
     local a, b = n:find(s, from, true)
@@ -814,6 +822,9 @@ local function match_names(self, spec, where, level)
   local function add_one(s) -- its errors: level + 2 (this function is one more frame)
     if type(s) ~= "string" then
       fail(("%s: hook names must be strings or Lua patterns, got %s"):format(where, type(s)), level + 2)
+    end
+    if s == "" then -- (it matched everywhere and nowhere: plain_match looped on it forever)
+      fail(("%s: an empty hook name selects nothing; name a hook point (\"blocks.0.hook_resid_post\"), a part of one (\"hook_resid_post\") or a Lua pattern"):format(where), level + 2)
     end
     if set[s] then
       picked[s] = true
@@ -1313,6 +1324,15 @@ function Model:run_with_cache(input, opts)
   local function rows_for(ids, what)
     if not opts.positions then return nil end
     local n, rows = #ids, {}
+    for k, p in pairs(opts.positions) do
+      if type(k) ~= "number" or k < 1 or k > #opts.positions or k ~= math.floor(k) then
+        fail(("run_with_cache: positions must be a list of positions (it has the key %s)"):format(tostring(k)), 3)
+      end
+      if type(p) ~= "number" or p ~= math.floor(p) or not (math.abs(p) <= 2 ^ 53) then
+        fail(("run_with_cache: positions[%d] must be an integer position (0-based, negative from the end), got %s")
+          :format(k, tostring(p)), 3)
+      end
+    end
     for k, p in ipairs(opts.positions) do
       local at = p < 0 and n + p or p
       if at < 0 or at >= n then

@@ -1,0 +1,229 @@
+-- Hostile arguments to the model API that batched generation and hooks stand on (issue 24's
+-- surface): generate, generate_iter, generate_batch (per_sequence), forward, run_with_hooks,
+-- run_with_cache, with_hooks, add_hook, prompt_cache, unembed and the intervention constructors,
+-- each called with random values in every argument and option (wrong types, NaN and infinities,
+-- huge and negative numbers, out-of-range token ids, empty and nested tables, functions,
+-- tensors of the wrong shape, unknown keys). Each call must return or raise an error that names
+-- the API it came from; an error from inside the implementation ("attempt to index a nil value",
+-- a bare "bad argument #2 to '?'") means an input went unchecked, and a crash or hang ends the
+-- test. After every case the model must still generate what it generated before (nothing the
+-- bad call left behind changes a result).
+-- make test runs FUZZ_API_N calls (default 1500) from a fixed seed; `make fuzz-batch` 200,000 from
+-- a seed of the clock. FUZZ_API_SHOW=1 prints every error raised (to read what they say).
+local T = require "testing"
+local I = require "seer.interventions"
+local tensor = seer.tensor
+
+local here = seer.script_dir()
+local N = tonumber(os.getenv("FUZZ_API_N") or "1500")
+local SEED = tonumber(os.getenv("FUZZ_API_SEED") or "424242")
+
+local function rng(seed)
+  local s = seed % 2147483647
+  if s <= 0 then s = s + 2147483646 end
+  local r = {}
+  function r.int(a, b)
+    s = (s * 48271) % 2147483647
+    return a + s % (b - a + 1)
+  end
+  function r.chance(p) return r.int(0, 999999) < p * 1000000 end
+  function r.pick(t) return t[r.int(1, #t)] end
+  return r
+end
+
+local m = seer.model.load(here .. "/../fixtures/models/stories260K", { threads = 2 })
+local D, L, V = m.config.hidden_size, m.config.num_hidden_layers, m.config.vocab_size
+local base = m:generate("Once upon a time", { max_new_tokens = 8 }).ids
+
+-- random values, most of them wrong for wherever they land
+local function value(r, depth)
+  depth = depth or 0
+  local k = r.int(1, 30)
+  if k == 1 then return nil
+  elseif k == 2 then return true
+  elseif k == 3 then return false
+  elseif k == 4 then return 0
+  elseif k == 5 then return -1
+  elseif k == 6 then return r.int(1, 40)
+  elseif k == 7 then return 2 ^ 31
+  elseif k == 8 then return 2 ^ 53 + 2
+  elseif k == 9 then return -(2 ^ 63)
+  elseif k == 10 then return 0 / 0
+  elseif k == 11 then return math.huge
+  elseif k == 12 then return -math.huge
+  elseif k == 13 then return 0.5
+  elseif k == 14 then return ""
+  elseif k == 15 then return "blocks.0.hook_resid_post"
+  elseif k == 16 then return ("x"):rep(r.int(1, 300))
+  elseif k == 17 then return {}
+  elseif k == 18 then return { 1, 2, 3 }
+  elseif k == 19 then return { V + 5, -3 }
+  elseif k == 20 then return depth < 2 and { value(r, depth + 1), value(r, depth + 1) } or {}
+  elseif k == 21 then
+    local key = depth < 2 and value(r, depth + 1) or "a"
+    if key == nil or key ~= key then key = "a" end -- (nil and NaN cannot be keys)
+    return { [key] = value(r, depth + 1) }
+  elseif k == 22 then return function() error("from a hostile callback") end
+  elseif k == 23 then return function(x) return x end
+  elseif k == 24 then return tensor.ones(D)
+  elseif k == 25 then return tensor.ones(3, 3)
+  elseif k == 26 then return tensor.zeros(0)
+  elseif k == 27 then return "hook_pattern"
+  elseif k == 28 then return { { "blocks.0.hook_resid_post", I.add(tensor.ones(D)) } }
+  elseif k == 29 then return 1.5
+  end
+  return "Once upon a time"
+end
+
+local OPTION_KEYS = {
+  generate = { "max_new_tokens", "min_new_tokens", "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "seed", "stop", "stream" },
+  batch = { "max_batch", "per_sequence", "progress", "share_prompts" },
+  cache = { "names", "positions", "stop_at_layer", "start_at_layer" },
+  hooks = { "fwd_hooks", "per_sequence", "start_at_layer" },
+  forward = { "hidden_states", "start_at_layer" },
+  iv = { "positions", "from", "to", "only_prompt", "strength", "heads" },
+}
+-- a value near the edge of what a key takes (so calls get past the first check and reach the
+-- deeper ones): small and boundary integers, in-range and out-of-range positions and layers
+local function plausible(r, key)
+  local edge = { -1, 0, 1, 2, 3, L - 1, L, L + 1, -L, -L - 1, 0.5 }
+  if key == "temperature" or key == "top_p" or key == "min_p" or key == "repetition_penalty" or key == "strength" then
+    return r.pick({ 0, 0.5, 1, 1.5, 2, -0.1, 1e-30, 0 / 0, math.huge })
+  elseif key == "positions" or key == "heads" then
+    local t = {}
+    for i = 1, r.int(0, 3) do t[i] = r.pick({ 0, 1, 2, -1, -2, 7, 40, -40, 1.5 }) end
+    return t
+  elseif key == "names" then
+    return r.pick({ "hook_resid_post", "blocks.0.hook_resid_post", "blocks.-1.attn.hook_pattern", "hook_pattern$", "blocks%.[01]",
+      "(", "blocks.9.hook_z", { "hook_mlp_out", "blocks.1" }, {}, function(n) return n:find("resid") ~= nil end, function() error("x") end })
+  elseif key == "stop" then
+    return r.pick({ ".", "", { "a", 5 }, 5, -5, V + 10, { {} } })
+  elseif key == "per_sequence" then
+    return { [r.int(1, 3)] = { max_new_tokens = r.int(0, 3), seed = r.int(0, 9) } }
+  elseif key == "stream" then
+    return r.pick({ function() end, function() error("from a hostile callback") end })
+  elseif key == "hidden_states" or key == "progress" or key == "share_prompts" or key == "only_prompt" then
+    return r.chance(0.5)
+  end
+  return r.pick(edge)
+end
+
+-- an options table: mostly known keys with plausible or random values, sometimes an unknown key
+-- or not a table
+local function options(r, kind)
+  if r.chance(0.1) then return value(r) end
+  local o = {}
+  for _ = 1, r.int(0, 4) do
+    local keys = OPTION_KEYS[kind]
+    local key = r.chance(0.08) and value(r) or r.pick(keys)
+    if key ~= nil and key == key then o[key] = r.chance(0.6) and plausible(r, key) or value(r) end
+  end
+  -- sane values now and then, so calls get past the first check
+  if kind == "generate" and r.chance(0.5) then o.max_new_tokens = r.int(0, 4) end
+  return o
+end
+local function input(r)
+  local k = r.int(1, 6)
+  if k == 1 then return "Once upon a time" end
+  if k == 2 then
+    local t = {}
+    for i = 1, r.int(1, 20) do t[i] = r.int(1, V - 1) end
+    return t
+  end
+  return value(r)
+end
+local function intervention(r)
+  local make = r.pick({ I.add, I.ablate, I.scale, I.zero_heads, I.replace, I.capture })
+  local a = r.chance(0.5) and tensor.ones(D) or value(r)
+  if make == I.capture then return make(options(r, "iv")) end
+  return make(a, options(r, "iv"))
+end
+local function hook_list(r)
+  if r.chance(0.2) then return value(r) end
+  local list = {}
+  for i = 1, r.int(0, 3) do
+    local name = r.chance(0.7) and ("blocks.%d.%s"):format(r.int(-2, L + 1), r.pick({ "hook_resid_post", "attn.hook_pattern", "hook_mlp_out", "attn.hook_z" })) or value(r)
+    local ok, iv = pcall(intervention, r)
+    list[i] = { name, ok and iv or value(r) }
+  end
+  return list
+end
+
+-- the calls; each returns nothing useful, only whether it raised
+local CALLS = {
+  function(r) return m:generate(input(r), options(r, "generate")) end,
+  function(r)
+    local it = m:generate_iter(input(r), options(r, "generate"))
+    for _ = 1, r.int(0, 3) do it() end
+  end,
+  function(r)
+    local o = options(r, "generate")
+    if type(o) == "table" then
+      local b = options(r, "batch")
+      if type(b) == "table" then for k, v in pairs(b) do o[k] = v end end
+      if r.chance(0.4) then o.per_sequence = { [r.int(1, 3)] = r.chance(0.5) and options(r, "generate") or { hooks = hook_list(r) } } end
+    end
+    local ps = r.chance(0.8) and { input(r), input(r) } or value(r)
+    return m:generate_batch(ps, o)
+  end,
+  function(r) return m:forward(input(r), options(r, "forward")) end,
+  function(r)
+    local o = options(r, "hooks")
+    if type(o) == "table" and r.chance(0.5) then o.fwd_hooks = hook_list(r) end
+    return m:run_with_hooks(r.chance(0.7) and input(r) or { input(r), input(r) }, o)
+  end,
+  function(r) return m:run_with_cache(r.chance(0.7) and input(r) or { input(r), input(r) }, options(r, "cache")) end,
+  function(r) return m:with_hooks(hook_list(r), function() return m:generate(input(r), options(r, "generate")) end) end,
+  function(r)
+    local h = m:add_hook(r.chance(0.6) and "blocks.0.hook_resid_post" or value(r), r.chance(0.5) and intervention(r) or value(r))
+    local ok = pcall(m.generate, m, input(r), options(r, "generate"))
+    if h then h:remove() end
+    m:reset_hooks()
+    return ok
+  end,
+  function(r) return m:prompt_cache(value(r)) end,
+  function(r) return m:unembed(r.chance(0.5) and tensor.ones(r.int(1, 3), D) or value(r)) end,
+  function(r) return intervention(r) end,
+}
+local NAMES = { "generate", "generate_iter", "generate_batch", "forward", "run_with_hooks", "run_with_cache", "with_hooks", "add_hook",
+  "prompt_cache", "unembed", "interventions" }
+
+-- an error from inside the implementation: the input was not checked where it entered
+local INTERNAL = { "attempt to ", "bad argument #%d+ to '%?'", "stack overflow", "C stack overflow", "table index is nil",
+  "table index is NaN", "invalid key to 'next'", "number has no integer representation" }
+
+T.test(("%d calls with hostile arguments: errors name the API, none comes from inside, the model stays right (seed %d)"):format(N, SEED), function()
+  local bad, raised, returned, slow = {}, 0, 0, {}
+  for c = 1, N do
+    local seed = SEED + c - 1
+    local r = rng(seed)
+    local which = r.int(1, #CALLS)
+    local t0 = seer.now()
+    if os.getenv("FUZZ_API_TRACE") then io.stderr:write(("case %d (%s)\n"):format(seed, NAMES[which])) end
+    local ok, err = pcall(CALLS[which], r)
+    m:reset_hooks()
+    if seer.now() - t0 > 2 then slow[#slow + 1] = ("%s (case seed %d): %.1f s"):format(NAMES[which], seed, seer.now() - t0) end
+    if ok then returned = returned + 1
+    else
+      raised = raised + 1
+      local msg = tostring(err)
+      if os.getenv("FUZZ_API_SHOW") then io.stderr:write(NAMES[which] .. " | " .. msg:gsub("\n.*", "") .. "\n") end
+      if msg ~= "from a hostile callback" and not msg:find("from a hostile callback", 1, true) then
+        for _, p in ipairs(INTERNAL) do
+          if msg:find(p) then
+            bad[#bad + 1] = ("%s (case seed %d, replay: FUZZ_API_SEED=%d FUZZ_API_N=1): %s"):format(NAMES[which], seed, seed, msg)
+            break
+          end
+        end
+      end
+    end
+    if #bad >= 8 then break end
+  end
+  m:prompt_cache(256 * 1024 * 1024)
+  T.eq(table.concat(m:generate("Once upon a time", { max_new_tokens = 8 }).ids, ","), table.concat(base, ","),
+    "after the hostile calls the model generates what it did before")
+  io.stderr:write(("  %d returned, %d raised\n"):format(returned, raised))
+  T.eq(#slow, 0, "calls that took over 2 s (a loop on a bad input?):\n" .. table.concat(slow, "\n"))
+  T.eq(#bad, 0, "errors from inside the implementation:\n" .. table.concat(bad, "\n"))
+  T.ok(N < 200 or (raised > N / 4 and returned > N / 20), "both outcomes occurred (else the arguments are too tame or too wild)")
+end)
