@@ -82,6 +82,9 @@ end
 local function check_layers(model, layers, where)
   if layers == nil then return all_layers(model) end
   if type(layers) == "number" then layers = { layers } end
+  if type(layers) ~= "table" then
+    error(("%s: layers must be a 0-based layer number or a list of them, got %s"):format(where, type(layers)), 3)
+  end
   local t = {}
   for i, l in ipairs(layers) do t[i] = P.layer(model, l, where) end
   if #t == 0 then error(where .. ": the list of layers is empty", 3) end

@@ -184,13 +184,56 @@ local CALLS = {
   function(r) return m:prompt_cache(value(r)) end,
   function(r) return m:unembed(r.chance(0.5) and tensor.ones(r.int(1, 3), D) or value(r)) end,
   function(r) return intervention(r) end,
+  -- the toolkit's functions over the same API, as agents call them
+  function(r)
+    local convs = r.chance(0.7) and { input(r), r.chance(0.5) and { { role = "user", content = "Hi" } } or input(r) } or value(r)
+    return require("toolkit.batch_generate").batch_generate(m, nil, convs, r.chance(0.6) and r.int(0, 3) or value(r),
+      r.chance(0.5) and 0.7 or value(r), r.chance(0.5) and 0.9 or value(r), r.chance(0.5) and { seed = r.int(0, 5) } or value(r))
+  end,
+  function(r)
+    local ex = require "toolkit.extract_activations"
+    local f = r.pick({ "extract_activation", "extract_activations", "extract_layers" })
+    local inp = f == "extract_activations" and (r.chance(0.7) and { input(r), input(r) } or value(r)) or input(r)
+    return ex[f](m, nil, inp, r.chance(0.6) and plausible(r, "layer") or value(r), r.chance(0.6) and r.pick({ -1, 0, 2, -30 }) or value(r))
+  end,
+  function(r)
+    local AP = require "toolkit.activation_patching"
+    local clean, corrupt = input(r), r.chance(0.6) and "Once upon a time" or input(r)
+    local metric = r.chance(0.7) and AP.logit_difference or value(r)
+    if r.chance(0.5) then
+      return AP.patch(m, clean, corrupt, r.chance(0.6) and "blocks.1.hook_resid_pre" or value(r), r.chance(0.6) and { r.int(-2, 3) } or value(r),
+        r.chance(0.7) and function(l) return l[{ -1, 5 }] end or metric)
+    end
+    return AP.patch_sweep(m, clean, corrupt, r.chance(0.7) and function(l) return l[{ -1, 5 }] end or metric,
+      r.chance(0.6) and { layers = { r.int(-1, L) } } or value(r))
+  end,
+  function(r)
+    local steer = require "toolkit.steering_hook"
+    return steer.steering_hook(m, r.chance(0.6) and r.int(-1, L) or value(r), r.chance(0.6) and tensor.ones(D) or value(r),
+      r.chance(0.6) and 2 or value(r), r.chance(0.6) and r.int(-2, 4) or value(r),
+      function() return m:generate("Once upon a time", { max_new_tokens = r.int(0, 3) }) end)
+  end,
+  function(r)
+    local LL = require "toolkit.logit_lens"
+    return LL.logit_lens(m, nil, input(r), r.chance(0.6) and { layers = { r.int(-1, L) }, position = r.int(-2, 2), k = r.int(0, 5) } or value(r))
+  end,
+  function(r)
+    local GR = require "toolkit.generate_response"
+    return GR.generate_response(m, nil, r.chance(0.5) and { { role = "user", content = "Hi" } } or input(r),
+      r.chance(0.6) and r.int(0, 3) or value(r), r.chance(0.5) and 0 or value(r), r.chance(0.5) and {} or value(r))
+  end,
 }
 local NAMES = { "generate", "generate_iter", "generate_batch", "forward", "run_with_hooks", "run_with_cache", "with_hooks", "add_hook",
-  "prompt_cache", "unembed", "interventions" }
+  "prompt_cache", "unembed", "interventions", "batch_generate", "extract_activations", "activation_patching", "steering_hook",
+  "logit_lens", "generate_response" }
 
 -- an error from inside the implementation: the input was not checked where it entered
 local INTERNAL = { "attempt to ", "bad argument #%d+ to '%?'", "stack overflow", "C stack overflow", "table index is nil",
-  "table index is NaN", "invalid key to 'next'", "number has no integer representation" }
+  "table index is NaN", "invalid key to 'next'", "number has no integer representation",
+  -- Lua's own functions, called on an argument nobody checked
+  "bad argument #%d+ to 'i?pairs'", "bad argument #%d+ to 'insert'", "bad argument #%d+ to 'concat'",
+  "bad argument #%d+ to 'format'", "bad argument #%d+ to 'unpack'", "bad argument #%d+ to 'tostring'",
+  "bad argument #%d+ to 'sub'", "bad argument #%d+ to 'find'", "bad argument #%d+ to 'match'", "bad argument #%d+ to 'gsub'" }
 
 T.test(("%d calls with hostile arguments: errors name the API, none comes from inside, the model stays right (seed %d)"):format(N, SEED), function()
   local bad, raised, returned, slow = {}, 0, 0, {}

@@ -188,6 +188,8 @@ T.test("extract_activations stacks single extractions; extract_layers gives ever
   local some = EX.extract_layers(model, nil, ids, { 4, 0 })
   T.ok(last_layer_ok(model, some:select(1, 1), logits, #ids))
   T.ok(maxdiff(some:select(1, 2), hidden[2]:select(1, #ids)) <= 1e-6)
+  -- layers that are neither a number nor a list (a string reached ipairs; tests/lua/test_fuzz_api.lua)
+  T.raises(function() EX.extract_layers(model, nil, ids, "2") end, "extract_layers: layers must be a 0-based layer number or a list of them, got string", true)
 end)
 
 T.test("extract_activation matches hidden states on every parity architecture", function()
