@@ -178,11 +178,21 @@ function M.patch_sweep(model, clean_input, corrupt_input, metric, opts)
   -- the corrupt run's residual entering each patched block: a patch at block l changes nothing
   -- before it, so each layer's batch begins there (start_at_layer) instead of at the embeddings,
   -- with the bits a whole patched pass gives (a GPU model runs whole passes)
-  local starts = {}
+  -- An active hook at a block's hook_resid_pre (model:with_hooks, add_hook) has already acted on
+  -- the residual captured there, and a pass beginning at that block applies it again (a second
+  -- ablation moves the bits): that layer's batch runs whole passes. Found by
+  -- tests/lua/test_fuzz_batch.lua.
+  local starts, hooked = {}, {}
+  for _, e in ipairs(type(model._hook_list) == "function" and model:_hook_list() or {}) do hooked[e[1]] = true end
   if model.device == "cpu" and model.run_with_hooks then
-    for i, l in ipairs(layers) do starts[i] = ("blocks.%d.hook_resid_pre"):format(l) end
+    for i, l in ipairs(layers) do
+      local at = ("blocks.%d.hook_resid_pre"):format(l)
+      if not hooked[at] then starts[i] = at end
+    end
   end
-  local corrupt_logits, corrupt_cache = model:run_with_cache(corrupt, { names = starts })
+  local start_names = {}
+  for i = 1, #layers do start_names[#start_names + 1] = starts[i] end -- (starts may have holes)
+  local corrupt_logits, corrupt_cache = model:run_with_cache(corrupt, { names = start_names })
   local info = {
     layers = layers, positions = positions,
     clean = score(metric, clean_logits, where),

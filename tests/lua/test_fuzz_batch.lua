@@ -109,6 +109,7 @@ end
 local compared = 0 -- cache tensors compared (cache mode)
 
 local ex = require "toolkit.extract_activations"
+local AP = require "toolkit.activation_patching"
 
 local function case(seed)
   local r = rng(seed)
@@ -207,7 +208,22 @@ local function case(seed)
     for _, make in ipairs(hooks[i] or {}) do list[#list + 1] = make() end
     return list
   end
-  local mode = r.pick({ "batch", "batch", "batch", "loop", "loop", "iter", "forward", "cache", "extract" })
+  local mode = r.pick({ "batch", "batch", "batch", "loop", "loop", "iter", "forward", "cache", "extract", "sweep" })
+  -- toolkit.activation_patching.patch_sweep's grid against each patch alone (sweep mode): a
+  -- corrupt prompt of the first one's length with a few tokens changed, a few layers and points
+  local sweep = {}
+  if mode == "sweep" then
+    local clean = type(prompts[1]) == "string" and m.tokenizer:encode(prompts[1], { add_special_tokens = true }) or prompts[1]
+    if #clean > 40 then clean = { unpack(clean, 1, 40) } end
+    local corrupt = { unpack(clean) }
+    for _ = 1, r.int(1, 3) do corrupt[r.int(1, #corrupt)] = r.int(3, vocab - 1) end
+    local ls = {}
+    local nl = m.config.num_hidden_layers
+    for i = 1, r.int(1, 3) do ls[i] = r.int(-nl, nl - 1) end
+    sweep = { clean = clean, corrupt = corrupt, layers = ls, point = r.pick({ "hook_resid_pre", "hook_resid_post", "hook_mlp_out", "attn.hook_z" }),
+      tok = r.int(3, vocab - 1) }
+    log[#log + 1] = ("patch_sweep: %d tokens, layers %s, point %s"):format(#clean, table.concat(ls, " "), sweep.point)
+  end
   -- run_with_cache's points and where it stops (cache mode)
   local L = m.config.num_hidden_layers
   local names = { ("blocks.%d.hook_resid_post"):format(r.int(0, L - 1)), ("blocks.%d.attn.hook_z"):format(r.int(0, L - 1)) }
@@ -247,7 +263,10 @@ local function case(seed)
   local ok, err = pcall(check.at_gemm_min, g, function()
     local function run()
       set_adapter(m, 1)
-      if mode == "extract" then -- the toolkit's batches
+      if mode == "sweep" then
+        local function metric(l) return l[{ -1, sweep.tok + 1 }] end
+        logits, got = AP.patch_sweep(m, sweep.clean, sweep.corrupt, metric, { layers = sweep.layers, point = sweep.point, progress = false })
+      elseif mode == "extract" then -- the toolkit's batches
         local list = {}
         for i = 1, k do list[i] = ids_of(i) end
         logits = ex.extract_activations(m, nil, list, xlayer, xpos)
@@ -294,6 +313,22 @@ local function case(seed)
       return fn()
     end
     with_wide(m, run)
+    if mode == "sweep" then
+      local function metric(l) return l[{ -1, sweep.tok + 1 }] end
+      set_adapter(ref, 1)
+      for i, l in ipairs(got.layers) do
+        for j, pos in ipairs(got.positions) do
+          local want = with_wide(ref, function()
+            return AP.patch(ref, sweep.clean, sweep.corrupt, ("blocks.%d.%s"):format(l, sweep.point), { pos }, metric)
+          end)
+          if logits[{ i, j }] ~= want then
+            error(("patch_sweep layer %d position %s: %.9g, patched alone %.9g"):format(l, tostring(pos), logits[{ i, j }], want), 0)
+          end
+          compared = compared + 1
+        end
+      end
+      return
+    end
     if mode == "extract" then
       for i = 1, k do
         set_adapter(ref, i)
@@ -360,8 +395,8 @@ T.test(("%d random batteries: batched and cached generations equal each prompt a
   end
   local whole1, rows1 = core.shared_prefills()
   T.eq(#failures, 0, "cases failing:\n" .. table.concat(failures, "\n\n"))
-  io.stderr:write(("  modes: batch %d, loop %d, iter %d, forward %d, cache %d (%d tensors), extract %d; prompts taken whole %d, positions taken as beginnings %d\n"):format(
-    modes.batch or 0, modes.loop or 0, modes.iter or 0, modes.forward or 0, modes.cache or 0, compared, modes.extract or 0, whole1 - whole0, rows1 - rows0))
+  io.stderr:write(("  modes: batch %d, loop %d, iter %d, forward %d, cache %d, extract %d, sweep %d (%d tensors and cells compared); prompts taken whole %d, positions taken as beginnings %d\n"):format(
+    modes.batch or 0, modes.loop or 0, modes.iter or 0, modes.forward or 0, modes.cache or 0, modes.extract or 0, modes.sweep or 0, compared, whole1 - whole0, rows1 - rows0))
   -- the cases shared something (else they tested the plain path only; a replay of one case may not)
   T.ok(N < 12 or whole1 - whole0 > 0, "some prompt was taken whole")
   T.ok(N < 12 or rows1 - rows0 > 0 or core.blas_row_period() == 0, "some beginning was taken")

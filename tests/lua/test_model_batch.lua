@@ -299,6 +299,20 @@ T.test("run_with_hooks per_sequence and toolkit patch_sweep (one batch per layer
       T.eq(grid[{ i, j }], want, ("layer %d position %d"):format(l, j - 1))
     end
   end
+  -- an active hook at a swept layer's hook_resid_pre: the residual captured there has had it, and
+  -- a pass beginning at that block applied it a second time (other bits than the patch alone;
+  -- found by tests/lua/test_fuzz_batch.lua): that layer runs whole passes
+  tensor.manual_seed(2)
+  local dir = tensor.randn(m.config.hidden_size)
+  m:with_hooks({ { "blocks.1.hook_resid_pre", I.ablate(dir) }, { "blocks.3.hook_resid_pre", I.add(dir * 0.3) } }, function()
+    local g = AP.patch_sweep(m, clean, corrupt, metric, { layers = { 1, 2, 3 }, point = "hook_mlp_out" })
+    for i, l in ipairs({ 1, 2, 3 }) do
+      for j = 1, #corrupt do
+        local want = AP.patch(m, clean, corrupt, ("blocks.%d.hook_mlp_out"):format(l), { j - 1 }, metric)
+        T.eq(g[{ i, j }], want, ("with an active hook: layer %d position %d"):format(l, j - 1))
+      end
+    end
+  end)
   T.raises(function() m:run_with_hooks(corrupt, { per_sequence = {} }) end, "per_sequence needs a list of sequences")
   T.raises(function() m:run_with_hooks(inputs, { per_sequence = { [99] = {} } }) end, "keys must be sequence numbers")
 end)
