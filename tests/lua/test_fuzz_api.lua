@@ -9,7 +9,8 @@
 -- test. After every case the model must still generate what it generated before (nothing the
 -- bad call left behind changes a result).
 -- make test runs FUZZ_API_N calls (default 1500) from a fixed seed; `make fuzz-batch` 200,000 from
--- a seed of the clock. FUZZ_API_SHOW=1 prints every error raised (to read what they say).
+-- a seed of the clock. FUZZ_API_SHOW=1 prints every error raised (to read what they say);
+-- FUZZ_API_TRACE=1 names each case before it runs (to find one that hangs).
 local T = require "testing"
 local I = require "seer.interventions"
 local tensor = seer.tensor
@@ -18,18 +19,7 @@ local here = seer.script_dir()
 local N = tonumber(os.getenv("FUZZ_API_N") or "1500")
 local SEED = tonumber(os.getenv("FUZZ_API_SEED") or "424242")
 
-local function rng(seed)
-  local s = seed % 2147483647
-  if s <= 0 then s = s + 2147483646 end
-  local r = {}
-  function r.int(a, b)
-    s = (s * 48271) % 2147483647
-    return a + s % (b - a + 1)
-  end
-  function r.chance(p) return r.int(0, 999999) < p * 1000000 end
-  function r.pick(t) return t[r.int(1, #t)] end
-  return r
-end
+local rng = T.rng
 
 local m = seer.model.load(here .. "/../fixtures/models/stories260K", { threads = 2 })
 local D, L, V = m.config.hidden_size, m.config.num_hidden_layers, m.config.vocab_size

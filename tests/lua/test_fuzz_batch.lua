@@ -31,19 +31,7 @@ local SEED = tonumber(os.getenv("FUZZ_BATCH_SEED") or "20261130")
 local MODELS = { "llama", "llama+lora", "qwen3+lora", "llama_bf16", "llama_bf16@fast", "gemma2_bf16@fast", "mistral", "qwen2", "qwen3_bf16", "gemma", "gemma2", "gemma3", "gemma3_softcap",
   "gpt_neox", "olmo2", "granite", "phi3", "llama_tied_bias", "llama_mlp_bias_bf16", "qwen2_yarn" }
 
--- a small deterministic generator (the cases must not depend on LuaJIT's math.random)
-local function rng(seed)
-  local s = seed % 2147483647
-  if s <= 0 then s = s + 2147483646 end
-  local r = {}
-  function r.int(a, b) -- a..b inclusive
-    s = (s * 48271) % 2147483647
-    return a + s % (b - a + 1)
-  end
-  function r.chance(p) return r.int(0, 999999) < p * 1000000 end
-  function r.pick(t) return t[r.int(1, #t)] end
-  return r
-end
+local rng = T.rng
 
 local stories = here .. "/../fixtures/models/stories260K"
 local loaded = {}

@@ -180,4 +180,19 @@ end
 ---Whether a path exists (not following a final link).
 function M.exists(path) return require("seer.safe_fs").lstat(path) ~= nil end
 
+---A small deterministic random stream for fuzz cases (Park-Miller; the cases must not depend on
+---LuaJIT's math.random): r.int(a, b) inclusive, r.chance(p), r.pick(list).
+function M.rng(seed)
+  local s = seed % 2147483647
+  if s <= 0 then s = s + 2147483646 end
+  local r = {}
+  function r.int(a, b)
+    s = (s * 48271) % 2147483647
+    return a + s % (b - a + 1)
+  end
+  function r.chance(p) return r.int(0, 999999) < p * 1000000 end
+  function r.pick(t) return t[r.int(1, #t)] end
+  return r
+end
+
 return M
