@@ -94,7 +94,7 @@ local function intervention(r, m, plen)
     where.from and (" from " .. where.from) or where.positions and (" positions " .. join(where.positions)) or "")
 end
 
-local compared = 0 -- cache tensors compared (cache mode)
+local compared = 0 -- cache tensors (cache mode) and grid cells (sweep mode) compared
 
 local ex = require "toolkit.extract_activations"
 local AP = require "toolkit.activation_patching"
@@ -108,7 +108,7 @@ local function case(seed)
   local log = { ("case seed %d (replay: FUZZ_BATCH_SEED=%d FUZZ_BATCH_N=1): %s, gemm_min %s"):format(seed, seed, name, g == 0 and "default" or tostring(g)) }
   local budget = r.pick({ -1, -1, 0, 4096, 1048576 }) -- -1: leave the cache as earlier cases left it
   if budget >= 0 then m:prompt_cache(budget) log[#log + 1] = "prompt_cache " .. budget end
-  if r.chance(0.1) then m:prompt_cache(268435456) end
+  if r.chance(0.1) then m:prompt_cache(268435456) log[#log + 1] = "prompt_cache 268435456" end
 
   -- the battery
   local base = tokens(r, vocab, r.int(1, 260))
