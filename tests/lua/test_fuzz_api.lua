@@ -227,7 +227,9 @@ local INTERNAL = { "attempt to ", "bad argument #%d+ to '%?'", "stack overflow",
 
 T.test(("%d calls with hostile arguments: errors name the API, none comes from inside, the model stays right (seed %d)"):format(N, SEED), function()
   local bad, raised, returned, slow = {}, 0, 0, {}
+  local bar = require("seer.progress").new("fuzz-api", N >= 20000) -- a line on a terminal for long runs
   for c = 1, N do
+    bar:update("call %d/%d, %d from inside", c, N, #bad)
     local seed = SEED + c - 1
     local r = rng(seed)
     local which = r.int(1, #CALLS)
@@ -252,6 +254,7 @@ T.test(("%d calls with hostile arguments: errors name the API, none comes from i
     end
     if #bad >= 8 then break end
   end
+  bar:done()
   m:prompt_cache(256 * 1024 * 1024)
   T.eq(table.concat(m:generate("Once upon a time", { max_new_tokens = 8 }).ids, ","), table.concat(base, ","),
     "after the hostile calls the model generates what it did before")

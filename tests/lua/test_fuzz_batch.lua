@@ -375,12 +375,15 @@ T.test(("%d random batteries: batched and cached generations equal each prompt a
   local modes, failures = {}, {}
   local _, rows0 = core.shared_prefills()
   local whole0 = core.shared_prefills()
+  local bar = require("seer.progress").new("fuzz-batch", N >= 1000) -- a line on a terminal for long runs
   for c = 1, N do
+    bar:update("case %d/%d, %d failing", c, N, #failures)
     local ok, err = pcall(case, SEED + c - 1)
     if ok then modes[err] = (modes[err] or 0) + 1
     else failures[#failures + 1] = tostring(err) end
     if #failures >= 3 then break end
   end
+  bar:done()
   local whole1, rows1 = core.shared_prefills()
   T.eq(#failures, 0, "cases failing:\n" .. table.concat(failures, "\n\n"))
   io.stderr:write(("  modes: batch %d, loop %d, iter %d, forward %d, cache %d, extract %d, sweep %d (%d tensors and cells compared); prompts taken whole %d, positions taken as beginnings %d\n"):format(
