@@ -31,10 +31,58 @@ seer_tensor_t *seer_tensor_test(lua_State *L, int idx) {
     return eq ? u->t : NULL;
 }
 
+/* The name of the tensor method (or metamethod) now running, for argument errors: Lua gives a C
+ * function called through a method table no name ("bad argument #2 to '?'"). It is looked up
+ * in the metatable only when an error is about to be raised; NULL outside a tensor method. */
+static const char *running_method(lua_State *L) {
+    lua_Debug ar;
+    if (!lua_getstack(L, 0, &ar) || !lua_getinfo(L, "f", &ar)) return NULL;
+    const char *name = NULL;
+    luaL_getmetatable(L, MT);
+    for (int pass = 0; pass < 2 && !name && lua_istable(L, -1); pass++) {
+        if (pass == 0) {
+            lua_getfield(L, -1, "methods");
+            if (!lua_istable(L, -1)) { lua_pop(L, 1); continue; }
+        } else {
+            lua_pushvalue(L, -1); /* the metatable itself: __add, __newindex, ... */
+        }
+        lua_pushnil(L);
+        while (!name && lua_next(L, -2)) {
+            /* the key string stays alive: the method table holds it as long as the state */
+            if (lua_rawequal(L, -1, -5) && lua_type(L, -2) == LUA_TSTRING) name = lua_tostring(L, -2);
+            lua_pop(L, 1);
+        }
+        if (name) lua_pop(L, 1); /* the key lua_next left */
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 2); /* the metatable, the function */
+    if (name && strcmp(name, "__newindex") == 0) return "index assignment";
+    return name;
+}
+
 seer_tensor_t *seer_tensor_check(lua_State *L, int idx) {
     seer_tensor_t *t = seer_tensor_test(L, idx);
-    if (!t) luaL_typerror(L, idx, "tensor");
+    if (!t) {
+        const char *m = running_method(L);
+        if (!m) luaL_typerror(L, idx, "tensor");
+        if (idx == 1 && m[0] != '_' && strcmp(m, "index assignment") != 0)
+            luaL_error(L, "%s: the tensor is missing (its first argument is %s): call it with a colon, t:%s(...)", m,
+                       luaL_typename(L, 1), m);
+        luaL_error(L, "%s: argument %d must be a tensor, got %s", m, idx, luaL_typename(L, idx));
+    }
     return t;
+}
+
+/* A number argument of a tensor method: an error naming the method and the argument. */
+static double num_arg(lua_State *L, int idx, const char *what) {
+    if (lua_type(L, idx) != LUA_TNUMBER) {
+        const char *m = running_method(L);
+        luaL_error(L, "%s: %s must be a number, got %s", m ? m : "tensor", what, luaL_typename(L, idx));
+    }
+    return lua_tonumber(L, idx);
+}
+static double opt_num_arg(lua_State *L, int idx, double def, const char *what) {
+    return lua_isnoneornil(L, idx) ? def : num_arg(L, idx, what);
 }
 
 static void build_mt(lua_State *L);
@@ -116,7 +164,11 @@ static int64_t index_at(lua_State *L, const seer_tensor_t *t, int dim, int idx, 
 
 static seer_dtype_t dtype_arg(lua_State *L, int idx, seer_dtype_t def) {
     if (lua_isnoneornil(L, idx)) return def;
-    const char *s = luaL_checkstring(L, idx);
+    const char *m = running_method(L);
+    if (lua_type(L, idx) != LUA_TSTRING)
+        luaL_error(L, "%s%sdtype must be a string such as \"f32\" or \"bf16\", got %s", m ? m : "", m ? ": " : "",
+                   luaL_typename(L, idx));
+    const char *s = lua_tostring(L, idx);
     for (int i = 0; i < SEER_DTYPE_COUNT; i++)
         if (strcmp(s, seer_dtype_name((seer_dtype_t)i)) == 0) return (seer_dtype_t)i;
     static const char *alias[][2] = {{"float32", "f32"}, {"float", "f32"}, {"bfloat16", "bf16"}, {"float16", "f16"},
@@ -126,7 +178,7 @@ static seer_dtype_t dtype_arg(lua_State *L, int idx, seer_dtype_t def) {
         if (strcmp(s, alias[i][0]) == 0)
             for (int j = 0; j < SEER_DTYPE_COUNT; j++)
                 if (strcmp(alias[i][1], seer_dtype_name((seer_dtype_t)j)) == 0) return (seer_dtype_t)j;
-    luaL_error(L, "unknown dtype '%s' (valid: f32, bf16, f16, i32, i64, u8, bool, f64)", s);
+    luaL_error(L, "%s%sunknown dtype '%s' (valid: f32, bf16, f16, i32, i64, u8, bool, f64)", m ? m : "", m ? ": " : "", s);
     return def;
 }
 
@@ -180,7 +232,9 @@ static int l_full(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
     const char *op = luaL_optstring(L, 4, "full"); /* the constructor the user called: zeros, ones, new */
     int nd = shape_args(L, 1, shape, op);
-    double v = luaL_optnumber(L, 2, 0);
+    if (!lua_isnoneornil(L, 2) && lua_type(L, 2) != LUA_TNUMBER)
+        return luaL_error(L, "%s: the value must be a number, got %s", op, luaL_typename(L, 2));
+    double v = lua_isnoneornil(L, 2) ? 0 : lua_tonumber(L, 2);
     seer_dtype_t dt = dtype_arg(L, 3, SEER_F32);
     seer_tensor_t *t = new_or_raise(L, dt, nd, shape, op);
     if (v != 0) {
@@ -193,7 +247,11 @@ static int l_full(lua_State *L) {
 
 /* arange(start, stop, step, dtype): [start, stop) */
 static int l_arange(lua_State *L) {
-    double a = luaL_checknumber(L, 1), b = luaL_checknumber(L, 2), s = luaL_optnumber(L, 3, 1);
+    static const char *const what[] = {"start", "stop", "step"};
+    for (int i = 1; i <= 3; i++)
+        if (lua_type(L, i) != LUA_TNUMBER && (i < 3 || !lua_isnoneornil(L, i)))
+            return luaL_error(L, "arange: %s must be a number, got %s", what[i - 1], luaL_typename(L, i));
+    double a = lua_tonumber(L, 1), b = lua_tonumber(L, 2), s = lua_isnoneornil(L, 3) ? 1 : lua_tonumber(L, 3);
     seer_dtype_t dt = dtype_arg(L, 4, SEER_F32);
     if (s == 0 || s != s) return luaL_error(L, "arange: step must be non-zero");
     double nf = ceil((b - a) / s);
@@ -625,14 +683,14 @@ static int l_newindex(lua_State *L) {
     check_writable(L, t, "index assignment");
     int kt = lua_type(L, 2);
     if (kt == LUA_TTABLE) {
-        seer__st(t->storage->data, t->dtype, table_index(L, t, 2), luaL_checknumber(L, 3));
+        seer__st(t->storage->data, t->dtype, table_index(L, t, 2), num_arg(L, 3, "the value"));
         return 0;
     }
     if (kt != LUA_TNUMBER) return luaL_error(L, "index assignment: tensors have no field '%s'", lua_tostring(L, 2));
     if (t->ndim == 0) return luaL_error(L, "index assignment: cannot index a 0-d tensor (use fill_())");
     int64_t i = index_at(L, t, 0, 2, "index assignment");
     if (t->ndim == 1) {
-        seer__st(t->storage->data, t->dtype, t->offset + i * t->strides[0], luaL_checknumber(L, 3));
+        seer__st(t->storage->data, t->dtype, t->offset + i * t->strides[0], num_arg(L, 3, "the value"));
         return 0;
     }
     seer_tensor_t *row;
@@ -724,7 +782,7 @@ static int l_copy_(lua_State *L) {
 
 static int l_fill_(lua_State *L) {
     seer_tensor_t *t = seer_tensor_check(L, 1);
-    double v = luaL_checknumber(L, 2);
+    double v = num_arg(L, 2, "the value");
     check_writable(L, t, "fill_");
     CHECK(L, fill(t, v, ERR));
     lua_settop(L, 1);
@@ -739,7 +797,7 @@ static int l_zero_(lua_State *L) {
 
 static int l_clamp(lua_State *L) {
     seer_tensor_t *t = seer_tensor_check(L, 1), *a = NULL, *b = NULL;
-    double lo = luaL_optnumber(L, 2, -HUGE_VAL), hi = luaL_optnumber(L, 3, HUGE_VAL);
+    double lo = opt_num_arg(L, 2, -HUGE_VAL, "min"), hi = opt_num_arg(L, 3, HUGE_VAL, "max");
     CHECK(L, seer_tensor_binary(&a, SEER_OP_MAXIMUM, t, 0, NULL, lo, false, "clamp", ERR));
     seer_err_t e;
     int rc = seer_tensor_binary(&b, SEER_OP_MINIMUM, a, 0, NULL, hi, false, "clamp", &e);
@@ -823,7 +881,7 @@ RED(prod, SEER_RED_PROD)
 
 /* norm([p=2 [, dim [, keepdim]]]) */
 static int l_norm(lua_State *L) {
-    double p = luaL_optnumber(L, 2, 2);
+    double p = opt_num_arg(L, 2, 2, "p");
     if (!(p > 0)) return luaL_error(L, "norm: p must be positive, got %g", p);
     return reduce_impl(L, SEER_RED_NORM, "norm", 3, p);
 }

@@ -105,6 +105,19 @@ M.metatable = mt
 
 -- ---- constructors -------------------------------------------------------------------------
 
+-- argument checks of the functions written in Lua (the C methods check their own)
+local function need_tensor(fname, v, what)
+  if not C.is_tensor(v) then error(("%s: %s must be a tensor, got %s"):format(fname, what, type(v)), 3) end
+end
+local function opt_table(fname, v, what)
+  if v ~= nil and type(v) ~= "table" then error(("%s: %s must be a table or nil, got %s"):format(fname, what, type(v)), 3) end
+  return v or {}
+end
+local function opt_number(fname, v, what)
+  if v ~= nil and type(v) ~= "number" then error(("%s: %s must be a number or nil, got %s"):format(fname, what, type(v)), 3) end
+  return v
+end
+
 local function is_opts(v)
   return type(v) == "table" and not C.is_tensor(v) and v[1] == nil and next(v) ~= nil
 end
@@ -128,7 +141,7 @@ local function shape_and_opts(fname, ...)
     shape = {}
     for i = 1, n do
       if type(args[i]) ~= "number" then
-        error(string.format("%s: size %d is a %s, not an integer", fname, i, type(args[i])), 3)
+        error(string.format("%s: size %d is a %s, not an integer", fname, i, C.is_tensor(args[i]) and "tensor" or type(args[i])), 3)
       end
       shape[i] = args[i]
     end
@@ -173,7 +186,7 @@ end
 ---@return seer.Tensor
 function M.full(shape, value, opts)
   if type(shape) ~= "table" or type(value) ~= "number" then error("full(shape_table, value[, {dtype=}])", 2) end
-  return C.full(shape, value, opts and opts.dtype)
+  return C.full(shape, value, opt_table("full", opts, "the options").dtype)
 end
 
 ---Evenly spaced values in [start, stop): `arange(5)` is 0..4, `arange(1, 2, 0.25)`.
@@ -186,7 +199,8 @@ function M.arange(start, stop, step, opts)
   if type(stop) == "table" then opts, stop = stop, nil end
   if type(step) == "table" then opts, step = step, nil end
   if stop == nil then start, stop = 0, start end
-  return C.arange(start, stop, step or 1, opts and opts.dtype)
+  opt_number("arange", step, "step")
+  return C.arange(start, stop, step or 1, opt_table("arange", opts, "the options").dtype)
 end
 
 ---Standard normal samples. With {seed = n} the result depends only on n and the shape;
@@ -219,6 +233,7 @@ end
 ---@return seer.Tensor
 function M.from(data, dtype)
   if type(dtype) == "table" then dtype = dtype.dtype end
+  if dtype ~= nil and type(dtype) ~= "string" then error("from: dtype must be a string such as \"f32\", got " .. type(dtype), 2) end
   if C.is_tensor(data) then return dtype and data:to(dtype) or data:clone() end
   if type(data) == "number" or type(data) == "boolean" then return C.from_flat({ data }, {}, dtype) end
   if type(data) ~= "table" then error("from: expected a table of numbers, got " .. type(data), 2) end
@@ -263,6 +278,7 @@ end
 ---@param b seer.Tensor
 ---@return seer.Tensor
 function M.matmul(a, b)
+  need_tensor("matmul", a, "the first argument")
   return a:matmul(b)
 end
 
@@ -273,7 +289,10 @@ end
 ---@param eps? number
 ---@return seer.Tensor|number
 function M.cosine_similarity(a, b, dim, eps)
-  eps = eps or 1e-8
+  need_tensor("cosine_similarity", a, "a")
+  need_tensor("cosine_similarity", b, "b")
+  opt_number("cosine_similarity", dim, "dim")
+  eps = opt_number("cosine_similarity", eps, "eps") or 1e-8
   if dim == nil and a:dim() == 1 and b:dim() == 1 then
     local d = a:dot(b)
     return d / math.max(a:norm() * b:norm(), eps)
@@ -289,12 +308,16 @@ end
 ---@param dim? integer
 ---@return seer.Tensor
 function M.cat(list, dim)
-  dim = dim or 1
-  if #list == 0 then error("cat: empty list", 2) end
+  dim = opt_number("cat", dim, "dim") or 1
+  if type(list) ~= "table" or C.is_tensor(list) then error("cat: expected a list of tensors, got " .. type(list), 2) end
+  if require("seer.checks").list("cat", list, "tensor", 2) == 0 then error("cat: empty list", 2) end
+  for i, t in ipairs(list) do
+    if not C.is_tensor(t) then error(("cat: element %d is a %s, not a tensor"):format(i, type(t)), 2) end
+  end
   local first = list[1]
   local nd = first:dim()
   local d = dim < 0 and dim + nd + 1 or dim
-  if d < 1 or d > nd then error(string.format("cat: dim %d out of range for %d-d tensors", dim, nd), 2) end
+  if d ~= math.floor(d) or d < 1 or d > nd then error(string.format("cat: dim %s out of range for %d-d tensors", tostring(dim), nd), 2) end
   local shape = first:size()
   local total = 0
   for i, t in ipairs(list) do
@@ -324,7 +347,7 @@ end
 ---@param dim? integer
 ---@return seer.Tensor
 function M.stack(list, dim)
-  dim = dim or 1
+  dim = opt_number("stack", dim, "dim") or 1
   if type(list) ~= "table" then error("stack: expected a non-empty list of tensors, got " .. type(list), 2) end
   if require("seer.checks").list("stack", list, "tensor", 2) == 0 then error("stack: expected a non-empty list of tensors", 2) end
   local first = list[1]
@@ -386,7 +409,7 @@ end
 ---@return table<string, string> metadata
 function M.load(path, opts)
   if type(path) ~= "string" then error("load(path[, {copy = true}])", 2) end
-  local ok, t, meta = pcall(C.load, path, opts and opts.copy)
+  local ok, t, meta = pcall(C.load, path, opt_table("load", opts, "the options").copy)
   if not ok then error(t, 2) end
   return t, meta
 end
@@ -402,6 +425,7 @@ local ctypes = { f32 = "float*", f64 = "double*", bf16 = "uint16_t*", f16 = "uin
 ---variable for as long as you use the pointer. Strides apply (check is_contiguous()).
 ---@return ffi.cdata*
 function Tensor:ffi()
+  need_tensor("ffi", self, "self (call it with a colon, t:ffi())")
   if not ffi_ok then error("ffi: LuaJIT's ffi module is unavailable", 2) end
   return ffi.cast(ctypes[self:dtype()], self:data_ptr())
 end
@@ -501,6 +525,7 @@ end
 ---@param t seer.Tensor
 ---@return string
 function M.format(t)
+  need_tensor("format", t, "its argument")
   local vals = {}
   local tree = gather(t, t:numel() > THRESHOLD, vals)
   local fmt = formatter(vals, t:dtype())

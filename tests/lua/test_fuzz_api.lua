@@ -263,3 +263,93 @@ T.test(("%d calls with hostile arguments: errors name the API, none comes from i
   T.eq(#bad, 0, "errors from inside the implementation:\n" .. table.concat(bad, "\n"))
   T.ok(N < 200 or (raised > N / 4 and returned > N / 20), "both outcomes occurred (else the arguments are too tame or too wild)")
 end)
+
+-- The tensor API under the same kind of arguments: every method of a tensor (on tensors of
+-- several dtypes and shapes, views among them, and on values that are not tensors, as `t.sum()`
+-- instead of `t:sum()` passes) and the module's constructors. An error must name the method;
+-- Lua's own "bad argument #2 to '?'" (a C method checking an argument with luaL_check*) is an
+-- unnamed one. make test runs FUZZ_TENSOR_N calls (default 3000); make fuzz-batch 100,000.
+local TN = tonumber(os.getenv("FUZZ_TENSOR_N") or "3000")
+T.test(("%d tensor method calls with hostile arguments: every error names the method (seed %d)"):format(TN, SEED), function()
+  local methods = getmetatable(tensor.zeros(1)).methods
+  local names = {}
+  for k in pairs(methods) do names[#names + 1] = k end
+  table.sort(names)
+  local module = { "arange", "cat", "cosine_similarity", "format", "from", "full", "is_tensor", "matmul", "new", "ones",
+    "rand", "randn", "stack", "zeros", "load" } -- not save: it would write wherever a random string points
+  local function receiver(r)
+    local k = r.int(1, 12)
+    if k == 1 then return tensor.ones(D)
+    elseif k == 2 then return tensor.zeros(0)
+    elseif k == 3 then return tensor.randn(2, 3, 4, { seed = r.int(1, 100) })
+    elseif k == 4 then return tensor.randn(3, 4, { seed = r.int(1, 100) }):to("bf16")
+    elseif k == 5 then return tensor.arange(0, 6, 1, { dtype = "i64" }):view(2, 3)
+    elseif k == 6 then return tensor.randn(4, 3, { seed = 7 }):t() -- not contiguous
+    elseif k == 7 then return tensor.ones(2, 2):to("bool")
+    elseif k == 8 then return tensor.ones(5):sum() -- 0-d
+    elseif k == 9 then return tensor.randn(3, 3, { seed = 9 }):to("f16")
+    elseif k == 10 then return tensor.ones(2, 3):to("u8")
+    end
+    return value(r) -- not a tensor: what `t.method(...)` and stray values pass
+  end
+  local function arg(r)
+    local k = r.int(1, 6)
+    if k == 1 then return r.int(-4, 4) end
+    if k == 2 then return receiver(r) end
+    if k == 3 then return ({ "f32", "bf16", "i64", "bool", "float16", "nonsense" })[r.int(1, 6)] end
+    return value(r)
+  end
+  local bad, raised, returned, slow = {}, 0, 0, {}
+  local bar = require("seer.progress").new("fuzz-tensor", TN >= 20000)
+  for c = 1, TN do
+    bar:update("call %d/%d, %d unnamed", c, TN, #bad)
+    local seed = SEED + c - 1
+    local r = rng(seed)
+    local on_module = r.int(1, 6) == 1
+    local name = on_module and module[r.int(1, #module)] or names[r.int(1, #names)]
+    local args, n = {}, r.int(0, 4)
+    for i = 1, n do args[i] = arg(r) end
+    -- a constructor asked for 2^31 elements makes them (8 GiB, as torch would): a shape of more
+    -- than 2^24 elements becomes ones here; the sizes that are errors (2^53 + 2, -2^63) stay
+    local size, sizes = 1, {}
+    for i = 1, n do
+      local v = args[i]
+      for _, x in ipairs(type(v) == "table" and not tensor.is_tensor(v) and v or { v }) do
+        if type(x) == "number" and x >= 1 and x <= 2 ^ 40 then size, sizes[#sizes + 1] = size * x, { v, x } end
+      end
+    end
+    if on_module and size > 2 ^ 24 then
+      for i = 1, n do if type(args[i]) == "number" and args[i] >= 1 and args[i] <= 2 ^ 40 then args[i] = 1 end end
+      for _, e in ipairs(sizes) do
+        if type(e[1]) == "table" then for k, x in ipairs(e[1]) do if x == e[2] then e[1][k] = 1 end end end
+      end
+    end
+    local fn = on_module and tensor[name] or methods[name]
+    local self = receiver(r)
+    local t0 = seer.now()
+    local ok, err
+    if on_module then ok, err = pcall(fn, unpack(args, 1, n))
+    else ok, err = pcall(fn, self, unpack(args, 1, n)) end
+    if seer.now() - t0 > 2 then slow[#slow + 1] = ("%s (seed %d): %.1f s"):format(name, seed, seer.now() - t0) end
+    if ok then returned = returned + 1
+    else
+      raised = raised + 1
+      local msg = tostring(err)
+      if os.getenv("FUZZ_API_SHOW") then io.stderr:write(name .. " | " .. msg:gsub("\n.*", "") .. "\n") end
+      if not msg:find("from a hostile callback", 1, true) then
+        for _, p in ipairs(INTERNAL) do
+          if msg:find(p) then
+            bad[#bad + 1] = ("%s (seed %d, replay: FUZZ_API_SEED=%d FUZZ_TENSOR_N=1): %s"):format(name, seed, seed, msg)
+            break
+          end
+        end
+      end
+    end
+    if #bad >= 8 then break end
+  end
+  bar:done()
+  io.stderr:write(("  %d returned, %d raised\n"):format(returned, raised))
+  T.eq(#slow, 0, "calls that took over 2 s:\n" .. table.concat(slow, "\n"))
+  T.eq(#bad, 0, "errors that do not name the method, or come from inside it:\n" .. table.concat(bad, "\n"))
+  T.ok(TN < 200 or (raised > TN / 4 and returned > TN / 20), "both outcomes occurred")
+end)
