@@ -54,7 +54,7 @@ help:
 	@echo "make fuzz       libFuzzer on the safetensors, tokenizer.json, chat-template and JSON parsers and on model loading from hostile config.json (FUZZ_SECONDS each)"
 	@echo "make soak       the notebook pipeline under load: 100,000 display messages, 1 GB of stdout in one cell (minutes)"
 	@echo "make fuzz-kernel  FUZZ_KERNEL_N (100000) malformed messages from a hijacked sandboxed kernel; bystander checked"
-	@echo "make fuzz-batch   FUZZ_BATCH_N (20000) random batteries: batched, cached and shared generation, forward, caches and extraction against each prompt alone; FUZZ_API_N (200000) calls with hostile arguments"
+	@echo "make fuzz-batch   FUZZ_BATCH_N (20000) random batteries: batched, cached and shared generation, forward, caches and extraction against each prompt alone; FUZZ_API_N (200000) calls with hostile arguments, FUZZ_TENSOR_N (100000) to the tensor API"
 	@echo "make install    install into PREFIX (default /usr/local): bin/seer, share/seer/lua, share/doc/seer"
 	@echo "make clean      remove build outputs"
 
@@ -231,13 +231,15 @@ fuzz-kernel: $(SEER_BIN)
 # Batched and cached generation against each prompt generated alone, differentially
 # (tests/lua/test_fuzz_batch.lua): FUZZ_BATCH_N random batteries from a seed of the clock, printed
 # (FUZZ_BATCH_SEED=S replays); make test runs 120 from a fixed seed. Then FUZZ_API_N calls with
-# hostile arguments to the same API (tests/lua/test_fuzz_api.lua; make test runs 1500).
+# hostile arguments to the same API and FUZZ_TENSOR_N to the tensor API (tests/lua/test_fuzz_api.lua;
+# make test runs 1500 and 3000).
 FUZZ_BATCH_N ?= 20000
 FUZZ_API_N ?= 200000
+FUZZ_TENSOR_N ?= 100000
 fuzz-batch: $(SEER_BIN)
 	@seed=$${FUZZ_BATCH_SEED:-$$(date +%s)}; echo "fuzz-batch: $(FUZZ_BATCH_N) batteries from seed $$seed"; \
 	FUZZ_BATCH_N=$(FUZZ_BATCH_N) FUZZ_BATCH_SEED=$$seed ./$(SEER_BIN) tests/lua/run.lua tests/lua/test_fuzz_batch.lua && \
-	FUZZ_API_N=$(FUZZ_API_N) FUZZ_API_SEED=$$seed ./$(SEER_BIN) tests/lua/run.lua tests/lua/test_fuzz_api.lua
+	FUZZ_API_N=$(FUZZ_API_N) FUZZ_TENSOR_N=$(FUZZ_TENSOR_N) FUZZ_API_SEED=$$seed ./$(SEER_BIN) tests/lua/run.lua tests/lua/test_fuzz_api.lua
 
 # The notebook pipeline under load (issue 19): tests/soak/notebook_soak.lua, the heavy versions of
 # tests/lua/test_notebook_pipeline.lua (which make test runs).
