@@ -54,7 +54,9 @@ function M.batch_generate(model, tokenizer, conversations, max_new_tokens, tempe
   local prompts = {}
   for i, conv in ipairs(conversations) do
     local ok, ids = pcall(G.prompt_ids, model, tokenizer, conv, own.chat, own.chat_template, where)
-    if not ok then error(("%s: conversation %d: %s"):format(where, i, tostring(ids)), 2) end
+    if not ok then -- prompt_ids's errors begin with where already
+      error(("%s: conversation %d: %s"):format(where, i, (tostring(ids):gsub("^" .. where .. ": ", ""))), 2)
+    end
     prompts[i] = ids
   end
   local o, per = {}, {}

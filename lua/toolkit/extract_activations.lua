@@ -107,7 +107,7 @@ end
 -- extract_activations, mean_difference, refusal_direction...) and `label`, which input of a list.
 function M._one(model, tokenizer, input, layer_idx, position, where, label)
   local l = P.layer(model, layer_idx, where)
-  local ids = P.encode(model, tokenizer, input)
+  local ids = P.encode(model, tokenizer, input, nil, label and (where .. ": " .. label) or where)
   position = position or -1
   P.row(position, #ids, label and (where .. ": " .. label) or where)
   return M.residuals(model, ids, { l }, position)[l]:clone()
@@ -141,7 +141,7 @@ function M._stack(model, tokenizer, inputs, layer_idx, position, where, noun)
   local ids = {}
   for i, input in ipairs(inputs) do
     local label = label_of(noun or "input %d", i, input)
-    ids[i] = P.encode(model, tokenizer, input)
+    ids[i] = P.encode(model, tokenizer, input, nil, where .. ": " .. label)
     P.row(position, #ids[i], where .. ": " .. label)
   end
   local name = ("blocks.%d.hook_resid_post"):format(l)
@@ -202,7 +202,7 @@ function M.extract_layers(model, tokenizer, input, layers, position)
   local v = P.keywords(where, { "layers", "position" }, { layers, position }, nil, { lists = { layers = true } })
   layers, position = v[1], v[2]
   local ls = check_layers(model, layers, where)
-  local ids = P.encode(model, tokenizer, input)
+  local ids = P.encode(model, tokenizer, input, nil, where)
   position = position or -1
   P.row(position, #ids, where)
   local res = M.residuals(model, ids, ls, position)

@@ -107,16 +107,16 @@ function M.prompt_ids(model, tokenizer, prompt, chat, chat_template, where)
   end
   local enc = chat_template and { chat_template = chat_template } or {}
   if type(prompt) == "string" then
-    local tok = P.tokenizer(model, tokenizer, "generate_response")
+    local tok = P.tokenizer(model, tokenizer, where or "generate_response")
     if chat == nil then chat = tok.chat_template ~= nil or chat_template ~= nil end
     if chat then need_template(tok, chat_template, where) end
     enc.chat = chat
-    return P.encode(model, tok, prompt, enc)
+    return P.encode(model, tok, prompt, enc, where or "generate_response")
   end
   if P.is_messages(prompt) then
-    need_template(P.tokenizer(model, tokenizer, "generate_response"), chat_template, where)
+    need_template(P.tokenizer(model, tokenizer, where or "generate_response"), chat_template, where)
   end
-  return P.encode(model, tokenizer, prompt, enc)
+  return P.encode(model, tokenizer, prompt, enc, where or "generate_response")
 end
 
 ---Decodes generated ids (special tokens skipped) and cuts the text at the first stop string.

@@ -69,44 +69,46 @@ end
 ---@param tokenizer? seer.Tokenizer
 ---@param input toolkit.Input
 ---@param opts? {chat?: boolean, add_generation_prompt?: boolean} chat = true: a string is sent as a user message through the chat template
+---@param where? string what errors name: the function the user called and which input ("extract_activations: input 3")
 ---@return integer[] ids
-function M.encode(model, tokenizer, input, opts)
+function M.encode(model, tokenizer, input, opts, where)
   opts = opts or {}
+  where = where or "toolkit.prompts.encode"
   if type(input) == "string" then
-    local tok = M.tokenizer(model, tokenizer, "toolkit.prompts.encode")
+    local tok = M.tokenizer(model, tokenizer, where)
     if opts.chat then
-      return M.encode(model, tok, { { role = "user", content = input } }, opts)
+      return M.encode(model, tok, { { role = "user", content = input } }, opts, where)
     end
     return tok:encode(input, { add_special_tokens = true })
   end
   if M.is_messages(input) then
-    local tok = M.tokenizer(model, tokenizer, "toolkit.prompts.encode")
+    local tok = M.tokenizer(model, tokenizer, where)
     local text = M.render(tok, input, opts)
     return tok:encode(text, { add_special_tokens = false })
   end
   if type(input) == "table" then
     for i, v in ipairs(input) do
       if type(v) ~= "number" then
-        error(("toolkit.prompts.encode: entry %d of the input is a %s; expected a string, a message list or token ids")
-          :format(i, type(v)), 2)
+        error(("%s: entry %d of the input is a %s; expected a string, a message list or token ids")
+          :format(where, i, type(v)), 2)
       end
     end
     if #input == 0 then
       if next(input) ~= nil then
-        error("toolkit.prompts.encode: expected a string, a message list or token ids, got a table that is none of them", 2)
+        error(where .. ": expected a string, a message list or token ids, got a table that is none of them", 2)
       end
-      error("toolkit.prompts.encode: the input has no tokens", 2)
+      error(where .. ": the input has no tokens", 2)
     end
     return input
   end
   if type(input) == "userdata" and type(input.totable) == "function" then
     local ids = input:totable()
     if type(ids) ~= "table" or type(ids[1]) ~= "number" then
-      error("toolkit.prompts.encode: a tensor of ids must be 1-d", 2)
+      error(where .. ": a tensor of ids must be 1-d", 2)
     end
     return ids
   end
-  error("toolkit.prompts.encode: expected a string, a message list or token ids, got " .. type(input), 2)
+  error(where .. ": expected a string, a message list or token ids, got " .. type(input), 2)
 end
 
 ---Row (1-based, for tensor indexing) of a 0-based position in a sequence of n tokens; negative

@@ -78,6 +78,17 @@ T.test("prompts: strings get BOS, ids pass through, positions and layers are 0-b
   T.raises(function() P.encode(model, nil, { role = "user" }) end, "expected a string, a message list or token ids")
 end)
 
+T.test("an input the toolkit cannot encode: the error names the function the user called and which input", function()
+  T.raises(function() EX.extract_activations(model, nil, { "Once", {}, "upon" }, 1) end, "extract_activations: input 2: the input has no tokens")
+  T.raises(function() EX.extract_activation(model, nil, 5, 1) end, "extract_activation: expected a string, a message list or token ids, got number")
+  T.raises(function() EX.extract_layers(model, nil, true, { 0 }) end, "extract_layers: expected")
+  T.raises(function() LL.logit_lens(model, nil, { "x" }) end, "logit_lens: entry 1 of the input is a string")
+  T.raises(function() AP.patch(model, { 1, 2 }, {}, "blocks.0.hook_resid_post", nil, function() return 0 end) end,
+    "patch: the corrupt input: ")
+  T.raises(function() G.generate_response(model, nil, 5) end, "generate_response: expected a string")
+  T.raises(function() BG.batch_generate(model, nil, { "a", 5 }) end, "batch_generate: conversation 2: expected a string")
+end)
+
 T.test("prompts: a trailing assistant message is a prefill (transformers' continue_final_message) for six real templates", function()
   local n = 0
   for fam, f in pairs(goldens.families) do
