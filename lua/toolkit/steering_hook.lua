@@ -135,4 +135,99 @@ end
 ---steering_hook.
 M.create_steering_hook = M.steering_hook
 
+-- steering_sweep's own options (besides generate_response's: seed, top_p, stop, chat, ...)
+local SWEEP_OPTS = { start_pos = true, samples = true, max_new_tokens = true, temperature = true, max_batch = true,
+  chat_template = true, texts = true }
+
+---Every prompt at every steering strength (and `samples` seeds), generated in one batched run:
+---model:generate_batch, one pass over the weights per step for the whole sweep, each sequence
+---with its own strength. `texts[s][p]` is exactly (bit for bit, the same tokens) what
+---`steering_hook(model, layer_idx, vector, strengths[s], start_pos, function() return
+---generate_response(model, tokenizer, prompts[p], max_new_tokens, temperature, opts) end)`
+---returns, with `opts.seed` the same for every strength and prompt (common random numbers: a
+---difference between strengths is the steering's, not the sampler's). With `samples = n`,
+---`texts[s][p]` is a list of n texts, sample k seeded `seed + k - 1`. A sweep steering from the
+---first new token on (start_pos past the prompt, as `-1` is not) computes each prompt once for
+---all its strengths (generate_batch's shared prompts).
+---
+---```lua
+---local texts = steer.steering_sweep(model, nil, { "I think that", "The weather" }, 6, vec,
+---  { -4, 0, 4, 8 }, { max_new_tokens = 40, temperature = 0, start_pos = 0 })
+---print(texts[3][1])   -- strength 4, first prompt
+---```
+---@param model seer.Model
+---@param tokenizer? seer.Tokenizer nil: model.tokenizer
+---@param prompts toolkit.Input[] strings, message lists or token ids (generate_response's rules)
+---@param layer_idx integer 0-based layer whose output is steered
+---@param vector seer.Tensor|number[] [d_model]
+---@param strengths number[] one run of every prompt per strength (0: unsteered, the control)
+---@param opts? toolkit.GenerateOpts|{start_pos?: integer, samples?: integer, max_new_tokens?: integer, temperature?: number, max_batch?: integer, texts?: boolean} start_pos default 0; samples default 1; max_new_tokens default 256 and temperature 0.7 (generate_response's); max_batch: sequences at a time (default 16); texts = false: no decoding, only the ids (a model without a tokenizer, token-id prompts)
+---@return table|nil texts texts[s][p]: a string, or with samples > 1 a list of strings (nil with texts = false)
+---@return table ids the new token ids, indexed as texts
+function M.steering_sweep(model, tokenizer, prompts, layer_idx, vector, strengths, opts)
+  local where = "steering_sweep"
+  local G = require "toolkit.generate_response"
+  P.need(model, "generate_batch", where)
+  if type(prompts) ~= "table" or P.is_messages(prompts) or type(prompts[1]) == "number" or tensor.is_tensor(prompts) then
+    error(where .. ": prompts must be a list of prompts (each a string, a message list or token ids)", 2)
+  end
+  if P.check_list(where, prompts, "prompt") == 0 then error(where .. ": prompts is empty", 2) end
+  if type(strengths) ~= "table" or tensor.is_tensor(strengths) then
+    error(where .. ": strengths must be a list of numbers, got " .. (tensor.is_tensor(strengths) and "a tensor" or type(strengths)), 2)
+  end
+  if P.check_list(where, strengths, "strength") == 0 then error(where .. ": strengths is empty", 2) end
+  if opts ~= nil and type(opts) ~= "table" then error(where .. ": opts must be a table, got " .. type(opts), 2) end
+  local gen, own = G.split_opts(opts, where, SWEEP_OPTS)
+  if gen.stream then error(where .. ": stream is not supported (the sweep's sequences run together)", 2) end
+  local checks = require "seer.checks"
+  if own.texts ~= nil and type(own.texts) ~= "boolean" then error(where .. ": texts must be a boolean", 2) end
+  local decode = own.texts ~= false
+  local samples = own.samples or 1
+  checks.whole(where, "samples", samples, 1, 2 ^ 20, 1, true)
+  checks.whole(where, "max_new_tokens", own.max_new_tokens, 0, 2 ^ 31 - 1, 1, true)
+  local seed = gen.seed or 0
+  if type(seed) ~= "number" or seed ~= math.floor(seed) or seed < 0 then error(where .. ": seed must be a non-negative integer", 2) end
+  -- one intervention per strength (each checked: a strength that is not a finite number is named)
+  local hooks = {}
+  for s, strength in ipairs(strengths) do
+    if type(strength) ~= "number" then error(("%s: strength %d is a %s, not a number"):format(where, s, type(strength)), 2) end
+    local name, hook = checked_intervention(model, layer_idx, vector, strength, own.start_pos, where)
+    hooks[s] = { { name, hook } }
+  end
+  local ids = {}
+  for p, prompt in ipairs(prompts) do
+    ids[p] = G.prompt_ids(model, tokenizer, prompt, own.chat, own.chat_template, ("%s: prompt %d"):format(where, p))
+  end
+  -- sequence order: strength, then prompt, then sample
+  local list, per = {}, {}
+  for s = 1, #strengths do
+    for p = 1, #prompts do
+      for k = 1, samples do
+        list[#list + 1] = ids[p]
+        per[#list] = { seed = seed + k - 1, hooks = hooks[s] }
+      end
+    end
+  end
+  local o = { per_sequence = per, max_batch = own.max_batch }
+  for k, v in pairs(gen) do if k ~= "seed" then o[k] = v end end
+  o.max_new_tokens = own.max_new_tokens or 256
+  o.temperature = own.temperature or 0.7
+  local outs = model:generate_batch(list, o)
+  local texts, out_ids, i = {}, {}, 0
+  for s = 1, #strengths do
+    texts[s], out_ids[s] = {}, {}
+    for p = 1, #prompts do
+      local ts, is = {}, {}
+      for k = 1, samples do
+        i = i + 1
+        ts[k], is[k] = decode and G.decode(model, tokenizer, outs[i].ids, o.stop) or nil, outs[i].ids
+      end
+      if samples == 1 then texts[s][p], out_ids[s][p] = ts[1], is[1]
+      else texts[s][p], out_ids[s][p] = ts, is end
+    end
+  end
+  return decode and texts or nil, out_ids
+end
+M.steering_sweep = P.guard(M.steering_sweep)
+
 return M

@@ -414,6 +414,54 @@ T.test("steering_hook: scoped, returns fn's results, removed after fn and after 
   T.raises(function() ST.steering_hook(model, 2, vec, 1, 0) end, "last argument must be the function")
 end)
 
+T.test("steering_sweep: prompts x strengths x samples in one batch, each text exactly steering_hook + generate_response alone", function()
+  need_hooks()
+  local vec = C.mean_difference(model, nil, DOG, CAT, 2)
+  local prompts = { "Once upon a time", { 1, 403, 407 }, "The dog", "Once upon a time" }
+  local strengths = { 0, 6.0, -3.5 }
+  for _, case in ipairs({
+    { start_pos = 0, temperature = 0.9, samples = 2, max_new_tokens = 12, seed = 4, top_p = 0.95 },
+    { start_pos = 6, temperature = 0, max_new_tokens = 12, max_batch = 3, shared = true }, -- past every prompt: prompts shared
+    { start_pos = -1, temperature = 0.7, max_new_tokens = 9, stop = "." },
+  }) do
+    local shared = case.shared
+    case.shared = nil
+    local taken0 = require("seer.core.model").shared_prefills()
+    local texts, ids = ST.steering_sweep(model, nil, prompts, 2, vec, strengths, case)
+    local taken = require("seer.core.model").shared_prefills() - taken0
+    -- every prompt's tokens precede start_pos: each one is computed at most once for the sweep
+    if shared then T.ok(taken >= #strengths * #prompts - 3, ("prompts taken from another sequence: %d of %d"):format(taken, #strengths * #prompts)) end
+    T.eq(#texts, #strengths)
+    local differ = false
+    for s, strength in ipairs(strengths) do
+      T.eq(#texts[s], #prompts)
+      for p, prompt in ipairs(prompts) do
+        for k = 1, case.samples or 1 do
+          local gen = { seed = (case.seed or 0) + k - 1, top_p = case.top_p, stop = case.stop }
+          local want, want_ids = ST.steering_hook(model, 2, vec, strength, case.start_pos, function()
+            return G.generate_response(model, nil, prompt, case.max_new_tokens, case.temperature, gen)
+          end)
+          local got, got_ids = texts[s][p], ids[s][p]
+          if case.samples then got, got_ids = got[k], got_ids[k] end
+          T.eq(got_ids, want_ids, ("strength %g, prompt %d, sample %d: the same tokens as alone"):format(strength, p, k))
+          T.eq(got, want)
+          if s > 1 and got ~= (case.samples and texts[1][p][k] or texts[1][p]) then differ = true end
+        end
+      end
+    end
+    T.ok(differ, "some strength changes some text")
+    T.eq(texts[1][1], texts[1][4], "the same prompt, strength and seed: the same text")
+  end
+  T.raises(function() ST.steering_sweep(model, nil, "Once", 2, vec, { 1 }) end, "steering_sweep: prompts must be a list")
+  T.raises(function() ST.steering_sweep(model, nil, { "Once" }, 2, vec, { 1, "x" }) end, "steering_sweep: strength 2 is a string")
+  T.raises(function() ST.steering_sweep(model, nil, { "Once" }, 2, vec, { 1, 0 / 0 }) end, "strength must be a finite number")
+  T.raises(function() ST.steering_sweep(model, nil, { "Once" }, 2, vec, {}) end, "strengths is empty")
+  T.raises(function() ST.steering_sweep(model, nil, { "Once", 7 }, 2, vec, { 1 }) end, "steering_sweep: prompt 2: expected a string")
+  T.raises(function() ST.steering_sweep(model, nil, { "Once" }, 2, vec, { 1 }, { samples = 0 }) end, "samples")
+  T.raises(function() ST.steering_sweep(model, nil, { "Once" }, 2, vec, { 1 }, { strength = 2 }) end, "unknown option 'strength'")
+  T.raises(function() ST.steering_sweep(model, nil, { "Once" }, 9, vec, { 1 }) end, "layer 9 does not exist")
+end)
+
 T.test("steering_hook: strength * vector is added at positions >= start_pos only", function()
   need_hooks()
   local vec = tensor.randn({ 64 }, { seed = 9 })

@@ -230,6 +230,108 @@ Test(sample, greedy_scan_matches_the_scalar_rule) {
     cr_assert_eq(checked, 13 * 60);
 }
 
+/* The sampler as it was before its candidates were radix-sorted: qsort with a comparator
+ * (logit descending, ties by id), then the same probabilities, filters and walk. The fast sort
+ * must give its picks exactly, so that seeded generations are what they were. */
+typedef struct {
+    float logit;
+    int id;
+} ref_cand;
+static int ref_desc(const void *a, const void *b) {
+    const ref_cand *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+    return x->id - y->id;
+}
+static int sample_ref(const float *logits, int vocab, const seer_sampler_opts_t *o, seer_rng_t *rng) {
+    int finite = 0;
+    for (int i = 0; i < vocab; i++) finite |= logits[i] != -INFINITY;
+    if (!finite) return SEER_SAMPLE_NONFINITE; /* nothing to choose (the test makes no NaN) */
+    ref_cand *c = malloc((size_t)vocab * sizeof *c);
+    double *p = malloc((size_t)vocab * sizeof *p);
+    cr_assert(c && p);
+    for (int i = 0; i < vocab; i++) c[i] = (ref_cand){logits[i], i};
+    qsort(c, (size_t)vocab, sizeof *c, ref_desc);
+    int n = vocab;
+    if (o->top_k > 0 && o->top_k < n) n = o->top_k;
+    double mx = c[0].logit, t = o->temperature, sum = 0;
+    for (int i = 0; i < n; i++) sum += (p[i] = exp(((double)c[i].logit - mx) / t));
+    for (int i = 0; i < n; i++) p[i] /= sum;
+    if (o->top_p >= 0 && o->top_p < 1.0f) {
+        double cum = 0;
+        int keep = n;
+        for (int i = 0; i < n; i++) {
+            cum += p[i];
+            if (cum >= o->top_p) {
+                keep = i + 1;
+                break;
+            }
+        }
+        n = keep;
+    }
+    if (o->min_p > 0) {
+        double thr = o->min_p * p[0];
+        int keep = 1;
+        while (keep < n && p[keep] >= thr) keep++;
+        n = keep;
+    }
+    double total = 0;
+    for (int i = 0; i < n; i++) total += p[i];
+    double u = seer_rng_uniform(rng) * total, acc = 0;
+    int pick = c[n - 1].id;
+    for (int i = 0; i < n; i++) {
+        acc += p[i];
+        if (u < acc) {
+            pick = c[i].id;
+            break;
+        }
+    }
+    free(p);
+    free(c);
+    return pick;
+}
+
+Test(sample, picks_are_the_comparator_sorts_exactly) {
+    seer_rng_t gen, a, b;
+    seer_rng_seed(&gen, 5);
+    static const int lens[] = {1, 2, 3, 7, 33, 2048, 2049, 32000, 32003};
+    static float l[32003], copy[32003];
+    int checked = 0, ties = 0;
+    for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+        int n = lens[li], trials = n > 4096 ? 40 : 300;
+        for (int trial = 0; trial < trials; trial++) {
+            int kind = trial % 6;
+            for (int i = 0; i < n; i++) {
+                double u = seer_rng_uniform(&gen);
+                if (kind == 0) l[i] = (float)(u * 40 - 20);                    /* spread */
+                else if (kind == 1) l[i] = (float)((int)(u * 5) - 2);          /* few values: ties */
+                else if (kind == 2) l[i] = (u < 0.5 ? -0.0f : 0.0f);           /* -0 and +0 tie */
+                else if (kind == 3) l[i] = u < 0.3 ? -INFINITY : (float)(u * 8); /* masked tokens */
+                else if (kind == 4) l[i] = (float)(u * 1e-6) + 1000.0f;        /* close and large */
+                else l[i] = (float)((u - 0.5) * 1e30);                         /* huge spread */
+            }
+            if (kind == 1 || kind == 2) ties++;
+            static const float temps[] = {0.05f, 0.7f, 1.0f, 2.5f};
+            static const int ks[] = {0, 1, 40};
+            static const float ps[] = {1.0f, 0.9f, 0.0f, 0.5f};
+            static const float mps[] = {0.0f, 0.05f};
+            seer_sampler_opts_t o = {.temperature = temps[trial % 4], .top_k = ks[(trial / 4) % 3],
+                                     .top_p = ps[(trial / 12) % 4], .min_p = mps[(trial / 48) % 2],
+                                     .repetition_penalty = 1};
+            for (int draw = 0; draw < 5; draw++) {
+                uint64_t seed = (uint64_t)(trial * 16 + draw);
+                seer_rng_seed(&a, seed);
+                seer_rng_seed(&b, seed);
+                memcpy(copy, l, sizeof(float) * (size_t)n);
+                int want = sample_ref(l, n, &o, &a), got = seer_sample(copy, n, NULL, 0, &o, &b);
+                cr_assert_eq(got, want, "length %d, trial %d (values %d, T %g, top_k %d, top_p %g, min_p %g), draw %d: %d, the comparator sort's sampler %d",
+                             n, trial, kind, (double)o.temperature, o.top_k, (double)o.top_p, (double)o.min_p, draw, got, want);
+                checked++;
+            }
+        }
+    }
+    cr_assert(checked > 10000 && ties > 100);
+}
+
 Test(sample, tiny_temperatures_tend_to_greedy_and_nonfinite_logits_choose_nothing) {
     seer_rng_t rng;
     seer_rng_seed(&rng, 11);
