@@ -6,6 +6,7 @@
 -- REPEATS R: PROMPTS / R distinct prompts, each R times, the repeats apart (a battery run R
 -- times, or R samples of each prompt); generate_batch computes a repeated prompt once unless
 -- SEER_BENCH_SHARE=0 (share_prompts = false). SEER_BENCH_PRECISION=fast as batch_seer.lua.
+-- SEER_BENCH_TEMPERATURE=T samples at temperature T (seed 3) instead of greedy decoding.
 local path, threads, N, plen, new, B = arg[1], tonumber(arg[2]), tonumber(arg[3]), tonumber(arg[4]), tonumber(arg[5]), tonumber(arg[6])
 local R = tonumber(arg[7] or "1")
 if not (path and threads and N and plen and new and B and R and R >= 1 and N % R == 0) then
@@ -34,7 +35,9 @@ end
 local share = os.getenv("SEER_BENCH_SHARE") ~= "0"
 local shared0 = core.shared_prefills()
 local t = seer.now()
-model:generate_batch(ps, { max_new_tokens = new, min_new_tokens = new, max_batch = B, progress = false, share_prompts = share })
+local temp = tonumber(os.getenv("SEER_BENCH_TEMPERATURE") or "0")
+model:generate_batch(ps, { max_new_tokens = new, min_new_tokens = new, max_batch = B, progress = false, share_prompts = share,
+                           temperature = temp, seed = 3 })
 local dt = seer.now() - t
 core.step_batch = orig
 print(("%d prompts of %d tokens (%d distinct), %d new each, max_batch %d: %.2f s, %.1f new tok/s, %d prompts taken; steps over 0.2 s: %s ms")
