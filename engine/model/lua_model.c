@@ -703,6 +703,19 @@ sample:;
     return 1;
 }
 
+/* The sampling of a batch's step, a range of its generators per thread. */
+typedef struct {
+    gen_ud **gs;
+    const char *stepped;
+    int *ids;
+} take_job;
+static void take_chunk(void *ctx, size_t begin, size_t end, int thread) {
+    (void)thread;
+    take_job *j = ctx;
+    for (size_t i = begin; i < end; i++)
+        if (j->stepped[i]) j->ids[i] = gen_take(j->gs[i]);
+}
+
 /* gens:step() over a list of generators: one batched forward call advances every generator
  * that is not finished by one token (its prefill on the first step), then each samples with
  * its own options and RNG, so every generator produces exactly the tokens it would alone.
@@ -727,6 +740,7 @@ static int l_gen_step_batch(lua_State *L) {
     int *pfrom = lua_newuserdata(L, sizeof(int) * (size_t)ng); /* the donor of a taken prefix, or -1 */
     int *pfx = lua_newuserdata(L, sizeof(int) * (size_t)ng);   /* its rows, or 0 */
     char *stepped = lua_newuserdata(L, (size_t)ng);
+    int *takes = lua_newuserdata(L, sizeof(int) * (size_t)ng); /* each stepped one's sampled id */
     seer_model_t *m = NULL;
     int nb = 0, ntaken = 0, nprefix = 0;
     for (int i = 0; i < ng; i++) {
@@ -826,10 +840,18 @@ static int l_gen_step_batch(lua_State *L) {
         lua_pushboolean(L, 1);
         lua_rawseti(L, -2, i + 1);
     }
+    /* every stepped sequence samples its next token on the model's threads: each has its own
+     * logits, history and generator, so a pick does not depend on which thread makes it; at
+     * temperature > 0 each sorts the vocabulary (sample.c) */
+    take_job tj = {.gs = gs, .stepped = stepped, .ids = takes};
+    int sampled = 0;
+    for (int i = 0; i < ng; i++) sampled += stepped[i] && gs[i]->o.temperature > 0;
+    if (sampled > 1 && m->pool) seer_pool_for(m->pool, (size_t)ng, 1, take_chunk, &tj);
+    else take_chunk(&tj, 0, (size_t)ng, 0);
     for (int i = 0; i < ng; i++) {
         if (!stepped[i]) continue;
         gen_ud *g = gs[i];
-        int id = gen_take(g);
+        int id = takes[i];
         if (id < 0) {
             for (int k = 0; k < ng; k++)
                 if (stepped[k]) gs[k]->done = 1; /* as a failed step: the whole batch ends */

@@ -1,6 +1,7 @@
 /* Choosing the next token: greedy, or the transformers sampling pipeline (repetition penalty,
- * temperature, top-k, top-p, min-p) with a seeded xoroshiro128+ generator. Sampling runs on
- * one thread, so a seed gives the same tokens whatever the thread count. */
+ * temperature, top-k, top-p, min-p) with a seeded xoroshiro128+ generator. One sequence's
+ * sampling runs on one thread (a batch's sequences side by side, each with its own generator:
+ * lua_model.c's step_batch), so a seed gives the same tokens whatever the thread count. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
