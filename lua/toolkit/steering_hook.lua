@@ -212,7 +212,20 @@ function M.steering_sweep(model, tokenizer, prompts, layer_idx, vector, strength
   for k, v in pairs(gen) do if k ~= "seed" then o[k] = v end end
   o.max_new_tokens = own.max_new_tokens or 256
   o.temperature = own.temperature or 0.7
-  local outs = model:generate_batch(list, o)
+  local ok, outs = pcall(model.generate_batch, model, list, o)
+  if not ok then
+    -- generate_batch names a sequence of the batch (per_sequence[k], prompt k, sequence k): say
+    -- which strength, prompt and sample that is
+    local msg = tostring(outs)
+    local k = tonumber(msg:match("per_sequence%[(%d+)%]") or msg:match("[Ss]equence (%d+)") or msg:match("prompt (%d+)"))
+    if k and k >= 1 and k <= #list then
+      local s_, rest = math.floor((k - 1) / (#prompts * samples)) + 1, (k - 1) % (#prompts * samples)
+      local p_, j = math.floor(rest / samples) + 1, rest % samples + 1
+      msg = ("strength %d (%s), prompt %d%s: %s"):format(s_, tostring(strengths[s_]), p_,
+        samples > 1 and (", sample " .. j) or "", msg)
+    end
+    error(where .. ": " .. msg, 2)
+  end
   local texts, out_ids, i = {}, {}, 0
   for s = 1, #strengths do
     texts[s], out_ids[s] = {}, {}

@@ -212,10 +212,20 @@ local CALLS = {
     return GR.generate_response(m, nil, r.chance(0.5) and { { role = "user", content = "Hi" } } or input(r),
       r.chance(0.6) and r.int(0, 3) or value(r), r.chance(0.5) and 0 or value(r), r.chance(0.5) and {} or value(r))
   end,
+  function(r)
+    local steer = require "toolkit.steering_hook"
+    local prompts = r.chance(0.7) and { input(r), r.chance(0.5) and "Once upon a time" or input(r) } or value(r)
+    local strengths = r.chance(0.7) and { 0, r.chance(0.7) and 2 or value(r) } or value(r)
+    local o = r.chance(0.6) and { max_new_tokens = r.int(0, 3), temperature = r.pick({ 0, 0.8 }), start_pos = r.int(-2, 6),
+      samples = r.chance(0.8) and r.int(1, 2) or value(r), seed = r.chance(0.8) and r.int(0, 3) or value(r) } or options(r, "generate")
+    if type(o) == "table" and r.chance(0.3) then o[r.pick({ "max_batch", "texts", "chat", "top_p", "stop" })] = value(r) end
+    return steer.steering_sweep(m, nil, prompts, r.chance(0.7) and r.int(-1, L) or value(r),
+      r.chance(0.7) and tensor.ones(D) or value(r), strengths, o)
+  end,
 }
 local NAMES = { "generate", "generate_iter", "generate_batch", "forward", "run_with_hooks", "run_with_cache", "with_hooks", "add_hook",
   "prompt_cache", "unembed", "interventions", "batch_generate", "extract_activations", "activation_patching", "steering_hook",
-  "logit_lens", "generate_response" }
+  "logit_lens", "generate_response", "steering_sweep" }
 
 -- an error from inside the implementation: the input was not checked where it entered
 local INTERNAL = { "attempt to ", "bad argument #%d+ to '%?'", "stack overflow", "C stack overflow", "table index is nil",

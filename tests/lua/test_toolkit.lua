@@ -460,6 +460,9 @@ T.test("steering_sweep: prompts x strengths x samples in one batch, each text ex
   T.raises(function() ST.steering_sweep(model, nil, { "Once" }, 2, vec, { 1 }, { samples = 0 }) end, "samples")
   T.raises(function() ST.steering_sweep(model, nil, { "Once" }, 2, vec, { 1 }, { strength = 2 }) end, "unknown option 'strength'")
   T.raises(function() ST.steering_sweep(model, nil, { "Once" }, 9, vec, { 1 }) end, "layer 9 does not exist")
+  -- a start_pos no generation reaches: the error says which strength and prompt
+  T.raises(function() ST.steering_sweep(model, nil, { "Once upon a time", "The" }, 2, vec, { 1, 2 }, { start_pos = 40, max_new_tokens = 5 }) end,
+    "steering_sweep: strength 1 %(1%), prompt 1: generate_batch: the add at blocks.2.hook_resid_post")
 end)
 
 T.test("steering_hook: strength * vector is added at positions >= start_pos only", function()
