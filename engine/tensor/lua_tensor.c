@@ -164,10 +164,11 @@ static int64_t index_at(lua_State *L, const seer_tensor_t *t, int dim, int idx, 
 
 static seer_dtype_t dtype_arg(lua_State *L, int idx, seer_dtype_t def) {
     if (lua_isnoneornil(L, idx)) return def;
-    const char *m = running_method(L);
-    if (lua_type(L, idx) != LUA_TSTRING)
+    if (lua_type(L, idx) != LUA_TSTRING) { /* the method's name is looked up only for an error */
+        const char *m = running_method(L);
         luaL_error(L, "%s%sdtype must be a string such as \"f32\" or \"bf16\", got %s", m ? m : "", m ? ": " : "",
                    luaL_typename(L, idx));
+    }
     const char *s = lua_tostring(L, idx);
     for (int i = 0; i < SEER_DTYPE_COUNT; i++)
         if (strcmp(s, seer_dtype_name((seer_dtype_t)i)) == 0) return (seer_dtype_t)i;
@@ -178,6 +179,7 @@ static seer_dtype_t dtype_arg(lua_State *L, int idx, seer_dtype_t def) {
         if (strcmp(s, alias[i][0]) == 0)
             for (int j = 0; j < SEER_DTYPE_COUNT; j++)
                 if (strcmp(alias[i][1], seer_dtype_name((seer_dtype_t)j)) == 0) return (seer_dtype_t)j;
+    const char *m = running_method(L);
     luaL_error(L, "%s%sunknown dtype '%s' (valid: f32, bf16, f16, i32, i64, u8, bool, f64)", m ? m : "", m ? ": " : "", s);
     return def;
 }
