@@ -120,7 +120,7 @@ function M.patch(model, clean_input, corrupt_input, hook_name, positions, metric
   if type(hook_name) ~= "string" then error(where .. ": hook_name must be a hook name string", 2) end
   if type(metric) ~= "function" then error(where .. ": metric must be a function(logits) -> number", 2) end
   local I = require "seer.interventions"
-  local clean, corrupt = ids_of(model, clean_input, "patch: the clean input"), ids_of(model, corrupt_input, "patch: the corrupt input")
+  local clean, corrupt = ids_of(model, clean_input, where .. ": the clean input"), ids_of(model, corrupt_input, where .. ": the corrupt input")
   if not positions and #clean ~= #corrupt then
     error(("%s: clean (%d tokens) and corrupt (%d tokens) differ in length; pass positions"):format(where, #clean, #corrupt), 2)
   end
@@ -155,7 +155,7 @@ function M.patch_sweep(model, clean_input, corrupt_input, metric, opts)
   P.need(model, "run_with_cache", where)
   if type(metric) ~= "function" then error(where .. ": metric must be a function(logits) -> number", 2) end
   local I = require "seer.interventions"
-  local clean, corrupt = ids_of(model, clean_input, "patch_sweep: the clean input"), ids_of(model, corrupt_input, "patch_sweep: the corrupt input")
+  local clean, corrupt = ids_of(model, clean_input, where .. ": the clean input"), ids_of(model, corrupt_input, where .. ": the corrupt input")
   local point = opts.point or "hook_resid_pre"
   local layers = {}
   if opts.layers then

@@ -107,9 +107,10 @@ end
 -- extract_activations, mean_difference, refusal_direction...) and `label`, which input of a list.
 function M._one(model, tokenizer, input, layer_idx, position, where, label)
   local l = P.layer(model, layer_idx, where)
-  local ids = P.encode(model, tokenizer, input, nil, label and (where .. ": " .. label) or where)
+  local named = label and (where .. ": " .. label) or where
+  local ids = P.encode(model, tokenizer, input, nil, named)
   position = position or -1
-  P.row(position, #ids, label and (where .. ": " .. label) or where)
+  P.row(position, #ids, named)
   return M.residuals(model, ids, { l }, position)[l]:clone()
 end
 

@@ -33,7 +33,7 @@ function M.logit_lens(model, tokenizer, input, opts)
   P.need(model, "run_with_cache", where)
   P.need(model, "unembed", where)
   local tok = tokenizer or model.tokenizer
-  local ids = P.encode(model, tok, input, nil, "logit_lens")
+  local ids = P.encode(model, tok, input, nil, where)
   local row = P.row(opts.position or -1, #ids, where)
   local k = opts.k or 5
   require("seer.checks").whole(where, "k", k, 1, 2 ^ 31, 2) -- the top tokens per layer
