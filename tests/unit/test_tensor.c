@@ -232,3 +232,75 @@ Test(tensor, lua_push_check_gc) {
     cr_assert_null(seer_tensor_test(L, -1));
     lua_close(L);
 }
+
+/* topk against the whole lane sorted by the rule it documents (values descending or ascending,
+ * NaN the largest, ties by the lower index), over the three ways it selects: a selection pass
+ * (k <= 16), a heap of the k best (k < n / 4), a whole sort; lanes with ties, NaN, -0 and +0,
+ * infinities, along the last dim and a strided one. */
+typedef struct {
+    float v;
+    int64_t i;
+} ref_vi;
+static int ref_largest;
+static int ref_cmp(const void *pa, const void *pb) {
+    const ref_vi *a = pa, *b = pb;
+    int na = a->v != a->v, nb = b->v != b->v;
+    if (na != nb) return (na ? -1 : 1) * (ref_largest ? 1 : -1);
+    if (!na && a->v != b->v) return ((a->v > b->v) ? -1 : 1) * (ref_largest ? 1 : -1);
+    return a->i < b->i ? -1 : a->i > b->i;
+}
+Test(tensor, topk_is_the_sorted_lanes_first_k) {
+    static const int64_t ns[] = {1, 5, 17, 64, 100, 2000, 32000};
+    static const int64_t ks[] = {0, 1, 3, 16, 17, 20, 50, 499, 500, 1999, 2000};
+    uint64_t r = 7;
+    int checked = 0;
+    for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+        int64_t n = ns[ni], rows = 3;
+        int64_t shape[2] = {rows, n}, tshape[2] = {n, rows};
+        seer_tensor_t *a = seer_tensor_new(SEER_F32, 2, shape), *at = seer_tensor_new(SEER_F32, 2, tshape);
+        float *pa = seer_tensor_data(a), *pt = seer_tensor_data(at);
+        for (int64_t row = 0; row < rows; row++)
+            for (int64_t j = 0; j < n; j++) {
+                r = r * 6364136223846793005ull + 1442695040888963407ull;
+                int u = (int)(r >> 40) % 1000;
+                float x = row == 0 ? (float)(u % 7) - 3.0f                           /* ties */
+                        : row == 1 ? (float)u * 0.37f - 150.0f                      /* spread */
+                                   : (u < 20 ? NAN : u < 40 ? -INFINITY : u < 60 ? INFINITY
+                                      : u < 300 ? (u % 2 ? -0.0f : 0.0f) : (float)(u - 500));
+                pa[row * n + j] = x;
+                pt[j * rows + row] = x;
+            }
+        ref_vi *ref = malloc(sizeof *ref * (size_t)n);
+        for (size_t ki = 0; ki < sizeof ks / sizeof *ks; ki++) {
+            int64_t k = ks[ki];
+            if (k > n) continue;
+            for (int largest = 0; largest < 2; largest++)
+                for (int along = 0; along < 2; along++) { /* the last dim, or dim 0 of the transposed copy */
+                    seer_tensor_t *v, *ix;
+                    seer_err_t err;
+                    cr_assert_eq(seer_tensor_topk(&v, &ix, along ? at : a, k, along ? 0 : 1, largest, &err), 0, "%s", err.msg);
+                    const float *pv = seer_tensor_data(v);
+                    const int64_t *pi = seer_tensor_data(ix);
+                    for (int64_t row = 0; row < rows; row++) {
+                        for (int64_t j = 0; j < n; j++) ref[j] = (ref_vi){pa[row * n + j], j};
+                        ref_largest = largest;
+                        qsort(ref, (size_t)n, sizeof *ref, ref_cmp);
+                        for (int64_t j = 0; j < k; j++) {
+                            int64_t o = along ? j * rows + row : row * k + j;
+                            cr_assert_eq(pi[o], ref[j].i, "n %lld, k %lld, largest %d, row %lld, rank %lld: index %lld, the sorted lane's %lld",
+                                         (long long)n, (long long)k, largest, (long long)row, (long long)j, (long long)pi[o],
+                                         (long long)ref[j].i);
+                            cr_assert(memcmp(&pv[o], &ref[j].v, sizeof(float)) == 0, "value bits");
+                        }
+                    }
+                    seer_tensor_release(v);
+                    seer_tensor_release(ix);
+                    checked++;
+                }
+        }
+        free(ref);
+        seer_tensor_release(a);
+        seer_tensor_release(at);
+    }
+    cr_assert_gt(checked, 100);
+}
