@@ -97,6 +97,8 @@ local M = {}
 ---@field softmax fun(self: seer.Tensor, dim?: integer): seer.Tensor along dim (default -1)
 ---@field log_softmax fun(self: seer.Tensor, dim?: integer): seer.Tensor
 ---@field topk fun(self: seer.Tensor, k: integer, dim?: integer, largest?: boolean): seer.Tensor, seer.Tensor values (f32) and 0-based i64 indices, sorted, ties lower index first
+---@field sort fun(self: seer.Tensor, dim?: integer, descending?: boolean): seer.Tensor, seer.Tensor values (f32) and 0-based i64 indices along dim (default -1), ascending unless descending; stable; NaN counts as the largest
+---@field argsort fun(self: seer.Tensor, dim?: integer, descending?: boolean): seer.Tensor the indices of sort
 ---@field ffi fun(self: seer.Tensor): ffi.cdata* typed pointer to the first element (see docs/tensor.md for lifetime)
 local Tensor = C.methods
 
@@ -428,6 +430,40 @@ function Tensor:ffi()
   need_tensor("ffi", self, "self (call it with a colon, t:ffi())")
   if not ffi_ok then error("ffi: LuaJIT's ffi module is unavailable", 2) end
   return ffi.cast(ctypes[self:dtype()], self:data_ptr())
+end
+
+-- ---- sorting ----------------------------------------------------------------------------------
+
+---Sorted along dim (default the last), ascending unless `descending` (torch.sort's order: NaN
+---counts as the largest; ties keep the lower index first). Values f32, indices 0-based i64, as
+---topk's: it is `topk(n, dim, descending)` over the whole dim.
+---@param dim? integer
+---@param descending? boolean
+---@return seer.Tensor values
+---@return seer.Tensor indices
+function Tensor:sort(dim, descending)
+  need_tensor("sort", self, "self (call it with a colon, t:sort())")
+  if descending ~= nil and type(descending) ~= "boolean" then
+    error("sort: descending must be a boolean, got " .. type(descending), 2)
+  end
+  local nd = self:dim()
+  if nd == 0 then error("sort: expects at least 1 dim (a 0-d tensor has nothing to order)", 2) end
+  dim = dim == nil and -1 or dim
+  if type(dim) ~= "number" or dim ~= math.floor(dim) or dim < -nd or dim > nd or dim == 0 then
+    error(("sort: dim must be an integer from 1 to %d or -%d to -1, got %s"):format(nd, nd, tostring(dim)), 2)
+  end
+  return self:topk(self:size(dim), dim, descending == true)
+end
+
+---The indices that sort along dim (see sort).
+---@param dim? integer
+---@param descending? boolean
+---@return seer.Tensor indices
+function Tensor:argsort(dim, descending)
+  need_tensor("argsort", self, "self (call it with a colon, t:argsort())")
+  local ok, v, i = pcall(Tensor.sort, self, dim, descending)
+  if not ok then error((tostring(v):gsub("^sort:", "argsort:")), 2) end
+  return i
 end
 
 -- ---- printing ---------------------------------------------------------------------------------
