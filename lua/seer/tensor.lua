@@ -108,8 +108,8 @@ M.metatable = mt
 -- ---- constructors -------------------------------------------------------------------------
 
 -- argument checks of the functions written in Lua (the C methods check their own)
-local function need_tensor(fname, v, what)
-  if not C.is_tensor(v) then error(("%s: %s must be a tensor, got %s"):format(fname, what, type(v)), 3) end
+local function need_tensor(fname, v, what, level)
+  if not C.is_tensor(v) then error(("%s: %s must be a tensor, got %s"):format(fname, what, type(v)), level or 3) end
 end
 local function opt_table(fname, v, what)
   if v ~= nil and type(v) ~= "table" then error(("%s: %s must be a table or nil, got %s"):format(fname, what, type(v)), 3) end
@@ -434,6 +434,21 @@ end
 
 -- ---- sorting ----------------------------------------------------------------------------------
 
+-- sort's work, its errors naming `where` (sort or argsort) at the caller's line
+local function sorted(where, self, dim, descending)
+  need_tensor(where, self, ("self (call it with a colon, t:%s())"):format(where), 4)
+  if descending ~= nil and type(descending) ~= "boolean" then
+    error(("%s: descending must be a boolean, got %s"):format(where, type(descending)), 3)
+  end
+  local nd = self:dim()
+  if nd == 0 then error(where .. ": expects at least 1 dim (a 0-d tensor has nothing to order)", 3) end
+  dim = dim == nil and -1 or dim
+  if type(dim) ~= "number" or dim ~= math.floor(dim) or dim < -nd or dim > nd or dim == 0 then
+    error(("%s: dim must be an integer from 1 to %d or -%d to -1, got %s"):format(where, nd, nd, tostring(dim)), 3)
+  end
+  return self:topk(self:size(dim), dim, descending == true)
+end
+
 ---Sorted along dim (default the last), ascending unless `descending` (torch.sort's order: NaN
 ---counts as the largest; ties keep the lower index first). Values f32, indices 0-based i64, as
 ---topk's: it is `topk(n, dim, descending)` over the whole dim.
@@ -442,17 +457,8 @@ end
 ---@return seer.Tensor values
 ---@return seer.Tensor indices
 function Tensor:sort(dim, descending)
-  need_tensor("sort", self, "self (call it with a colon, t:sort())")
-  if descending ~= nil and type(descending) ~= "boolean" then
-    error("sort: descending must be a boolean, got " .. type(descending), 2)
-  end
-  local nd = self:dim()
-  if nd == 0 then error("sort: expects at least 1 dim (a 0-d tensor has nothing to order)", 2) end
-  dim = dim == nil and -1 or dim
-  if type(dim) ~= "number" or dim ~= math.floor(dim) or dim < -nd or dim > nd or dim == 0 then
-    error(("sort: dim must be an integer from 1 to %d or -%d to -1, got %s"):format(nd, nd, tostring(dim)), 2)
-  end
-  return self:topk(self:size(dim), dim, descending == true)
+  local v, i = sorted("sort", self, dim, descending)
+  return v, i
 end
 
 ---The indices that sort along dim (see sort).
@@ -460,9 +466,7 @@ end
 ---@param descending? boolean
 ---@return seer.Tensor indices
 function Tensor:argsort(dim, descending)
-  need_tensor("argsort", self, "self (call it with a colon, t:argsort())")
-  local ok, v, i = pcall(Tensor.sort, self, dim, descending)
-  if not ok then error((tostring(v):gsub("^sort:", "argsort:")), 2) end
+  local _, i = sorted("argsort", self, dim, descending)
   return i
 end
 
