@@ -326,17 +326,16 @@ T.test(("%d tensor method calls with hostile arguments: every error names the me
     for i = 1, n do args[i] = arg(r) end
     -- a constructor asked for 2^31 elements makes them (8 GiB, as torch would): a shape of more
     -- than 2^24 elements becomes ones here; the sizes that are errors (2^53 + 2, -2^63) stay
-    local size, sizes = 1, {}
+    local function sizeish(x) return type(x) == "number" and x >= 1 and x <= 2 ^ 40 end
+    local function list(v) return type(v) == "table" and not tensor.is_tensor(v) and v or nil end
+    local size = 1
     for i = 1, n do
-      local v = args[i]
-      for _, x in ipairs(type(v) == "table" and not tensor.is_tensor(v) and v or { v }) do
-        if type(x) == "number" and x >= 1 and x <= 2 ^ 40 then size, sizes[#sizes + 1] = size * x, { v, x } end
-      end
+      for _, x in ipairs(list(args[i]) or { args[i] }) do if sizeish(x) then size = size * x end end
     end
     if on_module and size > 2 ^ 24 then
-      for i = 1, n do if type(args[i]) == "number" and args[i] >= 1 and args[i] <= 2 ^ 40 then args[i] = 1 end end
-      for _, e in ipairs(sizes) do
-        if type(e[1]) == "table" then for k, x in ipairs(e[1]) do if x == e[2] then e[1][k] = 1 end end end
+      for i = 1, n do
+        if sizeish(args[i]) then args[i] = 1 end
+        for k, x in ipairs(list(args[i]) or {}) do if sizeish(x) then args[i][k] = 1 end end
       end
     end
     local fn = on_module and tensor[name] or methods[name]
