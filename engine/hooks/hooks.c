@@ -417,38 +417,64 @@ static const seer_intervention_t *next_acting(const slot_t *sl, int *j, seer_hoo
     return NULL;
 }
 
+/* Whether slot `at` (row * SEER_HP_COUNT + point) of a and b (either NULL: nothing there) does the
+ * same to the first k positions of prompts of alen and blen tokens and records or runs nothing
+ * (seer_hookset_same_on_rows, one slot). */
+static int slot_same(const seer_hookset_t *a, int alen, const seer_hookset_t *b, int blen, int k, size_t at) {
+    seer_hook_point_t p = (seer_hook_point_t)(at % SEER_HP_COUNT);
+    const slot_t *x = a ? &a->slots[at] : NULL, *y = b ? &b->slots[at] : NULL;
+    int i = 0, j = 0, whole = k >= alen && k >= blen;
+    for (;;) {
+        const seer_intervention_t *u = next_acting(x, &i, p, alen, k), *v = next_acting(y, &j, p, blen, k);
+        if (u != v) return 0;
+        if (!u) return 1;
+        if (u->kind == SEER_IV_CAPTURE || u->kind == SEER_IV_CALLBACK) return 0; /* records or runs code */
+        if (!whole && (p == SEER_HP_ATTN_SCORES || p == SEER_HP_PATTERN)) return 0;
+        if (alen != blen) { /* positions counted back from the prompt's end land elsewhere */
+            seer_hook_call_t ca = {.point = p, .prompt_len = alen}, cb = {.point = p, .prompt_len = blen};
+            for (int64_t q = 0; q < k; q++)
+                if (selected(&u->f, &ca, q) != selected(&u->f, &cb, q)) return 0;
+        }
+    }
+}
+
 int seer_hookset_same_on_rows(const seer_hookset_t *a, int alen, const seer_hookset_t *b, int blen, int k) {
     if (seer_hookset_empty(a)) a = NULL;
     if (seer_hookset_empty(b)) b = NULL;
     if (!a && !b) return 1;
     if (a && b && a->layers != b->layers) return 0;
-    int layers = a ? a->layers : b->layers, whole = k >= alen && k >= blen;
-    for (int row = 0; row <= layers; row++)
-        for (int p = 0; p < SEER_HP_COUNT; p++) {
-            size_t at = (size_t)row * SEER_HP_COUNT + (size_t)p;
-            const slot_t *x = a ? &a->slots[at] : NULL, *y = b ? &b->slots[at] : NULL;
-            int i = 0, j = 0;
-            for (;;) {
-                const seer_intervention_t *u = next_acting(x, &i, (seer_hook_point_t)p, alen, k),
-                                          *v = next_acting(y, &j, (seer_hook_point_t)p, blen, k);
-                if (u != v) return 0;
-                if (!u) break;
-                if (u->kind == SEER_IV_CAPTURE || u->kind == SEER_IV_CALLBACK) return 0; /* records or runs code */
-                if (!whole && (p == SEER_HP_ATTN_SCORES || p == SEER_HP_PATTERN)) return 0;
-                if (alen != blen) { /* positions counted back from the prompt's end land elsewhere */
-                    seer_hook_call_t ca = {.point = (seer_hook_point_t)p, .prompt_len = alen},
-                                     cb = {.point = (seer_hook_point_t)p, .prompt_len = blen};
-                    for (int64_t q = 0; q < k; q++)
-                        if (selected(&u->f, &ca, q) != selected(&u->f, &cb, q)) return 0;
-                }
-            }
-        }
+    int layers = a ? a->layers : b->layers;
+    for (size_t at = 0; at < (size_t)(layers + 1) * SEER_HP_COUNT; at++)
+        if (!slot_same(a, alen, b, blen, k, at)) return 0;
     return 1;
 }
 
+int seer_hookset_blocks_alike(const seer_hookset_t *a, const seer_hookset_t *b, int n, int layers) {
+    if (seer_hookset_empty(a)) a = NULL;
+    if (seer_hookset_empty(b)) b = NULL;
+    if (!a && !b) return layers;
+    if ((a && a->layers != layers) || (b && b->layers != layers)) return 0;
+    size_t global = (size_t)layers * SEER_HP_COUNT; /* the row of the points outside the blocks */
+    if (!slot_same(a, n, b, n, n, global + SEER_HP_EMBED) || !slot_same(a, n, b, n, n, global + SEER_HP_POS_EMBED))
+        return 0;
+    for (int l = 0; l < layers; l++)
+        for (int p = 0; p < SEER_HP_COUNT; p++)
+            if (!slot_same(a, n, b, n, n, (size_t)l * SEER_HP_COUNT + (size_t)p)) return l;
+    return layers;
+}
+
 void seer_hookset_credit_rows(const seer_hookset_t *s, int plen, int k) {
+    seer_hookset_credit_blocks(s, plen, k, s ? s->layers + 1 : 0);
+}
+
+void seer_hookset_credit_blocks(const seer_hookset_t *s, int plen, int k, int blocks) {
     if (seer_hookset_empty(s)) return;
+    size_t global = (size_t)s->layers * SEER_HP_COUNT;
     for (size_t at = 0; at < (size_t)(s->layers + 1) * SEER_HP_COUNT; at++) {
+        /* the blocks under `blocks`, and the embeddings (the row past the blocks holds the points
+         * outside them: the embeddings come first, the final norm only after every block) */
+        if (at >= global ? blocks <= s->layers && at % SEER_HP_COUNT == SEER_HP_LN_FINAL : (int)(at / SEER_HP_COUNT) >= blocks)
+            continue;
         seer_hook_call_t c = {.point = (seer_hook_point_t)(at % SEER_HP_COUNT), .prompt_len = plen};
         for (int j = 0; j < s->slots[at].n; j++) {
             seer_intervention_t *iv = s->slots[at].iv[j];

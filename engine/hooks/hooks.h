@@ -162,6 +162,17 @@ int seer_hookset_same_on_rows(const seer_hookset_t *a, int alen, const seer_hook
  * tokens that its filter selects at each point where it is attached: what running those positions
  * through s would have counted, for a sequence that took them from another instead. */
 void seer_hookset_credit_rows(const seer_hookset_t *s, int plen, int k);
+/* The same for the points before block `blocks` only (the embeddings and blocks 0 .. blocks-1;
+ * blocks past the last layer: every point, the final norm too): a sequence that took those
+ * blocks of its prompt from another (seer_hookset_blocks_alike) and computed the rest. */
+void seer_hookset_credit_blocks(const seer_hookset_t *s, int plen, int k, int blocks);
+/* How many first blocks a prompt of n tokens passes through hook sets a and b (either may be NULL;
+ * a model of `layers` blocks) the same way, leaving nothing behind (seer_hookset_same_on_prompt,
+ * point by point): 0 where they differ at the embeddings or in block 0, L where block L is the
+ * first to differ, `layers` where no block does. Two sequences with the same prompt tokens then
+ * have the same residual entering block L and the same keys and values in blocks 0 .. L-1, so one
+ * can start at block L from the other's (seer_batch_seq_t.cached_below). */
+int seer_hookset_blocks_alike(const seer_hookset_t *a, const seer_hookset_t *b, int n, int layers);
 /* A counter moved by every filter change (seer_iv_set_filter) of an intervention that is in a
  * hook set: what an earlier forward pass computed with it may no longer hold. */
 unsigned seer_iv_epoch(void);

@@ -112,9 +112,10 @@ void seer_fb_linear(seer_pool_t *p, const seer_fwd_batch_t *fb, float *y, const 
 void seer_fb_hidden(const seer_fwd_batch_t *fb, int block, const float *x, int D) {
     for (int s = 0; s < fb->ns; s++) {
         const seer_batch_seq_t *q = &fb->seq[s];
-        if (!q->hidden) continue;
         size_t rows = (size_t)q->n * (size_t)D;
-        memcpy(q->hidden + (size_t)block * rows, x + (size_t)fb->off[s] * (size_t)D, rows * sizeof(float));
+        const float *at = x + (size_t)fb->off[s] * (size_t)D;
+        if (q->hidden) memcpy(q->hidden + (size_t)block * rows, at, rows * sizeof(float));
+        if (q->save_block == block && block > 0) memcpy(q->save, at, rows * sizeof(float));
     }
 }
 
@@ -152,6 +153,17 @@ static int check_seq(const seer_model_t *m, const seer_batch_seq_t *q, int s, se
         if (q->hk && (q->hk->from || q->hk->stop))
             return seer_err_set(err, SEER_EINVAL, "forward: sequence %d: paths cannot be combined with start_at_layer or stop_at_layer", s + 1);
     }
+    if (q->save_block) {
+        if (m->gpu || q->save_block < 1 || q->save_block > m->cfg.num_layers || !q->save || (q->hk && (q->hk->from || q->hk->stop)))
+            return seer_err_set(err, SEER_EINVAL,
+                                "forward: sequence %d: save_block %d must be a block from 1 to %d with room for the residual, "
+                                "on a CPU model, in a pass from the embeddings to the logits",
+                                s + 1, q->save_block, m->cfg.num_layers);
+    }
+    if (q->cached_below && (m->gpu || !q->hk || q->hk->from < 2 || q->hk->stop || q->paths))
+        return seer_err_set(err, SEER_EINVAL,
+                            "forward: sequence %d: cached_below needs a pass from block 1 or later (start_at_layer) to the "
+                            "logits on a CPU model, without paths", s + 1);
     return 0;
 }
 
@@ -226,7 +238,8 @@ int seer_model_forward_batch(seer_model_t *m, const seer_batch_seq_t *seqs, int 
     /* A failed pass (a hook raised) must not leave half-written entries counted in a cache, nor
      * does a stopped one add any, nor one that began past block 0. */
     if (rc < 0 || from)
-        for (int s = 0; s < nseq; s++) seqs[s].cache->len = fb.start[s];
+        for (int s = 0; s < nseq; s++)
+            if (rc < 0 || !seqs[s].cached_below) seqs[s].cache->len = fb.start[s];
     if (rc == SEER_ESTOP) rc = 0;
     free(own);
     free(off);

@@ -49,10 +49,11 @@ typedef struct {
     uint64_t kepoch; /* seer_model_state_epoch when its prompt's KV rows were computed or taken */
     int donor_at;    /* 1-based index of the generator it took from in the list of its first step
                       * (next's donors, or step_batch's generators); 0: none */
+    int took_blocks; /* how many first blocks of its prompt were taken (take_blocks); 0: none */
 } gen_ud;
 
 /* Prefills that step_batch served by copying another generator's prompt (core.shared_prefills). */
-static uint64_t g_shared_prefills, g_shared_prefix_rows;
+static uint64_t g_shared_prefills, g_shared_prefix_rows, g_shared_block_rows;
 
 /* Raises err as a Lua error. For an interrupt the pending interrupt hook is cleared first: it
  * would otherwise fire inside the error handler ("error in error handling") and the message and
@@ -580,6 +581,32 @@ static int prefix_donor(gen_ud **gs, int i, const int *from, const int *pfx, uin
     return best;
 }
 
+/* The generator from which gs[i] may take the first *blocks blocks of its prompt, or -1: one that
+ * computes its whole prompt from the embeddings in this step (j < i, taking nothing), with the
+ * same prompt tokens and hook sets that do the same to the prompt before block *blocks
+ * (seer_hookset_blocks_alike): a steering sweep's sequences differ from their steered block on.
+ * That generator saves the residual entering the block (seer_batch_seq_t.save_block: save[j],
+ * one block per donor, chosen by its first taker; a later one takes that many if it can), and
+ * gs[i] copies its keys and values of the blocks below and runs its prompt from there
+ * (cached_below), getting the bits of its whole pass. The most blocks win. */
+static int block_donor(gen_ud **gs, int i, const int *from, const int *pfrom, const int *bfrom, const int *save, int *blocks) {
+    gen_ud *g = gs[i];
+    *blocks = 0;
+    if (!g->share || g->prefilled || !seer_kv_cache_host(g->cache)) return -1;
+    int n = g->nprompt, layers = seer_model_config(g->m)->num_layers, best = -1;
+    for (int j = 0; j < i; j++) {
+        gen_ud *d = gs[j];
+        if (!d->share || d->m != g->m || d->prefilled || d->done || !d->cache || !seer_kv_cache_host(d->cache) ||
+            d->nprompt != n || from[j] >= 0 || pfrom[j] >= 0 || bfrom[j] >= 0)
+            continue;
+        if (memcmp(d->hist, g->hist, sizeof(int32_t) * (size_t)n) != 0) continue;
+        int b = seer_hookset_blocks_alike(d->hooks, g->hooks, n, layers);
+        if (save[j]) b = b >= save[j] ? save[j] : 0;
+        if (b > *blocks) *blocks = b, best = j;
+    }
+    return best;
+}
+
 /* Keeps g's prompt logits (g->logits after its prefill, before sampling changes them) for later
  * generators with its prompt; without memory it keeps none (they compute their own). */
 static void keep_prompt_logits(gen_ud *g, int vocab, uint64_t epoch) {
@@ -617,6 +644,23 @@ static int take_prefix(gen_ud *g, const gen_ud *d, int rows, seer_batch_seq_t *q
     *hk = (seer_fwd_hooks_t){.set = g->hooks, .prompt_len = g->nprompt, .batch = g->batch, .user = user};
     *q = (seer_batch_seq_t){.cache = g->cache, .tokens = g->hist + rows, .n = g->nprompt - rows, .logits = g->logits,
                             .hk = hk, .paths = g->nprompt};
+    return 0;
+}
+
+/* g takes the first `blocks` blocks of d's prompt (block_donor found d): the keys and values of
+ * those blocks, and q to run its prompt from block `blocks` on, starting from d's residual there
+ * (resid, saved by d's pass), with its own hooks (hk). */
+static int take_blocks(gen_ud *g, const gen_ud *d, int blocks, const float *resid, seer_batch_seq_t *q, seer_fwd_hooks_t *hk,
+                       void *user, seer_err_t *err) {
+    int rc = seer_kv_cache_copy_blocks(g->cache, d->cache, g->nprompt, blocks, err);
+    if (rc < 0) return rc;
+    g->took_blocks = blocks;
+    seer_hookset_credit_blocks(g->hooks, g->nprompt, g->nprompt, blocks);
+    __atomic_add_fetch(&g_shared_block_rows, (uint64_t)g->nprompt * (uint64_t)blocks, __ATOMIC_RELAXED);
+    *hk = (seer_fwd_hooks_t){.set = g->hooks, .prompt_len = g->nprompt, .batch = g->batch, .user = user, .from = blocks + 1,
+                             .resid = resid};
+    *q = (seer_batch_seq_t){.cache = g->cache, .tokens = g->hist, .n = g->nprompt, .logits = g->logits, .hk = hk,
+                            .cached_below = 1};
     return 0;
 }
 
@@ -739,10 +783,14 @@ static int l_gen_step_batch(lua_State *L) {
     int *from = lua_newuserdata(L, sizeof(int) * (size_t)ng); /* the donor of a taken prompt, or -1 */
     int *pfrom = lua_newuserdata(L, sizeof(int) * (size_t)ng); /* the donor of a taken prefix, or -1 */
     int *pfx = lua_newuserdata(L, sizeof(int) * (size_t)ng);   /* its rows, or 0 */
+    int *bfrom = lua_newuserdata(L, sizeof(int) * (size_t)ng); /* the donor of taken first blocks, or -1 */
+    int *blk = lua_newuserdata(L, sizeof(int) * (size_t)ng);   /* how many blocks it takes, or 0 */
+    int *save = lua_newuserdata(L, sizeof(int) * (size_t)ng);  /* the block whose residual it saves, or 0 */
+    float **saved = lua_newuserdata(L, sizeof(float *) * (size_t)ng); /* that residual */
     char *stepped = lua_newuserdata(L, (size_t)ng);
     int *takes = lua_newuserdata(L, sizeof(int) * (size_t)ng); /* each stepped one's sampled id */
     seer_model_t *m = NULL;
-    int nb = 0, ntaken = 0, nprefix = 0;
+    int nb = 0, ntaken = 0, nprefix = 0, nblocks = 0;
     for (int i = 0; i < ng; i++) {
         lua_rawgeti(L, 1, i + 1);
         gs[i] = luaL_checkudata(L, -1, GEN_MT);
@@ -758,8 +806,9 @@ static int l_gen_step_batch(lua_State *L) {
     uint64_t epoch = seer_model_state_epoch(m);
     for (int i = 0; i < ng; i++) {
         gen_ud *g = gs[i];
-        from[i] = pfrom[i] = -1;
-        pfx[i] = 0;
+        from[i] = pfrom[i] = bfrom[i] = -1;
+        pfx[i] = blk[i] = save[i] = 0;
+        saved[i] = NULL;
         stepped[i] = 0;
         if (g->done || g->ngen >= g->max_new) {
             g->done = 1;
@@ -774,6 +823,11 @@ static int l_gen_step_batch(lua_State *L) {
             nprefix++;
             continue;
         }
+        if ((bfrom[i] = block_donor(gs, i, from, pfrom, bfrom, save, &blk[i])) >= 0) {
+            if (!save[bfrom[i]]) save[bfrom[i]] = blk[i]; /* the donor saves its residual entering that block */
+            nblocks++;
+            continue;
+        }
         hks[nb] = (seer_fwd_hooks_t){.set = g->hooks, .prompt_len = g->nprompt, .batch = g->batch, .user = L};
         seqs[nb] = (seer_batch_seq_t){.cache = g->cache,
                                       .tokens = g->prefilled ? g->hist + g->nhist - 1 : g->hist,
@@ -781,6 +835,19 @@ static int l_gen_step_batch(lua_State *L) {
                                       .logits = g->logits,
                                       .hk = &hks[nb]};
         which[nb++] = i;
+    }
+    if (nblocks > 0) { /* room for the donors' residuals, each [its prompt][hidden_size] */
+        size_t D = (size_t)seer_model_config(m)->hidden_size, total = 0;
+        for (int i = 0; i < ng; i++)
+            if (save[i]) total += (size_t)gs[i]->nprompt * D;
+        float *room = lua_newuserdata(L, sizeof(float) * total);
+        for (int b = 0; b < nb; b++) {
+            int i = which[b];
+            if (!save[i]) continue;
+            seqs[b].save_block = save[i];
+            seqs[b].save = saved[i] = room;
+            room += (size_t)gs[i]->nprompt * D;
+        }
     }
     if (seer_host_interrupted()) {
         seer_err_t e;
@@ -799,6 +866,29 @@ static int l_gen_step_batch(lua_State *L) {
             keep_prompt_logits(gs[which[b]], vocab, epoch);
             gs[which[b]]->kepoch = epoch;
         }
+    /* then the prompts that took their first blocks: each from its block on, one pass per block
+     * count (a pass starts every sequence at one block) */
+    for (int left = nblocks; left > 0; left -= nb) {
+        int b0 = 0, bad = 0;
+        nb = 0;
+        for (int i = 0; i < ng && !bad; i++) {
+            if (bfrom[i] < 0 || blk[i] <= 0 || (b0 && blk[i] != b0)) continue;
+            b0 = blk[i];
+            blk[i] = -b0; /* run */
+            bad = take_blocks(gs[i], gs[bfrom[i]], b0, saved[bfrom[i]], &seqs[nb], &hks[nb], L, &err) < 0;
+            gs[i]->donor_at = bfrom[i] + 1;
+            which[nb++] = i;
+        }
+        if (bad || seer_model_forward_batch(m, seqs, nb, &err) < 0) {
+            for (int i = 0; i < ng; i++)
+                if (stepped[i]) gs[i]->done = 1;
+            return raise_err(L, &err);
+        }
+        for (int b = 0; b < nb; b++) {
+            keep_prompt_logits(gs[which[b]], vocab, epoch);
+            gs[which[b]]->kepoch = epoch;
+        }
+    }
     /* then the prompts that took a prefix: the rest of each, in one more pass (their donors' rows
      * are all there now) */
     if (nprefix > 0) {
@@ -866,17 +956,19 @@ static int l_gen_step_batch(lua_State *L) {
 }
 
 /* took_prompt() -> whether this generator's prompt was taken from another's (not computed), how
- * many of its first positions were (all of them, the first rows of a shared prefix, or 0), and,
- * when it took any, the 1-based index of the generator they came from in the list of its first
- * step (next's donors, or the list given to step_batch), else nil: the prompt cache moves that
- * entry to its front. */
+ * many of its first positions were (all of them, the first rows of a shared prefix, or 0), when
+ * it took any, the 1-based index of the generator they came from in the list of its first step
+ * (next's donors, or the list given to step_batch), else nil: the prompt cache moves that entry
+ * to its front; and how many first blocks of its prompt it took from another (block_donor; 0:
+ * none), computing only the blocks after them. */
 static int l_gen_took_prompt(lua_State *L) {
     gen_ud *g = check_gen(L, 1);
     lua_pushboolean(L, g->took);
     lua_pushinteger(L, g->took_rows);
     if (g->donor_at > 0) lua_pushinteger(L, g->donor_at);
     else lua_pushnil(L);
-    return 3;
+    lua_pushinteger(L, g->took_blocks);
+    return 4;
 }
 
 /* prompt_logits() -> a [vocab] tensor of its prompt's logits as its prefill left them (computed,
@@ -1066,12 +1158,14 @@ static int l_fast_kind(lua_State *L) {
 }
 
 /* core.shared_prefills() -> how many generator prefills were served with another's whole prompt
- * (prompt_donor), and how many prompt positions were taken as shared prefixes (prefix_donor),
- * since the process started: the tests and benches read them. */
+ * (prompt_donor), how many prompt positions were taken as shared prefixes (prefix_donor), and
+ * how many (position, block) pairs were taken as shared first blocks (block_donor: a prompt's
+ * length times the blocks taken), since the process started: the tests and benches read them. */
 static int l_shared_prefills(lua_State *L) {
     lua_pushnumber(L, (lua_Number)__atomic_load_n(&g_shared_prefills, __ATOMIC_RELAXED));
     lua_pushnumber(L, (lua_Number)__atomic_load_n(&g_shared_prefix_rows, __ATOMIC_RELAXED));
-    return 2;
+    lua_pushnumber(L, (lua_Number)__atomic_load_n(&g_shared_block_rows, __ATOMIC_RELAXED));
+    return 3;
 }
 
 /* core.blas_row_period() -> the unit of OpenBLAS's sgemm row tiles this process found

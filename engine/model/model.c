@@ -733,16 +733,10 @@ size_t seer_kv_cache_bytes(const seer_kv_cache_t *c) {
     return 2 * (size_t)c->layers * (size_t)c->max_tokens * (size_t)c->kv_dim * es;
 }
 
-int seer_kv_cache_copy_prefix(seer_kv_cache_t *dst, const seer_kv_cache_t *src, int n, seer_err_t *err) {
-    if (!seer_kv_cache_host(dst) || !seer_kv_cache_host(src))
-        return seer_err_set(err, SEER_EINVAL, "copying a KV cache: only a CPU model's caches can be copied");
-    if (dst->layers != src->layers || dst->kv_dim != src->kv_dim || !dst->k16 != !src->k16)
-        return seer_err_set(err, SEER_EINVAL, "copying a KV cache: the caches belong to different models");
-    if (n < 0 || n > src->len || n > dst->max_tokens)
-        return seer_err_set(err, SEER_EINVAL, "copying a KV cache: %d positions, but the source holds %d and the target has room for %d",
-                            n, src->len, dst->max_tokens);
+/* The first n positions of blocks 0 .. blocks-1 from src into dst (checked by the callers). */
+static void copy_rows(seer_kv_cache_t *dst, const seer_kv_cache_t *src, int n, int blocks) {
     size_t row = (size_t)n * (size_t)src->kv_dim * (src->k16 ? sizeof(uint16_t) : sizeof(float));
-    for (int l = 0; l < src->layers; l++) {
+    for (int l = 0; l < blocks; l++) {
         size_t so = (size_t)l * (size_t)src->max_tokens * (size_t)src->kv_dim, dof = (size_t)l * (size_t)dst->max_tokens * (size_t)dst->kv_dim;
         if (src->k16) {
             memcpy(dst->k16 + dof, src->k16 + so, row);
@@ -752,7 +746,36 @@ int seer_kv_cache_copy_prefix(seer_kv_cache_t *dst, const seer_kv_cache_t *src, 
             memcpy(dst->v + dof, src->v + so, row);
         }
     }
+}
+
+static int check_copy(const seer_kv_cache_t *dst, const seer_kv_cache_t *src, seer_err_t *err) {
+    if (!seer_kv_cache_host(dst) || !seer_kv_cache_host(src))
+        return seer_err_set(err, SEER_EINVAL, "copying a KV cache: only a CPU model's caches can be copied");
+    if (dst->layers != src->layers || dst->kv_dim != src->kv_dim || !dst->k16 != !src->k16)
+        return seer_err_set(err, SEER_EINVAL, "copying a KV cache: the caches belong to different models");
+    return 0;
+}
+
+int seer_kv_cache_copy_prefix(seer_kv_cache_t *dst, const seer_kv_cache_t *src, int n, seer_err_t *err) {
+    int rc = check_copy(dst, src, err);
+    if (rc < 0) return rc;
+    if (n < 0 || n > src->len || n > dst->max_tokens)
+        return seer_err_set(err, SEER_EINVAL, "copying a KV cache: %d positions, but the source holds %d and the target has room for %d",
+                            n, src->len, dst->max_tokens);
+    copy_rows(dst, src, n, src->layers);
     dst->len = n;
+    return 0;
+}
+
+int seer_kv_cache_copy_blocks(seer_kv_cache_t *dst, const seer_kv_cache_t *src, int n, int blocks, seer_err_t *err) {
+    int rc = check_copy(dst, src, err);
+    if (rc < 0) return rc;
+    if (blocks < 1 || blocks > src->layers || dst->len != 0 || n < 0 || n > src->len || n > dst->max_tokens)
+        return seer_err_set(err, SEER_EINVAL,
+                            "copying a KV cache: %d positions of %d blocks into a cache of length %d, but the source holds "
+                            "%d positions of %d blocks and the target has room for %d (the target must be empty)",
+                            n, blocks, dst->len, src->len, src->layers, dst->max_tokens);
+    copy_rows(dst, src, n, blocks);
     return 0;
 }
 

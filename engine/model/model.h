@@ -117,6 +117,12 @@ size_t seer_kv_cache_bytes(const seer_kv_cache_t *c);
  * them instead of computing it again (the same bits: the forward pass is deterministic). Both
  * host caches of one model; 0 <= n <= len(src) and n fits dst; else SEER_EINVAL. */
 int seer_kv_cache_copy_prefix(seer_kv_cache_t *dst, const seer_kv_cache_t *src, int n, seer_err_t *err);
+/* Copies src's first n positions of blocks 0 .. blocks-1 only into an empty dst (its length stays
+ * 0): a sequence with src's prompt and hooks before block `blocks` takes those blocks' keys and
+ * values, then runs its prompt from that block (seer_batch_seq_t.cached_below), which adds the
+ * other blocks' and sets the length. Both host caches of one model; 0 < blocks <= layers,
+ * 0 <= n <= len(src), n fits dst; else SEER_EINVAL. */
+int seer_kv_cache_copy_blocks(seer_kv_cache_t *dst, const seer_kv_cache_t *src, int n, int blocks, seer_err_t *err);
 /* A number that changes whenever something changes what a forward pass of m computes for the
  * same tokens and hooks: an adapter loaded or switched on or off, the GEMM-threshold override
  * (core.gemm_min_tokens), a filter changed on an intervention that is attached somewhere. A
@@ -192,6 +198,19 @@ typedef struct seer_batch_seq {
      * and every kernel runs as it ran for these rows in the whole prompt's pass, so the results
      * are that pass's, bit for bit. A CPU model only; not with start_at_layer / stop_at_layer. */
     int paths;
+    /* 0: nothing. B (1 .. num_layers): copies the residual entering block B, before the hooks at
+     * blocks.B.hook_resid_pre run (the hidden state of block B), into save ([n][hidden_size]
+     * floats): what a sequence with the same tokens and the same hooks before block B starts
+     * from (cached_below). A CPU model only; not with start_at_layer / stop_at_layer. */
+    int save_block;
+    float *save;
+    /* 0: a start_at_layer pass (hk->from) adds nothing to the cache. 1: the cache already holds
+     * this sequence's keys and values of blocks 0 .. from-2 at positions len(cache) .. + n - 1
+     * (seer_kv_cache_copy_blocks from a sequence that saved its residual entering that block,
+     * save_block), so the pass keeps the rows it adds from its block on, and the cache ends as
+     * a pass from the embeddings would leave it; with that sequence's residual (hk->resid) the
+     * logits and every row from the block on are that pass's, bit for bit. */
+    int cached_below;
 } seer_batch_seq_t;
 
 /* Runs every sequence of a batch in one pass over the weights (the rows of all sequences are

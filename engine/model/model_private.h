@@ -357,7 +357,8 @@ void seer_lora_apply_rows(seer_pool_t *p, float *y, const float *x, int n, const
  * through seer_k_linear_multi, the same bits as one seer_fb_linear per matrix. */
 void seer_fb_linear_multi(seer_pool_t *p, const seer_fwd_batch_t *fb, int count, float *const *ys, const float *x,
                           const seer_weight_t *const *ws, const seer_weight_t *const *biases);
-/* Copies the packed rows x[N][D] into each sequence's hidden buffer (block b of it), when set. */
+/* Copies the packed rows x[N][D] into each sequence's hidden buffer (block b of it), when set, and
+ * into its save buffer where b is its save_block. */
 void seer_fb_hidden(const seer_fwd_batch_t *fb, int block, const float *x, int D);
 /* gate = silu(gate) * up per sequence (the vector kernel's scalar tail depends on the length). */
 void seer_fb_silu_mul(const seer_fwd_batch_t *fb, float *gate, const float *up, int I);

@@ -50,11 +50,11 @@ function M.load_uncached(dir, opts)
   return m
 end
 
--- A bf16 llama made at test time with every width a multiple of 32 (the parity models' 48 and 100
+-- A bf16 llama (2 layers, or `layers`) made at test time with every width a multiple of 32 (the parity models' 48 and 100
 -- never reach the bf16 units: AMX, or precision = "fast"'s kernel and bf16 KV cache); its directory.
-function M.bf16_llama()
+function M.bf16_llama(layers)
   local d = T.tmpdir()
-  local H, I, L, V = 64, 128, 2, 96
+  local H, I, L, V = 64, 128, layers or 2, 96
   seer.write_file(d .. "/config.json", seer.json.encode({
     architectures = { "LlamaForCausalLM" }, model_type = "llama", hidden_size = H, intermediate_size = I,
     num_hidden_layers = L, num_attention_heads = 4, num_key_value_heads = 2, head_dim = 16, vocab_size = V,
