@@ -373,8 +373,7 @@ end
 
 T.test(("%d random batteries: batched and cached generations equal each prompt alone (seed %d)"):format(N, SEED), function()
   local modes, failures = {}, {}
-  local _, rows0 = core.shared_prefills()
-  local whole0 = core.shared_prefills()
+  local whole0, rows0, blocks0 = core.shared_prefills()
   local bar = require("seer.progress").new("fuzz-batch", N >= 1000) -- a line on a terminal for long runs
   for c = 1, N do
     bar:update("case %d/%d, %d failing", c, N, #failures)
@@ -384,11 +383,12 @@ T.test(("%d random batteries: batched and cached generations equal each prompt a
     if #failures >= 3 then break end
   end
   bar:done()
-  local whole1, rows1 = core.shared_prefills()
+  local whole1, rows1, blocks1 = core.shared_prefills()
   T.eq(#failures, 0, "cases failing:\n" .. table.concat(failures, "\n\n"))
-  io.stderr:write(("  modes: batch %d, loop %d, iter %d, forward %d, cache %d, extract %d, sweep %d (%d tensors and cells compared); prompts taken whole %d, positions taken as beginnings %d\n"):format(
-    modes.batch or 0, modes.loop or 0, modes.iter or 0, modes.forward or 0, modes.cache or 0, modes.extract or 0, modes.sweep or 0, compared, whole1 - whole0, rows1 - rows0))
+  io.stderr:write(("  modes: batch %d, loop %d, iter %d, forward %d, cache %d, extract %d, sweep %d (%d tensors and cells compared); prompts taken whole %d, positions taken as beginnings %d, (position, block) pairs taken as first blocks %d\n"):format(
+    modes.batch or 0, modes.loop or 0, modes.iter or 0, modes.forward or 0, modes.cache or 0, modes.extract or 0, modes.sweep or 0, compared, whole1 - whole0, rows1 - rows0, blocks1 - blocks0))
   -- the cases shared something (else they tested the plain path only; a replay of one case may not)
   T.ok(N < 12 or whole1 - whole0 > 0, "some prompt was taken whole")
   T.ok(N < 12 or rows1 - rows0 > 0 or core.blas_row_period() == 0, "some beginning was taken")
+  T.ok(N < 12 or blocks1 - blocks0 > 0, "some first blocks were taken")
 end)
