@@ -50,6 +50,12 @@ typedef struct {
     int donor_at;    /* 1-based index of the generator it took from in the list of its first step
                       * (next's donors, or step_batch's generators); 0: none */
     int took_blocks; /* how many first blocks of its prompt were taken (take_blocks); 0: none */
+    /* The residual entering block bblock of its prompt ([nprompt][hidden_size]; NULL, 0: none),
+     * computed or taken with its KV rows (kepoch): what a sequence with its prompt tokens and its
+     * hooks before that block starts from (block_donor). Kept while the generator lives, also in
+     * the prompt cache (keep_prompt). */
+    float *bres;
+    int bblock;
 } gen_ud;
 
 /* Prefills that step_batch served by copying another generator's prompt (core.shared_prefills). */
@@ -581,30 +587,64 @@ static int prefix_donor(gen_ud **gs, int i, const int *from, const int *pfx, uin
     return best;
 }
 
-/* The generator from which gs[i] may take the first *blocks blocks of its prompt, or -1: one that
- * computes its whole prompt from the embeddings in this step (j < i, taking nothing), with the
- * same prompt tokens and hook sets that do the same to the prompt before block *blocks
- * (seer_hookset_blocks_alike): a steering sweep's sequences differ from their steered block on.
- * That generator saves the residual entering the block (seer_batch_seq_t.save_block: save[j],
- * one block per donor, chosen by its first taker; a later one takes that many if it can), and
- * gs[i] copies its keys and values of the blocks below and runs its prompt from there
- * (cached_below), getting the bits of its whole pass. The most blocks win. */
-static int block_donor(gen_ud **gs, int i, const int *from, const int *pfrom, const int *bfrom, const int *save, int *blocks) {
+/* The generator from which gs[i] may take the first *blocks blocks of its prompt, or -1: one with
+ * the same prompt tokens and hook sets that do the same to the prompt before block *blocks
+ * (seer_hookset_blocks_alike: a steering sweep's sequences differ from their steered block on),
+ * which either was prefilled (an earlier step, a kept prompt) under the model state of now and
+ * holds the residual entering a block no higher (bres, bblock: it gives that many), or computes
+ * its whole prompt from the embeddings in this step (j < i; busy[j] nonzero where it does not:
+ * it takes a prompt, a prefix or blocks) and saves the residual entering the block its first
+ * taker asks for (save[j]; a later taker takes that many where it can). gs[i] copies the keys
+ * and values of the blocks below and runs its prompt from there on that residual
+ * (cached_below), getting the bits of its whole pass. The most blocks win. busy and save may be
+ * NULL (only prefilled donors: next). gs ends with NULL. */
+static int block_donor(gen_ud **gs, int i, const char *busy, const int *save, uint64_t epoch, int *blocks) {
     gen_ud *g = gs[i];
     *blocks = 0;
     if (!g->share || g->prefilled || !seer_kv_cache_host(g->cache)) return -1;
     int n = g->nprompt, layers = seer_model_config(g->m)->num_layers, best = -1;
-    for (int j = 0; j < i; j++) {
+    for (int j = 0; gs[j] != NULL; j++) {
         gen_ud *d = gs[j];
-        if (!d->share || d->m != g->m || d->prefilled || d->done || !d->cache || !seer_kv_cache_host(d->cache) ||
-            d->nprompt != n || from[j] >= 0 || pfrom[j] >= 0 || bfrom[j] >= 0)
-            continue;
-        if (memcmp(d->hist, g->hist, sizeof(int32_t) * (size_t)n) != 0) continue;
+        if (j == i || !d->share || d->m != g->m || !d->cache || !seer_kv_cache_host(d->cache) || d->nprompt != n) continue;
+        int most; /* the blocks d can give */
+        if (d->prefilled) {
+            if (!d->bres || d->kepoch != epoch || seer_kv_cache_len(d->cache) < n) continue;
+            most = d->bblock;
+        } else {
+            if (!busy || j > i || busy[j] || d->done) continue;
+            most = save[j] ? save[j] : layers;
+        }
+        if (most <= *blocks || memcmp(d->hist, g->hist, sizeof(int32_t) * (size_t)n) != 0) continue;
         int b = seer_hookset_blocks_alike(d->hooks, g->hooks, n, layers);
-        if (save[j]) b = b >= save[j] ? save[j] : 0;
+        if (d->prefilled || save[j]) b = b >= most ? most : 0;
         if (b > *blocks) *blocks = b, best = j;
     }
     return best;
+}
+
+/* The block whose entering residual g keeps when it computes its prompt with no taker asking
+ * for one: the first block its own hooks act on or record in (a steering sweep's steered
+ * block), where a sequence with its prompt and other hooks from there could start; 0: none (no
+ * hook acts on its prompt inside a block, or one acts on the embeddings or in block 0). */
+static int own_block(const gen_ud *g) {
+    int layers = seer_model_config(g->m)->num_layers, b = seer_hookset_blocks_alike(g->hooks, NULL, g->nprompt, layers);
+    return b >= 1 && b < layers ? b : 0;
+}
+
+/* Gives g room for the residual entering `block` of its prompt (bres); 0, or -1 without memory. */
+static int room_for_block(gen_ud *g, int block) {
+    size_t bytes = sizeof(float) * (size_t)g->nprompt * (size_t)seer_model_config(g->m)->hidden_size;
+    if (!g->bres && !(g->bres = malloc(bytes))) return -1;
+    g->bblock = block;
+    return 0;
+}
+
+/* g's prompt is d's up to d's kept residual (g took d's whole prompt, or that many blocks): g
+ * keeps a copy, to give those blocks on after d is gone; without memory it keeps none. */
+static void copy_block(gen_ud *g, const gen_ud *d) {
+    if (!d->bres || g->bres) return;
+    if (room_for_block(g, d->bblock) < 0) return;
+    memcpy(g->bres, d->bres, sizeof(float) * (size_t)g->nprompt * (size_t)seer_model_config(g->m)->hidden_size);
 }
 
 /* Keeps g's prompt logits (g->logits after its prefill, before sampling changes them) for later
@@ -626,6 +666,7 @@ static int take_prompt(gen_ud *g, const gen_ud *d, const float *pl, int vocab, u
     g->took = 1;
     g->took_rows = g->nprompt;
     g->kepoch = epoch;
+    copy_block(g, d);
     /* its interventions' hit counts as if the prompt had run through them (the reached check) */
     seer_hookset_credit_rows(g->hooks, g->nprompt, g->nprompt);
     __atomic_add_fetch(&g_shared_prefills, 1, __ATOMIC_RELAXED);
@@ -648,17 +689,18 @@ static int take_prefix(gen_ud *g, const gen_ud *d, int rows, seer_batch_seq_t *q
 }
 
 /* g takes the first `blocks` blocks of d's prompt (block_donor found d): the keys and values of
- * those blocks, and q to run its prompt from block `blocks` on, starting from d's residual there
- * (resid, saved by d's pass), with its own hooks (hk). */
-static int take_blocks(gen_ud *g, const gen_ud *d, int blocks, const float *resid, seer_batch_seq_t *q, seer_fwd_hooks_t *hk,
-                       void *user, seer_err_t *err) {
+ * those blocks, a copy of d's residual entering block `blocks` (d->bres: kept, or saved by d's
+ * pass of this step), and q to run its prompt from there with its own hooks (hk). */
+static int take_blocks(gen_ud *g, const gen_ud *d, int blocks, seer_batch_seq_t *q, seer_fwd_hooks_t *hk, void *user,
+                       seer_err_t *err) {
     int rc = seer_kv_cache_copy_blocks(g->cache, d->cache, g->nprompt, blocks, err);
     if (rc < 0) return rc;
     g->took_blocks = blocks;
+    copy_block(g, d);
     seer_hookset_credit_blocks(g->hooks, g->nprompt, g->nprompt, blocks);
     __atomic_add_fetch(&g_shared_block_rows, (uint64_t)g->nprompt * (uint64_t)blocks, __ATOMIC_RELAXED);
     *hk = (seer_fwd_hooks_t){.set = g->hooks, .prompt_len = g->nprompt, .batch = g->batch, .user = user, .from = blocks + 1,
-                             .resid = resid};
+                             .resid = d->bres};
     *q = (seer_batch_seq_t){.cache = g->cache, .tokens = g->hist, .n = g->nprompt, .logits = g->logits, .hk = hk,
                             .cached_below = 1};
     return 0;
@@ -722,12 +764,30 @@ static int l_gen_next(lua_State *L) {
             g->donor_at = j;
             goto sample;
         }
+        int blocks;
+        if ((j = block_donor(gs, 0, NULL, NULL, epoch, &blocks)) > 0) {
+            seer_batch_seq_t q;
+            seer_fwd_hooks_t hk;
+            if (take_blocks(g, gs[j], blocks, &q, &hk, L, &err) < 0 || seer_model_forward_batch(g->m, &q, 1, &err) < 0) {
+                g->done = 1;
+                return raise_err(L, &err);
+            }
+            keep_prompt_logits(g, vocab, epoch);
+            g->kepoch = epoch;
+            g->donor_at = j;
+            goto sample;
+        }
     }
     {
         int first = !g->prefilled;
         seer_fwd_hooks_t hk = {.set = g->hooks, .prompt_len = g->nprompt, .batch = g->batch, .user = L};
         if (first) {
-            rc = seer_model_forward_hooked(g->m, g->cache, g->hist, g->nhist, g->logits, 0, NULL, &hk, &err);
+            /* a prompt that may give keeps the residual entering its first hooked block (own_block) */
+            int block = g->share && seer_kv_cache_host(g->cache) ? own_block(g) : 0;
+            if (block && room_for_block(g, block) < 0) block = 0;
+            seer_batch_seq_t q = {.cache = g->cache, .tokens = g->hist, .n = g->nhist, .logits = g->logits, .hk = &hk,
+                                  .save_block = block, .save = block ? g->bres : NULL};
+            rc = seer_model_forward_batch(g->m, &q, 1, &err);
         } else {
             rc = seer_model_forward_hooked(g->m, g->cache, g->hist + g->nhist - 1, 1, g->logits, 0, NULL, &hk, &err);
         }
@@ -786,7 +846,7 @@ static int l_gen_step_batch(lua_State *L) {
     int *bfrom = lua_newuserdata(L, sizeof(int) * (size_t)ng); /* the donor of taken first blocks, or -1 */
     int *blk = lua_newuserdata(L, sizeof(int) * (size_t)ng);   /* how many blocks it takes, or 0 */
     int *save = lua_newuserdata(L, sizeof(int) * (size_t)ng);  /* the block whose residual it saves, or 0 */
-    float **saved = lua_newuserdata(L, sizeof(float *) * (size_t)ng); /* that residual */
+    char *busy = lua_newuserdata(L, (size_t)ng); /* takes a prompt, a prefix or blocks in this step */
     char *stepped = lua_newuserdata(L, (size_t)ng);
     int *takes = lua_newuserdata(L, sizeof(int) * (size_t)ng); /* each stepped one's sampled id */
     seer_model_t *m = NULL;
@@ -808,7 +868,7 @@ static int l_gen_step_batch(lua_State *L) {
         gen_ud *g = gs[i];
         from[i] = pfrom[i] = bfrom[i] = -1;
         pfx[i] = blk[i] = save[i] = 0;
-        saved[i] = NULL;
+        busy[i] = 1;
         stepped[i] = 0;
         if (g->done || g->ngen >= g->max_new) {
             g->done = 1;
@@ -823,11 +883,13 @@ static int l_gen_step_batch(lua_State *L) {
             nprefix++;
             continue;
         }
-        if ((bfrom[i] = block_donor(gs, i, from, pfrom, bfrom, save, &blk[i])) >= 0) {
-            if (!save[bfrom[i]]) save[bfrom[i]] = blk[i]; /* the donor saves its residual entering that block */
+        if ((bfrom[i] = block_donor(gs, i, busy, save, epoch, &blk[i])) >= 0) {
+            gen_ud *d = gs[bfrom[i]];
+            if (!d->prefilled && !save[bfrom[i]]) save[bfrom[i]] = blk[i]; /* its pass saves the residual there */
             nblocks++;
             continue;
         }
+        busy[i] = 0;
         hks[nb] = (seer_fwd_hooks_t){.set = g->hooks, .prompt_len = g->nprompt, .batch = g->batch, .user = L};
         seqs[nb] = (seer_batch_seq_t){.cache = g->cache,
                                       .tokens = g->prefilled ? g->hist + g->nhist - 1 : g->hist,
@@ -836,18 +898,22 @@ static int l_gen_step_batch(lua_State *L) {
                                       .hk = &hks[nb]};
         which[nb++] = i;
     }
-    if (nblocks > 0) { /* room for the donors' residuals, each [its prompt][hidden_size] */
-        size_t D = (size_t)seer_model_config(m)->hidden_size, total = 0;
-        for (int i = 0; i < ng; i++)
-            if (save[i]) total += (size_t)gs[i]->nprompt * D;
-        float *room = lua_newuserdata(L, sizeof(float) * total);
-        for (int b = 0; b < nb; b++) {
-            int i = which[b];
-            if (!save[i]) continue;
-            seqs[b].save_block = save[i];
-            seqs[b].save = saved[i] = room;
-            room += (size_t)gs[i]->nprompt * D;
+    /* each prompt computed from the embeddings keeps the residual entering the block a taker of
+     * this step asks for, or else its own first hooked block (own_block), for takers to come */
+    for (int b = 0; b < nb; b++) {
+        int i = which[b];
+        gen_ud *g = gs[i];
+        if (g->prefilled || !g->share || !seer_kv_cache_host(g->cache)) continue;
+        int block = save[i] ? save[i] : own_block(g);
+        if (!block) continue;
+        if (room_for_block(g, block) < 0) {
+            if (!save[i]) continue; /* none kept: later prompts compute their own */
+            for (int k = 0; k < ng; k++)
+                if (stepped[k]) gs[k]->done = 1;
+            return luaL_error(L, "generate: out of memory for a prompt's residual (%d positions)", g->nprompt);
         }
+        seqs[b].save_block = block;
+        seqs[b].save = g->bres;
     }
     if (seer_host_interrupted()) {
         seer_err_t e;
@@ -875,7 +941,7 @@ static int l_gen_step_batch(lua_State *L) {
             if (bfrom[i] < 0 || blk[i] <= 0 || (b0 && blk[i] != b0)) continue;
             b0 = blk[i];
             blk[i] = -b0; /* run */
-            bad = take_blocks(gs[i], gs[bfrom[i]], b0, saved[bfrom[i]], &seqs[nb], &hks[nb], L, &err) < 0;
+            bad = take_blocks(gs[i], gs[bfrom[i]], b0, &seqs[nb], &hks[nb], L, &err) < 0;
             gs[i]->donor_at = bfrom[i] + 1;
             which[nb++] = i;
         }
@@ -1002,7 +1068,7 @@ static int l_gen_prompt_fresh(lua_State *L) {
  * is given back). nil, changing nothing, where it cannot give its prompt:
  * made without share_prompt, never prefilled, its prompt logits not kept, a capture or function
  * hook acting on its prompt, or on a GPU. bytes:
- * what the donor now holds (the cache and the prompt logits). */
+ * what the donor now holds (the cache, the prompt logits, the residual it keeps: bres). */
 static int l_gen_keep_prompt(lua_State *L) {
     gen_ud *g = check_gen(L, 1);
     /* a capture or callback acting on its prompt: no generator could take it (prompt_donor) */
@@ -1027,7 +1093,8 @@ static int l_gen_keep_prompt(lua_State *L) {
         g->cache = c;
     }
     lua_pushnumber(L, (lua_Number)seer_kv_cache_bytes(g->cache) +
-                          (lua_Number)sizeof(float) * seer_model_config(g->m)->vocab_size);
+                          (lua_Number)sizeof(float) * seer_model_config(g->m)->vocab_size +
+                          (g->bres ? (lua_Number)sizeof(float) * g->nprompt * seer_model_config(g->m)->hidden_size : 0));
     return 1;
 }
 
@@ -1055,6 +1122,8 @@ static int l_gen_gc(lua_State *L) {
     g->logits = NULL;
     free(g->plogits);
     g->plogits = NULL;
+    free(g->bres);
+    g->bres = NULL;
     seer_hookset_free(g->hooks);
     g->hooks = NULL;
     if (g->model_ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, g->model_ref);

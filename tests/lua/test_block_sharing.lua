@@ -251,3 +251,55 @@ T.test("an intervention below the shared blocks counts the rows of every sequenc
   T.eq(select(4, gens[2]:took_prompt()), 3, "the second takes blocks 0-2")
   T.eq(base:hits(), 9, "3 positions for each of the 3 sequences")
 end)
+
+-- strengths x one prompt, each steering block 3 from its start (distinct interventions)
+local function steered(v, strengths)
+  local hooks = {}
+  for i, s in ipairs(strengths) do hooks[i] = { { "blocks.3.hook_resid_pre", I.add(v, { strength = s }) } } end
+  return hooks
+end
+
+T.test("continuous batching: a sequence joining later takes the blocks from a running or finished one of its prompt", function()
+  local m = check.load_uncached(stories)
+  tensor.manual_seed(12)
+  local v = tensor.randn(m.config.hidden_size)
+  local hooks = steered(v, { -2, -1, 1, 2, 3 })
+  local p = "Once upon a time there was a big red ball"
+  local n = #m.tokenizer:encode(p)
+  for _, width in ipairs({ 2, 1 }) do
+    local prompts, per = {}, {}
+    for i = 1, #hooks do prompts[i] = p per[i] = { seed = i, hooks = hooks[i] } end
+    local _, _, b0 = core.shared_prefills()
+    local outs = m:generate_batch(prompts, { max_new_tokens = 6, temperature = 0.8, per_sequence = per, max_batch = width })
+    local _, _, b1 = core.shared_prefills()
+    T.eq(b1 - b0, 4 * 3 * n, ("max_batch %d: every sequence after the first takes blocks 0-2"):format(width))
+    for i = 1, #hooks do
+      local alone = m:with_hooks(hooks[i], function() return m:generate(p, { max_new_tokens = 6, temperature = 0.8, seed = i }) end)
+      T.eq(join(outs[i].ids), join(alone.ids), ("max_batch %d: sequence %d"):format(width, i))
+    end
+  end
+end)
+
+T.test("prompt cache: a loop of generate calls steering the whole prompt computes the blocks below the steered one once", function()
+  local m = seer.model.load(stories) -- with its prompt cache
+  local ref = check.load_uncached(stories)
+  tensor.manual_seed(13)
+  local v = tensor.randn(m.config.hidden_size)
+  local hooks = steered(v, { 0.5, 1, 2, 4 })
+  local p = "The little dog found a bone in the garden"
+  local n = #m.tokenizer:encode(p)
+  local _, _, b0 = core.shared_prefills()
+  local got = {}
+  for i, h in ipairs(hooks) do
+    got[i] = m:with_hooks(h, function() return m:generate(p, { max_new_tokens = 8, temperature = 0.7, seed = 3 }) end)
+  end
+  local _, _, b1 = core.shared_prefills()
+  T.eq(b1 - b0, 3 * 3 * n, "the calls after the first take blocks 0-2 from the cache")
+  for i, h in ipairs(hooks) do
+    local alone = ref:with_hooks(h, function() return ref:generate(p, { max_new_tokens = 8, temperature = 0.7, seed = 3 }) end)
+    T.eq(join(got[i].ids), join(alone.ids), "call " .. i)
+  end
+  local differ = 0
+  for i = 2, #got do if join(got[i].ids) ~= join(got[1].ids) then differ = differ + 1 end end
+  T.ok(differ >= 2, "the strengths changed the continuations (else this checks little)")
+end)
