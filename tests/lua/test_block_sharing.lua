@@ -302,4 +302,14 @@ T.test("prompt cache: a loop of generate calls steering the whole prompt compute
   local differ = 0
   for i = 2, #got do if join(got[i].ids) ~= join(got[1].ids) then differ = differ + 1 end end
   T.ok(differ >= 2, "the strengths changed the continuations (else this checks little)")
+  -- the GEMM threshold moved since the entries were computed: their blocks are not taken
+  local h = steered(v, { 8 })[1]
+  check.at_gemm_min(16, function()
+    local _, _, c0 = core.shared_prefills()
+    local a = m:with_hooks(h, function() return m:generate(p, { max_new_tokens = 8, temperature = 0.7, seed = 3 }) end)
+    local _, _, c1 = core.shared_prefills()
+    T.eq(c1 - c0, 0, "another model state: nothing taken")
+    local b = ref:with_hooks(h, function() return ref:generate(p, { max_new_tokens = 8, temperature = 0.7, seed = 3 }) end)
+    T.eq(join(a.ids), join(b.ids), "another model state: the call's own bits")
+  end)
 end)
