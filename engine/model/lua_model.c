@@ -751,24 +751,14 @@ static int l_gen_next(lua_State *L) {
             g->donor_at = j;
             goto sample;
         }
-        int rows; /* the donors are all prefilled: none is taking anything in this step */
-        if ((j = prefix_donor(gs, 0, from, NULL, epoch, &rows)) > 0) {
-            seer_batch_seq_t q;
-            seer_fwd_hooks_t hk;
-            if (take_prefix(g, gs[j], rows, &q, &hk, L, &err) < 0 || seer_model_forward_batch(g->m, &q, 1, &err) < 0) {
-                g->done = 1;
-                return raise_err(L, &err);
-            }
-            keep_prompt_logits(g, vocab, epoch);
-            g->kepoch = epoch;
-            g->donor_at = j;
-            goto sample;
-        }
-        int blocks;
-        if ((j = block_donor(gs, 0, NULL, NULL, epoch, &blocks)) > 0) {
-            seer_batch_seq_t q;
-            seer_fwd_hooks_t hk;
-            if (take_blocks(g, gs[j], blocks, &q, &hk, L, &err) < 0 || seer_model_forward_batch(g->m, &q, 1, &err) < 0) {
+        /* a beginning, or the first blocks, of a prefilled donor's prompt: the rest in one pass */
+        int rows, blocks, took = 1;
+        seer_batch_seq_t q;
+        seer_fwd_hooks_t hk;
+        if ((j = prefix_donor(gs, 0, from, NULL, epoch, &rows)) > 0) took = take_prefix(g, gs[j], rows, &q, &hk, L, &err);
+        else if ((j = block_donor(gs, 0, NULL, NULL, epoch, &blocks)) > 0) took = take_blocks(g, gs[j], blocks, &q, &hk, L, &err);
+        if (took <= 0) {
+            if (took < 0 || seer_model_forward_batch(g->m, &q, 1, &err) < 0) {
                 g->done = 1;
                 return raise_err(L, &err);
             }

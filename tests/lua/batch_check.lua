@@ -31,6 +31,16 @@ function M.against_alone(m, name, seqs, outs, plain, hooks, opts)
   T.ok(changed >= 2, name .. ": the interventions changed at least two continuations (else this test checks nothing)")
 end
 
+-- n deterministic token ids in [3, vocab): a stream per seed
+function M.ids(vocab, n, seed)
+  local out, x = {}, seed * 7919 + 17
+  for i = 1, n do
+    x = (x * 1103515245 + 12345) % 2147483648
+    out[i] = 3 + x % (vocab - 3)
+  end
+  return out
+end
+
 -- fn() with the linear layers' GEMM threshold at n (core.gemm_min_tokens; 0: this CPU's), put back
 -- after, whatever fn does
 function M.at_gemm_min(n, fn)

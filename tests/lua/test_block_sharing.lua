@@ -20,15 +20,7 @@ local stories = here .. "/../fixtures/models/stories260K"
 
 local function join(t) return table.concat(t, ",") end
 
--- deterministic token ids in [3, vocab)
-local function ids(vocab, n, seed)
-  local out, x = {}, seed * 7919 + 17
-  for i = 1, n do
-    x = (x * 1103515245 + 12345) % 2147483648
-    out[i] = 3 + x % (vocab - 3)
-  end
-  return out
-end
+local ids = check.ids
 
 local function same_values(a, b, msg)
   T.ok(a ~= nil and b ~= nil, msg .. ": both present")

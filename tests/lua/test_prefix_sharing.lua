@@ -28,15 +28,7 @@ local function rows_taken(fn)
   return r1 - r0, r
 end
 
--- deterministic token ids in [3, vocab): a stream per seed
-local function ids(vocab, n, seed)
-  local out, x = {}, seed * 7919 + 17
-  for i = 1, n do
-    x = (x * 1103515245 + 12345) % 2147483648
-    out[i] = 3 + x % (vocab - 3)
-  end
-  return out
-end
+local ids = check.ids
 local function cat(a, b)
   local out = {}
   for _, v in ipairs(a) do out[#out + 1] = v end
