@@ -776,8 +776,9 @@ static int l_gen_next(lua_State *L) {
             int block = g->share && seer_kv_cache_host(g->cache) ? own_block(g) : 0;
             if (block && room_for_block(g, block) < 0) block = 0;
             seer_batch_seq_t q = {.cache = g->cache, .tokens = g->hist, .n = g->nhist, .logits = g->logits, .hk = &hk,
-                                  .save_block = block, .save = block ? g->bres : NULL};
-            rc = seer_model_forward_batch(g->m, &q, 1, &err);
+                                  .save_block = block, .save = g->bres};
+            rc = block ? seer_model_forward_batch(g->m, &q, 1, &err)
+                       : seer_model_forward_hooked(g->m, g->cache, g->hist, g->nhist, g->logits, 0, NULL, &hk, &err);
         } else {
             rc = seer_model_forward_hooked(g->m, g->cache, g->hist + g->nhist - 1, 1, g->logits, 0, NULL, &hk, &err);
         }
