@@ -397,6 +397,8 @@ if [[ -d $LARGE/bf16 && ${BENCH_LARGE:-1} == 1 && ${BENCH_WORKLOADS:-1} == 1 ]];
   "$SEER" tests/bench/battery_again.lua "$LARGE/bf16" "$(nproc)" 8 200 16 1 | sed 's/^/    /' || echo "    FAILED"
   echo "  bf16 a steering sweep (toolkit steering_sweep against a loop of steering_hook around generate), steered from the first new token:"
   "$SEER" tests/bench/steering_sweep.lua "$LARGE/bf16" "$(nproc)" 4 30 24 5 30 1 | sed 's/^/    /' || echo "    FAILED"
+  echo "  bf16 the same sweep steering the whole prompt (the blocks below the steered one computed once per prompt):"
+  "$SEER" tests/bench/steering_sweep.lua "$LARGE/bf16" "$(nproc)" 4 30 24 5 0 1 | sed 's/^/    /' || echo "    FAILED"
 fi
 
 # Hooks: overhead of captures, built-in interventions and Lua function hooks against the same
