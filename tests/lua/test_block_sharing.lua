@@ -305,3 +305,19 @@ T.test("prompt cache: a loop of generate calls steering the whole prompt compute
     T.eq(join(a.ids), join(b.ids), "another model state: the call's own bits")
   end)
 end)
+
+T.test("hooks that differ only at the final norm: every block taken, the final norm and the head computed", function()
+  local m = check.load_uncached(stories)
+  local v = tensor.randn(m.config.hidden_size, { seed = 3 })
+  local p = "Once upon a time there was"
+  local n, per = #m.tokenizer:encode(p), {}
+  for i = 1, 3 do per[i] = { seed = i, hooks = { { "ln_final.hook_normalized", I.add(v, { strength = i }) } } } end
+  local _, _, b0 = core.shared_prefills()
+  local outs = m:generate_batch({ p, p, p }, { max_new_tokens = 5, temperature = 0.8, per_sequence = per })
+  local _, _, b1 = core.shared_prefills()
+  T.eq(b1 - b0, 2 * m.config.num_hidden_layers * n, "two takers of every block")
+  for i = 1, 3 do
+    local a = m:with_hooks(per[i].hooks, function() return m:generate(p, { max_new_tokens = 5, temperature = 0.8, seed = i }) end)
+    T.eq(join(outs[i].ids), join(a.ids), "sequence " .. i)
+  end
+end)
