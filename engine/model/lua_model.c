@@ -811,6 +811,23 @@ static void take_chunk(void *ctx, size_t begin, size_t end, int thread) {
         if (j->stepped[i]) j->ids[i] = gen_take(j->gs[i]);
 }
 
+/* A pass of step_batch over the prompts that took part of their computation (first blocks, a
+ * beginning), set up in seqs for gs[which[..]] (ok 0: setting one up failed, err says why):
+ * their prompt logits are kept; on failure the step's generations end (-1, err set). */
+static int takers_pass(seer_model_t *m, gen_ud **gs, const char *stepped, int ng, const seer_batch_seq_t *seqs,
+                       const int *which, int nb, int ok, int vocab, uint64_t epoch, seer_err_t *err) {
+    if (!ok || seer_model_forward_batch(m, seqs, nb, err) < 0) {
+        for (int i = 0; i < ng; i++)
+            if (stepped[i]) gs[i]->done = 1;
+        return -1;
+    }
+    for (int b = 0; b < nb; b++) {
+        keep_prompt_logits(gs[which[b]], vocab, epoch);
+        gs[which[b]]->kepoch = epoch;
+    }
+    return 0;
+}
+
 /* gens:step() over a list of generators: one batched forward call advances every generator
  * that is not finished by one token (its prefill on the first step), then each samples with
  * its own options and RNG, so every generator produces exactly the tokens it would alone.
@@ -936,15 +953,7 @@ static int l_gen_step_batch(lua_State *L) {
             gs[i]->donor_at = bfrom[i] + 1;
             which[nb++] = i;
         }
-        if (bad || seer_model_forward_batch(m, seqs, nb, &err) < 0) {
-            for (int i = 0; i < ng; i++)
-                if (stepped[i]) gs[i]->done = 1;
-            return raise_err(L, &err);
-        }
-        for (int b = 0; b < nb; b++) {
-            keep_prompt_logits(gs[which[b]], vocab, epoch);
-            gs[which[b]]->kepoch = epoch;
-        }
+        if (takers_pass(m, gs, stepped, ng, seqs, which, nb, !bad, vocab, epoch, &err) < 0) return raise_err(L, &err);
     }
     /* then the prompts that took a prefix: the rest of each, in one more pass (their donors' rows
      * are all there now) */
@@ -956,15 +965,7 @@ static int l_gen_step_batch(lua_State *L) {
             gs[i]->donor_at = pfrom[i] + 1;
             which[nb++] = i;
         }
-        if (nb < nprefix || seer_model_forward_batch(m, seqs, nb, &err) < 0) {
-            for (int i = 0; i < ng; i++)
-                if (stepped[i]) gs[i]->done = 1;
-            return raise_err(L, &err);
-        }
-        for (int b = 0; b < nb; b++) {
-            keep_prompt_logits(gs[which[b]], vocab, epoch);
-            gs[which[b]]->kepoch = epoch;
-        }
+        if (takers_pass(m, gs, stepped, ng, seqs, which, nb, nb == nprefix, vocab, epoch, &err) < 0) return raise_err(L, &err);
     }
     for (int i = 0; ntaken > 0 && i < ng; i++) {
         if (from[i] < 0) continue;
