@@ -1003,22 +1003,27 @@ function Model:generate_batch(prompts, opts)
   -- Repeated prompts: each sequence whose prompt (tokens) occurs more than once asks the C step
   -- to share it (step_batch gives a later one the cache and logits of an earlier one with the
   -- same tokens and hooks). Repeats join next to each other, and the last joined sequence of a
-  -- group stays in the step's list as a donor until its group has joined. Not when a capture or
-  -- function hook is attached anywhere: those run per sequence (their calls would come in
-  -- another order, and C would share nothing with them).
+  -- group stays in the step's list as a donor until its group has joined. Not when a function
+  -- hook is attached anywhere, nor a capture on every sequence (the model's hooks) or on two:
+  -- their calls across sequences would come in another order. A capture of one sequence's own
+  -- sees only that sequence, in its order; C shares no rows it records, only the blocks below it.
   local order, key, left, count = {}, {}, {}, {}
   local cached -- the model's prompt cache (Model:prompt_cache), for prompts computed before this call
   for i = 1, #prompts do order[i] = i end
   if share_prompts ~= false then
-    local first, members, pure = {}, {}, true
-    local function check_pure(list)
+    local first, members, pure, owner = {}, {}, true, {}
+    local function check_pure(list, seq)
       for _, e in ipairs(list or {}) do
         local kind = e[2]:kind()
-        if kind == "capture" or kind == "function" then pure = false end
+        if kind == "function" then pure = false end
+        if kind == "capture" then
+          if not seq or (owner[e[2]] and owner[e[2]] ~= seq) then pure = false end
+          owner[e[2]] = seq
+        end
       end
     end
     check_pure(self._hooks)
-    for i = 1, #prompts do check_pure(plan[i].extra) end
+    for i = 1, #prompts do check_pure(plan[i].extra, i) end
     if pure then
       for i = 1, #prompts do
         local k = table.concat(plan[i].ids, ",")

@@ -321,3 +321,39 @@ T.test("hooks that differ only at the final norm: every block taken, the final n
     T.eq(join(outs[i].ids), join(a.ids), "sequence " .. i)
   end
 end)
+
+T.test("generate_batch: each sequence's own capture above the steered block shares the blocks below; a shared capture shares nothing", function()
+  local m = check.load_uncached(stories)
+  tensor.manual_seed(14)
+  local v = tensor.randn(m.config.hidden_size)
+  local p = "Once upon a time there was a little cat"
+  local n = #m.tokenizer:encode(p)
+  local strengths = { -2, 1, 3 }
+  local function batch(caps)
+    local prompts, per = {}, {}
+    for i, s in ipairs(strengths) do
+      prompts[i] = p
+      per[i] = { seed = i, hooks = { { "blocks.3.hook_resid_pre", I.add(v, { strength = s }) }, { "blocks.4.hook_resid_post", caps[i] } } }
+    end
+    local _, _, b0 = core.shared_prefills()
+    local outs = m:generate_batch(prompts, { max_new_tokens = 5, temperature = 0.8, per_sequence = per })
+    local _, _, b1 = core.shared_prefills()
+    return b1 - b0, outs, per
+  end
+  local own = { I.capture(), I.capture(), I.capture() }
+  local taken, outs, per = batch(own)
+  T.eq(taken, 2 * 3 * n, "own captures: the second and third take blocks 0-2")
+  for i = 1, #strengths do
+    local c = I.capture()
+    local h = { per[i].hooks[1], { "blocks.4.hook_resid_post", c } }
+    local alone = m:with_hooks(h, function() return m:generate(p, { max_new_tokens = 5, temperature = 0.8, seed = i }) end)
+    T.eq(join(outs[i].ids), join(alone.ids), "sequence " .. i)
+    same_values(own[i]:tensor(), c:tensor(), "sequence " .. i .. "'s capture")
+  end
+  local one = I.capture()
+  taken = batch({ one, one, I.capture() })
+  T.eq(taken, 0, "a capture on two sequences: nothing shared")
+  local seen = {}
+  for _, ch in ipairs(one:chunks()) do if ch.positions[1] == 0 then seen[#seen + 1] = ch.batch end end
+  T.eq(join(seen), "1,2", "the shared capture sees both prompts in the batch's order")
+end)
