@@ -329,16 +329,129 @@ static int l_hooksets_gc(lua_State *L) {
     return 0;
 }
 
-/* forward_batch({ids...}, hooks, batch, stop_at_layer, start_at_layer, {resid...}) -> {logits...}:
+/* The block a donor saves its residual at, for takers that could start at blocks L[0..k) (each
+ * its first block that differs from the donor, seer_hookset_blocks_alike): the S that saves the
+ * most (S times the takers with L >= S; the lowest S of a tie). A steering sweep's takers all
+ * give one L; a layer sweep's give many, and one saved residual serves those from S up. */
+static int best_save_block(const int *L, int k) {
+    int best = 0;
+    long most = 0;
+    for (int a = 0; a < k; a++) {
+        long c = 0;
+        for (int b = 0; b < k; b++) c += L[b] >= L[a];
+        if (c * L[a] > most || (c * L[a] == most && L[a] < best)) most = c * L[a], best = L[a];
+    }
+    return best;
+}
+
+/* One batched forward call whose sequences share what they compute alike (forward_batch's share
+ * argument: Lua found no function hook and no capture on two sequences, so no hook's calls
+ * across sequences can come in another order). Among sequences with the same tokens, the first
+ * that computes from the embeddings is a donor: a later one whose hooks do the same to every
+ * position and record nothing (seer_hookset_same_on_prompt) copies its logits; one whose hooks
+ * agree below block L (seer_hookset_blocks_alike) runs from block S <= L on the residual the
+ * donor saved entering S (save_block), in a pass per S after the first pass: the rows and hooks
+ * from S are those of its whole pass, so its logits are that pass's, bit for bit. Interventions
+ * below S count their rows as if the taker had run them (seer_hookset_credit_blocks), and
+ * core.shared_prefills() counts what was taken. seqs' caches are fresh; a taker's cache holds
+ * only its blocks from S, which nothing reads after the call. */
+static int forward_shared(lua_State *L, seer_model_t *m, seer_batch_seq_t *seqs, seer_fwd_hooks_t *hks, int ns,
+                          seer_err_t *err) {
+    const seer_model_config_t *c = seer_model_config(m);
+    int layers = c->num_layers;
+    /* donor[i]: the sequence i takes from, or -1; blk[i]: -1 its whole pass, else the blocks */
+    int *donor = lua_newuserdata(L, sizeof(int) * (size_t)ns * 4);
+    int *blk = donor + ns, *save = blk + ns, *cand = save + ns;
+    seer_batch_seq_t *run = lua_newuserdata(L, sizeof(seer_batch_seq_t) * (size_t)ns);
+    for (int i = 0; i < ns; i++) {
+        donor[i] = -1, blk[i] = save[i] = 0;
+        const seer_fwd_hooks_t *hi = &hks[i];
+        for (int j = 0; j < i; j++) {
+            if (donor[j] >= 0 || seqs[j].n != seqs[i].n ||
+                memcmp(seqs[j].tokens, seqs[i].tokens, sizeof(int32_t) * (size_t)seqs[i].n) != 0)
+                continue;
+            const seer_fwd_hooks_t *hj = &hks[j];
+            if (seer_hookset_same_on_prompt(hj->set, hi->set, seqs[i].n)) {
+                donor[i] = j, blk[i] = -1;
+                break;
+            }
+            int b = seer_hookset_blocks_alike(hj->set, hi->set, seqs[i].n, layers);
+            if (b > 0 && (donor[i] < 0 || b > blk[i])) donor[i] = j, blk[i] = b;
+        }
+    }
+    /* each donor saves one residual: at the block that serves its takers best */
+    for (int j = 0; j < ns; j++) {
+        if (donor[j] >= 0) continue;
+        int k = 0;
+        for (int i = j + 1; i < ns; i++)
+            if (donor[i] == j && blk[i] > 0) cand[k++] = blk[i];
+        if (!k) continue;
+        save[j] = best_save_block(cand, k);
+        for (int i = j + 1; i < ns; i++)
+            if (donor[i] == j && blk[i] > 0) {
+                if (blk[i] >= save[j]) blk[i] = save[j];
+                else donor[i] = -1, blk[i] = 0; /* differs below it: its whole pass */
+            }
+    }
+    size_t row = (size_t)c->hidden_size;
+    size_t floats = 0;
+    for (int j = 0; j < ns; j++)
+        if (donor[j] < 0 && save[j]) floats += (size_t)seqs[j].n * row;
+    float *res = floats ? lua_newuserdata(L, sizeof(float) * floats) : NULL;
+    float **at = lua_newuserdata(L, sizeof(float *) * (size_t)ns);
+    int nb = 0;
+    for (int j = 0; j < ns; j++) {
+        if (donor[j] >= 0) continue;
+        run[nb] = seqs[j];
+        if (save[j]) {
+            at[j] = res;
+            res += (size_t)seqs[j].n * row;
+            run[nb].save_block = save[j];
+            run[nb].save = at[j];
+        }
+        nb++;
+    }
+    if (seer_model_forward_batch(m, run, nb, err) < 0) return -1;
+    size_t vocab = (size_t)c->vocab_size;
+    for (int i = 0; i < ns; i++)
+        if (donor[i] >= 0 && blk[i] < 0) { /* the same pass as its donor's: its logits */
+            memcpy(seqs[i].logits, seqs[donor[i]].logits, sizeof(float) * vocab * (size_t)seqs[i].n);
+            seer_hookset_credit_rows(hks[i].set, seqs[i].n, seqs[i].n);
+            __atomic_add_fetch(&g_shared_prefills, 1, __ATOMIC_RELAXED);
+        }
+    /* the takers of first blocks, one pass per block count (a pass starts every sequence at one
+     * block) */
+    for (;;) {
+        int b0 = 0;
+        nb = 0;
+        for (int i = 0; i < ns; i++) {
+            if (donor[i] < 0 || blk[i] <= 0 || (b0 && blk[i] != b0)) continue;
+            b0 = blk[i];
+            blk[i] = 0; /* run */
+            hks[i].from = b0 + 1;
+            hks[i].resid = at[donor[i]];
+            seer_hookset_credit_blocks(hks[i].set, seqs[i].n, seqs[i].n, b0);
+            __atomic_add_fetch(&g_shared_block_rows, (uint64_t)seqs[i].n * (uint64_t)b0, __ATOMIC_RELAXED);
+            run[nb++] = seqs[i];
+        }
+        if (!nb) break;
+        if (seer_model_forward_batch(m, run, nb, err) < 0) return -1;
+    }
+    return 0;
+}
+
+/* forward_batch({ids...}, hooks, batch, stop_at_layer, start_at_layer, {resid...}, share) -> {logits...}:
  * every sequence (a fresh cache each) in one batched forward call; logits i is [n_i, vocab].
  * hooks: nil, or a table whose entry i is sequence i's hook list ({hook name, intervention}
  * pairs; nil: none); hook functions see hook.batch = batch[i] (default i). stop_at_layer: as
  * forward's (an empty table of logits where the pass stopped); start_at_layer: as forward's, with
- * resid[i] sequence i's residual. */
+ * resid[i] sequence i's residual. share: sequences with the same tokens share what their hooks
+ * compute alike (forward_shared; not with stop_at_layer or start_at_layer, nor on a GPU). */
 static int l_forward_batch(lua_State *L) {
     seer_model_t *m = check_model(L, 1);
     int stop = stop_arg(L, 5, m, "forward: stop_at_layer");
     int from = from_arg(L, 6, m);
+    int share = lua_toboolean(L, 8);
     lua_settop(L, 7); /* the slots below are numbered from here */
     if (from) luaL_checktype(L, 7, LUA_TTABLE);
     int bidx = lua_istable(L, 4) ? 4 : 0;
@@ -401,7 +514,8 @@ static int l_forward_batch(lua_State *L) {
     int rc = 0;
     for (int i = 0; i < ns && rc == 0; i++)
         if ((rc = seer_kv_cache_new(&kvs[i], m, seqs[i].n, &err)) == 0) seqs[i].cache = kvs[i];
-    if (rc == 0) rc = seer_model_forward_batch(m, seqs, ns, &err);
+    if (rc == 0 && share && !stop && !from && ns > 1 && seer_kv_cache_host(kvs[0])) rc = forward_shared(L, m, seqs, hks, ns, &err);
+    else if (rc == 0) rc = seer_model_forward_batch(m, seqs, ns, &err);
     for (int i = 0; i < ns; i++) seer_kv_cache_free(kvs[i]);
     if (rc < 0) return raise_err(L, &err);
     lua_pushvalue(L, 12);

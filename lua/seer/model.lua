@@ -290,9 +290,10 @@ end
 ---blocks L .. on, the final norm and the unembedding run (L = num_hidden_layers: only those; a
 ---negative L counts from the end); the hooks of the blocks it runs and ln_final run, the
 ---embedding hooks do not. Given the residual a whole pass had there, the logits are that pass's,
----bit for bit (a CPU model only).
+---bit for bit (a CPU model only). A list shares what its sequences compute alike as
+---`run_with_hooks` does (`share_prompts = false`: every sequence computed).
 ---@param ids integer[]|integer[][]|string|seer.Tensor|seer.Tensor[]
----@param opts? {hidden_states?: boolean, start_at_layer?: integer}
+---@param opts? {hidden_states?: boolean, start_at_layer?: integer, share_prompts?: boolean}
 ---@return any logits, table? mask_or_hidden
 function Model:forward(ids, opts)
   return self:_forward(ids, opts)
@@ -345,9 +346,34 @@ local function start_inputs(self, input, L, where, level)
   return L, out, list, ids
 end
 
+-- Whether the sequences of one call may share what they compute alike (C then compares their
+-- hook sets point by point): not when a function hook is attached anywhere, nor a capture on
+-- every sequence (the model's hooks, `model_hooks`) or on two (`extras[i]`, sequence i's own
+-- entries; holes allowed): their calls across sequences would come in another order. A capture
+-- of one sequence's own sees only that sequence, in its order.
+local function shareable(model_hooks, extras, count)
+  local owner = {}
+  local function pure(list, seq)
+    for _, e in ipairs(list or {}) do
+      local kind = e[2]:kind()
+      if kind == "function" then return false end
+      if kind == "capture" then
+        if not seq or (owner[e[2]] and owner[e[2]] ~= seq) then return false end
+        owner[e[2]] = seq
+      end
+    end
+    return true
+  end
+  if not pure(model_hooks) then return false end
+  for i = 1, count do
+    if not pure(extras[i], i) then return false end
+  end
+  return true
+end
+
 -- forward with per_seq[b], extra hook entries for sequence b of a list (run_with_hooks).
 function Model:_forward(ids, opts, per_seq)
-  opts = check_opts("forward", opts, { hidden_states = "boolean", start_at_layer = "number" })
+  opts = check_opts("forward", opts, { hidden_states = "boolean", start_at_layer = "number", share_prompts = "boolean" })
   local hooks = self:_hook_list()
   if opts.start_at_layer ~= nil then
     if opts.hidden_states then fail("forward: start_at_layer and hidden_states cannot be asked together", 2) end
@@ -399,7 +425,8 @@ function Model:_forward(ids, opts, per_seq)
     end
     -- one batched pass over the weights; each sequence's logits as it alone gives them (the C
     -- numbers the sequences 1..n for hook.batch)
-    local res = self._c:forward_batch(ids, (hooks or per_seq) and per or nil)
+    local share = opts.share_prompts ~= false and self.device == "cpu" and shareable(self._hooks, per_seq or {}, #ids)
+    local res = self._c:forward_batch(ids, (hooks or per_seq) and per or nil, nil, nil, nil, nil, share)
     for b, l in ipairs(res) do out:select(1, b):narrow(1, longest - #ids[b] + 1, #ids[b]):copy_(l) end
     return out, mask
   end
@@ -1011,20 +1038,9 @@ function Model:generate_batch(prompts, opts)
   local cached -- the model's prompt cache (Model:prompt_cache), for prompts computed before this call
   for i = 1, #prompts do order[i] = i end
   if share_prompts ~= false then
-    local first, members, pure, owner = {}, {}, true, {}
-    local function check_pure(list, seq)
-      for _, e in ipairs(list or {}) do
-        local kind = e[2]:kind()
-        if kind == "function" then pure = false end
-        if kind == "capture" then
-          if not seq or (owner[e[2]] and owner[e[2]] ~= seq) then pure = false end
-          owner[e[2]] = seq
-        end
-      end
-    end
-    check_pure(self._hooks)
-    for i = 1, #prompts do check_pure(plan[i].extra, i) end
-    if pure then
+    local first, members, extras = {}, {}, {}
+    for i = 1, #prompts do extras[i] = plan[i].extra end
+    if shareable(self._hooks, extras, #prompts) then
       for i = 1, #prompts do
         local k = table.concat(plan[i].ids, ",")
         key[i] = k
@@ -1183,11 +1199,17 @@ function Model:reset_hooks() self._hooks = {} end
 ---`start_at_layer = L`: the input is the residual entering block L, a `[n, d_model]` tensor or a
 ---list of them (see `forward`); only blocks L .. on run (a patch at block L needs nothing before
 ---it computed again).
+---Sequences of a list with the same tokens share what their hooks compute alike (a CPU model):
+---one whose hooks do the same to every position as an earlier one's takes its logits; one whose
+---hooks first differ at block L (a sweep of strengths or positions steered or patched there)
+---starts at a block up to L from the residual the earlier one saved there. The logits are the
+---bits each sequence gives alone. Not when a function hook is attached anywhere, nor a capture on
+---every sequence (`fwd_hooks`, the model's hooks) or on two; `share_prompts = false` turns it off.
 ---@param input integer[]|integer[][]|string|seer.Tensor|seer.Tensor[]
----@param opts {fwd_hooks?: table, per_sequence?: table<integer, table>, start_at_layer?: integer}
+---@param opts {fwd_hooks?: table, per_sequence?: table<integer, table>, start_at_layer?: integer, share_prompts?: boolean}
 ---@return seer.Tensor logits, table? mask
 function Model:run_with_hooks(input, opts)
-  opts = check_opts("run_with_hooks", opts, { fwd_hooks = "table", per_sequence = "table", start_at_layer = "number" })
+  opts = check_opts("run_with_hooks", opts, { fwd_hooks = "table", per_sequence = "table", start_at_layer = "number", share_prompts = "boolean" })
   local entries = compile_hooks(self, opts.fwd_hooks or {}, "run_with_hooks", 2)
   local per
   local start = opts.start_at_layer
@@ -1224,7 +1246,7 @@ function Model:run_with_hooks(input, opts)
   for _, list in pairs(per or {}) do note(list) end
   for _, iv in ipairs(order) do iv:hits(true) end
   attach(self, entries)
-  local res = { pcall(self._forward, self, input, start and { start_at_layer = start } or nil, per) }
+  local res = { pcall(self._forward, self, input, { start_at_layer = start, share_prompts = opts.share_prompts }, per) }
   detach(self, entries)
   if not res[1] then error(res[2], 0) end
   -- An intervention of this call whose positions, from/to or only_prompt select no position of

@@ -1,0 +1,255 @@
+-- run_with_hooks / forward over a list whose sequences have the same tokens share what their hooks
+-- compute alike (engine/model/lua_model.c, forward_shared): a sequence whose hooks do the same to
+-- every position as an earlier one's takes its logits; one whose hooks first differ at block L
+-- (a sweep of strengths or patches at block L) runs from a block S <= L on the residual an earlier
+-- one saved entering S. Each sequence's logits are compared bit for bit with the sequence run
+-- alone, its captures value for value, and what each took is checked against the counts worked
+-- out by hand, so a change that stops sharing fails as surely as one that shares wrongly.
+local T = require "testing"
+local I = require "seer.interventions"
+local check = require "batch_check"
+local core = require "seer.core.model"
+local tensor = seer.tensor
+
+local here = seer.script_dir()
+local pdir = here .. "/../parity/models"
+local stories = here .. "/../fixtures/models/stories260K"
+local ids = check.ids
+
+local function flat(t, out)
+  for _, v in ipairs(t) do
+    if type(v) == "table" then flat(v, out) else out[#out + 1] = v end
+  end
+  return out
+end
+
+local function same_values(a, b, msg)
+  T.ok(a ~= nil and b ~= nil, msg .. ": both present")
+  local fx, fy = flat(a:totable(), {}), flat(b:totable(), {})
+  T.eq(#fx, #fy, msg .. ": sizes")
+  local bad = 0
+  for i = 1, #fx do if fx[i] ~= fy[i] then bad = bad + 1 end end
+  T.eq(bad, 0, msg .. ": values differing from the sequence alone")
+end
+
+-- what the call took: whole sequences, (position, block) pairs
+local function taken(fn)
+  local w0, _, b0 = core.shared_prefills()
+  local r = { fn() }
+  local w1, _, b1 = core.shared_prefills()
+  return w1 - w0, b1 - b0, unpack(r)
+end
+
+-- logits of sequence b of a left-padded batch (inputs of one length here)
+local function row(lg, b) return lg:select(1, b) end
+
+-- The case on a model of 3 or more blocks, n tokens: hook lists built fresh for each call
+-- (captures are per run), with the captures by sequence; then how many take block 0 and how
+-- many another's logits.
+local function case(m, n)
+  local D = m.config.hidden_size
+  tensor.manual_seed(21)
+  local v, w = tensor.randn(D) * 2, tensor.randn(D) * 2
+  local same = I.add(v, { strength = 1.5 }) -- one object in two hook sets: those share everything
+  return function()
+    local caps = {}
+    local function cap(i, point)
+      caps[i] = I.capture()
+      return { point, caps[i] }
+    end
+    local hooks = {
+      -- 1 steers block 2: it computes and its takers differ at blocks 1 and 2; the most is saved
+      -- by a residual entering block 1 (five takers x 1 block against two x 2)
+      { { "blocks.2.hook_resid_pre", same } },
+      -- 2 steers block 2 another way and records after it: takes 1 block
+      { { "blocks.2.hook_resid_pre", I.add(v, { strength = -2 }) }, cap(2, "blocks.2.hook_resid_post") },
+      -- 3 has no hooks: takes 1 block
+      false,
+      -- 4 differs from 1 at block 1's output: takes 1 block
+      { { "blocks.1.hook_resid_post", I.add(w, { strength = 2 }) }, cap(4, "blocks.2.hook_resid_post") },
+      -- 5 differs at block 1's start and records in block 1: takes 1 block
+      { { "blocks.1.hook_resid_pre", I.add(w, { strength = -1 }) }, cap(5, "blocks.1.hook_resid_post") },
+      -- 6 changes the embeddings: nothing to take
+      { { "hook_embed", I.add(w, { strength = 0.5 }) } },
+      -- 7 records in block 0: its own pass
+      { cap(7, "blocks.0.hook_resid_post"), { "blocks.2.hook_resid_pre", I.add(v, { strength = 3 }) } },
+      -- 8 has 1's very intervention: takes 1's logits
+      { { "blocks.2.hook_resid_pre", same } },
+      -- 9 steers block 1 at the last position only: takes 1 block
+      { { "blocks.1.hook_resid_pre", I.add(v, { strength = 2, positions = { -1 } }) } },
+    }
+    return hooks, caps
+  end, 5, 1
+end
+
+local function check_case(m, label, n, seed)
+  local p = ids(m.config.vocab_size, n, seed)
+  local make, takers, wholes = case(m, n)
+  local hooks, caps = make()
+  local inputs, per = {}, {}
+  for i, h in ipairs(hooks) do inputs[i] = p per[i] = h or nil end
+  local w, b, lg = taken(function() return m:run_with_hooks(inputs, { per_sequence = per }) end)
+  T.eq(w, wholes, label .. ": sequences taking another's logits")
+  T.eq(b, takers * 1 * n, label .. ": (position, block) pairs taken: five takers of block 0")
+  local hooks2, caps2 = make()
+  for i, h in ipairs(hooks2) do
+    local alone = m:run_with_hooks(p, { fwd_hooks = h or {} })
+    same_values(row(lg, i), alone, ("%s: sequence %d's logits"):format(label, i))
+    if caps[i] then same_values(caps[i]:tensor(), caps2[i]:tensor(), ("%s: sequence %d's capture"):format(label, i)) end
+  end
+  -- the steering changed the logits (else this checks little)
+  T.ok((row(lg, 1) - row(lg, 3)):abs():max() > 1e-3, label .. ": steering changes the logits")
+end
+
+local MODELS = { "llama", "llama_bf16", "mistral", "qwen2", "qwen3_bf16", "gemma", "gemma2", "gemma3", "gpt2", "gpt_neox",
+  "olmo2", "granite", "phi3", "llama_tied_bias", "llama_mlp_bias" }
+
+T.test("every architecture, both GEMM settings: logits taken and blocks shared give each sequence its own bits", function()
+  for _, name in ipairs(MODELS) do
+    local m = check.load_uncached(pdir .. "/" .. name, { tokenizer = false })
+    check_case(m, name, 40, 1)
+    check.at_gemm_min(16, function() check_case(m, name .. " (GEMM from 16)", 40, 2) end)
+  end
+end)
+
+T.test("precision = fast on a bf16 model: the same bits as alone", function()
+  check_case(check.load_uncached(check.bf16_llama(3), { precision = "fast", tokenizer = false }), "bf16 llama, fast", 40, 3)
+end)
+
+-- stories260K: 5 blocks, a real trained model
+local function steer(v, b, s) return { { ("blocks.%d.hook_resid_pre"):format(b), I.add(v, { strength = s }) } } end
+
+T.test("a layer sweep: one residual saved where it serves most; sequences that differ lower compute", function()
+  local m = check.load_uncached(stories)
+  local V, D = m.config.vocab_size, m.config.hidden_size
+  local p = ids(V, 30, 9)
+  tensor.manual_seed(6)
+  local v = tensor.randn(D)
+  -- 1 computes; the others differ from it at blocks 1, 2, 3, 4, 4, 4: a residual entering block 3
+  -- serves four of them (12 blocks; block 4 would serve three, 12 too: the lower wins), so the
+  -- ones steered at blocks 1 and 2 compute their own
+  local per = { false, steer(v, 1, 1), steer(v, 2, 1), steer(v, 3, 1), steer(v, 4, 1), steer(v, 4, 2), steer(v, 4, 3) }
+  local inputs = {}
+  for i = 1, #per do inputs[i] = p end
+  for i = 1, #per do per[i] = per[i] or nil end
+  local w, b, lg = taken(function() return m:run_with_hooks(inputs, { per_sequence = per }) end)
+  T.eq(w, 0, "no sequence has another's hooks")
+  T.eq(b, 4 * 3 * 30, "four takers of blocks 0-2")
+  for i = 1, #inputs do
+    same_values(row(lg, i), m:run_with_hooks(p, { fwd_hooks = per[i] or {} }), "sequence " .. i)
+  end
+end)
+
+T.test("other tokens or lengths share nothing; a batch of groups shares within each", function()
+  local m = check.load_uncached(stories)
+  local V, D = m.config.vocab_size, m.config.hidden_size
+  tensor.manual_seed(7)
+  local v = tensor.randn(D)
+  local p = ids(V, 30, 3)
+  local q = { unpack(p) }
+  q[30] = (q[30] % (V - 3)) + 3 -- the last token differs
+  local r = { unpack(p, 1, 29) }
+  local inputs = { p, q, r, q, p, r }
+  local per = {}
+  for i = 1, #inputs do per[i] = steer(v, 3, i) end
+  local w, b, lg, mask = taken(function() return m:run_with_hooks(inputs, { per_sequence = per }) end)
+  T.eq(w, 0, "nothing whole")
+  T.eq(b, 3 * 30 + 3 * 30 + 3 * 29, "the second of each group takes blocks 0-2")
+  for i, s in ipairs(inputs) do
+    local alone = m:run_with_hooks(s, { fwd_hooks = per[i] })
+    same_values(row(lg, i):narrow(1, lg:size(2) - #s + 1, #s), alone, "sequence " .. i)
+  end
+  T.eq(mask[3][1], 0, "the shorter sequences stay left-padded")
+end)
+
+T.test("what turns sharing off: share_prompts = false, a function hook, a capture on every sequence or on two", function()
+  local m = check.load_uncached(stories)
+  local V, D = m.config.vocab_size, m.config.hidden_size
+  tensor.manual_seed(8)
+  local v = tensor.randn(D)
+  local p = ids(V, 20, 4)
+  local inputs = { p, p, p }
+  local function per3() return { steer(v, 3, 1), steer(v, 3, 2), steer(v, 3, 3) } end
+  local w, b, base = taken(function() return m:run_with_hooks(inputs, { per_sequence = per3() }) end)
+  T.eq(b, 2 * 3 * 20, "shared when nothing forbids it")
+  local function none(label, fn, all_first)
+    local w2, b2, lg = taken(fn)
+    T.eq(w2 + b2, 0, label .. ": nothing shared")
+    for i = 1, 3 do same_values(row(lg, i), row(base, all_first and 1 or i), label .. ": sequence " .. i) end
+  end
+  none("share_prompts = false", function() return m:run_with_hooks(inputs, { per_sequence = per3(), share_prompts = false }) end)
+  local calls = {}
+  none("a function hook on one sequence", function()
+    local per = per3()
+    table.insert(per[2], { "blocks.4.hook_resid_post", function(x, hook) calls[#calls + 1] = hook.batch; return nil end })
+    return m:run_with_hooks(inputs, { per_sequence = per })
+  end)
+  T.eq(table.concat(calls, ","), "2", "the function ran once, for its sequence")
+  local cap = I.capture()
+  none("a capture in fwd_hooks (every sequence's)", function()
+    return m:run_with_hooks(inputs, { per_sequence = per3(), fwd_hooks = { { "blocks.4.hook_resid_post", cap } } })
+  end)
+  T.eq(cap:tensor():size(1), 3 * 20, "the capture saw every sequence's rows")
+  local two = I.capture()
+  none("one capture on two sequences", function()
+    local per = per3()
+    table.insert(per[1], { "blocks.4.hook_resid_post", two })
+    table.insert(per[3], { "blocks.4.hook_resid_post", two })
+    return m:run_with_hooks(inputs, { per_sequence = per })
+  end)
+  none("forward(list, {share_prompts = false}) under with_hooks", function()
+    return m:with_hooks(steer(v, 3, 1), function() return m:forward(inputs, { share_prompts = false }) end)
+  end, true)
+  -- model:forward(list) under an active hook: every sequence has the same hooks, so the second
+  -- and third take the first's logits
+  local w3, b3, lg = taken(function() return m:with_hooks(steer(v, 3, 1), function() return m:forward(inputs) end) end)
+  T.eq(w3, 2, "forward(list) under with_hooks: two take the first's logits")
+  T.eq(b3, 0, "and no blocks")
+  for i = 1, 3 do same_values(row(lg, i), row(base, 1), "forward(list): sequence " .. i) end
+  T.raises(function() m:forward(inputs, { share_prompts = 1 }) end, "share_prompts", true)
+end)
+
+T.test("an intervention below the shared blocks counts every sequence's rows (iv:hits, the unused check)", function()
+  local m = check.load_uncached(stories)
+  local V, D = m.config.vocab_size, m.config.hidden_size
+  local p = ids(V, 30, 5)
+  tensor.manual_seed(9)
+  local v = tensor.randn(D)
+  local base = I.add(v, { strength = 0.25, positions = { 0, 1, 2 } }) -- in every set: the same below block 3
+  local per = {}
+  for i, s in ipairs({ 1, -1, 3 }) do per[i] = { { "blocks.0.hook_resid_post", base }, steer(v, 3, s)[1] } end
+  local inputs = { p, p, p }
+  local _, b = taken(function() return m:run_with_hooks(inputs, { per_sequence = per }) end)
+  T.eq(b, 2 * 3 * 30, "two take blocks 0-2")
+  T.eq(base:hits(), 9, "3 positions for each of the 3 sequences")
+  -- a taker's own intervention below its shared blocks, one it shares with its donor only:
+  -- counted though the taker never ran it
+  local two = I.add(v, { strength = 0.5, positions = { 4 } })
+  local per2 = { { { "blocks.1.hook_resid_pre", two }, steer(v, 3, 1)[1] }, { { "blocks.1.hook_resid_pre", two }, steer(v, 3, 2)[1] } }
+  local _, b2 = taken(function() return m:run_with_hooks({ p, p }, { per_sequence = per2 }) end)
+  T.eq(b2, 3 * 30, "the second takes blocks 0-2")
+  T.eq(two:hits(), 2, "one position for each of the two")
+end)
+
+T.test("a sweep of patches at one block (activation patching by hand) shares the blocks below it", function()
+  local m = check.load_uncached(stories)
+  local V = m.config.vocab_size
+  local clean, corrupt = ids(V, 12, 10), ids(V, 12, 11)
+  local _, cache = m:run_with_cache(clean, { names = { "blocks.2.hook_resid_pre" } })
+  local saved = cache["blocks.2.hook_resid_pre"]
+  local inputs, per = {}, {}
+  for j = 1, 12 do
+    inputs[j] = corrupt
+    per[j] = { { "blocks.2.hook_resid_pre", I.replace(saved, { positions = { j - 1 } }) } }
+  end
+  local _, b, lg = taken(function() return m:run_with_hooks(inputs, { per_sequence = per }) end)
+  T.eq(b, 11 * 2 * 12, "eleven take blocks 0-1")
+  local AP = require "toolkit.activation_patching"
+  local grid = AP.patch_sweep(m, clean, corrupt, function(l) return l[{ -1, 10 }] - l[{ -1, 20 }] end,
+    { layers = { 2 }, progress = false })
+  for j = 1, 12 do
+    local l = row(lg, j)
+    T.eq(l[{ -1, 10 }] - l[{ -1, 20 }], grid[{ 1, j }], "position " .. (j - 1) .. " as patch_sweep gives it")
+    same_values(l, m:run_with_hooks(corrupt, { fwd_hooks = per[j] }), "position " .. (j - 1))
+  end
+end)
