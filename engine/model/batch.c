@@ -154,10 +154,12 @@ static int check_seq(const seer_model_t *m, const seer_batch_seq_t *q, int s, se
             return seer_err_set(err, SEER_EINVAL, "forward: sequence %d: paths cannot be combined with start_at_layer or stop_at_layer", s + 1);
     }
     if (q->save_block) {
-        if (m->gpu || q->save_block < 1 || q->save_block > m->cfg.num_layers || !q->save || (q->hk && (q->hk->from || q->hk->stop)))
+        if (m->gpu || q->save_block < 1 || q->save_block > m->cfg.num_layers || !q->save ||
+            (q->hk && (q->hk->stop || (q->hk->from && q->save_block < q->hk->from))))
             return seer_err_set(err, SEER_EINVAL,
                                 "forward: sequence %d: save_block %d must be a block from 1 to %d with room for the residual, "
-                                "on a CPU model, in a pass from the embeddings to the logits",
+                                "on a CPU model, in a pass to the logits that runs that block's start (from the embeddings, "
+                                "or start_at_layer below it)",
                                 s + 1, q->save_block, m->cfg.num_layers);
     }
     if (q->cached_below && (m->gpu || !q->hk || q->hk->from < 2 || q->hk->stop || q->paths))

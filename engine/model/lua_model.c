@@ -19,6 +19,7 @@
 #define MODEL_MT "seer.model"
 #define GEN_MT "seer.generator"
 #define HOOKSETS_MT "seer.hooksets"
+#define FWDKEEP_MT "seer.forward_keep"
 
 typedef struct {
     seer_model_t *m;
@@ -240,7 +241,47 @@ static const float *resid_arg(lua_State *L, int idx, seer_model_t *m, int n, int
     return seer_tensor_data(t);
 }
 
-/* forward(ids [, hidden_states [, hooks [, batch [, stop_at_layer [, start_at_layer, resid]]]]]) -> logits [n, vocab] for a
+/* What a forward call from the embeddings keeps for later calls on its tokens (a model's prompt
+ * cache holds it, lua/seer/model.lua): the residual entering the first block its hooks act on
+ * or record in, where nothing acts before (no hook at the embeddings or in an earlier block).
+ * A later call on the same tokens, under the same model state, with no hook before that block
+ * either has that residual there, so it runs from there (l_forward's donors). Holds no hooks:
+ * below its block there were none to compare. */
+typedef struct {
+    const seer_model_t *m; /* compared, never followed */
+    int n, block;
+    int32_t *ids;
+    float *res; /* [n][hidden_size] */
+    size_t bytes;
+    uint64_t epoch;
+} fwdkeep_ud;
+
+static int l_fwdkeep_gc(lua_State *L) {
+    fwdkeep_ud *k = luaL_checkudata(L, 1, FWDKEEP_MT);
+    free(k->ids);
+    free(k->res);
+    k->ids = NULL, k->res = NULL;
+    return 0;
+}
+
+/* entry:info() -> bytes held, its block, whether it was computed under the model state of now */
+static int l_fwdkeep_info(lua_State *L) {
+    fwdkeep_ud *k = luaL_checkudata(L, 1, FWDKEEP_MT);
+    lua_pushnumber(L, (lua_Number)k->bytes);
+    lua_pushinteger(L, k->block);
+    lua_pushboolean(L, k->m && k->epoch == seer_model_state_epoch(k->m));
+    return 3;
+}
+
+/* The first block a hook set acts on or records in, where a pass could start from a kept
+ * residual: 0 when something acts at the embeddings or in block 0, or nothing acts inside a block
+ * (hooks only at the final norm, or none). */
+static int first_hooked_block(const seer_hookset_t *hs, int n, int layers) {
+    int b = seer_hookset_blocks_alike(hs, NULL, n, layers);
+    return b >= 1 && b < layers ? b : 0;
+}
+
+/* forward(ids [, hidden_states [, hooks [, batch [, stop_at_layer [, start_at_layer, resid [, donors [, keep]]]]]]]) -> logits [n, vocab] for a
  * fresh sequence (no cache carried over); with hidden_states true also a Lua array of num_layers + 1 tensors
  * [n, hidden_size] as Hugging Face's output_hidden_states: index 1 = embeddings, index i + 1 =
  * residual after layer i - 1, except the last, which is the last layer's output after the
@@ -248,9 +289,15 @@ static const float *resid_arg(lua_State *L, int idx, seer_model_t *m, int n, int
  * list of {hook name, intervention} (seer_hooks_lua_build); batch: the sequence's 1-based index
  * in a batch, for hook functions; stop_at_layer (stop_arg): nil logits where the pass stopped;
  * start_at_layer (from_arg) with resid, the [n, hidden_size] residual entering that block
- * (seer_fwd_hooks_t.from; ids: n valid ids, not read). */
+ * (seer_fwd_hooks_t.from; ids: n valid ids, not read). donors: a list of kept entries
+ * (fwdkeep_ud) this call may run from: the one of its tokens and model state giving the most
+ * blocks before the first its hooks act on (then the logits are the whole pass's, bit for bit, and
+ * a third result names the entry's index); keep: the call returns, second, an entry of its own
+ * (or nil: its hooks act at the embeddings or in block 0, or nowhere in a block; or no further
+ * than the entry it ran from). Neither with hidden_states, stop_at_layer or start_at_layer, nor
+ * on a GPU model. */
 static int l_forward(lua_State *L) {
-    lua_settop(L, 8); /* fixed argument slots: read_ids pushes above them */
+    lua_settop(L, 10); /* fixed argument slots: read_ids pushes above them */
     seer_model_t *m = check_model(L, 1);
     const seer_model_config_t *c = seer_model_config(m);
     int want_hidden = lua_toboolean(L, 3);
@@ -271,8 +318,47 @@ static int l_forward(lua_State *L) {
     seer_tensor_t *t = stop ? NULL : seer_tensor_new(SEER_F32, 2, shape); /* a stopped pass makes no logits */
     seer_tensor_t *h = want_hidden ? seer_tensor_new(SEER_F32, 3, hshape) : NULL;
     int rc = (t || stop) && (h || !want_hidden) ? seer_kv_cache_new(&kv, m, n, &err) : seer_err_set(&err, SEER_ENOMEM, "out of memory");
-    if (rc == 0)
+    /* a kept residual to run from, and one to keep */
+    int reuse = rc == 0 && !want_hidden && !stop && !from && seer_kv_cache_host(kv);
+    const fwdkeep_ud *d = NULL;
+    int took = 0, at = 0, own = 0;
+    uint64_t epoch = seer_model_state_epoch(m);
+    if (reuse && lua_istable(L, 9)) {
+        int first = seer_hookset_blocks_alike(NULL, hs, n, c->num_layers); /* nothing acts before it */
+        for (int i = 1; i <= (int)lua_objlen(L, 9); i++) {
+            lua_rawgeti(L, 9, i);
+            const fwdkeep_ud *k = luaL_testudata(L, -1, FWDKEEP_MT);
+            lua_pop(L, 1); /* the list in slot 9 keeps it alive */
+            if (!k || !k->res || k->m != m || k->epoch != epoch || k->n != n || k->block <= took || k->block > first ||
+                memcmp(k->ids, ids, sizeof(int32_t) * (size_t)n) != 0)
+                continue;
+            d = k, took = k->block, at = i;
+        }
+    }
+    if (d) hk.from = took + 1, hk.resid = d->res;
+    fwdkeep_ud *mine = NULL;
+    if (reuse && lua_toboolean(L, 10) && (own = first_hooked_block(hs, n, c->num_layers)) > took) {
+        mine = lua_newuserdata(L, sizeof *mine);
+        memset(mine, 0, sizeof *mine);
+        luaL_getmetatable(L, FWDKEEP_MT);
+        lua_setmetatable(L, -2);
+        lua_replace(L, 10); /* slot 10 holds it from here */
+        mine->bytes = sizeof *mine + sizeof(int32_t) * (size_t)n + sizeof(float) * (size_t)n * (size_t)c->hidden_size;
+        mine->ids = malloc(sizeof(int32_t) * (size_t)n);
+        mine->res = malloc(sizeof(float) * (size_t)n * (size_t)c->hidden_size);
+        if (!mine->ids || !mine->res) mine = NULL, own = 0; /* none kept: later calls compute their own */
+    }
+    if (rc == 0 && (d || mine)) {
+        seer_batch_seq_t q = {.cache = kv, .tokens = ids, .n = n, .logits = seer_tensor_data(t), .all_logits = 1, .hk = &hk,
+                              .save_block = mine ? own : 0, .save = mine ? mine->res : NULL};
+        rc = seer_model_forward_batch(m, &q, 1, &err);
+    } else if (rc == 0) {
         rc = seer_model_forward_hooked(m, kv, ids, n, t ? seer_tensor_data(t) : NULL, 1, h ? seer_tensor_data(h) : NULL, &hk, &err);
+    }
+    if (rc == 0 && d) { /* its interventions count the rows below as if it had run them */
+        seer_hookset_credit_blocks(hs, n, n, took);
+        __atomic_add_fetch(&g_shared_block_rows, (uint64_t)n * (uint64_t)took, __ATOMIC_RELAXED);
+    }
     seer_kv_cache_free(kv);
     seer_hookset_free(hs);
     if (rc < 0) {
@@ -286,6 +372,18 @@ static int l_forward(lua_State *L) {
     }
     seer_tensor_push(L, t);
     seer_tensor_release(t);
+    if (reuse && (mine || d)) {
+        if (mine) {
+            memcpy(mine->ids, ids, sizeof(int32_t) * (size_t)n);
+            mine->m = m, mine->n = n, mine->block = own, mine->epoch = epoch;
+            lua_pushvalue(L, 10);
+        } else {
+            lua_pushnil(L);
+        }
+        if (d) lua_pushinteger(L, at);
+        else lua_pushnil(L);
+        return 3;
+    }
     if (!h) return 1;
     {
         /* the last entry through the final norm, as transformers' models append it */
@@ -1388,6 +1486,15 @@ int seer_model_luaopen(lua_State *L) {
     lua_pop(L, 1);
     if (luaL_newmetatable(L, HOOKSETS_MT)) {
         lua_pushcfunction(L, l_hooksets_gc);
+        lua_setfield(L, -2, "__gc");
+    }
+    lua_pop(L, 1);
+    if (luaL_newmetatable(L, FWDKEEP_MT)) {
+        lua_newtable(L);
+        lua_pushcfunction(L, l_fwdkeep_info);
+        lua_setfield(L, -2, "info");
+        lua_setfield(L, -2, "__index");
+        lua_pushcfunction(L, l_fwdkeep_gc);
         lua_setfield(L, -2, "__gc");
     }
     lua_pop(L, 1);

@@ -430,7 +430,19 @@ function Model:_forward(ids, opts, per_seq)
     for b, l in ipairs(res) do out:select(1, b):narrow(1, longest - #ids[b] + 1, #ids[b]):copy_(l) end
     return out, mask
   end
-  return self._c:forward(to_ids(self, ids, "forward"), false, hooks)
+  ids = to_ids(self, ids, "forward")
+  -- through the prompt cache: runs from a residual an earlier call on these tokens kept, where
+  -- its hooks act on nothing before it, and keeps its own (a loop over steering strengths or
+  -- patches at one block computes the blocks below it once)
+  local pc = self._pcache
+  if opts.share_prompts == false or self.device ~= "cpu" or (pc and pc.budget <= 0) then
+    return self._c:forward(ids, false, hooks)
+  end
+  local donors = self:_forward_donors()
+  local logits, kept, at = self._c:forward(ids, false, hooks, nil, nil, nil, nil, donors, true)
+  if at then self:_pcache_use(donors[at]) end
+  if kept then self:_pcache_add(kept, (kept:info())) end
+  return logits
 end
 
 local gen_valid = {
@@ -560,13 +572,66 @@ local function pcache(self)
   return pc
 end
 
--- the cached donors as a list of generators (nil when there are none)
+-- the cached donors as a list of generators (nil when there are none); the entries forward
+-- calls kept (e.f, below) are not generators
 local function pcache_donors(self)
   local pc = self._pcache
   if not pc or #pc.list == 0 then return nil end
   local out = {}
-  for i, e in ipairs(pc.list) do out[i] = e.g end
-  return out
+  for _, e in ipairs(pc.list) do out[#out + 1] = e.g end
+  return #out > 0 and out or nil
+end
+
+-- the residuals forward calls kept (C: l_forward's donors), nil when there are none
+function Model:_forward_donors()
+  local pc = self._pcache
+  if not pc or #pc.list == 0 then return nil end
+  local out = {}
+  for _, e in ipairs(pc.list) do out[#out + 1] = e.f end
+  return #out > 0 and out or nil
+end
+
+-- the entry holding generator or kept residual `d` moves to the front
+function Model:_pcache_use(d)
+  local pc = self._pcache
+  if not (d and pc) then return end
+  for k, e in ipairs(pc.list) do
+    if e.g == d or e.f == d then
+      if k > 1 then table.insert(pc.list, 1, table.remove(pc.list, k)) end
+      return
+    end
+  end
+end
+
+-- entries computed under another model state serve no one: dropped, and the bytes counted again
+local function pcache_prune(pc)
+  local keep = {}
+  pc.bytes = 0
+  for _, e in ipairs(pc.list) do
+    local fresh
+    if e.g then fresh = e.g:prompt_fresh() else fresh = select(3, e.f:info()) end
+    if fresh then keep[#keep + 1] = e pc.bytes = pc.bytes + e.bytes end
+  end
+  pc.list = keep
+end
+
+-- a new entry at the front ({g = generator} or {f = kept residual}, its bytes), then the least
+-- recently used go while there are too many or too many bytes
+local function pcache_insert(pc, e)
+  if e.bytes > pc.budget then return end
+  table.insert(pc.list, 1, e)
+  pc.bytes = pc.bytes + e.bytes
+  while #pc.list > PROMPT_CACHE_ENTRIES or pc.bytes > pc.budget do
+    pc.bytes = pc.bytes - table.remove(pc.list).bytes
+  end
+end
+
+-- a residual a forward call kept (l_forward's keep)
+function Model:_pcache_add(kept, bytes)
+  local pc = pcache(self)
+  if pc.budget <= 0 then return end
+  pcache_prune(pc)
+  pcache_insert(pc, { f = kept, bytes = bytes })
 end
 
 -- g has just run its first step with `list` (next's donors or step_batch's generators): if it
@@ -574,15 +639,7 @@ end
 -- in that list), the entry moves to the front
 local function pcache_touch(self, g, list)
   local _, _, at = g:took_prompt()
-  local pc = self._pcache
-  local d = at and list and list[at]
-  if not (d and pc) then return end
-  for k, e in ipairs(pc.list) do
-    if e.g == d then
-      if k > 1 then table.insert(pc.list, 1, table.remove(pc.list, k)) end
-      return
-    end
-  end
+  self:_pcache_use(at and list and list[at])
 end
 
 -- g has finished: keep its prompt unless it took it from another or cannot give it; entries
@@ -590,19 +647,9 @@ end
 local function pcache_remember(self, g)
   local pc = pcache(self)
   if pc.budget <= 0 or g:took_prompt() then return end
-  local keep = {}
-  pc.bytes = 0
-  for _, e in ipairs(pc.list) do
-    if e.g:prompt_fresh() then keep[#keep + 1] = e pc.bytes = pc.bytes + e.bytes end
-  end
-  pc.list = keep
+  pcache_prune(pc)
   local bytes = g:keep_prompt()
-  if not bytes or bytes > pc.budget then return end
-  table.insert(pc.list, 1, { g = g, bytes = bytes })
-  pc.bytes = pc.bytes + bytes
-  while #pc.list > PROMPT_CACHE_ENTRIES or pc.bytes > pc.budget do
-    pc.bytes = pc.bytes - table.remove(pc.list).bytes
-  end
+  if bytes then pcache_insert(pc, { g = g, bytes = bytes }) end
 end
 
 ---The model's prompt cache: the prompts of recent `generate`, `generate_iter` and `generate_batch`

@@ -37,7 +37,9 @@ for i, name in ipairs(names) do
     inputs[j] = corrupt
     per[j] = { { name, I.replace(cache[name], { positions = { j - 1 } }) } }
   end
-  local logits = m:run_with_hooks(inputs, { per_sequence = per })
+  -- share_prompts = false: whole passes (shared, these sequences would share the blocks below
+  -- the patched one, as patch_sweep does by hand)
+  local logits = m:run_with_hooks(inputs, { per_sequence = per, share_prompts = false })
   for j = 1, n do worst = math.max(worst, math.abs(metric(logits:select(1, j)) - grid[{ i, j }])) end
 end
 local t_before = seer.now() - t0

@@ -373,7 +373,8 @@ fi
 # 10 positions) with each batch beginning at its block against whole passes; and 12 prompts with
 # one 150-token beginning (a system prompt; then each with its own injection from there, as
 # introspection trials) and 30 tokens of their own, each taking the beginning's rows, against
-# share_prompts = false. BENCH_WORKLOADS=0 skips.
+# share_prompts = false; and a sweep of 8 strengths scored on logits (run_with_hooks over a list)
+# against share_prompts = false. BENCH_WORKLOADS=0 skips.
 if [[ -d $LARGE/bf16 && ${BENCH_LARGE:-1} == 1 && ${BENCH_WORKLOADS:-1} == 1 ]]; then
   echo "== experiment-shaped work on the 0.5B model ($(nproc) thread(s))"
   for dtype in f32 bf16; do
@@ -399,6 +400,8 @@ if [[ -d $LARGE/bf16 && ${BENCH_LARGE:-1} == 1 && ${BENCH_WORKLOADS:-1} == 1 ]];
   "$SEER" tests/bench/steering_sweep.lua "$LARGE/bf16" "$(nproc)" 4 30 24 5 30 1 | sed 's/^/    /' || echo "    FAILED"
   echo "  bf16 the same sweep steering the whole prompt (the blocks below the steered one computed once per prompt):"
   "$SEER" tests/bench/steering_sweep.lua "$LARGE/bf16" "$(nproc)" 4 30 24 5 0 1 | sed 's/^/    /' || echo "    FAILED"
+  echo "  bf16 a sweep of strengths scored on logits (run_with_hooks over a list, the blocks below the steered one shared, against share_prompts = false):"
+  "$SEER" tests/bench/forward_sweep.lua "$LARGE/bf16" "$(nproc)" 64 8 2 | sed 's/^/    /' || echo "    FAILED"
 fi
 
 # Hooks: overhead of captures, built-in interventions and Lua function hooks against the same

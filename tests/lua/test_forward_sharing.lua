@@ -253,3 +253,130 @@ T.test("a sweep of patches at one block (activation patching by hand) shares the
     same_values(l, m:run_with_hooks(corrupt, { fwd_hooks = per[j] }), "position " .. (j - 1))
   end
 end)
+
+-- A loop of single calls through the model's prompt cache: a call on the same tokens runs from
+-- the residual an earlier call kept at the first block its hooks acted on, where the new call's
+-- hooks act on nothing before it. On a model of 3 blocks: the calls, the blocks each takes, and
+-- the prompt cache's entries after each.
+local function loop_case(m, D)
+  tensor.manual_seed(31)
+  local v = tensor.randn(D) * 2
+  local calls = {}
+  return function()
+    local caps = {}
+    local specs = { -- {hooks, blocks taken, entries after}
+      { { { "blocks.2.hook_resid_pre", I.add(v, { strength = 1 }) } }, 0, 1 }, -- computes, keeps block 2
+      { { { "blocks.2.hook_resid_pre", I.add(v, { strength = 2 }) } }, 2, 1 },
+      { { { "blocks.1.hook_resid_pre", I.add(v, { strength = 1 }) } }, 0, 2 }, -- acts lower: computes, keeps block 1
+      { { { "blocks.2.hook_resid_post", I.add(v, { strength = -1 }) } }, 2, 2 }, -- the most blocks: 2
+      { { { "blocks.1.hook_resid_post", I.capture() }, { "blocks.2.hook_resid_pre", I.add(v, { strength = 3 }) } }, 1, 2 },
+      { { { "hook_embed", I.add(v, { strength = 0.1 }) } }, 0, 2 },
+      { { { "blocks.2.hook_resid_pre", function() calls[#calls + 1] = true end } }, 2, 2 },
+      { {}, 2, 2 }, -- no hooks: every block alike, the most an entry gives
+      { { { "blocks.2.hook_resid_pre", I.add(v, { strength = 2, positions = { -1 } }) } }, 2, 2 },
+    }
+    caps[5] = specs[5][1][1][2]
+    return specs, caps, calls
+  end
+end
+
+local function check_loop(m, ref, label, n, seed)
+  local p = ids(m.config.vocab_size, n, seed)
+  m:prompt_cache(0)
+  m:prompt_cache(256 * 1024 * 1024)
+  local make = loop_case(m, m.config.hidden_size)
+  local specs, caps, calls = make()
+  local got = {}
+  for i, s in ipairs(specs) do
+    local _, b, lg = taken(function() return m:run_with_hooks(p, { fwd_hooks = s[1] }) end)
+    T.eq(b, s[2] * n, ("%s: call %d takes %d blocks"):format(label, i, s[2]))
+    T.eq(m:prompt_cache().entries, s[3], ("%s: entries after call %d"):format(label, i))
+    got[i] = lg
+  end
+  T.eq(#calls, 1, label .. ": the function hook ran once")
+  local specs2, caps2 = make()
+  for i, s in ipairs(specs2) do
+    same_values(got[i], ref:run_with_hooks(p, { fwd_hooks = s[1] }), ("%s: call %d's logits"):format(label, i))
+    if caps[i] then same_values(caps[i]:tensor(), caps2[i]:tensor(), ("%s: call %d's capture"):format(label, i)) end
+  end
+  T.ok((got[1] - got[2]):abs():max() > 1e-3, label .. ": steering changes the logits")
+end
+
+T.test("every architecture, both GEMM settings: a loop of calls through the prompt cache gives each call its own bits", function()
+  for _, name in ipairs(MODELS) do
+    local m = seer.model.load(pdir .. "/" .. name, { tokenizer = false })
+    local ref = check.load_uncached(pdir .. "/" .. name, { tokenizer = false })
+    check_loop(m, ref, name, 40, 1)
+    check.at_gemm_min(16, function() check_loop(m, ref, name .. " (GEMM from 16)", 40, 2) end)
+  end
+end)
+
+T.test("the prompt cache's forward entries: another model state, other tokens, budget 0 and share_prompts = false take nothing", function()
+  local m = seer.model.load(stories)
+  local ref = check.load_uncached(stories)
+  local V, D = m.config.vocab_size, m.config.hidden_size
+  tensor.manual_seed(32)
+  local v = tensor.randn(D)
+  local p = ids(V, 25, 12)
+  local q = { unpack(p) }
+  q[25] = (q[25] % (V - 3)) + 3
+  local before = m:prompt_cache().bytes
+  local _, b = taken(function() return m:run_with_hooks(p, { fwd_hooks = steer(v, 3, 1) }) end)
+  T.eq(b, 0, "the first call computes")
+  local grew = m:prompt_cache().bytes - before
+  T.ok(grew >= 4 * 25 * (D + 1) and grew <= 4 * 25 * (D + 1) + 256, "the residual and the tokens counted in the cache's bytes: " .. grew)
+  local function none(label, fn, want)
+    local _, b2, lg = taken(fn)
+    T.eq(b2, 0, label .. ": nothing taken")
+    same_values(lg, want, label)
+  end
+  none("other tokens", function() return m:run_with_hooks(q, { fwd_hooks = steer(v, 3, 2) }) end,
+    ref:run_with_hooks(q, { fwd_hooks = steer(v, 3, 2) }))
+  none("share_prompts = false", function() return m:run_with_hooks(p, { fwd_hooks = steer(v, 3, 2), share_prompts = false }) end,
+    ref:run_with_hooks(p, { fwd_hooks = steer(v, 3, 2) }))
+  check.at_gemm_min(16, function()
+    none("another GEMM threshold", function() return m:run_with_hooks(p, { fwd_hooks = steer(v, 3, 2) }) end,
+      ref:run_with_hooks(p, { fwd_hooks = steer(v, 3, 2) }))
+  end)
+  -- every move of the threshold is a new model state: the entries of before serve no one (the
+  -- call under the threshold dropped them), so the next call computes, and the one after takes
+  local _, b3 = taken(function() return m:run_with_hooks(p, { fwd_hooks = steer(v, 3, 4) }) end)
+  T.eq(b3, 0, "the threshold back: a new state, the call computes")
+  local _, b4 = taken(function() return m:run_with_hooks(p, { fwd_hooks = steer(v, 3, 4.5) }) end)
+  T.eq(b4, 3 * 25, "and the next takes its residual")
+  -- an intervention's filter changed (the model state moves): the entries serve no one
+  local f = I.add(v, { strength = 1 })
+  local h = m:add_hook("blocks.4.hook_resid_post", f)
+  local _, b5 = taken(function() return m:run_with_hooks(p, { fwd_hooks = steer(v, 3, 5) }) end)
+  T.eq(b5, 3 * 25, "a hook attached above the kept block changes nothing below it")
+  f:filter({ positions = { 1 } })
+  local with_f = steer(v, 3, 6)
+  with_f[2] = { "blocks.4.hook_resid_post", f }
+  none("after a filter change", function() return m:run_with_hooks(p, { fwd_hooks = steer(v, 3, 6) }) end,
+    ref:run_with_hooks(p, { fwd_hooks = with_f }))
+  h:remove()
+  m:prompt_cache(0)
+  T.eq(m:prompt_cache().entries, 0, "budget 0 drops every entry")
+  none("budget 0", function() return m:run_with_hooks(p, { fwd_hooks = steer(v, 3, 6) }) end,
+    ref:run_with_hooks(p, { fwd_hooks = steer(v, 3, 6) }))
+  T.eq(m:prompt_cache().entries, 0, "budget 0 keeps nothing")
+end)
+
+T.test("the prompt cache holds generations and forward entries together: each serves its own kind", function()
+  local m = seer.model.load(stories)
+  local ref = check.load_uncached(stories)
+  tensor.manual_seed(33)
+  local v = tensor.randn(m.config.hidden_size)
+  local p = "Once upon a time there was a little girl"
+  local n = #m.tokenizer:encode(p)
+  local g1 = m:with_hooks(steer(v, 3, 1), function() return m:generate(p, { max_new_tokens = 4 }) end)
+  local _, b1 = taken(function() return m:run_with_hooks(p, { fwd_hooks = steer(v, 3, 2) }) end)
+  T.eq(b1, 0, "a forward call does not take a generation's entry")
+  local _, b2 = taken(function() return m:with_hooks(steer(v, 3, 3), function() return m:generate(p, { max_new_tokens = 4 }) end) end)
+  T.eq(b2, 3 * n, "a generation takes the blocks of the generation's entry")
+  local _, b3 = taken(function() return m:run_with_hooks(p, { fwd_hooks = steer(v, 3, 4) }) end)
+  T.eq(b3, 3 * n, "a forward call those of the forward entry")
+  T.eq(m:prompt_cache().entries, 3, "three entries: the two generations (one that took blocks keeps its prompt) and the first forward call")
+  local a = ref:with_hooks(steer(v, 3, 1), function() return ref:generate(p, { max_new_tokens = 4 }) end)
+  T.eq(table.concat(g1.ids, ","), table.concat(a.ids, ","), "the generation's tokens")
+end)
