@@ -6,7 +6,9 @@
 -- one `generate_batch` (random max_batch, sharing on or off), as a loop of `generate` calls
 -- through the prompt cache (random budgets, entries left by earlier cases under other GEMM
 -- settings, hooks and adapter states), as `generate_iter`s abandoned part-way before that loop,
--- as one batched `run_with_hooks` with per-sequence hooks, as one batched `run_with_cache` (random
+-- as one batched `run_with_hooks` with per-sequence hooks (sequences of one prompt sharing what
+-- their hooks compute alike), as a loop of `run_with_hooks` calls through the prompt cache (each
+-- may run from a residual an earlier call kept), as one batched `run_with_cache` (random
 -- points, `stop_at_layer`), or as `toolkit.extract_activations` over the list. Every sequence's
 -- tokens (or logits, residuals, cached activations) must be those of the same prompt run alone
 -- by a second instance of the model that shares nothing (prompt cache off) on one thread, bit for
@@ -196,7 +198,7 @@ local function case(seed)
     for _, make in ipairs(hooks[i] or {}) do list[#list + 1] = make() end
     return list
   end
-  local mode = r.pick({ "batch", "batch", "batch", "loop", "loop", "iter", "forward", "cache", "extract", "sweep" })
+  local mode = r.pick({ "batch", "batch", "batch", "loop", "loop", "iter", "forward", "fwdloop", "cache", "extract", "sweep" })
   -- toolkit.activation_patching.patch_sweep's grid against each patch alone (sweep mode): a
   -- corrupt prompt of the first one's length with a few tokens changed, a few layers and points
   local sweep = {}
@@ -269,6 +271,16 @@ local function case(seed)
           if hooks[i] then per[i] = hooks_of(i) end
         end
         logits = m:run_with_hooks(list, { per_sequence = per })
+      elseif mode == "fwdloop" then -- a run_with_hooks call per prompt, through the prompt cache,
+        -- each made twice (the second may run from what the first kept)
+        logits = {}
+        for i = 1, k do
+          set_adapter(m, i)
+          local first = m:run_with_hooks(ids_of(i), { fwd_hooks = hooks_of(i) })
+          logits[i] = m:run_with_hooks(ids_of(i), { fwd_hooks = hooks_of(i) })
+          local d = (first - logits[i]):abs():max()
+          if d ~= 0 then error(("call %d: made again, its logits differ by up to %g"):format(i, d), 0) end
+        end
       elseif mode == "batch" then
         local per = {}
         for i = 1, k do
@@ -332,11 +344,14 @@ local function case(seed)
       local d = (a - b):abs():max()
       if d ~= 0 then error(("%s differ from the sequence alone by up to %g"):format(what, d), 0) end
     end
-    if mode == "cache" or mode == "forward" then
+    if mode == "cache" or mode == "forward" or mode == "fwdloop" then
       for i = 1, k do
         local n = #ids_of(i)
         set_adapter(ref, i)
-        if mode == "forward" then
+        if mode == "fwdloop" then
+          local alone = with_wide(ref, function() return ref:run_with_hooks(ids_of(i), { fwd_hooks = hooks_of(i) }) end)
+          none(logits[i], alone, ("call %d: logits"):format(i))
+        elseif mode == "forward" then
           local alone = with_wide(ref, function() return ref:run_with_hooks(ids_of(i), { fwd_hooks = hooks_of(i) }) end)
           none(rows(logits, i, n), alone, ("sequence %d: logits"):format(i))
         else
@@ -385,8 +400,9 @@ T.test(("%d random batteries: batched and cached generations equal each prompt a
   bar:done()
   local whole1, rows1, blocks1 = core.shared_prefills()
   T.eq(#failures, 0, "cases failing:\n" .. table.concat(failures, "\n\n"))
-  io.stderr:write(("  modes: batch %d, loop %d, iter %d, forward %d, cache %d, extract %d, sweep %d (%d tensors and cells compared); prompts taken whole %d, positions taken as beginnings %d, (position, block) pairs taken as first blocks %d\n"):format(
-    modes.batch or 0, modes.loop or 0, modes.iter or 0, modes.forward or 0, modes.cache or 0, modes.extract or 0, modes.sweep or 0, compared, whole1 - whole0, rows1 - rows0, blocks1 - blocks0))
+  io.stderr:write(("  modes: batch %d, loop %d, iter %d, forward %d, forward loop %d, cache %d, extract %d, sweep %d (%d tensors and cells compared); prompts taken whole %d, positions taken as beginnings %d, (position, block) pairs taken as first blocks %d\n"):format(
+    modes.batch or 0, modes.loop or 0, modes.iter or 0, modes.forward or 0, modes.fwdloop or 0, modes.cache or 0, modes.extract or 0, modes.sweep or 0, compared,
+    whole1 - whole0, rows1 - rows0, blocks1 - blocks0))
   -- the cases shared something (else they tested the plain path only; a replay of one case may not)
   T.ok(N < 12 or whole1 - whole0 > 0, "some prompt was taken whole")
   T.ok(N < 12 or rows1 - rows0 > 0 or core.blas_row_period() == 0, "some beginning was taken")
