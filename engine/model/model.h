@@ -201,7 +201,8 @@ typedef struct seer_batch_seq {
     /* 0: nothing. B (1 .. num_layers): copies the residual entering block B, before the hooks at
      * blocks.B.hook_resid_pre run (the hidden state of block B), into save ([n][hidden_size]
      * floats): what a sequence with the same tokens and the same hooks before block B starts
-     * from (cached_below). A CPU model only; not with start_at_layer / stop_at_layer. */
+     * from (cached_below). A CPU model only; not with stop_at_layer, and with start_at_layer
+     * (hk->from) only for a block the pass runs from its start (save_block >= from). */
     int save_block;
     float *save;
     /* 0: a start_at_layer pass (hk->from) adds nothing to the cache. 1: the cache already holds

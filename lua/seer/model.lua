@@ -553,6 +553,8 @@ local function span_text(n, new)
 end
 
 -- ---- the prompt cache (Model:prompt_cache) ----------------------------------------------------
+-- Entries {g = generator, bytes} (a generation's prompt) and {f = forward_keep, bytes} (the
+-- residual a forward call kept, l_forward); each kind serves its own.
 -- Finished generators shrunk to their prompt (g:keep_prompt: the prompt's KV rows and logits),
 -- most recently used first (an entry a generation takes its prompt or beginning from moves to the
 -- front), at most PROMPT_CACHE_ENTRIES and `budget` bytes: the least recently used go first. A
@@ -658,6 +660,9 @@ end
 ---and whose hooks do the same to them takes them instead of computing the prompt again: sampling
 ---one prompt n times in a loop computes it once, and a battery run again computes none.
 ---An entry also gives its first positions (blocks of 64) to a prompt that begins as it does.
+---A `forward` / `run_with_hooks` call on one sequence keeps the residual entering the first block
+---its hooks act on, and a later such call on its tokens with no hook before that block runs from
+---there (a loop of strengths steering one layer computes the blocks below it once).
 ---The results are the same bits (docs/model.md, *Batches*). `budget` sets the most bytes it
 ---holds (0: off, and what it holds is dropped); the default is 256 MiB on a CPU model; a GPU
 ---model has none. Returns what it holds.
