@@ -31,6 +31,23 @@ function M.against_alone(m, name, seqs, outs, plain, hooks, opts)
   T.ok(changed >= 2, name .. ": the interventions changed at least two continuations (else this test checks nothing)")
 end
 
+-- Tensors a and b (of the batch, and of the sequence alone) hold the same values, element for
+-- element, bit for bit; msg names them.
+function M.same_values(a, b, msg)
+  T.ok(a ~= nil and b ~= nil, msg .. ": both present")
+  local function flat(t, out)
+    for _, v in ipairs(t) do
+      if type(v) == "table" then flat(v, out) else out[#out + 1] = v end
+    end
+    return out
+  end
+  local fx, fy = flat(a:totable(), {}), flat(b:totable(), {})
+  T.eq(#fx, #fy, msg .. ": sizes")
+  local bad = 0
+  for i = 1, #fx do if fx[i] ~= fy[i] then bad = bad + 1 end end
+  T.eq(bad, 0, msg .. ": values differing from the sequence alone")
+end
+
 -- n deterministic token ids in [3, vocab): a stream per seed
 function M.ids(vocab, n, seed)
   local out, x = {}, seed * 7919 + 17

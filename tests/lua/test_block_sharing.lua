@@ -22,22 +22,7 @@ local function join(t) return table.concat(t, ",") end
 
 local ids = check.ids
 
-local function same_values(a, b, msg)
-  T.ok(a ~= nil and b ~= nil, msg .. ": both present")
-  local x, y = a:totable(), b:totable()
-  local fx, fy = {}, {}
-  local function flat(t, out)
-    for _, v in ipairs(t) do
-      if type(v) == "table" then flat(v, out) else out[#out + 1] = v end
-    end
-  end
-  flat(x, fx)
-  flat(y, fy)
-  T.eq(#fx, #fy, msg .. ": sizes")
-  local bad = 0
-  for i = 1, #fx do if fx[i] ~= fy[i] then bad = bad + 1 end end
-  T.eq(bad, 0, msg .. ": values differing from the sequence alone")
-end
+local same_values = check.same_values
 
 -- A generator of `new` sampled tokens that may give and take (the C interface generate uses),
 -- made under `hooks` (a with_hooks list, or nil).

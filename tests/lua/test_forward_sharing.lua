@@ -16,21 +16,7 @@ local pdir = here .. "/../parity/models"
 local stories = here .. "/../fixtures/models/stories260K"
 local ids = check.ids
 
-local function flat(t, out)
-  for _, v in ipairs(t) do
-    if type(v) == "table" then flat(v, out) else out[#out + 1] = v end
-  end
-  return out
-end
-
-local function same_values(a, b, msg)
-  T.ok(a ~= nil and b ~= nil, msg .. ": both present")
-  local fx, fy = flat(a:totable(), {}), flat(b:totable(), {})
-  T.eq(#fx, #fy, msg .. ": sizes")
-  local bad = 0
-  for i = 1, #fx do if fx[i] ~= fy[i] then bad = bad + 1 end end
-  T.eq(bad, 0, msg .. ": values differing from the sequence alone")
-end
+local same_values = check.same_values
 
 -- what the call took: whole sequences, (position, block) pairs
 local function taken(fn)
