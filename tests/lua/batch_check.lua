@@ -48,6 +48,10 @@ function M.same_values(a, b, msg)
   T.eq(bad, 0, msg .. ": values differing from the sequence alone")
 end
 
+-- The parity models the sharing tests run on: every architecture, bf16 checkpoints, biases
+M.SHARING_MODELS = { "llama", "llama_bf16", "mistral", "qwen2", "qwen3_bf16", "gemma", "gemma2", "gemma3", "gpt2", "gpt_neox",
+  "olmo2", "granite", "phi3", "llama_tied_bias", "llama_mlp_bias" }
+
 -- n deterministic token ids in [3, vocab): a stream per seed
 function M.ids(vocab, n, seed)
   local out, x = {}, seed * 7919 + 17

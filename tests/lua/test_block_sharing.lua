@@ -122,8 +122,7 @@ local function check_case(m, label, n, seed)
   T.ok(differ >= 5, label .. ": the interventions changed the continuations (else this checks little)")
 end
 
-local MODELS = { "llama", "llama_bf16", "mistral", "qwen2", "qwen3_bf16", "gemma", "gemma2", "gemma3", "gpt2", "gpt_neox",
-  "olmo2", "granite", "phi3", "llama_tied_bias", "llama_mlp_bias" }
+local MODELS = check.SHARING_MODELS
 
 T.test("every architecture, both GEMM settings: the blocks taken and the rest computed give each sequence's own bits", function()
   for _, name in ipairs(MODELS) do

@@ -87,8 +87,7 @@ local function check_case(m, label, n, seed)
   T.ok((row(lg, 1) - row(lg, 3)):abs():max() > 1e-3, label .. ": steering changes the logits")
 end
 
-local MODELS = { "llama", "llama_bf16", "mistral", "qwen2", "qwen3_bf16", "gemma", "gemma2", "gemma3", "gpt2", "gpt_neox",
-  "olmo2", "granite", "phi3", "llama_tied_bias", "llama_mlp_bias" }
+local MODELS = check.SHARING_MODELS
 
 T.test("every architecture, both GEMM settings: logits taken and blocks shared give each sequence its own bits", function()
   for _, name in ipairs(MODELS) do
