@@ -430,19 +430,7 @@ function Model:_forward(ids, opts, per_seq)
     for b, l in ipairs(res) do out:select(1, b):narrow(1, longest - #ids[b] + 1, #ids[b]):copy_(l) end
     return out, mask
   end
-  ids = to_ids(self, ids, "forward")
-  -- through the prompt cache: runs from a residual an earlier call on these tokens kept, where
-  -- its hooks act on nothing before it, and keeps its own (a loop over steering strengths or
-  -- patches at one block computes the blocks below it once)
-  local pc = self._pcache
-  if opts.share_prompts == false or self.device ~= "cpu" or (pc and pc.budget <= 0) then
-    return self._c:forward(ids, false, hooks)
-  end
-  local donors = self:_forward_donors()
-  local logits, kept, at = self._c:forward(ids, false, hooks, nil, nil, nil, nil, donors, true)
-  if at then self:_pcache_use(donors[at]) end
-  if kept then self:_pcache_add(kept, (kept:info())) end
-  return logits
+  return self:_forward_cached(to_ids(self, ids, "forward"), hooks, nil, opts.share_prompts)
 end
 
 local gen_valid = {
@@ -628,12 +616,22 @@ local function pcache_insert(pc, e)
   end
 end
 
--- a residual a forward call kept (l_forward's keep)
-function Model:_pcache_add(kept, bytes)
+-- One sequence's whole forward pass (its logits) through the prompt cache: it runs from a
+-- residual an earlier call on these tokens kept, where its hooks act on nothing before it, and
+-- keeps its own (l_forward's donors and keep): a loop over steering strengths or patches at one
+-- block computes the blocks below it once. share = false, a GPU model or budget 0: a plain pass.
+-- b: the sequence's index for hook functions (hook.batch).
+function Model:_forward_cached(ids, hooks, b, share)
   local pc = pcache(self)
-  if pc.budget <= 0 then return end
-  pcache_prune(pc)
-  pcache_insert(pc, { f = kept, bytes = bytes })
+  if share == false or self.device ~= "cpu" or pc.budget <= 0 then return (self._c:forward(ids, false, hooks, b)) end
+  local donors = self:_forward_donors()
+  local logits, kept, at = self._c:forward(ids, false, hooks, b, nil, nil, nil, donors, true)
+  if at then self:_pcache_use(donors[at]) end
+  if kept then
+    pcache_prune(pc)
+    pcache_insert(pc, { f = kept, bytes = (kept:info()) })
+  end
+  return logits
 end
 
 -- g has just run its first step with `list` (next's donors or step_batch's generators): if it
@@ -1340,11 +1338,15 @@ end
 ---about half), on a GPU the whole pass runs. `start_at_layer = L`: the input is the residual
 ---entering block L, a `[n, d_model]` tensor or a list of them (see `forward`); the cache holds
 ---the points of blocks L .. on and ln_final (with `stop_at_layer` too, those in between).
+---One sequence without `stop_at_layer` or `start_at_layer` runs through the prompt cache as
+---`forward` does: it keeps the residual entering the first block it captures at or its hooks
+---act on, and runs from one an earlier call on its tokens kept below its first captured or hooked
+---block (`share_prompts = false`: never); the cache's values and the logits are the same bits.
 ---@param input integer[]|integer[][]|string|seer.Tensor|seer.Tensor[]
----@param opts? {names?: string|string[]|fun(name: string): boolean, positions?: integer[], stop_at_layer?: integer, start_at_layer?: integer}
+---@param opts? {names?: string|string[]|fun(name: string): boolean, positions?: integer[], stop_at_layer?: integer, start_at_layer?: integer, share_prompts?: boolean}
 ---@return seer.Tensor logits_or_resid, table<string, seer.Tensor> cache
 function Model:run_with_cache(input, opts)
-  opts = check_opts("run_with_cache", opts, { names = "any", positions = "table", stop_at_layer = "number", start_at_layer = "number" })
+  opts = check_opts("run_with_cache", opts, { names = "any", positions = "table", stop_at_layer = "number", start_at_layer = "number", share_prompts = "boolean" })
   local names = match_names(self, opts.names or function() return true end, "run_with_cache", 2)
   local nl = self.config.num_hidden_layers
   local stop = opts.stop_at_layer
@@ -1448,7 +1450,12 @@ function Model:run_with_cache(input, opts)
   end
   local function run_one(ids, b, want)
     local caps, extra = captures()
-    local logits = self._c:forward(ids, false, self:_hook_list(extra), b, stop, start, resids and resids[b])
+    local logits
+    if stop or start then
+      logits = self._c:forward(ids, false, self:_hook_list(extra), b, stop, start, resids and resids[b])
+    else -- through the prompt cache, as forward: the captures' block or the hooks' first bounds what it takes
+      logits = self:_forward_cached(ids, self:_hook_list(extra), b, opts.share_prompts)
+    end
     if resid_name then logits = caps.resid:tensor() end
     return logits, collect(caps, ids, want)
   end

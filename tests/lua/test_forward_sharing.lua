@@ -365,3 +365,35 @@ T.test("the prompt cache holds generations and forward entries together: each se
   local a = ref:with_hooks(steer(v, 3, 1), function() return ref:generate(p, { max_new_tokens = 4 }) end)
   T.eq(table.concat(g1.ids, ","), table.concat(a.ids, ","), "the generation's tokens")
 end)
+
+T.test("run_with_cache through the prompt cache: a loop of toolkit patch calls computes the blocks below the patched one once", function()
+  local m = seer.model.load(stories)
+  local ref = check.load_uncached(stories)
+  local V = m.config.vocab_size
+  local clean, corrupt = ids(V, 14, 20), ids(V, 14, 21)
+  local AP = require "toolkit.activation_patching"
+  local function metric(l) return l[{ -1, 10 }] - l[{ -1, 20 }] end
+  local _, b = taken(function()
+    for pos = 0, 13 do
+      local v = AP.patch(m, clean, corrupt, "blocks.3.hook_resid_pre", { pos }, metric)
+      T.eq(v, AP.patch(ref, clean, corrupt, "blocks.3.hook_resid_pre", { pos }, metric), "position " .. pos)
+    end
+  end)
+  -- each call after the first: the clean run (a capture at block 3) and the corrupt run (a
+  -- replace at block 3) take blocks 0-2 from the first call's entries
+  T.eq(b, 13 * 2 * 3 * 14, "blocks 0-2 of both runs computed once")
+  -- the cache's values: a capture at a later block, taking from the entries, against alone
+  local _, b2, lg, cache = taken(function() return m:run_with_cache(clean, { names = { "blocks.4.hook_resid_post", "blocks.3.hook_mlp_out" } }) end)
+  T.eq(b2, 3 * 14, "a cache from block 3 takes blocks 0-2")
+  local lg2, cache2 = ref:run_with_cache(clean, { names = { "blocks.4.hook_resid_post", "blocks.3.hook_mlp_out" } })
+  same_values(lg, lg2, "logits")
+  same_values(cache["blocks.4.hook_resid_post"], cache2["blocks.4.hook_resid_post"], "blocks.4.hook_resid_post")
+  same_values(cache["blocks.3.hook_mlp_out"], cache2["blocks.3.hook_mlp_out"], "blocks.3.hook_mlp_out")
+  -- every point cached (the default) begins at the embeddings: nothing taken, nothing kept
+  local before = m:prompt_cache().entries
+  local _, b3 = taken(function() return m:run_with_cache(clean) end)
+  T.eq(b3, 0, "a cache of every point takes nothing")
+  T.eq(m:prompt_cache().entries, before, "and keeps nothing")
+  local _, b4 = taken(function() return m:run_with_cache(clean, { names = { "blocks.4.hook_resid_post" }, share_prompts = false }) end)
+  T.eq(b4, 0, "share_prompts = false takes nothing")
+end)
