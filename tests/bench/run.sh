@@ -373,8 +373,9 @@ fi
 # 10 positions) with each batch beginning at its block against whole passes; and 12 prompts with
 # one 150-token beginning (a system prompt; then each with its own injection from there, as
 # introspection trials) and 30 tokens of their own, each taking the beginning's rows, against
-# share_prompts = false; and a sweep of 8 strengths scored on logits (run_with_hooks over a list)
-# against share_prompts = false. BENCH_WORKLOADS=0 skips.
+# share_prompts = false; and a sweep of 8 strengths scored on logits (run_with_hooks over a list,
+# and a loop of calls) against share_prompts = false; and a loop of toolkit patch calls through
+# the prompt cache against prompt_cache(0). BENCH_WORKLOADS=0 skips.
 if [[ -d $LARGE/bf16 && ${BENCH_LARGE:-1} == 1 && ${BENCH_WORKLOADS:-1} == 1 ]]; then
   echo "== experiment-shaped work on the 0.5B model ($(nproc) thread(s))"
   for dtype in f32 bf16; do
@@ -402,6 +403,8 @@ if [[ -d $LARGE/bf16 && ${BENCH_LARGE:-1} == 1 && ${BENCH_WORKLOADS:-1} == 1 ]];
   "$SEER" tests/bench/steering_sweep.lua "$LARGE/bf16" "$(nproc)" 4 30 24 5 0 1 | sed 's/^/    /' || echo "    FAILED"
   echo "  bf16 a sweep of strengths scored on logits (run_with_hooks over a list, the blocks below the steered one shared, against share_prompts = false):"
   "$SEER" tests/bench/forward_sweep.lua "$LARGE/bf16" "$(nproc)" 64 8 2 | sed 's/^/    /' || echo "    FAILED"
+  echo "  bf16 a loop of toolkit patch calls, 10 positions at block 18 (through the prompt cache and without):"
+  "$SEER" tests/bench/patch_loop.lua "$LARGE/bf16" "$(nproc)" 10 18 2 | sed 's/^/    /' || echo "    FAILED"
 fi
 
 # Hooks: overhead of captures, built-in interventions and Lua function hooks against the same
