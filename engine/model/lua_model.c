@@ -290,9 +290,10 @@ static int first_hooked_block(const seer_hookset_t *hs, int n, int layers) {
  * in a batch, for hook functions; stop_at_layer (stop_arg): nil logits where the pass stopped;
  * start_at_layer (from_arg) with resid, the [n, hidden_size] residual entering that block
  * (seer_fwd_hooks_t.from; ids: n valid ids, not read). donors: a list of kept entries
- * (fwdkeep_ud) this call may run from: the one of its tokens and model state giving the most
- * blocks before the first its hooks act on (then the logits are the whole pass's, bit for bit, and
- * a third result names the entry's index); keep: the call returns, second, an entry of its own
+ * (fwdkeep_ud) and generators (their kept residuals, bres) this call may run from: the one of
+ * its tokens and model state giving the most blocks below which its hooks and the entry's do the
+ * same (then the logits are the whole pass's, bit for bit, and a third result names the entry's
+ * index); keep: the call returns, second, an entry of its own
  * (or nil: its hooks act at the embeddings or in block 0, or nowhere in a block; or no further
  * than the entry it ran from). Neither with hidden_states, stop_at_layer or start_at_layer, nor
  * on a GPU model. */
@@ -320,22 +321,34 @@ static int l_forward(lua_State *L) {
     int rc = (t || stop) && (h || !want_hidden) ? seer_kv_cache_new(&kv, m, n, &err) : seer_err_set(&err, SEER_ENOMEM, "out of memory");
     /* a kept residual to run from, and one to keep */
     int reuse = rc == 0 && !want_hidden && !stop && !from && seer_kv_cache_host(kv);
-    const fwdkeep_ud *d = NULL;
     int took = 0, at = 0, own = 0;
     uint64_t epoch = seer_model_state_epoch(m);
+    const float *dres = NULL;
     if (reuse && lua_istable(L, 9)) {
         int first = seer_hookset_blocks_alike(NULL, hs, n, c->num_layers); /* nothing acts before it */
         for (int i = 1; i <= (int)lua_objlen(L, 9); i++) {
             lua_rawgeti(L, 9, i);
             const fwdkeep_ud *k = luaL_testudata(L, -1, FWDKEEP_MT);
+            const gen_ud *g = k ? NULL : luaL_testudata(L, -1, GEN_MT);
             lua_pop(L, 1); /* the list in slot 9 keeps it alive */
-            if (!k || !k->res || k->m != m || k->epoch != epoch || k->n != n || k->block <= took || k->block > first ||
-                memcmp(k->ids, ids, sizeof(int32_t) * (size_t)n) != 0)
-                continue;
-            d = k, took = k->block, at = i;
+            if (k) {
+                if (!k->res || k->m != m || k->epoch != epoch || k->n != n || k->block <= took || k->block > first ||
+                    memcmp(k->ids, ids, sizeof(int32_t) * (size_t)n) != 0)
+                    continue;
+                dres = k->res, took = k->block, at = i;
+            } else if (g) {
+                /* a generation's prompt and the residual it kept (bres, computed with its KV rows
+                 * under kepoch): usable where its hooks and this call's do the same below that
+                 * block (both may act there: the same objects at the same points) */
+                if (!g->bres || !g->cache || g->m != m || !g->prefilled || g->kepoch != epoch || g->nprompt != n ||
+                    g->bblock <= took || memcmp(g->hist, ids, sizeof(int32_t) * (size_t)n) != 0 ||
+                    seer_hookset_blocks_alike(g->hooks, hs, n, c->num_layers) < g->bblock)
+                    continue;
+                dres = g->bres, took = g->bblock, at = i;
+            }
         }
     }
-    if (d) hk.from = took + 1, hk.resid = d->res;
+    if (dres) hk.from = took + 1, hk.resid = dres;
     fwdkeep_ud *mine = NULL;
     if (reuse && lua_toboolean(L, 10) && (own = first_hooked_block(hs, n, c->num_layers)) > took) {
         mine = lua_newuserdata(L, sizeof *mine);
@@ -348,14 +361,14 @@ static int l_forward(lua_State *L) {
         mine->res = malloc(sizeof(float) * (size_t)n * (size_t)c->hidden_size);
         if (!mine->ids || !mine->res) mine = NULL, own = 0; /* none kept: later calls compute their own */
     }
-    if (rc == 0 && (d || mine)) {
+    if (rc == 0 && (dres || mine)) {
         seer_batch_seq_t q = {.cache = kv, .tokens = ids, .n = n, .logits = seer_tensor_data(t), .all_logits = 1, .hk = &hk,
                               .save_block = mine ? own : 0, .save = mine ? mine->res : NULL};
         rc = seer_model_forward_batch(m, &q, 1, &err);
     } else if (rc == 0) {
         rc = seer_model_forward_hooked(m, kv, ids, n, t ? seer_tensor_data(t) : NULL, 1, h ? seer_tensor_data(h) : NULL, &hk, &err);
     }
-    if (rc == 0 && d) { /* its interventions count the rows below as if it had run them */
+    if (rc == 0 && dres) { /* its interventions count the rows below as if it had run them */
         seer_hookset_credit_blocks(hs, n, n, took);
         __atomic_add_fetch(&g_shared_block_rows, (uint64_t)n * (uint64_t)took, __ATOMIC_RELAXED);
     }
@@ -372,7 +385,7 @@ static int l_forward(lua_State *L) {
     }
     seer_tensor_push(L, t);
     seer_tensor_release(t);
-    if (reuse && (mine || d)) {
+    if (reuse && (mine || dres)) {
         if (mine) {
             memcpy(mine->ids, ids, sizeof(int32_t) * (size_t)n);
             mine->m = m, mine->n = n, mine->block = own, mine->epoch = epoch;
@@ -380,7 +393,7 @@ static int l_forward(lua_State *L) {
         } else {
             lua_pushnil(L);
         }
-        if (d) lua_pushinteger(L, at);
+        if (dres) lua_pushinteger(L, at);
         else lua_pushnil(L);
         return 3;
     }

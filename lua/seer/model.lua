@@ -542,7 +542,8 @@ end
 
 -- ---- the prompt cache (Model:prompt_cache) ----------------------------------------------------
 -- Entries {g = generator, bytes} (a generation's prompt) and {f = forward_keep, bytes} (the
--- residual a forward call kept, l_forward); each kind serves its own.
+-- residual a forward call kept, l_forward): generations take from generations; forward calls
+-- from both (a generation's kept residual; a forward entry holds no keys and values to give).
 -- Finished generators shrunk to their prompt (g:keep_prompt: the prompt's KV rows and logits),
 -- most recently used first (an entry a generation takes its prompt or beginning from moves to the
 -- front), at most PROMPT_CACHE_ENTRIES and `budget` bytes: the least recently used go first. A
@@ -572,12 +573,13 @@ local function pcache_donors(self)
   return #out > 0 and out or nil
 end
 
--- the residuals forward calls kept (C: l_forward's donors), nil when there are none
+-- the residuals forward calls and generations kept (C: l_forward's donors), nil when there are
+-- none
 function Model:_forward_donors()
   local pc = self._pcache
   if not pc or #pc.list == 0 then return nil end
   local out = {}
-  for _, e in ipairs(pc.list) do out[#out + 1] = e.f end
+  for _, e in ipairs(pc.list) do out[#out + 1] = e.f or e.g end
   return #out > 0 and out or nil
 end
 

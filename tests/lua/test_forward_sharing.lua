@@ -347,23 +347,48 @@ T.test("the prompt cache's forward entries: another model state, other tokens, b
   T.eq(m:prompt_cache().entries, 0, "budget 0 keeps nothing")
 end)
 
-T.test("the prompt cache holds generations and forward entries together: each serves its own kind", function()
+T.test("the prompt cache holds generations and forward entries together: a forward call takes a generation's kept residual", function()
   local m = seer.model.load(stories)
   local ref = check.load_uncached(stories)
   tensor.manual_seed(33)
   local v = tensor.randn(m.config.hidden_size)
   local p = "Once upon a time there was a little girl"
-  local n = #m.tokenizer:encode(p)
+  local ids_p = m.tokenizer:encode(p)
+  local n = #ids_p
   local g1 = m:with_hooks(steer(v, 3, 1), function() return m:generate(p, { max_new_tokens = 4 }) end)
-  local _, b1 = taken(function() return m:run_with_hooks(p, { fwd_hooks = steer(v, 3, 2) }) end)
-  T.eq(b1, 0, "a forward call does not take a generation's entry")
+  T.eq(m:prompt_cache().entries, 1, "the generation's entry")
+  local _, b1, lg1 = taken(function() return m:run_with_hooks(p, { fwd_hooks = steer(v, 3, 2) }) end)
+  T.eq(b1, 3 * n, "a forward call takes blocks 0-2 from the generation's kept residual")
+  same_values(lg1, ref:run_with_hooks(p, { fwd_hooks = steer(v, 3, 2) }), "its logits")
+  T.eq(m:prompt_cache().entries, 1, "and keeps nothing (its first hooked block is the generation's)")
   local _, b2 = taken(function() return m:with_hooks(steer(v, 3, 3), function() return m:generate(p, { max_new_tokens = 4 }) end) end)
   T.eq(b2, 3 * n, "a generation takes the blocks of the generation's entry")
-  local _, b3 = taken(function() return m:run_with_hooks(p, { fwd_hooks = steer(v, 3, 4) }) end)
-  T.eq(b3, 3 * n, "a forward call those of the forward entry")
-  T.eq(m:prompt_cache().entries, 3, "three entries: the two generations (one that took blocks keeps its prompt) and the first forward call")
+  local _, b3 = taken(function() return m:run_with_hooks(p, { fwd_hooks = steer(v, 4, 4) }) end)
+  T.eq(b3, 3 * n, "a forward call steering block 4 takes blocks 0-2")
+  T.eq(m:prompt_cache().entries, 3, "three entries: the two generations (one that took blocks keeps its prompt) and that call's (block 4)")
+  local _, b4 = taken(function() return m:run_with_hooks(p, { fwd_hooks = steer(v, 4, 5) }) end)
+  T.eq(b4, 4 * n, "the next at block 4 takes blocks 0-3 from that call's entry")
   local a = ref:with_hooks(steer(v, 3, 1), function() return ref:generate(p, { max_new_tokens = 4 }) end)
   T.eq(table.concat(g1.ids, ","), table.concat(a.ids, ","), "the generation's tokens")
+  -- a generation that saved its residual for a taker keeps it at the taker's block, with a hook
+  -- of both below it (the same object): a forward call with that hook takes it, and the hook's
+  -- rows below count as if the call had run them
+  m:prompt_cache(0)
+  m:prompt_cache(256 * 1024 * 1024)
+  local base = I.add(v, { strength = 0.5, positions = { 0, 1, 2 } })
+  local function with_base(b, s)
+    local h = steer(v, b, s)
+    h[2] = { "blocks.1.hook_resid_pre", base }
+    return h
+  end
+  m:generate_batch({ p, p }, { max_new_tokens = 3, per_sequence = { { hooks = with_base(3, 1) }, { hooks = with_base(3, -1) } } })
+  local _, b5, lg5 = taken(function() return m:run_with_hooks(p, { fwd_hooks = with_base(3, 2) }) end)
+  T.eq(b5, 3 * n, "blocks 0-2 taken past the shared hook at block 1")
+  T.eq(base:hits(), 3, "the hook's 3 positions counted for the call")
+  same_values(lg5, ref:run_with_hooks(p, { fwd_hooks = with_base(3, 2) }), "its logits")
+  local _, b6, lg6 = taken(function() return m:run_with_hooks(p, { fwd_hooks = steer(v, 3, 2) }) end)
+  T.eq(b6, 0, "without the hook at block 1: nothing taken (every kept residual has been through it)")
+  same_values(lg6, ref:run_with_hooks(p, { fwd_hooks = steer(v, 3, 2) }), "its logits")
 end)
 
 T.test("run_with_cache through the prompt cache: a loop of toolkit patch calls computes the blocks below the patched one once", function()
