@@ -370,6 +370,12 @@ T.test("the prompt cache holds generations and forward entries together: a forwa
   T.eq(b4, 4 * n, "the next at block 4 takes blocks 0-3 from that call's entry")
   local a = ref:with_hooks(steer(v, 3, 1), function() return ref:generate(p, { max_new_tokens = 4 }) end)
   T.eq(table.concat(g1.ids, ","), table.concat(a.ids, ","), "the generation's tokens")
+  -- under another GEMM threshold (another model state) the generations' residuals serve no one
+  check.at_gemm_min(16, function()
+    local _, b7, lg7 = taken(function() return m:run_with_hooks(p, { fwd_hooks = steer(v, 3, 6) }) end)
+    T.eq(b7, 0, "another model state: nothing taken from the generations")
+    same_values(lg7, ref:run_with_hooks(p, { fwd_hooks = steer(v, 3, 6) }), "its logits")
+  end)
   -- a generation that saved its residual for a taker keeps it at the taker's block, with a hook
   -- of both below it (the same object): a forward call with that hook takes it, and the hook's
   -- rows below count as if the call had run them
