@@ -660,9 +660,11 @@ end
 ---and whose hooks do the same to them takes them instead of computing the prompt again: sampling
 ---one prompt n times in a loop computes it once, and a battery run again computes none.
 ---An entry also gives its first positions (blocks of 64) to a prompt that begins as it does.
----A `forward` / `run_with_hooks` call on one sequence keeps the residual entering the first block
----its hooks act on, and a later such call on its tokens with no hook before that block runs from
----there (a loop of strengths steering one layer computes the blocks below it once).
+---A `forward` / `run_with_hooks` / `run_with_cache` call on one sequence keeps the residual
+---entering the first block its hooks act on, and a later such call on its tokens with no hook
+---before that block runs from there, or from the residual a generation of its tokens kept where
+---their hooks agree below it (a loop of strengths steering one layer computes the blocks below it
+---once).
 ---The results are the same bits (docs/model.md, *Batches*). `budget` sets the most bytes it
 ---holds (0: off, and what it holds is dropped); the default is 256 MiB on a CPU model; a GPU
 ---model has none. Returns what it holds.
