@@ -852,8 +852,7 @@ static int block_donor(gen_ud **gs, int i, const char *busy, const int *save, ui
  * block), where a sequence with its prompt and other hooks from there could start; 0: none (no
  * hook acts on its prompt inside a block, or one acts on the embeddings or in block 0). */
 static int own_block(const gen_ud *g) {
-    int layers = seer_model_config(g->m)->num_layers, b = seer_hookset_blocks_alike(g->hooks, NULL, g->nprompt, layers);
-    return b >= 1 && b < layers ? b : 0;
+    return first_hooked_block(g->hooks, g->nprompt, seer_model_config(g->m)->num_layers);
 }
 
 /* Gives g room for the residual entering `block` of its prompt (bres); 0, or -1 without memory. */
