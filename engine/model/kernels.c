@@ -1057,10 +1057,18 @@ void seer_k_linear_multi(seer_pool_t *p, int count, float *const *ys, const floa
         return;
     }
     for (int i = 0; i < count; i++) any |= gemm[i] = paths >= seer_k_linear_gemm_min(ws[i]);
-    /* a matrix on its GEMM path (AMX, OpenBLAS) goes matrix by matrix */
-    if (count > 1 && !any && seer_k_linear_dpbf16_multi(p, count, ys, x, n, ws, biases)) {
-        for (int i = 0; i < count; i++)
-            if (ws[i]->lora) seer_lora_apply_rows(p, ys[i], x, n, ws[i]->lora); /* as seer_k_linear_as would */
+    /* the fast bf16 kernel takes the matrices together; so does OpenBLAS when every matrix is on
+     * its GEMM path and no bf16 unit takes one (AMX goes matrix by matrix) */
+    int together = 0, blas = count > 1;
+    for (int i = 0; i < count && blas; i++) blas = gemm[i] && !seer_k_bf16_units_take(ws[i]);
+    if (count > 1 && !any) together = seer_k_linear_dpbf16_multi(p, count, ys, x, n, ws, biases);
+    else if (blas) together = seer_k_linear_blas_multi(p, count, ys, x, n, ws, biases, paths > n ? paths - n : 0);
+    if (together) {
+        for (int i = 0; i < count; i++) /* as seer_k_linear_as would */
+            if (ws[i]->lora) {
+                if (blas) seer_lora_apply(p, ys[i], x, n, ws[i]->lora, paths > n ? paths - n : 0);
+                else seer_lora_apply_rows(p, ys[i], x, n, ws[i]->lora);
+            }
         return;
     }
     for (int i = 0; i < count; i++) seer_k_linear_as(p, ys[i], x, n, ws[i], biases[i], gemm[i], paths > n ? paths - n : 0);

@@ -72,11 +72,16 @@ static int blas_ready(void) {
 
 #define ROW_BLOCK 256
 
+/* The row blocks of up to GEMM_MULTI matrices that read the same x (q, k and v; gate and up),
+ * numbered one after another: block b of the job is block b - first[i] of matrix i. */
+enum { GEMM_MULTI = 8 };
+
 typedef struct {
-    float *y;
+    float *const *ys;
     const float *x;
-    int n;
-    const seer_weight_t *w;
+    int n, count;
+    const seer_weight_t *const *ws;
+    size_t first[GEMM_MULTI + 1];
     int failed;
 } gemm_job;
 
@@ -95,23 +100,25 @@ static void widen_rows(const seer_weight_t *w, int64_t r0, int64_t nr, float *ds
 static void gemm_chunk(void *ctx, size_t begin, size_t end, int thread) {
     (void)thread;
     gemm_job *j = ctx;
-    const seer_weight_t *w = j->w;
-    int64_t rows = w->rows, cols = w->cols;
     float *scratch = NULL;
-    if (w->dtype != SEER_F32 && !(scratch = malloc((size_t)ROW_BLOCK * (size_t)cols * sizeof(float)))) {
-        j->failed = 1;
-        return;
-    }
+    int i = 0;
     for (size_t b = begin; b < end; b++) {
-        int64_t r0 = (int64_t)b * ROW_BLOCK;
+        while (b >= j->first[i + 1]) i++;
+        const seer_weight_t *w = j->ws[i];
+        int64_t rows = w->rows, cols = w->cols;
+        int64_t r0 = (int64_t)(b - j->first[i]) * ROW_BLOCK;
         int64_t nr = rows - r0 < ROW_BLOCK ? rows - r0 : ROW_BLOCK;
         const float *wf = (const float *)w->data + (size_t)r0 * (size_t)cols;
-        if (scratch) {
+        if (w->dtype != SEER_F32) {
+            if (!scratch && !(scratch = malloc((size_t)ROW_BLOCK * (size_t)cols * sizeof(float)))) {
+                j->failed = 1;
+                return;
+            }
             widen_rows(w, r0, nr, scratch);
             wf = scratch;
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->n, (int)nr, (int)cols, 1.0f, j->x, (int)cols, wf,
-                    (int)cols, 0.0f, j->y + r0, (int)rows);
+                    (int)cols, 0.0f, j->ys[i] + r0, (int)rows);
     }
     free(scratch);
 }
@@ -168,43 +175,59 @@ int seer_k_blas_row_period(void) {
     return g_row_period;
 }
 
-int seer_k_linear_blas(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias,
-                       int lead) {
-    if (!blas_ready()) return 0;
-    if (w->dtype != SEER_F32 && w->dtype != SEER_BF16 && w->dtype != SEER_F16) return 0;
-    int64_t rows = w->rows;
+static void add_bias(float *y, int n, int64_t rows, const seer_weight_t *bias) {
+    for (int t = 0; t < n; t++) {
+        float *yt = y + (size_t)t * (size_t)rows;
+        for (int64_t r = 0; r < rows; r++) {
+            float b = bias->dtype == SEER_F32   ? ((const float *)bias->data)[r]
+                      : bias->dtype == SEER_BF16 ? seer_bf16_to_f32(((const uint16_t *)bias->data)[r])
+                                                 : seer_f16_to_f32(((const uint16_t *)bias->data)[r]);
+            yt[r] += b;
+        }
+    }
+}
+
+int seer_k_linear_blas_multi(seer_pool_t *p, int count, float *const *ys, const float *x, int n, const seer_weight_t *const *ws,
+                             const seer_weight_t *const *biases, int lead) {
+    if (count < 1 || count > GEMM_MULTI || !blas_ready()) return 0;
+    const int64_t cols = ws[0]->cols;
+    for (int i = 0; i < count; i++)
+        if ((ws[i]->dtype != SEER_F32 && ws[i]->dtype != SEER_BF16 && ws[i]->dtype != SEER_F16) || ws[i]->cols != cols)
+            return 0;
     int period = lead > 0 ? seer_k_blas_row_period() : 0, pad = period ? lead % period : 0;
     if (pad) { /* zero rows in front, so that x's rows sit where the whole call put them */
-        float *xp = calloc((size_t)(pad + n) * (size_t)w->cols, sizeof(float));
-        float *yp = malloc(sizeof(float) * (size_t)(pad + n) * (size_t)rows);
-        int ok = xp && yp;
+        float *xp = calloc((size_t)(pad + n) * (size_t)cols, sizeof(float));
+        float *yp[GEMM_MULTI] = {0};
+        int ok = xp != NULL;
+        for (int i = 0; i < count && ok; i++) ok = (yp[i] = malloc(sizeof(float) * (size_t)(pad + n) * (size_t)ws[i]->rows)) != NULL;
         if (ok) {
-            memcpy(xp + (size_t)pad * (size_t)w->cols, x, sizeof(float) * (size_t)n * (size_t)w->cols);
-            ok = seer_k_linear_blas(p, yp, xp, pad + n, w, bias, 0);
-            if (ok) memcpy(y, yp + (size_t)pad * (size_t)rows, sizeof(float) * (size_t)n * (size_t)rows);
+            memcpy(xp + (size_t)pad * (size_t)cols, x, sizeof(float) * (size_t)n * (size_t)cols);
+            ok = seer_k_linear_blas_multi(p, count, yp, xp, pad + n, ws, biases, 0);
+            for (int i = 0; i < count && ok; i++)
+                memcpy(ys[i], yp[i] + (size_t)pad * (size_t)ws[i]->rows, sizeof(float) * (size_t)n * (size_t)ws[i]->rows);
         }
         free(xp);
-        free(yp);
+        for (int i = 0; i < count; i++) free(yp[i]);
         return ok;
     }
-    gemm_job j = {.y = y, .x = x, .n = n, .w = w};
-    size_t nblocks = (size_t)((rows + ROW_BLOCK - 1) / ROW_BLOCK);
-    size_t block_work = (size_t)ROW_BLOCK * (size_t)w->cols * (size_t)n;
+    /* every matrix's blocks in one pool job: a matrix of one block (k and v of a grouped-query
+     * layer) no longer leaves the other threads idle, and the blocks of gate and up split evenly;
+     * each block is the same sgemm call as alone, so the bits do not change */
+    gemm_job j = {.ys = ys, .x = x, .n = n, .count = count, .ws = ws};
+    for (int i = 0; i < count; i++) j.first[i + 1] = j.first[i] + (size_t)((ws[i]->rows + ROW_BLOCK - 1) / ROW_BLOCK);
+    size_t nblocks = j.first[count];
+    size_t block_work = (size_t)ROW_BLOCK * (size_t)cols * (size_t)n;
     size_t min_blocks = block_work >= 2 * SEER_PAR_WORK ? 1 : (2 * SEER_PAR_WORK + block_work - 1) / block_work;
     seer_pool_for(p, nblocks, min_blocks, gemm_chunk, &j);
     if (j.failed) return 0; /* out of memory for scratch: the register-blocked kernel needs none */
-    if (bias && bias->data) {
-        for (int t = 0; t < n; t++) {
-            float *yt = y + (size_t)t * (size_t)rows;
-            for (int64_t r = 0; r < rows; r++) {
-                float b = bias->dtype == SEER_F32   ? ((const float *)bias->data)[r]
-                          : bias->dtype == SEER_BF16 ? seer_bf16_to_f32(((const uint16_t *)bias->data)[r])
-                                                     : seer_f16_to_f32(((const uint16_t *)bias->data)[r]);
-                yt[r] += b;
-            }
-        }
-    }
+    for (int i = 0; i < count; i++)
+        if (biases && biases[i] && biases[i]->data) add_bias(ys[i], n, ws[i]->rows, biases[i]);
     return 1;
+}
+
+int seer_k_linear_blas(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias,
+                       int lead) {
+    return seer_k_linear_blas_multi(p, 1, &y, x, n, &w, &bias, lead);
 }
 
 /* ---- prefill attention as two GEMMs per head ----------------------------------------------

@@ -185,6 +185,12 @@ int seer_k_bf16_units_take(const seer_weight_t *w);
  * x's rows then get the bits they got in that call (seer_k_blas_row_period). */
 int seer_k_linear_blas(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias,
                        int lead);
+/* seer_k_linear_blas for up to 8 matrices of the same width against the same x (q, k and v; gate
+ * and up): their row blocks in one job on the pool, each the sgemm call it is alone (the same
+ * bits). 0 where seer_k_linear_blas would return 0 for one of them (the caller then computes
+ * every matrix another way). */
+int seer_k_linear_blas_multi(seer_pool_t *p, int count, float *const *ys, const float *x, int n, const seer_weight_t *const *ws,
+                             const seer_weight_t *const *biases, int lead);
 /* The row unit of OpenBLAS's sgemm tiles, found by trying it once per process (kernels_blas.c):
  * rows a call computes from an offset that is a multiple of it get the longer call's bits. 0:
  * none found, or no OpenBLAS. */

@@ -307,6 +307,82 @@ Test(kernels, linear_multi_same_bits_as_one_call_each) {
     for (int k = 0; k < 3; k++) seer_pool_free(pools[k]);
 }
 
+/* OpenBLAS's GEMM path over several matrices (seer_k_linear_blas_multi: every matrix's 256-row
+ * blocks in one job, so k and v of a grouped-query layer no longer run on one thread while the
+ * others wait): each matrix's outputs the bits of its own seer_k_linear_blas call, for f32, bf16
+ * and f16 weights, matrices of one block, several, and a short tail block, widths under and over
+ * sgemm's K block, with and without bias, a prompt's rest after a shared beginning (lead: the
+ * zero rows in front), 1 to 3 threads; and seer_k_linear_multi on the GEMM path the same. */
+Test(kernels, linear_multi_blas_same_bits_as_one_call_each) {
+    if (!seer_k_linear_blas(NULL, (float[1]){0}, (float[1]){1}, 1,
+                            &(seer_weight_t){.dtype = SEER_F32, .data = (float[1]){1}, .rows = 1, .cols = 1}, NULL, 0))
+        cr_skip_test("skipped: no OpenBLAS (Debian's libopenblas0-pthread); `make setup` installs it");
+    int old_min = seer_k_gemm_min_override(SEER_BLAS_MIN_TOKENS); /* the GEMM path from 16 tokens */
+    seer_pool_t *pools[3] = {seer_pool_new(1), seer_pool_new(2), seer_pool_new(3)};
+    static const int rows_[4] = {600, 256, 13, 1024};
+    static const int cols_[2] = {96, 300};
+    static const int ns[3] = {16, 17, 70};
+    static const int leads[3] = {0, 5, 24};
+    static const seer_dtype_t dts[3] = {SEER_F32, SEER_BF16, SEER_F16};
+    enum { NMAX = 70, RMAX = 1024, CMAX = 300 };
+    void *w[4], *b[4];
+    for (int i = 0; i < 4; i++) {
+        w[i] = malloc(sizeof(float) * (size_t)rows_[i] * CMAX);
+        b[i] = malloc(sizeof(float) * (size_t)rows_[i]);
+    }
+    float *x = malloc(sizeof(float) * NMAX * CMAX), *want = malloc(sizeof(float) * NMAX * RMAX), *got[4];
+    for (int i = 0; i < 4; i++) got[i] = malloc(sizeof(float) * NMAX * RMAX);
+    for (int k = 0; k < NMAX * CMAX; k++) x[k] = nrand() * 3;
+    int checked = 0;
+    for (int d = 0; d < 3; d++)
+        for (int c = 0; c < 2; c++) {
+            seer_weight_t W[4], B[4];
+            for (int i = 0; i < 4; i++) {
+                size_t nw = (size_t)rows_[i] * (size_t)cols_[c];
+                for (size_t k = 0; k < nw; k++) {
+                    float v = nrand() * 0.1f;
+                    if (dts[d] == SEER_F32) ((float *)w[i])[k] = v;
+                    else ((uint16_t *)w[i])[k] = dts[d] == SEER_BF16 ? seer_f32_to_bf16(v) : seer_f32_to_f16(v);
+                }
+                for (int k = 0; k < rows_[i]; k++) ((float *)b[i])[k] = nrand();
+                W[i] = (seer_weight_t){.dtype = dts[d], .data = w[i], .rows = rows_[i], .cols = cols_[c]};
+                B[i] = (seer_weight_t){.dtype = SEER_F32, .data = b[i], .rows = 1, .cols = rows_[i]};
+            }
+            for (int count = 2; count <= 4; count++)
+                for (int a = 0; a < 3; a++)
+                    for (int l = 0; l < 3; l++)
+                        for (int with_bias = 0; with_bias < 2; with_bias++)
+                            for (int k = 0; k < 3; k++)
+                                for (int via = 0; via < 2; via++) {
+                                    int n = ns[a], lead = leads[l];
+                                    float *ys[4];
+                                    const seer_weight_t *ws[4], *bs[4];
+                                    for (int i = 0; i < count; i++) {
+                                        ys[i] = got[i];
+                                        ws[i] = &W[i];
+                                        bs[i] = with_bias && i != 1 ? &B[i] : NULL;
+                                        memset(got[i], 0xff, sizeof(float) * (size_t)n * (size_t)rows_[i]);
+                                    }
+                                    if (via) seer_k_linear_multi(pools[k], count, ys, x, n, ws, bs, n + lead);
+                                    else cr_assert(seer_k_linear_blas_multi(pools[k], count, ys, x, n, ws, bs, lead));
+                                    for (int i = 0; i < count; i++) {
+                                        cr_assert(seer_k_linear_blas(pools[0], want, x, n, ws[i], bs[i], lead));
+                                        cr_assert(!memcmp(want, got[i], sizeof(float) * (size_t)n * (size_t)rows_[i]),
+                                                  "dtype %d, %d columns, %d matrices, %d tokens after %d, bias %d, %d thread(s), "
+                                                  "%s: matrix %d differs from its own call",
+                                                  (int)dts[d], cols_[c], count, n, lead, with_bias, k + 1,
+                                                  via ? "seer_k_linear_multi" : "seer_k_linear_blas_multi", i);
+                                    }
+                                    checked++;
+                                }
+        }
+    cr_assert_eq(checked, 3 * 2 * 3 * 3 * 3 * 2 * 3 * 2);
+    seer_k_gemm_min_override(old_min);
+    for (int i = 0; i < 4; i++) free(w[i]), free(b[i]), free(got[i]);
+    free(x), free(want);
+    for (int k = 0; k < 3; k++) seer_pool_free(pools[k]);
+}
+
 Test(kernels, amx_linear_bf16_weights) {
     if (!seer_k_have_amx()) {
         cr_skip_test("skipped: this CPU (or kernel) has no AMX-BF16; bf16 prefill uses OpenBLAS here");
