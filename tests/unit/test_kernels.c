@@ -324,16 +324,18 @@ Test(kernels, linear_multi_blas_same_bits_as_one_call_each) {
     static const int ns[3] = {16, 17, 70};
     static const int leads[3] = {0, 5, 24};
     static const seer_dtype_t dts[3] = {SEER_F32, SEER_BF16, SEER_F16};
-    enum { NMAX = 70, RMAX = 1024, CMAX = 300 };
+    enum { NMAX = 70, RMAX = 1024, CMAX = 300, LMAX = 24 };
     void *w[4], *b[4];
     for (int i = 0; i < 4; i++) {
         w[i] = malloc(sizeof(float) * (size_t)rows_[i] * CMAX);
         b[i] = malloc(sizeof(float) * (size_t)rows_[i]);
     }
-    float *x = malloc(sizeof(float) * NMAX * CMAX), *want = malloc(sizeof(float) * NMAX * RMAX), *got[4];
+    /* xl: a beginning of up to LMAX rows (of any width up to CMAX), then the rows x points at */
+    float *xl = malloc(sizeof(float) * (LMAX + NMAX) * CMAX), *x = xl + (size_t)LMAX * CMAX;
+    float *want = malloc(sizeof(float) * NMAX * RMAX), *whole = malloc(sizeof(float) * (LMAX + NMAX) * RMAX), *got[4];
     for (int i = 0; i < 4; i++) got[i] = malloc(sizeof(float) * NMAX * RMAX);
-    for (int k = 0; k < NMAX * CMAX; k++) x[k] = nrand() * 3;
-    int checked = 0;
+    for (int k = 0; k < (LMAX + NMAX) * CMAX; k++) xl[k] = nrand() * 3;
+    int checked = 0, wholes = 0, period = seer_k_blas_row_period();
     for (int d = 0; d < 3; d++)
         for (int c = 0; c < 2; c++) {
             seer_weight_t W[4], B[4];
@@ -372,14 +374,22 @@ Test(kernels, linear_multi_blas_same_bits_as_one_call_each) {
                                                   "%s: matrix %d differs from its own call",
                                                   (int)dts[d], cols_[c], count, n, lead, with_bias, k + 1,
                                                   via ? "seer_k_linear_multi" : "seer_k_linear_blas_multi", i);
+                                        if (!lead || !period) continue;
+                                        /* the rows after a beginning: the whole prompt's call's bits */
+                                        cr_assert(seer_k_linear_blas(pools[0], whole, x - (size_t)lead * (size_t)cols_[c], lead + n, ws[i], bs[i], 0));
+                                        cr_assert(!memcmp(whole + (size_t)lead * (size_t)rows_[i], got[i], sizeof(float) * (size_t)n * (size_t)rows_[i]),
+                                                  "dtype %d, %d columns, %d matrices, %d tokens after %d, %d thread(s): matrix %d "
+                                                  "differs from the whole prompt's rows", (int)dts[d], cols_[c], count, n, lead, k + 1, i);
+                                        wholes++;
                                     }
                                     checked++;
                                 }
         }
     cr_assert_eq(checked, 3 * 2 * 3 * 3 * 3 * 2 * 3 * 2);
+    cr_assert(!period || wholes > 0);
     seer_k_gemm_min_override(old_min);
     for (int i = 0; i < 4; i++) free(w[i]), free(b[i]), free(got[i]);
-    free(x), free(want);
+    free(xl), free(want), free(whole);
     for (int k = 0; k < 3; k++) seer_pool_free(pools[k]);
 }
 
