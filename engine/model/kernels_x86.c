@@ -409,9 +409,9 @@ int seer_k_attention_small(seer_pool_t *p, const seer_attn_params_t *a) {
 }
 
 /* ---- RMSNorm ----------------------------------------------------------------------------------
- * The mean square is summed in double, as the portable loop in kernels.c does (8 lanes, two
- * accumulators: a different order of double additions, the same float after rounding in all
- * but ties). */
+ * The mean square is summed in double, as the portable loop in kernels.c does (16 lanes: a
+ * different order of double additions, the same float after rounding in all but ties); AVX-512
+ * and AVX2 in the same order, so every x86 CPU seer has a vector path on gives the same bits. */
 #ifdef SEER_X86
 __attribute__((target("avx512f,avx512dq,avx512vl"))) static void rmsnorm_avx512(float *y, const float *x, int n, int d,
                                                                                  const seer_weight_t *w, float eps,
@@ -446,12 +446,58 @@ __attribute__((target("avx512f,avx512dq,avx512vl"))) static void rmsnorm_avx512(
         }
     }
 }
+
+/* The same sums on AVX2 in the same order: AVX-512's two 8-lane accumulators as four of 4 lanes
+ * (a0/a1 the low and high halves of the first, b0/b1 of the second), reduced as GCC's
+ * _mm512_reduce_add_pd does (the 8 lanes' upper half onto the lower, then 4 onto 2, then 2 onto 1),
+ * so an AVX2 and an AVX-512 CPU give a row the same bits (tests/unit/test_kernels.c). */
+__attribute__((target("avx2,fma,f16c"))) static void rmsnorm_avx2(float *y, const float *x, int n, int d,
+                                                             const seer_weight_t *w, float eps, int one_plus) {
+    for (int t = 0; t < n; t++) {
+        const float *xt = x + (size_t)t * (size_t)d;
+        float *yt = y + (size_t)t * (size_t)d;
+        __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd(), b0 = _mm256_setzero_pd(), b1 = _mm256_setzero_pd();
+        int i = 0;
+        for (; i + 16 <= d; i += 16) {
+            __m256 lo = _mm256_loadu_ps(xt + i), hi = _mm256_loadu_ps(xt + i + 8);
+            __m256d l0 = _mm256_cvtps_pd(_mm256_castps256_ps128(lo)), l1 = _mm256_cvtps_pd(_mm256_extractf128_ps(lo, 1));
+            __m256d h0 = _mm256_cvtps_pd(_mm256_castps256_ps128(hi)), h1 = _mm256_cvtps_pd(_mm256_extractf128_ps(hi, 1));
+            a0 = _mm256_fmadd_pd(l0, l0, a0);
+            a1 = _mm256_fmadd_pd(l1, l1, a1);
+            b0 = _mm256_fmadd_pd(h0, h0, b0);
+            b1 = _mm256_fmadd_pd(h1, h1, b1);
+        }
+        __m256d u = _mm256_add_pd(_mm256_add_pd(a1, b1), _mm256_add_pd(a0, b0)); /* lanes 4-7 + lanes 0-3 */
+        __m128d v = _mm_add_pd(_mm256_extractf128_pd(u, 1), _mm256_castpd256_pd128(u));
+        double ss = _mm_cvtsd_f64(v) + _mm_cvtsd_f64(_mm_unpackhi_pd(v, v));
+        for (; i < d; i++) ss += (double)xt[i] * xt[i];
+        float inv = 1.0f / sqrtf((float)(ss / d) + eps);
+        __m256 vinv = _mm256_set1_ps(inv), one = _mm256_set1_ps(one_plus ? 1.0f : 0.0f);
+        i = 0;
+        for (; i + 8 <= d; i += 8) {
+            __m256 wv;
+            if (w->dtype == SEER_F32) wv = _mm256_loadu_ps((const float *)w->data + i);
+            else if (w->dtype == SEER_BF16)
+                wv = _mm256_castsi256_ps(_mm256_slli_epi32(
+                    _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)w->data + i))), 16));
+            else wv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)w->data + i)));
+            _mm256_storeu_ps(yt + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(xt + i), vinv), _mm256_add_ps(one, wv)));
+        }
+        for (; i < d; i++) {
+            float wi = seer_w_load(w, (size_t)i);
+            yt[i] = (xt[i] * inv) * (one_plus ? 1.0f + wi : wi);
+        }
+    }
+}
 #endif
 
 int seer_k_rmsnorm_fast(float *y, const float *x, int n, int d, const seer_weight_t *w, float eps, int one_plus) {
 #ifdef SEER_X86
-    if (seer_k_have_avx512() && (w->dtype == SEER_F32 || w->dtype == SEER_BF16 || w->dtype == SEER_F16)) {
-        rmsnorm_avx512(y, x, n, d, w, eps, one_plus);
+    if (w->dtype == SEER_F32 || w->dtype == SEER_BF16 || w->dtype == SEER_F16) {
+        if (seer_k_have_avx512()) rmsnorm_avx512(y, x, n, d, w, eps, one_plus);
+        else if (seer_k_have_avx2() && (w->dtype != SEER_F16 || __builtin_cpu_supports("f16c")))
+            rmsnorm_avx2(y, x, n, d, w, eps, one_plus);
+        else return 0;
         return 1;
     }
 #endif

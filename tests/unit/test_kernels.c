@@ -307,6 +307,72 @@ Test(kernels, linear_multi_same_bits_as_one_call_each) {
     for (int k = 0; k < 3; k++) seer_pool_free(pools[k]);
 }
 
+/* RMSNorm against its definition, bit for bit on x86 with AVX2 or AVX-512: the mean square summed
+ * in double over 16 lanes (element i in lane i % 16 while 16 remain), the lanes reduced as
+ * 8 + 8, 4 + 4, 2 + 2, 1 + 1, the rest added in order; then y = (x * inv) * (w, or 1 + w). Rows
+ * shorter than, equal to and longer than 16, tails of every length mod 16 and 8, f32, bf16 and
+ * f16 weights, both forms of the weight, y aliasing x. Elsewhere (the portable loop) within a
+ * float's rounding. */
+static void rmsnorm_ref(float *y, const float *x, int d, const float *wf, float eps, int one_plus) {
+    double lane[16] = {0}, s8[8], u4[4], v2[2];
+    int i = 0;
+    for (; i + 16 <= d; i += 16)
+        for (int k = 0; k < 16; k++) lane[k] += (double)x[i + k] * x[i + k];
+    for (int k = 0; k < 8; k++) s8[k] = lane[k] + lane[k + 8];
+    for (int k = 0; k < 4; k++) u4[k] = s8[k + 4] + s8[k];
+    for (int k = 0; k < 2; k++) v2[k] = u4[k + 2] + u4[k];
+    double ss = v2[0] + v2[1];
+    for (; i < d; i++) ss += (double)x[i] * x[i];
+    float inv = 1.0f / sqrtf((float)(ss / d) + eps);
+    for (int j = 0; j < d; j++) y[j] = (x[j] * inv) * (one_plus ? 1.0f + wf[j] : wf[j]);
+}
+
+Test(kernels, rmsnorm_bits_on_every_path) {
+    static const int ds[] = {1, 7, 8, 15, 16, 17, 24, 31, 64, 100, 1024, 2304, 4099};
+    static const seer_dtype_t dts[3] = {SEER_F32, SEER_BF16, SEER_F16};
+    enum { DMAX = 4099, N = 3 };
+    int exact = seer_k_have_avx2();
+    float *x = malloc(sizeof(float) * N * DMAX), *y = malloc(sizeof(float) * N * DMAX), *want = malloc(sizeof(float) * DMAX);
+    float *wf = malloc(sizeof(float) * DMAX), *w32 = malloc(sizeof(float) * DMAX);
+    uint16_t *w16 = malloc(sizeof(uint16_t) * DMAX);
+    int checked = 0;
+    for (size_t a = 0; a < sizeof ds / sizeof *ds; a++)
+        for (int dt = 0; dt < 3; dt++)
+            for (int one_plus = 0; one_plus < 2; one_plus++)
+                for (int alias = 0; alias < 2; alias++) {
+                    int d = ds[a];
+                    for (int i = 0; i < d; i++) {
+                        float v = nrand() * 0.5f + (one_plus ? 0.0f : 1.0f);
+                        if (dts[dt] == SEER_F32) wf[i] = w32[i] = v;
+                        else if (dts[dt] == SEER_BF16) wf[i] = seer_bf16_to_f32(w16[i] = seer_f32_to_bf16(v));
+                        else wf[i] = seer_f16_to_f32(w16[i] = seer_f32_to_f16(v));
+                    }
+                    for (int i = 0; i < N * d; i++) x[i] = nrand() * (float)(1 + i % 13) * (i % 97 == 0 ? 300.0f : 1.0f);
+                    seer_weight_t W = {.dtype = dts[dt], .data = dts[dt] == SEER_F32 ? (void *)w32 : (void *)w16, .rows = 1, .cols = d};
+                    float *out = alias ? x : y;
+                    float *xin = malloc(sizeof(float) * N * (size_t)d);
+                    memcpy(xin, x, sizeof(float) * N * (size_t)d);
+                    seer_k_rmsnorm(out, x, N, d, &W, 1e-5f, one_plus);
+                    for (int t = 0; t < N; t++) {
+                        rmsnorm_ref(want, xin + (size_t)t * d, d, wf, 1e-5f, one_plus);
+                        for (int i = 0; i < d; i++) {
+                            float got = out[(size_t)t * d + i];
+                            if (exact)
+                                cr_assert(!memcmp(&got, &want[i], sizeof got),
+                                          "d %d dtype %d one_plus %d alias %d: y[%d][%d] = %.9g, by definition %.9g", d,
+                                          (int)dts[dt], one_plus, alias, t, i, got, want[i]);
+                            else
+                                cr_assert(fabsf(got - want[i]) <= 4e-7f * fabsf(want[i]) + 1e-30f, "d %d: y[%d][%d] = %.9g, %.9g", d, t, i, got,
+                                          want[i]);
+                        }
+                    }
+                    free(xin);
+                    checked++;
+                }
+    cr_assert_eq(checked, 13 * 3 * 2 * 2);
+    free(x), free(y), free(want), free(wf), free(w32), free(w16);
+}
+
 /* OpenBLAS's GEMM path over several matrices (seer_k_linear_blas_multi: every matrix's 256-row
  * blocks in one job, so k and v of a grouped-query layer no longer run on one thread while the
  * others wait): each matrix's outputs the bits of its own seer_k_linear_blas call, for f32, bf16
