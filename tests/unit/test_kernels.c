@@ -370,6 +370,41 @@ Test(kernels, rmsnorm_bits_on_every_path) {
                     checked++;
                 }
     cr_assert_eq(checked, 13 * 3 * 2 * 2);
+    /* The order of the additions, made visible: rows whose large squares sum exactly to d times a
+     * float midpoint (2 + 2^-23: rounded to even, down to 2, whose 1 / sqrt differs from the float
+     * above's) and squares of 2^-48 that a lane holding 64 absorbs but lanes holding less keep,
+     * which then add up to a float-visible amount (the mean rounds up) or not, by where they sit.
+     * The sequential sum, or another pairing of the lanes, gives other floats in some rows. */
+    if (exact) {
+        /* squares summing to 64 + 2^-18, 80 + 5 * 2^-20 and 128 + 2^-17: d * (2 + 2^-23) */
+        static const float bigs[3][4] = {{8, 0x1p-9f}, {8, 4, 0x1p-9f, 0x1p-10f}, {8, 8, 0x1p-9f, 0x1p-9f}};
+        const float inv_down = 1.0f / sqrtf(2.0f);
+        int ups = 0, downs = 0;
+        for (int cfg = 0; cfg < 3; cfg++) {
+            int d = cfg == 0 ? 32 : cfg == 1 ? 40 : 64, nb = cfg == 0 ? 2 : 4;
+            for (int i = 0; i < d; i++) w32[i] = 1.0f;
+            seer_weight_t W = {.dtype = SEER_F32, .data = w32, .rows = 1, .cols = d};
+            for (int trial = 0; trial < 600; trial++) {
+                int pos[64];
+                for (int i = 0; i < d; i++) pos[i] = i;
+                for (int i = d - 1; i > 0; i--) { /* a random order of the positions */
+                    int j = (int)(urand() * (i + 1)), tmp = pos[i];
+                    pos[i] = pos[j], pos[j] = tmp;
+                }
+                memset(x, 0, sizeof(float) * (size_t)d);
+                for (int b = 0; b < nb; b++) x[pos[b]] = (urand() < 0.5 ? -1 : 1) * bigs[cfg][b];
+                int smalls = 1 + (int)(urand() * 14);
+                for (int k = 0; k < smalls; k++) x[pos[nb + k]] = (urand() < 0.5 ? -1 : 1) * 0x1p-24f;
+                seer_k_rmsnorm(y, x, 1, d, &W, 0.0f, 0);
+                rmsnorm_ref(want, x, d, w32, 0.0f, 0);
+                cr_assert(!memcmp(y, want, sizeof(float) * (size_t)d), "d %d trial %d: the additions were not made in the definition's order",
+                          d, trial);
+                if (want[pos[0]] != x[pos[0]] * inv_down) ups++; /* x[pos[0]] is +-8: exact */
+                else downs++;
+            }
+        }
+        cr_assert(ups > 100 && downs > 100, "the rows must round both ways (%d up, %d down)", ups, downs);
+    }
     free(x), free(y), free(want), free(wf), free(w32), free(w16);
 }
 
