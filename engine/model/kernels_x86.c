@@ -271,6 +271,29 @@ __attribute__((target("avx512f"))) static void scale_avx512(float *v, int n, flo
     for (; i + 16 <= n; i += 16) _mm512_storeu_ps(v + i, _mm512_mul_ps(_mm512_loadu_ps(v + i), k));
     for (; i < n; i++) v[i] *= s;
 }
+
+/* The same on AVX2. The maximum of floats is the same whatever the order (a row holding a NaN
+ * comes out all NaN either way: exp of it, or of anything less it, is NaN), and each product is
+ * one rounding, so these give the portable loops' bits. */
+__attribute__((target("avx2"))) static float max_avx2(const float *v, int n) {
+    __m256 m = _mm256_set1_ps(-INFINITY);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(v + i));
+    float lanes[8], mx = -INFINITY;
+    _mm256_storeu_ps(lanes, m);
+    for (int k = 0; k < 8; k++)
+        if (lanes[k] > mx) mx = lanes[k];
+    for (; i < n; i++)
+        if (v[i] > mx) mx = v[i];
+    return mx;
+}
+
+__attribute__((target("avx2"))) static void scale_avx2(float *v, int n, float s) {
+    __m256 k = _mm256_set1_ps(s);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(v + i, _mm256_mul_ps(_mm256_loadu_ps(v + i), k));
+    for (; i < n; i++) v[i] *= s;
+}
 #endif
 
 void seer_k_softmax_row(float *row, int f, int l, int len, float softcap) {
@@ -282,6 +305,9 @@ void seer_k_softmax_row(float *row, int f, int l, int len, float softcap) {
     if (seer_k_have_avx512()) {
         mx = max_avx512(v, n);
         scale_avx512(v, n, 1.0f / seer_k_exp_sub_sum(v, n, mx));
+    } else if (seer_k_have_avx2()) {
+        mx = max_avx2(v, n);
+        scale_avx2(v, n, 1.0f / seer_k_exp_sub_sum(v, n, mx));
     } else
 #endif
     {

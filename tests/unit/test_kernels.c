@@ -72,6 +72,38 @@ Test(kernels, softmax_row_ranges_and_softcap) {
             }
 }
 
+/* The vector paths of the softmax (AVX-512, AVX2) give the portable loop's bits: the maximum
+ * (anywhere: in the vector part or the tail, among -inf entries), the sum of exps, one product
+ * per entry; a row holding a NaN comes out all NaN. */
+Test(kernels, softmax_row_bits_as_the_portable_loop) {
+    enum { L = 53 };
+    int checked = 0;
+    for (int n = 1; n <= L; n++)
+        for (int at = 0; at < n; at += 1 + n / 6)
+            for (int kind = 0; kind < 3; kind++) {
+                float row[L], want[L];
+                for (int i = 0; i < n; i++) row[i] = nrand() * 4 - 2;
+                row[at] = 9.5f; /* the maximum */
+                if (kind == 1)
+                    for (int i = 0; i < n; i += 3)
+                        if (i != at) row[i] = -INFINITY; /* masked */
+                if (kind == 2) row[(at * 7 + 3) % n] = NAN;
+                memcpy(want, row, sizeof row);
+                float mx = -INFINITY;
+                for (int i = 0; i < n; i++)
+                    if (want[i] > mx) mx = want[i];
+                float inv = 1.0f / seer_k_exp_sub_sum(want, n, mx);
+                for (int i = 0; i < n; i++) want[i] *= inv;
+                seer_k_softmax_row(row, 0, n - 1, n, 0.0f);
+                for (int i = 0; i < n; i++) {
+                    if (kind == 2) cr_assert(isnan(row[i]) && isnan(want[i]), "n %d: entry %d of a row with a NaN is %g", n, i, row[i]);
+                    else cr_assert(!memcmp(&row[i], &want[i], sizeof(float)), "n %d max at %d kind %d: entry %d %.9g, the loop's %.9g", n, at, kind, i, row[i], want[i]);
+                }
+                checked++;
+            }
+    cr_assert(checked > 400);
+}
+
 Test(kernels, rmsnorm_all_weight_dtypes) {
     enum { N = 3, D = 67 };
     float x[N * D], y[N * D], wf[D];
