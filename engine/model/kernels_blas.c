@@ -86,15 +86,8 @@ typedef struct {
 } gemm_job;
 
 static void widen_rows(const seer_weight_t *w, int64_t r0, int64_t nr, float *dst) {
-    int64_t cols = w->cols;
-    for (int64_t r = 0; r < nr; r++) {
-        const uint16_t *src = (const uint16_t *)w->data + (size_t)(r0 + r) * (size_t)cols;
-        float *out = dst + (size_t)r * (size_t)cols;
-        if (w->dtype == SEER_BF16)
-            for (int64_t c = 0; c < cols; c++) out[c] = seer_bf16_to_f32(src[c]);
-        else
-            for (int64_t c = 0; c < cols; c++) out[c] = seer_f16_to_f32(src[c]);
-    }
+    seer_k_widen16(dst, (const uint16_t *)w->data + (size_t)r0 * (size_t)w->cols, (size_t)nr * (size_t)w->cols,
+                   w->dtype == SEER_BF16);
 }
 
 static void gemm_chunk(void *ctx, size_t begin, size_t end, int thread) {
@@ -275,10 +268,8 @@ static void attn_gemm_chunk(void *ctx, size_t begin, size_t end, int thread) {
             } else {
                 for (int p = 0; p < lb; p++) {
                     const uint16_t *kr = a->kc16 + (size_t)(k0 + p) * (size_t)kvd + kv_off, *vr = a->vc16 + (size_t)(k0 + p) * (size_t)kvd + kv_off;
-                    for (int i = 0; i < hd; i++) {
-                        kw[(size_t)p * (size_t)hd + (size_t)i] = seer_bf16_to_f32(kr[i]);
-                        vw[(size_t)p * (size_t)hd + (size_t)i] = seer_bf16_to_f32(vr[i]);
-                    }
+                    seer_k_widen16(kw + (size_t)p * (size_t)hd, kr, (size_t)hd, 1);
+                    seer_k_widen16(vw + (size_t)p * (size_t)hd, vr, (size_t)hd, 1);
                 }
             }
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nb, lb, hd, a->scale,

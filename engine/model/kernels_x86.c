@@ -434,6 +434,31 @@ int seer_k_attention_small(seer_pool_t *p, const seer_attn_params_t *a) {
 #endif
 }
 
+/* ---- widening 16-bit weights ------------------------------------------------------------------
+ * bf16 (a shift) and f16 (F16C) to f32, exact either way: the GEMM path widens a block of rows
+ * of 16-bit weights for OpenBLAS (kernels_blas.c). */
+#ifdef SEER_X86
+__attribute__((target("avx2,f16c"))) static void widen16_avx2(float *dst, const uint16_t *src, size_t n, int bf16) {
+    size_t i = 0;
+    if (bf16)
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + i))), 16)));
+    else
+        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+    for (; i < n; i++) dst[i] = bf16 ? seer_bf16_to_f32(src[i]) : seer_f16_to_f32(src[i]);
+}
+#endif
+
+void seer_k_widen16(float *dst, const uint16_t *src, size_t n, int bf16) {
+#ifdef SEER_X86
+    if (seer_k_have_avx2() && __builtin_cpu_supports("f16c")) {
+        widen16_avx2(dst, src, n, bf16);
+        return;
+    }
+#endif
+    for (size_t i = 0; i < n; i++) dst[i] = bf16 ? seer_bf16_to_f32(src[i]) : seer_f16_to_f32(src[i]);
+}
+
 /* ---- RMSNorm ----------------------------------------------------------------------------------
  * The mean square is summed in double, as the portable loop in kernels.c does (16 lanes: a
  * different order of double additions, the same float after rounding in all but ties); AVX-512

@@ -222,6 +222,8 @@ void seer_k_axpy(float *o, float w, const float *v, int n);
 /* The same with b / v a bf16 cache row, widened exactly: the bits seer_k_dot / seer_k_axpy give
  * on the widened row, and the per-token attention kernel on a bf16 cache. */
 float seer_k_dot_bf16(const float *a, const uint16_t *b, int n);
+/* dst[i] = src[i] widened to f32 (bf16 when bf16, else f16), exactly. */
+void seer_k_widen16(float *dst, const uint16_t *src, size_t n, int bf16);
 void seer_k_axpy_bf16(float *o, float w, const uint16_t *v, int n);
 /* y[n][out] += scale * B . (A . x) for an unmerged, enabled LoRA adapter on a weight (lora.c);
  * a no-op when the adapter is disabled. */

@@ -104,6 +104,33 @@ Test(kernels, softmax_row_bits_as_the_portable_loop) {
     cr_assert(checked > 400);
 }
 
+/* Widening 16-bit weights for the GEMM path: every one of the 65536 bf16 and f16 values
+ * (infinities, subnormals, NaNs: a NaN, F16C sets a signalling one's quiet bit) gives the scalar
+ * conversion's bits, at every tail length, and nothing past the end is written. */
+Test(kernels, widen16_every_value) {
+    enum { N = 65536 + 13 };
+    uint16_t *src = malloc(sizeof(uint16_t) * N);
+    float *dst = malloc(sizeof(float) * N), *want = malloc(sizeof(float) * N);
+    for (int i = 0; i < N; i++) src[i] = (uint16_t)(i * 40503u); /* odd: every value once in the first 65536 */
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        for (int i = 0; i < N; i++) want[i] = bf16 ? seer_bf16_to_f32(src[i]) : seer_f16_to_f32(src[i]);
+        for (int len = N - 15; len <= N; len++) {
+            memset(dst, 0xff, sizeof(float) * N);
+            seer_k_widen16(dst, src, (size_t)len, bf16);
+            for (int i = 0; i < N; i++) {
+                uint32_t g, w = 0xffffffffu;
+                memcpy(&g, &dst[i], 4);
+                if (i < len) memcpy(&w, &want[i], 4);
+                if (i < len && isnan(want[i]) && isnan(dst[i])) continue; /* F16C quiets a signalling NaN */
+                if (g != w)
+                    cr_assert_fail("%s %04x at %d (length %d): %08x, want %08x (past the end: never written)", bf16 ? "bf16" : "f16",
+                             src[i], i, len, g, w);
+            }
+        }
+    }
+    free(src), free(dst), free(want);
+}
+
 Test(kernels, rmsnorm_all_weight_dtypes) {
     enum { N = 3, D = 67 };
     float x[N * D], y[N * D], wf[D];
