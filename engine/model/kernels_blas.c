@@ -3,8 +3,10 @@
  * are cut into fixed blocks of ROW_BLOCK rows, whatever the thread count, and seer's own pool
  * hands the blocks to threads that each run a single-threaded sgemm: every call has the same
  * shape, so OpenBLAS picks the same kernel and sums each element in the same order, and results
- * (and seeded generations) do not depend on SEER_THREADS. bf16/f16 weights are widened a block
- * of rows at a time into per-thread scratch, never into a full f32 copy.
+ * (and seeded generations) do not depend on SEER_THREADS. Matrices that read the same x (q, k
+ * and v; gate and up) are one job of all their blocks (seer_k_linear_blas_multi). bf16/f16
+ * weights are widened a block of rows at a time into per-thread scratch, never into a full f32
+ * copy.
  *
  * OpenBLAS is loaded with dlopen on first use, after OPENBLAS_NUM_THREADS=1 is set: loaded at
  * start-up it would spawn a thread per core that spins beside seer's pool (measured: 35 ms
