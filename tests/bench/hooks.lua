@@ -7,6 +7,10 @@
 local dir, prefill, decode = arg[1], tonumber(arg[2] or 128), tonumber(arg[3] or 32)
 local I = require "seer.interventions"
 local model = seer.model.load(dir)
+-- Every case computes its whole pass: with the prompt cache on, a forward of the same tokens
+-- takes what an earlier one kept (the plain forward its logits, one add the blocks below it),
+-- which would make the hooks look dearer than they are.
+model:prompt_cache(0)
 local V, D, L = model.config.vocab_size, model.config.hidden_size, model.config.num_hidden_layers
 local ids = {}
 for i = 1, prefill do ids[i] = (i * 7919) % V end

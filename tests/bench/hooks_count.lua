@@ -5,6 +5,7 @@
 local I = require "seer.interventions"
 local dir, phase, mode = arg[1], arg[2], arg[3]
 local model = seer.model.load(dir)
+model:prompt_cache(0) -- each forward computes its whole pass (a repeat would take an earlier one's blocks)
 if mode == "load" then return end
 local V, D, L = model.config.vocab_size, model.config.hidden_size, model.config.num_hidden_layers
 local ids = {}
