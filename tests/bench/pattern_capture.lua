@@ -10,6 +10,9 @@ if not (path and threads and n and rounds) then
   os.exit(2)
 end
 local m = seer.model.load(path, { threads = threads, tokenizer = false })
+-- every call computes its whole pass: through the prompt cache, a later round's plain forward
+-- and one layer's capture would take the blocks below that layer from this round's
+m:prompt_cache(0)
 local ids = { 1 }
 for i = 2, n do ids[i] = (i * 7919) % (m.config.vocab_size - 3) + 3 end
 m:forward({ 1, 2, 3 }) -- warm-up: pages the weights in
