@@ -464,6 +464,27 @@ void seer_k_widen16(float *dst, const uint16_t *src, size_t n, int bf16) {
  * different order of double additions, the same float after rounding in all but ties); AVX-512
  * and AVX2 in the same order, so every x86 CPU seer has a vector path on gives the same bits. */
 #ifdef SEER_X86
+/* y = (x * inv) * (w, or 1 + w) for one row: each product one rounding, so any vector width
+ * gives these bits; the AVX-512 and AVX2 norms both end here. */
+__attribute__((target("avx2,fma,f16c"))) static void rmsnorm_scale_avx2(float *yt, const float *xt, int d, const seer_weight_t *w,
+                                                                      float inv, int one_plus) {
+    __m256 vinv = _mm256_set1_ps(inv), one = _mm256_set1_ps(one_plus ? 1.0f : 0.0f);
+    int i = 0;
+    for (; i + 8 <= d; i += 8) {
+        __m256 wv;
+        if (w->dtype == SEER_F32) wv = _mm256_loadu_ps((const float *)w->data + i);
+        else if (w->dtype == SEER_BF16)
+            wv = _mm256_castsi256_ps(_mm256_slli_epi32(
+                _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)w->data + i))), 16));
+        else wv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)w->data + i)));
+        _mm256_storeu_ps(yt + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(xt + i), vinv), _mm256_add_ps(one, wv)));
+    }
+    for (; i < d; i++) {
+        float wi = seer_w_load(w, (size_t)i);
+        yt[i] = (xt[i] * inv) * (one_plus ? 1.0f + wi : wi);
+    }
+}
+
 __attribute__((target("avx512f,avx512dq,avx512vl"))) static void rmsnorm_avx512(float *y, const float *x, int n, int d,
                                                                                  const seer_weight_t *w, float eps,
                                                                                  int one_plus) {
@@ -479,22 +500,7 @@ __attribute__((target("avx512f,avx512dq,avx512vl"))) static void rmsnorm_avx512(
         }
         double ss = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
         for (; i < d; i++) ss += (double)xt[i] * xt[i];
-        float inv = 1.0f / sqrtf((float)(ss / d) + eps);
-        __m512 vinv = _mm512_set1_ps(inv), one = _mm512_set1_ps(one_plus ? 1.0f : 0.0f);
-        i = 0;
-        for (; i + 16 <= d; i += 16) {
-            __m512 wv;
-            if (w->dtype == SEER_F32) wv = _mm512_loadu_ps((const float *)w->data + i);
-            else if (w->dtype == SEER_BF16)
-                wv = _mm512_castsi512_ps(_mm512_slli_epi32(
-                    _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)w->data + i))), 16));
-            else wv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)w->data + i)));
-            _mm512_storeu_ps(yt + i, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(xt + i), vinv), _mm512_add_ps(one, wv)));
-        }
-        for (; i < d; i++) {
-            float wi = seer_w_load(w, (size_t)i);
-            yt[i] = (xt[i] * inv) * (one_plus ? 1.0f + wi : wi);
-        }
+        rmsnorm_scale_avx2(yt, xt, d, w, 1.0f / sqrtf((float)(ss / d) + eps), one_plus);
     }
 }
 
@@ -522,22 +528,7 @@ __attribute__((target("avx2,fma,f16c"))) static void rmsnorm_avx2(float *y, cons
         __m128d v = _mm_add_pd(_mm256_extractf128_pd(u, 1), _mm256_castpd256_pd128(u));
         double ss = _mm_cvtsd_f64(v) + _mm_cvtsd_f64(_mm_unpackhi_pd(v, v));
         for (; i < d; i++) ss += (double)xt[i] * xt[i];
-        float inv = 1.0f / sqrtf((float)(ss / d) + eps);
-        __m256 vinv = _mm256_set1_ps(inv), one = _mm256_set1_ps(one_plus ? 1.0f : 0.0f);
-        i = 0;
-        for (; i + 8 <= d; i += 8) {
-            __m256 wv;
-            if (w->dtype == SEER_F32) wv = _mm256_loadu_ps((const float *)w->data + i);
-            else if (w->dtype == SEER_BF16)
-                wv = _mm256_castsi256_ps(_mm256_slli_epi32(
-                    _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)w->data + i))), 16));
-            else wv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)w->data + i)));
-            _mm256_storeu_ps(yt + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(xt + i), vinv), _mm256_add_ps(one, wv)));
-        }
-        for (; i < d; i++) {
-            float wi = seer_w_load(w, (size_t)i);
-            yt[i] = (xt[i] * inv) * (one_plus ? 1.0f + wi : wi);
-        }
+        rmsnorm_scale_avx2(yt, xt, d, w, 1.0f / sqrtf((float)(ss / d) + eps), one_plus);
     }
 }
 #endif
