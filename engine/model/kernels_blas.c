@@ -81,7 +81,7 @@ enum { GEMM_MULTI = 8 };
 typedef struct {
     float *const *ys;
     const float *x;
-    int n, count;
+    int n;
     const seer_weight_t *const *ws;
     size_t first[GEMM_MULTI + 1];
     int failed;
@@ -208,7 +208,7 @@ int seer_k_linear_blas_multi(seer_pool_t *p, int count, float *const *ys, const 
     /* every matrix's blocks in one pool job: a matrix of one block (k and v of a grouped-query
      * layer) no longer leaves the other threads idle, and the blocks of gate and up split evenly;
      * each block is the same sgemm call as alone, so the bits do not change */
-    gemm_job j = {.ys = ys, .x = x, .n = n, .count = count, .ws = ws};
+    gemm_job j = {.ys = ys, .x = x, .n = n, .ws = ws};
     for (int i = 0; i < count; i++) j.first[i + 1] = j.first[i] + (size_t)((ws[i]->rows + ROW_BLOCK - 1) / ROW_BLOCK);
     size_t nblocks = j.first[count];
     size_t block_work = (size_t)ROW_BLOCK * (size_t)cols * (size_t)n;
