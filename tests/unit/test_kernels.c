@@ -308,7 +308,8 @@ Test(kernels, row_prefetch_default_and_bad_value) {
 
 /* seer_k_linear_multi (q, k and v; gate and up in one call): every matrix's outputs the bits of
  * its own seer_k_linear / seer_k_linear_rows call, in precision = "fast" (one pass: x packed
- * once, one loop over every matrix's rows) and in the default precision (one call each), for
+ * once, one loop over every matrix's rows) and in the default precision (the per-token kernels
+ * one call each; the GEMM path, taken here from 16 tokens, one job of every matrix's blocks), for
  * the streamed (1-4 tokens) and tiled token counts, rows that leave short tasks and tiles, with
  * and without bias, 1 to 3 threads and enough rows that the loop is split; more matrices than
  * the fused path takes run one call each. */
@@ -348,7 +349,10 @@ Test(kernels, linear_multi_same_bits_as_one_call_each) {
                                 bs[i] = with_bias && i != 1 ? &B[i] : NULL;
                                 memset(got[i], 0xff, sizeof(float) * (size_t)n * (size_t)rows_[i]);
                             }
-                            seer_k_linear_multi(pools[k], count, ys, x, n, ws, bs, gemm);
+                            /* gemm: the whole call's token count as paths, the GEMM path from 16
+                             * tokens (as seer_k_linear decides); else the per-token kernels */
+                            int old_min = seer_k_gemm_min_override(SEER_BLAS_MIN_TOKENS);
+                            seer_k_linear_multi(pools[k], count, ys, x, n, ws, bs, gemm ? n : 0);
                             for (int i = 0; i < count; i++) {
                                 if (gemm) seer_k_linear(pools[0], want, x, n, ws[i], bs[i]);
                                 else seer_k_linear_rows(pools[0], want, x, n, ws[i], bs[i]);
@@ -357,6 +361,7 @@ Test(kernels, linear_multi_same_bits_as_one_call_each) {
                                           "differs from its own call",
                                           fast, count, n, gemm, with_bias, k + 1, i);
                             }
+                            seer_k_gemm_min_override(old_min);
                             checked++;
                         }
     seer_k_fast_bf16 = 0;
