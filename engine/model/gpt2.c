@@ -68,6 +68,7 @@ static int gpt2_bind(seer_model_t *m, seer_err_t *err) {
 #define W(dst, rows, cols, opt, fmt, ...) SEER_BIND_WEIGHT(dst, rows, cols, opt, "%s" fmt, pre, __VA_ARGS__)
     W(&m->embed, V, D, 0, "wte.weight%s", "");
     W(&s->wpe, P, D, 0, "wpe.weight%s", "");
+    seer_model_lookup_table(m, &s->wpe); /* one row per token */
     W(&m->final_norm, D, 0, 0, "ln_f.weight%s", "");
     W(&s->lnf_b, D, 0, 0, "ln_f.bias%s", "");
     for (int i = 0; i < c->num_layers; i++) {

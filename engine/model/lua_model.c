@@ -184,6 +184,8 @@ static int l_config(lua_State *L) {
     lua_setfield(L, -2, "dtype");
     SET_NUM("num_parameters", (double)seer_model_param_count(m));
     SET_NUM("weight_bytes", (double)seer_model_weight_bytes(m));
+    SET_NUM("decode_bytes", (double)seer_model_decode_bytes(m));
+    SET_NUM("decode_parameters", (double)seer_model_decode_params(m));
     lua_pushstring(L, seer_model_weights_in_memory(m) ? "memory" : "mapped");
     lua_setfield(L, -2, "weights");
     lua_pushstring(L, seer_model_kv_dtype(m));

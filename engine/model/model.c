@@ -326,8 +326,56 @@ static int multimodal_prefixes(seer_model_t *m, seer_err_t *err) {
     return 0;
 }
 
+/* ---- what a decode step reads ----------------------------------------------------------------
+ * Each tensor bind looks up is listed once (by its data: gpt2 probes a name before binding it,
+ * a tied head may be bound under two names); after bind, seer_model_decode_bytes counts them,
+ * a lookup table as one row. */
+struct seer_bound_tensor {
+    const void *data;
+    size_t es, elems, row_elems; /* element size, elements, elements of a row (a lookup reads one) */
+};
+
+static int note_bound(seer_model_t *m, const seer_st_entry_t *e) {
+    if (m->bound_cap == SIZE_MAX) return 0; /* the load is over */
+    for (size_t i = 0; i < m->nbound; i++)
+        if (m->bound[i].data == e->data) return 0;
+    if (m->nbound == m->bound_cap) {
+        size_t cap = m->bound_cap ? m->bound_cap * 2 : 64;
+        struct seer_bound_tensor *b = realloc(m->bound, cap * sizeof *b);
+        if (!b) return -1;
+        m->bound = b, m->bound_cap = cap;
+    }
+    size_t es = seer_dtype_size(e->dtype), elems = e->nbytes / es;
+    m->bound[m->nbound++] = (struct seer_bound_tensor){e->data, es, elems, e->ndim == 2 ? (size_t)e->shape[1] : elems};
+    return 0;
+}
+
+void seer_model_lookup_table(seer_model_t *m, const seer_weight_t *w) {
+    for (size_t i = 0; i < sizeof m->lookup / sizeof m->lookup[0]; i++)
+        if (!m->lookup[i] || m->lookup[i] == w->data) {
+            m->lookup[i] = w->data;
+            return;
+        }
+}
+
+/* After bind: the sums, and the list freed (later binds are not counted). */
+static void count_decode_reads(seer_model_t *m) {
+    m->decode_params = m->decode_bytes = 0;
+    for (size_t i = 0; i < m->nbound; i++) {
+        const struct seer_bound_tensor *b = &m->bound[i];
+        int lookup = b->data == m->embed.data && m->lm_head.data != m->embed.data;
+        for (size_t k = 0; k < sizeof m->lookup / sizeof m->lookup[0]; k++) lookup |= m->lookup[k] && b->data == m->lookup[k];
+        size_t elems = lookup ? b->row_elems : b->elems;
+        m->decode_params += elems;
+        m->decode_bytes += elems * b->es;
+    }
+    free(m->bound);
+    m->bound = NULL, m->nbound = 0, m->bound_cap = SIZE_MAX;
+}
+
 int seer_model_weight(seer_model_t *m, seer_weight_t *w, const char *name, int64_t rows, int64_t cols, int optional,
                       char **missing, seer_err_t *err) {
+    int rc;
     memset(w, 0, sizeof *w);
     char mapped[512];
     if (m->model_prefix[0] && strncmp(name, "model.", 6) == 0) {
@@ -385,6 +433,7 @@ int seer_model_weight(seer_model_t *m, seer_weight_t *w, const char *name, int64
     w->data = e->data;
     w->rows = cols == 0 ? 1 : rows;
     w->cols = cols == 0 ? rows : cols;
+    if ((rc = note_bound(m, e)) < 0) return seer_err_set(err, SEER_ENOMEM, "out of memory");
     if (cols > 0) m->matrix_kinds |= 1u << ((e->dtype == SEER_F32 ? 0 : e->dtype == SEER_BF16 ? 2 : 4) + (cols % 32 == 0));
     return 0;
 }
@@ -479,6 +528,7 @@ int seer_model_load(seer_model_t **out, const char *dir, const seer_model_opts_t
     }
     m->hook_mask = SEER_HP_DEFAULT_MASK;
     if ((rc = m->arch->bind(m, err)) < 0) goto fail;
+    count_decode_reads(m);
     for (int i = 0; i < m->nfiles; i++)
         for (size_t k = 0; k < seer_st_count(m->files[i]); k++) {
             const seer_st_entry_t *e = seer_st_entry(m->files[i], k);
@@ -510,12 +560,15 @@ void seer_model_free(seer_model_t *m) {
     for (int i = 0; i < m->nfiles; i++) seer_st_close(m->files[i]);
     if (m->pool && m->pool != seer_pool_default()) seer_pool_free(m->pool);
     free(m->layers);
+    free(m->bound);
     free(m);
 }
 
 const seer_model_config_t *seer_model_config(const seer_model_t *m) { return &m->cfg; }
 size_t seer_model_param_count(const seer_model_t *m) { return m->n_params; }
 size_t seer_model_weight_bytes(const seer_model_t *m) { return m->weight_bytes; }
+size_t seer_model_decode_bytes(const seer_model_t *m) { return m->decode_bytes; }
+size_t seer_model_decode_params(const seer_model_t *m) { return m->decode_params; }
 int seer_model_weights_in_memory(const seer_model_t *m) { return m->in_memory; }
 const char *seer_model_kv_dtype(const seer_model_t *m) {
     return m->gpu || (m->fast_bf16 && m->embed.dtype == SEER_BF16 && seer_k_fast_kind() != NULL) ? "bf16" : "f32";

@@ -85,6 +85,13 @@ void seer_model_free(seer_model_t *m);
 const seer_model_config_t *seer_model_config(const seer_model_t *m);
 size_t seer_model_param_count(const seer_model_t *m);
 size_t seer_model_weight_bytes(const seer_model_t *m);
+/* The bytes and parameters of the weights one decode step reads: every tensor the architecture
+ * uses, once, with one row of each embedding table (the token embeddings unless they are also
+ * the LM head, gpt2's positions), which is what a decode step's read bound divides by. Tensors
+ * a checkpoint holds and the model does not use (a multimodal checkpoint's vision tower) are
+ * left out. The base weights only (a LoRA adapter's reads are not counted). */
+size_t seer_model_decode_bytes(const seer_model_t *m);
+size_t seer_model_decode_params(const seer_model_t *m);
 int seer_model_weights_in_memory(const seer_model_t *m); /* 1: read into memory, 0: mapped */
 /* What the model's KV caches hold: "bf16" on a GPU and where precision = "fast" changes the
  * linear layers (bf16 weights on a CPU with AVX512_BF16 or AMX), else "f32". */

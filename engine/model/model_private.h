@@ -77,6 +77,13 @@ struct seer_model {
     seer_weight_t embed, final_norm, lm_head;
     seer_layer_weights_t *layers;
     size_t n_params, weight_bytes;
+    /* What one decode step reads of the weights (seer_model_decode_bytes): every tensor bound,
+     * once, except that a lookup table (the embeddings, gpt2's positions) gives one row, unless
+     * the LM head is the same tensor. `bound` lists the bound tensors during the load only. */
+    size_t decode_params, decode_bytes;
+    struct seer_bound_tensor *bound;
+    size_t nbound, bound_cap;
+    const void *lookup[2]; /* lookup tables besides embed (seer_model_lookup_table) */
     cJSON *config_json; /* config.json as parsed, for architecture-specific fields */
     void *arch_state;
     void (*arch_free)(void *arch_state);
@@ -118,6 +125,10 @@ struct seer_kv_cache {
  * failing at once, so the error lists them all. */
 int seer_model_weight(struct seer_model *m, seer_weight_t *w, const char *name, int64_t rows, int64_t cols,
                       int optional, char **missing, seer_err_t *err);
+
+/* Marks a bound weight as a table a forward pass reads one row of per token (gpt2's position
+ * embeddings; m->embed is one without this), for seer_model_decode_bytes. */
+void seer_model_lookup_table(struct seer_model *m, const seer_weight_t *w);
 
 /* For an architecture's bind function, which has the locals m, err, rc, missing (char *) and
  * name (a char array) and an `out:` label: looks up the weight whose name the printf-style

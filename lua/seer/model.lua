@@ -17,7 +17,7 @@ local M = {}
 M.MAX_STOP_IDS = 32
 
 ---@class seer.Model
----@field config table config.json's fields with transformers' names (num_hidden_layers, hidden_size, ...), plus dtype, num_parameters, weight_bytes, weights ("memory" or "mapped": where the weights live), kv_cache_dtype ("f32", or "bf16" on a GPU and with precision = "fast" where it applies), gemm_min_tokens (a CPU model: from this many tokens a prompt's prefill runs its linear layers as GEMMs; shorter prompts run the per-token kernel and share one pass over the weights in a batch; math.huge where no count does), path
+---@field config table config.json's fields with transformers' names (num_hidden_layers, hidden_size, ...), plus dtype, num_parameters, weight_bytes, decode_bytes and decode_parameters (what one decode step reads of the weights: every tensor the model uses once, one row of an embedding table that is not also the LM head; what a decode read bound divides by), weights ("memory" or "mapped": where the weights live), kv_cache_dtype ("f32", or "bf16" on a GPU and with precision = "fast" where it applies), gemm_min_tokens (a CPU model: from this many tokens a prompt's prefill runs its linear layers as GEMMs; shorter prompts run the per-token kernel and share one pass over the weights in a batch; math.huge where no count does), path
 ---@field tokenizer? table the tokenizer found beside the weights (nil when the directory has none)
 ---@field path string the model directory
 ---@field id string what was passed to load
