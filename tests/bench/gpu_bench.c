@@ -1,8 +1,8 @@
 /* make bench-gpu: seer's CUDA backend on random-weight bf16 models shaped like Gemma-2-2B and
  * Gemma-2-9B, against the hardware measured in the same run:
  *   - HBM bandwidth from a device-to-device copy kernel (bytes read + written / time);
- *   - decode tokens/s at batch 1 (greedy, argmax on the GPU) against the HBM bound: weight bytes
- *     per token over the measured bandwidth;
+ *   - decode tokens/s at batch 1 (greedy, argmax on the GPU) against the HBM bound: the weight
+ *     bytes a decode step reads (seer_model_decode_params, bf16) over the measured bandwidth;
  *   - prefill TFLOP/s (matrix products + causal attention) against the GPU's dense bf16 peak
  *     (the datasheet figure for the GPU's name);
  *   - the cost of a capture hook (one layer's residual stream copied out every token).
@@ -287,7 +287,9 @@ int main(int argc, char **argv) {
         if (seer_gpu_randomize(m, 1234 + k, 0.02f, &err) < 0) die("randomize", &err);
         double bw = copy_bandwidth(seer_gpu_dev(m));
         size_t wb = seer_gpu_weight_bytes(m);
-        double bound = bw * 1e9 / (double)wb;
+        /* what a decode step reads: every weight the model uses (bf16 on the device) but an
+         * embedding table that is not the head, of which it reads one row */
+        double bound = bw * 1e9 / (double)(seer_model_decode_params(m) * 2);
         double dec = decode_rate(m, 128, 128, 0, 0);
         double dech = decode_rate(m, 128, 128, 1, 0);
         int np = 2048;

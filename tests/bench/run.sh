@@ -106,7 +106,7 @@ LLAMA_OMP_WAIT=${LLAMA_OMP_WAIT:-passive}
 
 # One seer decode with weights = "mapped" (4 KiB pages, as llama.cpp maps its GGUF), beside
 # llama.cpp's best, both as shares of the 4 KiB read bound: what the huge pages alone are worth.
-mapped_decode() { # model_dir threads new_tokens llama_tok_s weight_bytes read4k_gbs
+mapped_decode() { # model_dir threads new_tokens llama_tok_s decode_bytes read4k_gbs
   local md= share='BEGIN { printf "%.0f", (r > 0 ? 100 * s * b / (r * 1e9) : 0) }'
   read -r _ _ md _ _ < <(SEER_THREADS=$2 "$SEER" tests/bench/model_seer.lua "$1" "$2" 16 "$3" mapped) || true
   [[ -n ${md:-} ]] || return 0
@@ -118,7 +118,7 @@ bench_model() { # model_dir threads prefill decode ptarget dtarget [gguf] (targe
   local model=$1 threads=$2 prefill=$3 decode=$4 target=$5 dtarget=$6 gguf=${7:-}
   measure_peak "$threads"
   local bytes
-  bytes=$("$SEER" -e 'local m = seer.model.load(arg[1], {tokenizer = false, weights = "mapped"}) io.write(string.format("%d", m.config.weight_bytes))' "$model")
+  bytes=$("$SEER" -e 'local m = seer.model.load(arg[1], {tokenizer = false, weights = "mapped"}) io.write(string.format("%d", m.config.decode_bytes))' "$model")
   echo "== $(basename "$(dirname "$model")")/$(basename "$model"), $threads thread(s): load ms, prefill tok/s ($prefill), decode tok/s ($decode)"
   read -r sl sp sd _ flops < <(SEER_THREADS=$threads "$SEER" tests/bench/model_seer.lua "$model" "$threads" "$prefill" "$decode")
   printf '  seer              load %8s ms  prefill %9s tok/s  decode %9s tok/s\n' "$sl" "$sp" "$sd"
@@ -253,13 +253,13 @@ bench_batch() { # model_dir threads new_tokens gguf
       "$seq_f" "${F[1]}" "${F[4]:-?}" "${F[16]}" "$(ratio "${F[1]}" "${F[16]}")"
   fi
   # The bound of a batch-B step: it reads the weights once (B x the read bound) and does B
-  # tokens' multiply-adds (2 flops per weight of every matrix but the embedding table, on the
-  # f32 FMA peak: the batched kernels widen bf16 to f32), whichever is slower.
+  # tokens' multiply-adds (2 flops per weight a decode step reads: config.decode_parameters,
+  # which counts an embedding table that is not the head as one row, on the f32 FMA peak: the
+  # batched kernels widen bf16 to f32), whichever is slower.
   local peak_f peak_a peak_r info bytes fl
   read -r peak_f peak_a peak_r _ <<<"${PEAKS[$threads]:-0 0 0 0}"
   info=$("$SEER" -e 'local m = seer.model.load(arg[1], {tokenizer = false, weights = "mapped"}) local c = m.config
-    local es = c.weight_bytes / c.num_parameters
-    io.write(string.format("%d %.0f", c.weight_bytes, 2 * (c.weight_bytes / es - c.vocab_size * c.hidden_size)))' "$model" 2>/dev/null) || info=
+    io.write(string.format("%d %.0f", c.decode_bytes, 2 * c.decode_parameters))' "$model" 2>/dev/null) || info=
   read -r bytes fl <<<"$info"
   if [[ -n ${bytes:-} ]] && awk -v r="$peak_r" -v f="$peak_f" 'BEGIN { exit !(r > 0 && f > 0) }'; then
     for b in 1 4 16; do
@@ -277,7 +277,7 @@ bench_decode_1t() { # model_dir new_tokens gguf
   local model=$1 n=$2 gguf=$3 r rounds=${BENCH_ROUNDS:-2} sd ld bs=0 bl=0 seq_s= seq_l= bytes peak_r peak_r4
   measure_peak 1
   read -r _ _ peak_r peak_r4 <<<"${PEAKS[1]}"
-  bytes=$("$SEER" -e 'local m = seer.model.load(arg[1], {tokenizer = false, weights = "mapped"}) io.write(string.format("%d", m.config.weight_bytes))' "$model")
+  bytes=$("$SEER" -e 'local m = seer.model.load(arg[1], {tokenizer = false, weights = "mapped"}) io.write(string.format("%d", m.config.decode_bytes))' "$model")
   echo "== $(basename "$(dirname "$model")")/$(basename "$model"), 1 thread: decode tok/s ($n tokens), seer and llama.cpp alternating, best of $rounds"
   for ((r = 1; r <= rounds; r++)); do
     read -r _ _ sd _ _ < <(SEER_THREADS=1 "$SEER" tests/bench/model_seer.lua "$model" 1 16 "$n")
