@@ -16,6 +16,8 @@ class ModelCliTest(unittest.TestCase):
         self.assertIn("parameters:        260,032", r.stdout)
         self.assertIn("attention heads:   8 query, 4 key/value, head_dim 8", r.stdout)
         self.assertIn("weights:           f32, 1.0 MiB", r.stdout)
+        # tied embeddings: the head reads the whole table every token
+        self.assertIn("decode reads:      1.0 MiB of weights per token\n", r.stdout)
 
     def test_generate_greedy_matches_golden(self):
         with open(os.path.join(MODEL, "golden", "golden.json")) as f:

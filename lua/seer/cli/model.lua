@@ -65,6 +65,8 @@ local function info(path)
     { "tied embeddings", tostring(c.tie_word_embeddings) },
     { "parameters", commas(c.num_parameters) },
     { "weights", ("%s, %.1f MiB"):format(c.dtype, c.weight_bytes / 1048576) },
+    { "decode reads", ("%.1f MiB of weights per token%s"):format(c.decode_bytes / 1048576,
+      c.decode_bytes < c.weight_bytes and " (not read: the embedding rows a token does not look up, tensors the model does not use)" or "") },
     { "KV cache", kv_cache(c) },
     { "tokenizer", model.tokenizer and "tokenizer.json" or "none" },
   }
