@@ -96,6 +96,13 @@ measure_peak() { # threads: sets PEAKS[threads] to "fma_gflops amx_gflops read_g
   local f a r r4
   read -r f a r r4 <<<"${PEAKS[$1]}"
   echo "== peaks, $1 thread(s): f32 FMA $f GFLOP/s, AMX bf16 $a GFLOP/s (on registers), streaming reads $r GB/s on huge pages, $r4 GB/s on 4 KiB pages (best of 5)"
+  # On a VM whose vCPUs share a core for some minutes, N threads' FMAs add up to one thread's:
+  # a bound from such a minute is low, and a share of it high (a "107% of the prefill bound").
+  local f1
+  read -r f1 _ <<<"${PEAKS[1]:-0}"
+  if [[ $1 -gt 1 ]] && awk -v f="$f" -v f1="$f1" -v n="$1" 'BEGIN { exit !(f1 > 0 && f < 0.75 * n * f1) }'; then
+    echo "  note: $1 threads' FMAs read $f GFLOP/s, under 75% of $1 x one thread's $f1: the vCPUs shared cores in this minute, so bounds from this probe are low and shares of them high"
+  fi
 }
 
 have_llamacpp() { "$VENV_PY" -c 'import llama_cpp' 2>/dev/null; }
