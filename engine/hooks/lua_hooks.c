@@ -277,6 +277,13 @@ static int l_iv_hits(lua_State *L) {
     return 2;
 }
 
+/* cap:count() -> the number of chunks (forward calls captured), without copying them. */
+static int l_iv_count(lua_State *L) {
+    seer_intervention_t *iv = check_iv(L, 1);
+    lua_pushinteger(L, seer_iv_capture_count(iv)); /* 0 for other kinds */
+    return 1;
+}
+
 /* cap:chunks() -> list of {tensor, positions = {...}, name, batch} in call order. */
 static int l_iv_chunks(lua_State *L) {
     seer_intervention_t *iv = check_iv(L, 1);
@@ -284,7 +291,7 @@ static int l_iv_chunks(lua_State *L) {
     lua_createtable(L, n, 0);
     for (int i = 0; i < n; i++) {
         const seer_capture_chunk_t *ch = seer_iv_capture_chunk(iv, i);
-        seer_tensor_t *t = seer_tensor_new(SEER_F32, ch->ndim, ch->shape);
+        seer_tensor_t *t = seer_tensor_new_uninit(SEER_F32, ch->ndim, ch->shape); /* every element copied next */
         if (!t) return luaL_error(L, "out of memory");
         memcpy(seer_tensor_data(t), ch->data, sizeof(float) * (size_t)seer_tensor_numel(t));
         lua_createtable(L, 0, 4);
@@ -394,6 +401,7 @@ static const luaL_Reg iv_methods[] = {
     {"filter", l_iv_filter},
     {"kind", l_iv_kind},
     {"chunks", l_iv_chunks},
+    {"count", l_iv_count},
     {"clear", l_iv_clear},
     {"hits", l_iv_hits},
     {NULL, NULL},

@@ -58,7 +58,7 @@ static seer_tensor_t *header(seer_dtype_t dtype, int ndim, const int64_t *shape,
     return t;
 }
 
-seer_tensor_t *seer_tensor_new(seer_dtype_t dtype, int ndim, const int64_t *shape) {
+static seer_tensor_t *tensor_alloc(seer_dtype_t dtype, int ndim, const int64_t *shape, int zero) {
     int64_t n = shape_numel(ndim, shape);
     if (n < 0 || (unsigned)dtype >= SEER_DTYPE_COUNT) return NULL;
     size_t nbytes = (size_t)n * seer_dtype_size(dtype);
@@ -72,12 +72,18 @@ seer_tensor_t *seer_tensor_new(seer_dtype_t dtype, int ndim, const int64_t *shap
         free(data);
         return NULL;
     }
-    memset(data, 0, alloc ? alloc : 64);
+    if (zero) memset(data, 0, alloc ? alloc : 64);
+    else memset((char *)data + nbytes, 0, (alloc ? alloc : 64) - nbytes);
     s->refs = 1;
     s->data = data;
     s->nbytes = nbytes;
     t->storage = s;
     return t;
+}
+
+seer_tensor_t *seer_tensor_new(seer_dtype_t dtype, int ndim, const int64_t *shape) { return tensor_alloc(dtype, ndim, shape, 1); }
+seer_tensor_t *seer_tensor_new_uninit(seer_dtype_t dtype, int ndim, const int64_t *shape) {
+    return tensor_alloc(dtype, ndim, shape, 0);
 }
 
 seer_tensor_t *seer_tensor_wrap(void *data, seer_dtype_t dtype, int ndim, const int64_t *shape,

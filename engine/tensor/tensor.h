@@ -45,6 +45,9 @@ typedef struct seer_tensor {
 /* A new zeroed, contiguous tensor whose data is 64-byte aligned; refcount 1. NULL when out of
  * memory or when ndim/shape are invalid (ndim outside 0..8, a negative size, overflow). */
 seer_tensor_t *seer_tensor_new(seer_dtype_t dtype, int ndim, const int64_t *shape);
+/* The same without zeroing the elements (the alignment padding after them is zeroed), for a
+ * caller that writes every element before anyone reads the tensor. */
+seer_tensor_t *seer_tensor_new_uninit(seer_dtype_t dtype, int ndim, const int64_t *shape);
 
 /* A tensor over memory seer does not own. strides NULL means contiguous row-major. release
  * (may be NULL) is called with ctx when the last reference to the storage is dropped. On

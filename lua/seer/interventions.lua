@@ -24,7 +24,9 @@ local M = {}
 ---@class seer.Capture: seer.Intervention
 ---@field tensor fun(self: seer.Capture): seer.Tensor the captured rows, concatenated along positions ([pos, ...]; [head, pos, k] for one pattern call)
 ---@field positions fun(self: seer.Capture): integer[] absolute positions of the captured rows
----@field chunks fun(self: seer.Capture): {tensor: seer.Tensor, positions: integer[], name: string, batch: integer, head_major: boolean}[] one entry per forward call
+---@field count fun(self: seer.Capture): integer the number of forward calls captured (chunks), without copying them
+---@field read fun(self: seer.Capture): seer.Tensor, integer[] tensor() and positions() at once (each of the three copies the captured data: read() once for both)
+---@field chunks fun(self: seer.Capture): {tensor: seer.Tensor, positions: integer[], name: string, batch: integer, head_major: boolean}[] one entry per forward call, each a new copy of what was captured
 ---@field clear fun(self: seer.Capture)
 
 ---@alias seer.PositionOpts {positions?: integer[], from?: integer, to?: integer, only_prompt?: boolean}
@@ -193,13 +195,14 @@ end
 -- Capture read-back, added to the intervention methods.
 local methods = getmetatable(H.capture()).__index
 
-function methods:tensor()
-  local chunks = self:chunks()
-  if #chunks == 0 then error("capture: nothing was captured (the hook point did not run, or no position was selected)", 2) end
+-- cap:chunks() copies the captured data into new tensors at each call, so tensor() and
+-- positions() are both made from one list by read().
+local function chunks_tensor(chunks, level)
+  if #chunks == 0 then error("capture: nothing was captured (the hook point did not run, or no position was selected)", level + 1) end
   if chunks[1].head_major then
     if #chunks > 1 then
       error(("capture: %d forward calls of %s were captured and their [head, pos, k] shapes differ; read them with cap:chunks()")
-        :format(#chunks, chunks[1].name), 2)
+        :format(#chunks, chunks[1].name), level + 1)
     end
     return chunks[1].tensor
   end
@@ -209,12 +212,21 @@ function methods:tensor()
   return T.cat(list, 1)
 end
 
-function methods:positions()
+local function chunks_positions(chunks)
   local out = {}
-  for _, c in ipairs(self:chunks()) do
+  for _, c in ipairs(chunks) do
     for _, p in ipairs(c.positions) do out[#out + 1] = p end
   end
   return out
+end
+
+function methods:tensor() return chunks_tensor(self:chunks(), 2) end
+
+function methods:positions() return chunks_positions(self:chunks()) end
+
+function methods:read()
+  local chunks = self:chunks()
+  return chunks_tensor(chunks, 2), chunks_positions(chunks)
 end
 
 return M

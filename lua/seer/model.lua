@@ -1440,13 +1440,13 @@ function Model:run_with_cache(input, opts)
   local function collect(caps, ids, want)
     local out = {}
     for i, n in ipairs(names) do
-      if #caps[i]:chunks() == 0 then
+      if caps[i]:count() == 0 then
         fail(("run_with_cache: nothing was captured at %s (are the positions inside the %d-token input?)"):format(n, #ids), 4)
       end
-      local t = caps[i]:tensor()
+      local t, got = caps[i]:read() -- one copy of the captured rows (chunks() copies at each call)
       if want then
         local head_major = n:find("hook_pattern$") or n:find("hook_attn_scores$")
-        t = in_order(t, caps[i]:positions(), want, head_major and 2 or 1)
+        t = in_order(t, got, want, head_major and 2 or 1)
       end
       out[n] = t
     end

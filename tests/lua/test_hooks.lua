@@ -489,3 +489,27 @@ T.test("score and pattern hooks give the same bits at 1, 2 and 3 threads", funct
   end
   T.ok(maxdiff(out[1][1], model:forward(long)) > 0, "the score hook changed the logits (else this checks little)")
 end)
+
+T.test("a capture's count() and read(): one copy of the rows for the tensor and its positions", function()
+  local cap = I.capture({ positions = { 1, 3 } })
+  T.eq(cap:count(), 0)
+  model:run_with_hooks(ids, { fwd_hooks = { { "blocks.2.hook_resid_post", cap } } })
+  model:run_with_hooks(ids, { fwd_hooks = { { "blocks.2.hook_resid_post", cap } } })
+  T.eq(cap:count(), 2, "two forward calls, two chunks")
+  local t, pos = cap:read()
+  T.eq(maxdiff(t, cap:tensor()), 0)
+  T.eq(pos, cap:positions())
+  T.eq(pos, { 1, 3, 1, 3 })
+  -- each read is a copy of its own: writing into one leaves the capture and the next read alone
+  local before = cap:tensor():clone()
+  t:fill_(7)
+  T.eq(maxdiff(cap:tensor(), before), 0)
+  T.eq(maxdiff(cap:read(), before), 0)
+  local _, c = model:run_with_cache(ids, { names = "blocks.2.hook_resid_post", positions = { 3, 1 } })
+  T.eq(maxdiff(c["blocks.2.hook_resid_post"], tensor.cat({ before:narrow(1, 2, 1), before:narrow(1, 1, 1) }, 1)), 0,
+    "run_with_cache reads each capture once, in the positions' order")
+  T.eq(I.add(tensor.zeros(model.config.hidden_size)):count(), 0, "not a capture: no chunks")
+  cap:clear()
+  T.eq(cap:count(), 0)
+  T.raises(function() cap:read() end, "nothing was captured")
+end)

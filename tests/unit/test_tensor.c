@@ -16,6 +16,29 @@
 static int released;
 static void on_release(void *ctx) { released += *(int *)ctx; }
 
+/* The elements are the caller's to write; the alignment padding after them is zeroed all the
+ * same (a kernel reading whole 64-byte lines sees zeros, not another tensor's old data). */
+Test(tensor, new_uninit_zeroes_only_the_padding) {
+    for (int64_t n = 0; n < 40; n++) {
+        int64_t shape[1] = {n};
+        /* dirty the allocator's free memory first, so that zeros there are not luck */
+        void *junk[8];
+        for (int k = 0; k < 8; k++) memset(junk[k] = malloc(256), 0xA5, 256);
+        for (int k = 0; k < 8; k++) free(junk[k]);
+        seer_tensor_t *t = seer_tensor_new_uninit(SEER_F32, 1, shape);
+        cr_assert_not_null(t);
+        cr_assert_eq((uintptr_t)seer_tensor_data(t) % 64, 0);
+        cr_assert_eq(seer_tensor_numel(t), n);
+        size_t used = (size_t)n * 4, line = (used + 63) / 64 * 64;
+        if (!line) line = 64;
+        const unsigned char *b = seer_tensor_data(t);
+        for (size_t i = used; i < line; i++) cr_assert_eq(b[i], 0, "n = %lld: padding byte %zu", (long long)n, i);
+        seer_tensor_release(t);
+    }
+    int64_t bad[2] = {2, -1};
+    cr_assert_null(seer_tensor_new_uninit(SEER_F32, 2, bad));
+}
+
 Test(tensor, new_is_zeroed_and_aligned) {
     int64_t shape[3] = {2, 3, 5};
     seer_tensor_t *t = seer_tensor_new(SEER_F32, 3, shape);
