@@ -375,7 +375,6 @@ static void count_decode_reads(seer_model_t *m) {
 
 int seer_model_weight(seer_model_t *m, seer_weight_t *w, const char *name, int64_t rows, int64_t cols, int optional,
                       char **missing, seer_err_t *err) {
-    int rc;
     memset(w, 0, sizeof *w);
     char mapped[512];
     if (m->model_prefix[0] && strncmp(name, "model.", 6) == 0) {
@@ -433,7 +432,7 @@ int seer_model_weight(seer_model_t *m, seer_weight_t *w, const char *name, int64
     w->data = e->data;
     w->rows = cols == 0 ? 1 : rows;
     w->cols = cols == 0 ? rows : cols;
-    if ((rc = note_bound(m, e)) < 0) return seer_err_set(err, SEER_ENOMEM, "out of memory");
+    if (note_bound(m, e) < 0) return seer_err_set(err, SEER_ENOMEM, "out of memory");
     if (cols > 0) m->matrix_kinds |= 1u << ((e->dtype == SEER_F32 ? 0 : e->dtype == SEER_BF16 ? 2 : 4) + (cols % 32 == 0));
     return 0;
 }
