@@ -536,18 +536,6 @@ SEER_DEF_MICROWT(4, microf3x, SEER_W_F32, float)
 #ifndef SEER_BIG_PANEL_MIN
 #define SEER_BIG_PANEL_MIN 96 /* tokens from which bf16/f16 rows are widened once per row block */
 #endif
-/* n elements of a bf16/f16 weight from element `at`, widened to f32 (exact), into dst (32-byte
- * aligned) */
-__attribute__((target("avx2,fma,f16c"))) static void widen_span(const seer_weight_t *w, size_t at, int n, float *dst) {
-    const uint16_t *src = (const uint16_t *)w->data + at;
-    int i = 0;
-    if (w->dtype == SEER_BF16)
-        for (; i + 8 <= n; i += 8)
-            _mm256_store_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + i))), 16)));
-    else
-        for (; i + 8 <= n; i += 8) _mm256_store_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
-    for (; i < n; i++) dst[i] = seer_w_load(w, at + (size_t)i);
-}
 
 /* The tokens' activations packed slice by slice for the batched kernel: [slice][token][SEER_KB].
  * Rows of x lie `in` floats apart, and for widths like 1024 (4 KiB) the same slice of 16 tokens
@@ -626,7 +614,7 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
                     int nk = n8 - k0 < SEER_KB ? (int)(n8 - k0) : SEER_KB;
                     float *dst = big + ((size_t)(k0 / SEER_KB) * SEER_RB + (size_t)k) * SEER_KB;
                     size_t at = (size_t)(r + kk) * (size_t)in + (size_t)k0;
-                    widen_span(w, at, nk, dst);
+                    seer_k_widen16(dst, (const uint16_t *)w->data + at, nk, w->dtype == SEER_BF16);
                 }
             }
         for (int t0 = 0; t0 < ntok; t0 += SEER_TB) {
