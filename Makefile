@@ -32,7 +32,7 @@ SEER_BIN := $(if $(filter build,$(BUILD)),seer,$(BUILD)/seer)
 VERSION := $(shell cat VERSION)
 GIT_REV := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
 
-.PHONY: test-remote all setup test unit attack asan soak bench bench-kernel bench-kernel-ab bench-attention bench-multi bench-gpu bench-setup parity fuzz fuzz-kernel fuzz-batch install uninstall demo clean help check-deps
+.PHONY: test-remote all setup test unit attack asan soak bench bench-kernel bench-kernel-ab bench-attention bench-multi bench-gpu bench-setup parity fuzz fuzz-syntax fuzz-kernel fuzz-batch install uninstall demo clean help check-deps
 all: $(SEER_BIN)
 
 help:
@@ -52,6 +52,7 @@ help:
 	@echo "make bench-setup  the transformers peer for make bench and make parity (pip, into .venv)"
 	@echo "make parity     regenerate the transformers parity goldens live and compare"
 	@echo "make fuzz       libFuzzer on the safetensors, tokenizer.json, chat-template and JSON parsers and on model loading from hostile config.json (FUZZ_SECONDS each)"
+	@echo "make fuzz-syntax  the fuzz build's sources through clang, syntax only (make test runs it)"
 	@echo "make soak       the notebook pipeline under load: 100,000 display messages, 1 GB of stdout in one cell (minutes)"
 	@echo "make fuzz-kernel  FUZZ_KERNEL_N (100000) malformed messages from a hijacked sandboxed kernel; bystander checked"
 	@echo "make fuzz-batch   FUZZ_BATCH_N (20000) random batteries: batched, cached and shared generation, forward, caches and extraction against each prompt alone; FUZZ_API_N (200000) calls with hostile arguments, FUZZ_TENSOR_N (100000) to the tensor API"
@@ -221,6 +222,11 @@ build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c build/fuzz/libseer.a
 	clang $(FUZZ_FLAGS) -fsanitize=fuzzer -o $@ $< build/fuzz/libseer.a $(LIBS)
 fuzz: $(FUZZ_TARGETS)
 	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+# The fuzz build's sources through clang, syntax only (make fuzz compiles with clang, the rest of
+# the build with gcc; tests/integration/test_build.py runs this, so make test sees a construct
+# only gcc accepts): about 15 s.
+fuzz-syntax: $(BUILD)/version.h $(BUILD)/gen/live_page.h
+	@for f in $(FUZZ_LIB_SRC) $(wildcard tests/fuzz/fuzz_*.c); do clang $(FUZZ_FLAGS) -fsyntax-only $$f || exit 1; done
 
 # Hostile messages on a sandboxed kernel's channels (tests/fuzz/kernel_fuzz.lua): the notebook
 # server and a bystander session must stay up and right; make test runs a 3000-message version.

@@ -451,7 +451,7 @@ __attribute__((target("avx2,f16c"))) static void widen16_avx2(float *dst, const 
 
 void seer_k_widen16(float *dst, const uint16_t *src, size_t n, int bf16) {
 #ifdef SEER_X86
-    if (seer_k_have_avx2() && __builtin_cpu_supports("f16c")) {
+    if (seer_k_have_avx2()) { /* which checks F16C too */
         widen16_avx2(dst, src, n, bf16);
         return;
     }
@@ -537,7 +537,7 @@ int seer_k_rmsnorm_fast(float *y, const float *x, int n, int d, const seer_weigh
 #ifdef SEER_X86
     if (w->dtype == SEER_F32 || w->dtype == SEER_BF16 || w->dtype == SEER_F16) {
         if (seer_k_have_avx512()) rmsnorm_avx512(y, x, n, d, w, eps, one_plus);
-        else if (seer_k_have_avx2() && (w->dtype != SEER_F16 || __builtin_cpu_supports("f16c")))
+        else if (seer_k_have_avx2()) /* F16C included */
             rmsnorm_avx2(y, x, n, d, w, eps, one_plus);
         else return 0;
         return 1;
