@@ -165,14 +165,14 @@ $(BUILD)/bench/linear_kernel: tests/bench/linear_kernel.c $(BUILD)/libseer.a
 	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< -Wl,--whole-archive $(BUILD)/libseer.a -Wl,--no-whole-archive $(LIBS)
 
 # One layer's decode attention for a batch, a call per sequence against seer_k_attention_batch
-# (tests/bench/attention_batch.c; ARGS="SEQS CONTEXT THREADS", default 16 128 2).
+# (tests/bench/attention_batch.c; ARGS="SEQS CONTEXT THREADS" runs one, else 16 x 8, 128 and 512 on 2 threads).
 bench-attention: $(BUILD)/bench/attention_batch
-	@for c in $(or $(ARGS),"16 8 2" "16 128 2" "16 512 2"); do $(BUILD)/bench/attention_batch $$c; done
+	@$(if $(ARGS),$(BUILD)/bench/attention_batch $(ARGS),for c in "16 8 2" "16 128 2" "16 512 2"; do $(BUILD)/bench/attention_batch $$c; done)
 
 # q, k, v, gate and up one call each against seer_k_linear_multi, fast bf16 (tests/bench/linear_multi.c;
-# ARGS="TOKENS THREADS", default 16 2).
+# ARGS="TOKENS THREADS" runs one, else 1, 4 and 16 tokens on 2 threads).
 bench-multi: $(BUILD)/bench/linear_multi
-	@for c in $(or $(ARGS),"1 2" "4 2" "16 2"); do $(BUILD)/bench/linear_multi $$c; done
+	@$(if $(ARGS),$(BUILD)/bench/linear_multi $(ARGS),for c in "1 2" "4 2" "16 2"; do $(BUILD)/bench/linear_multi $$c; done)
 
 $(BUILD)/bench/linear_multi: tests/bench/linear_multi.c $(BUILD)/libseer.a
 	@mkdir -p $(dir $@)
