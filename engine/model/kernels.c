@@ -60,13 +60,18 @@ __attribute__((target("avx2,fma,f16c"))) static inline float hsum8(__m256 v) {
 /* hsum8 of eight vectors at once, out[j] = hsum8(v[j]) bit for bit: the same pairs added in the
  * same order (lane i + lane i+4, then those at 0+2 and 1+3, then the two), eight at a time. */
 __attribute__((target("avx2,fma,f16c"))) static inline void hsum8x8(const __m256 *v, float *out) {
-    __m256 s[4], t[2];
-    for (int j = 0; j < 4; j++) /* [lo + hi of v[2j] | lo + hi of v[2j+1]] */
-        s[j] = _mm256_add_ps(_mm256_permute2f128_ps(v[2 * j], v[2 * j + 1], 0x20), _mm256_permute2f128_ps(v[2 * j], v[2 * j + 1], 0x31));
-    for (int j = 0; j < 2; j++) /* per half: [x0 + x2, x1 + x3] of two vectors */
-        t[j] = _mm256_add_ps(_mm256_shuffle_ps(s[2 * j], s[2 * j + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                             _mm256_shuffle_ps(s[2 * j], s[2 * j + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-    __m256 r = _mm256_add_ps(_mm256_shuffle_ps(t[0], t[1], _MM_SHUFFLE(2, 0, 2, 0)), _mm256_shuffle_ps(t[0], t[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    /* written out rather than as loops over arrays: GCC kept the arrays on the stack, and each
+     * 256-bit store read back as 128-bit halves stalled (the per-token attention's eight-key dot
+     * at a 1024-token context, in cache: 190 -> 134 us a layer in a /tmp replica) */
+#define SEER_HSUM_PAIR(a, b) _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31))
+#define SEER_HSUM_HALF(a, b) _mm256_add_ps(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(1, 0, 1, 0)), _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 2, 3, 2)))
+    /* s_j = [lo + hi of v[2j] | lo + hi of v[2j+1]]; t = per half [x0 + x2, x1 + x3] of two */
+    __m256 s0 = SEER_HSUM_PAIR(v[0], v[1]), s1 = SEER_HSUM_PAIR(v[2], v[3]), s2 = SEER_HSUM_PAIR(v[4], v[5]),
+           s3 = SEER_HSUM_PAIR(v[6], v[7]);
+    __m256 t0 = SEER_HSUM_HALF(s0, s1), t1 = SEER_HSUM_HALF(s2, s3);
+#undef SEER_HSUM_PAIR
+#undef SEER_HSUM_HALF
+    __m256 r = _mm256_add_ps(_mm256_shuffle_ps(t0, t1, _MM_SHUFFLE(2, 0, 2, 0)), _mm256_shuffle_ps(t0, t1, _MM_SHUFFLE(3, 1, 3, 1)));
     /* r holds v0 v2 v4 v6 | v1 v3 v5 v7 */
     _mm256_storeu_ps(out, _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
 }
@@ -108,6 +113,34 @@ __attribute__((target("avx2,fma,f16c"))) static void axpy_avx2_bf16(float *o, fl
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(o + i, _mm256_fmadd_ps(wv, SEER_BF16X8(v + i), _mm256_loadu_ps(o + i)));
     for (; i < n; i++) o[i] = __builtin_fmaf(w, seer_bf16_to_f32(v[i]), o[i]);
 }
+/* dot_avx2 (or dot_avx2_bf16) of q against eight keys at once, k + j * ks for j = 0 .. 7:
+ * out[j] gets the bits dot_avx2 gives that key (each key's chain the same FMAs in the same order,
+ * hsum8x8, then the same scalar tail). One key at a time, each score waited on its chain of
+ * hd / 8 dependent FMAs and its hsum8 (~60 cycles a key for hd 64 on the Zen 3 VM: the per-token
+ * attention at a 1024-token context was compute-bound); eight chains side by side keep both FMA
+ * pipes busy. */
+#define SEER_DEF_DOT8(NAME, T, LOADK, SCALAR)                                                                    \
+    __attribute__((target("avx2,fma,f16c"))) static inline void NAME(const float *q, const T *k, size_t ks, int n, \
+                                                                     float *out) {                           \
+        __m256 acc[8];                                                                                       \
+        _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) acc[j] = _mm256_setzero_ps();                  \
+        int i = 0;                                                                                           \
+        for (; i + 8 <= n; i += 8) {                                                                         \
+            __m256 qv = _mm256_loadu_ps(q + i);                                                              \
+            _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++)                                             \
+                acc[j] = _mm256_fmadd_ps(qv, LOADK(k + (size_t)j * ks + (size_t)i), acc[j]);                \
+        }                                                                                                    \
+        hsum8x8(acc, out);                                                                                   \
+        for (; i < n; i++)                                                                                   \
+            for (int j = 0; j < 8; j++) out[j] = __builtin_fmaf(q[i], SCALAR(k[(size_t)j * ks + (size_t)i]), out[j]); \
+    }
+#define SEER_F32_LOAD(p) _mm256_loadu_ps(p)
+#define SEER_F32_SCALAR(v) (v)
+SEER_DEF_DOT8(dot8_avx2, float, SEER_F32_LOAD, SEER_F32_SCALAR)
+SEER_DEF_DOT8(dot8_avx2_bf16, uint16_t, SEER_BF16X8, seer_bf16_to_f32)
+#undef SEER_DEF_DOT8
+#undef SEER_F32_LOAD
+#undef SEER_F32_SCALAR
 /* o[0 .. hd) += sum over keys p in [first, last] of (sc[p] * inv) v_p, v_p = v + p * vs, each
  * element's chain continued from the o it finds (a float stored and reloaded rounds nothing):
  * 64 (then 32, 8, 1) outputs at a time held in registers while the keys go by. */
@@ -1131,8 +1164,8 @@ void seer_k_axpy_bf16(float *o, float w, const uint16_t *v, int n) {
  * 256-token context, 36 layers' caches cycled (from memory), 2 threads (make bench-attention
  * ARGS="16 256 2 36"): 643-674 us a layer without either, 602-617 spanning alone, 601-619
  * prefetching alone, 506-525 with both; at 128 tokens 334-343 -> 261-262 us, one sequence at 256
- * tokens 139-140 -> 118-119 us. Each head's scores (dot_avx2,
- * then the soft-cap), softmax (its running max, then seer_k_exp_sub_sum) and weighted sum (one
+ * tokens 139-140 -> 118-119 us. Each head's scores (dot_avx2, eight keys at a time through
+ * dot8_avx2 where a tile has eight left, the same bits; then the soft-cap), softmax (its running max, then seer_k_exp_sub_sum) and weighted sum (one
  * FMA chain per output element over the keys in order, carried across tiles through o) are
  * the same operations in the same order as for a head alone, so the grouping, which depends on
  * the thread count, changes no bit. sc holds nh rows of a->max_len scores. */
@@ -1161,6 +1194,19 @@ void seer_k_axpy_bf16(float *o, float w, const uint16_t *v, int n) {
 #endif
 #ifndef SEER_ATTN_SPAN
 #define SEER_ATTN_SPAN 1
+#endif
+/* Eight keys' scores at once (dot8_avx2). One sequence at a 1024-token context, 36 layers' caches
+ * cycled (make bench-attention ARGS="1 1024 T 36"), the Zen 3 VM, three rounds alternating with
+ * SEER_ATTN_DOT8=0: one thread 619-661 -> 485-541 us a layer, two 360-400 -> 300-385; one layer
+ * in cache (ARGS="1 1024 1 1") 288-367 -> 271-294; 16 sequences at 32 tokens 102-112 -> 82-100;
+ * 16 x 128 and 16 x 256 level. What is left is memory: a plain read of the same bytes in the
+ * same order (a /tmp program, two threads) takes 346 us a layer when each thread reads a
+ * quarter of every row (one key/value head, as the items of one token are cut) and 210 us when
+ * each reads whole rows of half the positions. Scores could be cut so without changing a bit,
+ * but each output's weighted sum is one FMA chain over the keys in order, which only one
+ * thread can run. */
+#ifndef SEER_ATTN_DOT8
+#define SEER_ATTN_DOT8 1
 #endif
 #ifdef SEER_X86
 /* bf16: the cache is a bf16 one (a->kc16, a->vc16); a constant in each of the two functions below. */
@@ -1191,6 +1237,27 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) static inline void atten
             size_t koff = (size_t)((h0 + g) / group) * (size_t)hd;
             float *sg = sc + (size_t)g * L, m = mx[g];
             for (int p = p0; p <= p1; p++) {
+                if (SEER_ATTN_DOT8 && p + 7 <= p1) { /* eight keys at once: the same scores */
+#if SEER_ATTN_PF
+                    for (int pp = p; pp < p + 8; pp++)
+                        for (size_t i = pf_lo[g]; i < pf_lo[g + 1]; i += bf16 ? 32 : 16) {
+                            size_t ki = (size_t)(pp + SEER_ATTN_KDIST) * (size_t)kvd + i, vi = (size_t)(pp + SEER_ATTN_VDIST) * (size_t)kvd + i;
+                            _mm_prefetch(bf16 ? (const char *)(a->kc16 + ki) : (const char *)(a->kc + ki), _MM_HINT_T0);
+                            _mm_prefetch(bf16 ? (const char *)(a->vc16 + vi) : (const char *)(a->vc + vi), SEER_ATTN_VHINT);
+                        }
+#endif
+                    float s8[8];
+                    if (bf16) dot8_avx2_bf16(qg, a->kc16 + koff + (size_t)p * kvd, (size_t)kvd, hd, s8);
+                    else dot8_avx2(qg, a->kc + koff + (size_t)p * kvd, (size_t)kvd, hd, s8);
+                    for (int j = 0; j < 8; j++) {
+                        float s = s8[j] * a->scale;
+                        if (a->softcap > 0.f) s = tanhf(s / a->softcap) * a->softcap;
+                        sg[p + j] = s;
+                        if (s > m) m = s;
+                    }
+                    p += 7;
+                    continue;
+                }
 #if SEER_ATTN_PF
                 /* the keys of the next tile into L1 and this tile's values into L2 (read after
                  * the softmax), the item's share of each row, one cache line per step, while the
