@@ -1236,44 +1236,31 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) static inline void atten
             const float *qg = q + (size_t)g * hd;
             size_t koff = (size_t)((h0 + g) / group) * (size_t)hd;
             float *sg = sc + (size_t)g * L, m = mx[g];
-            for (int p = p0; p <= p1; p++) {
-                if (SEER_ATTN_DOT8 && p + 7 <= p1) { /* eight keys at once: the same scores */
-#if SEER_ATTN_PF
-                    for (int pp = p; pp < p + 8; pp++)
-                        for (size_t i = pf_lo[g]; i < pf_lo[g + 1]; i += bf16 ? 32 : 16) {
-                            size_t ki = (size_t)(pp + SEER_ATTN_KDIST) * (size_t)kvd + i, vi = (size_t)(pp + SEER_ATTN_VDIST) * (size_t)kvd + i;
-                            _mm_prefetch(bf16 ? (const char *)(a->kc16 + ki) : (const char *)(a->kc + ki), _MM_HINT_T0);
-                            _mm_prefetch(bf16 ? (const char *)(a->vc16 + vi) : (const char *)(a->vc + vi), SEER_ATTN_VHINT);
-                        }
-#endif
-                    float s8[8];
-                    if (bf16) dot8_avx2_bf16(qg, a->kc16 + koff + (size_t)p * kvd, (size_t)kvd, hd, s8);
-                    else dot8_avx2(qg, a->kc + koff + (size_t)p * kvd, (size_t)kvd, hd, s8);
-                    for (int j = 0; j < 8; j++) {
-                        float s = s8[j] * a->scale;
-                        if (a->softcap > 0.f) s = tanhf(s / a->softcap) * a->softcap;
-                        sg[p + j] = s;
-                        if (s > m) m = s;
-                    }
-                    p += 7;
-                    continue;
-                }
+            for (int p = p0; p <= p1;) {
+                int nk = SEER_ATTN_DOT8 && p + 7 <= p1 ? 8 : 1; /* eight keys at once: the same scores */
 #if SEER_ATTN_PF
                 /* the keys of the next tile into L1 and this tile's values into L2 (read after
                  * the softmax), the item's share of each row, one cache line per step, while the
                  * first head goes by: the rows of one key/value head are every kvd-th run of
                  * hd floats, a pattern the hardware prefetchers follow late */
-                for (size_t i = pf_lo[g]; i < pf_lo[g + 1]; i += bf16 ? 32 : 16) {
-                    size_t ki = (size_t)(p + SEER_ATTN_KDIST) * (size_t)kvd + i, vi = (size_t)(p + SEER_ATTN_VDIST) * (size_t)kvd + i;
-                    _mm_prefetch(bf16 ? (const char *)(a->kc16 + ki) : (const char *)(a->kc + ki), _MM_HINT_T0);
-                    _mm_prefetch(bf16 ? (const char *)(a->vc16 + vi) : (const char *)(a->vc + vi), SEER_ATTN_VHINT);
-                }
+                for (int pp = p; pp < p + nk; pp++)
+                    for (size_t i = pf_lo[g]; i < pf_lo[g + 1]; i += bf16 ? 32 : 16) {
+                        size_t ki = (size_t)(pp + SEER_ATTN_KDIST) * (size_t)kvd + i, vi = (size_t)(pp + SEER_ATTN_VDIST) * (size_t)kvd + i;
+                        _mm_prefetch(bf16 ? (const char *)(a->kc16 + ki) : (const char *)(a->kc + ki), _MM_HINT_T0);
+                        _mm_prefetch(bf16 ? (const char *)(a->vc16 + vi) : (const char *)(a->vc + vi), SEER_ATTN_VHINT);
+                    }
 #endif
-                float s = (bf16 ? dot_avx2_bf16(qg, a->kc16 + koff + (size_t)p * kvd, hd)
-                                : dot_avx2(qg, a->kc + koff + (size_t)p * kvd, hd)) * a->scale;
-                if (a->softcap > 0.f) s = tanhf(s / a->softcap) * a->softcap;
-                sg[p] = s;
-                if (s > m) m = s;
+                float s8[8];
+                if (nk == 8 && bf16) dot8_avx2_bf16(qg, a->kc16 + koff + (size_t)p * kvd, (size_t)kvd, hd, s8);
+                else if (nk == 8) dot8_avx2(qg, a->kc + koff + (size_t)p * kvd, (size_t)kvd, hd, s8);
+                else s8[0] = bf16 ? dot_avx2_bf16(qg, a->kc16 + koff + (size_t)p * kvd, hd) : dot_avx2(qg, a->kc + koff + (size_t)p * kvd, hd);
+                for (int j = 0; j < nk; j++) {
+                    float s = s8[j] * a->scale;
+                    if (a->softcap > 0.f) s = tanhf(s / a->softcap) * a->softcap;
+                    sg[p + j] = s;
+                    if (s > m) m = s;
+                }
+                p += nk;
             }
             mx[g] = m;
         }
