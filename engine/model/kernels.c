@@ -1217,15 +1217,15 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) static inline void atten
     int pos = a->start + t, first = 0;
     if (a->window > 0 && pos - a->window + 1 > 0) first = pos - a->window + 1;
     size_t L = (size_t)a->max_len;
-    /* the item's key/value heads: kv0 .. kv1 - 1, a range of each row */
-    int kv0 = h0 / group, kv1 = (h0 + nh - 1) / group + 1;
     const float *q = a->q + (size_t)t * qd + (size_t)h0 * hd;
     float *out = a->out + (size_t)t * qd + (size_t)h0 * hd;
     float mx[SEER_ATTN_MAX_GROUP], inv[SEER_ATTN_MAX_GROUP];
     for (int g = 0; g < nh; g++) mx[g] = -INFINITY;
 #if SEER_ATTN_PF
     /* head g's pass over a key prefetches its share of the item's cache lines of that row, so
-     * the fetches are spread over the tile's work rather than issued in one burst */
+     * the fetches are spread over the tile's work rather than issued in one burst; the item's
+     * key/value heads are kv0 .. kv1 - 1, a range of each row */
+    int kv0 = h0 / group, kv1 = (h0 + nh - 1) / group + 1;
     size_t pf_lo[SEER_ATTN_MAX_GROUP + 1], span = (size_t)(kv1 - kv0) * (size_t)hd;
     for (int g = 0; g <= nh; g++) pf_lo[g] = (size_t)kv0 * (size_t)hd + (span * (size_t)g / (size_t)nh + 15) / 16 * 16;
     if (pf_lo[nh] > (size_t)kv1 * (size_t)hd) pf_lo[nh] = (size_t)kv1 * (size_t)hd;
