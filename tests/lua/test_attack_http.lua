@@ -413,12 +413,24 @@ T.test("rpc: the connection file is removed when the server ends normally, on SI
   local conn = srv.connection_file
   srv:close()
   T.ok(not exists(conn), "normal end: the key file stayed")
+  -- A signal this process ignores (SIGHUP under nohup) stays ignored in the server it starts, as
+  -- nohup means: such a signal does not end the server, so it is not one to test here.
+  local ignored = 0
+  for line in io.lines("/proc/self/status") do
+    local hex = line:match("^SigIgn:%s*(%x+)")
+    if hex then ignored = tonumber(hex:sub(-8), 16) end
+  end
   for _, sig in ipairs{ 15, 2, 1, 9 } do
+    if bit.band(ignored, bit.lshift(1, sig - 1)) ~= 0 and sig ~= 2 then -- the host handles SIGINT itself
+      print(("  signal %d is ignored in this process (nohup?), so in the server too: not tested"):format(sig))
+      goto next
+    end
     local s2, pid = started_server()
     T.eq(#children_of(pid) >= 1, true, "the server has its reaper")
     os.execute(("kill -%d %d"):format(sig, pid))
     T.ok(wait_gone(s2.connection_file, 3000), "signal " .. sig .. ": the key file stayed")
     s2.closed = true
+    ::next::
   end
 end)
 
