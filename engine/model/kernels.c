@@ -113,34 +113,6 @@ __attribute__((target("avx2,fma,f16c"))) static void axpy_avx2_bf16(float *o, fl
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(o + i, _mm256_fmadd_ps(wv, SEER_BF16X8(v + i), _mm256_loadu_ps(o + i)));
     for (; i < n; i++) o[i] = __builtin_fmaf(w, seer_bf16_to_f32(v[i]), o[i]);
 }
-/* dot_avx2 (or dot_avx2_bf16) of q against eight keys at once, k + j * ks for j = 0 .. 7:
- * out[j] gets the bits dot_avx2 gives that key (each key's chain the same FMAs in the same order,
- * hsum8x8, then the same scalar tail). One key at a time, each score waited on its chain of
- * hd / 8 dependent FMAs and its hsum8 (~60 cycles a key for hd 64 on the Zen 3 VM: the per-token
- * attention at a 1024-token context was compute-bound); eight chains side by side keep both FMA
- * pipes busy. */
-#define SEER_DEF_DOT8(NAME, T, LOADK, SCALAR)                                                                    \
-    __attribute__((target("avx2,fma,f16c"))) static inline void NAME(const float *q, const T *k, size_t ks, int n, \
-                                                                     float *out) {                           \
-        __m256 acc[8];                                                                                       \
-        _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) acc[j] = _mm256_setzero_ps();                  \
-        int i = 0;                                                                                           \
-        for (; i + 8 <= n; i += 8) {                                                                         \
-            __m256 qv = _mm256_loadu_ps(q + i);                                                              \
-            _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++)                                             \
-                acc[j] = _mm256_fmadd_ps(qv, LOADK(k + (size_t)j * ks + (size_t)i), acc[j]);                \
-        }                                                                                                    \
-        hsum8x8(acc, out);                                                                                   \
-        for (; i < n; i++)                                                                                   \
-            for (int j = 0; j < 8; j++) out[j] = __builtin_fmaf(q[i], SCALAR(k[(size_t)j * ks + (size_t)i]), out[j]); \
-    }
-#define SEER_F32_LOAD(p) _mm256_loadu_ps(p)
-#define SEER_F32_SCALAR(v) (v)
-SEER_DEF_DOT8(dot8_avx2, float, SEER_F32_LOAD, SEER_F32_SCALAR)
-SEER_DEF_DOT8(dot8_avx2_bf16, uint16_t, SEER_BF16X8, seer_bf16_to_f32)
-#undef SEER_DEF_DOT8
-#undef SEER_F32_LOAD
-#undef SEER_F32_SCALAR
 /* o[0 .. hd) += sum over keys p in [first, last] of (sc[p] * inv) v_p, v_p = v + p * vs, each
  * element's chain continued from the o it finds (a float stored and reloaded rounds nothing):
  * 64 (then 32, 8, 1) outputs at a time held in registers while the keys go by. */
@@ -1165,7 +1137,8 @@ void seer_k_axpy_bf16(float *o, float w, const uint16_t *v, int n) {
  * ARGS="16 256 2 36"): 643-674 us a layer without either, 602-617 spanning alone, 601-619
  * prefetching alone, 506-525 with both; at 128 tokens 334-343 -> 261-262 us, one sequence at 256
  * tokens 139-140 -> 118-119 us. Each head's scores (dot_avx2, eight keys at a time through
- * dot8_avx2 where a tile has eight left, the same bits; then the soft-cap), softmax (its running max, then seer_k_exp_sub_sum) and weighted sum (one
+ * dot8_avx2 where a tile has eight left, the same bits; then the soft-cap), softmax (its running
+ * max, then seer_k_exp_sub_sum) and weighted sum (one
  * FMA chain per output element over the keys in order, carried across tiles through o) are
  * the same operations in the same order as for a head alone, so the grouping, which depends on
  * the thread count, changes no bit. sc holds nh rows of a->max_len scores. */
@@ -1209,6 +1182,30 @@ void seer_k_axpy_bf16(float *o, float w, const uint16_t *v, int n) {
 #define SEER_ATTN_DOT8 1
 #endif
 #ifdef SEER_X86
+/* dot_avx2 (or dot_avx2_bf16) of q against eight keys at once, k + j * ks for j = 0 .. 7:
+ * out[j] gets the bits dot_avx2 gives that key (each key's chain the same FMAs in the same order,
+ * hsum8x8, then the same scalar tail). One key at a time, each score waited on its chain of
+ * hd / 8 dependent FMAs and its hsum8 (~60 cycles a key for hd 64 on the Zen 3 VM: the per-token
+ * attention at a 1024-token context was compute-bound); eight chains side by side keep both FMA
+ * pipes busy. */
+#define SEER_DEF_DOT8(NAME, T, LOADK, SCALAR)                                                                    \
+    __attribute__((target("avx2,fma,f16c"))) static inline void NAME(const float *q, const T *k, size_t ks, int n, \
+                                                                     float *out) {                           \
+        __m256 acc[8];                                                                                       \
+        _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) acc[j] = _mm256_setzero_ps();                  \
+        int i = 0;                                                                                           \
+        for (; i + 8 <= n; i += 8) {                                                                         \
+            __m256 qv = _mm256_loadu_ps(q + i);                                                              \
+            _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++)                                             \
+                acc[j] = _mm256_fmadd_ps(qv, LOADK(k + (size_t)j * ks + (size_t)i), acc[j]);                \
+        }                                                                                                    \
+        hsum8x8(acc, out);                                                                                   \
+        for (; i < n; i++)                                                                                   \
+            for (int j = 0; j < 8; j++) out[j] = __builtin_fmaf(q[i], SCALAR(k[(size_t)j * ks + (size_t)i]), out[j]); \
+    }
+SEER_DEF_DOT8(dot8_avx2, float, SEER_W_F32, SEER_F32_ID)
+SEER_DEF_DOT8(dot8_avx2_bf16, uint16_t, SEER_W_BF16, seer_bf16_to_f32)
+#undef SEER_DEF_DOT8
 /* bf16: the cache is a bf16 one (a->kc16, a->vc16); a constant in each of the two functions below. */
 __attribute__((target("avx2,fma,f16c"), always_inline)) static inline void attention_heads_avx2_any(const seer_attn_params_t *a, int t,
                                                                                                    int h0, int nh, float *sc,
