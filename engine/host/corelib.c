@@ -153,6 +153,13 @@ static int l_list_dir(lua_State *L) {
     return 1;
 }
 
+/* script_error() -> the first line of the error the script ended with ("interrupted" for
+ * Ctrl-C or SIGTERM), or nil while it runs or when it ended normally. For finalizers. */
+static int l_script_error(lua_State *L) {
+    lua_getfield(L, LUA_REGISTRYINDEX, "seer.script_error");
+    return 1;
+}
+
 static int l_getpid(lua_State *L) {
     lua_pushinteger(L, (lua_Integer)getpid());
     return 1;
@@ -169,6 +176,7 @@ static const luaL_Reg corelib[] = {
     {"isatty", l_isatty},
     {"now", l_now},
     {"interrupted", l_interrupted},
+    {"script_error", l_script_error},
     {"getpid", l_getpid},
     {"list_dir", l_list_dir},
     {NULL, NULL},

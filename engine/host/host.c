@@ -393,13 +393,26 @@ static int load_error(lua_State *L, int rc, seer_err_t *err) {
     return code;
 }
 
+/* The error a script ended with, kept for the finalizers that run when the state closes
+ * (host.script_error()): an object whose work was cut short (an agent's transcript, an
+ * experiment's summary) records why instead of guessing. Its first line only: the traceback
+ * follows on stderr. Interrupts (Ctrl-C, SIGTERM) read "interrupted". */
+static int note_script_end(lua_State *L, int rc, const seer_err_t *err) {
+    if (rc == SEER_OK) return rc;
+    const char *nl = strchr(err->msg, '\n');
+    if (rc == SEER_EINTR) lua_pushliteral(L, "interrupted");
+    else lua_pushlstring(L, err->msg, nl ? (size_t)(nl - err->msg) : strlen(err->msg));
+    lua_setfield(L, LUA_REGISTRYINDEX, "seer.script_error");
+    return rc;
+}
+
 int seer_host_run_string(seer_host_t *h, const char *code, const char *chunkname, int argc,
                          char **argv, seer_err_t *err) {
     lua_State *L = h->L;
     int rc = luaL_loadbuffer(L, code, strlen(code), chunkname);
     if (rc != 0) return load_error(L, rc, err);
     int nargs = push_args(L, chunkname, argc, argv);
-    return seer_host_pcall(h, nargs, 0, err);
+    return note_script_end(L, seer_host_pcall(h, nargs, 0, err), err);
 }
 
 int seer_host_run_file(seer_host_t *h, const char *path, int argc, char **argv, seer_err_t *err) {
@@ -436,7 +449,7 @@ int seer_host_run_file(seer_host_t *h, const char *path, int argc, char **argv, 
     sigaction(SIGTERM, &sa, &prev);
     rc = seer_host_pcall(h, nargs, 0, err);
     sigaction(SIGTERM, &prev, NULL);
-    return rc;
+    return note_script_end(L, rc, err);
 }
 
 /* ---- files ------------------------------------------------------------------------------- */

@@ -250,12 +250,15 @@ end
 -- finalizer runs when Lua closes, an uncaught error included; rmdir refuses a folder that is
 -- not empty (and anything that is not a folder), so a run's outputs are never touched.
 -- Runs whose script ends without M.summary (an error, Ctrl-C) get their ledger and a summary that
--- says so at exit, in a run folder that holds anything (M.fail; an empty one is removed as above).
+-- says so at exit, with the error the script ended with, in a run folder that holds anything
+-- (M.fail; an empty one is removed as above).
 local empty_at_exit = {}
 local exit_sentinel = newproxy(true)
 getmetatable(exit_sentinel).__gc = function()
+  -- the error the script ended with, if it did (its first line; "interrupted" for Ctrl-C)
+  local err = core.script_error()
   for _, r in ipairs(unfinished_at_exit) do
-    if not r.finished then pcall(M._write_failure, r, nil) end
+    if not r.finished then pcall(M._write_failure, r, err) end
   end
   for _, dir in ipairs(empty_at_exit) do M._remove_if_empty(dir) end
 end
@@ -931,8 +934,8 @@ local function first_line(err) return (tostring(err):match("^[^\n]*")) end
 
 ---Writes what a run that ended without its summary leaves: ledger.json (the turns and calls so
 ---far) and summary.json / summary.md with `status` "interrupted" (Ctrl-C), "failed" (err is the
----error) or "incomplete" (err nil: the script ended without M.summary and the framework did not
----see why; its error, if any, went to stderr), the error, and the run folder's files. Nothing is
+---error) or "incomplete" (err nil: the script ended without M.summary and without an error), the
+---error, and the run folder's files. Nothing is
 ---written into an empty run folder (it is removed at exit). Atomic writes; a note on stderr.
 ---@param run seerexperiment.Run
 ---@param err any the error the run ended with, or nil
@@ -947,7 +950,7 @@ function M._write_failure(run, err)
   table.sort(files)
   local status = err == nil and "incomplete" or first_line(err):match("interrupted$") and "interrupted" or "failed"
   local message = err ~= nil and tostring(err)
-    or "the script ended without writing its summary (seer.experiment.summary); the error it ended with, if any, is on stderr"
+    or "the script ended without writing its summary (seer.experiment.summary) and without an error"
   if #message > 8000 then message = message:sub(1, 8000) .. "\n[... cut: " .. (#message - 8000) .. " more bytes]" end
   local summary = { status = status, error = message, files = json.array(files) }
   local line = write_ledger(run, summary)
@@ -969,8 +972,8 @@ end
 ---For a main.lua's error path: writes the run's ledger and a summary marked "failed" (or
 ---"interrupted" after Ctrl-C) with the error (see M._write_failure), then raises err again.
 ---`if not ok then X.fail(run, err) end` after the script's cleanup. Runs that end without it
----(an error outside the script's pcall) get the same at exit, as "incomplete" unless an agent's
----error (M.agent) was seen.
+---(an error outside the script's pcall) get the same at exit, with the first line of the error
+---the script ended with ("incomplete" when it ended without one).
 ---@param run seerexperiment.Run
 ---@param err any
 function M.fail(run, err)

@@ -479,6 +479,9 @@ local function describe(v)
   return "a " .. (json.is_array(v) and "list" or type(v) == "table" and "JSON object" or type(v))
 end
 
+local ABANDONED = "the run was abandoned: its messages stopped being read before it ended (the loop over them"
+  .. " was left)"
+
 local function new_agent(opts, fname, interactive)
   check_opts(opts, fname)
   local self = setmetatable({}, Agent)
@@ -610,9 +613,18 @@ local function new_agent(opts, fname, interactive)
   self.price = price_for(self.model, opts.prices)
   self.co = coroutine.create(function() return self:_body() end)
   self.queue = {}
-  -- Closing the MCP servers and the transcript when an unfinished agent is dropped.
+  -- An unfinished agent that is dropped (its loop left by an error or Ctrl-C raised in the code
+  -- that reads its messages, or by a break) still ends its transcript with a result: the error
+  -- the script ended with when the process is closing (host.script_error: "interrupted" for
+  -- Ctrl-C), else that its messages stopped being read. Then its MCP servers and transcript close.
   local guard = newproxy(true)
-  getmetatable(guard).__gc = function() self:_cleanup() end
+  getmetatable(guard).__gc = function()
+    if not self.done and self.t0 then -- started: never-started agents wrote nothing
+      self.done = true
+      pcall(self._write_abnormal, self, host.script_error() or ABANDONED)
+    end
+    self:_cleanup()
+  end
   self._guard = guard
   return self
 end
@@ -1412,7 +1424,9 @@ function M.run_agents(list)
         if not ok then
           first_error = first_error or v
           if tostring(v):match("interrupted$") then
-            for _, b in ipairs(agents) do if not b.done then b.done = true; b:_cleanup() end end
+            for _, b in ipairs(agents) do
+              if not b.done then b.done = true; b:_write_abnormal(tostring(v)); b:_cleanup() end
+            end
             error(v, 0)
           end
           live = live - 1
@@ -1517,6 +1531,10 @@ function M.run_agent_interactive(opts)
     end
   end)
   raw_off()
+  if not ok and not a.done then -- raised here (printing, reading the prompt), not inside the loop
+    a.done = true
+    a:_write_abnormal(tostring(err))
+  end
   a:_cleanup()
   if not ok then error(err, 0) end
   return a.result

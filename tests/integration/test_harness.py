@@ -341,6 +341,55 @@ class HarnessCase(unittest.TestCase):
         self.assertEqual(events[-1]["type"], "result")
         self.assertEqual(events[-1]["reason"], "interrupted")
 
+    def _agent_with_loop(self, loop, sigint=False):
+        """Runs the agent whose reading loop does `loop` after the first text delta (agent.lua's
+        SEER_TEST_LOOP) against a stream that stalls; returns (process, stdout, stderr, events)."""
+        self.fake = FakeProvider([{"sse": "anthropic_long.sse", "stall_after": 2000, "stall_s": 30}]).start()
+        path = os.path.join(self.dir, "t.jsonl")
+        proc = subprocess.Popen([seertest.SEER, AGENT], cwd=self.dir, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True,
+                                env=seertest.env(ANTHROPIC_BASE_URL=self.fake.url, ANTHROPIC_API_KEY=KEY,
+                                                 SEER_TEST_LOOP=loop,
+                                                 SEER_TEST_AGENT=json.dumps({"transcript": path, "mcp": True})))
+        try:
+            if sigint:
+                # the loop spins in the script's own code (not in the harness): the interrupt lands there
+                self.assertEqual(proc.stderr.readline(), "SPINNING\n")
+                os.kill(proc.pid, signal.SIGINT)
+            out, err = proc.communicate(timeout=20)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        return proc, out, err, read_transcript(path)[1]
+
+    def test_ctrl_c_in_the_reading_loop_ends_the_transcript_with_a_result(self):
+        # Ctrl-C raised in the code that reads the agent's messages, outside any harness call:
+        # the transcript still ends with the result (stop 56's CI caught the race in the test above)
+        proc, _, err, events = self._agent_with_loop("spin", sigint=True)
+        self.assertEqual(proc.returncode, 130, err)
+        self.assertEqual(events[0]["type"], "run_start")
+        self.assertEqual((events[-1]["type"], events[-1]["reason"], events[-1]["error"]),
+                         ("result", "interrupted", "interrupted"))
+        self.assertEqual(sum(e["type"] == "result" for e in events), 1)
+
+    def test_an_error_in_the_reading_loop_ends_the_transcript_with_it(self):
+        proc, _, err, events = self._agent_with_loop("error")
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("the loop's own error", err)
+        self.assertEqual((events[-1]["type"], events[-1]["reason"]), ("result", "error"))
+        self.assertIn("the loop's own error", events[-1]["error"])
+        self.assertEqual(events[-2]["type"], "error")
+        self.assertEqual(sum(e["type"] == "result" for e in events), 1)
+
+    def test_an_agent_left_unread_ends_its_transcript_when_collected(self):
+        proc, out, err, events = self._agent_with_loop("break")
+        self.assertEqual(proc.returncode, 0, err)
+        self.assertIn("COLLECTED", out)
+        self.assertEqual((events[-1]["type"], events[-1]["reason"]), ("result", "error"))
+        self.assertIn("abandoned", events[-1]["error"])
+        self.assertNotIn(KEY, json.dumps(events))
+
     def test_transcript_view(self):
         self.agent([{"sse": "anthropic_tool.sse"}, {"sse": "anthropic_final.sse"}], {"mcp": True})
         p = seertest.run(["transcript", "view", os.path.join(self.dir, "t.jsonl")])

@@ -762,8 +762,8 @@ error("SandboxConfig.gpu = \"A100\", but this machine has no NVIDIA GPU")
   T.eq(seer.read_file(run_dir .. "/partial.txt"), "x", "a run folder with outputs is kept")
   -- and it gets the ledger and a summary saying the run ended without its own
   local s = read_json(run_dir .. "/summary.json")
-  T.eq(s.status, "incomplete")
-  T.contains(s.error, "the script ended without writing its summary")
+  T.eq(s.status, "failed") -- the error the script ended with, uncaught, is the run's
+  T.contains(s.error, "this machine has no NVIDIA GPU")
   T.eq(s.files, { "partial.txt" })
   T.eq(read_json(run_dir .. "/ledger.json").totals.calls, 0)
   -- the help says what SEER_OUT does
@@ -845,6 +845,26 @@ os.exit(tonumber(os.getenv("EXIT_CODE")))
     T.eq(s.files, { "partial.txt" })
     T.ok(read_json(run_dir .. "/ledger.json").totals, "ledger.json written")
   end
+end)
+
+T.test("Ctrl-C that ends a script outside its error path still marks the run interrupted, not incomplete", function()
+  local text, run_dir = script_run("ctrlc", [[
+local X = require "seer.experiment"
+local process = require "seer.process"
+local run = X.run{ name = "ctrlc", dir = %q }
+seer.write_file(run.out_dir .. "/partial.txt", "x")
+jit.off() -- interpreted, so the interrupt's hook runs (compiled loops never check it)
+local p = io.popen("kill -INT " .. process.getpid())
+p:close()
+local x = 0
+while true do x = (x + 1) %% 7 end
+]])
+  T.contains(text, "exit=130")
+  T.ok(run_dir, text)
+  local s = read_json(run_dir .. "/summary.json")
+  T.eq(s.status, "interrupted", text)
+  T.eq(s.error, "interrupted")
+  T.eq(s.files, { "partial.txt" })
 end)
 
 -- A copy of sandbox-intro in a folder of its own, with a recorded agent of our making.
