@@ -31,6 +31,9 @@ typedef struct {
 } stream_ud;
 typedef struct {
     seer_harness_transcript_t *t;
+    int ended; /* a "result" event was written: set here, in the call that wrote it, so that no
+                * Lua instruction (where Ctrl-C's hook can raise) lies between the line and the
+                * record of it */
 } transcript_ud;
 typedef struct {
     int fd;
@@ -199,6 +202,7 @@ static int l_transcript(lua_State *L) {
     const char **secrets = string_list(L, 2, &n);
     transcript_ud *u = lua_newuserdata(L, sizeof *u);
     u->t = NULL;
+    u->ended = 0;
     luaL_getmetatable(L, TRANSCRIPT_MT);
     lua_setmetatable(L, -2);
     seer_err_t err;
@@ -215,9 +219,19 @@ static int l_transcript_write(lua_State *L) {
     seer_err_clear(&err);
     size_t before = seer_harness_transcript_written(u->t);
     int rc = seer_harness_transcript_write(u->t, ev, &err);
+    if (rc >= 0 && cJSON_IsString(cJSON_GetObjectItemCaseSensitive(ev, "type")) &&
+        strcmp(cJSON_GetObjectItemCaseSensitive(ev, "type")->valuestring, "result") == 0)
+        u->ended = 1;
     cJSON_Delete(ev);
     if (rc < 0) return luaL_error(L, "%s", err.msg);
     lua_pushinteger(L, (lua_Integer)(seer_harness_transcript_written(u->t) - before)); /* the line's bytes */
+    return 1;
+}
+
+/* transcript:ended() -> whether a "result" event was written to it */
+static int l_transcript_ended(lua_State *L) {
+    transcript_ud *u = luaL_checkudata(L, 1, TRANSCRIPT_MT);
+    lua_pushboolean(L, u->ended);
     return 1;
 }
 
@@ -329,7 +343,8 @@ int seer_harness_luaopen(lua_State *L) {
     static const luaL_Reg stream_m[] = {{"next", l_stream_next},       {"state", l_stream_state},
                                         {"cancel", l_stream_cancel},   {"partial", l_stream_partial},
                                         {"close", l_stream_close},     {NULL, NULL}};
-    static const luaL_Reg tr_m[] = {{"write", l_transcript_write}, {"close", l_transcript_close}, {NULL, NULL}};
+    static const luaL_Reg tr_m[] = {{"write", l_transcript_write}, {"ended", l_transcript_ended},
+                                       {"close", l_transcript_close}, {NULL, NULL}};
     static const luaL_Reg tty_m[] = {{"restore", l_tty_restore}, {NULL, NULL}};
     new_mt(L, POOL_MT, pool_m, l_pool_close);
     new_mt(L, STREAM_MT, stream_m, l_stream_close);

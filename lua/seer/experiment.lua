@@ -258,7 +258,9 @@ getmetatable(exit_sentinel).__gc = function()
   -- the error the script ended with, if it did (its first line; "interrupted" for Ctrl-C)
   local err = core.script_error()
   for _, r in ipairs(unfinished_at_exit) do
-    if not r.finished then pcall(M._write_failure, r, err) end
+    if r.finished then -- nothing to do
+    elseif r.pending_summary then pcall(M._write_summary_files, r) -- M.summary was cut short
+    else pcall(M._write_failure, r, err) end
   end
   for _, dir in ipairs(empty_at_exit) do M._remove_if_empty(dir) end
 end
@@ -273,7 +275,9 @@ function M._wrap_os_exit()
   real_exit = os.exit
   os.exit = function(code, close)
     for _, r in ipairs(unfinished_at_exit) do
-      if not r.finished then
+      if not r.finished and r.pending_summary then
+        pcall(M._write_summary_files, r)
+      elseif not r.finished then
         local failed = code ~= nil and code ~= true and code ~= 0
         pcall(M._write_failure, r, failed and ("the script called os.exit(%s)"):format(tostring(code)) or nil)
       end
@@ -892,6 +896,14 @@ end
 ---experiment, profile, folder, arguments, wall time and the ledger's totals; ledger.json the
 ---ledger (see M._agent_opts).
 ---@param run seerexperiment.Run
+-- Writes the summary M.summary made (run.pending_summary), each file atomically.
+local function write_summary_files(run)
+  local seer = require "seer"
+  seer.write_file(run.out_dir .. "/summary.json", run.pending_summary.json)
+  seer.write_file(run.out_dir .. "/summary.md", run.pending_summary.markdown)
+end
+M._write_summary_files = write_summary_files
+
 ---@param summary table JSON-able
 ---@param markdown string
 function M.summary(run, summary, markdown)
@@ -922,8 +934,11 @@ function M.summary(run, summary, markdown)
     io.stderr:write(("seer.experiment: %s: %s\n"):format(run.name, unsaved[1]))
   end
   markdown = markdown .. write_ledger(run, summary)
-  seer.write_file(run.out_dir .. "/summary.json", json.encode(summary, { indent = 2 }) .. "\n")
-  seer.write_file(run.out_dir .. "/summary.md", markdown)
+  -- Kept before the files are written: an interrupt between the two writes (or between them and
+  -- `finished`) leaves the exit's finalizer this summary to write again, not a failure's to put
+  -- over a completed run's summary.json.
+  run.pending_summary = { json = json.encode(summary, { indent = 2 }) .. "\n", markdown = markdown }
+  write_summary_files(run)
   run.finished = true
   io.write(require("seer.terminal").safe(markdown)) -- it quotes the agents: no terminal commands
   return summary

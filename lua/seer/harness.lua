@@ -991,7 +991,8 @@ end
 -- they hold, they are written: made encodable first, and a result that still cannot be encoded
 -- is written with its reason and error alone. Nothing when the result was written already.
 function Agent:_write_abnormal(msg)
-  if not self.transcript or self.result_written then return end
+  -- the transcript's own record: an interrupt can land between a result's write and the flag
+  if not self.transcript or self.result_written or self.transcript:ended() then return end
   local r = self:_abnormal_result(msg)
   local function write(ev)
     return pcall(function() self.transcript:write(json.encode(encodable(ev, 0))) end)

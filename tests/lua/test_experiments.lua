@@ -867,6 +867,27 @@ while true do x = (x + 1) %% 7 end
   T.eq(s.files, { "partial.txt" })
 end)
 
+T.test("an interrupt between the summary's two files leaves the completed summary, not a failure over it", function()
+  -- the interrupt is simulated: the write of summary.md raises "interrupted" once summary.json is
+  -- written, as Ctrl-C's hook would between the two calls
+  local text, run_dir = script_run("cut", [[
+local X = require "seer.experiment"
+local run = X.run{ name = "cut", dir = %q }
+seer.write_file(run.out_dir .. "/partial.txt", "x")
+local real, cut = seer.write_file, false
+seer.write_file = function(path, data)
+  if path:match("summary%%.md$") and not cut then cut = true; error("interrupted", 0) end
+  return real(path, data)
+end
+X.summary(run, { results = { answer = 42 } }, "# cut\n")
+]])
+  T.ok(run_dir, text)
+  local s = read_json(run_dir .. "/summary.json")
+  T.eq(s.status, "completed", text)
+  T.eq(s.results.answer, 42)
+  T.contains(seer.read_file(run_dir .. "/summary.md"), "# cut")
+end)
+
 -- A copy of sandbox-intro in a folder of its own, with a recorded agent of our making.
 local function intro_copy(replay_lines, main_edit)
   local dir = T.tmpdir()
