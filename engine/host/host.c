@@ -82,8 +82,8 @@ static void on_sigint(int sig) {
     }
 }
 
-/* SIGTERM while a script runs (`seer FILE.lua`, the process of an experiment) ends it as Ctrl-C
- * does: "interrupted" is raised in the running code, so the script's cleanup runs (sessions
+/* SIGTERM (or SIGHUP, when it is not ignored) while a script runs (`seer FILE.lua`, the process
+ * of an experiment) ends it as Ctrl-C does: "interrupted" is raised in the running code, so the script's cleanup runs (sessions
  * terminated, notebooks saved with a running cell's output so far, the run's ledger written)
  * instead of the process vanishing with them. A second SIGTERM (a second or more after the first:
  * one sooner is the same request), or one before the script's code runs, ends the process at
@@ -447,7 +447,14 @@ int seer_host_run_file(seer_host_t *h, const char *path, int argc, char **argv, 
     const char *grace = getenv("SEER_SIGTERM_GRACE_S");
     if (grace && atoi(grace) >= 1 && atoi(grace) <= 3600) g_term_grace = (unsigned)atoi(grace);
     sigaction(SIGTERM, &sa, &prev);
+    /* A hangup (the terminal or SSH link of `seer FILE.lua` gone) ends the script the same way,
+     * unless SIGHUP was ignored when seer started (nohup: the script is meant to outlive it). */
+    struct sigaction hup_prev;
+    sigaction(SIGHUP, NULL, &hup_prev);
+    int take_hup = !(hup_prev.sa_flags & SA_SIGINFO) && hup_prev.sa_handler == SIG_DFL;
+    if (take_hup) sigaction(SIGHUP, &sa, NULL);
     rc = seer_host_pcall(h, nargs, 0, err);
+    if (take_hup) sigaction(SIGHUP, &hup_prev, NULL);
     sigaction(SIGTERM, &prev, NULL);
     return note_script_end(L, rc, err);
 }

@@ -477,6 +477,74 @@ os.execute("sleep 20")
   T.ok(took < 6000, ("it ended %d ms after SIGTERM (grace 2 s)"):format(took))
 end)
 
+T.test("a hangup (SIGHUP to the script or its process group) ends a script as Ctrl-C does; under nohup it is ignored", function()
+  -- an SSH link or terminal that goes away: the run's summary and the running cell's output so
+  -- far are kept, where SIGHUP's default action ended the process with neither
+  local dir = T.tmpdir()
+  seer.write_file(dir .. "/t.lua", ([==[
+local X = require "seer.experiment"
+local run = X.run{ name = "hup", dir = %q }
+local s = seer.execution.create_local_notebook_session(nil, { name = "hup", output_dir = run.out_dir .. "/nb" })
+s:exec("print('first cell')")
+io.stdout:write("READY ", run.out_dir, "\n") io.stdout:flush()
+local ok, err = pcall(s.exec, s, "print('partial output') io.stdout:flush() local t = os.clock() + 30 while os.clock() < t do end print('end')")
+io.stdout:write("CLEANUP ", tostring(err), "\n") io.stdout:flush()
+s:terminate()
+error(err, 0)
+]==]):format(dir))
+  seer.write_file(dir .. "/nohup.lua", [==[
+io.stdout:write("READY\n") io.stdout:flush()
+jit.off()
+local t = os.clock() + 1.5
+while os.clock() < t do end
+io.stdout:write("DONE\n")
+]==])
+  seer.write_file(dir .. "/drive.py", [==[
+import json, os, subprocess, sys, time, signal
+how = sys.argv[3]
+pre = (lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)) if how == "nohup" else None
+p = subprocess.Popen([sys.argv[1], sys.argv[2]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                     start_new_session=True, preexec_fn=pre, env=dict(os.environ, SEER_OUT=sys.argv[4]))
+first = p.stdout.readline()
+time.sleep(0.3 if how == "nohup" else 1.0)
+if how == "group": os.killpg(p.pid, signal.SIGHUP)
+else: p.send_signal(signal.SIGHUP)
+t0 = time.time()
+try:
+    out = p.communicate(timeout=30)[0]
+except subprocess.TimeoutExpired:
+    p.kill()
+    out = p.communicate()[0]
+print(json.dumps({"first": first.decode(), "rc": p.returncode, "took": time.time() - t0, "out": out.decode(errors="replace")}))
+]==])
+  local function drive(script, how)
+    local p = io.popen(("python3 '%s/drive.py' '%s' '%s/%s' %s '%s/out' 2>&1"):format(dir, require("seer.jupyter").seer_binary(),
+      dir, script, how, dir))
+    local raw = p:read("*a")
+    p:close()
+    local ok, r = pcall(json.decode, raw:match("([^\n]*)\n?$"))
+    T.ok(ok and type(r) == "table", raw)
+    return r
+  end
+  for _, how in ipairs{ "pid", "group" } do
+    local r = drive("t.lua", how)
+    local run_dir = r.first:match("^READY (.-)\n$")
+    T.ok(run_dir, r.first)
+    T.eq(r.rc, 130, how .. ": " .. r.out)
+    T.contains(r.out, "CLEANUP ")
+    T.contains(r.out, "interrupted")
+    T.eq(json.decode(seer.read_file(run_dir .. "/summary.json")).status, "interrupted", how)
+    local ls = io.popen(("ls '%s'/nb/*.ipynb"):format(run_dir))
+    local doc = read_nb(ls:read("*l"))
+    ls:close()
+    T.eq(#doc.cells, 2, how)
+    T.contains(cell_text(doc.cells[2]), "partial output")
+  end
+  local r = drive("nohup.lua", "nohup")
+  T.eq(r.rc, 0, r.out)
+  T.contains(r.out, "DONE")
+end)
+
 T.test("SIGTERM to a script ends it as Ctrl-C does: its cleanup runs and the running cell's output so far is saved", function()
   local dir = T.tmpdir()
   seer.write_file(dir .. "/t.lua", ([==[
