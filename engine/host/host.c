@@ -83,9 +83,9 @@ static void on_sigint(int sig) {
 }
 
 /* SIGTERM (or SIGHUP, when it is not ignored) while a script runs (`seer FILE.lua`, the process
- * of an experiment) ends it as Ctrl-C does: "interrupted" is raised in the running code, so the script's cleanup runs (sessions
- * terminated, notebooks saved with a running cell's output so far, the run's ledger written)
- * instead of the process vanishing with them. A second SIGTERM (a second or more after the first:
+ * of an experiment) ends it as Ctrl-C does: "interrupted" is raised in the running code, so the
+ * script's cleanup runs (sessions terminated, notebooks saved with a running cell's output so
+ * far, the run's ledger written) instead of the process vanishing with them. A second SIGTERM (a second or more after the first:
  * one sooner is the same request), or one before the script's code runs, ends the process at
  * once, so a script stuck where it cannot be interrupted still goes.
  * Only scripts: seer's own commands (sandboxd, servers) keep SIGTERM's default. */
@@ -396,7 +396,7 @@ static int load_error(lua_State *L, int rc, seer_err_t *err) {
 /* The error a script ended with, kept for the finalizers that run when the state closes
  * (host.script_error()): an object whose work was cut short (an agent's transcript, an
  * experiment's summary) records why instead of guessing. Its first line only: the traceback
- * follows on stderr. Interrupts (Ctrl-C, SIGTERM) read "interrupted". */
+ * follows on stderr. Interrupts (Ctrl-C, SIGTERM, a hangup) read "interrupted". */
 static int note_script_end(lua_State *L, int rc, const seer_err_t *err) {
     if (rc == SEER_OK) return rc;
     const char *nl = strchr(err->msg, '\n');

@@ -890,12 +890,6 @@ local function write_ledger(run, summary)
     summary.wall_s, run.out_dir .. "/ledger.json")
 end
 
----Writes summary.json and summary.md into the run folder (atomically) and prints the markdown.
----summary.json gets `status = "completed"` (unless the experiment set a status; "failed", with
----`error` and `problems`, when a notebook server of the run ended under it), the
----experiment, profile, folder, arguments, wall time and the ledger's totals; ledger.json the
----ledger (see M._agent_opts).
----@param run seerexperiment.Run
 -- Writes the summary M.summary made (run.pending_summary), each file atomically.
 local function write_summary_files(run)
   local seer = require "seer"
@@ -904,10 +898,15 @@ local function write_summary_files(run)
 end
 M._write_summary_files = write_summary_files
 
+---Writes summary.json and summary.md into the run folder (atomically) and prints the markdown.
+---summary.json gets `status = "completed"` (unless the experiment set a status; "failed", with
+---`error` and `problems`, when a notebook server of the run ended under it), the
+---experiment, profile, folder, arguments, wall time and the ledger's totals; ledger.json the
+---ledger (see M._agent_opts).
+---@param run seerexperiment.Run
 ---@param summary table JSON-able
 ---@param markdown string
 function M.summary(run, summary, markdown)
-  local seer = require "seer"
   summary.status = summary.status or "completed"
   -- A notebook server of this run that ended under it (killed, crashed): the agent's tool calls
   -- after that failed, so what it concluded is not a completed run's, whatever it says.
