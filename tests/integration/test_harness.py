@@ -382,6 +382,31 @@ class HarnessCase(unittest.TestCase):
         self.assertEqual(events[-2]["type"], "error")
         self.assertEqual(sum(e["type"] == "result" for e in events), 1)
 
+    def test_ctrl_c_in_run_agents_ends_every_transcript_with_a_result(self):
+        # the interrupt lands in the first agent's on_message; the second agent, streaming beside
+        # it, gets its result too (it was closed without one)
+        self.fake = FakeProvider([{"sse": "anthropic_long.sse", "stall_after": 2000, "stall_s": 30}]).start()
+        path = os.path.join(self.dir, "t.jsonl")
+        proc = subprocess.Popen([seertest.SEER, AGENT], cwd=self.dir, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True,
+                                env=seertest.env(ANTHROPIC_BASE_URL=self.fake.url, ANTHROPIC_API_KEY=KEY,
+                                                 SEER_TEST_LOOP="spin", SEER_TEST_AGENTS="2",
+                                                 SEER_TEST_AGENT=json.dumps({"transcript": path})))
+        try:
+            self.assertEqual(proc.stderr.readline(), "SPINNING\n")
+            os.kill(proc.pid, signal.SIGINT)
+            _, err = proc.communicate(timeout=20)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        self.assertEqual(proc.returncode, 130, err)
+        for i in (1, 2):
+            _, events = read_transcript(f"{path}.{i}")
+            self.assertEqual(events[0]["type"], "run_start", i)
+            self.assertEqual((events[-1]["type"], events[-1]["reason"]), ("result", "interrupted"), i)
+            self.assertEqual(sum(e["type"] == "result" for e in events), 1, i)
+
     def test_an_agent_left_unread_ends_its_transcript_when_collected(self):
         proc, out, err, events = self._agent_with_loop("break")
         self.assertEqual(proc.returncode, 0, err)
