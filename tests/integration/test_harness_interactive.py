@@ -123,6 +123,18 @@ class InteractiveCase(unittest.TestCase):
         self.assertIn("I will \\x1b]0;owned\\x07show it.", view.stdout)
         self.assertNotIn("\x1b", view.stdout)
 
+    def test_ctrl_c_at_the_prompt_ends_the_transcript_with_a_result(self):
+        # Ctrl-C while the chat waits for the user's line: raised in the chat's own code (reading
+        # the line), outside the agent's loop, and still the transcript's last event
+        p = self.start([{"sse": "anthropic_text.sse"}], {"user_message": "hi"})
+        p.expect(r"Hello from the fake provider")
+        p.expect(r"> ")
+        p.send(b"\x03")
+        self.assertEqual(p.wait(), 130)
+        events = self.events()
+        self.assertEqual((events[-1]["type"], events[-1]["reason"]), ("result", "interrupted"))
+        self.assertEqual(sum(e["type"] == "result" for e in events), 1)
+
     def test_first_message_and_quit(self):
         p = self.start([{"sse": "anthropic_text.sse"}], {"user_message": "hi"})
         p.expect(r"Hello from the fake provider")
