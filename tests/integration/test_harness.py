@@ -341,16 +341,18 @@ class HarnessCase(unittest.TestCase):
         self.assertEqual(events[-1]["type"], "result")
         self.assertEqual(events[-1]["reason"], "interrupted")
 
-    def _agent_with_loop(self, loop, sigint=False):
+    def _agent_with_loop(self, loop, sigint=False, agents=None):
         """Runs the agent whose reading loop does `loop` after the first text delta (agent.lua's
-        SEER_TEST_LOOP) against a stream that stalls; returns (process, stdout, stderr, events)."""
+        SEER_TEST_LOOP) against a stream that stalls, or `agents` of them under run_agents (the
+        first one's on_message spins); returns (process, stdout, stderr, transcript path)."""
         self.fake = FakeProvider([{"sse": "anthropic_long.sse", "stall_after": 2000, "stall_s": 30}]).start()
         path = os.path.join(self.dir, "t.jsonl")
+        extra = {"SEER_TEST_AGENTS": str(agents)} if agents else {}
         proc = subprocess.Popen([seertest.SEER, AGENT], cwd=self.dir, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True,
                                 env=seertest.env(ANTHROPIC_BASE_URL=self.fake.url, ANTHROPIC_API_KEY=KEY,
-                                                 SEER_TEST_LOOP=loop,
-                                                 SEER_TEST_AGENT=json.dumps({"transcript": path, "mcp": True})))
+                                                 SEER_TEST_LOOP=loop, **extra,
+                                                 SEER_TEST_AGENT=json.dumps({"transcript": path, "mcp": not agents})))
         try:
             if sigint:
                 # the loop spins in the script's own code (not in the harness): the interrupt lands there
@@ -361,20 +363,22 @@ class HarnessCase(unittest.TestCase):
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-        return proc, out, err, read_transcript(path)[1]
+        return proc, out, err, path
 
     def test_ctrl_c_in_the_reading_loop_ends_the_transcript_with_a_result(self):
         # Ctrl-C raised in the code that reads the agent's messages, outside any harness call:
         # the transcript still ends with the result (stop 56's CI caught the race in the test above)
-        proc, _, err, events = self._agent_with_loop("spin", sigint=True)
+        proc, _, err, path = self._agent_with_loop("spin", sigint=True)
         self.assertEqual(proc.returncode, 130, err)
+        _, events = read_transcript(path)
         self.assertEqual(events[0]["type"], "run_start")
         self.assertEqual((events[-1]["type"], events[-1]["reason"], events[-1]["error"]),
                          ("result", "interrupted", "interrupted"))
         self.assertEqual(sum(e["type"] == "result" for e in events), 1)
 
     def test_an_error_in_the_reading_loop_ends_the_transcript_with_it(self):
-        proc, _, err, events = self._agent_with_loop("error")
+        proc, _, err, path = self._agent_with_loop("error")
+        _, events = read_transcript(path)
         self.assertNotEqual(proc.returncode, 0)
         self.assertIn("the loop's own error", err)
         self.assertEqual((events[-1]["type"], events[-1]["reason"]), ("result", "error"))
@@ -385,21 +389,7 @@ class HarnessCase(unittest.TestCase):
     def test_ctrl_c_in_run_agents_ends_every_transcript_with_a_result(self):
         # the interrupt lands in the first agent's on_message; the second agent, streaming beside
         # it, gets its result too (it was closed without one)
-        self.fake = FakeProvider([{"sse": "anthropic_long.sse", "stall_after": 2000, "stall_s": 30}]).start()
-        path = os.path.join(self.dir, "t.jsonl")
-        proc = subprocess.Popen([seertest.SEER, AGENT], cwd=self.dir, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True,
-                                env=seertest.env(ANTHROPIC_BASE_URL=self.fake.url, ANTHROPIC_API_KEY=KEY,
-                                                 SEER_TEST_LOOP="spin", SEER_TEST_AGENTS="2",
-                                                 SEER_TEST_AGENT=json.dumps({"transcript": path})))
-        try:
-            self.assertEqual(proc.stderr.readline(), "SPINNING\n")
-            os.kill(proc.pid, signal.SIGINT)
-            _, err = proc.communicate(timeout=20)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        proc, _, err, path = self._agent_with_loop("spin", sigint=True, agents=2)
         self.assertEqual(proc.returncode, 130, err)
         for i in (1, 2):
             _, events = read_transcript(f"{path}.{i}")
@@ -408,7 +398,8 @@ class HarnessCase(unittest.TestCase):
             self.assertEqual(sum(e["type"] == "result" for e in events), 1, i)
 
     def test_an_agent_left_unread_ends_its_transcript_when_collected(self):
-        proc, out, err, events = self._agent_with_loop("break")
+        proc, out, err, path = self._agent_with_loop("break")
+        _, events = read_transcript(path)
         self.assertEqual(proc.returncode, 0, err)
         self.assertIn("COLLECTED", out)
         self.assertEqual((events[-1]["type"], events[-1]["reason"]), ("result", "error"))

@@ -477,6 +477,38 @@ os.execute("sleep 20")
   T.ok(took < 6000, ("it ended %d ms after SIGTERM (grace 2 s)"):format(took))
 end)
 
+-- Runs DIR/SCRIPT (in a session of its own, SEER_OUT=DIR/out), waits for its first line, sleeps
+-- `after` seconds and sends it `sig`: "SIGTERM", "SIGHUP", "SIGHUP-group" (to its process group,
+-- as a terminal's hangup is) or "SIGHUP-nohup" (SIGHUP, started with it ignored, as nohup does).
+-- Returns {first, rc, took (seconds from the signal to the end), out}.
+local function drive_signal(dir, script, sig, after)
+  seer.write_file(dir .. "/drive_signal.py", [==[
+import json, os, subprocess, sys, time, signal
+seer, script, sig, after, out_dir = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), sys.argv[5]
+pre = (lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)) if sig == "SIGHUP-nohup" else None
+p = subprocess.Popen([seer, script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                     start_new_session=True, preexec_fn=pre, env=dict(os.environ, SEER_OUT=out_dir))
+first = p.stdout.readline()
+time.sleep(after)
+if sig == "SIGHUP-group": os.killpg(p.pid, signal.SIGHUP)
+else: p.send_signal(signal.SIGTERM if sig == "SIGTERM" else signal.SIGHUP)
+t0 = time.time()
+try:
+    out = p.communicate(timeout=30)[0]
+except subprocess.TimeoutExpired:
+    p.kill()
+    out = p.communicate()[0]
+print(json.dumps({"first": first.decode(), "rc": p.returncode, "took": time.time() - t0, "out": out.decode(errors="replace")}))
+]==])
+  local p = io.popen(("python3 '%s/drive_signal.py' '%s' '%s/%s' %s %g '%s/out' 2>&1"):format(dir,
+    require("seer.jupyter").seer_binary(), dir, script, sig, after, dir))
+  local raw = p:read("*a")
+  p:close()
+  local ok, r = pcall(json.decode, raw:match("([^\n]*)\n?$"))
+  T.ok(ok and type(r) == "table", raw)
+  return r
+end
+
 T.test("a hangup (SIGHUP to the script or its process group) ends a script as Ctrl-C does; under nohup it is ignored", function()
   -- an SSH link or terminal that goes away: the run's summary and the running cell's output so
   -- far are kept, where SIGHUP's default action ended the process with neither
@@ -499,35 +531,8 @@ local t = os.clock() + 1.5
 while os.clock() < t do end
 io.stdout:write("DONE\n")
 ]==])
-  seer.write_file(dir .. "/drive.py", [==[
-import json, os, subprocess, sys, time, signal
-how = sys.argv[3]
-pre = (lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)) if how == "nohup" else None
-p = subprocess.Popen([sys.argv[1], sys.argv[2]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                     start_new_session=True, preexec_fn=pre, env=dict(os.environ, SEER_OUT=sys.argv[4]))
-first = p.stdout.readline()
-time.sleep(0.3 if how == "nohup" else 1.0)
-if how == "group": os.killpg(p.pid, signal.SIGHUP)
-else: p.send_signal(signal.SIGHUP)
-t0 = time.time()
-try:
-    out = p.communicate(timeout=30)[0]
-except subprocess.TimeoutExpired:
-    p.kill()
-    out = p.communicate()[0]
-print(json.dumps({"first": first.decode(), "rc": p.returncode, "took": time.time() - t0, "out": out.decode(errors="replace")}))
-]==])
-  local function drive(script, how)
-    local p = io.popen(("python3 '%s/drive.py' '%s' '%s/%s' %s '%s/out' 2>&1"):format(dir, require("seer.jupyter").seer_binary(),
-      dir, script, how, dir))
-    local raw = p:read("*a")
-    p:close()
-    local ok, r = pcall(json.decode, raw:match("([^\n]*)\n?$"))
-    T.ok(ok and type(r) == "table", raw)
-    return r
-  end
   for _, how in ipairs{ "pid", "group" } do
-    local r = drive("t.lua", how)
+    local r = drive_signal(dir, "t.lua", how == "group" and "SIGHUP-group" or "SIGHUP", 1.0)
     local run_dir = r.first:match("^READY (.-)\n$")
     T.ok(run_dir, r.first)
     T.eq(r.rc, 130, how .. ": " .. r.out)
@@ -540,7 +545,7 @@ print(json.dumps({"first": first.decode(), "rc": p.returncode, "took": time.time
     T.eq(#doc.cells, 2, how)
     T.contains(cell_text(doc.cells[2]), "partial output")
   end
-  local r = drive("nohup.lua", "nohup")
+  local r = drive_signal(dir, "nohup.lua", "SIGHUP-nohup", 0.3)
   T.eq(r.rc, 0, r.out)
   T.contains(r.out, "DONE")
 end)
@@ -556,26 +561,8 @@ io.stdout:write("CLEANUP ", tostring(err), "\n") io.stdout:flush()
 s:terminate()
 error(err, 0)
 ]==]):format(dir .. "/nb"))
-  seer.write_file(dir .. "/drive.py", [==[
-import json, subprocess, sys, time, signal
-p = subprocess.Popen([sys.argv[1], sys.argv[2]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-first = p.stdout.readline()
-time.sleep(1.0)
-p.send_signal(signal.SIGTERM)
-t0 = time.time()
-try:
-    out = p.communicate(timeout=30)[0]
-except subprocess.TimeoutExpired:
-    p.kill()
-    out = p.communicate()[0]
-print(json.dumps({"first": first.decode(), "rc": p.returncode, "took": time.time() - t0, "out": out.decode(errors="replace")}))
-]==])
-  local p = io.popen(("python3 '%s/drive.py' '%s' '%s/t.lua' 2>&1"):format(dir, require("seer.jupyter").seer_binary(), dir))
-  local raw = p:read("*a")
-  p:close()
-  local ok, r = pcall(json.decode, raw:match("([^\n]*)\n?$"))
-  T.ok(ok and type(r) == "table", raw)
-  T.eq(r.first, "READY\n", raw)
+  local r = drive_signal(dir, "t.lua", "SIGTERM", 1.0)
+  T.eq(r.first, "READY\n", r.out)
   T.eq(r.rc, 130, r.out)
   T.ok(r.took < 15, ("the script took %.1f s to end after SIGTERM"):format(r.took))
   T.contains(r.out, "CLEANUP ")
