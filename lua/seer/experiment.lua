@@ -240,52 +240,33 @@ function M.run(opts)
   process.mkdir_p(r.out_dir)
   M._remove_if_empty_at_exit(r.out_dir)
   unfinished_at_exit[#unfinished_at_exit + 1] = r
-  M._wrap_os_exit()
   return r
 end
 
 
--- Run folders to remove at exit when nothing was written into them: a run that fails before its
--- first output (its sandbox's GPU check, a missing key) leaves no empty folder behind. The
--- finalizer runs when Lua closes, an uncaught error included; rmdir refuses a folder that is
--- not empty (and anything that is not a folder), so a run's outputs are never touched.
--- Runs whose script ends without M.summary (an error, Ctrl-C) get their ledger and a summary that
--- says so at exit, with the error the script ended with, in a run folder that holds anything
--- (M.fail; an empty one is removed as above).
+-- When the script ends, however it ends (seer.exit: a normal end, an uncaught error or Ctrl-C,
+-- os.exit): run folders that nothing was written into are removed (a run that fails before its
+-- first output, its sandbox's GPU check or a missing key, leaves no empty folder behind; rmdir
+-- refuses a folder that is not empty, and anything that is not a folder, so a run's outputs are
+-- never touched); runs that ended without M.summary get their ledger and a summary that says so
+-- (M._write_failure), with the error the script ended with, or "failed" for os.exit with a code
+-- other than 0 or true, else "incomplete"; a summary that M.summary was writing when an interrupt
+-- cut it is written again.
 local empty_at_exit = {}
-local exit_sentinel = newproxy(true)
-getmetatable(exit_sentinel).__gc = function()
-  -- the error the script ended with, if it did (its first line; "interrupted" for Ctrl-C)
-  local err = core.script_error()
+require("seer.exit").on_exit(function(how)
   for _, r in ipairs(unfinished_at_exit) do
     if r.finished then -- nothing to do
     elseif r.pending_summary then pcall(M._write_summary_files, r) -- M.summary was cut short
-    else pcall(M._write_failure, r, err) end
+    elseif how.exit_code ~= nil then
+      local code = how.exit_code
+      local failed = code ~= true and code ~= 0
+      pcall(M._write_failure, r, failed and ("the script called os.exit(%s)"):format(tostring(code)) or nil)
+    else
+      pcall(M._write_failure, r, how.error) -- the error the script ended with (its first line), if any
+    end
   end
   for _, dir in ipairs(empty_at_exit) do M._remove_if_empty(dir) end
-end
-M._exit_sentinel = exit_sentinel
-
--- os.exit(code) skips the finalizers that write an unfinished run's record (unless close is
--- true): a run that ended so left no summary.json nor ledger.json. Once a run exists, os.exit
--- writes it first ("failed" for a code other than 0 or true, else "incomplete"), then exits.
-local real_exit
-function M._wrap_os_exit()
-  if real_exit then return end
-  real_exit = os.exit
-  os.exit = function(code, close)
-    for _, r in ipairs(unfinished_at_exit) do
-      if not r.finished and r.pending_summary then
-        pcall(M._write_summary_files, r)
-      elseif not r.finished then
-        local failed = code ~= nil and code ~= true and code ~= 0
-        pcall(M._write_failure, r, failed and ("the script called os.exit(%s)"):format(tostring(code)) or nil)
-      end
-    end
-    for _, dir in ipairs(empty_at_exit) do M._remove_if_empty(dir) end
-    return real_exit(code, close)
-  end
-end
+end)
 
 ---Removes dir if it is an empty folder (rmdir); anything else is left as it is.
 ---@param dir string

@@ -482,6 +482,21 @@ end
 local ABANDONED = "the run was abandoned: its messages stopped being read before it ended (the loop over them"
   .. " was left)"
 
+-- The agents of this process whose runs have started, weakly (a dropped agent's own finalizer
+-- writes its result): os.exit skips finalizers, so at os.exit each unfinished one gets its
+-- result here (seer.exit).
+local live_agents = setmetatable({}, { __mode = "k" })
+require("seer.exit").on_exit(function(how)
+  for a in pairs(live_agents) do
+    if not a.done then
+      a.done = true
+      pcall(a._write_abnormal, a, how.error
+        or ("the script called os.exit(%s) before the run ended"):format(tostring(how.exit_code)))
+      pcall(a._cleanup, a)
+    end
+  end
+end)
+
 local function new_agent(opts, fname, interactive)
   check_opts(opts, fname)
   local self = setmetatable({}, Agent)
@@ -1159,6 +1174,7 @@ end
 
 function Agent:_body()
   self.t0 = now()
+  live_agents[self] = true
   self:_connect()
   local sessions = mcp_sessions(self.opts.mcp_config)
   if self.replay and self.replay.sessions and sessions then

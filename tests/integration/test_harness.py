@@ -386,6 +386,14 @@ class HarnessCase(unittest.TestCase):
         self.assertEqual(events[-2]["type"], "error")
         self.assertEqual(sum(e["type"] == "result" for e in events), 1)
 
+    def test_os_exit_in_the_reading_loop_ends_the_transcript_with_a_result(self):
+        proc, _, err, path = self._agent_with_loop("exit")
+        self.assertEqual(proc.returncode, 3, err)
+        _, events = read_transcript(path)
+        self.assertEqual((events[-1]["type"], events[-1]["reason"]), ("result", "error"))
+        self.assertIn("os.exit(3)", events[-1]["error"])
+        self.assertEqual(sum(e["type"] == "result" for e in events), 1)
+
     def test_ctrl_c_in_run_agents_ends_every_transcript_with_a_result(self):
         # the interrupt lands in the first agent's on_message; the second agent, streaming beside
         # it, gets its result too (it was closed without one)
