@@ -490,8 +490,9 @@ require("seer.exit").on_exit(function(how)
   for a in pairs(live_agents) do
     if not a.done then
       a.done = true
-      pcall(a._write_abnormal, a, how.error
-        or ("the script called os.exit(%s) before the run ended"):format(tostring(how.exit_code)))
+      local why = how.error or how.exit_code ~= nil
+        and ("the script called os.exit(%s) before the run ended"):format(tostring(how.exit_code)) or ABANDONED
+      pcall(a._write_abnormal, a, why)
       pcall(a._cleanup, a)
     end
   end

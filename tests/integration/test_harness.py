@@ -394,6 +394,15 @@ class HarnessCase(unittest.TestCase):
         self.assertIn("os.exit(3)", events[-1]["error"])
         self.assertEqual(sum(e["type"] == "result" for e in events), 1)
 
+    def test_a_script_that_ends_with_its_agent_unfinished_ends_the_transcript_with_a_result(self):
+        proc, out, err, path = self._agent_with_loop("keep")
+        self.assertEqual(proc.returncode, 0, err)
+        self.assertIn("ENDED", out)
+        _, events = read_transcript(path)
+        self.assertEqual((events[-1]["type"], events[-1]["reason"]), ("result", "error"))
+        self.assertIn("abandoned", events[-1]["error"])
+        self.assertNotIn("os.exit", events[-1]["error"])
+
     def test_ctrl_c_in_run_agents_ends_every_transcript_with_a_result(self):
         # the interrupt lands in the first agent's on_message; the second agent, streaming beside
         # it, gets its result too (it was closed without one)
