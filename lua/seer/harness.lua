@@ -487,15 +487,9 @@ local ABANDONED = "the run was abandoned: its messages stopped being read before
 -- result here (seer.exit).
 local live_agents = setmetatable({}, { __mode = "k" })
 require("seer.exit").on_exit(function(how)
-  for a in pairs(live_agents) do
-    if not a.done then
-      a.done = true
-      local why = how.error or how.exit_code ~= nil
-        and ("the script called os.exit(%s) before the run ended"):format(tostring(how.exit_code)) or ABANDONED
-      pcall(a._write_abnormal, a, why)
-      pcall(a._cleanup, a)
-    end
-  end
+  local why = how.error or how.exit_code ~= nil
+    and ("the script called os.exit(%s) before the run ended"):format(tostring(how.exit_code)) or ABANDONED
+  for a in pairs(live_agents) do pcall(a._end_unfinished, a, why) end
 end)
 
 local function new_agent(opts, fname, interactive)
@@ -634,15 +628,19 @@ local function new_agent(opts, fname, interactive)
   -- the script ended with when the process is closing (host.script_error: "interrupted" for
   -- Ctrl-C), else that its messages stopped being read. Then its MCP servers and transcript close.
   local guard = newproxy(true)
-  getmetatable(guard).__gc = function()
-    if not self.done and self.t0 then -- started: never-started agents wrote nothing
-      self.done = true
-      pcall(self._write_abnormal, self, host.script_error() or ABANDONED)
-    end
-    self:_cleanup()
-  end
+  getmetatable(guard).__gc = function() self:_end_unfinished(host.script_error() or ABANDONED) end
   self._guard = guard
   return self
+end
+
+-- A run that ends without the harness seeing it end (see new_agent's guard and seer.exit):
+-- a started, unfinished run gets its result with why; then its servers and transcript close.
+function Agent:_end_unfinished(why)
+  if not self.done and self.t0 then -- started: never-started agents wrote nothing
+    self.done = true
+    pcall(self._write_abnormal, self, why)
+  end
+  self:_cleanup()
 end
 
 function Agent:_cleanup()
