@@ -154,7 +154,8 @@ static int l_list_dir(lua_State *L) {
 }
 
 /* script_error() -> the first line of the error the script ended with ("interrupted" for
- * Ctrl-C or SIGTERM), or nil while it runs or when it ended normally. For finalizers. */
+ * Ctrl-C, SIGTERM or a hangup), or nil while it runs or when it ended normally. For finalizers
+ * (seer.exit). */
 static int l_script_error(lua_State *L) {
     lua_getfield(L, LUA_REGISTRYINDEX, "seer.script_error");
     return 1;

@@ -930,8 +930,8 @@ local function first_line(err) return (tostring(err):match("^[^\n]*")) end
 ---Writes what a run that ended without its summary leaves: ledger.json (the turns and calls so
 ---far) and summary.json / summary.md with `status` "interrupted" (Ctrl-C), "failed" (err is the
 ---error) or "incomplete" (err nil: the script ended without M.summary and without an error), the
----error, and the run folder's files. Nothing is
----written into an empty run folder (it is removed at exit). Atomic writes; a note on stderr.
+---error, and the run folder's files. Nothing is written into an empty run folder (it is removed
+---at exit). Atomic writes; a note on stderr.
 ---@param run seerexperiment.Run
 ---@param err any the error the run ended with, or nil
 function M._write_failure(run, err)
