@@ -19,6 +19,9 @@ if not (path and threads and n and n >= 3 and tonumber(arg[4])) then
   os.exit(2)
 end
 local model = seer.model.load(path, { threads = threads, tokenizer = false, precision = os.getenv("SEER_BENCH_PRECISION") ~= "" and os.getenv("SEER_BENCH_PRECISION") or nil })
+-- each run computes its prompts, so that the step left out is the one that holds the prefill (the
+-- prompt cache would give the warm-up's prompts to the runs after it: Model:prompt_cache)
+model:prompt_cache(0)
 local vocab = model.config.vocab_size
 local plen = tonumber(os.getenv("BATCH_PROMPT_LEN") or "5")
 local function prompts(b)

@@ -9,6 +9,9 @@ if not (path and threads and new and rounds) then
   os.exit(2)
 end
 local model = seer.model.load(path, { threads = threads, tokenizer = false })
+-- each timed call computes its prompt (the prompt cache would give every call after the warm-up the
+-- prompt's rows and logits: Model:prompt_cache)
+model:prompt_cache(0)
 local vocab = model.config.vocab_size
 local p = { 1 }
 for j = 1, 19 do p[j + 1] = (31337 + j * 104729) % (vocab - 3) + 3 end
