@@ -228,11 +228,16 @@ bench_batch() { # model_dir threads new_tokens gguf
   declare -A S=() P=() C=() F=()
   local b v
   # seer and llama.cpp alternate for BENCH_ROUNDS rounds, each keeping its best (see bench_model)
-  local r rounds=${BENCH_ROUNDS:-2} seq_s= seq_l= seq_f=
+  local r rounds=${BENCH_ROUNDS:-2} seq_s= seq_l= seq_f= in_round=
   for ((r = 1; r <= rounds; r++)); do
-    local line=
-    while read -r b v; do S[$b]=$(best "${S[$b]:-0}" "$v"); line="${line:+$line/}$v"; done < <(SEER_THREADS=$threads "$SEER" tests/bench/batch_seer.lua "$model" "$threads" "$n" 1 4 16)
+    local line= one= sixteen=
+    while read -r b v; do
+      S[$b]=$(best "${S[$b]:-0}" "$v"); line="${line:+$line/}$v"
+      [[ $b == 1 ]] && one=$v
+      [[ $b == 16 ]] && sixteen=$v
+    done < <(SEER_THREADS=$threads "$SEER" tests/bench/batch_seer.lua "$model" "$threads" "$n" 1 4 16)
     seq_s="${seq_s:+$seq_s, }$line"
+    [[ -n $one && -n $sixteen ]] && in_round="${in_round:+$in_round, }$(ratio "$one" "$sixteen")x"
     if [[ $(basename "$model") == bf16 ]]; then # precision = "fast": VDPBF16PS on CPUs with AVX512_BF16
       line=
       while read -r b v; do F[$b]=$(best "${F[$b]:-0}" "$v"); line="${line:+$line/}$v"; done < <(SEER_BENCH_PRECISION=fast SEER_THREADS=$threads "$SEER" tests/bench/batch_seer.lua "$model" "$threads" "$n" 1 4 16)
@@ -253,7 +258,7 @@ bench_batch() { # model_dir threads new_tokens gguf
     printf '  %-6s %12s %14s %12s\n' "$b" "${S[$b]:-?}" "${P[$b]:-skipped}" "${C[$b]:-skipped}"
   done
   if [[ -n ${S[1]:-} && -n ${S[16]:-} ]]; then
-    printf '  seer batch 16 / seer batch 1: %sx (target >= 8x)\n' "$(ratio "${S[1]}" "${S[16]}")"
+    printf '  seer batch 16 / seer batch 1: %sx (target >= 8x); within each round: %s\n' "$(ratio "${S[1]}" "${S[16]}")" "${in_round:-?}"
   fi
   if [[ -n ${F[1]:-} && -n ${F[16]:-} ]]; then
     printf '  seer, precision = "fast" (activations rounded to bf16; rounds %s): batch 1/4/16 %s / %s / %s tok/s; batch 16 / batch 1: %sx\n' \
