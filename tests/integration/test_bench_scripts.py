@@ -1,0 +1,60 @@
+"""make bench's throughput scripts on the trained stories260K fixture (a second each): they run,
+print what run.sh parses, and time only work they do. A timed run that takes a prompt from a
+cache skips a prefill it is timed for: until 2026-12-01 batch_seer.lua's batch 4 and 16 read up
+to 1.4x high that way (docs/bench-history.md). The scripts turn the model's prompt cache off and
+fail when core.shared_prefills() moves during their timed runs; these tests hold both."""
+import os
+import re
+import tempfile
+import unittest
+
+from seertest import ROOT, run
+
+MODEL = os.path.join(ROOT, "tests", "fixtures", "models", "stories260K")
+BENCH = os.path.join(ROOT, "tests", "bench")
+
+
+def without_cache_off(script):
+    """A copy of a bench script with its prompt_cache(0) line taken out (the guard's control)."""
+    with open(os.path.join(BENCH, script)) as f:
+        src = f.read()
+    assert "\nmodel:prompt_cache(0)\n" in src, script + " no longer turns the prompt cache off"
+    fd, path = tempfile.mkstemp(suffix=".lua")
+    with os.fdopen(fd, "w") as f:
+        f.write(src.replace("\nmodel:prompt_cache(0)\n", "\n-- (cache left on)\n"))
+    return path
+
+
+class BenchScriptsTest(unittest.TestCase):
+    def test_batch_seer_prints_each_batch(self):
+        r = run([os.path.join(BENCH, "batch_seer.lua"), MODEL, "1", "6", "1", "4"], timeout=120, SEER_THREADS="1")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.strip().splitlines()
+        self.assertEqual([l.split()[0] for l in lines], ["1", "4"], r.stdout)
+        for l in lines:
+            self.assertGreater(float(l.split()[1]), 0, l)
+
+    def test_model_seer_prints_one_line(self):
+        r = run([os.path.join(BENCH, "model_seer.lua"), MODEL, "1", "16", "8"], timeout=120, SEER_THREADS="1")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stdout.strip(), r"^[\d.]+ [\d.]+ [\d.]+ 8 \d+$")
+
+    def test_a_timed_run_that_takes_from_the_cache_fails(self):
+        # the control: the same scripts with the cache left on take the warm-up's prompts
+        for script, args in (("batch_seer.lua", ["1", "6", "1", "4"]), ("model_seer.lua", ["1", "16", "8"])):
+            path = without_cache_off(script)
+            try:
+                r = run([path, MODEL] + args, timeout=120, SEER_THREADS="1")
+            finally:
+                os.unlink(path)
+            self.assertNotEqual(r.returncode, 0, script + " printed figures from runs that took a cached prompt:\n" + r.stdout)
+            self.assertRegex(r.stderr, r"took prompts from a cache \(core\.shared_prefills 0/0/0 -> [1-9]", script)
+            # no figure reached stdout for the batch that took from the cache
+            if script == "model_seer.lua":
+                self.assertEqual(r.stdout.strip(), "", r.stdout)
+            else:
+                self.assertFalse(re.search(r"^4 ", r.stdout, re.M), r.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
