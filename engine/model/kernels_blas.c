@@ -34,14 +34,21 @@ static void blas_load(void) {
                                        "libopenblas.so.0"};
     setenv("OPENBLAS_NUM_THREADS", "1", 1);
     /* OpenBLAS 0.3.21 does not recognise some current Xeons (inside VMs too) and falls back to
-     * its SSE3 "Prescott" kernels, 4x slower here: name the core from what the CPU supports,
-     * unless the user chose one. */
+     * its SSE3 "Prescott" kernels, 4x slower here: name the core, unless the user chose one, as
+     * seer's own linear kernels choose their family (seer_k_linear_simd): SkylakeX's AVX-512
+     * kernels where seer runs its AVX-512 family (Intel), Haswell's AVX2 kernels elsewhere, AMD
+     * CPUs with AVX-512 included. On the Zen 4 VM (2-vCPU EPYC, 2026-12-01, the 0.5B model,
+     * tests/bench/model_seer.lua, OPENBLAS_CORETYPE alternating, three rounds) Haswell's took a
+     * 512-token prefill from 186-197 to 213-215 tok/s at f32 on two threads, 180-190 to 203-211 at
+     * bf16, and a 256-token f32 one on one thread from 100-101 to 109 (Zen 4 runs a 512-bit FMA as
+     * two 256-bit halves); and SkylakeX's sgemm gives a row bits that depend on the call's size
+     * (its small-matrix kernels), so no row period holds there (find_period below). */
     if (!getenv("OPENBLAS_CORETYPE")) {
 #if defined(__x86_64__)
-        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-            __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+        int family = seer_k_linear_simd();
+        if (family == 2)
             setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
-        else if (seer_k_have_avx2())
+        else if (family == 1)
             setenv("OPENBLAS_CORETYPE", "Haswell", 1);
 #endif
     }
@@ -128,7 +135,13 @@ static void gemm_chunk(void *ctx, size_t begin, size_t end, int thread) {
  * where the whole prompt's call put them. The period is found once per process by trying it:
  * the smallest of the candidates for which every offset that is a multiple of it gives the
  * longer call's bits on random data, over shapes seer calls (widths past a K block, a LoRA
- * rank's narrow output); 0 where none does (then no beginning is shared on the GEMM path). */
+ * rank's narrow output, few output rows against a hundred or more tokens); 0 where none does
+ * (then no beginning is shared on the GEMM path). The SkylakeX kernels (OPENBLAS_CORETYPE=
+ * SkylakeX: Intel CPUs with AVX-512, or a user's choice) have none: on the Zen 4 VM every
+ * candidate gave other bits on some of a grid of 528 shapes (66 to 331 of them), among them 13
+ * output rows of a 96-wide input at 94 tokens, which the first four shapes below missed (they found 24, and a
+ * shared beginning then gave other logits than the whole prompt: tests/lua/test_prefix_sharing.lua
+ * failed there); the Haswell kernels hold 12 on every shape of the grid. */
 static int g_row_period;
 static pthread_once_t g_period_once = PTHREAD_ONCE_INIT;
 
@@ -143,7 +156,8 @@ static int period_holds(int u, int N, int K, const float *x, const float *w, flo
 
 static void find_period(void) {
     static const int cand[] = {1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128};
-    static const int shapes[][3] = {{256, 96, 157}, {256, 1100, 131}, {8, 200, 101}, {100, 64, 263}};
+    static const int shapes[][3] = {{256, 96, 157}, {256, 1100, 131}, {8, 200, 101}, {100, 64, 263},
+                                    {13, 96, 94},   {8, 64, 157},     {4, 1024, 263}, {32, 300, 100}};
     if (!blas_ready()) return;
     enum { LMAX = 263, NMAX = 256, KMAX = 1100 };
     float *x = malloc(sizeof(float) * LMAX * KMAX), *w = malloc(sizeof(float) * NMAX * KMAX);

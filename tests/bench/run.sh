@@ -105,6 +105,18 @@ measure_peak() { # threads: sets PEAKS[threads] to "fma_gflops amx_gflops read_g
   fi
 }
 
+# The read rate of N threads on huge pages now (`peak N read`, a third of a second), or nothing
+# without the probe. make bench takes one after every decode round: this VM's memory bandwidth
+# moved 2x from minute to minute (2026-12-01: two threads read 33.7 to 64.6 GB/s within one run),
+# so the probe before a section does not bound a round minutes later.
+read_now() { [[ -x $PEAK ]] && "$PEAK" "$1" read 2>/dev/null; }
+# A round's share of the read bound against the faster of the probes taken just before and just
+# after it: round_tok_s probe_before probe_after decode_bytes -> "NN%" ("?" without a probe).
+beside() {
+  awk -v s="$1" -v a="${2:-0}" -v b="${3:-0}" -v by="$4" 'BEGIN { m = a > b ? a : b
+    if (m > 0) printf "%.0f%%", 100 * s * by / (m * 1e9); else printf "?" }'
+}
+
 have_llamacpp() { "$VENV_PY" -c 'import llama_cpp' 2>/dev/null; }
 # llama.cpp's OpenMP threads spin while they wait by default: on this shared 2-core VM, with other
 # processes running, that made its decode 4-5x slower (1.3 against 6.0 tok/s, bf16, same minute),
@@ -129,6 +141,13 @@ bench_model() { # model_dir threads prefill decode ptarget dtarget [gguf] (targe
   echo "== $(basename "$(dirname "$model")")/$(basename "$model"), $threads thread(s): load ms, prefill tok/s ($prefill), decode tok/s ($decode)"
   read -r sl sp sd _ flops < <(SEER_THREADS=$threads "$SEER" tests/bench/model_seer.lua "$model" "$threads" "$prefill" "$decode")
   printf '  seer              load %8s ms  prefill %9s tok/s  decode %9s tok/s\n' "$sl" "$sp" "$sd"
+  # the read rate beside each decode round (read_now): the section's probe, then one after each round
+  local probes=() p sh_s sh_l=
+  read -r _ _ p _ <<<"${PEAKS[$threads]}"
+  probes=("$p")
+  p=$(read_now "$threads")
+  sh_s=$(beside "$sd" "${probes[-1]}" "$p" "$bytes")
+  probes+=("$p")
   local bound
   bound=$(awk -v bw="$BW" -v b="$bytes" 'BEGIN { printf "%.1f", bw * 1e9 / b }')
   printf '  decode bound      %s tok/s (%.0f MB of weights per token); seer at %s%% of it\n' "$bound" \
@@ -184,11 +203,17 @@ bench_model() { # model_dir threads prefill decode ptarget dtarget [gguf] (targe
         read -r _ sp sd _ _ < <(SEER_THREADS=$threads "$SEER" tests/bench/model_seer.lua "$model" "$threads" "$prefill" "$decode")
         seq_s="$seq_s, $sp/$sd"
         bsp=$(best "$bsp" "$sp") bsd=$(best "$bsd" "$sd")
+        p=$(read_now "$threads")
+        sh_s="$sh_s, $(beside "$sd" "${probes[-1]}" "$p" "$bytes")"
+        probes+=("$p")
       fi
       ll= lp= ld=
       read -r ll lp ld < <(OMP_WAIT_POLICY=$LLAMA_OMP_WAIT "$VENV_PY" tests/bench/llamacpp_peer.py "$gguf" "$threads" "$prefill" "$decode" 2>/dev/null) || true
       [[ -n ${ld:-} ]] || break
       seq_l="${seq_l:+$seq_l, }$lp/$ld"
+      p=$(read_now "$threads")
+      sh_l="${sh_l:+$sh_l, }$(beside "$ld" "${probes[-1]}" "$p" "$bytes")"
+      probes+=("$p")
       bl=$ll bp=$(best "$bp" "$lp") bd=$(best "$bd" "$ld")
     done
     if [[ -n ${ld:-} ]]; then
@@ -200,6 +225,8 @@ bench_model() { # model_dir threads prefill decode ptarget dtarget [gguf] (targe
       [[ $pbound != 0 ]] && printf '  prefill at %% of the prefill bound (best of the rounds): seer %s%%, llama.cpp %s%%\n' \
         "$(awk -v s="$bsp" -v b="$pbound" 'BEGIN { printf "%.0f", 100 * s / b }')" "$(awk -v s="$bp" -v b="$pbound" 'BEGIN { printf "%.0f", 100 * s / b }')"
       printf '  seer vs llama.cpp (best against best): prefill %sx, decode %sx\n' "$(ratio "$bp" "$bsp")" "$(ratio "$bd" "$bsd")"
+      printf '  read rate probed beside the decode rounds: %s GB/s; each round against the faster probe beside it: seer %s, llama.cpp %s\n' \
+        "${probes[*]}" "$sh_s" "$sh_l"
       # seer reads its weights into huge-page memory; llama.cpp maps its GGUF file (4 KiB pages).
       # One more seer decode with weights = "mapped" shows what the pages alone are worth.
       mapped_decode "$model" "$threads" "$decode" "$bd" "$bytes" "$peak_r4"
@@ -291,13 +318,22 @@ bench_decode_1t() { # model_dir new_tokens gguf
   read -r _ _ peak_r peak_r4 <<<"${PEAKS[1]}"
   bytes=$("$SEER" -e 'local m = seer.model.load(arg[1], {tokenizer = false, weights = "mapped"}) io.write(string.format("%d", m.config.decode_bytes))' "$model")
   echo "== $(basename "$(dirname "$model")")/$(basename "$model"), 1 thread: decode tok/s ($n tokens), seer and llama.cpp alternating, best of $rounds"
+  local probes=("$peak_r") p sh_s= sh_l=
   for ((r = 1; r <= rounds; r++)); do
     read -r _ _ sd _ _ < <(SEER_THREADS=1 "$SEER" tests/bench/model_seer.lua "$model" 1 16 "$n")
     seq_s="${seq_s:+$seq_s, }$sd" bs=$(best "$bs" "$sd")
+    p=$(read_now 1)
+    sh_s="${sh_s:+$sh_s, }$(beside "$sd" "${probes[-1]}" "$p" "$bytes")"
+    probes+=("$p")
     if [[ -f $gguf ]]; then
       ld=
       read -r _ _ ld < <(OMP_WAIT_POLICY=$LLAMA_OMP_WAIT "$VENV_PY" tests/bench/llamacpp_peer.py "$gguf" 1 16 "$n" 2>/dev/null) || true
-      [[ -n ${ld:-} ]] && seq_l="${seq_l:+$seq_l, }$ld" bl=$(best "$bl" "$ld")
+      if [[ -n ${ld:-} ]]; then
+        seq_l="${seq_l:+$seq_l, }$ld" bl=$(best "$bl" "$ld")
+        p=$(read_now 1)
+        sh_l="${sh_l:+$sh_l, }$(beside "$ld" "${probes[-1]}" "$p" "$bytes")"
+        probes+=("$p")
+      fi
     fi
   done
   local rb
@@ -305,6 +341,8 @@ bench_decode_1t() { # model_dir new_tokens gguf
   printf '  rounds: seer %s; llama.cpp %s\n' "$seq_s" "${seq_l:-skipped}"
   printf '  read bound        %s tok/s (1 thread reading %s GB/s): seer at %s%%, llama.cpp at %s%%\n' "$rb" "$peak_r" \
     "$(awk -v s="$bs" -v b="$rb" 'BEGIN { printf "%.0f", 100 * s / b }')" "$(awk -v s="$bl" -v b="$rb" 'BEGIN { printf "%.0f", 100 * s / b }')"
+  printf '  read rate probed beside the rounds: %s GB/s; each round against the faster probe beside it: seer %s, llama.cpp %s\n' \
+    "${probes[*]}" "$sh_s" "${sh_l:-skipped}"
   [[ $bl != 0 ]] && printf '  seer vs llama.cpp (best against best): decode %sx\n' "$(ratio "$bl" "$bs")"
   mapped_decode "$model" 1 "$n" "$bl" "$bytes" "$peak_r4"
   return 0
