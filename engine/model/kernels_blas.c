@@ -41,8 +41,8 @@ static void blas_load(void) {
      * tests/bench/model_seer.lua, OPENBLAS_CORETYPE alternating, three rounds) Haswell's took a
      * 512-token prefill from 186-197 to 213-215 tok/s at f32 on two threads, 180-190 to 203-211 at
      * bf16, and a 256-token f32 one on one thread from 100-101 to 109 (Zen 4 runs a 512-bit FMA as
-     * two 256-bit halves); and SkylakeX's sgemm gives a row bits that depend on the call's size
-     * (its small-matrix kernels), so no row period holds there (find_period below). */
+     * two 256-bit halves); and SkylakeX's sgemm gives a row bits that depend on the call's
+     * size, so no row period holds there (find_period below). */
     if (!getenv("OPENBLAS_CORETYPE")) {
 #if defined(__x86_64__)
         int family = seer_k_linear_simd();
@@ -139,9 +139,10 @@ static void gemm_chunk(void *ctx, size_t begin, size_t end, int thread) {
  * (then no beginning is shared on the GEMM path). The SkylakeX kernels (OPENBLAS_CORETYPE=
  * SkylakeX: Intel CPUs with AVX-512, or a user's choice) have none: on the Zen 4 VM every
  * candidate gave other bits on some of a grid of 528 shapes (66 to 331 of them), among them 13
- * output rows of a 96-wide input at 94 tokens, which the first four shapes below missed (they found 24, and a
- * shared beginning then gave other logits than the whole prompt: tests/lua/test_prefix_sharing.lua
- * failed there); the Haswell kernels hold 12 on every shape of the grid. */
+ * output rows of a 96-wide input at 94 tokens, which the first four shapes below missed (they
+ * found 24, and a shared beginning then gave other logits than the whole prompt:
+ * tests/lua/test_prefix_sharing.lua failed there); the Haswell kernels hold 12 on every shape
+ * of the grid. */
 static int g_row_period;
 static pthread_once_t g_period_once = PTHREAD_ONCE_INIT;
 
