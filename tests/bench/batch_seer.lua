@@ -16,17 +16,7 @@ local model = seer.model.load(path, { threads = threads, tokenizer = false,
 -- against 140 without the cache (bf16, Zen 4 VM, 2026-12-01; every make bench run from 2026-11-30
 -- 06:00 until this fix printed its batch 4 and 16 figures high).
 model:prompt_cache(0)
--- What the timed runs take from a computed prompt (core.shared_prefills: prompts, beginnings,
--- blocks) must stay nothing: a run that skips work it is timed for would print figures too high.
-local core = require("seer.core.model")
-local function taken() return table.concat({ core.shared_prefills() }, "/") end
-local taken0 = taken()
-local function check_taken()
-  if taken() ~= taken0 then
-    error(("%s: the timed runs took prompts from a cache (core.shared_prefills %s -> %s): the figures would be high")
-      :format(arg[0], taken0, taken()), 0)
-  end
-end
+local check_taken = require("taken_guard")() -- fails the run if a timed run takes from a cache
 local vocab = model.config.vocab_size
 -- BATCH_PROMPT_LEN (default 5): each prompt's length (the context the decode steps attend over)
 local plen = tonumber(os.getenv("BATCH_PROMPT_LEN") or "5")

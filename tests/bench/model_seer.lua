@@ -15,11 +15,7 @@ local load_ms = (seer.now() - t0) * 1000
 -- so the timed decode below was N tokens in N - 1 forward passes (6% high at 32 tokens) where
 -- llama.cpp's runs its prompt (tests/bench/llamacpp_peer.py generate): both now decode the prompt.
 model:prompt_cache(0)
--- What the timed runs take from a computed prompt (core.shared_prefills: prompts, beginnings,
--- blocks) must stay nothing: a run that skips work it is timed for would print figures too high.
-local core = require("seer.core.model")
-local function taken() return table.concat({ core.shared_prefills() }, "/") end
-local taken0 = taken()
+local check_taken = require("taken_guard")() -- fails the run if a timed run takes from a cache
 local vocab = model.config.vocab_size
 local ids = { 1 }
 for i = 1, prefill_n - 1 do ids[#ids + 1] = (i * 7919) % (vocab - 3) + 3 end
@@ -35,10 +31,7 @@ model:generate(prompt, { max_new_tokens = 8 })
 local t = seer.now()
 local out = model:generate(prompt, { max_new_tokens = decode_n, min_new_tokens = decode_n })
 local dt = seer.now() - t
-if taken() ~= taken0 then
-  error(("%s: the timed runs took prompts from a cache (core.shared_prefills %s -> %s): the figures would be high")
-    :format(arg[0], taken0, taken()), 0)
-end
+check_taken()
 local c = model.config
 local h, L, I, V = c.hidden_size, c.num_hidden_layers, c.intermediate_size, c.vocab_size
 local nh = c.num_attention_heads

@@ -19,7 +19,8 @@ def without_cache_off(script):
     with open(os.path.join(BENCH, script)) as f:
         src = f.read()
     assert "\nmodel:prompt_cache(0)\n" in src, script + " no longer turns the prompt cache off"
-    fd, path = tempfile.mkstemp(suffix=".lua")
+    # beside the original, so that its require("taken_guard") finds the guard (removed after)
+    fd, path = tempfile.mkstemp(suffix=".lua", prefix=".nocacheoff-", dir=BENCH)
     with os.fdopen(fd, "w") as f:
         f.write(src.replace("\nmodel:prompt_cache(0)\n", "\n-- (cache left on)\n"))
     return path
