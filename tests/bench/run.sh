@@ -116,6 +116,16 @@ beside() {
   awk -v s="$1" -v a="${2:-0}" -v b="${3:-0}" -v by="$4" 'BEGIN { m = a > b ? a : b
     if (m > 0) printf "%.0f%%", 100 * s * by / (m * 1e9); else printf "?" }'
 }
+# After a decode round: probe the read rate, append the round's share (beside the caller's last
+# probe and this one) to the list named by the fourth argument, and push the probe onto the
+# caller's `probes` array. Usage: round_share THREADS TOK_S DECODE_BYTES LIST_VAR
+round_share() {
+  local -n list=$4
+  local p
+  p=$(read_now "$1")
+  list="${list:+$list, }$(beside "$2" "${probes[-1]}" "$p" "$3")"
+  probes+=("$p")
+}
 
 have_llamacpp() { "$VENV_PY" -c 'import llama_cpp' 2>/dev/null; }
 # llama.cpp's OpenMP threads spin while they wait by default: on this shared 2-core VM, with other
@@ -142,12 +152,10 @@ bench_model() { # model_dir threads prefill decode ptarget dtarget [gguf] (targe
   read -r sl sp sd _ flops < <(SEER_THREADS=$threads "$SEER" tests/bench/model_seer.lua "$model" "$threads" "$prefill" "$decode")
   printf '  seer              load %8s ms  prefill %9s tok/s  decode %9s tok/s\n' "$sl" "$sp" "$sd"
   # the read rate beside each decode round (read_now): the section's probe, then one after each round
-  local probes=() p sh_s sh_l=
+  local probes=() p sh_s= sh_l=
   read -r _ _ p _ <<<"${PEAKS[$threads]}"
   probes=("$p")
-  p=$(read_now "$threads")
-  sh_s=$(beside "$sd" "${probes[-1]}" "$p" "$bytes")
-  probes+=("$p")
+  round_share "$threads" "$sd" "$bytes" sh_s
   local bound
   bound=$(awk -v bw="$BW" -v b="$bytes" 'BEGIN { printf "%.1f", bw * 1e9 / b }')
   printf '  decode bound      %s tok/s (%.0f MB of weights per token); seer at %s%% of it\n' "$bound" \
@@ -203,17 +211,13 @@ bench_model() { # model_dir threads prefill decode ptarget dtarget [gguf] (targe
         read -r _ sp sd _ _ < <(SEER_THREADS=$threads "$SEER" tests/bench/model_seer.lua "$model" "$threads" "$prefill" "$decode")
         seq_s="$seq_s, $sp/$sd"
         bsp=$(best "$bsp" "$sp") bsd=$(best "$bsd" "$sd")
-        p=$(read_now "$threads")
-        sh_s="$sh_s, $(beside "$sd" "${probes[-1]}" "$p" "$bytes")"
-        probes+=("$p")
+        round_share "$threads" "$sd" "$bytes" sh_s
       fi
       ll= lp= ld=
       read -r ll lp ld < <(OMP_WAIT_POLICY=$LLAMA_OMP_WAIT "$VENV_PY" tests/bench/llamacpp_peer.py "$gguf" "$threads" "$prefill" "$decode" 2>/dev/null) || true
       [[ -n ${ld:-} ]] || break
       seq_l="${seq_l:+$seq_l, }$lp/$ld"
-      p=$(read_now "$threads")
-      sh_l="${sh_l:+$sh_l, }$(beside "$ld" "${probes[-1]}" "$p" "$bytes")"
-      probes+=("$p")
+      round_share "$threads" "$ld" "$bytes" sh_l
       bl=$ll bp=$(best "$bp" "$lp") bd=$(best "$bd" "$ld")
     done
     if [[ -n ${ld:-} ]]; then
@@ -318,21 +322,17 @@ bench_decode_1t() { # model_dir new_tokens gguf
   read -r _ _ peak_r peak_r4 <<<"${PEAKS[1]}"
   bytes=$("$SEER" -e 'local m = seer.model.load(arg[1], {tokenizer = false, weights = "mapped"}) io.write(string.format("%d", m.config.decode_bytes))' "$model")
   echo "== $(basename "$(dirname "$model")")/$(basename "$model"), 1 thread: decode tok/s ($n tokens), seer and llama.cpp alternating, best of $rounds"
-  local probes=("$peak_r") p sh_s= sh_l=
+  local probes=("$peak_r") sh_s= sh_l=
   for ((r = 1; r <= rounds; r++)); do
     read -r _ _ sd _ _ < <(SEER_THREADS=1 "$SEER" tests/bench/model_seer.lua "$model" 1 16 "$n")
     seq_s="${seq_s:+$seq_s, }$sd" bs=$(best "$bs" "$sd")
-    p=$(read_now 1)
-    sh_s="${sh_s:+$sh_s, }$(beside "$sd" "${probes[-1]}" "$p" "$bytes")"
-    probes+=("$p")
+    round_share 1 "$sd" "$bytes" sh_s
     if [[ -f $gguf ]]; then
       ld=
       read -r _ _ ld < <(OMP_WAIT_POLICY=$LLAMA_OMP_WAIT "$VENV_PY" tests/bench/llamacpp_peer.py "$gguf" 1 16 "$n" 2>/dev/null) || true
       if [[ -n ${ld:-} ]]; then
         seq_l="${seq_l:+$seq_l, }$ld" bl=$(best "$bl" "$ld")
-        p=$(read_now 1)
-        sh_l="${sh_l:+$sh_l, }$(beside "$ld" "${probes[-1]}" "$p" "$bytes")"
-        probes+=("$p")
+        round_share 1 "$ld" "$bytes" sh_l
       fi
     fi
   done
