@@ -9,7 +9,8 @@
  * weights come from memory as in a model's forward pass (the default leaves a matrix of up to a
  * few MiB in L3, which measures the kernel, not its overlap with the memory); FAST=1 measures
  * bf16 in precision = "fast" (VDPBF16PS on activations rounded to bf16, where the CPU has
- * AVX512_BF16; elsewhere the same kernels as the default). */
+ * AVX512_BF16; elsewhere the same kernels as the default); DTYPE=f32 or DTYPE=bf16 measures that one
+ * alone (a profile of one dtype's calls). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,8 +50,14 @@ int main(int argc, char **argv) {
     seer_pool_t *pool = seer_pool_new(1);
     seer_k_fast_bf16 = getenv("FAST") && atoi(getenv("FAST"));
     uint64_t s = 12345;
+    const char *only = getenv("DTYPE");
+    if (only && *only && strcmp(only, "f32") && strcmp(only, "bf16")) {
+        fprintf(stderr, "linear_kernel: DTYPE must be f32 or bf16 (or unset for both), got '%s'\n", only);
+        return 2;
+    }
     for (int d = 0; d < 2; d++) {
         seer_dtype_t dt = d ? SEER_BF16 : SEER_F32;
+        if (only && *only && strcmp(only, d ? "bf16" : "f32")) continue;
         for (int k = 0; k < nshapes; k++) {
             int rows = shapes[k][0], cols = shapes[k][1];
             size_t n = (size_t)rows * (size_t)cols;
