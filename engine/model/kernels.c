@@ -985,6 +985,22 @@ _Thread_local int seer_k_fast_bf16;
 #ifndef SEER_GEMM_MIN_16
 #define SEER_GEMM_MIN_16 128
 #endif
+/* On CPUs with AVX-512 that run the AVX2 family (AMD Zen 4), where OpenBLAS runs its Haswell
+ * kernels since 2026-12-01 (kernels_blas.c): their sgemm overtakes the blocked kernel far earlier
+ * than the SkylakeX kernels the figures above were measured with. The 2-vCPU Zen 4 VM, 0.5B bench
+ * model, 2 threads, 2026-12-01 (tests/bench/prefill_lengths.lua MODEL 2 N..., three alternating
+ * rounds, SEER_GEMM_MIN_TOKENS=100000 -> 16), one prompt, tok/s: bf16 n = 32 119-144 -> 119-143,
+ * 36-44 level within the noise, 48 151-156 -> 168-176, 64 155-158 -> 174-187, 80 155-160 ->
+ * 188-192, 96 163-171 -> 195-198, 112 162-170 -> 187-199; f32 32 157-160 -> 149-151, 48 163-167
+ * -> 170-173, 64 167-172 -> 182-184, 80 169-172 -> 188-192. And a batch's shared pass no longer
+ * wins there either: 16 prompts, 4 new tokens each, max_batch 16 (tests/bench/short_prompts.lua
+ * MODEL 2 16 L 4 16, one run each, thresholds 128 -> 32 or 48): bf16 L = 40 5.11 -> 4.49 s, 48
+ * 5.58 -> 4.53, 64 7.35-8.30 -> 5.84-5.87; f32 40 4.24 -> 3.88, 48 5.27 -> 4.47; while at 24 and
+ * 32 tokens the shared pass stays ahead (bf16 2.72 against 3.08 s, 3.38 against 3.61; f32 2.98
+ * against 3.02, 3.57 against 3.83). So 48 for both dtypes there. */
+#ifndef SEER_GEMM_MIN_AVX512
+#define SEER_GEMM_MIN_AVX512 48
+#endif
 static atomic_int g_gemm_min = -1; /* -1: not read from the environment yet; 0: the defaults */
 static pthread_once_t g_gemm_min_once = PTHREAD_ONCE_INIT;
 static void gemm_min_env(void) {
@@ -1014,7 +1030,9 @@ int seer_k_linear_gemm_min(const seer_weight_t *w) {
     if (units == 2) return SEER_GEMM_NEVER;
     if (seer_k_linear_simd() == 1 && !units) {
         int o = seer_k_gemm_min_override(-1);
-        return o > 0 ? o : w->dtype == SEER_F32 ? SEER_GEMM_MIN_F32 : SEER_GEMM_MIN_16;
+        if (o > 0) return o;
+        if (seer_k_have_avx512()) return SEER_GEMM_MIN_AVX512;
+        return w->dtype == SEER_F32 ? SEER_GEMM_MIN_F32 : SEER_GEMM_MIN_16;
     }
 #else
     (void)w;
