@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -1001,6 +1002,18 @@ _Thread_local int seer_k_fast_bf16;
 #ifndef SEER_GEMM_MIN_AVX512
 #define SEER_GEMM_MIN_AVX512 48
 #endif
+/* Whether OpenBLAS runs (or will run: kernels_blas.c names it on first use) its Haswell kernels,
+ * which SEER_GEMM_MIN_AVX512 was measured with: seer's own choice on these CPUs unless the user
+ * set OPENBLAS_CORETYPE to another core, whose crossings the figures above (SkylakeX) give. Read
+ * once: the threshold is asked for on every linear call. */
+static int g_blas_haswell = -1;
+static int blas_haswell(void) {
+    if (g_blas_haswell < 0) {
+        const char *ct = getenv("OPENBLAS_CORETYPE");
+        g_blas_haswell = !ct || !*ct || strcasecmp(ct, "haswell") == 0;
+    }
+    return g_blas_haswell;
+}
 static atomic_int g_gemm_min = -1; /* -1: not read from the environment yet; 0: the defaults */
 static pthread_once_t g_gemm_min_once = PTHREAD_ONCE_INIT;
 static void gemm_min_env(void) {
@@ -1031,7 +1044,7 @@ int seer_k_linear_gemm_min(const seer_weight_t *w) {
     if (seer_k_linear_simd() == 1 && !units) {
         int o = seer_k_gemm_min_override(-1);
         if (o > 0) return o;
-        if (seer_k_have_avx512()) return SEER_GEMM_MIN_AVX512;
+        if (seer_k_have_avx512() && blas_haswell()) return SEER_GEMM_MIN_AVX512;
         return w->dtype == SEER_F32 ? SEER_GEMM_MIN_F32 : SEER_GEMM_MIN_16;
     }
 #else
