@@ -284,11 +284,72 @@ SEER_DEF_ROW1(row1_f32, float, SEER_W_F32, SEER_F32_ID, 8)
 SEER_DEF_ROW1(row1_bf16, uint16_t, SEER_W_BF16, seer_bf16_to_f32, 16)
 SEER_DEF_ROW1(row1_f16, uint16_t, SEER_W_F16, seer_f16_to_f32, 16)
 
+/* Where the one-token kernel runs without its software prefetch (AMD CPUs with AVX-512), a
+ * thread's rows of 16-bit weights are taken two at a time, row j of the first half of its range
+ * beside row j of the second half: two sequential streams, and four independent FMA chains
+ * instead of two. A row alone is latency-bound: its two chains advance one FMA each per FMA
+ * latency, 16 weights (32 bytes) per 4 cycles, near what one Zen 4 core reads. Each row keeps its
+ * own chains (a0, a1 in the same order, the same hsum and tail), so the bits are row1_*'s
+ * (tests/unit/test_kernels.c, prefetch off: every token count against the token alone; row
+ * counts 1, 5, 13 and 67 leave an odd last row, which runs alone). Measured on the 2-vCPU Zen 4
+ * VM (2026-12-01): `make bench-kernel-ab`, 16-bit weights from memory, one token, time with /
+ * without: one thread 0.93 (geometric mean over the 0.5B shapes), two threads 0.985; the 0.5B
+ * model's bf16 decode at one thread, binaries alternating, a read probe before and after each
+ * run (tests/bench/model_seer.lua MODEL 1 16 128; build/bench/peak 1 read), six rounds: 26.5-32.0
+ * (mean 29.7) -> 30.6-32.9 (32.0) tok/s, ahead in 6 of 6, 72-87% -> 83-89% of the faster probe;
+ * two threads level (four rounds). Tried and not kept: two adjacent rows (two streams 2 KiB
+ * apart) 2.4x the time; four rows in quarters (four streams) 1.06x the time of halves at one
+ * thread; f32 (one chain, twice the bytes per FMA) 0.95x in the kernel but level in the model
+ * (16.1-17.7 against 16.2-17.4 tok/s, four rounds), so f32 keeps a row at a time (2 takes f32
+ * too). On CPUs where the prefetch runs (AVX2-only, Intel) nothing changes: not measured there. */
+#ifndef SEER_ROW1_SPLIT
+#define SEER_ROW1_SPLIT 1
+#endif
+#define SEER_DEF_ROW2(FN, T, LOAD, SCALAR, STEP)                                                                   \
+    __attribute__((target("avx2,fma,f16c"))) static void FN(const T *wa, const T *wb, const float *x, int64_t in, \
+                                                            float *ya, float *yb) {                              \
+        int64_t n8 = in & ~(int64_t)7, nb = in & ~(int64_t)(STEP - 1);                                       \
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0;                                          \
+        for (int64_t i = 0; i < nb; i += STEP) {                                                             \
+            __m256 x0 = _mm256_loadu_ps(x + i);                                                              \
+            a0 = _mm256_fmadd_ps(LOAD(wa + i), x0, a0);                                                      \
+            b0 = _mm256_fmadd_ps(LOAD(wb + i), x0, b0);                                                      \
+            if (STEP == 16) {                                                                                \
+                __m256 x1 = _mm256_loadu_ps(x + i + 8);                                                      \
+                a1 = _mm256_fmadd_ps(LOAD(wa + i + 8), x1, a1);                                              \
+                b1 = _mm256_fmadd_ps(LOAD(wb + i + 8), x1, b1);                                              \
+            }                                                                                                \
+        }                                                                                                    \
+        if (nb < n8) {                                                                                       \
+            __m256 x0 = _mm256_loadu_ps(x + nb);                                                             \
+            a0 = _mm256_fmadd_ps(LOAD(wa + nb), x0, a0);                                                     \
+            b0 = _mm256_fmadd_ps(LOAD(wb + nb), x0, b0);                                                     \
+        }                                                                                                    \
+        float sa = hsum8(_mm256_add_ps(a0, a1)), sb = hsum8(_mm256_add_ps(b0, b1));                          \
+        for (int64_t i = n8; i < in; i++) sa += SCALAR(wa[i]) * x[i];                                        \
+        for (int64_t i = n8; i < in; i++) sb += SCALAR(wb[i]) * x[i];                                        \
+        *ya = sa, *yb = sb;                                                                                  \
+    }
+SEER_DEF_ROW2(row2_f32, float, SEER_W_F32, SEER_F32_ID, 8)
+SEER_DEF_ROW2(row2_bf16, uint16_t, SEER_W_BF16, seer_bf16_to_f32, 16)
+SEER_DEF_ROW2(row2_f16, uint16_t, SEER_W_F16, seer_f16_to_f32, 16)
 /* Rows [r0, r1) against one token, written to y[r]. */
 __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_one(const seer_weight_t *w, int64_t r0, int64_t r1,
                                                                    const float *x, float *y) {
     int64_t in = w->cols;
     int pf = seer_k_row_prefetch();
+    if (SEER_ROW1_SPLIT && !pf && r1 - r0 >= 2 && (SEER_ROW1_SPLIT > 1 || w->dtype != SEER_F32)) {
+        int64_t h = (r1 - r0) / 2, mid = r0 + h;
+        for (int64_t j = 0; j < h; j++) {
+            size_t a = (size_t)(r0 + j) * (size_t)in, b = (size_t)(mid + j) * (size_t)in;
+            switch (w->dtype) {
+            case SEER_BF16: row2_bf16((const uint16_t *)w->data + a, (const uint16_t *)w->data + b, x, in, y + r0 + j, y + mid + j); break;
+            case SEER_F16: row2_f16((const uint16_t *)w->data + a, (const uint16_t *)w->data + b, x, in, y + r0 + j, y + mid + j); break;
+            default: row2_f32((const float *)w->data + a, (const float *)w->data + b, x, in, y + r0 + j, y + mid + j); break;
+            }
+        }
+        r0 = mid + h; /* an odd count's last row, alone below */
+    }
     for (int64_t r = r0; r < r1; r++) {
         size_t at = (size_t)r * (size_t)in;
         switch (w->dtype) {
