@@ -475,7 +475,16 @@ static int streamed(const seer_weight_t *w, int n) {
  * where the panel fill of the first token group hides in the FMAs' shadow). On the Zen 4 VM
  * (AVX-512VL: 32 ymm registers), a 3-row x 8-token micro-kernel (24 accumulators, half the
  * weight loads per FMA) was level with the weights in L3 and 1.02x the time cold (geometric
- * means over the six 16-token shapes, 15 pairs each): the loads are not what holds it back. */
+ * means over the six 16-token shapes, 15 pairs each): the loads are not what holds it back.
+ * Also tried there (2026-12-01, make bench-kernel-ab, f32, 16 tokens, weights from memory): 6-row
+ * blocks 0.97x the time, 128-input slices 0.97x, both 0.98x, 3-row blocks and 24 x 128 level (within
+ * what the model's decode can resolve, so not taken); no f32 panel (SEER_F32_PANEL=0) 0.96-0.97x
+ * in the kernel, but batch-16 f32 decode in the model was level at two threads and slower at one
+ * (62.1, 59.2 against 72.4, 68.4 tok/s); a prefetch of each row 64 or 128 inputs ahead from the
+ * first group's loop level; and the weights in this kernel's own order ([row block][slice][row]
+ * [SEER_KB], one sequential stream, simulated by addressing a matrix so) 1.03-1.05x the time, so
+ * the first group's wait on memory (perf: 1.6-2.2x a later group's time cold, 1.3x from L2) does
+ * not come from the rows lying 4 KiB apart. */
 #ifndef SEER_RB
 #define SEER_RB 12 /* rows per block (4 micro-panels of 3) */
 #endif
