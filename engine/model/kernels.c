@@ -286,10 +286,14 @@ SEER_DEF_ROW1(row1_f16, uint16_t, SEER_W_F16, seer_f16_to_f32, 16)
 
 /* Where the one-token kernel runs without its software prefetch (AMD CPUs with AVX-512), a
  * thread's rows of 16-bit weights are taken two at a time, row j of the first half of its range
- * beside row j of the second half: two sequential streams, and four independent FMA chains
- * instead of two. A row alone is latency-bound: its two chains advance one FMA each per FMA
- * latency, 16 weights (32 bytes) per 4 cycles, near what one Zen 4 core reads. Each row keeps its
- * own chains (a0, a1 in the same order, the same hsum and tail), so the bits are row1_*'s
+ * beside row j of the second half: two sequential streams, four independent FMA chains, one
+ * call and one dtype switch per two rows. Why it pays is not pinned down (no hardware counters
+ * in this VM): over one long stream a row at a time already reads at the rate of the pairs (a
+ * /tmp loop over 1 GiB of 1024-wide bf16 rows: 31-32 GB/s either way, plain loads 35), so not
+ * the chains' latency; a model's matrices are short streams (0.5-5.8 MB, a thread's share of
+ * them less) that the hardware prefetchers pick up anew at every start, where two streams keep
+ * more lines in flight, a likely reason. Each row keeps its own chains (a0, a1 in the same
+ * order, the same hsum and tail), so the bits are row1_*'s
  * (tests/unit/test_kernels.c, prefetch off: every token count against the token alone; row
  * counts 1, 5, 13 and 67 leave an odd last row, which runs alone). Measured on the 2-vCPU Zen 4
  * VM (2026-12-01): `make bench-kernel-ab`, 16-bit weights from memory, one token, time with /
