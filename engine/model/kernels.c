@@ -300,7 +300,8 @@ SEER_DEF_ROW1(row1_f16, uint16_t, SEER_W_F16, seer_f16_to_f32, 16)
  * without: one thread 0.93 (geometric mean over the 0.5B shapes), two threads 0.985; the 0.5B
  * model's bf16 decode at one thread, binaries alternating, a read probe before and after each
  * run (tests/bench/model_seer.lua MODEL 1 16 128; build/bench/peak 1 read), six rounds: 26.5-32.0
- * (mean 29.7) -> 30.6-32.9 (32.0) tok/s, ahead in 6 of 6, 72-87% -> 83-89% of the faster probe;
+ * (mean 29.7) -> 30.6-32.9 (32.0) tok/s, ahead in 6 of 6, 72-87% -> 83-89% of the faster probe
+ * (a second series of eight: 28.4-33.0 (30.6) -> 31.1-34.8 (32.9), ahead in 8 of 8);
  * two threads level (four rounds). Tried and not kept: two adjacent rows (two streams 2 KiB
  * apart) 2.4x the time; four rows in quarters (four streams) 1.06x the time of halves at one
  * thread; f32 (one chain, twice the bytes per FMA) 0.95x in the kernel but level in the model
