@@ -306,7 +306,9 @@ SEER_DEF_ROW1(row1_f16, uint16_t, SEER_W_F16, seer_f16_to_f32, 16)
  * apart) 2.4x the time; four rows in quarters (four streams) 1.06x the time of halves at one
  * thread; f32 (one chain, twice the bytes per FMA) 0.95x in the kernel but level in the model
  * (16.1-17.7 against 16.2-17.4 tok/s, four rounds), so f32 keeps a row at a time (2 takes f32
- * too). On CPUs where the prefetch runs (AVX2-only, Intel) nothing changes: not measured there. */
+ * too); the pairs on 512-bit registers (a0 and a1 as the two halves of one, the same lanes, so
+ * the same bits) 0.96x the time in the kernel at one and two threads but level in the model
+ * (six rounds at one thread, 33.4-34.6 against 29.7-34.7 tok/s). On CPUs where the prefetch runs (AVX2-only, Intel) nothing changes: not measured there. */
 #ifndef SEER_ROW1_SPLIT
 #define SEER_ROW1_SPLIT 1
 #endif

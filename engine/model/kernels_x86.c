@@ -786,7 +786,10 @@ int seer_k_linear_amx(seer_pool_t *p, float *y, const float *x, int n, const see
  * no prefetch of the next block; with the interleaved layout and the prefetch, and the 16 sums
  * reduced together, 143-163 (200-215 with the weights in cache, of 232). In the 0.5B model,
  * batched decode at 2 threads: batch 16 233-300 tok/s (112-149 in the default precision), batch 4
- * 97-115 (75-87). Two rows at a time in the streamed kernel (two streams) halved its speed. */
+ * 97-115 (75-87). Two rows at a time in the streamed kernel (two streams) halved its speed; row i
+ * of each half of a task beside each other (what the default kernel does on AMD, kernels.c) was
+ * no faster either: fast bf16 decode at one thread 32.8-35.5 against 34.9-36.9 tok/s (five
+ * alternating rounds, 2026-12-01), this kernel already reading at 90-98% of the read probe. */
 #ifdef SEER_X86
 #define DP_TB 64
 #define DP_ROWS 64
