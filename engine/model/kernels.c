@@ -305,8 +305,7 @@ SEER_DEF_ROW1(row1_f16, uint16_t, SEER_W_F16, seer_f16_to_f32, 16)
  * two threads level (four rounds). Tried and not kept: two adjacent rows (two streams 2 KiB
  * apart) 2.4x the time; four rows in quarters (four streams) 1.06x the time of halves at one
  * thread; f32 (one chain, twice the bytes per FMA) 0.95x in the kernel but level in the model
- * (16.1-17.7 against 16.2-17.4 tok/s, four rounds), so f32 keeps a row at a time (2 takes f32
- * too); the pairs on 512-bit registers (a0 and a1 as the two halves of one, the same lanes, so
+ * (16.1-17.7 against 16.2-17.4 tok/s, four rounds), so f32 keeps a row at a time; the pairs on 512-bit registers (a0 and a1 as the two halves of one, the same lanes, so
  * the same bits) 0.96x the time in the kernel at one and two threads but level in the model
  * (six rounds at one thread, 33.4-34.6 against 29.7-34.7 tok/s). On CPUs where the prefetch runs (AVX2-only, Intel) nothing changes: not measured there. */
 #ifndef SEER_ROW1_SPLIT
@@ -337,7 +336,6 @@ SEER_DEF_ROW1(row1_f16, uint16_t, SEER_W_F16, seer_f16_to_f32, 16)
         for (int64_t i = n8; i < in; i++) sb += SCALAR(wb[i]) * x[i];                                        \
         *ya = sa, *yb = sb;                                                                                  \
     }
-SEER_DEF_ROW2(row2_f32, float, SEER_W_F32, SEER_F32_ID, 8)
 SEER_DEF_ROW2(row2_bf16, uint16_t, SEER_W_BF16, seer_bf16_to_f32, 16)
 SEER_DEF_ROW2(row2_f16, uint16_t, SEER_W_F16, seer_f16_to_f32, 16)
 /* Rows [r0, r1) against one token, written to y[r]. */
@@ -345,15 +343,13 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_one(const seer_we
                                                                    const float *x, float *y) {
     int64_t in = w->cols;
     int pf = seer_k_row_prefetch();
-    if (SEER_ROW1_SPLIT && !pf && r1 - r0 >= 2 && (SEER_ROW1_SPLIT > 1 || w->dtype != SEER_F32)) {
+    if (SEER_ROW1_SPLIT && !pf && r1 - r0 >= 2 && w->dtype != SEER_F32) {
         int64_t h = (r1 - r0) / 2, mid = r0 + h;
         for (int64_t j = 0; j < h; j++) {
             size_t a = (size_t)(r0 + j) * (size_t)in, b = (size_t)(mid + j) * (size_t)in;
-            switch (w->dtype) {
-            case SEER_BF16: row2_bf16((const uint16_t *)w->data + a, (const uint16_t *)w->data + b, x, in, y + r0 + j, y + mid + j); break;
-            case SEER_F16: row2_f16((const uint16_t *)w->data + a, (const uint16_t *)w->data + b, x, in, y + r0 + j, y + mid + j); break;
-            default: row2_f32((const float *)w->data + a, (const float *)w->data + b, x, in, y + r0 + j, y + mid + j); break;
-            }
+            const uint16_t *wd = w->data;
+            if (w->dtype == SEER_BF16) row2_bf16(wd + a, wd + b, x, in, y + r0 + j, y + mid + j);
+            else row2_f16(wd + a, wd + b, x, in, y + r0 + j, y + mid + j);
         }
         r0 = mid + h; /* an odd count's last row, alone below */
     }
