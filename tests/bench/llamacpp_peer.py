@@ -3,7 +3,8 @@ source, run with the project venv's python) on a GGUF conversion of the same che
 (make_gguf.py), same thread count, same workloads as model_seer.lua and batch_seer.lua:
   line 1: load_ms prefill_tok_s decode_tok_s   (a PREFILL-token forward with logits for every
           position, best of BENCH_REPEAT; greedy decode of DECODE tokens after a 5-token prompt,
-          the prompt included, as model:generate)
+          timed from the first new token to the last, the prompt's pass left out, as
+          model_seer.lua)
   then one line per batch size B: B tok_s      (B different 5-token prompts decoded together,
           one sequence id each; tokens/s over the batch for steps 2..N, the prefill left out)
   or, with LONG_CONTEXT=L set, only: L decode_tok_s   (greedy decode of DECODE tokens after an
@@ -92,21 +93,26 @@ prefill = prefill_n / best
 
 
 def generate(n):
+    """n greedy tokens after a 5-token prompt; the time of each token's choice."""
     L.llama_memory_clear(mem, True)
     prompt = ids[:5]
     decode(ctx, batch, [(tok, p, 0, p == len(prompt) - 1) for p, tok in enumerate(prompt)])
-    pos = len(prompt)
+    pos, stamps = len(prompt), []
     for _ in range(n - 1):
         nxt = argmax(ctx, -1)  # the last row of the batch that asked for logits
+        stamps.append(time.perf_counter())
         decode(ctx, batch, [(nxt, pos, 0, True)])
         pos += 1
     argmax(ctx, -1)
+    stamps.append(time.perf_counter())
+    return stamps
 
 
+if decode_n < 2:
+    sys.exit("llamacpp_peer.py: DECODE must be at least 2 (decode is timed from the first new token to the last)")
 generate(8)
-t = time.perf_counter()
-generate(decode_n)
-dec = decode_n / (time.perf_counter() - t)
+stamps = generate(decode_n)
+dec = (decode_n - 1) / (stamps[-1] - stamps[0])
 L.llama_batch_free(batch)
 L.llama_free(ctx)
 print(f"{load_ms:.1f} {prefill:.1f} {dec:.1f}")

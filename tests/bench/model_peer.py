@@ -1,5 +1,6 @@
 """transformers side of `make bench`'s model benchmark (run with the project venv's python).
-Prints one line: load_ms prefill_tok_s decode_tok_s (same workload as model_seer.lua)."""
+Prints one line: load_ms prefill_tok_s decode_tok_s (same workload as model_seer.lua: decode
+timed from the first new token to the last, the prompt's pass left out)."""
 import json
 import os
 import sys
@@ -31,7 +32,23 @@ with torch.no_grad():
     prefill = prefill_n / best
     prompt = torch.tensor([[1, 403, 407, 261, 378]]) if vocab == 512 else ids[:, :5]
     model.generate(prompt, max_new_tokens=8, do_sample=False)
-    t = time.perf_counter()
-    out = model.generate(prompt, max_new_tokens=decode_n, min_new_tokens=decode_n, do_sample=False)
-    decode = (out.shape[1] - prompt.shape[1]) / (time.perf_counter() - t)
+
+    class Stamps:
+        """generate's streamer: put() gets the prompt, then each new token as it is chosen."""
+
+        def __init__(self):
+            self.calls = []
+
+        def put(self, value):
+            self.calls.append(time.perf_counter())
+
+        def end(self):
+            pass
+
+    st = Stamps()
+    out = model.generate(prompt, max_new_tokens=decode_n, min_new_tokens=decode_n, do_sample=False, streamer=st)
+    new = st.calls[1:]  # the first put is the prompt
+    if out.shape[1] - prompt.shape[1] != decode_n or len(new) != decode_n or decode_n < 2:
+        sys.exit(f"model_peer.py: {len(new)} tokens streamed, {decode_n} asked (DECODE >= 2)")
+    decode = (decode_n - 1) / (new[-1] - new[0])
 print(f"{load_ms:.1f} {prefill:.1f} {decode:.1f}")

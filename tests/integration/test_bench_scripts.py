@@ -40,6 +40,13 @@ class BenchScriptsTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertRegex(r.stdout.strip(), r"^[\d.]+ [\d.]+ [\d.]+ 8 \d+$")
 
+    def test_model_seer_refuses_a_decode_it_cannot_time(self):
+        # decode is timed from the first new token to the last: one token has no interval
+        r = run([os.path.join(BENCH, "model_seer.lua"), MODEL, "1", "16", "1"], timeout=120, SEER_THREADS="1")
+        self.assertNotEqual(r.returncode, 0, r.stdout)
+        self.assertIn("DECODE >= 2", r.stderr)
+        self.assertEqual(r.stdout.strip(), "")
+
     def test_a_timed_run_that_takes_from_the_cache_fails(self):
         # the control: the same scripts with the cache left on take the warm-up's prompts
         for script, args in (("batch_seer.lua", ["1", "6", "1", "4"]), ("model_seer.lua", ["1", "16", "8"])):
