@@ -266,7 +266,10 @@ __attribute__((target("avx2,fma,f16c"))) static void attn_mix_avx2_bf16(float *o
             y[(size_t)t * ys] = sum;                                                                         \
         }                                                                                                    \
     }
-#define SEER_DEF_ROWT(NAME, T, LOAD, SCALAR, STEP, NT) SEER_DEF_ROWT_PF(NAME##NT, T, LOAD, SCALAR, STEP, NT, 1)
+#ifndef SEER_ROWT_PF
+#define SEER_ROWT_PF 1
+#endif
+#define SEER_DEF_ROWT(NAME, T, LOAD, SCALAR, STEP, NT) SEER_DEF_ROWT_PF(NAME##NT, T, LOAD, SCALAR, STEP, NT, SEER_ROWT_PF)
 /* The one-token kernel twice, with the software prefetch (NAME##_t1) and without it
  * (NAME##_t1_np), chosen per call by seer_k_row_prefetch(). */
 #define SEER_DEF_ROW1(NAME, T, LOAD, SCALAR, STEP)                                                               \
@@ -388,11 +391,12 @@ SEER_DEF_ROWT_ALL(rowt_f32_, float, SEER_W_F32, SEER_F32_ID, 8)
 SEER_DEF_ROWT_ALL(rowt_bf16_, uint16_t, SEER_W_BF16, seer_bf16_to_f32, 16)
 SEER_DEF_ROWT_ALL(rowt_f16_, uint16_t, SEER_W_F16, seer_f16_to_f32, 16)
 
-/* Rows [r0, r1) against ntok (2 to 4) tokens, streamed; written to y[t][r] (row stride out). */
+/* Rows [r0, r1) against ntok (2 to 4) tokens, streamed (x's rows xs floats apart: stream_x);
+ * written to y[t][r] (row stride out). */
 __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_stream(const seer_weight_t *w, int64_t r0, int64_t r1,
-                                                                      const float *x, int ntok, float *y, int64_t out) {
+                                                                      const float *x, size_t xs, int ntok, float *y, int64_t out) {
     int64_t in = w->cols;
-    size_t xs = (size_t)in, ys = (size_t)out;
+    size_t ys = (size_t)out;
 #define SEER_ROWT_CALL(NAME, T)                                                                                  \
     for (int64_t r = r0; r < r1; r++) {                                                                      \
         const T *wr = (const T *)w->data + (size_t)r * (size_t)in;                                           \
@@ -428,14 +432,13 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_stream(const seer
 #define SEER_STREAM_CHUNK 64
 #endif
 __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_stream_groups(const seer_weight_t *w, int64_t r0, int64_t r1,
-                                                                             const float *x, int ntok, float *y, int64_t out) {
-    size_t in = (size_t)w->cols;
+                                                                             const float *x, size_t xs, int ntok, float *y, int64_t out) {
     for (int64_t r = r0; r < r1; r += SEER_STREAM_CHUNK) {
         int64_t re = r1 - r < SEER_STREAM_CHUNK ? r1 : r + SEER_STREAM_CHUNK;
         for (int t0 = 0; t0 < ntok; t0 += 4) {
             int nt = ntok - t0 < 4 ? ntok - t0 : 4;
-            if (nt == 1) rows_avx2_one(w, r, re, x + (size_t)t0 * in, y + (size_t)t0 * (size_t)out);
-            else rows_avx2_stream(w, r, re, x + (size_t)t0 * in, nt, y + (size_t)t0 * (size_t)out, out);
+            if (nt == 1) rows_avx2_one(w, r, re, x + (size_t)t0 * xs, y + (size_t)t0 * (size_t)out);
+            else rows_avx2_stream(w, r, re, x + (size_t)t0 * xs, xs, nt, y + (size_t)t0 * (size_t)out, out);
         }
     }
 }
@@ -623,7 +626,7 @@ SEER_DEF_MICROWT(4, microf3x, SEER_W_F32, float)
  * 2-vCPU Zen 3 VM (tests/bench/linear_kernel.c, one thread, 16 tokens, GFLOP/s, three
  * interleaved rounds, SEER_PACK_X=0 against 1): f32 1024x1024 26.0-26.8 -> 32.4-34.3,
  * 2816x1024 29.2-30.4 -> 30.4-32.5, 1024x2816 35.2-36.9 -> 35.8-39.4; bf16 +3-12%. */
-enum { SEER_BUF_PACK, SEER_BUF_ATTN, SEER_BUF_PANEL, SEER_BUF_N };
+enum { SEER_BUF_PACK, SEER_BUF_ATTN, SEER_BUF_PANEL, SEER_BUF_STREAM, SEER_BUF_N };
 static pthread_key_t g_buf_keys[SEER_BUF_N];
 static pthread_once_t g_buf_once = PTHREAD_ONCE_INIT;
 static _Thread_local float *g_buf[SEER_BUF_N];
@@ -661,6 +664,41 @@ static const float *pack_x(const float *x, int ntok, int64_t in) {
             for (int t = 0; t < ntok; t++) memcpy(xp + (sl * (size_t)ntok + (size_t)t) * SEER_KB, x + (size_t)t * (size_t)in + k0, nk * sizeof(float));
         }
     return xp;
+}
+
+/* The streamed kernels' activations (2 to SEER_STREAM_GROUPS_MAX tokens, each row of weights
+ * multiplied into the same 8-block of every token in turn): where the tokens' rows lie a multiple
+ * of 4 KiB apart, or nearly (hidden size 1024 in f32: 4 KiB exactly), the loads of one 8-block of
+ * every token fall on the same L1 line offset and contend for the same banks, and a 4-token step
+ * read its weights at half the one-token rate. Such rows are copied into this thread's buffer
+ * with a stride 64 bytes past the next multiple of 64 (the rows then start a line apart, modulo
+ * 4 KiB); other widths are read in place. Returns x's rows and sets *xs to their stride in floats.
+ * Once per linear call per thread (job->gen), as pack_x. The same values in the same chains, so
+ * the same bits. Measured on the 2-vCPU Zen 4 VM (make bench-kernel-ab, weights from memory, one
+ * thread, 41 paired calls in both places; time copied over in place on the 1024-wide shapes):
+ * f32 4 tokens 0.73-0.83x, 2 tokens 0.90-0.92x; bf16 4 tokens 0.83-0.91x, 3 tokens 0.82-0.94x,
+ * 8 tokens (groups of four) 0.82-0.84x; the 2816-wide shape, not copied, 0.99-1.01x. */
+static int rows_alias(size_t stride_bytes, int ntok) {
+    int span = ntok < 4 ? ntok : 4; /* the streamed kernels run groups of up to four tokens */
+    for (int k = 1; k < span; k++) { /* rows k apart, at least ~4 KiB apart (nearer ones share lines) */
+        size_t b = (size_t)k * stride_bytes, d = b & 4095;
+        if (b >= 4096 - 64 && (d < 64 || d > 4096 - 64)) return 1;
+    }
+    return 0;
+}
+static const float *stream_x(const float *x, int ntok, const seer_weight_t *w, size_t *xs) {
+    int64_t in = w->cols;
+    *xs = (size_t)in;
+    /* two tokens against 16-bit weights were 1.02-1.07x the time copied (two bf16 8-blocks per
+     * load of x's two rows): read in place */
+    if (ntok < (w->dtype == SEER_F32 ? 2 : 3) || !rows_alias((size_t)in * sizeof(float), ntok)) return x;
+    size_t ps = ((size_t)in + 15) / 16 * 16 + 16;
+    while (rows_alias(ps * sizeof(float), ntok)) ps += 16;
+    float *xb = thread_buffer(SEER_BUF_STREAM, ps * (size_t)ntok);
+    if (!xb) return x; /* out of memory: in place, the same bits */
+    for (int t = 0; t < ntok; t++) memcpy(xb + (size_t)t * ps, x + (size_t)t * (size_t)in, (size_t)in * sizeof(float));
+    *xs = ps;
+    return xb;
 }
 
 /* Rows [r0, r1) against ntok >= 2 tokens (packed by pack_x into xp, or NULL), written to y[t][r]
@@ -963,12 +1001,15 @@ static void linear_range(linear_job *j, size_t begin, size_t end) {
     int64_t out = j->w->rows;
 #ifdef SEER_X86
     if (j->simd == 1) {
+        static _Thread_local uint64_t packed_gen;
+        static _Thread_local const float *packed;
+        static _Thread_local size_t packed_stride;
         if (j->n == 1) rows_avx2_one(j->w, (int64_t)begin, (int64_t)end, j->x, j->y);
-        else if (j->n <= SEER_STREAM_MAX) rows_avx2_stream(j->w, (int64_t)begin, (int64_t)end, j->x, j->n, j->y, out);
-        else if (streamed(j->w, j->n)) rows_avx2_stream_groups(j->w, (int64_t)begin, (int64_t)end, j->x, j->n, j->y, out);
-        else {
-            static _Thread_local uint64_t packed_gen;
-            static _Thread_local const float *packed;
+        else if (j->n <= SEER_STREAM_MAX || streamed(j->w, j->n)) {
+            if (packed_gen != j->gen) packed = stream_x(j->x, j->n, j->w, &packed_stride), packed_gen = j->gen;
+            if (j->n <= SEER_STREAM_MAX) rows_avx2_stream(j->w, (int64_t)begin, (int64_t)end, packed, packed_stride, j->n, j->y, out);
+            else rows_avx2_stream_groups(j->w, (int64_t)begin, (int64_t)end, packed, packed_stride, j->n, j->y, out);
+        } else {
             if (packed_gen != j->gen) packed = pack_x(j->x, j->n, j->w->cols), packed_gen = j->gen;
             rows_avx2_multi(j->w, (int64_t)begin, (int64_t)end, j->x, packed, j->n, j->y, out);
         }
@@ -1009,7 +1050,7 @@ static void linear_base(seer_pool_t *p, float *y, const float *x, int n, const s
 #ifdef SEER_X86
     int multi = j.simd == 1 && n > SEER_STREAM_MAX && !streamed(w, n);
     static atomic_uint_fast64_t calls;
-    if (multi) j.gen = atomic_fetch_add(&calls, 1) + 1;
+    if (j.simd == 1 && n > 1) j.gen = atomic_fetch_add(&calls, 1) + 1; /* pack_x, stream_x: once a call per thread */
 #else
     int multi = 0;
 #endif

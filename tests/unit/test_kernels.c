@@ -654,17 +654,21 @@ static void check_linear_rows_token_independent(void) {
     seer_pool_t *pool = seer_pool_new(2);
     static const int rows_[] = {1, 5, 13, 67};
     /* 5: no 8-block at all (the scalar tail alone); 24 and 136: an odd last 8-block (chain a0); 300 and 605: two and three k-slices of the
-     * batched kernel (SEER_KB = 256), the last ending on an odd 8-block, and a scalar tail */
-    static const int cols_[] = {5, 8, 24, 37, 96, 136, 300, 605};
+     * batched kernel (SEER_KB = 256), the last ending on an odd 8-block, and a scalar tail; 512, 1024 and
+     * 1030: tokens' rows a multiple of 4 KiB apart, or nearly (every other row at 512), which the
+     * streamed kernels read from a copy with another stride (stream_x; 1030 with a scalar tail) */
+    static const int cols_[] = {5, 8, 24, 37, 96, 136, 300, 605, 512, 1024, 1030};
+    enum { NCOLS = sizeof cols_ / sizeof cols_[0] };
     static const seer_dtype_t dts[] = {SEER_F32, SEER_BF16, SEER_F16};
-    enum { NMAX = 17, KMAX = 605 };
+    enum { NMAX = 17, KMAX = 1030 };
     for (int a = 0; a < 4; a++)
-        for (int b = 0; b < 8; b++)
+        for (int b = 0; b < NCOLS; b++)
             for (int d = 0; d < 3; d++) {
                 int rows = rows_[a], cols = cols_[b];
                 float *wf = malloc(sizeof(float) * (size_t)(rows * cols));
                 uint16_t *wh = malloc(sizeof(uint16_t) * (size_t)(rows * cols));
-                float bias[67], x[NMAX * KMAX], y1[67], *y = malloc(sizeof(float) * (size_t)(NMAX * rows));
+                static float x[NMAX * KMAX];
+                float bias[67], y1[67], *y = malloc(sizeof(float) * (size_t)(NMAX * rows));
                 for (int i = 0; i < rows * cols; i++) {
                     float v = nrand() * 0.1f;
                     wh[i] = dts[d] == SEER_BF16 ? seer_f32_to_bf16(v) : seer_f32_to_f16(v);
