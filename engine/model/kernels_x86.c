@@ -1008,7 +1008,10 @@ static void dp_gemm_chunk(void *ctx, size_t begin, size_t end, int thread) {
 }
 
 /* One row against NT (1 to 4) tokens, streamed with a prefetch per cache line: the same chain per
- * (row, token) as the tiles. */
+ * (row, token) as the tiles. Tried and not kept (2026-12-01, Zen 4 VM, linear_kernel COLD=1
+ * FAST=1, one thread): two rows at a time, row i of each half (as the default kernel's 2-4-token
+ * pairs, kernels.c): 4 tokens on 1024x2816 484 -> 399 us, but 2816x1024 199 -> 289 and 1024x1024
+ * 83 -> 115 us. */
 __attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"), always_inline)) static inline void
 dp_stream_rows(const dp_job *j, int r0, int r1, const int nt, const int pf) {
     const size_t cols = (size_t)j->w->cols;
