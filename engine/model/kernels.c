@@ -406,7 +406,9 @@ SEER_DEF_ROWT_ALL(rowt_f16_, uint16_t, SEER_W_F16, seer_f16_to_f32, 16)
  * 1024x2816), 2 tokens 0.95x; bf16 4 tokens 0.88x, 2 tokens 0.87x. The 0.5B model, batched
  * decode at 2 threads (tests/bench/batch_seer.lua, five alternating rounds, means): f32 batch 4
  * 55.2 -> 62.8 tok/s (ahead in 5), batch 2 level; bf16 batch 2 66.2 -> 69.2 (ahead in 4), batch 4
- * 89.9 -> 102.2 (4), batch 8 (groups of four) 115.6 -> 135.3 (5). */
+ * 89.9 -> 102.2 (4), batch 8 (groups of four) 115.6 -> 135.3 (5). Tried and not kept: the 16-bit
+ * pairs on 512-bit registers (a row's a0 and a1 as the halves of one zmm, one widening and one
+ * FMA per 16 weights; the same bits): 1.05x the time at 4 tokens, 1.11x at 2. */
 #define SEER_DEF_ROWT2(FN, T, LOAD, SCALAR, STEP, NT)                                                            \
     __attribute__((target("avx2,fma,f16c,avx512f,avx512vl"))) static void FN(                                  \
         const T *wa, const T *wb, const float *x, size_t xs, int64_t in, float *ya, float *yb, size_t ys) {   \
