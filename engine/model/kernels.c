@@ -398,9 +398,10 @@ SEER_DEF_ROWT_ALL(rowt_f16_, uint16_t, SEER_W_F16, seer_f16_to_f32, 16)
  * (32 ymm registers: 16-bit weights at four tokens keep 16 accumulators) and called only where
  * the CPU has it (seer_k_have_avx512), on row j of the first half of a thread's range beside row j
  * of the second (two sequential streams, as the one-token kernel's pairs on AMD). One row at a
- * time, a 2-4-token step is bound by its chains, not by memory: each 8-block's FMAs wait on the
- * previous block's (four cycles), whatever the token count, so four tokens read their weights at
- * about half the one-token rate; a second row doubles the independent chains. Measured on the
+ * time, four tokens read their weights at about half the one-token rate (7.5 cycles an 8-block
+ * at f32, where the chains' latency allows four: each 8-block's FMAs wait on the previous
+ * block's whatever the token count); a second row doubles the independent work in flight,
+ * which likely is what pays (no counters in this VM to say more). Measured on the
  * 2-vCPU Zen 4 VM (2026-12-01): make bench-kernel-ab, weights from memory, one thread, against
  * one row at a time: f32 4 tokens 0.88x the time (geometric mean over the 0.5B shapes; 0.77x on
  * 1024x2816), 2 tokens 0.95x; bf16 4 tokens 0.88x, 2 tokens 0.87x. The 0.5B model, batched
@@ -738,8 +739,8 @@ static const float *pack_x(const float *x, int ntok, int64_t in) {
 /* The streamed kernels' activations (2 to SEER_STREAM_GROUPS_MAX tokens, each row of weights
  * multiplied into the same 8-block of every token in turn): where the tokens' rows lie a multiple
  * of 4 KiB apart, or nearly (hidden size 1024 in f32: 4 KiB exactly), the loads of one 8-block of
- * every token fall on the same L1 line offset and contend for the same banks, and a 4-token step
- * read its weights at half the one-token rate. Such rows are copied into this thread's buffer
+ * every token fall on the same L1 set and line offset (contention there the likely cause: no
+ * counters in this VM), and a 4-token step read its weights at half the one-token rate. Such rows are copied into this thread's buffer
  * with a stride 64 bytes past the next multiple of 64 (the rows then start a line apart, modulo
  * 4 KiB); other widths are read in place. Returns x's rows and sets *xs to their stride in floats.
  * Once per linear call per thread (job->gen), as pack_x. The same values in the same chains, so
