@@ -398,9 +398,9 @@ SEER_DEF_ROWT_ALL(rowt_f16_, uint16_t, SEER_W_F16, seer_f16_to_f32, 16)
  * (32 ymm registers: 16-bit weights at four tokens keep 16 accumulators) and called only where
  * the CPU has it (seer_k_have_avx512), on row j of the first half of a thread's range beside row j
  * of the second (two sequential streams, as the one-token kernel's pairs on AMD). One row at a
- * time, four tokens read their weights at about half the one-token rate (7.5 cycles an 8-block
- * at f32, where the chains' latency allows four: each 8-block's FMAs wait on the previous
- * block's whatever the token count); a second row doubles the independent work in flight,
+ * time, four tokens read their weights at about half the one-token rate (7.5-9 cycles an f32
+ * 8-block at a nominal 3.7 GHz, where the chains' latency allows four: each 8-block's FMAs wait
+ * on the previous block's whatever the token count); a second row doubles the independent work in flight,
  * which likely is what pays (no counters in this VM to say more). Measured on the
  * 2-vCPU Zen 4 VM (2026-12-01): make bench-kernel-ab, weights from memory, one thread, against
  * one row at a time: f32 4 tokens 0.88x the time (geometric mean over the 0.5B shapes; 0.77x on
