@@ -409,7 +409,11 @@ SEER_DEF_ROWT_ALL(rowt_f16_, uint16_t, SEER_W_F16, seer_f16_to_f32, 16)
  * 55.2 -> 62.8 tok/s (ahead in 5), batch 2 level; bf16 batch 2 66.2 -> 69.2 (ahead in 4), batch 4
  * 89.9 -> 102.2 (4), batch 8 (groups of four) 115.6 -> 135.3 (5). Tried and not kept: the 16-bit
  * pairs on 512-bit registers (a row's a0 and a1 as the halves of one zmm, one widening and one
- * FMA per 16 weights; the same bits): 1.05x the time at 4 tokens, 1.11x at 2. */
+ * FMA per 16 weights; the same bits): 1.05x the time at 4 tokens, 1.11x at 2; the activations
+ * interleaved for the pairs ([8-block][token][8], one sequential stream of x; the 2816-wide down
+ * projection reads at 0.6x the others' rate, its 4 tokens' x of 45 KiB out of L1): f32 1.01x /
+ * 1.03x, bf16 0.96x / 0.98x (4 / 2 tokens), the down projection 0.92-0.98x: within what the model
+ * resolves. */
 /* One 8-block of both rows at input i into the chains A (row a) and B (row b) of NT tokens */
 #define SEER_ROWT2_BLOCK(LOAD, NT, A, B, I)                                                                      \
     do {                                                                                                     \
