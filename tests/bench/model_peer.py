@@ -10,6 +10,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 path, threads, prefill_n, decode_n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+if decode_n < 2:
+    sys.exit("model_peer.py: DECODE must be at least 2 (decode is timed from the first new token to the last)")
 torch.set_num_threads(threads)
 t0 = time.perf_counter()
 # Like with like: the checkpoint's own dtype (a bf16 checkpoint runs in bf16, as seer keeps its
@@ -48,7 +50,7 @@ with torch.no_grad():
     st = Stamps()
     out = model.generate(prompt, max_new_tokens=decode_n, min_new_tokens=decode_n, do_sample=False, streamer=st)
     new = st.calls[1:]  # the first put is the prompt
-    if out.shape[1] - prompt.shape[1] != decode_n or len(new) != decode_n or decode_n < 2:
-        sys.exit(f"model_peer.py: {len(new)} tokens streamed, {decode_n} asked (DECODE >= 2)")
+    if out.shape[1] - prompt.shape[1] != decode_n or len(new) != decode_n:
+        sys.exit(f"model_peer.py: {len(new)} tokens streamed, {decode_n} asked")
     decode = (decode_n - 1) / (new[-1] - new[0])
 print(f"{load_ms:.1f} {prefill:.1f} {decode:.1f}")

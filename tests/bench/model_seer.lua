@@ -1,6 +1,7 @@
 -- seer side of `make bench`'s model benchmark: load time, prefill tokens/s (best of 3), greedy
 -- decode tokens/s, timed from the first new token to the last (the prompt's pass left out; an
--- optional fifth argument is seer.model.load's `weights`, "memory" or "mapped"). Prints one line: load_ms prefill_tok_s decode_tok_s new_tokens prefill_flops,
+-- optional fifth argument is seer.model.load's `weights`, "memory" or "mapped"). Prints one line:
+-- load_ms prefill_tok_s decode_tok_s new_tokens prefill_flops,
 -- the last being the floating-point operations of one prefill forward (Llama-shaped models:
 -- every linear layer and the LM head at 2 flops per multiply-add, and causal attention's
 -- scores and weighted sums; norms, RoPE and softmax are left out, so the bound is generous).
