@@ -591,8 +591,24 @@ _Static_assert(SEER_KB % 16 == 0, "SEER_KB: slices must start every bf16/f16 cha
  * bf16 batch 16 96.8-108.9 against 128.1-146.2 (2026-11-29). */
 #define SEER_BLOCK_PF 1
 #endif
-#ifndef SEER_PF_HINT
-#define SEER_PF_HINT _MM_HINT_T0
+/* Up to this many tokens in a pass, the blocked kernel prefetches the next slice into L2
+ * (PREFETCHT1; on Zen 4 the T1 and T2 hints fill L2 only, where Zen 3 filled L1 for every hint),
+ * from more into L1 (T0). Few tokens are few FMAs per weight line, so the slice's loads must
+ * arrive faster, and the L1 prefetches then evicted lines still in use. Measured on the 2-vCPU
+ * Zen 4 VM, f32, all T1 against all T0: the kernel (make bench-kernel-ab, COLD=1, one thread, 41
+ * pairs in both places, geometric mean over the three 0.5B shapes) 5 tokens 0.73x the time,
+ * 8 tokens 0.78x, 16 tokens 0.88-0.93x (four runs), 32 tokens 0.97x, two threads 8 tokens 0.89x,
+ * 16 tokens 0.96-0.97x; bf16 13 / 16 / 32 tokens 0.96x / 0.98x / 1.00x. But in the model (one
+ * thread, tests/bench/batch_seer.lua, seer binaries alternating) f32 batch 16 read 73.7 tok/s with
+ * T0 against 71.0 with T1 (T0 ahead in 6 of 6 rounds), batch 12 59.8 / 60.8 (level), batch 8
+ * 49.4 / 53.6 and batch 6 37.3 / 39.5 (T1 ahead in 4 of 4 and 3 of 4): T1 up to 8 tokens only.
+ * A second walker (T1 two or three slices ahead beside T0 one ahead) was 1.06-1.08x the time of T1
+ * alone at 16 tokens, and T1 two to four slices ahead level with one. With this split against
+ * all T0 (six alternating rounds, one thread): batch 8 48.1 -> 51.1 tok/s (ahead 6 of 6), batch
+ * 16 70.5 -> 72.7 (the same hint; level); two threads, batch 8 90.9 -> 95.2 (4 of 4). 0 takes T0
+ * throughout. */
+#ifndef SEER_PF_FAR_MAX
+#define SEER_PF_FAR_MAX 8
 #endif
 #ifndef SEER_PACK_X
 #define SEER_PACK_X 1
@@ -605,10 +621,14 @@ typedef struct {
     const char *p;
     int line, lines;
     ptrdiff_t skip; /* negative when a row is narrower than its run of lines */
+    int far;        /* into L2 (SEER_PF_FAR_MAX) rather than L1 */
 } seer_pfw_t;
 #define SEER_PF_LINE(P, L, PF)                                                                           \
     do {                                                                                                 \
-        _mm_prefetch((P), SEER_PF_HINT);                                                                 \
+        if ((PF)->far)                                                                                   \
+            _mm_prefetch((P), _MM_HINT_T1);                                                              \
+        else                                                                                             \
+            _mm_prefetch((P), _MM_HINT_T0);                                                              \
         (P) += 64;                                                                                       \
         if (++(L) == (PF)->lines) (L) = 0, (P) += (PF)->skip;                                            \
     } while (0)
@@ -830,7 +850,7 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
                  * samples (perf, make bench-kernel at 16 tokens). Each micro-kernel call issues an
                  * equal share from inside its loop (one division per slice for the share). */
                 seer_pfw_t pfw = {ptotal ? pb + ((size_t)pr * (size_t)in + (size_t)pk) * es : pb, 0, plines,
-                                  (ptrdiff_t)((size_t)in * es) - (ptrdiff_t)plines * 64};
+                                  (ptrdiff_t)((size_t)in * es) - (ptrdiff_t)plines * 64, nt <= SEER_PF_FAR_MAX};
                 int pcalls = ng * nm * (w->dtype != SEER_F32 ? 2 : 1), pshare = (ptotal + pcalls - 1) / pcalls, pleft = ptotal;
                 const float *rows[SEER_RB];
                 float *prow[SEER_RB];
