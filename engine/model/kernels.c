@@ -232,6 +232,20 @@ __attribute__((target("avx2,fma,f16c"))) static void attn_mix_avx2_bf16(float *o
 #ifndef SEER_ROW1_PF
 #define SEER_ROW1_PF 3072
 #endif
+/* The 2-4-token rows' (and the row pairs') prefetch hint: T1, which on Zen 4 (as on Intel) fills
+ * L2 only (Zen 3 filled L1 for every hint), the L1 left to the lines in use and the hardware's
+ * L1 prefetchers; the batch-1 rows keep T0 (with the prefetch forced on here, SEER_ROW_PREFETCH=1,
+ * T1 was 1.20x the time at f32 and 1.08x at bf16). Measured on the 2-vCPU Zen 4 VM, T1 against
+ * T0: the kernel (make bench-kernel-ab, COLD=1, 41 pairs in both places, geometric mean over the
+ * three 0.5B shapes) f32 4 tokens 0.73-0.75x the time at one thread (B faster in 41 of 41 pairs
+ * on every shape), 0.81x at two, without the row pairs 0.86x; f32 3 tokens 0.77x, 2 tokens 0.95x;
+ * bf16 2 / 4 / 8 / 12 tokens 0.97x / 0.95x / 0.94x / 0.93x, 4 tokens at two threads 0.89x. The
+ * 0.5B model at two threads, four alternating rounds (tests/bench/batch_seer.lua): f32 batch 4
+ * 61.2 -> 77.6 tok/s, bf16 batch 4 108.8 -> 127.1 and batch 8 113.0 -> 141.6 (ahead 4 of 4 each);
+ * f32 batch 2 37.1 -> 38.7 (level). */
+#ifndef SEER_ROWT_HINT
+#define SEER_ROWT_HINT _MM_HINT_T1
+#endif
 #define SEER_W_BF16(p) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
 #define SEER_W_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
 #define SEER_W_F32(p) _mm256_loadu_ps(p)
@@ -245,7 +259,7 @@ __attribute__((target("avx2,fma,f16c"))) static void attn_mix_avx2_bf16(float *o
         __m256 a0[NT], a1[NT];                                                                               \
         _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) a0[t] = a1[t] = _mm256_setzero_ps();          \
         for (int64_t i = 0; i < nb; i += STEP) {                                                             \
-            if (PF && !(((size_t)i * sizeof(T)) & 63)) _mm_prefetch((const char *)(wr + i) + SEER_ROW1_PF, _MM_HINT_T0); \
+            if (PF && !(((size_t)i * sizeof(T)) & 63)) _mm_prefetch((const char *)(wr + i) + SEER_ROW1_PF, NT == 1 ? _MM_HINT_T0 : SEER_ROWT_HINT); \
             __m256 w0 = LOAD(wr + i);                                                                        \
             _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                                            \
                 a0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + (size_t)t * xs + (size_t)i), a0[t]);        \
@@ -432,8 +446,8 @@ SEER_DEF_ROWT_ALL(rowt_f16_, uint16_t, SEER_W_F16, seer_f16_to_f32, 16)
         _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) a0[t] = a1[t] = b0[t] = b1[t] = _mm256_setzero_ps(); \
         for (int64_t i = 0; i < nb; i += STEP) {                                                             \
             if (SEER_ROWT_PF && !(((size_t)i * sizeof(T)) & 63)) {                                           \
-                _mm_prefetch((const char *)(wa + i) + SEER_ROW1_PF, _MM_HINT_T0);                            \
-                _mm_prefetch((const char *)(wb + i) + SEER_ROW1_PF, _MM_HINT_T0);                            \
+                _mm_prefetch((const char *)(wa + i) + SEER_ROW1_PF, SEER_ROWT_HINT);                         \
+                _mm_prefetch((const char *)(wb + i) + SEER_ROW1_PF, SEER_ROWT_HINT);                         \
             }                                                                                                \
             SEER_ROWT2_BLOCK(LOAD, NT, a0, b0, i);                                                           \
             if (STEP == 16) SEER_ROWT2_BLOCK(LOAD, NT, a1, b1, i + 8);                                       \

@@ -799,6 +799,14 @@ int seer_k_linear_amx(seer_pool_t *p, float *y, const float *x, int n, const see
 #ifndef DP_PF
 #define DP_PF 3072
 #endif
+/* The streamed kernel's prefetch hint from two tokens on (one token keeps T0): T1, into L2 only
+ * on Zen 4 (and Intel), as the default kernels' 2-4-token rows (kernels.c, SEER_ROWT_HINT). Fast
+ * bf16 on the 0.5B model, 2 threads, four alternating rounds (tests/bench/batch_seer.lua, T0
+ * against T1): batch 4 122.9 -> 127.9 tok/s (ahead 4 of 4), batch 2 71.7 -> 73.9 (3 of 4). The
+ * tiles' near prefetch (DP_NEAR) as T1 was level at batch 8 and 16 (four rounds): kept T0. */
+#ifndef DP_STREAM_HINT
+#define DP_STREAM_HINT _MM_HINT_T1
+#endif
 #ifndef DP_TREE
 #define DP_TREE 1
 #endif
@@ -1022,7 +1030,8 @@ dp_stream_rows(const dp_job *j, int r0, int r1, const int nt, const int pf) {
 #pragma GCC unroll 4
         for (int b = 0; b < nt; b++) acc[b] = _mm512_setzero_ps();
         for (size_t k = 0; k < cols; k += 32) {
-            if (pf) _mm_prefetch((const char *)(wr + k) + DP_PF, _MM_HINT_T0);
+            if (pf && nt == 1) _mm_prefetch((const char *)(wr + k) + DP_PF, _MM_HINT_T0);
+            else if (pf) _mm_prefetch((const char *)(wr + k) + DP_PF, DP_STREAM_HINT);
             __m512bh wv = (__m512bh)_mm512_loadu_si512(wr + k);
 #pragma GCC unroll 4
             for (int b = 0; b < nt; b++)
