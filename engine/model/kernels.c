@@ -242,9 +242,15 @@ __attribute__((target("avx2,fma,f16c"))) static void attn_mix_avx2_bf16(float *o
  * bf16 2 / 4 / 8 / 12 tokens 0.97x / 0.95x / 0.94x / 0.93x, 4 tokens at two threads 0.89x. The
  * 0.5B model at two threads, four alternating rounds (tests/bench/batch_seer.lua): f32 batch 4
  * 61.2 -> 77.6 tok/s, bf16 batch 4 108.8 -> 127.1 and batch 8 113.0 -> 141.6 (ahead 4 of 4 each);
- * f32 batch 2 37.1 -> 38.7 (level). */
+ * f32 batch 2 37.1 -> 38.7 (level). With T1 the distance moved too (SEER_ROWT_AHEAD, the batch-1
+ * rows keep SEER_ROW1_PF): against 3 KiB, 1.5 KiB was 1.35x the time at f32 4 tokens, 4 KiB
+ * 0.93-0.95x (f32 3 tokens 0.94x; two threads, f32 2 tokens and bf16 2-8 tokens 0.98-1.00x),
+ * 6 KiB 0.95-0.97x, 8 KiB 0.96x, 12 KiB 0.99x. */
 #ifndef SEER_ROWT_HINT
 #define SEER_ROWT_HINT _MM_HINT_T1
+#endif
+#ifndef SEER_ROWT_AHEAD
+#define SEER_ROWT_AHEAD 4096 /* bytes ahead, for the 2-4-token rows */
 #endif
 #define SEER_W_BF16(p) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
 #define SEER_W_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
@@ -259,7 +265,7 @@ __attribute__((target("avx2,fma,f16c"))) static void attn_mix_avx2_bf16(float *o
         __m256 a0[NT], a1[NT];                                                                               \
         _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) a0[t] = a1[t] = _mm256_setzero_ps();          \
         for (int64_t i = 0; i < nb; i += STEP) {                                                             \
-            if (PF && !(((size_t)i * sizeof(T)) & 63)) _mm_prefetch((const char *)(wr + i) + SEER_ROW1_PF, NT == 1 ? _MM_HINT_T0 : SEER_ROWT_HINT); \
+            if (PF && !(((size_t)i * sizeof(T)) & 63)) _mm_prefetch((const char *)(wr + i) + (NT == 1 ? SEER_ROW1_PF : SEER_ROWT_AHEAD), NT == 1 ? _MM_HINT_T0 : SEER_ROWT_HINT); \
             __m256 w0 = LOAD(wr + i);                                                                        \
             _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                                            \
                 a0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + (size_t)t * xs + (size_t)i), a0[t]);        \
@@ -446,8 +452,8 @@ SEER_DEF_ROWT_ALL(rowt_f16_, uint16_t, SEER_W_F16, seer_f16_to_f32, 16)
         _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) a0[t] = a1[t] = b0[t] = b1[t] = _mm256_setzero_ps(); \
         for (int64_t i = 0; i < nb; i += STEP) {                                                             \
             if (SEER_ROWT_PF && !(((size_t)i * sizeof(T)) & 63)) {                                           \
-                _mm_prefetch((const char *)(wa + i) + SEER_ROW1_PF, SEER_ROWT_HINT);                         \
-                _mm_prefetch((const char *)(wb + i) + SEER_ROW1_PF, SEER_ROWT_HINT);                         \
+                _mm_prefetch((const char *)(wa + i) + SEER_ROWT_AHEAD, SEER_ROWT_HINT);                      \
+                _mm_prefetch((const char *)(wb + i) + SEER_ROWT_AHEAD, SEER_ROWT_HINT);                      \
             }                                                                                                \
             SEER_ROWT2_BLOCK(LOAD, NT, a0, b0, i);                                                           \
             if (STEP == 16) SEER_ROWT2_BLOCK(LOAD, NT, a1, b1, i + 8);                                       \
