@@ -252,7 +252,8 @@ bench_model() { # model_dir threads prefill decode ptarget dtarget [gguf] (targe
 
 # Batched greedy decode: B different 5-token prompts decoded together, tokens/s over the batch
 # with the prefill left out, for seer (model:generate_batch), transformers (generate on a [B, 5]
-# batch) and llama.cpp (one sequence id per prompt). Target: seer at batch 16 >= 8x seer at 1.
+# batch) and llama.cpp (one sequence id per prompt), each timed from its first new token to its
+# last within one run (N - 1 steps). Target: seer at batch 16 >= 8x seer at 1.
 bench_batch() { # model_dir threads new_tokens gguf
   local model=$1 threads=$2 n=$3 gguf=$4
   echo "== batched decode, $(basename "$(dirname "$model")")/$(basename "$model"), $threads thread(s): tok/s over the batch (greedy, $n new tokens each, prefill excluded)"

@@ -2,7 +2,8 @@
 print what run.sh parses, and time only work they do. A timed run that takes a prompt from a
 cache skips a prefill it is timed for: until 2026-12-01 batch_seer.lua's batch 4 and 16 read up
 to 1.4x high that way (docs/bench-history.md). The scripts turn the model's prompt cache off and
-fail when core.shared_prefills() moves during their timed runs; these tests hold both."""
+fail when core.shared_prefills() moves during their timed runs; these tests hold both. Both now
+time decode from the first new token to the last, which these tests hold too."""
 import os
 import re
 import tempfile
@@ -47,9 +48,34 @@ class BenchScriptsTest(unittest.TestCase):
         self.assertIn("DECODE >= 2", r.stderr)
         self.assertEqual(r.stdout.strip(), "")
 
+    def test_batch_seer_refuses_a_decode_it_cannot_time(self):
+        # timed from the first step's hook to the last's: one new token has no interval; refused
+        # before the model loads
+        r = run([os.path.join(BENCH, "batch_seer.lua"), MODEL, "1", "1", "4"], timeout=120, SEER_THREADS="1")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("must be 2 or more", r.stderr)
+        self.assertEqual(r.stdout.strip(), "")
+
+    def test_batch_seer_times_decode_steps_not_the_prefill(self):
+        # after a 200-token prompt, 6 and 48 new tokens (best of 3 runs each): timed from the
+        # first new token, both read about the same rate (measured 1.12-1.47x apart); a timing
+        # that counted the prompt's prefill spreads it over 5 steps in one and 47 in the other
+        # (measured 5.4x apart)
+        rates = {}
+        for n in ("6", "48"):
+            r = run([os.path.join(BENCH, "batch_seer.lua"), MODEL, "1", n, "4"], timeout=120, SEER_THREADS="1",
+                    BATCH_PROMPT_LEN="200", BENCH_REPEAT="3")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            rates[n] = float(r.stdout.split()[1])
+        self.assertLess(rates["48"] / rates["6"], 3.0, rates)
+        self.assertLess(rates["6"] / rates["48"], 3.0, rates)
+
     def test_a_timed_run_that_takes_from_the_cache_fails(self):
-        # the control: the same scripts with the cache left on take the warm-up's prompts
-        for script, args in (("batch_seer.lua", ["1", "6", "1", "4"]), ("model_seer.lua", ["1", "16", "8"])):
+        # the control: the same script with the cache left on takes the warm-up's prompt.
+        # (batch_seer.lua stamps its steps from a function hook, and a pass with a function hook
+        # neither takes from nor gives to the prompt cache, so it has no such control; its
+        # decode is timed from the first new token, so a skipped prefill would not be in it.)
+        for script, args in (("model_seer.lua", ["1", "16", "8"]),):
             path = without_cache_off(script)
             try:
                 r = run([path, MODEL] + args, timeout=120, SEER_THREADS="1")
