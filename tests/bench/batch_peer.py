@@ -8,10 +8,11 @@ Usage: batch_peer.py MODEL THREADS N B1 [B2 ...]   (N >= 2)"""
 import json
 import os
 import sys
-import time
 
 import torch
 from transformers import AutoModelForCausalLM
+
+from peer_stamps import Stamps
 
 path, threads, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 if n < 2:
@@ -29,26 +30,13 @@ def prompts(b):
     return torch.tensor([[1] + [(i * 7919 + j * 104729) % (vocab - 3) + 3 for j in range(1, 5)] for i in range(1, b + 1)])
 
 
-class Stamps:
-    """generate's streamer: put() gets the prompts, then each step's new tokens (one per sequence)."""
-
-    def __init__(self):
-        self.calls = []
-
-    def put(self, value):
-        self.calls.append(time.perf_counter())
-
-    def end(self):
-        pass
-
-
 def run(b, new):
     """The time from the first new token to the last (new - 1 steps) for b prompts."""
     p = prompts(b)
     st = Stamps()
     out = model.generate(p, attention_mask=torch.ones_like(p), max_new_tokens=new, min_new_tokens=new,
                          do_sample=False, pad_token_id=0, streamer=st)
-    steps = st.calls[1:]  # the first put is the prompts
+    steps = st.steps()
     if out.shape[1] - p.shape[1] != new or len(steps) != new:
         sys.exit(f"batch_peer.py: {len(steps)} steps streamed, {new} asked")
     return steps[-1] - steps[0]

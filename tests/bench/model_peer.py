@@ -9,6 +9,8 @@ import time
 import torch
 from transformers import AutoModelForCausalLM
 
+from peer_stamps import Stamps
+
 path, threads, prefill_n, decode_n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 if decode_n < 2:
     sys.exit("model_peer.py: DECODE must be at least 2 (decode is timed from the first new token to the last)")
@@ -35,21 +37,9 @@ with torch.no_grad():
     prompt = torch.tensor([[1, 403, 407, 261, 378]]) if vocab == 512 else ids[:, :5]
     model.generate(prompt, max_new_tokens=8, do_sample=False)
 
-    class Stamps:
-        """generate's streamer: put() gets the prompt, then each new token as it is chosen."""
-
-        def __init__(self):
-            self.calls = []
-
-        def put(self, value):
-            self.calls.append(time.perf_counter())
-
-        def end(self):
-            pass
-
     st = Stamps()
     out = model.generate(prompt, max_new_tokens=decode_n, min_new_tokens=decode_n, do_sample=False, streamer=st)
-    new = st.calls[1:]  # the first put is the prompt
+    new = st.steps()
     if out.shape[1] - prompt.shape[1] != decode_n or len(new) != decode_n:
         sys.exit(f"model_peer.py: {len(new)} tokens streamed, {decode_n} asked")
     decode = (decode_n - 1) / (new[-1] - new[0])
