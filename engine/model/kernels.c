@@ -622,6 +622,9 @@ _Static_assert(SEER_KB % 16 == 0, "SEER_KB: slices must start every bf16/f16 cha
  * thread, tests/bench/batch_seer.lua, seer binaries alternating) f32 batch 16 read 73.7 tok/s with
  * T0 against 71.0 with T1 (T0 ahead in 6 of 6 rounds), batch 12 59.8 / 60.8 (level), batch 8
  * 49.4 / 53.6 and batch 6 37.3 / 39.5 (T1 ahead in 4 of 4 and 3 of 4): T1 up to 8 tokens only.
+ * bf16 batch 16 (one thread, five alternating rounds) read 76.7 tok/s with T0 against 63.9 with T1
+ * (T0 ahead in 5 of 5), where the kernel bench had T1 at 0.98x the time: at 16 tokens the kernel
+ * bench does not reproduce what the model's calls see (not pinned down: no counters here).
  * A second walker (T1 two or three slices ahead beside T0 one ahead) was 1.06-1.08x the time of T1
  * alone at 16 tokens, and T1 two to four slices ahead level with one. With this split against
  * all T0 (six alternating rounds, one thread): batch 8 48.1 -> 51.1 tok/s (ahead 6 of 6), batch
