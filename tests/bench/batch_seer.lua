@@ -3,9 +3,11 @@
 -- batch, timed from the first new token to the last as llamacpp_peer.py and batch_peer.py time
 -- theirs: B * (N - 1) / (the time from the first step's last-layer hook to the N-th's), best of
 -- BENCH_REPEAT. (Until 2026-12-01 it was the time for N new tokens less the fastest of three
--- runs for 1; on this VM, whose read rate moves 33-57 GB/s from one second to the next, the two
--- runs could fall in different minutes: batch 1 read 122-134% of its read bound in one make bench
--- run.) The hook only stamps the time (one call per sequence and step: under 0.5% of a step).
+-- runs for 1, two runs that could fall in different minutes of this VM, whose read rate moved
+-- 33-64 GB/s between probes seconds apart; docs/bench-history.md.) The hook only stamps the time,
+-- one Lua call per sequence and step (make bench's "Lua function at every layer" row, 36 such
+-- calls a step on the 0.5B model, read +0.2% of decode time on 2026-12-01). A pass with a
+-- function hook neither takes from nor gives to the prompt cache.
 -- Prints one line per batch size: B tok_s.
 -- Usage: seer tests/bench/batch_seer.lua MODEL THREADS N B1 [B2 ...]   (N >= 2)
 -- BATCH_PROMPT_LEN=N: prompts of N tokens (default 5).
