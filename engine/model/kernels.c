@@ -548,8 +548,8 @@ static int streamed(const seer_weight_t *w, int n) {
 /* More tokens (f32 from five, bf16/f16 past SEER_STREAM_GROUPS_MAX: a batched decode step, or a
  * short sequence's prefill): a blocked kernel that reads each weight once per step for up to 16
  * tokens and keeps the FMA units fed. Rows are taken SEER_RB at a time and the input dimension in
- * slices of SEER_KB elements; a slice of the block's rows (bf16/f16 widened to f32 once, into a
- * 12 KiB panel, by the first group of tokens, instead of once per group) and the same slice of
+ * slices of SEER_KB elements (SEER_KB_F32 for f32 weights); a slice of the block's rows (bf16/f16
+ * widened to f32 once, into a 12 KiB panel, by the first group of tokens, instead of once per group) and the same slice of
  * 16 tokens' activations (16 KiB) sit in L1 while a 3-row x 4-token micro-kernel (12
  * accumulators in registers; the unroll pragmas keep them there) runs over them. Each (row,
  * token) accumulator is saved to a small buffer between slices and reloaded, which rounds nothing, so every output is the same chain of FMAs over the same
@@ -633,6 +633,27 @@ _Static_assert(SEER_KB % 16 == 0, "SEER_KB: slices must start every bf16/f16 cha
 #ifndef SEER_PF_FAR_MAX
 #define SEER_PF_FAR_MAX 8
 #endif
+#ifndef SEER_KB_F32
+/* The slice for f32 weights in a single pass of 9 to 16 tokens (a batched decode step), which
+ * prefetches into L1 (past SEER_PF_FAR_MAX tokens): at 256 inputs, the slice of the block's rows
+ * as they lie (12 KiB, read by the first token group, f32 weights not being widened), its panel
+ * copy (12 KiB), 16 tokens' activations (16 KiB) and the next slice arriving (12 KiB) were more
+ * than the 32 KiB L1; at 128 half of each. f32 decode of the 0.5B model, two binaries
+ * alternating, order swapped every round (tests/bench/batch_seer.lua MODEL THREADS 32 B), Zen 4
+ * VM, 2026-12-01, tok/s, 256 against 128: 2 threads batch 16 129.7 / 140.0 (14 rounds, 128 ahead
+ * in 12) and 134.2 / 139.4 (6 rounds, 5), batch 12 114.7 / 123.7 (6 of 6); one thread batch 16
+ * 69.5 / 73.0, batch 12 56.7 / 65.9 (4 of 4 each). Not taken: batch 8 (T1 prefetches, into L2:
+ * 93 against 76 tok/s with 128), bf16 (136.8 against 145.3 at batch 16 with 128, behind in 4 of
+ * 5: its slice of weights is half the bytes) and passes of more than 16 tokens (a 32-token f32
+ * prefill 148.5 against 143.4 tok/s, ten rounds, 128 behind in 6). Slices change no sums: every
+ * accumulator is carried from one slice to the next. */
+#define SEER_KB_F32 128
+#endif
+_Static_assert(SEER_KB_F32 % 16 == 0 && SEER_KB_F32 <= SEER_KB, "SEER_KB_F32: a multiple of 16, at most SEER_KB");
+/* The slice length for ntok tokens against weights of dtype dt (above) */
+static inline int slice_len(seer_dtype_t dt, int ntok) {
+    return dt == SEER_F32 && ntok > SEER_PF_FAR_MAX && ntok <= SEER_TB ? SEER_KB_F32 : SEER_KB;
+}
 #ifndef SEER_PACK_X
 #define SEER_PACK_X 1
 #endif
@@ -773,14 +794,14 @@ static float *thread_buffer(int slot, size_t floats) {
  * first row task: one copy packed by the calling thread and shared was slower at batch 16 (f32,
  * 0.5B model, 2 threads, ten paired rounds: 0.93x, behind in 8 of 10), the other thread reading
  * lines another core had just written. */
-static const float *pack_x(const float *x, int ntok, int64_t in) {
+static const float *pack_x(const float *x, int ntok, int64_t in, int kb) {
     int64_t n8 = in & ~(int64_t)7;
-    size_t nslices = (size_t)((n8 + SEER_KB - 1) / SEER_KB);
-    float *xp = SEER_PACK_X && n8 ? thread_buffer(SEER_BUF_PACK, nslices * (size_t)ntok * SEER_KB) : NULL;
+    size_t nslices = (size_t)((n8 + kb - 1) / kb);
+    float *xp = SEER_PACK_X && n8 ? thread_buffer(SEER_BUF_PACK, nslices * (size_t)ntok * (size_t)kb) : NULL;
     if (xp)
         for (size_t sl = 0; sl < nslices; sl++) {
-            size_t k0 = sl * SEER_KB, nk = (size_t)n8 - k0 < SEER_KB ? (size_t)n8 - k0 : SEER_KB;
-            for (int t = 0; t < ntok; t++) memcpy(xp + (sl * (size_t)ntok + (size_t)t) * SEER_KB, x + (size_t)t * (size_t)in + k0, nk * sizeof(float));
+            size_t k0 = sl * (size_t)kb, nk = (size_t)n8 - k0 < (size_t)kb ? (size_t)n8 - k0 : (size_t)kb;
+            for (int t = 0; t < ntok; t++) memcpy(xp + (sl * (size_t)ntok + (size_t)t) * (size_t)kb, x + (size_t)t * (size_t)in + k0, nk * sizeof(float));
         }
     return xp;
 }
@@ -829,18 +850,19 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
                                                                      int64_t out) {
     int64_t in = w->cols, n8 = in & ~(int64_t)7;
     size_t es = w->dtype == SEER_F32 ? 4 : 2;
+    const int kb = slice_len(w->dtype, ntok); /* input elements per slice */
     const char *pb = (const char *)w->data;
-    _Alignas(32) float panel[SEER_RB * SEER_KB];
+    _Alignas(32) float panel[SEER_RB * SEER_KB]; /* SEER_KB >= kb */
     _Alignas(32) float acc[(SEER_RB / 3) * (SEER_TB / 4) * 2 * 12 * 8]; /* [micro-panel][token group][chain][t * 3 + k][8] */
     /* Many passes of SEER_TB tokens over bf16/f16 weights (a batch of short prompts' prefill):
-     * the block's rows widened once, slice by slice ([slice][row][SEER_KB]), into a per-thread
+     * the block's rows widened once, slice by slice ([slice][row][kb]), into a per-thread
      * panel that every pass reads, rather than by each pass's first token group. The same values
      * in the same chains, so the same bits. make bench-kernel-ab (one thread, paired calls, both
      * places, geometric mean over the three 0.5B shapes), time with / without: bf16 17 tokens
      * 1.04, 32 1.09, 64 0.99, 96 0.97, 128 0.96, 256 0.96, 480 0.94; f32 (a copy, not a widening)
      * 1.24 at 17, 1.08 at 64, 0.99 at 480: not for f32. NULL: the panel per pass, as below. */
     float *big = ntok >= SEER_BIG_PANEL_MIN && w->dtype != SEER_F32 && n8
-                     ? thread_buffer(SEER_BUF_PANEL, (size_t)((n8 + SEER_KB - 1) / SEER_KB) * SEER_RB * SEER_KB)
+                     ? thread_buffer(SEER_BUF_PANEL, (size_t)((n8 + kb - 1) / kb) * SEER_RB * kb)
                      : NULL;
     for (int64_t r = r0; r < r1; r += SEER_RB) {
         int nr = r1 - r >= SEER_RB ? SEER_RB : (int)(r1 - r), nm = (nr + 2) / 3;
@@ -848,9 +870,9 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
         if (big)
             for (int k = 0; k < nm * 3; k++) {
                 int kk = k < nr ? k : nr - 1;
-                for (int64_t k0 = 0; k0 < n8; k0 += SEER_KB) {
-                    int nk = n8 - k0 < SEER_KB ? (int)(n8 - k0) : SEER_KB;
-                    float *dst = big + ((size_t)(k0 / SEER_KB) * SEER_RB + (size_t)k) * SEER_KB;
+                for (int64_t k0 = 0; k0 < n8; k0 += kb) {
+                    int nk = n8 - k0 < kb ? (int)(n8 - k0) : kb;
+                    float *dst = big + ((size_t)(k0 / kb) * SEER_RB + (size_t)k) * kb;
                     size_t at = (size_t)(r + kk) * (size_t)in + (size_t)k0;
                     seer_k_widen16(dst, (const uint16_t *)w->data + at, nk, w->dtype == SEER_BF16);
                 }
@@ -858,15 +880,15 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
         for (int t0 = 0; t0 < ntok; t0 += SEER_TB) {
             int nt = ntok - t0 < SEER_TB ? ntok - t0 : SEER_TB, ng = (nt + 3) / 4;
             const float *xt = x + (size_t)t0 * (size_t)in;
-            for (int64_t k0 = 0; k0 < n8; k0 += SEER_KB) {
-                int nk = n8 - k0 < SEER_KB ? (int)(n8 - k0) : SEER_KB;
+            for (int64_t k0 = 0; k0 < n8; k0 += kb) {
+                int nk = n8 - k0 < kb ? (int)(n8 - k0) : kb;
                 /* the next slice (of this block, or the first of the next block), a share of its
                  * lines issued by each micro-kernel call rather than all at once: batch-16 decode
                  * of the 0.5B model, 2 threads, three interleaved rounds, f32 50.2-53.3 ->
                  * 52.5-64.0 tok/s, bf16 50.3-56.9 -> 56.9-58.9 (all at once against spread) */
-                int64_t pr = r, pn = nr, pk = k0 + SEER_KB;
+                int64_t pr = r, pn = nr, pk = k0 + kb;
                 if (pk >= n8) pr = pf_r, pn = pf_n, pk = 0;
-                int pbytes = (int)((n8 - pk < SEER_KB ? n8 - pk : SEER_KB) * (int64_t)es);
+                int pbytes = (int)((n8 - pk < kb ? n8 - pk : kb) * (int64_t)es);
                 int plines = (pbytes + 63) / 64, ptotal = SEER_BLOCK_PF && t0 == 0 && pn > 0 ? (int)pn * plines : 0;
                 /* walked line by line (seer_pfw_t), without a division per line: the address as
                  * pr + pdone / plines rows and pdone % plines lines took about 15% of the kernel's
@@ -885,9 +907,9 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
                     int kk = k < nr ? k : nr - 1;
                     size_t at = (size_t)(r + kk) * (size_t)in + (size_t)k0;
                     if (big) {
-                        rows[k] = big + ((size_t)(k0 / SEER_KB) * SEER_RB + (size_t)k) * SEER_KB;
+                        rows[k] = big + ((size_t)(k0 / kb) * SEER_RB + (size_t)k) * kb;
                     } else if (widen) {
-                        prow[k] = panel + (size_t)kk * SEER_KB;
+                        prow[k] = panel + (size_t)kk * kb;
                         hrow[k] = (const uint16_t *)w->data + at;
                         frow[k] = w->dtype == SEER_F32 ? (const float *)w->data + at : NULL;
                         rows[k] = prow[k];
@@ -897,9 +919,9 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
                 }
                 for (int g = 0; g < ng; g++) {
                     int gt = nt - g * 4 < 4 ? nt - g * 4 : 4;
-                    const float *xg = xp ? xp + ((size_t)(k0 / SEER_KB) * (size_t)ntok + (size_t)(t0 + g * 4)) * SEER_KB
+                    const float *xg = xp ? xp + ((size_t)(k0 / kb) * (size_t)ntok + (size_t)(t0 + g * 4)) * kb
                                          : xt + (size_t)g * 4 * (size_t)in + (size_t)k0;
-                    size_t xs = xp ? SEER_KB : (size_t)in;
+                    size_t xs = xp ? (size_t)kb : (size_t)in;
                     for (int m = 0; m < nm; m++) {
                         float *am = acc + ((size_t)m * (size_t)ng + (size_t)g) * 192;
                         const float **rw = rows + m * 3;
@@ -1131,7 +1153,7 @@ static void linear_range(linear_job *j, size_t begin, size_t end) {
             if (j->n <= SEER_STREAM_MAX) rows_avx2_stream(j->w, (int64_t)begin, (int64_t)end, packed, packed_stride, j->n, j->y, out);
             else rows_avx2_stream_groups(j->w, (int64_t)begin, (int64_t)end, packed, packed_stride, j->n, j->y, out);
         } else {
-            if (packed_gen != j->gen) packed = pack_x(j->x, j->n, j->w->cols), packed_gen = j->gen;
+            if (packed_gen != j->gen) packed = pack_x(j->x, j->n, j->w->cols, slice_len(j->w->dtype, j->n)), packed_gen = j->gen;
             rows_avx2_multi(j->w, (int64_t)begin, (int64_t)end, j->x, packed, j->n, j->y, out);
         }
         goto bias;

@@ -654,7 +654,7 @@ static void check_linear_rows_token_independent(void) {
     seer_pool_t *pool = seer_pool_new(2);
     static const int rows_[] = {1, 5, 13, 67};
     /* 5: no 8-block at all (the scalar tail alone); 24 and 136: an odd last 8-block (chain a0); 300 and 605: two and three k-slices of the
-     * batched kernel (SEER_KB = 256), the last ending on an odd 8-block, and a scalar tail; 512, 1024 and
+     * batched kernel (SEER_KB = 256; SEER_KB_F32 = 128 for f32 weights at 9 to 16 tokens: three and five), the last ending on an odd 8-block, and a scalar tail; 512, 1024 and
      * 1030: tokens' rows a multiple of 4 KiB apart, or nearly (every other row at 512), which the
      * streamed kernels read from a copy with another stride (stream_x; 1030 with a scalar tail) */
     static const int cols_[] = {5, 8, 24, 37, 96, 136, 300, 605, 512, 1024, 1030};
