@@ -648,8 +648,8 @@ _Static_assert(SEER_KB % 16 == 0, "SEER_KB: slices must start every bf16/f16 cha
  * prefill 148.5 against 143.4 tok/s, ten rounds, 128 behind in 6). Slices change no sums: every
  * accumulator is carried from one slice to the next. Tried with 128 at batch 16 (2 threads, five
  * alternating rounds each, tok/s against the kept settings beside them), not kept: 64- or
- * 192-input slices 105.8 / 124.2 against 126.4; T1 prefetches (SEER_PF_FAR_MAX 16) 104.5 against
- * 130.3 (batch 12 95.4 / 113.7); the next slice's prefetch issued two or three slices ahead 137.7 /
+ * 192-input slices 105.9 / 124.6 against 127.1; T1 prefetches (SEER_PF_FAR_MAX 16, six rounds)
+ * 105.3 against 130.3 (batch 12 95.4 / 113.7); the next slice's prefetch issued two or three slices ahead 137.7 /
  * 129.6 against 138.6 (so the first group's wait is not the prefetches arriving late); no f32
  * panel 122.7 against 133.4; 6- or 9-row blocks 113.3 / 122.4 against 123.5. */
 #define SEER_KB_F32 128
