@@ -586,7 +586,10 @@ static int streamed(const seer_weight_t *w, int n) {
  * the first group's wait on memory (perf: 1.6-2.2x a later group's time cold, 1.3x from L2) does
  * not come from the rows lying 4 KiB apart; nor from the panel's stores aliasing the weights'
  * loads modulo 4 KiB (panel rows 264 or 272 floats apart, or the panel 64 bytes further on:
- * 0.998-1.004x, f32, 16 tokens). For bf16 at 16 tokens, whose accumulators (two chains, 12 KiB)
+ * 0.998-1.004x, f32, 16 tokens; in the model too, f32 batch 16 with 128-input slices: the panel
+ * placed 0, 128, 256 or 448 bytes past the weights' address modulo 512, four rounds, 121.5 / 125.3
+ * / 130.2 / 119.6 against 123.7 tok/s, then 256 against the stack's place 139.3 / 137.1 over six).
+ * For bf16 at 16 tokens, whose accumulators (two chains, 12 KiB)
  * and 256-input slices also exceed the L1, in the model (batch 16, 2 threads, 2026-12-01): 6-row
  * blocks 146.4 -> 149.1 and 150.5 -> 151.4 tok/s (5 and 6 alternating rounds: level), 6-row
  * blocks with 128-input slices 126.9 (behind in 5 of 5). */
