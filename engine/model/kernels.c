@@ -648,7 +648,8 @@ _Static_assert(SEER_KB % 16 == 0, "SEER_KB: slices must start every bf16/f16 cha
  * alternating, order swapped every round (tests/bench/batch_seer.lua MODEL THREADS 32 B), Zen 4
  * VM, 2026-12-01, tok/s, 256 against 128: 2 threads batch 16 129.9 / 139.6 (24 rounds, 128 ahead
  * in 21, level in 1) and 134.2 / 139.4 (6 more, ahead in 5), batch 12 114.7 / 123.7 (6 of 6); one thread batch 16
- * 69.5 / 73.0, batch 12 56.7 / 65.9 (4 of 4 each). Not taken: batch 8 (T1 prefetches, into L2:
+ * 69.5 / 73.0, batch 12 56.7 / 65.9 (4 of 4 each; four earlier rounds at batch 16 were level, 128 ahead in 2:
+ * 72.9 / 70.4). Not taken: batch 8 (T1 prefetches, into L2:
  * 93 against 76 tok/s with 128), bf16 (136.8 against 145.3 at batch 16 with 128, behind in 4 of
  * 5: its slice of weights is half the bytes) and passes of more than 16 tokens (a 32-token f32
  * prefill 148.5 against 143.4 tok/s, ten rounds, 128 behind in 6). Slices change no sums: every
