@@ -548,9 +548,9 @@ static int streamed(const seer_weight_t *w, int n) {
 /* More tokens (f32 from five, bf16/f16 past SEER_STREAM_GROUPS_MAX: a batched decode step, or a
  * short sequence's prefill): a blocked kernel that reads each weight once per step for up to 16
  * tokens and keeps the FMA units fed. Rows are taken SEER_RB at a time and the input dimension in
- * slices of SEER_KB elements (SEER_KB_F32 for f32 weights); a slice of the block's rows (bf16/f16
- * widened to f32 once, into a 12 KiB panel, by the first group of tokens, instead of once per group) and the same slice of
- * 16 tokens' activations (16 KiB) sit in L1 while a 3-row x 4-token micro-kernel (12
+ * slices of SEER_KB elements (SEER_KB_F32 for f32 weights at 9 to 16 tokens); a slice of the
+ * block's rows (bf16/f16 widened to f32 once, into a 12 KiB panel, by the first group of tokens,
+ * instead of once per group) and the same slice of 16 tokens' activations (16 KiB) sit in L1 while a 3-row x 4-token micro-kernel (12
  * accumulators in registers; the unroll pragmas keep them there) runs over them. Each (row,
  * token) accumulator is saved to a small buffer between slices and reloaded, which rounds nothing, so every output is the same chain of FMAs over the same
  * 8-lane slices in the same order, then hsum8 and the same scalar tail, as row1_* computes
@@ -587,12 +587,12 @@ static int streamed(const seer_weight_t *w, int n) {
  * not come from the rows lying 4 KiB apart; nor from the panel's stores aliasing the weights'
  * loads modulo 4 KiB (panel rows 264 or 272 floats apart, or the panel 64 bytes further on:
  * 0.998-1.004x, f32, 16 tokens; in the model too, f32 batch 16 with 128-input slices: the panel
- * placed 0, 128, 256 or 448 bytes past the weights' address modulo 512, four rounds, 121.5 / 125.3
- * / 130.2 / 119.6 against 123.7 tok/s, then 256 against the stack's place 139.3 / 137.1 over six).
- * For bf16 at 16 tokens, whose accumulators (two chains, 12 KiB)
- * and 256-input slices also exceed the L1, in the model (batch 16, 2 threads, 2026-12-01): 6-row
- * blocks 146.4 -> 149.1 and 150.5 -> 151.4 tok/s (5 and 6 alternating rounds: level), 6-row
- * blocks with 128-input slices 126.9 (behind in 5 of 5). */
+ * placed 0, 128, 256 or 448 bytes past the weights' address modulo 512, four rounds, 121.5 /
+ * 125.3 / 130.2 / 119.6 against 123.7 tok/s, then 256 against the stack's place 139.3 / 137.1
+ * over six). For bf16 at 16 tokens, whose accumulators (two chains, 12 KiB) and 256-input slices
+ * also exceed the L1, in the model (batch 16, 2 threads, 2026-12-01): 6-row blocks 146.4 -> 149.1
+ * and 150.5 -> 151.4 tok/s (5 and 6 alternating rounds: level), 6-row blocks with 128-input
+ * slices 126.9 (behind in 5 of 5). */
 #ifndef SEER_RB
 #define SEER_RB 12 /* rows per block (4 micro-panels of 3) */
 #endif
@@ -644,23 +644,22 @@ _Static_assert(SEER_KB % 16 == 0, "SEER_KB: slices must start every bf16/f16 cha
  * prefetches into L1 (past SEER_PF_FAR_MAX tokens): at 256 inputs, the slice of the block's rows
  * as they lie (12 KiB, read by the first token group, f32 weights not being widened), its panel
  * copy (12 KiB), 16 tokens' activations (16 KiB) and the next slice arriving (12 KiB) were more
- * than the 32 KiB L1; at 128 half of each. f32 decode of the 0.5B model, two binaries
- * alternating, order swapped every round (tests/bench/batch_seer.lua MODEL THREADS 32 B), Zen 4
- * VM, 2026-12-01, tok/s, 256 against 128: 2 threads batch 16 129.9 / 139.6 (24 rounds, 128 ahead
- * in 21, level in 1) and 134.2 / 139.4 (6 more, ahead in 5), batch 12 114.7 / 123.7 (6 of 6); one thread batch 16
- * 69.5 / 73.0, batch 12 56.7 / 65.9 (4 of 4 each; four earlier rounds at batch 16 were level, 128 ahead in 2:
- * 72.9 / 70.4). Not taken: batch 8 (T1 prefetches, into L2:
- * 93 against 76 tok/s with 128), bf16 (136.8 against 145.3 at batch 16 with 128, behind in 4 of
- * 5: its slice of weights is half the bytes) and passes of more than 16 tokens (a 32-token f32
- * prefill 148.5 against 143.4 tok/s, ten rounds, 128 behind in 6). Slices change no sums: every
- * accumulator is carried from one slice to the next. Tried with 128 at batch 16 (2 threads, five
- * alternating rounds each, tok/s against the kept settings beside them), not kept: 64- or
- * 192-input slices 105.9 / 124.6 against 127.1; T1 prefetches (SEER_PF_FAR_MAX 16, six rounds)
- * 105.3 against 130.3 (batch 12 95.4 / 113.7); the next slice's prefetch issued two or three slices ahead 137.7 /
- * 129.6 against 138.6 (so the first group's wait is not the prefetches arriving late); no f32
- * panel 122.7 against 133.4; 6- or 9-row blocks 113.3 / 122.4 against 123.5; the next slice's
- * rows prefetched last row first (so the rows used first arrive last, six rounds) 131.5 against
- * 135.5. */
+ * than the 32 KiB L1; at 128 half of each. f32 decode of the 0.5B model, two binaries alternating,
+ * order swapped every round (tests/bench/batch_seer.lua MODEL THREADS 32 B), Zen 4 VM, 2026-12-01,
+ * tok/s, 256 against 128: 2 threads batch 16 129.9 / 139.6 (24 rounds, 128 ahead in 21, level in
+ * 1) and 134.2 / 139.4 (6 more, ahead in 5), batch 12 114.7 / 123.7 (6 of 6); one thread batch 16
+ * 69.5 / 73.0, batch 12 56.7 / 65.9 (4 of 4 each; four earlier rounds at batch 16 were level, 128
+ * ahead in 2: 72.9 / 70.4). Not taken: batch 8 (T1 prefetches, into L2: 93 against 76 tok/s with
+ * 128), bf16 (136.8 against 145.3 at batch 16 with 128, behind in 4 of 5: its slice of weights is
+ * half the bytes) and passes of more than 16 tokens (a 32-token f32 prefill 148.5 against 143.4
+ * tok/s, ten rounds, 128 behind in 6). Slices change no sums: every accumulator is carried from
+ * one slice to the next. Tried with 128 at batch 16 (2 threads, five alternating rounds each,
+ * tok/s against the kept settings beside them), not kept: 64- or 192-input slices 105.9 / 124.6
+ * against 127.1; T1 prefetches (SEER_PF_FAR_MAX 16, six rounds) 105.3 against 130.3 (batch 12 95.4
+ * / 113.7); the next slice's prefetch issued two or three slices ahead 137.7 / 129.6 against 138.6
+ * (so the first group's wait is not the prefetches arriving late); no f32 panel 122.7 against
+ * 133.4; 6- or 9-row blocks 113.3 / 122.4 against 123.5; the next slice's rows prefetched last row
+ * first (so the rows used first arrive last, six rounds) 131.5 against 135.5. */
 #define SEER_KB_F32 128
 #endif
 _Static_assert(SEER_KB_F32 % 16 == 0 && SEER_KB_F32 <= SEER_KB, "SEER_KB_F32: a multiple of 16, at most SEER_KB");
