@@ -102,6 +102,7 @@ struct pair {
     guard_t *g;
     ep_t dep, uep;
     int down, up, connecting, dead, up_eof; /* up_eof: the peer ended; what it sent still goes on */
+    int zmq_heard; /* bind mode: libzmq has accepted down's connection (its first bytes came) */
     long long retry_at; /* up < 0: when to try the real endpoint again (ms, monotonic) */
     int retry_ms;
     buf_t d2u, u2d;
@@ -338,6 +339,7 @@ static void on_down(pair_t *p, unsigned ev) {
         return;
     }
     if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+        p->zmq_heard = 1;
         if (!fill(p->down, &p->d2u, &got, NULL)) return cut(p, NULL);
         if (p->up >= 0 && !p->connecting && !drain(p->up, &p->d2u)) return cut(p, NULL);
     }
@@ -536,8 +538,28 @@ static int fds_to_spare(int fd) {
     return ok;
 }
 
+/* Bind mode: at most this many pairs whose connection libzmq has not accepted yet. libzmq takes
+ * a descriptor for each when its I/O thread gets to it, and aborts the process when it finds
+ * none (ipc_listener.cpp asserts on EMFILE); fds_to_spare counts what is free when the guard
+ * accepts, not what libzmq will take after, so with the guard's thread ahead of libzmq's (a
+ * connect flood on a busy machine, a low descriptor limit) a burst of accepts could leave libzmq
+ * none. Past this many the listener rests a few ms (the connections wait in its backlog). With
+ * FD_SPARE 24 free at each accept, these 8 leave at least 14. */
+#define GUARD_UNACCEPTED_MAX 8
+static int unaccepted(const guard_t *g) {
+    int n = 0;
+    for (const pair_t *p = g->pairs; p; p = p->next) n += !p->zmq_heard && !p->dead;
+    return n;
+}
+
 static void on_accept(guard_t *g) {
     for (;;) {
+        if (g->bind_mode && unaccepted(g) >= GUARD_UNACCEPTED_MAX) {
+            epoll_ctl(g_epoll, EPOLL_CTL_DEL, g->lfd, NULL);
+            g->in_epoll = 0;
+            g->accept_hold_until = now_ms() + 2;
+            return;
+        }
         int d = accept4(g->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (d < 0) {
             if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
