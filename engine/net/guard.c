@@ -67,6 +67,7 @@ typedef struct guard {
     int ipc, abstract;
     int bind_mode; /* the guard listens at the endpoint for peers; libzmq binds at path */
     int relay;     /* the guard listens at path for anyone there and connects each to the endpoint */
+    int keep_path; /* path lies in a folder another side controls: never removed through it */
     char up_path[4096];
     /* a connect (or relay) beneath a root (seer_net_guard_open_beneath, _relay_beneath): the
      * root, opened once (trusted), and the socket's path below it, walked on every connect with
@@ -129,7 +130,8 @@ static ep_t g_wake_ep = {EP_WAKE, NULL};
 static void remove_dir(void) {
     if (!g_dir[0]) return;
     pthread_mutex_lock(&g_mu);
-    for (guard_t *g = g_guards; g; g = g->next) unlink(g->path);
+    for (guard_t *g = g_guards; g; g = g->next)
+        if (!g->keep_path) unlink(g->path);
     pthread_mutex_unlock(&g_mu);
     rmdir(g_dir);
 }
@@ -633,7 +635,7 @@ static int sweep(void) {
             *gp = g->next;
             drop_fd(&g->lfd);
             if (g->up_dirfd >= 0) close(g->up_dirfd);
-            unlink(g->path);
+            if (!g->keep_path) unlink(g->path);
             pthread_mutex_destroy(&g->why_mu);
             free(g);
         } else {
@@ -846,75 +848,79 @@ static int open_socket_folder_beneath(const char *path, const char *root, const 
     return dfd;
 }
 
+/* A listening unix socket at path (backlog n). beneath (NULL: none) is a folder whose own path is
+ * trusted but whose contents another side can change (a sandbox's run folder): the socket's folder
+ * is opened with no link followed and the socket made in it through the descriptor, so a folder
+ * swapped for a link makes the host create (or remove) nothing elsewhere; a stale socket or link
+ * at the name is removed, anything else there refused. Without beneath, what is at path is
+ * removed first, as libzmq's ipc bind does. -1 with err set (`what`: the endpoint, for it). */
+static int listen_unix(const char *path, const char *beneath, int backlog, const char *what, seer_err_t *err) {
+    struct sockaddr_un un;
+    memset(&un, 0, sizeof un);
+    un.sun_family = AF_UNIX;
+    int dfd = -1;
+    if (strlen(path) >= sizeof un.sun_path)
+        return seer_err_set(err, SEER_EINVAL, "net: bind %s: the path is too long for a unix socket", what);
+    if (beneath) {
+        const char *name;
+        dfd = open_socket_folder_beneath(path, beneath, &name, err);
+        if (dfd < 0) return -1;
+        struct stat st;
+        if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+            if (!S_ISSOCK(st.st_mode) && !S_ISLNK(st.st_mode)) {
+                close(dfd);
+                return seer_err_set(err, SEER_EINVAL, "net: bind %s: something that is not a socket is there", what);
+            }
+            unlinkat(dfd, name, 0); /* a socket an earlier run left (or a link: removed, not followed) */
+        }
+        if (snprintf(un.sun_path, sizeof un.sun_path, "/proc/self/fd/%d/%s", dfd, name) >= (int)sizeof un.sun_path) {
+            close(dfd);
+            return seer_err_set(err, SEER_EINVAL, "net: bind %s: the socket's name is too long for a unix socket", what);
+        }
+    } else {
+        memcpy(un.sun_path, path, strlen(path));
+        unlink(path);
+    }
+    int l = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (l < 0 || bind(l, (struct sockaddr *)&un, sizeof un) != 0 || listen(l, backlog) != 0) {
+        int e = errno;
+        if (l >= 0) close(l);
+        if (dfd >= 0) close(dfd);
+        return seer_err_set(err, SEER_EIO, "net: bind %s: %s", what, strerror(e));
+    }
+    if (dfd >= 0) close(dfd);
+    return l;
+}
+
 static int listen_public(guard_t *g, const char *endpoint, const char *beneath, char *pub, size_t pub_cap,
                          seer_err_t *err) {
     if (g->ipc && g->abstract)
         return seer_err_set(err, SEER_EINVAL, "net: bind %s: the guard binds ipc:// paths and tcp:// only", endpoint);
-    int fam = g->ipc ? AF_UNIX : g->up_addr.ss_family;
-    const struct sockaddr *sa = (const struct sockaddr *)&g->up_addr;
-    socklen_t sl = g->up_len;
-    struct sockaddr_un un;
-    int dfd = -1;
     if (g->ipc) {
-        memset(&un, 0, sizeof un);
-        un.sun_family = AF_UNIX;
-        if (strlen(g->up_path) >= sizeof un.sun_path)
-            return seer_err_set(err, SEER_EINVAL, "net: bind %s: the path is too long for a unix socket", endpoint);
-        if (beneath) {
-            /* a folder another side can change (a sandbox's run folder): the socket's folder is
-             * opened with no link followed and the socket made in it through the descriptor, so a
-             * folder swapped for a link makes the host create nothing elsewhere */
-            const char *name;
-            dfd = open_socket_folder_beneath(g->up_path, beneath, &name, err);
-            if (dfd < 0) return -1;
-            struct stat st;
-            if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
-                if (!S_ISSOCK(st.st_mode) && !S_ISLNK(st.st_mode)) {
-                    close(dfd);
-                    return seer_err_set(err, SEER_EINVAL, "net: bind %s: something that is not a socket is there", endpoint);
-                }
-                unlinkat(dfd, name, 0); /* a socket an earlier run left (or a link: removed, not followed) */
-            }
-            if (snprintf(un.sun_path, sizeof un.sun_path, "/proc/self/fd/%d/%s", dfd, name) >= (int)sizeof un.sun_path) {
-                close(dfd);
-                return seer_err_set(err, SEER_EINVAL, "net: bind %s: the socket's name is too long for a unix socket", endpoint);
-            }
-        } else {
-            memcpy(un.sun_path, g->up_path, strlen(g->up_path));
-            unlink(g->up_path); /* a socket an earlier run left, as libzmq's ipc bind does */
-        }
-        sa = (const struct sockaddr *)&un;
-        sl = sizeof un;
+        int l = listen_unix(g->up_path, beneath, 128, endpoint, err);
+        if (l < 0) return -1;
+        snprintf(pub, pub_cap, "%s", endpoint);
+        g->lfd = l;
+        return 0;
     }
-    int l = socket(fam, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (l < 0) {
-        int e = errno;
-        if (dfd >= 0) close(dfd);
-        return seer_err_set(err, SEER_EIO, "net: bind %s: %s", endpoint, strerror(e));
-    }
-    if (!g->ipc) {
-        int one = 1;
-        setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    }
-    if (bind(l, sa, sl) != 0 || listen(l, 128) != 0) {
+    int l = socket(g->up_addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (l < 0) return seer_err_set(err, SEER_EIO, "net: bind %s: %s", endpoint, strerror(errno));
+    int one = 1;
+    setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(l, (const struct sockaddr *)&g->up_addr, g->up_len) != 0 || listen(l, 128) != 0) {
         int e = errno;
         close(l);
-        if (dfd >= 0) close(dfd);
         return seer_err_set(err, SEER_EIO, "net: bind %s: %s", endpoint, strerror(e));
     }
-    if (dfd >= 0) close(dfd);
-    if (g->ipc) snprintf(pub, pub_cap, "%s", endpoint);
-    else {
-        struct sockaddr_storage got;
-        socklen_t gl = sizeof got;
-        char host[INET6_ADDRSTRLEN + 2], port[16];
-        if (getsockname(l, (struct sockaddr *)&got, &gl) != 0 ||
-            getnameinfo((struct sockaddr *)&got, gl, host, sizeof host, port, sizeof port, NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
-            close(l);
-            return seer_err_set(err, SEER_EIO, "net: bind %s: cannot read the bound address", endpoint);
-        }
-        snprintf(pub, pub_cap, got.ss_family == AF_INET6 ? "tcp://[%s]:%s" : "tcp://%s:%s", host, port);
+    struct sockaddr_storage got;
+    socklen_t gl = sizeof got;
+    char host[INET6_ADDRSTRLEN + 2], port[16];
+    if (getsockname(l, (struct sockaddr *)&got, &gl) != 0 ||
+        getnameinfo((struct sockaddr *)&got, gl, host, sizeof host, port, sizeof port, NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+        close(l);
+        return seer_err_set(err, SEER_EIO, "net: bind %s: cannot read the bound address", endpoint);
     }
+    snprintf(pub, pub_cap, got.ss_family == AF_INET6 ? "tcp://[%s]:%s" : "tcp://%s:%s", host, port);
     g->lfd = l;
     return 0;
 }
@@ -1068,11 +1074,11 @@ void *seer_net_guard_bind_beneath(const char *endpoint, const char *beneath, siz
 
 void *seer_net_guard_relay(const char *listen_path, const char *endpoint, size_t max_bytes, size_t max_frames,
                            seer_err_t *err) {
-    return seer_net_guard_relay_beneath(listen_path, endpoint, NULL, max_bytes, max_frames, err);
+    return seer_net_guard_relay_beneath(listen_path, NULL, endpoint, NULL, max_bytes, max_frames, err);
 }
 
-void *seer_net_guard_relay_beneath(const char *listen_path, const char *endpoint, const char *beneath, size_t max_bytes,
-                                   size_t max_frames, seer_err_t *err) {
+void *seer_net_guard_relay_beneath(const char *listen_path, const char *listen_beneath, const char *endpoint,
+                                   const char *beneath, size_t max_bytes, size_t max_frames, seer_err_t *err) {
     guard_t *g = new_guard(max_bytes, max_frames, err);
     if (!g) return NULL;
     g->relay = 1;
@@ -1090,23 +1096,24 @@ void *seer_net_guard_relay_beneath(const char *listen_path, const char *endpoint
         snprintf(g->up_rel, sizeof g->up_rel, "%s", rel);
         g->up_dirfd = dfd;
     }
-    struct sockaddr_un un = {.sun_family = AF_UNIX};
-    if (strlen(listen_path) >= sizeof un.sun_path || strlen(listen_path) >= sizeof g->path) {
+    if (strlen(listen_path) >= sizeof g->path) {
+        if (g->up_dirfd >= 0) close(g->up_dirfd);
         free(g);
         seer_err_set(err, SEER_EINVAL, "net: relay: the path %.80s is too long for a unix socket", listen_path);
         return NULL;
     }
-    snprintf(un.sun_path, sizeof un.sun_path, "%s", listen_path);
     snprintf(g->path, sizeof g->path, "%s", listen_path);
-    unlink(listen_path); /* a socket or link an earlier forward left */
-    g->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (g->lfd < 0 || bind(g->lfd, (struct sockaddr *)&un, sizeof un) != 0 || listen(g->lfd, 64) != 0) {
-        seer_err_set(err, SEER_EIO, "net: relay: cannot listen at %.80s: %s", listen_path, strerror(errno));
-        if (g->lfd >= 0) close(g->lfd);
+    char what[160];
+    snprintf(what, sizeof what, "(relay) ipc://%.120s", listen_path);
+    g->lfd = listen_unix(listen_path, listen_beneath, 64, what, err);
+    if (g->lfd < 0) {
         if (g->up_dirfd >= 0) close(g->up_dirfd);
         free(g);
         return NULL;
     }
+    /* a socket made beneath a folder the other side controls stays there when the relay ends
+     * (that folder goes with the sandbox): removing it by its path could follow a link */
+    g->keep_path = listen_beneath != NULL;
     pthread_mutex_init(&g->why_mu, NULL);
     g->lep = (ep_t){EP_LISTEN, g};
     return add_guard(g);

@@ -58,15 +58,17 @@ static int l_relay_cuts(lua_State *L) {
 static int l_relay(lua_State *L) {
     const char *path = luaL_checkstring(L, 1), *ep = luaL_checkstring(L, 2);
     lua_Number mb = 0, mf = 0;
-    const char *beneath = NULL;
+    const char *beneath = NULL, *listen_beneath = NULL;
     if (lua_istable(L, 3)) {
         lua_getfield(L, 3, "max_bytes");
         mb = lua_isnil(L, -1) ? 0 : luaL_checknumber(L, -1);
         lua_getfield(L, 3, "max_frames");
         mf = lua_isnil(L, -1) ? 0 : luaL_checknumber(L, -1);
-        lua_getfield(L, 3, "beneath"); /* the string lives on in the options table at index 3 */
+        lua_getfield(L, 3, "beneath"); /* the strings live on in the options table at index 3 */
         beneath = lua_isnil(L, -1) ? NULL : luaL_checkstring(L, -1);
-        lua_pop(L, 3);
+        lua_getfield(L, 3, "listen_beneath");
+        listen_beneath = lua_isnil(L, -1) ? NULL : luaL_checkstring(L, -1);
+        lua_pop(L, 4);
     }
     if (!(mb >= 0 && mb <= (lua_Number)SEER_NET_MAX_BYTES && mf >= 0 && mf <= SEER_NET_MAX_FRAMES))
         return luaL_error(L, "net.relay: max_bytes must be 0..%d and max_frames 0..%d", (int)SEER_NET_MAX_BYTES,
@@ -85,7 +87,7 @@ static int l_relay(lua_State *L) {
     }
     lua_setmetatable(L, -2);
     seer_err_t err;
-    r->g = seer_net_guard_relay_beneath(path, ep, beneath, (size_t)mb, (size_t)mf, &err);
+    r->g = seer_net_guard_relay_beneath(path, listen_beneath, ep, beneath, (size_t)mb, (size_t)mf, &err);
     if (!r->g) return luaL_error(L, "%s", err.msg);
     return 1;
 }

@@ -184,9 +184,12 @@ void *seer_net_guard_open(const char *endpoint, size_t max_bytes, size_t max_fra
 void *seer_net_guard_open_beneath(const char *endpoint, const char *root, size_t max_bytes, size_t max_frames,
                                   char *local, size_t local_cap, seer_err_t *err);
 /* seer_net_guard_relay whose endpoint (an ipc path) lies beneath a folder the other side can
- * change: reached with no link followed below `beneath` (NULL: as seer_net_guard_relay). */
-void *seer_net_guard_relay_beneath(const char *listen_path, const char *endpoint, const char *beneath, size_t max_bytes,
-                                   size_t max_frames, seer_err_t *err);
+ * change: reached with no link followed below `beneath` (NULL: as seer_net_guard_relay); and whose
+ * listening socket lies beneath `listen_beneath`, a folder a (possibly other) side can change: made
+ * there as seer_net_guard_bind_beneath makes its socket, and left there when the relay closes
+ * (NULL: what is at listen_path is replaced, and removed at the close). */
+void *seer_net_guard_relay_beneath(const char *listen_path, const char *listen_beneath, const char *endpoint,
+                                   const char *beneath, size_t max_bytes, size_t max_frames, seer_err_t *err);
 void *seer_net_guard_bind(const char *endpoint, size_t max_bytes, size_t max_frames, char *local, size_t local_cap,
                           char *pub, size_t pub_cap, seer_err_t *err);
 /* seer_net_guard_bind for an ipc:// path beneath `beneath`, a folder whose own path is trusted but

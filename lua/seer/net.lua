@@ -117,12 +117,18 @@ end
 ---(ipc:// or tcp://) as a guarded connect does: a link at the endpoint's path is refused, not
 ---followed, and the endpoint's side is read as ZMTP and cut past `opts` limits (default 1 GiB a
 ---message, 4096 frames). For a host folder that must offer a socket that lives in a folder
----another side controls (a container's shared folder): a symbolic link there would be followed.
+---another side controls (a container's shared folder); without `opts.listen_beneath`,
+---`listen_path` itself must lie in a folder only this side controls (a link there is followed).
 ---@param listen_path string
 ---@param endpoint string
 ---`opts.beneath`: a folder the endpoint's path lies beneath whose contents the other side can
 ---change (the container's shared folder): no link below it is followed, on any connect.
----@param opts? {max_bytes?: integer, max_frames?: integer, beneath?: string}
+---`opts.listen_beneath`: a folder `listen_path` lies beneath whose contents another side can
+---change (a sandbox's run folder): the socket is made there with no link below it followed (a
+---stale socket or link at its name is replaced, anything else refused) and is left there when
+---the relay closes. The relay holds at most 512 KiB per connection (256 connections at once; past
+---that a new one is closed at once): nothing is queued beyond what each side reads.
+---@param opts? {max_bytes?: integer, max_frames?: integer, beneath?: string, listen_beneath?: string}
 ---@return {close: fun(self), cuts: fun(self): integer, string|nil}
 function M.relay(listen_path, endpoint, opts) return C.relay(listen_path, endpoint, opts) end
 

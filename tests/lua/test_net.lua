@@ -436,6 +436,53 @@ T.test("net: a bind beneath a sandbox's folder follows no link there (the RPC re
   os.execute("rm -rf '" .. dir .. "'")
 end)
 
+T.test("net: a relay that listens beneath a sandbox's folder follows no link there, at its start or its close", function()
+  local dir = process.mkdtemp("/tmp/seer-test-guard-")
+  local run, hostdir, srvdir = dir .. "/run", dir .. "/host", dir .. "/srv"
+  os.execute(("mkdir -p '%s/rpc-relay' '%s' '%s'"):format(run, hostdir, srvdir))
+  local function listing(d)
+    local p = io.popen("ls -A '" .. d .. "'") local t = p:read("*a") p:close() return t
+  end
+  local real = net.socket("router", "k")
+  real:bind("ipc://" .. srvdir .. "/server.sock")
+  local front = run .. "/rpc-relay/lib-1.sock"
+  -- a link at the socket's name is replaced, not followed; its target is untouched
+  os.execute(("echo keep > '%s/lib-1.sock' && ln -s '%s/lib-1.sock' '%s'"):format(hostdir, hostdir, front))
+  local relay = net.relay(front, "ipc://" .. srvdir .. "/server.sock", { listen_beneath = run })
+  T.eq(io.open(hostdir .. "/lib-1.sock"):read("*a"), "keep\n")
+  local p = io.popen("stat -c %F '" .. front .. "'") local kind = p:read("*l") p:close()
+  T.eq(kind, "socket")
+  local c = net.socket("dealer", "k")
+  c:connect("ipc://" .. front)
+  c:send({ header = net.header("x", "c"), content = { n = 1 } })
+  local m = real:recv(5000)
+  T.eq(m and m.content.n, 1, "the server is reached through the relay")
+  real:send({ idents = m.idents, header = net.header("y", "s"), content = { back = true } })
+  T.eq((c:recv(5000) or { content = {} }).content.back, true, "the reply comes back")
+  c:close()
+  -- the sandbox swaps the folder for a link to a host folder holding a file of the socket's name:
+  -- the relay's close removes nothing through it
+  os.execute(("mv '%s/rpc-relay' '%s/old' && ln -s '%s' '%s/rpc-relay'"):format(run, run, hostdir, run))
+  relay:close()
+  process.sleep_ms(200) -- the guard's thread closes it
+  T.eq(io.open(hostdir .. "/lib-1.sock"):read("*a"), "keep\n", "the close removed a file through the link")
+  -- a relay made through the linked folder is refused, and makes nothing in the folder it names
+  local ok, err = pcall(net.relay, run .. "/rpc-relay/lib-2.sock", "ipc://" .. srvdir .. "/server.sock", { listen_beneath = run })
+  T.ok(not ok, "a relay listening through a linked folder is refused")
+  T.contains(tostring(err), "rpc-relay on the way is a link or not a folder; not followed")
+  T.eq(listing(hostdir), "lib-1.sock\n", "nothing was created in the folder the link names")
+  -- something that is not a socket at the name: refused, kept
+  os.execute(("rm '%s/rpc-relay' && mkdir '%s/rpc-relay' && echo mine > '%s/rpc-relay/lib-3.sock'"):format(run, run, run))
+  ok, err = pcall(net.relay, run .. "/rpc-relay/lib-3.sock", "ipc://" .. srvdir .. "/server.sock", { listen_beneath = run })
+  T.ok(not ok and tostring(err):find("not a socket is there", 1, true), tostring(err))
+  T.eq(io.open(run .. "/rpc-relay/lib-3.sock"):read("*a"), "mine\n")
+  -- a path not beneath the folder
+  ok, err = pcall(net.relay, hostdir .. "/x.sock", "ipc://" .. srvdir .. "/server.sock", { listen_beneath = run })
+  T.ok(not ok and tostring(err):find("is not beneath", 1, true), tostring(err))
+  real:close()
+  os.execute("rm -rf '" .. dir .. "'")
+end)
+
 T.test("net: the RPC relay's process binds beneath the sandbox's run folder (a swapped rpc-relay folder)", function()
   local process = require "seer.process"
   local dir = process.mkdtemp("/tmp/seer-test-guard-")

@@ -3,25 +3,26 @@
 --- A scoped sandbox (A) serves an interface over seer RPC on unix sockets in its run folder.
 --- A notebook kernel in a second sandbox (B) cannot reach them: B's mount namespace has no path
 --- to A's run folder, and B's network (if any) is not A's. The relay is a host process that
---- binds a socket pair in B's run folder (which B sees at the same path) and forwards frames,
---- unchanged, to A's sockets:
+--- listens at a socket in B's run folder (which B sees at the same path) and carries the bytes
+--- of each connection made there, unchanged, to a connection of its own to A's socket:
 ---
----   kernel in B ── DEALER ──> [B's run]/rpc-relay/<name>.sock (relay ROUTER) ── DEALER ──> A's RPC server
+---   kernel in B ── DEALER ──> [B's run]/rpc-relay/<name>.sock (relay) ── bytes ──> A's RPC server
 ---
 --- Every message is still signed end to end with the RPC server's key (the relay never holds
---- a key it could sign with: it does not parse or sign; the kernel in B gets the key in a
---- connection file written 0600 into B's run folder, exactly as a local session's library does
+--- a key it could sign with: it does not parse messages or sign; the kernel in B gets the key in
+--- a connection file written 0600 into B's run folder, exactly as a local session's library does
 --- on the host). What installing the library grants B is what the library is: calls to A's
---- served functions. The relay bounds what it holds: each message is at most 64 MiB, all frames
---- together, on both sides (seer.net's connection guard reads each peer's stream and cuts one
---- that sends more, before libzmq holds an unfinished message), each queue at most 16 messages
---- each way (ZMQ's high-water marks: past them B's sends wait; replies B does not read are
---- dropped), so a pair holds at most about 4 x 17 x 64 MiB however B and A behave; and it never
---- follows a path either sandbox controls (the endpoints
---- come from the host's own RPC client, already validated; its socket is made beneath B's run
---- folder with no link there followed: seer.net's Socket:bind(endpoint, beneath)). It ends when that sandbox is
---- terminated, or with the process that started it (for a detached sandbox: with the sandbox,
---- seer.sidecar).
+--- served functions. Both sides are hostile to the relay, and it queues nothing: it is seer.net's
+--- byte relay (the connection guard, engine/net/guard.c), which reads from one side only while the
+--- other takes what it read, so it holds at most 512 KiB per connection and carries at most 256
+--- connections at once (past that a new one is closed at once): at most 128 MiB however A and B
+--- behave. A's side is also read as ZMTP and cut past a 64 MiB message. (Until 2026-12-01 the
+--- relay was a pair of ZMQ sockets, which queued 16 whole messages of up to 64 MiB per connection
+--- of B's: 8 connections of B's, sending 32 MiB messages while A did not read, took it to 4.4 GB.)
+--- It never follows a path either sandbox controls: its socket is made beneath B's run folder and
+--- A's socket is reached beneath A's run folder, with no link there followed (seer.net.relay's
+--- listen_beneath and beneath). It ends when that sandbox is terminated, or with the process that
+--- started it (for a detached sandbox: with the sandbox, seer.sidecar).
 ---@class seerrpcrelay
 local M = {}
 
@@ -30,44 +31,37 @@ local process = require "seer.process"
 local safe_fs = require "seer.safe_fs"
 
 local MAX_FRAME = 64 * 1024 * 1024
-local HWM = 16
 
 local relays = {} -- [sandbox_id .. "/" .. name] -> {child, conn_path}
 
 ---Runs the relay (in its own process: `seer -e 'require("seer.rpc.relay").run()'`, the spec in
----SEER_RPC_RELAY). Prints "ready" once both sockets are bound.
+---SEER_RPC_RELAY). Prints "ready" once every socket listens, then carries connections until
+---it is stopped (the guard's thread does the work; this one reports refusals to the log).
 function M.run()
   local raw = os.getenv("SEER_RPC_RELAY")
   if not raw then error("seer.rpc.relay: no spec (it is started by seer.rpc.relay.bridge)", 0) end
   local spec = json.decode(raw)
   if spec.die_with_parent then process.die_with_parent() end
   local net = require "seer.net"
-  local pairs_ = {}
+  local held = {}
   for _, p in ipairs(spec.pairs) do
-    -- an unsigned key: the relay forwards raw frames and never verifies or signs
-    local front = net.socket("router", "", { max_bytes = MAX_FRAME, rcvhwm = HWM })
-    front._s:setopt("sndhwm", HWM)
-    -- the sandbox writes its run folder: its rpc-relay folder swapped for a link must not make
-    -- the host create a socket in a folder of its choice (the socket is made beneath the run folder)
-    front:bind(p.front, spec.beneath)
-    local back = net.socket("dealer", "", { max_bytes = MAX_FRAME, rcvhwm = HWM })
-    back._s:setopt("sndhwm", HWM)
-    back:connect(p.back)
-    pairs_[#pairs_ + 1] = { front = front, back = back }
+    local path = type(p.front) == "string" and p.front:match("^ipc://(/.+)$")
+    if not path then error("seer.rpc.relay: a front endpoint must be an ipc:// path: " .. tostring(p.front), 0) end
+    -- B writes its run folder (listen_beneath) and A its own (beneath): neither can make the
+    -- relay create, remove or reach a socket elsewhere through a link
+    local back_beneath = spec.back_beneath and p.back:match("^ipc://") and spec.back_beneath or nil
+    held[#held + 1] = { name = path, relay = net.relay(path, p.back, { max_bytes = MAX_FRAME, listen_beneath = spec.beneath,
+                                                                       beneath = back_beneath }), cuts = 0 }
   end
   io.stdout:write("ready\n")
   io.stdout:flush()
-  local socks = {}
-  for _, p in ipairs(pairs_) do socks[#socks + 1] = p.front; socks[#socks + 1] = p.back end
   while true do
-    local ready = net.poll(socks, 1000)
-    for _, k in ipairs(ready) do
-      local p = pairs_[math.floor((k + 1) / 2)]
-      local from, to = socks[k], (k % 2 == 1) and p.back or p.front
-      for _ = 1, 256 do
-        local frames = from:recv_frames(0)
-        if not frames then break end
-        to:send_frames(frames)
+    process.sleep_ms(1000)
+    for _, h in ipairs(held) do
+      local n, why = h.relay:cuts()
+      if n > h.cuts then
+        io.stderr:write(("seer rpc relay: %s: %d refused or cut (the last: %s)\n"):format(h.name, n - h.cuts, tostring(why)))
+        h.cuts = n
       end
     end
   end
@@ -105,7 +99,10 @@ function M.bridge(server, sandbox)
       error(("the sandbox folder %s is too deep for unix sockets; set SEER_SANDBOX_DIR to a shorter path"):format(sandbox.state_dir), 0)
     end
   end
-  local spec = json.encode{ pairs = pairs_list, die_with_parent = not sandbox.detached, beneath = sandbox.run_dir }
+  -- the server's own folder (A's run folder) when its client reached it beneath one
+  local back_root = server.client.root and server.client.root.path or nil
+  local spec = json.encode{ pairs = pairs_list, die_with_parent = not sandbox.detached, beneath = sandbox.run_dir,
+                            back_beneath = back_root }
   local argv = { require("seer.jupyter").seer_binary(), "-e", 'require("seer.rpc.relay").run()' }
   local child, line
   if sandbox.detached then
