@@ -788,12 +788,12 @@ static void buf_keys_make(void) {
     for (int k = 0; k < SEER_BUF_N; k++) (void)pthread_key_create(&g_buf_keys[k], free);
 }
 /* This thread's buffer `slot` (SEER_BUF_PACK here, SEER_BUF_ATTN for the attention kernel below)
- * of at least `floats` floats, 32-byte aligned, grown as needed and freed when the thread ends;
+ * of at least `floats` floats, 64-byte aligned, grown as needed and freed when the thread ends;
  * NULL when out of memory (each caller then takes a slower path that gives the same bits). */
 static float *thread_buffer(int slot, size_t floats) {
     if (floats <= g_buf_cap[slot]) return g_buf[slot];
     pthread_once(&g_buf_once, buf_keys_make);
-    float *b = aligned_alloc(32, (floats * sizeof(float) + 31) & ~(size_t)31);
+    float *b = aligned_alloc(64, (floats * sizeof(float) + 63) & ~(size_t)63);
     if (!b) return NULL;
     free(g_buf[slot]);
     g_buf[slot] = b, g_buf_cap[slot] = floats;
@@ -1010,6 +1010,169 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
         }
     }
 }
+#ifndef SEER_ZMM_PAIRS
+/* f32 weights against 9 to 16 tokens (a batched decode step) on a CPU with AVX-512 that runs the
+ * AVX2 kernels (AMD: seer_k_linear_simd): rows_zmm_pairs below rather than rows_avx2_multi; 0: the
+ * latter. Every token in one pass over a slice, two tokens to a 512-bit vector and each weight
+ * 8-block loaded once, into both halves: no panel copy, no second read of the weights, half the
+ * instructions per FMA. On the 2-vCPU Zen 4 VM, f32 decode of the 0.5B model, two binaries
+ * alternating with the order swapped every round (tests/bench/batch_seer.lua MODEL T 32 B,
+ * 2026-12-01), tok/s, rows_avx2_multi against this kernel with 6-row blocks: 2 threads batch 16
+ * ahead in 20 of 20 rounds (means 133.2 -> 142.5), batch 12 8 of 8 (115.1 -> 130.5), batch 9 8 of
+ * 8 (92.0 -> 101.4); one thread batch 16 6 of 6 (71.9 -> 77.2), batch 12 4 of 4 (62.0 -> 66.6).
+ * With 12-row blocks it was level (2 threads, batch 16: ahead in 9 of 18 rounds over three runs,
+ * 127.4 / 137.7 / 139.8 against 133.7 / 126.4 / 134.6): width-1024 rows lie 4 KiB apart, so a
+ * slice of 12 rows puts 12 lines in each L1 set it touches (8 ways), and the next slice's
+ * prefetched lines evicted each other before use; 6 rows put 6 (rows_avx2_multi's panel copy
+ * answers the same aliasing). Not taken (2 threads, batch 16, eight alternating rounds each
+ * against 6-row blocks, 128-input slices, one slice ahead): 3-row blocks (ahead in 3 of 8),
+ * 256-input slices (3 of 8), the slice two on prefetched (3 of 8). The first build also let GCC
+ * fold each pair's load of inputs into its three FMAs (three 512-bit loads where one does; Zen 4
+ * takes one a cycle): 0.95x, hence the empty asm in the micro-kernel. */
+#define SEER_ZMM_PAIRS 1
+#endif
+#ifndef SEER_ZKB
+#define SEER_ZKB 128 /* rows_zmm_pairs: input elements per slice (a multiple of 8) */
+#endif
+#ifndef SEER_ZPF_AHEAD
+#define SEER_ZPF_AHEAD 1 /* rows_zmm_pairs: the slice prefetched into L1, this many slices on */
+#endif
+#ifndef SEER_ZRB
+#define SEER_ZRB 6 /* rows_zmm_pairs: rows per block (a multiple of 3, at most SEER_RB) */
+#endif
+_Static_assert(SEER_ZRB % 3 == 0 && SEER_ZRB <= SEER_RB, "SEER_ZRB: whole 3-row micro-panels, at most SEER_RB");
+_Static_assert(SEER_ZKB % 8 == 0, "SEER_ZKB: whole 8-blocks");
+_Static_assert(SEER_ZPF_AHEAD >= 1, "SEER_ZPF_AHEAD: at least the next slice");
+static int zmm_pairs(const seer_weight_t *w, int ntok) {
+    return SEER_ZMM_PAIRS && w->dtype == SEER_F32 && ntok > SEER_PF_FAR_MAX && ntok <= 16 && w->cols >= 8 &&
+           seer_k_have_avx512();
+}
+/* The activations for rows_zmm_pairs: [8-block b][token t][8], so that tokens 2p and 2p+1 of a
+ * block are one 512-bit vector (a missing last token zeros); NULL when the buffer cannot grow. */
+static const float *pack_x_pairs(const float *x, int ntok, int64_t in) {
+    int64_t nb = in / 8;
+    int np = (ntok + 1) / 2;
+    float *xp = thread_buffer(SEER_BUF_PACK, (size_t)nb * (size_t)np * 16);
+    if (!xp) return NULL;
+    for (int64_t b = 0; b < nb; b++) {
+        float *d = xp + (size_t)b * (size_t)np * 16;
+        for (int t = 0; t < ntok; t++) memcpy(d + (size_t)t * 8, x + (size_t)t * (size_t)in + (size_t)b * 8, 8 * sizeof(float));
+        if (ntok & 1) memset(d + (size_t)ntok * 8, 0, 8 * sizeof(float));
+    }
+    return xp;
+}
+/* 3 rows x NP token pairs: each 8-block of a row is loaded once, copied into both halves of a
+ * 512-bit vector, and multiplied into every pair's vector of inputs (24 accumulators at NP 8).
+ * Each half is the 8-lane chain rows_avx2_multi keeps for that row and token, over the same
+ * elements in the same order, so every output has the same bits. */
+#define SEER_DEF_ZMICRO(NP)                                                                                      \
+    __attribute__((target("avx512f,avx512vl,avx2,fma"))) static inline void zmicro3x##NP(                        \
+        const float *w0, const float *w1, const float *w2, const float *xb, int nsteps, float *acc, int fresh,      \
+        seer_pfw_t *pf, int pq) {                                                                            \
+        __m512 a[NP][3];                                                                                     \
+        _Pragma("GCC unroll 8") for (int p = 0; p < NP; p++)                                                \
+            _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++)                                             \
+                a[p][k] = fresh ? _mm512_setzero_ps() : _mm512_load_ps(acc + (p * 3 + k) * 16);             \
+        const char *pfp = pf->p;                                                                             \
+        int pfl = pf->line;                                                                                  \
+        for (int s = 0; s < nsteps; s++) {                                                                   \
+            if (pq > 0) { SEER_PF_LINE(pfp, pfl, pf); pq--; }                                                \
+            __m512 v0 = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(w0 + s * 8)))); \
+            __m512 v1 = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(w1 + s * 8)))); \
+            __m512 v2 = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(w2 + s * 8)))); \
+            const float *xs = xb + (size_t)s * NP * 16;                                                      \
+            _Pragma("GCC unroll 8") for (int p = 0; p < NP; p++) {                                          \
+                __m512 xv = _mm512_load_ps(xs + p * 16);                                                     \
+                /* in a register: GCC otherwise folds the load into each of the three FMAs, three   \
+                 * 512-bit loads where one will do (Zen 4 takes one a cycle) */                     \
+                __asm__("" : "+v"(xv));                                                                      \
+                a[p][0] = _mm512_fmadd_ps(v0, xv, a[p][0]);                                                  \
+                a[p][1] = _mm512_fmadd_ps(v1, xv, a[p][1]);                                                  \
+                a[p][2] = _mm512_fmadd_ps(v2, xv, a[p][2]);                                                  \
+            }                                                                                                \
+        }                                                                                                    \
+        for (; pq > 0; pq--) SEER_PF_LINE(pfp, pfl, pf);                                                     \
+        pf->p = pfp, pf->line = pfl;                                                                         \
+        _Pragma("GCC unroll 8") for (int p = 0; p < NP; p++)                                                \
+            _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++) _mm512_store_ps(acc + (p * 3 + k) * 16, a[p][k]); \
+    }
+SEER_DEF_ZMICRO(5)
+SEER_DEF_ZMICRO(6)
+SEER_DEF_ZMICRO(7)
+SEER_DEF_ZMICRO(8)
+/* Rows [r0, r1) of f32 weights against 9 to 16 tokens (x, packed by pack_x_pairs into xz), written
+ * to y[t][r] (row stride out): rows_avx2_multi's blocks of SEER_RB rows and slices of SEER_ZKB
+ * inputs with its prefetch of the next slice, but every token in one pass over each slice of a
+ * row, with no panel: the weights are read once, straight from where they lie. */
+__attribute__((target("avx512f,avx512vl,avx2,fma,f16c"))) static void rows_zmm_pairs(const seer_weight_t *w, int64_t r0,
+                                                                                    int64_t r1, const float *x,
+                                                                                    const float *xz, int ntok, float *y,
+                                                                                    int64_t out) {
+    int64_t in = w->cols, n8 = in & ~(int64_t)7;
+    int np = (ntok + 1) / 2, ng = (ntok + 3) / 4;
+    const int kb = SEER_ZKB;
+    const char *pb = (const char *)w->data;
+    _Alignas(64) float acc[(SEER_ZRB / 3) * 8 * 3 * 16]; /* [micro-panel][pair][row][16] */
+    for (int64_t r = r0; r < r1; r += SEER_ZRB) {
+        int nr = r1 - r >= SEER_ZRB ? SEER_ZRB : (int)(r1 - r), nm = (nr + 2) / 3;
+        for (int64_t k0 = 0; k0 < n8; k0 += kb) {
+            int nk = n8 - k0 < kb ? (int)(n8 - k0) : kb;
+            /* the slice SEER_ZPF_AHEAD slices on, in this block or the ones after (none past r1:
+             * those rows are another task's), a share of its lines issued by each micro-kernel */
+            int64_t nsl = (n8 + kb - 1) / kb, ahead = k0 / kb + SEER_ZPF_AHEAD;
+            int64_t pr = r + (ahead / nsl) * SEER_ZRB, pk = (ahead % nsl) * kb;
+            int64_t pn = r1 - pr < SEER_ZRB ? r1 - pr : SEER_ZRB;
+            int pbytes = (int)((n8 - pk < kb ? n8 - pk : kb) * 4);
+            int plines = (pbytes + 63) / 64, ptotal = SEER_BLOCK_PF && pn > 0 ? (int)pn * plines : 0;
+            seer_pfw_t pfw = {ptotal ? pb + ((size_t)pr * (size_t)in + (size_t)pk) * 4 : pb, 0, plines,
+                              (ptrdiff_t)((size_t)in * 4) - (ptrdiff_t)plines * 64, 0};
+            int pshare = (ptotal + nm - 1) / nm, pleft = ptotal;
+            const float *xb = xz + (size_t)(k0 / 8) * (size_t)np * 16;
+            for (int m = 0; m < nm; m++) {
+                const float *wr[3];
+                for (int k = 0; k < 3; k++) { /* a short block repeats its last row */
+                    int kk = m * 3 + k < nr ? m * 3 + k : nr - 1;
+                    wr[k] = (const float *)w->data + (size_t)(r + kk) * (size_t)in + (size_t)k0;
+                }
+                float *am = acc + (size_t)m * 8 * 3 * 16;
+                int pq = pleft < pshare ? pleft : pshare;
+                pleft -= pq;
+                switch (np) {
+                case 5: zmicro3x5(wr[0], wr[1], wr[2], xb, nk / 8, am, k0 == 0, &pfw, pq); break;
+                case 6: zmicro3x6(wr[0], wr[1], wr[2], xb, nk / 8, am, k0 == 0, &pfw, pq); break;
+                case 7: zmicro3x7(wr[0], wr[1], wr[2], xb, nk / 8, am, k0 == 0, &pfw, pq); break;
+                default: zmicro3x8(wr[0], wr[1], wr[2], xb, nk / 8, am, k0 == 0, &pfw, pq); break;
+                }
+            }
+        }
+        /* each (token, row) chain reduced as rows_avx2_multi reduces it: the same bits */
+        const __m256 z = _mm256_setzero_ps();
+        for (int m = 0; m < nm; m++)
+            for (int g = 0; g < ng; g++) {
+                int gt = ntok - g * 4 < 4 ? ntok - g * 4 : 4;
+                const float *am = acc + (size_t)m * 8 * 3 * 16;
+                __m256 v[16];
+                _Alignas(32) float sums[16];
+                for (int j = 0; j < 16; j++) v[j] = z;
+                for (int u = 0; u < gt; u++) {
+                    int t = g * 4 + u;
+                    for (int k = 0; k < 3; k++)
+                        v[u * 3 + k] = _mm256_add_ps(_mm256_load_ps(am + ((size_t)(t / 2) * 3 + (size_t)k) * 16 + (size_t)(t & 1) * 8), z);
+                }
+                hsum8x8(v, sums);
+                hsum8x8(v + 8, sums + 8);
+                for (int u = 0; u < gt; u++)
+                    for (int k = 0; k < 3 && m * 3 + k < nr; k++) {
+                        int64_t row = r + m * 3 + k;
+                        const float *xr = x + (size_t)(g * 4 + u) * (size_t)in;
+                        float sum = sums[u * 3 + k];
+                        for (int64_t i = n8; i < in; i++) sum += seer_w_load(w, (size_t)row * (size_t)in + (size_t)i) * xr[i];
+                        y[(size_t)(g * 4 + u) * (size_t)out + (size_t)row] = sum;
+                    }
+            }
+    }
+}
+
 /* The same on AVX-512: 16 weights per load, widened in registers; the reduction at the end
  * adds the two 256-bit halves first so the sum order stays fixed for a given CPU path. */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c"))) static inline __m512 w_load16(const seer_weight_t *w,
@@ -1166,6 +1329,14 @@ static void linear_range(linear_job *j, size_t begin, size_t end) {
             if (j->n <= SEER_STREAM_MAX) rows_avx2_stream(j->w, (int64_t)begin, (int64_t)end, packed, packed_stride, j->n, j->y, out);
             else rows_avx2_stream_groups(j->w, (int64_t)begin, (int64_t)end, packed, packed_stride, j->n, j->y, out);
         } else {
+            if (zmm_pairs(j->w, j->n)) {
+                if (packed_gen != j->gen) packed = pack_x_pairs(j->x, j->n, j->w->cols), packed_gen = j->gen;
+                if (packed) {
+                    rows_zmm_pairs(j->w, (int64_t)begin, (int64_t)end, j->x, packed, j->n, j->y, out);
+                    goto bias;
+                }
+                packed_gen = 0; /* out of memory: the blocked kernel below, the same bits */
+            }
             if (packed_gen != j->gen) packed = pack_x(j->x, j->n, j->w->cols, slice_len(j->w->dtype, j->n)), packed_gen = j->gen;
             rows_avx2_multi(j->w, (int64_t)begin, (int64_t)end, j->x, packed, j->n, j->y, out);
         }
