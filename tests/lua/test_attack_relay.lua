@@ -20,12 +20,10 @@ pcall(ffi.cdef, "int kill(int pid, int sig);")
 local SIGSTOP, SIGCONT = 19, 18
 local fixtures = seer.script_dir() .. "/../fixtures/rpc/"
 
+-- a file's bytes, or nil when it cannot be read (a process that has just ended)
 local function slurp(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
+  local ok, s = pcall(seer.read_file, path)
+  return ok and s or nil
 end
 
 -- Host processes whose command line holds every one of `parts` (NUL-separated arguments).
