@@ -856,6 +856,28 @@ static const float *stream_x(const float *x, int ntok, const seer_weight_t *w, s
     return xb;
 }
 
+/* The blocked kernels' outputs of one 3-row micro-panel (rows row0.., `left` of them still in the
+ * block) for gt tokens from token t: sums[u * 3 + k] from the 8-lane chains (hsum8x8), then the
+ * scalar tail of inputs past n8, written to y[t + u][row0 + k] (row stride out). */
+static inline void block_out(const seer_weight_t *w, const float *x, float *y, int64_t out, int64_t row0, int left, int t,
+                             int gt, const float *sums, int64_t n8) {
+    int64_t in = w->cols;
+    if (n8 == in && gt == 4 && left >= 3) { /* the common case, without a branch per output */
+        float *yb = y + (size_t)t * (size_t)out + (size_t)row0;
+        _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++)
+            _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++) yb[(size_t)u * (size_t)out + (size_t)k] = sums[u * 3 + k];
+        return;
+    }
+    for (int u = 0; u < gt; u++)
+        for (int k = 0; k < 3 && k < left; k++) {
+            int64_t row = row0 + k;
+            const float *xr = x + (size_t)(t + u) * (size_t)in;
+            float sum = sums[u * 3 + k];
+            for (int64_t i = n8; i < in; i++) sum += seer_w_load(w, (size_t)row * (size_t)in + (size_t)i) * xr[i];
+            y[(size_t)(t + u) * (size_t)out + (size_t)row] = sum;
+        }
+}
+
 /* Rows [r0, r1) against ntok >= 2 tokens (packed by pack_x into xp, or NULL), written to y[t][r]
  * (row stride out). */
 __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_weight_t *w, int64_t r0, int64_t r1,
@@ -992,20 +1014,7 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
                     v[12] = v[13] = v[14] = v[15] = z;
                     hsum8x8(v, sums);
                     hsum8x8(v + 8, sums + 8);
-                    if (n8 == in && gt == 4 && m * 3 + 3 <= nr) { /* the common case, without a branch per output */
-                        float *yb = y + (size_t)(t0 + g * 4) * (size_t)out + (size_t)(r + m * 3);
-                        _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++)
-                            _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++) yb[(size_t)u * (size_t)out + (size_t)k] = sums[u * 3 + k];
-                        continue;
-                    }
-                    for (int u = 0; u < gt; u++)
-                        for (int k = 0; k < 3 && m * 3 + k < nr; k++) {
-                            int64_t row = r + m * 3 + k;
-                            const float *xr = xt + (size_t)(g * 4 + u) * (size_t)in;
-                            float sum = sums[u * 3 + k];
-                            for (int64_t i = n8; i < in; i++) sum += seer_w_load(w, (size_t)row * (size_t)in + (size_t)i) * xr[i];
-                            y[(size_t)(t0 + g * 4 + u) * (size_t)out + (size_t)row] = sum;
-                        }
+                    block_out(w, x, y, out, r + m * 3, nr - m * 3, t0 + g * 4, gt, sums, n8);
                 }
         }
     }
@@ -1161,14 +1170,7 @@ __attribute__((target("avx512f,avx512vl,avx2,fma,f16c"))) static void rows_zmm_p
                 }
                 hsum8x8(v, sums);
                 hsum8x8(v + 8, sums + 8);
-                for (int u = 0; u < gt; u++)
-                    for (int k = 0; k < 3 && m * 3 + k < nr; k++) {
-                        int64_t row = r + m * 3 + k;
-                        const float *xr = x + (size_t)(g * 4 + u) * (size_t)in;
-                        float sum = sums[u * 3 + k];
-                        for (int64_t i = n8; i < in; i++) sum += seer_w_load(w, (size_t)row * (size_t)in + (size_t)i) * xr[i];
-                        y[(size_t)(g * 4 + u) * (size_t)out + (size_t)row] = sum;
-                    }
+                block_out(w, x, y, out, r + m * 3, nr - m * 3, g * 4, gt, sums, n8);
             }
     }
 }
