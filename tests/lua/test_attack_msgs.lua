@@ -516,18 +516,28 @@ end]])
       end
     end
     for _ = 1, 3 do pending[start()] = process.now_ms() end
-    local worst, cells, t0 = 0, 0, process.now_ms()
+    local worst, cells, t0, took = 0, 0, process.now_ms(), {}
     while #replies < 3 and process.now_ms() - t0 < 30000 do
       local t = process.now_ms()
       local res = impostor_by:exec("n = n + 1; print(n)", { raise = false, timeout = 60 })
-      worst = math.max(worst, process.now_ms() - t)
+      took[#took + 1] = process.now_ms() - t
+      worst = math.max(worst, took[#took])
       cells = cells + 1
       T.eq(res.text, tostring(cells) .. "\n", "the bystander's cell " .. cells)
       collect()
       process.sleep_ms(100)
     end
-    print(("    %d bystander cells while 3 starts waited on the impostor: the slowest took %d ms"):format(cells, worst))
-    T.ok(worst < 1000, ("a bystander cell took %d ms while the scope's starts waited on the impostor"):format(worst))
+    table.sort(took)
+    local median = took[math.max(1, math.ceil(#took / 2))] or 0
+    print(("    %d bystander cells while 3 starts waited on the impostor: median %d ms, the slowest %d ms"):format(cells, median, worst))
+    -- Full speed is a few ms a cell, and the typical cell, not the slowest, carries the check:
+    -- now and then one cell takes 0.5-1.2 s on this 2-vCPU VM (seen twice in some twenty runs;
+    -- eight runs with every cell timed had their slowest at 7-64 ms), and `make attack` failed once
+    -- on a 1000 ms bound on the slowest. A server that waited on the impostor in its loop slows
+    -- every cell (a poll's slice at each turn) or blocks them for sandboxd's 15 s: the median and
+    -- the 5 s bound on the slowest catch those.
+    T.ok(median < 50, ("the median bystander cell took %d ms while the scope's starts waited on the impostor"):format(median))
+    T.ok(worst < 5000, ("a bystander cell took %d ms while the scope's starts waited on the impostor"):format(worst))
     T.eq(#replies, 3, "every start_session was answered")
     for _, rep in ipairs(replies) do
       T.eq(rep.content.status, "error")
