@@ -1020,9 +1020,9 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
     }
 }
 #ifndef SEER_ZMM_PAIRS
-/* f32 weights against 9 to 16 tokens (a batched decode step) on a CPU with AVX-512 that runs the
- * AVX2 kernels (AMD: seer_k_linear_simd): rows_zmm_pairs below rather than rows_avx2_multi; 0: the
- * latter. Every token in one pass over a slice, two tokens to a 512-bit vector and each weight
+/* f32 weights against 9 to 16 tokens (a batched decode step; up to SEER_ZMM_MAX since, below) on
+ * a CPU with AVX-512 that runs the AVX2 kernels (AMD: seer_k_linear_simd): rows_zmm_pairs below
+ * rather than rows_avx2_multi; 0: the latter. Every token in one pass over a slice, two tokens to a 512-bit vector and each weight
  * 8-block loaded once, into both halves: no panel copy, no second read of the weights, half the
  * instructions per FMA. On the 2-vCPU Zen 4 VM, f32 decode of the 0.5B model, two binaries
  * alternating with the order swapped every round (tests/bench/batch_seer.lua MODEL T 32 B,
@@ -1043,6 +1043,24 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
 #ifndef SEER_ZKB
 #define SEER_ZKB 128 /* rows_zmm_pairs: input elements per slice (a multiple of 8) */
 #endif
+/* Past 16 tokens (a short prompt's prefill under the GEMM threshold, a batch's pass with joining
+ * prompts) the same kernel takes each slice of a micro-panel in passes of up to 8 pairs, the
+ * slice of weights in L1 for the later passes, where rows_avx2_multi ran a pass of 16 tokens
+ * at a time over the whole block. Zen 4 VM, f32, one prompt's forward, tok/s, rows_avx2_multi
+ * against this (tests/bench/prefill_lengths.lua MODEL T N..., three rounds, the two binaries
+ * alternating, 2026-12-01): 2 threads n = 20 103-118 -> 130-154, 24 109-121 -> 137-158, 32
+ * 120-140 -> 141-160, 40 118-136 -> 134-137, 47 120-121 -> 139-143; one thread 20 53-70 -> 81-90,
+ * 32 66-84 -> 85-90, 44 82-86 -> 77-93. OpenBLAS sgemm at those lengths (SEER_GEMM_MIN_TOKENS=16)
+ * read 115-157 against this kernel's 138-172 in the same rounds; with the kernel let past 48
+ * tokens and sgemm off it was level with sgemm at 48-63 and behind from 80 (146-156 against
+ * 155-164), so sgemm still takes 48 on (SEER_GEMM_MIN_AVX512) and this kernel stops there.
+ * Slices of 64 inputs past 16 tokens read 0.8x (48 tokens: 123-146 against 155-163). */
+#ifndef SEER_ZKB_MANY
+#define SEER_ZKB_MANY 128 /* rows_zmm_pairs past 16 tokens: input elements per slice (a multiple of 8) */
+#endif
+#ifndef SEER_ZMM_MAX
+#define SEER_ZMM_MAX 48 /* rows_zmm_pairs: tokens at most (an even number; more: rows_avx2_multi) */
+#endif
 #ifndef SEER_ZPF_AHEAD
 #define SEER_ZPF_AHEAD 1 /* rows_zmm_pairs: the slice prefetched into L1, this many slices on */
 #endif
@@ -1050,10 +1068,11 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
 #define SEER_ZRB 6 /* rows_zmm_pairs: rows per block (a multiple of 3, at most SEER_RB) */
 #endif
 _Static_assert(SEER_ZRB % 3 == 0 && SEER_ZRB <= SEER_RB, "SEER_ZRB: whole 3-row micro-panels, at most SEER_RB");
-_Static_assert(SEER_ZKB % 8 == 0, "SEER_ZKB: whole 8-blocks");
+_Static_assert(SEER_ZKB % 8 == 0 && SEER_ZKB_MANY % 8 == 0, "SEER_ZKB, SEER_ZKB_MANY: whole 8-blocks");
+_Static_assert(SEER_ZMM_MAX % 2 == 0 && SEER_ZMM_MAX >= 16, "SEER_ZMM_MAX: an even number, at least 16");
 _Static_assert(SEER_ZPF_AHEAD >= 1, "SEER_ZPF_AHEAD: at least the next slice");
 static int zmm_pairs(const seer_weight_t *w, int ntok) {
-    return SEER_ZMM_PAIRS && w->dtype == SEER_F32 && ntok > SEER_PF_FAR_MAX && ntok <= 16 && w->cols >= 8 &&
+    return SEER_ZMM_PAIRS && w->dtype == SEER_F32 && ntok > SEER_PF_FAR_MAX && ntok <= SEER_ZMM_MAX && w->cols >= 8 &&
            seer_k_have_avx512();
 }
 /* The activations for rows_zmm_pairs: [8-block b][token t][8], so that tokens 2p and 2p+1 of a
@@ -1076,8 +1095,8 @@ static const float *pack_x_pairs(const float *x, int ntok, int64_t in) {
  * elements in the same order, so every output has the same bits. */
 #define SEER_DEF_ZMICRO(NP)                                                                                      \
     __attribute__((target("avx512f,avx512vl,avx2,fma"))) static inline void zmicro3x##NP(                        \
-        const float *w0, const float *w1, const float *w2, const float *xb, int nsteps, float *acc, int fresh,      \
-        seer_pfw_t *pf, int pq) {                                                                            \
+        const float *w0, const float *w1, const float *w2, const float *xb, size_t xstep, int nsteps, float *acc,   \
+        int fresh, seer_pfw_t *pf, int pq) {                                                                 \
         __m512 a[NP][3];                                                                                     \
         _Pragma("GCC unroll 8") for (int p = 0; p < NP; p++)                                                \
             _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++)                                             \
@@ -1089,7 +1108,7 @@ static const float *pack_x_pairs(const float *x, int ntok, int64_t in) {
             __m512 v0 = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(w0 + s * 8)))); \
             __m512 v1 = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(w1 + s * 8)))); \
             __m512 v2 = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(w2 + s * 8)))); \
-            const float *xs = xb + (size_t)s * NP * 16;                                                      \
+            const float *xs = xb + (size_t)s * xstep;                                                        \
             _Pragma("GCC unroll 8") for (int p = 0; p < NP; p++) {                                          \
                 __m512 xv = _mm512_load_ps(xs + p * 16);                                                     \
                 /* in a register: GCC otherwise folds the load into each of the three FMAs, three   \
@@ -1105,23 +1124,29 @@ static const float *pack_x_pairs(const float *x, int ntok, int64_t in) {
         _Pragma("GCC unroll 8") for (int p = 0; p < NP; p++)                                                \
             _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++) _mm512_store_ps(acc + (p * 3 + k) * 16, a[p][k]); \
     }
+SEER_DEF_ZMICRO(4)
 SEER_DEF_ZMICRO(5)
 SEER_DEF_ZMICRO(6)
 SEER_DEF_ZMICRO(7)
 SEER_DEF_ZMICRO(8)
-/* Rows [r0, r1) of f32 weights against 9 to 16 tokens (x, packed by pack_x_pairs into xz), written
- * to y[t][r] (row stride out): rows_avx2_multi's blocks of SEER_RB rows and slices of SEER_ZKB
- * inputs with its prefetch of the next slice, but every token in one pass over each slice of a
- * row, with no panel: the weights are read once, straight from where they lie. */
+/* Rows [r0, r1) of f32 weights against 9 to SEER_ZMM_MAX tokens (x, packed by pack_x_pairs into
+ * xz), written to y[t][r] (row stride out): rows_avx2_multi's blocks of rows and slices of inputs
+ * with its prefetch of the next slice, but with no panel: the weights are read once, straight
+ * from where they lie. Each micro-panel of 3 rows takes its slice in passes of at most 8 token
+ * pairs (one pass up to 16 tokens; 17-32 two, 33-48 three, of balanced sizes), the slice in L1
+ * for the passes after the first. */
 __attribute__((target("avx512f,avx512vl,avx2,fma,f16c"))) static void rows_zmm_pairs(const seer_weight_t *w, int64_t r0,
                                                                                     int64_t r1, const float *x,
                                                                                     const float *xz, int ntok, float *y,
                                                                                     int64_t out) {
     int64_t in = w->cols, n8 = in & ~(int64_t)7;
     int np = (ntok + 1) / 2, ng = (ntok + 3) / 4;
-    const int kb = SEER_ZKB;
+    int npass = (np + 7) / 8, pbase = np / npass, pextra = np % npass;
+    const int kb = np > 8 ? SEER_ZKB_MANY : SEER_ZKB;
+    const size_t xstep = (size_t)np * 16; /* floats per 8-block of xz */
     const char *pb = (const char *)w->data;
-    _Alignas(64) float acc[(SEER_ZRB / 3) * 8 * 3 * 16]; /* [micro-panel][pair][row][16] */
+    enum { ZP = SEER_ZMM_MAX / 2 };      /* pairs at most */
+    _Alignas(64) float acc[(SEER_ZRB / 3) * ZP * 3 * 16]; /* [micro-panel][pair][row][16] */
     for (int64_t r = r0; r < r1; r += SEER_ZRB) {
         int nr = r1 - r >= SEER_ZRB ? SEER_ZRB : (int)(r1 - r), nm = (nr + 2) / 3;
         for (int64_t k0 = 0; k0 < n8; k0 += kb) {
@@ -1135,22 +1160,28 @@ __attribute__((target("avx512f,avx512vl,avx2,fma,f16c"))) static void rows_zmm_p
             int plines = (pbytes + 63) / 64, ptotal = SEER_BLOCK_PF && pn > 0 ? (int)pn * plines : 0;
             seer_pfw_t pfw = {ptotal ? pb + ((size_t)pr * (size_t)in + (size_t)pk) * 4 : pb, 0, plines,
                               (ptrdiff_t)((size_t)in * 4) - (ptrdiff_t)plines * 64, 0};
-            int pshare = (ptotal + nm - 1) / nm, pleft = ptotal;
-            const float *xb = xz + (size_t)(k0 / 8) * (size_t)np * 16;
+            int pshare = (ptotal + nm * npass - 1) / (nm * npass), pleft = ptotal;
+            const float *xb = xz + (size_t)(k0 / 8) * xstep;
             for (int m = 0; m < nm; m++) {
                 const float *wr[3];
                 for (int k = 0; k < 3; k++) { /* a short block repeats its last row */
                     int kk = m * 3 + k < nr ? m * 3 + k : nr - 1;
                     wr[k] = (const float *)w->data + (size_t)(r + kk) * (size_t)in + (size_t)k0;
                 }
-                float *am = acc + (size_t)m * 8 * 3 * 16;
-                int pq = pleft < pshare ? pleft : pshare;
-                pleft -= pq;
-                switch (np) {
-                case 5: zmicro3x5(wr[0], wr[1], wr[2], xb, nk / 8, am, k0 == 0, &pfw, pq); break;
-                case 6: zmicro3x6(wr[0], wr[1], wr[2], xb, nk / 8, am, k0 == 0, &pfw, pq); break;
-                case 7: zmicro3x7(wr[0], wr[1], wr[2], xb, nk / 8, am, k0 == 0, &pfw, pq); break;
-                default: zmicro3x8(wr[0], wr[1], wr[2], xb, nk / 8, am, k0 == 0, &pfw, pq); break;
+                for (int q = 0, p0 = 0; q < npass; q++) {
+                    int pp = pbase + (q < pextra);
+                    float *am = acc + ((size_t)m * ZP + (size_t)p0) * 3 * 16;
+                    const float *xq = xb + (size_t)p0 * 16;
+                    int pq = pleft < pshare ? pleft : pshare;
+                    pleft -= pq;
+                    switch (pp) {
+                    case 4: zmicro3x4(wr[0], wr[1], wr[2], xq, xstep, nk / 8, am, k0 == 0, &pfw, pq); break;
+                    case 5: zmicro3x5(wr[0], wr[1], wr[2], xq, xstep, nk / 8, am, k0 == 0, &pfw, pq); break;
+                    case 6: zmicro3x6(wr[0], wr[1], wr[2], xq, xstep, nk / 8, am, k0 == 0, &pfw, pq); break;
+                    case 7: zmicro3x7(wr[0], wr[1], wr[2], xq, xstep, nk / 8, am, k0 == 0, &pfw, pq); break;
+                    default: zmicro3x8(wr[0], wr[1], wr[2], xq, xstep, nk / 8, am, k0 == 0, &pfw, pq); break;
+                    }
+                    p0 += pp;
                 }
             }
         }
@@ -1159,7 +1190,7 @@ __attribute__((target("avx512f,avx512vl,avx2,fma,f16c"))) static void rows_zmm_p
         for (int m = 0; m < nm; m++)
             for (int g = 0; g < ng; g++) {
                 int gt = ntok - g * 4 < 4 ? ntok - g * 4 : 4;
-                const float *am = acc + (size_t)m * 8 * 3 * 16;
+                const float *am = acc + (size_t)m * ZP * 3 * 16;
                 __m256 v[16];
                 _Alignas(32) float sums[16];
                 for (int j = 0; j < 16; j++) v[j] = z;

@@ -660,7 +660,10 @@ static void check_linear_rows_token_independent(void) {
     static const int cols_[] = {5, 8, 24, 37, 96, 136, 300, 605, 512, 1024, 1030};
     enum { NCOLS = sizeof cols_ / sizeof cols_[0] };
     static const seer_dtype_t dts[] = {SEER_F32, SEER_BF16, SEER_F16};
-    enum { NMAX = 17, KMAX = 1030 };
+    /* 1-17 every count; past 16 the f32 pair kernel's passes (two of 4-8 pairs to 32 tokens,
+     * three to 48) and the blocked kernel's second and third groups of 16 */
+    static const int ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 24, 31, 32, 33, 40, 47, 48, 49};
+    enum { NMAX = 49, KMAX = 1030 };
     for (int a = 0; a < 4; a++)
         for (int b = 0; b < NCOLS; b++)
             for (int d = 0; d < 3; d++) {
@@ -679,7 +682,8 @@ static void check_linear_rows_token_independent(void) {
                 seer_weight_t W = {.dtype = dts[d], .data = dts[d] == SEER_F32 ? (const void *)wf : (const void *)wh,
                                    .rows = rows, .cols = cols};
                 seer_weight_t B = {.dtype = SEER_F32, .data = bias, .rows = 1, .cols = rows};
-                for (int n = 1; n <= NMAX; n++) {
+                for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+                    int n = ns[ni];
                     seer_k_linear_rows(pool, y, x, n, &W, &B);
                     for (int t = 0; t < n; t++) {
                         seer_k_linear_rows(pool, y1, x + (size_t)t * cols, 1, &W, &B);
@@ -743,8 +747,8 @@ Test(kernels, linear_rows_token_independent_portable_path) {
     check_linear_rows_token_independent();
 }
 
-/* 1-17 tokens (the batch-1 kernel, the streamed one and its groups, the blocked one, and its
- * second pass of tokens past 16) against a matrix large enough that the pool's threads take row
+/* 1-17, 32 and 33 tokens (the batch-1 kernel, the streamed one and its groups, the blocked one,
+ * its second pass of tokens past 16, and the f32 pair kernel's passes) against a matrix large enough that the pool's threads take row
  * tasks as they go (linear_base, SEER_LINEAR_TASKS and SEER_MULTI_TASKS): every row
  * of every token is written, and the result is the same bits whatever the thread count, equal
  * to one thread's and to each token run alone. */
@@ -752,7 +756,8 @@ Test(kernels, linear_few_tokens_tasks_cover_every_row) {
     /* bf16/f16 stream 5-12 tokens in groups over row chunks, also as tasks, and the blocked
      * kernel takes 13 on (f32 5 on), in tasks of whole 12-row blocks; 5003 rows leave a short
      * last block */
-    enum { ROWS = 5003, COLS = 72, NT = 17 };
+    enum { ROWS = 5003, COLS = 72, NT = 33 };
+    static const int ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 32, 33};
     static const seer_dtype_t dts[] = {SEER_F32, SEER_BF16, SEER_F16};
     float *wf = malloc(sizeof(float) * ROWS * COLS), *y1 = malloc(sizeof(float) * ROWS * NT), *yn = malloc(sizeof(float) * ROWS * NT);
     uint16_t *wb = malloc(sizeof(uint16_t) * ROWS * COLS), *wh = malloc(sizeof(uint16_t) * ROWS * COLS);
@@ -767,7 +772,8 @@ Test(kernels, linear_few_tokens_tasks_cover_every_row) {
     for (int d = 0; d < 3; d++) {
         const void *data = d == 0 ? (const void *)wf : d == 1 ? (const void *)wb : (const void *)wh;
         seer_weight_t W = {.dtype = dts[d], .data = data, .rows = ROWS, .cols = COLS};
-        for (int n = 1; n <= NT; n++) {
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+            int n = ns[ni];
             seer_k_linear_rows(one, y1, x, n, &W, NULL);
             for (int t = 0; t < n; t++) {
                 seer_k_linear_rows(one, yn, x + (size_t)t * COLS, 1, &W, NULL);
