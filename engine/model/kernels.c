@@ -1020,7 +1020,8 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
     }
 }
 #ifndef SEER_ZMM_PAIRS
-/* f32 weights against 9 to 16 tokens (a batched decode step; up to SEER_ZMM_MAX since, below) on
+/* f32 weights against 9 to 16 tokens (a batched decode step; up to SEER_ZMM_MAX since, and bf16
+ * weights from 13 tokens: below) on
  * a CPU with AVX-512 that runs the AVX2 kernels (AMD: seer_k_linear_simd): rows_zmm_pairs below
  * rather than rows_avx2_multi; 0: the latter. Every token in one pass over a slice, two tokens to a 512-bit vector and each weight
  * 8-block loaded once, into both halves: no panel copy, no second read of the weights, half the
@@ -1058,6 +1059,28 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
 #ifndef SEER_ZKB_MANY
 #define SEER_ZKB_MANY 128 /* rows_zmm_pairs past 16 tokens: input elements per slice (a multiple of 8) */
 #endif
+/* bf16 weights from 13 tokens (where rows_avx2_multi took them; 5-12 stream in groups) take the
+ * same kernel: each 8-block widened exactly to f32 in both halves of a vector (no panel), bf16's
+ * two chains (a0 on even 8-blocks, a1 on odd) each in its own call over the slice, so the 24
+ * accumulators of a call are one chain's, and the two reduced as rows_avx2_multi reduces them:
+ * the same bits. Slices of 256 inputs (512 bytes of a bf16 row, as f32's 128). Zen 4 VM, bf16
+ * decode, rows_avx2_multi against this kernel, two binaries alternating with the order swapped
+ * each round (tests/bench/batch_seer.lua MODEL T 32 B, 2026-12-01), tok/s: 2 threads batch 16
+ * 112.4 -> 137.8 (ahead in 6 of 6; with 128-input slices it read level, 117 against 118 in four
+ * rounds while another job loaded the VM),
+ * another four rounds 125.1 -> 141.6 (4 of 4), batch 13 level (114.7 against 112.7); one thread
+ * batch 16 74.0 -> 85.1 (3 of 3). The kernel alone (make bench-kernel, one thread, 16 tokens,
+ * CPU time) 1-4% ahead: the gain is in the memory traffic (no 12 KiB panel written per slice,
+ * 6-row blocks). At 10 and 12 tokens it was behind the grouped stream (128.6 against 131, 135.5
+ * against 146.9), hence 13. One prompt's bf16 forward at 2 threads, three rounds: 16 tokens
+ * 77-152 -> 146-153, 40 125-147 -> 144-176, 47 121-143 -> 140-166 (128-input slices past 16
+ * tokens: 120-135 at 47). */
+#ifndef SEER_ZKB_BF16
+#define SEER_ZKB_BF16 256 /* the same for bf16 weights, to 16 tokens */
+#endif
+#ifndef SEER_ZKB_MANY_BF16
+#define SEER_ZKB_MANY_BF16 256 /* and past 16 tokens */
+#endif
 #ifndef SEER_ZMM_MAX
 #define SEER_ZMM_MAX 48 /* rows_zmm_pairs: tokens at most (an even number; more: rows_avx2_multi) */
 #endif
@@ -1069,10 +1092,16 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
 #endif
 _Static_assert(SEER_ZRB % 3 == 0 && SEER_ZRB <= SEER_RB, "SEER_ZRB: whole 3-row micro-panels, at most SEER_RB");
 _Static_assert(SEER_ZKB % 8 == 0 && SEER_ZKB_MANY % 8 == 0, "SEER_ZKB, SEER_ZKB_MANY: whole 8-blocks");
+_Static_assert(SEER_ZKB_BF16 % 16 == 0 && SEER_ZKB_MANY_BF16 % 16 == 0,
+               "SEER_ZKB_BF16, SEER_ZKB_MANY_BF16: whole pairs of 8-blocks (bf16's two chains alternate)");
 _Static_assert(SEER_ZMM_MAX % 2 == 0 && SEER_ZMM_MAX >= 16, "SEER_ZMM_MAX: an even number, at least 16");
 _Static_assert(SEER_ZPF_AHEAD >= 1, "SEER_ZPF_AHEAD: at least the next slice");
+#ifndef SEER_ZMM_BF16_MIN
+#define SEER_ZMM_BF16_MIN 13 /* bf16 weights from this many tokens (where rows_avx2_multi took them) */
+#endif
 static int zmm_pairs(const seer_weight_t *w, int ntok) {
-    return SEER_ZMM_PAIRS && w->dtype == SEER_F32 && ntok > SEER_PF_FAR_MAX && ntok <= SEER_ZMM_MAX && w->cols >= 8 &&
+    return SEER_ZMM_PAIRS && ntok <= SEER_ZMM_MAX && w->cols >= 8 &&
+           ((w->dtype == SEER_F32 && ntok > SEER_PF_FAR_MAX) || (w->dtype == SEER_BF16 && ntok >= SEER_ZMM_BF16_MIN)) &&
            seer_k_have_avx512();
 }
 /* The activations for rows_zmm_pairs: [8-block b][token t][8], so that tokens 2p and 2p+1 of a
@@ -1089,26 +1118,34 @@ static const float *pack_x_pairs(const float *x, int ntok, int64_t in) {
     }
     return xp;
 }
-/* 3 rows x NP token pairs: each 8-block of a row is loaded once, copied into both halves of a
- * 512-bit vector, and multiplied into every pair's vector of inputs (24 accumulators at NP 8).
+/* An 8-block of weights at p as f32 in both halves of a 512-bit vector: f32 read as it is, bf16
+ * widened exactly (the bits moved up 16), as rows_avx2_multi's panel holds them */
+#define SEER_ZW_F32(p) _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps((const float *)(p)))))
+#define SEER_ZW_BF16(p)                                                                                          \
+    _mm512_castsi512_ps(_mm512_slli_epi32(                                                                       \
+        _mm512_cvtepu16_epi32(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(p)))), 16))
+/* 3 rows x NP token pairs over the 8-blocks off8, off8 + bstep, ... (nsteps of them) of a slice:
+ * each 8-block of a row loaded once, in both halves of a 512-bit vector, and multiplied into every
+ * pair's vector of inputs (24 accumulators at NP 8). f32 weights take every 8-block (one chain);
+ * bf16 every other one, each of its two chains in its own call, as rows_avx2_multi keeps them.
  * Each half is the 8-lane chain rows_avx2_multi keeps for that row and token, over the same
  * elements in the same order, so every output has the same bits. */
-#define SEER_DEF_ZMICRO(NP)                                                                                      \
-    __attribute__((target("avx512f,avx512vl,avx2,fma"))) static inline void zmicro3x##NP(                        \
-        const float *w0, const float *w1, const float *w2, const float *xb, size_t xstep, int nsteps, float *acc,   \
-        int fresh, seer_pfw_t *pf, int pq) {                                                                 \
+#define SEER_DEF_ZMICRO_T(NP, NAME, T, LOADW)                                                                    \
+    __attribute__((target("avx512f,avx512vl,avx2,fma"))) static inline void NAME##NP(                      \
+        const T *w0, const T *w1, const T *w2, const float *xb, size_t xstep, int off8, int bstep, int nsteps,   \
+        float *acc, int fresh, seer_pfw_t *pf, int pq) {                                                     \
         __m512 a[NP][3];                                                                                     \
         _Pragma("GCC unroll 8") for (int p = 0; p < NP; p++)                                                \
             _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++)                                             \
                 a[p][k] = fresh ? _mm512_setzero_ps() : _mm512_load_ps(acc + (p * 3 + k) * 16);             \
         const char *pfp = pf->p;                                                                             \
         int pfl = pf->line;                                                                                  \
-        for (int s = 0; s < nsteps; s++) {                                                                   \
+        for (int s = 0, b = off8; s < nsteps; s++, b += bstep) {                                             \
             if (pq > 0) { SEER_PF_LINE(pfp, pfl, pf); pq--; }                                                \
-            __m512 v0 = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(w0 + s * 8)))); \
-            __m512 v1 = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(w1 + s * 8)))); \
-            __m512 v2 = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(w2 + s * 8)))); \
-            const float *xs = xb + (size_t)s * xstep;                                                        \
+            __m512 v0 = LOADW(w0 + (size_t)b * 8);                                                           \
+            __m512 v1 = LOADW(w1 + (size_t)b * 8);                                                           \
+            __m512 v2 = LOADW(w2 + (size_t)b * 8);                                                           \
+            const float *xs = xb + (size_t)b * xstep;                                                        \
             _Pragma("GCC unroll 8") for (int p = 0; p < NP; p++) {                                          \
                 __m512 xv = _mm512_load_ps(xs + p * 16);                                                     \
                 /* in a register: GCC otherwise folds the load into each of the three FMAs, three   \
@@ -1124,6 +1161,9 @@ static const float *pack_x_pairs(const float *x, int ntok, int64_t in) {
         _Pragma("GCC unroll 8") for (int p = 0; p < NP; p++)                                                \
             _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++) _mm512_store_ps(acc + (p * 3 + k) * 16, a[p][k]); \
     }
+#define SEER_DEF_ZMICRO(NP)                                                                                      \
+    SEER_DEF_ZMICRO_T(NP, zmicro3x, float, SEER_ZW_F32)                                                      \
+    SEER_DEF_ZMICRO_T(NP, zmicrob3x, uint16_t, SEER_ZW_BF16)
 SEER_DEF_ZMICRO(4)
 SEER_DEF_ZMICRO(5)
 SEER_DEF_ZMICRO(6)
@@ -1142,62 +1182,76 @@ __attribute__((target("avx512f,avx512vl,avx2,fma,f16c"))) static void rows_zmm_p
     int64_t in = w->cols, n8 = in & ~(int64_t)7;
     int np = (ntok + 1) / 2, ng = (ntok + 3) / 4;
     int npass = (np + 7) / 8, pbase = np / npass, pextra = np % npass;
-    const int kb = np > 8 ? SEER_ZKB_MANY : SEER_ZKB;
+    const int bf = w->dtype == SEER_BF16, nch = bf ? 2 : 1; /* chains: bf16 a0 on even 8-blocks, a1 on odd */
+    const size_t es = bf ? 2 : 4;
+    const int kb = bf ? (np > 8 ? SEER_ZKB_MANY_BF16 : SEER_ZKB_BF16) : np > 8 ? SEER_ZKB_MANY : SEER_ZKB;
     const size_t xstep = (size_t)np * 16; /* floats per 8-block of xz */
     const char *pb = (const char *)w->data;
-    enum { ZP = SEER_ZMM_MAX / 2 };      /* pairs at most */
-    _Alignas(64) float acc[(SEER_ZRB / 3) * ZP * 3 * 16]; /* [micro-panel][pair][row][16] */
+    enum { ZP = SEER_ZMM_MAX / 2 };            /* pairs at most */
+    _Alignas(64) float acc[(SEER_ZRB / 3) * 2 * ZP * 3 * 16]; /* [micro-panel][chain][pair][row][16] */
     for (int64_t r = r0; r < r1; r += SEER_ZRB) {
         int nr = r1 - r >= SEER_ZRB ? SEER_ZRB : (int)(r1 - r), nm = (nr + 2) / 3;
         for (int64_t k0 = 0; k0 < n8; k0 += kb) {
-            int nk = n8 - k0 < kb ? (int)(n8 - k0) : kb;
+            int nk = n8 - k0 < kb ? (int)(n8 - k0) : kb, nb = nk / 8;
             /* the slice SEER_ZPF_AHEAD slices on, in this block or the ones after (none past r1:
              * those rows are another task's), a share of its lines issued by each micro-kernel */
             int64_t nsl = (n8 + kb - 1) / kb, ahead = k0 / kb + SEER_ZPF_AHEAD;
             int64_t pr = r + (ahead / nsl) * SEER_ZRB, pk = (ahead % nsl) * kb;
             int64_t pn = r1 - pr < SEER_ZRB ? r1 - pr : SEER_ZRB;
-            int pbytes = (int)((n8 - pk < kb ? n8 - pk : kb) * 4);
+            int pbytes = (int)((n8 - pk < kb ? n8 - pk : kb) * (int64_t)es);
             int plines = (pbytes + 63) / 64, ptotal = SEER_BLOCK_PF && pn > 0 ? (int)pn * plines : 0;
-            seer_pfw_t pfw = {ptotal ? pb + ((size_t)pr * (size_t)in + (size_t)pk) * 4 : pb, 0, plines,
-                              (ptrdiff_t)((size_t)in * 4) - (ptrdiff_t)plines * 64, 0};
-            int pshare = (ptotal + nm * npass - 1) / (nm * npass), pleft = ptotal;
+            seer_pfw_t pfw = {ptotal ? pb + ((size_t)pr * (size_t)in + (size_t)pk) * es : pb, 0, plines,
+                              (ptrdiff_t)((size_t)in * es) - (ptrdiff_t)plines * 64, 0};
+            int pcalls = nm * npass * nch, pshare = (ptotal + pcalls - 1) / pcalls, pleft = ptotal;
             const float *xb = xz + (size_t)(k0 / 8) * xstep;
             for (int m = 0; m < nm; m++) {
-                const float *wr[3];
+                const char *wr[3];
                 for (int k = 0; k < 3; k++) { /* a short block repeats its last row */
                     int kk = m * 3 + k < nr ? m * 3 + k : nr - 1;
-                    wr[k] = (const float *)w->data + (size_t)(r + kk) * (size_t)in + (size_t)k0;
+                    wr[k] = pb + ((size_t)(r + kk) * (size_t)in + (size_t)k0) * es;
                 }
-                for (int q = 0, p0 = 0; q < npass; q++) {
-                    int pp = pbase + (q < pextra);
-                    float *am = acc + ((size_t)m * ZP + (size_t)p0) * 3 * 16;
-                    const float *xq = xb + (size_t)p0 * 16;
-                    int pq = pleft < pshare ? pleft : pshare;
-                    pleft -= pq;
-                    switch (pp) {
-                    case 4: zmicro3x4(wr[0], wr[1], wr[2], xq, xstep, nk / 8, am, k0 == 0, &pfw, pq); break;
-                    case 5: zmicro3x5(wr[0], wr[1], wr[2], xq, xstep, nk / 8, am, k0 == 0, &pfw, pq); break;
-                    case 6: zmicro3x6(wr[0], wr[1], wr[2], xq, xstep, nk / 8, am, k0 == 0, &pfw, pq); break;
-                    case 7: zmicro3x7(wr[0], wr[1], wr[2], xq, xstep, nk / 8, am, k0 == 0, &pfw, pq); break;
-                    default: zmicro3x8(wr[0], wr[1], wr[2], xq, xstep, nk / 8, am, k0 == 0, &pfw, pq); break;
+                for (int c = 0; c < nch; c++) {
+                    int steps = (nb - c + nch - 1) / nch;
+                    for (int q = 0, p0 = 0; q < npass; q++) {
+                        int pp = pbase + (q < pextra);
+                        float *am = acc + (((size_t)m * 2 + (size_t)c) * ZP + (size_t)p0) * 3 * 16;
+                        const float *xq = xb + (size_t)p0 * 16;
+                        int pq = pleft < pshare ? pleft : pshare;
+                        pleft -= pq;
+#define SEER_ZCALL(NP)                                                                                           \
+    (bf ? zmicrob3x##NP((const uint16_t *)wr[0], (const uint16_t *)wr[1], (const uint16_t *)wr[2], xq, xstep, c, nch, steps, \
+                        am, k0 == 0, &pfw, pq)                                                               \
+        : zmicro3x##NP((const float *)wr[0], (const float *)wr[1], (const float *)wr[2], xq, xstep, c, nch, steps, am, \
+                       k0 == 0, &pfw, pq))
+                        switch (pp) {
+                        case 4: SEER_ZCALL(4); break;
+                        case 5: SEER_ZCALL(5); break;
+                        case 6: SEER_ZCALL(6); break;
+                        case 7: SEER_ZCALL(7); break;
+                        default: SEER_ZCALL(8); break;
+                        }
+#undef SEER_ZCALL
+                        p0 += pp;
                     }
-                    p0 += pp;
                 }
             }
         }
-        /* each (token, row) chain reduced as rows_avx2_multi reduces it: the same bits */
+        /* each (token, row) chain reduced as rows_avx2_multi reduces it (a0 + a1 for bf16, a0 + 0
+         * for f32, then hsum8x8): the same bits */
         const __m256 z = _mm256_setzero_ps();
         for (int m = 0; m < nm; m++)
             for (int g = 0; g < ng; g++) {
                 int gt = ntok - g * 4 < 4 ? ntok - g * 4 : 4;
-                const float *am = acc + (size_t)m * ZP * 3 * 16;
+                const float *a0 = acc + (size_t)m * 2 * ZP * 3 * 16, *a1 = a0 + (size_t)ZP * 3 * 16;
                 __m256 v[16];
                 _Alignas(32) float sums[16];
                 for (int j = 0; j < 16; j++) v[j] = z;
                 for (int u = 0; u < gt; u++) {
                     int t = g * 4 + u;
-                    for (int k = 0; k < 3; k++)
-                        v[u * 3 + k] = _mm256_add_ps(_mm256_load_ps(am + ((size_t)(t / 2) * 3 + (size_t)k) * 16 + (size_t)(t & 1) * 8), z);
+                    for (int k = 0; k < 3; k++) {
+                        size_t at = ((size_t)(t / 2) * 3 + (size_t)k) * 16 + (size_t)(t & 1) * 8;
+                        v[u * 3 + k] = _mm256_add_ps(_mm256_load_ps(a0 + at), bf ? _mm256_load_ps(a1 + at) : z);
+                    }
                 }
                 hsum8x8(v, sums);
                 hsum8x8(v + 8, sums + 8);
