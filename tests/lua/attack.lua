@@ -29,14 +29,20 @@ M.stories = (require("seer.core.host").realpath(here .. "/../fixtures/models/sto
 pcall(ffi.cdef, "int setenv(const char *name, const char *value, int overwrite);")
 
 -- The rig's folder lives as long as this process (T.tmpdir's folders go after each test file,
--- and the attack files share one rig): removed when the Lua state closes.
+-- and the attack files share one rig): removed when the script ends, by seer.exit's handlers
+-- (tests/lua/run.lua ends with os.exit, which runs them before the Lua state closes). Until
+-- 2026-12-01 this was a finalizer run while the state closed, and two `make attack` runs in
+-- sixteen spun there for good after their last test: gdb put the main thread in LuaJIT's
+-- interpreter inside that finalizer, in close() at the line that removed each rig from the table
+-- its loop walked, the loop's frame holding values of run.lua's frames (the state being torn
+-- down under it). Not understood further; the cleanup now runs while the state is whole, and
+-- close() no longer changes the table it walks.
 local root = require("seer.process").mkdtemp("/tmp/seer-attack-")
 M.root = root
-M._cleanup = newproxy(true)
-getmetatable(M._cleanup).__gc = function()
+require("seer.exit").on_exit(function()
   M.close()
   os.execute(("chmod -R u+rwX '%s' 2>/dev/null; rm -rf '%s'"):format(root, root))
-end
+end)
 -- The canary: host files an attacker would like to read or change.
 M.canary_dir = root .. "/host-canary"
 os.execute(("mkdir -p '%s'"):format(M.canary_dir))
@@ -177,10 +183,11 @@ function M.registered() return registered end
 
 ---Ends the rig (call from the last test of a file; the Lua state's end would do it too).
 function M.close()
-  for name, r in pairs(rigs) do
+  local all = rigs
+  rigs = {}
+  for _, r in pairs(all) do
     if r.session then pcall(r.session.terminate, r.session) end
     pcall(r.sandbox.terminate, r.sandbox)
-    rigs[name] = nil
   end
 end
 
