@@ -356,9 +356,34 @@ int seer_host_open(seer_host_t **out, const seer_host_opts_t *opts, seer_err_t *
     return SEER_OK;
 }
 
+/* seer.exit's handlers (an experiment's ledger, unfinished agents' transcripts, sandboxes and
+ * notebook servers left running) run here, before lua_close, in a whole state: run from a
+ * finalizer while the state closes, a cleanup loop once spun in LuaJIT's interpreter for good
+ * (stop 65). Only a state that loaded seer.exit has any; os.exit ran them already (it is wrapped),
+ * and they run once. Signals keep their defaults here (the script's code has returned): Ctrl-C
+ * or SIGTERM during the cleanup ends the process, and the keeper takes the sandboxes. */
+static void run_exit_handlers(lua_State *L) {
+    int top = lua_gettop(L);
+    lua_getfield(L, LUA_REGISTRYINDEX, "_LOADED");
+    if (lua_istable(L, -1)) {
+        lua_getfield(L, -1, "seer.exit");
+        if (lua_istable(L, -1)) {
+            lua_getfield(L, -1, "_at_close");
+            if (lua_isfunction(L, -1) && lua_pcall(L, 0, 0, 0) != 0) {
+                const char *msg = lua_tostring(L, -1);
+                fprintf(stderr, "seer: the work at exit failed: %s\n", msg ? msg : "(error without message)");
+            }
+        }
+    }
+    lua_settop(L, top);
+}
+
 void seer_host_close(seer_host_t *h) {
     if (!h) return;
-    if (h->L) lua_close(h->L);
+    if (h->L) {
+        run_exit_handlers(h->L);
+        lua_close(h->L);
+    }
     free(h);
 }
 
@@ -393,9 +418,9 @@ static int load_error(lua_State *L, int rc, seer_err_t *err) {
     return code;
 }
 
-/* The error a script ended with, kept for the finalizers that run when the state closes
- * (host.script_error()): an object whose work was cut short (an agent's transcript, an
- * experiment's summary) records why instead of guessing. Its first line only: the traceback
+/* The error a script ended with (host.script_error()), kept for the work done when it ends
+ * (seer.exit's handlers, run by seer_host_close): an object whose work was cut short (an
+ * agent's transcript, an experiment's summary) records why instead of guessing. Its first line only: the traceback
  * follows on stderr. Interrupts (Ctrl-C, SIGTERM, a hangup) read "interrupted". */
 static int note_script_end(lua_State *L, int rc, const seer_err_t *err) {
     if (rc == SEER_OK) return rc;

@@ -566,12 +566,18 @@ static int proc_close(lua_State *L) {
 }
 
 /* Collected while running: the group is killed and reaped so nothing is left behind. */
+/* A process dropped while it runs is killed and reaped, waiting at most 2 s: a process in an
+ * uninterruptible sleep (a hung FUSE or NFS mount) ignores SIGKILL until it leaves it, and an
+ * unbounded wait here would hold a collection, or the host's exit, with it. Not reaped by then,
+ * it is left as it is (a zombie until this process ends, when init takes it). */
 static int proc_gc(lua_State *L) {
     seer_sandbox_proc_t *p = check_proc(L);
     if (p->pid > 0 && !seer_sandbox_proc_poll(p)) {
         seer_sandbox_proc_kill(p, SIGKILL);
-        int st;
-        waitpid(p->pid, &st, 0);
+        for (int i = 0; i < 2000 && !seer_sandbox_proc_poll(p); i++) {
+            struct timespec ms = {0, 1000000};
+            nanosleep(&ms, NULL);
+        }
     }
     seer_sandbox_proc_close(p);
     return 0;

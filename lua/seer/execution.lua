@@ -157,17 +157,15 @@ local function sandbox_server(sandbox)
   return srv
 end
 
--- When this process's Lua state closes with sessions still open (a script that never called
--- terminate, or ended with an error), its notebook server is stopped cleanly: kernels shut
--- down, notebooks saved, its runtime folder removed. (Killed with -9, the server gets SIGTERM
--- from its death signal; the next server's start sweeps what that left.)
-local server_sentinel = newproxy(true)
-getmetatable(server_sentinel).__gc = function()
+-- When the script ends with sessions still open (it never called terminate, or ended with an
+-- error, Ctrl-C or os.exit), this process's notebook server is stopped cleanly (seer.exit):
+-- kernels shut down, notebooks saved, its runtime folder removed. (Killed with -9, the server
+-- gets SIGTERM from its death signal; the next server's start sweeps what that left.)
+require("seer.exit").on_exit(function()
   local srv = server
   if not srv or not srv.child then return end
   pcall(function()
     if srv.child:alive() then
-      -- a fresh socket: at close, the server's socket may have been finalized already
       local sock = net.socket("dealer", srv.key)
       sock:connect(srv.endpoint)
       sock:send{ header = net.header("shutdown_request", net.uuid()), parent_header = {}, metadata = {}, content = {} }
@@ -175,8 +173,7 @@ getmetatable(server_sentinel).__gc = function()
       sock:close()
     end
   end)
-end
-M._server_sentinel = server_sentinel
+end)
 ---The notebook servers this process used that have ended since `since_ms` (process.now_ms()
 ---time; default all): found ended by a request, or, for those it started, ended now. One line
 ---each ("the notebook server was killed by signal 9"); an empty list when none. An

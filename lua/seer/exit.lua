@@ -1,6 +1,6 @@
 ---Work to do when the script ends, however it ends: normally, by an uncaught error or Ctrl-C
----(run by a finalizer while the Lua state closes), or by `os.exit(code)`, which skips the
----finalizers unless its `close` is true (wrapped here so that it runs the same work first).
+---(the host runs it before it closes the Lua state, in a whole state: no finalizer has run),
+---or by `os.exit(code)` (wrapped here so that it runs the same work first).
 ---What ends a run's records uses it: an experiment's unfinished runs get their ledger and a
 ---summary saying how they ended (seer.experiment), unfinished agents a result in their
 ---transcripts (seer.harness).
@@ -28,9 +28,12 @@ local function run_all(how)
   for i = #handlers, 1, -1 do pcall(handlers[i], how) end
 end
 
-local sentinel = newproxy(true)
-getmetatable(sentinel).__gc = function() run_all({ error = core.script_error() }) end
-M._sentinel = sentinel -- kept alive by the module, so it is collected when the state closes
+-- Called by the host (engine/host/host.c, seer_host_close) before lua_close, on every way a
+-- script ends but os.exit: work done from a finalizer while the state closes runs in a state
+-- half taken apart (stop 65: a cleanup loop spinning there), so none of seer's is done there.
+function M._at_close()
+  run_all({ error = core.script_error() })
+end
 
 local real_exit = os.exit
 ---@diagnostic disable-next-line: duplicate-set-field

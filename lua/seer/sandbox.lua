@@ -521,14 +521,15 @@ end
 ---@field path string /workspace/<name>
 ---@field host_path string
 
--- Sandboxes this process started and has not terminated; terminated when Lua closes (the
--- keeper takes care of every other way the process can end).
+-- Sandboxes this process started and has not terminated; terminated when the script ends
+-- (seer.exit: normally, by an error, Ctrl-C or os.exit; the keeper takes care of every other
+-- way the process can end). A snapshot is walked: each terminate removes its sandbox from live.
 local live = {}
-local sentinel = newproxy(true)
-getmetatable(sentinel).__gc = function()
-  for s in pairs(live) do pcall(s.terminate, s) end
-end
-M._sentinel = sentinel
+require("seer.exit").on_exit(function()
+  local all = {}
+  for s in pairs(live) do all[#all + 1] = s end
+  for _, s in ipairs(all) do pcall(s.terminate, s) end
+end)
 
 local function new_sandbox(config, level)
   local env = require "seer.environment"

@@ -679,6 +679,7 @@ print(s.sandbox_id); io.stdout:flush()
 for _, case in ipairs({
   { "ends", "" },
   { "errors", "error('boom')" },
+  { "calls os.exit", "os.exit(3)" },
   { "is killed", "require('seer.process').sleep_ms(60000)", true },
 }) do
   T.test("no leaks: the sandbox dies when its script " .. case[1], function()
