@@ -507,10 +507,9 @@ void mcp_stdio_close_end(mcp_server_t *s, int64_t deadline) {
         for (;;) {
             if (reap(s, WNOHANG)) break;
             if (mcp_now_ms() >= deadline) {
-                if (sig == SIGKILL) {
-                    reap(s, 0);
-                    break;
-                }
+                /* not gone TERM_WAIT_MS after SIGKILL: in an uninterruptible sleep (a hung
+                 * mount); it is left unreaped rather than waited for without a bound */
+                if (sig == SIGKILL) break;
                 sig = sig == 0 ? SIGTERM : SIGKILL;
                 kill(-s->pid, sig);
                 kill(s->pid, sig);

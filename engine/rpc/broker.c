@@ -319,8 +319,10 @@ static void stop_workers(seer_rpc_broker_t *b) {
         int status;
         while (waitpid(w->pid, &status, WNOHANG) == 0) {
             if (now_ms() > deadline) {
+                /* then 2 s more at most: a worker in an uninterruptible sleep ignores SIGKILL
+                 * until it leaves it, and is left unreaped rather than waited for forever */
                 kill(w->pid, SIGKILL);
-                waitpid(w->pid, &status, 0);
+                for (int k = 0; k < 400 && waitpid(w->pid, &status, WNOHANG) == 0; k++) usleep(5000);
                 break;
             }
             usleep(5000);

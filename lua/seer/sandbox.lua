@@ -2250,7 +2250,9 @@ function Sandbox:_teardown()
       if st ~= nil then self.keeper_status = st or { code = -1 }; break end
       if process.now_ms() > deadline then
         sb.kill(self.keeper_pid, sb.SIGKILL)
-        sb.waitpid(self.keeper_pid, true)
+        -- bounded too: a keeper in an uninterruptible sleep is left unreaped, not waited for
+        local kill_deadline = process.now_ms() + 2000
+        while sb.waitpid(self.keeper_pid) == nil and process.now_ms() < kill_deadline do process.sleep_ms(2) end
         self.keeper_status = { code = -1 }
         break
       end
