@@ -76,9 +76,15 @@ T.test("png.fit's max_pixels: a claim over it is refused from the header at once
   for i, file in ipairs(f) do
     local b = seer.read_file(file)
     if i ~= 3 and i ~= 4 then
-      local t0 = now()
-      local ok, err = pcall(png.fit, b, 512, 2 ^ 25)
-      local dt = now() - t0
+      -- the fastest of up to three tries: a stall of this VM is not a decode, which every try
+      -- would show
+      local ok, err, dt = nil, nil, math.huge
+      for _ = 1, 3 do
+        local t0 = now()
+        ok, err = pcall(png.fit, b, 512, 2 ^ 25)
+        dt = math.min(dt, now() - t0)
+        if ok or dt < 0.05 then break end
+      end
       T.ok(not ok, file .. " was decoded")
       T.contains(tostring(err), i == 5 and "png.fit: the PNG claims 8192x4097 pixels (33562624), more than the 33554432 this fit allows (max_pixels); not decoded"
                                 or "png.fit: the PNG claims 11585x11585 pixels (134212225), more than the 33554432")

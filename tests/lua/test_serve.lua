@@ -354,9 +354,16 @@ T.test("with a token, requests without it (or with a wrong one) are refused", fu
     T.eq(http.get(i.url .. "/models", { retries = 0, headers = { Authorization = "Bearer s3cret-tokeX" } }).status, 401)
     T.eq(http.get(i.url .. "/models", { headers = { Authorization = "Bearer s3cret-token" } }).status, 200)
     -- refused at the end of the head: a body announced and never sent costs no wait (was 408 after the read timeout)
-    local got, ms = raw(i.port, "POST /v1/completions HTTP/1.1\r\nContent-Length: 1000000\r\n\r\n", 3000)
-    T.contains(got, "HTTP/1.1 401")
-    T.ok(ms < 500, "took " .. ms .. " ms")
+    -- the fastest of up to three tries: one stall of this VM (single ones of ~0.5 s seen) is not
+    -- the server waiting for the body, which every try would show
+    local best = math.huge
+    for _ = 1, 3 do
+      local got, ms = raw(i.port, "POST /v1/completions HTTP/1.1\r\nContent-Length: 1000000\r\n\r\n", 3000)
+      T.contains(got, "HTTP/1.1 401")
+      best = math.min(best, ms)
+      if best < 500 then break end
+    end
+    T.ok(best < 500, "took " .. best .. " ms")
   end)
 end)
 
