@@ -67,6 +67,16 @@ local function records(text)
   return t
 end
 
+-- Runs a script with one handler ("h"), checks its exit status and that the handler ran once;
+-- returns its record and the script's stderr.
+local function run_one(code, status, opts)
+  local text, got, err = run(HANDLER:format("h") .. code, opts)
+  if status == "nonzero" then T.ne(got, 0) else T.eq(got, status) end
+  local r = records(text)
+  T.eq(#r, 1, text)
+  return r[1], err
+end
+
 T.test("exit: a normal end runs the handlers once, last registered first, before any finalizer", function()
   local text, code = run(HANDLER:format("first") .. HANDLER:format("second"))
   T.eq(code, 0)
@@ -84,30 +94,21 @@ T.test("exit: a normal end runs the handlers once, last registered first, before
 end)
 
 T.test("exit: an uncaught error reaches the handlers as its first line", function()
-  local text, code, err = run(HANDLER:format("h") .. "error('the boom\\nsecond line')\n")
-  T.eq(code, 1)
+  local r, err = run_one("error('the boom\\nsecond line')\n", 1)
   T.contains(err, "the boom")
-  local r = records(text)
-  T.eq(#r, 1, text)
-  T.contains(r[1].error, "the boom")
-  T.ok(not r[1].error:find("second line", 1, true), r[1].error)
-  T.eq(r[1].finalized, false)
+  T.contains(r.error, "the boom")
+  T.ok(not r.error:find("second line", 1, true), r.error)
+  T.eq(r.finalized, false)
 end)
 
 T.test("exit: os.exit runs the handlers with its code (finalizers are skipped)", function()
-  local text, code = run(HANDLER:format("h") .. "os.exit(3)\n")
-  T.eq(code, 3)
-  local r = records(text)
-  T.eq(#r, 1, text)
-  T.eq(r[1].exit_code, 3)
-  T.eq(r[1].error, nil)
+  local r = run_one("os.exit(3)\n", 3)
+  T.eq(r.exit_code, 3)
+  T.eq(r.error, nil)
   -- os.exit(code, true) closes the state too: the handlers still run once, before it
-  text, code = run(HANDLER:format("h") .. "os.exit(true, true)\n")
-  T.eq(code, 0)
-  r = records(text)
-  T.eq(#r, 1, text)
-  T.eq(r[1].exit_code, true)
-  T.eq(r[1].finalized, false)
+  r = run_one("os.exit(true, true)\n", 0)
+  T.eq(r.exit_code, true)
+  T.eq(r.finalized, false)
 end)
 
 T.test("exit: a handler that fails does not stop the others", function()
@@ -119,18 +120,15 @@ T.test("exit: a handler that fails does not stop the others", function()
 end)
 
 T.test("exit: SIGTERM ends the script as an interrupt and the handlers run", function()
-  local text, code = run(HANDLER:format("h") .. [[
+  local r = run_one([[
 io.stdout:write("ready\n"); io.stdout:flush()
 require("seer.core.sigterm").term_as_interrupt()
 while true do require("seer.process").sleep_ms(50) end
-]], { before_wait = function(child)
+]], "nonzero", { before_wait = function(child)
     T.eq(child:read_line(20000), "ready")
     child:kill(15)
   end })
-  T.ne(code, 0)
-  local r = records(text)
-  T.eq(#r, 1, text)
-  T.eq(r[1].error, "interrupted")
+  T.eq(r.error, "interrupted")
 end)
 
 T.test("exit: on_exit takes only functions", function()
