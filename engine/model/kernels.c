@@ -1087,6 +1087,16 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
 #ifndef SEER_ZPF_AHEAD
 #define SEER_ZPF_AHEAD 1 /* rows_zmm_pairs: the slice prefetched into L1, this many slices on */
 #endif
+/* f32 weights: besides the next slice into L1, the slice SEER_ZPF_L2 on into L2, all its lines at
+ * the start of a slice (0: none). Zen 4 VM, f32 decode batch 16, 2 threads, binaries in turn
+ * (tests/bench/batch_seer.lua MODEL 2 32 16, 2026-12-01), tok/s: none 135.7 (means of 4 rounds),
+ * 2 slices on 145.9 (ahead in 4 of 4), 3 143.7 (4 of 4), 4 141.0 (3 of 4; 150.0 against 139.6 in
+ * an earlier 3), 6 144.0 (3 of 4), 8 and 16 145.4 and 145.5 (3 of 3); one thread 76.7 -> 79.5; one
+ * prompt's 20-47 tokens level. bf16 (half the bytes per FMA) level at 2 (160.8 against 158.9) and
+ * behind at 4 (146.6), so only f32 takes it. */
+#ifndef SEER_ZPF_L2
+#define SEER_ZPF_L2 2
+#endif
 #ifndef SEER_ZRB
 #define SEER_ZRB 6 /* rows_zmm_pairs: rows per block (a multiple of 3, at most SEER_RB) */
 #endif
@@ -1203,6 +1213,15 @@ __attribute__((target("avx512f,avx512vl,avx2,fma,f16c"))) static void rows_zmm_p
             seer_pfw_t pfw = {ptotal ? pb + ((size_t)pr * (size_t)in + (size_t)pk) * es : pb, 0, plines,
                               (ptrdiff_t)((size_t)in * es) - (ptrdiff_t)plines * 64, 0};
             int pcalls = nm * npass * nch, pshare = (ptotal + pcalls - 1) / pcalls, pleft = ptotal;
+            if (SEER_ZPF_L2 > 0 && !bf) { /* f32: the slice SEER_ZPF_L2 on, into L2, at once */
+                int64_t a2 = k0 / kb + SEER_ZPF_L2, pr2 = r + (a2 / nsl) * SEER_ZRB, pk2 = (a2 % nsl) * kb;
+                int64_t pn2 = r1 - pr2 < SEER_ZRB ? r1 - pr2 : SEER_ZRB;
+                int pb2 = (int)((n8 - pk2 < kb ? n8 - pk2 : kb) * (int64_t)es);
+                for (int64_t rr = 0; rr < pn2; rr++) {
+                    const char *lp = pb + ((size_t)(pr2 + rr) * (size_t)in + (size_t)pk2) * es;
+                    for (int o = 0; o < pb2; o += 64) _mm_prefetch(lp + o, _MM_HINT_T1);
+                }
+            }
             const float *xb = xz + (size_t)(k0 / 8) * xstep;
             for (int m = 0; m < nm; m++) {
                 const char *wr[3];
