@@ -420,8 +420,9 @@ static int load_error(lua_State *L, int rc, seer_err_t *err) {
 
 /* The error a script ended with (host.script_error()), kept for the work done when it ends
  * (seer.exit's handlers, run by seer_host_close): an object whose work was cut short (an
- * agent's transcript, an experiment's summary) records why instead of guessing. Its first line only: the traceback
- * follows on stderr. Interrupts (Ctrl-C, SIGTERM, a hangup) read "interrupted". */
+ * agent's transcript, an experiment's summary) records why instead of guessing. Its first line
+ * only: the traceback follows on stderr. Interrupts (Ctrl-C, SIGTERM, a hangup) read
+ * "interrupted". */
 static int note_script_end(lua_State *L, int rc, const seer_err_t *err) {
     if (rc == SEER_OK) return rc;
     const char *nl = strchr(err->msg, '\n');

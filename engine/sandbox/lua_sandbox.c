@@ -565,8 +565,8 @@ static int proc_close(lua_State *L) {
     return 0;
 }
 
-/* Collected while running: the group is killed and reaped so nothing is left behind. */
-/* A process dropped while it runs is killed and reaped, waiting at most 2 s: a process in an
+/* Collected while running: the group is killed and reaped so nothing is left behind, waiting
+ * at most 2 s for the reaping: a process in an
  * uninterruptible sleep (a hung FUSE or NFS mount) ignores SIGKILL until it leaves it, and an
  * unbounded wait here would hold a collection, or the host's exit, with it. Not reaped by then,
  * it is left as it is (a zombie until this process ends, when init takes it). */
