@@ -566,10 +566,10 @@ static int proc_close(lua_State *L) {
 }
 
 /* Collected while running: the group is killed and reaped so nothing is left behind, waiting
- * at most 2 s for the reaping: a process in an
- * uninterruptible sleep (a hung FUSE or NFS mount) ignores SIGKILL until it leaves it, and an
- * unbounded wait here would hold a collection, or the host's exit, with it. Not reaped by then,
- * it is left as it is (a zombie until this process ends, when init takes it). */
+ * at most 2 s for the reaping: a process in an uninterruptible sleep (a hung FUSE or NFS mount)
+ * ignores SIGKILL until it leaves it, and an unbounded wait here would hold a collection, or the
+ * host's exit, with it. Not reaped by then, it is left as it is (a zombie until this process
+ * ends, when init takes it). */
 static int proc_gc(lua_State *L) {
     seer_sandbox_proc_t *p = check_proc(L);
     if (p->pid > 0 && !seer_sandbox_proc_poll(p)) {
