@@ -1020,101 +1020,100 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
     }
 }
 #ifndef SEER_ZMM_PAIRS
-/* f32 weights against 9 to 16 tokens (a batched decode step; up to SEER_ZMM_MAX since, and bf16
- * weights from 13 tokens: below) on
- * a CPU with AVX-512 that runs the AVX2 kernels (AMD: seer_k_linear_simd): rows_zmm_pairs below
- * rather than rows_avx2_multi; 0: the latter. Every token in one pass over a slice, two tokens to a 512-bit vector and each weight
- * 8-block loaded once, into both halves: no panel copy, no second read of the weights, half the
- * instructions per FMA. On the 2-vCPU Zen 4 VM, f32 decode of the 0.5B model, two binaries
- * alternating with the order swapped every round (tests/bench/batch_seer.lua MODEL T 32 B,
- * 2026-12-01), tok/s, rows_avx2_multi against this kernel with 6-row blocks: 2 threads batch 16
- * ahead in 20 of 20 rounds (means 133.2 -> 142.5), batch 12 8 of 8 (115.1 -> 130.5), batch 9 8 of
- * 8 (92.0 -> 101.4); one thread batch 16 6 of 6 (71.9 -> 77.2), batch 12 4 of 4 (62.0 -> 66.6).
- * With 12-row blocks it was level (2 threads, batch 16: ahead in 9 of 18 rounds over three runs,
- * 127.4 / 137.7 / 139.8 against 133.7 / 126.4 / 134.6): width-1024 rows lie 4 KiB apart, so a
- * slice of 12 rows puts 12 lines in each L1 set it touches (8 ways), and the next slice's
- * prefetched lines evicted each other before use; 6 rows put 6 (rows_avx2_multi's panel copy
- * answers the same aliasing). Not taken (2 threads, batch 16, eight alternating rounds each
- * against 6-row blocks, 128-input slices, one slice ahead): 3-row blocks (ahead in 3 of 8),
- * 256-input slices (3 of 8), the slice two on prefetched (3 of 8). The first build also let GCC
- * fold each pair's load of inputs into its three FMAs (three 512-bit loads where one does; Zen 4
- * takes one a cycle): 0.95x, hence the empty asm in the micro-kernel. */
+/* Two tokens to a 512-bit vector on a CPU with AVX-512 that runs the AVX2 kernels (AMD:
+ * seer_k_linear_simd): f32 weights from SEER_ZMM_F32_MIN tokens (rows_zmm_whole) and bf16 from
+ * SEER_ZMM_BF16_MIN (rows_zmm_pairs), up to SEER_ZMM_MAX, rather than rows_avx2_multi; 0: the
+ * latter. Each weight 8-block is loaded once, into both halves of a vector, and multiplied into
+ * every pair of tokens: no panel copy, no second read of the weights, half the instructions per
+ * FMA. Each half is the 8-lane chain rows_avx2_multi keeps for that row and token, over the same
+ * elements in the same order, so every output has the same bits. */
 #define SEER_ZMM_PAIRS 1
 #endif
-#ifndef SEER_ZKB
-#define SEER_ZKB 128 /* rows_zmm_pairs: input elements per slice (a multiple of 8) */
-#endif
-/* Past 16 tokens (a short prompt's prefill under the GEMM threshold, a batch's pass with joining
- * prompts) the same kernel takes each slice of a micro-panel in passes of up to 8 pairs, the
- * slice of weights in L1 for the later passes, where rows_avx2_multi ran a pass of 16 tokens
- * at a time over the whole block. Zen 4 VM, f32, one prompt's forward, tok/s, rows_avx2_multi
- * against this (tests/bench/prefill_lengths.lua MODEL T N..., three rounds, the two binaries
- * alternating, 2026-12-01): 2 threads n = 20 103-118 -> 130-154, 24 109-121 -> 137-158, 32
- * 120-140 -> 141-160, 40 118-136 -> 134-137, 47 120-121 -> 139-143; one thread 20 53-70 -> 81-90,
- * 32 66-84 -> 85-90, 44 82-86 -> 77-93. OpenBLAS sgemm at those lengths (SEER_GEMM_MIN_TOKENS=16)
- * read 115-157 against this kernel's 138-172 in the same rounds; with the kernel let past 48
- * tokens and sgemm off it was level with sgemm at 48-63 and behind from 80 (146-156 against
- * 155-164), so sgemm still takes 48 on (SEER_GEMM_MIN_AVX512) and this kernel stops there.
- * Slices of 64 inputs past 16 tokens read 0.8x (48 tokens: 123-146 against 155-163). */
-#ifndef SEER_ZKB_MANY
-#define SEER_ZKB_MANY 128 /* rows_zmm_pairs past 16 tokens: input elements per slice (a multiple of 8) */
-#endif
-/* bf16 weights from 13 tokens (where rows_avx2_multi took them; 5-12 stream in groups) take the
- * same kernel: each 8-block widened exactly to f32 in both halves of a vector (no panel), bf16's
- * two chains (a0 on even 8-blocks, a1 on odd) each in its own call over the slice, so the 24
- * accumulators of a call are one chain's, and the two reduced as rows_avx2_multi reduces them:
- * the same bits. Slices of 256 inputs (512 bytes of a bf16 row, as f32's 128). Zen 4 VM, bf16
- * decode, rows_avx2_multi against this kernel, two binaries alternating with the order swapped
- * each round (tests/bench/batch_seer.lua MODEL T 32 B, 2026-12-01), tok/s: 2 threads batch 16
- * 112.4 -> 137.8 (ahead in 6 of 6; with 128-input slices it read level, 117 against 118 in four
- * rounds while another job loaded the VM),
- * another four rounds 125.1 -> 141.6 (4 of 4), batch 13 level (114.7 against 112.7); one thread
- * batch 16 74.0 -> 85.1 (3 of 3). The kernel alone (make bench-kernel, one thread, 16 tokens,
- * CPU time) 1-4% ahead: the gain is in the memory traffic (no 12 KiB panel written per slice,
- * 6-row blocks). At 10 and 12 tokens it was behind the grouped stream (128.6 against 131, 135.5
- * against 146.9), hence 13. One prompt's bf16 forward at 2 threads, three rounds: 16 tokens
- * 77-152 -> 146-153, 40 125-147 -> 144-176, 47 121-143 -> 140-166 (128-input slices past 16
- * tokens: 120-135 at 47). */
+/* rows_zmm_pairs (bf16) takes each block of SEER_ZRB rows in slices of inputs, the slice's 8-blocks
+ * of each 3-row micro-panel in passes of up to 8 pairs. 6-row blocks: width-1024 rows lie 4 KiB
+ * apart, so 12 rows put 12 lines in each L1 set a slice touches (8 ways) and the next slice's
+ * prefetched lines evicted each other before use (f32 batch 16, 2 threads, 2026-12-01: 12-row
+ * blocks level with rows_avx2_multi, 6-row 133.2 -> 142.5 tok/s, ahead in 20 of 20 rounds). Each
+ * pair's activations are held in a register (an empty asm): GCC otherwise folded the load into
+ * each of the three FMAs, three 512-bit loads where one does (Zen 4 takes one a cycle): 0.95x.
+ *
+ * bf16 weights from 13 tokens (where rows_avx2_multi took them; 5-12 stream in groups): each
+ * 8-block widened exactly to f32 in both halves of a vector, bf16's two chains (a0 on even
+ * 8-blocks, a1 on odd) each in its own call over the slice, so the 24 accumulators of a call are
+ * one chain's, and the two reduced as rows_avx2_multi reduces them. Slices of 256 inputs (512
+ * bytes of a row). Zen 4 VM, bf16 decode, rows_avx2_multi against this kernel, binaries
+ * alternating with the order swapped each round (tests/bench/batch_seer.lua MODEL T 32 B,
+ * 2026-12-01), tok/s: 2 threads batch 16 112.4 -> 137.8 (ahead in 6 of 6; with 128-input slices
+ * level), another four rounds 125.1 -> 141.6 (4 of 4), batch 13 level (114.7 against 112.7); one
+ * thread batch 16 74.0 -> 85.1 (3 of 3). At 10 and 12 tokens it was behind the grouped stream
+ * (128.6 against 131, 135.5 against 146.9), hence 13. One prompt's bf16 forward at 2 threads,
+ * three rounds: 16 tokens 77-152 -> 146-153, 40 125-147 -> 144-176, 47 121-143 -> 140-166
+ * (128-input slices past 16 tokens: 120-135 at 47). A prefetch of the slice two on into L2 (as
+ * f32's sliced kernel had) was level at two slices on and behind at four. */
 #ifndef SEER_ZKB_BF16
-#define SEER_ZKB_BF16 256 /* the same for bf16 weights, to 16 tokens */
+#define SEER_ZKB_BF16 256 /* rows_zmm_pairs: input elements per slice, to 16 tokens */
 #endif
 #ifndef SEER_ZKB_MANY_BF16
 #define SEER_ZKB_MANY_BF16 256 /* and past 16 tokens */
 #endif
 #ifndef SEER_ZMM_MAX
-#define SEER_ZMM_MAX 48 /* rows_zmm_pairs: tokens at most (an even number; more: rows_avx2_multi) */
+#define SEER_ZMM_MAX 48 /* tokens at most (an even number; more: rows_avx2_multi) */
 #endif
 #ifndef SEER_ZPF_AHEAD
 #define SEER_ZPF_AHEAD 1 /* rows_zmm_pairs: the slice prefetched into L1, this many slices on */
 #endif
-/* f32 weights: besides the next slice into L1, the slice SEER_ZPF_L2 on into L2, all its lines at
- * the start of a slice (0: none). Zen 4 VM, f32 decode batch 16, 2 threads, binaries in turn
- * (tests/bench/batch_seer.lua MODEL 2 32 16, 2026-12-01), tok/s: none 135.7 (means of 4 rounds),
- * 2 slices on 145.9 (ahead in 4 of 4), 3 143.7 (4 of 4), 4 141.0 (3 of 4; 150.0 against 139.6 in
- * an earlier 3), 6 144.0 (3 of 4), 8 and 16 145.4 and 145.5 (3 of 3); one thread 76.7 -> 79.5; one
- * prompt's 20-47 tokens level. bf16 (half the bytes per FMA) level at 2 (160.8 against 158.9) and
- * behind at 4 (146.6), so only f32 takes it. */
-#ifndef SEER_ZPF_L2
-#define SEER_ZPF_L2 2
-#endif
 #ifndef SEER_ZRB
 #define SEER_ZRB 6 /* rows_zmm_pairs: rows per block (a multiple of 3, at most SEER_RB) */
 #endif
+/* f32 weights: rows_zmm_whole takes each micro-panel of 3 rows whole, in one micro-kernel call
+ * per pass of up to 8 token pairs, the accumulators in registers from a row's first input to its
+ * last and the activations streamed from L2 (16 tokens of a 1024-wide row are 64 KiB), where
+ * rows_zmm_pairs took slices of 128 inputs and stored and loaded its 24 accumulators around each
+ * (the micro-kernel alone, its data in L1, ran at 70% of the FMA peak at 16 8-blocks a call and at
+ * 86% at 128: a /tmp program, 2026-12-02). The micro-panel SEER_ZWHOLE_L2 on is prefetched into
+ * L2 as the rows are read. Past 16 tokens (passes of pairs) the rows go in chunks of
+ * SEER_ZWHOLE_KC 8-blocks, every pass over a chunk before the next, so the later passes find it
+ * in L1. Zen 4 VM, 2026-12-02, the sliced kernel (and rows_avx2_multi at 5-8 tokens) against
+ * this: the kernel alone (make bench-kernel-ab DT=f32 COLD=1) 16 tokens 0.82x the time at one
+ * thread, 0.86x at two, 8 tokens 1.03x; f32 decode of the 0.5B model, binaries alternating with
+ * the order swapped each round (tests/bench/batch_seer.lua MODEL T 32 B), tok/s: 2 threads batch
+ * 16 127.7 -> 157.2 (ahead in 6 of 6), 12 119.7 -> 128.6 (2 of 3), 10 level (109.2 / 109.3),
+ * 8 82.6 -> 99.2, 6 58.7 -> 75.4, 5 47.3 -> 64.6 (3 of 3 each); one thread batch 16 73.6 -> 91.5
+ * (4 of 4). At 2-4 tokens it was behind the streamed kernel (batch 4 65.1 against 75.2), which
+ * keeps them. The L2 prefetch: none 109.8 against 150.6 tok/s (batch 16, 2 threads, 4 rounds);
+ * one micro-panel on 133.9 against 151.4 for a walk over the next micro-panel's lines one row
+ * after another; two or three on level with that walk (158.5 / 156.1 against 159.8, 6 rounds),
+ * four 140.0; the next 512 bytes of the rows into L1 besides, level (163.0). One prompt's forward
+ * (tests/bench/prefill_lengths.lua MODEL 2 N..., 2 threads, a noisy phase), means of 3-4 rounds:
+ * whole rows in every pass 119 / 132 / 146 / 158 / 168 tok/s at 17 / 20 / 24 / 32 / 47 tokens
+ * against the sliced kernel's 136 / 151 / 152 / 154 / 148, so chunks: 16 8-blocks 139 / 147 /
+ * 149 / 158 / 153, 32 123 / 146 / 154 / 172 / 171, 64 112 / 121 / 130 / 158 / 168; 32 again,
+ * four more rounds: 141 / 152 / 162 at 17 / 20 / 24 against 130 / 158 / 158, 40 level. */
+#ifndef SEER_ZWHOLE_L2
+#define SEER_ZWHOLE_L2 2 /* rows_zmm_whole: the micro-panel this many on prefetched into L2 (0: none) */
+#endif
+#ifndef SEER_ZWHOLE_KC
+#define SEER_ZWHOLE_KC 32 /* rows_zmm_whole past 16 tokens: 8-blocks per chunk (0: whole rows) */
+#endif
+#ifndef SEER_ZMM_F32_MIN
+#define SEER_ZMM_F32_MIN 5 /* f32 weights from this many tokens (more than SEER_STREAM_MAX) */
+#endif
+#ifndef SEER_ZMM_BF16_MIN
+#define SEER_ZMM_BF16_MIN 13 /* bf16 weights from this many tokens (where rows_avx2_multi took them) */
+#endif
 _Static_assert(SEER_ZRB % 3 == 0 && SEER_ZRB <= SEER_RB, "SEER_ZRB: whole 3-row micro-panels, at most SEER_RB");
-_Static_assert(SEER_ZKB % 8 == 0 && SEER_ZKB_MANY % 8 == 0, "SEER_ZKB, SEER_ZKB_MANY: whole 8-blocks");
 _Static_assert(SEER_ZKB_BF16 % 16 == 0 && SEER_ZKB_MANY_BF16 % 16 == 0,
                "SEER_ZKB_BF16, SEER_ZKB_MANY_BF16: whole pairs of 8-blocks (bf16's two chains alternate)");
 _Static_assert(SEER_ZMM_MAX % 2 == 0 && SEER_ZMM_MAX >= 16, "SEER_ZMM_MAX: an even number, at least 16");
 _Static_assert(SEER_ZPF_AHEAD >= 1, "SEER_ZPF_AHEAD: at least the next slice");
-#ifndef SEER_ZMM_BF16_MIN
-#define SEER_ZMM_BF16_MIN 13 /* bf16 weights from this many tokens (where rows_avx2_multi took them) */
-#endif
+_Static_assert(SEER_ZMM_F32_MIN > SEER_STREAM_MAX && SEER_ZMM_BF16_MIN > SEER_STREAM_MAX,
+               "SEER_ZMM_F32_MIN, SEER_ZMM_BF16_MIN: past the streamed kernel's tokens (at least 3 pairs)");
 static int zmm_pairs(const seer_weight_t *w, int ntok) {
     return SEER_ZMM_PAIRS && ntok <= SEER_ZMM_MAX && w->cols >= 8 &&
-           ((w->dtype == SEER_F32 && ntok > SEER_PF_FAR_MAX) || (w->dtype == SEER_BF16 && ntok >= SEER_ZMM_BF16_MIN)) &&
+           ((w->dtype == SEER_F32 && ntok >= SEER_ZMM_F32_MIN) || (w->dtype == SEER_BF16 && ntok >= SEER_ZMM_BF16_MIN)) &&
            seer_k_have_avx512();
 }
-/* The activations for rows_zmm_pairs: [8-block b][token t][8], so that tokens 2p and 2p+1 of a
+/* The activations for the pair kernels: [8-block b][token t][8], so that tokens 2p and 2p+1 of a
  * block are one 512-bit vector (a missing last token zeros); NULL when the buffer cannot grow. */
 static const float *pack_x_pairs(const float *x, int ntok, int64_t in) {
     int64_t nb = in / 8;
@@ -1134,16 +1133,26 @@ static const float *pack_x_pairs(const float *x, int ntok, int64_t in) {
 #define SEER_ZW_BF16(p)                                                                                          \
     _mm512_castsi512_ps(_mm512_slli_epi32(                                                                       \
         _mm512_cvtepu16_epi32(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(p)))), 16))
-/* 3 rows x NP token pairs over the 8-blocks off8, off8 + bstep, ... (nsteps of them) of a slice:
- * each 8-block of a row loaded once, in both halves of a 512-bit vector, and multiplied into every
- * pair's vector of inputs (24 accumulators at NP 8). f32 weights take every 8-block (one chain);
- * bf16 every other one, each of its two chains in its own call, as rows_avx2_multi keeps them.
- * Each half is the 8-lane chain rows_avx2_multi keeps for that row and token, over the same
- * elements in the same order, so every output has the same bits. */
-#define SEER_DEF_ZMICRO_T(NP, NAME, T, LOADW)                                                                    \
-    __attribute__((target("avx512f,avx512vl,avx2,fma"))) static inline void NAME##NP(                      \
-        const T *w0, const T *w1, const T *w2, const float *xb, size_t xstep, int off8, int bstep, int nsteps,   \
-        float *acc, int fresh, seer_pfw_t *pf, int pq) {                                                     \
+/* The FMAs of one 8-block of 3 rows (v0..v2) into NP token pairs' accumulators a[p][0..2], the
+ * pairs' activations at xs */
+#define SEER_ZFMA(NP, xs, v0, v1, v2)                                                                            \
+    _Pragma("GCC unroll 8") for (int p = 0; p < NP; p++) {                                                  \
+        __m512 xv = _mm512_load_ps((xs) + p * 16);                                                           \
+        /* in a register: GCC otherwise folds the load into each of the three FMAs, three 512-bit   \
+         * loads where one will do (Zen 4 takes one a cycle) */                                     \
+        __asm__("" : "+v"(xv));                                                                              \
+        a[p][0] = _mm512_fmadd_ps(v0, xv, a[p][0]);                                                          \
+        a[p][1] = _mm512_fmadd_ps(v1, xv, a[p][1]);                                                          \
+        a[p][2] = _mm512_fmadd_ps(v2, xv, a[p][2]);                                                          \
+    }
+/* bf16: 3 rows x NP token pairs over the 8-blocks off8, off8 + bstep, ... (nsteps of them) of a
+ * slice, one of the two chains (every other 8-block), the accumulators in from acc (zero for the
+ * first slice, `fresh`) and back out, a share `pq` of the walk over the next slice's lines
+ * prefetched as it goes (24 accumulators at NP 8). */
+#define SEER_DEF_ZMICRO(NP)                                                                                      \
+    __attribute__((target("avx512f,avx512vl,avx2,fma"))) static inline void zmicrob3x##NP(                 \
+        const uint16_t *w0, const uint16_t *w1, const uint16_t *w2, const float *xb, size_t xstep, int off8, \
+        int bstep, int nsteps, float *acc, int fresh, seer_pfw_t *pf, int pq) {                              \
         __m512 a[NP][3];                                                                                     \
         _Pragma("GCC unroll 8") for (int p = 0; p < NP; p++)                                                \
             _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++)                                             \
@@ -1152,49 +1161,144 @@ static const float *pack_x_pairs(const float *x, int ntok, int64_t in) {
         int pfl = pf->line;                                                                                  \
         for (int s = 0, b = off8; s < nsteps; s++, b += bstep) {                                             \
             if (pq > 0) { SEER_PF_LINE(pfp, pfl, pf); pq--; }                                                \
-            __m512 v0 = LOADW(w0 + (size_t)b * 8);                                                           \
-            __m512 v1 = LOADW(w1 + (size_t)b * 8);                                                           \
-            __m512 v2 = LOADW(w2 + (size_t)b * 8);                                                           \
-            const float *xs = xb + (size_t)b * xstep;                                                        \
-            _Pragma("GCC unroll 8") for (int p = 0; p < NP; p++) {                                          \
-                __m512 xv = _mm512_load_ps(xs + p * 16);                                                     \
-                /* in a register: GCC otherwise folds the load into each of the three FMAs, three   \
-                 * 512-bit loads where one will do (Zen 4 takes one a cycle) */                     \
-                __asm__("" : "+v"(xv));                                                                      \
-                a[p][0] = _mm512_fmadd_ps(v0, xv, a[p][0]);                                                  \
-                a[p][1] = _mm512_fmadd_ps(v1, xv, a[p][1]);                                                  \
-                a[p][2] = _mm512_fmadd_ps(v2, xv, a[p][2]);                                                  \
-            }                                                                                                \
+            __m512 v0 = SEER_ZW_BF16(w0 + (size_t)b * 8);                                                    \
+            __m512 v1 = SEER_ZW_BF16(w1 + (size_t)b * 8);                                                    \
+            __m512 v2 = SEER_ZW_BF16(w2 + (size_t)b * 8);                                                    \
+            SEER_ZFMA(NP, xb + (size_t)b * xstep, v0, v1, v2)                                                \
         }                                                                                                    \
         for (; pq > 0; pq--) SEER_PF_LINE(pfp, pfl, pf);                                                     \
         pf->p = pfp, pf->line = pfl;                                                                         \
         _Pragma("GCC unroll 8") for (int p = 0; p < NP; p++)                                                \
             _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++) _mm512_store_ps(acc + (p * 3 + k) * 16, a[p][k]); \
     }
-#define SEER_DEF_ZMICRO(NP)                                                                                      \
-    SEER_DEF_ZMICRO_T(NP, zmicro3x, float, SEER_ZW_F32)                                                      \
-    SEER_DEF_ZMICRO_T(NP, zmicrob3x, uint16_t, SEER_ZW_BF16)
+/* f32: 3 rows x NP token pairs over nsteps 8-blocks from w0..w2 (whole rows, or a chunk of them),
+ * in order (the one f32 chain), the accumulators zeroed first (`fresh`) or loaded from acc, and
+ * stored there at the end; with `ahead` (bytes, 0: none) the lines that far on in each row
+ * prefetched into L2 as the rows are read, one line of each per two 8-blocks, so the micro-panel
+ * SEER_ZWHOLE_L2 on arrives in the order it will be read. */
+#define SEER_DEF_ZWHOLE(NP)                                                                                      \
+    __attribute__((target("avx512f,avx512vl,avx2,fma"))) static inline void zwhole3x##NP(                  \
+        const float *w0, const float *w1, const float *w2, const float *xb, size_t xstep, int nsteps,       \
+        float *acc, int fresh, size_t ahead) {                                                               \
+        __m512 a[NP][3];                                                                                     \
+        _Pragma("GCC unroll 8") for (int p = 0; p < NP; p++)                                                \
+            _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++)                                             \
+                a[p][k] = fresh ? _mm512_setzero_ps() : _mm512_load_ps(acc + (p * 3 + k) * 16);             \
+        for (int b = 0; b < nsteps; b++) {                                                                   \
+            if (ahead && !(b & 1)) {                                                                         \
+                _mm_prefetch((const char *)(w0 + (size_t)b * 8) + ahead, _MM_HINT_T1);                       \
+                _mm_prefetch((const char *)(w1 + (size_t)b * 8) + ahead, _MM_HINT_T1);                       \
+                _mm_prefetch((const char *)(w2 + (size_t)b * 8) + ahead, _MM_HINT_T1);                       \
+            }                                                                                                \
+            __m512 v0 = SEER_ZW_F32(w0 + (size_t)b * 8);                                                     \
+            __m512 v1 = SEER_ZW_F32(w1 + (size_t)b * 8);                                                     \
+            __m512 v2 = SEER_ZW_F32(w2 + (size_t)b * 8);                                                     \
+            SEER_ZFMA(NP, xb + (size_t)b * xstep, v0, v1, v2)                                                \
+        }                                                                                                    \
+        _Pragma("GCC unroll 8") for (int p = 0; p < NP; p++)                                                \
+            _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++) _mm512_store_ps(acc + (p * 3 + k) * 16, a[p][k]); \
+    }
+SEER_DEF_ZWHOLE(3)
 SEER_DEF_ZMICRO(4)
+SEER_DEF_ZWHOLE(4)
 SEER_DEF_ZMICRO(5)
+SEER_DEF_ZWHOLE(5)
 SEER_DEF_ZMICRO(6)
+SEER_DEF_ZWHOLE(6)
 SEER_DEF_ZMICRO(7)
+SEER_DEF_ZWHOLE(7)
 SEER_DEF_ZMICRO(8)
-/* Rows [r0, r1) of f32 weights against 9 to SEER_ZMM_MAX tokens (x, packed by pack_x_pairs into
- * xz), written to y[t][r] (row stride out): rows_avx2_multi's blocks of rows and slices of inputs
- * with its prefetch of the next slice, but with no panel: the weights are read once, straight
- * from where they lie. Each micro-panel of 3 rows takes its slice in passes of at most 8 token
- * pairs (one pass up to 16 tokens; 17-32 two, 33-48 three, of balanced sizes), the slice in L1
- * for the passes after the first. */
+SEER_DEF_ZWHOLE(8)
+/* The outputs of one 3-row micro-panel (rows row0.., `left` of them still in the range) from its
+ * accumulators a0 (and bf16's second chain a1; NULL for f32), [pair][row][16]: each (token, row)
+ * chain reduced as rows_avx2_multi reduces it (a0 + a1 for bf16, a0 + 0 for f32, then hsum8x8),
+ * so the same bits. */
+__attribute__((target("avx2,fma,f16c"))) static inline void zmm_out(const seer_weight_t *w, const float *x, float *y,
+                                                                    int64_t out, int64_t row0, int left, int ntok,
+                                                                    const float *a0, const float *a1, int64_t n8) {
+    const __m256 z = _mm256_setzero_ps();
+    for (int g = 0; g < (ntok + 3) / 4; g++) {
+        int gt = ntok - g * 4 < 4 ? ntok - g * 4 : 4;
+        __m256 v[16];
+        _Alignas(32) float sums[16];
+        /* only the entries the loop below leaves: zeroing all 16 compiled to a 512-byte rep stos
+         * per group, ~5% of the kernel's samples (perf, f32 batch 16); without it, batch-16
+         * decode on 2 threads, 4 alternating rounds each: f32 124.3 -> 127.5 tok/s, bf16 154.6
+         * -> 160.8 (ahead in 4 of 4 each) */
+        for (int j = gt * 3; j < 16; j++) v[j] = z;
+        for (int u = 0; u < gt; u++) {
+            int t = g * 4 + u;
+            for (int k = 0; k < 3; k++) {
+                size_t at = ((size_t)(t / 2) * 3 + (size_t)k) * 16 + (size_t)(t & 1) * 8;
+                v[u * 3 + k] = _mm256_add_ps(_mm256_load_ps(a0 + at), a1 ? _mm256_load_ps(a1 + at) : z);
+            }
+        }
+        hsum8x8(v, sums);
+        hsum8x8(v + 8, sums + 8);
+        block_out(w, x, y, out, row0, left, g * 4, gt, sums, n8);
+    }
+}
+/* Rows [r0, r1) of f32 weights against SEER_ZMM_F32_MIN to SEER_ZMM_MAX tokens (x, packed by
+ * pack_x_pairs into xz), written to y[t][r] (row stride out): each micro-panel of 3 rows (a short
+ * last one repeats its last row) whole, in passes of at most 8 token pairs (one to 16 tokens,
+ * 17-32 two, 33-48 three, of balanced sizes; more than one: chunk by chunk, see SEER_ZWHOLE_KC). */
+__attribute__((target("avx512f,avx512vl,avx2,fma,f16c"))) static void rows_zmm_whole(const seer_weight_t *w, int64_t r0,
+                                                                                    int64_t r1, const float *x,
+                                                                                    const float *xz, int ntok, float *y,
+                                                                                    int64_t out) {
+    int64_t in = w->cols, n8 = in & ~(int64_t)7;
+    int np = (ntok + 1) / 2, npass = (np + 7) / 8, pbase = np / npass, pextra = np % npass, nb = (int)(n8 / 8);
+    int kc = npass > 1 && SEER_ZWHOLE_KC > 0 ? SEER_ZWHOLE_KC : nb; /* 8-blocks per call */
+    const size_t xstep = (size_t)np * 16; /* floats per 8-block of xz */
+    const float *pb = (const float *)w->data;
+    _Alignas(64) float acc[SEER_ZMM_MAX / 2 * 3 * 16]; /* [pair][row][16] */
+    for (int64_t r = r0; r < r1; r += 3) {
+        int nr = r1 - r >= 3 ? 3 : (int)(r1 - r);
+        const float *wr[3];
+        for (int k = 0; k < 3; k++) wr[k] = pb + (size_t)(r + (k < nr ? k : nr - 1)) * (size_t)in;
+        /* the micro-panel SEER_ZWHOLE_L2 on, when it is whole and in the range (rows past r1 are
+         * another task's), by the first pass */
+        size_t ahead = SEER_ZWHOLE_L2 > 0 && nr == 3 && r + 3 * (int64_t)SEER_ZWHOLE_L2 + 3 <= r1
+                           ? (size_t)SEER_ZWHOLE_L2 * 3 * (size_t)in * sizeof(float)
+                           : 0;
+        for (int k0 = 0; k0 < nb; k0 += kc) {
+            int steps = nb - k0 < kc ? nb - k0 : kc;
+            const float *w0 = wr[0] + (size_t)k0 * 8, *w1 = wr[1] + (size_t)k0 * 8, *w2 = wr[2] + (size_t)k0 * 8;
+            for (int q = 0, p0 = 0; q < npass; q++) {
+                int pp = pbase + (q < pextra);
+                const float *xq = xz + (size_t)k0 * xstep + (size_t)p0 * 16;
+                float *aq = acc + (size_t)p0 * 3 * 16;
+                size_t aa = q == 0 ? ahead : 0;
+                switch (pp) {
+                case 3: zwhole3x3(w0, w1, w2, xq, xstep, steps, aq, k0 == 0, aa); break;
+                case 4: zwhole3x4(w0, w1, w2, xq, xstep, steps, aq, k0 == 0, aa); break;
+                case 5: zwhole3x5(w0, w1, w2, xq, xstep, steps, aq, k0 == 0, aa); break;
+                case 6: zwhole3x6(w0, w1, w2, xq, xstep, steps, aq, k0 == 0, aa); break;
+                case 7: zwhole3x7(w0, w1, w2, xq, xstep, steps, aq, k0 == 0, aa); break;
+                default: zwhole3x8(w0, w1, w2, xq, xstep, steps, aq, k0 == 0, aa); break;
+                }
+                p0 += pp;
+            }
+        }
+        zmm_out(w, x, y, out, r, nr, ntok, acc, NULL, n8);
+    }
+}
+/* Rows [r0, r1) of bf16 weights against SEER_ZMM_BF16_MIN to SEER_ZMM_MAX tokens (x, packed by
+ * pack_x_pairs into xz), written to y[t][r] (row stride out): rows_avx2_multi's blocks of rows and
+ * slices of inputs with its prefetch of the next slice, but with no panel: the weights are read
+ * once, straight from where they lie. Each micro-panel of 3 rows takes its slice in passes of at
+ * most 8 token pairs (one pass up to 16 tokens; 17-32 two, 33-48 three, of balanced sizes), the
+ * slice in L1 for the passes after the first. */
 __attribute__((target("avx512f,avx512vl,avx2,fma,f16c"))) static void rows_zmm_pairs(const seer_weight_t *w, int64_t r0,
                                                                                     int64_t r1, const float *x,
                                                                                     const float *xz, int ntok, float *y,
                                                                                     int64_t out) {
     int64_t in = w->cols, n8 = in & ~(int64_t)7;
-    int np = (ntok + 1) / 2, ng = (ntok + 3) / 4;
+    int np = (ntok + 1) / 2;
     int npass = (np + 7) / 8, pbase = np / npass, pextra = np % npass;
-    const int bf = w->dtype == SEER_BF16, nch = bf ? 2 : 1; /* chains: bf16 a0 on even 8-blocks, a1 on odd */
-    const size_t es = bf ? 2 : 4;
-    const int kb = bf ? (np > 8 ? SEER_ZKB_MANY_BF16 : SEER_ZKB_BF16) : np > 8 ? SEER_ZKB_MANY : SEER_ZKB;
+    enum { NCH = 2 }; /* chains: a0 on even 8-blocks, a1 on odd */
+    const size_t es = 2;
+    const int kb = np > 8 ? SEER_ZKB_MANY_BF16 : SEER_ZKB_BF16;
     const size_t xstep = (size_t)np * 16; /* floats per 8-block of xz */
     const char *pb = (const char *)w->data;
     enum { ZP = SEER_ZMM_MAX / 2 };            /* pairs at most */
@@ -1212,74 +1316,38 @@ __attribute__((target("avx512f,avx512vl,avx2,fma,f16c"))) static void rows_zmm_p
             int plines = (pbytes + 63) / 64, ptotal = SEER_BLOCK_PF && pn > 0 ? (int)pn * plines : 0;
             seer_pfw_t pfw = {ptotal ? pb + ((size_t)pr * (size_t)in + (size_t)pk) * es : pb, 0, plines,
                               (ptrdiff_t)((size_t)in * es) - (ptrdiff_t)plines * 64, 0};
-            int pcalls = nm * npass * nch, pshare = (ptotal + pcalls - 1) / pcalls, pleft = ptotal;
-            if (SEER_ZPF_L2 > 0 && !bf) { /* f32: the slice SEER_ZPF_L2 on, into L2, at once */
-                int64_t a2 = k0 / kb + SEER_ZPF_L2, pr2 = r + (a2 / nsl) * SEER_ZRB, pk2 = (a2 % nsl) * kb;
-                int64_t pn2 = r1 - pr2 < SEER_ZRB ? r1 - pr2 : SEER_ZRB;
-                int pb2 = (int)((n8 - pk2 < kb ? n8 - pk2 : kb) * (int64_t)es);
-                for (int64_t rr = 0; rr < pn2; rr++) {
-                    const char *lp = pb + ((size_t)(pr2 + rr) * (size_t)in + (size_t)pk2) * es;
-                    for (int o = 0; o < pb2; o += 64) _mm_prefetch(lp + o, _MM_HINT_T1);
-                }
-            }
+            int pcalls = nm * npass * NCH, pshare = (ptotal + pcalls - 1) / pcalls, pleft = ptotal;
             const float *xb = xz + (size_t)(k0 / 8) * xstep;
             for (int m = 0; m < nm; m++) {
-                const char *wr[3];
+                const uint16_t *wr[3];
                 for (int k = 0; k < 3; k++) { /* a short block repeats its last row */
                     int kk = m * 3 + k < nr ? m * 3 + k : nr - 1;
-                    wr[k] = pb + ((size_t)(r + kk) * (size_t)in + (size_t)k0) * es;
+                    wr[k] = (const uint16_t *)(pb + ((size_t)(r + kk) * (size_t)in + (size_t)k0) * es);
                 }
-                for (int c = 0; c < nch; c++) {
-                    int steps = (nb - c + nch - 1) / nch;
+                for (int c = 0; c < NCH; c++) {
+                    int steps = (nb - c + NCH - 1) / NCH;
                     for (int q = 0, p0 = 0; q < npass; q++) {
                         int pp = pbase + (q < pextra);
                         float *am = acc + (((size_t)m * 2 + (size_t)c) * ZP + (size_t)p0) * 3 * 16;
                         const float *xq = xb + (size_t)p0 * 16;
                         int pq = pleft < pshare ? pleft : pshare;
                         pleft -= pq;
-#define SEER_ZCALL(NP)                                                                                           \
-    (bf ? zmicrob3x##NP((const uint16_t *)wr[0], (const uint16_t *)wr[1], (const uint16_t *)wr[2], xq, xstep, c, nch, steps, \
-                        am, k0 == 0, &pfw, pq)                                                               \
-        : zmicro3x##NP((const float *)wr[0], (const float *)wr[1], (const float *)wr[2], xq, xstep, c, nch, steps, am, \
-                       k0 == 0, &pfw, pq))
                         switch (pp) {
-                        case 4: SEER_ZCALL(4); break;
-                        case 5: SEER_ZCALL(5); break;
-                        case 6: SEER_ZCALL(6); break;
-                        case 7: SEER_ZCALL(7); break;
-                        default: SEER_ZCALL(8); break;
+                        case 4: zmicrob3x4(wr[0], wr[1], wr[2], xq, xstep, c, NCH, steps, am, k0 == 0, &pfw, pq); break;
+                        case 5: zmicrob3x5(wr[0], wr[1], wr[2], xq, xstep, c, NCH, steps, am, k0 == 0, &pfw, pq); break;
+                        case 6: zmicrob3x6(wr[0], wr[1], wr[2], xq, xstep, c, NCH, steps, am, k0 == 0, &pfw, pq); break;
+                        case 7: zmicrob3x7(wr[0], wr[1], wr[2], xq, xstep, c, NCH, steps, am, k0 == 0, &pfw, pq); break;
+                        default: zmicrob3x8(wr[0], wr[1], wr[2], xq, xstep, c, NCH, steps, am, k0 == 0, &pfw, pq); break;
                         }
-#undef SEER_ZCALL
                         p0 += pp;
                     }
                 }
             }
         }
-        /* each (token, row) chain reduced as rows_avx2_multi reduces it (a0 + a1 for bf16, a0 + 0
-         * for f32, then hsum8x8): the same bits */
-        const __m256 z = _mm256_setzero_ps();
-        for (int m = 0; m < nm; m++)
-            for (int g = 0; g < ng; g++) {
-                int gt = ntok - g * 4 < 4 ? ntok - g * 4 : 4;
-                const float *a0 = acc + (size_t)m * 2 * ZP * 3 * 16, *a1 = a0 + (size_t)ZP * 3 * 16;
-                __m256 v[16];
-                _Alignas(32) float sums[16];
-                /* only the entries the loop below leaves: zeroing all 16 compiled to a 512-byte rep stos
-                 * per group, ~5% of the kernel's samples (perf, f32 batch 16); without it, batch-16
-                 * decode on 2 threads, 4 alternating rounds each: f32 124.3 -> 127.5 tok/s, bf16 154.6
-                 * -> 160.8 (ahead in 4 of 4 each) */
-                for (int j = gt * 3; j < 16; j++) v[j] = z;
-                for (int u = 0; u < gt; u++) {
-                    int t = g * 4 + u;
-                    for (int k = 0; k < 3; k++) {
-                        size_t at = ((size_t)(t / 2) * 3 + (size_t)k) * 16 + (size_t)(t & 1) * 8;
-                        v[u * 3 + k] = _mm256_add_ps(_mm256_load_ps(a0 + at), bf ? _mm256_load_ps(a1 + at) : z);
-                    }
-                }
-                hsum8x8(v, sums);
-                hsum8x8(v + 8, sums + 8);
-                block_out(w, x, y, out, r + m * 3, nr - m * 3, g * 4, gt, sums, n8);
-            }
+        for (int m = 0; m < nm; m++) {
+            const float *a0 = acc + (size_t)m * 2 * ZP * 3 * 16;
+            zmm_out(w, x, y, out, r + m * 3, nr - m * 3, ntok, a0, a0 + (size_t)ZP * 3 * 16, n8);
+        }
     }
 }
 
@@ -1442,7 +1510,8 @@ static void linear_range(linear_job *j, size_t begin, size_t end) {
             if (zmm_pairs(j->w, j->n)) {
                 if (packed_gen != j->gen) packed = pack_x_pairs(j->x, j->n, j->w->cols), packed_gen = j->gen;
                 if (packed) {
-                    rows_zmm_pairs(j->w, (int64_t)begin, (int64_t)end, j->x, packed, j->n, j->y, out);
+                    if (j->w->dtype == SEER_F32) rows_zmm_whole(j->w, (int64_t)begin, (int64_t)end, j->x, packed, j->n, j->y, out);
+                    else rows_zmm_pairs(j->w, (int64_t)begin, (int64_t)end, j->x, packed, j->n, j->y, out);
                     goto bias;
                 }
                 packed_gen = 0; /* out of memory: the blocked kernel below, the same bits */

@@ -660,7 +660,7 @@ static void check_linear_rows_token_independent(void) {
     static const int cols_[] = {5, 8, 24, 37, 96, 136, 300, 605, 512, 1024, 1030};
     enum { NCOLS = sizeof cols_ / sizeof cols_[0] };
     static const seer_dtype_t dts[] = {SEER_F32, SEER_BF16, SEER_F16};
-    /* 1-17 every count; past 16 the f32 pair kernel's passes (two of 4-8 pairs to 32 tokens,
+    /* 1-17 every count; past 16 the f32 whole-row kernel's passes (two of 4-8 pairs to 32 tokens,
      * three to 48) and the blocked kernel's second and third groups of 16 */
     static const int ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 24, 31, 32, 33, 40, 47, 48, 49};
     enum { NMAX = 49, KMAX = 1030 };
@@ -748,7 +748,7 @@ Test(kernels, linear_rows_token_independent_portable_path) {
 }
 
 /* 1-17, 32 and 33 tokens (the batch-1 kernel, the streamed one and its groups, the blocked one,
- * its second pass of tokens past 16, and the f32 pair kernel's passes) against a matrix large enough that the pool's threads take row
+ * its second pass of tokens past 16, and the f32 whole-row kernel's passes) against a matrix large enough that the pool's threads take row
  * tasks as they go (linear_base, SEER_LINEAR_TASKS and SEER_MULTI_TASKS): every row
  * of every token is written, and the result is the same bits whatever the thread count, equal
  * to one thread's and to each token run alone. */
