@@ -1258,7 +1258,7 @@ __attribute__((target("avx512f,avx512vl,avx2,fma,f16c"))) static void rows_zmm_w
         for (int k = 0; k < 3; k++) wr[k] = pb + (size_t)(r + (k < nr ? k : nr - 1)) * (size_t)in;
         /* the micro-panel SEER_ZWHOLE_L2 on, when it is whole and in the range (rows past r1 are
          * another task's), by the first pass */
-        size_t ahead = SEER_ZWHOLE_L2 > 0 && nr == 3 && r + 3 * (int64_t)SEER_ZWHOLE_L2 + 3 <= r1
+        size_t ahead = SEER_ZWHOLE_L2 > 0 && r + 3 * (int64_t)SEER_ZWHOLE_L2 + 3 <= r1
                            ? (size_t)SEER_ZWHOLE_L2 * 3 * (size_t)in * sizeof(float)
                            : 0;
         for (int k0 = 0; k0 < nb; k0 += kc) {
