@@ -1540,9 +1540,9 @@ bias:
 
 static void linear_base(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w,
                         const seer_weight_t *bias, int gemm, int lead) {
-    /* AMX takes a prefill of 16 tokens or more; precision = "fast" on bf16 weights takes every
-     * count on AVX512_BF16 (the same bits per token whatever n, so decode and batches included) */
-    if (gemm && n >= SEER_BLAS_MIN_TOKENS && seer_k_linear_amx(p, y, x, n, w, bias)) return;
+    /* bf16 weights on AMX, and precision = "fast" on bf16 weights on AVX512_BF16, take every
+     * count (the same bits per token whatever n, so decode, batches and prefill alike) */
+    if (seer_k_linear_amx(p, y, x, n, w, bias)) return;
     if (seer_k_linear_dpbf16(p, y, x, n, w, bias)) return;
     if (gemm && seer_k_linear_blas(p, y, x, n, w, bias, lead)) return;
     linear_job j = {.y = y, .x = x, .n = n, .w = w, .bias = bias, .simd = seer_k_linear_simd()};
@@ -1702,10 +1702,11 @@ void seer_k_linear_multi(seer_pool_t *p, int count, float *const *ys, const floa
     }
     for (int i = 0; i < count; i++) any |= gemm[i] = paths >= seer_k_linear_gemm_min(ws[i]);
     /* the fast bf16 kernel takes the matrices together; so does OpenBLAS when every matrix is on
-     * its GEMM path and no bf16 unit takes one (AMX goes matrix by matrix) */
+     * its GEMM path and no bf16 unit takes one */
     int together = 0, blas = count > 1;
     for (int i = 0; i < count && blas; i++) blas = gemm[i] && !seer_k_bf16_units_take(ws[i]);
-    if (count > 1 && !any) together = seer_k_linear_dpbf16_multi(p, count, ys, x, n, ws, biases);
+    /* (on AMX CPUs the tiles take every count of what the fast kernel could: matrix by matrix) */
+    if (count > 1 && !any && !seer_k_have_amx()) together = seer_k_linear_dpbf16_multi(p, count, ys, x, n, ws, biases);
     else if (blas) together = seer_k_linear_blas_multi(p, count, ys, x, n, ws, biases, paths > n ? paths - n : 0);
     if (together) {
         for (int i = 0; i < count; i++) /* as seer_k_linear_as would */

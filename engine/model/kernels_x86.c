@@ -743,10 +743,224 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_gemm_chunk(
 }
 #endif
 
+/* ---- few tokens on AMX (decode steps, batched decode, short prompts) ---------------------------
+ * Up to AMX_SMALL_MAX tokens: one or two 16-token blocks, the pieces packed on the calling thread
+ * into a buffer it keeps. Each pool task is a run of 32-row blocks (AMX_SMALL_TASKS per thread,
+ * from a shared counter); a whole block's A tiles are loaded straight from W's rows (stride = the
+ * row), each row's line AMX_SMALL_ROWPF steps ahead prefetched (into the next block past this
+ * one's end); the last, partial block is copied zero-padded. Per 32-input step: the two A tiles,
+ * each piece's B tile(s), 2 (one token block) or 4 (two) TDPBF16PS per piece. Every output
+ * element gets the prefill kernel's chain (zero; per 32-input step in order, the pieces hi, mid,
+ * lo; then + bias), so a token's bits do not depend on how many tokens the call has or which
+ * kernel ran it (tests/unit/test_kernels.c), and a batched decode step gives each sequence the
+ * bits of its decode alone and of its prefill.
+ * Measured on a 2-core Xeon VM with AMX (2026-12-02; tests/bench/batch_seer.lua on the 0.5B bf16
+ * bench model, 2 threads, against the AVX-512 kernels, SEER_NO_AMX's path): batch 16 72-75 ->
+ * 308-313 tok/s, batch 4 58-62 -> 87-90, batch 1 27.5-28.4 -> 22.5-23.5. Batch 1 is the loss:
+ * one thread's tile loads of 16 rows 64 bytes each reach ~22 GB/s with the weights in L2
+ * (tests/bench/linear_kernel.c; the AVX-512 kernel 42-45) and 17-22 from memory (it 23-27).
+ * Tried and not kept: rows copied into contiguous tiles first (12-13 GB/s), the next block
+ * prefetched into L2 (T1 or T2) instead of each row's lines (level or slower), runs of 8 lines per
+ * row (slower), four accumulators over 64 rows with one A tile reloaded per product (9 GB/s: a
+ * tile load waits for the products that read the tile before), three over 48 rows (batch 1 18.6). */
+#ifdef SEER_X86
+#ifndef AMX_SMALL_MAX
+#define AMX_SMALL_MAX 32
+#endif
+#ifndef AMX_SMALL_ROWPF
+#define AMX_SMALL_ROWPF 2
+#endif
+#ifndef AMX_SMALL_HINT
+#define AMX_SMALL_HINT _MM_HINT_T0
+#endif
+#ifndef AMX_SMALL_TASKS
+#define AMX_SMALL_TASKS 2 /* row tasks per thread, taken from a shared counter */
+#endif
+typedef struct {
+    amx_job *j;
+    int64_t blocks, task; /* 32-row blocks, blocks per task */
+    atomic_size_t next;
+} amx_small_run;
+
+/* C tile `tile` (16 rows from r0, tokens from t0) plus bias into y: the prefill kernel's store. */
+__attribute__((target("amx-tile,amx-bf16,avx512f"), always_inline)) static inline void amx_store_tile(
+    const amx_job *j, const float *c, int64_t r0, int t0) {
+    int64_t out = j->w->rows;
+    int nr = out - r0 < 16 ? (int)(out - r0) : 16;
+    if (nr <= 0) return;
+    __mmask16 km = (__mmask16)((1u << nr) - 1);
+    __m512 bv = _mm512_setzero_ps();
+    if (j->bias && j->bias->data) {
+        float bb[16] = {0};
+        for (int r = 0; r < nr; r++) bb[r] = seer_w_load(j->bias, (size_t)(r0 + r));
+        bv = _mm512_loadu_ps(bb);
+    }
+    __m512i cr[16];
+    for (int r = 0; r < 16; r++) cr[r] = _mm512_load_si512(c + r * 16);
+    tr16x16_epi32(cr);
+    for (int t = 0; t < 16 && t0 + t < j->n; t++)
+        _mm512_mask_storeu_ps(j->y + (size_t)(t0 + t) * (size_t)out + (size_t)r0, km,
+                              _mm512_add_ps(_mm512_castsi512_ps(cr[t]), bv));
+}
+
+__attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_small_chunk(void *ctx, size_t begin, size_t end,
+                                                                                  int thread) {
+    (void)begin, (void)end, (void)thread;
+    amx_small_run *run = ctx;
+    amx_job *j = run->j;
+    const seer_weight_t *w = j->w;
+    int64_t in = w->cols, out = w->rows, nkb = in / 32;
+    const uint16_t *W = w->data;
+    enum { rb = 32 }; /* rows per block */
+    int two = j->ntb > 1, np = j->npieces;
+    static _Thread_local uint16_t *pk;
+    static _Thread_local size_t pk_bytes;
+    size_t need = (size_t)rb * (size_t)in * sizeof(uint16_t);
+    if (pk_bytes < need) {
+        free(pk);
+        pk_bytes = 0;
+        if (!(pk = aligned_alloc(64, need))) {
+            j->failed = 1;
+            return;
+        }
+        pk_bytes = need;
+    }
+    amx_cfg_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int i = 0; i < 8; i++) {
+        cfg.colsb[i] = 64;
+        cfg.rows[i] = 16;
+    }
+    _tile_loadconfig(&cfg);
+    _Alignas(64) float c[16 * 16];
+    const size_t tb_words = (size_t)(in / 2) * 16;
+    const uint32_t *B0 = j->piece[0], *B1 = np > 1 ? j->piece[1] : NULL, *B2 = np > 2 ? j->piece[2] : NULL;
+    for (;;) {
+        int64_t b0 = (int64_t)atomic_fetch_add_explicit(&run->next, 1, memory_order_relaxed) * run->task;
+        if (b0 >= run->blocks) break;
+        int64_t b1 = b0 + run->task < run->blocks ? b0 + run->task : run->blocks;
+        for (int64_t blk = b0; blk < b1; blk++) {
+            int64_t base = blk * rb;
+            /* A tile i of step kb: a[i] + kb * astep, rows stride apart */
+            const uint16_t *a[2];
+            size_t astep;
+            long stride;
+            int direct = base + rb <= out;
+            if (direct) { /* a whole block: the A tiles straight from W's rows */
+                for (int i = 0; i < rb / 16; i++) a[i] = W + (size_t)(base + 16 * i) * (size_t)in;
+                astep = 32, stride = (long)in * 2;
+            } else { /* the last, partial block: its rows into [tile][kb][16 rows][32 inputs], zero-padded */
+                for (int r = 0; r < rb; r++) {
+                    int64_t o = base + r;
+                    uint16_t *dst = pk + ((size_t)(r >> 4) * (size_t)nkb * 16 + (size_t)(r & 15)) * 32;
+                    for (int64_t kb = 0; kb < nkb; kb++)
+                        _mm512_store_si512(dst + (size_t)kb * 512,
+                                           o < out ? _mm512_loadu_si512(W + (size_t)o * (size_t)in + kb * 32) : _mm512_setzero_si512());
+                }
+                for (int i = 0; i < rb / 16; i++) a[i] = pk + (size_t)i * (size_t)nkb * 512;
+                astep = 512, stride = 64;
+            }
+            /* the rows of the next block of the task, whole, for the prefetch past this one's end */
+            int next_whole = blk + 1 < b1 && base + 2 * rb <= out;
+            _tile_zero(0);
+            _tile_zero(1);
+            if (two) {
+                _tile_zero(2);
+                _tile_zero(3);
+            }
+            for (int64_t kb = 0; kb < nkb; kb++) {
+#if AMX_SMALL_ROWPF
+                /* each row's line AMX_SMALL_ROWPF steps on, into the next block's first steps */
+                if (direct) {
+                    const uint16_t *pr = kb + AMX_SMALL_ROWPF < nkb ? a[0] + (size_t)(kb + AMX_SMALL_ROWPF) * 32
+                                         : next_whole ? a[0] + (size_t)rb * (size_t)in + (size_t)(kb + AMX_SMALL_ROWPF - nkb) * 32
+                                                      : NULL;
+                    if (pr)
+                        for (int r = 0; r < rb; r++) _mm_prefetch((const char *)(pr + (size_t)r * (size_t)in), AMX_SMALL_HINT);
+                }
+#else
+                (void)next_whole;
+#endif
+                size_t ao = (size_t)kb * astep, bo = (size_t)kb * 256;
+                if (!two) {
+                    /* C0 and C1 (rows 0-15, 16-31) each get the pieces in order, hi, mid, lo,
+                     * the pieces alternating between tiles 6 and 7 */
+                    _tile_loadd(4, a[0] + ao, stride);
+                    _tile_loadd(5, a[1] + ao, stride);
+                    _tile_loadd(6, B0 + bo, 64);
+                    _tile_dpbf16ps(0, 4, 6);
+                    _tile_dpbf16ps(1, 5, 6);
+                    if (B1) {
+                        _tile_loadd(7, B1 + bo, 64);
+                        _tile_dpbf16ps(0, 4, 7);
+                        _tile_dpbf16ps(1, 5, 7);
+                    }
+                    if (B2) {
+                        _tile_loadd(6, B2 + bo, 64);
+                        _tile_dpbf16ps(0, 4, 6);
+                        _tile_dpbf16ps(1, 5, 6);
+                    }
+                } else {
+                    _tile_loadd(4, a[0] + ao, stride);
+                    _tile_loadd(5, a[1] + ao, stride);
+                    for (int q = 0; q < np; q++) {
+                        const uint32_t *bq = j->piece[q] + bo;
+                        _tile_loadd(6, bq, 64);
+                        _tile_loadd(7, bq + tb_words, 64);
+                        _tile_dpbf16ps(0, 4, 6);
+                        _tile_dpbf16ps(1, 5, 6);
+                        _tile_dpbf16ps(2, 4, 7);
+                        _tile_dpbf16ps(3, 5, 7);
+                    }
+                }
+            }
+            /* C0, C1: rows 0-15, 16-31 of the first token block; C2, C3 (two token blocks): the second's */
+            _tile_stored(0, c, 64);
+            amx_store_tile(j, c, base, 0);
+            _tile_stored(1, c, 64);
+            amx_store_tile(j, c, base + 16, 0);
+            if (two) {
+                _tile_stored(2, c, 64);
+                amx_store_tile(j, c, base, 16);
+                _tile_stored(3, c, 64);
+                amx_store_tile(j, c, base + 16, 16);
+            }
+        }
+    }
+    _tile_release();
+}
+#endif
+
 int seer_k_linear_amx(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w,
                       const seer_weight_t *bias) {
 #ifdef SEER_X86
-    if (w->dtype != SEER_BF16 || w->cols % 32 != 0 || n < 16 || !seer_k_have_amx()) return 0;
+    if (w->dtype != SEER_BF16 || w->cols % 32 != 0 || n < 1 || !seer_k_have_amx()) return 0;
+    if (n <= AMX_SMALL_MAX) {
+        /* the pieces on the calling thread into a buffer kept per thread (every decode step) */
+        int np = seer_k_fast_bf16 ? 1 : 3, ntb = (n + 15) / 16;
+        size_t words = (size_t)ntb * 16 * (size_t)(w->cols / 2), need = (size_t)np * words * sizeof(uint32_t);
+        static _Thread_local uint32_t *kept;
+        static _Thread_local size_t kept_bytes;
+        if (kept_bytes < need) {
+            free(kept);
+            kept_bytes = 0;
+            if (!(kept = aligned_alloc(64, need))) return 0;
+            kept_bytes = need;
+        }
+        amx_job j = {.y = y, .x = x, .npieces = np, .w = w, .bias = bias, .n = n, .ntb = ntb};
+        for (int q = 0; q < np; q++) j.piece[q] = kept + (size_t)q * words;
+        amx_pack_chunk(&j, 0, (size_t)ntb, 0);
+        amx_small_run run = {.j = &j, .blocks = (w->rows + 31) / 32};
+        int threads = seer_pool_threads(p);
+        size_t work = (size_t)w->rows * (size_t)w->cols * (size_t)n;
+        int par = threads > 1 && work >= SEER_PAR_WORK && run.blocks >= 2;
+        int64_t tasks = par ? (int64_t)threads * AMX_SMALL_TASKS : 1;
+        run.task = (run.blocks + tasks - 1) / tasks;
+        atomic_init(&run.next, 0);
+        seer_pool_for(p, par ? (size_t)threads : 1, 1, amx_small_chunk, &run);
+        return !j.failed;
+    }
     int ntb = ((n + 31) / 32) * 2, np = seer_k_fast_bf16 ? 1 : 3;
     size_t words = (size_t)ntb * 16 * (size_t)(w->cols / 2);
     uint32_t *buf = aligned_alloc(64, (size_t)np * words * sizeof(uint32_t));
@@ -1143,7 +1357,7 @@ int seer_k_linear_dpbf16_multi(seer_pool_t *p, int count, float *const *ys, cons
 int seer_k_bf16_units_take(const seer_weight_t *w) {
 #ifdef SEER_X86
     if (w->dtype != SEER_BF16 || w->cols % 32 != 0) return 0;
-    return seer_k_have_amx() ? 1 : seer_k_fast_bf16 && have_avx512bf16() ? 2 : 0;
+    return seer_k_have_amx() || (seer_k_fast_bf16 && have_avx512bf16()) ? 2 : 0;
 #else
     (void)w;
     return 0;

@@ -187,10 +187,10 @@ int seer_k_linear_gemm_min(const seer_weight_t *w);
 int seer_k_gemm_min_override(int n);
 /* Moved by every change of that override (seer_model_state_epoch). */
 unsigned seer_k_gemm_min_epoch(void);
-/* Whether w's products run on bf16 units rather than the f32 kernels: 1, AMX (bf16 weights of a
- * width divisible by 32, from 16 tokens); 2, the fast kernel without AMX (the same weights with
- * AVX512_BF16 under precision = "fast" on the calling thread: any count, every row the same bits
- * whatever the count); 0 neither. */
+/* Whether w's products run on bf16 units rather than the f32 kernels: 2, AMX (bf16 weights of a
+ * width divisible by 32, either precision) or, without AMX, the fast kernel (the same weights
+ * with AVX512_BF16 under precision = "fast" on the calling thread): any count, every row the same
+ * bits whatever the count; 0 neither. (1, AMX from 16 tokens only, is no longer returned.) */
 int seer_k_bf16_units_take(const seer_weight_t *w);
 /* lead: rows the whole call had before x's (a prompt's rest after a shared beginning; 0 otherwise):
  * x's rows then get the bits they got in that call (seer_k_blas_row_period). */
@@ -300,10 +300,9 @@ int seer_k_linear_simd(void);
 int seer_k_row_prefetch(void);
 /* v[i] = exp(v[i] - mx) for i < n, returning the sum (vectorized, kernels_x86.c). */
 float seer_k_exp_sub_sum(float *v, int n, float mx);
-/* seer_k_rmsnorm on AVX-512; 0 when not available (then the portable loop runs). */
 /* y = x W^T (+ bias) for bf16 W on AMX tiles, x split exactly into three bf16 pieces (one, rounded,
- * when seer_k_fast_bf16) (kernels_x86.c); 0 when
- * it does not apply (no AMX, other dtypes, cols not a multiple of 32, n < 16, out of memory). */
+ * when seer_k_fast_bf16) (kernels_x86.c), any n >= 1, each token the same bits whatever n; 0 when
+ * it does not apply (no AMX, other dtypes, cols not a multiple of 32, out of memory). */
 int seer_k_linear_amx(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias);
 /* y = x W^T (+ bias) for bf16 W with AVX512_BF16's VDPBF16PS, x rounded to bf16 (precision =
  * "fast"; kernels_x86.c), any n >= 1, each (row, token) output the same bits whatever n; 0 when
@@ -318,6 +317,7 @@ int seer_k_linear_dpbf16_multi(seer_pool_t *p, int count, float *const *ys, cons
 /* What precision = "fast" runs on here: "AMX", "AVX512_BF16", or NULL (neither: fast computes what
  * the default does). */
 const char *seer_k_fast_kind(void);
+/* seer_k_rmsnorm on AVX-512; 0 when not available (then the portable loop runs). */
 int seer_k_rmsnorm_fast(float *y, const float *x, int n, int d, const seer_weight_t *w, float eps, int one_plus);
 /* Softmax of row[f .. l] in place after soft-capping (softcap > 0); row[0 .. f) and row(l .. len)
  * become 0. */

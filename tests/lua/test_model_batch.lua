@@ -195,10 +195,11 @@ T.test("stories260K: prompts on both sides of this CPU's linear GEMM threshold (
 end)
 
 -- A bf16 llama whose every width is a multiple of 32 (the parity models' 48 and 100 are not), so
--- the bf16 units take every layer where the CPU has them: precision = "fast" on AVX512_BF16
--- without AMX packs every sequence of a batch, however long, into one pass (no GEMM path to keep
--- alone: config.gemm_min_tokens is math.huge), and the default precision takes its GEMM path
--- from config.gemm_min_tokens tokens. Either way a sequence gets what it gets alone.
+-- the bf16 units take every layer where the CPU has them: AMX (either precision), and precision
+-- = "fast" on AVX512_BF16 without AMX, pack every sequence of a batch, however long, into one
+-- pass (no GEMM path to keep alone: config.gemm_min_tokens is math.huge); elsewhere the default
+-- precision takes its GEMM path from config.gemm_min_tokens tokens. Either way a sequence gets
+-- what it gets alone.
 local bf16_llama = check.bf16_llama
 
 T.test("bf16 widths of 32: batched == alone in both precisions, long and short sequences (the fast kernel packs them all)", function()
@@ -213,8 +214,9 @@ T.test("bf16 widths of 32: batched == alone in both precisions, long and short s
       return s
     end
     batched_equals_alone(m, { seq(1, 1), seq(5, 2), seq(17, 3), seq(40, 4), seq(long, 5), seq(3, 6) }, precision)
-    if precision == "fast" and require("seer.core.model").fast_kind() == "AVX512_BF16" then
-      T.eq(g, math.huge, "the fast kernel without AMX: no count takes a GEMM path")
+    local kind = require("seer.core.model").fast_kind()
+    if kind == "AMX" or (precision == "fast" and kind == "AVX512_BF16") then
+      T.eq(g, math.huge, precision .. " on " .. kind .. ": no count takes a GEMM path")
     else
       T.ok(g >= 16 and g < math.huge, precision .. ": gemm_min_tokens " .. tostring(g))
     end

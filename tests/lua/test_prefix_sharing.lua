@@ -138,7 +138,8 @@ T.test("every architecture, both GEMM settings: a taken beginning and the comput
       T.eq(rows_taken(function() return core.step_batch(gens) end), 0, name .. ": LongRoPE shares no beginning")
     else
       check_case(m, name, g)
-      check.at_gemm_min(16, function() check_case(m, name .. " (GEMM from 16)", 16) end)
+      -- (a model whose every matrix has one kernel for every count keeps math.huge: AMX's bf16)
+      check.at_gemm_min(16, function() check_case(m, name .. " (GEMM from 16)", m._c:config().gemm_min_tokens or 16) end)
     end
   end
 end)

@@ -533,7 +533,10 @@ Test(kernels, linear_multi_blas_same_bits_as_one_call_each) {
                                     if (via) seer_k_linear_multi(pools[k], count, ys, x, n, ws, bs, n + lead);
                                     else cr_assert(seer_k_linear_blas_multi(pools[k], count, ys, x, n, ws, bs, lead));
                                     for (int i = 0; i < count; i++) {
-                                        cr_assert(seer_k_linear_blas(pools[0], want, x, n, ws[i], bs[i], lead));
+                                        /* seer_k_linear_multi: the bits of the matrix's own call on its GEMM
+                                         * path, which is AMX's for bf16 on a CPU with AMX, else sgemm's */
+                                        if (via) seer_k_linear_as(pools[0], want, x, n, ws[i], bs[i], 1, lead);
+                                        else cr_assert(seer_k_linear_blas(pools[0], want, x, n, ws[i], bs[i], lead));
                                         cr_assert(!memcmp(want, got[i], sizeof(float) * (size_t)n * (size_t)rows_[i]),
                                                   "dtype %d, %d columns, %d matrices, %d tokens after %d, bias %d, %d thread(s), "
                                                   "%s: matrix %d differs from its own call",
@@ -541,7 +544,9 @@ Test(kernels, linear_multi_blas_same_bits_as_one_call_each) {
                                                   via ? "seer_k_linear_multi" : "seer_k_linear_blas_multi", i);
                                         if (!lead || !period) continue;
                                         /* the rows after a beginning: the whole prompt's call's bits */
-                                        cr_assert(seer_k_linear_blas(pools[0], whole, x - (size_t)lead * (size_t)cols_[c], lead + n, ws[i], bs[i], 0));
+                                        const float *xw = x - (size_t)lead * (size_t)cols_[c];
+                                        if (via) seer_k_linear_as(pools[0], whole, xw, lead + n, ws[i], bs[i], 1, 0);
+                                        else cr_assert(seer_k_linear_blas(pools[0], whole, xw, lead + n, ws[i], bs[i], 0));
                                         cr_assert(!memcmp(whole + (size_t)lead * (size_t)rows_[i], got[i], sizeof(float) * (size_t)n * (size_t)rows_[i]),
                                                   "dtype %d, %d columns, %d matrices, %d tokens after %d, %d thread(s): matrix %d "
                                                   "differs from the whole prompt's rows", (int)dts[d], cols_[c], count, n, lead, k + 1, i);
@@ -563,10 +568,12 @@ Test(kernels, amx_linear_bf16_weights) {
         cr_skip_test("skipped: this CPU (or kernel) has no AMX-BF16; bf16 prefill uses OpenBLAS here");
     }
     seer_pool_t *pool = seer_pool_new(2);
-    static const int ns[] = {16, 33, 64};
+    /* 1-32 tokens: the few-token kernel (one or two token blocks, rows streamed); more: the
+     * prefill kernel (128-row items, pairs of token blocks) */
+    static const int ns[] = {1, 2, 15, 16, 17, 32, 33, 64, 70};
     static const int rows_[] = {17, 130, 256};
     static const int cols_[] = {32, 96};
-    for (int a = 0; a < 3; a++)
+    for (int a = 0; a < 9; a++)
         for (int b = 0; b < 3; b++)
             for (int c = 0; c < 2; c++)
                 for (int with_bias = 0; with_bias < 2; with_bias++) {
@@ -595,10 +602,24 @@ Test(kernels, amx_linear_bf16_weights) {
                                       n, rows, cols, t, r, y[t * rows + r], ref);
                             if (err / (mag + 1e-30) > worst) worst = err / (mag + 1e-30);
                         }
-                    /* the dispatch in seer_k_linear picks the same kernel for bf16 prefill */
+                    /* the dispatch in seer_k_linear and seer_k_linear_rows picks the same kernel */
                     float *y2 = malloc(sizeof(float) * (size_t)(n * rows));
                     seer_k_linear(pool, y2, x, n, &W, with_bias ? &B : NULL);
                     cr_assert(memcmp(y, y2, sizeof(float) * (size_t)(n * rows)) == 0);
+                    seer_k_linear_rows(pool, y2, x, n, &W, with_bias ? &B : NULL);
+                    cr_assert(memcmp(y, y2, sizeof(float) * (size_t)(n * rows)) == 0);
+                    /* every token the bits it gets alone (a decode step), whichever kernel ran
+                     * the call, in both precisions */
+                    for (int fast = 0; fast < 2; fast++) {
+                        seer_k_fast_bf16 = fast;
+                        if (fast) cr_assert(seer_k_linear_amx(pool, y, x, n, &W, with_bias ? &B : NULL));
+                        for (int t = 0; t < n; t++) {
+                            cr_assert(seer_k_linear_amx(pool, y2, x + (size_t)t * (size_t)cols, 1, &W, with_bias ? &B : NULL));
+                            cr_assert(memcmp(y + (size_t)t * (size_t)rows, y2, sizeof(float) * (size_t)rows) == 0,
+                                      "n %d rows %d cols %d fast %d: token %d differs from its call alone", n, rows, cols, fast, t);
+                        }
+                    }
+                    seer_k_fast_bf16 = 0;
                     free(w), free(x), free(y), free(y2);
                     cr_assert(worst < 1.5e-5);
                 }
