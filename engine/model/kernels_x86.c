@@ -776,9 +776,12 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_gemm_chunk(
 #ifndef AMX_SMALL_TASKS
 #define AMX_SMALL_TASKS 2 /* row tasks per thread, taken from a shared counter */
 #endif
+enum { AMX_MULTI = 8 };
 typedef struct {
-    amx_job *j;
-    int64_t blocks, task; /* 32-row blocks, blocks per task */
+    amx_job *jobs; /* one per matrix, sharing the packed pieces */
+    int count;
+    int64_t first[AMX_MULTI + 1]; /* matrix i's blocks are first[i] .. first[i + 1] - 1 */
+    int64_t blocks, task;         /* 32-row blocks of every matrix, blocks per task */
     atomic_size_t next;
 } amx_small_run;
 
@@ -807,10 +810,8 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_small_chunk
                                                                                   int thread) {
     (void)begin, (void)end, (void)thread;
     amx_small_run *run = ctx;
-    amx_job *j = run->j;
-    const seer_weight_t *w = j->w;
-    int64_t in = w->cols, out = w->rows, nkb = in / 32;
-    const uint16_t *W = w->data;
+    amx_job *j = &run->jobs[0];
+    int64_t in = j->w->cols, nkb = in / 32; /* every matrix's */
     enum { rb = 32 }; /* rows per block */
     int two = j->ntb > 1, np = j->npieces;
     static _Thread_local uint16_t *pk;
@@ -840,8 +841,12 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_small_chunk
         int64_t b0 = (int64_t)atomic_fetch_add_explicit(&run->next, 1, memory_order_relaxed) * run->task;
         if (b0 >= run->blocks) break;
         int64_t b1 = b0 + run->task < run->blocks ? b0 + run->task : run->blocks;
-        for (int64_t blk = b0; blk < b1; blk++) {
-            int64_t base = blk * rb;
+        for (int64_t gb = b0; gb < b1; gb++) {
+            int m = 0;
+            while (gb >= run->first[m + 1]) m++;
+            j = &run->jobs[m];
+            const uint16_t *W = j->w->data;
+            int64_t out = j->w->rows, blk = gb - run->first[m], base = blk * rb;
             /* A tile i of step kb: a[i] + kb * astep, rows stride apart */
             const uint16_t *a[2];
             size_t astep;
@@ -862,7 +867,7 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_small_chunk
                 astep = 512, stride = 64;
             }
             /* the rows of the next block of the task, whole, for the prefetch past this one's end */
-            int next_whole = blk + 1 < b1 && base + 2 * rb <= out;
+            int next_whole = gb + 1 < b1 && base + 2 * rb <= out;
             _tile_zero(0);
             _tile_zero(1);
             if (two) {
@@ -884,22 +889,39 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_small_chunk
 #endif
                 size_t ao = (size_t)kb * astep, bo = (size_t)kb * 256;
                 if (!two) {
-                    /* C0 and C1 (rows 0-15, 16-31) each get the pieces in order, hi, mid, lo,
-                     * the pieces alternating between tiles 6 and 7 */
-                    _tile_loadd(4, a[0] + ao, stride);
-                    _tile_loadd(5, a[1] + ao, stride);
-                    _tile_loadd(6, B0 + bo, 64);
-                    _tile_dpbf16ps(0, 4, 6);
-                    _tile_dpbf16ps(1, 5, 6);
-                    if (B1) {
-                        _tile_loadd(7, B1 + bo, 64);
+                    /* C0 and C1 (rows 0-15, 16-31) each get the pieces in order, hi, mid, lo.
+                     * Tiles are not renamed: a load waits for the products that read the tile
+                     * before. So the A tiles alternate between 2-3 (even steps) and 4-5 (odd),
+                     * and every piece loaded goes to the other of 6 and 7 than the one before
+                     * (np = 3: even hi 6, mid 7, lo 6; odd hi 7, mid 6, lo 7). */
+                    if (!(kb & 1)) {
+                        _tile_loadd(2, a[0] + ao, stride);
+                        _tile_loadd(3, a[1] + ao, stride);
+                        _tile_loadd(6, B0 + bo, 64);
+                        _tile_dpbf16ps(0, 2, 6);
+                        _tile_dpbf16ps(1, 3, 6);
+                        if (B1) {
+                            _tile_loadd(7, B1 + bo, 64);
+                            _tile_dpbf16ps(0, 2, 7);
+                            _tile_dpbf16ps(1, 3, 7);
+                            _tile_loadd(6, B2 + bo, 64);
+                            _tile_dpbf16ps(0, 2, 6);
+                            _tile_dpbf16ps(1, 3, 6);
+                        }
+                    } else {
+                        _tile_loadd(4, a[0] + ao, stride);
+                        _tile_loadd(5, a[1] + ao, stride);
+                        _tile_loadd(7, B0 + bo, 64);
                         _tile_dpbf16ps(0, 4, 7);
                         _tile_dpbf16ps(1, 5, 7);
-                    }
-                    if (B2) {
-                        _tile_loadd(6, B2 + bo, 64);
-                        _tile_dpbf16ps(0, 4, 6);
-                        _tile_dpbf16ps(1, 5, 6);
+                        if (B1) {
+                            _tile_loadd(6, B1 + bo, 64);
+                            _tile_dpbf16ps(0, 4, 6);
+                            _tile_dpbf16ps(1, 5, 6);
+                            _tile_loadd(7, B2 + bo, 64);
+                            _tile_dpbf16ps(0, 4, 7);
+                            _tile_dpbf16ps(1, 5, 7);
+                        }
                     }
                 } else {
                     _tile_loadd(4, a[0] + ao, stride);
@@ -932,35 +954,54 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_small_chunk
 }
 #endif
 
+int seer_k_linear_amx_multi(seer_pool_t *p, int count, float *const *ys, const float *x, int n,
+                            const seer_weight_t *const *ws, const seer_weight_t *const *biases) {
+#ifdef SEER_X86
+    if (count < 1 || count > AMX_MULTI || n < 1 || n > AMX_SMALL_MAX || !seer_k_have_amx()) return 0;
+    for (int i = 0; i < count; i++)
+        if (ws[i]->dtype != SEER_BF16 || ws[i]->cols % 32 != 0 || ws[i]->cols != ws[0]->cols) return 0;
+    /* the pieces once, on the calling thread, into a buffer kept per thread (every decode step) */
+    int np = seer_k_fast_bf16 ? 1 : 3, ntb = (n + 15) / 16;
+    size_t words = (size_t)ntb * 16 * (size_t)(ws[0]->cols / 2), need = (size_t)np * words * sizeof(uint32_t);
+    static _Thread_local uint32_t *kept;
+    static _Thread_local size_t kept_bytes;
+    if (kept_bytes < need) {
+        free(kept);
+        kept_bytes = 0;
+        if (!(kept = aligned_alloc(64, need))) return 0;
+        kept_bytes = need;
+    }
+    amx_job jobs[AMX_MULTI];
+    amx_small_run run = {.jobs = jobs, .count = count};
+    size_t work = 0;
+    for (int i = 0; i < count; i++) {
+        jobs[i] = (amx_job){.y = ys[i], .x = x, .npieces = np, .w = ws[i], .bias = biases[i], .n = n, .ntb = ntb};
+        for (int q = 0; q < np; q++) jobs[i].piece[q] = kept + (size_t)q * words;
+        run.first[i + 1] = run.first[i] + (ws[i]->rows + 31) / 32;
+        work += (size_t)ws[i]->rows * (size_t)ws[i]->cols * (size_t)n;
+    }
+    amx_pack_chunk(&jobs[0], 0, (size_t)ntb, 0);
+    run.blocks = run.first[count];
+    int threads = seer_pool_threads(p);
+    int par = threads > 1 && work >= SEER_PAR_WORK && run.blocks >= 2;
+    int64_t tasks = par ? (int64_t)threads * AMX_SMALL_TASKS : 1;
+    run.task = (run.blocks + tasks - 1) / tasks;
+    atomic_init(&run.next, 0);
+    seer_pool_for(p, par ? (size_t)threads : 1, 1, amx_small_chunk, &run);
+    int failed = 0;
+    for (int i = 0; i < count; i++) failed |= jobs[i].failed;
+    return !failed;
+#else
+    (void)p, (void)count, (void)ys, (void)x, (void)n, (void)ws, (void)biases;
+    return 0;
+#endif
+}
+
 int seer_k_linear_amx(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w,
                       const seer_weight_t *bias) {
 #ifdef SEER_X86
     if (w->dtype != SEER_BF16 || w->cols % 32 != 0 || n < 1 || !seer_k_have_amx()) return 0;
-    if (n <= AMX_SMALL_MAX) {
-        /* the pieces on the calling thread into a buffer kept per thread (every decode step) */
-        int np = seer_k_fast_bf16 ? 1 : 3, ntb = (n + 15) / 16;
-        size_t words = (size_t)ntb * 16 * (size_t)(w->cols / 2), need = (size_t)np * words * sizeof(uint32_t);
-        static _Thread_local uint32_t *kept;
-        static _Thread_local size_t kept_bytes;
-        if (kept_bytes < need) {
-            free(kept);
-            kept_bytes = 0;
-            if (!(kept = aligned_alloc(64, need))) return 0;
-            kept_bytes = need;
-        }
-        amx_job j = {.y = y, .x = x, .npieces = np, .w = w, .bias = bias, .n = n, .ntb = ntb};
-        for (int q = 0; q < np; q++) j.piece[q] = kept + (size_t)q * words;
-        amx_pack_chunk(&j, 0, (size_t)ntb, 0);
-        amx_small_run run = {.j = &j, .blocks = (w->rows + 31) / 32};
-        int threads = seer_pool_threads(p);
-        size_t work = (size_t)w->rows * (size_t)w->cols * (size_t)n;
-        int par = threads > 1 && work >= SEER_PAR_WORK && run.blocks >= 2;
-        int64_t tasks = par ? (int64_t)threads * AMX_SMALL_TASKS : 1;
-        run.task = (run.blocks + tasks - 1) / tasks;
-        atomic_init(&run.next, 0);
-        seer_pool_for(p, par ? (size_t)threads : 1, 1, amx_small_chunk, &run);
-        return !j.failed;
-    }
+    if (n <= AMX_SMALL_MAX) return seer_k_linear_amx_multi(p, 1, &y, x, n, &w, &bias);
     int ntb = ((n + 31) / 32) * 2, np = seer_k_fast_bf16 ? 1 : 3;
     size_t words = (size_t)ntb * 16 * (size_t)(w->cols / 2);
     uint32_t *buf = aligned_alloc(64, (size_t)np * words * sizeof(uint32_t));

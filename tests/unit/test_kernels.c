@@ -626,6 +626,65 @@ Test(kernels, amx_linear_bf16_weights) {
     seer_pool_free(pool);
 }
 
+/* seer_k_linear_amx_multi (q, k, v; gate and up in a decode step on AMX): the activations packed
+ * once and every matrix's row blocks in one job; each matrix the bits of its own call, matrices
+ * of one partial block, several, and whole blocks, with and without bias, both precisions, 1-32
+ * tokens, 1 and 2 threads; past 32 tokens or with mixed widths it declines (0) and computes
+ * nothing. */
+Test(kernels, amx_multi_same_bits_as_one_call_each) {
+    if (!seer_k_have_amx()) cr_skip_test("skipped: this CPU (or kernel) has no AMX-BF16");
+    seer_pool_t *pools[2] = {seer_pool_new(1), seer_pool_new(2)};
+    static const int rows_[3] = {17, 130, 256}, ns[5] = {1, 3, 16, 17, 32};
+    enum { COLS = 96, NMAX = 32 };
+    uint16_t *w[3], *bias[3];
+    float *x = malloc(sizeof(float) * NMAX * COLS), *got[3], *want = malloc(sizeof(float) * NMAX * 256);
+    for (int k = 0; k < NMAX * COLS; k++) x[k] = nrand() * 3;
+    seer_weight_t W[3], B[3];
+    for (int i = 0; i < 3; i++) {
+        w[i] = malloc(sizeof(uint16_t) * (size_t)rows_[i] * COLS);
+        bias[i] = malloc(sizeof(uint16_t) * (size_t)rows_[i]);
+        got[i] = malloc(sizeof(float) * NMAX * (size_t)rows_[i]);
+        for (int k = 0; k < rows_[i] * COLS; k++) w[i][k] = seer_f32_to_bf16(nrand() * 0.1f);
+        for (int k = 0; k < rows_[i]; k++) bias[i][k] = seer_f32_to_bf16(nrand());
+        W[i] = (seer_weight_t){.dtype = SEER_BF16, .data = w[i], .rows = rows_[i], .cols = COLS};
+        B[i] = (seer_weight_t){.dtype = SEER_BF16, .data = bias[i], .rows = 1, .cols = rows_[i]};
+    }
+    int checked = 0;
+    for (int fast = 0; fast < 2; fast++)
+        for (int a = 0; a < 5; a++)
+            for (int with_bias = 0; with_bias < 2; with_bias++)
+                for (int t = 0; t < 2; t++) {
+                    seer_k_fast_bf16 = fast;
+                    int n = ns[a];
+                    float *ys[3] = {got[0], got[1], got[2]};
+                    const seer_weight_t *ws[3] = {&W[0], &W[1], &W[2]};
+                    const seer_weight_t *bs[3] = {with_bias ? &B[0] : NULL, NULL, with_bias ? &B[2] : NULL};
+                    cr_assert(seer_k_linear_amx_multi(pools[t], 3, ys, x, n, ws, bs));
+                    for (int i = 0; i < 3; i++) {
+                        cr_assert(seer_k_linear_amx(pools[0], want, x, n, ws[i], bs[i]));
+                        cr_assert(!memcmp(want, got[i], sizeof(float) * (size_t)n * (size_t)rows_[i]),
+                                  "fast %d, %d tokens, bias %d, %d thread(s): matrix %d differs from its own call", fast,
+                                  n, with_bias, t + 1, i);
+                    }
+                    checked++;
+                }
+    seer_k_fast_bf16 = 0;
+    /* declined: more tokens than the few-token kernel takes, widths that differ */
+    float *ys[2] = {got[0], got[1]};
+    const seer_weight_t *ws[2] = {&W[0], &W[1]}, *bs[2] = {NULL, NULL};
+    float *big = malloc(sizeof(float) * 33 * COLS);
+    for (int k = 0; k < 33 * COLS; k++) big[k] = 1;
+    cr_assert(!seer_k_linear_amx_multi(pools[1], 2, ys, big, 33, ws, bs));
+    seer_weight_t narrow = {.dtype = SEER_BF16, .data = w[1], .rows = 4, .cols = 64};
+    const seer_weight_t *mixed[2] = {&W[0], &narrow};
+    cr_assert(!seer_k_linear_amx_multi(pools[1], 2, ys, x, 1, mixed, bs));
+    cr_assert_eq(checked, 2 * 5 * 2 * 2);
+    free(big);
+    for (int i = 0; i < 3; i++) free(w[i]), free(bias[i]), free(got[i]);
+    free(x), free(want);
+    seer_pool_free(pools[0]), seer_pool_free(pools[1]);
+}
+
 /* Many tokens at once (a batch of short prompts' prefill: from SEER_BIG_PANEL_MIN = 96 tokens the
  * blocked kernel widens bf16/f16 rows once per row block for all its passes): each token still
  * gets the bits it gets alone, at token counts on both sides of that and past several passes. */
