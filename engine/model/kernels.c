@@ -1622,15 +1622,30 @@ _Thread_local int seer_k_fast_bf16;
 #ifndef SEER_GEMM_MIN_AVX512
 #define SEER_GEMM_MIN_AVX512 48
 #endif
+/* Intel CPUs with AMX, which run the AVX2 family (seer_k_linear_simd) with SkylakeX's sgemm
+ * (kernels_blas.c): one prompt of n tokens of the 0.5B f32 bench model, 2 threads, on a 2-core
+ * AMX Xeon VM (2026-12-02, tests/bench/prefill_lengths.lua MODEL 2 24 32 40 48 64, two rounds,
+ * the AVX-512 family with GEMMs from 16 -> this family with GEMMs from 48 / from 40), tok/s: n =
+ * 24 124-126 -> 143-153 / 139-141, 32 139-143 -> 150-157 / 148-153, 40 161-171 -> 147-165 /
+ * 155-166, 48 181-193 -> 182-189 / 179-185, 64 level. So 40 there. */
+#ifndef SEER_GEMM_MIN_AMX_CPU
+#define SEER_GEMM_MIN_AMX_CPU 40
+#endif
 /* Whether OpenBLAS runs (or will run: kernels_blas.c names it on first use) its Haswell kernels,
- * which SEER_GEMM_MIN_AVX512 was measured with: seer's own choice on these CPUs unless the user
- * set OPENBLAS_CORETYPE to another core, whose crossings the figures above (SkylakeX) give. Read
- * once: the threshold is asked for on every linear call. */
+ * which SEER_GEMM_MIN_AVX512 was measured with: seer's own choice on the AVX2 family's CPUs
+ * except Intel ones with AMX (SkylakeX there), unless the user set OPENBLAS_CORETYPE to another
+ * core, whose crossings the figures above (SkylakeX) give. Read once: the threshold is asked for
+ * on every linear call. */
 static int g_blas_haswell = -1;
 static int blas_haswell(void) {
     if (g_blas_haswell < 0) {
         const char *ct = getenv("OPENBLAS_CORETYPE");
-        g_blas_haswell = !ct || !*ct || strcasecmp(ct, "haswell") == 0;
+#ifdef SEER_X86
+        int own = !(seer_k_have_amx() && !__builtin_cpu_is("amd"));
+#else
+        int own = 1;
+#endif
+        g_blas_haswell = !ct || !*ct ? own : strcasecmp(ct, "haswell") == 0;
     }
     return g_blas_haswell;
 }
@@ -1664,6 +1679,7 @@ int seer_k_linear_gemm_min(const seer_weight_t *w) {
     if (seer_k_linear_simd() == 1 && !units) {
         int o = seer_k_gemm_min_override(-1);
         if (o > 0) return o;
+        if (seer_k_have_amx() && !blas_haswell()) return SEER_GEMM_MIN_AMX_CPU;
         if (seer_k_have_avx512() && blas_haswell()) return SEER_GEMM_MIN_AVX512;
         return w->dtype == SEER_F32 ? SEER_GEMM_MIN_F32 : SEER_GEMM_MIN_16;
     }

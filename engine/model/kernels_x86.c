@@ -57,7 +57,16 @@ int seer_k_linear_simd(void) {
         else if (!seer_k_have_avx512()) v = 1;
         else if (want && strcmp(want, "avx2") == 0) v = 1;
         else if (want && strcmp(want, "avx512") == 0) v = 2;
-        else v = __builtin_cpu_is("amd") ? 1 : 2;
+        /* AMD, and Intel with AMX (whose bf16 layers the tiles take, so the family runs f32 and
+         * f16 weights): the AVX2 family with its 512-bit pair kernels; other Intel CPUs with
+         * AVX-512 the AVX-512 family. On a 2-core AMX Xeon VM (2026-12-02, the 0.5B f32 bench
+         * model, tests/bench/batch_seer.lua and prefill_lengths.lua, two alternating rounds, the
+         * AVX-512 family -> the AVX2 family): batched decode at 2 threads batch 16 74.0-76.2 ->
+         * 129.2-130.4 tok/s, 4 47.3-48.5 -> 60.4-60.8, 1 16.7-17.2 -> 16.6-16.7; one thread batch
+         * 16 38.2-38.9 -> 68.9-71.6, 1 9.1-9.2 -> 8.8-8.9; one prompt of 24 / 32 tokens 124-126 /
+         * 139-143 -> 141-153 / 148-157 (GEMM from 40), 48-128 level, 512 289 -> 271-276 (both on
+         * SkylakeX's sgemm). */
+        else v = __builtin_cpu_is("amd") || seer_k_have_amx() ? 1 : 2;
     }
     return v;
 #else
