@@ -96,7 +96,7 @@ end
 ---tokenizer's path and name fields are scrubbed, and errors say "<hidden>" instead of the path.
 ---`precision` is "exact" (the default: bf16 weights meet f32 activations without rounding them,
 ---within the 1e-4 parity bar) or "fast" (bf16 weights meet activations rounded to bf16 as in
----torch's bf16 matmul: on AMX in prefill, with AVX512_BF16 in every step, batches included, a
+---torch's bf16 matmul: on AMX or with AVX512_BF16, in every step, batches included, a
 ---sequence getting the same bits alone or batched; elsewhere the same as "exact"; docs/model.md
 ---has the measured error and speed).
 ---`weights` says where a CPU model's weights live: "memory" (read in, on transparent huge pages:
