@@ -569,7 +569,9 @@ int seer_k_rmsnorm_fast(float *y, const float *x, int n, int d, const seer_weigh
  * precision = "fast" (seer_k_fast_bf16 set for the forward pass) uses one piece, x rounded to
  * bf16 as torch's bf16 matmul does: a third of the tile work, at that rounding's error. */
 #ifdef SEER_X86
+#ifndef AMX_ROWS
 #define AMX_ROWS 128
+#endif
 typedef struct {
     uint8_t palette, start_row;
     uint8_t reserved[14];
