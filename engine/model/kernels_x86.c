@@ -1,5 +1,6 @@
 /* x86 kernels chosen at run time: vectorized exp for softmax rows and SiLU (AVX-512, AVX2, or
- * the libm loop), and prefill GEMMs on AMX tiles for bf16 weights (Sapphire Rapids and later).
+ * the libm loop), and linear layers on AMX tiles for bf16 weights at every token count (Sapphire
+ * Rapids and later).
  *
  * exp: Cephes' expf (range reduction by ln 2 in two parts, degree-6 polynomial, 2^n applied with
  * scalef/exponent bits); within 2 ulp of libm's expf on [-87.3, 88.7], and 0 below, where expf
@@ -10,11 +11,11 @@
  * AMX: y = x W^T with W's bf16 rows as A tiles (16 output rows x 32 inputs, repacked per work
  * item so that a tile is contiguous) and the activations packed once per call into B tiles in the
  * VNNI layout (pairs of inputs per token, transposed in registers: a scatter per token took 14%
- * of a 0.5B bf16 prefill, the transpose 4%). The activations are f32: each is split into hi = bf16(x)
- * and lo = bf16(x - hi) and both are multiplied, so the product keeps 16 bits of x's mantissa
- * (relative error <= 2^-17 per element, next to 2^-24 for f32) instead of the 8 bits of a bf16
- * cast; the bf16 weights are exact and TDPBF16PS accumulates in f32. Every output element is
- * computed by one thread in one fixed order, whatever SEER_THREADS is. */
+ * of a 0.5B bf16 prefill, the transpose 4%). The activations are f32: each is split exactly into
+ * three bf16 pieces, hi + mid + lo (one, x rounded to bf16, in precision = "fast"), and every
+ * piece is multiplied; the bf16 weights are exact and TDPBF16PS accumulates in f32. Every output
+ * element is computed by one thread in one fixed order, whatever SEER_THREADS is and however many
+ * tokens the call has (the prefill kernel past 32 tokens, the few-token kernel below that). */
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -567,7 +568,14 @@ int seer_k_rmsnorm_fast(float *y, const float *x, int n, int d, const seer_weigh
  * bf16 checkpoints. Two pieces (16 mantissa bits), the former default, left up to 1.4e-4 on the
  * bf16 parity models' logits (tests/parity/bf16_pieces.py replays it in transformers).
  * precision = "fast" (seer_k_fast_bf16 set for the forward pass) uses one piece, x rounded to
- * bf16 as torch's bf16 matmul does: a third of the tile work, at that rounding's error. */
+ * bf16 as torch's bf16 matmul does: a third of the tile work, at that rounding's error.
+ * On a 2-core AMX Xeon VM (2026-12-02) a 512-token prefill of the 0.5B bf16 model runs this at
+ * 535-613 tok/s exact, 812-943 fast (tests/bench/model_seer.lua MODEL 2 512 8): 8% and 12% of
+ * the two-thread AMX probe (7,026 GFLOP/s), about 24% of the tile products' rate exact. Tried
+ * there and not kept: the inputs in chunks of 4, 8 or 16 steps with the sums carried in memory,
+ * so a token pair's pieces are read from L1 by all four sub-blocks (level or slower: L2 is not
+ * what bounds it); tile 6's two products before tile 7's (exact 535-554 against 593-607); items
+ * of 64 or 256 rows (level or slower). */
 #ifdef SEER_X86
 #ifndef AMX_ROWS
 #define AMX_ROWS 128
@@ -756,18 +764,24 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_gemm_chunk(
 
 /* ---- few tokens on AMX (decode steps, batched decode, short prompts) ---------------------------
  * Up to AMX_SMALL_MAX tokens: one or two 16-token blocks, the pieces packed on the calling thread
- * into a buffer it keeps. Each pool task is a run of 32-row blocks (AMX_SMALL_TASKS per thread,
+ * into a buffer it keeps, once for every matrix of a seer_k_linear_amx_multi call (q, k and v;
+ * gate and up), whose blocks are one pool job. Each pool task is a run of 32-row blocks (AMX_SMALL_TASKS per thread,
  * from a shared counter); a whole block's A tiles are loaded straight from W's rows (stride = the
  * row), each row's line AMX_SMALL_ROWPF steps ahead prefetched (into the next block past this
  * one's end); the last, partial block is copied zero-padded. Per 32-input step: the two A tiles,
- * each piece's B tile(s), 2 (one token block) or 4 (two) TDPBF16PS per piece. Every output
+ * each piece's B tile(s), 2 (one token block) or 4 (two) TDPBF16PS per piece; with one token
+ * block the A tiles alternate between two tile pairs from step to step and the pieces between
+ * tiles 6 and 7 (a tile load waits for the products that read the tile before). Every output
  * element gets the prefill kernel's chain (zero; per 32-input step in order, the pieces hi, mid,
  * lo; then + bias), so a token's bits do not depend on how many tokens the call has or which
  * kernel ran it (tests/unit/test_kernels.c), and a batched decode step gives each sequence the
  * bits of its decode alone and of its prefill.
- * Measured on a 2-core Xeon VM with AMX (2026-12-02; tests/bench/batch_seer.lua on the 0.5B bf16
- * bench model, 2 threads, against the AVX-512 kernels, SEER_NO_AMX's path): batch 16 72-75 ->
- * 308-313 tok/s, batch 4 58-62 -> 87-90, batch 1 27.5-28.4 -> 22.5-23.5. Batch 1 is the loss:
+ * Measured on a 2-core Xeon VM with AMX (2026-12-02; tests/bench/batch_seer.lua MODEL 2 32 1 4 16
+ * on the 0.5B bf16 bench model, 2 threads, against the AVX-512 kernels this CPU ran before,
+ * alternating): batch 16 79.4 / 81.8 -> 352.7 / 360.4 tok/s, batch 4 66.8 / 66.4 -> 101.1 /
+ * 101.1, batch 1 30.6 / 29.9 -> 26.8 / 27.4 (before the shared packing and one job per group:
+ * 308-313, 87-90, 22.5-24.5; 8 row tasks per thread instead of 2, batch 1 22.6-23.6 against
+ * 23.8-24.2). Batch 1 is the loss:
  * one thread's tile loads of 16 rows 64 bytes each reach ~22 GB/s with the weights in L2
  * (tests/bench/linear_kernel.c; the AVX-512 kernel 42-45) and 17-22 from memory (it 23-27).
  * Tried and not kept: rows copied into contiguous tiles first (12-13 GB/s), the next block
