@@ -599,6 +599,18 @@ typedef struct {
     int failed;
 } amx_job;
 
+/* Every tile 16 rows of 64 bytes (palette 1), on the calling thread. */
+__attribute__((target("amx-tile"))) static void amx_tiles_16x64(void) {
+    amx_cfg_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int i = 0; i < 8; i++) {
+        cfg.colsb[i] = 64;
+        cfg.rows[i] = 16;
+    }
+    _tile_loadconfig(&cfg);
+}
+
 /* 16 x 16 transpose of 32-bit elements: r[i] element p becomes r[p] element i. */
 __attribute__((target("avx512f"), always_inline)) static inline void tr16x16_epi32(__m512i r[16]) {
     __m512i t[16];
@@ -666,6 +678,29 @@ __attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"))) static void amx_
     }
 }
 
+/* A C tile stored at c (16 rows from r0, 16 tokens from t0) plus bias into y: column t of c is 16
+ * consecutive floats of y's row t, transposed in registers (perf gave 16 gathers 10% of a bf16
+ * prefill, the stores now 3%). */
+__attribute__((target("amx-tile,amx-bf16,avx512f"), always_inline)) static inline void amx_store_tile(
+    const amx_job *j, const float *c, int64_t r0, int t0) {
+    int64_t out = j->w->rows;
+    int nr = out - r0 < 16 ? (int)(out - r0) : 16;
+    if (nr <= 0) return;
+    __mmask16 km = (__mmask16)((1u << nr) - 1);
+    __m512 bv = _mm512_setzero_ps();
+    if (j->bias && j->bias->data) {
+        float bb[16] = {0};
+        for (int r = 0; r < nr; r++) bb[r] = seer_w_load(j->bias, (size_t)(r0 + r));
+        bv = _mm512_loadu_ps(bb);
+    }
+    __m512i cr[16];
+    for (int r = 0; r < 16; r++) cr[r] = _mm512_load_si512(c + r * 16);
+    tr16x16_epi32(cr);
+    for (int t = 0; t < 16 && t0 + t < j->n; t++)
+        _mm512_mask_storeu_ps(j->y + (size_t)(t0 + t) * (size_t)out + (size_t)r0, km,
+                              _mm512_add_ps(_mm512_castsi512_ps(cr[t]), bv));
+}
+
 __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_gemm_chunk(void *ctx, size_t begin, size_t end,
                                                                                  int thread) {
     (void)thread;
@@ -681,14 +716,7 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_gemm_chunk(
         j->failed = 1;
         return;
     }
-    amx_cfg_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int i = 0; i < 8; i++) {
-        cfg.colsb[i] = 64;
-        cfg.rows[i] = 16;
-    }
-    _tile_loadconfig(&cfg);
+    amx_tiles_16x64();
     _Alignas(64) float c[16 * 16];
     for (size_t item = begin; item < end; item++) {
         int64_t base = (int64_t)item * AMX_ROWS;
@@ -734,25 +762,7 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_gemm_chunk(
                     case 2: _tile_stored(2, c, 64); break;
                     default: _tile_stored(3, c, 64); break;
                     }
-                    int64_t r0 = o0 + (q >> 1) * 16;
-                    int t0 = (tp + (q & 1)) * 16;
-                    int nr = out - r0 < 16 ? (int)(out - r0) : 16;
-                    if (nr <= 0) continue;
-                    __mmask16 km = (__mmask16)((1u << nr) - 1);
-                    __m512 bv = _mm512_setzero_ps();
-                    if (j->bias && j->bias->data) {
-                        float bb[16] = {0};
-                        for (int r = 0; r < nr; r++) bb[r] = seer_w_load(j->bias, (size_t)(r0 + r));
-                        bv = _mm512_loadu_ps(bb);
-                    }
-                    /* column t of c (16 output rows) is 16 consecutive floats of y's row t:
-                     * transposed in registers (perf gave the 16 gathers 10% of a bf16 prefill, the stores now 3%) */
-                    __m512i cr[16];
-                    for (int r = 0; r < 16; r++) cr[r] = _mm512_load_si512(c + r * 16);
-                    tr16x16_epi32(cr);
-                    for (int t = 0; t < 16 && t0 + t < j->n; t++)
-                        _mm512_mask_storeu_ps(j->y + (size_t)(t0 + t) * (size_t)out + (size_t)r0, km,
-                                              _mm512_add_ps(_mm512_castsi512_ps(cr[t]), bv));
+                    amx_store_tile(j, c, o0 + (q >> 1) * 16, (tp + (q & 1)) * 16);
                 }
             }
         }
@@ -810,26 +820,6 @@ typedef struct {
     atomic_size_t next;
 } amx_small_run;
 
-/* C tile `tile` (16 rows from r0, tokens from t0) plus bias into y: the prefill kernel's store. */
-__attribute__((target("amx-tile,amx-bf16,avx512f"), always_inline)) static inline void amx_store_tile(
-    const amx_job *j, const float *c, int64_t r0, int t0) {
-    int64_t out = j->w->rows;
-    int nr = out - r0 < 16 ? (int)(out - r0) : 16;
-    if (nr <= 0) return;
-    __mmask16 km = (__mmask16)((1u << nr) - 1);
-    __m512 bv = _mm512_setzero_ps();
-    if (j->bias && j->bias->data) {
-        float bb[16] = {0};
-        for (int r = 0; r < nr; r++) bb[r] = seer_w_load(j->bias, (size_t)(r0 + r));
-        bv = _mm512_loadu_ps(bb);
-    }
-    __m512i cr[16];
-    for (int r = 0; r < 16; r++) cr[r] = _mm512_load_si512(c + r * 16);
-    tr16x16_epi32(cr);
-    for (int t = 0; t < 16 && t0 + t < j->n; t++)
-        _mm512_mask_storeu_ps(j->y + (size_t)(t0 + t) * (size_t)out + (size_t)r0, km,
-                              _mm512_add_ps(_mm512_castsi512_ps(cr[t]), bv));
-}
 
 __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_small_chunk(void *ctx, size_t begin, size_t end,
                                                                                   int thread) {
@@ -851,14 +841,7 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_small_chunk
         }
         pk_bytes = need;
     }
-    amx_cfg_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int i = 0; i < 8; i++) {
-        cfg.colsb[i] = 64;
-        cfg.rows[i] = 16;
-    }
-    _tile_loadconfig(&cfg);
+    amx_tiles_16x64();
     _Alignas(64) float c[16 * 16];
     const size_t tb_words = (size_t)(in / 2) * 16;
     const uint32_t *B0 = j->piece[0], *B1 = np > 1 ? j->piece[1] : NULL, *B2 = np > 2 ? j->piece[2] : NULL;
@@ -919,35 +902,26 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_small_chunk
                      * before. So the A tiles alternate between 2-3 (even steps) and 4-5 (odd),
                      * and every piece loaded goes to the other of 6 and 7 than the one before
                      * (np = 3: even hi 6, mid 7, lo 6; odd hi 7, mid 6, lo 7). */
-                    if (!(kb & 1)) {
-                        _tile_loadd(2, a[0] + ao, stride);
-                        _tile_loadd(3, a[1] + ao, stride);
-                        _tile_loadd(6, B0 + bo, 64);
-                        _tile_dpbf16ps(0, 2, 6);
-                        _tile_dpbf16ps(1, 3, 6);
-                        if (B1) {
-                            _tile_loadd(7, B1 + bo, 64);
-                            _tile_dpbf16ps(0, 2, 7);
-                            _tile_dpbf16ps(1, 3, 7);
-                            _tile_loadd(6, B2 + bo, 64);
-                            _tile_dpbf16ps(0, 2, 6);
-                            _tile_dpbf16ps(1, 3, 6);
-                        }
-                    } else {
-                        _tile_loadd(4, a[0] + ao, stride);
-                        _tile_loadd(5, a[1] + ao, stride);
-                        _tile_loadd(7, B0 + bo, 64);
-                        _tile_dpbf16ps(0, 4, 7);
-                        _tile_dpbf16ps(1, 5, 7);
-                        if (B1) {
-                            _tile_loadd(6, B1 + bo, 64);
-                            _tile_dpbf16ps(0, 4, 6);
-                            _tile_dpbf16ps(1, 5, 6);
-                            _tile_loadd(7, B2 + bo, 64);
-                            _tile_dpbf16ps(0, 4, 7);
-                            _tile_dpbf16ps(1, 5, 7);
-                        }
-                    }
+/* one step: A tiles TA0, TA1; the pieces into TB, TC, TB (tile numbers are immediates) */
+#define AMX_SMALL_STEP(TA0, TA1, TB, TC)                                                                               \
+    do {                                                                                                               \
+        _tile_loadd(TA0, a[0] + ao, stride);                                                                           \
+        _tile_loadd(TA1, a[1] + ao, stride);                                                                           \
+        _tile_loadd(TB, B0 + bo, 64);                                                                                  \
+        _tile_dpbf16ps(0, TA0, TB);                                                                                    \
+        _tile_dpbf16ps(1, TA1, TB);                                                                                    \
+        if (B1) {                                                                                                      \
+            _tile_loadd(TC, B1 + bo, 64);                                                                              \
+            _tile_dpbf16ps(0, TA0, TC);                                                                                \
+            _tile_dpbf16ps(1, TA1, TC);                                                                                \
+            _tile_loadd(TB, B2 + bo, 64);                                                                              \
+            _tile_dpbf16ps(0, TA0, TB);                                                                                \
+            _tile_dpbf16ps(1, TA1, TB);                                                                                \
+        }                                                                                                              \
+    } while (0)
+                    if (!(kb & 1)) AMX_SMALL_STEP(2, 3, 6, 7);
+                    else AMX_SMALL_STEP(4, 5, 7, 6);
+#undef AMX_SMALL_STEP
                 } else {
                     _tile_loadd(4, a[0] + ao, stride);
                     _tile_loadd(5, a[1] + ao, stride);
