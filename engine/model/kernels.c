@@ -1640,12 +1640,7 @@ static int g_blas_haswell = -1;
 static int blas_haswell(void) {
     if (g_blas_haswell < 0) {
         const char *ct = getenv("OPENBLAS_CORETYPE");
-#ifdef SEER_X86
-        int own = !(seer_k_have_amx() && !__builtin_cpu_is("amd"));
-#else
-        int own = 1;
-#endif
-        g_blas_haswell = !ct || !*ct ? own : strcasecmp(ct, "haswell") == 0;
+        g_blas_haswell = !ct || !*ct ? seer_k_blas_own_haswell() : strcasecmp(ct, "haswell") == 0;
     }
     return g_blas_haswell;
 }

@@ -29,6 +29,14 @@ typedef void (*sgemm_fn)(int order, int ta, int tb, int m, int n, int k, float a
 static sgemm_fn p_sgemm;
 static pthread_once_t g_blas_once = PTHREAD_ONCE_INIT;
 
+int seer_k_blas_own_haswell(void) {
+#if defined(__x86_64__)
+    return seer_k_linear_simd() == 1 && !(seer_k_have_amx() && !__builtin_cpu_is("amd"));
+#else
+    return 0;
+#endif
+}
+
 static void blas_load(void) {
     static const char *const libs[] = {"/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0",
                                        "libopenblas.so.0"};
@@ -49,10 +57,10 @@ static void blas_load(void) {
          * prefill of the 0.5B model at 2 threads on a 2-core AMX Xeon VM, 2026-12-02, 271-276 tok/s
          * against 210-211 with Haswell's) */
         int family = seer_k_linear_simd();
-        if (family == 2 || (family == 1 && seer_k_have_amx() && !__builtin_cpu_is("amd")))
-            setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
-        else if (family == 1)
+        if (family == 1 && seer_k_blas_own_haswell())
             setenv("OPENBLAS_CORETYPE", "Haswell", 1);
+        else if (family >= 1)
+            setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
 #endif
     }
     for (size_t i = 0; i < sizeof libs / sizeof libs[0] && !p_sgemm; i++) {

@@ -847,7 +847,7 @@ int seer_model_prefix_rows(const seer_model_t *m, int donor_len, int taker_len, 
         if (m->matrix_kinds & (1u << k)) {
             seer_weight_t w = {.dtype = k < 2 ? SEER_F32 : k < 4 ? SEER_BF16 : SEER_F16, .rows = 1, .cols = k % 2 ? 32 : 33};
             int g = seer_k_linear_gemm_min(&w);
-            if (seer_k_bf16_units_take(&w) == 1 || (lo < g && hi >= g)) ok = 0;
+            if (lo < g && hi >= g) ok = 0;
             if (lo >= g) gemm = 1;
         }
     seer_k_fast_bf16 = saved;

@@ -190,8 +190,12 @@ unsigned seer_k_gemm_min_epoch(void);
 /* Whether w's products run on bf16 units rather than the f32 kernels: 2, AMX (bf16 weights of a
  * width divisible by 32, either precision) or, without AMX, the fast kernel (the same weights
  * with AVX512_BF16 under precision = "fast" on the calling thread): any count, every row the same
- * bits whatever the count; 0 neither. (1, AMX from 16 tokens only, is no longer returned.) */
+ * bits whatever the count; 0 neither. */
 int seer_k_bf16_units_take(const seer_weight_t *w);
+/* Whether seer asks OpenBLAS for its Haswell kernels when the user named no core
+ * (OPENBLAS_CORETYPE): the AVX2 family's CPUs but Intel ones with AMX, which get SkylakeX's, as
+ * the AVX-512 family does (kernels_blas.c). */
+int seer_k_blas_own_haswell(void);
 /* lead: rows the whole call had before x's (a prompt's rest after a shared beginning; 0 otherwise):
  * x's rows then get the bits they got in that call (seer_k_blas_row_period). */
 int seer_k_linear_blas(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias,
