@@ -59,8 +59,9 @@ __attribute__((target("avx2,fma,f16c"))) static inline float hsum8(__m256 v) {
 }
 
 /* hsum8 of eight vectors at once, out[j] = hsum8(v[j]) bit for bit: the same pairs added in the
- * same order (lane i + lane i+4, then those at 0+2 and 1+3, then the two), eight at a time. */
-__attribute__((target("avx2,fma,f16c"))) static inline void hsum8x8(const __m256 *v, float *out) {
+ * same order (lane i + lane i+4, then those at 0+2 and 1+3, then the two), eight at a time: sum j
+ * in lane j of the result (hsum8x8 stores them to out). */
+__attribute__((target("avx2,fma,f16c"))) static inline __m256 hsum8x8_v(const __m256 *v) {
     /* written out rather than as loops over arrays: GCC kept the arrays on the stack, and each
      * 256-bit store read back as 128-bit halves stalled (the per-token attention's eight-key dot
      * at a 1024-token context, in cache: 190 -> 134 us a layer in a /tmp replica) */
@@ -74,7 +75,10 @@ __attribute__((target("avx2,fma,f16c"))) static inline void hsum8x8(const __m256
 #undef SEER_HSUM_HALF
     __m256 r = _mm256_add_ps(_mm256_shuffle_ps(t0, t1, _MM_SHUFFLE(2, 0, 2, 0)), _mm256_shuffle_ps(t0, t1, _MM_SHUFFLE(3, 1, 3, 1)));
     /* r holds v0 v2 v4 v6 | v1 v3 v5 v7 */
-    _mm256_storeu_ps(out, _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+__attribute__((target("avx2,fma,f16c"))) static inline void hsum8x8(const __m256 *v, float *out) {
+    _mm256_storeu_ps(out, hsum8x8_v(v));
 }
 
 /* The attention's two inner loops on AVX2 (seer_k_dot and seer_k_axpy below dispatch to them,
@@ -878,6 +882,24 @@ static inline void block_out(const seer_weight_t *w, const float *x, float *y, i
         }
 }
 
+/* block_out's common case (4 tokens, 3 rows, no tail) from the sums in registers (s0: sums 0-7,
+ * s1: 8-15, sum u * 3 + k in lane order): each token's three moved to the low lanes and stored
+ * from there (a 64-bit and a 32-bit store), rather than the sums stored as vectors and read back
+ * one float at a time, each read waiting on the vector store (block_out: 10.5% of f32 batch-16
+ * decode's samples on the Intel AMX VM, the first read its hot spot). The same values, so the
+ * same bits. */
+__attribute__((target("avx2,fma,f16c"))) static inline void store_sums4x3(float *yb, size_t out, __m256 s0, __m256 s1) {
+    __m128 t0 = _mm256_castps256_ps128(s0);
+    __m128 t1 = _mm256_castps256_ps128(_mm256_permutevar8x32_ps(s0, _mm256_setr_epi32(3, 4, 5, 0, 0, 0, 0, 0)));
+    __m128 t2 = _mm256_castps256_ps128(_mm256_blend_ps(_mm256_permutevar8x32_ps(s0, _mm256_setr_epi32(6, 7, 0, 0, 0, 0, 0, 0)),
+                                                       _mm256_permutevar8x32_ps(s1, _mm256_setzero_si256()), 0x4));
+    __m128 t3 = _mm256_castps256_ps128(_mm256_permutevar8x32_ps(s1, _mm256_setr_epi32(1, 2, 3, 0, 0, 0, 0, 0)));
+    _mm_storel_pi((__m64 *)yb, t0), _mm_store_ss(yb + 2, _mm_movehl_ps(t0, t0));
+    _mm_storel_pi((__m64 *)(yb + out), t1), _mm_store_ss(yb + out + 2, _mm_movehl_ps(t1, t1));
+    _mm_storel_pi((__m64 *)(yb + 2 * out), t2), _mm_store_ss(yb + 2 * out + 2, _mm_movehl_ps(t2, t2));
+    _mm_storel_pi((__m64 *)(yb + 3 * out), t3), _mm_store_ss(yb + 3 * out + 2, _mm_movehl_ps(t3, t3));
+}
+
 /* Rows [r0, r1) against ntok >= 2 tokens (packed by pack_x into xp, or NULL), written to y[t][r]
  * (row stride out). */
 __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_weight_t *w, int64_t r0, int64_t r1,
@@ -1012,6 +1034,11 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
                         _Pragma("GCC unroll 12") for (int j = 0; j < 12; j++) v[j] = _mm256_add_ps(_mm256_load_ps(am + j * 8), _mm256_load_ps(am + 96 + j * 8));
                     }
                     v[12] = v[13] = v[14] = v[15] = z;
+                    if (gt == 4 && nr - m * 3 >= 3 && n8 == in) {
+                        store_sums4x3(y + (size_t)(t0 + g * 4) * (size_t)out + (size_t)(r + m * 3), (size_t)out, hsum8x8_v(v),
+                                      hsum8x8_v(v + 8));
+                        continue;
+                    }
                     hsum8x8(v, sums);
                     hsum8x8(v + 8, sums + 8);
                     block_out(w, x, y, out, r + m * 3, nr - m * 3, t0 + g * 4, gt, sums, n8);
@@ -1057,7 +1084,17 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
 #define SEER_ZKB_MANY_BF16 256 /* and past 16 tokens */
 #endif
 #ifndef SEER_ZMM_MAX
-#define SEER_ZMM_MAX 48 /* tokens at most (an even number; more: rows_avx2_multi) */
+#define SEER_ZMM_MAX 96 /* tokens at most (an even number; more: rows_avx2_multi, or runs: SEER_ZMM_SPLIT) */
+#endif
+/* Past SEER_ZMM_MAX tokens on Intel CPUs with AMX (their f32 weights: the tiles take bf16), the
+ * tokens go in runs of at most SEER_ZMM_MAX through the pair kernels, each run a pass over the
+ * weights, rather than rows_avx2_multi in one pass: every token's chains and reduction are the
+ * same in both kernels, so the same bits. On the 2-vCPU AMX Xeon VM (2026-12-02, one thread, f32,
+ * COLD=1 build/bench/linear_kernel N, the 0.5B shapes) the pair kernels ran 113-141 GFLOP/s from
+ * 16 to 96 tokens and rows_avx2_multi 71-83 from 98 to 480. Not measured on Zen 4 (where sgemm
+ * takes a prompt from 48 tokens and only a batch's shared pass runs past it), so not there. */
+#ifndef SEER_ZMM_SPLIT
+#define SEER_ZMM_SPLIT 1
 #endif
 #ifndef SEER_ZPF_AHEAD
 #define SEER_ZPF_AHEAD 1 /* rows_zmm_pairs: the slice prefetched into L1, this many slices on */
@@ -1221,6 +1258,16 @@ __attribute__((target("avx2,fma,f16c"))) static inline void zmm_out(const seer_w
         int gt = ntok - g * 4 < 4 ? ntok - g * 4 : 4;
         __m256 v[16];
         _Alignas(32) float sums[16];
+        if (gt == 4 && left >= 3 && n8 == w->cols) { /* the common case, from registers */
+            _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++)
+                _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++) {
+                    size_t at = ((size_t)((g * 4 + u) / 2) * 3 + (size_t)k) * 16 + (size_t)(u & 1) * 8;
+                    v[u * 3 + k] = _mm256_add_ps(_mm256_load_ps(a0 + at), a1 ? _mm256_load_ps(a1 + at) : z);
+                }
+            v[12] = v[13] = v[14] = v[15] = z;
+            store_sums4x3(y + (size_t)(g * 4) * (size_t)out + (size_t)row0, (size_t)out, hsum8x8_v(v), hsum8x8_v(v + 8));
+            continue;
+        }
         /* only the entries the loop below leaves: zeroing all 16 compiled to a 512-byte rep stos
          * per group, ~5% of the kernel's samples (perf, f32 batch 16); without it, batch-16
          * decode on 2 threads, 4 alternating rounds each: f32 124.3 -> 127.5 tok/s, bf16 154.6
@@ -1545,6 +1592,18 @@ static void linear_base(seer_pool_t *p, float *y, const float *x, int n, const s
     if (seer_k_linear_amx(p, y, x, n, w, bias)) return;
     if (seer_k_linear_dpbf16(p, y, x, n, w, bias)) return;
     if (gemm && seer_k_linear_blas(p, y, x, n, w, bias, lead)) return;
+#ifdef SEER_X86
+    if (n > SEER_ZMM_MAX && SEER_ZMM_SPLIT && seer_k_have_amx() && seer_k_linear_simd() == 1 && zmm_pairs(w, SEER_ZMM_MAX)) {
+        /* more tokens than the pair kernels take (a batch's short prompts sharing a pass): in
+         * runs of at most SEER_ZMM_MAX (even sizes, balanced), each a pass over the weights, the
+         * same bits per token (see SEER_ZMM_SPLIT) */
+        int runs = (n + SEER_ZMM_MAX - 1) / SEER_ZMM_MAX, c = ((n + runs - 1) / runs + 1) & ~1;
+        size_t in = (size_t)w->cols, out = (size_t)w->rows;
+        for (int t0 = 0; t0 < n; t0 += c)
+            linear_base(p, y + (size_t)t0 * out, x + (size_t)t0 * in, n - t0 < c ? n - t0 : c, w, bias, 0, 0);
+        return;
+    }
+#endif
     linear_job j = {.y = y, .x = x, .n = n, .w = w, .bias = bias, .simd = seer_k_linear_simd()};
     atomic_init(&j.next, 0);
     size_t per_row = (size_t)w->cols * (size_t)n;
@@ -1629,7 +1688,7 @@ _Thread_local int seer_k_fast_bf16;
  * 24 124-126 -> 143-153 / 139-141, 32 139-143 -> 150-157 / 148-153, 40 161-171 -> 147-165 /
  * 155-166, 48 181-193 -> 182-189 / 179-185, 64 level. So 40 there. */
 #ifndef SEER_GEMM_MIN_AMX_CPU
-#define SEER_GEMM_MIN_AMX_CPU 40
+#define SEER_GEMM_MIN_AMX_CPU 96
 #endif
 /* Whether OpenBLAS runs (or will run: kernels_blas.c names it on first use) its Haswell kernels,
  * which SEER_GEMM_MIN_AVX512 was measured with: seer's own choice on the AVX2 family's CPUs

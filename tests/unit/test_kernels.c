@@ -686,13 +686,15 @@ Test(kernels, amx_multi_same_bits_as_one_call_each) {
 }
 
 /* Many tokens at once (a batch of short prompts' prefill: from SEER_BIG_PANEL_MIN = 96 tokens the
- * blocked kernel widens bf16/f16 rows once per row block for all its passes): each token still
- * gets the bits it gets alone, at token counts on both sides of that and past several passes. */
+ * blocked kernel widens bf16/f16 rows once per row block for all its passes; past SEER_ZMM_MAX =
+ * 96 an Intel CPU with AMX runs f32 in runs of the pair kernels, SEER_ZMM_SPLIT: 97 two runs, an
+ * odd one last, 130 two, 193 three): each token still gets the bits it gets alone, at token
+ * counts on both sides of those and past several passes. */
 static void check_linear_rows_many_tokens(void) {
     seer_pool_t *pool = seer_pool_new(2);
-    static const int rows_[] = {13, 40}, cols_[] = {300, 605}, ns[] = {95, 96, 130};
+    static const int rows_[] = {13, 40}, cols_[] = {300, 605}, ns[] = {95, 96, 97, 130, 193};
     static const seer_dtype_t dts[] = {SEER_F32, SEER_BF16, SEER_F16};
-    enum { NMAX = 130, KMAX = 605 };
+    enum { NMAX = 193, KMAX = 605, NN = sizeof ns / sizeof ns[0] };
     float *x = malloc(sizeof(float) * NMAX * KMAX), *y = malloc(sizeof(float) * NMAX * 40), y1[40];
     for (int a = 0; a < 2; a++)
         for (int b = 0; b < 2; b++)
@@ -708,7 +710,7 @@ static void check_linear_rows_many_tokens(void) {
                 for (int i = 0; i < NMAX * cols; i++) x[i] = nrand() * 3;
                 seer_weight_t W = {.dtype = dts[d], .data = dts[d] == SEER_F32 ? (const void *)wf : (const void *)wh,
                                    .rows = rows, .cols = cols};
-                for (int k = 0; k < 3; k++) {
+                for (int k = 0; k < NN; k++) {
                     int n = ns[k];
                     seer_k_linear_rows(pool, y, x, n, &W, NULL);
                     for (int t = 0; t < n; t++) {
@@ -741,9 +743,9 @@ static void check_linear_rows_token_independent(void) {
     enum { NCOLS = sizeof cols_ / sizeof cols_[0] };
     static const seer_dtype_t dts[] = {SEER_F32, SEER_BF16, SEER_F16};
     /* 1-17 every count; past 16 the f32 whole-row kernel's passes (two of 4-8 pairs to 32 tokens,
-     * three to 48) and the blocked kernel's second and third groups of 16 */
-    static const int ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 24, 31, 32, 33, 40, 47, 48, 49};
-    enum { NMAX = 49, KMAX = 1030 };
+     * three to 48, six at 96 = SEER_ZMM_MAX) and the blocked kernel's second and third groups of 16 */
+    static const int ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 24, 31, 32, 33, 40, 47, 48, 49, 79, 96};
+    enum { NMAX = 96, KMAX = 1030 };
     for (int a = 0; a < 4; a++)
         for (int b = 0; b < NCOLS; b++)
             for (int d = 0; d < 3; d++) {
