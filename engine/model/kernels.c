@@ -1686,7 +1686,13 @@ _Thread_local int seer_k_fast_bf16;
  * AMX Xeon VM (2026-12-02, tests/bench/prefill_lengths.lua MODEL 2 24 32 40 48 64, two rounds,
  * the AVX-512 family with GEMMs from 16 -> this family with GEMMs from 48 / from 40), tok/s: n =
  * 24 124-126 -> 143-153 / 139-141, 32 139-143 -> 150-157 / 148-153, 40 161-171 -> 147-165 /
- * 155-166, 48 181-193 -> 182-189 / 179-185, 64 level. So 40 there. */
+ * 155-166, 48 181-193 -> 182-189 / 179-185, 64 level. So 40 there, until the pair kernels' outputs
+ * left from registers (store_sums4x3, the same machine, the same day, two rounds, sgemm off against
+ * sgemm from 16): n = 64 224-237 against 197-206, 80 233-242 against 206-215, 96 233-234 against
+ * 228-235, 112 232 against 236-240, 128 232-233 against 238-243, 192 226-228 against 266. So 96;
+ * a batch of 32 prompts of L tokens (tests/bench/short_prompts.lua MODEL 2 32 L 16 16, shared
+ * pass against sgemm per prompt): L = 30 78.1 against 62.1 new tok/s, 60 48.7 against 45.8, 90
+ * 34.5 against 35.0. */
 #ifndef SEER_GEMM_MIN_AMX_CPU
 #define SEER_GEMM_MIN_AMX_CPU 96
 #endif
