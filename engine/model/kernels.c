@@ -1250,36 +1250,37 @@ SEER_DEF_ZWHOLE(8)
  * accumulators a0 (and bf16's second chain a1; NULL for f32), [pair][row][16]: each (token, row)
  * chain reduced as rows_avx2_multi reduces it (a0 + a1 for bf16, a0 + 0 for f32, then hsum8x8),
  * so the same bits. */
+/* Token group g's chains (gt tokens from token 4g, 3 rows) from the accumulators, a0 + a1 (a1 = 0
+ * for f32) into v[u * 3 + k]; the entries past them zero (only those: zeroing all 16 compiled to
+ * a 512-byte rep stos per group, ~5% of the kernel's samples, perf, f32 batch 16; without it,
+ * batch-16 decode on 2 threads, 4 alternating rounds each: f32 124.3 -> 127.5 tok/s, bf16 154.6
+ * -> 160.8, ahead in 4 of 4 each). Inlined with gt = 4, v stays in registers. */
+__attribute__((target("avx2,fma,f16c"), always_inline)) static inline void zmm_group(const float *a0, const float *a1, int g,
+                                                                                     int gt, __m256 *v) {
+    const __m256 z = _mm256_setzero_ps();
+    for (int j = gt * 3; j < 16; j++) v[j] = z;
+    _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) {
+        if (u >= gt) break;
+        int t = g * 4 + u;
+        _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++) {
+            size_t at = ((size_t)(t / 2) * 3 + (size_t)k) * 16 + (size_t)(t & 1) * 8;
+            v[u * 3 + k] = _mm256_add_ps(_mm256_load_ps(a0 + at), a1 ? _mm256_load_ps(a1 + at) : z);
+        }
+    }
+}
 __attribute__((target("avx2,fma,f16c"))) static inline void zmm_out(const seer_weight_t *w, const float *x, float *y,
                                                                     int64_t out, int64_t row0, int left, int ntok,
                                                                     const float *a0, const float *a1, int64_t n8) {
-    const __m256 z = _mm256_setzero_ps();
     for (int g = 0; g < (ntok + 3) / 4; g++) {
         int gt = ntok - g * 4 < 4 ? ntok - g * 4 : 4;
         __m256 v[16];
-        _Alignas(32) float sums[16];
         if (gt == 4 && left >= 3 && n8 == w->cols) { /* the common case, from registers */
-            _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++)
-                _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++) {
-                    size_t at = ((size_t)((g * 4 + u) / 2) * 3 + (size_t)k) * 16 + (size_t)(u & 1) * 8;
-                    v[u * 3 + k] = _mm256_add_ps(_mm256_load_ps(a0 + at), a1 ? _mm256_load_ps(a1 + at) : z);
-                }
-            v[12] = v[13] = v[14] = v[15] = z;
+            zmm_group(a0, a1, g, 4, v);
             store_sums4x3(y + (size_t)(g * 4) * (size_t)out + (size_t)row0, (size_t)out, hsum8x8_v(v), hsum8x8_v(v + 8));
             continue;
         }
-        /* only the entries the loop below leaves: zeroing all 16 compiled to a 512-byte rep stos
-         * per group, ~5% of the kernel's samples (perf, f32 batch 16); without it, batch-16
-         * decode on 2 threads, 4 alternating rounds each: f32 124.3 -> 127.5 tok/s, bf16 154.6
-         * -> 160.8 (ahead in 4 of 4 each) */
-        for (int j = gt * 3; j < 16; j++) v[j] = z;
-        for (int u = 0; u < gt; u++) {
-            int t = g * 4 + u;
-            for (int k = 0; k < 3; k++) {
-                size_t at = ((size_t)(t / 2) * 3 + (size_t)k) * 16 + (size_t)(t & 1) * 8;
-                v[u * 3 + k] = _mm256_add_ps(_mm256_load_ps(a0 + at), a1 ? _mm256_load_ps(a1 + at) : z);
-            }
-        }
+        _Alignas(32) float sums[16];
+        zmm_group(a0, a1, g, gt, v);
         hsum8x8(v, sums);
         hsum8x8(v + 8, sums + 8);
         block_out(w, x, y, out, row0, left, g * 4, gt, sums, n8);
