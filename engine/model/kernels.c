@@ -1086,12 +1086,13 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
 #ifndef SEER_ZMM_MAX
 #define SEER_ZMM_MAX 96 /* tokens at most (an even number; more: rows_avx2_multi, or runs: SEER_ZMM_SPLIT) */
 #endif
-/* Past SEER_ZMM_MAX tokens on Intel CPUs with AMX (their f32 weights: the tiles take bf16), the
- * tokens go in runs of at most SEER_ZMM_MAX through the pair kernels, each run a pass over the
- * weights, rather than rows_avx2_multi in one pass: every token's chains and reduction are the
- * same in both kernels, so the same bits. On the 2-vCPU AMX Xeon VM (2026-12-02, one thread, f32,
- * COLD=1 build/bench/linear_kernel N, the 0.5B shapes) the pair kernels ran 113-141 GFLOP/s from
- * 16 to 96 tokens and rows_avx2_multi 71-83 from 98 to 480. Not measured on Zen 4 (where sgemm
+/* Past SEER_ZMM_MAX tokens on Intel CPUs with AVX-512 (f32 weights; bf16 too where no AMX takes
+ * them), the tokens go in runs of at most SEER_ZMM_MAX through the pair kernels, each run a pass
+ * over the weights, rather than rows_avx2_multi in one pass: every token's chains and reduction
+ * are the same in both kernels, so the same bits. On the 2-vCPU AMX Xeon VM (2026-12-02, one
+ * thread, COLD=1 build/bench/linear_kernel N, the 0.5B shapes) the pair kernels ran f32 at
+ * 113-141 GFLOP/s from 16 to 96 tokens and rows_avx2_multi 71-83 from 98 to 480; bf16 with AMX
+ * off (SEER_NO_AMX=1) 72-84 on rows_avx2_multi at 98 and 192 tokens, 107-123 in runs. Not measured on Zen 4 (where sgemm
  * takes a prompt from 48 tokens and only a batch's shared pass runs past it), so not there. */
 #ifndef SEER_ZMM_SPLIT
 #define SEER_ZMM_SPLIT 1
@@ -1594,7 +1595,7 @@ static void linear_base(seer_pool_t *p, float *y, const float *x, int n, const s
     if (seer_k_linear_dpbf16(p, y, x, n, w, bias)) return;
     if (gemm && seer_k_linear_blas(p, y, x, n, w, bias, lead)) return;
 #ifdef SEER_X86
-    if (n > SEER_ZMM_MAX && SEER_ZMM_SPLIT && seer_k_have_amx() && seer_k_linear_simd() == 1 && zmm_pairs(w, SEER_ZMM_MAX)) {
+    if (n > SEER_ZMM_MAX && SEER_ZMM_SPLIT && seer_k_intel_avx512() && seer_k_linear_simd() == 1 && zmm_pairs(w, SEER_ZMM_MAX)) {
         /* more tokens than the pair kernels take (a batch's short prompts sharing a pass): in
          * runs of at most SEER_ZMM_MAX (even sizes, balanced), each a pass over the weights, the
          * same bits per token (see SEER_ZMM_SPLIT) */
@@ -1694,8 +1695,8 @@ _Thread_local int seer_k_fast_bf16;
  * a batch of 32 prompts of L tokens (tests/bench/short_prompts.lua MODEL 2 32 L 16 16, shared
  * pass against sgemm per prompt): L = 30 78.1 against 62.1 new tok/s, 60 48.7 against 45.8, 90
  * 34.5 against 35.0. */
-#ifndef SEER_GEMM_MIN_AMX_CPU
-#define SEER_GEMM_MIN_AMX_CPU 96
+#ifndef SEER_GEMM_MIN_INTEL
+#define SEER_GEMM_MIN_INTEL 96
 #endif
 /* Whether OpenBLAS runs (or will run: kernels_blas.c names it on first use) its Haswell kernels,
  * which SEER_GEMM_MIN_AVX512 was measured with: seer's own choice on the AVX2 family's CPUs
@@ -1740,7 +1741,7 @@ int seer_k_linear_gemm_min(const seer_weight_t *w) {
     if (seer_k_linear_simd() == 1 && !units) {
         int o = seer_k_gemm_min_override(-1);
         if (o > 0) return o;
-        if (seer_k_have_amx() && !blas_haswell()) return SEER_GEMM_MIN_AMX_CPU;
+        if (seer_k_intel_avx512() && !blas_haswell()) return SEER_GEMM_MIN_INTEL;
         if (seer_k_have_avx512() && blas_haswell()) return SEER_GEMM_MIN_AVX512;
         return w->dtype == SEER_F32 ? SEER_GEMM_MIN_F32 : SEER_GEMM_MIN_16;
     }

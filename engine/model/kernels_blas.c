@@ -31,7 +31,7 @@ static pthread_once_t g_blas_once = PTHREAD_ONCE_INIT;
 
 int seer_k_blas_own_haswell(void) {
 #if defined(__x86_64__)
-    return seer_k_linear_simd() == 1 && !(seer_k_have_amx() && !__builtin_cpu_is("amd"));
+    return seer_k_linear_simd() == 1 && !seer_k_intel_avx512();
 #else
     return 0;
 #endif
@@ -44,8 +44,8 @@ static void blas_load(void) {
     /* OpenBLAS 0.3.21 does not recognise some current Xeons (inside VMs too) and falls back to
      * its SSE3 "Prescott" kernels, 4x slower here: name the core, unless the user chose one, as
      * seer's own linear kernels choose their family (seer_k_linear_simd): SkylakeX's AVX-512
-     * kernels where seer runs its AVX-512 family (Intel), Haswell's AVX2 kernels elsewhere, AMD
-     * CPUs with AVX-512 included. On the Zen 4 VM (2-vCPU EPYC, 2026-12-01, the 0.5B model,
+     * kernels on Intel CPUs with AVX-512 (whichever family seer runs there) and wherever seer runs
+     * its AVX-512 family, Haswell's AVX2 kernels elsewhere, AMD CPUs with AVX-512 included. On the Zen 4 VM (2-vCPU EPYC, 2026-12-01, the 0.5B model,
      * tests/bench/model_seer.lua, OPENBLAS_CORETYPE alternating, three rounds) Haswell's took a
      * 512-token prefill from 186-197 to 213-215 tok/s at f32 on two threads, 180-190 to 203-211 at
      * bf16, and a 256-token f32 one on one thread from 100-101 to 109 (Zen 4 runs a 512-bit FMA as
@@ -53,7 +53,7 @@ static void blas_load(void) {
      * size, so no row period holds there (find_period below). */
     if (!getenv("OPENBLAS_CORETYPE")) {
 #if defined(__x86_64__)
-        /* (Intel CPUs with AMX run seer's AVX2 family but keep SkylakeX's sgemm: a 512-token f32
+        /* (Intel CPUs with AVX-512 run seer's AVX2 family but keep SkylakeX's sgemm: a 512-token f32
          * prefill of the 0.5B model at 2 threads on a 2-core AMX Xeon VM, 2026-12-02, 271-276 tok/s
          * against 210-211 with Haswell's) */
         int family = seer_k_linear_simd();

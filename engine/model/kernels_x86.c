@@ -47,6 +47,14 @@ int seer_k_have_avx512(void) {
 #endif
 }
 
+int seer_k_intel_avx512(void) {
+#ifdef SEER_X86
+    return seer_k_have_avx512() && !__builtin_cpu_is("amd");
+#else
+    return 0;
+#endif
+}
+
 int seer_k_linear_simd(void) {
 #ifdef SEER_X86
     static int v = -1;
@@ -58,16 +66,24 @@ int seer_k_linear_simd(void) {
         else if (!seer_k_have_avx512()) v = 1;
         else if (want && strcmp(want, "avx2") == 0) v = 1;
         else if (want && strcmp(want, "avx512") == 0) v = 2;
-        /* AMD, and Intel with AMX (whose bf16 layers the tiles take, so the family runs f32 and
-         * f16 weights): the AVX2 family with its 512-bit pair kernels; other Intel CPUs with
-         * AVX-512 the AVX-512 family. On a 2-core AMX Xeon VM (2026-12-02, the 0.5B f32 bench
-         * model, tests/bench/batch_seer.lua and prefill_lengths.lua, two alternating rounds, the
-         * AVX-512 family -> the AVX2 family): batched decode at 2 threads batch 16 74.0-76.2 ->
-         * 129.2-130.4 tok/s, 4 47.3-48.5 -> 60.4-60.8, 1 16.7-17.2 -> 16.6-16.7; one thread batch
-         * 16 38.2-38.9 -> 68.9-71.6, 1 9.1-9.2 -> 8.8-8.9; one prompt of 24 / 32 tokens 124-126 /
-         * 139-143 -> 141-153 / 148-157 (GEMM from 40), 48-128 level, 512 289 -> 271-276 (both on
-         * SkylakeX's sgemm). */
-        else v = __builtin_cpu_is("amd") || seer_k_have_amx() ? 1 : 2;
+        /* Every CPU with AVX-512 (AMD; Intel, with AMX or without): the AVX2 family with its
+         * 512-bit pair kernels (on Intel with SkylakeX's sgemm, kernels_blas.c). The AVX-512
+         * family (rows_avx512: 4 rows x 2 tokens a call) stays for SEER_LINEAR_KERNELS=avx512.
+         * On a 2-core AMX Xeon VM (2026-12-02, the 0.5B f32 bench model, tests/bench/batch_seer.lua
+         * and prefill_lengths.lua, two alternating rounds, the AVX-512 family -> the AVX2 family):
+         * batched decode at 2 threads batch 16 74.0-76.2 -> 129.2-130.4 tok/s, 4 47.3-48.5 ->
+         * 60.4-60.8, 1 16.7-17.2 -> 16.6-16.7; one thread batch 16 38.2-38.9 -> 68.9-71.6, 1
+         * 9.1-9.2 -> 8.8-8.9; one prompt of 24 / 32 tokens 124-126 / 139-143 -> 141-153 / 148-157
+         * (GEMM from 40), 48-128 level, 512 289 -> 271-276 (both on SkylakeX's sgemm). Later the
+         * same day, after the pair kernels' outputs left from registers, the same VM with AMX
+         * turned off (SEER_NO_AMX=1: an Intel CPU with AVX-512 and no AMX, which ran the AVX-512
+         * family until then), SEER_LINEAR_KERNELS=avx512 -> avx2, two rounds: f32 batch 1 / 4 /
+         * 16 16.7-16.8 / 46.7-47.7 / 74.2-74.5 -> 16.1-16.3 / 60.0-60.5 / 171.8-173.1, bf16
+         * 29.7-30.1 / 63.9-64.4 / 76.8-79.2 -> 30.2-30.8 / 97.0-98.3 / 206.6-207.7; one prompt
+         * (prefill_lengths.lua MODEL 2 N..., OPENBLAS_CORETYPE=SkylakeX) f32 n = 8 / 16 / 32 / 64
+         * 64-65 / 90 / 138-141 / 196-198 -> 120-121 / 179-186 / 225-232 / 231-240, bf16 78-79 /
+         * 95-103 / 136-150 / 193-216 -> 120-121 / 224-229 / 240-242 / 213-221. */
+        else v = 1;
     }
     return v;
 #else

@@ -289,6 +289,7 @@ int seer_k_have_avx2(void);
 /* AVX-512 (F, BW, DQ, VL; SEER_NO_AVX512 turns it off) and AMX-BF16 usable by this process
  * (kernels_x86.c; SEER_NO_AMX turns it off). */
 int seer_k_have_avx512(void);
+int seer_k_intel_avx512(void); /* AVX-512 on a CPU that is not AMD's (SkylakeX's sgemm, kernels_blas.c) */
 int seer_k_have_amx(void);
 /* Which family of per-token linear kernels runs (checked once): 2 the AVX-512 rows kernel, 1 the
  * AVX2 kernels (the n = 1 GEMV, the streamed and blocked batched kernels, with their software
