@@ -9,8 +9,8 @@
  * weights come from memory as in a model's forward pass (the default leaves a matrix of up to a
  * few MiB in L3, which measures the kernel, not its overlap with the memory); FAST=1 measures
  * bf16 in precision = "fast" (VDPBF16PS on activations rounded to bf16, where the CPU has
- * AVX512_BF16; elsewhere the same kernels as the default); DTYPE=f32 or DTYPE=bf16 measures that one
- * alone (a profile of one dtype's calls). */
+ * AVX512_BF16; elsewhere the same kernels as the default); DTYPE=f32, bf16 or f16 measures that one
+ * alone (a profile of one dtype's calls; f16 runs only when asked for). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,13 +51,15 @@ int main(int argc, char **argv) {
     seer_k_fast_bf16 = getenv("FAST") && atoi(getenv("FAST"));
     uint64_t s = 12345;
     const char *only = getenv("DTYPE");
-    if (only && *only && strcmp(only, "f32") && strcmp(only, "bf16")) {
-        fprintf(stderr, "linear_kernel: DTYPE must be f32 or bf16 (or unset for both), got '%s'\n", only);
+    if (only && *only && strcmp(only, "f32") && strcmp(only, "bf16") && strcmp(only, "f16")) {
+        fprintf(stderr, "linear_kernel: DTYPE must be f32, bf16 or f16 (or unset for f32 and bf16), got '%s'\n", only);
         return 2;
     }
-    for (int d = 0; d < 2; d++) {
-        seer_dtype_t dt = d ? SEER_BF16 : SEER_F32;
-        if (only && *only && strcmp(only, d ? "bf16" : "f32")) continue;
+    static const char *const names[] = {"f32", "bf16", "f16"};
+    static const seer_dtype_t dts[] = {SEER_F32, SEER_BF16, SEER_F16};
+    for (int d = 0; d < 3; d++) {
+        seer_dtype_t dt = dts[d];
+        if (only && *only ? strcmp(only, names[d]) != 0 : d == 2) continue;
         for (int k = 0; k < nshapes; k++) {
             int rows = shapes[k][0], cols = shapes[k][1];
             size_t n = (size_t)rows * (size_t)cols;
@@ -65,7 +67,8 @@ int main(int argc, char **argv) {
             for (size_t i = 0; i < n; i++) {
                 s = s * 6364136223846793005ull + 1442695040888963407ull;
                 float v = ((float)(s >> 40) / 16777216.0f - 0.5f) * 0.04f;
-                if (d) ((uint16_t *)wd)[i] = seer_f32_to_bf16(v);
+                if (d == 1) ((uint16_t *)wd)[i] = seer_f32_to_bf16(v);
+                else if (d == 2) ((uint16_t *)wd)[i] = seer_f32_to_f16(v);
                 else ((float *)wd)[i] = v;
             }
             seer_weight_t W = {.dtype = dt, .data = wd, .rows = rows, .cols = cols};
@@ -81,7 +84,7 @@ int main(int argc, char **argv) {
                     double dt_ = cpu_now() - t0;
                     if (dt_ < best) best = dt_;
                 }
-                printf("%-4s %4dx%-4d tokens %2d: %7.1f us  %6.1f GFLOP/s  %5.1f GB/s of weights\n", d ? "bf16" : "f32", rows,
+                printf("%-4s %4dx%-4d tokens %2d: %7.1f us  %6.1f GFLOP/s  %5.1f GB/s of weights\n", names[d], rows,
                        cols, T, best * 1e6, 2.0 * (double)n * T / best * 1e-9, (double)n * (d ? 2 : 4) / best * 1e-9);
                 free(x);
                 free(y);
