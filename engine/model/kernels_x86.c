@@ -836,7 +836,6 @@ typedef struct {
     atomic_size_t next;
 } amx_small_run;
 
-
 __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_small_chunk(void *ctx, size_t begin, size_t end,
                                                                                   int thread) {
     (void)begin, (void)end, (void)thread;
