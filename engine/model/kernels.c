@@ -1783,8 +1783,8 @@ void seer_k_linear_multi(seer_pool_t *p, int count, float *const *ys, const floa
      * its GEMM path and no bf16 unit takes one */
     int together = 0, blas = count > 1;
     for (int i = 0; i < count && blas; i++) blas = gemm[i] && !seer_k_bf16_units_take(ws[i]);
-    /* (on AMX CPUs the tiles take every count of what the fast kernel could: together up to 32
-     * tokens, matrix by matrix past that) */
+    /* (on AMX CPUs the tiles take every count of what the fast kernel could, the activations
+     * packed once for the matrices together) */
     if (count > 1 && !any && seer_k_have_amx()) together = seer_k_linear_amx_multi(p, count, ys, x, n, ws, biases);
     else if (count > 1 && !any) together = seer_k_linear_dpbf16_multi(p, count, ys, x, n, ws, biases);
     else if (blas) together = seer_k_linear_blas_multi(p, count, ys, x, n, ws, biases, paths > n ? paths - n : 0);

@@ -271,7 +271,7 @@ static void attn_gemm_chunk(void *ctx, size_t begin, size_t end, int thread) {
     int n = a->n, L = a->start + a->n, hd = a->hd, qd = a->H * hd, kvd = a->KH * hd, group = a->H / a->KH;
     int qb = n < QUERY_BLOCK ? n : QUERY_BLOCK;
     float *s = malloc((size_t)qb * (size_t)L * sizeof(float));
-    /* a bf16 cache: each block's keys and values of the head widened into [lb][hd] scratch */
+    /* a bf16 cache: a KV head's keys and values widened into [L][hd] scratch */
     float *kw = a->kc16 ? malloc((size_t)L * (size_t)hd * 2 * sizeof(float)) : NULL, *vw = kw ? kw + (size_t)L * (size_t)hd : NULL;
     if (!s || (a->kc16 && !kw)) {
         free(s);
@@ -279,8 +279,21 @@ static void attn_gemm_chunk(void *ctx, size_t begin, size_t end, int thread) {
         j->failed = 1;
         return;
     }
+    size_t widened = (size_t)-1; /* the KV head whose keys and values kw holds */
+    int kw0 = 0;                   /* from this position (the first block's first key) */
+    if (a->window > 0 && a->start - a->window + 1 > 0) kw0 = a->start - a->window + 1;
     for (size_t h = begin; h < end; h++) {
         size_t kv_off = (h / (size_t)group) * (size_t)hd;
+        if (kw && widened != h / (size_t)group) {
+            /* a bf16 cache: the KV head's keys and values widened once for its query heads and
+             * every query block (each block reads a stretch of them) */
+            for (int p = kw0; p < L; p++) {
+                const uint16_t *kr = a->kc16 + (size_t)p * (size_t)kvd + kv_off, *vr = a->vc16 + (size_t)p * (size_t)kvd + kv_off;
+                seer_k_widen16(kw + (size_t)(p - kw0) * (size_t)hd, kr, (size_t)hd, 1);
+                seer_k_widen16(vw + (size_t)(p - kw0) * (size_t)hd, vr, (size_t)hd, 1);
+            }
+            widened = h / (size_t)group;
+        }
         /* Query rows in fixed blocks: each block multiplies only the keys its rows can see
          * (causal, sliding window), not all L of them. */
         for (int r0 = 0; r0 < n; r0 += qb) {
@@ -294,11 +307,7 @@ static void attn_gemm_chunk(void *ctx, size_t begin, size_t end, int thread) {
                 kb = a->kc + (size_t)k0 * (size_t)kvd + kv_off, vb = a->vc + (size_t)k0 * (size_t)kvd + kv_off;
                 ld = kvd;
             } else {
-                for (int p = 0; p < lb; p++) {
-                    const uint16_t *kr = a->kc16 + (size_t)(k0 + p) * (size_t)kvd + kv_off, *vr = a->vc16 + (size_t)(k0 + p) * (size_t)kvd + kv_off;
-                    seer_k_widen16(kw + (size_t)p * (size_t)hd, kr, (size_t)hd, 1);
-                    seer_k_widen16(vw + (size_t)p * (size_t)hd, vr, (size_t)hd, 1);
-                }
+                kb = kw + (size_t)(k0 - kw0) * (size_t)hd, vb = vw + (size_t)(k0 - kw0) * (size_t)hd;
             }
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nb, lb, hd, a->scale,
                         a->q + (size_t)r0 * (size_t)qd + h * (size_t)hd, qd, kb, ld, 0.0f, s, lb);

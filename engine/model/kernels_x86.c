@@ -968,12 +968,36 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_small_chunk
 }
 #endif
 
+#ifdef SEER_X86
+/* More than AMX_SMALL_MAX tokens (a prefill): the activations packed once for every matrix (q, k
+ * and v; gate and up), then each matrix's items of AMX_ROWS rows over the pool. */
+static int amx_prefill(seer_pool_t *p, int count, float *const *ys, const float *x, int n, const seer_weight_t *const *ws,
+                       const seer_weight_t *const *biases) {
+    int ntb = ((n + 31) / 32) * 2, np = seer_k_fast_bf16 ? 1 : 3;
+    size_t words = (size_t)ntb * 16 * (size_t)(ws[0]->cols / 2);
+    uint32_t *buf = aligned_alloc(64, (size_t)np * words * sizeof(uint32_t));
+    if (!buf) return 0;
+    amx_job j = {.x = x, .npieces = np, .w = ws[0], .n = n, .ntb = ntb};
+    for (int q = 0; q < np; q++) j.piece[q] = buf + (size_t)q * words;
+    seer_pool_for(p, (size_t)ntb, 1, amx_pack_chunk, &j);
+    int failed = 0;
+    for (int i = 0; i < count && !failed; i++) {
+        j.y = ys[i], j.w = ws[i], j.bias = biases[i];
+        seer_pool_for(p, (size_t)((ws[i]->rows + AMX_ROWS - 1) / AMX_ROWS), 1, amx_gemm_chunk, &j);
+        failed = j.failed;
+    }
+    free(buf);
+    return !failed;
+}
+#endif
+
 int seer_k_linear_amx_multi(seer_pool_t *p, int count, float *const *ys, const float *x, int n,
                             const seer_weight_t *const *ws, const seer_weight_t *const *biases) {
 #ifdef SEER_X86
-    if (count < 1 || count > AMX_MULTI || n < 1 || n > AMX_SMALL_MAX || !seer_k_have_amx()) return 0;
+    if (count < 1 || count > AMX_MULTI || n < 1 || !seer_k_have_amx()) return 0;
     for (int i = 0; i < count; i++)
         if (ws[i]->dtype != SEER_BF16 || ws[i]->cols % 32 != 0 || ws[i]->cols != ws[0]->cols) return 0;
+    if (n > AMX_SMALL_MAX) return amx_prefill(p, count, ys, x, n, ws, biases);
     /* the pieces once, on the calling thread, into a buffer kept per thread (every decode step) */
     int np = seer_k_fast_bf16 ? 1 : 3, ntb = (n + 15) / 16;
     size_t words = (size_t)ntb * 16 * (size_t)(ws[0]->cols / 2), need = (size_t)np * words * sizeof(uint32_t);
@@ -1014,19 +1038,7 @@ int seer_k_linear_amx_multi(seer_pool_t *p, int count, float *const *ys, const f
 int seer_k_linear_amx(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w,
                       const seer_weight_t *bias) {
 #ifdef SEER_X86
-    if (w->dtype != SEER_BF16 || w->cols % 32 != 0 || n < 1 || !seer_k_have_amx()) return 0;
-    if (n <= AMX_SMALL_MAX) return seer_k_linear_amx_multi(p, 1, &y, x, n, &w, &bias);
-    int ntb = ((n + 31) / 32) * 2, np = seer_k_fast_bf16 ? 1 : 3;
-    size_t words = (size_t)ntb * 16 * (size_t)(w->cols / 2);
-    uint32_t *buf = aligned_alloc(64, (size_t)np * words * sizeof(uint32_t));
-    if (!buf) return 0;
-    amx_job j = {.y = y, .x = x, .npieces = np, .w = w, .bias = bias, .n = n, .ntb = ntb};
-    for (int q = 0; q < np; q++) j.piece[q] = buf + (size_t)q * words;
-    seer_pool_for(p, (size_t)ntb, 1, amx_pack_chunk, &j);
-    size_t items = (size_t)((w->rows + AMX_ROWS - 1) / AMX_ROWS);
-    seer_pool_for(p, items, 1, amx_gemm_chunk, &j);
-    free(buf);
-    return !j.failed;
+    return seer_k_linear_amx_multi(p, 1, &y, x, n, &w, &bias);
 #else
     (void)p, (void)y, (void)x, (void)n, (void)w, (void)bias;
     return 0;

@@ -310,9 +310,10 @@ float seer_k_exp_sub_sum(float *v, int n, float mx);
  * it does not apply (no AMX, other dtypes, cols not a multiple of 32, out of memory). */
 int seer_k_linear_amx(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias);
 /* seer_k_linear_amx for up to 8 matrices of the same width against the same x (q, k and v; gate
- * and up) and up to 32 tokens (decode steps, batched decode): the activations packed once and
- * every matrix's row blocks in one pool job, each output the bits of its own call. 0 when it does
- * not apply (any matrix, more tokens), and nothing is computed. */
+ * and up), any n >= 1: the activations packed once for all of them (up to 32 tokens, decode steps
+ * and batched decode, every matrix's row blocks in one pool job; past that, a prefill, one pool
+ * job per matrix), each output the bits of its own call. 0 when it does not apply (any matrix),
+ * and nothing is computed. */
 int seer_k_linear_amx_multi(seer_pool_t *p, int count, float *const *ys, const float *x, int n,
                             const seer_weight_t *const *ws, const seer_weight_t *const *biases);
 /* y = x W^T (+ bias) for bf16 W with AVX512_BF16's VDPBF16PS, x rounded to bf16 (precision =

@@ -626,16 +626,17 @@ Test(kernels, amx_linear_bf16_weights) {
     seer_pool_free(pool);
 }
 
-/* seer_k_linear_amx_multi (q, k, v; gate and up in a decode step on AMX): the activations packed
- * once and every matrix's row blocks in one job; each matrix the bits of its own call, matrices
- * of one partial block, several, and whole blocks, with and without bias, both precisions, 1-32
- * tokens, 1 and 2 threads; past 32 tokens or with mixed widths it declines (0) and computes
+/* seer_k_linear_amx_multi (q, k, v; gate and up on AMX): the activations packed once for the
+ * matrices (up to 32 tokens every matrix's row blocks in one job, past that one prefill job per
+ * matrix); each matrix the bits of its own call and each token the bits of its call alone,
+ * matrices of one partial block, several, and whole blocks, with and without bias, both
+ * precisions, 1-70 tokens, 1 and 2 threads; with mixed widths it declines (0) and computes
  * nothing. */
 Test(kernels, amx_multi_same_bits_as_one_call_each) {
     if (!seer_k_have_amx()) cr_skip_test("skipped: this CPU (or kernel) has no AMX-BF16");
     seer_pool_t *pools[2] = {seer_pool_new(1), seer_pool_new(2)};
-    static const int rows_[3] = {17, 130, 256}, ns[5] = {1, 3, 16, 17, 32};
-    enum { COLS = 96, NMAX = 32 };
+    static const int rows_[3] = {17, 130, 256}, ns[7] = {1, 3, 16, 17, 32, 33, 70};
+    enum { COLS = 96, NMAX = 70 };
     uint16_t *w[3], *bias[3];
     float *x = malloc(sizeof(float) * NMAX * COLS), *got[3], *want = malloc(sizeof(float) * NMAX * 256);
     for (int k = 0; k < NMAX * COLS; k++) x[k] = nrand() * 3;
@@ -651,7 +652,7 @@ Test(kernels, amx_multi_same_bits_as_one_call_each) {
     }
     int checked = 0;
     for (int fast = 0; fast < 2; fast++)
-        for (int a = 0; a < 5; a++)
+        for (int a = 0; a < 7; a++)
             for (int with_bias = 0; with_bias < 2; with_bias++)
                 for (int t = 0; t < 2; t++) {
                     seer_k_fast_bf16 = fast;
@@ -665,21 +666,24 @@ Test(kernels, amx_multi_same_bits_as_one_call_each) {
                         cr_assert(!memcmp(want, got[i], sizeof(float) * (size_t)n * (size_t)rows_[i]),
                                   "fast %d, %d tokens, bias %d, %d thread(s): matrix %d differs from its own call", fast,
                                   n, with_bias, t + 1, i);
+                        for (int k = 0; k < n; k += n > 32 ? 3 : 1) {
+                            float one[256];
+                            cr_assert(seer_k_linear_amx(pools[0], one, x + (size_t)k * COLS, 1, ws[i], bs[i]));
+                            cr_assert(!memcmp(one, got[i] + (size_t)k * (size_t)rows_[i], sizeof(float) * (size_t)rows_[i]),
+                                      "fast %d, %d tokens, bias %d, %d thread(s): matrix %d, token %d differs from "
+                                      "its call alone", fast, n, with_bias, t + 1, i, k);
+                        }
                     }
                     checked++;
                 }
     seer_k_fast_bf16 = 0;
-    /* declined: more tokens than the few-token kernel takes, widths that differ */
+    /* declined: widths that differ */
     float *ys[2] = {got[0], got[1]};
-    const seer_weight_t *ws[2] = {&W[0], &W[1]}, *bs[2] = {NULL, NULL};
-    float *big = malloc(sizeof(float) * 33 * COLS);
-    for (int k = 0; k < 33 * COLS; k++) big[k] = 1;
-    cr_assert(!seer_k_linear_amx_multi(pools[1], 2, ys, big, 33, ws, bs));
+    const seer_weight_t *bs[2] = {NULL, NULL};
     seer_weight_t narrow = {.dtype = SEER_BF16, .data = w[1], .rows = 4, .cols = 64};
     const seer_weight_t *mixed[2] = {&W[0], &narrow};
     cr_assert(!seer_k_linear_amx_multi(pools[1], 2, ys, x, 1, mixed, bs));
-    cr_assert_eq(checked, 2 * 5 * 2 * 2);
-    free(big);
+    cr_assert_eq(checked, 2 * 7 * 2 * 2);
     for (int i = 0; i < 3; i++) free(w[i]), free(bias[i]), free(got[i]);
     free(x), free(want);
     seer_pool_free(pools[0]), seer_pool_free(pools[1]);
