@@ -574,10 +574,22 @@ int seer_k_rmsnorm_fast(float *y, const float *x, int n, int d, const seer_weigh
 }
 
 /* ---- prefill linear layers on AMX (bf16 weights) ----------------------------------------------
- * Work item: 128 output rows (4 sub-blocks of 32), whose weights (<= 128 x in x 2 bytes) stay in
- * L2 while every pair of 16-token blocks of packed activations streams past them. Per 32-input
- * step: A tiles = two 16-row slices of W, B tiles = the activation pieces of two token blocks,
- * 4 TDPBF16PS per piece into four 16 x 16 f32 accumulators (tiles 0-3).
+ * Work item: 128 output rows (4 sub-blocks of 32), repacked into contiguous 1 KiB tiles that stay
+ * in L2 while every pair of 16-token blocks of packed activations streams past them; per 32-input
+ * step 2 W tiles, each piece's 2 activation tiles, 4 TDPBF16PS per piece into four 16 x 16 f32
+ * accumulators (tiles 0-3). Two arrangements, the same bits:
+ * - amx_gemm_chunk (33 to AMX_XA_MIN - 1 tokens): W's rows are the A tiles (each item's rows
+ *   copied 64 bytes at a time), the pieces the B tiles in the VNNI layout (amx_pack_chunk, as
+ *   the few-token kernel below); a C tile is 16 rows x 16 tokens, transposed into y in registers.
+ * - amx_gemm_xa_chunk (AMX_XA_MIN tokens on): x is the A tiles (each token's 32 inputs of a step
+ *   a 64-byte row, as x holds them: amx_pack_xa_chunk, no transpose), W the B tiles (each 16
+ *   rows' step transposed into the VNNI layout when the item starts); a C tile is 16 tokens x 16
+ *   rows, y's own layout, stored straight into y (TILESTORED with y's row stride) unless it has a
+ *   bias or is cut by the matrix's or the tokens' end. While an item runs, the next item's rows
+ *   are prefetched into L2 (AMX_PF_MAX lines a step at most), so its tiles are made from L2.
+ *   The transposes of W cost per item, those of C per token pair: past ~160 tokens this wins.
+ * Each output is the same chain of f32 additions of the same exact products whichever operand the
+ * tile unit calls A (tests/unit/test_kernels.c: each token against its call alone, 1-192 tokens).
  * Pieces: by default x = hi + mid + lo exactly (three bf16 values hold f32's 24-bit mantissa; a
  * remainder x - round(x) is exact in f32), and bf16 x bf16 products are exact in f32, so the
  * only rounding left is f32 accumulation, as in the f32 kernels: the parity bar (1e-4) holds on
@@ -585,16 +597,28 @@ int seer_k_rmsnorm_fast(float *y, const float *x, int n, int d, const seer_weigh
  * bf16 parity models' logits (tests/parity/bf16_pieces.py replays it in transformers).
  * precision = "fast" (seer_k_fast_bf16 set for the forward pass) uses one piece, x rounded to
  * bf16 as torch's bf16 matmul does: a third of the tile work, at that rounding's error.
- * On a 2-core AMX Xeon VM (2026-12-02) a 512-token prefill of the 0.5B bf16 model runs this at
- * 535-613 tok/s exact, 812-943 fast (tests/bench/model_seer.lua MODEL 2 512 8): 8% and 12% of
- * the two-thread AMX probe (7,026 GFLOP/s), about 24% of the tile products' rate exact. Tried
- * there and not kept: the inputs in chunks of 4, 8 or 16 steps with the sums carried in memory,
- * so a token pair's pieces are read from L1 by all four sub-blocks (level or slower: L2 is not
- * what bounds it); tile 6's two products before tile 7's (exact 535-554 against 593-607); items
- * of 64 or 256 rows (level or slower). */
+ * Measured on a 2-core AMX Xeon VM (2026-12-02), one thread, weights from memory (COLD=1
+ * DTYPE=bf16 [FAST=1] build/bench/linear_kernel N, the 0.5B model's three shapes 2816x1024 /
+ * 1024x2816 / 1024x1024, three rounds alternating), amx_gemm_chunk -> amx_gemm_xa_chunk: 512
+ * tokens fast 817-839 / 907-967 / 783-819 -> 947-989 / 981-1006 / 904-951 GFLOP/s, exact 370-381 /
+ * 289-305 / 403-429 -> 395-404 / 314-320 / 427-447; 192 tokens fast 715-721 / 786-856 / 694-714 ->
+ * 792-834 / 800-828 / 746-759; 128 tokens 5% slower, 64 tokens 10-15% slower (so AMX_XA_MIN).
+ * Tried there and not kept: the inputs in chunks of 4-16 steps with the sums carried in memory,
+ * so a token pair's pieces are read from L1 by all four sub-blocks (level, in both arrangements);
+ * the next item's rows read with plain loads instead of prefetched (slower), or made into tiles
+ * a share per chain of this item (stores that miss L1 slow the tile loads next to them), or
+ * prefetched for amx_gemm_chunk (level); tile 6's two products before tile 7's (exact 535-554
+ * against 593-607 tok/s); items of 64 or 256 rows (level or slower). A /tmp replica of the inner
+ * loop alone reaches ~48% of the tile rate with both operands from L2 and ~82% from L1. */
 #ifdef SEER_X86
 #ifndef AMX_ROWS
 #define AMX_ROWS 128
+#endif
+#ifndef AMX_PF_MAX
+#define AMX_PF_MAX 4 /* lines of the next item's rows prefetched per step, at most */
+#endif
+#ifndef AMX_XA_MIN
+#define AMX_XA_MIN 160 /* tokens from which x is the A tiles (amx_gemm_xa_chunk) */
 #endif
 typedef struct {
     uint8_t palette, start_row;
@@ -606,8 +630,9 @@ typedef struct {
 typedef struct {
     float *y;
     const float *x;
-    /* packed activation pieces (hi, mid, lo), each [token block][in/2 pairs][16 tokens] pairs
-     * of bf16 */
+    /* packed activation pieces (hi, mid, lo): for the few-token kernel (amx_pack_chunk), each
+     * [token block][in/2 pairs][16 tokens] pairs of bf16 (B tiles); for the prefill kernel
+     * (amx_pack_xa_chunk), [token block][in/32 steps][16 tokens][32] bf16 (A tiles) */
     uint32_t *piece[3];
     int npieces; /* 3: exact (x = hi + mid + lo); 1: x rounded to bf16 (precision = "fast") */
     const seer_weight_t *w, *bias;
@@ -694,6 +719,14 @@ __attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"))) static void amx_
     }
 }
 
+/* The bias of rows r0 .. r0 + nr - 1 in a vector (zeros past them, and without a bias). */
+__attribute__((target("avx512f"), always_inline)) static inline __m512 amx_bias16(const amx_job *j, int64_t r0, int nr) {
+    if (!(j->bias && j->bias->data)) return _mm512_setzero_ps();
+    float bb[16] = {0};
+    for (int r = 0; r < nr; r++) bb[r] = seer_w_load(j->bias, (size_t)(r0 + r));
+    return _mm512_loadu_ps(bb);
+}
+
 /* A C tile stored at c (16 rows from r0, 16 tokens from t0) plus bias into y: column t of c is 16
  * consecutive floats of y's row t, transposed in registers (perf gave 16 gathers 10% of a bf16
  * prefill, the stores now 3%). */
@@ -703,12 +736,7 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"), always_inline)) static inlin
     int nr = out - r0 < 16 ? (int)(out - r0) : 16;
     if (nr <= 0) return;
     __mmask16 km = (__mmask16)((1u << nr) - 1);
-    __m512 bv = _mm512_setzero_ps();
-    if (j->bias && j->bias->data) {
-        float bb[16] = {0};
-        for (int r = 0; r < nr; r++) bb[r] = seer_w_load(j->bias, (size_t)(r0 + r));
-        bv = _mm512_loadu_ps(bb);
-    }
+    __m512 bv = amx_bias16(j, r0, nr);
     __m512i cr[16];
     for (int r = 0; r < 16; r++) cr[r] = _mm512_load_si512(c + r * 16);
     tr16x16_epi32(cr);
@@ -786,6 +814,147 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_gemm_chunk(
     _tile_release();
     free(pk);
 }
+
+/* Token block tb of x for the prefill kernel, one array per piece, as A tiles: [token block][kb]
+ * [16 tokens][32 inputs] of bf16 (rows past n are zeros), each token's 32 inputs of a step one
+ * 64-byte tile row, so no transpose. */
+__attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"))) static void amx_pack_xa_chunk(void *ctx, size_t begin,
+                                                                                                size_t end, int thread) {
+    (void)thread;
+    amx_job *j = ctx;
+    int64_t in = j->w->cols, nkb = in / 32;
+    int np = j->npieces;
+    for (size_t tb = begin; tb < end; tb++)
+        for (int jj = 0; jj < 16; jj++) {
+            int t = (int)tb * 16 + jj;
+            for (int64_t kb = 0; kb < nkb; kb++) {
+                size_t at = ((tb * (size_t)nkb + (size_t)kb) * 16 + (size_t)jj) * 16; /* in 32-bit words */
+                if (t >= j->n) {
+                    for (int q = 0; q < np; q++) _mm512_store_si512(j->piece[q] + at, _mm512_setzero_si512());
+                    continue;
+                }
+                const float *xt = j->x + (size_t)t * (size_t)in + (size_t)kb * 32;
+                __m512 a = _mm512_loadu_ps(xt), b = _mm512_loadu_ps(xt + 16);
+                for (int q = 0; q < np; q++) {
+                    _mm512_store_si512(j->piece[q] + at, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+                    a = _mm512_sub_ps(a, bf16_round(a)); /* exact in f32, as in amx_pack_chunk */
+                    b = _mm512_sub_ps(b, bf16_round(b));
+                }
+            }
+        }
+}
+
+/* Step kb of 16 rows of W from row o (zeros past the last row) as a B tile at dst: tile row p
+ * holds input pair p of each of the 16 rows (the VNNI layout), a 16 x 16 transpose of 32-bit
+ * pairs. */
+__attribute__((target("avx512f"), always_inline)) static inline void amx_w_tile(uint16_t *dst, const uint16_t *W, int64_t in,
+                                                                                 int64_t out, int64_t o, int64_t kb) {
+    __m512i r[16];
+    for (int i = 0; i < 16; i++)
+        r[i] = o + i < out ? _mm512_loadu_si512(W + (size_t)(o + i) * (size_t)in + (size_t)kb * 32) : _mm512_setzero_si512();
+    tr16x16_epi32(r);
+    for (int p = 0; p < 16; p++) _mm512_store_si512(dst + p * 32, r[p]);
+}
+
+/* C tile (16 tokens from t0, 16 rows from r0) at c into y, plus bias, rows and tokens past the
+ * ends left out. */
+__attribute__((target("avx512f"), always_inline)) static inline void amx_put_tile(const amx_job *j, const float *c, int64_t r0,
+                                                                                   int t0) {
+    int64_t out = j->w->rows;
+    int nr = out - r0 < 16 ? (int)(out - r0) : 16;
+    if (nr <= 0) return;
+    __mmask16 km = (__mmask16)((1u << nr) - 1);
+    __m512 bv = amx_bias16(j, r0, nr);
+    for (int t = 0; t < 16 && t0 + t < j->n; t++)
+        _mm512_mask_storeu_ps(j->y + (size_t)(t0 + t) * (size_t)out + (size_t)r0, km, _mm512_add_ps(_mm512_load_ps(c + t * 16), bv));
+}
+
+/* Tile i of a chain into y: straight from the tile when it is whole and there is no bias, else
+ * through c. (tile numbers are immediates) */
+#define AMX_PUT(I, R0, T0)                                                                                             \
+    do {                                                                                                               \
+        if (direct && (T0) + 16 <= j->n && (R0) + 16 <= out)                                                           \
+            _tile_stored(I, j->y + (size_t)(T0) * (size_t)out + (size_t)(R0), out * 4);                               \
+        else {                                                                                                         \
+            _tile_stored(I, c, 64);                                                                                    \
+            amx_put_tile(j, c, R0, T0);                                                                                \
+        }                                                                                                              \
+    } while (0)
+
+__attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_gemm_xa_chunk(void *ctx, size_t begin, size_t end,
+                                                                                    int thread) {
+    (void)thread;
+    amx_job *j = ctx;
+    const seer_weight_t *w = j->w;
+    int64_t in = w->cols, out = w->rows, nkb = in / 32;
+    const uint16_t *W = w->data;
+    /* The item's rows as B tiles ([sub-block][kb][2][16 pairs][16 rows x 2]), each one contiguous
+     * KiB, made when the item starts, from rows the item before prefetched into L2. */
+    uint16_t *pk = aligned_alloc(64, (size_t)AMX_ROWS * (size_t)in * sizeof(uint16_t));
+    if (!pk) {
+        j->failed = 1;
+        return;
+    }
+    int direct = !(j->bias && j->bias->data);
+    int np = j->npieces;
+    amx_tiles_16x64();
+    _Alignas(64) float c[16 * 16];
+    const size_t tb_words = (size_t)nkb * 256; /* a token block of a piece, in 32-bit words */
+    for (size_t item = begin; item < end; item++) {
+        int64_t base = (int64_t)item * AMX_ROWS;
+        int nsb = 0;
+        while (nsb < AMX_ROWS / 32 && base + nsb * 32 < out) nsb++;
+        for (int g = 0; g < nsb * 2; g++)
+            for (int64_t kb = 0; kb < nkb; kb++)
+                amx_w_tile(pk + ((size_t)(g >> 1) * (size_t)nkb + (size_t)kb) * 1024 + (size_t)(g & 1) * 512, W, in, out,
+                           base + g * 16, kb);
+        /* the next item's rows (contiguous) prefetched into L2 a few lines a step, so that its
+         * B tiles are made from L2 rather than from memory */
+        const char *pf = NULL;
+        size_t pf_left = 0, pf_per = 0;
+        if (item + 1 < end) {
+            int64_t nrows = out - (base + AMX_ROWS) < AMX_ROWS ? out - (base + AMX_ROWS) : AMX_ROWS;
+            size_t steps = (size_t)(j->ntb / 2) * (size_t)nsb * (size_t)nkb;
+            pf = (const char *)(W + (size_t)(base + AMX_ROWS) * (size_t)in);
+            pf_left = (size_t)nrows * (size_t)in * sizeof(uint16_t) / 64;
+            pf_per = (pf_left + steps - 1) / steps;
+            if (pf_per > AMX_PF_MAX) pf_per = AMX_PF_MAX;
+        }
+        for (int tp = 0; tp < j->ntb; tp += 2) {
+            for (int sb = 0; sb < nsb; sb++) {
+                int64_t o0 = base + sb * 32;
+                const uint16_t *wb = pk + (size_t)sb * (size_t)nkb * 1024;
+                _tile_zero(0);
+                _tile_zero(1);
+                _tile_zero(2);
+                _tile_zero(3);
+                for (int64_t kb = 0; kb < nkb; kb++) {
+                    _tile_loadd(6, wb + kb * 1024, 64);
+                    _tile_loadd(7, wb + kb * 1024 + 512, 64);
+                    /* hi first, then the smaller pieces, into the same accumulators */
+                    for (int q = 0; q < np; q++) {
+                        const uint32_t *a0 = j->piece[q] + (size_t)tp * tb_words + (size_t)kb * 256;
+                        _tile_loadd(4, a0, 64);
+                        _tile_loadd(5, a0 + tb_words, 64);
+                        _tile_dpbf16ps(0, 4, 6);
+                        _tile_dpbf16ps(1, 4, 7);
+                        _tile_dpbf16ps(2, 5, 6);
+                        _tile_dpbf16ps(3, 5, 7);
+                    }
+                    for (size_t i = 0; i < pf_per && pf_left; i++, pf_left--, pf += 64) _mm_prefetch(pf, _MM_HINT_T2);
+                }
+                int t0 = tp * 16;
+                AMX_PUT(0, o0, t0);
+                AMX_PUT(1, o0 + 16, t0);
+                AMX_PUT(2, o0, t0 + 16);
+                AMX_PUT(3, o0 + 16, t0 + 16);
+            }
+        }
+    }
+    _tile_release();
+    free(pk);
+}
+#undef AMX_PUT
 #endif
 
 /* ---- few tokens on AMX (decode steps, batched decode, short prompts) ---------------------------
@@ -970,20 +1139,23 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_small_chunk
 
 #ifdef SEER_X86
 /* More than AMX_SMALL_MAX tokens (a prefill): the activations packed once for every matrix (q, k
- * and v; gate and up), then each matrix's items of AMX_ROWS rows over the pool. */
+ * and v; gate and up), then each matrix's items of AMX_ROWS rows over the pool; from AMX_XA_MIN
+ * tokens with x as the A tiles (amx_gemm_xa_chunk), below that with W's rows as the A tiles
+ * (amx_gemm_chunk: its items' rows are copied, not transposed, which wins while few token pairs
+ * share each item). The same bits either way. */
 static int amx_prefill(seer_pool_t *p, int count, float *const *ys, const float *x, int n, const seer_weight_t *const *ws,
                        const seer_weight_t *const *biases) {
-    int ntb = ((n + 31) / 32) * 2, np = seer_k_fast_bf16 ? 1 : 3;
+    int ntb = ((n + 31) / 32) * 2, np = seer_k_fast_bf16 ? 1 : 3, xa = n >= AMX_XA_MIN;
     size_t words = (size_t)ntb * 16 * (size_t)(ws[0]->cols / 2);
     uint32_t *buf = aligned_alloc(64, (size_t)np * words * sizeof(uint32_t));
     if (!buf) return 0;
     amx_job j = {.x = x, .npieces = np, .w = ws[0], .n = n, .ntb = ntb};
     for (int q = 0; q < np; q++) j.piece[q] = buf + (size_t)q * words;
-    seer_pool_for(p, (size_t)ntb, 1, amx_pack_chunk, &j);
+    seer_pool_for(p, (size_t)ntb, 1, xa ? amx_pack_xa_chunk : amx_pack_chunk, &j);
     int failed = 0;
     for (int i = 0; i < count && !failed; i++) {
         j.y = ys[i], j.w = ws[i], j.bias = biases[i];
-        seer_pool_for(p, (size_t)((ws[i]->rows + AMX_ROWS - 1) / AMX_ROWS), 1, amx_gemm_chunk, &j);
+        seer_pool_for(p, (size_t)((ws[i]->rows + AMX_ROWS - 1) / AMX_ROWS), 1, xa ? amx_gemm_xa_chunk : amx_gemm_chunk, &j);
         failed = j.failed;
     }
     free(buf);

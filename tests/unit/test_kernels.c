@@ -569,11 +569,13 @@ Test(kernels, amx_linear_bf16_weights) {
     }
     seer_pool_t *pool = seer_pool_new(2);
     /* 1-32 tokens: the few-token kernel (one or two token blocks, rows streamed); more: the
-     * prefill kernel (128-row items, pairs of token blocks) */
-    static const int ns[] = {1, 2, 15, 16, 17, 32, 33, 64, 70};
+     * prefill kernels (128-row items, pairs of token blocks; W's rows as the A tiles below
+     * AMX_XA_MIN = 160 tokens, x as the A tiles from there, its C tiles stored straight into y
+     * when whole and without bias: 176 and 192 have partial and whole token pairs) */
+    static const int ns[] = {1, 2, 15, 16, 17, 32, 33, 64, 70, 159, 176, 192};
     static const int rows_[] = {17, 130, 256};
     static const int cols_[] = {32, 96};
-    for (int a = 0; a < 9; a++)
+    for (int a = 0; a < 12; a++)
         for (int b = 0; b < 3; b++)
             for (int c = 0; c < 2; c++)
                 for (int with_bias = 0; with_bias < 2; with_bias++) {
@@ -630,13 +632,13 @@ Test(kernels, amx_linear_bf16_weights) {
  * matrices (up to 32 tokens every matrix's row blocks in one job, past that one prefill job per
  * matrix); each matrix the bits of its own call and each token the bits of its call alone,
  * matrices of one partial block, several, and whole blocks, with and without bias, both
- * precisions, 1-70 tokens, 1 and 2 threads; with mixed widths it declines (0) and computes
- * nothing. */
+ * precisions, 1-176 tokens (the few-token kernel and both prefill kernels), 1 and 2 threads;
+ * with mixed widths it declines (0) and computes nothing. */
 Test(kernels, amx_multi_same_bits_as_one_call_each) {
     if (!seer_k_have_amx()) cr_skip_test("skipped: this CPU (or kernel) has no AMX-BF16");
     seer_pool_t *pools[2] = {seer_pool_new(1), seer_pool_new(2)};
-    static const int rows_[3] = {17, 130, 256}, ns[7] = {1, 3, 16, 17, 32, 33, 70};
-    enum { COLS = 96, NMAX = 70 };
+    static const int rows_[3] = {17, 130, 256}, ns[8] = {1, 3, 16, 17, 32, 33, 70, 176};
+    enum { COLS = 96, NMAX = 176 };
     uint16_t *w[3], *bias[3];
     float *x = malloc(sizeof(float) * NMAX * COLS), *got[3], *want = malloc(sizeof(float) * NMAX * 256);
     for (int k = 0; k < NMAX * COLS; k++) x[k] = nrand() * 3;
@@ -652,7 +654,7 @@ Test(kernels, amx_multi_same_bits_as_one_call_each) {
     }
     int checked = 0;
     for (int fast = 0; fast < 2; fast++)
-        for (int a = 0; a < 7; a++)
+        for (int a = 0; a < 8; a++)
             for (int with_bias = 0; with_bias < 2; with_bias++)
                 for (int t = 0; t < 2; t++) {
                     seer_k_fast_bf16 = fast;
@@ -683,7 +685,7 @@ Test(kernels, amx_multi_same_bits_as_one_call_each) {
     seer_weight_t narrow = {.dtype = SEER_BF16, .data = w[1], .rows = 4, .cols = 64};
     const seer_weight_t *mixed[2] = {&W[0], &narrow};
     cr_assert(!seer_k_linear_amx_multi(pools[1], 2, ys, x, 1, mixed, bs));
-    cr_assert_eq(checked, 2 * 7 * 2 * 2);
+    cr_assert_eq(checked, 2 * 8 * 2 * 2);
     for (int i = 0; i < 3; i++) free(w[i]), free(bias[i]), free(got[i]);
     free(x), free(want);
     seer_pool_free(pools[0]), seer_pool_free(pools[1]);
