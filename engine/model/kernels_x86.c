@@ -588,6 +588,13 @@ int seer_k_rmsnorm_fast(float *y, const float *x, int n, int d, const seer_weigh
  *   bias or is cut by the matrix's or the tokens' end. While an item runs, the next item's rows
  *   are prefetched into L2 (AMX_PF_MAX lines a step at most), so its tiles are made from L2.
  *   The transposes of W cost per item, those of C per token pair: past ~160 tokens this wins.
+ *   Its items are 256 rows where the tiles of 128 take at most AMX_XA_ITEM_BYTES (inputs up to
+ *   1024) and the matrix has 4 such items per thread or more (q, o, gate, up, the LM head of the
+ *   0.5B model): the pieces, 3 MiB for 512 exact tokens of 1024 inputs, stream past half as many
+ *   items (COLD=1 DTYPE=bf16 linear_kernel 512, one thread, three rounds: exact 2816x1024 /
+ *   1024x1024 404-427 / 448-474 -> 472-499 / 502-539 GFLOP/s, fast level; 256-row items of
+ *   2816 inputs were 10% slower fast; the 0.5B prefill, model_seer.lua 512 tokens 2 threads,
+ *   exact 721-726 -> 733-773 tok/s, fast level).
  * Each output is the same chain of f32 additions of the same exact products whichever operand the
  * tile unit calls A (tests/unit/test_kernels.c: each token against its call alone, 1-192 tokens).
  * Pieces: by default x = hi + mid + lo exactly (three bf16 values hold f32's 24-bit mantissa; a
@@ -617,6 +624,9 @@ int seer_k_rmsnorm_fast(float *y, const float *x, int n, int d, const seer_weigh
 #ifndef AMX_PF_MAX
 #define AMX_PF_MAX 4 /* lines of the next item's rows prefetched per step, at most */
 #endif
+#ifndef AMX_XA_ITEM_BYTES
+#define AMX_XA_ITEM_BYTES (256u << 10)
+#endif
 #ifndef AMX_XA_MIN
 #define AMX_XA_MIN 160 /* tokens from which x is the A tiles (amx_gemm_xa_chunk) */
 #endif
@@ -636,7 +646,8 @@ typedef struct {
     uint32_t *piece[3];
     int npieces; /* 3: exact (x = hi + mid + lo); 1: x rounded to bf16 (precision = "fast") */
     const seer_weight_t *w, *bias;
-    int n, ntb; /* tokens, token blocks (even) */
+    int n, ntb;    /* tokens, token blocks (even) */
+    int item_rows; /* amx_gemm_xa_chunk's rows per item */
     int failed;
 } amx_job;
 
@@ -890,7 +901,8 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_gemm_xa_chu
     const uint16_t *W = w->data;
     /* The item's rows as B tiles ([sub-block][kb][2][16 pairs][16 rows x 2]), each one contiguous
      * KiB, made when the item starts, from rows the item before prefetched into L2. */
-    uint16_t *pk = aligned_alloc(64, (size_t)AMX_ROWS * (size_t)in * sizeof(uint16_t));
+    int64_t rows = j->item_rows; /* AMX_ROWS or twice that */
+    uint16_t *pk = aligned_alloc(64, (size_t)rows * (size_t)in * sizeof(uint16_t));
     if (!pk) {
         j->failed = 1;
         return;
@@ -901,9 +913,9 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_gemm_xa_chu
     _Alignas(64) float c[16 * 16];
     const size_t tb_words = (size_t)nkb * 256; /* a token block of a piece, in 32-bit words */
     for (size_t item = begin; item < end; item++) {
-        int64_t base = (int64_t)item * AMX_ROWS;
+        int64_t base = (int64_t)item * rows;
         int nsb = 0;
-        while (nsb < AMX_ROWS / 32 && base + nsb * 32 < out) nsb++;
+        while (nsb < rows / 32 && base + nsb * 32 < out) nsb++;
         for (int g = 0; g < nsb * 2; g++)
             for (int64_t kb = 0; kb < nkb; kb++)
                 amx_w_tile(pk + ((size_t)(g >> 1) * (size_t)nkb + (size_t)kb) * 1024 + (size_t)(g & 1) * 512, W, in, out,
@@ -913,9 +925,9 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_gemm_xa_chu
         const char *pf = NULL;
         size_t pf_left = 0, pf_per = 0;
         if (item + 1 < end) {
-            int64_t nrows = out - (base + AMX_ROWS) < AMX_ROWS ? out - (base + AMX_ROWS) : AMX_ROWS;
+            int64_t nrows = out - (base + rows) < rows ? out - (base + rows) : rows;
             size_t steps = (size_t)(j->ntb / 2) * (size_t)nsb * (size_t)nkb;
-            pf = (const char *)(W + (size_t)(base + AMX_ROWS) * (size_t)in);
+            pf = (const char *)(W + (size_t)(base + rows) * (size_t)in);
             pf_left = (size_t)nrows * (size_t)in * sizeof(uint16_t) / 64;
             pf_per = (pf_left + steps - 1) / steps;
             if (pf_per > AMX_PF_MAX) pf_per = AMX_PF_MAX;
@@ -1155,7 +1167,10 @@ static int amx_prefill(seer_pool_t *p, int count, float *const *ys, const float 
     int failed = 0;
     for (int i = 0; i < count && !failed; i++) {
         j.y = ys[i], j.w = ws[i], j.bias = biases[i];
-        seer_pool_for(p, (size_t)((ws[i]->rows + AMX_ROWS - 1) / AMX_ROWS), 1, xa ? amx_gemm_xa_chunk : amx_gemm_chunk, &j);
+        j.item_rows = AMX_ROWS;
+        if (xa && ws[i]->cols * 2 * AMX_ROWS <= AMX_XA_ITEM_BYTES && ws[i]->rows >= (int64_t)AMX_ROWS * 4 * seer_pool_threads(p))
+            j.item_rows = 2 * AMX_ROWS;
+        seer_pool_for(p, (size_t)((ws[i]->rows + j.item_rows - 1) / j.item_rows), 1, xa ? amx_gemm_xa_chunk : amx_gemm_chunk, &j);
         failed = j.failed;
     }
     free(buf);

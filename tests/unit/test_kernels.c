@@ -632,15 +632,17 @@ Test(kernels, amx_linear_bf16_weights) {
  * matrices (up to 32 tokens every matrix's row blocks in one job, past that one prefill job per
  * matrix); each matrix the bits of its own call and each token the bits of its call alone,
  * matrices of one partial block, several, and whole blocks, with and without bias, both
- * precisions, 1-176 tokens (the few-token kernel and both prefill kernels), 1 and 2 threads;
+ * precisions, 1-176 tokens (the few-token kernel and both prefill kernels, the second with items
+ * of 128 and 256 rows), 1 and 2 threads;
  * with mixed widths it declines (0) and computes nothing. */
 Test(kernels, amx_multi_same_bits_as_one_call_each) {
     if (!seer_k_have_amx()) cr_skip_test("skipped: this CPU (or kernel) has no AMX-BF16");
     seer_pool_t *pools[2] = {seer_pool_new(1), seer_pool_new(2)};
-    static const int rows_[3] = {17, 130, 256}, ns[8] = {1, 3, 16, 17, 32, 33, 70, 176};
+    /* 600 rows: on one thread, past AMX_XA_MIN tokens, items of 256 rows (two whole, one cut) */
+    static const int rows_[3] = {17, 130, 600}, ns[8] = {1, 3, 16, 17, 32, 33, 70, 176};
     enum { COLS = 96, NMAX = 176 };
     uint16_t *w[3], *bias[3];
-    float *x = malloc(sizeof(float) * NMAX * COLS), *got[3], *want = malloc(sizeof(float) * NMAX * 256);
+    float *x = malloc(sizeof(float) * NMAX * COLS), *got[3], *want = malloc(sizeof(float) * NMAX * 600);
     for (int k = 0; k < NMAX * COLS; k++) x[k] = nrand() * 3;
     seer_weight_t W[3], B[3];
     for (int i = 0; i < 3; i++) {
@@ -669,7 +671,7 @@ Test(kernels, amx_multi_same_bits_as_one_call_each) {
                                   "fast %d, %d tokens, bias %d, %d thread(s): matrix %d differs from its own call", fast,
                                   n, with_bias, t + 1, i);
                         for (int k = 0; k < n; k += n > 32 ? 3 : 1) {
-                            float one[256];
+                            float one[600];
                             cr_assert(seer_k_linear_amx(pools[0], one, x + (size_t)k * COLS, 1, ws[i], bs[i]));
                             cr_assert(!memcmp(one, got[i] + (size_t)k * (size_t)rows_[i], sizeof(float) * (size_t)rows_[i]),
                                       "fast %d, %d tokens, bias %d, %d thread(s): matrix %d, token %d differs from "
