@@ -312,8 +312,9 @@ int seer_k_linear_amx(seer_pool_t *p, float *y, const float *x, int n, const see
 /* seer_k_linear_amx for up to 8 matrices of the same width against the same x (q, k and v; gate
  * and up), any n >= 1: the activations packed once for all of them (up to 32 tokens, decode steps
  * and batched decode, every matrix's row blocks in one pool job; past that, a prefill, one pool
- * job per matrix), each output the bits of its own call. 0 when it does not apply (any matrix),
- * and nothing is computed. */
+ * job per matrix), each output the bits of its own call. 0 when it does not apply (any matrix:
+ * nothing is computed) or scratch memory runs out (some outputs may be written): the caller then
+ * computes every output another way. */
 int seer_k_linear_amx_multi(seer_pool_t *p, int count, float *const *ys, const float *x, int n,
                             const seer_weight_t *const *ws, const seer_weight_t *const *biases);
 /* y = x W^T (+ bias) for bf16 W with AVX512_BF16's VDPBF16PS, x rounded to bf16 (precision =
