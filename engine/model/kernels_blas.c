@@ -192,6 +192,7 @@ static void find_period(void) {
 }
 
 int seer_k_blas_row_period(void) {
+    if (seer_k_gemm_own()) return 1; /* every row the same bits in any call (kernels_gemm.c) */
     pthread_once(&g_period_once, find_period);
     return g_row_period;
 }
@@ -210,7 +211,16 @@ static void add_bias(float *y, int n, int64_t rows, const seer_weight_t *bias) {
 
 int seer_k_linear_blas_multi(seer_pool_t *p, int count, float *const *ys, const float *x, int n, const seer_weight_t *const *ws,
                              const seer_weight_t *const *biases, int lead) {
-    if (count < 1 || count > GEMM_MULTI || !blas_ready()) return 0;
+    if (count < 1 || count > GEMM_MULTI) return 0;
+    if (seer_k_gemm_own()) {
+        /* seer's own GEMM (kernels_gemm.c): a row's bits do not depend on the call, so lead needs
+         * no padding; out of memory: 0, and the caller's per-token kernels run */
+        if (!seer_k_gemm_multi(p, count, ys, x, n, ws)) return 0;
+        for (int i = 0; i < count; i++)
+            if (biases && biases[i] && biases[i]->data) add_bias(ys[i], n, ws[i]->rows, biases[i]);
+        return 1;
+    }
+    if (!blas_ready()) return 0;
     const int64_t cols = ws[0]->cols;
     for (int i = 0; i < count; i++)
         if ((ws[i]->dtype != SEER_F32 && ws[i]->dtype != SEER_BF16 && ws[i]->dtype != SEER_F16) || ws[i]->cols != cols)

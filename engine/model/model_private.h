@@ -206,10 +206,19 @@ int seer_k_linear_blas(seer_pool_t *p, float *y, const float *x, int n, const se
  * every matrix another way). */
 int seer_k_linear_blas_multi(seer_pool_t *p, int count, float *const *ys, const float *x, int n, const seer_weight_t *const *ws,
                              const seer_weight_t *const *biases, int lead);
-/* The row unit of OpenBLAS's sgemm tiles, found by trying it once per process (kernels_blas.c):
- * rows a call computes from an offset that is a multiple of it get the longer call's bits. 0:
- * none found, or no OpenBLAS. */
+/* The row unit of the GEMM path's tiles: 1 where seer's own GEMM runs (seer_k_gemm_own: every
+ * row the same bits in any call), else OpenBLAS's sgemm's, found by trying it once per process
+ * (kernels_blas.c): rows a call computes from an offset that is a multiple of it get the longer
+ * call's bits. 0: none found, or no OpenBLAS. */
 int seer_k_blas_row_period(void);
+/* Whether seer's own GEMM (kernels_gemm.c) takes the GEMM path's linear layers in place of
+ * OpenBLAS's sgemm: Intel CPUs with AVX-512, unless SEER_OWN_GEMM=0. */
+int seer_k_gemm_own(void);
+/* y_i[n][rows_i] = x[n][cols] . W_i^T for up to 8 matrices of one width (f32, bf16 or f16; no
+ * bias, no LoRA): every element one chain of fused multiply-adds in input order, the bits of
+ * a scalar fmaf loop, whatever n, the thread count or the other matrices. 0: not taken
+ * (seer_k_gemm_own false, a shape or dtype it does not take, out of memory). */
+int seer_k_gemm_multi(seer_pool_t *p, int count, float *const *ys, const float *x, int n, const seer_weight_t *const *ws);
 /* y[n][out] = x[n][in] . W[out][in]^T (+ bias[out] when bias.data), plus the weight's LoRA
  * delta when it has an enabled one (seer_lora_apply). */
 void seer_k_linear(seer_pool_t *p, float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias);

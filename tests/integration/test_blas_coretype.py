@@ -6,7 +6,10 @@ period search found 24 for SkylakeX from too few shapes and shared beginnings ga
 than the whole prompt (2026-12-01); seer also picked SkylakeX there, where it picks Haswell now
 (as its own kernels pick their AVX2 family on AMD CPUs). make test's own run covers the default;
 this runs the bit-for-bit checks under each family explicitly (OPENBLAS_CORETYPE is the user's
-override, which seer keeps)."""
+override, which seer keeps). On Intel CPUs with AVX-512 seer's own GEMM (kernels_gemm.c) takes the
+linear layers in OpenBLAS's place; these runs set SEER_OWN_GEMM=0 so that OpenBLAS's families are
+what they check, and the last test checks the own GEMM's period (1: a row's bits do not depend on
+the call)."""
 import os
 import subprocess
 import unittest
@@ -37,7 +40,7 @@ class BlasFamilyTest(unittest.TestCase):
         for family in FAMILIES:
             with self.subTest(family=family):
                 r = run([os.path.join(ROOT, "tests", "lua", "run.lua"), os.path.join(ROOT, "tests", "lua", "test_prefix_sharing.lua")],
-                        timeout=300, OPENBLAS_CORETYPE=family)
+                        timeout=300, OPENBLAS_CORETYPE=family, SEER_OWN_GEMM="0")
                 self.assertEqual(r.returncode, 0, family + ":\n" + r.stdout[-3000:] + r.stderr[-3000:])
                 self.assertRegex(r.stdout, r"lua: [1-9]\d* passed, 0 failed")
 
@@ -48,16 +51,24 @@ class BlasFamilyTest(unittest.TestCase):
         for family in FAMILIES:
             with self.subTest(family=family):
                 r = subprocess.run([UNIT, "--filter", "kernels/linear_multi_blas*"], capture_output=True, text=True, timeout=300,
-                                   env=env(OPENBLAS_CORETYPE=family))
+                                   env=env(OPENBLAS_CORETYPE=family, SEER_OWN_GEMM="0"))
                 self.assertEqual(r.returncode, 0, family + ":\n" + r.stdout[-3000:] + r.stderr[-3000:])
                 self.assertIn("Passing: 1 | Failing: 0", r.stdout + r.stderr)
 
     def test_skylakex_has_no_period(self):
         if "SkylakeX" not in FAMILIES:
             self.skipTest("no AVX-512 here")
-        r = run(["-e", 'io.write(require("seer.core.model").blas_row_period())'], timeout=60, OPENBLAS_CORETYPE="SkylakeX")
+        r = run(["-e", 'io.write(require("seer.core.model").blas_row_period())'], timeout=60, OPENBLAS_CORETYPE="SkylakeX",
+                SEER_OWN_GEMM="0")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stdout, "0", "SkylakeX's sgemm gives rows size-dependent bits; a period found there is wrong")
+
+    def test_own_gemm_has_period_one_on_intel_avx512(self):
+        if "SkylakeX" not in FAMILIES or "GenuineIntel" not in open("/proc/cpuinfo").read():
+            self.skipTest("seer's own GEMM runs on Intel CPUs with AVX-512 only")
+        r = run(["-e", 'io.write(require("seer.core.model").blas_row_period())'], timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, "1", "the own GEMM computes every row alike in any call: its period is 1")
 
 
 if __name__ == "__main__":

@@ -563,6 +563,76 @@ Test(kernels, linear_multi_blas_same_bits_as_one_call_each) {
     for (int k = 0; k < 3; k++) seer_pool_free(pools[k]);
 }
 
+/* seer's own GEMM (kernels_gemm.c: Intel CPUs with AVX-512): every output the bits of a scalar
+ * fmaf loop over the inputs in order (the sums carried through y from one 512-input chunk to the
+ * next), for f32, bf16 and f16 weights, token counts around its 14-token groups, rows around its
+ * 32-row panels and 256-row blocks (three matrices in one call: several blocks, one row, a panel
+ * and one), widths around its 16-input steps and 512-input chunks, 1 to 3 threads; and
+ * seer_k_linear_blas (the GEMM path's linear layer) the same plus its bias. */
+Test(kernels, own_gemm_bits_of_a_scalar_fma_loop) {
+    if (!seer_k_gemm_own())
+        cr_skip_test("skipped: seer's own GEMM runs on Intel CPUs with AVX-512 (unless SEER_OWN_GEMM=0); OpenBLAS's sgemm here");
+    seer_pool_t *pools[3] = {seer_pool_new(1), seer_pool_new(2), seer_pool_new(3)};
+    static const int rows_[3] = {600, 1, 33};
+    static const int cols_[7] = {1, 7, 16, 33, 512, 513, 1100};
+    static const int ns[6] = {1, 13, 14, 15, 29, 57};
+    static const seer_dtype_t dts[3] = {SEER_F32, SEER_BF16, SEER_F16};
+    enum { NMAX = 57, CMAX = 1100, RSUM = 634 };
+    float *x = malloc(sizeof(float) * NMAX * CMAX), *wf = malloc(sizeof(float) * RSUM * CMAX), *bias = malloc(sizeof(float) * 600);
+    float *want = malloc(sizeof(float) * NMAX * RSUM), *got = malloc(sizeof(float) * NMAX * RSUM);
+    void *w = malloc(sizeof(float) * RSUM * CMAX);
+    for (int k = 0; k < NMAX * CMAX; k++) x[k] = nrand() * 3;
+    for (int k = 0; k < 600; k++) bias[k] = nrand();
+    int checked = 0;
+    for (int d = 0; d < 3; d++)
+        for (int c = 0; c < 7; c++) {
+            int cols = cols_[c];
+            for (int k = 0; k < RSUM * cols; k++) {
+                float v = nrand() * 0.1f;
+                if (dts[d] == SEER_F32) ((float *)w)[k] = wf[k] = v;
+                else if (dts[d] == SEER_BF16) wf[k] = seer_bf16_to_f32(((uint16_t *)w)[k] = seer_f32_to_bf16(v));
+                else wf[k] = seer_f16_to_f32(((uint16_t *)w)[k] = seer_f32_to_f16(v));
+            }
+            size_t es = dts[d] == SEER_F32 ? 4 : 2;
+            seer_weight_t W[3];
+            const seer_weight_t *ws[3];
+            float *ys[3];
+            for (int i = 0, r = 0; i < 3; r += rows_[i], i++) {
+                W[i] = (seer_weight_t){.dtype = dts[d], .data = (const char *)w + (size_t)r * (size_t)cols * es, .rows = rows_[i], .cols = cols};
+                ws[i] = &W[i];
+            }
+            for (int a = 0; a < 6; a++) {
+                int n = ns[a];
+                /* the reference: matrix i's rows at want + n * (rows before i) */
+                for (int i = 0, r = 0; i < 3; r += rows_[i], i++)
+                    for (int t = 0; t < n; t++)
+                        for (int o = 0; o < rows_[i]; o++) {
+                            float acc = 0.0f;
+                            const float *wr = wf + (size_t)(r + o) * (size_t)cols, *xt = x + (size_t)t * (size_t)cols;
+                            for (int k = 0; k < cols; k++) acc = fmaf(wr[k], xt[k], acc);
+                            want[(size_t)n * (size_t)r + (size_t)t * (size_t)rows_[i] + (size_t)o] = acc;
+                        }
+                for (int k = 0; k < 3; k++) {
+                    memset(got, 0xff, sizeof(float) * (size_t)n * RSUM);
+                    for (int i = 0, r = 0; i < 3; r += rows_[i], i++) ys[i] = got + (size_t)n * (size_t)r;
+                    cr_assert(seer_k_gemm_multi(pools[k], 3, ys, x, n, ws));
+                    cr_assert(!memcmp(want, got, sizeof(float) * (size_t)n * RSUM),
+                              "dtype %d, %d columns, %d tokens, %d thread(s): not the bits of a scalar fmaf loop", (int)dts[d], cols, n, k + 1);
+                    /* the linear layer on the GEMM path: the same, then the bias */
+                    seer_weight_t B = {.dtype = SEER_F32, .data = bias, .rows = 1, .cols = 600};
+                    cr_assert(seer_k_linear_blas(pools[k], got, x, n, &W[0], &B, 0));
+                    for (size_t e = 0; e < (size_t)n * 600; e++)
+                        cr_assert(got[e] == want[e] + bias[e % 600], "dtype %d, %d columns, %d tokens, %d thread(s): linear "
+                                  "layer output %zu is not the fmaf loop plus the bias", (int)dts[d], cols, n, k + 1, e);
+                    checked++;
+                }
+            }
+        }
+    cr_assert_eq(checked, 3 * 7 * 6 * 3);
+    free(x), free(wf), free(bias), free(want), free(got), free(w);
+    for (int k = 0; k < 3; k++) seer_pool_free(pools[k]);
+}
+
 Test(kernels, amx_linear_bf16_weights) {
     if (!seer_k_have_amx()) {
         cr_skip_test("skipped: this CPU (or kernel) has no AMX-BF16; bf16 prefill uses OpenBLAS here");
