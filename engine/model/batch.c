@@ -119,10 +119,10 @@ void seer_fb_hidden(const seer_fwd_batch_t *fb, int block, const float *x, int D
     }
 }
 
-void seer_fb_silu_mul(const seer_fwd_batch_t *fb, float *gate, const float *up, int I) {
+void seer_fb_silu_mul(seer_pool_t *p, const seer_fwd_batch_t *fb, float *gate, const float *up, int I) {
     for (int s = 0; s < fb->ns; s++) {
         size_t o = (size_t)fb->off[s] * (size_t)I;
-        seer_k_silu_mul(gate + o, up + o, (size_t)fb->seq[s].n * (size_t)I);
+        seer_k_silu_mul_pool(p, gate + o, up + o, (size_t)fb->seq[s].n * (size_t)I);
     }
 }
 

@@ -426,7 +426,7 @@ int seer_gemma_forward(seer_model_t *m, const seer_fwd_batch_t *fb, seer_err_t *
     for (int l = l0; l < c->num_layers; l++) {
         const gemma_layer_t *L = &s->layers[l];
         SEER_HOOK_ROWS(SEER_HP_RESID_PRE, l, x, D);
-        seer_k_rmsnorm(xb, x, n, D, &L->attn_norm, eps, 1);
+        seer_k_rmsnorm_pool(m->pool, xb, x, n, D, &L->attn_norm, eps, 1);
         SEER_HOOK_ROWS(SEER_HP_LN1, l, xb, D);
         {
             float *ys[3] = {q, k, v};
@@ -458,13 +458,13 @@ int seer_gemma_forward(seer_model_t *m, const seer_fwd_batch_t *fb, seer_err_t *
         if ((rc = seer_fb_attention(m, fb, l, aps, err)) < 0) goto out;
         SEER_HOOK_HEADS(SEER_HP_Z, l, att, H, hd);
         seer_fb_linear(m->pool, fb, xb, att, &L->o, &L->o_bias);
-        if (s->version > 1) seer_k_rmsnorm(xb, xb, n, D, &L->post_attn_norm, eps, 1);
+        if (s->version > 1) seer_k_rmsnorm_pool(m->pool, xb, xb, n, D, &L->post_attn_norm, eps, 1);
         SEER_HOOK_ROWS(SEER_HP_ATTN_OUT, l, xb, D);
-        for (size_t i = 0; i < nf * D; i++) x[i] += xb[i];
+        seer_k_add_pool(m->pool, x, xb, nf * D, 0.f);
         SEER_HOOK_ROWS(SEER_HP_RESID_MID, l, x, D);
 
         /* Gemma: post_attention_layernorm is the pre-MLP norm; Gemma 2/3: pre_feedforward. */
-        seer_k_rmsnorm(xb, x, n, D, s->version > 1 ? &L->pre_ff_norm : &L->post_attn_norm, eps, 1);
+        seer_k_rmsnorm_pool(m->pool, xb, x, n, D, s->version > 1 ? &L->pre_ff_norm : &L->post_attn_norm, eps, 1);
         SEER_HOOK_ROWS(SEER_HP_LN2, l, xb, D);
         {
             float *ys[2] = {h1, h2};
@@ -475,9 +475,9 @@ int seer_gemma_forward(seer_model_t *m, const seer_fwd_batch_t *fb, seer_err_t *
         geglu(h1, h2, nf * I, s->act);
         SEER_HOOK_ROWS(SEER_HP_MLP_POST, l, h1, I);
         seer_fb_linear(m->pool, fb, xb, h1, &L->down, NULL);
-        if (s->version > 1) seer_k_rmsnorm(xb, xb, n, D, &L->post_ff_norm, eps, 1);
+        if (s->version > 1) seer_k_rmsnorm_pool(m->pool, xb, xb, n, D, &L->post_ff_norm, eps, 1);
         SEER_HOOK_ROWS(SEER_HP_MLP_OUT, l, xb, D);
-        for (size_t i = 0; i < nf * D; i++) x[i] += xb[i];
+        seer_k_add_pool(m->pool, x, xb, nf * D, 0.f);
         SEER_HOOK_ROWS(SEER_HP_RESID_POST, l, x, D);
         seer_fb_hidden(fb, l + 1, x, D);
     }

@@ -165,7 +165,7 @@ static int gpt2_forward(seer_model_t *m, const seer_fwd_batch_t *fb, seer_err_t 
         SEER_HOOK_HEADS(SEER_HP_Z, l, att, H, hd);
         seer_gpt_linear_t(m->pool, xb, att, n, &L->aproj_w, &L->aproj_b);
         SEER_HOOK_ROWS(SEER_HP_ATTN_OUT, l, xb, D);
-        for (size_t i = 0; i < nf * D; i++) x[i] += xb[i];
+        seer_k_add_pool(m->pool, x, xb, nf * D, 0.f);
         SEER_HOOK_ROWS(SEER_HP_RESID_MID, l, x, D);
 
         seer_gpt_layernorm(xb, x, n, D, &L->ln2_w, &L->ln2_b, c->rms_norm_eps);
@@ -176,7 +176,7 @@ static int gpt2_forward(seer_model_t *m, const seer_fwd_batch_t *fb, seer_err_t 
         SEER_HOOK_ROWS(SEER_HP_MLP_POST, l, h, I);
         seer_gpt_linear_t(m->pool, xb, h, n, &L->mproj_w, &L->mproj_b);
         SEER_HOOK_ROWS(SEER_HP_MLP_OUT, l, xb, D);
-        for (size_t i = 0; i < nf * D; i++) x[i] += xb[i];
+        seer_k_add_pool(m->pool, x, xb, nf * D, 0.f);
         SEER_HOOK_ROWS(SEER_HP_RESID_POST, l, x, D);
         seer_fb_hidden(fb, l + 1, x, D);
     }

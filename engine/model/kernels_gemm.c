@@ -131,7 +131,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static void gemm_pack16(flo
                 a1[t] = _mm512_maskz_loadu_ps(m1, y + (size_t)t * ldy + 16);                                                \
             }                                                                                                               \
         }                                                                                                                   \
-        for (int k = 0; k < kc; k++) {                                                                                      \
+        _Pragma("GCC unroll 2") for (int k = 0; k < kc; k++) {                                                              \
             __m512 w0 = _mm512_load_ps(wp + (size_t)k * GEMM_NR), w1 = _mm512_load_ps(wp + (size_t)k * GEMM_NR + 16);       \
             _Pragma("GCC unroll 16") for (int t = 0; t < NT; t++) {                                                         \
                 __m512 xb = _mm512_set1_ps(xp[(size_t)k * GEMM_LD + t]);                                                    \

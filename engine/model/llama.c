@@ -336,7 +336,7 @@ int seer_decoder_forward(seer_model_t *m, const seer_fwd_batch_t *fb, seer_err_t
         const seer_layer_weights_t *L = &m->layers[l];
         SEER_HOOK_ROWS(SEER_HP_RESID_PRE, l, x, D);
         if (st->o.olmo2) memcpy(xb, x, nf * D * sizeof(float)); /* no pre-norm: the block sees x */
-        else seer_k_rmsnorm(xb, x, n, D, &L->attn_norm, c->rms_norm_eps, 0);
+        else seer_k_rmsnorm_pool(m->pool, xb, x, n, D, &L->attn_norm, c->rms_norm_eps, 0);
         SEER_HOOK_ROWS(SEER_HP_LN1, l, xb, D);
         {
             float *ys[3] = {q, k, v};
@@ -353,10 +353,7 @@ int seer_decoder_forward(seer_model_t *m, const seer_fwd_batch_t *fb, seer_err_t
         SEER_HOOK_HEADS(SEER_HP_Q, l, q, H, hd);
         SEER_HOOK_HEADS(SEER_HP_K, l, k, KH, hd);
         SEER_HOOK_HEADS(SEER_HP_V, l, v, KH, hd);
-        for (int t = 0; t < n; t++) {
-            seer_k_rope(q + (size_t)t * qd, H, hd, rot, cs + (size_t)t * half, sn + (size_t)t * half);
-            seer_k_rope(k + (size_t)t * kvd, KH, hd, rot, cs + (size_t)t * half, sn + (size_t)t * half);
-        }
+        seer_k_rope_rows_pool(m->pool, n, q, H, k, KH, hd, rot, cs, sn);
         for (int s = 0; s < fb->ns; s++) {
             seer_kv_cache_t *kv = fb->seq[s].cache;
             int r0 = fb->off[s], sn_ = fb->seq[s].n, sp = fb->start[s];
@@ -372,14 +369,11 @@ int seer_decoder_forward(seer_model_t *m, const seer_fwd_batch_t *fb, seer_err_t
         seer_fb_linear(m->pool, fb, xb, att, &L->o, &L->o_bias);
         if (st->o.olmo2) seer_k_rmsnorm(xb, xb, n, D, &L->mlp_norm, c->rms_norm_eps, 0);
         SEER_HOOK_ROWS(SEER_HP_ATTN_OUT, l, xb, D);
-        if (st->o.resid_mult != 0.f)
-            for (size_t i = 0; i < nf * D; i++) x[i] += xb[i] * st->o.resid_mult;
-        else
-            for (size_t i = 0; i < nf * D; i++) x[i] += xb[i];
+        seer_k_add_pool(m->pool, x, xb, nf * D, st->o.resid_mult);
         SEER_HOOK_ROWS(SEER_HP_RESID_MID, l, x, D);
 
         if (st->o.olmo2) memcpy(xb, x, nf * D * sizeof(float));
-        else seer_k_rmsnorm(xb, x, n, D, &L->mlp_norm, c->rms_norm_eps, 0);
+        else seer_k_rmsnorm_pool(m->pool, xb, x, n, D, &L->mlp_norm, c->rms_norm_eps, 0);
         SEER_HOOK_ROWS(SEER_HP_LN2, l, xb, D);
         {
             float *ys[2] = {h1, h2};
@@ -387,15 +381,12 @@ int seer_decoder_forward(seer_model_t *m, const seer_fwd_batch_t *fb, seer_err_t
             seer_fb_linear_multi(m->pool, fb, 2, ys, xb, ws, bs);
         }
         SEER_HOOK_ROWS(SEER_HP_MLP_PRE, l, h1, I);
-        seer_fb_silu_mul(fb, h1, h2, I);
+        seer_fb_silu_mul(m->pool, fb, h1, h2, I);
         SEER_HOOK_ROWS(SEER_HP_MLP_POST, l, h1, I);
         seer_fb_linear(m->pool, fb, xb, h1, &L->down, &L->down_bias);
         if (st->o.olmo2) seer_k_rmsnorm(xb, xb, n, D, &st->post_ff_norm[l], c->rms_norm_eps, 0);
         SEER_HOOK_ROWS(SEER_HP_MLP_OUT, l, xb, D);
-        if (st->o.resid_mult != 0.f)
-            for (size_t i = 0; i < nf * D; i++) x[i] += xb[i] * st->o.resid_mult;
-        else
-            for (size_t i = 0; i < nf * D; i++) x[i] += xb[i];
+        seer_k_add_pool(m->pool, x, xb, nf * D, st->o.resid_mult);
         SEER_HOOK_ROWS(SEER_HP_RESID_POST, l, x, D);
         seer_fb_hidden(fb, l + 1, x, D);
     }

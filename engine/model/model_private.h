@@ -233,6 +233,14 @@ void seer_k_rmsnorm(float *y, const float *x, int n, int d, const seer_weight_t 
 /* Row r of an embedding table (any dtype) as f32. */
 void seer_k_embed_row(float *out, const seer_weight_t *table, int64_t row);
 void seer_k_silu_mul(float *gate, const float *up, size_t n); /* gate = silu(gate) * up */
+/* The same steps over the pool for a many-token pass (the bits of the serial calls; small calls
+ * stay on the caller): RMSNorm; y[i] += x[i] (* mult when mult != 0); SiLU-and-multiply; and
+ * RoPE on n tokens of q ([n][H][hd]) and k ([n][KH][hd]; NULL: q alone), cs/sn [n][rot/2]. */
+void seer_k_rmsnorm_pool(seer_pool_t *p, float *y, const float *x, int n, int d, const seer_weight_t *w, float eps, int one_plus);
+void seer_k_add_pool(seer_pool_t *p, float *y, const float *x, size_t n, float mult);
+void seer_k_silu_mul_pool(seer_pool_t *p, float *gate, const float *up, size_t n);
+void seer_k_rope_rows_pool(seer_pool_t *p, int n, float *q, int H, float *k, int KH, int hd, int rot, const float *cs,
+                           const float *sn);
 /* Rotary embeddings: cos/sin tables [n][half] for positions start .. start+n-1 from the inverse
  * frequencies (angles in f32, as transformers), and rotate_half on the first rot dims of each of
  * nheads heads of x ([nheads][hd], one token; rot = hd for full rotary). */
@@ -402,7 +410,7 @@ void seer_fb_linear_multi(seer_pool_t *p, const seer_fwd_batch_t *fb, int count,
  * into its save buffer where b is its save_block. */
 void seer_fb_hidden(const seer_fwd_batch_t *fb, int block, const float *x, int D);
 /* gate = silu(gate) * up per sequence (the vector kernel's scalar tail depends on the length). */
-void seer_fb_silu_mul(const seer_fwd_batch_t *fb, float *gate, const float *up, int I);
+void seer_fb_silu_mul(seer_pool_t *p, const seer_fwd_batch_t *fb, float *gate, const float *up, int I);
 /* Attention for one layer: seer_k_attention, or, when attn.hook_attn_scores / attn.hook_pattern
  * have hooks at this layer, an explicit [head, n, k] scores -> hooks -> softmax -> hooks ->
  * values path. */
