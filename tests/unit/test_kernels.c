@@ -633,6 +633,53 @@ Test(kernels, own_gemm_bits_of_a_scalar_fma_loop) {
     for (int k = 0; k < 3; k++) seer_pool_free(pools[k]);
 }
 
+/* The prefill's elementwise steps over the pool (RMSNorm, residual adds with and without a
+ * multiplier, SiLU-and-multiply with a length that is no multiple of 16, RoPE on q and k, partial
+ * rotary): the bits of the serial calls, 1 to 3 threads, sizes on both sides of the threshold
+ * from which they go over the pool. */
+Test(kernels, elementwise_pool_steps_same_bits_as_serial) {
+    seer_pool_t *pools[3] = {seer_pool_new(1), seer_pool_new(2), seer_pool_new(3)};
+    enum { NMAX = 301, D = 1024, H = 8, KH = 2, HD = 64, ROT = 32 };
+    size_t big = (size_t)NMAX * 2816 * 2 + 16; /* two SiLU inputs of the longest case */
+    float *x = malloc(sizeof(float) * big), *a = malloc(sizeof(float) * big), *b = malloc(sizeof(float) * big);
+    float *wv = malloc(sizeof(float) * D), *cs = malloc(sizeof(float) * NMAX * ROT / 2), *sn = malloc(sizeof(float) * NMAX * ROT / 2);
+    for (size_t i = 0; i < big; i++) x[i] = nrand() * 2;
+    for (int i = 0; i < D; i++) wv[i] = 1 + nrand() * 0.1f;
+    for (int i = 0; i < NMAX * ROT / 2; i++) cs[i] = cosf(0.01f * (float)i), sn[i] = sinf(0.01f * (float)i);
+    seer_weight_t W = {.dtype = SEER_F32, .data = wv, .rows = 1, .cols = D};
+    static const int ns[3] = {3, 64, NMAX};
+    for (int k = 0; k < 3; k++)
+        for (int c = 0; c < 3; c++) {
+            int n = ns[c];
+            size_t e = (size_t)n * D;
+            seer_k_rmsnorm(a, x, n, D, &W, 1e-5f, c == 1);
+            seer_k_rmsnorm_pool(pools[k], b, x, n, D, &W, 1e-5f, c == 1);
+            cr_assert(!memcmp(a, b, sizeof(float) * e), "rmsnorm, %d tokens, %d thread(s)", n, k + 1);
+            for (int m = 0; m < 2; m++) {
+                float mult = m ? 0.37f : 0.f;
+                memcpy(a, x, sizeof(float) * e), memcpy(b, x, sizeof(float) * e);
+                for (size_t i = 0; i < e; i++) a[i] += mult != 0.f ? x[e + i] * mult : x[e + i];
+                seer_k_add_pool(pools[k], b, x + e, e, mult);
+                cr_assert(!memcmp(a, b, sizeof(float) * e), "add (mult %g), %d tokens, %d thread(s)", mult, n, k + 1);
+            }
+            size_t se = (size_t)n * 2816 + 7; /* the vector kernel's scalar tail at the end */
+            memcpy(a, x, sizeof(float) * se), memcpy(b, x, sizeof(float) * se);
+            seer_k_silu_mul(a, x + se, se);
+            seer_k_silu_mul_pool(pools[k], b, x + se, se);
+            cr_assert(!memcmp(a, b, sizeof(float) * se), "silu_mul, %zu elements, %d thread(s)", se, k + 1);
+            size_t qe = (size_t)n * H * HD, ke = (size_t)n * KH * HD;
+            memcpy(a, x, sizeof(float) * (qe + ke)), memcpy(b, x, sizeof(float) * (qe + ke));
+            for (int t = 0; t < n; t++) {
+                seer_k_rope(a + (size_t)t * H * HD, H, HD, ROT, cs + (size_t)t * ROT / 2, sn + (size_t)t * ROT / 2);
+                seer_k_rope(a + qe + (size_t)t * KH * HD, KH, HD, ROT, cs + (size_t)t * ROT / 2, sn + (size_t)t * ROT / 2);
+            }
+            seer_k_rope_rows_pool(pools[k], n, b, H, b + qe, KH, HD, ROT, cs, sn);
+            cr_assert(!memcmp(a, b, sizeof(float) * (qe + ke)), "rope, %d tokens, %d thread(s)", n, k + 1);
+        }
+    free(x), free(a), free(b), free(wv), free(cs), free(sn);
+    for (int k = 0; k < 3; k++) seer_pool_free(pools[k]);
+}
+
 Test(kernels, amx_linear_bf16_weights) {
     if (!seer_k_have_amx()) {
         cr_skip_test("skipped: this CPU (or kernel) has no AMX-BF16; bf16 prefill uses OpenBLAS here");
