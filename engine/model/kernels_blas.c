@@ -338,6 +338,7 @@ static void attn_gemm_chunk(void *ctx, size_t begin, size_t end, int thread) {
 }
 
 int seer_k_attention_blas(seer_pool_t *p, const seer_attn_params_t *a) {
+    if (seer_k_gemm_own()) return seer_k_attention_own(p, a); /* kernels_gemm.c */
     if (!blas_ready()) return 0;
     attn_gemm_job j = {.a = a};
     size_t head_work = 2u * (size_t)a->n * (size_t)(a->start + a->n) * (size_t)a->hd;

@@ -300,6 +300,9 @@ void seer_k_attention_batch(seer_pool_t *p, const seer_attn_params_t *a, int cou
 /* The same as two GEMMs per head (kernels_blas.c), used from SEER_BLAS_MIN_TOKENS query tokens
  * on; returns 0 when it cannot (out of memory), and then the per-token kernel runs. */
 int seer_k_attention_blas(seer_pool_t *p, const seer_attn_params_t *a);
+/* The same on seer's own GEMM micro-kernel (kernels_gemm.c) where seer_k_gemm_own: each output
+ * one fma chain over its keys in order. 0: not taken (no own GEMM, hd past 512, out of memory). */
+int seer_k_attention_own(seer_pool_t *p, const seer_attn_params_t *a);
 /* AVX2 + FMA + F16C available and SEER_NO_AVX2 unset (checked once): the condition for every
  * x86 SIMD path. */
 int seer_k_have_avx2(void);

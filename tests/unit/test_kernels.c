@@ -233,6 +233,63 @@ Test(kernels, prefill_attention_against_float64) {
     seer_pool_free(pool);
 }
 
+/* Prefill attention on seer's own GEMM micro-kernel (kernels_gemm.c, where it runs): against
+ * float64 for head sizes of whole and cut 32-dimension panels (64, 80, 128), several 64-query
+ * blocks with a short last one, a cache offset, sliding windows that cut the blocks' keys at
+ * places that are and are not multiples of 32, soft-capping, P V over more than one 512-key chunk,
+ * f32 and bf16 caches (the reference
+ * widens the same bf16 values); and a prompt's rest after a beginning of 64 or 128 positions (a
+ * second call from there on the same cache) gives each row the bits the whole prompt's call gave
+ * it, with and without a window. */
+Test(kernels, own_attention_against_float64_and_rest_of_prompt_bits) {
+    if (!seer_k_gemm_own()) cr_skip_test("skipped: seer's own GEMM runs on Intel CPUs with AVX-512 (OpenBLAS's sgemm here)");
+    seer_pool_t *pool = seer_pool_new(2);
+    static const int hds[] = {64, 80, 128};
+    static const int windows[] = {0, 50, 100};
+    int checked = 0;
+    for (int a1 = 0; a1 < 3; a1++)
+        for (int w = 0; w < 3; w++)
+            for (int st = 0; st < 3; st++)
+                for (int bf = 0; bf < 2; bf++) {
+                    int start = st == 0 ? 0 : st == 1 ? 40 : 400; /* 400: P V over more than one 512-key chunk */
+                    int hd = hds[a1], H = 4, KH = 2, n = 150, L = start + n, qd = H * hd, kvd = KH * hd;
+                    float *q = malloc(sizeof(float) * (size_t)(n * qd)), *kc = malloc(sizeof(float) * (size_t)(L * kvd));
+                    float *vc = malloc(sizeof(float) * (size_t)(L * kvd)), *out = malloc(sizeof(float) * (size_t)(n * qd));
+                    float *out2 = malloc(sizeof(float) * (size_t)(n * qd)), *scratch = malloc(sizeof(float) * (size_t)(2 * L));
+                    uint16_t *k16 = malloc(sizeof(uint16_t) * (size_t)(L * kvd)), *v16 = malloc(sizeof(uint16_t) * (size_t)(L * kvd));
+                    double *ref = malloc(sizeof(double) * (size_t)(n * qd));
+                    for (int i = 0; i < n * qd; i++) q[i] = nrand() * 2;
+                    for (int i = 0; i < L * kvd; i++) {
+                        kc[i] = nrand() * 2, vc[i] = nrand();
+                        if (bf) kc[i] = seer_bf16_to_f32(k16[i] = seer_f32_to_bf16(kc[i])), vc[i] = seer_bf16_to_f32(v16[i] = seer_f32_to_bf16(vc[i]));
+                    }
+                    seer_attn_params_t a = {.q = q, .kc = bf ? NULL : kc, .vc = bf ? NULL : vc, .kc16 = bf ? k16 : NULL,
+                                            .vc16 = bf ? v16 : NULL, .out = out, .scratch = scratch, .n = n, .start = start,
+                                            .max_len = L, .H = H, .KH = KH, .hd = hd, .window = windows[w],
+                                            .scale = 1.0f / sqrtf((float)hd), .softcap = w == 1 ? 3.0f : 0.0f};
+                    cr_assert(seer_k_attention_own(pool, &a));
+                    seer_attn_params_t r = a;
+                    r.kc = kc, r.vc = vc, r.kc16 = r.vc16 = NULL; /* the reference reads f32 */
+                    attention_ref(&r, ref);
+                    for (int i = 0; i < n * qd; i++)
+                        cr_assert(fabs(out[i] - ref[i]) <= 1e-5 * (1 + fabs(ref[i])),
+                                  "hd %d start %d window %d bf16 cache %d: out[%d] = %.8g, float64 %.8g", hd, start, windows[w], bf,
+                                  i, out[i], ref[i]);
+                    for (int lead = 64; lead <= 128 && start == 0; lead += 64) {
+                        seer_attn_params_t b = a;
+                        b.q = q + (size_t)lead * (size_t)qd, b.out = out2, b.n = n - lead, b.start = lead;
+                        cr_assert(seer_k_attention_own(pool, &b));
+                        cr_assert(!memcmp(out2, out + (size_t)lead * (size_t)qd, sizeof(float) * (size_t)(n - lead) * (size_t)qd),
+                                  "hd %d window %d bf16 cache %d: the rest after %d positions differs from the whole call's rows",
+                                  hd, windows[w], bf, lead);
+                    }
+                    free(q), free(kc), free(vc), free(out), free(out2), free(scratch), free(k16), free(v16), free(ref);
+                    checked++;
+                }
+    cr_assert_eq(checked, 3 * 3 * 3 * 2);
+    seer_pool_free(pool);
+}
+
 /* precision = "fast" with AVX512_BF16: VDPBF16PS on activations rounded to bf16 (kernels_x86.c).
  * The reference rounds the activations the same way (seer_f32_to_bf16, round to nearest even) and
  * sums in float64; what is left is f32 accumulation. Every token count (the streamed decode kernel
