@@ -1694,7 +1694,11 @@ _Thread_local int seer_k_fast_bf16;
  * 228-235, 112 232 against 236-240, 128 232-233 against 238-243, 192 226-228 against 266. So 96;
  * a batch of 32 prompts of L tokens (tests/bench/short_prompts.lua MODEL 2 32 L 16 16, shared
  * pass against sgemm per prompt): L = 30 78.1 against 62.1 new tok/s, 60 48.7 against 45.8, 90
- * 34.5 against 35.0. */
+ * 34.5 against 35.0. With seer's own GEMM in sgemm's place (kernels_gemm.c, the same VM, 2026-12-02,
+ * prefill_lengths.lua MODEL 2 N, two rounds, the pair kernels against the GEMM path from 16 or
+ * from 96): n = 48 241-264 against 184-185, 64 232-255 against 213-220, 80 231-261 against
+ * 229, 96 243-250 against 246-251, 128 241-242 against 265-266, 192 241-249 against 291-300.
+ * So 96 still. */
 #ifndef SEER_GEMM_MIN_INTEL
 #define SEER_GEMM_MIN_INTEL 96
 #endif

@@ -1455,9 +1455,11 @@ static int l_shared_prefills(lua_State *L) {
     return 3;
 }
 
-/* core.blas_row_period() -> the unit of OpenBLAS's sgemm row tiles this process found
- * (seer_k_blas_row_period; 0: none, or no OpenBLAS): a shared beginning on the GEMM path covers
- * only rows in whole tiles of both prompts' calls. For tests and diagnostics. */
+/* core.blas_row_period() -> the unit of the GEMM path's row tiles (seer_k_blas_row_period): 1
+ * where seer's own GEMM runs (Intel CPUs with AVX-512: a row's bits never depend on the call),
+ * else OpenBLAS's sgemm's as this process found it (0: none, or no OpenBLAS): a shared beginning
+ * on the GEMM path covers only rows in whole tiles of both prompts' calls. For tests and
+ * diagnostics. */
 static int l_blas_row_period(lua_State *L) {
     lua_pushinteger(L, seer_k_blas_row_period());
     return 1;

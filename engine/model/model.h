@@ -140,7 +140,7 @@ uint64_t seer_model_state_epoch(const seer_model_t *m);
  * same model state): the rows the whole-prompt passes of both compute alike. A multiple of 64
  * (attention's query block) under both lengths and under taker_len (the rest runs with
  * seer_batch_seq_t.paths = taker_len), and on the GEMM path within the whole sgemm tiles of both
- * passes (seer_k_blas_row_period); 0 where nothing can be taken: a GPU model, a CPU with AMX (its
+ * passes (seer_k_blas_row_period; 1 where seer's own GEMM runs); 0 where nothing can be taken: a GPU model, a CPU with AMX (its
  * tile kernels were not checked for this), rope scaling that depends on the pass's length
  * (LongRoPE; dynamic NTK past max_position_embeddings), the two lengths on two sides of a
  * kernel's crossing (seer_model_gemm_min_tokens and the like), no sgemm row period found. */
