@@ -783,7 +783,6 @@ SEER_DEF_MICROWT(4, microf3x, SEER_W_F32, float)
  * 2-vCPU Zen 3 VM (tests/bench/linear_kernel.c, one thread, 16 tokens, GFLOP/s, three
  * interleaved rounds, SEER_PACK_X=0 against 1): f32 1024x1024 26.0-26.8 -> 32.4-34.3,
  * 2816x1024 29.2-30.4 -> 30.4-32.5, 1024x2816 35.2-36.9 -> 35.8-39.4; bf16 +3-12%. */
-enum { SEER_BUF_PACK, SEER_BUF_ATTN, SEER_BUF_PANEL, SEER_BUF_STREAM, SEER_BUF_N };
 static pthread_key_t g_buf_keys[SEER_BUF_N];
 static pthread_once_t g_buf_once = PTHREAD_ONCE_INIT;
 static _Thread_local float *g_buf[SEER_BUF_N];
@@ -791,10 +790,7 @@ static _Thread_local size_t g_buf_cap[SEER_BUF_N];
 static void buf_keys_make(void) {
     for (int k = 0; k < SEER_BUF_N; k++) (void)pthread_key_create(&g_buf_keys[k], free);
 }
-/* This thread's buffer `slot` (SEER_BUF_PACK here, SEER_BUF_ATTN for the attention kernel below)
- * of at least `floats` floats, 64-byte aligned, grown as needed and freed when the thread ends;
- * NULL when out of memory (each caller then takes a slower path that gives the same bits). */
-static float *thread_buffer(int slot, size_t floats) {
+float *seer_k_thread_buffer(int slot, size_t floats) {
     if (floats <= g_buf_cap[slot]) return g_buf[slot];
     pthread_once(&g_buf_once, buf_keys_make);
     float *b = aligned_alloc(64, (floats * sizeof(float) + 63) & ~(size_t)63);
@@ -814,7 +810,7 @@ static float *thread_buffer(int slot, size_t floats) {
 static const float *pack_x(const float *x, int ntok, int64_t in, int kb) {
     int64_t n8 = in & ~(int64_t)7;
     size_t nslices = (size_t)((n8 + kb - 1) / kb);
-    float *xp = SEER_PACK_X && n8 ? thread_buffer(SEER_BUF_PACK, nslices * (size_t)ntok * (size_t)kb) : NULL;
+    float *xp = SEER_PACK_X && n8 ? seer_k_thread_buffer(SEER_BUF_PACK, nslices * (size_t)ntok * (size_t)kb) : NULL;
     if (xp)
         for (size_t sl = 0; sl < nslices; sl++) {
             size_t k0 = sl * (size_t)kb, nk = (size_t)n8 - k0 < (size_t)kb ? (size_t)n8 - k0 : (size_t)kb;
@@ -853,7 +849,7 @@ static const float *stream_x(const float *x, int ntok, const seer_weight_t *w, s
     if (ntok < (w->dtype == SEER_F32 || pairs ? 2 : 3) || !rows_alias((size_t)in * sizeof(float), ntok)) return x;
     size_t ps = ((size_t)in + 15) / 16 * 16 + 16;
     while (rows_alias(ps * sizeof(float), ntok)) ps += 16;
-    float *xb = thread_buffer(SEER_BUF_STREAM, ps * (size_t)ntok);
+    float *xb = seer_k_thread_buffer(SEER_BUF_STREAM, ps * (size_t)ntok);
     if (!xb) return x; /* out of memory: in place, the same bits */
     for (int t = 0; t < ntok; t++) memcpy(xb + (size_t)t * ps, x + (size_t)t * (size_t)in, (size_t)in * sizeof(float));
     *xs = ps;
@@ -919,7 +915,7 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
      * 1.04, 32 1.09, 64 0.99, 96 0.97, 128 0.96, 256 0.96, 480 0.94; f32 (a copy, not a widening)
      * 1.24 at 17, 1.08 at 64, 0.99 at 480: not for f32. NULL: the panel per pass, as below. */
     float *big = ntok >= SEER_BIG_PANEL_MIN && w->dtype != SEER_F32 && n8
-                     ? thread_buffer(SEER_BUF_PANEL, (size_t)((n8 + kb - 1) / kb) * SEER_RB * kb)
+                     ? seer_k_thread_buffer(SEER_BUF_PANEL, (size_t)((n8 + kb - 1) / kb) * SEER_RB * kb)
                      : NULL;
     for (int64_t r = r0; r < r1; r += SEER_RB) {
         int nr = r1 - r >= SEER_RB ? SEER_RB : (int)(r1 - r), nm = (nr + 2) / 3;
@@ -1156,7 +1152,7 @@ static int zmm_pairs(const seer_weight_t *w, int ntok) {
 static const float *pack_x_pairs(const float *x, int ntok, int64_t in) {
     int64_t nb = in / 8;
     int np = (ntok + 1) / 2;
-    float *xp = thread_buffer(SEER_BUF_PACK, (size_t)nb * (size_t)np * 16);
+    float *xp = seer_k_thread_buffer(SEER_BUF_PACK, (size_t)nb * (size_t)np * 16);
     if (!xp) return NULL;
     for (int64_t b = 0; b < nb; b++) {
         float *d = xp + (size_t)b * (size_t)np * 16;
@@ -2165,7 +2161,7 @@ static void attention_chunk(void *ctx, size_t begin, size_t end, int thread) {
         while (w >= j->first[i + 1]) i++;
         const seer_attn_params_t *a = &j->a[i];
         float *sc = a->scratch + (size_t)thread * j->stride;
-        float *gs = j->hpi > 1 ? thread_buffer(SEER_BUF_ATTN, (size_t)j->hpi * j->stride) : NULL;
+        float *gs = j->hpi > 1 ? seer_k_thread_buffer(SEER_BUF_ATTN, (size_t)j->hpi * j->stride) : NULL;
         attention_item(a, j->hpi, w - j->first[i], sc, gs);
     }
 }

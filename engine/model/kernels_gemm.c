@@ -15,7 +15,7 @@
  *   2. The output rows of every matrix are cut into blocks of RB (256) rows, a pool job over all
  *      the blocks of all the matrices (each block is computed by one thread). A block, per input
  *      chunk: its rows' chunk is transposed into panels of 32 rows ([panel][k][32] floats, widened
- *      from bf16/f16, rows past the matrix zero; 512 KiB, in L2, kept per thread), then for each
+ *      from bf16/f16, rows past the matrix zero; 512 KiB, in L2, kept per thread until it ends), then for each
  *      token group and panel the micro-kernel computes a 14-token x 32-row tile of y on 28 zmm
  *      accumulators: per input, two loads of the panel, 14 broadcasts of x, 28 FMAs.
  *   3. Between chunks the running sums are in y itself (stored after one chunk, loaded before
@@ -198,9 +198,10 @@ static void gemm_pack_x_chunk(void *ctx, size_t begin, size_t end, int thread) {
 static void gemm_block_chunk(void *ctx, size_t begin, size_t end, int thread) {
     (void)thread;
     gemm_job *j = ctx;
-    /* the block's panels of one input chunk: 512 KiB, kept per thread between calls */
-    static _Thread_local float *wbuf;
-    if (!wbuf && !(wbuf = aligned_alloc(64, sizeof(float) * GEMM_RB * GEMM_KC))) {
+    /* the block's panels of one input chunk: 512 KiB, kept per thread between calls (freed when
+     * the thread ends) */
+    float *wbuf = seer_k_thread_buffer(SEER_BUF_GEMM, (size_t)GEMM_RB * GEMM_KC);
+    if (!wbuf) {
         j->failed = 1;
         return;
     }

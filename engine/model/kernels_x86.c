@@ -1025,17 +1025,11 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_small_chunk
     int64_t in = j->w->cols, nkb = in / 32; /* every matrix's */
     enum { rb = 32 }; /* rows per block */
     int two = j->ntb > 1, np = j->npieces;
-    static _Thread_local uint16_t *pk;
-    static _Thread_local size_t pk_bytes;
     size_t need = (size_t)rb * (size_t)in * sizeof(uint16_t);
-    if (pk_bytes < need) {
-        free(pk);
-        pk_bytes = 0;
-        if (!(pk = aligned_alloc(64, need))) {
-            j->failed = 1;
-            return;
-        }
-        pk_bytes = need;
+    uint16_t *pk = (uint16_t *)seer_k_thread_buffer(SEER_BUF_AMX_PANEL, (need + 3) / 4);
+    if (!pk) {
+        j->failed = 1;
+        return;
     }
     amx_tiles_16x64();
     _Alignas(64) float c[16 * 16];
@@ -1188,14 +1182,8 @@ int seer_k_linear_amx_multi(seer_pool_t *p, int count, float *const *ys, const f
     /* the pieces once, on the calling thread, into a buffer kept per thread (every decode step) */
     int np = seer_k_fast_bf16 ? 1 : 3, ntb = (n + 15) / 16;
     size_t words = (size_t)ntb * 16 * (size_t)(ws[0]->cols / 2), need = (size_t)np * words * sizeof(uint32_t);
-    static _Thread_local uint32_t *kept;
-    static _Thread_local size_t kept_bytes;
-    if (kept_bytes < need) {
-        free(kept);
-        kept_bytes = 0;
-        if (!(kept = aligned_alloc(64, need))) return 0;
-        kept_bytes = need;
-    }
+    uint32_t *kept = (uint32_t *)seer_k_thread_buffer(SEER_BUF_AMX_X, need / 4);
+    if (!kept) return 0;
     amx_job jobs[AMX_MULTI];
     amx_small_run run = {.jobs = jobs, .count = count};
     size_t work = 0;
@@ -1560,17 +1548,10 @@ int seer_k_linear_dpbf16_multi(seer_pool_t *p, int count, float *const *ys, cons
     /* the activations in bf16: a buffer kept per thread for up to DP_KEEP bytes (every decode
      * step), else one per call */
     enum { DP_KEEP = 256 * 1024 };
-    static _Thread_local uint16_t *kept;
-    static _Thread_local size_t kept_bytes;
     size_t elems = (size_t)n * (size_t)w0->cols, bytes = (elems * sizeof(uint16_t) + 63) & ~(size_t)63;
-    uint16_t *xb;
+    uint16_t *xb, *kept = NULL;
     if (bytes <= DP_KEEP) {
-        if (kept_bytes < bytes) {
-            free(kept);
-            kept_bytes = 0;
-            if (!(kept = aligned_alloc(64, DP_KEEP))) return 0;
-            kept_bytes = DP_KEEP;
-        }
+        if (!(kept = (uint16_t *)seer_k_thread_buffer(SEER_BUF_DP_X, DP_KEEP / 4))) return 0;
         xb = kept;
     } else if (!(xb = aligned_alloc(64, bytes)))
         return 0;

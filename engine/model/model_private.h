@@ -211,6 +211,13 @@ int seer_k_linear_blas_multi(seer_pool_t *p, int count, float *const *ys, const 
  * (kernels_blas.c): rows a call computes from an offset that is a multiple of it get the longer
  * call's bits. 0: none found, or no OpenBLAS. */
 int seer_k_blas_row_period(void);
+/* This thread's buffer `slot` of at least `floats` floats, 64-byte aligned, grown as needed and
+ * freed when the thread ends (a pthread key's destructor: the pool's threads keep theirs between
+ * calls, and LeakSanitizer sees none lost); NULL when out of memory (each caller then takes
+ * another path or fails its call). One slot per use, so two uses in one thread never share. */
+enum { SEER_BUF_PACK, SEER_BUF_ATTN, SEER_BUF_PANEL, SEER_BUF_STREAM, SEER_BUF_GEMM, SEER_BUF_AMX_PANEL, SEER_BUF_AMX_X,
+       SEER_BUF_DP_X, SEER_BUF_N };
+float *seer_k_thread_buffer(int slot, size_t floats);
 /* Whether seer's own GEMM (kernels_gemm.c) takes the GEMM path's linear layers in place of
  * OpenBLAS's sgemm: Intel CPUs with AVX-512, unless SEER_OWN_GEMM=0. */
 int seer_k_gemm_own(void);
