@@ -8,14 +8,14 @@
  * per call (for q, k and v together), each weight element once.
  *
  * Data flow of one call:
- *   1. x is packed into token groups of MR (14) tokens, per input chunk of KC (512): for each
+ *   1. x is packed into token groups of MR (14) tokens, per input chunk of KC (1024): for each
  *      input k of the chunk, the group's 14 values side by side ([chunk][group][k][16] floats,
  *      lanes 14 and 15 unused, tokens past n zero), so a step of the kernel broadcasts them from
  *      one 64-byte line. A pool job over (chunk, group).
  *   2. The output rows of every matrix are cut into blocks of RB (256) rows, a pool job over all
  *      the blocks of all the matrices (each block is computed by one thread). A block, per input
  *      chunk: its rows' chunk is transposed into panels of 32 rows ([panel][k][32] floats, widened
- *      from bf16/f16, rows past the matrix zero; 512 KiB, in L2, kept per thread until it ends), then for each
+ *      from bf16/f16, rows past the matrix zero; 1 MiB, in L2, kept per thread until it ends), then for each
  *      token group and panel the micro-kernel computes a 14-token x 32-row tile of y on 28 zmm
  *      accumulators: per input, two loads of the panel, 14 broadcasts of x, 28 FMAs.
  *   3. Between chunks the running sums are in y itself (stored after one chunk, loaded before
@@ -45,7 +45,10 @@
 #define GEMM_LD 16  /* packed x: floats per input of a group */
 #define GEMM_NR 32  /* rows per panel (two zmm) */
 #ifndef GEMM_KC
-#define GEMM_KC 512 /* inputs per chunk */
+#define GEMM_KC 1024 /* inputs per chunk: a 0.5B model's 1024-wide inputs in one (no sums carried
+                       * through y); 512-input chunks were 4% slower on a 512-token f32 prefill
+                       * (2026-12-02, prefill_lengths.lua MODEL 2 512, seven alternating rounds),
+                       * 1536 and 2048 level with 1024 */
 #endif
 #define GEMM_RB 256 /* rows per block (a pool item) */
 #define GEMM_MULTI 8
@@ -370,7 +373,7 @@ static void attn_own_chunk(void *ctx, size_t begin, size_t end, int thread) {
                 if (a->window > 0 && pos - a->window + 1 > 0) first = pos - a->window + 1;
                 seer_k_softmax_row(row, first - a0, pos - a0, lb, a->softcap);
             }
-            /* P V over the block's keys a0 .. a0 + lb - 1, 512 keys a chunk */
+            /* P V over the block's keys a0 .. a0 + lb - 1, GEMM_KC keys a chunk */
             for (int c = 0; c * GEMM_KC < lb; c++) {
                 int kc = lb - c * GEMM_KC < GEMM_KC ? lb - c * GEMM_KC : GEMM_KC;
                 for (int g = 0; g < ng; g++) {
