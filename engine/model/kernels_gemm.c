@@ -37,6 +37,8 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define SEER_X86 1
+
+#include "x86_transpose.h"
 #endif
 
 #include "model_private.h"
@@ -67,29 +69,6 @@ int seer_k_gemm_own(void) {
 }
 
 #ifdef SEER_X86
-/* 16 x 16 transpose of 32-bit elements: r[i] element p becomes r[p] element i. */
-__attribute__((target("avx512f"), always_inline)) static inline void gemm_tr16(__m512i r[16]) {
-    __m512i t[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-    }
-    for (int j = 0; j < 4; j++) {
-        r[4 * j] = _mm512_unpacklo_epi64(t[4 * j], t[4 * j + 2]);
-        r[4 * j + 1] = _mm512_unpackhi_epi64(t[4 * j], t[4 * j + 2]);
-        r[4 * j + 2] = _mm512_unpacklo_epi64(t[4 * j + 1], t[4 * j + 3]);
-        r[4 * j + 3] = _mm512_unpackhi_epi64(t[4 * j + 1], t[4 * j + 3]);
-    }
-    for (int c = 0; c < 4; c++) {
-        __m512i s0 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x88), s1 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xdd);
-        __m512i s2 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x88), s3 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xdd);
-        t[c] = _mm512_shuffle_i32x4(s0, s2, 0x88);
-        t[4 + c] = _mm512_shuffle_i32x4(s1, s3, 0x88);
-        t[8 + c] = _mm512_shuffle_i32x4(s0, s2, 0xdd);
-        t[12 + c] = _mm512_shuffle_i32x4(s1, s3, 0xdd);
-    }
-    for (int i = 0; i < 16; i++) r[i] = t[i];
-}
 
 /* Rows [0, nrows) (nrows <= 16; the rest zeros) of kc inputs from src (row stride lds elements of
  * dtype dt), transposed into dst: input k's 16 values at dst + k * ldd. */
@@ -113,7 +92,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static void gemm_pack16(flo
                 r[i] = dt == SEER_BF16 ? _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16) : _mm512_castps_si512(_mm512_cvtph_ps(h));
             }
         }
-        gemm_tr16(r);
+        tr16x16_epi32(r);
         for (int i = 0; i < nk; i++) _mm512_store_si512((void *)(dst + (size_t)(k + i) * (size_t)ldd), r[i]);
     }
 }
