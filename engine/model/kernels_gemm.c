@@ -180,7 +180,7 @@ static void gemm_pack_x_chunk(void *ctx, size_t begin, size_t end, int thread) {
 static void gemm_block_chunk(void *ctx, size_t begin, size_t end, int thread) {
     (void)thread;
     gemm_job *j = ctx;
-    /* the block's panels of one input chunk: 512 KiB, kept per thread between calls (freed when
+    /* the block's panels of one input chunk: 1 MiB, kept per thread between calls (freed when
      * the thread ends) */
     float *wbuf = seer_k_thread_buffer(SEER_BUF_GEMM, (size_t)GEMM_RB * GEMM_KC);
     if (!wbuf) {
