@@ -1588,6 +1588,10 @@ static void linear_base(seer_pool_t *p, float *y, const float *x, int n, const s
     /* bf16 weights on AMX, and precision = "fast" on bf16 weights on AVX512_BF16, take every
      * count (the same bits per token whatever n, so decode, batches and prefill alike) */
     if (seer_k_linear_amx(p, y, x, n, w, bias)) return;
+    if (w->amx_packed) { /* never read as rows: out of memory for the tiles' scratch */
+        seer_k_linear_amx_packed_slow(y, x, n, w, bias);
+        return;
+    }
     if (seer_k_linear_dpbf16(p, y, x, n, w, bias)) return;
     if (gemm && seer_k_linear_blas(p, y, x, n, w, bias, lead)) return;
 #ifdef SEER_X86

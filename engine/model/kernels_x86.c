@@ -880,8 +880,13 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_gemm_xa_chu
     /* The item's rows as B tiles ([sub-block][kb][2][16 pairs][16 rows x 2]), each one contiguous
      * KiB, made when the item starts, from rows the item before prefetched into L2. */
     int64_t rows = j->item_rows; /* AMX_ROWS or twice that */
-    uint16_t *pk = aligned_alloc(64, (size_t)rows * (size_t)in * sizeof(uint16_t));
-    if (!pk) {
+    /* a packed weight (seer_k_amx_pack) is those tiles already, an item's in its own bytes */
+    const int packed = w->amx_packed;
+#ifndef AMX_PK_COPY
+#define AMX_PK_COPY 1
+#endif
+    uint16_t *pk = packed && !AMX_PK_COPY ? NULL : aligned_alloc(64, (size_t)rows * (size_t)in * sizeof(uint16_t));
+    if (!(packed && !AMX_PK_COPY) && !pk) {
         j->failed = 1;
         return;
     }
@@ -894,7 +899,9 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_gemm_xa_chu
         int64_t base = (int64_t)item * rows;
         int nsb = 0;
         while (nsb < rows / 32 && base + nsb * 32 < out) nsb++;
-        for (int g = 0; g < nsb * 2; g++)
+        const uint16_t *tiles = packed && !AMX_PK_COPY ? W + (size_t)base * (size_t)in : pk;
+        if (packed && AMX_PK_COPY) memcpy(pk, W + (size_t)base * (size_t)in, (size_t)nsb * 32 * (size_t)in * sizeof(uint16_t));
+        for (int g = 0; g < nsb * 2 && !packed; g++)
             for (int64_t kb = 0; kb < nkb; kb++)
                 amx_w_tile(pk + ((size_t)(g >> 1) * (size_t)nkb + (size_t)kb) * 1024 + (size_t)(g & 1) * 512, W, in, out,
                            base + g * 16, kb);
@@ -913,7 +920,7 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_gemm_xa_chu
         for (int tp = 0; tp < j->ntb; tp += 2) {
             for (int sb = 0; sb < nsb; sb++) {
                 int64_t o0 = base + sb * 32;
-                const uint16_t *wb = pk + (size_t)sb * (size_t)nkb * 1024;
+                const uint16_t *wb = tiles + (size_t)sb * (size_t)nkb * 1024;
                 _tile_zero(0);
                 _tile_zero(1);
                 _tile_zero(2);
@@ -1119,6 +1126,121 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_small_chunk
     }
     _tile_release();
 }
+
+/* The few-token kernel on packed weights (seer_k_amx_pack): W's tiles are B tiles, so x's pieces
+ * are the A tiles (amx_pack_xa_chunk's layout), a C tile is the call's tokens (its rows: n, or 16
+ * and n - 16) x 16 of W's rows, y's own layout, and each task reads its blocks as one stream,
+ * each line AMX_PK_PF bytes ahead prefetched. The same chain per output as every AMX kernel
+ * (zero; per 32-input step, the pieces in order; + bias). Measured on the 2-core AMX Xeon VM in a
+ * /tmp replica (2026-12-02; 256 MiB of tiles per thread against one token, three pieces): 15.5-17.6
+ * GB/s on one thread where a plain read of the same bytes gave 16.0-18.1, against 13.6-14.6 for
+ * the row-strided tiles of amx_small_chunk; two threads 31.0 against 32.1-33.9 (27.8). */
+#ifndef AMX_PK_PF
+#define AMX_PK_PF 4096
+#endif
+#ifndef AMX_PK_HINT
+#define AMX_PK_HINT _MM_HINT_T0
+#endif
+__attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_small_packed_chunk(void *ctx, size_t begin, size_t end,
+                                                                                         int thread) {
+    (void)begin, (void)end, (void)thread;
+    amx_small_run *run = ctx;
+    amx_job *j = &run->jobs[0];
+    int64_t in = j->w->cols, nkb = in / 32; /* every matrix's */
+    int n = j->n, r0 = n < 16 ? n : 16, r1 = n - r0, np = j->npieces;
+    amx_cfg_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    /* C 0, 1: the first token block x rows 0-15, 16-31; B 6, 7: the step's two halves. One token
+     * block: the pieces in A 2, 3, 4 (hi, mid, lo). Two: C 2, 3 the second block's, A 4 and 5
+     * each block's piece. */
+    cfg.rows[0] = cfg.rows[1] = (uint8_t)r0;
+    cfg.rows[6] = cfg.rows[7] = 16;
+    if (r1) cfg.rows[2] = cfg.rows[3] = cfg.rows[5] = (uint8_t)r1, cfg.rows[4] = (uint8_t)r0;
+    else cfg.rows[2] = cfg.rows[3] = cfg.rows[4] = (uint8_t)r0;
+    for (int i = 0; i < 8; i++) cfg.colsb[i] = cfg.rows[i] ? 64 : 0; /* a tile not used: 0 x 0 */
+    _tile_loadconfig(&cfg);
+    _Alignas(64) float c[16 * 16];
+    const size_t tb_words = (size_t)nkb * 256; /* a token block of a piece, in 32-bit words */
+    const uint32_t *P0 = j->piece[0], *P1 = np > 1 ? j->piece[1] : NULL, *P2 = np > 2 ? j->piece[2] : NULL;
+    for (;;) {
+        int64_t b0 = (int64_t)atomic_fetch_add_explicit(&run->next, 1, memory_order_relaxed) * run->task;
+        if (b0 >= run->blocks) break;
+        int64_t b1 = b0 + run->task < run->blocks ? b0 + run->task : run->blocks;
+        for (int64_t gb = b0; gb < b1; gb++) {
+            int m = 0;
+            while (gb >= run->first[m + 1]) m++;
+            j = &run->jobs[m];
+            const uint16_t *W = j->w->data;
+            int64_t out = j->w->rows, blk = gb - run->first[m], base = blk * 32;
+            int64_t last = (b1 < run->first[m + 1] ? b1 : run->first[m + 1]) - run->first[m];
+            const uint16_t *wb = W + (size_t)blk * (size_t)nkb * 1024;
+            const char *pf_end = (const char *)(W + (size_t)last * (size_t)nkb * 1024); /* this task's blocks of W */
+            _tile_zero(0);
+            _tile_zero(1);
+            if (r1) {
+                _tile_zero(2);
+                _tile_zero(3);
+            }
+            for (int64_t kb = 0; kb < nkb; kb++) {
+                const uint16_t *t = wb + (size_t)kb * 1024;
+                const char *pf = (const char *)t + AMX_PK_PF;
+                if (pf < pf_end)
+                    for (int l = 0; l < 2048; l += 64) _mm_prefetch(pf + l, AMX_PK_HINT);
+                _tile_loadd(6, t, 64);
+                _tile_loadd(7, t + 512, 64);
+                size_t ao = (size_t)kb * 256;
+                if (!r1) {
+                    _tile_loadd(2, P0 + ao, 64);
+                    _tile_dpbf16ps(0, 2, 6);
+                    _tile_dpbf16ps(1, 2, 7);
+                    if (P1) {
+                        _tile_loadd(3, P1 + ao, 64);
+                        _tile_dpbf16ps(0, 3, 6);
+                        _tile_dpbf16ps(1, 3, 7);
+                        _tile_loadd(4, P2 + ao, 64);
+                        _tile_dpbf16ps(0, 4, 6);
+                        _tile_dpbf16ps(1, 4, 7);
+                    }
+                } else {
+                    for (int q = 0; q < np; q++) {
+                        const uint32_t *a = j->piece[q] + ao;
+                        _tile_loadd(4, a, 64);
+                        _tile_loadd(5, a + tb_words, 64);
+                        _tile_dpbf16ps(0, 4, 6);
+                        _tile_dpbf16ps(1, 4, 7);
+                        _tile_dpbf16ps(2, 5, 6);
+                        _tile_dpbf16ps(3, 5, 7);
+                    }
+                }
+            }
+            /* C 0, 1 (and 2, 3): straight into y without a bias (the rows are whole: packed
+             * weights have rows in multiples of 32), else through c */
+            if (!(j->bias && j->bias->data)) {
+                float *y = j->y + base;
+                size_t ld = (size_t)out * sizeof(float);
+                _tile_stored(0, y, ld);
+                _tile_stored(1, y + 16, ld);
+                if (r1) {
+                    _tile_stored(2, y + (size_t)16 * (size_t)out, ld);
+                    _tile_stored(3, y + (size_t)16 * (size_t)out + 16, ld);
+                }
+            } else {
+                _tile_stored(0, c, 64);
+                amx_put_tile(j, c, base, 0);
+                _tile_stored(1, c, 64);
+                amx_put_tile(j, c, base + 16, 0);
+                if (r1) {
+                    _tile_stored(2, c, 64);
+                    amx_put_tile(j, c, base, 16);
+                    _tile_stored(3, c, 64);
+                    amx_put_tile(j, c, base + 16, 16);
+                }
+            }
+        }
+    }
+    _tile_release();
+}
 #endif
 
 #ifdef SEER_X86
@@ -1129,7 +1251,8 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_small_chunk
  * share each item). The same bits either way. */
 static int amx_prefill(seer_pool_t *p, int count, float *const *ys, const float *x, int n, const seer_weight_t *const *ws,
                        const seer_weight_t *const *biases) {
-    int ntb = ((n + 31) / 32) * 2, np = seer_k_fast_bf16 ? 1 : 3, xa = n >= AMX_XA_MIN;
+    /* packed weights need no tiles made, so x is the A tiles at every count */
+    int ntb = ((n + 31) / 32) * 2, np = seer_k_fast_bf16 ? 1 : 3, xa = n >= AMX_XA_MIN || ws[0]->amx_packed;
     size_t words = (size_t)ntb * 16 * (size_t)(ws[0]->cols / 2);
     uint32_t *buf = aligned_alloc(64, (size_t)np * words * sizeof(uint32_t));
     if (!buf) return 0;
@@ -1150,15 +1273,12 @@ static int amx_prefill(seer_pool_t *p, int count, float *const *ys, const float 
 }
 #endif
 
-int seer_k_linear_amx_multi(seer_pool_t *p, int count, float *const *ys, const float *x, int n,
-                            const seer_weight_t *const *ws, const seer_weight_t *const *biases) {
 #ifdef SEER_X86
-    if (count < 1 || count > AMX_MULTI || n < 1 || !seer_k_have_amx()) return 0;
-    for (int i = 0; i < count; i++)
-        if (ws[i]->dtype != SEER_BF16 || ws[i]->cols % 32 != 0 || ws[i]->cols != ws[0]->cols) return 0;
-    if (n > AMX_SMALL_MAX) return amx_prefill(p, count, ys, x, n, ws, biases);
-    /* the pieces once, on the calling thread, into a buffer kept per thread (every decode step) */
-    int np = seer_k_fast_bf16 ? 1 : 3, ntb = (n + 15) / 16;
+/* Up to AMX_SMALL_MAX tokens: the pieces once, on the calling thread, into a buffer kept per
+ * thread (every decode step), then every matrix's 32-row blocks as one pool job. */
+static int amx_small(seer_pool_t *p, int count, float *const *ys, const float *x, int n, const seer_weight_t *const *ws,
+                     const seer_weight_t *const *biases) {
+    int np = seer_k_fast_bf16 ? 1 : 3, ntb = (n + 15) / 16, packed = ws[0]->amx_packed;
     size_t words = (size_t)ntb * 16 * (size_t)(ws[0]->cols / 2), need = (size_t)np * words * sizeof(uint32_t);
     uint32_t *kept = (uint32_t *)seer_k_thread_buffer(SEER_BUF_AMX_X, need / 4);
     if (!kept) return 0;
@@ -1171,17 +1291,41 @@ int seer_k_linear_amx_multi(seer_pool_t *p, int count, float *const *ys, const f
         run.first[i + 1] = run.first[i] + (ws[i]->rows + 31) / 32;
         work += (size_t)ws[i]->rows * (size_t)ws[i]->cols * (size_t)n;
     }
-    amx_pack_chunk(&jobs[0], 0, (size_t)ntb, 0);
+    if (packed) amx_pack_xa_chunk(&jobs[0], 0, (size_t)ntb, 0);
+    else amx_pack_chunk(&jobs[0], 0, (size_t)ntb, 0);
     run.blocks = run.first[count];
     int threads = seer_pool_threads(p);
     int par = threads > 1 && work >= SEER_PAR_WORK && run.blocks >= 2;
     int64_t tasks = par ? (int64_t)threads * AMX_SMALL_TASKS : 1;
     run.task = (run.blocks + tasks - 1) / tasks;
     atomic_init(&run.next, 0);
-    seer_pool_for(p, par ? (size_t)threads : 1, 1, amx_small_chunk, &run);
+    seer_pool_for(p, par ? (size_t)threads : 1, 1, packed ? amx_small_packed_chunk : amx_small_chunk, &run);
     int failed = 0;
     for (int i = 0; i < count; i++) failed |= jobs[i].failed;
     return !failed;
+}
+#endif
+
+int seer_k_linear_amx_multi(seer_pool_t *p, int count, float *const *ys, const float *x, int n,
+                            const seer_weight_t *const *ws, const seer_weight_t *const *biases) {
+#ifdef SEER_X86
+    if (count < 1 || count > AMX_MULTI || n < 1 || !seer_k_have_amx()) return 0;
+    for (int i = 0; i < count; i++)
+        if (ws[i]->dtype != SEER_BF16 || ws[i]->cols % 32 != 0 || ws[i]->cols != ws[0]->cols ||
+            ws[i]->amx_packed != ws[0]->amx_packed) /* one layout a call (mixed: one call each) */
+            return 0;
+    if (n <= AMX_SMALL_MAX) return amx_small(p, count, ys, x, n, ws, biases);
+    if (amx_prefill(p, count, ys, x, n, ws, biases)) return 1;
+    if (!ws[0]->amx_packed) return 0;
+    /* A packed weight has no other fast path: out of memory for a prefill's pieces, the same
+     * bits AMX_SMALL_MAX tokens at a time. */
+    for (int t0 = 0; t0 < n; t0 += AMX_SMALL_MAX) {
+        int c = n - t0 < AMX_SMALL_MAX ? n - t0 : AMX_SMALL_MAX;
+        float *yc[AMX_MULTI];
+        for (int i = 0; i < count; i++) yc[i] = ys[i] + (size_t)t0 * (size_t)ws[i]->rows;
+        if (!amx_small(p, count, yc, x + (size_t)t0 * (size_t)ws[0]->cols, c, ws, biases)) return 0;
+    }
+    return 1;
 #else
     (void)p, (void)count, (void)ys, (void)x, (void)n, (void)ws, (void)biases;
     return 0;
@@ -1196,6 +1340,85 @@ int seer_k_linear_amx(seer_pool_t *p, float *y, const float *x, int n, const see
     (void)p, (void)y, (void)x, (void)n, (void)w, (void)bias;
     return 0;
 #endif
+}
+
+/* ---- bf16 weights in the AMX tile layout --------------------------------------------------------
+ * A weight read as rows costs the few-token kernel 16 strided rows per tile load (13.6-14.6 GB/s
+ * a thread in a replica where the plain read gives 16-18) and a prefill a transpose of every
+ * item's rows; in the tile layout (seer_k_amx_pack, model.c packs the in-memory weights of the
+ * layers and the LM head at load) a tile is one contiguous KiB. A block of 32 rows occupies the
+ * bytes its rows did, so a weight bound as rows [a, b) of a packed one stays a packed weight
+ * when a and b are multiples of 32. */
+int seer_k_amx_packable(const seer_weight_t *w) {
+    return w && w->data && !w->amx_packed && w->dtype == SEER_BF16 && w->rows > 0 && w->rows % 32 == 0 &&
+           w->cols > 0 && w->cols % 32 == 0 && seer_k_have_amx();
+}
+
+#ifdef SEER_X86
+typedef struct {
+    uint16_t *data;
+    int64_t in;
+    uint16_t **tmp; /* [threads]: one 32-row block each */
+} amx_pack_job;
+
+__attribute__((target("avx512f"))) static void amx_pack_blocks(void *ctx, size_t begin, size_t end, int thread) {
+    amx_pack_job *j = ctx;
+    int64_t in = j->in, nkb = in / 32;
+    uint16_t *tmp = j->tmp[thread];
+    for (size_t b = begin; b < end; b++) {
+        uint16_t *blk = j->data + b * 32 * (size_t)in;
+        memcpy(tmp, blk, (size_t)32 * (size_t)in * sizeof(uint16_t));
+        for (int64_t kb = 0; kb < nkb; kb++)
+            for (int h = 0; h < 2; h++) amx_w_tile(blk + ((size_t)kb * 2 + (size_t)h) * 512, tmp, in, 32, 16 * h, kb);
+    }
+}
+#endif
+
+int seer_k_amx_pack(seer_pool_t *p, seer_weight_t *w) {
+#ifdef SEER_X86
+    if (!seer_k_amx_packable(w)) return 0;
+    int threads = seer_pool_threads(p);
+    uint16_t *tmp[64];
+    if (threads > 64) threads = 64;
+    size_t bytes = (size_t)32 * (size_t)w->cols * sizeof(uint16_t);
+    int got = 0;
+    while (got < threads && (tmp[got] = aligned_alloc(64, bytes))) got++;
+    int ok = got == threads;
+    if (ok) {
+        amx_pack_job j = {.data = (uint16_t *)w->data, .in = w->cols, .tmp = tmp};
+        size_t blocks = (size_t)(w->rows / 32);
+        seer_pool_for(p, blocks, (SEER_PAR_WORK / (32 * (size_t)w->cols)) + 1, amx_pack_blocks, &j);
+        w->amx_packed = 1;
+    }
+    for (int i = 0; i < got; i++) free(tmp[i]);
+    return ok;
+#else
+    (void)p, (void)w;
+    return 0;
+#endif
+}
+
+void seer_k_linear_amx_packed_slow(float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias) {
+    int64_t in = w->cols, out = w->rows;
+    int np = seer_k_fast_bf16 ? 1 : 3;
+    const uint16_t *W = w->data;
+    for (int t = 0; t < n; t++) {
+        const float *xt = x + (size_t)t * (size_t)in;
+        for (int64_t o = 0; o < out; o++) {
+            float acc = 0.0f;
+            for (int64_t k0 = 0; k0 < in; k0 += 32) {
+                float rest[32];
+                for (int i = 0; i < 32; i++) rest[i] = xt[k0 + i];
+                for (int q = 0; q < np; q++) /* hi, mid, lo: each a bf16 of what is left (as amx_pack_chunk) */
+                    for (int i = 0; i < 32; i++) {
+                        float piece = seer_bf16_to_f32(seer_f32_to_bf16(rest[i]));
+                        rest[i] -= piece;
+                        acc += piece * seer_bf16_to_f32(W[seer_w_index(w, o, k0 + i)]);
+                    }
+            }
+            y[(size_t)t * (size_t)out + (size_t)o] = acc + (bias && bias->data ? seer_w_load(bias, (size_t)o) : 0.0f);
+        }
+    }
 }
 
 /* ---- linear layers with AVX512_BF16 (precision = "fast", bf16 weights) ------------------------

@@ -230,7 +230,8 @@ static void merge_chunk(void *ctx, size_t begin, size_t end, int thread) {
         float *row = j->dst + o * in;
         memset(row, 0, in * sizeof(float));
         for (int k = 0; k < l->r; k++) axpy(row, l->BT[(size_t)k * out + o], l->A + (size_t)k * in, l->in, j->simd);
-        for (size_t i = 0; i < in; i++) row[i] = seer_w_load(j->w, o * in + i) + row[i] * l->scale;
+        for (size_t i = 0; i < in; i++) /* (a packed weight's element: seer_w_index) */
+            row[i] = seer_w_load(j->w, seer_w_index(j->w, (int64_t)o, (int64_t)i)) + row[i] * l->scale;
     }
 }
 
@@ -626,6 +627,7 @@ static int load_adapter(seer_model_t *m, const char *dir, int merge, seer_err_t 
             bufs[t] = NULL;
             pd->w->dtype = SEER_F32;
             pd->w->data = s->merged[i];
+            pd->w->amx_packed = 0; /* the merged copy is rows */
             t++;
         }
         s->nmerged++;

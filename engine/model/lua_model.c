@@ -188,6 +188,7 @@ static int l_config(lua_State *L) {
     SET_NUM("decode_parameters", (double)seer_model_decode_params(m));
     lua_pushstring(L, seer_model_weights_in_memory(m) ? "memory" : "mapped");
     lua_setfield(L, -2, "weights");
+    SET_INT("amx_packed_matrices", seer_model_amx_packed(m));
     lua_pushstring(L, seer_model_kv_dtype(m));
     lua_setfield(L, -2, "kv_cache_dtype");
     int gmin = seer_model_gemm_min_tokens(m);

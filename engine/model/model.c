@@ -479,6 +479,74 @@ const char *seer_model_device(const seer_model_t *m, char *buf, size_t n) {
     return buf;
 }
 
+/* ---- bf16 weights into the AMX tile layout -------------------------------------------------------
+ * On a CPU that runs bf16 on AMX, the linear weights of an in-memory model (the Llama family's
+ * layers, m->layers, and any LM head) are rewritten in place into the tile layout
+ * (seer_k_amx_pack, kernels_x86.c): a decode step then reads each matrix as one stream and a
+ * prefill makes no tiles, with the same bits (tests/unit/test_kernels.c). Never packed: a
+ * mapped file (it is never written), a GPU model, the embeddings or a lookup table (read as
+ * rows; a tied LM head is the embeddings), a weight whose bytes partly overlap another
+ * candidate's (two views of one tensor that are not 32-row aligned), and any weight outside the
+ * model's copies. Only the AMX kernels and seer_w_index (LoRA merges) read a packed weight.
+ * SEER_AMX_PACK=0 leaves every weight as rows (to compare). Out of memory for a packing's
+ * scratch leaves that weight as rows, which every kernel still takes. */
+static size_t weight_bytes_of(const seer_weight_t *w) {
+    return (size_t)w->rows * (size_t)w->cols * seer_dtype_size(w->dtype);
+}
+
+static int weights_overlap(const seer_weight_t *a, const void *b, size_t bn) {
+    uintptr_t a0 = (uintptr_t)a->data, b0 = (uintptr_t)b;
+    return a0 < b0 + bn && b0 < a0 + weight_bytes_of(a);
+}
+
+static int same_weight(const seer_weight_t *a, const seer_weight_t *b) {
+    return a->data == b->data && a->rows == b->rows && a->cols == b->cols && a->dtype == b->dtype;
+}
+
+static void pack_for_amx(seer_model_t *m) {
+    const char *env = getenv("SEER_AMX_PACK");
+    if (!m->in_memory || !m->layers || m->nfiles < 1 || (env && strcmp(env, "0") == 0) || !seer_k_have_amx()) return;
+    size_t cap = (size_t)m->cfg.num_layers * 7 + 1, nc = 0;
+    seer_weight_t **c = malloc(cap * sizeof *c);
+    unsigned char *ok = calloc(cap, 1);
+    if (!c || !ok) goto out;
+    for (int i = 0; i < m->cfg.num_layers; i++) {
+        seer_layer_weights_t *l = &m->layers[i];
+        seer_weight_t *ws[7] = {&l->q, &l->k, &l->v, &l->o, &l->gate, &l->up, &l->down};
+        for (int k = 0; k < 7; k++)
+            if (seer_k_amx_packable(ws[k])) c[nc++] = ws[k];
+    }
+    if (seer_k_amx_packable(&m->lm_head)) c[nc++] = &m->lm_head;
+    int any = 0;
+    for (size_t i = 0; i < nc; i++) {
+        int good = !(m->embed.data && weights_overlap(c[i], m->embed.data, weight_bytes_of(&m->embed)));
+        for (size_t k = 0; k < sizeof m->lookup / sizeof m->lookup[0]; k++)
+            good &= !(m->lookup[k] && weights_overlap(c[i], m->lookup[k], 1));
+        for (size_t j = 0; j < nc && good; j++)
+            good = j == i || same_weight(c[i], c[j]) || !weights_overlap(c[i], c[j]->data, weight_bytes_of(c[j]));
+        int inside = 0;
+        for (int f = 0; f < m->nfiles && !inside; f++) inside = seer_st_contains(m->files[f], c[i]->data, weight_bytes_of(c[i]));
+        ok[i] = (unsigned char)(good && inside);
+        any |= ok[i];
+    }
+    if (!any) goto out;
+    int f = 0;
+    while (f < m->nfiles && seer_st_set_writable(m->files[f], 1) == 0) f++;
+    if (f == m->nfiles)
+        for (size_t i = 0; i < nc; i++) {
+            if (!ok[i]) continue;
+            size_t j = 0;
+            while (j < i && !(ok[j] && same_weight(c[i], c[j]))) j++;
+            if (j < i) c[i]->amx_packed = c[j]->amx_packed; /* one tensor bound twice: packed once */
+            else seer_k_amx_pack(m->pool, c[i]);
+            m->amx_packed += c[i]->amx_packed;
+        }
+    while (f-- > 0) seer_st_set_writable(m->files[f], 0);
+out:
+    free(c);
+    free(ok);
+}
+
 int seer_model_load(seer_model_t **out, const char *dir, const seer_model_opts_t *opts, seer_err_t *err) {
     *out = NULL;
     struct stat st;
@@ -541,6 +609,7 @@ int seer_model_load(seer_model_t **out, const char *dir, const seer_model_opts_t
         goto fail;
     }
     if (gpu_idx >= 0 && (rc = seer_gpu_attach(m, gpu_idx, opts->progress, err)) < 0) goto fail;
+    if (gpu_idx < 0) pack_for_amx(m);
     if (m->hidden) snprintf(m->dir, sizeof m->dir, "<hidden>");
     *out = m;
     return 0;
@@ -569,6 +638,7 @@ size_t seer_model_weight_bytes(const seer_model_t *m) { return m->weight_bytes; 
 size_t seer_model_decode_bytes(const seer_model_t *m) { return m->decode_bytes; }
 size_t seer_model_decode_params(const seer_model_t *m) { return m->decode_params; }
 int seer_model_weights_in_memory(const seer_model_t *m) { return m->in_memory; }
+int seer_model_amx_packed(const seer_model_t *m) { return m->amx_packed; }
 const char *seer_model_kv_dtype(const seer_model_t *m) {
     return m->gpu || (m->fast_bf16 && m->embed.dtype == SEER_BF16 && seer_k_fast_kind() != NULL) ? "bf16" : "f32";
 }

@@ -93,6 +93,8 @@ size_t seer_model_weight_bytes(const seer_model_t *m);
 size_t seer_model_decode_bytes(const seer_model_t *m);
 size_t seer_model_decode_params(const seer_model_t *m);
 int seer_model_weights_in_memory(const seer_model_t *m); /* 1: read into memory, 0: mapped */
+/* How many of the model's matrices were put into the AMX tile layout at load (model.c). */
+int seer_model_amx_packed(const seer_model_t *m);
 /* What the model's KV caches hold: "bf16" on a GPU and where precision = "fast" changes the
  * linear layers (bf16 weights on a CPU with AVX512_BF16 or AMX), else "f32". */
 const char *seer_model_kv_dtype(const seer_model_t *m);

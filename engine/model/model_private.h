@@ -15,6 +15,10 @@ typedef struct seer_weight {
     seer_dtype_t dtype;
     const void *data;
     int64_t rows, cols;
+    /* 1: data is not row-major but the AMX tile layout (seer_k_amx_pack: bf16, rows and cols
+     * multiples of 32, in the same bytes), which only the AMX kernels and seer_w_index read;
+     * 0: row-major [rows][cols]. */
+    int amx_packed;
     /* A LoRA adapter kept separate from the weight (lora.c): when set and enabled, every linear
      * through this weight adds its low-rank delta. NULL: none. */
     const struct seer_lora *lora;
@@ -92,6 +96,7 @@ struct seer_model {
     void (*lora_free)(void *lora_state);
     int hidden;         /* seer_model_opts_t.hidden */
     int in_memory;      /* the shards were read into memory (seer_st_open_copy), not mapped */
+    int amx_packed;     /* matrices put into the AMX tile layout at load (pack_for_amx) */
     int fast_bf16;      /* seer_model_opts_t.fast_bf16 */
     /* the kinds of matrices bound (seer_model_weight): bit (dtype index * 2 + (width % 32 == 0)),
      * dtype index 0 f32, 1 bf16, 2 f16; for seer_model_gemm_min_tokens */
@@ -344,6 +349,20 @@ int seer_k_linear_amx(seer_pool_t *p, float *y, const float *x, int n, const see
  * computes every output another way. */
 int seer_k_linear_amx_multi(seer_pool_t *p, int count, float *const *ys, const float *x, int n,
                             const seer_weight_t *const *ws, const seer_weight_t *const *biases);
+/* Whether w can be put into the AMX tile layout: this CPU runs bf16 on AMX, w is bf16 and its
+ * rows and cols are multiples of 32 (so the layout fills the same bytes). */
+int seer_k_amx_packable(const seer_weight_t *w);
+/* Rewrites w's data (writable, w->amx_packed 0) in place into the AMX tile layout and sets
+ * w->amx_packed: per 32-row block, per 32-input step, the block's two 16-row halves each one
+ * contiguous KiB in the VNNI layout of a B tile (element (r, c) of the block: step c / 32, half
+ * r / 16, pair (c % 32) / 2, then row r % 16, then c % 2), so a decode step reads every matrix
+ * as one stream and a prefill makes no tiles. The blocks are spread over p's threads. 0: not
+ * packable, or out of memory (w untouched). */
+int seer_k_amx_pack(seer_pool_t *p, seer_weight_t *w);
+/* y = x W^T (+ bias) on a packed weight without tiles, in f32 with each product exact and the
+ * pieces of x as the AMX kernels split them: the path of last resort when the kernels' scratch
+ * cannot be had (out of memory), so a packed weight is never read as rows. */
+void seer_k_linear_amx_packed_slow(float *y, const float *x, int n, const seer_weight_t *w, const seer_weight_t *bias);
 /* y = x W^T (+ bias) for bf16 W with AVX512_BF16's VDPBF16PS, x rounded to bf16 (precision =
  * "fast"; kernels_x86.c), any n >= 1, each (row, token) output the same bits whatever n; 0 when
  * it does not apply (not fast, no AVX512_BF16, other dtypes, cols not a multiple of 32, out of

@@ -5,6 +5,13 @@
 
 #include "model_private.h"
 
+/* The element index of (r, c) in w's data: row-major, or the AMX tile layout (seer_k_amx_pack). */
+static inline size_t seer_w_index(const seer_weight_t *w, int64_t r, int64_t c) {
+    if (!w->amx_packed) return (size_t)r * (size_t)w->cols + (size_t)c;
+    size_t nkb = (size_t)w->cols / 32, b = (size_t)r / 32, h = (size_t)(r % 32) / 16;
+    return (((b * nkb + (size_t)c / 32) * 2 + h) * 16 + (size_t)(c % 32) / 2) * 32 + (size_t)(r % 16) * 2 + (size_t)(c % 2);
+}
+
 static inline float seer_w_load(const seer_weight_t *w, size_t i) {
     switch (w->dtype) {
     case SEER_BF16: return seer_bf16_to_f32(((const uint16_t *)w->data)[i]);

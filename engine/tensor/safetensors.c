@@ -28,6 +28,7 @@ struct seer_st_file {
     const unsigned char *base; /* whole file (or buffer) */
     size_t size;
     bool mapped;
+    bool copied; /* base is an anonymous copy of the file (SEER_ST_COPY), read-only once read */
     cJSON *root;
     seer_st_entry_t *entries; /* sorted by data offset */
     size_t n;
@@ -468,6 +469,7 @@ int seer_st_open_ex(seer_st_file_t **out, const char *path, const char *label, i
             return rc;
         }
         mprotect(m, f->size, PROT_READ);
+        f->copied = true;
         *out = f;
         return 0;
     }
@@ -482,6 +484,16 @@ int seer_st_open(seer_st_file_t **out, const char *path, seer_err_t *err) {
 int seer_st_open_copy(seer_st_file_t **out, const char *path, const char *label, seer_st_progress_fn progress, void *ctx,
                       seer_err_t *err) {
     return seer_st_open_ex(out, path, label, SEER_ST_COPY, progress, ctx, err);
+}
+
+int seer_st_set_writable(seer_st_file_t *f, int writable) {
+    if (!f->copied || !f->base) return -1;
+    return mprotect((void *)f->base, f->size, writable ? PROT_READ | PROT_WRITE : PROT_READ);
+}
+
+int seer_st_contains(const seer_st_file_t *f, const void *p, size_t n) {
+    uintptr_t a = (uintptr_t)p, b = (uintptr_t)f->base;
+    return f->base && a >= b && n <= f->size && a - b <= f->size - n;
 }
 
 size_t seer_st_count(const seer_st_file_t *f) { return f->n; }

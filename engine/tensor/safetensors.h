@@ -55,6 +55,13 @@ int seer_st_open_buffer(seer_st_file_t **out, const void *data, size_t n, const 
  * (O_CLOEXEC, O_NONBLOCK), or a negative SEER_E* with err set. */
 int seer_st_open_confined(const char *path, const char *label, seer_err_t *err);
 
+/* A copy (seer_st_open_copy) made writable (1) or read-only again (0), for a loader that
+ * rewrites its own tensors in place (model.c: bf16 weights into the AMX tile layout). -1: not a
+ * copy (a file mapping is never written), or mprotect failed. */
+int seer_st_set_writable(seer_st_file_t *f, int writable);
+/* Whether the n bytes at p lie inside f's data (file or copy). */
+int seer_st_contains(const seer_st_file_t *f, const void *p, size_t n);
+
 /* seer_st_open / seer_st_open_copy with flags: SEER_ST_COPY reads the file into memory (as
  * seer_st_open_copy: the header is checked before any data is read), SEER_ST_CONFINED opens it
  * with seer_st_open_confined. label (NULL: path) names the file in messages. */

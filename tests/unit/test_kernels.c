@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "model/model_private.h"
+#include "model/weight_load.h"
 
 #include "test_rand.h"
 
@@ -866,6 +867,124 @@ Test(kernels, amx_multi_same_bits_as_one_call_each) {
     cr_assert(!seer_k_linear_amx_multi(pools[1], 2, ys, x, 1, mixed, bs));
     cr_assert_eq(checked, 2 * 8 * 2 * 2);
     for (int i = 0; i < 3; i++) free(w[i]), free(bias[i]), free(got[i]);
+    free(x), free(want);
+    seer_pool_free(pools[0]), seer_pool_free(pools[1]);
+}
+
+/* bf16 weights in the AMX tile layout (seer_k_amx_pack, as model.c packs an in-memory model's
+ * layers): the layout holds every element where seer_w_index says; every kernel on it (the
+ * few-token one at 1-32 tokens, one and two token blocks; the prefill one with x as the A tiles
+ * at every count past 32, items of 128 and 256 rows) gives the bits the same call gives on the
+ * rows, in both precisions, with and without bias, on 1 and 2 threads, alone and with q, k and v
+ * together (a mix of layouts declines and seer_k_linear_multi still computes each); the path of
+ * last resort (seer_k_linear_amx_packed_slow) too; and a weight that is not packable is refused
+ * and left as it was. */
+Test(kernels, amx_packed_same_bits_as_rows) {
+    if (!seer_k_have_amx()) cr_skip_test("skipped: this CPU (or kernel) has no AMX-BF16");
+    seer_pool_t *pools[2] = {seer_pool_new(1), seer_pool_new(2)};
+    static const int ns[] = {1, 2, 15, 16, 17, 31, 32, 33, 64, 100, 160, 176};
+    static const int shapes[][2] = {{32, 32}, {96, 96}, {256, 64}, {1024, 96}, {64, 1024}};
+    enum { NN = sizeof ns / sizeof ns[0], NS = sizeof shapes / sizeof shapes[0], NMAX = 176 };
+    int checked = 0;
+    for (int sh = 0; sh < NS; sh++) {
+        int rows = shapes[sh][0], cols = shapes[sh][1];
+        size_t wn = (size_t)rows * (size_t)cols;
+        uint16_t *w = malloc(sizeof(uint16_t) * wn), *pk = malloc(sizeof(uint16_t) * wn), *bias = malloc(sizeof(uint16_t) * (size_t)rows);
+        float *x = malloc(sizeof(float) * NMAX * (size_t)cols), *a = malloc(sizeof(float) * NMAX * (size_t)rows),
+              *b = malloc(sizeof(float) * NMAX * (size_t)rows);
+        for (size_t i = 0; i < wn; i++) w[i] = seer_f32_to_bf16(nrand() * 0.1f);
+        for (int i = 0; i < rows; i++) bias[i] = seer_f32_to_bf16(nrand());
+        for (int i = 0; i < NMAX * cols; i++) x[i] = nrand() * 3;
+        memcpy(pk, w, sizeof(uint16_t) * wn);
+        seer_weight_t W = {.dtype = SEER_BF16, .data = w, .rows = rows, .cols = cols};
+        seer_weight_t P = {.dtype = SEER_BF16, .data = pk, .rows = rows, .cols = cols};
+        seer_weight_t B = {.dtype = SEER_BF16, .data = bias, .rows = 1, .cols = rows};
+        cr_assert(seer_k_amx_pack(pools[sh & 1], &P) && P.amx_packed);
+        cr_assert(!seer_k_amx_pack(pools[0], &P), "packed twice");
+        cr_assert(memcmp(w, pk, sizeof(uint16_t) * wn) != 0, "%dx%d: the layout is the rows'", rows, cols);
+        for (int r = 0; r < rows; r++)
+            for (int c = 0; c < cols; c++)
+                cr_assert_eq(pk[seer_w_index(&P, r, c)], w[(size_t)r * (size_t)cols + (size_t)c], "%dx%d: (%d, %d)", rows, cols, r, c);
+        for (int fast = 0; fast < 2; fast++)
+            for (int k = 0; k < NN; k++)
+                for (int t = 0; t < 2; t++) {
+                    int n = ns[k], with_bias = (k + t) & 1;
+                    seer_k_fast_bf16 = fast;
+                    cr_assert(seer_k_linear_amx(pools[t], a, x, n, &W, with_bias ? &B : NULL));
+                    cr_assert(seer_k_linear_amx(pools[t], b, x, n, &P, with_bias ? &B : NULL));
+                    cr_assert(!memcmp(a, b, sizeof(float) * (size_t)n * (size_t)rows),
+                              "%dx%d, %d tokens, fast %d, bias %d, %d thread(s): packed differs from rows", rows, cols, n, fast,
+                              with_bias, t + 1);
+                    memset(b, 0, sizeof(float) * (size_t)n * (size_t)rows);
+                    seer_k_linear(pools[t], b, x, n, &P, with_bias ? &B : NULL);
+                    cr_assert(!memcmp(a, b, sizeof(float) * (size_t)n * (size_t)rows), "seer_k_linear on a packed weight");
+                    if (n <= 2 || n == 33) {
+                        seer_k_linear_amx_packed_slow(b, x, n, &P, with_bias ? &B : NULL);
+                        /* the same products and pieces, summed in another order than the tiles' */
+                        for (int tt = 0; tt < n; tt++)
+                            for (int r = 0; r < rows; r++) {
+                                double mag = 0;
+                                for (int c = 0; c < cols; c++)
+                                    mag += fabs((double)seer_bf16_to_f32(w[(size_t)r * (size_t)cols + (size_t)c]) *
+                                                x[(size_t)tt * (size_t)cols + (size_t)c]);
+                                size_t i = (size_t)tt * (size_t)rows + (size_t)r;
+                                cr_assert(fabs((double)a[i] - b[i]) <= mag * 1e-6 + 1e-6,
+                                          "%dx%d, %d tokens, fast %d: the slow path's y[%d][%d] is %.9g, the tiles' %.9g", rows,
+                                          cols, n, fast, tt, r, b[i], a[i]);
+                            }
+                    }
+                    checked++;
+                }
+        seer_k_fast_bf16 = 0;
+        free(w), free(pk), free(bias), free(x), free(a), free(b);
+    }
+    cr_assert_eq(checked, NS * 2 * NN * 2);
+    /* q, k and v packed together, and a mix of layouts */
+    enum { COLS = 128 };
+    static const int qkv[3] = {256, 64, 64};
+    uint16_t *w[3];
+    seer_weight_t W[3], P[3];
+    float *x = malloc(sizeof(float) * NMAX * COLS), *got[3], *want = malloc(sizeof(float) * NMAX * 256);
+    for (int k = 0; k < NMAX * COLS; k++) x[k] = nrand() * 3;
+    for (int i = 0; i < 3; i++) {
+        size_t wn = (size_t)qkv[i] * COLS;
+        w[i] = malloc(sizeof(uint16_t) * wn * 2);
+        for (size_t k = 0; k < wn; k++) w[i][k] = w[i][wn + k] = seer_f32_to_bf16(nrand() * 0.1f);
+        W[i] = (seer_weight_t){.dtype = SEER_BF16, .data = w[i], .rows = qkv[i], .cols = COLS};
+        P[i] = (seer_weight_t){.dtype = SEER_BF16, .data = w[i] + wn, .rows = qkv[i], .cols = COLS};
+        cr_assert(seer_k_amx_pack(pools[1], &P[i]));
+        got[i] = malloc(sizeof(float) * NMAX * (size_t)qkv[i]);
+    }
+    for (int fast = 0; fast < 2; fast++)
+        for (int k = 0; k < NN; k++) {
+            int n = ns[k];
+            seer_k_fast_bf16 = fast;
+            const seer_weight_t *ps[3] = {&P[0], &P[1], &P[2]}, *mix[3] = {&P[0], &W[1], &P[2]}, *bs[3] = {NULL, NULL, NULL};
+            cr_assert(seer_k_linear_amx_multi(pools[1], 3, got, x, n, ps, bs));
+            for (int i = 0; i < 3; i++) {
+                cr_assert(seer_k_linear_amx(pools[0], want, x, n, &W[i], NULL));
+                cr_assert(!memcmp(want, got[i], sizeof(float) * (size_t)n * (size_t)qkv[i]), "fast %d, %d tokens: matrix %d",
+                          fast, n, i);
+            }
+            cr_assert(!seer_k_linear_amx_multi(pools[1], 3, got, x, n, mix, bs), "a mix of layouts in one call");
+            for (int i = 0; i < 3; i++) memset(got[i], 0, sizeof(float) * (size_t)n * (size_t)qkv[i]);
+            seer_k_linear_multi(pools[1], 3, got, x, n, mix, bs, n);
+            for (int i = 0; i < 3; i++) {
+                cr_assert(seer_k_linear_amx(pools[0], want, x, n, &W[i], NULL));
+                cr_assert(!memcmp(want, got[i], sizeof(float) * (size_t)n * (size_t)qkv[i]), "mixed, fast %d, %d tokens: matrix %d",
+                          fast, n, i);
+            }
+        }
+    seer_k_fast_bf16 = 0;
+    /* not packable: rows or cols not multiples of 32, or not bf16; nothing is touched */
+    uint16_t keep[40 * 64];
+    memcpy(keep, w[0], sizeof keep);
+    seer_weight_t odd_rows = {.dtype = SEER_BF16, .data = w[0], .rows = 40, .cols = 64};
+    seer_weight_t odd_cols = {.dtype = SEER_BF16, .data = w[0], .rows = 32, .cols = 80};
+    seer_weight_t f16 = {.dtype = SEER_F16, .data = w[0], .rows = 32, .cols = 64};
+    cr_assert(!seer_k_amx_pack(pools[0], &odd_rows) && !seer_k_amx_pack(pools[0], &odd_cols) && !seer_k_amx_pack(pools[0], &f16));
+    cr_assert(!odd_rows.amx_packed && !odd_cols.amx_packed && !f16.amx_packed && !memcmp(keep, w[0], sizeof keep));
+    for (int i = 0; i < 3; i++) free(w[i]), free(got[i]);
     free(x), free(want);
     seer_pool_free(pools[0]), seer_pool_free(pools[1]);
 }
