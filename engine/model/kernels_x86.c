@@ -882,6 +882,9 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_gemm_xa_chu
     int64_t rows = j->item_rows; /* AMX_ROWS or twice that */
     /* a packed weight (seer_k_amx_pack) is those tiles already, an item's in its own bytes */
     const int packed = w->amx_packed;
+/* A packed weight's item is copied into the buffer rather than read in place: in place, the
+ * first token pair's tile loads from memory stall (0.5B bf16 512-token prefill, 2 threads, exact
+ * 689-703 tok/s in place against 768-795 copied and 784-809 on rows, 2026-12-02). */
 #ifndef AMX_PK_COPY
 #define AMX_PK_COPY 1
 #endif
@@ -979,7 +982,9 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_gemm_xa_chu
  * Tried and not kept: rows copied into contiguous tiles first (12-13 GB/s), the next block
  * prefetched into L2 (T1 or T2) instead of each row's lines (level or slower), runs of 8 lines per
  * row (slower), four accumulators over 64 rows with one A tile reloaded per product (9 GB/s: a
- * tile load waits for the products that read the tile before), three over 48 rows (batch 1 18.6). */
+ * tile load waits for the products that read the tile before), three over 48 rows (batch 1 18.6).
+ * That is the row layout's cost: an in-memory model's weights are in the tile layout instead
+ * (seer_k_amx_pack, below) and run amx_small_packed_chunk, one stream a task. */
 #ifdef SEER_X86
 #ifndef AMX_SMALL_MAX
 #define AMX_SMALL_MAX 32
