@@ -1007,6 +1007,38 @@ typedef struct {
     atomic_size_t next;
 } amx_small_run;
 
+/* The next task of a run: its blocks [*b0, *b1) of every matrix's 32-row blocks; 0 when none is left. */
+static inline int amx_take_task(amx_small_run *run, int64_t *b0, int64_t *b1) {
+    *b0 = (int64_t)atomic_fetch_add_explicit(&run->next, 1, memory_order_relaxed) * run->task;
+    if (*b0 >= run->blocks) return 0;
+    *b1 = *b0 + run->task < run->blocks ? *b0 + run->task : run->blocks;
+    return 1;
+}
+
+/* The matrix that block gb of a run belongs to. */
+static inline int amx_block_matrix(const amx_small_run *run, int64_t gb) {
+    int m = 0;
+    while (gb >= run->first[m + 1]) m++;
+    return m;
+}
+
+/* C tiles 0, 1 (rows base .. base + 31 of the first token block) and, with TWO, 2, 3 (the second
+ * block's) through c into y with PUT (amx_store_tile or amx_put_tile); tile numbers are
+ * immediates. */
+#define AMX_STORE_C(PUT, TWO)                                                                                          \
+    do {                                                                                                               \
+        _tile_stored(0, c, 64);                                                                                        \
+        PUT(j, c, base, 0);                                                                                            \
+        _tile_stored(1, c, 64);                                                                                        \
+        PUT(j, c, base + 16, 0);                                                                                       \
+        if (TWO) {                                                                                                     \
+            _tile_stored(2, c, 64);                                                                                    \
+            PUT(j, c, base, 16);                                                                                       \
+            _tile_stored(3, c, 64);                                                                                    \
+            PUT(j, c, base + 16, 16);                                                                                  \
+        }                                                                                                              \
+    } while (0)
+
 __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_small_chunk(void *ctx, size_t begin, size_t end,
                                                                                   int thread) {
     (void)begin, (void)end, (void)thread;
@@ -1025,13 +1057,9 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_small_chunk
     _Alignas(64) float c[16 * 16];
     const size_t tb_words = (size_t)(in / 2) * 16;
     const uint32_t *B0 = j->piece[0], *B1 = np > 1 ? j->piece[1] : NULL, *B2 = np > 2 ? j->piece[2] : NULL;
-    for (;;) {
-        int64_t b0 = (int64_t)atomic_fetch_add_explicit(&run->next, 1, memory_order_relaxed) * run->task;
-        if (b0 >= run->blocks) break;
-        int64_t b1 = b0 + run->task < run->blocks ? b0 + run->task : run->blocks;
+    for (int64_t b0, b1; amx_take_task(run, &b0, &b1);) {
         for (int64_t gb = b0; gb < b1; gb++) {
-            int m = 0;
-            while (gb >= run->first[m + 1]) m++;
+            int m = amx_block_matrix(run, gb);
             j = &run->jobs[m];
             const uint16_t *W = j->w->data;
             int64_t out = j->w->rows, blk = gb - run->first[m], base = blk * rb;
@@ -1117,16 +1145,7 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_small_chunk
                 }
             }
             /* C0, C1: rows 0-15, 16-31 of the first token block; C2, C3 (two token blocks): the second's */
-            _tile_stored(0, c, 64);
-            amx_store_tile(j, c, base, 0);
-            _tile_stored(1, c, 64);
-            amx_store_tile(j, c, base + 16, 0);
-            if (two) {
-                _tile_stored(2, c, 64);
-                amx_store_tile(j, c, base, 16);
-                _tile_stored(3, c, 64);
-                amx_store_tile(j, c, base + 16, 16);
-            }
+            AMX_STORE_C(amx_store_tile, two);
         }
     }
     _tile_release();
@@ -1168,13 +1187,9 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_small_packe
     _Alignas(64) float c[16 * 16];
     const size_t tb_words = (size_t)nkb * 256; /* a token block of a piece, in 32-bit words */
     const uint32_t *P0 = j->piece[0], *P1 = np > 1 ? j->piece[1] : NULL, *P2 = np > 2 ? j->piece[2] : NULL;
-    for (;;) {
-        int64_t b0 = (int64_t)atomic_fetch_add_explicit(&run->next, 1, memory_order_relaxed) * run->task;
-        if (b0 >= run->blocks) break;
-        int64_t b1 = b0 + run->task < run->blocks ? b0 + run->task : run->blocks;
+    for (int64_t b0, b1; amx_take_task(run, &b0, &b1);) {
         for (int64_t gb = b0; gb < b1; gb++) {
-            int m = 0;
-            while (gb >= run->first[m + 1]) m++;
+            int m = amx_block_matrix(run, gb);
             j = &run->jobs[m];
             const uint16_t *W = j->w->data;
             int64_t out = j->w->rows, blk = gb - run->first[m], base = blk * 32;
@@ -1231,21 +1246,13 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void amx_small_packe
                     _tile_stored(3, y + (size_t)16 * (size_t)out + 16, ld);
                 }
             } else {
-                _tile_stored(0, c, 64);
-                amx_put_tile(j, c, base, 0);
-                _tile_stored(1, c, 64);
-                amx_put_tile(j, c, base + 16, 0);
-                if (r1) {
-                    _tile_stored(2, c, 64);
-                    amx_put_tile(j, c, base, 16);
-                    _tile_stored(3, c, 64);
-                    amx_put_tile(j, c, base + 16, 16);
-                }
+                AMX_STORE_C(amx_put_tile, r1);
             }
         }
     }
     _tile_release();
 }
+#undef AMX_STORE_C
 #endif
 
 #ifdef SEER_X86
