@@ -10,6 +10,7 @@
 
 #include "host/host.h"
 #include "model_private.h"
+#include "gemma_common.h"
 #include "cuda/gpu_model.h"
 
 /* NULL entries are architectures whose file is not linked in (weak symbols). */
@@ -480,8 +481,8 @@ const char *seer_model_device(const seer_model_t *m, char *buf, size_t n) {
 }
 
 /* ---- bf16 weights into the AMX tile layout -------------------------------------------------------
- * On a CPU that runs bf16 on AMX, the linear weights of an in-memory model (the Llama family's
- * layers, m->layers, and any LM head) are rewritten in place into the tile layout
+ * On a CPU that runs bf16 on AMX, the linear weights of an in-memory model (the layers of the
+ * Llama family, m->layers, and of Gemma, and any LM head) are rewritten in place into the tile layout
  * (seer_k_amx_pack, kernels_x86.c): a decode step then reads each matrix as one stream and a
  * prefill makes no tiles, with the same bits (tests/unit/test_kernels.c). Never packed: a
  * mapped file (it is never written), a GPU model, the embeddings or a lookup table (read as
@@ -510,11 +511,16 @@ static void pack_for_amx(seer_model_t *m) {
     seer_weight_t **c = malloc(cap * sizeof *c);
     unsigned char *ok = calloc(cap, 1);
     if (!c || !ok) goto out;
+    /* the Gemma family keeps its layers in its own state (gemma_common.c) */
+    int gemma = m->arch && m->arch->forward == seer_gemma_forward;
+    static const char *const modules[7] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
     for (int i = 0; i < m->cfg.num_layers; i++) {
         seer_layer_weights_t *l = &m->layers[i];
         seer_weight_t *ws[7] = {&l->q, &l->k, &l->v, &l->o, &l->gate, &l->up, &l->down};
-        for (int k = 0; k < 7; k++)
-            if (seer_k_amx_packable(ws[k])) c[nc++] = ws[k];
+        for (int k = 0; k < 7; k++) {
+            seer_weight_t *w = gemma ? seer_gemma_layer_weight(m, i, modules[k]) : ws[k];
+            if (w && seer_k_amx_packable(w)) c[nc++] = w;
+        }
     }
     if (seer_k_amx_packable(&m->lm_head)) c[nc++] = &m->lm_head;
     int any = 0;

@@ -3,7 +3,7 @@
 -- into tiles at load; a mapped model keeps them as rows. Both must compute the same bits: every
 -- check below loads one checkpoint both ways and compares logits bit for bit (prefill at
 -- lengths on both sides of the kernels' thresholds, decode, a batch, both precisions), with a
--- tied LM head (the embeddings are never packed), with fused q/k/v and gate/up rows (each view
+-- tied LM head (the embeddings are never packed), Gemma's layers, with fused q/k/v and gate/up rows (each view
 -- packed in its own bytes, or left as rows when it is not 32-row aligned), and with a LoRA
 -- adapter merged into packed weights and applied unmerged. Where the CPU has no AMX nothing is
 -- packed and the checks compare rows with rows (still run: the count must be 0 there).
@@ -32,6 +32,9 @@ local function checkpoint(opts)
     head_dim = 16, vocab_size = V, max_position_embeddings = 512, rms_norm_eps = 1e-5, rope_theta = 10000.0,
     tie_word_embeddings = opts.tied or false, bos_token_id = 1, eos_token_id = 2, torch_dtype = "bfloat16",
     hidden_act = "silu" }
+  if opts.gemma then
+    cfg.hidden_activation, cfg.hidden_act, cfg.tie_word_embeddings = "gelu_pytorch_tanh", "gelu_pytorch_tanh", true
+  end
   seer.write_file(d .. "/config.json", seer.json.encode(cfg))
   tensor.manual_seed(opts.seed or 5)
   local w = {}
@@ -85,6 +88,11 @@ end
 
 T.test("separate matrices: every layer matrix and the LM head packed, the same bits as rows", function()
   same_both_ways(checkpoint({}), 2 * 7 + 1, "llama")
+end)
+
+T.test("Gemma's layers (its own layer structs) packed; its tied LM head stays rows", function()
+  same_both_ways(checkpoint({ gemma = true, tied = true, model_type = "gemma", arch = "GemmaForCausalLM" }), 2 * 7,
+    "gemma")
 end)
 
 T.test("a tied LM head is the embeddings and stays rows; the layers are packed", function()
