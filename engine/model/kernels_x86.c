@@ -650,6 +650,7 @@ typedef struct {
     const seer_weight_t *w, *bias;
     int n, ntb;    /* tokens, token blocks (even) */
     int item_rows; /* amx_gemm_xa_chunk's rows per item */
+    int no_pad;    /* amx_pack_xa_chunk: leave the rows past n unwritten (tiles of n rows read them not) */
     int failed;
 } amx_job;
 
@@ -816,6 +817,7 @@ __attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"))) static void amx_
     for (size_t tb = begin; tb < end; tb++)
         for (int jj = 0; jj < 16; jj++) {
             int t = (int)tb * 16 + jj;
+            if (t >= j->n && j->no_pad) break;
             for (int64_t kb = 0; kb < nkb; kb++) {
                 size_t at = ((tb * (size_t)nkb + (size_t)kb) * 16 + (size_t)jj) * 16; /* in 32-bit words */
                 if (t >= j->n) {
@@ -1303,7 +1305,10 @@ static int amx_small(seer_pool_t *p, int count, float *const *ys, const float *x
         run.first[i + 1] = run.first[i] + (ws[i]->rows + 31) / 32;
         work += (size_t)ws[i]->rows * (size_t)ws[i]->cols * (size_t)n;
     }
-    if (packed) amx_pack_xa_chunk(&jobs[0], 0, (size_t)ntb, 0);
+    if (packed) { /* A tiles of n (or 16 and n - 16) rows: the rows past n are never read */
+        jobs[0].no_pad = 1;
+        amx_pack_xa_chunk(&jobs[0], 0, (size_t)ntb, 0);
+    }
     else amx_pack_chunk(&jobs[0], 0, (size_t)ntb, 0);
     run.blocks = run.first[count];
     int threads = seer_pool_threads(p);
