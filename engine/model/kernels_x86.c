@@ -1394,9 +1394,9 @@ __attribute__((target("avx512f"))) static void amx_pack_blocks(void *ctx, size_t
 int seer_k_amx_pack(seer_pool_t *p, seer_weight_t *w) {
 #ifdef SEER_X86
     if (!seer_k_amx_packable(w)) return 0;
-    int threads = seer_pool_threads(p);
-    uint16_t *tmp[64];
-    if (threads > 64) threads = 64;
+    int threads = seer_pool_threads(p); /* a chunk's thread index is below it */
+    uint16_t **tmp = calloc((size_t)threads, sizeof *tmp);
+    if (!tmp) return 0;
     size_t bytes = (size_t)32 * (size_t)w->cols * sizeof(uint16_t);
     int got = 0;
     while (got < threads && (tmp[got] = aligned_alloc(64, bytes))) got++;
@@ -1408,6 +1408,7 @@ int seer_k_amx_pack(seer_pool_t *p, seer_weight_t *w) {
         w->amx_packed = 1;
     }
     for (int i = 0; i < got; i++) free(tmp[i]);
+    free(tmp);
     return ok;
 #else
     (void)p, (void)w;
