@@ -174,6 +174,9 @@ bench_model() { # model_dir threads prefill decode ptarget dtarget [gguf] (targe
   fi
   dtype=$("$SEER" -e 'local f = io.open(arg[1] .. "/config.json") local t = f:read("*a") f:close() io.write((t:match([["dtype"%s*:%s*"([^"]+)"]]) or t:match([["torch_dtype"%s*:%s*"([^"]+)"]]) or "float32"))' "$model")
   if [[ $dtype == bfloat16 ]] && awk -v a="$peak_a" 'BEGIN { exit !(a > 0) }'; then peak=$peak_a unit="AMX bf16"; else peak=$peak_f unit="f32 FMA"; fi
+  if [[ $dtype == bfloat16 && $unit == "AMX bf16" ]]; then
+    echo "  seer's weights in memory: $("$SEER" -e 'local m = seer.model.load(arg[1], {tokenizer = false}) io.write(m.config.amx_packed_matrices)' "$model") matrices in the AMX tile layout (docs/model.md; mapped: rows)"
+  fi
   if [[ $dtype == bfloat16 && $unit == "f32 FMA" ]]; then
     echo "  (no AMX on this CPU: bf16 prefill is measured against the f32 FMA peak, the most its AVX2 kernels can do; a share of the AMX peak cannot be measured here)"
   fi
