@@ -33,8 +33,8 @@
 #include "lora.h"
 #include "weight_load.h"
 
-#define NMOD 7
-static const char *const MODULES[NMOD] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+#define NMOD SEER_LAYER_MODULES
+#define MODULES seer_model_layer_modules
 static const char *const PARENTS[NMOD] = {"self_attn", "self_attn", "self_attn", "self_attn", "mlp", "mlp", "mlp"};
 #define SUPPORTED_MODULES "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj"
 #define SUPPORTED_ARCHS "llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text"
@@ -98,15 +98,6 @@ static int arch_family(const seer_model_t *m) {
     if (!strcmp(t, "llama") || !strcmp(t, "mistral") || !strcmp(t, "qwen2") || !strcmp(t, "qwen3")) return FAMILY_LLAMA;
     if (!strcmp(t, "gemma") || !strcmp(t, "gemma2") || !strcmp(t, "gemma3_text")) return FAMILY_GEMMA;
     return 0;
-}
-
-/* The bound weight that module `mod` of `layer` reads. */
-static seer_weight_t *target_weight(seer_model_t *m, int family, int layer, int mod) {
-    if (layer < 0 || layer >= m->cfg.num_layers) return NULL;
-    if (family == FAMILY_GEMMA) return seer_gemma_layer_weight(m, layer, MODULES[mod]);
-    seer_layer_weights_t *l = &m->layers[layer];
-    seer_weight_t *w[NMOD] = {&l->q, &l->k, &l->v, &l->o, &l->gate, &l->up, &l->down};
-    return w[mod];
 }
 
 /* ---- kernels ------------------------------------------------------------------------------- */
@@ -543,7 +534,7 @@ static int load_adapter(seer_model_t *m, const char *dir, int merge, seer_err_t 
                               pd->a ? 'B' : 'A');
             goto out;
         }
-        pd->w = target_weight(m, family, pd->layer, pd->mod);
+        pd->w = seer_model_layer_weight(m, pd->layer, pd->mod); /* family checked above */
         if (!pd->w || !pd->w->data || pd->w->rows <= 0 || pd->w->cols <= 0) {
             rc = seer_err_set(err, SEER_EINVAL, "load_adapter: %s: the model has no weight model.layers.%d.%s.%s for tensor \"%s\"",
                               wpath, pd->layer, PARENTS[pd->mod], MODULES[pd->mod], pd->a->name);

@@ -504,24 +504,31 @@ static int same_weight(const seer_weight_t *a, const seer_weight_t *b) {
     return a->data == b->data && a->rows == b->rows && a->cols == b->cols && a->dtype == b->dtype;
 }
 
+const char *const seer_model_layer_modules[SEER_LAYER_MODULES] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                                                  "gate_proj", "up_proj", "down_proj"};
+
+seer_weight_t *seer_model_layer_weight(seer_model_t *m, int layer, int mod) {
+    if (layer < 0 || layer >= m->cfg.num_layers || mod < 0 || mod >= SEER_LAYER_MODULES) return NULL;
+    if (m->arch && m->arch->forward == seer_gemma_forward) /* Gemma keeps its layers itself */
+        return seer_gemma_layer_weight(m, layer, seer_model_layer_modules[mod]);
+    if (!m->layers) return NULL;
+    seer_layer_weights_t *l = &m->layers[layer];
+    seer_weight_t *w[SEER_LAYER_MODULES] = {&l->q, &l->k, &l->v, &l->o, &l->gate, &l->up, &l->down};
+    return w[mod];
+}
+
 static void pack_for_amx(seer_model_t *m) {
     const char *env = getenv("SEER_AMX_PACK");
     if (!m->in_memory || !m->layers || m->nfiles < 1 || (env && strcmp(env, "0") == 0) || !seer_k_have_amx()) return;
-    size_t cap = (size_t)m->cfg.num_layers * 7 + 1, nc = 0;
+    size_t cap = (size_t)m->cfg.num_layers * SEER_LAYER_MODULES + 1, nc = 0;
     seer_weight_t **c = malloc(cap * sizeof *c);
     unsigned char *ok = calloc(cap, 1);
     if (!c || !ok) goto out;
-    /* the Gemma family keeps its layers in its own state (gemma_common.c) */
-    int gemma = m->arch && m->arch->forward == seer_gemma_forward;
-    static const char *const modules[7] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
-    for (int i = 0; i < m->cfg.num_layers; i++) {
-        seer_layer_weights_t *l = &m->layers[i];
-        seer_weight_t *ws[7] = {&l->q, &l->k, &l->v, &l->o, &l->gate, &l->up, &l->down};
-        for (int k = 0; k < 7; k++) {
-            seer_weight_t *w = gemma ? seer_gemma_layer_weight(m, i, modules[k]) : ws[k];
+    for (int i = 0; i < m->cfg.num_layers; i++)
+        for (int k = 0; k < SEER_LAYER_MODULES; k++) {
+            seer_weight_t *w = seer_model_layer_weight(m, i, k);
             if (w && seer_k_amx_packable(w)) c[nc++] = w;
         }
-    }
     if (seer_k_amx_packable(&m->lm_head)) c[nc++] = &m->lm_head;
     int any = 0;
     for (size_t i = 0; i < nc; i++) {

@@ -131,6 +131,13 @@ struct seer_kv_cache {
 int seer_model_weight(struct seer_model *m, seer_weight_t *w, const char *name, int64_t rows, int64_t cols,
                       int optional, char **missing, seer_err_t *err);
 
+/* The bound weight of linear module `mod` of `layer` (0-6: q, k, v, o, gate, up, down; the
+ * names in seer_model_layer_modules): m->layers for the Llama family, Gemma's own layer structs
+ * for Gemma; NULL out of range. For LoRA (lora.c) and the AMX packing at load (model.c). */
+#define SEER_LAYER_MODULES 7
+extern const char *const seer_model_layer_modules[SEER_LAYER_MODULES];
+seer_weight_t *seer_model_layer_weight(struct seer_model *m, int layer, int mod);
+
 /* Marks a bound weight as a table a forward pass reads one row of per token (gpt2's position
  * embeddings; m->embed is one without this), for seer_model_decode_bytes. */
 void seer_model_lookup_table(struct seer_model *m, const seer_weight_t *w);
