@@ -314,7 +314,9 @@ SEER_DEF_ROW1(row1_f16, uint16_t, SEER_W_F16, seer_f16_to_f32, 16)
 /* Where the one-token kernel runs without its software prefetch (AMD CPUs with AVX-512), a
  * thread's rows of 16-bit weights are taken two at a time, row j of the first half of its range
  * beside row j of the second half: two sequential streams, four independent FMA chains, one
- * call and one dtype switch per two rows. Why it pays is not pinned down (no hardware counters
+ * call and one dtype switch per two rows; on Intel CPUs with AVX-512, which keep the prefetch,
+ * rows of every dtype are, each stream with its own prefetch (f32: two chains, one a row; see
+ * the Intel measurements at the end). Why it pays is not pinned down (no hardware counters
  * in this VM): over one long stream a row at a time already reads at the rate of the pairs (a
  * /tmp loop over 1 GiB of 1024-wide bf16 rows: 31-32 GB/s either way, plain loads 35), so not
  * the chains' latency; a model's matrices are short streams (0.5-5.8 MB, a thread's share of
@@ -334,16 +336,36 @@ SEER_DEF_ROW1(row1_f16, uint16_t, SEER_W_F16, seer_f16_to_f32, 16)
  * thread; f32 (one chain, twice the bytes per FMA) 0.95x in the kernel but level in the model
  * (16.1-17.7 against 16.2-17.4 tok/s, four rounds), so f32 keeps a row at a time; the pairs on 512-bit registers (a0 and a1 as the two halves of one, the same lanes, so
  * the same bits) 0.96x the time in the kernel at one and two threads but level in the model
- * (six rounds at one thread, 33.4-34.6 against 29.7-34.7 tok/s). On CPUs where the prefetch runs (AVX2-only, Intel) nothing changes: not measured there. */
+ * (six rounds at one thread, 33.4-34.6 against 29.7-34.7 tok/s).
+ * On Intel with AVX-512 (a 2-vCPU Emerald Rapids VM with AMX hidden, model 207, 2026-12-02,
+ * where bf16 decode runs these rows): a row at a time, bf16 read at 67-75% of `build/bench/peak
+ * 1 read` and f32 at 72-86%. `make bench-kernel-ab` (COLD=1 HUGE=1, one token, 21 pairs, pairs
+ * against a row at a time): one thread bf16 0.86-0.91x the time, f32 0.89-0.93x (geometric mean
+ * 0.896); two threads bf16 0.92-0.95x, f32 0.88-0.92x (0.914). The 0.5B model's decode
+ * (greedy steps after a 5-token prompt, timed as tests/bench/model_seer.lua times them; 48 steps
+ * at one thread, 64 at two; binaries alternating, `build/bench/peak T read` after each run), three
+ * rounds, tok/s and share of the probe: bf16 one thread 10.8-11.6 (70-75%) -> 12.8-13.3 (78-80%),
+ * two threads 17.0-19.2 (56-61%) -> 20.7-23.4 (71-81%); f32 one thread 6.2-6.8 (71-81%) ->
+ * 5.9-6.7 (78-89%), two threads 10.2-12.4 (71-75%) -> 9.5-13.0 (75-86%); an earlier pair of runs
+ * bf16 one thread 9.8-9.9 GB/s (70%) -> 12.1-12.4 (92-93%). Tried there and not kept: the prefetch 6 or 10 KiB ahead instead of 3 (level
+ * with the pairs; 4-6 KiB 0.96-0.97x without them), four rows in quarters (0.97x at one thread,
+ * level at two), bf16 pairs on 512-bit registers (level at one thread, 1.05x at two), the first
+ * 3 KiB of both streams prefetched at a range's start (level), 4 row tasks per thread instead
+ * of 16 (level; 1, a fixed half each, 1.15x). On AVX2-only CPUs (prefetch on; the Zen 3 VM had
+ * two rows at a time slower, above) nothing changes. */
 #ifndef SEER_ROW1_SPLIT
 #define SEER_ROW1_SPLIT 1
 #endif
-#define SEER_DEF_ROW2(FN, T, LOAD, SCALAR, STEP)                                                                   \
+#define SEER_DEF_ROW2(FN, T, LOAD, SCALAR, STEP, PF)                                                                   \
     __attribute__((target("avx2,fma,f16c"))) static void FN(const T *wa, const T *wb, const float *x, int64_t in, \
                                                             float *ya, float *yb) {                              \
         int64_t n8 = in & ~(int64_t)7, nb = in & ~(int64_t)(STEP - 1);                                       \
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0;                                          \
         for (int64_t i = 0; i < nb; i += STEP) {                                                             \
+            if (PF && !(((size_t)i * sizeof(T)) & 63)) {                                                     \
+                _mm_prefetch((const char *)(wa + i) + SEER_ROW1_PF, _MM_HINT_T0);                            \
+                _mm_prefetch((const char *)(wb + i) + SEER_ROW1_PF, _MM_HINT_T0);                            \
+            }                                                                                                \
             __m256 x0 = _mm256_loadu_ps(x + i);                                                              \
             a0 = _mm256_fmadd_ps(LOAD(wa + i), x0, a0);                                                      \
             b0 = _mm256_fmadd_ps(LOAD(wb + i), x0, b0);                                                      \
@@ -363,20 +385,29 @@ SEER_DEF_ROW1(row1_f16, uint16_t, SEER_W_F16, seer_f16_to_f32, 16)
         for (int64_t i = n8; i < in; i++) sb += SCALAR(wb[i]) * x[i];                                        \
         *ya = sa, *yb = sb;                                                                                  \
     }
-SEER_DEF_ROW2(row2_bf16, uint16_t, SEER_W_BF16, seer_bf16_to_f32, 16)
-SEER_DEF_ROW2(row2_f16, uint16_t, SEER_W_F16, seer_f16_to_f32, 16)
+SEER_DEF_ROW2(row2_bf16, uint16_t, SEER_W_BF16, seer_bf16_to_f32, 16, 0)
+SEER_DEF_ROW2(row2_f16, uint16_t, SEER_W_F16, seer_f16_to_f32, 16, 0)
+SEER_DEF_ROW2(row2_bf16_pf, uint16_t, SEER_W_BF16, seer_bf16_to_f32, 16, 1)
+SEER_DEF_ROW2(row2_f16_pf, uint16_t, SEER_W_F16, seer_f16_to_f32, 16, 1)
+SEER_DEF_ROW2(row2_f32_pf, float, SEER_W_F32, SEER_F32_ID, 8, 1)
 /* Rows [r0, r1) against one token, written to y[r]. */
 __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_one(const seer_weight_t *w, int64_t r0, int64_t r1,
                                                                    const float *x, float *y) {
     int64_t in = w->cols;
     int pf = seer_k_row_prefetch();
-    if (SEER_ROW1_SPLIT && !pf && r1 - r0 >= 2 && w->dtype != SEER_F32) {
+    /* pairs: on AMD with AVX-512 (no prefetch) 16-bit weights; on Intel with AVX-512 (with it) every dtype */
+    if (SEER_ROW1_SPLIT && r1 - r0 >= 2 && (pf ? seer_k_intel_avx512() : w->dtype != SEER_F32)) {
         int64_t h = (r1 - r0) / 2, mid = r0 + h;
         for (int64_t j = 0; j < h; j++) {
             size_t a = (size_t)(r0 + j) * (size_t)in, b = (size_t)(mid + j) * (size_t)in;
             const uint16_t *wd = w->data;
-            if (w->dtype == SEER_BF16) row2_bf16(wd + a, wd + b, x, in, y + r0 + j, y + mid + j);
-            else row2_f16(wd + a, wd + b, x, in, y + r0 + j, y + mid + j);
+            const float *wf = w->data;
+            float *ya = y + r0 + j, *yb = y + mid + j;
+            switch (w->dtype) {
+            case SEER_BF16: (pf ? row2_bf16_pf : row2_bf16)(wd + a, wd + b, x, in, ya, yb); break;
+            case SEER_F16: (pf ? row2_f16_pf : row2_f16)(wd + a, wd + b, x, in, ya, yb); break;
+            default: row2_f32_pf(wf + a, wf + b, x, in, ya, yb); break;
+            }
         }
         r0 = mid + h; /* an odd count's last row, alone below */
     }

@@ -8,7 +8,7 @@
  * checks that A and B wrote the same bits.
  * Usage (through kernel_ab.sh): kernel_pair [TOKENS]   (default 16)
  * Environment: REPS (default 41); THREADS (default 1: thread CPU time; more: wall time);
- * COLD=1 reads 64 MiB between calls so the weights come from memory; HUGE=1 puts the weights
+ * COLD=1 reads twice the L3 (64 MiB at least; cold_cache.h) between calls so the weights come from memory; HUGE=1 puts the weights
  * on transparent huge pages, as a model read into memory has them; DT=f32,bf16 (default both). */
 #include <stdint.h>
 #include <stdio.h>

@@ -5,7 +5,7 @@
  * Build: make build/bench/linear_kernel (or make bench-kernel, which also runs it).
  * Usage: build/bench/linear_kernel [TOKENS...]   (default 1 4 16)
  * Environment: REPS (best of, default 9); SHAPES="ROWSxCOLS,..." other matrix shapes (a small one,
- * e.g. 96x1024, runs from L2); COLD=1 streams 64 MiB through the caches before every rep, so the
+ * e.g. 96x1024, runs from L2); COLD=1 streams twice the L3 (64 MiB at least) through the caches before every rep, so the
  * weights come from memory as in a model's forward pass (the default leaves a matrix of up to a
  * few MiB in L3, which measures the kernel, not its overlap with the memory); FAST=1 measures
  * bf16 in precision = "fast" (VDPBF16PS on activations rounded to bf16, where the CPU has
