@@ -1546,6 +1546,26 @@ static int have_avx512bf16(void) {
     return v;
 }
 
+/* Whether precision = "fast" runs on VDPBF16PS here: AVX512_BF16 on AMD (Zen 4 issues one a cycle,
+ * 32 products where an FMA makes 16). Not on Intel: on a 2-vCPU Emerald Rapids VM with AMX
+ * hidden (model 207, 2026-12-02; /tmp loop of 12 independent chains) VDPBF16PS zmm retired
+ * 1.2-1.3 G/s against 4.6-5.3 G/s for FMA zmm, so 16 products a cycle against 32: `make bench`
+ * there read fast bf16 prefill at 103.8 tok/s against 243.3 for the default precision's f32
+ * kernels, and batch-16 decode 146.0 against 168.8. Intel CPUs with AMX run fast on the tiles;
+ * without it, fast computes what the default does (seer_k_fast_kind says why).
+ * SEER_FAST_DPBF16=1 runs VDPBF16PS on any CPU that has it (the tests, and measuring), =0 on none. */
+static int dp_units(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("SEER_FAST_DPBF16");
+        if (e && *e && strcmp(e, "0") != 0 && strcmp(e, "1") != 0)
+            fprintf(stderr, "seer: SEER_FAST_DPBF16=%s is neither 0 nor 1; the default for this CPU is used\n", e);
+        int want = e && strcmp(e, "1") == 0 ? 1 : e && strcmp(e, "0") == 0 ? 0 : __builtin_cpu_is("amd");
+        v = want && have_avx512bf16();
+    }
+    return v;
+}
+
 __attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"))) static void dp_pack_chunk(void *ctx, size_t begin,
                                                                                          size_t end, int thread) {
     (void)thread;
@@ -1777,10 +1797,14 @@ static void dp_stream_chunk(void *ctx, size_t begin, size_t end, int thread) {
 }
 #endif
 
-const char *seer_k_fast_kind(void) {
+const char *seer_k_fast_kind(const char **why) {
+    if (why) *why = "this CPU has neither AMX nor AVX512_BF16";
 #ifdef SEER_X86
     if (seer_k_have_amx()) return "AMX";
-    if (have_avx512bf16()) return "AVX512_BF16";
+    if (dp_units()) return "AVX512_BF16";
+    if (why && have_avx512bf16())
+        *why = "this CPU's VDPBF16PS makes half the products a cycle its f32 FMAs do (an Intel CPU without AMX; "
+               "SEER_FAST_DPBF16=1 runs it anyway)";
 #endif
     return NULL;
 }
@@ -1793,7 +1817,7 @@ int seer_k_linear_dpbf16(seer_pool_t *p, float *y, const float *x, int n, const 
 int seer_k_linear_dpbf16_multi(seer_pool_t *p, int count, float *const *ys, const float *x, int n,
                                const seer_weight_t *const *ws, const seer_weight_t *const *biases) {
 #ifdef SEER_X86
-    if (!seer_k_fast_bf16 || count < 1 || count > DP_MULTI || n < 1 || !have_avx512bf16()) return 0;
+    if (!seer_k_fast_bf16 || count < 1 || count > DP_MULTI || n < 1 || !dp_units()) return 0;
     for (int i = 0; i < count; i++)
         if (ws[i]->dtype != SEER_BF16 || ws[i]->cols % 32 != 0 || ws[i]->cols != ws[0]->cols) return 0;
     const seer_weight_t *w0 = ws[0];
@@ -1844,7 +1868,7 @@ int seer_k_linear_dpbf16_multi(seer_pool_t *p, int count, float *const *ys, cons
 int seer_k_bf16_units_take(const seer_weight_t *w) {
 #ifdef SEER_X86
     if (w->dtype != SEER_BF16 || w->cols % 32 != 0) return 0;
-    return seer_k_have_amx() || (seer_k_fast_bf16 && have_avx512bf16()) ? 2 : 0;
+    return seer_k_have_amx() || (seer_k_fast_bf16 && dp_units()) ? 2 : 0;
 #else
     (void)w;
     return 0;

@@ -1437,12 +1437,17 @@ static const luaL_Reg gen_methods[] = {
     {NULL, NULL},
 };
 
-/* core.fast_kind() -> "AMX" | "AVX512_BF16" | nil: what precision = "fast" runs on this CPU. */
+/* core.fast_kind() -> "AMX" | "AVX512_BF16" | nil, why: what precision = "fast" runs on this CPU;
+ * with nil, a sentence saying why it computes what "exact" does. */
 static int l_fast_kind(lua_State *L) {
-    const char *k = seer_k_fast_kind();
-    if (k) lua_pushstring(L, k);
-    else lua_pushnil(L);
-    return 1;
+    const char *why = NULL, *k = seer_k_fast_kind(&why);
+    if (k) {
+        lua_pushstring(L, k);
+        return 1;
+    }
+    lua_pushnil(L);
+    lua_pushstring(L, why ? why : "");
+    return 2;
 }
 
 /* core.shared_prefills() -> how many generator prefills were served with another's whole prompt

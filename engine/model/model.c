@@ -653,7 +653,7 @@ size_t seer_model_decode_params(const seer_model_t *m) { return m->decode_params
 int seer_model_weights_in_memory(const seer_model_t *m) { return m->in_memory; }
 int seer_model_amx_packed(const seer_model_t *m) { return m->amx_packed; }
 const char *seer_model_kv_dtype(const seer_model_t *m) {
-    return m->gpu || (m->fast_bf16 && m->embed.dtype == SEER_BF16 && seer_k_fast_kind() != NULL) ? "bf16" : "f32";
+    return m->gpu || (m->fast_bf16 && m->embed.dtype == SEER_BF16 && seer_k_fast_kind(NULL) != NULL) ? "bf16" : "f32";
 }
 const char *seer_model_dir(const seer_model_t *m) { return m->dir; }
 int seer_model_gemm_min_tokens(const seer_model_t *m) {

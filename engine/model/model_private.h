@@ -380,9 +380,9 @@ int seer_k_linear_dpbf16(seer_pool_t *p, float *y, const float *x, int n, const 
  * it gets in a call of its own. 0 when it does not apply (any matrix), and nothing is computed. */
 int seer_k_linear_dpbf16_multi(seer_pool_t *p, int count, float *const *ys, const float *x, int n,
                                const seer_weight_t *const *ws, const seer_weight_t *const *biases);
-/* What precision = "fast" runs on here: "AMX", "AVX512_BF16", or NULL (neither: fast computes what
- * the default does). */
-const char *seer_k_fast_kind(void);
+/* What precision = "fast" runs on here: "AMX", "AVX512_BF16", or NULL (fast computes what the
+ * default does; *why, when why is not NULL, says why in a sentence). */
+const char *seer_k_fast_kind(const char **why);
 /* seer_k_rmsnorm on AVX-512; 0 when not available (then the portable loop runs). */
 int seer_k_rmsnorm_fast(float *y, const float *x, int n, int d, const seer_weight_t *w, float eps, int one_plus);
 /* Softmax of row[f .. l] in place after soft-capping (softcap > 0); row[0 .. f) and row(l .. len)

@@ -79,8 +79,9 @@ local function fast_note(m)
     why = ("the model runs on %s, whose kernels have no fast precision"):format(m.device)
   elseif m.config.dtype ~= "bf16" then
     why = ("its weights are %s (fast rounds activations to meet bf16 weights)"):format(m.config.dtype)
-  elseif not core.fast_kind() then
-    why = "this CPU has neither AMX nor AVX512_BF16"
+  else
+    local kind, cpu_why = core.fast_kind()
+    if not kind then why = cpu_why end
   end
   if why and not fast_noted[why] then
     fast_noted[why] = true
@@ -96,7 +97,7 @@ end
 ---tokenizer's path and name fields are scrubbed, and errors say "<hidden>" instead of the path.
 ---`precision` is "exact" (the default: bf16 weights meet f32 activations without rounding them,
 ---within the 1e-4 parity bar) or "fast" (bf16 weights meet activations rounded to bf16 as in
----torch's bf16 matmul: on AMX or with AVX512_BF16, in every step, batches included, a
+---torch's bf16 matmul: on AMX, or AVX512_BF16 on AMD CPUs, in every step, batches included, a
 ---sequence getting the same bits alone or batched; elsewhere the same as "exact"; docs/model.md
 ---has the measured error and speed).
 ---`weights` says where a CPU model's weights live: "memory" (read in, on transparent huge pages:

@@ -77,7 +77,7 @@ int main(int argc, char **argv) {
     }
     printf("q, k, v, gate, up of 36 layers, %d token(s), %d thread(s), fast bf16 (%s): one call each %.2f ms, "
            "seer_k_linear_multi %.2f ms (%.3fx)\n",
-           n, threads, seer_k_fast_kind() ? seer_k_fast_kind() : "no AVX512_BF16 here: default kernels", one * 1e3,
+           n, threads, seer_k_fast_kind(NULL) ? seer_k_fast_kind(NULL) : "neither AMX nor VDPBF16PS runs fast here: default kernels", one * 1e3,
            multi * 1e3, one / multi);
     return 0;
 }

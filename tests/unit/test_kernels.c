@@ -303,6 +303,7 @@ Test(kernels, own_attention_against_float64_and_rest_of_prompt_bits) {
 static void check_dpbf16_fast(void) {
     if (!__builtin_cpu_supports("avx512bf16") || !seer_k_have_avx512())
         cr_skip_test("skipped: this CPU has no AVX512_BF16; precision = \"fast\" runs the default kernels here");
+    setenv("SEER_FAST_DPBF16", "1", 1); /* the kernels on any CPU with VDPBF16PS (Intel's default is off) */
     seer_pool_t *pool = seer_pool_new(2);
     static const int ns[] = {1, 2, 3, 4, 5, 7, 16, 19, 70, 133};
     static const int rows_[] = {4, 67, 130};
@@ -361,6 +362,35 @@ Test(kernels, dpbf16_linear_fast_precision_row_prefetch_off) {
     setenv("SEER_ROW_PREFETCH", "0", 1);
     cr_assert_eq(seer_k_row_prefetch(), 0);
     check_dpbf16_fast();
+}
+/* Where VDPBF16PS runs by default: AMD CPUs with AVX512_BF16 (Intel's makes half the products a
+ * cycle its FMAs do: fast runs the tiles with AMX, else what the default does), SEER_FAST_DPBF16
+ * choosing otherwise; fast_kind says so, with the reason. */
+Test(kernels, dpbf16_where_it_runs) {
+    int bf16 = __builtin_cpu_supports("avx512bf16") && seer_k_have_avx512(), amd = __builtin_cpu_is("amd");
+    const char *why = NULL, *kind = seer_k_fast_kind(&why);
+    if (seer_k_have_amx()) cr_assert_str_eq(kind, "AMX");
+    else if (bf16 && amd) cr_assert_str_eq(kind, "AVX512_BF16");
+    else {
+        cr_assert_null(kind);
+        cr_assert(why && strstr(why, bf16 ? "half the products" : "neither AMX nor AVX512_BF16"), "why: %s", why ? why : "(null)");
+    }
+    uint16_t w[32 * 32];
+    float x[32], y[32];
+    for (int i = 0; i < 32 * 32; i++) w[i] = seer_f32_to_bf16(0.01f * (float)(i % 17));
+    for (int i = 0; i < 32; i++) x[i] = (float)i;
+    seer_weight_t W = {.dtype = SEER_BF16, .data = w, .rows = 32, .cols = 32};
+    seer_pool_t *pool = seer_pool_new(1);
+    seer_k_fast_bf16 = 1;
+    cr_assert_eq(seer_k_linear_dpbf16(pool, y, x, 1, &W, NULL), bf16 && amd);
+    seer_k_fast_bf16 = 0;
+    seer_pool_free(pool);
+}
+Test(kernels, dpbf16_forced_off) {
+    setenv("SEER_FAST_DPBF16", "0", 1);
+    const char *why = NULL;
+    if (!seer_k_have_amx()) cr_assert_null(seer_k_fast_kind(&why));
+    cr_assert(why != NULL);
 }
 Test(kernels, row_prefetch_default_and_bad_value) {
     setenv("SEER_ROW_PREFETCH", "yes", 1); /* neither 0 nor 1: a note on stderr, the CPU's default */
