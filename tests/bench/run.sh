@@ -135,6 +135,17 @@ LLAMA_OMP_WAIT=${LLAMA_OMP_WAIT:-passive}
 
 # One seer decode with weights = "mapped" (4 KiB pages, as llama.cpp maps its GGUF), beside
 # llama.cpp's best, both as shares of the 4 KiB read bound: what the huge pages alone are worth.
+# What precision = "fast" runs on this CPU, for its lines' labels: "activations rounded to bf16
+# ..." where it has kernels (AMX, or AVX512_BF16 on AMD), else the reason it computes what the
+# default does (docs/model.md).
+fast_label() { # the text after 'precision = "fast" (' on the fast lines
+  local kind
+  kind=$("$SEER" -e 'local k, why = require("seer.core.model").fast_kind() io.write(k and ("on " .. k) or ("none here: " .. why))' 2>/dev/null) || kind="unknown"
+  case $kind in
+    on\ *) printf 'activations rounded to bf16, as the peers; %s' "${kind#on }" ;;
+    *) printf 'no fast kernels: %s; it computes what the default does' "${kind#none here: }" ;;
+  esac
+}
 mapped_decode() { # model_dir threads new_tokens llama_tok_s decode_bytes read4k_gbs
   local md= share='BEGIN { printf "%.0f", (r > 0 ? 100 * s * b / (r * 1e9) : 0) }'
   read -r _ _ md _ _ < <(SEER_THREADS=$2 "$SEER" tests/bench/model_seer.lua "$1" "$2" 16 "$3" mapped) || true
@@ -242,7 +253,7 @@ bench_model() { # model_dir threads prefill decode ptarget dtarget [gguf] (targe
       if [[ $(basename "$model") == bf16 ]]; then
         local fp
         read -r _ fp _ _ _ < <(SEER_BENCH_PRECISION=fast SEER_THREADS=$threads "$SEER" tests/bench/model_seer.lua "$model" "$threads" "$prefill" 8)
-        printf '  seer, precision = "fast" (activations rounded to bf16, as the peers): prefill %s tok/s%s; vs llama.cpp %sx\n' "$fp" \
+        printf '  seer, precision = "fast" (%s): prefill %s tok/s%s; vs llama.cpp %sx\n' "$(fast_label)" "$fp" \
           "$([[ $pbound != 0 ]] && awk -v s="$fp" -v b="$pbound" 'BEGIN { printf ", %.0f%% of the prefill bound", 100 * s / b }')" "$(ratio "$bp" "$fp")"
       fi
     else
@@ -273,7 +284,7 @@ bench_batch() { # model_dir threads new_tokens gguf
     done < <(SEER_THREADS=$threads "$SEER" tests/bench/batch_seer.lua "$model" "$threads" "$n" 1 4 16)
     seq_s="${seq_s:+$seq_s, }$line"
     [[ -n $one && -n $sixteen ]] && in_round="${in_round:+$in_round, }$(ratio "$one" "$sixteen")x"
-    if [[ $(basename "$model") == bf16 ]]; then # precision = "fast": VDPBF16PS on CPUs with AVX512_BF16
+    if [[ $(basename "$model") == bf16 ]]; then # precision = "fast": AMX, or VDPBF16PS on AMD CPUs with AVX512_BF16
       line=
       while read -r b v; do F[$b]=$(best "${F[$b]:-0}" "$v"); line="${line:+$line/}$v"; done < <(SEER_BENCH_PRECISION=fast SEER_THREADS=$threads "$SEER" tests/bench/batch_seer.lua "$model" "$threads" "$n" 1 4 16)
       seq_f="${seq_f:+$seq_f, }$line"
@@ -296,8 +307,8 @@ bench_batch() { # model_dir threads new_tokens gguf
     printf '  seer batch 16 / seer batch 1: %sx (target >= 8x); within each round: %s\n' "$(ratio "${S[1]}" "${S[16]}")" "${in_round:-?}"
   fi
   if [[ -n ${F[1]:-} && -n ${F[16]:-} ]]; then
-    printf '  seer, precision = "fast" (activations rounded to bf16; rounds %s): batch 1/4/16 %s / %s / %s tok/s; batch 16 / batch 1: %sx\n' \
-      "$seq_f" "${F[1]}" "${F[4]:-?}" "${F[16]}" "$(ratio "${F[1]}" "${F[16]}")"
+    printf '  seer, precision = "fast" (%s; rounds %s): batch 1/4/16 %s / %s / %s tok/s; batch 16 / batch 1: %sx\n' \
+      "$(fast_label)" "$seq_f" "${F[1]}" "${F[4]:-?}" "${F[16]}" "$(ratio "${F[1]}" "${F[16]}")"
   fi
   # The bound of a batch-B step: it reads the weights once (B x the read bound) and does B
   # tokens' multiply-adds (2 flops per weight a decode step reads: config.decode_parameters,
