@@ -1103,7 +1103,12 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
  * (128.6 against 131, 135.5 against 146.9), hence 13. One prompt's bf16 forward at 2 threads,
  * three rounds: 16 tokens 77-152 -> 146-153, 40 125-147 -> 144-176, 47 121-143 -> 140-166
  * (128-input slices past 16 tokens: 120-135 at 47). A prefetch of the slice two on into L2 (as
- * f32's sliced kernel had) was level at two slices on and behind at four. */
+ * f32's sliced kernel had) was level at two slices on and behind at four. On a 2-vCPU Emerald
+ * Rapids VM with AMX hidden (2026-12-02), where bf16 batch 16 runs here at 39-45% of the FMA
+ * bound: slices of 512 or 1024 inputs level (make bench-kernel-ab TOKENS=16 THREADS=2 DT=bf16
+ * COLD=1: 1.025x, 1.031x the time), 16 tokens through the grouped stream instead 0.6x the
+ * tok/s (tests/bench/batch_seer.lua MODEL 2 17 16, three rounds); f32's whole-row kernel
+ * (rows_zmm_whole) is what this one lacks. */
 #ifndef SEER_ZKB_BF16
 #define SEER_ZKB_BF16 256 /* rows_zmm_pairs: input elements per slice, to 16 tokens */
 #endif
