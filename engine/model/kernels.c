@@ -103,7 +103,17 @@ __attribute__((target("avx2,fma,f16c"))) static void axpy_avx2(float *o, float w
 }
 /* The same two on a bf16 cache row (precision = "fast"): each 8-block widened exactly in a
  * register, then the same FMAs in the same order, so the bits of the f32 loops on the widened row. */
-#define SEER_BF16X8(p) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
+/* 8 bf16 at p widened exactly to f32 (each value's bits moved up 16): the 16 bytes loaded into
+ * both 128-bit lanes (a load, no ALU uop) and one byte shuffle that puts each value in the high
+ * half of its lane's 32-bit element and zeros the low half, where zero-extending and shifting
+ * took two ALU uops. The same bits. Measured against the extend and shift (make
+ * bench-kernel-ab DT=bf16 COLD=1 HUGE=1, 21 paired calls, 2-vCPU Emerald Rapids VM, 2026-12-02):
+ * one thread 1 token 0.979x the time, 4 tokens 0.984x, 8 tokens 0.971x (0.950x without COLD);
+ * two threads 1 token 1.012x (level: it waits on memory), 8 tokens 0.968x. */
+#define SEER_BF16X8(p)                                                                                           \
+    _mm256_castsi256_ps(_mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(p))), \
+                                            _mm256_set_epi32(0x0f0e8080, 0x0d0c8080, 0x0b0a8080, 0x09088080,   \
+                                                             0x07068080, 0x05048080, 0x03028080, 0x01008080)))
 __attribute__((target("avx2,fma,f16c"))) static inline float dot_avx2_bf16(const float *a, const uint16_t *b, int n) {
     __m256 acc = _mm256_setzero_ps();
     int i = 0;
@@ -256,7 +266,7 @@ __attribute__((target("avx2,fma,f16c"))) static void attn_mix_avx2_bf16(float *o
 #ifndef SEER_ROWT_AHEAD
 #define SEER_ROWT_AHEAD 4096 /* bytes ahead, for the 2-4-token rows */
 #endif
-#define SEER_W_BF16(p) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
+#define SEER_W_BF16(p) SEER_BF16X8(p)
 #define SEER_W_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
 #define SEER_W_F32(p) _mm256_loadu_ps(p)
 /* One row against NT tokens (NT = 1 for batch-1 decode; 2 to 4 for the streamed kernel below),
@@ -1107,8 +1117,15 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_avx2_multi(const seer_
  * Rapids VM with AMX hidden (2026-12-02), where bf16 batch 16 runs here at 39-45% of the FMA
  * bound: slices of 512 or 1024 inputs level (make bench-kernel-ab TOKENS=16 THREADS=2 DT=bf16
  * COLD=1: 1.025x, 1.031x the time), 16 tokens through the grouped stream instead 0.6x the
- * tok/s (tests/bench/batch_seer.lua MODEL 2 17 16, three rounds); f32's whole-row kernel
- * (rows_zmm_whole) is what this one lacks. */
+ * tok/s (tests/bench/batch_seer.lua MODEL 2 17 16, three rounds). Tried there later the same
+ * day and not kept (make bench-kernel-ab TOKENS=16 DT=bf16, paired calls): a whole-row kernel as
+ * f32's rows_zmm_whole, each 3-row micro-panel in chunks of 32 8-blocks, passes of 4 token pairs
+ * with both chains in one call (24 accumulators), the micro-panel two on prefetched into L2:
+ * 1.106x the time at one thread with COLD=1, 1.114x without, 1.025x at two threads (half the
+ * FMAs per widened weight vector); the prefetch two slices on into L2 instead of one into L1
+ * 0.987x, four 1.023x; 3-row blocks 1.034x, with the prefetch 4 or 8 slices on into L2 0.992x,
+ * 1.087x; the next two slices into L1 0.964x, three 1.052x (within this VM's noise); no prefetch
+ * 1.189x. */
 #ifndef SEER_ZKB_BF16
 #define SEER_ZKB_BF16 256 /* rows_zmm_pairs: input elements per slice, to 16 tokens */
 #endif
@@ -1200,9 +1217,16 @@ static const float *pack_x_pairs(const float *x, int ntok, int64_t in) {
 /* An 8-block of weights at p as f32 in both halves of a 512-bit vector: f32 read as it is, bf16
  * widened exactly (the bits moved up 16), as rows_avx2_multi's panel holds them */
 #define SEER_ZW_F32(p) _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps((const float *)(p)))))
+/* (bf16: as SEER_BF16X8, the 16 bytes in all four 128-bit lanes and one byte shuffle, where
+ * zero-extending to 512 bits and shifting took two ALU uops; rows_zmm_pairs at 16 tokens, make
+ * bench-kernel-ab DT=bf16, 2-vCPU Emerald Rapids VM, 2026-12-02: 0.954x the time at one thread,
+ * 0.938x at two; with COLD=1 HUGE=1, 21 pairs, 0.966x and 0.981x) */
 #define SEER_ZW_BF16(p)                                                                                          \
-    _mm512_castsi512_ps(_mm512_slli_epi32(                                                                       \
-        _mm512_cvtepu16_epi32(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(p)))), 16))
+    _mm512_castsi512_ps(_mm512_shuffle_epi8(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(p))),      \
+                                            _mm512_set_epi32(0x0f0e8080, 0x0d0c8080, 0x0b0a8080, 0x09088080, \
+                                                             0x07068080, 0x05048080, 0x03028080, 0x01008080, \
+                                                             0x0f0e8080, 0x0d0c8080, 0x0b0a8080, 0x09088080, \
+                                                             0x07068080, 0x05048080, 0x03028080, 0x01008080)))
 /* The FMAs of one 8-block of 3 rows (v0..v2) into NP token pairs' accumulators a[p][0..2], the
  * pairs' activations at xs */
 #define SEER_ZFMA(NP, xs, v0, v1, v2)                                                                            \
@@ -1220,7 +1244,7 @@ static const float *pack_x_pairs(const float *x, int ntok, int64_t in) {
  * first slice, `fresh`) and back out, a share `pq` of the walk over the next slice's lines
  * prefetched as it goes (24 accumulators at NP 8). */
 #define SEER_DEF_ZMICRO(NP)                                                                                      \
-    __attribute__((target("avx512f,avx512vl,avx2,fma"))) static inline void zmicrob3x##NP(                 \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) static inline void zmicrob3x##NP(                 \
         const uint16_t *w0, const uint16_t *w1, const uint16_t *w2, const float *xb, size_t xstep, int off8, \
         int bstep, int nsteps, float *acc, int fresh, seer_pfw_t *pf, int pq) {                              \
         __m512 a[NP][3];                                                                                     \
@@ -1370,7 +1394,7 @@ __attribute__((target("avx512f,avx512vl,avx2,fma,f16c"))) static void rows_zmm_w
  * once, straight from where they lie. Each micro-panel of 3 rows takes its slice in passes of at
  * most 8 token pairs (one pass up to 16 tokens; 17-32 two, 33-48 three, of balanced sizes), the
  * slice in L1 for the passes after the first. */
-__attribute__((target("avx512f,avx512vl,avx2,fma,f16c"))) static void rows_zmm_pairs(const seer_weight_t *w, int64_t r0,
+__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c"))) static void rows_zmm_pairs(const seer_weight_t *w, int64_t r0,
                                                                                     int64_t r1, const float *x,
                                                                                     const float *xz, int ntok, float *y,
                                                                                     int64_t out) {
