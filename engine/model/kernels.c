@@ -1325,12 +1325,56 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) static inline void zmm_g
         }
     }
 }
-__attribute__((target("avx2,fma,f16c"))) static inline void zmm_out(const seer_weight_t *w, const float *x, float *y,
+#ifndef SEER_ZOUT512
+#define SEER_ZOUT512 1
+#endif
+/* The common case of zmm_out on 512-bit registers: token group g (4 tokens: pairs 2g and 2g + 1)
+ * x 3 rows, each (token, row) chain a0 + a1 (a1 NULL: + 0, as rows_avx2_multi), then reduced by
+ * hsum8x8_v's tree (lane j + lane j + 4; then (0 + 2) + (1 + 3)) with two chains to a vector
+ * where hsum8x8_v has one, so the same bits; each token's 3 outputs stored with one masked store.
+ * Against the 256-bit loads, adds and two hsum8x8_v (~44 uops a group where that took ~90; make
+ * bench-kernel-ab A_REF=d8a6728 TOKENS=16, 21 pairs, 2-vCPU Emerald Rapids VM, 2026-12-02): one
+ * thread 0.984x the time with COLD=1 HUGE=1, 0.982x without, 48 tokens 0.992x; two threads with
+ * COLD=1 HUGE=1 0.987x (geometric means over f32 and bf16; small, the same sign in all four).
+ * SEER_ZOUT512=0: the 256-bit path. */
+__attribute__((target("avx512f,avx512vl,avx2,fma,f16c"), always_inline)) static inline void zmm_out4x3_512(const float *a0,
+                                                                                                      const float *a1, int g,
+                                                                                                      float *yb, size_t out) {
+    const __m512 z = _mm512_setzero_ps();
+    __m512 v[6]; /* [pair][row]: tokens 4g + 2q (low half) and 4g + 2q + 1 (high half) */
+    _Pragma("GCC unroll 6") for (int i = 0; i < 6; i++) {
+        size_t at = ((size_t)(g * 2 + i / 3) * 3 + (size_t)(i % 3)) * 16;
+        v[i] = _mm512_add_ps(_mm512_load_ps(a0 + at), a1 ? _mm512_load_ps(a1 + at) : z);
+    }
+    /* lane j + lane j + 4 of each chain: per 128-bit lane, [v[2m] low, v[2m] high, v[2m+1] low,
+     * v[2m+1] high] */
+    __m512 s0 = _mm512_add_ps(_mm512_shuffle_f32x4(v[0], v[1], 0x88), _mm512_shuffle_f32x4(v[0], v[1], 0xdd));
+    __m512 s1 = _mm512_add_ps(_mm512_shuffle_f32x4(v[2], v[3], 0x88), _mm512_shuffle_f32x4(v[2], v[3], 0xdd));
+    __m512 s2 = _mm512_add_ps(_mm512_shuffle_f32x4(v[4], v[5], 0x88), _mm512_shuffle_f32x4(v[4], v[5], 0xdd));
+    /* (0 + 2), (1 + 3) */
+    __m512 t0 = _mm512_add_ps(_mm512_shuffle_ps(s0, s1, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(s0, s1, _MM_SHUFFLE(3, 2, 3, 2)));
+    __m512 t1 = _mm512_add_ps(_mm512_shuffle_ps(s2, z, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(s2, z, _MM_SHUFFLE(3, 2, 3, 2)));
+    /* their sum: 128-bit lane m holds [s0's m-th, s1's m-th, s2's m-th, 0], where the m-th of s_i
+     * is chain (token u, row k) with s0: (0,0) (1,0) (0,1) (1,1); s1: (0,2) (1,2) (2,0) (3,0);
+     * s2: (2,1) (3,1) (2,2) (3,2) */
+    __m512 r = _mm512_add_ps(_mm512_shuffle_ps(t0, t1, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(t0, t1, _MM_SHUFFLE(3, 1, 3, 1)));
+    /* to token u in 128-bit lane u: rows 0, 1, 2 */
+    r = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 8, 1, 3, 4, 12, 5, 7, 9, 2, 10, 11, 13, 6, 14, 15), r);
+    _mm_mask_storeu_ps(yb, 0x7, _mm512_castps512_ps128(r));
+    _mm_mask_storeu_ps(yb + out, 0x7, _mm512_extractf32x4_ps(r, 1));
+    _mm_mask_storeu_ps(yb + 2 * out, 0x7, _mm512_extractf32x4_ps(r, 2));
+    _mm_mask_storeu_ps(yb + 3 * out, 0x7, _mm512_extractf32x4_ps(r, 3));
+}
+__attribute__((target("avx512f,avx512vl,avx2,fma,f16c"))) static inline void zmm_out(const seer_weight_t *w, const float *x, float *y,
                                                                     int64_t out, int64_t row0, int left, int ntok,
                                                                     const float *a0, const float *a1, int64_t n8) {
     for (int g = 0; g < (ntok + 3) / 4; g++) {
         int gt = ntok - g * 4 < 4 ? ntok - g * 4 : 4;
         __m256 v[16];
+        if (SEER_ZOUT512 && gt == 4 && left >= 3 && n8 == w->cols) {
+            zmm_out4x3_512(a0, a1, g, y + (size_t)(g * 4) * (size_t)out + (size_t)row0, (size_t)out);
+            continue;
+        }
         if (gt == 4 && left >= 3 && n8 == w->cols) { /* the common case, from registers */
             zmm_group(a0, a1, g, 4, v);
             store_sums4x3(y + (size_t)(g * 4) * (size_t)out + (size_t)row0, (size_t)out, hsum8x8_v(v), hsum8x8_v(v + 8));
