@@ -101,8 +101,6 @@ __attribute__((target("avx2,fma,f16c"))) static void axpy_avx2(float *o, float w
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(o + i, _mm256_fmadd_ps(wv, _mm256_loadu_ps(v + i), _mm256_loadu_ps(o + i)));
     for (; i < n; i++) o[i] = __builtin_fmaf(w, v[i], o[i]);
 }
-/* The same two on a bf16 cache row (precision = "fast"): each 8-block widened exactly in a
- * register, then the same FMAs in the same order, so the bits of the f32 loops on the widened row. */
 /* 8 bf16 at p widened exactly to f32 (each value's bits moved up 16): the 16 bytes loaded into
  * both 128-bit lanes (a load, no ALU uop) and one byte shuffle that puts each value in the high
  * half of its lane's 32-bit element and zeros the low half, where zero-extending and shifting
@@ -114,6 +112,8 @@ __attribute__((target("avx2,fma,f16c"))) static void axpy_avx2(float *o, float w
     _mm256_castsi256_ps(_mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(p))), \
                                             _mm256_set_epi32(0x0f0e8080, 0x0d0c8080, 0x0b0a8080, 0x09088080,   \
                                                              0x07068080, 0x05048080, 0x03028080, 0x01008080)))
+/* The same two on a bf16 cache row (precision = "fast"): each 8-block widened exactly in a
+ * register, then the same FMAs in the same order, so the bits of the f32 loops on the widened row. */
 __attribute__((target("avx2,fma,f16c"))) static inline float dot_avx2_bf16(const float *a, const uint16_t *b, int n) {
     __m256 acc = _mm256_setzero_ps();
     int i = 0;
@@ -1371,11 +1371,11 @@ __attribute__((target("avx512f,avx512vl,avx2,fma,f16c"))) static inline void zmm
     for (int g = 0; g < (ntok + 3) / 4; g++) {
         int gt = ntok - g * 4 < 4 ? ntok - g * 4 : 4;
         __m256 v[16];
-        if (SEER_ZOUT512 && gt == 4 && left >= 3 && n8 == w->cols) {
-            zmm_out4x3_512(a0, a1, g, y + (size_t)(g * 4) * (size_t)out + (size_t)row0, (size_t)out);
-            continue;
-        }
         if (gt == 4 && left >= 3 && n8 == w->cols) { /* the common case, from registers */
+            if (SEER_ZOUT512) {
+                zmm_out4x3_512(a0, a1, g, y + (size_t)(g * 4) * (size_t)out + (size_t)row0, (size_t)out);
+                continue;
+            }
             zmm_group(a0, a1, g, 4, v);
             store_sums4x3(y + (size_t)(g * 4) * (size_t)out + (size_t)row0, (size_t)out, hsum8x8_v(v), hsum8x8_v(v + 8));
             continue;
